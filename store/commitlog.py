@@ -1,0 +1,353 @@
+"""CommitLog: every message of a node, appended in one sequence of segment files.
+
+Invariants: records are contiguous from ``min_offset`` to ``write_offset``; each record
+starts with TOTALSIZE and a magic code and its PHYSICALOFFSET field equals its position;
+a record never spans two segments — a blank record fills the end of a segment instead, and
+every segment keeps at least ``BLANK_MIN_SIZE`` bytes for it. Queue offsets in records of
+one (topic, queue) are consecutive.
+
+Thread-safety: ``append`` and ``truncate_to`` are called with the store's put lock held;
+readers (``read``, ``read_bytes``) are lock-free and read only below ``write_offset``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from store import commitlog_record as record
+from store.dispatch_request import DispatchRequest
+from store.errors import DiskFullError
+from store.hashing import tag_hash_code
+from store.mapped_file_queue import MappedFileQueue
+from store.message import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+    Message,
+    StoredMessage,
+    decode_properties,
+)
+
+
+@dataclass(slots=True)
+class PreparedMessage:
+    """A validated message with its variable parts already encoded (done outside the lock)."""
+
+    message: Message
+    topic: bytes
+    properties: bytes
+    size: int
+    tag_code: int
+    index_keys: tuple[str, ...]
+
+
+def prepare(message: Message, topic: bytes, properties: bytes) -> PreparedMessage:
+    props = message.properties
+    tags = props.get(PROPERTY_TAGS)
+    keys_raw = props.get(PROPERTY_KEYS)
+    keys = tuple(k for k in keys_raw.split(KEY_SEPARATOR) if k) if keys_raw else ()
+    unique = props.get(PROPERTY_UNIQ_KEY)
+    if unique:
+        keys = (*keys, unique)
+    return PreparedMessage(
+        message,
+        topic,
+        properties,
+        record.record_size(len(message.body), len(topic), len(properties)),
+        tag_hash_code(tags) if tags else 0,
+        keys,
+    )
+
+
+def takes_queue_offset(sys_flag: int) -> bool:
+    """Prepared and rolled-back transactional records get no consume-queue entry."""
+    kind = sys_flag & SYSFLAG_TRANSACTION_MASK
+    return kind not in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+
+
+def dispatch_request_of(stored: StoredMessage) -> DispatchRequest:
+    props = stored.properties
+    tags = props.get(PROPERTY_TAGS)
+    keys = tuple(stored.keys)
+    unique = props.get(PROPERTY_UNIQ_KEY)
+    if unique:
+        keys = (*keys, unique)
+    return DispatchRequest(
+        stored.topic,
+        stored.queue_id,
+        stored.queue_offset,
+        stored.physical_offset,
+        stored.size,
+        tag_hash_code(tags) if tags else 0,
+        stored.store_timestamp_ms,
+        stored.sys_flag,
+        keys,
+        props,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """Where a validating scan stopped and why (``corruption`` is None at a clean end)."""
+
+    end_offset: int
+    records: int
+    corruption: str | None = None
+    corrupt_offset: int | None = None
+
+
+class CommitLog:
+    def __init__(self, directory: str, segment_bytes: int, store_host: bytes, *, preallocate: bool) -> None:
+        self.segments = MappedFileQueue(directory, segment_bytes, preallocate=preallocate)
+        self.segment_bytes = segment_bytes
+        self.store_host = store_host
+        # Next queue offset per (topic, queue id): rebuilt from consume queues on recovery.
+        self.queue_offsets: dict[tuple[str, int], int] = {}
+
+    # ---- positions -----------------------------------------------------------------
+    @property
+    def write_offset(self) -> int:
+        return self.segments.write_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.segments.flushed_offset
+
+    def load(self) -> None:
+        self.segments.load()
+
+    # ---- appending -----------------------------------------------------------------
+    def append(
+        self, batch: list[PreparedMessage], store_timestamp_ms: int
+    ) -> list[DispatchRequest]:
+        """Append ``batch`` atomically: either every record is written (and the write
+        offset moves past them) or, on ``DiskFullError``, none is visible.
+
+        The caller holds the put lock and guarantees the batch fits one segment."""
+        position = self.write_offset
+        segment = self.segments.file_for_write(position)
+        total = sum(p.size for p in batch)
+        assert total + record.BLANK_MIN_SIZE <= self.segment_bytes, "batch larger than a segment"
+        roll_at = None
+        room = segment.end_offset - position
+        # A batch is one unit: it rolls whole to the next segment when it does not fit.
+        if total + record.BLANK_MIN_SIZE > room:
+            roll_at = position
+            self.segments.file_for_write(segment.end_offset)  # DiskFullError before writing
+            position = segment.end_offset
+        offsets = self.queue_offsets
+        requests: list[DispatchRequest] = []
+        parts: list[bytes] = []
+        host = self.store_host
+        for prepared in batch:
+            message = prepared.message
+            key = (message.topic, message.queue_id)
+            if takes_queue_offset(message.sys_flag):
+                queue_offset = offsets.get(key, 0)
+                offsets[key] = queue_offset + 1
+            else:
+                queue_offset = 0
+            parts.append(
+                record.encode(
+                    size=prepared.size,
+                    body=message.body,
+                    topic=prepared.topic,
+                    properties=prepared.properties,
+                    queue_id=message.queue_id,
+                    flag=message.flag,
+                    queue_offset=queue_offset,
+                    physical_offset=position,
+                    sys_flag=message.sys_flag,
+                    born_timestamp_ms=message.born_timestamp_ms,
+                    born_host=message.born_host,
+                    store_timestamp_ms=store_timestamp_ms,
+                    store_host=host,
+                    reconsume_times=message.reconsume_times,
+                    prepared_transaction_offset=message.prepared_transaction_offset,
+                )
+            )
+            requests.append(
+                DispatchRequest(
+                    message.topic,
+                    message.queue_id,
+                    queue_offset,
+                    position,
+                    prepared.size,
+                    prepared.tag_code,
+                    store_timestamp_ms,
+                    message.sys_flag,
+                    prepared.index_keys,
+                    message.properties,
+                )
+            )
+            position += prepared.size
+        if roll_at is not None:
+            segment.write_at(roll_at - segment.base_offset, record.encode_blank(segment.end_offset - roll_at))
+            segment.wrote_position = segment.size
+            segment = self.segments.find(segment.end_offset)
+            assert segment is not None
+        start = requests[0].physical_offset
+        segment.write_at(start - segment.base_offset, b"".join(parts))
+        segment.wrote_position = position - segment.base_offset
+        self.segments.write_offset = position
+        return requests
+
+    def append_raw(self, data: bytes, start_offset: int) -> int:
+        """Append bytes copied verbatim from another replica at ``start_offset`` (which
+        must equal ``write_offset``); returns the new write offset. Used by replication."""
+        assert start_offset == self.write_offset, (start_offset, self.write_offset)
+        position = start_offset
+        view = memoryview(data)
+        while view:
+            segment = self.segments.file_for_write(position)
+            chunk = view[: segment.end_offset - position]
+            segment.write_at(position - segment.base_offset, bytes(chunk))
+            position += len(chunk)
+            segment.wrote_position = position - segment.base_offset
+            view = view[len(chunk) :]
+        self.segments.write_offset = position
+        return position
+
+    # ---- reading -------------------------------------------------------------------
+    def read(self, physical_offset: int) -> StoredMessage | None:
+        """The message record at ``physical_offset``, or None when none is there."""
+        if not self.min_offset <= physical_offset < self.write_offset:
+            return None
+        segment = self.segments.find(physical_offset)
+        if segment is None:
+            return None
+        local = physical_offset - segment.base_offset
+        size, magic = record.SIZE_AND_MAGIC.unpack_from(segment.map, local)
+        if magic != record.MESSAGE_MAGIC or size <= 0 or local + size > segment.size:
+            return None
+        return record.decode(segment.map, local)
+
+    def read_bytes(self, physical_offset: int, max_length: int) -> bytes:
+        """Raw bytes from ``physical_offset`` up to the end of its segment or of the data."""
+        segment = self.segments.find(physical_offset)
+        if segment is None or physical_offset >= self.write_offset:
+            return b""
+        end = min(self.write_offset, segment.end_offset, physical_offset + max_length)
+        return segment.read(physical_offset - segment.base_offset, end - physical_offset)
+
+    def store_timestamp_at(self, physical_offset: int) -> int | None:
+        segment = self.segments.find(physical_offset)
+        if segment is None:
+            return None
+        local = physical_offset - segment.base_offset
+        return int.from_bytes(
+            segment.map[local + record.OFFSET_STORE_TIMESTAMP : local + record.OFFSET_STORE_TIMESTAMP + 8],
+            "big",
+        )
+
+    # ---- recovery ------------------------------------------------------------------
+    def scan(
+        self,
+        start_offset: int,
+        on_record: Callable[[StoredMessage], None] | None = None,
+        dispatch_from: int = 0,
+    ) -> ScanResult:
+        """Validate records from ``start_offset`` (a segment start or a known record
+        boundary) until the data ends or a record is invalid. Records at or past
+        ``dispatch_from`` are decoded and handed to ``on_record``."""
+        position = start_offset
+        records = 0
+        while True:
+            segment = self.segments.find(position)
+            if segment is None:
+                return ScanResult(position, records)
+            local = position - segment.base_offset
+            check = record.check_at(segment.map, local, segment.size)
+            if check.blank:
+                position = segment.end_offset
+                continue
+            if check.size == 0:
+                if check.reason is None and not self._zero_after(segment, local):
+                    return ScanResult(position, records, "garbage after the end of data", position)
+                return ScanResult(position, records, check.reason, position if check.reason else None)
+            (physical,) = record.HEADER.unpack_from(segment.map, local)[6:7]
+            if physical != position:
+                return ScanResult(
+                    position, records, f"PHYSICALOFFSET field {physical} != position", position
+                )
+            if on_record is not None and position >= dispatch_from:
+                on_record(record.decode(segment.map, local))
+            position += check.size
+            records += 1
+
+    @staticmethod
+    def _zero_after(segment, local: int) -> bool:
+        """True when the segment holds only zeros after ``local`` (a clean end)."""
+        probe = min(segment.size, local + 64 * 1024)
+        return segment.is_zero_at(local, probe - local)
+
+    def iterate(self, start_offset: int, end_offset: int) -> Iterator[StoredMessage]:
+        """Decoded records in ``[start_offset, end_offset)``; start must be a boundary."""
+        position = start_offset
+        while position < end_offset:
+            segment = self.segments.find(position)
+            if segment is None:
+                return
+            local = position - segment.base_offset
+            size, magic = record.SIZE_AND_MAGIC.unpack_from(segment.map, local)
+            if magic == record.BLANK_MAGIC:
+                position = segment.end_offset
+                continue
+            assert magic == record.MESSAGE_MAGIC and size > 0, f"no record at {position}"
+            yield record.decode(segment.map, local)
+            position += size
+
+    def set_end(self, end_offset: int, flushed_from: int) -> None:
+        """After recovery: data ends at ``end_offset`` and everything past it is discarded.
+        Bytes from ``flushed_from`` may sit only in the page cache of the process that
+        crashed, so they are forced to disk before anyone is told they are durable."""
+        for segment in self.segments.files:
+            if segment.end_offset <= end_offset:
+                segment.wrote_position = segment.flushed_position = segment.size
+        self.segments.truncate_to(end_offset)
+        tail = self.segments.last
+        if tail is not None and tail.base_offset <= end_offset < tail.end_offset:
+            tail.wrote_position = end_offset - tail.base_offset
+            tail.flushed_position = max(0, min(flushed_from, end_offset) - tail.base_offset)
+        self.segments.write_offset = end_offset
+        self.segments.flushed_offset = min(flushed_from, end_offset)
+        for segment in self.segments.files:
+            if segment.end_offset > flushed_from:
+                segment.flushed_position = max(0, min(segment.flushed_position, flushed_from - segment.base_offset))
+        self.segments.flush()
+
+    def truncate_to(self, end_offset: int) -> None:
+        """Discard everything from ``end_offset`` (a record boundary) on."""
+        assert end_offset <= self.write_offset
+        self.set_end(end_offset, end_offset)
+
+    def delete_segments_before(self, predicate: Callable[[int], bool], limit: int) -> int:
+        """Delete up to ``limit`` oldest segments for which ``predicate(index)`` holds."""
+        files = self.segments.files
+        count = 0
+        while count < min(limit, len(files) - 1) and predicate(count):
+            count += 1
+        self.segments.delete_first(count)
+        return count
+
+    def flush(self, up_to: int | None = None) -> int:
+        return self.segments.flush(up_to)
+
+    def close(self) -> None:
+        self.segments.close()
+
+    def check_disk_path(self) -> str:
+        return os.path.dirname(self.segments.directory)
+
+
+__all__ = ["CommitLog", "DiskFullError", "PreparedMessage", "ScanResult", "prepare"]

@@ -1,0 +1,197 @@
+"""The CommitLog record layout of DESIGN §3.1, byte for byte (big-endian).
+
+| TOTALSIZE 4 | MAGICCODE 4 | BODYCRC 4 | QUEUEID 4 | FLAG 4 | QUEUEOFFSET 8 |
+| PHYSICALOFFSET 8 | SYSFLAG 4 | BORNTIMESTAMP 8 | BORNHOST 8 | STORETIMESTAMP 8 |
+| STOREHOSTADDRESS 8 | RECONSUMETIMES 4 | PREPARED TRANSACTION OFFSET 8 |
+| BODYLENGTH 4 + BODY | TOPICLENGTH 1 + TOPIC | PROPERTIESLENGTH 2 + PROPERTIES |
+
+A blank record (TOTALSIZE, BLANK magic) fills the end of a segment that cannot take the
+next record. Every record is validated on write (``encode`` asserts its size) and again on
+read (``check_at`` verifies magic, lengths and CRC) — TigerBeetle's paired assertions.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from store.message import StoredMessage, decode_properties
+
+MESSAGE_MAGIC = 0xDAA320A7
+BLANK_MAGIC = 0xCBD43194
+
+HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
+HEADER_SIZE = HEADER.size  # 88: everything up to and including BODYLENGTH
+assert HEADER_SIZE == 88
+BLANK = struct.Struct(">iI")
+BLANK_MIN_SIZE = BLANK.size  # a segment always keeps room for a blank record
+SIZE_AND_MAGIC = struct.Struct(">iI")
+CRC_AT = struct.Struct(">I")
+INT_AT = struct.Struct(">i")
+PROPERTIES_LENGTH = struct.Struct(">H")
+
+OFFSET_BODY_CRC = 8
+OFFSET_QUEUE_ID = 12
+OFFSET_QUEUE_OFFSET = 20
+OFFSET_PHYSICAL_OFFSET = 28
+OFFSET_SYS_FLAG = 36
+OFFSET_STORE_TIMESTAMP = 56
+OFFSET_BODY_LENGTH = 84
+
+
+def record_size(body_length: int, topic_length: int, properties_length: int) -> int:
+    return HEADER_SIZE + body_length + 1 + topic_length + 2 + properties_length
+
+
+def encode(
+    *,
+    size: int,
+    body: bytes,
+    topic: bytes,
+    properties: bytes,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp_ms: int,
+    born_host: bytes,
+    store_timestamp_ms: int,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+) -> bytes:
+    header = HEADER.pack(
+        size,
+        MESSAGE_MAGIC,
+        crc32c(body),
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp_ms,
+        born_host,
+        store_timestamp_ms,
+        store_host,
+        reconsume_times,
+        prepared_transaction_offset,
+        len(body),
+    )
+    record = b"".join(
+        (
+            header,
+            body,
+            len(topic).to_bytes(1, "big"),
+            topic,
+            len(properties).to_bytes(2, "big"),
+            properties,
+        )
+    )
+    assert len(record) == size, (len(record), size)
+    return record
+
+
+def encode_blank(size: int) -> bytes:
+    assert size >= BLANK_MIN_SIZE
+    return BLANK.pack(size, BLANK_MAGIC) + bytes(size - BLANK_MIN_SIZE)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordCheck:
+    """What ``check_at`` found at one position.
+
+    ``size`` > 0: a valid message record; ``blank``: a filler record to the segment end;
+    ``size == 0 and not blank``: the end of the data (zeros) or, with ``reason``, a
+    corrupt record that ends the valid log.
+    """
+
+    size: int
+    blank: bool = False
+    reason: str | None = None
+
+
+END_OF_DATA = RecordCheck(0)
+
+
+def check_at(buf, position: int, limit: int) -> RecordCheck:
+    """Validate the record at ``position`` of ``buf`` (a map), which must end by ``limit``."""
+    if limit - position < SIZE_AND_MAGIC.size:
+        return END_OF_DATA
+    size, magic = SIZE_AND_MAGIC.unpack_from(buf, position)
+    if magic == BLANK_MAGIC:
+        if size != limit - position:
+            return RecordCheck(0, reason=f"blank record of {size} bytes does not end the segment")
+        return RecordCheck(size, blank=True)
+    if magic != MESSAGE_MAGIC:
+        if size == 0 and magic == 0:
+            return END_OF_DATA
+        return RecordCheck(0, reason=f"bad magic code 0x{magic:08X}")
+    if size < HEADER_SIZE + 3 or position + size > limit:
+        return RecordCheck(0, reason=f"record size {size} out of bounds")
+    (body_length,) = INT_AT.unpack_from(buf, position + OFFSET_BODY_LENGTH)
+    topic_at = position + HEADER_SIZE + body_length
+    if body_length < 0 or topic_at + 3 > position + size:
+        return RecordCheck(0, reason=f"body length {body_length} inconsistent with size {size}")
+    topic_length = buf[topic_at]
+    properties_at = topic_at + 1 + topic_length
+    if properties_at + 2 > position + size:
+        return RecordCheck(0, reason="topic length inconsistent with record size")
+    (properties_length,) = PROPERTIES_LENGTH.unpack_from(buf, properties_at)
+    if properties_at + 2 + properties_length != position + size:
+        return RecordCheck(0, reason="properties length inconsistent with record size")
+    (body_crc,) = CRC_AT.unpack_from(buf, position + OFFSET_BODY_CRC)
+    body_at = position + HEADER_SIZE
+    with memoryview(buf) as view:
+        actual_crc = crc32c(view[body_at : body_at + body_length])
+    if actual_crc != body_crc:
+        return RecordCheck(0, reason=f"body CRC mismatch (stored 0x{body_crc:08X})")
+    return RecordCheck(size)
+
+
+def decode(buf, position: int) -> StoredMessage:
+    """Decode a record known to be valid (it passed ``check_at`` or was just written)."""
+    (
+        size,
+        magic,
+        body_crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp_ms,
+        born_host,
+        store_timestamp_ms,
+        store_host,
+        reconsume_times,
+        prepared_transaction_offset,
+        body_length,
+    ) = HEADER.unpack_from(buf, position)
+    assert magic == MESSAGE_MAGIC, f"no message record at {position}"
+    body_at = position + HEADER_SIZE
+    topic_at = body_at + body_length
+    topic_length = buf[topic_at]
+    properties_at = topic_at + 1 + topic_length
+    properties_length = (buf[properties_at] << 8) | buf[properties_at + 1]
+    assert properties_at + 2 + properties_length == position + size, "record lengths disagree"
+    return StoredMessage(
+        topic=buf[topic_at + 1 : properties_at].decode(),
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=physical_offset,
+        size=size,
+        body=buf[body_at:topic_at],
+        properties=decode_properties(buf[properties_at + 2 : properties_at + 2 + properties_length]),
+        body_crc=body_crc,
+        flag=flag,
+        sys_flag=sys_flag,
+        born_timestamp_ms=born_timestamp_ms,
+        born_host=born_host,
+        store_timestamp_ms=store_timestamp_ms,
+        store_host=store_host,
+        reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
+    )

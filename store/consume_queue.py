@@ -1,0 +1,204 @@
+"""ConsumeQueue: the per-(topic, queue) array of 20-byte pointers into the CommitLog.
+
+Entry layout (big-endian): ``physical offset 8 | size 4 | tag hash code 8``. Entry *i*
+sits at logical byte *i × 20*, so a queue offset is an array index and files hold
+``entries_per_file`` entries each (default 300,000), named by their first byte offset.
+
+Invariants: entries are appended in CommitLog order, so physical offsets strictly increase
+along a queue; ``min_offset <= max_offset``; every entry below ``max_offset`` is written.
+A *blank* entry (size ``BLANK_SIZE``) fills offsets that have no message (a queue that
+restarts after retention removed all of it); readers skip blanks.
+
+Thread-safety: appended and truncated under the store's put lock (or by recovery);
+readers are lock-free and read only below ``max_offset``, which is published last.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Iterator
+
+from store.mapped_file_queue import MappedFileQueue
+
+ENTRY = struct.Struct(">qiq")
+ENTRY_SIZE = ENTRY.size
+assert ENTRY_SIZE == 20
+BLANK_SIZE = 0x7FFFFFFF
+BLANK_ENTRY = ENTRY.pack(0, BLANK_SIZE, 0)
+
+Entry = tuple[int, int, int]  # (physical offset, size, tag hash code)
+
+
+class ConsumeQueue:
+    def __init__(self, root: str, topic: str, queue_id: int, entries_per_file: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.directory = os.path.join(root, topic, str(queue_id))
+        self.files = MappedFileQueue(self.directory, entries_per_file * ENTRY_SIZE)
+        self.min_offset = 0
+        self.max_offset = 0
+        self.max_physical_end = 0  # end (offset + size) of the last entry's record
+
+    # ---- loading -------------------------------------------------------------------
+    def load(self) -> None:
+        """Map the files and find the written end of the last one."""
+        self.files.load()
+        last = self.files.last
+        if last is None:
+            return
+        used = len(last.map[:].rstrip(b"\x00"))
+        used = -(-used // ENTRY_SIZE) * ENTRY_SIZE
+        last.wrote_position = last.flushed_position = used
+        for f in self.files.files[:-1]:
+            f.wrote_position = f.flushed_position = f.size
+        self.files.write_offset = self.files.flushed_offset = last.base_offset + used
+        self.max_offset = self.files.write_offset // ENTRY_SIZE
+        self.min_offset = self.files.min_offset // ENTRY_SIZE
+        self._refresh_physical_end()
+
+    def _refresh_physical_end(self) -> None:
+        self.max_physical_end = 0
+        for offset in range(self.max_offset - 1, self.min_offset - 1, -1):
+            entry = self.entry_at(offset)
+            if entry is not None and entry[1] != BLANK_SIZE:
+                self.max_physical_end = entry[0] + entry[1]
+                return
+
+    # ---- writing -------------------------------------------------------------------
+    def put(self, queue_offset: int, physical_offset: int, size: int, tag_code: int) -> None:
+        """Record that message ``queue_offset`` of this queue is at ``physical_offset``.
+
+        Idempotent, so the dispatcher can replay the CommitLog over a queue that already
+        has some of the entries (recovery, catch-up after a failed dispatch)."""
+        if queue_offset < self.max_offset:
+            if queue_offset >= self.min_offset and self.entry_at(queue_offset) == (
+                physical_offset,
+                size,
+                tag_code,
+            ):
+                return
+            # A different history (the CommitLog was truncated): rewrite from here.
+            self.truncate_to_offset(queue_offset)
+        if queue_offset > self.max_offset:
+            self._fill_blanks_to(queue_offset)
+        self._append(ENTRY.pack(physical_offset, size, tag_code))
+        self.max_physical_end = physical_offset + size
+
+    def _append(self, entry: bytes) -> None:
+        position = self.files.write_offset
+        target = self.files.file_for_write(position)
+        local = position - target.base_offset
+        target.write_at(local, entry)
+        target.wrote_position = local + ENTRY_SIZE
+        self.files.write_offset = position + ENTRY_SIZE
+        self.max_offset += 1
+
+    def _fill_blanks_to(self, queue_offset: int) -> None:
+        if self.max_offset == self.min_offset:
+            # Empty queue: start its files at the file holding queue_offset.
+            start = queue_offset * ENTRY_SIZE
+            base = start - start % self.files.file_size
+            self.files.delete_all()
+            self.files.write_offset = self.files.flushed_offset = base
+            self.max_offset = self.min_offset = base // ENTRY_SIZE
+            while self.max_offset < queue_offset:
+                self._append(BLANK_ENTRY)
+            self.min_offset = queue_offset
+            return
+        while self.max_offset < queue_offset:
+            self._append(BLANK_ENTRY)
+
+    # ---- reading -------------------------------------------------------------------
+    def entry_at(self, queue_offset: int) -> Entry | None:
+        if not self.min_offset <= queue_offset < self.max_offset:
+            return None
+        position = queue_offset * ENTRY_SIZE
+        f = self.files.find(position)
+        if f is None:
+            return None
+        return ENTRY.unpack_from(f.map, position - f.base_offset)
+
+    def entries(self, queue_offset: int, max_count: int) -> Iterator[tuple[int, Entry]]:
+        """Yield ``(queue offset, entry)`` from ``queue_offset``, at most ``max_count``,
+        reading whole runs of a file at a time."""
+        end = min(self.max_offset, queue_offset + max_count)
+        offset = max(queue_offset, self.min_offset)
+        while offset < end:
+            position = offset * ENTRY_SIZE
+            f = self.files.find(position)
+            if f is None:
+                return
+            stop = min(end * ENTRY_SIZE, f.end_offset)
+            chunk = f.map[position - f.base_offset : stop - f.base_offset]
+            for entry in ENTRY.iter_unpack(chunk):
+                if entry[1] != BLANK_SIZE:
+                    yield offset, entry
+                offset += 1
+
+    def offset_by_time(self, timestamp_ms: int, store_time_of: Callable[[int], int | None]) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp_ms``
+        (``max_offset`` when none was); binary search, since store times do not decrease."""
+        low, high = self.min_offset, self.max_offset
+        while low < high:
+            middle = (low + high) // 2
+            entry = self.entry_at(middle)
+            stored = None if entry is None or entry[1] == BLANK_SIZE else store_time_of(entry[0])
+            if stored is None or stored < timestamp_ms:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    # ---- truncation and retention --------------------------------------------------
+    def truncate_to_offset(self, queue_offset: int) -> None:
+        queue_offset = max(queue_offset, self.min_offset)
+        self.files.truncate_to(queue_offset * ENTRY_SIZE)
+        self.max_offset = queue_offset
+        self._refresh_physical_end()
+
+    def truncate_physical(self, physical_end: int) -> None:
+        """Drop the entries whose record does not end by ``physical_end``."""
+        offset = self.max_offset
+        while offset > self.min_offset:
+            entry = self.entry_at(offset - 1)
+            assert entry is not None
+            if entry[1] != BLANK_SIZE and entry[0] + entry[1] <= physical_end:
+                break
+            offset -= 1
+        if offset < self.max_offset:
+            self.truncate_to_offset(offset)
+
+    def correct_min_offset(self, commitlog_min: int) -> None:
+        """Move ``min_offset`` to the first entry whose record still exists."""
+        low, high = self.min_offset, self.max_offset
+        while low < high:
+            middle = (low + high) // 2
+            entry = self.entry_at(middle)
+            assert entry is not None
+            if entry[1] == BLANK_SIZE or entry[0] < commitlog_min:
+                low = middle + 1
+            else:
+                high = middle
+        self.min_offset = low
+
+    def delete_expired_files(self, commitlog_min: int) -> int:
+        """Delete files all of whose entries point below ``commitlog_min``."""
+        doomed = 0
+        files = self.files.files
+        for f in files[:-1]:
+            last = ENTRY.unpack_from(f.map, f.size - ENTRY_SIZE)
+            if last[1] != BLANK_SIZE and last[0] + last[1] <= commitlog_min:
+                doomed += 1
+            else:
+                break
+        if doomed:
+            self.files.delete_first(doomed)
+        self.correct_min_offset(commitlog_min)
+        return doomed
+
+    def flush(self) -> None:
+        self.files.flush()
+
+    def close(self) -> None:
+        self.files.close()

@@ -1,0 +1,138 @@
+"""The dispatcher: turns CommitLog records into consume-queue and index entries (DESIGN §3.4).
+
+It owns one cursor, ``dispatched_offset``: everything below it has been dispatched. The
+same ``dispatch`` runs right after a local append (with requests built while encoding),
+after a replicated chunk on a slave and during recovery (with requests decoded from the
+log), and ``catch_up`` re-reads the log from the cursor whenever an earlier dispatch failed
+(a full disk while creating a consume-queue file, say). Every step is idempotent, so
+replaying a range that was partly dispatched is safe.
+
+Consumers that must see more than queue entries (consumer-offset and ack records, delayed
+and transactional state) register a ``listener``; it is called for every record, in order.
+
+Thread-safety: called with the store's put lock held (or by recovery, alone).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from store.commitlog import CommitLog, dispatch_request_of, takes_queue_offset
+from store.consume_queue import ConsumeQueue
+from store.dispatch_request import DispatchRequest
+from store.errors import StoreError
+from store.index_service import IndexService
+
+DispatchListener = Callable[[DispatchRequest], None]
+
+
+class ConsumeQueueTable:
+    """Every consume queue of the node, created on first use."""
+
+    def __init__(self, root: str, entries_per_file: int) -> None:
+        self.root = root
+        self.entries_per_file = entries_per_file
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        os.makedirs(root, exist_ok=True)
+
+    def load(self) -> None:
+        for topic in sorted(os.listdir(self.root)):
+            topic_dir = os.path.join(self.root, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for queue_name in sorted(os.listdir(topic_dir)):
+                if queue_name.isdigit():
+                    queue = ConsumeQueue(self.root, topic, int(queue_name), self.entries_per_file)
+                    queue.load()
+                    self.queues[(topic, int(queue_name))] = queue
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queue = self.queues.get((topic, queue_id))
+        if queue is None:
+            queue = ConsumeQueue(self.root, topic, queue_id, self.entries_per_file)
+            self.queues = {**self.queues, (topic, queue_id): queue}
+        return queue
+
+    def of_topic(self, topic: str) -> list[ConsumeQueue]:
+        return sorted(
+            (q for (t, _), q in self.queues.items() if t == topic), key=lambda q: q.queue_id
+        )
+
+    def flush(self) -> None:
+        for queue in list(self.queues.values()):
+            queue.flush()
+
+    def close(self) -> None:
+        for queue in list(self.queues.values()):
+            queue.close()
+
+
+class Dispatcher:
+    def __init__(
+        self, commitlog: CommitLog, consume_queues: ConsumeQueueTable, index: IndexService
+    ) -> None:
+        self.commitlog = commitlog
+        self.consume_queues = consume_queues
+        self.index = index
+        self.dispatched_offset = 0
+        self.listeners: list[DispatchListener] = []
+        self.last_error: StoreError | None = None
+
+    def dispatch(self, requests: list[DispatchRequest]) -> None:
+        """Dispatch records that directly follow the cursor, in order. On a store error
+        the cursor stays at the failed record and ``catch_up`` resumes from there."""
+        if not requests:
+            return
+        if self.dispatched_offset != requests[0].physical_offset:
+            # An earlier dispatch failed; the log from the cursor is replayed instead.
+            self.catch_up()
+            return
+        queues = self.consume_queues
+        index = self.index
+        listeners = self.listeners
+        for request in requests:
+            try:
+                if takes_queue_offset(request.sys_flag):
+                    queue = queues.find_or_create(request.topic, request.queue_id)
+                    queue.put(
+                        request.queue_offset,
+                        request.physical_offset,
+                        request.size,
+                        request.tag_code,
+                    )
+                if request.keys:
+                    index.put(
+                        request.topic,
+                        request.keys,
+                        request.physical_offset,
+                        request.size,
+                        request.store_timestamp_ms,
+                    )
+            except StoreError as error:
+                self.last_error = error
+                return
+            for listener in listeners:
+                listener(request)
+            self.dispatched_offset = request.physical_offset + request.size
+        self.last_error = None
+
+    def catch_up(self) -> int:
+        """Dispatch every record between the cursor and the CommitLog's write offset;
+        returns how many records were replayed."""
+        end = self.commitlog.write_offset
+        replayed = 0
+        if self.dispatched_offset >= end:
+            return replayed
+        for stored in self.commitlog.iterate(self.dispatched_offset, end):
+            # The cursor may sit on a blank record's start: move it to the next record.
+            self.dispatched_offset = stored.physical_offset
+            self.dispatch([dispatch_request_of(stored)])
+            if self.last_error is not None:
+                return replayed
+            replayed += 1
+        self.dispatched_offset = max(self.dispatched_offset, end)
+        return replayed

@@ -1,0 +1,28 @@
+"""Errors raised by the storage engine.
+
+Operating errors (bad input, a full disk) are exceptions callers handle; broken invariants
+are ``AssertionError`` and mean a bug: the engine stops rather than continue on bad state.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of every operating error of the store."""
+
+
+class InvalidMessageError(StoreError):
+    """A message breaks a documented limit (name, size, characters); nothing was written."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class DiskFullError(StoreError):
+    """The file system refused space (ENOSPC); nothing of the failed append is visible."""
+
+
+class StoreClosedError(StoreError):
+    """The store was shut down."""

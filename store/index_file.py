@@ -1,0 +1,175 @@
+"""IndexFile: a hash index from ``topic#key`` to CommitLog offsets (DESIGN §3.3).
+
+Layout: a 40-byte header (begin/end store timestamp, begin/end physical offset, used slot
+count, index count), ``slot_count`` slots of 4 bytes, then ``entry_count`` entries of 20
+bytes (``key hash 4 | physical offset 8 | seconds since begin timestamp 4 | previous entry
+in this slot 4``).
+
+Invariants: entry numbers start at 1, so 0 means "empty slot" / "end of chain"; a slot
+holds its chain's newest entry; every ``previous`` link points to a smaller number, so a
+chain walk ends. Entries follow CommitLog order. The hash is only a hint: the store
+re-checks the real topic and key of every hit (the seed's collision bug, fixed).
+
+Write order per key is entry, then slot, then header, so a crash at any instruction leaves
+at worst an entry that is overwritten later: a lookup may miss it, never return a wrong one.
+
+Thread-safety: written under the store's put lock; lookups are lock-free.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from datetime import UTC, datetime
+
+from store.mapped_file import reserve_space
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = HEADER.size
+assert HEADER_SIZE == 40
+SLOT = struct.Struct(">i")
+SLOT_SIZE = 4
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = ENTRY.size
+assert ENTRY_SIZE == 20
+
+
+def index_file_name(timestamp_ms: int) -> str:
+    moment = datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC)
+    return moment.strftime("%Y%m%d%H%M%S") + f"{timestamp_ms % 1000:03d}"
+
+
+class IndexFile:
+    __slots__ = (
+        "begin_physical_offset",
+        "begin_timestamp_ms",
+        "end_physical_offset",
+        "end_timestamp_ms",
+        "entry_count",
+        "index_count",
+        "map",
+        "path",
+        "slot_count",
+        "used_slot_count",
+    )
+
+    def __init__(self, path: str, map_, slot_count: int, entry_count: int) -> None:
+        self.path = path
+        self.map = map_
+        self.slot_count = slot_count
+        self.entry_count = entry_count
+        (
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_physical_offset,
+            self.end_physical_offset,
+            self.used_slot_count,
+            self.index_count,
+        ) = HEADER.unpack_from(map_, 0)
+        if self.index_count == 0:
+            self.index_count = 1
+
+    @staticmethod
+    def file_size(slot_count: int, entry_count: int) -> int:
+        return HEADER_SIZE + slot_count * SLOT_SIZE + (entry_count + 1) * ENTRY_SIZE
+
+    @classmethod
+    def create(cls, path: str, slot_count: int, entry_count: int) -> IndexFile:
+        size = cls.file_size(slot_count, entry_count)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            reserve_space(fd, 0, size)
+            map_ = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        os.close(fd)
+        return cls(path, map_, slot_count, entry_count)
+
+    @classmethod
+    def open(cls, path: str, slot_count: int, entry_count: int) -> IndexFile:
+        size = cls.file_size(slot_count, entry_count)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            if os.fstat(fd).st_size != size:
+                raise ValueError(f"{path} is not an index file of {slot_count}/{entry_count}")
+            map_ = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        return cls(path, map_, slot_count, entry_count)
+
+    @property
+    def is_full(self) -> bool:
+        return self.index_count > self.entry_count
+
+    def put(self, key_hash: int, physical_offset: int, store_timestamp_ms: int) -> bool:
+        """Add one key; False when the file is full (the caller rolls a new one)."""
+        if self.index_count > self.entry_count:
+            return False
+        if self.index_count == 1:
+            self.begin_timestamp_ms = store_timestamp_ms
+            self.begin_physical_offset = physical_offset
+        slot_at = HEADER_SIZE + (key_hash % self.slot_count) * SLOT_SIZE
+        (previous,) = SLOT.unpack_from(self.map, slot_at)
+        if previous <= 0 or previous >= self.index_count:
+            previous = 0  # empty slot, or a link left by a crash: start a new chain
+            self.used_slot_count += 1
+        number = self.index_count
+        delta_s = max(0, (store_timestamp_ms - self.begin_timestamp_ms) // 1000)
+        ENTRY.pack_into(
+            self.map,
+            HEADER_SIZE + self.slot_count * SLOT_SIZE + number * ENTRY_SIZE,
+            key_hash - (1 << 32) if key_hash & 0x80000000 else key_hash,
+            physical_offset,
+            delta_s,
+            previous,
+        )
+        SLOT.pack_into(self.map, slot_at, number)
+        self.index_count = number + 1
+        self.end_timestamp_ms = store_timestamp_ms
+        return True
+
+    def write_header(self, end_physical_offset: int) -> None:
+        self.end_physical_offset = end_physical_offset
+        HEADER.pack_into(
+            self.map,
+            0,
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_physical_offset,
+            self.end_physical_offset,
+            self.used_slot_count,
+            self.index_count,
+        )
+
+    def lookup(self, key_hash: int, begin_ms: int, end_ms: int, limit: int) -> list[int]:
+        """Physical offsets of entries whose hash matches, newest first (unverified)."""
+        signed = key_hash - (1 << 32) if key_hash & 0x80000000 else key_hash
+        (number,) = SLOT.unpack_from(self.map, HEADER_SIZE + (key_hash % self.slot_count) * 4)
+        entries_at = HEADER_SIZE + self.slot_count * SLOT_SIZE
+        found: list[int] = []
+        bound = self.index_count
+        while 0 < number < bound and len(found) < limit:
+            entry_hash, physical, delta_s, previous = ENTRY.unpack_from(
+                self.map, entries_at + number * ENTRY_SIZE
+            )
+            stored_ms = self.begin_timestamp_ms + delta_s * 1000
+            if stored_ms + 1000 <= begin_ms:
+                break  # the chain is newest-first: everything further is older
+            if entry_hash == signed and stored_ms <= end_ms:
+                found.append(physical)
+            bound = number
+            number = previous
+        return found
+
+    def flush(self) -> None:
+        self.map.flush()
+
+    def delete(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+

@@ -1,0 +1,137 @@
+"""One fixed-size, memory-mapped segment file.
+
+Invariant: a mapped file is named after its base offset (20 zero-padded digits) and covers
+the logical byte range ``[base_offset, base_offset + size)`` of the queue it belongs to.
+Its space is reserved with ``posix_fallocate`` when it is created, so a full disk is
+reported as ``DiskFullError`` at creation, never as a SIGBUS while writing into the map.
+Bytes past the written position read as zeros; recovery relies on that to find the end.
+
+Thread-safety: one writer (the owner of the store's put lock, or recovery) at a time;
+readers may slice concurrently. The map stays valid for as long as anyone holds a
+reference, so deleting a file never invalidates a read in progress.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+
+from store.errors import DiskFullError
+
+PAGE_SIZE = mmap.PAGESIZE
+OFFSET_NAME_DIGITS = 20
+
+
+def file_name_of(offset: int) -> str:
+    """The 20-digit name of the file whose base offset is ``offset``."""
+    return f"{offset:0{OFFSET_NAME_DIGITS}d}"
+
+
+def reserve_space(fd: int, start: int, length: int) -> None:
+    try:
+        os.posix_fallocate(fd, start, length)
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(f"no space to reserve {length} bytes") from error
+        if error.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            # File systems without fallocate: fall back to a sparse extension.
+            os.ftruncate(fd, start + length)
+            return
+        raise
+
+
+class MappedFile:
+    """A segment of a :class:`~store.mapped_file_queue.MappedFileQueue`."""
+
+    __slots__ = ("base_offset", "flushed_position", "map", "path", "size", "wrote_position")
+
+    def __init__(self, path: str, base_offset: int, size: int, map_: mmap.mmap) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.size = size
+        self.map = map_
+        # Positions are relative to base_offset; owned by the writer / flusher.
+        self.wrote_position = 0
+        self.flushed_position = 0
+
+    @classmethod
+    def create(cls, directory: str, base_offset: int, size: int) -> MappedFile:
+        """Create and reserve a new, zero-filled file. Raises ``DiskFullError``."""
+        path = os.path.join(directory, file_name_of(base_offset))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            reserve_space(fd, 0, size)
+            map_ = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        os.close(fd)
+        return cls(path, base_offset, size, map_)
+
+    @classmethod
+    def open(cls, path: str, size: int) -> MappedFile:
+        """Map an existing file; a short file (crash during creation) is extended."""
+        base_offset = int(os.path.basename(path))
+        fd = os.open(path, os.O_RDWR)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual < size:
+                reserve_space(fd, actual, size - actual)
+            map_ = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        return cls(path, base_offset, size, map_)
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.size
+
+    def write_at(self, position: int, data: bytes) -> None:
+        """Copy ``data`` at ``position``; the caller owns the write position."""
+        end = position + len(data)
+        assert 0 <= position and end <= self.size, (position, len(data), self.size)
+        self.map[position:end] = data
+
+    def read(self, position: int, length: int) -> bytes:
+        assert 0 <= position and position + length <= self.size, (position, length)
+        return self.map[position : position + length]
+
+    def flush(self, up_to: int | None = None) -> int:
+        """Force ``[flushed_position, up_to)`` to disk; returns the new flushed position."""
+        target = self.wrote_position if up_to is None else up_to
+        start = self.flushed_position
+        if target > start:
+            aligned = start - start % PAGE_SIZE
+            self.map.flush(aligned, target - aligned)
+            self.flushed_position = target
+        return self.flushed_position
+
+    def zero_from(self, position: int) -> None:
+        """Discard every byte from ``position`` to the end (truncation after a crash or a
+        diverged replica). Cutting the file and reserving it again makes the kernel drop
+        the old pages, which is O(1) instead of writing a segment's worth of zeros."""
+        assert 0 <= position <= self.size
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, position)
+            os.ftruncate(fd, self.size)
+            if position < self.size:
+                reserve_space(fd, position, self.size - position)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.wrote_position = min(self.wrote_position, position)
+        self.flushed_position = min(self.flushed_position, position)
+
+    def is_zero_at(self, position: int, length: int) -> bool:
+        chunk = self.map[position : position + length]
+        return chunk.count(0) == len(chunk)
+
+    def delete(self) -> None:
+        """Unlink the file. The map itself is released when the last reader drops it."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,191 @@
+"""A contiguous sequence of equally sized mapped files forming one logical byte space.
+
+Invariants: files are sorted by base offset, each base is a multiple of ``file_size``,
+and consecutive files are adjacent (``next.base == prev.base + file_size``), so the file
+holding an offset is found by arithmetic, in O(1). Everything below ``write_offset`` is
+written; everything below ``flushed_offset`` is on disk.
+
+Thread-safety: one writer mutates (append, roll, truncate, delete) while holding the
+owner's lock; readers use ``find`` on an immutable snapshot of the file tuple, so a roll
+or a deletion never shows them a half-updated list.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from store.mapped_file import MappedFile, file_name_of
+
+
+class MappedFileQueue:
+    def __init__(self, directory: str, file_size: int, *, preallocate: bool = False) -> None:
+        assert file_size > 0
+        self.directory = directory
+        self.file_size = file_size
+        self.files: tuple[MappedFile, ...] = ()
+        self.write_offset = 0
+        self.flushed_offset = 0
+        self._preallocate = preallocate
+        self._allocator: ThreadPoolExecutor | None = None
+        self._preallocated: tuple[int, Future[MappedFile]] | None = None
+        self._flush_lock = threading.Lock()
+        os.makedirs(directory, exist_ok=True)
+
+    # ---- loading -------------------------------------------------------------------
+    def load(self) -> None:
+        """Map every file of the directory; positions are set later by recovery."""
+        names = sorted(n for n in os.listdir(self.directory) if n.isdigit())
+        files = []
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if len(name) != 20:
+                raise ValueError(f"unexpected file name in {self.directory}: {name}")
+            files.append(MappedFile.open(path, self.file_size))
+        for prev, nxt in zip(files, files[1:], strict=False):
+            if nxt.base_offset != prev.base_offset + self.file_size:
+                raise ValueError(
+                    f"gap between {prev.path} and {nxt.path}: files must be adjacent"
+                )
+        for f in files:
+            if f.base_offset % self.file_size:
+                raise ValueError(f"{f.path} is not aligned to the file size {self.file_size}")
+        self.files = tuple(files)
+
+    # ---- lookup --------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        files = self.files
+        return files[0].base_offset if files else self.write_offset
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file holding ``offset``, or None when it is outside every file."""
+        files = self.files
+        if not files:
+            return None
+        index = (offset - files[0].base_offset) // self.file_size
+        if index < 0 or index >= len(files):
+            return None
+        found = files[index]
+        assert found.base_offset <= offset < found.end_offset, (offset, found.path)
+        return found
+
+    @property
+    def last(self) -> MappedFile | None:
+        files = self.files
+        return files[-1] if files else None
+
+    # ---- writing -------------------------------------------------------------------
+    def file_for_write(self, offset: int) -> MappedFile:
+        """The file that will take bytes at ``offset``, rolling to a new file when the
+        offset is at the end of the last one. Raises ``DiskFullError``."""
+        last = self.last
+        if last is not None and last.base_offset <= offset < last.end_offset:
+            return last
+        base = offset - offset % self.file_size
+        assert last is None or base == last.end_offset, (offset, last.path if last else None)
+        created = self._take_preallocated(base) or MappedFile.create(
+            self.directory, base, self.file_size
+        )
+        if last is not None:
+            last.wrote_position = last.size
+        self.files = (*self.files, created)
+        self._preallocate_after(created.end_offset)
+        return created
+
+    def _take_preallocated(self, base: int) -> MappedFile | None:
+        pending = self._preallocated
+        self._preallocated = None
+        if pending is None:
+            return None
+        pending_base, future = pending
+        try:
+            made = future.result()
+        except Exception:
+            return None  # e.g. the disk was full then; creating it now reports the error
+        if pending_base == base:
+            return made
+        made.delete()
+        return None
+
+    def _preallocate_after(self, base: int) -> None:
+        if not self._preallocate:
+            return
+        if self._allocator is None:
+            self._allocator = ThreadPoolExecutor(1, thread_name_prefix="allocate-segment")
+        future = self._allocator.submit(MappedFile.create, self.directory, base, self.file_size)
+        self._preallocated = (base, future)
+
+    def discard_preallocated(self) -> None:
+        pending = self._preallocated
+        self._preallocated = None
+        if pending is not None:
+            try:
+                pending[1].result().delete()
+            except Exception:
+                pass
+
+    # ---- flushing ------------------------------------------------------------------
+    def flush(self, up_to: int | None = None) -> int:
+        """Force written bytes up to ``up_to`` (default: all written) to disk."""
+        with self._flush_lock:
+            target = self.write_offset if up_to is None else min(up_to, self.write_offset)
+            start = self.flushed_offset
+            if target <= start:
+                return start
+            offset = start
+            while offset < target:
+                f = self.find(offset)
+                if f is None:
+                    break
+                end = min(target, f.end_offset)
+                if f.flushed_position < offset - f.base_offset:
+                    f.flushed_position = offset - f.base_offset
+                f.flush(end - f.base_offset)
+                offset = end
+            self.flushed_offset = offset
+            return offset
+
+    # ---- truncation and deletion ---------------------------------------------------
+    def truncate_to(self, offset: int) -> None:
+        """Drop every byte at or after ``offset``: later files are deleted, the file
+        holding ``offset`` is zeroed from there."""
+        self.discard_preallocated()
+        keep = []
+        for f in self.files:
+            if f.base_offset < offset:
+                keep.append(f)
+            else:
+                f.delete()
+        if keep:
+            tail = keep[-1]
+            if offset < tail.end_offset:
+                tail.zero_from(offset - tail.base_offset)
+                tail.wrote_position = offset - tail.base_offset
+        self.files = tuple(keep)
+        self.write_offset = offset if keep else offset
+        self.flushed_offset = min(self.flushed_offset, offset)
+
+    def delete_first(self, count: int) -> list[MappedFile]:
+        """Delete the ``count`` oldest files (retention); the last file always stays."""
+        count = min(count, len(self.files) - 1)
+        if count <= 0:
+            return []
+        doomed = list(self.files[:count])
+        self.files = self.files[count:]
+        for f in doomed:
+            f.delete()
+        return doomed
+
+    def delete_all(self) -> None:
+        self.discard_preallocated()
+        for f in self.files:
+            f.delete()
+        self.files = ()
+
+    def close(self) -> None:
+        self.discard_preallocated()
+        if self._allocator is not None:
+            self._allocator.shutdown(wait=True)
+            self._allocator = None

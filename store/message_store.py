@@ -1,0 +1,483 @@
+"""MessageStore: the storage engine of one node behind one facade (DESIGN §3).
+
+Layers, each with one job: this facade → CommitLog / ConsumeQueue / IndexService →
+MappedFileQueue → MappedFile. ``put_messages`` validates outside the put lock, appends and
+dispatches under it, and waits for the group commit outside it again (SYNC_FLUSH).
+
+Lifecycle: ``MessageStore.open(config)`` recovers (normal or abnormal, decided by the
+``abort`` file) and starts the flush threads; ``shutdown()`` flushes everything, writes the
+checkpoint and removes ``abort``. A process killed at any instruction in between leaves a
+store that the next ``open`` repairs: the torn tail of the CommitLog is cut, consume queues
+and index are truncated to the valid end and re-dispatched from the checkpoint.
+
+Thread-safety: every public method may be called from any thread. Writers serialise on the
+put lock; readers take no lock.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Collection
+
+from store import commitlog_record
+from store.checkpoint import Checkpoint
+from store.commitlog import CommitLog, PreparedMessage, prepare
+from store.config import FlushMode, StoreConfig
+from store.consume_queue import BLANK_SIZE
+from store.dispatcher import ConsumeQueueTable, Dispatcher
+from store.errors import DiskFullError, InvalidMessageError, StoreClosedError
+from store.flush_service import BackgroundFlusher, GroupCommitService, enough_dirty
+from store.hashing import tag_hash_code
+from store.index_service import IndexService
+from store.message import (
+    Message,
+    StoredMessage,
+    encode_host,
+    encode_properties,
+    offset_message_id,
+    parse_offset_message_id,
+    validate_topic,
+)
+from store.results import (
+    AppendedMessage,
+    GetResult,
+    GetStatus,
+    PutResult,
+    PutStatus,
+    RecoveryReport,
+)
+
+ABORT_FILE = "abort"
+CHECKPOINT_FILE = "checkpoint"
+LOCK_FILE = "lock"
+
+
+class MessageStore:
+    def __init__(self, config: StoreConfig, *, clock_ms: Callable[[], int] | None = None) -> None:
+        self.config = config
+        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        root = config.data_dir
+        os.makedirs(root, exist_ok=True)
+        self.commitlog = CommitLog(
+            os.path.join(root, "commitlog"),
+            config.commitlog_segment_bytes,
+            encode_host(config.store_host, config.store_port),
+            preallocate=config.preallocate_segments,
+        )
+        self.consume_queues = ConsumeQueueTable(
+            os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file
+        )
+        self.index = IndexService(
+            os.path.join(root, "index"), config.index_slot_count, config.index_entry_count
+        )
+        self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, self.index)
+        self._put_lock = threading.Lock()
+        self._last_store_timestamp_ms = 0
+        self._closed = True
+        self._group_commit: GroupCommitService | None = None
+        self._flusher: BackgroundFlusher | None = None
+        self._last_full_flush = time.monotonic()
+        self._last_retention_check = 0.0
+        self.recovery_report: RecoveryReport | None = None
+        # Under sync replication consumers see only what replicas confirmed (DESIGN §4.3);
+        # None means "everything dispatched is visible".
+        self.confirmed_offset: int | None = None
+        self.disk_usage: Callable[[str], tuple[int, int, int]] = shutil.disk_usage
+
+    # ---- lifecycle -----------------------------------------------------------------
+    @classmethod
+    def open(cls, config: StoreConfig, **kwargs) -> MessageStore:
+        store = cls(config, **kwargs)
+        store._recover()
+        store._start_services()
+        return store
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.config.data_dir, name)
+
+    def _recover(self) -> None:
+        clean = not os.path.exists(self._path(ABORT_FILE))
+        checkpoint = Checkpoint.read(self._path(CHECKPOINT_FILE))
+        self._create_abort_file()
+        self.commitlog.load()
+        self.consume_queues.load()
+        self.index.load()
+        segments = self.commitlog.segments
+        first = segments.files[0].base_offset if segments.files else 0
+        if checkpoint is None:
+            durable = first
+        else:
+            durable = max(first, checkpoint.recovery_start_offset)
+        # Scan from the start of the segment holding the last durable point: recovery
+        # costs what must be checked, never the whole log.
+        scan_start = max(first, durable - durable % self.config.commitlog_segment_bytes)
+        old_end = segments.files[-1].end_offset if segments.files else 0
+        scan = self.commitlog.scan(scan_start)
+        end = scan.end_offset
+        self.commitlog.set_end(end, flushed_from=min(durable, end))
+        for queue in self.consume_queues.queues.values():
+            queue.truncate_physical(end)
+            queue.correct_min_offset(self.commitlog.min_offset)
+        self.index.truncate_physical(end)
+        # Re-dispatch what derived files may miss: everything past the durable point.
+        redispatch_from = min(durable, end)
+        redispatch_from = max(redispatch_from, self.commitlog.min_offset)
+        self.dispatcher.dispatched_offset = redispatch_from
+        redispatched = self.dispatcher.catch_up()
+        if self.dispatcher.last_error is not None:
+            raise self.dispatcher.last_error
+        for (topic, queue_id), queue in self.consume_queues.queues.items():
+            self.commitlog.queue_offsets[(topic, queue_id)] = queue.max_offset
+        self.recovery_report = RecoveryReport(
+            clean_shutdown=clean,
+            scan_start_offset=scan_start,
+            end_offset=end,
+            records_scanned=scan.records,
+            redispatched=redispatched,
+            corrupt_offset=scan.corrupt_offset,
+            corruption=scan.corruption,
+            truncated_bytes=max(0, old_end - end) if scan.corruption else 0,
+        )
+        if segments.files:
+            self._last_store_timestamp_ms = self._newest_store_timestamp()
+        self._write_checkpoint()
+
+    def _newest_store_timestamp(self) -> int:
+        newest = 0
+        for queue in self.consume_queues.queues.values():
+            if queue.max_offset > queue.min_offset:
+                entry = queue.entry_at(queue.max_offset - 1)
+                if entry and entry[1] != BLANK_SIZE:
+                    newest = max(newest, self.commitlog.store_timestamp_at(entry[0]) or 0)
+        return newest
+
+    def _create_abort_file(self) -> None:
+        fd = os.open(self._path(ABORT_FILE), os.O_WRONLY | os.O_CREAT, 0o644)
+        os.fsync(fd)
+        os.close(fd)
+
+    def _start_services(self) -> None:
+        config = self.config
+        self._closed = False
+        if config.flush_mode is FlushMode.SYNC_FLUSH:
+            self._group_commit = GroupCommitService(
+                self.commitlog.flush, self.commitlog.flushed_offset
+            )
+            flush_commitlog = None
+        else:
+            flush_commitlog = self._flush_commitlog_async
+        self._flusher = BackgroundFlusher(
+            flush_commitlog=flush_commitlog,
+            flush_derived=self.flush_derived,
+            housekeeping=self._housekeeping,
+            interval_ms=config.flush_interval_ms,
+            derived_interval_ms=config.derived_flush_interval_ms,
+        )
+
+    def shutdown(self) -> None:
+        """Flush everything, write the checkpoint and mark the shutdown as clean."""
+        if self._closed:
+            return
+        with self._put_lock:
+            self._closed = True
+        if self._flusher is not None:
+            self._flusher.stop()
+        if self._group_commit is not None:
+            self._group_commit.stop()
+        self.commitlog.flush()
+        self.flush_derived()
+        self.commitlog.segments.discard_preallocated()
+        self.commitlog.close()
+        self.consume_queues.close()
+        os.unlink(self._path(ABORT_FILE))
+
+    def close_abruptly_for_tests(self) -> None:
+        """Stop threads without flushing or removing ``abort``, as a crash would."""
+        self._closed = True
+        if self._flusher is not None:
+            self._flusher.stop()
+        if self._group_commit is not None:
+            self._group_commit.stop()
+        self.commitlog.close()
+
+    # ---- flushing ------------------------------------------------------------------
+    def _flush_commitlog_async(self, force: bool) -> None:
+        now = time.monotonic()
+        full = force or now - self._last_full_flush >= self.config.flush_full_interval_ms / 1000
+        if full or enough_dirty(
+            self.commitlog.write_offset, self.commitlog.flushed_offset, self.config.flush_min_pages
+        ):
+            self.commitlog.flush()
+            if full:
+                self._last_full_flush = now
+
+    def flush_derived(self) -> None:
+        """Flush consume queues and index, then record in the checkpoint what is durable."""
+        dispatched = self.dispatcher.dispatched_offset
+        self.consume_queues.flush()
+        self.index.flush()
+        self._write_checkpoint(dispatched)
+
+    def _write_checkpoint(self, dispatched: int | None = None) -> None:
+        derived = self.dispatcher.dispatched_offset if dispatched is None else dispatched
+        now = self._clock_ms()
+        Checkpoint(
+            commitlog_flushed_offset=self.commitlog.flushed_offset,
+            consume_queue_flushed_offset=derived,
+            index_flushed_offset=derived,
+            commitlog_flushed_timestamp_ms=now,
+            consume_queue_flushed_timestamp_ms=now,
+            index_flushed_timestamp_ms=now,
+        ).write(self._path(CHECKPOINT_FILE))
+
+    def _housekeeping(self) -> None:
+        interval = self.config.retention_check_interval_ms / 1000
+        now = time.monotonic()
+        if now - self._last_retention_check >= interval:
+            self._last_retention_check = now
+            self.delete_expired()
+
+    # ---- writing -------------------------------------------------------------------
+    def put_message(self, message: Message) -> PutResult:
+        return self.put_messages([message])
+
+    def put_messages(self, messages: list[Message]) -> PutResult:
+        """Append ``messages`` as one atomic batch; the status says exactly what happened."""
+        if not messages:
+            return PutResult(PutStatus.OK)
+        try:
+            batch = self._prepare(messages)
+        except InvalidMessageError as error:
+            status = (
+                PutStatus.PROPERTIES_SIZE_EXCEEDED
+                if error.reason == "PROPERTIES_TOO_LARGE"
+                else PutStatus.MESSAGE_ILLEGAL
+            )
+            return PutResult(status, error=str(error))
+        with self._put_lock:
+            if self._closed:
+                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="the store is shut down")
+            if self.dispatcher.dispatched_offset != self.commitlog.write_offset:
+                self.dispatcher.catch_up()
+                if self.dispatcher.last_error is not None:
+                    return PutResult(PutStatus.DISK_FULL, error=str(self.dispatcher.last_error))
+            now = max(self._clock_ms(), self._last_store_timestamp_ms)
+            self._last_store_timestamp_ms = now
+            try:
+                requests = self.commitlog.append(batch, now)
+            except DiskFullError as error:
+                return PutResult(PutStatus.DISK_FULL, error=str(error))
+            self.dispatcher.dispatch(requests)
+            end = self.commitlog.write_offset
+        host = self.commitlog.store_host
+        appended = [
+            AppendedMessage(
+                r.physical_offset,
+                r.queue_offset,
+                r.size,
+                offset_message_id(host, r.physical_offset),
+            )
+            for r in requests
+        ]
+        if self._group_commit is not None and not self._group_commit.wait_flushed(
+            end, self.config.sync_flush_timeout_ms / 1000
+        ):
+            return PutResult(
+                PutStatus.FLUSH_DISK_TIMEOUT, appended, "not confirmed on disk in time"
+            )
+        return PutResult(PutStatus.OK, appended)
+
+    def _prepare(self, messages: list[Message]) -> list[PreparedMessage]:
+        config = self.config
+        batch = []
+        total = 0
+        topics: dict[str, bytes] = {}
+        for message in messages:
+            topic = topics.get(message.topic)
+            if topic is None:
+                topic = topics[message.topic] = validate_topic(message.topic)
+            if len(message.body) > config.max_message_body_bytes:
+                raise InvalidMessageError(
+                    "BODY_TOO_LARGE",
+                    f"body is {len(message.body)} bytes, the limit is "
+                    f"{config.max_message_body_bytes}",
+                )
+            if not 0 <= message.queue_id < 1 << 31:
+                raise InvalidMessageError("QUEUE_ID_INVALID", f"queue id {message.queue_id}")
+            prepared = prepare(message, topic, encode_properties(message.properties))
+            total += prepared.size
+            batch.append(prepared)
+        if total > config.max_batch_bytes:
+            raise InvalidMessageError(
+                "BATCH_TOO_LARGE", f"batch is {total} bytes, the limit is {config.max_batch_bytes}"
+            )
+        return batch
+
+    # ---- reading -------------------------------------------------------------------
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tags: Collection[str] | None = None,
+    ) -> GetResult:
+        """Up to ``max_count`` messages of one queue from ``offset``; ``tags`` None means
+        every tag ("*"). Filtering uses the queue's tag hashes, then the real tag."""
+        queue = self.consume_queues.get(topic, queue_id)
+        if queue is None or queue.max_offset == queue.min_offset:
+            low = high = queue.max_offset if queue else 0
+            status = GetStatus.NO_MESSAGE_IN_QUEUE
+            if queue is not None and offset > high:
+                status = GetStatus.OFFSET_OVERFLOW_BADLY
+            return GetResult(status, [], high if queue else 0, low, high)
+        low, high = queue.min_offset, queue.max_offset
+        if offset < low:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], low, low, high)
+        if offset == high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, low, high)
+        if offset > high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
+        wanted = {tag_hash_code(t) for t in tags} if tags is not None else None
+        limit = self.confirmed_offset
+        messages: list[StoredMessage] = []
+        next_offset = offset
+        read = self.commitlog.read
+        # Scan a bounded window of entries, so a filter that matches little still returns.
+        for queue_offset, (physical, size, tag_code) in queue.entries(offset, max(max_count, 1) * 16):
+            if limit is not None and physical + size > limit:
+                break
+            next_offset = queue_offset + 1
+            if wanted is not None and tag_code not in wanted:
+                continue
+            stored = read(physical)
+            if stored is None:
+                continue  # removed by retention while we read
+            if wanted is not None and stored.tags not in tags:
+                continue  # a hash collision: the real tag decides
+            messages.append(stored)
+            if len(messages) >= max_count:
+                break
+        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
+        if not messages and next_offset == offset:
+            status = GetStatus.OFFSET_OVERFLOW_ONE
+        return GetResult(status, messages, next_offset, low, high)
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        queue = self.consume_queues.get(topic, queue_id)
+        return queue.min_offset if queue else 0
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        queue = self.consume_queues.get(topic, queue_id)
+        return queue.max_offset if queue else 0
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return [q.queue_id for q in self.consume_queues.of_topic(topic)]
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        queue = self.consume_queues.get(topic, queue_id)
+        if queue is None:
+            return 0
+        return queue.offset_by_time(timestamp_ms, self.commitlog.store_timestamp_at)
+
+    def look_message_by_offset(self, physical_offset: int) -> StoredMessage | None:
+        return self.commitlog.read(physical_offset)
+
+    def look_message_by_id(self, message_id: str) -> StoredMessage | None:
+        """Find a record by its offset message id (one read)."""
+        try:
+            host, physical = parse_offset_message_id(message_id)
+        except ValueError:
+            return None
+        if host != self.commitlog.store_host:
+            return None
+        stored = self.commitlog.read(physical)
+        return stored if stored is not None and stored.physical_offset == physical else None
+
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int = 1 << 62,
+    ) -> list[StoredMessage]:
+        """Messages of ``topic`` with ``key`` among their KEYS or as UNIQ_KEY, newest
+        first. Each hit is verified on the record itself, so colliding hashes never leak."""
+        return self._query(topic, key, max_count, begin_ms, end_ms, unique_only=False)
+
+    def query_by_unique_key(self, topic: str, unique_key: str) -> StoredMessage | None:
+        found = self._query(topic, unique_key, 1, 0, 1 << 62, unique_only=True)
+        return found[0] if found else None
+
+    def _query(
+        self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int, unique_only: bool
+    ) -> list[StoredMessage]:
+        found: list[StoredMessage] = []
+        seen: set[int] = set()
+        low, high = self.commitlog.min_offset, self.commitlog.write_offset
+        for physical in self.index.lookup(topic, key, begin_ms, end_ms, max_count * 4 + 16):
+            if physical in seen or not low <= physical < high:
+                continue
+            seen.add(physical)
+            stored = self.commitlog.read(physical)
+            if stored is None or stored.topic != topic:
+                continue
+            if not begin_ms <= stored.store_timestamp_ms <= end_ms:
+                continue
+            matches = stored.unique_key == key if unique_only else (
+                key in stored.keys or stored.unique_key == key
+            )
+            if matches:
+                found.append(stored)
+                if len(found) >= max_count:
+                    break
+        return found
+
+    # ---- retention -----------------------------------------------------------------
+    def delete_expired(self, now_ms: int | None = None) -> int:
+        """Delete CommitLog segments past retention, or the oldest ones while the disk is
+        above its high-water mark, with the queue and index files that point only into
+        them. Returns how many segments went. The active segment always stays."""
+        now = self._clock_ms() if now_ms is None else now_ms
+        config = self.config
+        total, used, _ = self.disk_usage(config.data_dir)
+        over_high_water = total > 0 and used / total > config.disk_high_water_ratio
+        files = self.commitlog.segments.files
+
+        def expired(index: int) -> bool:
+            if over_high_water:
+                return True
+            # A segment's newest record is older than the next segment's first one.
+            following = files[index + 1]
+            stored = self.commitlog.store_timestamp_at(following.base_offset)
+            return stored is not None and stored > 0 and now - stored > config.retention_ms
+
+        with self._put_lock:
+            deleted = self.commitlog.delete_segments_before(
+                expired, config.max_segments_deleted_per_run
+            )
+            if deleted:
+                floor = self.commitlog.min_offset
+                for queue in list(self.consume_queues.queues.values()):
+                    queue.delete_expired_files(floor)
+                self.index.delete_expired_files(floor)
+        return deleted
+
+    # ---- introspection -------------------------------------------------------------
+    @property
+    def is_open(self) -> bool:
+        return not self._closed
+
+    def require_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("the store is shut down")
+
+    @staticmethod
+    def record_size_of(message: Message) -> int:
+        return commitlog_record.record_size(
+            len(message.body), len(message.topic.encode()), len(encode_properties(message.properties))
+        )

@@ -1,0 +1,69 @@
+"""Statuses and results the store hands back: precise, so callers can map them to wire codes."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from store.message import StoredMessage
+
+
+class PutStatus(enum.Enum):
+    OK = "OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # written, but not confirmed on disk in time
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # topic, body or batch breaks a limit
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    DISK_FULL = "DISK_FULL"  # nothing of the request was written
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # the store is shut down
+
+
+@dataclass(frozen=True, slots=True)
+class AppendedMessage:
+    physical_offset: int
+    queue_offset: int
+    size: int
+    offset_message_id: str
+
+
+@dataclass(frozen=True)
+class PutResult:
+    status: PutStatus
+    appended: list[AppendedMessage] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.OK
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"  # entries exist but the filter took none
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"  # unknown or empty queue
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # below the retained minimum
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # exactly at the end: nothing new yet
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # beyond the end
+
+
+@dataclass(frozen=True)
+class GetResult:
+    status: GetStatus
+    messages: list[StoredMessage]
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What the last open found: whether the previous run ended cleanly, where the log
+    ends, and the offset and reason of the record that stopped the scan if it was bad."""
+
+    clean_shutdown: bool
+    scan_start_offset: int
+    end_offset: int
+    records_scanned: int
+    redispatched: int
+    corrupt_offset: int | None = None
+    corruption: str | None = None
+    truncated_bytes: int = 0
