@@ -16,6 +16,8 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from crc32c import crc32c
+
 from store import commitlog_record as record
 from store.dispatch_request import DispatchRequest
 from store.errors import DiskFullError
@@ -31,7 +33,6 @@ from store.message import (
     SYSFLAG_TRANSACTION_ROLLBACK,
     Message,
     StoredMessage,
-    decode_properties,
 )
 
 
@@ -40,35 +41,47 @@ class PreparedMessage:
     """A validated message with its variable parts already encoded (done outside the lock)."""
 
     message: Message
-    topic: bytes
-    properties: bytes
+    tail: bytes  # TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES
     size: int
     tag_code: int
     index_keys: tuple[str, ...]
 
 
-def prepare(message: Message, topic: bytes, properties: bytes) -> PreparedMessage:
+def prepare(message: Message, topic_prefix: bytes, properties: bytes) -> PreparedMessage:
+    """Encode what varies per message; ``topic_prefix`` is TOPICLENGTH + TOPIC, which a
+    batch computes once per topic."""
     props = message.properties
     tags = props.get(PROPERTY_TAGS)
     keys_raw = props.get(PROPERTY_KEYS)
-    keys = tuple(k for k in keys_raw.split(KEY_SEPARATOR) if k) if keys_raw else ()
+    keys: tuple[str, ...] = tuple(k for k in keys_raw.split(KEY_SEPARATOR) if k) if keys_raw else ()
     unique = props.get(PROPERTY_UNIQ_KEY)
     if unique:
         keys = (*keys, unique)
+    tail = topic_prefix + len(properties).to_bytes(2, "big") + properties
     return PreparedMessage(
         message,
-        topic,
-        properties,
-        record.record_size(len(message.body), len(topic), len(properties)),
+        tail,
+        record.HEADER_SIZE + len(message.body) + len(tail),
         tag_hash_code(tags) if tags else 0,
         keys,
     )
+
+
+def topic_prefix_of(topic: bytes) -> bytes:
+    return len(topic).to_bytes(1, "big") + topic
 
 
 def takes_queue_offset(sys_flag: int) -> bool:
     """Prepared and rolled-back transactional records get no consume-queue entry."""
     kind = sys_flag & SYSFLAG_TRANSACTION_MASK
     return kind not in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+
+
+# The PREPARED bit is set exactly for PREPARED (0x4) and ROLLBACK (0xC): hot paths test it.
+NO_QUEUE_OFFSET_BIT = SYSFLAG_TRANSACTION_PREPARED
+assert all(
+    takes_queue_offset(kind) == (not kind & NO_QUEUE_OFFSET_BIT) for kind in (0x0, 0x4, 0x8, 0xC)
+)
 
 
 def dispatch_request_of(stored: StoredMessage) -> DispatchRequest:
@@ -103,7 +116,9 @@ class ScanResult:
 
 
 class CommitLog:
-    def __init__(self, directory: str, segment_bytes: int, store_host: bytes, *, preallocate: bool) -> None:
+    def __init__(
+        self, directory: str, segment_bytes: int, store_host: bytes, *, preallocate: bool
+    ) -> None:
         self.segments = MappedFileQueue(directory, segment_bytes, preallocate=preallocate)
         self.segment_bytes = segment_bytes
         self.store_host = store_host
@@ -148,35 +163,42 @@ class CommitLog:
         offsets = self.queue_offsets
         requests: list[DispatchRequest] = []
         parts: list[bytes] = []
+        add_part = parts.append
+        add_request = requests.append
         host = self.store_host
+        pack_header = record.HEADER.pack
+        magic = record.MESSAGE_MAGIC
         for prepared in batch:
             message = prepared.message
-            key = (message.topic, message.queue_id)
-            if takes_queue_offset(message.sys_flag):
+            body = message.body
+            if not message.sys_flag & NO_QUEUE_OFFSET_BIT:
+                key = (message.topic, message.queue_id)
                 queue_offset = offsets.get(key, 0)
                 offsets[key] = queue_offset + 1
             else:
                 queue_offset = 0
-            parts.append(
-                record.encode(
-                    size=prepared.size,
-                    body=message.body,
-                    topic=prepared.topic,
-                    properties=prepared.properties,
-                    queue_id=message.queue_id,
-                    flag=message.flag,
-                    queue_offset=queue_offset,
-                    physical_offset=position,
-                    sys_flag=message.sys_flag,
-                    born_timestamp_ms=message.born_timestamp_ms,
-                    born_host=message.born_host,
-                    store_timestamp_ms=store_timestamp_ms,
-                    store_host=host,
-                    reconsume_times=message.reconsume_times,
-                    prepared_transaction_offset=message.prepared_transaction_offset,
+            add_part(
+                pack_header(
+                    prepared.size,
+                    magic,
+                    crc32c(body),
+                    message.queue_id,
+                    message.flag,
+                    queue_offset,
+                    position,
+                    message.sys_flag,
+                    message.born_timestamp_ms,
+                    message.born_host,
+                    store_timestamp_ms,
+                    host,
+                    message.reconsume_times,
+                    message.prepared_transaction_offset,
+                    len(body),
                 )
             )
-            requests.append(
+            add_part(body)
+            add_part(prepared.tail)
+            add_request(
                 DispatchRequest(
                     message.topic,
                     message.queue_id,
@@ -192,12 +214,16 @@ class CommitLog:
             )
             position += prepared.size
         if roll_at is not None:
-            segment.write_at(roll_at - segment.base_offset, record.encode_blank(segment.end_offset - roll_at))
+            segment.write_at(
+                roll_at - segment.base_offset, record.encode_blank(segment.end_offset - roll_at)
+            )
             segment.wrote_position = segment.size
             segment = self.segments.find(segment.end_offset)
             assert segment is not None
         start = requests[0].physical_offset
-        segment.write_at(start - segment.base_offset, b"".join(parts))
+        data = b"".join(parts)
+        assert len(data) == position - start, "encoded sizes disagree with the layout"
+        segment.write_at(start - segment.base_offset, data)
         segment.wrote_position = position - segment.base_offset
         self.segments.write_offset = position
         return requests
@@ -246,7 +272,9 @@ class CommitLog:
             return None
         local = physical_offset - segment.base_offset
         return int.from_bytes(
-            segment.map[local + record.OFFSET_STORE_TIMESTAMP : local + record.OFFSET_STORE_TIMESTAMP + 8],
+            segment.map[
+                local + record.OFFSET_STORE_TIMESTAMP : local + record.OFFSET_STORE_TIMESTAMP + 8
+            ],
             "big",
         )
 
@@ -274,7 +302,9 @@ class CommitLog:
             if check.size == 0:
                 if check.reason is None and not self._zero_after(segment, local):
                     return ScanResult(position, records, "garbage after the end of data", position)
-                return ScanResult(position, records, check.reason, position if check.reason else None)
+                return ScanResult(
+                    position, records, check.reason, position if check.reason else None
+                )
             (physical,) = record.HEADER.unpack_from(segment.map, local)[6:7]
             if physical != position:
                 return ScanResult(
@@ -323,7 +353,9 @@ class CommitLog:
         self.segments.flushed_offset = min(flushed_from, end_offset)
         for segment in self.segments.files:
             if segment.end_offset > flushed_from:
-                segment.flushed_position = max(0, min(segment.flushed_position, flushed_from - segment.base_offset))
+                segment.flushed_position = max(
+                    0, min(segment.flushed_position, flushed_from - segment.base_offset)
+                )
         self.segments.flush()
 
     def truncate_to(self, end_offset: int) -> None:

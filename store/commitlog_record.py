@@ -184,7 +184,9 @@ def decode(buf, position: int) -> StoredMessage:
         physical_offset=physical_offset,
         size=size,
         body=buf[body_at:topic_at],
-        properties=decode_properties(buf[properties_at + 2 : properties_at + 2 + properties_length]),
+        properties=decode_properties(
+            buf[properties_at + 2 : properties_at + 2 + properties_length]
+        ),
         body_crc=body_crc,
         flag=flag,
         sys_flag=sys_flag,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from store.commitlog import CommitLog, dispatch_request_of, takes_queue_offset
+from store.commitlog import NO_QUEUE_OFFSET_BIT, CommitLog, dispatch_request_of
 from store.consume_queue import ConsumeQueue
 from store.dispatch_request import DispatchRequest
 from store.errors import StoreError
@@ -91,33 +91,35 @@ class Dispatcher:
             # An earlier dispatch failed; the log from the cursor is replayed instead.
             self.catch_up()
             return
-        queues = self.consume_queues
-        index = self.index
-        listeners = self.listeners
+        start = requests[0].physical_offset
+        runs: dict[tuple[str, int], tuple[int, list]] = {}
         for request in requests:
-            try:
-                if takes_queue_offset(request.sys_flag):
-                    queue = queues.find_or_create(request.topic, request.queue_id)
-                    queue.put(
-                        request.queue_offset,
-                        request.physical_offset,
-                        request.size,
-                        request.tag_code,
+            if not request.sys_flag & NO_QUEUE_OFFSET_BIT:
+                key = (request.topic, request.queue_id)
+                run = runs.get(key)
+                entry = (request.physical_offset, request.size, request.tag_code)
+                if run is None:
+                    runs[key] = (request.queue_offset, [entry])
+                else:
+                    assert run[0] + len(run[1]) == request.queue_offset, (
+                        "queue offsets not consecutive"
                     )
-                if request.keys:
-                    index.put(
-                        request.topic,
-                        request.keys,
-                        request.physical_offset,
-                        request.size,
-                        request.store_timestamp_ms,
-                    )
-            except StoreError as error:
-                self.last_error = error
-                return
-            for listener in listeners:
+                    run[1].append(entry)
+        try:
+            find_or_create = self.consume_queues.find_or_create
+            for (topic, queue_id), (first_offset, entries) in runs.items():
+                find_or_create(topic, queue_id).put_run(entries, first_offset)
+            self.index.put_batch(requests)
+        except StoreError as error:
+            # Every step is idempotent: the whole batch is replayed by catch_up.
+            self.last_error = error
+            self.dispatched_offset = start
+            return
+        for listener in self.listeners:
+            for request in requests:
                 listener(request)
-            self.dispatched_offset = request.physical_offset + request.size
+        last = requests[-1]
+        self.dispatched_offset = last.physical_offset + last.size
         self.last_error = None
 
     def catch_up(self) -> int:

@@ -20,59 +20,111 @@ from collections.abc import Callable
 
 from store.mapped_file import PAGE_SIZE
 
+FlushCallback = Callable[[bool], None]
+
 
 class GroupCommitService:
-    def __init__(self, flush: Callable[[], int], flushed_offset: int) -> None:
+    """Group commit for SYNC_FLUSH.
+
+    Writers register ``(end offset, callback)``; one thread forces everything written so
+    far and calls back every writer it covered — ``True`` once on disk, ``False`` if the
+    flush failed or the service stopped first. ``wait_flushed`` wraps that for threads;
+    the asyncio node registers callbacks that resolve futures, so no thread waits.
+
+    To make groups large, before each fsync the flusher waits for the *cohort* it released
+    last time to come back, but never longer than ``max_wait_s`` after the first waiting
+    request: a lone writer pays one fsync and no wait.
+    """
+
+    def __init__(
+        self, flush: Callable[[], int], flushed_offset: int, max_wait_s: float = 0.002
+    ) -> None:
         self._flush = flush
+        self._max_wait_s = max_wait_s
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
-        self._done = threading.Condition(self._lock)
-        self._requested = flushed_offset
         self._flushed = flushed_offset
+        self._waiters: list[tuple[int, FlushCallback]] = []
+        self._cohort = 1
+        self._first_request_at = 0.0
         self._stopping = False
-        self._failure: BaseException | None = None
+        self._failed = False
+        self.flush_count = 0
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
         self._thread.start()
 
-    def wait_flushed(self, offset: int, timeout_s: float) -> bool:
-        """Block until bytes below ``offset`` are on disk; False after ``timeout_s``."""
+    def request(self, offset: int, callback: FlushCallback) -> None:
+        """Call ``callback`` (from the flusher thread) once bytes below ``offset`` are on
+        disk. Called at once, in this thread, when they already are."""
         with self._lock:
-            if self._flushed >= offset:
-                return True
-            if offset > self._requested:
-                self._requested = offset
-                self._work.notify()
-            deadline = time.monotonic() + timeout_s
-            while self._flushed < offset:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stopping or self._failure is not None:
-                    return False
-                self._done.wait(remaining)
-            return True
+            if self._flushed >= offset or self._failed or self._stopping:
+                verdict = self._flushed >= offset
+            else:
+                if not self._waiters:
+                    self._first_request_at = time.monotonic()
+                    self._work.notify()
+                self._waiters.append((offset, callback))
+                if len(self._waiters) >= self._cohort:
+                    self._work.notify()
+                return
+        callback(verdict)
+
+    def wait_flushed(self, offset: int, timeout_s: float) -> bool:
+        """Block until bytes below ``offset`` are on disk; False after ``timeout_s`` or when
+        flushing failed — a write is never confirmed that is not on disk."""
+        gate = threading.Lock()
+        gate.acquire()
+        verdicts: list[bool] = []
+
+        def release(on_disk: bool) -> None:
+            verdicts.append(on_disk)
+            gate.release()
+
+        self.request(offset, release)
+        if not gate.acquire(timeout=timeout_s):
+            return False
+        return verdicts[0]
 
     def _run(self) -> None:
         while True:
             with self._lock:
-                while self._requested <= self._flushed and not self._stopping:
+                while not self._waiters and not self._stopping:
                     self._work.wait()
-                if self._stopping and self._requested <= self._flushed:
+                if self._stopping and not self._waiters:
                     return
+                deadline = self._first_request_at + self._max_wait_s
+                while len(self._waiters) < self._cohort and not self._stopping:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._work.wait(remaining)
             try:
                 flushed = self._flush()
-            except BaseException as error:  # a failed fsync must not be reported as OK
-                with self._lock:
-                    self._failure = error
-                    self._done.notify_all()
-                return
+                on_disk = True
+            except BaseException:  # a failed fsync must never be reported as OK
+                flushed, on_disk = self._flushed, False
             with self._lock:
+                self.flush_count += 1
                 self._flushed = max(self._flushed, flushed)
-                self._done.notify_all()
+                if not on_disk:
+                    self._failed = True
+                    ready, self._waiters = self._waiters, []
+                else:
+                    ready = [w for w in self._waiters if w[0] <= self._flushed]
+                    self._waiters = [w for w in self._waiters if w[0] > self._flushed]
+                self._cohort = max(1, len(ready))
+                if self._waiters:
+                    self._first_request_at = time.monotonic()
+            for _, callback in ready:
+                callback(on_disk)
+            if not on_disk:
+                return
 
     def stop(self) -> None:
+        """Flush what waiters asked for, release them, and end the thread."""
         with self._lock:
             self._stopping = True
             self._work.notify()
-            self._done.notify_all()
         self._thread.join()
 
 

@@ -18,6 +18,7 @@ Thread-safety: written under the store's put lock; lookups are lock-free.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -165,11 +166,13 @@ class IndexFile:
         return found
 
     def flush(self) -> None:
-        self.map.flush()
+        # fdatasync, not mmap.flush: see MappedFile.flush (msync holds the GIL).
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
 
     def delete(self) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-

@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Iterable
 
+from store.dispatch_request import DispatchRequest
 from store.hashing import index_key_hash
 from store.index_file import IndexFile, index_file_name
 
@@ -81,9 +82,30 @@ class IndexService:
         if target is not None:
             target.write_header(physical_offset + size)
 
-    def lookup(
-        self, topic: str, key: str, begin_ms: int, end_ms: int, limit: int
-    ) -> list[int]:
+    def put_batch(self, requests: list[DispatchRequest]) -> None:
+        """Index every key of consecutive records, writing the header once at the end.
+        Records below the newest file's end offset were indexed before and are skipped."""
+        files = self.files
+        skip_below = files[-1].end_physical_offset if files else 0
+        target: IndexFile | None = None
+        last = None
+        for request in requests:
+            if not request.keys or request.physical_offset < skip_below:
+                continue
+            if target is None:
+                target = self._writable(request.store_timestamp_ms)
+            prefix = request.topic + "#"
+            for key in request.keys:
+                key_hash = index_key_hash((prefix + key).encode())
+                if not target.put(key_hash, request.physical_offset, request.store_timestamp_ms):
+                    target.write_header(target.end_physical_offset)
+                    target = self._writable(int(time.time() * 1000))
+                    assert target.put(key_hash, request.physical_offset, request.store_timestamp_ms)
+            last = request
+        if target is not None and last is not None:
+            target.write_header(last.physical_offset + last.size)
+
+    def lookup(self, topic: str, key: str, begin_ms: int, end_ms: int, limit: int) -> list[int]:
         """Candidate physical offsets for ``topic#key`` in the time range, newest first.
         Unverified: the caller must check the record's real topic and keys."""
         key_hash = index_key_hash(f"{topic}#{key}".encode())
@@ -101,7 +123,9 @@ class IndexService:
     def truncate_physical(self, physical_end: int) -> None:
         """Forget index files that start at or past ``physical_end``. Entries of the last
         file that point past it stay but are harmless: lookups verify every hit."""
-        keep = [f for f in self.files if f.index_count <= 1 or f.begin_physical_offset < physical_end]
+        keep = [
+            f for f in self.files if f.index_count <= 1 or f.begin_physical_offset < physical_end
+        ]
         for f in self.files:
             if f not in keep:
                 f.delete()

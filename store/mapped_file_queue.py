@@ -12,11 +12,13 @@ or a deletion never shows them a half-updated list.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from store.mapped_file import MappedFile, file_name_of
+from store.mapped_file import MappedFile
 
 
 class MappedFileQueue:
@@ -43,11 +45,9 @@ class MappedFileQueue:
             if len(name) != 20:
                 raise ValueError(f"unexpected file name in {self.directory}: {name}")
             files.append(MappedFile.open(path, self.file_size))
-        for prev, nxt in zip(files, files[1:], strict=False):
+        for prev, nxt in itertools.pairwise(files):
             if nxt.base_offset != prev.base_offset + self.file_size:
-                raise ValueError(
-                    f"gap between {prev.path} and {nxt.path}: files must be adjacent"
-                )
+                raise ValueError(f"gap between {prev.path} and {nxt.path}: files must be adjacent")
         for f in files:
             if f.base_offset % self.file_size:
                 raise ValueError(f"{f.path} is not aligned to the file size {self.file_size}")
@@ -121,10 +121,8 @@ class MappedFileQueue:
         pending = self._preallocated
         self._preallocated = None
         if pending is not None:
-            try:
+            with contextlib.suppress(Exception):
                 pending[1].result().delete()
-            except Exception:
-                pass
 
     # ---- flushing ------------------------------------------------------------------
     def flush(self, up_to: int | None = None) -> int:
@@ -164,7 +162,7 @@ class MappedFileQueue:
                 tail.zero_from(offset - tail.base_offset)
                 tail.wrote_position = offset - tail.base_offset
         self.files = tuple(keep)
-        self.write_offset = offset if keep else offset
+        self.write_offset = offset
         self.flushed_offset = min(self.flushed_offset, offset)
 
     def delete_first(self, count: int) -> list[MappedFile]:

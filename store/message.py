@@ -56,19 +56,24 @@ def validate_topic(topic: str) -> bytes:
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:
-    parts = []
-    for name, value in properties.items():
-        if (
-            NAME_VALUE_SEPARATOR in name
-            or PROPERTY_SEPARATOR in name
-            or NAME_VALUE_SEPARATOR in value
-            or PROPERTY_SEPARATOR in value
-        ):
-            raise InvalidMessageError(
-                "PROPERTY_INVALID", f"property {name!r} contains a reserved separator byte"
+    if not properties:
+        return b""
+    text = "".join([f"{name}\x01{value}\x02" for name, value in properties.items()])
+    # Each pair adds exactly one of each separator; any more means a name or value has one.
+    if text.count(NAME_VALUE_SEPARATOR) != len(properties) or text.count(PROPERTY_SEPARATOR) != len(
+        properties
+    ):
+        bad = next(
+            name
+            for name, value in properties.items()
+            if any(
+                sep in name or sep in value for sep in (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
             )
-        parts.append(f"{name}\x01{value}\x02")
-    encoded = "".join(parts).encode()
+        )
+        raise InvalidMessageError(
+            "PROPERTY_INVALID", f"property {bad!r} contains a reserved separator byte"
+        )
+    encoded = text.encode()
     if len(encoded) > PROPERTIES_MAX_BYTES:
         raise InvalidMessageError(
             "PROPERTIES_TOO_LARGE",

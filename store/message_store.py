@@ -16,15 +16,17 @@ put lock; readers take no lock.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection
 
 from store import commitlog_record
 from store.checkpoint import Checkpoint
-from store.commitlog import CommitLog, PreparedMessage, prepare
+from store.commitlog import CommitLog, PreparedMessage, prepare, topic_prefix_of
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import BLANK_SIZE
 from store.dispatcher import ConsumeQueueTable, Dispatcher
@@ -37,7 +39,6 @@ from store.message import (
     StoredMessage,
     encode_host,
     encode_properties,
-    offset_message_id,
     parse_offset_message_id,
     validate_topic,
 )
@@ -53,6 +54,119 @@ from store.results import (
 ABORT_FILE = "abort"
 CHECKPOINT_FILE = "checkpoint"
 LOCK_FILE = "lock"
+
+
+REQUESTS_PER_APPEND = 64
+TOPIC_CACHE_MAX = 10_000
+
+
+def _refused(error: InvalidMessageError) -> PutResult:
+    status = (
+        PutStatus.PROPERTIES_SIZE_EXCEEDED
+        if error.reason == "PROPERTIES_TOO_LARGE"
+        else PutStatus.MESSAGE_ILLEGAL
+    )
+    return PutResult(status, error=str(error))
+
+
+class _AppendCombiner:
+    """Combines the puts of one event loop iteration into CommitLog batches.
+
+    Owned by one event loop; everything but the group-commit callback runs on it. The
+    callback arrives on the flusher thread and hands the results back with one
+    ``call_soon_threadsafe`` per flush, however many requests it covers."""
+
+    def __init__(self, store: MessageStore, loop: asyncio.AbstractEventLoop) -> None:
+        self._store = store
+        self.loop = loop
+        self._pending: list[tuple[list[Message], asyncio.Future[PutResult]]] = []
+        self._requests_per_append = REQUESTS_PER_APPEND
+        self._flushed_lock = threading.Lock()
+        self._flushed: list[tuple[list[tuple[asyncio.Future[PutResult], PutResult]], bool]] = []
+
+    def submit(self, messages: list[Message]) -> asyncio.Future[PutResult]:
+        future: asyncio.Future[PutResult] = self.loop.create_future()
+        if not messages:
+            future.set_result(PutResult(PutStatus.OK))
+            return future
+        if not self._pending:
+            self.loop.call_soon(self._drain)
+        self._pending.append((messages, future))
+        return future
+
+    def _drain(self) -> None:
+        # Take at most ``_requests_per_append`` requests; the rest go in the next loop turn.
+        # Under SYNC_FLUSH that lets the flusher fsync this chunk while the next one is
+        # appended: two chunks in flight overlap disk and CPU instead of taking turns.
+        take = self._requests_per_append
+        pending, self._pending = self._pending[:take], self._pending[take:]
+        if self._pending:
+            self.loop.call_soon(self._drain)
+        store = self._store
+        limit = store.config.max_batch_bytes
+        chunk: list[tuple[asyncio.Future[PutResult], list[PreparedMessage]]] = []
+        chunk_bytes = 0
+        for messages, future in pending:
+            try:
+                prepared = store._prepare(messages)
+            except InvalidMessageError as error:
+                future.set_result(_refused(error))
+                continue
+            size = sum(p.size for p in prepared)
+            if chunk and chunk_bytes + size > limit:
+                self._append(chunk)
+                chunk, chunk_bytes = [], 0
+            chunk.append((future, prepared))
+            chunk_bytes += size
+        if chunk:
+            self._append(chunk)
+
+    def _append(self, chunk: list[tuple[asyncio.Future[PutResult], list[PreparedMessage]]]) -> None:
+        store = self._store
+        result, end = store._append_prepared([p for _, group in chunk for p in group])
+        if not result.ok:
+            for future, _ in chunk:
+                future.set_result(result)
+            return
+        outcomes = []
+        start = 0
+        for future, group in chunk:
+            outcomes.append(
+                (future, PutResult(PutStatus.OK, result.appended[start : start + len(group)]))
+            )
+            start += len(group)
+        if end is None:
+            for future, outcome in outcomes:
+                future.set_result(outcome)
+            return
+        assert store._group_commit is not None
+        timer = self.loop.call_later(
+            store.config.sync_flush_timeout_ms / 1000, self._settle, outcomes, False
+        )
+        store._group_commit.request(
+            end, lambda on_disk: self._flushed_soon(outcomes, on_disk, timer)
+        )
+
+    def _flushed_soon(self, outcomes, on_disk: bool, timer: asyncio.TimerHandle) -> None:
+        # Runs on the flusher thread.
+        with self._flushed_lock:
+            self._flushed.append((outcomes, on_disk))
+            timer.cancel()
+            first = len(self._flushed) == 1
+        if first and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._drain_flushed)
+
+    def _drain_flushed(self) -> None:
+        with self._flushed_lock:
+            batch, self._flushed = self._flushed, []
+        for outcomes, on_disk in batch:
+            self._settle(outcomes, on_disk)
+
+    @staticmethod
+    def _settle(outcomes, on_disk: bool) -> None:
+        for future, outcome in outcomes:
+            if not future.done():
+                future.set_result(outcome if on_disk else MessageStore._not_flushed(outcome))
 
 
 class MessageStore:
@@ -86,6 +200,11 @@ class MessageStore:
         # None means "everything dispatched is visible".
         self.confirmed_offset: int | None = None
         self.disk_usage: Callable[[str], tuple[int, int, int]] = shutil.disk_usage
+        self._last_combiner: _AppendCombiner | None = None
+        self._topic_prefixes: dict[str, bytes] = {}
+        self._combiners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AppendCombiner] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # ---- lifecycle -----------------------------------------------------------------
     @classmethod
@@ -107,10 +226,7 @@ class MessageStore:
         self.index.load()
         segments = self.commitlog.segments
         first = segments.files[0].base_offset if segments.files else 0
-        if checkpoint is None:
-            durable = first
-        else:
-            durable = max(first, checkpoint.recovery_start_offset)
+        durable = first if checkpoint is None else max(first, checkpoint.recovery_start_offset)
         # Scan from the start of the segment holding the last durable point: recovery
         # costs what must be checked, never the whole log.
         scan_start = max(first, durable - durable % self.config.commitlog_segment_bytes)
@@ -245,60 +361,89 @@ class MessageStore:
         return self.put_messages([message])
 
     def put_messages(self, messages: list[Message]) -> PutResult:
-        """Append ``messages`` as one atomic batch; the status says exactly what happened."""
+        """Append ``messages`` as one atomic batch and, under SYNC_FLUSH, block until it is
+        on disk. The status says exactly what happened. For threads."""
+        result, end = self.append_messages(messages)
+        if end is None:
+            return result
+        assert self._group_commit is not None
+        if self._group_commit.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000):
+            return result
+        return self._not_flushed(result)
+
+    async def put_messages_async(self, messages: list[Message]) -> PutResult:
+        """``put_messages`` for asyncio callers. Requests submitted in the same loop
+        iteration are appended as one batch (one lock, one dispatch pass, one group-commit
+        wait) while each keeps its own validation and result; no thread is parked."""
+        loop = asyncio.get_running_loop()
+        combiner = self._last_combiner
+        if combiner is None or combiner.loop is not loop:
+            combiner = self._combiners.get(loop)
+            if combiner is None:
+                combiner = self._combiners[loop] = _AppendCombiner(self, loop)
+            self._last_combiner = combiner
+        return await combiner.submit(messages)
+
+    @staticmethod
+    def _not_flushed(result: PutResult) -> PutResult:
+        return PutResult(
+            PutStatus.FLUSH_DISK_TIMEOUT,
+            result.appended,
+            "written but not confirmed on disk in time",
+        )
+
+    def append_messages(self, messages: list[Message]) -> tuple[PutResult, int | None]:
+        """Append and dispatch without waiting for the disk. Returns the result and, when
+        the flush mode requires a wait before the result may be reported, the offset the
+        disk must reach; ``None`` when the result is final."""
         if not messages:
-            return PutResult(PutStatus.OK)
+            return PutResult(PutStatus.OK), None
         try:
             batch = self._prepare(messages)
         except InvalidMessageError as error:
-            status = (
-                PutStatus.PROPERTIES_SIZE_EXCEEDED
-                if error.reason == "PROPERTIES_TOO_LARGE"
-                else PutStatus.MESSAGE_ILLEGAL
-            )
-            return PutResult(status, error=str(error))
+            return _refused(error), None
+        return self._append_prepared(batch)
+
+    def _append_prepared(self, batch: list[PreparedMessage]) -> tuple[PutResult, int | None]:
         with self._put_lock:
             if self._closed:
-                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="the store is shut down")
+                return PutResult(
+                    PutStatus.SERVICE_NOT_AVAILABLE, error="the store is shut down"
+                ), None
             if self.dispatcher.dispatched_offset != self.commitlog.write_offset:
                 self.dispatcher.catch_up()
                 if self.dispatcher.last_error is not None:
-                    return PutResult(PutStatus.DISK_FULL, error=str(self.dispatcher.last_error))
+                    return PutResult(
+                        PutStatus.DISK_FULL, error=str(self.dispatcher.last_error)
+                    ), None
             now = max(self._clock_ms(), self._last_store_timestamp_ms)
             self._last_store_timestamp_ms = now
             try:
                 requests = self.commitlog.append(batch, now)
             except DiskFullError as error:
-                return PutResult(PutStatus.DISK_FULL, error=str(error))
+                return PutResult(PutStatus.DISK_FULL, error=str(error)), None
             self.dispatcher.dispatch(requests)
             end = self.commitlog.write_offset
         host = self.commitlog.store_host
         appended = [
-            AppendedMessage(
-                r.physical_offset,
-                r.queue_offset,
-                r.size,
-                offset_message_id(host, r.physical_offset),
-            )
-            for r in requests
+            AppendedMessage(r.physical_offset, r.queue_offset, r.size, host) for r in requests
         ]
-        if self._group_commit is not None and not self._group_commit.wait_flushed(
-            end, self.config.sync_flush_timeout_ms / 1000
-        ):
-            return PutResult(
-                PutStatus.FLUSH_DISK_TIMEOUT, appended, "not confirmed on disk in time"
-            )
-        return PutResult(PutStatus.OK, appended)
+        return PutResult(PutStatus.OK, appended), (end if self._group_commit is not None else None)
 
     def _prepare(self, messages: list[Message]) -> list[PreparedMessage]:
         config = self.config
         batch = []
         total = 0
-        topics: dict[str, bytes] = {}
+        topics = self._topic_prefixes
         for message in messages:
-            topic = topics.get(message.topic)
-            if topic is None:
-                topic = topics[message.topic] = validate_topic(message.topic)
+            topic_prefix = topics.get(message.topic)
+            if topic_prefix is None:
+                # Validated once per topic name; bounded so hostile names cannot grow it.
+                if len(topics) >= TOPIC_CACHE_MAX:
+                    topics.clear()
+                topic_prefix = topics[message.topic] = topic_prefix_of(
+                    validate_topic(message.topic)
+                )
             if len(message.body) > config.max_message_body_bytes:
                 raise InvalidMessageError(
                     "BODY_TOO_LARGE",
@@ -307,7 +452,7 @@ class MessageStore:
                 )
             if not 0 <= message.queue_id < 1 << 31:
                 raise InvalidMessageError("QUEUE_ID_INVALID", f"queue id {message.queue_id}")
-            prepared = prepare(message, topic, encode_properties(message.properties))
+            prepared = prepare(message, topic_prefix, encode_properties(message.properties))
             total += prepared.size
             batch.append(prepared)
         if total > config.max_batch_bytes:
@@ -347,7 +492,9 @@ class MessageStore:
         next_offset = offset
         read = self.commitlog.read
         # Scan a bounded window of entries, so a filter that matches little still returns.
-        for queue_offset, (physical, size, tag_code) in queue.entries(offset, max(max_count, 1) * 16):
+        for queue_offset, (physical, size, tag_code) in queue.entries(
+            offset, max(max_count, 1) * 16
+        ):
             if limit is not None and physical + size > limit:
                 break
             next_offset = queue_offset + 1
@@ -428,8 +575,10 @@ class MessageStore:
                 continue
             if not begin_ms <= stored.store_timestamp_ms <= end_ms:
                 continue
-            matches = stored.unique_key == key if unique_only else (
-                key in stored.keys or stored.unique_key == key
+            matches = (
+                stored.unique_key == key
+                if unique_only
+                else (key in stored.keys or stored.unique_key == key)
             )
             if matches:
                 found.append(stored)
@@ -479,5 +628,7 @@ class MessageStore:
     @staticmethod
     def record_size_of(message: Message) -> int:
         return commitlog_record.record_size(
-            len(message.body), len(message.topic.encode()), len(encode_properties(message.properties))
+            len(message.body),
+            len(message.topic.encode()),
+            len(encode_properties(message.properties)),
         )

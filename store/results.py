@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from store.message import StoredMessage
+from store.message import StoredMessage, offset_message_id
 
 
 class PutStatus(enum.Enum):
@@ -17,15 +17,20 @@ class PutStatus(enum.Enum):
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # the store is shut down
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AppendedMessage:
     physical_offset: int
     queue_offset: int
     size: int
-    offset_message_id: str
+    store_host: bytes
+
+    @property
+    def offset_message_id(self) -> str:
+        # Formatted on demand: most callers never look at it, and the hot path stays lean.
+        return offset_message_id(self.store_host, self.physical_offset)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PutResult:
     status: PutStatus
     appended: list[AppendedMessage] = field(default_factory=list)
