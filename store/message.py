@@ -58,7 +58,7 @@ def validate_topic(topic: str) -> bytes:
 def encode_properties(properties: dict[str, str]) -> bytes:
     if not properties:
         return b""
-    text = "".join([f"{name}\x01{value}\x02" for name, value in properties.items()])
+    text = "\x02".join(map("\x01".join, properties.items())) + "\x02"
     # Each pair adds exactly one of each separator; any more means a name or value has one.
     if text.count(NAME_VALUE_SEPARATOR) != len(properties) or text.count(PROPERTY_SEPARATOR) != len(
         properties

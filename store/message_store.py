@@ -112,7 +112,7 @@ class _AppendCombiner:
             except InvalidMessageError as error:
                 future.set_result(_refused(error))
                 continue
-            size = sum(p.size for p in prepared)
+            size = prepared[0].size if len(prepared) == 1 else sum(p.size for p in prepared)
             if chunk and chunk_bytes + size > limit:
                 self._append(chunk)
                 chunk, chunk_bytes = [], 0
