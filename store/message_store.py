@@ -230,7 +230,6 @@ class MessageStore:
         # Scan from the start of the segment holding the last durable point: recovery
         # costs what must be checked, never the whole log.
         scan_start = max(first, durable - durable % self.config.commitlog_segment_bytes)
-        old_end = segments.files[-1].end_offset if segments.files else 0
         scan = self.commitlog.scan(scan_start)
         end = scan.end_offset
         self.commitlog.set_end(end, flushed_from=min(durable, end))
@@ -255,7 +254,6 @@ class MessageStore:
             redispatched=redispatched,
             corrupt_offset=scan.corrupt_offset,
             corruption=scan.corruption,
-            truncated_bytes=max(0, old_end - end) if scan.corruption else 0,
         )
         if segments.files:
             self._last_store_timestamp_ms = self._newest_store_timestamp()

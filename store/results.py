@@ -71,4 +71,3 @@ class RecoveryReport:
     redispatched: int
     corrupt_offset: int | None = None
     corruption: str | None = None
-    truncated_bytes: int = 0
