@@ -220,6 +220,7 @@ class ConsumeQueue:
                 break
         if doomed:
             self.files.delete_first(doomed)
+            self.min_offset = max(self.min_offset, self.files.min_offset // ENTRY_SIZE)
         self.correct_min_offset(commitlog_min)
         return doomed
 
