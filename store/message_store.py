@@ -471,12 +471,10 @@ class MessageStore:
         """Up to ``max_count`` messages of one queue from ``offset``; ``tags`` None means
         every tag ("*"). Filtering uses the queue's tag hashes, then the real tag."""
         queue = self.consume_queues.get(topic, queue_id)
-        if queue is None or queue.max_offset == queue.min_offset:
-            low = high = queue.max_offset if queue else 0
-            status = GetStatus.NO_MESSAGE_IN_QUEUE
-            if queue is not None and offset > high:
-                status = GetStatus.OFFSET_OVERFLOW_BADLY
-            return GetResult(status, [], high if queue else 0, low, high)
+        if queue is None or queue.max_offset == 0:
+            # As RocketMQ: only a queue that never had a message is "no message in queue";
+            # one emptied by retention answers by offset like any other.
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
         low, high = queue.min_offset, queue.max_offset
         if offset < low:
             return GetResult(GetStatus.OFFSET_TOO_SMALL, [], low, low, high)
