@@ -167,7 +167,10 @@ class IndexFile:
 
     def flush(self) -> None:
         # fdatasync, not mmap.flush: see MappedFile.flush (msync holds the GIL).
-        fd = os.open(self.path, os.O_RDWR)
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return  # deleted by retention meanwhile: nothing to keep
         try:
             os.fdatasync(fd)
         finally:

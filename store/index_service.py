@@ -1,7 +1,8 @@
 """IndexService: the rolling set of IndexFiles and the queries over them.
 
 Keys indexed per message: ``topic#key`` for each of KEYS and for UNIQ_KEY. The newest file
-takes writes; a full file is closed and a new one named by the current time is created.
+takes writes; a full file is closed and a new one named by the store time of the record
+that overflowed it is created (names increase, so sorting names restores the order).
 
 Invariants: files are ordered by creation and their physical ranges do not overlap; a
 record whose offset is below the newest file's ``end_physical_offset`` is already indexed,
@@ -13,8 +14,6 @@ Thread-safety: written under the store's put lock; queries are lock-free on a sn
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Iterable
 
 from store.dispatch_request import DispatchRequest
 from store.hashing import index_key_hash
@@ -58,30 +57,6 @@ class IndexService:
         self.files = (*files, created)
         return created
 
-    def put(
-        self,
-        topic: str,
-        keys: Iterable[str],
-        physical_offset: int,
-        size: int,
-        store_timestamp_ms: int,
-    ) -> None:
-        """Index every key of one record; a no-op for a record indexed before."""
-        files = self.files
-        if files and physical_offset < files[-1].end_physical_offset:
-            return
-        target = None
-        for key in keys:
-            if target is None:
-                target = self._writable(store_timestamp_ms)
-            key_hash = index_key_hash(f"{topic}#{key}".encode())
-            if not target.put(key_hash, physical_offset, store_timestamp_ms):
-                target.write_header(target.end_physical_offset)
-                target = self._writable(int(time.time() * 1000))
-                assert target.put(key_hash, physical_offset, store_timestamp_ms)
-        if target is not None:
-            target.write_header(physical_offset + size)
-
     def put_batch(self, requests: list[DispatchRequest]) -> None:
         """Index every key of consecutive records, writing the header once at the end.
         Records below the newest file's end offset were indexed before and are skipped."""
@@ -98,8 +73,9 @@ class IndexService:
             for key in request.keys:
                 key_hash = index_key_hash((prefix + key).encode())
                 if not target.put(key_hash, request.physical_offset, request.store_timestamp_ms):
-                    target.write_header(target.end_physical_offset)
-                    target = self._writable(int(time.time() * 1000))
+                    # The full file holds entries up to this record (maybe some of its keys).
+                    target.write_header(request.physical_offset + request.size)
+                    target = self._writable(request.store_timestamp_ms)
                     assert target.put(key_hash, request.physical_offset, request.store_timestamp_ms)
             last = request
         if target is not None and last is not None:
@@ -135,7 +111,11 @@ class IndexService:
 
     def delete_expired_files(self, commitlog_min: int) -> int:
         files = self.files
-        doomed = [f for f in files[:-1] if f.end_physical_offset <= commitlog_min]
+        doomed = []
+        for f in files[:-1]:  # oldest first; stop at the first file still needed
+            if f.end_physical_offset > commitlog_min:
+                break
+            doomed.append(f)
         if doomed:
             self.files = files[len(doomed) :]
             for f in doomed:

@@ -108,7 +108,10 @@ class MappedFile:
         pages of the file, so ``fdatasync`` forces them just as ``msync(MS_SYNC)`` does."""
         target = self.wrote_position if up_to is None else up_to
         if target > self.flushed_position:
-            fd = os.open(self.path, os.O_RDWR)
+            try:
+                fd = os.open(self.path, os.O_RDWR)
+            except FileNotFoundError:
+                return self.flushed_position  # deleted by retention meanwhile
             try:
                 os.fdatasync(fd)
             finally:
