@@ -9,7 +9,9 @@ node's model — one message per put, group commit), ``append_sync_64_threads_ms
 32 per call), ``recovery_scan_mb_per_s``
 (validating scan of the whole CommitLog, CRC included), and for comparison, measured in the
 same run, ``raw_pack_msgs_per_s`` (the same records packed with ``struct`` only) and
-``raw_write_mb_per_s`` (sequential ``os.write`` of the same bytes).
+``raw_write_mb_per_s`` (sequential ``os.write`` of the same bytes) and
+``raw_fdatasync_64_per_group_msgs_per_s`` (the same bytes as the SYNC_FLUSH phase, 64
+records per ``fdatasync``, no store code: the disk's ceiling for that phase).
 
 Every message carries a tag and a unique key, as official clients send them, so dispatch
 writes one consume-queue entry and one index entry per message.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import mmap
 import os
 import platform
 import shutil
@@ -210,28 +213,65 @@ def bench_raw_write(directory: str, data: bytes) -> float:
     return len(data) / elapsed / 1e6
 
 
+def bench_raw_sync_groups(directory: str, data: bytes, group_bytes: int) -> float:
+    """The disk's own ceiling for SYNC_FLUSH with 64 writers: write the same records into a
+    preallocated map ``group_bytes`` at a time and ``fdatasync`` after each group, with no
+    store code at all. Returns records per second at 1,100 bytes per record."""
+    path = os.path.join(directory, "raw-sync")
+    size = len(data)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.posix_fallocate(fd, 0, size)
+    mapped = mmap.mmap(fd, size)
+    started = time.perf_counter()
+    for position in range(0, size, group_bytes):
+        end = min(size, position + group_bytes)
+        mapped[position:end] = data[position:end]
+        os.fdatasync(fd)
+    elapsed = time.perf_counter() - started
+    mapped.close()
+    os.close(fd)
+    os.unlink(path)
+    record_bytes = size / (size // 1100)
+    return size / record_bytes / elapsed
+
+
 def run(quick: bool, work_dir: str | None) -> dict[str, object]:
     count = 100_000 if quick else 400_000
     sync_count = 64 * (400 if quick else 1500)
     root = tempfile.mkdtemp(prefix="ferrymq-bench-", dir=work_dir)
     try:
-        async_dir = os.path.join(root, "async")
+        # Each timed phase starts with no dirty pages left by the previous one, so one
+        # phase's writeback does not slow the next one's fsyncs; the fsync-bound phases
+        # run first, before the bulk phases have written (and deleted) hundreds of MB.
+        os.sync()
         figures: dict[str, object] = {
-            "append_async_msgs_per_s": round(bench_append_async(async_dir, count, 32)),
+            "append_sync_64_writers_msgs_per_s": round(
+                bench_append_sync_async_writers(os.path.join(root, "sync"), sync_count, 64)
+            )
         }
-        figures["get_msgs_per_s"] = round(bench_get(async_dir))
-        figures["recovery_scan_mb_per_s"] = round(bench_recovery_scan(async_dir), 1)
-        figures["append_async_single_msgs_per_s"] = round(
-            bench_append_async(os.path.join(root, "single"), count // 2, 1)
-        )
-        figures["append_sync_64_writers_msgs_per_s"] = round(
-            bench_append_sync_async_writers(os.path.join(root, "sync"), sync_count, 64)
-        )
+        os.sync()
         figures["append_sync_64_threads_msgs_per_s"] = round(
             bench_append_sync_threads(os.path.join(root, "sync-threads"), sync_count // 2, 64)
         )
+        async_dir = os.path.join(root, "async")
+        os.sync()
+        figures["append_async_msgs_per_s"] = round(bench_append_async(async_dir, count, 32))
+        figures["get_msgs_per_s"] = round(bench_get(async_dir))
+        figures["recovery_scan_mb_per_s"] = round(bench_recovery_scan(async_dir), 1)
+        shutil.rmtree(async_dir)
+        os.sync()
+        single_dir = os.path.join(root, "single")
+        figures["append_async_single_msgs_per_s"] = round(
+            bench_append_async(single_dir, count // 2, 1)
+        )
+        shutil.rmtree(single_dir)
         pack_rate, packed = bench_raw_pack(count)
         figures["raw_pack_msgs_per_s"] = round(pack_rate)
+        os.sync()
+        sync_bytes = packed[: sync_count * 1100]
+        figures["raw_fdatasync_64_per_group_msgs_per_s"] = round(
+            bench_raw_sync_groups(root, sync_bytes, 64 * 1100)
+        )
         figures["raw_write_mb_per_s"] = round(bench_raw_write(root, packed), 1)
         figures["messages"] = count
         figures["body_bytes"] = len(BODY)
