@@ -95,9 +95,8 @@ class _AppendCombiner:
         return future
 
     def _drain(self) -> None:
-        # Take at most ``_requests_per_append`` requests; the rest go in the next loop turn.
-        # Under SYNC_FLUSH that lets the flusher fsync this chunk while the next one is
-        # appended: two chunks in flight overlap disk and CPU instead of taking turns.
+        # At most ``_requests_per_append`` requests per loop turn, so one turn's work (and
+        # the latency it adds to other tasks on the loop) stays bounded.
         take = self._requests_per_append
         pending, self._pending = self._pending[:take], self._pending[take:]
         if self._pending:
