@@ -12,7 +12,6 @@ readers (``read``, ``read_bytes``) are lock-free and read only below ``write_off
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -20,7 +19,6 @@ from crc32c import crc32c
 
 from store import commitlog_record as record
 from store.dispatch_request import DispatchRequest
-from store.errors import DiskFullError
 from store.hashing import tag_hash_code
 from store.mapped_file_queue import MappedFileQueue
 from store.message import (
@@ -228,22 +226,6 @@ class CommitLog:
         self.segments.write_offset = position
         return requests
 
-    def append_raw(self, data: bytes, start_offset: int) -> int:
-        """Append bytes copied verbatim from another replica at ``start_offset`` (which
-        must equal ``write_offset``); returns the new write offset. Used by replication."""
-        assert start_offset == self.write_offset, (start_offset, self.write_offset)
-        position = start_offset
-        view = memoryview(data)
-        while view:
-            segment = self.segments.file_for_write(position)
-            chunk = view[: segment.end_offset - position]
-            segment.write_at(position - segment.base_offset, bytes(chunk))
-            position += len(chunk)
-            segment.wrote_position = position - segment.base_offset
-            view = view[len(chunk) :]
-        self.segments.write_offset = position
-        return position
-
     # ---- reading -------------------------------------------------------------------
     def read(self, physical_offset: int) -> StoredMessage | None:
         """The message record at ``physical_offset``, or None when none is there."""
@@ -377,9 +359,3 @@ class CommitLog:
 
     def close(self) -> None:
         self.segments.close()
-
-    def check_disk_path(self) -> str:
-        return os.path.dirname(self.segments.directory)
-
-
-__all__ = ["CommitLog", "DiskFullError", "PreparedMessage", "ScanResult", "prepare"]

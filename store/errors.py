@@ -22,7 +22,3 @@ class InvalidMessageError(StoreError):
 
 class DiskFullError(StoreError):
     """The file system refused space (ENOSPC); nothing of the failed append is visible."""
-
-
-class StoreClosedError(StoreError):
-    """The store was shut down."""

@@ -100,10 +100,6 @@ def encode_host(ip: str, port: int) -> bytes:
     return octets + port.to_bytes(4, "big")
 
 
-def decode_host(raw: bytes) -> tuple[str, int]:
-    return ".".join(str(b) for b in raw[:4]), int.from_bytes(raw[4:8], "big")
-
-
 @dataclass(slots=True)
 class Message:
     """A message to store. ``tags`` and ``keys`` are kept in ``properties``."""

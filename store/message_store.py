@@ -24,13 +24,12 @@ import time
 import weakref
 from collections.abc import Callable, Collection
 
-from store import commitlog_record
 from store.checkpoint import Checkpoint
 from store.commitlog import CommitLog, PreparedMessage, prepare, topic_prefix_of
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import BLANK_SIZE
 from store.dispatcher import ConsumeQueueTable, Dispatcher
-from store.errors import DiskFullError, InvalidMessageError, StoreClosedError
+from store.errors import DiskFullError, InvalidMessageError
 from store.flush_service import BackgroundFlusher, GroupCommitService, enough_dirty
 from store.hashing import tag_hash_code
 from store.index_service import IndexService
@@ -615,15 +614,3 @@ class MessageStore:
     @property
     def is_open(self) -> bool:
         return not self._closed
-
-    def require_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError("the store is shut down")
-
-    @staticmethod
-    def record_size_of(message: Message) -> int:
-        return commitlog_record.record_size(
-            len(message.body),
-            len(message.topic.encode()),
-            len(encode_properties(message.properties)),
-        )
