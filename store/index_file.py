@@ -24,7 +24,7 @@ import os
 import struct
 from datetime import UTC, datetime
 
-from store.mapped_file import reserve_space
+from store.mapped_file import create_mapped
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = HEADER.size
@@ -78,16 +78,7 @@ class IndexFile:
     @classmethod
     def create(cls, path: str, slot_count: int, entry_count: int) -> IndexFile:
         size = cls.file_size(slot_count, entry_count)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            reserve_space(fd, 0, size)
-            map_ = mmap.mmap(fd, size)
-        except BaseException:
-            os.close(fd)
-            os.unlink(path)
-            raise
-        os.close(fd)
-        return cls(path, map_, slot_count, entry_count)
+        return cls(path, create_mapped(path, size), slot_count, entry_count)
 
     @classmethod
     def open(cls, path: str, slot_count: int, entry_count: int) -> IndexFile:

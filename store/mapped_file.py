@@ -42,6 +42,20 @@ def reserve_space(fd: int, start: int, length: int) -> None:
         raise
 
 
+def create_mapped(path: str, size: int) -> mmap.mmap:
+    """Create ``path`` with ``size`` bytes reserved on disk and map it; on any failure
+    (``DiskFullError`` among them) no file is left behind."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        reserve_space(fd, 0, size)
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except BaseException:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+
+
 class MappedFile:
     """A segment of a :class:`~store.mapped_file_queue.MappedFileQueue`."""
 
@@ -60,16 +74,7 @@ class MappedFile:
     def create(cls, directory: str, base_offset: int, size: int) -> MappedFile:
         """Create and reserve a new, zero-filled file. Raises ``DiskFullError``."""
         path = os.path.join(directory, file_name_of(base_offset))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            reserve_space(fd, 0, size)
-            map_ = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            os.unlink(path)
-            raise
-        os.close(fd)
-        return cls(path, base_offset, size, map_)
+        return cls(path, base_offset, size, create_mapped(path, size))
 
     @classmethod
     def open(cls, path: str, size: int) -> MappedFile:
