@@ -20,16 +20,22 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from store.mapped_file import MappedFile
 
+NEVER = 1 << 63  # an offset no file reaches: preallocation not armed
+
 
 class MappedFileQueue:
     def __init__(self, directory: str, file_size: int, *, preallocate: bool = False) -> None:
+        """``preallocate``: create the next file in the background, warmed, before it is
+        needed (the CommitLog does; consume queues, small and many, do not)."""
         assert file_size > 0
         self.directory = directory
         self.file_size = file_size
         self.files: tuple[MappedFile, ...] = ()
         self.write_offset = 0
         self.flushed_offset = 0
-        self._preallocate = preallocate
+        # Preallocated files are also warmed (see MappedFile.create): both or neither.
+        self._warm = preallocate
+        self._preallocate_at = NEVER
         self._allocator: ThreadPoolExecutor | None = None
         self._preallocated: tuple[int, Future[MappedFile]] | None = None
         self._flush_lock = threading.Lock()
@@ -82,17 +88,29 @@ class MappedFileQueue:
         offset is at the end of the last one. Raises ``DiskFullError``."""
         last = self.last
         if last is not None and last.base_offset <= offset < last.end_offset:
+            if offset >= self._preallocate_at:
+                self._preallocate(last.end_offset)
             return last
         base = offset - offset % self.file_size
         assert last is None or base == last.end_offset, (offset, last.path if last else None)
         created = self._take_preallocated(base) or MappedFile.create(
-            self.directory, base, self.file_size
+            self.directory, base, self.file_size, warm=self._warm
         )
         if last is not None:
             last.wrote_position = last.size
         self.files = (*self.files, created)
-        self._preallocate_after(created.end_offset)
+        self.arm_preallocation()
         return created
+
+    def arm_preallocation(self) -> None:
+        """Prepare the next file once the last one is half written: early enough that it
+        is ready when needed, late enough that warming it does not compete with the
+        first writes of the file just opened."""
+        last = self.last
+        if self._warm and last is not None:
+            self._preallocate_at = last.base_offset + self.file_size // 2
+        else:
+            self._preallocate_at = NEVER
 
     def _take_preallocated(self, base: int) -> MappedFile | None:
         pending = self._preallocated
@@ -109,12 +127,13 @@ class MappedFileQueue:
         made.delete()
         return None
 
-    def _preallocate_after(self, base: int) -> None:
-        if not self._preallocate:
-            return
+    def _preallocate(self, base: int) -> None:
+        self._preallocate_at = NEVER
         if self._allocator is None:
             self._allocator = ThreadPoolExecutor(1, thread_name_prefix="allocate-segment")
-        future = self._allocator.submit(MappedFile.create, self.directory, base, self.file_size)
+        future = self._allocator.submit(
+            MappedFile.create, self.directory, base, self.file_size, warm=True
+        )
         self._preallocated = (base, future)
 
     def discard_preallocated(self) -> None:

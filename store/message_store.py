@@ -17,6 +17,7 @@ put lock; readers take no lock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import threading
@@ -271,8 +272,17 @@ class MessageStore:
         os.fsync(fd)
         os.close(fd)
 
+    def _prepare_active_segment(self) -> None:
+        """Create (and warm) the segment the next append goes to, so that no put pays for
+        it, and arm the preallocation of the one after."""
+        segments = self.commitlog.segments
+        with contextlib.suppress(DiskFullError):  # the first put reports it
+            segments.file_for_write(self.commitlog.write_offset)
+        segments.arm_preallocation()
+
     def _start_services(self) -> None:
         config = self.config
+        self._prepare_active_segment()
         self._closed = False
         if config.flush_mode is FlushMode.SYNC_FLUSH:
             self._group_commit = GroupCommitService(

@@ -192,8 +192,12 @@ def test_time_range_queries(tmp_path):
 
 def test_segment_preallocation(tmp_path):
     store = open_store(tmp_path)
-    assert store.put_message(Message("T", b"x")).ok
     directory = os.path.join(store.config.data_dir, "commitlog")
+    # The active segment exists from open; the next one is prepared once it is half full.
+    assert os.listdir(directory) == [f"{0:020d}"]
+    while store.commitlog.write_offset < SMALL["commitlog_segment_bytes"] // 2:
+        assert store.put_message(Message("T", bytes(4000))).ok
+    assert store.put_message(Message("T", b"x")).ok
     next_segment = os.path.join(directory, f"{SMALL['commitlog_segment_bytes']:020d}")
 
     def preallocated() -> bool:
