@@ -246,7 +246,7 @@ def bench_raw_sync_groups(directory: str, data: bytes, group_bytes: int) -> floa
 
 def run(quick: bool, work_dir: str | None) -> dict[str, object]:
     count = 100_000 if quick else 400_000
-    sync_count = 64 * (400 if quick else 1500)
+    sync_count = 64 * (1000 if quick else 1500)
     root = tempfile.mkdtemp(prefix="ferrymq-bench-", dir=work_dir)
     try:
         # Each timed phase starts with no dirty pages left by the previous one, so one
