@@ -1,0 +1,149 @@
+"""Conversion between ``apache.rocketmq.v2.Message`` and the store's records.
+
+System properties travel in the record's properties under RocketMQ's names (TAGS, KEYS,
+UNIQ_KEY, __SHARDINGKEY, ...), so a record written from the gRPC protocol reads the same
+as one written by any other path; user properties keep their own names, which therefore
+must not collide with the system ones.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import zlib
+
+from google.protobuf import timestamp_pb2
+
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from store.message import (
+    PROPERTY_DELIVERY_TIME_MS,
+    PROPERTY_KEYS,
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_UNIQ_KEY,
+    Message,
+    StoredMessage,
+    encode_host,
+)
+
+PROPERTY_MESSAGE_TYPE = "__MSG_TYPE"
+SYSTEM_PROPERTY_NAMES = frozenset(
+    {
+        PROPERTY_TAGS,
+        PROPERTY_KEYS,
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_MESSAGE_GROUP,
+        PROPERTY_DELIVERY_TIME_MS,
+        PROPERTY_TRANSACTION_ID,
+        PROPERTY_MESSAGE_TYPE,
+    }
+)
+TAG_FORBIDDEN = ("|", "\x01", "\x02")
+
+
+class InvalidRequest(ValueError):
+    """A request field is invalid; ``code`` is the ``apache.rocketmq.v2.Code`` to answer."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+
+
+def millis_of(timestamp: timestamp_pb2.Timestamp) -> int:
+    return timestamp.seconds * 1000 + timestamp.nanos // 1_000_000
+
+
+def timestamp_of(millis: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=millis // 1000, nanos=(millis % 1000) * 1_000_000)
+
+
+def born_host_bytes(text: str) -> bytes:
+    """BORNHOST from the client's string: IPv4 with an optional port, else zeros."""
+    host, _, port = text.rpartition(":") if text.count(":") == 1 else (text, "", "0")
+    try:
+        address = ipaddress.IPv4Address(host)
+        return encode_host(str(address), int(port) if port.isdigit() else 0)
+    except (ValueError, OverflowError):
+        return b"\x00" * 8
+
+
+def to_store_message(message: pb.Message, queue_id: int) -> Message:
+    """The record to store for one sent message; ``InvalidRequest`` names what is wrong."""
+    system = message.system_properties
+    if not system.message_id:
+        raise InvalidRequest(pb.ILLEGAL_MESSAGE_ID, "message_id is required")
+    properties: dict[str, str] = {}
+    for name, value in message.user_properties.items():
+        if name in SYSTEM_PROPERTY_NAMES:
+            raise InvalidRequest(
+                pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {name!r} is a reserved name"
+            )
+        if not name:
+            raise InvalidRequest(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, "user property name is empty")
+        properties[name] = value
+    if system.HasField("tag"):
+        tag = system.tag
+        if not tag.strip() or any(c in tag for c in TAG_FORBIDDEN):
+            raise InvalidRequest(pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is empty or contains '|'")
+        properties[PROPERTY_TAGS] = tag
+    if system.keys:
+        for key in system.keys:
+            if not key.strip() or any(c.isspace() for c in key):
+                raise InvalidRequest(pb.ILLEGAL_MESSAGE_KEY, f"key {key!r} is empty or has spaces")
+        properties[PROPERTY_KEYS] = " ".join(system.keys)
+    properties[PROPERTY_UNIQ_KEY] = system.message_id
+    if system.HasField("message_group"):
+        if not system.message_group:
+            raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "message_group is empty")
+        properties[PROPERTY_MESSAGE_GROUP] = system.message_group
+    properties[PROPERTY_MESSAGE_TYPE] = str(system.message_type)
+    return Message(
+        topic=message.topic.name,
+        body=message.body,
+        queue_id=queue_id,
+        properties=properties,
+        born_timestamp_ms=millis_of(system.born_timestamp),
+        born_host=born_host_bytes(system.born_host),
+    )
+
+
+def host_string(raw: bytes) -> str:
+    return ".".join(str(b) for b in raw[:4]) + f":{int.from_bytes(raw[4:8], 'big')}"
+
+
+def to_wire_message(
+    stored: StoredMessage,
+    *,
+    receipt_handle: str | None = None,
+    delivery_attempt: int | None = None,
+) -> pb.Message:
+    """The message as a consumer receives it; a CRC32 body digest lets clients verify it."""
+    properties = stored.properties
+    system = pb.SystemProperties(
+        message_id=properties.get(PROPERTY_UNIQ_KEY) or stored.offset_message_id,
+        body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(stored.body):08X}"),
+        body_encoding=pb.IDENTITY,
+        message_type=int(properties.get(PROPERTY_MESSAGE_TYPE, pb.NORMAL)),
+        born_timestamp=timestamp_of(stored.born_timestamp_ms),
+        born_host=host_string(stored.born_host),
+        store_timestamp=timestamp_of(stored.store_timestamp_ms),
+        store_host=host_string(stored.store_host),
+        queue_id=stored.queue_id,
+        queue_offset=stored.queue_offset,
+    )
+    if PROPERTY_TAGS in properties:
+        system.tag = properties[PROPERTY_TAGS]
+    if stored.keys:
+        system.keys.extend(stored.keys)
+    if PROPERTY_MESSAGE_GROUP in properties:
+        system.message_group = properties[PROPERTY_MESSAGE_GROUP]
+    if receipt_handle is not None:
+        system.receipt_handle = receipt_handle
+    if delivery_attempt is not None:
+        system.delivery_attempt = delivery_attempt
+    return pb.Message(
+        topic=pb.Resource(name=stored.topic),
+        user_properties={k: v for k, v in properties.items() if k not in SYSTEM_PROPERTY_NAMES},
+        system_properties=system,
+        body=stored.body,
+    )

@@ -1,0 +1,50 @@
+"""Wake long-polling readers when their queue gets new messages.
+
+The store calls ``notify`` from its dispatcher (on the event loop for puts made there, on
+another thread during recovery or catch-up); waiters are asyncio futures of the loop.
+Bounded: waiters are removed when they wake or time out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from store.dispatch_request import DispatchRequest
+
+
+class QueueWaiters:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
+
+    def on_dispatch(self, request: DispatchRequest) -> None:
+        key = (request.topic, request.queue_id)
+        if key not in self._waiters:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._wake(key)
+        else:
+            self._loop.call_soon_threadsafe(self._wake, key)
+
+    def _wake(self, key: tuple[str, int]) -> None:
+        for waiter in self._waiters.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self, topic: str, queue_id: int, timeout_s: float) -> None:
+        """Return when the queue may have new messages, or after ``timeout_s``."""
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        waiters = self._waiters.setdefault((topic, queue_id), set())
+        waiters.add(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            waiters.discard(waiter)
+            # Only drop the set if it is still the registered one: a wake-up may have
+            # replaced it with a new set that other waiters are in.
+            if not waiters and self._waiters.get((topic, queue_id)) is waiters:
+                del self._waiters[(topic, queue_id)]

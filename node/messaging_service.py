@@ -1,0 +1,368 @@
+"""``apache.rocketmq.v2.MessagingService`` on top of one node's store.
+
+Every response carries a status (the official clients reject code 0). Validation errors
+answer with the precise ``Code`` and change nothing; the store's statuses map to codes in
+``STORE_STATUS_CODES``. What this node does not serve yet (POP consumption, transactions)
+answers UNIMPLEMENTED through the generated base class.
+
+Thread-safety: all handlers run on the node's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import AsyncIterator
+
+from google.protobuf import duration_pb2
+
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from node.consumer_offsets import ConsumerOffsets
+from node.convert import InvalidRequest, millis_of, to_store_message, to_wire_message
+from node.long_polling import QueueWaiters
+from node.topics import GroupConfig, MessageType, Permission, TopicConfig, TopicError, TopicTable
+from store.message_store import MessageStore
+from store.results import GetStatus, PutStatus
+
+LONG_POLLING_DEFAULT_S = 20.0
+LONG_POLLING_MAX_S = 60.0
+PULL_BATCH_MAX = 256
+DEFAULT_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800)
+
+MESSAGE_TYPES = {
+    MessageType.NORMAL: pb.NORMAL,
+    MessageType.FIFO: pb.FIFO,
+    MessageType.DELAY: pb.DELAY,
+    MessageType.TRANSACTION: pb.TRANSACTION,
+}
+PERMISSIONS = {
+    Permission.READ: pb.READ,
+    Permission.WRITE: pb.WRITE,
+    Permission.READ_WRITE: pb.READ_WRITE,
+}
+STORE_STATUS_CODES = {
+    PutStatus.MESSAGE_ILLEGAL: pb.BAD_REQUEST,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: pb.MESSAGE_PROPERTIES_TOO_LARGE,
+    PutStatus.DISK_FULL: pb.INTERNAL_SERVER_ERROR,
+    PutStatus.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
+    PutStatus.SERVICE_NOT_AVAILABLE: pb.INTERNAL_SERVER_ERROR,
+}
+TOPIC_ERROR_CODES = {
+    "ILLEGAL_TOPIC": pb.ILLEGAL_TOPIC,
+    "TOPIC_NOT_FOUND": pb.TOPIC_NOT_FOUND,
+    "ILLEGAL_CONSUMER_GROUP": pb.ILLEGAL_CONSUMER_GROUP,
+    "CONSUMER_GROUP_NOT_FOUND": pb.CONSUMER_GROUP_NOT_FOUND,
+}
+
+
+def status(code: int, message: str = "") -> pb.Status:
+    return pb.Status(code=code, message=message or pb.Code.Name(code))
+
+
+OK = status(pb.OK)
+
+
+def topic_error_status(error: TopicError) -> pb.Status:
+    return status(TOPIC_ERROR_CODES.get(error.reason, pb.BAD_REQUEST), str(error))
+
+
+def seconds_of(duration: duration_pb2.Duration) -> float:
+    return duration.seconds + duration.nanos / 1e9
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicTable,
+        offsets: ConsumerOffsets,
+        waiters: QueueWaiters,
+        broker_name: str,
+        advertised: pb.Endpoints,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.waiters = waiters
+        self.broker_name = broker_name
+        self.advertised = advertised
+
+    # ---- routing ---------------------------------------------------------------------
+    def _queues(self, topic: TopicConfig, endpoints: pb.Endpoints) -> list[pb.MessageQueue]:
+        # Clients send every other RPC to the endpoints a route returns: copying back the
+        # access point they used keeps them on the connection they already have.
+        address = endpoints if endpoints.addresses else self.advertised
+        broker = pb.Broker(name=self.broker_name, id=0, endpoints=address)
+        return [
+            pb.MessageQueue(
+                topic=pb.Resource(name=topic.name),
+                id=queue_id,
+                permission=PERMISSIONS[topic.permission],
+                broker=broker,
+                accept_message_types=[MESSAGE_TYPES[topic.message_type]],
+            )
+            for queue_id in range(topic.queue_count)
+        ]
+
+    async def QueryRoute(self, request, context):
+        try:
+            topic = self.topics.topic(request.topic.name)
+        except TopicError as error:
+            return rpc.QueryRouteResponse(status=topic_error_status(error))
+        return rpc.QueryRouteResponse(
+            status=OK, message_queues=self._queues(topic, request.endpoints)
+        )
+
+    async def QueryAssignment(self, request, context):
+        try:
+            topic = self.topics.topic(request.topic.name)
+            self.topics.group(request.group.name)
+        except TopicError as error:
+            return rpc.QueryAssignmentResponse(status=topic_error_status(error))
+        assignments = [
+            pb.Assignment(message_queue=queue) for queue in self._queues(topic, request.endpoints)
+        ]
+        return rpc.QueryAssignmentResponse(status=OK, assignments=assignments)
+
+    async def Heartbeat(self, request, context):
+        return rpc.HeartbeatResponse(status=OK)
+
+    async def NotifyClientTermination(self, request, context):
+        return rpc.NotifyClientTerminationResponse(status=OK)
+
+    async def Telemetry(self, request_iterator, context) -> AsyncIterator[pb.TelemetryCommand]:
+        """Answer each settings write with the settings the client must use; the stream
+        stays open until the client closes it (the clients expect that)."""
+        async for command in request_iterator:
+            if command.WhichOneof("command") != "settings":
+                continue  # results of commands we never send
+            yield rpc.TelemetryCommand(status=OK, settings=self._settings_for(command.settings))
+
+    def _settings_for(self, settings: pb.Settings) -> pb.Settings:
+        answer = pb.Settings()
+        answer.CopyFrom(settings)
+        if settings.WhichOneof("pub_sub") == "publishing" or settings.client_type == pb.PRODUCER:
+            answer.publishing.max_body_size = self.store.config.max_message_body_bytes
+            answer.publishing.validate_message_type = True
+        elif settings.WhichOneof("pub_sub") == "subscription":
+            subscription = answer.subscription
+            group = self.topics.groups.get(settings.subscription.group.name) or GroupConfig("-")
+            if not subscription.long_polling_timeout.seconds:
+                subscription.long_polling_timeout.seconds = int(LONG_POLLING_DEFAULT_S)
+            subscription.fifo = group.fifo
+            answer.backoff_policy.max_attempts = group.max_delivery_attempts
+            answer.backoff_policy.customized_backoff.next.extend(
+                duration_pb2.Duration(seconds=s) for s in DEFAULT_BACKOFF_S
+            )
+        answer.metric.on = False  # a client told "on" starts exporting to our endpoints
+        return answer
+
+    # ---- producing -------------------------------------------------------------------
+    async def SendMessage(self, request, context):
+        try:
+            messages = self._messages_to_store(request)
+        except InvalidRequest as error:
+            return self._send_refused(request, status(error.code, str(error)))
+        except TopicError as error:
+            return self._send_refused(request, topic_error_status(error))
+        result = await self.store.put_messages_async(messages)
+        if result.status is not PutStatus.OK:
+            code = STORE_STATUS_CODES.get(result.status, pb.INTERNAL_SERVER_ERROR)
+            if result.error and "BODY_TOO_LARGE" in result.error:
+                code = pb.MESSAGE_BODY_TOO_LARGE
+            elif result.error and "TOPIC_INVALID" in result.error:
+                code = pb.ILLEGAL_TOPIC
+            return self._send_refused(request, status(code, result.error or result.status.value))
+        entries = [
+            rpc.SendResultEntry(
+                status=OK,
+                message_id=sent.system_properties.message_id,
+                offset=appended.queue_offset,
+            )
+            for sent, appended in zip(request.messages, result.appended, strict=True)
+        ]
+        return rpc.SendMessageResponse(status=OK, entries=entries)
+
+    @staticmethod
+    def _send_refused(request, answer: pb.Status) -> rpc.SendMessageResponse:
+        return rpc.SendMessageResponse(
+            status=answer,
+            entries=[
+                rpc.SendResultEntry(status=answer, message_id=m.system_properties.message_id)
+                for m in request.messages
+            ],
+        )
+
+    def _messages_to_store(self, request):
+        if not request.messages:
+            raise InvalidRequest(pb.BAD_REQUEST, "no messages in the request")
+        names = {m.topic.name for m in request.messages}
+        if len(names) != 1:
+            raise InvalidRequest(pb.BAD_REQUEST, "a batch must target one topic")
+        topic = self.topics.topic(names.pop())
+        if topic.permission is Permission.READ:
+            raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is read-only")
+        limit = self.store.config.max_message_body_bytes
+        expected_type = MESSAGE_TYPES[topic.message_type]
+        messages = []
+        for message in request.messages:
+            system = message.system_properties
+            if not message.body:
+                raise InvalidRequest(pb.MESSAGE_BODY_EMPTY, "message body is empty")
+            if len(message.body) > limit:
+                raise InvalidRequest(
+                    pb.MESSAGE_BODY_TOO_LARGE,
+                    f"body is {len(message.body)} bytes, the limit is {limit}",
+                )
+            if system.message_type != expected_type:
+                raise InvalidRequest(
+                    pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                    f"topic {topic.name} takes {pb.MessageType.Name(expected_type)} messages, "
+                    f"not {pb.MessageType.Name(system.message_type)}",
+                )
+            if topic.message_type in (MessageType.DELAY, MessageType.TRANSACTION):
+                raise InvalidRequest(
+                    pb.NOT_IMPLEMENTED, f"{topic.message_type.value} messages are not served yet"
+                )
+            if topic.message_type is MessageType.FIFO and not system.message_group:
+                raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "FIFO messages need a message_group")
+            if topic.message_type is MessageType.FIFO:
+                # One group, one queue: that is what keeps a group's messages in order.
+                queue_id = zlib.crc32(system.message_group.encode()) % topic.queue_count
+            elif 0 <= system.queue_id < topic.queue_count:
+                queue_id = system.queue_id
+            else:
+                queue_id = zlib.crc32(system.message_id.encode()) % topic.queue_count
+            messages.append(to_store_message(message, queue_id))
+        return messages
+
+    # ---- offset-based consumption ------------------------------------------------------
+    def _queue_of(self, message_queue: pb.MessageQueue) -> tuple[TopicConfig, int]:
+        topic = self.topics.topic(message_queue.topic.name)
+        if not 0 <= message_queue.id < topic.queue_count:
+            raise InvalidRequest(
+                pb.BAD_REQUEST, f"queue {message_queue.id} does not exist in topic {topic.name}"
+            )
+        return topic, message_queue.id
+
+    async def PullMessage(self, request, context):
+        try:
+            self.topics.group(request.group.name)
+            topic, queue_id = self._queue_of(request.message_queue)
+            tags = tag_filter(request.filter_expression)
+        except TopicError as error:
+            yield rpc.PullMessageResponse(status=topic_error_status(error))
+            return
+        except InvalidRequest as error:
+            yield rpc.PullMessageResponse(status=status(error.code, str(error)))
+            return
+        batch = max(1, min(request.batch_size or 32, PULL_BATCH_MAX))
+        wait_s = min(seconds_of(request.long_polling_timeout), LONG_POLLING_MAX_S)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait_s = max(0.0, min(wait_s, remaining - 0.5))  # answer before the deadline
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while True:
+            result = self.store.get_messages(topic.name, queue_id, request.offset, batch, tags)
+            beyond_empty_queue = (
+                result.status is GetStatus.NO_MESSAGE_IN_QUEUE and request.offset != 0
+            )
+            if beyond_empty_queue or result.status in (
+                GetStatus.OFFSET_TOO_SMALL,
+                GetStatus.OFFSET_OVERFLOW_BADLY,
+            ):
+                yield rpc.PullMessageResponse(
+                    status=status(
+                        pb.ILLEGAL_OFFSET,
+                        f"offset {request.offset} outside "
+                        f"[{result.min_offset}, {result.max_offset}]",
+                    )
+                )
+                yield rpc.PullMessageResponse(next_offset=result.next_begin_offset)
+                return
+            if result.messages:
+                yield rpc.PullMessageResponse(status=OK)
+                for stored in result.messages:
+                    yield rpc.PullMessageResponse(message=to_wire_message(stored))
+                yield rpc.PullMessageResponse(next_offset=result.next_begin_offset)
+                return
+            if result.next_begin_offset > request.offset:
+                # Filtered everything in the window: tell the client where to go on.
+                yield rpc.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
+                yield rpc.PullMessageResponse(next_offset=result.next_begin_offset)
+                return
+            remaining_s = deadline - asyncio.get_running_loop().time()
+            if remaining_s <= 0:
+                yield rpc.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
+                yield rpc.PullMessageResponse(next_offset=request.offset)
+                return
+            await self.waiters.wait(topic.name, queue_id, remaining_s)
+
+    async def UpdateOffset(self, request, context):
+        try:
+            self.topics.group(request.group.name)
+            topic, queue_id = self._queue_of(request.message_queue)
+        except TopicError as error:
+            return rpc.UpdateOffsetResponse(status=topic_error_status(error))
+        except InvalidRequest as error:
+            return rpc.UpdateOffsetResponse(status=status(error.code, str(error)))
+        high = self.store.max_offset_in_queue(topic.name, queue_id)
+        if not 0 <= request.offset <= high:
+            return rpc.UpdateOffsetResponse(
+                status=status(pb.ILLEGAL_OFFSET, f"offset {request.offset} outside [0, {high}]")
+            )
+        result = await self.offsets.commit(request.group.name, topic.name, queue_id, request.offset)
+        if result.status is not PutStatus.OK:
+            code = STORE_STATUS_CODES.get(result.status, pb.INTERNAL_SERVER_ERROR)
+            return rpc.UpdateOffsetResponse(status=status(code, result.error or ""))
+        return rpc.UpdateOffsetResponse(status=OK)
+
+    async def GetOffset(self, request, context):
+        try:
+            self.topics.group(request.group.name)
+            topic, queue_id = self._queue_of(request.message_queue)
+        except TopicError as error:
+            return rpc.GetOffsetResponse(status=topic_error_status(error))
+        except InvalidRequest as error:
+            return rpc.GetOffsetResponse(status=status(error.code, str(error)))
+        committed = self.offsets.get(request.group.name, topic.name, queue_id)
+        if committed is None:
+            return rpc.GetOffsetResponse(
+                status=status(pb.OFFSET_NOT_FOUND, "the group committed no offset for this queue")
+            )
+        return rpc.GetOffsetResponse(status=OK, offset=committed)
+
+    async def QueryOffset(self, request, context):
+        try:
+            topic, queue_id = self._queue_of(request.message_queue)
+        except TopicError as error:
+            return rpc.QueryOffsetResponse(status=topic_error_status(error))
+        except InvalidRequest as error:
+            return rpc.QueryOffsetResponse(status=status(error.code, str(error)))
+        policy = request.query_offset_policy
+        if policy == pb.BEGINNING:
+            offset = self.store.min_offset_in_queue(topic.name, queue_id)
+        elif policy == pb.END:
+            offset = self.store.max_offset_in_queue(topic.name, queue_id)
+        else:
+            if not request.HasField("timestamp"):
+                return rpc.QueryOffsetResponse(
+                    status=status(pb.BAD_REQUEST, "TIMESTAMP policy needs a timestamp")
+                )
+            offset = self.store.offset_by_time(topic.name, queue_id, millis_of(request.timestamp))
+        return rpc.QueryOffsetResponse(status=OK, offset=offset)
+
+
+def tag_filter(expression: pb.FilterExpression) -> list[str] | None:
+    """Tags of a TAG expression (``TagA || TagB``); None for ``*`` or no expression."""
+    if expression.type == pb.SQL:
+        raise InvalidRequest(pb.ILLEGAL_FILTER_EXPRESSION, "SQL filters are not supported")
+    text = expression.expression.strip()
+    if not text or text == "*":
+        return None
+    tags = [part.strip() for part in text.split("||")]
+    if any(not tag or any(c.isspace() for c in tag) for tag in tags):
+        raise InvalidRequest(pb.ILLEGAL_FILTER_EXPRESSION, f"bad tag expression {text!r}")
+    return tags

@@ -1,0 +1,102 @@
+"""The broker process: one store, the gRPC services on one port, a clean stop on SIGTERM.
+
+``python -m node --config node.toml [--data DIR] [--port P]`` (also ``ferrymq node``).
+On start it writes the effective configuration to ``<data>/node.toml`` and prints one line
+``ferrymq node <id> ready on <host>:<port>`` — with ``--port 0`` the OS picks the port and
+that line says which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+import grpc
+
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from ferrymq.protocol.ferrymq import admin_pb2_grpc
+from node.admin_service import AdminService
+from node.config import NodeConfig, render_node_config
+from node.consumer_offsets import ConsumerOffsets
+from node.long_polling import QueueWaiters
+from node.messaging_service import MessagingService
+from node.topics import TopicTable
+from store.message_store import MessageStore
+
+log = logging.getLogger("ferrymq.node")
+HOUSEKEEPING_INTERVAL_S = 1.0
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+class Node:
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.store: MessageStore | None = None
+        self.server: grpc.aio.Server | None = None
+        self.port = 0
+        self._housekeeping: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        config = self.config
+        os.makedirs(config.data_dir, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        # Recovery reads and fsyncs files: keep the loop free while it runs.
+        self.store = await loop.run_in_executor(None, MessageStore.open, config.store_config())
+        topics = TopicTable(os.path.join(config.data_dir, "topics.json"))
+        self.offsets = ConsumerOffsets(self.store)
+        self.offsets.load()
+        waiters = QueueWaiters(loop)
+        self.store.dispatcher.listeners.append(waiters.on_dispatch)
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ]
+        )
+        self.port = self.server.add_insecure_port(f"{config.host}:{config.ports.grpc}")
+        advertised = pb.Endpoints(
+            scheme=pb.IPv4, addresses=[pb.Address(host=config.host, port=self.port)]
+        )
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(
+            MessagingService(self.store, topics, self.offsets, waiters, config.group, advertised),
+            self.server,
+        )
+        admin_pb2_grpc.add_AdminServicer_to_server(
+            AdminService(self.store, topics, self.offsets, config.group), self.server
+        )
+        await self.server.start()
+        with open(os.path.join(config.data_dir, "node.toml"), "w", encoding="utf-8") as f:
+            f.write(render_node_config(config))
+        self._housekeeping = asyncio.create_task(self._housekeep())
+
+    async def _housekeep(self) -> None:
+        while True:
+            await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
+            try:
+                await self.offsets.snapshot_if_segment_changed()
+            except Exception:  # one failed round must not end housekeeping
+                log.exception("housekeeping round failed")
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+        if self.server is not None:
+            await self.server.stop(grace_s)
+        if self.store is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
+
+
+async def serve(config: NodeConfig) -> None:
+    node = Node(config)
+    await node.start()
+    print(f"ferrymq node {config.id} ready on {config.host}:{node.port}", flush=True)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    await stopping.wait()
+    await node.stop()
+    print(f"ferrymq node {config.id} stopped", flush=True)

@@ -1,0 +1,57 @@
+"""Start and stop real node processes for tests: port 0, a real data directory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEST_STORE = """
+[store]
+commitlog_segment_bytes = 8388608
+consume_queue_entries_per_file = 10000
+index_slot_count = 10007
+index_entry_count = 40000
+"""
+
+
+@dataclass
+class NodeProcess:
+    process: subprocess.Popen
+    address: str
+    data_dir: str
+
+    def sigkill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def sigterm(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(30)
+
+
+def start_node(data_dir: str, extra_toml: str = "", timeout_s: float = 30) -> NodeProcess:
+    os.makedirs(data_dir, exist_ok=True)
+    config = os.path.join(data_dir, "..", os.path.basename(data_dir) + ".toml")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write(TEST_STORE + extra_toml)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "node", "--config", config, "--data", data_dir, "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        if " ready on " in line:
+            return NodeProcess(process, line.rsplit(" ", 1)[1].strip(), data_dir)
+    process.kill()
+    raise RuntimeError(f"node in {data_dir} did not start (exit {process.poll()})")
