@@ -105,10 +105,12 @@ class IndexFile:
             self.begin_physical_offset = physical_offset
         slot_at = HEADER_SIZE + (key_hash % self.slot_count) * SLOT_SIZE
         (previous,) = SLOT.unpack_from(self.map, slot_at)
-        if previous <= 0 or previous >= self.index_count:
-            previous = 0  # empty slot, or a link left by a crash: start a new chain
-            self.used_slot_count += 1
         number = self.index_count
+        if previous >= number:
+            previous = self._last_counted(previous)
+        if previous <= 0:
+            previous = 0
+            self.used_slot_count += 1
         delta_s = max(0, (store_timestamp_ms - self.begin_timestamp_ms) // 1000)
         ENTRY.pack_into(
             self.map,
@@ -122,6 +124,21 @@ class IndexFile:
         self.index_count = number + 1
         self.end_timestamp_ms = store_timestamp_ms
         return True
+
+    def _last_counted(self, number: int) -> int:
+        """A slot can point past ``index_count`` when a process died after writing a
+        batch's entries but before its header: those entries are rewritten by the replay.
+        Their ``previous`` links still lead to older, counted entries of the chain — follow
+        them rather than cut the chain, which would lose every older key in this slot."""
+        entries_at = HEADER_SIZE + self.slot_count * SLOT_SIZE
+        while number >= self.index_count:
+            if number > self.entry_count:
+                return 0  # not an entry number at all: the link is garbage
+            previous = ENTRY.unpack_from(self.map, entries_at + number * ENTRY_SIZE)[3]
+            if not 0 <= previous < number:
+                return 0
+            number = previous
+        return number
 
     def write_header(self, end_physical_offset: int) -> None:
         self.end_physical_offset = end_physical_offset

@@ -243,3 +243,27 @@ def test_record_check_detects_each_kind_of_damage():
         check = commitlog_record.check_at(damaged, 0, len(damaged))
         assert check.size == 0 and reason in check.reason
     assert commitlog_record.check_at(bytes(64), 0, 64).reason is None  # zeros: clean end
+
+
+def test_index_chain_survives_a_crash_between_entries_and_header(tmp_path):
+    """A batch wrote entries and slots, then the process died before the header said so:
+    the next put into that slot must keep the older, counted entries reachable."""
+    from store.index_file import IndexFile
+
+    path = str(tmp_path / "index")
+    index = IndexFile.create(path, slot_count=1, entry_count=10)
+    assert index.put(11, 100, 1_000)
+    index.write_header(200)  # the first batch completed
+    assert index.put(22, 200, 1_000)
+    assert index.put(33, 300, 1_000)  # no header: the process dies here
+    index.map.flush()
+    del index
+
+    reopened = IndexFile.open(path, slot_count=1, entry_count=10)
+    assert reopened.index_count == 2  # the header still counts only the first entry
+    assert reopened.put(22, 200, 1_000)  # the replay writes the lost batch again
+    assert reopened.put(33, 300, 1_000)
+    reopened.write_header(400)
+    assert reopened.lookup(11, 0, 10_000, 10) == [100]
+    assert reopened.lookup(22, 0, 10_000, 10) == [200]
+    assert reopened.lookup(33, 0, 10_000, 10) == [300]
