@@ -3,15 +3,23 @@
     python proto/generate.py           # regenerate the checked-in modules
     python proto/generate.py --check   # exit 1, naming the files, if they are stale
 
-Generated modules import each other by their proto path (``apache.rocketmq.v2``); they are
-rewritten to live under ``ferrymq.protocol`` so that ferrymq's copy never collides with
-another package that registers the same proto paths in the same process.
+The generator is pinned: grpcio-tools==1.85.1 (its bundled protoc writes protobuf 7.35.1
+gencode). The output is compared byte for byte, so both modes refuse to run (exit 2) under
+any other grpcio-tools version. That gencode checks its runtime at import: it needs
+protobuf>=7.35.1 and grpcio>=1.85.1, as pyproject.toml declares.
+
+Generated modules import each other by their proto path (``apache.rocketmq.v2``) and name
+that path as their Python module. Both are rewritten to live under ``ferrymq.protocol``, so
+that the imports resolve and the message classes can be pickled (their ``__module__`` must be
+importable). The proto file names in the descriptor pool stay the official ones: the
+official RocketMQ Python client cannot share a process with these modules.
 """
 
 from __future__ import annotations
 
 import argparse
 import filecmp
+import importlib.metadata
 import os
 import re
 import shutil
@@ -27,7 +35,23 @@ SOURCES = [
     "apache/rocketmq/v2/service.proto",
     "ferrymq/admin.proto",
 ]
+GENERATOR_VERSION = "1.85.1"
 IMPORT = re.compile(r"^from (apache\.rocketmq\.v2|ferrymq) import (\w+_pb2)", re.MULTILINE)
+MODULE_NAME = re.compile(r"(BuildTopDescriptorsAndMessages\(DESCRIPTOR, ')([\w.]+')")
+
+
+def generator_mismatch() -> str | None:
+    """Say why the installed generator cannot be used, or None when it is the pinned one."""
+    try:
+        installed = importlib.metadata.version("grpcio-tools")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed == GENERATOR_VERSION:
+        return None
+    return (
+        f"proto/generate.py needs grpcio-tools=={GENERATOR_VERSION} (installed: {installed}); "
+        f"other versions write different code. pip install grpcio-tools=={GENERATOR_VERSION}"
+    )
 
 
 def generate(output: str) -> None:
@@ -57,6 +81,7 @@ def generate(output: str) -> None:
                 text = IMPORT.sub(
                     lambda m: f"from {PACKAGE}.{m.group(1)} import {m.group(2)}", text
                 )
+                text = MODULE_NAME.sub(rf"\g<1>{PACKAGE}.\g<2>", text)
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(text)
 
@@ -77,6 +102,10 @@ def main() -> int:
     parser.add_argument("--output", default=OUTPUT_DIR, help="where the modules live")
     args = parser.parse_args()
     output = args.output
+    mismatch = generator_mismatch()
+    if mismatch:
+        print(mismatch, file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as scratch:
         generate(scratch)
         fresh = generated_files(scratch)

@@ -142,6 +142,14 @@ def check_at(buf, position: int, limit: int) -> RecordCheck:
     (properties_length,) = PROPERTIES_LENGTH.unpack_from(buf, properties_at)
     if properties_at + 2 + properties_length != position + size:
         return RecordCheck(0, reason="properties length inconsistent with record size")
+    # BODYCRC covers only the body, so a record whose last bytes never reached the file
+    # (zeros where a crash tore the tail) passed every check above with damaged
+    # properties. Properties always end with the pair separator and a topic has no zero
+    # byte (both are enforced on write), so such a tail is still caught here.
+    if properties_length and buf[position + size - 1] != 0x02:
+        return RecordCheck(0, reason="properties do not end with a separator (torn tail)")
+    if 0 in buf[topic_at + 1 : properties_at]:
+        return RecordCheck(0, reason="zero byte in the topic (torn tail)")
     (body_crc,) = CRC_AT.unpack_from(buf, position + OFFSET_BODY_CRC)
     body_at = position + HEADER_SIZE
     with memoryview(buf) as view:

@@ -14,6 +14,7 @@ number of threads.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from collections.abc import Callable
 from store.mapped_file import PAGE_SIZE
 
 FlushCallback = Callable[[bool], None]
+
+log = logging.getLogger(__name__)
 
 
 class GroupCommitService:
@@ -152,13 +155,19 @@ class BackgroundFlusher:
     def _run(self) -> None:
         last_derived = time.monotonic()
         while not self._stop.wait(min(self._interval_s, self._derived_interval_s)):
-            if self._flush_commitlog is not None:
-                self._flush_commitlog(False)
-            now = time.monotonic()
-            if now - last_derived >= self._derived_interval_s:
-                last_derived = now
-                self._flush_derived()
-                self._housekeeping()
+            # A failed round (ENOSPC writing the checkpoint, say) is retried at the next
+            # one. Uncaught, it ended this thread for good: no more ASYNC_FLUSH flushes,
+            # checkpoints or retention — the very thing that frees a full disk.
+            try:
+                if self._flush_commitlog is not None:
+                    self._flush_commitlog(False)
+                now = time.monotonic()
+                if now - last_derived >= self._derived_interval_s:
+                    last_derived = now
+                    self._flush_derived()
+                    self._housekeeping()
+            except Exception:
+                log.exception("background flush failed; retrying at the next interval")
 
     def stop(self) -> None:
         self._stop.set()

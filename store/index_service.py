@@ -30,17 +30,27 @@ class IndexService:
 
     def load(self) -> None:
         names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 17)
-        self.files = tuple(
-            IndexFile.open(os.path.join(self.directory, n), self.slot_count, self.entry_count)
-            for n in names
-        )
+        files = []
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if os.path.getsize(path) == 0:
+                # The process died inside ``create_mapped``, between creating the file and
+                # reserving its space: it holds nothing, and the replay from the checkpoint
+                # creates it again. Opening it would refuse it (wrong size) and the store.
+                os.unlink(path)
+                continue
+            files.append(IndexFile.open(path, self.slot_count, self.entry_count))
+        self.files = tuple(files)
 
     @property
     def end_physical_offset(self) -> int:
         files = self.files
         return files[-1].end_physical_offset if files else 0
 
-    def _writable(self, now_ms: int) -> IndexFile:
+    def _writable(self, now_ms: int, indexed_below: int | None = None) -> IndexFile:
+        """The file that takes the next entry. A new file's header starts at
+        ``indexed_below`` (default: where the previous file ends): it claims no record
+        at or past it until ``put_batch`` writes its final header."""
         files = self.files
         if files and not files[-1].is_full:
             return files[-1]
@@ -52,8 +62,10 @@ class IndexService:
             self.slot_count,
             self.entry_count,
         )
-        if files:
-            created.write_header(files[-1].end_physical_offset)
+        if indexed_below is None and files:
+            indexed_below = files[-1].end_physical_offset
+        if indexed_below is not None:
+            created.write_header(indexed_below)
         self.files = (*files, created)
         return created
 
@@ -73,9 +85,24 @@ class IndexService:
             for key in request.keys:
                 key_hash = index_key_hash((prefix + key).encode())
                 if not target.put(key_hash, request.physical_offset, request.store_timestamp_ms):
-                    # The full file holds entries up to this record (maybe some of its keys).
-                    target.write_header(request.physical_offset + request.size)
-                    target = self._writable(request.store_timestamp_ms)
+                    # The full file holds every key of the records before this one, and
+                    # maybe some of this one's. Its header claims only the former until
+                    # the next file exists: if creating that file fails (ENOSPC) or the
+                    # process dies first, the replay must not skip this record, or its
+                    # remaining keys are never indexed.
+                    target.write_header(request.physical_offset)
+                    full = target
+                    # The new file must not claim this record before its final header:
+                    # after a crash in between, the replay (which skips records below
+                    # the newest file's end) would skip it and lose the keys that went
+                    # into the new file. Keys already in the full file are then indexed
+                    # twice; queries drop duplicate offsets.
+                    target = self._writable(
+                        request.store_timestamp_ms, indexed_below=request.physical_offset
+                    )
+                    # Now the new file decides the replay; the full one keeps this record's
+                    # keys it holds until retention removes the record.
+                    full.write_header(request.physical_offset + request.size)
                     assert target.put(key_hash, request.physical_offset, request.store_timestamp_ms)
             last = request
         if target is not None and last is not None:
@@ -85,16 +112,18 @@ class IndexService:
         """Candidate physical offsets for ``topic#key`` in the time range, newest first.
         Unverified: the caller must check the record's real topic and keys."""
         key_hash = index_key_hash(f"{topic}#{key}".encode())
-        found: list[int] = []
-        for f in reversed(self.files):
-            if len(found) >= limit:
-                break
+        # Every file is asked: a crash between a file filling up and the next one taking
+        # over leaves a record's keys in both (see ``put_batch``), so files are not
+        # disjoint and a per-file cut-off could drop newer hits. Merged, deduplicated and
+        # sorted, the answer is newest first whatever the files hold.
+        found: set[int] = set()
+        for f in self.files:
             if f.index_count <= 1:
                 continue
             if f.end_timestamp_ms < begin_ms or f.begin_timestamp_ms > end_ms:
                 continue
-            found.extend(f.lookup(key_hash, begin_ms, end_ms, limit - len(found)))
-        return found
+            found.update(f.lookup(key_hash, begin_ms, end_ms, limit))
+        return sorted(found, reverse=True)[:limit]
 
     def truncate_physical(self, physical_end: int) -> None:
         """Forget index files that start at or past ``physical_end``. Entries of the last

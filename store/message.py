@@ -7,6 +7,7 @@ are RocketMQ's, so records stay readable by anyone who knows that format.
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass, field
 
 from store.errors import InvalidMessageError
@@ -24,7 +25,10 @@ PROPERTY_SEPARATOR = "\x02"
 
 TOPIC_MAX_BYTES = 255
 PROPERTIES_MAX_BYTES = 32767
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# Matched with ``fullmatch``: with ``match``, ``$`` also matches before a trailing newline,
+# which let "orders\n" through (and into a consume-queue directory name).
+TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
+OFFSET_MESSAGE_ID_PATTERN = re.compile(r"[0-9A-Fa-f]{32}")
 
 # SYSFLAG bits (RocketMQ's MessageSysFlag).
 SYSFLAG_COMPRESSED = 0x1
@@ -47,12 +51,57 @@ def validate_topic(topic: str) -> bytes:
         raise InvalidMessageError(
             "TOPIC_INVALID", f"topic is {len(encoded)} bytes, the limit is {TOPIC_MAX_BYTES}"
         )
-    if not TOPIC_PATTERN.match(topic):
+    if not TOPIC_PATTERN.fullmatch(topic):
         raise InvalidMessageError(
             "TOPIC_INVALID",
             f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]",
         )
     return encoded
+
+
+# The record header fields a producer sets, in their on-disk widths (DESIGN §3.1).
+CALLER_HEADER_FIELDS = (
+    "flag",
+    "sys_flag",
+    "born_timestamp_ms",
+    "reconsume_times",
+    "prepared_transaction_offset",
+)
+CALLER_HEADER = struct.Struct(">iiqiq")
+
+
+def validate_header_fields(message: Message) -> None:
+    """Refuse a header field outside its on-disk range as bad input. Unchecked, it raised
+    ``struct.error`` inside ``CommitLog.append`` after the batch had taken its queue
+    offsets: the put crashed and the queue kept a gap. One ``pack`` on the good path."""
+    try:
+        CALLER_HEADER.pack(
+            message.flag,
+            message.sys_flag,
+            message.born_timestamp_ms,
+            message.reconsume_times,
+            message.prepared_transaction_offset,
+        )
+        if len(message.born_host) == len(NO_HOST):
+            return
+        bad = "born_host"
+    except struct.error:
+        bad = next(
+            name
+            for name, code in zip(CALLER_HEADER_FIELDS, CALLER_HEADER.format[1:], strict=True)
+            if not _fits(code, getattr(message, name))
+        )
+    raise InvalidMessageError(
+        "FIELD_OUT_OF_RANGE", f"{bad} {getattr(message, bad)!r} does not fit its record field"
+    )
+
+
+def _fits(code: str, value: object) -> bool:
+    try:
+        struct.pack(">" + code, value)
+    except struct.error:
+        return False
+    return True
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:
@@ -188,7 +237,9 @@ def offset_message_id(store_host: bytes, physical_offset: int) -> str:
 
 def parse_offset_message_id(message_id: str) -> tuple[bytes, int]:
     """Inverse of :func:`offset_message_id`; ``ValueError`` on anything malformed."""
-    if len(message_id) != 32:
-        raise ValueError(f"an offset message id has 32 hex characters, got {len(message_id)}")
+    # Exactly 32 hex digits: ``bytes.fromhex`` alone skips whitespace, so "…  " with 30
+    # digits would parse as a 15-byte id pointing at some other record.
+    if not OFFSET_MESSAGE_ID_PATTERN.fullmatch(message_id):
+        raise ValueError(f"an offset message id is 32 hex digits, got {message_id!r}")
     raw = bytes.fromhex(message_id)
     return raw[:8], int.from_bytes(raw[8:], "big")

@@ -40,6 +40,7 @@ from store.message import (
     encode_host,
     encode_properties,
     parse_offset_message_id,
+    validate_header_fields,
     validate_topic,
 )
 from store.results import (
@@ -458,6 +459,7 @@ class MessageStore:
                 )
             if not 0 <= message.queue_id < 1 << 31:
                 raise InvalidMessageError("QUEUE_ID_INVALID", f"queue id {message.queue_id}")
+            validate_header_fields(message)
             prepared = prepare(message, topic_prefix, encode_properties(message.properties))
             total += prepared.size
             batch.append(prepared)

@@ -28,7 +28,7 @@ DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x66\x65rrymq/
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ferrymq.admin_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ferrymq.protocol.ferrymq.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_STOREDMESSAGE_PROPERTIESENTRY']._loaded_options = None
