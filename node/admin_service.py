@@ -8,6 +8,7 @@ from __future__ import annotations
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
 from node.consumer_offsets import ConsumerOffsets
+from node.pop_state import PopState
 from node.topics import GroupConfig, MessageType, Permission, TopicConfig, TopicError, TopicTable
 from store.message import StoredMessage
 from store.message_store import MessageStore
@@ -67,11 +68,17 @@ def stored_message(stored: StoredMessage, broker_group: str) -> api.StoredMessag
 
 class AdminService(admin_pb2_grpc.AdminServicer):
     def __init__(
-        self, store: MessageStore, topics: TopicTable, offsets: ConsumerOffsets, broker_group: str
+        self,
+        store: MessageStore,
+        topics: TopicTable,
+        offsets: ConsumerOffsets,
+        pop_state: PopState,
+        broker_group: str,
     ) -> None:
         self.store = store
         self.topics = topics
         self.offsets = offsets
+        self.pop_state = pop_state
         self.broker_group = broker_group
 
     def _config_of(self, topic: api.Topic) -> TopicConfig:
@@ -165,8 +172,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         queues = []
         for queue_id in range(topic.queue_count):
             broker_offset = self.store.max_offset_in_queue(topic.name, queue_id)
+            # A group consumes by offsets (pull) or by POP; POP's position, when it has
+            # one, is where everything below is acked, dead-lettered or filtered out.
+            cursor = self.pop_state.cursor((request.group, topic.name, queue_id))
             committed = self.offsets.get(request.group, topic.name, queue_id)
-            consumer_offset = committed if committed is not None else 0
+            if cursor is not None:
+                consumer_offset, in_flight = cursor.consumed_below, len(cursor.in_flight)
+            else:
+                consumer_offset, in_flight = (committed if committed is not None else 0), 0
             queues.append(
                 api.QueueProgress(
                     topic=topic.name,
@@ -175,6 +188,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     broker_offset=broker_offset,
                     consumer_offset=consumer_offset,
                     lag=max(0, broker_offset - consumer_offset),
+                    in_flight=in_flight,
                 )
             )
         return api.GroupProgressResponse(status=OK, queues=queues)

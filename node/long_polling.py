@@ -1,4 +1,5 @@
-"""Wake long-polling readers when their queue gets new messages.
+"""Wake long-polling readers when their queue gets new messages (or, for POP, when an
+ack or dead-lettering frees a FIFO queue: ``notify``).
 
 The store calls ``notify`` from its dispatcher (on the event loop for puts made there, on
 another thread during recovery or catch-up); waiters are asyncio futures of the loop.
@@ -33,18 +34,30 @@ class QueueWaiters:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def notify(self, topic: str, queue_id: int) -> None:
+        """Wake the waiters of one queue; call on the loop."""
+        self._wake((topic, queue_id))
+
     async def wait(self, topic: str, queue_id: int, timeout_s: float) -> None:
         """Return when the queue may have new messages, or after ``timeout_s``."""
+        await self.wait_any(topic, (queue_id,), timeout_s)
+
+    async def wait_any(self, topic: str, queue_ids, timeout_s: float) -> None:
+        """Return when any of the queues may have new messages, or after ``timeout_s``."""
         waiter: asyncio.Future[None] = self._loop.create_future()
-        waiters = self._waiters.setdefault((topic, queue_id), set())
-        waiters.add(waiter)
+        registered = []
+        for queue_id in queue_ids:
+            waiters = self._waiters.setdefault((topic, queue_id), set())
+            waiters.add(waiter)
+            registered.append(((topic, queue_id), waiters))
         try:
             await asyncio.wait_for(waiter, timeout_s)
         except TimeoutError:
             pass
         finally:
-            waiters.discard(waiter)
-            # Only drop the set if it is still the registered one: a wake-up may have
-            # replaced it with a new set that other waiters are in.
-            if not waiters and self._waiters.get((topic, queue_id)) is waiters:
-                del self._waiters[(topic, queue_id)]
+            for key, waiters in registered:
+                waiters.discard(waiter)
+                # Only drop the set if it is still the registered one: a wake-up may have
+                # replaced it with a new set that other waiters are in.
+                if not waiters and self._waiters.get(key) is waiters:
+                    del self._waiters[key]

@@ -21,7 +21,16 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from node.consumer_offsets import ConsumerOffsets
 from node.convert import InvalidRequest, millis_of, to_store_message, to_wire_message
+from node.filter_expression import tag_filter
 from node.long_polling import QueueWaiters
+from node.pop_service import PopService
+from node.rpc_status import (
+    OK,
+    STORE_STATUS_CODES,
+    seconds_of,
+    status,
+    topic_error_status,
+)
 from node.topics import GroupConfig, MessageType, Permission, TopicConfig, TopicError, TopicTable
 from store.message_store import MessageStore
 from store.results import GetStatus, PutStatus
@@ -42,34 +51,6 @@ PERMISSIONS = {
     Permission.WRITE: pb.WRITE,
     Permission.READ_WRITE: pb.READ_WRITE,
 }
-STORE_STATUS_CODES = {
-    PutStatus.MESSAGE_ILLEGAL: pb.BAD_REQUEST,
-    PutStatus.PROPERTIES_SIZE_EXCEEDED: pb.MESSAGE_PROPERTIES_TOO_LARGE,
-    PutStatus.DISK_FULL: pb.INTERNAL_SERVER_ERROR,
-    PutStatus.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
-    PutStatus.SERVICE_NOT_AVAILABLE: pb.INTERNAL_SERVER_ERROR,
-}
-TOPIC_ERROR_CODES = {
-    "ILLEGAL_TOPIC": pb.ILLEGAL_TOPIC,
-    "TOPIC_NOT_FOUND": pb.TOPIC_NOT_FOUND,
-    "ILLEGAL_CONSUMER_GROUP": pb.ILLEGAL_CONSUMER_GROUP,
-    "CONSUMER_GROUP_NOT_FOUND": pb.CONSUMER_GROUP_NOT_FOUND,
-}
-
-
-def status(code: int, message: str = "") -> pb.Status:
-    return pb.Status(code=code, message=message or pb.Code.Name(code))
-
-
-OK = status(pb.OK)
-
-
-def topic_error_status(error: TopicError) -> pb.Status:
-    return status(TOPIC_ERROR_CODES.get(error.reason, pb.BAD_REQUEST), str(error))
-
-
-def seconds_of(duration: duration_pb2.Duration) -> float:
-    return duration.seconds + duration.nanos / 1e9
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
@@ -79,9 +60,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         topics: TopicTable,
         offsets: ConsumerOffsets,
         waiters: QueueWaiters,
+        pop: PopService,
         broker_name: str,
         advertised: pb.Endpoints,
     ) -> None:
+        self.pop = pop
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -238,6 +221,20 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             messages.append(to_store_message(message, queue_id))
         return messages
 
+    # ---- POP consumption (node.pop_service) -----------------------------------------
+    async def ReceiveMessage(self, request, context):
+        async for response in self.pop.receive_message(request, context):
+            yield response
+
+    async def AckMessage(self, request, context):
+        return await self.pop.ack_message(request, context)
+
+    async def ChangeInvisibleDuration(self, request, context):
+        return await self.pop.change_invisible_duration(request, context)
+
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        return await self.pop.forward_to_dead_letter_queue(request, context)
+
     # ---- offset-based consumption ------------------------------------------------------
     def _queue_of(self, message_queue: pb.MessageQueue) -> tuple[TopicConfig, int]:
         topic = self.topics.topic(message_queue.topic.name)
@@ -353,16 +350,3 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 )
             offset = self.store.offset_by_time(topic.name, queue_id, millis_of(request.timestamp))
         return rpc.QueryOffsetResponse(status=OK, offset=offset)
-
-
-def tag_filter(expression: pb.FilterExpression) -> list[str] | None:
-    """Tags of a TAG expression (``TagA || TagB``); None for ``*`` or no expression."""
-    if expression.type == pb.SQL:
-        raise InvalidRequest(pb.ILLEGAL_FILTER_EXPRESSION, "SQL filters are not supported")
-    text = expression.expression.strip()
-    if not text or text == "*":
-        return None
-    tags = [part.strip() for part in text.split("||")]
-    if any(not tag or any(c.isspace() for c in tag) for tag in tags):
-        raise InvalidRequest(pb.ILLEGAL_FILTER_EXPRESSION, f"bad tag expression {text!r}")
-    return tags

@@ -23,6 +23,8 @@ from node.config import NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
 from node.long_polling import QueueWaiters
 from node.messaging_service import MessagingService
+from node.pop_service import PopService
+from node.pop_state import PopState
 from node.topics import TopicTable
 from store.message_store import MessageStore
 
@@ -48,7 +50,10 @@ class Node:
         topics = TopicTable(os.path.join(config.data_dir, "topics.json"))
         self.offsets = ConsumerOffsets(self.store)
         self.offsets.load()
+        self.pop_state = PopState(self.store)
+        self.pop_state.replay()
         waiters = QueueWaiters(loop)
+        pop = PopService(self.store, topics, self.offsets, self.pop_state, waiters)
         self.store.dispatcher.listeners.append(waiters.on_dispatch)
         self.server = grpc.aio.server(
             options=[
@@ -61,11 +66,14 @@ class Node:
             scheme=pb.IPv4, addresses=[pb.Address(host=config.host, port=self.port)]
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(
-            MessagingService(self.store, topics, self.offsets, waiters, config.group, advertised),
+            MessagingService(
+                self.store, topics, self.offsets, waiters, pop, config.group, advertised
+            ),
             self.server,
         )
         admin_pb2_grpc.add_AdminServicer_to_server(
-            AdminService(self.store, topics, self.offsets, config.group), self.server
+            AdminService(self.store, topics, self.offsets, self.pop_state, config.group),
+            self.server,
         )
         await self.server.start()
         with open(os.path.join(config.data_dir, "node.toml"), "w", encoding="utf-8") as f:
@@ -77,6 +85,7 @@ class Node:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
             try:
                 await self.offsets.snapshot_if_segment_changed()
+                await self.pop_state.snapshot_if_segment_changed()
             except Exception:  # one failed round must not end housekeeping
                 log.exception("housekeeping round failed")
 

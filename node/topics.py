@@ -20,6 +20,12 @@ NAME_MAX_LENGTH = 127  # RocketMQ's limit for topic and group names
 QUEUES_MAX = 1024
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 16
 SYSTEM_PREFIX = "%SYS%"
+DLQ_PREFIX = "%DLQ%"
+GROUP_NAME_MAX_LENGTH = NAME_MAX_LENGTH - len(DLQ_PREFIX)  # so %DLQ%<group> is a legal name
+
+
+def dead_letter_topic_of(group: str) -> str:
+    return DLQ_PREFIX + group
 
 
 class MessageType(enum.Enum):
@@ -136,6 +142,12 @@ class TopicTable:
     # ---- groups ----------------------------------------------------------------------
     def create_group(self, config: GroupConfig) -> GroupConfig:
         check_name("CONSUMER_GROUP", config.name)
+        if len(config.name) > GROUP_NAME_MAX_LENGTH:
+            raise TopicError(
+                "ILLEGAL_CONSUMER_GROUP",
+                f"group name is {len(config.name)} characters, the limit is "
+                f"{GROUP_NAME_MAX_LENGTH} (its dead-letter topic {DLQ_PREFIX}<group> must fit)",
+            )
         if not 1 <= config.max_delivery_attempts <= 1000:
             raise TopicError("ILLEGAL_CONSUMER_GROUP", "max delivery attempts must be 1..1000")
         if config.name in self.groups:
@@ -143,6 +155,15 @@ class TopicTable:
         self.groups[config.name] = config
         self._save()
         return config
+
+    def dead_letter_topic(self, group: str) -> TopicConfig:
+        """The group's ``%DLQ%<group>`` topic, created (one queue) the first time."""
+        name = dead_letter_topic_of(group)
+        found = self.topics.get(name)
+        if found is None:
+            found = self.topics[name] = TopicConfig(name, queue_count=1)
+            self._save()
+        return found
 
     def delete_group(self, name: str) -> None:
         self.group(name)

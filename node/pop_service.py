@@ -1,0 +1,438 @@
+"""POP consumption: ReceiveMessage, AckMessage, ChangeInvisibleDuration and
+ForwardMessageToDeadLetterQueue, the model of the official RocketMQ 5 clients.
+
+A receive pops the whole topic on this node (as the Java proxy does; the request's queue id
+is ignored), queue after queue from a rotating start: first the group's deliveries whose
+invisibility expired (redelivered with ``delivery_attempt`` + 1, or moved to
+``%DLQ%<group>`` once the group's max attempts are used up), then new messages from the
+cursor, filtered by the group's tag expression (what the filter skips is consumed for the
+group). FIFO groups take nothing from a queue while any delivery of it is invisible, so a
+message group is delivered in order with at most one batch in flight.
+
+Every decision is applied to ``PopState`` synchronously and its record appended before the
+client hears of it (see ``node.system_state``); a failed append is undone in memory and
+answered with the store's status. A new group starts at its committed offset (set through
+UpdateOffset) or else at the beginning of each queue.
+
+Thread-safety: owned by the node's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from node.consumer_offsets import ConsumerOffsets
+from node.convert import InvalidRequest, timestamp_of, to_wire_message
+from node.filter_expression import tag_filter
+from node.long_polling import QueueWaiters
+from node.pop_state import KIND_DLQ, KIND_POP, CursorKey, InFlight, PopCursor, PopState
+from node.receipt_handle import MalformedReceiptHandle, ReceiptHandle, new_delivery_id
+from node.rpc_status import OK, seconds_of, status, store_failure, topic_error_status
+from node.topics import GroupConfig, Permission, TopicConfig, TopicError, TopicTable
+from store.message import Message, StoredMessage
+from store.message_store import MessageStore
+from store.results import GetStatus
+
+RECEIVE_BATCH_MAX = 32
+DEFAULT_INVISIBLE_MS = 60_000  # clients that ask the node to choose (auto_renew)
+INVISIBLE_MIN_MS = 1_000
+INVISIBLE_MAX_MS = 12 * 3600 * 1000
+LONG_POLLING_DEFAULT_S = 20.0
+LONG_POLLING_MAX_S = 60.0
+DEADLINE_MARGIN_S = 0.5  # answer this long before the client's deadline
+PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+PROPERTY_DLQ_ORIGIN_QUEUE = "DLQ_ORIGIN_QUEUE"
+PROPERTY_DLQ_ORIGIN_OFFSET = "DLQ_ORIGIN_OFFSET"
+STALE = "the receipt handle is stale: the message was acked, dead-lettered or redelivered since"
+
+
+@dataclass
+class Delivery:
+    stored: StoredMessage
+    handle: str
+    attempt: int
+
+
+class PopFailed(Exception):
+    """The records of a POP decision could not be appended; ``status`` says why."""
+
+    def __init__(self, answer: pb.Status) -> None:
+        super().__init__(answer.message)
+        self.status = answer
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PopService:
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicTable,
+        offsets: ConsumerOffsets,
+        state: PopState,
+        waiters: QueueWaiters,
+        clock_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.state = state
+        self.waiters = waiters
+        self.clock_ms = clock_ms
+        self._rotation: dict[tuple[str, str], int] = {}
+
+    # ---- ReceiveMessage ------------------------------------------------------------
+    async def receive_message(self, request, context) -> AsyncIterator[rpc.ReceiveMessageResponse]:
+        try:
+            group = self.topics.group(request.group.name)
+            topic = self.topics.topic(request.message_queue.topic.name)
+            if topic.permission is Permission.WRITE:
+                raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
+            tags = tag_filter(request.filter_expression)
+            invisible_ms = self._invisible_ms(request)
+        except TopicError as error:
+            yield rpc.ReceiveMessageResponse(status=topic_error_status(error))
+            return
+        except InvalidRequest as error:
+            yield rpc.ReceiveMessageResponse(status=status(error.code, str(error)))
+            return
+        batch = max(1, min(request.batch_size or RECEIVE_BATCH_MAX, RECEIVE_BATCH_MAX))
+        if request.HasField("long_polling_timeout"):
+            wait_s = min(seconds_of(request.long_polling_timeout), LONG_POLLING_MAX_S)
+        else:
+            wait_s = LONG_POLLING_DEFAULT_S
+        remaining = context.time_remaining() if context is not None else None
+        if remaining is not None:
+            wait_s = max(0.0, min(wait_s, remaining - DEADLINE_MARGIN_S))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            try:
+                deliveries = await self.receive(group, topic, tags, batch, invisible_ms)
+            except PopFailed as failed:
+                yield rpc.ReceiveMessageResponse(status=failed.status)
+                return
+            if deliveries:
+                yield rpc.ReceiveMessageResponse(status=OK)
+                for delivery in deliveries:
+                    yield rpc.ReceiveMessageResponse(
+                        message=to_wire_message(
+                            delivery.stored,
+                            receipt_handle=delivery.handle,
+                            delivery_attempt=delivery.attempt,
+                        )
+                    )
+                yield rpc.ReceiveMessageResponse(delivery_timestamp=timestamp_of(self.clock_ms()))
+                return
+            remaining_s = deadline - loop.time()
+            if remaining_s <= 0:
+                yield rpc.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
+                return
+            visible_in_s = self._next_visible_in_ms(group.name, topic) / 1000
+            await self.waiters.wait_any(
+                topic.name, range(topic.queue_count), min(remaining_s, visible_in_s)
+            )
+
+    @staticmethod
+    def _invisible_ms(request) -> int:
+        if not request.HasField("invisible_duration"):
+            return DEFAULT_INVISIBLE_MS
+        invisible_ms = int(seconds_of(request.invisible_duration) * 1000)
+        check_invisible_ms(invisible_ms)
+        return invisible_ms
+
+    async def receive(
+        self,
+        group: GroupConfig,
+        topic: TopicConfig,
+        tags: list[str] | None,
+        batch: int,
+        invisible_ms: int,
+    ) -> list[Delivery]:
+        """Pop up to ``batch`` messages of ``topic`` for ``group``; [] if none is ready."""
+        now = self.clock_ms()
+        records: list[Message] = []
+        deliveries: list[Delivery] = []
+        undo: list[Callable[[], None]] = []
+        queue_count = topic.queue_count
+        rotation_key = (group.name, topic.name)
+        start = self._rotation.get(rotation_key, 0) % queue_count
+        self._rotation[rotation_key] = start + 1
+        for step in range(queue_count):
+            if len(deliveries) >= batch:
+                break
+            key = (group.name, topic.name, (start + step) % queue_count)
+            cursor = self._cursor(key)
+            if group.fifo and cursor.invisible_count(now):
+                continue
+            picked: list[tuple[StoredMessage, int]] = []
+            for offset in sorted(o for o, f in cursor.in_flight.items() if f.visible_at_ms <= now):
+                if len(deliveries) + len(picked) >= batch:
+                    break
+                entry = cursor.in_flight[offset]
+                stored = self._read(topic.name, key[2], offset)
+                if stored is None:  # removed by retention: nothing left to deliver
+                    records.append(self.state.ack(key, [(offset, entry.delivery)]))
+                elif entry.attempt >= group.max_delivery_attempts:
+                    records.extend(self._dead_letter(key, offset, entry, stored))
+                    undo.append(lambda k=key, o=offset, e=entry: self._restore(k, {o: e}))
+                else:
+                    picked.append((stored, entry.attempt + 1))
+            next_offset = cursor.next_offset
+            want = batch - len(deliveries) - len(picked)
+            if want > 0:
+                fresh, next_offset = self._new_messages(topic.name, key[2], next_offset, want, tags)
+                picked.extend((stored, 1) for stored in fresh)
+            if not picked and next_offset == cursor.next_offset:
+                continue
+            delivery = new_delivery_id()
+            pairs = [(stored.queue_offset, attempt) for stored, attempt in picked]
+            records.append(self.state.pop(key, pairs, next_offset, delivery, now + invisible_ms))
+            undo.append(lambda k=key, p=pairs, d=delivery: self._make_visible(k, p, d))
+            deliveries.extend(
+                Delivery(stored, ReceiptHandle(key[2], stored.queue_offset, delivery).encode(), a)
+                for stored, a in picked
+            )
+        if records:
+            await self._append(records, undo)
+        return deliveries
+
+    def _new_messages(
+        self, topic: str, queue_id: int, offset: int, want: int, tags: list[str] | None
+    ) -> tuple[list[StoredMessage], int]:
+        """Messages from the cursor on, and where the cursor goes next."""
+        result = self.store.get_messages(topic, queue_id, offset, want, tags)
+        if result.status is GetStatus.OFFSET_TOO_SMALL:  # retention passed the cursor
+            offset = result.min_offset
+            result = self.store.get_messages(topic, queue_id, offset, want, tags)
+        if result.status in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
+            return result.messages, result.next_begin_offset
+        return [], offset
+
+    def _next_visible_in_ms(self, group: str, topic: TopicConfig) -> float:
+        """Milliseconds until the earliest invisible delivery of the group comes back."""
+        now = self.clock_ms()
+        earliest = min(
+            (
+                f.visible_at_ms
+                for q in range(topic.queue_count)
+                if (c := self.state.cursor((group, topic.name, q))) is not None
+                for f in c.in_flight.values()
+            ),
+            default=None,
+        )
+        return float("inf") if earliest is None else max(1, earliest - now)
+
+    def _cursor(self, key: CursorKey) -> PopCursor:
+        cursor = self.state.cursor(key)
+        if cursor is None:
+            group, topic, queue_id = key
+            committed = self.offsets.get(group, topic, queue_id)
+            if committed is None:
+                committed = self.store.min_offset_in_queue(topic, queue_id)
+            cursor = self.state.cursors[key] = PopCursor(committed)
+        return cursor
+
+    def _read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+        found = self.store.get_messages(topic, queue_id, offset, 1).messages
+        return found[0] if found and found[0].queue_offset == offset else None
+
+    # ---- AckMessage ----------------------------------------------------------------
+    async def ack_message(self, request, context) -> rpc.AckMessageResponse:
+        try:
+            group = self.topics.group(request.group.name)
+            topic = self.topics.topic(request.topic.name)
+            if not request.entries:
+                raise InvalidRequest(pb.BAD_REQUEST, "no entries to ack")
+        except TopicError as error:
+            return rpc.AckMessageResponse(status=topic_error_status(error))
+        except InvalidRequest as error:
+            return rpc.AckMessageResponse(status=status(error.code, str(error)))
+        answers: list[pb.Status] = []
+        by_queue: dict[CursorKey, dict[int, InFlight]] = {}
+        for entry in request.entries:
+            try:
+                key, handle, current = self._current(group.name, topic, entry.receipt_handle)
+            except InvalidRequest as error:
+                answers.append(status(error.code, str(error)))
+                continue
+            by_queue.setdefault(key, {})[handle.queue_offset] = current
+            answers.append(OK)
+        if by_queue:
+            records = [
+                self.state.ack(key, [(o, f.delivery) for o, f in entries.items()])
+                for key, entries in by_queue.items()
+            ]
+            undo = [lambda k=k, e=e: self._restore(k, e) for k, e in by_queue.items()]
+            try:
+                await self._append(records, undo)
+            except PopFailed as failed:
+                answers = [failed.status if a.code == pb.OK else a for a in answers]
+        results = [
+            rpc.AckMessageResultEntry(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=answer
+            )
+            for entry, answer in zip(request.entries, answers, strict=True)
+        ]
+        return rpc.AckMessageResponse(status=overall(answers), entries=results)
+
+    # ---- ChangeInvisibleDuration ---------------------------------------------------
+    async def change_invisible_duration(self, request, context):
+        try:
+            group = self.topics.group(request.group.name)
+            topic = self.topics.topic(request.topic.name)
+            invisible_ms = int(seconds_of(request.invisible_duration) * 1000)
+            check_invisible_ms(invisible_ms)
+            key, handle, current = self._current(group.name, topic, request.receipt_handle)
+        except TopicError as error:
+            return rpc.ChangeInvisibleDurationResponse(
+                status=topic_error_status(error), receipt_handle=request.receipt_handle
+            )
+        except InvalidRequest as error:
+            # The official client takes the returned handle before it looks at the status.
+            return rpc.ChangeInvisibleDurationResponse(
+                status=status(error.code, str(error)), receipt_handle=request.receipt_handle
+            )
+        offset, old = handle.queue_offset, (current.delivery, current.visible_at_ms)
+        delivery = new_delivery_id()
+        record = self.state.change(
+            key, offset, current.delivery, delivery, self.clock_ms() + invisible_ms
+        )
+
+        def undo() -> None:
+            if self.state.is_current(key, offset, delivery):
+                self.state.change(key, offset, delivery, *old)
+
+        try:
+            await self._append([record], [undo])
+        except PopFailed as failed:
+            return rpc.ChangeInvisibleDurationResponse(
+                status=failed.status, receipt_handle=request.receipt_handle
+            )
+        return rpc.ChangeInvisibleDurationResponse(
+            status=OK, receipt_handle=ReceiptHandle(key[2], offset, delivery).encode()
+        )
+
+    # ---- ForwardMessageToDeadLetterQueue -------------------------------------------
+    async def forward_to_dead_letter_queue(self, request, context):
+        """Dead-letter the message of a handle. Idempotent: the official FIFO consumer
+        repeats this until it hears OK, so a message that is no longer in flight (already
+        acked or dead-lettered) answers OK, and one redelivered since is still moved."""
+        try:
+            group = self.topics.group(request.group.name)
+            topic = self.topics.topic(request.topic.name)
+            handle = self._decode(topic, request.receipt_handle)
+        except TopicError as error:
+            return rpc.ForwardMessageToDeadLetterQueueResponse(status=topic_error_status(error))
+        except InvalidRequest as error:
+            return rpc.ForwardMessageToDeadLetterQueueResponse(
+                status=status(error.code, str(error))
+            )
+        key = (group.name, topic.name, handle.queue_id)
+        cursor = self.state.cursor(key)
+        current = cursor.in_flight.get(handle.queue_offset) if cursor else None
+        if current is None:
+            return rpc.ForwardMessageToDeadLetterQueueResponse(status=OK)
+        offset = handle.queue_offset
+        stored = self._read(topic.name, handle.queue_id, offset)
+        if stored is None:
+            records = [self.state.ack(key, [(offset, current.delivery)])]
+        else:
+            records = self._dead_letter(key, offset, current, stored)
+        try:
+            await self._append(records, [lambda: self._restore(key, {offset: current})])
+        except PopFailed as failed:
+            return rpc.ForwardMessageToDeadLetterQueueResponse(status=failed.status)
+        return rpc.ForwardMessageToDeadLetterQueueResponse(status=OK)
+
+    # ---- shared ----------------------------------------------------------------------
+    def _decode(self, topic: TopicConfig, text: str) -> ReceiptHandle:
+        try:
+            handle = ReceiptHandle.decode(text)
+        except MalformedReceiptHandle as error:
+            raise InvalidRequest(pb.INVALID_RECEIPT_HANDLE, str(error)) from None
+        if handle.queue_id >= topic.queue_count:
+            raise InvalidRequest(
+                pb.INVALID_RECEIPT_HANDLE, f"the receipt handle names no queue of {topic.name}"
+            )
+        return handle
+
+    def _current(
+        self, group: str, topic: TopicConfig, text: str
+    ) -> tuple[CursorKey, ReceiptHandle, InFlight]:
+        """The in-flight delivery a handle names; INVALID_RECEIPT_HANDLE unless current."""
+        handle = self._decode(topic, text)
+        key = (group, topic.name, handle.queue_id)
+        cursor = self.state.cursor(key)
+        current = cursor.in_flight.get(handle.queue_offset) if cursor else None
+        if current is None or current.delivery != handle.delivery:
+            raise InvalidRequest(pb.INVALID_RECEIPT_HANDLE, STALE)
+        return key, handle, current
+
+    def _dead_letter(
+        self, key: CursorKey, offset: int, entry: InFlight, stored: StoredMessage
+    ) -> list[Message]:
+        """The copy for ``%DLQ%<group>`` and the record ending the delivery: appended in
+        one batch, so the message is in exactly one of the two places after any crash."""
+        group, topic, queue_id = key
+        dead_letters = self.topics.dead_letter_topic(group)
+        properties = dict(stored.properties)
+        properties[PROPERTY_DLQ_ORIGIN_TOPIC] = topic
+        properties[PROPERTY_DLQ_ORIGIN_QUEUE] = str(queue_id)
+        properties[PROPERTY_DLQ_ORIGIN_OFFSET] = str(offset)
+        copy = Message(
+            dead_letters.name,
+            stored.body,
+            properties=properties,
+            flag=stored.flag,
+            born_timestamp_ms=stored.born_timestamp_ms,
+            born_host=stored.born_host,
+            reconsume_times=entry.attempt,
+        )
+        return [copy, self.state.ack(key, [(offset, entry.delivery)], kind=KIND_DLQ)]
+
+    def _restore(self, key: CursorKey, entries: dict[int, InFlight]) -> None:
+        self.state.restore_in_flight(key, entries)
+
+    def _make_visible(self, key: CursorKey, pairs: list[tuple[int, int]], delivery: str) -> None:
+        """Undo a pop whose record failed: the messages are delivered to nobody."""
+        cursor = self.state.cursor(key)
+        for offset, _ in pairs:
+            entry = cursor.in_flight.get(offset) if cursor else None
+            if entry is not None and entry.delivery == delivery:
+                entry.visible_at_ms = 0
+
+    async def _append(self, records: list[Message], undo: list[Callable[[], None]]) -> None:
+        result = await self.state.append(records)
+        if not result.ok:
+            for step in undo:
+                step()
+            raise PopFailed(store_failure(result))
+        # An ended or shortened delivery may free a FIFO queue: wake its long polls.
+        for record in records:
+            if record.topic == self.state.topic and record.properties["kind"] != KIND_POP:
+                self.waiters.notify(record.properties["topic"], int(record.properties["queue"]))
+
+
+def check_invisible_ms(invisible_ms: int) -> None:
+    if not INVISIBLE_MIN_MS <= invisible_ms <= INVISIBLE_MAX_MS:
+        raise InvalidRequest(
+            pb.ILLEGAL_INVISIBLE_TIME,
+            f"invisible duration {invisible_ms} ms is outside "
+            f"[{INVISIBLE_MIN_MS}, {INVISIBLE_MAX_MS}] ms",
+        )
+
+
+def overall(answers: list[pb.Status]) -> pb.Status:
+    """One status for per-entry answers: theirs when they agree, else MULTIPLE_RESULTS."""
+    codes = {a.code for a in answers}
+    if len(codes) == 1:
+        return answers[0]
+    return status(pb.MULTIPLE_RESULTS, "entries have different results; see each entry")

@@ -1,0 +1,193 @@
+"""POP consumption state: per (group, topic, queue) a cursor and the in-flight deliveries.
+
+Invariants (checked by ``check``):
+- every in-flight offset is below the cursor's ``next_offset``: a message is popped from
+  the cursor before it can be in flight;
+- an offset below ``next_offset`` that is not in flight is consumed for the group (acked,
+  dead-lettered, or skipped by the group's tag filter);
+- an in-flight message has one current delivery id, replaced at every redelivery and
+  invisibility change; only the current one may ack, change or forward the message, so a
+  handle of an earlier delivery is stale.
+
+Records of ``%SYS%POP`` (all carry ``group``, ``topic``, ``queue``):
+- ``pop``: ``next`` (new cursor), ``delivery``, ``visible`` (ms); body ``offset:attempt,...``
+- ``ack`` / ``dlq``: body ``offset:delivery,...`` (dlq: moved to ``%DLQ%<group>``)
+- ``change``: ``offset``, ``delivery`` (current), ``new``, ``visible``
+Each is applied by the same ``apply`` live and in replay, and ``apply`` ignores a delta
+whose delivery is not current, so replay is deterministic whatever came before.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from node.system_state import SystemState
+from store.message import Message
+
+POP_TOPIC = "%SYS%POP"
+KIND_POP = "pop"
+KIND_ACK = "ack"
+KIND_DLQ = "dlq"
+KIND_CHANGE = "change"
+
+CursorKey = tuple[str, str, int]  # (group, topic, queue id)
+
+
+@dataclass
+class InFlight:
+    delivery: str
+    visible_at_ms: int
+    attempt: int  # deliveries of this message so far, this one included
+
+
+@dataclass
+class PopCursor:
+    next_offset: int
+    in_flight: dict[int, InFlight] = field(default_factory=dict)
+
+    @property
+    def consumed_below(self) -> int:
+        """Every offset below this one is consumed by the group."""
+        return min(self.in_flight, default=self.next_offset)
+
+    def invisible_count(self, now_ms: int) -> int:
+        return sum(1 for f in self.in_flight.values() if f.visible_at_ms > now_ms)
+
+
+def _pairs(body: bytes) -> list[tuple[int, str]]:
+    if not body:
+        return []
+    pairs = []
+    for item in body.decode().split(","):
+        offset, _, value = item.partition(":")
+        pairs.append((int(offset), value))
+    return pairs
+
+
+def _fields(key: CursorKey) -> dict[str, str]:
+    return {"group": key[0], "topic": key[1], "queue": str(key[2])}
+
+
+class PopState(SystemState):
+    topic = POP_TOPIC
+
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self.cursors: dict[CursorKey, PopCursor] = {}
+
+    # ---- reading -------------------------------------------------------------------
+    def cursor(self, key: CursorKey) -> PopCursor | None:
+        return self.cursors.get(key)
+
+    def is_current(self, key: CursorKey, offset: int, delivery: str) -> bool:
+        cursor = self.cursors.get(key)
+        if cursor is None:
+            return False
+        found = cursor.in_flight.get(offset)
+        return found is not None and found.delivery == delivery
+
+    # ---- changes: each builds its record and applies it ----------------------------
+    def pop(
+        self,
+        key: CursorKey,
+        deliveries: list[tuple[int, int]],
+        next_offset: int,
+        delivery: str,
+        visible_at_ms: int,
+    ) -> Message:
+        """Deliver ``(offset, attempt)`` pairs under one delivery id; move the cursor."""
+        body = ",".join(f"{o}:{a}" for o, a in deliveries).encode()
+        fields = _fields(key) | {
+            "next": str(next_offset),
+            "delivery": delivery,
+            "visible": str(visible_at_ms),
+        }
+        return self._applied(KIND_POP, body, fields)
+
+    def ack(self, key: CursorKey, entries: list[tuple[int, str]], kind: str = KIND_ACK) -> Message:
+        """End the deliveries ``(offset, delivery)``: acked, or moved to the DLQ."""
+        body = ",".join(f"{o}:{d}" for o, d in entries).encode()
+        return self._applied(kind, body, _fields(key))
+
+    def change(
+        self, key: CursorKey, offset: int, delivery: str, new_delivery: str, visible_at_ms: int
+    ) -> Message:
+        fields = _fields(key) | {
+            "offset": str(offset),
+            "delivery": delivery,
+            "new": new_delivery,
+            "visible": str(visible_at_ms),
+        }
+        return self._applied(KIND_CHANGE, b"", fields)
+
+    def restore_in_flight(self, key: CursorKey, entries: dict[int, InFlight]) -> None:
+        """Undo an ack whose record failed to append (so the log never had it)."""
+        cursor = self.cursors.get(key)
+        if cursor is not None:
+            for offset, entry in entries.items():
+                cursor.in_flight.setdefault(offset, entry)
+
+    def _applied(self, kind: str, body: bytes, fields: dict[str, str]) -> Message:
+        record = self.record(kind, body, **fields)
+        self.apply(record.properties, body)
+        return record
+
+    # ---- SystemState ---------------------------------------------------------------
+    def apply(self, properties: dict[str, str], body: bytes) -> None:
+        kind = properties.get("kind")
+        key = (properties["group"], properties["topic"], int(properties["queue"]))
+        if kind == KIND_POP:
+            next_offset = int(properties["next"])
+            cursor = self.cursors.get(key)
+            if cursor is None:
+                cursor = self.cursors[key] = PopCursor(next_offset)
+            cursor.next_offset = max(cursor.next_offset, next_offset)
+            delivery, visible = properties["delivery"], int(properties["visible"])
+            for offset, attempt in _pairs(body):
+                cursor.in_flight[offset] = InFlight(delivery, visible, int(attempt))
+        elif kind in (KIND_ACK, KIND_DLQ):
+            cursor = self.cursors.get(key)
+            if cursor is None:
+                return
+            for offset, delivery in _pairs(body):
+                found = cursor.in_flight.get(offset)
+                if found is not None and found.delivery == delivery:
+                    del cursor.in_flight[offset]
+        elif kind == KIND_CHANGE:
+            cursor = self.cursors.get(key)
+            found = cursor.in_flight.get(int(properties["offset"])) if cursor else None
+            if found is not None and found.delivery == properties["delivery"]:
+                found.delivery = properties["new"]
+                found.visible_at_ms = int(properties["visible"])
+
+    def restore(self, snapshot: bytes) -> None:
+        self.cursors = {
+            (g, t, q): PopCursor(next_offset, {o: InFlight(d, v, a) for o, d, v, a in in_flight})
+            for g, t, q, next_offset, in_flight in json.loads(snapshot)
+        }
+
+    def snapshot(self) -> bytes | None:
+        if not self.cursors:
+            return None
+        rows = [
+            [
+                g,
+                t,
+                q,
+                c.next_offset,
+                [
+                    [o, f.delivery, f.visible_at_ms, f.attempt]
+                    for o, f in sorted(c.in_flight.items())
+                ],
+            ]
+            for (g, t, q), c in sorted(self.cursors.items())
+        ]
+        return json.dumps(rows).encode()
+
+    def check(self) -> None:
+        """Assert the invariants of the module docstring (tests call this)."""
+        for key, cursor in self.cursors.items():
+            for offset, entry in cursor.in_flight.items():
+                assert offset < cursor.next_offset, (key, offset, cursor.next_offset)
+                assert entry.attempt >= 1, (key, offset, entry)

@@ -1,0 +1,356 @@
+"""POP consumption logic in-process, with an injected clock: invisibility, redelivery,
+stale handles, change of invisibility, dead letters, FIFO groups, tag filters, failed
+appends, and replay of the state from the log after an abrupt stop."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from node.consumer_offsets import ConsumerOffsets
+from node.long_polling import QueueWaiters
+from node.pop_service import PopService
+from node.pop_state import PopState
+from node.receipt_handle import ReceiptHandle
+from node.topics import GroupConfig, MessageType, TopicConfig, TopicTable
+from store.config import StoreConfig
+from store.message import Message
+from store.message_store import MessageStore
+from store.results import PutResult, PutStatus
+
+SMALL_STORE = dict(
+    commitlog_segment_bytes=8 * 1024 * 1024,
+    consume_queue_entries_per_file=1000,
+    index_slot_count=101,
+    index_entry_count=4000,
+)
+T0 = 1_800_000_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = T0
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+class Broker:
+    """A store, topic table and PopService on one loop, reopenable after an abrupt stop."""
+
+    def __init__(self, tmp_path, loop: asyncio.AbstractEventLoop) -> None:
+        self.tmp_path = tmp_path
+        self.loop = loop
+        self.clock = Clock()
+        self.open()
+
+    def open(self) -> None:
+        self.store = MessageStore.open(StoreConfig(str(self.tmp_path / "data"), **SMALL_STORE))
+        self.topics = TopicTable(str(self.tmp_path / "topics.json"))
+        self.offsets = ConsumerOffsets(self.store)
+        self.offsets.load()
+        self.state = PopState(self.store)
+        self.state.replay()
+        self.service = PopService(
+            self.store,
+            self.topics,
+            self.offsets,
+            self.state,
+            QueueWaiters(self.loop),
+            clock_ms=self.clock,
+        )
+
+    def crash_and_reopen(self) -> None:
+        self.store.close_abruptly_for_tests()
+        self.open()
+
+    def run(self, coroutine):
+        return self.loop.run_until_complete(coroutine)
+
+    def send(self, topic: str, count: int, queue_id: int = 0, **build) -> None:
+        for i in range(count):
+            message = Message.build(topic, b"body-%d" % i, queue_id=queue_id, **build)
+            assert self.store.put_message(message).ok
+
+    def receive(
+        self, group: str, topic: str, batch: int = 32, invisible_ms: int = 10_000, tags=None
+    ):
+        return self.run(
+            self.service.receive(
+                self.topics.group(group), self.topics.topic(topic), tags, batch, invisible_ms
+            )
+        )
+
+    def ack(self, group: str, topic: str, *handles: str) -> rpc.AckMessageResponse:
+        request = rpc.AckMessageRequest(
+            group=pb.Resource(name=group),
+            topic=pb.Resource(name=topic),
+            entries=[rpc.AckMessageEntry(message_id="m", receipt_handle=h) for h in handles],
+        )
+        return self.run(self.service.ack_message(request, None))
+
+    def change(self, group: str, topic: str, handle: str, seconds: int):
+        request = rpc.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name=group),
+            topic=pb.Resource(name=topic),
+            receipt_handle=handle,
+            message_id="m",
+        )
+        request.invisible_duration.seconds = seconds
+        return self.run(self.service.change_invisible_duration(request, None))
+
+    def forward(self, group: str, topic: str, handle: str):
+        request = rpc.ForwardMessageToDeadLetterQueueRequest(
+            group=pb.Resource(name=group), topic=pb.Resource(name=topic), receipt_handle=handle
+        )
+        return self.run(self.service.forward_to_dead_letter_queue(request, None))
+
+    def dead_letters(self, group: str) -> list[bytes]:
+        result = self.store.get_messages(f"%DLQ%{group}", 0, 0, 1000)
+        return [m.body for m in result.messages]
+
+
+@pytest.fixture
+def broker(tmp_path):
+    loop = asyncio.new_event_loop()
+    created = Broker(tmp_path, loop)
+    created.topics.create_topic(TopicConfig("orders", queue_count=2))
+    created.topics.create_group(GroupConfig("G", max_delivery_attempts=3))
+    yield created
+    created.store.shutdown()
+    loop.close()
+
+
+def bodies(deliveries) -> list[bytes]:
+    return [d.stored.body for d in deliveries]
+
+
+def test_receive_makes_messages_invisible_until_acked_or_expired(broker):
+    broker.send("orders", 3, queue_id=0)
+    first = broker.receive("G", "orders")
+    assert bodies(first) == [b"body-0", b"body-1", b"body-2"]
+    assert [d.attempt for d in first] == [1, 1, 1]
+    assert broker.receive("G", "orders") == []  # invisible
+
+    assert broker.ack("G", "orders", first[0].handle).status.code == pb.OK
+    broker.clock.ms += 10_000  # the other two become visible again
+    again = broker.receive("G", "orders")
+    assert bodies(again) == [b"body-1", b"body-2"]
+    assert [d.attempt for d in again] == [2, 2]
+    broker.state.check()
+
+
+def test_a_handle_of_an_earlier_delivery_is_stale(broker):
+    broker.send("orders", 1)
+    (first,) = broker.receive("G", "orders")
+    broker.clock.ms += 10_000
+    (second,) = broker.receive("G", "orders")
+    stale = broker.ack("G", "orders", first.handle)
+    assert stale.status.code == pb.INVALID_RECEIPT_HANDLE
+    assert "stale" in stale.status.message
+    assert broker.ack("G", "orders", second.handle).status.code == pb.OK
+    assert broker.ack("G", "orders", second.handle).status.code == pb.INVALID_RECEIPT_HANDLE
+
+
+def test_an_expired_but_not_redelivered_handle_still_acks(broker):
+    broker.send("orders", 1)
+    (delivery,) = broker.receive("G", "orders")
+    broker.clock.ms += 60_000
+    assert broker.ack("G", "orders", delivery.handle).status.code == pb.OK
+    assert broker.receive("G", "orders") == []
+
+
+@pytest.mark.parametrize(
+    "handle",
+    [
+        "",
+        "garbage",
+        "0.0.0123456789abcdef.00000000",  # wrong checksum
+        ReceiptHandle(0, 0, "0123456789abcdef").encode(),  # never delivered
+        ReceiptHandle(7, 0, "0123456789abcdef").encode(),  # no such queue
+    ],
+)
+def test_malformed_forged_and_unknown_handles_are_invalid(broker, handle):
+    broker.send("orders", 1)
+    broker.receive("G", "orders")
+    answer = broker.ack("G", "orders", handle)
+    assert answer.status.code == pb.INVALID_RECEIPT_HANDLE
+    assert answer.entries[0].status.code == pb.INVALID_RECEIPT_HANDLE
+    changed = broker.change("G", "orders", handle, 5)
+    assert changed.status.code == pb.INVALID_RECEIPT_HANDLE
+    assert changed.receipt_handle == handle  # the official client reads it first
+
+
+def test_ack_with_good_and_bad_entries_answers_multiple_results(broker):
+    broker.send("orders", 2)
+    deliveries = broker.receive("G", "orders")
+    answer = broker.ack("G", "orders", deliveries[0].handle, "garbage")
+    assert answer.status.code == pb.MULTIPLE_RESULTS
+    assert [e.status.code for e in answer.entries] == [pb.OK, pb.INVALID_RECEIPT_HANDLE]
+
+
+def test_change_invisible_duration_returns_a_new_handle_and_moves_the_time(broker):
+    broker.send("orders", 1)
+    (delivery,) = broker.receive("G", "orders")
+    changed = broker.change("G", "orders", delivery.handle, 60)
+    assert changed.status.code == pb.OK and changed.receipt_handle != delivery.handle
+    broker.clock.ms += 30_000  # past the first invisibility, before the new one
+    assert broker.receive("G", "orders") == []
+    assert broker.ack("G", "orders", delivery.handle).status.code == pb.INVALID_RECEIPT_HANDLE
+    broker.clock.ms += 30_001
+    (again,) = broker.receive("G", "orders")
+    assert again.attempt == 2  # a change is not a delivery
+    short = broker.change("G", "orders", again.handle, 0)
+    assert short.status.code == pb.ILLEGAL_INVISIBLE_TIME
+
+
+def test_after_max_attempts_the_message_goes_to_the_dead_letter_topic(broker):
+    broker.send("orders", 1, tags="TagA", keys=["order-1"])
+    for attempt in (1, 2, 3):
+        (delivery,) = broker.receive("G", "orders")
+        assert delivery.attempt == attempt
+        broker.clock.ms += 10_000
+    assert broker.receive("G", "orders") == []  # attempts used up: dead-lettered instead
+    assert broker.dead_letters("G") == [b"body-0"]
+    (dead,) = broker.store.get_messages("%DLQ%G", 0, 0, 1).messages
+    assert dead.tags == "TagA" and dead.keys == ["order-1"] and dead.reconsume_times == 3
+    assert dead.properties["DLQ_ORIGIN_TOPIC"] == "orders"
+    assert broker.topics.topic("%DLQ%G").queue_count == 1
+    broker.clock.ms += 10_000
+    assert broker.receive("G", "orders") == []
+    broker.state.check()
+
+
+def test_forward_to_dead_letter_queue_is_idempotent(broker):
+    broker.send("orders", 1)
+    (first,) = broker.receive("G", "orders")
+    broker.clock.ms += 10_000
+    (second,) = broker.receive("G", "orders")
+    # The official FIFO consumer repeats the forward until OK, maybe with an old handle.
+    assert broker.forward("G", "orders", first.handle).status.code == pb.OK
+    assert broker.forward("G", "orders", second.handle).status.code == pb.OK
+    assert broker.dead_letters("G") == [b"body-0"]
+    assert broker.forward("G", "orders", "garbage").status.code == pb.INVALID_RECEIPT_HANDLE
+    broker.clock.ms += 10_000
+    assert broker.receive("G", "orders") == []
+
+
+def test_fifo_group_delivers_a_queue_in_order_with_one_batch_in_flight(broker):
+    broker.topics.create_topic(TopicConfig("fifo", queue_count=1, message_type=MessageType.FIFO))
+    broker.topics.create_group(GroupConfig("F", max_delivery_attempts=5, fifo=True))
+    for i in range(6):
+        group = "a" if i % 2 else "b"
+        message = Message.build("fifo", b"%d" % i, properties={"__SHARDINGKEY": group})
+        assert broker.store.put_message(message).ok
+    first = broker.receive("F", "fifo", batch=3)
+    assert bodies(first) == [b"0", b"1", b"2"]
+    assert broker.receive("F", "fifo") == []  # the queue is held while the batch is out
+    broker.ack("F", "fifo", first[0].handle, first[2].handle)
+    assert broker.receive("F", "fifo") == []  # "1" still in flight: "3" must wait
+    broker.clock.ms += 10_000
+    again = broker.receive("F", "fifo", batch=3)  # "1" comes back first, then the rest
+    assert bodies(again) == [b"1", b"3", b"4"] and again[0].attempt == 2
+
+
+def test_normal_group_keeps_delivering_while_others_are_in_flight(broker):
+    broker.send("orders", 2)
+    assert bodies(broker.receive("G", "orders", batch=1)) == [b"body-0"]
+    assert bodies(broker.receive("G", "orders", batch=1)) == [b"body-1"]
+
+
+def test_tag_filter_delivers_matching_messages_and_skips_the_rest(broker):
+    for i, tag in enumerate(["TagA", "TagB", "TagC", "TagA"]):
+        assert broker.store.put_message(Message.build("orders", b"%d" % i, tags=tag)).ok
+    picked = broker.receive("G", "orders", tags=["TagA", "TagC"])
+    assert bodies(picked) == [b"0", b"2", b"3"]
+    for delivery in picked:
+        broker.ack("G", "orders", delivery.handle)
+    cursor = broker.state.cursor(("G", "orders", 0))
+    assert cursor.consumed_below == 4 and not cursor.in_flight  # TagB skipped, consumed
+
+
+def test_groups_are_independent_and_start_at_a_committed_offset(broker):
+    broker.topics.create_group(GroupConfig("H"))
+    broker.send("orders", 5)
+    broker.run(broker.offsets.commit("H", "orders", 0, 3))
+    assert len(broker.receive("G", "orders")) == 5
+    assert bodies(broker.receive("H", "orders")) == [b"body-3", b"body-4"]
+
+
+def test_the_whole_topic_is_popped_across_queues(broker):
+    broker.send("orders", 2, queue_id=0)
+    broker.send("orders", 2, queue_id=1)
+    picked = broker.receive("G", "orders")
+    assert sorted((d.stored.queue_id, d.stored.queue_offset) for d in picked) == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+    ]
+
+
+def test_a_failed_append_is_undone_and_reported(broker, monkeypatch):
+    broker.send("orders", 2)
+    (kept,) = broker.receive("G", "orders", batch=1)
+
+    async def disk_full(records):
+        return PutResult(PutStatus.DISK_FULL, error="no space left on device")
+
+    monkeypatch.setattr(broker.state, "append", disk_full)
+    refused = broker.ack("G", "orders", kept.handle)
+    assert refused.status.code == pb.INTERNAL_SERVER_ERROR
+    assert "no space" in refused.status.message
+    with pytest.raises(Exception, match="no space"):
+        broker.receive("G", "orders")  # body-1 popped in memory, then made visible again
+    monkeypatch.undo()
+    assert broker.ack("G", "orders", kept.handle).status.code == pb.OK  # still in flight
+    assert bodies(broker.receive("G", "orders")) == [b"body-1"]
+
+
+def test_state_after_an_abrupt_stop_is_replayed_from_the_log(broker):
+    """Random receives, acks, changes, expiries and forwards; then SIGKILL-equivalent: the
+    replayed state equals the live one, handles stay valid, nothing acked comes back."""
+    rng = random.Random(7)
+    broker.send("orders", 40, queue_id=0)
+    broker.send("orders", 40, queue_id=1)
+    live: dict[str, object] = {}
+    acked: set[tuple[int, int]] = set()
+    for _ in range(120):
+        action = rng.random()
+        if action < 0.35:
+            for d in broker.receive("G", "orders", batch=rng.randint(1, 5)):
+                live[d.handle] = d
+        elif action < 0.65 and live:
+            handle = rng.choice(sorted(live))
+            d = live.pop(handle)
+            if broker.ack("G", "orders", handle).status.code == pb.OK:
+                acked.add((d.stored.queue_id, d.stored.queue_offset))
+        elif action < 0.8 and live:
+            handle = rng.choice(sorted(live))
+            answer = broker.change("G", "orders", handle, rng.randint(1, 20))
+            d = live.pop(handle)
+            if answer.status.code == pb.OK:
+                live[answer.receipt_handle] = d
+        elif action < 0.85 and live:
+            broker.forward("G", "orders", live.pop(rng.choice(sorted(live))).handle)
+        else:
+            broker.clock.ms += rng.randint(1_000, 15_000)
+    before = {k: (c.next_offset, dict(c.in_flight)) for k, c in broker.state.cursors.items()}
+    broker.crash_and_reopen()
+    after = {k: (c.next_offset, dict(c.in_flight)) for k, c in broker.state.cursors.items()}
+    assert after == before
+    broker.state.check()
+    for handle in sorted(live):
+        code = broker.ack("G", "orders", handle).status.code
+        assert code in (pb.OK, pb.INVALID_RECEIPT_HANDLE)  # stale if redelivered since
+    broker.clock.ms += 3_600_000
+    redelivered = set()
+    while picked := broker.receive("G", "orders"):
+        for d in picked:
+            redelivered.add((d.stored.queue_id, d.stored.queue_offset))
+            broker.ack("G", "orders", d.handle)
+    assert not redelivered & acked
