@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 import pytest
 
@@ -48,8 +49,9 @@ class Broker:
         self.clock = Clock()
         self.open()
 
-    def open(self) -> None:
-        self.store = MessageStore.open(StoreConfig(str(self.tmp_path / "data"), **SMALL_STORE))
+    def open(self, **store_options) -> None:
+        options = SMALL_STORE | store_options
+        self.store = MessageStore.open(StoreConfig(str(self.tmp_path / "data"), **options))
         self.topics = TopicTable(str(self.tmp_path / "topics.json"))
         self.offsets = ConsumerOffsets(self.store)
         self.offsets.load()
@@ -354,3 +356,31 @@ def test_state_after_an_abrupt_stop_is_replayed_from_the_log(broker):
             redelivered.add((d.stored.queue_id, d.stored.queue_offset))
             broker.ack("G", "orders", d.handle)
     assert not redelivered & acked
+
+
+def test_snapshots_keep_the_state_when_retention_deletes_old_segments(tmp_path):
+    """Records spread over many small segments; retention deletes all but the active one
+    (and the snapshot it holds): the replayed state is still the live one."""
+    loop = asyncio.new_event_loop()
+    broker = Broker(tmp_path, loop)
+    small = dict(commitlog_segment_bytes=160 * 1024, max_message_body_bytes=64 * 1024)
+    broker.store.shutdown()
+    broker.open(**small)
+    broker.topics.create_topic(TopicConfig("orders", queue_count=1))
+    broker.topics.create_group(GroupConfig("G"))
+    broker.send("orders", 10)
+    handles = {d.stored.queue_offset: d.handle for d in broker.receive("G", "orders", batch=5)}
+    for round_number in range(1500):  # ~1,500 change records: several segments
+        offset = round_number % 5
+        handles[offset] = broker.change("G", "orders", handles[offset], 30).receipt_handle
+    broker.ack("G", "orders", handles[0])
+    assert len(broker.store.commitlog.segments.files) >= 3
+    assert broker.store.delete_expired(now_ms=time.time_ns() // 1_000_000 + 10**12) >= 2
+    before = {k: (c.next_offset, dict(c.in_flight)) for k, c in broker.state.cursors.items()}
+    broker.store.close_abruptly_for_tests()
+    broker.open(**small)
+    after = {k: (c.next_offset, dict(c.in_flight)) for k, c in broker.state.cursors.items()}
+    assert after == before and len(after[("G", "orders", 0)][1]) == 4
+    assert broker.ack("G", "orders", handles[4]).status.code == pb.OK
+    broker.store.shutdown()
+    loop.close()
