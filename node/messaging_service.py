@@ -99,14 +99,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
 
     async def QueryAssignment(self, request, context):
+        """What a push consumer should poll. A receive pops the whole topic on this node, so
+        a normal group gets one assignment (queue id -1, as the Java proxy answers); a FIFO
+        group gets every queue, one poll loop each, so one held queue blocks no other."""
         try:
             topic = self.topics.topic(request.topic.name)
-            self.topics.group(request.group.name)
+            group = self.topics.group(request.group.name)
         except TopicError as error:
             return rpc.QueryAssignmentResponse(status=topic_error_status(error))
-        assignments = [
-            pb.Assignment(message_queue=queue) for queue in self._queues(topic, request.endpoints)
-        ]
+        queues = self._queues(topic, request.endpoints)
+        if not group.fifo:
+            queues = queues[:1]
+            queues[0].id = -1
+        assignments = [pb.Assignment(message_queue=queue) for queue in queues]
         return rpc.QueryAssignmentResponse(status=OK, assignments=assignments)
 
     async def Heartbeat(self, request, context):

@@ -175,3 +175,30 @@ def test_in_flight_state_and_acks_survive_sigkill(tmp_path):
     (queue,) = progress.queues
     assert (queue.consumer_offset, queue.in_flight, queue.lag) == (5, 1, 1)
     node.sigkill()
+
+
+def test_query_assignment_one_poll_for_normal_groups_every_queue_for_fifo(node):
+    _, messaging, admin = stubs(node.address)
+    create_topic(admin, "orders", queues=4)
+    create_group(admin, "G")
+    create_group(admin, "F", fifo=True)
+    access_point = pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=9)])
+
+    def assignment(group):
+        answer = messaging.QueryAssignment(
+            rpc.QueryAssignmentRequest(
+                topic=pb.Resource(name="orders"),
+                group=pb.Resource(name=group),
+                endpoints=access_point,
+            )
+        )
+        assert answer.status.code == pb.OK
+        return [a.message_queue for a in answer.assignments]
+
+    (normal,) = assignment("G")
+    assert normal.id == -1 and normal.broker.endpoints == access_point
+    assert [q.id for q in assignment("F")] == [0, 1, 2, 3]
+    missing = messaging.QueryAssignment(
+        rpc.QueryAssignmentRequest(topic=pb.Resource(name="orders"), group=pb.Resource(name="X"))
+    )
+    assert missing.status.code == pb.CONSUMER_GROUP_NOT_FOUND
