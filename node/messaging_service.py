@@ -38,7 +38,11 @@ from store.results import GetStatus, PutStatus
 LONG_POLLING_DEFAULT_S = 20.0
 LONG_POLLING_MAX_S = 60.0
 PULL_BATCH_MAX = 256
+# Delay before a failed message comes back (the client asks via ChangeInvisibleDuration).
 DEFAULT_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800)
+# FIFO consumers retry locally while the delivery stays invisible and the node does not
+# renew it: short fixed pauses keep all attempts inside the default invisibility (60 s).
+FIFO_BACKOFF_S = (1,)
 
 MESSAGE_TYPES = {
     MessageType.NORMAL: pb.NORMAL,
@@ -142,7 +146,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             subscription.fifo = group.fifo
             answer.backoff_policy.max_attempts = group.max_delivery_attempts
             answer.backoff_policy.customized_backoff.next.extend(
-                duration_pb2.Duration(seconds=s) for s in DEFAULT_BACKOFF_S
+                duration_pb2.Duration(seconds=s)
+                for s in (FIFO_BACKOFF_S if group.fifo else DEFAULT_BACKOFF_S)
             )
         answer.metric.on = False  # a client told "on" starts exporting to our endpoints
         return answer
