@@ -14,6 +14,9 @@ Layout of ``node.toml``::
     replication = 10912
     raft = 9876
 
+    [messages]
+    max_delay_ms = 3456000000              # delayed messages: at most 40 days ahead
+
     [store]                  # any field of store.config.StoreConfig but data_dir
     flush_mode = "ASYNC_FLUSH"
     commitlog_segment_bytes = 1073741824
@@ -49,12 +52,18 @@ class Ports:
 
 
 @dataclass(frozen=True)
+class MessagingOptions:
+    max_delay_ms: int = 40 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     id: str = "node-1"
     group: str = "group-1"
     host: str = "127.0.0.1"
     data_dir: str = "data/node-1"
     ports: Ports = field(default_factory=Ports)
+    messages: MessagingOptions = field(default_factory=MessagingOptions)
     store: dict[str, Any] = field(default_factory=dict)
 
     def store_config(self) -> StoreConfig:
@@ -73,6 +82,7 @@ _STORE_FIELDS = {f.name for f in dataclasses.fields(StoreConfig)} - {
 }
 _NODE_FIELDS = {"id", "group", "host", "data_dir"}
 _PORT_FIELDS = {f.name for f in dataclasses.fields(Ports)}
+_MESSAGES_FIELDS = {f.name for f in dataclasses.fields(MessagingOptions)}
 
 
 def parse_node_config(text: str) -> NodeConfig:
@@ -81,12 +91,16 @@ def parse_node_config(text: str) -> NodeConfig:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"node.toml is not valid TOML: {error}") from error
-    unknown_sections = set(raw) - {"node", "ports", "store"}
+    unknown_sections = set(raw) - {"node", "ports", "messages", "store"}
     if unknown_sections:
         raise ConfigError(f"unknown section(s): {', '.join(sorted(unknown_sections))}")
     node = _checked(raw.get("node", {}), _NODE_FIELDS, "node")
     ports = _checked(raw.get("ports", {}), _PORT_FIELDS, "ports")
     store = _checked(raw.get("store", {}), _STORE_FIELDS, "store")
+    messages = _checked(raw.get("messages", {}), _MESSAGES_FIELDS, "messages")
+    for name, value in messages.items():
+        if not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"messages.{name} must be a positive integer, got {value!r}")
     for name, port in ports.items():
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise ConfigError(f"ports.{name} must be an integer in 0..65535, got {port!r}")
@@ -94,7 +108,9 @@ def parse_node_config(text: str) -> NodeConfig:
         raise ConfigError(
             f"store.flush_mode must be ASYNC_FLUSH or SYNC_FLUSH, got {store['flush_mode']!r}"
         )
-    config = NodeConfig(**node, ports=Ports(**ports), store=store)
+    config = NodeConfig(
+        **node, ports=Ports(**ports), messages=MessagingOptions(**messages), store=store
+    )
     try:
         config.store_config()
     except (TypeError, ValueError) as error:
@@ -138,6 +154,10 @@ def render_node_config(config: NodeConfig) -> str:
     lines.append("[ports]")
     for name in sorted(_PORT_FIELDS):
         lines.append(f"{name} = {getattr(config.ports, name)}")
+    lines.append("")
+    lines.append("[messages]")
+    for name in sorted(_MESSAGES_FIELDS):
+        lines.append(f"{name} = {getattr(config.messages, name)}")
     lines.append("")
     lines.append("[store]")
     effective = config.store_config()

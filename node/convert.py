@@ -53,6 +53,18 @@ def millis_of(timestamp: timestamp_pb2.Timestamp) -> int:
     return timestamp.seconds * 1000 + timestamp.nanos // 1_000_000
 
 
+# Clients send delivery times in seconds (the official example) or in milliseconds (its
+# tests); no delivery time in seconds is above this, and every one in ms since 1973 is.
+SECONDS_LIMIT = 100_000_000_000
+
+
+def delivery_ms(timestamp: timestamp_pb2.Timestamp) -> int:
+    """A client's delivery timestamp in ms, read as seconds unless it can only be ms."""
+    if timestamp.seconds >= SECONDS_LIMIT:
+        return timestamp.seconds
+    return millis_of(timestamp)
+
+
 def timestamp_of(millis: int) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=millis // 1000, nanos=(millis % 1000) * 1_000_000)
 
@@ -137,6 +149,8 @@ def to_wire_message(
         system.keys.extend(stored.keys)
     if PROPERTY_MESSAGE_GROUP in properties:
         system.message_group = properties[PROPERTY_MESSAGE_GROUP]
+    if PROPERTY_DELIVERY_TIME_MS in properties:
+        system.delivery_timestamp.CopyFrom(timestamp_of(int(properties[PROPERTY_DELIVERY_TIME_MS])))
     if receipt_handle is not None:
         system.receipt_handle = receipt_handle
     if delivery_attempt is not None:

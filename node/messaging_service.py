@@ -12,18 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from google.protobuf import duration_pb2
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from node.config import MessagingOptions
 from node.consumer_offsets import ConsumerOffsets
-from node.convert import InvalidRequest, millis_of, to_store_message, to_wire_message
+from node.convert import (
+    InvalidRequest,
+    delivery_ms,
+    millis_of,
+    to_store_message,
+    to_wire_message,
+)
 from node.filter_expression import tag_filter
 from node.long_polling import QueueWaiters
-from node.pop_service import PopService
+from node.pop_service import PopService, now_ms
 from node.rpc_status import (
     OK,
     STORE_STATUS_CODES,
@@ -31,7 +38,9 @@ from node.rpc_status import (
     status,
     topic_error_status,
 )
+from node.timer_service import TimerService
 from node.topics import GroupConfig, MessageType, Permission, TopicConfig, TopicError, TopicTable
+from store.message import PROPERTY_DELIVERY_TIME_MS, Message
 from store.message_store import MessageStore
 from store.results import GetStatus, PutStatus
 
@@ -67,8 +76,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         pop: PopService,
         broker_name: str,
         advertised: pb.Endpoints,
+        options: MessagingOptions | None = None,
+        clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.pop = pop
+        self.options = options or MessagingOptions()
+        self.clock_ms = clock_ms
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -215,7 +228,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     f"topic {topic.name} takes {pb.MessageType.Name(expected_type)} messages, "
                     f"not {pb.MessageType.Name(system.message_type)}",
                 )
-            if topic.message_type in (MessageType.DELAY, MessageType.TRANSACTION):
+            if topic.message_type is MessageType.TRANSACTION:
                 raise InvalidRequest(
                     pb.NOT_IMPLEMENTED, f"{topic.message_type.value} messages are not served yet"
                 )
@@ -228,8 +241,26 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 queue_id = system.queue_id
             else:
                 queue_id = zlib.crc32(system.message_id.encode()) % topic.queue_count
-            messages.append(to_store_message(message, queue_id))
+            stored = to_store_message(message, queue_id)
+            if topic.message_type is MessageType.DELAY:
+                stored = self._delayed(stored, system)
+            messages.append(stored)
         return messages
+
+    def _delayed(self, message: Message, system: pb.SystemProperties) -> Message:
+        """Park a delayed message in the timer topic, unless it is already due."""
+        if not system.HasField("delivery_timestamp"):
+            raise InvalidRequest(pb.ILLEGAL_DELIVERY_TIME, "DELAY messages need a delivery time")
+        due_ms = delivery_ms(system.delivery_timestamp)
+        now = self.clock_ms()
+        if due_ms - now > self.options.max_delay_ms:
+            raise InvalidRequest(
+                pb.ILLEGAL_DELIVERY_TIME,
+                f"delivery time is {due_ms - now} ms ahead, the limit is "
+                f"{self.options.max_delay_ms} ms",
+            )
+        message.properties[PROPERTY_DELIVERY_TIME_MS] = str(due_ms)
+        return message if due_ms <= now else TimerService.park(message, due_ms)
 
     # ---- POP consumption (node.pop_service) -----------------------------------------
     async def ReceiveMessage(self, request, context):

@@ -25,6 +25,7 @@ from node.long_polling import QueueWaiters
 from node.messaging_service import MessagingService
 from node.pop_service import PopService
 from node.pop_state import PopState
+from node.timer_service import TimerService
 from node.topics import TopicTable
 from store.message_store import MessageStore
 
@@ -40,6 +41,7 @@ class Node:
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self._housekeeping: asyncio.Task[None] | None = None
+        self._timer_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         config = self.config
@@ -54,6 +56,8 @@ class Node:
         self.pop_state.replay()
         waiters = QueueWaiters(loop)
         pop = PopService(self.store, topics, self.offsets, self.pop_state, waiters)
+        self.timers = TimerService(self.store, lambda name: name in topics.topics)
+        self.timers.load(loop)
         self.store.dispatcher.listeners.append(waiters.on_dispatch)
         self.server = grpc.aio.server(
             options=[
@@ -67,7 +71,14 @@ class Node:
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(
             MessagingService(
-                self.store, topics, self.offsets, waiters, pop, config.group, advertised
+                self.store,
+                topics,
+                self.offsets,
+                waiters,
+                pop,
+                config.group,
+                advertised,
+                options=config.messages,
             ),
             self.server,
         )
@@ -79,6 +90,7 @@ class Node:
         with open(os.path.join(config.data_dir, "node.toml"), "w", encoding="utf-8") as f:
             f.write(render_node_config(config))
         self._housekeeping = asyncio.create_task(self._housekeep())
+        self._timer_task = asyncio.create_task(self.timers.run())
 
     async def _housekeep(self) -> None:
         while True:
@@ -86,12 +98,17 @@ class Node:
             try:
                 await self.offsets.snapshot_if_segment_changed()
                 await self.pop_state.snapshot_if_segment_changed()
+                # Timer records older than half the retention are re-appended before
+                # retention can delete them while they wait.
+                retention_ms = self.store.config.retention_ms
+                await self.timers.roll_forward(self.timers.clock_ms() - retention_ms // 2)
             except Exception:  # one failed round must not end housekeeping
                 log.exception("housekeeping round failed")
 
     async def stop(self, grace_s: float = 5.0) -> None:
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
+        for task in (self._housekeeping, self._timer_task):
+            if task is not None:
+                task.cancel()
         if self.server is not None:
             await self.server.stop(grace_s)
         if self.store is not None:

@@ -19,16 +19,19 @@ from crc32c import crc32c
 
 from store import commitlog_record as record
 from store.dispatch_request import DispatchRequest
+from store.errors import InvalidMessageError
 from store.hashing import tag_hash_code
 from store.mapped_file_queue import MappedFileQueue
 from store.message import (
     KEY_SEPARATOR,
+    PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
+    TIMER_TOPIC,
     Message,
     StoredMessage,
 )
@@ -49,7 +52,6 @@ def prepare(message: Message, topic_prefix: bytes, properties: bytes) -> Prepare
     """Encode what varies per message; ``topic_prefix`` is TOPICLENGTH + TOPIC, which a
     batch computes once per topic."""
     props = message.properties
-    tags = props.get(PROPERTY_TAGS)
     keys_raw = props.get(PROPERTY_KEYS)
     keys: tuple[str, ...] = tuple(k for k in keys_raw.split(KEY_SEPARATOR) if k) if keys_raw else ()
     unique = props.get(PROPERTY_UNIQ_KEY)
@@ -60,9 +62,26 @@ def prepare(message: Message, topic_prefix: bytes, properties: bytes) -> Prepare
         message,
         tail,
         record.HEADER_SIZE + len(message.body) + len(tail),
-        tag_hash_code(tags) if tags else 0,
+        queue_tag_code(message.topic, props),
         keys,
     )
+
+
+def queue_tag_code(topic: str, properties: dict[str, str]) -> int:
+    """The consume-queue tag slot: the tag's hash, or a timer record's delivery time."""
+    if topic == TIMER_TOPIC:
+        return timer_delivery_ms(properties)
+    tags = properties.get(PROPERTY_TAGS)
+    return tag_hash_code(tags) if tags else 0
+
+
+def timer_delivery_ms(properties: dict[str, str]) -> int:
+    raw = properties.get(PROPERTY_DELIVERY_TIME_MS, "")
+    if not raw.isdigit() or int(raw) >= 1 << 63:
+        raise InvalidMessageError(
+            "DELIVERY_TIME_INVALID", f"a timer record needs {PROPERTY_DELIVERY_TIME_MS} in ms"
+        )
+    return int(raw)
 
 
 def topic_prefix_of(topic: bytes) -> bytes:
@@ -84,7 +103,6 @@ assert all(
 
 def dispatch_request_of(stored: StoredMessage) -> DispatchRequest:
     props = stored.properties
-    tags = props.get(PROPERTY_TAGS)
     keys = tuple(stored.keys)
     unique = props.get(PROPERTY_UNIQ_KEY)
     if unique:
@@ -95,7 +113,7 @@ def dispatch_request_of(stored: StoredMessage) -> DispatchRequest:
         stored.queue_offset,
         stored.physical_offset,
         stored.size,
-        tag_hash_code(tags) if tags else 0,
+        queue_tag_code(stored.topic, props),  # as at append: the record passed its check
         stored.store_timestamp_ms,
         stored.sys_flag,
         keys,

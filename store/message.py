@@ -18,6 +18,10 @@ PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_MESSAGE_GROUP = "__SHARDINGKEY"
 PROPERTY_DELIVERY_TIME_MS = "TIMER_DELIVER_MS"
 PROPERTY_TRANSACTION_ID = "__transactionId__"
+# Delayed messages wait in this topic; its consume-queue tag slot holds the delivery time
+# in ms instead of a tag hash (DESIGN §3.2, seed 004), so the timer is rebuilt from 20-byte
+# queue entries without reading a single record.
+TIMER_TOPIC = "%SYS%TIMER"
 KEY_SEPARATOR = " "
 
 NAME_VALUE_SEPARATOR = "\x01"

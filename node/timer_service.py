@@ -1,0 +1,282 @@
+"""Delayed messages: parked in ``%SYS%TIMER`` at once, copied to their topic when due.
+
+A delayed send is stored immediately (durable and replicated like any record) in the timer
+topic, with its real topic and queue in properties; the timer topic's consume-queue tag
+slot holds the delivery time (``store.commitlog.queue_tag_code``). When a message is due,
+its copy for the real topic and a ``%SYS%TIMER_DONE`` record naming the timer entry are
+appended in one atomic batch, so after any crash a due message is in its topic exactly once
+or still pending, never both and never neither.
+
+State (DESIGN principle 1): pending = timer entries minus those named by done records,
+rebuilt at start from 20-byte queue entries and the done records. In memory, pending
+entries sit in buckets per due millisecond (an ``array`` of timer queue offsets each)
+ordered by a heap of due times: a million messages due in the same second are one bucket,
+delivered in chunks that yield to the event loop between appends.
+
+Retention deletes old segments while a message may wait up to the maximum delay (40 days
+by default), so entries older than half the retention are rolled forward: re-appended as a
+new timer record together with the done record of the old one, again one atomic batch.
+
+Thread-safety: owned by the node's event loop; the dispatch listener hands entries over
+with ``call_soon_threadsafe`` when it runs on another thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import threading
+import time
+from array import array
+from collections.abc import Callable, Iterable
+
+from store.dispatch_request import DispatchRequest
+from store.message import PROPERTY_DELIVERY_TIME_MS, TIMER_TOPIC, Message, StoredMessage
+from store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+TIMER_DONE_TOPIC = "%SYS%TIMER_DONE"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE = "REAL_QID"
+DELIVERY_CHUNK = 256
+IDLE_CHECK_S = 1.0
+RETRY_AFTER_FAILURE_S = 1.0
+REPLAY_PAGE = 256
+ROLL_CHECK_INTERVAL_MS = 60_000  # a check may walk every pending entry: not every second
+
+
+class TimerService:
+    def __init__(
+        self,
+        store: MessageStore,
+        topic_exists: Callable[[str], bool],
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.store = store
+        self.topic_exists = topic_exists
+        self.clock_ms = clock_ms
+        self._buckets: dict[int, array] = {}
+        self._due_heap: list[int] = []
+        self._pending = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._wakeup: asyncio.Event | None = None
+        self.delivered = 0
+        self._next_roll_check_ms = 0
+
+    # ---- state ---------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def load(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Rebuild the pending set, then follow new timer records as they are dispatched."""
+        done = self._done_offsets()
+        queue = self.store.consume_queues.get(TIMER_TOPIC, 0)
+        if queue is not None:
+            offset = queue.min_offset
+            while offset < queue.max_offset:
+                for queue_offset, (_, _, due_ms) in queue.entries(offset, 4096):
+                    if queue_offset not in done:
+                        self._add(due_ms, queue_offset)
+                    offset = queue_offset + 1
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._wakeup = asyncio.Event()
+        self.store.dispatcher.listeners.append(self._on_dispatch)
+
+    def _done_offsets(self) -> set[int]:
+        store = self.store
+        done: set[int] = set()
+        offset = store.min_offset_in_queue(TIMER_DONE_TOPIC, 0)
+        end = store.max_offset_in_queue(TIMER_DONE_TOPIC, 0)
+        while offset < end:
+            page = store.get_messages(TIMER_DONE_TOPIC, 0, offset, REPLAY_PAGE)
+            for stored in page.messages:
+                done.update(int(o) for o in stored.body.split(b","))
+            if page.next_begin_offset <= offset:
+                break
+            offset = page.next_begin_offset
+        return done
+
+    def _add(self, due_ms: int, queue_offset: int) -> None:
+        bucket = self._buckets.get(due_ms)
+        if bucket is None:
+            bucket = self._buckets[due_ms] = array("q")
+            heapq.heappush(self._due_heap, due_ms)
+        bucket.append(queue_offset)
+        self._pending += 1
+
+    def _on_dispatch(self, request: DispatchRequest) -> None:
+        if request.topic != TIMER_TOPIC:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._arrived(request.tag_code, request.queue_offset)
+        else:
+            self._loop.call_soon_threadsafe(self._arrived, request.tag_code, request.queue_offset)
+
+    def _arrived(self, due_ms: int, queue_offset: int) -> None:
+        earliest = self._due_heap[0] if self._due_heap else None
+        self._add(due_ms, queue_offset)
+        if earliest is None or due_ms < earliest:
+            self._wakeup.set()
+
+    # ---- parking -------------------------------------------------------------------
+    @staticmethod
+    def park(message: Message, due_ms: int) -> Message:
+        """The timer record for ``message``, due at ``due_ms``."""
+        properties = dict(message.properties)
+        properties[PROPERTY_REAL_TOPIC] = message.topic
+        properties[PROPERTY_REAL_QUEUE] = str(message.queue_id)
+        properties[PROPERTY_DELIVERY_TIME_MS] = str(due_ms)
+        return Message(
+            TIMER_TOPIC,
+            message.body,
+            queue_id=0,
+            properties=properties,
+            flag=message.flag,
+            sys_flag=message.sys_flag,
+            born_timestamp_ms=message.born_timestamp_ms,
+            born_host=message.born_host,
+        )
+
+    # ---- delivery ------------------------------------------------------------------
+    async def run(self) -> None:
+        """Deliver due messages until cancelled."""
+        assert self._wakeup is not None, "load() first"
+        while True:
+            if not await self.deliver_due():
+                await asyncio.sleep(RETRY_AFTER_FAILURE_S)
+                continue
+            wait_s = IDLE_CHECK_S
+            if self._due_heap:
+                wait_s = min(wait_s, (self._due_heap[0] - self.clock_ms()) / 1000)
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), max(wait_s, 0))
+
+    async def deliver_due(self) -> bool:
+        """Deliver every message due by now, earliest first; False if an append failed
+        (what it did not deliver stays pending)."""
+        while self._due_heap and self._due_heap[0] <= self.clock_ms():
+            if not await self._deliver_due():
+                return False
+        return True
+
+    async def _deliver_due(self) -> bool:
+        """Deliver the earliest due bucket, a chunk at a time; False if an append failed."""
+        due_ms = self._due_heap[0]
+        bucket = self._buckets[due_ms]
+        while bucket:
+            chunk = bucket[:DELIVERY_CHUNK]
+            del bucket[:DELIVERY_CHUNK]
+            self._pending -= len(chunk)
+            if not await self._append_copies(chunk, lambda stored: self._copy_for_topic(stored)):
+                for queue_offset in chunk:  # not delivered: pending again
+                    self._add(due_ms, queue_offset)
+                return False
+            self.delivered += len(chunk)
+        if not bucket and self._buckets.get(due_ms) is bucket:
+            self._drop_bucket(due_ms)
+        return True
+
+    def _drop_bucket(self, due_ms: int) -> None:
+        del self._buckets[due_ms]
+        if self._due_heap[0] == due_ms:
+            heapq.heappop(self._due_heap)
+        else:  # an earlier time arrived while this bucket was being delivered
+            self._due_heap.remove(due_ms)
+            heapq.heapify(self._due_heap)
+
+    def _copy_for_topic(self, stored: StoredMessage) -> Message | None:
+        properties = dict(stored.properties)
+        topic = properties.pop(PROPERTY_REAL_TOPIC, "")
+        queue_id = int(properties.pop(PROPERTY_REAL_QUEUE, "0"))
+        if not self.topic_exists(topic):
+            log.warning("delayed message for deleted topic %r dropped", topic)
+            return None
+        return Message(
+            topic,
+            stored.body,
+            queue_id=queue_id,
+            properties=properties,  # keeps the delivery time, returned to consumers
+            flag=stored.flag,
+            sys_flag=stored.sys_flag,
+            born_timestamp_ms=stored.born_timestamp_ms,
+            born_host=stored.born_host,
+        )
+
+    async def _append_copies(
+        self, queue_offsets: Iterable[int], make: Callable[[StoredMessage], Message | None]
+    ) -> bool:
+        """Append ``make(record)`` for each timer entry plus one done record naming them
+        all, as one atomic batch."""
+        queue = self.store.consume_queues.get(TIMER_TOPIC, 0)
+        batch: list[Message] = []
+        offsets = list(queue_offsets)
+        for queue_offset in offsets:
+            entry = queue.entry_at(queue_offset) if queue is not None else None
+            stored = self.store.commitlog.read(entry[0]) if entry is not None else None
+            if stored is None:
+                continue  # removed by retention before it was rolled: nothing to deliver
+            copy = make(stored)
+            if copy is not None:
+                batch.append(copy)
+        batch.append(Message(TIMER_DONE_TOPIC, ",".join(map(str, offsets)).encode()))
+        result = await self.store.put_messages_async(batch)
+        if not result.ok:
+            log.error("timer append failed (%s); retrying", result.error or result.status)
+        return result.ok
+
+    # ---- retention -----------------------------------------------------------------
+    async def roll_forward(self, older_than_ms: int) -> int:
+        """Re-append pending entries stored before ``older_than_ms`` (retention would
+        delete them before they are due). Returns how many were rolled. Checks at most
+        once a minute; retention is hours or days."""
+        now = self.clock_ms()
+        if now < self._next_roll_check_ms:
+            return 0
+        self._next_roll_check_ms = now + ROLL_CHECK_INTERVAL_MS
+        cutoff = self.store.offset_by_time(TIMER_TOPIC, 0, older_than_ms)
+        if cutoff <= self.store.min_offset_in_queue(TIMER_TOPIC, 0) or not self._pending:
+            return 0  # nothing stored that long ago: the common case, checked in O(log n)
+        old = [
+            (due_ms, queue_offset)
+            for due_ms, bucket in self._buckets.items()
+            for queue_offset in bucket
+            if queue_offset < cutoff
+        ]
+        rolled = 0
+        for start in range(0, len(old), DELIVERY_CHUNK):
+            chunk = old[start : start + DELIVERY_CHUNK]
+            for due_ms, queue_offset in chunk:
+                self._remove(due_ms, queue_offset)
+            # The new records arrive through dispatch like any timer record.
+            if not await self._append_copies([o for _, o in chunk], self._same_record):
+                for due_ms, queue_offset in chunk:
+                    self._add(due_ms, queue_offset)
+                break
+            rolled += len(chunk)
+        return rolled
+
+    @staticmethod
+    def _same_record(stored: StoredMessage) -> Message:
+        return Message(
+            TIMER_TOPIC,
+            stored.body,
+            properties=dict(stored.properties),
+            flag=stored.flag,
+            sys_flag=stored.sys_flag,
+            born_timestamp_ms=stored.born_timestamp_ms,
+            born_host=stored.born_host,
+        )
+
+    def _remove(self, due_ms: int, queue_offset: int) -> None:
+        bucket = self._buckets[due_ms]
+        bucket.remove(queue_offset)
+        self._pending -= 1
+        if not bucket:
+            self._drop_bucket(due_ms)
