@@ -16,6 +16,8 @@ Layout of ``node.toml``::
 
     [messages]
     max_delay_ms = 3456000000              # delayed messages: at most 40 days ahead
+    transaction_check_interval_ms = 60000  # ask a producer about a half this often
+    transaction_max_checks = 15            # then roll it back
 
     [store]                  # any field of store.config.StoreConfig but data_dir
     flush_mode = "ASYNC_FLUSH"
@@ -54,6 +56,8 @@ class Ports:
 @dataclass(frozen=True)
 class MessagingOptions:
     max_delay_ms: int = 40 * 24 * 3600 * 1000
+    transaction_check_interval_ms: int = 60_000
+    transaction_max_checks: int = 15
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from node.convert import (
 )
 from node.filter_expression import tag_filter
 from node.long_polling import QueueWaiters
+from node.parked import real_topic_of
 from node.pop_service import PopService, now_ms
 from node.rpc_status import (
     OK,
@@ -40,7 +41,8 @@ from node.rpc_status import (
 )
 from node.timer_service import TimerService
 from node.topics import GroupConfig, MessageType, Permission, TopicConfig, TopicError, TopicTable
-from store.message import PROPERTY_DELIVERY_TIME_MS, Message
+from node.transaction_service import HALF_TOPIC, TransactionService
+from store.message import PROPERTY_DELIVERY_TIME_MS, PROPERTY_TRANSACTION_ID, Message
 from store.message_store import MessageStore
 from store.results import GetStatus, PutStatus
 
@@ -76,10 +78,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         pop: PopService,
         broker_name: str,
         advertised: pb.Endpoints,
+        transactions: TransactionService,
         options: MessagingOptions | None = None,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.pop = pop
+        self.transactions = transactions
         self.options = options or MessagingOptions()
         self.clock_ms = clock_ms
         self.store = store
@@ -138,12 +142,33 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return rpc.NotifyClientTerminationResponse(status=OK)
 
     async def Telemetry(self, request_iterator, context) -> AsyncIterator[pb.TelemetryCommand]:
-        """Answer each settings write with the settings the client must use; the stream
-        stays open until the client closes it (the clients expect that)."""
-        async for command in request_iterator:
-            if command.WhichOneof("command") != "settings":
-                continue  # results of commands we never send
-            yield rpc.TelemetryCommand(status=OK, settings=self._settings_for(command.settings))
+        """Answer each settings write with the settings the client must use, and push
+        orphan-transaction checks to producers; the stream stays open until the client
+        closes it (the clients expect that)."""
+        outbox: asyncio.Queue[rpc.TelemetryCommand | None] = asyncio.Queue()
+
+        async def read_commands() -> None:
+            try:
+                async for command in request_iterator:
+                    if command.WhichOneof("command") != "settings":
+                        continue  # results of commands we never send
+                    settings = command.settings
+                    if settings.WhichOneof("pub_sub") == "publishing":
+                        topics = [t.name for t in settings.publishing.topics]
+                        self.transactions.producers.register(outbox, topics)
+                    outbox.put_nowait(
+                        rpc.TelemetryCommand(status=OK, settings=self._settings_for(settings))
+                    )
+            finally:
+                outbox.put_nowait(None)
+
+        reader = asyncio.ensure_future(read_commands())
+        try:
+            while (command := await outbox.get()) is not None:
+                yield command
+        finally:
+            reader.cancel()
+            self.transactions.producers.unregister(outbox)
 
     def _settings_for(self, settings: pb.Settings) -> pb.Settings:
         answer = pb.Settings()
@@ -189,7 +214,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             )
             for sent, appended in zip(request.messages, result.appended, strict=True)
         ]
+        if messages[0].topic == HALF_TOPIC:
+            for entry, message, appended in zip(entries, messages, result.appended, strict=True):
+                entry.transaction_id = message.properties[PROPERTY_TRANSACTION_ID]
+                self.transactions.sent(
+                    entry.transaction_id, real_topic_of(message), appended.queue_offset
+                )
         return rpc.SendMessageResponse(status=OK, entries=entries)
+
+    async def EndTransaction(self, request, context):
+        return await self.transactions.end_transaction(request)
 
     @staticmethod
     def _send_refused(request, answer: pb.Status) -> rpc.SendMessageResponse:
@@ -228,10 +262,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     f"topic {topic.name} takes {pb.MessageType.Name(expected_type)} messages, "
                     f"not {pb.MessageType.Name(system.message_type)}",
                 )
-            if topic.message_type is MessageType.TRANSACTION:
-                raise InvalidRequest(
-                    pb.NOT_IMPLEMENTED, f"{topic.message_type.value} messages are not served yet"
-                )
             if topic.message_type is MessageType.FIFO and not system.message_group:
                 raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "FIFO messages need a message_group")
             if topic.message_type is MessageType.FIFO:
@@ -244,6 +274,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             stored = to_store_message(message, queue_id)
             if topic.message_type is MessageType.DELAY:
                 stored = self._delayed(stored, system)
+            elif topic.message_type is MessageType.TRANSACTION:
+                stored, _ = TransactionService.half_of(stored)
             messages.append(stored)
         return messages
 

@@ -27,6 +27,7 @@ from node.pop_service import PopService
 from node.pop_state import PopState
 from node.timer_service import TimerService
 from node.topics import TopicTable
+from node.transaction_service import TransactionService
 from store.message_store import MessageStore
 
 log = logging.getLogger("ferrymq.node")
@@ -42,6 +43,7 @@ class Node:
         self.port = 0
         self._housekeeping: asyncio.Task[None] | None = None
         self._timer_task: asyncio.Task[None] | None = None
+        self._check_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         config = self.config
@@ -58,6 +60,12 @@ class Node:
         pop = PopService(self.store, topics, self.offsets, self.pop_state, waiters)
         self.timers = TimerService(self.store, lambda name: name in topics.topics)
         self.timers.load(loop)
+        self.transactions = TransactionService(
+            self.store,
+            config.messages.transaction_check_interval_ms,
+            config.messages.transaction_max_checks,
+        )
+        self.transactions.load()
         self.store.dispatcher.listeners.append(waiters.on_dispatch)
         self.server = grpc.aio.server(
             options=[
@@ -78,6 +86,7 @@ class Node:
                 pop,
                 config.group,
                 advertised,
+                self.transactions,
                 options=config.messages,
             ),
             self.server,
@@ -91,6 +100,7 @@ class Node:
             f.write(render_node_config(config))
         self._housekeeping = asyncio.create_task(self._housekeep())
         self._timer_task = asyncio.create_task(self.timers.run())
+        self._check_task = asyncio.create_task(self.transactions.run_checks())
 
     async def _housekeep(self) -> None:
         while True:
@@ -106,7 +116,7 @@ class Node:
                 log.exception("housekeeping round failed")
 
     async def stop(self, grace_s: float = 5.0) -> None:
-        for task in (self._housekeeping, self._timer_task):
+        for task in (self._housekeeping, self._timer_task, self._check_task):
             if task is not None:
                 task.cancel()
         if self.server is not None:

@@ -32,6 +32,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterable
 
+from node.parked import park, real_topic_of, release
 from store.dispatch_request import DispatchRequest
 from store.message import PROPERTY_DELIVERY_TIME_MS, TIMER_TOPIC, Message, StoredMessage
 from store.message_store import MessageStore
@@ -39,8 +40,6 @@ from store.message_store import MessageStore
 log = logging.getLogger(__name__)
 
 TIMER_DONE_TOPIC = "%SYS%TIMER_DONE"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE = "REAL_QID"
 DELIVERY_CHUNK = 256
 IDLE_CHECK_S = 1.0
 RETRY_AFTER_FAILURE_S = 1.0
@@ -128,20 +127,7 @@ class TimerService:
     @staticmethod
     def park(message: Message, due_ms: int) -> Message:
         """The timer record for ``message``, due at ``due_ms``."""
-        properties = dict(message.properties)
-        properties[PROPERTY_REAL_TOPIC] = message.topic
-        properties[PROPERTY_REAL_QUEUE] = str(message.queue_id)
-        properties[PROPERTY_DELIVERY_TIME_MS] = str(due_ms)
-        return Message(
-            TIMER_TOPIC,
-            message.body,
-            queue_id=0,
-            properties=properties,
-            flag=message.flag,
-            sys_flag=message.sys_flag,
-            born_timestamp_ms=message.born_timestamp_ms,
-            born_host=message.born_host,
-        )
+        return park(message, TIMER_TOPIC, {PROPERTY_DELIVERY_TIME_MS: str(due_ms)})
 
     # ---- delivery ------------------------------------------------------------------
     async def run(self) -> None:
@@ -192,22 +178,11 @@ class TimerService:
             heapq.heapify(self._due_heap)
 
     def _copy_for_topic(self, stored: StoredMessage) -> Message | None:
-        properties = dict(stored.properties)
-        topic = properties.pop(PROPERTY_REAL_TOPIC, "")
-        queue_id = int(properties.pop(PROPERTY_REAL_QUEUE, "0"))
-        if not self.topic_exists(topic):
-            log.warning("delayed message for deleted topic %r dropped", topic)
+        # The copy keeps the delivery time: consumers get it back.
+        if not self.topic_exists(real_topic_of(stored)):
+            log.warning("delayed message for deleted topic %r dropped", real_topic_of(stored))
             return None
-        return Message(
-            topic,
-            stored.body,
-            queue_id=queue_id,
-            properties=properties,  # keeps the delivery time, returned to consumers
-            flag=stored.flag,
-            sys_flag=stored.sys_flag,
-            born_timestamp_ms=stored.born_timestamp_ms,
-            born_host=stored.born_host,
-        )
+        return release(stored)
 
     async def _append_copies(
         self, queue_offsets: Iterable[int], make: Callable[[StoredMessage], Message | None]

@@ -1,0 +1,251 @@
+"""Transactional messages: half messages, EndTransaction, and orphan checks.
+
+A transactional send stores a *half* message in ``%SYS%TRANS_HALF`` (durable, replicated,
+invisible to consumers of the real topic) and answers a transaction id. EndTransaction
+COMMIT appends the copy for the real topic together with a ``commit`` record in
+``%SYS%TRANS_OP`` (one atomic batch: visible exactly once); ROLLBACK appends a
+``rollback`` record. A resolved transaction answers a repeated resolution of the same kind
+with OK and a contradicting one with INVALID_TRANSACTION_ID.
+
+Orphans: a half still pending after the check interval is offered to a producer that
+publishes its topic, through its Telemetry stream (``recover_orphaned_transaction_command``);
+the producer answers with EndTransaction. Every check is a ``check`` record, so the count
+survives restarts; when the count reaches the maximum the half is rolled back with the
+reason in the record. A check is counted whether or not a producer was connected, so an
+orphan whose producers are gone for good is rolled back in bounded time.
+
+State (DESIGN principle 1): pending = halves minus resolved halves, rebuilt at start from
+both topics. In memory per pending half: transaction id, real topic, store time, checks.
+
+Thread-safety: owned by the node's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from node.convert import InvalidRequest, to_wire_message
+from node.parked import as_sent, park, real_topic_of, release
+from node.rpc_status import OK, status, store_failure
+from store.message import PROPERTY_TRANSACTION_ID, Message, StoredMessage
+from store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+HALF_TOPIC = "%SYS%TRANS_HALF"
+OP_TOPIC = "%SYS%TRANS_OP"
+KIND_COMMIT = "commit"
+KIND_ROLLBACK = "rollback"
+KIND_CHECK = "check"
+RESOLUTIONS = {pb.COMMIT: KIND_COMMIT, pb.ROLLBACK: KIND_ROLLBACK}
+CHECK_SCAN_INTERVAL_S = 0.5
+REPLAY_PAGE = 256
+RESOLVED_MEMORY = 100_000  # resolved transaction ids remembered for idempotent answers
+
+
+@dataclass
+class Half:
+    queue_offset: int  # in HALF_TOPIC
+    transaction_id: str
+    topic: str
+    stored_ms: int
+    checks: int = 0
+
+
+class OrphanCheckTarget:
+    """Where orphan checks go: producer Telemetry streams by the topics they publish."""
+
+    def __init__(self) -> None:
+        self._streams: dict[str, list[asyncio.Queue]] = {}
+
+    def register(self, outbox: asyncio.Queue, topics: list[str]) -> None:
+        self.unregister(outbox)
+        for topic in topics:
+            self._streams.setdefault(topic, []).append(outbox)
+
+    def unregister(self, outbox: asyncio.Queue) -> None:
+        for streams in self._streams.values():
+            with contextlib.suppress(ValueError):
+                streams.remove(outbox)
+
+    def offer(self, topic: str, command: rpc.TelemetryCommand) -> bool:
+        streams = self._streams.get(topic)
+        if not streams:
+            return False
+        streams.append(streams.pop(0))  # round robin over the topic's producers
+        streams[-1].put_nowait(command)
+        return True
+
+
+class TransactionService:
+    def __init__(
+        self,
+        store: MessageStore,
+        check_interval_ms: int,
+        max_checks: int,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.store = store
+        self.check_interval_ms = check_interval_ms
+        self.max_checks = max_checks
+        self.clock_ms = clock_ms
+        self.producers = OrphanCheckTarget()
+        self._pending: dict[str, Half] = {}  # by transaction id
+        self._resolved: dict[str, str] = {}  # transaction id -> kind, bounded
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    # ---- state ---------------------------------------------------------------------
+    def load(self) -> None:
+        ops: dict[int, tuple[str, int]] = {}  # half offset -> (last kind, checks)
+        for stored in self._records(OP_TOPIC):
+            offset = int(stored.properties["half"])
+            kind = stored.properties["kind"]
+            checks = ops.get(offset, ("", 0))[1] + (kind == KIND_CHECK)
+            ops[offset] = (kind, checks)
+        for stored in self._records(HALF_TOPIC):
+            kind, checks = ops.get(stored.queue_offset, ("", 0))
+            transaction_id = stored.properties[PROPERTY_TRANSACTION_ID]
+            if kind in (KIND_COMMIT, KIND_ROLLBACK):
+                self._remember(transaction_id, kind)
+                continue
+            self._pending[transaction_id] = Half(
+                stored.queue_offset,
+                transaction_id,
+                real_topic_of(stored),
+                stored.store_timestamp_ms,
+                checks,
+            )
+
+    def _records(self, topic: str):
+        store = self.store
+        offset = store.min_offset_in_queue(topic, 0)
+        end = store.max_offset_in_queue(topic, 0)
+        while offset < end:
+            page = store.get_messages(topic, 0, offset, REPLAY_PAGE)
+            yield from page.messages
+            if page.next_begin_offset <= offset:
+                break
+            offset = page.next_begin_offset
+
+    def _remember(self, transaction_id: str, kind: str) -> None:
+        if len(self._resolved) >= RESOLVED_MEMORY:
+            self._resolved.pop(next(iter(self._resolved)))
+        self._resolved[transaction_id] = kind
+
+    # ---- sending -------------------------------------------------------------------
+    @staticmethod
+    def half_of(message: Message) -> tuple[Message, str]:
+        """The half record for a transactional message, and its new transaction id."""
+        transaction_id = secrets.token_hex(16).upper()
+        return park(message, HALF_TOPIC, {PROPERTY_TRANSACTION_ID: transaction_id}), transaction_id
+
+    def sent(self, transaction_id: str, topic: str, half_queue_offset: int) -> None:
+        """Track a half the store accepted."""
+        self._pending[transaction_id] = Half(
+            half_queue_offset, transaction_id, topic, self.clock_ms()
+        )
+
+    # ---- EndTransaction ------------------------------------------------------------
+    async def end_transaction(self, request) -> rpc.EndTransactionResponse:
+        try:
+            kind = RESOLUTIONS.get(request.resolution)
+            if kind is None:
+                raise InvalidRequest(pb.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
+            half = self._pending.get(request.transaction_id)
+            if half is None:
+                resolved = self._resolved.get(request.transaction_id)
+                if resolved == kind:
+                    return rpc.EndTransactionResponse(status=OK)  # a repeated resolution
+                detail = (
+                    f"transaction already resolved as {resolved}"
+                    if resolved
+                    else "no pending transaction has this id"
+                )
+                raise InvalidRequest(pb.INVALID_TRANSACTION_ID, detail)
+            if request.topic.name and request.topic.name != half.topic:
+                raise InvalidRequest(
+                    pb.INVALID_TRANSACTION_ID, f"transaction belongs to topic {half.topic}"
+                )
+        except InvalidRequest as error:
+            return rpc.EndTransactionResponse(status=status(error.code, str(error)))
+        answer = await self._resolve(half, kind, reason=pb.TransactionSource.Name(request.source))
+        return rpc.EndTransactionResponse(status=answer)
+
+    async def _resolve(self, half: Half, kind: str, reason: str) -> pb.Status:
+        # Taken out of pending before the append, so a concurrent resolution of the same
+        # transaction cannot append a second copy; put back if the append fails.
+        del self._pending[half.transaction_id]
+        batch = [self._op(half, kind, reason)]
+        if kind == KIND_COMMIT:
+            stored = self._read_half(half)
+            if stored is None:
+                batch = [self._op(half, KIND_ROLLBACK, "half message removed by retention")]
+            else:
+                batch.insert(0, release(stored))  # keeps the transaction id
+        result = await self.store.put_messages_async(batch)
+        if not result.ok:
+            self._pending[half.transaction_id] = half
+            return store_failure(result)
+        self._remember(half.transaction_id, kind)
+        return OK
+
+    def _op(self, half: Half, kind: str, reason: str) -> Message:
+        return Message(
+            OP_TOPIC, b"", properties={"kind": kind, "half": str(half.queue_offset), "why": reason}
+        )
+
+    def _read_half(self, half: Half) -> StoredMessage | None:
+        found = self.store.get_messages(HALF_TOPIC, 0, half.queue_offset, 1).messages
+        return found[0] if found and found[0].queue_offset == half.queue_offset else None
+
+    # ---- orphan checks -------------------------------------------------------------
+    async def run_checks(self) -> None:
+        """Check orphans until cancelled."""
+        while True:
+            try:
+                await self.check_orphans()
+            except Exception:  # one failed round must not end the checks
+                log.exception("orphan transaction check failed")
+            await asyncio.sleep(CHECK_SCAN_INTERVAL_S)
+
+    async def check_orphans(self) -> int:
+        """Offer every half whose next check is due to a producer; roll back those out of
+        checks. Returns how many were checked or rolled back."""
+        now = self.clock_ms()
+        due = [
+            h
+            for h in self._pending.values()
+            if now - h.stored_ms >= self.check_interval_ms * (h.checks + 1)
+        ]
+        for half in due:
+            if self._pending.get(half.transaction_id) is not half:
+                continue  # resolved meanwhile
+            if half.checks >= self.max_checks:
+                await self._resolve(
+                    half, KIND_ROLLBACK, f"no resolution after {half.checks} checks"
+                )
+                continue
+            stored = self._read_half(half)
+            if stored is not None:
+                command = rpc.TelemetryCommand(
+                    recover_orphaned_transaction_command=rpc.RecoverOrphanedTransactionCommand(
+                        message=to_wire_message(as_sent(stored)),
+                        transaction_id=half.transaction_id,
+                    )
+                )
+                self.producers.offer(half.topic, command)
+            result = await self.store.put_messages_async([self._op(half, KIND_CHECK, "check")])
+            if result.ok:
+                half.checks += 1
+        return len(due)
