@@ -301,6 +301,13 @@ class PopService:
                 status=status(error.code, str(error)), receipt_handle=request.receipt_handle
             )
         offset, old = handle.queue_offset, (current.delivery, current.visible_at_ms)
+        if current.attempt >= group.max_delivery_attempts:
+            # A nack of the last allowed attempt (the official push consumer's failure
+            # path): it can never be delivered again, so it goes to the DLQ now.
+            answer = await self._forward(key, offset, current)
+            return rpc.ChangeInvisibleDurationResponse(
+                status=answer, receipt_handle=request.receipt_handle
+            )
         delivery = new_delivery_id()
         record = self.state.change(
             key, offset, current.delivery, delivery, self.clock_ms() + invisible_ms
@@ -340,8 +347,11 @@ class PopService:
         current = cursor.in_flight.get(handle.queue_offset) if cursor else None
         if current is None:
             return rpc.ForwardMessageToDeadLetterQueueResponse(status=OK)
-        offset = handle.queue_offset
-        stored = self._read(topic.name, handle.queue_id, offset)
+        answer = await self._forward(key, handle.queue_offset, current)
+        return rpc.ForwardMessageToDeadLetterQueueResponse(status=answer)
+
+    async def _forward(self, key: CursorKey, offset: int, current: InFlight) -> pb.Status:
+        stored = self._read(key[1], key[2], offset)
         if stored is None:
             records = [self.state.ack(key, [(offset, current.delivery)])]
         else:
@@ -349,8 +359,8 @@ class PopService:
         try:
             await self._append(records, [lambda: self._restore(key, {offset: current})])
         except PopFailed as failed:
-            return rpc.ForwardMessageToDeadLetterQueueResponse(status=failed.status)
-        return rpc.ForwardMessageToDeadLetterQueueResponse(status=OK)
+            return failed.status
+        return OK
 
     # ---- shared ----------------------------------------------------------------------
     def _decode(self, topic: TopicConfig, text: str) -> ReceiptHandle:

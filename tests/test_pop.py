@@ -384,3 +384,16 @@ def test_snapshots_keep_the_state_when_retention_deletes_old_segments(tmp_path):
     assert broker.ack("G", "orders", handles[4]).status.code == pb.OK
     broker.store.shutdown()
     loop.close()
+
+
+def test_a_nack_of_the_last_attempt_dead_letters_at_once(broker):
+    broker.send("orders", 1)
+    for _ in range(2):
+        assert len(broker.receive("G", "orders")) == 1
+        broker.clock.ms += 10_000
+    (last,) = broker.receive("G", "orders")
+    assert last.attempt == 3  # the group's max
+    assert broker.change("G", "orders", last.handle, 5).status.code == pb.OK
+    assert broker.dead_letters("G") == [b"body-0"]
+    broker.clock.ms += 10_000
+    assert broker.receive("G", "orders") == []
