@@ -8,6 +8,7 @@ from __future__ import annotations
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
 from node.consumer_offsets import ConsumerOffsets
+from node.group_members import GroupMembers
 from node.pop_state import PopState
 from node.topics import GroupConfig, MessageType, Permission, TopicConfig, TopicError, TopicTable
 from store.message import StoredMessage
@@ -73,8 +74,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         topics: TopicTable,
         offsets: ConsumerOffsets,
         pop_state: PopState,
+        members: GroupMembers,
         broker_group: str,
     ) -> None:
+        self.members = members
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -192,6 +195,17 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 )
             )
         return api.GroupProgressResponse(status=OK, queues=queues)
+
+    async def GroupMembers(self, request, context):
+        try:
+            self.topics.group(request.group)
+        except TopicError as error:
+            return api.GroupMembersResponse(status=failure(error))
+        members = [
+            api.GroupMember(client_id=client_id, last_heartbeat_ms=seen)
+            for client_id, seen in self.members.live(request.group)
+        ]
+        return api.GroupMembersResponse(status=OK, members=members)
 
     async def QueryMessageById(self, request, context):
         found = self.store.look_message_by_id(request.message_id)

@@ -29,6 +29,7 @@ from node.convert import (
     to_wire_message,
 )
 from node.filter_expression import tag_filter
+from node.group_members import GroupMembers, client_id_of
 from node.long_polling import QueueWaiters
 from node.parked import real_topic_of
 from node.pop_service import PopService, now_ms
@@ -79,11 +80,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         broker_name: str,
         advertised: pb.Endpoints,
         transactions: TransactionService,
+        members: GroupMembers,
         options: MessagingOptions | None = None,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.pop = pop
         self.transactions = transactions
+        self.members = members
         self.options = options or MessagingOptions()
         self.clock_ms = clock_ms
         self.store = store
@@ -136,9 +139,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return rpc.QueryAssignmentResponse(status=OK, assignments=assignments)
 
     async def Heartbeat(self, request, context):
+        client_id = client_id_of(context)
+        if request.HasField("group") and client_id:
+            self.members.heartbeat(request.group.name, client_id)
         return rpc.HeartbeatResponse(status=OK)
 
     async def NotifyClientTermination(self, request, context):
+        client_id = client_id_of(context)
+        if request.HasField("group") and client_id:
+            self.members.leave(request.group.name, client_id)
         return rpc.NotifyClientTerminationResponse(status=OK)
 
     async def Telemetry(self, request_iterator, context) -> AsyncIterator[pb.TelemetryCommand]:

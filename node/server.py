@@ -21,6 +21,7 @@ from ferrymq.protocol.ferrymq import admin_pb2_grpc
 from node.admin_service import AdminService
 from node.config import NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
+from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
 from node.messaging_service import MessagingService
 from node.pop_service import PopService
@@ -66,6 +67,7 @@ class Node:
             config.messages.transaction_max_checks,
         )
         self.transactions.load()
+        members = GroupMembers()
         self.store.dispatcher.listeners.append(waiters.on_dispatch)
         self.server = grpc.aio.server(
             options=[
@@ -87,12 +89,13 @@ class Node:
                 config.group,
                 advertised,
                 self.transactions,
+                members,
                 options=config.messages,
             ),
             self.server,
         )
         admin_pb2_grpc.add_AdminServicer_to_server(
-            AdminService(self.store, topics, self.offsets, self.pop_state, config.group),
+            AdminService(self.store, topics, self.offsets, self.pop_state, members, config.group),
             self.server,
         )
         await self.server.start()

@@ -213,6 +213,28 @@ class GroupProgressResponse(_message.Message):
     queues: _containers.RepeatedCompositeFieldContainer[QueueProgress]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueProgress, _Mapping]]] = ...) -> None: ...
 
+class GroupMember(_message.Message):
+    __slots__ = ("client_id", "last_heartbeat_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    last_heartbeat_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class GroupMembersRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class GroupMembersResponse(_message.Message):
+    __slots__ = ("status", "members")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    members: _containers.RepeatedCompositeFieldContainer[GroupMember]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ...) -> None: ...
+
 class StoredMessage(_message.Message):
     __slots__ = ("topic", "queue_id", "queue_offset", "physical_offset", "offset_message_id", "message_id", "tag", "keys", "properties", "body", "born_timestamp_ms", "store_timestamp_ms", "broker_group")
     class PropertiesEntry(_message.Message):

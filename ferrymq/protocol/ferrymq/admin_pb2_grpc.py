@@ -79,6 +79,11 @@ class AdminStub:
                 request_serializer=ferrymq_dot_admin__pb2.GroupProgressRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_admin__pb2.GroupProgressResponse.FromString,
                 _registered_method=True)
+        self.GroupMembers = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/GroupMembers',
+                request_serializer=ferrymq_dot_admin__pb2.GroupMembersRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.GroupMembersResponse.FromString,
+                _registered_method=True)
         self.QueryMessageById = channel.unary_unary(
                 '/ferrymq.admin.v1.Admin/QueryMessageById',
                 request_serializer=ferrymq_dot_admin__pb2.QueryMessageByIdRequest.SerializeToString,
@@ -168,6 +173,12 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GroupMembers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def QueryMessageById(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -251,6 +262,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.GroupProgress,
                     request_deserializer=ferrymq_dot_admin__pb2.GroupProgressRequest.FromString,
                     response_serializer=ferrymq_dot_admin__pb2.GroupProgressResponse.SerializeToString,
+            ),
+            'GroupMembers': grpc.unary_unary_rpc_method_handler(
+                    servicer.GroupMembers,
+                    request_deserializer=ferrymq_dot_admin__pb2.GroupMembersRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.GroupMembersResponse.SerializeToString,
             ),
             'QueryMessageById': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryMessageById,
@@ -526,6 +542,33 @@ class Admin:
             '/ferrymq.admin.v1.Admin/GroupProgress',
             ferrymq_dot_admin__pb2.GroupProgressRequest.SerializeToString,
             ferrymq_dot_admin__pb2.GroupProgressResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GroupMembers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/GroupMembers',
+            ferrymq_dot_admin__pb2.GroupMembersRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.GroupMembersResponse.FromString,
             options,
             channel_credentials,
             insecure,

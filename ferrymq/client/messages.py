@@ -1,0 +1,111 @@
+"""Messages as the SDK's users write and read them."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+
+from google.protobuf import timestamp_pb2
+
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+
+_sequence = itertools.count()
+_PREFIX = f"FE{os.getpid() & 0xFFFF:04X}{time.time_ns() & 0xFFFFFFFFFFFF:012X}"
+
+
+def new_message_id() -> str:
+    """34 uppercase hex characters like the official clients' ids, unique per process:
+    a marker, the pid, the client's start time, and a sequence."""
+    return f"{_PREFIX}{next(_sequence) & 0xFFFFFFFFFFFFFFFF:016X}"
+
+
+@dataclass
+class Message:
+    topic: str
+    body: bytes
+    tag: str | None = None
+    keys: list[str] = field(default_factory=list)
+    properties: dict[str, str] = field(default_factory=dict)
+    message_group: str | None = None  # FIFO topics: the order key
+    delivery_time_ms: int | None = None  # DELAY topics
+    message_id: str = field(default_factory=new_message_id)
+
+    def to_wire(self, message_type: int | None = None) -> pb.Message:
+        if message_type is None:
+            message_type = pb.NORMAL
+            if self.message_group:
+                message_type = pb.FIFO
+            elif self.delivery_time_ms is not None:
+                message_type = pb.DELAY
+        system = pb.SystemProperties(
+            message_id=self.message_id,
+            message_type=message_type,
+            body_encoding=pb.IDENTITY,
+            born_timestamp=_timestamp(time.time_ns() // 1_000_000),
+            keys=self.keys,
+        )
+        if self.tag:
+            system.tag = self.tag
+        if self.message_group:
+            system.message_group = self.message_group
+        if self.delivery_time_ms is not None:
+            system.delivery_timestamp.CopyFrom(_timestamp(self.delivery_time_ms))
+        return pb.Message(
+            topic=pb.Resource(name=self.topic),
+            user_properties=self.properties,
+            system_properties=system,
+            body=self.body,
+        )
+
+
+@dataclass(frozen=True)
+class SendReceipt:
+    message_id: str
+    queue_offset: int
+    transaction_id: str = ""
+
+
+@dataclass
+class ReceivedMessage:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    message_id: str
+    body: bytes
+    tag: str | None
+    keys: list[str]
+    properties: dict[str, str]
+    message_group: str | None
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    delivery_attempt: int = 0
+    receipt_handle: str = ""
+
+    @classmethod
+    def from_wire(cls, message: pb.Message) -> ReceivedMessage:
+        system = message.system_properties
+        return cls(
+            topic=message.topic.name,
+            queue_id=system.queue_id,
+            queue_offset=system.queue_offset,
+            message_id=system.message_id,
+            body=message.body,
+            tag=system.tag if system.HasField("tag") else None,
+            keys=list(system.keys),
+            properties=dict(message.user_properties),
+            message_group=system.message_group if system.HasField("message_group") else None,
+            born_timestamp_ms=_millis(system.born_timestamp),
+            store_timestamp_ms=_millis(system.store_timestamp),
+            delivery_attempt=system.delivery_attempt,
+            receipt_handle=system.receipt_handle,
+        )
+
+
+def _timestamp(ms: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def _millis(timestamp: timestamp_pb2.Timestamp) -> int:
+    return timestamp.seconds * 1000 + timestamp.nanos // 1_000_000
