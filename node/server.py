@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Callable
 
 import grpc
 
@@ -52,7 +53,7 @@ class Node:
         loop = asyncio.get_running_loop()
         # Recovery reads and fsyncs files: keep the loop free while it runs.
         self.store = await loop.run_in_executor(None, MessageStore.open, config.store_config())
-        topics = TopicTable(os.path.join(config.data_dir, "topics.json"))
+        self.topics = topics = TopicTable(os.path.join(config.data_dir, "topics.json"))
         self.offsets = ConsumerOffsets(self.store)
         self.offsets.load()
         self.pop_state = PopState(self.store)
@@ -128,10 +129,13 @@ class Node:
             await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
 
 
-async def serve(config: NodeConfig) -> None:
+async def serve(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:
+    """Run a node until SIGTERM or SIGINT; ``on_ready`` runs once it serves."""
     node = Node(config)
     await node.start()
     print(f"ferrymq node {config.id} ready on {config.host}:{node.port}", flush=True)
+    if on_ready is not None:
+        on_ready(node)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
