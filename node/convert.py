@@ -8,7 +8,9 @@ must not collide with the system ones.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import re
 import zlib
 
 from google.protobuf import timestamp_pb2
@@ -18,27 +20,23 @@ from store.message import (
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
     PROPERTY_MESSAGE_GROUP,
+    PROPERTY_MESSAGE_TYPE,
     PROPERTY_TAGS,
-    PROPERTY_TRANSACTION_ID,
     PROPERTY_UNIQ_KEY,
+    SYSTEM_PROPERTY_NAMES,
     Message,
     StoredMessage,
     encode_host,
 )
 
-PROPERTY_MESSAGE_TYPE = "__MSG_TYPE"
-SYSTEM_PROPERTY_NAMES = frozenset(
-    {
-        PROPERTY_TAGS,
-        PROPERTY_KEYS,
-        PROPERTY_UNIQ_KEY,
-        PROPERTY_MESSAGE_GROUP,
-        PROPERTY_DELIVERY_TIME_MS,
-        PROPERTY_TRANSACTION_ID,
-        PROPERTY_MESSAGE_TYPE,
-    }
-)
 TAG_FORBIDDEN = ("|", "\x01", "\x02")
+KEY_PATTERN = re.compile(r"\S+")  # keys are space-separated in KEYS: no whitespace inside
+
+
+@functools.lru_cache(maxsize=4096)
+def tag_is_valid(tag: str) -> bool:
+    """Tags repeat endlessly: each distinct one is checked once."""
+    return bool(tag.strip()) and not any(c in tag for c in TAG_FORBIDDEN)
 
 
 class InvalidRequest(ValueError):
@@ -69,6 +67,7 @@ def timestamp_of(millis: int) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=millis // 1000, nanos=(millis % 1000) * 1_000_000)
 
 
+@functools.lru_cache(maxsize=4096)
 def born_host_bytes(text: str) -> bytes:
     """BORNHOST from the client's string: IPv4 with an optional port, else zeros."""
     host, _, port = text.rpartition(":") if text.count(":") == 1 else (text, "", "0")
@@ -95,14 +94,15 @@ def to_store_message(message: pb.Message, queue_id: int) -> Message:
         properties[name] = value
     if system.HasField("tag"):
         tag = system.tag
-        if not tag.strip() or any(c in tag for c in TAG_FORBIDDEN):
+        if not tag_is_valid(tag):
             raise InvalidRequest(pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is empty or contains '|'")
         properties[PROPERTY_TAGS] = tag
-    if system.keys:
-        for key in system.keys:
-            if not key.strip() or any(c.isspace() for c in key):
+    keys = system.keys
+    if keys:
+        for key in keys:
+            if not KEY_PATTERN.fullmatch(key):
                 raise InvalidRequest(pb.ILLEGAL_MESSAGE_KEY, f"key {key!r} is empty or has spaces")
-        properties[PROPERTY_KEYS] = " ".join(system.keys)
+        properties[PROPERTY_KEYS] = " ".join(keys)
     properties[PROPERTY_UNIQ_KEY] = system.message_id
     if system.HasField("message_group"):
         if not system.message_group:

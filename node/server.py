@@ -18,10 +18,11 @@ import grpc
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
-from ferrymq.protocol.ferrymq import admin_pb2_grpc
+from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
 from node.admin_service import AdminService
 from node.config import NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
+from node.data_service import DataService
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
 from node.messaging_service import MessagingService
@@ -98,6 +99,9 @@ class Node:
         admin_pb2_grpc.add_AdminServicer_to_server(
             AdminService(self.store, topics, self.offsets, self.pop_state, members, config.group),
             self.server,
+        )
+        data_pb2_grpc.add_DataServicer_to_server(
+            DataService(self.store, topics, waiters), self.server
         )
         await self.server.start()
         with open(os.path.join(config.data_dir, "node.toml"), "w", encoding="utf-8") as f:

@@ -34,6 +34,7 @@ SOURCES = [
     "apache/rocketmq/v2/definition.proto",
     "apache/rocketmq/v2/service.proto",
     "ferrymq/admin.proto",
+    "ferrymq/data.proto",
 ]
 GENERATOR_VERSION = "1.85.1"
 IMPORT = re.compile(r"^from (apache\.rocketmq\.v2|ferrymq) import (\w+_pb2)", re.MULTILINE)

@@ -22,6 +22,19 @@ PROPERTY_TRANSACTION_ID = "__transactionId__"
 # in ms instead of a tag hash (DESIGN §3.2, seed 004), so the timer is rebuilt from 20-byte
 # queue entries without reading a single record.
 TIMER_TOPIC = "%SYS%TIMER"
+PROPERTY_MESSAGE_TYPE = "__MSG_TYPE"  # apache.rocketmq.v2.MessageType as sent
+# Properties the store and node set; everything else in a record is the user's.
+SYSTEM_PROPERTY_NAMES = frozenset(
+    {
+        PROPERTY_TAGS,
+        PROPERTY_KEYS,
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_MESSAGE_GROUP,
+        PROPERTY_DELIVERY_TIME_MS,
+        PROPERTY_TRANSACTION_ID,
+        PROPERTY_MESSAGE_TYPE,
+    }
+)
 KEY_SEPARATOR = " "
 
 NAME_VALUE_SEPARATOR = "\x01"

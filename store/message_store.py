@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection
 
 from store.checkpoint import Checkpoint
 from store.commitlog import CommitLog, PreparedMessage, prepare, topic_prefix_of
+from store.commitlog_record import decode as record_decode
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import BLANK_SIZE
 from store.dispatcher import ConsumeQueueTable, Dispatcher
@@ -480,6 +481,43 @@ class MessageStore:
     ) -> GetResult:
         """Up to ``max_count`` messages of one queue from ``offset``; ``tags`` None means
         every tag ("*"). Filtering uses the queue's tag hashes, then the real tag."""
+        read = self.commitlog.read
+
+        def decoded(physical: int, size: int) -> StoredMessage | None:
+            stored = read(physical)
+            if stored is None:
+                return None  # removed by retention while we read
+            if tags is not None and stored.tags not in tags:
+                return None  # a hash collision: the real tag decides
+            return stored
+
+        return self._scan_queue(topic, queue_id, offset, max_count, tags, decoded)
+
+    def get_records(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        tags: Collection[str] | None = None,
+    ) -> GetResult:
+        """``get_messages`` returning each record's stored bytes (``messages`` holds
+        ``bytes``), at most ``max_bytes`` of them unless the first alone is larger: a bulk
+        read that decodes nothing unless a tag filter needs the real tag."""
+        read_bytes = self.commitlog.read_bytes
+
+        def raw(physical: int, size: int) -> bytes | None:
+            data = read_bytes(physical, size)
+            if len(data) != size:
+                return None  # removed by retention while we read
+            if tags is not None and record_decode(data, 0).tags not in tags:
+                return None
+            return data
+
+        return self._scan_queue(topic, queue_id, offset, max_count, tags, raw, max_bytes)
+
+    def _scan_queue(self, topic, queue_id, offset, max_count, tags, fetch, max_bytes=None):
         queue = self.consume_queues.get(topic, queue_id)
         if queue is None or queue.max_offset == 0:
             # As RocketMQ: only a queue that never had a message is "no message in queue";
@@ -494,30 +532,31 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
         wanted = {tag_hash_code(t) for t in tags} if tags is not None else None
         limit = self.confirmed_offset
-        messages: list[StoredMessage] = []
+        found: list = []
+        used = 0
         next_offset = offset
-        read = self.commitlog.read
         # Scan a bounded window of entries, so a filter that matches little still returns.
         for queue_offset, (physical, size, tag_code) in queue.entries(
             offset, max(max_count, 1) * 16
         ):
             if limit is not None and physical + size > limit:
                 break
+            if max_bytes is not None and found and used + size > max_bytes:
+                break
             next_offset = queue_offset + 1
             if wanted is not None and tag_code not in wanted:
                 continue
-            stored = read(physical)
-            if stored is None:
-                continue  # removed by retention while we read
-            if wanted is not None and stored.tags not in tags:
-                continue  # a hash collision: the real tag decides
-            messages.append(stored)
-            if len(messages) >= max_count:
+            item = fetch(physical, size)
+            if item is None:
+                continue
+            found.append(item)
+            used += size
+            if len(found) >= max_count:
                 break
-        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
-        if not messages and next_offset == offset:
+        status = GetStatus.FOUND if found else GetStatus.NO_MATCHED_MESSAGE
+        if not found and next_offset == offset:
             status = GetStatus.OFFSET_OVERFLOW_ONE
-        return GetResult(status, messages, next_offset, low, high)
+        return GetResult(status, found, next_offset, low, high)
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         queue = self.consume_queues.get(topic, queue_id)

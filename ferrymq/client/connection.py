@@ -14,7 +14,7 @@ import grpc
 
 from ferrymq.client.errors import TRANSPORT, FerryError
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
-from ferrymq.protocol.ferrymq import admin_pb2_grpc
+from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:8081"
 DEFAULT_TIMEOUT_S = 10.0
@@ -42,6 +42,7 @@ class Connection:
         self.channel = grpc.insecure_channel(address, options=options)
         self.messaging = service_pb2_grpc.MessagingServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminStub(self.channel)
+        self.data = data_pb2_grpc.DataStub(self.channel)
         self._options = options
         self._aio_channel: grpc.aio.Channel | None = None
         self._aio_messaging: service_pb2_grpc.MessagingServiceStub | None = None

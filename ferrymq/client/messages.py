@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import itertools
 import os
+import struct
 import time
 from dataclasses import dataclass, field
 
 from google.protobuf import timestamp_pb2
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from store.commitlog_record import decode
+from store.message import (
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SYSTEM_PROPERTY_NAMES,
+    StoredMessage,
+)
+
+RECORD_SIZE = struct.Struct(">i")
 
 _sequence = itertools.count()
 _PREFIX = f"FE{os.getpid() & 0xFFFF:04X}{time.time_ns() & 0xFFFFFFFFFFFF:012X}"
@@ -84,6 +95,24 @@ class ReceivedMessage:
     receipt_handle: str = ""
 
     @classmethod
+    def from_record(cls, stored: StoredMessage) -> ReceivedMessage:
+        """From a CommitLog record as the Data service returns it."""
+        properties = stored.properties
+        return cls(
+            topic=stored.topic,
+            queue_id=stored.queue_id,
+            queue_offset=stored.queue_offset,
+            message_id=properties.get(PROPERTY_UNIQ_KEY) or stored.offset_message_id,
+            body=stored.body,
+            tag=properties.get(PROPERTY_TAGS),
+            keys=stored.keys,
+            properties={k: v for k, v in properties.items() if k not in SYSTEM_PROPERTY_NAMES},
+            message_group=properties.get(PROPERTY_MESSAGE_GROUP),
+            born_timestamp_ms=stored.born_timestamp_ms,
+            store_timestamp_ms=stored.store_timestamp_ms,
+        )
+
+    @classmethod
     def from_wire(cls, message: pb.Message) -> ReceivedMessage:
         system = message.system_properties
         return cls(
@@ -101,6 +130,17 @@ class ReceivedMessage:
             delivery_attempt=system.delivery_attempt,
             receipt_handle=system.receipt_handle,
         )
+
+
+def decode_records(records: bytes) -> list[StoredMessage]:
+    """Split a Fetch answer into records (DESIGN §3.1: each starts with its total size)."""
+    found = []
+    position, end = 0, len(records)
+    while position < end:
+        (size,) = RECORD_SIZE.unpack_from(records, position)
+        found.append(decode(records, position))
+        position += size
+    return found
 
 
 def _timestamp(ms: int) -> timestamp_pb2.Timestamp:

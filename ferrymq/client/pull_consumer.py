@@ -1,5 +1,6 @@
-"""Offset-based consumption (PullMessage): explicit queues, or a consumer group whose
-members share a topic's queues and rebalance when members come and go.
+"""Offset-based consumption: explicit queues, or a consumer group whose members share a
+topic's queues and rebalance when members come and go. Reads use the Data service's Fetch
+(hundreds of stored records per response, decoded here), not one gRPC message per message.
 
 Positions are the client's; ``commit`` stores them as the group's offsets (one CommitLog
 record each on the node), and a queue that moves to another member is committed first, so
@@ -11,15 +12,14 @@ from __future__ import annotations
 
 import time
 
-import grpc
-
-from ferrymq.client.connection import DEFAULT_ADDRESS, Connection, transport_error
+from ferrymq.client.connection import DEFAULT_ADDRESS, Connection
 from ferrymq.client.errors import FerryError, check, check_admin
-from ferrymq.client.messages import ReceivedMessage
+from ferrymq.client.messages import ReceivedMessage, decode_records
 from ferrymq.client.rebalance import allocate
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
+from ferrymq.protocol.ferrymq import data_pb2 as data
 
 HEARTBEAT_INTERVAL_S = 5.0
 START_POLICIES = ("committed-or-beginning", "committed-or-end", "beginning", "end")
@@ -32,7 +32,7 @@ class PullConsumer:
         group: str = "",
         *,
         start: str = "committed-or-beginning",
-        batch_size: int = 32,
+        batch_size: int = 256,
         tags: str = "*",
         timeout_s: float = 10.0,
     ) -> None:
@@ -163,36 +163,27 @@ class PullConsumer:
         return self._pull(queue_id, wait_s)
 
     def _pull(self, queue_id: int, wait_s: float) -> list[ReceivedMessage]:
-        request = rpc.PullMessageRequest(
-            group=pb.Resource(name=self.group),
-            message_queue=self._queue(queue_id),
+        """One Data.Fetch: the queue's next records, decoded here."""
+        request = data.FetchRequest(
+            group=self.group,
+            topic=self.topic,
+            queue_id=queue_id,
             offset=self._positions[queue_id],
-            batch_size=self.batch_size,
-            filter_expression=pb.FilterExpression(type=pb.TAG, expression=self.tags),
+            max_messages=self.batch_size,
+            tags=[]
+            if self.tags.strip() in ("", "*")
+            else [t.strip() for t in self.tags.split("||")],
+            wait_ms=int(wait_s * 1000),
         )
-        request.long_polling_timeout.seconds = int(wait_s)
-        request.long_polling_timeout.nanos = int((wait_s % 1) * 1e9)
-        try:
-            parts = list(
-                self.connection.messaging.PullMessage(
-                    request,
-                    timeout=wait_s + self.connection.timeout_s,
-                    metadata=self.connection.metadata,
-                )
-            )
-        except grpc.RpcError as error:
-            raise transport_error(error) from None
-        status = next(p.status for p in parts if p.WhichOneof("content") == "status")
-        next_offset = next(
-            (p.next_offset for p in parts if p.WhichOneof("content") == "next_offset"), None
+        answer = self.connection.call(
+            self.connection.data.Fetch, request, timeout_s=wait_s + self.connection.timeout_s
         )
-        if status.code == pb.ILLEGAL_OFFSET and next_offset is not None:
-            self._positions[queue_id] = next_offset  # retention passed us: go on from there
+        if answer.code == pb.ILLEGAL_OFFSET:
+            self._positions[queue_id] = answer.next_offset  # retention passed us: go on
             return []
-        check(status, pb.MESSAGE_NOT_FOUND)
-        if next_offset is not None:
-            self._positions[queue_id] = next_offset
-        return [ReceivedMessage.from_wire(p.message) for p in parts if p.HasField("message")]
+        check(pb.Status(code=answer.code, message=answer.message), pb.MESSAGE_NOT_FOUND)
+        self._positions[queue_id] = answer.next_offset
+        return [ReceivedMessage.from_record(r) for r in decode_records(answer.records)]
 
     # ---- offsets ---------------------------------------------------------------------
     def commit(self) -> None:

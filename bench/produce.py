@@ -1,0 +1,288 @@
+"""Node benchmark over gRPC: ``python -m bench.produce --json [--quick]``.
+
+Starts a real node process (ASYNC_FLUSH, the default; a temporary data directory, a free
+port) and drives it from this process with grpc.aio stubs and requests built before the
+clock starts, so the client spends its time on the wire, not on building messages. Client
+and node share the machine's cores. Prints one JSON object (last line):
+
+- ``batch_send_msgs_per_s``: SendMessage with 128 messages of 1 KiB per request, 8 requests
+  in flight;
+- ``single_send_256_inflight_msgs_per_s``: one 1 KiB message per request, 256 in flight;
+- ``single_send_p50_us`` / ``single_send_p99_us``: latency of one 1 KiB message per
+  request, one request at a time (an unloaded node);
+- ``pull_msgs_per_s``: offset-based reads as ferrymq's PullConsumer makes them (Data.Fetch,
+  512 records per request, decoded in the client), one reader per queue, from offset 0;
+- ``pull_message_rpc_msgs_per_s``: the same through apache.rocketmq.v2 PullMessage (32 per
+  request, one gRPC message per message: the official protocol's shape);
+- ``pop_receive_ack_msgs_per_s``: ReceiveMessage (32) then one AckMessage for the batch,
+  4 consumers of one group.
+
+Every message has a tag, a key and a unique message id, as the official clients send.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+
+from ferrymq.client.messages import decode_records
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from ferrymq.protocol.ferrymq import admin_pb2 as api
+from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
+from ferrymq.protocol.ferrymq import data_pb2 as data
+
+BODY = bytes(range(256)) * 4  # 1 KiB
+TOPIC = "BenchTopic"
+GROUP = "BenchGroup"
+QUEUES = 8
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def start_node(data_dir: str) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "node", "--data", data_dir, "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        if " ready on " in line:
+            return process, line.rsplit(" ", 1)[1].strip()
+    process.kill()
+    raise RuntimeError("the node did not start")
+
+
+def wire_message(i: int, queue_id: int) -> pb.Message:
+    return pb.Message(
+        topic=pb.Resource(name=TOPIC),
+        body=BODY,
+        system_properties=pb.SystemProperties(
+            message_id=f"BE{i:032X}",
+            message_type=pb.NORMAL,
+            tag="TagA" if i % 2 else "TagB",
+            keys=[f"key-{i}"],
+            queue_id=queue_id,
+            body_encoding=pb.IDENTITY,
+        ),
+    )
+
+
+def single_requests(count: int, start: int) -> list[rpc.SendMessageRequest]:
+    return [
+        rpc.SendMessageRequest(messages=[wire_message(start + i, (start + i) % QUEUES)])
+        for i in range(count)
+    ]
+
+
+def batch_requests(count: int, per_request: int, start: int) -> list[rpc.SendMessageRequest]:
+    requests = []
+    for r in range(count):
+        first = start + r * per_request
+        messages = [wire_message(first + i, r % QUEUES) for i in range(per_request)]
+        requests.append(rpc.SendMessageRequest(messages=messages))
+    return requests
+
+
+async def send_all(stub, requests, in_flight: int) -> float:
+    """Send every request with ``in_flight`` outstanding; seconds taken."""
+    queue = iter(requests)
+
+    async def worker() -> None:
+        for request in queue:
+            answer = await stub.SendMessage(request)
+            assert answer.status.code == pb.OK, answer.status
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    return time.perf_counter() - started
+
+
+async def latencies(stub, requests) -> list[float]:
+    took = []
+    for request in requests:
+        started = time.perf_counter()
+        answer = await stub.SendMessage(request)
+        took.append(time.perf_counter() - started)
+        assert answer.status.code == pb.OK
+    return took
+
+
+async def fetch_everything(data_stub) -> tuple[int, float]:
+    """What ferrymq's PullConsumer does: Data.Fetch, 512 records per call, decoded here."""
+
+    async def read_queue(queue_id: int) -> int:
+        offset, count = 0, 0
+        while True:
+            answer = await data_stub.Fetch(
+                data.FetchRequest(
+                    group=GROUP, topic=TOPIC, queue_id=queue_id, offset=offset, max_messages=512
+                )
+            )
+            if not answer.count:
+                return count
+            count += len(decode_records(answer.records))
+            offset = answer.next_offset
+
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(read_queue(q) for q in range(QUEUES)))
+    return sum(counts), time.perf_counter() - started
+
+
+async def pull_everything(stub) -> tuple[int, float]:
+    async def read_queue(queue_id: int) -> int:
+        offset, count = 0, 0
+        while True:
+            request = rpc.PullMessageRequest(
+                group=pb.Resource(name=GROUP),
+                message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC), id=queue_id),
+                offset=offset,
+                batch_size=32,
+                filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+            )
+            found, next_offset = 0, offset
+            async for part in stub.PullMessage(request):
+                kind = part.WhichOneof("content")
+                if kind == "message":
+                    found += 1
+                elif kind == "next_offset":
+                    next_offset = part.next_offset
+            if not found:
+                return count
+            count, offset = count + found, next_offset
+
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(read_queue(q) for q in range(QUEUES)))
+    return sum(counts), time.perf_counter() - started
+
+
+async def pop_and_ack(stub, total: int, consumers: int = 4) -> tuple[int, float]:
+    done = 0
+
+    async def consume() -> None:
+        nonlocal done
+        while done < total:
+            request = rpc.ReceiveMessageRequest(
+                group=pb.Resource(name=GROUP),
+                message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC), id=-1),
+                filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+                batch_size=32,
+            )
+            request.invisible_duration.seconds = 60
+            request.long_polling_timeout.seconds = 1
+            entries = []
+            async for part in stub.ReceiveMessage(request):
+                if part.WhichOneof("content") == "message":
+                    system = part.message.system_properties
+                    entries.append(
+                        rpc.AckMessageEntry(
+                            message_id=system.message_id, receipt_handle=system.receipt_handle
+                        )
+                    )
+            if not entries:
+                return
+            answer = await stub.AckMessage(
+                rpc.AckMessageRequest(
+                    group=pb.Resource(name=GROUP), topic=pb.Resource(name=TOPIC), entries=entries
+                )
+            )
+            assert answer.status.code == pb.OK, answer.status
+            done += len(entries)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(consume() for _ in range(consumers)))
+    return done, time.perf_counter() - started
+
+
+async def measure(address: str, quick: bool) -> dict:
+    scale = 1 if quick else 4
+    options = [("grpc.max_send_message_length", 64 << 20)]
+    async with grpc.aio.insecure_channel(address, options=options) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        admin = admin_pb2_grpc.AdminStub(channel)
+        topic = api.Topic(name=TOPIC, queue_count=QUEUES)
+        assert (await admin.CreateTopic(api.CreateTopicRequest(topic=topic))).status.code == 0
+        group = api.Group(name=GROUP)
+        assert (await admin.CreateGroup(api.CreateGroupRequest(group=group))).status.code == 0
+        figures: dict = {}
+        sent = 0
+
+        await send_all(stub, single_requests(2000, 10**9), 64)  # warm up both sides
+
+        batches = batch_requests(100 * scale, 128, sent)
+        seconds = await send_all(stub, batches, 8)
+        figures["batch_send_msgs_per_s"] = round(len(batches) * 128 / seconds)
+        sent += len(batches) * 128
+
+        singles = single_requests(20_000 * scale, sent)
+        seconds = await send_all(stub, singles, 256)
+        figures["single_send_256_inflight_msgs_per_s"] = round(len(singles) / seconds)
+        sent += len(singles)
+
+        took = await latencies(stub, single_requests(2000 * scale, sent))
+        sent += len(took)
+        took.sort()
+        figures["single_send_p50_us"] = round(statistics.median(took) * 1e6)
+        figures["single_send_p99_us"] = round(took[int(len(took) * 0.99)] * 1e6)
+
+        count, seconds = await fetch_everything(data_pb2_grpc.DataStub(channel))
+        figures["pull_msgs_per_s"] = round(count / seconds)
+        figures["pull_messages"] = count
+        count, seconds = await pull_everything(stub)
+        figures["pull_message_rpc_msgs_per_s"] = round(count / seconds)
+
+        count, seconds = await pop_and_ack(stub, 20_000 * scale)
+        figures["pop_receive_ack_msgs_per_s"] = round(count / seconds)
+        figures["pop_messages"] = count
+        return figures
+
+
+def run(quick: bool) -> dict:
+    directory = tempfile.mkdtemp(prefix="ferrymq-bench-produce-")
+    process, address = start_node(os.path.join(directory, "node"))
+    try:
+        figures = asyncio.run(measure(address, quick))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+        shutil.rmtree(directory, ignore_errors=True)
+    figures["flush_mode"] = "ASYNC_FLUSH"
+    figures["quick"] = quick
+    figures["machine"] = (
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print only the JSON object")
+    parser.add_argument("--quick", action="store_true", help="smaller run (under 60 s)")
+    args = parser.parse_args()
+    figures = run(args.quick)
+    if not args.json:
+        for name, value in figures.items():
+            print(f"{name:40} {value}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
