@@ -30,6 +30,7 @@ from store.message import (
 )
 
 TAG_FORBIDDEN = ("|", "\x01", "\x02")
+MESSAGE_TYPE_TEXT = {value: str(value) for value in pb.MessageType.values()}
 KEY_PATTERN = re.compile(r"\S+")  # keys are space-separated in KEYS: no whitespace inside
 
 
@@ -78,20 +79,19 @@ def born_host_bytes(text: str) -> bytes:
         return b"\x00" * 8
 
 
-def to_store_message(message: pb.Message, queue_id: int) -> Message:
-    """The record to store for one sent message; ``InvalidRequest`` names what is wrong."""
+def to_store_message(message: pb.Message, queue_id: int, topic: str) -> Message:
+    """The record to store for one sent message of ``topic``; ``InvalidRequest`` names
+    what is wrong. On the send path of every message: fields are read once each."""
     system = message.system_properties
-    if not system.message_id:
+    message_id = system.message_id
+    if not message_id:
         raise InvalidRequest(pb.ILLEGAL_MESSAGE_ID, "message_id is required")
-    properties: dict[str, str] = {}
-    for name, value in message.user_properties.items():
-        if name in SYSTEM_PROPERTY_NAMES:
-            raise InvalidRequest(
-                pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {name!r} is a reserved name"
-            )
-        if not name:
-            raise InvalidRequest(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, "user property name is empty")
-        properties[name] = value
+    user = message.user_properties
+    properties: dict[str, str] = dict(user) if user else {}
+    if properties and (SYSTEM_PROPERTY_NAMES.intersection(properties) or "" in properties):
+        bad = next(n for n in properties if n in SYSTEM_PROPERTY_NAMES or not n)
+        detail = f"user property {bad!r} is a reserved name" if bad else "property name is empty"
+        raise InvalidRequest(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, detail)
     if system.HasField("tag"):
         tag = system.tag
         if not tag_is_valid(tag):
@@ -103,19 +103,24 @@ def to_store_message(message: pb.Message, queue_id: int) -> Message:
             if not KEY_PATTERN.fullmatch(key):
                 raise InvalidRequest(pb.ILLEGAL_MESSAGE_KEY, f"key {key!r} is empty or has spaces")
         properties[PROPERTY_KEYS] = " ".join(keys)
-    properties[PROPERTY_UNIQ_KEY] = system.message_id
+    properties[PROPERTY_UNIQ_KEY] = message_id
     if system.HasField("message_group"):
-        if not system.message_group:
+        group = system.message_group
+        if not group:
             raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "message_group is empty")
-        properties[PROPERTY_MESSAGE_GROUP] = system.message_group
-    properties[PROPERTY_MESSAGE_TYPE] = str(system.message_type)
+        properties[PROPERTY_MESSAGE_GROUP] = group
+    message_type = system.message_type
+    properties[PROPERTY_MESSAGE_TYPE] = MESSAGE_TYPE_TEXT.get(message_type) or str(message_type)
+    born = system.born_timestamp
     return Message(
-        topic=message.topic.name,
-        body=message.body,
-        queue_id=queue_id,
-        properties=properties,
-        born_timestamp_ms=millis_of(system.born_timestamp),
-        born_host=born_host_bytes(system.born_host),
+        topic,
+        message.body,
+        queue_id,
+        properties,
+        0,
+        0,
+        born.seconds * 1000 + born.nanos // 1_000_000,
+        born_host_bytes(system.born_host),
     )
 
 

@@ -280,7 +280,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 queue_id = system.queue_id
             else:
                 queue_id = zlib.crc32(system.message_id.encode()) % topic.queue_count
-            stored = to_store_message(message, queue_id)
+            stored = to_store_message(message, queue_id, topic.name)
             if topic.message_type is MessageType.DELAY:
                 stored = self._delayed(stored, system)
             elif topic.message_type is MessageType.TRANSACTION:
