@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint bench-store clean
+.PHONY: up test lint bench-store bench-produce clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "ferrymq needs Python >= 3.11"'
@@ -22,10 +22,13 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check store tests bench
+	$(PY) -m ruff format --check .
 
 bench-store: $(STAMP)
 	$(PY) -m bench.store --json
+
+bench-produce: $(STAMP)
+	$(PY) -m bench.produce --json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
