@@ -34,13 +34,16 @@ class NodeProcess:
         return self.process.wait(30)
 
 
-def start_node(data_dir: str, extra_toml: str = "", timeout_s: float = 30) -> NodeProcess:
+def start_node(
+    data_dir: str, extra_toml: str = "", timeout_s: float = 30, port: int = 0
+) -> NodeProcess:
+    """A node on ``port`` (0: one the OS picks; a restart passes the port it had)."""
     os.makedirs(data_dir, exist_ok=True)
     config = os.path.join(data_dir, "..", os.path.basename(data_dir) + ".toml")
     with open(config, "w", encoding="utf-8") as f:
         f.write(TEST_STORE + extra_toml)
     process = subprocess.Popen(
-        [sys.executable, "-m", "node", "--config", config, "--data", data_dir, "--port", "0"],
+        [sys.executable, "-m", "node", "--config", config, "--data", data_dir, "--port", str(port)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

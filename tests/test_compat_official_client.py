@@ -335,3 +335,58 @@ def test_delay_and_transactions(node, client_home, grpc_stubs):
     while len(visible) < 2 and time.monotonic() < deadline:
         _, visible, _ = pull(messaging, "compat-tx", 0, 0, group="tx-reader", wait_s=1)
     assert sorted(m.body for m in visible) == [b"committed", b"orphan"]
+
+
+def test_sigkill_between_a_transactional_send_and_its_commit(tmp_path, client_home):
+    """The official producer sends a half, the node is killed and restarted on its port,
+    then the producer commits: exactly one message becomes visible."""
+    data_dir = str(tmp_path / "node")
+    node = start_node(data_dir)
+    _, messaging, admin = stubs(node.address)
+    create_topic(admin, "compat-tx-kill", queues=1, message_type=api.TRANSACTION)
+    create_group(admin, "tx-kill-reader")
+    go = tmp_path / "commit-now"
+    scenario = {
+        "endpoint": node.address,
+        "scenario": "transaction",
+        "topic": "compat-tx-kill",
+        "messages": [
+            {
+                "topic": "compat-tx-kill",
+                "body": "paid",
+                "end": "commit",
+                "commit_when_file_exists": str(go),
+            },
+        ],
+    }
+    runner = subprocess.Popen(
+        [sys.executable, str(RUNNER)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, HOME=str(client_home)),
+    )
+    try:
+        runner.stdin.write(json.dumps(scenario))
+        runner.stdin.close()
+        events = []
+        while not any(e["event"] == "sent" for e in events):
+            line = runner.stdout.readline()
+            assert line, (events, runner.stderr.read()[-2000:])
+            events.append(json.loads(line))
+        node.sigkill()
+        node = start_node(data_dir, port=int(node.address.rsplit(":", 1)[1]))
+        go.touch()
+        rest = runner.stdout.read()  # to its exit: the runner bounds its own waits
+        errors = runner.stderr.read()
+        runner.wait(30)
+        events += [json.loads(line) for line in rest.splitlines() if line.startswith("{")]
+        assert events[-1]["event"] == "done", (events, errors[-2000:])
+        _, messaging, _ = stubs(node.address)
+        _, visible, _ = pull(messaging, "compat-tx-kill", 0, 0, group="tx-kill-reader")
+        assert [m.body for m in visible] == [b"paid"]
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        node.sigkill()

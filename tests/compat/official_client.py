@@ -11,6 +11,7 @@ in which case it is ``{"event": "error", "type": <exception class>, "message": .
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -101,6 +102,18 @@ class Checker(TransactionChecker):
         return getattr(TransactionResolution, self.answer)
 
 
+def commit_with_retries(tx, attempts: int = 20) -> None:
+    """Commit, retrying while the restarted node is not reachable yet."""
+    for attempt in range(attempts):
+        try:
+            tx.commit()
+            return
+        except Exception as error:
+            emit("commit_retry", attempt=attempt, **error_fields(error))
+            time.sleep(0.5)
+    raise TimeoutError("commit never reached the node")
+
+
 def transaction(config, scenario: dict) -> None:
     checker = Checker(scenario.get("checker_answer", "COMMIT"))
     producer = Producer(config, (scenario["topic"],), checker=checker)
@@ -110,7 +123,15 @@ def transaction(config, scenario: dict) -> None:
             tx = producer.begin_transaction()
             receipt = producer.send(outgoing(spec), tx)
             emit("sent", body=spec["body"], id=receipt.message_id)
-            if spec["end"] == "commit":
+            if spec.get("commit_when_file_exists"):
+                # The test restarts the node meanwhile; the client's channel reconnects.
+                deadline = time.monotonic() + 60
+                while not os.path.exists(spec["commit_when_file_exists"]):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the test never said to commit")
+                    time.sleep(0.05)
+                commit_with_retries(tx)
+            elif spec["end"] == "commit":
                 tx.commit()
             elif spec["end"] == "rollback":
                 tx.rollback()
