@@ -21,14 +21,18 @@ DEMO_GROUP = "demo-group"
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command in ("up", "node"):
+    if args.command == "node":
         return run_node(args)
     from ferrymq.client import FerryError
+    from ferrymq.cluster import ClusterError
 
     try:
         return args.handler(args)
     except FerryError as error:
         print(f"ferrymq: {error.code_name}: {error.detail}", file=sys.stderr)
+        return 1
+    except ClusterError as error:
+        print(f"ferrymq: {error}", file=sys.stderr)
         return 1
     except (ValueError, OSError) as error:
         print(f"ferrymq: {error}", file=sys.stderr)
@@ -42,9 +46,30 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="machine-readable output")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    up = commands.add_parser("up", help="start a local node with a demo topic (make up)")
-    up.add_argument("--data", default="data", help="data directory (default ./data)")
-    up.add_argument("--port", type=int, default=8081, help="client port, 0 for any")
+    up = commands.add_parser(
+        "up", help="run a local 3-node cluster with a demo topic until Ctrl-C (make up)"
+    )
+    up.add_argument("--data", default="data", help="cluster directory (default ./data)")
+    up.add_argument(
+        "--free-ports", action="store_true", help="OS-chosen ports instead of 8081, 8082, ..."
+    )
+    up.set_defaults(handler=run_up)
+    cluster = commands.add_parser("cluster", help="a local cluster of node processes")
+    clusters = cluster.add_subparsers(dest="action", required=True)
+    cluster_start = clusters.add_parser("up", help="start (or restart) a local cluster")
+    cluster_start.add_argument("--nodes", type=int, default=3)
+    cluster_start.add_argument("--groups", type=int, default=1, help="broker groups")
+    cluster_start.add_argument("--voters", type=int, default=3, choices=[1, 3, 5])
+    cluster_start.add_argument("--data", required=True, help="cluster directory")
+    cluster_start.add_argument("--free-ports", action="store_true")
+    cluster_start.add_argument("--json", action="store_true")
+    cluster_start.set_defaults(handler=cluster_start_command)
+    cluster_status = clusters.add_parser("status", parents=[common])
+    cluster_status.add_argument("--data", help="cluster directory (instead of --server)")
+    cluster_status.set_defaults(handler=cluster_status_command)
+    cluster_stop = clusters.add_parser("down", help="stop a local cluster cleanly")
+    cluster_stop.add_argument("--data", required=True, help="cluster directory")
+    cluster_stop.set_defaults(handler=cluster_stop_command)
     node = commands.add_parser("node", help="run one broker node in the foreground")
     node.add_argument("--config", help="node.toml (every option has a default)")
     node.add_argument("--data", help="data directory (overrides the config)")
@@ -60,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create.add_argument(
         "--permission", default="READ_WRITE", choices=["READ", "WRITE", "READ_WRITE"]
+    )
+    create.add_argument(
+        "--groups", default="", help="broker groups to host it, comma-separated (default all)"
     )
     create.set_defaults(handler=topic_create)
     topics.add_parser("list", parents=[common]).set_defaults(handler=topic_list)
@@ -130,50 +158,154 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ---- node ----------------------------------------------------------------------------
 def run_node(args) -> int:
-    from node.config import ConfigError, NodeConfig, load_node_config
+    from node.config import ConfigError, load_node_config
     from node.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    if args.command == "up":
-        import dataclasses
-
-        base = NodeConfig(data_dir=args.data)
-        config = dataclasses.replace(base, ports=dataclasses.replace(base.ports, grpc=args.port))
-        asyncio.run(serve(config, on_ready=create_demo))
-        return 0
     try:
         config = load_node_config(args.config, data_dir=args.data, grpc_port=args.port)
     except (ConfigError, OSError) as error:
         print(f"ferrymq node: {error}", file=sys.stderr)
         return 2
-    asyncio.run(serve(config))
+    from routing.replica import RoutingUnavailable
+
+    try:
+        asyncio.run(serve(config))
+    except RoutingUnavailable as error:
+        print(f"ferrymq node: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
-def create_demo(node) -> None:
-    """The demo topic and group of ``make up``, and how to use them."""
-    from node.topics import GroupConfig, TopicConfig
+def run_up(args) -> int:
+    """``make up``: a 3-node cluster under ./data with the demo topic and group, in the
+    foreground; Ctrl-C (or SIGTERM) stops it cleanly."""
+    import signal
 
-    if DEMO_TOPIC not in node.topics.topics:
-        node.topics.create_topic(TopicConfig(DEMO_TOPIC, queue_count=4))
-    if DEMO_GROUP not in node.topics.groups:
-        node.topics.create_group(GroupConfig(DEMO_GROUP))
-    server = f"{node.config.host}:{node.port}"
+    from ferrymq.client import Admin, FerryError
+    from ferrymq.cluster import cluster_down, cluster_up
+
+    print(f"starting a 3-node cluster in {args.data}/ ...", flush=True)
+    plan = cluster_up(args.data, nodes=3, auto_ports=args.free_ports)
+    server = plan.nodes[0].grpc
+    with Admin(server) as admin:
+        for create in (
+            lambda: admin.create_topic(DEMO_TOPIC, 4),
+            lambda: admin.create_group(DEMO_GROUP),
+        ):
+            try:
+                create()
+            except FerryError as error:
+                if error.code_name != "ALREADY_EXISTS":
+                    raise
     flag = "" if server == DEFAULT_SERVER else f" --server {server}"
     print(
+        table(
+            ["node", "group", "client", "raft", "pid"],
+            [[n.id, n.group, n.grpc, n.raft, n.pid] for n in plan.nodes],
+        )
+    )
+    print(
         f"""
-ferrymq is up: node {node.config.id} on {server}, data in {node.config.data_dir}/
+ferrymq is up: 3 nodes, data and logs in {plan.directory}/, endpoints in cluster.json
 topic "{DEMO_TOPIC}" (4 queues) and group "{DEMO_GROUP}" are ready. In another terminal:
 
   .venv/bin/ferrymq produce {DEMO_TOPIC} hello world --key greeting{flag}
   .venv/bin/ferrymq consume {DEMO_TOPIC} --group {DEMO_GROUP} --commit{flag}
   .venv/bin/ferrymq query --topic {DEMO_TOPIC} --key greeting{flag}
   .venv/bin/ferrymq group progress {DEMO_GROUP} --topic {DEMO_TOPIC}{flag}
+  .venv/bin/ferrymq cluster status --data {args.data}
 
-Official RocketMQ 5 clients connect to {server} unchanged. Ctrl-C stops the node.
+Official RocketMQ 5 clients connect to {server} unchanged. Ctrl-C stops the cluster.
 """,
         flush=True,
     )
+    stop = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    signal.sigwait(stop)
+    stopped = cluster_down(args.data)
+    print(f"stopped {', '.join(stopped) or 'nothing'}", flush=True)
+    return 0
+
+
+def cluster_start_command(args) -> int:
+    from ferrymq.cluster import cluster_up
+
+    plan = cluster_up(args.data, args.nodes, args.groups, args.voters, auto_ports=args.free_ports)
+    if args.json:
+        emit_json(plan.to_json()["nodes"])
+        return 0
+    print(
+        table(
+            ["node", "group", "role", "client", "metrics", "replication", "raft", "pid"],
+            [[n.id, n.group, n.role, n.grpc, n.metrics, n.ha, n.raft, n.pid] for n in plan.nodes],
+        )
+    )
+    print(f"cluster ready; endpoints in {plan.directory}/cluster.json")
+    return 0
+
+
+def cluster_status_command(args) -> int:
+    from ferrymq.client import Admin, FerryError
+    from ferrymq.cluster import ClusterError, load_plan
+
+    servers = [args.server]
+    if args.data:
+        plan = load_plan(args.data)
+        if plan is None:
+            raise ClusterError(f"no cluster.json in {args.data}")
+        servers = [n.grpc for n in plan.nodes]
+    status, last_error = None, None
+    for server in servers:  # the first node that answers
+        try:
+            with Admin(server, timeout_s=3) as admin:
+                status = admin.cluster_status()
+            break
+        except FerryError as error:
+            last_error = error
+    if status is None:
+        assert last_error is not None
+        raise last_error
+    if args.json:
+        emit_json(status)
+        return 0
+    leader = status.raft_leader or "(none)"
+    print(
+        f"routing: leader {leader}, term {status.raft_term}, commit index "
+        f"{status.raft_commit_index} (as seen by {status.answered_by})"
+    )
+    print(
+        table(
+            ["voter", "reachable", "leader"],
+            [[v.address, v.reachable, v.leader] for v in status.voters],
+        )
+    )
+    print()
+    print(
+        table(
+            ["broker group", "master", "epoch", "in sync"],
+            [[g.name, g.master or "-", g.epoch, ",".join(g.in_sync)] for g in status.broker_groups],
+        )
+    )
+    print()
+    print(
+        table(
+            ["node", "group", "role", "address", "alive", "max offset"],
+            [
+                [n.id, n.broker_group, n.role, n.address, n.alive, n.max_offset]
+                for n in status.nodes
+            ],
+        )
+    )
+    return 0
+
+
+def cluster_stop_command(args) -> int:
+    from ferrymq.cluster import cluster_down
+
+    stopped = cluster_down(args.data)
+    print(f"stopped {', '.join(stopped) or 'nothing (no node was running)'}")
+    return 0
 
 
 # ---- topics and groups ---------------------------------------------------------------
@@ -185,8 +317,10 @@ def admin_of(args):
 
 def topic_create(args) -> int:
     with admin_of(args) as admin:
-        created = admin.create_topic(args.name, args.queues, args.type, args.permission)
-    show(args, created, f"created topic {created.name} ({created.queue_count} queues)")
+        groups = tuple(g for g in args.groups.split(",") if g)
+        created = admin.create_topic(args.name, args.queues, args.type, args.permission, groups)
+    where = ", ".join(created.broker_groups)
+    show(args, created, f"created topic {created.name} ({created.queue_count} queues on {where})")
     return 0
 
 
@@ -196,8 +330,11 @@ def topic_list(args) -> int:
     show_table(
         args,
         topics,
-        ["topic", "queues", "type", "permission"],
-        [[t.name, t.queue_count, t.message_type, t.permission] for t in topics],
+        ["topic", "queues", "type", "permission", "broker groups"],
+        [
+            [t.name, t.queue_count, t.message_type, t.permission, ",".join(t.broker_groups)]
+            for t in topics
+        ],
     )
     return 0
 
@@ -354,7 +491,7 @@ def consume_messages(args) -> int:
         elif args.group:
             consumer.subscribe(args.topic)
         else:
-            consumer.assign(args.topic, topic_queue_ids(args))
+            consumer.assign(args.topic, topic_queues(consumer, args.topic))
         idle_since = time.monotonic()
         while len(got) < args.max and time.monotonic() - idle_since < args.wait:
             messages = consumer.poll(wait_s=min(1.0, args.wait))
@@ -364,7 +501,8 @@ def consume_messages(args) -> int:
                 got.append(message)
                 if not args.json:
                     print(
-                        f"{message.topic}[{message.queue_id}]@{message.queue_offset} "
+                        f"{message.topic}[{message.broker_group}/{message.queue_id}]"
+                        f"@{message.queue_offset} "
                         f"{message.message_id} tag={message.tag or ''} "
                         f"keys={','.join(message.keys)} {message.body.decode(errors='replace')}"
                     )
@@ -382,17 +520,19 @@ def consume_messages(args) -> int:
 def reset_to_printed(consumer, got) -> None:
     """Positions just past the last printed message of each queue (a poll may have read
     further than ``--max``), so ``--commit`` commits exactly what was shown."""
-    last: dict[int, int] = {}
+    from ferrymq.client.routes import QueueRef
+
+    last: dict[QueueRef, int] = {}
     for message in got:
-        last[message.queue_id] = max(last.get(message.queue_id, -1), message.queue_offset)
-    for queue_id, offset in last.items():
-        consumer.seek(queue_id, offset + 1)
+        queue = QueueRef(message.broker_group, message.queue_id)
+        last[queue] = max(last.get(queue, -1), message.queue_offset)
+    for queue, offset in last.items():
+        consumer.seek(queue, offset + 1)
 
 
-def topic_queue_ids(args) -> list[int]:
-    with admin_of(args) as admin:
-        topic, _ = admin.describe_topic(args.topic)
-    return list(range(topic.queue_count))
+def topic_queues(consumer, topic: str) -> list:
+    """Every queue of ``topic``, in every broker group."""
+    return list(consumer.endpoints.route(topic).queues)
 
 
 def query_messages(args) -> int:

@@ -1,6 +1,11 @@
-"""ferrymq's ``Admin`` service: topics, groups, consumer progress and message queries.
+"""ferrymq's ``Admin`` service: topics, groups, cluster status, consumer progress and
+message queries.
 
-Status codes follow google.rpc: 0 OK, 3 INVALID_ARGUMENT, 5 NOT_FOUND, 6 ALREADY_EXISTS.
+Topic and group changes are routing commands: checked against the local routing state
+first (a precise error costs no Raft round), then committed through Raft, so they are the
+same on every node once the call returns OK. Status codes follow google.rpc: 0 OK,
+3 INVALID_ARGUMENT, 5 NOT_FOUND, 6 ALREADY_EXISTS, 9 FAILED_PRECONDITION, 14 UNAVAILABLE
+(no routing quorum: nothing changed, or an unknown outcome, which the message says).
 """
 
 from __future__ import annotations
@@ -10,7 +15,17 @@ from ferrymq.protocol.ferrymq import admin_pb2_grpc
 from node.consumer_offsets import ConsumerOffsets
 from node.group_members import GroupMembers
 from node.pop_state import PopState
-from node.topics import GroupConfig, MessageType, Permission, TopicConfig, TopicError, TopicTable
+from node.topics import MessageType, Permission, TopicError, TopicTable
+from routing.commands import (
+    CommandResult,
+    CreateGroup,
+    CreateTopic,
+    DeleteGroup,
+    DeleteTopic,
+    UpdateTopic,
+)
+from routing.metadata import GroupConfig, Role, TopicRoute
+from routing.replica import RoutingReplica, RoutingUnavailable
 from store.message import StoredMessage
 from store.message_store import MessageStore
 
@@ -20,7 +35,10 @@ CODES = {
     "CONSUMER_GROUP_NOT_FOUND": 5,
     "TOPIC_EXISTS": 6,
     "GROUP_EXISTS": 6,
+    "UNKNOWN_BROKER_GROUP": 5,
+    "NO_BROKER_GROUP": 9,
 }
+UNAVAILABLE = 14
 TYPES = {
     api.NORMAL: MessageType.NORMAL,
     api.FIFO: MessageType.FIFO,
@@ -40,12 +58,19 @@ def failure(error: TopicError) -> api.Status:
     return api.Status(code=CODES.get(error.reason, 3), message=str(error))
 
 
-def topic_message(config: TopicConfig) -> api.Topic:
+def topic_message(route: TopicRoute) -> api.Topic:
     return api.Topic(
-        name=config.name,
-        queue_count=config.queue_count,
-        message_type=api.MessageType.Value(config.message_type.value),
-        permission=api.Permission.Value(config.permission.value),
+        name=route.name,
+        queue_count=max((count for _, count in route.queues), default=0),
+        message_type=api.MessageType.Value(route.message_type.value),
+        permission=api.Permission.Value(route.permission.value),
+        broker_groups=[group for group, _ in route.queues],
+    )
+
+
+def group_message(config: GroupConfig) -> api.Group:
+    return api.Group(
+        name=config.name, max_delivery_attempts=config.max_delivery_attempts, fifo=config.fifo
     )
 
 
@@ -76,7 +101,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         pop_state: PopState,
         members: GroupMembers,
         broker_group: str,
+        routing: RoutingReplica,
+        node_id: str = "",
     ) -> None:
+        self.routing = routing
+        self.node_id = node_id
         self.members = members
         self.store = store
         self.topics = topics
@@ -84,87 +113,153 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.pop_state = pop_state
         self.broker_group = broker_group
 
-    def _config_of(self, topic: api.Topic) -> TopicConfig:
-        return TopicConfig(
-            name=topic.name,
-            queue_count=topic.queue_count or 8,
-            message_type=TYPES[topic.message_type],
-            permission=PERMISSIONS[topic.permission],
-        )
+    async def _change(self, command: object) -> tuple[api.Status, CommandResult | None]:
+        """Check ``command`` locally, then commit it through Raft."""
+        try:
+            self.routing.read(lambda state: state.check(command))
+            result = await self.routing.submit(command)
+        except TopicError as error:
+            return failure(error), None
+        except RoutingUnavailable as error:
+            return api.Status(code=UNAVAILABLE, message=f"ROUTING_UNAVAILABLE: {error}"), None
+        if not result.ok:
+            return failure(TopicError(result.reason, result.detail)), None
+        return OK, result
 
     async def CreateTopic(self, request, context):
-        try:
-            created = self.topics.create_topic(self._config_of(request.topic))
-        except TopicError as error:
-            return api.CreateTopicResponse(status=failure(error))
-        return api.CreateTopicResponse(status=OK, topic=topic_message(created))
+        topic = request.topic
+        status, result = await self._change(
+            CreateTopic(
+                name=topic.name,
+                queue_count=topic.queue_count,
+                broker_groups=tuple(topic.broker_groups),
+                message_type=TYPES[topic.message_type],
+                permission=PERMISSIONS[topic.permission],
+            )
+        )
+        if result is None:
+            return api.CreateTopicResponse(status=status)
+        return api.CreateTopicResponse(status=OK, topic=topic_message(result.value))
 
     async def UpdateTopic(self, request, context):
-        try:
-            updated = self.topics.update_topic(self._config_of(request.topic))
-        except TopicError as error:
-            return api.UpdateTopicResponse(status=failure(error))
-        return api.UpdateTopicResponse(status=OK, topic=topic_message(updated))
+        topic = request.topic
+        status, result = await self._change(
+            UpdateTopic(
+                name=topic.name,
+                queue_count=topic.queue_count,
+                broker_groups=tuple(topic.broker_groups),
+                permission=PERMISSIONS[topic.permission],
+            )
+        )
+        if result is None:
+            return api.UpdateTopicResponse(status=status)
+        return api.UpdateTopicResponse(status=OK, topic=topic_message(result.value))
 
     async def DeleteTopic(self, request, context):
-        try:
-            self.topics.delete_topic(request.name)
-        except TopicError as error:
-            return api.DeleteTopicResponse(status=failure(error))
-        return api.DeleteTopicResponse(status=OK)
+        status, _ = await self._change(DeleteTopic(request.name))
+        return api.DeleteTopicResponse(status=status)
 
     async def ListTopics(self, request, context):
-        topics = [
-            topic_message(t) for t in sorted(self.topics.topics.values(), key=lambda t: t.name)
-        ]
-        return api.ListTopicsResponse(status=OK, topics=topics)
+        routes = self.routing.read(
+            lambda state: sorted(state.topics.values(), key=lambda t: t.name)
+        )
+        return api.ListTopicsResponse(status=OK, topics=[topic_message(t) for t in routes])
 
     async def DescribeTopic(self, request, context):
         try:
-            topic = self.topics.topic(request.name)
+            route = self.routing.read(lambda state: state.topic(request.name))
         except TopicError as error:
             return api.DescribeTopicResponse(status=failure(error))
-        queues = [
-            api.TopicQueue(
-                queue_id=q,
-                broker_group=self.broker_group,
-                min_offset=self.store.min_offset_in_queue(topic.name, q),
-                max_offset=self.store.max_offset_in_queue(topic.name, q),
-            )
-            for q in range(topic.queue_count)
-        ]
-        return api.DescribeTopicResponse(status=OK, topic=topic_message(topic), queues=queues)
+        queues = []
+        for broker_group, count in route.queues:
+            local = broker_group == self.broker_group
+            for q in range(count):
+                # Offsets of another broker group's queues live on its nodes: -1 here.
+                queues.append(
+                    api.TopicQueue(
+                        queue_id=q,
+                        broker_group=broker_group,
+                        min_offset=self.store.min_offset_in_queue(route.name, q) if local else -1,
+                        max_offset=self.store.max_offset_in_queue(route.name, q) if local else -1,
+                    )
+                )
+        return api.DescribeTopicResponse(status=OK, topic=topic_message(route), queues=queues)
 
     async def CreateGroup(self, request, context):
         group = request.group
-        try:
-            created = self.topics.create_group(
-                GroupConfig(group.name, group.max_delivery_attempts or 16, group.fifo)
-            )
-        except TopicError as error:
-            return api.CreateGroupResponse(status=failure(error))
-        return api.CreateGroupResponse(
-            status=OK,
-            group=api.Group(
-                name=created.name,
-                max_delivery_attempts=created.max_delivery_attempts,
-                fifo=created.fifo,
-            ),
+        status, result = await self._change(
+            CreateGroup(group.name, group.max_delivery_attempts or 16, group.fifo)
         )
+        if result is None:
+            return api.CreateGroupResponse(status=status)
+        return api.CreateGroupResponse(status=OK, group=group_message(result.value))
 
     async def DeleteGroup(self, request, context):
-        try:
-            self.topics.delete_group(request.name)
-        except TopicError as error:
-            return api.DeleteGroupResponse(status=failure(error))
-        return api.DeleteGroupResponse(status=OK)
+        status, _ = await self._change(DeleteGroup(request.name))
+        return api.DeleteGroupResponse(status=status)
 
     async def ListGroups(self, request, context):
-        groups = [
-            api.Group(name=g.name, max_delivery_attempts=g.max_delivery_attempts, fifo=g.fifo)
-            for g in sorted(self.topics.groups.values(), key=lambda g: g.name)
+        groups = self.routing.read(
+            lambda state: sorted(state.groups.values(), key=lambda g: g.name)
+        )
+        return api.ListGroupsResponse(status=OK, groups=[group_message(g) for g in groups])
+
+    async def ClusterStatus(self, request, context):
+        raft = self.routing.status()
+
+        def snapshot(state):
+            return list(state.members.values()), list(state.broker_groups.values())
+
+        members, groups = self.routing.read(snapshot)
+        masters = {g.name: (g.master, g.epoch) for g in groups}
+        nodes = []
+        for m in sorted(members, key=lambda m: (m.broker_group, m.node_id)):
+            master, epoch = masters.get(m.broker_group, (None, 0))
+            nodes.append(
+                api.NodeStatus(
+                    id=m.node_id,
+                    broker_group=m.broker_group,
+                    role=(Role.MASTER if master == m.node_id else Role.SLAVE).value,
+                    address=m.grpc_address,
+                    max_offset=m.max_offset,
+                    epoch=epoch,
+                    alive=m.alive,
+                    last_heartbeat_ms=m.last_heartbeat_ms,
+                )
+            )
+        voters = [
+            api.VoterStatus(address=address, reachable=reachable, leader=address == raft.leader)
+            for address, reachable in raft.voters_connected
         ]
-        return api.ListGroupsResponse(status=OK, groups=groups)
+        if raft.voter:
+            voters.append(
+                api.VoterStatus(
+                    address=raft.self_address,
+                    reachable=True,
+                    leader=raft.self_address == raft.leader,
+                )
+            )
+        voters.sort(key=lambda v: v.address)
+        broker_groups = [
+            api.BrokerGroupStatus(
+                name=g.name,
+                master=g.master or "",
+                epoch=g.epoch,
+                in_sync=sorted(g.in_sync),
+                in_sync_epoch=g.in_sync_epoch,
+            )
+            for g in sorted(groups, key=lambda g: g.name)
+        ]
+        return api.ClusterStatusResponse(
+            status=OK,
+            nodes=nodes,
+            raft_leader=raft.leader,
+            raft_term=raft.term,
+            raft_commit_index=raft.commit_index,
+            voters=voters,
+            broker_groups=broker_groups,
+            answered_by=self.node_id,
+        )
 
     async def GroupProgress(self, request, context):
         try:

@@ -23,12 +23,32 @@ Layout of ``node.toml``::
     flush_mode = "ASYNC_FLUSH"
     commitlog_segment_bytes = 1073741824
 
+    [cluster]                # routing (Raft) membership; empty voters = standalone
+    voters = ["10.0.0.1:9876", "10.0.0.2:9876", "10.0.0.3:9876"]   # Raft addresses
+    secret = "..."           # shared by every node: encrypts Raft, authenticates links
+    lease_ms = 3000          # a node silent this long is marked down
+    heartbeat_interval_ms = 1000
+    join_timeout_ms = 30000  # give up starting when routing cannot be reached
+
+    [replication]            # within this node's broker group (the same on all its nodes)
+    mode = "SYNC"            # SYNC: OK once min_insync_replicas hold it; ASYNC: once local
+    min_insync_replicas = 2  # counting the master (a standalone node always uses 1)
+    ack_timeout_ms = 3000    # then SLAVE_PERSISTENCE_TIMEOUT, never OK
+    max_lag_ms = 15000       # a slave behind this long leaves the in-sync set
+    max_lag_bytes = 268435456
+    unclean_election = false # true: elect outside the in-sync set (may lose messages)
+
+A node is a Raft voter when ``host:ports.raft`` is one of ``voters``; any other node keeps
+a read-only replica of the routing state. With no voters the node is a cluster of one (its
+own single voter, with a secret it makes up at each start).
+
 Unknown sections or keys are errors, so a typo never silently falls back to a default.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +81,34 @@ class MessagingOptions:
 
 
 @dataclass(frozen=True)
+class ClusterOptions:
+    voters: tuple[str, ...] = ()
+    secret: str = ""
+    lease_ms: int = 3000
+    heartbeat_interval_ms: int = 1000
+    join_timeout_ms: int = 30_000
+
+    @property
+    def standalone(self) -> bool:
+        return not self.voters
+
+
+class ReplicationMode(enum.Enum):
+    SYNC = "SYNC"
+    ASYNC = "ASYNC"
+
+
+@dataclass(frozen=True)
+class ReplicationOptions:
+    mode: ReplicationMode = ReplicationMode.SYNC
+    min_insync_replicas: int = 2
+    ack_timeout_ms: int = 3000
+    max_lag_ms: int = 15_000
+    max_lag_bytes: int = 256 << 20
+    unclean_election: bool = False
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     id: str = "node-1"
     group: str = "group-1"
@@ -69,6 +117,16 @@ class NodeConfig:
     ports: Ports = field(default_factory=Ports)
     messages: MessagingOptions = field(default_factory=MessagingOptions)
     store: dict[str, Any] = field(default_factory=dict)
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)
+    replication: ReplicationOptions = field(default_factory=ReplicationOptions)
+
+    @property
+    def raft_address(self) -> str:
+        return f"{self.host}:{self.ports.raft}"
+
+    @property
+    def is_voter(self) -> bool:
+        return self.raft_address in self.cluster.voters
 
     def store_config(self) -> StoreConfig:
         options = dict(self.store)
@@ -87,6 +145,8 @@ _STORE_FIELDS = {f.name for f in dataclasses.fields(StoreConfig)} - {
 _NODE_FIELDS = {"id", "group", "host", "data_dir"}
 _PORT_FIELDS = {f.name for f in dataclasses.fields(Ports)}
 _MESSAGES_FIELDS = {f.name for f in dataclasses.fields(MessagingOptions)}
+_CLUSTER_FIELDS = {f.name for f in dataclasses.fields(ClusterOptions)}
+_REPLICATION_FIELDS = {f.name for f in dataclasses.fields(ReplicationOptions)}
 
 
 def parse_node_config(text: str) -> NodeConfig:
@@ -95,13 +155,17 @@ def parse_node_config(text: str) -> NodeConfig:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"node.toml is not valid TOML: {error}") from error
-    unknown_sections = set(raw) - {"node", "ports", "messages", "store"}
+    unknown_sections = set(raw) - {"node", "ports", "messages", "store", "cluster", "replication"}
     if unknown_sections:
         raise ConfigError(f"unknown section(s): {', '.join(sorted(unknown_sections))}")
     node = _checked(raw.get("node", {}), _NODE_FIELDS, "node")
     ports = _checked(raw.get("ports", {}), _PORT_FIELDS, "ports")
     store = _checked(raw.get("store", {}), _STORE_FIELDS, "store")
     messages = _checked(raw.get("messages", {}), _MESSAGES_FIELDS, "messages")
+    cluster = _cluster_options(_checked(raw.get("cluster", {}), _CLUSTER_FIELDS, "cluster"))
+    replication = _replication_options(
+        _checked(raw.get("replication", {}), _REPLICATION_FIELDS, "replication")
+    )
     for name, value in messages.items():
         if not isinstance(value, int) or value <= 0:
             raise ConfigError(f"messages.{name} must be a positive integer, got {value!r}")
@@ -113,13 +177,66 @@ def parse_node_config(text: str) -> NodeConfig:
             f"store.flush_mode must be ASYNC_FLUSH or SYNC_FLUSH, got {store['flush_mode']!r}"
         )
     config = NodeConfig(
-        **node, ports=Ports(**ports), messages=MessagingOptions(**messages), store=store
+        **node,
+        ports=Ports(**ports),
+        messages=MessagingOptions(**messages),
+        store=store,
+        cluster=cluster,
+        replication=replication,
     )
+    if cluster.voters and config.is_voter and config.ports.raft == 0:
+        raise ConfigError("a voter needs a fixed ports.raft: the other voters dial it")
     try:
         config.store_config()
     except (TypeError, ValueError) as error:
         raise ConfigError(f"[store]: {error}") from error
     return config
+
+
+def _cluster_options(section: dict[str, Any]) -> ClusterOptions:
+    voters = section.get("voters", [])
+    if not isinstance(voters, list) or not all(
+        isinstance(v, str) and v.rpartition(":")[2].isdigit() for v in voters
+    ):
+        raise ConfigError(f"cluster.voters must be a list of 'host:port' strings, got {voters!r}")
+    if len(set(voters)) != len(voters):
+        raise ConfigError("cluster.voters names a voter twice")
+    if voters and len(voters) % 2 == 0:
+        raise ConfigError(
+            f"cluster.voters has {len(voters)} voters: use an odd number (3 or 5), an even "
+            "one tolerates no more failures than one fewer"
+        )
+    secret = section.get("secret", "")
+    if not isinstance(secret, str):
+        raise ConfigError("cluster.secret must be a string")
+    if voters and len(secret) < 8:
+        raise ConfigError("cluster.secret must be set (8 characters or more) when voters are")
+    if secret.startswith("CHANGE-ME"):
+        raise ConfigError("cluster.secret is still the placeholder of the example configs")
+    numbers = {k: v for k, v in section.items() if k not in ("voters", "secret")}
+    for name, value in numbers.items():
+        if not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"cluster.{name} must be a positive integer, got {value!r}")
+    options = ClusterOptions(voters=tuple(voters), secret=secret, **numbers)
+    if options.heartbeat_interval_ms * 2 > options.lease_ms:
+        raise ConfigError("cluster.heartbeat_interval_ms must be at most half of lease_ms")
+    return options
+
+
+def _replication_options(section: dict[str, Any]) -> ReplicationOptions:
+    options = dict(section)
+    if "mode" in options:
+        if options["mode"] not in ("SYNC", "ASYNC"):
+            raise ConfigError(f"replication.mode must be SYNC or ASYNC, got {options['mode']!r}")
+        options["mode"] = ReplicationMode(options["mode"])
+    if not isinstance(options.get("unclean_election", False), bool):
+        raise ConfigError("replication.unclean_election must be true or false")
+    for name, value in options.items():
+        if name in ("mode", "unclean_election"):
+            continue
+        if not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"replication.{name} must be a positive integer, got {value!r}")
+    return ReplicationOptions(**options)
 
 
 def _checked(section: Any, allowed: set[str], name: str) -> dict[str, Any]:
@@ -162,6 +279,20 @@ def render_node_config(config: NodeConfig) -> str:
     lines.append("[messages]")
     for name in sorted(_MESSAGES_FIELDS):
         lines.append(f"{name} = {getattr(config.messages, name)}")
+    lines.append("")
+    lines.append("[cluster]")
+    lines.append("voters = [" + ", ".join(_toml_value(v) for v in config.cluster.voters) + "]")
+    if config.cluster.secret:
+        lines.append("# secret: set in the configuration file, not repeated here")
+    for name in sorted(_CLUSTER_FIELDS - {"voters", "secret"}):
+        lines.append(f"{name} = {getattr(config.cluster, name)}")
+    lines.append("")
+    lines.append("[replication]")
+    for name in sorted(_REPLICATION_FIELDS):
+        value = getattr(config.replication, name)
+        lines.append(
+            f"{name} = {_toml_value(value.value if isinstance(value, enum.Enum) else value)}"
+        )
     lines.append("")
     lines.append("[store]")
     effective = config.store_config()

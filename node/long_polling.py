@@ -34,6 +34,11 @@ class QueueWaiters:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def wake_all(self) -> None:
+        """Wake every waiter (more became visible: the confirmed offset advanced)."""
+        for key in list(self._waiters):
+            self._wake(key)
+
     def notify(self, topic: str, queue_id: int) -> None:
         """Wake the waiters of one queue; call on the loop."""
         self._wake((topic, queue_id))

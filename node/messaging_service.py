@@ -43,6 +43,9 @@ from node.rpc_status import (
 from node.timer_service import TimerService
 from node.topics import GroupConfig, MessageType, Permission, TopicConfig, TopicError, TopicTable
 from node.transaction_service import HALF_TOPIC, TransactionService
+from routing.metadata import TopicRoute
+from routing.replica import RoutingReplica
+from routing.state import RoutingState
 from store.message import PROPERTY_DELIVERY_TIME_MS, PROPERTY_TRANSACTION_ID, Message
 from store.message_store import MessageStore
 from store.results import GetStatus, PutStatus
@@ -78,7 +81,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         waiters: QueueWaiters,
         pop: PopService,
         broker_name: str,
-        advertised: pb.Endpoints,
+        routing: RoutingReplica,
         transactions: TransactionService,
         members: GroupMembers,
         options: MessagingOptions | None = None,
@@ -94,47 +97,71 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.offsets = offsets
         self.waiters = waiters
         self.broker_name = broker_name
-        self.advertised = advertised
+        self.routing = routing
 
     # ---- routing ---------------------------------------------------------------------
-    def _queues(self, topic: TopicConfig, endpoints: pb.Endpoints) -> list[pb.MessageQueue]:
-        # Clients send every other RPC to the endpoints a route returns: copying back the
-        # access point they used keeps them on the connection they already have.
-        address = endpoints if endpoints.addresses else self.advertised
-        broker = pb.Broker(name=self.broker_name, id=0, endpoints=address)
-        return [
-            pb.MessageQueue(
-                topic=pb.Resource(name=topic.name),
-                id=queue_id,
-                permission=PERMISSIONS[topic.permission],
-                broker=broker,
-                accept_message_types=[MESSAGE_TYPES[topic.message_type]],
+    @staticmethod
+    def _queues(state: RoutingState, route: TopicRoute) -> list[pb.MessageQueue]:
+        """Every queue of ``route``, each pointing at its broker group's master: clients
+        send every other RPC to the endpoints a route names, so one access point reaches
+        the whole cluster."""
+        queues = []
+        for broker_group, count in route.queues:
+            master = state.master_of(broker_group)
+            if master is None:
+                continue  # no master to serve it: clients see the queues again after election
+            host, _, port = master.grpc_address.rpartition(":")
+            broker = pb.Broker(
+                name=broker_group,
+                id=0,
+                endpoints=pb.Endpoints(
+                    scheme=pb.IPv4, addresses=[pb.Address(host=host, port=int(port))]
+                ),
             )
-            for queue_id in range(topic.queue_count)
-        ]
+            queues.extend(
+                pb.MessageQueue(
+                    topic=pb.Resource(name=route.name),
+                    id=queue_id,
+                    permission=PERMISSIONS[route.permission],
+                    broker=broker,
+                    accept_message_types=[MESSAGE_TYPES[route.message_type]],
+                )
+                for queue_id in range(count)
+            )
+        return queues
 
     async def QueryRoute(self, request, context):
         try:
-            topic = self.topics.topic(request.topic.name)
+            queues = self.routing.read(
+                lambda state: self._queues(state, state.topic(request.topic.name))
+            )
         except TopicError as error:
             return rpc.QueryRouteResponse(status=topic_error_status(error))
-        return rpc.QueryRouteResponse(
-            status=OK, message_queues=self._queues(topic, request.endpoints)
-        )
+        return rpc.QueryRouteResponse(status=OK, message_queues=queues)
 
     async def QueryAssignment(self, request, context):
-        """What a push consumer should poll. A receive pops the whole topic on this node, so
-        a normal group gets one assignment (queue id -1, as the Java proxy answers); a FIFO
-        group gets every queue, one poll loop each, so one held queue blocks no other."""
+        """What a push consumer should poll. A receive pops the whole topic on the node it
+        reaches, so a normal group gets one assignment per broker group (queue id -1, as
+        the Java proxy answers); a FIFO group gets every queue, one poll loop each, so one
+        held queue blocks no other."""
+
+        def assignments_of(state: RoutingState) -> list[pb.MessageQueue]:
+            route = state.topic(request.topic.name)
+            group = state.group(request.group.name)
+            queues = self._queues(state, route)
+            if group.fifo:
+                return queues
+            one_per_broker = {}
+            for queue in queues:
+                one_per_broker.setdefault(queue.broker.name, queue)
+            for queue in one_per_broker.values():
+                queue.id = -1
+            return list(one_per_broker.values())
+
         try:
-            topic = self.topics.topic(request.topic.name)
-            group = self.topics.group(request.group.name)
+            queues = self.routing.read(assignments_of)
         except TopicError as error:
             return rpc.QueryAssignmentResponse(status=topic_error_status(error))
-        queues = self._queues(topic, request.endpoints)
-        if not group.fifo:
-            queues = queues[:1]
-            queues[0].id = -1
         assignments = [pb.Assignment(message_queue=queue) for queue in queues]
         return rpc.QueryAssignmentResponse(status=OK, assignments=assignments)
 
@@ -201,6 +228,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # ---- producing -------------------------------------------------------------------
     async def SendMessage(self, request, context):
+        if not self.topics.master:
+            return self._send_refused(request, self._not_master())
         try:
             messages = self._messages_to_store(request)
         except InvalidRequest as error:
@@ -230,6 +259,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     entry.transaction_id, real_topic_of(message), appended.queue_offset
                 )
         return rpc.SendMessageResponse(status=OK, entries=entries)
+
+    def _not_master(self) -> pb.Status:
+        master = self.routing.state.master_of(self.broker_name)
+        where = f"{master.node_id} at {master.grpc_address}" if master else "being elected"
+        return status(
+            pb.HA_NOT_AVAILABLE,
+            f"this node is a slave of broker group {self.broker_name}; its master is {where} "
+            "(query the route again)",
+        )
 
     async def EndTransaction(self, request, context):
         return await self.transactions.end_transaction(request)

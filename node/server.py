@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import signal
+import socket
+import time
 from collections.abc import Callable
 
 import grpc
 
-from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
 from node.admin_service import AdminService
@@ -28,9 +30,13 @@ from node.long_polling import QueueWaiters
 from node.messaging_service import MessagingService
 from node.pop_service import PopService
 from node.pop_state import PopState
+from node.replication import ReplicatedStore, ReplicationRole
 from node.timer_service import TimerService
 from node.topics import TopicTable
 from node.transaction_service import TransactionService
+from routing.commands import CommandResult, NodeHeartbeat, RegisterNode
+from routing.controller import Controller
+from routing.replica import RoutingReplica, RoutingUnavailable
 from store.message_store import MessageStore
 
 log = logging.getLogger("ferrymq.node")
@@ -47,30 +53,22 @@ class Node:
         self._housekeeping: asyncio.Task[None] | None = None
         self._timer_task: asyncio.Task[None] | None = None
         self._check_task: asyncio.Task[None] | None = None
+        self._routing_tasks: list[asyncio.Task[None]] = []
+        self.routing: RoutingReplica | None = None
+        self.topics = TopicTable()
+        self._states_ready = False
+
+    @property
+    def grpc_address(self) -> str:
+        return f"{self.config.host}:{self.port}"
 
     async def start(self) -> None:
         config = self.config
         os.makedirs(config.data_dir, exist_ok=True)
         loop = asyncio.get_running_loop()
         # Recovery reads and fsyncs files: keep the loop free while it runs.
-        self.store = await loop.run_in_executor(None, MessageStore.open, config.store_config())
-        self.topics = topics = TopicTable(os.path.join(config.data_dir, "topics.json"))
-        self.offsets = ConsumerOffsets(self.store)
-        self.offsets.load()
-        self.pop_state = PopState(self.store)
-        self.pop_state.replay()
-        waiters = QueueWaiters(loop)
-        pop = PopService(self.store, topics, self.offsets, self.pop_state, waiters)
-        self.timers = TimerService(self.store, lambda name: name in topics.topics)
-        self.timers.load(loop)
-        self.transactions = TransactionService(
-            self.store,
-            config.messages.transaction_check_interval_ms,
-            config.messages.transaction_max_checks,
-        )
-        self.transactions.load()
-        members = GroupMembers()
-        self.store.dispatcher.listeners.append(waiters.on_dispatch)
+        self.raw_store = await loop.run_in_executor(None, MessageStore.open, config.store_config())
+        self.waiters = waiters = QueueWaiters(loop)
         self.server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -78,9 +76,28 @@ class Node:
             ]
         )
         self.port = self.server.add_insecure_port(f"{config.host}:{config.ports.grpc}")
-        advertised = pb.Endpoints(
-            scheme=pb.IPv4, addresses=[pb.Address(host=config.host, port=self.port)]
+        # Join routing before serving: the services answer from the routing state, and
+        # the node registers the addresses it really listens on.
+        await self._join_routing(loop)
+        # Every service writes through the replication role's checks.
+        self.store = store = ReplicatedStore(self.raw_store, self.replication)
+        topics = self.topics
+        self.offsets = ConsumerOffsets(store)
+        self.offsets.load()
+        self.pop_state = PopState(store)
+        self.pop_state.replay()
+        pop = PopService(store, topics, self.offsets, self.pop_state, waiters)
+        self.timers = TimerService(store, lambda name: name in topics.topics)
+        self.timers.load(loop)
+        self.transactions = TransactionService(
+            store,
+            config.messages.transaction_check_interval_ms,
+            config.messages.transaction_max_checks,
         )
+        self.transactions.load()
+        members = GroupMembers()
+        self.raw_store.dispatcher.listeners.append(waiters.on_dispatch)
+        self.raw_store.dispatcher.listeners.append(self._on_dispatch)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(
             MessagingService(
                 self.store,
@@ -89,7 +106,7 @@ class Node:
                 waiters,
                 pop,
                 config.group,
-                advertised,
+                self.routing,
                 self.transactions,
                 members,
                 options=config.messages,
@@ -97,22 +114,159 @@ class Node:
             self.server,
         )
         admin_pb2_grpc.add_AdminServicer_to_server(
-            AdminService(self.store, topics, self.offsets, self.pop_state, members, config.group),
+            AdminService(
+                self.store,
+                topics,
+                self.offsets,
+                self.pop_state,
+                members,
+                config.group,
+                self.routing,
+                config.id,
+            ),
             self.server,
         )
         data_pb2_grpc.add_DataServicer_to_server(
             DataService(self.store, topics, waiters), self.server
         )
+        # Take the role routing says before serving (the states were loaded just above).
+        await self.replication.follow_routing()
+        self._states_ready = True
         await self.server.start()
         with open(os.path.join(config.data_dir, "node.toml"), "w", encoding="utf-8") as f:
             f.write(render_node_config(config))
         self._housekeeping = asyncio.create_task(self._housekeep())
         self._timer_task = asyncio.create_task(self.timers.run())
         self._check_task = asyncio.create_task(self.transactions.run_checks())
+        controller = Controller(
+            self.routing,
+            self._lease_s,
+            heartbeat_interval_s=config.cluster.heartbeat_interval_ms / 1000,
+            unclean_election=config.replication.unclean_election,
+        )
+        self._routing_tasks = [
+            asyncio.create_task(self._heartbeat()),
+            asyncio.create_task(controller.run()),
+            asyncio.create_task(self.replication.maintain()),
+        ]
+
+    def _on_dispatch(self, request) -> None:
+        if self.replication.is_master:
+            self.replication.master.on_appended()
+
+    def _reload_states(self) -> None:
+        """A promoted slave rebuilds everything it derives from the log."""
+        if not self._states_ready:
+            return  # the first start loads them after joining
+        self.offsets.reload()
+        self.pop_state.reload()
+        self.timers.reload()
+        self.transactions.reload()
+
+    # ---- routing -----------------------------------------------------------------------
+    @property
+    def _lease_s(self) -> float:
+        return self.config.cluster.lease_ms / 1000
+
+    async def _join_routing(self, loop: asyncio.AbstractEventLoop) -> None:
+        config, cluster = self.config, self.config.cluster
+        if cluster.standalone:
+            # A cluster of one: nobody dials this voter, so any free loopback port will
+            # do, and a secret made up now keeps everybody else out.
+            address = f"127.0.0.1:{free_port('127.0.0.1')}"
+            voters, secret, self_address = [address], secrets.token_hex(16), address
+        else:
+            voters, secret = list(cluster.voters), cluster.secret
+            self_address = config.raft_address if config.is_voter else None
+
+        def on_applied(command: object, result: CommandResult) -> None:
+            if not isinstance(command, NodeHeartbeat):  # heartbeats change no topic or role
+                loop.call_soon_threadsafe(self._routing_changed)
+
+        self.routing = RoutingReplica(
+            self_address=self_address,
+            voters=voters,
+            secret=secret,
+            data_dir=config.data_dir,
+            lease_s=self._lease_s,
+            on_applied=on_applied,
+        )
+        deadline = time.monotonic() + cluster.join_timeout_ms / 1000
+        await self.routing.wait_ready(cluster.join_timeout_ms / 1000)
+        self.replication = ReplicationRole(
+            config,
+            self.raw_store,
+            self.routing,
+            secret,
+            reload_states=self._reload_states,
+            on_confirmed=lambda offset: self.waiters.wake_all(),
+        )
+        # A standalone node has no slaves to dial it: any free port will do.
+        ha_port = 0 if cluster.standalone else config.ports.replication
+        self.ha_port = await self.replication.master.listen(config.host, ha_port)
+        await self._register(deadline)
+        self._refresh_topics()
+
+    def _routing_changed(self) -> None:
+        self._refresh_topics()
+        if self._states_ready:
+            task = asyncio.ensure_future(self.replication.follow_routing())
+            task.add_done_callback(_log_failure)
+
+    async def _register(self, deadline: float) -> None:
+        while True:
+            try:
+                result = await self.routing.submit(
+                    RegisterNode(
+                        node_id=self.config.id,
+                        broker_group=self.config.group,
+                        grpc_address=self.grpc_address,
+                        ha_address=f"{self.config.host}:{self.ha_port}",
+                        max_offset=self.raw_store.commitlog.write_offset,
+                        wall_ms=int(time.time() * 1000),
+                    )
+                )
+            except RoutingUnavailable as error:
+                if time.monotonic() > deadline:
+                    raise
+                log.info("registration not committed yet: %s", error.detail)
+                await asyncio.sleep(0.2)
+                continue
+            if not result.ok:
+                raise RoutingUnavailable(f"routing refused this node: {result.detail}")
+            return
+
+    def _refresh_topics(self) -> None:
+        assert self.routing is not None
+        self.routing.read(
+            lambda state: self.topics.refresh(state, self.config.group, self.config.id)
+        )
+
+    async def _heartbeat(self) -> None:
+        interval_s = self.config.cluster.heartbeat_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            heartbeat = NodeHeartbeat(
+                self.config.id, self.raw_store.commitlog.write_offset, int(time.time() * 1000)
+            )
+            sent_at = time.monotonic()
+            try:
+                result = await self.routing.submit(heartbeat, timeout_s=interval_s * 2)
+                if result.ok:
+                    # The lease runs from when the heartbeat left, not when it committed.
+                    self.replication.lease_renewed_at = sent_at
+                elif result.reason == "UNKNOWN_NODE":
+                    await self._register(time.monotonic() + interval_s * 2)
+            except RoutingUnavailable as error:
+                log.warning("heartbeat not committed: %s", error.detail)
+            except Exception:  # one failed heartbeat must not end them
+                log.exception("heartbeat failed")
 
     async def _housekeep(self) -> None:
         while True:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
+            if not self.replication.is_master:
+                continue  # a slave's log is its master's: it writes nothing of its own
             try:
                 await self.offsets.snapshot_if_segment_changed()
                 await self.pop_state.snapshot_if_segment_changed()
@@ -124,13 +278,29 @@ class Node:
                 log.exception("housekeeping round failed")
 
     async def stop(self, grace_s: float = 5.0) -> None:
-        for task in (self._housekeeping, self._timer_task, self._check_task):
+        for task in (self._housekeeping, self._timer_task, self._check_task, *self._routing_tasks):
             if task is not None:
                 task.cancel()
         if self.server is not None:
             await self.server.stop(grace_s)
-        if self.store is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
+        if getattr(self, "replication", None) is not None:
+            await self.replication.close()
+        if self.routing is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.routing.close)
+        if getattr(self, "raw_store", None) is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.raw_store.shutdown)
+
+
+def _log_failure(task: asyncio.Future) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("role change failed", exc_info=task.exception())
+
+
+def free_port(host: str) -> int:
+    """A port the OS reports free now (for listeners that cannot take port 0)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
 
 
 async def serve(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:

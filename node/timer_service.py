@@ -73,6 +73,22 @@ class TimerService:
 
     def load(self, loop: asyncio.AbstractEventLoop) -> None:
         """Rebuild the pending set, then follow new timer records as they are dispatched."""
+        self._rebuild()
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._wakeup = asyncio.Event()
+        self.store.dispatcher.listeners.append(self._on_dispatch)
+
+    def reload(self) -> None:
+        """Forget and rebuild the pending set from the log (a promoted slave)."""
+        self._buckets.clear()
+        self._due_heap.clear()
+        self._pending = 0
+        self._rebuild()
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _rebuild(self) -> None:
         done = self._done_offsets()
         queue = self.store.consume_queues.get(TIMER_TOPIC, 0)
         if queue is not None:
@@ -82,10 +98,6 @@ class TimerService:
                     if queue_offset not in done:
                         self._add(due_ms, queue_offset)
                     offset = queue_offset + 1
-        self._loop = loop
-        self._loop_thread = threading.get_ident()
-        self._wakeup = asyncio.Event()
-        self.store.dispatcher.listeners.append(self._on_dispatch)
 
     def _done_offsets(self) -> set[int]:
         store = self.store

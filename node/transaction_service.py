@@ -106,6 +106,12 @@ class TransactionService:
         return len(self._pending)
 
     # ---- state ---------------------------------------------------------------------
+    def reload(self) -> None:
+        """Forget and rebuild from the log (a promoted slave)."""
+        self._pending.clear()
+        self._resolved.clear()
+        self.load()
+
     def load(self) -> None:
         ops: dict[int, tuple[str, int]] = {}  # half offset -> (last kind, checks)
         for stored in self._records(OP_TOPIC):

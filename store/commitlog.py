@@ -266,6 +266,42 @@ class CommitLog:
         end = min(self.write_offset, segment.end_offset, physical_offset + max_length)
         return segment.read(physical_offset - segment.base_offset, end - physical_offset)
 
+    def read_records(self, physical_offset: int, max_length: int) -> bytes:
+        """Whole records from ``physical_offset`` (a record boundary): as many as fit in
+        ``max_length`` (at least one), never past the end of the segment or of the data.
+        What a master streams to its slaves, so that a slave only ever appends whole
+        records and its log stays a prefix of the master's at every step."""
+        chunk = self.read_bytes(physical_offset, max(max_length, 0) or 1)
+        if not chunk:
+            return b""
+        cut = 0
+        length = len(chunk)
+        unpack = record.SIZE_AND_MAGIC.unpack_from
+        while cut + 8 <= length:
+            size, _ = unpack(chunk, cut)
+            if size <= 0 or cut + size > length:
+                break
+            cut += size
+        if cut == 0:
+            # One record longer than ``max_length``: send it whole.
+            (size, _) = unpack(self.read_bytes(physical_offset, 8), 0)
+            chunk = self.read_bytes(physical_offset, size)
+            assert len(chunk) == size, f"record at {physical_offset} runs past the data"
+            return chunk
+        return chunk[:cut]
+
+    def append_raw(self, physical_offset: int, data: bytes) -> None:
+        """Append another log's records verbatim at ``physical_offset`` (the write offset).
+        ``data`` is whole records within one segment, as ``read_records`` cuts them.
+        The caller holds the put lock."""
+        assert physical_offset == self.write_offset, (physical_offset, self.write_offset)
+        segment = self.segments.file_for_write(physical_offset)  # DiskFullError first
+        local = physical_offset - segment.base_offset
+        assert local + len(data) <= segment.size, "replicated bytes cross a segment boundary"
+        segment.write_at(local, data)
+        segment.wrote_position = local + len(data)
+        self.segments.write_offset = physical_offset + len(data)
+
     def store_timestamp_at(self, physical_offset: int) -> int | None:
         segment = self.segments.find(physical_offset)
         if segment is None:

@@ -22,3 +22,8 @@ class InvalidMessageError(StoreError):
 
 class DiskFullError(StoreError):
     """The file system refused space (ENOSPC); nothing of the failed append is visible."""
+
+
+class ReplicaMismatch(StoreError):
+    """Replicated bytes do not start where this log ends: the replication link must
+    compare histories again before it can go on."""

@@ -31,7 +31,7 @@ from store.commitlog_record import decode as record_decode
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import BLANK_SIZE
 from store.dispatcher import ConsumeQueueTable, Dispatcher
-from store.errors import DiskFullError, InvalidMessageError
+from store.errors import DiskFullError, InvalidMessageError, ReplicaMismatch
 from store.flush_service import BackgroundFlusher, GroupCommitService, enough_dirty
 from store.hashing import tag_hash_code
 from store.index_service import IndexService
@@ -192,6 +192,8 @@ class MessageStore:
         self._put_lock = threading.Lock()
         self._last_store_timestamp_ms = 0
         self._closed = True
+        # Why puts are refused (a slave takes only its master's bytes), None when they are not.
+        self.writes_refused: str | None = None
         self._group_commit: GroupCommitService | None = None
         self._flusher: BackgroundFlusher | None = None
         self._last_full_flush = time.monotonic()
@@ -245,8 +247,7 @@ class MessageStore:
         redispatched = self.dispatcher.catch_up()
         if self.dispatcher.last_error is not None:
             raise self.dispatcher.last_error
-        for (topic, queue_id), queue in self.consume_queues.queues.items():
-            self.commitlog.queue_offsets[(topic, queue_id)] = queue.max_offset
+        self.rebuild_queue_offsets()
         self.recovery_report = RecoveryReport(
             clean_shutdown=clean,
             scan_start_offset=scan_start,
@@ -256,9 +257,51 @@ class MessageStore:
             corrupt_offset=scan.corrupt_offset,
             corruption=scan.corruption,
         )
-        if segments.files:
-            self._last_store_timestamp_ms = self._newest_store_timestamp()
         self._write_checkpoint()
+
+    # ---- replication: the same log on every replica ------------------------------------
+    def append_replicated(self, physical_offset: int, data: bytes) -> int:
+        """Append records a master wrote at ``physical_offset`` verbatim and dispatch
+        them; returns the new write offset. ``ReplicaMismatch`` when ``physical_offset`` is
+        not where this log ends (the link must re-handshake)."""
+        with self._put_lock:
+            if physical_offset != self.commitlog.write_offset:
+                raise ReplicaMismatch(
+                    f"master sent bytes at {physical_offset}, this log ends at "
+                    f"{self.commitlog.write_offset}"
+                )
+            self.commitlog.append_raw(physical_offset, data)
+            self.dispatcher.catch_up()
+            if self.dispatcher.last_error is not None:
+                raise self.dispatcher.last_error
+            return self.commitlog.write_offset
+
+    def truncate_to(self, physical_offset: int) -> None:
+        """Discard the log from ``physical_offset`` (a record boundary) on, with the
+        consume-queue and index entries that point there: a slave cutting a tail its
+        master never had (epoch histories decide where)."""
+        with self._put_lock:
+            end = min(physical_offset, self.commitlog.write_offset)
+            self.commitlog.truncate_to(end)
+            for queue in self.consume_queues.queues.values():
+                queue.truncate_physical(end)
+            self.index.truncate_physical(end)
+            self.dispatcher.dispatched_offset = min(self.dispatcher.dispatched_offset, end)
+            self.rebuild_queue_offsets()
+            self._write_checkpoint()
+
+    def rebuild_queue_offsets(self) -> None:
+        """Next queue offset of every queue from its consume queue, and the newest store
+        time: after recovery, a truncation, or replicated bytes (a promoted slave assigns
+        offsets and store times from here)."""
+        offsets = self.commitlog.queue_offsets
+        offsets.clear()
+        for (topic, queue_id), queue in self.consume_queues.queues.items():
+            offsets[(topic, queue_id)] = queue.max_offset
+        if self.commitlog.segments.files:
+            self._last_store_timestamp_ms = max(
+                self._last_store_timestamp_ms, self._newest_store_timestamp()
+            )
 
     def _newest_store_timestamp(self) -> int:
         newest = 0
@@ -418,6 +461,8 @@ class MessageStore:
                 return PutResult(
                     PutStatus.SERVICE_NOT_AVAILABLE, error="the store is shut down"
                 ), None
+            if self.writes_refused is not None:
+                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error=self.writes_refused), None
             if self.dispatcher.dispatched_offset != self.commitlog.write_offset:
                 self.dispatcher.catch_up()
                 if self.dispatcher.last_error is not None:

@@ -14,7 +14,10 @@ class PutStatus(enum.Enum):
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # topic, body or batch breaks a limit
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     DISK_FULL = "DISK_FULL"  # nothing of the request was written
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # the store is shut down
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # shut down, or not taking writes here
+    # Replication (the node's ReplicatedStore; the store itself never answers these):
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # written here, not confirmed by replicas
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"  # refused, nothing written
 
 
 @dataclass(slots=True)

@@ -1,5 +1,5 @@
-"""The ``ferrymq`` command line against ``ferrymq up`` (what ``make up`` runs), started in
-a temporary directory on a free port."""
+"""The ``ferrymq`` command line against ``ferrymq up`` (what ``make up`` runs: a 3-node
+cluster), started in a temporary directory on free ports."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,26 +19,27 @@ from tests.node_process import ROOT
 @pytest.fixture(scope="module")
 def up(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("up")
+    errors = open(workdir / "up.err", "w")  # noqa: SIM115 (the process outlives this block)
     process = subprocess.Popen(
-        [sys.executable, "-m", "ferrymq.cli", "up", "--port", "0"],
+        [sys.executable, "-m", "ferrymq.cli", "up", "--free-ports"],
         cwd=workdir,
         env={"PYTHONPATH": ROOT, "PATH": "/usr/bin:/bin"},
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=errors,
         text=True,
     )
-    address, banner = None, []
-    deadline = time.monotonic() + 30
+    banner = []
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         line = process.stdout.readline()
         if not line:
             break
         banner.append(line)
-        if " ready on " in line:
-            address = line.rsplit(" ", 1)[1].strip()
-        if "Ctrl-C stops the node" in line:
+        if "Ctrl-C stops the cluster" in line:
             break
-    assert address, banner
+    assert "Ctrl-C stops the cluster" in "".join(banner), (workdir / "up.err").read_text()
+    nodes = json.loads((workdir / "data" / "cluster.json").read_text())["nodes"]
+    address = nodes[0]["grpc"]
     yield address, "".join(banner), workdir, process
     if process.poll() is None:
         process.kill()
@@ -52,7 +54,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_up_creates_the_demo_topic_and_says_how_to_use_it(up, capsys):
     address, banner, workdir, _ = up
     assert "ferrymq produce demo" in banner and "ferrymq consume demo" in banner
-    assert (workdir / "data" / "commitlog").is_dir()  # data under ./data
+    for node in ("node-1", "node-2", "node-3"):  # data under ./data
+        assert (workdir / "data" / node / "commitlog").is_dir()
     code, out, _ = run(capsys, "topic", "list", "--server", address, "--json")
     assert code == 0
     assert {
@@ -60,6 +63,7 @@ def test_up_creates_the_demo_topic_and_says_how_to_use_it(up, capsys):
         "queue_count": 4,
         "message_type": "NORMAL",
         "permission": "READ_WRITE",
+        "broker_groups": ["group-1"],
     } in json.loads(out)
     code, out, _ = run(capsys, "group", "list", "--server", address)
     assert code == 0 and "demo-group" in out
@@ -70,7 +74,7 @@ def test_topic_commands(up, capsys):
     code, out, _ = run(
         capsys, "topic", "create", "cli-t", "--queues", "2", "--type", "FIFO", "--server", address
     )
-    assert code == 0 and "created topic cli-t (2 queues)" in out
+    assert code == 0 and "created topic cli-t (2 queues on group-1)" in out
     code, out, _ = run(capsys, "topic", "describe", "cli-t", "--server", address, "--json")
     described = json.loads(out)
     assert described["topic"]["message_type"] == "FIFO" and len(described["queues"]) == 2
@@ -210,8 +214,27 @@ def test_produce_a_generated_load_in_batches(up, capsys):
     assert sum(q["max_offset"] for q in json.loads(out)["queues"]) == 2000
 
 
+def test_cluster_status_shows_voters_leader_groups_and_members(up, capsys):
+    workdir = up[2]
+    code, out, _ = run(capsys, "cluster", "status", "--data", str(workdir / "data"))
+    assert code == 0
+    assert "routing: leader 127.0.0.1:" in out and "term" in out
+    assert out.count("MASTER") == 1 and out.count("SLAVE") == 2
+    code, out, _ = run(capsys, "cluster", "status", "--data", str(workdir / "data"), "--json")
+    status = json.loads(out)
+    assert len(status["voters"]) == 3 and sum(v["leader"] for v in status["voters"]) == 1
+    assert [g["name"] for g in status["broker_groups"]] == ["group-1"]
+    assert all(n["alive"] for n in status["nodes"])
+
+
 def test_sigterm_stops_up_cleanly(up):
-    _, _, _, process = up
+    _, _, workdir, process = up
+    pids = [n["pid"] for n in json.loads((workdir / "data" / "cluster.json").read_text())["nodes"]]
     process.send_signal(signal.SIGTERM)
-    assert process.wait(30) == 0
-    assert "stopped" in process.stdout.read()
+    assert process.wait(60) == 0
+    assert "stopped node-1, node-2, node-3" in process.stdout.read()
+    for pid in pids:  # every node process is gone (not a zombie of ours: they are detached)
+        assert (
+            not Path(f"/proc/{pid}/cmdline").exists()
+            or not Path(f"/proc/{pid}/cmdline").read_bytes()
+        )

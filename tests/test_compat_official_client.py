@@ -20,10 +20,10 @@ import pytest
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
+from tests.compat import RUNNER, run_official_at
 from tests.node_process import start_node
 from tests.test_node import create_topic, message, pull, stubs
 
-RUNNER = Path(__file__).parent / "compat" / "official_client.py"
 NODE_TOML = """
 [messages]
 transaction_check_interval_ms = 2000
@@ -51,21 +51,7 @@ def grpc_stubs(node):
 
 
 def run_official(node, home: Path, scenario: dict, timeout_s: float = 90) -> list[dict]:
-    """Run one scenario to its end; its JSON lines, the last one ``done``."""
-    environment = dict(os.environ, HOME=str(home))
-    completed = subprocess.run(
-        [sys.executable, str(RUNNER)],
-        input=json.dumps({"endpoint": node.address, **scenario}),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env=environment,
-    )
-    events = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
-    log = home / "logs" / "rocketmq_python" / "rocketmq_client.log"
-    tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no client log)"
-    assert events and events[-1]["event"] == "done", (events, completed.stderr[-3000:], tail)
-    return events
+    return run_official_at(node.address, home, scenario, timeout_s)
 
 
 def of(events: list[dict], kind: str) -> list[dict]:

@@ -52,7 +52,8 @@ class Broker:
     def open(self, **store_options) -> None:
         options = SMALL_STORE | store_options
         self.store = MessageStore.open(StoreConfig(str(self.tmp_path / "data"), **options))
-        self.topics = TopicTable(str(self.tmp_path / "topics.json"))
+        # Topics and groups live in routing, not in the store: they outlive a store crash.
+        self.topics = getattr(self, "topics", None) or TopicTable()
         self.offsets = ConsumerOffsets(self.store)
         self.offsets.load()
         self.state = PopState(self.store)
@@ -120,8 +121,8 @@ class Broker:
 def broker(tmp_path):
     loop = asyncio.new_event_loop()
     created = Broker(tmp_path, loop)
-    created.topics.create_topic(TopicConfig("orders", queue_count=2))
-    created.topics.create_group(GroupConfig("G", max_delivery_attempts=3))
+    created.topics.put_topic(TopicConfig("orders", queue_count=2))
+    created.topics.put_group(GroupConfig("G", max_delivery_attempts=3))
     yield created
     created.store.shutdown()
     loop.close()
@@ -242,8 +243,8 @@ def test_forward_to_dead_letter_queue_is_idempotent(broker):
 
 
 def test_fifo_group_delivers_a_queue_in_order_with_one_batch_in_flight(broker):
-    broker.topics.create_topic(TopicConfig("fifo", queue_count=1, message_type=MessageType.FIFO))
-    broker.topics.create_group(GroupConfig("F", max_delivery_attempts=5, fifo=True))
+    broker.topics.put_topic(TopicConfig("fifo", queue_count=1, message_type=MessageType.FIFO))
+    broker.topics.put_group(GroupConfig("F", max_delivery_attempts=5, fifo=True))
     for i in range(6):
         group = "a" if i % 2 else "b"
         message = Message.build("fifo", b"%d" % i, properties={"__SHARDINGKEY": group})
@@ -276,7 +277,7 @@ def test_tag_filter_delivers_matching_messages_and_skips_the_rest(broker):
 
 
 def test_groups_are_independent_and_start_at_a_committed_offset(broker):
-    broker.topics.create_group(GroupConfig("H"))
+    broker.topics.put_group(GroupConfig("H"))
     broker.send("orders", 5)
     broker.run(broker.offsets.commit("H", "orders", 0, 3))
     assert len(broker.receive("G", "orders")) == 5
@@ -366,8 +367,8 @@ def test_snapshots_keep_the_state_when_retention_deletes_old_segments(tmp_path):
     small = dict(commitlog_segment_bytes=160 * 1024, max_message_body_bytes=64 * 1024)
     broker.store.shutdown()
     broker.open(**small)
-    broker.topics.create_topic(TopicConfig("orders", queue_count=1))
-    broker.topics.create_group(GroupConfig("G"))
+    broker.topics.put_topic(TopicConfig("orders", queue_count=1))
+    broker.topics.put_group(GroupConfig("G"))
     broker.send("orders", 10)
     handles = {d.stored.queue_offset: d.handle for d in broker.receive("G", "orders", batch=5)}
     for round_number in range(1500):  # ~1,500 change records: several segments

@@ -1,4 +1,9 @@
-"""Administration through the node's Admin service: topics, groups, progress, queries."""
+"""Administration through the node's Admin service: topics, groups, progress, queries.
+
+Topic and group changes and the cluster status go to the access point (any node: changes
+go through the routing Raft group). What lives in a broker group's store (queue offsets,
+consumer progress, stored messages) is asked of each master that holds part of the topic,
+and the answers are merged."""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from dataclasses import dataclass
 
 from ferrymq.client.connection import DEFAULT_ADDRESS, Connection
 from ferrymq.client.errors import check_admin
+from ferrymq.client.routes import Endpoints
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
@@ -15,9 +21,48 @@ PERMISSIONS = ("READ", "WRITE", "READ_WRITE")
 @dataclass(frozen=True)
 class TopicInfo:
     name: str
-    queue_count: int
+    queue_count: int  # per broker group
     message_type: str
     permission: str
+    broker_groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    id: str
+    broker_group: str
+    role: str
+    address: str
+    alive: bool
+    max_offset: int
+    epoch: int
+    last_heartbeat_ms: int
+
+
+@dataclass(frozen=True)
+class VoterInfo:
+    address: str
+    reachable: bool
+    leader: bool
+
+
+@dataclass(frozen=True)
+class BrokerGroupInfo:
+    name: str
+    master: str
+    epoch: int
+    in_sync: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    answered_by: str
+    raft_leader: str
+    raft_term: int
+    raft_commit_index: int
+    voters: tuple[VoterInfo, ...]
+    broker_groups: tuple[BrokerGroupInfo, ...]
+    nodes: tuple[NodeInfo, ...]
 
 
 @dataclass(frozen=True)
@@ -68,6 +113,7 @@ def _topic(t: api.Topic) -> TopicInfo:
         t.queue_count,
         api.MessageType.Name(t.message_type),
         api.Permission.Name(t.permission),
+        tuple(t.broker_groups),
     )
 
 
@@ -90,13 +136,31 @@ def _message(m: api.StoredMessage) -> StoredMessage:
 
 class Admin:
     def __init__(self, address: str = DEFAULT_ADDRESS, timeout_s: float = 10.0) -> None:
-        self.connection = Connection(address, timeout_s)
+        self.endpoints = Endpoints(address, timeout_s)
+        self.connection: Connection = self.endpoints.access
         self.stub = self.connection.admin
 
     def _call(self, method, request):
         answer = self.connection.call(method, request)
         check_admin(answer.status)
         return answer
+
+    def _each_master(self, topic: str, method_name: str, request) -> list:
+        """``method_name`` on the master of every broker group holding ``topic`` (every
+        master of the cluster when ``topic`` is empty): [(broker group, answer)]."""
+        if topic:
+            masters = self.endpoints.route(topic, refresh=True).masters
+        else:
+            status = self.cluster_status()
+            addresses = {n.id: n.address for n in status.nodes}
+            masters = {g.name: addresses[g.master] for g in status.broker_groups if g.master}
+        answers = []
+        for broker_group, address in sorted(masters.items()):
+            connection = self.endpoints.connection(address)
+            answer = connection.call(getattr(connection.admin, method_name), request)
+            check_admin(answer.status)
+            answers.append((broker_group, answer))
+        return answers
 
     # ---- topics ----------------------------------------------------------------------
     def create_topic(
@@ -105,12 +169,15 @@ class Admin:
         queue_count: int = 8,
         message_type: str = "NORMAL",
         permission: str = "READ_WRITE",
+        broker_groups: tuple[str, ...] = (),
     ) -> TopicInfo:
+        """``queue_count`` queues on each of ``broker_groups`` (default: every group)."""
         topic = api.Topic(
             name=name,
             queue_count=queue_count,
             message_type=api.MessageType.Value(message_type),
             permission=api.Permission.Value(permission),
+            broker_groups=list(broker_groups),
         )
         return _topic(self._call(self.stub.CreateTopic, api.CreateTopicRequest(topic=topic)).topic)
 
@@ -133,11 +200,17 @@ class Admin:
         return [_topic(t) for t in self._call(self.stub.ListTopics, api.ListTopicsRequest()).topics]
 
     def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueInfo]]:
-        answer = self._call(self.stub.DescribeTopic, api.DescribeTopicRequest(name=name))
+        """The topic and its queues, with offsets from each broker group's master."""
+        answers = self._each_master(name, "DescribeTopic", api.DescribeTopicRequest(name=name))
         queues = [
-            QueueInfo(q.queue_id, q.broker_group, q.min_offset, q.max_offset) for q in answer.queues
+            QueueInfo(q.queue_id, q.broker_group, q.min_offset, q.max_offset)
+            for broker_group, answer in answers
+            for q in answer.queues
+            if q.broker_group == broker_group
         ]
-        return _topic(answer.topic), queues
+        return _topic(answers[0][1].topic), sorted(
+            queues, key=lambda q: (q.broker_group, q.queue_id)
+        )
 
     # ---- groups ----------------------------------------------------------------------
     def create_group(
@@ -155,8 +228,8 @@ class Admin:
         return [GroupInfo(g.name, g.max_delivery_attempts, g.fifo) for g in answer.groups]
 
     def group_progress(self, group: str, topic: str) -> list[QueueProgress]:
-        answer = self._call(
-            self.stub.GroupProgress, api.GroupProgressRequest(group=group, topic=topic)
+        answers = self._each_master(
+            topic, "GroupProgress", api.GroupProgressRequest(group=group, topic=topic)
         )
         return [
             QueueProgress(
@@ -168,6 +241,7 @@ class Admin:
                 q.lag,
                 q.in_flight,
             )
+            for _, answer in answers
             for q in answer.queues
         ]
 
@@ -176,17 +250,30 @@ class Admin:
         return [m.client_id for m in answer.members]
 
     # ---- queries ---------------------------------------------------------------------
+    def _query(self, topic: str, method_name: str, request) -> list[StoredMessage]:
+        found = [
+            _message(m)
+            for _, answer in self._each_master(topic, method_name, request)
+            for m in answer.messages
+        ]
+        return sorted(found, key=lambda m: m.store_timestamp_ms, reverse=True)
+
     def query_by_id(self, message_id: str, topic: str = "") -> list[StoredMessage]:
         request = api.QueryMessageByIdRequest(topic=topic, message_id=message_id)
-        return [_message(m) for m in self._call(self.stub.QueryMessageById, request).messages]
+        return self._query(topic, "QueryMessageById", request)
 
     def query_by_key(self, topic: str, key: str, max_count: int = 32) -> list[StoredMessage]:
         request = api.QueryMessageByKeyRequest(topic=topic, key=key, max_count=max_count)
-        return [_message(m) for m in self._call(self.stub.QueryMessageByKey, request).messages]
+        return self._query(topic, "QueryMessageByKey", request)[:max_count]
 
-    def query_by_offset(self, topic: str, queue_id: int, offset: int) -> list[StoredMessage]:
+    def query_by_offset(
+        self, topic: str, queue_id: int, offset: int, broker_group: str = ""
+    ) -> list[StoredMessage]:
+        """The message at ``offset`` of queue ``queue_id`` (of ``broker_group``, or of every
+        broker group that has such a queue)."""
         request = api.QueryMessageByOffsetRequest(topic=topic, queue_id=queue_id, offset=offset)
-        return [_message(m) for m in self._call(self.stub.QueryMessageByOffset, request).messages]
+        found = self._query(topic, "QueryMessageByOffset", request)
+        return [m for m in found if not broker_group or m.broker_group == broker_group]
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         request = api.QueryOffsetByTimeRequest(
@@ -194,8 +281,36 @@ class Admin:
         )
         return self._call(self.stub.QueryOffsetByTime, request).offset
 
+    # ---- cluster ---------------------------------------------------------------------
+    def cluster_status(self) -> ClusterInfo:
+        answer = self._call(self.stub.ClusterStatus, api.ClusterStatusRequest())
+        return ClusterInfo(
+            answered_by=answer.answered_by,
+            raft_leader=answer.raft_leader,
+            raft_term=answer.raft_term,
+            raft_commit_index=answer.raft_commit_index,
+            voters=tuple(VoterInfo(v.address, v.reachable, v.leader) for v in answer.voters),
+            broker_groups=tuple(
+                BrokerGroupInfo(g.name, g.master, g.epoch, tuple(g.in_sync))
+                for g in answer.broker_groups
+            ),
+            nodes=tuple(
+                NodeInfo(
+                    n.id,
+                    n.broker_group,
+                    n.role,
+                    n.address,
+                    n.alive,
+                    n.max_offset,
+                    n.epoch,
+                    n.last_heartbeat_ms,
+                )
+                for n in answer.nodes
+            ),
+        )
+
     def close(self) -> None:
-        self.connection.close()
+        self.endpoints.close()
 
     def __enter__(self) -> Admin:
         return self

@@ -30,10 +30,15 @@ def new_client_id() -> str:
 
 
 class Connection:
-    def __init__(self, address: str = DEFAULT_ADDRESS, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        client_id: str | None = None,
+    ):
         self.address = address
         self.timeout_s = timeout_s
-        self.client_id = new_client_id()
+        self.client_id = client_id or new_client_id()
         self.metadata = (("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"))
         options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

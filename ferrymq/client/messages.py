@@ -93,9 +93,10 @@ class ReceivedMessage:
     store_timestamp_ms: int
     delivery_attempt: int = 0
     receipt_handle: str = ""
+    broker_group: str = ""  # where it is stored (acks and commits go to its master)
 
     @classmethod
-    def from_record(cls, stored: StoredMessage) -> ReceivedMessage:
+    def from_record(cls, stored: StoredMessage, broker_group: str = "") -> ReceivedMessage:
         """From a CommitLog record as the Data service returns it."""
         properties = stored.properties
         return cls(
@@ -110,10 +111,11 @@ class ReceivedMessage:
             message_group=properties.get(PROPERTY_MESSAGE_GROUP),
             born_timestamp_ms=stored.born_timestamp_ms,
             store_timestamp_ms=stored.store_timestamp_ms,
+            broker_group=broker_group,
         )
 
     @classmethod
-    def from_wire(cls, message: pb.Message) -> ReceivedMessage:
+    def from_wire(cls, message: pb.Message, broker_group: str = "") -> ReceivedMessage:
         system = message.system_properties
         return cls(
             topic=message.topic.name,
@@ -129,6 +131,7 @@ class ReceivedMessage:
             store_timestamp_ms=_millis(system.store_timestamp),
             delivery_attempt=system.delivery_attempt,
             receipt_handle=system.receipt_handle,
+            broker_group=broker_group,
         )
 
 

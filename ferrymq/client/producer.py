@@ -1,5 +1,11 @@
 """Producer: sync, asyncio and batch sends, with retries on retriable outcomes.
 
+Each request goes to the master of the broker group that holds its queue (``routes``):
+requests spread round-robin over every queue of the topic across the cluster, and a FIFO
+message group always goes to the same broker group. A failure that may mean a stale route
+(node down, a slave answering) refreshes the route before the retry, which is how a
+producer follows a failover.
+
 A retried send carries the same message id, so if the first attempt was stored after all
 (a timeout after the write, say) the duplicate is recognisable by id. Non-retriable
 statuses (bad input, unknown topic) raise at once.
@@ -17,6 +23,7 @@ import grpc
 from ferrymq.client.connection import DEFAULT_ADDRESS, Connection, transport_error
 from ferrymq.client.errors import FerryError, check
 from ferrymq.client.messages import Message, SendReceipt
+from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 
@@ -32,40 +39,49 @@ class Producer:
         max_attempts: int = DEFAULT_ATTEMPTS,
         timeout_s: float = 10.0,
     ) -> None:
-        self.connection = Connection(address, timeout_s)
+        self.endpoints = Endpoints(address, timeout_s)
         self.max_attempts = max_attempts
-        self._routes: dict[str, tuple[int, int]] = {}  # topic -> (queues, message type)
         self._next_queue = itertools.count()
 
-    # ---- requests --------------------------------------------------------------------
-    def _route(self, topic: str) -> tuple[int, int]:
-        route = self._routes.get(topic)
-        if route is None:
-            answer = self.connection.call(
-                self.connection.messaging.QueryRoute,
-                rpc.QueryRouteRequest(topic=pb.Resource(name=topic)),
-            )
-            check(answer.status)
-            queues = answer.message_queues
-            route = (len(queues), queues[0].accept_message_types[0] if queues else pb.NORMAL)
-            self._routes[topic] = route
-        return route
+    @property
+    def connection(self) -> Connection:
+        """The access point's connection."""
+        return self.endpoints.access
 
-    def _request(self, messages: Sequence[Message]) -> rpc.SendMessageRequest:
+    # ---- requests --------------------------------------------------------------------
+    def _request(
+        self, messages: Sequence[Message], refresh: bool = False
+    ) -> tuple[Connection, rpc.SendMessageRequest]:
+        """The request for ``messages`` and the master it goes to."""
         if not messages:
             raise ValueError("nothing to send")
         topic = messages[0].topic
         if any(m.topic != topic for m in messages):
             raise ValueError("a batch goes to one topic")
-        queue_count, message_type = self._route(topic)
-        # One queue per request: a batch stays together, and requests spread round-robin.
-        queue_id = next(self._next_queue) % max(queue_count, 1)
+        route = self.endpoints.route(topic, refresh)
+        if not route.queues:
+            raise FerryError(pb.TOPIC_NOT_FOUND, "TOPIC_NOT_FOUND", f"{topic} has no queues")
+        group = messages[0].message_group
+        if group:
+            # The node picks the queue of a message group inside its broker group.
+            queue = next(q for q in route.queues if q.broker_group == route.broker_for_key(group))
+        else:
+            # One queue per request: a batch stays together; requests spread round-robin.
+            queue = route.queues[next(self._next_queue) % len(route.queues)]
         wire = []
         for message in messages:
-            sent = message.to_wire(message_type)
-            sent.system_properties.queue_id = queue_id
+            sent = message.to_wire(route.message_type)
+            sent.system_properties.queue_id = queue.queue_id
             wire.append(sent)
-        return rpc.SendMessageRequest(messages=wire)
+        connection = self.endpoints.connection(route.masters[queue.broker_group])
+        return connection, rpc.SendMessageRequest(messages=wire)
+
+    def _retry(self, error: FerryError, attempt: int) -> bool:
+        if attempt >= self.max_attempts:
+            return False
+        # A topic just created is known to the master a heartbeat after the node that
+        # created it: one more try after a fresh route, no more.
+        return error.retriable or (error.code == pb.TOPIC_NOT_FOUND and attempt == 1)
 
     @staticmethod
     def _receipts(answer: rpc.SendMessageResponse) -> list[SendReceipt]:
@@ -78,14 +94,16 @@ class Producer:
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendReceipt]:
         """Send messages of one topic in one request: stored atomically, in order."""
-        request = self._request(messages)
+        stale = False
         for attempt in range(1, self.max_attempts + 1):
             try:
-                answer = self.connection.call(self.connection.messaging.SendMessage, request)
+                connection, request = self._request(messages, refresh=stale)
+                answer = connection.call(connection.messaging.SendMessage, request)
                 return self._receipts(answer)
             except FerryError as error:
-                if not error.retriable or attempt == self.max_attempts:
+                if not self._retry(error, attempt):
                     raise
+                stale = error.code in ROUTE_STALE_CODES
                 time.sleep(BACKOFF_S * 2 ** (attempt - 1))
         raise AssertionError("unreachable")
 
@@ -94,27 +112,27 @@ class Producer:
         return (await self.send_batch_async([message]))[0]
 
     async def send_batch_async(self, messages: Sequence[Message]) -> list[SendReceipt]:
-        request = self._request(messages)  # a cached route makes this non-blocking
-        stub = self.connection.aio_messaging
+        stale = False
         for attempt in range(1, self.max_attempts + 1):
             try:
+                # A cached route makes this non-blocking; a refresh is one unary call.
+                connection, request = self._request(messages, refresh=stale)
                 try:
-                    answer = await stub.SendMessage(
-                        request,
-                        timeout=self.connection.timeout_s,
-                        metadata=self.connection.metadata,
+                    answer = await connection.aio_messaging.SendMessage(
+                        request, timeout=connection.timeout_s, metadata=connection.metadata
                     )
                 except grpc.RpcError as error:
                     raise transport_error(error) from None
                 return self._receipts(answer)
             except FerryError as error:
-                if not error.retriable or attempt == self.max_attempts:
+                if not self._retry(error, attempt):
                     raise
+                stale = error.code in ROUTE_STALE_CODES
                 await asyncio.sleep(BACKOFF_S * 2 ** (attempt - 1))
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        self.connection.close()
+        self.endpoints.close()
 
     def __enter__(self) -> Producer:
         return self

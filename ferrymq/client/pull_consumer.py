@@ -2,10 +2,15 @@
 topic's queues and rebalance when members come and go. Reads use the Data service's Fetch
 (hundreds of stored records per response, decoded here), not one gRPC message per message.
 
+Queues are ``QueueRef(broker_group, queue_id)``: each broker group numbers its queues, and
+every request for a queue goes to its group's master (``routes``).
+
 Positions are the client's; ``commit`` stores them as the group's offsets (one CommitLog
 record each on the node), and a queue that moves to another member is committed first, so
-its new owner continues there. Heartbeats ride on ``poll``: a member that stops polling for
-longer than the node's membership expiry (30 s) is treated as gone.
+its new owner continues there. Heartbeats ride on ``poll``: a member heartbeats to every
+master of the topic, and the group's membership is read from the first broker group's
+master (so every member reads the same list whatever its access point); a member that stops
+polling for longer than the node's membership expiry (30 s) is treated as gone.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from ferrymq.client.connection import DEFAULT_ADDRESS, Connection
 from ferrymq.client.errors import FerryError, check, check_admin
 from ferrymq.client.messages import ReceivedMessage, decode_records
 from ferrymq.client.rebalance import allocate
+from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints, QueueRef
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
@@ -38,24 +44,42 @@ class PullConsumer:
     ) -> None:
         if start not in START_POLICIES:
             raise ValueError(f"start must be one of {START_POLICIES}")
-        self.connection = Connection(address, timeout_s)
+        self.endpoints = Endpoints(address, timeout_s)
         self.group = group
         self.start = start
         self.batch_size = batch_size
         self.tags = tags
         self.topic: str | None = None
         self._subscribed = False
-        self._positions: dict[int, int] = {}  # queue id -> next offset to read
-        self._committed: dict[int, int] = {}
+        self._positions: dict[QueueRef, int] = {}  # queue -> next offset to read
+        self._committed: dict[QueueRef, int] = {}
         self._next_heartbeat = 0.0
         self._members: list[str] = []
         self._turn = 0
 
+    @property
+    def connection(self) -> Connection:
+        """The access point's connection."""
+        return self.endpoints.access
+
     # ---- what to read ----------------------------------------------------------------
-    def assign(self, topic: str, queue_ids: list[int]) -> None:
-        """Read exactly these queues (no group rebalancing)."""
+    def assign(self, topic: str, queues: list[int | QueueRef]) -> None:
+        """Read exactly these queues (no group rebalancing); a bare queue id means that id
+        in every broker group that hosts the topic."""
         self.topic, self._subscribed = topic, False
-        self._set_queues(queue_ids)
+        route = self.endpoints.route(topic)
+        chosen = set()
+        for queue in queues:
+            if isinstance(queue, QueueRef):
+                if queue not in route.queues:
+                    raise ValueError(f"topic {topic} has no queue {queue}")
+                chosen.add(queue)
+            else:
+                matching = [q for q in route.queues if q.queue_id == queue]
+                if not matching:
+                    raise ValueError(f"topic {topic} has no queue {queue}")
+                chosen.update(matching)
+        self._set_queues(sorted(chosen))
 
     def subscribe(self, topic: str) -> None:
         """Share ``topic``'s queues with the group's other live members."""
@@ -66,46 +90,53 @@ class PullConsumer:
         self._maybe_rebalance()
 
     @property
-    def assignment(self) -> list[int]:
+    def assignment(self) -> list[QueueRef]:
         return sorted(self._positions)
 
-    def position(self, queue_id: int) -> int:
-        return self._positions[queue_id]
+    def position(self, queue: QueueRef) -> int:
+        return self._positions[queue]
 
-    def seek(self, queue_id: int, offset: int) -> None:
-        if queue_id not in self._positions:
-            raise ValueError(f"queue {queue_id} is not assigned")
-        self._positions[queue_id] = offset
+    def seek(self, queue: QueueRef, offset: int) -> None:
+        if queue not in self._positions:
+            raise ValueError(f"queue {queue} is not assigned")
+        self._positions[queue] = offset
 
-    def _queue(self, queue_id: int) -> pb.MessageQueue:
-        return pb.MessageQueue(topic=pb.Resource(name=self.topic), id=queue_id)
+    def _queue(self, queue: QueueRef) -> pb.MessageQueue:
+        return pb.MessageQueue(
+            topic=pb.Resource(name=self.topic),
+            id=queue.queue_id,
+            broker=pb.Broker(name=queue.broker_group),
+        )
 
-    def _set_queues(self, queue_ids: list[int]) -> None:
-        for queue_id in [q for q in self._positions if q not in queue_ids]:
-            self._commit_queue(queue_id)  # its next owner continues from here
-            del self._positions[queue_id]
-            self._committed.pop(queue_id, None)
-        for queue_id in queue_ids:
-            if queue_id not in self._positions:
-                self._positions[queue_id] = self._initial_offset(queue_id)
+    def _master(self, queue: QueueRef) -> Connection:
+        return self.endpoints.master(self.topic, queue.broker_group)
 
-    def _initial_offset(self, queue_id: int) -> int:
-        call, messaging = self.connection.call, self.connection.messaging
+    def _set_queues(self, queues: list[QueueRef]) -> None:
+        for queue in [q for q in self._positions if q not in queues]:
+            self._commit_queue(queue)  # its next owner continues from here
+            del self._positions[queue]
+            self._committed.pop(queue, None)
+        for queue in queues:
+            if queue not in self._positions:
+                self._positions[queue] = self._initial_offset(queue)
+
+    def _initial_offset(self, queue: QueueRef) -> int:
+        master = self._master(queue)
         if self.group and self.start.startswith("committed"):
-            answer = call(
-                messaging.GetOffset,
+            answer = master.call(
+                master.messaging.GetOffset,
                 rpc.GetOffsetRequest(
-                    group=pb.Resource(name=self.group), message_queue=self._queue(queue_id)
+                    group=pb.Resource(name=self.group), message_queue=self._queue(queue)
                 ),
             )
             check(answer.status, pb.OFFSET_NOT_FOUND)
             if answer.status.code == pb.OK:
-                self._committed[queue_id] = answer.offset
+                self._committed[queue] = answer.offset
                 return answer.offset
         policy = pb.BEGINNING if self.start.endswith("beginning") else pb.END
-        answer = call(
-            messaging.QueryOffset,
-            rpc.QueryOffsetRequest(message_queue=self._queue(queue_id), query_offset_policy=policy),
+        answer = master.call(
+            master.messaging.QueryOffset,
+            rpc.QueryOffsetRequest(message_queue=self._queue(queue), query_offset_policy=policy),
         )
         check(answer.status)
         return answer.offset
@@ -120,25 +151,22 @@ class PullConsumer:
         if not self._subscribed or time.monotonic() < self._next_heartbeat:
             return
         self._next_heartbeat = time.monotonic() + HEARTBEAT_INTERVAL_S
-        self.connection.call(
-            self.connection.messaging.Heartbeat,
-            rpc.HeartbeatRequest(group=pb.Resource(name=self.group), client_type=pb.PULL_CONSUMER),
+        route = self.endpoints.route(self.topic, refresh=True)
+        heartbeat = rpc.HeartbeatRequest(
+            group=pb.Resource(name=self.group), client_type=pb.PULL_CONSUMER
         )
-        answer = self.connection.call(
-            self.connection.admin.GroupMembers, api.GroupMembersRequest(group=self.group)
-        )
+        for broker_group in route.broker_groups:
+            master = self.endpoints.master(self.topic, broker_group)
+            master.call(master.messaging.Heartbeat, heartbeat)
+        first = self.endpoints.master(self.topic, route.broker_groups[0])
+        answer = first.call(first.admin.GroupMembers, api.GroupMembersRequest(group=self.group))
         check_admin(answer.status)
         members = [m.client_id for m in answer.members]
-        if self.connection.client_id not in members:
-            members.append(self.connection.client_id)
-        route = self.connection.call(
-            self.connection.messaging.QueryRoute,
-            rpc.QueryRouteRequest(topic=pb.Resource(name=self.topic)),
-        )
-        check(route.status)
-        queue_ids = [q.id for q in route.message_queues]
+        me = self.endpoints.client_id
+        if me not in members:
+            members.append(me)
         self._members = sorted(members)
-        self._set_queues(allocate(queue_ids, members, self.connection.client_id))
+        self._set_queues(allocate(list(route.queues), members, me))
 
     @property
     def members(self) -> list[str]:
@@ -153,73 +181,83 @@ class PullConsumer:
         if not queue_ids:
             return []
         for step in range(len(queue_ids)):
-            queue_id = queue_ids[(self._turn + step) % len(queue_ids)]
-            messages = self._pull(queue_id, 0)
+            queue = queue_ids[(self._turn + step) % len(queue_ids)]
+            messages = self._pull(queue, 0)
             if messages:
                 self._turn += step + 1
                 return messages
-        queue_id = queue_ids[self._turn % len(queue_ids)]
+        queue = queue_ids[self._turn % len(queue_ids)]
         self._turn += 1
-        return self._pull(queue_id, wait_s)
+        return self._pull(queue, wait_s)
 
-    def _pull(self, queue_id: int, wait_s: float) -> list[ReceivedMessage]:
-        """One Data.Fetch: the queue's next records, decoded here."""
+    def _pull(self, queue: QueueRef, wait_s: float) -> list[ReceivedMessage]:
+        """One Data.Fetch from the queue's master: its next records, decoded here. A
+        failure that may mean a stale route refreshes it (the next poll reads there)."""
+        try:
+            return self._fetch(queue, wait_s)
+        except FerryError as error:
+            if error.code in ROUTE_STALE_CODES:
+                self.endpoints.forget(self.topic)
+            raise
+
+    def _fetch(self, queue: QueueRef, wait_s: float) -> list[ReceivedMessage]:
         request = data.FetchRequest(
             group=self.group,
             topic=self.topic,
-            queue_id=queue_id,
-            offset=self._positions[queue_id],
+            queue_id=queue.queue_id,
+            offset=self._positions[queue],
             max_messages=self.batch_size,
             tags=[]
             if self.tags.strip() in ("", "*")
             else [t.strip() for t in self.tags.split("||")],
             wait_ms=int(wait_s * 1000),
         )
-        answer = self.connection.call(
-            self.connection.data.Fetch, request, timeout_s=wait_s + self.connection.timeout_s
-        )
+        master = self._master(queue)
+        answer = master.call(master.data.Fetch, request, timeout_s=wait_s + master.timeout_s)
         if answer.code == pb.ILLEGAL_OFFSET:
-            self._positions[queue_id] = answer.next_offset  # retention passed us: go on
+            self._positions[queue] = answer.next_offset  # retention passed us: go on
             return []
         check(pb.Status(code=answer.code, message=answer.message), pb.MESSAGE_NOT_FOUND)
-        self._positions[queue_id] = answer.next_offset
-        return [ReceivedMessage.from_record(r) for r in decode_records(answer.records)]
+        self._positions[queue] = answer.next_offset
+        return [
+            ReceivedMessage.from_record(r, queue.broker_group)
+            for r in decode_records(answer.records)
+        ]
 
     # ---- offsets ---------------------------------------------------------------------
     def commit(self) -> None:
         """Store every queue's position as the group's committed offset."""
-        for queue_id in self.assignment:
-            self._commit_queue(queue_id)
+        for queue in self.assignment:
+            self._commit_queue(queue)
 
-    def _commit_queue(self, queue_id: int) -> None:
+    def _commit_queue(self, queue: QueueRef) -> None:
         if not self.group:
             raise ValueError("committing needs a consumer group")
-        offset = self._positions[queue_id]
-        if self._committed.get(queue_id) == offset:
+        offset = self._positions[queue]
+        if self._committed.get(queue) == offset:
             return
-        answer = self.connection.call(
-            self.connection.messaging.UpdateOffset,
+        master = self._master(queue)
+        answer = master.call(
+            master.messaging.UpdateOffset,
             rpc.UpdateOffsetRequest(
-                group=pb.Resource(name=self.group),
-                message_queue=self._queue(queue_id),
-                offset=offset,
+                group=pb.Resource(name=self.group), message_queue=self._queue(queue), offset=offset
             ),
         )
         check(answer.status)
-        self._committed[queue_id] = offset
+        self._committed[queue] = offset
 
     def close(self) -> None:
         """Leave the group at once (its queues go to the others at their next poll)."""
         try:
-            if self._subscribed:
-                self.connection.call(
-                    self.connection.messaging.NotifyClientTermination,
-                    rpc.NotifyClientTerminationRequest(group=pb.Resource(name=self.group)),
-                )
+            if self._subscribed and self.topic is not None:
+                goodbye = rpc.NotifyClientTerminationRequest(group=pb.Resource(name=self.group))
+                for broker_group in self.endpoints.route(self.topic).broker_groups:
+                    master = self.endpoints.master(self.topic, broker_group)
+                    master.call(master.messaging.NotifyClientTermination, goodbye)
         except FerryError:
             pass  # the membership expires anyway
         finally:
-            self.connection.close()
+            self.endpoints.close()
 
     def __enter__(self) -> PullConsumer:
         return self

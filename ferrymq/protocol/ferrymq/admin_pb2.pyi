@@ -40,16 +40,18 @@ class Status(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Topic(_message.Message):
-    __slots__ = ("name", "queue_count", "message_type", "permission")
+    __slots__ = ("name", "queue_count", "message_type", "permission", "broker_groups")
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     PERMISSION_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue_count: int
     message_type: MessageType
     permission: Permission
-    def __init__(self, name: _Optional[str] = ..., queue_count: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., permission: _Optional[_Union[Permission, str]] = ...) -> None: ...
+    broker_groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., queue_count: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., permission: _Optional[_Union[Permission, str]] = ..., broker_groups: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TopicQueue(_message.Message):
     __slots__ = ("queue_id", "broker_group", "min_offset", "max_offset")
@@ -331,7 +333,7 @@ class QueryOffsetByTimeResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("id", "broker_group", "role", "address", "max_offset", "epoch", "alive")
+    __slots__ = ("id", "broker_group", "role", "address", "max_offset", "epoch", "alive", "last_heartbeat_ms")
     ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -339,6 +341,7 @@ class NodeStatus(_message.Message):
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
     id: str
     broker_group: str
     role: str
@@ -346,23 +349,56 @@ class NodeStatus(_message.Message):
     max_offset: int
     epoch: int
     alive: bool
-    def __init__(self, id: _Optional[str] = ..., broker_group: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., max_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., alive: _Optional[bool] = ...) -> None: ...
+    last_heartbeat_ms: int
+    def __init__(self, id: _Optional[str] = ..., broker_group: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., max_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class VoterStatus(_message.Message):
+    __slots__ = ("address", "reachable", "leader")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    reachable: bool
+    leader: bool
+    def __init__(self, address: _Optional[str] = ..., reachable: _Optional[bool] = ..., leader: _Optional[bool] = ...) -> None: ...
+
+class BrokerGroupStatus(_message.Message):
+    __slots__ = ("name", "master", "epoch", "in_sync", "in_sync_epoch")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MASTER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    master: str
+    epoch: int
+    in_sync: _containers.RepeatedScalarFieldContainer[str]
+    in_sync_epoch: int
+    def __init__(self, name: _Optional[str] = ..., master: _Optional[str] = ..., epoch: _Optional[int] = ..., in_sync: _Optional[_Iterable[str]] = ..., in_sync_epoch: _Optional[int] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
-    __slots__ = ("status", "nodes", "raft_leader", "raft_term")
+    __slots__ = ("status", "nodes", "raft_leader", "raft_term", "raft_commit_index", "voters", "broker_groups", "answered_by")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     RAFT_LEADER_FIELD_NUMBER: _ClassVar[int]
     RAFT_TERM_FIELD_NUMBER: _ClassVar[int]
+    RAFT_COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
     status: Status
     nodes: _containers.RepeatedCompositeFieldContainer[NodeStatus]
     raft_leader: str
     raft_term: int
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., raft_leader: _Optional[str] = ..., raft_term: _Optional[int] = ...) -> None: ...
+    raft_commit_index: int
+    voters: _containers.RepeatedCompositeFieldContainer[VoterStatus]
+    broker_groups: _containers.RepeatedCompositeFieldContainer[BrokerGroupStatus]
+    answered_by: str
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., raft_leader: _Optional[str] = ..., raft_term: _Optional[int] = ..., raft_commit_index: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[VoterStatus, _Mapping]]] = ..., broker_groups: _Optional[_Iterable[_Union[BrokerGroupStatus, _Mapping]]] = ..., answered_by: _Optional[str] = ...) -> None: ...
 
 class FailoverRequest(_message.Message):
     __slots__ = ("broker_group", "target_node")

@@ -1,0 +1,324 @@
+"""A local cluster of node processes on loopback: plan, start, wait, describe, stop.
+
+``ferrymq cluster up --nodes N [--groups G] --data DIR`` plans N nodes in G broker groups
+(node-1..N, the first N/G in group-1 and so on), writes one ``DIR/node-i.toml`` each, starts
+them as detached processes logging to ``DIR/node-i.log``, waits until every node is
+registered with routing, and writes ``DIR/cluster.json`` (DESIGN §11) so that scripts find
+every node. Running it again on the same DIR restarts the nodes that are not running with
+the same ports and data, so a cluster survives ``cluster down`` / ``cluster up``.
+
+Voters: 1 node → itself; 2 → the first; 3 or more → 3 voters spread over the broker
+groups (5 with ``--voters 5``). The cluster secret is generated once and kept in
+``cluster.json`` (mode 0600) and the node configs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+
+CLUSTER_FILE = "cluster.json"
+DEFAULT_BASE_PORTS = {"grpc": 8081, "metrics": 5557, "ha": 10912, "raft": 9876}
+READY_TIMEOUT_S = 60.0
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started, found or stopped; the message says why."""
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    id: str
+    group: str
+    voter: bool
+    grpc: str
+    metrics: str
+    ha: str
+    raft: str
+    data: str
+    pid: int = 0
+
+    @property
+    def role(self) -> str:
+        return "voter" if self.voter else "replica"
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    directory: str
+    secret: str
+    nodes: tuple[NodePlan, ...]
+    settings: dict  # extra node.toml sections: {"store": {...}, "replication": {...}, ...}
+
+    @property
+    def voters(self) -> list[str]:
+        return [n.raft for n in self.nodes if n.voter]
+
+    def to_json(self) -> dict:
+        return {
+            "secret": self.secret,
+            "settings": self.settings,
+            "nodes": [{**asdict(n), "role": n.role} for n in self.nodes],
+        }
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports the OS reports free now. The probes stay bound until all
+    are chosen, so the OS cannot hand out one port twice."""
+    probes = []
+    try:
+        for _ in range(count):
+            probe = socket.socket()
+            probes.append(probe)
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
+
+
+def voter_indexes(nodes: int, groups: int, voters: int) -> list[int]:
+    """Which nodes vote: round-robin over the broker groups so that losing one group's
+    machines does not take the routing majority with it."""
+    per_group = nodes // groups
+    order = [g * per_group + i for i in range(per_group) for g in range(groups)]
+    return sorted(order[: min(voters, nodes)])
+
+
+def plan_cluster(
+    directory: str,
+    nodes: int,
+    groups: int = 1,
+    voters: int = 3,
+    auto_ports: bool = False,
+    settings: dict | None = None,
+) -> ClusterPlan:
+    if nodes < 1 or groups < 1 or nodes % groups:
+        raise ClusterError(f"{nodes} nodes cannot form {groups} equal broker groups")
+    if voters not in (1, 3, 5):
+        raise ClusterError("--voters must be 1, 3 or 5")
+    voters = 1 if nodes < 3 else min(voters, nodes if nodes % 2 else nodes - 1)
+    chosen = set(voter_indexes(nodes, groups, voters))
+    per_group = nodes // groups
+    chosen_ports = iter(free_ports(nodes * len(DEFAULT_BASE_PORTS)) if auto_ports else [])
+    planned = []
+    for i in range(nodes):
+        ports = {
+            name: (next(chosen_ports) if auto_ports else base + i)
+            for name, base in DEFAULT_BASE_PORTS.items()
+        }
+        planned.append(
+            NodePlan(
+                id=f"node-{i + 1}",
+                group=f"group-{i // per_group + 1}",
+                voter=i in chosen,
+                data=os.path.join(os.path.abspath(directory), f"node-{i + 1}"),
+                **{name: f"127.0.0.1:{port}" for name, port in ports.items()},
+            )
+        )
+    return ClusterPlan(
+        os.path.abspath(directory), secrets.token_hex(16), tuple(planned), settings or {}
+    )
+
+
+def load_plan(directory: str) -> ClusterPlan | None:
+    path = os.path.join(directory, CLUSTER_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        raw = json.load(f)
+    nodes = tuple(NodePlan(**{k: v for k, v in n.items() if k != "role"}) for n in raw["nodes"])
+    return ClusterPlan(os.path.abspath(directory), raw["secret"], nodes, raw.get("settings", {}))
+
+
+def save_plan(plan: ClusterPlan) -> None:
+    path = os.path.join(plan.directory, CLUSTER_FILE)
+    temporary = path + ".tmp"
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as f:
+        json.dump(plan.to_json(), f, indent=2)
+    os.replace(temporary, path)
+
+
+def node_toml(plan: ClusterPlan, node: NodePlan) -> str:
+    def port(address: str) -> str:
+        return address.rpartition(":")[2]
+
+    voters = ", ".join(f'"{v}"' for v in plan.voters)
+    lines = [
+        "[node]",
+        f'id = "{node.id}"',
+        f'group = "{node.group}"',
+        'host = "127.0.0.1"',
+        f'data_dir = "{node.data}"',
+        "",
+        "[ports]",
+        f"grpc = {port(node.grpc)}",
+        f"metrics = {port(node.metrics)}",
+        f"replication = {port(node.ha)}",
+        f"raft = {port(node.raft)}",
+        "",
+        "[cluster]",
+        f"voters = [{voters}]",
+        f'secret = "{plan.secret}"',
+    ]
+    settings = {section: dict(options) for section, options in plan.settings.items()}
+    per_group = len(plan.nodes) // len({n.group for n in plan.nodes})
+    if per_group == 1:
+        # A group of one has no slave to wait for.
+        settings.setdefault("replication", {}).setdefault("min_insync_replicas", 1)
+    for key, value in sorted(settings.pop("cluster", {}).items()):
+        lines.append(f"{key} = {json.dumps(value)}")
+    for section, options in sorted(settings.items()):
+        lines += ["", f"[{section}]"]
+        for key, value in sorted(options.items()):
+            lines.append(f"{key} = {json.dumps(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def config_path(plan: ClusterPlan, node: NodePlan) -> str:
+    return os.path.join(plan.directory, f"{node.id}.toml")
+
+
+def log_path(plan: ClusterPlan, node: NodePlan) -> str:
+    return os.path.join(plan.directory, f"{node.id}.log")
+
+
+def is_running(node: NodePlan, plan: ClusterPlan) -> bool:
+    """Whether ``node.pid`` is still this node's process (not a reused pid)."""
+    if node.pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{node.pid}/cmdline", "rb") as f:
+            command = f.read()
+        with open(f"/proc/{node.pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    if state in (b"Z", b"X"):
+        return False  # exited, not yet reaped
+    if not command or config_path(plan, node).encode() in command.split(b"\0"):
+        return True  # (empty while the kernel replaces the program image at exec)
+    # Between fork and exec a child still shows its parent's command line; anything else
+    # is another program that got the pid after the node died.
+    with open("/proc/self/cmdline", "rb") as f:
+        return command == f.read()
+
+
+def start_node(plan: ClusterPlan, node: NodePlan) -> NodePlan:
+    os.makedirs(node.data, exist_ok=True)
+    path = config_path(plan, node)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(node_toml(plan, node))
+    with open(log_path(plan, node), "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "node", "--config", path],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # keeps running after ``cluster up`` returns
+            env={**os.environ, "PYTHONPATH": _package_root()},
+        )
+    return replace(node, pid=process.pid)
+
+
+def _package_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cluster_up(
+    directory: str,
+    nodes: int = 3,
+    groups: int = 1,
+    voters: int = 3,
+    auto_ports: bool = False,
+    settings: dict | None = None,
+    timeout_s: float = READY_TIMEOUT_S,
+) -> ClusterPlan:
+    """Start (or restart) the cluster in ``directory`` and wait until it is ready."""
+    os.makedirs(directory, exist_ok=True)
+    plan = load_plan(directory)
+    if plan is None:
+        plan = plan_cluster(directory, nodes, groups, voters, auto_ports, settings)
+    elif len(plan.nodes) != nodes and nodes != 0:
+        raise ClusterError(
+            f"{directory} holds a {len(plan.nodes)}-node cluster; use that size or a new DIR"
+        )
+    started = tuple(n if is_running(n, plan) else start_node(plan, n) for n in plan.nodes)
+    plan = replace(plan, nodes=started)
+    save_plan(plan)
+    wait_ready(plan, timeout_s)
+    return plan
+
+
+def wait_ready(plan: ClusterPlan, timeout_s: float) -> None:
+    """Until every node answers ClusterStatus and sees every node registered and alive,
+    and every broker group has a master with all its members in sync."""
+    from ferrymq.client import Admin, FerryError
+
+    deadline = time.monotonic() + timeout_s
+    expected = {n.id for n in plan.nodes}
+    groups = {n.group for n in plan.nodes}
+    pending = set(expected)
+    while pending:
+        for node in plan.nodes:
+            if not is_running(node, plan):
+                raise ClusterError(
+                    f"{node.id} exited during start; see {log_path(plan, node)}:\n"
+                    + tail(log_path(plan, node))
+                )
+        for node in sorted(pending):
+            address = next(n.grpc for n in plan.nodes if n.id == node)
+            try:
+                with Admin(address, timeout_s=2) as admin:
+                    status = admin.cluster_status()
+            except FerryError:
+                continue
+            alive = {n.id for n in status.nodes if n.alive}
+            members = {g: {n.id for n in status.nodes if n.broker_group == g} for g in groups}
+            in_sync = all(
+                g.master and set(g.in_sync) == members.get(g.name, set())
+                for g in status.broker_groups
+            )
+            if expected <= alive and status.raft_leader and in_sync:
+                pending.discard(node)
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"cluster not ready after {timeout_s:.0f} s; waiting for {sorted(pending)}"
+            )
+        if pending:
+            time.sleep(0.1)
+
+
+def tail(path: str, lines: int = 15) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def cluster_down(directory: str, timeout_s: float = 30.0) -> list[str]:
+    """SIGTERM every running node, wait for them (SIGKILL after ``timeout_s``); the ids
+    of the nodes stopped."""
+    plan = load_plan(directory)
+    if plan is None:
+        raise ClusterError(f"no {CLUSTER_FILE} in {directory}")
+    running = [n for n in plan.nodes if is_running(n, plan)]
+    for node in running:
+        os.kill(node.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for node in running:
+        while is_running(node, plan) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if is_running(node, plan):
+            os.kill(node.pid, signal.SIGKILL)
+    save_plan(replace(plan, nodes=tuple(replace(n, pid=0) for n in plan.nodes)))
+    return [n.id for n in running]

@@ -1,0 +1,310 @@
+"""The master side of replication: streams this node's CommitLog to the slaves of its
+broker group and knows how far each one has it (RocketMQ's HAService, AutoSwitch flavour).
+
+Acknowledgement (``wait_replicated``): under SYNC replication a write is acknowledged once
+*every* slave the master must count has acknowledged its end offset, and those slaves plus
+the master are at least ``min_insync_replicas``. The slaves counted are the routing
+state's in-sync set plus any slave the master has proposed to add and minus none it has
+proposed to remove until routing commits the change (RocketMQ's union rule while an
+in-sync change is pending). So every member of the committed in-sync set holds every
+acknowledged write, and electing any of them loses none.
+
+``confirmed_offset`` is how far that holds now: consumers of a SYNC group read only up to
+it, so nothing they read can vanish in a failover.
+
+Thread-safety: everything runs on the node's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ha.epochs import EpochHistory
+from ha.wire import (
+    ACK,
+    Kind,
+    LinkError,
+    control,
+    data_frame,
+    proof_matches,
+    read_control,
+    read_frame,
+)
+from store.message_store import MessageStore
+
+log = logging.getLogger("ferrymq.ha.master")
+CHUNK_BYTES = 256 << 10
+HEARTBEAT_S = 1.0
+HANDSHAKE_TIMEOUT_S = 5.0
+
+
+@dataclass
+class SlaveLink:
+    node_id: str
+    acked: int
+    connected_at: float
+    caught_up_at: float
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ReplicationMaster:
+    def __init__(
+        self,
+        store: MessageStore,
+        epochs: EpochHistory,
+        node_id: str,
+        broker_group: str,
+        secret: str,
+        *,
+        sync: bool,
+        min_insync_replicas: int,
+        is_member: Callable[[str], bool],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.node_id = node_id
+        self.broker_group = broker_group
+        self.secret = secret
+        self.sync = sync
+        self.min_insync_replicas = min_insync_replicas
+        self.is_member = is_member
+        self.clock = clock
+        self.active = False  # true while this node is its group's master
+        self.links: dict[str, SlaveLink] = {}
+        # Slaves whose acks count: the committed in-sync set with pending changes (union).
+        self.counted: frozenset[str] = frozenset()
+        self.confirmed_offset = 0
+        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
+        self._waiter_seq = 0
+        self.on_confirmed: Callable[[int], None] = lambda offset: None
+        self._server: asyncio.base_events.Server | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    async def listen(self, host: str, port: int) -> int:
+        self._server = await asyncio.start_server(self._serve, host, port)
+        return self._server.sockets[0].getsockname()[1]
+
+    def activate(self, counted: frozenset[str]) -> None:
+        """This node became master (its epoch is already in the history)."""
+        self.active = True
+        self.counted = counted - {self.node_id}
+        self.confirmed_offset = self.store.commitlog.write_offset if not self.counted else 0
+        self._recompute()
+
+    def deactivate(self) -> None:
+        """No longer master: drop every link (slaves reconnect to the new master) and fail
+        every waiting write (it was not acknowledged as replicated)."""
+        self.active = False
+        for waiter in self._waiters:
+            if not waiter[2].done():
+                waiter[2].set_result(False)
+        self._waiters.clear()
+        for link in list(self.links.values()):
+            link.wake.set()
+
+    async def close(self) -> None:
+        self.deactivate()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    # ---- acknowledgement ---------------------------------------------------------------
+    def enough_in_sync(self) -> bool:
+        return not self.sync or len(self.counted) + 1 >= self.min_insync_replicas
+
+    async def wait_replicated(self, end_offset: int, timeout_s: float) -> bool:
+        """Whether the slaves counted hold everything below ``end_offset`` within
+        ``timeout_s`` (always true under ASYNC replication)."""
+        if not self.sync:
+            return True
+        if not self.active or not self.enough_in_sync():
+            return False
+        if end_offset <= self.confirmed_offset:
+            return True
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiter_seq += 1
+        heapq.heappush(self._waiters, (end_offset, self._waiter_seq, future))
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            return False
+
+    def set_counted(self, counted: frozenset[str]) -> None:
+        self.counted = counted - {self.node_id}
+        self._recompute()
+
+    def on_appended(self) -> None:
+        """New records were appended: wake the links; without slaves to wait for, the new
+        end is confirmed at once."""
+        for link in self.links.values():
+            link.wake.set()
+        self._recompute()
+
+    def _recompute(self) -> None:
+        if not self.active:
+            return
+        end = self.store.commitlog.write_offset
+        if not self.sync or not self.counted:
+            confirmed = end if self.enough_in_sync() else self.confirmed_offset
+        else:
+            acks = [self.links[n].acked if n in self.links else -1 for n in self.counted]
+            confirmed = max(self.confirmed_offset, min(min(acks), end))
+        if confirmed > self.confirmed_offset or confirmed == end:
+            advanced = confirmed > self.confirmed_offset
+            self.confirmed_offset = confirmed
+            while self._waiters and self._waiters[0][0] <= confirmed:
+                _, _, future = heapq.heappop(self._waiters)
+                if not future.done():
+                    future.set_result(True)
+            if advanced:
+                self.on_confirmed(confirmed)
+
+    # ---- one slave's link --------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        link: SlaveLink | None = None
+        try:
+            link = await asyncio.wait_for(self._handshake(reader, writer), HANDSHAKE_TIMEOUT_S)
+            if link is None:
+                return
+            sender = asyncio.ensure_future(self._send(link, writer))
+            try:
+                await self._read_acks(link, reader)
+            finally:
+                sender.cancel()
+        except (LinkError, TimeoutError, ConnectionError) as error:
+            log.info("replication link from %s ended: %s", peer, error)
+        except Exception:
+            log.exception("replication link from %s failed", peer)
+        finally:
+            if link is not None and self.links.get(link.node_id) is link:
+                del self.links[link.node_id]
+                self._recompute()
+            writer.close()
+
+    async def _handshake(self, reader, writer) -> SlaveLink | None:
+        nonce = secrets.token_hex(16)
+        writer.write(control(Kind.CHALLENGE, nonce=nonce, group=self.broker_group))
+        await writer.drain()
+        hello = await read_control(reader, Kind.HELLO)
+        node_id = str(hello.get("node_id", ""))
+        refusal = None
+        if not proof_matches(self.secret, nonce, node_id, str(hello.get("proof", ""))):
+            refusal = "wrong cluster secret"
+            log.warning("replication: refused %s (%s)", node_id or "?", refusal)
+        elif not self.active:
+            refusal = "not the master"
+        elif not self.is_member(node_id):
+            refusal = f"{node_id} is not a member of broker group {self.broker_group}"
+        elif hello.get("segment_bytes") != self.store.config.commitlog_segment_bytes:
+            refusal = "CommitLog segment sizes differ: replicas must be byte-identical"
+        if refusal is not None:
+            writer.write(control(Kind.REFUSED, reason=refusal))
+            await writer.drain()
+            return None
+        end = self.store.commitlog.write_offset
+        writer.write(
+            control(
+                Kind.WELCOME,
+                epochs=[[e.epoch, e.start_offset] for e in self.epochs.entries],
+                max_offset=end,
+                min_offset=self.store.commitlog.min_offset,
+            )
+        )
+        await writer.drain()
+        start = int((await read_control(reader, Kind.START))["offset"])
+        if start > self.store.commitlog.write_offset:
+            writer.write(control(Kind.REFUSED, reason="slave is ahead of the master"))
+            await writer.drain()
+            return None
+        now = self.clock()
+        link = SlaveLink(node_id, start, now, now if start >= end else 0.0)
+        old = self.links.get(node_id)
+        if old is not None:
+            old.wake.set()
+        self.links[node_id] = link
+        log.info("replication: %s streams from %d", node_id, start)
+        return link
+
+    async def _send(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
+        offset = link.acked
+        commitlog = self.store.commitlog
+        while self.active and self.links.get(link.node_id) is link:
+            link.wake.clear()
+            end = commitlog.write_offset
+            if offset < end:
+                index = self._epoch_index(offset)
+                entry = self.epochs.entries[index] if index >= 0 else None
+                limit = CHUNK_BYTES
+                if index >= 0 and index + 1 < len(self.epochs.entries):
+                    limit = min(limit, self.epochs.entries[index + 1].start_offset - offset)
+                records = commitlog.read_records(offset, limit)
+                writer.write(
+                    data_frame(
+                        offset,
+                        entry.epoch if entry else 0,
+                        entry.start_offset if entry else 0,
+                        self.confirmed_offset,
+                        records,
+                    )
+                )
+                offset += len(records)
+                await writer.drain()
+                continue
+            try:
+                await asyncio.wait_for(link.wake.wait(), HEARTBEAT_S)
+            except TimeoutError:
+                writer.write(
+                    data_frame(offset, self.epochs.last_epoch, 0, self.confirmed_offset, b"")
+                )
+                await writer.drain()
+        writer.close()
+
+    def _epoch_index(self, offset: int) -> int:
+        entries = self.epochs.entries
+        found = -1
+        for index, entry in enumerate(entries):
+            if entry.start_offset <= offset:
+                found = index
+            else:
+                break
+        return found
+
+    async def _read_acks(self, link: SlaveLink, reader: asyncio.StreamReader) -> None:
+        while self.active:
+            kind, payload = await read_frame(reader)
+            if kind is not Kind.ACK:
+                raise LinkError(f"expected ACK, got {kind.name}")
+            (offset,) = ACK.unpack(payload)
+            if offset > self.store.commitlog.write_offset or offset < link.acked:
+                raise LinkError(f"{link.node_id} acknowledged {offset}: not a position it has")
+            link.acked = offset
+            if offset >= self.store.commitlog.write_offset:
+                link.caught_up_at = self.clock()
+            self._recompute()
+
+    # ---- in-sync decisions (the node turns them into routing commands) -------------------
+    def caught_up(self, node_id: str) -> bool:
+        """Connected and holding everything acknowledged so far (may join the in-sync set)."""
+        link = self.links.get(node_id)
+        end = self.store.commitlog.write_offset
+        return link is not None and link.acked >= max(self.confirmed_offset, end - CHUNK_BYTES)
+
+    def lagging(self, node_id: str, max_lag_s: float, max_lag_bytes: int) -> bool:
+        """Disconnected, or behind for longer than ``max_lag_s`` or by more than
+        ``max_lag_bytes`` (must leave the in-sync set)."""
+        link = self.links.get(node_id)
+        if link is None:
+            return True
+        end = self.store.commitlog.write_offset
+        if end - link.acked > max_lag_bytes:
+            return True
+        behind_since = link.caught_up_at or link.connected_at
+        return link.acked < end and self.clock() - behind_since > max_lag_s

@@ -1,0 +1,177 @@
+"""The slave side of replication: follow the master of this node's broker group.
+
+On every (re)connect the slave proves it knows the cluster secret, compares its epoch
+history with the master's and truncates its CommitLog (with consume queues and index) to
+the last point both agree on, then appends the master's records verbatim, dispatches them
+with the same dispatcher a master uses, records each new epoch it sees, and acknowledges
+its new end (after forcing it to disk under SYNC_FLUSH). Bytes that do not start where its
+log ends drop the link, which then handshakes again. Reconnects back off up to 1 s.
+
+Thread-safety: runs on the node's event loop; disk work (truncation, fsync) goes to the
+default executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from ha.epochs import EpochEntry, EpochHistory, truncation_point
+from ha.wire import (
+    DATA_HEADER,
+    Kind,
+    LinkError,
+    ack_frame,
+    control,
+    proof,
+    read_control,
+    read_frame,
+)
+from store.config import FlushMode
+from store.errors import ReplicaMismatch
+from store.message_store import MessageStore
+
+log = logging.getLogger("ferrymq.ha.slave")
+RECONNECT_MAX_S = 1.0
+IDLE_TIMEOUT_S = 5.0  # the master heartbeats every second
+
+
+class Diverged(LinkError):
+    """This log shares no epoch with the master's: an operator must decide (wipe it)."""
+
+
+class ReplicationSlave:
+    def __init__(
+        self,
+        store: MessageStore,
+        epochs: EpochHistory,
+        node_id: str,
+        secret: str,
+        master_address: Callable[[], str | None],
+    ) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.node_id = node_id
+        self.secret = secret
+        self.master_address = master_address
+        self.connected_to: str | None = None
+        self.confirmed_offset = 0
+        self.last_error = ""
+        self._task: asyncio.Task[None] | None = None
+        self._poke = asyncio.Event()
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def master_changed(self) -> None:
+        """Routing named a (possibly) new master: reconnect now, not after the backoff."""
+        self._poke.set()
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        self.connected_to = None
+
+    async def _run(self) -> None:
+        backoff, last_address = 0.05, None
+        while True:
+            address = self.master_address()
+            if address != last_address:
+                backoff = 0.05  # a new master: try it at once and often
+            last_address = address
+            if address:
+                try:
+                    await self._follow(address)
+                except (
+                    LinkError,
+                    ConnectionError,
+                    OSError,
+                    TimeoutError,
+                    ReplicaMismatch,
+                ) as error:
+                    self.last_error = str(error)
+                    log.info("replication from %s stopped: %s", address, error)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("replication from %s failed", address)
+                finally:
+                    self.connected_to = None
+            self._poke.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), backoff)
+            backoff = min(RECONNECT_MAX_S, backoff * 2)
+
+    async def _follow(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 3)
+        try:
+            challenge = await read_control(reader, Kind.CHALLENGE)
+            writer.write(
+                control(
+                    Kind.HELLO,
+                    node_id=self.node_id,
+                    proof=proof(self.secret, str(challenge.get("nonce", "")), self.node_id),
+                    max_offset=self.store.commitlog.write_offset,
+                    segment_bytes=self.store.config.commitlog_segment_bytes,
+                )
+            )
+            await writer.drain()
+            welcome = await read_control(reader, Kind.WELCOME)
+            start = await self._truncate_to_common_point(welcome)
+            writer.write(control(Kind.START, offset=start))
+            await writer.drain()
+            self.connected_to = address
+            writer.write(ack_frame(start))
+            await writer.drain()
+            await self._apply_stream(reader, writer)
+        finally:
+            writer.close()
+
+    async def _truncate_to_common_point(self, welcome: dict) -> int:
+        master = [EpochEntry(int(e), int(s)) for e, s in welcome.get("epochs", [])]
+        master_end = int(welcome["max_offset"])
+        local_end = self.store.commitlog.write_offset
+        point = truncation_point(self.epochs.entries, local_end, master, master_end)
+        if point is None:
+            raise Diverged(
+                f"this log (epochs {self.epochs.entries}, end {local_end}) shares no epoch "
+                f"with the master's ({master}): wipe this node's data to re-copy it"
+            )
+        if point < local_end:
+            log.warning("replication: truncating this log from %d to %d", local_end, point)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self.store.truncate_to, point)
+            self.epochs.truncate_from(point)
+        return point
+
+    async def _apply_stream(self, reader, writer) -> None:
+        store = self.store
+        sync_flush = store.config.flush_mode is FlushMode.SYNC_FLUSH
+        loop = asyncio.get_running_loop()
+        while True:
+            kind, payload = await asyncio.wait_for(read_frame(reader), IDLE_TIMEOUT_S)
+            if kind is not Kind.DATA:
+                raise LinkError(f"expected DATA, got {kind.name}")
+            offset, epoch, epoch_start, confirmed = DATA_HEADER.unpack_from(payload)
+            records = payload[DATA_HEADER.size :]
+            self.confirmed_offset = max(self.confirmed_offset, confirmed)
+            if not records:
+                continue  # a heartbeat
+            if epoch > self.epochs.last_epoch:
+                self.epochs.append(epoch, epoch_start)
+            end = store.append_replicated(offset, records)
+            if sync_flush:
+                await loop.run_in_executor(None, store.commitlog.flush)
+            writer.write(ack_frame(end))
+            await writer.drain()

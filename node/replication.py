@@ -1,0 +1,280 @@
+"""This node's part in its broker group's replication (``ha/``), switched only by the
+routing state: master (streams, counts acks, keeps the in-sync set current, fences itself
+when it cannot renew its lease) or slave (follows the master, refuses writes).
+
+Roles change only on a new epoch from routing. Promotion: stop following, record the epoch
+in the epoch history at this log's end, rebuild queue offsets and every log-derived state
+(offsets, POP, timers, transactions), then take writes. Demotion: refuse writes at once,
+fail waiting writes, follow the new master (which truncates any divergent tail).
+
+``ReplicatedStore`` is what the node's services write through: every put is refused
+unless this node is a master holding its lease with enough in-sync replicas, and under
+SYNC replication a put is OK only once the in-sync slaves acknowledged it.
+
+Thread-safety: owned by the node's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from ha.epochs import EpochHistory
+from ha.master import ReplicationMaster
+from ha.slave import ReplicationSlave
+from node.config import NodeConfig, ReplicationMode
+from routing.commands import AlterInSync, ReportMasterLost
+from routing.replica import RoutingReplica, RoutingUnavailable
+from store.message import Message
+from store.message_store import MessageStore
+from store.results import PutResult, PutStatus
+
+log = logging.getLogger("ferrymq.replication")
+IN_SYNC_CHECK_S = 0.2
+
+
+class ReplicationRole:
+    def __init__(
+        self,
+        config: NodeConfig,
+        store: MessageStore,
+        routing: RoutingReplica,
+        secret: str,
+        reload_states: Callable[[], None],
+        on_confirmed: Callable[[int], None],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.routing = routing
+        self.reload_states = reload_states
+        self.options = config.replication
+        self.epochs = EpochHistory(config.data_dir)
+        sync = self.options.mode is ReplicationMode.SYNC
+        self.master = ReplicationMaster(
+            store,
+            self.epochs,
+            config.id,
+            config.group,
+            secret,
+            sync=sync,
+            min_insync_replicas=1
+            if config.cluster.standalone
+            else self.options.min_insync_replicas,
+            is_member=self._is_member,
+        )
+        self.master.on_confirmed = self._confirmed
+        self._on_confirmed = on_confirmed
+        self.slave = ReplicationSlave(store, self.epochs, config.id, secret, self._master_ha)
+        self.is_master = False
+        self.master_epoch = 0
+        self.lease_renewed_at = time.monotonic()  # last heartbeat that routing committed
+        self.lease_s = config.cluster.lease_ms / 1000
+        self._pending_in_sync: frozenset[str] = frozenset()
+        self._reported_epoch = -1
+        self._switching = asyncio.Lock()
+        store.writes_refused = "this node has not joined its broker group yet"
+
+    # ---- routing view ------------------------------------------------------------------
+    def _group(self):
+        return self.routing.state.broker_groups.get(self.config.group)
+
+    def _is_member(self, node_id: str) -> bool:
+        member = self.routing.state.members.get(node_id)
+        return member is not None and member.broker_group == self.config.group
+
+    def _master_ha(self) -> str | None:
+        group = self._group()
+        if group is None or group.master in (None, self.config.id):
+            return None
+        member = self.routing.state.members.get(group.master)
+        return member.ha_address if member is not None else None
+
+    # ---- role switching ----------------------------------------------------------------
+    async def follow_routing(self) -> None:
+        """Take the role routing says (called after every routing change)."""
+        async with self._switching:
+            group = self._group()
+            if group is None:
+                return
+            if group.master == self.config.id:
+                if not self.is_master or group.epoch != self.master_epoch:
+                    await self._become_master(group.epoch, group.in_sync)
+                else:
+                    self.master.set_counted(group.in_sync | self._pending_in_sync)
+            elif self.is_master or not self.slave.running:
+                await self._become_slave(group.master)
+            else:
+                self.slave.master_changed()  # follow a new master without waiting
+
+    async def _become_master(self, epoch: int, in_sync: frozenset[str]) -> None:
+        if epoch < self.epochs.last_epoch:
+            log.error(
+                "routing says epoch %d, this log has %d: not switching",
+                epoch,
+                self.epochs.last_epoch,
+            )
+            return
+        await self.slave.stop()
+        if epoch > self.epochs.last_epoch:
+            # An empty history means every byte here is this node's own: the term covers all.
+            start = self.store.commitlog.write_offset if self.epochs.entries else 0
+            self.epochs.append(epoch, start)
+        self.store.rebuild_queue_offsets()
+        self.store.confirmed_offset = None  # the states replay the whole log
+        self.reload_states()
+        self.is_master, self.master_epoch = True, epoch
+        self._pending_in_sync = frozenset()
+        self.master.activate(in_sync)
+        self._sync_confirmed_limit()
+        self.store.writes_refused = None
+        log.warning(
+            "now master of %s in epoch %d at offset %d",
+            self.config.group,
+            epoch,
+            self.store.commitlog.write_offset,
+        )
+
+    async def _become_slave(self, master: str | None) -> None:
+        self.store.writes_refused = (
+            f"this node is a slave of broker group {self.config.group} (master: {master})"
+        )
+        was_master = self.is_master
+        self.is_master = False
+        self.master.deactivate()
+        self.slave.start()
+        if was_master:
+            log.warning("no longer master of %s; following %s", self.config.group, master)
+
+    # ---- master duties -----------------------------------------------------------------
+    def write_refusal(self) -> tuple[PutStatus, str] | None:
+        """Why a put must be refused now, or None."""
+        if not self.is_master:
+            return PutStatus.SERVICE_NOT_AVAILABLE, self.store.writes_refused or "not the master"
+        if time.monotonic() - self.lease_renewed_at > self.lease_s * 2 / 3:
+            # The controller may be electing another master: stop before it can.
+            return PutStatus.SERVICE_NOT_AVAILABLE, (
+                "this master could not renew its lease with the routing majority"
+            )
+        if not self.master.enough_in_sync():
+            return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, (
+                f"{len(self.master.counted) + 1} in-sync replicas, "
+                f"{self.master.min_insync_replicas} needed"
+            )
+        return None
+
+    def _confirmed(self, offset: int) -> None:
+        self._sync_confirmed_limit()
+        self._on_confirmed(offset)
+
+    def _sync_confirmed_limit(self) -> None:
+        if self.master.sync:
+            self.store.confirmed_offset = self.master.confirmed_offset
+
+    async def maintain(self) -> None:
+        """Keep the in-sync set current (master) and report a lost master (slave)."""
+        while True:
+            await asyncio.sleep(IN_SYNC_CHECK_S)
+            try:
+                if self.is_master:
+                    await self._maintain_in_sync()
+                else:
+                    await self._report_lost_master()
+            except RoutingUnavailable as error:
+                log.info("replication change not committed: %s", error.detail)
+            except Exception:  # one failed round must not end the loop
+                log.exception("replication maintenance failed")
+
+    async def _maintain_in_sync(self) -> None:
+        group = self._group()
+        if group is None or group.master != self.config.id:
+            return
+        me = self.config.id
+        members = [
+            m.node_id
+            for m in self.routing.state.members.values()
+            if m.broker_group == self.config.group and m.node_id != me
+        ]
+        committed = group.in_sync - {me}
+        add = frozenset(n for n in members if n not in committed and self.master.caught_up(n))
+        remove = frozenset(
+            n
+            for n in committed
+            if self.master.lagging(n, self.options.max_lag_ms / 1000, self.options.max_lag_bytes)
+        )
+        if not add and not remove:
+            return
+        # Count a joining slave's acks from now on, before routing commits its joining.
+        self._pending_in_sync = add
+        self.master.set_counted(group.in_sync | add)
+        try:
+            result = await self.routing.submit(
+                AlterInSync(
+                    group.name, me, group.epoch, (group.in_sync | add) - remove, group.in_sync_epoch
+                )
+            )
+            if result.ok:
+                log.info("in-sync set of %s: %s", group.name, sorted(result.value.in_sync))
+        finally:
+            self._pending_in_sync = frozenset()
+            current = self._group()
+            if current is not None and self.is_master:
+                self.master.set_counted(current.in_sync)
+
+    async def _report_lost_master(self) -> None:
+        group = self._group()
+        if (
+            group is None
+            or group.master in (None, self.config.id)
+            or self.slave.connected_to is not None
+            or self._reported_epoch == group.epoch
+            or self.config.id not in group.in_sync
+        ):
+            return
+        result = await self.routing.submit(
+            ReportMasterLost(group.name, self.config.id, group.epoch)
+        )
+        if result.ok or result.reason == "STALE":
+            self._reported_epoch = group.epoch
+
+    async def close(self) -> None:
+        await self.slave.stop()
+        await self.master.close()
+
+
+class ReplicatedStore:
+    """The store as the node's services write to it: puts pass the role's checks and,
+    under SYNC replication, wait for the in-sync slaves. Everything else is the store's."""
+
+    def __init__(self, store: MessageStore, role: ReplicationRole) -> None:
+        self._store = store
+        self._role = role
+        self.config = store.config
+        self.commitlog = store.commitlog
+        self.dispatcher = store.dispatcher
+        self.consume_queues = store.consume_queues
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+    async def put_messages_async(self, messages: list[Message]) -> PutResult:
+        refusal = self._role.write_refusal()
+        if refusal is not None:
+            return PutResult(refusal[0], error=refusal[1])
+        result = await self._store.put_messages_async(messages)
+        master = self._role.master
+        if not result.ok or not master.sync or not result.appended:
+            return result
+        last = result.appended[-1]
+        timeout_s = self._role.options.ack_timeout_ms / 1000
+        if await master.wait_replicated(last.physical_offset + last.size, timeout_s):
+            return result
+        return PutResult(
+            PutStatus.FLUSH_SLAVE_TIMEOUT,
+            result.appended,
+            error=(
+                "stored on the master but not acknowledged by the in-sync replicas in time: "
+                "it may or may not survive a failover (retry; duplicates carry the same id)"
+            ),
+        )

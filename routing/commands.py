@@ -1,0 +1,146 @@
+"""The commands of the routing state machine: the only way its state changes.
+
+Each command is a frozen dataclass, pickled into the Raft log by pysyncobj and applied by
+``RoutingState.apply`` on every replica in log order. Everything a command needs is in its
+fields (never the applying replica's clock or files), so every replica reaches the same
+state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from routing.metadata import MessageType, Permission
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What applying a command did. ``reason`` is a stable word (``TOPIC_EXISTS``...)
+    when ``ok`` is false; ``value`` is the record the command created or changed."""
+
+    ok: bool
+    reason: str = ""
+    detail: str = ""
+    value: object = None
+
+
+@dataclass(frozen=True)
+class RegisterNode:
+    """A node announces itself (at every start). The first node of a broker group becomes
+    its master with epoch 1 (RocketMQ's controller does the same on a first election)."""
+
+    node_id: str
+    broker_group: str
+    grpc_address: str
+    ha_address: str = ""
+    metrics_address: str = ""
+    max_offset: int = 0
+    wall_ms: int = 0
+
+
+@dataclass(frozen=True)
+class NodeHeartbeat:
+    node_id: str
+    max_offset: int
+    wall_ms: int
+
+
+@dataclass(frozen=True)
+class MarkNodeDown:
+    """The controller saw no heartbeat of ``node_id`` for a lease. Applied only if the
+    node's heartbeat count is still ``heartbeats_seen``."""
+
+    node_id: str
+    heartbeats_seen: int
+
+
+@dataclass(frozen=True)
+class ElectMaster:
+    """Make ``node_id`` the master of ``broker_group`` if its epoch is still
+    ``expected_epoch``: the epoch grows by one and the old master leaves the in-sync set.
+    ``unclean`` allows a member outside the in-sync set (may lose acknowledged messages);
+    its in-sync set restarts as itself alone."""
+
+    broker_group: str
+    node_id: str
+    expected_epoch: int
+    reason: str = ""
+    unclean: bool = False
+
+
+@dataclass(frozen=True)
+class AlterInSync:
+    """The master of ``broker_group`` (in ``master_epoch``) replaces the in-sync set, if
+    nobody changed it since ``expected_in_sync_epoch``."""
+
+    broker_group: str
+    master: str
+    master_epoch: int
+    in_sync: frozenset[str]
+    expected_in_sync_epoch: int
+
+
+@dataclass(frozen=True)
+class ReportMasterLost:
+    """A slave of ``broker_group`` lost its link to the master of ``epoch``. The
+    controller fails the master over early when every in-sync slave says so and the
+    master has also stopped heartbeating (a kill -9 is seen in about a second, not a
+    lease)."""
+
+    broker_group: str
+    reporter: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class CreateTopic:
+    """``queue_count`` queues on each of ``broker_groups`` (every known group when empty)."""
+
+    name: str
+    queue_count: int
+    broker_groups: tuple[str, ...] = ()
+    message_type: MessageType = MessageType.NORMAL
+    permission: Permission = Permission.READ_WRITE
+
+
+@dataclass(frozen=True)
+class UpdateTopic:
+    """Grow a topic (queues are never removed: their messages would become unreachable),
+    spread it to more broker groups, or change its permission."""
+
+    name: str
+    queue_count: int
+    broker_groups: tuple[str, ...] = ()
+    permission: Permission = Permission.READ_WRITE
+
+
+@dataclass(frozen=True)
+class DeleteTopic:
+    name: str
+
+
+@dataclass(frozen=True)
+class CreateGroup:
+    name: str
+    max_delivery_attempts: int
+    fifo: bool = False
+
+
+@dataclass(frozen=True)
+class DeleteGroup:
+    name: str
+
+
+Command = (
+    RegisterNode
+    | NodeHeartbeat
+    | MarkNodeDown
+    | ElectMaster
+    | AlterInSync
+    | ReportMasterLost
+    | CreateTopic
+    | UpdateTopic
+    | DeleteTopic
+    | CreateGroup
+    | DeleteGroup
+)

@@ -1,0 +1,128 @@
+"""The controller: decisions the cluster takes about its nodes, made by the Raft leader.
+
+Every node runs one, but only the replica that is the Raft leader acts, and every decision
+is a replicated command (``MarkNodeDown`` names the heartbeat count it judged), so two
+nodes that both believe they lead cannot make conflicting decisions stick: the state
+machine applies a decision only if the state is still the one it was based on.
+
+Liveness is judged on the leader's monotonic clock: a member whose heartbeat count has not
+moved for ``lease_s`` is marked down. A new leader starts every member's clock afresh, so
+it never condemns a node for the time before it led.
+
+Failover: a broker group's master has failed when it is marked down, or sooner when every
+live in-sync slave reported losing its link to it (``ReportMasterLost``) and it has also
+missed a heartbeat (``heartbeat_interval_s``): a killed master is replaced in about a
+second instead of a lease. The new master is the live in-sync member with the highest
+reported CommitLog offset (any live member with ``unclean_election``, which may lose
+acknowledged messages); ``ElectMaster`` names the epoch it replaces, so a stale decision
+cannot stick.
+
+Thread-safety: runs on the node's event loop; reads the state through the replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from routing.commands import ElectMaster, MarkNodeDown
+from routing.replica import RoutingReplica, RoutingUnavailable
+
+log = logging.getLogger("ferrymq.controller")
+
+
+class Controller:
+    def __init__(
+        self,
+        replica: RoutingReplica,
+        lease_s: float,
+        heartbeat_interval_s: float = 1.0,
+        unclean_election: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.replica = replica
+        self.lease_s = lease_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.unclean_election = unclean_election
+        self.clock = clock
+        self._seen: dict[str, tuple[int, float]] = {}  # node -> (heartbeats, since)
+        self._leading = False
+
+    async def run(self) -> None:
+        period = max(0.05, self.lease_s / 10)
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.tick()
+            except RoutingUnavailable as error:
+                log.info("controller decision not committed: %s", error.detail)
+            except Exception:  # one failed round must not end the controller
+                log.exception("controller round failed")
+
+    async def tick(self) -> None:
+        leading = self.replica.is_leader()
+        if not leading:
+            self._leading = False
+            return
+        now = self.clock()
+        if not self._leading:
+            self._leading = True
+            self._seen.clear()  # grace: judge nobody on time from before we led
+        members, groups = self.replica.read(
+            lambda state: (dict(state.members), list(state.broker_groups.values()))
+        )
+        for member in members.values():
+            count, since = self._seen.get(member.node_id, (-1, now))
+            if count != member.heartbeats:
+                self._seen[member.node_id] = (member.heartbeats, now)
+                continue
+            if member.alive and now - since > self.lease_s:
+                log.warning(
+                    "node %s missed its lease (%.1f s without a heartbeat): marking it down",
+                    member.node_id,
+                    now - since,
+                )
+                await self.replica.submit(MarkNodeDown(member.node_id, member.heartbeats))
+        for group in groups:
+            if group.master is not None and self._master_failed(group, members, now):
+                await self._elect(group, members)
+
+    def _master_failed(self, group, members, now: float) -> bool:
+        master = members.get(group.master)
+        if master is None or not master.alive:
+            return True
+        if not group.lost_by:
+            return False
+        slaves = {
+            n for n in group.in_sync if n != group.master and n in members and members[n].alive
+        }
+        _, since = self._seen.get(master.node_id, (-1, now))
+        return bool(slaves) and slaves <= group.lost_by and now - since >= self.heartbeat_interval_s
+
+    async def _elect(self, group, members) -> None:
+        def eligible(node_id: str) -> bool:
+            member = members[node_id]
+            return member.alive and member.broker_group == group.name and node_id != group.master
+
+        candidates = [n for n in group.in_sync if n in members and eligible(n)]
+        unclean = False
+        if not candidates and self.unclean_election:
+            candidates = [n for n in members if eligible(n)]
+            unclean = True
+        if not candidates:
+            log.error("broker group %s lost its master and has no eligible member", group.name)
+            return
+        chosen = min(candidates, key=lambda n: (-members[n].max_offset, n))
+        log.warning(
+            "electing %s master of %s (epoch %d -> %d)%s",
+            chosen,
+            group.name,
+            group.epoch,
+            group.epoch + 1,
+            " UNCLEAN" if unclean else "",
+        )
+        await self.replica.submit(
+            ElectMaster(group.name, chosen, group.epoch, "master failed", unclean=unclean)
+        )

@@ -1,0 +1,167 @@
+"""What the cluster knows about topics, consumer groups and broker groups: the records of
+the routing state machine and the rules their names follow.
+
+These are plain frozen dataclasses so that the state machine can be pickled by pysyncobj
+and read by other threads without copies: a change replaces a record, it never mutates one.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+
+NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+NAME_MAX_LENGTH = 127  # RocketMQ's limit for topic and group names
+NODE_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+QUEUES_MAX = 1024
+DEFAULT_MAX_DELIVERY_ATTEMPTS = 16
+MAX_DELIVERY_ATTEMPTS_LIMIT = 1000
+SYSTEM_PREFIX = "%SYS%"
+DLQ_PREFIX = "%DLQ%"
+GROUP_NAME_MAX_LENGTH = NAME_MAX_LENGTH - len(DLQ_PREFIX)  # so %DLQ%<group> is a legal name
+
+
+def dead_letter_topic_of(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
+class MessageType(enum.Enum):
+    NORMAL = "NORMAL"
+    FIFO = "FIFO"
+    DELAY = "DELAY"
+    TRANSACTION = "TRANSACTION"
+
+
+class Permission(enum.Enum):
+    READ = "READ"
+    WRITE = "WRITE"
+    READ_WRITE = "READ_WRITE"
+
+
+class Role(enum.Enum):
+    MASTER = "MASTER"
+    SLAVE = "SLAVE"
+
+
+class TopicError(ValueError):
+    """A request names an invalid or unknown topic, group or broker group; ``reason`` is a
+    stable upper-case word that maps to a status code."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """A topic as one broker group serves it: ``queue_count`` queues, ids 0..n-1."""
+
+    name: str
+    queue_count: int = 8
+    message_type: MessageType = MessageType.NORMAL
+    permission: Permission = Permission.READ_WRITE
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    name: str
+    max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS
+    fifo: bool = False
+
+
+@dataclass(frozen=True)
+class TopicRoute:
+    """A topic across the cluster: ``queues`` maps each broker group that hosts it to its
+    queue count there (RocketMQ's per-broker queues: every group numbers its own 0..n-1)."""
+
+    name: str
+    queues: tuple[tuple[str, int], ...]
+    message_type: MessageType = MessageType.NORMAL
+    permission: Permission = Permission.READ_WRITE
+
+    def queue_count_in(self, broker_group: str) -> int:
+        for group, count in self.queues:
+            if group == broker_group:
+                return count
+        return 0
+
+    def on(self, broker_group: str) -> TopicConfig | None:
+        """The topic as ``broker_group`` serves it, or None when it has no queues there."""
+        count = self.queue_count_in(broker_group)
+        if count == 0:
+            return None
+        return TopicConfig(self.name, count, self.message_type, self.permission)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One node of a broker group as the routing state last heard of it.
+
+    ``heartbeats`` counts the heartbeats applied; the controller marks a node down only
+    when that count has not moved for a lease, so a heartbeat racing with the decision
+    wins (``MarkNodeDown`` names the count it saw)."""
+
+    node_id: str
+    broker_group: str
+    grpc_address: str
+    ha_address: str
+    metrics_address: str
+    alive: bool = True
+    heartbeats: int = 0
+    last_heartbeat_ms: int = 0
+    max_offset: int = 0
+
+
+@dataclass(frozen=True)
+class BrokerGroup:
+    """One master and its slaves. ``epoch`` grows by one with every change of master; the
+    in-sync set has its own epoch (the HA layer changes it through the controller)."""
+
+    name: str
+    master: str | None = None
+    epoch: int = 0
+    in_sync: frozenset[str] = field(default_factory=frozenset)
+    in_sync_epoch: int = 0
+    lost_by: frozenset[str] = field(default_factory=frozenset)  # slaves that lost the master
+
+
+def check_name(kind: str, name: str) -> None:
+    """``TopicError`` unless ``name`` is a legal topic or group name."""
+    if not name:
+        raise TopicError(f"ILLEGAL_{kind}", f"{kind.lower()} name is empty")
+    if len(name) > NAME_MAX_LENGTH:
+        raise TopicError(
+            f"ILLEGAL_{kind}", f"{kind.lower()} name is {len(name)} characters, the limit is 127"
+        )
+    if not NAME_PATTERN.match(name):
+        raise TopicError(
+            f"ILLEGAL_{kind}",
+            f"{kind.lower()} name {name!r} has characters outside [%|a-zA-Z0-9_-]",
+        )
+
+
+def check_topic_config(name: str, queue_count: int) -> None:
+    check_name("TOPIC", name)
+    if name.startswith(SYSTEM_PREFIX) or name.startswith(DLQ_PREFIX):
+        raise TopicError(
+            "ILLEGAL_TOPIC", f"names starting with {SYSTEM_PREFIX} or {DLQ_PREFIX} are reserved"
+        )
+    if not 1 <= queue_count <= QUEUES_MAX:
+        raise TopicError("ILLEGAL_TOPIC", f"queue count must be 1..{QUEUES_MAX}, got {queue_count}")
+
+
+def check_group_config(config: GroupConfig) -> None:
+    check_name("CONSUMER_GROUP", config.name)
+    if len(config.name) > GROUP_NAME_MAX_LENGTH:
+        raise TopicError(
+            "ILLEGAL_CONSUMER_GROUP",
+            f"group name is {len(config.name)} characters, the limit is "
+            f"{GROUP_NAME_MAX_LENGTH} (its dead-letter topic {DLQ_PREFIX}<group> must fit)",
+        )
+    if not 1 <= config.max_delivery_attempts <= MAX_DELIVERY_ATTEMPTS_LIMIT:
+        raise TopicError(
+            "ILLEGAL_CONSUMER_GROUP",
+            f"max delivery attempts must be 1..{MAX_DELIVERY_ATTEMPTS_LIMIT}",
+        )

@@ -1,0 +1,252 @@
+"""One replica of the routing state machine, replicated with Raft (pysyncobj).
+
+Voters (3 or 5, named in ``[cluster] voters``) run inside node processes and keep the Raft
+journal and snapshots in ``<data>/raft/``; every other node runs a read-only replica that
+receives the same log from the voters without voting. Either kind answers reads from its
+local copy (possibly a little stale: routes are refreshed by clients anyway) and forwards
+commands to the leader.
+
+pysyncobj facts this module works around (see docs/guarantees.md, "Routing"):
+- commands and snapshots are pickled: the cluster secret (pysyncobj's password, Fernet
+  encryption) is mandatory, so a peer without it can neither read nor inject anything;
+- a command submitted while no leader is known would wait in a queue and could commit long
+  after the caller gave up, so ``submit`` refuses at once without a quorum, and reports a
+  command that did not commit in time as an unknown outcome;
+- a leader cut off from the majority keeps acting as leader for ``leaderFallbackTimeout``:
+  it is set to the node lease so a partitioned leader steps down as quickly as the
+  controller would declare it dead;
+- log compaction would fork a process with gRPC threads running: it serialises in-process.
+
+Thread-safety: pysyncobj applies commands on its own thread; ``lock`` guards the state
+against readers on the event loop. ``submit`` is called from the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+
+from routing.commands import CommandResult
+from routing.state import RoutingState
+
+log = logging.getLogger("ferrymq.routing")
+T = TypeVar("T")
+
+FAIL_REASONS = {
+    FAIL_REASON.QUEUE_FULL: "the leader's command queue is full",
+    FAIL_REASON.MISSING_LEADER: "no routing leader is known (election in progress?)",
+    FAIL_REASON.DISCARDED: "a new leader discarded the command",
+    FAIL_REASON.NOT_LEADER: "the leader changed before the command committed",
+    FAIL_REASON.LEADER_CHANGED: "the leader changed before the command committed",
+    FAIL_REASON.REQUEST_DENIED: "the leader denied the command",
+    FAIL_REASON.UNKNOWN_OUTCOME: "the command's outcome is unknown",
+}
+
+
+class RoutingUnavailable(Exception):
+    """The routing state machine could not take a command: no quorum, no leader, or no
+    commit within the timeout. ``outcome_unknown`` is true when the command may still
+    commit later (it reached a leader but was not confirmed in time)."""
+
+    def __init__(self, detail: str, *, outcome_unknown: bool = False) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.outcome_unknown = outcome_unknown
+
+
+@dataclass(frozen=True)
+class RaftStatus:
+    self_address: str  # "" for a read-only replica
+    voter: bool
+    leader: str  # "" while none is known
+    term: int
+    commit_index: int
+    last_applied: int
+    has_quorum: bool
+    voters_connected: tuple[tuple[str, bool], ...]
+
+
+class _Machine(SyncObjConsumer):
+    """The replicated object: one field, ``state``, that pysyncobj snapshots."""
+
+    def __init__(self, on_applied: Callable[[object, CommandResult], None]) -> None:
+        # Fields set before SyncObjConsumer.__init__ are local, never replicated.
+        self.lock = threading.Lock()
+        self.on_applied = on_applied
+        super().__init__()
+        self.state = RoutingState()
+
+    @replicated
+    def apply(self, command: object) -> CommandResult:
+        with self.lock:
+            result = self.state.apply(command)
+        try:
+            self.on_applied(command, result)
+        except Exception:  # a listener's bug must not stop the Raft thread
+            log.exception("routing listener failed on %r", command)
+        return result
+
+    def _deserialize(self, data: dict) -> None:
+        with self.lock:
+            super()._deserialize(data)
+
+
+class RoutingReplica:
+    def __init__(
+        self,
+        *,
+        self_address: str | None,
+        voters: list[str],
+        secret: str,
+        data_dir: str,
+        lease_s: float,
+        on_applied: Callable[[object, CommandResult], None] = lambda command, result: None,
+    ) -> None:
+        """``self_address`` is this node's Raft address when it is a voter (it must be in
+        ``voters``), None for a read-only replica."""
+        if not secret:
+            raise ValueError("the cluster secret is empty: Raft traffic would be unencrypted")
+        if self_address is not None and self_address not in voters:
+            raise ValueError(f"{self_address} is not one of the voters {voters}")
+        self.self_address = self_address
+        self.voters = list(voters)
+        self.machine = _Machine(on_applied)
+        journal = dump = None
+        if self_address is not None:
+            raft_dir = os.path.join(data_dir, "raft")
+            os.makedirs(raft_dir, exist_ok=True)
+            journal = os.path.join(raft_dir, "journal")
+            dump = os.path.join(raft_dir, "snapshot")
+        single = len(voters) == 1
+        conf = SyncObjConf(
+            password=secret,
+            journalFile=journal,
+            fullDumpFile=dump,
+            useFork=False,
+            commandsWaitLeader=False,
+            appendEntriesUseBatch=False,  # send at once: commands are rare, latency matters
+            connectionRetryTime=0.5,
+            leaderFallbackTimeout=max(0.5, lease_s),
+            dynamicMembershipChange=False,
+            # A lone voter has nobody to wait for: elect it in ~0.1 s instead of ~1 s.
+            raftMinTimeout=0.07 if single else 0.4,
+            raftMaxTimeout=0.1 if single else 1.4,
+            appendEntriesPeriod=0.02 if single else 0.1,
+        )
+        others = [v for v in voters if v != self_address]
+        self.sync = SyncObj(self_address, others, conf, consumers=[self.machine])
+
+    # ---- reads -------------------------------------------------------------------------
+    def read(self, reader: Callable[[RoutingState], T]) -> T:
+        """Run ``reader`` on the local state under the lock (keep it short)."""
+        with self.machine.lock:
+            return reader(self.machine.state)
+
+    @property
+    def state(self) -> RoutingState:
+        """The local state, for single-record reads (a record is replaced, never changed,
+        so one lookup is consistent without the lock)."""
+        return self.machine.state
+
+    def is_leader(self) -> bool:
+        return self.sync._isLeader()
+
+    def is_ready(self) -> bool:
+        """The replica has caught up with a leader once since it started."""
+        return self.sync.isReady()
+
+    def status(self) -> RaftStatus:
+        leader = self.sync._getLeader()
+        connected = tuple(
+            (node.id, bool(self.sync.isNodeConnected(node))) for node in self.sync.otherNodes
+        )
+        return RaftStatus(
+            self_address=self.self_address or "",
+            voter=self.self_address is not None,
+            leader=leader.id if leader is not None else "",
+            term=self.sync.raftCurrentTerm,
+            commit_index=self.sync.raftCommitIndex,
+            last_applied=self.sync.raftLastApplied,
+            has_quorum=self._has_quorum(),
+            voters_connected=connected,
+        )
+
+    def _has_quorum(self) -> bool:
+        """Whether a command submitted now can commit, as far as this replica can tell: a
+        leader that is connected to a majority of voters (itself included), or a follower
+        connected to a known leader."""
+        if self.sync._isLeader():
+            return bool(self.sync.hasQuorum)
+        leader = self.sync._getLeader()
+        return leader is not None and bool(self.sync.isNodeConnected(leader))
+
+    # ---- writes ------------------------------------------------------------------------
+    async def submit(self, command: object, timeout_s: float = 5.0) -> CommandResult:
+        """Replicate ``command`` and return what applying it did.
+
+        Raises ``RoutingUnavailable`` without a quorum (nothing was appended) or when the
+        command did not commit within ``timeout_s`` (it may still commit)."""
+        if not self._has_quorum():
+            raise RoutingUnavailable(
+                f"routing has no quorum here ({self._quorum_summary()}): nothing was changed"
+            )
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[CommandResult] = loop.create_future()
+
+        def resolve(result: CommandResult | None, error: int) -> None:
+            if outcome.done():
+                return
+            if error == FAIL_REASON.SUCCESS:
+                outcome.set_result(result)
+            else:
+                outcome.set_exception(
+                    RoutingUnavailable(
+                        FAIL_REASONS.get(error, f"pysyncobj failure {error}"),
+                        outcome_unknown=error
+                        in (FAIL_REASON.UNKNOWN_OUTCOME, FAIL_REASON.LEADER_CHANGED),
+                    )
+                )
+
+        def done(result: CommandResult | None, error: int) -> None:
+            loop.call_soon_threadsafe(resolve, result, error)
+
+        self.machine.apply(command, callback=done)
+        try:
+            return await asyncio.wait_for(asyncio.shield(outcome), timeout_s)
+        except TimeoutError:
+            raise RoutingUnavailable(
+                f"routing did not confirm the change within {timeout_s:.1f} s "
+                f"({self._quorum_summary()}); it may still be applied",
+                outcome_unknown=True,
+            ) from None
+
+    def _quorum_summary(self) -> str:
+        connected = sum(1 for node in self.sync.otherNodes if self.sync.isNodeConnected(node))
+        voters = len(self.voters)
+        if self.self_address is not None:
+            return f"{connected + 1} of {voters} voters reachable"
+        return f"{connected} of {voters} voters reachable from this read-only replica"
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        """Until the replica has caught up with a leader; ``RoutingUnavailable`` after
+        ``timeout_s`` (voters down, or this node has the wrong cluster secret)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.sync.isReady() or self.sync._getLeader() is None:
+            if time.monotonic() > deadline:
+                raise RoutingUnavailable(
+                    f"could not join the routing group {self.voters} within {timeout_s:.0f} s "
+                    f"({self._quorum_summary()}): are the voters up, and is the cluster "
+                    "secret the same on every node?"
+                )
+            await asyncio.sleep(0.05)
+
+    def close(self) -> None:
+        self.sync.destroy()

@@ -1,0 +1,338 @@
+"""The routing state: who serves what, and the deterministic rules that change it.
+
+``RoutingState.apply`` is the state machine that Raft replicates. It is pure: the result
+depends only on the state and the command, so every replica that applies the same log
+holds the same state. ``RoutingState.check`` runs the same rules without changing
+anything, which lets a node refuse a bad request before it costs a Raft round.
+
+Invariants (asserted after every change):
+- a topic's queues name only known broker groups, each with 1..QUEUES_MAX queues;
+- a broker group's master, when set, is one of its members;
+- a member's broker group exists.
+
+Thread-safety: not thread-safe. The replica (``routing.replica``) applies commands on the
+Raft thread under its lock, and readers on other threads take the same lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from routing.commands import (
+    AlterInSync,
+    CommandResult,
+    CreateGroup,
+    CreateTopic,
+    DeleteGroup,
+    DeleteTopic,
+    ElectMaster,
+    MarkNodeDown,
+    NodeHeartbeat,
+    RegisterNode,
+    ReportMasterLost,
+    UpdateTopic,
+)
+from routing.metadata import (
+    DLQ_PREFIX,
+    NODE_NAME_PATTERN,
+    QUEUES_MAX,
+    BrokerGroup,
+    GroupConfig,
+    Member,
+    TopicConfig,
+    TopicError,
+    TopicRoute,
+    check_group_config,
+    check_name,
+    check_topic_config,
+)
+
+# A change: (table name, key, new record or None to delete).
+Change = tuple[str, str, Any]
+
+
+class RoutingState:
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicRoute] = {}
+        self.groups: dict[str, GroupConfig] = {}
+        self.broker_groups: dict[str, BrokerGroup] = {}
+        self.members: dict[str, Member] = {}
+        self.applied = 0  # commands applied, successful or not
+
+    # ---- the state machine -------------------------------------------------------------
+    def apply(self, command: object) -> CommandResult:
+        """Apply one committed command. Refused commands change nothing."""
+        self.applied += 1
+        try:
+            changes, value = self._plan(command)
+        except TopicError as error:
+            return CommandResult(False, error.reason, error.detail)
+        for table, key, record in changes:
+            records = getattr(self, table)
+            if record is None:
+                records.pop(key, None)
+            else:
+                records[key] = record
+        self._assert_invariants()
+        return CommandResult(True, value=value)
+
+    def check(self, command: object) -> None:
+        """``TopicError`` if ``command`` would be refused now."""
+        self._plan(command)
+
+    def _plan(self, command: object) -> tuple[list[Change], object]:
+        planner = _PLANNERS.get(type(command))
+        if planner is None:
+            raise TopicError("UNKNOWN_COMMAND", f"not a routing command: {type(command).__name__}")
+        return planner(self, command)
+
+    # ---- planners: validate and say what changes ---------------------------------------
+    def _plan_register(self, command: RegisterNode) -> tuple[list[Change], object]:
+        if not NODE_NAME_PATTERN.match(command.node_id):
+            raise TopicError("ILLEGAL_NODE", f"node id {command.node_id!r} is not [a-zA-Z0-9_.-]")
+        if not NODE_NAME_PATTERN.match(command.broker_group):
+            raise TopicError(
+                "ILLEGAL_BROKER_GROUP", f"broker group {command.broker_group!r} is not legal"
+            )
+        known = self.members.get(command.node_id)
+        if known is not None and known.broker_group != command.broker_group:
+            raise TopicError(
+                "NODE_GROUP_MISMATCH",
+                f"node {command.node_id} belongs to broker group {known.broker_group}, "
+                f"not {command.broker_group}",
+            )
+        member = Member(
+            node_id=command.node_id,
+            broker_group=command.broker_group,
+            grpc_address=command.grpc_address,
+            ha_address=command.ha_address,
+            metrics_address=command.metrics_address,
+            alive=True,
+            heartbeats=(known.heartbeats + 1) if known else 1,
+            last_heartbeat_ms=command.wall_ms,
+            max_offset=command.max_offset,
+        )
+        group = self.broker_groups.get(command.broker_group) or BrokerGroup(command.broker_group)
+        if group.master is None:
+            # First election: nobody else can hold data of this group yet.
+            group = replace(
+                group,
+                master=command.node_id,
+                epoch=group.epoch + 1,
+                in_sync=frozenset({command.node_id}),
+                in_sync_epoch=group.in_sync_epoch + 1,
+            )
+        return [
+            ("members", member.node_id, member),
+            ("broker_groups", group.name, group),
+        ], member
+
+    def _plan_heartbeat(self, command: NodeHeartbeat) -> tuple[list[Change], object]:
+        known = self.members.get(command.node_id)
+        if known is None:
+            raise TopicError("UNKNOWN_NODE", f"node {command.node_id} is not registered")
+        member = replace(
+            known,
+            alive=True,
+            heartbeats=known.heartbeats + 1,
+            last_heartbeat_ms=command.wall_ms,
+            max_offset=command.max_offset,
+        )
+        return [("members", member.node_id, member)], member
+
+    def _plan_mark_down(self, command: MarkNodeDown) -> tuple[list[Change], object]:
+        known = self.members.get(command.node_id)
+        if known is None:
+            raise TopicError("UNKNOWN_NODE", f"node {command.node_id} is not registered")
+        if known.heartbeats != command.heartbeats_seen or not known.alive:
+            raise TopicError("STALE", f"node {command.node_id} heartbeated since")
+        member = replace(known, alive=False)
+        return [("members", member.node_id, member)], member
+
+    def _plan_elect(self, command: ElectMaster) -> tuple[list[Change], object]:
+        group = self._broker_group(command.broker_group)
+        if group.epoch != command.expected_epoch:
+            raise TopicError("STALE", f"epoch is {group.epoch}, not {command.expected_epoch}")
+        member = self.members.get(command.node_id)
+        if member is None or member.broker_group != group.name:
+            raise TopicError("UNKNOWN_NODE", f"{command.node_id} is not in {group.name}")
+        if not command.unclean and command.node_id not in group.in_sync:
+            raise TopicError(
+                "NOT_IN_SYNC",
+                f"{command.node_id} is not in the in-sync set {sorted(group.in_sync)} of "
+                f"{group.name}; electing it could lose acknowledged messages",
+            )
+        # Every in-sync member holds every acknowledged write (the master counts all of
+        # them), so the survivors stay in sync; an unclean winner starts a set of its own.
+        in_sync = (
+            frozenset({command.node_id})
+            if command.unclean
+            else (group.in_sync - {group.master}) | {command.node_id}
+        )
+        elected = replace(
+            group,
+            master=command.node_id,
+            epoch=group.epoch + 1,
+            in_sync=in_sync,
+            in_sync_epoch=group.in_sync_epoch + 1,
+            lost_by=frozenset(),
+        )
+        return [("broker_groups", group.name, elected)], elected
+
+    def _plan_alter_in_sync(self, command: AlterInSync) -> tuple[list[Change], object]:
+        group = self._broker_group(command.broker_group)
+        if group.master != command.master or group.epoch != command.master_epoch:
+            raise TopicError("STALE", f"{command.master} is not the master of epoch {group.epoch}")
+        if group.in_sync_epoch != command.expected_in_sync_epoch:
+            raise TopicError("STALE", "the in-sync set changed since")
+        if command.master not in command.in_sync:
+            raise TopicError("ILLEGAL_IN_SYNC", "the master must be in its in-sync set")
+        for node_id in command.in_sync:
+            member = self.members.get(node_id)
+            if member is None or member.broker_group != group.name:
+                raise TopicError("UNKNOWN_NODE", f"{node_id} is not in {group.name}")
+        changed = replace(
+            group, in_sync=frozenset(command.in_sync), in_sync_epoch=group.in_sync_epoch + 1
+        )
+        return [("broker_groups", group.name, changed)], changed
+
+    def _plan_report_lost(self, command: ReportMasterLost) -> tuple[list[Change], object]:
+        group = self._broker_group(command.broker_group)
+        if group.epoch != command.epoch:
+            raise TopicError("STALE", f"epoch is {group.epoch}, not {command.epoch}")
+        changed = replace(group, lost_by=group.lost_by | {command.reporter})
+        return [("broker_groups", group.name, changed)], changed
+
+    def _broker_group(self, name: str) -> BrokerGroup:
+        group = self.broker_groups.get(name)
+        if group is None:
+            raise TopicError("UNKNOWN_BROKER_GROUP", f"broker group {name} is not known")
+        return group
+
+    def _plan_create_topic(self, command: CreateTopic) -> tuple[list[Change], object]:
+        check_topic_config(command.name, command.queue_count)
+        if command.name in self.topics:
+            raise TopicError("TOPIC_EXISTS", f"topic {command.name} already exists")
+        groups = self._broker_groups_named(command.broker_groups)
+        route = TopicRoute(
+            command.name,
+            tuple((group, command.queue_count) for group in groups),
+            command.message_type,
+            command.permission,
+        )
+        return [("topics", route.name, route)], route
+
+    def _plan_update_topic(self, command: UpdateTopic) -> tuple[list[Change], object]:
+        current = self.topic(command.name)
+        check_topic_config(command.name, command.queue_count)
+        queues = dict(current.queues)
+        for group in self._broker_groups_named(command.broker_groups or tuple(queues)):
+            if command.queue_count < queues.get(group, 0):
+                raise TopicError(
+                    "ILLEGAL_TOPIC",
+                    "queues cannot be removed: their messages would become unreachable",
+                )
+            queues[group] = command.queue_count
+        route = replace(
+            current, queues=tuple(sorted(queues.items())), permission=command.permission
+        )
+        return [("topics", route.name, route)], route
+
+    def _plan_delete_topic(self, command: DeleteTopic) -> tuple[list[Change], object]:
+        self.topic(command.name)
+        return [("topics", command.name, None)], None
+
+    def _plan_create_group(self, command: CreateGroup) -> tuple[list[Change], object]:
+        config = GroupConfig(command.name, command.max_delivery_attempts, command.fifo)
+        check_group_config(config)
+        if command.name in self.groups:
+            raise TopicError("GROUP_EXISTS", f"group {command.name} already exists")
+        return [("groups", config.name, config)], config
+
+    def _plan_delete_group(self, command: DeleteGroup) -> tuple[list[Change], object]:
+        self.group(command.name)
+        return [("groups", command.name, None)], None
+
+    # ---- reads -------------------------------------------------------------------------
+    def topic(self, name: str) -> TopicRoute:
+        check_name("TOPIC", name)
+        found = self.topics.get(name)
+        if found is None and name.startswith(DLQ_PREFIX):
+            found = self.dead_letter_route(name[len(DLQ_PREFIX) :])
+        if found is None:
+            raise TopicError("TOPIC_NOT_FOUND", f"topic {name} does not exist")
+        return found
+
+    def group(self, name: str) -> GroupConfig:
+        check_name("CONSUMER_GROUP", name)
+        found = self.groups.get(name)
+        if found is None:
+            raise TopicError("CONSUMER_GROUP_NOT_FOUND", f"group {name} does not exist")
+        return found
+
+    def dead_letter_route(self, group: str) -> TopicRoute | None:
+        """``%DLQ%<group>`` exists for every consumer group: one queue on every broker
+        group, where the messages that failed there are kept."""
+        if group not in self.groups:
+            return None
+        return TopicRoute(DLQ_PREFIX + group, tuple((g, 1) for g in sorted(self.broker_groups)))
+
+    def topics_on(self, broker_group: str) -> dict[str, TopicConfig]:
+        """Every topic with queues on ``broker_group`` (dead-letter topics included), as
+        that group serves it."""
+        served = {}
+        for route in self.topics.values():
+            config = route.on(broker_group)
+            if config is not None:
+                served[route.name] = config
+        if broker_group in self.broker_groups:
+            for group in self.groups:
+                name = DLQ_PREFIX + group
+                served[name] = TopicConfig(name, 1)
+        return served
+
+    def master_of(self, broker_group: str) -> Member | None:
+        group = self.broker_groups.get(broker_group)
+        if group is None or group.master is None:
+            return None
+        return self.members.get(group.master)
+
+    def _broker_groups_named(self, names: tuple[str, ...]) -> list[str]:
+        if not names:
+            if not self.broker_groups:
+                raise TopicError("NO_BROKER_GROUP", "no broker group has registered yet")
+            return sorted(self.broker_groups)
+        for name in names:
+            if name not in self.broker_groups:
+                raise TopicError("UNKNOWN_BROKER_GROUP", f"broker group {name} is not known")
+        if len(set(names)) != len(names):
+            raise TopicError("ILLEGAL_TOPIC", "a broker group is named twice")
+        return sorted(names)
+
+    def _assert_invariants(self) -> None:
+        for route in self.topics.values():
+            assert route.queues, route
+            for group, count in route.queues:
+                assert group in self.broker_groups, (route, group)
+                assert 1 <= count <= QUEUES_MAX, route
+        for group in self.broker_groups.values():
+            assert group.master is None or group.master in self.members, group
+            assert group.master is None or group.master in group.in_sync, group
+        for member in self.members.values():
+            assert member.broker_group in self.broker_groups, member
+
+
+_PLANNERS = {
+    RegisterNode: RoutingState._plan_register,
+    NodeHeartbeat: RoutingState._plan_heartbeat,
+    MarkNodeDown: RoutingState._plan_mark_down,
+    ElectMaster: RoutingState._plan_elect,
+    AlterInSync: RoutingState._plan_alter_in_sync,
+    ReportMasterLost: RoutingState._plan_report_lost,
+    CreateTopic: RoutingState._plan_create_topic,
+    UpdateTopic: RoutingState._plan_update_topic,
+    DeleteTopic: RoutingState._plan_delete_topic,
+    CreateGroup: RoutingState._plan_create_group,
+    DeleteGroup: RoutingState._plan_delete_group,
+}

@@ -1,0 +1,338 @@
+"""CommitLog replication and failover across real node processes: byte-identical replicas,
+SYNC acknowledgement that never says OK without the in-sync slaves, a master killed under
+load, a diverged old master truncated when it returns, a paused master that does not act
+as master again, and a master cut off from the routing majority fencing itself."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer
+from ferrymq.cluster import ClusterPlan, NodePlan, cluster_up, is_running
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from tests.test_cluster import SMALL_STORE, kill, restart, status_of, stop_all, until
+
+
+def settings(**replication) -> dict:
+    return {**SMALL_STORE, "replication": {"ack_timeout_ms": 1000, **replication}}
+
+
+def node_by_id(plan: ClusterPlan, node_id: str) -> NodePlan:
+    return next(n for n in plan.nodes if n.id == node_id)
+
+
+def master_of(plan: ClusterPlan, among: list[NodePlan] | None = None) -> NodePlan:
+    def find():
+        for node in among or plan.nodes:
+            status = status_of(node)
+            if status is not None:
+                (group,) = status.broker_groups
+                if group.master and group.master in {n.id for n in among or plan.nodes}:
+                    return node_by_id(plan, group.master)
+        return None
+
+    return until(find, 10, "a master")
+
+
+def send_raw(address: str, topic: str, body: bytes, message_id: str) -> int:
+    """One SendMessage straight to ``address``: its status code."""
+    channel = grpc.insecure_channel(address)
+    try:
+        answer = service_pb2_grpc.MessagingServiceStub(channel).SendMessage(
+            rpc.SendMessageRequest(
+                messages=[
+                    pb.Message(
+                        topic=pb.Resource(name=topic),
+                        body=body,
+                        system_properties=pb.SystemProperties(
+                            message_id=message_id, message_type=pb.NORMAL
+                        ),
+                    )
+                ]
+            ),
+            timeout=10,
+        )
+        return answer.status.code
+    finally:
+        channel.close()
+
+
+def log_digest(node: NodePlan, length: int) -> str:
+    """SHA-256 of the first ``length`` bytes of a node's CommitLog."""
+    digest = hashlib.sha256()
+    remaining = length
+    for path in sorted(glob.glob(os.path.join(node.data, "commitlog", "*"))):
+        with open(path, "rb") as f:
+            chunk = f.read(remaining)
+        digest.update(chunk)
+        remaining -= len(chunk)
+        if remaining <= 0:
+            break
+    return digest.hexdigest()
+
+
+def wait_identical(plan: ClusterPlan, at_least: int = 1, timeout_s: float = 20) -> int:
+    """Until every node reports (by heartbeat) the same CommitLog end, at least
+    ``at_least``, and the bytes up to it agree; that end."""
+
+    def same_end():
+        status = status_of(plan.nodes[0])
+        if status is None:
+            return None
+        ends = {n.max_offset for n in status.nodes if n.alive}
+        if len(ends) != 1 or len(status.nodes) != len(plan.nodes):
+            return None
+        end = ends.pop()
+        return end if end >= at_least else None
+
+    end = until(same_end, timeout_s, "every replica to reach the same end", interval_s=0.2)
+    digests = {node.id: log_digest(node, end) for node in plan.nodes}
+    assert len(set(digests.values())) == 1, digests
+    return end
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    holder: dict = {}
+
+    def start(**replication) -> ClusterPlan:
+        plan = cluster_up(
+            str(tmp_path / "cluster"), nodes=3, auto_ports=True, settings=settings(**replication)
+        )
+        holder["plan"] = plan
+        return plan
+
+    yield start, holder
+    if "plan" in holder:
+        for node in holder["plan"].nodes:
+            if is_running(node, holder["plan"]):
+                os.kill(node.pid, signal.SIGCONT)
+        stop_all(holder["plan"])
+
+
+def test_replicas_are_byte_identical_after_load(cluster):
+    start, _ = cluster
+    plan = start()
+    access = ",".join(n.grpc for n in plan.nodes)
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("load", 4)
+        admin.create_group("readers")
+    with Producer(access) as producer:
+        for i in range(40):
+            producer.send_batch(
+                [Message("load", b"%d-%d-" % (i, j) + b"x" * 1000) for j in range(32)]
+            )
+    wait_identical(plan, at_least=40 * 32 * 1000)
+    # Consumer state is replicated too: the offsets a group commits are on every replica.
+    with PullConsumer(access, "readers") as consumer:
+        consumer.assign("load", [0, 1, 2, 3])
+        got = 0
+        while got < 40 * 32:
+            got += len(consumer.poll(wait_s=1))
+        consumer.commit()
+    wait_identical(plan)
+
+
+def test_sync_send_is_not_ok_without_slaves_and_recovers_when_one_returns(cluster):
+    start, holder = cluster
+    plan = start()
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("sync", 1)
+    master = master_of(plan)
+    assert send_raw(master.grpc, "sync", b"before", "ID-before") == pb.OK
+    slaves = [n for n in plan.nodes if n.id != master.id]
+    for slave in slaves:
+        kill(plan, slave)
+    codes = {send_raw(master.grpc, "sync", b"alone-%d" % i, f"ID-alone-{i}") for i in range(5)}
+    assert pb.OK not in codes
+    assert codes <= {pb.HA_NOT_AVAILABLE, pb.SLAVE_PERSISTENCE_TIMEOUT}, codes
+
+    plan = holder["plan"] = restart(plan, slaves[0])
+    until(
+        lambda: send_raw(master.grpc, "sync", b"after", "ID-after") == pb.OK,
+        30,
+        "sends to succeed again with one slave back",
+        interval_s=0.3,
+    )
+    status = status_of(master)
+    (group,) = status.broker_groups
+    assert set(group.in_sync) == {master.id, slaves[0].id}
+    ends = {n.id: n.max_offset for n in status.nodes}
+    until(
+        lambda: (
+            status_of(master).nodes
+            and {n.id: n.max_offset for n in status_of(master).nodes}[slaves[0].id]
+            == {n.id: n.max_offset for n in status_of(master).nodes}[master.id]
+        ),
+        10,
+        "the returned slave to catch up",
+    )
+    assert ends[master.id] > 0
+
+
+def test_master_killed_under_sync_load_fails_over_without_losing_acknowledged_messages(
+    cluster,
+):
+    start, holder = cluster
+    plan = start()
+    access = ",".join(n.grpc for n in plan.nodes)
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("orders", 4)
+        admin.create_group("audit")
+    master = master_of(plan)
+    acknowledged: list[tuple[float, str]] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        with Producer(access, timeout_s=3) as producer:
+            i = 0
+            while not stop.is_set():
+                body = f"m-{i}"
+                try:
+                    producer.send(Message("orders", body.encode()))
+                    acknowledged.append((time.monotonic(), body))
+                except FerryError as error:
+                    failures.append(error.code_name)
+                i += 1
+
+    worker = threading.Thread(target=produce)
+    worker.start()
+    try:
+        until(lambda: len(acknowledged) > 200, 30, "load before the kill")
+        kill(plan, master)
+        killed_at = time.monotonic()
+        until(
+            lambda: any(t > killed_at for t, _ in acknowledged),
+            10,
+            "the first acknowledged send after the kill",
+            interval_s=0.02,
+        )
+        first_after = min(t for t, _ in acknowledged if t > killed_at)
+        unavailable_ms = (first_after - killed_at) * 1000
+        print(f"writes unavailable for {unavailable_ms:.0f} ms after kill -9 of the master")
+        assert unavailable_ms < 3000
+        until(lambda: len([t for t, _ in acknowledged if t > killed_at]) > 100, 20, "load")
+    finally:
+        stop.set()
+        worker.join(30)
+
+    survivors = [n for n in plan.nodes if n.id != master.id]
+    new_master = master_of(plan, survivors)
+    assert new_master.id != master.id
+    with PullConsumer(new_master.grpc, "audit") as consumer:
+        consumer.assign("orders", [0, 1, 2, 3])
+        got = []
+        while True:
+            batch = consumer.poll(wait_s=1)
+            if not batch:
+                break
+            got.extend(batch)
+    positions = [(m.queue_id, m.queue_offset) for m in got]
+    assert len(positions) == len(set(positions))  # one message per queue offset
+    stored = {m.body.decode() for m in got}
+    lost = [body for _, body in acknowledged if body not in stored]
+    assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {lost[:5]}"
+
+    # The old master comes back as a slave and ends byte-identical with the new master.
+    reached = {n.id: n.max_offset for n in status_of(new_master).nodes}[new_master.id]
+    plan = holder["plan"] = restart(plan, master)
+    until(
+        lambda: (
+            (s := status_of(new_master)) is not None and master.id in s.broker_groups[0].in_sync
+        ),
+        30,
+        "the old master to rejoin the in-sync set",
+    )
+    wait_identical(plan, at_least=reached)
+    roles = {n.id: n.role for n in status_of(new_master).nodes}
+    assert roles[master.id] == "SLAVE" and roles[new_master.id] == "MASTER"
+
+
+def test_a_diverged_old_master_truncates_its_unreplicated_tail(cluster):
+    start, holder = cluster
+    # ASYNC: the master keeps writing alone, so its tail diverges from the slaves' logs;
+    # with no in-sync slave left, only an unclean election can replace it.
+    plan = start(mode="ASYNC", unclean_election=True)
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("tail", 1)
+    master = master_of(plan)
+    slaves = [n for n in plan.nodes if n.id != master.id]
+    assert send_raw(master.grpc, "tail", b"agreed", "ID-agreed") == pb.OK
+    common_end = wait_identical(plan)
+    for slave in slaves:
+        kill(plan, slave)
+    for i in range(2):
+        assert send_raw(master.grpc, "tail", b"only-on-master", f"ID-t{i}") == pb.OK
+    kill(plan, master)
+    for slave in slaves:
+        plan = holder["plan"] = restart(plan, slave)
+    new_master = master_of(plan, slaves)
+    assert send_raw(new_master.grpc, "tail", b"new-epoch", "ID-new") == pb.OK
+
+    plan = holder["plan"] = restart(plan, master)
+    wait_identical(plan, at_least=common_end + 1)  # tail cut, new epoch copied
+    with Admin(new_master.grpc) as admin:
+        bodies = [m.body for m in admin.query_by_offset("tail", 0, 1)]
+    assert bodies == [b"new-epoch"]  # the old master's unreplicated tail is gone
+    log = Path(plan.directory, f"{master.id}.log").read_text()
+    assert "truncating this log" in log
+
+
+def test_a_master_paused_past_its_lease_does_not_act_as_master_again(cluster):
+    start, _ = cluster
+    plan = start()
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("paused", 1)
+    master = master_of(plan)
+    others = [n for n in plan.nodes if n.id != master.id]
+    os.kill(master.pid, signal.SIGSTOP)
+    try:
+        new_master = master_of(plan, others)  # elected once the paused one's lease ran out
+    finally:
+        os.kill(master.pid, signal.SIGCONT)
+    # At once after waking up, it must refuse: its lease ran out while it slept.
+    assert send_raw(master.grpc, "paused", b"stale", "ID-stale") != pb.OK
+    until(
+        lambda: {n.id: n.role for n in status_of(new_master).nodes}[master.id] == "SLAVE",
+        10,
+        "the old master to see it is a slave",
+    )
+    assert send_raw(new_master.grpc, "paused", b"fresh", "ID-fresh") == pb.OK
+
+
+def test_a_master_cut_off_from_the_routing_majority_stops_taking_writes(cluster):
+    start, _ = cluster
+    plan = start(mode="ASYNC")  # so only the lease can stop it, not missing acks
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("fenced", 1)
+    master = master_of(plan)
+    others = [n for n in plan.nodes if n.id != master.id]
+    assert send_raw(master.grpc, "fenced", b"ok", "ID-ok") == pb.OK
+    for node in others:  # the routing majority goes silent for the master
+        os.kill(node.pid, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        until(
+            lambda: send_raw(master.grpc, "fenced", b"x", "ID-x") != pb.OK,
+            10,
+            "the master to fence itself",
+            interval_s=0.05,
+        )
+        fenced_s = time.monotonic() - stopped_at
+    finally:
+        for node in others:
+            os.kill(node.pid, signal.SIGCONT)
+    print(f"master fenced itself {fenced_s * 1000:.0f} ms after losing the routing majority")
+    assert fenced_s <= 3.0  # the lease

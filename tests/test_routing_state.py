@@ -1,0 +1,167 @@
+"""The routing state machine on its own: deterministic rules, precise refusals, and the
+same state on every replica that applies the same commands (pickled as pysyncobj does)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from routing.commands import (
+    CreateGroup,
+    CreateTopic,
+    DeleteGroup,
+    DeleteTopic,
+    MarkNodeDown,
+    NodeHeartbeat,
+    RegisterNode,
+    UpdateTopic,
+)
+from routing.metadata import MessageType, TopicError
+from routing.state import RoutingState
+
+
+def cluster(*members: tuple[str, str]) -> RoutingState:
+    state = RoutingState()
+    for node_id, group in members:
+        assert state.apply(RegisterNode(node_id, group, f"127.0.0.1:{len(state.members) + 1}")).ok
+    return state
+
+
+def test_the_first_node_of_a_broker_group_becomes_its_master_with_epoch_one():
+    state = cluster(("n1", "g1"), ("n2", "g1"), ("n4", "g2"))
+    assert state.broker_groups["g1"].master == "n1" and state.broker_groups["g1"].epoch == 1
+    assert state.broker_groups["g2"].master == "n4"
+    assert state.broker_groups["g1"].in_sync == frozenset({"n1"})
+    # Registering again (a restart) keeps the master and the epoch.
+    assert state.apply(RegisterNode("n1", "g1", "127.0.0.1:9")).ok
+    assert state.broker_groups["g1"].epoch == 1
+    assert state.members["n1"].grpc_address == "127.0.0.1:9"
+
+
+def test_a_node_cannot_move_to_another_broker_group():
+    state = cluster(("n1", "g1"))
+    result = state.apply(RegisterNode("n1", "g2", "127.0.0.1:1"))
+    assert not result.ok and result.reason == "NODE_GROUP_MISMATCH"
+    assert "g2" not in state.broker_groups
+
+
+def test_topics_spread_over_every_broker_group_unless_named():
+    state = cluster(("n1", "g1"), ("n4", "g2"))
+    spread = state.apply(CreateTopic("orders", 4)).value
+    assert spread.queues == (("g1", 4), ("g2", 4))
+    one = state.apply(CreateTopic("audit", 2, broker_groups=("g2",))).value
+    assert one.queues == (("g2", 2),)
+    assert "audit" not in state.topics_on("g1") and state.topics_on("g2")["audit"].queue_count == 2
+
+
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        (CreateTopic("bad name", 4), "ILLEGAL_TOPIC"),
+        (CreateTopic("", 4), "ILLEGAL_TOPIC"),
+        (CreateTopic("x" * 128, 4), "ILLEGAL_TOPIC"),
+        (CreateTopic("zero", 0), "ILLEGAL_TOPIC"),
+        (CreateTopic("huge", 1025), "ILLEGAL_TOPIC"),
+        (CreateTopic("%SYS%mine", 1), "ILLEGAL_TOPIC"),
+        (CreateTopic("%DLQ%mine", 1), "ILLEGAL_TOPIC"),
+        (CreateTopic("elsewhere", 1, broker_groups=("g9",)), "UNKNOWN_BROKER_GROUP"),
+        (CreateTopic("twice", 1, broker_groups=("g1", "g1")), "ILLEGAL_TOPIC"),
+        (CreateTopic("orders", 1), "TOPIC_EXISTS"),
+        (UpdateTopic("orders", 2), "ILLEGAL_TOPIC"),  # fewer queues
+        (UpdateTopic("missing", 2), "TOPIC_NOT_FOUND"),
+        (DeleteTopic("missing"), "TOPIC_NOT_FOUND"),
+        (CreateGroup("bad group", 16), "ILLEGAL_CONSUMER_GROUP"),
+        (CreateGroup("g", 0), "ILLEGAL_CONSUMER_GROUP"),
+        (CreateGroup("G", 16), "GROUP_EXISTS"),
+        (DeleteGroup("missing"), "CONSUMER_GROUP_NOT_FOUND"),
+        (NodeHeartbeat("ghost", 0, 0), "UNKNOWN_NODE"),
+        (RegisterNode("bad id!", "g1", "127.0.0.1:1"), "ILLEGAL_NODE"),
+    ],
+)
+def test_bad_commands_are_refused_precisely_and_change_nothing(command, reason):
+    state = cluster(("n1", "g1"))
+    assert state.apply(CreateTopic("orders", 4)).ok
+    assert state.apply(CreateGroup("G", 16)).ok
+    before = pickle.dumps((state.topics, state.groups, state.broker_groups, state.members))
+    with pytest.raises(TopicError) as refused:
+        state.check(command)
+    assert refused.value.reason == reason
+    result = state.apply(command)
+    assert not result.ok and result.reason == reason
+    after = pickle.dumps((state.topics, state.groups, state.broker_groups, state.members))
+    assert after == before
+
+
+def test_creating_a_topic_before_any_node_registered_is_refused():
+    result = RoutingState().apply(CreateTopic("early", 1))
+    assert not result.ok and result.reason == "NO_BROKER_GROUP"
+
+
+def test_update_grows_a_topic_and_spreads_it_to_new_broker_groups():
+    state = cluster(("n1", "g1"))
+    state.apply(CreateTopic("orders", 2))
+    state.apply(RegisterNode("n4", "g2", "127.0.0.1:4"))
+    grown = state.apply(UpdateTopic("orders", 4, broker_groups=("g1", "g2"))).value
+    assert grown.queues == (("g1", 4), ("g2", 4))
+
+
+def test_dead_letter_topics_exist_for_every_group_on_every_broker_group():
+    state = cluster(("n1", "g1"), ("n4", "g2"))
+    state.apply(CreateGroup("billing", 16))
+    assert state.topic("%DLQ%billing").queues == (("g1", 1), ("g2", 1))
+    assert state.topics_on("g2")["%DLQ%billing"].queue_count == 1
+    with pytest.raises(TopicError):
+        state.topic("%DLQ%nobody")
+
+
+def test_mark_down_applies_only_if_no_heartbeat_came_since():
+    state = cluster(("n1", "g1"))
+    seen = state.members["n1"].heartbeats
+    assert state.apply(NodeHeartbeat("n1", 100, 5)).ok  # races with the decision
+    assert state.apply(MarkNodeDown("n1", seen)).reason == "STALE"
+    assert state.members["n1"].alive
+    assert state.apply(MarkNodeDown("n1", state.members["n1"].heartbeats)).ok
+    assert not state.members["n1"].alive
+    assert state.apply(NodeHeartbeat("n1", 120, 6)).ok  # back
+    assert state.members["n1"].alive and state.members["n1"].max_offset == 120
+
+
+COMMANDS = st.one_of(
+    st.builds(
+        RegisterNode,
+        st.sampled_from(["n1", "n2", "n3", "n4"]),
+        st.sampled_from(["g1", "g2"]),
+        st.just("127.0.0.1:1"),
+    ),
+    st.builds(NodeHeartbeat, st.sampled_from(["n1", "n2", "n9"]), st.integers(0, 99), st.just(1)),
+    st.builds(MarkNodeDown, st.sampled_from(["n1", "n2"]), st.integers(0, 5)),
+    st.builds(
+        CreateTopic,
+        st.sampled_from(["a", "b", "bad name", "%SYS%x"]),
+        st.integers(0, 5),
+        st.sampled_from([(), ("g1",), ("g2",), ("g9",)]),
+        st.sampled_from(list(MessageType)),
+    ),
+    st.builds(UpdateTopic, st.sampled_from(["a", "b"]), st.integers(0, 6)),
+    st.builds(DeleteTopic, st.sampled_from(["a", "b"])),
+    st.builds(CreateGroup, st.sampled_from(["G", "H"]), st.integers(0, 20), st.booleans()),
+    st.builds(DeleteGroup, st.sampled_from(["G", "H"])),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(COMMANDS, max_size=40))
+def test_replicas_applying_the_same_pickled_log_reach_the_same_state(commands):
+    """What Raft relies on: apply is a function of the state and the command alone."""
+    leader, follower = RoutingState(), RoutingState()
+    for command in commands:
+        expected = leader.apply(command)
+        assert follower.apply(pickle.loads(pickle.dumps(command))) == expected
+    restored = pickle.loads(pickle.dumps(leader))  # a snapshot, as log compaction takes
+    for replica in (follower, restored):
+        assert replica.topics == leader.topics and replica.groups == leader.groups
+        assert replica.broker_groups == leader.broker_groups
+        assert replica.members == leader.members
