@@ -3,7 +3,8 @@
 ``python -m node --config node.toml [--data DIR] [--port P]`` (also ``ferrymq node``).
 On start it writes the effective configuration to ``<data>/node.toml`` and prints one line
 ``ferrymq node <id> ready on <host>:<port>`` — with ``--port 0`` the OS picks the port and
-that line says which.
+that line says which. The line before it, ``ferrymq node <id> metrics on <host>:<port>``,
+names the Prometheus endpoint (``ports.metrics``, 0 = any; ``node.metrics``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from node.data_service import DataService
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
 from node.messaging_service import MessagingService
+from node.metrics import NodeMetrics
+from node.metrics_http import MetricsHttpServer
 from node.pop_service import PopService
 from node.pop_state import PopState
 from node.timer_service import TimerService
@@ -44,6 +47,8 @@ class Node:
         self.store: MessageStore | None = None
         self.server: grpc.aio.Server | None = None
         self.port = 0
+        self.metrics_port = 0  # 0 while /metrics is not served
+        self.metrics_http: MetricsHttpServer | None = None
         self._housekeeping: asyncio.Task[None] | None = None
         self._timer_task: asyncio.Task[None] | None = None
         self._check_task: asyncio.Task[None] | None = None
@@ -71,11 +76,15 @@ class Node:
         self.transactions.load()
         members = GroupMembers()
         self.store.dispatcher.listeners.append(waiters.on_dispatch)
+        self.metrics = NodeMetrics(
+            config.id, config.group, self.store, topics, self.offsets, self.pop_state, members
+        )
         self.server = grpc.aio.server(
+            interceptors=[self.metrics.interceptor],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ]
+            ],
         )
         self.port = self.server.add_insecure_port(f"{config.host}:{config.ports.grpc}")
         advertised = pb.Endpoints(
@@ -104,6 +113,11 @@ class Node:
             DataService(self.store, topics, waiters), self.server
         )
         await self.server.start()
+        self.metrics_http = MetricsHttpServer(self.metrics.registry)
+        try:
+            self.metrics_port = await self.metrics_http.start(config.host, config.ports.metrics)
+        except OSError as error:  # messages keep flowing; Prometheus sees the target down
+            log.error("metrics port %s unavailable (%s): no /metrics", config.ports.metrics, error)
         with open(os.path.join(config.data_dir, "node.toml"), "w", encoding="utf-8") as f:
             f.write(render_node_config(config))
         self._housekeeping = asyncio.create_task(self._housekeep())
@@ -127,6 +141,8 @@ class Node:
         for task in (self._housekeeping, self._timer_task, self._check_task):
             if task is not None:
                 task.cancel()
+        if self.metrics_http is not None:
+            await self.metrics_http.close()
         if self.server is not None:
             await self.server.stop(grace_s)
         if self.store is not None:
@@ -137,6 +153,8 @@ async def serve(config: NodeConfig, on_ready: Callable[[Node], None] | None = No
     """Run a node until SIGTERM or SIGINT; ``on_ready`` runs once it serves."""
     node = Node(config)
     await node.start()
+    metrics = f"{config.host}:{node.metrics_port}" if node.metrics_port else "off"
+    print(f"ferrymq node {config.id} metrics on {metrics}", flush=True)
     print(f"ferrymq node {config.id} ready on {config.host}:{node.port}", flush=True)
     if on_ready is not None:
         on_ready(node)
