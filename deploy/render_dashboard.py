@@ -10,7 +10,8 @@ exactly as Grafana would show it. Template variables are set to "All".
 
 ``--demo SECONDS`` needs no running system: it starts two nodes (two broker groups), a
 private Prometheus scraping them every second and the load of ``deploy.local_stack`` for
-that long, then renders (``docs/img/dashboard-overview.png`` was made that way).
+that long, then renders; ``--demo-outage S`` kills node-2 for S seconds on the way.
+``docs/img/dashboard-overview.png`` was made with ``--demo 180 --demo-outage 25``.
 """
 
 from __future__ import annotations
@@ -77,6 +78,17 @@ def format_value(value: float, unit: str) -> str:
     return f"{value:.0f}" if value == int(value) else f"{value:.2f}"
 
 
+def with_gaps(points: list[tuple[float, float]], step_s: float) -> list[tuple[float, float]]:
+    """Break the line where Prometheus returned no samples, as Grafana does (it never
+    connects across missing points by default): a NaN between points a step apart."""
+    out: list[tuple[float, float]] = []
+    for point in points:
+        if out and point[0] - out[-1][0] > step_s * 1.5:
+            out.append((out[-1][0] + step_s, math.nan))
+        out.append(point)
+    return out
+
+
 def _style(ax, title: str) -> None:
     ax.set_facecolor(PANEL)
     for spine in ax.spines.values():
@@ -107,7 +119,7 @@ def draw_timeseries(ax, panel, prometheus, start, end, step_s, rate_interval) ->
     for target in panel["targets"]:
         expr = substitute(target["expr"], rate_interval)
         for series in prometheus.query_range(expr, start, end, step_s):
-            points = [(float(t), float(v)) for t, v in series["values"]]
+            points = with_gaps([(float(t), float(v)) for t, v in series["values"]], step_s)
             if not points:
                 continue
             times = [datetime.datetime.fromtimestamp(t, datetime.UTC) for t, _ in points]
@@ -123,7 +135,8 @@ def draw_timeseries(ax, panel, prometheus, start, end, step_s, rate_interval) ->
         _no_data(ax)
         return 0
     ax.xaxis.set_major_formatter(mdates.DateFormatter(time_format, tz=datetime.UTC))
-    if all(v >= 0 for line in ax.get_lines() for v in line.get_ydata()):
+    values = [v for line in ax.get_lines() for v in line.get_ydata() if not math.isnan(v)]
+    if all(v >= 0 for v in values):
         ax.set_ylim(bottom=0)  # as Grafana does for non-negative series
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: format_value(v, unit)))
     ax.grid(color=GRID, linewidth=0.5)
@@ -262,8 +275,9 @@ class _RemotePrometheus(PrometheusServer):
         self.url = url.rstrip("/")
 
 
-def demo(seconds: float, directory: str):
-    """Two nodes in two broker groups, load on the first, scraped every second."""
+def demo(seconds: float, directory: str, outage_s: float = 0.0):
+    """Two nodes in two broker groups with load, scraped every second. With ``outage_s``,
+    node-2 is killed (SIGKILL) at 40 % of the run and restarted ``outage_s`` later."""
     from deploy.local_stack import Load, prepare, start_node, write_cluster_json
     from deploy.prometheus import scrape_config
 
@@ -282,7 +296,21 @@ def demo(seconds: float, directory: str):
     prepare(nodes[1].grpc)
     loads = [Load(nodes[0].grpc).start(), Load(nodes[1].grpc, batch=8, pause_s=0.2).start()]
     start = time.time()
-    time.sleep(seconds)
+    if outage_s > 0:
+        time.sleep(seconds * 0.4)
+        loads[1].stop()
+        nodes[1].sigkill()
+        time.sleep(outage_s)
+        old = nodes[1]
+        nodes[1] = start_node(
+            old.data_dir,
+            old.id,
+            old.group,
+            grpc_port=int(old.grpc.rsplit(":", 1)[1]),
+            metrics_port=int(old.metrics.rsplit(":", 1)[1]),
+        )
+        loads[1] = Load(nodes[1].grpc, batch=8, pause_s=0.2).start()
+    time.sleep(max(0.0, start + seconds - time.time()))
     return nodes, loads, prometheus, start
 
 
@@ -299,12 +327,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="start nodes, Prometheus and load for this long, then render",
     )
+    parser.add_argument(
+        "--demo-outage",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="in the demo, kill node-2 for this long (at 40 %% of the run)",
+    )
     args = parser.parse_args(argv)
     with open(args.dashboard, encoding="utf-8") as f:
         dashboard = json.load(f)
     if args.demo:
         with tempfile.TemporaryDirectory(prefix="ferrymq-demo-") as directory:
-            nodes, loads, prometheus, start = demo(args.demo, directory)
+            nodes, loads, prometheus, start = demo(args.demo, directory, args.demo_outage)
             try:
                 shown = render(
                     dashboard, prometheus, start, time.time(), args.out, args.rate_interval

@@ -231,7 +231,12 @@ FAMILIES: tuple[Family, ...] = (
         "SendMessage latency by the RocketMQ status code of the answer",
     ),
     Family("rocketmq_messages_in_total", "counter", ("topic",), "Messages stored by sends"),
-    Family("rocketmq_throughput_in_total", "counter", ("topic",), "Body bytes stored by sends"),
+    Family(
+        "rocketmq_throughput_in_total",
+        "counter",
+        ("topic",),
+        "Bytes stored by sends (messages as serialized in the requests)",
+    ),
     Family(
         "rocketmq_messages_out_total",
         "counter",

@@ -4,15 +4,15 @@ Every served method is timed by ``method`` and gRPC ``code``. Four methods also 
 traffic, after the node answered (so only topics and groups that exist become labels):
 
 - ``SendMessage``: latency by RocketMQ status (``ferrymq_send_latency_seconds``), and on
-  success messages and body bytes in by topic;
+  success messages and bytes in by topic (the request's serialized size);
 - ``PullMessage`` and ``ReceiveMessage`` (server streams): messages and body bytes out by
   topic and group, summed over the stream and added once at its end;
 - ``Data.Fetch``: records and record bytes out by topic and group.
 
 Bidirectional streams (Telemetry) live as long as a client; they are passed through
 untimed. Cost on the send path: one wrapper call, one ``perf_counter`` pair, one histogram
-observation and two counter increments per request, whatever the batch size, plus a sum
-of body lengths.
+observation and two counter increments per request, plus the request's ``ByteSize()``
+(C code; ~0.3 µs per message of a batch).
 
 Thread-safety: the wrapped handlers run on the node's event loop; prometheus-client's
 children take their own locks.
@@ -88,7 +88,7 @@ class RpcMetrics:
         )
         self.bytes_in = Counter(
             "rocketmq_throughput_in_total",
-            "Message body bytes stored by SendMessage",
+            "Bytes of the SendMessage requests stored (messages as serialized)",
             [*node_labels, "topic"],
             registry=registry,
         )
@@ -121,7 +121,8 @@ class RpcMetrics:
             messages = request.messages
             topic = messages[0].topic.name
             self._child(self.messages_in, topic).inc(len(messages))
-            self._child(self.bytes_in, topic).inc(sum(len(m.body) for m in messages))
+            # The serialized size, computed in C: a Python pass over 128 bodies costs more.
+            self._child(self.bytes_in, topic).inc(request.ByteSize())
 
     def delivered(self, topic: str, group: str, count: int, size: int) -> None:
         if count:

@@ -166,6 +166,10 @@ def test_metrics_agree_with_the_admin_api(node, traffic):
     delivered = sum(s.value for s in samples["rocketmq_messages_out"] if s.name.endswith("_total"))
     assert delivered == traffic["delivered"]
     assert value(samples, "ferrymq_send_latency_seconds_count", status="OK") == 10
+    # Requests as serialized: the bodies plus ids, timestamps and framing per message.
+    body_bytes = traffic["sent"] * len(b"m000-00")
+    stored_bytes = value(samples, "rocketmq_throughput_in", topic=TOPIC)
+    assert body_bytes < stored_bytes < traffic["sent"] * 200
 
 
 def test_lag_agrees_with_the_cli_json(node, traffic):
