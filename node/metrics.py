@@ -31,6 +31,7 @@ scrapes there), so it reads the node's loop-owned state without locks.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -52,6 +53,7 @@ from node.pop_state import PopState
 from node.topics import dead_letter_topic_of
 from store.message_store import MessageStore
 
+log = logging.getLogger("ferrymq.metrics")
 NODE_LABELS = ("node", "broker_group")
 ROLES = ("master", "slave")
 
@@ -108,6 +110,12 @@ class Family:
 # Every family a node exports besides prometheus-client's process_* and python_* ones.
 FAMILIES: tuple[Family, ...] = (
     Family("ferrymq_node_info", "gauge", ("version",), "Always 1; the node's version"),
+    Family(
+        "ferrymq_metrics_collect_errors",
+        "gauge",
+        (),
+        "Sections of this scrape that failed (logged); their families are missing",
+    ),
     Family(
         "rocketmq_brokeruntime_commitlog_minoffset",
         "gauge",
@@ -319,10 +327,14 @@ class NodeStateCollector:
             family.add_metric([*m.node_values, *labels.values()], value)
 
         gauge("ferrymq_node_info", 1, version=self.version)
-        self._storage(gauge)
-        self._consumption(gauge)
-        self._replication(gauge)
-        self._routing(gauge)
+        failed = 0
+        for section in (self._storage, self._consumption, self._replication, self._routing):
+            try:
+                section(gauge)
+            except Exception:  # one broken reader must not take the whole scrape down
+                log.exception("metrics section %s failed", section.__name__)
+                failed += 1
+        gauge("ferrymq_metrics_collect_errors", failed)
         yield from families.values()
 
     def _storage(self, gauge) -> None:

@@ -290,6 +290,17 @@ def test_replication_and_routing_feed_their_families(tmp_path):
         assert value(samples, "ferrymq_raft_commit_index") == 42
         assert value(samples, "rocketmq_producer_offset", topic="orders") == 0
         assert "rocketmq_group_diff" not in samples  # nobody consumes yet
+        assert value(samples, "ferrymq_metrics_collect_errors") == 0
+
+        def broken() -> RoutingStatus:
+            raise RuntimeError("routing bug")
+
+        metrics.routing_status = broken  # the rest of the scrape still answers
+        text = generate_latest(metrics.registry).decode()
+        samples = {f.name: f.samples for f in text_string_to_metric_families(text)}
+        assert value(samples, "ferrymq_metrics_collect_errors") == 1
+        assert "ferrymq_raft_term" not in samples
+        assert value(samples, "ferrymq_broker_epoch") == 7
     finally:
         store.shutdown()
 
