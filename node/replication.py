@@ -25,6 +25,7 @@ from ha.epochs import EpochHistory
 from ha.master import ReplicationMaster
 from ha.slave import ReplicationSlave
 from node.config import NodeConfig, ReplicationMode
+from node.metrics import ReplicationStatus
 from routing.commands import AlterInSync, ReportMasterLost
 from routing.replica import RoutingReplica, RoutingUnavailable
 from store.message import Message
@@ -237,6 +238,26 @@ class ReplicationRole:
         )
         if result.ok or result.reason == "STALE":
             self._reported_epoch = group.epoch
+
+    def status(self) -> ReplicationStatus:
+        """What the metrics export about replication (read at scrape time)."""
+        group = self._group()
+        state = self.routing.state
+        replicas = sum(1 for m in state.members.values() if m.broker_group == self.config.group)
+        end = self.store.commitlog.write_offset
+        return ReplicationStatus(
+            role="master" if self.is_master else "slave",
+            epoch=group.epoch if group else 0,
+            insync_replicas=len(group.in_sync) if group else 0,
+            min_insync_replicas=self.master.min_insync_replicas,
+            replicas=max(replicas, 1),
+            confirmed_offset=self.master.confirmed_offset if self.master.sync else None,
+            slave_lag_bytes=(
+                {node_id: max(0, end - link.acked) for node_id, link in self.master.links.items()}
+                if self.is_master
+                else {}
+            ),
+        )
 
     async def close(self) -> None:
         await self.slave.stop()

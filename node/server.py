@@ -3,7 +3,8 @@
 ``python -m node --config node.toml [--data DIR] [--port P]`` (also ``ferrymq node``).
 On start it writes the effective configuration to ``<data>/node.toml`` and prints one line
 ``ferrymq node <id> ready on <host>:<port>`` — with ``--port 0`` the OS picks the port and
-that line says which.
+that line says which. The line before it, ``ferrymq node <id> metrics on <host>:<port>``,
+names the Prometheus endpoint (``ports.metrics``, 0 = any; ``node.metrics``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from node.data_service import DataService
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
 from node.messaging_service import MessagingService
+from node.metrics import NodeMetrics, RoutingStatus
+from node.metrics_http import MetricsHttpServer
 from node.pop_service import PopService
 from node.pop_state import PopState
 from node.replication import ReplicatedStore, ReplicationRole
@@ -50,6 +53,8 @@ class Node:
         self.store: MessageStore | None = None
         self.server: grpc.aio.Server | None = None
         self.port = 0
+        self.metrics_port = 0  # 0 while /metrics is not served
+        self.metrics_http: MetricsHttpServer | None = None
         self._housekeeping: asyncio.Task[None] | None = None
         self._timer_task: asyncio.Task[None] | None = None
         self._check_task: asyncio.Task[None] | None = None
@@ -69,11 +74,17 @@ class Node:
         # Recovery reads and fsyncs files: keep the loop free while it runs.
         self.raw_store = await loop.run_in_executor(None, MessageStore.open, config.store_config())
         self.waiters = waiters = QueueWaiters(loop)
+        # The gRPC server takes the metrics interceptor now; the states the collector reads
+        # are attached once they exist (nothing scrapes before the metrics port opens).
+        self.metrics = NodeMetrics(
+            config.id, config.group, self.raw_store, self.topics, None, None, None
+        )
         self.server = grpc.aio.server(
+            interceptors=[self.metrics.interceptor],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ]
+            ],
         )
         self.port = self.server.add_insecure_port(f"{config.host}:{config.ports.grpc}")
         # Join routing before serving: the services answer from the routing state, and
@@ -98,6 +109,10 @@ class Node:
         members = GroupMembers()
         self.raw_store.dispatcher.listeners.append(waiters.on_dispatch)
         self.raw_store.dispatcher.listeners.append(self._on_dispatch)
+        self.metrics.offsets, self.metrics.pop_state = self.offsets, self.pop_state
+        self.metrics.members = members
+        self.metrics.replication_status = self.replication.status
+        self.metrics.routing_status = self._routing_status
         service_pb2_grpc.add_MessagingServiceServicer_to_server(
             MessagingService(
                 self.store,
@@ -133,6 +148,11 @@ class Node:
         await self.replication.follow_routing()
         self._states_ready = True
         await self.server.start()
+        self.metrics_http = MetricsHttpServer(self.metrics.registry)
+        try:
+            self.metrics_port = await self.metrics_http.start(config.host, config.ports.metrics)
+        except OSError as error:  # messages keep flowing; Prometheus sees the target down
+            log.error("metrics port %s unavailable (%s): no /metrics", config.ports.metrics, error)
         with open(os.path.join(config.data_dir, "node.toml"), "w", encoding="utf-8") as f:
             f.write(render_node_config(config))
         self._housekeeping = asyncio.create_task(self._housekeep())
@@ -149,6 +169,16 @@ class Node:
             asyncio.create_task(controller.run()),
             asyncio.create_task(self.replication.maintain()),
         ]
+
+    def _routing_status(self) -> RoutingStatus:
+        raft = self.routing.status()
+        return RoutingStatus(
+            voter=raft.voter,
+            leader=raft.leader or None,  # the leader's Raft address
+            is_leader=self.routing.is_leader(),
+            term=raft.term,
+            commit_index=raft.commit_index,
+        )
 
     def _on_dispatch(self, request) -> None:
         if self.replication.is_master:
@@ -281,6 +311,8 @@ class Node:
         for task in (self._housekeeping, self._timer_task, self._check_task, *self._routing_tasks):
             if task is not None:
                 task.cancel()
+        if self.metrics_http is not None:
+            await self.metrics_http.close()
         if self.server is not None:
             await self.server.stop(grace_s)
         if getattr(self, "replication", None) is not None:
@@ -307,6 +339,8 @@ async def serve(config: NodeConfig, on_ready: Callable[[Node], None] | None = No
     """Run a node until SIGTERM or SIGINT; ``on_ready`` runs once it serves."""
     node = Node(config)
     await node.start()
+    metrics = f"{config.host}:{node.metrics_port}" if node.metrics_port else "off"
+    print(f"ferrymq node {config.id} metrics on {metrics}", flush=True)
     print(f"ferrymq node {config.id} ready on {config.host}:{node.port}", flush=True)
     if on_ready is not None:
         on_ready(node)

@@ -1,0 +1,451 @@
+"""Prometheus metrics of one node: a registry per node, read at scrape time.
+
+Two kinds of metrics, kept apart so the hot path pays almost nothing:
+
+- **State read at scrape time** (``NodeStateCollector``): CommitLog offsets, dispatch and
+  flush backlog, disk usage, consumer lag per group and queue, in-flight and DLQ counts,
+  role, epoch, in-sync set, replication lag and Raft state. Nothing is counted while
+  messages flow; a scrape reads what the store and the node already keep.
+- **Counters and histograms on the RPC path** (``node.metrics_rpc``): one gRPC server
+  interceptor times every RPC by method and code, and counts messages and bytes in (sends)
+  and out (pulls, POP receives, Data.Fetch) by topic and group, once per request.
+
+Names follow the RocketMQ exporter (``rocketmq_group_diff``, ``rocketmq_broker_commitlog_diff``,
+``rocketmq_brokeruntime_*``) or RocketMQ 5's own metrics (``rocketmq_messages_in_total``,
+``rocketmq_storage_dispatch_behind_bytes``, ...) where one means the same thing; the others
+are ``ferrymq_*``. ``FAMILIES`` lists them all; docs/architecture.md has the table.
+
+Labels stay bounded: every family carries ``node`` and ``broker_group`` (one value per
+process); ``topic``, ``group`` and ``queue_id`` take only names of the topic/group table
+(counted only after the node accepted the request, so unknown names never become labels);
+``slave`` takes node ids of the broker group; ``method`` the served RPCs. No message ids,
+client ids or keys.
+
+Replication and routing feed their state through two callables the node exposes,
+``NodeMetrics.replication_status`` and ``NodeMetrics.routing_status``. Until they exist a
+node is its own master at epoch 0 with an in-sync set of one, and exports no Raft families.
+
+Thread-safety: the collector runs on the node's event loop (``node.metrics_http`` serves
+scrapes there), so it reads the node's loop-owned state without locks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Protocol
+
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from node.consumer_offsets import ConsumerOffsets
+from node.group_members import GroupMembers
+from node.metrics_rpc import RpcMetrics
+from node.pop_state import PopState
+from node.topics import dead_letter_topic_of
+from store.message_store import MessageStore
+
+log = logging.getLogger("ferrymq.metrics")
+NODE_LABELS = ("node", "broker_group")
+ROLES = ("master", "slave")
+
+
+@dataclass(frozen=True)
+class ReplicationStatus:
+    """What the replication code (``ha/``) reports about this node's broker group.
+
+    ``slave_lag_bytes`` is filled on the master only: per slave node id, the master's
+    CommitLog max offset minus the offset the slave acknowledged (RocketMQ's
+    ``rocketmq_broker_commitlog_diff``). ``confirmed_offset`` is the CommitLog offset that
+    the in-sync set holds (None: everything written, as on a standalone node).
+    """
+
+    role: str = "master"
+    epoch: int = 0
+    insync_replicas: int = 1
+    min_insync_replicas: int = 1
+    replicas: int = 1
+    confirmed_offset: int | None = None
+    slave_lag_bytes: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoutingStatus:
+    """What the Raft routing code (``routing/``) reports, as this node sees it."""
+
+    voter: bool
+    leader: str | None  # node id of the leader this node knows; None while there is none
+    is_leader: bool
+    term: int
+    commit_index: int
+
+
+STANDALONE = ReplicationStatus()
+
+
+class TopicSource(Protocol):
+    """The topic/group table as the metrics read it (``node.topics.TopicTable``)."""
+
+    topics: Mapping[str, object]  # name -> config with ``queue_count``
+    groups: Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    kind: str  # "gauge", "counter", "histogram" as exposed
+    labels: tuple[str, ...]
+    help: str
+    needs: str = ""  # "replication": series only on a master that has slaves
+
+
+# Every family a node exports besides prometheus-client's process_* and python_* ones.
+FAMILIES: tuple[Family, ...] = (
+    Family("ferrymq_node_info", "gauge", ("version",), "Always 1; the node's version"),
+    Family(
+        "ferrymq_metrics_collect_errors",
+        "gauge",
+        (),
+        "Sections of this scrape that failed (logged); their families are missing",
+    ),
+    Family(
+        "rocketmq_brokeruntime_commitlog_minoffset",
+        "gauge",
+        (),
+        "First CommitLog offset still on disk (bytes)",
+    ),
+    Family(
+        "rocketmq_brokeruntime_commitlog_maxoffset", "gauge", (), "CommitLog write offset (bytes)"
+    ),
+    Family("ferrymq_commitlog_flushed_offset", "gauge", (), "CommitLog offset known on disk"),
+    Family(
+        "ferrymq_commitlog_confirmed_offset",
+        "gauge",
+        (),
+        "CommitLog offset the in-sync set holds (consumers read below it)",
+    ),
+    Family("ferrymq_commitlog_dispatched_offset", "gauge", (), "CommitLog offset dispatched"),
+    Family("ferrymq_commitlog_segments", "gauge", (), "CommitLog segment files"),
+    Family(
+        "rocketmq_storage_dispatch_behind_bytes",
+        "gauge",
+        (),
+        "CommitLog bytes written but not yet in consume queues and index",
+    ),
+    Family(
+        "rocketmq_storage_flush_behind_bytes",
+        "gauge",
+        (),
+        "CommitLog bytes written but not yet flushed",
+    ),
+    Family(
+        "rocketmq_brokeruntime_commitlog_disk_ratio",
+        "gauge",
+        (),
+        "Used / total of the file system holding the data directory",
+    ),
+    Family(
+        "ferrymq_disk_high_water_ratio",
+        "gauge",
+        (),
+        "Disk usage ratio above which the oldest segments are deleted",
+    ),
+    Family("ferrymq_disk_free_bytes", "gauge", (), "Free bytes of the data directory's disk"),
+    Family("rocketmq_topic_number", "gauge", (), "User topics this node's group serves"),
+    Family("rocketmq_consumer_group_number", "gauge", (), "Consumer groups in the table"),
+    Family(
+        "rocketmq_producer_offset",
+        "gauge",
+        ("topic",),
+        "Sum of the topic's queue max offsets (messages stored ever)",
+    ),
+    Family(
+        "rocketmq_consumer_offset",
+        "gauge",
+        ("group", "topic"),
+        "Sum of the group's consumer offsets over the topic's queues",
+    ),
+    Family(
+        "rocketmq_group_diff",
+        "gauge",
+        ("group", "topic", "queue_id"),
+        "Consumer lag in messages: queue max offset minus the group's consumed offset",
+    ),
+    Family(
+        "rocketmq_consumer_inflight_messages",
+        "gauge",
+        ("group", "topic", "queue_id"),
+        "POP deliveries of the group not yet acked",
+    ),
+    Family(
+        "ferrymq_dlq_messages",
+        "gauge",
+        ("group",),
+        "Messages held in the group's dead-letter topic %DLQ%<group>",
+    ),
+    Family(
+        "rocketmq_topic_dlq_offset",
+        "gauge",
+        ("group",),
+        "Messages ever dead-lettered for the group (its DLQ's max offsets)",
+    ),
+    Family(
+        "rocketmq_consumer_connections", "gauge", ("group",), "Live members (heartbeats) of a group"
+    ),
+    Family("ferrymq_broker_role", "gauge", ("role",), "1 for the node's current role"),
+    Family("ferrymq_broker_epoch", "gauge", (), "Mastership epoch the node is in"),
+    Family("ferrymq_insync_replicas", "gauge", (), "Size of the broker group's in-sync set"),
+    Family(
+        "ferrymq_insync_replicas_min",
+        "gauge",
+        (),
+        "Minimum in-sync set size for SYNC replication",
+    ),
+    Family("ferrymq_broker_group_replicas", "gauge", (), "Replicas configured in the group"),
+    Family(
+        "rocketmq_broker_commitlog_diff",
+        "gauge",
+        ("slave",),
+        "Replication lag in bytes per slave (master max offset minus slave's acked)",
+        needs="replication",
+    ),
+    Family("ferrymq_raft_voter", "gauge", (), "1 if this node votes in Raft"),
+    Family("ferrymq_raft_is_leader", "gauge", (), "1 if this node leads Raft"),
+    Family("ferrymq_raft_has_leader", "gauge", (), "1 if this node knows a leader"),
+    Family("ferrymq_raft_term", "gauge", (), "Raft term this node is in"),
+    Family("ferrymq_raft_commit_index", "gauge", (), "Raft commit index of this node"),
+    Family(
+        "rocketmq_rpc_latency_seconds",
+        "histogram",
+        ("method", "code"),
+        "Time to answer an RPC, by method and gRPC code (streams: to their last message)",
+    ),
+    Family(
+        "ferrymq_send_latency_seconds",
+        "histogram",
+        ("status",),
+        "SendMessage latency by the RocketMQ status code of the answer",
+    ),
+    Family("rocketmq_messages_in_total", "counter", ("topic",), "Messages stored by sends"),
+    Family(
+        "rocketmq_throughput_in_total",
+        "counter",
+        ("topic",),
+        "Bytes stored by sends (messages as serialized in the requests)",
+    ),
+    Family(
+        "rocketmq_messages_out_total",
+        "counter",
+        ("topic", "group"),
+        "Messages delivered by PullMessage, ReceiveMessage and Data.Fetch",
+    ),
+    Family(
+        "rocketmq_throughput_out_total",
+        "counter",
+        ("topic", "group"),
+        "Bytes delivered: bodies (pull, receive) or whole records (Data.Fetch)",
+    ),
+)
+_HELP = {f.name: f.help for f in FAMILIES}
+
+
+def _version() -> str:
+    try:
+        return metadata.version("ferrymq")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class NodeMetrics:
+    """The metrics of one node: registry, RPC interceptor, scrape-time collector.
+
+    The node builds it once its state objects exist; ``interceptor`` goes to the gRPC
+    server; replication and routing assign ``replication_status`` / ``routing_status``.
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        broker_group: str,
+        store: MessageStore,
+        topics: TopicSource,
+        offsets: ConsumerOffsets,
+        pop_state: PopState,
+        members: GroupMembers,
+    ) -> None:
+        self.node_values = (node_id, broker_group)
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.pop_state = pop_state
+        self.members = members
+        self.replication_status: Callable[[], ReplicationStatus] = lambda: STANDALONE
+        self.routing_status: Callable[[], RoutingStatus | None] = lambda: None
+        # ``*_created`` series double the counters for a start time nobody graphs.
+        disable_created_metrics()
+        self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.rpc = RpcMetrics(self.registry, NODE_LABELS, self.node_values)
+        self.interceptor = self.rpc.interceptor
+        self.registry.register(NodeStateCollector(self))
+
+
+class NodeStateCollector:
+    """Reads node and store state when Prometheus scrapes. Runs on the event loop."""
+
+    def __init__(self, metrics: NodeMetrics) -> None:
+        self.metrics = metrics
+        self.version = _version()
+
+    def describe(self) -> Iterable[Metric]:
+        return ()
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        families: dict[str, GaugeMetricFamily] = {}
+
+        def gauge(name: str, value: float, **labels: str) -> None:
+            family = families.get(name)
+            if family is None:
+                family = families[name] = GaugeMetricFamily(
+                    name, _HELP[name], labels=[*NODE_LABELS, *labels]
+                )
+            family.add_metric([*m.node_values, *labels.values()], value)
+
+        gauge("ferrymq_node_info", 1, version=self.version)
+        failed = 0
+        for section in (self._storage, self._consumption, self._replication, self._routing):
+            try:
+                section(gauge)
+            except Exception:  # one broken reader must not take the whole scrape down
+                log.exception("metrics section %s failed", section.__name__)
+                failed += 1
+        gauge("ferrymq_metrics_collect_errors", failed)
+        yield from families.values()
+
+    def _storage(self, gauge) -> None:
+        store = self.metrics.store
+        commitlog = store.commitlog
+        write = commitlog.write_offset
+        flushed = commitlog.flushed_offset
+        dispatched = store.dispatcher.dispatched_offset
+        gauge("rocketmq_brokeruntime_commitlog_minoffset", commitlog.min_offset)
+        gauge("rocketmq_brokeruntime_commitlog_maxoffset", write)
+        gauge("ferrymq_commitlog_flushed_offset", flushed)
+        gauge("ferrymq_commitlog_dispatched_offset", dispatched)
+        gauge("ferrymq_commitlog_segments", len(commitlog.segments.files))
+        gauge("rocketmq_storage_dispatch_behind_bytes", max(0, write - dispatched))
+        gauge("rocketmq_storage_flush_behind_bytes", max(0, write - flushed))
+        try:
+            total, used, free = store.disk_usage(store.config.data_dir)
+        except OSError:
+            total = used = free = 0
+        if total > 0:
+            gauge("rocketmq_brokeruntime_commitlog_disk_ratio", used / total)
+            gauge("ferrymq_disk_free_bytes", free)
+        gauge("ferrymq_disk_high_water_ratio", store.config.disk_high_water_ratio)
+
+    def _consumption(self, gauge) -> None:
+        m = self.metrics
+        store = m.store
+        topics = m.topics.topics
+        groups = m.topics.groups
+        # User topics, as Admin lists them (dead-letter topics exist per group, derived).
+        gauge("rocketmq_topic_number", sum(1 for name in topics if not name.startswith("%")))
+        gauge("rocketmq_consumer_group_number", len(groups))
+        max_offsets: dict[str, list[int]] = {}
+        for name, config in topics.items():
+            queue_count = config.queue_count
+            max_offsets[name] = [store.max_offset_in_queue(name, q) for q in range(queue_count)]
+            gauge("rocketmq_producer_offset", sum(max_offsets[name]), topic=name)
+        for pair in sorted(consuming_pairs(m.offsets, m.pop_state)):
+            group, topic = pair
+            if group not in groups or topic not in max_offsets:
+                continue
+            consumed_sum = 0
+            for queue_id, broker_offset in enumerate(max_offsets[topic]):
+                consumer_offset, in_flight = consumed_position(
+                    m.offsets, m.pop_state, group, topic, queue_id
+                )
+                consumed_sum += consumer_offset
+                q = str(queue_id)
+                lag = max(0, broker_offset - consumer_offset)
+                gauge("rocketmq_group_diff", lag, group=group, topic=topic, queue_id=q)
+                gauge(
+                    "rocketmq_consumer_inflight_messages",
+                    in_flight,
+                    group=group,
+                    topic=topic,
+                    queue_id=q,
+                )
+            gauge("rocketmq_consumer_offset", consumed_sum, group=group, topic=topic)
+        for group in sorted(groups):
+            dlq = dead_letter_topic_of(group)
+            held = dead_lettered = 0
+            for queue_id in store.queue_ids(dlq):
+                high = store.max_offset_in_queue(dlq, queue_id)
+                held += high - store.min_offset_in_queue(dlq, queue_id)
+                dead_lettered += high
+            gauge("ferrymq_dlq_messages", held, group=group)
+            gauge("rocketmq_topic_dlq_offset", dead_lettered, group=group)
+            gauge("rocketmq_consumer_connections", len(m.members.live(group)), group=group)
+
+    def _replication(self, gauge) -> None:
+        m = self.metrics
+        status = m.replication_status()
+        for role in ROLES:
+            gauge("ferrymq_broker_role", 1 if status.role == role else 0, role=role)
+        gauge("ferrymq_broker_epoch", status.epoch)
+        gauge("ferrymq_insync_replicas", status.insync_replicas)
+        gauge("ferrymq_insync_replicas_min", status.min_insync_replicas)
+        gauge("ferrymq_broker_group_replicas", status.replicas)
+        confirmed = status.confirmed_offset
+        if confirmed is None:
+            confirmed = m.store.confirmed_offset
+        if confirmed is None:
+            confirmed = m.store.commitlog.write_offset
+        gauge("ferrymq_commitlog_confirmed_offset", confirmed)
+        for slave, lag in sorted(status.slave_lag_bytes.items()):
+            gauge("rocketmq_broker_commitlog_diff", max(0, lag), slave=slave)
+
+    def _routing(self, gauge) -> None:
+        status = self.metrics.routing_status()
+        if status is None:
+            return
+        gauge("ferrymq_raft_voter", 1 if status.voter else 0)
+        gauge("ferrymq_raft_is_leader", 1 if status.is_leader else 0)
+        gauge("ferrymq_raft_has_leader", 0 if status.leader is None else 1)
+        gauge("ferrymq_raft_term", status.term)
+        gauge("ferrymq_raft_commit_index", status.commit_index)
+
+
+def consuming_pairs(offsets: ConsumerOffsets, pop_state: PopState) -> set[tuple[str, str]]:
+    """(group, topic) pairs with a committed offset or a POP cursor: the groups that
+    consume the topic on this node."""
+    # ConsumerOffsets keeps its table private; this read-only pass is the one outside user.
+    committed = offsets._offsets
+    pairs = {(group, topic) for group, topic, _ in committed}
+    pairs.update((group, topic) for group, topic, _ in pop_state.cursors)
+    return pairs
+
+
+def consumed_position(
+    offsets: ConsumerOffsets, pop_state: PopState, group: str, topic: str, queue_id: int
+) -> tuple[int, int]:
+    """(consumer offset, in flight) of a queue, as Admin's GroupProgress computes them: a
+    POP cursor, when there is one, is where everything below is consumed."""
+    cursor = pop_state.cursor((group, topic, queue_id))
+    if cursor is not None:
+        return cursor.consumed_below, len(cursor.in_flight)
+    committed = offsets.get(group, topic, queue_id)
+    return (committed if committed is not None else 0), 0
