@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--data", help="data directory (overrides the config)")
     node.add_argument("--port", type=int, help="client gRPC port, 0 for any (overrides)")
 
+    failover = commands.add_parser(
+        "failover", parents=[common], help="move a broker group's mastership (planned switchover)"
+    )
+    failover.add_argument("--group", required=True, help="broker group")
+    failover.add_argument("--to", default="", help="target node (default: most caught up)")
+    failover.set_defaults(handler=failover_command)
     topic = commands.add_parser("topic", help="create, list, describe, delete topics")
     topics = topic.add_subparsers(dest="action", required=True)
     create = topics.add_parser("create", parents=[common])
@@ -296,6 +302,23 @@ def cluster_status_command(args) -> int:
                 for n in status.nodes
             ],
         )
+    )
+    return 0
+
+
+def failover_command(args) -> int:
+    with admin_of(args) as admin:
+        new_master, epoch, paused_ms = admin.failover(args.group, args.to)
+    show(
+        args,
+        {
+            "broker_group": args.group,
+            "master": new_master,
+            "epoch": epoch,
+            "writes_unavailable_ms": paused_ms,
+        },
+        f"{args.group}: master is now {new_master} (epoch {epoch}); "
+        f"writes were paused for {paused_ms} ms",
     )
     return 0
 

@@ -10,11 +10,14 @@ same on every node once the call returns OK. Status codes follow google.rpc: 0 O
 
 from __future__ import annotations
 
+import grpc
+
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
 from node.consumer_offsets import ConsumerOffsets
 from node.group_members import GroupMembers
 from node.pop_state import PopState
+from node.replication import ReplicationRole, SwitchoverError
 from node.topics import MessageType, Permission, TopicError, TopicTable
 from routing.commands import (
     CommandResult,
@@ -103,8 +106,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         broker_group: str,
         routing: RoutingReplica,
         node_id: str = "",
+        replication: ReplicationRole | None = None,
     ) -> None:
         self.routing = routing
+        self.replication = replication
         self.node_id = node_id
         self.members = members
         self.store = store
@@ -259,6 +264,36 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             voters=voters,
             broker_groups=broker_groups,
             answered_by=self.node_id,
+        )
+
+    async def Failover(self, request, context):
+        """Planned switchover of a broker group's master (``ferrymq failover``): the
+        master pauses writes, waits until the target has its whole log, and has routing
+        elect it. Any node takes the request and hands it to the group's master."""
+        group = self.routing.state.broker_groups.get(request.broker_group)
+        if group is None:
+            return api.FailoverResponse(
+                status=api.Status(
+                    code=5, message=f"broker group {request.broker_group} is not known"
+                )
+            )
+        if group.master != self.node_id:
+            master = self.routing.state.master_of(group.name)
+            if master is None:
+                return api.FailoverResponse(
+                    status=api.Status(code=UNAVAILABLE, message="the group has no master now")
+                )
+            async with grpc.aio.insecure_channel(master.grpc_address) as channel:
+                return await admin_pb2_grpc.AdminStub(channel).Failover(request, timeout=30)
+        try:
+            new_master, epoch, paused_ms = await self.replication.switchover(
+                request.target_node or None
+            )
+        except SwitchoverError as error:
+            code = UNAVAILABLE if error.reason in ("TIMEOUT", "ROUTING_UNAVAILABLE") else 9
+            return api.FailoverResponse(status=api.Status(code=code, message=str(error)))
+        return api.FailoverResponse(
+            status=OK, new_master=new_master, epoch=epoch, writes_unavailable_ms=int(paused_ms)
         )
 
     async def GroupProgress(self, request, context):

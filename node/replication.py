@@ -26,7 +26,7 @@ from ha.master import ReplicationMaster
 from ha.slave import ReplicationSlave
 from node.config import NodeConfig, ReplicationMode
 from node.metrics import ReplicationStatus
-from routing.commands import AlterInSync, ReportMasterLost
+from routing.commands import AlterInSync, ElectMaster, ReportMasterLost
 from routing.replica import RoutingReplica, RoutingUnavailable
 from store.message import Message
 from store.message_store import MessageStore
@@ -34,6 +34,18 @@ from store.results import PutResult, PutStatus
 
 log = logging.getLogger("ferrymq.replication")
 IN_SYNC_CHECK_S = 0.2
+
+
+SWITCHOVER_CATCH_UP_S = 5.0
+
+
+class SwitchoverError(Exception):
+    """A planned switchover could not be done; nothing changed (writes resumed)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
 
 
 class ReplicationRole:
@@ -75,6 +87,7 @@ class ReplicationRole:
         self._pending_in_sync: frozenset[str] = frozenset()
         self._reported_epoch = -1
         self._switching = asyncio.Lock()
+        self.fenced: str | None = None  # why writes pause (a planned switchover)
         store.writes_refused = "this node has not joined its broker group yet"
 
     # ---- routing view ------------------------------------------------------------------
@@ -153,6 +166,8 @@ class ReplicationRole:
         """Why a put must be refused now, or None."""
         if not self.is_master:
             return PutStatus.SERVICE_NOT_AVAILABLE, self.store.writes_refused or "not the master"
+        if self.fenced is not None:
+            return PutStatus.SERVICE_NOT_AVAILABLE, self.fenced
         if time.monotonic() - self.lease_renewed_at > self.lease_s * 2 / 3:
             # The controller may be electing another master: stop before it can.
             return PutStatus.SERVICE_NOT_AVAILABLE, (
@@ -238,6 +253,52 @@ class ReplicationRole:
         )
         if result.ok or result.reason == "STALE":
             self._reported_epoch = group.epoch
+
+    async def switchover(self, target: str | None) -> tuple[str, int, float]:
+        """Hand mastership to ``target`` (the most caught-up in-sync slave when None)
+        without losing an acknowledged write: pause writes, wait until the target has
+        every byte of this log, elect it through routing. (new master, epoch, ms writes
+        were paused)."""
+        group = self._group()
+        if not self.is_master or group is None or group.master != self.config.id:
+            raise SwitchoverError("NOT_MASTER", "this node is not its group's master")
+        slaves = [n for n in group.in_sync if n != self.config.id and n in self.master.links]
+        if target is None:
+            if not slaves:
+                raise SwitchoverError("NO_CANDIDATE", "no connected in-sync slave to hand over to")
+            target = max(slaves, key=lambda n: (self.master.links[n].acked, n))
+        elif target not in slaves:
+            raise SwitchoverError(
+                "NOT_IN_SYNC", f"{target} is not a connected in-sync slave of {group.name}"
+            )
+        paused_at = time.monotonic()
+        self.fenced = f"switchover of {group.name} to {target} in progress"
+        try:
+            await asyncio.sleep(0)  # puts already past the check append in this turn
+            end = self.store.commitlog.write_offset
+            deadline = paused_at + SWITCHOVER_CATCH_UP_S
+            while self.master.links.get(target) is None or self.master.links[target].acked < end:
+                if time.monotonic() > deadline:
+                    raise SwitchoverError("TIMEOUT", f"{target} did not catch up to {end}")
+                await asyncio.sleep(0.005)
+            result = await self.routing.submit(
+                ElectMaster(group.name, target, group.epoch, "planned switchover")
+            )
+            if not result.ok:
+                raise SwitchoverError(result.reason, result.detail)
+        except RoutingUnavailable as error:
+            raise SwitchoverError("ROUTING_UNAVAILABLE", error.detail) from None
+        finally:
+            self.fenced = None  # a demoted node refuses writes as a slave from here on
+        paused_ms = (time.monotonic() - paused_at) * 1000
+        log.warning(
+            "switchover: %s -> %s (epoch %d) in %.0f ms",
+            self.config.id,
+            target,
+            group.epoch + 1,
+            paused_ms,
+        )
+        return target, group.epoch + 1, paused_ms
 
     def status(self) -> ReplicationStatus:
         """What the metrics export about replication (read at scrape time)."""

@@ -138,6 +138,7 @@ class Node:
                 config.group,
                 self.routing,
                 config.id,
+                self.replication,
             ),
             self.server,
         )

@@ -5,6 +5,7 @@ as master again, and a master cut off from the routing majority fencing itself."
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
@@ -16,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from ferrymq.cli import main
 from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer
 from ferrymq.cluster import ClusterPlan, NodePlan, cluster_up, is_running
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -336,3 +338,54 @@ def test_a_master_cut_off_from_the_routing_majority_stops_taking_writes(cluster)
             os.kill(node.pid, signal.SIGCONT)
     print(f"master fenced itself {fenced_s * 1000:.0f} ms after losing the routing majority")
     assert fenced_s <= 3.0  # the lease
+
+
+def test_planned_switchover_loses_nothing_and_reports_the_pause(cluster, capsys):
+    start, _ = cluster
+    plan = start()
+    access = ",".join(n.grpc for n in plan.nodes)
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("moving", 2)
+        admin.create_group("movers")
+    master = master_of(plan)
+    target = next(n for n in plan.nodes if n.id != master.id)
+    acknowledged: list[str] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        with Producer(access, timeout_s=3) as producer:
+            i = 0
+            while not stop.is_set():
+                with contextlib.suppress(FerryError):
+                    producer.send(Message("moving", b"s-%d" % i))
+                    acknowledged.append(f"s-{i}")
+                i += 1
+
+    worker = threading.Thread(target=produce)
+    worker.start()
+    try:
+        until(lambda: len(acknowledged) > 100, 30, "load before the switchover")
+        # Through a node that is not the master: it hands the request over.
+        code = main(["failover", "--group", "group-1", "--to", target.id, "--server", target.grpc])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert f"master is now {target.id} (epoch 2)" in out and "writes were paused for" in out
+        count = len(acknowledged)
+        until(lambda: len(acknowledged) > count + 100, 20, "writes on the new master")
+    finally:
+        stop.set()
+        worker.join(30)
+    status = status_of(target)
+    (group,) = status.broker_groups
+    assert group.master == target.id and group.epoch == 2
+    with PullConsumer(target.grpc, "movers") as consumer:
+        consumer.assign("moving", [0, 1])
+        stored = set()
+        while batch := consumer.poll(wait_s=1):
+            stored.update(m.body.decode() for m in batch)
+    assert not [body for body in acknowledged if body not in stored]
+    # The old master follows the new one and stays byte-identical.
+    wait_identical(plan, at_least=1)
+    with Admin(target.grpc) as admin, pytest.raises(FerryError) as refused:
+        admin.failover("group-1", "nobody")
+    assert refused.value.code_name == "FAILED_PRECONDITION"

@@ -309,6 +309,16 @@ class Admin:
             ),
         )
 
+    def failover(self, broker_group: str, target_node: str = "") -> tuple[str, int, int]:
+        """Planned switchover: (new master, its epoch, ms writes were paused)."""
+        answer = self.connection.call(
+            self.stub.Failover,
+            api.FailoverRequest(broker_group=broker_group, target_node=target_node),
+            timeout_s=60,
+        )
+        check_admin(answer.status)
+        return answer.new_master, answer.epoch, answer.writes_unavailable_ms
+
     def close(self) -> None:
         self.endpoints.close()
 
