@@ -37,7 +37,9 @@ import time
 
 import grpc
 
+from ferrymq.client import Message, Producer
 from ferrymq.client.messages import decode_records
+from ferrymq.client.produce_records import encode_record
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -102,6 +104,71 @@ def batch_requests(count: int, per_request: int, start: int) -> list[rpc.SendMes
     return requests
 
 
+def sdk_message(i: int) -> Message:
+    """What ``wire_message`` sends, as an SDK user writes it."""
+    return Message(
+        TOPIC, BODY, tag="TagA" if i % 2 else "TagB", keys=[f"key-{i}"], message_id=f"BE{i:032X}"
+    )
+
+
+def produce_requests(count: int, per_request: int, start: int) -> list[data.ProduceRequest]:
+    """Data.Produce requests as the SDK builds them (records encoded up front, as the
+    SendMessage phases build their protobuf messages up front)."""
+    requests = []
+    born_ms = time.time_ns() // 1_000_000
+    for r in range(count):
+        first = start + r * per_request
+        records = b"".join(
+            encode_record(sdk_message(first + i), pb.NORMAL, born_ms) for i in range(per_request)
+        )
+        requests.append(
+            data.ProduceRequest(
+                topic=TOPIC, queue_id=r % QUEUES, count=per_request, records=records, atomic=True
+            )
+        )
+    return requests
+
+
+async def produce_all(stub, requests, in_flight: int) -> float:
+    queue = iter(requests)
+
+    async def worker() -> None:
+        for request in queue:
+            answer = await stub.Produce(request)
+            assert answer.code == pb.OK and len(answer.offsets) == request.count, answer.message
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    return time.perf_counter() - started
+
+
+async def sdk_send_batches(producer: Producer, batches, in_flight: int) -> float:
+    queue = iter(batches)
+
+    async def worker() -> None:
+        for batch in queue:
+            receipts = await producer.send_batch_async(batch)
+            assert len(receipts) == len(batch)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    return time.perf_counter() - started
+
+
+async def sdk_send_each(producer: Producer, messages, in_flight: int) -> float:
+    """``in_flight`` callers, each awaiting ``send_async`` of one message at a time."""
+    queue = iter(messages)
+
+    async def caller() -> None:
+        for message in queue:
+            receipt = await producer.send_async(message)
+            assert receipt.queue_offset >= 0
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(in_flight)))
+    return time.perf_counter() - started
+
+
 async def send_all(stub, requests, in_flight: int) -> float:
     """Send every request with ``in_flight`` outstanding; seconds taken."""
     queue = iter(requests)
@@ -123,6 +190,15 @@ async def latencies(stub, requests) -> list[float]:
         answer = await stub.SendMessage(request)
         took.append(time.perf_counter() - started)
         assert answer.status.code == pb.OK
+    return took
+
+
+async def sdk_latencies(producer: Producer, messages) -> list[float]:
+    took = []
+    for message in messages:
+        started = time.perf_counter()
+        await producer.send_async(message)
+        took.append(time.perf_counter() - started)
     return took
 
 
@@ -225,16 +301,37 @@ async def measure(address: str, quick: bool) -> dict:
         figures: dict = {}
         sent = 0
 
+        data_stub = data_pb2_grpc.DataStub(channel)
+        producer = Producer(address)
         await send_all(stub, single_requests(2000, 10**9), 64)  # warm up both sides
+        await produce_all(data_stub, produce_requests(16, 128, 2 * 10**9), 8)
+        await sdk_send_each(producer, [sdk_message(3 * 10**9 + i) for i in range(2000)], 256)
 
-        batches = batch_requests(100 * scale, 128, sent)
-        seconds = await send_all(stub, batches, 8)
+        batches = produce_requests(100 * scale, 128, sent)
+        seconds = await produce_all(data_stub, batches, 8)
         figures["batch_send_msgs_per_s"] = round(len(batches) * 128 / seconds)
         sent += len(batches) * 128
 
+        sdk_batches = [
+            [sdk_message(sent + r * 128 + i) for i in range(128)] for r in range(100 * scale)
+        ]
+        seconds = await sdk_send_batches(producer, sdk_batches, 8)
+        figures["batch_send_sdk_msgs_per_s"] = round(len(sdk_batches) * 128 / seconds)
+        sent += len(sdk_batches) * 128
+
+        batches = batch_requests(100 * scale, 128, sent)
+        seconds = await send_all(stub, batches, 8)
+        figures["batch_send_message_rpc_msgs_per_s"] = round(len(batches) * 128 / seconds)
+        sent += len(batches) * 128
+
+        messages = [sdk_message(sent + i) for i in range(20_000 * scale)]
+        seconds = await sdk_send_each(producer, messages, 256)
+        figures["single_send_256_inflight_msgs_per_s"] = round(len(messages) / seconds)
+        sent += len(messages)
+
         singles = single_requests(20_000 * scale, sent)
         seconds = await send_all(stub, singles, 256)
-        figures["single_send_256_inflight_msgs_per_s"] = round(len(singles) / seconds)
+        figures["single_send_256_inflight_one_rpc_msgs_per_s"] = round(len(singles) / seconds)
         sent += len(singles)
 
         took = await latencies(stub, single_requests(2000 * scale, sent))
@@ -243,7 +340,13 @@ async def measure(address: str, quick: bool) -> dict:
         figures["single_send_p50_us"] = round(statistics.median(took) * 1e6)
         figures["single_send_p99_us"] = round(took[int(len(took) * 0.99)] * 1e6)
 
-        count, seconds = await fetch_everything(data_pb2_grpc.DataStub(channel))
+        took = await sdk_latencies(producer, [sdk_message(sent + i) for i in range(2000 * scale)])
+        sent += len(took)
+        took.sort()
+        figures["single_send_sdk_p50_us"] = round(statistics.median(took) * 1e6)
+        producer.close()
+
+        count, seconds = await fetch_everything(data_stub)
         figures["pull_msgs_per_s"] = round(count / seconds)
         figures["pull_messages"] = count
         count, seconds = await pull_everything(stub)
