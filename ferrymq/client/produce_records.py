@@ -12,6 +12,7 @@ import re
 import struct
 
 from ferrymq.client.messages import Message
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from store.message import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
@@ -26,6 +27,8 @@ from store.message import (
 RECORD_HEAD = struct.Struct(">iHq")  # body length, properties length, born timestamp ms
 MAX_RECORDS = 4096  # per request, as the node accepts
 KEY = re.compile(r"\S+")
+SEP, END = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+TYPE_TEXT = {value: str(value) for value in pb.MessageType.values()}
 
 
 class RecordError(ValueError):
@@ -34,27 +37,24 @@ class RecordError(ValueError):
 
 def encode_record(message: Message, message_type: int, born_ms: int) -> bytes:
     """The produce record of ``message`` (``message_type``: apache.rocketmq.v2.MessageType)."""
-    pairs = [PROPERTY_UNIQ_KEY, message.message_id, PROPERTY_MESSAGE_TYPE, str(message_type)]
+    parts = [PROPERTY_UNIQ_KEY, SEP, message.message_id, END, PROPERTY_MESSAGE_TYPE, SEP]
+    parts += (TYPE_TEXT.get(message_type) or str(message_type), END)
     if message.tag is not None:
-        pairs += (PROPERTY_TAGS, message.tag)
+        parts += (PROPERTY_TAGS, SEP, message.tag, END)
     if message.keys:
         for key in message.keys:
             if not KEY.fullmatch(key):
                 raise RecordError(f"key {key!r} is empty or has spaces")
-        pairs += (PROPERTY_KEYS, " ".join(message.keys))
+        parts += (PROPERTY_KEYS, SEP, " ".join(message.keys), END)
     if message.message_group is not None:
-        pairs += (PROPERTY_MESSAGE_GROUP, message.message_group)
+        parts += (PROPERTY_MESSAGE_GROUP, SEP, message.message_group, END)
     if message.properties:
         for name, value in message.properties.items():
             if name in SYSTEM_PROPERTY_NAMES:
                 raise RecordError(f"user property {name!r} is a reserved name")
-            pairs += (name, value)
-    text = "".join(
-        f"{pairs[i]}{NAME_VALUE_SEPARATOR}{pairs[i + 1]}{PROPERTY_SEPARATOR}"
-        for i in range(0, len(pairs), 2)
-    )
-    properties = text.encode()
-    body = message.body
+            parts += (name, SEP, value, END)
+    properties = "".join(parts).encode()
     if len(properties) > 0xFFFF:
         raise RecordError(f"properties are {len(properties)} bytes")
-    return RECORD_HEAD.pack(len(body), len(properties), born_ms) + body + properties
+    body = message.body
+    return b"".join((RECORD_HEAD.pack(len(body), len(properties), born_ms), body, properties))
