@@ -53,14 +53,16 @@ def prepare(message: Message, topic_prefix: bytes, properties: bytes) -> Prepare
     batch computes once per topic. Runs once per message on every put: kept lean."""
     props = message.properties
     keys_raw = props.get(PROPERTY_KEYS)
+    unique = props.get(PROPERTY_UNIQ_KEY)
     if keys_raw:
         parts = keys_raw.split(KEY_SEPARATOR)
-        keys: tuple[str, ...] = tuple(k for k in parts if k) if "" in parts else tuple(parts)
+        if "" in parts:
+            parts = [k for k in parts if k]
+        if unique:
+            parts.append(unique)
+        keys: tuple[str, ...] = tuple(parts)
     else:
-        keys = ()
-    unique = props.get(PROPERTY_UNIQ_KEY)
-    if unique:
-        keys = (*keys, unique)
+        keys = (unique,) if unique else ()
     tail = topic_prefix + len(properties).to_bytes(2, "big") + properties
     if message.topic == TIMER_TOPIC:
         tag_code = timer_delivery_ms(props)
