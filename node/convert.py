@@ -11,17 +11,21 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
+import struct
 import zlib
 
 from google.protobuf import timestamp_pb2
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from store.message import (
+    NAME_VALUE_SEPARATOR,
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_MESSAGE_TYPE,
+    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_ID,
     PROPERTY_UNIQ_KEY,
     SYSTEM_PROPERTY_NAMES,
     Message,
@@ -166,3 +170,70 @@ def to_wire_message(
         system_properties=system,
         body=stored.body,
     )
+
+
+# ---- Data.Produce records (ferrymq/client/produce_records.py has the layout) ----------
+PRODUCE_HEAD = struct.Struct(">iHq")  # body length, properties length, born timestamp ms
+PRODUCE_HEAD_SIZE = PRODUCE_HEAD.size
+# Set by the node on its own paths (timers, transactions), never by a produce record.
+PRODUCE_FORBIDDEN_NAMES = frozenset({PROPERTY_DELIVERY_TIME_MS, PROPERTY_TRANSACTION_ID})
+KEYS_TEXT = re.compile(r"\S+(?: \S+)*")  # KEYS: keys without whitespace, one space apart
+
+
+class MalformedRecords(ValueError):
+    """The records cannot be split from this one on: it and every later one are refused."""
+
+
+def produce_record_at(records: bytes, position: int) -> tuple[int, bytes, bytes, int]:
+    """The produce record at ``position``: (next position, body, encoded properties, born
+    timestamp). ``MalformedRecords`` when its lengths do not fit the buffer."""
+    if position + PRODUCE_HEAD_SIZE > len(records):
+        raise MalformedRecords(f"record at byte {position} is cut short")
+    body_length, properties_length, born_ms = PRODUCE_HEAD.unpack_from(records, position)
+    body_at = position + PRODUCE_HEAD_SIZE
+    properties_at = body_at + body_length
+    end = properties_at + properties_length
+    if body_length < 0 or end > len(records):
+        raise MalformedRecords(f"record at byte {position} has lengths beyond the request")
+    return end, records[body_at:properties_at], records[properties_at:end], born_ms
+
+
+def produce_properties(raw: bytes) -> dict[str, str]:
+    """A produce record's encoded properties as a dict; ``InvalidRequest`` unless they are
+    UTF-8 ``name 0x01 value 0x02`` pairs with distinct, non-empty names."""
+    try:
+        pairs = raw.decode().split(PROPERTY_SEPARATOR)
+        if pairs.pop():
+            raise ValueError("properties do not end with a separator")
+        # Exactly one NAME_VALUE_SEPARATOR per pair, or dict() refuses the pair.
+        properties = dict(pair.split(NAME_VALUE_SEPARATOR) for pair in pairs)
+        if len(properties) != len(pairs) or "" in properties:
+            raise ValueError("a property name is empty or repeated")
+    except ValueError as error:  # UnicodeDecodeError included
+        raise InvalidRequest(
+            pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"properties are not name/value pairs: {error}"
+        ) from None
+    return properties
+
+
+def check_produce_properties(properties: dict[str, str], message_type_text: str) -> None:
+    """What ``to_store_message`` checks, on a produce record's properties."""
+    if not properties.get(PROPERTY_UNIQ_KEY):
+        raise InvalidRequest(pb.ILLEGAL_MESSAGE_ID, "UNIQ_KEY (the message id) is required")
+    if properties.get(PROPERTY_MESSAGE_TYPE) != message_type_text:
+        raise InvalidRequest(
+            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"message type {properties.get(PROPERTY_MESSAGE_TYPE)!r} is not the topic's "
+            f"{message_type_text!r}",
+        )
+    tag = properties.get(PROPERTY_TAGS)
+    if tag is not None and not tag_is_valid(tag):
+        raise InvalidRequest(pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is empty or contains '|'")
+    keys = properties.get(PROPERTY_KEYS)
+    if keys is not None and not KEYS_TEXT.fullmatch(keys):
+        raise InvalidRequest(pb.ILLEGAL_MESSAGE_KEY, f"keys {keys!r}: empty or with whitespace")
+    if PRODUCE_FORBIDDEN_NAMES.intersection(properties):
+        bad = next(n for n in properties if n in PRODUCE_FORBIDDEN_NAMES)
+        raise InvalidRequest(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {bad!r} is reserved")
+    if properties.get(PROPERTY_MESSAGE_GROUP) == "":
+        raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "message_group is empty")

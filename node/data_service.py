@@ -1,8 +1,14 @@
-"""ferrymq's ``Data`` service: bulk reads of stored records (``proto/ferrymq/data.proto``).
+"""ferrymq's ``Data`` service: bulk reads and writes of records (``proto/ferrymq/data.proto``).
 
 One Fetch answers with up to thousands of records of one queue as they lie in the
 CommitLog, concatenated, so a reader pays one gRPC message per batch instead of one per
 message (PullMessage's shape). Offsets stay the caller's; long polling as PullMessage.
+
+One Produce carries up to thousands of produce records (``ferrymq/client/produce_records.py``)
+whose properties are already in the store's encoding: each record gets SendMessage's checks
+and the store's (``MessageStore.prepare``) and its own status; the valid ones are appended
+as one batch (or, for an ``atomic`` request, nothing when any record is refused), and the
+answer is a packed list of queue offsets.
 
 Thread-safety: handlers run on the node's event loop.
 """
@@ -10,13 +16,25 @@ Thread-safety: handlers run on the node's event loop.
 from __future__ import annotations
 
 import asyncio
+import zlib
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2_grpc
+from node.convert import (
+    MESSAGE_TYPE_TEXT,
+    InvalidRequest,
+    MalformedRecords,
+    born_host_bytes,
+    check_produce_properties,
+    produce_properties,
+    produce_record_at,
+)
 from node.long_polling import QueueWaiters
-from node.rpc_status import topic_error_status
-from node.topics import TopicError, TopicTable
+from node.rpc_status import store_failure, topic_error_status
+from node.topics import MessageType, Permission, TopicError, TopicTable
+from store.errors import InvalidMessageError
+from store.message import NO_HOST, PROPERTY_MESSAGE_GROUP, Message
 from store.message_store import MessageStore
 from store.results import GetStatus
 
@@ -24,10 +42,37 @@ MAX_MESSAGES = 4096
 DEFAULT_MESSAGES = 1024
 DEFAULT_BYTES = 4 << 20
 MAX_WAIT_MS = 60_000
+MAX_PRODUCE_RECORDS = 4096
+PRODUCE_TYPES = {MessageType.NORMAL: pb.NORMAL, MessageType.FIFO: pb.FIFO}
+# The store's refusals (``InvalidMessageError.reason``) as wire codes.
+STORE_REASON_CODES = {
+    "TOPIC_INVALID": pb.ILLEGAL_TOPIC,
+    "BODY_TOO_LARGE": pb.MESSAGE_BODY_TOO_LARGE,
+    "PROPERTIES_TOO_LARGE": pb.MESSAGE_PROPERTIES_TOO_LARGE,
+    "PROPERTY_INVALID": pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
+}
 
 
 def answer(code: int, message: str = "", **fields) -> api.FetchResponse:
     return api.FetchResponse(code=code, message=message or pb.Code.Name(code), **fields)
+
+
+def produce_refused(count: int, code: int, message: str) -> api.ProduceResponse:
+    """Every record refused for the same reason (the request as a whole is wrong)."""
+    message = message or pb.Code.Name(code)
+    count = count if 0 <= count <= MAX_PRODUCE_RECORDS else 0
+    return api.ProduceResponse(
+        code=code,
+        message=message,
+        offsets=[-1] * count,
+        failures=[api.ProduceFailure(index=i, code=code, message=message) for i in range(count)],
+    )
+
+
+def peer_host(context) -> bytes:
+    """BORNHOST of a produce request: the peer's IPv4 address and port (else zeros)."""
+    peer = context.peer() if context is not None else ""
+    return born_host_bytes(peer[5:]) if peer.startswith("ipv4:") else NO_HOST
 
 
 class DataService(data_pb2_grpc.DataServicer):
@@ -81,3 +126,124 @@ class DataService(data_pb2_grpc.DataServicer):
             if wait_s <= 0:
                 return answer(pb.MESSAGE_NOT_FOUND, next_offset=request.offset, **bounds)
             await self.waiters.wait(topic.name, request.queue_id, wait_s)
+
+    async def Produce(self, request, context):
+        count = request.count
+        if not 1 <= count <= MAX_PRODUCE_RECORDS:
+            return produce_refused(count, pb.BAD_REQUEST, f"count must be 1..{MAX_PRODUCE_RECORDS}")
+        if not self.topics.master:
+            return produce_refused(
+                count, pb.HA_NOT_AVAILABLE, "this node is a slave: query the route again"
+            )
+        try:
+            topic = self.topics.topic(request.topic)
+        except TopicError as error:
+            refused = topic_error_status(error)
+            return produce_refused(count, refused.code, refused.message)
+        if topic.permission is Permission.READ:
+            return produce_refused(count, pb.FORBIDDEN, f"topic {topic.name} is read-only")
+        message_type = PRODUCE_TYPES.get(topic.message_type)
+        if message_type is None:
+            return produce_refused(
+                count,
+                pb.UNSUPPORTED,
+                f"topic {topic.name} is {topic.message_type.value}: send with SendMessage",
+            )
+        fifo = topic.message_type is MessageType.FIFO
+        queue_id, queue_count = request.queue_id, topic.queue_count
+        if not fifo and not 0 <= queue_id < queue_count:
+            return produce_refused(
+                count, pb.BAD_REQUEST, f"queue {queue_id} does not exist in {topic.name}"
+            )
+        type_text = MESSAGE_TYPE_TEXT[message_type]
+        born_host = peer_host(context)
+        body_limit = self.store.config.max_message_body_bytes
+        prepare = self.store.prepare
+        name = topic.name
+        records = request.records
+        prepared = []
+        stored_indexes = []
+        failures: list[api.ProduceFailure] = []
+        position = 0
+        for index in range(count):
+            try:
+                position, body, raw, born_ms = produce_record_at(records, position)
+                properties = produce_properties(raw)
+                if not body:
+                    raise InvalidRequest(pb.MESSAGE_BODY_EMPTY, "message body is empty")
+                if len(body) > body_limit:
+                    raise InvalidRequest(
+                        pb.MESSAGE_BODY_TOO_LARGE,
+                        f"body is {len(body)} bytes, the limit is {body_limit}",
+                    )
+                check_produce_properties(properties, type_text)
+                if fifo:
+                    # One group, one queue: that is what keeps a group's messages in order.
+                    group = properties.get(PROPERTY_MESSAGE_GROUP)
+                    if not group:
+                        raise InvalidRequest(
+                            pb.ILLEGAL_MESSAGE_GROUP, "FIFO messages need a message_group"
+                        )
+                    queue_id = zlib.crc32(group.encode()) % queue_count
+                message = Message(name, body, queue_id, properties, 0, 0, born_ms, born_host)
+                prepared.append(prepare(message, raw))
+                stored_indexes.append(index)
+            except InvalidRequest as error:
+                failures.append(
+                    api.ProduceFailure(index=index, code=error.code, message=str(error))
+                )
+            except InvalidMessageError as error:
+                code = STORE_REASON_CODES.get(error.reason, pb.BAD_REQUEST)
+                failures.append(api.ProduceFailure(index=index, code=code, message=str(error)))
+            except MalformedRecords as error:
+                failures.extend(
+                    api.ProduceFailure(index=i, code=pb.BAD_REQUEST, message=str(error))
+                    for i in range(index, count)
+                )
+                break
+        else:
+            if position != len(records):
+                return produce_refused(
+                    count,
+                    pb.BAD_REQUEST,
+                    f"{len(records) - position} bytes after the {count} records the count names",
+                )
+        if failures and request.atomic and prepared:
+            first = failures[0]
+            reason = f"not stored: record {first.index} of this atomic request was refused"
+            failures.extend(
+                api.ProduceFailure(index=i, code=first.code, message=reason) for i in stored_indexes
+            )
+            failures.sort(key=lambda failure: failure.index)
+            prepared, stored_indexes = [], []
+        if not prepared:
+            return api.ProduceResponse(
+                code=failures[0].code,
+                message=failures[0].message,
+                offsets=[-1] * count,
+                failures=failures,
+            )
+        result = await self.store.put_prepared_async(prepared)
+        if not result.ok:
+            refused = store_failure(result)
+            failures.extend(
+                api.ProduceFailure(index=i, code=refused.code, message=refused.message)
+                for i in stored_indexes
+            )
+            failures.sort(key=lambda failure: failure.index)
+            return api.ProduceResponse(
+                code=failures[0].code,
+                message=failures[0].message,
+                offsets=[-1] * count,
+                failures=failures,
+            )
+        if not failures:
+            return api.ProduceResponse(
+                code=pb.OK, message="OK", offsets=[a.queue_offset for a in result.appended]
+            )
+        offsets = [-1] * count
+        for index, appended in zip(stored_indexes, result.appended, strict=True):
+            offsets[index] = appended.queue_offset
+        return api.ProduceResponse(
+            code=failures[0].code, message=failures[0].message, offsets=offsets, failures=failures
+        )

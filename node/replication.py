@@ -28,6 +28,7 @@ from node.config import NodeConfig, ReplicationMode
 from node.metrics import ReplicationStatus
 from routing.commands import AlterInSync, ElectMaster, ReportMasterLost
 from routing.replica import RoutingReplica, RoutingUnavailable
+from store.commitlog import PreparedMessage
 from store.message import Message
 from store.message_store import MessageStore
 from store.results import PutResult, PutStatus
@@ -341,10 +342,16 @@ class ReplicatedStore:
         return getattr(self._store, name)
 
     async def put_messages_async(self, messages: list[Message]) -> PutResult:
+        return await self._replicated(self._store.put_messages_async, messages)
+
+    async def put_prepared_async(self, batch: list[PreparedMessage]) -> PutResult:
+        return await self._replicated(self._store.put_prepared_async, batch)
+
+    async def _replicated(self, put, batch: list) -> PutResult:
         refusal = self._role.write_refusal()
         if refusal is not None:
             return PutResult(refusal[0], error=refusal[1])
-        result = await self._store.put_messages_async(messages)
+        result = await put(batch)
         master = self._role.master
         if not result.ok or not master.sync or not result.appended:
             return result

@@ -50,20 +50,27 @@ class PreparedMessage:
 
 def prepare(message: Message, topic_prefix: bytes, properties: bytes) -> PreparedMessage:
     """Encode what varies per message; ``topic_prefix`` is TOPICLENGTH + TOPIC, which a
-    batch computes once per topic."""
+    batch computes once per topic. Runs once per message on every put: kept lean."""
     props = message.properties
     keys_raw = props.get(PROPERTY_KEYS)
-    keys: tuple[str, ...] = tuple(k for k in keys_raw.split(KEY_SEPARATOR) if k) if keys_raw else ()
     unique = props.get(PROPERTY_UNIQ_KEY)
-    if unique:
-        keys = (*keys, unique)
+    if keys_raw:
+        parts = keys_raw.split(KEY_SEPARATOR)
+        if "" in parts:
+            parts = [k for k in parts if k]
+        if unique:
+            parts.append(unique)
+        keys: tuple[str, ...] = tuple(parts)
+    else:
+        keys = (unique,) if unique else ()
     tail = topic_prefix + len(properties).to_bytes(2, "big") + properties
+    if message.topic == TIMER_TOPIC:
+        tag_code = timer_delivery_ms(props)
+    else:
+        tags = props.get(PROPERTY_TAGS)
+        tag_code = tag_hash_code(tags) if tags else 0
     return PreparedMessage(
-        message,
-        tail,
-        record.HEADER_SIZE + len(message.body) + len(tail),
-        queue_tag_code(message.topic, props),
-        keys,
+        message, tail, record.HEADER_SIZE + len(message.body) + len(tail), tag_code, keys
     )
 
 

@@ -19,6 +19,7 @@ Thread-safety: written under the store's put lock; lookups are lock-free.
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
 import struct
@@ -34,6 +35,12 @@ SLOT_SIZE = 4
 ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = ENTRY.size
 assert ENTRY_SIZE == 20
+
+
+@functools.lru_cache(maxsize=256)
+def entries_struct(count: int) -> struct.Struct:
+    """``count`` entries back to back: ``put_all`` packs a batch's entries in one call."""
+    return struct.Struct(">" + "iqii" * count)
 
 
 def index_file_name(timestamp_ms: int) -> str:
@@ -124,6 +131,58 @@ class IndexFile:
         self.index_count = number + 1
         self.end_timestamp_ms = store_timestamp_ms
         return True
+
+    def put_all(self, entries: list[tuple[int, int, int]]) -> None:
+        """``put`` for many ``(key hash, physical offset, store time)`` entries at once:
+        every entry is written with one copy, then each slot touched once (its newest
+        entry), so the write order stays entries, slots, header (written by the caller,
+        who has checked that they all fit)."""
+        count = len(entries)
+        assert self.index_count + count - 1 <= self.entry_count, "index file overflow"
+        if not count:
+            return
+        if self.index_count == 1:
+            _, self.begin_physical_offset, self.begin_timestamp_ms = entries[0]
+        buffer = self.map
+        slot_count = self.slot_count
+        entries_at = HEADER_SIZE + slot_count * SLOT_SIZE
+        begin_ms = self.begin_timestamp_ms
+        read_slot = SLOT.unpack_from
+        first = number = self.index_count
+        used = self.used_slot_count
+        newest: dict[int, int] = {}  # slot position -> newest entry number written here
+        values: list[int] = []
+        add = values.extend
+        for key_hash, physical_offset, store_timestamp_ms in entries:
+            slot_at = HEADER_SIZE + (key_hash % slot_count) * SLOT_SIZE
+            previous = newest.get(slot_at)
+            if previous is None:
+                (previous,) = read_slot(buffer, slot_at)
+                if previous >= first:  # past the counted entries: see _last_counted
+                    previous = self._last_counted(previous)
+                if previous <= 0:
+                    previous = 0
+                    used += 1
+            newest[slot_at] = number
+            delta_s = (store_timestamp_ms - begin_ms) // 1000
+            add(
+                (
+                    key_hash - (1 << 32) if key_hash & 0x80000000 else key_hash,
+                    physical_offset,
+                    delta_s if delta_s > 0 else 0,
+                    previous,
+                )
+            )
+            number += 1
+        buffer[entries_at + first * ENTRY_SIZE : entries_at + number * ENTRY_SIZE] = entries_struct(
+            count
+        ).pack(*values)
+        write_slot = SLOT.pack_into
+        for slot_at, entry_number in newest.items():
+            write_slot(buffer, slot_at, entry_number)
+        self.index_count = number
+        self.used_slot_count = used
+        self.end_timestamp_ms = entries[-1][2]
 
     def _last_counted(self, number: int) -> int:
         """A slot can point past ``index_count`` when a process died after writing a

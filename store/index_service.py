@@ -74,6 +74,30 @@ class IndexService:
         Records below the newest file's end offset were indexed before and are skipped."""
         files = self.files
         skip_below = files[-1].end_physical_offset if files else 0
+        if files and not files[-1].is_full:
+            # The common case: every key fits the newest file, hashed and written in one
+            # pass (``put_all``); rolling to a new file takes the careful path below.
+            entries = []
+            add = entries.append
+            hash_of = index_key_hash
+            last = None
+            for request in requests:
+                keys = request.keys
+                if not keys or request.physical_offset < skip_below:
+                    continue
+                prefix = request.topic + "#"
+                physical = request.physical_offset
+                stored_ms = request.store_timestamp_ms
+                for key in keys:
+                    add((hash_of((prefix + key).encode()), physical, stored_ms))
+                last = request
+            target = files[-1]
+            if last is None:
+                return
+            if target.index_count + len(entries) - 1 <= target.entry_count:
+                target.put_all(entries)
+                target.write_header(last.physical_offset + last.size)
+                return
         target: IndexFile | None = None
         last = None
         for request in requests:

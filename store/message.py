@@ -148,6 +148,25 @@ def encode_properties(properties: dict[str, str]) -> bytes:
     return encoded
 
 
+def check_encoded_properties(raw: bytes, properties: dict[str, str]) -> None:
+    """Refuse ``raw`` unless it can be the encoding of ``properties`` (a caller that
+    already holds the encoded form, the node's Produce path, skips ``encode_properties``):
+    the same size limit, and exactly one of each separator per pair, as that checks."""
+    if len(raw) > PROPERTIES_MAX_BYTES:
+        raise InvalidMessageError(
+            "PROPERTIES_TOO_LARGE",
+            f"properties are {len(raw)} bytes, the limit is {PROPERTIES_MAX_BYTES}",
+        )
+    count = len(properties)
+    if (
+        raw.count(b"\x01") != count
+        or raw.count(b"\x02") != count
+        or (count and raw[-1] != 0x02)
+        or (raw and not count)
+    ):
+        raise InvalidMessageError("PROPERTY_INVALID", "encoded properties do not match their pairs")
+
+
 def decode_properties(raw: bytes) -> dict[str, str]:
     if not raw:
         return {}

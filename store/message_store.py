@@ -38,6 +38,7 @@ from store.index_service import IndexService
 from store.message import (
     Message,
     StoredMessage,
+    check_encoded_properties,
     encode_host,
     encode_properties,
     parse_offset_message_id,
@@ -81,19 +82,20 @@ class _AppendCombiner:
     def __init__(self, store: MessageStore, loop: asyncio.AbstractEventLoop) -> None:
         self._store = store
         self.loop = loop
-        self._pending: list[tuple[list[Message], asyncio.Future[PutResult]]] = []
+        # (messages, already prepared?, future), in submission order.
+        self._pending: list[tuple[list, bool, asyncio.Future[PutResult]]] = []
         self._requests_per_append = REQUESTS_PER_APPEND
         self._flushed_lock = threading.Lock()
         self._flushed: list[tuple[list[tuple[asyncio.Future[PutResult], PutResult]], bool]] = []
 
-    def submit(self, messages: list[Message]) -> asyncio.Future[PutResult]:
+    def submit(self, messages: list, prepared: bool = False) -> asyncio.Future[PutResult]:
         future: asyncio.Future[PutResult] = self.loop.create_future()
         if not messages:
             future.set_result(PutResult(PutStatus.OK))
             return future
         if not self._pending:
             self.loop.call_soon(self._drain)
-        self._pending.append((messages, future))
+        self._pending.append((messages, prepared, future))
         return future
 
     def _drain(self) -> None:
@@ -107,12 +109,15 @@ class _AppendCombiner:
         limit = store.config.max_batch_bytes
         chunk: list[tuple[asyncio.Future[PutResult], list[PreparedMessage]]] = []
         chunk_bytes = 0
-        for messages, future in pending:
-            try:
-                prepared = store._prepare(messages)
-            except InvalidMessageError as error:
-                future.set_result(_refused(error))
-                continue
+        for messages, is_prepared, future in pending:
+            if is_prepared:
+                prepared = messages
+            else:
+                try:
+                    prepared = store._prepare(messages)
+                except InvalidMessageError as error:
+                    future.set_result(_refused(error))
+                    continue
             size = prepared[0].size if len(prepared) == 1 else sum(p.size for p in prepared)
             if chunk and chunk_bytes + size > limit:
                 self._append(chunk)
@@ -426,6 +431,18 @@ class MessageStore:
         """``put_messages`` for asyncio callers. Requests submitted in the same loop
         iteration are appended as one batch (one lock, one dispatch pass, one group-commit
         wait) while each keeps its own validation and result; no thread is parked."""
+        return await self._combiner().submit(messages)
+
+    async def put_prepared_async(self, batch: list[PreparedMessage]) -> PutResult:
+        """``put_messages_async`` for messages that already passed ``prepare`` (each
+        refused one was answered on its own by the caller): one atomic batch."""
+        try:
+            self.check_batch_size(batch)
+        except InvalidMessageError as error:
+            return _refused(error)
+        return await self._combiner().submit(batch, prepared=True)
+
+    def _combiner(self) -> _AppendCombiner:
         loop = asyncio.get_running_loop()
         combiner = self._last_combiner
         if combiner is None or combiner.loop is not loop:
@@ -433,7 +450,7 @@ class MessageStore:
             if combiner is None:
                 combiner = self._combiners[loop] = _AppendCombiner(self, loop)
             self._last_combiner = combiner
-        return await combiner.submit(messages)
+        return combiner
 
     @staticmethod
     def _not_flushed(result: PutResult) -> PutResult:
@@ -484,36 +501,43 @@ class MessageStore:
         return PutResult(PutStatus.OK, appended), (end if self._group_commit is not None else None)
 
     def _prepare(self, messages: list[Message]) -> list[PreparedMessage]:
-        config = self.config
-        batch = []
-        total = 0
-        topics = self._topic_prefixes
-        for message in messages:
-            topic_prefix = topics.get(message.topic)
-            if topic_prefix is None:
-                # Validated once per topic name; bounded so hostile names cannot grow it.
-                if len(topics) >= TOPIC_CACHE_MAX:
-                    topics.clear()
-                topic_prefix = topics[message.topic] = topic_prefix_of(
-                    validate_topic(message.topic)
-                )
-            if len(message.body) > config.max_message_body_bytes:
-                raise InvalidMessageError(
-                    "BODY_TOO_LARGE",
-                    f"body is {len(message.body)} bytes, the limit is "
-                    f"{config.max_message_body_bytes}",
-                )
-            if not 0 <= message.queue_id < 1 << 31:
-                raise InvalidMessageError("QUEUE_ID_INVALID", f"queue id {message.queue_id}")
-            validate_header_fields(message)
-            prepared = prepare(message, topic_prefix, encode_properties(message.properties))
-            total += prepared.size
-            batch.append(prepared)
-        if total > config.max_batch_bytes:
-            raise InvalidMessageError(
-                "BATCH_TOO_LARGE", f"batch is {total} bytes, the limit is {config.max_batch_bytes}"
-            )
+        batch = [self.prepare(message) for message in messages]
+        self.check_batch_size(batch)
         return batch
+
+    def check_batch_size(self, batch: list[PreparedMessage]) -> None:
+        total = sum(p.size for p in batch)
+        if total > self.config.max_batch_bytes:
+            raise InvalidMessageError(
+                "BATCH_TOO_LARGE",
+                f"batch is {total} bytes, the limit is {self.config.max_batch_bytes}",
+            )
+
+    def prepare(self, message: Message, encoded_properties: bytes | None = None) -> PreparedMessage:
+        """Validate one message as every put does (topic, body size, queue id, header
+        fields, properties) and encode its variable part; ``InvalidMessageError`` says
+        what is wrong. ``encoded_properties``, when the caller holds them already, must be
+        ``message.properties`` encoded; they are checked instead of encoded again."""
+        topics = self._topic_prefixes
+        topic_prefix = topics.get(message.topic)
+        if topic_prefix is None:
+            # Validated once per topic name; bounded so hostile names cannot grow it.
+            if len(topics) >= TOPIC_CACHE_MAX:
+                topics.clear()
+            topic_prefix = topics[message.topic] = topic_prefix_of(validate_topic(message.topic))
+        limit = self.config.max_message_body_bytes
+        if len(message.body) > limit:
+            raise InvalidMessageError(
+                "BODY_TOO_LARGE", f"body is {len(message.body)} bytes, the limit is {limit}"
+            )
+        if not 0 <= message.queue_id < 1 << 31:
+            raise InvalidMessageError("QUEUE_ID_INVALID", f"queue id {message.queue_id}")
+        validate_header_fields(message)
+        if encoded_properties is None:
+            encoded_properties = encode_properties(message.properties)
+        else:
+            check_encoded_properties(encoded_properties, message.properties)
+        return prepare(message, topic_prefix, encoded_properties)
 
     # ---- reading -------------------------------------------------------------------
     def get_messages(

@@ -6,6 +6,15 @@ message group always goes to the same broker group. A failure that may mean a st
 (node down, a slave answering) refreshes the route before the retry, which is how a
 producer follows a failover.
 
+NORMAL and FIFO topics are written with ferrymq's ``Data.Produce`` (records encoded here,
+``produce_records.py``); DELAY and TRANSACTION topics with the official SendMessage.
+
+``send_async`` coalesces (``coalescer.py``): sends made while earlier requests to the same
+broker group are in flight travel together in the next request, Kafka-producer style (no
+linger, at most ``max_in_flight`` requests and ``max_batch_messages`` per request). Each
+send keeps its own receipt or its own error, and a message group is never in two requests
+at once, so a group's messages are stored in the order they were sent.
+
 A retried send carries the same message id, so if the first attempt was stored after all
 (a timeout after the write, say) the duplicate is recognisable by id. Non-retriable
 statuses (bad input, unknown topic) raise at once.
@@ -16,19 +25,39 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import weakref
 from collections.abc import Sequence
 
 import grpc
 
-from ferrymq.client.connection import DEFAULT_ADDRESS, Connection, transport_error
+from ferrymq.client.coalescer import Coalescer, producer_backoff
+from ferrymq.client.connection import (
+    DEFAULT_ADDRESS,
+    MAX_MESSAGE_BYTES,
+    Connection,
+    transport_error,
+)
 from ferrymq.client.errors import FerryError, check
 from ferrymq.client.messages import Message, SendReceipt
-from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints
+from ferrymq.client.produce_records import RecordError, encode_record
+from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints, QueueRef, TopicRoute
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from ferrymq.protocol.ferrymq import data_pb2 as data
+from ferrymq.protocol.ferrymq import data_pb2_grpc
 
 DEFAULT_ATTEMPTS = 3
-BACKOFF_S = 0.05
+PRODUCE_TYPES = frozenset({pb.NORMAL, pb.FIFO})  # what Data.Produce takes
+DEFAULT_MAX_IN_FLIGHT = 4
+DEFAULT_MAX_BATCH_MESSAGES = 128
+DEFAULT_MAX_BATCH_BYTES = 1 << 20
+
+
+def no_master(broker_group: str) -> FerryError:
+    return FerryError(
+        pb.HA_NOT_AVAILABLE, "HA_NOT_AVAILABLE", f"broker group {broker_group} has no master now"
+    )
 
 
 class Producer:
@@ -38,43 +67,101 @@ class Producer:
         *,
         max_attempts: int = DEFAULT_ATTEMPTS,
         timeout_s: float = 10.0,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
     ) -> None:
+        """``address``: one node, or several separated by commas."""
+        if max_in_flight < 1 or max_batch_messages < 1 or max_batch_bytes < 1:
+            raise ValueError("max_in_flight, max_batch_messages, max_batch_bytes must be >= 1")
         self.endpoints = Endpoints(address, timeout_s)
+        self.timeout_s = timeout_s
         self.max_attempts = max_attempts
+        self.max_in_flight = max_in_flight
+        self.max_batch_messages = max_batch_messages
+        self.max_batch_bytes = max_batch_bytes
         self._next_queue = itertools.count()
+        # Per event loop: its channels' stubs and one coalescer per (topic, broker group).
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @property
     def connection(self) -> Connection:
         """The access point's connection."""
         return self.endpoints.access
 
-    # ---- requests --------------------------------------------------------------------
-    def _request(
-        self, messages: Sequence[Message], refresh: bool = False
-    ) -> tuple[Connection, rpc.SendMessageRequest]:
-        """The request for ``messages`` and the master it goes to."""
+    # ---- where a request goes ----------------------------------------------------------
+    def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        try:
+            route = self.endpoints.route(topic, refresh)
+        except FerryError:
+            cached = self.endpoints.cached_route(topic)
+            if not refresh or cached is None:
+                raise
+            route = cached  # nobody answers routes now: the cached master may still be up
+        if not route.queues:
+            raise FerryError(pb.TOPIC_NOT_FOUND, "TOPIC_NOT_FOUND", f"{topic} has no queues")
+        return route
+
+    def next_queue(self, route: TopicRoute, broker_group: str | None = None) -> QueueRef:
+        """Round-robin over the topic's queues (of one broker group, when named), one step
+        per request."""
+        queues = route.queues
+        if broker_group is not None:
+            queues = tuple(q for q in queues if q.broker_group == broker_group)
+            if not queues:
+                raise no_master(broker_group)
+        return queues[next(self._next_queue) % len(queues)]
+
+    def _target(self, topic: str, group: str | None, refresh: bool) -> tuple[TopicRoute, QueueRef]:
+        route = self.route(topic, refresh)
+        # A message group always goes to one broker group (whose node picks its queue).
+        broker_group = route.broker_for_key(group) if group else None
+        return route, self.next_queue(route, broker_group)
+
+    @staticmethod
+    def _topic_of(messages: Sequence[Message]) -> str:
         if not messages:
             raise ValueError("nothing to send")
         topic = messages[0].topic
         if any(m.topic != topic for m in messages):
             raise ValueError("a batch goes to one topic")
-        route = self.endpoints.route(topic, refresh)
-        if not route.queues:
-            raise FerryError(pb.TOPIC_NOT_FOUND, "TOPIC_NOT_FOUND", f"{topic} has no queues")
-        group = messages[0].message_group
-        if group:
-            # The node picks the queue of a message group inside its broker group.
-            queue = next(q for q in route.queues if q.broker_group == route.broker_for_key(group))
-        else:
-            # One queue per request: a batch stays together; requests spread round-robin.
-            queue = route.queues[next(self._next_queue) % len(route.queues)]
-        wire = []
-        for message in messages:
-            sent = message.to_wire(route.message_type)
-            sent.system_properties.queue_id = queue.queue_id
-            wire.append(sent)
-        connection = self.endpoints.connection(route.masters[queue.broker_group])
-        return connection, rpc.SendMessageRequest(messages=wire)
+        return topic
+
+    def _requests(self, messages: Sequence[Message]):
+        """A function of ``refresh`` giving (master address, produce or send request)
+        for the next attempt; the records are encoded once."""
+        topic = self._topic_of(messages)
+        route = self.route(topic)
+        message_type = route.message_type
+        records = None
+        if message_type in PRODUCE_TYPES:
+            born_ms = time.time_ns() // 1_000_000
+            try:
+                records = b"".join([encode_record(m, message_type, born_ms) for m in messages])
+            except RecordError as error:
+                raise FerryError(pb.BAD_REQUEST, "BAD_REQUEST", str(error)) from None
+
+        def attempt(refresh: bool):
+            route, queue = self._target(topic, messages[0].message_group, refresh)
+            address = route.masters[queue.broker_group]
+            if records is not None:
+                return address, data.ProduceRequest(
+                    topic=topic,
+                    queue_id=queue.queue_id,
+                    atomic=True,
+                    count=len(messages),
+                    records=records,
+                )
+            wire = []
+            for message in messages:
+                sent = message.to_wire(message_type)
+                sent.system_properties.queue_id = queue.queue_id
+                wire.append(sent)
+            return address, rpc.SendMessageRequest(messages=wire)
+
+        return attempt
 
     def _retry(self, error: FerryError, attempt: int) -> bool:
         if attempt >= self.max_attempts:
@@ -84,7 +171,14 @@ class Producer:
         return error.retriable or (error.code == pb.TOPIC_NOT_FOUND and attempt == 1)
 
     @staticmethod
-    def _receipts(answer: rpc.SendMessageResponse) -> list[SendReceipt]:
+    def _receipts(messages, answer) -> list[SendReceipt]:
+        if isinstance(answer, data.ProduceResponse):
+            if answer.code != pb.OK:
+                check(pb.Status(code=answer.code, message=answer.message))
+            return [
+                SendReceipt(m.message_id, offset)
+                for m, offset in zip(messages, answer.offsets, strict=True)
+            ]
         check(answer.status)
         return [SendReceipt(e.message_id, e.offset, e.transaction_id) for e in answer.entries]
 
@@ -94,41 +188,77 @@ class Producer:
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendReceipt]:
         """Send messages of one topic in one request: stored atomically, in order."""
+        requests = self._requests(messages)
         stale = False
         for attempt in range(1, self.max_attempts + 1):
             try:
-                connection, request = self._request(messages, refresh=stale)
-                answer = connection.call(connection.messaging.SendMessage, request)
-                return self._receipts(answer)
+                address, request = requests(stale)
+                connection = self.endpoints.connection(address)
+                if isinstance(request, data.ProduceRequest):
+                    answer = connection.call(connection.data.Produce, request)
+                else:
+                    answer = connection.call(connection.messaging.SendMessage, request)
+                return self._receipts(messages, answer)
             except FerryError as error:
                 if not self._retry(error, attempt):
                     raise
                 stale = error.code in ROUTE_STALE_CODES
-                time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+                time.sleep(producer_backoff(attempt))
         raise AssertionError("unreachable")
 
     # ---- asyncio -----------------------------------------------------------------------
+    def loop_state(self) -> _LoopState:
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(loop)
+        if state is None:
+            state = self._loops[loop] = _LoopState(self.endpoints.client_id)
+        return state
+
     async def send_async(self, message: Message) -> SendReceipt:
-        return (await self.send_batch_async([message]))[0]
+        """Send one message; sends made while earlier ones are in flight share a request
+        (see the module docstring). Its own receipt, or its own ``FerryError``."""
+        route = self.route(message.topic)  # a cached route makes this non-blocking
+        if route.message_type not in PRODUCE_TYPES:
+            return (await self.send_batch_async([message]))[0]
+        if message.message_group:
+            broker_group = route.broker_for_key(message.message_group)
+        else:
+            broker_group = self.next_queue(route).broker_group
+        state = self.loop_state()
+        key = (message.topic, broker_group)
+        coalescer = state.coalescers.get(key)
+        if coalescer is None:
+            coalescer = state.coalescers[key] = Coalescer(
+                self, message.topic, broker_group, route.message_type
+            )
+        return await coalescer.submit(message)
 
     async def send_batch_async(self, messages: Sequence[Message]) -> list[SendReceipt]:
+        """``send_batch`` for asyncio callers: one request, stored atomically, in order."""
+        requests = self._requests(messages)  # a cached route makes this non-blocking
+        state = self.loop_state()
         stale = False
         for attempt in range(1, self.max_attempts + 1):
             try:
-                # A cached route makes this non-blocking; a refresh is one unary call.
-                connection, request = self._request(messages, refresh=stale)
+                address, request = requests(stale)
+                messaging, data_stub = state.stubs(address)
                 try:
-                    answer = await connection.aio_messaging.SendMessage(
-                        request, timeout=connection.timeout_s, metadata=connection.metadata
-                    )
+                    if isinstance(request, data.ProduceRequest):
+                        answer = await data_stub.Produce(
+                            request, timeout=self.timeout_s, metadata=state.metadata
+                        )
+                    else:
+                        answer = await messaging.SendMessage(
+                            request, timeout=self.timeout_s, metadata=state.metadata
+                        )
                 except grpc.RpcError as error:
                     raise transport_error(error) from None
-                return self._receipts(answer)
+                return self._receipts(messages, answer)
             except FerryError as error:
                 if not self._retry(error, attempt):
                     raise
                 stale = error.code in ROUTE_STALE_CODES
-                await asyncio.sleep(BACKOFF_S * 2 ** (attempt - 1))
+                await asyncio.sleep(producer_backoff(attempt))
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -139,3 +269,27 @@ class Producer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _LoopState:
+    """What a Producer keeps per event loop (grpc.aio channels belong to one loop): one
+    channel per master address, and the coalescers."""
+
+    def __init__(self, client_id: str) -> None:
+        self.metadata = (("x-mq-client-id", client_id), ("x-mq-language", "PYTHON"))
+        self._stubs: dict[str, tuple] = {}
+        self.coalescers: dict[tuple[str, str], Coalescer] = {}
+
+    def stubs(self, address: str) -> tuple:
+        found = self._stubs.get(address)
+        if found is None:
+            options = [
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ]
+            channel = grpc.aio.insecure_channel(address, options=options)
+            found = self._stubs[address] = (
+                service_pb2_grpc.MessagingServiceStub(channel),
+                data_pb2_grpc.DataStub(channel),
+            )
+        return found

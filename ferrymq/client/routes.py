@@ -117,6 +117,9 @@ class Endpoints:
         assert last_error is not None
         raise last_error
 
+    def cached_route(self, topic: str) -> TopicRoute | None:
+        return self._routes.get(topic)
+
     def master(self, topic: str, broker_group: str) -> Connection:
         return self.connection(self.route(topic).masters[broker_group])
 

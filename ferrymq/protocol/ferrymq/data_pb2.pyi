@@ -1,8 +1,8 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -43,3 +43,39 @@ class FetchResponse(_message.Message):
     min_offset: int
     max_offset: int
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class ProduceRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "atomic", "count", "records")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATOMIC_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    atomic: bool
+    count: int
+    records: bytes
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., atomic: _Optional[bool] = ..., count: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
+
+class ProduceFailure(_message.Message):
+    __slots__ = ("index", "code", "message")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    code: int
+    message: str
+    def __init__(self, index: _Optional[int] = ..., code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ProduceResponse(_message.Message):
+    __slots__ = ("code", "message", "offsets", "failures")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    failures: _containers.RepeatedCompositeFieldContainer[ProduceFailure]
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., offsets: _Optional[_Iterable[int]] = ..., failures: _Optional[_Iterable[_Union[ProduceFailure, _Mapping]]] = ...) -> None: ...

@@ -39,12 +39,23 @@ class DataStub:
                 request_serializer=ferrymq_dot_data__pb2.FetchRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_data__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.Produce = channel.unary_unary(
+                '/ferrymq.data.v1.Data/Produce',
+                request_serializer=ferrymq_dot_data__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_data__pb2.ProduceResponse.FromString,
+                _registered_method=True)
 
 
 class DataServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Fetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Produce(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -57,6 +68,11 @@ def add_DataServicer_to_server(servicer, server):
                     servicer.Fetch,
                     request_deserializer=ferrymq_dot_data__pb2.FetchRequest.FromString,
                     response_serializer=ferrymq_dot_data__pb2.FetchResponse.SerializeToString,
+            ),
+            'Produce': grpc.unary_unary_rpc_method_handler(
+                    servicer.Produce,
+                    request_deserializer=ferrymq_dot_data__pb2.ProduceRequest.FromString,
+                    response_serializer=ferrymq_dot_data__pb2.ProduceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +102,33 @@ class Data:
             '/ferrymq.data.v1.Data/Fetch',
             ferrymq_dot_data__pb2.FetchRequest.SerializeToString,
             ferrymq_dot_data__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Produce(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.data.v1.Data/Produce',
+            ferrymq_dot_data__pb2.ProduceRequest.SerializeToString,
+            ferrymq_dot_data__pb2.ProduceResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,221 @@
+"""Coalescing of one topic's ``send_async`` calls into ``Data.Produce`` requests.
+
+The Kafka producer's idea with no linger: a send goes out at once when fewer than
+``max_in_flight`` requests are outstanding; sends made meanwhile wait in ``pending`` and
+leave together, up to ``max_batch_messages`` / ``max_batch_bytes`` per request, as soon as
+a request slot frees. A request that carries sends of unrelated callers is not atomic
+(``atomic=False``): the node stores the valid records and refuses the others one by one,
+and each caller gets its own receipt or its own ``FerryError``.
+
+Order: a message group is in at most one request at a time. A send whose group is in
+flight waits (with every later send of that group, which stay behind it in ``pending``)
+until that request has its answer and retries, so a group's messages are stored in send
+order even when a request is retried. Messages without a group have no order.
+
+Retries: a transport failure or a retriable code resends the records it concerns with the
+same message ids, after the producer's backoff, up to its ``max_attempts``; a failure that
+may mean a stale route (the master failed over) asks for the route again first. Every
+request goes to the current master of this coalescer's broker group.
+
+Thread-safety: owned by one event loop; everything runs on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+import grpc
+
+from ferrymq.client.connection import transport_error
+from ferrymq.client.errors import RETRIABLE_CODES, FerryError
+from ferrymq.client.messages import Message, SendReceipt
+from ferrymq.client.produce_records import RecordError, encode_record
+from ferrymq.client.routes import ROUTE_STALE_CODES
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.ferrymq import data_pb2 as data
+
+if TYPE_CHECKING:
+    from ferrymq.client.producer import Producer
+
+BACKOFF_S = 0.05  # before attempt n + 1: BACKOFF_S * 2 ** (n - 1)
+
+
+class _Send:
+    __slots__ = ("future", "group", "message_id", "record")
+
+    def __init__(self, message: Message, record: bytes, future: asyncio.Future) -> None:
+        self.message_id = message.message_id
+        self.group = message.message_group
+        self.record = record
+        self.future = future
+
+
+def _error(code: int, message: str) -> FerryError:
+    try:
+        name = pb.Code.Name(code)
+    except ValueError:
+        name = str(code)
+    return FerryError(code, name, message)
+
+
+class Coalescer:
+    def __init__(
+        self, producer: Producer, topic: str, broker_group: str, message_type: int
+    ) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.broker_group = broker_group
+        self.message_type = message_type
+        self.loop = asyncio.get_running_loop()
+        self.pending: deque[_Send] = deque()
+        self.in_flight = 0
+        self.groups_in_flight: set[str] = set()
+        self._flush_scheduled = False
+
+    def submit(self, message: Message) -> asyncio.Future[SendReceipt]:
+        future: asyncio.Future[SendReceipt] = self.loop.create_future()
+        try:
+            record = encode_record(message, self.message_type, time.time_ns() // 1_000_000)
+        except RecordError as error:
+            future.set_exception(FerryError(pb.BAD_REQUEST, "BAD_REQUEST", str(error)))
+            return future
+        self.pending.append(_Send(message, record, future))
+        self._schedule()
+        return future
+
+    def _schedule(self) -> None:
+        # call_soon, not now: every send of this loop turn joins the same request.
+        if (
+            not self._flush_scheduled
+            and self.pending
+            and self.in_flight < self.producer.max_in_flight
+        ):
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        while self.pending and self.in_flight < self.producer.max_in_flight:
+            batch = self._take()
+            if not batch:
+                return  # what is pending waits for its group's request to finish
+            groups = {s.group for s in batch if s.group is not None}
+            self.groups_in_flight |= groups
+            self.in_flight += 1
+            self.loop.create_task(self._send(batch, groups))
+
+    def _take(self) -> list[_Send]:
+        """The next request's sends, in order: those whose group is not in flight."""
+        producer = self.producer
+        batch: list[_Send] = []
+        kept: deque[_Send] = deque()
+        size = 0
+        busy = self.groups_in_flight
+        pending = self.pending
+        while pending:
+            send = pending[0]
+            if len(batch) >= producer.max_batch_messages or (
+                batch and size + len(send.record) > producer.max_batch_bytes
+            ):
+                break
+            pending.popleft()
+            if send.future.done():
+                continue  # the caller gave up (cancelled): nothing to send
+            if send.group is not None and send.group in busy:
+                kept.append(send)
+                continue
+            batch.append(send)
+            size += len(send.record)
+        kept.extend(pending)
+        self.pending = kept
+        return batch
+
+    async def _send(self, batch: list[_Send], groups: set[str]) -> None:
+        try:
+            await self._send_with_retries(batch)
+        except asyncio.CancelledError:  # the loop is closing: never leave a caller waiting
+            for send in batch:
+                send.future.cancel()
+            raise
+        except Exception as error:
+            for send in batch:
+                if not send.future.done():
+                    send.future.set_exception(error)
+        finally:
+            self.in_flight -= 1
+            self.groups_in_flight -= groups
+            self._schedule()
+
+    async def _send_with_retries(self, batch: list[_Send]) -> None:
+        producer = self.producer
+        state = producer.loop_state()
+        attempts = producer.max_attempts
+        stale = False
+        for attempt in range(1, attempts + 1):
+            last = attempt == attempts
+            try:
+                route = producer.route(self.topic, refresh=stale)
+                address = route.masters.get(self.broker_group)
+                if address is None:
+                    raise FerryError(
+                        pb.HA_NOT_AVAILABLE,
+                        "HA_NOT_AVAILABLE",
+                        f"{self.broker_group} has no master",
+                    )
+                request = data.ProduceRequest(
+                    topic=self.topic,
+                    queue_id=producer.next_queue(route, self.broker_group).queue_id,
+                    atomic=False,
+                    count=len(batch),
+                    records=b"".join([s.record for s in batch]),
+                )
+                try:
+                    answer = await state.stubs(address)[1].Produce(
+                        request, timeout=producer.timeout_s, metadata=state.metadata
+                    )
+                except grpc.RpcError as error:
+                    raise transport_error(error) from None
+            except FerryError as failure:
+                if last or not (failure.retriable or failure.code in ROUTE_STALE_CODES):
+                    for send in batch:
+                        if not send.future.done():
+                            send.future.set_exception(failure)
+                    return
+                stale = failure.code in ROUTE_STALE_CODES
+                await asyncio.sleep(producer_backoff(attempt))
+                continue
+            offsets = answer.offsets
+            if len(offsets) != len(batch):
+                # The request was refused as a whole without per-record answers.
+                failure = _error(answer.code, answer.message)
+                for send in batch:
+                    if not send.future.done():
+                        send.future.set_exception(failure)
+                return
+            retry: list[_Send] = []
+            failures = {f.index: f for f in answer.failures}
+            for index, send in enumerate(batch):
+                offset = offsets[index]
+                if offset >= 0:
+                    if not send.future.done():
+                        send.future.set_result(SendReceipt(send.message_id, offset))
+                    continue
+                failed = failures.get(index)
+                code = failed.code if failed is not None else answer.code
+                detail = failed.message if failed is not None else answer.message
+                if code in RETRIABLE_CODES and not last:
+                    retry.append(send)
+                    stale = stale or code in ROUTE_STALE_CODES
+                elif not send.future.done():
+                    send.future.set_exception(_error(code, detail))
+            if not retry:
+                return
+            batch = retry
+            await asyncio.sleep(producer_backoff(attempt))
+
+
+def producer_backoff(attempt: int) -> float:
+    return BACKOFF_S * 2 ** (attempt - 1)
