@@ -9,6 +9,7 @@ import contextlib
 import glob
 import hashlib
 import os
+import shutil
 import signal
 import threading
 import time
@@ -23,6 +24,9 @@ from ferrymq.cluster import ClusterPlan, NodePlan, cluster_up, is_running
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from ha.epochs import EpochHistory
+from store.config import StoreConfig
+from store.message_store import MessageStore
 from tests.test_cluster import SMALL_STORE, kill, restart, status_of, stop_all, until
 
 
@@ -389,3 +393,62 @@ def test_planned_switchover_loses_nothing_and_reports_the_pause(cluster, capsys)
     with Admin(target.grpc) as admin, pytest.raises(FerryError) as refused:
         admin.failover("group-1", "nobody")
     assert refused.value.code_name == "FAILED_PRECONDITION"
+
+
+def test_async_master_kill_loses_only_what_was_beyond_the_replicated_offset(cluster, tmp_path):
+    start, _ = cluster
+    plan = start(mode="ASYNC")
+    access = ",".join(n.grpc for n in plan.nodes)
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("fast", 2)
+        admin.create_group("counters")
+    master = master_of(plan)
+    acknowledged: list[tuple[float, str]] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        with Producer(access, timeout_s=3) as producer:
+            i = 0
+            while not stop.is_set():
+                with contextlib.suppress(FerryError):
+                    producer.send_batch([Message("fast", f"a-{i}-{j}".encode()) for j in range(8)])
+                    acknowledged.extend((time.monotonic(), f"a-{i}-{j}") for j in range(8))
+                i += 1
+
+    worker = threading.Thread(target=produce)
+    worker.start()
+    try:
+        until(lambda: len(acknowledged) > 2000, 30, "load before the kill")
+        kill(plan, master)
+        killed_at = time.monotonic()
+        until(lambda: any(t > killed_at for t, _ in acknowledged), 10, "writes after the kill")
+    finally:
+        stop.set()
+        worker.join(30)
+
+    # Where each message sat in the killed master's log (read from a copy of its files).
+    copy = tmp_path / "old-master"
+    shutil.copytree(master.data, copy)
+    old = MessageStore.open(StoreConfig(str(copy), **SMALL_STORE["store"]))
+    try:
+        old_offsets = {
+            m.body.decode(): m.physical_offset
+            for m in old.commitlog.iterate(old.commitlog.min_offset, old.commitlog.write_offset)
+            if m.topic == "fast"
+        }
+    finally:
+        old.shutdown()
+    new_master = master_of(plan, [n for n in plan.nodes if n.id != master.id])
+    replicated_end = EpochHistory(new_master.data).last.start_offset  # where epoch 2 began
+    with PullConsumer(new_master.grpc, "counters") as consumer:
+        consumer.assign("fast", [0, 1])
+        stored = set()
+        while batch := consumer.poll(wait_s=1):
+            stored.update(m.body.decode() for m in batch)
+    lost = [body for _, body in acknowledged if body not in stored]
+    print(f"ASYNC kill -9: {len(lost)} of {len(acknowledged)} acknowledged messages lost")
+    for body in lost:  # every loss was beyond what the slaves had at the kill
+        assert old_offsets[body] >= replicated_end, body
+    for body, offset in old_offsets.items():  # and nothing below it was lost
+        if offset < replicated_end:
+            assert body in stored, body
