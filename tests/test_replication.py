@@ -452,3 +452,69 @@ def test_async_master_kill_loses_only_what_was_beyond_the_replicated_offset(clus
     for body, offset in old_offsets.items():  # and nothing below it was lost
         if offset < replicated_end:
             assert body in stored, body
+
+
+def pull_bodies(address: str, topic: str, queue_id: int) -> list[bytes]:
+    channel = grpc.insecure_channel(address)
+    try:
+        responses = service_pb2_grpc.MessagingServiceStub(channel).PullMessage(
+            rpc.PullMessageRequest(
+                group=pb.Resource(name="peek"),
+                message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id),
+                offset=0,
+                batch_size=32,
+            ),
+            timeout=10,
+        )
+        return [r.message.body for r in responses if r.HasField("message")]
+    finally:
+        channel.close()
+
+
+def test_sync_consumers_see_only_what_the_in_sync_slaves_confirmed(cluster):
+    start, _ = cluster
+    plan = start(max_lag_ms=60_000)
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("visible", 1)
+        admin.create_group("peek")
+    master = master_of(plan)
+    slaves = [n for n in plan.nodes if n.id != master.id]
+    assert send_raw(master.grpc, "visible", b"confirmed", "ID-c") == pb.OK
+    for slave in slaves:
+        os.kill(slave.pid, signal.SIGSTOP)
+    try:
+        # Appended on the master, not acknowledged by the paused slaves: not readable.
+        assert send_raw(master.grpc, "visible", b"pending", "ID-p") == pb.SLAVE_PERSISTENCE_TIMEOUT
+        assert pull_bodies(master.grpc, "visible", 0) == [b"confirmed"]
+    finally:
+        for slave in slaves:
+            os.kill(slave.pid, signal.SIGCONT)
+    until(
+        lambda: pull_bodies(master.grpc, "visible", 0) == [b"confirmed", b"pending"],
+        10,
+        "the pending message to become visible once the slaves have it",
+    )
+
+
+def test_a_slave_that_stops_acknowledging_leaves_the_in_sync_set_and_writes_go_on(cluster):
+    start, _ = cluster
+    plan = start(max_lag_ms=1000, ack_timeout_ms=5000)
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("slow", 1)
+    master = master_of(plan)
+    slow, other = [n for n in plan.nodes if n.id != master.id]
+    os.kill(slow.pid, signal.SIGSTOP)  # its link stays open; its acks stop
+    try:
+        started = time.monotonic()
+        assert send_raw(master.grpc, "slow", b"while-slow", "ID-s") == pb.OK
+        waited_s = time.monotonic() - started
+        (group,) = status_of(master).broker_groups
+        assert slow.id not in group.in_sync and other.id in group.in_sync
+        assert waited_s < 5  # the write waited for the lagging slave's removal, not more
+    finally:
+        os.kill(slow.pid, signal.SIGCONT)
+    until(
+        lambda: slow.id in status_of(master).broker_groups[0].in_sync,
+        20,
+        "the slow slave to rejoin once caught up",
+    )
