@@ -307,3 +307,24 @@ def test_two_broker_groups_behind_one_address_official_producer_ferrymq_consumer
         assert {m.broker_group for m in got} == {"group-1", "group-2"}  # both groups used
     finally:
         stop_all(plan)
+
+
+def test_a_node_that_stops_heartbeating_is_marked_down_within_its_lease(three):
+    plan = three["plan"]
+    leader = leader_of(plan)
+    victim = next(n for n in plan.nodes if n.id != leader.id)
+    kill(plan, victim)
+    killed_at = time.monotonic()
+
+    def down():
+        status = status_of(leader)
+        return status is not None and not {n.id: n.alive for n in status.nodes}[victim.id]
+
+    until(down, 6, f"{victim.id} to be marked down")
+    marked_s = time.monotonic() - killed_at
+    print(f"{victim.id} marked down {marked_s * 1000:.0f} ms after it died")
+    # The lease runs from the last heartbeat (at most 1 s before the kill); then one
+    # controller round (0.3 s) and a commit. A loaded machine delays both a little.
+    assert marked_s <= 3.0 + 1.0
+    plan = three["plan"] = restart(plan, victim)
+    until(lambda: all(n.alive for n in status_of(leader).nodes), 20, "it to be back")

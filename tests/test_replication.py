@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from ferrymq.cli import main
-from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer
+from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer, SimpleConsumer
 from ferrymq.cluster import ClusterPlan, NodePlan, cluster_up, is_running
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
@@ -518,3 +518,48 @@ def test_a_slave_that_stops_acknowledging_leaves_the_in_sync_set_and_writes_go_o
         20,
         "the slow slave to rejoin once caught up",
     )
+
+
+def test_consumers_resume_after_failover_where_they_were(cluster):
+    """Committed offsets and POP acks are CommitLog records: they move with the log, so the
+    new master knows them; only what was in flight comes back."""
+    start, _ = cluster
+    plan = start()
+    access = ",".join(n.grpc for n in plan.nodes)
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("resume", 1)
+        admin.create_group("pullers")
+        admin.create_group("poppers")
+    with Producer(access) as producer:
+        producer.send_batch([Message("resume", b"r-%d" % i) for i in range(20)])
+    with PullConsumer(access, "pullers") as puller:
+        puller.assign("resume", [0])
+        read = []
+        while len(read) < 12:
+            read.extend(puller.poll(wait_s=1))
+        (queue,) = puller.assignment
+        puller.seek(queue, 12)
+        puller.commit()
+    with SimpleConsumer(access, "poppers", "resume") as popper:
+        got = []
+        while len(got) < 20:
+            got.extend(popper.receive(max_messages=32, invisible_s=3, wait_s=1))
+        acked = got[:15]
+        for message in acked:
+            popper.ack(message)
+    master = master_of(plan)
+    wait_identical(plan, at_least=1)
+    kill(plan, master)
+    survivors = [n for n in plan.nodes if n.id != master.id]
+    new_master = master_of(plan, survivors)
+    access = ",".join(n.grpc for n in survivors)
+    with PullConsumer(access, "pullers") as puller:
+        puller.assign("resume", [0])
+        assert puller.position(puller.assignment[0]) == 12
+    with SimpleConsumer(access, "poppers", "resume") as popper:
+        again = []
+        deadline = time.monotonic() + 20
+        while len(again) < 5 and time.monotonic() < deadline:
+            again.extend(popper.receive(max_messages=32, invisible_s=30, wait_s=1))
+    assert new_master.id != master.id
+    assert sorted(m.body for m in again) == sorted(m.body for m in got[15:])
