@@ -25,6 +25,14 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 CLUSTER_FILE = "cluster.json"
+# A local cluster shares one machine's disk: files are reserved (and CommitLog segments
+# zero-filled) when created, so RocketMQ's 1 GiB segments and 420 MB index files would
+# cost gigabytes per node before the first message. deploy/ keeps the full sizes.
+LOCAL_STORE = {
+    "commitlog_segment_bytes": 64 << 20,
+    "index_slot_count": 500_000,
+    "index_entry_count": 2_000_000,
+}
 DEFAULT_BASE_PORTS = {"grpc": 8081, "metrics": 5557, "ha": 10912, "raft": 9876}
 READY_TIMEOUT_S = 60.0
 
@@ -123,9 +131,9 @@ def plan_cluster(
                 **{name: f"127.0.0.1:{port}" for name, port in ports.items()},
             )
         )
-    return ClusterPlan(
-        os.path.abspath(directory), secrets.token_hex(16), tuple(planned), settings or {}
-    )
+    settings = {section: dict(options) for section, options in (settings or {}).items()}
+    settings["store"] = {**LOCAL_STORE, **settings.get("store", {})}
+    return ClusterPlan(os.path.abspath(directory), secrets.token_hex(16), tuple(planned), settings)
 
 
 def load_plan(directory: str) -> ClusterPlan | None:
