@@ -234,8 +234,8 @@ def backlog_requests(queue_id: int, count: int, due_ms: int):
         )
 
 
-async def measure(address: str, quick: bool) -> dict:
-    backlog = 50_000 if quick else 1_000_000
+async def measure(address: str, quick: bool, backlog: int = 0) -> dict:
+    backlog = backlog or (50_000 if quick else 1_000_000)
     late_count = 1000 if quick else 3000
     late_spread_ms = 3000 if quick else 6000
     baseline_s = 2.0 if quick else 4.0
@@ -502,12 +502,12 @@ def in_process(count: int) -> dict:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run(quick: bool) -> dict:
+def run(quick: bool, backlog: int = 0) -> dict:
     load_before = os.getloadavg()
     directory = tempfile.mkdtemp(prefix="ferrymq-bench-timer-")
     process, address = start_node(os.path.join(directory, "node"))
     try:
-        figures = asyncio.run(measure(address, quick))
+        figures = asyncio.run(measure(address, quick, backlog))
     finally:
         process.send_signal(signal.SIGTERM)
         exit_code = process.wait(120)
@@ -527,8 +527,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--quick", action="store_true", help="smaller run (under 60 s)")
+    parser.add_argument("--backlog", type=int, default=0, help="backlog size instead")
     args = parser.parse_args()
-    figures = run(args.quick)
+    figures = run(args.quick, args.backlog)
     if not args.json:
         for name, value in figures.items():
             print(f"{name:40} {value}")
