@@ -310,7 +310,9 @@ async def measure(address: str, quick: bool, backlog: int = 0) -> dict:
         await send_batches(stub, sizing)
         per_s = len(sizing) * PER_REQUEST / (time.perf_counter() - started)
         readers = Readers(fetch, BACKLOG_TOPIC, BACKLOG_QUEUES, decode_now=False)
-        due_ms = int((now_ms() + backlog / per_s * 1000 + 3000) // 1000 * 1000 + 1000)
+        # A three-fold margin: the machine is shared, and a message sent after its due
+        # time is not parked at all (it goes straight to its topic, ahead of the backlog).
+        due_ms = int((now_ms() + 3 * backlog / per_s * 1000 + 2000) // 1000 * 1000 + 1000)
         send_started = now_ms()
         await asyncio.gather(
             *(send_batches(stub, backlog_requests(q, backlog, due_ms)) for q in range(8))
@@ -318,7 +320,8 @@ async def measure(address: str, quick: bool, backlog: int = 0) -> dict:
         sent_ms = now_ms()
         figures["backlog_send_s"] = round((sent_ms - send_started) / 1000, 2)
         figures["backlog_sent_before_due_s"] = round((due_ms - sent_ms) / 1000, 2)
-        if sent_ms > due_ms - 500:
+        figures["valid"] = sent_ms < due_ms - 500
+        if not figures["valid"]:
             figures["warning"] = "the backlog was still being sent at its due time"
         await asyncio.sleep(max(0.0, (due_ms - now_ms()) / 1000 - 1.0))
         readers.start(backlog)
