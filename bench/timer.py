@@ -304,15 +304,16 @@ async def measure(address: str, quick: bool, backlog: int = 0) -> dict:
                     for s in range(r * PER_REQUEST, (r + 1) * PER_REQUEST)
                 ]
             )
-            for r in range(16)
+            for r in range(64)
         ]
         started = time.perf_counter()
-        await send_batches(stub, sizing)
+        # As the backlog goes: 8 senders.
+        await asyncio.gather(*(send_batches(stub, sizing[q::8]) for q in range(8)))
         per_s = len(sizing) * PER_REQUEST / (time.perf_counter() - started)
         readers = Readers(fetch, BACKLOG_TOPIC, BACKLOG_QUEUES, decode_now=False)
-        # A three-fold margin: the machine is shared, and a message sent after its due
-        # time is not parked at all (it goes straight to its topic, ahead of the backlog).
-        due_ms = int((now_ms() + 3 * backlog / per_s * 1000 + 2000) // 1000 * 1000 + 1000)
+        # A two-fold margin: the machine is shared, and a message sent after its due time
+        # is not parked at all (it goes straight to its topic, ahead of the backlog).
+        due_ms = int((now_ms() + 2 * backlog / per_s * 1000 + 3000) // 1000 * 1000 + 1000)
         send_started = now_ms()
         await asyncio.gather(
             *(send_batches(stub, backlog_requests(q, backlog, due_ms)) for q in range(8))

@@ -206,7 +206,7 @@ def test_sigkill_in_the_middle_of_a_backlog_release_neither_loses_nor_duplicates
             request = rpc.SendMessageRequest(messages=sizing[start : start + PER_REQUEST])
             assert messaging.SendMessage(request).status.code == pb.OK
         send_s = (time.monotonic() - started) * NODE_BACKLOG / len(sizing)
-        due_ms = int((time.time() + 1.0 + 3 * send_s) * 1000)
+        due_ms = int((time.time() + 1.5 + 4 * send_s) * 1000)
         for request in delayed_requests(NODE_BACKLOG, due_ms):
             assert messaging.SendMessage(request).status.code == pb.OK
         assert time.time() * 1000 < due_ms, "the backlog was not sent before its due time"
