@@ -116,7 +116,8 @@ class _AppendCombiner:
                 try:
                     prepared = store._prepare(messages)
                 except InvalidMessageError as error:
-                    future.set_result(_refused(error))
+                    if not future.done():
+                        future.set_result(_refused(error))
                     continue
             size = prepared[0].size if len(prepared) == 1 else sum(p.size for p in prepared)
             if chunk and chunk_bytes + size > limit:
@@ -132,7 +133,8 @@ class _AppendCombiner:
         result, end = store._append_prepared([p for _, group in chunk for p in group])
         if not result.ok:
             for future, _ in chunk:
-                future.set_result(result)
+                if not future.done():  # a caller cancelled meanwhile: the others still wait
+                    future.set_result(result)
             return
         outcomes = []
         start = 0
@@ -143,7 +145,8 @@ class _AppendCombiner:
             start += len(group)
         if end is None:
             for future, outcome in outcomes:
-                future.set_result(outcome)
+                if not future.done():
+                    future.set_result(outcome)
             return
         assert store._group_commit is not None
         timer = self.loop.call_later(
