@@ -42,6 +42,9 @@ log = logging.getLogger("ferrymq.ha.master")
 CHUNK_BYTES = 256 << 10
 HEARTBEAT_S = 1.0
 HANDSHAKE_TIMEOUT_S = 5.0
+# A slave without a link is not lagging yet for this long after it was last connected (or
+# after this node became master): a failover makes every slave reconnect.
+DISCONNECT_GRACE_S = 1.0
 
 
 @dataclass
@@ -81,6 +84,8 @@ class ReplicationMaster:
         # Slaves whose acks count: the committed in-sync set with pending changes (union).
         self.counted: frozenset[str] = frozenset()
         self.confirmed_offset = 0
+        self.activated_at = 0.0
+        self._last_connected: dict[str, float] = {}  # slave -> when its link last ended
         self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
         self._waiter_seq = 0
         self.on_confirmed: Callable[[int], None] = lambda offset: None
@@ -94,6 +99,7 @@ class ReplicationMaster:
     def activate(self, counted: frozenset[str]) -> None:
         """This node became master (its epoch is already in the history)."""
         self.active = True
+        self.activated_at = self.clock()
         self.counted = counted - {self.node_id}
         self.confirmed_offset = self.store.commitlog.write_offset if not self.counted else 0
         self._recompute()
@@ -186,6 +192,7 @@ class ReplicationMaster:
         finally:
             if link is not None and self.links.get(link.node_id) is link:
                 del self.links[link.node_id]
+                self._last_connected[link.node_id] = self.clock()
                 self._recompute()
             writer.close()
 
@@ -302,7 +309,8 @@ class ReplicationMaster:
         ``max_lag_bytes`` (must leave the in-sync set)."""
         link = self.links.get(node_id)
         if link is None:
-            return True
+            since = max(self.activated_at, self._last_connected.get(node_id, 0.0))
+            return self.clock() - since > DISCONNECT_GRACE_S
         end = self.store.commitlog.write_offset
         if end - link.acked > max_lag_bytes:
             return True

@@ -5,7 +5,6 @@ as master again, and a master cut off from the routing majority fencing itself."
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import hashlib
 import os
@@ -32,6 +31,44 @@ from tests.test_cluster import SMALL_STORE, kill, restart, status_of, stop_all, 
 
 def settings(**replication) -> dict:
     return {**SMALL_STORE, "replication": {"ack_timeout_ms": 1000, **replication}}
+
+
+class BackgroundLoad:
+    """Sends batches of ``batch`` messages to ``topic`` in a thread until stopped, and
+    records (time, body) of every acknowledged message; failures are only counted."""
+
+    def __init__(self, access: str, topic: str, prefix: str, batch: int = 1) -> None:
+        self.acknowledged: list[tuple[float, str]] = []
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(access, topic, prefix, batch))
+
+    def _run(self, access: str, topic: str, prefix: str, batch: int) -> None:
+        with Producer(access, timeout_s=3) as producer:
+            i = 0
+            while not self._stop.is_set():
+                bodies = [f"{prefix}-{i}-{j}" for j in range(batch)]
+                try:
+                    producer.send_batch([Message(topic, b.encode()) for b in bodies])
+                    now = time.monotonic()
+                    self.acknowledged.extend((now, b) for b in bodies)
+                except FerryError:
+                    self.failures += 1
+                i += 1
+
+    def bodies(self) -> list[str]:
+        return [body for _, body in self.acknowledged]
+
+    def acknowledged_after(self, moment: float) -> int:
+        return sum(1 for t, _ in self.acknowledged if t > moment)
+
+    def __enter__(self) -> BackgroundLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(30)
 
 
 def node_by_id(plan: ClusterPlan, node_id: str) -> NodePlan:
@@ -197,42 +234,22 @@ def test_master_killed_under_sync_load_fails_over_without_losing_acknowledged_me
         admin.create_topic("orders", 4)
         admin.create_group("audit")
     master = master_of(plan)
-    acknowledged: list[tuple[float, str]] = []
-    failures: list[str] = []
-    stop = threading.Event()
-
-    def produce() -> None:
-        with Producer(access, timeout_s=3) as producer:
-            i = 0
-            while not stop.is_set():
-                body = f"m-{i}"
-                try:
-                    producer.send(Message("orders", body.encode()))
-                    acknowledged.append((time.monotonic(), body))
-                except FerryError as error:
-                    failures.append(error.code_name)
-                i += 1
-
-    worker = threading.Thread(target=produce)
-    worker.start()
-    try:
-        until(lambda: len(acknowledged) > 200, 30, "load before the kill")
+    with BackgroundLoad(access, "orders", "m") as load:
+        until(lambda: len(load.acknowledged) > 200, 30, "load before the kill")
         kill(plan, master)
         killed_at = time.monotonic()
         until(
-            lambda: any(t > killed_at for t, _ in acknowledged),
+            lambda: load.acknowledged_after(killed_at),
             10,
             "the first acknowledged send after the kill",
             interval_s=0.02,
         )
-        first_after = min(t for t, _ in acknowledged if t > killed_at)
+        first_after = min(t for t, _ in load.acknowledged if t > killed_at)
         unavailable_ms = (first_after - killed_at) * 1000
         print(f"writes unavailable for {unavailable_ms:.0f} ms after kill -9 of the master")
         assert unavailable_ms < 3000
-        until(lambda: len([t for t, _ in acknowledged if t > killed_at]) > 100, 20, "load")
-    finally:
-        stop.set()
-        worker.join(30)
+        until(lambda: load.acknowledged_after(killed_at) > 100, 20, "load")
+    acknowledged = load.bodies()
 
     survivors = [n for n in plan.nodes if n.id != master.id]
     new_master = master_of(plan, survivors)
@@ -248,7 +265,7 @@ def test_master_killed_under_sync_load_fails_over_without_losing_acknowledged_me
     positions = [(m.queue_id, m.queue_offset) for m in got]
     assert len(positions) == len(set(positions))  # one message per queue offset
     stored = {m.body.decode() for m in got}
-    lost = [body for _, body in acknowledged if body not in stored]
+    lost = [body for body in acknowledged if body not in stored]
     assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {lost[:5]}"
 
     # The old master comes back as a slave and ends byte-identical with the new master.
@@ -315,7 +332,12 @@ def test_a_master_paused_past_its_lease_does_not_act_as_master_again(cluster):
         10,
         "the old master to see it is a slave",
     )
-    assert send_raw(new_master.grpc, "paused", b"fresh", "ID-fresh") == pb.OK
+    until(
+        lambda: send_raw(new_master.grpc, "paused", b"fresh", "ID-fresh") == pb.OK,
+        10,
+        "the new master to take writes",
+        interval_s=0.2,
+    )
 
 
 def test_a_master_cut_off_from_the_routing_majority_stops_taking_writes(cluster):
@@ -353,32 +375,16 @@ def test_planned_switchover_loses_nothing_and_reports_the_pause(cluster, capsys)
         admin.create_group("movers")
     master = master_of(plan)
     target = next(n for n in plan.nodes if n.id != master.id)
-    acknowledged: list[str] = []
-    stop = threading.Event()
-
-    def produce() -> None:
-        with Producer(access, timeout_s=3) as producer:
-            i = 0
-            while not stop.is_set():
-                with contextlib.suppress(FerryError):
-                    producer.send(Message("moving", b"s-%d" % i))
-                    acknowledged.append(f"s-{i}")
-                i += 1
-
-    worker = threading.Thread(target=produce)
-    worker.start()
-    try:
-        until(lambda: len(acknowledged) > 100, 30, "load before the switchover")
+    with BackgroundLoad(access, "moving", "s") as load:
+        until(lambda: len(load.acknowledged) > 100, 30, "load before the switchover")
         # Through a node that is not the master: it hands the request over.
         code = main(["failover", "--group", "group-1", "--to", target.id, "--server", target.grpc])
         out = capsys.readouterr().out
         assert code == 0, out
         assert f"master is now {target.id} (epoch 2)" in out and "writes were paused for" in out
-        count = len(acknowledged)
-        until(lambda: len(acknowledged) > count + 100, 20, "writes on the new master")
-    finally:
-        stop.set()
-        worker.join(30)
+        count = len(load.acknowledged)
+        until(lambda: len(load.acknowledged) > count + 100, 20, "writes on the new master")
+    acknowledged = load.bodies()
     status = status_of(target)
     (group,) = status.broker_groups
     assert group.master == target.id and group.epoch == 2
@@ -403,28 +409,12 @@ def test_async_master_kill_loses_only_what_was_beyond_the_replicated_offset(clus
         admin.create_topic("fast", 2)
         admin.create_group("counters")
     master = master_of(plan)
-    acknowledged: list[tuple[float, str]] = []
-    stop = threading.Event()
-
-    def produce() -> None:
-        with Producer(access, timeout_s=3) as producer:
-            i = 0
-            while not stop.is_set():
-                with contextlib.suppress(FerryError):
-                    producer.send_batch([Message("fast", f"a-{i}-{j}".encode()) for j in range(8)])
-                    acknowledged.extend((time.monotonic(), f"a-{i}-{j}") for j in range(8))
-                i += 1
-
-    worker = threading.Thread(target=produce)
-    worker.start()
-    try:
-        until(lambda: len(acknowledged) > 2000, 30, "load before the kill")
+    with BackgroundLoad(access, "fast", "a", batch=8) as load:
+        until(lambda: len(load.acknowledged) > 2000, 30, "load before the kill")
         kill(plan, master)
         killed_at = time.monotonic()
-        until(lambda: any(t > killed_at for t, _ in acknowledged), 10, "writes after the kill")
-    finally:
-        stop.set()
-        worker.join(30)
+        until(lambda: load.acknowledged_after(killed_at), 10, "writes after the kill")
+    acknowledged = load.bodies()
 
     # Where each message sat in the killed master's log (read from a copy of its files).
     copy = tmp_path / "old-master"
@@ -445,7 +435,7 @@ def test_async_master_kill_loses_only_what_was_beyond_the_replicated_offset(clus
         stored = set()
         while batch := consumer.poll(wait_s=1):
             stored.update(m.body.decode() for m in batch)
-    lost = [body for _, body in acknowledged if body not in stored]
+    lost = [body for body in acknowledged if body not in stored]
     print(f"ASYNC kill -9: {len(lost)} of {len(acknowledged)} acknowledged messages lost")
     for body in lost:  # every loss was beyond what the slaves had at the kill
         assert old_offsets[body] >= replicated_end, body
