@@ -193,11 +193,13 @@ class Sender:
                 queue_id = queue_ids[self._turn % len(queue_ids)]
             address = route.queues[queue_id]
             try:
+                missing = chunk
                 if idempotent and self._stored(address, topic, chunk[0].message_id):
-                    self.skipped += len(chunk)
-                    return
-                self._send_once(address, route, queue_id, chunk)
-                self.sent += len(chunk)
+                    missing = self._missing(address, topic, chunk)
+                    self.skipped += len(chunk) - len(missing)
+                if missing:
+                    self._send_once(address, route, queue_id, missing)
+                    self.sent += len(missing)
                 self._turn += 1
                 return
             except FerryError as error:
@@ -216,6 +218,16 @@ class Sender:
         )
         check_admin(answer.status)
         return any(m.message_id == message_id for m in answer.messages)
+
+    def _missing(self, address: str, topic: str, chunk: list[Message]) -> list[Message]:
+        """A chunk whose first message is stored was stored whole, unless the earlier run
+        cut its chunks differently (another ``chunkMessages``): then every message is
+        looked up."""
+        if len(chunk) == 1 or self._stored(address, topic, chunk[-1].message_id):
+            return []
+        return [m for m in chunk[1:-1] if not self._stored(address, topic, m.message_id)] + [
+            chunk[-1]
+        ]
 
     @staticmethod
     def _send_once(address: str, route: TopicRoute, queue_id: int, chunk: list[Message]) -> None:
