@@ -62,24 +62,21 @@ def wait_batches(query, count: int) -> None:
 
 
 def forget_last_commit(checkpoint: str) -> int:
-    """Turn the checkpoint into what a driver crash right after batch N's sink leaves: N's
-    offsets are logged, its commit is not (and nothing was planned after it), so the
-    restart runs batch N again."""
-
-    def remove(kind: str, batch: int) -> None:
-        for name in (str(batch), f".{batch}.crc"):
-            path = os.path.join(checkpoint, kind, name)
-            if os.path.exists(path):
-                os.remove(path)
+    """Make the restart run a batch again, as after a driver crash between a batch's sink
+    and its commit: the batch the stop interrupted (offsets logged, no commit) if there is
+    one, else the last batch, whose commit is removed. Returns that batch's id."""
 
     def batches(kind: str) -> list[int]:
         return [int(n) for n in os.listdir(os.path.join(checkpoint, kind)) if n.isdigit()]
 
-    last = max(batches("commits"))
-    remove("commits", last)
-    for later in (b for b in batches("offsets") if b > last):
-        remove("offsets", later)
-    return last
+    planned, committed = max(batches("offsets")), max(batches("commits"))
+    if planned > committed:
+        return planned  # Spark runs it again over the same logged range
+    for name in (str(committed), f".{committed}.crc"):
+        path = os.path.join(checkpoint, "commits", name)
+        if os.path.exists(path):
+            os.remove(path)
+    return committed
 
 
 def test_stream_to_parquet_exactly_once_across_stop_lost_commit_and_new_queue(
