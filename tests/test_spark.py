@@ -208,3 +208,18 @@ def test_offsets_below_the_retained_minimum(spark, tmp_path):
         assert [r.queue_offset for r in rows] == list(range(queue.min_offset, queue.max_offset))
     finally:
         node.sigkill()
+
+
+def test_java_older_than_17_or_missing_is_reported_plainly(tmp_path, monkeypatch):
+    from ferrymq.spark import JavaMissing, require_java
+
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nothing"))
+    with pytest.raises(JavaMissing, match="needs Java 17 or newer, and no java was found"):
+        require_java()
+    (tmp_path / "old" / "bin").mkdir(parents=True)
+    java = tmp_path / "old" / "bin" / "java"
+    java.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "old"))
+    with pytest.raises(JavaMissing, match="is Java 11: install a JDK 17"):
+        require_java()
