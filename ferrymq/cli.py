@@ -159,7 +159,32 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--offset", type=int, help="queue offset (needs --topic and --queue)")
     query.add_argument("--queue", type=int, default=0)
     query.set_defaults(handler=query_messages)
+
+    spark = commands.add_parser("spark", help="Spark pipelines on the ferrymq data source")
+    spark_actions = spark.add_subparsers(dest="action", required=True)
+    spark_run = spark_actions.add_parser(
+        "run",
+        help="run a job on a local Spark session (Java 17+)",
+        description="jobs: tag-minute-aggregates, export-parquet, replay-parquet; "
+        "'ferrymq spark run JOB --help' shows a job's options",
+    )
+    spark_run.add_argument("job", help="tag-minute-aggregates | export-parquet | replay-parquet")
+    spark_run.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    spark_run.add_argument("job_args", nargs=argparse.REMAINDER, help="the job's own options")
+    spark_run.set_defaults(handler=spark_run_job)
     return parser
+
+
+# ---- spark ---------------------------------------------------------------------------
+def spark_run_job(args) -> int:
+    from ferrymq.spark.jobs import run_job
+    from ferrymq.spark.session import JavaMissing
+
+    try:
+        return run_job(args.job, args.job_args, master=args.master)
+    except JavaMissing as error:
+        print(f"ferrymq: {error}", file=sys.stderr)
+        return 2
 
 
 # ---- node ----------------------------------------------------------------------------

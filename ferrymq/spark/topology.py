@@ -1,0 +1,154 @@
+"""Where a topic's queues live and which offsets they hold, as seen from Spark.
+
+The seed ``endpoints`` are only a way in: a queue's address comes from ``QueryRoute`` (any
+node answers it), and its retained range from ``DescribeTopic`` on that address. Nothing
+here is cached for long: a read that fails asks again (``locate``), so a query follows a
+broker group whose master moved once routing answers with the new one.
+
+Connections are kept per process in ``_CONNECTIONS`` (Spark reuses Python workers, and
+objects holding channels cannot be pickled); readers and writers hold only plain data.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from ferrymq.client.connection import Connection
+from ferrymq.client.errors import TRANSPORT, FerryError, check, check_admin
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ferrymq.protocol.ferrymq import admin_pb2 as api
+
+ADMIN_NOT_FOUND = 5
+ADMIN_ALREADY_EXISTS = 6
+BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+_CONNECTIONS: dict[str, Connection] = {}
+_CONNECTIONS_LOCK = threading.Lock()
+
+
+def connection(address: str) -> Connection:
+    """The process's connection to ``address`` (created on first use)."""
+    with _CONNECTIONS_LOCK:
+        found = _CONNECTIONS.get(address)
+        if found is None:
+            found = _CONNECTIONS[address] = Connection(address, timeout_s=10.0)
+        return found
+
+
+class TopicNotFound(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class QueueState:
+    topic: str
+    queue_id: int
+    address: str
+    broker_group: str
+    min_offset: int
+    max_offset: int
+
+
+def backoff(attempt: int) -> float:
+    return BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+
+
+def retrying(endpoints: tuple[str, ...], timeout_ms: int, what: str, action):
+    """``action(address)`` on each endpoint in turn until one answers; transport failures
+    and retriable codes are retried until ``timeout_ms``, anything else raises at once."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    attempt = 0
+    while True:
+        address = endpoints[attempt % len(endpoints)]
+        try:
+            return action(address)
+        except FerryError as error:
+            if not error.retriable or time.monotonic() >= deadline:
+                raise FerryError(
+                    error.code, error.code_name, f"{what} via {address}: {error.detail}"
+                ) from None
+        time.sleep(backoff(attempt))
+        attempt += 1
+
+
+def route(endpoints: tuple[str, ...], topic: str, timeout_ms: int) -> dict[int, str]:
+    """queue id -> address of the node serving it."""
+
+    def ask(address: str) -> dict[int, str]:
+        conn = connection(address)
+        answer = conn.call(
+            conn.messaging.QueryRoute, rpc.QueryRouteRequest(topic=pb.Resource(name=topic))
+        )
+        if answer.status.code == pb.TOPIC_NOT_FOUND:
+            raise TopicNotFound(
+                f"topic {topic!r} does not exist (asked {address}); create it first, e.g. "
+                f"ferrymq topic create {topic}"
+            )
+        check(answer.status)
+        found = {}
+        for queue in answer.message_queues:
+            addresses = queue.broker.endpoints.addresses
+            found[queue.id] = f"{addresses[0].host}:{addresses[0].port}" if addresses else address
+        return found
+
+    return retrying(endpoints, timeout_ms, f"route of {topic}", ask)
+
+
+def queue_states(endpoints: tuple[str, ...], topic: str, timeout_ms: int) -> list[QueueState]:
+    """Every queue of ``topic`` with its address and retained range [min, max)."""
+    routes = route(endpoints, topic, timeout_ms)
+    states: list[QueueState] = []
+    for address in sorted(set(routes.values())):
+
+        def describe(at: str) -> api.DescribeTopicResponse:
+            conn = connection(at)
+            answer = conn.call(conn.admin.DescribeTopic, api.DescribeTopicRequest(name=topic))
+            if answer.status.code == ADMIN_NOT_FOUND:
+                raise TopicNotFound(f"topic {topic!r} does not exist (asked {at})")
+            check_admin(answer.status)
+            return answer
+
+        answer = retrying((address,), timeout_ms, f"offsets of {topic}", describe)
+        for queue in answer.queues:
+            if routes.get(queue.queue_id) == address:
+                states.append(
+                    QueueState(
+                        topic,
+                        queue.queue_id,
+                        address,
+                        queue.broker_group,
+                        queue.min_offset,
+                        queue.max_offset,
+                    )
+                )
+    return sorted(states, key=lambda s: s.queue_id)
+
+
+def locate(endpoints: tuple[str, ...], topic: str, queue_id: int, timeout_ms: int) -> str:
+    """The address serving one queue now (after a failure, routing may name another)."""
+    found = route(endpoints, topic, timeout_ms).get(queue_id)
+    if found is None:
+        raise FerryError(pb.NOT_FOUND, "NOT_FOUND", f"queue {queue_id} of {topic} has no route")
+    return found
+
+
+def ensure_group(endpoints: tuple[str, ...], group: str, timeout_ms: int) -> None:
+    """Data.Fetch reads on behalf of a consumer group that exists; the source creates its
+    own (offsets stay in Spark's checkpoint, the group only names the reader)."""
+
+    def create(address: str) -> None:
+        conn = connection(address)
+        answer = conn.call(
+            conn.admin.CreateGroup, api.CreateGroupRequest(group=api.Group(name=group))
+        )
+        if answer.status.code not in (0, ADMIN_ALREADY_EXISTS):
+            check_admin(answer.status)
+
+    retrying(endpoints, timeout_ms, f"group {group}", create)
+
+
+def is_transport(error: FerryError) -> bool:
+    return error.code == TRANSPORT
