@@ -282,6 +282,12 @@ def test_master_kill_raises_no_master_then_out_of_sync_until_the_set_refills(clu
     cluster_up(directory, nodes=3)  # restarts the killed node on its ports and data
     until(lambda: not alerts_of(prometheus), DEADLINE_S, "every alert of the group cleared")
     refilled_s = time.monotonic() - t2
+    # The new master reports lag for both its slaves, the restarted one included.
+    prometheus.wait_for(
+        f'rocketmq_broker_commitlog_diff{{node="{elected}"}}',
+        DEADLINE_S,
+        lambda r: {x["metric"]["slave"] for x in r} == {n.id for n in plan.nodes} - {elected},
+    )
     # Over the whole run the group never counted as under-replicated.
     history = prometheus.query('max_over_time(ALERTS{alertname="FerrymqGroupUnderReplicated"}[5m])')
     assert not history, history
