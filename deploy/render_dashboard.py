@@ -8,10 +8,11 @@ exactly as Grafana would show it. Template variables are set to "All".
     python -m deploy.render_dashboard --prometheus http://127.0.0.1:9090 \\
         --dashboard deploy/grafana/cluster-overview.json --minutes 15 --out overview.png
 
-``--demo SECONDS`` needs no running system: it starts two nodes (two broker groups), a
-private Prometheus scraping them every second and the load of ``deploy.local_stack`` for
-that long, then renders; ``--demo-outage S`` kills node-2 for S seconds on the way.
-``docs/img/dashboard-overview.png`` was made with ``--demo 180 --demo-outage 25``.
+``--demo SECONDS`` needs no running system: it starts a local 3-node cluster (one broker
+group, ``ferrymq.cluster``), a private Prometheus scraping it every second and the load of
+``deploy.local_stack`` for that long, then renders; ``--demo-outage S`` kills the master
+(SIGKILL) at 40 % of the run and restarts it S seconds later, so the failover shows.
+``docs/img/dashboard-overview.png`` was made with ``--demo 150 --demo-outage 30``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -275,43 +277,59 @@ class _RemotePrometheus(PrometheusServer):
         self.url = url.rstrip("/")
 
 
-def demo(seconds: float, directory: str, outage_s: float = 0.0):
-    """Two nodes in two broker groups with load, scraped every second. With ``outage_s``,
-    node-2 is killed (SIGKILL) at 40 % of the run and restarted ``outage_s`` later."""
-    from deploy.local_stack import Load, prepare, start_node, write_cluster_json
-    from deploy.prometheus import scrape_config
+DEMO_SETTINGS = {
+    "store": {
+        "commitlog_segment_bytes": 8 << 20,
+        "consume_queue_entries_per_file": 10000,
+        "index_slot_count": 10007,
+        "index_entry_count": 40000,
+    }
+}
 
-    nodes = [
-        start_node(os.path.join(directory, "node-1"), "node-1", "group-1"),
-        start_node(os.path.join(directory, "node-2"), "node-2", "group-2"),
-    ]
-    cluster = os.path.join(directory, "cluster.json")
-    write_cluster_json(cluster, nodes)
-    with open(cluster, encoding="utf-8") as f:
+
+def master_of(access: str, group: str = "group-1") -> str:
+    from ferrymq.client import Admin
+
+    with Admin(access, timeout_s=5) as admin:
+        status = admin.cluster_status()
+    return next(g.master for g in status.broker_groups if g.name == group)
+
+
+def demo(seconds: float, directory: str, outage_s: float = 0.0):
+    """A local cluster of three nodes (one broker group, SYNC replication, ``ferrymq.cluster``)
+    under the load of ``deploy.local_stack`` through all three addresses, scraped every
+    second. With ``outage_s``, the master is killed (SIGKILL) at 40 % of the run: a slave
+    takes over and the load goes on through it; the killed node is restarted ``outage_s``
+    later and rejoins as a slave."""
+    from deploy.local_stack import Load, prepare
+    from deploy.prometheus import scrape_config
+    from ferrymq.cluster import cluster_up
+
+    plan = cluster_up(directory, nodes=3, auto_ports=True, settings=DEMO_SETTINGS)
+    with open(os.path.join(directory, "cluster.json"), encoding="utf-8") as f:
         targets = scrape_config.targets_of_cluster(json.load(f))
     prometheus = PrometheusServer.start(
-        scrape_config.render(targets, scrape_interval="1s"), rule_files={}
+        scrape_config.render(targets, scrape_interval="1s", rule_files=()), rule_files={}
     )
-    prepare(nodes[0].grpc)
-    prepare(nodes[1].grpc)
-    loads = [Load(nodes[0].grpc).start(), Load(nodes[1].grpc, batch=8, pause_s=0.2).start()]
+    access = ",".join(n.grpc for n in plan.nodes)
+    try:
+        prepare(access)
+    except BaseException:
+        prometheus.stop()
+        raise
+    load = Load(access).start()
     start = time.time()
     if outage_s > 0:
         time.sleep(seconds * 0.4)
-        loads[1].stop()
-        nodes[1].sigkill()
+        master = master_of(access)
+        pid = next(n.pid for n in plan.nodes if n.id == master)
+        os.kill(pid, signal.SIGKILL)
+        print(f"demo: killed {master} (master) at +{time.time() - start:.0f} s", flush=True)
         time.sleep(outage_s)
-        old = nodes[1]
-        nodes[1] = start_node(
-            old.data_dir,
-            old.id,
-            old.group,
-            grpc_port=int(old.grpc.rsplit(":", 1)[1]),
-            metrics_port=int(old.metrics.rsplit(":", 1)[1]),
-        )
-        loads[1] = Load(nodes[1].grpc, batch=8, pause_s=0.2).start()
+        cluster_up(directory, nodes=3)  # restarts it on its ports and data
+        print(f"demo: {master} back at +{time.time() - start:.0f} s", flush=True)
     time.sleep(max(0.0, start + seconds - time.time()))
-    return nodes, loads, prometheus, start
+    return load, prometheus, start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,24 +350,29 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="in the demo, kill node-2 for this long (at 40 %% of the run)",
+        help="in the demo, kill the master for this long (at 40 %% of the run)",
     )
     args = parser.parse_args(argv)
     with open(args.dashboard, encoding="utf-8") as f:
         dashboard = json.load(f)
     if args.demo:
+        from ferrymq.cluster import cluster_down
+
         with tempfile.TemporaryDirectory(prefix="ferrymq-demo-") as directory:
-            nodes, loads, prometheus, start = demo(args.demo, directory, args.demo_outage)
+            cluster = os.path.join(directory, "cluster")
+            load = prometheus = None
             try:
+                load, prometheus, start = demo(args.demo, cluster, args.demo_outage)
                 shown = render(
                     dashboard, prometheus, start, time.time(), args.out, args.rate_interval
                 )
             finally:
-                for load in loads:
+                if load is not None:
                     load.stop()
-                for node in nodes:
-                    node.stop()
-                prometheus.stop()
+                if prometheus is not None:
+                    prometheus.stop()
+                if os.path.exists(os.path.join(cluster, "cluster.json")):
+                    cluster_down(cluster)
     else:
         if not args.prometheus:
             parser.error("--prometheus or --demo is required")

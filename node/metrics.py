@@ -22,8 +22,12 @@ process); ``topic``, ``group`` and ``queue_id`` take only names of the topic/gro
 client ids or keys.
 
 Replication and routing feed their state through two callables the node exposes,
-``NodeMetrics.replication_status`` and ``NodeMetrics.routing_status``. Until they exist a
-node is its own master at epoch 0 with an in-sync set of one, and exports no Raft families.
+``NodeMetrics.replication_status`` and ``NodeMetrics.routing_status``. Without them (unit
+tests) a node is its own master at epoch 0 with an in-sync set of one, and exports no Raft
+families. In a broker group only the master exports the per-topic and per-group families
+(producer and consumer offsets, lag, in flight, DLQ, connections), as Admin's
+GroupProgress reads only masters: summed over a group they count each queue once. Storage,
+role and Raft families come from every node.
 
 Thread-safety: the collector runs on the node's event loop (``node.metrics_http`` serves
 scrapes there), so it reads the node's loop-owned state without locks.
@@ -82,7 +86,7 @@ class RoutingStatus:
     """What the Raft routing code (``routing/``) reports, as this node sees it."""
 
     voter: bool
-    leader: str | None  # node id of the leader this node knows; None while there is none
+    leader: str | None  # Raft address of the leader this node knows; None while there is none
     is_leader: bool
     term: int
     commit_index: int
@@ -363,6 +367,10 @@ class NodeStateCollector:
         # User topics, as Admin lists them (dead-letter topics exist per group, derived).
         gauge("rocketmq_topic_number", sum(1 for name in topics if not name.startswith("%")))
         gauge("rocketmq_consumer_group_number", len(groups))
+        if m.replication_status().role != "master":
+            # Producers and consumers use the master; a slave's copies of offsets, POP state
+            # and members would count every group once per replica in the sums.
+            return
         max_offsets: dict[str, list[int]] = {}
         for name, config in topics.items():
             queue_count = config.queue_count

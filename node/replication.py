@@ -87,6 +87,7 @@ class ReplicationRole:
         self.lease_s = config.cluster.lease_ms / 1000
         self._pending_in_sync: frozenset[str] = frozenset()
         self._reported_epoch = -1
+        self._last_acked: dict[str, int] = {}  # per slave, for the metrics
         self._switching = asyncio.Lock()
         self.fenced: str | None = None  # why writes pause (a planned switchover)
         store.writes_refused = "this node has not joined its broker group yet"
@@ -141,6 +142,7 @@ class ReplicationRole:
         self.reload_states()
         self.is_master, self.master_epoch = True, epoch
         self._pending_in_sync = frozenset()
+        self._last_acked = {}
         self.master.activate(in_sync)
         self._sync_confirmed_limit()
         self.store.writes_refused = None
@@ -307,18 +309,27 @@ class ReplicationRole:
         state = self.routing.state
         replicas = sum(1 for m in state.members.values() if m.broker_group == self.config.group)
         end = self.store.commitlog.write_offset
+        lag: dict[str, int] = {}
+        if self.is_master:
+            # Every slave linked since this node became master: one whose link is gone keeps
+            # its last ack (remembered at scrape time), so its lag grows instead of vanishing.
+            for m in state.members.values():
+                if m.broker_group == self.config.group and m.node_id != self.config.id:
+                    link = self.master.links.get(m.node_id)
+                    if link is not None:
+                        self._last_acked[m.node_id] = link.acked
+                    if m.node_id in self._last_acked:
+                        lag[m.node_id] = max(0, end - self._last_acked[m.node_id])
+        # A slave knows the confirmed offset from its master's stream.
+        confirmed = self.master.confirmed_offset if self.is_master else self.slave.confirmed_offset
         return ReplicationStatus(
             role="master" if self.is_master else "slave",
             epoch=group.epoch if group else 0,
             insync_replicas=len(group.in_sync) if group else 0,
             min_insync_replicas=self.master.min_insync_replicas,
             replicas=max(replicas, 1),
-            confirmed_offset=self.master.confirmed_offset if self.master.sync else None,
-            slave_lag_bytes=(
-                {node_id: max(0, end - link.acked) for node_id, link in self.master.links.items()}
-                if self.is_master
-                else {}
-            ),
+            confirmed_offset=confirmed if self.master.sync else None,
+            slave_lag_bytes=lag,
         )
 
     async def close(self) -> None:

@@ -289,6 +289,13 @@ def test_replication_and_routing_feed_their_families(tmp_path):
         assert value(samples, "ferrymq_raft_is_leader") == 0
         assert value(samples, "ferrymq_raft_term") == 5
         assert value(samples, "ferrymq_raft_commit_index") == 42
+        # Per-topic and per-group families come from the master only (no double counts).
+        assert value(samples, "rocketmq_topic_number") == 1
+        assert "rocketmq_producer_offset" not in samples
+        assert "rocketmq_consumer_connections" not in samples
+        metrics.replication_status = lambda: ReplicationStatus(role="master", replicas=3)
+        text = generate_latest(metrics.registry).decode()
+        samples = {f.name: f.samples for f in text_string_to_metric_families(text)}
         assert value(samples, "rocketmq_producer_offset", topic="orders") == 0
         assert "rocketmq_group_diff" not in samples  # nobody consumes yet
         assert value(samples, "ferrymq_metrics_collect_errors") == 0
@@ -301,7 +308,7 @@ def test_replication_and_routing_feed_their_families(tmp_path):
         samples = {f.name: f.samples for f in text_string_to_metric_families(text)}
         assert value(samples, "ferrymq_metrics_collect_errors") == 1
         assert "ferrymq_raft_term" not in samples
-        assert value(samples, "ferrymq_broker_epoch") == 7
+        assert value(samples, "ferrymq_broker_group_replicas") == 3
     finally:
         store.shutdown()
 

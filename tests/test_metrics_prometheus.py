@@ -46,7 +46,7 @@ DEADLINE_S = 45.0
 # Panels that can only show data on a broker group with slaves, each with the reason. The
 # test below asserts that exactly these return nothing on standalone nodes and that they
 # are exactly the panels whose queries read a family only a master with slaves exports
-# (FAMILIES.needs).
+# (FAMILIES.needs). On a 3-node cluster every panel has data (test_metrics_cluster.py).
 CLUSTER_ONLY = {
     ("ferrymq-overview", "Replication lag by slave"): "lag per slave: a master with slaves",
     ("ferrymq-replication", "Replication lag by slave"): "lag per slave: a master with slaves",
