@@ -69,6 +69,15 @@ def topics_on(node: NodePlan) -> set[str]:
         return {t.name for t in admin.list_topics()}
 
 
+def topic_everywhere(plan: ClusterPlan, name: str) -> None:
+    """Until every running node knows topic ``name``: a node applies a committed routing
+    change a heartbeat round after the node that made it, and a test that writes straight
+    to one node must not race that."""
+    for node in plan.nodes:
+        if is_running(node, plan):
+            until(lambda node=node: name in topics_on_safe(node), 10, f"{name} on {node.id}")
+
+
 def kill(plan: ClusterPlan, node: NodePlan) -> None:
     os.kill(node.pid, signal.SIGKILL)
     until(lambda: not is_running(node, plan), 10, f"{node.id} to die")

@@ -26,7 +26,15 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ha.epochs import EpochHistory
 from store.config import StoreConfig
 from store.message_store import MessageStore
-from tests.test_cluster import SMALL_STORE, kill, restart, status_of, stop_all, until
+from tests.test_cluster import (
+    SMALL_STORE,
+    kill,
+    restart,
+    status_of,
+    stop_all,
+    topic_everywhere,
+    until,
+)
 
 
 def settings(**replication) -> dict:
@@ -170,6 +178,7 @@ def test_replicas_are_byte_identical_after_load(cluster):
     access = ",".join(n.grpc for n in plan.nodes)
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic("load", 4)
+        topic_everywhere(plan, "load")
         admin.create_group("readers")
     with Producer(access) as producer:
         for i in range(40):
@@ -192,6 +201,7 @@ def test_sync_send_is_not_ok_without_slaves_and_recovers_when_one_returns(cluste
     plan = start()
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic("sync", 1)
+        topic_everywhere(plan, "sync")
     master = master_of(plan)
     assert send_raw(master.grpc, "sync", b"before", "ID-before") == pb.OK
     slaves = [n for n in plan.nodes if n.id != master.id]
@@ -232,6 +242,7 @@ def test_master_killed_under_sync_load_fails_over_without_losing_acknowledged_me
     access = ",".join(n.grpc for n in plan.nodes)
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic("orders", 4)
+        topic_everywhere(plan, "orders")
         admin.create_group("audit")
     master = master_of(plan)
     with BackgroundLoad(access, "orders", "m") as load:
@@ -290,6 +301,7 @@ def test_a_diverged_old_master_truncates_its_unreplicated_tail(cluster):
     plan = start(mode="ASYNC", unclean_election=True)
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic("tail", 1)
+        topic_everywhere(plan, "tail")
     master = master_of(plan)
     slaves = [n for n in plan.nodes if n.id != master.id]
     assert send_raw(master.grpc, "tail", b"agreed", "ID-agreed") == pb.OK
@@ -318,6 +330,7 @@ def test_a_master_paused_past_its_lease_does_not_act_as_master_again(cluster):
     plan = start()
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic("paused", 1)
+        topic_everywhere(plan, "paused")
     master = master_of(plan)
     others = [n for n in plan.nodes if n.id != master.id]
     os.kill(master.pid, signal.SIGSTOP)
@@ -345,6 +358,7 @@ def test_a_master_cut_off_from_the_routing_majority_stops_taking_writes(cluster)
     plan = start(mode="ASYNC")  # so only the lease can stop it, not missing acks
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic("fenced", 1)
+        topic_everywhere(plan, "fenced")
     master = master_of(plan)
     others = [n for n in plan.nodes if n.id != master.id]
     assert send_raw(master.grpc, "fenced", b"ok", "ID-ok") == pb.OK
@@ -372,6 +386,7 @@ def test_planned_switchover_loses_nothing_and_reports_the_pause(cluster, capsys)
     access = ",".join(n.grpc for n in plan.nodes)
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic("moving", 2)
+        topic_everywhere(plan, "moving")
         admin.create_group("movers")
     master = master_of(plan)
     target = next(n for n in plan.nodes if n.id != master.id)
@@ -407,6 +422,7 @@ def test_async_master_kill_loses_only_what_was_beyond_the_replicated_offset(clus
     access = ",".join(n.grpc for n in plan.nodes)
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic("fast", 2)
+        topic_everywhere(plan, "fast")
         admin.create_group("counters")
     master = master_of(plan)
     with BackgroundLoad(access, "fast", "a", batch=8) as load:
@@ -466,6 +482,7 @@ def test_sync_consumers_see_only_what_the_in_sync_slaves_confirmed(cluster):
     plan = start(max_lag_ms=60_000)
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic("visible", 1)
+        topic_everywhere(plan, "visible")
         admin.create_group("peek")
     master = master_of(plan)
     slaves = [n for n in plan.nodes if n.id != master.id]
@@ -491,6 +508,7 @@ def test_a_slave_that_stops_acknowledging_leaves_the_in_sync_set_and_writes_go_o
     plan = start(max_lag_ms=1000, ack_timeout_ms=5000)
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic("slow", 1)
+        topic_everywhere(plan, "slow")
     master = master_of(plan)
     slow, other = [n for n in plan.nodes if n.id != master.id]
     os.kill(slow.pid, signal.SIGSTOP)  # its link stays open; its acks stop
@@ -518,6 +536,7 @@ def test_consumers_resume_after_failover_where_they_were(cluster):
     access = ",".join(n.grpc for n in plan.nodes)
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic("resume", 1)
+        topic_everywhere(plan, "resume")
         admin.create_group("pullers")
         admin.create_group("poppers")
     with Producer(access) as producer:
@@ -565,6 +584,7 @@ def test_delayed_messages_waiting_on_a_killed_master_are_delivered_once_by_the_n
     access = ",".join(n.grpc for n in plan.nodes)
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic("later", 1, message_type="DELAY")
+        topic_everywhere(plan, "later")
         admin.create_group("waiters")
     due_ms = int(time.time() * 1000) + 4000
     with Producer(access) as producer:
