@@ -96,12 +96,14 @@ class ReplicationMaster:
         self._server = await asyncio.start_server(self._serve, host, port)
         return self._server.sockets[0].getsockname()[1]
 
-    def activate(self, counted: frozenset[str]) -> None:
-        """This node became master (its epoch is already in the history)."""
+    def activate(self, counted: frozenset[str], confirmed: int = 0) -> None:
+        """This node became master (its epoch is already in the history). ``confirmed`` is
+        what the previous master said its in-sync set held: readable from the start."""
         self.active = True
         self.activated_at = self.clock()
         self.counted = counted - {self.node_id}
-        self.confirmed_offset = self.store.commitlog.write_offset if not self.counted else 0
+        end = self.store.commitlog.write_offset
+        self.confirmed_offset = end if not self.counted else min(confirmed, end)
         self._recompute()
 
     def deactivate(self) -> None:

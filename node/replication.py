@@ -143,7 +143,7 @@ class ReplicationRole:
         self.is_master, self.master_epoch = True, epoch
         self._pending_in_sync = frozenset()
         self._last_acked = {}
-        self.master.activate(in_sync)
+        self.master.activate(in_sync, confirmed=self.slave.confirmed_offset)
         self._sync_confirmed_limit()
         self.store.writes_refused = None
         log.warning(

@@ -605,3 +605,61 @@ def test_delayed_messages_waiting_on_a_killed_master_are_delivered_once_by_the_n
     bodies = [m.body for m in got]
     assert sorted(bodies) == sorted(b"d-%d" % i for i in range(30))  # each exactly once
     assert all(m.store_timestamp_ms >= due_ms for m in got)  # none before its time
+
+
+def test_a_transaction_sent_to_a_killed_master_commits_once_on_the_new_one(cluster):
+    """Half and operation records are in the CommitLog: after a failover the new master
+    knows the pending half and a commit makes it visible exactly once."""
+    start, _ = cluster
+    plan = start()
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("payments", 1, message_type="TRANSACTION")
+        topic_everywhere(plan, "payments")
+        admin.create_group("peek")
+    master = master_of(plan)
+    channel = grpc.insecure_channel(master.grpc)
+    sent = service_pb2_grpc.MessagingServiceStub(channel).SendMessage(
+        rpc.SendMessageRequest(
+            messages=[
+                pb.Message(
+                    topic=pb.Resource(name="payments"),
+                    body=b"pay",
+                    system_properties=pb.SystemProperties(
+                        message_id="TX1", message_type=pb.TRANSACTION
+                    ),
+                )
+            ]
+        ),
+        timeout=10,
+    )
+    channel.close()
+    assert sent.status.code == pb.OK
+    (entry,) = sent.entries
+    kill(plan, master)
+    new_master = master_of(plan, [n for n in plan.nodes if n.id != master.id])
+
+    def end(resolution) -> int:
+        with grpc.insecure_channel(new_master.grpc) as channel:
+            return (
+                service_pb2_grpc.MessagingServiceStub(channel)
+                .EndTransaction(
+                    rpc.EndTransactionRequest(
+                        topic=pb.Resource(name="payments"),
+                        message_id="TX1",
+                        transaction_id=entry.transaction_id,
+                        resolution=resolution,
+                        source=pb.SOURCE_CLIENT,
+                    ),
+                    timeout=10,
+                )
+                .status.code
+            )
+
+    assert pull_bodies(new_master.grpc, "payments", 0) == []  # still a half
+    until(lambda: end(pb.COMMIT) == pb.OK, 10, "the commit on the new master", interval_s=0.2)
+    assert end(pb.COMMIT) == pb.OK  # repeated: idempotent
+    until(
+        lambda: pull_bodies(new_master.grpc, "payments", 0) == [b"pay"],
+        10,
+        "the committed message, once",
+    )

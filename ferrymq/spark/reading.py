@@ -95,7 +95,9 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
         # Routing may be unreachable too: then the old address is tried again.
         with contextlib.suppress(FerryError):
             remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-            address = topology.locate(part.endpoints, part.topic, part.queue_id, remaining_ms)
+            address = topology.locate(
+                part.endpoints, part.topic, part.broker_group, part.queue_id, remaining_ms
+            )
             if address != fetcher.address:
                 fetcher = _Fetcher(part, address)
 

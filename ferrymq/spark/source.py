@@ -100,10 +100,19 @@ def _range(
 
 
 def _states(options: ReadOptions) -> dict[str, list[topology.QueueState]]:
-    return {
+    states = {
         topic: topology.queue_states(options.endpoints, topic, options.retry_timeout_ms)
         for topic in options.topics
     }
+    for topic, queues in states.items():
+        groups = {s.broker_group for s in queues}
+        if len(groups) > 1:
+            # Offsets are keyed by queue id (Kafka's shape); two groups' queue 0 would clash.
+            raise ValueError(
+                f"topic {topic!r} spans broker groups {sorted(groups)}: the Spark source "
+                "reads topics of one broker group for now (create it with --groups)"
+            )
+    return states
 
 
 def _check_named_queues(options: ReadOptions, states) -> None:

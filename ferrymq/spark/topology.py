@@ -74,10 +74,13 @@ def retrying(endpoints: tuple[str, ...], timeout_ms: int, what: str, action):
         attempt += 1
 
 
-def route(endpoints: tuple[str, ...], topic: str, timeout_ms: int) -> dict[int, str]:
-    """queue id -> address of the node serving it."""
+QueueKey = tuple[str, int]  # (broker group, queue id): each group numbers its own queues
 
-    def ask(address: str) -> dict[int, str]:
+
+def route(endpoints: tuple[str, ...], topic: str, timeout_ms: int) -> dict[QueueKey, str]:
+    """(broker group, queue id) -> address of the master serving it."""
+
+    def ask(address: str) -> dict[QueueKey, str]:
         conn = connection(address)
         answer = conn.call(
             conn.messaging.QueryRoute, rpc.QueryRouteRequest(topic=pb.Resource(name=topic))
@@ -91,29 +94,41 @@ def route(endpoints: tuple[str, ...], topic: str, timeout_ms: int) -> dict[int, 
         found = {}
         for queue in answer.message_queues:
             addresses = queue.broker.endpoints.addresses
-            found[queue.id] = f"{addresses[0].host}:{addresses[0].port}" if addresses else address
+            where = f"{addresses[0].host}:{addresses[0].port}" if addresses else address
+            found[(queue.broker.name, queue.id)] = where
         return found
 
     return retrying(endpoints, timeout_ms, f"route of {topic}", ask)
 
 
 def queue_states(endpoints: tuple[str, ...], topic: str, timeout_ms: int) -> list[QueueState]:
-    """Every queue of ``topic`` with its address and retained range [min, max)."""
-    routes = route(endpoints, topic, timeout_ms)
+    """Every queue of ``topic`` with its master's address and retained range [min, max).
+    A master that does not answer (it may have failed over) makes the route asked again."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    attempt = 0
+    while True:
+        remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        routes = route(endpoints, topic, remaining_ms)
+        try:
+            return _described(topic, routes)
+        except FerryError as error:
+            if not error.retriable or time.monotonic() >= deadline:
+                raise
+        time.sleep(backoff(attempt))
+        attempt += 1
+
+
+def _described(topic: str, routes: dict[QueueKey, str]) -> list[QueueState]:
     states: list[QueueState] = []
     for address in sorted(set(routes.values())):
-
-        def describe(at: str) -> api.DescribeTopicResponse:
-            conn = connection(at)
-            answer = conn.call(conn.admin.DescribeTopic, api.DescribeTopicRequest(name=topic))
-            if answer.status.code == ADMIN_NOT_FOUND:
-                raise TopicNotFound(f"topic {topic!r} does not exist (asked {at})")
-            check_admin(answer.status)
-            return answer
-
-        answer = retrying((address,), timeout_ms, f"offsets of {topic}", describe)
+        conn = connection(address)
+        answer = conn.call(conn.admin.DescribeTopic, api.DescribeTopicRequest(name=topic))
+        if answer.status.code == ADMIN_NOT_FOUND:
+            raise TopicNotFound(f"topic {topic!r} does not exist (asked {address})")
+        check_admin(answer.status)
         for queue in answer.queues:
-            if routes.get(queue.queue_id) == address:
+            # A node knows the offsets of its own broker group's queues only.
+            if routes.get((queue.broker_group, queue.queue_id)) == address:
                 states.append(
                     QueueState(
                         topic,
@@ -124,14 +139,18 @@ def queue_states(endpoints: tuple[str, ...], topic: str, timeout_ms: int) -> lis
                         queue.max_offset,
                     )
                 )
-    return sorted(states, key=lambda s: s.queue_id)
+    return sorted(states, key=lambda s: (s.broker_group, s.queue_id))
 
 
-def locate(endpoints: tuple[str, ...], topic: str, queue_id: int, timeout_ms: int) -> str:
+def locate(
+    endpoints: tuple[str, ...], topic: str, broker_group: str, queue_id: int, timeout_ms: int
+) -> str:
     """The address serving one queue now (after a failure, routing may name another)."""
-    found = route(endpoints, topic, timeout_ms).get(queue_id)
+    found = route(endpoints, topic, timeout_ms).get((broker_group, queue_id))
     if found is None:
-        raise FerryError(pb.NOT_FOUND, "NOT_FOUND", f"queue {queue_id} of {topic} has no route")
+        raise FerryError(
+            pb.NOT_FOUND, "NOT_FOUND", f"queue {broker_group}/{queue_id} of {topic} has no route"
+        )
     return found
 
 
