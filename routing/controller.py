@@ -41,7 +41,9 @@ class Controller:
         heartbeat_interval_s: float = 1.0,
         unclean_election: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        self.wall_clock = wall_clock
         self.replica = replica
         self.lease_s = lease_s
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -98,8 +100,16 @@ class Controller:
         slaves = {
             n for n in group.in_sync if n != group.master and n in members and members[n].alive
         }
+        if not slaves or not slaves <= group.lost_by:
+            return False
         _, since = self._seen.get(master.node_id, (-1, now))
-        return bool(slaves) and slaves <= group.lost_by and now - since >= self.heartbeat_interval_s
+        if now - since >= self.heartbeat_interval_s:
+            return True
+        # A leader elected a moment ago has not watched the master for a whole interval;
+        # the heartbeat's own timestamp (the sender's wall clock) says how old it is, with
+        # half an interval of slack for clocks that disagree.
+        age_s = self.wall_clock() - master.last_heartbeat_ms / 1000
+        return age_s >= self.heartbeat_interval_s * 1.5
 
     async def _elect(self, group, members) -> None:
         def eligible(node_id: str) -> bool:
