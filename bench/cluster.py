@@ -20,6 +20,12 @@ of stdout):
   addresses; the master is killed with SIGKILL; the figure is the time from the kill to
   the first acknowledged send that the dead master cannot have answered. The killed node
   is restarted and the next drill waits until all three are in sync again.
+  ``failover_killed_raft_leader`` says for each drill whether the master killed was also
+  the routing Raft leader (then routing must elect a leader before it can elect a master);
+- ``{sync,async}_cpu_us_per_msg_{master,slaves,client,others}`` and ``_machine_busy_
+  fraction``: CPU seconds (``/proc``) spent during each batch phase per message sent, by
+  the master, the two slaves together, this client and everything else on the machine
+  (other users), and how busy the machine's cores were: where the time went.
 
 The clusters are always stopped (``cluster_down``, then SIGKILL of any pid left) and the
 directory removed, also on Ctrl-C, SIGTERM or an error.
@@ -162,6 +168,50 @@ def all_in_sync(plan: ClusterPlan, asked: NodePlan) -> bool:
     return bool(group.master) and set(group.in_sync) == everyone and alive == everyone
 
 
+# ---- CPU accounting -------------------------------------------------------------------
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all threads, from /proc."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rpartition(b")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+def machine_cpu_s() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return (sum(ticks) - idle) / CLOCK_TICKS, sum(ticks) / CLOCK_TICKS
+
+
+class CpuMeter:
+    """CPU spent by the master, the slaves and this client (the benchmark) between enter
+    and exit, and how busy the whole machine was (other users' work included)."""
+
+    def __init__(self, plan: ClusterPlan, master: NodePlan) -> None:
+        self.pids = {"master": [master.pid], "slaves": [n.pid for n in plan.nodes if n != master]}
+        self.pids["client"] = [os.getpid()]
+        self.spent: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        return {role: sum(process_cpu_s(p) for p in pids) for role, pids in self.pids.items()}
+
+    def __enter__(self) -> CpuMeter:
+        self._before, self._machine_before = self._read(), machine_cpu_s()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        after, machine = self._read(), machine_cpu_s()
+        self.spent = {role: after[role] - self._before[role] for role in after}
+        busy = machine[0] - self._machine_before[0]
+        total = machine[1] - self._machine_before[1]
+        self.spent["machine_busy_fraction"] = busy / total if total else 0.0
+        self.spent["others"] = busy - sum(after[r] - self._before[r] for r in after)
+
+
 # ---- replication lag ------------------------------------------------------------------
 def scrape_lag(metrics_address: str) -> list[int]:
     """Every ``rocketmq_broker_commitlog_diff`` sample of one scrape (one per slave)."""
@@ -228,9 +278,13 @@ async def batch_phase(access: str, seconds: float) -> tuple[int, float]:
 def measure_batch(plan: ClusterPlan, seconds: float) -> dict:
     access = ",".join(n.grpc for n in plan.nodes)
     master = master_of(plan)
-    with LagSampler(master.metrics) as sampler:
+    with LagSampler(master.metrics) as sampler, CpuMeter(plan, master) as cpu:
         sent, took = asyncio.run(batch_phase(access, seconds))
     figures = {"msgs_per_s": round(sent / took), "messages": sent}
+    # Where the cores went: CPU µs per message sent, by process (the slaves summed).
+    for role in ("master", "slaves", "client", "others"):
+        figures[f"cpu_us_per_msg_{role}"] = round(cpu.spent[role] / sent * 1e6, 1)
+    figures["machine_busy_fraction"] = round(cpu.spent["machine_busy_fraction"], 2)
     if sampler.samples:
         figures["lag_p99"] = round(percentile(sampler.samples, 0.99))
         figures["lag_max"] = max(sampler.samples)
@@ -295,12 +349,28 @@ class LoopProducer:
         self._thread.join(30)
 
 
-def one_drill(directory: str, drill: int, load: LoopProducer, acks_after: int) -> float:
+def raft_leader_id(plan: ClusterPlan) -> str:
+    """The node id of the routing Raft leader, or "" when none is known."""
+    for node in plan.nodes:
+        status = status_of(node)
+        if status is not None and status.raft_leader:
+            return next((n.id for n in plan.nodes if n.raft == status.raft_leader), "")
+    return ""
+
+
+@dataclass(frozen=True)
+class Drill:
+    unavailable_ms: float
+    killed_raft_leader: bool  # the master was also the routing Raft leader
+
+
+def one_drill(directory: str, drill: int, load: LoopProducer, acks_after: int) -> Drill:
     """Kill the master under ``load``, time the first acknowledgement after it, restart
-    the killed node: the unavailability in ms."""
+    the killed node."""
     plan = load_plan(directory)
     until(lambda: all_in_sync(plan, plan.nodes[0]), 90, "all three in sync", 0.1)
     master = master_of(plan)
+    leader = raft_leader_id(plan)
     before = len(load.acknowledged)
     until(lambda: len(load.acknowledged) > before + 50, 30, "load before the kill")
     os.kill(master.pid, signal.SIGKILL)
@@ -309,8 +379,9 @@ def one_drill(directory: str, drill: int, load: LoopProducer, acks_after: int) -
     unavailable_ms = (first - killed_at) * 1000
     new_master = master_of(plan, [n for n in plan.nodes if n.id != master.id])
     log(
-        f"  drill {drill}: killed {master.id}, {new_master.id} took over, writes "
-        f"unavailable for {unavailable_ms:.0f} ms"
+        f"  drill {drill}: killed {master.id}"
+        f"{' (also the Raft leader)' if leader == master.id else ''}, {new_master.id} took "
+        f"over, writes unavailable for {unavailable_ms:.0f} ms"
     )
     # Some load on the new master alone before the old one returns and catches up.
     after = len(load.acknowledged)
@@ -318,10 +389,10 @@ def one_drill(directory: str, drill: int, load: LoopProducer, acks_after: int) -
     until(lambda: not is_running(master, plan), 10, f"{master.id} to die")
     restarted = start_node(plan, master)
     save_plan(replace(plan, nodes=tuple(restarted if n.id == master.id else n for n in plan.nodes)))
-    return round(unavailable_ms, 1)
+    return Drill(round(unavailable_ms, 1), leader == master.id)
 
 
-def failover_drills(directory: str, drills: int, acks_after: int) -> list[float]:
+def failover_drills(directory: str, drills: int, acks_after: int) -> list[Drill]:
     plan = load_plan(directory)
     with LoopProducer(",".join(n.grpc for n in plan.nodes)) as load:
         figures = [one_drill(directory, d, load, acks_after) for d in range(1, drills + 1)]
@@ -346,7 +417,8 @@ def run_sync(directory: str, scale: Scale, drills: int) -> dict:
     log("single sends")
     p50, p99 = measure_single(plan, scale.singles)
     log(f"{drills} failover drills")
-    unavailable = failover_drills(directory, drills, scale.drill_acks_after)
+    done = failover_drills(directory, drills, scale.drill_acks_after)
+    unavailable = [d.unavailable_ms for d in done]
     return {
         "sync_batch_send_msgs_per_s": batch["msgs_per_s"],
         "sync_batch_messages": batch["messages"],
@@ -360,6 +432,8 @@ def run_sync(directory: str, scale: Scale, drills: int) -> dict:
         "failover_unavailable_ms_max": max(unavailable),
         "failover_unavailable_ms": unavailable,
         "failover_drills": len(unavailable),
+        "failover_killed_raft_leader": [d.killed_raft_leader for d in done],
+        **{f"sync_{k}": v for k, v in batch.items() if k.startswith(("cpu_", "machine_"))},
     }
 
 
@@ -373,6 +447,7 @@ def run_async(directory: str, scale: Scale) -> dict:
         "async_batch_messages": batch["messages"],
         "async_replication_lag_bytes_p99": batch["lag_p99"],
         "async_replication_lag_bytes_max": batch["lag_max"],
+        **{f"async_{k}": v for k, v in batch.items() if k.startswith(("cpu_", "machine_"))},
     }
 
 
