@@ -10,7 +10,8 @@ of stdout):
   send_batch_async`` of 128 messages of 1 KiB, ``IN_FLIGHT`` requests outstanding, for a
   fixed duration;
 - ``sync_single_send_p50_us`` / ``_p99_us``: ``Producer.send`` of one 1 KiB message, one
-  at a time, on the SYNC group;
+  at a time, on the SYNC group (``async_single_send_*`` the same on the ASYNC group: the
+  difference is what waiting for the slaves costs);
 - ``replication_lag_bytes_p99`` (and ``_max``): the master's
   ``rocketmq_broker_commitlog_diff{slave=...}``, scraped from its metrics port every
   ``LAG_SAMPLE_INTERVAL_S`` during the SYNC batch phase, one sample per slave and scrape
@@ -442,7 +443,11 @@ def run_async(directory: str, scale: Scale) -> dict:
     create_topic(plan)
     log("ASYNC group up; batch phase")
     batch = measure_batch(plan, scale.batch_s)
+    log("single sends")
+    p50, p99 = measure_single(plan, scale.singles)
     return {
+        "async_single_send_p50_us": round(p50),
+        "async_single_send_p99_us": round(p99),
         "async_batch_send_msgs_per_s": batch["msgs_per_s"],
         "async_batch_messages": batch["messages"],
         "async_replication_lag_bytes_p99": batch["lag_p99"],
