@@ -59,8 +59,10 @@ from ferrymq.cluster import (
     cluster_up,
     is_running,
     load_plan,
+    log_path,
     save_plan,
     start_node,
+    tail,
 )
 
 BODY = bytes(range(256)) * 4  # 1 KiB
@@ -365,11 +367,32 @@ class Drill:
     killed_raft_leader: bool  # the master was also the routing Raft leader
 
 
+def wait_all_in_sync(plan: ClusterPlan) -> None:
+    """Until the group has a master and all three in sync; on timeout, what every node
+    says and the end of its log (the directory is removed afterwards)."""
+    try:
+        until(lambda: all_in_sync(plan, plan.nodes[0]), 90, "all three in sync", 0.1)
+    except TimeoutError:
+        for node in plan.nodes:
+            status = status_of(node)
+            group = status.broker_groups[0] if status and status.broker_groups else None
+            log(
+                f"{node.id}: running={is_running(node, plan)} master="
+                f"{group.master if group else '?'} in_sync={group.in_sync if group else '?'} "
+                + " ".join(
+                    f"{n.id}:{n.role}/{'up' if n.alive else 'down'}/{n.max_offset}"
+                    for n in (status.nodes if status else ())
+                )
+            )
+            log(tail(log_path(plan, node), 8))
+        raise
+
+
 def one_drill(directory: str, drill: int, load: LoopProducer, acks_after: int) -> Drill:
     """Kill the master under ``load``, time the first acknowledgement after it, restart
     the killed node."""
     plan = load_plan(directory)
-    until(lambda: all_in_sync(plan, plan.nodes[0]), 90, "all three in sync", 0.1)
+    wait_all_in_sync(plan)
     master = master_of(plan)
     leader = raft_leader_id(plan)
     before = len(load.acknowledged)
@@ -397,8 +420,7 @@ def failover_drills(directory: str, drills: int, acks_after: int) -> list[Drill]
     plan = load_plan(directory)
     with LoopProducer(",".join(n.grpc for n in plan.nodes)) as load:
         figures = [one_drill(directory, d, load, acks_after) for d in range(1, drills + 1)]
-        plan = load_plan(directory)
-        until(lambda: all_in_sync(plan, plan.nodes[0]), 90, "all three in sync", 0.1)
+        wait_all_in_sync(load_plan(directory))
     if load.failures:
         log(f"  failed sends during the drills: {len(load.failures)} ({set(load.failures)})")
     return figures
