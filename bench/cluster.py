@@ -51,7 +51,6 @@ import urllib.request
 from dataclasses import dataclass, replace
 
 from ferrymq.client import Admin, FerryError, Message, Producer
-from ferrymq.client.producer import BACKOFF_S
 from ferrymq.cluster import (
     ClusterPlan,
     NodePlan,
@@ -76,8 +75,8 @@ LAG_SAMPLE_INTERVAL_S = 0.1
 STORE = {"commitlog_segment_bytes": 128 << 20}
 # A send acknowledged this soon after the kill may have been answered by the old master
 # just before it died; a send that had to be retried (the only way to reach the new
-# master) always spends at least the producer's first backoff first.
-OLD_MASTER_WINDOW_S = BACKOFF_S
+# master) always spends at least the producer's first backoff (50 ms) first.
+OLD_MASTER_WINDOW_S = 0.05
 
 
 @dataclass(frozen=True)
