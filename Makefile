@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint bench-store bench-produce clean
+.PHONY: up test lint bench-store bench-produce bench-cluster clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "ferrymq needs Python >= 3.11"'
@@ -29,6 +29,9 @@ bench-store: $(STAMP)
 
 bench-produce: $(STAMP)
 	$(PY) -m bench.produce --json
+
+bench-cluster: $(STAMP)
+	$(PY) -m bench.cluster --json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
