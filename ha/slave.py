@@ -58,6 +58,9 @@ class ReplicationSlave:
         self.master_address = master_address
         self.connected_to: str | None = None
         self.confirmed_offset = 0
+        # Under SYNC replication a slave's readers, too, see only what the master's
+        # in-sync set confirmed.
+        self.caps_reads = False
         self.last_error = ""
         self._task: asyncio.Task[None] | None = None
         self._poke = asyncio.Event()
@@ -166,6 +169,8 @@ class ReplicationSlave:
             offset, epoch, epoch_start, confirmed = DATA_HEADER.unpack_from(payload)
             records = payload[DATA_HEADER.size :]
             self.confirmed_offset = max(self.confirmed_offset, confirmed)
+            if self.caps_reads:
+                store.confirmed_offset = min(self.confirmed_offset, store.commitlog.write_offset)
             if not records:
                 continue  # a heartbeat
             if epoch > self.epochs.last_epoch:

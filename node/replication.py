@@ -160,6 +160,11 @@ class ReplicationRole:
         was_master = self.is_master
         self.is_master = False
         self.master.deactivate()
+        self.slave.caps_reads = self.master.sync
+        if self.master.sync:
+            self.store.confirmed_offset = min(
+                self.slave.confirmed_offset, self.store.commitlog.write_offset
+            )
         self.slave.start()
         if was_master:
             log.warning("no longer master of %s; following %s", self.config.group, master)

@@ -102,7 +102,7 @@ def master_of(plan: ClusterPlan, among: list[NodePlan] | None = None) -> NodePla
                     return node_by_id(plan, group.master)
         return None
 
-    return until(find, 10, "a master")
+    return until(find, 30, "a master")
 
 
 def send_raw(address: str, topic: str, body: bytes, message_id: str) -> int:
