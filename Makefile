@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint bench-store bench-produce clean
+.PHONY: up test lint bench-store bench-produce chaos clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "ferrymq needs Python >= 3.11"'
@@ -29,6 +29,13 @@ bench-store: $(STAMP)
 
 bench-produce: $(STAMP)
 	$(PY) -m bench.produce --json
+
+# One chaos run: make chaos MODE=async-sync-flush FAULTS=kill,pause DURATION=5m
+MODE ?= sync-async-flush
+FAULTS ?= kill,pause,restart-all
+DURATION ?= 5m
+chaos: $(STAMP)
+	$(PY) -m ferrymq.cli chaos run --mode $(MODE) --faults $(FAULTS) --duration $(DURATION) --data chaos-run
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
