@@ -16,6 +16,7 @@ Verdict per replication mode:
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
@@ -153,8 +154,14 @@ def unavailability(history: History) -> list[dict]:
     acknowledged, and until the fault ended; None when no send after it succeeded."""
     rows = []
     ok_invocations = sorted((s.invoked_s, s.completed_s) for s in history.sends if s.outcome == OK)
-    for fault in history.faults:
+    faults = sorted(history.faults, key=lambda f: f.start_s)
+    acks = sorted(done for _, done in ok_invocations)
+    for turn, fault in enumerate(faults):
         first = next((done for invoked, done in ok_invocations if invoked >= fault.start_s), None)
+        # The longest stretch without any acknowledgement, from the fault until the next.
+        until_s = faults[turn + 1].start_s if turn + 1 < len(faults) else history.duration_s
+        marks = [fault.start_s, *(a for a in acks if fault.start_s < a < until_s), until_s]
+        gap = max(b - a for a, b in itertools.pairwise(marks))
         rows.append(
             {
                 "kind": fault.kind,
@@ -163,6 +170,7 @@ def unavailability(history: History) -> list[dict]:
                 "start_s": round(fault.start_s, 3),
                 "window_s": None if fault.end_s is None else round(fault.end_s - fault.start_s, 3),
                 "writes_back_after_s": None if first is None else round(first - fault.start_s, 3),
+                "longest_gap_s": round(gap, 3),
             }
         )
     return rows

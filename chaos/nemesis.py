@@ -111,15 +111,18 @@ class Nemesis:
             return self.restart_all()
         node, role = self.target(kind)
         was_master = (self.master() or node).id == node.id
-        fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
         if kind == "pause":
             os.kill(node.pid, signal.SIGSTOP)
+            fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
             if was_master and self.on_deposed:
                 self.on_deposed(node)
             time.sleep(self.pause_s)  # the fault's duration, not a wait for a condition
             os.kill(node.pid, signal.SIGCONT)
         else:
             self.kill(node)
+            # The window starts when the node is gone: a send invoked before may still
+            # have been acknowledged by it.
+            fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
             if was_master and self.on_deposed:
                 self.on_deposed(node)
             time.sleep(self.down_s)
@@ -128,14 +131,14 @@ class Nemesis:
         return fault
 
     def restart_all(self) -> Fault:
-        fault = self.history.fault(
-            Fault("restart-all", [n.id for n in self.plan.nodes], "all", self.now())
-        )
         master = self.master()
         for node in self.plan.nodes:
             os.kill(node.pid, signal.SIGKILL)
         for node in self.plan.nodes:
             self.wait_dead(node)
+        fault = self.history.fault(
+            Fault("restart-all", [n.id for n in self.plan.nodes], "all", self.now())
+        )
         if master is not None and self.on_deposed:
             self.on_deposed(master)
         for node in list(self.plan.nodes):

@@ -58,7 +58,8 @@ def summary(findings: Findings) -> str:
         lines.append(
             f"  {row['start_s']:8.1f} s {row['kind']:<12} {','.join(row['targets']):<22}"
             f" {row['role']:<16} window {row['window_s']} s,"
-            f" writes back after {row['writes_back_after_s']} s"
+            f" writes back after {row['writes_back_after_s']} s,"
+            f" longest gap {row['longest_gap_s']} s"
         )
     for violation in findings.violations:
         lines.append(f"VIOLATION: {violation}")

@@ -106,5 +106,7 @@ def test_unavailability_is_measured_from_each_fault_to_the_next_acknowledged_sen
     h = history("sync-sync-flush", sends(6), [f"w0-{i}" for i in range(6)])
     h.sends[2].outcome = h.sends[3].outcome = FAILED
     h.faults = [Fault("kill-master", ["node-1"], "master", 1.5, 2.5)]
+    h.duration_s = 6.0
     (row,) = check(h).unavailability
     assert row["writes_back_after_s"] == round(4.01 - 1.5, 3) and row["window_s"] == 1.0
+    assert row["longest_gap_s"] == round(4.01 - 1.5, 3)  # from the fault to w0-4's ack
