@@ -615,10 +615,6 @@ def show_table(args, values, headers, rows) -> None:
         print("(none)")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def chaos_run_command(args) -> int:
     from chaos import runner
 
@@ -627,3 +623,7 @@ def chaos_run_command(args) -> int:
     print(result["summary"], end="")
     print(f"report: {args.data}/report.json, summary.txt, timeline.png")
     return 0 if result["valid"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
