@@ -70,6 +70,7 @@ def run(
     stop = threading.Event()
     threads: list[threading.Thread] = []
     fury = None
+    heal_error = ""
     try:
         access = ",".join(n.grpc for n in plan.nodes)
         with Admin(plan.nodes[0].grpc) as admin:
@@ -105,8 +106,17 @@ def run(
         if remaining > 0:
             time.sleep(remaining)
         fury.heal()
-        wait_ready(fury.plan, RECOVERY_TIMEOUT_S * 2)
+        try:
+            wait_ready(fury.plan, RECOVERY_TIMEOUT_S * 2)
+        except ClusterError as error:  # a finding, not a crash: drain and report anyway
+            heal_error = (
+                f"cluster not healed {RECOVERY_TIMEOUT_S * 2:.0f} s after the faults: {error}"
+            )
         time.sleep(1.0)  # a little load on the healed cluster before the writers stop
+    except BaseException:
+        stop.set()
+        cluster_down(cluster_dir)  # never leave node processes behind
+        raise
     finally:
         stop.set()
         for thread in threads:
@@ -117,6 +127,10 @@ def run(
     wait_same_end(plan)
     roles = node_roles(plan)
     cluster_down(cluster_dir)
+    logs = os.path.join(directory, "logs")  # kept: small, and the first thing to read
+    os.makedirs(logs, exist_ok=True)
+    for node in plan.nodes:
+        shutil.copy(os.path.join(cluster_dir, f"{node.id}.log"), logs)
     history.replicas = workload.drain(
         [(n.id, roles.get(n.id, "?"), n.data) for n in plan.nodes], store_settings
     )
@@ -126,6 +140,10 @@ def run(
     master_data = next(n.data for n in plan.nodes if n.id == master_id)
     history.epochs = [(e.epoch, e.start_offset) for e in EpochHistory(master_data).entries]
     findings = checker.check(history)
+    if heal_error:
+        findings.violations.append(heal_error)
+    for fault, row in zip(history.faults, findings.unavailability, strict=True):
+        row["note"] = fault.note
     result = report.write(directory, history, findings)
     if not keep_data:
         shutil.rmtree(cluster_dir, ignore_errors=True)
