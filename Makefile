@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint bench-store bench-produce bench-cluster clean
+.PHONY: up test lint bench-store bench-produce bench-cluster chaos chaos-test clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "ferrymq needs Python >= 3.11"'
@@ -32,6 +32,17 @@ bench-produce: $(STAMP)
 
 bench-cluster: $(STAMP)
 	$(PY) -m bench.cluster --json
+
+# One chaos run: make chaos MODE=async-sync-flush FAULTS=kill,pause DURATION=5m
+MODE ?= sync-async-flush
+FAULTS ?= kill,pause,restart-all
+DURATION ?= 5m
+chaos: $(STAMP)
+	$(PY) -m ferrymq.cli chaos run --mode $(MODE) --faults $(FAULTS) --duration $(DURATION) --data chaos-run
+
+# The short chaos runs per mode and the planted-bug self-test (not yet in make test).
+chaos-test: $(STAMP)
+	$(PY) -m pytest -q -m chaos
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -70,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_stop = clusters.add_parser("down", help="stop a local cluster cleanly")
     cluster_stop.add_argument("--data", required=True, help="cluster directory")
     cluster_stop.set_defaults(handler=cluster_stop_command)
+    chaos = commands.add_parser("chaos", help="fault-injection runs checked against the promises")
+    chaos_run = chaos.add_subparsers(dest="action", required=True).add_parser("run")
+    chaos_run.add_argument("--mode", required=True, help="sync-sync-flush, async-async-flush...")
+    chaos_run.add_argument("--faults", default="kill,pause", help="kill,pause,restart-all,...")
+    chaos_run.add_argument("--duration", default="60s", help="e.g. 90s, 5m")
+    chaos_run.add_argument("--data", default="chaos-run", help="run directory (report.json...)")
+    chaos_run.set_defaults(handler=chaos_run_command)
     node = commands.add_parser("node", help="run one broker node in the foreground")
     node.add_argument("--config", help="node.toml (every option has a default)")
     node.add_argument("--data", help="data directory (overrides the config)")
@@ -631,6 +638,16 @@ def show_table(args, values, headers, rows) -> None:
         print(table(headers, rows))
     else:
         print("(none)")
+
+
+def chaos_run_command(args) -> int:
+    from chaos import runner
+
+    faults = [f.strip() for f in args.faults.split(",") if f.strip()]
+    result = runner.run(args.mode, faults, runner.parse_duration(args.duration), args.data)
+    print(result["summary"], end="")
+    print(f"report: {args.data}/report.json, summary.txt, timeline.png")
+    return 0 if result["valid"] else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,173 @@
+"""The recorded history of one chaos run: every send invocation and its outcome, every
+delivery to a consumer, every fault window, and the final state drained from each replica.
+
+Times are ``time.monotonic()`` seconds relative to the run's start. A ``History`` is filled
+by several threads (writers, the consumer, the nemesis): every append holds its lock.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict, dataclass, field
+
+# Outcomes of a send, from the writer's point of view.
+OK = "ok"  # acknowledged: the mode's promise covers it
+NOT_REPLICATED = "not-replicated"  # stored on the master, not confirmed by the slaves in time
+FAILED = "failed"  # refused before anything was written (the node said so)
+UNKNOWN = "unknown"  # no answer (transport error, deadline): it may or may not be stored
+OUTCOMES = (OK, NOT_REPLICATED, FAILED, UNKNOWN)
+
+
+@dataclass
+class Send:
+    """One send invocation of one writer: ``body`` is unique in the run and names the
+    writer and its sequence number (``w<writer>-<seq>``), so order per writer is known."""
+
+    writer: int
+    seq: int
+    body: str
+    invoked_s: float
+    completed_s: float | None = None
+    outcome: str | None = None
+    code: str = ""
+    queue_offset: int = -1
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One message handed to a consumer."""
+
+    at_s: float
+    consumer: str
+    queue_id: int
+    queue_offset: int
+    body: str
+
+
+@dataclass
+class Fault:
+    """One nemesis action: ``kind`` (kill, pause, restart-all...), the node(s) it hit and
+    the role they had, and its window (start until the fault was healed)."""
+
+    kind: str
+    targets: list[str]
+    role: str
+    start_s: float
+    end_s: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """One message of the workload's topic in a replica's CommitLog after the run."""
+
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    body: str
+
+
+@dataclass
+class Replica:
+    """What the final drain read from one node: its records of the workload topic, its
+    CommitLog end and the SHA-256 of each prefix length asked for by the checker."""
+
+    node: str
+    role: str
+    log_end: int
+    records: list[StoredRecord]
+    digest_to: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class MasterSnapshot:
+    """A copy of a master's log taken the moment a fault deposed it (the node was dead or
+    stopped): where each body sat, and the last epoch it knew. ASYNC may lose what sat at
+    or beyond the start of the next epoch, nothing before it."""
+
+    node: str
+    last_epoch: int
+    positions: dict[str, int]  # body -> physical offset
+
+
+@dataclass
+class History:
+    mode: str
+    sends: list[Send] = field(default_factory=list)
+    deliveries: list[Delivery] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    replicas: list[Replica] = field(default_factory=list)
+    snapshots: list[MasterSnapshot] = field(default_factory=list)
+    epochs: list[tuple[int, int]] = field(default_factory=list)  # final (epoch, start offset)
+    duration_s: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def invoke(self, writer: int, seq: int, body: str, at_s: float) -> Send:
+        send = Send(writer, seq, body, at_s)
+        with self.lock:
+            self.sends.append(send)
+        return send
+
+    def complete(
+        self, send: Send, outcome: str, at_s: float, code: str = "", offset: int = -1
+    ) -> None:
+        assert outcome in OUTCOMES, outcome
+        with self.lock:
+            send.outcome, send.completed_s, send.code, send.queue_offset = (
+                outcome,
+                at_s,
+                code,
+                offset,
+            )
+
+    def deliver(self, delivery: Delivery) -> None:
+        with self.lock:
+            self.deliveries.append(delivery)
+
+    def fault(self, fault: Fault) -> Fault:
+        with self.lock:
+            self.faults.append(fault)
+        return fault
+
+    def to_json(self) -> dict:
+        with self.lock:
+            return {
+                "mode": self.mode,
+                "duration_s": self.duration_s,
+                "sends": [asdict(s) for s in self.sends],
+                "deliveries": [asdict(d) for d in self.deliveries],
+                "faults": [asdict(f) for f in self.faults],
+                "replicas": [
+                    {**asdict(r), "digest_to": {str(k): v for k, v in r.digest_to.items()}}
+                    for r in self.replicas
+                ],
+                "snapshots": [asdict(s) for s in self.snapshots],
+                "epochs": self.epochs,
+            }
+
+    @classmethod
+    def from_json(cls, raw: dict) -> History:
+        return cls(
+            mode=raw["mode"],
+            duration_s=raw.get("duration_s", 0.0),
+            sends=[Send(**s) for s in raw["sends"]],
+            deliveries=[Delivery(**d) for d in raw["deliveries"]],
+            faults=[Fault(**f) for f in raw["faults"]],
+            replicas=[
+                Replica(
+                    r["node"],
+                    r["role"],
+                    r["log_end"],
+                    [StoredRecord(**x) for x in r["records"]],
+                    {int(k): v for k, v in r.get("digest_to", {}).items()},
+                )
+                for r in raw["replicas"]
+            ],
+            snapshots=[MasterSnapshot(**s) for s in raw.get("snapshots", [])],
+            epochs=[tuple(e) for e in raw.get("epochs", [])],
+        )
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_json(), f)

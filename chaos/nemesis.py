@@ -1,0 +1,174 @@
+"""Faults injected into a running local cluster, each recorded as a window in the history.
+
+Built: ``kill`` (SIGKILL; target master, slave, Raft leader or random node, then restart
+after ``down_s``), ``pause`` (SIGSTOP of the master longer than its lease, then SIGCONT),
+``restart-all`` (SIGKILL of every node at once, then restart). NOT built: ``partition``
+(needs a proxy layer or network namespaces) and ``power-loss`` (discarding unsynced
+bytes); asking for them raises ``NotBuilt``.
+
+A ``Nemesis`` is driven by one thread (the runner's); it owns the cluster plan.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from dataclasses import replace
+
+from chaos.history import Fault, History
+from ferrymq.client import Admin, FerryError
+from ferrymq.cluster import ClusterPlan, NodePlan, is_running, save_plan, start_node
+
+KINDS = ("kill-master", "kill-slave", "kill-leader", "kill-random", "pause", "restart-all")
+ALIASES = {"kill": ("kill-master", "kill-slave", "kill-leader", "kill-random")}
+NOT_BUILT = ("partition", "power-loss")
+LEASE_S = 3.0
+
+
+class NotBuilt(ValueError):
+    """A fault the suite does not inject yet."""
+
+
+def expand(faults: list[str]) -> list[str]:
+    """``kill,pause`` -> the concrete fault kinds, in rotation order."""
+    kinds = []
+    for name in faults:
+        if name in NOT_BUILT:
+            raise NotBuilt(f"fault {name!r} is not built yet (built: kill, {', '.join(KINDS)})")
+        if name not in KINDS and name not in ALIASES:
+            raise ValueError(f"unknown fault {name!r}; known: kill, {', '.join(KINDS)}")
+        kinds.extend(ALIASES.get(name, (name,)))
+    return kinds
+
+
+class Nemesis:
+    def __init__(
+        self,
+        plan: ClusterPlan,
+        history: History,
+        t0: float,
+        on_deposed=None,
+        down_s: float = 2.0,
+        pause_s: float = LEASE_S * 1.5,
+        seed: int = 0,
+    ) -> None:
+        self.plan = plan
+        self.history = history
+        self.t0 = t0
+        self.on_deposed = on_deposed  # called with a master node while it is dead/stopped
+        self.down_s = down_s
+        self.pause_s = pause_s
+        self.random = random.Random(seed)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    # ---- who is who --------------------------------------------------------------------
+    def status(self):
+        for node in self.plan.nodes:
+            if not is_running(node, self.plan):
+                continue
+            try:
+                with Admin(node.grpc, timeout_s=2) as admin:
+                    return admin.cluster_status()
+            except FerryError:
+                continue
+        return None
+
+    def node(self, node_id: str) -> NodePlan:
+        return next(n for n in self.plan.nodes if n.id == node_id)
+
+    def master(self) -> NodePlan | None:
+        status = self.status()
+        if status is None or not status.broker_groups or not status.broker_groups[0].master:
+            return None
+        return self.node(status.broker_groups[0].master)
+
+    def leader(self) -> NodePlan | None:
+        status = self.status()
+        if status is None:
+            return None
+        return next((n for n in self.plan.nodes if n.raft == status.raft_leader), None)
+
+    def target(self, kind: str) -> tuple[NodePlan, str]:
+        master = self.master()
+        if kind == "kill-master" or kind == "pause":
+            return master or self.random.choice(self.plan.nodes), "master"
+        if kind == "kill-slave":
+            slaves = [n for n in self.plan.nodes if master is None or n.id != master.id]
+            return self.random.choice(slaves), "slave"
+        if kind == "kill-leader":
+            leader = self.leader() or self.random.choice(self.plan.nodes)
+            return leader, "leader+master" if master and leader.id == master.id else "leader"
+        node = self.random.choice(self.plan.nodes)
+        return node, "random (master)" if master and node.id == master.id else "random"
+
+    # ---- faults ------------------------------------------------------------------------
+    def inject(self, kind: str) -> Fault:
+        if kind == "restart-all":
+            return self.restart_all()
+        node, role = self.target(kind)
+        was_master = (self.master() or node).id == node.id
+        if kind == "pause":
+            os.kill(node.pid, signal.SIGSTOP)
+            fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
+            if was_master and self.on_deposed:
+                self.on_deposed(node)
+            time.sleep(self.pause_s)  # the fault's duration, not a wait for a condition
+            os.kill(node.pid, signal.SIGCONT)
+        else:
+            self.kill(node)
+            # The window starts when the node is gone: a send invoked before may still
+            # have been acknowledged by it.
+            fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
+            if was_master and self.on_deposed:
+                self.on_deposed(node)
+            time.sleep(self.down_s)
+            self.restart(node)
+        fault.end_s = self.now()
+        return fault
+
+    def restart_all(self) -> Fault:
+        master = self.master()
+        for node in self.plan.nodes:
+            os.kill(node.pid, signal.SIGKILL)
+        for node in self.plan.nodes:
+            self.wait_dead(node)
+        fault = self.history.fault(
+            Fault("restart-all", [n.id for n in self.plan.nodes], "all", self.now())
+        )
+        if master is not None and self.on_deposed:
+            self.on_deposed(master)
+        for node in list(self.plan.nodes):
+            self.restart(node)
+        fault.end_s = self.now()
+        return fault
+
+    def kill(self, node: NodePlan) -> None:
+        os.kill(node.pid, signal.SIGKILL)
+        self.wait_dead(node)
+
+    def wait_dead(self, node: NodePlan, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while is_running(node, self.plan):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{node.id} did not die after SIGKILL")
+            time.sleep(0.02)
+
+    def restart(self, node: NodePlan) -> None:
+        started = start_node(self.plan, self.node(node.id))
+        self.plan = replace(
+            self.plan,
+            nodes=tuple(started if n.id == node.id else n for n in self.plan.nodes),
+        )
+        save_plan(self.plan)
+
+    def heal(self) -> None:
+        """Every node running and awake."""
+        for node in self.plan.nodes:
+            if is_running(node, self.plan):
+                os.kill(node.pid, signal.SIGCONT)
+            else:
+                self.restart(node)

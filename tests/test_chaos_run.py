@@ -1,0 +1,55 @@
+"""Short chaos runs against real 3-node clusters, one per mode, each with at least one
+kill of the master and one pause past the lease, checked against docs/guarantees.md; and
+the self-test: a planted bug (a promoted master drops its last records) must be reported
+as lost acknowledged writes under a SYNC run."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from chaos import runner
+
+# Real chaos runs (minutes, several clusters): `make chaos-test`, not `make test` yet —
+# one heal failure is still being chased (see docs/guarantees.md, "Chaos").
+pytestmark = pytest.mark.chaos
+
+RUNS = {
+    "sync-sync-flush": ["kill-master", "pause"],
+    "sync-async-flush": ["kill-master", "pause", "restart-all"],
+    "async-sync-flush": ["kill-master", "pause"],
+    "async-async-flush": ["kill-master", "pause", "kill-slave"],
+}
+SECONDS_PER_FAULT = 6.5  # 3 s of quiet load, then the fault (kill: 2 s down; pause: 4.5 s)
+
+
+@pytest.mark.parametrize("mode", list(RUNS))
+def test_a_short_chaos_run_keeps_the_promises_of_its_mode(mode, tmp_path):
+    faults = RUNS[mode]
+    result = runner.run(mode, faults, SECONDS_PER_FAULT * len(faults) + 3, str(tmp_path / "run"))
+    print(result["summary"])
+    kinds = [f["kind"] for f in result["faults"]]
+    assert set(faults) <= set(kinds), kinds
+    assert result["valid"], result["summary"]
+    findings = result["findings"]
+    assert findings["acknowledged"] > 500
+    assert all(f["writes_back_after_s"] is not None for f in result["faults"])
+    for name in ("report.json", "summary.txt", "history.json", "timeline.png"):
+        assert os.path.getsize(tmp_path / "run" / name) > 0
+    assert not (tmp_path / "run" / "cluster").exists()  # no node data left behind
+    with open(tmp_path / "run" / "report.json", encoding="utf-8") as f:
+        assert json.load(f)["mode"] == mode
+
+
+def test_the_checker_catches_a_master_that_drops_acknowledged_records(tmp_path, monkeypatch):
+    # node/replication.py reads it at start: every node promoted to master cuts its last
+    # 50 records, which a SYNC cluster had acknowledged.
+    monkeypatch.setenv("FERRYMQ_TEST_DROP_TAIL_ON_PROMOTION", "50")
+    result = runner.run("sync-sync-flush", ["kill-master"], 10, str(tmp_path / "run"))
+    print(result["summary"])
+    assert not result["valid"]
+    lost = result["findings"]["lost"]
+    assert lost["count"] > 0, result["summary"]
+    assert any("acknowledged sends lost" in v for v in result["violations"])
