@@ -19,7 +19,8 @@ import time
 
 import grpc
 
-from bench.produce import ROOT, single_requests
+from bench.node_process import ROOT
+from bench.produce import single_requests
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 
 SERVER = r"""

@@ -41,13 +41,12 @@ import platform
 import shutil
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
 import grpc
 
+from bench.node_process import start_node
 from ferrymq.client import Message, Producer
 from ferrymq.client.messages import decode_records
 from ferrymq.client.produce_records import encode_record
@@ -62,7 +61,6 @@ BODY = bytes(range(256)) * 4  # 1 KiB
 TOPIC = "BenchTopic"
 GROUP = "BenchGroup"
 QUEUES = 8
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def process_cpu_s(pid: int) -> float:
@@ -89,25 +87,6 @@ class CpuMeter:
         client = time.process_time() - self.client_s
         self.figures[f"{name}_node_cpu_us_per_msg"] = round(node / messages * 1e6, 2)
         self.figures[f"{name}_client_cpu_us_per_msg"] = round(client / messages * 1e6, 2)
-
-
-def start_node(data_dir: str) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "node", "--data", data_dir, "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        if " ready on " in line:
-            return process, line.rsplit(" ", 1)[1].strip()
-    process.kill()
-    raise RuntimeError("the node did not start")
 
 
 def wire_message(i: int, queue_id: int) -> pb.Message:

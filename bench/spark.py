@@ -26,14 +26,13 @@ import os
 import platform
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 
 import grpc
 
-from bench.produce import BODY, ROOT
+from bench.node_process import start_node
+from bench.produce import BODY
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -51,28 +50,6 @@ index_entry_count = 400000
 TOPIC = "SparkBench"
 QUEUES = 4
 PER_REQUEST = 256
-
-
-def start_node(data_dir: str) -> tuple[subprocess.Popen, str]:
-    config = data_dir + ".toml"
-    with open(config, "w", encoding="utf-8") as f:
-        f.write(NODE_TOML)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "node", "--config", config, "--data", data_dir, "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        if " ready on " in line:
-            return process, line.rsplit(" ", 1)[1].strip()
-    process.kill()
-    raise RuntimeError("the node did not start")
 
 
 def fill(address: str, count: int) -> None:
@@ -147,7 +124,7 @@ def run(quick: bool) -> dict:
     count = 60_000 if quick else 300_000
     count -= count % PER_REQUEST
     data_dir = tempfile.mkdtemp(prefix="ferrymq-bench-spark-")
-    process, address = start_node(os.path.join(data_dir, "node"))
+    process, address = start_node(os.path.join(data_dir, "node"), NODE_TOML)
     try:
         fill(address, count)
         spark = build_session("local[2]", "ferrymq-bench", **{"spark.driver.memory": "1g"})

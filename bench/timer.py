@@ -38,13 +38,12 @@ import platform
 import shutil
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
 import grpc
 
+from bench.node_process import start_node
 from ferrymq.client.messages import decode_records
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
@@ -53,7 +52,6 @@ from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GROUP = "BenchTimerGroup"
 BACKLOG_TOPIC = "BenchBacklog"
 LATE_TOPIC = "BenchLate"
@@ -67,25 +65,6 @@ SEND_BODY = bytes(range(256)) * 4  # the probe's 1 KiB message
 BACKLOG_PAD = b"." * 90  # backlog bodies: a 10-digit sequence number and this, 100 bytes
 FETCH_MAX = 4096
 WAIT_MS = 1000
-
-
-def start_node(data_dir: str) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "node", "--data", data_dir, "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        if " ready on " in line:
-            return process, line.rsplit(" ", 1)[1].strip()
-    process.kill()
-    raise RuntimeError("the node did not start")
 
 
 def now_ms() -> float:
