@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ferrymq.cli import main
+from ferrymq.cluster import cluster_down
 from tests.node_process import ROOT
 
 
@@ -28,21 +29,24 @@ def up(tmp_path_factory):
         stderr=errors,
         text=True,
     )
-    banner = []
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        banner.append(line)
-        if "Ctrl-C stops the cluster" in line:
-            break
-    assert "Ctrl-C stops the cluster" in "".join(banner), (workdir / "up.err").read_text()
-    nodes = json.loads((workdir / "data" / "cluster.json").read_text())["nodes"]
-    address = nodes[0]["grpc"]
-    yield address, "".join(banner), workdir, process
-    if process.poll() is None:
-        process.kill()
+    try:
+        banner = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            banner.append(line)
+            if "Ctrl-C stops the cluster" in line:
+                break
+        assert "Ctrl-C stops the cluster" in "".join(banner), (workdir / "up.err").read_text()
+        nodes = json.loads((workdir / "data" / "cluster.json").read_text())["nodes"]
+        yield nodes[0]["grpc"], "".join(banner), workdir, process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if (workdir / "data" / "cluster.json").exists():
+            cluster_down(str(workdir / "data"))  # the nodes are detached: stop them too
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
