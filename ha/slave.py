@@ -36,6 +36,7 @@ from store.message_store import MessageStore
 log = logging.getLogger("ferrymq.ha.slave")
 RECONNECT_MAX_S = 1.0
 IDLE_TIMEOUT_S = 5.0  # the master heartbeats every second
+STOP_TIMEOUT_S = 5.0
 
 
 class Diverged(LinkError):
@@ -63,6 +64,7 @@ class ReplicationSlave:
         self.caps_reads = False
         self.last_error = ""
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._poke = asyncio.Event()
 
     @property
@@ -75,19 +77,25 @@ class ReplicationSlave:
 
     def start(self) -> None:
         if self._task is None or self._task.done():
+            self._stopping = False
             self._task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
+        """End following. The loop also checks a flag: asyncio.wait_for can swallow a
+        cancellation that lands as its inner wait completes (Python 3.11), and a promotion
+        must never wait on a loop that did not notice it was cancelled."""
         if self._task is not None:
+            self._stopping = True
+            self._poke.set()
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+                await asyncio.wait({self._task}, timeout=STOP_TIMEOUT_S)
             self._task = None
         self.connected_to = None
 
     async def _run(self) -> None:
         backoff, last_address = 0.05, None
-        while True:
+        while not self._stopping:
             address = self.master_address()
             if address != last_address:
                 backoff = 0.05  # a new master: try it at once and often
@@ -162,7 +170,7 @@ class ReplicationSlave:
         store = self.store
         sync_flush = store.config.flush_mode is FlushMode.SYNC_FLUSH
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._stopping:
             kind, payload = await asyncio.wait_for(read_frame(reader), IDLE_TIMEOUT_S)
             if kind is not Kind.DATA:
                 raise LinkError(f"expected DATA, got {kind.name}")
@@ -173,6 +181,8 @@ class ReplicationSlave:
                 store.confirmed_offset = min(self.confirmed_offset, store.commitlog.write_offset)
             if not records:
                 continue  # a heartbeat
+            if self._stopping:
+                return  # promoted meanwhile: this log takes no more of the old master's bytes
             if epoch > self.epochs.last_epoch:
                 self.epochs.append(epoch, epoch_start)
             end = store.append_replicated(offset, records)
