@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint bench-store bench-produce bench-cluster chaos chaos-test test-investigating clean
+.PHONY: up test lint bench-store bench-produce bench-cluster chaos clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "ferrymq needs Python >= 3.11"'
@@ -39,14 +39,6 @@ FAULTS ?= kill,pause,restart-all
 DURATION ?= 5m
 chaos: $(STAMP)
 	$(PY) -m ferrymq.cli chaos run --mode $(MODE) --faults $(FAULTS) --duration $(DURATION) --data chaos-run
-
-# Tests that failed intermittently and are out of make test until understood.
-test-investigating: $(STAMP)
-	$(PY) -m pytest -q -m investigating
-
-# The short chaos runs per mode and the planted-bug self-test (not yet in make test).
-chaos-test: $(STAMP)
-	$(PY) -m pytest -q -m chaos
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

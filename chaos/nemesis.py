@@ -2,9 +2,11 @@
 
 Built: ``kill`` (SIGKILL; target master, slave, Raft leader or random node, then restart
 after ``down_s``), ``pause`` (SIGSTOP of the master longer than its lease, then SIGCONT),
-``restart-all`` (SIGKILL of every node at once, then restart). NOT built: ``partition``
-(needs a proxy layer or network namespaces) and ``power-loss`` (discarding unsynced
-bytes); asking for them raises ``NotBuilt``.
+``partition`` (``chaos.network``: the master cut off from its peers while clients still
+reach it; a random node cut off from its peers, splitting a minority; the clients cut off
+from the master), each for ``pause_s``, then healed, and ``restart-all`` (SIGKILL of
+every node at once, then restart). NOT built: ``power-loss`` (discarding unsynced bytes);
+asking for it raises ``NotBuilt``.
 
 A ``Nemesis`` is driven by one thread (the runner's); it owns the cluster plan.
 """
@@ -18,12 +20,18 @@ import time
 from dataclasses import replace
 
 from chaos.history import Fault, History
+from chaos.network import NodeNetwork
 from ferrymq.client import Admin, FerryError
 from ferrymq.cluster import ClusterPlan, NodePlan, is_running, save_plan, start_node
 
-KINDS = ("kill-master", "kill-slave", "kill-leader", "kill-random", "pause", "restart-all")
-ALIASES = {"kill": ("kill-master", "kill-slave", "kill-leader", "kill-random")}
-NOT_BUILT = ("partition", "power-loss")
+PARTITIONS = ("partition-master", "partition-random", "partition-clients")
+KINDS = ("kill-master", "kill-slave", "kill-leader", "kill-random", "pause", *PARTITIONS)
+KINDS += ("restart-all",)
+ALIASES = {
+    "kill": ("kill-master", "kill-slave", "kill-leader", "kill-random"),
+    "partition": PARTITIONS,
+}
+NOT_BUILT = ("power-loss",)
 LEASE_S = 3.0
 
 
@@ -38,7 +46,8 @@ def expand(faults: list[str]) -> list[str]:
         if name in NOT_BUILT:
             raise NotBuilt(f"fault {name!r} is not built yet (built: kill, {', '.join(KINDS)})")
         if name not in KINDS and name not in ALIASES:
-            raise ValueError(f"unknown fault {name!r}; known: kill, {', '.join(KINDS)}")
+            known = ", ".join((*ALIASES, *KINDS))
+            raise ValueError(f"unknown fault {name!r}; known: {known}")
         kinds.extend(ALIASES.get(name, (name,)))
     return kinds
 
@@ -53,6 +62,7 @@ class Nemesis:
         down_s: float = 2.0,
         pause_s: float = LEASE_S * 1.5,
         seed: int = 0,
+        network: NodeNetwork | None = None,
     ) -> None:
         self.plan = plan
         self.history = history
@@ -61,6 +71,7 @@ class Nemesis:
         self.down_s = down_s
         self.pause_s = pause_s
         self.random = random.Random(seed)
+        self.network = network  # needed by the partitions
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -94,7 +105,7 @@ class Nemesis:
 
     def target(self, kind: str) -> tuple[NodePlan, str]:
         master = self.master()
-        if kind == "kill-master" or kind == "pause":
+        if kind in ("kill-master", "pause", "partition-master", "partition-clients"):
             return master or self.random.choice(self.plan.nodes), "master"
         if kind == "kill-slave":
             slaves = [n for n in self.plan.nodes if master is None or n.id != master.id]
@@ -111,6 +122,8 @@ class Nemesis:
             return self.restart_all()
         node, role = self.target(kind)
         was_master = (self.master() or node).id == node.id
+        if kind in PARTITIONS:
+            return self.partition(kind, node, role, was_master)
         if kind == "pause":
             os.kill(node.pid, signal.SIGSTOP)
             fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
@@ -127,6 +140,24 @@ class Nemesis:
                 self.on_deposed(node)
             time.sleep(self.down_s)
             self.restart(node)
+        fault.end_s = self.now()
+        return fault
+
+    def partition(self, kind: str, node: NodePlan, role: str, was_master: bool) -> Fault:
+        if self.network is None:
+            raise ValueError(f"{kind} needs the nodes in network namespaces (chaos.network)")
+        index = self.plan.nodes.index(node)
+        if kind == "partition-clients":
+            self.network.cut_clients(index)
+        else:
+            self.network.isolate(index)
+        fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
+        time.sleep(self.pause_s)  # the fault's duration, not a wait for a condition
+        if was_master and kind != "partition-clients" and self.on_deposed:
+            # Before healing: the isolated master, fenced by now, still holds what it
+            # took after its slaves lost it; rejoining will cut that.
+            self.on_deposed(node)
+        self.network.heal()
         fault.end_s = self.now()
         return fault
 
@@ -166,7 +197,9 @@ class Nemesis:
         save_plan(self.plan)
 
     def heal(self) -> None:
-        """Every node running and awake."""
+        """Every node running, awake and connected."""
+        if self.network is not None:
+            self.network.heal()
         for node in self.plan.nodes:
             if is_running(node, self.plan):
                 os.kill(node.pid, signal.SIGCONT)

@@ -7,12 +7,14 @@ write report.json, summary.txt and timeline.png into the run's directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
 import time
 
 from chaos import checker, nemesis, report, workload
+from chaos import network as chaos_network
 from chaos.history import History
 from ferrymq.client import Admin, FerryError
 from ferrymq.cluster import ClusterError, cluster_down, cluster_up, is_running, wait_ready
@@ -62,93 +64,118 @@ def run(
     kinds = nemesis.expand(faults)
     settings = settings_for(mode)
     os.makedirs(directory, exist_ok=True)
-    cluster_dir = os.path.join(directory, "cluster")
-    scratch = os.path.join(directory, "scratch")
-    os.makedirs(scratch, exist_ok=True)
-    plan = cluster_up(cluster_dir, nodes=3, auto_ports=True, settings=settings)
-    history = History(mode)
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
-    fury = None
-    heal_error = ""
-    try:
-        access = ",".join(n.grpc for n in plan.nodes)
-        with Admin(plan.nodes[0].grpc) as admin:
-            admin.create_topic(workload.TOPIC, workload.QUEUES)
-            admin.create_group(workload.GROUP)
-        store_settings = {k: v for k, v in plan.settings["store"].items() if k != "flush_mode"}
-        t0 = time.monotonic()
-
-        def deposed(node) -> None:
-            history.snapshots.append(
-                workload.snapshot_log(node.data, node.id, scratch, store_settings)
-            )
-
-        fury = nemesis.Nemesis(plan, history, t0, on_deposed=deposed, seed=seed)
-        threads = [
-            threading.Thread(target=workload.writer, args=(history, access, i, stop, t0))
-            for i in range(writers)
-        ]
-        threads.append(threading.Thread(target=workload.consumer, args=(history, access, stop, t0)))
-        for thread in threads:
-            thread.start()
-        turn = 0
-        # Every fault asked for at least once, however slow the recoveries were.
-        while time.monotonic() - t0 + quiet_s < duration_s or turn < len(kinds):
-            time.sleep(quiet_s)  # quiet period between faults: load without a fault
-            fault = fury.inject(kinds[turn % len(kinds)])
-            turn += 1
-            try:
-                wait_ready(fury.plan, RECOVERY_TIMEOUT_S)
-            except ClusterError as error:  # recorded; the run goes on
-                fault.note = f"not recovered within {RECOVERY_TIMEOUT_S:.0f} s: {error}"
-        remaining = duration_s - (time.monotonic() - t0)
-        if remaining > 0:
-            time.sleep(remaining)
-        fury.heal()
+    with partitionable_network(kinds) as network:
+        cluster_dir = os.path.join(directory, "cluster")
+        scratch = os.path.join(directory, "scratch")
+        os.makedirs(scratch, exist_ok=True)
+        placements = network.placements if network is not None else None
+        plan = cluster_up(
+            cluster_dir, nodes=3, auto_ports=True, settings=settings, placements=placements
+        )
+        history = History(mode)
+        stop = threading.Event()
+        threads: list[threading.Thread] = []
+        fury = None
+        heal_error = ""
         try:
-            wait_ready(fury.plan, RECOVERY_TIMEOUT_S * 2)
-        except ClusterError as error:  # a finding, not a crash: drain and report anyway
-            heal_error = (
-                f"cluster not healed {RECOVERY_TIMEOUT_S * 2:.0f} s after the faults: {error}"
-            )
-        time.sleep(1.0)  # a little load on the healed cluster before the writers stop
-    except BaseException:
-        stop.set()
-        cluster_down(cluster_dir)  # never leave node processes behind
-        raise
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(30)
-        if fury is not None:
-            plan = fury.plan
-    history.duration_s = time.monotonic() - t0
-    wait_same_end(plan)
-    roles = node_roles(plan)
-    cluster_down(cluster_dir)
-    logs = os.path.join(directory, "logs")  # kept: small, and the first thing to read
-    os.makedirs(logs, exist_ok=True)
-    for node in plan.nodes:
-        shutil.copy(os.path.join(cluster_dir, f"{node.id}.log"), logs)
-    history.replicas = workload.drain(
-        [(n.id, roles.get(n.id, "?"), n.data) for n in plan.nodes], store_settings
-    )
-    from ha.epochs import EpochHistory
+            access = ",".join(n.grpc for n in plan.nodes)
+            with Admin(plan.nodes[0].grpc) as admin:
+                admin.create_topic(workload.TOPIC, workload.QUEUES)
+                admin.create_group(workload.GROUP)
+            store_settings = {k: v for k, v in plan.settings["store"].items() if k != "flush_mode"}
+            t0 = time.monotonic()
 
-    master_id = next((n for n, r in roles.items() if r == "MASTER"), plan.nodes[0].id)
-    master_data = next(n.data for n in plan.nodes if n.id == master_id)
-    history.epochs = [(e.epoch, e.start_offset) for e in EpochHistory(master_data).entries]
-    findings = checker.check(history)
-    if heal_error:
-        findings.violations.append(heal_error)
-    for fault, row in zip(history.faults, findings.unavailability, strict=True):
-        row["note"] = fault.note
-    result = report.write(directory, history, findings)
-    if not keep_data:
-        shutil.rmtree(cluster_dir, ignore_errors=True)
-    shutil.rmtree(scratch, ignore_errors=True)
-    return result
+            def deposed(node) -> None:
+                history.snapshots.append(
+                    workload.snapshot_log(node.data, node.id, scratch, store_settings)
+                )
+
+            fury = nemesis.Nemesis(
+                plan, history, t0, on_deposed=deposed, seed=seed, network=network
+            )
+            threads = [
+                threading.Thread(target=workload.writer, args=(history, access, i, stop, t0))
+                for i in range(writers)
+            ]
+            threads.append(
+                threading.Thread(target=workload.consumer, args=(history, access, stop, t0))
+            )
+            for thread in threads:
+                thread.start()
+            turn = 0
+            # Every fault asked for at least once, however slow the recoveries were.
+            while time.monotonic() - t0 + quiet_s < duration_s or turn < len(kinds):
+                time.sleep(quiet_s)  # quiet period between faults: load without a fault
+                fault = fury.inject(kinds[turn % len(kinds)])
+                turn += 1
+                try:
+                    wait_ready(fury.plan, RECOVERY_TIMEOUT_S)
+                except ClusterError as error:  # recorded; the run goes on
+                    fault.note = f"not recovered within {RECOVERY_TIMEOUT_S:.0f} s: {error}"
+            remaining = duration_s - (time.monotonic() - t0)
+            if remaining > 0:
+                time.sleep(remaining)
+            fury.heal()
+            try:
+                wait_ready(fury.plan, RECOVERY_TIMEOUT_S * 2)
+            except ClusterError as error:  # a finding, not a crash: drain and report anyway
+                heal_error = (
+                    f"cluster not healed {RECOVERY_TIMEOUT_S * 2:.0f} s after the faults: {error}"
+                )
+            time.sleep(1.0)  # a little load on the healed cluster before the writers stop
+        except BaseException:
+            stop.set()
+            cluster_down(cluster_dir)  # never leave node processes behind
+            raise
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(30)
+            if fury is not None:
+                plan = fury.plan
+        history.duration_s = time.monotonic() - t0
+        wait_same_end(plan)
+        roles = node_roles(plan)
+        cluster_down(cluster_dir)
+        logs = os.path.join(directory, "logs")  # kept: small, and the first thing to read
+        os.makedirs(logs, exist_ok=True)
+        for node in plan.nodes:
+            shutil.copy(os.path.join(cluster_dir, f"{node.id}.log"), logs)
+        history.replicas = workload.drain(
+            [(n.id, roles.get(n.id, "?"), n.data) for n in plan.nodes], store_settings
+        )
+        from ha.epochs import EpochHistory
+
+        master_id = next((n for n, r in roles.items() if r == "MASTER"), plan.nodes[0].id)
+        master_data = next(n.data for n in plan.nodes if n.id == master_id)
+        history.epochs = [(e.epoch, e.start_offset) for e in EpochHistory(master_data).entries]
+        findings = checker.check(history)
+        if heal_error:
+            findings.violations.append(heal_error)
+        for fault, row in zip(history.faults, findings.unavailability, strict=True):
+            row["note"] = fault.note
+        result = report.write(directory, history, findings)
+        if not keep_data:
+            shutil.rmtree(cluster_dir, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+        return result
+
+
+@contextlib.contextmanager
+def partitionable_network(kinds: list[str]):
+    """Nodes in network namespaces when a partition is asked for (None otherwise); the
+    namespaces are removed whatever happens."""
+    if not any(kind in nemesis.PARTITIONS for kind in kinds):
+        yield None
+        return
+    why_not = chaos_network.available()
+    if why_not:
+        raise ValueError(why_not)
+    network = chaos_network.NodeNetwork(3).create()
+    try:
+        yield network
+    finally:
+        network.destroy()
 
 
 def node_roles(plan) -> dict[str, str]:

@@ -52,6 +52,7 @@ class NodePlan:
     raft: str
     data: str
     pid: int = 0
+    netns: str = ""  # the network namespace it runs in; "" is the host's (loopback)
 
     @property
     def role(self) -> str:
@@ -107,7 +108,13 @@ def plan_cluster(
     voters: int = 3,
     auto_ports: bool = False,
     settings: dict | None = None,
+    placements: list[tuple[str, str]] | None = None,
 ) -> ClusterPlan:
+    """``placements``: a (network namespace, address) per node, so that links between
+    nodes can be cut (the chaos suite's partitions); every node then uses the default
+    ports on its own address. Without them every node is on the host's loopback."""
+    if placements is not None and len(placements) != nodes:
+        raise ClusterError(f"{len(placements)} placements for {nodes} nodes")
     if nodes < 1 or groups < 1 or nodes % groups:
         raise ClusterError(f"{nodes} nodes cannot form {groups} equal broker groups")
     if voters not in (1, 3, 5):
@@ -115,11 +122,13 @@ def plan_cluster(
     voters = 1 if nodes < 3 else min(voters, nodes if nodes % 2 else nodes - 1)
     chosen = set(voter_indexes(nodes, groups, voters))
     per_group = nodes // groups
+    auto_ports = auto_ports and placements is None
     chosen_ports = iter(free_ports(nodes * len(DEFAULT_BASE_PORTS)) if auto_ports else [])
     planned = []
     for i in range(nodes):
+        netns, host = placements[i] if placements else ("", "127.0.0.1")
         ports = {
-            name: (next(chosen_ports) if auto_ports else base + i)
+            name: (next(chosen_ports) if auto_ports else base + (0 if placements else i))
             for name, base in DEFAULT_BASE_PORTS.items()
         }
         planned.append(
@@ -128,7 +137,8 @@ def plan_cluster(
                 group=f"group-{i // per_group + 1}",
                 voter=i in chosen,
                 data=os.path.join(os.path.abspath(directory), f"node-{i + 1}"),
-                **{name: f"127.0.0.1:{port}" for name, port in ports.items()},
+                netns=netns,
+                **{name: f"{host}:{port}" for name, port in ports.items()},
             )
         )
     settings = {section: dict(options) for section, options in (settings or {}).items()}
@@ -164,7 +174,7 @@ def node_toml(plan: ClusterPlan, node: NodePlan) -> str:
         "[node]",
         f'id = "{node.id}"',
         f'group = "{node.group}"',
-        'host = "127.0.0.1"',
+        f'host = "{node.grpc.rpartition(":")[0]}"',
         f'data_dir = "{node.data}"',
         "",
         "[ports]",
@@ -225,9 +235,12 @@ def start_node(plan: ClusterPlan, node: NodePlan) -> NodePlan:
     path = config_path(plan, node)
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(node_toml(plan, node))
+    command = [sys.executable, "-m", "node", "--config", path]
+    if node.netns:  # ``ip netns exec`` execs the node in place: the pid stays the node's
+        command = ["ip", "netns", "exec", node.netns, *command]
     with open(log_path(plan, node), "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "node", "--config", path],
+            command,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -249,12 +262,13 @@ def cluster_up(
     auto_ports: bool = False,
     settings: dict | None = None,
     timeout_s: float = READY_TIMEOUT_S,
+    placements: list[tuple[str, str]] | None = None,
 ) -> ClusterPlan:
     """Start (or restart) the cluster in ``directory`` and wait until it is ready."""
     os.makedirs(directory, exist_ok=True)
     plan = load_plan(directory)
     if plan is None:
-        plan = plan_cluster(directory, nodes, groups, voters, auto_ports, settings)
+        plan = plan_cluster(directory, nodes, groups, voters, auto_ports, settings, placements)
     elif len(plan.nodes) != nodes and nodes != 0:
         raise ClusterError(
             f"{directory} holds a {len(plan.nodes)}-node cluster; use that size or a new DIR"

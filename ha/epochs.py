@@ -122,10 +122,18 @@ def truncation_point(
     local: list[EpochEntry], local_end: int, master: list[EpochEntry], master_end: int
 ) -> int | None:
     """Where a slave's log stops agreeing with its master's: the end of the newest epoch
-    both hold with the same start offset (the shorter of the two ends). None when they
-    share no epoch: the slave cannot tell what of its log is the master's."""
+    both hold with the same start offset (the shorter of the two ends).
+
+    When they share no epoch: an empty log agrees with everyone (0). A log whose terms are
+    all older than the master's newest, against a master whose history covers its whole
+    log (first term at 0), holds nothing of the master's: it is cut whole (0). That is
+    the old master of a group whose new master was promoted before it had received a
+    record (a term that wrote nothing it received leaves no entry). Otherwise None: the
+    log may be another group's, and an operator must decide."""
+    if local_end == 0:
+        return 0
     if not local:
-        return 0 if local_end == 0 else None
+        return None
     master_ranges = {}
     for index, entry in enumerate(master):
         end = master[index + 1].start_offset if index + 1 < len(master) else master_end
@@ -137,4 +145,6 @@ def truncation_point(
             continue
         local_end_of = local[index + 1].start_offset if index + 1 < len(local) else local_end
         return min(local_end_of, master_end_of)
+    if master and master[0].start_offset == 0 and local[-1].epoch < master[-1].epoch:
+        return 0
     return None

@@ -110,8 +110,12 @@ class ReplicationSlave:
                     TimeoutError,
                     ReplicaMismatch,
                 ) as error:
+                    repeated = str(error) == self.last_error
                     self.last_error = str(error)
-                    log.info("replication from %s stopped: %s", address, error)
+                    if isinstance(error, Diverged) and not repeated:
+                        log.error("replication from %s refused: %s", address, error)
+                    elif not repeated:
+                        log.info("replication from %s stopped: %s", address, error)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
@@ -142,7 +146,7 @@ class ReplicationSlave:
             start = await self._truncate_to_common_point(welcome)
             writer.write(control(Kind.START, offset=start))
             await writer.drain()
-            self.connected_to = address
+            self.connected_to, self.last_error = address, ""
             writer.write(ack_frame(start))
             await writer.drain()
             await self._apply_stream(reader, writer)

@@ -241,8 +241,7 @@ class PopService:
         return cursor
 
     def _read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
-        found = self.store.get_messages(topic, queue_id, offset, 1).messages
-        return found[0] if found and found[0].queue_offset == offset else None
+        return self.store.message_at(topic, queue_id, offset)
 
     # ---- AckMessage ----------------------------------------------------------------
     async def ack_message(self, request, context) -> rpc.AckMessageResponse:

@@ -212,8 +212,7 @@ class TransactionService:
         )
 
     def _read_half(self, half: Half) -> StoredMessage | None:
-        found = self.store.get_messages(HALF_TOPIC, 0, half.queue_offset, 1).messages
-        return found[0] if found and found[0].queue_offset == half.queue_offset else None
+        return self.store.message_at(HALF_TOPIC, 0, half.queue_offset)
 
     # ---- orphan checks -------------------------------------------------------------
     async def run_checks(self) -> None:

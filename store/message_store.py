@@ -565,6 +565,21 @@ class MessageStore:
 
         return self._scan_queue(topic, queue_id, offset, max_count, tags, decoded)
 
+    def message_at(self, topic: str, queue_id: int, queue_offset: int) -> StoredMessage | None:
+        """The message at one queue offset, confirmed by the in-sync set or not; None when
+        there is none (never written, or removed by retention). For state the node already
+        holds about that message (a half being resolved, a delivery being retried): a
+        promoted master's read cap starts at the old master's last confirmed offset, and
+        such a read must not mistake a held message for a missing one."""
+        queue = self.consume_queues.get(topic, queue_id)
+        entry = queue.entry_at(queue_offset) if queue is not None else None
+        if entry is None:
+            return None
+        stored = self.commitlog.read(entry[0])
+        if stored is None or stored.topic != topic or stored.queue_offset != queue_offset:
+            return None  # removed by retention while we read
+        return stored
+
     def get_records(
         self,
         topic: str,

@@ -228,6 +228,18 @@ def test_after_max_attempts_the_message_goes_to_the_dead_letter_topic(broker):
     broker.state.check()
 
 
+def test_an_in_flight_message_beyond_the_read_cap_is_redelivered_not_dropped(broker):
+    """After a promotion the read cap trails the log until the slaves ack; a delivery
+    already in flight must be retried, not acked as if retention had removed it."""
+    broker.send("orders", 1, queue_id=0)
+    (first,) = broker.receive("G", "orders")
+    broker.store.confirmed_offset = 0  # as on a promoted master before its slaves ack
+    broker.clock.ms += 10_000
+    (again,) = broker.receive("G", "orders")
+    assert again.stored.body == first.stored.body and again.attempt == 2
+    broker.state.check()
+
+
 def test_forward_to_dead_letter_queue_is_idempotent(broker):
     broker.send("orders", 1)
     (first,) = broker.receive("G", "orders")

@@ -582,9 +582,6 @@ def test_consumers_resume_after_failover_where_they_were(cluster):
     assert sorted(m.body for m in again) == sorted(m.body for m in got[15:])
 
 
-# Failed once each in fresh-clone runs (the committed copy not visible on the new master
-# within 10 s): out of make test until understood.
-@pytest.mark.investigating
 def test_delayed_messages_waiting_on_a_killed_master_are_delivered_once_by_the_new_one(
     cluster,
 ):
@@ -618,9 +615,6 @@ def test_delayed_messages_waiting_on_a_killed_master_are_delivered_once_by_the_n
     assert all(m.store_timestamp_ms >= due_ms for m in got)  # none before its time
 
 
-# Failed once each in fresh-clone runs (the committed copy not visible on the new master
-# within 10 s): out of make test until understood.
-@pytest.mark.investigating
 def test_a_transaction_sent_to_a_killed_master_commits_once_on_the_new_one(cluster):
     """Half and operation records are in the CommitLog: after a failover the new master
     knows the pending half and a commit makes it visible exactly once."""

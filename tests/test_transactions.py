@@ -96,6 +96,17 @@ def test_commit_makes_the_half_visible_exactly_once(tx):
     assert copy.properties[PROPERTY_TRANSACTION_ID] == transaction_id
 
 
+def test_a_half_beyond_the_read_cap_of_a_promoted_master_still_commits(tx):
+    """A promoted master reads only what the old in-sync set confirmed until its own
+    slaves ack; a half it holds past that point is pending, not removed by retention."""
+    transaction_id = tx.send(b"paid")
+    tx.store.confirmed_offset = 0  # as after a promotion, before the slaves ack
+    assert tx.end(transaction_id, pb.COMMIT) == pb.OK
+    tx.store.confirmed_offset = None
+    assert tx.visible() == [b"paid"]
+    assert [op["kind"] for op in tx.ops()] == ["commit"]
+
+
 def test_rollback_discards_and_bad_requests_are_refused(tx):
     transaction_id = tx.send(b"cancelled")
     assert tx.end(transaction_id, pb.ROLLBACK) == pb.OK
