@@ -9,6 +9,8 @@ Verdict per replication mode:
 - ASYNC: an acknowledged send may be lost only if, in the copy of the log of a master
   taken when a fault deposed it, it sat at or beyond the start offset of the next epoch
   (the slaves never had it); any other loss is a violation.
+- ASYNC_FLUSH, either replication: a power loss of every node may lose what no node had
+  forced to disk (``History.lost_to_power``); under SYNC_FLUSH nothing acknowledged is.
 - Both: nothing unexpected (never sent), no duplicate, no refused send present, no hole
   in a queue's offsets, per-writer order kept within each queue, replicas byte-identical
   to their common length, and under SYNC no consumer saw a message that was later lost.
@@ -32,6 +34,7 @@ class Findings:
     lost: list[str] = field(default_factory=list)
     lost_by_position: dict[str, int] = field(default_factory=dict)  # prefix/middle/suffix
     lost_within_async_bound: list[str] = field(default_factory=list)
+    lost_within_power_bound: list[str] = field(default_factory=list)  # unsynced everywhere
     duplicated: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     recovered: int = 0  # unknown / not-replicated outcome, yet present
@@ -143,6 +146,9 @@ def check(history: History) -> Findings:
         next_start = min(later)
         allowed |= {b for b, at in snapshot.positions.items() if at >= next_start}
     found.lost_within_async_bound = [b for b in found.lost if b in allowed]
+    unsynced = set(history.lost_to_power) if history.mode.endswith("async-flush") else set()
+    found.lost_within_power_bound = [b for b in found.lost if b in unsynced]
+    found.delivered_then_lost = [b for b in found.delivered_then_lost if b not in unsynced]
 
     found.unavailability = unavailability(history)
     found.violations = verdict(found, sync)
@@ -178,10 +184,12 @@ def unavailability(history: History) -> list[dict]:
 
 def verdict(found: Findings, sync: bool) -> list[str]:
     violations = []
-    if sync and found.lost:
-        violations.append(f"{len(found.lost)} acknowledged sends lost {found.lost_by_position}")
+    powered = set(found.lost_within_power_bound)
+    if sync and set(found.lost) - powered:
+        lost = len(set(found.lost) - powered)
+        violations.append(f"{lost} acknowledged sends lost {found.lost_by_position}")
     if not sync:
-        beyond = len(found.lost) - len(found.lost_within_async_bound)
+        beyond = len(set(found.lost) - powered - set(found.lost_within_async_bound))
         if beyond:
             violations.append(
                 f"{beyond} acknowledged sends lost that the slaves had before the fault"

@@ -100,6 +100,8 @@ class History:
     replicas: list[Replica] = field(default_factory=list)
     snapshots: list[MasterSnapshot] = field(default_factory=list)
     epochs: list[tuple[int, int]] = field(default_factory=list)  # final (epoch, start offset)
+    # Bodies that no node held any more after a power loss of every node (unsynced).
+    lost_to_power: list[str] = field(default_factory=list)
     duration_s: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -144,6 +146,7 @@ class History:
                 ],
                 "snapshots": [asdict(s) for s in self.snapshots],
                 "epochs": self.epochs,
+                "lost_to_power": self.lost_to_power,
             }
 
     @classmethod
@@ -166,6 +169,7 @@ class History:
             ],
             snapshots=[MasterSnapshot(**s) for s in raw.get("snapshots", [])],
             epochs=[tuple(e) for e in raw.get("epochs", [])],
+            lost_to_power=raw.get("lost_to_power", []),
         )
 
     def save(self, path: str) -> None:

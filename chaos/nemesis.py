@@ -4,9 +4,9 @@ Built: ``kill`` (SIGKILL; target master, slave, Raft leader or random node, then
 after ``down_s``), ``pause`` (SIGSTOP of the master longer than its lease, then SIGCONT),
 ``partition`` (``chaos.network``: the master cut off from its peers while clients still
 reach it; a random node cut off from its peers, splitting a minority; the clients cut off
-from the master), each for ``pause_s``, then healed, and ``restart-all`` (SIGKILL of
-every node at once, then restart). NOT built: ``power-loss`` (discarding unsynced bytes);
-asking for it raises ``NotBuilt``.
+from the master), each for ``pause_s``, then healed, ``restart-all`` (SIGKILL of every
+node at once, then restart) and ``power-loss`` (``chaos.power``: the master, or every node
+at once, killed and stripped of every byte it had not fsynced, then restarted).
 
 A ``Nemesis`` is driven by one thread (the runner's); it owns the cluster plan.
 """
@@ -17,34 +17,33 @@ import os
 import random
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from chaos.history import Fault, History
 from chaos.network import NodeNetwork
+from chaos.power import discard_unsynced
 from ferrymq.client import Admin, FerryError
 from ferrymq.cluster import ClusterPlan, NodePlan, is_running, save_plan, start_node
 
 PARTITIONS = ("partition-master", "partition-random", "partition-clients")
+POWER_LOSSES = ("power-loss-master", "power-loss-all")
 KINDS = ("kill-master", "kill-slave", "kill-leader", "kill-random", "pause", *PARTITIONS)
-KINDS += ("restart-all",)
+KINDS += ("restart-all", *POWER_LOSSES)
 ALIASES = {
     "kill": ("kill-master", "kill-slave", "kill-leader", "kill-random"),
     "partition": PARTITIONS,
+    "power-loss": POWER_LOSSES,
 }
-NOT_BUILT = ("power-loss",)
+MASTER_FAULTS = ("kill-master", "pause", "partition-master", "partition-clients")
+MASTER_FAULTS += ("power-loss-master",)
 LEASE_S = 3.0
-
-
-class NotBuilt(ValueError):
-    """A fault the suite does not inject yet."""
 
 
 def expand(faults: list[str]) -> list[str]:
     """``kill,pause`` -> the concrete fault kinds, in rotation order."""
     kinds = []
     for name in faults:
-        if name in NOT_BUILT:
-            raise NotBuilt(f"fault {name!r} is not built yet (built: kill, {', '.join(KINDS)})")
         if name not in KINDS and name not in ALIASES:
             known = ", ".join((*ALIASES, *KINDS))
             raise ValueError(f"unknown fault {name!r}; known: {known}")
@@ -63,6 +62,7 @@ class Nemesis:
         pause_s: float = LEASE_S * 1.5,
         seed: int = 0,
         network: NodeNetwork | None = None,
+        bodies_on: Callable[[NodePlan], set[str]] | None = None,
     ) -> None:
         self.plan = plan
         self.history = history
@@ -72,6 +72,7 @@ class Nemesis:
         self.pause_s = pause_s
         self.random = random.Random(seed)
         self.network = network  # needed by the partitions
+        self.bodies_on = bodies_on  # what a stopped node's log holds (power-loss-all)
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -105,7 +106,7 @@ class Nemesis:
 
     def target(self, kind: str) -> tuple[NodePlan, str]:
         master = self.master()
-        if kind in ("kill-master", "pause", "partition-master", "partition-clients"):
+        if kind in MASTER_FAULTS:
             return master or self.random.choice(self.plan.nodes), "master"
         if kind == "kill-slave":
             slaves = [n for n in self.plan.nodes if master is None or n.id != master.id]
@@ -118,8 +119,8 @@ class Nemesis:
 
     # ---- faults ------------------------------------------------------------------------
     def inject(self, kind: str) -> Fault:
-        if kind == "restart-all":
-            return self.restart_all()
+        if kind in ("restart-all", "power-loss-all"):
+            return self.restart_all(power_loss=kind == "power-loss-all")
         node, role = self.target(kind)
         was_master = (self.master() or node).id == node.id
         if kind in PARTITIONS:
@@ -137,7 +138,11 @@ class Nemesis:
             # have been acknowledged by it.
             fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
             if was_master and self.on_deposed:
-                self.on_deposed(node)
+                self.on_deposed(node)  # what it had acknowledged, before the power cut
+            if kind == "power-loss-master":
+                fault.note = (
+                    f"{discard_unsynced(node.data)} written bytes past the last fsyncs lost"
+                )
             time.sleep(self.down_s)
             self.restart(node)
         fault.end_s = self.now()
@@ -161,21 +166,36 @@ class Nemesis:
         fault.end_s = self.now()
         return fault
 
-    def restart_all(self) -> Fault:
+    def restart_all(self, power_loss: bool = False) -> Fault:
         master = self.master()
         for node in self.plan.nodes:
             os.kill(node.pid, signal.SIGKILL)
         for node in self.plan.nodes:
             self.wait_dead(node)
-        fault = self.history.fault(
-            Fault("restart-all", [n.id for n in self.plan.nodes], "all", self.now())
-        )
+        kind = "power-loss-all" if power_loss else "restart-all"
+        fault = self.history.fault(Fault(kind, [n.id for n in self.plan.nodes], "all", self.now()))
         if master is not None and self.on_deposed:
             self.on_deposed(master)
+        if power_loss:
+            self.cut_power_everywhere(fault)
         for node in list(self.plan.nodes):
             self.restart(node)
         fault.end_s = self.now()
         return fault
+
+    def cut_power_everywhere(self, fault: Fault) -> None:
+        """Strip every (dead) node of its unsynced bytes and record which bodies no node
+        holds any more: under ASYNC_FLUSH they may be lost."""
+        if self.bodies_on is None:
+            raise ValueError("power-loss-all needs bodies_on to read the nodes' logs")
+        before = set().union(*(self.bodies_on(n) for n in self.plan.nodes))
+        discarded = sum(discard_unsynced(n.data) for n in self.plan.nodes)
+        after = set().union(*(self.bodies_on(n) for n in self.plan.nodes))
+        self.history.lost_to_power.extend(sorted(before - after))
+        fault.note = (
+            f"{discarded} written bytes past the last fsyncs lost, "
+            f"{len(before - after)} bodies gone from every node"
+        )
 
     def kill(self, node: NodePlan) -> None:
         os.kill(node.pid, signal.SIGKILL)

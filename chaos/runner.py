@@ -18,6 +18,7 @@ from chaos import network as chaos_network
 from chaos.history import History
 from ferrymq.client import Admin, FerryError
 from ferrymq.cluster import ClusterError, cluster_down, cluster_up, is_running, wait_ready
+from store import sync_ledger
 
 MODES = ("sync-sync-flush", "sync-async-flush", "async-sync-flush", "async-async-flush")
 # Small files: every node reserves its segments on the one shared disk.
@@ -64,7 +65,7 @@ def run(
     kinds = nemesis.expand(faults)
     settings = settings_for(mode)
     os.makedirs(directory, exist_ok=True)
-    with partitionable_network(kinds) as network:
+    with partitionable_network(kinds) as network, sync_ledger_if_needed(kinds):
         cluster_dir = os.path.join(directory, "cluster")
         scratch = os.path.join(directory, "scratch")
         os.makedirs(scratch, exist_ok=True)
@@ -90,8 +91,18 @@ def run(
                     workload.snapshot_log(node.data, node.id, scratch, store_settings)
                 )
 
+            def bodies_on(node) -> set[str]:
+                snapshot = workload.snapshot_log(node.data, node.id, scratch, store_settings)
+                return set(snapshot.positions)
+
             fury = nemesis.Nemesis(
-                plan, history, t0, on_deposed=deposed, seed=seed, network=network
+                plan,
+                history,
+                t0,
+                on_deposed=deposed,
+                seed=seed,
+                network=network,
+                bodies_on=bodies_on,
             )
             threads = [
                 threading.Thread(target=workload.writer, args=(history, access, i, stop, t0))
@@ -159,6 +170,24 @@ def run(
             shutil.rmtree(cluster_dir, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
         return result
+
+
+@contextlib.contextmanager
+def sync_ledger_if_needed(kinds: list[str]):
+    """Nodes started meanwhile record what each fsync made durable, when a power loss is
+    asked for (``store.sync_ledger``); the environment is restored afterwards."""
+    if not any(kind in nemesis.POWER_LOSSES for kind in kinds):
+        yield
+        return
+    previous = os.environ.get(sync_ledger.ENVIRONMENT)
+    os.environ[sync_ledger.ENVIRONMENT] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[sync_ledger.ENVIRONMENT]
+        else:
+            os.environ[sync_ledger.ENVIRONMENT] = previous
 
 
 @contextlib.contextmanager

@@ -40,6 +40,7 @@ from node.transaction_service import TransactionService
 from routing.commands import CommandResult, NodeHeartbeat, RegisterNode
 from routing.controller import Controller
 from routing.replica import RoutingReplica, RoutingUnavailable
+from store import sync_ledger
 from store.message_store import MessageStore
 
 log = logging.getLogger("ferrymq.node")
@@ -71,6 +72,7 @@ class Node:
         config = self.config
         os.makedirs(config.data_dir, exist_ok=True)
         loop = asyncio.get_running_loop()
+        sync_ledger.enable_if_asked(config.data_dir)  # the chaos suite's power losses
         # Recovery reads and fsyncs files: keep the loop free while it runs.
         self.raw_store = await loop.run_in_executor(None, MessageStore.open, config.store_config())
         self.waiters = waiters = QueueWaiters(loop)
@@ -255,6 +257,7 @@ class Node:
                         ha_address=f"{self.config.host}:{self.ha_port}",
                         max_offset=self.raw_store.commitlog.write_offset,
                         wall_ms=int(time.time() * 1000),
+                        lease_ms=self.config.cluster.lease_ms,
                     )
                 )
             except RoutingUnavailable as error:

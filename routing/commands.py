@@ -27,7 +27,11 @@ class CommandResult:
 @dataclass(frozen=True)
 class RegisterNode:
     """A node announces itself (at every start). The first node of a broker group becomes
-    its master with epoch 1 (RocketMQ's controller does the same on a first election)."""
+    its master with epoch 1 (RocketMQ's controller does the same on a first election).
+
+    A master that registers again has restarted, and may have lost what it had not
+    forced to disk: an in-sync member that heartbeated within ``lease_ms`` of
+    ``wall_ms`` takes over (the one with the longest log), as after a failure."""
 
     node_id: str
     broker_group: str
@@ -36,6 +40,7 @@ class RegisterNode:
     metrics_address: str = ""
     max_offset: int = 0
     wall_ms: int = 0
+    lease_ms: int = 0
 
 
 @dataclass(frozen=True)

@@ -123,10 +123,36 @@ class RoutingState:
                 in_sync=frozenset({command.node_id}),
                 in_sync_epoch=group.in_sync_epoch + 1,
             )
+        elif group.master == command.node_id:
+            successor = self._successor_of_restarted_master(group, command)
+            if successor is not None:
+                group = replace(
+                    group,
+                    master=successor,
+                    epoch=group.epoch + 1,
+                    in_sync=group.in_sync - {command.node_id},
+                    in_sync_epoch=group.in_sync_epoch + 1,
+                    lost_by=frozenset(),
+                )
         return [
             ("members", member.node_id, member),
             ("broker_groups", group.name, group),
         ], member
+
+    def _successor_of_restarted_master(
+        self, group: BrokerGroup, command: RegisterNode
+    ) -> str | None:
+        """The in-sync member, heard from within the lease, with the longest log."""
+        candidates = [
+            member
+            for node_id in group.in_sync - {command.node_id}
+            if (member := self.members.get(node_id)) is not None
+            and member.alive
+            and command.wall_ms - member.last_heartbeat_ms <= command.lease_ms
+        ]
+        if not candidates:
+            return None
+        return max(candidates, key=lambda m: (m.max_offset, m.node_id)).node_id
 
     def _plan_heartbeat(self, command: NodeHeartbeat) -> tuple[list[Change], object]:
         known = self.members.get(command.node_id)

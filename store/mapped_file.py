@@ -18,6 +18,7 @@ import errno
 import mmap
 import os
 
+from store import sync_ledger
 from store.errors import DiskFullError
 
 PAGE_SIZE = mmap.PAGESIZE
@@ -135,6 +136,7 @@ class MappedFile:
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
+            sync_ledger.record(self.path, target)
             self.flushed_position = target
         return self.flushed_position
 
@@ -152,6 +154,7 @@ class MappedFile:
             os.fsync(fd)
         finally:
             os.close(fd)
+        sync_ledger.record(self.path, position)
         self.wrote_position = min(self.wrote_position, position)
         self.flushed_position = min(self.flushed_position, position)
 

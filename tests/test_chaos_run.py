@@ -1,6 +1,6 @@
 """Short chaos runs against real 3-node clusters, one per mode, each with at least one
-kill of the master and one partition isolating it (nodes in network namespaces), and a
-pause past the lease or another fault, checked against docs/guarantees.md; and
+kill of the master, one partition (nodes in network namespaces) and one power loss (of the
+master, or of every node), and one more fault, checked against docs/guarantees.md; and
 the self-test: a planted bug (a promoted master drops its last records) must be reported
 as lost acknowledged writes under a SYNC run."""
 
@@ -14,10 +14,10 @@ import pytest
 from chaos import runner
 
 RUNS = {
-    "sync-sync-flush": ["kill-master", "partition-master", "pause"],
-    "sync-async-flush": ["kill-master", "partition-random", "restart-all"],
-    "async-sync-flush": ["kill-master", "partition-master", "partition-clients"],
-    "async-async-flush": ["kill-master", "partition-master", "kill-slave"],
+    "sync-sync-flush": ["kill-master", "partition-master", "pause", "power-loss-all"],
+    "sync-async-flush": ["kill-master", "partition-random", "power-loss-master", "restart-all"],
+    "async-sync-flush": ["kill-master", "partition-master", "partition-clients", "power-loss-all"],
+    "async-async-flush": ["kill-master", "partition-master", "kill-slave", "power-loss-master"],
 }
 # 3 s of quiet load, then the fault (kill: 2 s down; pause and partitions: 4.5 s).
 SECONDS_PER_FAULT = 7.5

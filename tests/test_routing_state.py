@@ -4,12 +4,14 @@ same state on every replica that applies the same commands (pickled as pysyncobj
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from routing.commands import (
+    AlterInSync,
     CreateGroup,
     CreateTopic,
     DeleteGroup,
@@ -39,6 +41,30 @@ def test_the_first_node_of_a_broker_group_becomes_its_master_with_epoch_one():
     assert state.apply(RegisterNode("n1", "g1", "127.0.0.1:9")).ok
     assert state.broker_groups["g1"].epoch == 1
     assert state.members["n1"].grpc_address == "127.0.0.1:9"
+
+
+def test_a_restarted_master_hands_over_to_the_in_sync_member_with_the_longest_log():
+    """It may have lost what it had not forced to disk (power loss): like a failed master,
+    it is replaced by a live in-sync member and rejoins as a slave."""
+    state = cluster(("n1", "g1"), ("n2", "g1"), ("n3", "g1"))
+    assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1", "n2", "n3"}), 1)).ok
+    assert state.apply(NodeHeartbeat("n2", max_offset=500, wall_ms=10_000)).ok
+    assert state.apply(NodeHeartbeat("n3", max_offset=700, wall_ms=10_500)).ok
+    restart = RegisterNode("n1", "g1", "127.0.0.1:1", max_offset=300, wall_ms=12_000)
+    assert state.apply(replace(restart, lease_ms=3000)).ok
+    group = state.broker_groups["g1"]
+    assert (group.master, group.epoch) == ("n3", 2)
+    assert group.in_sync == frozenset({"n2", "n3"})
+
+
+def test_a_restarted_master_keeps_its_role_when_no_in_sync_member_was_heard_lately():
+    state = cluster(("n1", "g1"), ("n2", "g1"))
+    assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1", "n2"}), 1)).ok
+    assert state.apply(NodeHeartbeat("n2", max_offset=500, wall_ms=10_000)).ok
+    # n2 was last heard 5 s before the restart (restart-all: it is down too).
+    assert state.apply(RegisterNode("n1", "g1", "x:1", wall_ms=15_000, lease_ms=3000)).ok
+    group = state.broker_groups["g1"]
+    assert (group.master, group.epoch, group.in_sync) == ("n1", 1, frozenset({"n1", "n2"}))
 
 
 def test_a_node_cannot_move_to_another_broker_group():

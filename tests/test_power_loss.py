@@ -1,0 +1,87 @@
+"""The power-loss imitation the chaos suite uses: the store records what each fsync made
+durable, and ``chaos.power`` zeroes the rest; a store reopened on what is left keeps
+exactly what it had forced to disk (SYNC_FLUSH: everything it acknowledged)."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos.power import discard_unsynced
+from store import sync_ledger
+from store.config import FlushMode, StoreConfig
+from store.message import Message
+from store.message_store import MessageStore
+
+SMALL = dict(
+    commitlog_segment_bytes=8 << 20,
+    consume_queue_entries_per_file=1000,
+    index_slot_count=101,
+    index_entry_count=1000,
+    flush_interval_ms=600_000,  # nothing reaches the disk unless a test forces it
+    flush_full_interval_ms=600_000,
+    derived_flush_interval_ms=600_000,
+    flush_min_pages=1 << 20,
+)
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    sync_ledger.enable(str(tmp_path / "data"))
+    yield
+    sync_ledger.disable()
+
+
+def bodies(store: MessageStore) -> list[bytes]:
+    return [m.body for m in store.get_messages("orders", 0, 0, 10_000).messages]
+
+
+def put(store: MessageStore, first: int, count: int) -> None:
+    for i in range(first, first + count):
+        assert store.put_messages([Message("orders", b"m-%d" % i, queue_id=0)]).ok
+
+
+def test_async_flush_keeps_what_was_flushed_and_loses_the_rest(tmp_path, ledger):
+    config = StoreConfig(str(tmp_path / "data"), **SMALL)
+    store = MessageStore.open(config)
+    put(store, 0, 100)
+    store.commitlog.flush()
+    store.flush_derived()
+    put(store, 100, 50)  # acknowledged, in the page cache only
+    store.close_abruptly_for_tests()
+    sync_ledger.disable()
+    assert discard_unsynced(config.data_dir) > 50 * 20  # the 50 unsynced records
+    reopened = MessageStore.open(config)
+    try:
+        assert bodies(reopened) == [b"m-%d" % i for i in range(100)]
+        put(reopened, 100, 1)  # appends go on where the durable log ends
+        assert bodies(reopened)[-1] == b"m-100"
+    finally:
+        reopened.shutdown()
+
+
+def test_sync_flush_keeps_every_acknowledged_message(tmp_path, ledger):
+    config = StoreConfig(str(tmp_path / "data"), flush_mode=FlushMode.SYNC_FLUSH, **SMALL)
+    store = MessageStore.open(config)
+    put(store, 0, 60)
+    store.close_abruptly_for_tests()
+    sync_ledger.disable()
+    discard_unsynced(config.data_dir)  # consume queues were never flushed: rebuilt
+    reopened = MessageStore.open(config)
+    try:
+        assert bodies(reopened) == [b"m-%d" % i for i in range(60)]
+    finally:
+        reopened.shutdown()
+
+
+def test_a_file_never_synced_is_zeroed_whole(tmp_path):
+    data = tmp_path / "data"
+    (data / "commitlog").mkdir(parents=True)
+    segment = data / "commitlog" / "00000000000000000000"
+    segment.write_bytes(b"x" * 100 + b"\0" * 924)
+    (data / sync_ledger.LEDGER_FILE).write_text("commitlog/00000000000000000000 40\n")
+    assert discard_unsynced(str(data)) == 60
+    assert segment.read_bytes() == b"x" * 40 + b"\0" * 984
+    other = data / "consumequeue" / "orders" / "0" / "00000000000000000000"
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"y" * 64)
+    assert discard_unsynced(str(data)) == 64 and other.read_bytes() == b"\0" * 64
