@@ -39,7 +39,7 @@ def add_security_commands(commands, common: argparse.ArgumentParser) -> None:
     users = user.add_subparsers(dest="action", required=True)
     for name in ("create", "update"):
         change = users.add_parser(name, parents=[common])
-        change.add_argument("access_key")
+        change.add_argument("user", metavar="ACCESS_KEY")
         change.add_argument("--admin", action="store_true", help="may call every Admin RPC")
         change.add_argument(
             "--secret-key-env",
@@ -49,7 +49,7 @@ def add_security_commands(commands, common: argparse.ArgumentParser) -> None:
         )
         change.set_defaults(handler=user_create if name == "create" else user_update)
     delete = users.add_parser("delete", parents=[common])
-    delete.add_argument("access_key")
+    delete.add_argument("user", metavar="ACCESS_KEY")
     delete.set_defaults(handler=user_delete)
     users.add_parser("list", parents=[common]).set_defaults(handler=user_list)
 
@@ -57,7 +57,7 @@ def add_security_commands(commands, common: argparse.ArgumentParser) -> None:
     acls = acl.add_subparsers(dest="action", required=True)
     for name in ("grant", "revoke"):
         rule = acls.add_parser(name, parents=[common])
-        rule.add_argument("access_key")
+        rule.add_argument("user", metavar="ACCESS_KEY")
         rule.add_argument("action", choices=["publish", "subscribe"])
         target = rule.add_mutually_exclusive_group(required=True)
         target.add_argument("--topic", help="a topic name, '*', or a prefix ending in '*'")
@@ -65,7 +65,7 @@ def add_security_commands(commands, common: argparse.ArgumentParser) -> None:
         rule.add_argument("--deny", action="store_true", help="a DENY rule (deny wins)")
         rule.set_defaults(handler=acl_grant if name == "grant" else acl_revoke)
     listing = acls.add_parser("list", parents=[common])
-    listing.add_argument("access_key", nargs="?", help="only this user")
+    listing.add_argument("user", metavar="ACCESS_KEY", nargs="?", help="only this user")
     listing.set_defaults(handler=acl_list)
 
 
@@ -75,7 +75,7 @@ def _secret_of(args, required: bool) -> str:
         if not secret and required:
             raise ValueError(f"environment variable {args.secret_key_env} is empty")
         return secret
-    prompt = f"secret key for {args.access_key}" + ("" if required else " (empty: keep)")
+    prompt = f"secret key for {args.user}" + ("" if required else " (empty: keep)")
     return getpass.getpass(prompt + ": ")
 
 
@@ -92,7 +92,7 @@ def _user_view(user) -> dict:
 def user_create(args) -> int:
     secret = _secret_of(args, required=True)
     with _admin(args) as admin:
-        user = admin.create_user(args.access_key, secret, args.admin)
+        user = admin.create_user(args.user, secret, args.admin)
     _show(args, _user_view(user), f"created user {user.access_key}")
     return 0
 
@@ -100,15 +100,15 @@ def user_create(args) -> int:
 def user_update(args) -> int:
     secret = _secret_of(args, required=False)
     with _admin(args) as admin:
-        user = admin.update_user(args.access_key, secret, args.admin)
+        user = admin.update_user(args.user, secret, args.admin)
     _show(args, _user_view(user), f"updated user {user.access_key}")
     return 0
 
 
 def user_delete(args) -> int:
     with _admin(args) as admin:
-        admin.delete_user(args.access_key)
-    _show(args, {"deleted": args.access_key}, f"deleted user {args.access_key}")
+        admin.delete_user(args.user)
+    _show(args, {"deleted": args.user}, f"deleted user {args.user}")
     return 0
 
 
@@ -136,7 +136,7 @@ def _rule(args):
 def acl_grant(args) -> int:
     rule = _rule(args)
     with _admin(args) as admin:
-        user = admin.grant(args.access_key, rule)
+        user = admin.grant(args.user, rule)
     _show(args, _user_view(user), f"{user.access_key}: {rule}")
     return 0
 
@@ -144,7 +144,7 @@ def acl_grant(args) -> int:
 def acl_revoke(args) -> int:
     rule = _rule(args)
     with _admin(args) as admin:
-        user = admin.revoke(args.access_key, rule)
+        user = admin.revoke(args.user, rule)
     _show(args, _user_view(user), f"{user.access_key}: revoked {rule}")
     return 0
 
@@ -153,7 +153,7 @@ def acl_list(args) -> int:
     from ferrymq.cli import show_table
 
     with _admin(args) as admin:
-        users = [u for u in admin.list_users() if args.access_key in (None, u.access_key)]
+        users = [u for u in admin.list_users() if args.user in (None, u.access_key)]
     rows = [[u.access_key, "admin: everything", ""] for u in users if u.admin]
     rows += [[u.access_key, str(rule), ""] for u in users for rule in u.acl]
     show_table(args, [_user_view(u) for u in users], ["access key", "rule", ""], rows)
