@@ -44,6 +44,7 @@ DATA = "/ferrymq.data.v1.Data/"
 LOG_EVERY_S = 10.0
 PUB, SUB = (Action.PUBLISH,), (Action.SUBSCRIBE,)
 PUB_OR_SUB = (Action.PUBLISH, Action.SUBSCRIBE)
+TOPIC = ResourceKind.TOPIC
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class NeedsAdmin(Exception):
 
 
 def _topic(actions, name: str) -> Need:
+    if not name:  # e.g. EndTransaction may omit it: only an admin may act on any topic
+        raise NeedsAdmin
     return Need(actions, ResourceKind.TOPIC, name)
 
 
@@ -242,10 +245,11 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
                 # The session stream names no resource: the signature is what it needs.
                 metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
                 try:
-                    check(method, metadata, None)
+                    user = check(method, metadata, None)
                 except Refusal as refusal:
                     await context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal.message)
-                async for response in behavior(request_iterator, context):
+                commands = _publishable_settings(user, request_iterator)
+                async for response in behavior(commands, context):
                     yield response
 
             return grpc.stream_stream_rpc_method_handler(
@@ -254,6 +258,20 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
         raise TypeError(f"{method}: unsupported handler kind for access control")
+
+
+async def _publishable_settings(user: User, commands):
+    """A producer's settings name the topics it publishes to, and the node sends it the
+    orphan-transaction checks (whole messages) of those topics: keep only the topics the
+    user may publish to."""
+    async for command in commands:
+        if command.WhichOneof("command") == "settings":
+            topics = command.settings.publishing.topics
+            allowed = [t for t in topics if is_allowed(user, Action.PUBLISH, TOPIC, t.name)]
+            if len(allowed) != len(topics):
+                del topics[:]
+                topics.extend(allowed)
+        yield command
 
 
 def _refusal_answer(method: str):

@@ -183,3 +183,40 @@ def test_security_options_are_checked():
     ]:
         with pytest.raises(ConfigError, match=words):
             parse_node_config(text)
+
+
+def test_telemetry_settings_keep_only_topics_the_user_may_publish_to():
+    import asyncio
+
+    from node.access import _publishable_settings
+
+    user = User("app", b"x", acl=(entry("ALLOW", PUB, TOPIC, "orders"),))
+    settings = pb.Settings(
+        publishing=pb.Publishing(topics=[pb.Resource(name="orders"), pb.Resource(name="payments")])
+    )
+    subscribing = pb.Settings(subscription=pb.Subscription(group=pb.Resource(name="g")))
+
+    async def commands():
+        yield rpc.TelemetryCommand(settings=settings)
+        yield rpc.TelemetryCommand(settings=subscribing)
+
+    async def collect():
+        return [c async for c in _publishable_settings(user, commands())]
+
+    published, subscribed = asyncio.run(collect())
+    assert [t.name for t in published.settings.publishing.topics] == ["orders"]
+    assert subscribed.settings.WhichOneof("pub_sub") == "subscription"
+
+
+def test_end_transaction_without_a_topic_needs_admin():
+    box = SecretBox("the-cluster-secret")
+    now = 1_790_000_000.0
+    wide = User(
+        "wide",
+        box.seal("wide", "secret-of-wide"),
+        acl=(entry("ALLOW", PUB, TOPIC, "*"), entry("DENY", PUB, TOPIC, "payments")),
+    )
+    access = AccessControl(authenticator(now, wide=wide))
+    headers = dict(signature_headers("wide", "secret-of-wide", now_s=now))
+    with pytest.raises(Refusal, match="needs admin rights"):
+        access.check(MESSAGING + "EndTransaction", headers, rpc.EndTransactionRequest())
