@@ -24,7 +24,6 @@ reason so a misconfigured client cannot flood the log.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -222,7 +221,7 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        if handler.unary_stream is not None and inspect.isasyncgenfunction(handler.unary_stream):
+        if handler.unary_stream is not None:
             behavior = handler.unary_stream
 
             async def unary_stream(request, context):
