@@ -300,10 +300,11 @@ def _security_options(section: dict[str, Any], cluster: ClusterOptions) -> Secur
         raise ConfigError("security.admin_secret_key must have 8 characters or more")
     if options.admin_secret_key.startswith("CHANGE-ME"):
         raise ConfigError("security.admin_secret_key is still the placeholder of the examples")
-    if options.auth and len(cluster.secret) < 8:
+    if (options.auth or options.admin_access_key) and len(cluster.secret) < 8:
         raise ConfigError(
-            "security.auth needs cluster.secret (8 characters or more), even on a standalone "
-            "node: users' secret keys are encrypted at rest with a key derived from it"
+            "security.auth and admin users need cluster.secret (8 characters or more), even "
+            "on a standalone node: users' secret keys are encrypted at rest with a key "
+            "derived from it"
         )
     return options
 
