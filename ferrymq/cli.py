@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 
 from ferrymq.cli_output import Progress, emit_json, table
+from ferrymq.cli_security import add_connection_options, add_security_commands
 
 DEFAULT_SERVER = "127.0.0.1:8081"
 DEMO_TOPIC = "demo"
@@ -23,9 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "node":
         return run_node(args)
+    from ferrymq.cli_security import apply_connection_options
     from ferrymq.client import FerryError
     from ferrymq.cluster import ClusterError
 
+    apply_connection_options(args)
     try:
         return args.handler(args)
     except FerryError as error:
@@ -44,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--server", default=DEFAULT_SERVER, help="node address host:port")
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    add_connection_options(common)
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser(
@@ -179,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     spark_run.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     spark_run.add_argument("job_args", nargs=argparse.REMAINDER, help="the job's own options")
     spark_run.set_defaults(handler=spark_run_job)
+    add_security_commands(commands, common)
     return parser
 
 

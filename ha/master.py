@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 from ha.epochs import EpochHistory
 from ha.wire import (
     ACK,
+    MASTER_IDENTITY,
     Kind,
     LinkError,
     control,
     data_frame,
+    proof,
     proof_matches,
     read_control,
     read_frame,
@@ -222,6 +224,7 @@ class ReplicationMaster:
         writer.write(
             control(
                 Kind.WELCOME,
+                proof=proof(self.secret, str(hello.get("nonce", "")), MASTER_IDENTITY),
                 epochs=[[e.epoch, e.start_offset] for e in self.epochs.entries],
                 max_offset=end,
                 min_offset=self.store.commitlog.min_offset,

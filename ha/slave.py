@@ -1,6 +1,6 @@
 """The slave side of replication: follow the master of this node's broker group.
 
-On every (re)connect the slave proves it knows the cluster secret, compares its epoch
+On every (re)connect the slave and the master prove they know the cluster secret, compares its epoch
 history with the master's and truncates its CommitLog (with consume queues and index) to
 the last point both agree on, then appends the master's records verbatim, dispatches them
 with the same dispatcher a master uses, records each new epoch it sees, and acknowledges
@@ -16,16 +16,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import Callable
 
 from ha.epochs import EpochEntry, EpochHistory, truncation_point
 from ha.wire import (
     DATA_HEADER,
+    MASTER_IDENTITY,
     Kind,
     LinkError,
     ack_frame,
     control,
     proof,
+    proof_matches,
     read_control,
     read_frame,
 )
@@ -132,10 +135,12 @@ class ReplicationSlave:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 3)
         try:
             challenge = await read_control(reader, Kind.CHALLENGE)
+            nonce = secrets.token_hex(16)
             writer.write(
                 control(
                     Kind.HELLO,
                     node_id=self.node_id,
+                    nonce=nonce,
                     proof=proof(self.secret, str(challenge.get("nonce", "")), self.node_id),
                     max_offset=self.store.commitlog.write_offset,
                     segment_bytes=self.store.config.commitlog_segment_bytes,
@@ -143,6 +148,9 @@ class ReplicationSlave:
             )
             await writer.drain()
             welcome = await read_control(reader, Kind.WELCOME)
+            if not proof_matches(self.secret, nonce, MASTER_IDENTITY, str(welcome.get("proof"))):
+                log.warning("replication: %s does not know the cluster secret", address)
+                raise LinkError(f"{address} did not prove it knows the cluster secret")
             start = await self._truncate_to_common_point(welcome)
             writer.write(control(Kind.START, offset=start))
             await writer.drain()

@@ -8,9 +8,11 @@ carry JSON; the two hot frames are binary:
 - ACK (slave → master): ``max offset 8``, the end of what the slave appended (and, under
   SYNC_FLUSH, forced to disk).
 
-The handshake authenticates the slave with the cluster secret: the master sends a random
-nonce (CHALLENGE), the slave answers HMAC-SHA256(secret, nonce | node id) in its HELLO.
-A wrong answer gets REFUSED and the link is closed and logged.
+The handshake authenticates both ends with the cluster secret: the master sends a random
+nonce (CHALLENGE), the slave answers HMAC-SHA256(secret, nonce | node id) in its HELLO
+with a nonce of its own, and the master's WELCOME answers HMAC-SHA256(secret, that nonce |
+``MASTER_IDENTITY``). A wrong answer gets REFUSED (or, on the slave, drops the link before
+it truncates or appends anything), and both sides log it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ FRAME_HEADER = struct.Struct(">BI")
 DATA_HEADER = struct.Struct(">qqqq")
 ACK = struct.Struct(">q")
 MAX_FRAME_BYTES = 64 << 20  # a record is at most a few MiB; anything larger is an attack
+MASTER_IDENTITY = "master"  # what the master's proof names (a slave's names its node id)
 
 
 class Kind(enum.IntEnum):

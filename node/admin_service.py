@@ -10,15 +10,21 @@ same on every node once the call returns OK. Status codes follow google.rpc: 0 O
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
+from node.authentication import SIGNED_HEADER
 from node.consumer_offsets import ConsumerOffsets
 from node.group_members import GroupMembers
+from node.parked import real_topic_of
 from node.pop_state import PopState
 from node.replication import ReplicationRole, SwitchoverError
+from node.secret_box import SecretBox
 from node.topics import MessageType, Permission, TopicError, TopicTable
+from node.user_admin import UserAdmin
 from routing.commands import (
     CommandResult,
     CreateGroup,
@@ -40,6 +46,9 @@ CODES = {
     "GROUP_EXISTS": 6,
     "UNKNOWN_BROKER_GROUP": 5,
     "NO_BROKER_GROUP": 9,
+    "USER_EXISTS": 6,
+    "USER_NOT_FOUND": 5,
+    "ACL_NOT_FOUND": 5,
 }
 UNAVAILABLE = 14
 TYPES = {
@@ -59,6 +68,16 @@ PERMISSIONS = {
 
 def failure(error: TopicError) -> api.Status:
     return api.Status(code=CODES.get(error.reason, 3), message=str(error))
+
+
+def forwarded_credentials(context) -> tuple[tuple[str, str], ...]:
+    """The caller's signature headers, so the node a call is handed to authorizes the
+    same user (the signature is valid for the clock-skew window on any node)."""
+    return tuple(
+        (key, value)
+        for key, value in context.invocation_metadata()
+        if key in ("authorization", SIGNED_HEADER)
+    )
 
 
 def topic_message(route: TopicRoute) -> api.Topic:
@@ -107,7 +126,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         routing: RoutingReplica,
         node_id: str = "",
         replication: ReplicationRole | None = None,
+        *,
+        secret_box: SecretBox | None = None,
+        peer_channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
     ) -> None:
+        self.users = UserAdmin(routing, secret_box, self._change)
+        self.peer_channel = peer_channel
         self.routing = routing
         self.replication = replication
         self.node_id = node_id
@@ -283,8 +307,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 return api.FailoverResponse(
                     status=api.Status(code=UNAVAILABLE, message="the group has no master now")
                 )
-            async with grpc.aio.insecure_channel(master.grpc_address) as channel:
-                return await admin_pb2_grpc.AdminStub(channel).Failover(request, timeout=30)
+            async with self.peer_channel(master.grpc_address) as channel:
+                return await admin_pb2_grpc.AdminStub(channel).Failover(
+                    request, timeout=30, metadata=forwarded_credentials(context)
+                )
         try:
             new_master, epoch, paused_ms = await self.replication.switchover(
                 request.target_node or None
@@ -339,6 +365,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     async def QueryMessageById(self, request, context):
         found = self.store.look_message_by_id(request.message_id)
+        if found is not None and request.topic not in ("", found.topic, real_topic_of(found)):
+            found = None  # access to the topic named says nothing about another one
         if found is None and request.topic:
             found = self.store.query_by_unique_key(request.topic, request.message_id)
         messages = [stored_message(found, self.broker_group)] if found else []
@@ -368,3 +396,22 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def QueryOffsetByTime(self, request, context):
         offset = self.store.offset_by_time(request.topic, request.queue_id, request.timestamp_ms)
         return api.QueryOffsetByTimeResponse(status=OK, offset=offset)
+
+    # ---- users and ACL entries (node.user_admin) ---------------------------------------
+    async def CreateUser(self, request, context):
+        return await self.users.create(request)
+
+    async def UpdateUser(self, request, context):
+        return await self.users.update(request)
+
+    async def DeleteUser(self, request, context):
+        return await self.users.delete(request)
+
+    async def ListUsers(self, request, context):
+        return self.users.list()
+
+    async def GrantAcl(self, request, context):
+        return await self.users.grant(request)
+
+    async def RevokeAcl(self, request, context):
+        return await self.users.revoke(request)

@@ -38,6 +38,17 @@ Layout of ``node.toml``::
     max_lag_bytes = 268435456
     unclean_election = false # true: elect outside the in-sync set (may lose messages)
 
+    [security]               # see docs/security.md; everything off by default
+    auth = false             # true: every client RPC needs a valid RocketMQ 5 signature
+    clock_skew_s = 300       # a signed x-mq-date-time further than this from now is refused
+    admin_access_key = ""    # with auth: ensure this admin user exists at start
+    admin_secret_key = ""
+    tls_cert = ""            # PEM certificate chain and key: the client port speaks TLS
+    tls_key = ""
+    tls_client_ca = ""       # PEM CA bundle: clients must present a certificate it signed
+    tls_ca = ""              # PEM CA this node trusts when it calls another node's client
+                             # port (default: tls_client_ca, else its own certificate)
+
 A node is a Raft voter when ``host:ports.raft`` is one of ``voters``; any other node keeps
 a read-only replica of the routing state. With no voters the node is a cluster of one (its
 own single voter, with a secret it makes up at each start).
@@ -109,6 +120,22 @@ class ReplicationOptions:
 
 
 @dataclass(frozen=True)
+class SecurityOptions:
+    auth: bool = False
+    clock_skew_s: int = 300
+    admin_access_key: str = ""
+    admin_secret_key: str = field(default="", repr=False)
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    tls_ca: str = ""
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     id: str = "node-1"
     group: str = "group-1"
@@ -119,6 +146,7 @@ class NodeConfig:
     store: dict[str, Any] = field(default_factory=dict)
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
     replication: ReplicationOptions = field(default_factory=ReplicationOptions)
+    security: SecurityOptions = field(default_factory=SecurityOptions)
 
     @property
     def raft_address(self) -> str:
@@ -147,6 +175,7 @@ _PORT_FIELDS = {f.name for f in dataclasses.fields(Ports)}
 _MESSAGES_FIELDS = {f.name for f in dataclasses.fields(MessagingOptions)}
 _CLUSTER_FIELDS = {f.name for f in dataclasses.fields(ClusterOptions)}
 _REPLICATION_FIELDS = {f.name for f in dataclasses.fields(ReplicationOptions)}
+_SECURITY_FIELDS = {f.name for f in dataclasses.fields(SecurityOptions)}
 
 
 def parse_node_config(text: str) -> NodeConfig:
@@ -155,7 +184,15 @@ def parse_node_config(text: str) -> NodeConfig:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"node.toml is not valid TOML: {error}") from error
-    unknown_sections = set(raw) - {"node", "ports", "messages", "store", "cluster", "replication"}
+    unknown_sections = set(raw) - {
+        "node",
+        "ports",
+        "messages",
+        "store",
+        "cluster",
+        "replication",
+        "security",
+    }
     if unknown_sections:
         raise ConfigError(f"unknown section(s): {', '.join(sorted(unknown_sections))}")
     node = _checked(raw.get("node", {}), _NODE_FIELDS, "node")
@@ -165,6 +202,9 @@ def parse_node_config(text: str) -> NodeConfig:
     cluster = _cluster_options(_checked(raw.get("cluster", {}), _CLUSTER_FIELDS, "cluster"))
     replication = _replication_options(
         _checked(raw.get("replication", {}), _REPLICATION_FIELDS, "replication")
+    )
+    security = _security_options(
+        _checked(raw.get("security", {}), _SECURITY_FIELDS, "security"), cluster
     )
     for name, value in messages.items():
         if not isinstance(value, int) or value <= 0:
@@ -183,6 +223,7 @@ def parse_node_config(text: str) -> NodeConfig:
         store=store,
         cluster=cluster,
         replication=replication,
+        security=security,
     )
     if cluster.voters and config.is_voter and config.ports.raft == 0:
         raise ConfigError("a voter needs a fixed ports.raft: the other voters dial it")
@@ -239,6 +280,35 @@ def _replication_options(section: dict[str, Any]) -> ReplicationOptions:
     return ReplicationOptions(**options)
 
 
+def _security_options(section: dict[str, Any], cluster: ClusterOptions) -> SecurityOptions:
+    if not isinstance(section.get("auth", False), bool):
+        raise ConfigError("security.auth must be true or false")
+    skew = section.get("clock_skew_s", SecurityOptions.clock_skew_s)
+    if not isinstance(skew, int) or not 1 <= skew <= 86_400:
+        raise ConfigError(f"security.clock_skew_s must be an integer in 1..86400, got {skew!r}")
+    for name in _SECURITY_FIELDS - {"auth", "clock_skew_s"}:
+        if not isinstance(section.get(name, ""), str):
+            raise ConfigError(f"security.{name} must be a string")
+    options = SecurityOptions(**section)
+    if bool(options.tls_cert) != bool(options.tls_key):
+        raise ConfigError("security.tls_cert and security.tls_key go together")
+    if (options.tls_client_ca or options.tls_ca) and not options.tls:
+        raise ConfigError("security.tls_client_ca and tls_ca need tls_cert and tls_key")
+    if bool(options.admin_access_key) != bool(options.admin_secret_key):
+        raise ConfigError("security.admin_access_key and admin_secret_key go together")
+    if options.admin_secret_key and len(options.admin_secret_key) < 8:
+        raise ConfigError("security.admin_secret_key must have 8 characters or more")
+    if options.admin_secret_key.startswith("CHANGE-ME"):
+        raise ConfigError("security.admin_secret_key is still the placeholder of the examples")
+    if (options.auth or options.admin_access_key) and len(cluster.secret) < 8:
+        raise ConfigError(
+            "security.auth and admin users need cluster.secret (8 characters or more), even "
+            "on a standalone node: users' secret keys are encrypted at rest with a key "
+            "derived from it"
+        )
+    return options
+
+
 def _checked(section: Any, allowed: set[str], name: str) -> dict[str, Any]:
     if not isinstance(section, dict):
         raise ConfigError(f"[{name}] must be a table")
@@ -293,6 +363,12 @@ def render_node_config(config: NodeConfig) -> str:
         lines.append(
             f"{name} = {_toml_value(value.value if isinstance(value, enum.Enum) else value)}"
         )
+    lines.append("")
+    lines.append("[security]")
+    for name in sorted(_SECURITY_FIELDS - {"admin_secret_key"}):
+        lines.append(f"{name} = {_toml_value(getattr(config.security, name))}")
+    if config.security.admin_secret_key:
+        lines.append("# admin_secret_key: set in the configuration file, not repeated here")
     lines.append("")
     lines.append("[store]")
     effective = config.store_config()

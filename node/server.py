@@ -22,7 +22,9 @@ import grpc
 
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
+from node.access import AccessControl, AccessInterceptor
 from node.admin_service import AdminService
+from node.authentication import Authenticator
 from node.config import NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
 from node.data_service import DataService
@@ -34,10 +36,12 @@ from node.metrics_http import MetricsHttpServer
 from node.pop_service import PopService
 from node.pop_state import PopState
 from node.replication import ReplicatedStore, ReplicationRole
+from node.secret_box import SecretBox
 from node.timer_service import TimerService
+from node.tls import peer_channel_credentials, server_credentials
 from node.topics import TopicTable
 from node.transaction_service import TransactionService
-from routing.commands import CommandResult, NodeHeartbeat, RegisterNode
+from routing.commands import CommandResult, CreateUser, NodeHeartbeat, RegisterNode
 from routing.controller import Controller
 from routing.replica import RoutingReplica, RoutingUnavailable
 from store import sync_ledger
@@ -81,14 +85,28 @@ class Node:
         self.metrics = NodeMetrics(
             config.id, config.group, self.raw_store, self.topics, None, None, None
         )
+        interceptors = [self.metrics.interceptor]
+        security = config.security
+        self.secret_box = SecretBox(config.cluster.secret) if config.cluster.secret else None
+        if security.auth:
+            authenticator = Authenticator(
+                lambda access_key: self.routing.state.users.get(access_key),
+                self.secret_box,
+                security.clock_skew_s,
+            )
+            interceptors.append(AccessInterceptor(AccessControl(authenticator)))
         self.server = grpc.aio.server(
-            interceptors=[self.metrics.interceptor],
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ],
         )
-        self.port = self.server.add_insecure_port(f"{config.host}:{config.ports.grpc}")
+        listen = f"{config.host}:{config.ports.grpc}"
+        if security.tls:
+            self.port = self.server.add_secure_port(listen, server_credentials(security))
+        else:
+            self.port = self.server.add_insecure_port(listen)
         # Join routing before serving: the services answer from the routing state, and
         # the node registers the addresses it really listens on.
         await self._join_routing(loop)
@@ -141,6 +159,8 @@ class Node:
                 self.routing,
                 config.id,
                 self.replication,
+                secret_box=self.secret_box,
+                peer_channel=self._peer_channel,
             ),
             self.server,
         )
@@ -172,6 +192,12 @@ class Node:
             asyncio.create_task(controller.run()),
             asyncio.create_task(self.replication.maintain()),
         ]
+
+    def _peer_channel(self, address: str) -> grpc.aio.Channel:
+        """A channel to another node's client port, with TLS when this port has it."""
+        if self.config.security.tls:
+            return grpc.aio.secure_channel(address, peer_channel_credentials(self.config.security))
+        return grpc.aio.insecure_channel(address)
 
     def _routing_status(self) -> RoutingStatus:
         raft = self.routing.status()
@@ -238,6 +264,7 @@ class Node:
         ha_port = 0 if cluster.standalone else config.ports.replication
         self.ha_port = await self.replication.master.listen(config.host, ha_port)
         await self._register(deadline)
+        await self._ensure_admin_user(deadline)
         self._refresh_topics()
 
     def _routing_changed(self) -> None:
@@ -268,6 +295,29 @@ class Node:
                 continue
             if not result.ok:
                 raise RoutingUnavailable(f"routing refused this node: {result.detail}")
+            return
+
+    async def _ensure_admin_user(self, deadline: float) -> None:
+        """With ``[security] admin_access_key``, make sure that admin exists (the first
+        user of a cluster with auth on). An existing user is left as it is: its secret and
+        rights are changed with ``ferrymq user update``, not by restarting nodes."""
+        access_key = self.config.security.admin_access_key
+        if not access_key or access_key in self.routing.state.users:
+            return
+        sealed = self.secret_box.seal(access_key, self.config.security.admin_secret_key)
+        while True:
+            try:
+                result = await self.routing.submit(CreateUser(access_key, sealed, admin=True))
+            except RoutingUnavailable as error:
+                if time.monotonic() > deadline:
+                    raise
+                log.info("admin user not created yet: %s", error.detail)
+                await asyncio.sleep(0.2)
+                continue
+            if not result.ok and result.reason != "USER_EXISTS":
+                raise RoutingUnavailable(f"routing refused the admin user: {result.detail}")
+            if result.ok:
+                log.info("created admin user %s", access_key)
             return
 
     def _refresh_topics(self) -> None:

@@ -8,8 +8,9 @@ state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from routing.acl import AclEntry
 from routing.metadata import MessageType, Permission
 
 
@@ -136,6 +137,46 @@ class DeleteGroup:
     name: str
 
 
+@dataclass(frozen=True)
+class CreateUser:
+    """``sealed_secret`` was sealed by the node that took the request (the plain secret
+    never enters the Raft log)."""
+
+    access_key: str
+    sealed_secret: bytes = field(repr=False)
+    admin: bool = False
+
+
+@dataclass(frozen=True)
+class UpdateUser:
+    """Replace a user's secret (when ``sealed_secret`` is not empty) and admin flag."""
+
+    access_key: str
+    sealed_secret: bytes = field(default=b"", repr=False)
+    admin: bool = False
+
+
+@dataclass(frozen=True)
+class DeleteUser:
+    access_key: str
+
+
+@dataclass(frozen=True)
+class GrantAcl:
+    """Add ``entry`` to a user's rules (granting one it has already changes nothing)."""
+
+    access_key: str
+    entry: AclEntry
+
+
+@dataclass(frozen=True)
+class RevokeAcl:
+    """Remove exactly ``entry`` from a user's rules."""
+
+    access_key: str
+    entry: AclEntry
+
+
 Command = (
     RegisterNode
     | NodeHeartbeat
@@ -148,4 +189,9 @@ Command = (
     | DeleteTopic
     | CreateGroup
     | DeleteGroup
+    | CreateUser
+    | UpdateUser
+    | DeleteUser
+    | GrantAcl
+    | RevokeAcl
 )

@@ -8,7 +8,8 @@ anything, which lets a node refuse a bad request before it costs a Raft round.
 Invariants (asserted after every change):
 - a topic's queues name only known broker groups, each with 1..QUEUES_MAX queues;
 - a broker group's master, when set, is one of its members;
-- a member's broker group exists.
+- a member's broker group exists;
+- a user is stored under its access key, has a sealed secret and distinct ACL entries.
 
 Thread-safety: not thread-safe. The replica (``routing.replica``) applies commands on the
 Raft thread under its lock, and readers on other threads take the same lock.
@@ -19,19 +20,25 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from routing.acl import ACL_ENTRIES_MAX, User, check_access_key, check_entry
 from routing.commands import (
     AlterInSync,
     CommandResult,
     CreateGroup,
     CreateTopic,
+    CreateUser,
     DeleteGroup,
     DeleteTopic,
+    DeleteUser,
     ElectMaster,
+    GrantAcl,
     MarkNodeDown,
     NodeHeartbeat,
     RegisterNode,
     ReportMasterLost,
+    RevokeAcl,
     UpdateTopic,
+    UpdateUser,
 )
 from routing.metadata import (
     DLQ_PREFIX,
@@ -58,7 +65,13 @@ class RoutingState:
         self.groups: dict[str, GroupConfig] = {}
         self.broker_groups: dict[str, BrokerGroup] = {}
         self.members: dict[str, Member] = {}
+        self.users: dict[str, User] = {}
         self.applied = 0  # commands applied, successful or not
+
+    def __setstate__(self, fields: dict) -> None:
+        """Snapshots written before users existed load with none."""
+        self.__dict__.update(fields)
+        self.__dict__.setdefault("users", {})
 
     # ---- the state machine -------------------------------------------------------------
     def apply(self, command: object) -> CommandResult:
@@ -280,7 +293,52 @@ class RoutingState:
         self.group(command.name)
         return [("groups", command.name, None)], None
 
+    def _plan_create_user(self, command: CreateUser) -> tuple[list[Change], object]:
+        check_access_key(command.access_key)
+        if command.access_key in self.users:
+            raise TopicError("USER_EXISTS", f"user {command.access_key} already exists")
+        if not command.sealed_secret:
+            raise TopicError("ILLEGAL_USER", "a user needs a secret key")
+        user = User(command.access_key, command.sealed_secret, command.admin)
+        return [("users", user.access_key, user)], user
+
+    def _plan_update_user(self, command: UpdateUser) -> tuple[list[Change], object]:
+        user = self.user(command.access_key)
+        user = replace(
+            user,
+            sealed_secret=command.sealed_secret or user.sealed_secret,
+            admin=command.admin,
+        )
+        return [("users", user.access_key, user)], user
+
+    def _plan_delete_user(self, command: DeleteUser) -> tuple[list[Change], object]:
+        self.user(command.access_key)
+        return [("users", command.access_key, None)], None
+
+    def _plan_grant_acl(self, command: GrantAcl) -> tuple[list[Change], object]:
+        user = self.user(command.access_key)
+        check_entry(command.entry)
+        if command.entry in user.acl:
+            return [], user
+        if len(user.acl) >= ACL_ENTRIES_MAX:
+            raise TopicError("ILLEGAL_ACL", f"a user has at most {ACL_ENTRIES_MAX} ACL entries")
+        user = replace(user, acl=(*user.acl, command.entry))
+        return [("users", user.access_key, user)], user
+
+    def _plan_revoke_acl(self, command: RevokeAcl) -> tuple[list[Change], object]:
+        user = self.user(command.access_key)
+        if command.entry not in user.acl:
+            raise TopicError("ACL_NOT_FOUND", f"user {user.access_key} has no rule {command.entry}")
+        user = replace(user, acl=tuple(e for e in user.acl if e != command.entry))
+        return [("users", user.access_key, user)], user
+
     # ---- reads -------------------------------------------------------------------------
+    def user(self, access_key: str) -> User:
+        found = self.users.get(access_key)
+        if found is None:
+            raise TopicError("USER_NOT_FOUND", f"user {access_key} does not exist")
+        return found
+
     def topic(self, name: str) -> TopicRoute:
         check_name("TOPIC", name)
         found = self.topics.get(name)
@@ -347,6 +405,9 @@ class RoutingState:
             assert group.master is None or group.master in group.in_sync, group
         for member in self.members.values():
             assert member.broker_group in self.broker_groups, member
+        for key, user in self.users.items():
+            assert key == user.access_key and user.sealed_secret, key
+            assert len(set(user.acl)) == len(user.acl), user
 
 
 _PLANNERS = {
@@ -361,4 +422,9 @@ _PLANNERS = {
     DeleteTopic: RoutingState._plan_delete_topic,
     CreateGroup: RoutingState._plan_create_group,
     DeleteGroup: RoutingState._plan_delete_group,
+    CreateUser: RoutingState._plan_create_user,
+    UpdateUser: RoutingState._plan_update_user,
+    DeleteUser: RoutingState._plan_delete_user,
+    GrantAcl: RoutingState._plan_grant_acl,
+    RevokeAcl: RoutingState._plan_revoke_acl,
 }

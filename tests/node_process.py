@@ -35,20 +35,28 @@ class NodeProcess:
 
 
 def start_node(
-    data_dir: str, extra_toml: str = "", timeout_s: float = 30, port: int = 0
+    data_dir: str,
+    extra_toml: str = "",
+    timeout_s: float = 30,
+    port: int = 0,
+    log_path: str | None = None,
 ) -> NodeProcess:
-    """A node on ``port`` (0: one the OS picks; a restart passes the port it had)."""
+    """A node on ``port`` (0: one the OS picks; a restart passes the port it had); its log
+    goes to ``log_path`` when given."""
     os.makedirs(data_dir, exist_ok=True)
     config = os.path.join(data_dir, "..", os.path.basename(data_dir) + ".toml")
     with open(config, "w", encoding="utf-8") as f:
         f.write(TEST_STORE + extra_toml)
+    log = open(log_path, "a", encoding="utf-8") if log_path else subprocess.DEVNULL  # noqa: SIM115
     process = subprocess.Popen(
         [sys.executable, "-m", "node", "--config", config, "--data", data_dir, "--port", str(port)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=log,
         text=True,
     )
+    if log_path:
+        log.close()  # the child holds its own descriptor
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         line = process.stdout.readline()

@@ -6,10 +6,12 @@ from ferrymq.client.errors import FerryError
 from ferrymq.client.messages import Message, ReceivedMessage, SendReceipt
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
+from ferrymq.client.security import ClientSecurity
 from ferrymq.client.simple_consumer import SimpleConsumer
 
 __all__ = [
     "Admin",
+    "ClientSecurity",
     "FerryError",
     "Message",
     "Producer",

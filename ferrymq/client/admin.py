@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ferrymq.client.connection import DEFAULT_ADDRESS, Connection
 from ferrymq.client.errors import check_admin
 from ferrymq.client.routes import Endpoints
+from ferrymq.client.security import ClientSecurity
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
@@ -107,6 +108,50 @@ class StoredMessage:
     broker_group: str
 
 
+@dataclass(frozen=True)
+class AclRule:
+    """``effect`` ALLOW or DENY, ``action`` PUBLISH or SUBSCRIBE, ``kind`` TOPIC or GROUP;
+    ``pattern`` a name, ``*`` or a prefix ending in ``*``."""
+
+    effect: str
+    action: str
+    kind: str
+    pattern: str
+
+    def __str__(self) -> str:
+        return f"{self.effect.lower()} {self.action.lower()} {self.kind.lower()}:{self.pattern}"
+
+    def message(self) -> api.AclEntry:
+        return api.AclEntry(
+            effect=api.AclEffect.Value(f"ACL_{self.effect}"),
+            action=api.AclAction.Value(f"ACL_{self.action}"),
+            kind=api.AclResourceKind.Value(f"ACL_{self.kind}"),
+            pattern=self.pattern,
+        )
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """A user as the cluster shows it: never its secret key."""
+
+    access_key: str
+    admin: bool
+    acl: tuple[AclRule, ...]
+
+
+def _user(u: api.User) -> UserInfo:
+    rules = tuple(
+        AclRule(
+            api.AclEffect.Name(e.effect).removeprefix("ACL_"),
+            api.AclAction.Name(e.action).removeprefix("ACL_"),
+            api.AclResourceKind.Name(e.kind).removeprefix("ACL_"),
+            e.pattern,
+        )
+        for e in u.acl
+    )
+    return UserInfo(u.access_key, u.admin, rules)
+
+
 def _topic(t: api.Topic) -> TopicInfo:
     return TopicInfo(
         t.name,
@@ -135,8 +180,13 @@ def _message(m: api.StoredMessage) -> StoredMessage:
 
 
 class Admin:
-    def __init__(self, address: str = DEFAULT_ADDRESS, timeout_s: float = 10.0) -> None:
-        self.endpoints = Endpoints(address, timeout_s)
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        timeout_s: float = 10.0,
+        security: ClientSecurity | None = None,
+    ) -> None:
+        self.endpoints = Endpoints(address, timeout_s, security)
         self.connection: Connection = self.endpoints.access
         self.stub = self.connection.admin
 
@@ -248,6 +298,30 @@ class Admin:
     def group_members(self, group: str) -> list[str]:
         answer = self._call(self.stub.GroupMembers, api.GroupMembersRequest(group=group))
         return [m.client_id for m in answer.members]
+
+    # ---- users and ACL entries (admin rights needed) ---------------------------------
+    def create_user(self, access_key: str, secret_key: str, admin: bool = False) -> UserInfo:
+        request = api.CreateUserRequest(access_key=access_key, secret_key=secret_key, admin=admin)
+        return _user(self._call(self.stub.CreateUser, request).user)
+
+    def update_user(self, access_key: str, secret_key: str = "", admin: bool = False) -> UserInfo:
+        """A new secret key (empty: keep it) and the admin flag."""
+        request = api.UpdateUserRequest(access_key=access_key, secret_key=secret_key, admin=admin)
+        return _user(self._call(self.stub.UpdateUser, request).user)
+
+    def delete_user(self, access_key: str) -> None:
+        self._call(self.stub.DeleteUser, api.DeleteUserRequest(access_key=access_key))
+
+    def list_users(self) -> list[UserInfo]:
+        return [_user(u) for u in self._call(self.stub.ListUsers, api.ListUsersRequest()).users]
+
+    def grant(self, access_key: str, rule: AclRule) -> UserInfo:
+        request = api.GrantAclRequest(access_key=access_key, entry=rule.message())
+        return _user(self._call(self.stub.GrantAcl, request).user)
+
+    def revoke(self, access_key: str, rule: AclRule) -> UserInfo:
+        request = api.RevokeAclRequest(access_key=access_key, entry=rule.message())
+        return _user(self._call(self.stub.RevokeAcl, request).user)
 
     # ---- queries ---------------------------------------------------------------------
     def _query(self, topic: str, method_name: str, request) -> list[StoredMessage]:

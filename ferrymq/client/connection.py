@@ -13,6 +13,7 @@ from typing import TypeVar
 import grpc
 
 from ferrymq.client.errors import TRANSPORT, FerryError
+from ferrymq.client.security import ClientSecurity, Signer
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
 
@@ -35,16 +36,21 @@ class Connection:
         address: str = DEFAULT_ADDRESS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         client_id: str | None = None,
+        security: ClientSecurity | None = None,
     ):
+        """``security``: credentials and TLS (default: from the environment)."""
         self.address = address
         self.timeout_s = timeout_s
         self.client_id = client_id or new_client_id()
-        self.metadata = (("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"))
+        self.security = security or ClientSecurity.from_environment()
+        self.signer = Signer(
+            self.security, (("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"))
+        )
         options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ]
-        self.channel = grpc.insecure_channel(address, options=options)
+        self.channel = self.security.channel(address, options)
         self.messaging = service_pb2_grpc.MessagingServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminStub(self.channel)
         self.data = data_pb2_grpc.DataStub(self.channel)
@@ -56,9 +62,14 @@ class Connection:
     def aio_messaging(self) -> service_pb2_grpc.MessagingServiceStub:
         """Stubs for asyncio callers (created on first use, inside the caller's loop)."""
         if self._aio_messaging is None:
-            self._aio_channel = grpc.aio.insecure_channel(self.address, options=self._options)
+            self._aio_channel = self.security.aio_channel(self.address, self._options)
             self._aio_messaging = service_pb2_grpc.MessagingServiceStub(self._aio_channel)
         return self._aio_messaging
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The headers of a call made now (signed, with credentials)."""
+        return self.signer.metadata()
 
     def call(self, method: Callable[..., T], request, timeout_s: float | None = None) -> T:
         """A unary call; transport failures become ``FerryError(TRANSPORT)``."""

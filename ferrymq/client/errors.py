@@ -18,6 +18,8 @@ RETRIABLE_CODES = frozenset(
     }
 )
 TRANSPORT = -1  # the RPC itself failed (node down, deadline): ``code_name`` says how
+# Transport failures that trying again cannot fix: the node refused the credentials.
+REFUSED_CODE_NAMES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
 
 
 class FerryError(Exception):
@@ -32,7 +34,9 @@ class FerryError(Exception):
 
     @property
     def retriable(self) -> bool:
-        return self.code == TRANSPORT or self.code in RETRIABLE_CODES
+        if self.code == TRANSPORT:
+            return self.code_name not in REFUSED_CODE_NAMES
+        return self.code in RETRIABLE_CODES
 
 
 def check(status: pb.Status, *also_ok: int) -> None:

@@ -41,6 +41,7 @@ from ferrymq.client.errors import FerryError, check
 from ferrymq.client.messages import Message, SendReceipt
 from ferrymq.client.produce_records import RecordError, encode_record
 from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints, QueueRef, TopicRoute
+from ferrymq.client.security import ClientSecurity, Signer
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -70,11 +71,13 @@ class Producer:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        security: ClientSecurity | None = None,
     ) -> None:
-        """``address``: one node, or several separated by commas."""
+        """``address``: one node, or several separated by commas; ``security``:
+        credentials and TLS (default: from the environment)."""
         if max_in_flight < 1 or max_batch_messages < 1 or max_batch_bytes < 1:
             raise ValueError("max_in_flight, max_batch_messages, max_batch_bytes must be >= 1")
-        self.endpoints = Endpoints(address, timeout_s)
+        self.endpoints = Endpoints(address, timeout_s, security)
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.max_in_flight = max_in_flight
@@ -211,7 +214,9 @@ class Producer:
         loop = asyncio.get_running_loop()
         state = self._loops.get(loop)
         if state is None:
-            state = self._loops[loop] = _LoopState(self.endpoints.client_id)
+            state = self._loops[loop] = _LoopState(
+                self.endpoints.client_id, self.endpoints.security
+            )
         return state
 
     async def send_async(self, message: Message) -> SendReceipt:
@@ -275,10 +280,17 @@ class _LoopState:
     """What a Producer keeps per event loop (grpc.aio channels belong to one loop): one
     channel per master address, and the coalescers."""
 
-    def __init__(self, client_id: str) -> None:
-        self.metadata = (("x-mq-client-id", client_id), ("x-mq-language", "PYTHON"))
+    def __init__(self, client_id: str, security: ClientSecurity) -> None:
+        self.security = security
+        fixed = (("x-mq-client-id", client_id), ("x-mq-language", "PYTHON"))
+        self.signer = Signer(security, fixed)
         self._stubs: dict[str, tuple] = {}
         self.coalescers: dict[tuple[str, str], Coalescer] = {}
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The headers of a call made now (signed, with credentials)."""
+        return self.signer.metadata()
 
     def stubs(self, address: str) -> tuple:
         found = self._stubs.get(address)
@@ -287,7 +299,7 @@ class _LoopState:
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ]
-            channel = grpc.aio.insecure_channel(address, options=options)
+            channel = self.security.aio_channel(address, options)
             found = self._stubs[address] = (
                 service_pb2_grpc.MessagingServiceStub(channel),
                 data_pb2_grpc.DataStub(channel),

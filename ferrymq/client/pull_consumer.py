@@ -22,6 +22,7 @@ from ferrymq.client.errors import FerryError, check, check_admin
 from ferrymq.client.messages import ReceivedMessage, decode_records
 from ferrymq.client.rebalance import allocate
 from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints, QueueRef
+from ferrymq.client.security import ClientSecurity
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
@@ -41,10 +42,11 @@ class PullConsumer:
         batch_size: int = 256,
         tags: str = "*",
         timeout_s: float = 10.0,
+        security: ClientSecurity | None = None,
     ) -> None:
         if start not in START_POLICIES:
             raise ValueError(f"start must be one of {START_POLICIES}")
-        self.endpoints = Endpoints(address, timeout_s)
+        self.endpoints = Endpoints(address, timeout_s, security)
         self.group = group
         self.start = start
         self.batch_size = batch_size

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ferrymq.client.connection import Connection, new_client_id
 from ferrymq.client.errors import TRANSPORT, FerryError, check
+from ferrymq.client.security import ClientSecurity
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 
@@ -73,7 +74,10 @@ class Endpoints:
     """The connections of one client object: the access point and every master it was
     routed to. All share one client id, so that nodes see one member of a group."""
 
-    def __init__(self, access_points: str, timeout_s: float) -> None:
+    def __init__(
+        self, access_points: str, timeout_s: float, security: ClientSecurity | None = None
+    ) -> None:
+        self.security = security or ClientSecurity.from_environment()
         self.access_points = [a.strip() for a in re.split(r"[,;]", access_points) if a.strip()]
         if not self.access_points:
             raise ValueError("no access point given")
@@ -91,7 +95,7 @@ class Endpoints:
         found = self._connections.get(address)
         if found is None:
             found = self._connections[address] = Connection(
-                address, self.timeout_s, client_id=self.client_id
+                address, self.timeout_s, client_id=self.client_id, security=self.security
             )
         return found
 

@@ -13,6 +13,7 @@ from ferrymq.client.connection import DEFAULT_ADDRESS, Connection, transport_err
 from ferrymq.client.errors import FerryError, check
 from ferrymq.client.messages import ReceivedMessage
 from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints
+from ferrymq.client.security import ClientSecurity
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 
@@ -26,8 +27,9 @@ class SimpleConsumer:
         *,
         tags: str = "*",
         timeout_s: float = 10.0,
+        security: ClientSecurity | None = None,
     ) -> None:
-        self.endpoints = Endpoints(address, timeout_s)
+        self.endpoints = Endpoints(address, timeout_s, security)
         self.group = group
         self.topic = topic
         self.tags = tags

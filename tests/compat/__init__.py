@@ -12,9 +12,16 @@ from pathlib import Path
 RUNNER = Path(__file__).parent / "official_client.py"
 
 
-def run_official_at(endpoint: str, home: Path, scenario: dict, timeout_s: float = 90) -> list[dict]:
-    """Run one scenario against ``endpoint`` to its end; its JSON lines, the last ``done``."""
-    environment = dict(os.environ, HOME=str(home))
+def run_official_at(
+    endpoint: str,
+    home: Path,
+    scenario: dict,
+    timeout_s: float = 90,
+    env: dict[str, str] | None = None,
+) -> list[dict]:
+    """Run one scenario against ``endpoint`` to its end; its JSON lines, the last ``done``.
+    ``env`` adds environment variables (e.g. ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``)."""
+    environment = dict(os.environ, HOME=str(home), **(env or {}))
     completed = subprocess.run(
         [sys.executable, str(RUNNER)],
         input=json.dumps({"endpoint": endpoint, **scenario}),

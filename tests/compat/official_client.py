@@ -6,6 +6,12 @@ modules, so the two must never share an interpreter. Imports nothing of ferrymq.
 Usage: python tests/compat/official_client.py < scenario.json
 Every line is ``{"event": ..., ...}``; the last is ``{"event": "done"}`` unless it failed,
 in which case it is ``{"event": "error", "type": <exception class>, "message": ...}``.
+
+Security scenarios (``tests/test_security_auth.py``) add ``access_key``/``secret_key`` (the
+client's ``Credentials``), ``tls`` (``tls_enable``; the CA comes from gRPC's
+``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``), and ``signing``: ``{"date_offset_s": N}`` signs with
+a clock that is off, ``{"omit_authorization": true}`` drops the header. The client stamps
+``x-mq-date-time`` with its local time (a bug of 5.1.2), so the runner runs in UTC.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from rocketmq import (
     TransactionChecker,
     TransactionResolution,
 )
+from rocketmq.v5.util import signature as signature_module
 
 _print_lock = threading.Lock()
 
@@ -74,11 +81,42 @@ def outgoing(spec: dict) -> Message:
     return message
 
 
+_signing: dict = {}
+
+
+def install_signing(signing: dict) -> None:
+    """Re-sign every call as ``_signing`` says (a clock offset, other credentials, or no
+    authorization header at all); the official signing code computes the values."""
+    _signing.update(signing)
+    original = signature_module.Signature.metadata
+
+    def metadata(config, client_id):
+        headers = dict(original(config, client_id))
+        if _signing.get("omit_authorization"):
+            headers.pop("authorization")
+            return list(headers.items())
+        offset = _signing.get("date_offset_s", 0)
+        ak = _signing.get("access_key", config.credentials.ak)
+        sk = _signing.get("secret_key", config.credentials.sk)
+        date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() + offset))
+        headers["x-mq-date-time"] = date
+        headers["authorization"] = (
+            f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, "
+            f"Signature={signature_module.Signature.sign(sk, date)}"
+        )
+        return list(headers.items())
+
+    signature_module.Signature.metadata = staticmethod(metadata)
+
+
 def produce(config, scenario: dict) -> None:
-    producer = Producer(config, tuple(scenario["topics"]))
+    producer = Producer(config, tuple(scenario["topics"]), tls_enable=scenario.get("tls", False))
     producer.startup()
     try:
         for spec in scenario["messages"]:
+            if "signing" in spec:  # sign from this message on as it says
+                _signing.clear()
+                _signing.update(spec["signing"])
             try:
                 if spec.get("async"):
                     receipt = producer.send_async(outgoing(spec)).result(timeout=10)
@@ -151,6 +189,7 @@ def simple(config, scenario: dict) -> None:
         scenario["group"],
         {scenario["topic"]: FilterExpression(scenario.get("filter", "*"))},
         await_duration=scenario.get("await_s", 5),
+        tls_enable=scenario.get("tls", False),
     )
     consumer.startup()
     held: dict[str, object] = {}
@@ -168,6 +207,15 @@ def simple(config, scenario: dict) -> None:
                         if step.get("ack"):
                             consumer.ack(message)
                             emit("acked", id=message.message_id)
+            elif kind == "receive_once":
+                try:
+                    for message in consumer.receive(step.get("max", 16), step["invisible_s"]):
+                        held[message.message_id] = message
+                        emit("received", **described(message))
+                except Exception as error:
+                    emit("receive_failed", **error_fields(error))
+            elif kind == "sign_as":
+                _signing.update(access_key=step["access_key"], secret_key=step["secret_key"])
             elif kind == "ack":
                 for message_id in step["ids"]:
                     try:
@@ -231,7 +279,12 @@ SCENARIOS = {"produce": produce, "transaction": transaction, "simple": simple, "
 
 def main() -> int:
     scenario = json.loads(sys.stdin.read())
-    config = ClientConfiguration(scenario["endpoint"], Credentials(), request_timeout=5)
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    credentials = Credentials(scenario.get("access_key", ""), scenario.get("secret_key", ""))
+    config = ClientConfiguration(scenario["endpoint"], credentials, request_timeout=5)
+    if "signing" in scenario:
+        install_signing(scenario["signing"])
     try:
         SCENARIOS[scenario["scenario"]](config, scenario)
     except Exception as error:

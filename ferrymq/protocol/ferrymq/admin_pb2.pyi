@@ -21,6 +21,24 @@ class Permission(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     READ: _ClassVar[Permission]
     WRITE: _ClassVar[Permission]
     READ_WRITE: _ClassVar[Permission]
+
+class AclEffect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACL_EFFECT_UNSPECIFIED: _ClassVar[AclEffect]
+    ACL_ALLOW: _ClassVar[AclEffect]
+    ACL_DENY: _ClassVar[AclEffect]
+
+class AclAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACL_ACTION_UNSPECIFIED: _ClassVar[AclAction]
+    ACL_PUBLISH: _ClassVar[AclAction]
+    ACL_SUBSCRIBE: _ClassVar[AclAction]
+
+class AclResourceKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACL_RESOURCE_KIND_UNSPECIFIED: _ClassVar[AclResourceKind]
+    ACL_TOPIC: _ClassVar[AclResourceKind]
+    ACL_GROUP: _ClassVar[AclResourceKind]
 MESSAGE_TYPE_UNSPECIFIED: MessageType
 NORMAL: MessageType
 FIFO: MessageType
@@ -30,6 +48,15 @@ PERMISSION_UNSPECIFIED: Permission
 READ: Permission
 WRITE: Permission
 READ_WRITE: Permission
+ACL_EFFECT_UNSPECIFIED: AclEffect
+ACL_ALLOW: AclEffect
+ACL_DENY: AclEffect
+ACL_ACTION_UNSPECIFIED: AclAction
+ACL_PUBLISH: AclAction
+ACL_SUBSCRIBE: AclAction
+ACL_RESOURCE_KIND_UNSPECIFIED: AclResourceKind
+ACL_TOPIC: AclResourceKind
+ACL_GROUP: AclResourceKind
 
 class Status(_message.Message):
     __slots__ = ("code", "message")
@@ -419,3 +446,117 @@ class FailoverResponse(_message.Message):
     epoch: int
     writes_unavailable_ms: int
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., new_master: _Optional[str] = ..., epoch: _Optional[int] = ..., writes_unavailable_ms: _Optional[int] = ...) -> None: ...
+
+class AclEntry(_message.Message):
+    __slots__ = ("effect", "action", "kind", "pattern")
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    effect: AclEffect
+    action: AclAction
+    kind: AclResourceKind
+    pattern: str
+    def __init__(self, effect: _Optional[_Union[AclEffect, str]] = ..., action: _Optional[_Union[AclAction, str]] = ..., kind: _Optional[_Union[AclResourceKind, str]] = ..., pattern: _Optional[str] = ...) -> None: ...
+
+class User(_message.Message):
+    __slots__ = ("access_key", "admin", "acl")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    ACL_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    admin: bool
+    acl: _containers.RepeatedCompositeFieldContainer[AclEntry]
+    def __init__(self, access_key: _Optional[str] = ..., admin: _Optional[bool] = ..., acl: _Optional[_Iterable[_Union[AclEntry, _Mapping]]] = ...) -> None: ...
+
+class CreateUserRequest(_message.Message):
+    __slots__ = ("access_key", "secret_key", "admin")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    secret_key: str
+    admin: bool
+    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., admin: _Optional[bool] = ...) -> None: ...
+
+class CreateUserResponse(_message.Message):
+    __slots__ = ("status", "user")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    user: User
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+
+class UpdateUserRequest(_message.Message):
+    __slots__ = ("access_key", "secret_key", "admin")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    secret_key: str
+    admin: bool
+    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., admin: _Optional[bool] = ...) -> None: ...
+
+class UpdateUserResponse(_message.Message):
+    __slots__ = ("status", "user")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    user: User
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+
+class DeleteUserRequest(_message.Message):
+    __slots__ = ("access_key",)
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+
+class DeleteUserResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListUsersResponse(_message.Message):
+    __slots__ = ("status", "users")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    users: _containers.RepeatedCompositeFieldContainer[User]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., users: _Optional[_Iterable[_Union[User, _Mapping]]] = ...) -> None: ...
+
+class GrantAclRequest(_message.Message):
+    __slots__ = ("access_key", "entry")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    entry: AclEntry
+    def __init__(self, access_key: _Optional[str] = ..., entry: _Optional[_Union[AclEntry, _Mapping]] = ...) -> None: ...
+
+class GrantAclResponse(_message.Message):
+    __slots__ = ("status", "user")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    user: User
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+
+class RevokeAclRequest(_message.Message):
+    __slots__ = ("access_key", "entry")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    entry: AclEntry
+    def __init__(self, access_key: _Optional[str] = ..., entry: _Optional[_Union[AclEntry, _Mapping]] = ...) -> None: ...
+
+class RevokeAclResponse(_message.Message):
+    __slots__ = ("status", "user")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    user: User
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...

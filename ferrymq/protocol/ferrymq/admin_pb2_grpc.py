@@ -114,6 +114,36 @@ class AdminStub:
                 request_serializer=ferrymq_dot_admin__pb2.FailoverRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_admin__pb2.FailoverResponse.FromString,
                 _registered_method=True)
+        self.CreateUser = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/CreateUser',
+                request_serializer=ferrymq_dot_admin__pb2.CreateUserRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.CreateUserResponse.FromString,
+                _registered_method=True)
+        self.UpdateUser = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/UpdateUser',
+                request_serializer=ferrymq_dot_admin__pb2.UpdateUserRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.UpdateUserResponse.FromString,
+                _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/DeleteUser',
+                request_serializer=ferrymq_dot_admin__pb2.DeleteUserRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.DeleteUserResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/ListUsers',
+                request_serializer=ferrymq_dot_admin__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.GrantAcl = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/GrantAcl',
+                request_serializer=ferrymq_dot_admin__pb2.GrantAclRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.GrantAclResponse.FromString,
+                _registered_method=True)
+        self.RevokeAcl = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/RevokeAcl',
+                request_serializer=ferrymq_dot_admin__pb2.RevokeAclRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.RevokeAclResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -215,6 +245,42 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GrantAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -297,6 +363,36 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Failover,
                     request_deserializer=ferrymq_dot_admin__pb2.FailoverRequest.FromString,
                     response_serializer=ferrymq_dot_admin__pb2.FailoverResponse.SerializeToString,
+            ),
+            'CreateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateUser,
+                    request_deserializer=ferrymq_dot_admin__pb2.CreateUserRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.CreateUserResponse.SerializeToString,
+            ),
+            'UpdateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateUser,
+                    request_deserializer=ferrymq_dot_admin__pb2.UpdateUserRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.UpdateUserResponse.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=ferrymq_dot_admin__pb2.DeleteUserRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.DeleteUserResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=ferrymq_dot_admin__pb2.ListUsersRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'GrantAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.GrantAcl,
+                    request_deserializer=ferrymq_dot_admin__pb2.GrantAclRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.GrantAclResponse.SerializeToString,
+            ),
+            'RevokeAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeAcl,
+                    request_deserializer=ferrymq_dot_admin__pb2.RevokeAclRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.RevokeAclResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -731,6 +827,168 @@ class Admin:
             '/ferrymq.admin.v1.Admin/Failover',
             ferrymq_dot_admin__pb2.FailoverRequest.SerializeToString,
             ferrymq_dot_admin__pb2.FailoverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/CreateUser',
+            ferrymq_dot_admin__pb2.CreateUserRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.CreateUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/UpdateUser',
+            ferrymq_dot_admin__pb2.UpdateUserRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.UpdateUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/DeleteUser',
+            ferrymq_dot_admin__pb2.DeleteUserRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.DeleteUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/ListUsers',
+            ferrymq_dot_admin__pb2.ListUsersRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GrantAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/GrantAcl',
+            ferrymq_dot_admin__pb2.GrantAclRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.GrantAclResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/RevokeAcl',
+            ferrymq_dot_admin__pb2.RevokeAclRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.RevokeAclResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,294 @@
+"""Access control on the client port: one grpc.aio server interceptor that authenticates
+every call and authorizes it against the resources its request names, before the service
+sees it. A refused call reaches no service code, so it stores, acks or changes nothing.
+
+What each RPC needs (``RULES``; a method not listed needs admin rights):
+
+- topology and session RPCs (QueryRoute, QueryAssignment, Heartbeat, Telemetry,
+  NotifyClientTermination): a valid signature only;
+- publishing (SendMessage, EndTransaction, Data.Produce): PUBLISH on the topic;
+- consuming (Receive, Ack, ChangeInvisibleDuration, ForwardToDLQ, Pull, offsets,
+  Data.Fetch): SUBSCRIBE on the topic and, when the request names one, on the group;
+- Admin reads scoped to one topic or group (DescribeTopic, message queries, group
+  progress and members): PUBLISH or SUBSCRIBE as listed below; every other Admin RPC
+  (changes, listings, cluster status, failover, users and ACLs): admin rights.
+
+Refusals: the RocketMQ 5 MessagingService answers in its response status, as the Java
+proxy does — ``UNAUTHORIZED`` (40100) for bad credentials, ``FORBIDDEN`` (40300) for a
+missing permission — which the official clients raise as ``UnauthorizedException`` and
+``ForbiddenException``. ferrymq's own services (Admin, Data) abort with gRPC
+``UNAUTHENTICATED`` and ``PERMISSION_DENIED``. Refusals are logged (access key, method,
+reason; never a secret or a signature), at most once per ten seconds per access key and
+reason so a misconfigured client cannot flood the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from node.authentication import AuthenticationError, Authenticator
+from routing.acl import Action, ResourceKind, User, is_allowed
+
+log = logging.getLogger("ferrymq.auth")
+MESSAGING = "/apache.rocketmq.v2.MessagingService/"
+ADMIN = "/ferrymq.admin.v1.Admin/"
+DATA = "/ferrymq.data.v1.Data/"
+LOG_EVERY_S = 10.0
+PUB, SUB = (Action.PUBLISH,), (Action.SUBSCRIBE,)
+PUB_OR_SUB = (Action.PUBLISH, Action.SUBSCRIBE)
+TOPIC = ResourceKind.TOPIC
+
+
+@dataclass(frozen=True)
+class Need:
+    """One permission a call needs: any of ``actions`` on the resource."""
+
+    actions: tuple[Action, ...]
+    kind: ResourceKind
+    name: str
+
+
+class NeedsAdmin(Exception):
+    """The request is one only an admin may make."""
+
+
+def _topic(actions, name: str) -> Need:
+    if not name:  # e.g. EndTransaction may omit it: only an admin may act on any topic
+        raise NeedsAdmin
+    return Need(actions, ResourceKind.TOPIC, name)
+
+
+def _consume(topic: str, group: str) -> list[Need]:
+    needs = [_topic(SUB, topic)]
+    if group:
+        needs.append(Need(SUB, ResourceKind.GROUP, group))
+    return needs
+
+
+def _admin_only(request) -> list[Need]:
+    raise NeedsAdmin
+
+
+def _query_by_id(request) -> list[Need]:
+    if not request.topic:  # a lookup across every topic
+        raise NeedsAdmin
+    return [_topic(PUB_OR_SUB, request.topic)]
+
+
+def _publish_all(request) -> list[Need]:
+    return [_topic(PUB, name) for name in {m.topic.name for m in request.messages}]
+
+
+def _authenticated(request) -> list[Need]:
+    return []
+
+
+RULES: dict[str, Callable[[object], list[Need]]] = {
+    MESSAGING + "QueryRoute": _authenticated,
+    MESSAGING + "QueryAssignment": _authenticated,
+    MESSAGING + "Heartbeat": _authenticated,
+    MESSAGING + "NotifyClientTermination": _authenticated,
+    MESSAGING + "Telemetry": _authenticated,
+    MESSAGING + "SendMessage": _publish_all,
+    MESSAGING + "EndTransaction": lambda r: [_topic(PUB, r.topic.name)],
+    MESSAGING + "ReceiveMessage": lambda r: _consume(r.message_queue.topic.name, r.group.name),
+    MESSAGING + "AckMessage": lambda r: _consume(r.topic.name, r.group.name),
+    MESSAGING + "ChangeInvisibleDuration": lambda r: _consume(r.topic.name, r.group.name),
+    MESSAGING + "ForwardMessageToDeadLetterQueue": lambda r: _consume(r.topic.name, r.group.name),
+    MESSAGING + "PullMessage": lambda r: _consume(r.message_queue.topic.name, r.group.name),
+    MESSAGING + "UpdateOffset": lambda r: _consume(r.message_queue.topic.name, r.group.name),
+    MESSAGING + "GetOffset": lambda r: _consume(r.message_queue.topic.name, r.group.name),
+    MESSAGING + "QueryOffset": lambda r: _consume(r.message_queue.topic.name, ""),
+    DATA + "Produce": lambda r: [_topic(PUB, r.topic)],
+    DATA + "Fetch": lambda r: _consume(r.topic, r.group),
+    ADMIN + "DescribeTopic": lambda r: [_topic(PUB_OR_SUB, r.name)],
+    ADMIN + "GroupProgress": lambda r: _consume(r.topic, r.group),
+    ADMIN + "GroupMembers": lambda r: [Need(SUB, ResourceKind.GROUP, r.group)],
+    ADMIN + "QueryMessageById": _query_by_id,
+    ADMIN + "QueryMessageByKey": lambda r: _consume(r.topic, ""),
+    ADMIN + "QueryMessageByOffset": lambda r: _consume(r.topic, ""),
+    ADMIN + "QueryOffsetByTime": lambda r: _consume(r.topic, ""),
+}
+
+
+class Refusal(Exception):
+    def __init__(self, authenticated: bool, message: str) -> None:
+        super().__init__(message)
+        self.authenticated = authenticated  # False: bad credentials; True: no permission
+        self.message = message
+
+
+class AccessControl:
+    """Decides one call: ``check`` returns the user or raises ``Refusal``."""
+
+    def __init__(self, authenticator: Authenticator, clock: Callable[[], float] = time.monotonic):
+        self.authenticator = authenticator
+        self.clock = clock
+        self._logged: dict[tuple[str, str], float] = {}
+
+    def check(self, method: str, metadata: dict[str, str], request: object) -> User:
+        try:
+            user = self.authenticator.authenticate(metadata)
+        except AuthenticationError as error:
+            self._log_refusal(_claimed_access_key(metadata), method, str(error))
+            raise Refusal(False, f"UNAUTHENTICATED: {error}") from None
+        rule = RULES.get(method, _admin_only)
+        try:
+            needs = rule(request)
+        except NeedsAdmin:
+            if user.admin:
+                return user
+            reason = f"{method.rsplit('/', 1)[-1]} needs admin rights"
+            self._log_refusal(user.access_key, method, reason)
+            raise Refusal(True, f"FORBIDDEN: user {user.access_key}: {reason}") from None
+        for need in needs:
+            if not any(is_allowed(user, action, need.kind, need.name) for action in need.actions):
+                wanted = " or ".join(a.value.lower() for a in need.actions)
+                reason = f"no {wanted} permission on {need.kind.value.lower()} {need.name}"
+                self._log_refusal(user.access_key, method, reason)
+                raise Refusal(True, f"FORBIDDEN: user {user.access_key} has {reason}")
+        return user
+
+    def _log_refusal(self, access_key: str, method: str, reason: str) -> None:
+        now = self.clock()
+        key = (access_key, reason)
+        if now - self._logged.get(key, -LOG_EVERY_S) < LOG_EVERY_S:
+            return
+        if len(self._logged) > 10_000:
+            self._logged.clear()
+        self._logged[key] = now
+        log.warning("refused %s from access key %r: %s", method, access_key, reason)
+
+
+def _claimed_access_key(metadata: dict[str, str]) -> str:
+    header = metadata.get("authorization", "")
+    _, _, rest = header.partition("Credential=")
+    return rest.partition(",")[0][:64]
+
+
+class AccessInterceptor(grpc.aio.ServerInterceptor):
+    """Wraps each served method (cached by method name) with ``AccessControl.check``."""
+
+    def __init__(self, access: AccessControl) -> None:
+        self.access = access
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        method = handler_call_details.method
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        check = self.access.check
+        refused = _refusal_answer(method)
+        short = method.rsplit("/", 1)[-1]
+        response_class = getattr(rpc, f"{short}Response", None)
+
+        async def decide(request, context) -> object | None:
+            """None when allowed, else what to answer (or the call is aborted)."""
+            metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+            try:
+                check(method, metadata, request)
+            except Refusal as refusal:
+                return await refused(refusal, context, response_class)
+            return None
+
+        if handler.unary_unary is not None:
+            behavior = handler.unary_unary
+
+            async def unary(request, context):
+                answer = await decide(request, context)
+                if answer is not None:
+                    return answer
+                return await behavior(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            behavior = handler.unary_stream
+
+            async def unary_stream(request, context):
+                answer = await decide(request, context)
+                if answer is not None:
+                    yield answer
+                    return
+                async for response in behavior(request, context):
+                    yield response
+
+            return grpc.unary_stream_rpc_method_handler(
+                unary_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None:
+            behavior = handler.stream_stream
+
+            async def stream_stream(request_iterator, context):
+                # The session stream names no resource: the signature is what it needs.
+                metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+                try:
+                    user = check(method, metadata, None)
+                except Refusal as refusal:
+                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal.message)
+                commands = _publishable_settings(user, request_iterator)
+                async for response in behavior(commands, context):
+                    yield response
+
+            return grpc.stream_stream_rpc_method_handler(
+                stream_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        raise TypeError(f"{method}: unsupported handler kind for access control")
+
+
+async def _publishable_settings(user: User, commands):
+    """A producer's settings name the topics it publishes to, and the node sends it the
+    orphan-transaction checks (whole messages) of those topics: keep only the topics the
+    user may publish to."""
+    async for command in commands:
+        if command.WhichOneof("command") == "settings":
+            topics = command.settings.publishing.topics
+            allowed = [t for t in topics if is_allowed(user, Action.PUBLISH, TOPIC, t.name)]
+            if len(allowed) != len(topics):
+                del topics[:]
+                topics.extend(allowed)
+        yield command
+
+
+def _refusal_answer(method: str):
+    """How ``method`` tells a client it was refused."""
+    if method.startswith(MESSAGING):
+
+        async def in_status(refusal: Refusal, context, response_class):
+            code = pb.FORBIDDEN if refusal.authenticated else pb.UNAUTHORIZED
+            return response_class(status=pb.Status(code=code, message=refusal.message))
+
+        return in_status
+
+    async def aborted(refusal: Refusal, context, response_class):
+        code = (
+            grpc.StatusCode.PERMISSION_DENIED
+            if refusal.authenticated
+            else grpc.StatusCode.UNAUTHENTICATED
+        )
+        await context.abort(code, refusal.message)
+
+    return aborted

@@ -1,0 +1,127 @@
+"""Internal links need the cluster secret: a replica with the wrong one is refused by the
+master (and logged), a slave does not follow a "master" that cannot prove the secret, and
+a node with the wrong secret cannot join Raft."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ferrymq.cluster import free_ports
+from ha.epochs import EpochHistory
+from ha.slave import ReplicationSlave
+from ha.wire import Kind, LinkError, control, proof, read_control, read_frame
+from store.config import StoreConfig
+from store.message_store import MessageStore
+from tests.node_process import ROOT, TEST_STORE, start_node
+
+SECRET = "the-real-cluster-secret"
+
+
+def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def voter(tmp_path_factory):
+    """A one-voter cluster (so its replication and Raft ports are fixed and known)."""
+    directory = tmp_path_factory.mktemp("links")
+    raft, ha = free_ports(2)
+    log_path = directory / "voter.log"
+    node = start_node(
+        str(directory / "voter"),
+        f'[ports]\nraft = {raft}\nreplication = {ha}\n[cluster]\nvoters = ["127.0.0.1:{raft}"]\n'
+        f'secret = "{SECRET}"\njoin_timeout_ms = 20000\n',
+        log_path=str(log_path),
+    )
+    try:
+        yield {"node": node, "raft": raft, "ha": ha, "log": log_path, "dir": directory}
+    finally:
+        node.sigterm()
+
+
+def test_the_master_refuses_and_logs_a_replica_with_the_wrong_secret(voter):
+    async def handshake(secret: str) -> tuple[Kind, bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", voter["ha"])
+        try:
+            challenge = await read_control(reader, Kind.CHALLENGE)
+            answer = proof(secret, challenge["nonce"], "intruder")
+            writer.write(control(Kind.HELLO, node_id="intruder", nonce="n", proof=answer))
+            await writer.drain()
+            return await read_frame(reader)
+        finally:
+            writer.close()
+
+    kind, payload = asyncio.run(handshake("not-the-cluster-secret"))
+    assert kind is Kind.REFUSED and b"wrong cluster secret" in payload
+    wait_for(
+        lambda: "replication: refused intruder (wrong cluster secret)" in voter["log"].read_text()
+    )
+    # The right secret passes the secret check (and is refused only as a non-member).
+    kind, payload = asyncio.run(handshake(SECRET))
+    assert kind is Kind.REFUSED and b"not a member" in payload
+
+
+def test_a_slave_does_not_follow_a_master_that_cannot_prove_the_secret(tmp_path):
+    store = MessageStore.open(
+        StoreConfig(
+            data_dir=str(tmp_path / "slave"),
+            commitlog_segment_bytes=8 << 20,
+            consume_queue_entries_per_file=10_000,
+            index_slot_count=10_007,
+            index_entry_count=40_000,
+        )
+    )
+
+    async def fake_master(reader, writer) -> None:
+        writer.write(control(Kind.CHALLENGE, nonce="abc", group="group-1"))
+        await writer.drain()
+        await read_control(reader, Kind.HELLO)
+        # An impostor offers an empty history: a slave that believed it would truncate.
+        writer.write(control(Kind.WELCOME, proof="0" * 64, epochs=[], max_offset=0, min_offset=0))
+        await writer.drain()
+        await asyncio.sleep(1)
+        writer.close()
+
+    async def follow() -> None:
+        server = await asyncio.start_server(fake_master, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        slave = ReplicationSlave(
+            store, EpochHistory(str(tmp_path / "slave")), "slave-1", SECRET, lambda: None
+        )
+        async with server:
+            with pytest.raises(LinkError, match="did not prove"):
+                await slave._follow(f"127.0.0.1:{port}")
+
+    try:
+        asyncio.run(follow())
+    finally:
+        store.shutdown()
+
+
+def test_a_node_with_the_wrong_secret_cannot_join_raft(voter):
+    directory: Path = voter["dir"]
+    config = directory / "intruder.toml"
+    config.write_text(
+        TEST_STORE
+        + f'[node]\nid = "intruder"\n[ports]\ngrpc = 0\nmetrics = 0\nraft = 0\nreplication = 0\n'
+        f'[cluster]\nvoters = ["127.0.0.1:{voter["raft"]}"]\nsecret = "not-the-cluster-secret"\n'
+        "join_timeout_ms = 3000\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-m", "node", "--config", str(config), "--data", str(directory / "i")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode != 0
+    assert "is the cluster secret the same on every node?" in completed.stderr
