@@ -161,9 +161,7 @@ class ProcessRegistry:
         for started in self.started:
             if started.process is not None:
                 started.process.poll()
-        return any(live_members(s.pid) for s in self.started) or bool(
-            marked_processes(self.token)
-        )
+        return any(live_members(s.pid) for s in self.started) or bool(marked_processes(self.token))
 
     def __enter__(self) -> ProcessRegistry:
         self._previous_marker = os.environ.get(MARKER)

@@ -108,14 +108,18 @@ class RabbitMqQuorum:
             "LC_ALL": "C.UTF-8",
         }
         # Our own epmd in the foreground: the nodes would otherwise start a daemon one.
-        registry.spawn("epmd", [epmd_binary, "-port", str(epmd)], os.path.join(root, "epmd.log"),
-                       env=self.env)
+        registry.spawn(
+            "epmd", [epmd_binary, "-port", str(epmd)], os.path.join(root, "epmd.log"), env=self.env
+        )
         self.node_envs = []
         for index in range(NODES):
             env = self._node_env(root, index, self.ports[index], dist_ports[index], epmd)
             self.node_envs.append(env)
             registry.spawn(
-                f"rabbit{index + 1}", [SERVER], os.path.join(root, f"rabbit{index + 1}.log"), env=env
+                f"rabbit{index + 1}",
+                [SERVER],
+                os.path.join(root, f"rabbit{index + 1}.log"),
+                env=env,
             )
         for index in range(NODES):
             self._await_startup(index)
@@ -234,12 +238,11 @@ class RabbitMqQuorum:
             try:
                 channel = connection.channel()
                 channel.basic_qos(prefetch_count=PREFETCH)
-                received = 0
                 started = time.perf_counter()
-                for method, _, _ in channel.consume(name, inactivity_timeout=WAIT_S):
+                deliveries = channel.consume(name, inactivity_timeout=WAIT_S)
+                for received, (method, _, _) in enumerate(deliveries, start=1):
                     if method is None:
-                        raise RuntimeError(f"no delivery for {WAIT_S} s after {received}")
-                    received += 1
+                        raise RuntimeError(f"no delivery for {WAIT_S} s after {received - 1}")
                     if received % ACK_EVERY == 0 or received == count:
                         channel.basic_ack(method.delivery_tag, multiple=True)
                     if received == count:

@@ -89,7 +89,9 @@ class Scale:
 
 
 SCALES = {
-    "full": Scale(sequential=3000, inflight=40_000, batched=150_000, end_to_end=2000, consume=150_000),
+    "full": Scale(
+        sequential=3000, inflight=40_000, batched=150_000, end_to_end=2000, consume=150_000
+    ),
     "quick": Scale(sequential=600, inflight=8000, batched=30_000, end_to_end=400, consume=30_000),
     "smoke": Scale(sequential=50, inflight=512, batched=1024, end_to_end=30, consume=1024),
 }
