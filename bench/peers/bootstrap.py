@@ -32,6 +32,12 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> int:
     return subprocess.run(argv, stdout=sys.stderr, stderr=sys.stderr, env=env).returncode
 
 
+def venv_ready() -> bool:
+    """Whether ``.venv`` already imports every needed module (then nothing to install)."""
+    probe = f"import {', '.join(NEEDED_MODULES)}"
+    return subprocess.run([VENV_PYTHON, "-c", probe], capture_output=True).returncode == 0
+
+
 def ensure_environment(argv: list[str]) -> None:
     """Return if this interpreter has every module the run needs; otherwise create or
     update ``.venv`` (``pip install -e '.[bench]'``, as the Makefile does) and re-execute
@@ -41,7 +47,7 @@ def ensure_environment(argv: list[str]) -> None:
         return
     if os.environ.get(BOOTSTRAPPED):
         raise SystemExit(f"bench.peers: still missing {missing} after installing into .venv")
-    say(f"bench.peers: {', '.join(missing)} not importable here; setting up {REPO}/.venv")
+    say(f"bench.peers: {', '.join(missing)} not importable here; using .venv")
     if not os.path.exists(VENV_PYTHON):
         if _run([sys.executable, "-m", "venv", os.path.join(REPO, ".venv")]) != 0:
             # Debian's python3 needs python3-venv for ensurepip.
@@ -49,7 +55,8 @@ def ensure_environment(argv: list[str]) -> None:
             if _run([sys.executable, "-m", "venv", os.path.join(REPO, ".venv")]) != 0:
                 raise SystemExit("bench.peers: could not create .venv")
         _run([VENV_PYTHON, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
-    if _run([VENV_PYTHON, "-m", "pip", "install", "--quiet", "-e", f"{REPO}[bench]"]) != 0:
+    install = [VENV_PYTHON, "-m", "pip", "install", "--quiet", "-e", f"{REPO}[bench]"]
+    if not venv_ready() and _run(install) != 0:
         raise SystemExit("bench.peers: pip install -e '.[bench]' failed")
     os.chdir(REPO)
     env = {**os.environ, BOOTSTRAPPED: "1"}
