@@ -156,6 +156,20 @@ def markdown(report: dict, command: str, chart: str | None) -> str:
         )
         + "."
     )
+    behind = [
+        f"{w.label} ({report[w.ratio]})"
+        for w in WORKLOADS
+        if report[w.ratio] is not None and report[w.ratio] < 1
+    ]
+    if behind:
+        lines += ["", "ferrymq is behind the best peer in: " + "; ".join(behind) + "."]
+    lines += [
+        "",
+        "Durability is not identical: only RabbitMQ fsyncs before confirming; ferrymq waits "
+        "for both slaves, NATS for one of two, Redis's WAIT 1 for one replica's memory. "
+        "Figures taken while other work ran on the machine move with its load; compare the "
+        "columns of one run, not runs with each other.",
+    ]
     lines += ["", "What an acknowledgement means for each (durability), and the client:", ""]
     for name in names:
         figures = peers[name]
