@@ -4,13 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint bench-store bench-produce bench-cluster chaos clean
+.PHONY: up test lint bench-store bench-produce bench-cluster bench-peers chaos clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "ferrymq needs Python >= 3.11"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,spark]'
+	$(PY) -m pip install --quiet -e '.[test,spark,bench]'
 	touch $(STAMP)
 
 up: $(STAMP)
@@ -32,6 +32,10 @@ bench-produce: $(STAMP)
 
 bench-cluster: $(STAMP)
 	$(PY) -m bench.cluster --json
+
+# ferrymq against NATS JetStream, Redis Streams and RabbitMQ quorum queues (apt-installs them).
+bench-peers: $(STAMP)
+	$(PY) -m bench.peers --json
 
 # One chaos run: make chaos MODE=async-sync-flush FAULTS=kill,pause DURATION=5m
 MODE ?= sync-async-flush

@@ -1,0 +1,43 @@
+"""``python -m bench.peers [--json] [--quick | --smoke]``: ferrymq side by side with NATS
+JetStream, Redis Streams and RabbitMQ quorum queues, each a 3-node group started here.
+
+With a system Python in a fresh clone it first sets up ``.venv`` (the ``bench`` extra)
+and re-executes itself there, and apt-installs the peers' Debian packages that are
+missing. Progress goes to stderr; stdout carries one JSON object: every figure, the
+ratios ferrymq / best peer (``ratio_*``, above 1 means ferrymq is faster) and whether the
+targets are met. Unless ``--no-write``, the table goes to bench/RESULTS.md and the chart
+to bench/peers.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bench.peers import bootstrap
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="no per-figure table on stderr")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="a few minutes in all")
+    size.add_argument("--smoke", action="store_true", help="a handful of messages each")
+    parser.add_argument("--only", default="", help="comma-separated systems to run")
+    parser.add_argument("--no-install", action="store_true", help="never apt-get install")
+    parser.add_argument(
+        "--no-write", action="store_true", help="leave bench/RESULTS.md and the chart alone"
+    )
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse(sys.argv[1:])
+    bootstrap.ensure_environment(sys.argv[1:])
+    from bench.peers.run import run  # needs the packages ensure_environment provides
+
+    raise SystemExit(run(args))
+
+
+if __name__ == "__main__":
+    main()
