@@ -40,8 +40,17 @@ MASTER_FAULTS += ("power-loss-master",)
 LEASE_S = 3.0
 
 
+def kind_for(faults: list[str], turn: int) -> str:
+    """The fault of turn ``turn``: the named faults take turns, and a family (``kill``,
+    ``partition``, ``power-loss``) names its members in turn, so a long run injects as
+    many faults of each named fault whatever the family's size."""
+    name = faults[turn % len(faults)]
+    members = ALIASES.get(name, (name,))
+    return members[(turn // len(faults)) % len(members)]
+
+
 def expand(faults: list[str]) -> list[str]:
-    """``kill,pause`` -> the concrete fault kinds, in rotation order."""
+    """``kill,pause`` -> every concrete fault kind they name (checked)."""
     kinds = []
     for name in faults:
         if name not in KINDS and name not in ALIASES:

@@ -115,9 +115,9 @@ def run(
                 thread.start()
             turn = 0
             # Every fault asked for at least once, however slow the recoveries were.
-            while time.monotonic() - t0 + quiet_s < duration_s or turn < len(kinds):
+            while time.monotonic() - t0 + quiet_s < duration_s or turn < len(faults):
                 time.sleep(quiet_s)  # quiet period between faults: load without a fault
-                fault = fury.inject(kinds[turn % len(kinds)])
+                fault = fury.inject(nemesis.kind_for(faults, turn))
                 turn += 1
                 try:
                     wait_ready(fury.plan, RECOVERY_TIMEOUT_S)
