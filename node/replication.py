@@ -62,8 +62,12 @@ class ReplicationRole:
         secret: str,
         reload_states: Callable[[], None],
         on_confirmed: Callable[[int], None],
+        renew_lease_now: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
+        # A new master renews its lease at once instead of at the next heartbeat: the
+        # lease may have lapsed while routing elected a leader, and writes wait for it.
+        self.renew_lease_now = renew_lease_now
         self.store = store
         self.routing = routing
         self.reload_states = reload_states
@@ -155,6 +159,7 @@ class ReplicationRole:
         self.master.activate(in_sync, confirmed=self.slave.confirmed_offset)
         self._sync_confirmed_limit()
         self.store.writes_refused = None
+        self.renew_lease_now()
         log.warning(
             "now master of %s in epoch %d at offset %d",
             self.config.group,

@@ -10,6 +10,7 @@ names the Prometheus endpoint (``ports.metrics``, 0 = any; ``node.metrics``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -67,6 +68,7 @@ class Node:
         self.routing: RoutingReplica | None = None
         self.topics = TopicTable()
         self._states_ready = False
+        self._heartbeat_now = asyncio.Event()  # set: heartbeat (renew the lease) now
 
     @property
     def grpc_address(self) -> str:
@@ -259,6 +261,7 @@ class Node:
             secret,
             reload_states=self._reload_states,
             on_confirmed=lambda offset: self.waiters.wake_all(),
+            renew_lease_now=self._heartbeat_now.set,
         )
         # A standalone node has no slaves to dial it: any free port will do.
         ha_port = 0 if cluster.standalone else config.ports.replication
@@ -329,7 +332,9 @@ class Node:
     async def _heartbeat(self) -> None:
         interval_s = self.config.cluster.heartbeat_interval_ms / 1000
         while True:
-            await asyncio.sleep(interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._heartbeat_now.wait(), interval_s)
+            self._heartbeat_now.clear()
             heartbeat = NodeHeartbeat(
                 self.config.id, self.raw_store.commitlog.write_offset, int(time.time() * 1000)
             )
