@@ -16,6 +16,7 @@ import os
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from chaos.history import (
     FAILED,
@@ -32,7 +33,15 @@ from chaos.history import (
     Replica,
     StoredRecord,
 )
-from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer, SimpleConsumer
+from ferrymq.client import (
+    Admin,
+    FerryError,
+    Message,
+    Producer,
+    PullConsumer,
+    ReceivedMessage,
+    SimpleConsumer,
+)
 from ferrymq.client.errors import TRANSPORT
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 
@@ -46,6 +55,7 @@ FIFO_GROUPS_PER_WRITER = 3
 # Short, so a delivery whose ack failed comes back soon (the catch-up waits for it), yet
 # longer than an ack takes while the cluster is healthy.
 INVISIBLE_S = 2.0
+ACKS_IN_PARALLEL = 8
 # Answers that mean nothing was written (the node refused before appending).
 REFUSED = frozenset({pb.HA_NOT_AVAILABLE, pb.TOPIC_NOT_FOUND, pb.BAD_REQUEST})
 # Stored on the master, durability or replication not confirmed in time.
@@ -103,37 +113,51 @@ def writer(
 def pop_consumer(
     history: History, access: str, group: str, topic: str, stop: threading.Event, t0: float
 ) -> None:
-    """A POP consumer that acks each message as soon as it is received, recording every
-    delivery and its ack's outcome; on an error (failover) it starts over with a fresh
-    route, and what it had not acked comes back once invisible no more."""
-    while not stop.is_set():
+    """A POP consumer that acks every message of a batch as soon as it is received (the
+    acks of a batch in parallel, each a replicated append, so the group keeps up with the
+    writers), recording every delivery and its ack's outcome; after an error (failover)
+    it starts over with a fresh route, and what was not acked comes back once visible."""
+
+    def ack(pop: SimpleConsumer, message: ReceivedMessage, delivery: PopDelivery) -> bool:
         try:
-            with SimpleConsumer(access, group, topic, timeout_s=3) as pop:
-                while not stop.is_set():
-                    asked_s = time.monotonic() - t0
-                    for m in pop.receive(16, invisible_s=INVISIBLE_S, wait_s=0.5):
-                        delivery = history.pop_deliver(
-                            PopDelivery(
-                                asked_s,
-                                time.monotonic() - t0,
-                                group,
-                                topic,
-                                m.queue_id,
-                                m.queue_offset,
-                                m.body.decode(),
-                                m.delivery_attempt,
-                                m.message_group or "",
-                            )
-                        )
-                        try:
-                            pop.ack(m)
-                            history.acked(delivery, OK, time.monotonic() - t0)
-                        except FerryError as error:
-                            outcome = outcome_of(error)
-                            history.acked(delivery, outcome, time.monotonic() - t0, error.code_name)
-                            raise  # the rest of the batch stays unacked: redelivered later
-        except FerryError:
+            pop.ack(message)
+        except FerryError as error:
+            history.acked(delivery, outcome_of(error), time.monotonic() - t0, error.code_name)
+            return False
+        history.acked(delivery, OK, time.monotonic() - t0)
+        return True
+
+    with ThreadPoolExecutor(ACKS_IN_PARALLEL, thread_name_prefix=f"ack-{group}") as acks:
+        while not stop.is_set():
+            try:
+                with SimpleConsumer(access, group, topic, timeout_s=3) as pop:
+                    while not stop.is_set():
+                        asked_s = time.monotonic() - t0
+                        batch = pop.receive(16, invisible_s=INVISIBLE_S, wait_s=0.5)
+                        at_s = time.monotonic() - t0
+                        done = []
+                        for m in batch:
+                            delivery = history.pop_deliver(popped(m, group, asked_s, at_s))
+                            done.append(acks.submit(ack, pop, m, delivery))
+                        if not all(f.result() for f in done):
+                            break  # a fresh consumer: the route may be stale
+            except FerryError:
+                pass
             stop.wait(PAUSE_AFTER_ERROR_S)
+
+
+def popped(message: ReceivedMessage, group: str, asked_s: float, at_s: float) -> PopDelivery:
+    return PopDelivery(
+        asked_s,
+        at_s,
+        group,
+        message.topic,
+        message.queue_id,
+        message.queue_offset,
+        message.body.decode(),
+        message.delivery_attempt,
+        message.message_group or "",
+    )
 
 
 def consumer(history: History, access: str, stop: threading.Event, t0: float) -> None:
