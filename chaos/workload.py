@@ -56,6 +56,10 @@ FIFO_GROUPS_PER_WRITER = 3
 # longer than an ack takes while the cluster is healthy.
 INVISIBLE_S = 2.0
 ACKS_IN_PARALLEL = 8
+# Each writer's ceiling: SYNC writers stay below it (about 35/s each here), ASYNC ones
+# would send several times more, more than the POP groups (an append per receive and per
+# ack) and a restarted slave's catch-up can follow, so the consumers could never drain.
+SENDS_PER_S_PER_WRITER = 50.0
 # Answers that mean nothing was written (the node refused before appending).
 REFUSED = frozenset({pb.HA_NOT_AVAILABLE, pb.TOPIC_NOT_FOUND, pb.BAD_REQUEST})
 # Stored on the master, durability or replication not confirmed in time.
@@ -95,7 +99,9 @@ def writer(
     topic = FIFO_TOPIC if fifo else TOPIC
     with Producer(access, max_attempts=1, timeout_s=3) as producer:
         seq = 0
-        while not stop.is_set():
+        next_s = time.monotonic()
+        while not stop.wait(max(0.0, next_s - time.monotonic())):
+            next_s = max(next_s, time.monotonic()) + 1 / SENDS_PER_S_PER_WRITER
             body = f"{'f' if fifo else 'w'}{number}-{seq}"
             group = f"f{number}-g{seq % FIFO_GROUPS_PER_WRITER}" if fifo else ""
             send = history.invoke(number, seq, body, time.monotonic() - t0, topic, group)
