@@ -14,6 +14,14 @@ Verdict per replication mode:
 - Both: nothing unexpected (never sent), no duplicate, no refused send present, no hole
   in a queue's offsets, per-writer order kept within each queue, replicas byte-identical
   to their common length, and under SYNC no consumer saw a message that was later lost.
+- Consumers (pull and POP groups), both modes: nothing delivered that was never sent; in a
+  FIFO group, the first deliveries of each message group follow send order.
+- Consumers, SYNC only (ASYNC reports them: a new master may lack the last consumer
+  offsets or ack records, and a pull consumer's position may pass offsets that a new
+  master then fills with other messages): every acknowledged send still present is
+  delivered to every group once the runner waited for the consumers to catch up; a POP
+  delivery whose ack succeeded is not delivered again to its group (except, under
+  ASYNC_FLUSH, after a power loss of every node, which may forget the ack).
 """
 
 from __future__ import annotations
@@ -22,7 +30,17 @@ import itertools
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from chaos.history import FAILED, NOT_REPLICATED, OK, UNKNOWN, History, Replica, Send
+from chaos.history import (
+    FAILED,
+    NOT_REPLICATED,
+    OK,
+    TOPIC,
+    UNKNOWN,
+    History,
+    PopDelivery,
+    Replica,
+    Send,
+)
 
 
 @dataclass
@@ -44,6 +62,13 @@ class Findings:
     delivered_then_lost: list[str] = field(default_factory=list)
     delivered_unexpected: list[str] = field(default_factory=list)
     replicas_differ: dict[str, str] = field(default_factory=dict)
+    pop_deliveries: int = 0
+    pop_redeliveries: int = 0  # deliveries of a body the group had been handed before
+    acked_then_redelivered: list[str] = field(default_factory=list)
+    redelivered_after_power_loss: list[str] = field(default_factory=list)  # allowed
+    never_delivered: dict[str, list[str]] = field(default_factory=dict)  # group -> bodies
+    fifo_order_violations: list[str] = field(default_factory=list)
+    catch_up: dict | None = None
     unavailability: list[dict] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
@@ -56,6 +81,10 @@ class Findings:
         for key, value in raw.items():
             if isinstance(value, list) and value and isinstance(value[0], str):
                 raw[key] = {"count": len(value), "sample": value[:sample]}
+        raw["never_delivered"] = {
+            group: {"count": len(bodies), "sample": bodies[:sample]}
+            for group, bodies in self.never_delivered.items()
+        }
         raw["valid"] = self.valid
         return raw
 
@@ -82,9 +111,9 @@ def check(history: History) -> Findings:
     present = set(copies)
 
     # Lost, classified by where in the writer's acknowledged sequence it sits.
-    by_writer: dict[int, list[Send]] = defaultdict(list)
+    by_writer: dict[tuple[str, int], list[Send]] = defaultdict(list)
     for send in acked:
-        by_writer[send.writer].append(send)
+        by_writer[send.topic, send.writer].append(send)
     positions = {"prefix": 0, "middle": 0, "suffix": 0}
     for sends in by_writer.values():
         sends.sort(key=lambda s: s.seq)
@@ -107,25 +136,26 @@ def check(history: History) -> Findings:
     )
 
     # Queue offsets contiguous; per writer, sequence numbers rise with the queue offset.
-    queues: dict[int, list] = defaultdict(list)
+    queues: dict[tuple[str, int], list] = defaultdict(list)
     for record in records:
-        queues[record.queue_id].append(record)
-    for queue_id, rows in sorted(queues.items()):
+        queues[record.topic, record.queue_id].append(record)
+    for (topic, queue_id), rows in sorted(queues.items()):
         rows.sort(key=lambda r: r.queue_offset)
         offsets = [r.queue_offset for r in rows]
         holes = [o for o in range(offsets[0], offsets[-1] + 1) if o not in set(offsets)]
+        queue = queue_label(topic, queue_id)
         if holes:
-            found.queue_holes[str(queue_id)] = holes[:50]
+            found.queue_holes[queue] = holes[:50]
         last_seq: dict[int, int] = {}
         for row in rows:
             send = sent.get(row.body)
             if send is None:
                 continue
             if last_seq.get(send.writer, -1) > send.seq:
-                found.order_violations.append(f"queue {queue_id} offset {row.queue_offset}")
+                found.order_violations.append(f"queue {queue} offset {row.queue_offset}")
             last_seq[send.writer] = max(last_seq.get(send.writer, -1), send.seq)
 
-    delivered = {d.body for d in history.deliveries}
+    delivered = {d.body for d in history.deliveries} | {d.body for d in history.pop_deliveries}
     found.delivered_unexpected = sorted(b for b in delivered if b not in sent)
     if final is not None:
         found.delivered_then_lost = sorted(b for b in delivered if b in sent and b not in present)
@@ -150,9 +180,114 @@ def check(history: History) -> Findings:
     found.lost_within_power_bound = [b for b in found.lost if b in unsynced]
     found.delivered_then_lost = [b for b in found.delivered_then_lost if b not in unsynced]
 
+    found.pop_deliveries = len(history.pop_deliveries)
+    handed: set[tuple[str, str]] = set()
+    for delivery in history.pop_deliveries:
+        found.pop_redeliveries += (delivery.group, delivery.body) in handed
+        handed.add((delivery.group, delivery.body))
+    found.acked_then_redelivered, found.redelivered_after_power_loss = redelivered_after_ack(
+        history
+    )
+    if final is not None:
+        found.never_delivered = never_delivered(history, acked, present)
+    found.fifo_order_violations = fifo_order_violations(history.pop_deliveries, sent)
+    if history.catch_up is not None:
+        found.catch_up = asdict(history.catch_up)
+
     found.unavailability = unavailability(history)
     found.violations = verdict(found, sync)
     return found
+
+
+def queue_label(topic: str, queue_id: int) -> str:
+    """``3`` for a queue of the NORMAL topic, ``chaos-fifo:3`` for another topic's."""
+    return str(queue_id) if topic == TOPIC else f"{topic}:{queue_id}"
+
+
+def consumers_of(history: History) -> dict[str, str]:
+    """Each consumer group the workload ran -> its topic (histories without the record:
+    the groups that received anything)."""
+    if history.consumers:
+        return history.consumers
+    groups = {d.consumer: TOPIC for d in history.deliveries}
+    groups.update({d.group: d.topic for d in history.pop_deliveries})
+    return groups
+
+
+def never_delivered(history: History, acked: list[Send], present: set[str]) -> dict[str, list[str]]:
+    """Per consumer group: acknowledged sends of its topic that are in the final log yet
+    were never delivered to it. At-least-once delivery promises them all, given time: a
+    violation under SYNC when the runner waited for the consumers to catch up."""
+    delivered: dict[str, set[str]] = defaultdict(set)
+    for d in history.deliveries:
+        delivered[d.consumer].add(d.body)
+    for p in history.pop_deliveries:
+        delivered[p.group].add(p.body)
+    missing = {}
+    for group, topic in sorted(consumers_of(history).items()):
+        bodies = [
+            s.body
+            for s in acked
+            if s.topic == topic and s.body in present and s.body not in delivered[group]
+        ]
+        if bodies:
+            missing[group] = bodies
+    return missing
+
+
+def redelivered_after_ack(history: History) -> tuple[list[str], list[str]]:
+    """POP deliveries asked for after an ack of the same body by the same group had
+    succeeded: at-least-once redelivers only what was not acked. Returned in two lists:
+    those the mode's promise forbids, and those a power loss of every node between the
+    ack and the receive excuses under ASYNC_FLUSH (the ack record was not yet on disk)."""
+    power_cuts = [
+        f.start_s
+        for f in history.faults
+        if f.kind == "power-loss-all" and history.mode.endswith("async-flush")
+    ]
+    acked_at: dict[tuple[str, str], float] = {}
+    forbidden, excused = [], []
+    for delivery in sorted(history.pop_deliveries, key=lambda d: d.asked_s):
+        key = (delivery.group, delivery.body)
+        ack_s = acked_at.get(key)
+        if ack_s is not None and delivery.asked_s > ack_s:
+            line = (
+                f"{delivery.group}: {delivery.body} acked at {ack_s:.3f} s, delivered again"
+                f" (attempt {delivery.attempt}) asked at {delivery.asked_s:.3f} s"
+            )
+            cut = any(ack_s < at < delivery.asked_s for at in power_cuts)
+            (excused if cut else forbidden).append(line)
+        if delivery.ack == OK and delivery.acked_s is not None and key not in acked_at:
+            acked_at[key] = delivery.acked_s
+    return forbidden, excused
+
+
+def fifo_order_violations(deliveries: list[PopDelivery], sent: dict[str, Send]) -> list[str]:
+    """Per message group, bodies must be first delivered in send order: a body delivered
+    for the first time after a body of the same group sent later, while it was itself
+    acknowledged, is out of order (an unacknowledged send may have been stored late, and
+    redeliveries of unacked messages are allowed). Sends lost before they were ever
+    delivered are not waited for."""
+    violations = []
+    seen: set[tuple[str, str]] = set()
+    latest: dict[str, Send] = {}  # message group -> highest seq first delivered so far
+    for delivery in sorted(deliveries, key=lambda d: d.at_s):
+        send = sent.get(delivery.body)
+        if not delivery.message_group or send is None:
+            continue
+        key = (delivery.group, delivery.body)
+        if key in seen:
+            continue
+        seen.add(key)
+        group = f"{delivery.group}/{delivery.message_group}"
+        ahead = latest.get(group)
+        if ahead is not None and ahead.seq > send.seq and send.outcome == OK:
+            violations.append(
+                f"{group}: {send.body} first delivered at {delivery.at_s:.3f} s, after {ahead.body}"
+            )
+        if ahead is None or send.seq > ahead.seq:
+            latest[group] = send
+    return violations
 
 
 def unavailability(history: History) -> list[dict]:
@@ -196,6 +331,14 @@ def verdict(found: Findings, sync: bool) -> list[str]:
             )
     if sync and found.delivered_then_lost:
         violations.append(f"{len(found.delivered_then_lost)} delivered messages later lost")
+    if sync and found.acked_then_redelivered:
+        violations.append(
+            f"{len(found.acked_then_redelivered)} POP deliveries of messages already acked"
+        )
+    consumers_waited_for = found.catch_up is not None
+    if sync and consumers_waited_for:
+        for group, bodies in found.never_delivered.items():
+            violations.append(f"{len(bodies)} acknowledged sends never delivered to {group}")
     checks = [
         ("duplicated", found.duplicated),
         ("unexpected (never sent)", found.unexpected),
@@ -203,6 +346,7 @@ def verdict(found: Findings, sync: bool) -> list[str]:
         ("refused yet present", found.failed_but_present),
         ("queues with offset holes", found.queue_holes),
         ("order violations", found.order_violations),
+        ("FIFO message group order violations", found.fifo_order_violations),
         ("replicas differing to their common length", found.replicas_differ),
     ]
     for name, value in checks:

@@ -1,5 +1,7 @@
 """The recorded history of one chaos run: every send invocation and its outcome, every
-delivery to a consumer, every fault window, and the final state drained from each replica.
+delivery to a consumer (pull, and POP with its ack's outcome), every fault window, how
+long the consumers took to catch up after heal, and the final state drained from each
+replica.
 
 Times are ``time.monotonic()`` seconds relative to the run's start. A ``History`` is filled
 by several threads (writers, the consumer, the nemesis): every append holds its lock.
@@ -17,12 +19,17 @@ NOT_REPLICATED = "not-replicated"  # stored on the master, not confirmed by the 
 FAILED = "failed"  # refused before anything was written (the node said so)
 UNKNOWN = "unknown"  # no answer (transport error, deadline): it may or may not be stored
 OUTCOMES = (OK, NOT_REPLICATED, FAILED, UNKNOWN)
+NOT_ACKED = ""  # a POP delivery whose ack was never attempted (the consumer failed over)
+
+TOPIC = "chaos"  # NORMAL topic: the pull consumer and a POP group read it
+FIFO_TOPIC = "chaos-fifo"  # FIFO topic: sends carry a message group; a FIFO POP group
 
 
 @dataclass
 class Send:
     """One send invocation of one writer: ``body`` is unique in the run and names the
-    writer and its sequence number (``w<writer>-<seq>``), so order per writer is known."""
+    writer and its sequence number (``w<writer>-<seq>``, ``f<writer>-<seq>`` on the FIFO
+    topic), so order per writer, and per message group, is known."""
 
     writer: int
     seq: int
@@ -32,6 +39,8 @@ class Send:
     outcome: str | None = None
     code: str = ""
     queue_offset: int = -1
+    topic: str = TOPIC
+    message_group: str = ""
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,40 @@ class Delivery:
     queue_id: int
     queue_offset: int
     body: str
+
+
+@dataclass
+class PopDelivery:
+    """One message handed to a POP consumer group, and the outcome of acking it.
+
+    ``asked_s`` is when the receive that returned it was invoked: a delivery asked for
+    after an ack of the same body completed (``acked_s``) is a redelivery of an acked
+    message. ``ack`` is one of ``OUTCOMES``, or ``NOT_ACKED`` when no ack was tried."""
+
+    asked_s: float
+    at_s: float
+    group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    body: str
+    attempt: int
+    message_group: str = ""
+    ack: str = NOT_ACKED
+    ack_code: str = ""
+    acked_s: float | None = None
+
+
+@dataclass
+class CatchUp:
+    """The wait after the writers stopped until every consumer group had consumed its
+    topic (no lag, nothing in flight), with a deadline; ``behind`` says, per group still
+    lagging at the deadline, by how much."""
+
+    deadline_s: float
+    waited_s: float
+    caught_up: bool
+    behind: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,12 +103,13 @@ class Fault:
 
 @dataclass(frozen=True)
 class StoredRecord:
-    """One message of the workload's topic in a replica's CommitLog after the run."""
+    """One message of the workload's topics in a replica's CommitLog after the run."""
 
     queue_id: int
     queue_offset: int
     physical_offset: int
     body: str
+    topic: str = TOPIC
 
 
 @dataclass
@@ -96,6 +140,10 @@ class History:
     mode: str
     sends: list[Send] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
+    pop_deliveries: list[PopDelivery] = field(default_factory=list)
+    # Every consumer the workload ran (pull consumer name or POP group) -> its topic.
+    consumers: dict[str, str] = field(default_factory=dict)
+    catch_up: CatchUp | None = None  # None: the consumers were not waited for
     faults: list[Fault] = field(default_factory=list)
     replicas: list[Replica] = field(default_factory=list)
     snapshots: list[MasterSnapshot] = field(default_factory=list)
@@ -105,8 +153,16 @@ class History:
     duration_s: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def invoke(self, writer: int, seq: int, body: str, at_s: float) -> Send:
-        send = Send(writer, seq, body, at_s)
+    def invoke(
+        self,
+        writer: int,
+        seq: int,
+        body: str,
+        at_s: float,
+        topic: str = TOPIC,
+        message_group: str = "",
+    ) -> Send:
+        send = Send(writer, seq, body, at_s, topic=topic, message_group=message_group)
         with self.lock:
             self.sends.append(send)
         return send
@@ -127,6 +183,16 @@ class History:
         with self.lock:
             self.deliveries.append(delivery)
 
+    def pop_deliver(self, delivery: PopDelivery) -> PopDelivery:
+        with self.lock:
+            self.pop_deliveries.append(delivery)
+        return delivery
+
+    def acked(self, delivery: PopDelivery, outcome: str, at_s: float, code: str = "") -> None:
+        assert outcome in OUTCOMES, outcome
+        with self.lock:
+            delivery.ack, delivery.acked_s, delivery.ack_code = outcome, at_s, code
+
     def fault(self, fault: Fault) -> Fault:
         with self.lock:
             self.faults.append(fault)
@@ -139,6 +205,9 @@ class History:
                 "duration_s": self.duration_s,
                 "sends": [asdict(s) for s in self.sends],
                 "deliveries": [asdict(d) for d in self.deliveries],
+                "pop_deliveries": [asdict(d) for d in self.pop_deliveries],
+                "consumers": self.consumers,
+                "catch_up": None if self.catch_up is None else asdict(self.catch_up),
                 "faults": [asdict(f) for f in self.faults],
                 "replicas": [
                     {**asdict(r), "digest_to": {str(k): v for k, v in r.digest_to.items()}}
@@ -156,6 +225,9 @@ class History:
             duration_s=raw.get("duration_s", 0.0),
             sends=[Send(**s) for s in raw["sends"]],
             deliveries=[Delivery(**d) for d in raw["deliveries"]],
+            pop_deliveries=[PopDelivery(**d) for d in raw.get("pop_deliveries", [])],
+            consumers=raw.get("consumers", {}),
+            catch_up=CatchUp(**raw["catch_up"]) if raw.get("catch_up") else None,
             faults=[Fault(**f) for f in raw["faults"]],
             replicas=[
                 Replica(

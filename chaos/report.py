@@ -53,6 +53,13 @@ def summary(findings: Findings) -> str:
         f" order violations {len(findings.order_violations)},"
         f" delivered then lost {len(findings.delivered_then_lost)},"
         f" replicas differ {bool(findings.replicas_differ)}",
+        f"POP deliveries {findings.pop_deliveries} (redeliveries {findings.pop_redeliveries}),"
+        f" delivered again after a successful ack {len(findings.acked_then_redelivered)}"
+        f" (after a power loss of every node: {len(findings.redelivered_after_power_loss)}),"
+        f" FIFO order violations {len(findings.fifo_order_violations)}",
+        f"acknowledged never delivered"
+        f" { ({g: len(b) for g, b in findings.never_delivered.items()}) },"
+        f" {catch_up_line(findings.catch_up)}",
         "faults:",
     ]
     for row in findings.unavailability:
@@ -65,6 +72,14 @@ def summary(findings: Findings) -> str:
     for violation in findings.violations:
         lines.append(f"VIOLATION: {violation}")
     return "\n".join(lines) + "\n"
+
+
+def catch_up_line(catch_up: dict | None) -> str:
+    if catch_up is None:
+        return "consumers not waited for"
+    if catch_up["caught_up"]:
+        return f"consumers caught up {catch_up['waited_s']} s after the writers stopped"
+    return f"consumers not caught up within {catch_up['deadline_s']} s: {catch_up['behind']}"
 
 
 def plot(path: str, history: History, rows: list[dict]) -> bool:

@@ -29,6 +29,7 @@ SMALL_STORE = {
     "consume_queue_entries_per_file": 10_000,
 }
 RECOVERY_TIMEOUT_S = 30.0
+CATCH_UP_TIMEOUT_S = 20.0  # after the writers stop, for the consumers to consume it all
 
 
 def parse_duration(text: str) -> float:
@@ -57,6 +58,7 @@ def run(
     duration_s: float,
     directory: str,
     writers: int = 2,
+    fifo_writers: int = 1,
     quiet_s: float = 3.0,
     seed: int = 0,
     keep_data: bool = False,
@@ -74,15 +76,15 @@ def run(
             cluster_dir, nodes=3, auto_ports=True, settings=settings, placements=placements
         )
         history = History(mode)
-        stop = threading.Event()
+        stop_writers, stop = threading.Event(), threading.Event()
+        writing: list[threading.Thread] = []
         threads: list[threading.Thread] = []
         fury = None
         heal_error = ""
         try:
             access = ",".join(n.grpc for n in plan.nodes)
             with Admin(plan.nodes[0].grpc) as admin:
-                admin.create_topic(workload.TOPIC, workload.QUEUES)
-                admin.create_group(workload.GROUP)
+                workload.create_topics(admin)
             store_settings = {k: v for k, v in plan.settings["store"].items() if k != "flush_mode"}
             t0 = time.monotonic()
 
@@ -104,15 +106,10 @@ def run(
                 network=network,
                 bodies_on=bodies_on,
             )
-            threads = [
-                threading.Thread(target=workload.writer, args=(history, access, i, stop, t0))
-                for i in range(writers)
-            ]
-            threads.append(
-                threading.Thread(target=workload.consumer, args=(history, access, stop, t0))
+            writing, reading = workload.start(
+                history, access, t0, writers, fifo_writers, stop_writers, stop
             )
-            for thread in threads:
-                thread.start()
+            threads = writing + reading
             turn = 0
             # Every fault asked for at least once, however slow the recoveries were.
             while time.monotonic() - t0 + quiet_s < duration_s or turn < len(faults):
@@ -134,11 +131,19 @@ def run(
                     f"cluster not healed {RECOVERY_TIMEOUT_S * 2:.0f} s after the faults: {error}"
                 )
             time.sleep(1.0)  # a little load on the healed cluster before the writers stop
+            stop_writers.set()
+            for thread in writing:
+                thread.join(30)
+            history.catch_up = workload.wait_caught_up(
+                [n.grpc for n in fury.plan.nodes], history.consumers, CATCH_UP_TIMEOUT_S
+            )
         except BaseException:
+            stop_writers.set()
             stop.set()
             cluster_down(cluster_dir)  # never leave node processes behind
             raise
         finally:
+            stop_writers.set()
             stop.set()
             for thread in threads:
                 thread.join(30)

@@ -1,8 +1,11 @@
 """The workload: writers sending unique, per-writer ordered bodies through the SDK (one
-attempt per invocation, so each outcome is that invocation's), a pull consumer committing
-offsets, and the final drain that reads every replica's CommitLog offline.
+attempt per invocation, so each outcome is that invocation's), on a NORMAL topic and, with
+a message group, on a FIFO topic; a pull consumer committing offsets and a POP group on
+the NORMAL topic, a FIFO POP group on the FIFO topic; the wait until the consumers caught
+up after heal; and the final drain that reads every replica's CommitLog offline.
 
-Each writer and the consumer run on their own thread and stop when ``stop`` is set.
+Each writer and consumer runs on its own thread and stops when its event is set: the
+writers first, the consumers once they caught up (``wait_caught_up``).
 """
 
 from __future__ import annotations
@@ -13,25 +16,50 @@ import os
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from chaos.history import (
     FAILED,
+    FIFO_TOPIC,
     NOT_REPLICATED,
     OK,
+    TOPIC,
     UNKNOWN,
+    CatchUp,
     Delivery,
     History,
     MasterSnapshot,
+    PopDelivery,
     Replica,
     StoredRecord,
 )
-from ferrymq.client import FerryError, Message, Producer, PullConsumer
+from ferrymq.client import (
+    Admin,
+    FerryError,
+    Message,
+    Producer,
+    PullConsumer,
+    ReceivedMessage,
+    SimpleConsumer,
+)
 from ferrymq.client.errors import TRANSPORT
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 
-TOPIC = "chaos"
-GROUP = "chaos-readers"
+TOPICS = (TOPIC, FIFO_TOPIC)
+GROUP = "chaos-readers"  # pull consumer of TOPIC
+POP_GROUP = "chaos-pop"  # POP consumer of TOPIC
+FIFO_GROUP = "chaos-fifo-pop"  # FIFO POP consumer of FIFO_TOPIC
 QUEUES = 4
+# Each FIFO writer spreads its sends over this many message groups, in turn.
+FIFO_GROUPS_PER_WRITER = 3
+# Short, so a delivery whose ack failed comes back soon (the catch-up waits for it), yet
+# longer than an ack takes while the cluster is healthy.
+INVISIBLE_S = 2.0
+ACKS_IN_PARALLEL = 8
+# Each writer's ceiling: SYNC writers stay below it (about 35/s each here), ASYNC ones
+# would send several times more, more than the POP groups (an append per receive and per
+# ack) and a restarted slave's catch-up can follow, so the consumers could never drain.
+SENDS_PER_S_PER_WRITER = 50.0
 # Answers that mean nothing was written (the node refused before appending).
 REFUSED = frozenset({pb.HA_NOT_AVAILABLE, pb.TOPIC_NOT_FOUND, pb.BAD_REQUEST})
 # Stored on the master, durability or replication not confirmed in time.
@@ -49,20 +77,93 @@ def outcome_of(error: FerryError) -> str:
     return UNKNOWN
 
 
-def writer(history: History, access: str, number: int, stop: threading.Event, t0: float):
+def create_topics(admin: Admin) -> None:
+    """The workload's topics and consumer groups."""
+    admin.create_topic(TOPIC, QUEUES)
+    admin.create_topic(FIFO_TOPIC, QUEUES, message_type="FIFO")
+    admin.create_group(GROUP)
+    admin.create_group(POP_GROUP)
+    admin.create_group(FIFO_GROUP, fifo=True)
+
+
+def writer(
+    history: History,
+    access: str,
+    number: int,
+    stop: threading.Event,
+    t0: float,
+    fifo: bool = False,
+) -> None:
+    """Sends ``w<number>-<seq>`` one at a time; with ``fifo``, ``f<number>-<seq>`` to the
+    FIFO topic, message group ``f<number>-g<seq % FIFO_GROUPS_PER_WRITER>``."""
+    topic = FIFO_TOPIC if fifo else TOPIC
     with Producer(access, max_attempts=1, timeout_s=3) as producer:
         seq = 0
-        while not stop.is_set():
-            body = f"w{number}-{seq}"
-            send = history.invoke(number, seq, body, time.monotonic() - t0)
+        next_s = time.monotonic()
+        while not stop.wait(max(0.0, next_s - time.monotonic())):
+            next_s = max(next_s, time.monotonic()) + 1 / SENDS_PER_S_PER_WRITER
+            body = f"{'f' if fifo else 'w'}{number}-{seq}"
+            group = f"f{number}-g{seq % FIFO_GROUPS_PER_WRITER}" if fifo else ""
+            send = history.invoke(number, seq, body, time.monotonic() - t0, topic, group)
             try:
-                receipt = producer.send(Message(TOPIC, body.encode()))
+                message = Message(topic, body.encode(), message_group=group or None)
+                receipt = producer.send(message)
                 history.complete(send, OK, time.monotonic() - t0, offset=receipt.queue_offset)
             except FerryError as error:
                 history.complete(send, outcome_of(error), time.monotonic() - t0, error.code_name)
-                producer.endpoints.forget(TOPIC)  # the next send asks for a fresh route
+                producer.endpoints.forget(topic)  # the next send asks for a fresh route
                 stop.wait(PAUSE_AFTER_ERROR_S)
             seq += 1
+
+
+def pop_consumer(
+    history: History, access: str, group: str, topic: str, stop: threading.Event, t0: float
+) -> None:
+    """A POP consumer that acks every message of a batch as soon as it is received (the
+    acks of a batch in parallel, each a replicated append, so the group keeps up with the
+    writers), recording every delivery and its ack's outcome; after an error (failover)
+    it starts over with a fresh route, and what was not acked comes back once visible."""
+
+    def ack(pop: SimpleConsumer, message: ReceivedMessage, delivery: PopDelivery) -> bool:
+        try:
+            pop.ack(message)
+        except FerryError as error:
+            history.acked(delivery, outcome_of(error), time.monotonic() - t0, error.code_name)
+            return False
+        history.acked(delivery, OK, time.monotonic() - t0)
+        return True
+
+    with ThreadPoolExecutor(ACKS_IN_PARALLEL, thread_name_prefix=f"ack-{group}") as acks:
+        while not stop.is_set():
+            try:
+                with SimpleConsumer(access, group, topic, timeout_s=3) as pop:
+                    while not stop.is_set():
+                        asked_s = time.monotonic() - t0
+                        batch = pop.receive(16, invisible_s=INVISIBLE_S, wait_s=0.5)
+                        at_s = time.monotonic() - t0
+                        done = []
+                        for m in batch:
+                            delivery = history.pop_deliver(popped(m, group, asked_s, at_s))
+                            done.append(acks.submit(ack, pop, m, delivery))
+                        if not all(f.result() for f in done):
+                            break  # a fresh consumer: the route may be stale
+            except FerryError:
+                pass
+            stop.wait(PAUSE_AFTER_ERROR_S)
+
+
+def popped(message: ReceivedMessage, group: str, asked_s: float, at_s: float) -> PopDelivery:
+    return PopDelivery(
+        asked_s,
+        at_s,
+        group,
+        message.topic,
+        message.queue_id,
+        message.queue_offset,
+        message.body.decode(),
+        message.delivery_attempt,
+        message.message_group or "",
+    )
 
 
 def consumer(history: History, access: str, stop: threading.Event, t0: float) -> None:
@@ -76,7 +177,7 @@ def consumer(history: History, access: str, stop: threading.Event, t0: float) ->
                         history.deliver(
                             Delivery(
                                 time.monotonic() - t0,
-                                "pull-1",
+                                GROUP,
                                 m.queue_id,
                                 m.queue_offset,
                                 m.body.decode(),
@@ -85,6 +186,63 @@ def consumer(history: History, access: str, stop: threading.Event, t0: float) ->
                     pull.commit()
         except FerryError:
             stop.wait(PAUSE_AFTER_ERROR_S)
+
+
+def start(
+    history: History,
+    access: str,
+    t0: float,
+    writers: int,
+    fifo_writers: int,
+    stop_writers: threading.Event,
+    stop_consumers: threading.Event,
+) -> tuple[list[threading.Thread], list[threading.Thread]]:
+    """Start the writers and the consumers; their threads, writers first."""
+    history.consumers = {GROUP: TOPIC, POP_GROUP: TOPIC, FIFO_GROUP: FIFO_TOPIC}
+    writing = [
+        threading.Thread(target=writer, args=(history, access, i, stop_writers, t0))
+        for i in range(writers)
+    ]
+    writing += [
+        threading.Thread(target=writer, args=(history, access, i, stop_writers, t0, True))
+        for i in range(fifo_writers)
+    ]
+    reading = [threading.Thread(target=consumer, args=(history, access, stop_consumers, t0))]
+    reading += [
+        threading.Thread(
+            target=pop_consumer, args=(history, access, group, topic, stop_consumers, t0)
+        )
+        for group, topic in ((POP_GROUP, TOPIC), (FIFO_GROUP, FIFO_TOPIC))
+    ]
+    for thread in writing + reading:
+        thread.start()
+    return writing, reading
+
+
+def wait_caught_up(addresses: list[str], consumers: dict[str, str], deadline_s: float) -> CatchUp:
+    """Until every consumer group has no lag and nothing in flight on any queue of its
+    topic (as the masters see it), or the deadline passes."""
+    started = time.monotonic()
+    while True:
+        behind = {group: "no master answered" for group in consumers}
+        for address in addresses:
+            try:
+                with Admin(address, timeout_s=2) as admin:
+                    for group, topic in consumers.items():
+                        progress = admin.group_progress(group, topic)
+                        lag = sum(q.lag for q in progress)
+                        in_flight = sum(q.in_flight for q in progress)
+                        if lag or in_flight:
+                            behind[group] = f"lag {lag}, in flight {in_flight}"
+                        else:
+                            del behind[group]
+                break
+            except FerryError:
+                continue
+        waited = time.monotonic() - started
+        if not behind or waited >= deadline_s:
+            return CatchUp(deadline_s, round(waited, 3), not behind, behind)
+        time.sleep(0.2)
 
 
 def snapshot_log(data_dir: str, node_id: str, scratch: str, store_settings: dict):
@@ -102,7 +260,7 @@ def snapshot_log(data_dir: str, node_id: str, scratch: str, store_settings: dict
 
 
 def read_records(data_dir: str, store_settings: dict) -> tuple[int, list[StoredRecord]]:
-    """The CommitLog end and the workload topic's records of one (stopped) node."""
+    """The CommitLog end and the workload topics' records of one (stopped) node."""
     from store.config import StoreConfig
     from store.message_store import MessageStore
 
@@ -110,9 +268,9 @@ def read_records(data_dir: str, store_settings: dict) -> tuple[int, list[StoredR
     try:
         log = store.commitlog
         records = [
-            StoredRecord(m.queue_id, m.queue_offset, m.physical_offset, m.body.decode())
+            StoredRecord(m.queue_id, m.queue_offset, m.physical_offset, m.body.decode(), m.topic)
             for m in log.iterate(log.min_offset, log.write_offset)
-            if m.topic == TOPIC
+            if m.topic in TOPICS
         ]
         return log.write_offset, records
     finally:

@@ -6,12 +6,17 @@ from __future__ import annotations
 from chaos.checker import check
 from chaos.history import (
     FAILED,
+    FIFO_TOPIC,
+    NOT_ACKED,
     OK,
+    TOPIC,
     UNKNOWN,
+    CatchUp,
     Delivery,
     Fault,
     History,
     MasterSnapshot,
+    PopDelivery,
     Replica,
     StoredRecord,
 )
@@ -110,3 +115,115 @@ def test_unavailability_is_measured_from_each_fault_to_the_next_acknowledged_sen
     (row,) = check(h).unavailability
     assert row["writes_back_after_s"] == round(4.01 - 1.5, 3) and row["window_s"] == 1.0
     assert row["longest_gap_s"] == round(4.01 - 1.5, 3)  # from the fault to w0-4's ack
+
+
+def popped(
+    body: str,
+    asked_s: float,
+    ack: str = OK,
+    group: str = "pop",
+    message_group: str = "",
+    attempt: int = 1,
+) -> PopDelivery:
+    """A POP delivery of ``body`` asked for at ``asked_s``, its ack done 0.1 s later."""
+    return PopDelivery(
+        asked_s,
+        asked_s + 0.01,
+        group,
+        TOPIC if not message_group else FIFO_TOPIC,
+        0,
+        0,
+        body,
+        attempt,
+        message_group,
+        ack,
+        acked_s=None if ack == NOT_ACKED else asked_s + 0.1,
+    )
+
+
+def test_a_pop_redelivery_after_a_successful_ack_breaks_sync_only():
+    stored = [f"w0-{i}" for i in range(3)]
+    # w0-1's ack failed, so its redelivery is fine; w0-2 acked then handed out again.
+    pops = [
+        popped("w0-0", 1.0),
+        popped("w0-1", 1.0, ack=UNKNOWN),
+        popped("w0-1", 4.0),
+        popped("w0-2", 4.0),
+        popped("w0-2", 6.0, attempt=2),
+    ]
+    extra = {"pop_deliveries": pops, "consumers": {"pop": TOPIC}}
+    found = check(history("sync-sync-flush", sends(3), stored, **extra))
+    assert found.pop_deliveries == 5 and found.pop_redeliveries == 2
+    assert len(found.acked_then_redelivered) == 1
+    assert found.acked_then_redelivered[0].startswith("pop: w0-2 acked at 4.100 s")
+    assert found.violations == ["1 POP deliveries of messages already acked"]
+    # ASYNC: a new master may lack the ack record; reported, not a violation.
+    found = check(history("async-sync-flush", sends(3), stored, **extra))
+    assert found.valid and len(found.acked_then_redelivered) == 1
+    # Without the second delivery of w0-2, SYNC is valid.
+    extra["pop_deliveries"] = pops[:4]
+    assert check(history("sync-sync-flush", sends(3), stored, **extra)).valid
+
+
+def test_a_power_loss_of_every_node_excuses_a_forgotten_ack_under_async_flush_only():
+    pops = [popped("w0-0", 1.0), popped("w0-0", 5.0, attempt=1)]
+    cut = [Fault("power-loss-all", ["node-1", "node-2", "node-3"], "all", 2.0, 3.0)]
+    extra = {"pop_deliveries": pops, "consumers": {"pop": TOPIC}, "faults": cut}
+    found = check(history("sync-async-flush", sends(1), ["w0-0"], **extra))
+    assert found.valid and len(found.redelivered_after_power_loss) == 1
+    found = check(history("sync-sync-flush", sends(1), ["w0-0"], **extra))
+    assert not found.valid and len(found.acked_then_redelivered) == 1
+
+
+def test_acknowledged_sends_never_delivered_to_a_group_break_sync_once_waited_for():
+    stored = [f"w0-{i}" for i in range(3)]
+    extra = {
+        "deliveries": [Delivery(1.0, "pull", 0, i, f"w0-{i}") for i in range(3)],
+        "pop_deliveries": [popped("w0-0", 1.0)],
+        "consumers": {"pull": TOPIC, "pop": TOPIC},
+        "catch_up": CatchUp(20.0, 20.0, False, {"pop": "lag 2, in flight 0"}),
+    }
+    found = check(history("sync-sync-flush", sends(3), stored, **extra))
+    assert found.never_delivered == {"pop": ["w0-1", "w0-2"]}
+    assert found.violations == ["2 acknowledged sends never delivered to pop"]
+    # Not waited for (no catch-up), or ASYNC: reported only.
+    extra["catch_up"] = None
+    assert check(history("sync-sync-flush", sends(3), stored, **extra)).valid
+    extra["catch_up"] = CatchUp(20.0, 1.0, True)
+    found = check(history("async-async-flush", sends(3), stored, **extra))
+    assert found.valid and found.never_delivered == {"pop": ["w0-1", "w0-2"]}
+    # Lost or unacknowledged sends are not expected.
+    outcomes = {"w0-0": OK, "w0-1": UNKNOWN, "w0-2": OK}
+    found = check(history("sync-sync-flush", outcomes, ["w0-0", "w0-1"], **extra))
+    assert found.never_delivered == {} and found.lost == ["w0-2"]
+
+
+def test_fifo_groups_must_first_deliver_in_send_order_redeliveries_aside():
+    # Writer 0 sends w0-0..w0-4 in message group g (the test's bodies, a FIFO topic).
+    stored = [f"w0-{i}" for i in range(5)]
+    in_order = [
+        popped("w0-0", 1.0, ack=FAILED, message_group="g"),
+        popped("w0-1", 2.0, ack=UNKNOWN, message_group="g"),
+        popped("w0-1", 4.0, message_group="g", attempt=2),  # redelivered: fine
+        popped("w0-0", 4.5, message_group="g", attempt=2),  # an older one again: fine
+        popped("w0-2", 5.0, message_group="g"),
+        popped("w0-4", 6.0, message_group="h"),  # another group: independent
+        popped("w0-3", 7.0, message_group="h"),  # ... unless it is out of order there
+    ]
+    h = history("sync-sync-flush", sends(5), stored, pop_deliveries=in_order[:5])
+    assert check(h).valid
+    h = history("sync-sync-flush", sends(5), stored, pop_deliveries=in_order)
+    found = check(h)
+    assert found.fifo_order_violations == ["pop/h: w0-3 first delivered at 7.010 s, after w0-4"]
+    assert found.violations == ["1 FIFO message group order violations"]
+    # An unacknowledged send delivered late may have been stored late: not a violation.
+    outcomes = {**sends(5), "w0-3": UNKNOWN}
+    assert check(history("async-sync-flush", outcomes, stored, pop_deliveries=in_order)).valid
+
+
+def test_pop_deliveries_and_the_catch_up_survive_a_round_trip_through_json():
+    h = history("sync-sync-flush", sends(1), ["w0-0"], pop_deliveries=[popped("w0-0", 1.0)])
+    h.consumers, h.catch_up = {"pop": TOPIC}, CatchUp(20.0, 1.5, True)
+    again = History.from_json(h.to_json())
+    assert again.pop_deliveries == h.pop_deliveries and again.catch_up == h.catch_up
+    assert again.consumers == {"pop": TOPIC} and again.replicas[0].records[0].topic == TOPIC
