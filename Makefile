@@ -37,12 +37,13 @@ bench-cluster: $(STAMP)
 bench-peers: $(STAMP)
 	$(PY) -m bench.peers --json
 
-# One chaos run: make chaos MODE=async-sync-flush FAULTS=kill,pause DURATION=5m
+# One chaos run: make chaos MODE=async-sync-flush FAULTS=kill,pause DURATION=5m ROUNDS=1
 MODE ?= sync-async-flush
-FAULTS ?= kill,pause,restart-all
+FAULTS ?= kill,pause,partition,restart-all,power-loss
 DURATION ?= 5m
+ROUNDS ?= 1
 chaos: $(STAMP)
-	$(PY) -m ferrymq.cli chaos run --mode $(MODE) --faults $(FAULTS) --duration $(DURATION) --data chaos-run
+	$(PY) -m ferrymq.cli chaos run --mode $(MODE) --faults $(FAULTS) --duration $(DURATION) --rounds $(ROUNDS) --data chaos-run
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -62,8 +62,10 @@ def run(
     quiet_s: float = 3.0,
     seed: int = 0,
     keep_data: bool = False,
+    rounds: int = 1,
 ) -> dict:
-    """Run, check and report; the report as a dict (``report["valid"]`` is the verdict)."""
+    """Run, check and report; the report as a dict (``report["valid"]`` is the verdict).
+    Faults go on past ``duration_s`` until each named fault ran ``rounds`` times."""
     kinds = nemesis.expand(faults)
     settings = settings_for(mode)
     os.makedirs(directory, exist_ok=True)
@@ -111,8 +113,8 @@ def run(
             )
             threads = writing + reading
             turn = 0
-            # Every fault asked for at least once, however slow the recoveries were.
-            while time.monotonic() - t0 + quiet_s < duration_s or turn < len(faults):
+            # Each fault asked for `rounds` times, however slow the recoveries were.
+            while time.monotonic() - t0 + quiet_s < duration_s or turn < len(faults) * rounds:
                 time.sleep(quiet_s)  # quiet period between faults: load without a fault
                 fault = fury.inject(nemesis.kind_for(faults, turn))
                 turn += 1

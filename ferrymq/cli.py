@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_run.add_argument("--faults", default="kill,pause", help="kill,pause,restart-all,...")
     chaos_run.add_argument("--duration", default="60s", help="e.g. 90s, 5m")
     chaos_run.add_argument("--data", default="chaos-run", help="run directory (report.json...)")
+    chaos_run.add_argument(
+        "--rounds", type=int, default=1, help="go on past --duration until each fault ran N times"
+    )
     chaos_run.set_defaults(handler=chaos_run_command)
     node = commands.add_parser("node", help="run one broker node in the foreground")
     node.add_argument("--config", help="node.toml (every option has a default)")
@@ -649,7 +652,8 @@ def chaos_run_command(args) -> int:
     from chaos import runner
 
     faults = [f.strip() for f in args.faults.split(",") if f.strip()]
-    result = runner.run(args.mode, faults, runner.parse_duration(args.duration), args.data)
+    duration_s = runner.parse_duration(args.duration)
+    result = runner.run(args.mode, faults, duration_s, args.data, rounds=args.rounds)
     print(result["summary"], end="")
     print(f"report: {args.data}/report.json, summary.txt, timeline.png")
     return 0 if result["valid"] else 1
