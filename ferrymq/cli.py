@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -650,6 +651,9 @@ def show_table(args, values, headers, rows) -> None:
 
 def chaos_run_command(args) -> int:
     from chaos import runner
+
+    # SIGTERM unwinds like Ctrl-C, so the nodes stop and the namespaces go.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     faults = [f.strip() for f in args.faults.split(",") if f.strip()]
     duration_s = runner.parse_duration(args.duration)
