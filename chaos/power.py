@@ -1,22 +1,25 @@
 """Imitate a machine losing power: the node is killed, then every CommitLog segment and
 consume-queue file keeps only what its last fsync made durable (``store.sync_ledger``,
 which the nodes write when ``FERRYMQ_CHAOS_SYNC_LEDGER=1``); the rest is zeroed, as the
-disk would hold it. A file never synced is zeroed whole.
+disk would hold it. A file never synced is zeroed whole. Index files, which are not
+append-only, are replaced by the copy taken at their last completed sync (zeroed when
+they never completed one).
 
-Not imitated: index files (a lookup aid by key, which the chaos checker does not read;
-they keep their page-cache state, as after a SIGKILL) and the Raft journal of routing,
-which pysyncobj never fsyncs (docs/guarantees.md: a power loss of a majority of voters
-can lose recent routing changes; discarding it whole would test that known gap, not the
-message store).
+Not imitated: the Raft journal of routing, which pysyncobj never fsyncs
+(docs/guarantees.md: a power loss of a majority of voters can lose recent routing changes;
+discarding it whole would test that known gap, not the message store).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 
 from store.sync_ledger import read as read_ledger
+from store.sync_ledger import synced_copy
 
 LINEAR_FILE_DIRECTORIES = ("commitlog", "consumequeue")
+INDEX_DIRECTORY = "index"
 
 
 def discard_unsynced(data_dir: str) -> int:
@@ -36,4 +39,19 @@ def discard_unsynced(data_dir: str) -> int:
                         discarded += len(f.read().rstrip(b"\0"))
                         f.truncate(keep)
                         f.truncate(size)  # a hole: reads as zeros
+    for root, _, names in os.walk(os.path.join(data_dir, INDEX_DIRECTORY)):
+        for name in names:
+            path = os.path.join(root, name)
+            copy = synced_copy(data_dir, os.path.relpath(path, data_dir))
+            with open(path, "rb") as f:
+                before = f.read()
+            if copy is not None:
+                shutil.copyfile(copy, path)
+            else:
+                with open(path, "r+b") as f:
+                    f.truncate(0)
+                    f.truncate(len(before))
+            with open(path, "rb") as f:
+                after = f.read()
+            discarded += sum(a != b for a, b in zip(before, after, strict=False))
     return discarded

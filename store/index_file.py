@@ -25,6 +25,7 @@ import os
 import struct
 from datetime import UTC, datetime
 
+from store import sync_ledger
 from store.mapped_file import create_mapped
 
 HEADER = struct.Struct(">qqqqii")
@@ -238,10 +239,12 @@ class IndexFile:
             fd = os.open(self.path, os.O_RDWR)
         except FileNotFoundError:
             return  # deleted by retention meanwhile: nothing to keep
+        pending = sync_ledger.copy_before_sync(self.path)  # the chaos suite's power loss
         try:
             os.fdatasync(fd)
         finally:
             os.close(fd)
+        sync_ledger.copy_synced(pending)
 
     def delete(self) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -9,16 +9,23 @@ bytes as flushed, so nothing acknowledged as durable is missing from it. ``chaos
 imitates a power loss by killing the node and zeroing each such file past its last
 recorded length. The ledger goes through the page cache, which a SIGKILL keeps.
 
-Thread-safety: ``record`` may be called from any thread (flusher, group commit, writer).
+Files that are not append-only (index files) are copied instead: before each sync, into
+``<data>/chaos-sync-copies/<path>.pending``, renamed to ``<path>`` once the sync returned.
+The copy holds only what was written before the sync, so the disk held at least that.
+
+Thread-safety: ``record`` and the copies may be called from any thread (flusher, group
+commit, writer).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 
 ENVIRONMENT = "FERRYMQ_CHAOS_SYNC_LEDGER"
 LEDGER_FILE = "chaos-sync-ledger"
+COPIES_DIRECTORY = "chaos-sync-copies"  # index files as their last sync left them
 
 _lock = threading.Lock()
 _ledger = None  # the open ledger file of this process's store, when enabled
@@ -71,3 +78,27 @@ def read(data_dir: str) -> dict[str, int]:
     except FileNotFoundError:
         pass
     return durable
+
+
+def copy_before_sync(path: str) -> str | None:
+    """Copy ``path`` before it is synced; pass the result to ``copy_synced`` after."""
+    if _ledger is None:
+        return None
+    pending = os.path.join(_root, COPIES_DIRECTORY, os.path.relpath(path, _root)) + ".pending"
+    os.makedirs(os.path.dirname(pending), exist_ok=True)
+    try:
+        shutil.copyfile(path, pending)
+    except FileNotFoundError:
+        return None  # deleted by retention meanwhile
+    return pending
+
+
+def copy_synced(pending: str | None) -> None:
+    if pending is not None:
+        os.replace(pending, pending.removesuffix(".pending"))
+
+
+def synced_copy(data_dir: str, relative_path: str) -> str | None:
+    """The copy of a file as its last completed sync left it, if it was ever synced."""
+    path = os.path.join(data_dir, COPIES_DIRECTORY, relative_path)
+    return path if os.path.exists(path) else None

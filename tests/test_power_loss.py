@@ -37,7 +37,12 @@ def bodies(store: MessageStore) -> list[bytes]:
 
 def put(store: MessageStore, first: int, count: int) -> None:
     for i in range(first, first + count):
-        assert store.put_messages([Message("orders", b"m-%d" % i, queue_id=0)]).ok
+        message = Message("orders", b"m-%d" % i, queue_id=0, properties={"KEYS": f"k-{i}"})
+        assert store.put_messages([message]).ok
+
+
+def found_by_key(store: MessageStore, numbers: range) -> list[int]:
+    return [i for i in numbers if store.query_by_key("orders", f"k-{i}")]
 
 
 def test_async_flush_keeps_what_was_flushed_and_loses_the_rest(tmp_path, ledger):
@@ -53,6 +58,8 @@ def test_async_flush_keeps_what_was_flushed_and_loses_the_rest(tmp_path, ledger)
     reopened = MessageStore.open(config)
     try:
         assert bodies(reopened) == [b"m-%d" % i for i in range(100)]
+        # The index went back to its last synced copy; recovery re-indexed the rest.
+        assert found_by_key(reopened, range(150)) == list(range(100))
         put(reopened, 100, 1)  # appends go on where the durable log ends
         assert bodies(reopened)[-1] == b"m-100"
     finally:
@@ -69,6 +76,7 @@ def test_sync_flush_keeps_every_acknowledged_message(tmp_path, ledger):
     reopened = MessageStore.open(config)
     try:
         assert bodies(reopened) == [b"m-%d" % i for i in range(60)]
+        assert found_by_key(reopened, range(60)) == list(range(60))
     finally:
         reopened.shutdown()
 
