@@ -62,6 +62,8 @@ class Findings:
     delivered_then_lost: list[str] = field(default_factory=list)
     delivered_unexpected: list[str] = field(default_factory=list)
     replicas_differ: dict[str, str] = field(default_factory=dict)
+    crashes: list[str] = field(default_factory=list)
+    node_errors: list[str] = field(default_factory=list)
     pop_deliveries: int = 0
     pop_redeliveries: int = 0  # deliveries of a body the group had been handed before
     acked_then_redelivered: list[str] = field(default_factory=list)
@@ -195,6 +197,8 @@ def check(history: History) -> Findings:
         found.catch_up = asdict(history.catch_up)
 
     found.unavailability = unavailability(history)
+    found.crashes = list(history.crashes)
+    found.node_errors = list(history.node_errors)
     found.violations = verdict(found, sync)
     return found
 
@@ -348,6 +352,8 @@ def verdict(found: Findings, sync: bool) -> list[str]:
         ("order violations", found.order_violations),
         ("FIFO message group order violations", found.fifo_order_violations),
         ("replicas differing to their common length", found.replicas_differ),
+        ("node processes found exited (crashed)", found.crashes),
+        ("exceptions in the nodes' logs", found.node_errors),
     ]
     for name, value in checks:
         if value:

@@ -150,6 +150,9 @@ class History:
     epochs: list[tuple[int, int]] = field(default_factory=list)  # final (epoch, start offset)
     # Bodies that no node held any more after a power loss of every node (unsynced).
     lost_to_power: list[str] = field(default_factory=list)
+    # Nodes found exited without a fault's doing, and exceptions in the nodes' logs.
+    crashes: list[str] = field(default_factory=list)
+    node_errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -216,6 +219,8 @@ class History:
                 "snapshots": [asdict(s) for s in self.snapshots],
                 "epochs": self.epochs,
                 "lost_to_power": self.lost_to_power,
+                "crashes": self.crashes,
+                "node_errors": self.node_errors,
             }
 
     @classmethod
@@ -242,6 +247,8 @@ class History:
             snapshots=[MasterSnapshot(**s) for s in raw.get("snapshots", [])],
             epochs=[tuple(e) for e in raw.get("epochs", [])],
             lost_to_power=raw.get("lost_to_power", []),
+            crashes=raw.get("crashes", []),
+            node_errors=raw.get("node_errors", []),
         )
 
     def save(self, path: str) -> None:

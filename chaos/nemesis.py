@@ -128,6 +128,7 @@ class Nemesis:
 
     # ---- faults ------------------------------------------------------------------------
     def inject(self, kind: str) -> Fault:
+        self.restart_crashed()
         if kind in ("restart-all", "power-loss-all"):
             return self.restart_all(power_loss=kind == "power-loss-all")
         node, role = self.target(kind)
@@ -205,6 +206,14 @@ class Nemesis:
             f"{discarded} written bytes past the last fsyncs lost, "
             f"{len(before - after)} bodies gone from every node"
         )
+
+    def restart_crashed(self) -> None:
+        """A node that exited without a fault's doing crashed: a finding. It is restarted
+        so that the run goes on."""
+        for node in self.plan.nodes:
+            if not is_running(node, self.plan):
+                self.history.crashes.append(f"{node.id} found exited at {self.now():.1f} s")
+                self.restart(node)
 
     def kill(self, node: NodePlan) -> None:
         os.kill(node.pid, signal.SIGKILL)

@@ -60,6 +60,9 @@ def summary(findings: Findings) -> str:
         f"acknowledged never delivered"
         f" { ({g: len(b) for g, b in findings.never_delivered.items()}) },"
         f" {catch_up_line(findings.catch_up)}",
+        f"nodes found crashed {len(findings.crashes)}, exceptions in node logs"
+        f" {len(findings.node_errors)}",
+        *(f"  {line}" for line in (findings.crashes + findings.node_errors)[:10]),
         "faults:",
     ]
     for row in findings.unavailability:

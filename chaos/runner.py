@@ -159,6 +159,7 @@ def run(
         os.makedirs(logs, exist_ok=True)
         for node in plan.nodes:
             shutil.copy(os.path.join(cluster_dir, f"{node.id}.log"), logs)
+        history.node_errors = errors_in_logs(logs)
         history.replicas = workload.drain(
             [(n.id, roles.get(n.id, "?"), n.data) for n in plan.nodes], store_settings
         )
@@ -212,6 +213,29 @@ def partitionable_network(kinds: list[str]):
         yield network
     finally:
         network.destroy()
+
+
+# Logged by gRPC when a client left before its answer was sent (a paused node's clients
+# time out): not an error of the node.
+HARMLESS_EXCEPTIONS = ("grpc._cython.cygrpc.ExecuteBatchError",)
+
+
+def errors_in_logs(directory: str) -> list[str]:
+    """``<log>: <exception>`` for every traceback in the nodes' logs (each a bug to look
+    at: a crash, or an exception a loop logged and survived)."""
+    found = []
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+        for i, line in enumerate(lines):
+            if line != "Traceback (most recent call last):":
+                continue
+            ending = next(
+                (x for x in lines[i + 1 :] if x and not x.startswith((" ", "Traceback"))), ""
+            )
+            if not ending.startswith(HARMLESS_EXCEPTIONS):
+                found.append(f"{name}: {ending[:300]}")
+    return found
 
 
 def node_roles(plan) -> dict[str, str]:

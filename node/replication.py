@@ -73,6 +73,7 @@ class ReplicationRole:
         self.reload_states = reload_states
         self.options = config.replication
         self.epochs = EpochHistory(config.data_dir)
+        self._fit_epochs_to_log()
         sync = self.options.mode is ReplicationMode.SYNC
         self.master = ReplicationMaster(
             store,
@@ -114,6 +115,22 @@ class ReplicationRole:
             return None
         member = self.routing.state.members.get(group.master)
         return member.ha_address if member is not None else None
+
+    def _fit_epochs_to_log(self) -> None:
+        """The epoch file is forced to disk at once, the CommitLog under ASYNC_FLUSH only
+        every flush interval: after a power loss the history can name terms whose records
+        are gone. It must describe only what the log holds, or a promotion could not
+        append its term and a slave would compare ranges it does not have."""
+        end = self.store.commitlog.write_offset
+        beyond = [e.epoch for e in self.epochs.entries if e.start_offset > end]
+        if beyond:
+            log.warning(
+                "epoch history names terms past this log's end %d (unsynced bytes lost?): "
+                "forgetting %s",
+                end,
+                beyond,
+            )
+            self.epochs.truncate_from(end + 1)
 
     # ---- role switching ----------------------------------------------------------------
     async def follow_routing(self) -> None:

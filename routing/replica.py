@@ -200,6 +200,9 @@ class RoutingReplica:
             )
         loop = asyncio.get_running_loop()
         outcome: asyncio.Future[CommandResult] = loop.create_future()
+        # An outcome that arrives after the caller's timeout is nobody's to read: mark it
+        # read, or asyncio logs it as a lost exception.
+        outcome.add_done_callback(lambda f: f.cancelled() or f.exception())
 
         def resolve(result: CommandResult | None, error: int) -> None:
             if outcome.done():

@@ -198,6 +198,8 @@ class MessageStore:
         )
         self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, self.index)
         self._put_lock = threading.Lock()
+        # The flusher and a truncation both write the checkpoint through one temporary file.
+        self._checkpoint_lock = threading.Lock()
         self._last_store_timestamp_ms = 0
         self._closed = True
         # Why puts are refused (a slave takes only its master's bytes), None when they are not.
@@ -399,14 +401,16 @@ class MessageStore:
     def _write_checkpoint(self, dispatched: int | None = None) -> None:
         derived = self.dispatcher.dispatched_offset if dispatched is None else dispatched
         now = self._clock_ms()
-        Checkpoint(
+        checkpoint = Checkpoint(
             commitlog_flushed_offset=self.commitlog.flushed_offset,
             consume_queue_flushed_offset=derived,
             index_flushed_offset=derived,
             commitlog_flushed_timestamp_ms=now,
             consume_queue_flushed_timestamp_ms=now,
             index_flushed_timestamp_ms=now,
-        ).write(self._path(CHECKPOINT_FILE))
+        )
+        with self._checkpoint_lock:
+            checkpoint.write(self._path(CHECKPOINT_FILE))
 
     def _housekeeping(self) -> None:
         interval = self.config.retention_check_interval_ms / 1000

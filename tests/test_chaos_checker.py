@@ -3,6 +3,7 @@ history holds it, and the verdict follows the mode's promise."""
 
 from __future__ import annotations
 
+from chaos import checker, runner
 from chaos.checker import check
 from chaos.history import (
     FAILED,
@@ -227,3 +228,25 @@ def test_pop_deliveries_and_the_catch_up_survive_a_round_trip_through_json():
     again = History.from_json(h.to_json())
     assert again.pop_deliveries == h.pop_deliveries and again.catch_up == h.catch_up
     assert again.consumers == {"pop": TOPIC} and again.replicas[0].records[0].topic == TOPIC
+
+
+def test_crashed_nodes_and_exceptions_in_node_logs_are_violations(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "node-1.log").write_text(
+        'ready\nTraceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+        "ValueError: epoch start 5 is before 9\n"
+    )
+    (logs / "node-2.log").write_text(
+        'Traceback (most recent call last):\n  File "server.pyx", line 7\n'
+        'grpc._cython.cygrpc.ExecuteBatchError: Failed "execute_batch"\n'
+    )
+    errors = runner.errors_in_logs(str(logs))
+    assert errors == ["node-1.log: ValueError: epoch start 5 is before 9"]
+    history = History("sync-sync-flush")
+    assert checker.check(history).valid
+    history.node_errors = errors
+    history.crashes = ["node-2 found exited at 12.0 s"]
+    found = checker.check(history)
+    assert any("exceptions in the nodes' logs" in v for v in found.violations)
+    assert any("found exited" in v for v in found.violations)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ha.epochs import EpochEntry, EpochFileError, EpochHistory, truncation_point
+from tests.node_process import start_node
+from tests.test_node import create_topic, message, stubs
 
 
 def history(*pairs: tuple[int, int]) -> list[EpochEntry]:
@@ -50,3 +54,35 @@ def test_history_survives_reopen_and_rejects_damage(tmp_path):
         f.write("9 9\n")
     with pytest.raises(EpochFileError):
         EpochHistory(str(tmp_path))
+
+
+def test_a_node_forgets_terms_its_log_no_longer_holds_when_it_starts(tmp_path):
+    """After a power loss under ASYNC_FLUSH the epoch file (forced to disk at once) can
+    name terms past the CommitLog's end (flushed later). Such a history once stopped a
+    node from ever starting again (a promotion could not append its term)."""
+    data = str(tmp_path / "node")
+    node = start_node(data)
+    channel, messaging, admin = stubs(node.address)
+    try:
+        create_topic(admin, "orders", 1)
+        sent = messaging.SendMessage(
+            rpc.SendMessageRequest(messages=[message("orders", b"kept", "M1")]), timeout=10
+        )
+        assert sent.status.code == pb.OK
+    finally:
+        channel.close()
+    assert node.sigterm() == 0
+    epochs = EpochHistory(data)
+    end = epochs.entries[-1].start_offset + 10_000_000  # far past the log's end
+    epochs.append(epochs.last_epoch + 1, end)
+    node = start_node(data, port=int(node.address.rpartition(":")[2]))
+    channel, messaging, _ = stubs(node.address)
+    try:
+        again = messaging.SendMessage(
+            rpc.SendMessageRequest(messages=[message("orders", b"after", "M2")]), timeout=10
+        )
+        assert again.status.code == pb.OK, again.status
+        assert all(e.start_offset < end for e in EpochHistory(data).entries)
+    finally:
+        channel.close()
+        node.sigterm()

@@ -1052,3 +1052,25 @@ def test_index_chain_survives_a_crash_between_entries_and_header(tmp_path):
     assert reopened.lookup(11, 0, 10_000, 10) == [100]
     assert reopened.lookup(22, 0, 10_000, 10) == [200]
     assert reopened.lookup(33, 0, 10_000, 10) == [300]
+
+
+def test_checkpoint_writes_from_several_threads_never_collide(tmp_path):
+    """The flusher and a replica's truncation both write the checkpoint; one temporary
+    file shared without a lock once made a write fail (renamed away by the other)."""
+    store = MessageStore.open(StoreConfig(str(tmp_path / "data"), **SMALL))
+    errors: list[BaseException] = []
+
+    def write_many() -> None:
+        try:
+            for _ in range(300):
+                store._write_checkpoint()
+        except BaseException as error:  # reported below, not lost in the thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=write_many) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    store.shutdown()
+    assert errors == []
