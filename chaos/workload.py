@@ -251,7 +251,10 @@ def snapshot_log(data_dir: str, node_id: str, scratch: str, store_settings: dict
     from ha.epochs import EpochHistory
 
     copy = os.path.join(scratch, f"snapshot-{node_id}-{time.monotonic_ns()}")
-    shutil.copytree(data_dir, copy)
+    # The node may still run (an isolated master): skip files it renames or removes
+    # meanwhile, none of which the records are read from.
+    transient = shutil.ignore_patterns("*.tmp", "*.pending", "chaos-sync-*")
+    shutil.copytree(data_dir, copy, ignore=transient)
     try:
         positions = {r.body: r.physical_offset for r in read_records(copy, store_settings)[1]}
         return MasterSnapshot(node_id, EpochHistory(copy).last_epoch, positions)
