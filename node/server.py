@@ -34,6 +34,7 @@ from node.metrics_http import MetricsHttpServer
 from node.pop_service import PopService
 from node.pop_state import PopState
 from node.replication import ReplicatedStore, ReplicationRole
+from node.request_decoding import MalformedRequestInterceptor
 from node.timer_service import TimerService
 from node.topics import TopicTable
 from node.transaction_service import TransactionService
@@ -80,7 +81,7 @@ class Node:
             config.id, config.group, self.raw_store, self.topics, None, None, None
         )
         self.server = grpc.aio.server(
-            interceptors=[self.metrics.interceptor],
+            interceptors=[MalformedRequestInterceptor(), self.metrics.interceptor],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

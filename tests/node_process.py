@@ -35,20 +35,34 @@ class NodeProcess:
 
 
 def start_node(
-    data_dir: str, extra_toml: str = "", timeout_s: float = 30, port: int = 0
+    data_dir: str,
+    extra_toml: str = "",
+    timeout_s: float = 30,
+    port: int = 0,
+    stderr_path: str | None = None,
 ) -> NodeProcess:
-    """A node on ``port`` (0: one the OS picks; a restart passes the port it had)."""
+    """A node on ``port`` (0: one the OS picks; a restart passes the port it had). Its
+    log (stderr) is discarded unless ``stderr_path`` names a file to append it to."""
     os.makedirs(data_dir, exist_ok=True)
     config = os.path.join(data_dir, "..", os.path.basename(data_dir) + ".toml")
     with open(config, "w", encoding="utf-8") as f:
         f.write(TEST_STORE + extra_toml)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "node", "--config", config, "--data", data_dir, "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    command = [sys.executable, "-m", "node", "--config", config, "--data", data_dir]
+    command += ["--port", str(port)]
+    stderr = subprocess.DEVNULL
+    if stderr_path:
+        stderr = open(stderr_path, "a", encoding="utf-8")  # noqa: SIM115 (closed below)
+    try:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    finally:
+        if stderr_path:
+            stderr.close()  # the child holds its own descriptor
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         line = process.stdout.readline()
