@@ -341,6 +341,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if not system.HasField("delivery_timestamp"):
             raise InvalidRequest(pb.ILLEGAL_DELIVERY_TIME, "DELAY messages need a delivery time")
         due_ms = delivery_ms(system.delivery_timestamp)
+        if due_ms < 0:
+            # Far enough before 1970 it would not convert back to a Timestamp, and every
+            # pull or receive of its queue would fail on it.
+            raise InvalidRequest(
+                pb.ILLEGAL_DELIVERY_TIME, f"delivery time {due_ms} ms is before 1970"
+            )
         now = self.clock_ms()
         if due_ms - now > self.options.max_delay_ms:
             raise InvalidRequest(

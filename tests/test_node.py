@@ -241,6 +241,14 @@ def test_what_the_fuzzer_found_answers_a_status_not_unknown(node):
     answer = messaging.SendMessage(rpc.SendMessageRequest(messages=[unknown_type]))
     assert answer.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
     assert "unknown type -5" in answer.status.message
+    # A delivery time before 1970: refused, where once it was stored and then failed
+    # every pull of its queue (it did not convert back to a Timestamp).
+    create_topic(admin, "later", queues=1, message_type=api.DELAY)
+    early = message("later", b"x", "B", message_type=pb.DELAY)
+    early.system_properties.delivery_timestamp.seconds = -(2**63)
+    early.system_properties.delivery_timestamp.nanos = -(2**31)
+    answer = messaging.SendMessage(rpc.SendMessageRequest(messages=[early]))
+    assert answer.status.code == pb.ILLEGAL_DELIVERY_TIME
 
 
 def test_telemetry_answers_settings_and_keeps_the_stream_open(node):
