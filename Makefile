@@ -27,7 +27,7 @@ lint: $(STAMP)
 # The RPC fuzz with random seeds for FUZZ_SECONDS (make test runs one short fixed round).
 FUZZ_SECONDS ?= 600
 fuzz: $(STAMP)
-	FERRYMQ_FUZZ_SECONDS=$(FUZZ_SECONDS) $(PY) -m pytest -q -s tests/test_fuzz_rpc.py -p no:timeout
+	FERRYMQ_FUZZ_SECONDS=$(FUZZ_SECONDS) $(PY) -m pytest -q -s tests/test_fuzz_rpc.py --timeout=0
 
 bench-store: $(STAMP)
 	$(PY) -m bench.store --json
