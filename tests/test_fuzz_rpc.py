@@ -56,12 +56,16 @@ NODE_TOML = f"max_message_body_bytes = {BODY_LIMIT}\n"
 # Examples per RPC and input kind in one round (make test runs one).
 EXAMPLES = {"raw": 20, "generated": 40, "mutated": 40, "metadata": 10}
 # The fuzz creates, changes and deletes these freely; the known topics are kept out of it.
-POOL_TOPICS = ("fz-normal", "fz-fifo", "fz-delay", "fz-txn", "fz-new")
-POOL_GROUPS = ("fz-group", "fz-fifo-group", "fz-new-group")
-POOL_TOPIC_TYPES = dict(
-    zip(POOL_TOPICS, (admin.NORMAL, admin.FIFO, admin.DELAY, admin.TRANSACTION), strict=False)
-)
-POOL_GROUP_FIFO = {POOL_GROUPS[0]: False, POOL_GROUPS[1]: True}
+# Those of POOL_TOPIC_TYPES and POOL_GROUP_FIFO are put back before each RPC is fuzzed.
+POOL_TOPIC_TYPES = {
+    "fz-normal": admin.NORMAL,
+    "fz-fifo": admin.FIFO,
+    "fz-delay": admin.DELAY,
+    "fz-txn": admin.TRANSACTION,
+}
+POOL_GROUP_FIFO = {"fz-group": False, "fz-fifo-group": True}
+POOL_TOPICS = (*POOL_TOPIC_TYPES, "fz-new")
+POOL_GROUPS = (*POOL_GROUP_FIFO, "fz-new-group")
 KNOWN_TOPIC = "known-normal"
 KNOWN_FIFO_TOPIC = "known-fifo"
 KNOWN_GROUP = "known-reader"
@@ -119,6 +123,7 @@ def protocol_rpcs() -> list[Rpc]:
 
 RPCS = protocol_rpcs()
 RPCS_BY_NAME = {r.name: r for r in RPCS}
+assert len(RPCS_BY_NAME) == len(RPCS), "two services share a method name: key RPCs by path"
 
 
 # ---- the node under fuzz ------------------------------------------------------------------
@@ -278,6 +283,11 @@ def valid_requests(channel: grpc.Channel) -> dict[str, list]:
         send(channel, wire_message(normal, b"to-pop", f"POP{next(ids):06d}", tag="a"))
         return receive_handles(channel, group, normal, batch=1)[0].system_properties.receipt_handle
 
+    def with_a_message_to_receive(**fields) -> rpc.ReceiveMessageRequest:
+        """A receive with a new message waiting (not a long poll that times out)."""
+        send(channel, wire_message(normal, b"to-receive", f"RCV{next(ids):06d}", tag="a"))
+        return rpc.ReceiveMessageRequest(**fields)
+
     def fresh_transaction() -> str:
         half = send(
             channel, wire_message(txn, b"half", f"TXN{next(ids):06d}", message_type=pb.TRANSACTION)
@@ -313,7 +323,7 @@ def valid_requests(channel: grpc.Channel) -> dict[str, list]:
             rpc.QueryAssignmentRequest(topic=resource(name=normal), group=resource(name=group))
         ],
         "ReceiveMessage": [
-            rpc.ReceiveMessageRequest(
+            lambda: with_a_message_to_receive(
                 group=resource(name=group),
                 message_queue=pb.MessageQueue(topic=resource(name=normal)),
                 filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
