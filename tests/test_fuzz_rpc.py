@@ -22,7 +22,7 @@ import pkgutil
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -452,7 +452,7 @@ def valid_requests(channel: grpc.Channel) -> dict[str, list]:
 
 
 @pytest.fixture(scope="module")
-def fuzzed(tmp_path_factory) -> FuzzedNode:
+def fuzzed(tmp_path_factory) -> Iterator[FuzzedNode]:
     directory = tmp_path_factory.mktemp("fuzz")
     log_path = str(directory / "node.log")
     process = start_node(str(directory / "node"), NODE_TOML, stderr_path=log_path)
