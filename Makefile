@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint bench-store bench-produce bench-cluster bench-peers chaos clean
+.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-peers chaos clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "ferrymq needs Python >= 3.11"'
@@ -23,6 +23,11 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+
+# The RPC fuzz with random seeds for FUZZ_SECONDS (make test runs one short fixed round).
+FUZZ_SECONDS ?= 600
+fuzz: $(STAMP)
+	FERRYMQ_FUZZ_SECONDS=$(FUZZ_SECONDS) $(PY) -m pytest -q -s tests/test_fuzz_rpc.py --timeout=0
 
 bench-store: $(STAMP)
 	$(PY) -m bench.store --json

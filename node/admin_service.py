@@ -66,6 +66,16 @@ PERMISSIONS = {
 }
 
 
+def unknown_enum(topic: api.Topic) -> api.Status | None:
+    """INVALID_ARGUMENT for a message type or permission number this node does not know
+    (proto3 enums take any number off the wire)."""
+    if topic.message_type not in TYPES:
+        return api.Status(code=3, message=f"unknown message_type {topic.message_type}")
+    if topic.permission not in PERMISSIONS:
+        return api.Status(code=3, message=f"unknown permission {topic.permission}")
+    return None
+
+
 def failure(error: TopicError) -> api.Status:
     return api.Status(code=CODES.get(error.reason, 3), message=str(error))
 
@@ -157,6 +167,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     async def CreateTopic(self, request, context):
         topic = request.topic
+        if (refused := unknown_enum(topic)) is not None:
+            return api.CreateTopicResponse(status=refused)
         status, result = await self._change(
             CreateTopic(
                 name=topic.name,
@@ -172,6 +184,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     async def UpdateTopic(self, request, context):
         topic = request.topic
+        if (refused := unknown_enum(topic)) is not None:
+            return api.UpdateTopicResponse(status=refused)
         status, result = await self._change(
             UpdateTopic(
                 name=topic.name,

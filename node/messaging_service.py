@@ -72,6 +72,16 @@ PERMISSIONS = {
 }
 
 
+def type_name(message_type: int) -> str:
+    """A MessageType's name, or its number when unknown (proto3 takes any number)."""
+    if message_type in MESSAGE_TYPE_NAMES:
+        return pb.MessageType.Name(message_type)
+    return f"unknown type {message_type}"
+
+
+MESSAGE_TYPE_NAMES = frozenset(pb.MessageType.values())
+
+
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(
         self,
@@ -306,8 +316,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if system.message_type != expected_type:
                 raise InvalidRequest(
                     pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                    f"topic {topic.name} takes {pb.MessageType.Name(expected_type)} messages, "
-                    f"not {pb.MessageType.Name(system.message_type)}",
+                    f"topic {topic.name} takes {type_name(expected_type)} messages, "
+                    f"not {type_name(system.message_type)}",
                 )
             if topic.message_type is MessageType.FIFO and not system.message_group:
                 raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "FIFO messages need a message_group")
@@ -331,6 +341,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if not system.HasField("delivery_timestamp"):
             raise InvalidRequest(pb.ILLEGAL_DELIVERY_TIME, "DELAY messages need a delivery time")
         due_ms = delivery_ms(system.delivery_timestamp)
+        if due_ms < 0:
+            # Far enough before 1970 it would not convert back to a Timestamp, and every
+            # pull or receive of its queue would fail on it.
+            raise InvalidRequest(
+                pb.ILLEGAL_DELIVERY_TIME, f"delivery time {due_ms} ms is before 1970"
+            )
         now = self.clock_ms()
         if due_ms - now > self.options.max_delay_ms:
             raise InvalidRequest(

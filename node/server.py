@@ -37,6 +37,7 @@ from node.metrics_http import MetricsHttpServer
 from node.pop_service import PopService
 from node.pop_state import PopState
 from node.replication import ReplicatedStore, ReplicationRole
+from node.request_decoding import MalformedRequestInterceptor
 from node.secret_box import SecretBox
 from node.timer_service import TimerService
 from node.tls import peer_channel_credentials, server_credentials
@@ -87,7 +88,8 @@ class Node:
         self.metrics = NodeMetrics(
             config.id, config.group, self.raw_store, self.topics, None, None, None
         )
-        interceptors = [self.metrics.interceptor]
+        # Malformed bodies answer INVALID_ARGUMENT before anything else looks at them.
+        interceptors = [MalformedRequestInterceptor(), self.metrics.interceptor]
         security = config.security
         self.secret_box = SecretBox(config.cluster.secret) if config.cluster.secret else None
         if security.auth:

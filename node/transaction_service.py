@@ -46,6 +46,7 @@ KIND_COMMIT = "commit"
 KIND_ROLLBACK = "rollback"
 KIND_CHECK = "check"
 RESOLUTIONS = {pb.COMMIT: KIND_COMMIT, pb.ROLLBACK: KIND_ROLLBACK}
+SOURCES = frozenset(pb.TransactionSource.values())
 CHECK_SCAN_INTERVAL_S = 0.5
 REPLAY_PAGE = 256
 RESOLVED_MEMORY = 100_000  # resolved transaction ids remembered for idempotent answers
@@ -185,7 +186,10 @@ class TransactionService:
                 )
         except InvalidRequest as error:
             return rpc.EndTransactionResponse(status=status(error.code, str(error)))
-        answer = await self._resolve(half, kind, reason=pb.TransactionSource.Name(request.source))
+        # The source only labels the record: a number this node does not know is kept as is.
+        source = request.source
+        reason = pb.TransactionSource.Name(source) if source in SOURCES else f"source {source}"
+        answer = await self._resolve(half, kind, reason=reason)
         return rpc.EndTransactionResponse(status=answer)
 
     async def _resolve(self, half: Half, kind: str, reason: str) -> pb.Status:

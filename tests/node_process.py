@@ -41,22 +41,28 @@ def start_node(
     port: int = 0,
     log_path: str | None = None,
 ) -> NodeProcess:
-    """A node on ``port`` (0: one the OS picks; a restart passes the port it had); its log
-    goes to ``log_path`` when given."""
+    """A node on ``port`` (0: one the OS picks; a restart passes the port it had). Its
+    log (stderr) is discarded unless ``log_path`` names a file to append it to."""
     os.makedirs(data_dir, exist_ok=True)
     config = os.path.join(data_dir, "..", os.path.basename(data_dir) + ".toml")
     with open(config, "w", encoding="utf-8") as f:
         f.write(TEST_STORE + extra_toml)
-    log = open(log_path, "a", encoding="utf-8") if log_path else subprocess.DEVNULL  # noqa: SIM115
-    process = subprocess.Popen(
-        [sys.executable, "-m", "node", "--config", config, "--data", data_dir, "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-    )
+    command = [sys.executable, "-m", "node", "--config", config, "--data", data_dir]
+    command += ["--port", str(port)]
+    stderr = subprocess.DEVNULL
     if log_path:
-        log.close()  # the child holds its own descriptor
+        stderr = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed below)
+    try:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    finally:
+        if log_path:
+            stderr.close()  # the child holds its own descriptor
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         line = process.stdout.readline()

@@ -208,6 +208,49 @@ def test_bad_requests_get_precise_codes_and_store_nothing(node):
     assert send(message("orders", b"fine", "D")) == pb.OK
 
 
+def test_what_the_fuzzer_found_answers_a_status_not_unknown(node):
+    """Regressions from tests/test_fuzz_rpc.py: each of these once ended in an unhandled
+    exception (gRPC UNKNOWN and a traceback in the node's log)."""
+    channel, messaging, admin = stubs(node.address)
+    # Bytes that are not the request message: INVALID_ARGUMENT, for unary and streams.
+    for path in (
+        "/apache.rocketmq.v2.MessagingService/SendMessage",
+        "/ferrymq.admin.v1.Admin/ListTopics",
+    ):
+        with pytest.raises(grpc.RpcError) as refused:
+            channel.unary_unary(path)(b"\xff\xff", timeout=10)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    receive = channel.unary_stream("/apache.rocketmq.v2.MessagingService/ReceiveMessage")
+    with pytest.raises(grpc.RpcError) as refused:
+        list(receive(b"\x00", timeout=10))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    telemetry = channel.stream_stream("/apache.rocketmq.v2.MessagingService/Telemetry")
+    with pytest.raises(grpc.RpcError) as refused:
+        list(telemetry(iter([b"\x0a\x00", b"\xff"]), timeout=10))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # Enum numbers the node does not know (proto3 takes any): INVALID_ARGUMENT.
+    for topic in (
+        api.Topic(name="t", queue_count=1, permission=-7),
+        api.Topic(name="t", message_type=99),
+    ):
+        assert admin.CreateTopic(api.CreateTopicRequest(topic=topic)).status.code == 3
+        assert admin.UpdateTopic(api.UpdateTopicRequest(topic=topic)).status.code == 3
+    # A message type number the node does not know: the type conflict, named by number.
+    create_topic(admin, "orders", queues=1)
+    unknown_type = message("orders", b"x", "A", message_type=-5)
+    answer = messaging.SendMessage(rpc.SendMessageRequest(messages=[unknown_type]))
+    assert answer.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    assert "unknown type -5" in answer.status.message
+    # A delivery time before 1970: refused, where once it was stored and then failed
+    # every pull of its queue (it did not convert back to a Timestamp).
+    create_topic(admin, "later", queues=1, message_type=api.DELAY)
+    early = message("later", b"x", "B", message_type=pb.DELAY)
+    early.system_properties.delivery_timestamp.seconds = -(2**63)
+    early.system_properties.delivery_timestamp.nanos = -(2**31)
+    answer = messaging.SendMessage(rpc.SendMessageRequest(messages=[early]))
+    assert answer.status.code == pb.ILLEGAL_DELIVERY_TIME
+
+
 def test_telemetry_answers_settings_and_keeps_the_stream_open(node):
     _, messaging, _ = stubs(node.address)
     outgoing: list[rpc.TelemetryCommand] = [
