@@ -74,6 +74,9 @@ def marked_processes(token: str) -> list[int]:
     return found
 
 
+KILL_WAIT_S = 10.0  # for killed processes to vanish
+
+
 class ProcessRegistry:
     """Processes and directories to remove, whatever happens: use as a context manager."""
 
@@ -140,6 +143,10 @@ class ProcessRegistry:
                 if started.process is not None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         started.process.wait(timeout=5)
+            # SIGKILL is delivered, not awaited: gone means gone when this returns.
+            deadline = time.monotonic() + KILL_WAIT_S
+            while self._alive() and time.monotonic() < deadline:
+                time.sleep(0.02)
             self.started.clear()
             for directory in self.directories:
                 shutil.rmtree(directory, ignore_errors=True)
