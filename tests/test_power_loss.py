@@ -93,3 +93,26 @@ def test_a_file_never_synced_is_zeroed_whole(tmp_path):
     other.parent.mkdir(parents=True)
     other.write_bytes(b"y" * 64)
     assert discard_unsynced(str(data)) == 64 and other.read_bytes() == b"\0" * 64
+
+
+def test_consume_queues_read_back_after_a_crash_are_forced_before_a_checkpoint_counts_them(
+    tmp_path, ledger
+):
+    """After a SIGKILL the consume queues on disk may be page cache only; a restarted store
+    that counted them as flushed wrote checkpoints claiming them, and a later power loss
+    left a hole no recovery refilled (a POP replay then read another topic's record)."""
+    config = StoreConfig(str(tmp_path / "data"), **SMALL)
+    store = MessageStore.open(config)
+    put(store, 0, 80)
+    store.commitlog.flush()  # the log is durable, its consume queue is not
+    store.close_abruptly_for_tests()
+    reopened = MessageStore.open(config)
+    reopened.flush_derived()  # the restarted node's first checkpoint
+    reopened.close_abruptly_for_tests()
+    sync_ledger.disable()
+    discard_unsynced(config.data_dir)
+    recovered = MessageStore.open(config)
+    try:
+        assert bodies(recovered) == [b"m-%d" % i for i in range(80)]
+    finally:
+        recovered.shutdown()
