@@ -34,6 +34,7 @@ from store.message import (
     TIMER_TOPIC,
     Message,
     StoredMessage,
+    decode_properties,
 )
 
 
@@ -52,26 +53,14 @@ def prepare(message: Message, topic_prefix: bytes, properties: bytes) -> Prepare
     """Encode what varies per message; ``topic_prefix`` is TOPICLENGTH + TOPIC, which a
     batch computes once per topic. Runs once per message on every put: kept lean."""
     props = message.properties
-    keys_raw = props.get(PROPERTY_KEYS)
-    unique = props.get(PROPERTY_UNIQ_KEY)
-    if keys_raw:
-        parts = keys_raw.split(KEY_SEPARATOR)
-        if "" in parts:
-            parts = [k for k in parts if k]
-        if unique:
-            parts.append(unique)
-        keys: tuple[str, ...] = tuple(parts)
-    else:
-        keys = (unique,) if unique else ()
     tail = topic_prefix + len(properties).to_bytes(2, "big") + properties
     if message.topic == TIMER_TOPIC:
         tag_code = timer_delivery_ms(props)
     else:
         tags = props.get(PROPERTY_TAGS)
         tag_code = tag_hash_code(tags) if tags else 0
-    return PreparedMessage(
-        message, tail, record.HEADER_SIZE + len(message.body) + len(tail), tag_code, keys
-    )
+    size = record.HEADER_SIZE + len(message.body) + len(tail)
+    return PreparedMessage(message, tail, size, tag_code, index_keys_of(props))
 
 
 def queue_tag_code(topic: str, properties: dict[str, str]) -> int:
@@ -108,23 +97,57 @@ assert all(
 )
 
 
-def dispatch_request_of(stored: StoredMessage) -> DispatchRequest:
-    props = stored.properties
-    keys = tuple(stored.keys)
-    unique = props.get(PROPERTY_UNIQ_KEY)
+def index_keys_of(properties: dict[str, str]) -> tuple[str, ...]:
+    """KEYS (split, empty ones dropped) then UNIQ_KEY: what the index takes for a record."""
+    keys_raw = properties.get(PROPERTY_KEYS)
+    unique = properties.get(PROPERTY_UNIQ_KEY)
+    if not keys_raw:
+        return (unique,) if unique else ()
+    parts = [k for k in keys_raw.split(KEY_SEPARATOR) if k]
     if unique:
-        keys = (*keys, unique)
+        parts.append(unique)
+    return tuple(parts)
+
+
+def dispatch_request_at(buf, position: int) -> DispatchRequest:
+    """The dispatch request of the valid record at ``position`` of ``buf``, read straight
+    from the header and the properties: replay (a slave's replicated chunks, recovery)
+    never needs the body, so it is never copied."""
+    (
+        size,
+        magic,
+        _,
+        queue_id,
+        _,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        _,
+        _,
+        store_timestamp_ms,
+        _,
+        _,
+        _,
+        body_length,
+    ) = record.HEADER.unpack_from(buf, position)
+    assert magic == record.MESSAGE_MAGIC, f"no message record at {position}"
+    topic_at = position + record.HEADER_SIZE + body_length
+    properties_at = topic_at + 1 + buf[topic_at]
+    properties_length = (buf[properties_at] << 8) | buf[properties_at + 1]
+    assert properties_at + 2 + properties_length == position + size, "record lengths disagree"
+    topic = buf[topic_at + 1 : properties_at].decode()
+    properties = decode_properties(buf[properties_at + 2 : position + size])
     return DispatchRequest(
-        stored.topic,
-        stored.queue_id,
-        stored.queue_offset,
-        stored.physical_offset,
-        stored.size,
-        queue_tag_code(stored.topic, props),  # as at append: the record passed its check
-        stored.store_timestamp_ms,
-        stored.sys_flag,
-        keys,
-        props,
+        topic,
+        queue_id,
+        queue_offset,
+        physical_offset,
+        size,
+        queue_tag_code(topic, properties),  # as at append: the record passed its check
+        store_timestamp_ms,
+        sys_flag,
+        index_keys_of(properties),
+        properties,
     )
 
 
@@ -379,6 +402,26 @@ class CommitLog:
             assert magic == record.MESSAGE_MAGIC and size > 0, f"no record at {position}"
             yield record.decode(segment.map, local)
             position += size
+
+    def dispatch_requests(self, start_offset: int, end_offset: int) -> Iterator[DispatchRequest]:
+        """Dispatch requests of the records in ``[start_offset, end_offset)``; start must
+        be a boundary. Blank records are skipped."""
+        position = start_offset
+        while position < end_offset:
+            segment = self.segments.find(position)
+            if segment is None:
+                return
+            buf, base = segment.map, segment.base_offset
+            limit = min(end_offset, segment.end_offset)
+            while position < limit:
+                local = position - base
+                size, magic = record.SIZE_AND_MAGIC.unpack_from(buf, local)
+                if magic == record.BLANK_MAGIC:
+                    position = segment.end_offset
+                    break
+                assert magic == record.MESSAGE_MAGIC and size > 0, f"no record at {position}"
+                yield dispatch_request_at(buf, local)
+                position += size
 
     def set_end(self, end_offset: int, flushed_from: int) -> None:
         """After recovery: data ends at ``end_offset`` and everything past it is discarded.

@@ -999,6 +999,52 @@ def test_recovery_scans_only_from_the_segment_of_the_durable_point(tmp_path):
     store.shutdown()
 
 
+def test_replayed_chunks_dispatch_like_the_master_across_segment_rolls(tmp_path, monkeypatch):
+    """Invariant: a slave appending a master's chunks verbatim ends with the same consume
+    queues, index answers and listener calls as the master, although it dispatches them
+    in catch-up batches (made small here, so that batches end mid-chunk and straddle
+    the blank records of segment rolls)."""
+    from store import dispatcher
+
+    monkeypatch.setattr(dispatcher, "CATCH_UP_BATCH", 7)
+    master = MessageStore.open(StoreConfig(str(tmp_path / "master"), **SMALL, **QUIET))
+    for i in range(120):
+        # Two separators in a row: the empty key between them is not indexed.
+        properties = {"KEYS": f"K{i}  shared"} if i % 3 else {}
+        message = Message.build(
+            "T",
+            os.urandom(1500),
+            queue_id=i % 3,
+            tags=f"Tag{i % 4}",
+            unique_key=f"U{i}",
+            properties=properties,
+        )
+        assert master.put_message(message).ok
+    assert master.commitlog.write_offset > 2 * SEGMENT
+    slave = MessageStore.open(StoreConfig(str(tmp_path / "slave"), **SMALL, **QUIET))
+    seen: list[tuple[int, tuple[str, ...]]] = []
+    slave.dispatcher.listeners.append(lambda r: seen.append((r.physical_offset, r.keys)))
+    offset = 0
+    while offset < master.commitlog.write_offset:
+        chunk = master.commitlog.read_records(offset, 10_000)
+        offset = slave.append_replicated(offset, chunk)
+    assert assert_derived_files_agree(slave) == assert_derived_files_agree(master) == 120
+    for (topic, queue_id), queue in master.consume_queues.queues.items():
+        replica = slave.consume_queues.get(topic, queue_id)
+        assert [replica.entry_at(i) for i in range(queue.max_offset)] == [
+            queue.entry_at(i) for i in range(queue.max_offset)
+        ]
+    shared = {m.physical_offset for m in slave.query_by_key("T", "shared", max_count=200)}
+    assert len(shared) == 80
+    log = master.commitlog
+    expected = [
+        (m.physical_offset, (*m.keys, m.unique_key)) for m in log.iterate(0, log.write_offset)
+    ]
+    assert seen == expected
+    master.shutdown()
+    slave.shutdown()
+
+
 @pytest.mark.parametrize("abrupt", [False, True], ids=["clean", "abrupt"])
 def test_a_damaged_checkpoint_makes_recovery_scan_from_the_first_segment(tmp_path, abrupt):
     """Invariant: without a trustworthy checkpoint recovery assumes nothing is durable:
