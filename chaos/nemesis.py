@@ -28,15 +28,17 @@ from ferrymq.cluster import ClusterPlan, NodePlan, is_running, save_plan, start_
 
 PARTITIONS = ("partition-master", "partition-random", "partition-clients")
 POWER_LOSSES = ("power-loss-master", "power-loss-all")
-KINDS = ("kill-master", "kill-slave", "kill-leader", "kill-random", "pause", *PARTITIONS)
-KINDS += ("restart-all", *POWER_LOSSES)
-ALIASES = {
-    "kill": ("kill-master", "kill-slave", "kill-leader", "kill-random"),
-    "partition": PARTITIONS,
-    "power-loss": POWER_LOSSES,
-}
-MASTER_FAULTS = ("kill-master", "pause", "partition-master", "partition-clients")
-MASTER_FAULTS += ("power-loss-master",)
+KILLS = ("kill-master", "kill-slave", "kill-leader", "kill-random")
+KINDS = (*KILLS, "pause", *PARTITIONS, "restart-all", *POWER_LOSSES)
+ALIASES = {"kill": KILLS, "partition": PARTITIONS, "power-loss": POWER_LOSSES}
+# Faults aimed at the group's master (a random node when none is known).
+MASTER_FAULTS = (
+    "kill-master",
+    "pause",
+    "partition-master",
+    "partition-clients",
+    "power-loss-master",
+)
 LEASE_S = 3.0
 
 

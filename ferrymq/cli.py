@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from ferrymq.cli_output import Progress, emit_json, table
+from ferrymq.cli_output import Progress, admin_of, emit_json, show, show_table, table
 from ferrymq.cli_security import add_connection_options, add_security_commands
 
 DEFAULT_SERVER = "127.0.0.1:8081"
@@ -373,12 +373,6 @@ def cluster_stop_command(args) -> int:
 
 
 # ---- topics and groups ---------------------------------------------------------------
-def admin_of(args):
-    from ferrymq.client import Admin
-
-    return Admin(args.server)
-
-
 def topic_create(args) -> int:
     with admin_of(args) as admin:
         groups = tuple(g for g in args.groups.split(",") if g)
@@ -633,22 +627,6 @@ def query_messages(args) -> int:
 
 
 # ---- output --------------------------------------------------------------------------
-def show(args, value, text: str) -> None:
-    if args.json:
-        emit_json(value)
-    else:
-        print(text)
-
-
-def show_table(args, values, headers, rows) -> None:
-    if args.json:
-        emit_json(values)
-    elif rows:
-        print(table(headers, rows))
-    else:
-        print("(none)")
-
-
 def chaos_run_command(args) -> int:
     from chaos import runner
 

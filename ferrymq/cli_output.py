@@ -81,3 +81,27 @@ class Progress:
         if self.enabled:
             self._draw(time.monotonic())
             sys.stderr.write("\n")
+
+
+def admin_of(args) -> Any:
+    """An ``Admin`` client of ``--server`` (imported late: ``--help`` stays fast)."""
+    from ferrymq.client import Admin
+
+    return Admin(args.server)
+
+
+def show(args, value: Any, text: str) -> None:
+    """``value`` as JSON under ``--json``, else the human sentence ``text``."""
+    if args.json:
+        emit_json(value)
+    else:
+        print(text)
+
+
+def show_table(args, values: Any, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    if args.json:
+        emit_json(values)
+    elif rows:
+        print(table(headers, rows))
+    else:
+        print("(none)")

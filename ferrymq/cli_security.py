@@ -12,6 +12,8 @@ import argparse
 import getpass
 import os
 
+from ferrymq.cli_output import admin_of, show, show_table
+
 CONNECTION_OPTIONS = {
     "--access-key": ("FERRYMQ_ACCESS_KEY", "sign calls as this user (or FERRYMQ_ACCESS_KEY)"),
     "--secret-key": ("FERRYMQ_SECRET_KEY", "its secret key (better: FERRYMQ_SECRET_KEY)"),
@@ -79,43 +81,35 @@ def _secret_of(args, required: bool) -> str:
     return getpass.getpass(prompt + ": ")
 
 
-def _admin(args):
-    from ferrymq.client import Admin
-
-    return Admin(args.server)
-
-
 def _user_view(user) -> dict:
     return {"access_key": user.access_key, "admin": user.admin, "acl": [str(r) for r in user.acl]}
 
 
 def user_create(args) -> int:
     secret = _secret_of(args, required=True)
-    with _admin(args) as admin:
+    with admin_of(args) as admin:
         user = admin.create_user(args.user, secret, args.admin)
-    _show(args, _user_view(user), f"created user {user.access_key}")
+    show(args, _user_view(user), f"created user {user.access_key}")
     return 0
 
 
 def user_update(args) -> int:
     secret = _secret_of(args, required=False)
-    with _admin(args) as admin:
+    with admin_of(args) as admin:
         user = admin.update_user(args.user, secret, args.admin)
-    _show(args, _user_view(user), f"updated user {user.access_key}")
+    show(args, _user_view(user), f"updated user {user.access_key}")
     return 0
 
 
 def user_delete(args) -> int:
-    with _admin(args) as admin:
+    with admin_of(args) as admin:
         admin.delete_user(args.user)
-    _show(args, {"deleted": args.user}, f"deleted user {args.user}")
+    show(args, {"deleted": args.user}, f"deleted user {args.user}")
     return 0
 
 
 def user_list(args) -> int:
-    from ferrymq.cli import show_table
-
-    with _admin(args) as admin:
+    with admin_of(args) as admin:
         users = admin.list_users()
     show_table(
         args,
@@ -135,32 +129,24 @@ def _rule(args):
 
 def acl_grant(args) -> int:
     rule = _rule(args)
-    with _admin(args) as admin:
+    with admin_of(args) as admin:
         user = admin.grant(args.user, rule)
-    _show(args, _user_view(user), f"{user.access_key}: {rule}")
+    show(args, _user_view(user), f"{user.access_key}: {rule}")
     return 0
 
 
 def acl_revoke(args) -> int:
     rule = _rule(args)
-    with _admin(args) as admin:
+    with admin_of(args) as admin:
         user = admin.revoke(args.user, rule)
-    _show(args, _user_view(user), f"{user.access_key}: revoked {rule}")
+    show(args, _user_view(user), f"{user.access_key}: revoked {rule}")
     return 0
 
 
 def acl_list(args) -> int:
-    from ferrymq.cli import show_table
-
-    with _admin(args) as admin:
+    with admin_of(args) as admin:
         users = [u for u in admin.list_users() if args.user in (None, u.access_key)]
     rows = [[u.access_key, "admin: everything", ""] for u in users if u.admin]
     rows += [[u.access_key, str(rule), ""] for u in users for rule in u.acl]
     show_table(args, [_user_view(u) for u in users], ["access key", "rule", ""], rows)
     return 0
-
-
-def _show(args, value, text: str) -> None:
-    from ferrymq.cli import show
-
-    show(args, value, text)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
 from bench.peers import report
 from bench.peers.processes import ProcessRegistry, marked_processes
 from bench.peers.workloads import SCALES, Figures, measure
+from tests.polling import until
 
 
 def figures(name: str, **values) -> dict:
@@ -169,14 +169,6 @@ def alive(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
-def wait_for(condition, timeout_s: float = 20.0):
-    deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-    return value
-
-
 def test_registry_kills_children_and_escaped_daemons_on_an_exception(tmp_path):
     registry = ProcessRegistry("test", grace_s=1)
     with pytest.raises(RuntimeError, match="workload failed"), registry:
@@ -188,8 +180,10 @@ def test_registry_kills_children_and_escaped_daemons_on_an_exception(tmp_path):
             ["sh", "-c", "sleep 300 & setsid sleep 301 & exec sleep 302"],
             str(tmp_path / "shell.log"),
         )
-        children = wait_for(
-            lambda: (found := marked_processes(registry.token)) and len(found) >= 3 and found
+        children = until(
+            lambda: (found := marked_processes(registry.token)) and len(found) >= 3 and found,
+            20,
+            "the three marked processes",
         )
         assert all(alive(pid) for pid in children)
         raise RuntimeError("workload failed")

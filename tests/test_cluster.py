@@ -32,6 +32,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from tests.compat import run_official_at
+from tests.polling import until
 
 SMALL_STORE = {
     "store": {
@@ -42,18 +43,6 @@ SMALL_STORE = {
     }
 }
 UNAVAILABLE = 14
-
-
-def until(condition, timeout_s: float, what: str, interval_s: float = 0.05):
-    """Poll ``condition`` until it returns a true value; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
 
 
 def status_of(node: NodePlan):

@@ -24,6 +24,7 @@ from deploy.prometheus_server import PrometheusServer
 from deploy.render_dashboard import substitute
 from ferrymq.client import Admin, Message, Producer, PullConsumer
 from ferrymq.cluster import cluster_down, cluster_up, is_running, load_plan
+from tests.polling import until
 from tests.test_metrics_prometheus import (  # noqa: F401 (prometheus_tools is a fixture)
     PROMETHEUS_DIR,
     RATE_INTERVAL,
@@ -46,16 +47,6 @@ SETTINGS = {
 }
 # Alerts that the load itself may raise on a healthy cluster (lag grows on purpose).
 LOAD_ALERTS = {"FerrymqConsumerLagGrowing"}
-
-
-def until(condition, timeout_s: float, what: str, interval_s: float = 0.2):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = condition()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s: {result!r}"
-        time.sleep(interval_s)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ha.epochs import EpochHistory
 from store.config import StoreConfig
 from store.message_store import MessageStore
+from tests.polling import until
 from tests.test_cluster import (
     SMALL_STORE,
     kill,
@@ -33,7 +34,6 @@ from tests.test_cluster import (
     status_of,
     stop_all,
     topic_everywhere,
-    until,
 )
 
 

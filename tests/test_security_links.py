@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,9 @@ from ha.wire import Kind, LinkError, control, proof, read_control, read_frame
 from store.config import StoreConfig
 from store.message_store import MessageStore
 from tests.node_process import ROOT, TEST_STORE, start_node
+from tests.polling import until
 
 SECRET = "the-real-cluster-secret"
-
-
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +55,9 @@ def test_the_master_refuses_and_logs_a_replica_with_the_wrong_secret(voter):
 
     kind, payload = asyncio.run(handshake("not-the-cluster-secret"))
     assert kind is Kind.REFUSED and b"wrong cluster secret" in payload
-    wait_for(
-        lambda: "replication: refused intruder (wrong cluster secret)" in voter["log"].read_text()
+    until(
+        lambda: "replication: refused intruder (wrong cluster secret)" in voter["log"].read_text(),
+        what="the refusal in the log",
     )
     # The right secret passes the secret check (and is refused only as a non-member).
     kind, payload = asyncio.run(handshake(SECRET))

@@ -37,6 +37,7 @@ from store.message import Message, StoredMessage
 from store.message_store import MessageStore
 from store.results import GetStatus, PutStatus
 from tests import store_crash_writer as writer
+from tests.polling import until
 
 WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "store_crash_writer.py")
 DEADLINE_S = 20.0
@@ -154,13 +155,6 @@ def assert_acknowledged(by_key: dict[str, StoredMessage], acks: list[Ack]) -> No
             stored.physical_offset,
             zlib.crc32(stored.body),
         ) == (ack.topic, ack.queue_id, ack.queue_offset, ack.physical_offset, ack.body_crc), ack
-
-
-def poll(condition, what: str, timeout_s: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 # ---- disk full -----------------------------------------------------------------------
@@ -363,7 +357,7 @@ def test_disk_full_when_a_new_consume_queue_file_is_needed(tmpfs_disk, opened, c
             for r in caplog.records
         )
 
-    poll(flush_failed_for_lack_of_space, "a background flush to fail with ENOSPC")
+    until(flush_failed_for_lack_of_space, DEADLINE_S, "a background flush to fail with ENOSPC")
 
     before = written_state(store)
     for message in (build(200), build(201, queue_id=3), build(202, topic="payments")):
@@ -386,11 +380,12 @@ def test_disk_full_when_a_new_consume_queue_file_is_needed(tmpfs_disk, opened, c
     assert store.max_offset_in_queue("orders", 0) == 106
     # The flusher lived through the failures: the checkpoint catches up again.
     checkpoint_path = os.path.join(config.data_dir, "checkpoint")
-    poll(
+    until(
         lambda: (
             (Checkpoint.read(checkpoint_path) or Checkpoint()).consume_queue_flushed_offset
             == store.commitlog.write_offset
         ),
+        DEADLINE_S,
         "the checkpoint to catch up",
     )
 
