@@ -59,3 +59,11 @@ def tmpfs_disk(tmp_path):
     yield mount
     for path in reversed(mounted):
         subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark for every Spark test module: starting a JVM costs seconds."""
+    from ferrymq.spark.session import build_session
+
+    return build_session("local[2]", "ferrymq-tests")

@@ -11,7 +11,6 @@ import time
 import pytest
 
 from ferrymq.client import Admin, Message, Producer
-from ferrymq.spark import build_session
 from ferrymq.spark.options import read_options
 from ferrymq.spark.records import ARROW_SCHEMA
 from tests.node_process import start_node
@@ -22,11 +21,6 @@ retention_ms = 1
 retention_check_interval_ms = 100
 max_message_body_bytes = 1048576
 """
-
-
-@pytest.fixture(scope="module")
-def spark():
-    return build_session("local[2]", "ferrymq-tests")
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,7 @@ import pytest
 
 from ferrymq.cli import main as cli
 from ferrymq.client import Admin, Message, Producer
-from ferrymq.spark import build_session
 from tests.node_process import start_node
-
-
-@pytest.fixture(scope="module")
-def spark():
-    return build_session("local[2]", "ferrymq-tests")
 
 
 @pytest.fixture(scope="module")

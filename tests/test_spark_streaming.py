@@ -12,7 +12,6 @@ import pytest
 
 from ferrymq.client import Admin, Message, Producer
 from ferrymq.cluster import cluster_up
-from ferrymq.spark import build_session
 from ferrymq.spark.options import write_options
 from ferrymq.spark.sink import Sender, write_rows
 from tests.node_process import start_node
@@ -20,11 +19,6 @@ from tests.test_cluster import SMALL_STORE, kill, stop_all, topic_everywhere
 from tests.test_replication import master_of
 
 DEADLINE_S = 90
-
-
-@pytest.fixture(scope="module")
-def spark():
-    return build_session("local[2]", "ferrymq-tests")
 
 
 @pytest.fixture(scope="module")
