@@ -138,13 +138,18 @@ class ReplicationMaster:
             return False
         if end_offset <= self.confirmed_offset:
             return True
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
         self._waiter_seq += 1
         heapq.heappush(self._waiters, (end_offset, self._waiter_seq, future))
+        # A timer instead of wait_for(shield(...)): those add three loop turns to every
+        # acknowledgement. A waiter cancelled or timed out stays in the heap until the
+        # confirmed offset passes it (``_recompute`` skips futures already done).
+        expiry = loop.call_later(timeout_s, _expire, future)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
-        except TimeoutError:
-            return False
+            return await future
+        finally:
+            expiry.cancel()
 
     def set_counted(self, counted: frozenset[str]) -> None:
         self.counted = counted - {self.node_id}
@@ -271,7 +276,8 @@ class ReplicationMaster:
                 await writer.drain()
                 continue
             try:
-                await asyncio.wait_for(link.wake.wait(), HEARTBEAT_S)
+                async with asyncio.timeout(HEARTBEAT_S):
+                    await link.wake.wait()
             except TimeoutError:
                 writer.write(
                     data_frame(offset, self.epochs.last_epoch, 0, self.confirmed_offset, b"")
@@ -321,3 +327,8 @@ class ReplicationMaster:
             return True
         behind_since = link.caught_up_at or link.connected_at
         return link.acked < end and self.clock() - behind_since > max_lag_s
+
+
+def _expire(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(False)

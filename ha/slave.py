@@ -182,23 +182,30 @@ class ReplicationSlave:
         store = self.store
         sync_flush = store.config.flush_mode is FlushMode.SYNC_FLUSH
         loop = asyncio.get_running_loop()
-        while not self._stopping:
-            kind, payload = await asyncio.wait_for(read_frame(reader), IDLE_TIMEOUT_S)
-            if kind is not Kind.DATA:
-                raise LinkError(f"expected DATA, got {kind.name}")
-            offset, epoch, epoch_start, confirmed = DATA_HEADER.unpack_from(payload)
-            records = payload[DATA_HEADER.size :]
-            self.confirmed_offset = max(self.confirmed_offset, confirmed)
-            if self.caps_reads:
-                store.confirmed_offset = min(self.confirmed_offset, store.commitlog.write_offset)
-            if not records:
-                continue  # a heartbeat
-            if self._stopping:
-                return  # promoted meanwhile: this log takes no more of the old master's bytes
-            if epoch > self.epochs.last_epoch:
-                self.epochs.append(epoch, epoch_start)
-            end = store.append_replicated(offset, records)
-            if sync_flush:
-                await loop.run_in_executor(None, store.commitlog.flush)
-            writer.write(ack_frame(end))
-            await writer.drain()
+        # One idle deadline, moved before every read: wait_for would create a task and
+        # add loop turns for every frame, on the path of every SYNC acknowledgement.
+        async with asyncio.timeout(None) as idle:
+            while not self._stopping:
+                idle.reschedule(loop.time() + IDLE_TIMEOUT_S)
+                kind, payload = await read_frame(reader)
+                idle.reschedule(None)
+                if kind is not Kind.DATA:
+                    raise LinkError(f"expected DATA, got {kind.name}")
+                offset, epoch, epoch_start, confirmed = DATA_HEADER.unpack_from(payload)
+                records = payload[DATA_HEADER.size :]
+                self.confirmed_offset = max(self.confirmed_offset, confirmed)
+                if self.caps_reads:
+                    store.confirmed_offset = min(
+                        self.confirmed_offset, store.commitlog.write_offset
+                    )
+                if not records:
+                    continue  # a heartbeat
+                if self._stopping:
+                    return  # promoted meanwhile: this log takes no more of the old master's
+                if epoch > self.epochs.last_epoch:
+                    self.epochs.append(epoch, epoch_start)
+                end = store.append_replicated(offset, records)
+                if sync_flush:
+                    await loop.run_in_executor(None, store.commitlog.flush)
+                writer.write(ack_frame(end))
+                await writer.drain()

@@ -20,14 +20,17 @@ class QueueWaiters:
         self._loop_thread = threading.get_ident()
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
 
-    def on_dispatch(self, request: DispatchRequest) -> None:
-        key = (request.topic, request.queue_id)
-        if key not in self._waiters:
+    def on_dispatch(self, requests: list[DispatchRequest]) -> None:
+        waiting = self._waiters
+        if not waiting:
             return
-        if threading.get_ident() == self._loop_thread:
-            self._wake(key)
-        else:
-            self._loop.call_soon_threadsafe(self._wake, key)
+        keys = {(r.topic, r.queue_id) for r in requests}.intersection(waiting)
+        on_loop = threading.get_ident() == self._loop_thread
+        for key in keys:
+            if on_loop:
+                self._wake(key)
+            else:
+                self._loop.call_soon_threadsafe(self._wake, key)
 
     def _wake(self, key: tuple[str, int]) -> None:
         for waiter in self._waiters.pop(key, ()):

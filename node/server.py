@@ -213,7 +213,7 @@ class Node:
             commit_index=raft.commit_index,
         )
 
-    def _on_dispatch(self, request) -> None:
+    def _on_dispatch(self, requests: list) -> None:
         if self.replication.is_master:
             self.replication.master.on_appended()
 

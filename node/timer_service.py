@@ -157,13 +157,17 @@ class TimerService:
         bucket.offsets.append(queue_offset)
         self._pending += 1
 
-    def _on_dispatch(self, request: DispatchRequest) -> None:
-        if request.topic != TIMER_TOPIC:
-            return
-        if threading.get_ident() == self._loop_thread:
-            self._arrived(request.tag_code, request.queue_offset)
-        else:
-            self._loop.call_soon_threadsafe(self._arrived, request.tag_code, request.queue_offset)
+    def _on_dispatch(self, requests: list[DispatchRequest]) -> None:
+        on_loop = threading.get_ident() == self._loop_thread
+        for request in requests:
+            if request.topic != TIMER_TOPIC:
+                continue
+            if on_loop:
+                self._arrived(request.tag_code, request.queue_offset)
+            else:
+                self._loop.call_soon_threadsafe(
+                    self._arrived, request.tag_code, request.queue_offset
+                )
 
     def _arrived(self, due_ms: int, queue_offset: int) -> None:
         earliest = self._due_heap[0] if self._due_heap else None

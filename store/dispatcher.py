@@ -7,8 +7,10 @@ log), and ``catch_up`` re-reads the log from the cursor whenever an earlier disp
 (a full disk while creating a consume-queue file, say). Every step is idempotent, so
 replaying a range that was partly dispatched is safe.
 
-Consumers that must see more than queue entries (consumer-offset and ack records, delayed
-and transactional state) register a ``listener``; it is called for every record, in order.
+Consumers that must see more than queue entries (long polls, delayed messages, the
+replication master) register a ``listener``; it is called once per dispatched batch with
+the batch's requests, in log order (once per batch, not per record: a listener's fixed
+cost, such as waking the replication links, is paid once for 128 records).
 
 Thread-safety: called with the store's put lock held (or by recovery, alone).
 """
@@ -24,7 +26,7 @@ from store.dispatch_request import DispatchRequest
 from store.errors import StoreError
 from store.index_service import IndexService
 
-DispatchListener = Callable[[DispatchRequest], None]
+DispatchListener = Callable[[list[DispatchRequest]], None]
 CATCH_UP_BATCH = 512
 
 
@@ -117,8 +119,7 @@ class Dispatcher:
             self.dispatched_offset = start
             return
         for listener in self.listeners:
-            for request in requests:
-                listener(request)
+            listener(requests)
         last = requests[-1]
         self.dispatched_offset = last.physical_offset + last.size
         self.last_error = None

@@ -1023,7 +1023,9 @@ def test_replayed_chunks_dispatch_like_the_master_across_segment_rolls(tmp_path,
     assert master.commitlog.write_offset > 2 * SEGMENT
     slave = MessageStore.open(StoreConfig(str(tmp_path / "slave"), **SMALL, **QUIET))
     seen: list[tuple[int, tuple[str, ...]]] = []
-    slave.dispatcher.listeners.append(lambda r: seen.append((r.physical_offset, r.keys)))
+    slave.dispatcher.listeners.append(
+        lambda batch: seen.extend((r.physical_offset, r.keys) for r in batch)
+    )
     offset = 0
     while offset < master.commitlog.write_offset:
         chunk = master.commitlog.read_records(offset, 10_000)
