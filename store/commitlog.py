@@ -301,9 +301,17 @@ class CommitLog:
         ``max_length`` (at least one), never past the end of the segment or of the data.
         What a master streams to its slaves, so that a slave only ever appends whole
         records and its log stays a prefix of the master's at every step."""
-        chunk = self.read_bytes(physical_offset, max(max_length, 0) or 1)
-        if not chunk:
+        segment = self.segments.find(physical_offset)
+        write_offset = self.write_offset
+        if segment is None or physical_offset >= write_offset:
             return b""
+        end = min(write_offset, segment.end_offset, physical_offset + max(max_length, 1))
+        chunk = segment.read(physical_offset - segment.base_offset, end - physical_offset)
+        if end in (write_offset, segment.end_offset):
+            # The write offset and a segment's end are record boundaries (a blank record
+            # fills a segment's tail): no record needs finding, the usual case of a
+            # slave that keeps up.
+            return chunk
         cut = 0
         length = len(chunk)
         unpack = record.SIZE_AND_MAGIC.unpack_from

@@ -999,6 +999,36 @@ def test_recovery_scans_only_from_the_segment_of_the_durable_point(tmp_path):
     store.shutdown()
 
 
+@pytest.mark.parametrize("max_length", [1, 2999, 5000, 20_000, 10**9])
+def test_read_records_cuts_whole_records_within_one_segment(tmp_path, max_length):
+    """Invariant: what a master streams is whole records — as many as fit in
+    ``max_length`` (one when a record alone is longer), never past a segment's end or the
+    write offset — so a slave's log is a prefix of the master's after every chunk."""
+    store = MessageStore.open(StoreConfig(str(tmp_path / "store"), **SMALL, **QUIET))
+    write_segments(store, 2.5)
+    log = store.commitlog
+    records = list(log.iterate(0, log.write_offset))
+    boundaries = {m.physical_offset for m in records} | {
+        m.physical_offset + m.size for m in records
+    }
+    boundaries |= {f.end_offset for f in log.segments.files}  # after a blank record
+    offset, chunks = 0, 0
+    while offset < log.write_offset:
+        chunk = log.read_records(offset, max_length)
+        end = offset + len(chunk)
+        assert chunk and end in boundaries, (offset, len(chunk))
+        assert end <= (offset // SEGMENT + 1) * SEGMENT, "a chunk crosses a segment end"
+        if len(chunk) > max_length:  # only ever one record longer than the limit
+            assert not {b for b in boundaries if offset < b < end}, (offset, len(chunk))
+        elif end < min(log.write_offset, (offset // SEGMENT + 1) * SEGMENT):
+            # No room was left: the next record would not have fitted.
+            (next_size,) = struct.unpack_from(">i", log.read_bytes(end, 4))
+            assert len(chunk) + next_size > max_length
+        offset, chunks = end, chunks + 1
+    assert offset == log.write_offset and chunks >= 3
+    store.shutdown()
+
+
 def test_replayed_chunks_dispatch_like_the_master_across_segment_rolls(tmp_path, monkeypatch):
     """Invariant: a slave appending a master's chunks verbatim ends with the same consume
     queues, index answers and listener calls as the master, although it dispatches them
