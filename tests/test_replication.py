@@ -143,14 +143,15 @@ def log_digest(node: NodePlan, length: int) -> str:
 
 
 def wait_identical(plan: ClusterPlan, at_least: int = 1, timeout_s: float = 20) -> int:
-    """Until every node reports (by heartbeat) the same CommitLog end, at least
-    ``at_least``, and the bytes up to it agree; that end."""
+    """Until every node is alive and reports (by heartbeat) the same CommitLog end, at
+    least ``at_least``, and the bytes up to it agree; that end. (A node just restarted is
+    not alive until its first heartbeat: its end would not count yet.)"""
 
     def same_end():
         status = status_of(plan.nodes[0])
-        if status is None:
+        if status is None or not all(n.alive for n in status.nodes):
             return None
-        ends = {n.max_offset for n in status.nodes if n.alive}
+        ends = {n.max_offset for n in status.nodes}
         if len(ends) != 1 or len(status.nodes) != len(plan.nodes):
             return None
         end = ends.pop()
