@@ -33,7 +33,7 @@ from ha.wire import (
     read_frame,
 )
 from store.config import FlushMode
-from store.errors import ReplicaMismatch
+from store.errors import ReplicaDiverged, ReplicaMismatch
 from store.message_store import MessageStore
 
 log = logging.getLogger("ferrymq.ha.slave")
@@ -115,7 +115,7 @@ class ReplicationSlave:
                 ) as error:
                     repeated = str(error) == self.last_error
                     self.last_error = str(error)
-                    if isinstance(error, Diverged) and not repeated:
+                    if isinstance(error, Diverged | ReplicaDiverged) and not repeated:
                         log.error("replication from %s refused: %s", address, error)
                     elif not repeated:
                         log.info("replication from %s stopped: %s", address, error)

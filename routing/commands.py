@@ -32,7 +32,8 @@ class RegisterNode:
 
     A master that registers again has restarted, and may have lost what it had not
     forced to disk: an in-sync member that heartbeated within ``lease_ms`` of
-    ``wall_ms`` takes over (the one with the longest log), as after a failure."""
+    ``wall_ms`` takes over (the one with the longest log), as after a failure; without
+    one it stays master, in a new epoch."""
 
     node_id: str
     broker_group: str

@@ -147,6 +147,13 @@ class RoutingState:
                     in_sync_epoch=group.in_sync_epoch + 1,
                     lost_by=frozenset(),
                 )
+            else:
+                # It stays master, in a new term: a term never spans a restart. After a
+                # power loss its log may be shorter than before, and what it writes next
+                # must not share an epoch with the bytes a slave copied from the lost
+                # tail, or the slave's epoch comparison would keep them (a silently
+                # diverged replica, found by the chaos suite).
+                group = replace(group, epoch=group.epoch + 1)
         return [
             ("members", member.node_id, member),
             ("broker_groups", group.name, group),

@@ -159,6 +159,30 @@ def check_at(buf, position: int, limit: int) -> RecordCheck:
     return RecordCheck(size)
 
 
+def chunk_problem(data: bytes) -> str | None:
+    """Why ``data`` is not a run of whole records (None when it is): each starts with a
+    plausible size and a magic code, a blank record only last, and the sizes add up to
+    exactly ``len(data)``. What a slave checks before appending a master's bytes, so that
+    bytes cut elsewhere than at one of its own record boundaries are refused, not stored."""
+    position, length = 0, len(data)
+    unpack = SIZE_AND_MAGIC.unpack_from
+    while position < length:
+        if length - position < SIZE_AND_MAGIC.size:
+            return f"{length - position} stray bytes at {position}"
+        size, magic = unpack(data, position)
+        if magic == BLANK_MAGIC:
+            if position + size != length:
+                return f"a blank record at {position} does not end the chunk"
+        elif magic != MESSAGE_MAGIC:
+            return f"bad magic code 0x{magic:08X} at {position}"
+        elif size < HEADER_SIZE + 3:
+            return f"record size {size} at {position} is too small"
+        if position + size > length:
+            return f"the record at {position} runs past the chunk"
+        position += size
+    return None
+
+
 def decode(buf, position: int) -> StoredMessage:
     """Decode a record known to be valid (it passed ``check_at`` or was just written)."""
     (

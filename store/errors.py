@@ -27,3 +27,9 @@ class DiskFullError(StoreError):
 class ReplicaMismatch(StoreError):
     """Replicated bytes do not start where this log ends: the replication link must
     compare histories again before it can go on."""
+
+
+class ReplicaDiverged(ReplicaMismatch):
+    """Replicated bytes start at this log's end but are not whole records there: the
+    two logs differ below that point although their epoch histories agree. Nothing is
+    stored; an operator must look (a bug, or a disk that lost acknowledged bytes)."""

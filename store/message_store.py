@@ -27,11 +27,12 @@ from collections.abc import Callable, Collection
 
 from store.checkpoint import Checkpoint
 from store.commitlog import CommitLog, PreparedMessage, prepare, topic_prefix_of
+from store.commitlog_record import chunk_problem
 from store.commitlog_record import decode as record_decode
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import BLANK_SIZE
 from store.dispatcher import ConsumeQueueTable, Dispatcher
-from store.errors import DiskFullError, InvalidMessageError, ReplicaMismatch
+from store.errors import DiskFullError, InvalidMessageError, ReplicaDiverged, ReplicaMismatch
 from store.flush_service import BackgroundFlusher, GroupCommitService, enough_dirty
 from store.hashing import tag_hash_code
 from store.index_service import IndexService
@@ -279,6 +280,15 @@ class MessageStore:
                 raise ReplicaMismatch(
                     f"master sent bytes at {physical_offset}, this log ends at "
                     f"{self.commitlog.write_offset}"
+                )
+            problem = chunk_problem(data)
+            if problem is not None:
+                # The master's records do not start where this log's end is: the two logs
+                # differ below this point although their epochs agree. Refused, never
+                # stored: a replica that silently differs is worse than one that stops.
+                raise ReplicaDiverged(
+                    f"bytes from the master at {physical_offset} are not whole records "
+                    f"({problem}): the logs diverged below this point"
                 )
             self.commitlog.append_raw(physical_offset, data)
             self.dispatcher.catch_up()

@@ -20,7 +20,7 @@ from store.commitlog import CommitLog, prepare, topic_prefix_of
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import ENTRY_SIZE, ConsumeQueue
 from store.dispatch_request import DispatchRequest
-from store.errors import InvalidMessageError
+from store.errors import InvalidMessageError, ReplicaMismatch
 from store.flush_service import GroupCommitService
 from store.hashing import tag_hash_code
 from store.index_file import HEADER_SIZE as INDEX_HEADER_SIZE
@@ -1073,6 +1073,34 @@ def test_replayed_chunks_dispatch_like_the_master_across_segment_rolls(tmp_path,
         (m.physical_offset, (*m.keys, m.unique_key)) for m in log.iterate(0, log.write_offset)
     ]
     assert seen == expected
+    master.shutdown()
+    slave.shutdown()
+
+
+def test_a_replica_refuses_bytes_that_are_not_whole_records_at_its_end(tmp_path):
+    """Invariant: a slave stores a master's bytes only when they are whole records that
+    start at its own end. Logs that differ below that point (their epochs agree, their
+    bytes do not) must stop replication, not leave a replica that silently differs."""
+    master = MessageStore.open(StoreConfig(str(tmp_path / "master"), **SMALL, **QUIET))
+    slave = MessageStore.open(StoreConfig(str(tmp_path / "slave"), **SMALL, **QUIET))
+    for i in range(3):
+        assert master.put_message(Message.build("T", b"x" * (100 + i), unique_key=f"M{i}")).ok
+    assert slave.put_message(Message.build("T", b"other", unique_key="S0")).ok
+    end = slave.commitlog.write_offset
+    chunk = master.commitlog.read_records(end, 10**6)  # the master's bytes from there
+    before = slave.commitlog.read_bytes(0, end)
+    with pytest.raises(ReplicaMismatch, match="not whole records"):
+        slave.append_replicated(end, chunk)
+    whole = master.commitlog.read_records(0, 10**6)
+    for cut in (whole[: len(whole) - 1], whole[5:], whole + b"\0" * 10):
+        empty = MessageStore.open(StoreConfig(str(tmp_path / f"e{len(cut)}"), **SMALL, **QUIET))
+        with pytest.raises(ReplicaMismatch, match="not whole records"):
+            empty.append_replicated(0, cut)
+        assert empty.commitlog.write_offset == 0
+        empty.shutdown()
+    assert slave.commitlog.write_offset == end
+    assert slave.commitlog.read_bytes(0, end) == before
+    assert assert_derived_files_agree(slave) == 1
     master.shutdown()
     slave.shutdown()
 
