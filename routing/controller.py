@@ -50,6 +50,7 @@ class Controller:
         self.unclean_election = unclean_election
         self.clock = clock
         self._seen: dict[str, tuple[int, float]] = {}  # node -> (heartbeats, since)
+        self._stuck_reported: dict[str, int] = {}  # group -> the epoch last logged as stuck
         self._leading = False
 
     async def run(self) -> None:
@@ -122,7 +123,16 @@ class Controller:
             candidates = [n for n in members if eligible(n)]
             unclean = True
         if not candidates:
-            log.error("broker group %s lost its master and has no eligible member", group.name)
+            # Once per term, not on every tick while it lasts.
+            if self._stuck_reported.get(group.name) != group.epoch:
+                self._stuck_reported[group.name] = group.epoch
+                log.error(
+                    "broker group %s lost its master and has no eligible member (epoch %d): "
+                    "it elects one when an in-sync member is back%s",
+                    group.name,
+                    group.epoch,
+                    "" if self.unclean_election else " (or with unclean_election)",
+                )
             return
         chosen = min(candidates, key=lambda n: (-members[n].max_offset, n))
         log.warning(
