@@ -6,7 +6,9 @@ and index), ``append_async_single_msgs_per_s`` (one message per put),
 ``append_sync_64_writers_msgs_per_s`` (SYNC_FLUSH, 64 concurrent asyncio writers — the
 node's model — one message per put, group commit), ``append_sync_64_threads_msgs_per_s``
 (the same with 64 OS threads and the blocking API), ``get_msgs_per_s`` (get_messages,
-32 per call), ``recovery_scan_mb_per_s``
+32 per call), ``replica_apply_msgs_per_s`` (a slave's work: the same log appended
+verbatim into a second store in 256 KiB chunks as a master streams them, with dispatch),
+``recovery_scan_mb_per_s``
 (validating scan of the whole CommitLog, CRC included), and for comparison, measured in the
 same run, ``raw_pack_msgs_per_s`` (the same records packed with ``struct`` only) and
 ``raw_write_mb_per_s`` (sequential ``os.write`` of the same bytes) and
@@ -149,6 +151,28 @@ def bench_get(directory: str) -> float:
     return total / elapsed
 
 
+def bench_replica_apply(source_dir: str, directory: str) -> float:
+    """Append the log of ``source_dir`` into a new store the way a slave does
+    (``append_replicated`` of ``read_records`` chunks, consume queues and index built by
+    the dispatcher)."""
+    source = MessageStore.open(config_for(source_dir, FlushMode.ASYNC_FLUSH))
+    log = source.commitlog
+    chunks, offset = [], log.min_offset
+    while offset < log.write_offset:
+        chunk = log.read_records(offset, 256 << 10)
+        chunks.append((offset, chunk))
+        offset += len(chunk)
+    records = sum(q.max_offset - q.min_offset for q in source.consume_queues.queues.values())
+    source.shutdown()
+    replica = MessageStore.open(config_for(directory, FlushMode.ASYNC_FLUSH))
+    started = time.perf_counter()
+    for offset, chunk in chunks:
+        replica.append_replicated(offset, chunk)
+    elapsed = time.perf_counter() - started
+    replica.shutdown()
+    return records / elapsed
+
+
 def bench_recovery_scan(directory: str) -> float:
     store = MessageStore.open(config_for(directory, FlushMode.ASYNC_FLUSH))
     commitlog = store.commitlog
@@ -267,6 +291,9 @@ def run(quick: bool, work_dir: str | None) -> dict[str, object]:
         figures["append_async_msgs_per_s"] = round(bench_append_async(async_dir, count, 32))
         figures["get_msgs_per_s"] = round(bench_get(async_dir))
         figures["recovery_scan_mb_per_s"] = round(bench_recovery_scan(async_dir), 1)
+        replica_dir = os.path.join(root, "replica")
+        figures["replica_apply_msgs_per_s"] = round(bench_replica_apply(async_dir, replica_dir))
+        shutil.rmtree(replica_dir)
         shutil.rmtree(async_dir)
         os.sync()
         single_dir = os.path.join(root, "single")
