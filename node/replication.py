@@ -39,6 +39,9 @@ log = logging.getLogger("ferrymq.replication")
 # promoted to master discards its last N records, acknowledged or not. Never set it.
 DROP_TAIL_ON_PROMOTION_FOR_TESTS = int(os.environ.get("FERRYMQ_TEST_DROP_TAIL_ON_PROMOTION", "0"))
 IN_SYNC_CHECK_S = 0.2
+# A slave reports its master lost only after this long without a link in the master's
+# term: right after an election it has not dialled the new master yet.
+LOST_MASTER_GRACE_S = 0.5
 
 
 SWITCHOVER_CATCH_UP_S = 5.0
@@ -96,6 +99,7 @@ class ReplicationRole:
         self.lease_s = config.cluster.lease_ms / 1000
         self._pending_in_sync: frozenset[str] = frozenset()
         self._reported_epoch = -1
+        self._unlinked_since = (-1, 0.0)  # (epoch, since when) without a link to its master
         self._last_acked: dict[str, int] = {}  # per slave, for the metrics
         self._switching = asyncio.Lock()
         self.fenced: str | None = None  # why writes pause (a planned switchover)
@@ -279,10 +283,15 @@ class ReplicationRole:
 
     async def _report_lost_master(self) -> None:
         group = self._group()
+        if group is None:
+            return
+        now = time.monotonic()
+        if self.slave.connected_to is not None or self._unlinked_since[0] != group.epoch:
+            self._unlinked_since = (group.epoch, now)
+            return
         if (
-            group is None
-            or group.master in (None, self.config.id)
-            or self.slave.connected_to is not None
+            group.master in (None, self.config.id)
+            or now - self._unlinked_since[1] < LOST_MASTER_GRACE_S
             or self._reported_epoch == group.epoch
             or self.config.id not in group.in_sync
         ):

@@ -51,6 +51,9 @@ class Controller:
         self.clock = clock
         self._seen: dict[str, tuple[int, float]] = {}  # node -> (heartbeats, since)
         self._stuck_reported: dict[str, int] = {}  # group -> the epoch last logged as stuck
+        # group -> (epoch, when this leader first saw it): reports of a lost link count
+        # only against a term at least a heartbeat interval old (see _master_failed).
+        self._terms: dict[str, tuple[int, float]] = {}
         self._leading = False
 
     async def run(self) -> None:
@@ -73,6 +76,7 @@ class Controller:
         if not self._leading:
             self._leading = True
             self._seen.clear()  # grace: judge nobody on time from before we led
+            self._terms.clear()
         members, groups = self.replica.read(
             lambda state: (dict(state.members), list(state.broker_groups.values()))
         )
@@ -93,10 +97,21 @@ class Controller:
                 await self._elect(group, members)
 
     def _master_failed(self, group, members, now: float) -> bool:
+        term = self._terms.get(group.name)
+        if term is None:  # a term already running when this replica began to lead
+            term = self._terms[group.name] = (group.epoch, now - self.heartbeat_interval_s)
+        elif term[0] != group.epoch:
+            term = self._terms[group.name] = (group.epoch, now)
         master = members.get(group.master)
         if master is None or not master.alive:
             return True
         if not group.lost_by:
+            return False
+        if now - term[1] < self.heartbeat_interval_s:
+            # A master elected a moment ago: its slaves may report "lost" before they
+            # even dialled it, and its last committed heartbeat may date from before a
+            # routing leader change. Deposing it on that would elect twice in a row
+            # and drop what it acknowledged meanwhile (found by a short chaos run).
             return False
         slaves = {
             n for n in group.in_sync if n != group.master and n in members and members[n].alive

@@ -1,0 +1,92 @@
+"""The controller's failover decisions, on a routing state driven by hand: a fake
+replica that is always the leader and applies each submitted command at once, and
+injected clocks, so every decision is deterministic."""
+
+from __future__ import annotations
+
+import asyncio
+
+from routing.commands import AlterInSync, NodeHeartbeat, RegisterNode, ReportMasterLost
+from routing.controller import Controller
+from routing.state import RoutingState
+
+
+class LeaderReplica:
+    def __init__(self, state: RoutingState) -> None:
+        self.state = state
+        self.submitted: list[object] = []
+
+    def is_leader(self) -> bool:
+        return True
+
+    def read(self, reader):
+        return reader(self.state)
+
+    async def submit(self, command: object, timeout_s: float = 5.0):
+        self.submitted.append(command)
+        return self.state.apply(command)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def three_nodes() -> RoutingState:
+    state = RoutingState()
+    for node_id in ("n1", "n2", "n3"):
+        assert state.apply(RegisterNode(node_id, "g1", f"{node_id}:1", wall_ms=0)).ok
+    assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1", "n2", "n3"}), 1)).ok
+    return state
+
+
+def heartbeat(state: RoutingState, clock: Clock, *nodes: str) -> None:
+    for node_id in nodes:
+        assert state.apply(NodeHeartbeat(node_id, 100, int(clock.now * 1000))).ok
+
+
+def test_a_master_elected_a_moment_ago_is_not_deposed_by_early_lost_link_reports():
+    """After a failover the remaining slave may report the new master lost before it has
+    dialled it, and the new master's last committed heartbeat may be older than the
+    election (routing had no leader meanwhile). One tick later that must not elect yet
+    another master: the first one may already have acknowledged writes."""
+    state = three_nodes()
+    clock = Clock()
+    replica = LeaderReplica(state)
+    controller = Controller(replica, lease_s=3.0, clock=clock, wall_clock=clock)
+    heartbeat(state, clock, "n1", "n2", "n3")
+    asyncio.run(controller.tick())  # the leader's first look: every clock starts now
+
+    # n1 (the master) dies: both slaves lose their link. Routing has no leader for a
+    # while, so n2's heartbeats do not commit (n3's last one does).
+    for reporter in ("n2", "n3"):
+        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+    clock.now += 1.2
+    heartbeat(state, clock, "n3")
+    asyncio.run(controller.tick())
+    group = state.broker_groups["g1"]
+    assert (group.epoch, group.master) == (2, "n2")  # equal offsets: the first name
+    new_master, other = "n2", "n3"
+
+    # The other slave reports the new master lost at once (it has not connected yet),
+    # and the new master's heartbeats have not committed since before the election.
+    assert state.apply(ReportMasterLost("g1", other, 2)).ok
+    for _ in range(3):  # three controller ticks, 0.3 s apart
+        clock.now += 0.3
+        heartbeat(state, clock, other)
+        asyncio.run(controller.tick())
+        assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == (
+            new_master,
+            2,
+        )
+
+    # A master that really is gone is still replaced: no heartbeat for a whole interval
+    # into its term, and every live in-sync slave reports it lost.
+    clock.now += 0.5
+    heartbeat(state, clock, other)
+    asyncio.run(controller.tick())
+    assert state.broker_groups["g1"].epoch == 3
+    assert state.broker_groups["g1"].master == other
