@@ -103,7 +103,9 @@ def index_keys_of(properties: dict[str, str]) -> tuple[str, ...]:
     unique = properties.get(PROPERTY_UNIQ_KEY)
     if not keys_raw:
         return (unique,) if unique else ()
-    parts = [k for k in keys_raw.split(KEY_SEPARATOR) if k]
+    parts = keys_raw.split(KEY_SEPARATOR)
+    if "" in parts:  # rare: filtering every time would cost the put path a comprehension
+        parts = [k for k in parts if k]
     if unique:
         parts.append(unique)
     return tuple(parts)

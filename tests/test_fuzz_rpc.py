@@ -46,6 +46,7 @@ from store.message_store import MessageStore
 from tests.node_process import NodeProcess, start_node
 from tests.proto_strategies import Pools, message_class, messages, metadata, mutations
 from tests.store_checks import assert_derived_files_agree
+from tests.test_node import message as wire_message
 
 pytestmark = pytest.mark.slow
 
@@ -197,16 +198,6 @@ def send(channel: grpc.Channel, *messages_: pb.Message) -> rpc.SendMessageRespon
     answer = unary(channel, RPCS_BY_NAME["SendMessage"], rpc.SendMessageRequest(messages=messages_))
     assert answer.status.code == pb.OK, answer.status
     return answer
-
-
-def wire_message(topic: str, body: bytes, message_id: str, **system) -> pb.Message:
-    return pb.Message(
-        topic=pb.Resource(name=topic),
-        body=body,
-        system_properties=pb.SystemProperties(
-            message_id=message_id, message_type=system.pop("message_type", pb.NORMAL), **system
-        ),
-    )
 
 
 def create_topic(channel: grpc.Channel, name: str, message_type: int, queues: int = 2) -> None:
