@@ -122,6 +122,7 @@ class Replica:
     log_end: int
     records: list[StoredRecord]
     digest_to: dict[int, str] = field(default_factory=dict)
+    dead_lettered: list[str] = field(default_factory=list)  # bodies in %DLQ%<group>
 
 
 @dataclass
@@ -241,6 +242,7 @@ class History:
                     r["log_end"],
                     [StoredRecord(**x) for x in r["records"]],
                     {int(k): v for k, v in r.get("digest_to", {}).items()},
+                    r.get("dead_lettered", []),
                 )
                 for r in raw["replicas"]
             ],

@@ -56,7 +56,8 @@ def summary(findings: Findings) -> str:
         f"POP deliveries {findings.pop_deliveries} (redeliveries {findings.pop_redeliveries}),"
         f" delivered again after a successful ack {len(findings.acked_then_redelivered)}"
         f" (after a power loss of every node: {len(findings.redelivered_after_power_loss)}),"
-        f" FIFO order violations {len(findings.fifo_order_violations)}",
+        f" FIFO order violations {len(findings.fifo_order_violations)},"
+        f" dead-lettered {len(findings.dead_lettered)}",
         f"acknowledged never delivered"
         f" { ({g: len(b) for g, b in findings.never_delivered.items()}) },"
         f" {catch_up_line(findings.catch_up)}",

@@ -262,20 +262,27 @@ def snapshot_log(data_dir: str, node_id: str, scratch: str, store_settings: dict
         shutil.rmtree(copy, ignore_errors=True)
 
 
-def read_records(data_dir: str, store_settings: dict) -> tuple[int, list[StoredRecord]]:
-    """The CommitLog end and the workload topics' records of one (stopped) node."""
+def read_records(data_dir: str, store_settings: dict) -> tuple[int, list[StoredRecord], list[str]]:
+    """The CommitLog end, the workload topics' records and the bodies in the consumer
+    groups' dead-letter topics, of one (stopped) node."""
     from store.config import StoreConfig
     from store.message_store import MessageStore
 
+    dead_letter_topics = {f"%DLQ%{group}" for group in (GROUP, POP_GROUP, FIFO_GROUP)}
     store = MessageStore.open(StoreConfig(data_dir, **store_settings))
     try:
         log = store.commitlog
-        records = [
-            StoredRecord(m.queue_id, m.queue_offset, m.physical_offset, m.body.decode(), m.topic)
-            for m in log.iterate(log.min_offset, log.write_offset)
-            if m.topic in TOPICS
-        ]
-        return log.write_offset, records
+        records, dead_lettered = [], []
+        for m in log.iterate(log.min_offset, log.write_offset):
+            if m.topic in TOPICS:
+                records.append(
+                    StoredRecord(
+                        m.queue_id, m.queue_offset, m.physical_offset, m.body.decode(), m.topic
+                    )
+                )
+            elif m.topic in dead_letter_topics:
+                dead_lettered.append(m.body.decode())
+        return log.write_offset, records, dead_lettered
     finally:
         store.shutdown()
 
@@ -298,8 +305,8 @@ def drain(nodes: list[tuple[str, str, str]], store_settings: dict) -> list[Repli
     log up to the common end."""
     replicas = []
     for node_id, role, data_dir in nodes:
-        end, records = read_records(data_dir, store_settings)
-        replicas.append(Replica(node_id, role, end, records))
+        end, records, dead_lettered = read_records(data_dir, store_settings)
+        replicas.append(Replica(node_id, role, end, records, dead_lettered=dead_lettered))
     common = min(r.log_end for r in replicas)
     for replica, (_, _, data_dir) in zip(replicas, nodes, strict=True):
         replica.digest_to[common] = log_digest(data_dir, common)

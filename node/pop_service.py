@@ -411,12 +411,17 @@ class PopService:
         self.state.restore_in_flight(key, entries)
 
     def _make_visible(self, key: CursorKey, pairs: list[tuple[int, int]], delivery: str) -> None:
-        """Undo a pop whose record failed: the messages are delivered to nobody."""
+        """Undo a pop whose record failed: the messages were delivered to nobody, so they
+        are visible again and the attempt is not counted (a node refusing writes for a few
+        seconds must not use up a message's attempts and dead-letter it). The cursor and
+        the new delivery id stay: the record may be in the log all the same (a timeout),
+        and a replay must then find this node's next decision about these offsets."""
         cursor = self.state.cursor(key)
-        for offset, _ in pairs:
+        for offset, attempt in pairs:
             entry = cursor.in_flight.get(offset) if cursor else None
             if entry is not None and entry.delivery == delivery:
                 entry.visible_at_ms = 0
+                entry.attempt = attempt - 1
 
     async def _append(self, records: list[Message], undo: list[Callable[[], None]]) -> None:
         result = await self.state.append(records)

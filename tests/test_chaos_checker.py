@@ -222,6 +222,19 @@ def test_fifo_groups_must_first_deliver_in_send_order_redeliveries_aside():
     assert check(history("async-sync-flush", outcomes, stored, pop_deliveries=in_order)).valid
 
 
+def test_a_dead_lettered_message_is_a_violation_in_every_mode():
+    # The workload acks every delivery, so a message in a dead-letter topic means the
+    # node used up its attempts without 16 failed deliveries.
+    for mode in ("sync-sync-flush", "async-async-flush"):
+        h = history(mode, sends(2), ["w0-0", "w0-1"])
+        for replica in h.replicas:
+            replica.dead_lettered = ["w0-1"]
+        found = check(h)
+        assert found.dead_lettered == ["w0-1"]
+        assert found.violations == ["1 messages dead-lettered although every delivery is acked"]
+        assert History.from_json(h.to_json()).replicas[0].dead_lettered == ["w0-1"]
+
+
 def test_pop_deliveries_and_the_catch_up_survive_a_round_trip_through_json():
     h = history("sync-sync-flush", sends(1), ["w0-0"], pop_deliveries=[popped("w0-0", 1.0)])
     h.consumers, h.catch_up = {"pop": TOPIC}, CatchUp(20.0, 1.5, True)

@@ -326,6 +326,57 @@ def test_a_failed_append_is_undone_and_reported(broker, monkeypatch):
     assert bodies(broker.receive("G", "orders")) == [b"body-1"]
 
 
+def test_failed_pops_do_not_use_up_attempts(broker, monkeypatch):
+    """A node that cannot append (a master without enough in-sync replicas) answers every
+    receive with an error; those pops reached nobody, so they must not count towards the
+    group's max attempts (3 here): otherwise a few seconds of refusals dead-letter
+    messages no consumer ever saw, and a FIFO group skips them."""
+    broker.send("orders", 2, queue_id=0)
+    assert len(broker.receive("G", "orders", batch=1)) == 1
+    broker.clock.ms += 10_000
+
+    async def refused(records):
+        return PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, error="1 in-sync replica")
+
+    monkeypatch.setattr(broker.state, "append", refused)
+    for _ in range(5):
+        with pytest.raises(Exception, match="in-sync"):
+            broker.receive("G", "orders")
+    monkeypatch.undo()
+    again = broker.receive("G", "orders")
+    assert [(d.stored.body, d.attempt) for d in again] == [(b"body-0", 2), (b"body-1", 1)]
+    assert broker.dead_letters("G") == []
+    broker.state.check()
+
+
+def test_a_dead_letter_decision_about_a_delivery_the_log_never_had_survives_replay(
+    broker, monkeypatch
+):
+    """The client's handle is current in the log, but this node's memory moved on to the
+    delivery id of a pop whose append failed; the client's forward then dead-letters
+    under that id. Replay must end the message too, or a promoted node would deliver it
+    again although its copy is in the dead-letter topic."""
+    broker.send("orders", 1)
+    broker.receive("G", "orders")
+    broker.clock.ms += 10_000
+    (second,) = broker.receive("G", "orders")
+    broker.clock.ms += 10_000
+
+    async def refused(records):
+        return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error="not the master")
+
+    monkeypatch.setattr(broker.state, "append", refused)
+    with pytest.raises(Exception, match="not the master"):
+        broker.receive("G", "orders")
+    monkeypatch.undo()
+    assert broker.forward("G", "orders", second.handle).status.code == pb.OK
+    assert broker.dead_letters("G") == [b"body-0"]
+    broker.crash_and_reopen()
+    assert not broker.state.cursor(("G", "orders", 0)).in_flight
+    broker.clock.ms += 3_600_000
+    assert broker.receive("G", "orders") == []
+
+
 def test_state_after_an_abrupt_stop_is_replayed_from_the_log(broker):
     """Random receives, acks, changes, expiries and forwards; then SIGKILL-equivalent: the
     replayed state equals the live one, handles stay valid, nothing acked comes back."""
