@@ -63,6 +63,7 @@ from ferrymq.cluster import (
     start_node,
     tail,
 )
+from ferrymq.polling import until
 
 BODY = bytes(range(256)) * 4  # 1 KiB
 TOPIC = "BenchTopic"
@@ -101,18 +102,6 @@ def log(text: str) -> None:
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
-
-
-def until(condition, timeout_s: float, what: str, interval_s: float = 0.05):
-    """Poll ``condition`` until it returns a true value; raise after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
 
 
 # ---- cluster -------------------------------------------------------------------------

@@ -28,11 +28,11 @@ from ferrymq.cluster import (
     start_node,
     wait_ready,
 )
+from ferrymq.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from tests.compat import run_official_at
-from tests.polling import until
 
 SMALL_STORE = {
     "store": {

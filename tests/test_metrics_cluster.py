@@ -24,7 +24,7 @@ from deploy.prometheus_server import PrometheusServer
 from deploy.render_dashboard import substitute
 from ferrymq.client import Admin, Message, Producer, PullConsumer
 from ferrymq.cluster import cluster_down, cluster_up, is_running, load_plan
-from tests.polling import until
+from ferrymq.polling import until
 from tests.test_metrics_prometheus import (  # noqa: F401 (prometheus_tools is a fixture)
     PROMETHEUS_DIR,
     RATE_INTERVAL,

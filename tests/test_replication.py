@@ -20,13 +20,13 @@ import pytest
 from ferrymq.cli import main
 from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer, SimpleConsumer
 from ferrymq.cluster import ClusterPlan, NodePlan, cluster_up, is_running
+from ferrymq.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ha.epochs import EpochHistory
 from store.config import StoreConfig
 from store.message_store import MessageStore
-from tests.polling import until
 from tests.test_cluster import (
     SMALL_STORE,
     kill,

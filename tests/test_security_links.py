@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from ferrymq.cluster import free_ports
+from ferrymq.polling import until
 from ha.epochs import EpochHistory
 from ha.slave import ReplicationSlave
 from ha.wire import Kind, LinkError, control, proof, read_control, read_frame
 from store.config import StoreConfig
 from store.message_store import MessageStore
 from tests.node_process import ROOT, TEST_STORE, start_node
-from tests.polling import until
 
 SECRET = "the-real-cluster-secret"
 

@@ -27,6 +27,7 @@ from errno import ENOSPC
 
 import pytest
 
+from ferrymq.polling import until
 from store import commitlog_record as record
 from store.checkpoint import Checkpoint
 from store.config import FlushMode, StoreConfig
@@ -37,7 +38,6 @@ from store.message import Message, StoredMessage
 from store.message_store import MessageStore
 from store.results import GetStatus, PutStatus
 from tests import store_crash_writer as writer
-from tests.polling import until
 
 WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "store_crash_writer.py")
 DEADLINE_S = 20.0

@@ -1,4 +1,5 @@
-"""Waiting for a condition in tests: poll it with a deadline, never sleep a fixed time."""
+"""Waiting for a condition: poll it with a deadline, never sleep a fixed time (tests,
+benchmarks and drills all wait this way)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ def until(
     what: str = "the condition",
     interval_s: float = 0.05,
 ) -> T:
-    """Poll ``condition`` until it returns a true value, and return that value; fail the
-    test after ``timeout_s`` with the last value seen."""
+    """Poll ``condition`` until it returns a true value, and return that value;
+    ``TimeoutError`` after ``timeout_s``, naming ``what`` and the last value seen."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}: {value!r}")
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}: {value!r}")
         time.sleep(interval_s)
