@@ -10,9 +10,11 @@ group). FIFO groups take nothing from a queue while any delivery of it is invisi
 message group is delivered in order with at most one batch in flight.
 
 Every decision is applied to ``PopState`` synchronously and its record appended before the
-client hears of it (see ``node.system_state``); a failed append is undone in memory and
-answered with the store's status. A new group starts at its committed offset (set through
-UpdateOffset) or else at the beginning of each queue.
+client hears of it (see ``node.system_state``); a failed append is answered with the store's
+status, and undone in memory only when nothing was written (a refusal): a record written
+but not confirmed in time stays applied, as it is in the log that any replica replays.
+A new group starts at its committed offset (set through UpdateOffset) or else at the
+beginning of each queue.
 
 Thread-safety: owned by the node's event loop.
 """
@@ -173,6 +175,7 @@ class PopService:
             if group.fifo and cursor.invisible_count(now):
                 continue
             picked: list[tuple[StoredMessage, int]] = []
+            redelivered: dict[int, InFlight] = {}
             for offset in sorted(o for o, f in cursor.in_flight.items() if f.visible_at_ms <= now):
                 if len(deliveries) + len(picked) >= batch:
                     break
@@ -185,6 +188,7 @@ class PopService:
                     undo.append(lambda k=key, o=offset, e=entry: self._restore(k, {o: e}))
                 else:
                     picked.append((stored, entry.attempt + 1))
+                    redelivered[offset] = entry
             next_offset = cursor.next_offset
             want = batch - len(deliveries) - len(picked)
             if want > 0:
@@ -195,7 +199,7 @@ class PopService:
             delivery = new_delivery_id()
             pairs = [(stored.queue_offset, attempt) for stored, attempt in picked]
             records.append(self.state.pop(key, pairs, next_offset, delivery, now + invisible_ms))
-            undo.append(lambda k=key, p=pairs, d=delivery: self._make_visible(k, p, d))
+            undo.append(lambda k=key, p=pairs, d=delivery, r=redelivered: self._unpop(k, p, d, r))
             deliveries.extend(
                 Delivery(stored, ReceiptHandle(key[2], stored.queue_offset, delivery).encode(), a)
                 for stored, a in picked
@@ -410,24 +414,34 @@ class PopService:
     def _restore(self, key: CursorKey, entries: dict[int, InFlight]) -> None:
         self.state.restore_in_flight(key, entries)
 
-    def _make_visible(self, key: CursorKey, pairs: list[tuple[int, int]], delivery: str) -> None:
-        """Undo a pop whose record failed: the messages were delivered to nobody, so they
-        are visible again and the attempt is not counted (a node refusing writes for a few
-        seconds must not use up a message's attempts and dead-letter it). The cursor and
-        the new delivery id stay: the record may be in the log all the same (a timeout),
-        and a replay must then find this node's next decision about these offsets."""
+    def _unpop(
+        self,
+        key: CursorKey,
+        pairs: list[tuple[int, int]],
+        delivery: str,
+        redelivered: dict[int, InFlight],
+    ) -> None:
+        """Undo a pop whose record was refused: it reached nobody and the log never had
+        it. A redelivered message gets its earlier delivery back (so a refusal does not use
+        up an attempt, and the client's handle stays current); a new one, past a cursor
+        that other pops may have moved on since, stays in flight as delivered to nobody
+        (attempt 0, visible now)."""
         cursor = self.state.cursor(key)
-        for offset, attempt in pairs:
+        for offset, _ in pairs:
             entry = cursor.in_flight.get(offset) if cursor else None
-            if entry is not None and entry.delivery == delivery:
-                entry.visible_at_ms = 0
-                entry.attempt = attempt - 1
+            if entry is None or entry.delivery != delivery:
+                continue  # decided about again since
+            if offset in redelivered:
+                cursor.in_flight[offset] = redelivered[offset]
+            else:
+                entry.visible_at_ms, entry.attempt = 0, 0
 
     async def _append(self, records: list[Message], undo: list[Callable[[], None]]) -> None:
         result = await self.state.append(records)
         if not result.ok:
-            for step in undo:
-                step()
+            if not result.appended:  # refused: the log never had the records
+                for step in undo:
+                    step()
             raise PopFailed(store_failure(result))
         # An ended or shortened delivery may free a FIFO queue: wake its long polls.
         for record in records:

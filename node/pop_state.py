@@ -13,11 +13,12 @@ Records of ``%SYS%POP`` (all carry ``group``, ``topic``, ``queue``):
 - ``pop``: ``next`` (new cursor), ``delivery``, ``visible`` (ms); body ``offset:attempt,...``
 - ``ack`` / ``dlq``: body ``offset:delivery,...`` (dlq: moved to ``%DLQ%<group>``)
 - ``change``: ``offset``, ``delivery`` (current), ``new``, ``visible``
-Each is applied by the same ``apply`` live and in replay, and ``apply`` ignores an ack or
-change whose delivery is not current, so replay is deterministic whatever came before. A
-``dlq`` ends the message whichever delivery is current: the node's memory may hold a
-delivery id the log never got (a pop whose append failed), and the copy in the dead-letter
-topic was appended in the same batch, so the message must be gone from the queue too.
+Each is applied by the same ``apply`` live and in replay, and ``apply`` ignores a delta
+whose delivery is not current, so replay is deterministic whatever came before.
+
+Memory and log agree, except after a refused pop of new messages: those stay in flight in
+memory as delivered to nobody (attempt 0, visible), past a cursor that the log has not
+moved; both deliver them next.
 """
 
 from __future__ import annotations
@@ -41,8 +42,7 @@ CursorKey = tuple[str, str, int]  # (group, topic, queue id)
 class InFlight:
     delivery: str
     visible_at_ms: int
-    attempt: int  # deliveries of this message so far, this one included (0: popped by a
-    # decision whose record failed, so delivered to nobody yet)
+    attempt: int  # deliveries so far, this one included; 0: popped by a refused decision
 
 
 @dataclass
@@ -162,7 +162,7 @@ class PopState(SystemState):
                 return
             for offset, delivery in _pairs(body):
                 found = cursor.in_flight.get(offset)
-                if found is not None and (kind == KIND_DLQ or found.delivery == delivery):
+                if found is not None and found.delivery == delivery:
                     del cursor.in_flight[offset]
         elif kind == KIND_CHANGE:
             cursor = self.cursors.get(key)
