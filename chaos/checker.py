@@ -14,7 +14,8 @@ Verdict per replication mode:
 - Both: nothing unexpected (never sent), no duplicate, no refused send present, no hole
   in a queue's offsets, per-writer order kept within each queue, replicas byte-identical
   to their common length, and under SYNC no consumer saw a message that was later lost.
-- Consumers (pull and POP groups), both modes: nothing delivered that was never sent; in a
+- Consumers (pull and POP groups), both modes: nothing delivered that was never sent; a
+  delivered body still present sits at the queue offset it was delivered from; in a
   FIFO group, the first deliveries of each message group follow send order; nothing is
   dead-lettered (every delivery is acked at once, so no message uses up its attempts).
 - Consumers, SYNC only (ASYNC reports them: a new master may lack the last consumer
@@ -61,6 +62,7 @@ class Findings:
     queue_holes: dict[str, list[int]] = field(default_factory=dict)
     order_violations: list[str] = field(default_factory=list)
     delivered_then_lost: list[str] = field(default_factory=list)
+    misplaced_deliveries: list[str] = field(default_factory=list)  # delivered at another offset
     delivered_unexpected: list[str] = field(default_factory=list)
     replicas_differ: dict[str, str] = field(default_factory=dict)
     crashes: list[str] = field(default_factory=list)
@@ -163,6 +165,7 @@ def check(history: History) -> Findings:
     found.delivered_unexpected = sorted(b for b in delivered if b not in sent)
     if final is not None:
         found.delivered_then_lost = sorted(b for b in delivered if b in sent and b not in present)
+        found.misplaced_deliveries = misplaced_deliveries(history, records)
 
     # Replicas byte-identical up to their common length.
     if history.replicas:
@@ -205,6 +208,27 @@ def check(history: History) -> Findings:
     found.node_errors = list(history.node_errors)
     found.violations = verdict(found, sync)
     return found
+
+
+def misplaced_deliveries(history: History, records: list) -> list[str]:
+    """Deliveries (pull and POP) whose body, still in the final log, sits at another queue
+    or offset than the one it was delivered from: the consumer read a position that a new
+    master filled differently. Replicas copy bytes verbatim, so in every mode a body that
+    survived keeps the position it was read at."""
+    where = {r.body: (r.topic, r.queue_id, r.queue_offset) for r in records}
+    read_at = [(d.consumer, TOPIC, d.queue_id, d.queue_offset, d.body) for d in history.deliveries]
+    read_at += [
+        (d.group, d.topic, d.queue_id, d.queue_offset, d.body) for d in history.pop_deliveries
+    ]
+    found = set()
+    for group, topic, queue_id, queue_offset, body in read_at:
+        stored = where.get(body)
+        if stored is not None and stored != (topic, queue_id, queue_offset):
+            found.add(
+                f"{group}: {body} delivered from queue {queue_label(topic, queue_id)} offset"
+                f" {queue_offset}, stored at queue {queue_label(*stored[:2])} offset {stored[2]}"
+            )
+    return sorted(found)
 
 
 def queue_label(topic: str, queue_id: int) -> str:
@@ -355,6 +379,7 @@ def verdict(found: Findings, sync: bool) -> list[str]:
         ("queues with offset holes", found.queue_holes),
         ("order violations", found.order_violations),
         ("FIFO message group order violations", found.fifo_order_violations),
+        ("deliveries from another queue offset than the body's", found.misplaced_deliveries),
         # The consumers ack every delivery at once: reaching a dead-letter topic takes 16
         # deliveries in a row whose acks all failed, which no fault schedule here makes.
         ("messages dead-lettered although every delivery is acked", found.dead_lettered),

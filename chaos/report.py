@@ -52,6 +52,7 @@ def summary(findings: Findings) -> str:
         f"queue holes {len(findings.queue_holes)},"
         f" order violations {len(findings.order_violations)},"
         f" delivered then lost {len(findings.delivered_then_lost)},"
+        f" delivered from another offset {len(findings.misplaced_deliveries)},"
         f" replicas differ {bool(findings.replicas_differ)}",
         f"POP deliveries {findings.pop_deliveries} (redeliveries {findings.pop_redeliveries}),"
         f" delivered again after a successful ack {len(findings.acked_then_redelivered)}"

@@ -3,11 +3,12 @@ history holds it, and the verdict follows the mode's promise."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from chaos import checker, runner
 from chaos.checker import check
 from chaos.history import (
     FAILED,
-    FIFO_TOPIC,
     NOT_ACKED,
     OK,
     TOPIC,
@@ -100,6 +101,19 @@ def test_async_loss_is_allowed_only_beyond_the_next_epochs_start():
     assert not found.valid and found.lost_by_position["suffix"] == 2
 
 
+def test_a_body_delivered_from_another_offset_than_where_it_sits_is_a_violation():
+    stored = ["w0-0", "w0-1"]
+    for mode in ("sync-sync-flush", "async-async-flush"):
+        deliveries = [Delivery(1.0, "pull-1", 0, 0, "w0-0"), Delivery(1.0, "pull-1", 0, 0, "w0-1")]
+        pop = [popped("w0-1", 1.0), replace(popped("w0-0", 2.0), queue_id=2)]
+        found = check(history(mode, sends(2), stored, deliveries=deliveries, pop_deliveries=pop))
+        assert found.misplaced_deliveries == [
+            "pop: w0-0 delivered from queue 2 offset 0, stored at queue 0 offset 0",
+            "pull-1: w0-1 delivered from queue 0 offset 0, stored at queue 0 offset 1",
+        ]
+        assert found.violations == ["2 deliveries from another queue offset than the body's"]
+
+
 def test_a_delivered_message_later_lost_breaks_sync_only():
     deliveries = [Delivery(1.0, "pull-1", 0, 1, "w0-1"), Delivery(1.0, "pull-1", 0, 9, "bogus")]
     outcomes = {"w0-0": OK, "w0-1": UNKNOWN}
@@ -126,14 +140,15 @@ def popped(
     message_group: str = "",
     attempt: int = 1,
 ) -> PopDelivery:
-    """A POP delivery of ``body`` asked for at ``asked_s``, its ack done 0.1 s later."""
+    """A POP delivery of ``body`` asked for at ``asked_s``, its ack done 0.1 s later, from
+    where ``history`` stores ``w0-N``: queue 0 of the workload topic, offset N."""
     return PopDelivery(
         asked_s,
         asked_s + 0.01,
         group,
-        TOPIC if not message_group else FIFO_TOPIC,
+        TOPIC,
         0,
-        0,
+        int(body.rpartition("-")[2]),
         body,
         attempt,
         message_group,
