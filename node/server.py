@@ -359,8 +359,8 @@ class Node:
             if not self.replication.is_master:
                 continue  # a slave's log is its master's: it writes nothing of its own
             try:
-                await self.offsets.snapshot_if_segment_changed()
-                await self.pop_state.snapshot_if_segment_changed()
+                await self.offsets.snapshot_if_due()
+                await self.pop_state.snapshot_if_due()
                 # Timer records older than half the retention are re-appended before
                 # retention can delete them while they wait.
                 retention_ms = self.store.config.retention_ms

@@ -11,6 +11,11 @@ segment. The oldest retained segment therefore always holds a snapshot followed 
 later change; deltas that precede the snapshot in that segment are contained in it, so
 replaying them first is harmless (each ``apply`` must tolerate a delta on an older state).
 
+A snapshot is also written after every ``SNAPSHOT_EVERY_RECORDS`` deltas, tagged so that
+its consume-queue entry names it: replay starts at the newest snapshot, found by the tag
+code without reading the CommitLog, so promoting a replica costs the deltas since the last
+snapshot, not every retained record (promotions once took seconds in long chaos runs).
+
 The node that writes the records changes its in-memory state when it decides a change,
 synchronously, and only then appends the record: nothing else runs on the event loop in
 between, and the store appends asyncio puts in submission order, so memory order is log
@@ -24,13 +29,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from store.message import Message
+from store.hashing import tag_hash_code
+from store.message import PROPERTY_TAGS, Message
 from store.message_store import MessageStore
 from store.results import PutResult, PutStatus
 
 KIND = "kind"
 KIND_SNAPSHOT = "snapshot"
+SNAPSHOT_TAG = "snapshot"
+SNAPSHOT_EVERY_RECORDS = 10_000
 REPLAY_PAGE = 256
+SCAN_PAGE = 4096  # consume-queue entries read at a time looking for the newest snapshot
 
 
 class SystemState(ABC):
@@ -41,6 +50,7 @@ class SystemState(ABC):
     def __init__(self, store: MessageStore) -> None:
         self._store = store
         self._snapshot_segment: int | None = None
+        self._since_snapshot = 0  # deltas appended or replayed after the newest snapshot
 
     # ---- subclass contract ---------------------------------------------------------
     @abstractmethod
@@ -57,9 +67,10 @@ class SystemState(ABC):
 
     # ---- replay and records --------------------------------------------------------
     def replay(self) -> None:
-        """Rebuild the state from every retained record of the topic, in log order."""
+        """Rebuild the state from the topic's newest snapshot on (from its first retained
+        record when it holds no tagged snapshot), in log order."""
         store = self._store
-        offset = store.min_offset_in_queue(self.topic, 0)
+        offset = self._newest_snapshot_offset()
         end = store.max_offset_in_queue(self.topic, 0)
         while offset < end:
             page = store.get_messages(self.topic, 0, offset, REPLAY_PAGE)
@@ -69,33 +80,61 @@ class SystemState(ABC):
                 break
             offset = page.next_begin_offset
 
+    def _newest_snapshot_offset(self) -> int:
+        """Queue offset of the topic's newest tagged snapshot, scanning its consume queue
+        backwards by tag code; the first retained offset when there is none."""
+        queue = self._store.consume_queues.get(self.topic, 0)
+        if queue is None:
+            return 0
+        code = tag_hash_code(SNAPSHOT_TAG)
+        low, end = queue.min_offset, queue.max_offset
+        while end > low:
+            start = max(low, end - SCAN_PAGE)
+            found = [o for o, (_, _, tag) in queue.entries(start, end - start) if tag == code]
+            if found:
+                return found[-1]
+            end = start
+        return low
+
     def apply_record(self, properties: dict[str, str], body: bytes, physical_offset: int) -> None:
         if properties.get(KIND) == KIND_SNAPSHOT:
             self.restore(body)
             self._snapshot_segment = self._segment_of(physical_offset)
+            self._since_snapshot = 0
         else:
             self.apply(properties, body)
+            self._since_snapshot += 1
 
     def record(self, kind: str, body: bytes = b"", **fields: str) -> Message:
         return Message(self.topic, body, properties={KIND: kind, **fields})
 
     async def append(self, records: list[Message]) -> PutResult:
-        """Append records as one atomic batch, then keep the snapshot invariant."""
+        """Append records as one atomic batch, then keep the snapshot invariants."""
         result = await self._store.put_messages_async(records)
-        await self.snapshot_if_segment_changed()
+        if result.appended:
+            self._since_snapshot += len(records)
+        await self.snapshot_if_due()
         return result
 
-    async def snapshot_if_segment_changed(self) -> None:
-        """Write a snapshot into the active segment unless it already holds one."""
+    async def snapshot_if_due(self) -> None:
+        """Write a snapshot when the active segment holds none yet, or after
+        ``SNAPSHOT_EVERY_RECORDS`` deltas."""
         last = self._store.commitlog.segments.last
-        if last is None or last.base_offset == self._snapshot_segment:
+        if last is None:
+            return
+        new_segment = last.base_offset != self._snapshot_segment
+        if not new_segment and self._since_snapshot < SNAPSHOT_EVERY_RECORDS:
             return
         body = self.snapshot()
         if body is None:
             return
-        result = await self._store.put_messages_async([self.record(KIND_SNAPSHOT, body)])
+        snapshot = Message(
+            self.topic, body, properties={KIND: KIND_SNAPSHOT, PROPERTY_TAGS: SNAPSHOT_TAG}
+        )
+        result = await self._store.put_messages_async([snapshot])
         if result.status is PutStatus.OK:
             self._snapshot_segment = self._segment_of(result.appended[0].physical_offset)
+            self._since_snapshot = 0
 
     def _segment_of(self, physical_offset: int) -> int:
         size = self._store.config.commitlog_segment_bytes

@@ -12,6 +12,7 @@ import pytest
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from node import system_state
 from node.consumer_offsets import ConsumerOffsets
 from node.long_polling import QueueWaiters
 from node.pop_service import PopFailed, PopService
@@ -476,6 +477,29 @@ def test_snapshots_keep_the_state_when_retention_deletes_old_segments(tmp_path):
     assert broker.ack("G", "orders", handles[4]).status.code == pb.OK
     broker.store.shutdown()
     loop.close()
+
+
+def test_replay_starts_at_the_newest_snapshot(broker, monkeypatch):
+    """A promoted replica replays the deltas since the newest snapshot, not every
+    retained record: snapshots come every SNAPSHOT_EVERY_RECORDS deltas (50 here)."""
+    monkeypatch.setattr(system_state, "SNAPSHOT_EVERY_RECORDS", 50)
+    broker.send("orders", 10)
+    handles = {d.stored.queue_offset: d.handle for d in broker.receive("G", "orders", batch=5)}
+    for round_number in range(520):
+        offset = round_number % 5
+        handles[offset] = broker.change("G", "orders", handles[offset], 30).receipt_handle
+    broker.ack("G", "orders", handles[0])
+    before = {k: (c.next_offset, dict(c.in_flight)) for k, c in broker.state.cursors.items()}
+    applied = []
+    monkeypatch.setattr(PopState, "apply", lambda self, p, b: applied.append(p["kind"]))
+    replayed = PopState(broker.store)
+    replayed.replay()
+    assert 0 < len(applied) <= 50  # the deltas after the newest snapshot only
+    monkeypatch.undo()
+    broker.crash_and_reopen()
+    after = {k: (c.next_offset, dict(c.in_flight)) for k, c in broker.state.cursors.items()}
+    assert after == before
+    assert broker.ack("G", "orders", handles[4]).status.code == pb.OK
 
 
 def test_a_nack_of_the_last_attempt_dead_letters_at_once(broker):
