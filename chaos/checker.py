@@ -9,8 +9,10 @@ Verdict per replication mode:
 - ASYNC: an acknowledged send may be lost only if, in the copy of the log of a master
   taken when a fault deposed it, it sat at or beyond the start offset of the next epoch
   (the slaves never had it); any other loss is a violation.
-- ASYNC_FLUSH, either replication: a power loss of every node may lose what no node had
-  forced to disk (``History.lost_to_power``); under SYNC_FLUSH nothing acknowledged is.
+- ASYNC_FLUSH, either replication: a power loss of every node may lose what one of the
+  in-sync nodes had not forced to disk (``History.lost_to_power``: that node may resume as
+  master, and the others cut their longer tails to it); under SYNC_FLUSH nothing
+  acknowledged is.
 - Both: nothing unexpected (never sent), no duplicate, no refused send present, no hole
   in a queue's offsets, per-writer order kept within each queue, replicas byte-identical
   to their common length, and under SYNC no consumer saw a message that was later lost.

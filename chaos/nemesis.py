@@ -180,6 +180,8 @@ class Nemesis:
 
     def restart_all(self, power_loss: bool = False) -> Fault:
         master = self.master()
+        status = self.status()
+        in_sync = set(status.broker_groups[0].in_sync) if status and status.broker_groups else set()
         for node in self.plan.nodes:
             os.kill(node.pid, signal.SIGKILL)
         for node in self.plan.nodes:
@@ -189,24 +191,31 @@ class Nemesis:
         if master is not None and self.on_deposed:
             self.on_deposed(master)
         if power_loss:
-            self.cut_power_everywhere(fault)
+            electable = [n for n in self.plan.nodes if n.id in in_sync] or self.plan.nodes
+            self.cut_power_everywhere(fault, electable)
         for node in list(self.plan.nodes):
             self.restart(node)
         fault.end_s = self.now()
         return fault
 
-    def cut_power_everywhere(self, fault: Fault) -> None:
-        """Strip every (dead) node of its unsynced bytes and record which bodies no node
-        holds any more: under ASYNC_FLUSH they may be lost."""
+    def cut_power_everywhere(self, fault: Fault, electable: list[NodePlan]) -> None:
+        """Strip every (dead) node of its unsynced bytes and record which bodies one of
+        the ``electable`` nodes (the in-sync set at the cut) no longer holds: under
+        ASYNC_FLUSH they may be lost, since that node may resume as master and the others
+        then cut their longer tails to its log (RocketMQ keeps a restarted master too)."""
         if self.bodies_on is None:
             raise ValueError("power-loss-all needs bodies_on to read the nodes' logs")
         before = set().union(*(self.bodies_on(n) for n in self.plan.nodes))
         discarded = sum(discard_unsynced(n.data) for n in self.plan.nodes)
-        after = set().union(*(self.bodies_on(n) for n in self.plan.nodes))
-        self.history.lost_to_power.extend(sorted(before - after))
+        after = {n.id: self.bodies_on(n) for n in self.plan.nodes}
+        held_by_every_electable = set.intersection(*(after[n.id] for n in electable))
+        gone_everywhere = before - set().union(*after.values())
+        may_be_lost = before - held_by_every_electable
+        self.history.lost_to_power.extend(sorted(may_be_lost))
         fault.note = (
             f"{discarded} written bytes past the last fsyncs lost, "
-            f"{len(before - after)} bodies gone from every node"
+            f"{len(may_be_lost)} bodies gone from an in-sync node, "
+            f"{len(gone_everywhere)} from every node"
         )
 
     def restart_crashed(self) -> None:
