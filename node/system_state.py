@@ -51,6 +51,7 @@ class SystemState(ABC):
         self._store = store
         self._snapshot_segment: int | None = None
         self._since_snapshot = 0  # deltas appended or replayed after the newest snapshot
+        self._snapshotting = False  # one snapshot at a time, not one per concurrent append
 
     # ---- subclass contract ---------------------------------------------------------
     @abstractmethod
@@ -120,7 +121,7 @@ class SystemState(ABC):
         """Write a snapshot when the active segment holds none yet, or after
         ``SNAPSHOT_EVERY_RECORDS`` deltas."""
         last = self._store.commitlog.segments.last
-        if last is None:
+        if last is None or self._snapshotting:
             return
         new_segment = last.base_offset != self._snapshot_segment
         if not new_segment and self._since_snapshot < SNAPSHOT_EVERY_RECORDS:
@@ -131,7 +132,11 @@ class SystemState(ABC):
         snapshot = Message(
             self.topic, body, properties={KIND: KIND_SNAPSHOT, PROPERTY_TAGS: SNAPSHOT_TAG}
         )
-        result = await self._store.put_messages_async([snapshot])
+        self._snapshotting = True
+        try:
+            result = await self._store.put_messages_async([snapshot])
+        finally:
+            self._snapshotting = False
         if result.status is PutStatus.OK:
             self._snapshot_segment = self._segment_of(result.appended[0].physical_offset)
             self._since_snapshot = 0

@@ -502,6 +502,23 @@ def test_replay_starts_at_the_newest_snapshot(broker, monkeypatch):
     assert broker.ack("G", "orders", handles[4]).status.code == pb.OK
 
 
+def test_concurrent_appends_past_the_threshold_write_one_snapshot_at_a_time(broker, monkeypatch):
+    monkeypatch.setattr(system_state, "SNAPSHOT_EVERY_RECORDS", 10)
+    broker.send("orders", 1)
+    broker.receive("G", "orders")  # some state, so that a snapshot has a body
+
+    async def many():
+        def delta():
+            return broker.state.record("ack", b"", group="G", topic="orders", queue="1")
+
+        await asyncio.gather(*(broker.state.append([delta()]) for _ in range(100)))
+
+    broker.run(many())
+    stored = broker.store.get_messages("%SYS%POP", 0, 0, 1000).messages
+    snapshots = [m for m in stored if m.properties["kind"] == "snapshot"]
+    assert 1 <= len(snapshots) <= 100 // 10 + 1
+
+
 def test_a_nack_of_the_last_attempt_dead_letters_at_once(broker):
     broker.send("orders", 1)
     for _ in range(2):
