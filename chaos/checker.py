@@ -56,7 +56,7 @@ class Findings:
     lost: list[str] = field(default_factory=list)
     lost_by_position: dict[str, int] = field(default_factory=dict)  # prefix/middle/suffix
     lost_within_async_bound: list[str] = field(default_factory=list)
-    lost_within_power_bound: list[str] = field(default_factory=list)  # unsynced everywhere
+    lost_within_power_bound: list[str] = field(default_factory=list)  # unsynced on an in-sync node
     duplicated: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     recovered: int = 0  # unknown / not-replicated outcome, yet present

@@ -46,7 +46,8 @@ def summary(findings: Findings) -> str:
         f" outcomes {findings.outcomes}",
         f"lost acknowledged {len(findings.lost)} {findings.lost_by_position}"
         f" (within the ASYNC bound: {len(findings.lost_within_async_bound)};"
-        f" unsynced everywhere at a power loss: {len(findings.lost_within_power_bound)})",
+        f" unsynced on an in-sync node when every node lost power:"
+        f" {len(findings.lost_within_power_bound)})",
         f"duplicated {len(findings.duplicated)}, unexpected {len(findings.unexpected)},"
         f" recovered {findings.recovered}, refused yet present {len(findings.failed_but_present)}",
         f"queue holes {len(findings.queue_holes)},"
