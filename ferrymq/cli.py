@@ -84,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_run.add_argument(
         "--rounds", type=int, default=1, help="go on past --duration until each fault ran N times"
     )
+    chaos_run.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="keep the nodes' data directories under --data (for a post-mortem)",
+    )
     chaos_run.set_defaults(handler=chaos_run_command)
     node = commands.add_parser("node", help="run one broker node in the foreground")
     node.add_argument("--config", help="node.toml (every option has a default)")
@@ -635,7 +640,9 @@ def chaos_run_command(args) -> int:
 
     faults = [f.strip() for f in args.faults.split(",") if f.strip()]
     duration_s = runner.parse_duration(args.duration)
-    result = runner.run(args.mode, faults, duration_s, args.data, rounds=args.rounds)
+    result = runner.run(
+        args.mode, faults, duration_s, args.data, rounds=args.rounds, keep_data=args.keep_data
+    )
     print(result["summary"], end="")
     print(f"report: {args.data}/report.json, summary.txt, timeline.png")
     return 0 if result["valid"] else 1
