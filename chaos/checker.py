@@ -199,9 +199,8 @@ def check(history: History) -> Findings:
     )
     if final is not None:
         found.never_delivered = never_delivered(history, acked, present)
-    found.fifo_order_violations = fifo_order_violations(history.pop_deliveries, sent)
-    if final is not None:
         found.dead_lettered = sorted(final.dead_lettered)
+    found.fifo_order_violations = fifo_order_violations(history.pop_deliveries, sent)
     if history.catch_up is not None:
         found.catch_up = asdict(history.catch_up)
 

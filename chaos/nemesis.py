@@ -104,7 +104,9 @@ class Nemesis:
         return next(n for n in self.plan.nodes if n.id == node_id)
 
     def master(self) -> NodePlan | None:
-        status = self.status()
+        return self.master_in(self.status())
+
+    def master_in(self, status) -> NodePlan | None:
         if status is None or not status.broker_groups or not status.broker_groups[0].master:
             return None
         return self.node(status.broker_groups[0].master)
@@ -179,8 +181,8 @@ class Nemesis:
         return fault
 
     def restart_all(self, power_loss: bool = False) -> Fault:
-        master = self.master()
         status = self.status()
+        master = self.master_in(status)
         in_sync = set(status.broker_groups[0].in_sync) if status and status.broker_groups else set()
         for node in self.plan.nodes:
             os.kill(node.pid, signal.SIGKILL)

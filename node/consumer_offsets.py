@@ -30,11 +30,8 @@ class ConsumerOffsets(SystemState):
         """Rebuild the table from the log."""
         self.replay()
 
-    def reload(self) -> None:
-        """Forget and rebuild from the log (a promoted slave)."""
+    def clear(self) -> None:
         self._offsets.clear()
-        self._snapshot_segment = None
-        self.replay()
 
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get((group, topic, queue_id))

@@ -80,11 +80,8 @@ class PopState(SystemState):
         super().__init__(store)
         self.cursors: dict[CursorKey, PopCursor] = {}
 
-    def reload(self) -> None:
-        """Forget and rebuild from the log (a promoted slave)."""
+    def clear(self) -> None:
         self.cursors.clear()
-        self._snapshot_segment = None
-        self.replay()
 
     # ---- reading -------------------------------------------------------------------
     def cursor(self, key: CursorKey) -> PopCursor | None:

@@ -59,6 +59,10 @@ class SystemState(ABC):
         """Apply one delta record (anything but a snapshot)."""
 
     @abstractmethod
+    def clear(self) -> None:
+        """Forget the whole state (before a replay rebuilds it)."""
+
+    @abstractmethod
     def restore(self, snapshot: bytes) -> None:
         """Replace the whole state with a snapshot's body."""
 
@@ -67,6 +71,13 @@ class SystemState(ABC):
         """The whole state as a snapshot body; None when there is nothing to keep."""
 
     # ---- replay and records --------------------------------------------------------
+    def reload(self) -> None:
+        """Forget and rebuild from the log (a promoted slave)."""
+        self.clear()
+        self._snapshot_segment = None
+        self._since_snapshot = 0
+        self.replay()
+
     def replay(self) -> None:
         """Rebuild the state from the topic's newest snapshot on (from its first retained
         record when it holds no tagged snapshot), in log order."""
