@@ -28,6 +28,19 @@ BLANK_SIZE = 0x7FFFFFFF
 BLANK_ENTRY = ENTRY.pack(0, BLANK_SIZE, 0)
 
 Entry = tuple[int, int, int]  # (physical offset, size, tag hash code)
+LOAD_CHECKED_FILES = 3  # newest files checked entry by entry when a queue is loaded
+
+
+def first_unwritten_entry(data: bytes) -> int | None:
+    """Index of the first entry of a file's bytes whose size field is zero (never
+    written: a record is never empty and a blank's size is ``BLANK_SIZE``); None when
+    every entry is written. Works on the four size bytes of all entries at once."""
+    count = len(data) // ENTRY_SIZE
+    sizes = 0
+    for byte in range(8, 12):
+        sizes |= int.from_bytes(data[byte::ENTRY_SIZE][:count], "big")
+    found = sizes.to_bytes(count, "big").find(0)
+    return None if found < 0 else found
 
 
 class ConsumeQueue:
@@ -42,24 +55,39 @@ class ConsumeQueue:
 
     # ---- loading -------------------------------------------------------------------
     def load(self) -> None:
-        """Map the files and find the written end of the last one."""
+        """Map the files and find where the written entries end: at the first entry never
+        written (size 0) in the newest ``LOAD_CHECKED_FILES`` files, as RocketMQ's recovery
+        does. A power loss takes whatever was not synced: the tail of a file that filled
+        after the last flush, with the next file begun (found by chaos: the lost entries
+        then read as pointers to offset 0), or any page of the unsynced range. So neither
+        "every earlier file is full" nor "entries end at the last non-zero byte" holds;
+        entries past the first unwritten one are discarded, and recovery re-dispatches
+        them from the CommitLog where it still holds their records."""
         self.files.load()
-        last = self.files.last
-        if last is None:
+        files = self.files.files
+        if not files:
             return
-        used = len(last.map[:].rstrip(b"\x00"))
-        used = -(-used // ENTRY_SIZE) * ENTRY_SIZE
-        last.wrote_position = used
-        for f in self.files.files[:-1]:
-            f.wrote_position = f.size
+        end = files[-1].end_offset
+        for f in files[max(0, len(files) - LOAD_CHECKED_FILES) :]:
+            unwritten = first_unwritten_entry(f.map[:])
+            if unwritten is not None:
+                end = f.base_offset + unwritten * ENTRY_SIZE
+                break
+        holder = self.files.find(end)
+        if holder is not None and (
+            holder is not files[-1] or not holder.is_zero_at(end - holder.base_offset, holder.size)
+        ):
+            self.files.truncate_to(end)  # later files, and entries after a hole
+        for f in self.files.files:
+            f.wrote_position = min(f.size, max(0, end - f.base_offset))
         # What was read back is not known to be on disk (after a SIGKILL it may be in the
         # page cache only): the next flush forces every file once. Counting it as flushed
         # let a checkpoint claim entries that a power loss then took (found by chaos).
         for f in self.files.files:
             f.flushed_position = 0
-        self.files.write_offset = last.base_offset + used
+        self.files.write_offset = end
         self.files.flushed_offset = self.files.min_offset
-        self.max_offset = self.files.write_offset // ENTRY_SIZE
+        self.max_offset = end // ENTRY_SIZE
         self.min_offset = self.files.min_offset // ENTRY_SIZE
         self._refresh_physical_end()
 

@@ -490,6 +490,50 @@ def test_consume_queue_entry_i_is_at_byte_i_times_20(tmp_path):
     assert reloaded.max_physical_end == entries[-1][0] + entries[-1][1]
 
 
+def _zero_entries(directory: str, file_base: int, first: int, count: int) -> None:
+    """Zero ``count`` entries of one file from its entry ``first``: what a power loss
+    leaves of entries that were never synced."""
+    with open(os.path.join(directory, f"{file_base:020d}"), "r+b") as f:
+        f.seek(first * ENTRY_SIZE)
+        f.write(bytes(count * ENTRY_SIZE))
+
+
+@pytest.mark.parametrize(
+    ("lost", "kept"),
+    [
+        # the tail of a full file and the whole next file (rolled after the last flush)
+        ([(0, 2, 2), (80, 0, 4)], 2),
+        # a hole: a middle page lost, later entries written back
+        ([(80, 1, 1)], 5),
+        # the next file lost whole, the earlier file complete
+        ([(80, 0, 4)], 4),
+    ],
+)
+def test_a_consume_queue_ends_at_its_first_unwritten_entry(tmp_path, lost, kept):
+    """Invariant: every entry below ``max_offset`` is written. Entries past the first
+    unwritten one are discarded at load (recovery re-dispatches them from the CommitLog):
+    counting a lost tail as written made it read as pointers to physical offset 0."""
+    root = str(tmp_path / "consumequeue")
+    queue = ConsumeQueue(root, "T", 0, entries_per_file=4)
+    entries = [(1000 + 100 * i, 50, 7) for i in range(8)]
+    for i, entry in enumerate(entries):
+        queue.put(i, *entry)
+    queue.close()
+    directory = os.path.join(root, "T", "0")
+    for file_base, first, count in lost:
+        _zero_entries(directory, file_base, first, count)
+    reloaded = ConsumeQueue(root, "T", 0, entries_per_file=4)
+    reloaded.load()
+    assert reloaded.max_offset == kept
+    assert [e for _, e in reloaded.entries(0, 100)] == entries[:kept]
+    reloaded.put(kept, 9999, 1, 7)  # appends go on right after the last written entry
+    assert reloaded.entry_at(kept) == (9999, 1, 7) and reloaded.max_offset == kept + 1
+    reloaded.close()
+    again = ConsumeQueue(root, "T", 0, entries_per_file=4)
+    again.load()
+    assert [e for _, e in again.entries(0, 100)] == [*entries[:kept], (9999, 1, 7)]
+
+
 def test_tag_hash_code_is_java_string_hash_code():
     """Invariant: the tag hash is Java's String.hashCode over UTF-16 code units."""
     assert tag_hash_code("TagA") == 2598919
