@@ -201,6 +201,10 @@ class MessageStore:
         self._put_lock = threading.Lock()
         # The flusher and a truncation both write the checkpoint through one temporary file.
         self._checkpoint_lock = threading.Lock()
+        # Below this offset the last checkpoint named consume queues and index durable; a
+        # truncation may lower it, never raise it (only a flush of those files does).
+        self._derived_durable = 0
+        self._truncations = 0  # a flush that began before a truncation claims nothing
         self._last_store_timestamp_ms = 0
         self._closed = True
         # Why puts are refused (a slave takes only its master's bytes), None when they are not.
@@ -268,7 +272,8 @@ class MessageStore:
             corrupt_offset=scan.corrupt_offset,
             corruption=scan.corruption,
         )
-        self._write_checkpoint()
+        # What was re-dispatched sits in the page cache only: durable below the old point.
+        self._write_checkpoint(redispatch_from)
 
     # ---- replication: the same log on every replica ------------------------------------
     def append_replicated(self, physical_offset: int, data: bytes) -> int:
@@ -308,7 +313,10 @@ class MessageStore:
             self.index.truncate_physical(end)
             self.dispatcher.dispatched_offset = min(self.dispatcher.dispatched_offset, end)
             self.rebuild_queue_offsets()
-            self._write_checkpoint()
+            with self._checkpoint_lock:
+                self._truncations += 1
+            # Queues this cut did not touch may hold unflushed entries below the cut.
+            self._write_checkpoint(min(self._derived_durable, end))
 
     def rebuild_queue_offsets(self) -> None:
         """Next queue offset of every queue from its consume queue, and the newest store
@@ -403,13 +411,16 @@ class MessageStore:
 
     def flush_derived(self) -> None:
         """Flush consume queues and index, then record in the checkpoint what is durable."""
+        truncations = self._truncations
         dispatched = self.dispatcher.dispatched_offset
         self.consume_queues.flush()
         self.index.flush()
-        self._write_checkpoint(dispatched)
+        self._write_checkpoint(dispatched, truncations)
 
-    def _write_checkpoint(self, dispatched: int | None = None) -> None:
-        derived = self.dispatcher.dispatched_offset if dispatched is None else dispatched
+    def _write_checkpoint(self, derived: int, truncations: int | None = None) -> None:
+        """Record that the CommitLog is durable to its flushed offset and consume queues
+        and index below ``derived``; skipped when a truncation happened since the caller
+        read ``truncations`` (its ``derived`` may name entries of a discarded tail)."""
         now = self._clock_ms()
         checkpoint = Checkpoint(
             commitlog_flushed_offset=self.commitlog.flushed_offset,
@@ -420,7 +431,10 @@ class MessageStore:
             index_flushed_timestamp_ms=now,
         )
         with self._checkpoint_lock:
+            if truncations is not None and truncations != self._truncations:
+                return
             checkpoint.write(self._path(CHECKPOINT_FILE))
+            self._derived_durable = derived
 
     def _housekeeping(self) -> None:
         interval = self.config.retention_check_interval_ms / 1000

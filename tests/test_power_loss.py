@@ -139,3 +139,48 @@ def test_a_consume_queue_file_begun_after_the_last_flush_loses_no_pointers(tmp_p
         assert bodies(reopened) == [b"m-%d" % i for i in range(1005)]
     finally:
         reopened.shutdown()
+
+
+def test_a_restarted_store_claims_no_consume_queue_entries_it_has_not_synced(tmp_path, ledger):
+    """Recovery re-dispatches what the consume queues may miss, then writes a checkpoint.
+    That checkpoint once named everything dispatched as durable before any consume-queue
+    flush: a power loss right after the restart then took the re-dispatched entries, and
+    the next recovery, trusting the checkpoint, did not re-dispatch them again."""
+    config = StoreConfig(str(tmp_path / "data"), **SMALL)
+    store = MessageStore.open(config)
+    put(store, 0, 100)
+    store.commitlog.flush()
+    store.flush_derived()
+    put(store, 100, 50)
+    store.commitlog.flush()  # the log is durable to 150, its consume queue to 100
+    store.close_abruptly_for_tests()
+    MessageStore.open(config).close_abruptly_for_tests()  # recovery, then power is lost
+    sync_ledger.disable()
+    discard_unsynced(config.data_dir)
+    recovered = MessageStore.open(config)
+    try:
+        assert bodies(recovered) == [b"m-%d" % i for i in range(150)]
+    finally:
+        recovered.shutdown()
+
+
+def test_a_truncation_claims_no_consume_queue_entries_it_has_not_synced(tmp_path, ledger):
+    """A slave cutting a divergent tail writes a checkpoint at the cut; it must not name
+    as durable the entries below the cut of a queue it did not cut (never flushed)."""
+    config = StoreConfig(str(tmp_path / "data"), **SMALL)
+    store = MessageStore.open(config)
+    put(store, 0, 100)
+    store.commitlog.flush()
+    store.flush_derived()
+    put(store, 100, 40)
+    for i in range(10):  # a tail the master never had, in another topic's queue
+        assert store.put_messages([Message("audit", b"a-%d" % i, queue_id=0)]).ok
+    store.truncate_to(store.get_messages("audit", 0, 0, 1).messages[0].physical_offset)
+    store.close_abruptly_for_tests()
+    sync_ledger.disable()
+    discard_unsynced(config.data_dir)
+    recovered = MessageStore.open(config)
+    try:
+        assert bodies(recovered) == [b"m-%d" % i for i in range(140)]
+    finally:
+        recovered.shutdown()

@@ -1213,7 +1213,7 @@ def test_checkpoint_writes_from_several_threads_never_collide(tmp_path):
     def write_many() -> None:
         try:
             for _ in range(300):
-                store._write_checkpoint()
+                store._write_checkpoint(store.dispatcher.dispatched_offset)
         except BaseException as error:  # reported below, not lost in the thread
             errors.append(error)
 
