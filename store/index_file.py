@@ -53,6 +53,7 @@ class IndexFile:
     __slots__ = (
         "begin_physical_offset",
         "begin_timestamp_ms",
+        "changes",
         "end_physical_offset",
         "end_timestamp_ms",
         "entry_count",
@@ -60,6 +61,7 @@ class IndexFile:
         "map",
         "path",
         "slot_count",
+        "synced_changes",
         "used_slot_count",
     )
 
@@ -78,6 +80,11 @@ class IndexFile:
         ) = HEADER.unpack_from(map_, 0)
         if self.index_count == 0:
             self.index_count = 1
+        # Every change ends with a header write, which counts it; a file differs from its
+        # last sync while the counts differ. A file read back may be page cache only (after
+        # a SIGKILL): it counts as changed until its first sync.
+        self.changes = 1
+        self.synced_changes = 0
 
     @staticmethod
     def file_size(slot_count: int, entry_count: int) -> int:
@@ -202,6 +209,7 @@ class IndexFile:
 
     def write_header(self, end_physical_offset: int) -> None:
         self.end_physical_offset = end_physical_offset
+        self.changes += 1
         HEADER.pack_into(
             self.map,
             0,
@@ -235,6 +243,7 @@ class IndexFile:
 
     def flush(self) -> None:
         # fdatasync, not mmap.flush: see MappedFile.flush (msync holds the GIL).
+        changes = self.changes  # read first: a change during the sync stays unsynced
         try:
             fd = os.open(self.path, os.O_RDWR)
         except FileNotFoundError:
@@ -245,6 +254,7 @@ class IndexFile:
         finally:
             os.close(fd)
         sync_ledger.copy_synced(pending)
+        self.synced_changes = changes
 
     def delete(self) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -151,7 +151,12 @@ class IndexService:
 
     def truncate_physical(self, physical_end: int) -> None:
         """Forget index files that start at or past ``physical_end``. Entries of the last
-        file that point past it stay but are harmless: lookups verify every hit."""
+        file that point past it stay but are harmless: lookups verify every hit.
+
+        The lowered end is forced to disk at once: records of another history will be
+        written past the cut, and a power loss that brought back an older header (which
+        says they are indexed) made recovery skip indexing them (found by a random
+        power-loss test)."""
         keep = [
             f for f in self.files if f.index_count <= 1 or f.begin_physical_offset < physical_end
         ]
@@ -160,6 +165,7 @@ class IndexService:
                 f.delete()
         if keep and keep[-1].end_physical_offset > physical_end:
             keep[-1].write_header(physical_end)
+            keep[-1].flush()
         self.files = tuple(keep)
 
     def delete_expired_files(self, commitlog_min: int) -> int:
@@ -176,5 +182,8 @@ class IndexService:
         return len(doomed)
 
     def flush(self) -> None:
-        for f in self.files[-2:]:
-            f.flush()
+        """Force every file changed since its last sync: several can be, when the index
+        rolled more than once between two flushes."""
+        for f in self.files:
+            if f.changes != f.synced_changes:
+                f.flush()

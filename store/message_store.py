@@ -254,10 +254,13 @@ class MessageStore:
         for queue in self.consume_queues.queues.values():
             queue.truncate_physical(end)
             queue.correct_min_offset(self.commitlog.min_offset)
-        self.index.truncate_physical(end)
         # Re-dispatch what derived files may miss: everything past the durable point.
         redispatch_from = min(durable, end)
         redispatch_from = max(redispatch_from, self.commitlog.min_offset)
+        # The index is trusted only below that point: a power loss can bring back an index
+        # file's older synced copy whose header claims records it never indexed (consume
+        # queues need no cut: their entries are checked and rewritten by the re-dispatch).
+        self.index.truncate_physical(redispatch_from)
         self.dispatcher.dispatched_offset = redispatch_from
         redispatched = self.dispatcher.catch_up()
         if self.dispatcher.last_error is not None:

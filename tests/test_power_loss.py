@@ -198,7 +198,9 @@ def test_random_crashes_and_power_losses_leave_the_derived_files_consistent(tmp_
     elsewhere; the log keeps everything it had forced to disk, less what a cut removed."""
     rng = random.Random(seed)
     data = str(tmp_path / "data")
-    config = StoreConfig(data, **(SMALL | {"consume_queue_entries_per_file": 8}))
+    config = StoreConfig(
+        data, **(SMALL | {"consume_queue_entries_per_file": 8, "index_entry_count": 64})
+    )
     sync_ledger.enable(data)
     store = MessageStore.open(config)
     number = 0
@@ -210,11 +212,13 @@ def test_random_crashes_and_power_losses_leave_the_derived_files_consistent(tmp_
             )[0]
             if step == "put":
                 messages = [
-                    Message(
+                    Message.build(
                         rng.choice(["orders", "audit"]),
                         b"m-%d" % (number + i),
                         queue_id=rng.randrange(2),
-                        properties={"KEYS": f"k-{number + i}"},
+                        tags=rng.choice(["a", "b"]),
+                        keys=[f"k-{number + i}"],
+                        unique_key=f"u-{number + i}",
                     )
                     for i in range(rng.randint(1, 12))
                 ]
