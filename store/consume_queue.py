@@ -56,10 +56,11 @@ class ConsumeQueue:
     # ---- loading -------------------------------------------------------------------
     def load(self) -> None:
         """Map the files and find where the written entries end: at the first entry never
-        written (size 0) in the newest ``LOAD_CHECKED_FILES`` files, as RocketMQ's recovery
-        does. A power loss takes whatever was not synced: the tail of a file that filled
-        after the last flush, with the next file begun (found by chaos: the lost entries
-        then read as pointers to offset 0), or any page of the unsynced range. So neither
+        written (size 0) in the newest ``LOAD_CHECKED_FILES`` files (as RocketMQ's recovery
+        does) or in an older file whose last entry is unwritten. A power loss takes what
+        was not synced: the tail of a file that filled after the last flush, with later
+        files begun (found by chaos: the lost entries then read as pointers to offset 0),
+        or any page of the unsynced range. So neither
         "every earlier file is full" nor "entries end at the last non-zero byte" holds;
         entries past the first unwritten one are discarded, and recovery re-dispatches
         them from the CommitLog where it still holds their records."""
@@ -68,7 +69,10 @@ class ConsumeQueue:
         if not files:
             return
         end = files[-1].end_offset
-        for f in files[max(0, len(files) - LOAD_CHECKED_FILES) :]:
+        checked_whole_from = len(files) - LOAD_CHECKED_FILES
+        for number, f in enumerate(files):
+            if number < checked_whole_from and not f.is_zero_at(f.size - ENTRY_SIZE, ENTRY_SIZE):
+                continue  # an older file whose last entry is written: full
             unwritten = first_unwritten_entry(f.map[:])
             if unwritten is not None:
                 end = f.base_offset + unwritten * ENTRY_SIZE

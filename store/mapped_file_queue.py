@@ -148,7 +148,9 @@ class MappedFileQueue:
         """Force written bytes up to ``up_to`` (default: all written) to disk."""
         with self._flush_lock:
             target = self.write_offset if up_to is None else min(up_to, self.write_offset)
-            start = self.flushed_offset
+            # Retention may have deleted files below the flushed offset's file (never
+            # flushed, right after a restart): flushing starts at the first file left.
+            start = max(self.flushed_offset, self.min_offset)
             if target <= start:
                 return start
             offset = start
@@ -167,11 +169,13 @@ class MappedFileQueue:
     # ---- truncation and deletion ---------------------------------------------------
     def truncate_to(self, offset: int) -> None:
         """Drop every byte at or after ``offset``: later files are deleted, the file
-        holding ``offset`` is zeroed from there."""
+        holding ``offset`` is zeroed from there. A file starting exactly at ``offset``
+        stays, empty: when it was the only one, deleting it left no file to say where
+        the data ends, and the next open started the offsets again from 0."""
         self.discard_preallocated()
         keep = []
         for f in self.files:
-            if f.base_offset < offset:
+            if f.base_offset <= offset:
                 keep.append(f)
             else:
                 f.delete()

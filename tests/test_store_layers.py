@@ -324,10 +324,15 @@ def test_truncate_to_deletes_later_files_and_zeroes_the_tail(tmp_path):
     assert data[:100] == bytes([0xA1]) * 100 and data[100:] == bytes(FILE - 100)
     with open(directory / f"{0:020d}", "rb") as f:
         assert f.read() == bytes([0xA0]) * FILE
-    # At a file boundary the file below stays whole.
+    # At a file boundary the file below stays whole, and the file starting there stays,
+    # empty: it alone says where the data ends when every earlier file is gone.
     queue.truncate_to(FILE)
-    assert [f.base_offset for f in queue.files] == [0]
+    assert [f.base_offset for f in queue.files] == [0, FILE]
     assert queue.files[0].read(FILE - 1, 1) == bytes([0xA0])
+    assert queue.files[1].is_zero_at(0, FILE) and queue.write_offset == FILE
+    queue.delete_first(1)
+    queue.truncate_to(FILE)
+    assert [f.base_offset for f in queue.files] == [FILE]
     queue.close()
 
 
