@@ -15,6 +15,7 @@ readers are lock-free and read only below ``max_offset``, which is published las
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -31,14 +32,15 @@ Entry = tuple[int, int, int]  # (physical offset, size, tag hash code)
 LOAD_CHECKED_FILES = 3  # newest files checked entry by entry when a queue is loaded
 
 
-def first_unwritten_entry(data: bytes) -> int | None:
+def first_unwritten_entry(data: bytes | bytearray | mmap.mmap) -> int | None:
     """Index of the first entry of a file's bytes whose size field is zero (never
     written: a record is never empty and a blank's size is ``BLANK_SIZE``); None when
     every entry is written. Works on the four size bytes of all entries at once."""
     count = len(data) // ENTRY_SIZE
     sizes = 0
-    for byte in range(8, 12):
-        sizes |= int.from_bytes(data[byte::ENTRY_SIZE][:count], "big")
+    with memoryview(data) as view:  # strided views: only the size bytes are copied
+        for byte in range(8, 12):
+            sizes |= int.from_bytes(view[byte::ENTRY_SIZE][:count].tobytes(), "big")
     found = sizes.to_bytes(count, "big").find(0)
     return None if found < 0 else found
 
@@ -73,7 +75,7 @@ class ConsumeQueue:
         for number, f in enumerate(files):
             if number < checked_whole_from and not f.is_zero_at(f.size - ENTRY_SIZE, ENTRY_SIZE):
                 continue  # an older file whose last entry is written: full
-            unwritten = first_unwritten_entry(f.map[:])
+            unwritten = first_unwritten_entry(f.map)
             if unwritten is not None:
                 end = f.base_offset + unwritten * ENTRY_SIZE
                 break
