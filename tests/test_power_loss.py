@@ -189,6 +189,9 @@ def test_a_truncation_claims_no_consume_queue_entries_it_has_not_synced(tmp_path
         recovered.shutdown()
 
 
+STEPS = 40
+
+
 # Seeds past 11 each found a bug once (retention, cuts and rolls under power loss).
 @pytest.mark.parametrize("seed", [*range(12), 20, 57, 58, 81, 259])
 def test_random_crashes_and_power_losses_leave_the_derived_files_consistent(tmp_path, seed):
@@ -211,7 +214,7 @@ def test_random_crashes_and_power_losses_leave_the_derived_files_consistent(tmp_
     store = MessageStore.open(config)
     number = 0
     try:
-        for _ in range(40):
+        for _ in range(STEPS):
             step = rng.choices(
                 ["put", "flush", "flush_derived", "truncate", "retention", "restart", "power"],
                 weights=[8, 2, 2, 1, 1, 1, 2],
