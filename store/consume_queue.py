@@ -62,10 +62,10 @@ class ConsumeQueue:
         does) or in an older file whose last entry is unwritten. A power loss takes what
         was not synced: the tail of a file that filled after the last flush, with later
         files begun (found by chaos: the lost entries then read as pointers to offset 0),
-        or any page of the unsynced range. So neither
-        "every earlier file is full" nor "entries end at the last non-zero byte" holds;
-        entries past the first unwritten one are discarded, and recovery re-dispatches
-        them from the CommitLog where it still holds their records."""
+        or any page of the unsynced range. So neither "every earlier file is full" nor
+        "entries end at the last non-zero byte" holds; entries past the first unwritten
+        one are discarded, and recovery re-dispatches them from the CommitLog where it
+        still holds their records."""
         self.files.load()
         files = self.files.files
         if not files:
