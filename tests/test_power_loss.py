@@ -48,6 +48,15 @@ def found_by_key(store: MessageStore, numbers: range) -> list[int]:
     return [i for i in numbers if store.query_by_key("orders", f"k-{i}")]
 
 
+def lose_power(store: MessageStore, config: StoreConfig) -> MessageStore:
+    """Stop ``store`` as a power cut would, zero what it had not synced, and open what the
+    disk kept."""
+    store.close_abruptly_for_tests()
+    sync_ledger.disable()
+    discard_unsynced(config.data_dir)
+    return MessageStore.open(config)
+
+
 def test_async_flush_keeps_what_was_flushed_and_loses_the_rest(tmp_path, ledger):
     config = StoreConfig(str(tmp_path / "data"), **SMALL)
     store = MessageStore.open(config)
@@ -111,10 +120,7 @@ def test_consume_queues_read_back_after_a_crash_are_forced_before_a_checkpoint_c
     store.close_abruptly_for_tests()
     reopened = MessageStore.open(config)
     reopened.flush_derived()  # the restarted node's first checkpoint
-    reopened.close_abruptly_for_tests()
-    sync_ledger.disable()
-    discard_unsynced(config.data_dir)
-    recovered = MessageStore.open(config)
+    recovered = lose_power(reopened, config)
     try:
         assert bodies(recovered) == [b"m-%d" % i for i in range(80)]
     finally:
@@ -132,10 +138,7 @@ def test_a_consume_queue_file_begun_after_the_last_flush_loses_no_pointers(tmp_p
     store.commitlog.flush()
     store.flush_derived()
     put(store, 990, 20)  # entries 990..1009: the queue's second file begins
-    store.close_abruptly_for_tests()
-    sync_ledger.disable()
-    discard_unsynced(config.data_dir)
-    reopened = MessageStore.open(config)
+    reopened = lose_power(store, config)
     try:
         assert bodies(reopened) == [b"m-%d" % i for i in range(990)]
         put(reopened, 990, 15)
@@ -157,10 +160,7 @@ def test_a_restarted_store_claims_no_consume_queue_entries_it_has_not_synced(tmp
     put(store, 100, 50)
     store.commitlog.flush()  # the log is durable to 150, its consume queue to 100
     store.close_abruptly_for_tests()
-    MessageStore.open(config).close_abruptly_for_tests()  # recovery, then power is lost
-    sync_ledger.disable()
-    discard_unsynced(config.data_dir)
-    recovered = MessageStore.open(config)
+    recovered = lose_power(MessageStore.open(config), config)  # recovery, then power is lost
     try:
         assert bodies(recovered) == [b"m-%d" % i for i in range(150)]
     finally:
@@ -179,10 +179,7 @@ def test_a_truncation_claims_no_consume_queue_entries_it_has_not_synced(tmp_path
     for i in range(10):  # a tail the master never had, in another topic's queue
         assert store.put_messages([Message("audit", b"a-%d" % i, queue_id=0)]).ok
     store.truncate_to(store.get_messages("audit", 0, 0, 1).messages[0].physical_offset)
-    store.close_abruptly_for_tests()
-    sync_ledger.disable()
-    discard_unsynced(config.data_dir)
-    recovered = MessageStore.open(config)
+    recovered = lose_power(store, config)
     try:
         assert bodies(recovered) == [b"m-%d" % i for i in range(140)]
     finally:
