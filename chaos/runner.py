@@ -160,9 +160,10 @@ def run(
         for node in plan.nodes:
             shutil.copy(os.path.join(cluster_dir, f"{node.id}.log"), logs)
         history.node_errors = errors_in_logs(logs)
-        history.replicas = workload.drain(
+        history.replicas, unreadable = workload.drain(
             [(n.id, roles.get(n.id, "?"), n.data) for n in plan.nodes], store_settings
         )
+        history.node_errors += unreadable
         from ha.epochs import EpochHistory
 
         master_id = next((n for n, r in roles.items() if r == "MASTER"), plan.nodes[0].id)

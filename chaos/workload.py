@@ -300,14 +300,23 @@ def log_digest(data_dir: str, length: int) -> str:
     return digest.hexdigest()
 
 
-def drain(nodes: list[tuple[str, str, str]], store_settings: dict) -> list[Replica]:
+def drain(
+    nodes: list[tuple[str, str, str]], store_settings: dict
+) -> tuple[list[Replica], list[str]]:
     """Read every replica ``(id, role, data_dir)`` of a stopped cluster; digests of each
-    log up to the common end."""
-    replicas = []
+    log up to the common end. Also returns ``<node>: <error>`` for each replica whose
+    store could not be opened: a finding for the report (the node could not restart
+    either), not a reason to lose the run's history."""
+    read: list[tuple[Replica, str]] = []
+    unreadable = []
     for node_id, role, data_dir in nodes:
-        end, records, dead_lettered = read_records(data_dir, store_settings)
-        replicas.append(Replica(node_id, role, end, records, dead_lettered=dead_lettered))
-    common = min(r.log_end for r in replicas)
-    for replica, (_, _, data_dir) in zip(replicas, nodes, strict=True):
+        try:
+            end, records, dead_lettered = read_records(data_dir, store_settings)
+        except Exception as error:  # the store's own checks (assertions included)
+            unreadable.append(f"{node_id}: store not readable: {type(error).__name__}: {error}")
+            continue
+        read.append((Replica(node_id, role, end, records, dead_lettered=dead_lettered), data_dir))
+    common = min((replica.log_end for replica, _ in read), default=0)
+    for replica, data_dir in read:
         replica.digest_to[common] = log_digest(data_dir, common)
-    return replicas
+    return [replica for replica, _ in read], unreadable

@@ -23,6 +23,7 @@ import functools
 import mmap
 import os
 import struct
+import threading
 from datetime import UTC, datetime
 
 from store import sync_ledger
@@ -61,6 +62,7 @@ class IndexFile:
         "map",
         "path",
         "slot_count",
+        "sync_lock",
         "synced_changes",
         "used_slot_count",
     )
@@ -85,6 +87,7 @@ class IndexFile:
         # a SIGKILL): it counts as changed until its first sync.
         self.changes = 1
         self.synced_changes = 0
+        self.sync_lock = threading.Lock()
 
     @staticmethod
     def file_size(slot_count: int, entry_count: int) -> int:
@@ -242,19 +245,23 @@ class IndexFile:
         return found
 
     def flush(self) -> None:
+        """Sync the file. One sync at a time per file (``sync_lock``): the flusher and a
+        truncation both sync, and the chaos ledger's copy of the file must be the one
+        taken before the sync that finished last (two at once renamed one copy twice)."""
         # fdatasync, not mmap.flush: see MappedFile.flush (msync holds the GIL).
-        changes = self.changes  # read first: a change during the sync stays unsynced
-        try:
-            fd = os.open(self.path, os.O_RDWR)
-        except FileNotFoundError:
-            return  # deleted by retention meanwhile: nothing to keep
-        pending = sync_ledger.copy_before_sync(self.path)  # the chaos suite's power loss
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-        sync_ledger.copy_synced(pending)
-        self.synced_changes = changes
+        with self.sync_lock:
+            changes = self.changes  # read first: a change during the sync stays unsynced
+            try:
+                fd = os.open(self.path, os.O_RDWR)
+            except FileNotFoundError:
+                return  # deleted by retention meanwhile: nothing to keep
+            pending = sync_ledger.copy_before_sync(self.path)  # the chaos suite's power loss
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            sync_ledger.copy_synced(pending)
+            self.synced_changes = changes
 
     def delete(self) -> None:
         with contextlib.suppress(FileNotFoundError):

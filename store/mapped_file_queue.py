@@ -7,7 +7,8 @@ written; everything below ``flushed_offset`` is on disk.
 
 Thread-safety: one writer mutates (append, roll, truncate, delete) while holding the
 owner's lock; readers use ``find`` on an immutable snapshot of the file tuple, so a roll
-or a deletion never shows them a half-updated list.
+or a deletion never shows them a half-updated list. Flushes (any thread) and truncations
+serialise on the queue's flush lock, so ``flushed_offset <= write_offset`` always.
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ class MappedFileQueue:
                     f.flushed_position = offset - f.base_offset
                 f.flush(end - f.base_offset)
                 offset = end
+            assert offset <= self.write_offset, (offset, self.write_offset)
             self.flushed_offset = offset
             return offset
 
@@ -171,22 +173,29 @@ class MappedFileQueue:
         """Drop every byte at or after ``offset``: later files are deleted, the file
         holding ``offset`` is zeroed from there. A file starting exactly at ``offset``
         stays, empty: when it was the only one, deleting it left no file to say where
-        the data ends, and the next open started the offsets again from 0."""
-        self.discard_preallocated()
-        keep = []
-        for f in self.files:
-            if f.base_offset <= offset:
-                keep.append(f)
-            else:
-                f.delete()
-        if keep:
-            tail = keep[-1]
-            if offset < tail.end_offset:
-                tail.zero_from(offset - tail.base_offset)
-                tail.wrote_position = offset - tail.base_offset
-        self.files = tuple(keep)
-        self.write_offset = offset
-        self.flushed_offset = min(self.flushed_offset, offset)
+        the data ends, and the next open started the offsets again from 0.
+
+        Holds the flush lock: a flush whose target was read before the cut otherwise
+        finished after it and set ``flushed_offset`` past the new end, so bytes later
+        written there counted as flushed before any sync (found by chaos: a checkpoint
+        then named an offset inside a record, and SYNC_FLUSH acknowledged unsynced
+        sends)."""
+        with self._flush_lock:
+            self.discard_preallocated()
+            keep = []
+            for f in self.files:
+                if f.base_offset <= offset:
+                    keep.append(f)
+                else:
+                    f.delete()
+            if keep:
+                tail = keep[-1]
+                if offset < tail.end_offset:
+                    tail.zero_from(offset - tail.base_offset)
+                    tail.wrote_position = offset - tail.base_offset
+            self.files = tuple(keep)
+            self.write_offset = offset
+            self.flushed_offset = min(self.flushed_offset, offset)
 
     def delete_first(self, count: int) -> list[MappedFile]:
         """Delete the ``count`` oldest files (retention); the last file always stays."""

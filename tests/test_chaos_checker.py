@@ -278,3 +278,23 @@ def test_crashed_nodes_and_exceptions_in_node_logs_are_violations(tmp_path):
     found = checker.check(history)
     assert any("exceptions in the nodes' logs" in v for v in found.violations)
     assert any("found exited" in v for v in found.violations)
+
+
+def test_a_replica_whose_store_cannot_open_is_a_finding_not_a_crash(tmp_path):
+    """The final drain opens every node's store; one that fails its own checks (a long
+    run once stopped on an assertion there, with no report written) is reported beside
+    the replicas that could be read."""
+    from chaos import workload
+    from store.config import StoreConfig
+    from store.message_store import MessageStore
+
+    small = dict(commitlog_segment_bytes=1 << 20, max_message_body_bytes=8192, index_slot_count=64)
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for data in (good, bad):
+        MessageStore.open(StoreConfig(str(data), **small)).shutdown()
+    (bad / "commitlog" / "12345").write_bytes(b"")  # not a 20-digit segment name
+    replicas, unreadable = workload.drain(
+        [("node-1", "MASTER", str(good)), ("node-2", "SLAVE", str(bad))], small
+    )
+    assert [r.node for r in replicas] == ["node-1"]
+    assert len(unreadable) == 1 and unreadable[0].startswith("node-2: store not readable")

@@ -13,8 +13,9 @@ import threading
 import pytest
 from crc32c import crc32c
 
+from ferrymq.polling import until
 from store import commitlog_record as record
-from store import index_service
+from store import index_service, sync_ledger
 from store.checkpoint import Checkpoint
 from store.commitlog import CommitLog, prepare, topic_prefix_of
 from store.config import FlushMode, StoreConfig
@@ -334,6 +335,94 @@ def test_truncate_to_deletes_later_files_and_zeroes_the_tail(tmp_path):
     queue.truncate_to(FILE)
     assert [f.base_offset for f in queue.files] == [FILE]
     queue.close()
+
+
+class WaiterReportingLock:
+    """A lock that says when a thread has started waiting for it, so a test can order
+    two threads without sleeping."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.waiting = threading.Event()
+
+    def __enter__(self):
+        if not self._lock.acquire(blocking=False):
+            self.waiting.set()
+            self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+
+def test_a_flush_under_way_never_marks_bytes_past_a_cut_flushed(tmp_path, monkeypatch):
+    """Invariant: flushed_offset <= write_offset. A flush reads its target, then syncs;
+    a cut (a slave truncating a diverged tail) that ran during the sync was undone by the
+    flush setting flushed_offset back to its old target: bytes written there later
+    counted as flushed before any sync (found by chaos: a checkpoint named an offset
+    inside a record, and recovery stopped on it)."""
+    queue = MappedFileQueue(str(tmp_path / "q"), FILE)
+    fill_file(queue, 0, 0xA0)
+    queue.write_offset = FILE // 2
+    queue.files[0].wrote_position = FILE // 2
+    lock = WaiterReportingLock()
+    queue._flush_lock = lock
+    in_sync, release_sync = threading.Event(), threading.Event()
+    real_fdatasync = os.fdatasync
+
+    def gated_fdatasync(fd: int) -> None:
+        if threading.current_thread().name == "flusher":
+            in_sync.set()
+            assert release_sync.wait(10)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", gated_fdatasync)
+    flusher = threading.Thread(target=queue.flush, name="flusher")
+    flusher.start()
+    assert in_sync.wait(10)
+    cutter = threading.Thread(target=queue.truncate_to, args=(100,), name="cutter")
+    cutter.start()
+    until(lambda: lock.waiting.is_set() or not cutter.is_alive(), what="the cut to run or wait")
+    release_sync.set()
+    flusher.join()
+    cutter.join()
+    assert queue.write_offset == 100
+    assert queue.flushed_offset <= queue.write_offset
+    assert queue.files[0].flushed_position <= 100
+    queue.close()
+
+
+def test_concurrent_syncs_of_one_index_file_keep_the_chaos_copy(tmp_path):
+    """The flusher and a truncation may sync the same index file at once; each sync
+    copies the file for the chaos suite's power loss first, and two at once renamed one
+    copy twice (FileNotFoundError in a node's flusher, found by a long chaos run)."""
+    data = tmp_path / "data"
+    sync_ledger.enable(str(data))
+    try:
+        index = IndexService(str(data / "index"), slot_count=64, entry_count=256)
+        index.put_batch([DispatchRequest("T", 0, 0, 0, 100, 0, T0, 0, ("k",), {})])
+        index_file = index.files[-1]
+        errors: list[BaseException] = []
+
+        def sync_many() -> None:
+            try:
+                for _ in range(200):
+                    index_file.changes += 1
+                    index_file.flush()
+            except BaseException as error:  # reported below, not lost in the thread
+                errors.append(error)
+
+        threads = [threading.Thread(target=sync_many) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        copy = sync_ledger.synced_copy(str(data), os.path.relpath(index_file.path, data))
+        with open(copy, "rb") as synced, open(index_file.path, "rb") as current:
+            assert synced.read() == current.read()
+    finally:
+        sync_ledger.disable()
 
 
 def test_load_refuses_gaps_and_misaligned_files(tmp_path):
