@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-peers chaos clean
 
-$(STAMP): pyproject.toml
+# The C speedups (store/_speedups.c) are compiled by the install: a change rebuilds them.
+$(STAMP): pyproject.toml store/_speedups.c
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "ferrymq needs Python >= 3.11"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -26,9 +26,8 @@ from node.convert import (
     InvalidRequest,
     MalformedRecords,
     born_host_bytes,
-    check_produce_properties,
-    produce_properties,
-    produce_record_at,
+    read_produce_record,
+    scan_produce_records,
 )
 from node.long_polling import QueueWaiters
 from node.rpc_status import store_failure, topic_error_status
@@ -165,18 +164,15 @@ class DataService(data_pb2_grpc.DataServicer):
         stored_indexes = []
         failures: list[api.ProduceFailure] = []
         position = 0
+        # The C pass reads every record that passes; each one it leaves (an int: where it
+        # starts) is read again in Python, which raises the precise error.
+        scanned = scan_produce_records(records, count, body_limit, type_text)
         for index in range(count):
             try:
-                position, body, raw, born_ms = produce_record_at(records, position)
-                properties = produce_properties(raw)
-                if not body:
-                    raise InvalidRequest(pb.MESSAGE_BODY_EMPTY, "message body is empty")
-                if len(body) > body_limit:
-                    raise InvalidRequest(
-                        pb.MESSAGE_BODY_TOO_LARGE,
-                        f"body is {len(body)} bytes, the limit is {body_limit}",
-                    )
-                check_produce_properties(properties, type_text)
+                item = scanned[index]
+                if type(item) is int:
+                    item = read_produce_record(records, item, body_limit, type_text)
+                position, body, raw, born_ms, properties = item
                 if fifo:
                     # One group, one queue: that is what keeps a group's messages in order.
                     group = properties.get(PROPERTY_MESSAGE_GROUP)

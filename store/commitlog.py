@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from store import _speedups as speedups
 from store import commitlog_record as record
 from store.dispatch_request import DispatchRequest
 from store.errors import InvalidMessageError
@@ -24,6 +25,7 @@ from store.hashing import tag_hash_code
 from store.mapped_file_queue import MappedFileQueue
 from store.message import (
     KEY_SEPARATOR,
+    PROPERTIES_MAX_BYTES,
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -153,6 +155,86 @@ def dispatch_request_at(buf, position: int) -> DispatchRequest:
     )
 
 
+def encode_batch_in_python(
+    batch: list[PreparedMessage],
+    position: int,
+    store_timestamp_ms: int,
+    host: bytes,
+    offsets: dict[tuple[str, int], int],
+    request_type: type = DispatchRequest,
+) -> tuple[bytes, list[DispatchRequest]]:
+    """What ``encode_batch`` (C, store/_speedups.c) does: the records of ``batch`` laid out
+    from ``position``, each taking the next queue offset of its queue from ``offsets``
+    (unless its transaction state takes none), and their dispatch requests."""
+    requests: list[DispatchRequest] = []
+    parts: list[bytes] = []
+    start = position
+    for prepared in batch:
+        message = prepared.message
+        body = message.body
+        if not message.sys_flag & NO_QUEUE_OFFSET_BIT:
+            key = (message.topic, message.queue_id)
+            queue_offset = offsets.get(key, 0)
+            offsets[key] = queue_offset + 1
+        else:
+            queue_offset = 0
+        parts.append(
+            record.HEADER.pack(
+                prepared.size,
+                record.MESSAGE_MAGIC,
+                crc32c(body),
+                message.queue_id,
+                message.flag,
+                queue_offset,
+                position,
+                message.sys_flag,
+                message.born_timestamp_ms,
+                message.born_host,
+                store_timestamp_ms,
+                host,
+                message.reconsume_times,
+                message.prepared_transaction_offset,
+                len(body),
+            )
+        )
+        parts.append(body)
+        parts.append(prepared.tail)
+        requests.append(
+            request_type(
+                message.topic,
+                message.queue_id,
+                queue_offset,
+                position,
+                prepared.size,
+                prepared.tag_code,
+                store_timestamp_ms,
+                message.sys_flag,
+                prepared.index_keys,
+                message.properties,
+            )
+        )
+        position += prepared.size
+    data = b"".join(parts)
+    assert len(data) == position - start, "encoded sizes disagree with the layout"
+    return data, requests
+
+
+# The per-record work of prepare (encoded properties) and replay, in C: ``CODEC.prepare``
+# has ``MessageStore.prepare_in_python`` as its twin, ``CODEC.dispatch_requests``
+# ``dispatch_request_at``.
+CODEC = speedups.RecordCodec(
+    prepared_type=PreparedMessage,
+    request_type=DispatchRequest,
+    tags=PROPERTY_TAGS,
+    keys=PROPERTY_KEYS,
+    uniq_key=PROPERTY_UNIQ_KEY,
+    timer_topic=TIMER_TOPIC,
+    timer_tag_code=queue_tag_code,
+    properties_max=PROPERTIES_MAX_BYTES,
+)
+DISPATCH_CHUNK = 1024  # records per call: a long replay never holds more requests at once
+
+
 @dataclass(frozen=True, slots=True)
 class ScanResult:
     """Where a validating scan stopped and why (``corruption`` is None at a clean end)."""
@@ -208,59 +290,15 @@ class CommitLog:
             roll_at = position
             self.segments.file_for_write(segment.end_offset)  # DiskFullError before writing
             position = segment.end_offset
-        offsets = self.queue_offsets
-        requests: list[DispatchRequest] = []
-        parts: list[bytes] = []
-        add_part = parts.append
-        add_request = requests.append
-        host = self.store_host
-        pack_header = record.HEADER.pack
-        magic = record.MESSAGE_MAGIC
-        for prepared in batch:
-            message = prepared.message
-            body = message.body
-            if not message.sys_flag & NO_QUEUE_OFFSET_BIT:
-                key = (message.topic, message.queue_id)
-                queue_offset = offsets.get(key, 0)
-                offsets[key] = queue_offset + 1
-            else:
-                queue_offset = 0
-            add_part(
-                pack_header(
-                    prepared.size,
-                    magic,
-                    crc32c(body),
-                    message.queue_id,
-                    message.flag,
-                    queue_offset,
-                    position,
-                    message.sys_flag,
-                    message.born_timestamp_ms,
-                    message.born_host,
-                    store_timestamp_ms,
-                    host,
-                    message.reconsume_times,
-                    message.prepared_transaction_offset,
-                    len(body),
-                )
-            )
-            add_part(body)
-            add_part(prepared.tail)
-            add_request(
-                DispatchRequest(
-                    message.topic,
-                    message.queue_id,
-                    queue_offset,
-                    position,
-                    prepared.size,
-                    prepared.tag_code,
-                    store_timestamp_ms,
-                    message.sys_flag,
-                    prepared.index_keys,
-                    message.properties,
-                )
-            )
-            position += prepared.size
+        data, requests = speedups.encode_batch(
+            batch,
+            position,
+            store_timestamp_ms,
+            self.store_host,
+            self.queue_offsets,
+            DispatchRequest,
+        )
+        position += len(data)
         if roll_at is not None:
             segment.write_at(
                 roll_at - segment.base_offset, record.encode_blank(segment.end_offset - roll_at)
@@ -269,8 +307,6 @@ class CommitLog:
             segment = self.segments.find(segment.end_offset)
             assert segment is not None
         start = requests[0].physical_offset
-        data = b"".join(parts)
-        assert len(data) == position - start, "encoded sizes disagree with the layout"
         segment.write_at(start - segment.base_offset, data)
         segment.wrote_position = position - segment.base_offset
         self.segments.write_offset = position
@@ -424,14 +460,14 @@ class CommitLog:
             buf, base = segment.map, segment.base_offset
             limit = min(end_offset, segment.end_offset)
             while position < limit:
-                local = position - base
-                size, magic = record.SIZE_AND_MAGIC.unpack_from(buf, local)
-                if magic == record.BLANK_MAGIC:
+                requests, local, blank = CODEC.dispatch_requests(
+                    buf, position - base, limit - base, DISPATCH_CHUNK
+                )
+                yield from requests
+                if blank:
                     position = segment.end_offset
                     break
-                assert magic == record.MESSAGE_MAGIC and size > 0, f"no record at {position}"
-                yield dispatch_request_at(buf, local)
-                position += size
+                position = base + local
 
     def set_end(self, end_offset: int, flushed_from: int) -> None:
         """After recovery: data ends at ``end_offset`` and everything past it is discarded.

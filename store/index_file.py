@@ -26,6 +26,7 @@ import struct
 import threading
 from datetime import UTC, datetime
 
+from store import _speedups as speedups
 from store import sync_ledger
 from store.mapped_file import create_mapped
 
@@ -147,7 +148,25 @@ class IndexFile:
         """``put`` for many ``(key hash, physical offset, store time)`` entries at once:
         every entry is written with one copy, then each slot touched once (its newest
         entry), so the write order stays entries, slots, header (written by the caller,
-        who has checked that they all fit)."""
+        who has checked that they all fit). The loop is C (``index_put_all``, whose twin
+        is ``put_all_in_python``)."""
+        if not entries:
+            return
+        if self.index_count == 1:
+            _, self.begin_physical_offset, self.begin_timestamp_ms = entries[0]
+        self.index_count, self.used_slot_count = speedups.index_put_all(
+            self.map,
+            self.slot_count,
+            self.entry_count,
+            self.index_count,
+            self.used_slot_count,
+            self.begin_timestamp_ms,
+            entries,
+        )
+        self.end_timestamp_ms = entries[-1][2]
+
+    def put_all_in_python(self, entries: list[tuple[int, int, int]]) -> None:
+        """What ``put_all`` does, in Python: the specification its C loop is tested against."""
         count = len(entries)
         assert self.index_count + count - 1 <= self.entry_count, "index file overflow"
         if not count:

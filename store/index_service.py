@@ -15,9 +15,36 @@ from __future__ import annotations
 
 import os
 
+from store import _speedups as speedups
+from store import hashing
 from store.dispatch_request import DispatchRequest
 from store.hashing import index_key_hash
 from store.index_file import IndexFile, index_file_name
+
+
+def index_entries_in_python(
+    requests: list[DispatchRequest], skip_below: int, key_hash=None
+) -> tuple[list[tuple[int, int, int]], DispatchRequest | None]:
+    """What ``index_entries`` (C, store/_speedups.c) does: (key hash, physical offset,
+    store time) of every key of the requests from ``skip_below`` on, and the last request
+    that had keys."""
+    hash_of = key_hash or hashing.index_key_hash
+    entries = []
+    last = None
+    for request in requests:
+        if not request.keys or request.physical_offset < skip_below:
+            continue
+        prefix = request.topic + "#"
+        for key in request.keys:
+            entries.append(
+                (
+                    hash_of((prefix + key).encode()),
+                    request.physical_offset,
+                    request.store_timestamp_ms,
+                )
+            )
+        last = request
+    return entries, last
 
 
 class IndexService:
@@ -77,20 +104,10 @@ class IndexService:
         if files and not files[-1].is_full:
             # The common case: every key fits the newest file, hashed and written in one
             # pass (``put_all``); rolling to a new file takes the careful path below.
-            entries = []
-            add = entries.append
-            hash_of = index_key_hash
-            last = None
-            for request in requests:
-                keys = request.keys
-                if not keys or request.physical_offset < skip_below:
-                    continue
-                prefix = request.topic + "#"
-                physical = request.physical_offset
-                stored_ms = request.store_timestamp_ms
-                for key in keys:
-                    add((hash_of((prefix + key).encode()), physical, stored_ms))
-                last = request
+            key_hash = index_key_hash
+            entries, last = speedups.index_entries(
+                requests, skip_below, None if key_hash is hashing.index_key_hash else key_hash
+            )
             target = files[-1]
             if last is None:
                 return

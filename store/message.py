@@ -10,6 +10,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 
+from store import _speedups as speedups
 from store.errors import InvalidMessageError
 
 PROPERTY_TAGS = "TAGS"
@@ -167,7 +168,9 @@ def check_encoded_properties(raw: bytes, properties: dict[str, str]) -> None:
         raise InvalidMessageError("PROPERTY_INVALID", "encoded properties do not match their pairs")
 
 
-def decode_properties(raw: bytes) -> dict[str, str]:
+def decode_properties_in_python(raw: bytes) -> dict[str, str]:
+    """What ``decode_properties`` (C, store/_speedups.c) does: pairs split at their first
+    0x01, empty pairs skipped, a later name replacing an earlier one."""
     if not raw:
         return {}
     result = {}
@@ -176,6 +179,9 @@ def decode_properties(raw: bytes) -> dict[str, str]:
             name, _, value = pair.partition(NAME_VALUE_SEPARATOR)
             result[name] = value
     return result
+
+
+decode_properties = speedups.decode_properties
 
 
 def encode_host(ip: str, port: int) -> bytes:

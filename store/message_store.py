@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Collection
 
 from store.checkpoint import Checkpoint
-from store.commitlog import CommitLog, PreparedMessage, prepare, topic_prefix_of
+from store.commitlog import CODEC, CommitLog, PreparedMessage, prepare, topic_prefix_of
 from store.commitlog_record import chunk_problem
 from store.commitlog_record import decode as record_decode
 from store.config import FlushMode, StoreConfig
@@ -551,7 +551,8 @@ class MessageStore:
         """Validate one message as every put does (topic, body size, queue id, header
         fields, properties) and encode its variable part; ``InvalidMessageError`` says
         what is wrong. ``encoded_properties``, when the caller holds them already, must be
-        ``message.properties`` encoded; they are checked instead of encoded again."""
+        ``message.properties`` encoded; they are checked instead of encoded again (in C,
+        ``CODEC``, except where ``prepare_in_python`` refuses the message)."""
         topics = self._topic_prefixes
         topic_prefix = topics.get(message.topic)
         if topic_prefix is None:
@@ -559,6 +560,19 @@ class MessageStore:
             if len(topics) >= TOPIC_CACHE_MAX:
                 topics.clear()
             topic_prefix = topics[message.topic] = topic_prefix_of(validate_topic(message.topic))
+        if encoded_properties is not None:
+            prepared = CODEC.prepare(
+                message, topic_prefix, encoded_properties, self.config.max_message_body_bytes
+            )
+            if prepared is not None:
+                return prepared
+        return self.prepare_in_python(message, topic_prefix, encoded_properties)
+
+    def prepare_in_python(
+        self, message: Message, topic_prefix: bytes, encoded_properties: bytes | None
+    ) -> PreparedMessage:
+        """``prepare`` after the topic check: the specification ``CODEC.prepare`` is
+        tested against, and the path of every refusal."""
         limit = self.config.max_message_body_bytes
         if len(message.body) > limit:
             raise InvalidMessageError(

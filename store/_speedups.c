@@ -1,0 +1,1420 @@
+/* store._speedups: the per-message loops of the put path, in C.
+ *
+ * Each function here has a Python twin that stays the specification (named in its
+ * docstring); tests/test_speedups.py checks them against each other on generated input.
+ * A C function either returns exactly what its twin returns or, where it declines
+ * (a record its twin would refuse), says so and lets the twin produce the precise error:
+ * refusals never need to be fast, and this way they are written once.
+ *
+ * Thread-safety: every function runs with the GIL held and keeps no state between calls.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static int64_t
+read_int64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+#define NAME_VALUE_SEPARATOR 0x01
+#define PROPERTY_SEPARATOR 0x02
+
+/* ---- properties: name 0x01 value 0x02 ... (store/message.py) ---------------------- */
+
+/* The pairs of `text` (a str) as a new dict. strict: every pair is `name 0x01 value`
+ * with exactly one 0x01, the text ends with 0x02, names are non-empty and distinct
+ * (else NULL with no exception: the caller declines). Lenient: empty pairs are skipped,
+ * a pair splits at its first 0x01, a later name replaces an earlier one. */
+static PyObject *
+pairs_of(PyObject *text, int strict)
+{
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    PyObject *result = PyDict_New();
+    if (result == NULL)
+        return NULL;
+    Py_ssize_t start = 0;
+    while (start < length) {
+        Py_ssize_t first_nv = -1, end = start;
+        int name_values = 0;
+        for (; end < length; end++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, end);
+            if (c == PROPERTY_SEPARATOR)
+                break;
+            if (c == NAME_VALUE_SEPARATOR) {
+                if (first_nv < 0)
+                    first_nv = end;
+                name_values++;
+            }
+        }
+        if (strict && (end == length || name_values != 1 || first_nv == start))
+            goto decline;
+        if (end > start) {
+            Py_ssize_t name_end = first_nv < 0 ? end : first_nv;
+            Py_ssize_t value_start = first_nv < 0 ? end : first_nv + 1;
+            PyObject *name = PyUnicode_Substring(text, start, name_end);
+            if (name == NULL)
+                goto fail;
+            PyObject *value = PyUnicode_Substring(text, value_start, end);
+            if (value == NULL) {
+                Py_DECREF(name);
+                goto fail;
+            }
+            int present = strict ? PyDict_Contains(result, name) : 0;
+            int stored = present == 0 ? PyDict_SetItem(result, name, value) : 0;
+            Py_DECREF(name);
+            Py_DECREF(value);
+            if (present < 0 || stored < 0)
+                goto fail;
+            if (present)
+                goto decline;
+        }
+        start = end + 1;
+    }
+    return result;
+decline:
+    Py_DECREF(result);
+    return NULL;
+fail:
+    Py_DECREF(result);
+    return NULL;
+}
+
+PyDoc_STRVAR(decode_properties_doc,
+"decode_properties(raw: bytes) -> dict[str, str]\n\n"
+"store.message.decode_properties_in_python, for any bytes-like `raw`: invalid UTF-8\n"
+"raises UnicodeDecodeError as bytes.decode does.");
+
+static PyObject *
+decode_properties(PyObject *Py_UNUSED(module), PyObject *raw)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    if (view.len == 0) {
+        result = PyDict_New();
+    } else {
+        PyObject *text = PyUnicode_DecodeUTF8(view.buf, view.len, NULL);
+        if (text != NULL) {
+            result = pairs_of(text, 0);
+            Py_DECREF(text);
+        }
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
+
+/* ---- CRC32C (Castagnoli), as the crc32c package computes it: BODYCRC ---------------- */
+
+static uint32_t crc32c_table[8][256];
+
+static void
+crc32c_init_table(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc32c_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int t = 1; t < 8; t++)
+            crc32c_table[t][n] = (crc32c_table[t - 1][n] >> 8) ^
+                                 crc32c_table[0][crc32c_table[t - 1][n] & 0xFF];
+}
+
+static uint32_t
+crc32c_software(uint32_t crc, const unsigned char *p, Py_ssize_t n)
+{
+    crc = ~crc;
+    while (n >= 8) {
+        uint32_t low = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                              (uint32_t)p[3] << 24);
+        crc = crc32c_table[7][low & 0xFF] ^ crc32c_table[6][(low >> 8) & 0xFF] ^
+              crc32c_table[5][(low >> 16) & 0xFF] ^ crc32c_table[4][low >> 24] ^
+              crc32c_table[3][p[4]] ^ crc32c_table[2][p[5]] ^ crc32c_table[1][p[6]] ^
+              crc32c_table[0][p[7]];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        crc = (crc >> 8) ^ crc32c_table[0][(crc ^ *p++) & 0xFF];
+    return ~crc;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("sse4.2"))) static uint32_t
+crc32c_sse42(uint32_t crc, const unsigned char *p, Py_ssize_t n)
+{
+    uint64_t c = ~crc;
+    while (n >= 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        c = __builtin_ia32_crc32di(c, word);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--)
+        c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return ~c32;
+}
+#endif
+
+static uint32_t (*crc32c_of)(uint32_t, const unsigned char *, Py_ssize_t) = crc32c_software;
+
+static void
+crc32c_choose(void)
+{
+    crc32c_init_table();
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2"))
+        crc32c_of = crc32c_sse42;
+#endif
+}
+
+PyDoc_STRVAR(crc32c_doc,
+"crc32c(data: bytes-like) -> int\n\nThe crc32c package's crc32c(data): BODYCRC's checksum.");
+
+static PyObject *
+crc32c_function(PyObject *Py_UNUSED(module), PyObject *data)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t crc = crc32c_of(0, view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+/* ---- CommitLog records (store/commitlog_record.py has the layout) ------------------ */
+
+#define RECORD_HEADER_SIZE 88
+#define MESSAGE_MAGIC 0xDAA320A7u
+#define NO_QUEUE_OFFSET_BIT 0x4 /* store.commitlog.NO_QUEUE_OFFSET_BIT */
+
+static PyObject *s_message, *s_tail, *s_size, *s_tag_code, *s_index_keys, *s_topic, *s_body,
+    *s_queue_id, *s_flag, *s_sys_flag, *s_born_timestamp_ms, *s_born_host, *s_reconsume_times,
+    *s_prepared_transaction_offset, *s_properties;
+
+static void
+put32(unsigned char *p, uint32_t v)
+{
+    p[0] = v >> 24;
+    p[1] = v >> 16;
+    p[2] = v >> 8;
+    p[3] = v;
+}
+
+static void
+put64(unsigned char *p, uint64_t v)
+{
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+/* An int attribute of `object` that must fit `bits` signed bits, else OverflowError
+ * (struct.pack's refusal in the twin). */
+static int
+int_attribute(PyObject *object, PyObject *name, int bits, long long *out)
+{
+    PyObject *value = PyObject_GetAttr(object, name);
+    if (value == NULL)
+        return -1;
+    long long v = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (bits == 32 && (v < INT32_MIN || v > INT32_MAX)) {
+        PyErr_Format(PyExc_OverflowError, "%U %lld does not fit 32 bits", name, v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A bytes attribute of exactly `length` bytes (length < 0: any), borrowed into *out. */
+static PyObject *
+bytes_attribute(PyObject *object, PyObject *name, Py_ssize_t length)
+{
+    PyObject *value = PyObject_GetAttr(object, name);
+    if (value == NULL)
+        return NULL;
+    if (!PyBytes_Check(value) || (length >= 0 && PyBytes_GET_SIZE(value) != length)) {
+        PyErr_Format(PyExc_ValueError, "%U must be bytes%s", name,
+                     length >= 0 ? " of its field's size" : "");
+        Py_DECREF(value);
+        return NULL;
+    }
+    return value;
+}
+
+PyDoc_STRVAR(encode_batch_doc,
+"encode_batch(batch, position, store_timestamp_ms, store_host, queue_offsets, request_type)\n"
+"-> (bytes, list)\n\n"
+"store.commitlog.encode_batch_in_python: the records of `batch` (PreparedMessage) laid\n"
+"out from `position`, each taking its next queue offset from `queue_offsets`, and their\n"
+"dispatch requests (made by calling `request_type`).");
+
+static PyObject *
+encode_batch(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *batch, *store_host, *queue_offsets, *request_type;
+    long long position, store_timestamp_ms;
+    if (!PyArg_ParseTuple(args, "O!LLO!O!O:encode_batch", &PyList_Type, &batch, &position,
+                          &store_timestamp_ms, &PyBytes_Type, &store_host, &PyDict_Type,
+                          &queue_offsets, &request_type))
+        return NULL;
+    if (PyBytes_GET_SIZE(store_host) != 8) {
+        PyErr_SetString(PyExc_ValueError, "store_host must be 8 bytes");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(batch);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long long size;
+        if (int_attribute(PyList_GET_ITEM(batch, i), s_size, 32, &size) < 0)
+            return NULL;
+        total += (Py_ssize_t)size;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, total);
+    PyObject *requests = PyList_New(count);
+    PyObject *store_timestamp = PyLong_FromLongLong(store_timestamp_ms);
+    if (data == NULL || requests == NULL || store_timestamp == NULL)
+        goto fail_early;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t written = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *prepared = PyList_GET_ITEM(batch, i);
+        PyObject *message = NULL, *topic = NULL, *body = NULL, *tail = NULL, *born_host = NULL;
+        PyObject *key = NULL, *request = NULL;
+        PyObject *call[10] = {NULL};
+        long long size, queue_id, flag, sys_flag, born_ms, reconsume, prepared_offset;
+        long long queue_offset = 0;
+        if ((message = PyObject_GetAttr(prepared, s_message)) == NULL ||
+            int_attribute(prepared, s_size, 32, &size) < 0 ||
+            (tail = bytes_attribute(prepared, s_tail, -1)) == NULL ||
+            (body = bytes_attribute(message, s_body, -1)) == NULL ||
+            (born_host = bytes_attribute(message, s_born_host, 8)) == NULL ||
+            (topic = PyObject_GetAttr(message, s_topic)) == NULL ||
+            int_attribute(message, s_queue_id, 32, &queue_id) < 0 ||
+            int_attribute(message, s_flag, 32, &flag) < 0 ||
+            int_attribute(message, s_sys_flag, 32, &sys_flag) < 0 ||
+            int_attribute(message, s_born_timestamp_ms, 64, &born_ms) < 0 ||
+            int_attribute(message, s_reconsume_times, 32, &reconsume) < 0 ||
+            int_attribute(message, s_prepared_transaction_offset, 64, &prepared_offset) < 0)
+            goto fail_record;
+        Py_ssize_t body_length = PyBytes_GET_SIZE(body);
+        Py_ssize_t tail_length = PyBytes_GET_SIZE(tail);
+        if (size != RECORD_HEADER_SIZE + body_length + tail_length || written + size > total) {
+            PyErr_SetString(PyExc_AssertionError, "encoded sizes disagree with the layout");
+            goto fail_record;
+        }
+        if (!(sys_flag & NO_QUEUE_OFFSET_BIT)) {
+            key = Py_BuildValue("(OL)", topic, queue_id);
+            if (key == NULL)
+                goto fail_record;
+            PyObject *next = PyDict_GetItemWithError(queue_offsets, key);
+            if (next == NULL && PyErr_Occurred())
+                goto fail_record;
+            if (next != NULL && (queue_offset = PyLong_AsLongLong(next)) == -1 && PyErr_Occurred())
+                goto fail_record;
+            PyObject *after = PyLong_FromLongLong(queue_offset + 1);
+            if (after == NULL || PyDict_SetItem(queue_offsets, key, after) < 0) {
+                Py_XDECREF(after);
+                goto fail_record;
+            }
+            Py_DECREF(after);
+        }
+        unsigned char *h = out + written;
+        const unsigned char *body_bytes = (const unsigned char *)PyBytes_AS_STRING(body);
+        long long physical = position + written;
+        put32(h, (uint32_t)size);
+        put32(h + 4, MESSAGE_MAGIC);
+        put32(h + 8, crc32c_of(0, body_bytes, body_length));
+        put32(h + 12, (uint32_t)queue_id);
+        put32(h + 16, (uint32_t)flag);
+        put64(h + 20, (uint64_t)queue_offset);
+        put64(h + 28, (uint64_t)physical);
+        put32(h + 36, (uint32_t)sys_flag);
+        put64(h + 40, (uint64_t)born_ms);
+        memcpy(h + 48, PyBytes_AS_STRING(born_host), 8);
+        put64(h + 56, (uint64_t)store_timestamp_ms);
+        memcpy(h + 64, PyBytes_AS_STRING(store_host), 8);
+        put32(h + 72, (uint32_t)reconsume);
+        put64(h + 76, (uint64_t)prepared_offset);
+        put32(h + 84, (uint32_t)body_length);
+        memcpy(h + RECORD_HEADER_SIZE, body_bytes, body_length);
+        memcpy(h + RECORD_HEADER_SIZE + body_length, PyBytes_AS_STRING(tail), tail_length);
+        written += size;
+        /* DispatchRequest(topic, queue_id, queue_offset, physical_offset, size, tag_code,
+         *                 store_timestamp_ms, sys_flag, keys, properties) */
+        call[0] = topic;
+        Py_INCREF(topic);
+        call[1] = PyLong_FromLongLong(queue_id);
+        call[2] = PyLong_FromLongLong(queue_offset);
+        call[3] = PyLong_FromLongLong(physical);
+        call[4] = PyLong_FromLongLong(size);
+        call[5] = PyObject_GetAttr(prepared, s_tag_code);
+        call[6] = store_timestamp;
+        Py_INCREF(store_timestamp);
+        call[7] = PyLong_FromLongLong(sys_flag);
+        call[8] = PyObject_GetAttr(prepared, s_index_keys);
+        call[9] = PyObject_GetAttr(message, s_properties);
+        int complete = 1;
+        for (int a = 0; a < 10; a++)
+            complete &= call[a] != NULL;
+        if (complete)
+            request = PyObject_Vectorcall(request_type, call, 10, NULL);
+        for (int a = 0; a < 10; a++)
+            Py_XDECREF(call[a]);
+        if (request == NULL)
+            goto fail_record;
+        PyList_SET_ITEM(requests, i, request);
+        Py_XDECREF(key);
+        Py_DECREF(message);
+        Py_DECREF(topic);
+        Py_DECREF(body);
+        Py_DECREF(tail);
+        Py_DECREF(born_host);
+        continue;
+    fail_record:
+        Py_XDECREF(key);
+        Py_XDECREF(message);
+        Py_XDECREF(topic);
+        Py_XDECREF(body);
+        Py_XDECREF(tail);
+        Py_XDECREF(born_host);
+        goto fail_early;
+    }
+    if (written != total) {
+        PyErr_SetString(PyExc_AssertionError, "encoded sizes disagree with the layout");
+        goto fail_early;
+    }
+    Py_DECREF(store_timestamp);
+    PyObject *result = PyTuple_Pack(2, data, requests);
+    Py_DECREF(data);
+    Py_DECREF(requests);
+    return result;
+fail_early:
+    Py_XDECREF(data);
+    Py_XDECREF(requests);
+    Py_XDECREF(store_timestamp);
+    return NULL;
+}
+
+
+/* ---- IndexFile (store/index_file.py has the layout) ------------------------------- */
+
+#define INDEX_HEADER_SIZE 40
+#define INDEX_SLOT_SIZE 4
+#define INDEX_ENTRY_SIZE 20
+
+static PyObject *s_keys, *s_physical_offset, *s_store_timestamp_ms;
+
+/* crc32c(topic + "#" + key, UTF-8) without building the string: store.hashing.index_key_hash. */
+static int
+key_crc(PyObject *topic, PyObject *key, uint32_t *out)
+{
+    Py_ssize_t topic_length, key_length;
+    const char *topic_utf8 = PyUnicode_AsUTF8AndSize(topic, &topic_length);
+    if (topic_utf8 == NULL)
+        return -1;
+    const char *key_utf8 = PyUnicode_AsUTF8AndSize(key, &key_length);
+    if (key_utf8 == NULL)
+        return -1;
+    /* crc32c_of(crc, ...) continues a CRC: its pre- and post-inversions cancel between parts. */
+    uint32_t crc = crc32c_of(0, (const unsigned char *)topic_utf8, topic_length);
+    crc = crc32c_of(crc, (const unsigned char *)"#", 1);
+    *out = crc32c_of(crc, (const unsigned char *)key_utf8, key_length);
+    return 0;
+}
+
+PyDoc_STRVAR(index_entries_doc,
+"index_entries(requests, skip_below, key_hash) -> (list, last request or None)\n\n"
+"store.index_service.index_entries_in_python: (key hash, physical offset, store time) of\n"
+"every key of the requests at or above `skip_below`, and the last request that had keys.\n"
+"`key_hash` None hashes as store.hashing.index_key_hash; else it is called per key.");
+
+static PyObject *
+index_entries(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *requests, *key_hash;
+    long long skip_below;
+    if (!PyArg_ParseTuple(args, "O!LO:index_entries", &PyList_Type, &requests, &skip_below,
+                          &key_hash))
+        return NULL;
+    PyObject *entries = PyList_New(0);
+    if (entries == NULL)
+        return NULL;
+    PyObject *last = Py_None;
+    Py_ssize_t count = PyList_GET_SIZE(requests);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *request = PyList_GET_ITEM(requests, i);
+        PyObject *keys = PyObject_GetAttr(request, s_keys);
+        if (keys == NULL)
+            goto fail;
+        int has_keys = PyObject_IsTrue(keys);
+        PyObject *physical = NULL, *stored = NULL, *topic = NULL;
+        if (has_keys <= 0) {
+            Py_DECREF(keys);
+            if (has_keys < 0)
+                goto fail;
+            continue;
+        }
+        if ((physical = PyObject_GetAttr(request, s_physical_offset)) == NULL)
+            goto fail_request;
+        long long physical_offset = PyLong_AsLongLong(physical);
+        if (physical_offset == -1 && PyErr_Occurred())
+            goto fail_request;
+        if (physical_offset < skip_below) {
+            Py_DECREF(keys);
+            Py_DECREF(physical);
+            continue;
+        }
+        if ((stored = PyObject_GetAttr(request, s_store_timestamp_ms)) == NULL ||
+            (topic = PyObject_GetAttr(request, s_topic)) == NULL)
+            goto fail_request;
+        if (!PyTuple_Check(keys) || !PyUnicode_Check(topic)) {
+            PyErr_SetString(PyExc_TypeError, "a dispatch request's keys are a tuple of str");
+            goto fail_request;
+        }
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys); k++) {
+            PyObject *key = PyTuple_GET_ITEM(keys, k);
+            PyObject *hash;
+            if (key_hash == Py_None) {
+                uint32_t crc;
+                if (!PyUnicode_Check(key)) {
+                    PyErr_SetString(PyExc_TypeError, "an index key is a str");
+                    goto fail_request;
+                }
+                if (key_crc(topic, key, &crc) < 0)
+                    goto fail_request;
+                hash = PyLong_FromUnsignedLong(crc);
+            } else {
+                PyObject *joined = PyUnicode_FromFormat("%U#%U", topic, key);
+                PyObject *encoded = joined ? PyUnicode_AsUTF8String(joined) : NULL;
+                Py_XDECREF(joined);
+                hash = encoded ? PyObject_CallOneArg(key_hash, encoded) : NULL;
+                Py_XDECREF(encoded);
+            }
+            if (hash == NULL)
+                goto fail_request;
+            PyObject *entry = PyTuple_Pack(3, hash, physical, stored);
+            Py_DECREF(hash);
+            if (entry == NULL || PyList_Append(entries, entry) < 0) {
+                Py_XDECREF(entry);
+                goto fail_request;
+            }
+            Py_DECREF(entry);
+        }
+        last = request;
+        Py_DECREF(keys);
+        Py_DECREF(physical);
+        Py_DECREF(stored);
+        Py_DECREF(topic);
+        continue;
+    fail_request:
+        Py_DECREF(keys);
+        Py_XDECREF(physical);
+        Py_XDECREF(stored);
+        Py_XDECREF(topic);
+        goto fail;
+    }
+    PyObject *result = PyTuple_Pack(2, entries, last);
+    Py_DECREF(entries);
+    return result;
+fail:
+    Py_DECREF(entries);
+    return NULL;
+}
+
+static int32_t
+read_int32(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+/* IndexFile._last_counted: follow a chain from `number` down to a counted entry, or 0. */
+static long long
+last_counted(const unsigned char *map, Py_ssize_t entries_at, long long number,
+             long long index_count, long long entry_count)
+{
+    while (number >= index_count) {
+        if (number > entry_count)
+            return 0;
+        long long previous = read_int32(map + entries_at + number * INDEX_ENTRY_SIZE + 16);
+        if (!(0 <= previous && previous < number))
+            return 0;
+        number = previous;
+    }
+    return number;
+}
+
+PyDoc_STRVAR(index_put_all_doc,
+"index_put_all(map, slot_count, entry_count, index_count, used_slot_count, begin_ms, entries)\n"
+"-> (index_count, used_slot_count)\n\n"
+"The loop of IndexFile.put_all (its Python twin, index_file.put_all_in_python): every\n"
+"entry is written, then each slot touched once (its newest entry). The caller checked\n"
+"that the entries fit and writes the header.");
+
+static PyObject *
+index_put_all(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *map, *entries;
+    long long slot_count, entry_count, index_count, used, begin_ms;
+    if (!PyArg_ParseTuple(args, "OLLLLLO!:index_put_all", &map, &slot_count, &entry_count,
+                          &index_count, &used, &begin_ms, &PyList_Type, &entries))
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(entries);
+    if (slot_count <= 0 || index_count < 1 || index_count + count - 1 > entry_count) {
+        PyErr_SetString(PyExc_AssertionError, "index file overflow");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(map, &view, PyBUF_WRITABLE) < 0)
+        return NULL;
+    Py_ssize_t entries_at = INDEX_HEADER_SIZE + (Py_ssize_t)slot_count * INDEX_SLOT_SIZE;
+    if (view.len < entries_at + (Py_ssize_t)(entry_count + 1) * INDEX_ENTRY_SIZE) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "the map is smaller than its index file");
+        return NULL;
+    }
+    unsigned char *buffer = view.buf;
+    /* The slots this batch touched and their newest entry: open addressing, twice the
+     * entries in size, so that every lookup ends at an empty cell. */
+    Py_ssize_t capacity = 16;
+    while (capacity < 2 * count)
+        capacity <<= 1;
+    long long *cell_slot = PyMem_Malloc(capacity * sizeof(long long));
+    long long *cell_number = PyMem_Malloc(capacity * sizeof(long long));
+    unsigned char *block = PyMem_Malloc(count ? count * INDEX_ENTRY_SIZE : 1);
+    if (cell_slot == NULL || cell_number == NULL || block == NULL) {
+        PyMem_Free(cell_slot);
+        PyMem_Free(cell_number);
+        PyMem_Free(block);
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t c = 0; c < capacity; c++)
+        cell_slot[c] = -1;
+    long long first = index_count, number = index_count;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        unsigned long long key_hash;
+        long long physical, stored_ms;
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
+            PyErr_SetString(PyExc_TypeError, "an index entry is (key hash, physical, ms)");
+            goto fail;
+        }
+        key_hash = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(entry, 0));
+        physical = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 1));
+        stored_ms = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 2));
+        if (PyErr_Occurred())
+            goto fail;
+        if (key_hash > 0xFFFFFFFFull) {
+            PyErr_SetString(PyExc_OverflowError, "a key hash is 32 bits");
+            goto fail;
+        }
+        long long slot = (long long)(key_hash % (unsigned long long)slot_count);
+        Py_ssize_t cell =
+            (Py_ssize_t)(((unsigned long long)slot * 0x9E3779B97F4A7C15ull) >> 32) & (capacity - 1);
+        while (cell_slot[cell] != -1 && cell_slot[cell] != slot)
+            cell = (cell + 1) & (capacity - 1);
+        long long previous;
+        if (cell_slot[cell] == slot) {
+            previous = cell_number[cell];
+        } else {
+            previous = read_int32(buffer + INDEX_HEADER_SIZE + slot * INDEX_SLOT_SIZE);
+            if (previous >= first) /* past the counted entries: see IndexFile._last_counted */
+                previous = last_counted(buffer, entries_at, previous, first, entry_count);
+            if (previous <= 0) {
+                previous = 0;
+                used++;
+            }
+            cell_slot[cell] = slot;
+        }
+        cell_number[cell] = number;
+        /* Python's floor division, then no negative delta. */
+        long long difference = stored_ms - begin_ms;
+        long long delta_s = difference >= 0 ? difference / 1000 : -((-difference + 999) / 1000);
+        if (delta_s < 0)
+            delta_s = 0;
+        if (delta_s > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "an entry's seconds do not fit 32 bits");
+            goto fail;
+        }
+        unsigned char *e = block + i * INDEX_ENTRY_SIZE;
+        put32(e, (uint32_t)key_hash);
+        put64(e + 4, (uint64_t)physical);
+        put32(e + 12, (uint32_t)delta_s);
+        put32(e + 16, (uint32_t)previous);
+        number++;
+    }
+    memcpy(buffer + entries_at + first * INDEX_ENTRY_SIZE, block, count * INDEX_ENTRY_SIZE);
+    for (Py_ssize_t c = 0; c < capacity; c++)
+        if (cell_slot[c] != -1)
+            put32(buffer + INDEX_HEADER_SIZE + cell_slot[c] * INDEX_SLOT_SIZE,
+                  (uint32_t)cell_number[c]);
+    PyMem_Free(cell_slot);
+    PyMem_Free(cell_number);
+    PyMem_Free(block);
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(LL)", number, used);
+fail:
+    PyMem_Free(cell_slot);
+    PyMem_Free(cell_number);
+    PyMem_Free(block);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+
+/* ---- the per-record work of prepare and replay (store/commitlog.py) ---------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *prepared_type;  /* store.commitlog.PreparedMessage */
+    PyObject *request_type;   /* store.dispatch_request.DispatchRequest */
+    PyObject *tags;           /* property names, str */
+    PyObject *keys;
+    PyObject *uniq_key;
+    PyObject *timer_topic;    /* its records' tag code is a delivery time: left to Python */
+    PyObject *timer_tag_code; /* store.commitlog.queue_tag_code, for those */
+    Py_ssize_t properties_max;
+} RecordCodec;
+
+static int
+codec_init(RecordCodec *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"prepared_type", "request_type", "tags", "keys", "uniq_key",
+                            "timer_topic", "timer_tag_code", "properties_max", NULL};
+    PyObject *prepared_type, *request_type, *tags, *keys, *uniq_key, *timer_topic;
+    PyObject *timer_tag_code;
+    Py_ssize_t properties_max;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOUUUUOn:RecordCodec", names,
+                                     &prepared_type, &request_type, &tags, &keys, &uniq_key,
+                                     &timer_topic, &timer_tag_code, &properties_max))
+        return -1;
+    Py_INCREF(prepared_type);
+    Py_XSETREF(self->prepared_type, prepared_type);
+    Py_INCREF(request_type);
+    Py_XSETREF(self->request_type, request_type);
+    Py_INCREF(timer_tag_code);
+    Py_XSETREF(self->timer_tag_code, timer_tag_code);
+    Py_INCREF(tags);
+    Py_XSETREF(self->tags, tags);
+    Py_INCREF(keys);
+    Py_XSETREF(self->keys, keys);
+    Py_INCREF(uniq_key);
+    Py_XSETREF(self->uniq_key, uniq_key);
+    Py_INCREF(timer_topic);
+    Py_XSETREF(self->timer_topic, timer_topic);
+    self->properties_max = properties_max;
+    return 0;
+}
+
+static void
+codec_dealloc(RecordCodec *self)
+{
+    Py_XDECREF(self->prepared_type);
+    Py_XDECREF(self->request_type);
+    Py_XDECREF(self->timer_tag_code);
+    Py_XDECREF(self->tags);
+    Py_XDECREF(self->keys);
+    Py_XDECREF(self->uniq_key);
+    Py_XDECREF(self->timer_topic);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* An int attribute that fits `bits` signed bits into *out: 1; 0 when it is missing, not an
+ * int or out of range (the twin refuses it); -1 on another error. */
+static int
+fitting_int(PyObject *object, PyObject *name, int bits, long long *out)
+{
+    PyObject *value = PyObject_GetAttr(object, name);
+    if (value == NULL)
+        return -1;
+    int fits = 0;
+    if (PyLong_Check(value)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(value);
+            return -1;
+        }
+        fits = !overflow && (bits == 64 || (v >= INT32_MIN && v <= INT32_MAX));
+        *out = v;
+    }
+    Py_DECREF(value);
+    return fits;
+}
+
+/* store.hashing.tag_hash_code (Java's String.hashCode over UTF-16 units) into *out: 1, or
+ * 0 for a lone surrogate (which UTF-16 cannot encode: the twin raises). */
+static int
+java_hash(PyObject *text, int32_t *out)
+{
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    uint32_t h = 0;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0xD800 && c <= 0xDFFF)
+            return 0;
+        if (c >= 0x10000) {
+            h = 31 * h + (0xD800 + ((c - 0x10000) >> 10));
+            h = 31 * h + (0xDC00 + ((c - 0x10000) & 0x3FF));
+        } else {
+            h = 31 * h + c;
+        }
+    }
+    *out = (int32_t)h;
+    return 1;
+}
+
+/* store.commitlog.index_keys_of: KEYS split at spaces (empty ones dropped), then UNIQ_KEY. */
+static PyObject *
+index_keys_of(RecordCodec *self, PyObject *properties)
+{
+    PyObject *keys = PyDict_GetItemWithError(properties, self->keys);
+    if (keys == NULL && PyErr_Occurred())
+        return NULL;
+    PyObject *unique = PyDict_GetItemWithError(properties, self->uniq_key);
+    if (unique == NULL && PyErr_Occurred())
+        return NULL;
+    int has_unique = unique != NULL && PyUnicode_GET_LENGTH(unique) > 0;
+    PyObject *parts = PyList_New(0);
+    if (parts == NULL)
+        return NULL;
+    if (keys != NULL && PyUnicode_GET_LENGTH(keys) > 0) {
+        Py_ssize_t length = PyUnicode_GET_LENGTH(keys);
+        int kind = PyUnicode_KIND(keys);
+        const void *data = PyUnicode_DATA(keys);
+        Py_ssize_t start = 0;
+        for (Py_ssize_t i = 0; i <= length; i++) {
+            if (i < length && PyUnicode_READ(kind, data, i) != ' ')
+                continue;
+            if (i > start) {
+                PyObject *part = PyUnicode_Substring(keys, start, i);
+                if (part == NULL || PyList_Append(parts, part) < 0) {
+                    Py_XDECREF(part);
+                    Py_DECREF(parts);
+                    return NULL;
+                }
+                Py_DECREF(part);
+            }
+            start = i + 1;
+        }
+    }
+    if (has_unique && PyList_Append(parts, unique) < 0) {
+        Py_DECREF(parts);
+        return NULL;
+    }
+    PyObject *result = PyList_AsTuple(parts);
+    Py_DECREF(parts);
+    return result;
+}
+
+PyDoc_STRVAR(codec_prepare_doc,
+"prepare(message, topic_prefix: bytes, encoded_properties: bytes, body_limit: int)\n"
+"-> PreparedMessage | None\n\n"
+"MessageStore.prepare_in_python after its topic check, or None where that raises (or for\n"
+"a timer record): the caller then runs it for the precise error.");
+
+static PyObject *
+codec_prepare(RecordCodec *self, PyObject *args)
+{
+    PyObject *message, *topic_prefix, *raw;
+    Py_ssize_t body_limit;
+    if (!PyArg_ParseTuple(args, "OO!O!n:prepare", &message, &PyBytes_Type, &topic_prefix,
+                          &PyBytes_Type, &raw, &body_limit))
+        return NULL;
+    PyObject *body = NULL, *born_host = NULL, *properties = NULL, *topic = NULL;
+    PyObject *tail = NULL, *index_keys = NULL, *result = NULL;
+    long long queue_id, value;
+    int fits;
+    if ((topic = PyObject_GetAttr(message, s_topic)) == NULL)
+        goto done;
+    int timer = PyUnicode_Check(topic) ? PyUnicode_Compare(topic, self->timer_topic) : 0;
+    if ((timer == -1 && PyErr_Occurred()) || timer == 0 || !PyUnicode_Check(topic))
+        goto decline;
+    if ((body = PyObject_GetAttr(message, s_body)) == NULL)
+        goto done;
+    if (!PyBytes_Check(body) || PyBytes_GET_SIZE(body) > body_limit)
+        goto decline;
+    if ((fits = fitting_int(message, s_queue_id, 64, &queue_id)) <= 0)
+        goto decline_or_fail_fits;
+    if (queue_id < 0 || queue_id >= (1LL << 31))
+        goto decline;
+    PyObject *const header_names[] = {s_flag, s_sys_flag, s_born_timestamp_ms, s_reconsume_times,
+                                      s_prepared_transaction_offset};
+    const int header_bits[] = {32, 32, 64, 32, 64};
+    for (int i = 0; i < 5; i++)
+        if ((fits = fitting_int(message, header_names[i], header_bits[i], &value)) <= 0)
+            goto decline_or_fail_fits;
+    if ((born_host = PyObject_GetAttr(message, s_born_host)) == NULL)
+        goto done;
+    if (PyObject_Length(born_host) != 8) {
+        if (PyErr_Occurred())
+            goto done;
+        goto decline;
+    }
+    if ((properties = PyObject_GetAttr(message, s_properties)) == NULL)
+        goto done;
+    if (!PyDict_CheckExact(properties))
+        goto decline;
+    /* store.message.check_encoded_properties */
+    Py_ssize_t raw_length = PyBytes_GET_SIZE(raw);
+    const char *raw_bytes = PyBytes_AS_STRING(raw);
+    Py_ssize_t pairs = PyDict_GET_SIZE(properties), name_values = 0, separators = 0;
+    if (raw_length > self->properties_max)
+        goto decline;
+    for (Py_ssize_t i = 0; i < raw_length; i++) {
+        name_values += raw_bytes[i] == NAME_VALUE_SEPARATOR;
+        separators += raw_bytes[i] == PROPERTY_SEPARATOR;
+    }
+    if (name_values != pairs || separators != pairs ||
+        (pairs && raw_bytes[raw_length - 1] != PROPERTY_SEPARATOR) || (raw_length && !pairs))
+        goto decline;
+    /* store.commitlog.prepare */
+    int32_t tag_code = 0;
+    PyObject *tags = PyDict_GetItemWithError(properties, self->tags);
+    if (tags == NULL && PyErr_Occurred())
+        goto done;
+    if (tags != NULL) {
+        if (!PyUnicode_Check(tags))
+            goto decline;
+        if (PyUnicode_GET_LENGTH(tags) > 0 && !java_hash(tags, &tag_code))
+            goto decline;
+    }
+    Py_ssize_t prefix_length = PyBytes_GET_SIZE(topic_prefix);
+    tail = PyBytes_FromStringAndSize(NULL, prefix_length + 2 + raw_length);
+    if (tail == NULL)
+        goto done;
+    char *t = PyBytes_AS_STRING(tail);
+    memcpy(t, PyBytes_AS_STRING(topic_prefix), prefix_length);
+    t[prefix_length] = (char)(raw_length >> 8);
+    t[prefix_length + 1] = (char)raw_length;
+    memcpy(t + prefix_length + 2, raw_bytes, raw_length);
+    if ((index_keys = index_keys_of(self, properties)) == NULL)
+        goto done;
+    Py_ssize_t size = RECORD_HEADER_SIZE + PyBytes_GET_SIZE(body) + PyBytes_GET_SIZE(tail);
+    PyObject *size_object = PyLong_FromSsize_t(size);
+    PyObject *tag_object = PyLong_FromLong(tag_code);
+    if (size_object != NULL && tag_object != NULL) {
+        PyObject *call[5] = {message, tail, size_object, tag_object, index_keys};
+        result = PyObject_Vectorcall(self->prepared_type, call, 5, NULL);
+    }
+    Py_XDECREF(size_object);
+    Py_XDECREF(tag_object);
+    goto done;
+decline_or_fail_fits:
+    if (fits < 0)
+        goto done;
+decline:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    Py_XDECREF(topic);
+    Py_XDECREF(body);
+    Py_XDECREF(born_host);
+    Py_XDECREF(properties);
+    Py_XDECREF(tail);
+    Py_XDECREF(index_keys);
+    return result;
+}
+
+
+/* The dispatch request of the record at `p` (store.commitlog.dispatch_request_at). */
+static PyObject *
+dispatch_request_at(RecordCodec *self, const unsigned char *buf, Py_ssize_t length, Py_ssize_t p)
+{
+    if (p < 0 || length - p < RECORD_HEADER_SIZE) {
+        PyErr_Format(PyExc_AssertionError, "no record at %zd", p);
+        return NULL;
+    }
+    const unsigned char *h = buf + p;
+    int32_t size = read_int32(h);
+    if ((uint32_t)read_int32(h + 4) != MESSAGE_MAGIC) {
+        PyErr_Format(PyExc_AssertionError, "no message record at %zd", p);
+        return NULL;
+    }
+    int32_t body_length = read_int32(h + 84);
+    Py_ssize_t end = p + size;
+    Py_ssize_t topic_at = p + RECORD_HEADER_SIZE + (Py_ssize_t)body_length;
+    if (size <= 0 || body_length < 0 || end > length || topic_at + 1 > end) {
+        PyErr_SetString(PyExc_AssertionError, "record lengths disagree");
+        return NULL;
+    }
+    Py_ssize_t properties_at = topic_at + 1 + buf[topic_at];
+    if (properties_at + 2 > end ||
+        properties_at + 2 + (((Py_ssize_t)buf[properties_at] << 8) | buf[properties_at + 1]) != end) {
+        PyErr_SetString(PyExc_AssertionError, "record lengths disagree");
+        return NULL;
+    }
+    PyObject *call[10] = {NULL};
+    PyObject *request = NULL, *properties = NULL, *raw = NULL;
+    call[0] = PyUnicode_DecodeUTF8((const char *)buf + topic_at + 1, properties_at - topic_at - 1,
+                                   NULL);
+    if (call[0] == NULL)
+        goto done;
+    raw = PyBytes_FromStringAndSize((const char *)buf + properties_at + 2, end - properties_at - 2);
+    if (raw == NULL || (properties = decode_properties(NULL, raw)) == NULL)
+        goto done;
+    int timer = PyUnicode_Compare(call[0], self->timer_topic);
+    if (timer == -1 && PyErr_Occurred())
+        goto done;
+    if (timer == 0) {
+        call[5] = PyObject_CallFunctionObjArgs(self->timer_tag_code, call[0], properties, NULL);
+    } else {
+        int32_t tag_code = 0;
+        PyObject *tags = PyDict_GetItemWithError(properties, self->tags);
+        if (tags == NULL && PyErr_Occurred())
+            goto done;
+        if (tags != NULL && PyUnicode_GET_LENGTH(tags) > 0 && !java_hash(tags, &tag_code)) {
+            PyErr_SetString(PyExc_UnicodeEncodeError, "a tag with a lone surrogate");
+            goto done;
+        }
+        call[5] = PyLong_FromLong(tag_code);
+    }
+    call[1] = PyLong_FromLong(read_int32(h + 12));
+    call[2] = PyLong_FromLongLong(read_int64(h + 20));
+    call[3] = PyLong_FromLongLong(read_int64(h + 28));
+    call[4] = PyLong_FromLong(size);
+    call[6] = PyLong_FromLongLong(read_int64(h + 56));
+    call[7] = PyLong_FromLong(read_int32(h + 36));
+    call[8] = index_keys_of(self, properties);
+    call[9] = properties;
+    Py_INCREF(properties);
+    int complete = 1;
+    for (int a = 0; a < 10; a++)
+        complete &= call[a] != NULL;
+    if (complete)
+        request = PyObject_Vectorcall(self->request_type, call, 10, NULL);
+done:
+    for (int a = 0; a < 10; a++)
+        Py_XDECREF(call[a]);
+    Py_XDECREF(raw);
+    Py_XDECREF(properties);
+    return request;
+}
+
+PyDoc_STRVAR(codec_dispatch_requests_doc,
+"dispatch_requests(buf, position: int, limit: int, max_count: int) -> (list, int, bool)\n\n"
+"The dispatch requests (dispatch_request_at) of up to `max_count` records from `position`\n"
+"of the map `buf`, stopping at `limit` or at a blank record: (requests, where it stopped,\n"
+"whether a blank record stopped it). CommitLog.dispatch_requests' inner loop.");
+
+static PyObject *
+codec_dispatch_requests(RecordCodec *self, PyObject *args)
+{
+    PyObject *map;
+    Py_ssize_t position, limit, max_count;
+    if (!PyArg_ParseTuple(args, "Onnn:dispatch_requests", &map, &position, &limit, &max_count))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(map, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = view.buf;
+    if (limit > view.len)
+        limit = view.len;
+    PyObject *requests = PyList_New(0);
+    int blank = 0;
+    if (requests == NULL)
+        goto fail;
+    while (position < limit && PyList_GET_SIZE(requests) < max_count) {
+        if (limit - position < 8) {
+            PyErr_Format(PyExc_AssertionError, "no record at %zd", position);
+            goto fail;
+        }
+        int32_t size = read_int32(buf + position);
+        uint32_t magic = (uint32_t)read_int32(buf + position + 4);
+        if (magic == 0xCBD43194u) { /* BLANK_MAGIC */
+            blank = 1;
+            break;
+        }
+        if (magic != MESSAGE_MAGIC || size <= 0) {
+            PyErr_Format(PyExc_AssertionError, "no record at %zd", position);
+            goto fail;
+        }
+        PyObject *request = dispatch_request_at(self, buf, view.len, position);
+        if (request == NULL || PyList_Append(requests, request) < 0) {
+            Py_XDECREF(request);
+            goto fail;
+        }
+        Py_DECREF(request);
+        position += size;
+    }
+    PyBuffer_Release(&view);
+    PyObject *result = Py_BuildValue("(NnO)", requests, position, blank ? Py_True : Py_False);
+    return result;
+fail:
+    Py_XDECREF(requests);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyMethodDef codec_methods[] = {
+    {"prepare", (PyCFunction)codec_prepare, METH_VARARGS, codec_prepare_doc},
+    {"dispatch_requests", (PyCFunction)codec_dispatch_requests, METH_VARARGS,
+     codec_dispatch_requests_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RecordCodecType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "store._speedups.RecordCodec",
+    .tp_doc = PyDoc_STR("The per-record work of the put and replay paths (prepare, dispatch "
+                        "requests), given the property names and types they use."),
+    .tp_basicsize = sizeof(RecordCodec),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)codec_init,
+    .tp_dealloc = (destructor)codec_dealloc,
+    .tp_methods = codec_methods,
+};
+
+/* ---- produce records (ferrymq/client/produce_records.py has the layout) ----------- */
+
+#define PRODUCE_HEAD_SIZE 14 /* body length int32, properties length uint16, born int64 */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *uniq_key;       /* property names, str */
+    PyObject *message_type;
+    PyObject *tags;
+    PyObject *keys;
+    PyObject *message_group;
+    PyObject *forbidden;      /* tuple of str: names a produce record must not carry */
+} ProduceScanner;
+
+static int
+scanner_init(ProduceScanner *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"uniq_key", "message_type", "tags", "keys", "message_group",
+                            "forbidden", NULL};
+    PyObject *uniq_key, *message_type, *tags, *keys, *message_group, *forbidden;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UUUUUO!:ProduceScanner", names, &uniq_key,
+                                     &message_type, &tags, &keys, &message_group,
+                                     &PyTuple_Type, &forbidden))
+        return -1;
+    Py_INCREF(uniq_key);
+    Py_XSETREF(self->uniq_key, uniq_key);
+    Py_INCREF(message_type);
+    Py_XSETREF(self->message_type, message_type);
+    Py_INCREF(tags);
+    Py_XSETREF(self->tags, tags);
+    Py_INCREF(keys);
+    Py_XSETREF(self->keys, keys);
+    Py_INCREF(message_group);
+    Py_XSETREF(self->message_group, message_group);
+    Py_INCREF(forbidden);
+    Py_XSETREF(self->forbidden, forbidden);
+    return 0;
+}
+
+static void
+scanner_dealloc(ProduceScanner *self)
+{
+    Py_XDECREF(self->uniq_key);
+    Py_XDECREF(self->message_type);
+    Py_XDECREF(self->tags);
+    Py_XDECREF(self->keys);
+    Py_XDECREF(self->message_group);
+    Py_XDECREF(self->forbidden);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* node.convert.tag_is_valid: not blank (str.strip's whitespace) and no '|', 0x01, 0x02. */
+static int
+tag_is_valid(PyObject *tag)
+{
+    Py_ssize_t length = PyUnicode_GET_LENGTH(tag);
+    int kind = PyUnicode_KIND(tag);
+    const void *data = PyUnicode_DATA(tag);
+    int blank = 1;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c == '|' || c == 0x01 || c == 0x02)
+            return 0;
+        if (!Py_UNICODE_ISSPACE(c))
+            blank = 0;
+    }
+    return !blank;
+}
+
+/* node.convert.KEYS_TEXT: keys of non-whitespace, one space apart (re's \S is
+ * str.isspace's complement, as Py_UNICODE_ISSPACE). */
+static int
+keys_are_valid(PyObject *keys)
+{
+    Py_ssize_t length = PyUnicode_GET_LENGTH(keys);
+    int kind = PyUnicode_KIND(keys);
+    const void *data = PyUnicode_DATA(keys);
+    if (length == 0)
+        return 0;
+    int previous_space = 1; /* no space may lead */
+    for (Py_ssize_t i = 0; i < length; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (Py_UNICODE_ISSPACE(c)) {
+            if (c != ' ' || previous_space)
+                return 0;
+            previous_space = 1;
+        } else {
+            previous_space = 0;
+        }
+    }
+    return !previous_space;
+}
+
+/* 1 when `properties` pass node.convert.check_produce_properties, 0 when not, -1 on error. */
+static int
+properties_pass(ProduceScanner *self, PyObject *properties, PyObject *type_text)
+{
+    PyObject *value = PyDict_GetItemWithError(properties, self->uniq_key);
+    if (value == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (PyUnicode_GET_LENGTH(value) == 0)
+        return 0;
+    value = PyDict_GetItemWithError(properties, self->message_type);
+    if (value == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    int same = PyUnicode_Compare(value, type_text);
+    if (same == -1 && PyErr_Occurred())
+        return -1;
+    if (same != 0)
+        return 0;
+    value = PyDict_GetItemWithError(properties, self->tags);
+    if (value == NULL && PyErr_Occurred())
+        return -1;
+    if (value != NULL && !tag_is_valid(value))
+        return 0;
+    value = PyDict_GetItemWithError(properties, self->keys);
+    if (value == NULL && PyErr_Occurred())
+        return -1;
+    if (value != NULL && !keys_are_valid(value))
+        return 0;
+    Py_ssize_t forbidden = PyTuple_GET_SIZE(self->forbidden);
+    for (Py_ssize_t i = 0; i < forbidden; i++) {
+        int present = PyDict_Contains(properties, PyTuple_GET_ITEM(self->forbidden, i));
+        if (present != 0)
+            return present < 0 ? -1 : 0;
+    }
+    value = PyDict_GetItemWithError(properties, self->message_group);
+    if (value == NULL && PyErr_Occurred())
+        return -1;
+    if (value != NULL && PyUnicode_GET_LENGTH(value) == 0)
+        return 0;
+    return 1;
+}
+
+
+/* The record at `position` as (end, body, raw properties, born ms, properties), or NULL
+ * with no exception when node.convert.read_produce_record would refuse it. */
+static PyObject *
+scan_one(ProduceScanner *self, const unsigned char *buf, Py_ssize_t end,
+         Py_ssize_t body_at, Py_ssize_t body_length, Py_ssize_t properties_length,
+         int64_t born_ms, Py_ssize_t body_limit, PyObject *type_text)
+{
+    if (body_length == 0 || body_length > body_limit)
+        return NULL;
+    const char *raw_at = (const char *)buf + body_at + body_length;
+    PyObject *text = PyUnicode_DecodeUTF8(raw_at, properties_length, NULL);
+    if (text == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            return NULL;
+        PyErr_Clear();
+        return NULL;
+    }
+    /* "".split(0x02) is [""]: no pairs, and nothing to end with a separator. */
+    PyObject *properties = properties_length ? pairs_of(text, 1) : PyDict_New();
+    Py_DECREF(text);
+    if (properties == NULL)
+        return NULL;
+    int pass = properties_pass(self, properties, type_text);
+    if (pass <= 0) {
+        Py_DECREF(properties);
+        return NULL;
+    }
+    PyObject *body = PyBytes_FromStringAndSize((const char *)buf + body_at, body_length);
+    PyObject *raw = PyBytes_FromStringAndSize(raw_at, properties_length);
+    PyObject *born = PyLong_FromLongLong(born_ms);
+    PyObject *end_object = PyLong_FromSsize_t(end);
+    if (body == NULL || raw == NULL || born == NULL || end_object == NULL) {
+        Py_XDECREF(body);
+        Py_XDECREF(raw);
+        Py_XDECREF(born);
+        Py_XDECREF(end_object);
+        Py_DECREF(properties);
+        return NULL;
+    }
+    PyObject *item = PyTuple_New(5);
+    if (item == NULL) {
+        Py_DECREF(body);
+        Py_DECREF(raw);
+        Py_DECREF(born);
+        Py_DECREF(end_object);
+        Py_DECREF(properties);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(item, 0, end_object);
+    PyTuple_SET_ITEM(item, 1, body);
+    PyTuple_SET_ITEM(item, 2, raw);
+    PyTuple_SET_ITEM(item, 3, born);
+    PyTuple_SET_ITEM(item, 4, properties);
+    return item;
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(records: bytes, count: int, body_limit: int, type_text: str) -> list\n\n"
+"node.convert.read_produce_record over `count` records at once. Item i is the tuple that\n"
+"read_produce_record returns for record i, or the int position of record i where it\n"
+"would raise (the caller reads that record with it to get the precise error). The list\n"
+"stops after the first record whose lengths do not fit `records`: nothing after it can\n"
+"be found.");
+
+static PyObject *
+scanner_scan(ProduceScanner *self, PyObject *args)
+{
+    PyObject *records, *type_text;
+    Py_ssize_t count, body_limit;
+    if (!PyArg_ParseTuple(args, "O!nnU:scan", &PyBytes_Type, &records, &count, &body_limit,
+                          &type_text))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(records);
+    Py_ssize_t length = PyBytes_GET_SIZE(records);
+    PyObject *items = PyList_New(0);
+    if (items == NULL)
+        return NULL;
+    Py_ssize_t position = 0;
+    for (Py_ssize_t index = 0; index < count; index++) {
+        PyObject *item = NULL;
+        int malformed = 1;
+        Py_ssize_t end = position;
+        if (length - position >= PRODUCE_HEAD_SIZE) {
+            const unsigned char *head = buf + position;
+            int32_t body_length = (int32_t)(((uint32_t)head[0] << 24) | ((uint32_t)head[1] << 16) |
+                                            ((uint32_t)head[2] << 8) | head[3]);
+            Py_ssize_t properties_length = ((Py_ssize_t)head[4] << 8) | head[5];
+            int64_t born_ms = read_int64(head + 6);
+            Py_ssize_t body_at = position + PRODUCE_HEAD_SIZE;
+            if (body_length >= 0 && length - body_at >= (Py_ssize_t)body_length + properties_length) {
+                malformed = 0;
+                end = body_at + body_length + properties_length;
+                item = scan_one(self, buf, end, body_at, body_length, properties_length, born_ms,
+                                body_limit, type_text);
+                if (item == NULL && PyErr_Occurred()) {
+                    Py_DECREF(items);
+                    return NULL;
+                }
+            }
+        }
+        if (item == NULL)
+            item = PyLong_FromSsize_t(position);
+        if (item == NULL || PyList_Append(items, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(items);
+            return NULL;
+        }
+        Py_DECREF(item);
+        if (malformed)
+            break;
+        position = end;
+    }
+    return items;
+}
+
+static PyMethodDef scanner_methods[] = {
+    {"scan", (PyCFunction)scanner_scan, METH_VARARGS, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ProduceScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "store._speedups.ProduceScanner",
+    .tp_doc = PyDoc_STR("Reads Data.Produce records with the checks of node.convert, "
+                        "given the property names those checks use."),
+    .tp_basicsize = sizeof(ProduceScanner),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)scanner_init,
+    .tp_dealloc = (destructor)scanner_dealloc,
+    .tp_methods = scanner_methods,
+};
+
+static PyMethodDef module_methods[] = {
+    {"decode_properties", decode_properties, METH_O, decode_properties_doc},
+    {"crc32c", crc32c_function, METH_O, crc32c_doc},
+    {"encode_batch", encode_batch, METH_VARARGS, encode_batch_doc},
+    {"index_entries", index_entries, METH_VARARGS, index_entries_doc},
+    {"index_put_all", index_put_all, METH_VARARGS, index_put_all_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "store._speedups",
+    .m_doc = "The put path's per-message loops in C; each has a Python twin (see the source).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+static int
+intern_names(void)
+{
+    struct {
+        PyObject **slot;
+        const char *text;
+    } names[] = {
+        {&s_message, "message"}, {&s_tail, "tail"}, {&s_size, "size"},
+        {&s_tag_code, "tag_code"}, {&s_index_keys, "index_keys"}, {&s_topic, "topic"},
+        {&s_body, "body"}, {&s_queue_id, "queue_id"}, {&s_flag, "flag"},
+        {&s_sys_flag, "sys_flag"}, {&s_born_timestamp_ms, "born_timestamp_ms"},
+        {&s_born_host, "born_host"}, {&s_reconsume_times, "reconsume_times"},
+        {&s_prepared_transaction_offset, "prepared_transaction_offset"},
+        {&s_properties, "properties"}, {&s_keys, "keys"},
+        {&s_physical_offset, "physical_offset"}, {&s_store_timestamp_ms, "store_timestamp_ms"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
+            return -1;
+    return 0;
+}
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    crc32c_choose();
+    if (intern_names() < 0)
+        return NULL;
+    if (PyType_Ready(&ProduceScannerType) < 0 || PyType_Ready(&RecordCodecType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&speedups_module);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&ProduceScannerType);
+    if (PyModule_AddObject(module, "ProduceScanner", (PyObject *)&ProduceScannerType) < 0) {
+        Py_DECREF(&ProduceScannerType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&RecordCodecType);
+    if (PyModule_AddObject(module, "RecordCodec", (PyObject *)&RecordCodecType) < 0) {
+        Py_DECREF(&RecordCodecType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

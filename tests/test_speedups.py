@@ -1,0 +1,375 @@
+"""store/_speedups.c against its Python twins, on generated input.
+
+Each C function must return exactly what its twin returns, and decline (leave the record
+to the twin) exactly where the twin raises: the twins are the specification."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+from crc32c import crc32c
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from node.convert import (
+    InvalidRequest,
+    MalformedRecords,
+    produce_record_at,
+    read_produce_record,
+    scan_produce_records,
+)
+from store import _speedups as speedups
+from store.commitlog import (
+    CODEC,
+    dispatch_request_at,
+    encode_batch_in_python,
+    prepare,
+    topic_prefix_of,
+)
+from store.commitlog_record import check_at as record_check_at
+from store.commitlog_record import encode_blank
+from store.config import StoreConfig
+from store.dispatch_request import DispatchRequest
+from store.errors import InvalidMessageError
+from store.index_file import IndexFile
+from store.index_service import index_entries_in_python
+from store.message import (
+    PROPERTY_DELIVERY_TIME_MS,
+    PROPERTY_KEYS,
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_MESSAGE_TYPE,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_UNIQ_KEY,
+    TIMER_TOPIC,
+    Message,
+    decode_properties,
+    decode_properties_in_python,
+    encode_properties,
+)
+from store.message_store import MessageStore
+
+HEAD = struct.Struct(">iHq")
+# Characters that decide checks: separators, '|', ASCII and Unicode whitespace (str.strip's
+# and re's \s: U+001C..U+001F and U+3000 among them), non-ASCII letters, and plain ones.
+TRICKY = "ab| \t\n\x0b\x1c\x1f\x85\xa0\u3000é€\U0001f600\x01\x02"
+NAMES = [
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_MESSAGE_TYPE,
+    PROPERTY_TAGS,
+    PROPERTY_KEYS,
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_DELIVERY_TIME_MS,
+    PROPERTY_TRANSACTION_ID,
+    "user",
+    "",
+]
+TYPE_TEXT = "1"
+BODY_LIMIT = 8
+
+
+def values() -> st.SearchStrategy[str]:
+    return st.one_of(
+        st.sampled_from(
+            ["", TYPE_TEXT, "2", "TagA", "id-1", "k1 k2", " k", "k ", "k  k", "k\tk", "k\u3000k"]
+        ),
+        st.sampled_from(["a", "\t", " ", "\x1c", "\u3000", "é", "|"]).map(lambda c: f"k{c}k"),
+        st.text(alphabet=TRICKY, max_size=6),
+    )
+
+
+@st.composite
+def properties_bytes(draw) -> bytes:
+    """Mostly well-formed pairs (so the checks after parsing are reached), sometimes not."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.binary(max_size=12))  # invalid UTF-8 and odd separators too
+    pairs = draw(st.lists(st.tuples(st.sampled_from(NAMES), values()), max_size=6))
+    if draw(st.booleans()):  # the usual record: a message id and the topic's type
+        pairs = [(PROPERTY_UNIQ_KEY, "id-1"), (PROPERTY_MESSAGE_TYPE, TYPE_TEXT), *pairs[:2]]
+    text = "".join(f"{name}\x01{value}\x02" for name, value in pairs)
+    if text and draw(st.integers(0, 7)) == 0:
+        text = text[:-1]  # no final separator
+    return text.encode()
+
+
+@st.composite
+def produce_request(draw) -> tuple[bytes, int]:
+    records = []
+    for _ in range(draw(st.integers(0, 5))):
+        body = draw(st.binary(max_size=BODY_LIMIT + 2))
+        properties = draw(properties_bytes())
+        born = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+        body_length = len(body) if draw(st.integers(0, 15)) else draw(st.integers(-3, 100))
+        records.append(HEAD.pack(body_length, len(properties), born) + body + properties)
+    data = b"".join(records)
+    if data and draw(st.integers(0, 9)) == 0:
+        data = data[: draw(st.integers(0, len(data) - 1))]  # cut short
+    count = max(0, len(records) + draw(st.integers(-1, 2)))
+    return data, count
+
+
+def read_in_python(records: bytes, count: int) -> list:
+    """What ``scan_produce_records`` promises, built from ``read_produce_record``."""
+    items: list = []
+    position = 0
+    for _ in range(count):
+        try:
+            item = read_produce_record(records, position, BODY_LIMIT, TYPE_TEXT)
+        except InvalidRequest:
+            items.append(position)
+            position = produce_record_at(records, position)[0]
+            continue
+        except MalformedRecords:
+            items.append(position)
+            break
+        items.append(item)
+        position = item[0]
+    return items
+
+
+@settings(max_examples=1500, deadline=None)
+@given(produce_request())
+def test_the_c_scan_reads_and_declines_exactly_as_python_does(request):
+    records, count = request
+    assert scan_produce_records(records, count, BODY_LIMIT, TYPE_TEXT) == read_in_python(
+        records, count
+    )
+
+
+def test_the_c_scan_reads_a_usual_record_and_leaves_each_refusal_to_python():
+    good = b"UNIQ_KEY\x01id\x02__MSG_TYPE\x011\x02TAGS\x01TagA\x02KEYS\x01a b\x02"
+    bad_tag = good.replace(b"TagA", b"A|B")
+    records = b"".join(
+        HEAD.pack(len(b"body"), len(p), 7) + b"body" + p for p in (good, bad_tag, good)
+    )
+    first, second, third = scan_produce_records(records, 3, BODY_LIMIT, TYPE_TEXT)
+    assert first[1:4] == (b"body", good, 7) and first[4][PROPERTY_KEYS] == "a b"
+    assert second == first[0]  # where the refused record starts
+    assert third[0] == len(records)
+    assert scan_produce_records(records + b"x", 4, BODY_LIMIT, TYPE_TEXT)[3] == len(records)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.one_of(properties_bytes(), st.binary(max_size=16)))
+def test_decode_properties_in_c_is_its_python_twin(raw):
+    try:
+        expected = decode_properties_in_python(raw)
+    except UnicodeDecodeError:
+        try:
+            decode_properties(raw)
+        except UnicodeDecodeError:
+            return
+        raise AssertionError("C decoded what Python refused") from None
+    assert decode_properties(raw) == expected
+    assert decode_properties(bytearray(raw)) == expected
+
+
+@st.composite
+def prepared_batch(draw) -> list:
+    messages = []
+    for _ in range(draw(st.integers(1, 6))):
+        properties = draw(
+            st.dictionaries(
+                st.sampled_from([PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, "u"]),
+                st.text(alphabet="ab é", min_size=1, max_size=4),
+                max_size=3,
+            )
+        )
+        messages.append(
+            Message(
+                draw(st.sampled_from(["T", "Topic-é", "%RETRY%g"])),
+                draw(st.binary(max_size=40)),
+                draw(st.integers(0, 3)),
+                properties,
+                draw(st.integers(-(1 << 31), (1 << 31) - 1)),
+                draw(st.sampled_from([0, 0x4, 0x8, 0xC, 0x1])),
+                draw(st.integers(-(1 << 63), (1 << 63) - 1)),
+                draw(st.binary(min_size=8, max_size=8)),
+                draw(st.integers(0, 16)),
+                draw(st.integers(0, 1 << 40)),
+            )
+        )
+    return [
+        prepare(m, topic_prefix_of(m.topic.encode()), encode_properties(m.properties))
+        for m in messages
+    ]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    prepared_batch(),
+    st.integers(0, 1 << 40),
+    st.integers(0, 1 << 45),
+    st.dictionaries(
+        st.tuples(st.sampled_from(["T", "Topic-é"]), st.integers(0, 3)),
+        st.integers(0, 1 << 40),
+        max_size=3,
+    ),
+)
+def test_encode_batch_in_c_is_its_python_twin(batch, position, stored_ms, offsets):
+    host = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
+    offsets_c, offsets_py = dict(offsets), dict(offsets)
+    expected = encode_batch_in_python(batch, position, stored_ms, host, offsets_py)
+    assert (
+        speedups.encode_batch(batch, position, stored_ms, host, offsets_c, DispatchRequest)
+        == expected
+    )
+    assert offsets_c == offsets_py
+    data = expected[0]
+    for request in expected[1]:  # and the records read back as written
+        local = request.physical_offset - position
+        assert record_check_at(data, local, len(data)).size == request.size
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=300))
+def test_crc32c_in_c_is_the_crc32c_package(data):
+    assert speedups.crc32c(data) == crc32c(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, (1 << 32) - 1), st.integers(0, 1 << 40), st.integers(0, 1 << 40)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(0, 12),
+    st.integers(0, 2**32 - 1),
+)
+def test_index_put_all_in_c_is_its_python_twin(tmp_path_factory, entries, crashed, seed):
+    """Two files with the same history, including a batch whose entries and slots were
+    written but whose header was not (a crash): the slots then point past the counted
+    entries, which ``_last_counted`` must follow. The C loop leaves the bytes Python does."""
+    directory = tmp_path_factory.mktemp("index")
+    files = [IndexFile.create(str(directory / name), 7, 120) for name in ("c", "py")]
+    rng = random.Random(seed)
+    history = [(rng.getrandbits(32), 10 * i, 1000 * i) for i in range(crashed + 20)]
+    for file in files:
+        file.put_all_in_python(history[:20])
+        file.write_header(20)
+        file.put_all_in_python(history[20:])  # then the crash: the header stays at 20 entries
+        file.index_count = 21
+    c, py = files
+    c.put_all(entries)
+    py.put_all_in_python(entries)
+    c.write_header(1)
+    py.write_header(1)
+    assert c.map[:] == py.map[:]
+    assert (c.index_count, c.used_slot_count) == (py.index_count, py.used_slot_count)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["T", "Topic-é"]),
+            st.lists(st.text(alphabet="ab é\U0001f600", max_size=4), max_size=3),
+            st.integers(0, 100),
+        ),
+        max_size=6,
+    ),
+    st.integers(0, 100),
+    st.booleans(),
+)
+def test_index_entries_in_c_are_their_python_twin(records, skip_below, own_hash):
+    requests = [
+        DispatchRequest(topic, 0, i, physical, 10, 0, 5000 + i, 0, tuple(keys), {})
+        for i, (topic, keys, physical) in enumerate(records)
+    ]
+    key_hash = (lambda raw: len(raw) * 7) if own_hash else None
+    assert speedups.index_entries(requests, skip_below, key_hash) == index_entries_in_python(
+        requests, skip_below, key_hash
+    )
+
+
+@st.composite
+def message_to_prepare(draw) -> tuple[Message, bytes]:
+    """A message and encoded properties that mostly match it (and sometimes do not)."""
+    properties = draw(
+        st.dictionaries(
+            st.sampled_from([PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, "u"]),
+            st.one_of(
+                st.text(alphabet="a é\U0001f600", max_size=5),
+                st.sampled_from(["\ud800", " k  k ", "TagA", ""]),
+            ),
+            max_size=4,
+        )
+    )
+    try:
+        raw = encode_properties(properties)
+    except (InvalidMessageError, UnicodeEncodeError):
+        raw = b""
+
+    def usually(valid, *invalid):
+        """``valid`` nine times in ten, so that most messages reach the encoding."""
+        return draw(st.sampled_from([valid] * 9 + list(invalid) if invalid else [valid]))
+
+    message = Message(
+        usually("T", "%SYS%TIMER"),
+        draw(st.binary(max_size=BODY_LIMIT + 2)),
+        usually(3, -1, 1 << 31),
+        properties,
+        usually(0, 1 << 31, -(1 << 31) - 1),
+        usually(0, 0x4),
+        usually(-(1 << 63), 1 << 63),
+        usually(b"\x00" * 8, b"\x00" * 7),
+        usually(16, 1 << 31),
+        usually((1 << 63) - 1, 1 << 63),
+    )
+    raw = usually(raw, raw + b"\x02", raw[:-1], b"x" * 32768)
+    return message, raw
+
+
+@settings(max_examples=1000, deadline=None)
+@given(message_to_prepare())
+def test_prepare_in_c_is_its_python_twin(tmp_path_factory, case):
+    message, raw = case
+    store = PREPARE_STORE.get("store")
+    if store is None:
+        config = StoreConfig(
+            str(tmp_path_factory.mktemp("prepare")), max_message_body_bytes=BODY_LIMIT
+        )
+        store = PREPARE_STORE["store"] = MessageStore.open(config)
+    prefix = topic_prefix_of(message.topic.encode())
+    fast = CODEC.prepare(message, prefix, raw, BODY_LIMIT)
+    try:
+        expected = store.prepare_in_python(message, prefix, raw)
+    except (InvalidMessageError, UnicodeEncodeError):
+        assert fast is None
+        return
+    assert fast is None if message.topic == TIMER_TOPIC else fast == expected
+    ACCEPTED.append(fast is not None)
+
+
+PREPARE_STORE: dict = {}
+ACCEPTED: list[bool] = []
+
+
+@settings(max_examples=500, deadline=None)
+@given(prepared_batch(), st.integers(1, 4), st.booleans())
+def test_dispatch_requests_in_c_are_dispatch_request_at(batch, chunk, blank_after):
+    """Replay's reading of records (a slave's chunks, recovery) in C, against the Python
+    reading of each record, a timer record (whose tag code is its delivery time) included."""
+    timer = Message(TIMER_TOPIC, b"t", 0, {PROPERTY_DELIVERY_TIME_MS: "1700000000000"})
+    batch = [
+        *batch,
+        prepare(
+            timer, topic_prefix_of(TIMER_TOPIC.encode()), b"TIMER_DELIVER_MS\x011700000000000\x02"
+        ),
+    ]
+    data, _ = encode_batch_in_python(batch, 0, 5, b"\x00" * 8, {})
+    buffer = data + (encode_blank(64) if blank_after else b"")
+    expected = []
+    position = 0
+    while position < len(data):
+        expected.append(dispatch_request_at(buffer, position))
+        position += expected[-1].size
+    found, position, blank = [], 0, False
+    while position < len(buffer) and not blank:
+        requests, position, blank = CODEC.dispatch_requests(buffer, position, len(buffer), chunk)
+        assert len(requests) <= chunk
+        found += requests
+    assert found == expected
+    assert blank == blank_after and position == len(data)
