@@ -76,6 +76,10 @@ def _refused(error: InvalidMessageError) -> PutResult:
 class _AppendCombiner:
     """Combines the puts of one event loop iteration into CommitLog batches.
 
+    The first put of an iteration is appended at once, so a lone request (light load)
+    waits for no batch; the ones after it in the same iteration are appended together at
+    its end (one lock, one dispatch pass, one group-commit wait).
+
     Owned by one event loop; everything but the group-commit callback runs on it. The
     callback arrives on the flusher thread and hands the results back with one
     ``call_soon_threadsafe`` per flush, however many requests it covers."""
@@ -86,6 +90,8 @@ class _AppendCombiner:
         # (messages, already prepared?, future), in submission order.
         self._pending: list[tuple[list, bool, asyncio.Future[PutResult]]] = []
         self._requests_per_append = REQUESTS_PER_APPEND
+        # True from an iteration's first put until the iteration ends.
+        self._iteration_has_put = False
         self._flushed_lock = threading.Lock()
         self._flushed: list[tuple[list[tuple[asyncio.Future[PutResult], PutResult]], bool]] = []
 
@@ -94,10 +100,20 @@ class _AppendCombiner:
         if not messages:
             future.set_result(PutResult(PutStatus.OK))
             return future
-        if not self._pending:
+        if self._pending:
+            self._pending.append((messages, prepared, future))
+        elif self._iteration_has_put:
+            self._pending.append((messages, prepared, future))
             self.loop.call_soon(self._drain)
-        self._pending.append((messages, prepared, future))
+        else:
+            self._iteration_has_put = True
+            self.loop.call_soon(self._end_iteration)
+            self._pending.append((messages, prepared, future))
+            self._drain()
         return future
+
+    def _end_iteration(self) -> None:
+        self._iteration_has_put = False
 
     def _drain(self) -> None:
         # At most ``_requests_per_append`` requests per loop turn, so one turn's work (and
