@@ -26,6 +26,7 @@ from node.convert import (
     InvalidRequest,
     MalformedRecords,
     born_host_bytes,
+    produce_record_at,
     read_produce_record,
     scan_produce_records,
 )
@@ -171,6 +172,9 @@ class DataService(data_pb2_grpc.DataServicer):
             try:
                 item = scanned[index]
                 if type(item) is int:
+                    # Past this record even when it is refused: the next one starts there,
+                    # and the last one's end is checked against the request's length.
+                    position = produce_record_at(records, item)[0]
                     item = read_produce_record(records, item, body_limit, type_text)
                 position, body, raw, born_ms, properties = item
                 if fifo:

@@ -143,6 +143,26 @@ def test_each_bad_record_gets_its_own_code_and_the_good_ones_are_stored(node):
     assert [s.body for s in fetch_all(node, "orders", 0)[before:]] == [b"ok-0", b"ok-11"]
 
 
+@pytest.mark.parametrize(
+    ("last", "code"),
+    [
+        (record(b"z" * (4 * 1024 * 1024 + 1)), pb.MESSAGE_BODY_TOO_LARGE),
+        (record(b""), pb.MESSAGE_BODY_EMPTY),
+        (record(b"bad-tag", tag="a|b"), pb.ILLEGAL_MESSAGE_TAG),
+    ],
+    ids=["body-too-large", "empty-body", "bad-tag"],
+)
+def test_a_refused_last_record_gets_its_own_code(node, last, code):
+    # The request's length is checked against the end of its last record, refused or not.
+    before = len(fetch_all(node, "orders", 0))
+    alone = produce(node, [last])
+    assert alone.code == code and codes(alone) == {0: code}
+    answer = produce(node, [record(b"first"), last])
+    assert codes(answer) == {1: code}
+    assert answer.offsets[0] == before and answer.offsets[1] == -1
+    assert [s.body for s in fetch_all(node, "orders", 0)[before:]] == [b"first"]
+
+
 def test_an_atomic_request_with_a_bad_record_stores_nothing(node):
     before = len(fetch_all(node, "orders", 0))
     answer = produce(node, [record(b"a1"), record(b"a2", tag=" "), record(b"a3")], atomic=True)
