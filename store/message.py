@@ -122,6 +122,14 @@ def _fits(code: str, value: object) -> bool:
     return True
 
 
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def encode_properties(properties: dict[str, str]) -> bytes:
     if not properties:
         return b""
@@ -140,7 +148,13 @@ def encode_properties(properties: dict[str, str]) -> bytes:
         raise InvalidMessageError(
             "PROPERTY_INVALID", f"property {bad!r} contains a reserved separator byte"
         )
-    encoded = text.encode()
+    try:
+        encoded = text.encode()
+    except UnicodeEncodeError as error:  # a lone surrogate: no UTF-8 form exists
+        bad = next(name for name, value in properties.items() if not _is_utf8(name + value))
+        raise InvalidMessageError(
+            "PROPERTY_INVALID", f"property {bad!r} is not valid Unicode ({error.reason})"
+        ) from None
     if len(encoded) > PROPERTIES_MAX_BYTES:
         raise InvalidMessageError(
             "PROPERTIES_TOO_LARGE",

@@ -144,6 +144,21 @@ def test_errors_are_precise(address, admin):
         with pytest.raises(FerryError) as too_big:
             producer.send(Message("sdk-small", b"x" * (4 * 1024 * 1024 + 1)))
         assert too_big.value.code_name == "MESSAGE_BODY_TOO_LARGE"
+        # A lone surrogate has no UTF-8 form: refused before sending, on both send paths
+        # (Data.Produce for NORMAL topics, SendMessage for DELAY ones).
+        admin.create_topic("sdk-delay", message_type="DELAY")
+        lone = "\ud800"
+        for message in (
+            Message("sdk-small", b"x", tag=lone),
+            Message("sdk-small", b"x", keys=[lone]),
+            Message("sdk-small", b"x", properties={"p": lone}),
+            Message("sdk-delay", b"x", tag=lone, delivery_time_ms=1),
+            Message("sdk-delay", b"x", properties={lone: "v"}, delivery_time_ms=1),
+        ):
+            with pytest.raises(FerryError) as surrogate:
+                producer.send(message)
+            assert surrogate.value.code_name == "BAD_REQUEST"
+            assert "not valid Unicode" in surrogate.value.detail
     with pytest.raises(FerryError) as exists:
         admin.create_topic("sdk-small")
     assert exists.value.code_name == "ALREADY_EXISTS"

@@ -157,6 +157,19 @@ def test_separator_bytes_in_properties_are_refused(store, separator, where):
     )
 
 
+@pytest.mark.parametrize("where", ["name", "value"])
+def test_lone_surrogates_in_properties_are_refused(store, where):
+    # A Python str may hold one; it has no UTF-8 form, so no record can carry it.
+    properties = {"\udc80": "v"} if where == "name" else {"name": "a\ud800"}
+    assert_refused(
+        store,
+        [Message("ok", b"x", properties=properties)],
+        PutStatus.MESSAGE_ILLEGAL,
+        "PROPERTY_INVALID",
+        "not valid Unicode",
+    )
+
+
 def test_separator_bytes_in_tags_keys_and_unique_key_are_refused(store):
     for message in (
         Message.build("ok", b"x", tags="a\x02b"),

@@ -53,7 +53,13 @@ def encode_record(message: Message, message_type: int, born_ms: int) -> bytes:
             if name in SYSTEM_PROPERTY_NAMES:
                 raise RecordError(f"user property {name!r} is a reserved name")
             parts += (name, SEP, value, END)
-    properties = "".join(parts).encode()
+    try:
+        properties = "".join(parts).encode()
+    except UnicodeEncodeError as error:  # a lone surrogate in a tag, key or property
+        raise RecordError(
+            f"{error.object[error.start : error.end]!r} in the tag, keys or properties is "
+            f"not valid Unicode ({error.reason})"
+        ) from None
     if len(properties) > 0xFFFF:
         raise RecordError(f"properties are {len(properties)} bytes")
     body = message.body

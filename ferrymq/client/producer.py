@@ -145,6 +145,16 @@ class Producer:
                 records = b"".join([encode_record(m, message_type, born_ms) for m in messages])
             except RecordError as error:
                 raise FerryError(pb.BAD_REQUEST, "BAD_REQUEST", str(error)) from None
+        else:
+            try:
+                wire = [message.to_wire(message_type) for message in messages]
+            except UnicodeEncodeError as error:  # a lone surrogate in a string field
+                raise FerryError(
+                    pb.BAD_REQUEST,
+                    "BAD_REQUEST",
+                    f"{error.object[error.start : error.end]!r} is not valid Unicode "
+                    f"({error.reason})",
+                ) from None
 
         def attempt(refresh: bool):
             route, queue = self._target(topic, messages[0].message_group, refresh)
@@ -157,11 +167,8 @@ class Producer:
                     count=len(messages),
                     records=records,
                 )
-            wire = []
-            for message in messages:
-                sent = message.to_wire(message_type)
+            for sent in wire:
                 sent.system_properties.queue_id = queue.queue_id
-                wire.append(sent)
             return address, rpc.SendMessageRequest(messages=wire)
 
         return attempt
