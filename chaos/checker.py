@@ -272,26 +272,33 @@ def redelivered_after_ack(history: History) -> tuple[list[str], list[str]]:
     """POP deliveries asked for after an ack of the same body by the same group had
     succeeded: at-least-once redelivers only what was not acked. Returned in two lists:
     those the mode's promise forbids, and those a power loss of every node between the
-    ack and the receive excuses under ASYNC_FLUSH (the ack record was not yet on disk)."""
+    ack and the receive excuses under ASYNC_FLUSH (the ack record was not yet on disk).
+
+    A fault's ``start_s`` is taken once every node is dead, and an answer can reach the
+    client after that (it was on its way): so a cut excuses an ack *sent* before it, whose
+    record the node may have written before it died, not only one whose answer came
+    before it."""
     power_cuts = [
         f.start_s
         for f in history.faults
         if f.kind == "power-loss-all" and history.mode.endswith("async-flush")
     ]
-    acked_at: dict[tuple[str, str], float] = {}
+    # (group, body) -> (ack sent, ack answered) of its first successful ack
+    acked_at: dict[tuple[str, str], tuple[float, float]] = {}
     forbidden, excused = [], []
     for delivery in sorted(history.pop_deliveries, key=lambda d: d.asked_s):
         key = (delivery.group, delivery.body)
-        ack_s = acked_at.get(key)
-        if ack_s is not None and delivery.asked_s > ack_s:
+        ack = acked_at.get(key)
+        if ack is not None and delivery.asked_s > ack[1]:
             line = (
-                f"{delivery.group}: {delivery.body} acked at {ack_s:.3f} s, delivered again"
+                f"{delivery.group}: {delivery.body} acked at {ack[1]:.3f} s, delivered again"
                 f" (attempt {delivery.attempt}) asked at {delivery.asked_s:.3f} s"
             )
-            cut = any(ack_s < at < delivery.asked_s for at in power_cuts)
+            cut = any(ack[0] < at < delivery.asked_s for at in power_cuts)
             (excused if cut else forbidden).append(line)
         if delivery.ack == OK and delivery.acked_s is not None and key not in acked_at:
-            acked_at[key] = delivery.acked_s
+            sent = delivery.acked_s if delivery.ack_invoked_s is None else delivery.ack_invoked_s
+            acked_at[key] = (sent, delivery.acked_s)
     return forbidden, excused
 
 

@@ -60,7 +60,9 @@ class PopDelivery:
 
     ``asked_s`` is when the receive that returned it was invoked: a delivery asked for
     after an ack of the same body completed (``acked_s``) is a redelivery of an acked
-    message. ``ack`` is one of ``OUTCOMES``, or ``NOT_ACKED`` when no ack was tried."""
+    message. ``ack`` is one of ``OUTCOMES``, or ``NOT_ACKED`` when no ack was tried;
+    ``ack_invoked_s`` is when the ack was sent (the node applied it at some moment
+    between the two)."""
 
     asked_s: float
     at_s: float
@@ -74,6 +76,7 @@ class PopDelivery:
     ack: str = NOT_ACKED
     ack_code: str = ""
     acked_s: float | None = None
+    ack_invoked_s: float | None = None
 
 
 @dataclass
@@ -192,10 +195,13 @@ class History:
             self.pop_deliveries.append(delivery)
         return delivery
 
-    def acked(self, delivery: PopDelivery, outcome: str, at_s: float, code: str = "") -> None:
+    def acked(
+        self, delivery: PopDelivery, outcome: str, invoked_s: float, at_s: float, code: str = ""
+    ) -> None:
         assert outcome in OUTCOMES, outcome
         with self.lock:
-            delivery.ack, delivery.acked_s, delivery.ack_code = outcome, at_s, code
+            delivery.ack, delivery.ack_code = outcome, code
+            delivery.ack_invoked_s, delivery.acked_s = invoked_s, at_s
 
     def fault(self, fault: Fault) -> Fault:
         with self.lock:

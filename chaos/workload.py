@@ -125,12 +125,14 @@ def pop_consumer(
     it starts over with a fresh route, and what was not acked comes back once visible."""
 
     def ack(pop: SimpleConsumer, message: ReceivedMessage, delivery: PopDelivery) -> bool:
+        invoked_s = time.monotonic() - t0
         try:
             pop.ack(message)
         except FerryError as error:
-            history.acked(delivery, outcome_of(error), time.monotonic() - t0, error.code_name)
+            outcome = outcome_of(error)
+            history.acked(delivery, outcome, invoked_s, time.monotonic() - t0, error.code_name)
             return False
-        history.acked(delivery, OK, time.monotonic() - t0)
+        history.acked(delivery, OK, invoked_s, time.monotonic() - t0)
         return True
 
     with ThreadPoolExecutor(ACKS_IN_PARALLEL, thread_name_prefix=f"ack-{group}") as acks:
