@@ -14,6 +14,7 @@ reference, so deleting a file never invalidates a read in progress.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import mmap
 import os
@@ -29,6 +30,29 @@ WARM_CHUNK_BYTES = 1 << 20
 def file_name_of(offset: int) -> str:
     """The 20-digit name of the file whose base offset is ``offset``."""
     return f"{offset:0{OFFSET_NAME_DIGITS}d}"
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_FALLOCATE = getattr(_LIBC, "fallocate64", None) or _LIBC.fallocate
+_FALLOCATE.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+_FALLOCATE.restype = ctypes.c_int
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
+
+
+def punch_zeros(fd: int, start: int, length: int) -> None:
+    """Make ``length`` bytes from ``start`` read as zeros without changing the file's size:
+    a hole punched (the kernel drops the pages at once), or zeros written where the file
+    system cannot punch holes. Never by shortening the file: a page past a file's end is
+    SIGBUS for a thread reading it through a map, and other threads may be."""
+    if _FALLOCATE(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, start, length) == 0:
+        return
+    error = ctypes.get_errno()
+    if error not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+        raise OSError(error, os.strerror(error))
+    zeros = bytes(min(length, WARM_CHUNK_BYTES))
+    for position in range(start, start + length, len(zeros)):
+        os.pwrite(fd, zeros[: start + length - position], position)
 
 
 def reserve_space(fd: int, start: int, length: int) -> None:
@@ -142,14 +166,15 @@ class MappedFile:
 
     def zero_from(self, position: int) -> None:
         """Discard every byte from ``position`` to the end (truncation after a crash or a
-        diverged replica). Cutting the file and reserving it again makes the kernel drop
-        the old pages, which is O(1) instead of writing a segment's worth of zeros."""
+        diverged replica): a hole punched and reserved again, O(1) instead of writing a
+        segment's worth of zeros. The file never gets shorter, not even for an instant:
+        a slave cuts its tail while consumers may still be reading it through the map,
+        and cutting the file then extending it again killed such nodes with SIGBUS."""
         assert 0 <= position <= self.size
         fd = os.open(self.path, os.O_RDWR)
         try:
-            os.ftruncate(fd, position)
-            os.ftruncate(fd, self.size)
             if position < self.size:
+                punch_zeros(fd, position, self.size - position)
                 reserve_space(fd, position, self.size - position)
             os.fsync(fd)
         finally:
