@@ -27,7 +27,7 @@ from ha.master import ReplicationMaster
 from ha.slave import ReplicationSlave
 from node.config import NodeConfig, ReplicationMode
 from node.metrics import ReplicationStatus
-from routing.commands import AlterInSync, ElectMaster, ReportMasterLost
+from routing.commands import AlterInSync, ElectMaster, ReportMasterFound, ReportMasterLost
 from routing.replica import RoutingReplica, RoutingUnavailable
 from store.commitlog import PreparedMessage
 from store.message import Message
@@ -288,6 +288,8 @@ class ReplicationRole:
         now = time.monotonic()
         if self.slave.connected_to is not None or self._unlinked_since[0] != group.epoch:
             self._unlinked_since = (group.epoch, now)
+            if self.slave.connected_to is not None and self.config.id in group.lost_by:
+                await self._withdraw_lost_report(group)
             return
         if (
             group.master in (None, self.config.id)
@@ -301,6 +303,15 @@ class ReplicationRole:
         )
         if result.ok or result.reason == "STALE":
             self._reported_epoch = group.epoch
+
+    async def _withdraw_lost_report(self, group) -> None:
+        """Linked to the master again: the report made in this epoch no longer holds (it
+        may date from before the new master served at all), and it may be made again."""
+        result = await self.routing.submit(
+            ReportMasterFound(group.name, self.config.id, group.epoch)
+        )
+        if result.ok or result.reason == "STALE":
+            self._reported_epoch = -1
 
     async def switchover(self, target: str | None) -> tuple[str, int, float]:
         """Hand mastership to ``target`` (the most caught-up in-sync slave when None)

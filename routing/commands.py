@@ -100,6 +100,19 @@ class ReportMasterLost:
 
 
 @dataclass(frozen=True)
+class ReportMasterFound:
+    """A slave that reported the master of ``epoch`` lost is linked to it again: the report
+    is withdrawn. A report can be made while a new master is still starting (half a
+    second after its election, under load); kept, it later let a short pause in that
+    master's heartbeats depose it although its slaves were following it, and an ASYNC
+    group lost what it had acknowledged meanwhile (a long chaos run)."""
+
+    broker_group: str
+    reporter: str
+    epoch: int
+
+
+@dataclass(frozen=True)
 class CreateTopic:
     """``queue_count`` queues on each of ``broker_groups`` (every known group when empty)."""
 
@@ -185,6 +198,7 @@ Command = (
     | ElectMaster
     | AlterInSync
     | ReportMasterLost
+    | ReportMasterFound
     | CreateTopic
     | UpdateTopic
     | DeleteTopic

@@ -35,6 +35,7 @@ from routing.commands import (
     MarkNodeDown,
     NodeHeartbeat,
     RegisterNode,
+    ReportMasterFound,
     ReportMasterLost,
     RevokeAcl,
     UpdateTopic,
@@ -250,6 +251,15 @@ class RoutingState:
         changed = replace(group, lost_by=group.lost_by | {command.reporter})
         return [("broker_groups", group.name, changed)], changed
 
+    def _plan_report_found(self, command: ReportMasterFound) -> tuple[list[Change], object]:
+        group = self._broker_group(command.broker_group)
+        if group.epoch != command.epoch:
+            raise TopicError("STALE", f"epoch is {group.epoch}, not {command.epoch}")
+        if command.reporter not in group.lost_by:
+            return [], group
+        changed = replace(group, lost_by=group.lost_by - {command.reporter})
+        return [("broker_groups", group.name, changed)], changed
+
     def _broker_group(self, name: str) -> BrokerGroup:
         group = self.broker_groups.get(name)
         if group is None:
@@ -424,6 +434,7 @@ _PLANNERS = {
     ElectMaster: RoutingState._plan_elect,
     AlterInSync: RoutingState._plan_alter_in_sync,
     ReportMasterLost: RoutingState._plan_report_lost,
+    ReportMasterFound: RoutingState._plan_report_found,
     CreateTopic: RoutingState._plan_create_topic,
     UpdateTopic: RoutingState._plan_update_topic,
     DeleteTopic: RoutingState._plan_delete_topic,

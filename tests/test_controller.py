@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import asyncio
 
-from routing.commands import AlterInSync, NodeHeartbeat, RegisterNode, ReportMasterLost
+from routing.commands import (
+    AlterInSync,
+    NodeHeartbeat,
+    RegisterNode,
+    ReportMasterFound,
+    ReportMasterLost,
+)
 from routing.controller import Controller
 from routing.state import RoutingState
 
@@ -90,3 +96,44 @@ def test_a_master_elected_a_moment_ago_is_not_deposed_by_early_lost_link_reports
     asyncio.run(controller.tick())
     assert state.broker_groups["g1"].epoch == 3
     assert state.broker_groups["g1"].master == other
+
+
+def test_a_withdrawn_lost_report_keeps_a_master_whose_heartbeats_pause():
+    """A slave that reported the new master lost before it could dial it, then linked to
+    it, withdraws the report (``ReportMasterFound``): a later pause in the master's
+    heartbeats (routing busy under load) must not depose a master its slaves follow. In a
+    long ASYNC chaos run the kept report did, 5 s into the term, and the writes the
+    master had acknowledged meanwhile were cut."""
+    state = three_nodes()
+    clock = Clock()
+    replica = LeaderReplica(state)
+    controller = Controller(replica, lease_s=3.0, clock=clock, wall_clock=clock)
+    heartbeat(state, clock, "n1", "n2", "n3")
+    asyncio.run(controller.tick())
+
+    for reporter in ("n2", "n3"):
+        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+    # Found again with the wrong epoch: refused, nothing changes.
+    stale = state.apply(ReportMasterFound("g1", "n2", 7))
+    assert not stale.ok and stale.reason == "STALE"
+    assert state.broker_groups["g1"].lost_by == {"n2", "n3"}
+    for reporter in ("n2", "n3"):
+        assert state.apply(ReportMasterFound("g1", reporter, 1)).ok
+    assert state.broker_groups["g1"].lost_by == frozenset()
+    assert state.apply(ReportMasterFound("g1", "n2", 1)).ok  # again: no change
+
+    # The master's heartbeats stop committing for longer than the failover interval but
+    # less than its lease; the slaves' go on. It stays master.
+    for _ in range(8):
+        clock.now += 0.3
+        heartbeat(state, clock, "n2", "n3")
+        asyncio.run(controller.tick())
+    assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == ("n1", 1)
+
+    # Reported lost again by both (the link really broke): replaced as before.
+    for reporter in ("n2", "n3"):
+        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+    clock.now += 0.3
+    heartbeat(state, clock, "n2", "n3")
+    asyncio.run(controller.tick())
+    assert state.broker_groups["g1"].epoch == 2
