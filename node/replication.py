@@ -301,6 +301,14 @@ class ReplicationRole:
         result = await self.routing.submit(
             ReportMasterLost(group.name, self.config.id, group.epoch)
         )
+        if result.ok:
+            log.warning(
+                "reported master %s of %s lost (epoch %d, no link for %.1f s)",
+                group.master,
+                group.name,
+                group.epoch,
+                now - self._unlinked_since[1],
+            )
         if result.ok or result.reason == "STALE":
             self._reported_epoch = group.epoch
 
@@ -310,6 +318,10 @@ class ReplicationRole:
         result = await self.routing.submit(
             ReportMasterFound(group.name, self.config.id, group.epoch)
         )
+        if result.ok:
+            log.info(
+                "linked to master %s of %s again: lost report withdrawn", group.master, group.name
+            )
         if result.ok or result.reason == "STALE":
             self._reported_epoch = -1
 

@@ -52,7 +52,7 @@ class Controller:
         self._seen: dict[str, tuple[int, float]] = {}  # node -> (heartbeats, since)
         self._stuck_reported: dict[str, int] = {}  # group -> the epoch last logged as stuck
         # group -> (epoch, when this leader first saw it): reports of a lost link count
-        # only against a term at least a heartbeat interval old (see _master_failed).
+        # only against a term at least a heartbeat interval old (see _master_failure).
         self._terms: dict[str, tuple[int, float]] = {}
         self._leading = False
 
@@ -93,41 +93,51 @@ class Controller:
                 )
                 await self.replica.submit(MarkNodeDown(member.node_id, member.heartbeats))
         for group in groups:
-            if group.master is not None and self._master_failed(group, members, now):
-                await self._elect(group, members)
+            if group.master is None:
+                continue
+            failure = self._master_failure(group, members, now)
+            if failure is not None:
+                await self._elect(group, members, failure)
 
-    def _master_failed(self, group, members, now: float) -> bool:
+    def _master_failure(self, group, members, now: float) -> str | None:
+        """Why the group's master counts as failed (logged with the election, so that a
+        post-mortem knows what deposed it), or None while it does not."""
         term = self._terms.get(group.name)
         if term is None:  # a term already running when this replica began to lead
             term = self._terms[group.name] = (group.epoch, now - self.heartbeat_interval_s)
         elif term[0] != group.epoch:
             term = self._terms[group.name] = (group.epoch, now)
         master = members.get(group.master)
-        if master is None or not master.alive:
-            return True
+        if master is None:
+            return f"master {group.master} is not a member"
+        if not master.alive:
+            return f"master {group.master} is down (missed its lease)"
         if not group.lost_by:
-            return False
+            return None
         if now - term[1] < self.heartbeat_interval_s:
             # A master elected a moment ago: its slaves may report "lost" before they
             # even dialled it, and its last committed heartbeat may date from before a
             # routing leader change. Deposing it on that would elect twice in a row
             # and drop what it acknowledged meanwhile (found by a short chaos run).
-            return False
+            return None
         slaves = {
             n for n in group.in_sync if n != group.master and n in members and members[n].alive
         }
         if not slaves or not slaves <= group.lost_by:
-            return False
+            return None
+        lost = f"in-sync slaves {sorted(group.lost_by)} lost their link to {group.master}"
         _, since = self._seen.get(master.node_id, (-1, now))
         if now - since >= self.heartbeat_interval_s:
-            return True
+            return f"{lost}, which sent no heartbeat for {now - since:.1f} s"
         # A leader elected a moment ago has not watched the master for a whole interval;
         # the heartbeat's own timestamp (the sender's wall clock) says how old it is, with
         # half an interval of slack for clocks that disagree.
         age_s = self.wall_clock() - master.last_heartbeat_ms / 1000
-        return age_s >= self.heartbeat_interval_s * 1.5
+        if age_s >= self.heartbeat_interval_s * 1.5:
+            return f"{lost}, whose last heartbeat is {age_s:.1f} s old"
+        return None
 
-    async def _elect(self, group, members) -> None:
+    async def _elect(self, group, members, failure: str) -> None:
         def eligible(node_id: str) -> bool:
             member = members[node_id]
             return member.alive and member.broker_group == group.name and node_id != group.master
@@ -151,12 +161,13 @@ class Controller:
             return
         chosen = min(candidates, key=lambda n: (-members[n].max_offset, n))
         log.warning(
-            "electing %s master of %s (epoch %d -> %d)%s",
+            "electing %s master of %s (epoch %d -> %d)%s: %s",
             chosen,
             group.name,
             group.epoch,
             group.epoch + 1,
             " UNCLEAN" if unclean else "",
+            failure,
         )
         await self.replica.submit(
             ElectMaster(group.name, chosen, group.epoch, "master failed", unclean=unclean)

@@ -54,11 +54,13 @@ def heartbeat(state: RoutingState, clock: Clock, *nodes: str) -> None:
         assert state.apply(NodeHeartbeat(node_id, 100, int(clock.now * 1000))).ok
 
 
-def test_a_master_elected_a_moment_ago_is_not_deposed_by_early_lost_link_reports():
+def test_a_master_elected_a_moment_ago_is_not_deposed_by_early_lost_link_reports(caplog):
     """After a failover the remaining slave may report the new master lost before it has
     dialled it, and the new master's last committed heartbeat may be older than the
     election (routing had no leader meanwhile). One tick later that must not elect yet
-    another master: the first one may already have acknowledged writes."""
+    another master: the first one may already have acknowledged writes. Every election
+    is logged with what deposed the master."""
+    caplog.set_level("WARNING", logger="ferrymq.controller")
     state = three_nodes()
     clock = Clock()
     replica = LeaderReplica(state)
@@ -96,6 +98,13 @@ def test_a_master_elected_a_moment_ago_is_not_deposed_by_early_lost_link_reports
     asyncio.run(controller.tick())
     assert state.broker_groups["g1"].epoch == 3
     assert state.broker_groups["g1"].master == other
+    elections = [r.getMessage() for r in caplog.records if "electing" in r.getMessage()]
+    assert elections == [
+        "electing n2 master of g1 (epoch 1 -> 2): in-sync slaves ['n2', 'n3'] lost their "
+        "link to n1, which sent no heartbeat for 1.2 s",
+        "electing n3 master of g1 (epoch 2 -> 3): in-sync slaves ['n3'] lost their link "
+        "to n2, which sent no heartbeat for 2.6 s",
+    ]
 
 
 def test_a_withdrawn_lost_report_keeps_a_master_whose_heartbeats_pause():
