@@ -57,6 +57,7 @@ class Findings:
     lost_by_position: dict[str, int] = field(default_factory=dict)  # prefix/middle/suffix
     lost_within_async_bound: list[str] = field(default_factory=list)
     lost_within_power_bound: list[str] = field(default_factory=list)  # unsynced on an in-sync node
+    rolled_back: int = 0  # bodies the nodes kept in rollback files (tails cut at a rejoin)
     duplicated: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     recovered: int = 0  # unknown / not-replicated outcome, yet present
@@ -176,8 +177,12 @@ def check(history: History) -> Findings:
         if len(set(digests.values())) > 1 or "" in digests.values():
             found.replicas_differ = digests
 
-    # ASYNC: which losses the promise allows (beyond the replicated offset at a fault).
-    allowed = set()
+    # ASYNC: which losses the promise allows (beyond the replicated offset at a fault): what
+    # a copy of a master deposed by a fault held past the next epoch's start, and what any
+    # node cut when it rejoined (its rollback files), also after a deposition the
+    # controller made on its own.
+    allowed = set(history.rolled_back)
+    found.rolled_back = len(history.rolled_back)
     for snapshot in history.snapshots:
         later = [start for epoch, start in history.epochs if epoch > snapshot.last_epoch]
         if not later:

@@ -154,6 +154,9 @@ class History:
     epochs: list[tuple[int, int]] = field(default_factory=list)  # final (epoch, start offset)
     # Bodies that no node held any more after a power loss of every node (unsynced).
     lost_to_power: list[str] = field(default_factory=list)
+    # Bodies in the nodes' rollback files (ha/rollback.py): tails cut when a node rejoined
+    # a master that never had them, whichever fault or decision deposed their writer.
+    rolled_back: list[str] = field(default_factory=list)
     # Nodes found exited without a fault's doing, and exceptions in the nodes' logs.
     crashes: list[str] = field(default_factory=list)
     node_errors: list[str] = field(default_factory=list)
@@ -226,6 +229,7 @@ class History:
                 "snapshots": [asdict(s) for s in self.snapshots],
                 "epochs": self.epochs,
                 "lost_to_power": self.lost_to_power,
+                "rolled_back": self.rolled_back,
                 "crashes": self.crashes,
                 "node_errors": self.node_errors,
             }
@@ -255,6 +259,7 @@ class History:
             snapshots=[MasterSnapshot(**s) for s in raw.get("snapshots", [])],
             epochs=[tuple(e) for e in raw.get("epochs", [])],
             lost_to_power=raw.get("lost_to_power", []),
+            rolled_back=raw.get("rolled_back", []),
             crashes=raw.get("crashes", []),
             node_errors=raw.get("node_errors", []),
         )

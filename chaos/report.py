@@ -47,7 +47,8 @@ def summary(findings: Findings) -> str:
         f"lost acknowledged {len(findings.lost)} {findings.lost_by_position}"
         f" (within the ASYNC bound: {len(findings.lost_within_async_bound)};"
         f" unsynced on an in-sync node when every node lost power:"
-        f" {len(findings.lost_within_power_bound)})",
+        f" {len(findings.lost_within_power_bound)}; bodies in rollback files:"
+        f" {findings.rolled_back})",
         f"duplicated {len(findings.duplicated)}, unexpected {len(findings.unexpected)},"
         f" recovered {findings.recovered}, refused yet present {len(findings.failed_but_present)}",
         f"queue holes {len(findings.queue_holes)},"

@@ -302,6 +302,17 @@ def log_digest(data_dir: str, length: int) -> str:
     return digest.hexdigest()
 
 
+def rolled_back(data_dirs: list[str]) -> list[str]:
+    """The workload bodies in every node's rollback files (tails cut at a rejoin)."""
+    from ha import rollback
+
+    bodies = set()
+    for data_dir in data_dirs:
+        for path in rollback.rollback_files(data_dir):
+            bodies.update(m.body.decode() for m in rollback.records_in(path) if m.topic in TOPICS)
+    return sorted(bodies)
+
+
 def drain(
     nodes: list[tuple[str, str, str]], store_settings: dict
 ) -> tuple[list[Replica], list[str]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 import time
@@ -101,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     failover.add_argument("--group", required=True, help="broker group")
     failover.add_argument("--to", default="", help="target node (default: most caught up)")
     failover.set_defaults(handler=failover_command)
+    rollback = commands.add_parser(
+        "rollback", help="messages a node cut from its log when it rejoined a new master"
+    )
+    rollback.add_argument("--data", required=True, help="the node's data directory")
+    rollback.add_argument("--json", action="store_true", help="machine-readable output")
+    rollback.set_defaults(handler=rollback_command)
     topic = commands.add_parser("topic", help="create, list, describe, delete topics")
     topics = topic.add_subparsers(dest="action", required=True)
     create = topics.add_parser("create", parents=[common])
@@ -226,6 +233,47 @@ def run_node(args) -> int:
     except RoutingUnavailable as error:
         print(f"ferrymq node: {error}", file=sys.stderr)
         return 1
+    return 0
+
+
+def rollback_command(args) -> int:
+    """Read a node's rollback files (``ha/rollback.py``) offline: under ASYNC replication,
+    the messages a failover lost from the cluster."""
+    from ha import rollback
+
+    if not os.path.isdir(args.data):
+        raise ValueError(f"{args.data} is not a directory")
+    rows = []
+    for path in rollback.rollback_files(args.data):
+        for m in rollback.records_in(path):
+            rows.append(
+                {
+                    "file": os.path.basename(path),
+                    "topic": m.topic,
+                    "queue_id": m.queue_id,
+                    "queue_offset": m.queue_offset,
+                    "physical_offset": m.physical_offset,
+                    "message_id": m.unique_key or "",
+                    "tag": m.tags or "",
+                    "keys": m.keys,
+                    "body": m.body,
+                }
+            )
+    headers = ["file", "topic", "queue", "offset", "message id", "tag", "keys", "body"]
+    table_rows = [
+        [
+            r["file"],
+            r["topic"],
+            r["queue_id"],
+            r["queue_offset"],
+            r["message_id"],
+            r["tag"],
+            " ".join(r["keys"]),
+            r["body"],
+        ]
+        for r in rows
+    ]
+    show_table(args, rows, headers, table_rows)
     return 0
 
 

@@ -4,8 +4,9 @@ On every (re)connect the slave and the master prove they know the cluster secret
 history with the master's and truncates its CommitLog (with consume queues and index) to
 the last point both agree on, then appends the master's records verbatim, dispatches them
 with the same dispatcher a master uses, records each new epoch it sees, and acknowledges
-its new end (after forcing it to disk under SYNC_FLUSH). Bytes that do not start where its
-log ends drop the link, which then handshakes again. Reconnects back off up to 1 s.
+its new end (after forcing it to disk under SYNC_FLUSH). A cut tail is kept in a rollback
+file first (``ha/rollback.py``). Bytes that do not start where its log ends drop the link,
+which then handshakes again. Reconnects back off up to 1 s.
 
 Thread-safety: runs on the node's event loop; disk work (truncation, fsync) goes to the
 default executor.
@@ -19,6 +20,7 @@ import logging
 import secrets
 from collections.abc import Callable
 
+from ha import rollback
 from ha.epochs import EpochEntry, EpochHistory, truncation_point
 from ha.wire import (
     DATA_HEADER,
@@ -174,9 +176,16 @@ class ReplicationSlave:
         if point < local_end:
             log.warning("replication: truncating this log from %d to %d", local_end, point)
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self.store.truncate_to, point)
+            entry = self.epochs.epoch_at(point)
+            epoch = entry.epoch if entry is not None else 0
+            await loop.run_in_executor(None, self._keep_and_cut, epoch, point)
             self.epochs.truncate_from(point)
         return point
+
+    def _keep_and_cut(self, epoch: int, point: int) -> None:
+        """Keep the tail in a rollback file (``ha/rollback.py``), then cut it."""
+        rollback.keep_tail(self.store, epoch, point)
+        self.store.truncate_to(point)
 
     async def _apply_stream(self, reader, writer) -> None:
         store = self.store

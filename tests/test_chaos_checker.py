@@ -101,6 +101,21 @@ def test_async_loss_is_allowed_only_beyond_the_next_epochs_start():
     assert not found.valid and found.lost_by_position["suffix"] == 2
 
 
+def test_async_loss_cut_into_a_rollback_file_is_allowed_without_a_fault_snapshot():
+    # No fault deposed the master (the controller did, on its own): no snapshot, but the
+    # node cut w0-4 when it rejoined and kept it in its rollback file.
+    kept = ["w0-0", "w0-1", "w0-2"]
+    found = check(history("async-sync-flush", sends(5), kept, rolled_back=["w0-4"]))
+    assert found.lost_within_async_bound == ["w0-4"]
+    assert found.violations == ["1 acknowledged sends lost that the slaves had before the fault"]
+    # Under SYNC replication a rollback file excuses nothing.
+    found = check(history("sync-sync-flush", sends(5), kept, rolled_back=["w0-3", "w0-4"]))
+    assert found.violations == ["2 acknowledged sends lost {'prefix': 0, 'middle': 0, 'suffix': 2}"]
+    h = history("async-async-flush", sends(5), kept, rolled_back=["w0-3", "w0-4"])
+    assert History.from_json(h.to_json()).rolled_back == ["w0-3", "w0-4"]
+    assert check(h).valid
+
+
 def test_a_body_delivered_from_another_offset_than_where_it_sits_is_a_violation():
     stored = ["w0-0", "w0-1"]
     for mode in ("sync-sync-flush", "async-async-flush"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -24,6 +25,7 @@ from ferrymq.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from ha import rollback
 from ha.epochs import EpochHistory
 from store.config import StoreConfig
 from store.message_store import MessageStore
@@ -303,7 +305,7 @@ def test_master_killed_under_sync_load_fails_over_without_losing_acknowledged_me
     assert roles[master.id] == "SLAVE" and roles[new_master.id] == "MASTER"
 
 
-def test_a_diverged_old_master_truncates_its_unreplicated_tail(cluster):
+def test_a_diverged_old_master_truncates_its_unreplicated_tail(cluster, capsys):
     start, holder = cluster
     # ASYNC: the master keeps writing alone, so its tail diverges from the slaves' logs;
     # with no in-sync slave left, only an unclean election can replace it.
@@ -332,6 +334,23 @@ def test_a_diverged_old_master_truncates_its_unreplicated_tail(cluster):
     assert bodies == [b"new-epoch"]  # the old master's unreplicated tail is gone
     log = Path(plan.directory, f"{master.id}.log").read_text()
     assert "truncating this log" in log
+    # ... from the cluster, not from the old master's disk: kept, whole, before the cut.
+    (kept,) = rollback.rollback_files(master.data)
+    assert os.path.basename(kept) == f"{1:010d}-{common_end:020d}.log"
+    messages = list(rollback.records_in(kept))
+    assert [(m.body, m.unique_key) for m in messages] == [
+        (b"only-on-master", "ID-t0"),
+        (b"only-on-master", "ID-t1"),
+    ]
+    assert messages[0].physical_offset == common_end
+    capsys.readouterr()
+    assert main(["rollback", "--data", master.data, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(r["topic"], r["message_id"], r["body"]) for r in listed] == [
+        ("tail", "ID-t0", "only-on-master"),
+        ("tail", "ID-t1", "only-on-master"),
+    ]
+    assert main(["rollback", "--data", str(Path(master.data) / "nowhere")]) == 2
 
 
 def test_a_master_paused_past_its_lease_does_not_act_as_master_again(cluster):
@@ -426,7 +445,7 @@ def test_planned_switchover_loses_nothing_and_reports_the_pause(cluster, capsys)
 
 
 def test_async_master_kill_loses_only_what_was_beyond_the_replicated_offset(cluster, tmp_path):
-    start, _ = cluster
+    start, holder = cluster
     plan = start(mode="ASYNC")
     access = ",".join(n.grpc for n in plan.nodes)
     with Admin(plan.nodes[0].grpc) as admin:
@@ -467,6 +486,17 @@ def test_async_master_kill_loses_only_what_was_beyond_the_replicated_offset(clus
     for body, offset in old_offsets.items():  # and nothing below it was lost
         if offset < replicated_end:
             assert body in stored, body
+
+    # The old master rejoins as a slave and cuts that tail, keeping it in a rollback
+    # file: every acknowledged message the failover lost is there, and nothing else.
+    plan = holder["plan"] = restart(plan, master)
+    beyond = {body for body, offset in old_offsets.items() if offset >= replicated_end}
+    if beyond:
+        until(lambda: rollback.rollback_files(master.data), 20, "the cut tail to be kept")
+        (kept,) = rollback.rollback_files(master.data)
+        rolled_back = {m.body.decode() for m in rollback.records_in(kept) if m.topic == "fast"}
+        assert rolled_back == beyond
+        assert set(lost) <= rolled_back
 
 
 def pull_bodies(address: str, topic: str, queue_id: int) -> list[bytes]:

@@ -1,0 +1,110 @@
+"""What a deposed master had that its successor never received: the tail a rejoining node
+cuts from its CommitLog, kept in ``<data>/rollback/`` before the cut.
+
+Under ASYNC replication a failover loses the records the elected slave had not received
+(docs/guarantees.md). They are gone from the cluster but were on the disk of the node that
+wrote them: keeping them lets an operator see exactly which messages a failover dropped
+(and send them again), and lets the chaos checker hold every deposition, also one the
+controller made on its own, to the ASYNC bound. Under SYNC replication a tail holds only
+writes that were never acknowledged as OK.
+
+A file is ``<epoch>-<start offset>.log``: the CommitLog bytes ``[start, end)`` verbatim
+(whole records; a segment's blank filler included), written under a temporary name,
+forced to disk and renamed before the cut, so a crash leaves no file or a whole one.
+Files older than the CommitLog's retention go when the next tail is kept.
+
+Thread-safety: ``keep_tail`` runs on an executor thread while the node follows no master
+(nothing appends); the rest reads files only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+
+from store import commitlog_record as record
+from store.message import StoredMessage
+from store.message_store import MessageStore
+
+log = logging.getLogger("ferrymq.ha.rollback")
+ROLLBACK_DIRECTORY = "rollback"
+READ_CHUNK_BYTES = 4 << 20
+
+
+def directory_of(data_dir: str) -> str:
+    return os.path.join(data_dir, ROLLBACK_DIRECTORY)
+
+
+def keep_tail(store: MessageStore, epoch: int, start: int) -> str | None:
+    """Copy the log from ``start`` (a record boundary) to its end into a rollback file;
+    its path, or None when there is nothing to keep or it could not be written (logged:
+    the cut must go on, or this node could never follow its master again)."""
+    commitlog = store.commitlog
+    end = commitlog.write_offset
+    if start >= end:
+        return None
+    directory = directory_of(store.config.data_dir)
+    path = os.path.join(directory, f"{epoch:010d}-{start:020d}.log")
+    temporary = path + ".tmp"
+    try:
+        os.makedirs(directory, exist_ok=True)
+        _remove_expired(directory, store.config.retention_ms / 1000)
+        with open(temporary, "wb") as f:
+            position = start
+            while position < end:
+                chunk = commitlog.read_records(position, READ_CHUNK_BYTES)
+                if not chunk:
+                    raise OSError(f"no record at {position} of the log being cut")
+                f.write(chunk)
+                position += len(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+        _sync_directory(directory)
+    except OSError as error:
+        log.error("could not keep the cut tail [%d, %d) in %s: %s", start, end, path, error)
+        return None
+    log.warning("kept the tail [%d, %d) this node cuts (epoch %d) in %s", start, end, epoch, path)
+    return path
+
+
+def records_in(path: str) -> Iterator[StoredMessage]:
+    """The messages of a rollback file, in log order (blank fillers skipped)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    position = 0
+    while position + record.BLANK_MIN_SIZE <= len(data):
+        size, magic = record.SIZE_AND_MAGIC.unpack_from(data, position)
+        if size <= 0 or position + size > len(data):
+            raise ValueError(f"{path}: no whole record at byte {position}")
+        if magic == record.MESSAGE_MAGIC:
+            yield record.decode(data, position)
+        elif magic != record.BLANK_MAGIC:
+            raise ValueError(f"{path}: no record at byte {position} (magic {magic:#x})")
+        position += size
+
+
+def rollback_files(data_dir: str) -> list[str]:
+    directory = directory_of(data_dir)
+    if not os.path.isdir(directory):
+        return []
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".log"))
+    return [os.path.join(directory, n) for n in names]
+
+
+def _remove_expired(directory: str, retention_s: float) -> None:
+    now = time.time()
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if name.endswith(".tmp") or now - os.path.getmtime(path) > retention_s:
+            os.unlink(path)
+
+
+def _sync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
