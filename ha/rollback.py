@@ -11,7 +11,8 @@ writes that were never acknowledged as OK.
 A file is ``<epoch>-<start offset>.log``: the CommitLog bytes ``[start, end)`` verbatim
 (whole records; a segment's blank filler included), written under a temporary name,
 forced to disk and renamed before the cut, so a crash leaves no file or a whole one.
-Files older than the CommitLog's retention go when the next tail is kept.
+Files older than the CommitLog's retention go when the next tail is kept; a tail is kept
+only while the disk stays under the store's high-water mark, and only its first GiB.
 
 Thread-safety: ``keep_tail`` runs on an executor thread while the node follows no master
 (nothing appends); the rest reads files only.
@@ -19,8 +20,10 @@ Thread-safety: ``keep_tail`` runs on an executor thread while the node follows n
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import time
 from collections.abc import Iterator
 
@@ -31,6 +34,9 @@ from store.message_store import MessageStore
 log = logging.getLogger("ferrymq.ha.rollback")
 ROLLBACK_DIRECTORY = "rollback"
 READ_CHUNK_BYTES = 4 << 20
+# An ASYNC tail is bounded by the slaves' allowed lag (256 MiB by default); a node cutting
+# far more (its whole older-term log) keeps the first part only, never a copy of its disk.
+MAX_TAIL_BYTES = 1 << 30
 
 
 def directory_of(data_dir: str) -> str:
@@ -42,29 +48,45 @@ def keep_tail(store: MessageStore, epoch: int, start: int) -> str | None:
     its path, or None when there is nothing to keep or it could not be written (logged:
     the cut must go on, or this node could never follow its master again)."""
     commitlog = store.commitlog
-    end = commitlog.write_offset
+    start = max(start, commitlog.min_offset)  # retention may have deleted the oldest part
+    end = min(commitlog.write_offset, start + MAX_TAIL_BYTES)
     if start >= end:
         return None
+    if end < commitlog.write_offset:
+        log.warning(
+            "the cut tail [%d, %d) is larger than %d bytes: only [%d, %d) is kept",
+            start,
+            commitlog.write_offset,
+            MAX_TAIL_BYTES,
+            start,
+            end,
+        )
     directory = directory_of(store.config.data_dir)
     path = os.path.join(directory, f"{epoch:010d}-{start:020d}.log")
     temporary = path + ".tmp"
     try:
         os.makedirs(directory, exist_ok=True)
         _remove_expired(directory, store.config.retention_ms / 1000)
+        disk = shutil.disk_usage(directory)
+        if disk.used + (end - start) > disk.total * store.config.disk_high_water_ratio:
+            raise OSError(f"{end - start} bytes would pass the disk's high-water mark")
         with open(temporary, "wb") as f:
             position = start
             while position < end:
-                chunk = commitlog.read_records(position, READ_CHUNK_BYTES)
+                chunk = commitlog.read_records(position, min(READ_CHUNK_BYTES, end - position))
                 if not chunk:
                     raise OSError(f"no record at {position} of the log being cut")
                 f.write(chunk)
                 position += len(chunk)
             f.flush()
             os.fsync(f.fileno())
+        end = position
         os.replace(temporary, path)
         _sync_directory(directory)
     except OSError as error:
         log.error("could not keep the cut tail [%d, %d) in %s: %s", start, end, path, error)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)  # a full disk must not stay fuller for it
         return None
     log.warning("kept the tail [%d, %d) this node cuts (epoch %d) in %s", start, end, epoch, path)
     return path

@@ -3,6 +3,7 @@ segments; a tail that cannot be kept never stops the cut; old files expire."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -54,6 +55,29 @@ def test_a_tail_that_cannot_be_kept_is_logged_and_the_cut_goes_on(tmp_path, capl
         assert "could not keep the cut tail [0, " in caplog.text
         store.truncate_to(0)
         assert store.commitlog.write_offset == 0
+    finally:
+        store.shutdown()
+
+
+def test_only_the_first_part_of_a_huge_tail_is_kept(tmp_path, monkeypatch, caplog):
+    store = store_with(tmp_path, 20)
+    try:
+        monkeypatch.setattr(rollback, "MAX_TAIL_BYTES", 5000)
+        path = rollback.keep_tail(store, 1, 0)
+        kept = list(rollback.records_in(path))
+        assert 4 <= len(kept) < 20 and kept[0].body.endswith(b"x0")
+        assert "is larger than 5000 bytes" in caplog.text
+    finally:
+        store.shutdown()
+
+
+def test_a_tail_that_would_fill_the_disk_is_not_kept(tmp_path, caplog):
+    store = store_with(tmp_path, 5)
+    try:
+        store.config = dataclasses.replace(store.config, disk_high_water_ratio=1e-9)
+        assert rollback.keep_tail(store, 1, 0) is None
+        assert "would pass the disk's high-water mark" in caplog.text
+        assert os.listdir(rollback.directory_of(store.config.data_dir)) == []  # no .tmp left
     finally:
         store.shutdown()
 
