@@ -107,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rollback.add_argument("--data", required=True, help="the node's data directory")
     rollback.add_argument("--json", action="store_true", help="machine-readable output")
+    rollback.add_argument(
+        "--resend",
+        action="store_true",
+        help="send the messages of user topics again through --server (same message ids)",
+    )
+    rollback.add_argument("--server", default=DEFAULT_SERVER, help="node address for --resend")
+    add_connection_options(rollback)
     rollback.set_defaults(handler=rollback_command)
     topic = commands.add_parser("topic", help="create, list, describe, delete topics")
     topics = topic.add_subparsers(dest="action", required=True)
@@ -259,6 +266,8 @@ def rollback_command(args) -> int:
                     "body": m.body,
                 }
             )
+    if args.resend:
+        return resend_rolled_back(args)
     headers = ["file", "topic", "queue", "offset", "message id", "tag", "keys", "body"]
     table_rows = [
         [
@@ -274,6 +283,43 @@ def rollback_command(args) -> int:
         for r in rows
     ]
     show_table(args, rows, headers, table_rows)
+    return 0
+
+
+def resend_rolled_back(args) -> int:
+    """Send a node's rolled-back messages of user topics again, in log order, with their
+    ids, tag, keys, message group and properties. Records of system topics (a delayed
+    message not yet due, POP and offset records) are counted, not sent."""
+    from ferrymq.client import Message, Producer
+    from ha import rollback
+    from store.message import PROPERTY_MESSAGE_GROUP, SYSTEM_PROPERTY_NAMES
+
+    sent = skipped = 0
+    with Producer(args.server) as producer:
+        for path in rollback.rollback_files(args.data):
+            for stored in rollback.records_in(path):
+                if stored.topic.startswith("%"):
+                    skipped += 1
+                    continue
+                properties = stored.properties
+                message = Message(
+                    stored.topic,
+                    stored.body,
+                    tag=stored.tags,
+                    keys=stored.keys,
+                    properties={
+                        k: v for k, v in properties.items() if k not in SYSTEM_PROPERTY_NAMES
+                    },
+                    message_group=properties.get(PROPERTY_MESSAGE_GROUP),
+                )
+                if stored.unique_key:
+                    message.message_id = stored.unique_key
+                producer.send(message)
+                sent += 1
+    if args.json:
+        emit_json({"sent": sent, "system_records_skipped": skipped})
+    else:
+        print(f"sent {sent} messages again; {skipped} system-topic records not sent")
     return 0
 
 

@@ -351,6 +351,13 @@ def test_a_diverged_old_master_truncates_its_unreplicated_tail(cluster, capsys):
         ("tail", "ID-t1", "only-on-master"),
     ]
     assert main(["rollback", "--data", str(Path(master.data) / "nowhere")]) == 2
+    # Sent again through the new master, with their ids: back in the cluster.
+    code = main(["rollback", "--data", master.data, "--resend", "--server", new_master.grpc])
+    assert code == 0 and "sent 2 messages again" in capsys.readouterr().out
+    with Admin(new_master.grpc) as admin:
+        resent = [admin.query_by_offset("tail", 0, offset) for offset in (2, 3)]
+        assert [[m.body for m in found] for found in resent] == [[b"only-on-master"]] * 2
+        assert [m.body for m in admin.query_by_id("ID-t1", "tail")] == [b"only-on-master"]
 
 
 def test_a_master_paused_past_its_lease_does_not_act_as_master_again(cluster):
