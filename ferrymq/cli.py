@@ -225,7 +225,7 @@ def spark_run_job(args) -> int:
 # ---- node ----------------------------------------------------------------------------
 def run_node(args) -> int:
     from node.config import ConfigError, load_node_config
-    from node.server import serve
+    from node.server import serve, tune_garbage_collector
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
@@ -235,6 +235,7 @@ def run_node(args) -> int:
         return 2
     from routing.replica import RoutingUnavailable
 
+    tune_garbage_collector()
     try:
         asyncio.run(serve(config))
     except RoutingUnavailable as error:
