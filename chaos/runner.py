@@ -164,7 +164,8 @@ def run(
             [(n.id, roles.get(n.id, "?"), n.data) for n in plan.nodes], store_settings
         )
         history.node_errors += unreadable
-        history.rolled_back = workload.rolled_back([n.data for n in plan.nodes])
+        history.rolled_back, unreadable = workload.rolled_back([n.data for n in plan.nodes])
+        history.node_errors += unreadable
         from ha.epochs import EpochHistory
 
         master_id = next((n for n, r in roles.items() if r == "MASTER"), plan.nodes[0].id)

@@ -302,15 +302,21 @@ def log_digest(data_dir: str, length: int) -> str:
     return digest.hexdigest()
 
 
-def rolled_back(data_dirs: list[str]) -> list[str]:
-    """The workload bodies in every node's rollback files (tails cut at a rejoin)."""
+def rolled_back(data_dirs: list[str]) -> tuple[list[str], list[str]]:
+    """The workload bodies in every node's rollback files (tails cut at a rejoin), and
+    ``<file>: <error>`` for each file that could not be read (a finding, not a crash)."""
     from ha import rollback
 
-    bodies = set()
+    bodies, unreadable = set(), []
     for data_dir in data_dirs:
         for path in rollback.rollback_files(data_dir):
-            bodies.update(m.body.decode() for m in rollback.records_in(path) if m.topic in TOPICS)
-    return sorted(bodies)
+            try:
+                kept = [m.body.decode() for m in rollback.records_in(path) if m.topic in TOPICS]
+            except (OSError, ValueError) as error:
+                unreadable.append(f"{path}: rollback file not readable: {error}")
+                continue
+            bodies.update(kept)
+    return sorted(bodies), unreadable
 
 
 def drain(

@@ -329,3 +329,16 @@ def test_a_replica_whose_store_cannot_open_is_a_finding_not_a_crash(tmp_path):
     )
     assert [r.node for r in replicas] == ["node-1"]
     assert len(unreadable) == 1 and unreadable[0].startswith("node-2: store not readable")
+
+
+def test_a_damaged_rollback_file_is_a_finding_not_a_crash(tmp_path):
+    from chaos import workload
+    from ha import rollback
+
+    for node, content in (("node-1", b""), ("node-2", b"\0\0\0\x10garbage-garbage")):
+        directory = tmp_path / node / rollback.ROLLBACK_DIRECTORY
+        directory.mkdir(parents=True)
+        (directory / f"{1:010d}-{0:020d}.log").write_bytes(content)
+    bodies, unreadable = workload.rolled_back([str(tmp_path / "node-1"), str(tmp_path / "node-2")])
+    assert bodies == []
+    assert len(unreadable) == 1 and "node-2" in unreadable[0] and "not readable" in unreadable[0]
