@@ -11,11 +11,13 @@ writes that were never acknowledged as OK.
 A file is ``<epoch>-<start offset>.log``: the CommitLog bytes ``[start, end)`` verbatim
 (whole records; a segment's blank filler included), written under a temporary name,
 forced to disk and renamed before the cut, so a crash leaves no file or a whole one.
-Files older than the CommitLog's retention go when the next tail is kept; a tail is kept
-only while the disk stays under the store's high-water mark, and only its first GiB.
+Files older than the CommitLog's retention go like its segments (the node's housekeeping
+and every keep call ``remove_expired``); a tail is kept only while the disk stays under the
+store's high-water mark, and only its first GiB.
 
 Thread-safety: ``keep_tail`` runs on an executor thread while the node follows no master
-(nothing appends); the rest reads files only.
+(nothing appends), one at a time; only it and the node's start remove half-written files,
+so housekeeping running beside a keep never takes the file being written.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def keep_tail(store: MessageStore, epoch: int, start: int) -> str | None:
     temporary = path + ".tmp"
     try:
         os.makedirs(directory, exist_ok=True)
-        _remove_expired(directory, store.config.retention_ms / 1000)
+        remove_expired(store.config.data_dir, store.config.retention_ms / 1000, partial=True)
         disk = shutil.disk_usage(directory)
         if disk.used + (end - start) > disk.total * store.config.disk_high_water_ratio:
             raise OSError(f"{end - start} bytes would pass the disk's high-water mark")
@@ -116,12 +118,24 @@ def rollback_files(data_dir: str) -> list[str]:
     return [os.path.join(directory, n) for n in names]
 
 
-def _remove_expired(directory: str, retention_s: float) -> None:
+def remove_expired(data_dir: str, retention_s: float, *, partial: bool = False) -> list[str]:
+    """Remove the rollback files kept longer than the retention and, with ``partial``
+    (only when no tail is being kept), the ones a crash left half-written. Returns the
+    removed paths."""
+    directory = directory_of(data_dir)
+    if not os.path.isdir(directory):
+        return []
     now = time.time()
+    removed = []
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
-        if name.endswith(".tmp") or now - os.path.getmtime(path) > retention_s:
-            os.unlink(path)
+        with contextlib.suppress(FileNotFoundError):  # a keep beside us removed it first
+            if (partial and name.endswith(".tmp")) or (
+                name.endswith(".log") and now - os.path.getmtime(path) > retention_s
+            ):
+                os.unlink(path)
+                removed.append(path)
+    return removed
 
 
 def _sync_directory(directory: str) -> None:

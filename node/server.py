@@ -24,6 +24,7 @@ import grpc
 
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
+from ha import rollback
 from node.access import AccessControl, AccessInterceptor
 from node.admin_service import AdminService
 from node.authentication import Authenticator
@@ -178,6 +179,9 @@ class Node:
         data_pb2_grpc.add_DataServicer_to_server(
             DataService(self.store, topics, waiters), self.server
         )
+        # Before a role can keep a cut tail: no keep is under way, so a half-written
+        # rollback file is a crash's leftover.
+        await loop.run_in_executor(None, self._remove_expired_rollbacks, True)
         # Take the role routing says before serving (the states were loaded just above).
         await self.replication.follow_routing()
         self._states_ready = True
@@ -361,8 +365,17 @@ class Node:
                 log.exception("heartbeat failed")
 
     async def _housekeep(self) -> None:
+        loop = asyncio.get_running_loop()
+        retention_check_s = self.raw_store.config.retention_check_interval_ms / 1000
+        rollbacks_checked_at = time.monotonic()
         while True:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
+            if time.monotonic() - rollbacks_checked_at >= retention_check_s:
+                rollbacks_checked_at = time.monotonic()
+                try:  # a deposed node's rollback files expire like its segments
+                    await loop.run_in_executor(None, self._remove_expired_rollbacks, False)
+                except OSError as error:
+                    log.error("could not remove expired rollback files: %s", error)
             if not self.replication.is_master:
                 continue  # a slave's log is its master's: it writes nothing of its own
             try:
@@ -374,6 +387,11 @@ class Node:
                 await self.timers.roll_forward(self.timers.clock_ms() - retention_ms // 2)
             except Exception:  # one failed round must not end housekeeping
                 log.exception("housekeeping round failed")
+
+    def _remove_expired_rollbacks(self, partial: bool) -> None:
+        retention_s = self.raw_store.config.retention_ms / 1000
+        for path in rollback.remove_expired(self.config.data_dir, retention_s, partial=partial):
+            log.info("removed rollback file %s (past the retention, or half-written)", path)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         for task in (self._housekeeping, self._timer_task, self._check_task, *self._routing_tasks):

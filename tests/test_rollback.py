@@ -14,6 +14,7 @@ from ha import rollback
 from store.config import StoreConfig
 from store.message import Message
 from store.message_store import MessageStore
+from tests.node_process import start_node
 from tests.test_store_layers import QUIET, SMALL
 
 
@@ -110,3 +111,33 @@ def test_a_damaged_rollback_file_is_a_clear_error(tmp_path):
         f.write(b"\0\0\0\0")  # the first record's magic
     with pytest.raises(ValueError, match="no record at byte 0"):
         list(rollback.records_in(path))
+
+
+def test_a_node_removes_expired_and_half_written_rollback_files_on_its_own(tmp_path):
+    """A node deposed once keeps no file forever: its housekeeping expires rollback files
+    like segments, and its start removes the half-written file of a keep that crashed."""
+    data_dir = str(tmp_path / "node")
+    directory = rollback.directory_of(data_dir)
+    os.makedirs(directory)
+    two_hours_ago = time.time() - 7200
+
+    def make(name: str, mtime: float | None = None) -> str:
+        path = os.path.join(directory, name)
+        with open(path, "wb") as f:
+            f.write(b"")
+        if mtime is not None:
+            os.utime(path, (mtime, mtime))
+        return path
+
+    torn, recent = make("3-0.log.tmp"), make("2-0.log")
+    node = start_node(data_dir, "retention_ms = 3600000\nretention_check_interval_ms = 100\n")
+    try:
+        assert not os.path.exists(torn)  # gone before the node answered
+        old = make("1-0.log", two_hours_ago)
+        deadline = time.monotonic() + 20
+        while os.path.exists(old) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(old)
+        assert os.path.exists(recent)
+    finally:
+        node.sigterm()
