@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     rollback.add_argument(
         "--resend",
         action="store_true",
-        help="send the messages of user topics again through --server (same message ids)",
+        help="send them again through --server as their producers sent them (same ids and "
+        "delivery times); exit 1 if the node refused any",
     )
     rollback.add_argument("--server", default=DEFAULT_SERVER, help="node address for --resend")
     add_connection_options(rollback)
@@ -288,40 +289,31 @@ def rollback_command(args) -> int:
 
 
 def resend_rolled_back(args) -> int:
-    """Send a node's rolled-back messages of user topics again, in log order, with their
-    ids, tag, keys, message group and properties. Records of system topics (a delayed
-    message not yet due, POP and offset records) are counted, not sent."""
-    from ferrymq.client import Message, Producer
+    """Send a node's rolled-back messages again (``ferrymq/rollback_resend.py``); exit 1
+    when the node refused any of them."""
+    from ferrymq.client import Producer
+    from ferrymq.rollback_resend import plan_resend, resend
     from ha import rollback
-    from store.message import PROPERTY_MESSAGE_GROUP, SYSTEM_PROPERTY_NAMES
 
-    sent = skipped = 0
+    records = (m for path in rollback.rollback_files(args.data) for m in rollback.records_in(path))
+    plan = plan_resend(records)
     with Producer(args.server) as producer:
-        for path in rollback.rollback_files(args.data):
-            for stored in rollback.records_in(path):
-                if stored.topic.startswith("%"):
-                    skipped += 1
-                    continue
-                properties = stored.properties
-                message = Message(
-                    stored.topic,
-                    stored.body,
-                    tag=stored.tags,
-                    keys=stored.keys,
-                    properties={
-                        k: v for k, v in properties.items() if k not in SYSTEM_PROPERTY_NAMES
-                    },
-                    message_group=properties.get(PROPERTY_MESSAGE_GROUP),
-                )
-                if stored.unique_key:
-                    message.message_id = stored.unique_key
-                producer.send(message)
-                sent += 1
+        sent, failures = resend(producer, plan.messages)
     if args.json:
-        emit_json({"sent": sent, "system_records_skipped": skipped})
+        emit_json(
+            {
+                "sent": sent,
+                "not_sent": dict(plan.skipped),
+                "refused": [vars(f) for f in failures],
+            }
+        )
     else:
-        print(f"sent {sent} messages again; {skipped} system-topic records not sent")
-    return 0
+        print(f"sent {sent} messages again")
+        for reason, count in plan.skipped.items():
+            print(f"not sent: {count} {reason}")
+        for failure in failures:
+            print(f"refused: {failure.message_id} ({failure.topic}): {failure.error}")
+    return 1 if failures else 0
 
 
 def run_up(args) -> int:

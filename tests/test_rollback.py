@@ -4,15 +4,23 @@ segments; a tail that cannot be kept never stops the cut; old files expire."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import time
 
 import pytest
 
+from ferrymq.cli import main
+from ferrymq.client import Admin
+from ferrymq.rollback_resend import SKIPPED_DELIVERED, SKIPPED_SYSTEM, SKIPPED_TRANSACTIONAL
 from ha import rollback
+from node.parked import park
+from node.transaction_service import HALF_TOPIC
 from store.config import StoreConfig
-from store.message import Message
+from store.message import PROPERTY_DELIVERY_TIME_MS as DELIVER
+from store.message import PROPERTY_TRANSACTION_ID as TRANSACTION
+from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
 from tests.node_process import start_node
 from tests.test_store_layers import QUIET, SMALL
@@ -139,5 +147,84 @@ def test_a_node_removes_expired_and_half_written_rollback_files_on_its_own(tmp_p
             time.sleep(0.05)
         assert not os.path.exists(old)
         assert os.path.exists(recent)
+    finally:
+        node.sigterm()
+
+
+def test_resend_sends_messages_as_their_producers_sent_them_and_reports_refusals(tmp_path, capsys):
+    """``ferrymq rollback --resend`` on a tail of every kind of record: user messages and
+    delayed ones (delivered, or still waiting) go again with their ids and delivery times,
+    the node's own records and committed transactional messages are counted, and a
+    message the node refuses is reported while the others still go."""
+    now_ms = int(time.time() * 1000)
+    due, later = str(now_ms - 60_000), str(now_ms + 4_000)
+    build = Message.build
+    store = MessageStore.open(StoreConfig(str(tmp_path / "old"), **SMALL, **QUIET))
+    try:
+        for message in (
+            build(
+                "orders",
+                b"plain",
+                tags="TagA",
+                keys=["k1", "k2"],
+                unique_key="ID-plain",
+                properties={"color": "red"},
+            ),
+            build("later", b"due", unique_key="ID-due", properties={DELIVER: due}),
+            park(build("later", b"waits", unique_key="ID-wait"), TIMER_TOPIC, {DELIVER: later}),
+            park(build("later", b"twice", unique_key="ID-twice"), TIMER_TOPIC, {DELIVER: due}),
+            build("later", b"twice", unique_key="ID-twice", properties={DELIVER: due}),
+            park(build("tx", b"half", unique_key="ID-half"), HALF_TOPIC, {TRANSACTION: "T1"}),
+            build("tx", b"committed", unique_key="ID-committed", properties={TRANSACTION: "T1"}),
+            build("gone", b"no such topic", unique_key="ID-gone"),
+        ):
+            assert store.put_message(message).ok
+        assert rollback.keep_tail(store, 1, 0) is not None
+    finally:
+        store.shutdown()
+    node = start_node(str(tmp_path / "new"))
+    try:
+        with Admin(node.address) as admin:
+            admin.create_topic("orders", 1)
+            admin.create_topic("later", 1, message_type="DELAY")
+            admin.create_topic("tx", 1, message_type="TRANSACTION")
+        capsys.readouterr()
+        code = main(
+            [
+                "rollback",
+                "--data",
+                str(tmp_path / "old"),
+                "--resend",
+                "--server",
+                node.address,
+                "--json",
+            ]
+        )
+        report = json.loads(capsys.readouterr().out)
+        assert code == 1
+        assert report["sent"] == 4
+        assert report["not_sent"] == {
+            SKIPPED_DELIVERED: 1,
+            SKIPPED_SYSTEM: 1,
+            SKIPPED_TRANSACTIONAL: 1,
+        }
+        assert [(r["message_id"], r["topic"]) for r in report["refused"]] == [("ID-gone", "gone")]
+        assert "TOPIC_NOT_FOUND" in report["refused"][0]["error"]
+        with Admin(node.address) as admin:
+            (plain,) = admin.query_by_id("ID-plain", "orders")
+            assert (plain.body, plain.tag, plain.keys) == (b"plain", "TagA", ["k1", "k2"])
+            assert plain.properties["color"] == "red"
+            delivered = [admin.query_by_offset("later", 0, offset) for offset in (0, 1)]
+            assert [(m.body, m.message_id) for (m,) in delivered] == [
+                (b"due", "ID-due"),
+                (b"twice", "ID-twice"),
+            ]
+            # ID-wait was held until its delivery time, then delivered.
+            deadline = time.monotonic() + 30
+            while not (waited := admin.query_by_offset("later", 0, 2)):
+                assert time.monotonic() < deadline, "the delayed message was never delivered"
+                time.sleep(0.1)
+            assert [(m.body, m.message_id) for m in waited] == [(b"waits", "ID-wait")]
+            assert waited[0].store_timestamp_ms >= int(later)
     finally:
         node.sigterm()
