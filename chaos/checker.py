@@ -70,6 +70,7 @@ class Findings:
     replicas_differ: dict[str, str] = field(default_factory=dict)
     crashes: list[str] = field(default_factory=list)
     node_errors: list[str] = field(default_factory=list)
+    client_errors: list[str] = field(default_factory=list)
     pop_deliveries: int = 0
     pop_redeliveries: int = 0  # deliveries of a body the group had been handed before
     acked_then_redelivered: list[str] = field(default_factory=list)
@@ -212,6 +213,7 @@ def check(history: History) -> Findings:
     found.unavailability = unavailability(history)
     found.crashes = list(history.crashes)
     found.node_errors = list(history.node_errors)
+    found.client_errors = list(history.client_errors)
     found.violations = verdict(found, sync)
     return found
 
@@ -399,6 +401,7 @@ def verdict(found: Findings, sync: bool) -> list[str]:
         ("replicas differing to their common length", found.replicas_differ),
         ("node processes found exited (crashed)", found.crashes),
         ("exceptions in the nodes' logs", found.node_errors),
+        ("answers the workload could not decode or exceptions in it", found.client_errors),
     ]
     for name, value in checks:
         if value:

@@ -160,6 +160,8 @@ class History:
     # Nodes found exited without a fault's doing, and exceptions in the nodes' logs.
     crashes: list[str] = field(default_factory=list)
     node_errors: list[str] = field(default_factory=list)
+    # Answers the workload could not decode and exceptions that ended one of its threads.
+    client_errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -192,6 +194,10 @@ class History:
     def deliver(self, delivery: Delivery) -> None:
         with self.lock:
             self.deliveries.append(delivery)
+
+    def client_error(self, at_s: float, text: str) -> None:
+        with self.lock:
+            self.client_errors.append(f"{at_s:.1f} s: {text}")
 
     def pop_deliver(self, delivery: PopDelivery) -> PopDelivery:
         with self.lock:
@@ -232,6 +238,7 @@ class History:
                 "rolled_back": self.rolled_back,
                 "crashes": self.crashes,
                 "node_errors": self.node_errors,
+                "client_errors": self.client_errors,
             }
 
     @classmethod
@@ -262,6 +269,7 @@ class History:
             rolled_back=raw.get("rolled_back", []),
             crashes=raw.get("crashes", []),
             node_errors=raw.get("node_errors", []),
+            client_errors=raw.get("client_errors", []),
         )
 
     def save(self, path: str) -> None:

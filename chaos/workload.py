@@ -42,7 +42,7 @@ from ferrymq.client import (
     ReceivedMessage,
     SimpleConsumer,
 )
-from ferrymq.client.errors import TRANSPORT
+from ferrymq.client.errors import MALFORMED_ANSWER, TRANSPORT
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 
 TOPICS = (TOPIC, FIFO_TOPIC)
@@ -169,7 +169,8 @@ def popped(message: ReceivedMessage, group: str, asked_s: float, at_s: float) ->
 
 
 def consumer(history: History, access: str, stop: threading.Event, t0: float) -> None:
-    """A pull consumer that commits after every batch; errors (failover) are retried."""
+    """A pull consumer that commits after every batch; errors (failover) are retried. An
+    answer that does not decode is a finding (then retried, so the run still ends)."""
     while not stop.is_set():
         try:
             with PullConsumer(access, GROUP, timeout_s=3) as pull:
@@ -186,7 +187,9 @@ def consumer(history: History, access: str, stop: threading.Event, t0: float) ->
                             )
                         )
                     pull.commit()
-        except FerryError:
+        except FerryError as error:
+            if error.code == MALFORMED_ANSWER:
+                history.client_error(time.monotonic() - t0, f"pull consumer: {error}")
             stop.wait(PAUSE_AFTER_ERROR_S)
 
 
@@ -201,24 +204,39 @@ def start(
 ) -> tuple[list[threading.Thread], list[threading.Thread]]:
     """Start the writers and the consumers; their threads, writers first."""
     history.consumers = {GROUP: TOPIC, POP_GROUP: TOPIC, FIFO_GROUP: FIFO_TOPIC}
+
+    def thread(name: str, target, *args) -> threading.Thread:
+        return threading.Thread(target=recording_errors(history, name, t0, target, *args))
+
     writing = [
-        threading.Thread(target=writer, args=(history, access, i, stop_writers, t0))
-        for i in range(writers)
+        thread(f"writer {i}", writer, history, access, i, stop_writers, t0) for i in range(writers)
     ]
     writing += [
-        threading.Thread(target=writer, args=(history, access, i, stop_writers, t0, True))
+        thread(f"FIFO writer {i}", writer, history, access, i, stop_writers, t0, True)
         for i in range(fifo_writers)
     ]
-    reading = [threading.Thread(target=consumer, args=(history, access, stop_consumers, t0))]
+    reading = [thread("pull consumer", consumer, history, access, stop_consumers, t0)]
     reading += [
-        threading.Thread(
-            target=pop_consumer, args=(history, access, group, topic, stop_consumers, t0)
-        )
+        thread(group, pop_consumer, history, access, group, topic, stop_consumers, t0)
         for group, topic in ((POP_GROUP, TOPIC), (FIFO_GROUP, FIFO_TOPIC))
     ]
-    for thread in writing + reading:
-        thread.start()
+    for started in writing + reading:
+        started.start()
     return writing, reading
+
+
+def recording_errors(history: History, name: str, t0: float, target, *args):
+    """``target(*args)`` for a workload thread, recording the exception that ends it: a
+    thread that died quietly would show only as writes or deliveries that stopped."""
+
+    def run() -> None:
+        try:
+            target(*args)
+        except Exception as error:
+            history.client_error(time.monotonic() - t0, f"{name} ended: {error!r}")
+            raise
+
+    return run
 
 
 def wait_caught_up(addresses: list[str], consumers: dict[str, str], deadline_s: float) -> CatchUp:

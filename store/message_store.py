@@ -62,6 +62,8 @@ LOCK_FILE = "lock"
 
 REQUESTS_PER_APPEND = 64
 TOPIC_CACHE_MAX = 10_000
+# A consumer read that overlapped this many cuts in a row answers "nothing new yet".
+READS_PER_CUT = 3
 
 
 def _refused(error: InvalidMessageError) -> PutResult:
@@ -221,6 +223,9 @@ class MessageStore:
         # truncation may lower it, never raise it (only a flush of those files does).
         self._derived_durable = 0
         self._truncations = 0  # a flush that began before a truncation claims nothing
+        # A sequence lock for readers: odd while truncate_to runs. Consumers read without
+        # the put lock, and bytes read during a cut may be zeros or another epoch's.
+        self._cut_generation = 0
         self._last_store_timestamp_ms = 0
         self._closed = True
         # Why puts are refused (a slave takes only its master's bytes), None when they are not.
@@ -325,17 +330,21 @@ class MessageStore:
         consume-queue and index entries that point there: a slave cutting a tail its
         master never had (epoch histories decide where)."""
         with self._put_lock:
-            end = min(physical_offset, self.commitlog.write_offset)
-            self.commitlog.truncate_to(end)
-            for queue in self.consume_queues.queues.values():
-                queue.truncate_physical(end)
-            self.index.truncate_physical(end)
-            self.dispatcher.dispatched_offset = min(self.dispatcher.dispatched_offset, end)
-            self.rebuild_queue_offsets()
-            with self._checkpoint_lock:
-                self._truncations += 1
-            # Queues this cut did not touch may hold unflushed entries below the cut.
-            self._write_checkpoint(min(self._derived_durable, end))
+            self._cut_generation += 1
+            try:
+                end = min(physical_offset, self.commitlog.write_offset)
+                self.commitlog.truncate_to(end)
+                for queue in self.consume_queues.queues.values():
+                    queue.truncate_physical(end)
+                self.index.truncate_physical(end)
+                self.dispatcher.dispatched_offset = min(self.dispatcher.dispatched_offset, end)
+                self.rebuild_queue_offsets()
+                with self._checkpoint_lock:
+                    self._truncations += 1
+                # Queues this cut did not touch may hold unflushed entries below the cut.
+                self._write_checkpoint(min(self._derived_durable, end))
+            finally:
+                self._cut_generation += 1
 
     def rebuild_queue_offsets(self) -> None:
         """Next queue offset of every queue from its consume queue, and the newest store
@@ -666,6 +675,30 @@ class MessageStore:
         return self._scan_queue(topic, queue_id, offset, max_count, tags, raw, max_bytes)
 
     def _scan_queue(self, topic, queue_id, offset, max_count, tags, fetch, max_bytes=None):
+        """One consistent read of a queue. A slave may cut its tail (``truncate_to``, on
+        another thread) while a consumer reads it: queue entries then point at zeroed
+        bytes, or at another epoch's records once new ones are appended there. A read that
+        overlapped a cut is read again; while a cut lasts, the queue has nothing new yet
+        (the consumer asks again, at the same offset)."""
+        for _ in range(READS_PER_CUT):
+            generation = self._cut_generation
+            if generation & 1:
+                break
+            try:
+                result = self._scan_queue_once(
+                    topic, queue_id, offset, max_count, tags, fetch, max_bytes
+                )
+            except Exception:
+                if self._cut_generation == generation:
+                    raise  # not a torn read: a real fault
+                continue
+            if self._cut_generation == generation:
+                return result
+        queue = self.consume_queues.get(topic, queue_id)
+        low, high = (queue.min_offset, queue.max_offset) if queue is not None else (0, 0)
+        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, low, high)
+
+    def _scan_queue_once(self, topic, queue_id, offset, max_count, tags, fetch, max_bytes):
         queue = self.consume_queues.get(topic, queue_id)
         if queue is None or queue.max_offset == 0:
             # As RocketMQ: only a queue that never had a message is "no message in queue";

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from chaos import checker, runner
 from chaos.checker import check
 from chaos.history import (
@@ -309,6 +311,29 @@ def test_crashed_nodes_and_exceptions_in_node_logs_are_violations(tmp_path):
     found = checker.check(history)
     assert any("exceptions in the nodes' logs" in v for v in found.violations)
     assert any("found exited" in v for v in found.violations)
+
+
+def test_an_answer_the_workload_could_not_decode_or_a_thread_that_died_is_a_violation():
+    """A long async run once had its pull consumer thread end on a zeroed record a node
+    returned; the run went on without a word about it. Such errors are findings."""
+    from chaos import workload
+
+    history = History("async-sync-flush")
+
+    def dies() -> None:
+        raise AssertionError("no message record at 0")
+
+    with pytest.raises(AssertionError):
+        workload.recording_errors(history, "pull consumer", 0.0, dies)()
+    assert len(history.client_errors) == 1
+    assert (
+        "pull consumer ended: AssertionError('no message record at 0')"
+        in (history.client_errors[0])
+    )
+    assert History.from_json(history.to_json()).client_errors == history.client_errors
+    found = checker.check(history)
+    assert not found.valid
+    assert any("could not decode or exceptions in it" in v for v in found.violations)
 
 
 def test_a_replica_whose_store_cannot_open_is_a_finding_not_a_crash(tmp_path):

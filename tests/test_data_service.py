@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from ferrymq.client import FerryError
+from ferrymq.client.errors import MALFORMED_ANSWER
 from ferrymq.client.messages import decode_records
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
@@ -45,6 +47,24 @@ def test_fetch_returns_whole_records_in_order(node):
     assert [r.body for r in records] == [b"row-%d" % i for i in range(10, 60)]
     assert [r.queue_offset for r in records] == list(range(10, 60))
     assert (answer.min_offset, answer.max_offset) == (0, 100)
+
+
+def test_an_answer_that_is_not_whole_records_is_a_clear_client_error(node):
+    """A client handed bytes that are no message records (zeros a torn read returned, a
+    record cut short) says so with MALFORMED_ANSWER; it never loops on a zero size nor
+    hands on garbage as messages."""
+    _, _, stub = node
+    records = fetch(stub, queue_id=0, offset=0, max_messages=2).records
+    first = int.from_bytes(records[:4], "big")  # the second record starts here
+    for bad, at in (
+        (bytes(200), 0),
+        (records[:-1], first),
+        (records + b"\x00", len(records)),
+    ):
+        with pytest.raises(FerryError) as raised:
+            decode_records(bad)
+        assert raised.value.code == MALFORMED_ANSWER
+        assert f"byte {at} of {len(bad)}" in str(raised.value)
 
 
 def test_fetch_filters_by_tag_and_limits_bytes(node):

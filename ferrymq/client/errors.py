@@ -18,6 +18,9 @@ RETRIABLE_CODES = frozenset(
     }
 )
 TRANSPORT = -1  # the RPC itself failed (node down, deadline): ``code_name`` says how
+# The node's answer did not decode (code_name MALFORMED_ANSWER): a node's bug, reported
+# rather than handed on as messages.
+MALFORMED_ANSWER = -2
 # Transport failures that trying again cannot fix: the node refused the credentials.
 REFUSED_CODE_NAMES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
 

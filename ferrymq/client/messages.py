@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 from google.protobuf import timestamp_pb2
 
+from ferrymq.client.errors import MALFORMED_ANSWER, FerryError
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from store.commitlog_record import decode
+from store.commitlog_record import HEADER_SIZE, decode
 from store.message import (
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_TAGS,
@@ -21,6 +22,7 @@ from store.message import (
 )
 
 RECORD_SIZE = struct.Struct(">i")
+MIN_RECORD_SIZE = HEADER_SIZE + 3  # an empty body, topic and properties
 
 _sequence = itertools.count()
 _PREFIX = f"FE{os.getpid() & 0xFFFF:04X}{time.time_ns() & 0xFFFFFFFFFFFF:012X}"
@@ -136,13 +138,23 @@ class ReceivedMessage:
 
 
 def decode_records(records: bytes) -> list[StoredMessage]:
-    """Split a Fetch answer into records (DESIGN §3.1: each starts with its total size)."""
+    """Split a Fetch answer into records (DESIGN §3.1: each starts with its total size).
+    Bytes that are not whole message records raise ``FerryError`` (MALFORMED_ANSWER)."""
     found = []
     position, end = 0, len(records)
-    while position < end:
-        (size,) = RECORD_SIZE.unpack_from(records, position)
-        found.append(decode(records, position))
-        position += size
+    try:
+        while position < end:
+            (size,) = RECORD_SIZE.unpack_from(records, position)
+            if not MIN_RECORD_SIZE <= size <= end - position:
+                raise ValueError(f"a record of {size} bytes")
+            found.append(decode(records, position))
+            position += size
+    except (AssertionError, ValueError, IndexError, struct.error) as error:
+        raise FerryError(
+            MALFORMED_ANSWER,
+            "MALFORMED_ANSWER",
+            f"byte {position} of {end} of a Fetch answer is no message record ({error})",
+        ) from None
     return found
 
 
