@@ -25,6 +25,12 @@ TOPIC = "chaos"  # NORMAL topic: the pull consumer and a POP group read it
 FIFO_TOPIC = "chaos-fifo"  # FIFO topic: sends carry a message group; a FIFO POP group
 
 
+def flat(record) -> dict:
+    """A dataclass of plain fields as a dict for JSON. ``asdict`` deep-copies every field:
+    on a long run's million records that took the report 20 minutes under load."""
+    return dict(vars(record))
+
+
 @dataclass
 class Send:
     """One send invocation of one writer: ``body`` is unique in the run and names the
@@ -222,14 +228,18 @@ class History:
             return {
                 "mode": self.mode,
                 "duration_s": self.duration_s,
-                "sends": [asdict(s) for s in self.sends],
-                "deliveries": [asdict(d) for d in self.deliveries],
-                "pop_deliveries": [asdict(d) for d in self.pop_deliveries],
+                "sends": [flat(s) for s in self.sends],
+                "deliveries": [flat(d) for d in self.deliveries],
+                "pop_deliveries": [flat(d) for d in self.pop_deliveries],
                 "consumers": self.consumers,
                 "catch_up": None if self.catch_up is None else asdict(self.catch_up),
                 "faults": [asdict(f) for f in self.faults],
                 "replicas": [
-                    {**asdict(r), "digest_to": {str(k): v for k, v in r.digest_to.items()}}
+                    {
+                        **flat(r),
+                        "records": [flat(x) for x in r.records],
+                        "digest_to": {str(k): v for k, v in r.digest_to.items()},
+                    }
                     for r in self.replicas
                 ],
                 "snapshots": [asdict(s) for s in self.snapshots],
