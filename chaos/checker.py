@@ -386,6 +386,11 @@ def verdict(found: Findings, sync: bool) -> list[str]:
     if sync and consumers_waited_for:
         for group, bodies in found.never_delivered.items():
             violations.append(f"{len(bodies)} acknowledged sends never delivered to {group}")
+    if consumers_waited_for and not found.catch_up["caught_up"]:
+        # In every mode: once healed, each group must reach the end of its topic (under
+        # ASYNC a failover may take messages from under a committed offset, not progress).
+        behind = found.catch_up["behind"]
+        violations.append(f"{len(behind)} consumer groups not caught up after heal {behind}")
     checks = [
         ("duplicated", found.duplicated),
         ("unexpected (never sent)", found.unexpected),
