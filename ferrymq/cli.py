@@ -252,6 +252,8 @@ def rollback_command(args) -> int:
 
     if not os.path.isdir(args.data):
         raise ValueError(f"{args.data} is not a directory")
+    if args.resend:
+        return resend_rolled_back(args)
     rows = []
     for path in rollback.rollback_files(args.data):
         for m in rollback.records_in(path):
@@ -268,8 +270,6 @@ def rollback_command(args) -> int:
                     "body": m.body,
                 }
             )
-    if args.resend:
-        return resend_rolled_back(args)
     headers = ["file", "topic", "queue", "offset", "message id", "tag", "keys", "body"]
     table_rows = [
         [
