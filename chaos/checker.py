@@ -38,6 +38,7 @@ from chaos.history import (
     FAILED,
     NOT_REPLICATED,
     OK,
+    RELEASED,
     TOPIC,
     UNKNOWN,
     History,
@@ -73,6 +74,7 @@ class Findings:
     client_errors: list[str] = field(default_factory=list)
     pop_deliveries: int = 0
     pop_redeliveries: int = 0  # deliveries of a body the group had been handed before
+    pop_released: int = 0  # deliveries the consumer let expire on purpose
     acked_then_redelivered: list[str] = field(default_factory=list)
     redelivered_after_power_loss: list[str] = field(default_factory=list)  # allowed
     never_delivered: dict[str, list[str]] = field(default_factory=dict)  # group -> bodies
@@ -199,6 +201,7 @@ def check(history: History) -> Findings:
     handed: set[tuple[str, str]] = set()
     for delivery in history.pop_deliveries:
         found.pop_redeliveries += (delivery.group, delivery.body) in handed
+        found.pop_released += delivery.ack == RELEASED
         handed.add((delivery.group, delivery.body))
     found.acked_then_redelivered, found.redelivered_after_power_loss = redelivered_after_ack(
         history
@@ -256,13 +259,15 @@ def consumers_of(history: History) -> dict[str, str]:
 
 def never_delivered(history: History, acked: list[Send], present: set[str]) -> dict[str, list[str]]:
     """Per consumer group: acknowledged sends of its topic that are in the final log yet
-    were never delivered to it. At-least-once delivery promises them all, given time: a
+    were never delivered to it (a delivery the consumer let expire on purpose does not
+    count: it promises another). At-least-once delivery promises them all, given time: a
     violation under SYNC when the runner waited for the consumers to catch up."""
     delivered: dict[str, set[str]] = defaultdict(set)
     for d in history.deliveries:
         delivered[d.consumer].add(d.body)
     for p in history.pop_deliveries:
-        delivered[p.group].add(p.body)
+        if p.ack != RELEASED:  # left to expire on purpose: only its redelivery counts
+            delivered[p.group].add(p.body)
     missing = {}
     for group, topic in sorted(consumers_of(history).items()):
         bodies = [

@@ -20,6 +20,7 @@ FAILED = "failed"  # refused before anything was written (the node said so)
 UNKNOWN = "unknown"  # no answer (transport error, deadline): it may or may not be stored
 OUTCOMES = (OK, NOT_REPLICATED, FAILED, UNKNOWN)
 NOT_ACKED = ""  # a POP delivery whose ack was never attempted (the consumer failed over)
+RELEASED = "released"  # left unacked on purpose: it must be delivered again once visible
 
 TOPIC = "chaos"  # NORMAL topic: the pull consumer and a POP group read it
 FIFO_TOPIC = "chaos-fifo"  # FIFO topic: sends carry a message group; a FIFO POP group
@@ -66,7 +67,8 @@ class PopDelivery:
 
     ``asked_s`` is when the receive that returned it was invoked: a delivery asked for
     after an ack of the same body completed (``acked_s``) is a redelivery of an acked
-    message. ``ack`` is one of ``OUTCOMES``, or ``NOT_ACKED`` when no ack was tried;
+    message. ``ack`` is one of ``OUTCOMES``, ``NOT_ACKED`` when no ack was tried, or
+    ``RELEASED`` when the consumer let it expire on purpose;
     ``ack_invoked_s`` is when the ack was sent (the node applied it at some moment
     between the two)."""
 
@@ -209,6 +211,10 @@ class History:
         with self.lock:
             self.pop_deliveries.append(delivery)
         return delivery
+
+    def released(self, delivery: PopDelivery) -> None:
+        with self.lock:
+            delivery.ack = RELEASED
 
     def acked(
         self, delivery: PopDelivery, outcome: str, invoked_s: float, at_s: float, code: str = ""

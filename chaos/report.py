@@ -56,7 +56,8 @@ def summary(findings: Findings) -> str:
         f" delivered then lost {len(findings.delivered_then_lost)},"
         f" delivered from another offset {len(findings.misplaced_deliveries)},"
         f" replicas differ {bool(findings.replicas_differ)}",
-        f"POP deliveries {findings.pop_deliveries} (redeliveries {findings.pop_redeliveries}),"
+        f"POP deliveries {findings.pop_deliveries} (redeliveries {findings.pop_redeliveries},"
+        f" left to expire on purpose {findings.pop_released}),"
         f" delivered again after a successful ack {len(findings.acked_then_redelivered)}"
         f" (after a power loss of every node: {len(findings.redelivered_after_power_loss)}),"
         f" FIFO order violations {len(findings.fifo_order_violations)},"

@@ -56,6 +56,10 @@ FIFO_GROUPS_PER_WRITER = 3
 # longer than an ack takes while the cluster is healthy.
 INVISIBLE_S = 2.0
 ACKS_IN_PARALLEL = 8
+# The NORMAL POP group leaves every RELEASE_EVERY-th delivery unacked on purpose: it
+# must come back once invisible time ends, through failovers too (the checker counts it
+# delivered only then). Not the FIFO group: a held message blocks its message group.
+RELEASE_EVERY = 50
 # Each writer's ceiling: SYNC writers stay below it (about 35/s each here), ASYNC ones
 # would send several times more, more than the POP groups (an append per receive and per
 # ack) and a restarted slave's catch-up can follow, so the consumers could never drain.
@@ -117,12 +121,19 @@ def writer(
 
 
 def pop_consumer(
-    history: History, access: str, group: str, topic: str, stop: threading.Event, t0: float
+    history: History,
+    access: str,
+    group: str,
+    topic: str,
+    stop: threading.Event,
+    t0: float,
+    release_every: int = 0,
 ) -> None:
     """A POP consumer that acks every message of a batch as soon as it is received (the
     acks of a batch in parallel, each a replicated append, so the group keeps up with the
     writers), recording every delivery and its ack's outcome; after an error (failover)
-    it starts over with a fresh route, and what was not acked comes back once visible."""
+    it starts over with a fresh route, and what was not acked comes back once visible.
+    With ``release_every``, every such delivery is left unacked on purpose."""
 
     def ack(pop: SimpleConsumer, message: ReceivedMessage, delivery: PopDelivery) -> bool:
         invoked_s = time.monotonic() - t0
@@ -135,6 +146,7 @@ def pop_consumer(
         history.acked(delivery, OK, invoked_s, time.monotonic() - t0)
         return True
 
+    received = 0
     with ThreadPoolExecutor(ACKS_IN_PARALLEL, thread_name_prefix=f"ack-{group}") as acks:
         while not stop.is_set():
             try:
@@ -146,7 +158,11 @@ def pop_consumer(
                         done = []
                         for m in batch:
                             delivery = history.pop_deliver(popped(m, group, asked_s, at_s))
-                            done.append(acks.submit(ack, pop, m, delivery))
+                            received += 1
+                            if release_every and received % release_every == 0:
+                                history.released(delivery)
+                            else:
+                                done.append(acks.submit(ack, pop, m, delivery))
                         if not all(f.result() for f in done):
                             break  # a fresh consumer: the route may be stale
             except FerryError:
@@ -216,9 +232,10 @@ def start(
         for i in range(fifo_writers)
     ]
     reading = [thread("pull consumer", consumer, history, access, stop_consumers, t0)]
+    pop_groups = ((POP_GROUP, TOPIC, RELEASE_EVERY), (FIFO_GROUP, FIFO_TOPIC, 0))
     reading += [
-        thread(group, pop_consumer, history, access, group, topic, stop_consumers, t0)
-        for group, topic in ((POP_GROUP, TOPIC), (FIFO_GROUP, FIFO_TOPIC))
+        thread(group, pop_consumer, history, access, group, topic, stop_consumers, t0, release)
+        for group, topic, release in pop_groups
     ]
     for started in writing + reading:
         started.start()

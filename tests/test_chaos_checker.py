@@ -13,6 +13,7 @@ from chaos.history import (
     FAILED,
     NOT_ACKED,
     OK,
+    RELEASED,
     TOPIC,
     UNKNOWN,
     CatchUp,
@@ -170,8 +171,8 @@ def popped(
         attempt,
         message_group,
         ack,
-        acked_s=None if ack == NOT_ACKED else asked_s + 0.1,
-        ack_invoked_s=None if ack == NOT_ACKED else asked_s + 0.05,
+        acked_s=None if ack in (NOT_ACKED, RELEASED) else asked_s + 0.1,
+        ack_invoked_s=None if ack in (NOT_ACKED, RELEASED) else asked_s + 0.05,
     )
 
 
@@ -255,6 +256,25 @@ def test_acknowledged_sends_never_delivered_to_a_group_break_sync_once_waited_fo
     outcomes = {"w0-0": OK, "w0-1": UNKNOWN, "w0-2": OK}
     found = check(history("sync-sync-flush", outcomes, ["w0-0", "w0-1"], **extra))
     assert found.never_delivered == {} and found.lost == ["w0-2"]
+
+
+def test_a_delivery_left_to_expire_counts_only_once_it_is_delivered_again():
+    # The consumer let w0-1 expire on purpose: the node owes a redelivery.
+    stored = [f"w0-{i}" for i in range(2)]
+    pops = [popped("w0-0", 1.0), popped("w0-1", 1.0, ack=RELEASED)]
+    extra = {
+        "pop_deliveries": pops,
+        "consumers": {"pop": TOPIC},
+        "catch_up": CatchUp(20.0, 1.0, True),
+    }
+    found = check(history("sync-sync-flush", sends(2), stored, **extra))
+    assert found.pop_released == 1 and found.never_delivered == {"pop": ["w0-1"]}
+    assert found.violations == ["1 acknowledged sends never delivered to pop"]
+    # Delivered again (second attempt) and acked: valid, one redelivery, not after an ack.
+    extra["pop_deliveries"] = [*pops, popped("w0-1", 3.5, attempt=2)]
+    found = check(history("sync-sync-flush", sends(2), stored, **extra))
+    assert found.valid and found.never_delivered == {}
+    assert found.pop_redeliveries == 1 and found.acked_then_redelivered == []
 
 
 def test_fifo_groups_must_first_deliver_in_send_order_redeliveries_aside():
