@@ -75,6 +75,7 @@ class Node:
         self._check_task: asyncio.Task[None] | None = None
         self._routing_tasks: list[asyncio.Task[None]] = []
         self.routing: RoutingReplica | None = None
+        self._raft_port_held: socket.socket | None = None  # a standalone voter's port
         self.topics = TopicTable()
         self._states_ready = False
         self._heartbeat_now = asyncio.Event()  # set: heartbeat (renew the lease) now
@@ -246,8 +247,10 @@ class Node:
         config, cluster = self.config, self.config.cluster
         if cluster.standalone:
             # A cluster of one: nobody dials this voter, so any free loopback port will
-            # do, and a secret made up now keeps everybody else out.
-            address = f"127.0.0.1:{free_port('127.0.0.1')}"
+            # do, and a secret made up now keeps everybody else out. The port stays
+            # held until the node stops (see ``hold_free_port``).
+            self._raft_port_held = hold_free_port("127.0.0.1")
+            address = f"127.0.0.1:{self._raft_port_held.getsockname()[1]}"
             voters, secret, self_address = [address], secrets.token_hex(16), address
         else:
             voters, secret = list(cluster.voters), cluster.secret
@@ -405,6 +408,8 @@ class Node:
             await self.replication.close()
         if self.routing is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.routing.close)
+        if self._raft_port_held is not None:
+            self._raft_port_held.close()
         if getattr(self, "raw_store", None) is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.raw_store.shutdown)
 
@@ -414,11 +419,18 @@ def _log_failure(task: asyncio.Future) -> None:
         log.error("role change failed", exc_info=task.exception())
 
 
-def free_port(host: str) -> int:
-    """A port the OS reports free now (for listeners that cannot take port 0)."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+def hold_free_port(host: str) -> socket.socket:
+    """A socket bound, not listening, to a free port, for a listener that cannot take
+    port 0 (pysyncobj's) to bind later. A port found free and let go can be taken
+    before that listener binds it, by an outgoing connection that then keeps it: a lone
+    voter never bound its port and the node gave up after its join timeout (a test
+    start failed so). While this socket is open, neither outgoing connections nor other
+    port-0 binds get the port, yet a listener that sets SO_REUSEADDR, as pysyncobj's
+    does, binds and listens on it."""
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.bind((host, 0))
+    return held
 
 
 def tune_garbage_collector() -> None:

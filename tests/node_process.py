@@ -42,17 +42,16 @@ def start_node(
     log_path: str | None = None,
 ) -> NodeProcess:
     """A node on ``port`` (0: one the OS picks; a restart passes the port it had). Its
-    log (stderr) is discarded unless ``log_path`` names a file to append it to."""
+    log (stderr) is appended to ``log_path``, by default ``<data_dir>.log`` beside the
+    data directory; a start that fails quotes its end."""
     os.makedirs(data_dir, exist_ok=True)
     config = os.path.join(data_dir, "..", os.path.basename(data_dir) + ".toml")
     with open(config, "w", encoding="utf-8") as f:
         f.write(TEST_STORE + extra_toml)
     command = [sys.executable, "-m", "node", "--config", config, "--data", data_dir]
     command += ["--port", str(port)]
-    stderr = subprocess.DEVNULL
-    if log_path:
-        stderr = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed below)
-    try:
+    log_path = log_path or os.path.normpath(data_dir) + ".log"
+    with open(log_path, "a", encoding="utf-8") as stderr:  # the child holds its own copy
         process = subprocess.Popen(
             command,
             cwd=ROOT,
@@ -60,9 +59,6 @@ def start_node(
             stderr=stderr,
             text=True,
         )
-    finally:
-        if log_path:
-            stderr.close()  # the child holds its own descriptor
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         line = process.stdout.readline()
@@ -71,4 +67,8 @@ def start_node(
         if " ready on " in line:
             return NodeProcess(process, line.rsplit(" ", 1)[1].strip(), data_dir)
     process.kill()
-    raise RuntimeError(f"node in {data_dir} did not start (exit {process.poll()})")
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        log_end = f.read()[-3000:]
+    raise RuntimeError(
+        f"node in {data_dir} did not start (exit {process.wait()}); its log ends:\n{log_end}"
+    )
