@@ -423,10 +423,10 @@ def hold_free_port(host: str) -> socket.socket:
     """A socket bound, not listening, to a free port, for a listener that cannot take
     port 0 (pysyncobj's) to bind later. A port found free and let go can be taken
     before that listener binds it, by an outgoing connection that then keeps it: a lone
-    voter never bound its port and the node gave up after its join timeout (a test
-    start failed so). While this socket is open, neither outgoing connections nor other
-    port-0 binds get the port, yet a listener that sets SO_REUSEADDR, as pysyncobj's
-    does, binds and listens on it."""
+    voter would never bind its port and the node would give up after its join timeout
+    (the likely cause of a test node that did not start). While this socket is open,
+    neither outgoing connections nor other port-0 binds get the port, yet a listener
+    that sets SO_REUSEADDR, as pysyncobj's does, binds and listens on it."""
     held = socket.socket()
     held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     held.bind((host, 0))
