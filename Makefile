@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-peers chaos clean
+.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers chaos clean
 
 # The C speedups (store/_speedups.c) are compiled by the install: a change rebuilds them.
 $(STAMP): pyproject.toml store/_speedups.c
@@ -38,6 +38,10 @@ bench-produce: $(STAMP)
 
 bench-cluster: $(STAMP)
 	$(PY) -m bench.cluster --json
+
+# What a server storing nothing allows here: the floors under the two benchmarks above.
+bench-floors: $(STAMP)
+	$(PY) -m bench.grpc_ceiling --json
 
 # ferrymq against NATS JetStream, Redis Streams and RabbitMQ quorum queues (apt-installs them).
 bench-peers: $(STAMP)

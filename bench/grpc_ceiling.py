@@ -1,18 +1,40 @@
-"""The most unary RPCs per second gRPC for Python serves here: ``python -m bench.grpc_ceiling
---json``. A node's single-message sends can never beat this ceiling, so it is the yardstick
-for ``single_send_256_inflight_msgs_per_s`` in ``bench.produce``.
+"""What gRPC for Python allows here before any ferrymq code runs: ``python -m
+bench.grpc_ceiling --json [--quick | --smoke]``.
 
-A server process answers SendMessage with a constant response and does nothing else (no
-store, no validation); this process sends the same 1 KiB single-message requests as
-``bench.produce``, 256 in flight. Measured for the grpc.aio server (the node's) and for the
-thread-pool server. Prints one JSON object on its last line.
+Each figure is a floor (or a ceiling) for one figure of ``bench.produce`` or
+``bench.cluster``: a server that does nothing can never be beaten by a node that does
+something, so a target beyond these figures cannot be met on this machine by any node
+written on gRPC for Python, and the distance to them is what ferrymq's own code costs.
+
+The servers answer with a constant and store nothing (no validation, no CommitLog):
+
+- ``noop_aio_server_256_inflight_rpcs_per_s`` / ``noop_thread_server_...``: SendMessage of
+  one 1 KiB message, 256 in flight, against the grpc.aio server (the node's) and the
+  thread-pool server. Ceiling of ``single_send_256_inflight_one_rpc_msgs_per_s``.
+- ``noop_single_send_p50_us`` / ``_p99_us``: the same requests one at a time through a
+  grpc.aio channel, as ``bench.produce`` measures ``single_send_p50_us``.
+- ``noop_produce_single_send_p50_us`` / ``_p99_us``: one 1-record Data.Produce at a time
+  through a blocking channel, as ``Producer.send`` sends, answered at once (nothing stored,
+  nothing replicated): the floor of ``sync_single_send_p50_us`` before replication.
+- ``noop_replicated_single_send_p50_us`` / ``_p99_us``: a SYNC send's minimum: the aio
+  server writes each Data.Produce request's records to two "slave" processes over TCP
+  (asyncio streams, as ``ha/`` does) and answers once both have acknowledged; the slaves
+  read each frame and acknowledge it. One 1-record request at a time through a blocking
+  channel, as ``bench.cluster`` measures ``sync_single_send_p50_us`` (``Producer.send``).
+- ``noop_replicated_batch_msgs_per_s``: the same server, 128 records of 1 KiB per request,
+  16 requests in flight, the requests built before the clock starts. Ceiling of
+  ``sync_batch_send_msgs_per_s`` (whose client also builds its messages on the clock).
+
+Prints one JSON object on its last line.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -20,32 +42,62 @@ import time
 import grpc
 
 from bench.node_process import ROOT
-from bench.produce import single_requests
+from bench.produce import produce_requests, single_requests
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from ferrymq.protocol.ferrymq import data_pb2_grpc
 
+# argv: "aio" or "threads", then the ports of the slaves each Produce is copied to (aio).
 SERVER = r"""
-import asyncio, sys
+import asyncio, struct, sys
 from concurrent import futures
 import grpc
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc, service_pb2_grpc
+from ferrymq.protocol.ferrymq import data_pb2 as data, data_pb2_grpc
 OK = pb.Status(code=pb.OK)
 ENTRY = rpc.SendResultEntry(status=OK, message_id="x")
 ANSWER = rpc.SendMessageResponse(status=OK, entries=[ENTRY])
+FRAME_HEAD = struct.Struct(">I")
 class AsyncNoop(service_pb2_grpc.MessagingServiceServicer):
     async def SendMessage(self, request, context):
         return ANSWER
 class ThreadNoop(service_pb2_grpc.MessagingServiceServicer):
     def SendMessage(self, request, context):
         return ANSWER
-async def serve_aio():
-    server = grpc.aio.server()
+class SlaveLink:
+    # Frames go out in order and come back acknowledged in order: one waiter per frame.
+    def __init__(self, reader, writer):
+        self.reader, self.writer, self.waiting = reader, writer, []
+    async def read_acks(self):
+        while True:
+            await self.reader.readexactly(8)
+            self.waiting.pop(0).set_result(None)
+    def send(self, payload):
+        self.writer.write(FRAME_HEAD.pack(len(payload)) + payload)
+        acked = asyncio.get_running_loop().create_future()
+        self.waiting.append(acked)
+        return acked
+class ReplicatingNoop(data_pb2_grpc.DataServicer):
+    def __init__(self, links):
+        self.links = links
+    async def Produce(self, request, context):
+        for acked in [link.send(request.records) for link in self.links]:
+            await acked
+        return data.ProduceResponse(code=pb.OK, offsets=range(request.count))
+async def serve_aio(slave_ports):
+    links = []
+    for port in slave_ports:
+        link = SlaveLink(*await asyncio.open_connection("127.0.0.1", port))
+        asyncio.ensure_future(link.read_acks())
+        links.append(link)
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
     service_pb2_grpc.add_MessagingServiceServicer_to_server(AsyncNoop(), server)
+    data_pb2_grpc.add_DataServicer_to_server(ReplicatingNoop(links), server)
     print(server.add_insecure_port("127.0.0.1:0"), flush=True)
     await server.start()
     await server.wait_for_termination()
 if sys.argv[1] == "aio":
-    asyncio.run(serve_aio())
+    asyncio.run(serve_aio([int(port) for port in sys.argv[2:]]))
 else:
     server = grpc.server(futures.ThreadPoolExecutor(4))
     service_pb2_grpc.add_MessagingServiceServicer_to_server(ThreadNoop(), server)
@@ -53,6 +105,48 @@ else:
     server.start()
     server.wait_for_termination()
 """
+
+# Reads frames (u32 length, payload) and acknowledges each with 8 bytes, as a slave acks
+# the offset it reached.
+SLAVE = r"""
+import asyncio, struct
+FRAME_HEAD = struct.Struct(">I")
+async def follow(reader, writer):
+    with __import__("contextlib").suppress(asyncio.IncompleteReadError, ConnectionError):
+        while True:
+            (length,) = FRAME_HEAD.unpack(await reader.readexactly(4))
+            await reader.readexactly(length)
+            writer.write(bytes(8))
+async def main():
+    server = await asyncio.start_server(follow, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
+asyncio.run(main())
+"""
+
+BATCH_IN_FLIGHT = 16
+BATCH_RECORDS = 128
+
+
+@contextlib.contextmanager
+def process(script: str, *args: str):
+    """A helper process whose first line of output is the port it serves on."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, *args], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = child.stdout.readline()
+        if not line:
+            raise RuntimeError("a benchmark server did not start")
+        yield int(line)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def p50_p99_us(took: list[float]) -> tuple[int, int]:
+    took = sorted(took)
+    return round(statistics.median(took) * 1e6), round(took[int(len(took) * 0.99)] * 1e6)
 
 
 async def drive(port: int, count: int, in_flight: int) -> float:
@@ -69,29 +163,102 @@ async def drive(port: int, count: int, in_flight: int) -> float:
         return count / (time.perf_counter() - started)
 
 
-def measure(kind: str, count: int) -> int:
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, kind], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        port = int(server.stdout.readline())
-        asyncio.run(drive(port, 2000, 64))  # warm up
-        return round(asyncio.run(drive(port, count, 256)))
-    finally:
-        server.kill()
-        server.wait()
+async def one_at_a_time(port: int, count: int) -> list[float]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        requests = single_requests(count + 200, 0)
+        for request in requests[:200]:  # warm up
+            await stub.SendMessage(request)
+        took = []
+        for request in requests[200:]:
+            started = time.perf_counter()
+            await stub.SendMessage(request)
+            took.append(time.perf_counter() - started)
+        return took
+
+
+def produce_one_at_a_time(port: int, count: int) -> list[float]:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = data_pb2_grpc.DataStub(channel)
+        requests = produce_requests(count + 200, 1, 0)
+        for request in requests[:200]:
+            stub.Produce(request)
+        took = []
+        for request in requests[200:]:
+            started = time.perf_counter()
+            stub.Produce(request)
+            took.append(time.perf_counter() - started)
+        return took
+
+
+async def produce_batches(port: int, seconds: float) -> float:
+    options = [("grpc.max_send_message_length", 64 << 20)]
+    requests = produce_requests(BATCH_IN_FLIGHT * 4, BATCH_RECORDS, 0)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+        stub = data_pb2_grpc.DataStub(channel)
+        for request in requests[:BATCH_IN_FLIGHT]:  # warm up
+            await stub.Produce(request)
+        sent = 0
+        deadline = time.perf_counter() + seconds
+
+        async def worker(first: int) -> None:
+            nonlocal sent
+            index = first
+            while time.perf_counter() < deadline:
+                await stub.Produce(requests[index % len(requests)])
+                sent += BATCH_RECORDS
+                index += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(k) for k in range(BATCH_IN_FLIGHT)))
+        return sent / (time.perf_counter() - started)
+
+
+SCALES = {  # RPCs at 256 in flight, sends one at a time, seconds of batches
+    "full": (40_000, 5_000, 10.0),
+    "quick": (10_000, 1_500, 3.0),
+    "smoke": (1_000, 100, 0.5),
+}
+
+
+def measure(scale: str) -> dict:
+    count, singles, batch_s = SCALES[scale]
+    figures = {}
+    for kind in ("aio", "threads"):
+        with process(SERVER, kind) as port:
+            asyncio.run(drive(port, min(count, 2000), 64))  # warm up
+            figures[f"noop_{kind}_server_256_inflight_rpcs_per_s"] = round(
+                asyncio.run(drive(port, count, 256))
+            )
+            if kind == "aio":
+                took = asyncio.run(one_at_a_time(port, singles))
+                figures["noop_single_send_p50_us"], figures["noop_single_send_p99_us"] = p50_p99_us(
+                    took
+                )
+                p50, p99 = p50_p99_us(produce_one_at_a_time(port, singles))
+                figures["noop_produce_single_send_p50_us"] = p50
+                figures["noop_produce_single_send_p99_us"] = p99
+    with (
+        process(SLAVE) as first,
+        process(SLAVE) as second,
+        process(SERVER, "aio", str(first), str(second)) as port,
+    ):
+        p50, p99 = p50_p99_us(produce_one_at_a_time(port, singles))
+        figures["noop_replicated_single_send_p50_us"] = p50
+        figures["noop_replicated_single_send_p99_us"] = p99
+        figures["noop_replicated_batch_msgs_per_s"] = round(
+            asyncio.run(produce_batches(port, batch_s))
+        )
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="seconds: proves it runs")
     args = parser.parse_args()
-    count = 10_000 if args.quick else 40_000
-    figures = {
-        "noop_aio_server_256_inflight_rpcs_per_s": measure("aio", count),
-        "noop_thread_server_256_inflight_rpcs_per_s": measure("threads", count),
-    }
+    figures = measure("smoke" if args.smoke else "quick" if args.quick else "full")
     if not args.json:
         for name, value in figures.items():
             print(f"{name:45} {value}")
