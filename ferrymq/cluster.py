@@ -22,7 +22,14 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
+
+from ferrymq.port_holds import (
+    handover_environment,
+    hold_free_ports,
+    hold_port_when_free,
+    port_of,
+)
 
 CLUSTER_FILE = "cluster.json"
 # A local cluster shares one machine's disk: files are reserved (and CommitLog segments
@@ -35,6 +42,7 @@ LOCAL_STORE = {
 }
 DEFAULT_BASE_PORTS = {"grpc": 8081, "metrics": 5557, "ha": 10912, "raft": 9876}
 READY_TIMEOUT_S = 60.0
+PORT_WAIT_S = 5.0  # how long a restart waits for a killed node's ports to be let go
 
 
 class ClusterError(RuntimeError):
@@ -65,6 +73,10 @@ class ClusterPlan:
     secret: str
     nodes: tuple[NodePlan, ...]
     settings: dict  # extra node.toml sections: {"store": {...}, "replication": {...}, ...}
+    # Ports chosen by ``plan_cluster`` and held since (``ferrymq/port_holds.py``), by
+    # port, until ``start_node`` hands them to their node. Not saved: a loaded plan's
+    # ports are held again when its nodes start.
+    holds: dict[int, socket.socket] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def voters(self) -> list[str]:
@@ -79,8 +91,10 @@ class ClusterPlan:
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports the OS reports free now. The probes stay bound until all
-    are chosen, so the OS cannot hand out one port twice."""
+    """``count`` distinct ports the OS reports free now, let go again: for servers that
+    are not ferrymq nodes (a node's ports are held until it binds them: ``plan_cluster``,
+    ``start_node``). The probes stay bound until all are chosen, so the OS cannot hand
+    out one port twice."""
     probes = []
     try:
         for _ in range(count):
@@ -123,7 +137,8 @@ def plan_cluster(
     chosen = set(voter_indexes(nodes, groups, voters))
     per_group = nodes // groups
     auto_ports = auto_ports and placements is None
-    chosen_ports = iter(free_ports(nodes * len(DEFAULT_BASE_PORTS)) if auto_ports else [])
+    holds = hold_free_ports("127.0.0.1", nodes * len(DEFAULT_BASE_PORTS)) if auto_ports else []
+    chosen_ports = iter(port_of(held) for held in holds)
     planned = []
     for i in range(nodes):
         netns, host = placements[i] if placements else ("", "127.0.0.1")
@@ -143,7 +158,13 @@ def plan_cluster(
         )
     settings = {section: dict(options) for section, options in (settings or {}).items()}
     settings["store"] = {**LOCAL_STORE, **settings.get("store", {})}
-    return ClusterPlan(os.path.abspath(directory), secrets.token_hex(16), tuple(planned), settings)
+    return ClusterPlan(
+        os.path.abspath(directory),
+        secrets.token_hex(16),
+        tuple(planned),
+        settings,
+        {port_of(held): held for held in holds},
+    )
 
 
 def load_plan(directory: str) -> ClusterPlan | None:
@@ -230,24 +251,64 @@ def is_running(node: NodePlan, plan: ClusterPlan) -> bool:
         return command == f.read()
 
 
-def start_node(plan: ClusterPlan, node: NodePlan) -> NodePlan:
+def start_node(plan: ClusterPlan, node: NodePlan, port_wait_s: float = PORT_WAIT_S) -> NodePlan:
+    """Start ``node``'s process (detached) and return its plan with the pid. Its ports are
+    held from here and handed to the process, which keeps them until its listeners have
+    bound them; a port another process uses raises ``ClusterError`` at once (after
+    ``port_wait_s`` for a node of this plan that was just killed to let go of it)."""
     os.makedirs(node.data, exist_ok=True)
     path = config_path(plan, node)
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(node_toml(plan, node))
     command = [sys.executable, "-m", "node", "--config", path]
+    # A node in its own network namespace binds there: the host's holds cannot cover it.
+    holds = [] if node.netns else hold_node_ports(plan, node, port_wait_s)
     if node.netns:  # ``ip netns exec`` execs the node in place: the pid stays the node's
         command = ["ip", "netns", "exec", node.netns, *command]
-    with open(log_path(plan, node), "ab") as log:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # keeps running after ``cluster up`` returns
-            env={**os.environ, "PYTHONPATH": _package_root()},
-        )
+    try:
+        with open(log_path(plan, node), "ab") as log:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # keeps running after ``cluster up`` returns
+                pass_fds=[held.fileno() for held in holds],
+                env={
+                    **os.environ,
+                    "PYTHONPATH": _package_root(),
+                    **handover_environment(holds),
+                },
+            )
+    finally:
+        for held in holds:  # the node has its own copies now
+            held.close()
     return replace(node, pid=process.pid)
+
+
+def hold_node_ports(plan: ClusterPlan, node: NodePlan, wait_s: float) -> list[socket.socket]:
+    """Holds on the four ports of ``node``: the plan's own when it still has them, else
+    taken now."""
+    holds: list[socket.socket] = []
+    try:
+        for name in DEFAULT_BASE_PORTS:
+            host, _, port_text = getattr(node, name).rpartition(":")
+            port = int(port_text)
+            held = plan.holds.pop(port, None)
+            if held is None:
+                try:
+                    held = hold_port_when_free(host, port, wait_s)
+                except OSError as error:
+                    raise ClusterError(
+                        f"{node.id} cannot start: its {name} port {host}:{port} is in use "
+                        f"by another process ({error.strerror})"
+                    ) from None
+            holds.append(held)
+    except BaseException:
+        for held in holds:
+            held.close()
+        raise
+    return holds
 
 
 def _package_root() -> str:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import grpc
 
+from ferrymq.port_holds import adopt_inherited, hold_port
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
 from ha import rollback
@@ -248,8 +249,9 @@ class Node:
         if cluster.standalone:
             # A cluster of one: nobody dials this voter, so any free loopback port will
             # do, and a secret made up now keeps everybody else out. The port stays
-            # held until the node stops (see ``hold_free_port``).
-            self._raft_port_held = hold_free_port("127.0.0.1")
+            # held until the node stops (``ferrymq/port_holds.py``): pysyncobj binds it
+            # later, on its own thread.
+            self._raft_port_held = hold_port("127.0.0.1")
             address = f"127.0.0.1:{self._raft_port_held.getsockname()[1]}"
             voters, secret, self_address = [address], secrets.token_hex(16), address
         else:
@@ -419,20 +421,6 @@ def _log_failure(task: asyncio.Future) -> None:
         log.error("role change failed", exc_info=task.exception())
 
 
-def hold_free_port(host: str) -> socket.socket:
-    """A socket bound, not listening, to a free port, for a listener that cannot take
-    port 0 (pysyncobj's) to bind later. A port found free and let go can be taken
-    before that listener binds it, by an outgoing connection that then keeps it: a lone
-    voter would never bind its port and the node would give up after its join timeout
-    (the likely cause of a test node that did not start). While this socket is open,
-    neither outgoing connections nor other port-0 binds get the port, yet a listener
-    that sets SO_REUSEADDR, as pysyncobj's does, binds and listens on it."""
-    held = socket.socket()
-    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    held.bind((host, 0))
-    return held
-
-
 def tune_garbage_collector() -> None:
     """For a node's own process (``ferrymq node``); tests that host a node keep theirs."""
     gc.set_threshold(*GC_THRESHOLDS)
@@ -440,6 +428,17 @@ def tune_garbage_collector() -> None:
 
 async def serve(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:
     """Run a node until SIGTERM or SIGINT; ``on_ready`` runs once it serves."""
+    # Ports a launcher held for this node stay held until it stops: pysyncobj binds its
+    # port on its own thread, whenever it gets to it (``ferrymq/port_holds.py``).
+    holds = adopt_inherited()
+    try:
+        await _serve(config, on_ready)
+    finally:
+        for held in holds:
+            held.close()
+
+
+async def _serve(config: NodeConfig, on_ready: Callable[[Node], None] | None) -> None:
     node = Node(config)
     await node.start()
     metrics = f"{config.host}:{node.metrics_port}" if node.metrics_port else "off"

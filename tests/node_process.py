@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from ferrymq.cluster import PORT_WAIT_S
+from ferrymq.port_holds import handover_environment, hold_port_when_free
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_STORE = """
@@ -40,10 +45,16 @@ def start_node(
     timeout_s: float = 30,
     port: int = 0,
     log_path: str | None = None,
+    holds: Sequence[socket.socket] = (),
 ) -> NodeProcess:
     """A node on ``port`` (0: one the OS picks; a restart passes the port it had). Its
     log (stderr) is appended to ``log_path``, by default ``<data_dir>.log`` beside the
-    data directory; a start that fails quotes its end."""
+    data directory; a start that fails quotes its end. ``holds``: holds on the ports
+    ``extra_toml`` names (``ferrymq/port_holds.py``), handed to the node and closed here;
+    ``port``, when given, is held the same way."""
+    holds = list(holds)
+    if port:
+        holds.append(hold_port_when_free("127.0.0.1", port, PORT_WAIT_S))
     os.makedirs(data_dir, exist_ok=True)
     config = os.path.join(data_dir, "..", os.path.basename(data_dir) + ".toml")
     with open(config, "w", encoding="utf-8") as f:
@@ -51,14 +62,20 @@ def start_node(
     command = [sys.executable, "-m", "node", "--config", config, "--data", data_dir]
     command += ["--port", str(port)]
     log_path = log_path or os.path.normpath(data_dir) + ".log"
-    with open(log_path, "a", encoding="utf-8") as stderr:  # the child holds its own copy
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-        )
+    try:
+        with open(log_path, "a", encoding="utf-8") as stderr:  # the child has its own copy
+            process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                pass_fds=[held.fileno() for held in holds],
+                env={**os.environ, **handover_environment(holds)},
+            )
+    finally:
+        for held in holds:  # so has the node of these
+            held.close()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         line = process.stdout.readline()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -14,7 +13,6 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
-from node.server import hold_free_port
 from tests.node_process import start_node
 
 
@@ -309,24 +307,3 @@ def test_sigkill_keeps_messages_and_committed_offsets_and_sigterm_is_clean(tmp_p
     _, messaging, _ = stubs(node.address)
     assert messaging.GetOffset(rpc.GetOffsetRequest(group=group, message_queue=queue)).offset == 12
     node.sigkill()
-
-
-def test_a_standalone_voters_port_is_held_for_pysyncobj_alone():
-    # A found-free port let go could be taken by an outgoing connection before pysyncobj
-    # bound it; the lone voter then never bound and the node gave up after its join
-    # timeout. Held (node/server.py), the port refuses every other bind...
-    held = hold_free_port("127.0.0.1")
-    port = held.getsockname()[1]
-    try:
-        with socket.socket() as other, pytest.raises(OSError):
-            other.bind(("127.0.0.1", port))
-        # ...but pysyncobj's listener, which sets SO_REUSEADDR, binds and serves there.
-        with socket.socket() as listener:
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind(("127.0.0.1", port))
-            listener.listen(1)
-            with socket.create_connection(("127.0.0.1", port), timeout=5):
-                accepted, _ = listener.accept()
-                accepted.close()
-    finally:
-        held.close()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ferrymq.cluster import free_ports
 from ferrymq.polling import until
+from ferrymq.port_holds import hold_free_ports, port_of
 from ha.epochs import EpochHistory
 from ha.slave import ReplicationSlave
 from ha.wire import Kind, LinkError, control, proof, read_control, read_frame
@@ -27,13 +27,15 @@ SECRET = "the-real-cluster-secret"
 def voter(tmp_path_factory):
     """A one-voter cluster (so its replication and Raft ports are fixed and known)."""
     directory = tmp_path_factory.mktemp("links")
-    raft, ha = free_ports(2)
+    holds = hold_free_ports("127.0.0.1", 2)
+    raft, ha = (port_of(held) for held in holds)
     log_path = directory / "voter.log"
     node = start_node(
         str(directory / "voter"),
         f'[ports]\nraft = {raft}\nreplication = {ha}\n[cluster]\nvoters = ["127.0.0.1:{raft}"]\n'
         f'secret = "{SECRET}"\njoin_timeout_ms = 20000\n',
         log_path=str(log_path),
+        holds=holds,
     )
     try:
         yield {"node": node, "raft": raft, "ha": ha, "log": log_path, "dir": directory}
