@@ -1,4 +1,4 @@
-"""Access control on the client port: one grpc.aio server interceptor that authenticates
+"""Access control on the client port: a wrapper around every served method that authenticates
 every call and authorizes it against the resources its request names, before the service
 sees it. A refused call reaches no service code, so it stores, acks or changes nothing.
 
@@ -173,26 +173,14 @@ def _claimed_access_key(metadata: dict[str, str]) -> str:
     return rest.partition(",")[0][:64]
 
 
-class AccessInterceptor(grpc.aio.ServerInterceptor):
-    """Wraps each served method (cached by method name) with ``AccessControl.check``."""
+class MethodAccess:
+    """Wraps each served method once, when it is registered (``node/method_wrapping.py``),
+    with ``AccessControl.check``."""
 
     def __init__(self, access: AccessControl) -> None:
         self.access = access
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
-    async def intercept_service(self, continuation, handler_call_details):
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        method = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self._wrap(method, handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
-
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         check = self.access.check
         refused = _refusal_answer(method)
         short = method.rsplit("/", 1)[-1]

@@ -6,8 +6,8 @@ Two kinds of metrics, kept apart so the hot path pays almost nothing:
   flush backlog, disk usage, consumer lag per group and queue, in-flight and DLQ counts,
   role, epoch, in-sync set, replication lag and Raft state. Nothing is counted while
   messages flow; a scrape reads what the store and the node already keep.
-- **Counters and histograms on the RPC path** (``node.metrics_rpc``): one gRPC server
-  interceptor times every RPC by method and code, and counts messages and bytes in (sends)
+- **Counters and histograms on the RPC path** (``node.metrics_rpc``): a wrapper around
+  every served method times every RPC by method and code, and counts messages and bytes in (sends)
   and out (pulls, POP receives, Data.Fetch) by topic and group, once per request.
 
 Names follow the RocketMQ exporter (``rocketmq_group_diff``, ``rocketmq_broker_commitlog_diff``,
@@ -269,10 +269,10 @@ def _version() -> str:
 
 
 class NodeMetrics:
-    """The metrics of one node: registry, RPC interceptor, scrape-time collector.
+    """The metrics of one node: registry, RPC method wrapper, scrape-time collector.
 
-    The node builds it once its state objects exist; ``interceptor`` goes to the gRPC
-    server; replication and routing assign ``replication_status`` / ``routing_status``.
+    The node builds it once its state objects exist; ``wrap_method`` wraps the methods
+    it serves; replication and routing assign ``replication_status`` / ``routing_status``.
     """
 
     def __init__(
@@ -300,7 +300,7 @@ class NodeMetrics:
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         self.rpc = RpcMetrics(self.registry, NODE_LABELS, self.node_values)
-        self.interceptor = self.rpc.interceptor
+        self.wrap_method = self.rpc.wrap_method
         self.registry.register(NodeStateCollector(self))
 
 

@@ -1,4 +1,4 @@
-"""RPC-path metrics: one grpc.aio server interceptor, counting once per request.
+"""RPC-path metrics: a wrapper around every served method, counting once per request.
 
 Every served method is timed by ``method`` and gRPC ``code``. Four methods also count
 traffic, after the node answered (so only topics and groups that exist become labels):
@@ -106,7 +106,7 @@ class RpcMetrics:
             registry=registry,
         )
         self._children: dict[tuple, object] = {}
-        self.interceptor = MetricsInterceptor(self)
+        self.wrap_method = MethodMetrics(self).wrap
 
     def _child(self, metric, *labels: str):
         key = (id(metric), *labels)
@@ -142,26 +142,15 @@ class RpcMetrics:
             self._child(self.bytes_out, topic, group).inc(size)
 
 
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
-    """Wraps each served method once (cached by method name) with timing and counting."""
+class MethodMetrics:
+    """Wraps each served method once, when it is registered (``node/method_wrapping.py``),
+    with timing and counting. An unknown method is answered UNIMPLEMENTED by grpc and
+    makes no label."""
 
     def __init__(self, metrics: RpcMetrics) -> None:
         self.metrics = metrics
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
-    async def intercept_service(self, continuation, handler_call_details):
-        handler = await continuation(handler_call_details)
-        if handler is None:  # unknown method: grpc answers UNIMPLEMENTED, no label made
-            return None
-        method = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self._wrap(method, handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
-
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         short = method.rsplit("/", 1)[-1]
         if handler.unary_unary is not None and inspect.iscoroutinefunction(handler.unary_unary):
             return grpc.unary_unary_rpc_method_handler(

@@ -2,8 +2,8 @@
 
 grpc.aio decodes a request with the handler's ``request_deserializer`` before any servicer
 code runs: bytes that are not the request message raise there, and grpc logs a traceback
-and answers UNKNOWN, as it does for a bug in the node. This interceptor gives every handler
-a deserializer that cannot raise; a request it could not decode reaches the wrapped method
+and answers UNKNOWN, as it does for a bug in the node. ``tolerate_malformed`` gives every
+handler a deserializer that cannot raise; a request it could not decode reaches the wrapped method
 as a ``MalformedRequest``, which answers INVALID_ARGUMENT naming the request type. In a
 request stream (Telemetry) the stream ends at the malformed message, the servicer finishes
 as if the client had closed it, and the call ends with INVALID_ARGUMENT.
@@ -41,23 +41,12 @@ def tolerant(deserializer: Callable[[bytes], object], method: str) -> Callable[[
     return decode
 
 
-class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):
-    """Wraps each method's handler once (cached by method name)."""
-
-    def __init__(self) -> None:
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
-
-    async def intercept_service(self, continuation, handler_call_details):
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.request_deserializer is None:
-            return handler
-        method = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = _wrap(method, handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
+def tolerate_malformed(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """``handler`` with a deserializer that cannot raise, answering INVALID_ARGUMENT for
+    a request it could not decode (``node/method_wrapping.py`` applies it)."""
+    if handler.request_deserializer is None:
+        return handler
+    return _wrap(method, handler)
 
 
 def _wrap(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -26,7 +27,7 @@ from ferrymq.port_holds import adopt_inherited, hold_port
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
 from ha import rollback
-from node.access import AccessControl, AccessInterceptor
+from node.access import AccessControl, MethodAccess
 from node.admin_service import AdminService
 from node.authentication import Authenticator
 from node.config import NodeConfig, render_node_config
@@ -35,12 +36,13 @@ from node.data_service import DataService
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
 from node.messaging_service import MessagingService
+from node.method_wrapping import add_wrapped
 from node.metrics import NodeMetrics, RoutingStatus
 from node.metrics_http import MetricsHttpServer
 from node.pop_service import PopService
 from node.pop_state import PopState
 from node.replication import ReplicatedStore, ReplicationRole
-from node.request_decoding import MalformedRequestInterceptor
+from node.request_decoding import tolerate_malformed
 from node.secret_box import SecretBox
 from node.timer_service import TimerService
 from node.tls import peer_channel_credentials, server_credentials
@@ -93,13 +95,15 @@ class Node:
         # Recovery reads and fsyncs files: keep the loop free while it runs.
         self.raw_store = await loop.run_in_executor(None, MessageStore.open, config.store_config())
         self.waiters = waiters = QueueWaiters(loop)
-        # The gRPC server takes the metrics interceptor now; the states the collector reads
+        # The served methods take the metrics wrapper now; the states the collector reads
         # are attached once they exist (nothing scrapes before the metrics port opens).
         self.metrics = NodeMetrics(
             config.id, config.group, self.raw_store, self.topics, None, None, None
         )
-        # Malformed bodies answer INVALID_ARGUMENT before anything else looks at them.
-        interceptors = [MalformedRequestInterceptor(), self.metrics.interceptor]
+        # Every method is wrapped once, at registration (node/method_wrapping.py), the
+        # first wrapper outermost: malformed bodies answer INVALID_ARGUMENT before
+        # anything else looks at them; then timing; then access control.
+        wrappers = [tolerate_malformed, self.metrics.wrap_method]
         security = config.security
         self.secret_box = SecretBox(config.cluster.secret) if config.cluster.secret else None
         if security.auth:
@@ -108,9 +112,8 @@ class Node:
                 self.secret_box,
                 security.clock_skew_s,
             )
-            interceptors.append(AccessInterceptor(AccessControl(authenticator)))
+            wrappers.append(MethodAccess(AccessControl(authenticator)).wrap)
         self.server = grpc.aio.server(
-            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -147,7 +150,9 @@ class Node:
         self.metrics.members = members
         self.metrics.replication_status = self.replication.status
         self.metrics.routing_status = self._routing_status
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(
+        add_service = functools.partial(add_wrapped, self.server, wrappers=wrappers)
+        add_service(
+            service_pb2_grpc.add_MessagingServiceServicer_to_server,
             MessagingService(
                 self.store,
                 topics,
@@ -160,9 +165,9 @@ class Node:
                 members,
                 options=config.messages,
             ),
-            self.server,
         )
-        admin_pb2_grpc.add_AdminServicer_to_server(
+        add_service(
+            admin_pb2_grpc.add_AdminServicer_to_server,
             AdminService(
                 self.store,
                 topics,
@@ -176,10 +181,9 @@ class Node:
                 secret_box=self.secret_box,
                 peer_channel=self._peer_channel,
             ),
-            self.server,
         )
-        data_pb2_grpc.add_DataServicer_to_server(
-            DataService(self.store, topics, waiters), self.server
+        add_service(
+            data_pb2_grpc.add_DataServicer_to_server, DataService(self.store, topics, waiters)
         )
         # Before a role can keep a cut tail: no keep is under way, so a half-written
         # rollback file is a crash's leftover.
