@@ -33,15 +33,7 @@ from ferrymq.port_holds import (
     hold_port,
     port_of,
 )
-
-SMALL_STORE = {
-    "store": {
-        "commitlog_segment_bytes": 8 << 20,
-        "consume_queue_entries_per_file": 10_000,
-        "index_slot_count": 10_007,
-        "index_entry_count": 40_000,
-    }
-}
+from tests.test_cluster import SMALL_STORE
 
 
 def taken(port: int) -> bool:
