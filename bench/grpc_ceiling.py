@@ -42,7 +42,7 @@ import time
 import grpc
 
 from bench.node_process import ROOT
-from bench.produce import produce_requests, single_requests
+from bench.produce import latencies, produce_requests, send_all, single_requests
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import data_pb2_grpc
 
@@ -109,10 +109,10 @@ else:
 # Reads frames (u32 length, payload) and acknowledges each with 8 bytes, as a slave acks
 # the offset it reached.
 SLAVE = r"""
-import asyncio, struct
+import asyncio, contextlib, struct
 FRAME_HEAD = struct.Struct(">I")
 async def follow(reader, writer):
-    with __import__("contextlib").suppress(asyncio.IncompleteReadError, ConnectionError):
+    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
         while True:
             (length,) = FRAME_HEAD.unpack(await reader.readexactly(4))
             await reader.readexactly(length)
@@ -152,29 +152,15 @@ def p50_p99_us(took: list[float]) -> tuple[int, int]:
 async def drive(port: int, count: int, in_flight: int) -> float:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
-        requests = iter(single_requests(count, 0))
-
-        async def worker() -> None:
-            for request in requests:
-                await stub.SendMessage(request)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(in_flight)))
-        return count / (time.perf_counter() - started)
+        return count / await send_all(stub, single_requests(count, 0), in_flight)
 
 
 async def one_at_a_time(port: int, count: int) -> list[float]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         requests = single_requests(count + 200, 0)
-        for request in requests[:200]:  # warm up
-            await stub.SendMessage(request)
-        took = []
-        for request in requests[200:]:
-            started = time.perf_counter()
-            await stub.SendMessage(request)
-            took.append(time.perf_counter() - started)
-        return took
+        await latencies(stub, requests[:200])  # warm up
+        return await latencies(stub, requests[200:])
 
 
 def produce_one_at_a_time(port: int, count: int) -> list[float]:

@@ -25,10 +25,11 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from ferrymq.port_holds import (
-    handover_environment,
+    RELEASE_WAIT_S,
     hold_free_ports,
     hold_port_when_free,
     port_of,
+    start_with_holds,
 )
 
 CLUSTER_FILE = "cluster.json"
@@ -42,7 +43,6 @@ LOCAL_STORE = {
 }
 DEFAULT_BASE_PORTS = {"grpc": 8081, "metrics": 5557, "ha": 10912, "raft": 9876}
 READY_TIMEOUT_S = 60.0
-PORT_WAIT_S = 5.0  # how long a restart waits for a killed node's ports to be let go
 
 
 class ClusterError(RuntimeError):
@@ -95,16 +95,11 @@ def free_ports(count: int) -> list[int]:
     are not ferrymq nodes (a node's ports are held until it binds them: ``plan_cluster``,
     ``start_node``). The probes stay bound until all are chosen, so the OS cannot hand
     out one port twice."""
-    probes = []
-    try:
-        for _ in range(count):
-            probe = socket.socket()
-            probes.append(probe)
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in probes]
-    finally:
-        for probe in probes:
-            probe.close()
+    probes = hold_free_ports("127.0.0.1", count)
+    ports = [port_of(probe) for probe in probes]
+    for probe in probes:
+        probe.close()
+    return ports
 
 
 def voter_indexes(nodes: int, groups: int, voters: int) -> list[int]:
@@ -251,7 +246,7 @@ def is_running(node: NodePlan, plan: ClusterPlan) -> bool:
         return command == f.read()
 
 
-def start_node(plan: ClusterPlan, node: NodePlan, port_wait_s: float = PORT_WAIT_S) -> NodePlan:
+def start_node(plan: ClusterPlan, node: NodePlan, port_wait_s: float = RELEASE_WAIT_S) -> NodePlan:
     """Start ``node``'s process (detached) and return its plan with the pid. Its ports are
     held from here and handed to the process, which keeps them until its listeners have
     bound them; a port another process uses raises ``ClusterError`` at once (after
@@ -261,28 +256,20 @@ def start_node(plan: ClusterPlan, node: NodePlan, port_wait_s: float = PORT_WAIT
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(node_toml(plan, node))
     command = [sys.executable, "-m", "node", "--config", path]
-    # A node in its own network namespace binds there: the host's holds cannot cover it.
-    holds = [] if node.netns else hold_node_ports(plan, node, port_wait_s)
     if node.netns:  # ``ip netns exec`` execs the node in place: the pid stays the node's
         command = ["ip", "netns", "exec", node.netns, *command]
-    try:
-        with open(log_path(plan, node), "ab") as log:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # keeps running after ``cluster up`` returns
-                pass_fds=[held.fileno() for held in holds],
-                env={
-                    **os.environ,
-                    "PYTHONPATH": _package_root(),
-                    **handover_environment(holds),
-                },
-            )
-    finally:
-        for held in holds:  # the node has its own copies now
-            held.close()
+    with open(log_path(plan, node), "ab") as log:
+        # A node in its own network namespace binds there: the host's holds cannot cover it.
+        holds = [] if node.netns else hold_node_ports(plan, node, port_wait_s)
+        process = start_with_holds(
+            command,
+            holds,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # keeps running after ``cluster up`` returns
+            env={**os.environ, "PYTHONPATH": _package_root()},
+        )
     return replace(node, pid=process.pid)
 
 

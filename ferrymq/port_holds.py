@@ -19,9 +19,12 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import subprocess
 import time
+from collections.abc import Sequence
 
 HELD_FDS_ENV = "FERRYMQ_HELD_PORT_FDS"
+RELEASE_WAIT_S = 5.0  # how long a restart waits for a killed node to let go of its ports
 
 
 def hold_port(host: str, port: int = 0) -> socket.socket:
@@ -38,7 +41,7 @@ def hold_port(host: str, port: int = 0) -> socket.socket:
     return held
 
 
-def hold_port_when_free(host: str, port: int, wait_s: float) -> socket.socket:
+def hold_port_when_free(host: str, port: int, wait_s: float = RELEASE_WAIT_S) -> socket.socket:
     """``hold_port`` on a given port, retried for up to ``wait_s`` while it is in use: a
     node just killed may not have released its listeners yet."""
     deadline = time.monotonic() + wait_s
@@ -69,10 +72,20 @@ def port_of(held: socket.socket) -> int:
     return held.getsockname()[1]
 
 
-def handover_environment(holds: list[socket.socket]) -> dict[str, str]:
-    """The environment entry naming ``holds`` for a child started with
-    ``pass_fds=[h.fileno() for h in holds]``."""
-    return {HELD_FDS_ENV: ",".join(str(held.fileno()) for held in holds)}
+def start_with_holds(
+    command: list[str], holds: Sequence[socket.socket], **popen: object
+) -> subprocess.Popen:
+    """``subprocess.Popen(command, **popen)`` with ``holds`` handed to the child (inherited
+    descriptors, named in its environment), then closed here: the child has its copies."""
+    environment = dict(popen.pop("env", None) or os.environ)
+    environment[HELD_FDS_ENV] = ",".join(str(held.fileno()) for held in holds)
+    try:
+        return subprocess.Popen(
+            command, pass_fds=[held.fileno() for held in holds], env=environment, **popen
+        )
+    finally:
+        for held in holds:
+            held.close()
 
 
 def adopt_inherited() -> list[socket.socket]:

@@ -11,8 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ferrymq.cluster import PORT_WAIT_S
-from ferrymq.port_holds import handover_environment, hold_port_when_free
+from ferrymq.port_holds import hold_port_when_free, start_with_holds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_STORE = """
@@ -54,7 +53,7 @@ def start_node(
     ``port``, when given, is held the same way."""
     holds = list(holds)
     if port:
-        holds.append(hold_port_when_free("127.0.0.1", port, PORT_WAIT_S))
+        holds.append(hold_port_when_free("127.0.0.1", port))
     os.makedirs(data_dir, exist_ok=True)
     config = os.path.join(data_dir, "..", os.path.basename(data_dir) + ".toml")
     with open(config, "w", encoding="utf-8") as f:
@@ -62,20 +61,10 @@ def start_node(
     command = [sys.executable, "-m", "node", "--config", config, "--data", data_dir]
     command += ["--port", str(port)]
     log_path = log_path or os.path.normpath(data_dir) + ".log"
-    try:
-        with open(log_path, "a", encoding="utf-8") as stderr:  # the child has its own copy
-            process = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-                pass_fds=[held.fileno() for held in holds],
-                env={**os.environ, **handover_environment(holds)},
-            )
-    finally:
-        for held in holds:  # so has the node of these
-            held.close()
+    with open(log_path, "a", encoding="utf-8") as stderr:  # the child has its own copy
+        process = start_with_holds(
+            command, holds, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True
+        )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         line = process.stdout.readline()

@@ -27,11 +27,11 @@ from ferrymq.cluster import (
 from ferrymq.port_holds import (
     HELD_FDS_ENV,
     adopt_inherited,
-    handover_environment,
     hold_free_ports,
     hold_port,
     hold_port_when_free,
     port_of,
+    start_with_holds,
 )
 from tests.test_cluster import SMALL_STORE
 
@@ -92,20 +92,12 @@ def test_a_child_adopts_the_holds_it_was_handed_and_keeps_them_from_its_children
         "holds = adopt_inherited()\n"
         "print(json.dumps([[h.getsockname()[1] for h in holds], HELD_FDS_ENV in os.environ]))\n"
     )
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", child],
-            pass_fds=[held.fileno() for held in holds],
-            env={**os.environ, **handover_environment(holds)},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-    finally:
-        for held in holds:
-            held.close()
-    assert json.loads(done.stdout) == [ports, False]
+    process = start_with_holds(
+        [sys.executable, "-c", child], holds, stdout=subprocess.PIPE, text=True
+    )
+    stdout, _ = process.communicate(timeout=60)
+    assert process.returncode == 0
+    assert json.loads(stdout) == [ports, False]
     assert HELD_FDS_ENV not in os.environ and adopt_inherited() == []
 
 
