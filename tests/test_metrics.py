@@ -257,7 +257,7 @@ def test_commitlog_offsets_match_the_data_directory(node, traffic):
 
 def test_replication_and_routing_feed_their_families(tmp_path):
     """The interface the replication and routing code will use: two status callables."""
-    store = MessageStore.open(StoreConfig(str(tmp_path / "data")))
+    store = MessageStore.open(StoreConfig(str(tmp_path / "data"), commitlog_segment_bytes=8 << 20))
     try:
         topics = TopicTable([TopicConfig("orders", queue_count=2)], [GroupConfig("billing")])
         offsets, pop_state = ConsumerOffsets(store), PopState(store)

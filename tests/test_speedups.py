@@ -329,7 +329,9 @@ def test_prepare_in_c_is_its_python_twin(tmp_path_factory, case):
     store = PREPARE_STORE.get("store")
     if store is None:
         config = StoreConfig(
-            str(tmp_path_factory.mktemp("prepare")), max_message_body_bytes=BODY_LIMIT
+            str(tmp_path_factory.mktemp("prepare")),
+            max_message_body_bytes=BODY_LIMIT,
+            commitlog_segment_bytes=8 << 20,
         )
         store = PREPARE_STORE["store"] = MessageStore.open(config)
     prefix = topic_prefix_of(message.topic.encode())

@@ -819,10 +819,10 @@ def test_flipped_body_byte_in_the_last_segment_stops_recovery_there(tmp_path, op
 
 
 READ_DURING_CUT = r"""
-import sys, tempfile, threading
+import sys, threading
 from store.mapped_file import MappedFile
 
-segment = MappedFile.create(tempfile.mkdtemp(), 0, 1 << 20)
+segment = MappedFile.create(sys.argv[1], 0, 1 << 20)
 stop = threading.Event()
 
 
@@ -844,12 +844,12 @@ print("survived")
 """
 
 
-def test_a_cut_never_faults_a_thread_reading_the_same_map():
+def test_a_cut_never_faults_a_thread_reading_the_same_map(tmp_path):
     # A slave cuts its tail (zero_from) while consumers may read that tail through the
     # map. Shortening the file, even for an instant, made such reads SIGBUS and killed
     # the node without a word (the long async chaos runs: twice, right after a cut).
     done = subprocess.run(
-        [sys.executable, "-c", READ_DURING_CUT],
+        [sys.executable, "-c", READ_DURING_CUT, str(tmp_path)],
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         capture_output=True,
         text=True,
