@@ -19,7 +19,13 @@ Verdict per replication mode:
 - Consumers (pull and POP groups), both modes: nothing delivered that was never sent; a
   delivered body still present sits at the queue offset it was delivered from; in a
   FIFO group, the first deliveries of each message group follow send order; nothing is
-  dead-lettered (every delivery is acked at once, so no message uses up its attempts).
+  dead-lettered in the groups that ack every delivery at once (none uses up its attempts).
+- The dead-letter group (``chaos-dlq``, 3 attempts) nacks every delivery of a doomed body
+  (``history.doomed``) and acks the rest. SYNC (ASYNC reports them): every doomed
+  acknowledged send still present reaches the group's %DLQ% topic once the consumers
+  caught up, and no body the group acked successfully does (except, under ASYNC_FLUSH,
+  after a power loss of every node). Other bodies there used up their attempts on acks
+  that failed in a fault: reported.
 - Consumers, SYNC only (ASYNC reports them: a new master may lack the last consumer
   offsets or ack records, and a pull consumer's position may pass offsets that a new
   master then fills with other messages): every acknowledged send still present is
@@ -35,7 +41,9 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
 from chaos.history import (
+    DLQ_GROUP,
     FAILED,
+    NACKED,
     NOT_REPLICATED,
     OK,
     RELEASED,
@@ -45,6 +53,7 @@ from chaos.history import (
     PopDelivery,
     Replica,
     Send,
+    doomed,
 )
 
 
@@ -80,6 +89,13 @@ class Findings:
     never_delivered: dict[str, list[str]] = field(default_factory=dict)  # group -> bodies
     fifo_order_violations: list[str] = field(default_factory=list)
     dead_lettered: list[str] = field(default_factory=list)
+    # The dead-letter group: nacks, doomed bodies missing from its %DLQ% topic, bodies
+    # there after a successful ack, and the others there (acks failed in a fault).
+    pop_nacked: int = 0
+    doomed_dead_lettered: int = 0
+    doomed_not_dead_lettered: list[str] = field(default_factory=list)
+    dead_lettered_after_ack: list[str] = field(default_factory=list)
+    dead_lettered_unacked: list[str] = field(default_factory=list)
     catch_up: dict | None = None
     unavailability: list[dict] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -202,6 +218,7 @@ def check(history: History) -> Findings:
     for delivery in history.pop_deliveries:
         found.pop_redeliveries += (delivery.group, delivery.body) in handed
         found.pop_released += delivery.ack == RELEASED
+        found.pop_nacked += delivery.ack == NACKED
         handed.add((delivery.group, delivery.body))
     found.acked_then_redelivered, found.redelivered_after_power_loss = redelivered_after_ack(
         history
@@ -209,6 +226,8 @@ def check(history: History) -> Findings:
     if final is not None:
         found.never_delivered = never_delivered(history, acked, present)
         found.dead_lettered = sorted(final.dead_lettered)
+        if DLQ_GROUP in consumers_of(history):
+            dead_letters_on_purpose(history, found, acked, present, final)
     found.fifo_order_violations = fifo_order_violations(history.pop_deliveries, sent)
     if history.catch_up is not None:
         found.catch_up = asdict(history.catch_up)
@@ -219,6 +238,38 @@ def check(history: History) -> Findings:
     found.client_errors = list(history.client_errors)
     found.violations = verdict(found, sync)
     return found
+
+
+def dead_letters_on_purpose(
+    history: History, found: Findings, acked: list[Send], present: set[str], final: Replica
+) -> None:
+    """The dead-letter group's findings: each doomed acknowledged send still present must
+    be in its %DLQ% topic; a body there that the group acked successfully is a forgotten
+    ack (excused when a power loss of every node under ASYNC_FLUSH followed the ack)."""
+    in_dlq = set(final.dead_lettered_on_purpose)
+    doomed_sent = [s.body for s in acked if s.topic == TOPIC and doomed(s.body)]
+    found.doomed_dead_lettered = sum(1 for body in doomed_sent if body in in_dlq)
+    found.doomed_not_dead_lettered = [b for b in doomed_sent if b in present and b not in in_dlq]
+    acked_at: dict[str, float] = {}  # body -> when its first successful ack was sent
+    for d in history.pop_deliveries:
+        if d.group == DLQ_GROUP and d.ack == OK and d.acked_s is not None:
+            sent_s = d.acked_s if d.ack_invoked_s is None else d.ack_invoked_s
+            acked_at[d.body] = min(sent_s, acked_at.get(d.body, sent_s))
+    power_cuts = [
+        f.start_s
+        for f in history.faults
+        if f.kind == "power-loss-all" and history.mode.endswith("async-flush")
+    ]
+    for body in sorted(b for b in in_dlq if not doomed(b)):
+        ack_s = acked_at.get(body)
+        if ack_s is None:
+            found.dead_lettered_unacked.append(body)
+        elif any(at > ack_s for at in power_cuts):
+            found.redelivered_after_power_loss.append(
+                f"{DLQ_GROUP}: {body} acked at {ack_s:.3f} s, dead-lettered after a power loss"
+            )
+        else:
+            found.dead_lettered_after_ack.append(f"{DLQ_GROUP}: {body} acked at {ack_s:.3f} s")
 
 
 def misplaced_deliveries(history: History, records: list) -> list[str]:
@@ -387,10 +438,17 @@ def verdict(found: Findings, sync: bool) -> list[str]:
         violations.append(
             f"{len(found.acked_then_redelivered)} POP deliveries of messages already acked"
         )
+    if sync and found.dead_lettered_after_ack:
+        violations.append(
+            f"{len(found.dead_lettered_after_ack)} messages dead-lettered after a successful ack"
+        )
     consumers_waited_for = found.catch_up is not None
     if sync and consumers_waited_for:
         for group, bodies in found.never_delivered.items():
             violations.append(f"{len(bodies)} acknowledged sends never delivered to {group}")
+        if found.doomed_not_dead_lettered:
+            missing = len(found.doomed_not_dead_lettered)
+            violations.append(f"{missing} doomed acknowledged sends never dead-lettered")
     if consumers_waited_for and not found.catch_up["caught_up"]:
         # In every mode: once healed, each group must reach the end of its topic (under
         # ASYNC a failover may take messages from under a committed offset, not progress).

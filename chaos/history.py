@@ -21,9 +21,19 @@ UNKNOWN = "unknown"  # no answer (transport error, deadline): it may or may not 
 OUTCOMES = (OK, NOT_REPLICATED, FAILED, UNKNOWN)
 NOT_ACKED = ""  # a POP delivery whose ack was never attempted (the consumer failed over)
 RELEASED = "released"  # left unacked on purpose: it must be delivered again once visible
+NACKED = "nacked"  # handed back on purpose (doomed): redelivered until it is dead-lettered
 
 TOPIC = "chaos"  # NORMAL topic: the pull consumer and a POP group read it
 FIFO_TOPIC = "chaos-fifo"  # FIFO topic: sends carry a message group; a FIFO POP group
+# The dead-letter group nacks every delivery of a doomed body until the node moves it to
+# its %DLQ% topic: one body of the NORMAL topic in DOOM_EVERY.
+DLQ_GROUP = "chaos-dlq"
+DOOM_EVERY = 20
+
+
+def doomed(body: str) -> bool:
+    """Whether the dead-letter group refuses ``body`` (``w<writer>-<seq>``) every time."""
+    return body.startswith("w") and int(body.rpartition("-")[2]) % DOOM_EVERY == DOOM_EVERY // 2
 
 
 def flat(record) -> dict:
@@ -68,7 +78,8 @@ class PopDelivery:
     ``asked_s`` is when the receive that returned it was invoked: a delivery asked for
     after an ack of the same body completed (``acked_s``) is a redelivery of an acked
     message. ``ack`` is one of ``OUTCOMES``, ``NOT_ACKED`` when no ack was tried, or
-    ``RELEASED`` when the consumer let it expire on purpose;
+    ``RELEASED`` when the consumer let it expire on purpose, ``NACKED`` when it handed a
+    doomed body back;
     ``ack_invoked_s`` is when the ack was sent (the node applied it at some moment
     between the two)."""
 
@@ -134,6 +145,8 @@ class Replica:
     records: list[StoredRecord]
     digest_to: dict[int, str] = field(default_factory=dict)
     dead_lettered: list[str] = field(default_factory=list)  # bodies in %DLQ%<group>
+    # Bodies in the dead-letter group's %DLQ% topic, where the doomed ones must end up.
+    dead_lettered_on_purpose: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -216,6 +229,10 @@ class History:
         with self.lock:
             delivery.ack = RELEASED
 
+    def nacked(self, delivery: PopDelivery) -> None:
+        with self.lock:
+            delivery.ack = NACKED
+
     def acked(
         self, delivery: PopDelivery, outcome: str, invoked_s: float, at_s: float, code: str = ""
     ) -> None:
@@ -276,6 +293,7 @@ class History:
                     [StoredRecord(**x) for x in r["records"]],
                     {int(k): v for k, v in r.get("digest_to", {}).items()},
                     r.get("dead_lettered", []),
+                    r.get("dead_lettered_on_purpose", []),
                 )
                 for r in raw["replicas"]
             ],

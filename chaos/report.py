@@ -62,6 +62,11 @@ def summary(findings: Findings) -> str:
         f" (after a power loss of every node: {len(findings.redelivered_after_power_loss)}),"
         f" FIFO order violations {len(findings.fifo_order_violations)},"
         f" dead-lettered {len(findings.dead_lettered)}",
+        f"dead-letter group: nacks {findings.pop_nacked}, doomed acknowledged sends"
+        f" dead-lettered {findings.doomed_dead_lettered}, missing from the DLQ"
+        f" {len(findings.doomed_not_dead_lettered)}, dead-lettered after a successful ack"
+        f" {len(findings.dead_lettered_after_ack)}, after failed acks"
+        f" {len(findings.dead_lettered_unacked)}",
         f"acknowledged never delivered"
         f" { ({g: len(b) for g, b in findings.never_delivered.items()}) },"
         f" {catch_up_line(findings.catch_up)}",

@@ -1,8 +1,9 @@
 """The workload: writers sending unique, per-writer ordered bodies through the SDK (one
 attempt per invocation, so each outcome is that invocation's), on a NORMAL topic and, with
-a message group, on a FIFO topic; a pull consumer committing offsets and a POP group on
-the NORMAL topic, a FIFO POP group on the FIFO topic; the wait until the consumers caught
-up after heal; and the final drain that reads every replica's CommitLog offline.
+a message group, on a FIFO topic; a pull consumer committing offsets and two POP groups
+on the NORMAL topic (one of them nacks the doomed bodies until they are dead-lettered), a
+FIFO POP group on the FIFO topic; the wait until the consumers caught up after heal; and
+the final drain that reads every replica's CommitLog offline.
 
 Each writer and consumer runs on its own thread and stops when its event is set: the
 writers first, the consumers once they caught up (``wait_caught_up``).
@@ -19,6 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from chaos.history import (
+    DLQ_GROUP,
     FAILED,
     FIFO_TOPIC,
     NOT_REPLICATED,
@@ -32,6 +34,7 @@ from chaos.history import (
     PopDelivery,
     Replica,
     StoredRecord,
+    doomed,
 )
 from ferrymq.client import (
     Admin,
@@ -49,6 +52,10 @@ TOPICS = (TOPIC, FIFO_TOPIC)
 GROUP = "chaos-readers"  # pull consumer of TOPIC
 POP_GROUP = "chaos-pop"  # POP consumer of TOPIC
 FIFO_GROUP = "chaos-fifo-pop"  # FIFO POP consumer of FIFO_TOPIC
+# The dead-letter group's attempts: a doomed body is nacked this many times, the last
+# nack moves it to %DLQ%chaos-dlq. Low, so it gets there within seconds.
+DLQ_ATTEMPTS = 3
+NACK_INVISIBLE_S = 1.0  # the node's shortest invisible duration
 QUEUES = 4
 # Each FIFO writer spreads its sends over this many message groups, in turn.
 FIFO_GROUPS_PER_WRITER = 3
@@ -88,6 +95,7 @@ def create_topics(admin: Admin) -> None:
     admin.create_group(GROUP)
     admin.create_group(POP_GROUP)
     admin.create_group(FIFO_GROUP, fifo=True)
+    admin.create_group(DLQ_GROUP, max_delivery_attempts=DLQ_ATTEMPTS)
 
 
 def writer(
@@ -128,12 +136,15 @@ def pop_consumer(
     stop: threading.Event,
     t0: float,
     release_every: int = 0,
+    nack_doomed: bool = False,
 ) -> None:
     """A POP consumer that acks every message of a batch as soon as it is received (the
     acks of a batch in parallel, each a replicated append, so the group keeps up with the
     writers), recording every delivery and its ack's outcome; after an error (failover)
     it starts over with a fresh route, and what was not acked comes back once visible.
-    With ``release_every``, every such delivery is left unacked on purpose."""
+    With ``release_every``, every such delivery is left unacked on purpose; with
+    ``nack_doomed``, every delivery of a doomed body is nacked (its last attempt's nack
+    dead-letters it)."""
 
     def ack(pop: SimpleConsumer, message: ReceivedMessage, delivery: PopDelivery) -> bool:
         invoked_s = time.monotonic() - t0
@@ -144,6 +155,14 @@ def pop_consumer(
             history.acked(delivery, outcome, invoked_s, time.monotonic() - t0, error.code_name)
             return False
         history.acked(delivery, OK, invoked_s, time.monotonic() - t0)
+        return True
+
+    def nack(pop: SimpleConsumer, message: ReceivedMessage, delivery: PopDelivery) -> bool:
+        try:
+            pop.change_invisible_duration(message, NACK_INVISIBLE_S)
+        except FerryError:
+            return False  # recorded as never acked: it comes back once visible
+        history.nacked(delivery)
         return True
 
     received = 0
@@ -161,6 +180,8 @@ def pop_consumer(
                             received += 1
                             if release_every and received % release_every == 0:
                                 history.released(delivery)
+                            elif nack_doomed and doomed(delivery.body):
+                                done.append(acks.submit(nack, pop, m, delivery))
                             else:
                                 done.append(acks.submit(ack, pop, m, delivery))
                         if not all(f.result() for f in done):
@@ -219,7 +240,12 @@ def start(
     stop_consumers: threading.Event,
 ) -> tuple[list[threading.Thread], list[threading.Thread]]:
     """Start the writers and the consumers; their threads, writers first."""
-    history.consumers = {GROUP: TOPIC, POP_GROUP: TOPIC, FIFO_GROUP: FIFO_TOPIC}
+    history.consumers = {
+        GROUP: TOPIC,
+        POP_GROUP: TOPIC,
+        FIFO_GROUP: FIFO_TOPIC,
+        DLQ_GROUP: TOPIC,
+    }
 
     def thread(name: str, target, *args) -> threading.Thread:
         return threading.Thread(target=recording_errors(history, name, t0, target, *args))
@@ -232,10 +258,14 @@ def start(
         for i in range(fifo_writers)
     ]
     reading = [thread("pull consumer", consumer, history, access, stop_consumers, t0)]
-    pop_groups = ((POP_GROUP, TOPIC, RELEASE_EVERY), (FIFO_GROUP, FIFO_TOPIC, 0))
+    pop_groups = (
+        (POP_GROUP, TOPIC, RELEASE_EVERY, False),
+        (FIFO_GROUP, FIFO_TOPIC, 0, False),
+        (DLQ_GROUP, TOPIC, 0, True),
+    )
     reading += [
-        thread(group, pop_consumer, history, access, group, topic, stop_consumers, t0, release)
-        for group, topic, release in pop_groups
+        thread(group, pop_consumer, history, access, group, topic, stop_consumers, t0, *how)
+        for group, topic, *how in pop_groups
     ]
     for started in writing + reading:
         started.start()
@@ -299,9 +329,12 @@ def snapshot_log(data_dir: str, node_id: str, scratch: str, store_settings: dict
         shutil.rmtree(copy, ignore_errors=True)
 
 
-def read_records(data_dir: str, store_settings: dict) -> tuple[int, list[StoredRecord], list[str]]:
-    """The CommitLog end, the workload topics' records and the bodies in the consumer
-    groups' dead-letter topics, of one (stopped) node."""
+def read_records(
+    data_dir: str, store_settings: dict
+) -> tuple[int, list[StoredRecord], list[str], list[str]]:
+    """The CommitLog end, the workload topics' records, the bodies in the dead-letter
+    topics of the groups that ack everything, and those in the dead-letter group's, of
+    one (stopped) node."""
     from store.config import StoreConfig
     from store.message_store import MessageStore
 
@@ -309,7 +342,7 @@ def read_records(data_dir: str, store_settings: dict) -> tuple[int, list[StoredR
     store = MessageStore.open(StoreConfig(data_dir, **store_settings))
     try:
         log = store.commitlog
-        records, dead_lettered = [], []
+        records, dead_lettered, on_purpose = [], [], []
         for m in log.iterate(log.min_offset, log.write_offset):
             if m.topic in TOPICS:
                 records.append(
@@ -319,7 +352,9 @@ def read_records(data_dir: str, store_settings: dict) -> tuple[int, list[StoredR
                 )
             elif m.topic in dead_letter_topics:
                 dead_lettered.append(m.body.decode())
-        return log.write_offset, records, dead_lettered
+            elif m.topic == f"%DLQ%{DLQ_GROUP}":
+                on_purpose.append(m.body.decode())
+        return log.write_offset, records, dead_lettered, on_purpose
     finally:
         store.shutdown()
 
@@ -365,11 +400,12 @@ def drain(
     unreadable = []
     for node_id, role, data_dir in nodes:
         try:
-            end, records, dead_lettered = read_records(data_dir, store_settings)
+            end, records, dead_lettered, on_purpose = read_records(data_dir, store_settings)
         except Exception as error:  # the store's own checks (assertions included)
             unreadable.append(f"{node_id}: store not readable: {type(error).__name__}: {error}")
             continue
-        read.append((Replica(node_id, role, end, records, dead_lettered=dead_lettered), data_dir))
+        replica = Replica(node_id, role, end, records, {}, dead_lettered, on_purpose)
+        read.append((replica, data_dir))
     common = min((replica.log_end for replica, _ in read), default=0)
     for replica, data_dir in read:
         replica.digest_to[common] = log_digest(data_dir, common)

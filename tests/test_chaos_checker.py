@@ -10,7 +10,9 @@ import pytest
 from chaos import checker, runner
 from chaos.checker import check
 from chaos.history import (
+    DLQ_GROUP,
     FAILED,
+    NACKED,
     NOT_ACKED,
     OK,
     RELEASED,
@@ -24,6 +26,7 @@ from chaos.history import (
     PopDelivery,
     Replica,
     StoredRecord,
+    doomed,
 )
 
 
@@ -311,6 +314,75 @@ def test_a_dead_lettered_message_is_a_violation_in_every_mode():
         assert found.dead_lettered == ["w0-1"]
         assert found.violations == ["1 messages dead-lettered although every delivery is acked"]
         assert History.from_json(h.to_json()).replicas[0].dead_lettered == ["w0-1"]
+
+
+def dead_letter_group_history(mode: str, in_dlq: list[str], **extra) -> History:
+    """Eleven acknowledged sends, all stored; the dead-letter group (the only consumer,
+    caught up) nacked the doomed one, w0-10, and acked the rest; ``in_dlq`` is its
+    dead-letter topic on every replica."""
+    bodies = [f"w0-{i}" for i in range(11)]
+    deliveries = [
+        popped(b, 20.0 + i, NACKED if doomed(b) else OK, DLQ_GROUP) for i, b in enumerate(bodies)
+    ]
+    h = history(mode, sends(11), bodies, pop_deliveries=deliveries, **extra)
+    h.consumers, h.catch_up = {DLQ_GROUP: TOPIC}, CatchUp(20.0, 1.0, True)
+    for replica in h.replicas:
+        replica.dead_lettered_on_purpose = list(in_dlq)
+    return h
+
+
+def test_the_doomed_message_must_reach_the_dead_letter_topic():
+    assert [b for b in sends(40) if doomed(b)] == ["w0-10", "w0-30"]
+    for mode in ("sync-sync-flush", "async-async-flush"):
+        found = check(dead_letter_group_history(mode, ["w0-10"]))
+        assert found.valid, found.violations
+        assert found.doomed_dead_lettered == 1 and found.pop_nacked == 1
+    found = check(dead_letter_group_history("sync-sync-flush", []))
+    assert found.doomed_not_dead_lettered == ["w0-10"]
+    assert found.violations == ["1 doomed acknowledged sends never dead-lettered"]
+    # ASYNC reports it (a new master's POP cursor may pass a position it filled anew).
+    found = check(dead_letter_group_history("async-sync-flush", []))
+    assert found.valid and found.doomed_not_dead_lettered == ["w0-10"]
+    # Not waited for, or lost on the way: nothing to promise.
+    h = dead_letter_group_history("sync-sync-flush", [])
+    h.catch_up = None
+    assert check(h).valid
+    h = dead_letter_group_history("async-sync-flush", [])
+    for replica in h.replicas:
+        replica.records = [r for r in replica.records if r.body != "w0-10"]
+    h.rolled_back = ["w0-10"]
+    assert check(h).doomed_not_dead_lettered == []
+
+
+def test_a_message_the_group_acked_must_not_be_dead_lettered():
+    found = check(dead_letter_group_history("sync-sync-flush", ["w0-10", "w0-3"]))
+    assert found.dead_lettered_after_ack == ["chaos-dlq: w0-3 acked at 23.050 s"]
+    assert found.violations == ["1 messages dead-lettered after a successful ack"]
+    assert check(dead_letter_group_history("async-async-flush", ["w0-10", "w0-3"])).valid
+    # A power loss of every node after the ack may have taken the ack record (ASYNC_FLUSH).
+    cut = [Fault("power-loss-all", ["node-1", "node-2", "node-3"], "all", 30.0, 31.0)]
+    found = check(dead_letter_group_history("sync-async-flush", ["w0-10", "w0-3"], faults=cut))
+    assert found.valid and not found.dead_lettered_after_ack
+    assert found.redelivered_after_power_loss == [
+        "chaos-dlq: w0-3 acked at 23.050 s, dead-lettered after a power loss"
+    ]
+    # One whose acks all failed used up its attempts: reported, not a violation.
+    h = dead_letter_group_history("sync-sync-flush", ["w0-10", "w0-4"])
+    h.pop_deliveries[4].ack = UNKNOWN
+    found = check(h)
+    assert found.valid and found.dead_lettered_unacked == ["w0-4"]
+
+
+def test_a_history_without_the_dead_letter_group_has_no_such_findings():
+    h = dead_letter_group_history("sync-sync-flush", [])
+    h.consumers = {"pop": TOPIC}
+    for d in h.pop_deliveries:
+        d.group = "pop"
+    found = check(h)
+    assert found.valid and not found.doomed_not_dead_lettered
+    again = History.from_json(dead_letter_group_history("sync-sync-flush", ["w0-10"]).to_json())
+    assert again.replicas[0].dead_lettered_on_purpose == ["w0-10"]
+    assert again.pop_deliveries[10].ack == NACKED
 
 
 def test_pop_deliveries_and_the_catch_up_survive_a_round_trip_through_json():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import struct
 
+import pytest
 from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -322,18 +323,24 @@ def message_to_prepare(draw) -> tuple[Message, bytes]:
     return message, raw
 
 
+@pytest.fixture(scope="module")
+def prepare_store(tmp_path_factory):
+    """One store for every example: its ``prepare_in_python`` is the reference."""
+    config = StoreConfig(
+        str(tmp_path_factory.mktemp("prepare")),
+        max_message_body_bytes=BODY_LIMIT,
+        commitlog_segment_bytes=8 << 20,
+    )
+    store = MessageStore.open(config)
+    yield store
+    store.shutdown()
+
+
 @settings(max_examples=1000, deadline=None)
 @given(message_to_prepare())
-def test_prepare_in_c_is_its_python_twin(tmp_path_factory, case):
+def test_prepare_in_c_is_its_python_twin(prepare_store, case):
     message, raw = case
-    store = PREPARE_STORE.get("store")
-    if store is None:
-        config = StoreConfig(
-            str(tmp_path_factory.mktemp("prepare")),
-            max_message_body_bytes=BODY_LIMIT,
-            commitlog_segment_bytes=8 << 20,
-        )
-        store = PREPARE_STORE["store"] = MessageStore.open(config)
+    store = prepare_store
     prefix = topic_prefix_of(message.topic.encode())
     fast = CODEC.prepare(message, prefix, raw, BODY_LIMIT)
     try:
@@ -345,7 +352,6 @@ def test_prepare_in_c_is_its_python_twin(tmp_path_factory, case):
     ACCEPTED.append(fast is not None)
 
 
-PREPARE_STORE: dict = {}
 ACCEPTED: list[bool] = []
 
 
