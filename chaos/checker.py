@@ -31,7 +31,9 @@ Verdict per replication mode:
   master then fills with other messages): every acknowledged send still present is
   delivered to every group once the runner waited for the consumers to catch up; a POP
   delivery whose ack succeeded is not delivered again to its group (except, under
-  ASYNC_FLUSH, after a power loss of every node, which may forget the ack).
+  ASYNC_FLUSH, after a power loss of every node, which may forget the ack); in a FIFO
+  group, a delivery left to expire on purpose comes back before any later body of its
+  message group is delivered.
 """
 
 from __future__ import annotations
@@ -88,6 +90,9 @@ class Findings:
     redelivered_after_power_loss: list[str] = field(default_factory=list)  # allowed
     never_delivered: dict[str, list[str]] = field(default_factory=dict)  # group -> bodies
     fifo_order_violations: list[str] = field(default_factory=list)
+    # FIFO: a later body of a message group delivered while one left to expire had not
+    # come back yet.
+    fifo_release_overtaken: list[str] = field(default_factory=list)
     dead_lettered: list[str] = field(default_factory=list)
     # The dead-letter group: nacks, doomed bodies missing from its %DLQ% topic, bodies
     # there after a successful ack, and the others there (acks failed in a fault).
@@ -229,6 +234,7 @@ def check(history: History) -> Findings:
         if DLQ_GROUP in consumers_of(history):
             dead_letters_on_purpose(history, found, acked, present, final)
     found.fifo_order_violations = fifo_order_violations(history.pop_deliveries, sent)
+    found.fifo_release_overtaken = fifo_release_overtaken(history.pop_deliveries, present)
     if history.catch_up is not None:
         found.catch_up = asdict(history.catch_up)
 
@@ -393,6 +399,35 @@ def fifo_order_violations(deliveries: list[PopDelivery], sent: dict[str, Send]) 
     return violations
 
 
+def fifo_release_overtaken(deliveries: list[PopDelivery], present: set[str]) -> list[str]:
+    """Per FIFO group and message group: once a delivery is left to expire on purpose, the
+    next deliveries of that message group must begin with it again; a later body handed
+    out first overtook it. A body gone from the final log (a loss the mode allows) is not
+    waited for. Deliveries of one receive share ``at_s`` and come in queue order."""
+    by_group: dict[tuple[str, str], list[PopDelivery]] = defaultdict(list)
+    for d in deliveries:
+        if d.message_group:
+            by_group[d.group, d.message_group].append(d)
+    found = []
+    for (group, message_group), rows in sorted(by_group.items()):
+        outstanding: dict[str, tuple[int, float]] = {}  # released body -> (seq, released at)
+        for d in sorted(rows, key=lambda d: (d.at_s, d.queue_offset)):
+            seq = int(d.body.rpartition("-")[2])
+            # Its batch-mates went out with it: only a later receive can overtake it.
+            waiting = [(s, b, at) for b, (s, at) in outstanding.items() if s < seq and at < d.at_s]
+            if waiting and d.body not in outstanding:
+                _, body, at = min(waiting)
+                found.append(
+                    f"{group}/{message_group}: {d.body} delivered at {d.at_s:.3f} s before"
+                    f" {body}, left to expire at {at:.3f} s, came back"
+                )
+                outstanding.clear()  # one finding per overtaking, then follow anew
+            outstanding.pop(d.body, None)
+            if d.ack == RELEASED and d.body in present:
+                outstanding[d.body] = (seq, d.at_s)
+    return found
+
+
 def unavailability(history: History) -> list[dict]:
     """Per fault: seconds from its start until the first send invoked after it that was
     acknowledged, and until the fault ended; None when no send after it succeeded."""
@@ -437,6 +472,10 @@ def verdict(found: Findings, sync: bool) -> list[str]:
     if sync and found.acked_then_redelivered:
         violations.append(
             f"{len(found.acked_then_redelivered)} POP deliveries of messages already acked"
+        )
+    if sync and found.fifo_release_overtaken:
+        violations.append(
+            f"{len(found.fifo_release_overtaken)} FIFO deliveries that overtook one left to expire"
         )
     if sync and found.dead_lettered_after_ack:
         violations.append(

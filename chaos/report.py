@@ -60,7 +60,8 @@ def summary(findings: Findings) -> str:
         f" left to expire on purpose {findings.pop_released}),"
         f" delivered again after a successful ack {len(findings.acked_then_redelivered)}"
         f" (after a power loss of every node: {len(findings.redelivered_after_power_loss)}),"
-        f" FIFO order violations {len(findings.fifo_order_violations)},"
+        f" FIFO order violations {len(findings.fifo_order_violations)}"
+        f" (overtaking one left to expire: {len(findings.fifo_release_overtaken)}),"
         f" dead-lettered {len(findings.dead_lettered)}",
         f"dead-letter group: nacks {findings.pop_nacked}, doomed acknowledged sends"
         f" dead-lettered {findings.doomed_dead_lettered}, missing from the DLQ"

@@ -65,8 +65,11 @@ INVISIBLE_S = 2.0
 ACKS_IN_PARALLEL = 8
 # The NORMAL POP group leaves every RELEASE_EVERY-th delivery unacked on purpose: it
 # must come back once invisible time ends, through failovers too (the checker counts it
-# delivered only then). Not the FIFO group: a held message blocks its message group.
+# delivered only then). The FIFO group does so less often, since a held message blocks
+# its queue for the invisible time; and with it the later messages of its message group
+# in the same batch: in order, nothing after it may be consumed before it.
 RELEASE_EVERY = 50
+FIFO_RELEASE_EVERY = 100
 # Each writer's ceiling: SYNC writers stay below it (about 35/s each here), ASYNC ones
 # would send several times more, more than the POP groups (an append per receive and per
 # ack) and a restarted slave's catch-up can follow, so the consumers could never drain.
@@ -175,11 +178,16 @@ def pop_consumer(
                         batch = pop.receive(16, invisible_s=INVISIBLE_S, wait_s=0.5)
                         at_s = time.monotonic() - t0
                         done = []
+                        held: set[str] = set()  # message groups released in this batch
                         for m in batch:
                             delivery = history.pop_deliver(popped(m, group, asked_s, at_s))
                             received += 1
-                            if release_every and received % release_every == 0:
+                            if m.message_group and m.message_group in held:
                                 history.released(delivery)
+                            elif release_every and received % release_every == 0:
+                                history.released(delivery)
+                                if m.message_group:
+                                    held.add(m.message_group)
                             elif nack_doomed and doomed(delivery.body):
                                 done.append(acks.submit(nack, pop, m, delivery))
                             else:
@@ -260,7 +268,7 @@ def start(
     reading = [thread("pull consumer", consumer, history, access, stop_consumers, t0)]
     pop_groups = (
         (POP_GROUP, TOPIC, RELEASE_EVERY, False),
-        (FIFO_GROUP, FIFO_TOPIC, 0, False),
+        (FIFO_GROUP, FIFO_TOPIC, FIFO_RELEASE_EVERY, False),
         (DLQ_GROUP, TOPIC, 0, True),
     )
     reading += [

@@ -303,6 +303,37 @@ def test_fifo_groups_must_first_deliver_in_send_order_redeliveries_aside():
     assert check(history("async-sync-flush", outcomes, stored, pop_deliveries=in_order)).valid
 
 
+def test_a_fifo_delivery_left_to_expire_comes_back_before_its_group_goes_on():
+    stored = [f"w0-{i}" for i in range(5)]
+    released = [
+        popped("w0-0", 1.0, message_group="g"),
+        popped("w0-1", 2.0, ack=RELEASED, message_group="g"),  # left to expire ...
+        popped("w0-2", 2.0, ack=RELEASED, message_group="g"),  # ... its batch-mate with it
+        popped("w0-3", 3.0, message_group="h"),  # another message group goes on
+        popped("w0-1", 4.0, message_group="g", attempt=2),  # back first, in order
+        popped("w0-2", 4.0, message_group="g", attempt=2),
+        popped("w0-4", 4.5, message_group="g"),
+    ]
+    assert check(history("sync-sync-flush", sends(5), stored, pop_deliveries=released)).valid
+    overtaken = [*released[:3], popped("w0-4", 3.0, message_group="g"), *released[4:6]]
+    found = check(history("sync-sync-flush", sends(5), stored, pop_deliveries=overtaken))
+    assert found.fifo_release_overtaken == [
+        "pop/g: w0-4 delivered at 3.010 s before w0-1, left to expire at 2.010 s, came back"
+    ]
+    assert found.violations == ["1 FIFO deliveries that overtook one left to expire"]
+    # ASYNC reports it; and a body gone from the final log is not waited for.
+    found = check(history("async-sync-flush", sends(5), stored, pop_deliveries=overtaken))
+    assert found.valid and len(found.fifo_release_overtaken) == 1
+    gone = {**sends(5), "w0-1": UNKNOWN, "w0-2": UNKNOWN}
+    kept = ["w0-0", "w0-1", "w0-3", "w0-4"]
+    overtaken = [*released[:3], popped("w0-3", 3.0, message_group="g")]
+    found = check(history("async-sync-flush", gone, kept, pop_deliveries=overtaken))
+    assert len(found.fifo_release_overtaken) == 1  # w0-1 is still there: waited for
+    kept.remove("w0-1")
+    found = check(history("async-sync-flush", gone, kept, pop_deliveries=overtaken))
+    assert found.fifo_release_overtaken == []
+
+
 def test_a_dead_lettered_message_is_a_violation_in_every_mode():
     # The workload acks every delivery, so a message in a dead-letter topic means the
     # node used up its attempts without 16 failed deliveries.
