@@ -16,6 +16,8 @@ Verdict per replication mode:
 - Both: nothing unexpected (never sent), no duplicate, no refused send present, no hole
   in a queue's offsets, per-writer order kept within each queue, replicas byte-identical
   to their common length, and under SYNC no consumer saw a message that was later lost.
+- The healed cluster serves (Data.Fetch of every queue from its first offset) exactly
+  the records the offline drain finds in the final log, at the same queue offsets.
 - Consumers (pull and POP groups), both modes: nothing delivered that was never sent; a
   delivered body still present sits at the queue offset it was delivered from; in a
   FIFO group, the first deliveries of each message group follow send order; nothing is
@@ -80,6 +82,8 @@ class Findings:
     misplaced_deliveries: list[str] = field(default_factory=list)  # delivered at another offset
     delivered_unexpected: list[str] = field(default_factory=list)
     replicas_differ: dict[str, str] = field(default_factory=dict)
+    served_records: int = -1  # read back through the Data service; -1: not read
+    served_differs: list[str] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
     node_errors: list[str] = field(default_factory=list)
     client_errors: list[str] = field(default_factory=list)
@@ -194,6 +198,10 @@ def check(history: History) -> Findings:
         found.delivered_then_lost = sorted(b for b in delivered if b in sent and b not in present)
         found.misplaced_deliveries = misplaced_deliveries(history, records)
 
+    if history.served is not None and final is not None:
+        found.served_records = len(history.served)
+        found.served_differs = served_differs(history.served, records)
+
     # Replicas byte-identical up to their common length.
     if history.replicas:
         common = min(r.log_end for r in history.replicas)
@@ -276,6 +284,27 @@ def dead_letters_on_purpose(
             )
         else:
             found.dead_lettered_after_ack.append(f"{DLQ_GROUP}: {body} acked at {ack_s:.3f} s")
+
+
+def served_differs(served: list, records: list) -> list[str]:
+    """Where what the masters served differs from the final log: a record served but not
+    there (or elsewhere), or one there but never served."""
+    stored = {(r.topic, r.queue_id, r.queue_offset): r.body for r in records}
+    given = {(r.topic, r.queue_id, r.queue_offset): r.body for r in served}
+    found = []
+    for (topic, queue_id, offset), body in sorted(given.items()):
+        if stored.get((topic, queue_id, offset)) != body:
+            held = stored.get((topic, queue_id, offset), "nothing")
+            found.append(
+                f"queue {queue_label(topic, queue_id)} offset {offset}: served {body},"
+                f" the log holds {held}"
+            )
+    found += [
+        f"queue {queue_label(topic, queue_id)} offset {offset}: {body} in the log, never served"
+        for (topic, queue_id, offset), body in sorted(stored.items())
+        if (topic, queue_id, offset) not in given
+    ]
+    return found
 
 
 def misplaced_deliveries(history: History, records: list) -> list[str]:
@@ -506,6 +535,7 @@ def verdict(found: Findings, sync: bool) -> list[str]:
         # deliveries in a row whose acks all failed, which no fault schedule here makes.
         ("messages dead-lettered although every delivery is acked", found.dead_lettered),
         ("replicas differing to their common length", found.replicas_differ),
+        ("differences between the records served and the final log", found.served_differs),
         ("node processes found exited (crashed)", found.crashes),
         ("exceptions in the nodes' logs", found.node_errors),
         ("answers the workload could not decode or exceptions in it", found.client_errors),

@@ -134,6 +134,17 @@ class StoredRecord:
     topic: str = TOPIC
 
 
+@dataclass(frozen=True)
+class ServedRecord:
+    """One message of the workload's topics as a master served it (Data.Fetch) after the
+    consumers caught up, before the cluster stopped."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    body: str
+
+
 @dataclass
 class Replica:
     """What the final drain read from one node: its records of the workload topic, its
@@ -171,6 +182,9 @@ class History:
     catch_up: CatchUp | None = None  # None: the consumers were not waited for
     faults: list[Fault] = field(default_factory=list)
     replicas: list[Replica] = field(default_factory=list)
+    # Every queue of the workload topics read through the Data service from offset 0 while
+    # the healed cluster ran; None when not read.
+    served: list[ServedRecord] | None = None
     snapshots: list[MasterSnapshot] = field(default_factory=list)
     epochs: list[tuple[int, int]] = field(default_factory=list)  # final (epoch, start offset)
     # Bodies that no node held any more after a power loss of every node (unsynced).
@@ -265,6 +279,7 @@ class History:
                     }
                     for r in self.replicas
                 ],
+                "served": None if self.served is None else [flat(r) for r in self.served],
                 "snapshots": [asdict(s) for s in self.snapshots],
                 "epochs": self.epochs,
                 "lost_to_power": self.lost_to_power,
@@ -297,6 +312,9 @@ class History:
                 )
                 for r in raw["replicas"]
             ],
+            served=None
+            if raw.get("served") is None
+            else [ServedRecord(**r) for r in raw["served"]],
             snapshots=[MasterSnapshot(**s) for s in raw.get("snapshots", [])],
             epochs=[tuple(e) for e in raw.get("epochs", [])],
             lost_to_power=raw.get("lost_to_power", []),

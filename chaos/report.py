@@ -55,7 +55,9 @@ def summary(findings: Findings) -> str:
         f" order violations {len(findings.order_violations)},"
         f" delivered then lost {len(findings.delivered_then_lost)},"
         f" delivered from another offset {len(findings.misplaced_deliveries)},"
-        f" replicas differ {bool(findings.replicas_differ)}",
+        f" replicas differ {bool(findings.replicas_differ)},"
+        f" records served {findings.served_records}"
+        f" (differing from the log: {len(findings.served_differs)})",
         f"POP deliveries {findings.pop_deliveries} (redeliveries {findings.pop_redeliveries},"
         f" left to expire on purpose {findings.pop_released}),"
         f" delivered again after a successful ack {len(findings.acked_then_redelivered)}"

@@ -153,6 +153,10 @@ def run(
                 plan = fury.plan
         history.duration_s = time.monotonic() - t0
         wait_same_end(plan)
+        try:
+            history.served = workload.read_served(access)
+        except FerryError as error:  # a finding: the healed cluster would not serve its log
+            history.client_error(time.monotonic() - t0, f"reading every queue back: {error}")
         roles = node_roles(plan)
         cluster_down(cluster_dir)
         logs = os.path.join(directory, "logs")  # kept: small, and the first thing to read

@@ -33,6 +33,7 @@ from chaos.history import (
     MasterSnapshot,
     PopDelivery,
     Replica,
+    ServedRecord,
     StoredRecord,
     doomed,
 )
@@ -318,6 +319,21 @@ def wait_caught_up(addresses: list[str], consumers: dict[str, str], deadline_s: 
         if not behind or waited >= deadline_s:
             return CatchUp(deadline_s, round(waited, 3), not behind, behind)
         time.sleep(0.2)
+
+
+def read_served(access: str) -> list[ServedRecord]:
+    """Every record of the workload topics as the masters serve them (Data.Fetch from each
+    queue's first offset), read while the healed cluster runs; the checker compares it
+    with what the offline drain finds in the logs."""
+    served = []
+    for topic in TOPICS:
+        with PullConsumer(access, GROUP, start="beginning", batch_size=4096, timeout_s=10) as pull:
+            pull.assign(topic, list(range(QUEUES)))
+            while batch := pull.poll(wait_s=0):
+                served.extend(
+                    ServedRecord(topic, m.queue_id, m.queue_offset, m.body.decode()) for m in batch
+                )
+    return served
 
 
 def snapshot_log(data_dir: str, node_id: str, scratch: str, store_settings: dict):

@@ -25,6 +25,7 @@ from chaos.history import (
     MasterSnapshot,
     PopDelivery,
     Replica,
+    ServedRecord,
     StoredRecord,
     doomed,
 )
@@ -332,6 +333,26 @@ def test_a_fifo_delivery_left_to_expire_comes_back_before_its_group_goes_on():
     kept.remove("w0-1")
     found = check(history("async-sync-flush", gone, kept, pop_deliveries=overtaken))
     assert found.fifo_release_overtaken == []
+
+
+def test_what_the_cluster_serves_must_be_the_final_log():
+    stored = [f"w0-{i}" for i in range(4)]
+    served = [ServedRecord(TOPIC, 0, i, body) for i, body in enumerate(stored)]
+    for mode in ("sync-sync-flush", "async-async-flush"):
+        found = check(history(mode, sends(4), stored, served=served))
+        assert found.valid and found.served_records == 4 and not found.served_differs
+    wrong = [*served[:2], ServedRecord(TOPIC, 0, 2, "w0-3")]
+    found = check(history("async-async-flush", sends(4), stored, served=wrong))
+    assert found.served_differs == [
+        "queue 0 offset 2: served w0-3, the log holds w0-2",
+        "queue 0 offset 3: w0-3 in the log, never served",
+    ]
+    assert found.violations == ["2 differences between the records served and the final log"]
+    # Not read (an older history): nothing to compare.
+    found = check(history("sync-sync-flush", sends(4), stored))
+    assert found.valid and found.served_records == -1
+    again = History.from_json(history("sync-sync-flush", sends(4), stored, served=wrong).to_json())
+    assert again.served == wrong
 
 
 def test_a_dead_lettered_message_is_a_violation_in_every_mode():
