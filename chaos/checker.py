@@ -269,11 +269,7 @@ def dead_letters_on_purpose(
         if d.group == DLQ_GROUP and d.ack == OK and d.acked_s is not None:
             sent_s = d.acked_s if d.ack_invoked_s is None else d.ack_invoked_s
             acked_at[d.body] = min(sent_s, acked_at.get(d.body, sent_s))
-    power_cuts = [
-        f.start_s
-        for f in history.faults
-        if f.kind == "power-loss-all" and history.mode.endswith("async-flush")
-    ]
+    power_cuts = forgetting_power_cuts(history)
     for body in sorted(b for b in in_dlq if not doomed(b)):
         ack_s = acked_at.get(body)
         if ack_s is None:
@@ -366,6 +362,16 @@ def never_delivered(history: History, acked: list[Send], present: set[str]) -> d
     return missing
 
 
+def forgetting_power_cuts(history: History) -> list[float]:
+    """When every node lost power under ASYNC_FLUSH: each may have taken POP records
+    (acks) written but not yet on disk."""
+    return [
+        f.start_s
+        for f in history.faults
+        if f.kind == "power-loss-all" and history.mode.endswith("async-flush")
+    ]
+
+
 def redelivered_after_ack(history: History) -> tuple[list[str], list[str]]:
     """POP deliveries asked for after an ack of the same body by the same group had
     succeeded: at-least-once redelivers only what was not acked. Returned in two lists:
@@ -376,11 +382,7 @@ def redelivered_after_ack(history: History) -> tuple[list[str], list[str]]:
     client after that (it was on its way): so a cut excuses an ack *sent* before it, whose
     record the node may have written before it died, not only one whose answer came
     before it."""
-    power_cuts = [
-        f.start_s
-        for f in history.faults
-        if f.kind == "power-loss-all" and history.mode.endswith("async-flush")
-    ]
+    power_cuts = forgetting_power_cuts(history)
     # (group, body) -> (ack sent, ack answered) of its first successful ack
     acked_at: dict[tuple[str, str], tuple[float, float]] = {}
     forbidden, excused = [], []
