@@ -242,7 +242,7 @@ def check(history: History) -> Findings:
         if DLQ_GROUP in consumers_of(history):
             dead_letters_on_purpose(history, found, acked, present, final)
     found.fifo_order_violations = fifo_order_violations(history.pop_deliveries, sent)
-    found.fifo_release_overtaken = fifo_release_overtaken(history.pop_deliveries, present)
+    found.fifo_release_overtaken = fifo_release_overtaken(history.pop_deliveries, sent, present)
     if history.catch_up is not None:
         found.catch_up = asdict(history.catch_up)
 
@@ -267,8 +267,7 @@ def dead_letters_on_purpose(
     acked_at: dict[str, float] = {}  # body -> when its first successful ack was sent
     for d in history.pop_deliveries:
         if d.group == DLQ_GROUP and d.ack == OK and d.acked_s is not None:
-            sent_s = d.acked_s if d.ack_invoked_s is None else d.ack_invoked_s
-            acked_at[d.body] = min(sent_s, acked_at.get(d.body, sent_s))
+            acked_at[d.body] = min(d.ack_sent_s, acked_at.get(d.body, d.ack_sent_s))
     power_cuts = forgetting_power_cuts(history)
     for body in sorted(b for b in in_dlq if not doomed(b)):
         ack_s = acked_at.get(body)
@@ -397,8 +396,7 @@ def redelivered_after_ack(history: History) -> tuple[list[str], list[str]]:
             cut = any(ack[0] < at < delivery.asked_s for at in power_cuts)
             (excused if cut else forbidden).append(line)
         if delivery.ack == OK and delivery.acked_s is not None and key not in acked_at:
-            sent = delivery.acked_s if delivery.ack_invoked_s is None else delivery.ack_invoked_s
-            acked_at[key] = (sent, delivery.acked_s)
+            acked_at[key] = (delivery.ack_sent_s, delivery.acked_s)
     return forbidden, excused
 
 
@@ -430,20 +428,23 @@ def fifo_order_violations(deliveries: list[PopDelivery], sent: dict[str, Send]) 
     return violations
 
 
-def fifo_release_overtaken(deliveries: list[PopDelivery], present: set[str]) -> list[str]:
+def fifo_release_overtaken(
+    deliveries: list[PopDelivery], sent: dict[str, Send], present: set[str]
+) -> list[str]:
     """Per FIFO group and message group: once a delivery is left to expire on purpose, the
     next deliveries of that message group must begin with it again; a later body handed
     out first overtook it. A body gone from the final log (a loss the mode allows) is not
-    waited for. Deliveries of one receive share ``at_s`` and come in queue order."""
+    waited for, nor is a body never sent (reported apart). Deliveries of one receive share
+    ``at_s`` and come in queue order."""
     by_group: dict[tuple[str, str], list[PopDelivery]] = defaultdict(list)
     for d in deliveries:
-        if d.message_group:
+        if d.message_group and d.body in sent:
             by_group[d.group, d.message_group].append(d)
     found = []
     for (group, message_group), rows in sorted(by_group.items()):
         outstanding: dict[str, tuple[int, float]] = {}  # released body -> (seq, released at)
         for d in sorted(rows, key=lambda d: (d.at_s, d.queue_offset)):
-            seq = int(d.body.rpartition("-")[2])
+            seq = sent[d.body].seq
             # Its batch-mates went out with it: only a later receive can overtake it.
             waiting = [(s, b, at) for b, (s, at) in outstanding.items() if s < seq and at < d.at_s]
             if waiting and d.body not in outstanding:

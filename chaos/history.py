@@ -97,6 +97,11 @@ class PopDelivery:
     acked_s: float | None = None
     ack_invoked_s: float | None = None
 
+    @property
+    def ack_sent_s(self) -> float | None:
+        """When the ack was sent (older histories recorded only its answer)."""
+        return self.acked_s if self.ack_invoked_s is None else self.ack_invoked_s
+
 
 @dataclass
 class CatchUp:

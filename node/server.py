@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import grpc
 
-from ferrymq.port_holds import adopt_inherited, hold_port
+from ferrymq.port_holds import adopt_inherited, hold_port, port_of
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
 from ha import rollback
@@ -256,7 +256,7 @@ class Node:
             # held until the node stops (``ferrymq/port_holds.py``): pysyncobj binds it
             # later, on its own thread.
             self._raft_port_held = hold_port("127.0.0.1")
-            address = f"127.0.0.1:{self._raft_port_held.getsockname()[1]}"
+            address = f"127.0.0.1:{port_of(self._raft_port_held)}"
             voters, secret, self_address = [address], secrets.token_hex(16), address
         else:
             voters, secret = list(cluster.voters), cluster.secret
