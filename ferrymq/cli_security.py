@@ -42,7 +42,16 @@ def add_security_commands(commands, common: argparse.ArgumentParser) -> None:
     for name in ("create", "update"):
         change = users.add_parser(name, parents=[common])
         change.add_argument("user", metavar="ACCESS_KEY")
-        change.add_argument("--admin", action="store_true", help="may call every Admin RPC")
+        if name == "create":
+            change.add_argument("--admin", action="store_true", help="may call every Admin RPC")
+        else:  # neither flag keeps the user's admin flag as it is
+            rights = change.add_mutually_exclusive_group()
+            rights.add_argument(
+                "--admin", dest="admin", action="store_const", const=True, help="make an admin"
+            )
+            rights.add_argument(
+                "--no-admin", dest="admin", action="store_const", const=False, help="drop admin"
+            )
         change.add_argument(
             "--secret-key-env",
             metavar="VARIABLE",

@@ -91,7 +91,8 @@ class UserAdmin:
             sealed = self._sealed(request.access_key, request.secret_key)
             if isinstance(sealed, api.Status):
                 return api.UpdateUserResponse(status=sealed)
-        status, result = await self.change(UpdateUser(request.access_key, sealed, request.admin))
+        admin = request.admin if request.HasField("admin") else None  # unset: keep it
+        status, result = await self.change(UpdateUser(request.access_key, sealed, admin))
         if result is None:
             return api.UpdateUserResponse(status=status)
         return api.UpdateUserResponse(status=status, user=user_message(result.value))

@@ -163,11 +163,12 @@ class CreateUser:
 
 @dataclass(frozen=True)
 class UpdateUser:
-    """Replace a user's secret (when ``sealed_secret`` is not empty) and admin flag."""
+    """Replace a user's secret (when ``sealed_secret`` is not empty) and its admin flag
+    (when ``admin`` is not None): an update that names neither keeps both."""
 
     access_key: str
     sealed_secret: bytes = field(default=b"", repr=False)
-    admin: bool = False
+    admin: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -324,7 +324,7 @@ class RoutingState:
         user = replace(
             user,
             sealed_secret=command.sealed_secret or user.sealed_secret,
-            admin=command.admin,
+            admin=user.admin if command.admin is None else command.admin,
         )
         return [("users", user.access_key, user)], user
 

@@ -272,6 +272,33 @@ def test_cli_manages_users_and_acl_entries_without_printing_secrets(secured, cap
     assert "UNAUTHENTICATED" in capsys.readouterr().err
 
 
+def test_user_update_keeps_the_admin_flag_unless_told(secured, monkeypatch):
+    """A new secret key given without --admin once silently took an admin's rights away."""
+    from ferrymq.cli import main
+
+    node, _ = secured
+    for name in ("FERRYMQ_ACCESS_KEY", "FERRYMQ_SECRET_KEY"):
+        monkeypatch.setenv(name, "")
+    monkeypatch.setenv("OPERATOR_SECRET", "operator-secret-1")
+    base = ["--server", node.address, "--access-key", "root", "--secret-key", "root-secret-key"]
+    update = ["user", "update", "operator", "--secret-key-env", "OPERATOR_SECRET", *base]
+    assert main(["user", "create", "operator", "--admin", *update[3:]]) == 0
+    monkeypatch.setenv("OPERATOR_SECRET", "operator-secret-2")
+    assert main(update) == 0
+
+    def admin_flag() -> bool:
+        with Admin(node.address, security=ROOT) as admin:
+            return {u.access_key: u.admin for u in admin.list_users()}["operator"]
+
+    assert admin_flag()
+    with Admin(node.address, security=ClientSecurity("operator", "operator-secret-2")) as admin:
+        admin.list_users()  # the new secret works, with the rights kept
+    assert main([*update, "--no-admin"]) == 0 and not admin_flag()
+    assert main(update) == 0 and not admin_flag()
+    assert main([*update, "--admin"]) == 0 and admin_flag()
+    assert main(["user", "delete", "operator", *base]) == 0
+
+
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     return make_pki(tmp_path_factory.mktemp("pki"))

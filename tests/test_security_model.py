@@ -61,6 +61,8 @@ def test_user_commands_change_the_state_and_refuse_precisely():
     assert state.apply(GrantAcl("nobody", rule)).reason == "USER_NOT_FOUND"
     assert state.apply(UpdateUser("app", b"", admin=True)).ok
     assert state.users["app"].sealed_secret == b"sealed-1" and state.users["app"].admin
+    assert state.apply(UpdateUser("app", b"sealed-3")).ok  # a new secret keeps the rights
+    assert state.users["app"].sealed_secret == b"sealed-3" and state.users["app"].admin
     assert state.apply(RevokeAcl("app", rule)).ok and state.users["app"].acl == ()
     assert state.apply(RevokeAcl("app", rule)).reason == "ACL_NOT_FOUND"
     copy = pickle.loads(pickle.dumps(state))  # as pysyncobj snapshots it

@@ -304,8 +304,10 @@ class Admin:
         request = api.CreateUserRequest(access_key=access_key, secret_key=secret_key, admin=admin)
         return _user(self._call(self.stub.CreateUser, request).user)
 
-    def update_user(self, access_key: str, secret_key: str = "", admin: bool = False) -> UserInfo:
-        """A new secret key (empty: keep it) and the admin flag."""
+    def update_user(
+        self, access_key: str, secret_key: str = "", admin: bool | None = None
+    ) -> UserInfo:
+        """A new secret key (empty: keep it) and the admin flag (None: keep it)."""
         request = api.UpdateUserRequest(access_key=access_key, secret_key=secret_key, admin=admin)
         return _user(self._call(self.stub.UpdateUser, request).user)
 
