@@ -94,7 +94,7 @@ class MessagingOptions:
 @dataclass(frozen=True)
 class ClusterOptions:
     voters: tuple[str, ...] = ()
-    secret: str = ""
+    secret: str = field(default="", repr=False)  # never in a log line or a traceback
     lease_ms: int = 3000
     heartbeat_interval_ms: int = 1000
     join_timeout_ms: int = 30_000

@@ -187,6 +187,15 @@ def test_security_options_are_checked():
             parse_node_config(text)
 
 
+def test_no_secret_of_the_configuration_shows_in_its_repr():
+    config = parse_node_config(
+        '[cluster]\nsecret = "the-cluster-secret"\n'
+        '[security]\nadmin_access_key = "root"\nadmin_secret_key = "the-admin-secret"\n'
+    )
+    for shown in (repr(config), repr(config.cluster), repr(config.security), str(config)):
+        assert "the-cluster-secret" not in shown and "the-admin-secret" not in shown
+
+
 def test_telemetry_settings_keep_only_topics_the_user_may_publish_to():
     import asyncio
 
