@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from routing.metadata import NAME_MAX_LENGTH, NAME_PATTERN, TopicError
 
-ACCESS_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{3,64}$")
+ACCESS_KEY_PATTERN = re.compile(r"[A-Za-z0-9_.-]{3,64}")
 ACL_ENTRIES_MAX = 256
 
 
@@ -85,7 +85,7 @@ def is_allowed(user: User, action: Action, kind: ResourceKind, name: str) -> boo
 
 
 def check_access_key(access_key: str) -> None:
-    if not ACCESS_KEY_PATTERN.match(access_key):
+    if not ACCESS_KEY_PATTERN.fullmatch(access_key):
         raise TopicError(
             "ILLEGAL_USER", f"access key {access_key!r} must be 3..64 of [A-Za-z0-9_.-]"
         )
@@ -97,7 +97,9 @@ def check_entry(entry: AclEntry) -> None:
         raise TopicError("ILLEGAL_ACL", "publish applies to topics only (groups subscribe)")
     pattern = entry.pattern
     name = pattern[:-1] if pattern.endswith("*") else pattern
-    if pattern != "*" and (not name or len(name) > NAME_MAX_LENGTH or not NAME_PATTERN.match(name)):
+    if pattern != "*" and (
+        not name or len(name) > NAME_MAX_LENGTH or not NAME_PATTERN.fullmatch(name)
+    ):
         raise TopicError(
             "ILLEGAL_ACL",
             f"pattern {pattern!r} must be a name, '*' or a prefix ending in '*'",

@@ -11,9 +11,9 @@ import enum
 import re
 from dataclasses import dataclass, field
 
-NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")  # fullmatch: "$" would let a newline end a name
 NAME_MAX_LENGTH = 127  # RocketMQ's limit for topic and group names
-NODE_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+NODE_NAME_PATTERN = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
 QUEUES_MAX = 1024
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 16
 MAX_DELIVERY_ATTEMPTS_LIMIT = 1000
@@ -135,7 +135,7 @@ def check_name(kind: str, name: str) -> None:
         raise TopicError(
             f"ILLEGAL_{kind}", f"{kind.lower()} name is {len(name)} characters, the limit is 127"
         )
-    if not NAME_PATTERN.match(name):
+    if not NAME_PATTERN.fullmatch(name):
         raise TopicError(
             f"ILLEGAL_{kind}",
             f"{kind.lower()} name {name!r} has characters outside [%|a-zA-Z0-9_-]",

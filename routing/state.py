@@ -103,9 +103,9 @@ class RoutingState:
 
     # ---- planners: validate and say what changes ---------------------------------------
     def _plan_register(self, command: RegisterNode) -> tuple[list[Change], object]:
-        if not NODE_NAME_PATTERN.match(command.node_id):
+        if not NODE_NAME_PATTERN.fullmatch(command.node_id):
             raise TopicError("ILLEGAL_NODE", f"node id {command.node_id!r} is not [a-zA-Z0-9_.-]")
-        if not NODE_NAME_PATTERN.match(command.broker_group):
+        if not NODE_NAME_PATTERN.fullmatch(command.broker_group):
             raise TopicError(
                 "ILLEGAL_BROKER_GROUP", f"broker group {command.broker_group!r} is not legal"
             )

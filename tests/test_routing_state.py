@@ -89,6 +89,7 @@ def test_topics_spread_over_every_broker_group_unless_named():
     ("command", "reason"),
     [
         (CreateTopic("bad name", 4), "ILLEGAL_TOPIC"),
+        (CreateTopic("newline\n", 4), "ILLEGAL_TOPIC"),  # "$" of a match() let it through
         (CreateTopic("", 4), "ILLEGAL_TOPIC"),
         (CreateTopic("x" * 128, 4), "ILLEGAL_TOPIC"),
         (CreateTopic("zero", 0), "ILLEGAL_TOPIC"),
@@ -102,11 +103,14 @@ def test_topics_spread_over_every_broker_group_unless_named():
         (UpdateTopic("missing", 2), "TOPIC_NOT_FOUND"),
         (DeleteTopic("missing"), "TOPIC_NOT_FOUND"),
         (CreateGroup("bad group", 16), "ILLEGAL_CONSUMER_GROUP"),
+        (CreateGroup("newline\n", 16), "ILLEGAL_CONSUMER_GROUP"),
         (CreateGroup("g", 0), "ILLEGAL_CONSUMER_GROUP"),
         (CreateGroup("G", 16), "GROUP_EXISTS"),
         (DeleteGroup("missing"), "CONSUMER_GROUP_NOT_FOUND"),
         (NodeHeartbeat("ghost", 0, 0), "UNKNOWN_NODE"),
         (RegisterNode("bad id!", "g1", "127.0.0.1:1"), "ILLEGAL_NODE"),
+        (RegisterNode("n9\n", "g1", "127.0.0.1:1"), "ILLEGAL_NODE"),
+        (RegisterNode("n9", "g1\n", "127.0.0.1:1"), "ILLEGAL_BROKER_GROUP"),
     ],
 )
 def test_bad_commands_are_refused_precisely_and_change_nothing(command, reason):

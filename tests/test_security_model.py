@@ -52,12 +52,14 @@ def test_user_commands_change_the_state_and_refuse_precisely():
     assert state.apply(CreateUser("app", b"sealed-1")).ok
     assert state.apply(CreateUser("app", b"sealed-2")).reason == "USER_EXISTS"
     assert state.apply(CreateUser("a b", b"sealed")).reason == "ILLEGAL_USER"
+    assert state.apply(CreateUser("app\n", b"sealed")).reason == "ILLEGAL_USER"
     rule = entry("ALLOW", PUB, TOPIC, "orders")
     assert state.apply(GrantAcl("app", rule)).ok
     assert state.apply(GrantAcl("app", rule)).ok  # granting twice changes nothing
     assert state.users["app"].acl == (rule,)
     assert state.apply(GrantAcl("app", entry("ALLOW", PUB, GROUP, "g"))).reason == "ILLEGAL_ACL"
     assert state.apply(GrantAcl("app", entry("ALLOW", SUB, TOPIC, "a*b"))).reason == "ILLEGAL_ACL"
+    assert state.apply(GrantAcl("app", entry("ALLOW", SUB, TOPIC, "a\n"))).reason == "ILLEGAL_ACL"
     assert state.apply(GrantAcl("nobody", rule)).reason == "USER_NOT_FOUND"
     assert state.apply(UpdateUser("app", b"", admin=True)).ok
     assert state.users["app"].sealed_secret == b"sealed-1" and state.users["app"].admin
