@@ -39,7 +39,9 @@ Layout of ``node.toml``::
     unclean_election = false # true: elect outside the in-sync set (may lose messages)
 
     [security]               # see docs/security.md; everything off by default
-    auth = false             # true: every client RPC needs a valid RocketMQ 5 signature
+    auth = false             # true: every client RPC needs a valid RocketMQ 5 signature;
+                             # without TLS a captured signature works for clock_skew_s
+                             # (the node warns at start): turn TLS on with it
     clock_skew_s = 300       # a signed x-mq-date-time further than this from now is refused
     admin_access_key = ""    # with auth: ensure this admin user exists at start
     admin_secret_key = ""

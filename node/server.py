@@ -113,6 +113,8 @@ class Node:
                 security.clock_skew_s,
             )
             wrappers.append(MethodAccess(AccessControl(authenticator)).wrap)
+            if not security.tls:
+                log.warning(PLAINTEXT_AUTH_WARNING, config.security.clock_skew_s)
         self.server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -428,6 +430,13 @@ def _log_failure(task: asyncio.Future) -> None:
 def tune_garbage_collector() -> None:
     """For a node's own process (``ferrymq node``); tests that host a node keep theirs."""
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+PLAINTEXT_AUTH_WARNING = (
+    "security.auth is on without TLS (tls_cert): a signature travels in clear text and "
+    "anyone who captures one can make any call as its user for the next %d s "
+    "(clock_skew_s); set tls_cert and tls_key (docs/security.md)"
+)
 
 
 async def serve(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:

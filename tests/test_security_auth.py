@@ -55,6 +55,17 @@ def secured(tmp_path_factory):
         node.sigterm()
 
 
+def test_auth_without_tls_is_warned_about_at_start(secured, tmp_path, pki):
+    _, directory = secured
+    with open(directory / "node.log", encoding="utf-8") as f:
+        assert "security.auth is on without TLS" in f.read()
+    tls = f'tls_cert = "{pki.server_cert}"\ntls_key = "{pki.server_key}"\n'
+    node = start_node(str(tmp_path / "tls"), AUTH_TOML + tls)
+    node.sigterm()
+    with open(tmp_path / "tls.log", encoding="utf-8") as f:
+        assert "without TLS" not in f.read()
+
+
 def stored_count(address: str, topic: str) -> int:
     with Admin(address, security=ROOT) as admin:
         _, queues = admin.describe_topic(topic)
