@@ -439,11 +439,22 @@ PLAINTEXT_AUTH_WARNING = (
 )
 
 
+def keep_private(data_dir: str) -> None:
+    """Messages, offsets, the Raft journal and sealed secrets are the node's alone: what it
+    creates from now on is readable by its own user only (umask 077), and its data
+    directory, also one an older version created with the default umask, is closed to
+    others (0700)."""
+    os.umask(0o077)
+    os.makedirs(data_dir, mode=0o700, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+
+
 async def serve(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:
     """Run a node until SIGTERM or SIGINT; ``on_ready`` runs once it serves."""
     # Ports a launcher held for this node stay held until it stops: pysyncobj binds its
     # port on its own thread, whenever it gets to it (``ferrymq/port_holds.py``).
     holds = adopt_inherited()
+    keep_private(config.data_dir)
     try:
         await _serve(config, on_ready)
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 import time
 
@@ -307,3 +309,24 @@ def test_sigkill_keeps_messages_and_committed_offsets_and_sigterm_is_clean(tmp_p
     _, messaging, _ = stubs(node.address)
     assert messaging.GetOffset(rpc.GetOffsetRequest(group=group, message_queue=queue)).offset == 12
     node.sigkill()
+
+
+def test_data_is_readable_by_the_node_user_only(tmp_path):
+    """Files once took the default umask: any local user could read every message."""
+    data_dir = tmp_path / "node"
+    data_dir.mkdir(mode=0o755)  # as an older version, or an operator, left it
+    os.chmod(data_dir, 0o755)
+    node = start_node(str(data_dir))
+    _, messaging, admin = stubs(node.address)
+    create_topic(admin, "private", queues=1)
+    request = rpc.SendMessageRequest(messages=[message("private", b"secret body", "ID1")])
+    assert messaging.SendMessage(request).status.code == pb.OK
+    assert node.sigterm() == 0
+    assert stat.S_IMODE(os.stat(data_dir).st_mode) == 0o700
+    found = []
+    for directory, subdirectories, files in os.walk(data_dir):
+        for name in subdirectories + files:
+            path = os.path.join(directory, name)
+            found.append(name)
+            assert stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0, path
+    assert "commitlog" in found and "node.toml" in found
