@@ -337,6 +337,30 @@ class CommitLog:
             return None
         return record.decode(segment.map, local)
 
+    def read_verified(self, physical_offset: int) -> StoredMessage | None:
+        """The message record at ``physical_offset`` if the bytes there pass every check
+        recovery makes (``check_at``: magic, lengths, body CRC, torn tail) and name this
+        position as theirs (PHYSICALOFFSET); None otherwise. For positions a caller
+        chose, which may be anywhere, such as inside another record's body: ``read``
+        follows consume-queue entries and skips the CRC. Whether a record really starts
+        here is for the consume queue to say (``MessageStore.look_message_by_offset``)."""
+        write_offset = self.write_offset
+        if not self.min_offset <= physical_offset < write_offset:
+            return None
+        segment = self.segments.find(physical_offset)
+        if segment is None:
+            return None
+        local = physical_offset - segment.base_offset
+        limit = min(segment.size, write_offset - segment.base_offset)
+        check = record.check_at(segment.map, local, limit)
+        if check.size == 0 or check.blank:
+            return None
+        try:
+            stored = record.decode(segment.map, local)
+        except CorruptRecordError:  # framed and CRC'd right, yet a topic that is not UTF-8
+            return None
+        return stored if stored.physical_offset == physical_offset else None
+
     def read_bytes(self, physical_offset: int, max_length: int) -> bytes:
         """Raw bytes from ``physical_offset`` up to the end of its segment or of the data."""
         segment = self.segments.find(physical_offset)

@@ -1,6 +1,13 @@
-"""Record parsing never relies on ``assert`` (security review, issue 25): the checks that
-decide whether bytes are a record are run under ``python -O`` (which strips asserts) in a
-subprocess."""
+"""Lookups by offset id return only real records (security review, issue 25).
+
+The review's attack: a user who may publish to ``mine`` writes a record header inside a
+message body, with a body length that runs over the next records (another topic's), closes
+it with a second message of its own, and asks for the forged offset: the victim's bytes
+came back. Now a lookup answers only at a record its consume queue points at, after every
+check recovery makes (magic, lengths, body CRC).
+
+Record parsing never relies on ``assert``: the checks that decide whether bytes are a
+record are run under ``python -O`` (which strips asserts) in a subprocess."""
 
 from __future__ import annotations
 
@@ -8,7 +15,114 @@ import json
 import subprocess
 import sys
 
+import pytest
+from crc32c import crc32c
+
+from store import commitlog_record as record
+from store.config import StoreConfig
+from store.message import Message, offset_message_id
+from store.message_store import MessageStore
 from tests.node_process import ROOT
+
+SPAN = 4096  # the forged body's length: over the victim's records into the closing message
+
+
+def forged_header(at: int, topic: bytes, crc: int = 0) -> bytes:
+    """A record header a producer writes into its message body: a record of ``topic`` at
+    ``at`` (its PHYSICALOFFSET field says so) whose body runs ``SPAN`` bytes on."""
+    size = record.record_size(SPAN, len(topic), 0)
+    no_host = bytes(8)
+    return record.HEADER.pack(
+        size, record.MESSAGE_MAGIC, crc, 0, 0, 0, at, 0, 0, no_host, 0, no_host, 0, 0, SPAN
+    )
+
+
+def closing_body(forged_at: int, closing_at: int, topic: bytes) -> bytes:
+    """The body of the message stored at ``closing_at`` that ends the forged record: filler
+    up to the forged body's end, then TOPICLENGTH, TOPIC and empty properties."""
+    filler = forged_at + record.HEADER_SIZE + SPAN - (closing_at + record.HEADER_SIZE)
+    assert filler >= 0, "the victim's records outgrew the forged span"
+    return b"y" * filler + bytes([len(topic)]) + topic + b"\x00\x00" + b"z" * 8
+
+
+def secret(i: int) -> bytes:
+    return b"VICTIM-SECRET-%d-" % i + b"s" * 60
+
+
+# ---- the store ----------------------------------------------------------------------
+
+
+def open_store(tmp_path) -> MessageStore:
+    return MessageStore.open(
+        StoreConfig(
+            str(tmp_path / "store"),
+            commitlog_segment_bytes=1 << 20,
+            max_message_body_bytes=64 << 10,
+            consume_queue_entries_per_file=100,
+            index_slot_count=64,
+            index_entry_count=400,
+        )
+    )
+
+
+@pytest.mark.parametrize("topic", [b"mine", b"victim", b"\xff\xfe"], ids=["own", "victim", "utf8"])
+@pytest.mark.parametrize("crc_known", [False, True], ids=["crc-guessed", "crc-known"])
+def test_a_header_forged_in_a_body_is_never_read_as_a_record(tmp_path, topic, crc_known):
+    """With ``crc-known`` the attacker is granted every byte its forged body spans (the
+    forged CRC is right): only the consume-queue check then stands between it and the
+    victim's bytes. The forged record claims its own topic, the victim's, or one that is
+    not UTF-8 (no record has such a topic: nothing is found, and nothing raises)."""
+    store = open_store(tmp_path)
+    try:
+        first_at = store.commitlog.write_offset
+        forged_at = first_at + record.HEADER_SIZE  # the header opens the first body
+        first = store.put_message(Message("mine", forged_header(forged_at, topic) + b"x" * 16))
+        assert first.appended[0].physical_offset == first_at
+        victims = [
+            store.put_message(Message.build("victim", secret(i), unique_key=f"V{i}")).appended[0]
+            for i in range(3)
+        ]
+        closing_at = store.commitlog.write_offset
+        store.put_message(Message("mine", closing_body(forged_at, closing_at, topic)))
+        segment = store.commitlog.segments.find(forged_at)
+        if crc_known:
+            body_at = forged_at - segment.base_offset + record.HEADER_SIZE
+            crc = crc32c(segment.map[body_at : body_at + SPAN])
+            at = forged_at - segment.base_offset + record.OFFSET_BODY_CRC
+            record.CRC_AT.pack_into(segment.map, at, crc)
+        forged_local = forged_at - segment.base_offset
+        assert (record.check_at(segment.map, forged_local, segment.size).size > 0) == crc_known
+
+        forged_id = offset_message_id(store.commitlog.store_host, forged_at)
+        for found in (store.look_message_by_id(forged_id), store.look_message_by_offset(forged_at)):
+            assert found is None, f"the forged offset read {found.topic}: {found.body[:120]!r}"
+        for i, victim in enumerate(victims):  # the real records still answer
+            assert store.look_message_by_id(victim.offset_message_id).body == secret(i)
+    finally:
+        store.shutdown()
+
+
+def test_a_flipped_body_byte_makes_every_lookup_of_that_record_find_nothing(tmp_path):
+    store = open_store(tmp_path)
+    try:
+        put = [
+            store.put_message(Message.build("T", body, keys=["k"], unique_key=key)).appended[0]
+            for key, body in (("A", b"before"), ("D", b"to be damaged"), ("C", b"after"))
+        ]
+        damaged = put[1]
+        segment = store.commitlog.segments.find(damaged.physical_offset)
+        at = damaged.physical_offset - segment.base_offset + record.HEADER_SIZE + 3
+        segment.map[at] ^= 0x01
+
+        assert store.look_message_by_id(damaged.offset_message_id) is None
+        assert store.look_message_by_offset(damaged.physical_offset) is None
+        assert store.query_by_unique_key("T", "D") is None
+        assert sorted(m.unique_key for m in store.query_by_key("T", "k")) == ["A", "C"]
+        assert store.look_message_by_id(put[0].offset_message_id).body == b"before"
+        assert store.look_message_by_id(put[2].offset_message_id).body == b"after"
+    finally:
+        store.shutdown()
+
 
 # ---- python -O: no check is an assert -------------------------------------------------
 
