@@ -2,9 +2,11 @@
 
 The review's attack: a user who may publish to ``mine`` writes a record header inside a
 message body, with a body length that runs over the next records (another topic's), closes
-it with a second message of its own, and asks for the forged offset: the victim's bytes
-came back. Now a lookup answers only at a record its consume queue points at, after every
-check recovery makes (magic, lengths, body CRC).
+it with a second message of its own, and asks QueryMessageById (topic ``mine``) for the
+forged offset: the victim's bytes came back. Now a lookup answers only at a record its
+consume queue points at, after every check recovery makes (magic, lengths, body CRC), and
+a caller naming a topic gets only records stored in that topic: transaction halves and
+delayed messages waiting in system topics are not their real topic's messages yet.
 
 Record parsing never relies on ``assert``: the checks that decide whether bytes are a
 record are run under ``python -O`` (which strips asserts) in a subprocess."""
@@ -14,15 +16,24 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from crc32c import crc32c
 
+from ferrymq.client import Admin, ClientSecurity, Producer
+from ferrymq.client.admin import AclRule
+from ferrymq.client.messages import Message as ClientMessage
+from ferrymq.polling import until
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ferrymq.protocol.ferrymq import admin_pb2 as api
+from node.transaction_service import HALF_TOPIC
 from store import commitlog_record as record
 from store.config import StoreConfig
-from store.message import Message, offset_message_id
+from store.message import TIMER_TOPIC, Message, offset_message_id
 from store.message_store import MessageStore
-from tests.node_process import ROOT
+from tests.node_process import ROOT, start_node
 
 SPAN = 4096  # the forged body's length: over the victim's records into the closing message
 
@@ -224,3 +235,144 @@ def test_record_parsing_refuses_bad_bytes_under_python_dash_o():
         "keys indexed": 36,
         "iterate over zeros": refused,
     }
+
+
+# ---- the Admin service with authentication on ----------------------------------------
+
+ROOT_USER = ClientSecurity("root", "root-secret-key")
+MALLORY = ClientSecurity("mallory", "mallory-secret-key")
+AUTH_TOML = """
+[cluster]
+secret = "query-by-id-test-cluster-secret"
+[security]
+auth = true
+clock_skew_s = 120
+admin_access_key = "root"
+admin_secret_key = "root-secret-key"
+"""
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    """One node with auth: ``mallory`` may publish and subscribe on ``mine*`` only;
+    ``victim`` is somebody else's topic."""
+    node = start_node(str(tmp_path_factory.mktemp("query-by-id") / "node"), AUTH_TOML)
+    try:
+        with Admin(node.address, security=ROOT_USER) as root:
+            root.create_topic("mine", 1)
+            root.create_topic("victim", 1)
+            root.create_topic("mine-tx", 1, message_type="TRANSACTION")
+            root.create_topic("mine-later", 1, message_type="DELAY")
+            root.create_user("mallory", "mallory-secret-key")
+            for action in ("PUBLISH", "SUBSCRIBE"):
+                root.grant("mallory", AclRule("ALLOW", action, "TOPIC", "mine*"))
+        yield node.address
+    finally:
+        node.sigterm()
+
+
+def offset_of(admin: Admin, key: str) -> tuple[str, int]:
+    """Host and physical offset of a message of ``mine`` found by key: what any user of a
+    topic learns about where the log ends (offset ids show physical offsets)."""
+    (found,) = admin.query_by_key("mine", key)
+    return found.offset_message_id[:16], int(found.offset_message_id[16:], 16)
+
+
+def write_offset_seen_by(admin: Admin, producer: Producer, probe: str) -> tuple[str, int]:
+    """Where the next record goes, as a producer of ``mine`` finds it: two records of the
+    same shape, the second's offset plus their size (the node is quiet otherwise)."""
+    offsets = []
+    for twin in "ab":
+        producer.send(ClientMessage("mine", b"probe", keys=[f"{probe}-{twin}"]))
+        host, offset = offset_of(admin, f"{probe}-{twin}")
+        offsets.append(offset)
+    return host, offsets[1] + (offsets[1] - offsets[0])
+
+
+def test_query_by_id_of_a_forged_offset_does_not_read_another_topic(secured):
+    """The review's attack end to end, with mallory's credentials and only what mallory
+    can learn: its own offsets (QueryMessageByKey), then the forged id."""
+    with (
+        Admin(secured, security=MALLORY) as mallory,
+        Producer(secured, security=MALLORY) as producer,
+        Producer(secured, security=ROOT_USER) as victim,
+    ):
+        host, first_at = write_offset_seen_by(mallory, producer, "before")
+        forged_at = first_at + record.HEADER_SIZE
+        producer.send(
+            ClientMessage("mine", forged_header(forged_at, b"mine") + b"x" * 16, keys=["first"])
+        )
+        assert offset_of(mallory, "first")[1] == first_at, "somebody else wrote meanwhile"
+        for i in range(3):
+            victim.send(ClientMessage("victim", secret(i)))
+        _, closing_at = write_offset_seen_by(mallory, producer, "after")
+        producer.send(
+            ClientMessage("mine", closing_body(forged_at, closing_at, b"mine"), keys=["closing"])
+        )
+        assert offset_of(mallory, "closing")[1] == closing_at, "somebody else wrote meanwhile"
+
+        forged_id = host + f"{forged_at:016X}"
+        answer = mallory.query_by_id(forged_id, "mine")
+        assert not any(b"VICTIM-SECRET" in m.body for m in answer), answer[0].body[:200]
+        assert answer == []
+        with Admin(secured, security=ROOT_USER) as root:
+            assert root.query_by_id(forged_id) == []  # no record starts there, for anyone
+
+
+def offset_id_in(address: str, system_topic: str, message_id: str) -> str:
+    """The offset id of the record parked in ``system_topic`` for ``message_id``, as an
+    admin finds it."""
+    with Admin(address, security=ROOT_USER) as root:
+        request = api.QueryMessageByKeyRequest(topic=system_topic, key=message_id)
+        answer = root.connection.call(root.stub.QueryMessageByKey, request)
+    assert answer.status.code == 0, answer.status
+    (parked,) = answer.messages
+    assert parked.topic == system_topic
+    return parked.offset_message_id
+
+
+def test_a_transaction_half_is_not_readable_by_id_until_committed(secured):
+    with Admin(secured, security=MALLORY) as mallory, Producer(secured, security=MALLORY) as p:
+        sent = p.send(ClientMessage("mine-tx", b"half-secret"))
+        assert sent.transaction_id
+        half_id = offset_id_in(secured, HALF_TOPIC, sent.message_id)
+
+        assert mallory.query_by_id(half_id, "mine-tx") == []
+        assert mallory.query_by_id(sent.message_id, "mine-tx") == []
+
+        end = rpc.EndTransactionRequest(
+            topic=pb.Resource(name="mine-tx"),
+            message_id=sent.message_id,
+            transaction_id=sent.transaction_id,
+            resolution=pb.COMMIT,
+            source=pb.SOURCE_CLIENT,
+        )
+        connection = mallory.connection
+        assert connection.call(connection.messaging.EndTransaction, end).status.code == pb.OK
+        (committed,) = mallory.query_by_id(sent.message_id, "mine-tx")
+        assert committed.topic == "mine-tx" and committed.body == b"half-secret"
+        assert committed.offset_message_id != half_id
+        assert mallory.query_by_id(committed.offset_message_id, "mine-tx") == [committed]
+        assert mallory.query_by_id(half_id, "mine-tx") == []  # the half stays a system record
+    with Admin(secured, security=ROOT_USER) as root:
+        (half,) = root.query_by_id(half_id)  # admins, asking without a topic, see it
+        assert half.topic == HALF_TOPIC
+
+
+def test_a_delayed_message_is_not_readable_by_id_until_due(secured):
+    with Admin(secured, security=MALLORY) as mallory, Producer(secured, security=MALLORY) as p:
+        due_ms = time.time_ns() // 1_000_000 + 3_000
+        sent = p.send(ClientMessage("mine-later", b"later-secret", delivery_time_ms=due_ms))
+        parked_id = offset_id_in(secured, TIMER_TOPIC, sent.message_id)
+
+        assert mallory.query_by_id(parked_id, "mine-later") == []
+        released = until(
+            lambda: mallory.query_by_id(sent.message_id, "mine-later"),
+            timeout_s=30,
+            what="the delayed message in its topic",
+        )
+        assert time.time_ns() // 1_000_000 >= due_ms
+        (copy,) = released
+        assert copy.topic == "mine-later" and copy.body == b"later-secret"
+        assert copy.offset_message_id != parked_id
+        assert mallory.query_by_id(parked_id, "mine-later") == []
