@@ -691,6 +691,7 @@ typedef struct {
     PyObject *uniq_key;
     PyObject *timer_topic;    /* its records' tag code is a delivery time: left to Python */
     PyObject *timer_tag_code; /* store.commitlog.queue_tag_code, for those */
+    PyObject *corrupt_error;  /* store.errors.CorruptRecordError: framing that does not hold */
     Py_ssize_t properties_max;
 } RecordCodec;
 
@@ -698,14 +699,22 @@ static int
 codec_init(RecordCodec *self, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"prepared_type", "request_type", "tags", "keys", "uniq_key",
-                            "timer_topic", "timer_tag_code", "properties_max", NULL};
+                            "timer_topic", "timer_tag_code", "corrupt_error", "properties_max",
+                            NULL};
     PyObject *prepared_type, *request_type, *tags, *keys, *uniq_key, *timer_topic;
-    PyObject *timer_tag_code;
+    PyObject *timer_tag_code, *corrupt_error;
     Py_ssize_t properties_max;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOUUUUOn:RecordCodec", names,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOUUUUOOn:RecordCodec", names,
                                      &prepared_type, &request_type, &tags, &keys, &uniq_key,
-                                     &timer_topic, &timer_tag_code, &properties_max))
+                                     &timer_topic, &timer_tag_code, &corrupt_error,
+                                     &properties_max))
         return -1;
+    if (!PyExceptionClass_Check(corrupt_error)) {
+        PyErr_SetString(PyExc_TypeError, "corrupt_error must be an exception class");
+        return -1;
+    }
+    Py_INCREF(corrupt_error);
+    Py_XSETREF(self->corrupt_error, corrupt_error);
     Py_INCREF(prepared_type);
     Py_XSETREF(self->prepared_type, prepared_type);
     Py_INCREF(request_type);
@@ -734,6 +743,7 @@ codec_dealloc(RecordCodec *self)
     Py_XDECREF(self->keys);
     Py_XDECREF(self->uniq_key);
     Py_XDECREF(self->timer_topic);
+    Py_XDECREF(self->corrupt_error);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -942,26 +952,26 @@ static PyObject *
 dispatch_request_at(RecordCodec *self, const unsigned char *buf, Py_ssize_t length, Py_ssize_t p)
 {
     if (p < 0 || length - p < RECORD_HEADER_SIZE) {
-        PyErr_Format(PyExc_AssertionError, "no record at %zd", p);
+        PyErr_Format(self->corrupt_error, "no record at %zd", p);
         return NULL;
     }
     const unsigned char *h = buf + p;
     int32_t size = read_int32(h);
     if ((uint32_t)read_int32(h + 4) != MESSAGE_MAGIC) {
-        PyErr_Format(PyExc_AssertionError, "no message record at %zd", p);
+        PyErr_Format(self->corrupt_error, "no message record at %zd", p);
         return NULL;
     }
     int32_t body_length = read_int32(h + 84);
     Py_ssize_t end = p + size;
     Py_ssize_t topic_at = p + RECORD_HEADER_SIZE + (Py_ssize_t)body_length;
     if (size <= 0 || body_length < 0 || end > length || topic_at + 1 > end) {
-        PyErr_SetString(PyExc_AssertionError, "record lengths disagree");
+        PyErr_Format(self->corrupt_error, "record lengths disagree at %zd", p);
         return NULL;
     }
     Py_ssize_t properties_at = topic_at + 1 + buf[topic_at];
     if (properties_at + 2 > end ||
         properties_at + 2 + (((Py_ssize_t)buf[properties_at] << 8) | buf[properties_at + 1]) != end) {
-        PyErr_SetString(PyExc_AssertionError, "record lengths disagree");
+        PyErr_Format(self->corrupt_error, "record lengths disagree at %zd", p);
         return NULL;
     }
     PyObject *call[10] = {NULL};
@@ -1036,7 +1046,7 @@ codec_dispatch_requests(RecordCodec *self, PyObject *args)
         goto fail;
     while (position < limit && PyList_GET_SIZE(requests) < max_count) {
         if (limit - position < 8) {
-            PyErr_Format(PyExc_AssertionError, "no record at %zd", position);
+            PyErr_Format(self->corrupt_error, "no record at %zd", position);
             goto fail;
         }
         int32_t size = read_int32(buf + position);
@@ -1046,7 +1056,7 @@ codec_dispatch_requests(RecordCodec *self, PyObject *args)
             break;
         }
         if (magic != MESSAGE_MAGIC || size <= 0) {
-            PyErr_Format(PyExc_AssertionError, "no record at %zd", position);
+            PyErr_Format(self->corrupt_error, "no record at %zd", position);
             goto fail;
         }
         PyObject *request = dispatch_request_at(self, buf, view.len, position);

@@ -20,7 +20,7 @@ from crc32c import crc32c
 from store import _speedups as speedups
 from store import commitlog_record as record
 from store.dispatch_request import DispatchRequest
-from store.errors import InvalidMessageError
+from store.errors import CorruptRecordError, InvalidMessageError
 from store.hashing import tag_hash_code
 from store.mapped_file_queue import MappedFileQueue
 from store.message import (
@@ -116,7 +116,10 @@ def index_keys_of(properties: dict[str, str]) -> tuple[str, ...]:
 def dispatch_request_at(buf, position: int) -> DispatchRequest:
     """The dispatch request of the valid record at ``position`` of ``buf``, read straight
     from the header and the properties: replay (a slave's replicated chunks, recovery)
-    never needs the body, so it is never copied."""
+    never needs the body, so it is never copied. Framing that does not hold raises
+    ``CorruptRecordError`` (the C twin's checks, one for one), never an ``assert``."""
+    if position < 0 or len(buf) - position < record.HEADER_SIZE:
+        raise CorruptRecordError(f"no record at {position}")
     (
         size,
         magic,
@@ -134,13 +137,20 @@ def dispatch_request_at(buf, position: int) -> DispatchRequest:
         _,
         body_length,
     ) = record.HEADER.unpack_from(buf, position)
-    assert magic == record.MESSAGE_MAGIC, f"no message record at {position}"
+    if magic != record.MESSAGE_MAGIC:
+        raise CorruptRecordError(f"no message record at {position}")
+    end = position + size
     topic_at = position + record.HEADER_SIZE + body_length
+    if size <= 0 or body_length < 0 or end > len(buf) or topic_at + 1 > end:
+        raise CorruptRecordError(f"record lengths disagree at {position}")
     properties_at = topic_at + 1 + buf[topic_at]
-    properties_length = (buf[properties_at] << 8) | buf[properties_at + 1]
-    assert properties_at + 2 + properties_length == position + size, "record lengths disagree"
+    if (
+        properties_at + 2 > end
+        or properties_at + 2 + ((buf[properties_at] << 8) | buf[properties_at + 1]) != end
+    ):
+        raise CorruptRecordError(f"record lengths disagree at {position}")
     topic = buf[topic_at + 1 : properties_at].decode()
-    properties = decode_properties(buf[properties_at + 2 : position + size])
+    properties = decode_properties(buf[properties_at + 2 : end])
     return DispatchRequest(
         topic,
         queue_id,
@@ -230,6 +240,7 @@ CODEC = speedups.RecordCodec(
     uniq_key=PROPERTY_UNIQ_KEY,
     timer_topic=TIMER_TOPIC,
     timer_tag_code=queue_tag_code,
+    corrupt_error=CorruptRecordError,
     properties_max=PROPERTIES_MAX_BYTES,
 )
 DISPATCH_CHUNK = 1024  # records per call: a long replay never holds more requests at once
@@ -325,6 +336,30 @@ class CommitLog:
         if magic != record.MESSAGE_MAGIC or size <= 0 or local + size > segment.size:
             return None
         return record.decode(segment.map, local)
+
+    def read_verified(self, physical_offset: int) -> StoredMessage | None:
+        """The message record at ``physical_offset`` if the bytes there pass every check
+        recovery makes (``check_at``: magic, lengths, body CRC, torn tail) and name this
+        position as theirs (PHYSICALOFFSET); None otherwise. For positions a caller
+        chose, which may be anywhere, such as inside another record's body: ``read``
+        follows consume-queue entries and skips the CRC. Whether a record really starts
+        here is for the consume queue to say (``MessageStore.look_message_by_offset``)."""
+        write_offset = self.write_offset
+        if not self.min_offset <= physical_offset < write_offset:
+            return None
+        segment = self.segments.find(physical_offset)
+        if segment is None:
+            return None
+        local = physical_offset - segment.base_offset
+        limit = min(segment.size, write_offset - segment.base_offset)
+        check = record.check_at(segment.map, local, limit)
+        if check.size == 0 or check.blank:
+            return None
+        try:
+            stored = record.decode(segment.map, local)
+        except CorruptRecordError:  # framed and CRC'd right, yet a topic that is not UTF-8
+            return None
+        return stored if stored.physical_offset == physical_offset else None
 
     def read_bytes(self, physical_offset: int, max_length: int) -> bytes:
         """Raw bytes from ``physical_offset`` up to the end of its segment or of the data."""
@@ -445,7 +480,9 @@ class CommitLog:
             if magic == record.BLANK_MAGIC:
                 position = segment.end_offset
                 continue
-            assert magic == record.MESSAGE_MAGIC and size > 0, f"no record at {position}"
+            if magic != record.MESSAGE_MAGIC or size <= 0:
+                # Not an assert: stripped under ``python -O``, a zero size looped forever.
+                raise CorruptRecordError(f"no record at {position} (magic 0x{magic:08X})")
             yield record.decode(segment.map, local)
             position += size
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from store.errors import CorruptRecordError
 from store.message import StoredMessage, decode_properties
 
 MESSAGE_MAGIC = 0xDAA320A7
@@ -184,41 +185,65 @@ def chunk_problem(data: bytes) -> str | None:
 
 
 def decode(buf, position: int) -> StoredMessage:
-    """Decode a record known to be valid (it passed ``check_at`` or was just written)."""
-    (
-        size,
-        magic,
-        body_crc,
-        queue_id,
-        flag,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        born_timestamp_ms,
-        born_host,
-        store_timestamp_ms,
-        store_host,
-        reconsume_times,
-        prepared_transaction_offset,
-        body_length,
-    ) = HEADER.unpack_from(buf, position)
-    assert magic == MESSAGE_MAGIC, f"no message record at {position}"
+    """Decode the message record at ``position`` of ``buf``. Its framing (magic code,
+    lengths, UTF-8 topic and properties) is checked here, with ``CorruptRecordError``
+    saying what is wrong: an ``assert`` would vanish under ``python -O`` and garbage would
+    decode. Its body CRC is not: reads that follow consume-queue entries skip it, and a
+    lookup at a position someone chose runs ``check_at`` first."""
+    try:
+        (
+            size,
+            magic,
+            body_crc,
+            queue_id,
+            flag,
+            queue_offset,
+            physical_offset,
+            sys_flag,
+            born_timestamp_ms,
+            born_host,
+            store_timestamp_ms,
+            store_host,
+            reconsume_times,
+            prepared_transaction_offset,
+            body_length,
+        ) = HEADER.unpack_from(buf, position)
+    except struct.error:
+        raise CorruptRecordError(f"no whole record header at {position}") from None
+    if magic != MESSAGE_MAGIC or position < 0:
+        raise CorruptRecordError(f"no message record at {position} (magic 0x{magic:08X})")
+    end = position + size
     body_at = position + HEADER_SIZE
     topic_at = body_at + body_length
-    topic_length = buf[topic_at]
-    properties_at = topic_at + 1 + topic_length
+    if body_length < 0 or topic_at + 3 > end or end > len(buf):
+        raise CorruptRecordError(
+            f"record at {position}: size {size} and body length {body_length} disagree "
+            f"(with each other, or with the {len(buf) - position} bytes there)"
+        )
+    properties_at = topic_at + 1 + buf[topic_at]
+    if properties_at + 2 > end:
+        raise CorruptRecordError(f"record at {position}: its topic runs past its size {size}")
     properties_length = (buf[properties_at] << 8) | buf[properties_at + 1]
-    assert properties_at + 2 + properties_length == position + size, "record lengths disagree"
+    if properties_at + 2 + properties_length != end:
+        raise CorruptRecordError(
+            f"record at {position}: properties length {properties_length} disagrees "
+            f"with size {size}"
+        )
+    try:
+        topic = buf[topic_at + 1 : properties_at].decode()
+        properties = decode_properties(buf[properties_at + 2 : end])
+    except UnicodeDecodeError as error:
+        raise CorruptRecordError(
+            f"record at {position}: topic or properties are not UTF-8 ({error.reason})"
+        ) from None
     return StoredMessage(
-        topic=buf[topic_at + 1 : properties_at].decode(),
+        topic=topic,
         queue_id=queue_id,
         queue_offset=queue_offset,
         physical_offset=physical_offset,
         size=size,
         body=buf[body_at:topic_at],
-        properties=decode_properties(
-            buf[properties_at + 2 : properties_at + 2 + properties_length]
-        ),
+        properties=properties,
         body_crc=body_crc,
         flag=flag,
         sys_flag=sys_flag,

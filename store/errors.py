@@ -20,6 +20,13 @@ class InvalidMessageError(StoreError):
         self.detail = detail
 
 
+class CorruptRecordError(StoreError):
+    """Bytes read as a message record are not one: a bad magic code, lengths that disagree,
+    a topic or properties that are not UTF-8. A damaged file, or a position that is no
+    record boundary. Raised by the record parsers instead of an ``assert``, which
+    ``python -O`` strips: then they would decode garbage."""
+
+
 class DiskFullError(StoreError):
     """The file system refused space (ENOSPC); nothing of the failed append is visible."""
 

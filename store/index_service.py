@@ -144,7 +144,10 @@ class IndexService:
                     # Now the new file decides the replay; the full one keeps this record's
                     # keys it holds until retention removes the record.
                     full.write_header(request.physical_offset + request.size)
-                    assert target.put(key_hash, request.physical_offset, request.store_timestamp_ms)
+                    # Put, then checked: inside an ``assert`` (stripped under ``python
+                    # -O``) the put itself vanished, and this key was never indexed.
+                    put = target.put(key_hash, request.physical_offset, request.store_timestamp_ms)
+                    assert put, "a new index file refused its first key"
             last = request
         if target is not None and last is not None:
             target.write_header(last.physical_offset + last.size)

@@ -26,7 +26,14 @@ import weakref
 from collections.abc import Callable, Collection
 
 from store.checkpoint import Checkpoint
-from store.commitlog import CODEC, CommitLog, PreparedMessage, prepare, topic_prefix_of
+from store.commitlog import (
+    CODEC,
+    NO_QUEUE_OFFSET_BIT,
+    CommitLog,
+    PreparedMessage,
+    prepare,
+    topic_prefix_of,
+)
 from store.commitlog_record import chunk_problem
 from store.commitlog_record import decode as record_decode
 from store.config import FlushMode, StoreConfig
@@ -757,18 +764,34 @@ class MessageStore:
         return queue.offset_by_time(timestamp_ms, self.commitlog.store_timestamp_at)
 
     def look_message_by_offset(self, physical_offset: int) -> StoredMessage | None:
-        return self.commitlog.read(physical_offset)
+        """The message whose record starts at ``physical_offset``, or None. Only a real
+        record answers: bytes that pass every check (magic, lengths, body CRC:
+        ``CommitLog.read_verified``) and that their consume queue points at (the entry of
+        the topic, queue and queue offset they claim holds exactly this offset and size).
+        Bytes shaped like a record inside another record's body (a header a producer
+        forged in its message, with a length that spans other topics' records) claim an
+        entry that points elsewhere, so they are never read as one. Records that take no
+        queue offset (PREPARED or ROLLBACK transaction records of the store API; the node
+        writes none) have no entry to vouch for them and are not returned either."""
+        stored = self.commitlog.read_verified(physical_offset)
+        if stored is None or stored.sys_flag & NO_QUEUE_OFFSET_BIT:
+            return None
+        queue = self.consume_queues.get(stored.topic, stored.queue_id)
+        entry = queue.entry_at(stored.queue_offset) if queue is not None else None
+        if entry is None or entry[0] != physical_offset or entry[1] != stored.size:
+            return None
+        return stored
 
     def look_message_by_id(self, message_id: str) -> StoredMessage | None:
-        """Find a record by its offset message id (one read)."""
+        """The message of an offset message id (``look_message_by_offset``), or None for
+        a malformed id, another host's, or a position where no real record starts."""
         try:
             host, physical = parse_offset_message_id(message_id)
         except ValueError:
             return None
         if host != self.commitlog.store_host:
             return None
-        stored = self.commitlog.read(physical)
-        return stored if stored is not None and stored.physical_offset == physical else None
+        return self.look_message_by_offset(physical)
 
     def query_by_key(
         self,
@@ -796,7 +819,8 @@ class MessageStore:
             if physical in seen or not low <= physical < high:
                 continue
             seen.add(physical)
-            stored = self.commitlog.read(physical)
+            # Index hits are candidates: the record is read as a lookup by id reads it.
+            stored = self.look_message_by_offset(physical)
             if stored is None or stored.topic != topic:
                 continue
             if not begin_ms <= stored.store_timestamp_ms <= end_ms:

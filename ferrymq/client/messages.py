@@ -13,6 +13,7 @@ from google.protobuf import timestamp_pb2
 from ferrymq.client.errors import MALFORMED_ANSWER, FerryError
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from store.commitlog_record import HEADER_SIZE, decode
+from store.errors import CorruptRecordError
 from store.message import (
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_TAGS,
@@ -149,7 +150,7 @@ def decode_records(records: bytes) -> list[StoredMessage]:
                 raise ValueError(f"a record of {size} bytes")
             found.append(decode(records, position))
             position += size
-    except (AssertionError, ValueError, IndexError, struct.error) as error:
+    except (CorruptRecordError, ValueError, struct.error) as error:
         raise FerryError(
             MALFORMED_ANSWER,
             "MALFORMED_ANSWER",
