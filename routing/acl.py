@@ -6,6 +6,7 @@ the nodes must read it back to verify HMAC signatures, so it cannot be hashed), 
 flag and a list of ACL entries. The decision is deliberately simple to audit:
 
 - an admin may do everything;
+- nobody else may touch a system topic (``%SYS%...``), whatever the entries say;
 - otherwise an entry matching the action and the resource that says DENY refuses, even when
   another entry allows (deny wins);
 - otherwise an ALLOW entry that matches permits; nothing matching refuses (default deny).
@@ -21,7 +22,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 
-from routing.metadata import NAME_MAX_LENGTH, NAME_PATTERN, TopicError
+from routing.metadata import NAME_MAX_LENGTH, NAME_PATTERN, SYSTEM_PREFIX, TopicError
 
 ACCESS_KEY_PATTERN = re.compile(r"[A-Za-z0-9_.-]{3,64}")
 ACL_ENTRIES_MAX = 256
@@ -78,6 +79,10 @@ def is_allowed(user: User, action: Action, kind: ResourceKind, name: str) -> boo
     """Whether ``user`` may do ``action`` on the resource ``kind``/``name`` (deny wins)."""
     if user.admin:
         return True
+    if kind is ResourceKind.TOPIC and name.startswith(SYSTEM_PREFIX):
+        # The node's own topics (transaction halves, parked delayed messages, POP and
+        # offset records) hold other topics' messages: no entry opens them, not even "*".
+        return False
     matching = [entry for entry in user.acl if entry.matches(action, kind, name)]
     if any(entry.effect is Effect.DENY for entry in matching):
         return False

@@ -47,6 +47,24 @@ def test_deny_wins_over_allow_and_nothing_matching_refuses():
     assert is_allowed(User("root", b"x", admin=True), PUB, TOPIC, "anything")
 
 
+def test_no_entry_opens_a_system_topic_to_a_user():
+    """ "*" once matched %SYS%TRANS_HALF: a user granted every topic read transaction
+    halves and parked delayed messages of topics it had no right to."""
+    user = User(
+        "app",
+        b"x",
+        acl=(
+            entry("ALLOW", SUB, TOPIC, "*"),
+            entry("ALLOW", PUB, TOPIC, "%*"),
+            entry("ALLOW", SUB, TOPIC, "%SYS%TRANS_HALF"),
+        ),
+    )
+    assert is_allowed(user, SUB, TOPIC, "orders") and is_allowed(user, PUB, TOPIC, "%DLQ%g")
+    for name in ("%SYS%TRANS_HALF", "%SYS%TIMER", "%SYS%POP"):
+        assert not is_allowed(user, SUB, TOPIC, name) and not is_allowed(user, PUB, TOPIC, name)
+    assert is_allowed(User("root", b"x", admin=True), SUB, TOPIC, "%SYS%TRANS_HALF")
+
+
 def test_user_commands_change_the_state_and_refuse_precisely():
     state = RoutingState()
     assert state.apply(CreateUser("app", b"sealed-1")).ok
