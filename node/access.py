@@ -4,8 +4,10 @@ sees it. A refused call reaches no service code, so it stores, acks or changes n
 
 What each RPC needs (``RULES``; a method not listed needs admin rights):
 
-- topology and session RPCs (QueryRoute, QueryAssignment, Heartbeat, Telemetry,
-  NotifyClientTermination): a valid signature only;
+- topology and session RPCs (QueryRoute, QueryAssignment, Telemetry, and a producer's
+  Heartbeat and NotifyClientTermination): a valid signature only;
+- a consumer's Heartbeat and NotifyClientTermination (they name its group): SUBSCRIBE on
+  the group;
 - publishing (SendMessage, EndTransaction, Data.Produce): PUBLISH on the topic;
 - consuming (Receive, Ack, ChangeInvisibleDuration, ForwardToDLQ, Pull, offsets,
   Data.Fetch): SUBSCRIBE on the topic and, when the request names one, on the group;
@@ -90,11 +92,20 @@ def _authenticated(request) -> list[Need]:
     return []
 
 
+def _membership(request) -> list[Need]:
+    """A consumer's heartbeat or termination makes or ends a member of its group, which
+    decides the pull consumers' queue split: SUBSCRIBE on the group. A producer's names no
+    group and changes nothing: credentials only."""
+    if not request.HasField("group"):
+        return []
+    return [Need(SUB, ResourceKind.GROUP, request.group.name)]
+
+
 RULES: dict[str, Callable[[object], list[Need]]] = {
     MESSAGING + "QueryRoute": _authenticated,
     MESSAGING + "QueryAssignment": _authenticated,
-    MESSAGING + "Heartbeat": _authenticated,
-    MESSAGING + "NotifyClientTermination": _authenticated,
+    MESSAGING + "Heartbeat": _membership,
+    MESSAGING + "NotifyClientTermination": _membership,
     MESSAGING + "Telemetry": _authenticated,
     MESSAGING + "SendMessage": _publish_all,
     MESSAGING + "EndTransaction": lambda r: [_topic(PUB, r.topic.name)],

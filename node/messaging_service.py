@@ -29,7 +29,12 @@ from node.convert import (
     to_wire_message,
 )
 from node.filter_expression import tag_filter
-from node.group_members import GroupMembers, client_id_of
+from node.group_members import (
+    GroupMembers,
+    MembershipRefused,
+    caller_identity,
+    client_id_of,
+)
 from node.long_polling import QueueWaiters
 from node.parked import real_topic_of
 from node.pop_service import PopService, now_ms
@@ -41,9 +46,16 @@ from node.rpc_status import (
     topic_error_status,
 )
 from node.timer_service import TimerService
-from node.topics import GroupConfig, MessageType, Permission, TopicConfig, TopicError, TopicTable
+from node.topics import (
+    GroupConfig,
+    MessageType,
+    Permission,
+    TopicConfig,
+    TopicError,
+    TopicTable,
+)
 from node.transaction_service import HALF_TOPIC, TransactionService
-from routing.metadata import TopicRoute
+from routing.metadata import TopicRoute, check_name
 from routing.replica import RoutingReplica
 from routing.state import RoutingState
 from store.message import PROPERTY_DELIVERY_TIME_MS, PROPERTY_TRANSACTION_ID, Message
@@ -96,7 +108,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         members: GroupMembers,
         options: MessagingOptions | None = None,
         clock_ms: Callable[[], int] = now_ms,
+        authenticated: bool = False,
     ) -> None:
+        self.authenticated = authenticated  # calls passed access control (node.access)
         self.pop = pop
         self.transactions = transactions
         self.members = members
@@ -176,15 +190,33 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return rpc.QueryAssignmentResponse(status=OK, assignments=assignments)
 
     async def Heartbeat(self, request, context):
-        client_id = client_id_of(context)
-        if request.HasField("group") and client_id:
-            self.members.heartbeat(request.group.name, client_id)
+        """A consumer's heartbeat names its group, which must exist; a producer's names
+        none and is only answered."""
+        if not request.HasField("group"):
+            return rpc.HeartbeatResponse(status=OK)
+        try:
+            group = self.topics.group(request.group.name)
+            identity = caller_identity(context, self.authenticated)
+            self.members.heartbeat(group.name, client_id_of(context), identity)
+        except TopicError as error:
+            return rpc.HeartbeatResponse(status=topic_error_status(error))
+        except MembershipRefused as refused:
+            return rpc.HeartbeatResponse(status=status(refused.code, str(refused)))
         return rpc.HeartbeatResponse(status=OK)
 
     async def NotifyClientTermination(self, request, context):
-        client_id = client_id_of(context)
-        if request.HasField("group") and client_id:
-            self.members.leave(request.group.name, client_id)
+        """A consumer leaves its group at once. The group need not exist any more (it may
+        have been deleted while the client ran); its name must be legal."""
+        if not request.HasField("group"):
+            return rpc.NotifyClientTerminationResponse(status=OK)
+        try:
+            check_name("CONSUMER_GROUP", request.group.name)
+            identity = caller_identity(context, self.authenticated)
+            self.members.leave(request.group.name, client_id_of(context), identity)
+        except TopicError as error:
+            return rpc.NotifyClientTerminationResponse(status=topic_error_status(error))
+        except MembershipRefused as refused:
+            return rpc.NotifyClientTerminationResponse(status=status(refused.code, str(refused)))
         return rpc.NotifyClientTerminationResponse(status=OK)
 
     async def Telemetry(self, request_iterator, context) -> AsyncIterator[pb.TelemetryCommand]:

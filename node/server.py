@@ -168,6 +168,7 @@ class Node:
                 self.transactions,
                 members,
                 options=config.messages,
+                authenticated=security.auth,
             ),
         )
         add_service(

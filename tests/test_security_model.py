@@ -220,3 +220,30 @@ def test_end_transaction_without_a_topic_needs_admin():
     headers = dict(signature_headers("wide", "secret-of-wide", now_s=now))
     with pytest.raises(Refusal, match="needs admin rights"):
         access.check(MESSAGING + "EndTransaction", headers, rpc.EndTransactionRequest())
+
+
+def test_group_membership_needs_subscribe_on_the_group():
+    """Issue 25: any authenticated user could add members to a group (its pull consumers
+    then got no queues) or evict them. A producer's heartbeat names no group."""
+    box = SecretBox("the-cluster-secret")
+    now = 1_790_000_000.0
+    reader = User(
+        "reader", box.seal("reader", "secret-of-reader"), acl=(entry("ALLOW", SUB, GROUP, "G"),)
+    )
+    stranger = User("stranger", box.seal("stranger", "secret-of-stranger"))
+    access = AccessControl(authenticator(now, reader=reader, stranger=stranger))
+    as_reader = dict(signature_headers("reader", "secret-of-reader", now_s=now))
+    as_stranger = dict(signature_headers("stranger", "secret-of-stranger", now_s=now))
+    of_group = pb.Resource(name="G")
+    for method, request in (
+        ("Heartbeat", rpc.HeartbeatRequest(group=of_group, client_type=pb.PUSH_CONSUMER)),
+        ("NotifyClientTermination", rpc.NotifyClientTerminationRequest(group=of_group)),
+    ):
+        access.check(MESSAGING + method, as_reader, request)
+        with pytest.raises(Refusal, match="no subscribe permission on group G"):
+            access.check(MESSAGING + method, as_stranger, request)
+    producer = rpc.HeartbeatRequest(client_type=pb.PRODUCER)
+    access.check(MESSAGING + "Heartbeat", as_stranger, producer)
+    access.check(
+        MESSAGING + "NotifyClientTermination", as_stranger, rpc.NotifyClientTerminationRequest()
+    )
