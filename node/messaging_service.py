@@ -14,6 +14,7 @@ import asyncio
 import zlib
 from collections.abc import AsyncIterator, Callable
 
+import grpc
 from google.protobuf import duration_pb2
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -45,6 +46,7 @@ from node.rpc_status import (
     status,
     topic_error_status,
 )
+from node.telemetry_outbox import TelemetryOutbox
 from node.timer_service import TimerService
 from node.topics import (
     GroupConfig,
@@ -65,11 +67,18 @@ from store.results import GetStatus, PutStatus
 LONG_POLLING_DEFAULT_S = 20.0
 LONG_POLLING_MAX_S = 60.0
 PULL_BATCH_MAX = 256
+# Every message of a request is converted and validated in one turn of the event loop: the
+# bound keeps that turn short. The SDK sends at most 128 per request, the official
+# clients one (or a small batch).
+SEND_MESSAGES_MAX = 1024
 # Delay before a failed message comes back (the client asks via ChangeInvisibleDuration).
 DEFAULT_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800)
 # FIFO consumers retry locally while the delivery stays invisible and the node does not
 # renew it: short fixed pauses keep all attempts inside the default invisibility (60 s).
 FIFO_BACKOFF_S = (1,)
+# A producer's settings name the topics it publishes; the stream is registered for the
+# orphan checks of each, so a bound keeps one stream's share of that registry small.
+MAX_PUBLISHING_TOPICS = 1024
 
 MESSAGE_TYPES = {
     MessageType.NORMAL: pb.NORMAL,
@@ -222,31 +231,52 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def Telemetry(self, request_iterator, context) -> AsyncIterator[pb.TelemetryCommand]:
         """Answer each settings write with the settings the client must use, and push
         orphan-transaction checks to producers; the stream stays open until the client
-        closes it (the clients expect that)."""
-        outbox: asyncio.Queue[rpc.TelemetryCommand | None] = asyncio.Queue()
+        closes it (the clients expect that). A client that does not read its answers is
+        cut off once ``OUTBOX_MAX`` wait (``node.telemetry_outbox``)."""
+        outbox = TelemetryOutbox()
+        overflowed = False
 
         async def read_commands() -> None:
+            nonlocal overflowed
             try:
                 async for command in request_iterator:
                     if command.WhichOneof("command") != "settings":
                         continue  # results of commands we never send
-                    settings = command.settings
-                    if settings.WhichOneof("pub_sub") == "publishing":
-                        topics = [t.name for t in settings.publishing.topics]
-                        self.transactions.producers.register(outbox, topics)
-                    outbox.put_nowait(
-                        rpc.TelemetryCommand(status=OK, settings=self._settings_for(settings))
-                    )
+                    if not outbox.offer(self._settings_answer(command.settings, outbox)):
+                        overflowed = True
+                        return
             finally:
-                outbox.put_nowait(None)
+                outbox.close()
 
         reader = asyncio.ensure_future(read_commands())
         try:
-            while (command := await outbox.get()) is not None:
+            while (command := await outbox.next()) is not None:
                 yield command
         finally:
             reader.cancel()
             self.transactions.producers.unregister(outbox)
+        if overflowed:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{outbox.limit} Telemetry answers wait unread: the client does not read "
+                "its stream",
+            )
+
+    def _settings_answer(self, settings: pb.Settings, outbox: TelemetryOutbox):
+        """The answer to one settings command; a producer's also registers the stream for
+        the orphan checks of the topics it publishes."""
+        if settings.WhichOneof("pub_sub") == "publishing":
+            topics = [t.name for t in settings.publishing.topics]
+            if len(topics) > MAX_PUBLISHING_TOPICS:
+                return rpc.TelemetryCommand(
+                    status=status(
+                        pb.BAD_REQUEST,
+                        f"publishing names {len(topics)} topics, the limit is "
+                        f"{MAX_PUBLISHING_TOPICS}",
+                    )
+                )
+            self.transactions.producers.register(outbox, topics)
+        return rpc.TelemetryCommand(status=OK, settings=self._settings_for(settings))
 
     def _settings_for(self, settings: pb.Settings) -> pb.Settings:
         answer = pb.Settings()
@@ -316,6 +346,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @staticmethod
     def _send_refused(request, answer: pb.Status) -> rpc.SendMessageResponse:
+        """One entry per message, as the clients expect; none for a request beyond the
+        message limit, so a refusal is never larger than an answer can be."""
+        if len(request.messages) > SEND_MESSAGES_MAX:
+            return rpc.SendMessageResponse(status=answer)
         return rpc.SendMessageResponse(
             status=answer,
             entries=[
@@ -325,8 +359,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
 
     def _messages_to_store(self, request):
-        if not request.messages:
+        count = len(request.messages)
+        if not count:
             raise InvalidRequest(pb.BAD_REQUEST, "no messages in the request")
+        if count > SEND_MESSAGES_MAX:
+            raise InvalidRequest(
+                pb.BAD_REQUEST, f"{count} messages in one request, the limit is {SEND_MESSAGES_MAX}"
+            )
+        # The bodies alone past the batch limit: refused before any message is converted
+        # (the store checks the exact record sizes of what gets this far).
+        body_bytes = sum(len(m.body) for m in request.messages)
+        batch_limit = self.store.config.max_batch_bytes
+        if body_bytes > batch_limit:
+            raise InvalidRequest(
+                pb.PAYLOAD_TOO_LARGE,
+                f"the bodies are {body_bytes} bytes, the limit of a request is {batch_limit}",
+            )
         names = {m.topic.name for m in request.messages}
         if len(names) != 1:
             raise InvalidRequest(pb.BAD_REQUEST, "a batch must target one topic")

@@ -122,6 +122,7 @@ class Node:
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ],
+            maximum_concurrent_rpcs=config.messages.max_concurrent_rpcs,
         )
         listen = f"{config.host}:{config.ports.grpc}"
         if security.tls:
