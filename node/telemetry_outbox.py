@@ -42,5 +42,10 @@ class TelemetryOutbox:
             self._closed = True
             self._queue.put_nowait(None)
 
+    @property
+    def waiting(self) -> int:
+        """Commands offered and not taken yet."""
+        return max(0, self._queue.qsize() - self._closed)  # the end mark is not one
+
     async def next(self) -> rpc.TelemetryCommand | None:
         return await self._queue.get()
