@@ -4,6 +4,7 @@ each RPC. No processes: the end-to-end checks are in test_security_auth.py."""
 
 from __future__ import annotations
 
+import logging
 import pickle
 
 import pytest
@@ -247,3 +248,33 @@ def test_group_membership_needs_subscribe_on_the_group():
     access.check(
         MESSAGING + "NotifyClientTermination", as_stranger, rpc.NotifyClientTerminationRequest()
     )
+
+
+def test_a_flood_of_refusals_with_made_up_access_keys_logs_at_a_bounded_rate(caplog):
+    """Issue 25: the refusal log's rate limit was keyed on the access key a refused request
+    claims (and on the reason, which quotes what it sent), so random keys logged every
+    refusal. Now one line per method and kind per ten seconds, with the count left out."""
+    import random
+
+    box = SecretBox("the-cluster-secret")
+    now = 1_790_000_000.0
+    reader = User("reader", box.seal("reader", "secret-of-reader"))
+    clock = [0.0]
+    access = AccessControl(authenticator(now, reader=reader), clock=lambda: clock[0])
+    rng = random.Random(25)
+    as_reader = dict(signature_headers("reader", "secret-of-reader", now_s=now))
+    caplog.set_level(logging.WARNING, logger="ferrymq.auth")
+    for i in range(5_001):  # 0.002 s apart: 10 s in all
+        clock[0] = i * 0.002
+        key = "".join(rng.choice("abcdefghijklmnop") for _ in range(12))
+        made_up = dict(signature_headers(key, "whatever", now_s=now + rng.randint(-900, 900)))
+        with pytest.raises(Refusal):
+            access.check(MESSAGING + "SendMessage", made_up, rpc.SendMessageRequest())
+        topic = f"topic-{rng.randrange(10**9)}"  # a reason the caller chooses
+        request = rpc.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name=topic))])
+        with pytest.raises(Refusal):
+            access.check(MESSAGING + "SendMessage", as_reader, request)
+    lines = [r.getMessage() for r in caplog.records if r.name == "ferrymq.auth"]
+    assert len(lines) == 4  # each kind at 0 s and once more at 10 s
+    assert sum("more like it in the last 10 s not logged" in line for line in lines) == 2
+    assert len(access._logged) == 2  # memory: one entry per method and kind
