@@ -234,12 +234,13 @@ def run_node(args) -> int:
     except (ConfigError, OSError) as error:
         print(f"ferrymq node: {error}", file=sys.stderr)
         return 2
+    from node.handle_key import HandleKeyError
     from routing.replica import RoutingUnavailable
 
     tune_garbage_collector()
     try:
         asyncio.run(serve(config))
-    except RoutingUnavailable as error:
+    except (RoutingUnavailable, HandleKeyError) as error:
         print(f"ferrymq node: {error}", file=sys.stderr)
         return 1
     return 0

@@ -4,8 +4,10 @@ sees it. A refused call reaches no service code, so it stores, acks or changes n
 
 What each RPC needs (``RULES``; a method not listed needs admin rights):
 
-- topology and session RPCs (QueryRoute, QueryAssignment, Heartbeat, Telemetry,
-  NotifyClientTermination): a valid signature only;
+- topology and session RPCs (QueryRoute, QueryAssignment, Telemetry, and a producer's
+  Heartbeat and NotifyClientTermination): a valid signature only;
+- a consumer's Heartbeat and NotifyClientTermination (they name its group): SUBSCRIBE on
+  the group;
 - publishing (SendMessage, EndTransaction, Data.Produce): PUBLISH on the topic;
 - consuming (Receive, Ack, ChangeInvisibleDuration, ForwardToDLQ, Pull, offsets,
   Data.Fetch): SUBSCRIBE on the topic and, when the request names one, on the group;
@@ -18,8 +20,8 @@ proxy does — ``UNAUTHORIZED`` (40100) for bad credentials, ``FORBIDDEN`` (4030
 missing permission — which the official clients raise as ``UnauthorizedException`` and
 ``ForbiddenException``. ferrymq's own services (Admin, Data) abort with gRPC
 ``UNAUTHENTICATED`` and ``PERMISSION_DENIED``. Refusals are logged (access key, method,
-reason; never a secret or a signature), at most once per ten seconds per access key and
-reason so a misconfigured client cannot flood the log.
+reason; never a secret or a signature), at most once per ten seconds per method and kind
+(bad credentials, or a given user's missing permission), so no client can flood the log.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ MESSAGING = "/apache.rocketmq.v2.MessagingService/"
 ADMIN = "/ferrymq.admin.v1.Admin/"
 DATA = "/ferrymq.data.v1.Data/"
 LOG_EVERY_S = 10.0
+LOG_KEYS_MAX = 10_000
+LOG_REASON_CHARS = 200  # a reason may quote a header value the caller sent
+BAD_CREDENTIALS = ""  # no access key is empty (routing.acl.ACCESS_KEY_PATTERN)
 PUB, SUB = (Action.PUBLISH,), (Action.SUBSCRIBE,)
 PUB_OR_SUB = (Action.PUBLISH, Action.SUBSCRIBE)
 TOPIC = ResourceKind.TOPIC
@@ -90,11 +95,20 @@ def _authenticated(request) -> list[Need]:
     return []
 
 
+def _membership(request) -> list[Need]:
+    """A consumer's heartbeat or termination makes or ends a member of its group, which
+    decides the pull consumers' queue split: SUBSCRIBE on the group. A producer's names no
+    group and changes nothing: credentials only."""
+    if not request.HasField("group"):
+        return []
+    return [Need(SUB, ResourceKind.GROUP, request.group.name)]
+
+
 RULES: dict[str, Callable[[object], list[Need]]] = {
     MESSAGING + "QueryRoute": _authenticated,
     MESSAGING + "QueryAssignment": _authenticated,
-    MESSAGING + "Heartbeat": _authenticated,
-    MESSAGING + "NotifyClientTermination": _authenticated,
+    MESSAGING + "Heartbeat": _membership,
+    MESSAGING + "NotifyClientTermination": _membership,
     MESSAGING + "Telemetry": _authenticated,
     MESSAGING + "SendMessage": _publish_all,
     MESSAGING + "EndTransaction": lambda r: [_topic(PUB, r.topic.name)],
@@ -118,6 +132,12 @@ RULES: dict[str, Callable[[object], list[Need]]] = {
 }
 
 
+@dataclass
+class _LogWindow:
+    logged_at: float
+    left_out: int = 0  # refusals not logged since
+
+
 class Refusal(Exception):
     def __init__(self, authenticated: bool, message: str) -> None:
         super().__init__(message)
@@ -131,13 +151,14 @@ class AccessControl:
     def __init__(self, authenticator: Authenticator, clock: Callable[[], float] = time.monotonic):
         self.authenticator = authenticator
         self.clock = clock
-        self._logged: dict[tuple[str, str], float] = {}
+        self._logged: dict[tuple[str, str], _LogWindow] = {}
 
     def check(self, method: str, metadata: dict[str, str], request: object) -> User:
         try:
             user = self.authenticator.authenticate(metadata)
         except AuthenticationError as error:
-            self._log_refusal(_claimed_access_key(metadata), method, str(error))
+            claimed = _claimed_access_key(metadata)
+            self._log_refusal(method, BAD_CREDENTIALS, claimed, str(error))
             raise Refusal(False, f"UNAUTHENTICATED: {error}") from None
         rule = RULES.get(method, _admin_only)
         try:
@@ -146,25 +167,41 @@ class AccessControl:
             if user.admin:
                 return user
             reason = f"{method.rsplit('/', 1)[-1]} needs admin rights"
-            self._log_refusal(user.access_key, method, reason)
+            self._log_refusal(method, user.access_key, user.access_key, reason)
             raise Refusal(True, f"FORBIDDEN: user {user.access_key}: {reason}") from None
         for need in needs:
             if not any(is_allowed(user, action, need.kind, need.name) for action in need.actions):
                 wanted = " or ".join(a.value.lower() for a in need.actions)
                 reason = f"no {wanted} permission on {need.kind.value.lower()} {need.name}"
-                self._log_refusal(user.access_key, method, reason)
+                self._log_refusal(method, user.access_key, user.access_key, reason)
                 raise Refusal(True, f"FORBIDDEN: user {user.access_key} has {reason}")
         return user
 
-    def _log_refusal(self, access_key: str, method: str, reason: str) -> None:
+    def _log_refusal(self, method: str, refused: str, access_key: str, reason: str) -> None:
+        """Log at most one refusal per ``LOG_EVERY_S`` for each method and ``refused``:
+        ``BAD_CREDENTIALS``, or the verified access key of a user lacking a permission.
+        Neither is the caller's free choice (a claimed access key and the reason's text
+        are), so a flood of refusals logs at a bounded rate and keeps bounded memory; the
+        next line logged says how many were left out."""
         now = self.clock()
-        key = (access_key, reason)
-        if now - self._logged.get(key, -LOG_EVERY_S) < LOG_EVERY_S:
+        key = (method, refused)
+        window = self._logged.get(key)
+        if window is not None and now - window.logged_at < LOG_EVERY_S:
+            window.left_out += 1
             return
-        if len(self._logged) > 10_000:
-            self._logged.clear()
-        self._logged[key] = now
-        log.warning("refused %s from access key %r: %s", method, access_key, reason)
+        if window is None and len(self._logged) >= LOG_KEYS_MAX:
+            self._logged.clear()  # methods x users: only a cluster with very many users
+        self._logged[key] = _LogWindow(now)
+        left_out = window.left_out if window is not None else 0
+        log.warning(
+            "refused %s from access key %r: %s%s",
+            method,
+            access_key[:64],
+            reason[:LOG_REASON_CHARS],
+            f" ({left_out} more like it in the last {LOG_EVERY_S:.0f} s not logged)"
+            if left_out
+            else "",
+        )
 
 
 def _claimed_access_key(metadata: dict[str, str]) -> str:

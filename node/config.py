@@ -18,6 +18,8 @@ Layout of ``node.toml``::
     max_delay_ms = 3456000000              # delayed messages: at most 40 days ahead
     transaction_check_interval_ms = 60000  # ask a producer about a half this often
     transaction_max_checks = 15            # then roll it back
+    max_concurrent_rpcs = 4096             # client port: calls served at once (streams and
+                                           # long polls included); more: RESOURCE_EXHAUSTED
 
     [store]                  # any field of store.config.StoreConfig but data_dir
     flush_mode = "ASYNC_FLUSH"
@@ -91,6 +93,10 @@ class MessagingOptions:
     max_delay_ms: int = 40 * 24 * 3600 * 1000
     transaction_check_interval_ms: int = 60_000
     transaction_max_checks: int = 15
+    # Each call holds a task, its buffers and (a long poll, a stream) for up to a minute:
+    # enough for about 2,000 clients with a Telemetry stream and a long poll each, while a
+    # flood of calls is refused at once instead of exhausting memory.
+    max_concurrent_rpcs: int = 4096
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,12 @@ Pull consumers rebalance queues over the sorted member list, so every member com
 same assignment from the same list. Membership is soft state: a restarted node learns it
 again from the next heartbeats.
 
+A client id belongs to the identity that first heartbeat with it (``caller_identity``: the
+access key with authentication on, else the peer's IP address) for as long as it is a
+member of any group: a heartbeat or a termination for it from another identity is refused
+and changes nothing, so nobody can evict a member or take its place. Every table is
+bounded (``MAX_*``); a heartbeat beyond a bound is refused, not silently dropped.
+
 Thread-safety: owned by the node's event loop.
 """
 
@@ -14,37 +20,145 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from node.authentication import AuthenticationError, parse_authorization
 
 EXPIRY_MS = 30_000
-MAX_MEMBERS_PER_GROUP = 10_000  # bounds memory against a client minting ids
+MAX_MEMBERS_PER_GROUP = 10_000  # a pull group larger than this cannot be rebalanced sanely
+MAX_GROUPS = 10_000  # groups with live members on this node
+MAX_CLIENTS = 100_000  # client ids bound to an identity; with the above, about 20 MB at most
+MAX_CLIENT_ID_CHARS = 256  # official ids are host@pid@index@time, about 50 characters
+SWEEP_EVERY_MS = 1_000  # a full table looks for expired entries at most this often
+
+
+class MembershipRefused(Exception):
+    """A heartbeat or termination this node refuses; ``code`` is the status to answer."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class _Client:
+    identity: str
+    groups: set[str] = field(default_factory=set)
 
 
 class GroupMembers:
     def __init__(self, clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000):
         self.clock_ms = clock_ms
-        self._groups: dict[str, dict[str, int]] = {}
+        self._groups: dict[str, dict[str, int]] = {}  # group -> client id -> last heartbeat
+        self._clients: dict[str, _Client] = {}
+        self._swept_at = -SWEEP_EVERY_MS
 
-    def heartbeat(self, group: str, client_id: str) -> None:
-        members = self._groups.setdefault(group, {})
-        if client_id not in members and len(members) >= MAX_MEMBERS_PER_GROUP:
-            self._expire(members)
+    def heartbeat(self, group: str, client_id: str, identity: str) -> None:
+        """Record a live member; ``MembershipRefused`` when the id belongs to another
+        identity or a table is full."""
+        _check_client_id(client_id)
+        client = self._owned(client_id, identity)
+        members = self._groups.get(group, {})
+        if not members:  # a group new to the table
+            if len(self._groups) >= MAX_GROUPS:
+                self._sweep()
+            if len(self._groups) >= MAX_GROUPS:
+                raise _full(f"this node tracks members of {MAX_GROUPS} groups, the limit")
+        elif client_id not in members and len(members) >= MAX_MEMBERS_PER_GROUP:
+            self._expire(group, members)
             if len(members) >= MAX_MEMBERS_PER_GROUP:
-                return
+                raise _full(f"group {group} has {MAX_MEMBERS_PER_GROUP} live members, the limit")
+        if client is None:
+            if len(self._clients) >= MAX_CLIENTS:
+                self._sweep()
+            if len(self._clients) >= MAX_CLIENTS:
+                raise _full(f"this node tracks {MAX_CLIENTS} client ids, the limit")
+            client = self._clients[client_id] = _Client(identity)
         members[client_id] = self.clock_ms()
+        self._groups[group] = members
+        client.groups.add(group)
 
-    def leave(self, group: str, client_id: str) -> None:
-        self._groups.get(group, {}).pop(client_id, None)
+    def leave(self, group: str, client_id: str, identity: str) -> None:
+        """End a membership at once; a client id that is no member is nothing to end."""
+        _check_client_id(client_id)
+        client = self._owned(client_id, identity)
+        if client is None or group not in client.groups:
+            return
+        self._remove(group, client_id)
 
     def live(self, group: str) -> list[tuple[str, int]]:
         """(client id, last heartbeat ms) of live members, sorted by id."""
-        members = self._groups.get(group, {})
-        self._expire(members)
+        members = self._groups.get(group)
+        if members is None:
+            return []
+        self._expire(group, members)
         return sorted(members.items())
 
-    def _expire(self, members: dict[str, int]) -> None:
+    @property
+    def client_count(self) -> int:
+        return len(self._clients)
+
+    def _owned(self, client_id: str, identity: str) -> _Client | None:
+        """The id's record if ``identity`` owns it, None if nobody does (any more)."""
+        client = self._clients.get(client_id)
+        if client is None or client.identity == identity:
+            return client
+        for group in list(client.groups):  # expired memberships free the id
+            self._expire(group, self._groups.get(group, {}))
+        client = self._clients.get(client_id)
+        if client is None:
+            return None
+        raise MembershipRefused(
+            pb.FORBIDDEN,
+            f"client id {client_id!r} is a member registered by another identity (access key "
+            "or address): only its own client may heartbeat or end it",
+        )
+
+    def _expire(self, group: str, members: dict[str, int]) -> None:
         oldest = self.clock_ms() - EXPIRY_MS
         for client_id in [c for c, seen in members.items() if seen < oldest]:
-            del members[client_id]
+            self._remove(group, client_id)
+
+    def _remove(self, group: str, client_id: str) -> None:
+        members = self._groups.get(group)
+        if members is not None:
+            members.pop(client_id, None)
+            if not members:
+                del self._groups[group]
+        client = self._clients.get(client_id)
+        if client is not None:
+            client.groups.discard(group)
+            if not client.groups:
+                del self._clients[client_id]
+
+    def _sweep(self) -> None:
+        """Expire every group's members; a full table does so at most once per
+        ``SWEEP_EVERY_MS``, so a flood of refused heartbeats costs no full scan each."""
+        now = self.clock_ms()
+        if now - self._swept_at < SWEEP_EVERY_MS:
+            return
+        self._swept_at = now
+        for group in list(self._groups):
+            self._expire(group, self._groups[group])
+
+
+def _check_client_id(client_id: str) -> None:
+    if not client_id:
+        raise MembershipRefused(
+            pb.CLIENT_ID_REQUIRED, "the request carries no x-mq-client-id metadata"
+        )
+    if len(client_id) > MAX_CLIENT_ID_CHARS:
+        raise MembershipRefused(
+            pb.BAD_REQUEST,
+            f"client id is {len(client_id)} characters, the limit is {MAX_CLIENT_ID_CHARS}",
+        )
+
+
+def _full(message: str) -> MembershipRefused:
+    return MembershipRefused(
+        pb.TOO_MANY_REQUESTS, f"{message}: retry once members have expired ({EXPIRY_MS} ms)"
+    )
 
 
 def client_id_of(context) -> str:
@@ -53,3 +167,26 @@ def client_id_of(context) -> str:
         if key == "x-mq-client-id":
             return value
     return ""
+
+
+def caller_identity(context, authenticated: bool) -> str:
+    """Who owns the client ids a call registers. With authentication on, the access key
+    of its signature (verified before the service runs); without it, the peer's IP address,
+    which a reconnecting client keeps (its port changes) and another host cannot take."""
+    if authenticated:
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization":
+                try:
+                    return "access key " + parse_authorization(value).access_key
+                except AuthenticationError:
+                    break
+        raise MembershipRefused(pb.UNAUTHORIZED, "the request carries no valid authorization")
+    return "address " + peer_host(context.peer() or "")
+
+
+def peer_host(peer: str) -> str:
+    """The host part of a gRPC peer (``ipv4:10.0.0.5:41000``, ``ipv6:[::1]:41000``)."""
+    kind, _, address = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return address.rpartition(":")[0] or address
+    return peer

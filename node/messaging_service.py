@@ -14,6 +14,7 @@ import asyncio
 import zlib
 from collections.abc import AsyncIterator, Callable
 
+import grpc
 from google.protobuf import duration_pb2
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -29,7 +30,12 @@ from node.convert import (
     to_wire_message,
 )
 from node.filter_expression import tag_filter
-from node.group_members import GroupMembers, client_id_of
+from node.group_members import (
+    GroupMembers,
+    MembershipRefused,
+    caller_identity,
+    client_id_of,
+)
 from node.long_polling import QueueWaiters
 from node.parked import real_topic_of
 from node.pop_service import PopService, now_ms
@@ -40,10 +46,18 @@ from node.rpc_status import (
     status,
     topic_error_status,
 )
+from node.telemetry_outbox import TelemetryOutbox
 from node.timer_service import TimerService
-from node.topics import GroupConfig, MessageType, Permission, TopicConfig, TopicError, TopicTable
+from node.topics import (
+    GroupConfig,
+    MessageType,
+    Permission,
+    TopicConfig,
+    TopicError,
+    TopicTable,
+)
 from node.transaction_service import HALF_TOPIC, TransactionService
-from routing.metadata import TopicRoute
+from routing.metadata import TopicRoute, check_name
 from routing.replica import RoutingReplica
 from routing.state import RoutingState
 from store.message import PROPERTY_DELIVERY_TIME_MS, PROPERTY_TRANSACTION_ID, Message
@@ -53,11 +67,18 @@ from store.results import GetStatus, PutStatus
 LONG_POLLING_DEFAULT_S = 20.0
 LONG_POLLING_MAX_S = 60.0
 PULL_BATCH_MAX = 256
+# Every message of a request is converted and validated in one turn of the event loop: the
+# bound keeps that turn short. The SDK sends at most 128 per request, the official
+# clients one (or a small batch).
+SEND_MESSAGES_MAX = 1024
 # Delay before a failed message comes back (the client asks via ChangeInvisibleDuration).
 DEFAULT_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800)
 # FIFO consumers retry locally while the delivery stays invisible and the node does not
 # renew it: short fixed pauses keep all attempts inside the default invisibility (60 s).
 FIFO_BACKOFF_S = (1,)
+# A producer's settings name the topics it publishes; the stream is registered for the
+# orphan checks of each, so a bound keeps one stream's share of that registry small.
+MAX_PUBLISHING_TOPICS = 1024
 
 MESSAGE_TYPES = {
     MessageType.NORMAL: pb.NORMAL,
@@ -96,7 +117,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         members: GroupMembers,
         options: MessagingOptions | None = None,
         clock_ms: Callable[[], int] = now_ms,
+        authenticated: bool = False,
     ) -> None:
+        self.authenticated = authenticated  # calls passed access control (node.access)
         self.pop = pop
         self.transactions = transactions
         self.members = members
@@ -176,45 +199,84 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return rpc.QueryAssignmentResponse(status=OK, assignments=assignments)
 
     async def Heartbeat(self, request, context):
-        client_id = client_id_of(context)
-        if request.HasField("group") and client_id:
-            self.members.heartbeat(request.group.name, client_id)
+        """A consumer's heartbeat names its group, which must exist; a producer's names
+        none and is only answered."""
+        if not request.HasField("group"):
+            return rpc.HeartbeatResponse(status=OK)
+        try:
+            group = self.topics.group(request.group.name)
+            identity = caller_identity(context, self.authenticated)
+            self.members.heartbeat(group.name, client_id_of(context), identity)
+        except TopicError as error:
+            return rpc.HeartbeatResponse(status=topic_error_status(error))
+        except MembershipRefused as refused:
+            return rpc.HeartbeatResponse(status=status(refused.code, str(refused)))
         return rpc.HeartbeatResponse(status=OK)
 
     async def NotifyClientTermination(self, request, context):
-        client_id = client_id_of(context)
-        if request.HasField("group") and client_id:
-            self.members.leave(request.group.name, client_id)
+        """A consumer leaves its group at once. The group need not exist any more (it may
+        have been deleted while the client ran); its name must be legal."""
+        if not request.HasField("group"):
+            return rpc.NotifyClientTerminationResponse(status=OK)
+        try:
+            check_name("CONSUMER_GROUP", request.group.name)
+            identity = caller_identity(context, self.authenticated)
+            self.members.leave(request.group.name, client_id_of(context), identity)
+        except TopicError as error:
+            return rpc.NotifyClientTerminationResponse(status=topic_error_status(error))
+        except MembershipRefused as refused:
+            return rpc.NotifyClientTerminationResponse(status=status(refused.code, str(refused)))
         return rpc.NotifyClientTerminationResponse(status=OK)
 
     async def Telemetry(self, request_iterator, context) -> AsyncIterator[pb.TelemetryCommand]:
         """Answer each settings write with the settings the client must use, and push
         orphan-transaction checks to producers; the stream stays open until the client
-        closes it (the clients expect that)."""
-        outbox: asyncio.Queue[rpc.TelemetryCommand | None] = asyncio.Queue()
+        closes it (the clients expect that). A client that does not read its answers is
+        cut off once ``OUTBOX_MAX`` wait (``node.telemetry_outbox``)."""
+        outbox = TelemetryOutbox()
+        overflowed = False
 
         async def read_commands() -> None:
+            nonlocal overflowed
             try:
                 async for command in request_iterator:
                     if command.WhichOneof("command") != "settings":
                         continue  # results of commands we never send
-                    settings = command.settings
-                    if settings.WhichOneof("pub_sub") == "publishing":
-                        topics = [t.name for t in settings.publishing.topics]
-                        self.transactions.producers.register(outbox, topics)
-                    outbox.put_nowait(
-                        rpc.TelemetryCommand(status=OK, settings=self._settings_for(settings))
-                    )
+                    if not outbox.offer(self._settings_answer(command.settings, outbox)):
+                        overflowed = True
+                        return
             finally:
-                outbox.put_nowait(None)
+                outbox.close()
 
         reader = asyncio.ensure_future(read_commands())
         try:
-            while (command := await outbox.get()) is not None:
+            while (command := await outbox.next()) is not None:
                 yield command
         finally:
             reader.cancel()
             self.transactions.producers.unregister(outbox)
+        if overflowed:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{outbox.limit} Telemetry answers wait unread: the client does not read "
+                "its stream",
+            )
+
+    def _settings_answer(self, settings: pb.Settings, outbox: TelemetryOutbox):
+        """The answer to one settings command; a producer's also registers the stream for
+        the orphan checks of the topics it publishes."""
+        if settings.WhichOneof("pub_sub") == "publishing":
+            topics = [t.name for t in settings.publishing.topics]
+            if len(topics) > MAX_PUBLISHING_TOPICS:
+                return rpc.TelemetryCommand(
+                    status=status(
+                        pb.BAD_REQUEST,
+                        f"publishing names {len(topics)} topics, the limit is "
+                        f"{MAX_PUBLISHING_TOPICS}",
+                    )
+                )
+            self.transactions.producers.register(outbox, topics)
+        return rpc.TelemetryCommand(status=OK, settings=self._settings_for(settings))
 
     def _settings_for(self, settings: pb.Settings) -> pb.Settings:
         answer = pb.Settings()
@@ -284,6 +346,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @staticmethod
     def _send_refused(request, answer: pb.Status) -> rpc.SendMessageResponse:
+        """One entry per message, as the clients expect; none for a request beyond the
+        message limit, so a refusal is never larger than an answer can be."""
+        if len(request.messages) > SEND_MESSAGES_MAX:
+            return rpc.SendMessageResponse(status=answer)
         return rpc.SendMessageResponse(
             status=answer,
             entries=[
@@ -293,8 +359,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
 
     def _messages_to_store(self, request):
-        if not request.messages:
+        count = len(request.messages)
+        if not count:
             raise InvalidRequest(pb.BAD_REQUEST, "no messages in the request")
+        if count > SEND_MESSAGES_MAX:
+            raise InvalidRequest(
+                pb.BAD_REQUEST, f"{count} messages in one request, the limit is {SEND_MESSAGES_MAX}"
+            )
+        # The bodies alone past the batch limit: refused before any message is converted
+        # (the store checks the exact record sizes of what gets this far).
+        body_bytes = sum(len(m.body) for m in request.messages)
+        batch_limit = self.store.config.max_batch_bytes
+        if body_bytes > batch_limit:
+            raise InvalidRequest(
+                pb.PAYLOAD_TOO_LARGE,
+                f"the bodies are {body_bytes} bytes, the limit of a request is {batch_limit}",
+            )
         names = {m.topic.name for m in request.messages}
         if len(names) != 1:
             raise InvalidRequest(pb.BAD_REQUEST, "a batch must target one topic")

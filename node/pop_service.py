@@ -33,7 +33,12 @@ from node.convert import InvalidRequest, timestamp_of, to_wire_message
 from node.filter_expression import tag_filter
 from node.long_polling import QueueWaiters
 from node.pop_state import KIND_DLQ, KIND_POP, CursorKey, InFlight, PopCursor, PopState
-from node.receipt_handle import MalformedReceiptHandle, ReceiptHandle, new_delivery_id
+from node.receipt_handle import (
+    MalformedReceiptHandle,
+    ReceiptHandle,
+    ReceiptHandles,
+    new_delivery_id,
+)
 from node.rpc_status import OK, seconds_of, status, store_failure, topic_error_status
 from node.topics import GroupConfig, Permission, TopicConfig, TopicError, TopicTable
 from store.message import Message, StoredMessage
@@ -41,6 +46,9 @@ from store.message_store import MessageStore
 from store.results import GetStatus
 
 RECEIVE_BATCH_MAX = 32
+# One ack decodes and checks every entry in one turn of the event loop: a bound keeps that
+# turn short. A client acks what it received, at most RECEIVE_BATCH_MAX per receive.
+ACK_ENTRIES_MAX = 1024
 DEFAULT_INVISIBLE_MS = 60_000  # clients that ask the node to choose (auto_renew)
 INVISIBLE_MIN_MS = 1_000
 INVISIBLE_MAX_MS = 12 * 3600 * 1000
@@ -80,9 +88,11 @@ class PopService:
         offsets: ConsumerOffsets,
         state: PopState,
         waiters: QueueWaiters,
+        handles: ReceiptHandles,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
+        self.handles = handles
         self.topics = topics
         self.offsets = offsets
         self.state = state
@@ -201,7 +211,7 @@ class PopService:
             records.append(self.state.pop(key, pairs, next_offset, delivery, now + invisible_ms))
             undo.append(lambda k=key, p=pairs, d=delivery, r=redelivered: self._unpop(k, p, d, r))
             deliveries.extend(
-                Delivery(stored, ReceiptHandle(key[2], stored.queue_offset, delivery).encode(), a)
+                Delivery(stored, self._handle(key, stored.queue_offset, delivery), a)
                 for stored, a in picked
             )
         if records:
@@ -254,6 +264,11 @@ class PopService:
             topic = self.topics.topic(request.topic.name)
             if not request.entries:
                 raise InvalidRequest(pb.BAD_REQUEST, "no entries to ack")
+            if len(request.entries) > ACK_ENTRIES_MAX:
+                raise InvalidRequest(
+                    pb.BAD_REQUEST,
+                    f"{len(request.entries)} entries to ack, the limit is {ACK_ENTRIES_MAX}",
+                )
         except TopicError as error:
             return rpc.AckMessageResponse(status=topic_error_status(error))
         except InvalidRequest as error:
@@ -327,29 +342,32 @@ class PopService:
                 status=failed.status, receipt_handle=request.receipt_handle
             )
         return rpc.ChangeInvisibleDurationResponse(
-            status=OK, receipt_handle=ReceiptHandle(key[2], offset, delivery).encode()
+            status=OK, receipt_handle=self._handle(key, offset, delivery)
         )
 
     # ---- ForwardMessageToDeadLetterQueue -------------------------------------------
     async def forward_to_dead_letter_queue(self, request, context):
         """Dead-letter the message of a handle. Idempotent: the official FIFO consumer
-        repeats this until it hears OK, so a message that is no longer in flight (already
-        acked or dead-lettered) answers OK, and one redelivered since is still moved."""
+        repeats this until it hears OK, so a handle whose message is no longer in flight
+        (acked or dead-lettered already) answers OK and changes nothing. A handle that
+        does not verify, or whose message was redelivered since, is refused like an ack."""
         try:
             group = self.topics.group(request.group.name)
             topic = self.topics.topic(request.topic.name)
-            handle = self._decode(topic, request.receipt_handle)
+            handle = self._decode(group.name, topic, request.receipt_handle)
+            key = (group.name, topic.name, handle.queue_id)
+            cursor = self.state.cursor(key)
+            current = cursor.in_flight.get(handle.queue_offset) if cursor else None
+            if current is None:
+                return rpc.ForwardMessageToDeadLetterQueueResponse(status=OK)
+            if current.delivery != handle.delivery:
+                raise InvalidRequest(pb.INVALID_RECEIPT_HANDLE, STALE)
         except TopicError as error:
             return rpc.ForwardMessageToDeadLetterQueueResponse(status=topic_error_status(error))
         except InvalidRequest as error:
             return rpc.ForwardMessageToDeadLetterQueueResponse(
                 status=status(error.code, str(error))
             )
-        key = (group.name, topic.name, handle.queue_id)
-        cursor = self.state.cursor(key)
-        current = cursor.in_flight.get(handle.queue_offset) if cursor else None
-        if current is None:
-            return rpc.ForwardMessageToDeadLetterQueueResponse(status=OK)
         answer = await self._forward(key, handle.queue_offset, current)
         return rpc.ForwardMessageToDeadLetterQueueResponse(status=answer)
 
@@ -366,9 +384,15 @@ class PopService:
         return OK
 
     # ---- shared ----------------------------------------------------------------------
-    def _decode(self, topic: TopicConfig, text: str) -> ReceiptHandle:
+    def _handle(self, key: CursorKey, offset: int, delivery: str) -> str:
+        group, topic, queue_id = key
+        return self.handles.encode(ReceiptHandle(queue_id, offset, delivery), topic, group)
+
+    def _decode(self, group: str, topic: TopicConfig, text: str) -> ReceiptHandle:
+        """The handle ``text`` names if this cluster issued it for ``group`` and ``topic``;
+        INVALID_RECEIPT_HANDLE saying why otherwise."""
         try:
-            handle = ReceiptHandle.decode(text)
+            handle = self.handles.decode(text, topic.name, group)
         except MalformedReceiptHandle as error:
             raise InvalidRequest(pb.INVALID_RECEIPT_HANDLE, str(error)) from None
         if handle.queue_id >= topic.queue_count:
@@ -381,7 +405,7 @@ class PopService:
         self, group: str, topic: TopicConfig, text: str
     ) -> tuple[CursorKey, ReceiptHandle, InFlight]:
         """The in-flight delivery a handle names; INVALID_RECEIPT_HANDLE unless current."""
-        handle = self._decode(topic, text)
+        handle = self._decode(group, topic, text)
         key = (group, topic.name, handle.queue_id)
         cursor = self.state.cursor(key)
         current = cursor.in_flight.get(handle.queue_offset) if cursor else None

@@ -27,14 +27,21 @@ class SealError(ValueError):
     """A sealed secret does not open: another cluster secret sealed it, or it was altered."""
 
 
+def derive_key(cluster_secret: str, label: bytes) -> bytes:
+    """A 256-bit key for one purpose (``label``) from the cluster secret: every node derives
+    the same one, and a key of one purpose says nothing about another's."""
+    if not cluster_secret:
+        raise ValueError("deriving a key needs the cluster secret")
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=label).derive(
+        cluster_secret.encode()
+    )
+
+
 class SecretBox:
     def __init__(self, cluster_secret: str) -> None:
         if not cluster_secret:
             raise ValueError("sealing user secrets needs the cluster secret")
-        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=HKDF_INFO).derive(
-            cluster_secret.encode()
-        )
-        self._aead = AESGCM(key)
+        self._aead = AESGCM(derive_key(cluster_secret, HKDF_INFO))
 
     def seal(self, access_key: str, secret_key: str) -> bytes:
         nonce = os.urandom(NONCE_BYTES)

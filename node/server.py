@@ -34,6 +34,7 @@ from node.config import NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
 from node.data_service import DataService
 from node.group_members import GroupMembers
+from node.handle_key import receipt_handle_key
 from node.long_polling import QueueWaiters
 from node.messaging_service import MessagingService
 from node.method_wrapping import add_wrapped
@@ -41,6 +42,7 @@ from node.metrics import NodeMetrics, RoutingStatus
 from node.metrics_http import MetricsHttpServer
 from node.pop_service import PopService
 from node.pop_state import PopState
+from node.receipt_handle import ReceiptHandles
 from node.replication import ReplicatedStore, ReplicationRole
 from node.request_decoding import tolerate_malformed
 from node.secret_box import SecretBox
@@ -90,6 +92,8 @@ class Node:
     async def start(self) -> None:
         config = self.config
         os.makedirs(config.data_dir, exist_ok=True)
+        # First: a key file that cannot be used stops the node before it touches anything.
+        handles = ReceiptHandles(receipt_handle_key(config.cluster.secret, config.data_dir))
         loop = asyncio.get_running_loop()
         sync_ledger.enable_if_asked(config.data_dir)  # the chaos suite's power losses
         # Recovery reads and fsyncs files: keep the loop free while it runs.
@@ -120,6 +124,7 @@ class Node:
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ],
+            maximum_concurrent_rpcs=config.messages.max_concurrent_rpcs,
         )
         listen = f"{config.host}:{config.ports.grpc}"
         if security.tls:
@@ -136,7 +141,7 @@ class Node:
         self.offsets.load()
         self.pop_state = PopState(store)
         self.pop_state.replay()
-        pop = PopService(store, topics, self.offsets, self.pop_state, waiters)
+        pop = PopService(store, topics, self.offsets, self.pop_state, waiters, handles)
         self.timers = TimerService(store, lambda name: name in topics.topics)
         self.timers.load(loop)
         self.transactions = TransactionService(
@@ -166,6 +171,7 @@ class Node:
                 self.transactions,
                 members,
                 options=config.messages,
+                authenticated=security.auth,
             ),
         )
         add_service(

@@ -23,7 +23,6 @@ Thread-safety: owned by the node's event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -35,6 +34,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node.convert import InvalidRequest, to_wire_message
 from node.parked import as_sent, park, real_topic_of, release
 from node.rpc_status import OK, status, store_failure
+from node.telemetry_outbox import TelemetryOutbox
 from store.message import PROPERTY_TRANSACTION_ID, Message, StoredMessage
 from store.message_store import MessageStore
 
@@ -62,28 +62,40 @@ class Half:
 
 
 class OrphanCheckTarget:
-    """Where orphan checks go: producer Telemetry streams by the topics they publish."""
+    """Where orphan checks go: producer Telemetry streams by the topics they publish. A
+    stream leaves every topic when it ends, and a topic no stream publishes is forgotten,
+    so the registry holds only what open streams named."""
 
     def __init__(self) -> None:
-        self._streams: dict[str, list[asyncio.Queue]] = {}
+        self._streams: dict[str, list[TelemetryOutbox]] = {}
+        self._topics_of: dict[TelemetryOutbox, set[str]] = {}
 
-    def register(self, outbox: asyncio.Queue, topics: list[str]) -> None:
+    def register(self, outbox: TelemetryOutbox, topics: list[str]) -> None:
         self.unregister(outbox)
-        for topic in topics:
+        self._topics_of[outbox] = set(topics)
+        for topic in self._topics_of[outbox]:
             self._streams.setdefault(topic, []).append(outbox)
 
-    def unregister(self, outbox: asyncio.Queue) -> None:
-        for streams in self._streams.values():
-            with contextlib.suppress(ValueError):
-                streams.remove(outbox)
+    def unregister(self, outbox: TelemetryOutbox) -> None:
+        for topic in self._topics_of.pop(outbox, ()):
+            streams = self._streams[topic]
+            streams.remove(outbox)
+            if not streams:
+                del self._streams[topic]
+
+    @property
+    def topic_count(self) -> int:
+        return len(self._streams)
 
     def offer(self, topic: str, command: rpc.TelemetryCommand) -> bool:
-        streams = self._streams.get(topic)
-        if not streams:
-            return False
-        streams.append(streams.pop(0))  # round robin over the topic's producers
-        streams[-1].put_nowait(command)
-        return True
+        """Give ``command`` to the next producer of ``topic`` (round robin) whose outbox
+        has room; False when none has."""
+        streams = self._streams.get(topic, [])
+        for _ in range(len(streams)):
+            streams.append(streams.pop(0))
+            if streams[-1].offer(command):
+                return True
+        return False
 
 
 class TransactionService:

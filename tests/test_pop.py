@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import zlib
 
 import pytest
 
@@ -14,10 +15,11 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node import system_state
 from node.consumer_offsets import ConsumerOffsets
+from node.handle_key import receipt_handle_key
 from node.long_polling import QueueWaiters
-from node.pop_service import PopFailed, PopService
+from node.pop_service import ACK_ENTRIES_MAX, PopFailed, PopService
 from node.pop_state import PopState
-from node.receipt_handle import ReceiptHandle
+from node.receipt_handle import ReceiptHandle, ReceiptHandles
 from node.topics import GroupConfig, MessageType, TopicConfig, TopicTable
 from store.config import StoreConfig
 from store.message import Message
@@ -31,6 +33,7 @@ SMALL_STORE = dict(
     index_entry_count=4000,
 )
 T0 = 1_800_000_000_000
+CLUSTER_SECRET = "pop-test-cluster-secret"
 
 
 class Clock:
@@ -48,6 +51,7 @@ class Broker:
         self.tmp_path = tmp_path
         self.loop = loop
         self.clock = Clock()
+        self.handles = ReceiptHandles(receipt_handle_key(CLUSTER_SECRET, str(tmp_path)))
         self.open()
 
     def open(self, **store_options) -> None:
@@ -65,6 +69,7 @@ class Broker:
             self.offsets,
             self.state,
             QueueWaiters(self.loop),
+            self.handles,
             clock_ms=self.clock,
         )
 
@@ -168,17 +173,31 @@ def test_an_expired_but_not_redelivered_handle_still_acks(broker):
     assert broker.receive("G", "orders") == []
 
 
+def old_format(queue_id: int, offset: int, delivery: str) -> str:
+    """A handle as the first format wrote it (a CRC32 anyone can compute)."""
+    text = f"{queue_id}.{offset}.{delivery}"
+    return f"{text}.{zlib.crc32(text.encode()):08x}"
+
+
+def issued(broker, queue_id: int, offset: int, delivery: str, topic="orders", group="G") -> str:
+    return broker.handles.encode(ReceiptHandle(queue_id, offset, delivery), topic, group)
+
+
 @pytest.mark.parametrize(
-    "handle",
+    "make_handle",
     [
-        "",
-        "garbage",
-        "0.0.0123456789abcdef.00000000",  # wrong checksum
-        ReceiptHandle(0, 0, "0123456789abcdef").encode(),  # never delivered
-        ReceiptHandle(7, 0, "0123456789abcdef").encode(),  # no such queue
+        lambda broker: "",
+        lambda broker: "garbage",
+        lambda broker: "0.0.0123456789abcdef.00000000",  # wrong checksum
+        lambda broker: old_format(0, 0, "0123456789abcdef"),  # forged, old format
+        lambda broker: "h2.0.0.0123456789abcdef." + "0" * 32,  # forged MAC
+        lambda broker: "h2.0.0.0123456789abcdef." + "0" * 200,  # too long
+        lambda broker: issued(broker, 0, 0, "0123456789abcdef"),  # never delivered
+        lambda broker: issued(broker, 7, 0, "0123456789abcdef"),  # no such queue
     ],
 )
-def test_malformed_forged_and_unknown_handles_are_invalid(broker, handle):
+def test_malformed_forged_and_unknown_handles_are_invalid(broker, make_handle):
+    handle = make_handle(broker)
     broker.send("orders", 1)
     broker.receive("G", "orders")
     answer = broker.ack("G", "orders", handle)
@@ -246,13 +265,96 @@ def test_forward_to_dead_letter_queue_is_idempotent(broker):
     (first,) = broker.receive("G", "orders")
     broker.clock.ms += 10_000
     (second,) = broker.receive("G", "orders")
-    # The official FIFO consumer repeats the forward until OK, maybe with an old handle.
-    assert broker.forward("G", "orders", first.handle).status.code == pb.OK
+    # A handle of an earlier delivery changes nothing; the official FIFO consumer
+    # repeats the forward of the current one until it hears OK.
+    stale = broker.forward("G", "orders", first.handle)
+    assert stale.status.code == pb.INVALID_RECEIPT_HANDLE and "stale" in stale.status.message
+    assert broker.dead_letters("G") == []
+    assert broker.forward("G", "orders", second.handle).status.code == pb.OK
     assert broker.forward("G", "orders", second.handle).status.code == pb.OK
     assert broker.dead_letters("G") == [b"body-0"]
     assert broker.forward("G", "orders", "garbage").status.code == pb.INVALID_RECEIPT_HANDLE
     broker.clock.ms += 10_000
     assert broker.receive("G", "orders") == []
+
+
+def test_a_forged_handle_dead_letters_nothing(broker):
+    """Issue 25: a handle with a checksum anyone can compute dead-lettered another
+    consumer's in-flight message, since the forward did not check the delivery."""
+    broker.send("orders", 1)
+    (delivery,) = broker.receive("G", "orders")
+    for forged in (
+        old_format(0, 0, "0123456789abcdef"),
+        "h2.0.0.0123456789abcdef." + "0" * 32,
+    ):
+        answer = broker.forward("G", "orders", forged)
+        assert answer.status.code == pb.INVALID_RECEIPT_HANDLE, forged
+    assert broker.dead_letters("G") == []
+    assert broker.ack("G", "orders", delivery.handle).status.code == pb.OK  # still its own
+
+
+def test_a_handle_of_one_group_or_topic_is_refused_for_another(broker):
+    broker.topics.put_group(GroupConfig("H", max_delivery_attempts=3))
+    broker.topics.put_topic(TopicConfig("invoices", queue_count=2))
+    broker.send("orders", 1)
+    (of_g,) = broker.receive("G", "orders")
+    (of_h,) = broker.receive("H", "orders")
+    for group, topic in (("H", "orders"), ("G", "invoices")):
+        acked = broker.ack(group, topic, of_g.handle)
+        assert acked.status.code == pb.INVALID_RECEIPT_HANDLE
+        assert "not issued by this cluster for this topic and group" in acked.status.message
+        changed = broker.change(group, topic, of_g.handle, 30)
+        assert changed.status.code == pb.INVALID_RECEIPT_HANDLE
+        forwarded = broker.forward(group, topic, of_g.handle)
+        assert forwarded.status.code == pb.INVALID_RECEIPT_HANDLE
+    assert broker.dead_letters("H") == [] and broker.dead_letters("G") == []
+    assert broker.ack("H", "orders", of_h.handle).status.code == pb.OK
+    assert broker.ack("G", "orders", of_g.handle).status.code == pb.OK
+
+
+def test_an_old_format_handle_is_refused_saying_so_and_the_message_comes_back(broker):
+    broker.send("orders", 1)
+    (delivery,) = broker.receive("G", "orders")
+    fields = broker.handles.decode(delivery.handle, "orders", "G")
+    old = old_format(fields.queue_id, fields.queue_offset, fields.delivery)
+    for answer in (
+        broker.ack("G", "orders", old),
+        broker.change("G", "orders", old, 30),
+        broker.forward("G", "orders", old),
+    ):
+        assert answer.status.code == pb.INVALID_RECEIPT_HANDLE
+        assert "old-format receipt handle" in answer.status.message
+    assert broker.dead_letters("G") == []
+    broker.clock.ms += 10_000  # its invisibility ends: delivered again
+    (again,) = broker.receive("G", "orders")
+    assert again.stored.body == delivery.stored.body and again.attempt == 2
+
+
+def test_handles_verify_on_another_node_with_the_same_cluster_secret(broker, tmp_path):
+    """A new master replays the same POP state and derives the same key from the cluster
+    secret (its own data directory holds no key): the old master's handles still act."""
+    broker.send("orders", 2)
+    first, second = broker.receive("G", "orders")
+    broker.store.close_abruptly_for_tests()
+    broker.handles = ReceiptHandles(receipt_handle_key(CLUSTER_SECRET, str(tmp_path / "other")))
+    broker.open()
+    assert broker.ack("G", "orders", first.handle).status.code == pb.OK
+    broker.store.close_abruptly_for_tests()
+    broker.handles = ReceiptHandles(receipt_handle_key("another-secret", str(tmp_path)))
+    broker.open()
+    refused = broker.ack("G", "orders", second.handle)
+    assert refused.status.code == pb.INVALID_RECEIPT_HANDLE
+    assert "not issued by this cluster" in refused.status.message
+
+
+def test_an_ack_of_too_many_entries_is_refused_before_any_is_looked_at(broker):
+    broker.send("orders", 1)
+    (delivery,) = broker.receive("G", "orders")
+    too_many = [delivery.handle] * (ACK_ENTRIES_MAX + 1)
+    answer = broker.ack("G", "orders", *too_many)
+    assert answer.status.code == pb.BAD_REQUEST
+    assert f"the limit is {ACK_ENTRIES_MAX}" in answer.status.message
+    assert broker.ack("G", "orders", delivery.handle).status.code == pb.OK  # not acked before
 
 
 def test_fifo_group_delivers_a_queue_in_order_with_one_batch_in_flight(broker):

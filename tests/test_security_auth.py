@@ -13,8 +13,12 @@ import pytest
 from ferrymq.client import Admin, ClientSecurity, FerryError, Producer
 from ferrymq.client.admin import AclRule
 from ferrymq.client.messages import Message
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from node.authentication import signature_headers
 from tests.compat import run_official_at
 from tests.node_process import start_node
+from tests.test_node import stubs
 from tests.tls_certs import make_pki
 
 CLUSTER_SECRET = "security-test-cluster-secret"
@@ -242,6 +246,55 @@ def test_admin_rpcs_need_admin_rights_and_valid_credentials(secured):
         users = {u.access_key: u for u in admin.list_users()}
         assert users["root"].admin and not users["app"].admin
         assert "allow publish topic:orders" in {str(r) for r in users["app"].acl}
+
+
+def test_only_the_group_s_subscribers_and_the_member_itself_change_its_membership(secured):
+    """Issue 25: Heartbeat and NotifyClientTermination needed only credentials, so anyone
+    could add fake members of a group (its pull consumers then got no queues) or evict
+    one. Now the group's subscribe permission is needed, and a client id belongs to the
+    access key that registered it."""
+    node, _ = secured
+    with Admin(node.address, security=ROOT) as admin:
+        admin.create_user("outsider", "outsider-secret-key")
+        admin.create_user("colleague", "colleague-secret-key")
+        admin.grant("colleague", AclRule("ALLOW", "SUBSCRIBE", "GROUP", "readers"))
+    channel, messaging, _ = stubs(node.address)
+    group = pb.Resource(name="readers")
+
+    def heartbeat(security: ClientSecurity, client_id: str, name: str = "readers") -> pb.Status:
+        request = rpc.HeartbeatRequest(group=pb.Resource(name=name), client_type=pb.PUSH_CONSUMER)
+        return messaging.Heartbeat(request, metadata=signed(security, client_id)).status
+
+    def leave(security: ClientSecurity, client_id: str) -> pb.Status:
+        request = rpc.NotifyClientTerminationRequest(group=group)
+        return messaging.NotifyClientTermination(
+            request, metadata=signed(security, client_id)
+        ).status
+
+    def members() -> list[str]:
+        with Admin(node.address, security=ROOT) as admin:
+            return admin.group_members("readers")
+
+    try:
+        assert heartbeat(APP, "member-1").code == pb.OK
+        outsider = ClientSecurity("outsider", "outsider-secret-key")
+        for refused in (heartbeat(outsider, "fake-1"), leave(outsider, "member-1")):
+            assert refused.code == pb.FORBIDDEN
+            assert "no subscribe permission on group readers" in refused.message
+        colleague = ClientSecurity("colleague", "colleague-secret-key")
+        for refused in (leave(colleague, "member-1"), heartbeat(colleague, "member-1")):
+            assert refused.code == pb.FORBIDDEN and "another identity" in refused.message
+        assert members() == ["member-1"]
+        assert heartbeat(ROOT, "root-1", name="no-such-group").code == pb.CONSUMER_GROUP_NOT_FOUND
+        assert leave(APP, "member-1").code == pb.OK
+        assert members() == []
+    finally:
+        channel.close()
+
+
+def signed(security: ClientSecurity, client_id: str) -> tuple[tuple[str, str], ...]:
+    headers = signature_headers(security.access_key, security.secret_key)
+    return (*headers, ("x-mq-client-id", client_id))
 
 
 def test_sdk_producer_refusals_store_nothing(secured):

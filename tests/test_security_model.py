@@ -4,6 +4,7 @@ each RPC. No processes: the end-to-end checks are in test_security_auth.py."""
 
 from __future__ import annotations
 
+import logging
 import pickle
 
 import pytest
@@ -251,3 +252,60 @@ def test_end_transaction_without_a_topic_needs_admin():
     headers = dict(signature_headers("wide", "secret-of-wide", now_s=now))
     with pytest.raises(Refusal, match="needs admin rights"):
         access.check(MESSAGING + "EndTransaction", headers, rpc.EndTransactionRequest())
+
+
+def test_group_membership_needs_subscribe_on_the_group():
+    """Issue 25: any authenticated user could add members to a group (its pull consumers
+    then got no queues) or evict them. A producer's heartbeat names no group."""
+    box = SecretBox("the-cluster-secret")
+    now = 1_790_000_000.0
+    reader = User(
+        "reader", box.seal("reader", "secret-of-reader"), acl=(entry("ALLOW", SUB, GROUP, "G"),)
+    )
+    stranger = User("stranger", box.seal("stranger", "secret-of-stranger"))
+    access = AccessControl(authenticator(now, reader=reader, stranger=stranger))
+    as_reader = dict(signature_headers("reader", "secret-of-reader", now_s=now))
+    as_stranger = dict(signature_headers("stranger", "secret-of-stranger", now_s=now))
+    of_group = pb.Resource(name="G")
+    for method, request in (
+        ("Heartbeat", rpc.HeartbeatRequest(group=of_group, client_type=pb.PUSH_CONSUMER)),
+        ("NotifyClientTermination", rpc.NotifyClientTerminationRequest(group=of_group)),
+    ):
+        access.check(MESSAGING + method, as_reader, request)
+        with pytest.raises(Refusal, match="no subscribe permission on group G"):
+            access.check(MESSAGING + method, as_stranger, request)
+    producer = rpc.HeartbeatRequest(client_type=pb.PRODUCER)
+    access.check(MESSAGING + "Heartbeat", as_stranger, producer)
+    access.check(
+        MESSAGING + "NotifyClientTermination", as_stranger, rpc.NotifyClientTerminationRequest()
+    )
+
+
+def test_a_flood_of_refusals_with_made_up_access_keys_logs_at_a_bounded_rate(caplog):
+    """Issue 25: the refusal log's rate limit was keyed on the access key a refused request
+    claims (and on the reason, which quotes what it sent), so random keys logged every
+    refusal. Now one line per method and kind per ten seconds, with the count left out."""
+    import random
+
+    box = SecretBox("the-cluster-secret")
+    now = 1_790_000_000.0
+    reader = User("reader", box.seal("reader", "secret-of-reader"))
+    clock = [0.0]
+    access = AccessControl(authenticator(now, reader=reader), clock=lambda: clock[0])
+    rng = random.Random(25)
+    as_reader = dict(signature_headers("reader", "secret-of-reader", now_s=now))
+    caplog.set_level(logging.WARNING, logger="ferrymq.auth")
+    for i in range(5_001):  # 0.002 s apart: 10 s in all
+        clock[0] = i * 0.002
+        key = "".join(rng.choice("abcdefghijklmnop") for _ in range(12))
+        made_up = dict(signature_headers(key, "whatever", now_s=now + rng.randint(-900, 900)))
+        with pytest.raises(Refusal):
+            access.check(MESSAGING + "SendMessage", made_up, rpc.SendMessageRequest())
+        topic = f"topic-{rng.randrange(10**9)}"  # a reason the caller chooses
+        request = rpc.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name=topic))])
+        with pytest.raises(Refusal):
+            access.check(MESSAGING + "SendMessage", as_reader, request)
+    lines = [r.getMessage() for r in caplog.records if r.name == "ferrymq.auth"]
+    assert len(lines) == 4  # each kind at 0 s and once more at 10 s
+    assert sum("more like it in the last 10 s not logged" in line for line in lines) == 2
+    assert len(access._logged) == 2  # memory: one entry per method and kind

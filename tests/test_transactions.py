@@ -12,6 +12,7 @@ import pytest
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
+from node.telemetry_outbox import TelemetryOutbox
 from node.transaction_service import HALF_TOPIC, OP_TOPIC, TransactionService
 from store.config import StoreConfig
 from store.message import PROPERTY_TRANSACTION_ID, Message
@@ -41,7 +42,7 @@ class Transactions:
         self.store = MessageStore.open(config, clock_ms=lambda: self.now)
         self.service = TransactionService(self.store, CHECK_MS, 3, clock_ms=lambda: self.now)
         self.service.load()
-        self.outbox: asyncio.Queue = asyncio.Queue()
+        self.outbox = TelemetryOutbox()
         self.service.producers.register(self.outbox, ["orders"])
 
     def crash_and_reopen(self) -> None:
@@ -135,7 +136,7 @@ def test_orphans_are_offered_to_producers_then_rolled_back_after_max_checks(tx):
     assert tx.check() == 0  # not due yet
     tx.now += CHECK_MS
     assert tx.check() == 1
-    command = tx.outbox.get_nowait().recover_orphaned_transaction_command
+    command = tx.loop.run_until_complete(tx.outbox.next()).recover_orphaned_transaction_command
     assert command.transaction_id == transaction_id
     assert command.message.topic.name == "orders" and command.message.body == b"orphan"
     tx.crash_and_reopen()  # the check count is in the log
@@ -154,7 +155,7 @@ def test_an_orphan_resolved_by_the_checker_commits(tx):
     transaction_id = tx.send(b"late")
     tx.now += CHECK_MS
     tx.check()
-    assert tx.outbox.qsize() == 1
+    assert tx.outbox.waiting == 1
     assert tx.end(transaction_id, pb.COMMIT) == pb.OK
     assert tx.visible() == [b"late"]
 
