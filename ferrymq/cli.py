@@ -19,6 +19,7 @@ from ferrymq.cli_security import add_connection_options, add_security_commands
 DEFAULT_SERVER = "127.0.0.1:8081"
 DEMO_TOPIC = "demo"
 DEMO_GROUP = "demo-group"
+DAMAGED_LOG = "DAMAGED (cut by recovery, not refilled)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,11 +239,12 @@ def run_node(args) -> int:
         print(f"ferrymq node: {error}", file=sys.stderr)
         return 2
     from routing.replica import RoutingUnavailable
+    from store.errors import RecoveryRefused
 
     tune_garbage_collector()
     try:
         asyncio.run(serve(config))
-    except RoutingUnavailable as error:
+    except (RoutingUnavailable, RecoveryRefused) as error:
         print(f"ferrymq node: {error}", file=sys.stderr)
         return 1
     return 0
@@ -413,13 +415,28 @@ def cluster_status_command(args) -> int:
     print()
     print(
         table(
-            ["node", "group", "role", "address", "alive", "max offset"],
+            ["node", "group", "role", "address", "alive", "max offset", "log"],
             [
-                [n.id, n.broker_group, n.role, n.address, n.alive, n.max_offset]
+                [
+                    n.id,
+                    n.broker_group,
+                    n.role,
+                    n.address,
+                    n.alive,
+                    n.max_offset,
+                    DAMAGED_LOG if n.damaged_log else "whole",
+                ]
                 for n in status.nodes
             ],
         )
     )
+    damaged = [n.id for n in status.nodes if n.damaged_log]
+    if damaged:
+        print(
+            f"\n{', '.join(damaged)}: recovery cut the log after an invalid record; the bytes "
+            "are kept (ferrymq rollback --data DIR on that node) and a slave refills the "
+            "range from its master"
+        )
     return 0
 
 

@@ -240,6 +240,7 @@ class ReplicationRole:
                     await self._maintain_in_sync()
                 else:
                     await self._report_lost_master()
+                    await self._note_refill()
             except RoutingUnavailable as error:
                 log.info("replication change not committed: %s", error.detail)
             except Exception:  # one failed round must not end the loop
@@ -311,6 +312,29 @@ class ReplicationRole:
             )
         if result.ok or result.reason == "STALE":
             self._reported_epoch = group.epoch
+
+    async def _note_refill(self) -> None:
+        """A log cut by recovery (``store/damaged_ranges.py``) is whole again once this
+        slave holds everything its master had when they linked: the ranges are marked
+        refilled, and a heartbeat tells routing at once (elections avoid a damaged log)."""
+        damage = self.store.damage
+        if not damage.unrefilled or self.slave.connected_to is None:
+            return
+        end = self.store.commitlog.write_offset
+        if end < self.slave.linked_master_end:
+            return
+        master = self.slave.connected_to
+        loop = asyncio.get_running_loop()
+        for damaged in await loop.run_in_executor(None, damage.mark_refilled, end):
+            log.warning(
+                "refilled the damaged range [%d, %d) from master %s: this log is whole "
+                "again up to %d",
+                damaged.start,
+                damaged.end,
+                master,
+                end,
+            )
+        self.renew_lease_now()
 
     async def _withdraw_lost_report(self, group) -> None:
         """Linked to the master again: the report made in this epoch no longer holds (it
