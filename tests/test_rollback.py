@@ -323,3 +323,42 @@ def test_a_node_whose_recovery_cut_its_log_says_so_everywhere_and_keeps_the_rest
             assert [m.body for m in resent] == [b"order-101"]
     finally:
         assert node.sigterm() == 0
+
+
+def test_damaged_ranges_are_marked_refilled_and_expire_like_rollback_files(tmp_path):
+    """A refilled range stays listed but no longer makes the log damaged, across a
+    restart; a range older than the retention goes with its description, and a keep a
+    crash left half-written goes when the node starts."""
+    two_hours_ago_ms = int(time.time() * 1000) - 7_200_000
+    config = StoreConfig(str(tmp_path / "node"), **SMALL, **QUIET, retention_ms=3_600_000)
+    store = MessageStore.open(config)
+    for i in range(10):
+        assert store.put_message(Message.build("t", b"x" * 100 + str(i).encode())).ok
+    store.shutdown()
+    flip_body_bit(config.data_dir, 0)
+    store = MessageStore.open(config, clock_ms=lambda: two_hours_ago_ms)
+    try:
+        (damaged,) = store.damage.ranges
+        assert store.damage.unrefilled and damaged.found_ms == two_hours_ago_ms
+        (refilled,) = store.damage.mark_refilled(4242)
+        assert refilled.refilled_to == 4242 and not store.damage.unrefilled
+    finally:
+        store.shutdown()
+    store = MessageStore.open(config)
+    try:
+        assert store.recovery_report.damaged is None
+        (loaded,) = store.damage.ranges
+        assert loaded == refilled and not store.damage.unrefilled
+        assert store.damage.cut_bytes == damaged.end - damaged.start
+        directory = os.path.join(config.data_dir, "damaged")
+        torn = os.path.join(directory, "00000000000000000042-1.log.tmp")
+        with open(torn, "wb") as f:
+            f.write(b"half")
+        removed = store.damage.remove_expired(3600, partial=True)
+        assert sorted(os.path.basename(p) for p in removed) == sorted(
+            [os.path.basename(torn), damaged.file, damaged.file.replace(".log", ".json")]
+        )
+        assert os.listdir(directory) == [] and store.damage.ranges == ()
+        assert store.damage.cut_bytes == 0
+    finally:
+        store.shutdown()
