@@ -28,6 +28,7 @@ from ha.slave import ReplicationSlave
 from node.config import NodeConfig, ReplicationMode
 from node.metrics import ReplicationStatus
 from routing.commands import AlterInSync, ElectMaster, ReportMasterFound, ReportMasterLost
+from routing.metadata import healthy_first
 from routing.replica import RoutingReplica, RoutingUnavailable
 from store.commitlog import PreparedMessage
 from store.message import Message
@@ -361,7 +362,10 @@ class ReplicationRole:
         if target is None:
             if not slaves:
                 raise SwitchoverError("NO_CANDIDATE", "no connected in-sync slave to hand over to")
-            target = max(slaves, key=lambda n: (self.master.links[n].acked, n))
+            members = self.routing.state.members
+            whole = healthy_first([members[n] for n in slaves if n in members])
+            candidates = [m.node_id for m in whole] or slaves
+            target = max(candidates, key=lambda n: (self.master.links[n].acked, n))
         elif target not in slaves:
             raise SwitchoverError(
                 "NOT_IN_SYNC", f"{target} is not a connected in-sync slave of {group.name}"

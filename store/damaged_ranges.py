@@ -301,8 +301,10 @@ class DamagedRanges:
         """Keep the log from the invalid record at ``start`` to its data end, before the
         caller cuts it. None for a torn tail (``may_be_torn`` and nothing valid after the
         record). ``RecoveryRefused`` when the range cannot be kept."""
-        end = data_end(segments, start)
-        end = max(end, start + 1)
+        end = max(data_end(segments, start), start + 1)
+        for known in self.ranges:
+            if (known.start, known.end, known.refilled_to) == (start, end, None):
+                return known  # kept by an open that crashed before its cut: not again
         if may_be_torn and end - start <= TORN_RECORD_MAX_BYTES:
             tail = b"".join(read_log(segments, start, end))
             if not any(isinstance(item, StoredMessage) for item in scan_range(tail, start, reason)):

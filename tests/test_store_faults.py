@@ -985,6 +985,36 @@ def test_a_range_that_cannot_be_kept_stops_the_open_and_cuts_nothing(tmp_path, o
     store.shutdown()
 
 
+def test_an_open_that_dies_between_the_keep_and_the_cut_keeps_the_range_once(
+    tmp_path, opened, monkeypatch
+):
+    from store.commitlog import CommitLog
+
+    config = StoreConfig(str(tmp_path / "store"), **CORRUPTION_CONFIG)
+    store = opened(config)
+    for i in range(30):
+        assert store.put_message(build(i)).ok
+    store.shutdown()
+    flip_bit(config.data_dir, record.HEADER_SIZE + 1)
+
+    def power_cut(*args, **kwargs):
+        raise RuntimeError("power cut before the cut")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CommitLog, "set_end", power_cut)
+        with pytest.raises(RuntimeError, match="power cut"):
+            MessageStore.open(config, clock_ms=lambda: 1_000)  # another time, another name
+    store = opened(config)
+    (damaged,) = store.damage.ranges
+    assert store.recovery_report.damaged == damaged
+    stem = damaged.file.removesuffix(".log")
+    assert sorted(os.listdir(os.path.join(config.data_dir, "damaged"))) == [
+        stem + ".json",
+        stem + ".log",
+    ]
+    store.shutdown()
+
+
 def test_a_range_past_the_keep_limit_keeps_its_first_part_and_says_so(
     tmp_path, opened, caplog, monkeypatch
 ):
@@ -1004,6 +1034,59 @@ def test_a_range_past_the_keep_limit_keeps_its_first_part_and_says_so(
     assert (damaged.start, damaged.kept_end, damaged.end) == (0, 2000, end)
     assert f"[2000, {end}) is cut without a copy" in caplog.text
     store.shutdown()
+
+
+OPTIMIZED_RECOVERY = r"""
+import json, os, sys
+from store import commitlog_record as record
+from store.config import StoreConfig
+from store.damaged_ranges import Unreadable, read_kept
+from store.message import Message
+from store.message_store import MessageStore
+
+assert False, "run with python -O: asserts must be gone"
+config = StoreConfig(sys.argv[1], commitlog_segment_bytes=1 << 20, max_message_body_bytes=1 << 16)
+store = MessageStore.open(config)
+for i in range(50):
+    store.put_message(Message.build("t", b"message-%d" % i))
+offsets = [m.physical_offset for m in store.commitlog.iterate(0, store.commitlog.write_offset)]
+store.shutdown()
+with open(os.path.join(sys.argv[1], "commitlog", "0" * 20), "r+b") as f:
+    f.seek(offsets[10] + record.OFFSET_BODY_LENGTH)
+    f.write((5).to_bytes(4, "big"))  # a body length the record's other lengths deny
+store = MessageStore.open(config)
+report = store.recovery_report
+kept = read_kept(os.path.join(store.damage.directory, report.damaged.file), offsets[10], "")
+store.shutdown()
+print(json.dumps({
+    "bad": offsets[10],
+    "corrupt_offset": report.corrupt_offset,
+    "corruption": report.corruption,
+    "end": store.commitlog.write_offset,
+    "unreadable": [[i.start, i.end] for i in kept if isinstance(i, Unreadable)],
+    "bodies": [i.body.decode() for i in kept if not isinstance(i, Unreadable)],
+    "next": offsets[11],
+}))
+"""
+
+
+def test_recovery_validates_records_without_asserts(tmp_path):
+    """Under ``python -O`` (asserts stripped) recovery still finds a record whose lengths
+    disagree, keeps the range and decodes the records after it: its checks are
+    ``check_at``'s, never an ``assert``."""
+    done = subprocess.run(
+        [sys.executable, "-O", "-c", OPTIMIZED_RECOVERY, str(tmp_path / "store")],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    assert found["corrupt_offset"] == found["end"] == found["bad"]
+    assert found["corruption"] == "topic length inconsistent with record size"
+    assert found["unreadable"] == [[found["bad"], found["next"]]]
+    assert found["bodies"] == [f"message-{i}" for i in range(11, 50)]
 
 
 READ_DURING_CUT = r"""
