@@ -19,6 +19,7 @@ from ferrymq.cli_security import add_connection_options, add_security_commands
 DEFAULT_SERVER = "127.0.0.1:8081"
 DEMO_TOPIC = "demo"
 DEMO_GROUP = "demo-group"
+DAMAGED_LOG = "DAMAGED (cut by recovery, not refilled)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     failover.add_argument("--to", default="", help="target node (default: most caught up)")
     failover.set_defaults(handler=failover_command)
     rollback = commands.add_parser(
-        "rollback", help="messages a node cut from its log when it rejoined a new master"
+        "rollback",
+        help="messages a node cut from its log and kept aside: when it rejoined a new master "
+        "(rollback files) or when recovery found an invalid record (damaged ranges)",
     )
     rollback.add_argument("--data", required=True, help="the node's data directory")
     rollback.add_argument("--json", action="store_true", help="machine-readable output")
@@ -111,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--resend",
         action="store_true",
         help="send them again through --server as their producers sent them (same ids and "
-        "delivery times); exit 1 if the node refused any",
+        "delivery times), except damaged-range records the log holds again (refilled from "
+        "a master); exit 1 if the node refused any",
     )
     rollback.add_argument("--server", default=DEFAULT_SERVER, help="node address for --resend")
     add_connection_options(rollback)
@@ -236,68 +240,50 @@ def run_node(args) -> int:
         return 2
     from node.handle_key import HandleKeyError
     from routing.replica import RoutingUnavailable
+    from store.errors import RecoveryRefused
 
     tune_garbage_collector()
     try:
         asyncio.run(serve(config))
-    except (RoutingUnavailable, HandleKeyError) as error:
+    except (RoutingUnavailable, HandleKeyError, RecoveryRefused) as error:
         print(f"ferrymq node: {error}", file=sys.stderr)
         return 1
     return 0
 
 
 def rollback_command(args) -> int:
-    """Read a node's rollback files (``ha/rollback.py``) offline: under ASYNC replication,
-    the messages a failover lost from the cluster."""
-    from ha import rollback
+    """Read what a node cut from its log and kept aside, offline (rollback_listing.py):
+    rollback files (under ASYNC replication, the messages a failover lost from the cluster)
+    and damaged ranges (what recovery cut after an invalid record)."""
+    from ferrymq import rollback_listing as listing
 
     if not os.path.isdir(args.data):
         raise ValueError(f"{args.data} is not a directory")
+    ranges = listing.damaged_ranges(args.data)
     if args.resend:
-        return resend_rolled_back(args)
-    rows = []
-    for path in rollback.rollback_files(args.data):
-        for m in rollback.records_in(path):
-            rows.append(
-                {
-                    "file": os.path.basename(path),
-                    "topic": m.topic,
-                    "queue_id": m.queue_id,
-                    "queue_offset": m.queue_offset,
-                    "physical_offset": m.physical_offset,
-                    "message_id": m.unique_key or "",
-                    "tag": m.tags or "",
-                    "keys": m.keys,
-                    "body": m.body,
-                }
-            )
-    headers = ["file", "topic", "queue", "offset", "message id", "tag", "keys", "body"]
-    table_rows = [
-        [
-            r["file"],
-            r["topic"],
-            r["queue_id"],
-            r["queue_offset"],
-            r["message_id"],
-            r["tag"],
-            " ".join(r["keys"]),
-            r["body"],
-        ]
-        for r in rows
-    ]
-    show_table(args, rows, headers, table_rows)
+        return resend_rolled_back(args, ranges)
+    rows = listing.rows(args.data, ranges)
+    if not args.json:
+        for kept in ranges:
+            print(listing.summary(kept))
+    show_table(args, rows, listing.TABLE_HEADERS, [listing.table_row(r) for r in rows])
     return 0
 
 
-def resend_rolled_back(args) -> int:
-    """Send a node's rolled-back messages again (``ferrymq/rollback_resend.py``); exit 1
-    when the node refused any of them."""
+def resend_rolled_back(args, ranges) -> int:
+    """Send a node's rolled-back messages and the still valid records of its damaged
+    ranges again (``ferrymq/rollback_resend.py``), but not what its log holds again; exit
+    1 when the node refused any of them."""
     from ferrymq.client import Producer
-    from ferrymq.rollback_resend import plan_resend, resend
+    from ferrymq.rollback_listing import resendable
+    from ferrymq.rollback_resend import SKIPPED_REFILLED, plan_resend, resend
     from ha import rollback
 
-    records = (m for path in rollback.rollback_files(args.data) for m in rollback.records_in(path))
-    plan = plan_resend(records)
+    records = [m for path in rollback.rollback_files(args.data) for m in rollback.records_in(path)]
+    missing, held = resendable(args.data, ranges)
+    plan = plan_resend(records + missing)
+    if held:
+        plan.skipped[SKIPPED_REFILLED] += held
     with Producer(args.server) as producer:
         sent, failures = resend(producer, plan.messages)
     if args.json:
@@ -430,13 +416,28 @@ def cluster_status_command(args) -> int:
     print()
     print(
         table(
-            ["node", "group", "role", "address", "alive", "max offset"],
+            ["node", "group", "role", "address", "alive", "max offset", "log"],
             [
-                [n.id, n.broker_group, n.role, n.address, n.alive, n.max_offset]
+                [
+                    n.id,
+                    n.broker_group,
+                    n.role,
+                    n.address,
+                    n.alive,
+                    n.max_offset,
+                    DAMAGED_LOG if n.damaged_log else "whole",
+                ]
                 for n in status.nodes
             ],
         )
     )
+    damaged = [n.id for n in status.nodes if n.damaged_log]
+    if damaged:
+        print(
+            f"\n{', '.join(damaged)}: recovery cut the log after an invalid record; the bytes "
+            "are kept (ferrymq rollback --data DIR on that node) and a slave refills the "
+            "range from its master"
+        )
     return 0
 
 

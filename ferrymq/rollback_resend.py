@@ -2,9 +2,12 @@
 producers sent it.
 
 A rollback file (``ha/rollback.py``) holds CommitLog records: messages of user topics,
-and system records. Of those, delayed messages still waiting in the timer topic are
-messages a producer sent too; they go again to their real topic with their delivery time
-(one already due is delivered at once), unless the tail also holds their delivered copy.
+and system records; so do the still valid records of a damaged range
+(``store/damaged_ranges.py``), which are resent the same way unless the node's log holds
+them again (``ferrymq/rollback_listing.py``). Of those, delayed messages still waiting
+in the timer topic are messages a producer sent too; they go again to their real topic
+with their delivery time (one already due is delivered at once), unless the tail also
+holds their delivered copy.
 A delivered delayed message keeps its delivery time, which its DELAY topic requires.
 Every other system record (transaction halves, retries, consumer offsets, POP state) is
 the node's own bookkeeping and is counted, not sent; so is a committed transactional
@@ -34,6 +37,7 @@ from store.message import (
 SKIPPED_DELIVERED = "delayed messages whose delivered copy is resent instead"
 SKIPPED_TRANSACTIONAL = "committed transactional messages (their producer commits them)"
 SKIPPED_SYSTEM = "system records (transaction halves, retries, offsets, POP state)"
+SKIPPED_REFILLED = "damaged-range records the log holds again (refilled from its master)"
 
 
 @dataclass

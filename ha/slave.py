@@ -63,6 +63,9 @@ class ReplicationSlave:
         self.secret = secret
         self.master_address = master_address
         self.connected_to: str | None = None
+        # The master's end when the current link began: a slave holding that much holds
+        # everything its master had then (how a log cut by recovery counts as refilled).
+        self.linked_master_end = 0
         self.confirmed_offset = 0
         # Under SYNC replication a slave's readers, too, see only what the master's
         # in-sync set confirmed.
@@ -154,6 +157,7 @@ class ReplicationSlave:
                 log.warning("replication: %s does not know the cluster secret", address)
                 raise LinkError(f"{address} did not prove it knows the cluster secret")
             start = await self._truncate_to_common_point(welcome)
+            self.linked_master_end = int(welcome["max_offset"])
             writer.write(control(Kind.START, offset=start))
             await writer.drain()
             self.connected_to, self.last_error = address, ""

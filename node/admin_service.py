@@ -267,6 +267,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     epoch=epoch,
                     alive=m.alive,
                     last_heartbeat_ms=m.last_heartbeat_ms,
+                    damaged_log=m.damaged_log,
                 )
             )
         voters = [

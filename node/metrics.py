@@ -139,6 +139,18 @@ FAMILIES: tuple[Family, ...] = (
     Family("ferrymq_commitlog_dispatched_offset", "gauge", (), "CommitLog offset dispatched"),
     Family("ferrymq_commitlog_segments", "gauge", (), "CommitLog segment files"),
     Family(
+        "ferrymq_commitlog_damaged",
+        "gauge",
+        (),
+        "1 while a range recovery cut after an invalid record is not refilled from a master",
+    ),
+    Family(
+        "ferrymq_commitlog_damaged_bytes",
+        "gauge",
+        (),
+        "CommitLog bytes recovery cut after invalid records, in ranges still kept aside",
+    ),
+    Family(
         "rocketmq_storage_dispatch_behind_bytes",
         "gauge",
         (),
@@ -348,6 +360,8 @@ class NodeStateCollector:
         gauge("ferrymq_commitlog_flushed_offset", flushed)
         gauge("ferrymq_commitlog_dispatched_offset", dispatched)
         gauge("ferrymq_commitlog_segments", len(commitlog.segments.files))
+        gauge("ferrymq_commitlog_damaged", 1 if store.damage.unrefilled else 0)
+        gauge("ferrymq_commitlog_damaged_bytes", store.damage.cut_bytes)
         gauge("rocketmq_storage_dispatch_behind_bytes", max(0, write - dispatched))
         gauge("rocketmq_storage_flush_behind_bytes", max(0, write - flushed))
         try:

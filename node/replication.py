@@ -28,6 +28,7 @@ from ha.slave import ReplicationSlave
 from node.config import NodeConfig, ReplicationMode
 from node.metrics import ReplicationStatus
 from routing.commands import AlterInSync, ElectMaster, ReportMasterFound, ReportMasterLost
+from routing.metadata import healthy_first
 from routing.replica import RoutingReplica, RoutingUnavailable
 from store.commitlog import PreparedMessage
 from store.message import Message
@@ -240,6 +241,7 @@ class ReplicationRole:
                     await self._maintain_in_sync()
                 else:
                     await self._report_lost_master()
+                    await self._note_refill()
             except RoutingUnavailable as error:
                 log.info("replication change not committed: %s", error.detail)
             except Exception:  # one failed round must not end the loop
@@ -312,6 +314,29 @@ class ReplicationRole:
         if result.ok or result.reason == "STALE":
             self._reported_epoch = group.epoch
 
+    async def _note_refill(self) -> None:
+        """A log cut by recovery (``store/damaged_ranges.py``) is whole again once this
+        slave holds everything its master had when they linked: the ranges are marked
+        refilled, and a heartbeat tells routing at once (elections avoid a damaged log)."""
+        damage = self.store.damage
+        if not damage.unrefilled or self.slave.connected_to is None:
+            return
+        end = self.store.commitlog.write_offset
+        if end < self.slave.linked_master_end:
+            return
+        master = self.slave.connected_to
+        loop = asyncio.get_running_loop()
+        for damaged in await loop.run_in_executor(None, damage.mark_refilled, end):
+            log.warning(
+                "refilled the damaged range [%d, %d) from master %s: this log is whole "
+                "again up to %d",
+                damaged.start,
+                damaged.end,
+                master,
+                end,
+            )
+        self.renew_lease_now()
+
     async def _withdraw_lost_report(self, group) -> None:
         """Linked to the master again: the report made in this epoch no longer holds (it
         may date from before the new master served at all), and it may be made again."""
@@ -337,7 +362,10 @@ class ReplicationRole:
         if target is None:
             if not slaves:
                 raise SwitchoverError("NO_CANDIDATE", "no connected in-sync slave to hand over to")
-            target = max(slaves, key=lambda n: (self.master.links[n].acked, n))
+            members = self.routing.state.members
+            whole = healthy_first([members[n] for n in slaves if n in members])
+            candidates = [m.node_id for m in whole] or slaves
+            target = max(candidates, key=lambda n: (self.master.links[n].acked, n))
         elif target not in slaves:
             raise SwitchoverError(
                 "NOT_IN_SYNC", f"{target} is not a connected in-sync slave of {group.name}"

@@ -318,6 +318,7 @@ class Node:
                         max_offset=self.raw_store.commitlog.write_offset,
                         wall_ms=int(time.time() * 1000),
                         lease_ms=self.config.cluster.lease_ms,
+                        damaged_log=self.raw_store.damage.unrefilled,
                     )
                 )
             except RoutingUnavailable as error:
@@ -365,8 +366,12 @@ class Node:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._heartbeat_now.wait(), interval_s)
             self._heartbeat_now.clear()
+            store = self.raw_store
             heartbeat = NodeHeartbeat(
-                self.config.id, self.raw_store.commitlog.write_offset, int(time.time() * 1000)
+                self.config.id,
+                store.commitlog.write_offset,
+                int(time.time() * 1000),
+                damaged_log=store.damage.unrefilled,
             )
             sent_at = time.monotonic()
             try:
@@ -406,9 +411,12 @@ class Node:
                 log.exception("housekeeping round failed")
 
     def _remove_expired_rollbacks(self, partial: bool) -> None:
+        """Rollback files and damaged ranges expire like the segments they came from."""
         retention_s = self.raw_store.config.retention_ms / 1000
         for path in rollback.remove_expired(self.config.data_dir, retention_s, partial=partial):
             log.info("removed rollback file %s (past the retention, or half-written)", path)
+        for path in self.raw_store.damage.remove_expired(retention_s, partial=partial):
+            log.info("removed damaged-range file %s (past the retention, or half-written)", path)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         for task in (self._housekeeping, self._timer_task, self._check_task, *self._routing_tasks):

@@ -33,7 +33,12 @@ class RegisterNode:
     A master that registers again has restarted, and may have lost what it had not
     forced to disk: an in-sync member that heartbeated within ``lease_ms`` of
     ``wall_ms`` takes over (the one with the longest log), as after a failure; without
-    one it stays master, in a new epoch."""
+    one it stays master, in a new epoch.
+
+    ``damaged_log``: the node's recovery cut its log after an invalid record and it has
+    not refilled the range (``routing.metadata.healthy_first``). A healthy in-sync member
+    that registers while the master's log is damaged takes the group over. Fields added
+    later have defaults, so commands pickled before them still load."""
 
     node_id: str
     broker_group: str
@@ -43,13 +48,18 @@ class RegisterNode:
     max_offset: int = 0
     wall_ms: int = 0
     lease_ms: int = 0
+    damaged_log: bool = False
 
 
 @dataclass(frozen=True)
 class NodeHeartbeat:
+    """A node is alive, with its log's end and whether that log is damaged (the flag
+    clears once it refilled the cut range from its master)."""
+
     node_id: str
     max_offset: int
     wall_ms: int
+    damaged_log: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ live in-sync slave reported losing its link to it (``ReportMasterLost``) and it 
 missed a heartbeat (``heartbeat_interval_s``): a killed master is replaced in about a
 second instead of a lease. The new master is the live in-sync member with the highest
 reported CommitLog offset (any live member with ``unclean_election``, which may lose
-acknowledged messages); ``ElectMaster`` names the epoch it replaces, so a stale decision
-cannot stick.
+acknowledged messages), one whose log was cut by its recovery only when no other
+candidate has a whole log (``healthy_first``); ``ElectMaster`` names the epoch it
+replaces, so a stale decision cannot stick.
 
 Thread-safety: runs on the node's event loop; reads the state through the replica.
 """
@@ -28,6 +29,7 @@ import time
 from collections.abc import Callable
 
 from routing.commands import ElectMaster, MarkNodeDown
+from routing.metadata import healthy_first
 from routing.replica import RoutingReplica, RoutingUnavailable
 
 log = logging.getLogger("ferrymq.controller")
@@ -147,6 +149,8 @@ class Controller:
         if not candidates and self.unclean_election:
             candidates = [n for n in members if eligible(n)]
             unclean = True
+        # A node whose recovery cut its log only while no candidate has a whole one.
+        candidates = [m.node_id for m in healthy_first([members[n] for n in candidates])]
         if not candidates:
             # Once per term, not on every tick while it lasts.
             if self._stuck_reported.get(group.name) != group.epoch:

@@ -101,7 +101,9 @@ class Member:
 
     ``heartbeats`` counts the heartbeats applied; the controller marks a node down only
     when that count has not moved for a lease, so a heartbeat racing with the decision
-    wins (``MarkNodeDown`` names the count it saw)."""
+    wins (``MarkNodeDown`` names the count it saw). ``damaged_log``: its recovery cut the
+    log after an invalid record and it has not refilled the range from a master yet
+    (``store/damaged_ranges.py``); see ``healthy_first``."""
 
     node_id: str
     broker_group: str
@@ -112,6 +114,8 @@ class Member:
     heartbeats: int = 0
     last_heartbeat_ms: int = 0
     max_offset: int = 0
+    # A default, so that members pickled before the field existed load as healthy.
+    damaged_log: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,14 @@ class BrokerGroup:
     in_sync: frozenset[str] = field(default_factory=frozenset)
     in_sync_epoch: int = 0
     lost_by: frozenset[str] = field(default_factory=frozenset)  # slaves that lost the master
+
+
+def healthy_first(members: list[Member]) -> list[Member]:
+    """The members whose log is whole, or all of them when none is: a node whose log was
+    cut by its recovery becomes master only while no candidate with a whole log exists
+    (every election, handover and switchover goes through this rule)."""
+    healthy = [m for m in members if not m.damaged_log]
+    return healthy or members
 
 
 def check_name(kind: str, name: str) -> None:

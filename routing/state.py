@@ -54,6 +54,7 @@ from routing.metadata import (
     check_group_config,
     check_name,
     check_topic_config,
+    healthy_first,
 )
 
 # A change: (table name, key, new record or None to delete).
@@ -126,6 +127,7 @@ class RoutingState:
             heartbeats=(known.heartbeats + 1) if known else 1,
             last_heartbeat_ms=command.wall_ms,
             max_offset=command.max_offset,
+            damaged_log=command.damaged_log,
         )
         group = self.broker_groups.get(command.broker_group) or BrokerGroup(command.broker_group)
         if group.master is None:
@@ -155,6 +157,18 @@ class RoutingState:
                 # tail, or the slave's epoch comparison would keep them (a silently
                 # diverged replica, found by the chaos suite).
                 group = replace(group, epoch=group.epoch + 1)
+        elif self._replaces_damaged_master(group, member):
+            # The master's recovery cut its log and nothing refilled it: a healthy
+            # in-sync member takes over as it registers, before it follows (and cuts its
+            # own longer log to) the damaged one.
+            group = replace(
+                group,
+                master=member.node_id,
+                epoch=group.epoch + 1,
+                in_sync=(group.in_sync - {group.master}) | {member.node_id},
+                in_sync_epoch=group.in_sync_epoch + 1,
+                lost_by=frozenset(),
+            )
         return [
             ("members", member.node_id, member),
             ("broker_groups", group.name, group),
@@ -163,7 +177,8 @@ class RoutingState:
     def _successor_of_restarted_master(
         self, group: BrokerGroup, command: RegisterNode
     ) -> str | None:
-        """The in-sync member, heard from within the lease, with the longest log."""
+        """The in-sync member, heard from within the lease, with the longest log (a
+        whole log first)."""
         candidates = [
             member
             for node_id in group.in_sync - {command.node_id}
@@ -173,7 +188,17 @@ class RoutingState:
         ]
         if not candidates:
             return None
+        candidates = healthy_first(candidates)
         return max(candidates, key=lambda m: (m.max_offset, m.node_id)).node_id
+
+    def _replaces_damaged_master(self, group: BrokerGroup, member: Member) -> bool:
+        master = self.members.get(group.master) if group.master else None
+        return (
+            master is not None
+            and master.node_id != member.node_id
+            and member.node_id in group.in_sync
+            and healthy_first([master, member]) == [member]
+        )
 
     def _plan_heartbeat(self, command: NodeHeartbeat) -> tuple[list[Change], object]:
         known = self.members.get(command.node_id)
@@ -185,6 +210,7 @@ class RoutingState:
             heartbeats=known.heartbeats + 1,
             last_heartbeat_ms=command.wall_ms,
             max_offset=command.max_offset,
+            damaged_log=command.damaged_log,
         )
         return [("members", member.node_id, member)], member
 
@@ -209,6 +235,21 @@ class RoutingState:
                 "NOT_IN_SYNC",
                 f"{command.node_id} is not in the in-sync set {sorted(group.in_sync)} of "
                 f"{group.name}; electing it could lose acknowledged messages",
+            )
+        others = [
+            m
+            for m in self.members.values()
+            if m.broker_group == group.name
+            and m.alive
+            and m.node_id not in (group.master, member.node_id)
+            and (command.unclean or m.node_id in group.in_sync)
+        ]
+        if member not in healthy_first([member, *others]):
+            raise TopicError(
+                "DAMAGED_LOG",
+                f"{command.node_id}'s recovery cut its log and it has not refilled it, while "
+                f"{sorted(m.node_id for m in healthy_first(others))} of {group.name} have a "
+                "whole log: elect one of them",
             )
         # Every in-sync member holds every acknowledged write (the master counts all of
         # them), so the survivors stay in sync; an unclean winner starts a set of its own.

@@ -40,3 +40,9 @@ class ReplicaDiverged(ReplicaMismatch):
     """Replicated bytes start at this log's end but are not whole records there: the
     two logs differ below that point although their epoch histories agree. Nothing is
     stored; an operator must look (a bug, or a disk that lost acknowledged bytes)."""
+
+
+class RecoveryRefused(StoreError):
+    """Recovery found an invalid record but could not keep the bytes from it to the end
+    of the data aside: nothing was cut and the store does not open (the message names the
+    offset, the reason and what the operator does)."""

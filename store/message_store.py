@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import threading
@@ -38,6 +39,7 @@ from store.commitlog_record import chunk_problem
 from store.commitlog_record import decode as record_decode
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import BLANK_SIZE
+from store.damaged_ranges import DamagedRange, DamagedRanges
 from store.dispatcher import ConsumeQueueTable, Dispatcher
 from store.errors import DiskFullError, InvalidMessageError, ReplicaDiverged, ReplicaMismatch
 from store.flush_service import BackgroundFlusher, GroupCommitService, enough_dirty
@@ -62,6 +64,7 @@ from store.results import (
     RecoveryReport,
 )
 
+log = logging.getLogger("ferrymq.store")
 ABORT_FILE = "abort"
 CHECKPOINT_FILE = "checkpoint"
 LOCK_FILE = "lock"
@@ -223,6 +226,8 @@ class MessageStore:
             os.path.join(root, "index"), config.index_slot_count, config.index_entry_count
         )
         self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, self.index)
+        # Ranges recovery cut after an invalid record, kept aside (store/damaged_ranges.py).
+        self.damage = DamagedRanges(root)
         self._put_lock = threading.Lock()
         # The flusher and a truncation both write the checkpoint through one temporary file.
         self._checkpoint_lock = threading.Lock()
@@ -278,6 +283,11 @@ class MessageStore:
         scan_start = max(first, durable - durable % self.config.commitlog_segment_bytes)
         scan = self.commitlog.scan(scan_start)
         end = scan.end_offset
+        self.damage.load()
+        damaged = None
+        if scan.corrupt_offset is not None:
+            flushed = checkpoint.commitlog_flushed_offset if checkpoint is not None else 0
+            damaged = self._keep_damaged(scan.corrupt_offset, scan.corruption, clean, flushed)
         self.commitlog.set_end(end, flushed_from=min(durable, end))
         for queue in self.consume_queues.queues.values():
             queue.truncate_physical(end)
@@ -302,9 +312,55 @@ class MessageStore:
             redispatched=redispatched,
             corrupt_offset=scan.corrupt_offset,
             corruption=scan.corruption,
+            damaged=damaged,
         )
         # What was re-dispatched sits in the page cache only: durable below the old point.
         self._write_checkpoint(redispatch_from)
+
+    def _keep_damaged(
+        self, start: int, reason: str | None, clean: bool, flushed: int
+    ) -> DamagedRange | None:
+        """Keep the log from the invalid record at ``start`` aside before recovery cuts it
+        there, and say so loudly; None for a torn tail (a write the previous run never
+        finished: nothing valid after it, and not below what it had forced to disk)."""
+        reason = reason or "invalid record"
+        damaged = self.damage.keep(
+            self.commitlog.segments,
+            start,
+            reason,
+            may_be_torn=not clean and start >= flushed,
+            high_water=self.config.disk_high_water_ratio,
+            now_ms=self._clock_ms(),
+        )
+        if damaged is None:
+            log.warning(
+                "recovery: cut a torn record at CommitLog offset %d (%s): the previous run "
+                "stopped while writing it",
+                start,
+                reason,
+            )
+            return None
+        log.error(
+            "recovery: invalid record at CommitLog offset %d (%s): the log now ends there; "
+            "the %d bytes [%d, %d) from it are kept in %s (list them with "
+            "`ferrymq rollback --data %s`)",
+            start,
+            reason,
+            damaged.cut_bytes,
+            start,
+            damaged.end,
+            os.path.join(self.damage.directory, damaged.file),
+            self.config.data_dir,
+        )
+        if damaged.kept_end < damaged.end:
+            log.error(
+                "recovery: the damaged range is larger than %d bytes: [%d, %d) is cut "
+                "without a copy",
+                damaged.kept_end - damaged.start,
+                damaged.kept_end,
+                damaged.end,
+            )
+        return damaged
 
     # ---- replication: the same log on every replica ------------------------------------
     def append_replicated(self, physical_offset: int, data: bytes) -> int:

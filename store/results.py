@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from store.damaged_ranges import DamagedRange
 from store.message import StoredMessage, offset_message_id
 
 
@@ -65,7 +66,8 @@ class GetResult:
 @dataclass(frozen=True)
 class RecoveryReport:
     """What the last open found: whether the previous run ended cleanly, where the log
-    ends, and the offset and reason of the record that stopped the scan if it was bad."""
+    ends, the offset and reason of the record that stopped the scan if it was bad, and
+    the range kept aside when that was damage rather than a torn tail."""
 
     clean_shutdown: bool
     scan_start_offset: int
@@ -74,3 +76,4 @@ class RecoveryReport:
     redispatched: int
     corrupt_offset: int | None = None
     corruption: str | None = None
+    damaged: DamagedRange | None = None

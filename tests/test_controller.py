@@ -5,9 +5,11 @@ injected clocks, so every decision is deterministic."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from routing.commands import (
     AlterInSync,
+    ElectMaster,
     NodeHeartbeat,
     RegisterNode,
     ReportMasterFound,
@@ -146,3 +148,101 @@ def test_a_withdrawn_lost_report_keeps_a_master_whose_heartbeats_pause():
     heartbeat(state, clock, "n2", "n3")
     asyncio.run(controller.tick())
     assert state.broker_groups["g1"].epoch == 2
+
+
+def test_a_node_whose_log_was_cut_is_not_elected_while_an_in_sync_replica_is_healthy():
+    """n2's recovery cut its log after an invalid record (``damaged_log`` in its
+    heartbeats) and it has not refilled the range yet; its reported offset is the highest,
+    yet the controller elects n3, whose log is whole. Refilled, n2 is eligible again; and
+    with no healthy candidate left, a damaged one is still better than no master."""
+    state = three_nodes()
+    clock = Clock()
+    controller = Controller(LeaderReplica(state), lease_s=3.0, clock=clock, wall_clock=clock)
+
+    def beat(node_id: str, offset: int, damaged: bool = False) -> None:
+        assert state.apply(
+            NodeHeartbeat(node_id, offset, int(clock.now * 1000), damaged_log=damaged)
+        ).ok
+
+    def master_dies(master: str, slaves: list[str], epoch: int, offsets: dict) -> None:
+        for slave in slaves:
+            assert state.apply(ReportMasterLost("g1", slave, epoch)).ok
+        for _ in range(6):  # the master is silent; the slaves heartbeat on
+            clock.now += 0.3
+            for slave in slaves:
+                beat(slave, *offsets[slave])
+            asyncio.run(controller.tick())
+            if state.broker_groups["g1"].epoch != epoch:
+                return
+
+    beat("n1", 900)
+    beat("n2", 800, damaged=True)
+    beat("n3", 100)
+    asyncio.run(controller.tick())
+    assert state.members["n2"].damaged_log
+    master_dies("n1", ["n2", "n3"], 1, {"n2": (800, True), "n3": (100,)})
+    group = state.broker_groups["g1"]
+    assert (group.master, group.epoch) == ("n3", 2)
+
+    # n2 refills from n3 and says so; n3 dies: n2 is the one left, and elected.
+    beat("n2", 100)
+    assert not state.members["n2"].damaged_log
+    master_dies("n3", ["n2"], 2, {"n2": (100,)})
+    assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == ("n2", 3)
+
+    # Only damaged candidates: one of them still becomes master.
+    state = three_nodes()
+    controller = Controller(LeaderReplica(state), lease_s=3.0, clock=clock, wall_clock=clock)
+    beat("n1", 900)
+    beat("n2", 800, damaged=True)
+    beat("n3", 700, damaged=True)
+    asyncio.run(controller.tick())
+    master_dies("n1", ["n2", "n3"], 1, {"n2": (800, True), "n3": (700, True)})
+    assert state.broker_groups["g1"].master == "n2"
+
+
+def test_an_election_or_switchover_to_a_damaged_log_is_refused_while_a_whole_one_exists():
+    state = three_nodes()
+    assert state.apply(NodeHeartbeat("n2", 800, 1, damaged_log=True)).ok
+    refused = state.apply(ElectMaster("g1", "n2", 1, "planned switchover"))
+    assert not refused.ok and refused.reason == "DAMAGED_LOG"
+    assert "n2's recovery cut its log" in refused.detail and "['n3']" in refused.detail
+    assert state.broker_groups["g1"].master == "n1"
+    assert state.apply(ElectMaster("g1", "n3", 1, "planned switchover")).ok
+    # n3 is the master now: n2 is the only other in-sync member, and may be elected.
+    assert state.apply(ElectMaster("g1", "n2", 2, "planned switchover")).ok
+
+
+def test_a_damaged_master_hands_its_group_to_a_healthy_in_sync_member():
+    """A master whose recovery cut its log registers again: the in-sync member heard
+    within the lease with a whole log takes over, even with a shorter log than a damaged
+    one. When every node restarted (nobody heard), it stays master for now; the first
+    healthy in-sync member that registers takes the group over at once, before it would
+    follow the damaged log and cut its own longer one to it."""
+    state = three_nodes()
+    assert state.apply(NodeHeartbeat("n2", 900, 10_000, damaged_log=True)).ok
+    assert state.apply(NodeHeartbeat("n3", 700, 10_500)).ok
+    restart = RegisterNode("n1", "g1", "n1:1", max_offset=0, wall_ms=11_000, lease_ms=3000)
+    assert state.apply(replace(restart, damaged_log=True)).ok
+    group = state.broker_groups["g1"]
+    assert (group.master, group.epoch) == ("n3", 2)
+    assert state.members["n1"].damaged_log
+
+    # Every node restarted: n1 (damaged) registers first and nobody was heard lately.
+    state = three_nodes()
+    late = RegisterNode("n1", "g1", "n1:1", wall_ms=60_000, lease_ms=3000, damaged_log=True)
+    assert state.apply(late).ok
+    assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == ("n1", 2)
+    # n2, damaged too, changes nothing; n3, whole and in sync, takes over.
+    assert state.apply(replace(late, node_id="n2", grpc_address="n2:1")).ok
+    assert state.broker_groups["g1"].master == "n1"
+    assert state.apply(RegisterNode("n3", "g1", "n3:1", wall_ms=60_100, lease_ms=3000)).ok
+    group = state.broker_groups["g1"]
+    assert (group.master, group.epoch) == ("n3", 3)
+    assert group.in_sync == frozenset({"n2", "n3"})
+    # A healthy member outside the in-sync set takes nothing over.
+    state = three_nodes()
+    assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1", "n2"}), 2)).ok
+    assert state.apply(late).ok
+    assert state.apply(RegisterNode("n3", "g1", "n3:1", wall_ms=60_100, lease_ms=3000)).ok
+    assert state.broker_groups["g1"].master == "n1"

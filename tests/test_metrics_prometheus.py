@@ -119,7 +119,7 @@ def test_promtool_accepts_configs_rules_and_rule_tests(prometheus_tools, tmp_pat
     check("check", "config", "prometheus-3-nodes.yml")
     check("check", "config", "prometheus-6-nodes.yml")
     # Alert behaviour on synthetic series: a killed master, a group without nodes, disk,
-    # Raft and growing lags (deploy/prometheus/alerts_test.yml).
+    # Raft, growing lags and a log cut by recovery (deploy/prometheus/alerts_test.yml).
     check("test", "rules", "alerts_test.yml")
     with open(os.path.join(PROMETHEUS_DIR, "alerts.yml"), encoding="utf-8") as f:
         rules = yaml.safe_load(f)
@@ -133,6 +133,8 @@ def test_promtool_accepts_configs_rules_and_rule_tests(prometheus_tools, tmp_pat
         "FerrymqConsumerLagGrowing",
         "FerrymqDiskAboveHighWater",
         "FerrymqRaftNoLeader",
+        "FerrymqCommitLogDamaged",
+        "FerrymqCommitLogCorruptionFound",
     }
     known = {f.name for f in FAMILIES} | {"process_cpu_seconds_total"}
     for group in rules["groups"]:
@@ -218,7 +220,7 @@ def test_alert_rules_load_and_only_the_lag_alert_goes_pending(stack):
             break
         assert time.monotonic() < deadline, rules
         time.sleep(0.2)
-    assert len(rules) == 8
+    assert len(rules) == 10
     for rule in rules:
         assert rule["health"] == "ok", rule
         if rule["name"] != "FerrymqConsumerLagGrowing":

@@ -742,3 +742,132 @@ def test_a_restarted_master_writes_in_a_new_epoch_from_its_log_end(tmp_path):
         assert send_raw(node.address, "terms", b"second", "ID-second") == pb.OK
     finally:
         node.sigkill()
+
+
+def stop_cleanly(plan: ClusterPlan, node: NodePlan) -> None:
+    os.kill(node.pid, signal.SIGTERM)
+    until(lambda: not is_running(node, plan), 30, f"{node.id} to stop")
+
+
+def fill(plan: ClusterPlan, topic: str, batches: int) -> int:
+    """``batches`` batches of 32 1 KB messages; the end every replica then holds."""
+    access = ",".join(n.grpc for n in plan.nodes)
+    with Producer(access) as producer:
+        for i in range(batches):
+            producer.send_batch(
+                [Message(topic, b"%d-%d-" % (i, j) + b"x" * 1000) for j in range(32)]
+            )
+    return wait_identical(plan, at_least=batches * 32 * 1000)
+
+
+def test_a_slave_whose_recovery_cut_its_log_refills_it_from_its_master(cluster, capsys):
+    """A stopped slave gets one flipped bit in the middle of its log. At its next start
+    recovery keeps the bytes from that record on aside and cuts there; the slave streams
+    the range back from its master and ends byte-identical with it, then marks the range
+    refilled and reports a whole log again. Every kept record is in its log again, so
+    ``--resend`` sends none of them."""
+    from ferrymq.rollback_listing import damaged_ranges
+    from ferrymq.rollback_resend import SKIPPED_REFILLED
+    from store.damaged_ranges import Unreadable, described_ranges
+    from tests.test_rollback import flip_body_bit, log_records
+
+    start, holder = cluster
+    plan = start()
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("load", 4)
+        topic_everywhere(plan, "load")
+    end = fill(plan, "load", 20)
+    master = master_of(plan)
+    slave = next(n for n in plan.nodes if n.id != master.id)
+    stop_cleanly(plan, slave)
+    loads = log_records(slave.data, "load")
+    bad = loads[len(loads) // 2][0]
+    flip_body_bit(slave.data, bad)
+
+    slave_log = Path(plan.directory, f"{slave.id}.log")
+    logged = len(slave_log.read_text())
+    plan = holder["plan"] = restart(plan, slave)
+    # Routing still holds the stopped slave's old end until it registers: wait for the
+    # refill before comparing the replicas.
+    until(
+        lambda: "refilled the damaged range" in slave_log.read_text()[logged:],
+        30,
+        "the slave to refill its log",
+    )
+    wait_identical(plan, at_least=end)
+    assert f"invalid record at CommitLog offset {bad} (body CRC mismatch" in slave_log.read_text()
+    ((_, damaged, _),) = described_ranges(slave.data)
+    assert damaged.start == bad and damaged.refilled_to >= end
+    until(
+        lambda: (s := status_of(master)) is not None and not any(n.damaged_log for n in s.nodes),
+        10,
+        "routing to hear the log is whole again",
+    )
+    capsys.readouterr()
+    code = main(["rollback", "--data", slave.data, "--resend", "--server", master.grpc, "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["sent"] == 0
+    (kept,) = damaged_ranges(slave.data)
+    records = [item for item in kept.items if not isinstance(item, Unreadable)]
+    assert len(records) >= len([offset for offset, _ in loads if offset > bad])
+    assert report["not_sent"] == {SKIPPED_REFILLED: len(records)}
+
+
+def test_a_master_whose_recovery_cut_its_log_hands_its_group_to_a_whole_replica(tmp_path):
+    """Every node of a group stops (longer than the lease: a restart of the whole
+    cluster), and the master's log gets a flipped bit. It comes back first and, nobody
+    heard lately, keeps its group for now; the first whole in-sync replica that
+    registers takes the group over, so the others do not cut their longer logs to the
+    damaged one: it refills from the new master instead and every replica ends
+    byte-identical at the old end. (With a single routing voter, the master's own start
+    can commit before anyone else's.)"""
+    from tests.test_rollback import flip_body_bit, log_records
+
+    plan = cluster_up(
+        str(tmp_path / "cluster"), nodes=3, voters=1, auto_ports=True, settings=settings()
+    )
+    try:
+        voter = plan.nodes[0]
+        with Admin(voter.grpc) as admin:
+            admin.create_topic("load", 4)
+            topic_everywhere(plan, "load")
+            if master_of(plan).id != voter.id:
+                admin.failover("group-1", voter.id)
+        until(lambda: master_of(plan).id == voter.id, 20, f"{voter.id} to be master")
+        end = fill(plan, "load", 20)
+        (group,) = status_of(voter).broker_groups
+        for node in plan.nodes:
+            stop_cleanly(plan, node)
+        stopped_at = time.monotonic()
+        loads = log_records(voter.data, "load")
+        flip_body_bit(voter.data, loads[len(loads) // 2][0])
+        # The whole group down for longer than its lease: at its start the master hears
+        # of no in-sync member, as after a power cut of the cluster.
+        time.sleep(max(0.0, 3.5 - (time.monotonic() - stopped_at)))
+
+        plan = restart(plan, voter)
+        until(
+            lambda: (
+                (s := status_of(voter)) is not None
+                and s.broker_groups[0].master == voter.id
+                and s.broker_groups[0].epoch > group.epoch
+            ),
+            30,
+            "the damaged master to register alone",
+        )
+        assert [n.damaged_log for n in status_of(voter).nodes if n.id == voter.id] == [True]
+        for node in plan.nodes[1:]:
+            plan = restart(plan, node)
+        new_master = until(
+            lambda: (m := master_of(plan)).id != voter.id and m, 30, "a whole replica as master"
+        )
+        wait_identical(plan, at_least=end, timeout_s=30)
+        until(
+            lambda: not any(n.damaged_log for n in status_of(new_master).nodes),
+            20,
+            "the old master to refill its log",
+        )
+        roles = {n.id: n.role for n in status_of(new_master).nodes}
+        assert roles[voter.id] == "SLAVE" and roles[new_master.id] == "MASTER"
+    finally:
+        stop_all(plan)

@@ -12,11 +12,13 @@ import time
 import pytest
 
 from ferrymq.cli import main
-from ferrymq.client import Admin
+from ferrymq.client import Admin, Producer
+from ferrymq.client import Message as FerryMessage
 from ferrymq.rollback_resend import SKIPPED_DELIVERED, SKIPPED_SYSTEM, SKIPPED_TRANSACTIONAL
 from ha import rollback
 from node.parked import park
 from node.transaction_service import HALF_TOPIC
+from store import commitlog_record as record
 from store.config import StoreConfig
 from store.message import PROPERTY_DELIVERY_TIME_MS as DELIVER
 from store.message import PROPERTY_TRANSACTION_ID as TRANSACTION
@@ -228,3 +230,135 @@ def test_resend_sends_messages_as_their_producers_sent_them_and_reports_refusals
             assert waited[0].store_timestamp_ms >= int(later)
     finally:
         node.sigterm()
+
+
+def log_records(data_dir: str, topic: str) -> list[tuple[int, int]]:
+    """(offset, size) of the valid records of ``topic`` in a stopped node's CommitLog,
+    read from its files."""
+    directory = os.path.join(data_dir, "commitlog")
+    found = []
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as f:
+            data = f.read()
+        local = 0
+        while (check := record.check_at(data, local, len(data))).size:
+            if check.blank:
+                break
+            if record.decode(data, local).topic == topic:
+                found.append((int(name) + local, check.size))
+            local += check.size
+    return found
+
+
+def flip_body_bit(data_dir: str, offset: int) -> None:
+    directory = os.path.join(data_dir, "commitlog")
+    first = sorted(os.listdir(directory))[0]
+    segment_bytes = os.path.getsize(os.path.join(directory, first))
+    base = offset - offset % segment_bytes
+    with open(os.path.join(directory, f"{base:020d}"), "r+b") as f:
+        f.seek(offset - base + record.HEADER_SIZE + 2)
+        byte = f.read(1)
+        f.seek(offset - base + record.HEADER_SIZE + 2)
+        f.write(bytes([byte[0] ^ 0x04]))
+
+
+def test_a_node_whose_recovery_cut_its_log_says_so_everywhere_and_keeps_the_rest(tmp_path, capsys):
+    """A standalone node, stopped cleanly, one bit flipped in its 100th message. At the
+    next start its log says where, why and what was kept; its metrics and ``cluster
+    status`` show the damage, also after another restart (nothing can refill it); the 99
+    messages after the bad one are listed and sent again by ``ferrymq rollback``."""
+    from tests.test_metrics import scrape, value
+
+    data_dir = str(tmp_path / "node")
+    ports = "[ports]\nmetrics = 0\n"
+    node = start_node(data_dir, ports)
+    try:
+        with Admin(node.address) as admin:
+            admin.create_topic("orders", 1)
+        with Producer(node.address) as producer:
+            for i in range(200):
+                producer.send(FerryMessage("orders", b"order-%03d" % i, keys=[f"k{i}"]))
+    finally:
+        assert node.sigterm() == 0
+    orders = log_records(data_dir, "orders")
+    assert len(orders) == 200
+    bad, _ = orders[100]
+    flip_body_bit(data_dir, bad)
+
+    node = start_node(data_dir, ports)
+    try:
+        with open(data_dir + ".log", encoding="utf-8") as f:
+            errors = [line for line in f if " ERROR " in line]
+        assert len(errors) == 1
+        assert f"invalid record at CommitLog offset {bad} (body CRC mismatch" in errors[0]
+        assert os.path.join(data_dir, "damaged", "") in errors[0]
+        samples = scrape(node.metrics)
+        assert value(samples, "ferrymq_commitlog_damaged") == 1
+        cut = value(samples, "ferrymq_commitlog_damaged_bytes")
+        assert cut >= orders[-1][0] + orders[-1][1] - bad
+        capsys.readouterr()
+        assert main(["cluster", "status", "--server", node.address, "--json"]) == 0
+        (listed,) = json.loads(capsys.readouterr().out)["nodes"]
+        assert listed["damaged_log"] is True
+        assert main(["cluster", "status", "--server", node.address]) == 0
+        assert "DAMAGED (cut by recovery, not refilled)" in capsys.readouterr().out
+    finally:
+        assert node.sigterm() == 0
+
+    node = start_node(data_dir, ports)  # nothing refilled it: still damaged
+    try:
+        assert value(scrape(node.metrics), "ferrymq_commitlog_damaged") == 1
+        capsys.readouterr()
+        assert main(["rollback", "--data", data_dir, "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        kept = [r["body"] for r in rows if r["kind"] == "damaged" and r["topic"] == "orders"]
+        assert kept == [f"order-{i:03d}" for i in range(101, 200)]
+        unreadable = [r for r in rows if r["kind"] == "unreadable"]
+        assert unreadable[0]["physical_offset"] == bad
+        code = main(["rollback", "--data", data_dir, "--resend", "--server", node.address])
+        assert code == 0
+        assert "sent 99 messages again" in capsys.readouterr().out
+        with Admin(node.address) as admin:
+            resent = admin.query_by_offset("orders", 0, 100)
+            assert [m.body for m in resent] == [b"order-101"]
+    finally:
+        assert node.sigterm() == 0
+
+
+def test_damaged_ranges_are_marked_refilled_and_expire_like_rollback_files(tmp_path):
+    """A refilled range stays listed but no longer makes the log damaged, across a
+    restart; a range older than the retention goes with its description, and a keep a
+    crash left half-written goes when the node starts."""
+    two_hours_ago_ms = int(time.time() * 1000) - 7_200_000
+    config = StoreConfig(str(tmp_path / "node"), **SMALL, **QUIET, retention_ms=3_600_000)
+    store = MessageStore.open(config)
+    for i in range(10):
+        assert store.put_message(Message.build("t", b"x" * 100 + str(i).encode())).ok
+    store.shutdown()
+    flip_body_bit(config.data_dir, 0)
+    store = MessageStore.open(config, clock_ms=lambda: two_hours_ago_ms)
+    try:
+        (damaged,) = store.damage.ranges
+        assert store.damage.unrefilled and damaged.found_ms == two_hours_ago_ms
+        (refilled,) = store.damage.mark_refilled(4242)
+        assert refilled.refilled_to == 4242 and not store.damage.unrefilled
+    finally:
+        store.shutdown()
+    store = MessageStore.open(config)
+    try:
+        assert store.recovery_report.damaged is None
+        (loaded,) = store.damage.ranges
+        assert loaded == refilled and not store.damage.unrefilled
+        assert store.damage.cut_bytes == damaged.end - damaged.start
+        directory = os.path.join(config.data_dir, "damaged")
+        torn = os.path.join(directory, "00000000000000000042-1.log.tmp")
+        with open(torn, "wb") as f:
+            f.write(b"half")
+        removed = store.damage.remove_expired(3600, partial=True)
+        assert sorted(os.path.basename(p) for p in removed) == sorted(
+            [os.path.basename(torn), damaged.file, damaged.file.replace(".log", ".json")]
+        )
+        assert os.listdir(directory) == [] and store.damage.ranges == ()
+        assert store.damage.cut_bytes == 0
+    finally:
+        store.shutdown()

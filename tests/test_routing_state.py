@@ -167,8 +167,15 @@ COMMANDS = st.one_of(
         st.sampled_from(["n1", "n2", "n3", "n4"]),
         st.sampled_from(["g1", "g2"]),
         st.just("127.0.0.1:1"),
+        damaged_log=st.booleans(),
     ),
-    st.builds(NodeHeartbeat, st.sampled_from(["n1", "n2", "n9"]), st.integers(0, 99), st.just(1)),
+    st.builds(
+        NodeHeartbeat,
+        st.sampled_from(["n1", "n2", "n9"]),
+        st.integers(0, 99),
+        st.just(1),
+        damaged_log=st.booleans(),
+    ),
     st.builds(MarkNodeDown, st.sampled_from(["n1", "n2"]), st.integers(0, 5)),
     st.builds(
         CreateTopic,
@@ -197,3 +204,23 @@ def test_replicas_applying_the_same_pickled_log_reach_the_same_state(commands):
         assert replica.topics == leader.topics and replica.groups == leader.groups
         assert replica.broker_groups == leader.broker_groups
         assert replica.members == leader.members
+
+
+def test_commands_and_members_pickled_before_the_damaged_log_flag_load_as_healthy():
+    """Raft journals and snapshots written before ``damaged_log`` existed hold commands
+    and members without it: they load with the default (a whole log), and apply as they
+    did."""
+
+    def as_old(record):
+        object.__delattr__(record, "damaged_log")  # the pickle an older version wrote
+        data = pickle.dumps(record)
+        assert b"damaged_log" not in data
+        return pickle.loads(data)
+
+    register = as_old(RegisterNode("n1", "g1", "127.0.0.1:1", max_offset=5))
+    heartbeat = as_old(NodeHeartbeat("n1", 7, 9))
+    assert register.damaged_log is False and heartbeat.damaged_log is False
+    state = RoutingState()
+    assert state.apply(register).ok and state.apply(heartbeat).ok
+    member = as_old(state.members["n1"])
+    assert member.damaged_log is False and member.max_offset == 7

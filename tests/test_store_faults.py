@@ -13,6 +13,9 @@ a pipe; waits are polls with a deadline, never sleeps.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 import os
 import select
 import shutil
@@ -41,6 +44,8 @@ from tests import store_crash_writer as writer
 
 WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "store_crash_writer.py")
 DEADLINE_S = 20.0
+# No background flush or checkpoint: what is on disk is what the test wrote.
+QUIET_FLUSH = dict(flush_interval_ms=10**9, derived_flush_interval_ms=10**9)
 
 
 # ---- the audit ---------------------------------------------------------------------
@@ -816,6 +821,272 @@ def test_flipped_body_byte_in_the_last_segment_stops_recovery_there(tmp_path, op
             assert store.query_by_unique_key(ack.topic, ack.unique_key) is None
     finally:
         store.shutdown()
+
+
+# ---- a corrupt byte must not delete the rest of the log ----------------------------------
+CORRUPTION_CONFIG = dict(
+    commitlog_segment_bytes=1 << 20,
+    max_message_body_bytes=64 * 1024,
+    consume_queue_entries_per_file=1000,
+    index_slot_count=1000,
+    index_entry_count=4000,
+)
+
+
+def log_bytes(data_dir: str, end: int) -> bytes:
+    """The CommitLog's bytes [0, end), read from its files."""
+    directory = os.path.join(data_dir, "commitlog")
+    parts = []
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as f:
+            parts.append(f.read())
+    return b"".join(parts)[:end]
+
+
+def flip_bit(data_dir: str, offset: int) -> None:
+    with open(os.path.join(data_dir, "commitlog", f"{0:020d}"), "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+
+def test_a_flipped_bit_in_the_first_record_keeps_every_later_record_aside(
+    tmp_path, opened, caplog, capsys
+):
+    """The review's reproduction: 3,000 records, a clean shutdown, one bit flipped in the
+    first record's body. Recovery still ends the log at the bad record (appends go on from
+    a record boundary), but the bytes from it to the old end are kept in a file that
+    ``ferrymq rollback`` lists, with the 2,999 later records decoded; the cut is logged
+    as an error naming the offset, the reason and the file. Before: the log went to 0 and
+    nothing was kept or logged."""
+    from ferrymq.cli import main
+
+    config = StoreConfig(str(tmp_path / "store"), **CORRUPTION_CONFIG)
+    store = opened(config)
+    bodies = [b"body-%05d-" % i + b"x" * (40 + i % 60) for i in range(3000)]
+    for start in range(0, 3000, 100):
+        batch = [
+            Message.build("orders", b, keys=[f"k{start}"]) for b in bodies[start : start + 100]
+        ]
+        assert store.put_messages(batch).ok
+    end = store.commitlog.write_offset
+    store.shutdown()
+    before = log_bytes(config.data_dir, end)
+    flip_bit(config.data_dir, record.HEADER_SIZE + 3)  # in the first record's body
+
+    caplog.set_level(logging.WARNING, logger="ferrymq.store")
+    store = opened(config)
+    report = store.recovery_report
+    assert report.clean_shutdown and report.corrupt_offset == 0
+    assert "body CRC mismatch" in report.corruption
+    assert store.commitlog.write_offset == 0  # the log ends at the bad record, as before
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, errors
+    assert "invalid record at CommitLog offset 0 (body CRC mismatch" in errors[0]
+    damaged = report.damaged
+    assert (damaged.start, damaged.end, damaged.kept_end) == (0, end, end)
+    kept_path = os.path.join(config.data_dir, "damaged", damaged.file)
+    assert f"the {end} bytes [0, {end}) from it are kept in {kept_path}" in errors[0]
+    assert store.damage.unrefilled and store.damage.cut_bytes == end
+    # The kept file is the log's bytes verbatim, the flipped bit included.
+    with open(kept_path, "rb") as f:
+        kept = f.read()
+    assert len(kept) == end
+    differing = [i for i in range(end) if kept[i] != before[i]]
+    assert differing == [record.HEADER_SIZE + 3]
+    store.shutdown()
+
+    capsys.readouterr()
+    assert main(["rollback", "--data", config.data_dir, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    first_size = record.check_at(before, 0, len(before)).size
+    assert [(r["kind"], r["physical_offset"], r["end_offset"]) for r in rows[:1]] == [
+        ("unreadable", 0, first_size)
+    ]
+    assert "body CRC mismatch" in rows[0]["reason"]
+    assert [r["kind"] for r in rows[1:]] == ["damaged"] * 2999
+    assert [r["body"].encode() for r in rows[1:]] == bodies[1:]
+    assert {r["file"] for r in rows} == {damaged.file}
+    assert main(["rollback", "--data", config.data_dir]) == 0
+    listed = capsys.readouterr().out
+    assert f"damaged range [0, {end}) cut by recovery" in listed
+    assert "2999 records of it still valid; not refilled from a master" in listed
+
+
+def crashed_with_20_records(data_dir: str, opened) -> tuple[StoreConfig, list[StoredMessage]]:
+    """A store killed after 20 appends it never flushed (no checkpoint names them)."""
+    config = StoreConfig(data_dir, **CORRUPTION_CONFIG, **QUIET_FLUSH)
+    store = opened(config)
+    for i in range(20):
+        assert store.put_message(build(i)).ok
+    records = list(store.commitlog.iterate(0, store.commitlog.write_offset))
+    store.close_abruptly_for_tests()
+    return config, records
+
+
+def test_after_a_crash_only_a_torn_last_record_is_cut_without_a_copy(tmp_path, opened, caplog):
+    """A process killed while appending leaves a partial last record and nothing valid
+    after it: a write never finished, cut as before with a warning and nothing kept. A bad
+    record with valid ones after it is damage even after a crash: kept."""
+    config, records = crashed_with_20_records(str(tmp_path / "torn"), opened)
+    last = records[-1]
+    path = os.path.join(config.data_dir, "commitlog", f"{0:020d}")
+    zero(path, last.physical_offset + last.size // 2, last.size - last.size // 2)
+    caplog.set_level(logging.WARNING, logger="ferrymq.store")
+    store = opened(config)
+    report = store.recovery_report
+    assert report.corrupt_offset == last.physical_offset and report.damaged is None
+    assert not store.damage.unrefilled
+    assert not os.path.exists(os.path.join(config.data_dir, "damaged"))
+    assert f"cut a torn record at CommitLog offset {last.physical_offset}" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    store.shutdown()
+
+    config, records = crashed_with_20_records(str(tmp_path / "damaged"), opened)
+    middle = records[7]
+    path = os.path.join(config.data_dir, "commitlog", f"{0:020d}")
+    zero(path, middle.physical_offset + record.HEADER_SIZE, 4)  # the body's first bytes
+    store = opened(config)
+    damaged = store.recovery_report.damaged
+    assert damaged is not None and damaged.start == middle.physical_offset
+    assert damaged.end == records[-1].physical_offset + records[-1].size
+    assert store.damage.unrefilled
+    store.shutdown()
+
+
+def test_a_range_that_cannot_be_kept_stops_the_open_and_cuts_nothing(tmp_path, opened):
+    from store.errors import RecoveryRefused
+
+    config = StoreConfig(str(tmp_path / "store"), **CORRUPTION_CONFIG)
+    store = opened(config)
+    for i in range(30):
+        assert store.put_message(build(i)).ok
+    end = store.commitlog.write_offset
+    store.shutdown()
+    flip_bit(config.data_dir, record.HEADER_SIZE + 1)
+    before = log_bytes(config.data_dir, end)
+
+    full = dataclasses.replace(config, disk_high_water_ratio=1e-9)
+    with pytest.raises(RecoveryRefused) as refused:
+        MessageStore.open(full)
+    assert str(refused.value).startswith(
+        "recovery found an invalid record at CommitLog offset 0 (body CRC mismatch"
+    )
+    assert f"could not keep the {end} bytes [0, {end}) after it" in str(refused.value)
+    assert "would pass the disk's high-water mark. Nothing was cut. Free space" in str(
+        refused.value
+    )
+    assert log_bytes(config.data_dir, end) == before  # nothing cut
+    assert os.listdir(os.path.join(config.data_dir, "damaged")) == []  # no .tmp left
+
+    store = opened(config)  # with room: kept, then cut
+    assert store.recovery_report.damaged.end == end
+    store.shutdown()
+
+
+def test_an_open_that_dies_between_the_keep_and_the_cut_keeps_the_range_once(
+    tmp_path, opened, monkeypatch
+):
+    from store.commitlog import CommitLog
+
+    config = StoreConfig(str(tmp_path / "store"), **CORRUPTION_CONFIG)
+    store = opened(config)
+    for i in range(30):
+        assert store.put_message(build(i)).ok
+    store.shutdown()
+    flip_bit(config.data_dir, record.HEADER_SIZE + 1)
+
+    def power_cut(*args, **kwargs):
+        raise RuntimeError("power cut before the cut")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CommitLog, "set_end", power_cut)
+        with pytest.raises(RuntimeError, match="power cut"):
+            MessageStore.open(config, clock_ms=lambda: 1_000)  # another time, another name
+    store = opened(config)
+    (damaged,) = store.damage.ranges
+    assert store.recovery_report.damaged == damaged
+    stem = damaged.file.removesuffix(".log")
+    assert sorted(os.listdir(os.path.join(config.data_dir, "damaged"))) == [
+        stem + ".json",
+        stem + ".log",
+    ]
+    store.shutdown()
+
+
+def test_a_range_past_the_keep_limit_keeps_its_first_part_and_says_so(
+    tmp_path, opened, caplog, monkeypatch
+):
+    from store import kept_files
+
+    config = StoreConfig(str(tmp_path / "store"), **CORRUPTION_CONFIG)
+    store = opened(config)
+    for i in range(30):
+        assert store.put_message(build(i)).ok
+    end = store.commitlog.write_offset
+    store.shutdown()
+    flip_bit(config.data_dir, record.HEADER_SIZE + 1)
+    monkeypatch.setattr(kept_files, "MAX_KEPT_BYTES", 2000)
+    caplog.set_level(logging.ERROR, logger="ferrymq.store")
+    store = opened(config)
+    damaged = store.recovery_report.damaged
+    assert (damaged.start, damaged.kept_end, damaged.end) == (0, 2000, end)
+    assert f"[2000, {end}) is cut without a copy" in caplog.text
+    store.shutdown()
+
+
+OPTIMIZED_RECOVERY = r"""
+import json, os, sys
+from store import commitlog_record as record
+from store.config import StoreConfig
+from store.damaged_ranges import Unreadable, read_kept
+from store.message import Message
+from store.message_store import MessageStore
+
+assert False, "run with python -O: asserts must be gone"
+config = StoreConfig(sys.argv[1], commitlog_segment_bytes=1 << 20, max_message_body_bytes=1 << 16)
+store = MessageStore.open(config)
+for i in range(50):
+    store.put_message(Message.build("t", b"message-%d" % i))
+offsets = [m.physical_offset for m in store.commitlog.iterate(0, store.commitlog.write_offset)]
+store.shutdown()
+with open(os.path.join(sys.argv[1], "commitlog", "0" * 20), "r+b") as f:
+    f.seek(offsets[10] + record.OFFSET_BODY_LENGTH)
+    f.write((5).to_bytes(4, "big"))  # a body length the record's other lengths deny
+store = MessageStore.open(config)
+report = store.recovery_report
+kept = read_kept(os.path.join(store.damage.directory, report.damaged.file), offsets[10], "")
+store.shutdown()
+print(json.dumps({
+    "bad": offsets[10],
+    "corrupt_offset": report.corrupt_offset,
+    "corruption": report.corruption,
+    "end": store.commitlog.write_offset,
+    "unreadable": [[i.start, i.end] for i in kept if isinstance(i, Unreadable)],
+    "bodies": [i.body.decode() for i in kept if not isinstance(i, Unreadable)],
+    "next": offsets[11],
+}))
+"""
+
+
+def test_recovery_validates_records_without_asserts(tmp_path):
+    """Under ``python -O`` (asserts stripped) recovery still finds a record whose lengths
+    disagree, keeps the range and decodes the records after it: its checks are
+    ``check_at``'s, never an ``assert``."""
+    done = subprocess.run(
+        [sys.executable, "-O", "-c", OPTIMIZED_RECOVERY, str(tmp_path / "store")],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    assert found["corrupt_offset"] == found["end"] == found["bad"]
+    assert found["corruption"] == "topic length inconsistent with record size"
+    assert found["unreadable"] == [[found["bad"], found["next"]]]
+    assert found["bodies"] == [f"message-{i}" for i in range(11, 50)]
 
 
 READ_DURING_CUT = r"""

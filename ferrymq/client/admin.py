@@ -38,6 +38,8 @@ class NodeInfo:
     max_offset: int
     epoch: int
     last_heartbeat_ms: int
+    # Its recovery cut its log after an invalid record, not refilled from a master yet.
+    damaged_log: bool = False
 
 
 @dataclass(frozen=True)
@@ -380,6 +382,7 @@ class Admin:
                     n.max_offset,
                     n.epoch,
                     n.last_heartbeat_ms,
+                    n.damaged_log,
                 )
                 for n in answer.nodes
             ),

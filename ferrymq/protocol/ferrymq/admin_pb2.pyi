@@ -360,7 +360,7 @@ class QueryOffsetByTimeResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("id", "broker_group", "role", "address", "max_offset", "epoch", "alive", "last_heartbeat_ms")
+    __slots__ = ("id", "broker_group", "role", "address", "max_offset", "epoch", "alive", "last_heartbeat_ms", "damaged_log")
     ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -369,6 +369,7 @@ class NodeStatus(_message.Message):
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    DAMAGED_LOG_FIELD_NUMBER: _ClassVar[int]
     id: str
     broker_group: str
     role: str
@@ -377,7 +378,8 @@ class NodeStatus(_message.Message):
     epoch: int
     alive: bool
     last_heartbeat_ms: int
-    def __init__(self, id: _Optional[str] = ..., broker_group: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., max_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+    damaged_log: bool
+    def __init__(self, id: _Optional[str] = ..., broker_group: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., max_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., damaged_log: _Optional[bool] = ...) -> None: ...
 
 class VoterStatus(_message.Message):
     __slots__ = ("address", "reachable", "leader")
