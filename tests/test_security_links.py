@@ -1,6 +1,7 @@
 """Internal links need the cluster secret: a replica with the wrong one is refused by the
 master (and logged), a slave does not follow a "master" that cannot prove the secret, and
-a node with the wrong secret cannot join Raft."""
+a node with the wrong secret cannot join Raft. (The replication protocol against a man in
+the middle: tests/test_replication_link.py.)"""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import pytest
 from ferrymq.polling import until
 from ferrymq.port_holds import hold_free_ports, port_of
 from ha.epochs import EpochHistory
+from ha.link_auth import Handshake, Role, new_nonce, proof, session_macs
 from ha.slave import ReplicationSlave
-from ha.wire import Kind, LinkError, control, proof, read_control, read_frame
+from ha.wire import PROTOCOL_VERSION, Kind, LinkError, control, read_plain, sealed_control
 from store.config import StoreConfig
 from store.message_store import MessageStore
 from tests.node_process import ROOT, TEST_STORE, start_node
@@ -44,26 +46,34 @@ def voter(tmp_path_factory):
 
 
 def test_the_master_refuses_and_logs_a_replica_with_the_wrong_secret(voter):
-    async def handshake(secret: str) -> tuple[Kind, bytes]:
+    async def handshake(secret: str) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", voter["ha"])
         try:
-            challenge = await read_control(reader, Kind.CHALLENGE)
-            answer = proof(secret, challenge["nonce"], "intruder")
-            writer.write(control(Kind.HELLO, node_id="intruder", nonce="n", proof=answer))
+            challenge = await read_plain(reader, Kind.CHALLENGE)
+            exchange = Handshake(challenge["group"], "intruder", challenge["nonce"], new_nonce())
+            writer.write(
+                control(
+                    Kind.HELLO,
+                    version=PROTOCOL_VERSION,
+                    node_id="intruder",
+                    nonce=exchange.slave_nonce,
+                    proof=proof(secret, Role.SLAVE, exchange),
+                )
+            )
             await writer.drain()
-            return await read_frame(reader)
+            with pytest.raises(LinkError, match="refused") as refused:
+                await read_plain(reader, Kind.WELCOME)
+            return str(refused.value)
         finally:
             writer.close()
 
-    kind, payload = asyncio.run(handshake("not-the-cluster-secret"))
-    assert kind is Kind.REFUSED and b"wrong cluster secret" in payload
+    assert "wrong cluster secret" in asyncio.run(handshake("not-the-cluster-secret"))
     until(
         lambda: "replication: refused intruder (wrong cluster secret)" in voter["log"].read_text(),
         what="the refusal in the log",
     )
     # The right secret passes the secret check (and is refused only as a non-member).
-    kind, payload = asyncio.run(handshake(SECRET))
-    assert kind is Kind.REFUSED and b"not a member" in payload
+    assert "not a member" in asyncio.run(handshake(SECRET))
 
 
 def test_a_slave_does_not_follow_a_master_that_cannot_prove_the_secret(tmp_path):
@@ -78,13 +88,26 @@ def test_a_slave_does_not_follow_a_master_that_cannot_prove_the_secret(tmp_path)
     )
 
     async def fake_master(reader, writer) -> None:
-        writer.write(control(Kind.CHALLENGE, nonce="abc", group="group-1"))
+        nonce = new_nonce()
+        writer.write(control(Kind.CHALLENGE, version=PROTOCOL_VERSION, nonce=nonce, group="g"))
         await writer.drain()
-        await read_control(reader, Kind.HELLO)
-        # An impostor offers an empty history: a slave that believed it would truncate.
-        writer.write(control(Kind.WELCOME, proof="0" * 64, epochs=[], max_offset=0, min_offset=0))
+        hello = await read_plain(reader, Kind.HELLO)
+        # An impostor (another secret) offers an empty log: a slave that believed it would
+        # truncate.
+        exchange = Handshake("g", hello["node_id"], nonce, hello["nonce"])
+        macs = session_macs("an-impostor's-secret", exchange, Role.MASTER)
+        writer.write(
+            sealed_control(
+                macs.outgoing,
+                Kind.WELCOME,
+                proof=proof("an-impostor's-secret", Role.MASTER, exchange),
+                max_offset=0,
+                min_offset=0,
+            )
+        )
+        writer.write(sealed_control(macs.outgoing, Kind.EPOCHS, epochs=[]))
         await writer.drain()
-        await asyncio.sleep(1)
+        await reader.read()  # until the slave hangs up
         writer.close()
 
     async def follow() -> None:
