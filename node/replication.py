@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable
 
@@ -35,9 +34,6 @@ from store.message_store import MessageStore
 from store.results import PutResult, PutStatus
 
 log = logging.getLogger("ferrymq.replication")
-# TEST ONLY, a planted bug the chaos checker must catch (tests/test_chaos_run.py): a node
-# promoted to master discards its last N records, acknowledged or not. Never set it.
-DROP_TAIL_ON_PROMOTION_FOR_TESTS = int(os.environ.get("FERRYMQ_TEST_DROP_TAIL_ON_PROMOTION", "0"))
 IN_SYNC_CHECK_S = 0.2
 # A slave reports its master lost only after this long without a link in the master's
 # term: right after an election it has not dialled the new master yet.
@@ -162,11 +158,6 @@ class ReplicationRole:
             )
             return
         await self.slave.stop()
-        if DROP_TAIL_ON_PROMOTION_FOR_TESTS and self.epochs.entries:  # planted bug, tests only
-            log_ = self.store.commitlog
-            tail = list(log_.iterate(self.epochs.last.start_offset, log_.write_offset))
-            if tail:
-                self.store.truncate_to(tail[-DROP_TAIL_ON_PROMOTION_FOR_TESTS:][0].physical_offset)
         if epoch > self.epochs.last_epoch:
             # An empty history means every byte here is this node's own: the term covers all.
             start = self.store.commitlog.write_offset if self.epochs.entries else 0
