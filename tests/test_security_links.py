@@ -1,23 +1,30 @@
 """Internal links need the cluster secret: a replica with the wrong one is refused by the
 master (and logged), a slave does not follow a "master" that cannot prove the secret, and
-a node with the wrong secret cannot join Raft. (The replication protocol against a man in
-the middle: tests/test_replication_link.py.)"""
+a node with the wrong secret cannot join Raft, and the Raft port refuses a huge announced
+message before buffering it. (The replication protocol against a man in the middle:
+tests/test_replication_link.py.)"""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ferrymq.client import Admin
 from ferrymq.polling import until
 from ferrymq.port_holds import hold_free_ports, port_of
 from ha.epochs import EpochHistory
 from ha.link_auth import Handshake, Role, new_nonce, proof, session_macs
 from ha.slave import ReplicationSlave
 from ha.wire import PROTOCOL_VERSION, Kind, LinkError, control, read_plain, sealed_control
+from routing.commands import RegisterNode
+from routing.raft_transport import MAX_COMMAND_BYTES
+from routing.replica import CommandTooLarge, RoutingReplica
 from store.config import StoreConfig
 from store.message_store import MessageStore
 from tests.node_process import ROOT, TEST_STORE, start_node
@@ -144,3 +151,68 @@ def test_a_node_with_the_wrong_secret_cannot_join_raft(voter):
     )
     assert completed.returncode != 0
     assert "is the cluster secret the same on every node?" in completed.stderr
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def send_until_dropped(port: int, length: int, junk_bytes: int) -> bool:
+    """Announce a Raft message of ``length`` bytes, then send junk: whether the node hung
+    up before ``junk_bytes`` were sent (and then, within 5 s, the rest went nowhere)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        chunk = b"\xa5" * 65536
+        try:
+            sock.sendall(struct.pack("i", length))
+            for _ in range(junk_bytes // len(chunk)):
+                sock.sendall(chunk)
+            return sock.recv(1) == b""  # sent it all: closed only if it hangs up now
+        except (BrokenPipeError, ConnectionResetError):
+            return True
+        except TimeoutError:
+            return False
+
+
+def test_the_raft_port_drops_a_huge_announced_message_before_buffering_it(voter):
+    """pysyncobj would buffer up to 2 GiB of junk before decrypting any of it; the node
+    drops the connection at the length prefix, its memory does not grow by what was
+    sent, and it keeps serving."""
+    pid = voter["node"].process.pid
+    before = rss_bytes(pid)
+    junk = 64 << 20
+    assert send_until_dropped(voter["raft"], 2**31 - 1, junk)
+    # Under the post-authentication bound but over the one before it: dropped too.
+    assert send_until_dropped(voter["raft"], 100 << 10, 1 << 20)
+    assert send_until_dropped(voter["raft"], -1, 1 << 20)  # pysyncobj reads a signed length
+    assert rss_bytes(pid) - before < junk // 4
+    until(
+        lambda: "announcing a message of 2147483647 bytes" in voter["log"].read_text(),
+        what="the refusal in the log",
+    )
+    with Admin(voter["node"].address) as admin:
+        admin.create_topic("after-the-attack", 1)
+        assert "after-the-attack" in [t.name for t in admin.list_topics()]
+
+
+def test_a_routing_command_too_large_for_a_raft_message_is_refused_before_it_is_appended(
+    tmp_path,
+):
+    """The bound on a Raft message assumes no command pickles to more than
+    MAX_COMMAND_BYTES: a larger one would be dropped by every peer, for ever."""
+    (held,) = hold_free_ports("127.0.0.1", 1)
+    address = f"127.0.0.1:{port_of(held)}"
+    replica = RoutingReplica(
+        self_address=address, voters=[address], secret=SECRET, data_dir=str(tmp_path), lease_s=3
+    )
+    try:
+        huge = RegisterNode("n" * MAX_COMMAND_BYTES, "group-1", "127.0.0.1:1")
+        with pytest.raises(CommandTooLarge, match="over the 262144-byte limit"):
+            asyncio.run(replica.submit(huge))
+        assert replica.status().commit_index <= 1  # nothing but the leader's no-op
+    finally:
+        replica.close()
+        held.close()
