@@ -207,6 +207,8 @@ def node_toml(plan: ClusterPlan, node: NodePlan) -> str:
         f'secret = "{plan.secret}"',
     ]
     settings = {section: dict(options) for section, options in plan.settings.items()}
+    # /metrics where cluster.json says it is (the node's own address; loopback by default).
+    settings.setdefault("metrics", {}).setdefault("host", node.metrics.rpartition(":")[0])
     per_group = len(plan.nodes) // len({n.group for n in plan.nodes})
     if per_group == 1:
         # A group of one has no slave to wait for.

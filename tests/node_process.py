@@ -28,6 +28,7 @@ class NodeProcess:
     process: subprocess.Popen
     address: str
     data_dir: str
+    metrics: str = ""  # host:port of /metrics, "off" when its port was taken
 
     def sigkill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -66,12 +67,15 @@ def start_node(
             command, holds, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True
         )
     deadline = time.monotonic() + timeout_s
+    metrics = ""
     while time.monotonic() < deadline:
         line = process.stdout.readline()
         if not line:
             break
+        if " metrics on " in line:
+            metrics = line.rsplit(" ", 1)[1].strip()
         if " ready on " in line:
-            return NodeProcess(process, line.rsplit(" ", 1)[1].strip(), data_dir)
+            return NodeProcess(process, line.rsplit(" ", 1)[1].strip(), data_dir, metrics)
     process.kill()
     with open(log_path, encoding="utf-8", errors="replace") as f:
         log_end = f.read()[-3000:]

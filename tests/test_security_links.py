@@ -1,16 +1,21 @@
 """Internal links need the cluster secret: a replica with the wrong one is refused by the
 master (and logged), a slave does not follow a "master" that cannot prove the secret, and
-a node with the wrong secret cannot join Raft, and the Raft port refuses a huge announced
-message before buffering it. (The replication protocol against a man in the middle:
-tests/test_replication_link.py.)"""
+a node with the wrong secret cannot join Raft. The Raft port refuses a huge announced
+message before buffering it; replication, Raft and metrics listen on their own hosts; and
+/metrics can require a bearer token. (The replication protocol against a man in the
+middle: tests/test_replication_link.py.)"""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import os
 import socket
 import struct
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -216,3 +221,110 @@ def test_a_routing_command_too_large_for_a_raft_message_is_refused_before_it_is_
     finally:
         replica.close()
         held.close()
+
+
+def listening(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket of ``pid`` in LISTEN state; an IPv4-mapped
+    IPv6 address (gRPC listens on those) as its IPv4 address."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}", encoding="ascii") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                    continue
+                address, port = fields[1].split(":")
+                raw = b"".join(
+                    struct.pack("<I", int(address[i : i + 8], 16))
+                    for i in range(0, len(address), 8)
+                )
+                ip = ipaddress.ip_address(raw)
+                if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+                    ip = ip.ipv4_mapped
+                found.add((str(ip), int(port, 16)))
+    return found
+
+
+def start_voter(directory: Path, node_toml: str, peer_host: str) -> tuple:
+    """A one-voter cluster whose Raft and replication ports are fixed: (node, raft, ha)."""
+    holds = hold_free_ports("127.0.0.1", 2)
+    raft, ha = (port_of(held) for held in holds)
+    node = start_node(
+        str(directory / "node"),
+        node_toml + f"[ports]\nraft = {raft}\nreplication = {ha}\nmetrics = 0\n"
+        f'[cluster]\nvoters = ["{peer_host}:{raft}"]\nsecret = "{SECRET}"\n',
+        holds=holds,
+    )
+    return node, raft, ha
+
+
+def test_internal_listeners_bind_their_own_hosts(tmp_path):
+    """By default replication and Raft listen on the node's host (Raft never on every
+    interface) and /metrics on loopback only; internal_host and [metrics] host move them."""
+    node, raft, ha = start_voter(tmp_path / "default", '[node]\nhost = "127.0.0.2"\n', "127.0.0.2")
+    try:
+        grpc_port = int(node.address.rpartition(":")[2])
+        metrics_port = int(node.metrics.rpartition(":")[2])
+        assert listening(node.process.pid) == {
+            ("127.0.0.2", grpc_port),
+            ("127.0.0.2", ha),
+            ("127.0.0.2", raft),
+            ("127.0.0.1", metrics_port),
+        }
+    finally:
+        node.sigterm()
+    node, raft, ha = start_voter(
+        tmp_path / "split",
+        '[node]\nhost = "127.0.0.1"\ninternal_host = "127.0.0.2"\n[metrics]\nhost = "127.0.0.3"\n',
+        "127.0.0.2",
+    )
+    try:
+        grpc_port = int(node.address.rpartition(":")[2])
+        assert node.metrics.startswith("127.0.0.3:")
+        assert listening(node.process.pid) == {
+            ("127.0.0.1", grpc_port),
+            ("127.0.0.2", ha),
+            ("127.0.0.2", raft),
+            ("127.0.0.3", int(node.metrics.rpartition(":")[2])),
+        }
+        with Admin(node.address) as admin:  # and it works: routing, replication role
+            admin.create_topic("split", 1)
+    finally:
+        node.sigterm()
+
+
+def test_metrics_needs_the_bearer_token_when_one_is_set(tmp_path):
+    token = "a-metrics-token-for-the-tests"
+    node = start_node(
+        str(tmp_path / "node"), f'[ports]\nmetrics = 0\n[metrics]\nbearer_token = "{token}"\n'
+    )
+    try:
+
+        def scrape(authorization: str | None) -> int:
+            request = urllib.request.Request(f"http://{node.metrics}/metrics")
+            if authorization is not None:
+                request.add_header("Authorization", authorization)
+            try:
+                with urllib.request.urlopen(request, timeout=5) as answer:
+                    assert b"ferrymq_node_info" in answer.read()
+                    return answer.status
+            except urllib.error.HTTPError as error:
+                if error.code == 401:
+                    assert error.headers["WWW-Authenticate"].startswith("Bearer")
+                    assert b"ferrymq" not in error.read()
+                return error.code
+
+        assert scrape(None) == 401
+        assert scrape(f"Bearer {token}x") == 401
+        assert scrape(f"Basic {token}") == 401
+        assert scrape(f"Bearer {token}") == 200
+    finally:
+        node.sigterm()
