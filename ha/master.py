@@ -56,9 +56,8 @@ log = logging.getLogger("ferrymq.ha.master")
 CHUNK_BYTES = 256 << 10
 HEARTBEAT_S = 1.0
 HANDSHAKE_TIMEOUT_S = 5.0
-# A slave answers every frame, heartbeats included: one silent this long is gone (or stuck)
-# and its link is dropped. Longer than the slave's own idle timeout, so that a pause (an
-# fsync, a scheduling hiccup) ends the link on the slave's side first.
+# A slave answers every frame, heartbeats included (one a second): one silent this long is
+# gone or stuck, and its link is dropped (a node uses its max_lag_ms when that is longer).
 SILENT_SLAVE_TIMEOUT_S = 10.0
 # A slave without a link is not lagging yet for this long after it was last connected (or
 # after this node became master): a failover makes every slave reconnect.

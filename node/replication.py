@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from ha.epochs import EpochHistory
-from ha.master import ReplicationMaster
+from ha.master import SILENT_SLAVE_TIMEOUT_S, ReplicationMaster
 from ha.slave import ReplicationSlave
 from node.config import NodeConfig, ReplicationMode
 from node.metrics import ReplicationStatus
@@ -85,6 +85,9 @@ class ReplicationRole:
             if config.cluster.standalone
             else self.options.min_insync_replicas,
             is_member=self._is_member,
+            # A silent slave's link is not dropped before it could leave the in-sync set
+            # for lagging anyway: the operator's max_lag_ms still decides.
+            silent_slave_timeout_s=max(SILENT_SLAVE_TIMEOUT_S, self.options.max_lag_ms / 1000),
         )
         self.master.on_confirmed = self._confirmed
         self._on_confirmed = on_confirmed
