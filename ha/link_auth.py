@@ -7,10 +7,14 @@ slave id, both nonces) names this one handshake. Each end proves the secret with
 HMAC-SHA256 of the transcript under a label of its own role, so a proof can only ever pass
 as the role that made it: no node can be made to answer for another (reflection), and a
 node id can never collide with a role. HKDF-SHA256 of the secret and the transcript gives
-one key per direction; every frame after the handshake carries HMAC-SHA256 over the
-direction, that direction's frame count, the frame header and the payload, so a frame
-cannot be altered, injected, replayed (in this session or another) or reordered without
-the receiver noticing before it acts on it.
+one key per direction. Every frame after the handshake carries a 16-byte tag: AES-256-GCM
+used as a MAC (GMAC: nothing is encrypted, the payload is the associated data, so its
+length is covered too) with a nonce made of the direction, the frame's kind and that
+direction's frame count. So a frame cannot be altered, injected, replayed (in this
+session or another) or reordered without the receiver noticing before it acts on it. A
+nonce never repeats under a key: keys are new with every handshake, and the count only
+grows. GMAC runs at several GB/s with AES-NI (HMAC-SHA256 cost 10 times more per DATA
+frame here).
 
 The link is authenticated, not encrypted: records cross it in the clear.
 """
@@ -25,15 +29,19 @@ import secrets
 import struct
 from dataclasses import dataclass
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 PROTOCOL_LABEL = b"ferrymq replication 2"
-MAC_BYTES = 32  # HMAC-SHA256, untruncated
+MAC_BYTES = 16  # a GCM tag
 NONCE_BYTES = 16
 _NONCE_PATTERN = re.compile(r"[0-9a-f]{32}")
 _FIELD_LENGTH = struct.Struct(">H")
-_SEQUENCE = struct.Struct(">Q")
+_NONCE = struct.Struct(">BBxxQ")  # direction, frame kind, 0, 0, frame count: 12 bytes
+_JOIN_AT_MOST = 64 << 10  # a payload in parts up to this size is joined for one-shot GMAC
 
 
 class Role(enum.Enum):
@@ -96,27 +104,36 @@ class FrameMac:
     missing, repeated or moved fails at the receiver."""
 
     def __init__(self, key: bytes, direction: Role) -> None:
-        self._keyed = hmac.new(key, digestmod=hashlib.sha256)  # copied once per frame
-        self._direction = direction.value
+        self._key = key
+        self._aead = AESGCM(key)
+        self._direction = direction.value[0]
         self.sequence = 0
 
-    def _tag(self, header: bytes, parts: tuple[bytes, ...]) -> bytes:
-        mac = self._keyed.copy()
-        mac.update(self._direction + _SEQUENCE.pack(self.sequence) + header)
-        for part in parts:
-            mac.update(part)
-        return mac.digest()
+    def _nonce(self, kind: int) -> bytes:
+        return _NONCE.pack(self._direction, kind, self.sequence)
 
-    def seal(self, header: bytes, *payload: bytes) -> bytes:
-        """The tag of the next frame sent: ``header`` then the payload's parts."""
-        tag = self._tag(header, payload)
+    def seal(self, kind: int, *payload: bytes) -> bytes:
+        """The tag of the next frame sent, of ``kind``, over the payload's parts (a DATA
+        frame's header and records are not joined for it)."""
+        if len(payload) == 1:
+            tag = self._aead.encrypt(self._nonce(kind), b"", payload[0])
+        elif sum(map(len, payload)) <= _JOIN_AT_MOST:  # a copy costs less than the setup
+            tag = self._aead.encrypt(self._nonce(kind), b"", b"".join(payload))
+        else:
+            mac = Cipher(algorithms.AES(self._key), modes.GCM(self._nonce(kind))).encryptor()
+            for part in payload:
+                mac.authenticate_additional_data(part)
+            mac.finalize()
+            tag = mac.tag
         self.sequence += 1
         return tag
 
-    def verify(self, header: bytes, payload: bytes, tag: bytes) -> bool:
+    def verify(self, kind: int, payload: bytes, tag: bytes) -> bool:
         """Whether ``tag`` is right for the next frame expected; the count moves on only
         when it is (a failed frame ends the link anyway)."""
-        if not hmac.compare_digest(self._tag(header, (payload,)), tag):
+        try:
+            self._aead.decrypt(self._nonce(kind), tag, payload)
+        except InvalidTag:
             return False
         self.sequence += 1
         return True

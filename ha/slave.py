@@ -216,13 +216,13 @@ class ReplicationSlave:
         await writer.drain()
         macs = session_macs(self.secret, handshake, Role.SLAVE)
         # The answer is a plain refusal or the sealed WELCOME: small either way.
-        kind, length, header = await read_header(reader, PREAUTH_MAX_FRAME_BYTES)
+        kind, length = await read_header(reader, PREAUTH_MAX_FRAME_BYTES)
         if kind == Kind.REFUSED:
             raise refusal(Kind.REFUSED, await read_exactly(reader, length))
         if kind != Kind.WELCOME:
             raise LinkError(f"expected WELCOME, got frame kind {kind}")
         try:
-            _, payload = await read_sealed_body(reader, macs.incoming, kind, length, header)
+            _, payload = await read_sealed_body(reader, macs.incoming, kind, length)
         except ForgedFrame as error:
             raise ForgedFrame(
                 f"{address} did not prove it knows the cluster secret ({error})"

@@ -92,7 +92,7 @@ def control(kind: Kind, **fields) -> bytes:
 
 def sealed(mac: FrameMac, kind: Kind, payload: bytes) -> bytes:
     header = FRAME_HEADER.pack(kind, len(payload) + MAC_BYTES)
-    return header + payload + mac.seal(header, payload)
+    return b"".join((header, payload, mac.seal(kind, payload)))
 
 
 def sealed_control(mac: FrameMac, kind: Kind, **fields) -> bytes:
@@ -104,7 +104,7 @@ def data_frame(
 ) -> bytes:
     header = FRAME_HEADER.pack(Kind.DATA, DATA_HEADER.size + len(records) + MAC_BYTES)
     data_header = DATA_HEADER.pack(offset, epoch, epoch_start, confirmed)
-    tag = mac.seal(header, data_header, records)
+    tag = mac.seal(Kind.DATA, data_header, records)  # one copy of the records: the join
     return b"".join((header, data_header, records, tag))
 
 
@@ -120,14 +120,21 @@ async def read_exactly(reader: asyncio.StreamReader, length: int) -> bytes:
         raise LinkError(f"link closed: {error}") from None
 
 
-async def read_header(reader: asyncio.StreamReader, limit: int) -> tuple[int, int, bytes]:
+async def read_header(reader: asyncio.StreamReader, limit: int) -> tuple[int, int]:
     """A frame's kind and body length, refused before any of its body is read when the
     length is over ``limit``."""
     header = await read_exactly(reader, FRAME_HEADER.size)
     kind, length = FRAME_HEADER.unpack(header)
     if length > limit:
         raise LinkError(f"a frame of {length} bytes is over the limit of {limit} here")
-    return kind, length, header
+    return kind, length
+
+
+def _kind_name(kind: int) -> str:
+    try:
+        return Kind(kind).name
+    except ValueError:
+        return f"kind-{kind}"
 
 
 def _kind(kind: int) -> Kind:
@@ -155,7 +162,7 @@ def refusal(kind: Kind, payload: bytes) -> LinkError:
 async def read_plain(reader: asyncio.StreamReader, expected: Kind) -> dict:
     """A handshake frame read before authentication (``PREAUTH_MAX_FRAME_BYTES`` at most);
     a REFUSED raises ``LinkError`` with its reason."""
-    kind, length, _ = await read_header(reader, PREAUTH_MAX_FRAME_BYTES)
+    kind, length = await read_header(reader, PREAUTH_MAX_FRAME_BYTES)
     payload = await read_exactly(reader, length)
     found = _kind(kind)
     if found is Kind.REFUSED:
@@ -166,17 +173,16 @@ async def read_plain(reader: asyncio.StreamReader, expected: Kind) -> dict:
 
 
 async def read_sealed_body(
-    reader: asyncio.StreamReader, mac: FrameMac, kind: int, length: int, header: bytes
+    reader: asyncio.StreamReader, mac: FrameMac, kind: int, length: int
 ) -> tuple[Kind, bytes]:
     """The payload of a sealed frame whose header was read, once its tag checks out."""
     if length < MAC_BYTES:
         raise ForgedFrame(f"a frame of {length} bytes cannot hold its MAC")
     payload = await read_exactly(reader, length - MAC_BYTES)
     tag = await read_exactly(reader, MAC_BYTES)
-    if not mac.verify(header, payload, tag):
-        name = Kind(kind).name if kind in Kind._value2member_map_ else f"kind {kind}"
+    if not mac.verify(kind, payload, tag):
         raise ForgedFrame(
-            f"{name} frame #{mac.sequence} ({length} bytes) failed its MAC: altered, "
+            f"{_kind_name(kind)} frame #{mac.sequence} ({length} bytes) failed its MAC: altered, "
             "injected, replayed or reordered on the way, or its sender does not know the "
             "cluster secret"
         )
@@ -187,8 +193,8 @@ async def read_sealed(
     reader: asyncio.StreamReader, mac: FrameMac, limit: int = MAX_FRAME_BYTES
 ) -> tuple[Kind, bytes]:
     """The next frame of an authenticated link; a REFUSED raises ``LinkError``."""
-    kind, length, header = await read_header(reader, limit)
-    found, payload = await read_sealed_body(reader, mac, kind, length, header)
+    kind, length = await read_header(reader, limit)
+    found, payload = await read_sealed_body(reader, mac, kind, length)
     if found is Kind.REFUSED:
         raise refusal(found, payload)
     return found, payload
