@@ -43,6 +43,9 @@ LOCAL_STORE = {
 }
 DEFAULT_BASE_PORTS = {"grpc": 8081, "metrics": 5557, "ha": 10912, "raft": 9876}
 READY_TIMEOUT_S = 60.0
+# What a node process runs (``python -m``). The chaos checker's self-test substitutes a
+# module that plants a bug around the same entry point (tests/planted_bug_node.py).
+NODE_MODULE = "node"
 
 
 class ClusterError(RuntimeError):
@@ -204,6 +207,8 @@ def node_toml(plan: ClusterPlan, node: NodePlan) -> str:
         f'secret = "{plan.secret}"',
     ]
     settings = {section: dict(options) for section, options in plan.settings.items()}
+    # /metrics where cluster.json says it is (the node's own address; loopback by default).
+    settings.setdefault("metrics", {}).setdefault("host", node.metrics.rpartition(":")[0])
     per_group = len(plan.nodes) // len({n.group for n in plan.nodes})
     if per_group == 1:
         # A group of one has no slave to wait for.
@@ -255,7 +260,7 @@ def start_node(plan: ClusterPlan, node: NodePlan, port_wait_s: float = RELEASE_W
     path = config_path(plan, node)
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(node_toml(plan, node))
-    command = [sys.executable, "-m", "node", "--config", path]
+    command = [sys.executable, "-m", NODE_MODULE, "--config", path]
     if node.netns:  # ``ip netns exec`` execs the node in place: the pid stays the node's
         command = ["ip", "netns", "exec", node.netns, *command]
     with open(log_path(plan, node), "ab") as log:

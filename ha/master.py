@@ -20,23 +20,35 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ha.epochs import EpochHistory
+from ha.link_auth import (
+    Handshake,
+    LinkMacs,
+    Role,
+    is_nonce,
+    new_nonce,
+    proof,
+    proof_matches,
+    session_macs,
+)
 from ha.wire import (
     ACK,
-    MASTER_IDENTITY,
+    ACK_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    ForgedFrame,
     Kind,
     LinkError,
     control,
     data_frame,
-    proof,
-    proof_matches,
-    read_control,
-    read_frame,
+    read_plain,
+    read_sealed,
+    read_sealed_control,
+    sealed_control,
+    version_mismatch,
 )
 from store.message_store import MessageStore
 
@@ -44,6 +56,9 @@ log = logging.getLogger("ferrymq.ha.master")
 CHUNK_BYTES = 256 << 10
 HEARTBEAT_S = 1.0
 HANDSHAKE_TIMEOUT_S = 5.0
+# A slave answers every frame, heartbeats included (one a second): one silent this long is
+# gone or stuck, and its link is dropped (a node uses its max_lag_ms when that is longer).
+SILENT_SLAVE_TIMEOUT_S = 10.0
 # A slave without a link is not lagging yet for this long after it was last connected (or
 # after this node became master): a failover makes every slave reconnect.
 DISCONNECT_GRACE_S = 1.0
@@ -71,6 +86,8 @@ class ReplicationMaster:
         min_insync_replicas: int,
         is_member: Callable[[str], bool],
         clock: Callable[[], float] = time.monotonic,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        silent_slave_timeout_s: float = SILENT_SLAVE_TIMEOUT_S,
     ) -> None:
         self.store = store
         self.epochs = epochs
@@ -81,6 +98,8 @@ class ReplicationMaster:
         self.min_insync_replicas = min_insync_replicas
         self.is_member = is_member
         self.clock = clock
+        self.handshake_timeout_s = handshake_timeout_s
+        self.silent_slave_timeout_s = silent_slave_timeout_s
         self.active = False  # true while this node is its group's master
         self.links: dict[str, SlaveLink] = {}
         # Slaves whose acks count: the committed in-sync set with pending changes (union).
@@ -186,15 +205,24 @@ class ReplicationMaster:
         peer = writer.get_extra_info("peername")
         link: SlaveLink | None = None
         try:
-            link = await asyncio.wait_for(self._handshake(reader, writer), HANDSHAKE_TIMEOUT_S)
-            if link is None:
-                return
-            sender = asyncio.ensure_future(self._send(link, writer))
             try:
-                await self._read_acks(link, reader)
+                async with asyncio.timeout(self.handshake_timeout_s):
+                    opened = await self._handshake(reader, writer)
+            except TimeoutError:
+                raise LinkError(
+                    f"no complete handshake within {self.handshake_timeout_s:.1f} s"
+                ) from None
+            if opened is None:
+                return
+            link, macs = opened
+            sender = asyncio.ensure_future(self._send(link, macs, writer))
+            try:
+                await self._read_acks(link, macs, reader)
             finally:
                 sender.cancel()
-        except (LinkError, TimeoutError, ConnectionError) as error:
+        except ForgedFrame as error:
+            log.warning("replication link from %s dropped: %s", peer, error)
+        except (LinkError, ConnectionError) as error:
             log.info("replication link from %s ended: %s", peer, error)
         except Exception:
             log.exception("replication link from %s failed", peer)
@@ -205,40 +233,48 @@ class ReplicationMaster:
                 self._recompute()
             writer.close()
 
-    async def _handshake(self, reader, writer) -> SlaveLink | None:
-        nonce = secrets.token_hex(16)
-        writer.write(control(Kind.CHALLENGE, nonce=nonce, group=self.broker_group))
+    async def _handshake(self, reader, writer) -> tuple[SlaveLink, LinkMacs] | None:
+        """Authenticate the slave (its HELLO proves the secret for this handshake), then
+        send the sealed WELCOME and EPOCHS and take its sealed START. None: refused."""
+        nonce = new_nonce()
+        writer.write(
+            control(Kind.CHALLENGE, version=PROTOCOL_VERSION, nonce=nonce, group=self.broker_group)
+        )
         await writer.drain()
-        hello = await read_control(reader, Kind.HELLO)
-        node_id = str(hello.get("node_id", ""))
-        refusal = None
-        if not proof_matches(self.secret, nonce, node_id, str(hello.get("proof", ""))):
-            refusal = "wrong cluster secret"
-            log.warning("replication: refused %s (%s)", node_id or "?", refusal)
-        elif not self.active:
-            refusal = "not the master"
-        elif not self.is_member(node_id):
-            refusal = f"{node_id} is not a member of broker group {self.broker_group}"
-        elif hello.get("segment_bytes") != self.store.config.commitlog_segment_bytes:
-            refusal = "CommitLog segment sizes differ: replicas must be byte-identical"
+        hello = await read_plain(reader, Kind.HELLO)
+        node_id = hello.get("node_id")
+        refusal = self._hello_refusal(hello, nonce)
         if refusal is not None:
             writer.write(control(Kind.REFUSED, reason=refusal))
             await writer.drain()
             return None
+        handshake = Handshake(self.broker_group, node_id, nonce, hello["nonce"])
+        macs = session_macs(self.secret, handshake, Role.MASTER)
         end = self.store.commitlog.write_offset
         writer.write(
-            control(
+            sealed_control(
+                macs.outgoing,
                 Kind.WELCOME,
-                proof=proof(self.secret, str(hello.get("nonce", "")), MASTER_IDENTITY),
-                epochs=[[e.epoch, e.start_offset] for e in self.epochs.entries],
+                proof=proof(self.secret, Role.MASTER, handshake),
                 max_offset=end,
                 min_offset=self.store.commitlog.min_offset,
             )
         )
+        writer.write(
+            sealed_control(
+                macs.outgoing,
+                Kind.EPOCHS,
+                epochs=[[e.epoch, e.start_offset] for e in self.epochs.entries],
+            )
+        )
         await writer.drain()
-        start = int((await read_control(reader, Kind.START))["offset"])
+        start = (await read_sealed_control(reader, macs.incoming, Kind.START)).get("offset")
+        if not isinstance(start, int) or start < 0:
+            raise LinkError(f"{node_id} sent START at {start!r}: not an offset")
         if start > self.store.commitlog.write_offset:
-            writer.write(control(Kind.REFUSED, reason="slave is ahead of the master"))
+            writer.write(
+                sealed_control(macs.outgoing, Kind.REFUSED, reason="slave is ahead of the master")
+            )
             await writer.drain()
             return None
         now = self.clock()
@@ -248,11 +284,44 @@ class ReplicationMaster:
             old.wake.set()
         self.links[node_id] = link
         log.info("replication: %s streams from %d", node_id, start)
-        return link
+        return link, macs
 
-    async def _send(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
+    def _hello_refusal(self, hello: dict, nonce: str) -> str | None:
+        """Why this HELLO is refused (None: accepted); a refusal that says something is
+        wrong (not merely "not the master now") is logged. The version comes first: a
+        peer of another protocol is told so, whatever else its HELLO holds."""
+        version = hello.get("version", 1)  # protocol 1 had no version field
+        node_id = hello.get("node_id")
+        name = node_id if isinstance(node_id, str) and node_id else "?"
+        problem = None
+        if version != PROTOCOL_VERSION:
+            problem = version_mismatch(f"slave {name}", version)
+        elif not isinstance(node_id, str) or not node_id:
+            problem = "HELLO names no node id"
+        elif not is_nonce(hello.get("nonce")):
+            problem = "HELLO's nonce is not 32 lowercase hex digits"
+        elif not proof_matches(
+            self.secret,
+            Role.SLAVE,
+            Handshake(self.broker_group, node_id, nonce, hello["nonce"]),
+            hello.get("proof"),
+        ):
+            problem = "wrong cluster secret"
+        if problem is not None:
+            log.warning("replication: refused %s (%s)", name, problem)
+            return problem
+        if not self.active:
+            return "not the master"
+        if not self.is_member(node_id):
+            return f"{node_id} is not a member of broker group {self.broker_group}"
+        if hello.get("segment_bytes") != self.store.config.commitlog_segment_bytes:
+            return "CommitLog segment sizes differ: replicas must be byte-identical"
+        return None
+
+    async def _send(self, link: SlaveLink, macs: LinkMacs, writer: asyncio.StreamWriter) -> None:
         offset = link.acked
         commitlog = self.store.commitlog
+        mac = macs.outgoing
         while self.active and self.links.get(link.node_id) is link:
             link.wake.clear()
             end = commitlog.write_offset
@@ -265,6 +334,7 @@ class ReplicationMaster:
                 records = commitlog.read_records(offset, limit)
                 writer.write(
                     data_frame(
+                        mac,
                         offset,
                         entry.epoch if entry else 0,
                         entry.start_offset if entry else 0,
@@ -280,7 +350,7 @@ class ReplicationMaster:
                     await link.wake.wait()
             except TimeoutError:
                 writer.write(
-                    data_frame(offset, self.epochs.last_epoch, 0, self.confirmed_offset, b"")
+                    data_frame(mac, offset, self.epochs.last_epoch, 0, self.confirmed_offset, b"")
                 )
                 await writer.drain()
         writer.close()
@@ -295,18 +365,34 @@ class ReplicationMaster:
                 break
         return found
 
-    async def _read_acks(self, link: SlaveLink, reader: asyncio.StreamReader) -> None:
-        while self.active:
-            kind, payload = await read_frame(reader)
-            if kind is not Kind.ACK:
-                raise LinkError(f"expected ACK, got {kind.name}")
-            (offset,) = ACK.unpack(payload)
-            if offset > self.store.commitlog.write_offset or offset < link.acked:
-                raise LinkError(f"{link.node_id} acknowledged {offset}: not a position it has")
-            link.acked = offset
-            if offset >= self.store.commitlog.write_offset:
-                link.caught_up_at = self.clock()
-            self._recompute()
+    async def _read_acks(
+        self, link: SlaveLink, macs: LinkMacs, reader: asyncio.StreamReader
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        # One deadline, moved before every read (as the slave's idle deadline): a slave
+        # acknowledges every frame, heartbeats included, so silence means it is gone.
+        try:
+            async with asyncio.timeout(None) as silent:
+                while self.active:
+                    silent.reschedule(loop.time() + self.silent_slave_timeout_s)
+                    kind, payload = await read_sealed(reader, macs.incoming, ACK_FRAME_BYTES)
+                    silent.reschedule(None)
+                    if kind is not Kind.ACK or len(payload) != ACK.size:
+                        raise LinkError(f"expected an ACK, got {kind.name} ({len(payload)} bytes)")
+                    (offset,) = ACK.unpack(payload)
+                    if offset > self.store.commitlog.write_offset or offset < link.acked:
+                        raise LinkError(
+                            f"{link.node_id} acknowledged {offset}: not a position it has"
+                        )
+                    link.acked = offset
+                    if offset >= self.store.commitlog.write_offset:
+                        link.caught_up_at = self.clock()
+                    self._recompute()
+        except TimeoutError:
+            raise LinkError(
+                f"{link.node_id} sent nothing for {self.silent_slave_timeout_s:.1f} s "
+                "(it answers every heartbeat): dropped"
+            ) from None
 
     # ---- in-sync decisions (the node turns them into routing commands) -------------------
     def caught_up(self, node_id: str) -> bool:

@@ -1,12 +1,15 @@
 """The slave side of replication: follow the master of this node's broker group.
 
-On every (re)connect the slave and the master prove they know the cluster secret, compares its epoch
-history with the master's and truncates its CommitLog (with consume queues and index) to
-the last point both agree on, then appends the master's records verbatim, dispatches them
-with the same dispatcher a master uses, records each new epoch it sees, and acknowledges
-its new end (after forcing it to disk under SYNC_FLUSH). A cut tail is kept in a rollback
-file first (``ha/rollback.py``). Bytes that do not start where its log ends drop the link,
-which then handshakes again. Reconnects back off up to 1 s.
+On every (re)connect the slave and the master prove they know the cluster secret
+(``ha/link_auth.py``); every frame after that carries a MAC, checked before the slave acts
+on it. The slave compares its epoch history with the master's and truncates its CommitLog
+(with consume queues and index) to the last point both agree on, then appends the
+master's records verbatim, dispatches them with the same dispatcher a master uses, records
+each new epoch it sees, and acknowledges its new end (after forcing it to disk under
+SYNC_FLUSH). A cut tail is kept in a rollback file first (``ha/rollback.py``). Bytes that
+do not start where its log ends drop the link, which then handshakes again; so does a
+frame that fails its MAC, a master silent for ``IDLE_TIMEOUT_S`` or a handshake not done
+within ``HANDSHAKE_TIMEOUT_S``. Reconnects back off up to 1 s.
 
 Thread-safety: runs on the node's event loop; disk work (truncation, fsync) goes to the
 default executor.
@@ -16,23 +19,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-import secrets
 from collections.abc import Callable
 
 from ha import rollback
 from ha.epochs import EpochEntry, EpochHistory, truncation_point
-from ha.wire import (
-    DATA_HEADER,
-    MASTER_IDENTITY,
-    Kind,
-    LinkError,
-    ack_frame,
-    control,
+from ha.link_auth import (
+    Handshake,
+    LinkMacs,
+    Role,
+    is_nonce,
+    new_nonce,
     proof,
     proof_matches,
-    read_control,
-    read_frame,
+    session_macs,
+)
+from ha.wire import (
+    DATA_HEADER,
+    PREAUTH_MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    ForgedFrame,
+    Kind,
+    LinkError,
+    ProtocolMismatch,
+    ack_frame,
+    control,
+    json_object,
+    read_exactly,
+    read_header,
+    read_plain,
+    read_sealed,
+    read_sealed_body,
+    read_sealed_control,
+    refusal,
+    sealed_control,
+    version_mismatch,
 )
 from store.config import FlushMode
 from store.errors import ReplicaDiverged, ReplicaMismatch
@@ -41,6 +63,8 @@ from store.message_store import MessageStore
 log = logging.getLogger("ferrymq.ha.slave")
 RECONNECT_MAX_S = 1.0
 IDLE_TIMEOUT_S = 5.0  # the master heartbeats every second
+HANDSHAKE_TIMEOUT_S = 5.0  # from connecting to the master's EPOCHS
+CONNECT_TIMEOUT_S = 3.0
 STOP_TIMEOUT_S = 5.0
 
 
@@ -56,12 +80,17 @@ class ReplicationSlave:
         node_id: str,
         secret: str,
         master_address: Callable[[], str | None],
+        *,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
         self.store = store
         self.epochs = epochs
         self.node_id = node_id
         self.secret = secret
         self.master_address = master_address
+        self.handshake_timeout_s = handshake_timeout_s
+        self.idle_timeout_s = idle_timeout_s
         self.connected_to: str | None = None
         # The master's end when the current link began: a slave holding that much holds
         # everything its master had then (how a log cut by recovery counts as refilled).
@@ -120,8 +149,11 @@ class ReplicationSlave:
                 ) as error:
                     repeated = str(error) == self.last_error
                     self.last_error = str(error)
-                    if isinstance(error, Diverged | ReplicaDiverged) and not repeated:
-                        log.error("replication from %s refused: %s", address, error)
+                    if isinstance(error, Diverged | ReplicaDiverged | ProtocolMismatch):
+                        if not repeated:
+                            log.error("replication from %s refused: %s", address, error)
+                    elif isinstance(error, ForgedFrame):  # every one: it may be an attack
+                        log.warning("replication from %s dropped: %s", address, error)
                     elif not repeated:
                         log.info("replication from %s stopped: %s", address, error)
                 except asyncio.CancelledError:
@@ -137,39 +169,78 @@ class ReplicationSlave:
 
     async def _follow(self, address: str) -> None:
         host, _, port = address.rpartition(":")
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 3)
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S
+        )
         try:
-            challenge = await read_control(reader, Kind.CHALLENGE)
-            nonce = secrets.token_hex(16)
-            writer.write(
-                control(
-                    Kind.HELLO,
-                    node_id=self.node_id,
-                    nonce=nonce,
-                    proof=proof(self.secret, str(challenge.get("nonce", "")), self.node_id),
-                    max_offset=self.store.commitlog.write_offset,
-                    segment_bytes=self.store.config.commitlog_segment_bytes,
-                )
-            )
-            await writer.drain()
-            welcome = await read_control(reader, Kind.WELCOME)
-            if not proof_matches(self.secret, nonce, MASTER_IDENTITY, str(welcome.get("proof"))):
-                log.warning("replication: %s does not know the cluster secret", address)
-                raise LinkError(f"{address} did not prove it knows the cluster secret")
-            start = await self._truncate_to_common_point(welcome)
-            self.linked_master_end = int(welcome["max_offset"])
-            writer.write(control(Kind.START, offset=start))
+            try:
+                async with asyncio.timeout(self.handshake_timeout_s):
+                    macs, master_end, master_epochs = await self._handshake(address, reader, writer)
+            except TimeoutError:
+                raise LinkError(
+                    f"{address} did not complete the handshake within "
+                    f"{self.handshake_timeout_s:.1f} s"
+                ) from None
+            start = await self._truncate_to_common_point(master_end, master_epochs)
+            self.linked_master_end = master_end
+            writer.write(sealed_control(macs.outgoing, Kind.START, offset=start))
             await writer.drain()
             self.connected_to, self.last_error = address, ""
-            writer.write(ack_frame(start))
+            writer.write(ack_frame(macs.outgoing, start))
             await writer.drain()
-            await self._apply_stream(reader, writer)
+            await self._apply_stream(reader, writer, macs, start)
         finally:
             writer.close()
 
-    async def _truncate_to_common_point(self, welcome: dict) -> int:
-        master = [EpochEntry(int(e), int(s)) for e, s in welcome.get("epochs", [])]
-        master_end = int(welcome["max_offset"])
+    async def _handshake(
+        self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[LinkMacs, int, list[EpochEntry]]:
+        """Prove the secret to the master and check its proof and the MAC of everything
+        it says before any of it is believed: (the link's MACs, the master's end, its
+        epochs)."""
+        challenge = await read_plain(reader, Kind.CHALLENGE)
+        version = challenge.get("version", 1)  # protocol 1 had no version field
+        if version != PROTOCOL_VERSION:
+            raise ProtocolMismatch(version_mismatch(f"master {address}", version))
+        group, master_nonce = challenge.get("group"), challenge.get("nonce")
+        if not isinstance(group, str) or not is_nonce(master_nonce):
+            raise LinkError(f"{address} sent a malformed CHALLENGE")
+        handshake = Handshake(group, self.node_id, master_nonce, new_nonce())
+        writer.write(
+            control(
+                Kind.HELLO,
+                version=PROTOCOL_VERSION,
+                node_id=self.node_id,
+                nonce=handshake.slave_nonce,
+                proof=proof(self.secret, Role.SLAVE, handshake),
+                max_offset=self.store.commitlog.write_offset,
+                segment_bytes=self.store.config.commitlog_segment_bytes,
+            )
+        )
+        await writer.drain()
+        macs = session_macs(self.secret, handshake, Role.SLAVE)
+        # The answer is a plain refusal or the sealed WELCOME: small either way.
+        kind, length = await read_header(reader, PREAUTH_MAX_FRAME_BYTES)
+        if kind == Kind.REFUSED:
+            raise refusal(Kind.REFUSED, await read_exactly(reader, length))
+        if kind != Kind.WELCOME:
+            raise LinkError(f"expected WELCOME, got frame kind {kind}")
+        try:
+            _, payload = await read_sealed_body(reader, macs.incoming, kind, length)
+        except ForgedFrame as error:
+            raise ForgedFrame(
+                f"{address} did not prove it knows the cluster secret ({error})"
+            ) from None
+        welcome = json_object(Kind.WELCOME, payload)
+        if not proof_matches(self.secret, Role.MASTER, handshake, welcome.get("proof")):
+            raise ForgedFrame(f"{address} did not prove it knows the cluster secret")
+        master_end = welcome.get("max_offset")
+        if not isinstance(master_end, int) or master_end < 0:
+            raise LinkError(f"{address} sent WELCOME with max_offset {master_end!r}")
+        epochs = (await read_sealed_control(reader, macs.incoming, Kind.EPOCHS)).get("epochs")
+        return macs, master_end, _epoch_entries(address, epochs)
+
+    async def _truncate_to_common_point(self, master_end: int, master: list[EpochEntry]) -> int:
         local_end = self.store.commitlog.write_offset
         point = truncation_point(self.epochs.entries, local_end, master, master_end)
         if point is None:
@@ -191,34 +262,68 @@ class ReplicationSlave:
         rollback.keep_tail(self.store, epoch, point)
         self.store.truncate_to(point)
 
-    async def _apply_stream(self, reader, writer) -> None:
+    async def _apply_stream(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        macs: LinkMacs,
+        acked: int,
+    ) -> None:
+        """Append the master's DATA frames, each checked against its MAC before anything
+        in it is used, and acknowledge each one (a heartbeat with the last end acked, so
+        that the master sees a live slave)."""
         store = self.store
         sync_flush = store.config.flush_mode is FlushMode.SYNC_FLUSH
         loop = asyncio.get_running_loop()
         # One idle deadline, moved before every read: wait_for would create a task and
         # add loop turns for every frame, on the path of every SYNC acknowledgement.
-        async with asyncio.timeout(None) as idle:
-            while not self._stopping:
-                idle.reschedule(loop.time() + IDLE_TIMEOUT_S)
-                kind, payload = await read_frame(reader)
-                idle.reschedule(None)
-                if kind is not Kind.DATA:
-                    raise LinkError(f"expected DATA, got {kind.name}")
-                offset, epoch, epoch_start, confirmed = DATA_HEADER.unpack_from(payload)
-                records = payload[DATA_HEADER.size :]
-                self.confirmed_offset = max(self.confirmed_offset, confirmed)
-                if self.caps_reads:
-                    store.confirmed_offset = min(
-                        self.confirmed_offset, store.commitlog.write_offset
-                    )
-                if not records:
-                    continue  # a heartbeat
-                if self._stopping:
-                    return  # promoted meanwhile: this log takes no more of the old master's
-                if epoch > self.epochs.last_epoch:
-                    self.epochs.append(epoch, epoch_start)
-                end = store.append_replicated(offset, records)
-                if sync_flush:
-                    await loop.run_in_executor(None, store.commitlog.flush)
-                writer.write(ack_frame(end))
-                await writer.drain()
+        try:
+            async with asyncio.timeout(None) as idle:
+                while not self._stopping:
+                    idle.reschedule(loop.time() + self.idle_timeout_s)
+                    kind, payload = await read_sealed(reader, macs.incoming)
+                    idle.reschedule(None)
+                    if kind is not Kind.DATA or len(payload) < DATA_HEADER.size:
+                        raise LinkError(f"expected DATA, got {kind.name} ({len(payload)} bytes)")
+                    offset, epoch, epoch_start, confirmed = DATA_HEADER.unpack_from(payload)
+                    records = payload[DATA_HEADER.size :]
+                    self.confirmed_offset = max(self.confirmed_offset, confirmed)
+                    if self.caps_reads:
+                        store.confirmed_offset = min(
+                            self.confirmed_offset, store.commitlog.write_offset
+                        )
+                    if records:
+                        if self._stopping:
+                            return  # promoted meanwhile: no more of the old master's records
+                        if epoch > self.epochs.last_epoch:
+                            self.epochs.append(epoch, epoch_start)
+                        acked = store.append_replicated(offset, records)
+                        if sync_flush:
+                            await loop.run_in_executor(None, store.commitlog.flush)
+                    writer.write(ack_frame(macs.outgoing, acked))
+                    await writer.drain()
+        except TimeoutError:
+            raise LinkError(
+                f"the master sent nothing for {self.idle_timeout_s:.1f} s "
+                "(it heartbeats every second)"
+            ) from None
+
+
+def _epoch_entries(address: str, raw: object) -> list[EpochEntry]:
+    """The master's epoch history from its EPOCHS frame, in the order ``truncation_point``
+    relies on (as ``EpochHistory`` keeps it), or ``LinkError``."""
+    if not isinstance(raw, list):
+        raise LinkError(f"{address} sent EPOCHS without a list of epochs")
+    entries = []
+    for item in raw:
+        if not (
+            isinstance(item, list)
+            and len(item) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in item)
+        ):
+            raise LinkError(f"{address} sent an epoch entry that is not [epoch, start]: {item!r}")
+        entries.append(EpochEntry(item[0], item[1]))
+    for before, after in itertools.pairwise(entries):
+        if not (before.epoch < after.epoch and before.start_offset <= after.start_offset):
+            raise LinkError(f"{address} sent epochs out of order: {before} then {after}")
+    return entries

@@ -1,34 +1,54 @@
-"""The replication link's frames (asyncio streams on the replication port).
+"""The replication link's frames (asyncio streams on the replication port), protocol 2.
 
-Every frame is ``kind (1 byte) | length (4, big-endian) | payload``. Control frames (rare)
-carry JSON; the two hot frames are binary:
+Every frame is ``kind (1 byte) | length (4, big-endian) | body``. Before the ends have
+authenticated each other a body is JSON and at most ``PREAUTH_MAX_FRAME_BYTES``; after,
+every frame is *sealed*: its body is the payload followed by a ``MAC_BYTES`` tag
+(``ha/link_auth.py``: HMAC-SHA256 over direction, per-direction frame count, header and
+payload), checked before the receiver looks at the payload.
 
-- DATA (master → slave): ``offset 8 | epoch 8 | epoch start 8 | confirmed offset 8`` then
-  whole CommitLog records of one epoch and one segment (none: a heartbeat).
-- ACK (slave → master): ``max offset 8``, the end of what the slave appended (and, under
-  SYNC_FLUSH, forced to disk).
+The handshake (``PROTOCOL_VERSION`` in its first two frames)::
 
-The handshake authenticates both ends with the cluster secret: the master sends a random
-nonce (CHALLENGE), the slave answers HMAC-SHA256(secret, nonce | node id) in its HELLO
-with a nonce of its own, and the master's WELCOME answers HMAC-SHA256(secret, that nonce |
-``MASTER_IDENTITY``). A wrong answer gets REFUSED (or, on the slave, drops the link before
-it truncates or appends anything), and both sides log it.
+    master -> slave  CHALLENGE  plain   {version, nonce, group}
+    slave -> master  HELLO      plain   {version, node_id, nonce, proof, max_offset,
+                                         segment_bytes}
+    master -> slave  REFUSED    plain   {reason}                 (and the link ends), or
+                     WELCOME    sealed  {proof, max_offset, min_offset}
+                     EPOCHS     sealed  {epochs: [[epoch, start offset], ...]}
+    slave -> master  START      sealed  {offset}
+    then DATA (master -> slave) and ACK (slave -> master), all sealed; REFUSED after the
+    handshake is sealed too.
+
+The hot frames are binary:
+
+- DATA: ``offset 8 | epoch 8 | epoch start 8 | confirmed offset 8`` then whole CommitLog
+  records of one epoch and one segment (none: a heartbeat, every second on an idle link).
+- ACK: ``max offset 8``, the end of what the slave appended (and, under SYNC_FLUSH, forced
+  to disk); a slave answers every DATA frame, heartbeats included, so a silent slave shows.
+
+A peer of protocol 1 (no version in its CHALLENGE or HELLO) is refused with
+``ProtocolMismatch``, never half-understood.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import hashlib
-import hmac
 import json
 import struct
 
+from ha.link_auth import MAC_BYTES, FrameMac
+
+PROTOCOL_VERSION = 2
 FRAME_HEADER = struct.Struct(">BI")
 DATA_HEADER = struct.Struct(">qqqq")
 ACK = struct.Struct(">q")
-MAX_FRAME_BYTES = 64 << 20  # a record is at most a few MiB; anything larger is an attack
-MASTER_IDENTITY = "master"  # what the master's proof names (a slave's names its node id)
+# A record is at most a few MiB; a frame from an authenticated master is never larger.
+MAX_FRAME_BYTES = 64 << 20
+# What an end reads before it knows the other has the cluster secret: CHALLENGE, HELLO,
+# WELCOME (or a refusal) are a few hundred bytes.
+PREAUTH_MAX_FRAME_BYTES = 4096
+# A slave sends only ACKs after START.
+ACK_FRAME_BYTES = ACK.size + MAC_BYTES
 
 
 class Kind(enum.IntEnum):
@@ -39,62 +59,151 @@ class Kind(enum.IntEnum):
     START = 5
     DATA = 6
     ACK = 7
+    EPOCHS = 8
 
 
 class LinkError(Exception):
     """The other side broke the protocol, refused us, or went away."""
 
 
-def proof(secret: str, nonce: str, node_id: str) -> str:
-    return hmac.new(secret.encode(), f"{nonce}|{node_id}".encode(), hashlib.sha256).hexdigest()
+class ForgedFrame(LinkError):
+    """A sealed frame failed its MAC: altered, injected, replayed or reordered on the way,
+    or sent by a peer without the cluster secret."""
 
 
-def proof_matches(secret: str, nonce: str, node_id: str, answer: str) -> bool:
-    return hmac.compare_digest(proof(secret, nonce, node_id), answer)
+class ProtocolMismatch(LinkError):
+    """The peer speaks another version of the replication protocol."""
 
 
-def frame(kind: Kind, payload: bytes) -> bytes:
+def version_mismatch(peer: str, version: object) -> str:
+    """The one message both ends give for a peer of another protocol version."""
+    return (
+        f"{peer} speaks replication protocol {version}, this node speaks {PROTOCOL_VERSION}: "
+        "run the same ferrymq version on every node of the broker group"
+    )
+
+
+# ---- writing ---------------------------------------------------------------------------
+def control(kind: Kind, **fields) -> bytes:
+    """A plain frame of the handshake (before authentication)."""
+    payload = json.dumps(fields).encode()
     return FRAME_HEADER.pack(kind, len(payload)) + payload
 
 
-def control(kind: Kind, **fields) -> bytes:
-    return frame(kind, json.dumps(fields).encode())
+def sealed(mac: FrameMac, kind: Kind, payload: bytes) -> bytes:
+    header = FRAME_HEADER.pack(kind, len(payload) + MAC_BYTES)
+    return b"".join((header, payload, mac.seal(kind, payload)))
 
 
-def data_frame(offset: int, epoch: int, epoch_start: int, confirmed: int, records: bytes) -> bytes:
-    header = DATA_HEADER.pack(offset, epoch, epoch_start, confirmed)
-    return FRAME_HEADER.pack(Kind.DATA, len(header) + len(records)) + header + records
+def sealed_control(mac: FrameMac, kind: Kind, **fields) -> bytes:
+    return sealed(mac, kind, json.dumps(fields).encode())
 
 
-def ack_frame(offset: int) -> bytes:
-    return frame(Kind.ACK, ACK.pack(offset))
+def data_frame(
+    mac: FrameMac, offset: int, epoch: int, epoch_start: int, confirmed: int, records: bytes
+) -> bytes:
+    header = FRAME_HEADER.pack(Kind.DATA, DATA_HEADER.size + len(records) + MAC_BYTES)
+    data_header = DATA_HEADER.pack(offset, epoch, epoch_start, confirmed)
+    tag = mac.seal(Kind.DATA, data_header, records)  # one copy of the records: the join
+    return b"".join((header, data_header, records, tag))
 
 
-async def read_frame(reader: asyncio.StreamReader) -> tuple[Kind, bytes]:
+def ack_frame(mac: FrameMac, offset: int) -> bytes:
+    return sealed(mac, Kind.ACK, ACK.pack(offset))
+
+
+# ---- reading ---------------------------------------------------------------------------
+async def read_exactly(reader: asyncio.StreamReader, length: int) -> bytes:
     try:
-        header = await reader.readexactly(FRAME_HEADER.size)
-        kind, length = FRAME_HEADER.unpack(header)
-        if length > MAX_FRAME_BYTES:
-            raise LinkError(f"frame of {length} bytes is over the limit")
-        payload = await reader.readexactly(length)
+        return await reader.readexactly(length)
     except (asyncio.IncompleteReadError, ConnectionError) as error:
         raise LinkError(f"link closed: {error}") from None
+
+
+async def read_header(reader: asyncio.StreamReader, limit: int) -> tuple[int, int]:
+    """A frame's kind and body length, refused before any of its body is read when the
+    length is over ``limit``."""
+    header = await read_exactly(reader, FRAME_HEADER.size)
+    kind, length = FRAME_HEADER.unpack(header)
+    if length > limit:
+        raise LinkError(f"a frame of {length} bytes is over the limit of {limit} here")
+    return kind, length
+
+
+def _kind_name(kind: int) -> str:
     try:
-        return Kind(kind), payload
+        return Kind(kind).name
+    except ValueError:
+        return f"kind-{kind}"
+
+
+def _kind(kind: int) -> Kind:
+    try:
+        return Kind(kind)
     except ValueError:
         raise LinkError(f"unknown frame kind {kind}") from None
 
 
-async def read_control(reader: asyncio.StreamReader, expected: Kind) -> dict:
-    kind, payload = await read_frame(reader)
-    if kind is Kind.REFUSED:
-        raise LinkError(f"refused: {json.loads(payload).get('reason', '?')}")
-    if kind is not expected:
-        raise LinkError(f"expected {expected.name}, got {kind.name}")
+def json_object(kind: Kind, payload: bytes) -> dict:
     try:
         fields = json.loads(payload)
     except ValueError:
         raise LinkError(f"{kind.name} is not JSON") from None
     if not isinstance(fields, dict):
-        raise LinkError(f"{kind.name} is not an object")
+        raise LinkError(f"{kind.name} is not a JSON object")
     return fields
+
+
+def refusal(kind: Kind, payload: bytes) -> LinkError:
+    reason = json_object(kind, payload).get("reason", "?")
+    return LinkError(f"refused: {reason}")
+
+
+async def read_plain(reader: asyncio.StreamReader, expected: Kind) -> dict:
+    """A handshake frame read before authentication (``PREAUTH_MAX_FRAME_BYTES`` at most);
+    a REFUSED raises ``LinkError`` with its reason."""
+    kind, length = await read_header(reader, PREAUTH_MAX_FRAME_BYTES)
+    payload = await read_exactly(reader, length)
+    found = _kind(kind)
+    if found is Kind.REFUSED:
+        raise refusal(found, payload)
+    if found is not expected:
+        raise LinkError(f"expected {expected.name}, got {found.name}")
+    return json_object(found, payload)
+
+
+async def read_sealed_body(
+    reader: asyncio.StreamReader, mac: FrameMac, kind: int, length: int
+) -> tuple[Kind, bytes]:
+    """The payload of a sealed frame whose header was read, once its tag checks out."""
+    if length < MAC_BYTES:
+        raise ForgedFrame(f"a frame of {length} bytes cannot hold its MAC")
+    payload = await read_exactly(reader, length - MAC_BYTES)
+    tag = await read_exactly(reader, MAC_BYTES)
+    if not mac.verify(kind, payload, tag):
+        raise ForgedFrame(
+            f"{_kind_name(kind)} frame #{mac.sequence} ({length} bytes) failed its MAC: altered, "
+            "injected, replayed or reordered on the way, or its sender does not know the "
+            "cluster secret"
+        )
+    return _kind(kind), payload
+
+
+async def read_sealed(
+    reader: asyncio.StreamReader, mac: FrameMac, limit: int = MAX_FRAME_BYTES
+) -> tuple[Kind, bytes]:
+    """The next frame of an authenticated link; a REFUSED raises ``LinkError``."""
+    kind, length = await read_header(reader, limit)
+    found, payload = await read_sealed_body(reader, mac, kind, length)
+    if found is Kind.REFUSED:
+        raise refusal(found, payload)
+    return found, payload
+
+
+async def read_sealed_control(
+    reader: asyncio.StreamReader, mac: FrameMac, expected: Kind, limit: int = MAX_FRAME_BYTES
+) -> dict:
+    kind, payload = await read_sealed(reader, mac, limit)
+    if kind is not expected:
+        raise LinkError(f"expected {expected.name}, got {kind.name}")
+    return json_object(kind, payload)

@@ -5,7 +5,9 @@ Layout of ``node.toml``::
     [node]
     id = "node-1"            # unique in the cluster
     group = "group-1"        # broker group it replicates with
-    host = "127.0.0.1"       # address advertised to clients and peers
+    host = "127.0.0.1"       # address advertised to clients; the client port binds it
+    internal_host = ""       # replication and Raft bind it and peers dial it (default:
+                             # host); a voter's Raft address is internal_host:ports.raft
     data_dir = "data/node-1"
 
     [ports]                  # 0 asks the OS for a free port (tests)
@@ -13,6 +15,10 @@ Layout of ``node.toml``::
     metrics = 5557
     replication = 10912
     raft = 9876
+
+    [metrics]                # see docs/security.md
+    host = "127.0.0.1"       # /metrics binds it: set an address Prometheus can reach
+    bearer_token = ""        # set: a scrape needs "Authorization: Bearer <token>" (else 401)
 
     [messages]
     max_delay_ms = 3456000000              # delayed messages: at most 40 days ahead
@@ -74,6 +80,8 @@ DEFAULT_GRPC_PORT = 8081
 DEFAULT_METRICS_PORT = 5557
 DEFAULT_REPLICATION_PORT = 10912
 DEFAULT_RAFT_PORT = 9876
+WILDCARD_HOSTS = ("0.0.0.0", "::")
+METRICS_TOKEN_MIN_CHARS = 16
 
 
 class ConfigError(ValueError):
@@ -86,6 +94,12 @@ class Ports:
     metrics: int = DEFAULT_METRICS_PORT
     replication: int = DEFAULT_REPLICATION_PORT
     raft: int = DEFAULT_RAFT_PORT
+
+
+@dataclass(frozen=True)
+class MetricsOptions:
+    host: str = "127.0.0.1"
+    bearer_token: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -149,7 +163,9 @@ class NodeConfig:
     group: str = "group-1"
     host: str = "127.0.0.1"
     data_dir: str = "data/node-1"
+    internal_host: str = ""
     ports: Ports = field(default_factory=Ports)
+    metrics: MetricsOptions = field(default_factory=MetricsOptions)
     messages: MessagingOptions = field(default_factory=MessagingOptions)
     store: dict[str, Any] = field(default_factory=dict)
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
@@ -157,8 +173,13 @@ class NodeConfig:
     security: SecurityOptions = field(default_factory=SecurityOptions)
 
     @property
+    def peer_host(self) -> str:
+        """Where the internal links (replication, Raft) listen and peers dial them."""
+        return self.internal_host or self.host
+
+    @property
     def raft_address(self) -> str:
-        return f"{self.host}:{self.ports.raft}"
+        return f"{self.peer_host}:{self.ports.raft}"
 
     @property
     def is_voter(self) -> bool:
@@ -178,7 +199,8 @@ _STORE_FIELDS = {f.name for f in dataclasses.fields(StoreConfig)} - {
     "store_host",
     "store_port",
 }
-_NODE_FIELDS = {"id", "group", "host", "data_dir"}
+_NODE_FIELDS = {"id", "group", "host", "internal_host", "data_dir"}
+_METRICS_FIELDS = {f.name for f in dataclasses.fields(MetricsOptions)}
 _PORT_FIELDS = {f.name for f in dataclasses.fields(Ports)}
 _MESSAGES_FIELDS = {f.name for f in dataclasses.fields(MessagingOptions)}
 _CLUSTER_FIELDS = {f.name for f in dataclasses.fields(ClusterOptions)}
@@ -195,6 +217,7 @@ def parse_node_config(text: str) -> NodeConfig:
     unknown_sections = set(raw) - {
         "node",
         "ports",
+        "metrics",
         "messages",
         "store",
         "cluster",
@@ -205,6 +228,7 @@ def parse_node_config(text: str) -> NodeConfig:
         raise ConfigError(f"unknown section(s): {', '.join(sorted(unknown_sections))}")
     node = _checked(raw.get("node", {}), _NODE_FIELDS, "node")
     ports = _checked(raw.get("ports", {}), _PORT_FIELDS, "ports")
+    metrics = _metrics_options(_checked(raw.get("metrics", {}), _METRICS_FIELDS, "metrics"))
     store = _checked(raw.get("store", {}), _STORE_FIELDS, "store")
     messages = _checked(raw.get("messages", {}), _MESSAGES_FIELDS, "messages")
     cluster = _cluster_options(_checked(raw.get("cluster", {}), _CLUSTER_FIELDS, "cluster"))
@@ -220,6 +244,15 @@ def parse_node_config(text: str) -> NodeConfig:
     for name, port in ports.items():
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise ConfigError(f"ports.{name} must be an integer in 0..65535, got {port!r}")
+    for name in ("host", "internal_host"):
+        if not isinstance(node.get(name, ""), str):
+            raise ConfigError(f"node.{name} must be a string")
+    if node.get("internal_host", "") in WILDCARD_HOSTS:
+        raise ConfigError(
+            "node.internal_host is the address peers dial for replication and Raft: name "
+            f"an address of this machine, not {node['internal_host']!r} (omit it to use "
+            "node.host)"
+        )
     if "flush_mode" in store and store["flush_mode"] not in {m.value for m in FlushMode}:
         raise ConfigError(
             f"store.flush_mode must be ASYNC_FLUSH or SYNC_FLUSH, got {store['flush_mode']!r}"
@@ -227,6 +260,7 @@ def parse_node_config(text: str) -> NodeConfig:
     config = NodeConfig(
         **node,
         ports=Ports(**ports),
+        metrics=metrics,
         messages=MessagingOptions(**messages),
         store=store,
         cluster=cluster,
@@ -269,6 +303,24 @@ def _cluster_options(section: dict[str, Any]) -> ClusterOptions:
     options = ClusterOptions(voters=tuple(voters), secret=secret, **numbers)
     if options.heartbeat_interval_ms * 2 > options.lease_ms:
         raise ConfigError("cluster.heartbeat_interval_ms must be at most half of lease_ms")
+    return options
+
+
+def _metrics_options(section: dict[str, Any]) -> MetricsOptions:
+    for name in _METRICS_FIELDS:
+        if not isinstance(section.get(name, ""), str):
+            raise ConfigError(f"metrics.{name} must be a string")
+    options = MetricsOptions(**section)
+    if not options.host:
+        raise ConfigError("metrics.host must name an address (127.0.0.1: this machine only)")
+    token = options.bearer_token
+    if token.startswith("CHANGE-ME"):
+        raise ConfigError("metrics.bearer_token is still the placeholder of the examples")
+    if token and (len(token) < METRICS_TOKEN_MIN_CHARS or not token.isprintable() or " " in token):
+        raise ConfigError(
+            f"metrics.bearer_token must be {METRICS_TOKEN_MIN_CHARS} characters or more, "
+            "printable, without spaces (e.g. `openssl rand -hex 24`)"
+        )
     return options
 
 
@@ -347,12 +399,17 @@ def load_node_config(
 def render_node_config(config: NodeConfig) -> str:
     """The effective configuration as TOML, written to ``<data>/node.toml`` at start."""
     lines = ["[node]"]
-    for name in ("id", "group", "host", "data_dir"):
+    for name in ("id", "group", "host", "internal_host", "data_dir"):
         lines.append(f"{name} = {_toml_value(getattr(config, name))}")
     lines.append("")
     lines.append("[ports]")
     for name in sorted(_PORT_FIELDS):
         lines.append(f"{name} = {getattr(config.ports, name)}")
+    lines.append("")
+    lines.append("[metrics]")
+    lines.append(f"host = {_toml_value(config.metrics.host)}")
+    if config.metrics.bearer_token:
+        lines.append("# bearer_token: set in the configuration file, not repeated here")
     lines.append("")
     lines.append("[messages]")
     for name in sorted(_MESSAGES_FIELDS):

@@ -4,12 +4,17 @@ prometheus-client's own server answers from a thread, which would read the node'
 loop-owned state (topic table, POP cursors, offsets) while the loop changes it. Serving on
 the loop makes each scrape a consistent read. One request per connection, bounded: the
 request head must arrive within ``READ_TIMEOUT_S`` and fit ``HEAD_MAX_BYTES``.
+
+With a bearer token (``[metrics] bearer_token``) every request must carry
+``Authorization: Bearer <token>`` (Prometheus: ``authorization`` in the scrape config);
+any other gets ``401 Unauthorized`` and nothing else, whatever its path.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -24,8 +29,9 @@ HEAD_MAX_BYTES = 16 * 1024
 class MetricsHttpServer:
     """Serves a registry at ``/metrics``; ``port`` is the bound one (config 0 = any)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, bearer_token: str = "") -> None:
         self.registry = registry
+        self._authorization = f"Bearer {bearer_token}".encode() if bearer_token else b""
         self.server: asyncio.Server | None = None
         self.port = 0
 
@@ -49,7 +55,11 @@ class MetricsHttpServer:
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
             parts = request_line.split(" ")
             method, path = (parts[0], parts[1]) if len(parts) == 3 else ("", "")
-            if method not in ("GET", "HEAD"):
+            extra = ""
+            if not self._authorized(head):
+                status, body, content_type = "401 Unauthorized", b"token needed\n", "text/plain"
+                extra = 'WWW-Authenticate: Bearer realm="ferrymq metrics"\r\n'
+            elif method not in ("GET", "HEAD"):
                 status, body, content_type = "405 Method Not Allowed", b"GET only\n", "text/plain"
             elif path.split("?", 1)[0] == "/metrics":
                 status, body, content_type = "200 OK", generate_latest(self.registry), CONTENT_TYPE
@@ -57,7 +67,7 @@ class MetricsHttpServer:
                 status, body, content_type = "404 Not Found", b"see /metrics\n", "text/plain"
             writer.write(
                 (
-                    f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                    f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{extra}"
                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
                 ).encode()
             )
@@ -74,3 +84,13 @@ class MetricsHttpServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _authorized(self, head: bytes) -> bool:
+        """Whether the request head carries the bearer token (always, without one)."""
+        if not self._authorization:
+            return True
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"authorization":
+                return hmac.compare_digest(value.strip(), self._authorization)
+        return False

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable
 
 from ha.epochs import EpochHistory
-from ha.master import ReplicationMaster
+from ha.master import SILENT_SLAVE_TIMEOUT_S, ReplicationMaster
 from ha.slave import ReplicationSlave
 from node.config import NodeConfig, ReplicationMode
 from node.metrics import ReplicationStatus
@@ -36,9 +35,6 @@ from store.message_store import MessageStore
 from store.results import PutResult, PutStatus
 
 log = logging.getLogger("ferrymq.replication")
-# TEST ONLY, a planted bug the chaos checker must catch (tests/test_chaos_run.py): a node
-# promoted to master discards its last N records, acknowledged or not. Never set it.
-DROP_TAIL_ON_PROMOTION_FOR_TESTS = int(os.environ.get("FERRYMQ_TEST_DROP_TAIL_ON_PROMOTION", "0"))
 IN_SYNC_CHECK_S = 0.2
 # A slave reports its master lost only after this long without a link in the master's
 # term: right after an election it has not dialled the new master yet.
@@ -90,6 +86,9 @@ class ReplicationRole:
             if config.cluster.standalone
             else self.options.min_insync_replicas,
             is_member=self._is_member,
+            # A silent slave's link is not dropped before it could leave the in-sync set
+            # for lagging anyway: the operator's max_lag_ms still decides.
+            silent_slave_timeout_s=max(SILENT_SLAVE_TIMEOUT_S, self.options.max_lag_ms / 1000),
         )
         self.master.on_confirmed = self._confirmed
         self._on_confirmed = on_confirmed
@@ -163,11 +162,6 @@ class ReplicationRole:
             )
             return
         await self.slave.stop()
-        if DROP_TAIL_ON_PROMOTION_FOR_TESTS and self.epochs.entries:  # planted bug, tests only
-            log_ = self.store.commitlog
-            tail = list(log_.iterate(self.epochs.last.start_offset, log_.write_offset))
-            if tail:
-                self.store.truncate_to(tail[-DROP_TAIL_ON_PROMOTION_FOR_TESTS:][0].physical_offset)
         if epoch > self.epochs.last_epoch:
             # An empty history means every byte here is this node's own: the term covers all.
             start = self.store.commitlog.write_offset if self.epochs.entries else 0

@@ -4,7 +4,8 @@
 On start it writes the effective configuration to ``<data>/node.toml`` and prints one line
 ``ferrymq node <id> ready on <host>:<port>`` — with ``--port 0`` the OS picks the port and
 that line says which. The line before it, ``ferrymq node <id> metrics on <host>:<port>``,
-names the Prometheus endpoint (``ports.metrics``, 0 = any; ``node.metrics``).
+names the Prometheus endpoint (``[metrics] host`` and ``ports.metrics``, 0 = any).
+Replication and Raft listen on ``node.internal_host`` (default: ``node.host``).
 """
 
 from __future__ import annotations
@@ -200,11 +201,20 @@ class Node:
         await self.replication.follow_routing()
         self._states_ready = True
         await self.server.start()
-        self.metrics_http = MetricsHttpServer(self.metrics.registry)
+        self.metrics_http = MetricsHttpServer(
+            self.metrics.registry, bearer_token=config.metrics.bearer_token
+        )
         try:
-            self.metrics_port = await self.metrics_http.start(config.host, config.ports.metrics)
+            self.metrics_port = await self.metrics_http.start(
+                config.metrics.host, config.ports.metrics
+            )
         except OSError as error:  # messages keep flowing; Prometheus sees the target down
-            log.error("metrics port %s unavailable (%s): no /metrics", config.ports.metrics, error)
+            log.error(
+                "metrics port %s:%s unavailable (%s): no /metrics",
+                config.metrics.host,
+                config.ports.metrics,
+                error,
+            )
         with open(os.path.join(config.data_dir, "node.toml"), "w", encoding="utf-8") as f:
             f.write(render_node_config(config))
         self._housekeeping = asyncio.create_task(self._housekeep())
@@ -268,6 +278,8 @@ class Node:
             voters, secret, self_address = [address], secrets.token_hex(16), address
         else:
             voters, secret = list(cluster.voters), cluster.secret
+            # A voter's listener binds its Raft address (internal_host), not every
+            # interface as pysyncobj would by default.
             self_address = config.raft_address if config.is_voter else None
 
         def on_applied(command: object, result: CommandResult) -> None:
@@ -295,7 +307,7 @@ class Node:
         )
         # A standalone node has no slaves to dial it: any free port will do.
         ha_port = 0 if cluster.standalone else config.ports.replication
-        self.ha_port = await self.replication.master.listen(config.host, ha_port)
+        self.ha_port = await self.replication.master.listen(config.peer_host, ha_port)
         await self._register(deadline)
         await self._ensure_admin_user(deadline)
         self._refresh_topics()
@@ -314,7 +326,7 @@ class Node:
                         node_id=self.config.id,
                         broker_group=self.config.group,
                         grpc_address=self.grpc_address,
-                        ha_address=f"{self.config.host}:{self.ha_port}",
+                        ha_address=f"{self.config.peer_host}:{self.ha_port}",
                         max_offset=self.raw_store.commitlog.write_offset,
                         wall_ms=int(time.time() * 1000),
                         lease_ms=self.config.cluster.lease_ms,
@@ -479,7 +491,7 @@ async def serve(config: NodeConfig, on_ready: Callable[[Node], None] | None = No
 async def _serve(config: NodeConfig, on_ready: Callable[[Node], None] | None) -> None:
     node = Node(config)
     await node.start()
-    metrics = f"{config.host}:{node.metrics_port}" if node.metrics_port else "off"
+    metrics = f"{config.metrics.host}:{node.metrics_port}" if node.metrics_port else "off"
     print(f"ferrymq node {config.id} metrics on {metrics}", flush=True)
     print(f"ferrymq node {config.id} ready on {config.host}:{node.port}", flush=True)
     if on_ready is not None:

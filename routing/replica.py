@@ -15,7 +15,11 @@ pysyncobj facts this module works around (see docs/guarantees.md, "Routing"):
 - a leader cut off from the majority keeps acting as leader for ``leaderFallbackTimeout``:
   it is set to the node lease so a partitioned leader steps down as quickly as the
   controller would declare it dead;
-- log compaction would fork a process with gRPC threads running: it serialises in-process.
+- log compaction would fork a process with gRPC threads running: it serialises in-process;
+- its connections buffer whatever length a peer announces before decrypting anything: they
+  are bounded (``routing/raft_transport.py``), and a command too large for that bound is
+  refused here before it is appended;
+- a voter's listener would bind every interface: it binds the voter's own address.
 
 Thread-safety: pysyncobj applies commands on its own thread; ``lock`` guards the state
 against readers on the event loop. ``submit`` is called from the event loop.
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pickle
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +40,7 @@ from typing import TypeVar
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
 from routing.commands import CommandResult
+from routing.raft_transport import MAX_COMMAND_BYTES, BoundedTcpTransport
 from routing.state import RoutingState
 
 log = logging.getLogger("ferrymq.routing")
@@ -49,6 +55,11 @@ FAIL_REASONS = {
     FAIL_REASON.REQUEST_DENIED: "the leader denied the command",
     FAIL_REASON.UNKNOWN_OUTCOME: "the command's outcome is unknown",
 }
+
+
+class CommandTooLarge(ValueError):
+    """A command pickles to more than ``MAX_COMMAND_BYTES``: no peer would take the Raft
+    message that carries it (``routing/raft_transport.py``), so it is never appended."""
 
 
 class RoutingUnavailable(Exception):
@@ -128,6 +139,7 @@ class RoutingReplica:
         single = len(voters) == 1
         conf = SyncObjConf(
             password=secret,
+            bindAddress=self_address,
             journalFile=journal,
             fullDumpFile=dump,
             useFork=False,
@@ -142,7 +154,13 @@ class RoutingReplica:
             appendEntriesPeriod=0.02 if single else 0.1,
         )
         others = [v for v in voters if v != self_address]
-        self.sync = SyncObj(self_address, others, conf, consumers=[self.machine])
+        self.sync = SyncObj(
+            self_address,
+            others,
+            conf,
+            consumers=[self.machine],
+            transportClass=BoundedTcpTransport,
+        )
 
     # ---- reads -------------------------------------------------------------------------
     def read(self, reader: Callable[[RoutingState], T]) -> T:
@@ -193,7 +211,14 @@ class RoutingReplica:
         """Replicate ``command`` and return what applying it did.
 
         Raises ``RoutingUnavailable`` without a quorum (nothing was appended) or when the
-        command did not commit within ``timeout_s`` (it may still commit)."""
+        command did not commit within ``timeout_s`` (it may still commit);
+        ``CommandTooLarge`` (nothing appended) for a command over ``MAX_COMMAND_BYTES``."""
+        size = len(pickle.dumps(command))
+        if size > MAX_COMMAND_BYTES:
+            raise CommandTooLarge(
+                f"{type(command).__name__} pickles to {size} bytes, over the "
+                f"{MAX_COMMAND_BYTES}-byte limit of a routing command: refused"
+            )
         if not self._has_quorum():
             raise RoutingUnavailable(
                 f"routing has no quorum here ({self._quorum_summary()}): nothing was changed"

@@ -12,6 +12,8 @@ import os
 import pytest
 
 from chaos import runner
+from ferrymq import cluster
+from tests import planted_bug_node
 
 RUNS = {
     "sync-sync-flush": ["kill-master", "partition-master", "pause", "power-loss-all"],
@@ -45,9 +47,9 @@ def test_a_short_chaos_run_keeps_the_promises_of_its_mode(mode, tmp_path):
 
 
 def test_the_checker_catches_a_master_that_drops_acknowledged_records(tmp_path, monkeypatch):
-    # node/replication.py reads it at start: every node promoted to master cuts its last
+    # Every node runs tests/planted_bug_node.py: once promoted to master it cuts its last
     # 50 records, which a SYNC cluster had acknowledged.
-    monkeypatch.setenv("FERRYMQ_TEST_DROP_TAIL_ON_PROMOTION", "50")
+    monkeypatch.setattr(cluster, "NODE_MODULE", planted_bug_node.__name__)
     result = runner.run("sync-sync-flush", ["kill-master"], 10, str(tmp_path / "run"))
     print(result["summary"])
     assert not result["valid"]

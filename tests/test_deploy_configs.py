@@ -18,6 +18,7 @@ def layout(name: str):
     for path in sorted((DEPLOY / name).glob("node-*.toml")):
         text = path.read_text().replace("CHANGE-ME-to-the-cluster-secret", "s3cret-for-tests")
         text = text.replace("CHANGE-ME-to-the-admin-secret-key", "admin-s3cret-for-tests")
+        text = text.replace("CHANGE-ME-to-the-metrics-token", "metrics-token-for-tests")
         configs.append(parse_node_config(text))
     return configs
 
@@ -36,12 +37,23 @@ def test_example_layouts_parse_and_agree(name, nodes, groups):
     assert len({c.group for c in configs if c.is_voter}) == groups
     # The production layouts run with authentication and TLS (docs/security.md).
     assert all(c.security.auth and c.security.tls and c.security.admin_access_key for c in configs)
+    # Prometheus scrapes from another machine, with the token (docs/security.md).
+    assert all(c.metrics.host == c.host and c.metrics.bearer_token for c in configs)
 
 
 def test_the_placeholder_admin_secret_is_refused():
     text = (DEPLOY / "cluster-3" / "node-1.toml").read_text()
     text = text.replace("CHANGE-ME-to-the-cluster-secret", "s3cret-for-tests")
+    text = text.replace("CHANGE-ME-to-the-metrics-token", "metrics-token-for-tests")
     with pytest.raises(ConfigError, match="admin_secret_key is still the placeholder"):
+        parse_node_config(text)
+
+
+def test_the_placeholder_metrics_token_is_refused():
+    text = (DEPLOY / "cluster-3" / "node-1.toml").read_text()
+    text = text.replace("CHANGE-ME-to-the-cluster-secret", "s3cret-for-tests")
+    text = text.replace("CHANGE-ME-to-the-admin-secret-key", "admin-s3cret-for-tests")
+    with pytest.raises(ConfigError, match=r"metrics\.bearer_token is still the placeholder"):
         parse_node_config(text)
 
 

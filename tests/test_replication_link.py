@@ -1,0 +1,667 @@
+"""The replication link against a man in the middle: a proxy between a slave and its
+master (both in this process, real stores) that alters, replays or injects frames. The
+slave must store nothing forged, truncate nothing and record no epoch it was not sent,
+and say why it dropped the link; once the proxy is honest again it catches up, byte for
+byte.
+
+The proxy only knows the outer framing (``kind | length | body``), so each attack is the
+same bytes whatever the frames hold."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from ha.epochs import EpochHistory
+from ha.link_auth import (
+    Handshake,
+    LinkMacs,
+    Role,
+    new_nonce,
+    proof,
+    proof_matches,
+    session_macs,
+)
+from ha.master import CHUNK_BYTES, ReplicationMaster
+from ha.slave import ReplicationSlave
+from ha.wire import (
+    DATA_HEADER,
+    FRAME_HEADER,
+    PROTOCOL_VERSION,
+    ForgedFrame,
+    Kind,
+    LinkError,
+    control,
+    read_sealed_control,
+    sealed_control,
+)
+from store.config import StoreConfig
+from store.message import Message
+from store.message_store import MessageStore
+
+SECRET = "the-real-cluster-secret"
+GROUP = "group-1"
+MARKER = b"GENUINE-BODY"
+FORGED = b"FORGED!-BODY"  # the same length: the forgery keeps every record's size
+TIMEOUT_S = 30.0
+# Enough 1 KiB records for several DATA frames (a frame carries up to CHUNK_BYTES).
+BATCH = 3 * CHUNK_BYTES // 1024
+
+# (frame number on this connection, kind, the frame's bytes) -> the frames to pass on.
+Tamper = Callable[[int, int, bytes], list[bytes]]
+
+
+def open_store(directory: str) -> MessageStore:
+    return MessageStore.open(
+        StoreConfig(
+            data_dir=directory,
+            commitlog_segment_bytes=8 << 20,
+            consume_queue_entries_per_file=10_000,
+            index_slot_count=10_007,
+            index_entry_count=40_000,
+        )
+    )
+
+
+def put_batch(store: MessageStore, prefix: str, count: int = BATCH) -> None:
+    for start in range(0, count, 64):
+        messages = [
+            Message("orders", MARKER + f"-{prefix}-{i:06d}-".encode() + b"x" * 980)
+            for i in range(start, min(count, start + 64))
+        ]
+        assert store.put_messages(messages).ok
+
+
+def log_bytes(store: MessageStore) -> bytes:
+    commitlog, chunks, offset = store.commitlog, [], 0
+    while offset < commitlog.write_offset:
+        chunk = commitlog.read_records(offset, CHUNK_BYTES)
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def carries_records(kind: int, frame: bytes) -> bool:
+    """A DATA frame with records (a heartbeat holds the data header and, sealed, a tag)."""
+    return kind == Kind.DATA and len(frame) > FRAME_HEADER.size + DATA_HEADER.size + 64
+
+
+class Proxy:
+    """Forwards whole frames between a slave and its master; ``to_slave`` and
+    ``to_master`` may change what passes (``Tamper``)."""
+
+    def __init__(self, master_port: int) -> None:
+        self.master_port = master_port
+        self.to_slave: Tamper | None = None
+        self.to_master: Tamper | None = None
+        self.server: asyncio.Server | None = None
+        self.connections = 0
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._connect, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    async def _connect(self, slave_reader, slave_writer) -> None:
+        self.connections += 1
+        master_reader, master_writer = await asyncio.open_connection("127.0.0.1", self.master_port)
+        pipes = [
+            asyncio.ensure_future(self._pipe(master_reader, slave_writer, lambda: self.to_slave)),
+            asyncio.ensure_future(self._pipe(slave_reader, master_writer, lambda: self.to_master)),
+        ]
+        await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        for pipe in pipes:
+            pipe.cancel()
+        slave_writer.close()
+        master_writer.close()
+
+    @staticmethod
+    async def _pipe(reader, writer, tamper: Callable[[], Tamper | None]) -> None:
+        number = 0
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                header = await reader.readexactly(FRAME_HEADER.size)
+                kind, length = FRAME_HEADER.unpack(header)
+                frame = header + await reader.readexactly(length)
+                change = tamper()
+                for out in change(number, kind, frame) if change else [frame]:
+                    writer.write(out)
+                await writer.drain()
+                number += 1
+
+
+@dataclass
+class Link:
+    """A master with one batch of records, a slave that copied it honestly through the
+    proxy, then stopped; the master then got a second batch."""
+
+    master_store: MessageStore
+    master_epochs: EpochHistory
+    slave_store: MessageStore
+    slave_epochs: EpochHistory
+    master: ReplicationMaster
+    proxy: Proxy
+    slave: ReplicationSlave
+    first_end: int
+    rollback_dir: str
+    stores: list[MessageStore] = field(default_factory=list)
+
+    async def caught_up(self) -> None:
+        await eventually(
+            lambda: (
+                self.slave_store.commitlog.write_offset == self.master_store.commitlog.write_offset
+            ),
+            "the slave to reach the master's end",
+        )
+
+
+async def eventually(condition: Callable[[], object], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT_S
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {TIMEOUT_S} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def master_with_records(directory: str, prefix: str) -> tuple:
+    store = open_store(directory)
+    epochs = EpochHistory(directory)
+    epochs.append(1, 0)
+    put_batch(store, prefix)
+    master = ReplicationMaster(
+        store,
+        epochs,
+        "master-1",
+        GROUP,
+        SECRET,
+        sync=False,
+        min_insync_replicas=1,
+        is_member=lambda node_id: node_id.startswith("slave-"),
+    )
+    port = await master.listen("127.0.0.1", 0)
+    master.activate(frozenset())
+    return store, epochs, master, port
+
+
+@contextlib.asynccontextmanager
+async def honest_link(tmp_path, slave_id: str = "slave-1"):
+    master_store, master_epochs, master, port = await master_with_records(
+        str(tmp_path / "master"), "first"
+    )
+    slave_dir = str(tmp_path / slave_id)
+    slave_store = open_store(slave_dir)
+    slave_epochs = EpochHistory(slave_dir)
+    proxy = Proxy(port)
+    address = await proxy.start()
+    slave = ReplicationSlave(slave_store, slave_epochs, slave_id, SECRET, lambda: address)
+    link = Link(
+        master_store,
+        master_epochs,
+        slave_store,
+        slave_epochs,
+        master,
+        proxy,
+        slave,
+        master_store.commitlog.write_offset,
+        os.path.join(slave_dir, "rollback"),
+        [master_store, slave_store],
+    )
+    try:
+        slave.start()
+        await link.caught_up()
+        await slave.stop()
+        put_batch(master_store, "second")
+        yield link
+    finally:
+        await slave.stop()
+        await master.close()
+        await proxy.close()
+        for store in link.stores:
+            store.shutdown()
+
+
+def once(change: Callable[[int, int, bytes], list[bytes] | None]) -> tuple[Tamper, list[int]]:
+    """A tamper that applies ``change`` to the first frame it accepts (returns a list
+    for), then passes everything on; the list it returns with it counts the attacks."""
+    done: list[int] = []
+
+    def tamper(number: int, kind: int, frame: bytes) -> list[bytes]:
+        if not done:
+            changed = change(number, kind, frame)
+            if changed is not None:
+                done.append(number)
+                return changed
+        return [frame]
+
+    return tamper, done
+
+
+def replace_once(pattern: bytes, replacement: Callable[[re.Match], bytes]) -> Tamper:
+    def change(number: int, kind: int, frame: bytes) -> list[bytes] | None:
+        found = re.search(pattern, frame)
+        if found is None:
+            return None
+        new = replacement(found)
+        assert len(new) == len(found.group(0))  # the framing stays right
+        return [frame[: found.start()] + new + frame[found.end() :]]
+
+    return change
+
+
+def alter_body(number: int, kind: int, frame: bytes) -> list[bytes] | None:
+    """One record's body changed (its size, magic code and framing untouched)."""
+    if not carries_records(kind, frame):
+        return None
+    return [frame.replace(MARKER, FORGED, 1)]
+
+
+def plant_epoch(number: int, kind: int, frame: bytes) -> list[bytes] | None:
+    """The DATA header's epoch made 7: a slave that believed it would record epoch 7."""
+    if not carries_records(kind, frame):
+        return None
+    at = FRAME_HEADER.size + 8
+    return [frame[:at] + (7).to_bytes(8, "big") + frame[at + 8 :]]
+
+
+def max_offset_zero(found: re.Match) -> bytes:
+    """WELCOME's max_offset made 0 (padded with JSON whitespace): a slave that believed
+    it would cut its whole log."""
+    return b'"max_offset": 0' + b" " * (len(found.group(0)) - len(b'"max_offset": 0'))
+
+
+def repeat(number: int, kind: int, frame: bytes) -> list[bytes] | None:
+    """A DATA frame replayed at once, within its session."""
+    return [frame, frame] if carries_records(kind, frame) else None
+
+
+ATTACKS: dict[str, Callable[[int, int, bytes], list[bytes] | None]] = {
+    "data-record-altered": alter_body,
+    "data-epoch-planted": plant_epoch,
+    "welcome-max-offset-lowered": replace_once(rb'"max_offset": \d+', max_offset_zero),
+    "welcome-epochs-rewritten": replace_once(rb"\[\[1, 0\]\]", lambda found: b"[[9, 0]]"),
+    "data-frame-replayed-in-session": repeat,
+}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_an_on_path_change_drops_the_link_before_the_slave_acts_on_it(attack, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="ferrymq")
+
+    async def run() -> None:
+        async with honest_link(tmp_path) as link:
+            tamper, done = once(ATTACKS[attack])
+            link.proxy.to_slave = tamper
+            link.slave.start()
+            await eventually(lambda: done, "the attack")
+            await link.caught_up()
+            assert_nothing_forged(link, caplog)
+
+    asyncio.run(run())
+
+
+def test_a_frame_replayed_from_another_session_is_refused(tmp_path, caplog):
+    """A DATA frame another master sent at the same offset, captured on the wire and
+    replayed into this slave's session in place of its master's."""
+    caplog.set_level(logging.INFO, logger="ferrymq")
+
+    async def run() -> None:
+        captured: list[bytes] = []
+
+        def capture(number: int, kind: int, frame: bytes) -> list[bytes]:
+            if carries_records(kind, frame) and not captured:
+                captured.append(frame)
+            return [frame]
+
+        other_store, _, other, other_port = await master_with_records(
+            str(tmp_path / "other-master"), "other"
+        )
+        witness_store = open_store(str(tmp_path / "witness"))
+        try:
+            async with honest_link(tmp_path) as link:
+                link.stores.append(witness_store)
+                # Another session: a witness slave copying the other master's log.
+                witness_proxy = Proxy(other_port)
+                address = await witness_proxy.start()
+                witness_proxy.to_slave = capture
+                witness = ReplicationSlave(
+                    witness_store,
+                    EpochHistory(str(tmp_path / "witness")),
+                    "slave-2",
+                    SECRET,
+                    lambda: address,
+                )
+                witness.start()
+                await eventually(lambda: captured, "a captured DATA frame")
+                await witness.stop()
+                await witness_proxy.close()
+                # Made to start where this slave's log ends: the same offset as the
+                # frame the real master sends first.
+                at = FRAME_HEADER.size
+                forged = captured[0][:at] + link.first_end.to_bytes(8, "big")
+                forged += captured[0][at + 8 :]
+                tamper, done = once(
+                    lambda number, kind, frame: [forged] if carries_records(kind, frame) else None
+                )
+                link.proxy.to_slave = tamper
+                link.slave.start()
+                await eventually(lambda: done, "the replay")
+                await link.caught_up()
+                assert_nothing_forged(link, caplog)
+        finally:
+            await other.close()
+            other_store.shutdown()
+
+    asyncio.run(run())
+
+
+def test_an_injected_frame_is_refused(tmp_path, caplog):
+    """A DATA frame the attacker made: the master's next record with another body, put in
+    after the master's first DATA frame, at the offset the slave then ends at."""
+    caplog.set_level(logging.INFO, logger="ferrymq")
+
+    async def run() -> None:
+        async with honest_link(tmp_path) as link:
+            commitlog = link.master_store.commitlog
+            after_first = link.first_end + len(commitlog.read_records(link.first_end, CHUNK_BYTES))
+            record = commitlog.read_records(after_first, 1).replace(MARKER, FORGED, 1)
+            body = DATA_HEADER.pack(after_first, 1, 0, 0) + record
+            injected = FRAME_HEADER.pack(Kind.DATA, len(body)) + body
+            tamper, done = once(
+                lambda number, kind, frame: (
+                    [frame, injected] if carries_records(kind, frame) else None
+                )
+            )
+            link.proxy.to_slave = tamper
+            link.slave.start()
+            await eventually(lambda: done, "the injection")
+            await link.caught_up()
+            assert_nothing_forged(link, caplog)
+
+    asyncio.run(run())
+
+
+def assert_nothing_forged(link: Link, caplog) -> None:
+    """The slave holds its master's log byte for byte, the same epochs, cut nothing, and
+    logged the forged frame as the reason it dropped the link."""
+    assert log_bytes(link.slave_store) == log_bytes(link.master_store)
+    assert FORGED not in log_bytes(link.slave_store)
+    assert link.slave_epochs.entries == link.master_epochs.entries
+    assert "truncating this log" not in caplog.text
+    assert not os.path.isdir(link.rollback_dir) or not os.listdir(link.rollback_dir)
+    assert "failed its MAC" in caplog.text
+    assert link.proxy.connections >= 2  # the link dropped at the forgery, then reconnected
+
+
+# ---- before authentication: size, silence, version, proofs ------------------------------
+@contextlib.asynccontextmanager
+async def lone_master(tmp_path, **timeouts):
+    store = open_store(str(tmp_path / "master"))
+    epochs = EpochHistory(str(tmp_path / "master"))
+    master = ReplicationMaster(
+        store,
+        epochs,
+        "master-1",
+        GROUP,
+        SECRET,
+        sync=False,
+        min_insync_replicas=1,
+        is_member=lambda node_id: node_id.startswith("slave-"),
+        **timeouts,
+    )
+    port = await master.listen("127.0.0.1", 0)
+    master.activate(frozenset())
+    try:
+        yield master, port
+    finally:
+        await master.close()
+        store.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def fake_master(serve: Callable):
+    """A server on a free port speaking as ``serve`` does; yields its address."""
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
+@contextlib.contextmanager
+def lone_slave(tmp_path, **timeouts):
+    store = open_store(str(tmp_path / "slave"))
+    try:
+        yield ReplicationSlave(
+            store,
+            EpochHistory(str(tmp_path / "slave")),
+            "slave-1",
+            SECRET,
+            lambda: None,
+            **timeouts,
+        )
+    finally:
+        store.shutdown()
+
+
+async def read_whole_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    kind, length = FRAME_HEADER.unpack(await reader.readexactly(FRAME_HEADER.size))
+    return kind, await reader.readexactly(length)
+
+
+async def closed_by_peer(reader: asyncio.StreamReader) -> bool:
+    """Whether the other end closed the connection (what it sent before is skipped)."""
+    with contextlib.suppress(ConnectionResetError):
+        while await reader.read(65536):
+            pass
+    return True
+
+
+async def speak_slave(reader, writer, *, proof_role: Role = Role.SLAVE) -> LinkMacs:
+    """A slave's side of the handshake, up to its HELLO: the link's MACs."""
+    _, payload = await read_whole_frame(reader)
+    challenge = json.loads(payload)
+    handshake = Handshake(GROUP, "slave-1", challenge["nonce"], new_nonce())
+    writer.write(
+        control(
+            Kind.HELLO,
+            version=PROTOCOL_VERSION,
+            node_id="slave-1",
+            nonce=handshake.slave_nonce,
+            proof=proof(SECRET, proof_role, handshake),
+            max_offset=0,
+            segment_bytes=8 << 20,
+        )
+    )
+    await writer.drain()
+    macs = session_macs(SECRET, handshake, Role.SLAVE)
+    return macs
+
+
+async def speak_master(reader, writer, *, reflect: bool = False) -> LinkMacs:
+    """A master's side of the handshake that knows the secret; ``reflect``: its WELCOME
+    answers with the slave's own proof instead of a master's."""
+    nonce = new_nonce()
+    writer.write(control(Kind.CHALLENGE, version=PROTOCOL_VERSION, nonce=nonce, group=GROUP))
+    await writer.drain()
+    _, payload = await read_whole_frame(reader)
+    hello = json.loads(payload)
+    handshake = Handshake(GROUP, hello["node_id"], nonce, hello["nonce"])
+    macs = session_macs(SECRET, handshake, Role.MASTER)
+    answer = hello["proof"] if reflect else proof(SECRET, Role.MASTER, handshake)
+    welcome = {"proof": answer, "max_offset": 0, "min_offset": 0}
+    writer.write(sealed_control(macs.outgoing, Kind.WELCOME, **welcome))
+    writer.write(sealed_control(macs.outgoing, Kind.EPOCHS, epochs=[]))
+    await writer.drain()
+    return macs
+
+
+def test_an_oversize_frame_before_authentication_is_refused_unread(tmp_path, caplog):
+    """A HELLO (master side) or CHALLENGE (slave side) claiming 60 MiB: the link ends at its
+    header, long before the handshake deadline, and nothing of it is read."""
+    caplog.set_level(logging.INFO, logger="ferrymq")
+
+    async def run() -> None:
+        async with lone_master(tmp_path) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            await read_whole_frame(reader)  # the CHALLENGE
+            writer.write(FRAME_HEADER.pack(Kind.HELLO, 60 << 20) + b"\0" * 65536)
+            # Well within the master's 5 s handshake deadline.
+            assert await asyncio.wait_for(closed_by_peer(reader), 2.0)
+            writer.close()
+        assert f"a frame of {60 << 20} bytes is over the limit of 4096" in caplog.text
+
+        async def huge_challenge(reader, writer) -> None:
+            writer.write(FRAME_HEADER.pack(Kind.CHALLENGE, 60 << 20) + b"{" * 65536)
+            await writer.drain()
+            await closed_by_peer(reader)
+
+        with lone_slave(tmp_path) as slave:
+            async with fake_master(huge_challenge) as address:
+                with pytest.raises(LinkError, match="over the limit of 4096"):
+                    await asyncio.wait_for(slave._follow(address), 2.0)
+
+    asyncio.run(run())
+
+
+def test_a_silent_peer_is_dropped(tmp_path, caplog):
+    """Every read has a deadline: a master that never says a word, a master that goes
+    quiet after the handshake, a client that connects and says nothing, and a slave that
+    stops answering after the handshake (the master's heartbeats get an ACK each)."""
+    caplog.set_level(logging.INFO, logger="ferrymq")
+
+    async def run() -> None:
+        async def silent(reader, writer) -> None:
+            await closed_by_peer(reader)
+
+        async def quiet_after_handshake(reader, writer) -> None:
+            await speak_master(reader, writer)
+            await closed_by_peer(reader)
+
+        with lone_slave(tmp_path, handshake_timeout_s=0.2, idle_timeout_s=0.2) as slave:
+            async with fake_master(silent) as address:
+                with pytest.raises(LinkError, match=r"handshake within 0\.2 s"):
+                    await asyncio.wait_for(slave._follow(address), 5)
+            async with fake_master(quiet_after_handshake) as address:
+                with pytest.raises(LinkError, match=r"sent nothing for 0\.2 s"):
+                    await asyncio.wait_for(slave._follow(address), 5)
+
+        async with lone_master(tmp_path, handshake_timeout_s=0.2, silent_slave_timeout_s=0.2) as (
+            master,
+            port,
+        ):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            assert await asyncio.wait_for(closed_by_peer(reader), 5)
+            writer.close()
+            assert "no complete handshake within 0.2 s" in caplog.text
+
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            macs = await speak_slave(reader, writer)
+            await read_sealed_control(reader, macs.incoming, Kind.WELCOME)
+            await read_sealed_control(reader, macs.incoming, Kind.EPOCHS)
+            writer.write(sealed_control(macs.outgoing, Kind.START, offset=0))
+            await writer.drain()
+            await eventually(lambda: "slave-1" in master.links, "the link")
+            # It reads the master's frames but never answers one.
+            assert await asyncio.wait_for(closed_by_peer(reader), 5)
+            writer.close()
+            await eventually(lambda: "slave-1" not in master.links, "the link to go")
+            assert "slave-1 sent nothing for 0.2 s" in caplog.text
+
+    asyncio.run(run())
+
+
+def test_a_peer_of_the_old_protocol_is_refused_with_a_precise_message(tmp_path, caplog):
+    """Protocol 1 had no version in CHALLENGE and HELLO. A slave of protocol 1 gets a
+    REFUSED saying why (which its own log shows) and the master logs it; a slave meeting a
+    master of protocol 1 sends it nothing and logs why."""
+    caplog.set_level(logging.INFO, logger="ferrymq")
+    message = "speaks replication protocol 1, this node speaks 2"
+
+    async def run() -> None:
+        async with lone_master(tmp_path) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            _, payload = await read_whole_frame(reader)
+            nonce = json.loads(payload)["nonce"]
+            old_proof = hmac.new(SECRET.encode(), f"{nonce}|slave-1".encode(), hashlib.sha256)
+            hello = {"node_id": "slave-1", "nonce": "n", "proof": old_proof.hexdigest()}
+            body = json.dumps({**hello, "max_offset": 0, "segment_bytes": 8 << 20}).encode()
+            writer.write(FRAME_HEADER.pack(Kind.HELLO, len(body)) + body)
+            kind, payload = await read_whole_frame(reader)
+            writer.close()
+            assert kind == Kind.REFUSED
+            assert message in json.loads(payload)["reason"]
+        assert f"replication: refused slave-1 (slave slave-1 {message}" in caplog.text
+
+        heard: list[bytes] = []
+
+        async def old_master(reader, writer) -> None:
+            body = json.dumps({"nonce": "abc", "group": GROUP}).encode()
+            writer.write(FRAME_HEADER.pack(Kind.CHALLENGE, len(body)) + body)
+            await writer.drain()
+            heard.append(await reader.read())  # until the slave closes
+
+        with lone_slave(tmp_path) as slave:
+            async with fake_master(old_master) as address:
+                slave.master_address = lambda: address
+                slave.start()
+                await eventually(lambda: heard, "the slave to hang up")
+                await slave.stop()
+        assert heard == [b""]  # no HELLO
+        assert f"replication from {address} refused: master {address} {message}" in caplog.text
+
+    asyncio.run(run())
+
+
+def test_a_proof_passes_only_as_the_role_that_made_it():
+    """Reflection: each end's proof covers the same handshake under its own role, so a
+    node's proof never passes as the other end's, whatever the node is called."""
+    handshake = Handshake(GROUP, "master", new_nonce(), new_nonce())
+    for role in Role:
+        made = proof(SECRET, role, handshake)
+        assert proof_matches(SECRET, role, handshake, made)
+        assert not proof_matches(SECRET, role.other, handshake, made)
+    swapped = Handshake(GROUP, "master", handshake.slave_nonce, handshake.master_nonce)
+    assert not proof_matches(SECRET, Role.SLAVE, swapped, proof(SECRET, Role.SLAVE, handshake))
+
+
+def test_a_reflected_proof_is_refused_at_both_ends(tmp_path, caplog):
+    """Even in frames sealed with the right keys: a WELCOME that answers with the slave's
+    own proof is refused by the slave, and a HELLO that carries a master's proof is
+    refused by the master."""
+    caplog.set_level(logging.INFO, logger="ferrymq")
+
+    async def run() -> None:
+        async def reflecting(reader, writer) -> None:
+            await speak_master(reader, writer, reflect=True)
+            await closed_by_peer(reader)
+
+        with lone_slave(tmp_path) as slave:
+            async with fake_master(reflecting) as address:
+                with pytest.raises(ForgedFrame, match="did not prove it knows the cluster"):
+                    await asyncio.wait_for(slave._follow(address), 5)
+            assert slave.store.commitlog.write_offset == 0 and not slave.epochs.entries
+
+        async with lone_master(tmp_path) as (master, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            await speak_slave(reader, writer, proof_role=Role.MASTER)
+            kind, payload = await read_whole_frame(reader)
+            writer.close()
+            assert kind == Kind.REFUSED and b"wrong cluster secret" in payload
+            assert not master.links
+        assert "replication: refused slave-1 (wrong cluster secret)" in caplog.text
+
+    asyncio.run(run())
