@@ -27,7 +27,7 @@ from ha.slave import ReplicationSlave
 from node.config import NodeConfig, ReplicationMode
 from node.metrics import ReplicationStatus
 from routing.commands import AlterInSync, ElectMaster, ReportMasterFound, ReportMasterLost
-from routing.metadata import healthy_first
+from routing.metadata import healthy_first, may_leave_in_sync
 from routing.replica import RoutingReplica, RoutingUnavailable
 from store.commitlog import PreparedMessage
 from store.message import Message
@@ -253,10 +253,12 @@ class ReplicationRole:
         ]
         committed = group.in_sync - {me}
         add = frozenset(n for n in members if n not in committed and self.master.caught_up(n))
+        known = self.routing.state.members
         remove = frozenset(
             n
             for n in committed
             if self.master.lagging(n, self.options.max_lag_ms / 1000, self.options.max_lag_bytes)
+            and may_leave_in_sync(known.get(me), known.get(n))
         )
         if not add and not remove:
             return

@@ -139,6 +139,17 @@ def healthy_first(members: list[Member]) -> list[Member]:
     return healthy or members
 
 
+def may_leave_in_sync(master: Member | None, member: Member | None) -> bool:
+    """Whether ``member`` may be dropped from the in-sync set of ``master``'s group. Not a
+    whole member while the master's own log is damaged: that member holds what the
+    master's recovery cut, and taking the group over when it registers
+    (``RoutingState._replaces_damaged_master``) needs it in the set. Dropped, it would
+    follow the damaged master and cut its whole log to it."""
+    if master is None or not master.damaged_log:
+        return True
+    return member is None or member.damaged_log
+
+
 def check_name(kind: str, name: str) -> None:
     """``TopicError`` unless ``name`` is a legal topic or group name."""
     if not name:

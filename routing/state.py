@@ -55,6 +55,7 @@ from routing.metadata import (
     check_name,
     check_topic_config,
     healthy_first,
+    may_leave_in_sync,
 )
 
 # A change: (table name, key, new record or None to delete).
@@ -280,6 +281,14 @@ class RoutingState:
             member = self.members.get(node_id)
             if member is None or member.broker_group != group.name:
                 raise TopicError("UNKNOWN_NODE", f"{node_id} is not in {group.name}")
+        master = self.members.get(command.master)
+        for node_id in group.in_sync - frozenset(command.in_sync):
+            if not may_leave_in_sync(master, self.members.get(node_id)):
+                raise TopicError(
+                    "DAMAGED_LOG",
+                    f"{command.master}'s log was cut by its recovery: {node_id}, whole, "
+                    "stays in sync to take the group over",
+                )
         changed = replace(
             group, in_sync=frozenset(command.in_sync), in_sync_epoch=group.in_sync_epoch + 1
         )

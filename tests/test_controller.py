@@ -213,6 +213,29 @@ def test_an_election_or_switchover_to_a_damaged_log_is_refused_while_a_whole_one
     assert state.apply(ElectMaster("g1", "n2", 2, "planned switchover")).ok
 
 
+def test_a_damaged_master_never_drops_a_whole_member_from_its_in_sync_set():
+    """After a restart of the whole group a damaged master registered alone once shrank
+    its in-sync set to itself before the whole members came back (they were not linked
+    yet): none of them could take the group over, and each cut its whole log to the
+    damaged one (tests/test_replication.py saw it under load)."""
+    state = three_nodes()
+    late = RegisterNode("n1", "g1", "n1:1", wall_ms=60_000, lease_ms=3000, damaged_log=True)
+    assert state.apply(late).ok
+    group = state.broker_groups["g1"]
+    assert group.master == "n1" and group.in_sync == frozenset({"n1", "n2", "n3"})
+    shrink = AlterInSync("g1", "n1", group.epoch, frozenset({"n1"}), group.in_sync_epoch)
+    assert state.apply(shrink).reason == "DAMAGED_LOG"
+    assert state.broker_groups["g1"].in_sync == frozenset({"n1", "n2", "n3"})
+    assert state.apply(NodeHeartbeat("n2", 0, 60_050, damaged_log=True)).ok
+    drop_n2 = replace(shrink, in_sync=frozenset({"n1", "n3"}))
+    assert state.apply(drop_n2).ok  # a damaged member may go: it holds nothing lost
+    assert state.apply(RegisterNode("n3", "g1", "n3:1", wall_ms=60_100, lease_ms=3000)).ok
+    assert state.broker_groups["g1"].master == "n3"
+    # A whole master drops lagging members as always.
+    state = three_nodes()
+    assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1"}), 2)).ok
+
+
 def test_a_damaged_master_hands_its_group_to_a_healthy_in_sync_member():
     """A master whose recovery cut its log registers again: the in-sync member heard
     within the lease with a whole log takes over, even with a shorter log than a damaged
