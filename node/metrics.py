@@ -336,7 +336,7 @@ class NodeStateCollector:
         commitlog = store.commitlog
         write = commitlog.write_offset
         flushed = commitlog.flushed_offset
-        dispatched = store.dispatcher.dispatched_offset
+        dispatched = store.dispatched_offset
         gauge("rocketmq_brokeruntime_commitlog_minoffset", commitlog.min_offset)
         gauge("rocketmq_brokeruntime_commitlog_maxoffset", write)
         gauge("ferrymq_commitlog_flushed_offset", flushed)
