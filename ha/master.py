@@ -51,6 +51,7 @@ from ha.wire import (
     version_mismatch,
 )
 from store.message_store import MessageStore
+from store.results import PutResult, PutStatus
 
 log = logging.getLogger("ferrymq.ha.master")
 CHUNK_BYTES = 256 << 10
@@ -62,6 +63,10 @@ SILENT_SLAVE_TIMEOUT_S = 10.0
 # A slave without a link is not lagging yet for this long after it was last connected (or
 # after this node became master): a failover makes every slave reconnect.
 DISCONNECT_GRACE_S = 1.0
+
+# (delay in seconds, callback, *its arguments) -> a handle with ``cancel()``: the running
+# loop's ``call_later`` by default, a test's clock in-process.
+CallLater = Callable[..., asyncio.TimerHandle]
 
 
 @dataclass
@@ -86,6 +91,7 @@ class ReplicationMaster:
         min_insync_replicas: int,
         is_member: Callable[[str], bool],
         clock: Callable[[], float] = time.monotonic,
+        call_later: CallLater | None = None,
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         silent_slave_timeout_s: float = SILENT_SLAVE_TIMEOUT_S,
     ) -> None:
@@ -98,6 +104,7 @@ class ReplicationMaster:
         self.min_insync_replicas = min_insync_replicas
         self.is_member = is_member
         self.clock = clock
+        self._call_later = call_later
         self.handshake_timeout_s = handshake_timeout_s
         self.silent_slave_timeout_s = silent_slave_timeout_s
         self.active = False  # true while this node is its group's master
@@ -123,7 +130,7 @@ class ReplicationMaster:
         self.active = True
         self.activated_at = self.clock()
         self.counted = counted - {self.node_id}
-        end = self.store.commitlog.write_offset
+        end = self.store.write_offset
         self.confirmed_offset = end if not self.counted else min(confirmed, end)
         self._recompute()
 
@@ -145,6 +152,24 @@ class ReplicationMaster:
             await self._server.wait_closed()
 
     # ---- acknowledgement ---------------------------------------------------------------
+    async def acknowledge(self, result: PutResult, timeout_s: float) -> PutResult:
+        """The SYNC acknowledgement of an appended batch: ``result`` once the counted
+        slaves hold its end (at once under ASYNC, for a refused or empty put), else
+        FLUSH_SLAVE_TIMEOUT after ``timeout_s`` -- never OK after that."""
+        if not result.ok or not self.sync or not result.appended:
+            return result
+        last = result.appended[-1]
+        if await self.wait_replicated(last.physical_offset + last.size, timeout_s):
+            return result
+        return PutResult(
+            PutStatus.FLUSH_SLAVE_TIMEOUT,
+            result.appended,
+            error=(
+                "stored on the master but not acknowledged by the in-sync replicas in time: "
+                "it may or may not survive a failover (retry; duplicates carry the same id)"
+            ),
+        )
+
     def enough_in_sync(self) -> bool:
         return not self.sync or len(self.counted) + 1 >= self.min_insync_replicas
 
@@ -164,7 +189,8 @@ class ReplicationMaster:
         # A timer instead of wait_for(shield(...)): those add three loop turns to every
         # acknowledgement. A waiter cancelled or timed out stays in the heap until the
         # confirmed offset passes it (``_recompute`` skips futures already done).
-        expiry = loop.call_later(timeout_s, _expire, future)
+        call_later = self._call_later or loop.call_later
+        expiry = call_later(timeout_s, _expire, future)
         try:
             return await future
         finally:
@@ -184,7 +210,7 @@ class ReplicationMaster:
     def _recompute(self) -> None:
         if not self.active:
             return
-        end = self.store.commitlog.write_offset
+        end = self.store.write_offset
         if not self.sync or not self.counted:
             confirmed = end if self.enough_in_sync() else self.confirmed_offset
         else:
@@ -250,14 +276,14 @@ class ReplicationMaster:
             return None
         handshake = Handshake(self.broker_group, node_id, nonce, hello["nonce"])
         macs = session_macs(self.secret, handshake, Role.MASTER)
-        end = self.store.commitlog.write_offset
+        end = self.store.write_offset
         writer.write(
             sealed_control(
                 macs.outgoing,
                 Kind.WELCOME,
                 proof=proof(self.secret, Role.MASTER, handshake),
                 max_offset=end,
-                min_offset=self.store.commitlog.min_offset,
+                min_offset=self.store.min_offset,
             )
         )
         writer.write(
@@ -271,12 +297,17 @@ class ReplicationMaster:
         start = (await read_sealed_control(reader, macs.incoming, Kind.START)).get("offset")
         if not isinstance(start, int) or start < 0:
             raise LinkError(f"{node_id} sent START at {start!r}: not an offset")
-        if start > self.store.commitlog.write_offset:
+        if start > self.store.write_offset:
             writer.write(
                 sealed_control(macs.outgoing, Kind.REFUSED, reason="slave is ahead of the master")
             )
             await writer.drain()
             return None
+        return self.open_link(node_id, start, end), macs
+
+    def open_link(self, node_id: str, start: int, end: int) -> SlaveLink:
+        """A slave authenticated and streams from ``start`` (``end``: this log's end when
+        it asked); an older link of the same slave is told to end."""
         now = self.clock()
         link = SlaveLink(node_id, start, now, now if start >= end else 0.0)
         old = self.links.get(node_id)
@@ -284,7 +315,7 @@ class ReplicationMaster:
             old.wake.set()
         self.links[node_id] = link
         log.info("replication: %s streams from %d", node_id, start)
-        return link, macs
+        return link
 
     def _hello_refusal(self, hello: dict, nonce: str) -> str | None:
         """Why this HELLO is refused (None: accepted); a refusal that says something is
@@ -320,18 +351,18 @@ class ReplicationMaster:
 
     async def _send(self, link: SlaveLink, macs: LinkMacs, writer: asyncio.StreamWriter) -> None:
         offset = link.acked
-        commitlog = self.store.commitlog
+        store = self.store
         mac = macs.outgoing
         while self.active and self.links.get(link.node_id) is link:
             link.wake.clear()
-            end = commitlog.write_offset
+            end = store.write_offset
             if offset < end:
                 index = self._epoch_index(offset)
                 entry = self.epochs.entries[index] if index >= 0 else None
                 limit = CHUNK_BYTES
                 if index >= 0 and index + 1 < len(self.epochs.entries):
                     limit = min(limit, self.epochs.entries[index + 1].start_offset - offset)
-                records = commitlog.read_records(offset, limit)
+                records = store.read_records(offset, limit)
                 writer.write(
                     data_frame(
                         mac,
@@ -380,25 +411,28 @@ class ReplicationMaster:
                     if kind is not Kind.ACK or len(payload) != ACK.size:
                         raise LinkError(f"expected an ACK, got {kind.name} ({len(payload)} bytes)")
                     (offset,) = ACK.unpack(payload)
-                    if offset > self.store.commitlog.write_offset or offset < link.acked:
-                        raise LinkError(
-                            f"{link.node_id} acknowledged {offset}: not a position it has"
-                        )
-                    link.acked = offset
-                    if offset >= self.store.commitlog.write_offset:
-                        link.caught_up_at = self.clock()
-                    self._recompute()
+                    self.record_ack(link, offset)
         except TimeoutError:
             raise LinkError(
                 f"{link.node_id} sent nothing for {self.silent_slave_timeout_s:.1f} s "
                 "(it answers every heartbeat): dropped"
             ) from None
 
+    def record_ack(self, link: SlaveLink, offset: int) -> None:
+        """The slave of ``link`` holds this log below ``offset``: count it."""
+        end = self.store.write_offset
+        if offset > end or offset < link.acked:
+            raise LinkError(f"{link.node_id} acknowledged {offset}: not a position it has")
+        link.acked = offset
+        if offset >= end:
+            link.caught_up_at = self.clock()
+        self._recompute()
+
     # ---- in-sync decisions (the node turns them into routing commands) -------------------
     def caught_up(self, node_id: str) -> bool:
         """Connected and holding everything acknowledged so far (may join the in-sync set)."""
         link = self.links.get(node_id)
-        end = self.store.commitlog.write_offset
+        end = self.store.write_offset
         return link is not None and link.acked >= max(self.confirmed_offset, end - CHUNK_BYTES)
 
     def lagging(self, node_id: str, max_lag_s: float, max_lag_bytes: int) -> bool:
@@ -408,7 +442,7 @@ class ReplicationMaster:
         if link is None:
             since = max(self.activated_at, self._last_connected.get(node_id, 0.0))
             return self.clock() - since > DISCONNECT_GRACE_S
-        end = self.store.commitlog.write_offset
+        end = self.store.write_offset
         if end - link.acked > max_lag_bytes:
             return True
         behind_since = link.caught_up_at or link.connected_at

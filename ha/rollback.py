@@ -46,16 +46,16 @@ def keep_tail(store: MessageStore, epoch: int, start: int) -> str | None:
     """Copy the log from ``start`` (a record boundary) to its end into a rollback file;
     its path, or None when there is nothing to keep or it could not be written (logged:
     the cut must go on, or this node could never follow its master again)."""
-    commitlog = store.commitlog
-    start = max(start, commitlog.min_offset)  # retention may have deleted the oldest part
-    end = min(commitlog.write_offset, start + MAX_TAIL_BYTES)
+    start = max(start, store.min_offset)  # retention may have deleted the oldest part
+    log_end = store.write_offset
+    end = min(log_end, start + MAX_TAIL_BYTES)
     if start >= end:
         return None
-    if end < commitlog.write_offset:
+    if end < log_end:
         log.warning(
             "the cut tail [%d, %d) is larger than %d bytes: only [%d, %d) is kept",
             start,
-            commitlog.write_offset,
+            log_end,
             MAX_TAIL_BYTES,
             start,
             end,
@@ -67,7 +67,7 @@ def keep_tail(store: MessageStore, epoch: int, start: int) -> str | None:
     def chunks() -> Iterator[bytes]:
         position = start
         while position < end:
-            chunk = commitlog.read_records(position, min(READ_CHUNK_BYTES, end - position))
+            chunk = store.read_records(position, min(READ_CHUNK_BYTES, end - position))
             if not chunk:
                 raise OSError(f"no record at {position} of the log being cut")
             yield chunk

@@ -81,6 +81,7 @@ class ReplicationSlave:
         secret: str,
         master_address: Callable[[], str | None],
         *,
+        on_confirmed: Callable[[], None] = lambda: None,
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
@@ -95,10 +96,10 @@ class ReplicationSlave:
         # The master's end when the current link began: a slave holding that much holds
         # everything its master had then (how a log cut by recovery counts as refilled).
         self.linked_master_end = 0
+        # What the master last said its in-sync set holds; ``on_confirmed`` hears it after
+        # every DATA frame (under SYNC replication a slave's readers, too, see only that).
         self.confirmed_offset = 0
-        # Under SYNC replication a slave's readers, too, see only what the master's
-        # in-sync set confirmed.
-        self.caps_reads = False
+        self.on_confirmed = on_confirmed
         self.last_error = ""
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -213,7 +214,7 @@ class ReplicationSlave:
                 node_id=self.node_id,
                 nonce=handshake.slave_nonce,
                 proof=proof(self.secret, Role.SLAVE, handshake),
-                max_offset=self.store.commitlog.write_offset,
+                max_offset=self.store.write_offset,
                 segment_bytes=self.store.config.commitlog_segment_bytes,
             )
         )
@@ -241,7 +242,7 @@ class ReplicationSlave:
         return macs, master_end, _epoch_entries(address, epochs)
 
     async def _truncate_to_common_point(self, master_end: int, master: list[EpochEntry]) -> int:
-        local_end = self.store.commitlog.write_offset
+        local_end = self.store.write_offset
         point = truncation_point(self.epochs.entries, local_end, master, master_end)
         if point is None:
             raise Diverged(
@@ -288,10 +289,7 @@ class ReplicationSlave:
                     offset, epoch, epoch_start, confirmed = DATA_HEADER.unpack_from(payload)
                     records = payload[DATA_HEADER.size :]
                     self.confirmed_offset = max(self.confirmed_offset, confirmed)
-                    if self.caps_reads:
-                        store.confirmed_offset = min(
-                            self.confirmed_offset, store.commitlog.write_offset
-                        )
+                    self.on_confirmed()
                     if records:
                         if self._stopping:
                             return  # promoted meanwhile: no more of the old master's records
@@ -299,7 +297,7 @@ class ReplicationSlave:
                             self.epochs.append(epoch, epoch_start)
                         acked = store.append_replicated(offset, records)
                         if sync_flush:
-                            await loop.run_in_executor(None, store.commitlog.flush)
+                            await loop.run_in_executor(None, store.flush_log)
                     writer.write(ack_frame(macs.outgoing, acked))
                     await writer.drain()
         except TimeoutError:

@@ -16,11 +16,12 @@ import grpc
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
+from ha.replicated_store import ReplicatedStore
+from ha.role import ReplicationRole, SwitchoverError
 from node.authentication import SIGNED_HEADER
 from node.consumer_offsets import ConsumerOffsets
 from node.group_members import GroupMembers
 from node.pop_state import PopState
-from node.replication import ReplicationRole, SwitchoverError
 from node.secret_box import SecretBox
 from node.topics import MessageType, Permission, TopicError, TopicTable
 from node.user_admin import UserAdmin
@@ -35,7 +36,6 @@ from routing.commands import (
 from routing.metadata import GroupConfig, Role, TopicRoute
 from routing.replica import RoutingReplica, RoutingUnavailable
 from store.message import StoredMessage
-from store.message_store import MessageStore
 
 OK = api.Status(code=0, message="OK")
 CODES = {
@@ -126,7 +126,7 @@ def stored_message(stored: StoredMessage, broker_group: str) -> api.StoredMessag
 class AdminService(admin_pb2_grpc.AdminServicer):
     def __init__(
         self,
-        store: MessageStore,
+        store: ReplicatedStore,
         topics: TopicTable,
         offsets: ConsumerOffsets,
         pop_state: PopState,

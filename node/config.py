@@ -74,6 +74,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ha.options import ReplicationMode, ReplicationOptions
 from store.config import FlushMode, StoreConfig
 
 DEFAULT_GRPC_PORT = 8081
@@ -124,21 +125,6 @@ class ClusterOptions:
     @property
     def standalone(self) -> bool:
         return not self.voters
-
-
-class ReplicationMode(enum.Enum):
-    SYNC = "SYNC"
-    ASYNC = "ASYNC"
-
-
-@dataclass(frozen=True)
-class ReplicationOptions:
-    mode: ReplicationMode = ReplicationMode.SYNC
-    min_insync_replicas: int = 2
-    ack_timeout_ms: int = 3000
-    max_lag_ms: int = 15_000
-    max_lag_bytes: int = 256 << 20
-    unclean_election: bool = False
 
 
 @dataclass(frozen=True)

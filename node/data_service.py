@@ -21,6 +21,7 @@ import zlib
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2_grpc
+from ha.replicated_store import ReplicatedStore
 from node.convert import (
     MESSAGE_TYPE_TEXT,
     InvalidRequest,
@@ -35,7 +36,6 @@ from node.rpc_status import store_failure, topic_error_status
 from node.topics import MessageType, Permission, TopicError, TopicTable
 from store.errors import InvalidMessageError
 from store.message import NO_HOST, PROPERTY_MESSAGE_GROUP, Message
-from store.message_store import MessageStore
 from store.results import GetStatus
 
 MAX_MESSAGES = 4096
@@ -76,7 +76,7 @@ def peer_host(context) -> bytes:
 
 
 class DataService(data_pb2_grpc.DataServicer):
-    def __init__(self, store: MessageStore, topics: TopicTable, waiters: QueueWaiters) -> None:
+    def __init__(self, store: ReplicatedStore, topics: TopicTable, waiters: QueueWaiters) -> None:
         self.store = store
         self.topics = topics
         self.waiters = waiters
@@ -131,7 +131,7 @@ class DataService(data_pb2_grpc.DataServicer):
         count = request.count
         if not 1 <= count <= MAX_PRODUCE_RECORDS:
             return produce_refused(count, pb.BAD_REQUEST, f"count must be 1..{MAX_PRODUCE_RECORDS}")
-        if not self.topics.master:
+        if not self.store.is_master:
             return produce_refused(
                 count, pb.HA_NOT_AVAILABLE, "this node is a slave: query the route again"
             )

@@ -20,6 +20,7 @@ from google.protobuf import duration_pb2
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from ha.replicated_store import ReplicatedStore
 from node.config import MessagingOptions
 from node.consumer_offsets import ConsumerOffsets
 from node.convert import (
@@ -61,7 +62,6 @@ from routing.metadata import TopicRoute, check_name
 from routing.replica import RoutingReplica
 from routing.state import RoutingState
 from store.message import PROPERTY_DELIVERY_TIME_MS, PROPERTY_TRANSACTION_ID, Message
-from store.message_store import MessageStore
 from store.results import GetStatus, PutStatus
 
 LONG_POLLING_DEFAULT_S = 20.0
@@ -106,7 +106,7 @@ MESSAGE_TYPE_NAMES = frozenset(pb.MessageType.values())
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(
         self,
-        store: MessageStore,
+        store: ReplicatedStore,
         topics: TopicTable,
         offsets: ConsumerOffsets,
         waiters: QueueWaiters,
@@ -300,7 +300,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # ---- producing -------------------------------------------------------------------
     async def SendMessage(self, request, context):
-        if not self.topics.master:
+        if not self.store.is_master:
             return self._send_refused(request, self._not_master())
         try:
             messages = self._messages_to_store(request)

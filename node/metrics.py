@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Protocol
 
@@ -50,6 +50,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from ha.status import ReplicationStatus
 from node.consumer_offsets import ConsumerOffsets
 from node.group_members import GroupMembers
 from node.metrics_rpc import RpcMetrics
@@ -60,25 +61,6 @@ from store.message_store import MessageStore
 log = logging.getLogger("ferrymq.metrics")
 NODE_LABELS = ("node", "broker_group")
 ROLES = ("master", "slave")
-
-
-@dataclass(frozen=True)
-class ReplicationStatus:
-    """What the replication code (``ha/``) reports about this node's broker group.
-
-    ``slave_lag_bytes`` is filled on the master only: per slave node id, the master's
-    CommitLog max offset minus the offset the slave acknowledged (RocketMQ's
-    ``rocketmq_broker_commitlog_diff``). ``confirmed_offset`` is the CommitLog offset that
-    the in-sync set holds (None: everything written, as on a standalone node).
-    """
-
-    role: str = "master"
-    epoch: int = 0
-    insync_replicas: int = 1
-    min_insync_replicas: int = 1
-    replicas: int = 1
-    confirmed_offset: int | None = None
-    slave_lag_bytes: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -354,7 +336,7 @@ class NodeStateCollector:
         commitlog = store.commitlog
         write = commitlog.write_offset
         flushed = commitlog.flushed_offset
-        dispatched = store.dispatcher.dispatched_offset
+        dispatched = store.dispatched_offset
         gauge("rocketmq_brokeruntime_commitlog_minoffset", commitlog.min_offset)
         gauge("rocketmq_brokeruntime_commitlog_maxoffset", write)
         gauge("ferrymq_commitlog_flushed_offset", flushed)
@@ -435,7 +417,7 @@ class NodeStateCollector:
         if confirmed is None:
             confirmed = m.store.confirmed_offset
         if confirmed is None:
-            confirmed = m.store.commitlog.write_offset
+            confirmed = m.store.write_offset
         gauge("ferrymq_commitlog_confirmed_offset", confirmed)
         for slave, lag in sorted(status.slave_lag_bytes.items()):
             gauge("rocketmq_broker_commitlog_diff", max(0, lag), slave=slave)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ha.replicated_store import ReplicatedStore
 from node.consumer_offsets import ConsumerOffsets
 from node.convert import InvalidRequest, timestamp_of, to_wire_message
 from node.filter_expression import tag_filter
@@ -42,7 +43,6 @@ from node.receipt_handle import (
 from node.rpc_status import OK, seconds_of, status, store_failure, topic_error_status
 from node.topics import GroupConfig, Permission, TopicConfig, TopicError, TopicTable
 from store.message import Message, StoredMessage
-from store.message_store import MessageStore
 from store.results import GetStatus
 
 RECEIVE_BATCH_MAX = 32
@@ -83,7 +83,7 @@ def now_ms() -> int:
 class PopService:
     def __init__(
         self,
-        store: MessageStore,
+        store: ReplicatedStore,
         topics: TopicTable,
         offsets: ConsumerOffsets,
         state: PopState,

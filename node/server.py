@@ -28,6 +28,8 @@ from ferrymq.port_holds import adopt_inherited, hold_port, port_of
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
 from ha import rollback
+from ha.replicated_store import ReplicatedStore
+from ha.role import ReplicationRole
 from node.access import AccessControl, MethodAccess
 from node.admin_service import AdminService
 from node.authentication import Authenticator
@@ -44,7 +46,6 @@ from node.metrics_http import MetricsHttpServer
 from node.pop_service import PopService
 from node.pop_state import PopState
 from node.receipt_handle import ReceiptHandles
-from node.replication import ReplicatedStore, ReplicationRole
 from node.request_decoding import tolerate_malformed
 from node.secret_box import SecretBox
 from node.timer_service import TimerService
@@ -152,8 +153,7 @@ class Node:
         )
         self.transactions.load()
         members = GroupMembers()
-        self.raw_store.dispatcher.listeners.append(waiters.on_dispatch)
-        self.raw_store.dispatcher.listeners.append(self._on_dispatch)
+        self.raw_store.add_dispatch_listener(waiters.on_dispatch)
         self.metrics.offsets, self.metrics.pop_state = self.offsets, self.pop_state
         self.metrics.members = members
         self.metrics.replication_status = self.replication.status
@@ -248,10 +248,6 @@ class Node:
             commit_index=raft.commit_index,
         )
 
-    def _on_dispatch(self, requests: list) -> None:
-        if self.replication.is_master:
-            self.replication.master.on_appended()
-
     def _reload_states(self) -> None:
         """A promoted slave rebuilds everything it derives from the log."""
         if not self._states_ready:
@@ -297,10 +293,15 @@ class Node:
         deadline = time.monotonic() + cluster.join_timeout_ms / 1000
         await self.routing.wait_ready(cluster.join_timeout_ms / 1000)
         self.replication = ReplicationRole(
-            config,
             self.raw_store,
             self.routing,
-            secret,
+            node_id=config.id,
+            broker_group=config.group,
+            data_dir=config.data_dir,
+            options=config.replication,
+            lease_s=self._lease_s,
+            secret=secret,
+            standalone=cluster.standalone,
             reload_states=self._reload_states,
             on_confirmed=lambda offset: self.waiters.wake_all(),
             renew_lease_now=self._heartbeat_now.set,
@@ -327,7 +328,7 @@ class Node:
                         broker_group=self.config.group,
                         grpc_address=self.grpc_address,
                         ha_address=f"{self.config.peer_host}:{self.ha_port}",
-                        max_offset=self.raw_store.commitlog.write_offset,
+                        max_offset=self.raw_store.write_offset,
                         wall_ms=int(time.time() * 1000),
                         lease_ms=self.config.cluster.lease_ms,
                         damaged_log=self.raw_store.damage.unrefilled,
@@ -368,9 +369,7 @@ class Node:
 
     def _refresh_topics(self) -> None:
         assert self.routing is not None
-        self.routing.read(
-            lambda state: self.topics.refresh(state, self.config.group, self.config.id)
-        )
+        self.routing.read(lambda state: self.topics.refresh(state, self.config.group))
 
     async def _heartbeat(self) -> None:
         interval_s = self.config.cluster.heartbeat_interval_ms / 1000
@@ -381,7 +380,7 @@ class Node:
             store = self.raw_store
             heartbeat = NodeHeartbeat(
                 self.config.id,
-                store.commitlog.write_offset,
+                store.write_offset,
                 int(time.time() * 1000),
                 damaged_log=store.damage.unrefilled,
             )

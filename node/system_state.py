@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from ha.replicated_store import ReplicatedStore
 from store.hashing import tag_hash_code
 from store.message import PROPERTY_TAGS, Message
-from store.message_store import MessageStore
 from store.results import PutResult, PutStatus
 
 KIND = "kind"
@@ -47,7 +47,7 @@ class SystemState(ABC):
 
     topic: str
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: ReplicatedStore) -> None:
         self._store = store
         self._snapshot_segment: int | None = None
         self._since_snapshot = 0  # deltas appended or replayed after the newest snapshot
@@ -95,7 +95,7 @@ class SystemState(ABC):
     def _newest_snapshot_offset(self) -> int:
         """Queue offset of the topic's newest tagged snapshot, scanning its consume queue
         backwards by tag code; the first retained offset when there is none."""
-        queue = self._store.consume_queues.get(self.topic, 0)
+        queue = self._store.consume_queue(self.topic, 0)
         if queue is None:
             return 0
         code = tag_hash_code(SNAPSHOT_TAG)
@@ -131,10 +131,10 @@ class SystemState(ABC):
     async def snapshot_if_due(self) -> None:
         """Write a snapshot when the active segment holds none yet, or after
         ``SNAPSHOT_EVERY_RECORDS`` deltas."""
-        last = self._store.commitlog.segments.last
-        if last is None or self._snapshotting:
+        active_segment = self._store.active_segment_base()
+        if active_segment is None or self._snapshotting:
             return
-        new_segment = last.base_offset != self._snapshot_segment
+        new_segment = active_segment != self._snapshot_segment
         if not new_segment and self._since_snapshot < SNAPSHOT_EVERY_RECORDS:
             return
         body = self.snapshot()

@@ -40,11 +40,11 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 
+from ha.replicated_store import ReplicatedStore
 from node.parked import park, real_topic_of, release
 from store.consume_queue import Entry
 from store.dispatch_request import DispatchRequest
 from store.message import PROPERTY_DELIVERY_TIME_MS, TIMER_TOPIC, Message, StoredMessage
-from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class _Bucket:
 class TimerService:
     def __init__(
         self,
-        store: MessageStore,
+        store: ReplicatedStore,
         topic_exists: Callable[[str], bool],
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
@@ -113,7 +113,7 @@ class TimerService:
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._wakeup = asyncio.Event()
-        self.store.dispatcher.listeners.append(self._on_dispatch)
+        self.store.add_dispatch_listener(self._on_dispatch)
 
     def reload(self) -> None:
         """Forget and rebuild the pending set from the log (a promoted slave)."""
@@ -126,7 +126,7 @@ class TimerService:
 
     def _rebuild(self) -> None:
         done = self._done_offsets()
-        queue = self.store.consume_queues.get(TIMER_TOPIC, 0)
+        queue = self.store.consume_queue(TIMER_TOPIC, 0)
         if queue is not None:
             offset, end = queue.min_offset, queue.max_offset
             while offset < end:
@@ -246,7 +246,7 @@ class TimerService:
     def _next_chunk(self, bucket: _Bucket) -> tuple[array, list[Entry | None]]:
         """The next batch of ``bucket``: at most ``DELIVERY_CHUNK`` entries and
         ``_chunk_bytes`` of stored records, at least one entry."""
-        queue = self.store.consume_queues.get(TIMER_TOPIC, 0)
+        queue = self.store.consume_queue(TIMER_TOPIC, 0)
         offsets = bucket.offsets[bucket.start : bucket.start + DELIVERY_CHUNK]
         entries: list[Entry | None] = []
         size = 0
@@ -283,7 +283,7 @@ class TimerService:
         """Append ``make(record)`` for each timer entry plus one done record naming them
         all, as one atomic batch."""
         assert len(queue_offsets) == len(entries)
-        read = self.store.commitlog.read
+        read = self.store.read_message
         batch: list[Message] = []
         for entry in entries:
             stored = read(entry[0]) if entry is not None else None
@@ -316,7 +316,7 @@ class TimerService:
             for queue_offset in bucket.offsets[bucket.start :]
             if queue_offset < cutoff
         ]
-        queue = self.store.consume_queues.get(TIMER_TOPIC, 0)
+        queue = self.store.consume_queue(TIMER_TOPIC, 0)
         rolled = 0
         for start in range(0, len(old), DELIVERY_CHUNK):
             chunk = old[start : start + DELIVERY_CHUNK]

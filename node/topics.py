@@ -40,14 +40,12 @@ class TopicTable:
     ) -> None:
         self.topics: dict[str, TopicConfig] = {t.name: t for t in topics or []}
         self.groups: dict[str, GroupConfig] = {g.name: g for g in groups or []}
-        self.master = True  # whether this node is its broker group's master (takes writes)
 
-    def refresh(self, state: RoutingState, broker_group: str, node_id: str) -> None:
-        """Replace the contents with what ``state`` says ``broker_group`` serves."""
+    def refresh(self, state: RoutingState, broker_group: str) -> None:
+        """Replace the contents with what ``state`` says ``broker_group`` serves. Whether
+        this node takes writes is not the table's to say: ``ha/role.py`` answers it."""
         self.topics = state.topics_on(broker_group)
         self.groups = dict(state.groups)
-        group = state.broker_groups.get(broker_group)
-        self.master = group is not None and group.master == node_id
 
     def put_topic(self, config: TopicConfig) -> None:
         self.topics[config.name] = config

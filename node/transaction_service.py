@@ -31,12 +31,12 @@ from dataclasses import dataclass
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ha.replicated_store import ReplicatedStore
 from node.convert import InvalidRequest, to_wire_message
 from node.parked import as_sent, park, real_topic_of, release
 from node.rpc_status import OK, status, store_failure
 from node.telemetry_outbox import TelemetryOutbox
 from store.message import PROPERTY_TRANSACTION_ID, Message, StoredMessage
-from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class OrphanCheckTarget:
 class TransactionService:
     def __init__(
         self,
-        store: MessageStore,
+        store: ReplicatedStore,
         check_interval_ms: int,
         max_checks: int,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,

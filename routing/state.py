@@ -11,8 +11,12 @@ Invariants (asserted after every change):
 - a member's broker group exists;
 - a user is stored under its access key, has a sealed secret and distinct ACL entries.
 
-Thread-safety: not thread-safe. The replica (``routing.replica``) applies commands on the
-Raft thread under its lock, and readers on other threads take the same lock.
+Thread-safety: the replica (``routing.replica``) applies commands on the Raft thread under
+its lock. ``apply`` never changes a table (``topics``, ``groups``, ``broker_groups``,
+``members``, ``users``) in place: it builds a new dict and replaces the attribute, and
+records are frozen. So a reader on another thread (the node's event loop) that takes a
+table once holds a snapshot nothing will change, and may iterate it without the lock;
+reads that must agree across tables take the lock (``RoutingReplica.read``).
 """
 
 from __future__ import annotations
@@ -84,12 +88,17 @@ class RoutingState:
             changes, value = self._plan(command)
         except TopicError as error:
             return CommandResult(False, error.reason, error.detail)
+        replaced: dict[str, dict] = {}
         for table, key, record in changes:
-            records = getattr(self, table)
+            records = replaced.get(table)
+            if records is None:
+                records = replaced[table] = dict(getattr(self, table))  # copy on write
             if record is None:
                 records.pop(key, None)
             else:
                 records[key] = record
+        for table, records in replaced.items():
+            setattr(self, table, records)
         self._assert_invariants()
         return CommandResult(True, value=value)
 

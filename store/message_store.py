@@ -38,9 +38,9 @@ from store.commitlog import (
 from store.commitlog_record import chunk_problem
 from store.commitlog_record import decode as record_decode
 from store.config import FlushMode, StoreConfig
-from store.consume_queue import BLANK_SIZE
+from store.consume_queue import BLANK_SIZE, ConsumeQueue
 from store.damaged_ranges import DamagedRange, DamagedRanges
-from store.dispatcher import ConsumeQueueTable, Dispatcher
+from store.dispatcher import ConsumeQueueTable, Dispatcher, DispatchListener
 from store.errors import DiskFullError, InvalidMessageError, ReplicaDiverged, ReplicaMismatch
 from store.flush_service import BackgroundFlusher, GroupCommitService, enough_dirty
 from store.hashing import tag_hash_code
@@ -240,7 +240,9 @@ class MessageStore:
         self._cut_generation = 0
         self._last_store_timestamp_ms = 0
         self._closed = True
-        # Why puts are refused (a slave takes only its master's bytes), None when they are not.
+        # Why puts are refused, None when they are not: a flag the replication role
+        # (``ha/role.py``, the one judge of "may this node write?") sets, so that no path
+        # can append on a slave.
         self.writes_refused: str | None = None
         self._group_commit: GroupCommitService | None = None
         self._flusher: BackgroundFlusher | None = None
@@ -248,8 +250,10 @@ class MessageStore:
         self._last_retention_check = 0.0
         self.recovery_report: RecoveryReport | None = None
         # Under sync replication consumers see only what replicas confirmed (DESIGN §4.3);
-        # None means "everything dispatched is visible".
-        self.confirmed_offset: int | None = None
+        # None means "everything dispatched is visible". Written only by
+        # ``set_confirmed_offset``.
+        self._confirmed_offset: int | None = None
+        self._written_when_confirmed = 0  # the write offset at the cap's last change
         self.disk_usage: Callable[[str], tuple[int, int, int]] = shutil.disk_usage
         self._last_combiner: _AppendCombiner | None = None
         self._topic_prefixes: dict[str, bytes] = {}
@@ -401,6 +405,9 @@ class MessageStore:
                     queue.truncate_physical(end)
                 self.index.truncate_physical(end)
                 self.dispatcher.dispatched_offset = min(self.dispatcher.dispatched_offset, end)
+                # A cut is the one fall of the write offset: a new history for the cap too.
+                cap = self._confirmed_offset
+                self.set_confirmed_offset(None if cap is None else min(cap, end), new_epoch=True)
                 self.rebuild_queue_offsets()
                 with self._checkpoint_lock:
                     self._truncations += 1
@@ -775,7 +782,7 @@ class MessageStore:
         if offset > high:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
         wanted = {tag_hash_code(t) for t in tags} if tags is not None else None
-        limit = self.confirmed_offset
+        limit = self._confirmed_offset
         found: list = []
         used = 0
         next_offset = offset
@@ -921,6 +928,73 @@ class MessageStore:
                     queue.delete_expired_files(floor)
                 self.index.delete_expired_files(floor)
         return deleted
+
+    # ---- the read cap under sync replication ------------------------------------------
+    @property
+    def confirmed_offset(self) -> int | None:
+        """Consumers read only records that end at or below this offset (None: no cap)."""
+        return self._confirmed_offset
+
+    def set_confirmed_offset(self, offset: int | None, *, new_epoch: bool = False) -> None:
+        """The one writer of the read cap. Invariants of our own code, asserted: the cap
+        never passes the write offset, and within one epoch both only grow. ``new_epoch``
+        (a promotion, a demotion, a cut tail) is the one place either may fall, or the cap
+        be lifted."""
+        written = self.commitlog.write_offset
+        if offset is not None:
+            assert offset <= written, (offset, written)
+            current = self._confirmed_offset
+            assert new_epoch or current is None or offset >= current, (offset, current)
+        assert new_epoch or written >= self._written_when_confirmed, (
+            written,
+            self._written_when_confirmed,
+        )
+        self._confirmed_offset = offset
+        self._written_when_confirmed = written
+
+    # ---- accessors for replication (``ha/``) and the node ------------------------------
+    @property
+    def write_offset(self) -> int:
+        """Where the CommitLog's next byte goes (its end)."""
+        return self.commitlog.write_offset
+
+    @property
+    def min_offset(self) -> int:
+        """The CommitLog's first byte still on disk (retention moves it)."""
+        return self.commitlog.min_offset
+
+    @property
+    def dispatched_offset(self) -> int:
+        """How far consume queues and index follow the CommitLog."""
+        return self.dispatcher.dispatched_offset
+
+    def read_records(self, physical_offset: int, max_length: int) -> bytes:
+        """Whole records from ``physical_offset``, at most ``max_length`` bytes of them and
+        none past a segment's end (what a replication DATA frame carries)."""
+        return self.commitlog.read_records(physical_offset, max_length)
+
+    def read_message(self, physical_offset: int) -> StoredMessage | None:
+        """The record at ``physical_offset`` decoded, or None (removed by retention)."""
+        return self.commitlog.read(physical_offset)
+
+    def flush_log(self) -> None:
+        """Force the CommitLog to disk (a SYNC_FLUSH slave before it acknowledges)."""
+        self.commitlog.flush()
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """One queue's entries (``entries``, ``entry_at``, its offsets), None if it has
+        never had one. For replaying a system topic by its entries' tag slots."""
+        return self.consume_queues.get(topic, queue_id)
+
+    def active_segment_base(self) -> int | None:
+        """The base offset of the segment appends go to, None before the first one."""
+        last = self.commitlog.segments.last
+        return None if last is None else last.base_offset
+
+    def add_dispatch_listener(self, listener: DispatchListener) -> None:
+        """Call ``listener`` with every dispatched batch, in log order, on the thread that
+        dispatched it (under the put lock: it must not block)."""
+        self.dispatcher.listeners.append(listener)
 
     # ---- introspection -------------------------------------------------------------
     @property

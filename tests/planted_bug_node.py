@@ -3,7 +3,7 @@
 ``DROPPED_RECORDS`` records of its log, acknowledged or not, before it records its epoch.
 
 The node's own code has no such path: this module patches the promotion of
-``node.replication.ReplicationRole`` in its own process, then runs the normal entry point
+``ha.role.ReplicationRole`` in its own process, then runs the normal entry point
 (``python -m tests.planted_bug_node --config ...`` is ``python -m node --config ...``
 with the bug). The test has ``ferrymq.cluster`` launch nodes with it (``NODE_MODULE``).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from ferrymq.cli import main
-from node.replication import ReplicationRole
+from ha.role import ReplicationRole
 
 DROPPED_RECORDS = 50
 

@@ -30,10 +30,11 @@ from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer, S
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from ha.status import ReplicationStatus
 from node.config import parse_node_config
 from node.consumer_offsets import ConsumerOffsets
 from node.group_members import GroupMembers
-from node.metrics import FAMILIES, NODE_LABELS, NodeMetrics, ReplicationStatus, RoutingStatus
+from node.metrics import FAMILIES, NODE_LABELS, NodeMetrics, RoutingStatus
 from node.pop_state import PopState
 from node.topics import GroupConfig, TopicConfig, TopicTable
 from store.config import StoreConfig

@@ -253,7 +253,7 @@ def test_an_in_flight_message_beyond_the_read_cap_is_redelivered_not_dropped(bro
     already in flight must be retried, not acked as if retention had removed it."""
     broker.send("orders", 1, queue_id=0)
     (first,) = broker.receive("G", "orders")
-    broker.store.confirmed_offset = 0  # as on a promoted master before its slaves ack
+    broker.store.set_confirmed_offset(0, new_epoch=True)  # a promoted master before its acks
     broker.clock.ms += 10_000
     (again,) = broker.receive("G", "orders")
     assert again.stored.body == first.stored.body and again.attempt == 2

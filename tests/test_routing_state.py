@@ -4,6 +4,7 @@ same state on every replica that applies the same commands (pickled as pysyncobj
 from __future__ import annotations
 
 import pickle
+import threading
 from dataclasses import replace
 
 import pytest
@@ -224,3 +225,44 @@ def test_commands_and_members_pickled_before_the_damaged_log_flag_load_as_health
     assert state.apply(register).ok and state.apply(heartbeat).ok
     member = as_old(state.members["n1"])
     assert member.damaged_log is False and member.max_offset == 7
+
+
+def test_apply_replaces_tables_and_never_changes_one_a_reader_holds():
+    """The node's event loop iterates tables while the Raft thread applies: a table it
+    took stays exactly as it was, whatever is applied after."""
+    state = cluster(("n1", "g1"), ("n2", "g1"))
+    members, groups, topics = state.members, state.broker_groups, state.topics
+    before = (dict(members), dict(groups), dict(topics))
+    assert state.apply(NodeHeartbeat("n2", 77, 1_000)).ok
+    assert state.apply(RegisterNode("n3", "g2", "127.0.0.1:3")).ok
+    assert state.apply(CreateTopic("orders", 4)).ok
+    assert (dict(members), dict(groups), dict(topics)) == before
+    assert state.members is not members and state.members["n2"].max_offset == 77
+    assert "n3" in state.members and "g2" in state.broker_groups and "orders" in state.topics
+
+
+def test_a_reader_iterates_while_another_thread_applies():
+    """Registrations on one thread, iteration of the member table on another: with tables
+    changed in place this raises "dictionary changed size during iteration"."""
+    state = cluster(("n0", "g1"))
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def apply_many() -> None:
+        try:
+            for i in range(1, 3_000):
+                assert state.apply(RegisterNode(f"n{i}", "g1", f"127.0.0.1:{i}")).ok
+        finally:
+            done.set()
+
+    writer = threading.Thread(target=apply_many)
+    writer.start()
+    try:
+        while not done.is_set():
+            members = state.members
+            sum(1 for m in members.values() if m.broker_group == "g1")
+    except RuntimeError as error:
+        errors.append(error)
+    writer.join()
+    assert not errors
+    assert len(state.members) == 3_000

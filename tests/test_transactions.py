@@ -103,9 +103,9 @@ def test_a_half_beyond_the_read_cap_of_a_promoted_master_still_commits(tx):
     """A promoted master reads only what the old in-sync set confirmed until its own
     slaves ack; a half it holds past that point is pending, not removed by retention."""
     transaction_id = tx.send(b"paid")
-    tx.store.confirmed_offset = 0  # as after a promotion, before the slaves ack
+    tx.store.set_confirmed_offset(0, new_epoch=True)  # after a promotion, before the acks
     assert tx.end(transaction_id, pb.COMMIT) == pb.OK
-    tx.store.confirmed_offset = None
+    tx.store.set_confirmed_offset(None, new_epoch=True)
     assert tx.visible() == [b"paid"]
     assert [op["kind"] for op in tx.ops()] == ["commit"]
 

@@ -1,15 +1,25 @@
-"""This node's part in its broker group's replication (``ha/``), switched only by the
-routing state: master (streams, counts acks, keeps the in-sync set current, fences itself
-when it cannot renew its lease) or slave (follows the master, refuses writes).
+"""This node's part in its broker group's replication, switched only by the routing
+state: master (streams, counts acks, keeps the in-sync set current, fences itself when it
+cannot renew its lease) or slave (follows the master, refuses writes).
 
 Roles change only on a new epoch from routing. Promotion: stop following, record the epoch
 in the epoch history at this log's end, rebuild queue offsets and every log-derived state
 (offsets, POP, timers, transactions), then take writes. Demotion: refuse writes at once,
 fail waiting writes, follow the new master (which truncates any divergent tail).
 
-``ReplicatedStore`` is what the node's services write through: every put is refused
-unless this node is a master holding its lease with enough in-sync replicas, and under
-SYNC replication a put is OK only once the in-sync slaves acknowledged it.
+Invariants, each with one home here:
+- "may this node write?" is ``write_refusal`` (``is_master`` for the services' early
+  answer); the store's ``writes_refused`` is only a flag this role sets, so that no path
+  appends on a slave;
+- the store's read cap (``MessageStore.set_confirmed_offset``) is decided by
+  ``_cap_reads`` alone: the master's confirmed offset, or on a slave what its master said
+  (capped by its own end); it falls only on a new epoch (this role's promotion or
+  demotion, a slave's cut tail);
+- the master's wake-up on new records is this role's dispatch listener.
+
+Routing is read from its tables as they are when read: the Raft thread replaces a table
+on every change and never changes one in place (``routing/state.py``), so iterating one is
+safe on the event loop without the replica's lock.
 
 Thread-safety: owned by the node's event loop.
 """
@@ -23,24 +33,21 @@ from collections.abc import Callable
 
 from ha.epochs import EpochHistory
 from ha.master import SILENT_SLAVE_TIMEOUT_S, ReplicationMaster
+from ha.options import ReplicationMode, ReplicationOptions
 from ha.slave import ReplicationSlave
-from node.config import NodeConfig, ReplicationMode
-from node.metrics import ReplicationStatus
+from ha.status import ReplicationStatus
 from routing.commands import AlterInSync, ElectMaster, ReportMasterFound, ReportMasterLost
-from routing.metadata import healthy_first, may_leave_in_sync
+from routing.metadata import BrokerGroup, healthy_first, may_leave_in_sync
 from routing.replica import RoutingReplica, RoutingUnavailable
-from store.commitlog import PreparedMessage
-from store.message import Message
+from store.dispatch_request import DispatchRequest
 from store.message_store import MessageStore
-from store.results import PutResult, PutStatus
+from store.results import PutStatus
 
 log = logging.getLogger("ferrymq.replication")
 IN_SYNC_CHECK_S = 0.2
 # A slave reports its master lost only after this long without a link in the master's
 # term: right after an election it has not dialled the new master yet.
 LOST_MASTER_GRACE_S = 0.5
-
-
 SWITCHOVER_CATCH_UP_S = 5.0
 
 
@@ -56,47 +63,56 @@ class SwitchoverError(Exception):
 class ReplicationRole:
     def __init__(
         self,
-        config: NodeConfig,
         store: MessageStore,
         routing: RoutingReplica,
+        *,
+        node_id: str,
+        broker_group: str,
+        data_dir: str,
+        options: ReplicationOptions,
+        lease_s: float,
         secret: str,
+        standalone: bool,
         reload_states: Callable[[], None],
         on_confirmed: Callable[[int], None],
         renew_lease_now: Callable[[], None] = lambda: None,
     ) -> None:
-        self.config = config
+        """``standalone``: a cluster of one, whose in-sync set is itself alone.
+        ``on_confirmed`` hears every advance of the master's confirmed offset."""
+        self.node_id = node_id
+        self.broker_group = broker_group
         # A new master renews its lease at once instead of at the next heartbeat: the
         # lease may have lapsed while routing elected a leader, and writes wait for it.
         self.renew_lease_now = renew_lease_now
         self.store = store
         self.routing = routing
         self.reload_states = reload_states
-        self.options = config.replication
-        self.epochs = EpochHistory(config.data_dir)
+        self.options = options
+        self.epochs = EpochHistory(data_dir)
         self._fit_epochs_to_log()
-        sync = self.options.mode is ReplicationMode.SYNC
+        sync = options.mode is ReplicationMode.SYNC
         self.master = ReplicationMaster(
             store,
             self.epochs,
-            config.id,
-            config.group,
+            node_id,
+            broker_group,
             secret,
             sync=sync,
-            min_insync_replicas=1
-            if config.cluster.standalone
-            else self.options.min_insync_replicas,
+            min_insync_replicas=1 if standalone else options.min_insync_replicas,
             is_member=self._is_member,
             # A silent slave's link is not dropped before it could leave the in-sync set
             # for lagging anyway: the operator's max_lag_ms still decides.
-            silent_slave_timeout_s=max(SILENT_SLAVE_TIMEOUT_S, self.options.max_lag_ms / 1000),
+            silent_slave_timeout_s=max(SILENT_SLAVE_TIMEOUT_S, options.max_lag_ms / 1000),
         )
         self.master.on_confirmed = self._confirmed
         self._on_confirmed = on_confirmed
-        self.slave = ReplicationSlave(store, self.epochs, config.id, secret, self._master_ha)
-        self.is_master = False
+        self.slave = ReplicationSlave(
+            store, self.epochs, node_id, secret, self._master_ha, on_confirmed=self._cap_reads
+        )
+        self._master_role = False  # this node took the master's role (promotion done)
         self.master_epoch = 0
         self.lease_renewed_at = time.monotonic()  # last heartbeat that routing committed
-        self.lease_s = config.cluster.lease_ms / 1000
+        self.lease_s = lease_s
         self._pending_in_sync: frozenset[str] = frozenset()
         self._reported_epoch = -1
         self._unlinked_since = (-1, 0.0)  # (epoch, since when) without a link to its master
@@ -104,102 +120,23 @@ class ReplicationRole:
         self._switching = asyncio.Lock()
         self.fenced: str | None = None  # why writes pause (a planned switchover)
         store.writes_refused = "this node has not joined its broker group yet"
+        store.add_dispatch_listener(self._on_dispatch)
 
-    # ---- routing view ------------------------------------------------------------------
-    def _group(self):
-        return self.routing.state.broker_groups.get(self.config.group)
-
-    def _is_member(self, node_id: str) -> bool:
-        member = self.routing.state.members.get(node_id)
-        return member is not None and member.broker_group == self.config.group
-
-    def _master_ha(self) -> str | None:
+    # ---- may this node write? ----------------------------------------------------------
+    @property
+    def is_master(self) -> bool:
+        """This node took the master's role and routing still names it master of that
+        epoch: the one answer to "am I master?" (a deposed master stops as soon as routing
+        says so, before its demotion has run)."""
+        if not self._master_role:
+            return False
         group = self._group()
-        if group is None or group.master in (None, self.config.id):
-            return None
-        member = self.routing.state.members.get(group.master)
-        return member.ha_address if member is not None else None
-
-    def _fit_epochs_to_log(self) -> None:
-        """The epoch file is forced to disk at once, the CommitLog under ASYNC_FLUSH only
-        every flush interval: after a power loss the history can name terms whose records
-        are gone. It must describe only what the log holds, or a promotion could not
-        append its term and a slave would compare ranges it does not have."""
-        end = self.store.commitlog.write_offset
-        beyond = [e.epoch for e in self.epochs.entries if e.start_offset > end]
-        if beyond:
-            log.warning(
-                "epoch history names terms past this log's end %d (unsynced bytes lost?): "
-                "forgetting %s",
-                end,
-                beyond,
-            )
-            self.epochs.truncate_from(end + 1)
-
-    # ---- role switching ----------------------------------------------------------------
-    async def follow_routing(self) -> None:
-        """Take the role routing says (called after every routing change)."""
-        async with self._switching:
-            group = self._group()
-            if group is None:
-                return
-            if group.master == self.config.id:
-                if not self.is_master or group.epoch != self.master_epoch:
-                    await self._become_master(group.epoch, group.in_sync)
-                else:
-                    self.master.set_counted(group.in_sync | self._pending_in_sync)
-            elif self.is_master or not self.slave.running:
-                await self._become_slave(group.master)
-            else:
-                self.slave.master_changed()  # follow a new master without waiting
-
-    async def _become_master(self, epoch: int, in_sync: frozenset[str]) -> None:
-        if epoch < self.epochs.last_epoch:
-            log.error(
-                "routing says epoch %d, this log has %d: not switching",
-                epoch,
-                self.epochs.last_epoch,
-            )
-            return
-        await self.slave.stop()
-        if epoch > self.epochs.last_epoch:
-            # An empty history means every byte here is this node's own: the term covers all.
-            start = self.store.commitlog.write_offset if self.epochs.entries else 0
-            self.epochs.append(epoch, start)
-        self.store.rebuild_queue_offsets()
-        self.store.confirmed_offset = None  # the states replay the whole log
-        self.reload_states()
-        self.is_master, self.master_epoch = True, epoch
-        self._pending_in_sync = frozenset()
-        self._last_acked = {}
-        self.master.activate(in_sync, confirmed=self.slave.confirmed_offset)
-        self._sync_confirmed_limit()
-        self.store.writes_refused = None
-        self.renew_lease_now()
-        log.warning(
-            "now master of %s in epoch %d at offset %d",
-            self.config.group,
-            epoch,
-            self.store.commitlog.write_offset,
+        return (
+            group is not None
+            and group.master == self.node_id
+            and (group.epoch == self.master_epoch)
         )
 
-    async def _become_slave(self, master: str | None) -> None:
-        self.store.writes_refused = (
-            f"this node is a slave of broker group {self.config.group} (master: {master})"
-        )
-        was_master = self.is_master
-        self.is_master = False
-        self.master.deactivate()
-        self.slave.caps_reads = self.master.sync
-        if self.master.sync:
-            self.store.confirmed_offset = min(
-                self.slave.confirmed_offset, self.store.commitlog.write_offset
-            )
-        self.slave.start()
-        if was_master:
-            log.warning("no longer master of %s; following %s", self.config.group, master)
-
-    # ---- master duties -----------------------------------------------------------------
     def write_refusal(self) -> tuple[PutStatus, str] | None:
         """Why a put must be refused now, or None."""
         if not self.is_master:
@@ -218,20 +155,128 @@ class ReplicationRole:
             )
         return None
 
-    def _confirmed(self, offset: int) -> None:
-        self._sync_confirmed_limit()
-        self._on_confirmed(offset)
+    # ---- routing view ------------------------------------------------------------------
+    def _group(self) -> BrokerGroup | None:
+        return self.routing.state.broker_groups.get(self.broker_group)
 
-    def _sync_confirmed_limit(self) -> None:
-        if self.master.sync:
-            self.store.confirmed_offset = self.master.confirmed_offset
+    def _is_member(self, node_id: str) -> bool:
+        member = self.routing.state.members.get(node_id)
+        return member is not None and member.broker_group == self.broker_group
+
+    def _master_ha(self) -> str | None:
+        group = self._group()
+        if group is None or group.master in (None, self.node_id):
+            return None
+        member = self.routing.state.members.get(group.master)
+        return member.ha_address if member is not None else None
+
+    def _fit_epochs_to_log(self) -> None:
+        """The epoch file is forced to disk at once, the CommitLog under ASYNC_FLUSH only
+        every flush interval: after a power loss the history can name terms whose records
+        are gone. It must describe only what the log holds, or a promotion could not
+        append its term and a slave would compare ranges it does not have."""
+        end = self.store.write_offset
+        beyond = [e.epoch for e in self.epochs.entries if e.start_offset > end]
+        if beyond:
+            log.warning(
+                "epoch history names terms past this log's end %d (unsynced bytes lost?): "
+                "forgetting %s",
+                end,
+                beyond,
+            )
+            self.epochs.truncate_from(end + 1)
+
+    # ---- role switching ----------------------------------------------------------------
+    async def follow_routing(self) -> None:
+        """Take the role routing says (called after every routing change)."""
+        async with self._switching:
+            group = self._group()
+            if group is None:
+                return
+            if group.master == self.node_id:
+                if not self._master_role or group.epoch != self.master_epoch:
+                    await self._become_master(group.epoch, group.in_sync)
+                else:
+                    self.master.set_counted(group.in_sync | self._pending_in_sync)
+            elif self._master_role or not self.slave.running:
+                await self._become_slave(group.master)
+            else:
+                self.slave.master_changed()  # follow a new master without waiting
+
+    async def _become_master(self, epoch: int, in_sync: frozenset[str]) -> None:
+        if epoch < self.epochs.last_epoch:
+            log.error(
+                "routing says epoch %d, this log has %d: not switching",
+                epoch,
+                self.epochs.last_epoch,
+            )
+            return
+        await self.slave.stop()
+        if epoch > self.epochs.last_epoch:
+            # An empty history means every byte here is this node's own: the term covers all.
+            start = self.store.write_offset if self.epochs.entries else 0
+            self.epochs.append(epoch, start)
+        self.store.rebuild_queue_offsets()
+        # A new epoch: the states replay the whole log, uncapped.
+        self.store.set_confirmed_offset(None, new_epoch=True)
+        self.reload_states()
+        self._master_role, self.master_epoch = True, epoch
+        self._pending_in_sync = frozenset()
+        self._last_acked = {}
+        self.master.activate(in_sync, confirmed=self.slave.confirmed_offset)
+        self._cap_reads()
+        self.store.writes_refused = None
+        self.renew_lease_now()
+        log.warning(
+            "now master of %s in epoch %d at offset %d",
+            self.broker_group,
+            epoch,
+            self.store.write_offset,
+        )
+
+    async def _become_slave(self, master: str | None) -> None:
+        self.store.writes_refused = (
+            f"this node is a slave of broker group {self.broker_group} (master: {master})"
+        )
+        was_master = self._master_role
+        self._master_role = False
+        self.master.deactivate()
+        self._cap_reads(new_epoch=True)
+        self.slave.start()
+        if was_master:
+            log.warning("no longer master of %s; following %s", self.broker_group, master)
+
+    # ---- the read cap ------------------------------------------------------------------
+    def _cap_reads(self, *, new_epoch: bool = False) -> None:
+        """Under SYNC replication consumers read only what the in-sync set holds: the
+        master's confirmed offset here, or on a slave what its master last said, up to
+        this log's end. Called on every change of either; ``new_epoch`` on a role change.
+        Under ASYNC replication the cap stays off."""
+        if not self.master.sync:
+            return
+        if self._master_role:
+            offset = self.master.confirmed_offset
+        else:
+            offset = min(self.slave.confirmed_offset, self.store.write_offset)
+        self.store.set_confirmed_offset(offset, new_epoch=new_epoch)
+
+    # ---- master duties -----------------------------------------------------------------
+    def _on_dispatch(self, requests: list[DispatchRequest]) -> None:
+        """New records in this log: a master's links stream them, and with no slave to
+        wait for they are confirmed at once."""
+        if self._master_role:
+            self.master.on_appended()
+
+    def _confirmed(self, offset: int) -> None:
+        self._cap_reads()
+        self._on_confirmed(offset)
 
     async def maintain(self) -> None:
         """Keep the in-sync set current (master) and report a lost master (slave)."""
         while True:
             await asyncio.sleep(IN_SYNC_CHECK_S)
             try:
-                if self.is_master:
+                if self._master_role:
                     await self._maintain_in_sync()
                 else:
                     await self._report_lost_master()
@@ -243,17 +288,17 @@ class ReplicationRole:
 
     async def _maintain_in_sync(self) -> None:
         group = self._group()
-        if group is None or group.master != self.config.id:
+        if group is None or group.master != self.node_id:
             return
-        me = self.config.id
+        me = self.node_id
+        known = self.routing.state.members  # a snapshot: apply replaces tables, never edits
         members = [
             m.node_id
-            for m in self.routing.state.members.values()
-            if m.broker_group == self.config.group and m.node_id != me
+            for m in known.values()
+            if m.broker_group == self.broker_group and m.node_id != me
         ]
         committed = group.in_sync - {me}
         add = frozenset(n for n in members if n not in committed and self.master.caught_up(n))
-        known = self.routing.state.members
         remove = frozenset(
             n
             for n in committed
@@ -276,7 +321,7 @@ class ReplicationRole:
         finally:
             self._pending_in_sync = frozenset()
             current = self._group()
-            if current is not None and self.is_master:
+            if current is not None and self._master_role:
                 self.master.set_counted(current.in_sync)
 
     async def _report_lost_master(self) -> None:
@@ -286,19 +331,17 @@ class ReplicationRole:
         now = time.monotonic()
         if self.slave.connected_to is not None or self._unlinked_since[0] != group.epoch:
             self._unlinked_since = (group.epoch, now)
-            if self.slave.connected_to is not None and self.config.id in group.lost_by:
+            if self.slave.connected_to is not None and self.node_id in group.lost_by:
                 await self._withdraw_lost_report(group)
             return
         if (
-            group.master in (None, self.config.id)
+            group.master in (None, self.node_id)
             or now - self._unlinked_since[1] < LOST_MASTER_GRACE_S
             or self._reported_epoch == group.epoch
-            or self.config.id not in group.in_sync
+            or self.node_id not in group.in_sync
         ):
             return
-        result = await self.routing.submit(
-            ReportMasterLost(group.name, self.config.id, group.epoch)
-        )
+        result = await self.routing.submit(ReportMasterLost(group.name, self.node_id, group.epoch))
         if result.ok:
             log.warning(
                 "reported master %s of %s lost (epoch %d, no link for %.1f s)",
@@ -317,7 +360,7 @@ class ReplicationRole:
         damage = self.store.damage
         if not damage.unrefilled or self.slave.connected_to is None:
             return
-        end = self.store.commitlog.write_offset
+        end = self.store.write_offset
         if end < self.slave.linked_master_end:
             return
         master = self.slave.connected_to
@@ -336,9 +379,7 @@ class ReplicationRole:
     async def _withdraw_lost_report(self, group) -> None:
         """Linked to the master again: the report made in this epoch no longer holds (it
         may date from before the new master served at all), and it may be made again."""
-        result = await self.routing.submit(
-            ReportMasterFound(group.name, self.config.id, group.epoch)
-        )
+        result = await self.routing.submit(ReportMasterFound(group.name, self.node_id, group.epoch))
         if result.ok:
             log.info(
                 "linked to master %s of %s again: lost report withdrawn", group.master, group.name
@@ -352,9 +393,9 @@ class ReplicationRole:
         every byte of this log, elect it through routing. (new master, epoch, ms writes
         were paused)."""
         group = self._group()
-        if not self.is_master or group is None or group.master != self.config.id:
+        if not self.is_master or group is None or group.master != self.node_id:
             raise SwitchoverError("NOT_MASTER", "this node is not its group's master")
-        slaves = [n for n in group.in_sync if n != self.config.id and n in self.master.links]
+        slaves = [n for n in group.in_sync if n != self.node_id and n in self.master.links]
         if target is None:
             if not slaves:
                 raise SwitchoverError("NO_CANDIDATE", "no connected in-sync slave to hand over to")
@@ -370,7 +411,7 @@ class ReplicationRole:
         self.fenced = f"switchover of {group.name} to {target} in progress"
         try:
             await asyncio.sleep(0)  # puts already past the check append in this turn
-            end = self.store.commitlog.write_offset
+            end = self.store.write_offset
             deadline = paused_at + SWITCHOVER_CATCH_UP_S
             while self.master.links.get(target) is None or self.master.links[target].acked < end:
                 if time.monotonic() > deadline:
@@ -388,7 +429,7 @@ class ReplicationRole:
         paused_ms = (time.monotonic() - paused_at) * 1000
         log.warning(
             "switchover: %s -> %s (epoch %d) in %.0f ms",
-            self.config.id,
+            self.node_id,
             target,
             group.epoch + 1,
             paused_ms,
@@ -398,24 +439,26 @@ class ReplicationRole:
     def status(self) -> ReplicationStatus:
         """What the metrics export about replication (read at scrape time)."""
         group = self._group()
-        state = self.routing.state
-        replicas = sum(1 for m in state.members.values() if m.broker_group == self.config.group)
-        end = self.store.commitlog.write_offset
+        members = self.routing.state.members  # one snapshot: the Raft thread replaces it
+        replicas = sum(1 for m in members.values() if m.broker_group == self.broker_group)
+        end = self.store.write_offset
         lag: dict[str, int] = {}
-        if self.is_master:
+        if self._master_role:
             # Every slave linked since this node became master: one whose link is gone keeps
             # its last ack (remembered at scrape time), so its lag grows instead of vanishing.
-            for m in state.members.values():
-                if m.broker_group == self.config.group and m.node_id != self.config.id:
+            for m in members.values():
+                if m.broker_group == self.broker_group and m.node_id != self.node_id:
                     link = self.master.links.get(m.node_id)
                     if link is not None:
                         self._last_acked[m.node_id] = link.acked
                     if m.node_id in self._last_acked:
                         lag[m.node_id] = max(0, end - self._last_acked[m.node_id])
         # A slave knows the confirmed offset from its master's stream.
-        confirmed = self.master.confirmed_offset if self.is_master else self.slave.confirmed_offset
+        confirmed = (
+            self.master.confirmed_offset if self._master_role else self.slave.confirmed_offset
+        )
         return ReplicationStatus(
-            role="master" if self.is_master else "slave",
+            role="master" if self._master_role else "slave",
             epoch=group.epoch if group else 0,
             insync_replicas=len(group.in_sync) if group else 0,
             min_insync_replicas=self.master.min_insync_replicas,
@@ -427,46 +470,3 @@ class ReplicationRole:
     async def close(self) -> None:
         await self.slave.stop()
         await self.master.close()
-
-
-class ReplicatedStore:
-    """The store as the node's services write to it: puts pass the role's checks and,
-    under SYNC replication, wait for the in-sync slaves. Everything else is the store's."""
-
-    def __init__(self, store: MessageStore, role: ReplicationRole) -> None:
-        self._store = store
-        self._role = role
-        self.config = store.config
-        self.commitlog = store.commitlog
-        self.dispatcher = store.dispatcher
-        self.consume_queues = store.consume_queues
-
-    def __getattr__(self, name: str):
-        return getattr(self._store, name)
-
-    async def put_messages_async(self, messages: list[Message]) -> PutResult:
-        return await self._replicated(self._store.put_messages_async, messages)
-
-    async def put_prepared_async(self, batch: list[PreparedMessage]) -> PutResult:
-        return await self._replicated(self._store.put_prepared_async, batch)
-
-    async def _replicated(self, put, batch: list) -> PutResult:
-        refusal = self._role.write_refusal()
-        if refusal is not None:
-            return PutResult(refusal[0], error=refusal[1])
-        result = await put(batch)
-        master = self._role.master
-        if not result.ok or not master.sync or not result.appended:
-            return result
-        last = result.appended[-1]
-        timeout_s = self._role.options.ack_timeout_ms / 1000
-        if await master.wait_replicated(last.physical_offset + last.size, timeout_s):
-            return result
-        return PutResult(
-            PutStatus.FLUSH_SLAVE_TIMEOUT,
-            result.appended,
-            error=(
-                "stored on the master but not acknowledged by the in-sync replicas in time: "
-                "it may or may not survive a failover (retry; duplicates carry the same id)"
-            ),
-        )

@@ -1,0 +1,118 @@
+"""The store as the node's services use it: every write passes the replication rule,
+every read is the store's own.
+
+The rule (``ha/role.py`` decides, ``ha/master.py`` counts): a put is refused before
+anything is written unless this node is a master holding its lease with enough in-sync
+replicas; under SYNC replication it is OK only once the counted slaves acknowledged its
+end, else FLUSH_SLAVE_TIMEOUT after ``ack_timeout_ms``. Every method a service calls is
+written out here, so what the services may do with the store is this class's surface.
+
+Thread-safety: owned by the node's event loop (reads may run on any thread, as the
+store's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection
+
+from ha.role import ReplicationRole
+from store.commitlog import PreparedMessage
+from store.config import StoreConfig
+from store.consume_queue import ConsumeQueue
+from store.dispatcher import DispatchListener
+from store.message import Message, StoredMessage
+from store.message_store import MessageStore
+from store.results import GetResult, PutResult
+
+
+class ReplicatedStore:
+    def __init__(self, store: MessageStore, role: ReplicationRole) -> None:
+        self._store = store
+        self._role = role
+        self.config: StoreConfig = store.config
+
+    @property
+    def is_master(self) -> bool:
+        """Whether this node takes writes as its group's master (``ReplicationRole``)."""
+        return self._role.is_master
+
+    # ---- writes: the replication rule ----------------------------------------------------
+    async def put_messages_async(self, messages: list[Message]) -> PutResult:
+        return await self._replicated(self._store.put_messages_async, messages)
+
+    async def put_prepared_async(self, batch: list[PreparedMessage]) -> PutResult:
+        return await self._replicated(self._store.put_prepared_async, batch)
+
+    async def _replicated(
+        self, put: Callable[[list], Awaitable[PutResult]], batch: list
+    ) -> PutResult:
+        refusal = self._role.write_refusal()
+        if refusal is not None:
+            return PutResult(refusal[0], error=refusal[1])
+        result = await put(batch)
+        return await self._role.master.acknowledge(result, self._role.options.ack_timeout_ms / 1000)
+
+    # ---- reads: the store's ----------------------------------------------------------------
+    def prepare(self, message: Message, encoded_properties: bytes | None = None) -> PreparedMessage:
+        return self._store.prepare(message, encoded_properties)
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tags: Collection[str] | None = None,
+    ) -> GetResult:
+        return self._store.get_messages(topic, queue_id, offset, max_count, tags)
+
+    def get_records(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        tags: Collection[str] | None = None,
+    ) -> GetResult:
+        return self._store.get_records(topic, queue_id, offset, max_count, max_bytes, tags)
+
+    def message_at(self, topic: str, queue_id: int, queue_offset: int) -> StoredMessage | None:
+        return self._store.message_at(topic, queue_id, queue_offset)
+
+    def read_message(self, physical_offset: int) -> StoredMessage | None:
+        return self._store.read_message(physical_offset)
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self._store.min_offset_in_queue(topic, queue_id)
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self._store.max_offset_in_queue(topic, queue_id)
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self._store.offset_by_time(topic, queue_id, timestamp_ms)
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._store.consume_queue(topic, queue_id)
+
+    def active_segment_base(self) -> int | None:
+        return self._store.active_segment_base()
+
+    def look_message_by_id(self, message_id: str) -> StoredMessage | None:
+        return self._store.look_message_by_id(message_id)
+
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int = 1 << 62,
+    ) -> list[StoredMessage]:
+        return self._store.query_by_key(topic, key, max_count, begin_ms, end_ms)
+
+    def query_by_unique_key(self, topic: str, unique_key: str) -> StoredMessage | None:
+        return self._store.query_by_unique_key(topic, unique_key)
+
+    def add_dispatch_listener(self, listener: DispatchListener) -> None:
+        self._store.add_dispatch_listener(listener)

@@ -1,0 +1,212 @@
+"""The SYNC acknowledgement rule on the master, in-process: a real store, no sockets, no
+processes, and a hand-driven clock for ``ack_timeout_ms``. Slaves are links opened on
+``ReplicationMaster`` and acknowledge with ``record_ack``, as ``_read_acks`` does for a
+frame off the wire."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable
+
+import pytest
+
+from ha.epochs import EpochHistory
+from ha.master import ReplicationMaster
+from store.config import StoreConfig
+from store.message import Message
+from store.message_store import MessageStore
+from store.results import PutResult, PutStatus
+
+TIMEOUT_S = 3.0
+
+
+class ManualClock:
+    """``now`` and ``call_later`` on a time that moves only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self._due: list[tuple[float, int, _Timer]] = []
+        self._seq = itertools.count()
+
+    def call_later(self, delay_s: float, callback: Callable, *args: object) -> _Timer:
+        timer = _Timer(lambda: callback(*args))
+        heapq.heappush(self._due, (self.now + delay_s, next(self._seq), timer))
+        return timer
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        while self._due and self._due[0][0] <= self.now:
+            _, _, timer = heapq.heappop(self._due)
+            if not timer.cancelled:
+                timer.callback()
+
+
+class _Timer:
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+@pytest.fixture
+def store(tmp_path):
+    opened = MessageStore.open(
+        StoreConfig(
+            data_dir=str(tmp_path / "store"),
+            commitlog_segment_bytes=8 << 20,
+            consume_queue_entries_per_file=1_000,
+            index_slot_count=1_009,
+            index_entry_count=4_000,
+        )
+    )
+    yield opened
+    opened.shutdown()
+
+
+def master_of(store: MessageStore, clock: ManualClock, *, sync: bool = True, min_insync: int = 2):
+    epochs = EpochHistory(store.config.data_dir)
+    epochs.append(1, 0)
+    master = ReplicationMaster(
+        store,
+        epochs,
+        "m",
+        "group-1",
+        "secret",
+        sync=sync,
+        min_insync_replicas=min_insync,
+        is_member=lambda node_id: True,
+        clock=lambda: clock.now,
+        call_later=clock.call_later,
+    )
+    store.add_dispatch_listener(lambda requests: master.on_appended())
+    return master
+
+
+async def put(store: MessageStore, body: bytes = b"x") -> PutResult:
+    result = await store.put_messages_async([Message("orders", body)])
+    assert result.ok
+    return result
+
+
+async def settle() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def test_ok_once_every_counted_slave_acked_the_end(store):
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock, min_insync=3)
+        master.activate(frozenset({"m", "s1", "s2"}))
+        s1 = master.open_link("s1", 0, store.write_offset)
+        s2 = master.open_link("s2", 0, store.write_offset)
+        result = await put(store)
+        end = store.write_offset
+        ack = asyncio.ensure_future(master.acknowledge(result, TIMEOUT_S))
+        master.record_ack(s1, end)
+        await settle()
+        assert not ack.done()  # one of two counted slaves: not yet
+        master.record_ack(s2, end - 1)
+        await settle()
+        assert not ack.done()  # short of the batch's end
+        master.record_ack(s2, end)
+        assert (await ack).status is PutStatus.OK
+        assert master.confirmed_offset == end
+
+    asyncio.run(run())
+
+
+def test_not_acked_in_time_is_slave_timeout_and_never_ok(store):
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock)
+        master.activate(frozenset({"m", "s1"}))
+        s1 = master.open_link("s1", 0, store.write_offset)
+        result = await put(store)
+        ack = asyncio.ensure_future(master.acknowledge(result, TIMEOUT_S))
+        await settle()
+        clock.advance(TIMEOUT_S - 0.001)
+        await settle()
+        assert not ack.done()
+        clock.advance(0.001)
+        timed_out = await ack
+        assert timed_out.status is PutStatus.FLUSH_SLAVE_TIMEOUT
+        assert timed_out.appended == result.appended  # stored, and the caller is told where
+        master.record_ack(s1, store.write_offset)  # a late ack changes no answer given
+        assert timed_out.status is PutStatus.FLUSH_SLAVE_TIMEOUT
+
+    asyncio.run(run())
+
+
+def test_a_slave_leaving_the_in_sync_set_is_no_longer_waited_for(store):
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock)
+        master.activate(frozenset({"m", "s1", "s2"}))
+        s1 = master.open_link("s1", 0, store.write_offset)
+        master.open_link("s2", 0, store.write_offset)
+        result = await put(store)
+        ack = asyncio.ensure_future(master.acknowledge(result, TIMEOUT_S))
+        master.record_ack(s1, store.write_offset)
+        await settle()
+        assert not ack.done()  # s2 is counted and silent
+        master.set_counted(frozenset({"m", "s1"}))  # routing committed s2's removal
+        assert (await ack).status is PutStatus.OK
+
+    asyncio.run(run())
+
+
+def test_too_few_in_sync_replicas_never_acknowledges(store):
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock, min_insync=2)
+        master.activate(frozenset({"m"}))  # the only slave left the set
+        assert not master.enough_in_sync()
+        result = await put(store)
+        answer = await master.acknowledge(result, TIMEOUT_S)
+        assert answer.status is PutStatus.FLUSH_SLAVE_TIMEOUT
+
+    asyncio.run(run())
+
+
+def test_async_replication_acknowledges_at_once(store):
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock, sync=False)
+        master.activate(frozenset({"m", "s1"}))
+        master.open_link("s1", 0, store.write_offset)  # never acks
+        result = await put(store)
+        assert (await master.acknowledge(result, TIMEOUT_S)).status is PutStatus.OK
+
+    asyncio.run(run())
+
+
+def test_confirmed_offset_only_grows_within_an_epoch_and_never_passes_the_end(store):
+    async def run() -> None:
+        await put(store, b"first")
+        end = store.write_offset
+        store.set_confirmed_offset(end)
+        with pytest.raises(AssertionError):
+            store.set_confirmed_offset(end - 1)  # a fall within the epoch
+        with pytest.raises(AssertionError):
+            store.set_confirmed_offset(end + 1)  # past what is written
+        store.set_confirmed_offset(0, new_epoch=True)  # a new epoch may lower it
+        assert store.confirmed_offset == 0
+
+    asyncio.run(run())
+
+
+def test_a_cut_tail_lowers_the_read_cap_to_the_cut(store):
+    async def run() -> None:
+        first = await put(store, b"kept")
+        await put(store, b"cut")
+        store.set_confirmed_offset(store.write_offset)
+        cut = first.appended[0].physical_offset + first.appended[0].size
+        store.truncate_to(cut)
+        assert store.confirmed_offset == cut == store.write_offset
+
+    asyncio.run(run())
