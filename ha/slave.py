@@ -102,6 +102,7 @@ class ReplicationSlave:
         self.on_confirmed = on_confirmed
         self.last_error = ""
         self._task: asyncio.Task[None] | None = None
+        self._cut: asyncio.Future[None] | None = None  # a tail being cut, on a thread
         self._stopping = False
         self._poke = asyncio.Event()
 
@@ -129,6 +130,12 @@ class ReplicationSlave:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait({self._task}, timeout=STOP_TIMEOUT_S)
             self._task = None
+        cut, self._cut = self._cut, None
+        if cut is not None:
+            # A cut runs on a thread that no cancellation stops: whatever this node does
+            # next (a promotion writes at this log's end) waits until the log holds still.
+            with contextlib.suppress(Exception):
+                await cut
         self.connected_to = None
 
     async def _run(self) -> None:
@@ -254,14 +261,17 @@ class ReplicationSlave:
             loop = asyncio.get_running_loop()
             entry = self.epochs.epoch_at(point)
             epoch = entry.epoch if entry is not None else 0
-            await loop.run_in_executor(None, self._keep_and_cut, epoch, point)
-            self.epochs.truncate_from(point)
+            self._cut = loop.run_in_executor(None, self._keep_and_cut, epoch, point)
+            await asyncio.shield(self._cut)  # cancelled, the cut goes on: ``stop`` waits
+            self._cut = None
         return point
 
     def _keep_and_cut(self, epoch: int, point: int) -> None:
-        """Keep the tail in a rollback file (``ha/rollback.py``), then cut it."""
+        """Keep the tail in a rollback file (``ha/rollback.py``), cut it, and forget the
+        terms that started in it: one step, also when following is stopped meanwhile."""
         rollback.keep_tail(self.store, epoch, point)
         self.store.truncate_to(point)
+        self.epochs.truncate_from(point)
 
     async def _apply_stream(
         self,

@@ -17,12 +17,13 @@ import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
-from ha.epochs import EpochHistory
+from ha.epochs import EpochEntry, EpochHistory
 from ha.link_auth import (
     Handshake,
     LinkMacs,
@@ -665,3 +666,38 @@ def test_a_reflected_proof_is_refused_at_both_ends(tmp_path, caplog):
         assert "replication: refused slave-1 (wrong cluster secret)" in caplog.text
 
     asyncio.run(run())
+
+
+def test_stopping_a_slave_waits_for_the_cut_it_began(tmp_path):
+    """A promotion stops the slave, then writes at the log's end. A cut runs on an
+    executor thread that cancelling the slave does not stop: the promotion once went on
+    while the log was still being cut under it."""
+    with lone_slave(tmp_path) as slave:
+        store = slave.store
+        assert store.put_messages([Message.build("t", b"x" * 100, queue_id=0)] * 5).ok
+        end = store.write_offset
+        slave.epochs.append(1, 0)
+        entered, release = threading.Event(), threading.Event()
+        keep_and_cut = slave._keep_and_cut
+
+        def slow_cut(epoch: int, point: int) -> None:
+            entered.set()
+            release.wait(TIMEOUT_S)
+            keep_and_cut(epoch, point)
+
+        slave._keep_and_cut = slow_cut
+
+        async def cut_then_stop() -> None:
+            slave._task = asyncio.ensure_future(
+                slave._truncate_to_common_point(0, [EpochEntry(2, 0)])
+            )
+            loop = asyncio.get_running_loop()
+            assert await loop.run_in_executor(None, entered.wait, TIMEOUT_S)
+            stopping = asyncio.ensure_future(slave.stop())
+            done, _ = await asyncio.wait({stopping}, timeout=0.3)
+            assert not done and store.write_offset == end  # the cut has not happened yet
+            release.set()
+            await asyncio.wait_for(stopping, TIMEOUT_S)
+
+        asyncio.run(cut_then_stop())
+        assert store.write_offset == 0 and slave.epochs.entries == []
