@@ -24,15 +24,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ferrymq.client import FerryError, Message, Producer
-from node.parked import as_sent
-from store.message import (
+from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.codec.properties import (
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_TRANSACTION_ID,
     SYSTEM_PROPERTY_NAMES,
-    TIMER_TOPIC,
-    StoredMessage,
 )
+from node.parked import as_sent
+from store.message import TIMER_TOPIC
 
 SKIPPED_DELIVERED = "delayed messages whose delivered copy is resent instead"
 SKIPPED_TRANSACTIONAL = "committed transactional messages (their producer commits them)"

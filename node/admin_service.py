@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import grpc
 
+from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
 from node.authentication import SIGNED_HEADER
@@ -34,7 +35,6 @@ from routing.commands import (
 )
 from routing.metadata import GroupConfig, Role, TopicRoute
 from routing.replica import RoutingReplica, RoutingUnavailable
-from store.message import StoredMessage
 from store.message_store import MessageStore
 
 OK = api.Status(code=0, message="OK")

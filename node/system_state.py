@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from ferrymq.codec.properties import PROPERTY_TAGS
 from store.hashing import tag_hash_code
-from store.message import PROPERTY_TAGS, Message
+from store.message import Message
 from store.message_store import MessageStore
 from store.results import PutResult, PutStatus
 

@@ -30,14 +30,15 @@ from errno import ENOSPC
 
 import pytest
 
+from ferrymq.codec import commitlog_record as record
+from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.polling import until
-from store import commitlog_record as record
 from store.checkpoint import Checkpoint
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import BLANK_SIZE
 from store.hashing import tag_hash_code
 from store.index_file import index_file_name
-from store.message import Message, StoredMessage
+from store.message import Message
 from store.message_store import MessageStore
 from store.results import GetStatus, PutStatus
 from tests import store_crash_writer as writer
@@ -1038,7 +1039,7 @@ def test_a_range_past_the_keep_limit_keeps_its_first_part_and_says_so(
 
 OPTIMIZED_RECOVERY = r"""
 import json, os, sys
-from store import commitlog_record as record
+from ferrymq.codec import commitlog_record as record
 from store.config import StoreConfig
 from store.damaged_ranges import Unreadable, read_kept
 from store.message import Message
