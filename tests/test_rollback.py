@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from ferrymq.cli import main
+from ferrymq.cli.main import main
+from ferrymq.cli.rollback_resend import SKIPPED_DELIVERED, SKIPPED_SYSTEM, SKIPPED_TRANSACTIONAL
 from ferrymq.client import Admin, Producer
 from ferrymq.client import Message as FerryMessage
 from ferrymq.codec import commitlog_record as record
 from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS as DELIVER
 from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID as TRANSACTION
-from ferrymq.rollback_resend import SKIPPED_DELIVERED, SKIPPED_SYSTEM, SKIPPED_TRANSACTIONAL
 from ha import rollback
 from node.parked import park
 from node.transaction_service import HALF_TOPIC

@@ -26,7 +26,7 @@ from ferrymq.client.admin import AclRule
 from ferrymq.client.messages import Message as ClientMessage
 from ferrymq.codec import commitlog_record as record
 from ferrymq.codec.message_id import offset_message_id
-from ferrymq.polling import until
+from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api

@@ -32,7 +32,7 @@ import pytest
 
 from ferrymq.codec import commitlog_record as record
 from ferrymq.codec.commitlog_record import StoredMessage
-from ferrymq.polling import until
+from ferrymq.launcher.polling import until
 from store.checkpoint import Checkpoint
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import BLANK_SIZE
@@ -861,7 +861,7 @@ def test_a_flipped_bit_in_the_first_record_keeps_every_later_record_aside(
     ``ferrymq rollback`` lists, with the 2,999 later records decoded; the cut is logged
     as an error naming the offset, the reason and the file. Before: the log went to 0 and
     nothing was kept or logged."""
-    from ferrymq.cli import main
+    from ferrymq.cli.main import main
 
     config = StoreConfig(str(tmp_path / "store"), **CORRUPTION_CONFIG)
     store = opened(config)

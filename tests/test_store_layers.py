@@ -19,7 +19,7 @@ from ferrymq.codec.commitlog_record import encode_host
 from ferrymq.codec.errors import InvalidMessageError
 from ferrymq.codec.message_id import offset_message_id
 from ferrymq.codec.properties import decode_properties, encode_properties
-from ferrymq.polling import until
+from ferrymq.launcher.polling import until
 from store import index_service, sync_ledger
 from store.checkpoint import Checkpoint
 from store.commitlog import CommitLog, prepare, topic_prefix_of

@@ -4,7 +4,7 @@ producers sent it.
 A rollback file (``ha/rollback.py``) holds CommitLog records: messages of user topics,
 and system records; so do the still valid records of a damaged range
 (``store/damaged_ranges.py``), which are resent the same way unless the node's log holds
-them again (``ferrymq/rollback_listing.py``). Of those, delayed messages still waiting
+them again (``ferrymq/cli/rollback_listing.py``). Of those, delayed messages still waiting
 in the timer topic are messages a producer sent too; they go again to their real topic
 with their delivery time (one already due is delivered at once), unless the tail also
 holds their delivered copy.
