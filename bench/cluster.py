@@ -51,7 +51,7 @@ import urllib.request
 from dataclasses import dataclass, replace
 
 from ferrymq.client import Admin, FerryError, Message, Producer
-from ferrymq.cluster import (
+from ferrymq.launcher.cluster import (
     ClusterPlan,
     NodePlan,
     cluster_down,
@@ -63,7 +63,7 @@ from ferrymq.cluster import (
     start_node,
     tail,
 )
-from ferrymq.polling import until
+from ferrymq.launcher.polling import until
 
 BODY = bytes(range(256)) * 4  # 1 KiB
 TOPIC = "BenchTopic"

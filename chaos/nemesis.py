@@ -24,7 +24,7 @@ from chaos.history import Fault, History
 from chaos.network import NodeNetwork
 from chaos.power import discard_unsynced
 from ferrymq.client import Admin, FerryError
-from ferrymq.cluster import ClusterPlan, NodePlan, is_running, save_plan, start_node
+from ferrymq.launcher.cluster import ClusterPlan, NodePlan, is_running, save_plan, start_node
 
 PARTITIONS = ("partition-master", "partition-random", "partition-clients")
 POWER_LOSSES = ("power-loss-master", "power-loss-all")

@@ -17,7 +17,7 @@ from chaos import checker, nemesis, report, workload
 from chaos import network as chaos_network
 from chaos.history import History
 from ferrymq.client import Admin, FerryError
-from ferrymq.cluster import ClusterError, cluster_down, cluster_up, is_running, wait_ready
+from ferrymq.launcher.cluster import ClusterError, cluster_down, cluster_up, is_running, wait_ready
 from store import sync_ledger
 
 MODES = ("sync-sync-flush", "sync-async-flush", "async-sync-flush", "async-async-flush")

@@ -9,8 +9,8 @@ exactly as Grafana would show it. Template variables are set to "All".
         --dashboard deploy/grafana/cluster-overview.json --minutes 15 --out overview.png
 
 ``--demo SECONDS`` needs no running system: it starts a local 3-node cluster (one broker
-group, ``ferrymq.cluster``), a private Prometheus scraping it every second and the load of
-``deploy.local_stack`` for that long, then renders; ``--demo-outage S`` kills the master
+group, ``ferrymq.launcher.cluster``), a private Prometheus scraping it every second and the
+load of ``deploy.local_stack`` for that long, then renders; ``--demo-outage S`` kills the master
 (SIGKILL) at 40 % of the run and restarts it S seconds later, so the failover shows.
 ``docs/img/dashboard-overview.png`` was made with ``--demo 150 --demo-outage 30``.
 """
@@ -296,14 +296,14 @@ def master_of(access: str, group: str = "group-1") -> str:
 
 
 def demo(seconds: float, directory: str, outage_s: float = 0.0):
-    """A local cluster of three nodes (one broker group, SYNC replication, ``ferrymq.cluster``)
-    under the load of ``deploy.local_stack`` through all three addresses, scraped every
-    second. With ``outage_s``, the master is killed (SIGKILL) at 40 % of the run: a slave
-    takes over and the load goes on through it; the killed node is restarted ``outage_s``
-    later and rejoins as a slave."""
+    """A local cluster of three nodes (one broker group, SYNC replication,
+    ``ferrymq.launcher.cluster``) under the load of ``deploy.local_stack`` through all three
+    addresses, scraped every second. With ``outage_s``, the master is killed (SIGKILL) at
+    40 % of the run: a slave takes over and the load goes on through it; the killed node is
+    restarted ``outage_s`` later and rejoins as a slave."""
     from deploy.local_stack import Load, prepare
     from deploy.prometheus import scrape_config
-    from ferrymq.cluster import cluster_up
+    from ferrymq.launcher.cluster import cluster_up
 
     plan = cluster_up(directory, nodes=3, auto_ports=True, settings=DEMO_SETTINGS)
     with open(os.path.join(directory, "cluster.json"), encoding="utf-8") as f:
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.dashboard, encoding="utf-8") as f:
         dashboard = json.load(f)
     if args.demo:
-        from ferrymq.cluster import cluster_down
+        from ferrymq.launcher.cluster import cluster_down
 
         with tempfile.TemporaryDirectory(prefix="ferrymq-demo-") as directory:
             cluster = os.path.join(directory, "cluster")

@@ -26,8 +26,8 @@ import logging
 import os
 from collections.abc import Iterator
 
+from ferrymq.codec.commitlog_record import StoredMessage
 from store import kept_files
-from store.message import StoredMessage
 from store.message_store import MessageStore
 
 log = logging.getLogger("ferrymq.ha.rollback")

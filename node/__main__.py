@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ferrymq.cli import main
+from node.run import main
 
 if __name__ == "__main__":
-    sys.exit(main(["node", *sys.argv[1:]]))
+    sys.exit(main())

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import grpc
 
+from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
 from ha.replicated_store import ReplicatedStore
@@ -35,7 +36,6 @@ from routing.commands import (
 )
 from routing.metadata import GroupConfig, Role, TopicRoute
 from routing.replica import RoutingReplica, RoutingUnavailable
-from store.message import StoredMessage
 
 OK = api.Status(code=0, message="OK")
 CODES = {

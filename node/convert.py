@@ -11,14 +11,14 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-import struct
 import zlib
 
 from google.protobuf import timestamp_pb2
 
-from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from store._speedups import ProduceScanner
-from store.message import (
+from ferrymq.codec._speedups import ProduceScanner
+from ferrymq.codec.commitlog_record import StoredMessage, encode_host
+from ferrymq.codec.produce_records import produce_record_at
+from ferrymq.codec.properties import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
@@ -29,10 +29,9 @@ from store.message import (
     PROPERTY_TRANSACTION_ID,
     PROPERTY_UNIQ_KEY,
     SYSTEM_PROPERTY_NAMES,
-    Message,
-    StoredMessage,
-    encode_host,
 )
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from store.message import Message
 
 TAG_FORBIDDEN = ("|", "\x01", "\x02")
 MESSAGE_TYPE_TEXT = {value: str(value) for value in pb.MessageType.values()}
@@ -173,30 +172,10 @@ def to_wire_message(
     )
 
 
-# ---- Data.Produce records (ferrymq/client/produce_records.py has the layout) ----------
-PRODUCE_HEAD = struct.Struct(">iHq")  # body length, properties length, born timestamp ms
-PRODUCE_HEAD_SIZE = PRODUCE_HEAD.size
+# ---- Data.Produce records (ferrymq/codec/produce_records.py has the layout) ----------
 # Set by the node on its own paths (timers, transactions), never by a produce record.
 PRODUCE_FORBIDDEN_NAMES = frozenset({PROPERTY_DELIVERY_TIME_MS, PROPERTY_TRANSACTION_ID})
 KEYS_TEXT = re.compile(r"\S+(?: \S+)*")  # KEYS: keys without whitespace, one space apart
-
-
-class MalformedRecords(ValueError):
-    """The records cannot be split from this one on: it and every later one are refused."""
-
-
-def produce_record_at(records: bytes, position: int) -> tuple[int, bytes, bytes, int]:
-    """The produce record at ``position``: (next position, body, encoded properties, born
-    timestamp). ``MalformedRecords`` when its lengths do not fit the buffer."""
-    if position + PRODUCE_HEAD_SIZE > len(records):
-        raise MalformedRecords(f"record at byte {position} is cut short")
-    body_length, properties_length, born_ms = PRODUCE_HEAD.unpack_from(records, position)
-    body_at = position + PRODUCE_HEAD_SIZE
-    properties_at = body_at + body_length
-    end = properties_at + properties_length
-    if body_length < 0 or end > len(records):
-        raise MalformedRecords(f"record at byte {position} has lengths beyond the request")
-    return end, records[body_at:properties_at], records[properties_at:end], born_ms
 
 
 def produce_properties(raw: bytes) -> dict[str, str]:
@@ -271,7 +250,7 @@ _PRODUCE_SCANNER = ProduceScanner(
 def scan_produce_records(
     records: bytes, count: int, body_limit: int, message_type_text: str
 ) -> list[tuple[int, bytes, bytes, int, dict[str, str]] | int]:
-    """``read_produce_record`` of ``count`` records in one C pass (store/_speedups.c): item
+    """``read_produce_record`` of ``count`` records in one C pass (ferrymq/codec/_speedups.c): item
     i is what it returns for record i, or record i's position where it would raise; the
     list ends after a record whose lengths do not fit. Refusals are left to
     ``read_produce_record`` so that each error is written once, in Python."""

@@ -4,7 +4,7 @@ One Fetch answers with up to thousands of records of one queue as they lie in th
 CommitLog, concatenated, so a reader pays one gRPC message per batch instead of one per
 message (PullMessage's shape). Offsets stay the caller's; long polling as PullMessage.
 
-One Produce carries up to thousands of produce records (``ferrymq/client/produce_records.py``)
+One Produce carries up to thousands of produce records (``ferrymq/codec/produce_records.py``)
 whose properties are already in the store's encoding: each record gets SendMessage's checks
 and the store's (``MessageStore.prepare``) and its own status; the valid ones are appended
 as one batch (or, for an ``atomic`` request, nothing when any record is refused), and the
@@ -18,6 +18,10 @@ from __future__ import annotations
 import asyncio
 import zlib
 
+from ferrymq.codec.commitlog_record import NO_HOST
+from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.produce_records import MAX_PRODUCE_RECORDS, MalformedRecords, produce_record_at
+from ferrymq.codec.properties import PROPERTY_MESSAGE_GROUP
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2_grpc
@@ -25,24 +29,20 @@ from ha.replicated_store import ReplicatedStore
 from node.convert import (
     MESSAGE_TYPE_TEXT,
     InvalidRequest,
-    MalformedRecords,
     born_host_bytes,
-    produce_record_at,
     read_produce_record,
     scan_produce_records,
 )
 from node.long_polling import QueueWaiters
 from node.rpc_status import store_failure, topic_error_status
 from node.topics import MessageType, Permission, TopicError, TopicTable
-from store.errors import InvalidMessageError
-from store.message import NO_HOST, PROPERTY_MESSAGE_GROUP, Message
+from store.message import Message
 from store.results import GetStatus
 
 MAX_MESSAGES = 4096
 DEFAULT_MESSAGES = 1024
 DEFAULT_BYTES = 4 << 20
 MAX_WAIT_MS = 60_000
-MAX_PRODUCE_RECORDS = 4096
 PRODUCE_TYPES = {MessageType.NORMAL: pb.NORMAL, MessageType.FIFO: pb.FIFO}
 # The store's refusals (``InvalidMessageError.reason``) as wire codes.
 STORE_REASON_CODES = {

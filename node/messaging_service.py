@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 from google.protobuf import duration_pb2
 
+from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS, PROPERTY_TRANSACTION_ID
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -61,7 +62,7 @@ from node.transaction_service import HALF_TOPIC, TransactionService
 from routing.metadata import TopicRoute, check_name
 from routing.replica import RoutingReplica
 from routing.state import RoutingState
-from store.message import PROPERTY_DELIVERY_TIME_MS, PROPERTY_TRANSACTION_ID, Message
+from store.message import Message
 from store.results import GetStatus, PutStatus
 
 LONG_POLLING_DEFAULT_S = 20.0

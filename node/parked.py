@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from store.message import Message, StoredMessage
+from ferrymq.codec.commitlog_record import StoredMessage
+from store.message import Message
 
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE = "REAL_QID"

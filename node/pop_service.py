@@ -26,6 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ha.replicated_store import ReplicatedStore
@@ -42,7 +43,7 @@ from node.receipt_handle import (
 )
 from node.rpc_status import OK, seconds_of, status, store_failure, topic_error_status
 from node.topics import GroupConfig, Permission, TopicConfig, TopicError, TopicTable
-from store.message import Message, StoredMessage
+from store.message import Message
 from store.results import GetStatus
 
 RECEIVE_BATCH_MAX = 32

@@ -24,7 +24,6 @@ from collections.abc import Callable
 
 import grpc
 
-from ferrymq.port_holds import adopt_inherited, hold_port, port_of
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
 from ha import rollback
@@ -45,6 +44,7 @@ from node.metrics import NodeMetrics, RoutingStatus
 from node.metrics_http import MetricsHttpServer
 from node.pop_service import PopService
 from node.pop_state import PopState
+from node.port_holds import adopt_inherited, hold_port, port_of
 from node.receipt_handle import ReceiptHandles
 from node.request_decoding import tolerate_malformed
 from node.secret_box import SecretBox
@@ -267,7 +267,7 @@ class Node:
         if cluster.standalone:
             # A cluster of one: nobody dials this voter, so any free loopback port will
             # do, and a secret made up now keeps everybody else out. The port stays
-            # held until the node stops (``ferrymq/port_holds.py``): pysyncobj binds it
+            # held until the node stops (``node/port_holds.py``): pysyncobj binds it
             # later, on its own thread.
             self._raft_port_held = hold_port("127.0.0.1")
             address = f"127.0.0.1:{port_of(self._raft_port_held)}"
@@ -477,7 +477,7 @@ def keep_private(data_dir: str) -> None:
 async def serve(config: NodeConfig, on_ready: Callable[[Node], None] | None = None) -> None:
     """Run a node until SIGTERM or SIGINT; ``on_ready`` runs once it serves."""
     # Ports a launcher held for this node stay held until it stops: pysyncobj binds its
-    # port on its own thread, whenever it gets to it (``ferrymq/port_holds.py``).
+    # port on its own thread, whenever it gets to it (``node/port_holds.py``).
     holds = adopt_inherited()
     keep_private(config.data_dir)
     try:

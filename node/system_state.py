@@ -29,9 +29,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from ferrymq.codec.properties import PROPERTY_TAGS
 from ha.replicated_store import ReplicatedStore
 from store.hashing import tag_hash_code
-from store.message import PROPERTY_TAGS, Message
+from store.message import Message
 from store.results import PutResult, PutStatus
 
 KIND = "kind"

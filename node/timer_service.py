@@ -40,11 +40,13 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 
+from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS
 from ha.replicated_store import ReplicatedStore
 from node.parked import park, real_topic_of, release
 from store.consume_queue import Entry
 from store.dispatch_request import DispatchRequest
-from store.message import PROPERTY_DELIVERY_TIME_MS, TIMER_TOPIC, Message, StoredMessage
+from store.message import TIMER_TOPIC, Message
 
 log = logging.getLogger(__name__)
 

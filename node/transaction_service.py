@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ha.replicated_store import ReplicatedStore
@@ -36,7 +38,7 @@ from node.convert import InvalidRequest, to_wire_message
 from node.parked import as_sent, park, real_topic_of, release
 from node.rpc_status import OK, status, store_failure
 from node.telemetry_outbox import TelemetryOutbox
-from store.message import PROPERTY_TRANSACTION_ID, Message, StoredMessage
+from store.message import Message
 
 log = logging.getLogger(__name__)
 

@@ -17,26 +17,28 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from store import _speedups as speedups
-from store import commitlog_record as record
-from store.dispatch_request import DispatchRequest
-from store.errors import CorruptRecordError, InvalidMessageError
-from store.hashing import tag_hash_code
-from store.mapped_file_queue import MappedFileQueue
-from store.message import (
+from ferrymq.codec import commitlog_record as record
+from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.codec.errors import CorruptRecordError, InvalidMessageError
+from ferrymq.codec.properties import (
     KEY_SEPARATOR,
     PROPERTIES_MAX_BYTES,
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    decode_properties,
+)
+from store import _speedups as speedups
+from store.dispatch_request import DispatchRequest
+from store.hashing import tag_hash_code
+from store.mapped_file_queue import MappedFileQueue
+from store.message import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
     TIMER_TOPIC,
     Message,
-    StoredMessage,
-    decode_properties,
 )
 
 

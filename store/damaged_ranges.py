@@ -36,11 +36,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 
-from store import commitlog_record as record
+from ferrymq.codec import commitlog_record as record
+from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.codec.properties import PROPERTY_SEPARATOR
 from store import kept_files
 from store.errors import RecoveryRefused
 from store.mapped_file_queue import MappedFileQueue
-from store.message import PROPERTY_SEPARATOR, StoredMessage
 
 log = logging.getLogger("ferrymq.store")
 DAMAGED_DIRECTORY = "damaged"

@@ -1,7 +1,9 @@
 """Errors raised by the storage engine.
 
-Operating errors (bad input, a full disk) are exceptions callers handle; broken invariants
-are ``AssertionError`` and mean a bug: the engine stops rather than continue on bad state.
+Operating errors (a full disk, replicated bytes that do not fit) are exceptions callers
+handle; bad input and corrupt records are the formats' errors (``ferrymq.codec.errors``).
+Broken invariants are ``AssertionError`` and mean a bug: the engine stops rather than
+continue on bad state.
 """
 
 from __future__ import annotations
@@ -9,22 +11,6 @@ from __future__ import annotations
 
 class StoreError(Exception):
     """Base class of every operating error of the store."""
-
-
-class InvalidMessageError(StoreError):
-    """A message breaks a documented limit (name, size, characters); nothing was written."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
-class CorruptRecordError(StoreError):
-    """Bytes read as a message record are not one: a bad magic code, lengths that disagree,
-    a topic or properties that are not UTF-8. A damaged file, or a position that is no
-    record boundary. Raised by the record parsers instead of an ``assert``, which
-    ``python -O`` strips: then they would decode garbage."""
 
 
 class DiskFullError(StoreError):

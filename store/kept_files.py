@@ -19,8 +19,8 @@ import shutil
 import time
 from collections.abc import Iterable, Iterator
 
-from store import commitlog_record as record
-from store.message import StoredMessage
+from ferrymq.codec import commitlog_record as record
+from ferrymq.codec.commitlog_record import StoredMessage
 
 LOG_SUFFIX = ".log"
 TEMPORARY_SUFFIX = ".tmp"

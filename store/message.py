@@ -1,7 +1,6 @@
-"""Messages as producers hand them to the store, and as the store hands them back.
-
-Properties travel as ``name\\x01value\\x02`` pairs (DESIGN §3.1); the well-known names below
-are RocketMQ's, so records stay readable by anyone who knows that format.
+"""Messages as producers hand them to the store, and the store's rules for them: topic
+names, header fields, transaction bits. A record read back is
+``ferrymq.codec.commitlog_record.StoredMessage``; properties are ``ferrymq.codec.properties``.
 """
 
 from __future__ import annotations
@@ -10,43 +9,19 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from store import _speedups as speedups
-from store.errors import InvalidMessageError
+from ferrymq.codec.commitlog_record import NO_HOST
+from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.properties import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 
-PROPERTY_TAGS = "TAGS"
-PROPERTY_KEYS = "KEYS"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-PROPERTY_MESSAGE_GROUP = "__SHARDINGKEY"
-PROPERTY_DELIVERY_TIME_MS = "TIMER_DELIVER_MS"
-PROPERTY_TRANSACTION_ID = "__transactionId__"
 # Delayed messages wait in this topic; its consume-queue tag slot holds the delivery time
 # in ms instead of a tag hash (DESIGN §3.2, seed 004), so the timer is rebuilt from 20-byte
 # queue entries without reading a single record.
 TIMER_TOPIC = "%SYS%TIMER"
-PROPERTY_MESSAGE_TYPE = "__MSG_TYPE"  # apache.rocketmq.v2.MessageType as sent
-# Properties the store and node set; everything else in a record is the user's.
-SYSTEM_PROPERTY_NAMES = frozenset(
-    {
-        PROPERTY_TAGS,
-        PROPERTY_KEYS,
-        PROPERTY_UNIQ_KEY,
-        PROPERTY_MESSAGE_GROUP,
-        PROPERTY_DELIVERY_TIME_MS,
-        PROPERTY_TRANSACTION_ID,
-        PROPERTY_MESSAGE_TYPE,
-    }
-)
-KEY_SEPARATOR = " "
-
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
 
 TOPIC_MAX_BYTES = 255
-PROPERTIES_MAX_BYTES = 32767
 # Matched with ``fullmatch``: with ``match``, ``$`` also matches before a trailing newline,
 # which let "orders\n" through (and into a consume-queue directory name).
 TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
-OFFSET_MESSAGE_ID_PATTERN = re.compile(r"[0-9A-Fa-f]{32}")
 
 # SYSFLAG bits (RocketMQ's MessageSysFlag).
 SYSFLAG_COMPRESSED = 0x1
@@ -56,8 +31,6 @@ SYSFLAG_TRANSACTION_PREPARED = 0x4
 SYSFLAG_TRANSACTION_COMMIT = 0x8
 SYSFLAG_TRANSACTION_ROLLBACK = 0xC
 SYSFLAG_TRANSACTION_MASK = 0xC
-
-NO_HOST = b"\x00" * 8
 
 
 def validate_topic(topic: str) -> bytes:
@@ -122,89 +95,6 @@ def _fits(code: str, value: object) -> bool:
     return True
 
 
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def encode_properties(properties: dict[str, str]) -> bytes:
-    if not properties:
-        return b""
-    text = "\x02".join(map("\x01".join, properties.items())) + "\x02"
-    # Each pair adds exactly one of each separator; any more means a name or value has one.
-    if text.count(NAME_VALUE_SEPARATOR) != len(properties) or text.count(PROPERTY_SEPARATOR) != len(
-        properties
-    ):
-        bad = next(
-            name
-            for name, value in properties.items()
-            if any(
-                sep in name or sep in value for sep in (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
-            )
-        )
-        raise InvalidMessageError(
-            "PROPERTY_INVALID", f"property {bad!r} contains a reserved separator byte"
-        )
-    try:
-        encoded = text.encode()
-    except UnicodeEncodeError as error:  # a lone surrogate: no UTF-8 form exists
-        bad = next(name for name, value in properties.items() if not _is_utf8(name + value))
-        raise InvalidMessageError(
-            "PROPERTY_INVALID", f"property {bad!r} is not valid Unicode ({error.reason})"
-        ) from None
-    if len(encoded) > PROPERTIES_MAX_BYTES:
-        raise InvalidMessageError(
-            "PROPERTIES_TOO_LARGE",
-            f"properties are {len(encoded)} bytes, the limit is {PROPERTIES_MAX_BYTES}",
-        )
-    return encoded
-
-
-def check_encoded_properties(raw: bytes, properties: dict[str, str]) -> None:
-    """Refuse ``raw`` unless it can be the encoding of ``properties`` (a caller that
-    already holds the encoded form, the node's Produce path, skips ``encode_properties``):
-    the same size limit, and exactly one of each separator per pair, as that checks."""
-    if len(raw) > PROPERTIES_MAX_BYTES:
-        raise InvalidMessageError(
-            "PROPERTIES_TOO_LARGE",
-            f"properties are {len(raw)} bytes, the limit is {PROPERTIES_MAX_BYTES}",
-        )
-    count = len(properties)
-    if (
-        raw.count(b"\x01") != count
-        or raw.count(b"\x02") != count
-        or (count and raw[-1] != 0x02)
-        or (raw and not count)
-    ):
-        raise InvalidMessageError("PROPERTY_INVALID", "encoded properties do not match their pairs")
-
-
-def decode_properties_in_python(raw: bytes) -> dict[str, str]:
-    """What ``decode_properties`` (C, store/_speedups.c) does: pairs split at their first
-    0x01, empty pairs skipped, a later name replacing an earlier one."""
-    if not raw:
-        return {}
-    result = {}
-    for pair in raw.decode().split(PROPERTY_SEPARATOR):
-        if pair:
-            name, _, value = pair.partition(NAME_VALUE_SEPARATOR)
-            result[name] = value
-    return result
-
-
-decode_properties = speedups.decode_properties
-
-
-def encode_host(ip: str, port: int) -> bytes:
-    """IPv4 (4 bytes) + port (4 bytes), as the record stores BORNHOST and STOREHOST."""
-    octets = bytes(int(part) for part in ip.split("."))
-    assert len(octets) == 4, ip
-    return octets + port.to_bytes(4, "big")
-
-
 @dataclass(slots=True)
 class Message:
     """A message to store. ``tags`` and ``keys`` are kept in ``properties``."""
@@ -245,57 +135,3 @@ class Message:
     @property
     def tags(self) -> str | None:
         return self.properties.get(PROPERTY_TAGS)
-
-
-@dataclass(slots=True)
-class StoredMessage:
-    """A record read back from the CommitLog."""
-
-    topic: str
-    queue_id: int
-    queue_offset: int
-    physical_offset: int
-    size: int
-    body: bytes
-    properties: dict[str, str]
-    body_crc: int
-    flag: int
-    sys_flag: int
-    born_timestamp_ms: int
-    born_host: bytes
-    store_timestamp_ms: int
-    store_host: bytes
-    reconsume_times: int
-    prepared_transaction_offset: int
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        raw = self.properties.get(PROPERTY_KEYS)
-        return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
-
-    @property
-    def unique_key(self) -> str | None:
-        return self.properties.get(PROPERTY_UNIQ_KEY)
-
-    @property
-    def offset_message_id(self) -> str:
-        return offset_message_id(self.store_host, self.physical_offset)
-
-
-def offset_message_id(store_host: bytes, physical_offset: int) -> str:
-    """STOREHOST (8 bytes) + PHYSICALOFFSET (8 bytes) as 32 upper-case hex characters."""
-    return (store_host + physical_offset.to_bytes(8, "big")).hex().upper()
-
-
-def parse_offset_message_id(message_id: str) -> tuple[bytes, int]:
-    """Inverse of :func:`offset_message_id`; ``ValueError`` on anything malformed."""
-    # Exactly 32 hex digits: ``bytes.fromhex`` alone skips whitespace, so "…  " with 30
-    # digits would parse as a 15-byte id pointing at some other record.
-    if not OFFSET_MESSAGE_ID_PATTERN.fullmatch(message_id):
-        raise ValueError(f"an offset message id is 32 hex digits, got {message_id!r}")
-    raw = bytes.fromhex(message_id)
-    return raw[:8], int.from_bytes(raw[8:], "big")

@@ -26,6 +26,11 @@ import time
 import weakref
 from collections.abc import Callable, Collection
 
+from ferrymq.codec.commitlog_record import StoredMessage, chunk_problem, encode_host
+from ferrymq.codec.commitlog_record import decode as record_decode
+from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.message_id import parse_offset_message_id
+from ferrymq.codec.properties import check_encoded_properties, encode_properties
 from store.checkpoint import Checkpoint
 from store.commitlog import (
     CODEC,
@@ -35,26 +40,15 @@ from store.commitlog import (
     prepare,
     topic_prefix_of,
 )
-from store.commitlog_record import chunk_problem
-from store.commitlog_record import decode as record_decode
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import BLANK_SIZE, ConsumeQueue
 from store.damaged_ranges import DamagedRange, DamagedRanges
 from store.dispatcher import ConsumeQueueTable, Dispatcher, DispatchListener
-from store.errors import DiskFullError, InvalidMessageError, ReplicaDiverged, ReplicaMismatch
+from store.errors import DiskFullError, ReplicaDiverged, ReplicaMismatch
 from store.flush_service import BackgroundFlusher, GroupCommitService, enough_dirty
 from store.hashing import tag_hash_code
 from store.index_service import IndexService
-from store.message import (
-    Message,
-    StoredMessage,
-    check_encoded_properties,
-    encode_host,
-    encode_properties,
-    parse_offset_message_id,
-    validate_header_fields,
-    validate_topic,
-)
+from store.message import Message, validate_header_fields, validate_topic
 from store.results import (
     AppendedMessage,
     GetResult,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.codec.message_id import offset_message_id
 from store.damaged_ranges import DamagedRange
-from store.message import StoredMessage, offset_message_id
 
 
 class PutStatus(enum.Enum):

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ferrymq.port_holds import hold_port_when_free, start_with_holds
+from node.port_holds import hold_port_when_free, start_with_holds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_STORE = """
@@ -50,7 +50,7 @@ def start_node(
     """A node on ``port`` (0: one the OS picks; a restart passes the port it had). Its
     log (stderr) is appended to ``log_path``, by default ``<data_dir>.log`` beside the
     data directory; a start that fails quotes its end. ``holds``: holds on the ports
-    ``extra_toml`` names (``ferrymq/port_holds.py``), handed to the node and closed here;
+    ``extra_toml`` names (``node/port_holds.py``), handed to the node and closed here;
     ``port``, when given, is held the same way."""
     holds = list(holds)
     if port:

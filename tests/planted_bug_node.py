@@ -5,15 +5,15 @@
 The node's own code has no such path: this module patches the promotion of
 ``ha.role.ReplicationRole`` in its own process, then runs the normal entry point
 (``python -m tests.planted_bug_node --config ...`` is ``python -m node --config ...``
-with the bug). The test has ``ferrymq.cluster`` launch nodes with it (``NODE_MODULE``).
+with the bug). The test has ``ferrymq.launcher.cluster`` launch nodes with it (``NODE_MODULE``).
 """
 
 from __future__ import annotations
 
 import sys
 
-from ferrymq.cli import main
 from ha.role import ReplicationRole
+from node.run import main
 
 DROPPED_RECORDS = 50
 
@@ -36,4 +36,4 @@ async def _promote_dropping_the_tail(
 ReplicationRole._become_master = _promote_dropping_the_tail
 
 if __name__ == "__main__":
-    sys.exit(main(["node", *sys.argv[1:]]))
+    sys.exit(main())

@@ -12,7 +12,7 @@ import pytest
 from bench.peers import report
 from bench.peers.processes import ProcessRegistry, marked_processes
 from bench.peers.workloads import SCALES, Figures, measure
-from ferrymq.polling import until
+from ferrymq.launcher.polling import until
 
 
 def figures(name: str, **values) -> dict:

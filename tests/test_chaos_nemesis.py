@@ -7,7 +7,7 @@ import pytest
 from chaos import nemesis
 from chaos.history import Fault, History
 from chaos.nemesis import Nemesis, expand, kind_for
-from ferrymq.cluster import ClusterPlan, NodePlan
+from ferrymq.launcher.cluster import ClusterPlan, NodePlan
 
 
 def test_families_take_one_turn_each_and_rotate_their_members():

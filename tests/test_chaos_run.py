@@ -12,7 +12,7 @@ import os
 import pytest
 
 from chaos import runner
-from ferrymq import cluster
+from ferrymq.launcher import cluster
 from tests import planted_bug_node
 
 RUNS = {

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ferrymq.cli import main
-from ferrymq.cluster import cluster_down
+from ferrymq.cli.main import main
+from ferrymq.launcher.cluster import cluster_down
 from tests.node_process import ROOT
 
 

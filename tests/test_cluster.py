@@ -1,4 +1,4 @@
-"""Routing replicated with Raft across real node processes (``ferrymq.cluster`` on loopback
+"""Routing replicated with Raft across real node processes (``ferrymq.launcher.cluster`` on loopback
 with free ports and real data directories): leader failover, a voter catching up, a whole
 cluster restarted at once, a minority that cannot commit, two broker groups behind one
 address, and the bad input routing must refuse."""
@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from ferrymq.client import Admin, FerryError, PullConsumer
-from ferrymq.cluster import (
+from ferrymq.launcher.cluster import (
     ClusterPlan,
     NodePlan,
     cluster_up,
@@ -28,7 +28,7 @@ from ferrymq.cluster import (
     start_node,
     wait_ready,
 )
-from ferrymq.polling import until
+from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc

@@ -14,10 +14,11 @@ import pytest
 from ferrymq.client import Admin, FerryError, Message, Producer
 from ferrymq.client.messages import decode_records
 from ferrymq.client.routes import QueueRef, TopicRoute
+from ferrymq.codec.produce_records import produce_record_at
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as data
 from ferrymq.protocol.ferrymq import data_pb2_grpc
-from node.convert import produce_properties, produce_record_at
+from node.convert import produce_properties
 from tests.node_process import start_node
 
 

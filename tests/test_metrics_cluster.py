@@ -23,8 +23,8 @@ from deploy.prometheus.scrape_config import RULES_FILE
 from deploy.prometheus_server import PrometheusServer
 from deploy.render_dashboard import substitute
 from ferrymq.client import Admin, Message, Producer, PullConsumer
-from ferrymq.cluster import cluster_down, cluster_up, is_running, load_plan
-from ferrymq.polling import until
+from ferrymq.launcher.cluster import cluster_down, cluster_up, is_running, load_plan
+from ferrymq.launcher.polling import until
 from tests.test_metrics_prometheus import (  # noqa: F401 (prometheus_tools is a fixture)
     PROMETHEUS_DIR,
     RATE_INTERVAL,

@@ -1,5 +1,5 @@
 """Ports held from the moment they are chosen until a node's listeners bind them
-(``ferrymq/port_holds.py``): nothing else can take them in between, every listener of a
+(``node/port_holds.py``): nothing else can take them in between, every listener of a
 node still binds them, a launcher hands them to the node it starts, and a node restarted
 on a port somebody else took fails at once, naming the port."""
 
@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-from ferrymq.cluster import (
+from ferrymq.launcher.cluster import (
     ClusterError,
     cluster_down,
     load_plan,
@@ -24,7 +24,7 @@ from ferrymq.cluster import (
     start_node,
     wait_ready,
 )
-from ferrymq.port_holds import (
+from node.port_holds import (
     HELD_FDS_ENV,
     adopt_inherited,
     hold_free_ports,
@@ -88,7 +88,7 @@ def test_a_child_adopts_the_holds_it_was_handed_and_keeps_them_from_its_children
     ports = [port_of(held) for held in holds]
     child = (
         "import json, os\n"
-        "from ferrymq.port_holds import HELD_FDS_ENV, adopt_inherited\n"
+        "from node.port_holds import HELD_FDS_ENV, adopt_inherited\n"
         "holds = adopt_inherited()\n"
         "print(json.dumps([[h.getsockname()[1] for h in holds], HELD_FDS_ENV in os.environ]))\n"
     )

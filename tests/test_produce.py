@@ -8,7 +8,8 @@ import grpc
 import pytest
 
 from ferrymq.client.messages import Message, decode_records
-from ferrymq.client.produce_records import RECORD_HEAD, encode_record
+from ferrymq.client.produce_records import encode_record
+from ferrymq.codec.produce_records import PRODUCE_HEAD
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2 as data
@@ -39,7 +40,7 @@ def record(body: bytes = b"x", message_type: int = pb.NORMAL, **fields) -> bytes
 
 
 def raw_record(body: bytes, properties: bytes) -> bytes:
-    return RECORD_HEAD.pack(len(body), len(properties), BORN_MS) + body + properties
+    return PRODUCE_HEAD.pack(len(body), len(properties), BORN_MS) + body + properties
 
 
 def produce(stub, records: list[bytes], topic="orders", queue_id=0, atomic=False, count=None):
@@ -184,11 +185,11 @@ def test_malformed_record_bytes_refuse_that_record_and_the_rest(node):
     answer = produce(node, [good, cut], count=3)
     assert codes(answer) == {1: pb.BAD_REQUEST, 2: pb.BAD_REQUEST}
     assert answer.offsets[0] == before
-    lying = RECORD_HEAD.pack(10**6, 0, 0) + b"tiny"  # a body length beyond the request
+    lying = PRODUCE_HEAD.pack(10**6, 0, 0) + b"tiny"  # a body length beyond the request
     assert codes(produce(node, [lying])) == {0: pb.BAD_REQUEST}
     trailing = produce(node, [record(b"t1"), record(b"t2")], count=1)  # bytes left over
     assert trailing.code == pb.BAD_REQUEST and codes(trailing) == {0: pb.BAD_REQUEST}
-    negative = RECORD_HEAD.pack(-5, 0, 0)
+    negative = PRODUCE_HEAD.pack(-5, 0, 0)
     assert codes(produce(node, [negative])) == {0: pb.BAD_REQUEST}
     assert [s.body for s in fetch_all(node, "orders", 0)[before:]] == [b"before-the-break"]
 

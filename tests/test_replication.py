@@ -18,10 +18,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from ferrymq.cli import main
+from ferrymq.cli.main import main
 from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer, SimpleConsumer
-from ferrymq.cluster import ClusterPlan, NodePlan, cluster_up, is_running
-from ferrymq.polling import until
+from ferrymq.launcher.cluster import ClusterPlan, NodePlan, cluster_up, is_running
+from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -766,8 +766,8 @@ def test_a_slave_whose_recovery_cut_its_log_refills_it_from_its_master(cluster, 
     the range back from its master and ends byte-identical with it, then marks the range
     refilled and reports a whole log again. Every kept record is in its log again, so
     ``--resend`` sends none of them."""
-    from ferrymq.rollback_listing import damaged_ranges
-    from ferrymq.rollback_resend import SKIPPED_REFILLED
+    from ferrymq.cli.rollback_listing import damaged_ranges
+    from ferrymq.cli.rollback_resend import SKIPPED_REFILLED
     from store.damaged_ranges import Unreadable, described_ranges
     from tests.test_rollback import flip_body_bit, log_records
 

@@ -11,17 +11,17 @@ import time
 
 import pytest
 
-from ferrymq.cli import main
+from ferrymq.cli.main import main
+from ferrymq.cli.rollback_resend import SKIPPED_DELIVERED, SKIPPED_SYSTEM, SKIPPED_TRANSACTIONAL
 from ferrymq.client import Admin, Producer
 from ferrymq.client import Message as FerryMessage
-from ferrymq.rollback_resend import SKIPPED_DELIVERED, SKIPPED_SYSTEM, SKIPPED_TRANSACTIONAL
+from ferrymq.codec import commitlog_record as record
+from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS as DELIVER
+from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID as TRANSACTION
 from ha import rollback
 from node.parked import park
 from node.transaction_service import HALF_TOPIC
-from store import commitlog_record as record
 from store.config import StoreConfig
-from store.message import PROPERTY_DELIVERY_TIME_MS as DELIVER
-from store.message import PROPERTY_TRANSACTION_ID as TRANSACTION
 from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
 from tests.node_process import start_node

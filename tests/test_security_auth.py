@@ -311,7 +311,7 @@ def test_sdk_producer_refusals_store_nothing(secured):
 
 
 def test_cli_manages_users_and_acl_entries_without_printing_secrets(secured, capsys, monkeypatch):
-    from ferrymq.cli import main
+    from ferrymq.cli.main import main
 
     node, _ = secured
     for name in ("FERRYMQ_ACCESS_KEY", "FERRYMQ_SECRET_KEY"):
@@ -338,7 +338,7 @@ def test_cli_manages_users_and_acl_entries_without_printing_secrets(secured, cap
 
 def test_user_update_keeps_the_admin_flag_unless_told(secured, monkeypatch):
     """A new secret key given without --admin once silently took an admin's rights away."""
-    from ferrymq.cli import main
+    from ferrymq.cli.main import main
 
     node, _ = secured
     for name in ("FERRYMQ_ACCESS_KEY", "FERRYMQ_SECRET_KEY"):

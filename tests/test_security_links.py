@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from ferrymq.client import Admin
-from ferrymq.polling import until
-from ferrymq.port_holds import hold_free_ports, port_of
+from ferrymq.launcher.polling import until
 from ha.epochs import EpochHistory
 from ha.link_auth import Handshake, Role, new_nonce, proof, session_macs
 from ha.slave import ReplicationSlave
 from ha.wire import PROTOCOL_VERSION, Kind, LinkError, control, read_plain, sealed_control
+from node.port_holds import hold_free_ports, port_of
 from routing.commands import RegisterNode
 from routing.raft_transport import MAX_COMMAND_BYTES
 from routing.replica import CommandTooLarge, RoutingReplica

@@ -24,14 +24,15 @@ from crc32c import crc32c
 from ferrymq.client import Admin, ClientSecurity, Producer
 from ferrymq.client.admin import AclRule
 from ferrymq.client.messages import Message as ClientMessage
-from ferrymq.polling import until
+from ferrymq.codec import commitlog_record as record
+from ferrymq.codec.message_id import offset_message_id
+from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.transaction_service import HALF_TOPIC
-from store import commitlog_record as record
 from store.config import StoreConfig
-from store.message import TIMER_TOPIC, Message, offset_message_id
+from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
 from tests.node_process import ROOT, start_node
 
@@ -141,10 +142,11 @@ OPTIMIZED = r"""
 import itertools, json, sys, tempfile
 from ferrymq.client.errors import FerryError
 from ferrymq.client.messages import decode_records
-from store import commitlog_record as record
+from ferrymq.codec import commitlog_record as record
 from store.commitlog import CODEC, dispatch_request_at
 from store.config import StoreConfig
-from store.message import Message, encode_properties
+from ferrymq.codec.properties import encode_properties
+from store.message import Message
 from store.message_store import MessageStore
 
 asserts_run = False

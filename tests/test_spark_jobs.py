@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ferrymq.cli import main as cli
+from ferrymq.cli.main import main as cli
 from ferrymq.client import Admin, Message, Producer
 from tests.node_process import start_node
 

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from ferrymq.client import Admin, Message, Producer
-from ferrymq.cluster import cluster_up
+from ferrymq.launcher.cluster import cluster_up
 from ferrymq.spark.options import write_options
 from ferrymq.spark.sink import Sender, write_rows
 from tests.node_process import start_node

@@ -1,4 +1,6 @@
-"""store/_speedups.c against its Python twins, on generated input.
+"""The C speedups against their Python twins, on generated input: the store's loops
+(store/_speedups.c) and the wire format's (ferrymq/codec/_speedups.c, with the property
+parser both include from ferrymq/codec/_properties.h).
 
 Each C function must return exactly what its twin returns, and decline (leave the record
 to the twin) exactly where the twin raises: the twins are the specification."""
@@ -6,20 +8,30 @@ to the twin) exactly where the twin raises: the twins are the specification."""
 from __future__ import annotations
 
 import random
-import struct
 
 import pytest
 from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.convert import (
-    InvalidRequest,
-    MalformedRecords,
-    produce_record_at,
-    read_produce_record,
-    scan_produce_records,
+from ferrymq.codec import _speedups as codec_speedups
+from ferrymq.codec.commitlog_record import check_at as record_check_at
+from ferrymq.codec.commitlog_record import encode_blank
+from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.produce_records import PRODUCE_HEAD, MalformedRecords, produce_record_at
+from ferrymq.codec.properties import (
+    PROPERTY_DELIVERY_TIME_MS,
+    PROPERTY_KEYS,
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_MESSAGE_TYPE,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_UNIQ_KEY,
+    decode_properties,
+    decode_properties_in_python,
+    encode_properties,
 )
+from node.convert import InvalidRequest, read_produce_record, scan_produce_records
 from store import _speedups as speedups
 from store.commitlog import (
     CODEC,
@@ -28,30 +40,13 @@ from store.commitlog import (
     prepare,
     topic_prefix_of,
 )
-from store.commitlog_record import check_at as record_check_at
-from store.commitlog_record import encode_blank
 from store.config import StoreConfig
 from store.dispatch_request import DispatchRequest
-from store.errors import InvalidMessageError
 from store.index_file import IndexFile
 from store.index_service import index_entries_in_python
-from store.message import (
-    PROPERTY_DELIVERY_TIME_MS,
-    PROPERTY_KEYS,
-    PROPERTY_MESSAGE_GROUP,
-    PROPERTY_MESSAGE_TYPE,
-    PROPERTY_TAGS,
-    PROPERTY_TRANSACTION_ID,
-    PROPERTY_UNIQ_KEY,
-    TIMER_TOPIC,
-    Message,
-    decode_properties,
-    decode_properties_in_python,
-    encode_properties,
-)
+from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
 
-HEAD = struct.Struct(">iHq")
 # Characters that decide checks: separators, '|', ASCII and Unicode whitespace (str.strip's
 # and re's \s: U+001C..U+001F and U+3000 among them), non-ASCII letters, and plain ones.
 TRICKY = "ab| \t\n\x0b\x1c\x1f\x85\xa0\u3000é€\U0001f600\x01\x02"
@@ -102,7 +97,7 @@ def produce_request(draw) -> tuple[bytes, int]:
         properties = draw(properties_bytes())
         born = draw(st.integers(-(1 << 63), (1 << 63) - 1))
         body_length = len(body) if draw(st.integers(0, 15)) else draw(st.integers(-3, 100))
-        records.append(HEAD.pack(body_length, len(properties), born) + body + properties)
+        records.append(PRODUCE_HEAD.pack(body_length, len(properties), born) + body + properties)
     data = b"".join(records)
     if data and draw(st.integers(0, 9)) == 0:
         data = data[: draw(st.integers(0, len(data) - 1))]  # cut short
@@ -142,13 +137,20 @@ def test_the_c_scan_reads_a_usual_record_and_leaves_each_refusal_to_python():
     good = b"UNIQ_KEY\x01id\x02__MSG_TYPE\x011\x02TAGS\x01TagA\x02KEYS\x01a b\x02"
     bad_tag = good.replace(b"TagA", b"A|B")
     records = b"".join(
-        HEAD.pack(len(b"body"), len(p), 7) + b"body" + p for p in (good, bad_tag, good)
+        PRODUCE_HEAD.pack(len(b"body"), len(p), 7) + b"body" + p for p in (good, bad_tag, good)
     )
     first, second, third = scan_produce_records(records, 3, BODY_LIMIT, TYPE_TEXT)
     assert first[1:4] == (b"body", good, 7) and first[4][PROPERTY_KEYS] == "a b"
     assert second == first[0]  # where the refused record starts
     assert third[0] == len(records)
     assert scan_produce_records(records + b"x", 4, BODY_LIMIT, TYPE_TEXT)[3] == len(records)
+
+
+def test_the_c_scan_reads_the_codecs_produce_head():
+    """The C scanner's head size is the codec's layout, and the decoder every reader uses
+    is the codec module's C function (one parser of the property encoding)."""
+    assert codec_speedups.PRODUCE_HEAD_SIZE == PRODUCE_HEAD.size == 14
+    assert decode_properties is codec_speedups.decode_properties
 
 
 @settings(max_examples=1000, deadline=None)

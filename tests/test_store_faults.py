@@ -30,14 +30,15 @@ from errno import ENOSPC
 
 import pytest
 
-from ferrymq.polling import until
-from store import commitlog_record as record
+from ferrymq.codec import commitlog_record as record
+from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.launcher.polling import until
 from store.checkpoint import Checkpoint
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import BLANK_SIZE
 from store.hashing import tag_hash_code
 from store.index_file import index_file_name
-from store.message import Message, StoredMessage
+from store.message import Message
 from store.message_store import MessageStore
 from store.results import GetStatus, PutStatus
 from tests import store_crash_writer as writer
@@ -860,7 +861,7 @@ def test_a_flipped_bit_in_the_first_record_keeps_every_later_record_aside(
     ``ferrymq rollback`` lists, with the 2,999 later records decoded; the cut is logged
     as an error naming the offset, the reason and the file. Before: the log went to 0 and
     nothing was kept or logged."""
-    from ferrymq.cli import main
+    from ferrymq.cli.main import main
 
     config = StoreConfig(str(tmp_path / "store"), **CORRUPTION_CONFIG)
     store = opened(config)
@@ -1038,7 +1039,7 @@ def test_a_range_past_the_keep_limit_keeps_its_first_part_and_says_so(
 
 OPTIMIZED_RECOVERY = r"""
 import json, os, sys
-from store import commitlog_record as record
+from ferrymq.codec import commitlog_record as record
 from store.config import StoreConfig
 from store.damaged_ranges import Unreadable, read_kept
 from store.message import Message

@@ -14,15 +14,19 @@ import threading
 import pytest
 from crc32c import crc32c
 
-from ferrymq.polling import until
-from store import commitlog_record as record
+from ferrymq.codec import commitlog_record as record
+from ferrymq.codec.commitlog_record import encode_host
+from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.message_id import offset_message_id
+from ferrymq.codec.properties import decode_properties, encode_properties
+from ferrymq.launcher.polling import until
 from store import index_service, sync_ledger
 from store.checkpoint import Checkpoint
 from store.commitlog import CommitLog, prepare, topic_prefix_of
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import ENTRY_SIZE, ConsumeQueue
 from store.dispatch_request import DispatchRequest
-from store.errors import InvalidMessageError, ReplicaMismatch
+from store.errors import ReplicaMismatch
 from store.flush_service import GroupCommitService
 from store.hashing import tag_hash_code
 from store.index_file import HEADER_SIZE as INDEX_HEADER_SIZE
@@ -30,13 +34,7 @@ from store.index_file import IndexFile
 from store.index_service import IndexService
 from store.mapped_file import file_name_of
 from store.mapped_file_queue import MappedFileQueue
-from store.message import (
-    Message,
-    decode_properties,
-    encode_host,
-    encode_properties,
-    offset_message_id,
-)
+from store.message import Message
 from store.message_store import CHECKPOINT_FILE, MessageStore
 from store.results import GetStatus, PutStatus
 from tests.store_checks import assert_derived_files_agree

@@ -8,10 +8,11 @@ import random
 
 import pytest
 
+from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.properties import encode_properties
 from store.config import StoreConfig
-from store.errors import InvalidMessageError
 from store.index_file import IndexFile
-from store.message import Message, encode_properties
+from store.message import Message
 from store.message_store import MessageStore
 from store.results import PutStatus
 

@@ -8,9 +8,10 @@ import asyncio
 
 import pytest
 
+from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS
 from node.timer_service import DELIVERY_CHUNK, TimerService
 from store.config import StoreConfig
-from store.message import PROPERTY_DELIVERY_TIME_MS, TIMER_TOPIC, Message
+from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
 
 T0 = 1_800_000_000_000

@@ -9,13 +9,14 @@ import asyncio
 
 import pytest
 
+from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.telemetry_outbox import TelemetryOutbox
 from node.transaction_service import HALF_TOPIC, OP_TOPIC, TransactionService
 from store.config import StoreConfig
-from store.message import PROPERTY_TRANSACTION_ID, Message
+from store.message import Message
 from store.message_store import MessageStore
 from tests.node_process import start_node
 from tests.test_node import create_topic, message, pull, stubs

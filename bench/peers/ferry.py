@@ -1,5 +1,5 @@
 """ferrymq: a 3-node group (one broker group, three Raft voters) in SYNC replication,
-started with ``ferrymq.cluster.cluster_up``; clients through ferrymq's SDK.
+started with ``ferrymq.launcher.cluster.cluster_up``; clients through ferrymq's SDK.
 
 A send is acknowledged once the master has it and every in-sync slave (both, normally)
 has acknowledged it: in the memory (page cache) of all three nodes. Each node flushes
@@ -29,7 +29,7 @@ from bench.peers.workloads import (
 )
 from bench.produce import sdk_send_batches, sdk_send_each
 from ferrymq.client import Admin, Message, Producer, PullConsumer
-from ferrymq.cluster import cluster_up
+from ferrymq.launcher.cluster import cluster_up
 
 NODES = 3
 QUEUES = 8

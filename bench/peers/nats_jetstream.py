@@ -28,7 +28,7 @@ from bench.peers.workloads import (
     plain_body,
     stamped_body,
 )
-from ferrymq.cluster import free_ports
+from ferrymq.launcher.cluster import free_ports
 
 BINARY = "nats-server"
 DEBIAN_PACKAGE = "nats-server"

@@ -31,7 +31,7 @@ from bench.peers.workloads import (
     plain_body,
     stamped_body,
 )
-from ferrymq.cluster import free_ports
+from ferrymq.launcher.cluster import free_ports
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"

@@ -27,7 +27,7 @@ from bench.peers.workloads import (
     plain_body,
     stamped_body,
 )
-from ferrymq.cluster import free_ports
+from ferrymq.launcher.cluster import free_ports
 
 BINARY = "redis-server"
 DEBIAN_PACKAGE = "redis-server"

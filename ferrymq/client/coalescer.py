@@ -18,6 +18,9 @@ may mean a stale route (the master failed over) asks for the route again first. 
 request goes to the current master of this coalescer's broker group.
 
 Thread-safety: owned by one event loop; everything runs on it.
+
+A coalescer sees its producer only through ``Sender`` (the limits, the route, the channels
+of the running loop), so this module does not import ``producer.py``, which imports it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
@@ -33,12 +36,35 @@ from ferrymq.client.connection import transport_error
 from ferrymq.client.errors import RETRIABLE_CODES, FerryError
 from ferrymq.client.messages import Message, SendReceipt
 from ferrymq.client.produce_records import RecordError, encode_record
-from ferrymq.client.routes import ROUTE_STALE_CODES
+from ferrymq.client.routes import ROUTE_STALE_CODES, QueueRef, TopicRoute
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
-if TYPE_CHECKING:
-    from ferrymq.client.producer import Producer
+
+class LoopChannels(Protocol):
+    """The producer's channels on the running event loop."""
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]: ...
+
+    def stubs(self, address: str) -> tuple: ...
+
+
+class Sender(Protocol):
+    """What a coalescer uses of its producer (``Producer`` is one)."""
+
+    max_in_flight: int
+    max_batch_messages: int
+    max_batch_bytes: int
+    max_attempts: int
+    timeout_s: float
+
+    def loop_state(self) -> LoopChannels: ...
+
+    def route(self, topic: str, refresh: bool = False) -> TopicRoute: ...
+
+    def next_queue(self, route: TopicRoute, broker_group: str | None = None) -> QueueRef: ...
+
 
 BACKOFF_S = 0.05  # before attempt n + 1: BACKOFF_S * 2 ** (n - 1)
 
@@ -62,9 +88,7 @@ def _error(code: int, message: str) -> FerryError:
 
 
 class Coalescer:
-    def __init__(
-        self, producer: Producer, topic: str, broker_group: str, message_type: int
-    ) -> None:
+    def __init__(self, producer: Sender, topic: str, broker_group: str, message_type: int) -> None:
         self.producer = producer
         self.topic = topic
         self.broker_group = broker_group

@@ -11,19 +11,17 @@ from dataclasses import dataclass, field
 from google.protobuf import timestamp_pb2
 
 from ferrymq.client.errors import MALFORMED_ANSWER, FerryError
-from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from store.commitlog_record import HEADER_SIZE, decode
-from store.errors import CorruptRecordError
-from store.message import (
+from ferrymq.codec.commitlog_record import MIN_RECORD_SIZE, StoredMessage, decode
+from ferrymq.codec.errors import CorruptRecordError
+from ferrymq.codec.properties import (
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     SYSTEM_PROPERTY_NAMES,
-    StoredMessage,
 )
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 
 RECORD_SIZE = struct.Struct(">i")
-MIN_RECORD_SIZE = HEADER_SIZE + 3  # an empty body, topic and properties
 
 _sequence = itertools.count()
 _PREFIX = f"FE{os.getpid() & 0xFFFF:04X}{time.time_ns() & 0xFFFFFFFFFFFF:012X}"

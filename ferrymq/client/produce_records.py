@@ -1,19 +1,14 @@
-"""Produce records: how the SDK hands messages to ``Data.Produce`` (proto/ferrymq/data.proto).
-
-One record is ``body_length int32 | properties_length uint16 | born_timestamp_ms int64 |
-body | properties``, big-endian, with the properties already in the store's encoding
-(``name 0x01 value 0x02``): the node checks them and writes them as they are, so a message
-costs it a few slices instead of a protobuf message and a re-encoding.
-"""
+"""The SDK's messages as produce records (the layout is ``ferrymq.codec.produce_records``):
+the properties a message carries, in the store's encoding, refused here when the node would
+refuse them for a reason the SDK can see first."""
 
 from __future__ import annotations
 
 import re
-import struct
 
 from ferrymq.client.messages import Message
-from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from store.message import (
+from ferrymq.codec.produce_records import PRODUCE_HEAD, PRODUCE_PROPERTIES_MAX_BYTES
+from ferrymq.codec.properties import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_MESSAGE_GROUP,
@@ -23,9 +18,8 @@ from store.message import (
     PROPERTY_UNIQ_KEY,
     SYSTEM_PROPERTY_NAMES,
 )
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 
-RECORD_HEAD = struct.Struct(">iHq")  # body length, properties length, born timestamp ms
-MAX_RECORDS = 4096  # per request, as the node accepts
 KEY = re.compile(r"\S+")
 SEP, END = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 TYPE_TEXT = {value: str(value) for value in pb.MessageType.values()}
@@ -60,7 +54,7 @@ def encode_record(message: Message, message_type: int, born_ms: int) -> bytes:
             f"{error.object[error.start : error.end]!r} in the tag, keys or properties is "
             f"not valid Unicode ({error.reason})"
         ) from None
-    if len(properties) > 0xFFFF:
+    if len(properties) > PRODUCE_PROPERTIES_MAX_BYTES:
         raise RecordError(f"properties are {len(properties)} bytes")
     body = message.body
-    return b"".join((RECORD_HEAD.pack(len(body), len(properties), born_ms), body, properties))
+    return b"".join((PRODUCE_HEAD.pack(len(body), len(properties), born_ms), body, properties))

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from crc32c import crc32c
 
-from store.commitlog_record import HEADER, HEADER_SIZE, MESSAGE_MAGIC
-from store.message import (
+from ferrymq.codec.commitlog_record import HEADER, HEADER_SIZE, MESSAGE_MAGIC
+from ferrymq.codec.properties import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,

@@ -17,6 +17,7 @@ import datetime
 import os
 from dataclasses import dataclass
 
+from ferrymq.codec.commitlog_record import StoredMessage
 from ha import rollback
 from store.damaged_ranges import (
     DamagedRange,
@@ -25,7 +26,6 @@ from store.damaged_ranges import (
     described_ranges,
     read_kept,
 )
-from store.message import StoredMessage
 
 KIND_ROLLBACK = "rollback"
 KIND_DAMAGED = "damaged"

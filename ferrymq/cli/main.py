@@ -5,16 +5,14 @@ with the node's status name and exit code 1 (2 for usage and configuration error
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import os
 import signal
 import sys
 import time
 from collections.abc import Iterator
 
-from ferrymq.cli_output import Progress, admin_of, emit_json, show, show_table, table
-from ferrymq.cli_security import add_connection_options, add_security_commands
+from ferrymq.cli.output import Progress, admin_of, emit_json, show, show_table, table
+from ferrymq.cli.security import add_connection_options, add_security_commands
 
 DEFAULT_SERVER = "127.0.0.1:8081"
 DEMO_TOPIC = "demo"
@@ -26,10 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "node":
-        return run_node(args)
-    from ferrymq.cli_security import apply_connection_options
+        from node.run import run
+
+        return run(args)
+    from ferrymq.cli.security import apply_connection_options
     from ferrymq.client import FerryError
-    from ferrymq.cluster import ClusterError
+    from ferrymq.launcher.cluster import ClusterError
 
     apply_connection_options(args)
     try:
@@ -92,10 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the nodes' data directories under --data (for a post-mortem)",
     )
     chaos_run.set_defaults(handler=chaos_run_command)
-    node = commands.add_parser("node", help="run one broker node in the foreground")
-    node.add_argument("--config", help="node.toml (every option has a default)")
-    node.add_argument("--data", help="data directory (overrides the config)")
-    node.add_argument("--port", type=int, help="client gRPC port, 0 for any (overrides)")
+    from node.run import add_arguments as add_node_arguments
+
+    add_node_arguments(commands.add_parser("node", help="run one broker node in the foreground"))
 
     failover = commands.add_parser(
         "failover", parents=[common], help="move a broker group's mastership (planned switchover)"
@@ -227,35 +226,11 @@ def spark_run_job(args) -> int:
         return 2
 
 
-# ---- node ----------------------------------------------------------------------------
-def run_node(args) -> int:
-    from node.config import ConfigError, load_node_config
-    from node.server import serve, tune_garbage_collector
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        config = load_node_config(args.config, data_dir=args.data, grpc_port=args.port)
-    except (ConfigError, OSError) as error:
-        print(f"ferrymq node: {error}", file=sys.stderr)
-        return 2
-    from node.handle_key import HandleKeyError
-    from routing.replica import RoutingUnavailable
-    from store.errors import RecoveryRefused
-
-    tune_garbage_collector()
-    try:
-        asyncio.run(serve(config))
-    except (RoutingUnavailable, HandleKeyError, RecoveryRefused) as error:
-        print(f"ferrymq node: {error}", file=sys.stderr)
-        return 1
-    return 0
-
-
 def rollback_command(args) -> int:
-    """Read what a node cut from its log and kept aside, offline (rollback_listing.py):
+    """Read what a node cut from its log and kept aside, offline (``rollback_listing.py``):
     rollback files (under ASYNC replication, the messages a failover lost from the cluster)
     and damaged ranges (what recovery cut after an invalid record)."""
-    from ferrymq import rollback_listing as listing
+    from ferrymq.cli import rollback_listing as listing
 
     if not os.path.isdir(args.data):
         raise ValueError(f"{args.data} is not a directory")
@@ -272,11 +247,11 @@ def rollback_command(args) -> int:
 
 def resend_rolled_back(args, ranges) -> int:
     """Send a node's rolled-back messages and the still valid records of its damaged
-    ranges again (``ferrymq/rollback_resend.py``), but not what its log holds again; exit
+    ranges again (``ferrymq/cli/rollback_resend.py``), but not what its log holds again; exit
     1 when the node refused any of them."""
+    from ferrymq.cli.rollback_listing import resendable
+    from ferrymq.cli.rollback_resend import SKIPPED_REFILLED, plan_resend, resend
     from ferrymq.client import Producer
-    from ferrymq.rollback_listing import resendable
-    from ferrymq.rollback_resend import SKIPPED_REFILLED, plan_resend, resend
     from ha import rollback
 
     records = [m for path in rollback.rollback_files(args.data) for m in rollback.records_in(path)]
@@ -309,7 +284,7 @@ def run_up(args) -> int:
     import signal
 
     from ferrymq.client import Admin, FerryError
-    from ferrymq.cluster import cluster_down, cluster_up
+    from ferrymq.launcher.cluster import cluster_down, cluster_up
 
     print(f"starting a 3-node cluster in {args.data}/ ...", flush=True)
     plan = cluster_up(args.data, nodes=3, auto_ports=args.free_ports)
@@ -355,7 +330,7 @@ Official RocketMQ 5 clients connect to {server} unchanged. Ctrl-C stops the clus
 
 
 def cluster_start_command(args) -> int:
-    from ferrymq.cluster import cluster_up
+    from ferrymq.launcher.cluster import cluster_up
 
     plan = cluster_up(args.data, args.nodes, args.groups, args.voters, auto_ports=args.free_ports)
     if args.json:
@@ -373,7 +348,7 @@ def cluster_start_command(args) -> int:
 
 def cluster_status_command(args) -> int:
     from ferrymq.client import Admin, FerryError
-    from ferrymq.cluster import ClusterError, load_plan
+    from ferrymq.launcher.cluster import ClusterError, load_plan
 
     servers = [args.server]
     if args.data:
@@ -459,7 +434,7 @@ def failover_command(args) -> int:
 
 
 def cluster_stop_command(args) -> int:
-    from ferrymq.cluster import cluster_down
+    from ferrymq.launcher.cluster import cluster_down
 
     stopped = cluster_down(args.data)
     print(f"stopped {', '.join(stopped) or 'nothing (no node was running)'}")

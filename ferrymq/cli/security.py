@@ -12,7 +12,7 @@ import argparse
 import getpass
 import os
 
-from ferrymq.cli_output import admin_of, show, show_table
+from ferrymq.cli.output import admin_of, show, show_table
 
 CONNECTION_OPTIONS = {
     "--access-key": ("FERRYMQ_ACCESS_KEY", "sign calls as this user (or FERRYMQ_ACCESS_KEY)"),

@@ -17,8 +17,15 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from store.errors import CorruptRecordError
-from store.message import StoredMessage, decode_properties
+from ferrymq.codec.errors import CorruptRecordError
+from ferrymq.codec.message_id import offset_message_id
+from ferrymq.codec.properties import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    decode_properties,
+)
 
 MESSAGE_MAGIC = 0xDAA320A7
 BLANK_MAGIC = 0xCBD43194
@@ -26,6 +33,7 @@ BLANK_MAGIC = 0xCBD43194
 HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
 HEADER_SIZE = HEADER.size  # 88: everything up to and including BODYLENGTH
 assert HEADER_SIZE == 88
+MIN_RECORD_SIZE = HEADER_SIZE + 3  # an empty body, topic and properties
 BLANK = struct.Struct(">iI")
 BLANK_MIN_SIZE = BLANK.size  # a segment always keeps room for a blank record
 SIZE_AND_MAGIC = struct.Struct(">iI")
@@ -40,6 +48,54 @@ OFFSET_PHYSICAL_OFFSET = 28
 OFFSET_SYS_FLAG = 36
 OFFSET_STORE_TIMESTAMP = 56
 OFFSET_BODY_LENGTH = 84
+
+NO_HOST = b"\x00" * 8  # BORNHOST / STOREHOST when there is no IPv4 address to give
+
+
+def encode_host(ip: str, port: int) -> bytes:
+    """IPv4 (4 bytes) + port (4 bytes), as the record stores BORNHOST and STOREHOST."""
+    octets = bytes(int(part) for part in ip.split("."))
+    assert len(octets) == 4, ip
+    return octets + port.to_bytes(4, "big")
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A record read back from the CommitLog."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    body: bytes
+    properties: dict[str, str]
+    body_crc: int
+    flag: int
+    sys_flag: int
+    born_timestamp_ms: int
+    born_host: bytes
+    store_timestamp_ms: int
+    store_host: bytes
+    reconsume_times: int
+    prepared_transaction_offset: int
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(PROPERTY_KEYS)
+        return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
+
+    @property
+    def unique_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    @property
+    def offset_message_id(self) -> str:
+        return offset_message_id(self.store_host, self.physical_offset)
 
 
 def record_size(body_length: int, topic_length: int, properties_length: int) -> int:
@@ -130,7 +186,7 @@ def check_at(buf, position: int, limit: int) -> RecordCheck:
         if size == 0 and magic == 0:
             return END_OF_DATA
         return RecordCheck(0, reason=f"bad magic code 0x{magic:08X}")
-    if size < HEADER_SIZE + 3 or position + size > limit:
+    if size < MIN_RECORD_SIZE or position + size > limit:
         return RecordCheck(0, reason=f"record size {size} out of bounds")
     (body_length,) = INT_AT.unpack_from(buf, position + OFFSET_BODY_LENGTH)
     topic_at = position + HEADER_SIZE + body_length
@@ -176,7 +232,7 @@ def chunk_problem(data: bytes) -> str | None:
                 return f"a blank record at {position} does not end the chunk"
         elif magic != MESSAGE_MAGIC:
             return f"bad magic code 0x{magic:08X} at {position}"
-        elif size < HEADER_SIZE + 3:
+        elif size < MIN_RECORD_SIZE:
             return f"record size {size} at {position} is too small"
         if position + size > length:
             return f"the record at {position} runs past the chunk"

@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from ferrymq.port_holds import (
+from node.port_holds import (
     RELEASE_WAIT_S,
     hold_free_ports,
     hold_port_when_free,
@@ -76,7 +76,7 @@ class ClusterPlan:
     secret: str
     nodes: tuple[NodePlan, ...]
     settings: dict  # extra node.toml sections: {"store": {...}, "replication": {...}, ...}
-    # Ports chosen by ``plan_cluster`` and held since (``ferrymq/port_holds.py``), by
+    # Ports chosen by ``plan_cluster`` and held since (``node/port_holds.py``), by
     # port, until ``start_node`` hands them to their node. Not saved: a loaded plan's
     # ports are held again when its nodes start.
     holds: dict[int, socket.socket] = field(default_factory=dict, compare=False, repr=False)

@@ -4,7 +4,7 @@ producers sent it.
 A rollback file (``ha/rollback.py``) holds CommitLog records: messages of user topics,
 and system records; so do the still valid records of a damaged range
 (``store/damaged_ranges.py``), which are resent the same way unless the node's log holds
-them again (``ferrymq/rollback_listing.py``). Of those, delayed messages still waiting
+them again (``ferrymq/cli/rollback_listing.py``). Of those, delayed messages still waiting
 in the timer topic are messages a producer sent too; they go again to their real topic
 with their delivery time (one already due is delivered at once), unless the tail also
 holds their delivered copy.
@@ -24,15 +24,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ferrymq.client import FerryError, Message, Producer
-from node.parked import as_sent
-from store.message import (
+from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.codec.properties import (
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_TRANSACTION_ID,
     SYSTEM_PROPERTY_NAMES,
-    TIMER_TOPIC,
-    StoredMessage,
 )
+from node.parked import as_sent
+from store.message import TIMER_TOPIC
 
 SKIPPED_DELIVERED = "delayed messages whose delivered copy is resent instead"
 SKIPPED_TRANSACTIONAL = "committed transactional messages (their producer commits them)"

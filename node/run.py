@@ -1,0 +1,53 @@
+"""The node's entry point: ``python -m node`` and ``ferrymq node`` both run ``run``.
+
+It lives in the node so that the node never imports the command line: the CLI adds these
+options to its ``node`` command and calls ``run``. Only the standard library is imported
+here; the node's modules are imported when a node starts, so building the CLI's parser
+does not load the broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of one node, on ``parser``."""
+    parser.add_argument("--config", help="node.toml (every option has a default)")
+    parser.add_argument("--data", help="data directory (overrides the config)")
+    parser.add_argument("--port", type=int, help="client gRPC port, 0 for any (overrides)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one node in the foreground until it stops; the exit code (2 for a bad
+    configuration, 1 when it cannot start)."""
+    from node.config import ConfigError, load_node_config
+    from node.server import serve, tune_garbage_collector
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        config = load_node_config(args.config, data_dir=args.data, grpc_port=args.port)
+    except (ConfigError, OSError) as error:
+        print(f"ferrymq node: {error}", file=sys.stderr)
+        return 2
+    from node.handle_key import HandleKeyError
+    from routing.replica import RoutingUnavailable
+    from store.errors import RecoveryRefused
+
+    tune_garbage_collector()
+    try:
+        asyncio.run(serve(config))
+    except (RoutingUnavailable, HandleKeyError, RecoveryRefused) as error:
+        print(f"ferrymq node: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m node [--config FILE] [--data DIR] [--port N]``."""
+    parser = argparse.ArgumentParser(prog="python -m node", description="run one broker node")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

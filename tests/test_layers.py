@@ -1,0 +1,251 @@
+"""The import rules between the repository's packages (docs/architecture.md, "Layers").
+
+Every import of every module is read with ``ast``, at module level and inside functions
+(a lazy import is still a dependency), and checked against one table: which layer may
+import which. The table has no cycle, so neither can the packages; no two modules import
+each other either, directly or around a loop. The same table is in docs/architecture.md,
+and this test checks that they agree."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+# Each layer and the layers it may import besides itself.
+LAYERS: dict[str, frozenset[str]] = {
+    "ferrymq.codec": frozenset(),
+    "ferrymq.protocol": frozenset(),
+    "routing": frozenset(),
+    "store": frozenset({"ferrymq.codec"}),
+    "ha": frozenset({"ferrymq.codec", "store", "routing"}),
+    "node": frozenset({"ferrymq.codec", "ferrymq.protocol", "store", "ha", "routing"}),
+    "ferrymq.client": frozenset({"ferrymq.codec", "ferrymq.protocol"}),
+    "ferrymq.spark": frozenset({"ferrymq.codec", "ferrymq.protocol", "ferrymq.client"}),
+    "ferrymq.launcher": frozenset({"ferrymq.client", "node"}),
+    "chaos": frozenset(
+        {"ferrymq.codec", "ferrymq.protocol", "store", "ha", "ferrymq.client", "ferrymq.launcher"}
+    ),
+    "ferrymq.cli": frozenset(
+        {
+            "ferrymq.codec",
+            "ferrymq.protocol",
+            "store",
+            "ha",
+            "routing",
+            "node",
+            "ferrymq.client",
+            "ferrymq.spark",
+            "ferrymq.launcher",
+            "chaos",
+        }
+    ),
+    "bench": frozenset(
+        {
+            "ferrymq.codec",
+            "ferrymq.protocol",
+            "store",
+            "node",
+            "ferrymq.client",
+            "ferrymq.spark",
+            "ferrymq.launcher",
+        }
+    ),
+    "deploy": frozenset({"ferrymq.client", "ferrymq.launcher"}),
+    "proto": frozenset(),
+    "tests": frozenset(
+        {
+            "ferrymq.codec",
+            "ferrymq.protocol",
+            "store",
+            "ha",
+            "routing",
+            "node",
+            "ferrymq.client",
+            "ferrymq.spark",
+            "ferrymq.launcher",
+            "ferrymq.cli",
+            "chaos",
+            "bench",
+            "deploy",
+            "proto",
+        }
+    ),
+}
+TOP_LEVEL = frozenset(layer.split(".")[0] for layer in LAYERS)
+# The codec is the lowest layer: besides the standard library, only this.
+CODEC_THIRD_PARTY = frozenset({"crc32c"})
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # the imported module (or module.name: resolved against what exists)
+    line: int
+
+
+def layer_of(module: str) -> str | None:
+    """The layer holding ``module``: the longest table entry it is or is under."""
+    found = [layer for layer in LAYERS if module == layer or module.startswith(layer + ".")]
+    return max(found, key=len) if found else None
+
+
+def our_modules() -> dict[str, Path]:
+    """Every Python module of the repository's packages, by dotted name."""
+    modules = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[0] not in TOP_LEVEL:
+            continue
+        name = list(parts)
+        if name[-1] == "__init__":
+            name.pop()
+        modules[".".join(name)] = path
+    return modules
+
+
+def imports_of(module: str, path: Path, modules: Mapping[str, Path]) -> Iterator[Import]:
+    """The imports of ours in ``path``, wherever they are (module level, functions, blocks
+    under ``if TYPE_CHECKING``), each resolved to the module it loads."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] in TOP_LEVEL:
+                target = name
+                while target not in modules and "." in target:
+                    target = target.rpartition(".")[0]
+                if target != module:
+                    yield Import(module, target, node.lineno)
+
+
+def all_imports() -> list[Import]:
+    modules = our_modules()
+    return [found for name, path in modules.items() for found in imports_of(name, path, modules)]
+
+
+def violations(imports: list[Import]) -> list[str]:
+    """Every import the table forbids, as ``module:line imports target (layer → layer)``."""
+    wrong = []
+    for found in imports:
+        source, target = layer_of(found.module), layer_of(found.target)
+        if source == target:
+            continue
+        if source is None or target is None or target not in LAYERS[source]:
+            wrong.append(
+                f"{found.module}:{found.line} imports {found.target} ({source} → {target})"
+            )
+    return wrong
+
+
+def cycle_in(graph: Mapping[str, set[str] | frozenset[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path that ends where it starts, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for successor in sorted(graph.get(node, ())):
+            if state.get(successor) == 1:
+                return [*path[path.index(successor) :], successor]
+            if successor not in state and (found := visit(successor)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_every_module_is_in_a_layer():
+    """A module outside the table (a loose ``ferrymq/x.py``) has no rules: refused."""
+    outside = [name for name in our_modules() if name != "ferrymq" and layer_of(name) is None]
+    assert outside == []
+
+
+def test_imports_follow_the_layer_table():
+    assert violations(all_imports()) == []
+
+
+def test_the_checker_catches_a_forbidden_import():
+    """The rules bite: the node importing the CLI, the store the node, the SDK the store,
+    the codec the SDK; an allowed one passes."""
+    forbidden = [
+        Import("node.server", "ferrymq.cli.main", 1),
+        Import("store.commitlog", "node.convert", 1),
+        Import("ferrymq.client.messages", "store.message", 1),
+        Import("ferrymq.codec.properties", "ferrymq.client.messages", 1),
+        Import("ha.slave", "node.replication", 1),
+        Import("ferrymq.loose", "ferrymq.codec.properties", 1),
+    ]
+    assert len(violations(forbidden)) == len(forbidden)
+    assert violations([Import("store.commitlog", "ferrymq.codec.commitlog_record", 1)]) == []
+
+
+def test_the_layer_table_has_no_cycle():
+    """So no two packages can depend on each other, however their modules do it."""
+    assert cycle_in(LAYERS) is None
+    assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_two_modules_import_each_other():
+    """Not even around a loop, nor through a function-level or TYPE_CHECKING import (the
+    SDK's coalescer once imported its producer for a type while the producer imported it)."""
+    graph: dict[str, set[str]] = {}
+    for found in all_imports():
+        graph.setdefault(found.module, set()).add(found.target)
+    assert cycle_in(graph) is None
+
+
+def test_the_codec_imports_only_the_standard_library_and_crc32c():
+    outside = []
+    for name, path in our_modules().items():
+        if layer_of(name) != "ferrymq.codec":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                tops = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            outside += [
+                f"{name} imports {top}"
+                for top in tops
+                if top not in sys.stdlib_module_names
+                and top not in CODEC_THIRD_PARTY
+                and top != "ferrymq"
+            ]
+    assert outside == []
+
+
+def documented_table() -> dict[str, frozenset[str]]:
+    """The table of docs/architecture.md's "Layers" section: `layer` | `may import`, ..."""
+    text = ARCHITECTURE.read_text()
+    section = text[text.index("## Layers") :]
+    section = section[: section.index("\n## ", 1)]
+    table = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and re.fullmatch(r"`[\w.]+`", cells[0]):
+            table[cells[0].strip("`")] = frozenset(re.findall(r"`([\w.]+)`", cells[1]))
+    return table
+
+
+def test_the_documented_table_is_this_table():
+    documented = documented_table()
+    assert documented == {layer: LAYERS[layer] for layer in LAYERS if layer != "tests"}
