@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection
 
+from ferrymq.codec.commitlog_record import StoredMessage
 from ha.role import ReplicationRole
 from store.commitlog import PreparedMessage
 from store.config import StoreConfig
 from store.consume_queue import ConsumeQueue
 from store.dispatcher import DispatchListener
-from store.message import Message, StoredMessage
+from store.message import Message
 from store.message_store import MessageStore
 from store.results import GetResult, PutResult
 
