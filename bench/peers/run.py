@@ -61,6 +61,8 @@ PEERS = (
         "rabbitmq-server",
         "/usr/lib/rabbitmq/bin/rabbitmq-server",
     ),
+    # The JVM peers fetch their own artifacts from Maven Central (bench.peers.jvm).
+    PeerSpec("kafka", "bench.peers.kafka_kraft", "KafkaKraft"),
 )
 
 
