@@ -126,6 +126,10 @@ def java_argv(
         f"-Xmx{heap_mb}m",
         "-XX:+UseG1GC",
         "-XX:MaxDirectMemorySize=512m",
+        # Serialisers in the RocketMQ controller reflect into java.base (Java 17 refuses).
+        "--add-opens=java.base/java.lang=ALL-UNNAMED",
+        "--add-opens=java.base/java.nio=ALL-UNNAMED",
+        "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
         *(f"-D{key}={value}" for key, value in (properties or {}).items()),
         "-cp",
         os.path.join(lib, "*"),

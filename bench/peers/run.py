@@ -63,6 +63,7 @@ PEERS = (
     ),
     # The JVM peers fetch their own artifacts from Maven Central (bench.peers.jvm).
     PeerSpec("kafka", "bench.peers.kafka_kraft", "KafkaKraft"),
+    PeerSpec("rocketmq", "bench.peers.rocketmq_apache", "RocketmqApache"),
 )
 
 
