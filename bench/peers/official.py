@@ -214,6 +214,15 @@ def end_to_end(request: dict) -> dict:
     reader.start()
     producer = _producer(request)
     try:
+        # A new group starts reading where the queue ends when it first polls: send until
+        # the consumer has one, so that no timed message is sent before that.
+        while True:
+            producer.send(_message(request["topic"], stamped_body()))
+            try:
+                arrived.get(timeout=1.0)
+                break
+            except queue.Empty:
+                continue
         took = []
         for i in range(WARMUP + request["count"]):
             producer.send(_message(request["topic"], stamped_body()))

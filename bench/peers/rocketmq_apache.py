@@ -84,6 +84,10 @@ def broker_properties(
         "autoCreateTopicEnable": "false",
         "autoCreateSubscriptionGroup": "true",
         "diskMaxUsedSpaceRatio": "95",
+        # A send waits in the broker's queue up to the client's timeout rather than the
+        # default 200 ms, past which the broker refuses it as busy (on 2 shared cores, a
+        # JVM pause is enough).
+        "waitTimeMillsInSendQueue": "3000",
     }
 
 

@@ -40,6 +40,8 @@ class PeerSpec:
 
 PEERS = (
     PeerSpec("ferrymq", "bench.peers.ferry", "Ferrymq"),
+    # The official RocketMQ client against ferrymq and against Apache RocketMQ (below).
+    PeerSpec("ferrymq-official", "bench.peers.ferry", "FerrymqOfficialClient"),
     PeerSpec(
         "nats",
         "bench.peers.nats_jetstream",
