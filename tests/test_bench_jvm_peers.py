@@ -155,3 +155,16 @@ def test_registry_is_left_empty_after_a_jvm_peer_fails_to_start(tmp_path, monkey
         with pytest.raises(jvm.JvmUnavailable):
             kafka_kraft.KafkaKraft().start(registry)
         assert registry.started == [] and registry.directories == []
+
+
+def test_ferrymq_through_the_official_client_is_not_a_peer_in_the_ratios():
+    from bench.peers import report
+    from bench.peers.workloads import Figures
+
+    peers = {
+        "ferrymq": Figures("ferrymq", consume_msgs_per_s=100).to_json(),
+        "ferrymq-official": Figures("ferrymq-official", consume_msgs_per_s=1000).to_json(),
+        "rocketmq": Figures("rocketmq", consume_msgs_per_s=50).to_json(),
+    }
+    assert report.ratios(peers)["ratio_consume"]["best_peer"] == "rocketmq"
+    assert report.ratios(peers)["ratio_consume"]["ratio"] == 2.0
