@@ -44,7 +44,8 @@ bench-cluster: $(STAMP)
 bench-floors: $(STAMP)
 	$(PY) -m bench.grpc_ceiling --json
 
-# ferrymq against NATS JetStream, Redis Streams and RabbitMQ quorum queues (apt-installs them).
+# ferrymq against NATS JetStream, Redis Streams and RabbitMQ quorum queues (apt-installs them),
+# Apache Kafka and Apache RocketMQ (Java 17; jars fetched from Maven Central by the benchmark).
 bench-peers: $(STAMP)
 	$(PY) -m bench.peers --json
 

@@ -1,5 +1,6 @@
 """``python -m bench.peers [--json] [--quick | --smoke]``: ferrymq side by side with NATS
-JetStream, Redis Streams and RabbitMQ quorum queues, each a 3-node group started here.
+JetStream, Redis Streams, RabbitMQ quorum queues, Apache Kafka and Apache RocketMQ, each a
+3-node group started here (the JVM peers from Maven Central artifacts, ``bench.peers.jvm``).
 
 With a system Python in a fresh clone it first sets up ``.venv`` (the ``bench`` extra)
 and re-executes itself there, and apt-installs the peers' Debian packages that are

@@ -13,7 +13,17 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV_PYTHON = os.path.join(REPO, ".venv", "bin", "python")
 # The peers' clients, the chart, and what a ferrymq node imports.
-NEEDED_MODULES = ("nats", "redis", "pika", "matplotlib", "grpc", "pysyncobj", "crc32c")
+NEEDED_MODULES = (
+    "nats",
+    "redis",
+    "pika",
+    "confluent_kafka",
+    "rocketmq",
+    "matplotlib",
+    "grpc",
+    "pysyncobj",
+    "crc32c",
+)
 BOOTSTRAPPED = "FERRYMQ_BENCH_PEERS_BOOTSTRAPPED"
 POLICY_RC_D = "/usr/sbin/policy-rc.d"
 

@@ -17,6 +17,7 @@ import time
 from importlib.metadata import version
 
 from bench.cluster import stop_cluster, wait_all_in_sync
+from bench.peers.official import OfficialClientWorkloads
 from bench.peers.workloads import (
     BATCH,
     BATCHES_IN_FLIGHT,
@@ -200,3 +201,41 @@ class Ferrymq:
                 return time.perf_counter() - started
 
         return self._run(workload, group="bench-consume")
+
+
+class FerrymqOfficialClient(OfficialClientWorkloads):
+    """The same 3-node SYNC group measured through the official RocketMQ Python client,
+    the client of the Apache RocketMQ column: the two columns differ by broker only."""
+
+    name = "ferrymq-official"
+    durability = Ferrymq.durability
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = f"rocketmq-python-client {version('rocketmq-python-client')} (official)"
+        self.group = Ferrymq()
+
+    def start(self, registry) -> None:
+        self.group.start(registry)
+        self.client_home = os.path.join(os.path.dirname(self.group.directory), "client")
+        self.endpoints = ";".join(n.grpc for n in self.group.plan.nodes)
+
+    def stop(self) -> None:
+        self.group.stop()
+
+    def create_topic(self, topic: str, queues: int) -> None:
+        wait_all_in_sync(self.group.plan)
+        with Admin(self.group.admin_address) as admin:
+            admin.create_topic(topic, queues)
+
+    def delete_topic(self, topic: str) -> None:
+        with Admin(self.group.admin_address) as admin:
+            admin.delete_topic(topic)
+
+    def create_group(self, group: str) -> None:
+        with Admin(self.group.admin_address) as admin:
+            admin.create_group(group)
+
+    def delete_group(self, group: str) -> None:
+        with Admin(self.group.admin_address) as admin:
+            admin.delete_group(group)

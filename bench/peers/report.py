@@ -39,7 +39,8 @@ TARGET_RATIOS = ("ratio_batched_send", "ratio_256_inflight_send")
 
 
 def ratios(peers: dict[str, dict]) -> dict[str, dict]:
-    """For each workload: ferrymq's figure, the best other system's, and ferrymq / best
+    """For each workload: ferrymq's figure, the best other system's (ferrymq through another
+    client, such as ferrymq-official, is not another system), and ferrymq / best
     (best / ferrymq for latencies), so that above 1 always means ferrymq is faster.
     None when ferrymq or every other system lacks the figure."""
     found = {}
@@ -48,7 +49,7 @@ def ratios(peers: dict[str, dict]) -> dict[str, dict]:
         theirs = {
             name: figures.get(workload.figure)
             for name, figures in peers.items()
-            if name != FERRYMQ and figures.get(workload.figure) is not None
+            if not name.startswith(FERRYMQ) and figures.get(workload.figure) is not None
         }
         best_name = None
         if theirs:

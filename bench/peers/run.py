@@ -40,6 +40,8 @@ class PeerSpec:
 
 PEERS = (
     PeerSpec("ferrymq", "bench.peers.ferry", "Ferrymq"),
+    # The official RocketMQ client against ferrymq and against Apache RocketMQ (below).
+    PeerSpec("ferrymq-official", "bench.peers.ferry", "FerrymqOfficialClient"),
     PeerSpec(
         "nats",
         "bench.peers.nats_jetstream",
@@ -61,6 +63,9 @@ PEERS = (
         "rabbitmq-server",
         "/usr/lib/rabbitmq/bin/rabbitmq-server",
     ),
+    # The JVM peers fetch their own artifacts from Maven Central (bench.peers.jvm).
+    PeerSpec("kafka", "bench.peers.kafka_kraft", "KafkaKraft"),
+    PeerSpec("rocketmq", "bench.peers.rocketmq_apache", "RocketmqApache"),
 )
 
 

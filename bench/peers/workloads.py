@@ -1,9 +1,10 @@
 """What every system is measured on, and the one interface each system's module fills in.
 
-A ``Peer`` (ferrymq, NATS JetStream, Redis Streams, RabbitMQ quorum queues) starts its own
-3-node group on loopback and runs five workloads with 1 KiB bodies through its usual
-Python client. ``measure`` runs them in turn and turns what they return into ``Figures``;
-a workload that fails is recorded with its error and the others still run.
+A ``Peer`` (ferrymq, NATS JetStream, Redis Streams, RabbitMQ quorum queues, Apache Kafka,
+Apache RocketMQ) starts its own 3-node group on loopback and runs five workloads with
+1 KiB bodies through its usual Python client. ``measure`` runs them in turn and turns what
+they return into ``Figures``; a workload that fails is recorded with its error and the
+others still run.
 """
 
 from __future__ import annotations

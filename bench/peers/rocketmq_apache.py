@@ -1,0 +1,234 @@
+"""Apache RocketMQ 5.3: a name server with the controller embedded, three brokers of one
+broker group in controller mode, and the proxy the official gRPC clients talk to; the
+client is the official Python client, in a process of its own (``bench.peers.official``).
+
+The closest to ferrymq's SYNC mode: controller mode with ``allAckInSyncStateSet=true``,
+so the master acknowledges a send once every member of the SyncStateSet (master and both
+slaves, normally) has it, in memory (ASYNC_FLUSH). ``minInSyncReplicas=1`` keeps the
+master accepting sends while slaves drop out of the set, as ferrymq's master does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from importlib.metadata import version
+
+from bench.peers import jvm
+from bench.peers.official import OfficialClientWorkloads
+from bench.peers.workloads import log
+from ferrymq.cluster import free_ports
+from ferrymq.polling import until
+
+VERSION = "5.3.3"
+ARTIFACTS = tuple(
+    jvm.Artifact("org.apache.rocketmq", name, VERSION)
+    for name in ("rocketmq-namesrv", "rocketmq-controller", "rocketmq-broker", "rocketmq-proxy")
+)
+CLUSTER = "FerryBench"
+GROUP = "broker-a"  # the one broker group (brokerName)
+BROKERS = 3
+QUEUES = 8
+HEAP_MB = {"namesrv": 256, "broker": 512, "proxy": 384, "admin": 128}
+# Small CommitLog files, as for the other peers: each is preallocated when created.
+COMMITLOG_FILE_BYTES = 64 << 20
+MAIN = {
+    "namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
+    "broker": "org.apache.rocketmq.broker.BrokerStartup",
+    "proxy": "org.apache.rocketmq.proxy.ProxyStartup",
+    "admin": "org.apache.rocketmq.tools.command.MQAdminStartup",
+}
+
+
+def namesrv_properties(namesrv_port: int, controller_port: int, root: str) -> dict[str, str]:
+    """The name server, with the controller inside it: a one-voter DLedger group, whose
+    peer port is also where brokers and mqadmin reach the controller."""
+    return {
+        "listenPort": str(namesrv_port),
+        "enableControllerInNamesrv": "true",
+        "controllerDLegerGroup": "bench",
+        "controllerDLegerPeers": f"n0-127.0.0.1:{controller_port}",
+        "controllerDLegerSelfId": "n0",
+        "controllerStorePath": os.path.join(root, "controller"),
+        "enableElectUncleanMaster": "false",
+    }
+
+
+def broker_properties(
+    index: int, listen_port: int, ha_port: int, namesrv: str, controller: str, root: str
+) -> dict[str, str]:
+    """Broker ``index`` of the group, in controller mode: which one is master is the
+    controller's choice; acknowledgements wait for the whole SyncStateSet."""
+    store = os.path.join(root, f"b{index + 1}", "store")
+    return {
+        "brokerClusterName": CLUSTER,
+        "brokerName": GROUP,
+        "brokerId": "-1",  # assigned by the controller
+        "brokerIP1": "127.0.0.1",
+        "listenPort": str(listen_port),
+        "haListenPort": str(ha_port),
+        "namesrvAddr": namesrv,
+        "enableControllerMode": "true",
+        "controllerAddr": controller,
+        "allAckInSyncStateSet": "true",
+        "inSyncReplicas": str(BROKERS),
+        "minInSyncReplicas": "1",
+        "flushDiskType": "ASYNC_FLUSH",
+        "storePathRootDir": store,
+        "storePathCommitLog": os.path.join(store, "commitlog"),
+        "storePathEpochFile": os.path.join(store, "epochFileCheckpoint"),
+        "storePathBrokerIdentity": os.path.join(store, "brokerIdentity"),
+        "mappedFileSizeCommitLog": str(COMMITLOG_FILE_BYTES),
+        "autoCreateTopicEnable": "false",
+        "autoCreateSubscriptionGroup": "true",
+        "diskMaxUsedSpaceRatio": "95",
+        # A send waits in the broker's queue up to the client's timeout rather than the
+        # default 200 ms, past which the broker refuses it as busy (on 2 shared cores, a
+        # JVM pause is enough).
+        "waitTimeMillsInSendQueue": "3000",
+    }
+
+
+def proxy_config(namesrv: str, grpc_port: int, remoting_port: int) -> dict[str, object]:
+    """The proxy in cluster mode: the gRPC endpoint of the official clients."""
+    return {
+        "rocketMQClusterName": CLUSTER,
+        "namesrvAddr": namesrv,
+        "proxyMode": "cluster",
+        "grpcServerPort": grpc_port,
+        "remotingListenPort": remoting_port,
+    }
+
+
+def render(properties: dict[str, str]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in properties.items())
+
+
+def home_properties(directory: str) -> dict[str, str]:
+    """Every path a RocketMQ process derives from the home directories (logs, stores,
+    configs) falls under ``directory``."""
+    return {"user.home": directory, "rocketmq.home.dir": directory}
+
+
+class RocketmqApache(OfficialClientWorkloads):
+    name = "rocketmq"
+    durability = (
+        "controller mode, allAckInSyncStateSet: acknowledged once every SyncStateSet member "
+        "(master and both slaves, normally) holds it, in memory; ASYNC_FLUSH"
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = f"rocketmq-python-client {version('rocketmq-python-client')} (official)"
+        self.namesrv = ""
+        self._java = ""
+        self._lib = ""
+        self._root = ""
+        self._registry = None
+        self._admin_runs = 0
+
+    def start(self, registry) -> None:
+        self._java = jvm.find_java()
+        self._lib = jvm.resolve("rocketmq", ARTIFACTS)
+        self._registry = registry
+        root = self._root = registry.make_dir("rocketmq")
+        self.client_home = os.path.join(root, "client")
+        ports = free_ports(4 + 2 * BROKERS)
+        namesrv_port, controller_port, grpc_port, remoting_port = ports[:4]
+        self.namesrv = f"127.0.0.1:{namesrv_port}"
+        self.controller = f"127.0.0.1:{controller_port}"
+        self._spawn("namesrv", "namesrv", namesrv_properties(namesrv_port, controller_port, root))
+        for port, what in ((namesrv_port, "the name server"), (controller_port, "the controller")):
+            until(lambda p=port: self._listening(p), 120, what, interval_s=0.2)
+        for index in range(BROKERS):
+            listen_port, ha_port = ports[4 + 2 * index], ports[5 + 2 * index]
+            self._spawn(
+                f"broker{index + 1}",
+                "broker",
+                broker_properties(index, listen_port, ha_port, self.namesrv, self.controller, root),
+            )
+        until(self._group_in_sync, 180, "a master and two in-sync slaves", interval_s=1.0)
+        # The proxy creates its system topics at start: only once the master is elected.
+        proxy_path = os.path.join(root, "proxy.json")
+        with open(proxy_path, "w", encoding="utf-8") as f:
+            json.dump(proxy_config(self.namesrv, grpc_port, remoting_port), f)
+        self._spawn_argv("proxy", "proxy", ["-pc", proxy_path])
+        self.endpoints = f"127.0.0.1:{grpc_port}"
+        until(lambda: self._listening(grpc_port), 120, "the proxy", interval_s=0.2)
+        log(f"  rocketmq: namesrv {self.namesrv}, proxy {self.endpoints}, 3 brokers in sync")
+
+    def stop(self) -> None:
+        """The registry stops the processes."""
+
+    # ---- processes -------------------------------------------------------------------
+    def _spawn(self, name: str, kind: str, properties: dict[str, str]) -> None:
+        path = os.path.join(self._root, f"{name}.properties")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(render(properties))
+        self._spawn_argv(name, kind, ["-c", path])
+
+    def _spawn_argv(self, name: str, kind: str, arguments: list[str]) -> None:
+        home = os.path.join(self._root, name)
+        os.makedirs(home, exist_ok=True)
+        argv = jvm.java_argv(
+            self._java, self._lib, MAIN[kind], HEAP_MB[kind], arguments, home_properties(home)
+        )
+        self._registry.spawn(
+            f"rocketmq-{name}",
+            argv,
+            os.path.join(self._root, f"{name}.log"),
+            env={"ROCKETMQ_HOME": home},
+        )
+
+    @staticmethod
+    def _listening(port: int) -> bool:
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    def _admin(self, *arguments: str) -> str:
+        """One mqadmin command (a JVM of its own, not timed): its output."""
+        self._admin_runs += 1
+        home = os.path.join(self._root, "admin")
+        os.makedirs(home, exist_ok=True)
+        argv = jvm.java_argv(
+            self._java,
+            self._lib,
+            MAIN["admin"],
+            HEAP_MB["admin"],
+            [arguments[0], "-n", self.namesrv, *arguments[1:]],
+            home_properties(home),
+        )
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=self._registry.environment({"ROCKETMQ_HOME": home}),
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"mqadmin {arguments[0]}: {done.stdout[-500:]}{done.stderr[-500:]}")
+        return done.stdout
+
+    def _group_in_sync(self) -> bool:
+        """Whether the controller reports a master and a SyncStateSet of all three."""
+        try:
+            out = self._admin("getSyncStateSet", "-b", GROUP, "-a", self.controller)
+        except Exception:
+            return False
+        return f"#SyncStateSetNums\t{BROKERS}" in out
+
+    # ---- topics (OfficialClientWorkloads) ------------------------------------------------
+    def create_topic(self, topic: str, queues: int) -> None:
+        self._admin("updateTopic", "-c", CLUSTER, "-t", topic, "-r", str(queues), "-w", str(queues))
+
+    def delete_topic(self, topic: str) -> None:
+        self._admin("deleteTopic", "-c", CLUSTER, "-t", topic)
+
+    def create_group(self, group: str) -> None:
+        """The brokers create subscription groups on first use."""
+
+    def delete_group(self, group: str) -> None:
+        """Left to the brokers' directories, removed at teardown."""

@@ -1,0 +1,170 @@
+"""The JVM peers of bench.peers (Apache Kafka, Apache RocketMQ) without starting a JVM:
+the configuration they generate, and a missing Java, Maven or artifact reported in one
+line as the peer's reason for not being measured."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from bench.peers import jvm, kafka_kraft, rocketmq_apache
+from bench.peers.processes import ProcessRegistry
+from bench.peers.run import PEERS, run_peer
+from bench.peers.workloads import SCALES
+
+ROOT = "/tmp/ferrymq-bench-test-root"
+
+
+def test_kafka_nodes_are_combined_kraft_with_rf3_and_min_isr_2():
+    nodes = [
+        kafka_kraft.server_properties(i, [9101, 9102, 9103], [9201, 9202, 9203], ROOT)
+        for i in range(3)
+    ]
+    for index, node in enumerate(nodes):
+        assert node["process.roles"] == "broker,controller"
+        assert node["node.id"] == str(index + 1)
+        assert node["controller.quorum.voters"] == (
+            "1@127.0.0.1:9201,2@127.0.0.1:9202,3@127.0.0.1:9203"
+        )
+        assert node["default.replication.factor"] == "3"
+        assert node["offsets.topic.replication.factor"] == "3"
+        assert node["min.insync.replicas"] == "2"
+        assert node["unclean.leader.election.enable"] == "false"
+        assert node["log.dirs"].startswith(ROOT + os.sep)
+        assert f"127.0.0.1:{9101 + index}" in node["listeners"]
+    assert len({node["log.dirs"] for node in nodes}) == 3
+    rendered = kafka_kraft.render(nodes[0])
+    assert "min.insync.replicas=2\n" in rendered
+
+
+def test_kafka_cluster_id_is_16_bytes_in_url_safe_base64():
+    ids = {kafka_kraft.cluster_id() for _ in range(20)}
+    assert len(ids) == 20
+    assert all(len(i) == 22 and "=" not in i and "+" not in i and "/" not in i for i in ids)
+
+
+def test_rocketmq_brokers_are_one_group_in_controller_mode_acking_the_whole_sync_set():
+    brokers = [
+        rocketmq_apache.broker_properties(
+            i, 10911 + 10 * i, 10912 + 10 * i, "127.0.0.1:9876", "127.0.0.1:9878", ROOT
+        )
+        for i in range(3)
+    ]
+    for broker in brokers:
+        assert broker["brokerName"] == rocketmq_apache.GROUP
+        assert broker["brokerId"] == "-1"
+        assert broker["enableControllerMode"] == "true"
+        assert broker["controllerAddr"] == "127.0.0.1:9878"
+        assert broker["allAckInSyncStateSet"] == "true"
+        assert broker["minInSyncReplicas"] == "1"
+        assert broker["flushDiskType"] == "ASYNC_FLUSH"
+        for key in ("storePathRootDir", "storePathCommitLog", "storePathEpochFile"):
+            assert broker[key].startswith(ROOT + os.sep)
+    assert len({b["storePathRootDir"] for b in brokers}) == 3
+    controller = rocketmq_apache.namesrv_properties(9876, 9878, ROOT)
+    assert controller["enableControllerInNamesrv"] == "true"
+    assert controller["controllerDLegerPeers"] == "n0-127.0.0.1:9878"
+    assert controller["controllerStorePath"].startswith(ROOT + os.sep)
+    assert controller["enableElectUncleanMaster"] == "false"
+    proxy = rocketmq_apache.proxy_config("127.0.0.1:9876", 8081, 8080)
+    assert proxy["proxyMode"] == "cluster" and proxy["grpcServerPort"] == 8081
+
+
+def test_jvm_processes_get_small_heaps_and_homes_under_the_temporary_directory():
+    argv = jvm.java_argv(
+        "/usr/bin/java",
+        "/cache/lib",
+        rocketmq_apache.MAIN["broker"],
+        rocketmq_apache.HEAP_MB["broker"],
+        ["-c", "broker.properties"],
+        rocketmq_apache.home_properties(ROOT + "/b1"),
+    )
+    assert "-Xmx512m" in argv and "-Xms512m" in argv
+    assert f"-Duser.home={ROOT}/b1" in argv
+    assert argv[-3:] == [rocketmq_apache.MAIN["broker"], "-c", "broker.properties"]
+    assert max(rocketmq_apache.HEAP_MB.values()) <= 512
+    assert kafka_kraft.HEAP_MB <= 512
+
+
+def test_pom_lists_every_artifact():
+    text = jvm.pom("rocketmq", rocketmq_apache.ARTIFACTS)
+    for name in ("rocketmq-namesrv", "rocketmq-broker", "rocketmq-proxy", "rocketmq-controller"):
+        assert f"<artifactId>{name}</artifactId><version>5.3.3</version>" in text
+
+
+def fake_tool(directory, name: str, script: str) -> None:
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n" + script)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+
+
+def test_a_missing_java_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java here
+    with pytest.raises(jvm.JvmUnavailable) as raised:
+        jvm.find_java()
+    assert "\n" not in str(raised.value) and "java not found" in str(raised.value)
+
+
+def test_an_unreachable_artifact_is_one_line(tmp_path, monkeypatch):
+    fake_tool(
+        tmp_path,
+        "mvn",
+        'echo "[INFO] Scanning for projects..."\n'
+        'echo "[ERROR] Failed to execute goal on project kafka: Could not resolve '
+        'dependencies: org.apache.kafka:kafka_2.13:jar:9.9.9 was not found"\n'
+        'echo "[ERROR] -> [Help 1]"\nexit 1\n',
+    )
+    monkeypatch.setenv("PATH", str(tmp_path))
+    artifact = jvm.Artifact("org.apache.kafka", "kafka_2.13", "9.9.9")
+    with pytest.raises(jvm.JvmUnavailable) as raised:
+        jvm.resolve("kafka", [artifact], cache=str(tmp_path / "cache"))
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "org.apache.kafka:kafka_2.13:9.9.9 not resolved" in message
+    assert "was not found" in message
+    assert not os.path.exists(tmp_path / "cache" / "kafka" / jvm.STAMP)
+
+
+def test_resolved_artifacts_are_not_fetched_twice(tmp_path, monkeypatch):
+    calls = tmp_path / "calls"
+    fake_tool(tmp_path, "mvn", f'echo run >> "{calls}"\nexit 0\n')
+    monkeypatch.setenv("PATH", str(tmp_path))
+    cache = str(tmp_path / "cache")
+    lib = jvm.resolve("kafka", kafka_kraft.ARTIFACTS, cache=cache)
+    assert jvm.resolve("kafka", kafka_kraft.ARTIFACTS, cache=cache) == lib
+    assert calls.read_text() == "run\n"
+    assert lib == os.path.join(cache, "kafka", "lib")
+
+
+@pytest.mark.parametrize("name", ["kafka", "rocketmq"])
+def test_a_peer_without_java_is_reported_not_measured_in_one_line(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    spec = next(p for p in PEERS if p.name == name)
+    figures = run_peer(spec, SCALES["smoke"], "")
+    assert figures.available is False
+    assert "java not found" in figures.unavailable_reason
+    assert "\n" not in figures.unavailable_reason
+
+
+def test_registry_is_left_empty_after_a_jvm_peer_fails_to_start(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with ProcessRegistry("test", grace_s=1) as registry:
+        with pytest.raises(jvm.JvmUnavailable):
+            kafka_kraft.KafkaKraft().start(registry)
+        assert registry.started == [] and registry.directories == []
+
+
+def test_ferrymq_through_the_official_client_is_not_a_peer_in_the_ratios():
+    from bench.peers import report
+    from bench.peers.workloads import Figures
+
+    peers = {
+        "ferrymq": Figures("ferrymq", consume_msgs_per_s=100).to_json(),
+        "ferrymq-official": Figures("ferrymq-official", consume_msgs_per_s=1000).to_json(),
+        "rocketmq": Figures("rocketmq", consume_msgs_per_s=50).to_json(),
+    }
+    assert report.ratios(peers)["ratio_consume"]["best_peer"] == "rocketmq"
+    assert report.ratios(peers)["ratio_consume"]["ratio"] == 2.0
