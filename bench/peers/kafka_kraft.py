@@ -29,8 +29,8 @@ from bench.peers.workloads import (
     plain_body,
     stamped_body,
 )
-from ferrymq.cluster import free_ports
-from ferrymq.polling import until
+from ferrymq.launcher.cluster import free_ports
+from ferrymq.launcher.polling import until
 
 ARTIFACTS = (jvm.Artifact("org.apache.kafka", "kafka_2.13", "4.1.1"),)
 NODES = 3

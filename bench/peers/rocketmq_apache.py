@@ -19,8 +19,8 @@ from importlib.metadata import version
 from bench.peers import jvm
 from bench.peers.official import OfficialClientWorkloads
 from bench.peers.workloads import log
-from ferrymq.cluster import free_ports
-from ferrymq.polling import until
+from ferrymq.launcher.cluster import free_ports
+from ferrymq.launcher.polling import until
 
 VERSION = "5.3.3"
 ARTIFACTS = tuple(
