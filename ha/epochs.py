@@ -57,12 +57,6 @@ class EpochHistory:
                 break
         return found
 
-    def end_of(self, index: int, log_end: int) -> int:
-        """Where entry ``index`` ends: the next entry's start, or the log's end."""
-        if index + 1 < len(self.entries):
-            return self.entries[index + 1].start_offset
-        return log_end
-
     def append(self, epoch: int, start_offset: int) -> None:
         last = self.last
         if last is not None:

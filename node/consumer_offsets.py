@@ -36,9 +36,6 @@ class ConsumerOffsets(SystemState):
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get((group, topic, queue_id))
 
-    def of_group(self, group: str) -> dict[tuple[str, int], int]:
-        return {(t, q): o for (g, t, q), o in self._offsets.items() if g == group}
-
     async def commit(self, group: str, topic: str, queue_id: int, offset: int) -> PutResult:
         """Commit ``offset``: the table changes now, the record makes it durable."""
         key = (group, topic, queue_id)

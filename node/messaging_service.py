@@ -2,8 +2,8 @@
 
 Every response carries a status (the official clients reject code 0). Validation errors
 answer with the precise ``Code`` and change nothing; the store's statuses map to codes in
-``STORE_STATUS_CODES``. What this node does not serve yet (POP consumption, transactions)
-answers UNIMPLEMENTED through the generated base class.
+``STORE_STATUS_CODES``. Every RPC of the service is served: the POP ones by ``pop_service``,
+EndTransaction and orphan checks by ``transaction_service``.
 
 Thread-safety: all handlers run on the node's event loop.
 """

@@ -177,10 +177,6 @@ class RoutingReplica:
     def is_leader(self) -> bool:
         return self.sync._isLeader()
 
-    def is_ready(self) -> bool:
-        """The replica has caught up with a leader once since it started."""
-        return self.sync.isReady()
-
     def status(self) -> RaftStatus:
         leader = self.sync._getLeader()
         connected = tuple(

@@ -54,17 +54,6 @@ class Connection:
         self.messaging = service_pb2_grpc.MessagingServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminStub(self.channel)
         self.data = data_pb2_grpc.DataStub(self.channel)
-        self._options = options
-        self._aio_channel: grpc.aio.Channel | None = None
-        self._aio_messaging: service_pb2_grpc.MessagingServiceStub | None = None
-
-    @property
-    def aio_messaging(self) -> service_pb2_grpc.MessagingServiceStub:
-        """Stubs for asyncio callers (created on first use, inside the caller's loop)."""
-        if self._aio_messaging is None:
-            self._aio_channel = self.security.aio_channel(self.address, self._options)
-            self._aio_messaging = service_pb2_grpc.MessagingServiceStub(self._aio_channel)
-        return self._aio_messaging
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from ferrymq.client.connection import Connection
-from ferrymq.client.errors import TRANSPORT, FerryError, check, check_admin
+from ferrymq.client.errors import FerryError, check, check_admin
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
@@ -167,7 +167,3 @@ def ensure_group(endpoints: tuple[str, ...], group: str, timeout_ms: int) -> Non
             check_admin(answer.status)
 
     retrying(endpoints, timeout_ms, f"group {group}", create)
-
-
-def is_transport(error: FerryError) -> bool:
-    return error.code == TRANSPORT
