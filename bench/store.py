@@ -83,7 +83,7 @@ def bench_append_async(directory: str, count: int, batch: int) -> float:
 
 def bench_append_sync_async_writers(directory: str, count: int, writers: int) -> float:
     """SYNC_FLUSH with ``writers`` concurrent asyncio writers, one message per put: how the
-    node drives the store (DESIGN §6), each writer awaiting its group commit."""
+    node drives the store, each writer awaiting its group commit."""
     store = MessageStore.open(config_for(directory, FlushMode.SYNC_FLUSH))
     per_writer = count // writers
     batches = [make_messages(per_writer, w * per_writer) for w in range(writers)]

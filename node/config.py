@@ -1,4 +1,5 @@
-"""Node configuration: a TOML file where every option has a default (DESIGN §11).
+"""Node configuration: a TOML file where every option has a default (ports: docs/architecture.md,
+"Ports, and cluster.json").
 
 Layout of ``node.toml``::
 

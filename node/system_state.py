@@ -1,4 +1,5 @@
-"""State derived from a system topic of the CommitLog (DESIGN principle 1).
+"""State derived from a system topic of the CommitLog, a node's one source of truth
+(docs/architecture.md, "Node").
 
 Consumer offsets and POP in-flight state are not kept in side files: every change is a
 record appended to a system topic (queue 0), and the state is what those records say,

@@ -7,11 +7,11 @@ its copy for the real topic and a ``%SYS%TIMER_DONE`` record naming the timer en
 appended in one atomic batch, so after any crash a due message is in its topic exactly once
 or still pending, never both and never neither.
 
-State (DESIGN principle 1): pending = timer entries minus those named by done records,
-rebuilt at start from 20-byte queue entries and the done records. In memory, pending
-entries sit in buckets per due millisecond (an ``array`` of timer queue offsets each, in
-arrival order, with a cursor past the delivered ones) ordered by a heap of due times: a
-million messages due in the same second are one bucket of 8 MB.
+State (derived from the log, ``node.system_state``): pending = timer entries minus those
+named by done records, rebuilt at start from 20-byte queue entries and the done records. In
+memory, pending entries sit in buckets per due millisecond (an ``array`` of timer queue
+offsets each, in arrival order, with a cursor past the delivered ones) ordered by a heap of
+due times: a million messages due in the same second are one bucket of 8 MB.
 
 Delivery never holds the event loop for long: each batch is bounded (``DELIVERY_CHUNK``
 messages, ``DELIVERY_CHUNK_BYTES``), always taken from the earliest due bucket, and

@@ -14,8 +14,9 @@ survives restarts; when the count reaches the maximum the half is rolled back wi
 reason in the record. A check is counted whether or not a producer was connected, so an
 orphan whose producers are gone for good is rolled back in bounded time.
 
-State (DESIGN principle 1): pending = halves minus resolved halves, rebuilt at start from
-both topics. In memory per pending half: transaction id, real topic, store time, checks.
+State (derived from the log, ``node.system_state``): pending = halves minus resolved halves,
+rebuilt at start from both topics. In memory per pending half: transaction id, real topic,
+store time, checks.
 
 Thread-safety: owned by the node's event loop.
 """

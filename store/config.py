@@ -1,4 +1,5 @@
-"""Store configuration: the defaults of DESIGN §3, all overridable (tests use small files)."""
+"""Store configuration: the defaults of docs/architecture.md's "Files on disk", all
+overridable (tests use small files)."""
 
 from __future__ import annotations
 

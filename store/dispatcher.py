@@ -1,4 +1,5 @@
-"""The dispatcher: turns CommitLog records into consume-queue and index entries (DESIGN §3.4).
+"""The dispatcher: turns CommitLog records into consume-queue and index entries
+(docs/architecture.md, "Storage engine").
 
 It owns one cursor, ``dispatched_offset``: everything below it has been dispatched. The
 same ``dispatch`` runs right after a local append (with requests built while encoding),

@@ -1,4 +1,4 @@
-"""Flushing the CommitLog and the derived files to disk (DESIGN §3.5).
+"""Flushing the CommitLog and the derived files to disk (docs/architecture.md, "Files on disk").
 
 ``GroupCommitService`` serves SYNC_FLUSH: writers ask for "flushed up to my end offset" and
 wait; one background thread forces everything written so far, so all writers that arrived

@@ -1,4 +1,5 @@
-"""IndexFile: a hash index from ``topic#key`` to CommitLog offsets (DESIGN §3.3).
+"""IndexFile: a hash index from ``topic#key`` to CommitLog offsets (docs/architecture.md,
+"Files on disk").
 
 Layout: a 40-byte header (begin/end store timestamp, begin/end physical offset, used slot
 count, index count), ``slot_count`` slots of 4 bytes, then ``entry_count`` entries of 20

@@ -14,8 +14,8 @@ from ferrymq.codec.errors import InvalidMessageError
 from ferrymq.codec.properties import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 
 # Delayed messages wait in this topic; its consume-queue tag slot holds the delivery time
-# in ms instead of a tag hash (DESIGN §3.2, seed 004), so the timer is rebuilt from 20-byte
-# queue entries without reading a single record.
+# in ms instead of a tag hash (docs/architecture.md, "Files on disk"), so the timer is
+# rebuilt from 20-byte queue entries without reading a single record.
 TIMER_TOPIC = "%SYS%TIMER"
 
 TOPIC_MAX_BYTES = 255
@@ -50,7 +50,8 @@ def validate_topic(topic: str) -> bytes:
     return encoded
 
 
-# The record header fields a producer sets, in their on-disk widths (DESIGN §3.1).
+# The record header fields a producer sets, in their on-disk widths (docs/architecture.md,
+# "The CommitLog record").
 CALLER_HEADER_FIELDS = (
     "flag",
     "sys_flag",

@@ -1,4 +1,4 @@
-"""MessageStore: the storage engine of one node behind one facade (DESIGN §3).
+"""MessageStore: one node's storage engine, one facade (docs/architecture.md, "Storage engine").
 
 Layers, each with one job: this facade → CommitLog / ConsumeQueue / IndexService →
 MappedFileQueue → MappedFile. ``put_messages`` validates outside the put lock, appends and
@@ -243,7 +243,7 @@ class MessageStore:
         self._last_full_flush = time.monotonic()
         self._last_retention_check = 0.0
         self.recovery_report: RecoveryReport | None = None
-        # Under sync replication consumers see only what replicas confirmed (DESIGN §4.3);
+        # Under SYNC readers see what replicas confirmed (docs/architecture.md, "Replication");
         # None means "everything dispatched is visible". Written only by
         # ``set_confirmed_offset``.
         self._confirmed_offset: int | None = None

@@ -1,5 +1,6 @@
 """Monitoring of a real 3-node cluster (one broker group of three, SYNC replication, every
-node a Raft voter) by a real Prometheus with the repo's alert rules (DESIGN §7, issue 7).
+node a Raft voter) by a real Prometheus with the repo's alert rules
+(docs/architecture.md, "Metrics").
 
 The scrape configuration is generated from the cluster's ``cluster.json``; Prometheus
 scrapes and evaluates every second. A load through all three addresses (Producer,

@@ -1,4 +1,5 @@
-"""Monitoring with a real Prometheus scraping real nodes under load (DESIGN §7).
+"""Monitoring with a real Prometheus scraping real nodes under load (docs/architecture.md,
+"Metrics").
 
 Prometheus comes from the Debian package, installed here when missing (the test command
 runs as root); it runs as a child process with a temp config and storage on a free port,

@@ -1,8 +1,8 @@
-"""The storage engine layer by layer (DESIGN §3). Each test names the invariant it checks
-and drives the layer it is about directly where it can: the record codec, mapped files,
-the CommitLog, consume queues, index files, the flush services, the checkpoint and
-recovery. Deterministic: clocks are injected and threads are ordered with events, never
-with sleeps."""
+"""The storage engine layer by layer (docs/architecture.md, "Storage engine"). Each test
+names the invariant it checks and drives the layer it is about directly where it can: the
+record codec, mapped files, the CommitLog, consume queues, index files, the flush services,
+the checkpoint and recovery. Deterministic: clocks are injected and threads are ordered with
+events, never with sleeps."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def open_store(tmp_path, clock=None, **overrides) -> MessageStore:
     return MessageStore.open(config, clock_ms=clock)
 
 
-# ---- CommitLog records (DESIGN §3.1) ------------------------------------------------
+# ---- CommitLog records (docs/architecture.md, "The CommitLog record") ---------------
 
 FIELDS = dict(
     queue_id=7,
@@ -119,8 +119,9 @@ def test_record_encode_check_decode_round_trips_every_field():
     assert record.decode(tiny, 0).properties == {}
 
 
-def test_record_layout_is_design_3_1_byte_for_byte():
-    """Invariant: every field sits at the offset DESIGN §3.1 gives it, big-endian."""
+def test_record_layout_is_the_documented_one_byte_for_byte():
+    """Invariant: every field sits at the offset docs/architecture.md gives it,
+    big-endian ("The CommitLog record")."""
     assert crc32c(b"123456789") == 0xE3069283  # the CRC is CRC32C (Castagnoli)
     body = b"hello body"
     topic = b"TopicA"
@@ -549,7 +550,7 @@ def test_offset_message_id_is_store_host_and_physical_offset(tmp_path):
     store.shutdown()
 
 
-# ---- ConsumeQueue (DESIGN §3.2) ------------------------------------------------------
+# ---- ConsumeQueue (docs/architecture.md, "Files on disk") ---------------------------
 
 
 def test_consume_queue_entry_i_is_at_byte_i_times_20(tmp_path):
@@ -707,7 +708,7 @@ def test_offset_by_time_is_the_first_offset_stored_at_or_after(tmp_path):
     store.shutdown()
 
 
-# ---- IndexFile (DESIGN §3.3) ---------------------------------------------------------
+# ---- IndexFile (docs/architecture.md, "Files on disk") ------------------------------
 
 
 def test_index_file_layout_header_slots_and_chained_entries(tmp_path):
@@ -887,7 +888,7 @@ def test_index_service_replay_is_idempotent(tmp_path):
     assert service.lookup("T", "k", 0, 1 << 62, 100) == [400, 300, 200, 100, 0]
 
 
-# ---- flushing (DESIGN §3.5) ----------------------------------------------------------
+# ---- flushing (docs/architecture.md, "Files on disk") -------------------------------
 
 
 def test_group_commit_shares_fsyncs_among_concurrent_writers(tmp_path):
@@ -1081,7 +1082,7 @@ def test_checkpoint_round_trips_and_any_damaged_byte_reads_as_none(tmp_path):
     assert Checkpoint.read(str(tmp_path / "missing")) is None
 
 
-# ---- recovery (DESIGN §3.6) ----------------------------------------------------------
+# ---- recovery (docs/architecture.md, "Recovery") ------------------------------------
 
 
 def write_segments(store: MessageStore, segments: float, start: int = 0) -> int:

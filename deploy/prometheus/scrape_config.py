@@ -1,7 +1,8 @@
 """Prometheus configuration for a ferrymq cluster: one ``ferrymq`` job, a target per node.
 
 ``python -m deploy.prometheus.scrape_config cluster.json`` prints a configuration for a
-local cluster (``cluster.json`` as ``ferrymq cluster up`` writes it, DESIGN §11);
+local cluster (``cluster.json`` as ``ferrymq cluster up`` writes it: docs/architecture.md,
+"Ports, and cluster.json");
 ``--layout 3`` / ``--layout 6`` print the checked-in configurations for nodes on separate
 hosts (``prometheus-3-nodes.yml``, ``prometheus-6-nodes.yml``).
 
@@ -22,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 JOB = "ferrymq"
-METRICS_PORT = 5557  # DESIGN §11
+METRICS_PORT = 5557  # a node's default metrics port (node/config.py)
 RULES_FILE = "alerts.yml"
 TOKEN_PLACEHOLDER = "CHANGE-ME-to-the-metrics-token"  # the nodes' files have the same
 

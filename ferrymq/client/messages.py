@@ -137,7 +137,7 @@ class ReceivedMessage:
 
 
 def decode_records(records: bytes) -> list[StoredMessage]:
-    """Split a Fetch answer into records (DESIGN §3.1: each starts with its total size).
+    """Split a Fetch answer into records (each starts with its total size).
     Bytes that are not whole message records raise ``FerryError`` (MALFORMED_ANSWER)."""
     found = []
     position, end = 0, len(records)

@@ -1,4 +1,4 @@
-"""The CommitLog record layout of DESIGN §3.1, byte for byte (big-endian).
+"""The CommitLog record layout, byte for byte (big-endian).
 
 | TOTALSIZE 4 | MAGICCODE 4 | BODYCRC 4 | QUEUEID 4 | FLAG 4 | QUEUEOFFSET 8 |
 | PHYSICALOFFSET 8 | SYSFLAG 4 | BORNTIMESTAMP 8 | BORNHOST 8 | STORETIMESTAMP 8 |

@@ -1,6 +1,6 @@
-"""A record's properties: ``name\\x01value\\x02`` pairs (DESIGN §3.1), and the names the
-store, the node and the clients share. The well-known names are RocketMQ's, so records
-stay readable by anyone who knows that format.
+"""A record's properties: ``name\\x01value\\x02`` pairs (docs/architecture.md, "The
+CommitLog record"), and the names the store, the node and the clients share. The well-known
+names are RocketMQ's, so records stay readable by anyone who knows that format.
 """
 
 from __future__ import annotations

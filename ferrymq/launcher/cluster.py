@@ -3,9 +3,10 @@
 ``ferrymq cluster up --nodes N [--groups G] --data DIR`` plans N nodes in G broker groups
 (node-1..N, the first N/G in group-1 and so on), writes one ``DIR/node-i.toml`` each, starts
 them as detached processes logging to ``DIR/node-i.log``, waits until every node is
-registered with routing, and writes ``DIR/cluster.json`` (DESIGN §11) so that scripts find
-every node. Running it again on the same DIR restarts the nodes that are not running with
-the same ports and data, so a cluster survives ``cluster down`` / ``cluster up``.
+registered with routing, and writes ``DIR/cluster.json`` (docs/architecture.md, "Ports, and
+cluster.json") so that scripts find every node. Running it again on the same DIR restarts
+the nodes that are not running with the same ports and data, so a cluster survives ``cluster
+down`` / ``cluster up``.
 
 Voters: 1 node → itself; 2 → the first; 3 or more → 3 voters spread over the broker
 groups (5 with ``--voters 5``). The cluster secret is generated once and kept in

@@ -1,4 +1,4 @@
-"""Stored records (DESIGN §3.1, as Data.Fetch returns them) straight into Arrow columns.
+"""Stored records (as Data.Fetch returns them) straight into Arrow columns.
 
 One Fetch answer becomes one ``pyarrow.RecordBatch`` in the source's schema: a single pass
 over the records that fills plain lists (no per-message objects), then one Arrow array per
