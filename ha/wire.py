@@ -3,8 +3,8 @@
 Every frame is ``kind (1 byte) | length (4, big-endian) | body``. Before the ends have
 authenticated each other a body is JSON and at most ``PREAUTH_MAX_FRAME_BYTES``; after,
 every frame is *sealed*: its body is the payload followed by a ``MAC_BYTES`` tag
-(``ha/link_auth.py``: HMAC-SHA256 over direction, per-direction frame count, header and
-payload), checked before the receiver looks at the payload.
+(``ha/link_auth.py``: a GMAC tag over the payload, its nonce the direction, the frame's
+kind and the per-direction frame count), checked before the receiver looks at the payload.
 
 The handshake (``PROTOCOL_VERSION`` in its first two frames)::
 

@@ -9,7 +9,8 @@ in this slot 4``).
 Invariants: entry numbers start at 1, so 0 means "empty slot" / "end of chain"; a slot
 holds its chain's newest entry; every ``previous`` link points to a smaller number, so a
 chain walk ends. Entries follow CommitLog order. The hash is only a hint: the store
-re-checks the real topic and key of every hit (the seed's collision bug, fixed).
+re-checks the real topic and key of every hit, so two keys of one hash never return each
+other's messages.
 
 Write order per key is entry, then slot, then header, so a crash at any instruction leaves
 at worst an entry that is overwritten later: a lookup may miss it, never return a wrong one.

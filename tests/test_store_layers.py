@@ -792,7 +792,8 @@ def java_index_hash(key: bytes) -> int:
 def test_colliding_keys_never_return_each_others_messages(tmp_path, monkeypatch, java_hash):
     """Invariant: a key query returns only records whose real topic and key match, even
     when every key shares one slot (slot_count=1) and, with Java's hash as the index hash,
-    "T#Aa" and "T#BB" share the 4-byte hash too (the seed's bug 001, fixed)."""
+    "T#Aa" and "T#BB" share the 4-byte hash too (a lookup that trusted the hash would
+    return both)."""
     if java_hash:
         monkeypatch.setattr(index_service, "index_key_hash", java_index_hash)
         assert java_index_hash(b"T#Aa") == java_index_hash(b"T#BB")

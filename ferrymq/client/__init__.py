@@ -1,5 +1,6 @@
 """ferrymq's client SDK: it speaks the node's gRPC protocol (apache.rocketmq.v2 plus
-ferrymq's Admin service) and adds batch send and offset-based pull with group rebalancing."""
+ferrymq's Admin and Data services) and adds batch send and offset-based pull with group
+rebalancing."""
 
 from ferrymq.client.admin import Admin
 from ferrymq.client.errors import FerryError
