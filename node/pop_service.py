@@ -30,8 +30,9 @@ from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ha.replicated_store import ReplicatedStore
+from node.admission import store_refusal
 from node.consumer_offsets import ConsumerOffsets
-from node.convert import InvalidRequest, timestamp_of, to_wire_message
+from node.convert import timestamp_of, to_wire_message
 from node.filter_expression import tag_filter
 from node.long_polling import QueueWaiters
 from node.pop_state import KIND_DLQ, KIND_POP, CursorKey, InFlight, PopCursor, PopState
@@ -41,7 +42,7 @@ from node.receipt_handle import (
     ReceiptHandles,
     new_delivery_id,
 )
-from node.rpc_status import OK, seconds_of, status, store_failure, topic_error_status
+from node.rpc_status import OK, InvalidRequest, seconds_of, status, topic_error_status
 from node.topics import GroupConfig, Permission, TopicConfig, TopicError, TopicTable
 from store.message import Message
 from store.results import GetStatus
@@ -467,7 +468,7 @@ class PopService:
             if not result.appended:  # refused: the log never had the records
                 for step in undo:
                     step()
-            raise PopFailed(store_failure(result))
+            raise PopFailed(store_refusal(result))
         # An ended or shortened delivery may free a FIFO queue: wake its long polls.
         for record in records:
             if record.topic == self.state.topic and record.properties["kind"] != KIND_POP:

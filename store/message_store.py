@@ -76,7 +76,7 @@ def _refused(error: InvalidMessageError) -> PutResult:
         if error.reason == "PROPERTIES_TOO_LARGE"
         else PutStatus.MESSAGE_ILLEGAL
     )
-    return PutResult(status, error=str(error))
+    return PutResult(status, error=str(error), reason=error.reason)
 
 
 class _AppendCombiner:
