@@ -15,8 +15,6 @@ Thread-safety: handlers run on the node's event loop.
 
 from __future__ import annotations
 
-import asyncio
-
 from ferrymq.codec.commitlog_record import NO_HOST
 from ferrymq.codec.errors import InvalidMessageError
 from ferrymq.codec.produce_records import MAX_PRODUCE_RECORDS, MalformedRecords, produce_record_at
@@ -39,7 +37,7 @@ from node.convert import (
     read_produce_record,
     scan_produce_records,
 )
-from node.long_polling import QueueWaiters
+from node.long_polling import QueueWaiters, long_poll, poll_budget_s
 from node.rpc_status import InvalidRequest, topic_error_status
 from node.topics import MessageType, TopicError, TopicTable
 from store.message import Message
@@ -48,7 +46,6 @@ from store.results import GetStatus
 MAX_MESSAGES = 4096
 DEFAULT_MESSAGES = 1024
 DEFAULT_BYTES = 4 << 20
-MAX_WAIT_MS = 60_000
 # Produce writes records as they are: the types whose messages need no rewriting.
 PRODUCE_TYPES = {MessageType.NORMAL: pb.NORMAL, MessageType.FIFO: pb.FIFO}
 
@@ -104,24 +101,20 @@ class DataService(data_pb2_grpc.DataServicer):
         count = request.max_messages or DEFAULT_MESSAGES
         max_bytes = request.max_bytes or DEFAULT_BYTES
         tags = list(request.tags) or None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(max(request.wait_ms, 0), MAX_WAIT_MS) / 1000
-        remaining = context.time_remaining() if context is not None else None
-        if remaining is not None:
-            deadline = min(deadline, loop.time() + max(0.0, remaining - 0.5))
-        while True:
-            result = self.store.get_records(
-                topic.name, request.queue_id, request.offset, count, max_bytes, tags
-            )
-            bounds = dict(min_offset=result.min_offset, max_offset=result.max_offset)
+        queue_id, offset = request.queue_id, request.offset
+        bounds: dict[str, int] = {}
+
+        async def fetch() -> api.FetchResponse | None:
+            result = self.store.get_records(topic.name, queue_id, offset, count, max_bytes, tags)
+            bounds.update(min_offset=result.min_offset, max_offset=result.max_offset)
             if result.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
                 return answer(
                     pb.ILLEGAL_OFFSET,
-                    f"offset {request.offset} outside [{result.min_offset}, {result.max_offset}]",
+                    f"offset {offset} outside [{result.min_offset}, {result.max_offset}]",
                     next_offset=result.next_begin_offset,
                     **bounds,
                 )
-            if result.messages or result.next_begin_offset > request.offset:
+            if result.messages or result.next_begin_offset > offset:
                 return answer(
                     pb.OK if result.messages else pb.MESSAGE_NOT_FOUND,
                     records=b"".join(result.messages),
@@ -129,10 +122,16 @@ class DataService(data_pb2_grpc.DataServicer):
                     next_offset=result.next_begin_offset,
                     **bounds,
                 )
-            wait_s = deadline - loop.time()
-            if wait_s <= 0:
-                return answer(pb.MESSAGE_NOT_FOUND, next_offset=request.offset, **bounds)
-            await self.waiters.wait(topic.name, request.queue_id, wait_s)
+            return None
+
+        fetched = await long_poll(
+            fetch,
+            lambda wait_s: self.waiters.wait(topic.name, queue_id, wait_s),
+            poll_budget_s(request.wait_ms / 1000, context),
+        )
+        if fetched is None:  # nothing came: the bounds of the last look
+            return answer(pb.MESSAGE_NOT_FOUND, next_offset=offset, **bounds)
+        return fetched
 
     async def Produce(self, request, context):
         count = request.count

@@ -46,7 +46,7 @@ from node.group_members import (
     caller_identity,
     client_id_of,
 )
-from node.long_polling import QueueWaiters
+from node.long_polling import LONG_POLLING_DEFAULT_S, QueueWaiters, long_poll, poll_budget_s
 from node.parked import real_topic_of
 from node.pop_service import PopService, now_ms
 from node.rpc_status import (
@@ -73,8 +73,6 @@ from routing.state import RoutingState
 from store.message import Message
 from store.results import GetStatus, PutStatus
 
-LONG_POLLING_DEFAULT_S = 20.0
-LONG_POLLING_MAX_S = 60.0
 PULL_BATCH_MAX = 256
 # Every message of a request is converted and validated in one turn of the event loop: the
 # bound keeps that turn short. The SDK sends at most 128 per request, the official
@@ -417,46 +415,49 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             yield rpc.PullMessageResponse(status=status(error.code, str(error)))
             return
         batch = max(1, min(request.batch_size or 32, PULL_BATCH_MAX))
-        wait_s = min(seconds_of(request.long_polling_timeout), LONG_POLLING_MAX_S)
-        remaining = context.time_remaining()
-        if remaining is not None:
-            wait_s = max(0.0, min(wait_s, remaining - 0.5))  # answer before the deadline
-        deadline = asyncio.get_running_loop().time() + wait_s
-        while True:
-            result = self.store.get_messages(topic.name, queue_id, request.offset, batch, tags)
-            beyond_empty_queue = (
-                result.status is GetStatus.NO_MESSAGE_IN_QUEUE and request.offset != 0
-            )
+        offset = request.offset
+
+        async def pull() -> list[rpc.PullMessageResponse] | None:
+            result = self.store.get_messages(topic.name, queue_id, offset, batch, tags)
+            beyond_empty_queue = result.status is GetStatus.NO_MESSAGE_IN_QUEUE and offset != 0
             if beyond_empty_queue or result.status in (
                 GetStatus.OFFSET_TOO_SMALL,
                 GetStatus.OFFSET_OVERFLOW_BADLY,
             ):
-                yield rpc.PullMessageResponse(
-                    status=status(
-                        pb.ILLEGAL_OFFSET,
-                        f"offset {request.offset} outside "
-                        f"[{result.min_offset}, {result.max_offset}]",
-                    )
+                refused = status(
+                    pb.ILLEGAL_OFFSET,
+                    f"offset {offset} outside [{result.min_offset}, {result.max_offset}]",
                 )
-                yield rpc.PullMessageResponse(next_offset=result.next_begin_offset)
-                return
+                return [
+                    rpc.PullMessageResponse(status=refused),
+                    rpc.PullMessageResponse(next_offset=result.next_begin_offset),
+                ]
             if result.messages:
-                yield rpc.PullMessageResponse(status=OK)
-                for stored in result.messages:
-                    yield rpc.PullMessageResponse(message=to_wire_message(stored))
-                yield rpc.PullMessageResponse(next_offset=result.next_begin_offset)
-                return
-            if result.next_begin_offset > request.offset:
+                return [
+                    rpc.PullMessageResponse(status=OK),
+                    *(rpc.PullMessageResponse(message=to_wire_message(m)) for m in result.messages),
+                    rpc.PullMessageResponse(next_offset=result.next_begin_offset),
+                ]
+            if result.next_begin_offset > offset:
                 # Filtered everything in the window: tell the client where to go on.
-                yield rpc.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
-                yield rpc.PullMessageResponse(next_offset=result.next_begin_offset)
-                return
-            remaining_s = deadline - asyncio.get_running_loop().time()
-            if remaining_s <= 0:
-                yield rpc.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
-                yield rpc.PullMessageResponse(next_offset=request.offset)
-                return
-            await self.waiters.wait(topic.name, queue_id, remaining_s)
+                return [
+                    rpc.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND)),
+                    rpc.PullMessageResponse(next_offset=result.next_begin_offset),
+                ]
+            return None
+
+        answers = await long_poll(
+            pull,
+            lambda wait_s: self.waiters.wait(topic.name, queue_id, wait_s),
+            poll_budget_s(seconds_of(request.long_polling_timeout), context),
+        )
+        if answers is None:
+            answers = [
+                rpc.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND)),
+                rpc.PullMessageResponse(next_offset=offset),
+            ]
+        for answer in answers:
+            yield answer
 
     async def UpdateOffset(self, request, context):
         try:
