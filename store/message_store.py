@@ -958,6 +958,16 @@ class MessageStore:
         return self.commitlog.min_offset
 
     @property
+    def flushed_offset(self) -> int:
+        """How far the CommitLog is on disk: what a power loss would keep."""
+        return self.commitlog.flushed_offset
+
+    @property
+    def segment_count(self) -> int:
+        """How many CommitLog segment files there are (retention removes the oldest)."""
+        return len(self.commitlog.segments.files)
+
+    @property
     def dispatched_offset(self) -> int:
         """How far consume queues and index follow the CommitLog."""
         return self.dispatcher.dispatched_offset
