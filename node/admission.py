@@ -142,6 +142,16 @@ def check_message_type(topic_name: str, expected: int, actual: int) -> None:
         )
 
 
+def check_type_text(declared: str | None, expected_text: str) -> None:
+    """``check_message_type`` for a record whose properties come encoded (Data.Produce):
+    its ``__MSG_TYPE`` must be the topic's type's text exactly, as the C scan compares it."""
+    if declared != expected_text:
+        raise InvalidRequest(
+            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"message type {declared!r} is not the topic's {expected_text!r}",
+        )
+
+
 def hashed_queue(key: str, queue_count: int) -> int:
     """The queue of ``key`` (a message group, or a message id): the same key always gets
     the same queue. The hash is fixed for good: a changed one would move the groups that

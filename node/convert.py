@@ -31,7 +31,7 @@ from ferrymq.codec.properties import (
     SYSTEM_PROPERTY_NAMES,
 )
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from node.admission import check_body_size
+from node.admission import check_body_size, check_type_text
 from node.rpc_status import InvalidRequest
 from store.message import Message
 
@@ -194,12 +194,7 @@ def check_produce_properties(properties: dict[str, str], message_type_text: str)
     """What ``to_store_message`` checks, on a produce record's properties."""
     if not properties.get(PROPERTY_UNIQ_KEY):
         raise InvalidRequest(pb.ILLEGAL_MESSAGE_ID, "UNIQ_KEY (the message id) is required")
-    if properties.get(PROPERTY_MESSAGE_TYPE) != message_type_text:
-        raise InvalidRequest(
-            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-            f"message type {properties.get(PROPERTY_MESSAGE_TYPE)!r} is not the topic's "
-            f"{message_type_text!r}",
-        )
+    check_type_text(properties.get(PROPERTY_MESSAGE_TYPE), message_type_text)
     tag = properties.get(PROPERTY_TAGS)
     if tag is not None and not tag_is_valid(tag):
         raise InvalidRequest(pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is empty or contains '|'")

@@ -18,6 +18,7 @@ from node.admission import (
     check_body_size,
     check_message_type,
     check_queue,
+    check_type_text,
     fifo_queue,
     hashed_queue,
     send_queue,
@@ -100,6 +101,10 @@ def test_message_type_must_be_the_topics():
     )
     with pytest.raises(InvalidRequest, match="unknown type 99"):
         check_message_type("fifo", pb.FIFO, 99)
+    # Encoded properties: the exact text, as the C scan compares it.
+    check_type_text("2", "2")
+    for declared in ("1", "02", "", None):
+        assert code_of(check_type_text, declared, "2") == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
 
 
 def test_a_group_keeps_its_queue_by_crc32():
