@@ -31,6 +31,8 @@ from ferrymq.codec.properties import (
     SYSTEM_PROPERTY_NAMES,
 )
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from node.admission import check_body_size, check_type_text
+from node.rpc_status import InvalidRequest
 from store.message import Message
 
 TAG_FORBIDDEN = ("|", "\x01", "\x02")
@@ -42,14 +44,6 @@ KEY_PATTERN = re.compile(r"\S+")  # keys are space-separated in KEYS: no whitesp
 def tag_is_valid(tag: str) -> bool:
     """Tags repeat endlessly: each distinct one is checked once."""
     return bool(tag.strip()) and not any(c in tag for c in TAG_FORBIDDEN)
-
-
-class InvalidRequest(ValueError):
-    """A request field is invalid; ``code`` is the ``apache.rocketmq.v2.Code`` to answer."""
-
-    def __init__(self, code: int, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
 
 
 def millis_of(timestamp: timestamp_pb2.Timestamp) -> int:
@@ -200,12 +194,7 @@ def check_produce_properties(properties: dict[str, str], message_type_text: str)
     """What ``to_store_message`` checks, on a produce record's properties."""
     if not properties.get(PROPERTY_UNIQ_KEY):
         raise InvalidRequest(pb.ILLEGAL_MESSAGE_ID, "UNIQ_KEY (the message id) is required")
-    if properties.get(PROPERTY_MESSAGE_TYPE) != message_type_text:
-        raise InvalidRequest(
-            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-            f"message type {properties.get(PROPERTY_MESSAGE_TYPE)!r} is not the topic's "
-            f"{message_type_text!r}",
-        )
+    check_type_text(properties.get(PROPERTY_MESSAGE_TYPE), message_type_text)
     tag = properties.get(PROPERTY_TAGS)
     if tag is not None and not tag_is_valid(tag):
         raise InvalidRequest(pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is empty or contains '|'")
@@ -227,12 +216,7 @@ def read_produce_record(
     ``MalformedRecords`` when its lengths do not fit, ``InvalidRequest`` when it is refused."""
     end, body, raw, born_ms = produce_record_at(records, position)
     properties = produce_properties(raw)
-    if not body:
-        raise InvalidRequest(pb.MESSAGE_BODY_EMPTY, "message body is empty")
-    if len(body) > body_limit:
-        raise InvalidRequest(
-            pb.MESSAGE_BODY_TOO_LARGE, f"body is {len(body)} bytes, the limit is {body_limit}"
-        )
+    check_body_size(len(body), body_limit)
     check_produce_properties(properties, message_type_text)
     return end, body, raw, born_ms, properties
 

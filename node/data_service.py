@@ -6,17 +6,14 @@ message (PullMessage's shape). Offsets stay the caller's; long polling as PullMe
 
 One Produce carries up to thousands of produce records (``ferrymq/codec/produce_records.py``)
 whose properties are already in the store's encoding: each record gets SendMessage's checks
-and the store's (``MessageStore.prepare``) and its own status; the valid ones are appended
-as one batch (or, for an ``atomic`` request, nothing when any record is refused), and the
-answer is a packed list of queue offsets.
+(``node.admission``) and the store's (``MessageStore.prepare``) and its own status; the
+valid ones are appended as one batch (or, for an ``atomic`` request, nothing when any
+record is refused), and the answer is a packed list of queue offsets.
 
 Thread-safety: handlers run on the node's event loop.
 """
 
 from __future__ import annotations
-
-import asyncio
-import zlib
 
 from ferrymq.codec.commitlog_record import NO_HOST
 from ferrymq.codec.errors import InvalidMessageError
@@ -26,31 +23,31 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2_grpc
 from ha.replicated_store import ReplicatedStore
+from node.admission import (
+    Admission,
+    check_batch_count,
+    check_queue,
+    fifo_queue,
+    invalid_message_code,
+    store_refusal,
+)
 from node.convert import (
     MESSAGE_TYPE_TEXT,
-    InvalidRequest,
     born_host_bytes,
     read_produce_record,
     scan_produce_records,
 )
-from node.long_polling import QueueWaiters
-from node.rpc_status import store_failure, topic_error_status
-from node.topics import MessageType, Permission, TopicError, TopicTable
+from node.long_polling import QueueWaiters, long_poll, poll_budget_s
+from node.rpc_status import InvalidRequest, topic_error_status
+from node.topics import MessageType, TopicError, TopicTable
 from store.message import Message
 from store.results import GetStatus
 
 MAX_MESSAGES = 4096
 DEFAULT_MESSAGES = 1024
 DEFAULT_BYTES = 4 << 20
-MAX_WAIT_MS = 60_000
+# Produce writes records as they are: the types whose messages need no rewriting.
 PRODUCE_TYPES = {MessageType.NORMAL: pb.NORMAL, MessageType.FIFO: pb.FIFO}
-# The store's refusals (``InvalidMessageError.reason``) as wire codes.
-STORE_REASON_CODES = {
-    "TOPIC_INVALID": pb.ILLEGAL_TOPIC,
-    "BODY_TOO_LARGE": pb.MESSAGE_BODY_TOO_LARGE,
-    "PROPERTIES_TOO_LARGE": pb.MESSAGE_PROPERTIES_TOO_LARGE,
-    "PROPERTY_INVALID": pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
-}
 
 
 def answer(code: int, message: str = "", **fields) -> api.FetchResponse:
@@ -76,10 +73,17 @@ def peer_host(context) -> bytes:
 
 
 class DataService(data_pb2_grpc.DataServicer):
-    def __init__(self, store: ReplicatedStore, topics: TopicTable, waiters: QueueWaiters) -> None:
+    def __init__(
+        self,
+        store: ReplicatedStore,
+        topics: TopicTable,
+        waiters: QueueWaiters,
+        admission: Admission,
+    ) -> None:
         self.store = store
         self.topics = topics
         self.waiters = waiters
+        self.admission = admission
 
     async def Fetch(self, request, context):
         try:
@@ -97,24 +101,20 @@ class DataService(data_pb2_grpc.DataServicer):
         count = request.max_messages or DEFAULT_MESSAGES
         max_bytes = request.max_bytes or DEFAULT_BYTES
         tags = list(request.tags) or None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(max(request.wait_ms, 0), MAX_WAIT_MS) / 1000
-        remaining = context.time_remaining() if context is not None else None
-        if remaining is not None:
-            deadline = min(deadline, loop.time() + max(0.0, remaining - 0.5))
-        while True:
-            result = self.store.get_records(
-                topic.name, request.queue_id, request.offset, count, max_bytes, tags
-            )
-            bounds = dict(min_offset=result.min_offset, max_offset=result.max_offset)
+        queue_id, offset = request.queue_id, request.offset
+        bounds: dict[str, int] = {}
+
+        async def fetch() -> api.FetchResponse | None:
+            result = self.store.get_records(topic.name, queue_id, offset, count, max_bytes, tags)
+            bounds.update(min_offset=result.min_offset, max_offset=result.max_offset)
             if result.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
                 return answer(
                     pb.ILLEGAL_OFFSET,
-                    f"offset {request.offset} outside [{result.min_offset}, {result.max_offset}]",
+                    f"offset {offset} outside [{result.min_offset}, {result.max_offset}]",
                     next_offset=result.next_begin_offset,
                     **bounds,
                 )
-            if result.messages or result.next_begin_offset > request.offset:
+            if result.messages or result.next_begin_offset > offset:
                 return answer(
                     pb.OK if result.messages else pb.MESSAGE_NOT_FOUND,
                     records=b"".join(result.messages),
@@ -122,42 +122,42 @@ class DataService(data_pb2_grpc.DataServicer):
                     next_offset=result.next_begin_offset,
                     **bounds,
                 )
-            wait_s = deadline - loop.time()
-            if wait_s <= 0:
-                return answer(pb.MESSAGE_NOT_FOUND, next_offset=request.offset, **bounds)
-            await self.waiters.wait(topic.name, request.queue_id, wait_s)
+            return None
+
+        fetched = await long_poll(
+            fetch,
+            lambda wait_s: self.waiters.wait(topic.name, queue_id, wait_s),
+            poll_budget_s(request.wait_ms / 1000, context),
+        )
+        if fetched is None:  # nothing came: the bounds of the last look
+            return answer(pb.MESSAGE_NOT_FOUND, next_offset=offset, **bounds)
+        return fetched
 
     async def Produce(self, request, context):
         count = request.count
-        if not 1 <= count <= MAX_PRODUCE_RECORDS:
-            return produce_refused(count, pb.BAD_REQUEST, f"count must be 1..{MAX_PRODUCE_RECORDS}")
-        if not self.store.is_master:
-            return produce_refused(
-                count, pb.HA_NOT_AVAILABLE, "this node is a slave: query the route again"
-            )
+        admission = self.admission
         try:
-            topic = self.topics.topic(request.topic)
+            check_batch_count(count, MAX_PRODUCE_RECORDS)
+            admission.check_master()
+            topic = admission.writable_topic(request.topic)
+            message_type = PRODUCE_TYPES.get(topic.message_type)
+            if message_type is None:
+                raise InvalidRequest(
+                    pb.UNSUPPORTED,
+                    f"topic {topic.name} is {topic.message_type.value}: send with SendMessage",
+                )
+            fifo = topic.message_type is MessageType.FIFO
+            queue_id, queue_count = request.queue_id, topic.queue_count
+            if not fifo:
+                check_queue(topic, queue_id)
+        except InvalidRequest as error:
+            return produce_refused(count, error.code, str(error))
         except TopicError as error:
             refused = topic_error_status(error)
             return produce_refused(count, refused.code, refused.message)
-        if topic.permission is Permission.READ:
-            return produce_refused(count, pb.FORBIDDEN, f"topic {topic.name} is read-only")
-        message_type = PRODUCE_TYPES.get(topic.message_type)
-        if message_type is None:
-            return produce_refused(
-                count,
-                pb.UNSUPPORTED,
-                f"topic {topic.name} is {topic.message_type.value}: send with SendMessage",
-            )
-        fifo = topic.message_type is MessageType.FIFO
-        queue_id, queue_count = request.queue_id, topic.queue_count
-        if not fifo and not 0 <= queue_id < queue_count:
-            return produce_refused(
-                count, pb.BAD_REQUEST, f"queue {queue_id} does not exist in {topic.name}"
-            )
         type_text = MESSAGE_TYPE_TEXT[message_type]
         born_host = peer_host(context)
-        body_limit = self.store.config.max_message_body_bytes
+        body_limit = admission.body_limit
         prepare = self.store.prepare
         name = topic.name
         records = request.records
@@ -178,13 +178,7 @@ class DataService(data_pb2_grpc.DataServicer):
                     item = read_produce_record(records, item, body_limit, type_text)
                 position, body, raw, born_ms, properties = item
                 if fifo:
-                    # One group, one queue: that is what keeps a group's messages in order.
-                    group = properties.get(PROPERTY_MESSAGE_GROUP)
-                    if not group:
-                        raise InvalidRequest(
-                            pb.ILLEGAL_MESSAGE_GROUP, "FIFO messages need a message_group"
-                        )
-                    queue_id = zlib.crc32(group.encode()) % queue_count
+                    queue_id = fifo_queue(properties.get(PROPERTY_MESSAGE_GROUP), queue_count)
                 message = Message(name, body, queue_id, properties, 0, 0, born_ms, born_host)
                 prepared.append(prepare(message, raw))
                 stored_indexes.append(index)
@@ -193,7 +187,7 @@ class DataService(data_pb2_grpc.DataServicer):
                     api.ProduceFailure(index=index, code=error.code, message=str(error))
                 )
             except InvalidMessageError as error:
-                code = STORE_REASON_CODES.get(error.reason, pb.BAD_REQUEST)
+                code = invalid_message_code(error.reason)
                 failures.append(api.ProduceFailure(index=index, code=code, message=str(error)))
             except MalformedRecords as error:
                 failures.extend(
@@ -225,7 +219,7 @@ class DataService(data_pb2_grpc.DataServicer):
             )
         result = await self.store.put_prepared_async(prepared)
         if not result.ok:
-            refused = store_failure(result)
+            refused = store_refusal(result)
             failures.extend(
                 api.ProduceFailure(index=i, code=refused.code, message=refused.message)
                 for i in stored_indexes

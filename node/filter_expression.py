@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from node.convert import InvalidRequest
+from node.rpc_status import InvalidRequest
 
 
 def tag_filter(expression: pb.FilterExpression) -> list[str] | None:

@@ -1,8 +1,10 @@
-"""Wake long-polling readers when their queue gets new messages (or, for POP, when an
-ack or dead-lettering frees a FIFO queue: ``notify``).
+"""Long polling: a read that finds nothing waits, up to a bound, for its queue to get new
+messages (or, for POP, for an ack or dead-lettering to free a FIFO queue: ``notify``).
 
-The store calls ``notify`` from its dispatcher (on the event loop for puts made there, on
-another thread during recovery or catch-up); waiters are asyncio futures of the loop.
+``long_poll`` is the one wait loop of PullMessage, ReceiveMessage and Data.Fetch, and
+``poll_budget_s`` the one rule of how long they wait. The store calls ``notify`` from its
+dispatcher (on the event loop for puts made there, on another thread during recovery or
+catch-up); waiters are asyncio futures of the loop.
 Bounded: waiters are removed when they wake or time out.
 """
 
@@ -10,8 +12,53 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 from store.dispatch_request import DispatchRequest
+
+# What a consumer waits when it names no time (ReceiveMessage; the settings answer tells
+# subscribers so), and the most any read waits.
+LONG_POLLING_DEFAULT_S = 20.0
+LONG_POLLING_MAX_S = 60.0
+# Answer this long before the call's deadline: an answer after it is lost.
+DEADLINE_MARGIN_S = 0.5
+
+Answer = TypeVar("Answer")
+
+
+class CallDeadline(Protocol):
+    def time_remaining(self) -> float | None: ...
+
+
+def poll_budget_s(requested_s: float, context: CallDeadline | None) -> float:
+    """How long a read may wait: what it asks, at most ``LONG_POLLING_MAX_S``, and ending
+    ``DEADLINE_MARGIN_S`` before the call's deadline when it has one."""
+    wait_s = min(max(requested_s, 0.0), LONG_POLLING_MAX_S)
+    remaining = context.time_remaining() if context is not None else None
+    if remaining is not None:
+        wait_s = max(0.0, min(wait_s, remaining - DEADLINE_MARGIN_S))
+    return wait_s
+
+
+async def long_poll(
+    attempt: Callable[[], Awaitable[Answer | None]],
+    wait: Callable[[float], Awaitable[None]],
+    budget_s: float,
+) -> Answer | None:
+    """``attempt`` until it answers (anything but None), waiting with ``wait(seconds)``
+    between attempts; None once ``budget_s`` has passed with no answer. ``attempt`` runs
+    at least once, and once more after every wake-up, so a read never misses what woke it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + budget_s
+    while True:
+        answer = await attempt()
+        if answer is not None:
+            return answer
+        remaining_s = deadline - loop.time()
+        if remaining_s <= 0:
+            return None
+        await wait(remaining_s)
 
 
 class QueueWaiters:

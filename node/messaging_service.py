@@ -1,9 +1,10 @@
 """``apache.rocketmq.v2.MessagingService`` on top of one node's store.
 
 Every response carries a status (the official clients reject code 0). Validation errors
-answer with the precise ``Code`` and change nothing; the store's statuses map to codes in
-``STORE_STATUS_CODES``. Every RPC of the service is served: the POP ones by ``pop_service``,
-EndTransaction and orphan checks by ``transaction_service``.
+answer with the precise ``Code`` and change nothing; a produced message is admitted by
+``node.admission``, which also maps the store's refusals to codes. Every RPC of the
+service is served: the POP ones by ``pop_service``, EndTransaction and orphan checks by
+``transaction_service``.
 
 Thread-safety: all handlers run on the node's event loop.
 """
@@ -11,7 +12,6 @@ Thread-safety: all handlers run on the node's event loop.
 from __future__ import annotations
 
 import asyncio
-import zlib
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -22,10 +22,19 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ha.replicated_store import ReplicatedStore
+from node.admission import (
+    MESSAGE_TYPES,
+    Admission,
+    check_batch_bytes,
+    check_batch_count,
+    check_body_size,
+    check_message_type,
+    send_queue,
+    store_refusal,
+)
 from node.config import MessagingOptions
 from node.consumer_offsets import ConsumerOffsets
 from node.convert import (
-    InvalidRequest,
     delivery_ms,
     millis_of,
     to_store_message,
@@ -38,12 +47,12 @@ from node.group_members import (
     caller_identity,
     client_id_of,
 )
-from node.long_polling import QueueWaiters
+from node.long_polling import LONG_POLLING_DEFAULT_S, QueueWaiters, long_poll, poll_budget_s
 from node.parked import real_topic_of
 from node.pop_service import PopService, now_ms
 from node.rpc_status import (
     OK,
-    STORE_STATUS_CODES,
+    InvalidRequest,
     seconds_of,
     status,
     topic_error_status,
@@ -65,8 +74,6 @@ from routing.state import RoutingState
 from store.message import Message
 from store.results import GetStatus, PutStatus
 
-LONG_POLLING_DEFAULT_S = 20.0
-LONG_POLLING_MAX_S = 60.0
 PULL_BATCH_MAX = 256
 # Every message of a request is converted and validated in one turn of the event loop: the
 # bound keeps that turn short. The SDK sends at most 128 per request, the official
@@ -81,27 +88,11 @@ FIFO_BACKOFF_S = (1,)
 # orphan checks of each, so a bound keeps one stream's share of that registry small.
 MAX_PUBLISHING_TOPICS = 1024
 
-MESSAGE_TYPES = {
-    MessageType.NORMAL: pb.NORMAL,
-    MessageType.FIFO: pb.FIFO,
-    MessageType.DELAY: pb.DELAY,
-    MessageType.TRANSACTION: pb.TRANSACTION,
-}
 PERMISSIONS = {
     Permission.READ: pb.READ,
     Permission.WRITE: pb.WRITE,
     Permission.READ_WRITE: pb.READ_WRITE,
 }
-
-
-def type_name(message_type: int) -> str:
-    """A MessageType's name, or its number when unknown (proto3 takes any number)."""
-    if message_type in MESSAGE_TYPE_NAMES:
-        return pb.MessageType.Name(message_type)
-    return f"unknown type {message_type}"
-
-
-MESSAGE_TYPE_NAMES = frozenset(pb.MessageType.values())
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
@@ -132,6 +123,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.waiters = waiters
         self.broker_name = broker_name
         self.routing = routing
+        self.admission = Admission(store, topics, routing, broker_name)
 
     # ---- routing ---------------------------------------------------------------------
     @staticmethod
@@ -301,9 +293,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # ---- producing -------------------------------------------------------------------
     async def SendMessage(self, request, context):
-        if not self.store.is_master:
-            return self._send_refused(request, self._not_master())
         try:
+            self.admission.check_master()
             messages = self._messages_to_store(request)
         except InvalidRequest as error:
             return self._send_refused(request, status(error.code, str(error)))
@@ -311,12 +302,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return self._send_refused(request, topic_error_status(error))
         result = await self.store.put_messages_async(messages)
         if result.status is not PutStatus.OK:
-            code = STORE_STATUS_CODES.get(result.status, pb.INTERNAL_SERVER_ERROR)
-            if result.error and "BODY_TOO_LARGE" in result.error:
-                code = pb.MESSAGE_BODY_TOO_LARGE
-            elif result.error and "TOPIC_INVALID" in result.error:
-                code = pb.ILLEGAL_TOPIC
-            return self._send_refused(request, status(code, result.error or result.status.value))
+            return self._send_refused(request, store_refusal(result))
         entries = [
             rpc.SendResultEntry(
                 status=OK,
@@ -332,15 +318,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     entry.transaction_id, real_topic_of(message), appended.queue_offset
                 )
         return rpc.SendMessageResponse(status=OK, entries=entries)
-
-    def _not_master(self) -> pb.Status:
-        master = self.routing.state.master_of(self.broker_name)
-        where = f"{master.node_id} at {master.grpc_address}" if master else "being elected"
-        return status(
-            pb.HA_NOT_AVAILABLE,
-            f"this node is a slave of broker group {self.broker_name}; its master is {where} "
-            "(query the route again)",
-        )
 
     async def EndTransaction(self, request, context):
         return await self.transactions.end_transaction(request)
@@ -360,55 +337,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
 
     def _messages_to_store(self, request):
-        count = len(request.messages)
-        if not count:
-            raise InvalidRequest(pb.BAD_REQUEST, "no messages in the request")
-        if count > SEND_MESSAGES_MAX:
-            raise InvalidRequest(
-                pb.BAD_REQUEST, f"{count} messages in one request, the limit is {SEND_MESSAGES_MAX}"
-            )
-        # The bodies alone past the batch limit: refused before any message is converted
-        # (the store checks the exact record sizes of what gets this far).
-        body_bytes = sum(len(m.body) for m in request.messages)
-        batch_limit = self.store.config.max_batch_bytes
-        if body_bytes > batch_limit:
-            raise InvalidRequest(
-                pb.PAYLOAD_TOO_LARGE,
-                f"the bodies are {body_bytes} bytes, the limit of a request is {batch_limit}",
-            )
+        admission = self.admission
+        check_batch_count(len(request.messages), SEND_MESSAGES_MAX)
+        check_batch_bytes(sum(len(m.body) for m in request.messages), admission.batch_limit)
         names = {m.topic.name for m in request.messages}
         if len(names) != 1:
             raise InvalidRequest(pb.BAD_REQUEST, "a batch must target one topic")
-        topic = self.topics.topic(names.pop())
-        if topic.permission is Permission.READ:
-            raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is read-only")
-        limit = self.store.config.max_message_body_bytes
+        topic = admission.writable_topic(names.pop())
+        limit = admission.body_limit
         expected_type = MESSAGE_TYPES[topic.message_type]
         messages = []
         for message in request.messages:
             system = message.system_properties
-            if not message.body:
-                raise InvalidRequest(pb.MESSAGE_BODY_EMPTY, "message body is empty")
-            if len(message.body) > limit:
-                raise InvalidRequest(
-                    pb.MESSAGE_BODY_TOO_LARGE,
-                    f"body is {len(message.body)} bytes, the limit is {limit}",
-                )
-            if system.message_type != expected_type:
-                raise InvalidRequest(
-                    pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                    f"topic {topic.name} takes {type_name(expected_type)} messages, "
-                    f"not {type_name(system.message_type)}",
-                )
-            if topic.message_type is MessageType.FIFO and not system.message_group:
-                raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "FIFO messages need a message_group")
-            if topic.message_type is MessageType.FIFO:
-                # One group, one queue: that is what keeps a group's messages in order.
-                queue_id = zlib.crc32(system.message_group.encode()) % topic.queue_count
-            elif 0 <= system.queue_id < topic.queue_count:
-                queue_id = system.queue_id
-            else:
-                queue_id = zlib.crc32(system.message_id.encode()) % topic.queue_count
+            check_body_size(len(message.body), limit)
+            check_message_type(topic.name, expected_type, system.message_type)
+            queue_id = send_queue(topic, system.message_group, system.queue_id, system.message_id)
             stored = to_store_message(message, queue_id, topic.name)
             if topic.message_type is MessageType.DELAY:
                 stored = self._delayed(stored, system)
@@ -473,46 +416,49 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             yield rpc.PullMessageResponse(status=status(error.code, str(error)))
             return
         batch = max(1, min(request.batch_size or 32, PULL_BATCH_MAX))
-        wait_s = min(seconds_of(request.long_polling_timeout), LONG_POLLING_MAX_S)
-        remaining = context.time_remaining()
-        if remaining is not None:
-            wait_s = max(0.0, min(wait_s, remaining - 0.5))  # answer before the deadline
-        deadline = asyncio.get_running_loop().time() + wait_s
-        while True:
-            result = self.store.get_messages(topic.name, queue_id, request.offset, batch, tags)
-            beyond_empty_queue = (
-                result.status is GetStatus.NO_MESSAGE_IN_QUEUE and request.offset != 0
-            )
+        offset = request.offset
+
+        async def pull() -> list[rpc.PullMessageResponse] | None:
+            result = self.store.get_messages(topic.name, queue_id, offset, batch, tags)
+            beyond_empty_queue = result.status is GetStatus.NO_MESSAGE_IN_QUEUE and offset != 0
             if beyond_empty_queue or result.status in (
                 GetStatus.OFFSET_TOO_SMALL,
                 GetStatus.OFFSET_OVERFLOW_BADLY,
             ):
-                yield rpc.PullMessageResponse(
-                    status=status(
-                        pb.ILLEGAL_OFFSET,
-                        f"offset {request.offset} outside "
-                        f"[{result.min_offset}, {result.max_offset}]",
-                    )
+                refused = status(
+                    pb.ILLEGAL_OFFSET,
+                    f"offset {offset} outside [{result.min_offset}, {result.max_offset}]",
                 )
-                yield rpc.PullMessageResponse(next_offset=result.next_begin_offset)
-                return
+                return [
+                    rpc.PullMessageResponse(status=refused),
+                    rpc.PullMessageResponse(next_offset=result.next_begin_offset),
+                ]
             if result.messages:
-                yield rpc.PullMessageResponse(status=OK)
-                for stored in result.messages:
-                    yield rpc.PullMessageResponse(message=to_wire_message(stored))
-                yield rpc.PullMessageResponse(next_offset=result.next_begin_offset)
-                return
-            if result.next_begin_offset > request.offset:
+                return [
+                    rpc.PullMessageResponse(status=OK),
+                    *(rpc.PullMessageResponse(message=to_wire_message(m)) for m in result.messages),
+                    rpc.PullMessageResponse(next_offset=result.next_begin_offset),
+                ]
+            if result.next_begin_offset > offset:
                 # Filtered everything in the window: tell the client where to go on.
-                yield rpc.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
-                yield rpc.PullMessageResponse(next_offset=result.next_begin_offset)
-                return
-            remaining_s = deadline - asyncio.get_running_loop().time()
-            if remaining_s <= 0:
-                yield rpc.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
-                yield rpc.PullMessageResponse(next_offset=request.offset)
-                return
-            await self.waiters.wait(topic.name, queue_id, remaining_s)
+                return [
+                    rpc.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND)),
+                    rpc.PullMessageResponse(next_offset=result.next_begin_offset),
+                ]
+            return None
+
+        answers = await long_poll(
+            pull,
+            lambda wait_s: self.waiters.wait(topic.name, queue_id, wait_s),
+            poll_budget_s(seconds_of(request.long_polling_timeout), context),
+        )
+        if answers is None:
+            answers = [
+                rpc.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND)),
+                rpc.PullMessageResponse(next_offset=offset),
+            ]
+        for answer in answers:
+            yield answer
 
     async def UpdateOffset(self, request, context):
         try:
@@ -529,8 +475,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             )
         result = await self.offsets.commit(request.group.name, topic.name, queue_id, request.offset)
         if result.status is not PutStatus.OK:
-            code = STORE_STATUS_CODES.get(result.status, pb.INTERNAL_SERVER_ERROR)
-            return rpc.UpdateOffsetResponse(status=status(code, result.error or ""))
+            return rpc.UpdateOffsetResponse(status=store_refusal(result))
         return rpc.UpdateOffsetResponse(status=OK)
 
     async def GetOffset(self, request, context):

@@ -333,15 +333,14 @@ class NodeStateCollector:
 
     def _storage(self, gauge) -> None:
         store = self.metrics.store
-        commitlog = store.commitlog
-        write = commitlog.write_offset
-        flushed = commitlog.flushed_offset
+        write = store.write_offset
+        flushed = store.flushed_offset
         dispatched = store.dispatched_offset
-        gauge("rocketmq_brokeruntime_commitlog_minoffset", commitlog.min_offset)
+        gauge("rocketmq_brokeruntime_commitlog_minoffset", store.min_offset)
         gauge("rocketmq_brokeruntime_commitlog_maxoffset", write)
         gauge("ferrymq_commitlog_flushed_offset", flushed)
         gauge("ferrymq_commitlog_dispatched_offset", dispatched)
-        gauge("ferrymq_commitlog_segments", len(commitlog.segments.files))
+        gauge("ferrymq_commitlog_segments", store.segment_count)
         gauge("ferrymq_commitlog_damaged", 1 if store.damage.unrefilled else 0)
         gauge("ferrymq_commitlog_damaged_bytes", store.damage.cut_bytes)
         gauge("rocketmq_storage_dispatch_behind_bytes", max(0, write - dispatched))

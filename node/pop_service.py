@@ -21,19 +21,19 @@ Thread-safety: owned by the node's event loop.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ha.replicated_store import ReplicatedStore
+from node.admission import store_refusal
 from node.consumer_offsets import ConsumerOffsets
-from node.convert import InvalidRequest, timestamp_of, to_wire_message
+from node.convert import timestamp_of, to_wire_message
 from node.filter_expression import tag_filter
-from node.long_polling import QueueWaiters
+from node.long_polling import LONG_POLLING_DEFAULT_S, QueueWaiters, long_poll, poll_budget_s
 from node.pop_state import KIND_DLQ, KIND_POP, CursorKey, InFlight, PopCursor, PopState
 from node.receipt_handle import (
     MalformedReceiptHandle,
@@ -41,7 +41,7 @@ from node.receipt_handle import (
     ReceiptHandles,
     new_delivery_id,
 )
-from node.rpc_status import OK, seconds_of, status, store_failure, topic_error_status
+from node.rpc_status import OK, InvalidRequest, seconds_of, status, topic_error_status
 from node.topics import GroupConfig, Permission, TopicConfig, TopicError, TopicTable
 from store.message import Message
 from store.results import GetStatus
@@ -53,9 +53,6 @@ ACK_ENTRIES_MAX = 1024
 DEFAULT_INVISIBLE_MS = 60_000  # clients that ask the node to choose (auto_renew)
 INVISIBLE_MIN_MS = 1_000
 INVISIBLE_MAX_MS = 12 * 3600 * 1000
-LONG_POLLING_DEFAULT_S = 20.0
-LONG_POLLING_MAX_S = 60.0
-DEADLINE_MARGIN_S = 0.5  # answer this long before the client's deadline
 PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 PROPERTY_DLQ_ORIGIN_QUEUE = "DLQ_ORIGIN_QUEUE"
 PROPERTY_DLQ_ORIGIN_OFFSET = "DLQ_ORIGIN_OFFSET"
@@ -118,40 +115,38 @@ class PopService:
             return
         batch = max(1, min(request.batch_size or RECEIVE_BATCH_MAX, RECEIVE_BATCH_MAX))
         if request.HasField("long_polling_timeout"):
-            wait_s = min(seconds_of(request.long_polling_timeout), LONG_POLLING_MAX_S)
+            requested_s = seconds_of(request.long_polling_timeout)
         else:
-            wait_s = LONG_POLLING_DEFAULT_S
-        remaining = context.time_remaining() if context is not None else None
-        if remaining is not None:
-            wait_s = max(0.0, min(wait_s, remaining - DEADLINE_MARGIN_S))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        while True:
-            try:
-                deliveries = await self.receive(group, topic, tags, batch, invisible_ms)
-            except PopFailed as failed:
-                yield rpc.ReceiveMessageResponse(status=failed.status)
-                return
-            if deliveries:
-                yield rpc.ReceiveMessageResponse(status=OK)
-                for delivery in deliveries:
-                    yield rpc.ReceiveMessageResponse(
-                        message=to_wire_message(
-                            delivery.stored,
-                            receipt_handle=delivery.handle,
-                            delivery_attempt=delivery.attempt,
-                        )
-                    )
-                yield rpc.ReceiveMessageResponse(delivery_timestamp=timestamp_of(self.clock_ms()))
-                return
-            remaining_s = deadline - loop.time()
-            if remaining_s <= 0:
-                yield rpc.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
-                return
+            requested_s = LONG_POLLING_DEFAULT_S
+
+        async def pop() -> list[Delivery] | None:
+            return await self.receive(group, topic, tags, batch, invisible_ms) or None
+
+        def wait(remaining_s: float) -> Awaitable[None]:
+            # Also until an invisible message comes back: nothing wakes the queue then.
             visible_in_s = self._next_visible_in_ms(group.name, topic) / 1000
-            await self.waiters.wait_any(
+            return self.waiters.wait_any(
                 topic.name, range(topic.queue_count), min(remaining_s, visible_in_s)
             )
+
+        try:
+            deliveries = await long_poll(pop, wait, poll_budget_s(requested_s, context))
+        except PopFailed as failed:
+            yield rpc.ReceiveMessageResponse(status=failed.status)
+            return
+        if deliveries is None:
+            yield rpc.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
+            return
+        yield rpc.ReceiveMessageResponse(status=OK)
+        for delivery in deliveries:
+            yield rpc.ReceiveMessageResponse(
+                message=to_wire_message(
+                    delivery.stored,
+                    receipt_handle=delivery.handle,
+                    delivery_attempt=delivery.attempt,
+                )
+            )
+        yield rpc.ReceiveMessageResponse(delivery_timestamp=timestamp_of(self.clock_ms()))
 
     @staticmethod
     def _invisible_ms(request) -> int:
@@ -467,7 +462,7 @@ class PopService:
             if not result.appended:  # refused: the log never had the records
                 for step in undo:
                     step()
-            raise PopFailed(store_failure(result))
+            raise PopFailed(store_refusal(result))
         # An ended or shortened delivery may free a FIFO queue: wake its long polls.
         for record in records:
             if record.topic == self.state.topic and record.properties["kind"] != KIND_POP:

@@ -31,6 +31,7 @@ from ha.replicated_store import ReplicatedStore
 from ha.role import ReplicationRole
 from node.access import AccessControl, MethodAccess
 from node.admin_service import AdminService
+from node.admission import Admission
 from node.authentication import Authenticator
 from node.config import NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
@@ -192,7 +193,10 @@ class Node:
             ),
         )
         add_service(
-            data_pb2_grpc.add_DataServicer_to_server, DataService(self.store, topics, waiters)
+            data_pb2_grpc.add_DataServicer_to_server,
+            DataService(
+                self.store, topics, waiters, Admission(store, topics, self.routing, config.group)
+            ),
         )
         # Before a role can keep a cut tail: no keep is under way, so a half-written
         # rollback file is a crash's leftover.

@@ -35,9 +35,10 @@ from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ha.replicated_store import ReplicatedStore
-from node.convert import InvalidRequest, to_wire_message
+from node.admission import store_refusal
+from node.convert import to_wire_message
 from node.parked import as_sent, park, real_topic_of, release
-from node.rpc_status import OK, status, store_failure
+from node.rpc_status import OK, InvalidRequest, status
 from node.telemetry_outbox import TelemetryOutbox
 from store.message import Message
 
@@ -221,7 +222,7 @@ class TransactionService:
         result = await self.store.put_messages_async(batch)
         if not result.ok:
             self._pending[half.transaction_id] = half
-            return store_failure(result)
+            return store_refusal(result)
         self._remember(half.transaction_id, kind)
         return OK
 

@@ -76,7 +76,7 @@ def _refused(error: InvalidMessageError) -> PutResult:
         if error.reason == "PROPERTIES_TOO_LARGE"
         else PutStatus.MESSAGE_ILLEGAL
     )
-    return PutResult(status, error=str(error))
+    return PutResult(status, error=str(error), reason=error.reason)
 
 
 class _AppendCombiner:
@@ -956,6 +956,16 @@ class MessageStore:
     def min_offset(self) -> int:
         """The CommitLog's first byte still on disk (retention moves it)."""
         return self.commitlog.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        """How far the CommitLog is on disk: what a power loss would keep."""
+        return self.commitlog.flushed_offset
+
+    @property
+    def segment_count(self) -> int:
+        """How many CommitLog segment files there are (retention removes the oldest)."""
+        return len(self.commitlog.segments.files)
 
     @property
     def dispatched_offset(self) -> int:

@@ -40,6 +40,9 @@ class PutResult:
     status: PutStatus
     appended: list[AppendedMessage] = field(default_factory=list)
     error: str | None = None
+    # Why a message was refused (``InvalidMessageError.reason``): callers map refusals to
+    # their codes by this word, never by the text of ``error``.
+    reason: str | None = None
 
     @property
     def ok(self) -> bool:

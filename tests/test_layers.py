@@ -196,6 +196,50 @@ def test_the_checker_catches_a_forbidden_import():
     assert violations([Import("store.commitlog", "ferrymq.codec.commitlog_record", 1)]) == []
 
 
+# The store's parts: the node and replication use ``MessageStore``'s accessors instead, so
+# the store can change its parts without breaking them.
+STORE_PARTS = frozenset({"commitlog", "consume_queues", "dispatcher"})
+FACADE_USERS = ("node", "ha")
+
+
+def store_part_reaches(source: str, filename: str) -> list[str]:
+    """Every ``x.commitlog``, ``x.consume_queues`` or ``x.dispatcher`` in ``source``, as
+    ``file:line .part`` (on any object: a name cannot tell a store from another thing)."""
+    found = [
+        node
+        for node in ast.walk(ast.parse(source, filename))
+        if isinstance(node, ast.Attribute) and node.attr in STORE_PARTS
+    ]
+    return [
+        f"{filename}:{node.lineno} .{node.attr}" for node in sorted(found, key=lambda n: n.lineno)
+    ]
+
+
+def test_node_and_ha_use_the_stores_accessors_not_its_parts():
+    reaches = [
+        reach
+        for name, path in our_modules().items()
+        if name.split(".")[0] in FACADE_USERS
+        for reach in store_part_reaches(path.read_text(), str(path.relative_to(ROOT)))
+    ]
+    assert reaches == []
+
+
+def test_the_checker_catches_a_reach_into_the_store():
+    source = (
+        "from store.commitlog import PreparedMessage\n"  # a module import is no reach
+        "a = store.commitlog.write_offset\n"
+        "b = self._store.consume_queues.get(t, q)\n"
+        "store.dispatcher.listeners.append(f)\n"
+        "c = store.write_offset\n"
+    )
+    assert store_part_reaches(source, "x.py") == [
+        "x.py:2 .commitlog",
+        "x.py:3 .consume_queues",
+        "x.py:4 .dispatcher",
+    ]
+
+
 def test_the_layer_table_has_no_cycle():
     """So no two packages can depend on each other, however their modules do it."""
     assert cycle_in(LAYERS) is None

@@ -31,7 +31,8 @@ from ferrymq.codec.properties import (
     decode_properties_in_python,
     encode_properties,
 )
-from node.convert import InvalidRequest, read_produce_record, scan_produce_records
+from node.convert import read_produce_record, scan_produce_records
+from node.rpc_status import InvalidRequest
 from store import _speedups as speedups
 from store.commitlog import (
     CODEC,

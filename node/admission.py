@@ -1,0 +1,196 @@
+"""Admission of produced messages: whether a message may be written here, and to which queue.
+
+Every front door (SendMessage, Data.Produce, the remoting handlers to come) asks here, with
+plain values rather than its own request shape, so a message is judged by the same rules
+and refused with the same code whichever door it came through. Each refusal is an
+``InvalidRequest`` carrying its ``apache.rocketmq.v2.Code``; a topic that is unknown or
+badly named is routing's ``TopicError`` (``TopicTable.topic`` checks the name). The store
+checks what it checks again (``MessageStore.prepare``); its refusals map to codes in one
+place, ``store_refusal``.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ha.replicated_store import ReplicatedStore
+from node.rpc_status import InvalidRequest, status
+from node.topics import MessageType, Permission, TopicConfig, TopicTable
+from routing.replica import RoutingReplica
+from store.results import PutResult, PutStatus
+
+# A topic's type as the wire's MessageType.
+MESSAGE_TYPES = {
+    MessageType.NORMAL: pb.NORMAL,
+    MessageType.FIFO: pb.FIFO,
+    MessageType.DELAY: pb.DELAY,
+    MessageType.TRANSACTION: pb.TRANSACTION,
+}
+MESSAGE_TYPE_NAMES = frozenset(pb.MessageType.values())
+
+# What a refused put means for the client, by the store's status...
+STORE_STATUS_CODES = {
+    PutStatus.MESSAGE_ILLEGAL: pb.BAD_REQUEST,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: pb.MESSAGE_PROPERTIES_TOO_LARGE,
+    PutStatus.DISK_FULL: pb.INTERNAL_SERVER_ERROR,
+    PutStatus.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
+    PutStatus.SERVICE_NOT_AVAILABLE: pb.HA_NOT_AVAILABLE,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: pb.SLAVE_PERSISTENCE_TIMEOUT,
+    PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: pb.HA_NOT_AVAILABLE,
+}
+# ... and, for a refused message, more precisely by its reason (``InvalidMessageError``);
+# a reason not named here answers BAD_REQUEST.
+INVALID_MESSAGE_CODES = {
+    "TOPIC_INVALID": pb.ILLEGAL_TOPIC,
+    "BODY_TOO_LARGE": pb.MESSAGE_BODY_TOO_LARGE,
+    "PROPERTIES_TOO_LARGE": pb.MESSAGE_PROPERTIES_TOO_LARGE,
+    "PROPERTY_INVALID": pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
+}
+
+
+def type_name(message_type: int) -> str:
+    """A MessageType's name, or its number when unknown (proto3 takes any number)."""
+    if message_type in MESSAGE_TYPE_NAMES:
+        return pb.MessageType.Name(message_type)
+    return f"unknown type {message_type}"
+
+
+class Admission:
+    """The checks that need this node's state: may it write, may the topic be written."""
+
+    def __init__(
+        self,
+        store: ReplicatedStore,
+        topics: TopicTable,
+        routing: RoutingReplica,
+        broker_name: str,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.routing = routing
+        self.broker_name = broker_name
+
+    def check_master(self) -> None:
+        """Refuse unless this node takes writes (the replication role decides; this only
+        says where the master is, so the client can go there)."""
+        if self.store.is_master:
+            return
+        master = self.routing.state.master_of(self.broker_name)
+        where = f"{master.node_id} at {master.grpc_address}" if master else "being elected"
+        raise InvalidRequest(
+            pb.HA_NOT_AVAILABLE,
+            f"this node is a slave of broker group {self.broker_name}; its master is {where} "
+            "(query the route again)",
+        )
+
+    def writable_topic(self, name: str) -> TopicConfig:
+        """The topic ``name`` if it exists and takes writes (``TopicError`` otherwise)."""
+        topic = self.topics.topic(name)
+        if topic.permission is Permission.READ:
+            raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is read-only")
+        return topic
+
+    @property
+    def body_limit(self) -> int:
+        return self.store.config.max_message_body_bytes
+
+    @property
+    def batch_limit(self) -> int:
+        return self.store.config.max_batch_bytes
+
+
+def check_batch_count(count: int, limit: int) -> None:
+    """A request carries 1..``limit`` messages: each is checked in one turn of the event
+    loop, and the bound keeps that turn short."""
+    if count < 1:
+        detail = "no messages in the request" if count == 0 else f"{count} messages"
+        raise InvalidRequest(pb.BAD_REQUEST, detail)
+    if count > limit:
+        raise InvalidRequest(
+            pb.BAD_REQUEST, f"{count} messages in one request, the limit is {limit}"
+        )
+
+
+def check_batch_bytes(body_bytes: int, limit: int) -> None:
+    """The bodies alone past the batch limit: refused before any message is converted
+    (the store checks the exact record sizes of what gets this far)."""
+    if body_bytes > limit:
+        raise InvalidRequest(
+            pb.PAYLOAD_TOO_LARGE,
+            f"the bodies are {body_bytes} bytes, the limit of a request is {limit}",
+        )
+
+
+def check_body_size(size: int, limit: int) -> None:
+    """A message has a body, and not more than ``limit`` bytes of it."""
+    if not size:
+        raise InvalidRequest(pb.MESSAGE_BODY_EMPTY, "message body is empty")
+    if size > limit:
+        raise InvalidRequest(
+            pb.MESSAGE_BODY_TOO_LARGE, f"body is {size} bytes, the limit is {limit}"
+        )
+
+
+def check_message_type(topic_name: str, expected: int, actual: int) -> None:
+    """A message declares its topic's type (``MESSAGE_TYPES``): a client that thinks the
+    topic is another kind would expect another delivery."""
+    if actual != expected:
+        raise InvalidRequest(
+            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"topic {topic_name} takes {type_name(expected)} messages, not {type_name(actual)}",
+        )
+
+
+def check_type_text(declared: str | None, expected_text: str) -> None:
+    """``check_message_type`` for a record whose properties come encoded (Data.Produce):
+    its ``__MSG_TYPE`` must be the topic's type's text exactly, as the C scan compares it."""
+    if declared != expected_text:
+        raise InvalidRequest(
+            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"message type {declared!r} is not the topic's {expected_text!r}",
+        )
+
+
+def hashed_queue(key: str, queue_count: int) -> int:
+    """The queue of ``key`` (a message group, or a message id): the same key always gets
+    the same queue. The hash is fixed for good: a changed one would move the groups that
+    have messages in a queue already, and break their order."""
+    return zlib.crc32(key.encode()) % queue_count
+
+
+def fifo_queue(message_group: str | None, queue_count: int) -> int:
+    """The queue of a FIFO message, which must name its group: one group, one queue, which
+    keeps a group's messages in order."""
+    if not message_group:
+        raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "FIFO messages need a message_group")
+    return hashed_queue(message_group, queue_count)
+
+
+def check_queue(topic: TopicConfig, queue_id: int) -> None:
+    if not 0 <= queue_id < topic.queue_count:
+        raise InvalidRequest(pb.BAD_REQUEST, f"queue {queue_id} does not exist in {topic.name}")
+
+
+def send_queue(topic: TopicConfig, message_group: str, queue_id: int, message_id: str) -> int:
+    """Where SendMessage puts a message: a FIFO message by its group; another in the queue
+    it names when that exists, else spread by its id."""
+    if topic.message_type is MessageType.FIFO:
+        return fifo_queue(message_group, topic.queue_count)
+    if 0 <= queue_id < topic.queue_count:
+        return queue_id
+    return hashed_queue(message_id, topic.queue_count)
+
+
+def invalid_message_code(reason: str) -> int:
+    """The code of a message the store refused for ``reason``."""
+    return INVALID_MESSAGE_CODES.get(reason, pb.BAD_REQUEST)
+
+
+def store_refusal(result: PutResult) -> pb.Status:
+    """The status for a put that did not succeed."""
+    if result.reason is not None:
+        code = invalid_message_code(result.reason)
+    else:
+        code = STORE_STATUS_CODES.get(result.status, pb.INTERNAL_SERVER_ERROR)
+    return status(code, result.error or result.status.value)
