@@ -70,8 +70,11 @@ class Controller:
                 log.exception("controller round failed")
 
     async def tick(self) -> None:
-        leading = self.replica.is_leader()
-        if not leading:
+        # A leader cut off from the majority is not leading: no heartbeat commits while it
+        # is, so the time it spent so is nobody's silence. Regaining the majority starts
+        # every clock again, as a new leader's do (a live master was once marked down the
+        # moment the quorum came back, for heartbeats that could not commit).
+        if not self.replica.leads_with_quorum():
             self._leading = False
             return
         now = self.clock()

@@ -177,6 +177,11 @@ class RoutingReplica:
     def is_leader(self) -> bool:
         return self.sync._isLeader()
 
+    def leads_with_quorum(self) -> bool:
+        """Whether this replica is the Raft leader and reaches a majority of voters: only
+        then can it commit, and only then has it heard the heartbeats others committed."""
+        return self.sync._isLeader() and bool(self.sync.hasQuorum)
+
     def status(self) -> RaftStatus:
         leader = self.sync._getLeader()
         connected = tuple(

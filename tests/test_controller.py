@@ -10,6 +10,7 @@ from dataclasses import replace
 from routing.commands import (
     AlterInSync,
     ElectMaster,
+    MarkNodeDown,
     NodeHeartbeat,
     RegisterNode,
     ReportMasterFound,
@@ -23,9 +24,10 @@ class LeaderReplica:
     def __init__(self, state: RoutingState) -> None:
         self.state = state
         self.submitted: list[object] = []
+        self.quorum = True
 
-    def is_leader(self) -> bool:
-        return True
+    def leads_with_quorum(self) -> bool:
+        return self.quorum
 
     def read(self, reader):
         return reader(self.state)
@@ -54,6 +56,34 @@ def three_nodes() -> RoutingState:
 def heartbeat(state: RoutingState, clock: Clock, *nodes: str) -> None:
     for node_id in nodes:
         assert state.apply(NodeHeartbeat(node_id, 100, int(clock.now * 1000))).ok
+
+
+def test_time_without_a_quorum_is_nobodys_silence():
+    """Both slaves were killed: the leader (the master's node) lost its majority, and
+    nobody's heartbeat could commit. The quorum came back with one slave, and the
+    controller at once marked the live master down for the 3 s it had not heard it and
+    elected the slave (tests/test_replication.py saw it under load)."""
+    state = three_nodes()
+    clock = Clock()
+    replica = LeaderReplica(state)
+    controller = Controller(replica, lease_s=3.0, clock=clock, wall_clock=clock)
+    heartbeat(state, clock, "n1", "n2", "n3")
+    asyncio.run(controller.tick())
+    replica.quorum = False
+    for _ in range(10):  # 4 s of ticks without a majority: nothing commits
+        clock.now += 0.4
+        asyncio.run(controller.tick())
+    replica.quorum = True
+    asyncio.run(controller.tick())
+    clock.now += 0.4
+    heartbeat(state, clock, "n1", "n2")
+    asyncio.run(controller.tick())
+    assert not any(isinstance(c, MarkNodeDown) for c in replica.submitted)
+    assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == ("n1", 1)
+    clock.now += 3.5  # n3 stays silent a whole lease once the majority is back
+    heartbeat(state, clock, "n1", "n2")
+    asyncio.run(controller.tick())
+    assert [c.node_id for c in replica.submitted if isinstance(c, MarkNodeDown)] == ["n3"]
 
 
 def test_a_master_elected_a_moment_ago_is_not_deposed_by_early_lost_link_reports(caplog):
