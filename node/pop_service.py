@@ -66,6 +66,17 @@ class Delivery:
     attempt: int
 
 
+@dataclass
+class UnseenPop:
+    """A pop of one queue the receive may fail to hand to anyone: its offsets, its
+    delivery id, and the earlier in-flight entries of the redelivered ones."""
+
+    key: CursorKey
+    offsets: list[int]
+    delivery: str
+    redelivered: dict[int, InFlight]
+
+
 class PopFailed(Exception):
     """The records of a POP decision could not be appended; ``status`` says why."""
 
@@ -169,6 +180,7 @@ class PopService:
         records: list[Message] = []
         deliveries: list[Delivery] = []
         undo: list[Callable[[], None]] = []
+        unseen: list[UnseenPop] = []
         queue_count = topic.queue_count
         rotation_key = (group.name, topic.name)
         start = self._rotation.get(rotation_key, 0) % queue_count
@@ -206,12 +218,13 @@ class PopService:
             pairs = [(stored.queue_offset, attempt) for stored, attempt in picked]
             records.append(self.state.pop(key, pairs, next_offset, delivery, now + invisible_ms))
             undo.append(lambda k=key, p=pairs, d=delivery, r=redelivered: self._unpop(k, p, d, r))
+            unseen.append(UnseenPop(key, [offset for offset, _ in pairs], delivery, redelivered))
             deliveries.extend(
                 Delivery(stored, self._handle(key, stored.queue_offset, delivery), a)
                 for stored, a in picked
             )
         if records:
-            await self._append(records, undo)
+            await self._append(records, undo, unseen)
         return deliveries
 
     def _new_messages(
@@ -456,12 +469,71 @@ class PopService:
             else:
                 entry.visible_at_ms, entry.attempt = 0, 0
 
-    async def _append(self, records: list[Message], undo: list[Callable[[], None]]) -> None:
+    def _hand_back_records(self, pops: list[UnseenPop]) -> list[Message]:
+        """Pop records that give the messages of ``pops`` back as they were before, for
+        deliveries the log holds but no consumer received: a redelivered message gets its
+        earlier delivery (id, visibility, attempts), a new one is in flight to nobody
+        (attempt 0, visible now). Built, not applied: memory follows only if the log
+        takes them. Offsets decided about since (not current any more) are left alone."""
+        records = []
+        for pop in pops:
+            cursor = self.state.cursor(pop.key)
+            current = [
+                offset
+                for offset in pop.offsets
+                if cursor is not None
+                and (entry := cursor.in_flight.get(offset)) is not None
+                and entry.delivery == pop.delivery
+            ]
+            if not current:
+                continue
+            earlier: dict[tuple[str, int], list[tuple[int, int]]] = {}
+            fresh = [offset for offset in current if offset not in pop.redelivered]
+            for offset in current:
+                if offset in pop.redelivered:
+                    entry = pop.redelivered[offset]
+                    earlier.setdefault((entry.delivery, entry.visible_at_ms), []).append(
+                        (offset, entry.attempt)
+                    )
+            groups = [(d, v, pairs) for (d, v), pairs in earlier.items()]
+            if fresh:
+                groups.append((new_delivery_id(), 0, [(offset, 0) for offset in fresh]))
+            records.extend(
+                self.state.pop_record(pop.key, pairs, cursor.next_offset, delivery, visible)
+                for delivery, visible, pairs in groups
+            )
+        return records
+
+    async def _hand_back(self, pops: list[UnseenPop]) -> None:
+        """Undo, in the log and then in memory, pops written but not confirmed: the
+        receive answers an error, so no consumer has them, and counting them would use up
+        delivery attempts nobody saw (a master cut off from its slaves for a few
+        receives dead-lettered messages never delivered). If the log refuses the hand-back
+        too, memory stays as the log has it: the attempts count."""
+        records = self._hand_back_records(pops)
+        if not records:
+            return
+        result = await self.state.append(records)
+        if result.appended:
+            for record in records:
+                self.state.apply(record.properties, record.body)
+
+    async def _append(
+        self,
+        records: list[Message],
+        undo: list[Callable[[], None]],
+        unseen: list[UnseenPop] | None = None,
+    ) -> None:
+        """Append a decision's records. Refused (the log never had them): ``undo``
+        restores memory. Written but not confirmed: pops in ``unseen`` are handed back;
+        other records stand, as the log holds them."""
         result = await self.state.append(records)
         if not result.ok:
             if not result.appended:  # refused: the log never had the records
                 for step in undo:
                     step()
+            elif unseen:
+                await self._hand_back(unseen)
             raise PopFailed(store_refusal(result))
         # An ended or shortened delivery may free a FIFO queue: wake its long polls.
         for record in records:

@@ -104,13 +104,27 @@ class PopState(SystemState):
         visible_at_ms: int,
     ) -> Message:
         """Deliver ``(offset, attempt)`` pairs under one delivery id; move the cursor."""
+        record = self.pop_record(key, deliveries, next_offset, delivery, visible_at_ms)
+        self.apply(record.properties, record.body)
+        return record
+
+    def pop_record(
+        self,
+        key: CursorKey,
+        deliveries: list[tuple[int, int]],
+        next_offset: int,
+        delivery: str,
+        visible_at_ms: int,
+    ) -> Message:
+        """The record of ``pop``, not applied (for a change memory takes only once the
+        log has it)."""
         body = ",".join(f"{o}:{a}" for o, a in deliveries).encode()
         fields = _fields(key) | {
             "next": str(next_offset),
             "delivery": delivery,
             "visible": str(visible_at_ms),
         }
-        return self._applied(KIND_POP, body, fields)
+        return self.record(KIND_POP, body, **fields)
 
     def ack(self, key: CursorKey, entries: list[tuple[int, str]], kind: str = KIND_ACK) -> Message:
         """End the deliveries ``(offset, delivery)``: acked, or moved to the DLQ."""

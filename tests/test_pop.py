@@ -452,6 +452,46 @@ def test_failed_pops_do_not_use_up_attempts(broker, monkeypatch):
     broker.state.check()
 
 
+def test_pops_written_but_not_confirmed_do_not_use_up_attempts(broker, monkeypatch):
+    """A master cut off from its slaves writes each pop but cannot confirm it, and answers
+    the receive with an error: no consumer has those messages, so the pops must not count
+    towards the group's max attempts (3 here), in memory or in the log. Before the
+    hand-back, a chaos run dead-lettered two acknowledged sends that no consumer of the
+    group had ever received."""
+    broker.send("orders", 2, queue_id=0)
+    first = broker.receive("G", "orders", batch=1)
+    assert [(d.stored.body, d.attempt) for d in first] == [(b"body-0", 1)]
+    broker.clock.ms += 10_000  # body-0 is visible again, still on its first delivery
+    real_append = broker.state.append
+    unconfirmed = []  # one entry per receive: its pop is written, then not confirmed
+
+    async def slaves_cut_off(records):
+        result = await real_append(records)
+        if unconfirmed and not unconfirmed[-1]:
+            unconfirmed[-1] = [r.properties["kind"] for r in records]
+            return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, result.appended, error="timeout")
+        return result
+
+    monkeypatch.setattr(broker.state, "append", slaves_cut_off)
+    for _ in range(5):
+        unconfirmed.append([])
+        with pytest.raises(PopFailed, match="timeout"):
+            broker.receive("G", "orders")
+    monkeypatch.undo()
+    assert unconfirmed == [["pop"]] * 5
+    broker.state.check()
+    queue = ("G", "orders", 0)
+    live = broker.state.cursor(queue)
+    live = (live.next_offset, dict(live.in_flight))
+    broker.crash_and_reopen()
+    replayed = broker.state.cursor(queue)
+    assert (replayed.next_offset, dict(replayed.in_flight)) == live  # the log agrees
+    again = broker.receive("G", "orders")
+    assert [(d.stored.body, d.attempt) for d in again] == [(b"body-0", 2), (b"body-1", 1)]
+    assert broker.dead_letters("G") == []
+    broker.state.check()
+
+
 def test_memory_agrees_with_the_log_after_refused_and_unconfirmed_appends(broker, monkeypatch):
     """Random receives, acks, changes, forwards and expiries while appends are refused
     (nothing written) or written but not confirmed in time; then SIGKILL-equivalent: the
