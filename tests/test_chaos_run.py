@@ -13,7 +13,7 @@ import pytest
 
 from chaos import runner
 from ferrymq.launcher import cluster
-from tests import planted_bug_node
+from tests.support import planted_bug_node
 
 RUNS = {
     "sync-sync-flush": ["kill-master", "partition-master", "pause", "power-loss-all"],

@@ -14,7 +14,7 @@ import pytest
 
 from ferrymq.cli.main import main
 from ferrymq.launcher.cluster import cluster_down
-from tests.node_process import ROOT
+from tests.support import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -18,84 +18,29 @@ import pytest
 
 from ferrymq.client import Admin, FerryError, PullConsumer
 from ferrymq.launcher.cluster import (
-    ClusterPlan,
-    NodePlan,
     cluster_up,
     free_ports,
     is_running,
     node_toml,
-    save_plan,
-    start_node,
     wait_ready,
 )
 from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
-from tests.compat import run_official_at
+from tests.support.cluster import (
+    SMALL_STORE,
+    kill,
+    leader_of,
+    restart,
+    status_of,
+    stop_all,
+    topics_on,
+    topics_on_safe,
+)
+from tests.support.official_client import run_official_at
 
-SMALL_STORE = {
-    "store": {
-        "commitlog_segment_bytes": 8 << 20,
-        "consume_queue_entries_per_file": 10_000,
-        "index_slot_count": 10_007,
-        "index_entry_count": 40_000,
-    }
-}
 UNAVAILABLE = 14
-
-
-def status_of(node: NodePlan):
-    try:
-        with Admin(node.grpc, timeout_s=2) as admin:
-            return admin.cluster_status()
-    except FerryError:
-        return None
-
-
-def topics_on(node: NodePlan) -> set[str]:
-    with Admin(node.grpc, timeout_s=5) as admin:
-        return {t.name for t in admin.list_topics()}
-
-
-def topic_everywhere(plan: ClusterPlan, name: str) -> None:
-    """Until every running node knows topic ``name``: a node applies a committed routing
-    change a heartbeat round after the node that made it, and a test that writes straight
-    to one node must not race that."""
-    for node in plan.nodes:
-        if is_running(node, plan):
-            until(lambda node=node: name in topics_on_safe(node), 10, f"{name} on {node.id}")
-
-
-def kill(plan: ClusterPlan, node: NodePlan) -> None:
-    os.kill(node.pid, signal.SIGKILL)
-    until(lambda: not is_running(node, plan), 10, f"{node.id} to die")
-
-
-def restart(plan: ClusterPlan, node: NodePlan) -> ClusterPlan:
-    started = start_node(plan, node)
-    plan = replace(plan, nodes=tuple(started if n.id == node.id else n for n in plan.nodes))
-    save_plan(plan)
-    return plan
-
-
-def leader_of(plan: ClusterPlan, among: list[NodePlan] | None = None) -> NodePlan:
-    def find():
-        for node in among or plan.nodes:
-            status = status_of(node)
-            if status is not None and status.raft_leader:
-                for candidate in among or plan.nodes:
-                    if candidate.raft == status.raft_leader:
-                        return candidate
-        return None
-
-    return until(find, 10, "a routing leader")
-
-
-def stop_all(plan: ClusterPlan) -> None:
-    for node in plan.nodes:
-        if is_running(node, plan):
-            os.kill(node.pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -140,13 +85,6 @@ def test_leader_killed_a_new_one_leads_within_3_s_and_the_old_one_catches_up(thr
 
     plan = three["plan"] = restart(plan, leader)
     until(lambda: "after" in topics_on_safe(leader), 20, "the restarted voter to catch up")
-
-
-def topics_on_safe(node: NodePlan) -> set[str]:
-    try:
-        return topics_on(node)
-    except FerryError:
-        return set()
 
 
 def test_every_committed_topic_and_group_survives_killing_all_voters_at_once(three):

@@ -19,7 +19,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as data
 from ferrymq.protocol.ferrymq import data_pb2_grpc
 from node.convert import produce_properties
-from tests.node_process import start_node
+from tests.support.nodes import start_node
 
 
 class Unavailable(grpc.RpcError):
@@ -190,14 +190,13 @@ def test_transport_errors_fail_each_send_after_the_last_attempt():
 
 # ---- against real nodes --------------------------------------------------------------
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("coalesce") / "node"))
-    with Admin(started.address) as admin:
+def coalesce_node(module_node):
+    """The module's node with topics ``co`` and ``co-fifo`` and group ``co-readers``."""
+    with Admin(module_node.address) as admin:
         admin.create_topic("co", queue_count=3)
         admin.create_topic("co-fifo", queue_count=4, message_type="FIFO")
         admin.create_group("co-readers")
-    yield started
-    started.sigkill()
+    return module_node
 
 
 def read_everything(address: str, topic: str, queues: int) -> dict[str, tuple[int, int, bytes]]:
@@ -226,9 +225,9 @@ def read_everything(address: str, topic: str, queues: int) -> dict[str, tuple[in
     return found
 
 
-def test_coalesced_sends_against_a_node(node):
+def test_coalesced_sends_against_a_node(coalesce_node):
     async def scenario():
-        with Producer(node.address) as producer:
+        with Producer(coalesce_node.address) as producer:
             messages = [
                 Message("co", b"n%d" % i, tag="a|b" if i == 17 else "t", keys=[f"k{i}"])
                 for i in range(400)
@@ -241,7 +240,7 @@ def test_coalesced_sends_against_a_node(node):
             return messages, results, fifo, fifo_results
 
     messages, results, fifo, fifo_results = asyncio.run(scenario())
-    stored = read_everything(node.address, "co", 3)
+    stored = read_everything(coalesce_node.address, "co", 3)
     for i, (message, result) in enumerate(zip(messages, results, strict=True)):
         if i == 17:
             assert isinstance(result, FerryError) and result.code == pb.ILLEGAL_MESSAGE_TAG
@@ -253,7 +252,7 @@ def test_coalesced_sends_against_a_node(node):
             offset,
             message.body,
         )
-    stored_fifo = read_everything(node.address, "co-fifo", 4)
+    stored_fifo = read_everything(coalesce_node.address, "co-fifo", 4)
     for group in range(5):
         mine = [m for m in fifo if m.message_group == f"g{group}"]
         places = [stored_fifo[m.message_id] for m in mine]

@@ -20,9 +20,9 @@ import pytest
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from tests.compat import RUNNER, run_official_at
-from tests.node_process import start_node
-from tests.test_node import create_topic, message, pull, stubs
+from tests.support.nodes import start_node
+from tests.support.official_client import RUNNER, run_official_at
+from tests.support.rpc import create_topic, message, pull, stubs
 
 NODE_TOML = """
 [messages]
@@ -32,10 +32,9 @@ transaction_max_checks = 3
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("compat") / "node"), NODE_TOML)
-    yield started
-    started.sigkill()
+def compat_node(module_nodes):
+    """One node for the module, checking orphan transactions every 2 s."""
+    return module_nodes(NODE_TOML)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +43,8 @@ def client_home(tmp_path_factory):
 
 
 @pytest.fixture
-def grpc_stubs(node):
-    channel, messaging, admin = stubs(node.address)
+def grpc_stubs(compat_node):
+    channel, messaging, admin = stubs(compat_node.address)
     yield messaging, admin
     channel.close()
 
@@ -71,7 +70,7 @@ def pull_all(messaging, topic: str, queues: int, group: str = "reader") -> list[
     return found
 
 
-def test_producer_sync_async_tags_keys_and_fifo(node, client_home, grpc_stubs):
+def test_producer_sync_async_tags_keys_and_fifo(compat_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-normal", queues=4)
     create_topic(admin, "compat-fifo", queues=4, message_type=api.FIFO)
@@ -87,7 +86,7 @@ def test_producer_sync_async_tags_keys_and_fifo(node, client_home, grpc_stubs):
         },
     ] + [{"topic": "compat-fifo", "body": f"g{i % 2}-{i}", "group": f"g{i % 2}"} for i in range(6)]
     events = run_official(
-        node,
+        compat_node,
         client_home,
         {"scenario": "produce", "topics": ["compat-normal", "compat-fifo"], "messages": sends},
     )
@@ -116,7 +115,7 @@ def test_producer_sync_async_tags_keys_and_fifo(node, client_home, grpc_stubs):
 
 
 def test_simple_consumer_receive_ack_change_redelivery_and_bad_handle(
-    node, client_home, grpc_stubs
+    compat_node, client_home, grpc_stubs
 ):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-simple", queues=2)
@@ -138,7 +137,7 @@ def test_simple_consumer_receive_ack_change_redelivery_and_bad_handle(
         {"do": "ack_forged", "id": "S0", "handle": "forged-handle"},
     ]
     events = run_official(
-        node,
+        compat_node,
         client_home,
         {"scenario": "simple", "topic": "compat-simple", "group": "simple-group", "steps": steps},
     )
@@ -154,7 +153,7 @@ def test_simple_consumer_receive_ack_change_redelivery_and_bad_handle(
     )
 
 
-def test_push_consumer_normal_group_retries_then_dead_letters(node, client_home, grpc_stubs):
+def test_push_consumer_normal_group_retries_then_dead_letters(compat_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-push", queues=2)
     create_group(admin, "push-group", max_delivery_attempts=2)
@@ -165,7 +164,7 @@ def test_push_consumer_normal_group_retries_then_dead_letters(node, client_home,
         )
         assert sent.status.code == pb.OK
     events = run_official(
-        node,
+        compat_node,
         client_home,
         {
             "scenario": "push",
@@ -186,7 +185,7 @@ def test_push_consumer_normal_group_retries_then_dead_letters(node, client_home,
     assert [m.body for m in dead] == [b"poison"]
 
 
-def test_push_consumer_fifo_group_in_order_and_dead_letter(node, client_home, grpc_stubs):
+def test_push_consumer_fifo_group_in_order_and_dead_letter(compat_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-fifo-push", queues=2, message_type=api.FIFO)
     create_group(admin, "fifo-group", fifo=True, max_delivery_attempts=2)
@@ -209,7 +208,7 @@ def test_push_consumer_fifo_group_in_order_and_dead_letter(node, client_home, gr
         )
         assert sent.status.code == pb.OK
     events = run_official(
-        node,
+        compat_node,
         client_home,
         {
             "scenario": "push",
@@ -236,7 +235,7 @@ def test_push_consumer_fifo_group_in_order_and_dead_letter(node, client_home, gr
 
 
 def test_ferrymq_sends_are_received_by_the_official_client_and_bad_input(
-    node, client_home, grpc_stubs
+    compat_node, client_home, grpc_stubs
 ):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-cross", queues=1)
@@ -249,7 +248,7 @@ def test_ferrymq_sends_are_received_by_the_official_client_and_bad_input(
     assert sent.status.code == pb.OK
     steps = [{"do": "receive_until", "count": 1, "invisible_s": 10, "deadline_s": 20, "ack": True}]
     events = run_official(
-        node,
+        compat_node,
         client_home,
         {"scenario": "simple", "topic": "compat-cross", "group": "cross-group", "steps": steps},
     )
@@ -262,7 +261,9 @@ def test_ferrymq_sends_are_received_by_the_official_client_and_bad_input(
         {"topic": "compat-cross", "body": "still-serving"},
     ]
     events = run_official(
-        node, client_home, {"scenario": "produce", "topics": ["compat-cross"], "messages": bad}
+        compat_node,
+        client_home,
+        {"scenario": "produce", "topics": ["compat-cross"], "messages": bad},
     )
     failed = {e["body"]: e for e in of(events, "send_failed")}
     assert set(failed) == {"x", "big"}, events
@@ -274,7 +275,7 @@ def test_ferrymq_sends_are_received_by_the_official_client_and_bad_input(
     assert [e["body"] for e in of(events, "sent")] == ["still-serving"]
 
 
-def test_delay_and_transactions(node, client_home, grpc_stubs):
+def test_delay_and_transactions(compat_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-delay", queues=1, message_type=api.DELAY)
     create_topic(admin, "compat-tx", queues=1, message_type=api.TRANSACTION)
@@ -286,12 +287,14 @@ def test_delay_and_transactions(node, client_home, grpc_stubs):
         for i in (2, 0, 1)
     ]
     events = run_official(
-        node, client_home, {"scenario": "produce", "topics": ["compat-delay"], "messages": delays}
+        compat_node,
+        client_home,
+        {"scenario": "produce", "topics": ["compat-delay"], "messages": delays},
     )
     assert len(of(events, "sent")) == 3
     steps = [{"do": "receive_until", "count": 3, "invisible_s": 10, "deadline_s": 20, "ack": True}]
     events = run_official(
-        node,
+        compat_node,
         client_home,
         {"scenario": "simple", "topic": "compat-delay", "group": "delay-group", "steps": steps},
     )
@@ -305,7 +308,7 @@ def test_delay_and_transactions(node, client_home, grpc_stubs):
         {"topic": "compat-tx", "body": "orphan", "end": "none"},
     ]
     events = run_official(
-        node,
+        compat_node,
         client_home,
         {
             "scenario": "transaction",

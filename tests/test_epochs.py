@@ -7,8 +7,8 @@ import pytest
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ha.epochs import EpochEntry, EpochFileError, EpochHistory, truncation_point
-from tests.node_process import start_node
-from tests.test_node import create_topic, message, stubs
+from tests.support.nodes import start_node
+from tests.support.rpc import create_topic, message, stubs
 
 
 def history(*pairs: tuple[int, int]) -> list[EpochEntry]:

@@ -43,10 +43,10 @@ from ferrymq.protocol.ferrymq import admin_pb2 as admin
 from ferrymq.protocol.ferrymq import data_pb2 as data
 from node.config import load_node_config
 from store.message_store import MessageStore
-from tests.node_process import NodeProcess, start_node
-from tests.proto_strategies import Pools, message_class, messages, metadata, mutations
-from tests.store_checks import assert_derived_files_agree
-from tests.test_node import message as wire_message
+from tests.support.nodes import NodeProcess, start_node
+from tests.support.proto_strategies import Pools, message_class, messages, metadata, mutations
+from tests.support.rpc import message as wire_message
+from tests.support.stores import assert_derived_files_agree
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,7 @@ from node.messaging_service import SEND_MESSAGES_MAX, MessagingService
 from node.telemetry_outbox import OUTBOX_MAX, TelemetryOutbox
 from node.topics import TopicTable
 from node.transaction_service import OrphanCheckTarget
-from tests.node_process import start_node
-from tests.test_node import create_topic, message, queue_of, stubs
+from tests.support.rpc import create_topic, message, queue_of, stubs
 
 BATCH_LIMIT = 65_536
 CONCURRENT_RPCS = 4
@@ -29,15 +28,16 @@ max_concurrent_rpcs = {CONCURRENT_RPCS}
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("limits") / "node"), NODE_TOML)
+def limited_node(module_nodes):
+    """A node with the limits above, topic ``orders`` and group ``G``: the node and its
+    messaging stub."""
+    started = module_nodes(NODE_TOML)
     channel, messaging, admin = stubs(started.address)
     create_topic(admin, "orders", queues=1)
     answer = admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name="G")))
     assert answer.status.code == 0, answer.status  # the Admin service's OK
     yield started, messaging
     channel.close()
-    started.sigkill()
 
 
 def stored(messaging) -> int:
@@ -47,8 +47,8 @@ def stored(messaging) -> int:
     return messaging.QueryOffset(request).offset
 
 
-def test_a_send_of_too_many_messages_is_refused_whole(node):
-    _, messaging = node
+def test_a_send_of_too_many_messages_is_refused_whole(limited_node):
+    _, messaging = limited_node
     before = stored(messaging)
     messages = [message("orders", b"x", f"M{i}") for i in range(SEND_MESSAGES_MAX + 1)]
     answer = messaging.SendMessage(rpc.SendMessageRequest(messages=messages))
@@ -58,8 +58,8 @@ def test_a_send_of_too_many_messages_is_refused_whole(node):
     assert stored(messaging) == before
 
 
-def test_a_send_whose_bodies_pass_the_batch_limit_is_refused_before_conversion(node):
-    _, messaging = node
+def test_a_send_whose_bodies_pass_the_batch_limit_is_refused_before_conversion(limited_node):
+    _, messaging = limited_node
     before = stored(messaging)
     half = b"y" * (BATCH_LIMIT // 2 + 1)
     # The empty body would be refused while converting: the byte check comes first.
@@ -72,8 +72,8 @@ def test_a_send_whose_bodies_pass_the_batch_limit_is_refused_before_conversion(n
     assert stored(messaging) == before
 
 
-def test_calls_beyond_the_concurrency_limit_are_refused_until_some_end(node):
-    _, messaging = node
+def test_calls_beyond_the_concurrency_limit_are_refused_until_some_end(limited_node):
+    _, messaging = limited_node
     # Whatever the group could receive is taken first, so every poll below waits.
     drain = rpc.ReceiveMessageRequest(
         group=pb.Resource(name="G"), message_queue=queue_of("orders", 0), batch_size=32

@@ -39,29 +39,10 @@ from node.pop_state import PopState
 from node.topics import GroupConfig, TopicConfig, TopicTable
 from store.config import StoreConfig
 from store.message_store import MessageStore
+from tests.support.metrics import scrape, value
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEADLINE_S = 20.0
-
-
-def scrape(address: str) -> dict[str, list]:
-    """Samples by family name (histograms under their family name)."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    return {f.name: f.samples for f in text_string_to_metric_families(text)}
-
-
-def value(samples: dict[str, list], name: str, **labels: str) -> float:
-    """The one sample called ``name`` (a family, or a histogram's ``_count``) with labels."""
-    family = name.removesuffix("_count") if name.endswith("_count") else name
-    found = [
-        s.value
-        for s in samples.get(family, [])
-        if s.name in (name, name + "_total")
-        and all(s.labels.get(k) == v for k, v in labels.items())
-    ]
-    assert len(found) == 1, (family, labels, found)
-    return found[0]
 
 
 def exposed_name(family) -> str:
@@ -70,7 +51,9 @@ def exposed_name(family) -> str:
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
+def metrics_node(tmp_path_factory):
+    """A node as the monitoring stack starts it (``deploy.local_stack``), with its topic
+    and groups."""
     started = start_node(str(tmp_path_factory.mktemp("metrics") / "node-1"), "node-1", "group-1")
     prepare(started.grpc)
     yield started
@@ -78,20 +61,20 @@ def node(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def traffic(node: LocalNode):
+def traffic(metrics_node: LocalNode):
     """A fixed history: 10 batches of 20 sent; the pull group reads and commits 50, the POP
     group receives 12 and acks 6, the one-attempt group lets 4 go to its DLQ."""
     sent = pulled = popped = 0
-    with Producer(node.grpc) as producer:
+    with Producer(metrics_node.grpc) as producer:
         for batch in range(10):
             messages = [Message(TOPIC, b"m%03d-%02d" % (batch, i)) for i in range(20)]
             sent += len(producer.send_batch(messages))
-    with PullConsumer(node.grpc, PULL_GROUP, batch_size=50) as puller:
+    with PullConsumer(metrics_node.grpc, PULL_GROUP, batch_size=50) as puller:
         puller.assign(TOPIC, [0])
         got = puller.poll(wait_s=0)
         pulled += len(got)
         puller.commit()
-    with SimpleConsumer(node.grpc, POP_GROUP, TOPIC) as consumer:
+    with SimpleConsumer(metrics_node.grpc, POP_GROUP, TOPIC) as consumer:
         while popped < 12:
             received = consumer.receive(12 - popped, invisible_s=300, wait_s=1)
             for i, message in enumerate(received):
@@ -99,7 +82,10 @@ def traffic(node: LocalNode):
                     consumer.ack(message)
             popped += len(received)
     dead = 0
-    with SimpleConsumer(node.grpc, DLQ_GROUP, TOPIC) as fragile, Admin(node.grpc) as admin:
+    with (
+        SimpleConsumer(metrics_node.grpc, DLQ_GROUP, TOPIC) as fragile,
+        Admin(metrics_node.grpc) as admin,
+    ):
         first = fragile.receive(4, invisible_s=1, wait_s=1)
         popped += len(first)
         deadline = time.monotonic() + DEADLINE_S
@@ -115,8 +101,8 @@ def traffic(node: LocalNode):
     return {"sent": sent, "delivered": pulled + popped, "dead": dead}
 
 
-def test_every_family_is_exported_with_its_declared_labels(node, traffic):
-    samples = scrape(node.metrics)
+def test_every_family_is_exported_with_its_declared_labels(metrics_node, traffic):
+    samples = scrape(metrics_node.metrics)
     for family in FAMILIES:
         name = exposed_name(family)
         if family.needs:
@@ -142,9 +128,9 @@ def test_every_family_is_exported_with_its_declared_labels(node, traffic):
     assert value(samples, "ferrymq_raft_voter") == 1
 
 
-def test_metrics_agree_with_the_admin_api(node, traffic):
-    samples = scrape(node.metrics)
-    with Admin(node.grpc) as admin:
+def test_metrics_agree_with_the_admin_api(metrics_node, traffic):
+    samples = scrape(metrics_node.metrics)
+    with Admin(metrics_node.grpc) as admin:
         for group in (PULL_GROUP, POP_GROUP, DLQ_GROUP):
             progress = admin.group_progress(group, TOPIC)
             for queue in progress:
@@ -176,13 +162,13 @@ def test_metrics_agree_with_the_admin_api(node, traffic):
     assert body_bytes < stored_bytes < traffic["sent"] * 200
 
 
-def test_lag_agrees_with_the_cli_json(node, traffic):
+def test_lag_agrees_with_the_cli_json(metrics_node, traffic):
     """``ferrymq group progress --json``, what operators read, against the scrape."""
-    samples = scrape(node.metrics)
+    samples = scrape(metrics_node.metrics)
     cli = [sys.executable, "-m", "ferrymq.cli", "group", "progress"]
     for group in (PULL_GROUP, POP_GROUP):
         answer = subprocess.run(
-            [*cli, group, "--topic", TOPIC, "--server", node.grpc, "--json"],
+            [*cli, group, "--topic", TOPIC, "--server", metrics_node.grpc, "--json"],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -198,8 +184,8 @@ def test_lag_agrees_with_the_cli_json(node, traffic):
             )
 
 
-def test_unknown_names_never_become_labels(node, traffic):
-    with grpc.insecure_channel(node.grpc) as channel:  # SendMessage itself, no route first
+def test_unknown_names_never_become_labels(metrics_node, traffic):
+    with grpc.insecure_channel(metrics_node.grpc) as channel:  # SendMessage itself, no route first
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         wire = pb.Message(
             topic=pb.Resource(name="no-such-topic"),
@@ -209,11 +195,11 @@ def test_unknown_names_never_become_labels(node, traffic):
         answer = stub.SendMessage(rpc.SendMessageRequest(messages=[wire]), timeout=10)
         assert answer.status.code == pb.TOPIC_NOT_FOUND
     with (
-        SimpleConsumer(node.grpc, "no-such-group", TOPIC) as consumer,
+        SimpleConsumer(metrics_node.grpc, "no-such-group", TOPIC) as consumer,
         pytest.raises(FerryError),
     ):
         consumer.receive(1, wait_s=0)
-    samples = scrape(node.metrics)
+    samples = scrape(metrics_node.metrics)
     for family in samples.values():
         for sample in family:
             assert sample.labels.get("topic") != "no-such-topic", sample
@@ -224,27 +210,27 @@ def test_unknown_names_never_become_labels(node, traffic):
     assert codes == {"OK", "TOPIC_NOT_FOUND"}
 
 
-def test_http_endpoint_answers_only_metrics(node):
+def test_http_endpoint_answers_only_metrics(metrics_node):
     with pytest.raises(urllib.error.HTTPError) as error:
-        urllib.request.urlopen(f"http://{node.metrics}/", timeout=5)
+        urllib.request.urlopen(f"http://{metrics_node.metrics}/", timeout=5)
     assert error.value.code == 404
-    request = urllib.request.Request(f"http://{node.metrics}/metrics", method="HEAD")
+    request = urllib.request.Request(f"http://{metrics_node.metrics}/metrics", method="HEAD")
     with urllib.request.urlopen(request, timeout=5) as answer:
         assert answer.status == 200
         assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         assert answer.read() == b""
 
 
-def test_commitlog_offsets_match_the_data_directory(node, traffic):
+def test_commitlog_offsets_match_the_data_directory(metrics_node, traffic):
     """Last in the module: stops the node, then opens its store to compare offsets."""
-    samples = scrape(node.metrics)
+    samples = scrape(metrics_node.metrics)
     max_offset = value(samples, "rocketmq_brokeruntime_commitlog_maxoffset")
     assert value(samples, "ferrymq_commitlog_dispatched_offset") == max_offset
     assert value(samples, "rocketmq_storage_dispatch_behind_bytes") == 0
     assert value(samples, "ferrymq_commitlog_confirmed_offset") == max_offset
     assert 0 < value(samples, "rocketmq_brokeruntime_commitlog_disk_ratio") < 1
-    node.stop()
-    with open(os.path.join(node.data_dir, "node.toml"), encoding="utf-8") as f:
+    metrics_node.stop()
+    with open(os.path.join(metrics_node.data_dir, "node.toml"), encoding="utf-8") as f:
         effective = parse_node_config(f.read())  # the config the node ran with
     store = MessageStore.open(effective.store_config())
     try:

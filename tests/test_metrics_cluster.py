@@ -26,13 +26,8 @@ from deploy.render_dashboard import substitute
 from ferrymq.client import Admin, Message, Producer, PullConsumer
 from ferrymq.launcher.cluster import cluster_down, cluster_up, is_running, load_plan
 from ferrymq.launcher.polling import until
-from tests.test_metrics_prometheus import (  # noqa: F401 (prometheus_tools is a fixture)
-    PROMETHEUS_DIR,
-    RATE_INTERVAL,
-    ROOT,
-    dashboard_files,
-    prometheus_tools,
-)
+from tests.support import ROOT
+from tests.support.prometheus import PROMETHEUS_DIR, RATE_INTERVAL, dashboard_files
 
 DEADLINE_S = 45.0
 GROUP = "group-1"
@@ -51,7 +46,7 @@ LOAD_ALERTS = {"FerrymqConsumerLagGrowing"}
 
 
 @pytest.fixture(scope="module")
-def cluster(prometheus_tools, tmp_path_factory):  # noqa: F811
+def cluster(prometheus_tools, tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("metrics-cluster") / "cluster")
     plan = cluster_up(directory, nodes=3, auto_ports=True, settings=SETTINGS)
     server = load = None

@@ -33,15 +33,13 @@ from deploy.local_stack import (
     write_cluster_json,
 )
 from deploy.prometheus import scrape_config
-from deploy.prometheus_server import PrometheusServer, PrometheusUnavailable, ensure_installed
+from deploy.prometheus_server import PrometheusServer
 from deploy.render_dashboard import render, substitute
 from ferrymq.client import Admin, Message, Producer, PullConsumer
 from node.metrics import FAMILIES
+from tests.support import ROOT
+from tests.support.prometheus import GRAFANA_DIR, PROMETHEUS_DIR, RATE_INTERVAL, dashboard_files
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROMETHEUS_DIR = os.path.join(ROOT, "deploy", "prometheus")
-GRAFANA_DIR = os.path.join(ROOT, "deploy", "grafana")
-RATE_INTERVAL = "10s"  # what Grafana's $__rate_interval is at a 1 s scrape interval
 DEADLINE_S = 45.0
 
 # Panels that can only show data on a broker group with slaves, each with the reason. The
@@ -55,25 +53,9 @@ CLUSTER_ONLY = {
 }
 
 
-def dashboard_files() -> dict[str, dict]:
-    loaded = {}
-    for name in dashboards.FILES.values():
-        with open(os.path.join(GRAFANA_DIR, name), encoding="utf-8") as f:
-            loaded[name] = json.load(f)
-    return loaded
-
-
 def families_in(expr: str) -> set[str]:
     names = set(re.findall(r"\b(?:rocketmq|ferrymq|process|python)_[a-z0-9_]+", expr))
     return {re.sub(r"_(bucket|count|sum)$", "", n) for n in names}
-
-
-@pytest.fixture(scope="module")
-def prometheus_tools():
-    try:
-        return ensure_installed()
-    except PrometheusUnavailable as error:
-        pytest.skip(f"needs Prometheus and root to install it: {error}")
 
 
 @pytest.fixture(scope="module")

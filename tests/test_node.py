@@ -12,68 +12,9 @@ import pytest
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
-from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from ferrymq.protocol.ferrymq import admin_pb2_grpc
-from tests.node_process import start_node
-
-
-@pytest.fixture
-def node(tmp_path):
-    started = start_node(str(tmp_path / "node"))
-    yield started
-    if started.process.poll() is None:
-        started.sigkill()
-
-
-def stubs(address: str):
-    channel = grpc.insecure_channel(address)
-    return (
-        channel,
-        service_pb2_grpc.MessagingServiceStub(channel),
-        admin_pb2_grpc.AdminStub(channel),
-    )
-
-
-def create_topic(admin, name: str, queues: int = 4, message_type=api.NORMAL) -> None:
-    response = admin.CreateTopic(
-        api.CreateTopicRequest(
-            topic=api.Topic(name=name, queue_count=queues, message_type=message_type)
-        )
-    )
-    assert response.status.code == 0, response.status
-
-
-def message(topic: str, body: bytes, message_id: str, **system) -> pb.Message:
-    return pb.Message(
-        topic=pb.Resource(name=topic),
-        body=body,
-        system_properties=pb.SystemProperties(
-            message_id=message_id, message_type=system.pop("message_type", pb.NORMAL), **system
-        ),
-    )
-
-
-def queue_of(topic: str, queue_id: int) -> pb.MessageQueue:
-    return pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)
-
-
-def pull(messaging, topic, queue_id, offset, group="G", wait_s=0, tags=""):
-    request = rpc.PullMessageRequest(
-        group=pb.Resource(name=group),
-        message_queue=queue_of(topic, queue_id),
-        offset=offset,
-        batch_size=32,
-        filter_expression=pb.FilterExpression(type=pb.TAG, expression=tags or "*"),
-    )
-    request.long_polling_timeout.seconds = wait_s
-    parts = list(messaging.PullMessage(request, timeout=wait_s + 5))
-    status = next(p.status for p in parts if p.WhichOneof("content") == "status")
-    messages = [p.message for p in parts if p.WhichOneof("content") == "message"]
-    next_offset = next(
-        (p.next_offset for p in parts if p.WhichOneof("content") == "next_offset"), None
-    )
-    return status, messages, next_offset
+from tests.support.nodes import start_node
+from tests.support.rpc import create_topic, message, pull, queue_of, stubs
 
 
 def test_route_send_pull_and_offsets(node):

@@ -15,21 +15,8 @@ import pytest
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from tests.node_process import start_node
-from tests.test_node import create_topic, message, queue_of, stubs
-
-
-@pytest.fixture
-def node(tmp_path):
-    started = start_node(str(tmp_path / "node"))
-    yield started
-    if started.process.poll() is None:
-        started.sigkill()
-
-
-def create_group(admin, name: str, **options) -> None:
-    response = admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name=name, **options)))
-    assert response.status.code == 0, response.status
+from tests.support.nodes import start_node
+from tests.support.rpc import ack, create_group, create_topic, message, queue_of, receive, stubs
 
 
 def send(messaging, topic: str, count: int, prefix: str = "ID", **system) -> None:
@@ -38,34 +25,6 @@ def send(messaging, topic: str, count: int, prefix: str = "ID", **system) -> Non
             rpc.SendMessageRequest(messages=[message(topic, b"%d" % i, f"{prefix}{i}", **system)])
         )
         assert answer.status.code == pb.OK, answer.status
-
-
-def receive(messaging, topic, group="G", batch=32, invisible_s=30, wait_s=0, tags="*", **kw):
-    request = rpc.ReceiveMessageRequest(
-        group=pb.Resource(name=group),
-        message_queue=queue_of(topic, 0),
-        filter_expression=pb.FilterExpression(type=kw.pop("filter_type", pb.TAG), expression=tags),
-        batch_size=batch,
-        auto_renew=False,
-    )
-    if invisible_s is not None:
-        request.invisible_duration.seconds = invisible_s
-    request.long_polling_timeout.seconds = wait_s
-    parts = list(messaging.ReceiveMessage(request, timeout=kw.pop("timeout", wait_s + 5)))
-    statuses = [p.status for p in parts if p.WhichOneof("content") == "status"]
-    assert len(statuses) == 1, parts
-    messages = [p.message for p in parts if p.WhichOneof("content") == "message"]
-    return statuses[0], messages, parts
-
-
-def ack(messaging, topic, handles, group="G"):
-    return messaging.AckMessage(
-        rpc.AckMessageRequest(
-            group=pb.Resource(name=group),
-            topic=pb.Resource(name=topic),
-            entries=[rpc.AckMessageEntry(message_id="x", receipt_handle=h) for h in handles],
-        )
-    )
 
 
 def test_receive_ack_and_the_shape_of_the_stream(node):

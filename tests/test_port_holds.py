@@ -33,7 +33,7 @@ from node.port_holds import (
     port_of,
     start_with_holds,
 )
-from tests.test_cluster import SMALL_STORE
+from tests.support.cluster import SMALL_STORE
 
 
 def taken(port: int) -> bool:

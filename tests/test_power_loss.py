@@ -13,7 +13,7 @@ from store import sync_ledger
 from store.config import FlushMode, StoreConfig
 from store.message import Message
 from store.message_store import MessageStore
-from tests.store_checks import assert_derived_files_agree
+from tests.support.stores import assert_derived_files_agree
 
 SMALL = dict(
     commitlog_segment_bytes=8 << 20,

@@ -14,24 +14,23 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2 as data
 from ferrymq.protocol.ferrymq import data_pb2_grpc
-from tests.node_process import start_node
-from tests.test_node import create_topic, stubs
+from tests.support.rpc import create_topic, stubs
 
 BORN_MS = 1_700_000_000_123
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("produce") / "node"))
+def produce_stub(module_node):
+    """The Data stub of the module's node, with topics ``orders`` (2 queues), ``fifo`` and
+    ``later`` (delay), and group ``G``."""
     options = [("grpc.max_receive_message_length", 64 << 20)]
-    channel = grpc.insecure_channel(started.address, options=options)
-    _, _, admin = stubs(started.address)
+    channel = grpc.insecure_channel(module_node.address, options=options)
+    _, _, admin = stubs(module_node.address)
     create_topic(admin, "orders", queues=2)
     create_topic(admin, "fifo", queues=4, message_type=api.FIFO)
     create_topic(admin, "later", queues=1, message_type=api.DELAY)
     assert admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name="G"))).status.code == 0
-    yield data_pb2_grpc.DataStub(channel)
-    started.sigkill()
+    return data_pb2_grpc.DataStub(channel)
 
 
 def record(body: bytes = b"x", message_type: int = pb.NORMAL, **fields) -> bytes:
@@ -65,10 +64,10 @@ def codes(answer) -> dict[int, int]:
     return {f.index: f.code for f in answer.failures}
 
 
-def test_produce_stores_records_as_sendmessage_would(node):
-    before = len(fetch_all(node, "orders", 1))
+def test_produce_stores_records_as_sendmessage_would(produce_stub):
+    before = len(fetch_all(produce_stub, "orders", 1))
     answer = produce(
-        node,
+        produce_stub,
         [
             record(b"a", message_id="M-A", tag="t1", keys=["k1", "k2"], properties={"p": "v"}),
             record(b"b", message_id="M-B"),
@@ -77,7 +76,7 @@ def test_produce_stores_records_as_sendmessage_would(node):
     )
     assert answer.code == pb.OK and not answer.failures
     assert list(answer.offsets) == [before, before + 1]
-    stored = fetch_all(node, "orders", 1)[before:]
+    stored = fetch_all(produce_stub, "orders", 1)[before:]
     assert [s.body for s in stored] == [b"a", b"b"]
     first = stored[0]
     assert first.properties == {
@@ -91,9 +90,9 @@ def test_produce_stores_records_as_sendmessage_would(node):
     assert first.born_host[:4] == bytes([127, 0, 0, 1])  # the peer's address
 
 
-def test_fifo_records_go_to_their_group_queue(node):
+def test_fifo_records_go_to_their_group_queue(produce_stub):
     answer = produce(
-        node,
+        produce_stub,
         [record(b"g%d" % i, pb.FIFO, message_id=f"F{i}", message_group="g1") for i in range(3)]
         + [record(b"none", pb.FIFO, message_id="F-none")],
         topic="fifo",
@@ -101,12 +100,12 @@ def test_fifo_records_go_to_their_group_queue(node):
     )
     assert codes(answer) == {3: pb.ILLEGAL_MESSAGE_GROUP}
     queue = zlib.crc32(b"g1") % 4
-    assert [s.body for s in fetch_all(node, "fifo", queue)][-3:] == [b"g0", b"g1", b"g2"]
+    assert [s.body for s in fetch_all(produce_stub, "fifo", queue)][-3:] == [b"g0", b"g1", b"g2"]
     assert list(answer.offsets)[:3] == [answer.offsets[0] + i for i in range(3)]
 
 
-def test_each_bad_record_gets_its_own_code_and_the_good_ones_are_stored(node):
-    before = len(fetch_all(node, "orders", 0))
+def test_each_bad_record_gets_its_own_code_and_the_good_ones_are_stored(produce_stub):
+    before = len(fetch_all(produce_stub, "orders", 0))
     big = b"z" * (4 * 1024 * 1024 + 1)
     batch = [
         record(b"ok-0"),
@@ -125,7 +124,7 @@ def test_each_bad_record_gets_its_own_code_and_the_good_ones_are_stored(node):
         record(b"ok-11"),
     ]
     # properties_length is 16 bits: 40 KB fits it and is over the store's 32,767 limit.
-    answer = produce(node, batch)
+    answer = produce(produce_stub, batch)
     assert codes(answer) == {
         1: pb.MESSAGE_BODY_TOO_LARGE,
         2: pb.MESSAGE_BODY_EMPTY,
@@ -141,7 +140,7 @@ def test_each_bad_record_gets_its_own_code_and_the_good_ones_are_stored(node):
     assert answer.code == pb.MESSAGE_BODY_TOO_LARGE  # the first failure's
     assert answer.offsets[0] == before and answer.offsets[11] == before + 1
     assert all(answer.offsets[i] == -1 for i in range(1, 11))
-    assert [s.body for s in fetch_all(node, "orders", 0)[before:]] == [b"ok-0", b"ok-11"]
+    assert [s.body for s in fetch_all(produce_stub, "orders", 0)[before:]] == [b"ok-0", b"ok-11"]
 
 
 @pytest.mark.parametrize(
@@ -153,20 +152,22 @@ def test_each_bad_record_gets_its_own_code_and_the_good_ones_are_stored(node):
     ],
     ids=["body-too-large", "empty-body", "bad-tag"],
 )
-def test_a_refused_last_record_gets_its_own_code(node, last, code):
+def test_a_refused_last_record_gets_its_own_code(produce_stub, last, code):
     # The request's length is checked against the end of its last record, refused or not.
-    before = len(fetch_all(node, "orders", 0))
-    alone = produce(node, [last])
+    before = len(fetch_all(produce_stub, "orders", 0))
+    alone = produce(produce_stub, [last])
     assert alone.code == code and codes(alone) == {0: code}
-    answer = produce(node, [record(b"first"), last])
+    answer = produce(produce_stub, [record(b"first"), last])
     assert codes(answer) == {1: code}
     assert answer.offsets[0] == before and answer.offsets[1] == -1
-    assert [s.body for s in fetch_all(node, "orders", 0)[before:]] == [b"first"]
+    assert [s.body for s in fetch_all(produce_stub, "orders", 0)[before:]] == [b"first"]
 
 
-def test_an_atomic_request_with_a_bad_record_stores_nothing(node):
-    before = len(fetch_all(node, "orders", 0))
-    answer = produce(node, [record(b"a1"), record(b"a2", tag=" "), record(b"a3")], atomic=True)
+def test_an_atomic_request_with_a_bad_record_stores_nothing(produce_stub):
+    before = len(fetch_all(produce_stub, "orders", 0))
+    answer = produce(
+        produce_stub, [record(b"a1"), record(b"a2", tag=" "), record(b"a3")], atomic=True
+    )
     assert answer.code == pb.ILLEGAL_MESSAGE_TAG
     assert codes(answer) == {
         0: pb.ILLEGAL_MESSAGE_TAG,
@@ -175,26 +176,26 @@ def test_an_atomic_request_with_a_bad_record_stores_nothing(node):
     }
     assert "not stored" in answer.failures[0].message and "record 1" in answer.failures[0].message
     assert list(answer.offsets) == [-1, -1, -1]
-    assert len(fetch_all(node, "orders", 0)) == before
+    assert len(fetch_all(produce_stub, "orders", 0)) == before
 
 
-def test_malformed_record_bytes_refuse_that_record_and_the_rest(node):
-    before = len(fetch_all(node, "orders", 0))
+def test_malformed_record_bytes_refuse_that_record_and_the_rest(produce_stub):
+    before = len(fetch_all(produce_stub, "orders", 0))
     good = record(b"before-the-break")
     cut = record(b"cut-short")[:-3]
-    answer = produce(node, [good, cut], count=3)
+    answer = produce(produce_stub, [good, cut], count=3)
     assert codes(answer) == {1: pb.BAD_REQUEST, 2: pb.BAD_REQUEST}
     assert answer.offsets[0] == before
     lying = PRODUCE_HEAD.pack(10**6, 0, 0) + b"tiny"  # a body length beyond the request
-    assert codes(produce(node, [lying])) == {0: pb.BAD_REQUEST}
-    trailing = produce(node, [record(b"t1"), record(b"t2")], count=1)  # bytes left over
+    assert codes(produce(produce_stub, [lying])) == {0: pb.BAD_REQUEST}
+    trailing = produce(produce_stub, [record(b"t1"), record(b"t2")], count=1)  # bytes left over
     assert trailing.code == pb.BAD_REQUEST and codes(trailing) == {0: pb.BAD_REQUEST}
     negative = PRODUCE_HEAD.pack(-5, 0, 0)
-    assert codes(produce(node, [negative])) == {0: pb.BAD_REQUEST}
-    assert [s.body for s in fetch_all(node, "orders", 0)[before:]] == [b"before-the-break"]
+    assert codes(produce(produce_stub, [negative])) == {0: pb.BAD_REQUEST}
+    assert [s.body for s in fetch_all(produce_stub, "orders", 0)[before:]] == [b"before-the-break"]
 
 
-def test_request_level_refusals_name_every_record(node):
+def test_request_level_refusals_name_every_record(produce_stub):
     two = [record(b"r1"), record(b"r2")]
     for topic, code in (
         ("bad topic!", pb.ILLEGAL_TOPIC),
@@ -202,9 +203,9 @@ def test_request_level_refusals_name_every_record(node):
         ("missing", pb.TOPIC_NOT_FOUND),
         ("later", pb.UNSUPPORTED),  # DELAY topics: SendMessage parks them
     ):
-        answer = produce(node, two, topic=topic)
+        answer = produce(produce_stub, two, topic=topic)
         assert answer.code == code, topic
         assert codes(answer) == {0: code, 1: code} and list(answer.offsets) == [-1, -1]
-    assert produce(node, two, queue_id=7).code == pb.BAD_REQUEST  # no such queue
-    assert produce(node, two, count=0).code == pb.BAD_REQUEST
-    assert produce(node, two, count=5000).code == pb.BAD_REQUEST
+    assert produce(produce_stub, two, queue_id=7).code == pb.BAD_REQUEST  # no such queue
+    assert produce(produce_stub, two, count=0).code == pb.BAD_REQUEST
+    assert produce(produce_stub, two, count=5000).code == pb.BAD_REQUEST

@@ -29,9 +29,10 @@ from ha import rollback
 from ha.epochs import EpochHistory
 from store.config import StoreConfig
 from store.message_store import MessageStore
-from tests.test_cluster import (
+from tests.support.cluster import (
     SMALL_STORE,
     kill,
+    master_of,
     restart,
     status_of,
     stop_all,
@@ -88,23 +89,6 @@ class BackgroundLoad:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(30)
-
-
-def node_by_id(plan: ClusterPlan, node_id: str) -> NodePlan:
-    return next(n for n in plan.nodes if n.id == node_id)
-
-
-def master_of(plan: ClusterPlan, among: list[NodePlan] | None = None) -> NodePlan:
-    def find():
-        for node in among or plan.nodes:
-            status = status_of(node)
-            if status is not None:
-                (group,) = status.broker_groups
-                if group.master and group.master in {n.id for n in among or plan.nodes}:
-                    return node_by_id(plan, group.master)
-        return None
-
-    return until(find, 30, "a master")
 
 
 def send_raw(address: str, topic: str, body: bytes, message_id: str) -> int:
@@ -719,7 +703,7 @@ def test_a_restarted_master_writes_in_a_new_epoch_from_its_log_end(tmp_path):
     would find the histories equal and keep them under the new bytes (a diverged replica
     that two 30-minute chaos runs found). Routing gives the restarted master a new epoch,
     which starts at its log's end."""
-    from tests.node_process import start_node
+    from tests.support.nodes import start_node
 
     data = str(tmp_path / "node")
     node = start_node(data)
@@ -769,7 +753,7 @@ def test_a_slave_whose_recovery_cut_its_log_refills_it_from_its_master(cluster, 
     from ferrymq.cli.rollback_listing import damaged_ranges
     from ferrymq.cli.rollback_resend import SKIPPED_REFILLED
     from store.damaged_ranges import Unreadable, described_ranges
-    from tests.test_rollback import flip_body_bit, log_records
+    from tests.support.stores import flip_body_bit, log_records
 
     start, holder = cluster
     plan = start()
@@ -821,7 +805,7 @@ def test_a_master_whose_recovery_cut_its_log_hands_its_group_to_a_whole_replica(
     damaged one: it refills from the new master instead and every replica ends
     byte-identical at the old end. (With a single routing voter, the master's own start
     can commit before anyone else's.)"""
-    from tests.test_rollback import flip_body_bit, log_records
+    from tests.support.stores import flip_body_bit, log_records
 
     plan = cluster_up(
         str(tmp_path / "cluster"), nodes=3, voters=1, auto_ports=True, settings=settings()

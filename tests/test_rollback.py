@@ -15,7 +15,6 @@ from ferrymq.cli.main import main
 from ferrymq.cli.rollback_resend import SKIPPED_DELIVERED, SKIPPED_SYSTEM, SKIPPED_TRANSACTIONAL
 from ferrymq.client import Admin, Producer
 from ferrymq.client import Message as FerryMessage
-from ferrymq.codec import commitlog_record as record
 from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS as DELIVER
 from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID as TRANSACTION
 from ha import rollback
@@ -24,8 +23,8 @@ from node.transaction_service import HALF_TOPIC
 from store.config import StoreConfig
 from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
-from tests.node_process import start_node
-from tests.test_store_layers import QUIET, SMALL
+from tests.support.nodes import start_node
+from tests.support.stores import QUIET, SMALL, flip_body_bit, log_records
 
 
 def store_with(tmp_path, count: int, **overrides) -> MessageStore:
@@ -232,42 +231,12 @@ def test_resend_sends_messages_as_their_producers_sent_them_and_reports_refusals
         node.sigterm()
 
 
-def log_records(data_dir: str, topic: str) -> list[tuple[int, int]]:
-    """(offset, size) of the valid records of ``topic`` in a stopped node's CommitLog,
-    read from its files."""
-    directory = os.path.join(data_dir, "commitlog")
-    found = []
-    for name in sorted(os.listdir(directory)):
-        with open(os.path.join(directory, name), "rb") as f:
-            data = f.read()
-        local = 0
-        while (check := record.check_at(data, local, len(data))).size:
-            if check.blank:
-                break
-            if record.decode(data, local).topic == topic:
-                found.append((int(name) + local, check.size))
-            local += check.size
-    return found
-
-
-def flip_body_bit(data_dir: str, offset: int) -> None:
-    directory = os.path.join(data_dir, "commitlog")
-    first = sorted(os.listdir(directory))[0]
-    segment_bytes = os.path.getsize(os.path.join(directory, first))
-    base = offset - offset % segment_bytes
-    with open(os.path.join(directory, f"{base:020d}"), "r+b") as f:
-        f.seek(offset - base + record.HEADER_SIZE + 2)
-        byte = f.read(1)
-        f.seek(offset - base + record.HEADER_SIZE + 2)
-        f.write(bytes([byte[0] ^ 0x04]))
-
-
 def test_a_node_whose_recovery_cut_its_log_says_so_everywhere_and_keeps_the_rest(tmp_path, capsys):
     """A standalone node, stopped cleanly, one bit flipped in its 100th message. At the
     next start its log says where, why and what was kept; its metrics and ``cluster
     status`` show the damage, also after another restart (nothing can refill it); the 99
     messages after the bad one are listed and sent again by ``ferrymq rollback``."""
-    from tests.test_metrics import scrape, value
+    from tests.support.metrics import scrape, value
 
     data_dir = str(tmp_path / "node")
     ports = "[ports]\nmetrics = 0\n"

@@ -8,14 +8,6 @@ import time
 import pytest
 
 from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer, SimpleConsumer
-from tests.node_process import start_node
-
-
-@pytest.fixture(scope="module")
-def address(tmp_path_factory):
-    node = start_node(str(tmp_path_factory.mktemp("sdk") / "node"))
-    yield node.address
-    node.sigkill()
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ from ferrymq.client.messages import Message
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node.authentication import signature_headers
-from tests.compat import run_official_at
-from tests.node_process import start_node
-from tests.test_node import stubs
-from tests.tls_certs import make_pki
+from tests.support.nodes import start_node
+from tests.support.official_client import run_official_at
+from tests.support.rpc import stubs
+from tests.support.tls_certs import make_pki
 
 CLUSTER_SECRET = "security-test-cluster-secret"
 ROOT = ClientSecurity("root", "root-secret-key")

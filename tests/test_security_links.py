@@ -32,7 +32,8 @@ from routing.raft_transport import MAX_COMMAND_BYTES
 from routing.replica import CommandTooLarge, RoutingReplica
 from store.config import StoreConfig
 from store.message_store import MessageStore
-from tests.node_process import ROOT, TEST_STORE, start_node
+from tests.support import ROOT
+from tests.support.nodes import TEST_STORE, start_node
 
 SECRET = "the-real-cluster-secret"
 

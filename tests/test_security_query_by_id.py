@@ -34,7 +34,8 @@ from node.transaction_service import HALF_TOPIC
 from store.config import StoreConfig
 from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
-from tests.node_process import ROOT, start_node
+from tests.support import ROOT
+from tests.support.nodes import start_node
 
 SPAN = 4096  # the forged body's length: over the victim's records into the closing message
 

@@ -13,7 +13,7 @@ import pytest
 from ferrymq.client import Admin, Message, Producer
 from ferrymq.spark.options import read_options
 from ferrymq.spark.records import ARROW_SCHEMA
-from tests.node_process import start_node
+from tests.support.nodes import start_node
 
 # Small segments and instant retention so a test can make a queue's minimum move.
 RETENTION_TOML = """
@@ -21,13 +21,6 @@ retention_ms = 1
 retention_check_interval_ms = 100
 max_message_body_bytes = 1048576
 """
-
-
-@pytest.fixture(scope="module")
-def address(tmp_path_factory):
-    node = start_node(str(tmp_path_factory.mktemp("spark") / "node"))
-    yield node.address
-    node.sigkill()
 
 
 def reader(spark, address, topics, **options):

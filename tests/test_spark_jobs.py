@@ -7,18 +7,8 @@ import json
 import os
 from datetime import UTC, datetime
 
-import pytest
-
 from ferrymq.cli.main import main as cli
 from ferrymq.client import Admin, Message, Producer
-from tests.node_process import start_node
-
-
-@pytest.fixture(scope="module")
-def address(tmp_path_factory):
-    node = start_node(str(tmp_path_factory.mktemp("spark-jobs") / "node"))
-    yield node.address
-    node.sigkill()
 
 
 def read_topic(spark, address, topic):

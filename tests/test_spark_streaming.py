@@ -14,18 +14,10 @@ from ferrymq.client import Admin, Message, Producer
 from ferrymq.launcher.cluster import cluster_up
 from ferrymq.spark.options import write_options
 from ferrymq.spark.sink import Sender, write_rows
-from tests.node_process import start_node
-from tests.test_cluster import SMALL_STORE, kill, stop_all, topic_everywhere
-from tests.test_replication import master_of
+from tests.support.cluster import SMALL_STORE, kill, master_of, stop_all, topic_everywhere
+from tests.support.nodes import start_node
 
 DEADLINE_S = 90
-
-
-@pytest.fixture(scope="module")
-def address(tmp_path_factory):
-    node = start_node(str(tmp_path_factory.mktemp("spark-stream") / "node"))
-    yield node.address
-    node.sigkill()
 
 
 def send(address: str, topic: str, bodies: list[bytes]) -> None:

@@ -41,9 +41,9 @@ from store.index_file import index_file_name
 from store.message import Message
 from store.message_store import MessageStore
 from store.results import GetStatus, PutStatus
-from tests import store_crash_writer as writer
+from tests.support import store_crash_writer as writer
 
-WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "store_crash_writer.py")
+WRITER = writer.__file__  # run as a script in the child
 DEADLINE_S = 20.0
 # No background flush or checkpoint: what is on disk is what the test wrote.
 QUIET_FLUSH = dict(flush_interval_ms=10**9, derived_flush_interval_ms=10**9)

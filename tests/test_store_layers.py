@@ -37,19 +37,8 @@ from store.mapped_file_queue import MappedFileQueue
 from store.message import Message
 from store.message_store import CHECKPOINT_FILE, MessageStore
 from store.results import GetStatus, PutStatus
-from tests.store_checks import assert_derived_files_agree
+from tests.support.stores import QUIET, SEGMENT, SMALL, assert_derived_files_agree
 
-SEGMENT = 64 * 1024
-SMALL = dict(
-    commitlog_segment_bytes=SEGMENT,
-    max_message_body_bytes=8 * 1024,
-    consume_queue_entries_per_file=100,
-    index_slot_count=64,
-    index_entry_count=400,
-)
-# No background flushing or checkpoints unless a test asks for them: what is on disk and
-# in the checkpoint is then exactly what the test wrote.
-QUIET = dict(flush_interval_ms=10**9, derived_flush_interval_ms=10**9)
 T0 = 1_700_000_000_000
 STORE_HOST = encode_host("127.0.0.1", 10911)
 

@@ -28,7 +28,7 @@ from store.hashing import tag_hash_code
 from store.message import Message
 from store.message_store import MessageStore
 from store.results import GetStatus
-from tests.store_checks import assert_derived_files_agree
+from tests.support.stores import assert_derived_files_agree
 
 TOPICS = ["alpha", "beta"]
 QUEUE_IDS = [0, 1, 2]

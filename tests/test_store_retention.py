@@ -9,7 +9,7 @@ from store.config import StoreConfig
 from store.message import Message
 from store.message_store import MessageStore
 from store.results import GetStatus
-from tests.store_checks import assert_derived_files_agree
+from tests.support.stores import assert_derived_files_agree
 
 HOUR_MS = 3600 * 1000
 SMALL = dict(

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import FREE_DISK_NEEDED
+from tests.support.disk import FREE_DISK_NEEDED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

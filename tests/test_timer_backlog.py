@@ -11,7 +11,6 @@ import asyncio
 import time
 
 import grpc
-import pytest
 
 from ferrymq.client.messages import decode_records
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -21,19 +20,11 @@ from ferrymq.protocol.ferrymq import data_pb2 as data
 from ferrymq.protocol.ferrymq import data_pb2_grpc
 from node.timer_service import DELIVERY_CHUNK, TimerService
 from store.message import Message
-from tests.node_process import start_node
-from tests.test_node import create_topic, message, stubs
-from tests.test_pop_node import create_group
-from tests.test_timer import T0, Timers
+from tests.support.nodes import start_node
+from tests.support.rpc import create_group, create_topic, message, stubs
+from tests.support.timers import T0, Timers
 
 QUEUES = 8
-
-
-@pytest.fixture
-def timers(tmp_path):
-    created = Timers(tmp_path)
-    yield created
-    created.close()
 
 
 def park_backlog(timers: Timers, count: int, due_ms: int, body_bytes: int = 0) -> None:

@@ -8,9 +8,8 @@ import time
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from tests.node_process import start_node
-from tests.test_node import create_topic, message, stubs
-from tests.test_pop_node import ack, create_group, receive
+from tests.support.nodes import start_node
+from tests.support.rpc import ack, create_group, create_topic, message, receive, stubs
 
 
 def send_delayed(messaging, body: bytes, message_id: str, seconds: int, nanos: int = 0):

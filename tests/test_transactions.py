@@ -18,8 +18,8 @@ from node.transaction_service import HALF_TOPIC, OP_TOPIC, TransactionService
 from store.config import StoreConfig
 from store.message import Message
 from store.message_store import MessageStore
-from tests.node_process import start_node
-from tests.test_node import create_topic, message, pull, stubs
+from tests.support.nodes import start_node
+from tests.support.rpc import create_topic, message, pull, stubs
 
 T0 = 1_800_000_000_000
 STORE = dict(

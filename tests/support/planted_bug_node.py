@@ -1,10 +1,10 @@
 """A node process with a planted bug, for the chaos checker's self-test
-(``tests/test_chaos_run.py``): once promoted to master, it discards the last
+(``tests/chaos/test_chaos_run.py``): once promoted to master, it discards the last
 ``DROPPED_RECORDS`` records of its log, acknowledged or not, before it records its epoch.
 
 The node's own code has no such path: this module patches the promotion of
 ``ha.role.ReplicationRole`` in its own process, then runs the normal entry point
-(``python -m tests.planted_bug_node --config ...`` is ``python -m node --config ...``
+(``python -m tests.support.planted_bug_node --config ...`` is ``python -m node --config ...``
 with the bug). The test has ``ferrymq.launcher.cluster`` launch nodes with it (``NODE_MODULE``).
 """
 

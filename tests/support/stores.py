@@ -1,9 +1,25 @@
-"""Consistency checks shared by the store's fault tests."""
+"""Stores for tests: small configurations, the consistency audit of a store's files, and
+reading or damaging the CommitLog files of a stopped node."""
 
 from __future__ import annotations
 
+import os
+
+from ferrymq.codec import commitlog_record as record
 from store.hashing import tag_hash_code
 from store.message_store import MessageStore
+
+SEGMENT = 64 * 1024
+SMALL = dict(
+    commitlog_segment_bytes=SEGMENT,
+    max_message_body_bytes=8 * 1024,
+    consume_queue_entries_per_file=100,
+    index_slot_count=64,
+    index_entry_count=400,
+)
+# No background flushing or checkpoints unless a test asks for them: what is on disk and
+# in the checkpoint is then exactly what the test wrote.
+QUIET = dict(flush_interval_ms=10**9, derived_flush_interval_ms=10**9)
 
 
 def assert_derived_files_agree(store: MessageStore, distinct_unique_keys: bool = True) -> int:
@@ -44,3 +60,33 @@ def assert_derived_files_agree(store: MessageStore, distinct_unique_keys: bool =
         if (topic, queue_id) not in per_queue:
             assert queue.max_offset == queue.min_offset, f"entries without records: {topic}"
     return records
+
+
+def log_records(data_dir: str, topic: str) -> list[tuple[int, int]]:
+    """(offset, size) of the valid records of ``topic`` in a stopped node's CommitLog,
+    read from its files."""
+    directory = os.path.join(data_dir, "commitlog")
+    found = []
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as f:
+            data = f.read()
+        local = 0
+        while (check := record.check_at(data, local, len(data))).size:
+            if check.blank:
+                break
+            if record.decode(data, local).topic == topic:
+                found.append((int(name) + local, check.size))
+            local += check.size
+    return found
+
+
+def flip_body_bit(data_dir: str, offset: int) -> None:
+    directory = os.path.join(data_dir, "commitlog")
+    first = sorted(os.listdir(directory))[0]
+    segment_bytes = os.path.getsize(os.path.join(directory, first))
+    base = offset - offset % segment_bytes
+    with open(os.path.join(directory, f"{base:020d}"), "r+b") as f:
+        f.seek(offset - base + record.HEADER_SIZE + 2)
+        byte = f.read(1)
+        f.seek(offset - base + record.HEADER_SIZE + 2)
+        f.write(bytes([byte[0] ^ 0x04]))

@@ -1,5 +1,5 @@
 """Running the official rocketmq-python-client in a process of its own (see
-``official_client.py``): the scenario goes in as JSON, its events come back as JSON lines."""
+``official_client_runner.py``): the scenario goes in as JSON, its events come back as JSON lines."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-RUNNER = Path(__file__).parent / "official_client.py"
+RUNNER = Path(__file__).parent / "official_client_runner.py"
 
 
 def run_official_at(

@@ -1,6 +1,6 @@
 """Child process of the SIGKILL tests: appends until killed, reporting every acknowledged put.
 
-Usage: python tests/store_crash_writer.py DATA_DIR FLUSH_MODE SEED
+Usage: python tests/support/store_crash_writer.py DATA_DIR FLUSH_MODE SEED
 
 Opens the store (recovering whatever the previous, killed writer left), prints
 ``ready <write offset>``, then loops over single puts and batches of 2-5 messages on two
@@ -21,7 +21,8 @@ import random
 import sys
 import zlib
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Run as a script (``python tests/support/store_crash_writer.py``): the checkout's packages.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from store.config import FlushMode, StoreConfig
 from store.message import Message

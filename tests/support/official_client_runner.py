@@ -1,9 +1,9 @@
 """Runs one scenario with the official ``rocketmq-python-client`` (5.1.2) and reports it as
-JSON lines on stdout. Started by ``tests/test_compat_official_client.py`` in a process of
+JSON lines on stdout. Started by ``tests.support.official_client.run_official_at`` in a process of
 its own: the official client registers the same protobuf names as ferrymq's generated
 modules, so the two must never share an interpreter. Imports nothing of ferrymq.
 
-Usage: python tests/compat/official_client.py < scenario.json
+Usage: python tests/support/official_client_runner.py < scenario.json
 Every line is ``{"event": ..., ...}``; the last is ``{"event": "done"}`` unless it failed,
 in which case it is ``{"event": "error", "type": <exception class>, "message": ...}``.
 
