@@ -7,7 +7,7 @@ Usage: python tests/support/official_client_runner.py < scenario.json
 Every line is ``{"event": ..., ...}``; the last is ``{"event": "done"}`` unless it failed,
 in which case it is ``{"event": "error", "type": <exception class>, "message": ...}``.
 
-Security scenarios (``tests/test_security_auth.py``) add ``access_key``/``secret_key`` (the
+Security scenarios (``tests/node/test_security_auth.py``) add ``access_key``/``secret_key`` (the
 client's ``Credentials``), ``tls`` (``tls_enable``; the CA comes from gRPC's
 ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``), and ``signing``: ``{"date_offset_s": N}`` signs with
 a clock that is off, ``{"omit_authorization": true}`` drops the header. The client stamps

@@ -62,7 +62,7 @@ def test_time_without_a_quorum_is_nobodys_silence():
     """Both slaves were killed: the leader (the master's node) lost its majority, and
     nobody's heartbeat could commit. The quorum came back with one slave, and the
     controller at once marked the live master down for the 3 s it had not heard it and
-    elected the slave (tests/test_replication.py saw it under load)."""
+    elected the slave (tests/cluster/test_replication.py saw it under load)."""
     state = three_nodes()
     clock = Clock()
     replica = LeaderReplica(state)
@@ -247,7 +247,7 @@ def test_a_damaged_master_never_drops_a_whole_member_from_its_in_sync_set():
     """After a restart of the whole group a damaged master registered alone once shrank
     its in-sync set to itself before the whole members came back (they were not linked
     yet): none of them could take the group over, and each cut its whole log to the
-    damaged one (tests/test_replication.py saw it under load)."""
+    damaged one (tests/cluster/test_replication.py saw it under load)."""
     state = three_nodes()
     late = RegisterNode("n1", "g1", "n1:1", wall_ms=60_000, lease_ms=3000, damaged_log=True)
     assert state.apply(late).ok

@@ -4,11 +4,10 @@ slaves start, every floor is measured, and the figures are sane."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import ROOT
 
 
 def test_smoke_run_prints_every_floor():

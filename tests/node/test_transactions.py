@@ -124,7 +124,7 @@ def test_rollback_discards_and_bad_requests_are_refused(tx):
 
 
 def test_an_unknown_source_number_still_resolves(tx):
-    """Found by tests/test_fuzz_rpc.py: a source number outside TransactionSource (proto3
+    """Found by tests/node/test_fuzz_rpc.py: a source number outside TransactionSource (proto3
     takes any) failed the call unhandled; it only labels the record."""
     transaction_id = tx.send(b"from somewhere")
     assert tx.end(transaction_id, pb.COMMIT, source=-7) == pb.OK

@@ -1,6 +1,6 @@
 """The generated protocol modules carry the official RocketMQ 5 wire format, field by field.
 
-`tests/test_protocol.py` runs `proto/generate.py --check` (the modules are current) and
+`tests/protocol/test_protocol.py` runs `proto/generate.py --check` (the modules are current) and
 spot-checks a few numbers. This file pins *every* served field, enum value, oneof and method
 to a table taken from the official apache/rocketmq-apis protos (commit 3e60073, with protoc
 descriptors, not by hand), so an edit of `proto/apache/rocketmq/v2/*.proto` that changes the
@@ -28,8 +28,8 @@ from ferrymq.protocol.apache.rocketmq.v2 import (
     service_pb2_grpc,
 )
 from ferrymq.protocol.ferrymq import admin_pb2, admin_pb2_grpc
+from tests.support import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE_PREFIX = ".apache.rocketmq.v2."
 
 # Official fields that ferrymq leaves out on purpose: they serve lite topics only. Protobuf

@@ -47,7 +47,7 @@ def test_a_short_chaos_run_keeps_the_promises_of_its_mode(mode, tmp_path):
 
 
 def test_the_checker_catches_a_master_that_drops_acknowledged_records(tmp_path, monkeypatch):
-    # Every node runs tests/planted_bug_node.py: once promoted to master it cuts its last
+    # Every node runs tests/support/planted_bug_node.py: once promoted to master it cuts its last
     # 50 records, which a SYNC cluster had acknowledged.
     monkeypatch.setattr(cluster, "NODE_MODULE", planted_bug_node.__name__)
     result = runner.run("sync-sync-flush", ["kill-master"], 10, str(tmp_path / "run"))

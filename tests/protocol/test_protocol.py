@@ -10,8 +10,8 @@ import sys
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2, admin_pb2_grpc
+from tests.support import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GENERATE = os.path.join(ROOT, "proto", "generate.py")
 
 

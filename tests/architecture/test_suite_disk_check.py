@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
+from tests.support import ROOT
 from tests.support.disk import FREE_DISK_NEEDED
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_suite_in(basetemp: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
             *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
-            *("--basetemp", basetemp, "tests/test_suite_disk_check.py::test_nothing"),
+            *("--basetemp", basetemp, "tests/architecture/test_suite_disk_check.py::test_nothing"),
         ],
         cwd=ROOT,
         capture_output=True,

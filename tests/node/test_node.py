@@ -152,7 +152,7 @@ def test_bad_requests_get_precise_codes_and_store_nothing(node):
 
 
 def test_what_the_fuzzer_found_answers_a_status_not_unknown(node):
-    """Regressions from tests/test_fuzz_rpc.py: each of these once ended in an unhandled
+    """Regressions from tests/node/test_fuzz_rpc.py: each of these once ended in an unhandled
     exception (gRPC UNKNOWN and a traceback in the node's log)."""
     channel, messaging, admin = stubs(node.address)
     # Bytes that are not the request message: INVALID_ARGUMENT, for unary and streams.

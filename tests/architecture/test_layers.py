@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 # Each layer and the layers it may import besides itself.

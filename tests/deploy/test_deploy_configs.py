@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from node.config import ConfigError, parse_node_config
+from tests.support import ROOT
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = Path(ROOT) / "deploy"
 
 
 def layout(name: str):

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import ROOT
+
 KEYS = (
     "sync_batch_send_msgs_per_s",
     "async_batch_send_msgs_per_s",

@@ -7,8 +7,8 @@ the position it was acknowledged with, byte for byte.
 
 The full-disk tests use a real tmpfs (``tmpfs_disk`` in conftest.py, needs root), so the
 ENOSPC comes from the kernel at the call that really hits it. The SIGKILL tests run the
-writer of ``store_crash_writer.py`` in a child process and read its acknowledgements from
-a pipe; waits are polls with a deadline, never sleeps.
+writer of ``tests/support/store_crash_writer.py`` in a child process and read its
+acknowledgements from a pipe; waits are polls with a deadline, never sleeps.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from store.index_file import index_file_name
 from store.message import Message
 from store.message_store import MessageStore
 from store.results import GetStatus, PutStatus
+from tests.support import ROOT
 from tests.support import store_crash_writer as writer
 
 WRITER = writer.__file__  # run as a script in the child
@@ -1077,7 +1078,7 @@ def test_recovery_validates_records_without_asserts(tmp_path):
     ``check_at``'s, never an ``assert``."""
     done = subprocess.run(
         [sys.executable, "-O", "-c", OPTIMIZED_RECOVERY, str(tmp_path / "store")],
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
@@ -1122,7 +1123,7 @@ def test_a_cut_never_faults_a_thread_reading_the_same_map(tmp_path):
     # the node without a word (the long async chaos runs: twice, right after a cut).
     done = subprocess.run(
         [sys.executable, "-c", READ_DURING_CUT, str(tmp_path)],
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,

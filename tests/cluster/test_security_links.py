@@ -3,7 +3,7 @@ master (and logged), a slave does not follow a "master" that cannot prove the se
 a node with the wrong secret cannot join Raft. The Raft port refuses a huge announced
 message before buffering it; replication, Raft and metrics listen on their own hosts; and
 /metrics can require a bearer token. (The replication protocol against a man in the
-middle: tests/test_replication_link.py.)"""
+middle: tests/ha/test_replication_link.py.)"""
 
 from __future__ import annotations
 

@@ -39,9 +39,9 @@ from node.pop_state import PopState
 from node.topics import GroupConfig, TopicConfig, TopicTable
 from store.config import StoreConfig
 from store.message_store import MessageStore
+from tests.support import ROOT
 from tests.support.metrics import scrape, value
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEADLINE_S = 20.0
 
 

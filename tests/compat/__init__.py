@@ -1,0 +1,1 @@
+"""The official RocketMQ client (rocketmq-python-client), unchanged, against ferrymq."""
