@@ -4,7 +4,11 @@ Every import of every module is read with ``ast``, at module level and inside fu
 (a lazy import is still a dependency), and checked against one table: which layer may
 import which. The table has no cycle, so neither can the packages; no two modules import
 each other either, directly or around a loop. The same table is in docs/architecture.md,
-and this test checks that they agree."""
+and this test checks that they agree.
+
+Within the tests the same reading holds them to one more rule: a test module imports
+nothing of the tests but ``tests.support`` (fixtures come through pytest, from
+tests/conftest.py), so no test depends on another test module."""
 
 from __future__ import annotations
 
@@ -110,14 +114,25 @@ def our_modules() -> dict[str, Path]:
     return modules
 
 
+def absolute_base(module: str, path: Path, level: int, name: str | None) -> str:
+    """What ``from <level dots><name> import ...`` in ``module`` imports from."""
+    if level == 0:
+        return name or ""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for _ in range(level - 1):
+        package = package.rpartition(".")[0]
+    return ".".join(part for part in (package, name) if part)
+
+
 def imports_of(module: str, path: Path, modules: Mapping[str, Path]) -> Iterator[Import]:
     """The imports of ours in ``path``, wherever they are (module level, functions, blocks
     under ``if TYPE_CHECKING``), each resolved to the module it loads."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = absolute_base(module, path, node.level, node.module)
+            names = [f"{base}.{alias.name}" for alias in node.names]
         else:
             continue
         for name in names:
@@ -179,6 +194,65 @@ def test_every_module_is_in_a_layer():
 
 def test_imports_follow_the_layer_table():
     assert violations(all_imports()) == []
+
+
+# What the tests share: everything else of theirs is a test module, a conftest (its
+# fixtures come through pytest) or the package ``tests`` itself.
+TEST_SUPPORT = "tests.support"
+
+
+def imports_between_tests(imports: list[Import]) -> list[str]:
+    """Every import of the tests' own code other than ``tests.support``, by any module."""
+    return [
+        f"{found.module}:{found.line} imports {found.target}"
+        for found in imports
+        if layer_of(found.target) == "tests"
+        and found.target != TEST_SUPPORT
+        and not found.target.startswith(TEST_SUPPORT + ".")
+    ]
+
+
+def test_no_test_module_imports_another():
+    """Helpers two test modules share live in tests/support/, fixtures in tests/conftest.py:
+    a test module imported by another is a library nobody can find, and runs its tests
+    twice when pytest collects it under another name."""
+    assert imports_between_tests(all_imports()) == []
+
+
+def test_the_checker_catches_a_test_module_imported(tmp_path):
+    """From real source, whichever way it is written (absolute, from the package,
+    relative): a test module, a conftest or the package ``tests`` is refused, tests.support
+    is not."""
+    source = tmp_path / "planted.py"
+    source.write_text(
+        "from tests.node.test_node import stubs\n"
+        "from tests.node import test_pop_node\n"
+        "import tests.cluster.test_cluster\n"
+        "from .test_produce import produce\n"
+        "from ..conftest import FREE_DISK_NEEDED\n"
+        "from tests import conftest\n"
+        "def lazy():\n"
+        "    from tests.store.test_store_layers import open_store\n"
+        "from tests.support.rpc import stubs\n"
+        "from tests.support import ROOT\n"
+        "from ..support.nodes import start_node\n"
+        "from node.convert import scan_produce_records\n"
+    )
+    modules = {**our_modules(), "tests.node.test_planted": source}
+    found = list(imports_of("tests.node.test_planted", source, modules))
+    assert imports_between_tests(found) == [
+        f"tests.node.test_planted:{line} imports {target}"
+        for line, target in [
+            (1, "tests.node.test_node"),
+            (2, "tests.node.test_pop_node"),
+            (3, "tests.cluster.test_cluster"),
+            (4, "tests.node.test_produce"),
+            (5, "tests.conftest"),
+            (6, "tests.conftest"),
+            (8, "tests.store.test_store_layers"),
+        ]
+    ]
+    assert len(found) == 11  # and the allowed ones were read too
 
 
 def test_the_checker_catches_a_forbidden_import():
