@@ -29,7 +29,7 @@ lint: $(STAMP)
 # The RPC fuzz with random seeds for FUZZ_SECONDS (make test runs one short fixed round).
 FUZZ_SECONDS ?= 600
 fuzz: $(STAMP)
-	FERRYMQ_FUZZ_SECONDS=$(FUZZ_SECONDS) $(PY) -m pytest -q -s tests/test_fuzz_rpc.py --timeout=0
+	FERRYMQ_FUZZ_SECONDS=$(FUZZ_SECONDS) $(PY) -m pytest -q -s tests/node/test_fuzz_rpc.py --timeout=0
 
 bench-store: $(STAMP)
 	$(PY) -m bench.store --json

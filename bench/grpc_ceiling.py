@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -41,10 +42,12 @@ import time
 
 import grpc
 
-from bench.node_process import ROOT
 from bench.produce import latencies, produce_requests, send_all, single_requests
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import data_pb2_grpc
+
+# The checkout: where ``python -c`` finds the packages the server and client scripts import.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # argv: "aio" or "threads", then the ports of the slaves each Produce is copied to (aio).
 SERVER = r"""

@@ -46,10 +46,10 @@ import time
 
 import grpc
 
-from bench.node_process import start_node
 from ferrymq.client import Message, Producer
 from ferrymq.client.messages import decode_records
 from ferrymq.client.produce_records import encode_record
+from ferrymq.launcher.node_process import start_node_process
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -385,7 +385,8 @@ async def measure(address: str, quick: bool, node_pid: int) -> dict:
 
 def run(quick: bool) -> dict:
     directory = tempfile.mkdtemp(prefix="ferrymq-bench-produce-")
-    process, address = start_node(os.path.join(directory, "node"))
+    node = start_node_process(os.path.join(directory, "node"), timeout_s=60)
+    process, address = node.process, node.address
     try:
         figures = asyncio.run(measure(address, quick, process.pid))
     finally:

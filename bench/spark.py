@@ -31,8 +31,8 @@ import time
 
 import grpc
 
-from bench.node_process import start_node
 from bench.produce import BODY
+from ferrymq.launcher.node_process import start_node_process
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -124,7 +124,8 @@ def run(quick: bool) -> dict:
     count = 60_000 if quick else 300_000
     count -= count % PER_REQUEST
     data_dir = tempfile.mkdtemp(prefix="ferrymq-bench-spark-")
-    process, address = start_node(os.path.join(data_dir, "node"), NODE_TOML)
+    node = start_node_process(os.path.join(data_dir, "node"), NODE_TOML, timeout_s=60)
+    process, address = node.process, node.address
     try:
         fill(address, count)
         spark = build_session("local[2]", "ferrymq-bench", **{"spark.driver.memory": "1g"})

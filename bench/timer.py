@@ -43,8 +43,8 @@ import time
 
 import grpc
 
-from bench.node_process import start_node
 from ferrymq.client.messages import decode_records
+from ferrymq.launcher.node_process import start_node_process
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -488,7 +488,8 @@ def in_process(count: int) -> dict:
 def run(quick: bool, backlog: int = 0) -> dict:
     load_before = os.getloadavg()
     directory = tempfile.mkdtemp(prefix="ferrymq-bench-timer-")
-    process, address = start_node(os.path.join(directory, "node"))
+    node = start_node_process(os.path.join(directory, "node"), timeout_s=60)
+    process, address = node.process, node.address
     try:
         figures = asyncio.run(measure(address, quick, backlog))
     finally:

@@ -10,18 +10,14 @@ configuration is generated exactly as for a cluster started by ``ferrymq cluster
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import threading
-import time
 from dataclasses import dataclass, field
 
 from ferrymq.client import Admin, Message, Producer, PullConsumer, SimpleConsumer
 from ferrymq.client.errors import FerryError
+from ferrymq.launcher.node_process import NodeProcess, start_node_process
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL_STORE = """
 [store]
 commitlog_segment_bytes = 8388608
@@ -36,23 +32,29 @@ START_TIMEOUT_S = 30.0
 class LocalNode:
     id: str
     group: str
-    data_dir: str
-    process: subprocess.Popen
-    grpc: str  # host:port
-    metrics: str  # host:port
+    node: NodeProcess  # started and stopped by ``ferrymq.launcher.node_process``
+
+    @property
+    def data_dir(self) -> str:
+        return self.node.data_dir
+
+    @property
+    def process(self) -> subprocess.Popen:
+        return self.node.process
+
+    @property
+    def grpc(self) -> str:  # host:port
+        return self.node.address
+
+    @property
+    def metrics(self) -> str:  # host:port, or "off" as the node says it
+        return self.node.metrics or "off"
 
     def sigkill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
+        self.node.sigkill()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        self.node.stop()
 
     def describe(self) -> dict:
         return {
@@ -72,36 +74,11 @@ def start_node(
     data_dir: str, node_id: str, group: str, *, grpc_port: int = 0, metrics_port: int = 0
 ) -> LocalNode:
     """Start ``python -m node``; returns once it printed its metrics and ready lines."""
-    os.makedirs(data_dir, exist_ok=True)
-    config = data_dir.rstrip("/") + ".toml"
-    with open(config, "w", encoding="utf-8") as f:
-        f.write(
-            f'[node]\nid = "{node_id}"\ngroup = "{group}"\n\n'
-            f"[ports]\nmetrics = {metrics_port}\n" + SMALL_STORE
-        )
-    command = [sys.executable, "-m", "node", "--config", config, "--data", data_dir]
-    process = subprocess.Popen(
-        [*command, "--port", str(grpc_port)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+    config = f'[node]\nid = "{node_id}"\ngroup = "{group}"\n\n[ports]\nmetrics = {metrics_port}\n'
+    started = start_node_process(
+        data_dir, config + SMALL_STORE, port=grpc_port, timeout_s=START_TIMEOUT_S
     )
-    metrics = ""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        if " metrics on " in line:
-            metrics = line.rsplit(" ", 1)[1].strip()
-        if " ready on " in line:
-            grpc = line.rsplit(" ", 1)[1].strip()
-            # Keep reading stdout so the node never blocks on a full pipe.
-            threading.Thread(target=process.stdout.read, daemon=True).start()
-            return LocalNode(node_id, group, data_dir, process, grpc, metrics)
-    process.kill()
-    raise RuntimeError(f"node {node_id} did not start (exit {process.poll()})")
+    return LocalNode(node_id, group, started)
 
 
 def write_cluster_json(path: str, nodes: list[LocalNode]) -> None:

@@ -1,7 +1,8 @@
 /* store._speedups: the store's per-message loops of the put and replay paths, in C.
  *
  * Each function here has a Python twin that stays the specification (named in its
- * docstring); tests/test_speedups.py checks them against each other on generated input.
+ * docstring); tests/store/test_speedups.py checks them against each other on generated
+ * input.
  * A C function either returns exactly what its twin returns or, where it declines
  * (a record its twin would refuse), says so and lets the twin produce the precise error:
  * refusals never need to be fast, and this way they are written once.

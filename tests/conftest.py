@@ -1,4 +1,9 @@
-"""Shared pytest fixtures. Keep this file small; add fixtures by appending."""
+"""Fixtures shared by many test modules (helpers they import are in tests/support/).
+
+Nodes: ``node`` is a fresh node process for one test; ``module_node`` (and its client
+``address``) one shared by a whole module; ``nodes`` and ``module_nodes`` are the factories
+behind them, for a test or module that needs its own configuration or several nodes. Every
+node still running when its test or module ends is SIGKILLed."""
 
 from __future__ import annotations
 
@@ -6,14 +11,14 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-# The most a run has on disk at once is about 1.1 GB (sampled every 2 s through a whole
-# run): node segments are reserved with fallocate, so they take their space at creation.
-FREE_DISK_NEEDED = 3 << 29  # 1.5 GiB
+from tests.support.disk import FREE_DISK_NEEDED, SmallDisk
+from tests.support.nodes import NodeProcess, start_node
+from tests.support.timers import Timers
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -31,36 +36,65 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
-@dataclass
-class SmallDisk:
-    """A real tmpfs mounted for one test, so ENOSPC comes from the kernel, not a mock."""
-
-    path: Path
-
-    def resize(self, kib: int) -> None:
-        subprocess.run(["mount", "-o", f"remount,size={kib}k", str(self.path)], check=True)
-
-    def fill(self, name: str = "filler") -> Path:
-        """Write a file until the file system refuses a single byte more; delete it to give
-        the space back."""
-        filler = self.path / name
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            for chunk in (64 * 1024, 4096, 1):
-                while True:
-                    try:
-                        os.write(fd, b"\xff" * chunk)
-                    except OSError:
-                        break
-        finally:
-            os.close(fd)
-        return filler
-
-    def free_bytes(self) -> int:
-        stats = os.statvfs(self.path)
-        return stats.f_bavail * stats.f_frsize
+# ---- node processes ------------------------------------------------------------------
+NodeFactory = Callable[..., NodeProcess]
 
 
+def _node_factory(directory: Callable[[str], Path]) -> Iterator[NodeFactory]:
+    started: list[NodeProcess] = []
+
+    def start(extra_toml: str = "", name: str = "node", **options) -> NodeProcess:
+        node = start_node(str(directory(name) / name), extra_toml, **options)
+        started.append(node)
+        return node
+
+    yield start
+    for node in started:
+        if node.process.poll() is None:
+            node.sigkill()
+
+
+@pytest.fixture
+def nodes(tmp_path) -> Iterator[NodeFactory]:
+    """Factory: ``nodes(extra_toml="", name="node", **options)`` starts a node process on
+    ``tmp_path/name`` (``tests.support.nodes.start_node``: ``port``, ``log_path``, ...)."""
+    yield from _node_factory(lambda name: tmp_path)
+
+
+@pytest.fixture
+def node(nodes) -> NodeProcess:
+    """A fresh node with the default configuration, for one test."""
+    return nodes()
+
+
+@pytest.fixture(scope="module")
+def module_nodes(tmp_path_factory) -> Iterator[NodeFactory]:
+    """Factory: as ``nodes``, for nodes that serve a whole module."""
+    yield from _node_factory(tmp_path_factory.mktemp)
+
+
+@pytest.fixture(scope="module")
+def module_node(module_nodes) -> NodeProcess:
+    """One node with the default configuration, shared by the module's tests."""
+    return module_nodes()
+
+
+@pytest.fixture(scope="module")
+def address(module_node) -> str:
+    """The client address (host:port) of ``module_node``."""
+    return module_node.address
+
+
+# ---- in-process services ---------------------------------------------------------------
+@pytest.fixture
+def timers(tmp_path) -> Iterator[Timers]:
+    """The timer service on a real store, with a clock the test sets (``timers.now``)."""
+    created = Timers(tmp_path)
+    yield created
+    created.close()
+
+
+# ---- machines ----------------------------------------------------------------------------
 @pytest.fixture
 def tmpfs_disk(tmp_path):
     """Factory: ``tmpfs_disk(kib)`` mounts a tmpfs of ``kib`` KiB; unmounted in teardown."""
@@ -88,3 +122,15 @@ def spark():
     from ferrymq.spark.session import build_session
 
     return build_session("local[2]", "ferrymq-tests")
+
+
+@pytest.fixture(scope="module")
+def prometheus_tools():
+    """Prometheus and promtool, installed from the Debian package when missing (the tests
+    run as root); skips where neither is possible."""
+    from deploy.prometheus_server import PrometheusUnavailable, ensure_installed
+
+    try:
+        return ensure_installed()
+    except PrometheusUnavailable as error:
+        pytest.skip(f"needs Prometheus and root to install it: {error}")

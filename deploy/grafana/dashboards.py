@@ -3,7 +3,7 @@
 ``python -m deploy.grafana.dashboards`` rewrites ``deploy/grafana/*.json``;
 ``--check`` fails when a JSON file differs from what this module renders (a test runs it).
 Panels are laid out left to right in rows of 24 grid units. Every query is PromQL over the
-families of ``node.metrics``; ``tests/test_metrics_prometheus.py`` runs each one against a
+families of ``node.metrics``; ``tests/deploy/test_metrics_prometheus.py`` runs each one against a
 real Prometheus scraping a real node.
 
 Variables: ``datasource`` (a Prometheus data source), ``broker_group`` and ``node`` (both

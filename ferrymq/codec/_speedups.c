@@ -1,7 +1,8 @@
 /* ferrymq.codec._speedups: the wire format's per-record loops, in C.
  *
  * Each function here has a Python twin that stays the specification (named in its
- * docstring); tests/test_speedups.py checks them against each other on generated input.
+ * docstring); tests/codec/test_speedups.py checks them against each other on generated
+ * input.
  * A C function either returns exactly what its twin returns or, where it declines
  * (a record its twin would refuse), says so and lets the twin produce the precise error:
  * refusals never need to be fast, and this way they are written once. The store's loops

@@ -45,7 +45,7 @@ LOCAL_STORE = {
 DEFAULT_BASE_PORTS = {"grpc": 8081, "metrics": 5557, "ha": 10912, "raft": 9876}
 READY_TIMEOUT_S = 60.0
 # What a node process runs (``python -m``). The chaos checker's self-test substitutes a
-# module that plants a bug around the same entry point (tests/planted_bug_node.py).
+# module that plants a bug around the same entry point (tests/support/planted_bug_node.py).
 NODE_MODULE = "node"
 
 

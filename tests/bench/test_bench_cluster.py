@@ -1,0 +1,48 @@
+"""``python -m bench.cluster --json --smoke`` runs end to end: two real 3-node groups, one
+kill -9 drill, every figure present and sane, nothing left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support import ROOT
+
+KEYS = (
+    "sync_batch_send_msgs_per_s",
+    "async_batch_send_msgs_per_s",
+    "sync_single_send_p50_us",
+    "sync_single_send_p99_us",
+    "replication_lag_bytes_p99",
+    "failover_unavailable_ms_p50",
+    "failover_unavailable_ms_p99",
+)
+
+
+@pytest.mark.slow
+def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.cluster", "--json", "--smoke"],
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    missing = [key for key in KEYS if key not in figures]
+    assert not missing, missing
+    assert figures["sync_batch_send_msgs_per_s"] > 0
+    assert figures["async_batch_send_msgs_per_s"] > 0
+    assert 0 < figures["sync_single_send_p50_us"] <= figures["sync_single_send_p99_us"]
+    assert figures["replication_lag_bytes_p99"] >= 0
+    assert figures["failover_drills"] == 1
+    assert 0 < figures["failover_unavailable_ms_p50"] <= figures["failover_unavailable_ms_p99"]
+    assert figures["failover_unavailable_ms_p99"] < 10_000
+    # The benchmark cleans up after itself: its scratch directory is gone.
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("ferrymq-bench-cluster-")]

@@ -1,0 +1,27 @@
+"""``python -m bench.grpc_ceiling --json --smoke`` runs end to end: the no-op servers and
+slaves start, every floor is measured, and the figures are sane."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.support import ROOT
+
+
+def test_smoke_run_prints_every_floor():
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.grpc_ceiling", "--json", "--smoke"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    for kind in ("aio", "threads"):
+        assert figures[f"noop_{kind}_server_256_inflight_rpcs_per_s"] > 0
+    for name in ("noop_single_send", "noop_produce_single_send", "noop_replicated_single_send"):
+        assert 0 < figures[f"{name}_p50_us"] <= figures[f"{name}_p99_us"]
+    assert figures["noop_replicated_batch_msgs_per_s"] > 0

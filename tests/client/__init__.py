@@ -1,0 +1,1 @@
+"""ferrymq's SDK (``ferrymq.client``) against fakes and real nodes."""

@@ -1,0 +1,163 @@
+"""ferrymq's SDK against a real node process."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer, SimpleConsumer
+
+
+@pytest.fixture
+def admin(address):
+    with Admin(address) as client:
+        yield client
+
+
+def drain(consumer: PullConsumer, count: int, deadline_s: float = 10) -> list:
+    got = []
+    deadline = time.monotonic() + deadline_s
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(consumer.poll(wait_s=0.5))
+    return got
+
+
+def test_produce_sync_async_batch_then_pull_commit_and_resume(address, admin):
+    admin.create_topic("sdk-orders", queue_count=3)
+    admin.create_group("sdk-readers")
+    with Producer(address) as producer:
+        single = producer.send(Message("sdk-orders", b"one", tag="A", keys=["k1"]))
+        batch = producer.send_batch([Message("sdk-orders", b"b%d" % i) for i in range(5)])
+
+        async def send_some():
+            return await asyncio.gather(
+                *(producer.send_async(Message("sdk-orders", b"a%d" % i)) for i in range(4))
+            )
+
+        receipts = asyncio.run(send_some())
+    assert len({single.message_id, *(r.message_id for r in batch + receipts)}) == 10
+    assert [r.queue_offset for r in batch] == list(
+        range(batch[0].queue_offset, batch[0].queue_offset + 5)
+    )
+
+    with PullConsumer(address, "sdk-readers") as consumer:
+        consumer.assign("sdk-orders", [0, 1, 2])
+        first = drain(consumer, 10)
+        assert sorted(m.body for m in first) == sorted(
+            [b"one"] + [b"b%d" % i for i in range(5)] + [b"a%d" % i for i in range(4)]
+        )
+        one = next(m for m in first if m.body == b"one")
+        assert one.tag == "A" and one.keys == ["k1"] and one.message_id == single.message_id
+        consumer.commit()
+
+    with Producer(address) as producer:
+        producer.send(Message("sdk-orders", b"after-commit"))
+    with PullConsumer(address, "sdk-readers") as again:
+        again.assign("sdk-orders", [0, 1, 2])
+        assert [m.body for m in drain(again, 1)] == [b"after-commit"]  # resumed, not replayed
+    progress = admin.group_progress("sdk-readers", "sdk-orders")
+    assert sum(q.lag for q in progress) == 1  # "after-commit" was read but not committed
+
+
+def test_fifo_messages_keep_their_group_order(address, admin):
+    admin.create_topic("sdk-fifo", queue_count=4, message_type="FIFO")
+    admin.create_group("sdk-fifo-readers")
+    with Producer(address) as producer:
+        for i in range(10):
+            producer.send(Message("sdk-fifo", b"%d" % i, message_group=f"g{i % 3}"))
+    with PullConsumer(address, "sdk-fifo-readers") as consumer:
+        consumer.assign("sdk-fifo", [0, 1, 2, 3])
+        got = drain(consumer, 10)
+    for group in ("g0", "g1", "g2"):
+        bodies = [int(m.body) for m in got if m.message_group == group]
+        assert bodies == sorted(bodies) and bodies
+
+
+def test_group_members_share_queues_and_rebalance_when_one_leaves(address, admin):
+    admin.create_topic("sdk-shared", queue_count=4)
+    admin.create_group("sdk-shared-group")
+    first = PullConsumer(address, "sdk-shared-group")
+    second = PullConsumer(address, "sdk-shared-group")
+    try:
+        first.subscribe("sdk-shared")
+        second.subscribe("sdk-shared")
+        first.rebalance()  # now it knows about the second member
+        ids = sorted(q.queue_id for q in first.assignment + second.assignment)
+        assert ids == [0, 1, 2, 3]
+        assert {q.broker_group for q in first.assignment} == {"group-1"}
+        assert len(first.assignment) == 2 and len(second.assignment) == 2
+        assert len(admin.group_members("sdk-shared-group")) == 2
+        with Producer(address) as producer:
+            for queue_round in range(8):
+                producer.send(Message("sdk-shared", b"%d" % queue_round))
+        got = drain(first, 4) + drain(second, 4)
+        assert sorted(int(m.body) for m in got) == list(range(8))
+        first.commit()
+        second.close()
+        first.rebalance()
+        assert [q.queue_id for q in first.assignment] == [0, 1, 2, 3]
+    finally:
+        first.close()
+
+
+def test_simple_consumer_receive_ack_and_change(address, admin):
+    admin.create_topic("sdk-pop", queue_count=2)
+    admin.create_group("sdk-pop-group")
+    with Producer(address) as producer:
+        for i in range(3):
+            producer.send(Message("sdk-pop", b"%d" % i))
+    with SimpleConsumer(address, "sdk-pop-group", "sdk-pop") as consumer:
+        got = consumer.receive(max_messages=10, invisible_s=30, wait_s=2)
+        assert sorted(m.body for m in got) == [b"0", b"1", b"2"]
+        assert all(m.delivery_attempt == 1 and m.receipt_handle for m in got)
+        old_handle = got[0].receipt_handle
+        consumer.change_invisible_duration(got[0], 60)
+        assert got[0].receipt_handle != old_handle
+        for message in got:
+            consumer.ack(message)
+        assert consumer.receive(wait_s=0) == []
+        got[1].receipt_handle = "forged"
+        with pytest.raises(FerryError) as refused:
+            consumer.ack(got[1])
+        assert refused.value.code_name == "INVALID_RECEIPT_HANDLE"
+
+
+def test_errors_are_precise(address, admin):
+    with Producer(address) as producer:
+        with pytest.raises(FerryError) as missing:
+            producer.send(Message("sdk-nowhere", b"x"))
+        assert missing.value.code_name == "TOPIC_NOT_FOUND" and not missing.value.retriable
+        with pytest.raises(FerryError) as bad_name:
+            producer.send(Message("bad name", b"x"))
+        assert bad_name.value.code_name == "ILLEGAL_TOPIC"
+        admin.create_topic("sdk-small")
+        with pytest.raises(FerryError) as too_big:
+            producer.send(Message("sdk-small", b"x" * (4 * 1024 * 1024 + 1)))
+        assert too_big.value.code_name == "MESSAGE_BODY_TOO_LARGE"
+        # A lone surrogate has no UTF-8 form: refused before sending, on both send paths
+        # (Data.Produce for NORMAL topics, SendMessage for DELAY ones).
+        admin.create_topic("sdk-delay", message_type="DELAY")
+        lone = "\ud800"
+        for message in (
+            Message("sdk-small", b"x", tag=lone),
+            Message("sdk-small", b"x", keys=[lone]),
+            Message("sdk-small", b"x", properties={"p": lone}),
+            Message("sdk-delay", b"x", tag=lone, delivery_time_ms=1),
+            Message("sdk-delay", b"x", properties={lone: "v"}, delivery_time_ms=1),
+        ):
+            with pytest.raises(FerryError) as surrogate:
+                producer.send(message)
+            assert surrogate.value.code_name == "BAD_REQUEST"
+            assert "not valid Unicode" in surrogate.value.detail
+    with pytest.raises(FerryError) as exists:
+        admin.create_topic("sdk-small")
+    assert exists.value.code_name == "ALREADY_EXISTS"
+    with pytest.raises(FerryError) as unknown_group:
+        admin.group_progress("sdk-no-group", "sdk-small")
+    assert unknown_group.value.code_name == "NOT_FOUND"
+    with Producer("127.0.0.1:1", max_attempts=2, timeout_s=1) as nowhere:
+        with pytest.raises(FerryError) as down:
+            nowhere.send(Message("t", b"x"))
+        assert down.value.code_name == "UNAVAILABLE" and down.value.retriable

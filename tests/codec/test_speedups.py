@@ -1,0 +1,148 @@
+"""The wire format's C loops (ferrymq/codec/_speedups.c, with the property parser
+ferrymq/codec/_properties.h) against their Python twins, on generated input: the scan of
+``Data.Produce`` records and the property decoder. The store's loops are checked the same
+way in tests/store/test_speedups.py.
+
+Each C function must return exactly what its twin returns, and decline (leave the record
+to the twin) exactly where the twin raises: the twins are the specification."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ferrymq.codec import _speedups as codec_speedups
+from ferrymq.codec.produce_records import PRODUCE_HEAD, MalformedRecords, produce_record_at
+from ferrymq.codec.properties import (
+    PROPERTY_DELIVERY_TIME_MS,
+    PROPERTY_KEYS,
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_MESSAGE_TYPE,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_UNIQ_KEY,
+    decode_properties,
+    decode_properties_in_python,
+)
+from node.convert import read_produce_record, scan_produce_records
+from node.rpc_status import InvalidRequest
+
+# Characters that decide checks: separators, '|', ASCII and Unicode whitespace (str.strip's
+# and re's \s: U+001C..U+001F and U+3000 among them), non-ASCII letters, and plain ones.
+TRICKY = "ab| \t\n\x0b\x1c\x1f\x85\xa0\u3000é€\U0001f600\x01\x02"
+NAMES = [
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_MESSAGE_TYPE,
+    PROPERTY_TAGS,
+    PROPERTY_KEYS,
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_DELIVERY_TIME_MS,
+    PROPERTY_TRANSACTION_ID,
+    "user",
+    "",
+]
+TYPE_TEXT = "1"
+BODY_LIMIT = 8
+
+
+def values() -> st.SearchStrategy[str]:
+    return st.one_of(
+        st.sampled_from(
+            ["", TYPE_TEXT, "2", "TagA", "id-1", "k1 k2", " k", "k ", "k  k", "k\tk", "k\u3000k"]
+        ),
+        st.sampled_from(["a", "\t", " ", "\x1c", "\u3000", "é", "|"]).map(lambda c: f"k{c}k"),
+        st.text(alphabet=TRICKY, max_size=6),
+    )
+
+
+@st.composite
+def properties_bytes(draw) -> bytes:
+    """Mostly well-formed pairs (so the checks after parsing are reached), sometimes not."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.binary(max_size=12))  # invalid UTF-8 and odd separators too
+    pairs = draw(st.lists(st.tuples(st.sampled_from(NAMES), values()), max_size=6))
+    if draw(st.booleans()):  # the usual record: a message id and the topic's type
+        pairs = [(PROPERTY_UNIQ_KEY, "id-1"), (PROPERTY_MESSAGE_TYPE, TYPE_TEXT), *pairs[:2]]
+    text = "".join(f"{name}\x01{value}\x02" for name, value in pairs)
+    if text and draw(st.integers(0, 7)) == 0:
+        text = text[:-1]  # no final separator
+    return text.encode()
+
+
+@st.composite
+def produce_request(draw) -> tuple[bytes, int]:
+    records = []
+    for _ in range(draw(st.integers(0, 5))):
+        body = draw(st.binary(max_size=BODY_LIMIT + 2))
+        properties = draw(properties_bytes())
+        born = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+        body_length = len(body) if draw(st.integers(0, 15)) else draw(st.integers(-3, 100))
+        records.append(PRODUCE_HEAD.pack(body_length, len(properties), born) + body + properties)
+    data = b"".join(records)
+    if data and draw(st.integers(0, 9)) == 0:
+        data = data[: draw(st.integers(0, len(data) - 1))]  # cut short
+    count = max(0, len(records) + draw(st.integers(-1, 2)))
+    return data, count
+
+
+def read_in_python(records: bytes, count: int) -> list:
+    """What ``scan_produce_records`` promises, built from ``read_produce_record``."""
+    items: list = []
+    position = 0
+    for _ in range(count):
+        try:
+            item = read_produce_record(records, position, BODY_LIMIT, TYPE_TEXT)
+        except InvalidRequest:
+            items.append(position)
+            position = produce_record_at(records, position)[0]
+            continue
+        except MalformedRecords:
+            items.append(position)
+            break
+        items.append(item)
+        position = item[0]
+    return items
+
+
+@settings(max_examples=1500, deadline=None)
+@given(produce_request())
+def test_the_c_scan_reads_and_declines_exactly_as_python_does(request):
+    records, count = request
+    assert scan_produce_records(records, count, BODY_LIMIT, TYPE_TEXT) == read_in_python(
+        records, count
+    )
+
+
+def test_the_c_scan_reads_a_usual_record_and_leaves_each_refusal_to_python():
+    good = b"UNIQ_KEY\x01id\x02__MSG_TYPE\x011\x02TAGS\x01TagA\x02KEYS\x01a b\x02"
+    bad_tag = good.replace(b"TagA", b"A|B")
+    records = b"".join(
+        PRODUCE_HEAD.pack(len(b"body"), len(p), 7) + b"body" + p for p in (good, bad_tag, good)
+    )
+    first, second, third = scan_produce_records(records, 3, BODY_LIMIT, TYPE_TEXT)
+    assert first[1:4] == (b"body", good, 7) and first[4][PROPERTY_KEYS] == "a b"
+    assert second == first[0]  # where the refused record starts
+    assert third[0] == len(records)
+    assert scan_produce_records(records + b"x", 4, BODY_LIMIT, TYPE_TEXT)[3] == len(records)
+
+
+def test_the_c_scan_reads_the_codecs_produce_head():
+    """The C scanner's head size is the codec's layout, and the decoder every reader uses
+    is the codec module's C function (one parser of the property encoding)."""
+    assert codec_speedups.PRODUCE_HEAD_SIZE == PRODUCE_HEAD.size == 14
+    assert decode_properties is codec_speedups.decode_properties
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.one_of(properties_bytes(), st.binary(max_size=16)))
+def test_decode_properties_in_c_is_its_python_twin(raw):
+    try:
+        expected = decode_properties_in_python(raw)
+    except UnicodeDecodeError:
+        try:
+            decode_properties(raw)
+        except UnicodeDecodeError:
+            return
+        raise AssertionError("C decoded what Python refused") from None
+    assert decode_properties(raw) == expected
+    assert decode_properties(bytearray(raw)) == expected

@@ -1,0 +1,1 @@
+"""Production configs, dashboards and alert rules (``deploy/``), with a real Prometheus."""

@@ -1,0 +1,2 @@
+"""Raft-replicated routing (``routing/``): the state machine and the controller, in-
+process."""

@@ -1,0 +1,301 @@
+"""The controller's failover decisions, on a routing state driven by hand: a fake
+replica that is always the leader and applies each submitted command at once, and
+injected clocks, so every decision is deterministic."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from routing.commands import (
+    AlterInSync,
+    ElectMaster,
+    MarkNodeDown,
+    NodeHeartbeat,
+    RegisterNode,
+    ReportMasterFound,
+    ReportMasterLost,
+)
+from routing.controller import Controller
+from routing.state import RoutingState
+
+
+class LeaderReplica:
+    def __init__(self, state: RoutingState) -> None:
+        self.state = state
+        self.submitted: list[object] = []
+        self.quorum = True
+
+    def leads_with_quorum(self) -> bool:
+        return self.quorum
+
+    def read(self, reader):
+        return reader(self.state)
+
+    async def submit(self, command: object, timeout_s: float = 5.0):
+        self.submitted.append(command)
+        return self.state.apply(command)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def three_nodes() -> RoutingState:
+    state = RoutingState()
+    for node_id in ("n1", "n2", "n3"):
+        assert state.apply(RegisterNode(node_id, "g1", f"{node_id}:1", wall_ms=0)).ok
+    assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1", "n2", "n3"}), 1)).ok
+    return state
+
+
+def heartbeat(state: RoutingState, clock: Clock, *nodes: str) -> None:
+    for node_id in nodes:
+        assert state.apply(NodeHeartbeat(node_id, 100, int(clock.now * 1000))).ok
+
+
+def test_time_without_a_quorum_is_nobodys_silence():
+    """Both slaves were killed: the leader (the master's node) lost its majority, and
+    nobody's heartbeat could commit. The quorum came back with one slave, and the
+    controller at once marked the live master down for the 3 s it had not heard it and
+    elected the slave (tests/cluster/test_replication.py saw it under load)."""
+    state = three_nodes()
+    clock = Clock()
+    replica = LeaderReplica(state)
+    controller = Controller(replica, lease_s=3.0, clock=clock, wall_clock=clock)
+    heartbeat(state, clock, "n1", "n2", "n3")
+    asyncio.run(controller.tick())
+    replica.quorum = False
+    for _ in range(10):  # 4 s of ticks without a majority: nothing commits
+        clock.now += 0.4
+        asyncio.run(controller.tick())
+    replica.quorum = True
+    asyncio.run(controller.tick())
+    clock.now += 0.4
+    heartbeat(state, clock, "n1", "n2")
+    asyncio.run(controller.tick())
+    assert not any(isinstance(c, MarkNodeDown) for c in replica.submitted)
+    assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == ("n1", 1)
+    clock.now += 3.5  # n3 stays silent a whole lease once the majority is back
+    heartbeat(state, clock, "n1", "n2")
+    asyncio.run(controller.tick())
+    assert [c.node_id for c in replica.submitted if isinstance(c, MarkNodeDown)] == ["n3"]
+
+
+def test_a_master_elected_a_moment_ago_is_not_deposed_by_early_lost_link_reports(caplog):
+    """After a failover the remaining slave may report the new master lost before it has
+    dialled it, and the new master's last committed heartbeat may be older than the
+    election (routing had no leader meanwhile). One tick later that must not elect yet
+    another master: the first one may already have acknowledged writes. Every election
+    is logged with what deposed the master."""
+    caplog.set_level("WARNING", logger="ferrymq.controller")
+    state = three_nodes()
+    clock = Clock()
+    replica = LeaderReplica(state)
+    controller = Controller(replica, lease_s=3.0, clock=clock, wall_clock=clock)
+    heartbeat(state, clock, "n1", "n2", "n3")
+    asyncio.run(controller.tick())  # the leader's first look: every clock starts now
+
+    # n1 (the master) dies: both slaves lose their link. Routing has no leader for a
+    # while, so n2's heartbeats do not commit (n3's last one does).
+    for reporter in ("n2", "n3"):
+        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+    clock.now += 1.2
+    heartbeat(state, clock, "n3")
+    asyncio.run(controller.tick())
+    group = state.broker_groups["g1"]
+    assert (group.epoch, group.master) == (2, "n2")  # equal offsets: the first name
+    new_master, other = "n2", "n3"
+
+    # The other slave reports the new master lost at once (it has not connected yet),
+    # and the new master's heartbeats have not committed since before the election.
+    assert state.apply(ReportMasterLost("g1", other, 2)).ok
+    for _ in range(3):  # three controller ticks, 0.3 s apart
+        clock.now += 0.3
+        heartbeat(state, clock, other)
+        asyncio.run(controller.tick())
+        assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == (
+            new_master,
+            2,
+        )
+
+    # A master that really is gone is still replaced: no heartbeat for a whole interval
+    # into its term, and every live in-sync slave reports it lost.
+    clock.now += 0.5
+    heartbeat(state, clock, other)
+    asyncio.run(controller.tick())
+    assert state.broker_groups["g1"].epoch == 3
+    assert state.broker_groups["g1"].master == other
+    elections = [r.getMessage() for r in caplog.records if "electing" in r.getMessage()]
+    assert elections == [
+        "electing n2 master of g1 (epoch 1 -> 2): in-sync slaves ['n2', 'n3'] lost their "
+        "link to n1, which sent no heartbeat for 1.2 s",
+        "electing n3 master of g1 (epoch 2 -> 3): in-sync slaves ['n3'] lost their link "
+        "to n2, which sent no heartbeat for 2.6 s",
+    ]
+
+
+def test_a_withdrawn_lost_report_keeps_a_master_whose_heartbeats_pause():
+    """A slave that reported the new master lost before it could dial it, then linked to
+    it, withdraws the report (``ReportMasterFound``): a later pause in the master's
+    heartbeats (routing busy under load) must not depose a master its slaves follow. In a
+    long ASYNC chaos run the kept report did, 5 s into the term, and the writes the
+    master had acknowledged meanwhile were cut."""
+    state = three_nodes()
+    clock = Clock()
+    replica = LeaderReplica(state)
+    controller = Controller(replica, lease_s=3.0, clock=clock, wall_clock=clock)
+    heartbeat(state, clock, "n1", "n2", "n3")
+    asyncio.run(controller.tick())
+
+    for reporter in ("n2", "n3"):
+        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+    # Found again with the wrong epoch: refused, nothing changes.
+    stale = state.apply(ReportMasterFound("g1", "n2", 7))
+    assert not stale.ok and stale.reason == "STALE"
+    assert state.broker_groups["g1"].lost_by == {"n2", "n3"}
+    for reporter in ("n2", "n3"):
+        assert state.apply(ReportMasterFound("g1", reporter, 1)).ok
+    assert state.broker_groups["g1"].lost_by == frozenset()
+    assert state.apply(ReportMasterFound("g1", "n2", 1)).ok  # again: no change
+
+    # The master's heartbeats stop committing for longer than the failover interval but
+    # less than its lease; the slaves' go on. It stays master.
+    for _ in range(8):
+        clock.now += 0.3
+        heartbeat(state, clock, "n2", "n3")
+        asyncio.run(controller.tick())
+    assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == ("n1", 1)
+
+    # Reported lost again by both (the link really broke): replaced as before.
+    for reporter in ("n2", "n3"):
+        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+    clock.now += 0.3
+    heartbeat(state, clock, "n2", "n3")
+    asyncio.run(controller.tick())
+    assert state.broker_groups["g1"].epoch == 2
+
+
+def test_a_node_whose_log_was_cut_is_not_elected_while_an_in_sync_replica_is_healthy():
+    """n2's recovery cut its log after an invalid record (``damaged_log`` in its
+    heartbeats) and it has not refilled the range yet; its reported offset is the highest,
+    yet the controller elects n3, whose log is whole. Refilled, n2 is eligible again; and
+    with no healthy candidate left, a damaged one is still better than no master."""
+    state = three_nodes()
+    clock = Clock()
+    controller = Controller(LeaderReplica(state), lease_s=3.0, clock=clock, wall_clock=clock)
+
+    def beat(node_id: str, offset: int, damaged: bool = False) -> None:
+        assert state.apply(
+            NodeHeartbeat(node_id, offset, int(clock.now * 1000), damaged_log=damaged)
+        ).ok
+
+    def master_dies(master: str, slaves: list[str], epoch: int, offsets: dict) -> None:
+        for slave in slaves:
+            assert state.apply(ReportMasterLost("g1", slave, epoch)).ok
+        for _ in range(6):  # the master is silent; the slaves heartbeat on
+            clock.now += 0.3
+            for slave in slaves:
+                beat(slave, *offsets[slave])
+            asyncio.run(controller.tick())
+            if state.broker_groups["g1"].epoch != epoch:
+                return
+
+    beat("n1", 900)
+    beat("n2", 800, damaged=True)
+    beat("n3", 100)
+    asyncio.run(controller.tick())
+    assert state.members["n2"].damaged_log
+    master_dies("n1", ["n2", "n3"], 1, {"n2": (800, True), "n3": (100,)})
+    group = state.broker_groups["g1"]
+    assert (group.master, group.epoch) == ("n3", 2)
+
+    # n2 refills from n3 and says so; n3 dies: n2 is the one left, and elected.
+    beat("n2", 100)
+    assert not state.members["n2"].damaged_log
+    master_dies("n3", ["n2"], 2, {"n2": (100,)})
+    assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == ("n2", 3)
+
+    # Only damaged candidates: one of them still becomes master.
+    state = three_nodes()
+    controller = Controller(LeaderReplica(state), lease_s=3.0, clock=clock, wall_clock=clock)
+    beat("n1", 900)
+    beat("n2", 800, damaged=True)
+    beat("n3", 700, damaged=True)
+    asyncio.run(controller.tick())
+    master_dies("n1", ["n2", "n3"], 1, {"n2": (800, True), "n3": (700, True)})
+    assert state.broker_groups["g1"].master == "n2"
+
+
+def test_an_election_or_switchover_to_a_damaged_log_is_refused_while_a_whole_one_exists():
+    state = three_nodes()
+    assert state.apply(NodeHeartbeat("n2", 800, 1, damaged_log=True)).ok
+    refused = state.apply(ElectMaster("g1", "n2", 1, "planned switchover"))
+    assert not refused.ok and refused.reason == "DAMAGED_LOG"
+    assert "n2's recovery cut its log" in refused.detail and "['n3']" in refused.detail
+    assert state.broker_groups["g1"].master == "n1"
+    assert state.apply(ElectMaster("g1", "n3", 1, "planned switchover")).ok
+    # n3 is the master now: n2 is the only other in-sync member, and may be elected.
+    assert state.apply(ElectMaster("g1", "n2", 2, "planned switchover")).ok
+
+
+def test_a_damaged_master_never_drops_a_whole_member_from_its_in_sync_set():
+    """After a restart of the whole group a damaged master registered alone once shrank
+    its in-sync set to itself before the whole members came back (they were not linked
+    yet): none of them could take the group over, and each cut its whole log to the
+    damaged one (tests/cluster/test_replication.py saw it under load)."""
+    state = three_nodes()
+    late = RegisterNode("n1", "g1", "n1:1", wall_ms=60_000, lease_ms=3000, damaged_log=True)
+    assert state.apply(late).ok
+    group = state.broker_groups["g1"]
+    assert group.master == "n1" and group.in_sync == frozenset({"n1", "n2", "n3"})
+    shrink = AlterInSync("g1", "n1", group.epoch, frozenset({"n1"}), group.in_sync_epoch)
+    assert state.apply(shrink).reason == "DAMAGED_LOG"
+    assert state.broker_groups["g1"].in_sync == frozenset({"n1", "n2", "n3"})
+    assert state.apply(NodeHeartbeat("n2", 0, 60_050, damaged_log=True)).ok
+    drop_n2 = replace(shrink, in_sync=frozenset({"n1", "n3"}))
+    assert state.apply(drop_n2).ok  # a damaged member may go: it holds nothing lost
+    assert state.apply(RegisterNode("n3", "g1", "n3:1", wall_ms=60_100, lease_ms=3000)).ok
+    assert state.broker_groups["g1"].master == "n3"
+    # A whole master drops lagging members as always.
+    state = three_nodes()
+    assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1"}), 2)).ok
+
+
+def test_a_damaged_master_hands_its_group_to_a_healthy_in_sync_member():
+    """A master whose recovery cut its log registers again: the in-sync member heard
+    within the lease with a whole log takes over, even with a shorter log than a damaged
+    one. When every node restarted (nobody heard), it stays master for now; the first
+    healthy in-sync member that registers takes the group over at once, before it would
+    follow the damaged log and cut its own longer one to it."""
+    state = three_nodes()
+    assert state.apply(NodeHeartbeat("n2", 900, 10_000, damaged_log=True)).ok
+    assert state.apply(NodeHeartbeat("n3", 700, 10_500)).ok
+    restart = RegisterNode("n1", "g1", "n1:1", max_offset=0, wall_ms=11_000, lease_ms=3000)
+    assert state.apply(replace(restart, damaged_log=True)).ok
+    group = state.broker_groups["g1"]
+    assert (group.master, group.epoch) == ("n3", 2)
+    assert state.members["n1"].damaged_log
+
+    # Every node restarted: n1 (damaged) registers first and nobody was heard lately.
+    state = three_nodes()
+    late = RegisterNode("n1", "g1", "n1:1", wall_ms=60_000, lease_ms=3000, damaged_log=True)
+    assert state.apply(late).ok
+    assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == ("n1", 2)
+    # n2, damaged too, changes nothing; n3, whole and in sync, takes over.
+    assert state.apply(replace(late, node_id="n2", grpc_address="n2:1")).ok
+    assert state.broker_groups["g1"].master == "n1"
+    assert state.apply(RegisterNode("n3", "g1", "n3:1", wall_ms=60_100, lease_ms=3000)).ok
+    group = state.broker_groups["g1"]
+    assert (group.master, group.epoch) == ("n3", 3)
+    assert group.in_sync == frozenset({"n2", "n3"})
+    # A healthy member outside the in-sync set takes nothing over.
+    state = three_nodes()
+    assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1", "n2"}), 2)).ok
+    assert state.apply(late).ok
+    assert state.apply(RegisterNode("n3", "g1", "n3:1", wall_ms=60_100, lease_ms=3000)).ok
+    assert state.broker_groups["g1"].master == "n1"

@@ -1,0 +1,260 @@
+"""The store's C loops (store/_speedups.c, with the property parser it includes from
+ferrymq/codec/_properties.h) against their Python twins, on generated input: batch
+encoding, CRC32C, index entries and puts, ``prepare`` and the replay of records. The wire
+format's loops are checked the same way in tests/codec/test_speedups.py.
+
+Each C function must return exactly what its twin returns, and decline (leave the record
+to the twin) exactly where the twin raises: the twins are the specification."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from crc32c import crc32c
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ferrymq.codec.commitlog_record import check_at as record_check_at
+from ferrymq.codec.commitlog_record import encode_blank
+from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.properties import (
+    PROPERTY_DELIVERY_TIME_MS,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    encode_properties,
+)
+from store import _speedups as speedups
+from store.commitlog import (
+    CODEC,
+    dispatch_request_at,
+    encode_batch_in_python,
+    prepare,
+    topic_prefix_of,
+)
+from store.config import StoreConfig
+from store.dispatch_request import DispatchRequest
+from store.index_file import IndexFile
+from store.index_service import index_entries_in_python
+from store.message import TIMER_TOPIC, Message
+from store.message_store import MessageStore
+
+BODY_LIMIT = 8
+
+
+@st.composite
+def prepared_batch(draw) -> list:
+    messages = []
+    for _ in range(draw(st.integers(1, 6))):
+        properties = draw(
+            st.dictionaries(
+                st.sampled_from([PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, "u"]),
+                st.text(alphabet="ab é", min_size=1, max_size=4),
+                max_size=3,
+            )
+        )
+        messages.append(
+            Message(
+                draw(st.sampled_from(["T", "Topic-é", "%RETRY%g"])),
+                draw(st.binary(max_size=40)),
+                draw(st.integers(0, 3)),
+                properties,
+                draw(st.integers(-(1 << 31), (1 << 31) - 1)),
+                draw(st.sampled_from([0, 0x4, 0x8, 0xC, 0x1])),
+                draw(st.integers(-(1 << 63), (1 << 63) - 1)),
+                draw(st.binary(min_size=8, max_size=8)),
+                draw(st.integers(0, 16)),
+                draw(st.integers(0, 1 << 40)),
+            )
+        )
+    return [
+        prepare(m, topic_prefix_of(m.topic.encode()), encode_properties(m.properties))
+        for m in messages
+    ]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    prepared_batch(),
+    st.integers(0, 1 << 40),
+    st.integers(0, 1 << 45),
+    st.dictionaries(
+        st.tuples(st.sampled_from(["T", "Topic-é"]), st.integers(0, 3)),
+        st.integers(0, 1 << 40),
+        max_size=3,
+    ),
+)
+def test_encode_batch_in_c_is_its_python_twin(batch, position, stored_ms, offsets):
+    host = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
+    offsets_c, offsets_py = dict(offsets), dict(offsets)
+    expected = encode_batch_in_python(batch, position, stored_ms, host, offsets_py)
+    assert (
+        speedups.encode_batch(batch, position, stored_ms, host, offsets_c, DispatchRequest)
+        == expected
+    )
+    assert offsets_c == offsets_py
+    data = expected[0]
+    for request in expected[1]:  # and the records read back as written
+        local = request.physical_offset - position
+        assert record_check_at(data, local, len(data)).size == request.size
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=300))
+def test_crc32c_in_c_is_the_crc32c_package(data):
+    assert speedups.crc32c(data) == crc32c(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, (1 << 32) - 1), st.integers(0, 1 << 40), st.integers(0, 1 << 40)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(0, 12),
+    st.integers(0, 2**32 - 1),
+)
+def test_index_put_all_in_c_is_its_python_twin(tmp_path_factory, entries, crashed, seed):
+    """Two files with the same history, including a batch whose entries and slots were
+    written but whose header was not (a crash): the slots then point past the counted
+    entries, which ``_last_counted`` must follow. The C loop leaves the bytes Python does."""
+    directory = tmp_path_factory.mktemp("index")
+    files = [IndexFile.create(str(directory / name), 7, 120) for name in ("c", "py")]
+    rng = random.Random(seed)
+    history = [(rng.getrandbits(32), 10 * i, 1000 * i) for i in range(crashed + 20)]
+    for file in files:
+        file.put_all_in_python(history[:20])
+        file.write_header(20)
+        file.put_all_in_python(history[20:])  # then the crash: the header stays at 20 entries
+        file.index_count = 21
+    c, py = files
+    c.put_all(entries)
+    py.put_all_in_python(entries)
+    c.write_header(1)
+    py.write_header(1)
+    assert c.map[:] == py.map[:]
+    assert (c.index_count, c.used_slot_count) == (py.index_count, py.used_slot_count)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["T", "Topic-é"]),
+            st.lists(st.text(alphabet="ab é\U0001f600", max_size=4), max_size=3),
+            st.integers(0, 100),
+        ),
+        max_size=6,
+    ),
+    st.integers(0, 100),
+    st.booleans(),
+)
+def test_index_entries_in_c_are_their_python_twin(records, skip_below, own_hash):
+    requests = [
+        DispatchRequest(topic, 0, i, physical, 10, 0, 5000 + i, 0, tuple(keys), {})
+        for i, (topic, keys, physical) in enumerate(records)
+    ]
+    key_hash = (lambda raw: len(raw) * 7) if own_hash else None
+    assert speedups.index_entries(requests, skip_below, key_hash) == index_entries_in_python(
+        requests, skip_below, key_hash
+    )
+
+
+@st.composite
+def message_to_prepare(draw) -> tuple[Message, bytes]:
+    """A message and encoded properties that mostly match it (and sometimes do not)."""
+    properties = draw(
+        st.dictionaries(
+            st.sampled_from([PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, "u"]),
+            st.one_of(
+                st.text(alphabet="a é\U0001f600", max_size=5),
+                st.sampled_from(["\ud800", " k  k ", "TagA", ""]),
+            ),
+            max_size=4,
+        )
+    )
+    try:
+        raw = encode_properties(properties)
+    except (InvalidMessageError, UnicodeEncodeError):
+        raw = b""
+
+    def usually(valid, *invalid):
+        """``valid`` nine times in ten, so that most messages reach the encoding."""
+        return draw(st.sampled_from([valid] * 9 + list(invalid) if invalid else [valid]))
+
+    message = Message(
+        usually("T", "%SYS%TIMER"),
+        draw(st.binary(max_size=BODY_LIMIT + 2)),
+        usually(3, -1, 1 << 31),
+        properties,
+        usually(0, 1 << 31, -(1 << 31) - 1),
+        usually(0, 0x4),
+        usually(-(1 << 63), 1 << 63),
+        usually(b"\x00" * 8, b"\x00" * 7),
+        usually(16, 1 << 31),
+        usually((1 << 63) - 1, 1 << 63),
+    )
+    raw = usually(raw, raw + b"\x02", raw[:-1], b"x" * 32768)
+    return message, raw
+
+
+@pytest.fixture(scope="module")
+def prepare_store(tmp_path_factory):
+    """One store for every example: its ``prepare_in_python`` is the reference."""
+    config = StoreConfig(
+        str(tmp_path_factory.mktemp("prepare")),
+        max_message_body_bytes=BODY_LIMIT,
+        commitlog_segment_bytes=8 << 20,
+    )
+    store = MessageStore.open(config)
+    yield store
+    store.shutdown()
+
+
+@settings(max_examples=1000, deadline=None)
+@given(message_to_prepare())
+def test_prepare_in_c_is_its_python_twin(prepare_store, case):
+    message, raw = case
+    store = prepare_store
+    prefix = topic_prefix_of(message.topic.encode())
+    fast = CODEC.prepare(message, prefix, raw, BODY_LIMIT)
+    try:
+        expected = store.prepare_in_python(message, prefix, raw)
+    except (InvalidMessageError, UnicodeEncodeError):
+        assert fast is None
+        return
+    assert fast is None if message.topic == TIMER_TOPIC else fast == expected
+    ACCEPTED.append(fast is not None)
+
+
+ACCEPTED: list[bool] = []
+
+
+@settings(max_examples=500, deadline=None)
+@given(prepared_batch(), st.integers(1, 4), st.booleans())
+def test_dispatch_requests_in_c_are_dispatch_request_at(batch, chunk, blank_after):
+    """Replay's reading of records (a slave's chunks, recovery) in C, against the Python
+    reading of each record, a timer record (whose tag code is its delivery time) included."""
+    timer = Message(TIMER_TOPIC, b"t", 0, {PROPERTY_DELIVERY_TIME_MS: "1700000000000"})
+    batch = [
+        *batch,
+        prepare(
+            timer, topic_prefix_of(TIMER_TOPIC.encode()), b"TIMER_DELIVER_MS\x011700000000000\x02"
+        ),
+    ]
+    data, _ = encode_batch_in_python(batch, 0, 5, b"\x00" * 8, {})
+    buffer = data + (encode_blank(64) if blank_after else b"")
+    expected = []
+    position = 0
+    while position < len(data):
+        expected.append(dispatch_request_at(buffer, position))
+        position += expected[-1].size
+    found, position, blank = [], 0, False
+    while position < len(buffer) and not blank:
+        requests, position, blank = CODEC.dispatch_requests(buffer, position, len(buffer), chunk)
+        assert len(requests) <= chunk
+        found += requests
+    assert found == expected
+    assert blank == blank_after and position == len(data)

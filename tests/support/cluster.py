@@ -1,0 +1,100 @@
+"""Clusters of node processes started by ``ferrymq.launcher.cluster`` (loopback, free
+ports, real data directories): the tests' store sizes, each node's view of the cluster,
+waiting for a routing leader, a master or a topic on every node (with deadlines, never
+sleeps), and killing, restarting and stopping nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import replace
+
+from ferrymq.client import Admin, FerryError
+from ferrymq.launcher.cluster import ClusterPlan, NodePlan, is_running, save_plan, start_node
+from ferrymq.launcher.polling import until
+
+SMALL_STORE = {
+    "store": {
+        "commitlog_segment_bytes": 8 << 20,
+        "consume_queue_entries_per_file": 10_000,
+        "index_slot_count": 10_007,
+        "index_entry_count": 40_000,
+    }
+}
+
+
+def status_of(node: NodePlan):
+    try:
+        with Admin(node.grpc, timeout_s=2) as admin:
+            return admin.cluster_status()
+    except FerryError:
+        return None
+
+
+def topics_on(node: NodePlan) -> set[str]:
+    with Admin(node.grpc, timeout_s=5) as admin:
+        return {t.name for t in admin.list_topics()}
+
+
+def topic_everywhere(plan: ClusterPlan, name: str) -> None:
+    """Until every running node knows topic ``name``: a node applies a committed routing
+    change a heartbeat round after the node that made it, and a test that writes straight
+    to one node must not race that."""
+    for node in plan.nodes:
+        if is_running(node, plan):
+            until(lambda node=node: name in topics_on_safe(node), 10, f"{name} on {node.id}")
+
+
+def kill(plan: ClusterPlan, node: NodePlan) -> None:
+    os.kill(node.pid, signal.SIGKILL)
+    until(lambda: not is_running(node, plan), 10, f"{node.id} to die")
+
+
+def restart(plan: ClusterPlan, node: NodePlan) -> ClusterPlan:
+    started = start_node(plan, node)
+    plan = replace(plan, nodes=tuple(started if n.id == node.id else n for n in plan.nodes))
+    save_plan(plan)
+    return plan
+
+
+def leader_of(plan: ClusterPlan, among: list[NodePlan] | None = None) -> NodePlan:
+    def find():
+        for node in among or plan.nodes:
+            status = status_of(node)
+            if status is not None and status.raft_leader:
+                for candidate in among or plan.nodes:
+                    if candidate.raft == status.raft_leader:
+                        return candidate
+        return None
+
+    return until(find, 10, "a routing leader")
+
+
+def stop_all(plan: ClusterPlan) -> None:
+    for node in plan.nodes:
+        if is_running(node, plan):
+            os.kill(node.pid, signal.SIGKILL)
+
+
+def topics_on_safe(node: NodePlan) -> set[str]:
+    try:
+        return topics_on(node)
+    except FerryError:
+        return set()
+
+
+def node_by_id(plan: ClusterPlan, node_id: str) -> NodePlan:
+    return next(n for n in plan.nodes if n.id == node_id)
+
+
+def master_of(plan: ClusterPlan, among: list[NodePlan] | None = None) -> NodePlan:
+    def find():
+        for node in among or plan.nodes:
+            status = status_of(node)
+            if status is not None:
+                (group,) = status.broker_groups
+                if group.master and group.master in {n.id for n in among or plan.nodes}:
+                    return node_by_id(plan, group.master)
+        return None
+
+    return until(find, 30, "a master")

@@ -1,0 +1,298 @@
+"""Runs one scenario with the official ``rocketmq-python-client`` (5.1.2) and reports it as
+JSON lines on stdout. Started by ``tests.support.official_client.run_official_at`` in a process of
+its own: the official client registers the same protobuf names as ferrymq's generated
+modules, so the two must never share an interpreter. Imports nothing of ferrymq.
+
+Usage: python tests/support/official_client_runner.py < scenario.json
+Every line is ``{"event": ..., ...}``; the last is ``{"event": "done"}`` unless it failed,
+in which case it is ``{"event": "error", "type": <exception class>, "message": ...}``.
+
+Security scenarios (``tests/node/test_security_auth.py``) add ``access_key``/``secret_key`` (the
+client's ``Credentials``), ``tls`` (``tls_enable``; the CA comes from gRPC's
+``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``), and ``signing``: ``{"date_offset_s": N}`` signs with
+a clock that is off, ``{"omit_authorization": true}`` drops the header. The client stamps
+``x-mq-date-time`` with its local time (a bug of 5.1.2), so the runner runs in UTC.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
+from rocketmq.v5.util import signature as signature_module
+
+_print_lock = threading.Lock()
+
+
+def emit(event: str, **fields) -> None:
+    with _print_lock:
+        print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def described(message) -> dict:
+    return {
+        "id": message.message_id,
+        "body": message.body.decode("latin-1"),
+        "tag": message.tag,
+        "keys": sorted(message.keys or []),
+        "group": message.message_group,
+        "attempt": message.delivery_attempt,
+        "delivery_timestamp": message.delivery_timestamp,
+        "topic": message.topic,
+        "corrupted": message.corrupted,
+    }
+
+
+def error_fields(error: Exception) -> dict:
+    return {"type": type(error).__name__, "message": str(error)}
+
+
+def outgoing(spec: dict) -> Message:
+    message = Message()
+    message.topic = spec["topic"]
+    # ``pad_to`` makes a large body without sending it through the pipe.
+    message.body = spec["body"].encode("latin-1").ljust(spec.get("pad_to", 0), b"y")
+    if spec.get("tag"):
+        message.tag = spec["tag"]
+    if spec.get("keys"):
+        message.keys = spec["keys"]
+    if spec.get("group"):
+        message.message_group = spec["group"]
+    if spec.get("delivery_timestamp"):
+        message.delivery_timestamp = spec["delivery_timestamp"]
+    for name, value in spec.get("properties", {}).items():
+        message.add_property(name, value)
+    return message
+
+
+_signing: dict = {}
+
+
+def install_signing(signing: dict) -> None:
+    """Re-sign every call as ``_signing`` says (a clock offset, other credentials, or no
+    authorization header at all); the official signing code computes the values."""
+    _signing.update(signing)
+    original = signature_module.Signature.metadata
+
+    def metadata(config, client_id):
+        headers = dict(original(config, client_id))
+        if _signing.get("omit_authorization"):
+            headers.pop("authorization")
+            return list(headers.items())
+        offset = _signing.get("date_offset_s", 0)
+        ak = _signing.get("access_key", config.credentials.ak)
+        sk = _signing.get("secret_key", config.credentials.sk)
+        date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() + offset))
+        headers["x-mq-date-time"] = date
+        headers["authorization"] = (
+            f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, "
+            f"Signature={signature_module.Signature.sign(sk, date)}"
+        )
+        return list(headers.items())
+
+    signature_module.Signature.metadata = staticmethod(metadata)
+
+
+def produce(config, scenario: dict) -> None:
+    producer = Producer(config, tuple(scenario["topics"]), tls_enable=scenario.get("tls", False))
+    producer.startup()
+    try:
+        for spec in scenario["messages"]:
+            if "signing" in spec:  # sign from this message on as it says
+                _signing.clear()
+                _signing.update(spec["signing"])
+            try:
+                if spec.get("async"):
+                    receipt = producer.send_async(outgoing(spec)).result(timeout=10)
+                else:
+                    receipt = producer.send(outgoing(spec))
+                emit("sent", body=spec["body"], id=receipt.message_id)
+            except Exception as error:  # reported, the scenario goes on
+                emit("send_failed", body=spec["body"], **error_fields(error))
+    finally:
+        producer.shutdown()
+
+
+class Checker(TransactionChecker):
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.checked = threading.Event()
+
+    def check(self, message) -> TransactionResolution:
+        emit("checked", **described(message))
+        self.checked.set()
+        return getattr(TransactionResolution, self.answer)
+
+
+def commit_with_retries(tx, attempts: int = 20) -> None:
+    """Commit, retrying while the restarted node is not reachable yet."""
+    for attempt in range(attempts):
+        try:
+            tx.commit()
+            return
+        except Exception as error:
+            emit("commit_retry", attempt=attempt, **error_fields(error))
+            time.sleep(0.5)
+    raise TimeoutError("commit never reached the node")
+
+
+def transaction(config, scenario: dict) -> None:
+    checker = Checker(scenario.get("checker_answer", "COMMIT"))
+    producer = Producer(config, (scenario["topic"],), checker=checker)
+    producer.startup()
+    try:
+        for spec in scenario["messages"]:
+            tx = producer.begin_transaction()
+            receipt = producer.send(outgoing(spec), tx)
+            emit("sent", body=spec["body"], id=receipt.message_id)
+            if spec.get("commit_when_file_exists"):
+                # The test restarts the node meanwhile; the client's channel reconnects.
+                deadline = time.monotonic() + 60
+                while not os.path.exists(spec["commit_when_file_exists"]):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the test never said to commit")
+                    time.sleep(0.05)
+                commit_with_retries(tx)
+            elif spec["end"] == "commit":
+                tx.commit()
+            elif spec["end"] == "rollback":
+                tx.rollback()
+            emit("ended", body=spec["body"], end=spec["end"])
+        if scenario.get("wait_for_check_s"):
+            if not checker.checked.wait(scenario["wait_for_check_s"]):
+                raise TimeoutError("no orphan check arrived")
+            time.sleep(1)  # let the checker's EndTransaction go out before shutdown
+    finally:
+        producer.shutdown()
+
+
+def simple(config, scenario: dict) -> None:
+    """Steps: receive, ack, change, ack_forged, receive_until."""
+    consumer = SimpleConsumer(
+        config,
+        scenario["group"],
+        {scenario["topic"]: FilterExpression(scenario.get("filter", "*"))},
+        await_duration=scenario.get("await_s", 5),
+        tls_enable=scenario.get("tls", False),
+    )
+    consumer.startup()
+    held: dict[str, object] = {}
+    try:
+        for step in scenario["steps"]:
+            kind = step["do"]
+            if kind == "receive_until":
+                deadline = time.monotonic() + step["deadline_s"]
+                got = []
+                while len(got) < step["count"] and time.monotonic() < deadline:
+                    for message in consumer.receive(step.get("max", 16), step["invisible_s"]):
+                        got.append(message)
+                        held[message.message_id] = message
+                        emit("received", **described(message))
+                        if step.get("ack"):
+                            consumer.ack(message)
+                            emit("acked", id=message.message_id)
+            elif kind == "receive_once":
+                try:
+                    for message in consumer.receive(step.get("max", 16), step["invisible_s"]):
+                        held[message.message_id] = message
+                        emit("received", **described(message))
+                except Exception as error:
+                    emit("receive_failed", **error_fields(error))
+            elif kind == "sign_as":
+                _signing.update(access_key=step["access_key"], secret_key=step["secret_key"])
+            elif kind == "ack":
+                for message_id in step["ids"]:
+                    try:
+                        consumer.ack(held[message_id])
+                        emit("acked", id=message_id)
+                    except Exception as error:
+                        emit("ack_failed", id=message_id, **error_fields(error))
+            elif kind == "change":
+                message = held[step["id"]]
+                consumer.change_invisible_duration(message, step["invisible_s"])
+                emit("changed", id=step["id"])
+            elif kind == "ack_forged":
+                message = held[step["id"]]
+                message.receipt_handle = step["handle"]
+                try:
+                    consumer.ack(message)
+                    emit("acked", id=step["id"])
+                except Exception as error:
+                    emit("ack_failed", id=step["id"], **error_fields(error))
+    finally:
+        consumer.shutdown()
+
+
+class Listener(MessageListener):
+    def __init__(self, fail_bodies: set[str]) -> None:
+        self.fail_bodies = fail_bodies
+        self.seen: set[str] = set()
+
+    def consume(self, message) -> ConsumeResult:
+        description = described(message)
+        failing = description["body"] in self.fail_bodies
+        emit("consumed", failed=failing, **description)
+        if not failing:
+            self.seen.add(description["body"])
+        return ConsumeResult.FAILURE if failing else ConsumeResult.SUCCESS
+
+
+def push(config, scenario: dict) -> None:
+    listener = Listener(set(scenario.get("fail", [])))
+    consumer = PushConsumer(
+        config,
+        scenario["group"],
+        listener,
+        {scenario["topic"]: FilterExpression("*")},
+        consumption_thread_count=4,
+    )
+    consumer.startup()
+    try:
+        deadline = time.monotonic() + scenario["deadline_s"]
+        wanted = set(scenario["expect"])
+        while not wanted <= listener.seen and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(scenario.get("linger_s", 0))  # let failing messages be retried meanwhile
+        emit("seen", bodies=sorted(listener.seen))
+    finally:
+        consumer.shutdown()
+
+
+SCENARIOS = {"produce": produce, "transaction": transaction, "simple": simple, "push": push}
+
+
+def main() -> int:
+    scenario = json.loads(sys.stdin.read())
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    credentials = Credentials(scenario.get("access_key", ""), scenario.get("secret_key", ""))
+    config = ClientConfiguration(scenario["endpoint"], credentials, request_timeout=5)
+    if "signing" in scenario:
+        install_signing(scenario["signing"])
+    try:
+        SCENARIOS[scenario["scenario"]](config, scenario)
+    except Exception as error:
+        emit("error", **error_fields(error))
+        return 1
+    emit("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
