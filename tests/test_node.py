@@ -10,6 +10,7 @@ import time
 import grpc
 import pytest
 
+from ferrymq.codec.headers import PINNED_QUEUE
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -26,8 +27,40 @@ def node(tmp_path):
         started.sigkill()
 
 
+class _Details(grpc.ClientCallDetails):
+    def __init__(self, details, metadata) -> None:
+        self.method = details.method
+        self.timeout = details.timeout
+        self.metadata = metadata
+        self.credentials = details.credentials
+        self.wait_for_ready = details.wait_for_ready
+        self.compression = details.compression
+
+
+class PinnedQueues(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Every call says its messages go to the queues they name (``ferrymq.codec.headers``),
+    as the SDK does: these tests read back the queues they wrote."""
+
+    def _pinned(self, details):
+        return _Details(details, [*(details.metadata or ()), PINNED_QUEUE])
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._pinned(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._pinned(details), request)
+
+    def intercept_stream_stream(self, continuation, details, requests):
+        return continuation(self._pinned(details), requests)
+
+
 def stubs(address: str):
-    channel = grpc.insecure_channel(address)
+    """A channel whose SendMessage calls pin their queues, and its two stubs."""
+    channel = grpc.intercept_channel(grpc.insecure_channel(address), PinnedQueues())
     return (
         channel,
         service_pb2_grpc.MessagingServiceStub(channel),
@@ -199,8 +232,10 @@ def test_bad_requests_get_precise_codes_and_store_nothing(node):
     assert messaging.QueryRoute(
         rpc.QueryRouteRequest(topic=pb.Resource(name="nope"))
     ).status.code == (pb.TOPIC_NOT_FOUND)
-    status, _, _ = pull(messaging, "orders", 0, 0, group="no-such-group")
-    assert status.code == pb.CONSUMER_GROUP_NOT_FOUND
+    # An unknown group is created on first use (tests/test_official_defaults.py); a bad
+    # name is not.
+    status, _, _ = pull(messaging, "orders", 0, 0, group="no such group")
+    assert status.code == pb.ILLEGAL_CONSUMER_GROUP
     admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name="G")))
     status, _, _ = pull(messaging, "orders", 0, 5)
     assert status.code == pb.ILLEGAL_OFFSET

@@ -285,7 +285,7 @@ def test_only_the_group_s_subscribers_and_the_member_itself_change_its_membershi
         for refused in (leave(colleague, "member-1"), heartbeat(colleague, "member-1")):
             assert refused.code == pb.FORBIDDEN and "another identity" in refused.message
         assert members() == ["member-1"]
-        assert heartbeat(ROOT, "root-1", name="no-such-group").code == pb.CONSUMER_GROUP_NOT_FOUND
+        assert heartbeat(ROOT, "root-1", name="no such group").code == pb.ILLEGAL_CONSUMER_GROUP
         assert leave(APP, "member-1").code == pb.OK
         assert members() == []
     finally:
