@@ -55,8 +55,9 @@ TYPES = {
     api.FIFO: MessageType.FIFO,
     api.DELAY: MessageType.DELAY,
     api.TRANSACTION: MessageType.TRANSACTION,
-    api.MESSAGE_TYPE_UNSPECIFIED: MessageType.NORMAL,
+    api.MESSAGE_TYPE_UNSPECIFIED: MessageType.UNSPECIFIED,
 }
+TYPE_NAMES = {kind: api.MessageType.Name(number) for number, kind in TYPES.items()}
 PERMISSIONS = {
     api.READ: Permission.READ,
     api.WRITE: Permission.WRITE,
@@ -93,7 +94,7 @@ def topic_message(route: TopicRoute) -> api.Topic:
     return api.Topic(
         name=route.name,
         queue_count=max((count for _, count in route.queues), default=0),
-        message_type=api.MessageType.Value(route.message_type.value),
+        message_type=api.MessageType.Value(TYPE_NAMES[route.message_type]),
         permission=api.Permission.Value(route.permission.value),
         broker_groups=[group for group, _ in route.queues],
     )
@@ -138,7 +139,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         *,
         secret_box: SecretBox | None = None,
         peer_channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
+        untyped_topics: MessageType = MessageType.UNSPECIFIED,
     ) -> None:
+        """``untyped_topics``: what a topic created without a type becomes (UNSPECIFIED
+        takes every type, as in RocketMQ 5; ``[messages] untyped_topics_take_any_type``)."""
+        self.untyped_topics = untyped_topics
         self.users = UserAdmin(routing, secret_box, self._change)
         self.peer_channel = peer_channel
         self.routing = routing
@@ -173,7 +178,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 name=topic.name,
                 queue_count=topic.queue_count,
                 broker_groups=tuple(topic.broker_groups),
-                message_type=TYPES[topic.message_type],
+                message_type=TYPES[topic.message_type]
+                if topic.message_type != api.MESSAGE_TYPE_UNSPECIFIED
+                else self.untyped_topics,
                 permission=PERMISSIONS[topic.permission],
             )
         )

@@ -1,5 +1,12 @@
 """Admission of produced messages: whether a message may be written here, and to which queue.
 
+Queue choice (docs/architecture.md, "Queue choice"): a FIFO message goes to the queue of
+its message group's hash; otherwise a sender that pins its queue (ferrymq's SDK: the
+``x-ferrymq-queue: pinned`` header of ``ferrymq.codec.headers``, or Data.Produce, whose
+queue id is part of its contract) gets that queue; otherwise the node chooses, as Apache
+RocketMQ's proxy does: the hash of the message group when the message has one, else the
+next of the topic's queues on this broker group in turn (round robin).
+
 Every front door (SendMessage, Data.Produce, the remoting handlers to come) asks here, with
 plain values rather than its own request shape, so a message is judged by the same rules
 and refused with the same code whichever door it came through. Each refusal is an
@@ -11,6 +18,7 @@ place, ``store_refusal``.
 
 from __future__ import annotations
 
+import random
 import zlib
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -28,6 +36,13 @@ MESSAGE_TYPES = {
     MessageType.TRANSACTION: pb.TRANSACTION,
 }
 MESSAGE_TYPE_NAMES = frozenset(pb.MessageType.values())
+# What a topic's queues accept (a route's ``accept_message_types``): an untyped topic every
+# type a message can declare, as in RocketMQ 5.
+ANY_TYPE = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+TYPES_OF_WIRE = {wire: kind for kind, wire in MESSAGE_TYPES.items()}
+# Topics whose round-robin position is kept; past this many the table starts again (a
+# position is only where the next unpinned send starts).
+ROTATION_TOPICS_MAX = 100_000
 
 # What a refused put means for the client, by the store's status...
 STORE_STATUS_CODES = {
@@ -70,6 +85,37 @@ class Admission:
         self.topics = topics
         self.routing = routing
         self.broker_name = broker_name
+        self._rotation: dict[str, int] = {}
+
+    def next_queue(self, topic: TopicConfig) -> int:
+        """The next of ``topic``'s queues in turn (each topic starts at a random one, so
+        that nodes and restarts do not all start with queue 0)."""
+        rotation = self._rotation
+        position = rotation.get(topic.name)
+        if position is None:
+            if len(rotation) >= ROTATION_TOPICS_MAX:
+                rotation.clear()
+            position = random.randrange(topic.queue_count)
+        rotation[topic.name] = position + 1
+        return position % topic.queue_count
+
+    def send_queue(
+        self,
+        topic: TopicConfig,
+        kind: MessageType,
+        message_group: str | None,
+        pinned: int | None,
+    ) -> int:
+        """The queue of one message of type ``kind`` (``message_kind``); ``pinned`` is the
+        queue its sender named on purpose, None when the node chooses."""
+        if kind is MessageType.FIFO:
+            return fifo_queue(message_group, topic.queue_count)
+        if pinned is not None:
+            check_queue(topic, pinned)
+            return pinned
+        if message_group:
+            return hashed_queue(message_group, topic.queue_count)
+        return self.next_queue(topic)
 
     def check_master(self) -> None:
         """Refuse unless this node takes writes (the replication role decides; this only
@@ -142,6 +188,30 @@ def check_message_type(topic_name: str, expected: int, actual: int) -> None:
         )
 
 
+def accepted_types(message_type: MessageType) -> tuple[int, ...]:
+    """The wire types a topic of ``message_type`` takes."""
+    if message_type is MessageType.UNSPECIFIED:
+        return ANY_TYPE
+    return (MESSAGE_TYPES[message_type],)
+
+
+def message_kind(topic: TopicConfig, declared: int) -> MessageType:
+    """How a message that declares ``declared`` is handled in ``topic``: as the topic's
+    type, which it must declare; in an untyped topic as the type it declares, which must
+    be one of the four (``MESSAGE_TYPE_UNSPECIFIED``, LITE and PRIORITY are refused)."""
+    if topic.message_type is not MessageType.UNSPECIFIED:
+        check_message_type(topic.name, MESSAGE_TYPES[topic.message_type], declared)
+        return topic.message_type
+    kind = TYPES_OF_WIRE.get(declared)
+    if kind is None:
+        raise InvalidRequest(
+            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"topic {topic.name} takes NORMAL, FIFO, DELAY or TRANSACTION messages, not "
+            f"{type_name(declared)}",
+        )
+    return kind
+
+
 def check_type_text(declared: str | None, expected_text: str) -> None:
     """``check_message_type`` for a record whose properties come encoded (Data.Produce):
     its ``__MSG_TYPE`` must be the topic's type's text exactly, as the C scan compares it."""
@@ -170,16 +240,6 @@ def fifo_queue(message_group: str | None, queue_count: int) -> int:
 def check_queue(topic: TopicConfig, queue_id: int) -> None:
     if not 0 <= queue_id < topic.queue_count:
         raise InvalidRequest(pb.BAD_REQUEST, f"queue {queue_id} does not exist in {topic.name}")
-
-
-def send_queue(topic: TopicConfig, message_group: str, queue_id: int, message_id: str) -> int:
-    """Where SendMessage puts a message: a FIFO message by its group; another in the queue
-    it names when that exists, else spread by its id."""
-    if topic.message_type is MessageType.FIFO:
-        return fifo_queue(message_group, topic.queue_count)
-    if 0 <= queue_id < topic.queue_count:
-        return queue_id
-    return hashed_queue(message_id, topic.queue_count)
 
 
 def invalid_message_code(reason: str) -> int:

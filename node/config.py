@@ -27,6 +27,10 @@ Layout of ``node.toml``::
     transaction_max_checks = 15            # then roll it back
     max_concurrent_rpcs = 4096             # client port: calls served at once (streams and
                                            # long polls included); more: RESOURCE_EXHAUSTED
+    untyped_topics_take_any_type = true    # RocketMQ 5: a topic created without a type
+                                           # takes every type (false: it is NORMAL)
+    auto_create_groups = true              # a consumer group is created on first use (a
+                                           # receive, pull or heartbeat naming it)
 
     [store]                  # any field of store.config.StoreConfig but data_dir
     flush_mode = "ASYNC_FLUSH"
@@ -113,6 +117,11 @@ class MessagingOptions:
     # enough for about 2,000 clients with a Telemetry stream and a long poll each, while a
     # flood of calls is refused at once instead of exhausting memory.
     max_concurrent_rpcs: int = 4096
+    # RocketMQ 5's defaults that applications rely on (docs/architecture.md, "RocketMQ's
+    # defaults"): a topic created without a type takes every type, and a consumer group
+    # is created the first time a consumer uses it.
+    untyped_topics_take_any_type: bool = True
+    auto_create_groups: bool = True
 
 
 @dataclass(frozen=True)
@@ -190,6 +199,7 @@ _NODE_FIELDS = {"id", "group", "host", "internal_host", "data_dir"}
 _METRICS_FIELDS = {f.name for f in dataclasses.fields(MetricsOptions)}
 _PORT_FIELDS = {f.name for f in dataclasses.fields(Ports)}
 _MESSAGES_FIELDS = {f.name for f in dataclasses.fields(MessagingOptions)}
+_MESSAGES_SWITCHES = {"untyped_topics_take_any_type", "auto_create_groups"}
 _CLUSTER_FIELDS = {f.name for f in dataclasses.fields(ClusterOptions)}
 _REPLICATION_FIELDS = {f.name for f in dataclasses.fields(ReplicationOptions)}
 _SECURITY_FIELDS = {f.name for f in dataclasses.fields(SecurityOptions)}
@@ -226,7 +236,10 @@ def parse_node_config(text: str) -> NodeConfig:
         _checked(raw.get("security", {}), _SECURITY_FIELDS, "security"), cluster
     )
     for name, value in messages.items():
-        if not isinstance(value, int) or value <= 0:
+        if name in _MESSAGES_SWITCHES:
+            if not isinstance(value, bool):
+                raise ConfigError(f"messages.{name} must be true or false, got {value!r}")
+        elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"messages.{name} must be a positive integer, got {value!r}")
     for name, port in ports.items():
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -400,7 +413,7 @@ def render_node_config(config: NodeConfig) -> str:
     lines.append("")
     lines.append("[messages]")
     for name in sorted(_MESSAGES_FIELDS):
-        lines.append(f"{name} = {getattr(config.messages, name)}")
+        lines.append(f"{name} = {_toml_value(getattr(config.messages, name))}")
     lines.append("")
     lines.append("[cluster]")
     lines.append("voters = [" + ", ".join(_toml_value(v) for v in config.cluster.voters) + "]")

@@ -47,7 +47,12 @@ MAX_MESSAGES = 4096
 DEFAULT_MESSAGES = 1024
 DEFAULT_BYTES = 4 << 20
 # Produce writes records as they are: the types whose messages need no rewriting.
-PRODUCE_TYPES = {MessageType.NORMAL: pb.NORMAL, MessageType.FIFO: pb.FIFO}
+# An untyped topic takes Produce records as NORMAL messages in the queue they name.
+PRODUCE_TYPES = {
+    MessageType.NORMAL: pb.NORMAL,
+    MessageType.FIFO: pb.FIFO,
+    MessageType.UNSPECIFIED: pb.NORMAL,
+}
 
 
 def answer(code: int, message: str = "", **fields) -> api.FetchResponse:

@@ -17,19 +17,19 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 from google.protobuf import duration_pb2
 
+from ferrymq.codec.headers import PINNED_QUEUE_HEADER, PINNED_QUEUE_VALUE
 from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS, PROPERTY_TRANSACTION_ID
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ha.replicated_store import ReplicatedStore
 from node.admission import (
-    MESSAGE_TYPES,
     Admission,
+    accepted_types,
     check_batch_bytes,
     check_batch_count,
     check_body_size,
-    check_message_type,
-    send_queue,
+    message_kind,
     store_refusal,
 )
 from node.config import MessagingOptions
@@ -40,7 +40,8 @@ from node.convert import (
     to_store_message,
     to_wire_message,
 )
-from node.filter_expression import tag_filter
+from node.filter_expression import selection
+from node.group_creation import GroupsOnFirstUse
 from node.group_members import (
     GroupMembers,
     MembershipRefused,
@@ -49,7 +50,7 @@ from node.group_members import (
 )
 from node.long_polling import LONG_POLLING_DEFAULT_S, QueueWaiters, long_poll, poll_budget_s
 from node.parked import real_topic_of
-from node.pop_service import PopService, now_ms
+from node.pop_service import RECEIVE_BATCH_MAX, PopService, now_ms
 from node.rpc_status import (
     OK,
     InvalidRequest,
@@ -84,6 +85,15 @@ DEFAULT_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 6
 # FIFO consumers retry locally while the delivery stays invisible and the node does not
 # renew it: short fixed pauses keep all attempts inside the default invisibility (60 s).
 FIFO_BACKOFF_S = (1,)
+# What the official producers are told about retries (Apache RocketMQ's proxy defaults): a
+# client that announces its own attempts keeps them; the delay doubles from 10 ms to 1 s.
+PRODUCER_MAX_ATTEMPTS = 3
+PRODUCER_BACKOFF = pb.ExponentialBackoff(
+    initial=duration_pb2.Duration(nanos=10_000_000),
+    max=duration_pb2.Duration(seconds=1),
+    multiplier=2.0,
+)
+DEFAULT_REQUEST_TIMEOUT_S = 3
 # A producer's settings name the topics it publishes; the stream is registered for the
 # orphan checks of each, so a bound keeps one stream's share of that registry small.
 MAX_PUBLISHING_TOPICS = 1024
@@ -93,6 +103,32 @@ PERMISSIONS = {
     Permission.WRITE: pb.WRITE,
     Permission.READ_WRITE: pb.READ_WRITE,
 }
+
+
+def consumer_backoff(group: GroupConfig, exponential: bool) -> pb.RetryPolicy:
+    """When a consumer retries a failed message: the group's attempts and the delays of
+    ``DEFAULT_BACKOFF_S`` (``FIFO_BACKOFF_S`` for a FIFO group), as a customized backoff
+    (Apache RocketMQ's proxy's default for a group), or, for a client that implements only
+    the exponential kind (``exponential``: the Node.js client), the exponential one closest
+    to it (FIFO: a fixed delay)."""
+    delays = FIFO_BACKOFF_S if group.fifo else DEFAULT_BACKOFF_S
+    policy = pb.RetryPolicy(max_attempts=group.max_delivery_attempts)
+    if exponential:
+        policy.exponential_backoff.initial.seconds = delays[0]
+        policy.exponential_backoff.max.seconds = delays[-1]
+        policy.exponential_backoff.multiplier = 1.0 if len(delays) == 1 else 2.0
+    else:
+        policy.customized_backoff.next.extend(duration_pb2.Duration(seconds=s) for s in delays)
+    return policy
+
+
+def pins_queues(context) -> bool:
+    """Whether the caller names the queue of each message on purpose
+    (``ferrymq.codec.headers``); the official clients never do."""
+    for key, value in context.invocation_metadata() or ():
+        if key == PINNED_QUEUE_HEADER:
+            return value == PINNED_QUEUE_VALUE
+    return False
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
@@ -110,8 +146,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         options: MessagingOptions | None = None,
         clock_ms: Callable[[], int] = now_ms,
         authenticated: bool = False,
+        groups: GroupsOnFirstUse | None = None,
     ) -> None:
         self.authenticated = authenticated  # calls passed access control (node.access)
+        self.groups = groups or GroupsOnFirstUse(topics, None, enabled=False)
         self.pop = pop
         self.transactions = transactions
         self.members = members
@@ -150,7 +188,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     id=queue_id,
                     permission=PERMISSIONS[route.permission],
                     broker=broker,
-                    accept_message_types=[MESSAGE_TYPES[route.message_type]],
+                    accept_message_types=accepted_types(route.message_type),
                 )
                 for queue_id in range(count)
             )
@@ -173,7 +211,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
         def assignments_of(state: RoutingState) -> list[pb.MessageQueue]:
             route = state.topic(request.topic.name)
-            group = state.group(request.group.name)
             queues = self._queues(state, route)
             if group.fifo:
                 return queues
@@ -185,6 +222,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return list(one_per_broker.values())
 
         try:
+            # Needs no permission on the group, so it never creates one: an unknown group
+            # is answered for as the default group it would become.
+            group = self.groups.default(request.group.name)
             queues = self.routing.read(assignments_of)
         except TopicError as error:
             return rpc.QueryAssignmentResponse(status=topic_error_status(error))
@@ -192,16 +232,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return rpc.QueryAssignmentResponse(status=OK, assignments=assignments)
 
     async def Heartbeat(self, request, context):
-        """A consumer's heartbeat names its group, which must exist; a producer's names
-        none and is only answered."""
+        """A consumer's heartbeat names its group, which must exist or is created now
+        (``node.group_creation``); a producer's names none and is only answered."""
         if not request.HasField("group"):
             return rpc.HeartbeatResponse(status=OK)
         try:
-            group = self.topics.group(request.group.name)
             identity = caller_identity(context, self.authenticated)
+            group = await self.groups.group(request.group.name)
             self.members.heartbeat(group.name, client_id_of(context), identity)
         except TopicError as error:
             return rpc.HeartbeatResponse(status=topic_error_status(error))
+        except InvalidRequest as error:
+            return rpc.HeartbeatResponse(status=status(error.code, str(error)))
         except MembershipRefused as refused:
             return rpc.HeartbeatResponse(status=status(refused.code, str(refused)))
         return rpc.HeartbeatResponse(status=OK)
@@ -272,22 +314,36 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return rpc.TelemetryCommand(status=OK, settings=self._settings_for(settings))
 
     def _settings_for(self, settings: pb.Settings) -> pb.Settings:
+        """The client's settings with what the node decides filled in: every field an
+        official client reads (docs/architecture.md, "Settings"). The Node.js client reads
+        the backoff policy unconditionally, the push consumers take their batch size, long
+        poll and FIFO mode from here, and the Python producer's body limit becomes 0
+        without ``publishing``."""
         answer = pb.Settings()
         answer.CopyFrom(settings)
+        if seconds_of(answer.request_timeout) <= 0:
+            answer.request_timeout.seconds = DEFAULT_REQUEST_TIMEOUT_S
         if settings.WhichOneof("pub_sub") == "publishing" or settings.client_type == pb.PRODUCER:
             answer.publishing.max_body_size = self.store.config.max_message_body_bytes
             answer.publishing.validate_message_type = True
-        elif settings.WhichOneof("pub_sub") == "subscription":
+            backoff = answer.backoff_policy
+            backoff.max_attempts = backoff.max_attempts or PRODUCER_MAX_ATTEMPTS
+            backoff.exponential_backoff.CopyFrom(PRODUCER_BACKOFF)
+        elif settings.WhichOneof("pub_sub") == "subscription" or settings.client_type in (
+            pb.PUSH_CONSUMER,
+            pb.SIMPLE_CONSUMER,
+            pb.PULL_CONSUMER,
+        ):
             subscription = answer.subscription
-            group = self.topics.groups.get(settings.subscription.group.name) or GroupConfig("-")
+            group = self.groups.known(settings.subscription.group.name) or GroupConfig("-")
             if not subscription.long_polling_timeout.seconds:
                 subscription.long_polling_timeout.seconds = int(LONG_POLLING_DEFAULT_S)
+            subscription.receive_batch_size = RECEIVE_BATCH_MAX
             subscription.fifo = group.fifo
-            answer.backoff_policy.max_attempts = group.max_delivery_attempts
-            answer.backoff_policy.customized_backoff.next.extend(
-                duration_pb2.Duration(seconds=s)
-                for s in (FIFO_BACKOFF_S if group.fifo else DEFAULT_BACKOFF_S)
+            answer.backoff_policy.CopyFrom(
+                consumer_backoff(group, settings.user_agent.language == pb.NODE_JS)
             )
+        answer.metric.Clear()
         answer.metric.on = False  # a client told "on" starts exporting to our endpoints
         return answer
 
@@ -295,7 +351,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def SendMessage(self, request, context):
         try:
             self.admission.check_master()
-            messages = self._messages_to_store(request)
+            messages = self._messages_to_store(request, pins_queues(context))
         except InvalidRequest as error:
             return self._send_refused(request, status(error.code, str(error)))
         except TopicError as error:
@@ -311,8 +367,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             )
             for sent, appended in zip(request.messages, result.appended, strict=True)
         ]
-        if messages[0].topic == HALF_TOPIC:
-            for entry, message, appended in zip(entries, messages, result.appended, strict=True):
+        for entry, message, appended in zip(entries, messages, result.appended, strict=True):
+            if message.topic == HALF_TOPIC:
                 entry.transaction_id = message.properties[PROPERTY_TRANSACTION_ID]
                 self.transactions.sent(
                     entry.transaction_id, real_topic_of(message), appended.queue_offset
@@ -336,7 +392,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             ],
         )
 
-    def _messages_to_store(self, request):
+    def _messages_to_store(self, request, pinned: bool):
+        """The messages to append; ``pinned``: each goes to the queue it names."""
         admission = self.admission
         check_batch_count(len(request.messages), SEND_MESSAGES_MAX)
         check_batch_bytes(sum(len(m.body) for m in request.messages), admission.batch_limit)
@@ -345,17 +402,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise InvalidRequest(pb.BAD_REQUEST, "a batch must target one topic")
         topic = admission.writable_topic(names.pop())
         limit = admission.body_limit
-        expected_type = MESSAGE_TYPES[topic.message_type]
         messages = []
         for message in request.messages:
             system = message.system_properties
             check_body_size(len(message.body), limit)
-            check_message_type(topic.name, expected_type, system.message_type)
-            queue_id = send_queue(topic, system.message_group, system.queue_id, system.message_id)
+            kind = message_kind(topic, system.message_type)
+            queue_id = admission.send_queue(
+                topic, kind, system.message_group, system.queue_id if pinned else None
+            )
             stored = to_store_message(message, queue_id, topic.name)
-            if topic.message_type is MessageType.DELAY:
+            if kind is MessageType.DELAY:
                 stored = self._delayed(stored, system)
-            elif topic.message_type is MessageType.TRANSACTION:
+            elif kind is MessageType.TRANSACTION:
                 stored, _ = TransactionService.half_of(stored)
             messages.append(stored)
         return messages
@@ -406,9 +464,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def PullMessage(self, request, context):
         try:
-            self.topics.group(request.group.name)
             topic, queue_id = self._queue_of(request.message_queue)
-            tags = tag_filter(request.filter_expression)
+            selected = selection(request.filter_expression)
+            await self.groups.group(request.group.name)
         except TopicError as error:
             yield rpc.PullMessageResponse(status=topic_error_status(error))
             return
@@ -419,7 +477,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         offset = request.offset
 
         async def pull() -> list[rpc.PullMessageResponse] | None:
-            result = self.store.get_messages(topic.name, queue_id, offset, batch, tags)
+            result = self.store.get_messages(topic.name, queue_id, offset, batch, selected.tags)
+            messages = result.messages
+            if selected.sql is not None:  # what it refuses is passed over, as tags are
+                messages = [m for m in messages if selected.sql(m.properties)]
             beyond_empty_queue = result.status is GetStatus.NO_MESSAGE_IN_QUEUE and offset != 0
             if beyond_empty_queue or result.status in (
                 GetStatus.OFFSET_TOO_SMALL,
@@ -433,10 +494,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     rpc.PullMessageResponse(status=refused),
                     rpc.PullMessageResponse(next_offset=result.next_begin_offset),
                 ]
-            if result.messages:
+            if messages:
                 return [
                     rpc.PullMessageResponse(status=OK),
-                    *(rpc.PullMessageResponse(message=to_wire_message(m)) for m in result.messages),
+                    *(rpc.PullMessageResponse(message=to_wire_message(m)) for m in messages),
                     rpc.PullMessageResponse(next_offset=result.next_begin_offset),
                 ]
             if result.next_begin_offset > offset:
@@ -462,8 +523,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def UpdateOffset(self, request, context):
         try:
-            self.topics.group(request.group.name)
             topic, queue_id = self._queue_of(request.message_queue)
+            await self.groups.group(request.group.name)
         except TopicError as error:
             return rpc.UpdateOffsetResponse(status=topic_error_status(error))
         except InvalidRequest as error:
@@ -480,8 +541,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def GetOffset(self, request, context):
         try:
-            self.topics.group(request.group.name)
             topic, queue_id = self._queue_of(request.message_queue)
+            await self.groups.group(request.group.name)
         except TopicError as error:
             return rpc.GetOffsetResponse(status=topic_error_status(error))
         except InvalidRequest as error:

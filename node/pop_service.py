@@ -21,6 +21,7 @@ Thread-safety: owned by the node's event loop.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -32,7 +33,8 @@ from ha.replicated_store import ReplicatedStore
 from node.admission import store_refusal
 from node.consumer_offsets import ConsumerOffsets
 from node.convert import timestamp_of, to_wire_message
-from node.filter_expression import tag_filter
+from node.filter_expression import selection
+from node.group_creation import GroupsOnFirstUse
 from node.long_polling import LONG_POLLING_DEFAULT_S, QueueWaiters, long_poll, poll_budget_s
 from node.pop_state import KIND_DLQ, KIND_POP, CursorKey, InFlight, PopCursor, PopState
 from node.receipt_handle import (
@@ -42,6 +44,7 @@ from node.receipt_handle import (
     new_delivery_id,
 )
 from node.rpc_status import OK, InvalidRequest, seconds_of, status, topic_error_status
+from node.sql_filter import Filter
 from node.topics import GroupConfig, Permission, TopicConfig, TopicError, TopicTable
 from store.message import Message
 from store.results import GetStatus
@@ -50,6 +53,11 @@ RECEIVE_BATCH_MAX = 32
 # One ack decodes and checks every entry in one turn of the event loop: a bound keeps that
 # turn short. A client acks what it received, at most RECEIVE_BATCH_MAX per receive.
 ACK_ENTRIES_MAX = 1024
+# An SQL filter reads at most this many messages per receive, over all queues (in chunks):
+# a long run of messages it refuses is passed over a receive at a time, each one's
+# event-loop turn bounded; the receive's long poll then reads on at once.
+SQL_SCAN_MAX = 1024
+SQL_SCAN_CHUNK = 128
 DEFAULT_INVISIBLE_MS = 60_000  # clients that ask the node to choose (auto_renew)
 INVISIBLE_MIN_MS = 1_000
 INVISIBLE_MAX_MS = 12 * 3600 * 1000
@@ -57,6 +65,14 @@ PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 PROPERTY_DLQ_ORIGIN_QUEUE = "DLQ_ORIGIN_QUEUE"
 PROPERTY_DLQ_ORIGIN_OFFSET = "DLQ_ORIGIN_OFFSET"
 STALE = "the receipt handle is stale: the message was acked, dead-lettered or redelivered since"
+
+
+@dataclass
+class ScanProgress:
+    """Set by a receive whose filter stopped reading a queue at ``SQL_SCAN_MAX`` with
+    messages left, so its long poll reads on at once instead of waiting."""
+
+    cut: bool = False
 
 
 @dataclass
@@ -99,7 +115,9 @@ class PopService:
         waiters: QueueWaiters,
         handles: ReceiptHandles,
         clock_ms: Callable[[], int] = now_ms,
+        groups: GroupsOnFirstUse | None = None,
     ) -> None:
+        self.groups = groups or GroupsOnFirstUse(topics, None, enabled=False)
         self.store = store
         self.handles = handles
         self.topics = topics
@@ -112,12 +130,12 @@ class PopService:
     # ---- ReceiveMessage ------------------------------------------------------------
     async def receive_message(self, request, context) -> AsyncIterator[rpc.ReceiveMessageResponse]:
         try:
-            group = self.topics.group(request.group.name)
             topic = self.topics.topic(request.message_queue.topic.name)
             if topic.permission is Permission.WRITE:
                 raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
-            tags = tag_filter(request.filter_expression)
+            selected = selection(request.filter_expression)
             invisible_ms = self._invisible_ms(request)
+            group = await self.groups.group(request.group.name)
         except TopicError as error:
             yield rpc.ReceiveMessageResponse(status=topic_error_status(error))
             return
@@ -130,10 +148,26 @@ class PopService:
         else:
             requested_s = LONG_POLLING_DEFAULT_S
 
+        progress = ScanProgress()
+
         async def pop() -> list[Delivery] | None:
-            return await self.receive(group, topic, tags, batch, invisible_ms) or None
+            progress.cut = False
+            return (
+                await self.receive(
+                    group,
+                    topic,
+                    selected.tags,
+                    batch,
+                    invisible_ms,
+                    sql=selected.sql,
+                    progress=progress,
+                )
+                or None
+            )
 
         def wait(remaining_s: float) -> Awaitable[None]:
+            if progress.cut:  # the filter stopped reading with messages left: read on now
+                return asyncio.sleep(0)
             # Also until an invisible message comes back: nothing wakes the queue then.
             visible_in_s = self._next_visible_in_ms(group.name, topic) / 1000
             return self.waiters.wait_any(
@@ -174,13 +208,17 @@ class PopService:
         tags: list[str] | None,
         batch: int,
         invisible_ms: int,
+        sql: Filter | None = None,
+        progress: ScanProgress | None = None,
     ) -> list[Delivery]:
-        """Pop up to ``batch`` messages of ``topic`` for ``group``; [] if none is ready."""
+        """Pop up to ``batch`` messages of ``topic`` for ``group``; [] if none is ready.
+        ``tags`` and ``sql`` select what is delivered; what they pass over is consumed."""
         now = self.clock_ms()
         records: list[Message] = []
         deliveries: list[Delivery] = []
         undo: list[Callable[[], None]] = []
         unseen: list[UnseenPop] = []
+        scan_budget = SQL_SCAN_MAX  # messages an SQL filter may read in this receive
         queue_count = topic.queue_count
         rotation_key = (group.name, topic.name)
         start = self._rotation.get(rotation_key, 0) % queue_count
@@ -209,8 +247,17 @@ class PopService:
                     redelivered[offset] = entry
             next_offset = cursor.next_offset
             want = batch - len(deliveries) - len(picked)
+            if want > 0 and sql is not None and scan_budget <= 0:
+                want = 0  # this receive read all its filter may read: the next reads on
+                if progress is not None:
+                    progress.cut = True
             if want > 0:
-                fresh, next_offset = self._new_messages(topic.name, key[2], next_offset, want, tags)
+                fresh, next_offset, scanned = self._new_messages(
+                    topic.name, key[2], next_offset, want, tags, sql, scan_budget
+                )
+                scan_budget -= scanned
+                if scan_budget <= 0 and progress is not None:
+                    progress.cut = True  # maybe more to read: the long poll reads on now
                 picked.extend((stored, 1) for stored in fresh)
             if not picked and next_offset == cursor.next_offset:
                 continue
@@ -228,16 +275,45 @@ class PopService:
         return deliveries
 
     def _new_messages(
-        self, topic: str, queue_id: int, offset: int, want: int, tags: list[str] | None
-    ) -> tuple[list[StoredMessage], int]:
-        """Messages from the cursor on, and where the cursor goes next."""
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        want: int,
+        tags: list[str] | None,
+        sql: Filter | None = None,
+        scan_budget: int = SQL_SCAN_MAX,
+    ) -> tuple[list[StoredMessage], int, int]:
+        """Messages from the cursor on, where the cursor goes next, and how many messages
+        ``sql`` read. With ``sql``, the messages it refuses are passed over (consumed for
+        the group, as the tag filter's are), reading on until ``want`` match or
+        ``scan_budget`` were read: a run of refused messages neither reaches the client
+        nor holds the queue up."""
         result = self.store.get_messages(topic, queue_id, offset, want, tags)
         if result.status is GetStatus.OFFSET_TOO_SMALL:  # retention passed the cursor
             offset = result.min_offset
             result = self.store.get_messages(topic, queue_id, offset, want, tags)
-        if result.status in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
-            return result.messages, result.next_begin_offset
-        return [], offset
+        if result.status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
+            return [], offset, 0
+        if sql is None:
+            return result.messages, result.next_begin_offset, 0
+        matched: list[StoredMessage] = []
+        scanned = 0
+        while True:
+            for stored in result.messages:
+                scanned += 1
+                if sql(stored.properties):
+                    matched.append(stored)
+                    if len(matched) == want:
+                        return matched, stored.queue_offset + 1, scanned
+            offset = result.next_begin_offset
+            if not result.messages or scanned >= scan_budget:
+                return matched, offset, scanned
+            result = self.store.get_messages(
+                topic, queue_id, offset, max(want, SQL_SCAN_CHUNK), tags
+            )
+            if result.status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
+                return matched, offset, scanned
 
     def _next_visible_in_ms(self, group: str, topic: TopicConfig) -> float:
         """Milliseconds until the earliest invisible delivery of the group comes back."""
@@ -269,8 +345,8 @@ class PopService:
     # ---- AckMessage ----------------------------------------------------------------
     async def ack_message(self, request, context) -> rpc.AckMessageResponse:
         try:
-            group = self.topics.group(request.group.name)
             topic = self.topics.topic(request.topic.name)
+            group = await self.groups.group(request.group.name)
             if not request.entries:
                 raise InvalidRequest(pb.BAD_REQUEST, "no entries to ack")
             if len(request.entries) > ACK_ENTRIES_MAX:
@@ -313,8 +389,8 @@ class PopService:
     # ---- ChangeInvisibleDuration ---------------------------------------------------
     async def change_invisible_duration(self, request, context):
         try:
-            group = self.topics.group(request.group.name)
             topic = self.topics.topic(request.topic.name)
+            group = await self.groups.group(request.group.name)
             invisible_ms = int(seconds_of(request.invisible_duration) * 1000)
             check_invisible_ms(invisible_ms)
             key, handle, current = self._current(group.name, topic, request.receipt_handle)
@@ -361,8 +437,8 @@ class PopService:
         (acked or dead-lettered already) answers OK and changes nothing. A handle that
         does not verify, or whose message was redelivered since, is refused like an ack."""
         try:
-            group = self.topics.group(request.group.name)
             topic = self.topics.topic(request.topic.name)
+            group = await self.groups.group(request.group.name)
             handle = self._decode(group.name, topic, request.receipt_handle)
             key = (group.name, topic.name, handle.queue_id)
             cursor = self.state.cursor(key)

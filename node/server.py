@@ -36,6 +36,7 @@ from node.authentication import Authenticator
 from node.config import NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
 from node.data_service import DataService
+from node.group_creation import GroupsOnFirstUse
 from node.group_members import GroupMembers
 from node.handle_key import receipt_handle_key
 from node.long_polling import QueueWaiters
@@ -51,7 +52,7 @@ from node.request_decoding import tolerate_malformed
 from node.secret_box import SecretBox
 from node.timer_service import TimerService
 from node.tls import peer_channel_credentials, server_credentials
-from node.topics import TopicTable
+from node.topics import MessageType, TopicTable
 from node.transaction_service import TransactionService
 from routing.commands import CommandResult, CreateUser, NodeHeartbeat, RegisterNode
 from routing.controller import Controller
@@ -144,7 +145,10 @@ class Node:
         self.offsets.load()
         self.pop_state = PopState(store)
         self.pop_state.replay()
-        pop = PopService(store, topics, self.offsets, self.pop_state, waiters, handles)
+        groups = GroupsOnFirstUse(topics, self.routing, config.messages.auto_create_groups)
+        pop = PopService(
+            store, topics, self.offsets, self.pop_state, waiters, handles, groups=groups
+        )
         self.timers = TimerService(store, lambda name: name in topics.topics)
         self.timers.load(loop)
         self.transactions = TransactionService(
@@ -174,6 +178,7 @@ class Node:
                 members,
                 options=config.messages,
                 authenticated=security.auth,
+                groups=groups,
             ),
         )
         add_service(
@@ -190,6 +195,9 @@ class Node:
                 self.replication,
                 secret_box=self.secret_box,
                 peer_channel=self._peer_channel,
+                untyped_topics=MessageType.UNSPECIFIED
+                if config.messages.untyped_topics_take_any_type
+                else MessageType.NORMAL,
             ),
         )
         add_service(

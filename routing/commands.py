@@ -151,9 +151,14 @@ class DeleteTopic:
 
 @dataclass(frozen=True)
 class CreateGroup:
+    """``on_first_use``: a node creates the group because a consumer used it (RocketMQ's
+    autoCreateSubscriptionGroup): an existing group is then the answer, not an error, and
+    the command is refused once the cluster has ``FIRST_USE_GROUPS_MAX`` groups."""
+
     name: str
     max_delivery_attempts: int
     fifo: bool = False
+    on_first_use: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,10 @@ MAX_DELIVERY_ATTEMPTS_LIMIT = 1000
 SYSTEM_PREFIX = "%SYS%"
 DLQ_PREFIX = "%DLQ%"
 GROUP_NAME_MAX_LENGTH = NAME_MAX_LENGTH - len(DLQ_PREFIX)  # so %DLQ%<group> is a legal name
+# Groups created on first use stop here: anyone allowed to consume may name a new group in
+# every request, and each one is a routing record and a dead-letter topic on every node
+# for good. An operator creates groups beyond it explicitly.
+FIRST_USE_GROUPS_MAX = 10_000
 
 
 def dead_letter_topic_of(group: str) -> str:
@@ -27,6 +31,10 @@ def dead_letter_topic_of(group: str) -> str:
 
 
 class MessageType(enum.Enum):
+    """What a topic takes. UNSPECIFIED (created without a type) takes every type, as in
+    RocketMQ 5: each message is handled as the type it declares."""
+
+    UNSPECIFIED = "UNSPECIFIED"
     NORMAL = "NORMAL"
     FIFO = "FIFO"
     DELAY = "DELAY"

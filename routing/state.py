@@ -47,6 +47,7 @@ from routing.commands import (
 )
 from routing.metadata import (
     DLQ_PREFIX,
+    FIRST_USE_GROUPS_MAX,
     NODE_NAME_PATTERN,
     QUEUES_MAX,
     BrokerGroup,
@@ -361,6 +362,17 @@ class RoutingState:
     def _plan_create_group(self, command: CreateGroup) -> tuple[list[Change], object]:
         config = GroupConfig(command.name, command.max_delivery_attempts, command.fifo)
         check_group_config(config)
+        if command.on_first_use:
+            existing = self.groups.get(command.name)
+            if existing is not None:
+                return [], existing
+            if len(self.groups) >= FIRST_USE_GROUPS_MAX:
+                raise TopicError(
+                    "GROUP_LIMIT",
+                    f"group {command.name} does not exist and is not created on first use: "
+                    f"the cluster has {len(self.groups)} groups, the limit for that is "
+                    f"{FIRST_USE_GROUPS_MAX} (create it with `ferrymq group create`)",
+                )
         if command.name in self.groups:
             raise TopicError("GROUP_EXISTS", f"group {command.name} already exists")
         return [("groups", config.name, config)], config

@@ -125,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("--queues", type=int, default=8)
     create.add_argument(
-        "--type", default="NORMAL", choices=["NORMAL", "FIFO", "DELAY", "TRANSACTION"]
+        "--type",
+        default="ANY",
+        choices=["ANY", "NORMAL", "FIFO", "DELAY", "TRANSACTION"],
+        help="what the topic takes (default ANY: every type, as in RocketMQ 5)",
     )
     create.add_argument(
         "--permission", default="READ_WRITE", choices=["READ", "WRITE", "READ_WRITE"]

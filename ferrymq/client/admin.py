@@ -154,11 +154,27 @@ def _user(u: api.User) -> UserInfo:
     return UserInfo(u.access_key, u.admin, rules)
 
 
+# A topic created without a type takes every type (RocketMQ 5): shown as ANY.
+ANY_TYPE = "ANY"
+
+
+def type_name(number: int) -> str:
+    if number == api.MESSAGE_TYPE_UNSPECIFIED:
+        return ANY_TYPE
+    return api.MessageType.Name(number)
+
+
+def type_number(name: str) -> int:
+    if name == ANY_TYPE:
+        return api.MESSAGE_TYPE_UNSPECIFIED
+    return api.MessageType.Value(name)
+
+
 def _topic(t: api.Topic) -> TopicInfo:
     return TopicInfo(
         t.name,
         t.queue_count,
-        api.MessageType.Name(t.message_type),
+        type_name(t.message_type),
         api.Permission.Name(t.permission),
         tuple(t.broker_groups),
     )
@@ -223,11 +239,12 @@ class Admin:
         permission: str = "READ_WRITE",
         broker_groups: tuple[str, ...] = (),
     ) -> TopicInfo:
-        """``queue_count`` queues on each of ``broker_groups`` (default: every group)."""
+        """``queue_count`` queues on each of ``broker_groups`` (default: every group);
+        ``message_type`` ``ANY`` takes every type, each message as the type it declares."""
         topic = api.Topic(
             name=name,
             queue_count=queue_count,
-            message_type=api.MessageType.Value(message_type),
+            message_type=type_number(message_type),
             permission=api.Permission.Value(permission),
             broker_groups=list(broker_groups),
         )
@@ -240,7 +257,7 @@ class Admin:
         topic = api.Topic(
             name=name,
             queue_count=queue_count,
-            message_type=api.MessageType.Value(current.message_type),
+            message_type=type_number(current.message_type),
             permission=api.Permission.Value(permission),
         )
         return _topic(self._call(self.stub.UpdateTopic, api.UpdateTopicRequest(topic=topic)).topic)

@@ -14,6 +14,7 @@ import grpc
 
 from ferrymq.client.errors import TRANSPORT, FerryError
 from ferrymq.client.security import ClientSecurity, Signer
+from ferrymq.codec.headers import PINNED_QUEUE
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
 
@@ -44,7 +45,8 @@ class Connection:
         self.client_id = client_id or new_client_id()
         self.security = security or ClientSecurity.from_environment()
         self.signer = Signer(
-            self.security, (("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"))
+            self.security,
+            (("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"), PINNED_QUEUE),
         )
         options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

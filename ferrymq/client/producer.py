@@ -42,6 +42,7 @@ from ferrymq.client.messages import Message, SendReceipt
 from ferrymq.client.produce_records import RecordError, encode_record
 from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints, QueueRef, TopicRoute
 from ferrymq.client.security import ClientSecurity, Signer
+from ferrymq.codec.headers import PINNED_QUEUE
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -289,7 +290,7 @@ class _LoopState:
 
     def __init__(self, client_id: str, security: ClientSecurity) -> None:
         self.security = security
-        fixed = (("x-mq-client-id", client_id), ("x-mq-language", "PYTHON"))
+        fixed = (("x-mq-client-id", client_id), ("x-mq-language", "PYTHON"), PINNED_QUEUE)
         self.signer = Signer(security, fixed)
         self._stubs: dict[str, tuple] = {}
         self.coalescers: dict[tuple[str, str], Coalescer] = {}

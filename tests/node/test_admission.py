@@ -3,6 +3,7 @@ refusal with its code, the queue a message gets, and the codes of the store's re
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from types import SimpleNamespace
 
@@ -21,7 +22,6 @@ from node.admission import (
     check_type_text,
     fifo_queue,
     hashed_queue,
-    send_queue,
     store_refusal,
 )
 from node.rpc_status import InvalidRequest
@@ -117,11 +117,19 @@ def test_a_group_keeps_its_queue_by_crc32():
 
 
 def test_send_queue():
-    assert send_queue(FIFO, "g", 3, "id") == hashed_queue("g", 4)  # the group wins
-    assert code_of(send_queue, FIFO, "", 0, "id") == pb.ILLEGAL_MESSAGE_GROUP
-    assert send_queue(NORMAL, "", 3, "id") == 3  # the queue the client names
-    assert send_queue(NORMAL, "", 4, "id") == hashed_queue("id", 4)  # else by message id
-    assert send_queue(NORMAL, "", -1, "id") == hashed_queue("id", 4)
+    send_queue = admission().send_queue
+    fifo = MessageType.FIFO
+    assert send_queue(FIFO, fifo, "g", 3) == hashed_queue("g", 4)  # the group wins
+    assert send_queue(FIFO, fifo, "g", None) == hashed_queue("g", 4)
+    assert code_of(send_queue, FIFO, fifo, "", 0) == pb.ILLEGAL_MESSAGE_GROUP
+    normal = MessageType.NORMAL
+    assert send_queue(NORMAL, normal, "", 3) == 3  # the queue a pinning sender names
+    assert code_of(send_queue, NORMAL, normal, "", 4) == pb.BAD_REQUEST
+    assert code_of(send_queue, NORMAL, normal, "", -1) == pb.BAD_REQUEST
+    assert send_queue(NORMAL, normal, "g", None) == hashed_queue("g", 4)  # the node's choice
+    turns = [send_queue(NORMAL, normal, "", None) for _ in range(8)]
+    assert sorted(turns) == [0, 0, 1, 1, 2, 2, 3, 3]  # round robin
+    assert all((b - a) % 4 == 1 for a, b in itertools.pairwise(turns))
 
 
 def test_a_queue_must_exist():

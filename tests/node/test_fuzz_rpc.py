@@ -37,6 +37,7 @@ import ferrymq.protocol
 from ferrymq.client.messages import Message as SdkMessage
 from ferrymq.client.messages import decode_records
 from ferrymq.client.produce_records import encode_record
+from ferrymq.codec.headers import PINNED_QUEUE
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as admin
@@ -185,13 +186,14 @@ class FuzzedNode:
 
 
 def unary(channel: grpc.Channel, rpc_: Rpc, request: Message) -> Message:
-    """A plain typed call (setup and checks, not fuzz)."""
+    """A plain typed call (setup and checks, not fuzz); sends go to the queues they name
+    (``ferrymq.codec.headers``), where the checks look for them."""
     call = channel.unary_unary(
         rpc_.path,
         request_serializer=type(request).SerializeToString,
         response_deserializer=rpc_.response_class.FromString,
     )
-    return call(request, timeout=10)
+    return call(request, timeout=10, metadata=[PINNED_QUEUE])
 
 
 def send(channel: grpc.Channel, *messages_: pb.Message) -> rpc.SendMessageResponse:

@@ -15,24 +15,11 @@ from ferrymq.client.admin import AclRule
 from ferrymq.client.messages import Message
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
-from node.authentication import signature_headers
+from tests.support.auth import APP, AUTH_TOML, ROOT, signed
 from tests.support.nodes import start_node
 from tests.support.official_client import run_official_at
 from tests.support.rpc import stubs
 from tests.support.tls_certs import make_pki
-
-CLUSTER_SECRET = "security-test-cluster-secret"
-ROOT = ClientSecurity("root", "root-secret-key")
-APP = ClientSecurity("app", "app-secret-key")
-AUTH_TOML = f"""
-[cluster]
-secret = "{CLUSTER_SECRET}"
-[security]
-auth = true
-clock_skew_s = 120
-admin_access_key = "root"
-admin_secret_key = "root-secret-key"
-"""
 
 
 @pytest.fixture(scope="module")
@@ -285,16 +272,11 @@ def test_only_the_group_s_subscribers_and_the_member_itself_change_its_membershi
         for refused in (leave(colleague, "member-1"), heartbeat(colleague, "member-1")):
             assert refused.code == pb.FORBIDDEN and "another identity" in refused.message
         assert members() == ["member-1"]
-        assert heartbeat(ROOT, "root-1", name="no-such-group").code == pb.CONSUMER_GROUP_NOT_FOUND
+        assert heartbeat(ROOT, "root-1", name="no such group").code == pb.ILLEGAL_CONSUMER_GROUP
         assert leave(APP, "member-1").code == pb.OK
         assert members() == []
     finally:
         channel.close()
-
-
-def signed(security: ClientSecurity, client_id: str) -> tuple[tuple[str, str], ...]:
-    headers = signature_headers(security.access_key, security.secret_key)
-    return (*headers, ("x-mq-client-id", client_id))
 
 
 def test_sdk_producer_refusals_store_nothing(secured):

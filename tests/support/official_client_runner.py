@@ -35,6 +35,7 @@ from rocketmq import (
     TransactionChecker,
     TransactionResolution,
 )
+from rocketmq.grpc_protocol import FilterType
 from rocketmq.v5.util import signature as signature_module
 
 _print_lock = threading.Lock()
@@ -56,6 +57,7 @@ def described(message) -> dict:
         "delivery_timestamp": message.delivery_timestamp,
         "topic": message.topic,
         "corrupted": message.corrupted,
+        "properties": dict(message.properties or {}),
     }
 
 
@@ -183,11 +185,16 @@ def transaction(config, scenario: dict) -> None:
 
 
 def simple(config, scenario: dict) -> None:
-    """Steps: receive, ack, change, ack_forged, receive_until."""
+    """Steps: receive, ack, change, ack_forged, receive_until. ``sql``: subscribe with that
+    SQL92 filter instead of the tag ``filter``."""
+    if "sql" in scenario:
+        expression = FilterExpression(scenario["sql"], FilterType.SQL)
+    else:
+        expression = FilterExpression(scenario.get("filter", "*"))
     consumer = SimpleConsumer(
         config,
         scenario["group"],
-        {scenario["topic"]: FilterExpression(scenario.get("filter", "*"))},
+        {scenario["topic"]: expression},
         await_duration=scenario.get("await_s", 5),
         tls_enable=scenario.get("tls", False),
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import grpc
 
+from ferrymq.codec.headers import PINNED_QUEUE
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -13,8 +14,40 @@ from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
 
 
+class _Details(grpc.ClientCallDetails):
+    def __init__(self, details, metadata) -> None:
+        self.method = details.method
+        self.timeout = details.timeout
+        self.metadata = metadata
+        self.credentials = details.credentials
+        self.wait_for_ready = details.wait_for_ready
+        self.compression = details.compression
+
+
+class PinnedQueues(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Every call says its messages go to the queues they name (``ferrymq.codec.headers``),
+    as the SDK does: these tests read back the queues they wrote."""
+
+    def _pinned(self, details):
+        return _Details(details, [*(details.metadata or ()), PINNED_QUEUE])
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._pinned(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._pinned(details), request)
+
+    def intercept_stream_stream(self, continuation, details, requests):
+        return continuation(self._pinned(details), requests)
+
+
 def stubs(address: str):
-    channel = grpc.insecure_channel(address)
+    """A channel whose SendMessage calls pin their queues, and its two stubs."""
+    channel = grpc.intercept_channel(grpc.insecure_channel(address), PinnedQueues())
     return (
         channel,
         service_pb2_grpc.MessagingServiceStub(channel),

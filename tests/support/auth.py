@@ -1,0 +1,26 @@
+"""A node with auth on, as the security tests configure it: its cluster secret, the
+bootstrap admin (``root``), an application user's keys, and signed call metadata."""
+
+from __future__ import annotations
+
+from ferrymq.client import ClientSecurity
+from node.authentication import signature_headers
+
+CLUSTER_SECRET = "security-test-cluster-secret"
+ROOT = ClientSecurity("root", "root-secret-key")
+APP = ClientSecurity("app", "app-secret-key")
+AUTH_TOML = f"""
+[cluster]
+secret = "{CLUSTER_SECRET}"
+[security]
+auth = true
+clock_skew_s = 120
+admin_access_key = "root"
+admin_secret_key = "root-secret-key"
+"""
+
+
+def signed(security: ClientSecurity, client_id: str) -> tuple[tuple[str, str], ...]:
+    """The metadata of a call signed with ``security``'s keys, naming ``client_id``."""
+    headers = signature_headers(security.access_key, security.secret_key)
+    return (*headers, ("x-mq-client-id", client_id))

@@ -1,0 +1,124 @@
+// Runs one scenario with the official Node.js client (rocketmq-client-nodejs, installed by
+// tests/compat/nodejs.py) and reports it as JSON lines on stdout, as official_client.py
+// does for the Python client: the scenario comes as JSON on stdin; every line is
+// {"event": ...}; the last is {"event": "done"}, or {"event": "error", ...} when it failed.
+//
+// Usage: ROCKETMQ_NODEJS_CLIENT=<dir with node_modules> node official_nodejs.js < scenario.json
+'use strict';
+
+const path = require('node:path');
+
+const client = require(path.join(process.env.ROCKETMQ_NODEJS_CLIENT, 'node_modules',
+  'rocketmq-client-nodejs'));
+const { Producer, SimpleConsumer, FilterExpression } = client;
+
+const SQL = 2; // apache.rocketmq.v2.FilterType.SQL
+
+function emit(event, fields) {
+  process.stdout.write(JSON.stringify({ event, ...fields }) + '\n');
+}
+
+function described(message) {
+  return {
+    id: message.messageId,
+    body: message.body.toString('latin1'),
+    tag: message.tag,
+    group: message.messageGroup,
+    attempt: message.deliveryAttempt,
+    properties: Object.fromEntries(message.properties || new Map()),
+  };
+}
+
+function errorFields(error) {
+  return { type: error && error.constructor ? error.constructor.name : 'Error',
+    message: String(error && error.message ? error.message : error) };
+}
+
+async function produce(scenario) {
+  // With topics, startup waits for the node's first Settings answer, which it applies
+  // (the 1.0.8 client crashed here when the answer had no backoff policy).
+  const producer = new Producer({
+    endpoints: scenario.endpoint, namespace: '', requestTimeout: 5000, topics: scenario.topics,
+  });
+  await producer.startup();
+  try {
+    for (const spec of scenario.messages) {
+      const message = { topic: spec.topic, body: Buffer.from(spec.body, 'latin1') };
+      if (spec.tag) message.tag = spec.tag;
+      if (spec.group) message.messageGroup = spec.group;
+      if (spec.properties) message.properties = new Map(Object.entries(spec.properties));
+      try {
+        const receipt = await producer.send(message);
+        emit('sent', { body: spec.body, id: receipt.messageId });
+      } catch (error) {
+        emit('send_failed', { body: spec.body, ...errorFields(error) });
+      }
+    }
+  } finally {
+    await producer.shutdown();
+  }
+}
+
+async function simple(scenario) {
+  const filter = scenario.sql
+    ? new FilterExpression(scenario.sql, SQL)
+    : new FilterExpression(scenario.filter || '*');
+  const consumer = new SimpleConsumer({
+    endpoints: scenario.endpoint,
+    namespace: '',
+    consumerGroup: scenario.group,
+    subscriptions: new Map([[ scenario.topic, filter ]]),
+    awaitDuration: (scenario.await_s || 2) * 1000,
+    requestTimeout: 5000,
+  });
+  await consumer.startup();
+  const held = new Map();
+  try {
+    for (const step of scenario.steps) {
+      if (step.do === 'receive_until') {
+        const deadline = Date.now() + step.deadline_s * 1000;
+        let got = 0;
+        while (got < step.count && Date.now() < deadline) {
+          const messages = await consumer.receive(step.max || 16, step.invisible_s * 1000);
+          for (const message of messages) {
+            got += 1;
+            held.set(message.messageId, message);
+            emit('received', described(message));
+            if (step.ack) {
+              await consumer.ack(message);
+              emit('acked', { id: message.messageId });
+            }
+          }
+        }
+      } else if (step.do === 'change') {
+        const message = held.get(step.id);
+        await consumer.changeInvisibleDuration(message, step.invisible_s * 1000);
+        emit('changed', { id: step.id });
+      } else if (step.do === 'ack') {
+        for (const id of step.ids) {
+          await consumer.ack(held.get(id));
+          emit('acked', { id });
+        }
+      }
+    }
+  } finally {
+    await consumer.shutdown();
+  }
+}
+
+async function main() {
+  const chunks = [];
+  for await (const chunk of process.stdin) chunks.push(chunk);
+  const scenario = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  const scenarios = { produce, simple };
+  try {
+    await scenarios[scenario.scenario](scenario);
+  } catch (error) {
+    emit('error', errorFields(error));
+    process.exit(1);
+  }
+  emit('done', {});
+  process.exit(0); // the client's timers would keep the process alive
+}
+
+main();
