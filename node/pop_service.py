@@ -22,6 +22,7 @@ Thread-safety: owned by the node's event loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ INVISIBLE_MAX_MS = 12 * 3600 * 1000
 PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 PROPERTY_DLQ_ORIGIN_QUEUE = "DLQ_ORIGIN_QUEUE"
 PROPERTY_DLQ_ORIGIN_OFFSET = "DLQ_ORIGIN_OFFSET"
+log = logging.getLogger("ferrymq.pop")
 STALE = "the receipt handle is stale: the message was acked, dead-lettered or redelivered since"
 
 
@@ -76,21 +78,23 @@ class ScanProgress:
 
 
 @dataclass
-class Delivery:
-    stored: StoredMessage
-    handle: str
-    attempt: int
-
-
-@dataclass
-class UnseenPop:
-    """A pop of one queue the receive may fail to hand to anyone: its offsets, its
-    delivery id, and the earlier in-flight entries of the redelivered ones."""
+class PopDecision:
+    """What one pop of one queue decided, enough to give it back if no consumer gets
+    it: its offsets, its delivery id, and the earlier in-flight entries of the
+    redelivered ones."""
 
     key: CursorKey
     offsets: list[int]
     delivery: str
     redelivered: dict[int, InFlight]
+
+
+@dataclass
+class Delivery:
+    stored: StoredMessage
+    handle: str
+    attempt: int
+    decision: PopDecision
 
 
 class PopFailed(Exception):
@@ -126,6 +130,7 @@ class PopService:
         self.waiters = waiters
         self.clock_ms = clock_ms
         self._rotation: dict[tuple[str, str], int] = {}
+        self._background: set[asyncio.Task] = set()
 
     # ---- ReceiveMessage ------------------------------------------------------------
     async def receive_message(self, request, context) -> AsyncIterator[rpc.ReceiveMessageResponse]:
@@ -182,16 +187,26 @@ class PopService:
         if deliveries is None:
             yield rpc.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
             return
-        yield rpc.ReceiveMessageResponse(status=OK)
-        for delivery in deliveries:
-            yield rpc.ReceiveMessageResponse(
-                message=to_wire_message(
-                    delivery.stored,
-                    receipt_handle=delivery.handle,
-                    delivery_attempt=delivery.attempt,
+        if caller_left(context):  # its deadline passed while the pop was appended
+            await self.hand_back(deliveries)
+            return
+        try:
+            yield rpc.ReceiveMessageResponse(status=OK)
+            for delivery in deliveries:
+                yield rpc.ReceiveMessageResponse(
+                    message=to_wire_message(
+                        delivery.stored,
+                        receipt_handle=delivery.handle,
+                        delivery_attempt=delivery.attempt,
+                    )
                 )
-            )
-        yield rpc.ReceiveMessageResponse(delivery_timestamp=timestamp_of(self.clock_ms()))
+            yield rpc.ReceiveMessageResponse(delivery_timestamp=timestamp_of(self.clock_ms()))
+        except (GeneratorExit, asyncio.CancelledError):
+            # The call ended before the whole answer was written: the client may have
+            # none of it. Give them back (a handle it did get then answers stale, and
+            # the message comes again), in the background: this generator is closing.
+            self.in_background(self.hand_back(deliveries))
+            raise
 
     @staticmethod
     def _invisible_ms(request) -> int:
@@ -217,7 +232,7 @@ class PopService:
         records: list[Message] = []
         deliveries: list[Delivery] = []
         undo: list[Callable[[], None]] = []
-        unseen: list[UnseenPop] = []
+        decisions: list[PopDecision] = []
         scan_budget = SQL_SCAN_MAX  # messages an SQL filter may read in this receive
         queue_count = topic.queue_count
         rotation_key = (group.name, topic.name)
@@ -265,13 +280,14 @@ class PopService:
             pairs = [(stored.queue_offset, attempt) for stored, attempt in picked]
             records.append(self.state.pop(key, pairs, next_offset, delivery, now + invisible_ms))
             undo.append(lambda k=key, p=pairs, d=delivery, r=redelivered: self._unpop(k, p, d, r))
-            unseen.append(UnseenPop(key, [offset for offset, _ in pairs], delivery, redelivered))
+            decision = PopDecision(key, [offset for offset, _ in pairs], delivery, redelivered)
+            decisions.append(decision)
             deliveries.extend(
-                Delivery(stored, self._handle(key, stored.queue_offset, delivery), a)
+                Delivery(stored, self._handle(key, stored.queue_offset, delivery), a, decision)
                 for stored, a in picked
             )
         if records:
-            await self._append(records, undo, unseen)
+            await self._append(records, undo, decisions)
         return deliveries
 
     def _new_messages(
@@ -545,7 +561,7 @@ class PopService:
             else:
                 entry.visible_at_ms, entry.attempt = 0, 0
 
-    def _hand_back_records(self, pops: list[UnseenPop]) -> list[Message]:
+    def _hand_back_records(self, pops: list[PopDecision]) -> list[Message]:
         """Pop records that give the messages of ``pops`` back as they were before, for
         deliveries the log holds but no consumer received: a redelivered message gets its
         earlier delivery (id, visibility, attempts), a new one is in flight to nobody
@@ -580,12 +596,18 @@ class PopService:
             )
         return records
 
-    async def _hand_back(self, pops: list[UnseenPop]) -> None:
-        """Undo, in the log and then in memory, pops written but not confirmed: the
-        receive answers an error, so no consumer has them, and counting them would use up
-        delivery attempts nobody saw (a master cut off from its slaves for a few
-        receives dead-lettered messages never delivered). If the log refuses the hand-back
-        too, memory stays as the log has it: the attempts count."""
+    async def hand_back(self, deliveries: list[Delivery]) -> None:
+        """Give back deliveries no consumer received (the receive failed, or its caller
+        was gone before the answer): counting them would use up delivery attempts nobody
+        saw. Only the pops whose deliveries are still current change."""
+        decisions = {id(d.decision): d.decision for d in deliveries}
+        await self._hand_back(list(decisions.values()))
+
+    async def _hand_back(self, pops: list[PopDecision]) -> None:
+        """Undo pops in the log and then in memory (a master cut off from its slaves for
+        a few receives, or consumers whose calls timed out, dead-lettered messages never
+        delivered). If the log refuses the hand-back too, memory stays as the log has it:
+        the attempts count."""
         records = self._hand_back_records(pops)
         if not records:
             return
@@ -594,27 +616,75 @@ class PopService:
             for record in records:
                 self.state.apply(record.properties, record.body)
 
+    def _hand_back_after(
+        self,
+        appending: asyncio.Future,
+        undo: list[Callable[[], None]],
+        pops: list[PopDecision],
+    ) -> None:
+        """The append of a receive whose caller left has ended: nobody gets its answer,
+        so its pops are undone (refused) or given back (written)."""
+        if appending.cancelled() or appending.exception() is not None:
+            return
+        if not appending.result().appended:
+            for step in undo:
+                step()
+        else:
+            self.in_background(self._hand_back(pops))
+
+    def in_background(self, work: Awaitable[None]) -> None:
+        """Run ``work`` past the call that started it (a hand-back after the caller
+        left); kept referenced until done, its failure logged."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("POP hand-back failed: %r", task.exception())
+
     async def _append(
         self,
         records: list[Message],
         undo: list[Callable[[], None]],
-        unseen: list[UnseenPop] | None = None,
+        pops: list[PopDecision] | None = None,
     ) -> None:
         """Append a decision's records. Refused (the log never had them): ``undo``
-        restores memory. Written but not confirmed: pops in ``unseen`` are handed back;
-        other records stand, as the log holds them."""
-        result = await self.state.append(records)
+        restores memory. Written but not confirmed: the ``pops`` are handed back (the
+        receive answers an error); other records stand, as the log holds them. The
+        append of pops outlives a cancelled caller (a receive whose client left), and
+        hands them back when it ends."""
+        if not pops:
+            result = await self.state.append(records)
+        else:
+            appending = asyncio.ensure_future(self.state.append(records))
+            try:
+                result = await asyncio.shield(appending)
+            except asyncio.CancelledError:
+                appending.add_done_callback(lambda done: self._hand_back_after(done, undo, pops))
+                raise
         if not result.ok:
             if not result.appended:  # refused: the log never had the records
                 for step in undo:
                     step()
-            elif unseen:
-                await self._hand_back(unseen)
+            elif pops:
+                await self._hand_back(pops)
             raise PopFailed(store_refusal(result))
         # An ended or shortened delivery may free a FIFO queue: wake its long polls.
         for record in records:
             if record.topic == self.state.topic and record.properties["kind"] != KIND_POP:
                 self.waiters.notify(record.properties["topic"], int(record.properties["queue"]))
+
+
+def caller_left(context) -> bool:
+    """True when the call is over for its client: cancelled, or past its deadline."""
+    if context is None:
+        return False
+    if context.cancelled():
+        return True
+    remaining = context.time_remaining()
+    return remaining is not None and remaining <= 0
 
 
 def check_invisible_ms(invisible_ms: int) -> None:

@@ -492,6 +492,94 @@ def test_pops_written_but_not_confirmed_do_not_use_up_attempts(broker, monkeypat
     broker.state.check()
 
 
+class CallOver:
+    """A call's context whose client leaves once the pop is decided: a deadline that
+    still had time when the long poll asked, and none when the answer is ready."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def time_remaining(self) -> float:
+        self.asked += 1
+        return 5.0 if self.asked == 1 else -0.1
+
+    def cancelled(self) -> bool:
+        return False
+
+
+def receive_request(group: str, topic: str, batch: int = 32) -> rpc.ReceiveMessageRequest:
+    request = rpc.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
+        batch_size=batch,
+    )
+    request.invisible_duration.seconds = 10
+    request.long_polling_timeout.seconds = 1
+    return request
+
+
+def test_a_receive_whose_client_left_gives_its_messages_back(broker):
+    """A consumer whose call timed out while the node decided its pop gets no answer: the
+    messages come back at once on their old attempt, in memory and in the log. A chaos
+    run at load 35, its consumers' calls timing out, dead-lettered 7 acknowledged sends
+    of a 3-attempt group that no consumer of it had received."""
+    broker.send("orders", 2, queue_id=0)
+    first = broker.receive("G", "orders", batch=1)
+    broker.clock.ms += 10_000  # body-0 is visible again, still on its first delivery
+
+    async def answered(request, context):
+        return [part async for part in broker.service.receive_message(request, context)]
+
+    for _ in range(4):
+        assert broker.run(answered(receive_request("G", "orders"), CallOver())) == []
+    assert [(d.stored.body, d.attempt) for d in first] == [(b"body-0", 1)]
+    broker.state.check()
+    broker.crash_and_reopen()
+    again = broker.receive("G", "orders")
+    assert [(d.stored.body, d.attempt) for d in again] == [(b"body-0", 2), (b"body-1", 1)]
+
+
+def test_a_receive_cancelled_while_its_pop_is_appended_gives_it_back(broker, monkeypatch):
+    """The call is cancelled (its deadline) while the pop's records wait for the log: the
+    append finishes all the same, and then the pop is given back."""
+    broker.send("orders", 1, queue_id=0)
+    real_append = broker.state.append
+    release, finished = asyncio.Event(), asyncio.Event()
+
+    async def slow(records):
+        result = await real_append(records)
+        await release.wait()
+        finished.set()
+        return result
+
+    monkeypatch.setattr(broker.state, "append", slow)
+
+    async def cancelled_receive():
+        receiving = asyncio.ensure_future(
+            broker.service.receive(
+                broker.topics.group("G"), broker.topics.topic("orders"), None, 32, 10_000
+            )
+        )
+        while not broker.state.cursors:  # the pop is decided and its append waits
+            await asyncio.sleep(0)
+        receiving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await receiving
+        monkeypatch.undo()
+        release.set()
+        await finished.wait()
+        for _ in range(3):  # the append's task ends, then its callbacks run
+            await asyncio.sleep(0)
+        while broker.service._background:  # the hand-back it started
+            await asyncio.sleep(0)
+
+    broker.run(cancelled_receive())
+    (entry,) = broker.state.cursor(("G", "orders", 0)).in_flight.values()
+    assert (entry.attempt, entry.visible_at_ms) == (0, 0)  # in flight to nobody
+    broker.crash_and_reopen()
+    assert [(d.stored.body, d.attempt) for d in broker.receive("G", "orders")] == [(b"body-0", 1)]
+
+
 def test_memory_agrees_with_the_log_after_refused_and_unconfirmed_appends(broker, monkeypatch):
     """Random receives, acks, changes, forwards and expiries while appends are refused
     (nothing written) or written but not confirmed in time; then SIGKILL-equivalent: the
