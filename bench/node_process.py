@@ -16,6 +16,7 @@ def start_node(data_dir: str, config_toml: str | None = None) -> tuple[subproces
     """The node's process and its client address; ``config_toml`` is written beside the
     data directory and passed as ``--config``."""
     command = [sys.executable, "-m", "node", "--data", data_dir, "--port", "0"]
+    command += ["--remoting-port", "0"]
     if config_toml is not None:
         config = data_dir + ".toml"
         with open(config, "w", encoding="utf-8") as f:

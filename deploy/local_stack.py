@@ -77,7 +77,7 @@ def start_node(
     with open(config, "w", encoding="utf-8") as f:
         f.write(
             f'[node]\nid = "{node_id}"\ngroup = "{group}"\n\n'
-            f"[ports]\nmetrics = {metrics_port}\n" + SMALL_STORE
+            f"[ports]\nmetrics = {metrics_port}\nremoting = 0\n" + SMALL_STORE
         )
     command = [sys.executable, "-m", "node", "--config", config, "--data", data_dir]
     process = subprocess.Popen(

@@ -29,6 +29,7 @@ class NodeProcess:
     address: str
     data_dir: str
     metrics: str = ""  # host:port of /metrics, "" when it is off
+    remoting: str = ""  # host:port of the RocketMQ 4.x remoting port
 
     def sigkill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -61,21 +62,26 @@ def start_node(
         f.write(TEST_STORE + extra_toml)
     command = [sys.executable, "-m", "node", "--config", config, "--data", data_dir]
     command += ["--port", str(port)]
+    if "remoting" not in extra_toml:  # the default, 10911, would be every test node's
+        command += ["--remoting-port", "0"]
     log_path = log_path or os.path.normpath(data_dir) + ".log"
     with open(log_path, "a", encoding="utf-8") as stderr:  # the child has its own copy
         process = start_with_holds(
             command, holds, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True
         )
     deadline = time.monotonic() + timeout_s
-    metrics = ""
+    metrics = remoting = ""
     while time.monotonic() < deadline:
         line = process.stdout.readline()
         if not line:
             break
         if " metrics on " in line:
             metrics = line.rsplit(" ", 1)[1].strip().removeprefix("off")
+        if " remoting on " in line:
+            remoting = line.rsplit(" ", 1)[1].strip()
         if " ready on " in line:
-            return NodeProcess(process, line.rsplit(" ", 1)[1].strip(), data_dir, metrics)
+            address = line.rsplit(" ", 1)[1].strip()
+            return NodeProcess(process, address, data_dir, metrics, remoting)
     process.kill()
     with open(log_path, encoding="utf-8", errors="replace") as f:
         log_end = f.read()[-3000:]

@@ -278,9 +278,7 @@ def frame_length(prefix: bytes | bytearray | memoryview, max_frame_bytes: int) -
     more of it is read."""
     (length,) = FRAME_LENGTH.unpack_from(prefix)
     if length > max_frame_bytes:
-        raise FrameTooLarge(
-            f"frame of {length} bytes announced, the limit is {max_frame_bytes}"
-        )
+        raise FrameTooLarge(f"frame of {length} bytes announced, the limit is {max_frame_bytes}")
     if length < MIN_FRAME_LENGTH:
         raise FrameLengthInvalid(
             f"frame length {length}: a frame holds at least its {MIN_FRAME_LENGTH}-byte mark"
@@ -301,9 +299,7 @@ def decode(frame: bytes, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> Re
             f"header length {header_length} runs past the frame's {len(frame) - 4} bytes"
         )
     if header_length > max_header_bytes:
-        raise HeaderTooLarge(
-            f"header of {header_length} bytes, the limit is {max_header_bytes}"
-        )
+        raise HeaderTooLarge(f"header of {header_length} bytes, the limit is {max_header_bytes}")
     header, body = frame[MIN_FRAME_LENGTH:end], frame[end:]
     if serialize_type == SERIALIZE_JSON:
         return _from_json(header, body)
@@ -328,10 +324,9 @@ def _json_number(raw: dict, name: str, opaque: int | None, low: int, high: int) 
     value = raw.get(name)
     if value is None:
         return 0  # as Java leaves a field the JSON does not name
+    number = value if type(value) is int else None
     if type(value) is str:
         number = _parse_integer(value)
-    else:
-        number = value if type(value) is int else None
     if number is None:
         raise MalformedHeader(f"header field {name}={value!r} is not an integer", opaque)
     if not low <= number <= high:
@@ -438,7 +433,9 @@ def _from_binary(header: bytes, body: bytes) -> RemotingCommand:
             fields[key] = header[position : position + value_length].decode()
             position += value_length
     except UnicodeDecodeError as error:
-        raise MalformedHeader(f"binary header: text is not UTF-8 ({error.reason})", opaque) from None
+        raise MalformedHeader(
+            f"binary header: text is not UTF-8 ({error.reason})", opaque
+        ) from None
     except struct.error:
         raise MalformedHeader("binary header: an ext field is cut short", opaque) from None
     name = LANGUAGES[language] if language < len(LANGUAGES) else "OTHER"
