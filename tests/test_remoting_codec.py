@@ -87,7 +87,9 @@ def test_the_splitter_cuts_any_chunking_into_the_frames_sent(sent, data):
 
 def json_frame(header: dict | bytes, body: bytes = b"", serialize_type: int = 0) -> bytes:
     raw = header if isinstance(header, bytes) else json.dumps(header).encode()
-    return struct.pack(">iI", 4 + len(raw) + len(body), serialize_type << 24 | len(raw)) + raw + body
+    return (
+        struct.pack(">iI", 4 + len(raw) + len(body), serialize_type << 24 | len(raw)) + raw + body
+    )
 
 
 def test_a_java_clients_json_header_reads_as_sent():

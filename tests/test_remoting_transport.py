@@ -44,7 +44,9 @@ class Handlers:
         self.asked: list[RemotingCommand | Exception] = []
 
     async def echo(self, request, connection):
-        return request.reply(ResponseCode.SUCCESS, ext_fields=dict(request.ext_fields), body=request.body)
+        return request.reply(
+            ResponseCode.SUCCESS, ext_fields=dict(request.ext_fields), body=request.body
+        )
 
     async def slow(self, request, connection):
         try:
