@@ -146,13 +146,6 @@ class Node:
             self.port = self.server.add_secure_port(listen, server_credentials(security))
         else:
             self.port = self.server.add_insecure_port(listen)
-        # Bound now, served once every handler is registered: routing learns the address.
-        self.remoting = RemotingServer(Dispatch())
-        self.remoting_port = await self.remoting.bind(
-            config.host,
-            config.ports.remoting,
-            remoting_ssl_context(security) if security.tls else None,
-        )
         # Join routing before serving: the services answer from the routing state, and
         # the node registers the addresses it really listens on.
         await self._join_routing(loop)
@@ -343,6 +336,15 @@ class Node:
         # A standalone node has no slaves to dial it: any free port will do.
         ha_port = 0 if cluster.standalone else config.ports.replication
         self.ha_port = await self.replication.master.listen(config.peer_host, ha_port)
+        # Bound now, served once every handler is registered: routing learns the address.
+        # (After the routing replica is ready, as the replication port: a node that cannot
+        # join says so first.)
+        self.remoting = RemotingServer(Dispatch())
+        self.remoting_port = await self.remoting.bind(
+            config.host,
+            config.ports.remoting,
+            remoting_ssl_context(config.security) if config.security.tls else None,
+        )
         await self._register(deadline)
         await self._ensure_admin_user(deadline)
         self._refresh_topics()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import socket
+import ssl
 
 from ferrymq.codec.remoting import (
     SERIALIZE_JSON,
@@ -17,10 +18,14 @@ from ferrymq.codec.remoting import (
 
 
 class RemotingClient:
-    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, address: str, timeout_s: float = 10.0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         host, _, port = address.rpartition(":")
         self.socket = socket.create_connection((host, int(port)), timeout=timeout_s)
         self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            self.socket = ssl_context.wrap_socket(self.socket, server_hostname=host)
         self.splitter = FrameSplitter()
         self.frames: list[bytes] = []
         self.opaques = itertools.count(1)
