@@ -13,6 +13,12 @@ The servers answer with a constant and store nothing (no validation, no CommitLo
   thread-pool server. Ceiling of ``single_send_256_inflight_one_rpc_msgs_per_s``.
 - ``noop_single_send_p50_us`` / ``_p99_us``: the same requests one at a time through a
   grpc.aio channel, as ``bench.produce`` measures ``single_send_p50_us``.
+- ``noop_uvloop_single_send_p50_us`` / ``_p99_us``: the same, the aio server running on
+  uvloop (the nodes' loop).
+- ``noop_remoting_uvloop_p50_us`` / ``_p99_us`` and ``noop_remoting_asyncio_p50_us`` /
+  ``_p99_us``: one SEND_MESSAGE_V2 frame of 1 KiB at a time, from a blocking socket, to the
+  node's remoting transport (``node/remoting/``) answering SUCCESS at once, on uvloop and
+  on the default asyncio loop: the floor of a send over the remoting port.
 - ``noop_produce_single_send_p50_us`` / ``_p99_us``: one 1-record Data.Produce at a time
   through a blocking channel, as ``Producer.send`` sends, answered at once (nothing stored,
   nothing replicated): the floor of ``sync_single_send_p50_us`` before replication.
@@ -43,6 +49,7 @@ import time
 import grpc
 
 from bench.produce import latencies, produce_requests, send_all, single_requests
+from ferrymq.codec.remoting import FrameSplitter, RemotingCommand, decode, encode
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import data_pb2_grpc
 
@@ -87,6 +94,13 @@ class ReplicatingNoop(data_pb2_grpc.DataServicer):
         for acked in [link.send(request.records) for link in self.links]:
             await acked
         return data.ProduceResponse(code=pb.OK, offsets=range(request.count))
+def run_aio(slave_ports, uvloop_too):
+    if uvloop_too:
+        import uvloop
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(serve_aio(slave_ports))
+    else:
+        asyncio.run(serve_aio(slave_ports))
 async def serve_aio(slave_ports):
     links = []
     for port in slave_ports:
@@ -99,8 +113,8 @@ async def serve_aio(slave_ports):
     print(server.add_insecure_port("127.0.0.1:0"), flush=True)
     await server.start()
     await server.wait_for_termination()
-if sys.argv[1] == "aio":
-    asyncio.run(serve_aio([int(port) for port in sys.argv[2:]]))
+if sys.argv[1] in ("aio", "aio-uvloop"):
+    run_aio([int(port) for port in sys.argv[2:]], sys.argv[1] == "aio-uvloop")
 else:
     server = grpc.server(futures.ThreadPoolExecutor(4))
     service_pb2_grpc.add_MessagingServiceServicer_to_server(ThreadNoop(), server)
@@ -125,6 +139,30 @@ async def main():
     print(server.sockets[0].getsockname()[1], flush=True)
     await server.serve_forever()
 asyncio.run(main())
+"""
+
+# argv: "uvloop" or "asyncio". The node's remoting transport with a handler that answers
+# every SEND_MESSAGE_V2 at once.
+REMOTING_SERVER = r"""
+import asyncio, sys
+from node.remoting.dispatch import Dispatch
+from node.remoting.server import RemotingServer
+ANSWER = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0", "queueOffset": "0"}
+async def noop(request, connection):
+    return request.reply(0, ext_fields=ANSWER)
+async def main():
+    dispatch = Dispatch()
+    dispatch.register(310, noop)
+    server = RemotingServer(dispatch)
+    print(await server.bind("127.0.0.1", 0), flush=True)
+    await server.serve()
+    await asyncio.Event().wait()
+if sys.argv[1] == "uvloop":
+    import uvloop
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main())
+else:
+    asyncio.run(main())
 """
 
 BATCH_IN_FLIGHT = 16
@@ -203,6 +241,31 @@ async def produce_batches(port: int, seconds: float) -> float:
         return sent / (time.perf_counter() - started)
 
 
+def remoting_one_at_a_time(port: int, count: int) -> list[float]:
+    """1 KiB SEND_MESSAGE_V2 frames, one at a time through a blocking socket."""
+    import socket
+
+    fields = {"a": "bench", "b": "noop", "e": "0", "f": "0", "g": "0", "i": "UNIQ_KEY\x01x"}
+    frames = [
+        encode(RemotingCommand(310, opaque=i, ext_fields=fields, body=bytes(1024)))
+        for i in range(count + 200)
+    ]
+    splitter = FrameSplitter()
+    took = []
+    with socket.create_connection(("127.0.0.1", port)) as connection:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for index, frame in enumerate(frames):
+            started = time.perf_counter()
+            connection.sendall(frame)
+            answers: list[bytes] = []
+            while not answers:
+                answers = splitter.feed(connection.recv(65536))
+            decode(answers[0])
+            if index >= 200:  # after a warm-up
+                took.append(time.perf_counter() - started)
+    return took
+
+
 SCALES = {  # RPCs at 256 in flight, sends one at a time, seconds of batches
     "full": (40_000, 5_000, 10.0),
     "quick": (10_000, 1_500, 3.0),
@@ -227,6 +290,16 @@ def measure(scale: str) -> dict:
                 p50, p99 = p50_p99_us(produce_one_at_a_time(port, singles))
                 figures["noop_produce_single_send_p50_us"] = p50
                 figures["noop_produce_single_send_p99_us"] = p99
+    with process(SERVER, "aio-uvloop") as port:
+        asyncio.run(drive(port, min(count, 2000), 64))  # warm up
+        p50, p99 = p50_p99_us(asyncio.run(one_at_a_time(port, singles)))
+        figures["noop_uvloop_single_send_p50_us"] = p50
+        figures["noop_uvloop_single_send_p99_us"] = p99
+    for loop in ("uvloop", "asyncio"):
+        with process(REMOTING_SERVER, loop) as port:
+            p50, p99 = p50_p99_us(remoting_one_at_a_time(port, singles * 2))
+            figures[f"noop_remoting_{loop}_p50_us"] = p50
+            figures[f"noop_remoting_{loop}_p99_us"] = p99
     with (
         process(SLAVE) as first,
         process(SLAVE) as second,

@@ -49,6 +49,7 @@ from ha.wire import (
     read_sealed_control,
     sealed_control,
     version_mismatch,
+    write_frame,
 )
 from store.message_store import MessageStore
 from store.results import PutResult, PutStatus
@@ -263,43 +264,47 @@ class ReplicationMaster:
         """Authenticate the slave (its HELLO proves the secret for this handshake), then
         send the sealed WELCOME and EPOCHS and take its sealed START. None: refused."""
         nonce = new_nonce()
-        writer.write(
-            control(Kind.CHALLENGE, version=PROTOCOL_VERSION, nonce=nonce, group=self.broker_group)
+        write_frame(
+            writer,
+            control(Kind.CHALLENGE, version=PROTOCOL_VERSION, nonce=nonce, group=self.broker_group),
         )
         await writer.drain()
         hello = await read_plain(reader, Kind.HELLO)
         node_id = hello.get("node_id")
         refusal = self._hello_refusal(hello, nonce)
         if refusal is not None:
-            writer.write(control(Kind.REFUSED, reason=refusal))
+            write_frame(writer, control(Kind.REFUSED, reason=refusal))
             await writer.drain()
             return None
         handshake = Handshake(self.broker_group, node_id, nonce, hello["nonce"])
         macs = session_macs(self.secret, handshake, Role.MASTER)
         end = self.store.write_offset
-        writer.write(
+        write_frame(
+            writer,
             sealed_control(
                 macs.outgoing,
                 Kind.WELCOME,
                 proof=proof(self.secret, Role.MASTER, handshake),
                 max_offset=end,
                 min_offset=self.store.min_offset,
-            )
+            ),
         )
-        writer.write(
+        write_frame(
+            writer,
             sealed_control(
                 macs.outgoing,
                 Kind.EPOCHS,
                 epochs=[[e.epoch, e.start_offset] for e in self.epochs.entries],
-            )
+            ),
         )
         await writer.drain()
         start = (await read_sealed_control(reader, macs.incoming, Kind.START)).get("offset")
         if not isinstance(start, int) or start < 0:
             raise LinkError(f"{node_id} sent START at {start!r}: not an offset")
         if start > self.store.write_offset:
-            writer.write(
-                sealed_control(macs.outgoing, Kind.REFUSED, reason="slave is ahead of the master")
+            write_frame(
+                writer,
+                sealed_control(macs.outgoing, Kind.REFUSED, reason="slave is ahead of the master"),
             )
             await writer.drain()
             return None
@@ -363,7 +368,8 @@ class ReplicationMaster:
                 if index >= 0 and index + 1 < len(self.epochs.entries):
                     limit = min(limit, self.epochs.entries[index + 1].start_offset - offset)
                 records = store.read_records(offset, limit)
-                writer.write(
+                write_frame(
+                    writer,
                     data_frame(
                         mac,
                         offset,
@@ -371,7 +377,7 @@ class ReplicationMaster:
                         entry.start_offset if entry else 0,
                         self.confirmed_offset,
                         records,
-                    )
+                    ),
                 )
                 offset += len(records)
                 await writer.drain()
@@ -380,8 +386,9 @@ class ReplicationMaster:
                 async with asyncio.timeout(HEARTBEAT_S):
                     await link.wake.wait()
             except TimeoutError:
-                writer.write(
-                    data_frame(mac, offset, self.epochs.last_epoch, 0, self.confirmed_offset, b"")
+                write_frame(
+                    writer,
+                    data_frame(mac, offset, self.epochs.last_epoch, 0, self.confirmed_offset, b""),
                 )
                 await writer.drain()
         writer.close()

@@ -55,6 +55,7 @@ from ha.wire import (
     refusal,
     sealed_control,
     version_mismatch,
+    write_frame,
 )
 from store.config import FlushMode
 from store.errors import ReplicaDiverged, ReplicaMismatch
@@ -191,10 +192,10 @@ class ReplicationSlave:
                 ) from None
             start = await self._truncate_to_common_point(master_end, master_epochs)
             self.linked_master_end = master_end
-            writer.write(sealed_control(macs.outgoing, Kind.START, offset=start))
+            write_frame(writer, sealed_control(macs.outgoing, Kind.START, offset=start))
             await writer.drain()
             self.connected_to, self.last_error = address, ""
-            writer.write(ack_frame(macs.outgoing, start))
+            write_frame(writer, ack_frame(macs.outgoing, start))
             await writer.drain()
             await self._apply_stream(reader, writer, macs, start)
         finally:
@@ -214,7 +215,8 @@ class ReplicationSlave:
         if not isinstance(group, str) or not is_nonce(master_nonce):
             raise LinkError(f"{address} sent a malformed CHALLENGE")
         handshake = Handshake(group, self.node_id, master_nonce, new_nonce())
-        writer.write(
+        write_frame(
+            writer,
             control(
                 Kind.HELLO,
                 version=PROTOCOL_VERSION,
@@ -223,7 +225,7 @@ class ReplicationSlave:
                 proof=proof(self.secret, Role.SLAVE, handshake),
                 max_offset=self.store.write_offset,
                 segment_bytes=self.store.config.commitlog_segment_bytes,
-            )
+            ),
         )
         await writer.drain()
         macs = session_macs(self.secret, handshake, Role.SLAVE)
@@ -308,7 +310,7 @@ class ReplicationSlave:
                         acked = store.append_replicated(offset, records)
                         if sync_flush:
                             await loop.run_in_executor(None, store.flush_log)
-                    writer.write(ack_frame(macs.outgoing, acked))
+                    write_frame(writer, ack_frame(macs.outgoing, acked))
                     await writer.drain()
         except TimeoutError:
             raise LinkError(

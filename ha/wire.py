@@ -108,6 +108,14 @@ def data_frame(
     return b"".join((header, data_header, records, tag))
 
 
+def write_frame(writer: asyncio.StreamWriter, frame: bytes) -> None:
+    """Write ``frame`` on the link, or ``ConnectionError`` when the link is closed already:
+    the default event loop drops such a write silently, uvloop raises RuntimeError."""
+    if writer.is_closing():
+        raise ConnectionError("the replication link is closed")
+    writer.write(frame)
+
+
 def ack_frame(mac: FrameMac, offset: int) -> bytes:
     return sealed(mac, Kind.ACK, ACK.pack(offset))
 

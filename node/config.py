@@ -13,9 +13,10 @@ Layout of ``node.toml``::
 
     [ports]                  # 0 asks the OS for a free port (tests)
     grpc = 8081
+    remoting = 10911         # RocketMQ 4.x clients: broker and NameServer requests
     metrics = 5557
     replication = 10912
-    raft = 9876
+    raft = 8876
 
     [metrics]                # see docs/security.md
     host = "127.0.0.1"       # /metrics binds it: set an address Prometheus can reach
@@ -37,7 +38,7 @@ Layout of ``node.toml``::
     commitlog_segment_bytes = 1073741824
 
     [cluster]                # routing (Raft) membership; empty voters = standalone
-    voters = ["10.0.0.1:9876", "10.0.0.2:9876", "10.0.0.3:9876"]   # Raft addresses
+    voters = ["10.0.0.1:8876", "10.0.0.2:8876", "10.0.0.3:8876"]   # Raft addresses
     secret = "..."           # shared by every node: encrypts Raft, authenticates links
     lease_ms = 3000          # a node silent this long is marked down
     heartbeat_interval_ms = 1000
@@ -85,7 +86,11 @@ from store.config import FlushMode, StoreConfig
 DEFAULT_GRPC_PORT = 8081
 DEFAULT_METRICS_PORT = 5557
 DEFAULT_REPLICATION_PORT = 10912
-DEFAULT_RAFT_PORT = 9876
+# RocketMQ's broker port. 9876, RocketMQ's NameServer port, was Raft's until the remoting
+# port came: a local cluster gives it to its first node's remoting port, so that 4.x
+# clients find a NameServer where they look for one (ferrymq/launcher/cluster.py).
+DEFAULT_REMOTING_PORT = 10911
+DEFAULT_RAFT_PORT = 8876
 WILDCARD_HOSTS = ("0.0.0.0", "::")
 METRICS_TOKEN_MIN_CHARS = 16
 
@@ -97,6 +102,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class Ports:
     grpc: int = DEFAULT_GRPC_PORT
+    remoting: int = DEFAULT_REMOTING_PORT
     metrics: int = DEFAULT_METRICS_PORT
     replication: int = DEFAULT_REPLICATION_PORT
     raft: int = DEFAULT_RAFT_PORT
@@ -379,7 +385,11 @@ def _checked(section: Any, allowed: set[str], name: str) -> dict[str, Any]:
 
 
 def load_node_config(
-    path: str | None, *, data_dir: str | None = None, grpc_port: int | None = None
+    path: str | None,
+    *,
+    data_dir: str | None = None,
+    grpc_port: int | None = None,
+    remoting_port: int | None = None,
 ) -> NodeConfig:
     """Read ``path`` (defaults when None) and apply command-line overrides."""
     text = ""
@@ -392,6 +402,10 @@ def load_node_config(
     if grpc_port is not None:
         config = dataclasses.replace(
             config, ports=dataclasses.replace(config.ports, grpc=grpc_port)
+        )
+    if remoting_port is not None:
+        config = dataclasses.replace(
+            config, ports=dataclasses.replace(config.ports, remoting=remoting_port)
         )
     return config
 

@@ -45,6 +45,7 @@ class MembershipRefused(Exception):
 class _Client:
     identity: str
     groups: set[str] = field(default_factory=set)
+    lifetime_ms: int = EXPIRY_MS  # how long a heartbeat of this client keeps it live
 
 
 class GroupMembers:
@@ -54,9 +55,12 @@ class GroupMembers:
         self._clients: dict[str, _Client] = {}
         self._swept_at = -SWEEP_EVERY_MS
 
-    def heartbeat(self, group: str, client_id: str, identity: str) -> None:
-        """Record a live member; ``MembershipRefused`` when the id belongs to another
-        identity or a table is full."""
+    def heartbeat(
+        self, group: str, client_id: str, identity: str, lifetime_ms: int = EXPIRY_MS
+    ) -> None:
+        """Record a live member, live for ``lifetime_ms`` after this heartbeat (RocketMQ
+        4.x clients heartbeat every 30 s: the remoting port gives them RocketMQ's 120 s);
+        ``MembershipRefused`` when the id belongs to another identity or a table is full."""
         _check_client_id(client_id)
         client = self._owned(client_id, identity)
         members = self._groups.get(group, {})
@@ -75,6 +79,7 @@ class GroupMembers:
             if len(self._clients) >= MAX_CLIENTS:
                 raise _full(f"this node tracks {MAX_CLIENTS} client ids, the limit")
             client = self._clients[client_id] = _Client(identity)
+        client.lifetime_ms = lifetime_ms
         members[client_id] = self.clock_ms()
         self._groups[group] = members
         client.groups.add(group)
@@ -116,8 +121,14 @@ class GroupMembers:
         )
 
     def _expire(self, group: str, members: dict[str, int]) -> None:
-        oldest = self.clock_ms() - EXPIRY_MS
-        for client_id in [c for c, seen in members.items() if seen < oldest]:
+        now = self.clock_ms()
+        clients = self._clients
+        expired = [
+            client_id
+            for client_id, seen in members.items()
+            if seen < now - (clients[client_id].lifetime_ms if client_id in clients else 0)
+        ]
+        for client_id in expired:
             self._remove(group, client_id)
 
     def _remove(self, group: str, client_id: str) -> None:

@@ -65,6 +65,8 @@ class MetricsHttpServer:
                 status, body, content_type = "200 OK", generate_latest(self.registry), CONTENT_TYPE
             else:
                 status, body, content_type = "404 Not Found", b"see /metrics\n", "text/plain"
+            if writer.is_closing():
+                return  # the scraper left (uvloop raises on a write to a closed link)
             writer.write(
                 (
                     f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{extra}"

@@ -4,8 +4,11 @@
 On start it writes the effective configuration to ``<data>/node.toml`` and prints one line
 ``ferrymq node <id> ready on <host>:<port>`` — with ``--port 0`` the OS picks the port and
 that line says which. The line before it, ``ferrymq node <id> metrics on <host>:<port>``,
-names the Prometheus endpoint (``[metrics] host`` and ``ports.metrics``, 0 = any).
-Replication and Raft listen on ``node.internal_host`` (default: ``node.host``).
+names the Prometheus endpoint (``[metrics] host`` and ``ports.metrics``, 0 = any), and
+``ferrymq node <id> remoting on <host>:<port>`` RocketMQ 4.x clients' port (``ports.remoting``:
+the broker and NameServer roles, ``node/remoting/``). The event loop is uvloop's
+(``node/run.py``). Replication and Raft listen on ``node.internal_host`` (default:
+``node.host``).
 """
 
 from __future__ import annotations
@@ -48,10 +51,13 @@ from node.pop_service import PopService
 from node.pop_state import PopState
 from node.port_holds import adopt_inherited, hold_port, port_of
 from node.receipt_handle import ReceiptHandles
+from node.remoting.dispatch import Dispatch
+from node.remoting.roles import build_dispatch
+from node.remoting.server import RemotingServer
 from node.request_decoding import tolerate_malformed
 from node.secret_box import SecretBox
 from node.timer_service import TimerService
-from node.tls import peer_channel_credentials, server_credentials
+from node.tls import peer_channel_credentials, remoting_ssl_context, server_credentials
 from node.topics import MessageType, TopicTable
 from node.transaction_service import TransactionService
 from routing.commands import CommandResult, CreateUser, NodeHeartbeat, RegisterNode
@@ -79,6 +85,8 @@ class Node:
         self.port = 0
         self.metrics_port = 0  # 0 while /metrics is not served
         self.metrics_http: MetricsHttpServer | None = None
+        self.remoting: RemotingServer | None = None
+        self.remoting_port = 0
         self._housekeeping: asyncio.Task[None] | None = None
         self._timer_task: asyncio.Task[None] | None = None
         self._check_task: asyncio.Task[None] | None = None
@@ -92,6 +100,10 @@ class Node:
     @property
     def grpc_address(self) -> str:
         return f"{self.config.host}:{self.port}"
+
+    @property
+    def remoting_address(self) -> str:
+        return f"{self.config.host}:{self.remoting_port}"
 
     async def start(self) -> None:
         config = self.config
@@ -158,6 +170,16 @@ class Node:
         )
         self.transactions.load()
         members = GroupMembers()
+        self.remoting.dispatch = build_dispatch(
+            store=store,
+            topics=topics,
+            routing=self.routing,
+            admission=Admission(store, topics, self.routing, config.group),
+            offsets=self.offsets,
+            waiters=waiters,
+            members=members,
+            authenticated=security.auth,
+        )
         self.raw_store.add_dispatch_listener(waiters.on_dispatch)
         self.metrics.offsets, self.metrics.pop_state = self.offsets, self.pop_state
         self.metrics.members = members
@@ -213,6 +235,7 @@ class Node:
         await self.replication.follow_routing()
         self._states_ready = True
         await self.server.start()
+        await self.remoting.serve()
         self.metrics_http = MetricsHttpServer(
             self.metrics.registry, bearer_token=config.metrics.bearer_token
         )
@@ -321,6 +344,15 @@ class Node:
         # A standalone node has no slaves to dial it: any free port will do.
         ha_port = 0 if cluster.standalone else config.ports.replication
         self.ha_port = await self.replication.master.listen(config.peer_host, ha_port)
+        # Bound now, served once every handler is registered: routing learns the address.
+        # (After the routing replica is ready, as the replication port: a node that cannot
+        # join says so first.)
+        self.remoting = RemotingServer(Dispatch())
+        self.remoting_port = await self.remoting.bind(
+            config.host,
+            config.ports.remoting,
+            remoting_ssl_context(config.security) if config.security.tls else None,
+        )
         await self._register(deadline)
         await self._ensure_admin_user(deadline)
         self._refresh_topics()
@@ -339,6 +371,7 @@ class Node:
                         node_id=self.config.id,
                         broker_group=self.config.group,
                         grpc_address=self.grpc_address,
+                        remoting_address=self.remoting_address,
                         ha_address=f"{self.config.peer_host}:{self.ha_port}",
                         max_offset=self.raw_store.write_offset,
                         wall_ms=int(time.time() * 1000),
@@ -447,6 +480,8 @@ class Node:
                 task.cancel()
         if self.metrics_http is not None:
             await self.metrics_http.close()
+        if self.remoting is not None:
+            await self.remoting.close()
         if self.server is not None:
             await self.server.stop(grace_s)
         if getattr(self, "replication", None) is not None:
@@ -504,6 +539,7 @@ async def _serve(config: NodeConfig, on_ready: Callable[[Node], None] | None) ->
     await node.start()
     metrics = f"{config.metrics.host}:{node.metrics_port}" if node.metrics_port else "off"
     print(f"ferrymq node {config.id} metrics on {metrics}", flush=True)
+    print(f"ferrymq node {config.id} remoting on {node.remoting_address}", flush=True)
     print(f"ferrymq node {config.id} ready on {config.host}:{node.port}", flush=True)
     if on_ready is not None:
         on_ready(node)

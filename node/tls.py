@@ -5,9 +5,13 @@ every client to present a certificate that CA signed (mutual TLS). When a node c
 another node's client port (a forwarded failover), it trusts ``tls_ca`` (default:
 ``tls_client_ca``, else its own certificate, which fits one self-signed cluster
 certificate) and presents its own certificate, so mutual TLS holds between nodes too.
+The remoting port (``node/remoting/``) speaks TLS with the same certificate and key, and
+the same client-certificate rule.
 """
 
 from __future__ import annotations
+
+import ssl
 
 import grpc
 
@@ -35,3 +39,14 @@ def peer_channel_credentials(security: SecurityOptions) -> grpc.ChannelCredentia
         private_key=_read(security.tls_key),
         certificate_chain=_read(security.tls_cert),
     )
+
+
+def remoting_ssl_context(security: SecurityOptions) -> ssl.SSLContext:
+    """The remoting listener's TLS: the gRPC port's certificate, key and client CA."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(security.tls_cert, security.tls_key)
+    if security.tls_client_ca:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(security.tls_client_ca)
+    return context

@@ -49,6 +49,7 @@ class RegisterNode:
     wall_ms: int = 0
     lease_ms: int = 0
     damaged_log: bool = False
+    remoting_address: str = ""  # RocketMQ 4.x clients' port (node/remoting/)
 
 
 @dataclass(frozen=True)

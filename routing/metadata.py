@@ -124,6 +124,9 @@ class Member:
     max_offset: int = 0
     # A default, so that members pickled before the field existed load as healthy.
     damaged_log: bool = False
+    # Where RocketMQ 4.x clients reach it (its remoting port); "" for a node that registered
+    # before the field existed, which the NameServer role leaves out of routes.
+    remoting_address: str = ""
 
 
 @dataclass(frozen=True)

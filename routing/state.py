@@ -139,6 +139,7 @@ class RoutingState:
             last_heartbeat_ms=command.wall_ms,
             max_offset=command.max_offset,
             damaged_log=command.damaged_log,
+            remoting_address=command.remoting_address,
         )
         group = self.broker_groups.get(command.broker_group) or BrokerGroup(command.broker_group)
         if group.master is None:

@@ -99,7 +99,9 @@ class _AppendCombiner:
         # True from an iteration's first put until the iteration ends.
         self._iteration_has_put = False
         self._flushed_lock = threading.Lock()
-        self._flushed: list[tuple[list[tuple[asyncio.Future[PutResult], PutResult]], bool]] = []
+        self._flushed: list[
+            tuple[list[tuple[asyncio.Future[PutResult], PutResult]], bool, asyncio.TimerHandle]
+        ] = []
 
     def submit(self, messages: list, prepared: bool = False) -> asyncio.Future[PutResult]:
         future: asyncio.Future[PutResult] = self.loop.create_future()
@@ -180,10 +182,13 @@ class _AppendCombiner:
         )
 
     def _flushed_soon(self, outcomes, on_disk: bool, timer: asyncio.TimerHandle) -> None:
-        # Runs on the flusher thread.
+        # Runs on the flusher thread. The timeout timer is the loop's: it is cancelled on
+        # the loop (``_drain_flushed``), never here. A timer handle is not thread-safe:
+        # uvloop stops the libuv timer inside ``cancel``, and a call from this thread
+        # crashed a node (SIGSEGV in the chaos suite); a timer that fires meanwhile finds
+        # its futures settled or settles them as not flushed, as it would have anyway.
         with self._flushed_lock:
-            self._flushed.append((outcomes, on_disk))
-            timer.cancel()
+            self._flushed.append((outcomes, on_disk, timer))
             first = len(self._flushed) == 1
         if first and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self._drain_flushed)
@@ -191,7 +196,8 @@ class _AppendCombiner:
     def _drain_flushed(self) -> None:
         with self._flushed_lock:
             batch, self._flushed = self._flushed, []
-        for outcomes, on_disk in batch:
+        for outcomes, on_disk, timer in batch:
+            timer.cancel()
             self._settle(outcomes, on_disk)
 
     @staticmethod

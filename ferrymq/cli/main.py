@@ -305,8 +305,8 @@ def run_up(args) -> int:
     flag = "" if server == DEFAULT_SERVER else f" --server {server}"
     print(
         table(
-            ["node", "group", "client", "raft", "pid"],
-            [[n.id, n.group, n.grpc, n.raft, n.pid] for n in plan.nodes],
+            ["node", "group", "client", "remoting", "raft", "pid"],
+            [[n.id, n.group, n.grpc, n.remoting, n.raft, n.pid] for n in plan.nodes],
         )
     )
     print(
@@ -320,7 +320,8 @@ topic "{DEMO_TOPIC}" (4 queues) and group "{DEMO_GROUP}" are ready. In another t
   .venv/bin/ferrymq group progress {DEMO_GROUP} --topic {DEMO_TOPIC}{flag}
   .venv/bin/ferrymq cluster status --data {args.data}
 
-Official RocketMQ 5 clients connect to {server} unchanged. Ctrl-C stops the cluster.
+Official RocketMQ 5 clients connect to {server} unchanged; RocketMQ 4.x clients use
+namesrvAddr={plan.namesrv_addr} (any one of them will do). Ctrl-C stops the cluster.
 """,
         flush=True,
     )
@@ -341,11 +342,25 @@ def cluster_start_command(args) -> int:
         return 0
     print(
         table(
-            ["node", "group", "role", "client", "metrics", "replication", "raft", "pid"],
-            [[n.id, n.group, n.role, n.grpc, n.metrics, n.ha, n.raft, n.pid] for n in plan.nodes],
+            [
+                "node",
+                "group",
+                "role",
+                "client",
+                "remoting",
+                "metrics",
+                "replication",
+                "raft",
+                "pid",
+            ],
+            [
+                [n.id, n.group, n.role, n.grpc, n.remoting, n.metrics, n.ha, n.raft, n.pid]
+                for n in plan.nodes
+            ],
         )
     )
     print(f"cluster ready; endpoints in {plan.directory}/cluster.json")
+    print(f"RocketMQ 4.x clients: namesrvAddr={plan.namesrv_addr}")
     return 0
 
 

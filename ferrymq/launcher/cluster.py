@@ -42,7 +42,10 @@ LOCAL_STORE = {
     "index_slot_count": 500_000,
     "index_entry_count": 2_000_000,
 }
-DEFAULT_BASE_PORTS = {"grpc": 8081, "metrics": 5557, "ha": 10912, "raft": 9876}
+# Node i gets base + i. The first node's remoting port is 9876, RocketMQ's NameServer
+# port, so RocketMQ 4.x clients' usual namesrvAddr of 127.0.0.1:9876 reaches the cluster
+# (every node answers NameServer requests).
+DEFAULT_BASE_PORTS = {"grpc": 8081, "metrics": 5557, "ha": 10912, "raft": 8876, "remoting": 9876}
 READY_TIMEOUT_S = 60.0
 # What a node process runs (``python -m``). The chaos checker's self-test substitutes a
 # module that plants a bug around the same entry point (tests/support/planted_bug_node.py).
@@ -65,6 +68,9 @@ class NodePlan:
     data: str
     pid: int = 0
     netns: str = ""  # the network namespace it runs in; "" is the host's (loopback)
+    # RocketMQ 4.x clients' port; "" in a cluster.json written before it existed (the
+    # node then takes any free port).
+    remoting: str = ""
 
     @property
     def role(self) -> str:
@@ -85,6 +91,11 @@ class ClusterPlan:
     @property
     def voters(self) -> list[str]:
         return [n.raft for n in self.nodes if n.voter]
+
+    @property
+    def namesrv_addr(self) -> str:
+        """RocketMQ 4.x clients' ``namesrvAddr``: every node's remoting address."""
+        return ";".join(n.remoting for n in self.nodes if n.remoting)
 
     def to_json(self) -> dict:
         return {
@@ -202,6 +213,7 @@ def node_toml(plan: ClusterPlan, node: NodePlan) -> str:
         f"metrics = {port(node.metrics)}",
         f"replication = {port(node.ha)}",
         f"raft = {port(node.raft)}",
+        f"remoting = {port(node.remoting) if node.remoting else 0}",
         "",
         "[cluster]",
         f"voters = [{voters}]",
@@ -280,11 +292,13 @@ def start_node(plan: ClusterPlan, node: NodePlan, port_wait_s: float = RELEASE_W
 
 
 def hold_node_ports(plan: ClusterPlan, node: NodePlan, wait_s: float) -> list[socket.socket]:
-    """Holds on the four ports of ``node``: the plan's own when it still has them, else
+    """Holds on the ports of ``node``: the plan's own when it still has them, else
     taken now."""
     holds: list[socket.socket] = []
     try:
         for name in DEFAULT_BASE_PORTS:
+            if not getattr(node, name):
+                continue  # a port an older plan did not have: the node picks one
             host, _, port_text = getattr(node, name).rpartition(":")
             port = int(port_text)
             held = plan.holds.pop(port, None)

@@ -2,8 +2,8 @@
 monitoring stack's (``deploy/local_stack.py``). Unlike a cluster node (``cluster.py``:
 detached, on planned ports, found again through ``cluster.json``), it is a child of the
 caller, on a port the OS picks unless one is given, and its addresses come from the lines
-it prints when ready (``node/server.py``: ``... metrics on HOST:PORT`` or ``off``, then
-``... ready on HOST:PORT``)."""
+it prints when ready (``node/server.py``: ``... metrics on HOST:PORT`` or ``off``,
+``... remoting on HOST:PORT``, then ``... ready on HOST:PORT``)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ class NodeProcess:
     data_dir: str
     metrics: str = ""  # host:port of /metrics, "" when it is off
     log_path: str = ""  # where its stderr goes
+    remoting: str = ""  # host:port of the RocketMQ remoting port
 
     def sigkill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -76,6 +77,8 @@ def start_node_process(
     os.makedirs(data_dir, exist_ok=True)
     beside = os.path.normpath(data_dir)  # <data_dir>.toml, <data_dir>.log
     command = [sys.executable, "-m", module, "--data", data_dir, "--port", str(port)]
+    if "remoting" not in (config_toml or ""):  # the default, 10911, would be every node's
+        command += ["--remoting-port", "0"]
     if config_toml is not None:
         config = beside + ".toml"
         with open(config, "w", encoding="utf-8") as f:
@@ -87,18 +90,20 @@ def start_node_process(
             command, holds, cwd=PACKAGE_ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True
         )
     deadline = time.monotonic() + timeout_s
-    metrics = ""
+    metrics = remoting = ""
     while time.monotonic() < deadline:
         line = process.stdout.readline()
         if not line:
             break
         if " metrics on " in line:
             metrics = line.rsplit(" ", 1)[1].strip().removeprefix("off")
+        if " remoting on " in line:
+            remoting = line.rsplit(" ", 1)[1].strip()
         if " ready on " in line:
             address = line.rsplit(" ", 1)[1].strip()
             # Read the rest of its output, so that it never blocks on a full pipe.
             threading.Thread(target=process.stdout.read, daemon=True).start()
-            return NodeProcess(process, address, data_dir, metrics, log_path)
+            return NodeProcess(process, address, data_dir, metrics, log_path, remoting)
     process.kill()
     with open(log_path, encoding="utf-8", errors="replace") as f:
         log_end = f.read()[-3000:]

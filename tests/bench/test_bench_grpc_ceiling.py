@@ -22,6 +22,13 @@ def test_smoke_run_prints_every_floor():
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     for kind in ("aio", "threads"):
         assert figures[f"noop_{kind}_server_256_inflight_rpcs_per_s"] > 0
-    for name in ("noop_single_send", "noop_produce_single_send", "noop_replicated_single_send"):
+    for name in (
+        "noop_single_send",
+        "noop_uvloop_single_send",
+        "noop_produce_single_send",
+        "noop_replicated_single_send",
+        "noop_remoting_uvloop",
+        "noop_remoting_asyncio",
+    ):
         assert 0 < figures[f"{name}_p50_us"] <= figures[f"{name}_p99_us"]
     assert figures["noop_replicated_batch_msgs_per_s"] > 0

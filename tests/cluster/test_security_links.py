@@ -269,13 +269,16 @@ def start_voter(directory: Path, node_toml: str, peer_host: str) -> tuple:
 
 def test_internal_listeners_bind_their_own_hosts(tmp_path):
     """By default replication and Raft listen on the node's host (Raft never on every
-    interface) and /metrics on loopback only; internal_host and [metrics] host move them."""
+    interface) and /metrics on loopback only; internal_host and [metrics] host move them.
+    The remoting port, a client port like gRPC's, listens on the node's host."""
     node, raft, ha = start_voter(tmp_path / "default", '[node]\nhost = "127.0.0.2"\n', "127.0.0.2")
     try:
         grpc_port = int(node.address.rpartition(":")[2])
         metrics_port = int(node.metrics.rpartition(":")[2])
+        assert node.remoting.startswith("127.0.0.2:")
         assert listening(node.process.pid) == {
             ("127.0.0.2", grpc_port),
+            ("127.0.0.2", int(node.remoting.rpartition(":")[2])),
             ("127.0.0.2", ha),
             ("127.0.0.2", raft),
             ("127.0.0.1", metrics_port),
@@ -292,6 +295,7 @@ def test_internal_listeners_bind_their_own_hosts(tmp_path):
         assert node.metrics.startswith("127.0.0.3:")
         assert listening(node.process.pid) == {
             ("127.0.0.1", grpc_port),
+            ("127.0.0.1", int(node.remoting.rpartition(":")[2])),
             ("127.0.0.2", ha),
             ("127.0.0.2", raft),
             ("127.0.0.3", int(node.metrics.rpartition(":")[2])),

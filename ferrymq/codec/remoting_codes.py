@@ -1,0 +1,98 @@
+"""The request and response codes of RocketMQ's remoting protocol (4.x ``RemotingCommand``).
+
+The numbers are RocketMQ's, so that its clients understand them; the names are RocketMQ's
+too, so that its documentation and logs can be read against ours. Only the codes ferrymq
+serves, sends or answers are listed; an unknown request code is answered
+``REQUEST_CODE_NOT_SUPPORTED`` by the node.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class RequestCode(enum.IntEnum):
+    # Broker role: what clients ask a broker.
+    SEND_MESSAGE = 10
+    PULL_MESSAGE = 11
+    QUERY_MESSAGE = 12
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    GET_BROKER_RUNTIME_INFO = 28
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    GET_EARLIEST_MSG_STORETIME = 32
+    VIEW_MESSAGE_BY_ID = 33
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
+    END_TRANSACTION = 37
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    # Requests a broker sends to a client over the client's own connection.
+    CHECK_TRANSACTION_STATE = 39
+    NOTIFY_CONSUMER_IDS_CHANGED = 40
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
+    # NameServer role.
+    PUT_KV_CONFIG = 100
+    GET_KV_CONFIG = 101
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    SEND_MESSAGE_V2 = 310
+    SEND_BATCH_MESSAGE = 320
+
+
+class ResponseCode(enum.IntEnum):
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    TRANSACTION_FAILED = 4
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    VERSION_NOT_SUPPORTED = 15
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    TOPIC_EXIST_ALREADY = 18
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_PARSE_FAILED = 23
+    SUBSCRIPTION_NOT_EXIST = 24
+    SUBSCRIPTION_NOT_LATEST = 25
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    FILTER_DATA_NOT_EXIST = 27
+    FILTER_DATA_NOT_LATEST = 28
+    CONSUMER_NOT_ONLINE = 206
+    FLOW_CONTROL = 215
+
+
+# RocketMQ's LanguageCode, in its ordinal order: the binary header carries the ordinal, the
+# JSON header the name.
+LANGUAGES = (
+    "JAVA",
+    "CPP",
+    "DOTNET",
+    "PYTHON",
+    "DELPHI",
+    "ERLANG",
+    "RUBY",
+    "OTHER",
+    "HTTP",
+    "GO",
+    "PHP",
+    "OMS",
+    "RUST",
+)
+LANGUAGE_ORDINALS = {name: ordinal for ordinal, name in enumerate(LANGUAGES)}
+
+# The version a broker states in its answers (MQVersion V4_9_7's ordinal): the Java client
+# refuses SQL92 pulls from brokers older than 4.1.0 (ordinal 232).
+BROKER_VERSION = 407

@@ -1,0 +1,382 @@
+"""One client connection on the remoting port: frames in, handlers run, responses out.
+
+An ``asyncio.Protocol`` (not streams: one callback per read, no reader task per
+connection). What it guarantees:
+
+- A frame's announced length is checked before any of it is buffered
+  (``FrameSplitter``); a frame over the limit, a length below a frame's minimum, a header
+  whose opaque cannot be read: the connection is closed (an answer could reach the wrong
+  caller). A header that is malformed after its opaque was read is answered SYSTEM_ERROR
+  with a remark that says what is wrong, and the connection goes on.
+- Each request runs as its own task (``node/remoting/dispatch.py`` has the handler
+  contract), so a long poll does not hold up the next frame; at most
+  ``max_in_flight`` at once per connection, more are answered SYSTEM_BUSY.
+- Unknown codes are answered REQUEST_CODE_NOT_SUPPORTED naming the code; a oneway request
+  gets no answer, whatever happens.
+- Writes are bounded: above ``write_high_bytes`` unsent, the connection stops reading
+  (no new requests from a peer that does not read its answers); above
+  ``write_max_bytes`` it is closed, so a slow reader costs a bounded amount of memory.
+- When the peer goes, its running handlers are cancelled (a long poll stops waiting)
+  and the node's own requests to it fail at once.
+- The node's own requests to the client (``request``, ``send_oneway``) get opaques of
+  their own; a response is matched to its request by opaque, and an answer to no pending
+  request is dropped.
+
+Thread-safety: owned by the node's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ferrymq.codec.remoting import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_HEADER_BYTES,
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    INT32_MAX,
+    SERIALIZE_JSON,
+    FrameError,
+    FrameSplitter,
+    HeaderFieldError,
+    RemotingCommand,
+    decode,
+    encode_head,
+)
+from ferrymq.codec.remoting_codes import ResponseCode
+from node.remoting.dispatch import Dispatch
+
+log = logging.getLogger("ferrymq.remoting")
+
+# A body this small is copied into one write with its head; larger ones go as they are.
+COPY_BODY_BELOW = 64 << 10
+# A handler failure's traceback is logged once per (code, exception type); after that one
+# line per interval says how many more there were.
+FAILURE_LOG_INTERVAL_S = 60.0
+
+
+@dataclass(frozen=True)
+class TransportLimits:
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    # Unsent answers: above high, stop reading this peer's requests; below low, read again.
+    write_high_bytes: int = 4 << 20
+    write_low_bytes: int = 1 << 20
+    # Answers already made while reading was paused can still add up; past this, the
+    # peer is not reading: closed.
+    write_max_bytes: int = 64 << 20
+    max_in_flight: int = 1024  # requests being handled at once on one connection
+    max_pending: int = 1024  # the node's own requests to one client awaiting answers
+    max_connections: int = 10_000
+
+
+class FailureLog:
+    """Handler exceptions, logged without a flood: the first of each (code, type) with its
+    traceback, then a count once per ``FAILURE_LOG_INTERVAL_S``."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._seen: dict[tuple[int, type], tuple[float, int]] = {}
+
+    def report(self, code: int, error: BaseException) -> None:
+        key = (code, type(error))
+        now = self._clock()
+        seen = self._seen.get(key)
+        if seen is None:
+            self._seen[key] = (now, 0)
+            log.error("remoting request code %d failed", code, exc_info=error)
+            return
+        logged_at, unlogged = seen
+        if now - logged_at >= FAILURE_LOG_INTERVAL_S:
+            self._seen[key] = (now, 0)
+            log.error(
+                "remoting request code %d failed again (%d more since): %s: %s",
+                code,
+                unlogged + 1,
+                type(error).__name__,
+                error,
+            )
+        else:
+            self._seen[key] = (logged_at, unlogged + 1)
+
+
+class RemotingConnection(asyncio.Protocol):
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        limits: TransportLimits,
+        failures: FailureLog,
+        on_open: Callable[[RemotingConnection], bool],
+        on_close: Callable[[RemotingConnection], None],
+    ) -> None:
+        self.dispatch = dispatch
+        self.limits = limits
+        self._failures = failures
+        self._on_open = on_open
+        self._on_close = on_close
+        self._splitter = FrameSplitter(limits.max_frame_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._opaques = itertools.count(1)
+        self._close_callbacks: list[Callable[[RemotingConnection], None]] = []
+        self.closed = False
+        self.peer_host = ""
+        self.peer_port = 0
+        # What handlers remember about this client (its client id, the groups it joined).
+        self.attributes: dict[str, object] = {}
+
+    @property
+    def peer_address(self) -> str:
+        return f"{self.peer_host}:{self.peer_port}"
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def add_close_callback(self, callback: Callable[[RemotingConnection], None]) -> None:
+        """``callback(connection)`` runs once when the connection ends."""
+        self._close_callbacks.append(callback)
+
+    # ---- asyncio.Protocol ------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  (uvloop's is no subclass)
+        self._loop = asyncio.get_running_loop()
+        raw = transport.get_extra_info("socket")
+        if raw is not None and raw.family in (socket.AF_INET, socket.AF_INET6):
+            # Answers must not wait for the peer's delayed ACK (asyncio sets it; say so).
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer_host, self.peer_port = str(peer[0]), int(peer[1])
+        transport.set_write_buffer_limits(
+            high=self.limits.write_high_bytes, low=self.limits.write_low_bytes
+        )
+        if not self._on_open(self):
+            log.warning("remoting connection from %s refused: too many", self.peer_address)
+            self.abort()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            frames = self._splitter.feed(data)
+        except FrameError as error:
+            self._drop(error)
+            return
+        for frame in frames:
+            self._frame(frame)
+            if self.closed:
+                return
+
+    def eof_received(self) -> bool:
+        if self._splitter.buffered:
+            log.info(
+                "remoting peer %s closed with %d bytes of an unfinished frame",
+                self.peer_address,
+                self._splitter.buffered,
+            )
+        return False  # close the transport
+
+    def pause_writing(self) -> None:
+        # The peer does not read its answers: take no more requests until it does.
+        if self._transport is not None and not self.closed:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self.closed:
+            self._transport.resume_reading()
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self.closed = True
+        for task in self._tasks:
+            task.cancel()  # a long poll of a gone peer stops waiting
+        for waiter in self._pending.values():
+            if not waiter.done():
+                waiter.set_exception(ConnectionError(f"remoting peer {self.peer_address} left"))
+        self._pending.clear()
+        callbacks, self._close_callbacks = self._close_callbacks, []
+        for callback in callbacks:
+            try:
+                callback(self)
+            except Exception:  # one failed clean-up must not skip the others
+                log.exception("remoting connection close callback failed")
+        self._on_close(self)
+
+    # ---- frames in -------------------------------------------------------------------
+    def _frame(self, frame: bytes) -> None:
+        try:
+            command = decode(frame, self.limits.max_header_bytes)
+        except FrameError as error:
+            if error.opaque is None:
+                self._drop(error)
+            else:
+                self._answer_malformed(frame, error)
+            return
+        if command.flag & FLAG_RESPONSE:
+            waiter = self._pending.pop(command.opaque, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(command)
+            return
+        handler = self.dispatch.handler_for(command.code)
+        if handler is None:
+            self._answer(
+                command,
+                command.reply(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f" request type {command.code} not supported",
+                ),
+            )
+            return
+        if len(self._tasks) >= self.limits.max_in_flight:
+            self._answer(
+                command,
+                command.reply(
+                    ResponseCode.SYSTEM_BUSY,
+                    f"{len(self._tasks)} requests of this connection are being handled, the "
+                    "limit: retry later",
+                ),
+            )
+            return
+        assert self._loop is not None
+        task = self._loop.create_task(self._handle(handler, command))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, handler, command: RemotingCommand) -> None:
+        try:
+            response = await handler(command, self)
+        except HeaderFieldError as error:
+            response = command.reply(ResponseCode.SYSTEM_ERROR, str(error))
+        except Exception as error:
+            self._failures.report(command.code, error)
+            response = command.reply(
+                ResponseCode.SYSTEM_ERROR, f"{type(error).__name__}: {error}"[:1024]
+            )
+        if response is not None:
+            self._answer(command, response)
+
+    def _answer_malformed(self, frame: bytes, error: FrameError) -> None:
+        """A frame whose opaque is known but whose header is not: answered unless it says
+        it is oneway (a binary header's flag sits at bytes 13..16 of the frame's header)."""
+        oneway = False
+        if frame[:1] == b"\x01" and len(frame) >= 17:
+            oneway = bool(int.from_bytes(frame[13:17], "big", signed=True) & FLAG_ONEWAY)
+        if not oneway:
+            assert error.opaque is not None
+            self.send(
+                RemotingCommand(
+                    ResponseCode.SYSTEM_ERROR,
+                    error.opaque,
+                    FLAG_RESPONSE,
+                    f"malformed request: {error}",
+                )
+            )
+
+    def _answer(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        if not request.flag & FLAG_ONEWAY:
+            self.send(response)
+
+    def _drop(self, error: FrameError) -> None:
+        log.warning("closing remoting connection from %s: %s", self.peer_address, error)
+        self.abort()
+
+    # ---- frames out ------------------------------------------------------------------
+    def send(self, command: RemotingCommand) -> bool:
+        """Write one frame; False when the connection is gone (or just closed because
+        its peer does not read)."""
+        transport = self._transport
+        if self.closed or transport is None or transport.is_closing():
+            return False
+        try:
+            head = encode_head(command)
+        except ValueError as error:
+            # A response that does not fit its header form: say so in JSON instead.
+            log.error("remoting response to %s not encodable: %s", self.peer_address, error)
+            head = encode_head(
+                RemotingCommand(
+                    ResponseCode.SYSTEM_ERROR,
+                    command.opaque,
+                    command.flag,
+                    f"response not encodable: {error}",
+                    serialize_type=SERIALIZE_JSON,
+                )
+            )
+            command = RemotingCommand(ResponseCode.SYSTEM_ERROR)
+        body = command.body
+        if len(body) < COPY_BODY_BELOW:
+            transport.write(head + body)
+        else:
+            transport.write(head)
+            transport.write(body)
+        if transport.get_write_buffer_size() > self.limits.write_max_bytes:
+            log.warning(
+                "closing remoting connection from %s: %d bytes of answers unread",
+                self.peer_address,
+                transport.get_write_buffer_size(),
+            )
+            self.abort()
+            return False
+        return True
+
+    async def request(self, command: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Send the node's own request to this client and wait for its answer.
+        ``TimeoutError`` after ``timeout_s``; ``ConnectionError`` if the peer is gone or
+        leaves meanwhile, or too many requests to it await answers."""
+        if self.closed:
+            raise ConnectionError(f"remoting peer {self.peer_address} is gone")
+        if len(self._pending) >= self.limits.max_pending:
+            raise ConnectionError(
+                f"{len(self._pending)} requests to {self.peer_address} await answers"
+            )
+        assert self._loop is not None
+        opaque = self._next_opaque()
+        waiter: asyncio.Future[RemotingCommand] = self._loop.create_future()
+        self._pending[opaque] = waiter
+        try:
+            if not self.send(_with(command, opaque, command.flag & ~(FLAG_RESPONSE | FLAG_ONEWAY))):
+                raise ConnectionError(f"remoting peer {self.peer_address} is gone")
+            return await asyncio.wait_for(waiter, timeout_s)
+        finally:
+            self._pending.pop(opaque, None)
+
+    def send_oneway(self, command: RemotingCommand) -> bool:
+        """Send the node's own request to this client, expecting no answer."""
+        return self.send(_with(command, self._next_opaque(), FLAG_ONEWAY))
+
+    def _next_opaque(self) -> int:
+        opaque = next(self._opaques)
+        if opaque > INT32_MAX:
+            self._opaques = itertools.count(2)
+            opaque = 1
+        return opaque
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self._transport is not None:
+            self._transport.abort()
+
+
+def _with(command: RemotingCommand, opaque: int, flag: int) -> RemotingCommand:
+    return RemotingCommand(
+        command.code,
+        opaque,
+        flag,
+        command.remark,
+        command.ext_fields,
+        command.body,
+        command.language,
+        command.version,
+        command.serialize_type,
+    )

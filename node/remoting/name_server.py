@@ -1,0 +1,146 @@
+"""The NameServer role: every node answers RocketMQ 4.x clients' route requests on its
+remoting port, from its replica of the Raft-replicated routing state, so ``namesrvAddr``
+may list any nodes.
+
+A broker group is a RocketMQ broker: ``brokerName`` is the group's name, its master is
+brokerId 0 and its in-sync slaves that are alive are 1..n (by node id), each at its
+*remoting* address. Every group is in one cluster, ``CLUSTER_NAME``. Bodies are compact
+JSON with quoted keys, which every client parses (the Go client splits ``brokerAddrs``
+text on commas and colons: no whitespace anywhere).
+
+Thread-safety: handlers run on the event loop; each reads the routing state once under
+its lock (``RoutingReplica.read``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ferrymq.codec.remoting import RemotingCommand
+from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from node.remoting.dispatch import Handler
+from routing.metadata import DLQ_PREFIX, Permission, TopicError
+from routing.replica import RoutingReplica
+from routing.state import RoutingState
+
+CLUSTER_NAME = "DefaultCluster"  # RocketMQ's default, what mqadmin's -c usually names
+MASTER_ID = 0
+PERM_READ = 4  # RocketMQ's PermName bits
+PERM_WRITE = 2
+PERMISSION_BITS = {
+    Permission.READ: PERM_READ,
+    Permission.WRITE: PERM_WRITE,
+    Permission.READ_WRITE: PERM_READ | PERM_WRITE,
+}
+
+
+def json_body(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def broker_addresses(state: RoutingState, broker_group: str) -> dict[str, str]:
+    """brokerId → remoting address: the master as 0, the alive in-sync slaves as 1..n in
+    node-id order. Members without a remoting address (registered by an older node) are
+    left out; a group without a master has only slaves (consumers can still read)."""
+    group = state.broker_groups.get(broker_group)
+    if group is None:
+        return {}
+    addresses: dict[str, str] = {}
+    master = state.members.get(group.master) if group.master else None
+    if master is not None and master.remoting_address:
+        addresses[str(MASTER_ID)] = master.remoting_address
+    slaves = sorted(
+        member
+        for member in group.in_sync
+        if member != group.master
+        and (found := state.members.get(member)) is not None
+        and found.alive
+        and found.remoting_address
+    )
+    for broker_id, node_id in enumerate(slaves, start=1):
+        addresses[str(broker_id)] = state.members[node_id].remoting_address
+    return addresses
+
+
+def broker_data(state: RoutingState, broker_group: str) -> dict:
+    return {
+        "brokerAddrs": broker_addresses(state, broker_group),
+        "brokerName": broker_group,
+        "cluster": CLUSTER_NAME,
+    }
+
+
+def route_data(state: RoutingState, topic: str) -> dict:
+    """RocketMQ's TopicRouteData of ``topic`` (``TopicError`` when it does not exist)."""
+    route = state.topic(topic)
+    perm = PERMISSION_BITS[route.permission]
+    brokers, queues = [], []
+    for broker_group, count in route.queues:
+        data = broker_data(state, broker_group)
+        if not data["brokerAddrs"]:
+            continue  # nobody to reach: the group's queues come back with its members
+        brokers.append(data)
+        queues.append(
+            {
+                "brokerName": broker_group,
+                "perm": perm,
+                "readQueueNums": count,
+                "topicSynFlag": 0,  # the spelling before 4.9.0, which the Go client reads
+                "topicSysFlag": 0,
+                "writeQueueNums": count,
+            }
+        )
+    return {"brokerDatas": brokers, "filterServerTable": {}, "queueDatas": queues}
+
+
+def cluster_info(state: RoutingState) -> dict:
+    """RocketMQ's ClusterInfo: every broker group, all in ``CLUSTER_NAME``."""
+    names = sorted(state.broker_groups)
+    return {
+        "brokerAddrTable": {name: broker_data(state, name) for name in names},
+        "clusterAddrTable": {CLUSTER_NAME: names},
+    }
+
+
+def topic_list(state: RoutingState) -> dict:
+    """Every topic, the dead-letter topics of the groups included."""
+    names = set(state.topics) | {DLQ_PREFIX + group for group in state.groups}
+    return {"topicList": sorted(names)}
+
+
+class NameServer:
+    def __init__(self, routing: RoutingReplica) -> None:
+        self.routing = routing
+
+    def handlers(self) -> list[tuple[int, Handler]]:
+        return [
+            (RequestCode.GET_ROUTEINFO_BY_TOPIC, self.route),
+            (RequestCode.GET_BROKER_CLUSTER_INFO, self.cluster_info),
+            (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.topic_list),
+            (RequestCode.GET_KV_CONFIG, self.kv_config),
+        ]
+
+    async def route(self, request: RemotingCommand, connection) -> RemotingCommand:
+        topic = request.text("topic")
+        try:
+            body = self.routing.read(lambda state: route_data(state, topic))
+        except TopicError as error:
+            return request.reply(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic} ({error.detail})",
+            )
+        return request.reply(ResponseCode.SUCCESS, body=json_body(body))
+
+    async def cluster_info(self, request: RemotingCommand, connection) -> RemotingCommand:
+        return request.reply(ResponseCode.SUCCESS, body=json_body(self.routing.read(cluster_info)))
+
+    async def topic_list(self, request: RemotingCommand, connection) -> RemotingCommand:
+        return request.reply(ResponseCode.SUCCESS, body=json_body(self.routing.read(topic_list)))
+
+    async def kv_config(self, request: RemotingCommand, connection) -> RemotingCommand:
+        """ferrymq keeps no NameServer key-value configuration (ordered-topic
+        configurations among them): every key is absent, as RocketMQ answers an unset one."""
+        namespace, key = request.text("namespace"), request.text("key")
+        return request.reply(
+            ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace} Key: {key}"
+        )

@@ -1,0 +1,284 @@
+"""The remoting frame codec (ferrymq/codec/remoting.py) and the 4.x batch and properties
+codec (ferrymq/codec/remoting_messages.py): round trips in both header forms, the bytes
+4.x clients send, and every way a frame can be malformed."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.remoting import (
+    BINARY_FIXED,
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    SERIALIZE_JSON,
+    SERIALIZE_ROCKETMQ,
+    FrameLengthInvalid,
+    FrameSplitter,
+    FrameTooLarge,
+    HeaderFieldError,
+    HeaderTooLarge,
+    MalformedHeader,
+    RemotingCommand,
+    UnknownSerializeType,
+    decode,
+    decode_frame,
+    encode,
+)
+from ferrymq.codec.remoting_codes import LANGUAGES
+from ferrymq.codec.remoting_messages import (
+    BatchedMessage,
+    MalformedBatch,
+    decode_batch,
+    encode_batch,
+    parse_sent_properties,
+)
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+int32 = st.integers(-(2**31), 2**31 - 1)
+int16 = st.integers(-(2**15), 2**15 - 1)
+# The machine is shared: no per-example deadline, and few enough examples to stay quick.
+quick = settings(deadline=None, max_examples=60)
+
+
+@st.composite
+def commands(draw, serialize_type: int):
+    small = int16 if serialize_type == SERIALIZE_ROCKETMQ else int32
+    return RemotingCommand(
+        code=draw(small),
+        opaque=draw(int32),
+        flag=draw(st.sampled_from([0, FLAG_RESPONSE, FLAG_ONEWAY])),
+        remark=draw(st.none() | text.filter(bool)),
+        ext_fields=draw(st.dictionaries(text.filter(bool), text, max_size=6)),
+        body=draw(st.binary(max_size=200)),
+        language=draw(st.sampled_from(LANGUAGES)),
+        version=draw(small),
+        serialize_type=serialize_type,
+    )
+
+
+@quick
+@given(commands(SERIALIZE_JSON))
+def test_json_frames_round_trip(command):
+    assert decode_frame(encode(command)) == command
+
+
+@quick
+@given(commands(SERIALIZE_ROCKETMQ))
+def test_binary_frames_round_trip(command):
+    assert decode_frame(encode(command)) == command
+
+
+@quick
+@given(st.lists(commands(SERIALIZE_JSON) | commands(SERIALIZE_ROCKETMQ), max_size=8), st.data())
+def test_the_splitter_cuts_any_chunking_into_the_frames_sent(sent, data):
+    stream = b"".join(encode(command) for command in sent)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))
+    splitter, frames = FrameSplitter(), []
+    for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+        frames += splitter.feed(stream[start:end])
+    assert [decode(frame) for frame in frames] == sent and splitter.buffered == 0
+
+
+def json_frame(header: dict | bytes, body: bytes = b"", serialize_type: int = 0) -> bytes:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return (
+        struct.pack(">iI", 4 + len(raw) + len(body), serialize_type << 24 | len(raw)) + raw + body
+    )
+
+
+def test_a_java_clients_json_header_reads_as_sent():
+    """What the 4.x Java client writes: extFields as strings, serializeTypeCurrentRPC, no
+    remark; the body follows the header."""
+    header = (
+        b'{"code":310,"extFields":{"a":"P","b":"T","e":"1","g":"1700000000000"},'
+        b'"flag":0,"language":"JAVA","opaque":7,"serializeTypeCurrentRPC":"JSON",'
+        b'"version":407}'
+    )
+    command = decode_frame(json_frame(header, b"hello"))
+    assert (command.code, command.opaque, command.flag, command.version) == (310, 7, 0, 407)
+    assert command.ext_fields == {"a": "P", "b": "T", "e": "1", "g": "1700000000000"}
+    assert command.body == b"hello" and command.remark is None and command.language == "JAVA"
+    assert command.int32("e") == 1 and command.integer("g") == 1700000000000
+
+
+def test_ali_ons_bare_numbers_and_booleans_read_as_java_prints_them():
+    header = {"code": 10, "opaque": 1, "language": 0, "extFields": {"queueId": 3, "unitMode": False,
+              "ratio": 1.5, "whole": 2.0, "absent": None}}  # fmt: skip
+    command = decode_frame(json_frame(header))
+    assert command.ext_fields == {"queueId": "3", "unitMode": "false", "ratio": "1.5", "whole": "2"}
+    assert command.language == "JAVA"
+
+
+def test_answers_are_json_with_string_ext_fields_and_no_empty_remark():
+    reply = RemotingCommand(105, opaque=9).reply(0, ext_fields={"offset": "12"})
+    raw = encode(reply)
+    header = json.loads(raw[8 : 8 + (struct.unpack(">I", raw[4:8])[0] & 0xFFFFFF)])
+    assert header["flag"] == FLAG_RESPONSE and header["opaque"] == 9
+    assert header["extFields"] == {"offset": "12"} and "remark" not in header
+
+
+def test_a_reply_keeps_the_requests_serialize_type():
+    request = RemotingCommand(11, opaque=3, serialize_type=SERIALIZE_ROCKETMQ)
+    assert decode_frame(encode(request.reply(19, "none"))).serialize_type == SERIALIZE_ROCKETMQ
+
+
+def test_binary_headers_carry_no_code_past_int16():
+    with pytest.raises(ValueError, match="JSON only"):
+        encode(RemotingCommand(200050, serialize_type=SERIALIZE_ROCKETMQ))
+    assert decode_frame(encode(RemotingCommand(200050))).code == 200050
+
+
+@pytest.mark.parametrize(
+    ("frame", "error", "opaque", "words"),
+    [
+        # The total length is checked before anything is buffered.
+        (struct.pack(">i", 17 << 20), FrameTooLarge, None, "limit is 16777216"),
+        (struct.pack(">i", 2), FrameLengthInvalid, None, "at least"),
+        (struct.pack(">i", -1), FrameLengthInvalid, None, "at least"),
+    ],
+)
+def test_the_splitter_refuses_a_bad_length_at_once(frame, error, opaque, words):
+    with pytest.raises(error, match=words):
+        FrameSplitter().feed(frame)
+
+
+def test_a_header_length_past_the_frame_is_refused():
+    frame = struct.pack(">iI", 8, 100) + b"{}{}"
+    with pytest.raises(FrameLengthInvalid, match="runs past"):
+        decode_frame(frame)
+
+
+def test_a_header_over_the_header_limit_is_refused():
+    with pytest.raises(HeaderTooLarge, match="limit is 16"):
+        decode(encode(RemotingCommand(10, ext_fields={"k": "v" * 64}))[4:], max_header_bytes=16)
+
+
+def test_an_unknown_serialize_type_is_refused():
+    with pytest.raises(UnknownSerializeType, match="serialize type 2") as raised:
+        decode_frame(json_frame({"code": 10, "opaque": 1}, serialize_type=2))
+    assert raised.value.opaque is None
+
+
+@pytest.mark.parametrize(
+    ("header", "opaque", "words"),
+    [
+        (b"not json", None, "not JSON"),
+        (b"\xff\xfe", None, "not JSON"),
+        (b"[1, 2]", None, "not an object"),
+        ({"opaque": "x", "code": 10}, None, "opaque='x' is not an integer"),
+        ({"opaque": 5}, 5, "no code"),
+        ({"opaque": 5, "code": "ten"}, 5, "code='ten' is not an integer"),
+        ({"opaque": 5, "code": 1.5}, 5, "code=1.5 is not an integer"),
+        ({"opaque": 5, "code": 2**40}, 5, "outside"),
+        ({"opaque": 5, "code": 10, "flag": True}, 5, "flag=True"),
+        ({"opaque": 5, "code": 10, "language": 99}, 5, "no language"),
+        ({"opaque": 5, "code": 10, "remark": 3}, 5, "remark=3"),
+        ({"opaque": 5, "code": 10, "extFields": []}, 5, "extFields is not an object"),
+        ({"opaque": 5, "code": 10, "extFields": {"a": [1]}}, 5, "extFields"),
+    ],
+)
+def test_every_malformed_json_header_says_what_and_whether_its_opaque_is_known(
+    header, opaque, words
+):
+    with pytest.raises(MalformedHeader, match=words) as raised:
+        decode_frame(json_frame(header))
+    assert raised.value.opaque == opaque
+
+
+def binary_frame(header: bytes) -> bytes:
+    return struct.pack(">iI", 4 + len(header), 1 << 24 | len(header)) + header
+
+
+@pytest.mark.parametrize(
+    ("header", "opaque", "words"),
+    [
+        (b"\x00\x0a\x00", None, "fixed part"),
+        (BINARY_FIXED.pack(10, 0, 0, 77, 0, 0)[:12], 77, "fixed part"),
+        (BINARY_FIXED.pack(10, 0, 0, 77, 0, 50) + b"\x00" * 4, 77, "remark of 50 bytes"),
+        (BINARY_FIXED.pack(10, 0, 0, 77, 0, 0) + struct.pack(">i", 9), 77, "ext fields of 9"),
+        (
+            BINARY_FIXED.pack(10, 0, 0, 77, 0, 0) + struct.pack(">ih", 4, 9) + b"ab",
+            77,
+            "name of 9 bytes",
+        ),
+        (
+            BINARY_FIXED.pack(10, 0, 0, 77, 0, 0) + struct.pack(">ihsi", 7, 1, b"k", 99),
+            77,
+            "runs past",
+        ),
+        (
+            BINARY_FIXED.pack(10, 0, 0, 77, 0, 2) + b"\xff\xff" + struct.pack(">i", 0),
+            77,
+            "not UTF-8",
+        ),
+    ],
+)
+def test_every_malformed_binary_header_is_refused(header, opaque, words):
+    with pytest.raises(MalformedHeader, match=words) as raised:
+        decode_frame(binary_frame(header))
+    assert raised.value.opaque == opaque
+
+
+def test_header_fields_name_what_is_missing_or_wrong():
+    command = RemotingCommand(11, ext_fields={"queueId": "x1", "offset": "9", "big": "99999999999"})
+    with pytest.raises(HeaderFieldError, match="queueOffset is missing"):
+        command.integer("queueOffset")
+    with pytest.raises(HeaderFieldError, match=r"queueId='x1' is not an integer"):
+        command.int32("queueId")
+    with pytest.raises(HeaderFieldError, match="outside"):
+        command.int32("big")
+    with pytest.raises(HeaderFieldError, match="topic is missing"):
+        command.text("topic")
+    assert command.integer("offset") == 9 and command.int32("absent", 5) == 5
+    for bad in (" 9", "9 ", "1_0", "٣", "+", "0x1"):
+        with pytest.raises(HeaderFieldError, match="not an integer"):
+            RemotingCommand(1, ext_fields={"n": bad}).integer("n")
+    assert RemotingCommand(1, ext_fields={"n": ""}).integer("n", -7) == -7
+    assert RemotingCommand(1, ext_fields={"n": "-12"}).integer("n") == -12
+
+
+@quick
+@given(
+    st.lists(
+        st.builds(
+            BatchedMessage,
+            flag=int32,
+            body=st.binary(max_size=100),
+            properties=st.binary(max_size=50),
+        ),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_batches_round_trip(messages):
+    assert decode_batch(encode_batch(messages), 100) == messages
+
+
+def test_a_batch_that_is_not_whole_messages_is_refused_naming_where():
+    good = encode_batch([BatchedMessage(0, b"one", b"a\x01b"), BatchedMessage(0, b"two", b"")])
+    with pytest.raises(MalformedBatch, match="message 1 at byte 28"):
+        decode_batch(good[:-3], 100)
+    with pytest.raises(MalformedBatch, match="total size"):
+        decode_batch(struct.pack(">i", 99) + good[4:], 100)
+    with pytest.raises(MalformedBatch, match="no message"):
+        decode_batch(b"", 100)
+    with pytest.raises(MalformedBatch, match="more than 1"):
+        decode_batch(good, 1)
+    with pytest.raises(MalformedBatch, match="body of -5 bytes"):
+        decode_batch(struct.pack(">iiiii", 22, 0, 0, 0, -5) + b"\x00\x00", 100)
+
+
+def test_sent_properties_with_or_without_the_trailing_separator():
+    assert parse_sent_properties(b"TAGS\x01a\x02KEYS\x01k1 k2") == {"TAGS": "a", "KEYS": "k1 k2"}
+    assert parse_sent_properties("TAGS\x01a\x02KEYS\x01k\x02") == {"TAGS": "a", "KEYS": "k"}
+    assert parse_sent_properties(b"") == {}
+    for bad in (b"TAGS", b"\x01value", b"a\x01b\x01c", b"\xff\x01x"):
+        with pytest.raises(InvalidMessageError) as raised:
+            parse_sent_properties(bad)
+        assert raised.value.reason == "PROPERTY_INVALID"

@@ -1,0 +1,119 @@
+"""A blocking RocketMQ remoting client for tests: one socket, one request at a time (or
+several sent before their answers are read), frames from ``ferrymq.codec.remoting``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import ssl
+import time
+
+from ferrymq.codec.remoting import (
+    SERIALIZE_JSON,
+    FrameSplitter,
+    RemotingCommand,
+    decode,
+    encode,
+)
+from ferrymq.codec.remoting_codes import RequestCode
+
+
+class RemotingClient:
+    def __init__(
+        self, address: str, timeout_s: float = 10.0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        host, _, port = address.rpartition(":")
+        self.socket = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            self.socket = ssl_context.wrap_socket(self.socket, server_hostname=host)
+        self.splitter = FrameSplitter()
+        self.frames: list[bytes] = []
+        self.opaques = itertools.count(1)
+
+    def close(self) -> None:
+        self.socket.close()
+
+    def __enter__(self) -> RemotingClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.socket.sendall(data)
+
+    def send(
+        self,
+        code: int,
+        fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        *,
+        flag: int = 0,
+        serialize_type: int = SERIALIZE_JSON,
+        opaque: int | None = None,
+    ) -> int:
+        opaque = next(self.opaques) if opaque is None else opaque
+        command = RemotingCommand(
+            code, opaque, flag, None, dict(fields or {}), body, "JAVA", 407, serialize_type
+        )
+        self.socket.sendall(encode(command))
+        return opaque
+
+    def receive(self) -> RemotingCommand:
+        while not self.frames:
+            data = self.socket.recv(1 << 20)
+            if not data:
+                raise ConnectionError("the node closed the connection")
+            self.frames.extend(self.splitter.feed(data))
+        return decode(self.frames.pop(0))
+
+    def call(self, code: int, fields: dict[str, str] | None = None, body: bytes = b"", **kw):
+        opaque = self.send(code, fields, body, **kw)
+        answer = self.receive()
+        assert answer.opaque == opaque and answer.is_response, answer
+        return answer
+
+    def closed_by_peer(self) -> bool:
+        """Whether the node closed this connection (reads until EOF or a reset)."""
+        try:
+            while True:
+                data = self.socket.recv(1 << 16)
+                if not data:
+                    return True
+                self.frames.extend(self.splitter.feed(data))
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+
+
+def json_of(answer: RemotingCommand):
+    return json.loads(answer.body)
+
+
+def properties_text(properties: dict[str, str]) -> str:
+    """As the Java client writes them: pairs joined by 0x02, no trailing separator."""
+    return "\x02".join(f"{name}\x01{value}" for name, value in properties.items())
+
+
+def send_v2(client, topic: str, body: bytes, queue_id: int = 0, **properties: str):
+    return client.call(
+        RequestCode.SEND_MESSAGE_V2,
+        {
+            "a": "producers",
+            "b": topic,
+            "c": "TBW102",
+            "d": "4",
+            "e": str(queue_id),
+            "f": "0",
+            "g": str(int(time.time() * 1000)),
+            "h": "0",
+            "i": properties_text(properties),
+            "j": "0",
+            "k": "false",
+            "m": "false",
+        },
+        body,
+    )
