@@ -48,6 +48,16 @@ JAVA_TOOLS = jvm.Artifact("org.apache.rocketmq", "rocketmq-tools", "5.3.3")
 GSON = jvm.Artifact("com.google.code.gson", "gson", "2.10.1")
 
 
+MQADMIN_LOGBACK = """<configuration>
+  <appender name="file" class="ch.qos.logback.core.FileAppender">
+    <file>${user.home}/logs/mqadmin.log</file>
+    <encoder><pattern>%d %-5p [%t] %c{1} - %m%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="file"/></root>
+</configuration>
+"""
+
+
 class ClientUnavailable(RuntimeError):
     """A toolchain, registry or artifact is missing: the message is the one line to show."""
 
@@ -76,6 +86,8 @@ JAVA_FAMILIES = {
     "java-remoting": JavaFamily(
         "java-remoting", "Remoting4Driver", (JAVA_REMOTING_CLIENT, GSON), ("common", "remoting4")
     ),
+    # mqadmin's commands, several in one JVM (rocketmq-tools' MQAdminStartup.main0).
+    "mqadmin": JavaFamily("mqadmin", "MqadminDriver", (JAVA_TOOLS, GSON), ("common", "mqadmin")),
 }
 GO_FAMILIES = {"go-grpc": "grpc5", "go-remoting": "remoting"}
 
@@ -112,9 +124,12 @@ def tool(name: str, why: str) -> str:
 
 
 def _last_lines(output: str, count: int = 3) -> str:
+    """The first error lines of a failed command (each with the two after it, where javac
+    and go name the symbol), else its last lines: one line to show."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if "ERROR" in line or "error" in line.lower()]
-    return " | ".join((errors or lines)[-count:]) or "no output"
+    errors = [i for i, line in enumerate(lines) if "error" in line.lower()]
+    shown = [" ".join(lines[i : i + 3]) for i in errors[:count]] if errors else lines[-count:]
+    return " | ".join(shown)[:1000] or "no output"
 
 
 def install_step(argv: Sequence[str], what: str, cwd: Path, env: dict[str, str]) -> None:
@@ -137,7 +152,8 @@ def install_step(argv: Sequence[str], what: str, cwd: Path, env: dict[str, str])
 
 @contextlib.contextmanager
 def landing(final: Path) -> Iterator[Path]:
-    """A fresh directory beside ``final`` that becomes ``final`` when the block ends well."""
+    """A fresh directory beside ``final`` that becomes ``final`` when the block ends well;
+    then the builds it replaces (``final``'s name up to its key, another key) go."""
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
@@ -146,6 +162,10 @@ def landing(final: Path) -> Iterator[Path]:
         os.rename(work, final)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    family = final.name.rsplit("-", 1)[0] + "-"
+    for old in final.parent.glob(family + "*"):
+        if old != final and len(old.name) == len(final.name) and old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
 
 
 # ---- Java ----------------------------------------------------------------------------
@@ -224,25 +244,6 @@ def java_driver(family_name: str) -> Driver:
     )
 
 
-def mqadmin() -> Driver:
-    """``mqadmin`` (rocketmq-tools' ``MQAdminStartup``): the argv, then the command."""
-    java = tool("java", "mqadmin runs on Java 17")
-    lib = maven_libs("mqadmin", (JAVA_TOOLS,))
-    return Driver(
-        "mqadmin",
-        (
-            java,
-            "-Xms64m",
-            "-Xmx256m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            "-cp",
-            str(lib / "jars" / "*"),
-            "org.apache.rocketmq.tools.command.MQAdminStartup",
-        ),
-    )
-
-
 # ---- Go ------------------------------------------------------------------------------
 def go_environment() -> dict[str, str]:
     go_cache = CACHE / "go"
@@ -309,15 +310,13 @@ def alions_driver() -> Driver:
 
 
 def driver(name: str) -> Driver:
-    """Any driver by name: java-grpc, java-remoting, go-grpc, go-remoting, alions, mqadmin."""
+    """Any driver by name: java-grpc, java-remoting, mqadmin, go-grpc, go-remoting, alions."""
     if name in JAVA_FAMILIES:
         return java_driver(name)
     if name in GO_FAMILIES:
         return go_driver(name)
     if name == "alions":
         return alions_driver()
-    if name == "mqadmin":
-        return mqadmin()
     raise KeyError(name)
 
 
@@ -359,6 +358,14 @@ def run(
     here with its events, stderr and the client log's tail."""
     home.mkdir(parents=True, exist_ok=True)
     environment = {**os.environ, **built.env, "HOME": str(home), **(env or {})}
+    # The Go 5.x client logs under $rocketmq.client.logRoot, else under "/logs".
+    environment.setdefault("rocketmq.client.logRoot", str(home / "logs" / "rocketmqlogs"))
+    if built.name == "mqadmin":
+        # mqadmin configures its logging from $ROCKETMQ_HOME/conf/logback_tools.xml and runs
+        # no command without it.
+        (home / "conf").mkdir(exist_ok=True)
+        (home / "conf" / "logback_tools.xml").write_text(MQADMIN_LOGBACK)
+        environment["ROCKETMQ_HOME"] = str(home)
     argv = list(built.argv)
     if argv[0].endswith("java"):
         argv.insert(1, f"-Duser.home={home}")
