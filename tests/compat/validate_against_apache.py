@@ -159,10 +159,14 @@ class Checks:
         self.rows.append(Row(self.driver, what, ok, note))
 
 
+run_driver_names = {"j4": "java 4.x remoting", "g2": "go remoting (client-go/v2)", "ons": "ali-ons"}
+
+
 def sample_of(run: clients.Run, topic: str, group: str, id_field: str) -> dict:
     """The "r-ok" message every driver sends to its retry topic, for mqadmin to look up."""
     sent = first_of(run.of("sent")).get("r-ok", {})
     return {
+        "driver": run_driver_names.get(group.split("-")[0], group),
         "topic": topic,
         "group": group,
         "key": "r-ok",
@@ -483,10 +487,13 @@ def mqadmin(apache: ApacheRocketMQ, home: Path, topics: list[str]) -> list[Row]:
     return c.rows
 
 
-def mqadmin_after(apache: ApacheRocketMQ, home: Path, sample: dict) -> list[Row]:
-    """The other commands, once a driver has sent and consumed: ``sample`` names one of its
-    messages (topic, key, the consumer group that read it, its offset message id)."""
+def mqadmin_after(apache: ApacheRocketMQ, home: Path, samples: list[dict]) -> list[Row]:
+    """The other commands, once the drivers have sent and consumed: each sample names one
+    message of a driver (topic, key, the consumer group that read it, its offset message
+    id); the first is looked up every way, and each driver's poison message is looked for
+    in its retry group's dead-letter topic."""
     built = clients.driver("mqadmin")
+    sample = samples[0]
     topic, group, key = sample["topic"], sample["group"], sample["key"]
     commands = [
         ["updateTopic", "-c", CLUSTER, "-t", "mqadmin-made", "-r", "2", "-w", "2"],
@@ -496,11 +503,11 @@ def mqadmin_after(apache: ApacheRocketMQ, home: Path, sample: dict) -> list[Row]
         ["consumerProgress", "-g", group],
         ["queryMsgByKey", "-t", topic, "-k", key],
         ["queryMsgById", "-t", topic, "-i", sample["offset_id"]],
-    ]
+    ] + [["queryMsgByKey", "-t", f"%DLQ%{s['group']}", "-k", "r-poison"] for s in samples]
     run = clients.run(
         built, {"namesrv": apache.namesrv, "commands": commands}, home, 600, check_done=False
     )
-    out = {e["argv"][0]: e for e in run.of("command")}
+    out = {e["argv"][0]: e for e in run.of("command") if not e["argv"][2].startswith("%DLQ%")}
     c = Checks("mqadmin", run, home)
     c.check(
         "updateTopic -c cluster",
@@ -536,7 +543,7 @@ def mqadmin_after(apache: ApacheRocketMQ, home: Path, sample: dict) -> list[Row]
     ids = [
         line.split()[0]
         for line in by_key.splitlines()
-        if line.strip() and re.fullmatch(r"[0-9A-F]{32,}", line.split()[0])
+        if line.strip() and re.fullmatch(r"[0-9A-Fa-f]{32,}", line.split()[0])
     ]
     c.check("queryMsgByKey", lambda: len(ids) >= 1, lambda: by_key[-500:])
     by_id = out["queryMsgById"]["output"]
@@ -545,6 +552,23 @@ def mqadmin_after(apache: ApacheRocketMQ, home: Path, sample: dict) -> list[Row]
         lambda: topic in by_id and key in by_id and sample["offset_id"] in by_id,
         lambda: by_id[-800:],
     )
+    dead = {
+        e["argv"][2]: e["output"] for e in run.of("command") if e["argv"][2].startswith("%DLQ%")
+    }
+    for s in samples:
+        found = dead.get(f"%DLQ%{s['group']}", "")
+        c.rows += [
+            Row(
+                s["driver"],
+                f"dead-lettered message in %DLQ%{s['group']} (queryMsgByKey)",
+                any(
+                    re.fullmatch(r"[0-9A-Fa-f]{32,}", line.split()[0])
+                    for line in found.splitlines()[1:]
+                    if line.strip()
+                ),
+                found[-500:],
+            )
+        ]
     return c.rows
 
 
@@ -878,7 +902,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += guarded(name, one)
         if samples:
             home = root / "mqadmin-home"
-            rows += guarded("mqadmin", lambda: mqadmin_after(apache, home, samples[0]))
+            rows += guarded("mqadmin", lambda: mqadmin_after(apache, home, samples))
     print(table(rows))
     kept = root if args.keep else "a removed directory"
     print(f"({time.monotonic() - started:.0f} s; logs in {kept})")
