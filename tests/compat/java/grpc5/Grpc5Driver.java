@@ -45,7 +45,8 @@ import org.apache.rocketmq.client.java.impl.producer.SendReceiptImpl;
  *                {"op": "ack", "bodies": [..]}, {"op": "change", "body", "invisible_s"},
  *                {"op": "sleep", "s"}]},
  *   {"do": "push", "group", "topic", "expression", "sql": bool, "fail": [bodies],
- *        "fail_attempts": n, "expect": [bodies], "deadline_s", "linger_s", "threads"}]}
+ *        "fail_attempts": n, "expect": [bodies], "threads", "deadline_s", "linger_s"}
+ *        (or "consumers": [{"group", "topic", ...}, ..] with "deadline_s", "linger_s")]}
  * </pre>
  *
  * Events: sent, send_failed, committed, rolled_back, end_failed, checked, received,
@@ -369,43 +370,94 @@ public final class Grpc5Driver {
         }
     }
 
+    /** One push consumer of a "push" step, and what its listener saw. */
+    private final class Pushed {
+        final JsonObject spec;
+        final Set<String> fail;
+        final Set<String> expect;
+        final long failAttempts;
+        final Set<String> succeeded = ConcurrentHashMap.newKeySet();
+        final Map<String, AtomicInteger> failures = new ConcurrentHashMap<>();
+        final PushConsumer consumer;
+
+        Pushed(JsonObject spec) throws Exception {
+            this.spec = spec;
+            this.fail = new HashSet<>(Out.strings(spec, "fail"));
+            this.expect = new HashSet<>(Out.strings(spec, "expect"));
+            this.failAttempts = Out.num(spec, "fail_attempts", 1);
+            this.consumer = provider.newPushConsumerBuilder()
+                .setClientConfiguration(configuration)
+                .setConsumerGroup(Out.str(spec, "group", ""))
+                .setSubscriptionExpressions(subscription(spec))
+                .setConsumptionThreadCount((int) Out.num(spec, "threads", 4))
+                .setMessageListener(view -> {
+                    String body = Out.utf8(bytesOf(view.getBody()));
+                    boolean failed = fail.contains(body);
+                    Out.emit("consumed", with(describe(view), "failed", failed, "consumer_group",
+                        Out.str(spec, "group", "")));
+                    if (failed) {
+                        failures.computeIfAbsent(body, b -> new AtomicInteger()).incrementAndGet();
+                        return ConsumeResult.FAILURE;
+                    }
+                    succeeded.add(body);
+                    return ConsumeResult.SUCCESS;
+                })
+                .build();
+        }
+
+        boolean done() {
+            boolean all = succeeded.containsAll(expect);
+            for (String body : fail) {
+                AtomicInteger seen = failures.get(body);
+                all &= seen != null && seen.get() >= failAttempts;
+            }
+            return all;
+        }
+    }
+
+    /**
+     * Push consumers, all at once: the step's own fields make one, "consumers": [..] several.
+     * They are closed together, since a push consumer's close waits for its receive long
+     * polls to end (the server's long-polling timeout).
+     */
     private void push(JsonObject step) throws Exception {
-        Set<String> fail = new HashSet<>(Out.strings(step, "fail"));
-        Set<String> expect = new HashSet<>(Out.strings(step, "expect"));
-        long failAttempts = Out.num(step, "fail_attempts", 1);
-        Set<String> succeeded = ConcurrentHashMap.newKeySet();
-        Map<String, AtomicInteger> failures = new ConcurrentHashMap<>();
-        try (PushConsumer consumer = provider.newPushConsumerBuilder()
-            .setClientConfiguration(configuration)
-            .setConsumerGroup(Out.str(step, "group", ""))
-            .setSubscriptionExpressions(subscription(step))
-            .setConsumptionThreadCount((int) Out.num(step, "threads", 4))
-            .setMessageListener(view -> {
-                String body = Out.utf8(bytesOf(view.getBody()));
-                boolean failed = fail.contains(body);
-                Out.emit("consumed", with(describe(view), "failed", failed));
-                if (failed) {
-                    failures.computeIfAbsent(body, b -> new AtomicInteger()).incrementAndGet();
-                    return ConsumeResult.FAILURE;
-                }
-                succeeded.add(body);
-                return ConsumeResult.SUCCESS;
-            })
-            .build()) {
+        List<JsonObject> specs = Out.objects(step, "consumers");
+        if (specs.isEmpty()) {
+            specs.add(step);
+        }
+        List<Pushed> pushed = new ArrayList<>();
+        try {
+            for (JsonObject spec : specs) {
+                pushed.add(new Pushed(spec));
+            }
             long deadline = System.nanoTime() + (long) (Out.real(step, "deadline_s", 30) * 1e9);
             boolean all = false;
             while (!all && System.nanoTime() < deadline) {
-                all = succeeded.containsAll(expect);
-                for (String body : fail) {
-                    AtomicInteger seen = failures.get(body);
-                    all &= seen != null && seen.get() >= failAttempts;
-                }
+                all = pushed.stream().allMatch(Pushed::done);
                 if (!all) {
                     Out.sleepMillis(100);
                 }
             }
-            Out.emit("push_waited", "all_seen", all);
+            for (Pushed p : pushed) {
+                Out.emit("push_waited", "group", Out.str(p.spec, "group", ""), "all_seen", p.done());
+            }
             Out.sleepMillis((long) (Out.real(step, "linger_s", 0) * 1000));
+        } finally {
+            List<Thread> closing = new ArrayList<>();
+            for (Pushed p : pushed) {
+                Thread t = new Thread(() -> {
+                    try {
+                        p.consumer.close();
+                    } catch (Exception e) {
+                        Out.failed("close_failed", e, "group", Out.str(p.spec, "group", ""));
+                    }
+                });
+                t.start();
+                closing.add(t);
+            }
+            for (Thread t : closing) {
+                t.join();
+            }
         }
     }
 }
