@@ -41,7 +41,9 @@ CACHE = Path(os.environ.get("FERRYMQ_CLIENTS_CACHE", str(ROOT / ".cache" / "clie
 # A first build downloads a few hundred MB on 2 shared cores; later ones reuse it.
 INSTALL_TIMEOUT_S = 1500.0
 
-# The official clients, by version (see README in each driver folder for what each covers).
+# The official clients, by version (tests/compat/README.md says what each driver covers).
+# rocketmq-client-java 5.0.7, not 5.0.8: 5.0.8's shaded jar pairs slf4j 1.7 with logback
+# 1.3, so that client logs nothing and a failing test could not show why.
 JAVA_GRPC_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client-java", "5.0.7")
 JAVA_REMOTING_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client", "4.9.8")
 JAVA_TOOLS = jvm.Artifact("org.apache.rocketmq", "rocketmq-tools", "5.3.3")
