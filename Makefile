@@ -58,4 +58,4 @@ chaos: $(STAMP)
 	$(PY) -m ferrymq.cli chaos run --mode $(MODE) --faults $(FAULTS) --duration $(DURATION) --rounds $(ROUNDS) --data chaos-run
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .cache

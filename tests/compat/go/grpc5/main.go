@@ -1,0 +1,411 @@
+// Drives the official Go 5.x gRPC client (github.com/apache/rocketmq-clients/golang/v5)
+// through the steps of a JSON spec (the first argument, else standard input) and prints
+// what happened as JSON lines, the last {"event": "done"}.
+//
+//	{"endpoints": "host:port", "steps": [
+//	  {"do": "produce", "topics": [..], "messages": [{"topic", "body", "tag", "keys": [..],
+//	       "properties": {..}, "group" (FIFO), "delay_ms" (DELAY), "async": bool}]},
+//	  {"do": "transaction", "topic", "messages": [{"body", "tag", "keys", "properties",
+//	       "end": "commit|rollback|none"}], "checker": "COMMIT|ROLLBACK|UNKNOWN",
+//	       "checks": n, "wait_for_check_s": s},
+//	  {"do": "simple", "group", "topic", "expression", "sql": bool, "await_s",
+//	       "ops": [{"op": "receive", "count", "max", "invisible_s", "deadline_s", "ack"},
+//	               {"op": "ack", "bodies": [..]}, {"op": "change", "body", "invisible_s"},
+//	               {"op": "sleep", "s"}]}]}
+//
+// The client always speaks TLS (any certificate is accepted): the server must too.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rmq "github.com/apache/rocketmq-clients/golang/v5"
+	"github.com/apache/rocketmq-clients/golang/v5/credentials"
+)
+
+type object = map[string]any
+
+var outMu sync.Mutex
+
+func emit(event string, fields object) {
+	line := object{"event": event}
+	for k, v := range fields {
+		line[k] = v
+	}
+	data, err := json.Marshal(line)
+	if err != nil {
+		data, _ = json.Marshal(object{"event": "bad_event", "message": err.Error()})
+	}
+	outMu.Lock()
+	defer outMu.Unlock()
+	os.Stdout.Write(append(data, '\n'))
+}
+
+func failed(event string, err error, fields object) {
+	if fields == nil {
+		fields = object{}
+	}
+	fields["type"] = fmt.Sprintf("%T", err)
+	fields["message"] = err.Error()
+	emit(event, fields)
+}
+
+func str(o object, key, fallback string) string {
+	if v, ok := o[key].(string); ok {
+		return v
+	}
+	return fallback
+}
+
+func num(o object, key string, fallback float64) float64 {
+	if v, ok := o[key].(float64); ok {
+		return v
+	}
+	return fallback
+}
+
+func flag(o object, key string) bool {
+	v, _ := o[key].(bool)
+	return v
+}
+
+func strings(o object, key string) []string {
+	var out []string
+	switch v := o[key].(type) {
+	case string:
+		out = append(out, v)
+	case []any:
+		for _, item := range v {
+			if s, ok := item.(string); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func objects(o object, key string) []object {
+	var out []object
+	if list, ok := o[key].([]any); ok {
+		for _, item := range list {
+			if m, ok := item.(map[string]any); ok {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+func seconds(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second))
+}
+
+type driver struct {
+	endpoints string
+}
+
+func (d *driver) config(group string) *rmq.Config {
+	return &rmq.Config{
+		Endpoint:      d.endpoints,
+		ConsumerGroup: group,
+		Credentials:   &credentials.SessionCredentials{},
+	}
+}
+
+func message(topic string, m object) *rmq.Message {
+	msg := &rmq.Message{Topic: topic, Body: []byte(str(m, "body", ""))}
+	if tag := str(m, "tag", ""); tag != "" {
+		msg.SetTag(tag)
+	}
+	if keys := strings(m, "keys"); len(keys) > 0 {
+		msg.SetKeys(keys...)
+	}
+	if group := str(m, "group", ""); group != "" {
+		msg.SetMessageGroup(group)
+	}
+	if delay, ok := m["delay_ms"].(float64); ok {
+		msg.SetDelayTimestamp(time.Now().Add(time.Duration(delay) * time.Millisecond))
+	}
+	if props, ok := m["properties"].(map[string]any); ok {
+		for k, v := range props {
+			msg.AddProperty(k, fmt.Sprint(v))
+		}
+	}
+	return msg
+}
+
+func sent(body string, receipts []*rmq.SendReceipt, async bool) {
+	for _, r := range receipts {
+		emit("sent", object{
+			"body": body, "id": r.MessageID, "offset": r.Offset,
+			"transaction_id": r.TransactionId, "async": async,
+		})
+	}
+}
+
+func (d *driver) produce(step object) error {
+	messages := objects(step, "messages")
+	topics := strings(step, "topics")
+	if len(topics) == 0 {
+		seen := map[string]bool{}
+		for _, m := range messages {
+			if t := str(m, "topic", ""); !seen[t] {
+				seen[t] = true
+				topics = append(topics, t)
+			}
+		}
+	}
+	producer, err := rmq.NewProducer(d.config(""), rmq.WithTopics(topics...))
+	if err != nil {
+		return err
+	}
+	if err := producer.Start(); err != nil {
+		return err
+	}
+	defer producer.GracefulStop()
+	var pending sync.WaitGroup
+	for _, m := range messages {
+		body := str(m, "body", "")
+		msg := message(str(m, "topic", ""), m)
+		if flag(m, "async") {
+			pending.Add(1)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			producer.SendAsync(ctx, msg, func(_ context.Context, receipts []*rmq.SendReceipt, err error) {
+				defer pending.Done()
+				defer cancel()
+				if err != nil {
+					failed("send_failed", err, object{"body": body})
+				} else {
+					sent(body, receipts, true)
+				}
+			})
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		receipts, err := producer.Send(ctx, msg)
+		cancel()
+		if err != nil {
+			failed("send_failed", err, object{"body": body})
+		} else {
+			sent(body, receipts, false)
+		}
+	}
+	pending.Wait()
+	return nil
+}
+
+func (d *driver) transaction(step object) error {
+	topic := str(step, "topic", "")
+	answers := map[string]rmq.TransactionResolution{
+		"COMMIT": rmq.COMMIT, "ROLLBACK": rmq.ROLLBACK, "UNKNOWN": rmq.UNKNOWN,
+	}
+	answerName := str(step, "checker", "COMMIT")
+	var checks atomic.Int64
+	checker := &rmq.TransactionChecker{Check: func(view *rmq.MessageView) rmq.TransactionResolution {
+		checks.Add(1)
+		emit("checked", object{"body": string(view.GetBody()), "id": view.GetMessageId(), "answer": answerName})
+		return answers[answerName]
+	}}
+	producer, err := rmq.NewProducer(d.config(""), rmq.WithTopics(topic), rmq.WithTransactionChecker(checker))
+	if err != nil {
+		return err
+	}
+	if err := producer.Start(); err != nil {
+		return err
+	}
+	defer producer.GracefulStop()
+	for _, m := range objects(step, "messages") {
+		body := str(m, "body", "")
+		tx := producer.BeginTransaction()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		receipts, err := producer.SendWithTransaction(ctx, message(topic, m), tx)
+		cancel()
+		if err != nil {
+			failed("send_failed", err, object{"body": body})
+			continue
+		}
+		sent(body, receipts, false)
+		id := receipts[0].MessageID
+		switch end := str(m, "end", "commit"); end {
+		case "commit":
+			if err := tx.Commit(); err != nil {
+				failed("end_failed", err, object{"body": body, "end": end})
+			} else {
+				emit("committed", object{"body": body, "id": id})
+			}
+		case "rollback":
+			if err := tx.RollBack(); err != nil {
+				failed("end_failed", err, object{"body": body, "end": end})
+			} else {
+				emit("rolled_back", object{"body": body, "id": id})
+			}
+		}
+	}
+	deadline := time.Now().Add(seconds(num(step, "wait_for_check_s", 0)))
+	for checks.Load() < int64(num(step, "checks", 0)) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(seconds(num(step, "linger_s", 0)))
+	return nil
+}
+
+func describe(view *rmq.MessageView) object {
+	described := object{
+		"id": view.GetMessageId(), "topic": view.GetTopic(), "body": string(view.GetBody()),
+		"keys": []string{}, "properties": map[string]string{},
+		"attempt": view.GetDeliveryAttempt(), "received_at": time.Now().UnixMilli(),
+	}
+	if keys := view.GetKeys(); len(keys) > 0 {
+		described["keys"] = keys
+	}
+	if properties := view.GetProperties(); len(properties) > 0 {
+		described["properties"] = properties
+	}
+	if tag := view.GetTag(); tag != nil {
+		described["tag"] = *tag
+	}
+	if group := view.GetMessageGroup(); group != nil {
+		described["group"] = *group
+	}
+	if at := view.GetDeliveryTimestamp(); at != nil {
+		described["delivery_timestamp"] = at.UnixMilli()
+	}
+	if host := view.GetBornHost(); host != nil {
+		described["born_host"] = *host
+	}
+	if born := view.GetBornTimestamp(); born != nil {
+		described["born_timestamp"] = born.UnixMilli()
+	}
+	return described
+}
+
+func (d *driver) simple(step object) error {
+	group := str(step, "group", "")
+	expression := rmq.NewFilterExpression(str(step, "expression", "*"))
+	if flag(step, "sql") {
+		expression = rmq.NewFilterExpressionWithType(str(step, "expression", ""), rmq.SQL92)
+	}
+	consumer, err := rmq.NewSimpleConsumer(d.config(group),
+		rmq.WithAwaitDuration(seconds(num(step, "await_s", 2))),
+		rmq.WithSubscriptionExpressions(map[string]*rmq.FilterExpression{str(step, "topic", ""): expression}),
+	)
+	if err != nil {
+		return err
+	}
+	if err := consumer.Start(); err != nil {
+		return err
+	}
+	defer consumer.GracefulStop()
+	latest := map[string]*rmq.MessageView{}
+	ack := func(body string) {
+		view := latest[body]
+		if view == nil {
+			emit("ack_failed", object{"body": body, "type": "NotReceived", "message": "never received"})
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := consumer.Ack(ctx, view); err != nil {
+			failed("ack_failed", err, object{"body": body, "id": view.GetMessageId()})
+		} else {
+			emit("acked", object{"body": body, "id": view.GetMessageId()})
+		}
+	}
+	for _, op := range objects(step, "ops") {
+		switch str(op, "op", "") {
+		case "receive":
+			wanted := int(num(op, "count", 1))
+			deadline := time.Now().Add(seconds(num(op, "deadline_s", 20)))
+			for got := 0; got < wanted && time.Now().Before(deadline); {
+				ctx, cancel := context.WithTimeout(context.Background(), seconds(num(step, "await_s", 2)+10))
+				views, err := consumer.Receive(ctx, int32(num(op, "max", 16)), seconds(num(op, "invisible_s", 30)))
+				cancel()
+				if err != nil {
+					// No message within the await duration comes back as an error too.
+					if status, ok := rmq.AsErrRpcStatus(err); !ok || status.GetCode() != 40401 {
+						failed("receive_failed", err, nil)
+						time.Sleep(200 * time.Millisecond)
+					}
+					continue
+				}
+				for _, view := range views {
+					got++
+					body := string(view.GetBody())
+					latest[body] = view
+					emit("received", describe(view))
+					if flag(op, "ack") {
+						ack(body)
+					}
+				}
+			}
+		case "ack":
+			for _, body := range strings(op, "bodies") {
+				ack(body)
+			}
+		case "change":
+			body := str(op, "body", "")
+			view := latest[body]
+			if view == nil {
+				emit("change_failed", object{"body": body, "type": "NotReceived", "message": "never received"})
+				continue
+			}
+			if err := consumer.ChangeInvisibleDuration(view, seconds(num(op, "invisible_s", 30))); err != nil {
+				failed("change_failed", err, object{"body": body})
+			} else {
+				emit("changed", object{"body": body, "id": view.GetMessageId()})
+			}
+		case "sleep":
+			time.Sleep(seconds(num(op, "s", 0)))
+		default:
+			return fmt.Errorf("unknown op %v", op["op"])
+		}
+	}
+	return nil
+}
+
+func main() {
+	var raw []byte
+	var err error
+	if len(os.Args) > 1 && os.Args[1] != "-" {
+		raw = []byte(os.Args[1])
+	} else {
+		raw, err = io.ReadAll(os.Stdin)
+	}
+	var spec object
+	if err == nil {
+		err = json.Unmarshal(raw, &spec)
+	}
+	failedSteps := 0
+	if err != nil {
+		failed("step_failed", err, object{"step": "spec"})
+		failedSteps++
+	}
+	d := &driver{endpoints: str(spec, "endpoints", "")}
+	for _, step := range objects(spec, "steps") {
+		what := str(step, "do", "")
+		var stepErr error
+		switch what {
+		case "produce":
+			stepErr = d.produce(step)
+		case "transaction":
+			stepErr = d.transaction(step)
+		case "simple":
+			stepErr = d.simple(step)
+		default:
+			stepErr = fmt.Errorf("unknown step %q", what)
+		}
+		if stepErr != nil {
+			failed("step_failed", stepErr, object{"step": what})
+			failedSteps++
+		}
+	}
+	emit("done", object{"failed_steps": failedSteps})
+	os.Exit(0)
+}

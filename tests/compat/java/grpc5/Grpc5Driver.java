@@ -1,0 +1,463 @@
+import com.google.gson.JsonObject;
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.rocketmq.client.apis.ClientConfiguration;
+import org.apache.rocketmq.client.apis.ClientServiceProvider;
+import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
+import org.apache.rocketmq.client.apis.consumer.FilterExpression;
+import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
+import org.apache.rocketmq.client.apis.consumer.PushConsumer;
+import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
+import org.apache.rocketmq.client.apis.message.Message;
+import org.apache.rocketmq.client.apis.message.MessageBuilder;
+import org.apache.rocketmq.client.apis.message.MessageView;
+import org.apache.rocketmq.client.apis.producer.Producer;
+import org.apache.rocketmq.client.apis.producer.ProducerBuilder;
+import org.apache.rocketmq.client.apis.producer.SendReceipt;
+import org.apache.rocketmq.client.apis.producer.Transaction;
+import org.apache.rocketmq.client.apis.producer.TransactionResolution;
+import org.apache.rocketmq.client.java.impl.producer.SendReceiptImpl;
+
+/**
+ * Drives the official Java 5.x gRPC client (rocketmq-client-java) through the steps of a
+ * JSON spec, one client per step, and prints what happened as JSON lines.
+ *
+ * <pre>
+ * {"endpoints": "host:port", "tls": false, "steps": [
+ *   {"do": "produce", "topics": [..], "messages": [{"topic", "body", "tag", "keys": [..],
+ *        "properties": {..}, "group" (FIFO), "delay_ms" (DELAY), "async": bool}]},
+ *   {"do": "transaction", "topic", "messages": [{"body", "tag", "keys", "properties",
+ *        "end": "commit|rollback|none"}], "checker": "COMMIT|ROLLBACK|UNKNOWN",
+ *        "checks": n, "wait_for_check_s": s},
+ *   {"do": "simple", "group", "topic", "expression", "sql": bool, "await_s",
+ *        "ops": [{"op": "receive", "count", "max", "invisible_s", "deadline_s", "ack"},
+ *                {"op": "ack", "bodies": [..]}, {"op": "change", "body", "invisible_s"},
+ *                {"op": "sleep", "s"}]},
+ *   {"do": "push", "group", "topic", "expression", "sql": bool, "fail": [bodies],
+ *        "fail_attempts": n, "expect": [bodies], "threads", "deadline_s", "linger_s"}
+ *        (or "consumers": [{"group", "topic", ...}, ..] with "deadline_s", "linger_s")]}
+ * </pre>
+ *
+ * Events: sent, send_failed, committed, rolled_back, end_failed, checked, received,
+ * receive_failed, acked, ack_failed, changed, change_failed, consumed, push_waited,
+ * step_failed, done.
+ */
+public final class Grpc5Driver {
+    private final ClientServiceProvider provider = ClientServiceProvider.loadService();
+    private final ClientConfiguration configuration;
+
+    private Grpc5Driver(JsonObject spec) {
+        this.configuration = ClientConfiguration.newBuilder()
+            .setEndpoints(spec.get("endpoints").getAsString())
+            .enableSsl(Out.bool(spec, "tls", false))
+            .setRequestTimeout(Duration.ofMillis(Out.num(spec, "request_timeout_ms", 10000)))
+            .build();
+    }
+
+    public static void main(String[] args) {
+        JsonObject spec = Out.readSpec(args);
+        int failedSteps = 0;
+        Grpc5Driver driver = null;
+        try {
+            driver = new Grpc5Driver(spec);
+        } catch (Throwable t) {
+            Out.failed("step_failed", t, "step", "configure");
+            failedSteps++;
+        }
+        if (driver != null) {
+            for (JsonObject step : Out.objects(spec, "steps")) {
+                String what = Out.str(step, "do", "");
+                try {
+                    switch (what) {
+                        case "produce":
+                            driver.produce(step);
+                            break;
+                        case "transaction":
+                            driver.transaction(step);
+                            break;
+                        case "simple":
+                            driver.simple(step);
+                            break;
+                        case "push":
+                            driver.push(step);
+                            break;
+                        default:
+                            throw new IllegalArgumentException("unknown step " + what);
+                    }
+                } catch (Throwable t) {
+                    Out.failed("step_failed", t, "step", what);
+                    failedSteps++;
+                }
+            }
+        }
+        Out.emit("done", "failed_steps", failedSteps);
+        System.exit(0); // client threads that linger must not hold the process
+    }
+
+    // ---- producing ---------------------------------------------------------------------
+    private Message message(String topic, JsonObject m) {
+        MessageBuilder builder = provider.newMessageBuilder()
+            .setTopic(topic)
+            .setBody(Out.bytes(Out.str(m, "body", "")));
+        String tag = Out.str(m, "tag", null);
+        if (tag != null) {
+            builder.setTag(tag);
+        }
+        List<String> keys = Out.strings(m, "keys");
+        if (!keys.isEmpty()) {
+            builder.setKeys(keys.toArray(new String[0]));
+        }
+        String group = Out.str(m, "group", null);
+        if (group != null) {
+            builder.setMessageGroup(group);
+        }
+        long delay = Out.num(m, "delay_ms", -1);
+        if (delay >= 0) {
+            builder.setDeliveryTimestamp(System.currentTimeMillis() + delay);
+        }
+        for (Map.Entry<String, String> p : Out.stringMap(m, "properties").entrySet()) {
+            builder.addProperty(p.getKey(), p.getValue());
+        }
+        return builder.build();
+    }
+
+    private static void sent(String body, SendReceipt receipt, boolean async) {
+        Object queue = null;
+        Object offset = null;
+        Object transactionId = null;
+        if (receipt instanceof SendReceiptImpl) {
+            SendReceiptImpl impl = (SendReceiptImpl) receipt;
+            queue = impl.getMessageQueue().getQueueId();
+            offset = impl.getOffset();
+            transactionId = impl.getTransactionId();
+        }
+        Out.emit("sent", "body", body, "id", receipt.getMessageId().toString(), "queue", queue,
+            "offset", offset, "transaction_id", transactionId, "async", async);
+    }
+
+    private Producer producer(List<String> topics, TransactionCheckerHolder checker) throws Exception {
+        ProducerBuilder builder = provider.newProducerBuilder()
+            .setClientConfiguration(configuration)
+            .setTopics(topics.toArray(new String[0]));
+        if (checker != null) {
+            builder.setTransactionChecker(checker::check);
+        }
+        return builder.build();
+    }
+
+    private void produce(JsonObject step) throws Exception {
+        List<JsonObject> messages = Out.objects(step, "messages");
+        List<String> topics = Out.strings(step, "topics");
+        if (topics.isEmpty()) {
+            Set<String> seen = new HashSet<>();
+            for (JsonObject m : messages) {
+                if (seen.add(Out.str(m, "topic", ""))) {
+                    topics.add(Out.str(m, "topic", ""));
+                }
+            }
+        }
+        try (Producer producer = producer(topics, null)) {
+            Map<String, CompletableFuture<SendReceipt>> pending = new LinkedHashMap<>();
+            for (JsonObject m : messages) {
+                String body = Out.str(m, "body", "");
+                Message message = message(Out.str(m, "topic", ""), m);
+                if (Out.bool(m, "async", false)) {
+                    pending.put(body, producer.sendAsync(message));
+                    continue;
+                }
+                try {
+                    sent(body, producer.send(message), false);
+                } catch (Exception e) {
+                    Out.failed("send_failed", e, "body", body);
+                }
+            }
+            for (Map.Entry<String, CompletableFuture<SendReceipt>> p : pending.entrySet()) {
+                try {
+                    sent(p.getKey(), p.getValue().get(30, TimeUnit.SECONDS), true);
+                } catch (Exception e) {
+                    Out.failed("send_failed", e, "body", p.getKey());
+                }
+            }
+        }
+    }
+
+    /** The orphan check: answers what the spec says and records each question. */
+    private static final class TransactionCheckerHolder {
+        private final TransactionResolution answer;
+        private final AtomicInteger checks = new AtomicInteger();
+
+        TransactionCheckerHolder(TransactionResolution answer) {
+            this.answer = answer;
+        }
+
+        TransactionResolution check(MessageView view) {
+            checks.incrementAndGet();
+            Out.emit("checked", "body", Out.utf8(bytesOf(view.getBody())),
+                "id", view.getMessageId().toString(), "answer", answer.name());
+            return answer;
+        }
+    }
+
+    private void transaction(JsonObject step) throws Exception {
+        String topic = Out.str(step, "topic", "");
+        TransactionCheckerHolder checker = new TransactionCheckerHolder(
+            TransactionResolution.valueOf(Out.str(step, "checker", "COMMIT")));
+        try (Producer producer = producer(Collections.singletonList(topic), checker)) {
+            for (JsonObject m : Out.objects(step, "messages")) {
+                String body = Out.str(m, "body", "");
+                Transaction transaction = producer.beginTransaction();
+                SendReceipt receipt;
+                try {
+                    receipt = producer.send(message(topic, m), transaction);
+                } catch (Exception e) {
+                    Out.failed("send_failed", e, "body", body);
+                    continue;
+                }
+                sent(body, receipt, false);
+                String end = Out.str(m, "end", "commit");
+                try {
+                    if (end.equals("commit")) {
+                        transaction.commit();
+                        Out.emit("committed", "body", body, "id", receipt.getMessageId().toString());
+                    } else if (end.equals("rollback")) {
+                        transaction.rollback();
+                        Out.emit("rolled_back", "body", body, "id", receipt.getMessageId().toString());
+                    }
+                } catch (Exception e) {
+                    Out.failed("end_failed", e, "body", body, "end", end);
+                }
+            }
+            long deadline = System.nanoTime() + (long) (Out.real(step, "wait_for_check_s", 0) * 1e9);
+            long wanted = Out.num(step, "checks", 0);
+            while (checker.checks.get() < wanted && System.nanoTime() < deadline) {
+                Out.sleepMillis(100);
+            }
+            Out.sleepMillis((long) (Out.real(step, "linger_s", 0) * 1000));
+        }
+    }
+
+    // ---- consuming ---------------------------------------------------------------------
+    private static byte[] bytesOf(ByteBuffer buffer) {
+        ByteBuffer copy = buffer.duplicate();
+        byte[] out = new byte[copy.remaining()];
+        copy.get(out);
+        return out;
+    }
+
+    private static Object[] describe(MessageView view) {
+        return new Object[] {
+            "id", view.getMessageId().toString(),
+            "topic", view.getTopic(),
+            "body", Out.utf8(bytesOf(view.getBody())),
+            "tag", view.getTag().orElse(null),
+            "keys", new ArrayList<>(view.getKeys()),
+            "properties", new LinkedHashMap<>(view.getProperties()),
+            "group", view.getMessageGroup().orElse(null),
+            "delivery_timestamp", view.getDeliveryTimestamp().orElse(null),
+            "attempt", view.getDeliveryAttempt(),
+            "born_host", view.getBornHost(),
+            "born_timestamp", view.getBornTimestamp(),
+            "received_at", System.currentTimeMillis(),
+        };
+    }
+
+    private static Object[] with(Object[] first, Object... more) {
+        Object[] all = new Object[first.length + more.length];
+        System.arraycopy(first, 0, all, 0, first.length);
+        System.arraycopy(more, 0, all, first.length, more.length);
+        return all;
+    }
+
+    private static Map<String, FilterExpression> subscription(JsonObject step) {
+        String expression = Out.str(step, "expression", "*");
+        FilterExpressionType type = Out.bool(step, "sql", false)
+            ? FilterExpressionType.SQL92 : FilterExpressionType.TAG;
+        return Collections.singletonMap(Out.str(step, "topic", ""), new FilterExpression(expression, type));
+    }
+
+    private void simple(JsonObject step) throws Exception {
+        Map<String, MessageView> latest = new ConcurrentHashMap<>();
+        try (SimpleConsumer consumer = provider.newSimpleConsumerBuilder()
+            .setClientConfiguration(configuration)
+            .setConsumerGroup(Out.str(step, "group", ""))
+            .setAwaitDuration(Duration.ofMillis((long) (Out.real(step, "await_s", 2) * 1000)))
+            .setSubscriptionExpressions(subscription(step))
+            .build()) {
+            for (JsonObject op : Out.objects(step, "ops")) {
+                switch (Out.str(op, "op", "")) {
+                    case "receive":
+                        receive(consumer, op, latest);
+                        break;
+                    case "ack":
+                        for (String body : Out.strings(op, "bodies")) {
+                            ack(consumer, latest.get(body), body);
+                        }
+                        break;
+                    case "change":
+                        change(consumer, op, latest);
+                        break;
+                    case "sleep":
+                        Out.sleepMillis((long) (Out.real(op, "s", 0) * 1000));
+                        break;
+                    default:
+                        throw new IllegalArgumentException("unknown op " + op);
+                }
+            }
+        }
+    }
+
+    private static void receive(SimpleConsumer consumer, JsonObject op, Map<String, MessageView> latest) {
+        long wanted = Out.num(op, "count", 1);
+        int max = (int) Out.num(op, "max", 16);
+        Duration invisible = Duration.ofMillis((long) (Out.real(op, "invisible_s", 30) * 1000));
+        boolean ack = Out.bool(op, "ack", false);
+        long deadline = System.nanoTime() + (long) (Out.real(op, "deadline_s", 20) * 1e9);
+        long got = 0;
+        while (got < wanted && System.nanoTime() < deadline) {
+            List<MessageView> views;
+            try {
+                views = consumer.receive(max, invisible);
+            } catch (Exception e) {
+                Out.failed("receive_failed", e);
+                Out.sleepMillis(200);
+                continue;
+            }
+            for (MessageView view : views) {
+                got++;
+                String body = Out.utf8(bytesOf(view.getBody()));
+                latest.put(body, view);
+                Out.emit("received", describe(view));
+                if (ack) {
+                    ack(consumer, view, body);
+                }
+            }
+        }
+    }
+
+    private static void ack(SimpleConsumer consumer, MessageView view, String body) {
+        if (view == null) {
+            Out.emit("ack_failed", "body", body, "type", "NotReceived", "message", "never received");
+            return;
+        }
+        try {
+            consumer.ack(view);
+            Out.emit("acked", "body", body, "id", view.getMessageId().toString());
+        } catch (Exception e) {
+            Out.failed("ack_failed", e, "body", body, "id", view.getMessageId().toString());
+        }
+    }
+
+    private static void change(SimpleConsumer consumer, JsonObject op, Map<String, MessageView> latest) {
+        String body = Out.str(op, "body", "");
+        MessageView view = latest.get(body);
+        Duration invisible = Duration.ofMillis((long) (Out.real(op, "invisible_s", 30) * 1000));
+        try {
+            consumer.changeInvisibleDuration(view, invisible);
+            Out.emit("changed", "body", body, "id", view.getMessageId().toString());
+        } catch (Exception e) {
+            Out.failed("change_failed", e, "body", body);
+        }
+    }
+
+    /** One push consumer of a "push" step, and what its listener saw. */
+    private final class Pushed {
+        final JsonObject spec;
+        final Set<String> fail;
+        final Set<String> expect;
+        final long failAttempts;
+        final Set<String> succeeded = ConcurrentHashMap.newKeySet();
+        final Map<String, AtomicInteger> failures = new ConcurrentHashMap<>();
+        final PushConsumer consumer;
+
+        Pushed(JsonObject spec) throws Exception {
+            this.spec = spec;
+            this.fail = new HashSet<>(Out.strings(spec, "fail"));
+            this.expect = new HashSet<>(Out.strings(spec, "expect"));
+            this.failAttempts = Out.num(spec, "fail_attempts", 1);
+            this.consumer = provider.newPushConsumerBuilder()
+                .setClientConfiguration(configuration)
+                .setConsumerGroup(Out.str(spec, "group", ""))
+                .setSubscriptionExpressions(subscription(spec))
+                .setConsumptionThreadCount((int) Out.num(spec, "threads", 4))
+                .setMessageListener(view -> {
+                    String body = Out.utf8(bytesOf(view.getBody()));
+                    boolean failed = fail.contains(body);
+                    Out.emit("consumed", with(describe(view), "failed", failed, "consumer_group",
+                        Out.str(spec, "group", "")));
+                    if (failed) {
+                        failures.computeIfAbsent(body, b -> new AtomicInteger()).incrementAndGet();
+                        return ConsumeResult.FAILURE;
+                    }
+                    succeeded.add(body);
+                    return ConsumeResult.SUCCESS;
+                })
+                .build();
+        }
+
+        boolean done() {
+            boolean all = succeeded.containsAll(expect);
+            for (String body : fail) {
+                AtomicInteger seen = failures.get(body);
+                all &= seen != null && seen.get() >= failAttempts;
+            }
+            return all;
+        }
+    }
+
+    /**
+     * Push consumers, all at once: the step's own fields make one, "consumers": [..] several.
+     * They are closed together, since a push consumer's close waits for its receive long
+     * polls to end (the server's long-polling timeout).
+     */
+    private void push(JsonObject step) throws Exception {
+        List<JsonObject> specs = Out.objects(step, "consumers");
+        if (specs.isEmpty()) {
+            specs.add(step);
+        }
+        List<Pushed> pushed = new ArrayList<>();
+        try {
+            for (JsonObject spec : specs) {
+                pushed.add(new Pushed(spec));
+            }
+            long deadline = System.nanoTime() + (long) (Out.real(step, "deadline_s", 30) * 1e9);
+            boolean all = false;
+            while (!all && System.nanoTime() < deadline) {
+                all = pushed.stream().allMatch(Pushed::done);
+                if (!all) {
+                    Out.sleepMillis(100);
+                }
+            }
+            for (Pushed p : pushed) {
+                Out.emit("push_waited", "group", Out.str(p.spec, "group", ""), "all_seen", p.done());
+            }
+            Out.sleepMillis((long) (Out.real(step, "linger_s", 0) * 1000));
+        } finally {
+            List<Thread> closing = new ArrayList<>();
+            for (Pushed p : pushed) {
+                Thread t = new Thread(() -> {
+                    try {
+                        p.consumer.close();
+                    } catch (Exception e) {
+                        Out.failed("close_failed", e, "group", Out.str(p.spec, "group", ""));
+                    }
+                });
+                t.start();
+                closing.add(t);
+            }
+            for (Thread t : closing) {
+                t.join();
+            }
+        }
+    }
+}
