@@ -35,7 +35,8 @@ from pathlib import Path
 
 from bench.peers import jvm
 
-HERE = Path(__file__).resolve().parent
+# The drivers' sources, beside the tests that run them.
+HERE = Path(__file__).resolve().parent.parent / "compat"
 ROOT = HERE.parent.parent
 CACHE = Path(os.environ.get("FERRYMQ_CLIENTS_CACHE", str(ROOT / ".cache" / "clients")))
 # A first build downloads a few hundred MB on 2 shared cores; later ones reuse it.

@@ -2,7 +2,7 @@
 real ferrymq node.
 
 The client runs in a JVM of its own through our driver (``tests/compat/java/grpc5``),
-fetched from Maven Central and compiled by ``tests/compat/clients.py`` on first use; each
+fetched from Maven Central and compiled by ``tests/support/clients.py`` on first use; each
 test is one driver run doing several steps. One node serves the module, plaintext (the
 client's ``enableSsl(false)``); every test uses its own topics and groups, created first as
 ferrymq requires.
@@ -17,9 +17,9 @@ import pytest
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from tests.compat import clients
-from tests.node_process import start_node
-from tests.test_node import create_topic, message, pull, stubs
+from tests.support import clients
+from tests.support.nodes import start_node
+from tests.support.rpc import create_topic, message, pull, stubs
 
 # The first run fetches the client from Maven Central and compiles the driver.
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)

@@ -1,5 +1,5 @@
 """Validate the 4.x remoting drivers against Apache RocketMQ itself:
-``python -m tests.compat.validate_against_apache [--only NAME ...] [--keep DIR]``.
+``python -m tests.support.validate_against_apache [--only NAME ...] [--keep DIR]``.
 
 Not part of ``make test``. ferrymq does not serve the remoting protocol yet; these drivers
 (``tests/compat/java/remoting4``, ``tests/compat/java/mqadmin``, ``tests/compat/go/remoting``,
@@ -38,7 +38,7 @@ from bench.peers import jvm, rocketmq_apache
 from bench.peers.processes import ProcessRegistry
 from ferrymq.launcher.cluster import free_ports
 from ferrymq.launcher.polling import until
-from tests.compat import clients
+from tests.support import clients
 
 VERSION = rocketmq_apache.VERSION
 ARTIFACTS = tuple(

@@ -2,7 +2,7 @@
 v5.1.2), unchanged, against a real ferrymq node.
 
 The client runs in a process of its own through our driver (``tests/compat/go/grpc5``),
-built by ``tests/compat/clients.py`` with ``go build`` from the Go module proxy on first
+built by ``tests/support/clients.py`` with ``go build`` from the Go module proxy on first
 use; each test is one driver run doing several steps. That client always speaks TLS
 (accepting any certificate), so the module's node serves TLS with a throwaway
 certificate, as a deployment for Go clients must.
@@ -18,10 +18,10 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
-from tests.compat import clients
-from tests.node_process import start_node
-from tests.test_node import create_topic, message
-from tests.tls_certs import make_pki
+from tests.support import clients
+from tests.support.nodes import start_node
+from tests.support.rpc import create_topic, message
+from tests.support.tls_certs import make_pki
 
 # The first run fetches the client's modules and builds the driver.
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
