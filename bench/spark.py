@@ -1,4 +1,4 @@
-"""Spark benchmark: ``python -m bench.spark --json [--quick]``.
+"""Spark benchmark: ``python -m bench.spark --json [--quick | --smoke] [--no-kafka]``.
 
 Starts a real node process (a temporary data directory, a free port), fills one topic of
 4 queues with 1 KiB messages (a tag and a key each, as the other benchmarks send), and
@@ -169,7 +169,7 @@ def fill_kafka(peer, topic: str, count: int) -> None:
         raise RuntimeError(f"kafka fill: {failures[:1] or 'not all delivered'}")
 
 
-def kafka_read(spark, count: int, quick: bool) -> dict:
+def kafka_read(spark, count: int, runs: int) -> dict:
     """Start the Kafka peer, fill it, read it through Spark's Kafka source; its figures,
     or {"kafka_unavailable": why} in one line."""
     from bench.peers.kafka_kraft import KafkaKraft
@@ -208,7 +208,7 @@ def kafka_read(spark, count: int, quick: bool) -> dict:
         rows = spark.read.format("kafka").option("kafka.bootstrap.servers", peer.bootstrap)
         assert rows.option("subscribe", TOPIC).load().count() == count
         batch_read()  # warm-up
-        seconds = [batch_read() for _ in range(2 if quick else 3)]
+        seconds = [batch_read() for _ in range(runs)]
         return {
             "kafka_source": kafka_package(),
             "kafka_batch_read_rows_per_s": round(count / min(seconds)),
@@ -217,11 +217,14 @@ def kafka_read(spark, count: int, quick: bool) -> dict:
         }
 
 
-def run(quick: bool, kafka: bool = True) -> dict:
+SIZES = {"full": (300_000, 3), "quick": (60_000, 2), "smoke": (8192, 1)}  # rows, runs
+
+
+def run(mode: str = "full", kafka: bool = True) -> dict:
     from bench.peers import jvm
     from ferrymq.spark import build_session
 
-    count = 60_000 if quick else 300_000
+    count, runs = SIZES[mode]
     count -= count % PER_REQUEST
     data_dir = tempfile.mkdtemp(prefix="ferrymq-bench-spark-")
     process, address = start_node(os.path.join(data_dir, "node"), NODE_TOML)
@@ -260,7 +263,7 @@ def run(quick: bool, kafka: bool = True) -> dict:
             return elapsed
 
         batch_read()  # warm-up: JVM code paths and Python workers
-        batch_seconds = [batch_read() for _ in range(2 if quick else 3)]
+        batch_seconds = [batch_read() for _ in range(runs)]
 
         def stream_read(checkpoint: str) -> float:
             started = time.perf_counter()
@@ -282,13 +285,13 @@ def run(quick: bool, kafka: bool = True) -> dict:
             return time.perf_counter() - started
 
         stream_seconds = [
-            stream_read(os.path.join(data_dir, f"checkpoint-{i}")) for i in range(2 if quick else 3)
+            stream_read(os.path.join(data_dir, f"checkpoint-{i}")) for i in range(runs)
         ]
         # The node goes before Kafka's turn: its CPU must not count in Kafka's figure.
         process.send_signal(signal.SIGKILL)
         process.wait(10)
         if kafka:
-            kafka_figures = kafka_read(spark, count, quick)
+            kafka_figures = kafka_read(spark, count, runs)
         spark.stop()
     finally:
         if process.poll() is None:
@@ -319,12 +322,15 @@ def run(quick: bool, kafka: bool = True) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
-    parser.add_argument("--quick", action="store_true", help="smaller run")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smaller run")
+    size.add_argument("--smoke", action="store_true", help="a few thousand rows, one run")
     parser.add_argument(
         "--no-kafka", action="store_true", help="skip Spark's Kafka source on the Kafka peer"
     )
     args = parser.parse_args()
-    figures = run(args.quick, kafka=not args.no_kafka)
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    figures = run(mode, kafka=not args.no_kafka)
     if not args.json:
         for name, value in figures.items():
             print(f"{name:28} {value}")

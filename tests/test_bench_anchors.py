@@ -525,6 +525,6 @@ def test_spark_without_java_for_the_kafka_peer_says_so_in_one_line(tmp_path, mon
     from bench import spark
 
     monkeypatch.setenv("PATH", str(tmp_path))
-    found = spark.kafka_read(None, 10, quick=True)
+    found = spark.kafka_read(None, 10, runs=1)
     assert "java not found" in found["kafka_unavailable"]
     assert "\n" not in found["kafka_unavailable"]

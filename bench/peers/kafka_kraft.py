@@ -357,11 +357,7 @@ class KafkaKraft:
             return found if found > 0 else None
 
         node = until(leader, 60, f"a leader for {topic}", interval_s=0.1)
-        label = f"k{node} (leader)"
-        with contextlib.suppress(Exception):
-            if self.admin.describe_cluster().result(5).controller.id == node:
-                label = f"k{node} (leader, also the active KRaft controller)"
-        return f"k{node}", label
+        return f"k{node}", f"k{node} (partition leader)"
 
     def kill_node(self, key: str) -> None:
         process = self._process(key)

@@ -393,13 +393,15 @@ def init_groups(request: dict) -> dict:
     for group in request["groups"]:
         consumer = _consumer(request, group, await_s=1)
         try:
-            for _ in range(3):
+            for attempt in range(20):
                 try:
                     consumer.receive(RECEIVE, INVISIBLE_S)
                     break
                 except Exception as error:  # settings not yet at the proxy: see consume
                     print(f"receive: {error!r}", file=sys.stderr, flush=True)
-                    time.sleep(1)
+                    if attempt == 19:
+                        raise
+                    time.sleep(0.5)
         finally:
             consumer.shutdown()
     return {"groups": request["groups"]}
@@ -437,8 +439,14 @@ def steady(request: dict) -> dict:
 
     def consume() -> None:
         asyncio.set_event_loop(asyncio.new_event_loop())
-        consumer = _consumer(request, "drill-steady", timeout_s=3, await_s=1)
-        while not stop_consuming.is_set():
+        consumer = None
+        while consumer is None and not stop_consuming.is_set():
+            try:
+                consumer = _consumer(request, "drill-steady", timeout_s=3, await_s=1)
+            except Exception as error:
+                emit("E", f"consumer: {error!r}".replace("\n", " "))
+                time.sleep(1)
+        while consumer is not None and not stop_consuming.is_set():
             try:
                 messages = consumer.receive(RECEIVE, INVISIBLE_S) or ()
             except Exception:
@@ -448,7 +456,8 @@ def steady(request: dict) -> dict:
                 emit("R", drill_seq(message.body))
                 last_received[0] = time.monotonic()
                 consumer.ack_async(message)
-        consumer.shutdown()
+        if consumer is not None:
+            consumer.shutdown()
 
     threads = [threading.Thread(target=produce, daemon=True)]
     threads.append(threading.Thread(target=consume, daemon=True))
