@@ -70,11 +70,13 @@ class Timeline:
         with self.lock:
             return {seq for seq, _, _ in self.acks}
 
-    def first_ack_after(self, killed_at: float) -> float | None:
+    def first_ack_after(self, killed_at: float, since: int = 0) -> float | None:
         """When the first send the killed node cannot have acknowledged was: one started
-        after the kill, or acknowledged later than ``OLD_MASTER_WINDOW_S`` after it."""
+        after the kill, or acknowledged later than ``OLD_MASTER_WINDOW_S`` after it.
+        Only acknowledgements recorded from index ``since`` on are looked at (those
+        recorded before the kill were acknowledged before it)."""
         with self.lock:
-            acks = list(self.acks)
+            acks = self.acks[max(0, since) :]
         return first_ack_after(acks, killed_at)
 
     def failures_between(self, start: float, end: float) -> int:
@@ -188,7 +190,7 @@ class FailoverTarget(Protocol):
         ...
 
     def kill_node(self, key: str) -> None:
-        """SIGKILL, and return once the process is gone."""
+        """SIGKILL first thing, and return once the process is gone."""
         ...
 
     def restart_node(self, key: str) -> None: ...
@@ -228,13 +230,16 @@ def run_drills(
             target.wait_rejoined(topic)
             _progress(load.timeline, acks_before, "load before the kill")
             key, label = target.master_node(topic)
-            target.kill_node(key)
+            before = load.timeline.acked_count()
+            # The clock starts as the signal goes: kill_node returns once the process is
+            # gone, which is later.
             killed_at = time.monotonic()
+            target.kill_node(key)
             deadline = killed_at + RECOVERY_TIMEOUT_S
             first = None
             while first is None and time.monotonic() < deadline:
                 time.sleep(0.01)
-                first = load.timeline.first_ack_after(killed_at)
+                first = load.timeline.first_ack_after(killed_at, since=before)
             unavailable = None if first is None else round((first - killed_at) * 1000, 1)
             if first is not None:
                 # The new master alone for a while before the old one returns.
