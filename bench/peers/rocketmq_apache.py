@@ -165,6 +165,7 @@ class RocketmqApache(OfficialClientWorkloads):
     def __init__(self) -> None:
         super().__init__()
         self._brokers: dict[str, tuple[dict[str, str], int]] = {}  # key: (properties, port)
+        self._stopped_master = ""
         self.client = f"rocketmq-python-client {version('rocketmq-python-client')} (official)"
         self.namesrv = ""
         self._java = ""
@@ -287,17 +288,29 @@ class RocketmqApache(OfficialClientWorkloads):
         return next(s.process for s in reversed(self._registry.started) if s.name == name)
 
     def start_nodes(self) -> None:
-        for key, (properties, _) in self._brokers.items():
-            self._spawn(key, "broker", properties)
+        """Start the brokers; after ``stop_nodes``, the master it stopped first, and the
+        others once the name server lists it as master again: the consumer groups'
+        offsets are the master's (a group a new master does not know starts at the end
+        of a backlog that is not in memory)."""
+        keys = list(self._brokers)
+        master, self._stopped_master = self._stopped_master, ""
+        if master:
+            self._spawn(master, "broker", self._brokers[master][0])
+            until(lambda: self._master_key() == master, 120, f"{master} master again", 0.5)
+            keys.remove(master)
+        for key in keys:
+            self._spawn(key, "broker", self._brokers[key][0])
         until(self._group_in_sync, 180, "a master and two in-sync slaves", interval_s=1.0)
 
     def stop_nodes(self) -> None:
-        """SIGTERM to every broker (each flushes and writes its state), then wait."""
-        processes = [self._process(key) for key in self._brokers]
-        for process in processes:
+        """SIGTERM to the slaves, then to the master (each flushes and writes its
+        state), waiting for each."""
+        self._stopped_master = self._master_key() or ""
+        keys = sorted(self._brokers, key=lambda k: k == self._stopped_master)
+        for key in keys:
+            process = self._process(key)
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        for process in processes:
             try:
                 process.wait(60)
             except subprocess.TimeoutExpired:
@@ -307,16 +320,17 @@ class RocketmqApache(OfficialClientWorkloads):
     def data_dirs(self) -> list[str]:
         return [properties["storePathRootDir"] for properties, _ in self._brokers.values()]
 
-    def master_node(self, topic: str) -> tuple[str, str]:
-        def find() -> str | None:
-            try:
-                address = remoting.master_address(self.namesrv, GROUP)
-            except (OSError, remoting.RemotingError):
-                return None
-            port = int(address.rpartition(":")[2]) if address else -1
-            return next((k for k, (_, p) in self._brokers.items() if p == port), None)
+    def _master_key(self) -> str | None:
+        """The broker the name server lists as master, or None."""
+        try:
+            address = remoting.master_address(self.namesrv, GROUP)
+        except (OSError, remoting.RemotingError):
+            return None
+        port = int(address.rpartition(":")[2]) if address else -1
+        return next((k for k, (_, p) in self._brokers.items() if p == port), None)
 
-        key = until(find, 60, "the master broker in the name server's table", interval_s=0.2)
+    def master_node(self, topic: str) -> tuple[str, str]:
+        key = until(self._master_key, 60, "the master in the name server's table", 0.2)
         return key, f"{key} (master)"
 
     def kill_node(self, key: str) -> None:
