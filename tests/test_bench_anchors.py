@@ -450,6 +450,7 @@ FAILOVER = {
         {1, 2, 3},
     ).to_json(),
     "rocketmq": {"system": "rocketmq", "available": False, "error": "java not found on PATH"},
+    "kafka": {"system": "kafka", "unavailable_ms_p50": 3000.0, "unavailable_ms_p99": 3000.0},
 }
 TOPICS = {
     "ferrymq": {"levels": [{"topics": 1, "created": 1, "create_s": 0.1, "msgs_per_s": 9000}]},
@@ -491,6 +492,8 @@ def test_the_section_shows_failover_backlog_and_topics():
     assert "| ferrymq | ferrymq SDK | 1,500 | 1,500 | 1,500 | 0 | 3 | **0** | 0 |" in text
     assert "- **rocketmq**: not measured — java not found on PATH" in text
     assert "n2 (master): 1,500 ms, n3 (master): 900 ms" in text
+    assert "ferrymq takes writes again sooner): kafka 2.0 (p99 2.0)." in text
+    assert report.failover_ratios(FAILOVER)["rocketmq"] == {"ratio_p50": None, "ratio_p99": None}
     assert "| 10 | — | 5,000 (1.2 s) |" in text
     assert "- **kafka** stopped: TimeoutError: leaders" in text
     assert "| kafka | 16 MiB | 30,000 | 90,000 | 92 | 40,000 | 41 | 0.002 |" in text

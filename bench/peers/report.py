@@ -208,6 +208,22 @@ def _ms(value) -> str:
     return "—" if value is None else f"{value:,.0f}"
 
 
+def failover_ratios(failover: dict[str, dict]) -> dict[str, dict]:
+    """For each other system: its unavailability over ferrymq's (p50 and p99; above 1
+    means ferrymq takes writes again sooner), None where either lacks the figure."""
+    ours = failover.get(FERRYMQ, {})
+    found = {}
+    for name, theirs in failover.items():
+        if name == FERRYMQ:
+            continue
+        entry = {}
+        for key in ("unavailable_ms_p50", "unavailable_ms_p99"):
+            a, b = ours.get(key), theirs.get(key)
+            entry[key.replace("unavailable_ms", "ratio")] = round(b / a, 2) if a and b else None
+        found[name] = entry
+    return found
+
+
 def failover_markdown(failover: dict[str, dict], drills: int) -> list[str]:
     lines = [
         "",
@@ -245,6 +261,18 @@ def failover_markdown(failover: dict[str, dict], drills: int) -> list[str]:
         notes.append(f"- **{name}**: {figures.get('how', '')}. Drills: {killed}.")
         if figures.get("error"):
             notes.append(f"  - {figures['error']}")
+    ratios = failover_ratios(failover)
+    shown = [
+        f"{name} {r['ratio_p50']} (p99 {r['ratio_p99']})"
+        for name, r in ratios.items()
+        if r["ratio_p50"] is not None
+    ]
+    if shown:
+        lines += [
+            "",
+            "Unavailability of each system over ferrymq's (above 1: ferrymq takes writes "
+            "again sooner): " + "; ".join(shown) + ".",
+        ]
     return [*lines, "", *notes]
 
 

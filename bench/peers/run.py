@@ -201,6 +201,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         log(str(error))
         return 2
+    if args.drills < 0:
+        log("--drills must be at least 1")
+        return 2
     settings = Settings(mode, parts, args.drills or DRILLS[mode])
     started_at = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load_start = [round(x, 2) for x in os.getloadavg()]
@@ -240,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
     }
     result = report.build(peers, context)
     result.update({part: found for part, found in anchors.items() if found})
+    if result.get("failover"):
+        result["failover_ratios"] = report.failover_ratios(result["failover"])
     if not args.no_write:
         command = "python -m bench.peers --json" + {"full": "", "quick": " --quick"}.get(
             mode, " --smoke"
@@ -256,13 +261,22 @@ def run(args: argparse.Namespace) -> int:
         report.write_section(
             results,
             report.markdown(
-                result, command, CHART if CHART in charts else None, GROWTH_CHART in charts
+                result,
+                command,
+                CHART if CHART in charts else None,
+                GROWTH_CHART if GROWTH_CHART in charts else None,
             ),
         )
         log(f"wrote {results}" + "".join(f" and {path}" for path in charts.values()))
     if not args.json:
         for name, figures in peers.items():
             log(f"{name}: " + ", ".join(f"{k}={v}" for k, v in figures.items() if k != "name"))
+    for name, figures in (result.get("failover") or {}).items():
+        log(
+            f"failover {name}: unavailable p50 {figures.get('unavailable_ms_p50')} ms, "
+            f"p99 {figures.get('unavailable_ms_p99')} ms, lost {figures.get('lost')}"
+            + (f" ({figures['error']})" if figures.get("error") else "")
+        )
     log(
         "ferrymq / best peer: "
         + ", ".join(f"{w.ratio}={result[w.ratio]}" for w in report.WORKLOADS)
