@@ -131,7 +131,7 @@ class OfficialClientWorkloads:
             "workload": "read_back",
             "topic": topic,
             "group": "drill-readback",
-            "count": len(expected),
+            "expected": sorted(expected),
         }
         return set(self._call(request)["seqs"])
 
@@ -475,13 +475,14 @@ def steady(request: dict) -> dict:
 
 
 def read_back(request: dict) -> dict:
-    """A fresh group from the beginning: every drill number it gets, until ``count`` or
-    nothing new for 5 s."""
+    """A fresh group from the beginning: every drill number it gets, until it has every
+    one of ``expected`` or nothing new came for 5 s."""
     consumer = _consumer(request, await_s=1)
+    expected = set(request["expected"])
     found: set[int] = set()
     try:
         last_new = time.monotonic()
-        while len(found) < request["count"] and time.monotonic() - last_new < 5:
+        while not expected <= found and time.monotonic() - last_new < 5:
             try:
                 messages = consumer.receive(RECEIVE, INVISIBLE_S) or ()
             except Exception:
