@@ -326,7 +326,7 @@ class Ferrymq:
 
 
 def pull_everything(
-    access: str, group: str, topic: str, queues: list[int], expected: set[int], idle_s: float = 5.0
+    access: str, group: str, topic: str, queues: list[int], expected: set[int], idle_s: float = 10.0
 ) -> set[int]:
     """The drill numbers a fresh consumer reads from the beginning of ``topic``: until
     it has every one of ``expected`` or nothing new came for ``idle_s``."""

@@ -394,7 +394,7 @@ class KafkaKraft:
         found: set[int] = set()
         try:
             last_new = time.monotonic()
-            while not expected <= found and time.monotonic() - last_new < 5:
+            while not expected <= found and time.monotonic() - last_new < 10:
                 for message in consumer.consume(FETCH, timeout=0.5):
                     if message.error() is None:
                         found.add(drill_seq(message.value()))

@@ -481,17 +481,24 @@ def read_back(request: dict) -> dict:
     expected = set(request["expected"])
     found: set[int] = set()
     try:
-        last_new = time.monotonic()
-        while not expected <= found and time.monotonic() - last_new < 5:
+        # Nothing new for 5 s ends it, counted from the first receive that worked (the
+        # proxy refuses receives until the consumer's settings have reached it).
+        deadline = time.monotonic() + 120
+        last_new = None
+        while not expected <= found and time.monotonic() < deadline:
             try:
                 messages = consumer.receive(RECEIVE, INVISIBLE_S) or ()
             except Exception:
-                messages = ()
                 time.sleep(0.2)
+                continue
+            now = time.monotonic()
+            if messages or last_new is None:
+                last_new = now
+            elif now - last_new > 5:
+                break
             for message in messages:
                 found.add(drill_seq(message.body))
                 consumer.ack_async(message)
-                last_new = time.monotonic()
         return {"seqs": sorted(found)}
     finally:
         consumer.shutdown()
