@@ -482,13 +482,12 @@ BACKLOG = {
 
 
 def test_the_section_shows_failover_backlog_and_topics():
-    text = report.markdown(
+    text = report.anchors_section(
         _result(failover=FAILOVER, topics=TOPICS, backlog=BACKLOG),
         "python -m bench.peers --smoke",
-        None,
         "peers-growth.png",
     )
-    assert text.startswith(report.SECTION)
+    assert text.startswith(report.ANCHORS_SECTION + "\n")
     assert "| ferrymq | ferrymq SDK | 1,500 | 1,500 | 1,500 | 0 | 3 | **0** | 0 |" in text
     assert "- **rocketmq**: not measured — java not found on PATH" in text
     assert "n2 (master): 1,500 ms, n3 (master): 900 ms" in text
@@ -498,6 +497,19 @@ def test_the_section_shows_failover_backlog_and_topics():
     assert "- **kafka** stopped: TimeoutError: leaders" in text
     assert "| kafka | 16 MiB | 30,000 | 90,000 | 92 | 40,000 | 41 | 0.002 |" in text
     assert "![failover, topics and backlog side by side](peers-growth.png)" in text
+
+
+def test_each_section_is_replaced_on_its_own(tmp_path):
+    path = str(tmp_path / "RESULTS.md")
+    with open(path, "w") as f:
+        f.write(f"# R\n\n{report.SECTION}\n\nworkloads table\n\n## Later\n\nkept\n")
+    result = _result(failover=FAILOVER)
+    report.write_section(path, report.anchors_section(result, "cmd", None))
+    report.write_section(path, report.anchors_section(result, "cmd again", None))
+    with open(path) as f:
+        text = f.read()
+    assert text.count(report.ANCHORS_SECTION) == 1 and "cmd again" in text
+    assert "workloads table" in text and "## Later\n\nkept" in text
 
 
 def test_the_growth_chart_is_drawn_only_with_something_to_draw(tmp_path):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 FERRYMQ = "ferrymq"
 SECTION = "## Side-by-side with peers"
+ANCHORS_SECTION = "## Failover, topics and backlog beside Kafka and Apache RocketMQ"
 
 
 @dataclass(frozen=True)
@@ -123,19 +124,26 @@ def _cell(value) -> str:
     return f"{value:,.0f}" if isinstance(value, int | float) else str(value)
 
 
-def markdown(report: dict, command: str, chart: str | None, growth_chart: str | None = None) -> str:
-    """The RESULTS.md section: table, ratios, durability of each system, machine, load;
-    then the failover, backlog and topics parts when they ran."""
-    lines = workloads_markdown(report, command, chart) if report["peers"] else [SECTION, ""]
-    if not report["peers"]:
-        lines += [
-            f"`{command}` — Machine: {report['machine']}. Load average (1/5/15 min) at the "
-            f"start {report['load_average_start']}, at the end {report['load_average_end']}. "
-            f"Run: {report['mode']}, {report['seconds']} s, {report['started_at']}."
-        ]
-    lines += anchors_markdown(report)
-    if growth_chart:
-        lines += ["", f"![failover, topics and backlog side by side]({growth_chart})"]
+def markdown(report: dict, command: str, chart: str | None) -> str:
+    """The RESULTS.md section of the five workloads: table, ratios, durability of each
+    system, machine, load."""
+    return "\n".join(workloads_markdown(report, command, chart)) + "\n"
+
+
+def anchors_section(report: dict, command: str, chart: str | None) -> str:
+    """The RESULTS.md section of the failover, backlog and topics parts that ran."""
+    lines = [
+        ANCHORS_SECTION,
+        "",
+        f"`{command}` — each system started by the benchmark on this machine's loopback, "
+        "one after the other, a 3-node group each. "
+        f"Machine: {report['machine']}. Load average (1/5/15 min) at the start "
+        f"{report['load_average_start']}, at the end {report['load_average_end']}. "
+        f"Run: {report['mode']}, {report['seconds']} s, {report['started_at']}.",
+        *anchors_markdown(report),
+    ]
+    if chart:
+        lines += ["", f"![failover, topics and backlog side by side]({chart})"]
     return "\n".join(lines) + "\n"
 
 
@@ -355,13 +363,15 @@ def anchors_markdown(report: dict) -> list[str]:
 
 
 def write_section(path: str, section: str) -> None:
-    """Replace the section in RESULTS.md (up to the next ``## `` heading), or append it."""
+    """Replace the section in RESULTS.md (its first line, up to the next ``## ``
+    heading), or append it."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except FileNotFoundError:
         text = "# Benchmark results\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.M | re.S)
+    heading = section.split("\n", 1)[0]
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.M | re.S)
     if pattern.search(text):
         text = pattern.sub(lambda _: section + "\n", text, count=1)
     else:

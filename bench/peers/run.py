@@ -258,15 +258,14 @@ def run(args: argparse.Namespace) -> int:
                     charts[name] = path
             except Exception as error:
                 log(f"chart {name} not drawn: {error!r}")
-        report.write_section(
-            results,
-            report.markdown(
-                result,
-                command,
-                CHART if CHART in charts else None,
-                GROWTH_CHART if GROWTH_CHART in charts else None,
-            ),
-        )
+        # Each section only when its parts ran: a run of some parts leaves the others'.
+        if peers:
+            report.write_section(
+                results, report.markdown(result, command, CHART if CHART in charts else None)
+            )
+        if any(anchors.values()):
+            chart = GROWTH_CHART if GROWTH_CHART in charts else None
+            report.write_section(results, report.anchors_section(result, command, chart))
         log(f"wrote {results}" + "".join(f" and {path}" for path in charts.values()))
     if not args.json:
         for name, figures in peers.items():
