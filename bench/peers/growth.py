@@ -13,8 +13,8 @@ untimed message per topic (routes, metadata and connections are warm): msgs/s.
 the fill rate recorded too); read from the beginning by a fresh consumer while it is all
 in the page cache (hot: just written); then the nodes are stopped, their data files
 evicted (``pagecache.evict``), the nodes started again and another fresh consumer reads
-it all (cold). The fraction of the data resident when the cold read began is reported
-with it.
+it all (cold). How much of the nodes' files was resident when the cold read began (what
+their start read back in) is reported with it, as a fraction and in MB.
 """
 
 from __future__ import annotations
@@ -134,16 +134,17 @@ def run_backlog(peer: GrowingPeer, sizes: tuple[int, ...]) -> dict:
             row["evict"] = pagecache.evict(peer.data_dirs())
             peer.start_nodes()
             stopped = False
-            row["resident_at_cold_start"] = pagecache.resident_fraction(
-                pagecache.data_files(peer.data_dirs())
-            )
+            # What the nodes' start read back in (recovery, warm-ups): all their files.
+            files = pagecache.data_files(peer.data_dirs())
+            row["resident_at_cold_start"] = pagecache.resident_fraction(files)
+            row["resident_mb_at_cold_start"] = pagecache.resident_mb(files)
             cold = peer.read_all(topic, count, BACKLOG_GROUPS[1])
             row["cold_msgs_per_s"] = round(count / cold)
             row["cold_mb_per_s"] = round(size / cold / 1e6, 1)
             log(
                 f"  {peer.name} backlog {size >> 20} MiB: hot {row['hot_msgs_per_s']:,} msgs/s, "
-                f"cold {row['cold_msgs_per_s']:,} msgs/s (resident at start "
-                f"{row['resident_at_cold_start']})"
+                f"cold {row['cold_msgs_per_s']:,} msgs/s ({row['resident_mb_at_cold_start']} MB "
+                f"of the data files resident at its start)"
             )
         except Exception as error:
             row["error"] = f"{type(error).__name__}: {error}"[:500]

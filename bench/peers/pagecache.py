@@ -113,8 +113,8 @@ def resident_pages(path: str) -> tuple[int, int]:
         os.close(fd)
 
 
-def resident_fraction(paths: Iterable[str]) -> float | None:
-    """The fraction of the files' pages in the page cache (None when there are none)."""
+def resident(paths: Iterable[str]) -> tuple[int, int]:
+    """(pages of the files in the page cache, pages in all)."""
     cached = total = 0
     for path in paths:
         try:
@@ -123,7 +123,18 @@ def resident_fraction(paths: Iterable[str]) -> float | None:
             continue
         cached += found
         total += pages
+    return cached, total
+
+
+def resident_fraction(paths: Iterable[str]) -> float | None:
+    """The fraction of the files' pages in the page cache (None when there are none)."""
+    cached, total = resident(paths)
     return round(cached / total, 3) if total else None
+
+
+def resident_mb(paths: Iterable[str]) -> float:
+    """MB of the files in the page cache."""
+    return round(resident(paths)[0] * mmap.PAGESIZE / 1e6, 1)
 
 
 def evict(directories: Iterable[str], residue: float = 0.01) -> dict:

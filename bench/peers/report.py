@@ -322,11 +322,12 @@ def backlog_markdown(backlog: dict[str, dict]) -> list[str]:
         "from the beginning by a fresh consumer while it is in the page cache (hot), then "
         "again after the nodes were stopped, their data files evicted from the page cache "
         "(`posix_fadvise(DONTNEED)` after `fdatasync`; `drop_caches` only if pages remained) "
-        "and the nodes started again (cold). *resident* is the fraction of the data files' "
-        "pages in memory when the cold read began.",
+        "and the nodes started again (cold). *resident* is how much of the nodes' files "
+        "was in memory when the cold read began (what their start read back in), in MB and "
+        "as a fraction of all their files' pages.",
         "",
         "| system | backlog | fill (msgs/s) | hot (msgs/s) | hot (MB/s) | cold (msgs/s) "
-        "| cold (MB/s) | resident |",
+        "| cold (MB/s) | resident MB (fraction) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     errors = []
@@ -341,7 +342,8 @@ def backlog_markdown(backlog: dict[str, dict]) -> list[str]:
                 f"| {name} | {shown} | {_cell(row.get('fill_msgs_per_s'))} "
                 f"| {_cell(row.get('hot_msgs_per_s'))} | {_cell(row.get('hot_mb_per_s'))} "
                 f"| {_cell(row.get('cold_msgs_per_s'))} | {_cell(row.get('cold_mb_per_s'))} "
-                f"| {_cell(row.get('resident_at_cold_start'))} |"
+                f"| {_cell(row.get('resident_mb_at_cold_start'))} "
+                f"({_cell(row.get('resident_at_cold_start'))}) |"
             )
             if row.get("error"):
                 errors.append(f"- **{name}** {shown}: {row['error']}")
