@@ -145,8 +145,25 @@ class KafkaKraft:
         # Refused connections while the nodes start are expected: librdkafka logs errors only.
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 2})
         # Ready once an RF 3 topic can be created: the quorum has a leader, all brokers up.
-        until(self._ready, 120, "a 3-node KRaft cluster accepting an RF 3 topic", interval_s=0.5)
+        try:
+            until(self._ready, 240, "a 3-node KRaft cluster accepting an RF 3 topic", 0.5)
+        except TimeoutError as error:  # the logs go with the directory: say what they say
+            raise TimeoutError(f"{error}; {self._log_news()}") from None
         log(f"  kafka: 3-node KRaft cluster up at {self.bootstrap}")
+
+    def _log_news(self) -> str:
+        """The last ERROR (or last) line of each node's log, for a failure message."""
+        news = []
+        for key, (_, log_path, _) in self._nodes.items():
+            try:
+                with open(log_path, encoding="utf-8", errors="replace") as f:
+                    lines = [line.strip() for line in f if line.strip()]
+            except OSError:
+                continue
+            errors = [line for line in lines if "ERROR" in line or "Exception" in line]
+            picked = (errors or lines or ["(empty)"])[-1]
+            news.append(f"{key}: {picked[:300]}")
+        return " | ".join(news)
 
     def _ready(self) -> bool:
         try:
