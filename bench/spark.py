@@ -19,7 +19,8 @@ workers share the machine's cores. Prints one JSON object (last line):
   (1 KiB values, a key each, one topic of 4 partitions) in the Kafka peer of
   ``bench.peers`` (Apache Kafka 4.1, three KRaft nodes, RF 3), read in the same session
   through Spark's own Kafka source (``spark-sql-kafka-0-10`` at the installed PySpark's
-  version, fetched by Spark from Maven Central into the benchmark cache's Ivy directory)
+  version, or ``KAFKA_SOURCE_FALLBACK`` when Maven Central lacks it; fetched by Spark from
+  Maven Central into the benchmark cache's Ivy directory; ``kafka_source`` says which)
   into ``noop``, best of the runs after a warm-up; the CPU counts this driver, Spark's
   JVM and the three Kafka JVMs (the ferrymq node is stopped by then). ``ratio_batch_read
   _vs_kafka`` is ferrymq's rows/s over Kafka's. Without Java, Maven or the artifacts, one
@@ -129,19 +130,38 @@ def tree_cpu_s(roots: list[int]) -> float:
     return total
 
 
-def kafka_package() -> str:
-    """Spark's Kafka source at the installed PySpark's version (Scala 2.13, as Spark 4)."""
-    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version('pyspark')}"
+# The newest Spark Kafka source of the same line (Spark 4, Scala 2.13) found on Maven
+# Central when the installed PySpark's own version is not there (PySpark 4.3.0 is on PyPI
+# while Spark 4.3.0's artifacts are not, as of this writing).
+KAFKA_SOURCE_FALLBACK = "4.1.0"
 
 
-def session_config(kafka: bool, cache: str) -> dict[str, str]:
-    """The session's settings: with ``kafka``, Spark fetches its Kafka source from Maven
-    Central into ``cache``'s Ivy directory at start (once; later runs find it there)."""
+def kafka_package(spark_version: str = "") -> str:
+    """Spark's Kafka source at ``spark_version`` (the installed PySpark's by default;
+    Scala 2.13, as Spark 4)."""
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version or version('pyspark')}"
+
+
+def kafka_packages() -> list[str]:
+    """The Kafka sources to try, in order: the installed PySpark's version, then the
+    fallback."""
+    wanted = [kafka_package(), kafka_package(KAFKA_SOURCE_FALLBACK)]
+    return list(dict.fromkeys(wanted))
+
+
+def session_config(package: str, cache: str) -> dict[str, str]:
+    """The session's settings: with a Kafka source ``package``, Spark fetches it from
+    Maven Central into ``cache``'s Ivy directory at start (once; later runs find it)."""
     config = {"spark.driver.memory": "1g"}
-    if kafka:
-        config["spark.jars.packages"] = kafka_package()
+    if package:
+        config["spark.jars.packages"] = package
         config["spark.jars.ivy"] = os.path.join(cache, "ivy")
     return config
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[-1] if text else repr(error)
 
 
 def log(text: str) -> None:
@@ -210,7 +230,6 @@ def kafka_read(spark, count: int, runs: int) -> dict:
         batch_read()  # warm-up
         seconds = [batch_read() for _ in range(runs)]
         return {
-            "kafka_source": kafka_package(),
             "kafka_batch_read_rows_per_s": round(count / min(seconds)),
             "kafka_batch_read_runs_s": [round(s, 2) for s in seconds],
             "kafka_batch_read_cpu_us_per_row": round(min(cpu_per_row[1:]), 2),
@@ -231,17 +250,26 @@ def run(mode: str = "full", kafka: bool = True) -> dict:
     kafka_figures: dict = {}
     try:
         fill(address, count)
-        config = session_config(kafka, jvm.CACHE)
-        try:
-            spark = build_session("local[2]", "ferrymq-bench", **config)
-        except Exception as error:
-            if not kafka:
-                raise
-            reason = str(error).strip().splitlines()[-1] if str(error).strip() else repr(error)
-            log(f"kafka: not measured: {kafka_package()} not loaded: {reason}")
-            kafka_figures = {"kafka_unavailable": f"{kafka_package()} not loaded: {reason}"}
-            kafka = False
-            spark = build_session("local[2]", "ferrymq-bench", **session_config(False, ""))
+        spark, package, failures = None, "", []
+        for package in kafka_packages() if kafka else []:
+            try:
+                config = session_config(package, jvm.CACHE)
+                spark = build_session("local[2]", "ferrymq-bench", **config)
+                break
+            except Exception as error:  # spark-submit exits; its output above names it
+                failures.append(package)
+                log(f"kafka: {package} not loaded: {first_line(error)}")
+        if spark is None:
+            if kafka:
+                kafka_figures = {
+                    "kafka_unavailable": f"Spark could not load {' nor '.join(failures)}: an "
+                    "artifact or one of its dependencies not found on Maven Central (Spark's "
+                    "output names it)"
+                }
+                log(f"kafka: not measured: {kafka_figures['kafka_unavailable']}")
+                kafka = False
+            package = ""
+            spark = build_session("local[2]", "ferrymq-bench", **session_config("", ""))
 
         roots = [os.getpid(), process.pid]
         cpu_per_row: list[float] = []
@@ -292,6 +320,7 @@ def run(mode: str = "full", kafka: bool = True) -> dict:
         process.wait(10)
         if kafka:
             kafka_figures = kafka_read(spark, count, runs)
+            kafka_figures.setdefault("kafka_source", package)
         spark.stop()
     finally:
         if process.poll() is None:

@@ -531,10 +531,13 @@ def test_spark_fetches_its_kafka_source_at_pysparks_version_into_the_cache():
     assert spark.kafka_package() == (
         f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version('pyspark')}"
     )
-    config = spark.session_config(True, "/cache")
+    tried = spark.kafka_packages()
+    assert tried[0] == spark.kafka_package()  # the matching version first
+    assert tried[-1].endswith(f":{spark.KAFKA_SOURCE_FALLBACK}") and len(set(tried)) == len(tried)
+    config = spark.session_config(spark.kafka_package(), "/cache")
     assert config["spark.jars.packages"] == spark.kafka_package()
     assert config["spark.jars.ivy"] == "/cache/ivy"
-    assert "spark.jars.packages" not in spark.session_config(False, "/cache")
+    assert "spark.jars.packages" not in spark.session_config("", "/cache")
 
 
 def test_spark_without_java_for_the_kafka_peer_says_so_in_one_line(tmp_path, monkeypatch):
