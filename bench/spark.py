@@ -19,7 +19,7 @@ workers share the machine's cores. Prints one JSON object (last line):
   (1 KiB values, a key each, one topic of 4 partitions) in the Kafka peer of
   ``bench.peers`` (Apache Kafka 4.1, three KRaft nodes, RF 3), read in the same session
   through Spark's own Kafka source (``spark-sql-kafka-0-10`` at the installed PySpark's
-  version, or ``KAFKA_SOURCE_FALLBACK`` when Maven Central lacks it; fetched by Spark from
+  version, or one of ``KAFKA_SOURCE_FALLBACKS`` when Maven Central lacks it; fetched by Spark from
   Maven Central into the benchmark cache's Ivy directory; ``kafka_source`` says which)
   into ``noop``, best of the runs after a warm-up; the CPU counts this driver, Spark's
   JVM and the three Kafka JVMs (the ferrymq node is stopped by then). ``ratio_batch_read
@@ -130,10 +130,11 @@ def tree_cpu_s(roots: list[int]) -> float:
     return total
 
 
-# The newest Spark Kafka source of the same line (Spark 4, Scala 2.13) found on Maven
-# Central when the installed PySpark's own version is not there (PySpark 4.3.0 is on PyPI
-# while Spark 4.3.0's artifacts are not, as of this writing).
-KAFKA_SOURCE_FALLBACK = "4.1.0"
+# Spark Kafka sources of the same line (Spark 4, Scala 2.13) to try, newest first, when the
+# installed PySpark's own version is not on Maven Central (PySpark 4.3.0 is on PyPI while
+# Spark 4.3.0's artifacts are not, as of this writing). 4.2.0 and 4.1.1 are the newest whose
+# spark-token-provider-kafka dependency is served too (4.1.0 and 4.0.1 lack it).
+KAFKA_SOURCE_FALLBACKS = ("4.2.0", "4.1.1")
 
 
 def kafka_package(spark_version: str = "") -> str:
@@ -144,8 +145,8 @@ def kafka_package(spark_version: str = "") -> str:
 
 def kafka_packages() -> list[str]:
     """The Kafka sources to try, in order: the installed PySpark's version, then the
-    fallback."""
-    wanted = [kafka_package(), kafka_package(KAFKA_SOURCE_FALLBACK)]
+    fallbacks."""
+    wanted = [kafka_package(), *(kafka_package(v) for v in KAFKA_SOURCE_FALLBACKS)]
     return list(dict.fromkeys(wanted))
 
 
