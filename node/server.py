@@ -33,6 +33,7 @@ from node.access import AccessControl, MethodAccess
 from node.admin_service import AdminService
 from node.admission import Admission
 from node.authentication import Authenticator
+from node.check_relay import CheckRelay
 from node.config import NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
 from node.data_service import DataService
@@ -162,10 +163,16 @@ class Node:
             store,
             config.messages.transaction_check_interval_ms,
             config.messages.transaction_max_checks,
+            is_master=lambda: store.is_master,
         )
         self.transactions.load()
         members = GroupMembers()
         self.raw_store.add_dispatch_listener(waiters.on_dispatch)
+        # The master's orphan checks reach the producers connected to the other nodes.
+        relay = CheckRelay(
+            self.raw_store, self.transactions.producers, lambda: store.is_master, loop
+        )
+        self.raw_store.add_dispatch_listener(relay.on_dispatch)
         self.metrics.offsets, self.metrics.pop_state = self.offsets, self.pop_state
         self.metrics.members = members
         self.metrics.replication_status = self.replication.status
