@@ -26,9 +26,11 @@ and has not taken the role yet, or the master answers UNAVAILABLE before sending
 (it died, or just lost its role), the call waits for routing to change (woken by every
 routing change, polling every ``RETRY_S`` meanwhile) and tries again, for at most
 ``WAIT_CAP_S`` and never past the call's deadline; then it answers ``HA_NOT_AVAILABLE``
-in its response status, so the client retries as after any refused call. A retried
-SendMessage the dead master may have stored is sent again: what a client's own retry does
-(at least once).
+in its response status, so the client retries as after any refused call. A master that
+answers ``HA_NOT_AVAILABLE`` itself (it refused before writing anything: a new master
+whose lease is not renewed yet, too few in-sync replicas) is asked again for up to
+``REFUSAL_RETRY_S``, then its answer is relayed. A retried SendMessage the dead master may
+have stored is sent again: what a client's own retry does (at least once).
 
 A forwarded call is never forwarded again: a node that receives a proof-carrying call for
 a group it is not master of answers UNAVAILABLE "not the master", which the forwarding
@@ -48,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
@@ -61,6 +64,10 @@ MESSAGING = "/apache.rocketmq.v2.MessagingService/"
 WAIT_CAP_S = 10.0
 RETRY_S = 0.1  # between tries while waiting (a promotion makes no routing change)
 DEADLINE_MARGIN_S = 0.2  # answer this long before the client's deadline
+# A master that refuses for now (HA_NOT_AVAILABLE: a new master renewing its lease, too
+# few in-sync replicas) is asked again for this long at most: long enough for a failover
+# to settle, short enough that a lasting refusal reaches the client soon.
+REFUSAL_RETRY_S = 2.0
 NO_DEADLINE_S = 120.0  # a forwarded call the client set no deadline for
 CHANNEL_CLOSE_GRACE_S = 30.0  # calls in flight on a channel dropped for a new master
 
@@ -259,7 +266,7 @@ class Forwarder:
                 group = self._group_of(target)
                 if self.master_of(group) is HERE:
                     return await behavior(request, context)
-                answer = await self._forward_unary(method, group, request, context)
+                answer = await self._forward_unary(method, group, request, context, response_class)
                 if answer is HERE:
                     return await behavior(request, context)
                 if isinstance(answer, pb.Status):
@@ -289,7 +296,9 @@ class Forwarder:
                     async for response in behavior(request, context):
                         yield response
                     return
-                async for response in self._forward_stream(method, group, request, context):
+                async for response in self._forward_stream(
+                    method, group, request, context, response_class
+                ):
                     if response is HERE:
                         async for local in behavior(request, context):
                             yield local
@@ -352,8 +361,9 @@ class Forwarder:
                 return None
             waited = True
 
-    async def _forward_unary(self, method: str, group: str, request, context):
+    async def _forward_unary(self, method: str, group: str, request, context, response_class):
         deadline, wait_until = self._timing(context)
+        refusals_until = min(wait_until, time.monotonic() + REFUSAL_RETRY_S)
         metadata = self._metadata(method, context)
         last = "no master elected"
         waited = False
@@ -364,17 +374,23 @@ class Forwarder:
             call = self._callable(master, method, "unary", type(request))
             self.forwarded += 1
             try:
-                return await call(request, metadata=metadata, timeout=deadline - time.monotonic())
+                answer = await call(request, metadata=metadata, timeout=deadline - time.monotonic())
             except grpc.aio.AioRpcError as error:
                 if error.code() is not grpc.StatusCode.UNAVAILABLE:
                     await context.abort(error.code(), error.details() or "")
                 last = f"{master.node_id} at {master.address}: {error.details()}"
+            else:
+                refused = _not_serving_yet(answer, response_class)
+                if refused is None or time.monotonic() >= refusals_until:
+                    return answer
+                last = f"{master.node_id} at {master.address}: {refused}"
             if time.monotonic() >= wait_until:
                 return _no_master(group, self.wait_cap_s, last)
             waited = True
 
-    async def _forward_stream(self, method: str, group: str, request, context):
+    async def _forward_stream(self, method: str, group: str, request, context, response_class):
         deadline, wait_until = self._timing(context)
+        refusals_until = min(wait_until, time.monotonic() + REFUSAL_RETRY_S)
         metadata = self._metadata(method, context)
         last = "no master elected"
         waited = False
@@ -386,13 +402,19 @@ class Forwarder:
             call = self._callable(master, method, "stream", type(request))
             self.forwarded += 1
             relayed = False
+            responses = call(request, metadata=metadata, timeout=deadline - time.monotonic())
             try:
-                async for response in call(
-                    request, metadata=metadata, timeout=deadline - time.monotonic()
-                ):
+                async for response in responses:
+                    if not relayed and time.monotonic() < refusals_until:
+                        refused = _not_serving_yet(response, response_class)
+                        if refused is not None:
+                            last = f"{master.node_id} at {master.address}: {refused}"
+                            responses.cancel()
+                            break
                     relayed = True
                     yield response
-                return
+                else:
+                    return
             except grpc.aio.AioRpcError as error:
                 if relayed or error.code() is not grpc.StatusCode.UNAVAILABLE:
                     await context.abort(error.code(), error.details() or "")
@@ -401,6 +423,17 @@ class Forwarder:
                 yield _no_master(group, self.wait_cap_s, last)
                 return
             waited = True
+
+
+def _not_serving_yet(answer: bytes, response_class) -> str | None:
+    """The master's refusal when it answered HA_NOT_AVAILABLE: it took nothing (a write
+    refused before anything was appended: a new master whose lease is not renewed yet,
+    an in-sync set too small, a demotion under way), so the call may be tried again."""
+    try:
+        status = response_class.FromString(answer).status
+    except DecodeError:
+        return None
+    return status.message if status.code == pb.HA_NOT_AVAILABLE else None
 
 
 def _no_master(group: str, cap_s: float, last: str) -> pb.Status:

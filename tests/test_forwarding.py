@@ -82,6 +82,7 @@ class Seen:
     """What a node's service saw: (method, peer, metadata) per call it served."""
 
     calls: list[tuple[str, str, dict]] = field(default_factory=list)
+    refuse_sends: int = 0  # answer this many sends HA_NOT_AVAILABLE (a new master)
 
 
 class Recording(service_pb2_grpc.MessagingServiceServicer):
@@ -95,6 +96,11 @@ class Recording(service_pb2_grpc.MessagingServiceServicer):
 
     async def SendMessage(self, request, context):
         self._record("SendMessage", context)
+        if self.seen.refuse_sends:
+            self.seen.refuse_sends -= 1
+            return rpc.SendMessageResponse(
+                status=pb.Status(code=pb.HA_NOT_AVAILABLE, message="lease not renewed yet")
+            )
         return rpc.SendMessageResponse(
             status=pb.Status(code=pb.OK, message=self.name),
             entries=[rpc.SendResultEntry(status=pb.Status(code=pb.OK), message_id="m-1")],
@@ -412,6 +418,29 @@ def test_acls_are_decided_by_the_master_for_a_forwarded_call():
                 assert allowed.status.code == pb.OK and allowed.status.message == "n1"
             assert len(cluster.seen["n1"].calls) == 1 and not cluster.seen["n2"].calls
             assert cluster.forwarders["n2"].forwarded == 3
+        finally:
+            await cluster.stop()
+
+    run(scenario)
+
+
+def test_a_master_refusing_for_now_is_asked_again_and_a_lasting_refusal_is_relayed():
+    async def scenario():
+        cluster = Cluster(["n1", "n2"])
+        await cluster.start()
+        cluster.elect("n1", epoch=1)
+        try:
+            async with grpc.aio.insecure_channel(cluster.address("n2")) as channel:
+                stub = service_pb2_grpc.MessagingServiceStub(channel)
+                cluster.seen["n1"].refuse_sends = 2  # a new master renewing its lease
+                answer = await stub.SendMessage(send_request(), timeout=10)
+                assert answer.status.code == pb.OK and len(cluster.seen["n1"].calls) == 3
+                cluster.seen["n1"].refuse_sends = 1_000  # refusing for good
+                started = time.monotonic()
+                answer = await stub.SendMessage(send_request(), timeout=10)
+                assert answer.status.code == pb.HA_NOT_AVAILABLE
+                assert answer.status.message == "lease not renewed yet"  # the master's own
+                assert time.monotonic() - started < 5
         finally:
             await cluster.stop()
 
