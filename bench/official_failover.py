@@ -147,6 +147,26 @@ def check_nothing_lost(events: list[dict]) -> tuple[set[str], set[str]]:
     return sent, received
 
 
+def tcp_peer_ports(pid: int) -> set[int]:
+    """Remote ports of the established TCP connections of process ``pid`` (Linux)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes and fields[3] == "01":  # ESTABLISHED
+                    ports.add(int(fields[2].rsplit(":", 1)[1], 16))
+    return ports
+
+
 # ---- the client process ---------------------------------------------------------------
 def emit(event: str, **fields) -> None:
     with _print_lock:

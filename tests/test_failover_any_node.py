@@ -30,7 +30,12 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
-from bench.official_failover import OfficialLoad, check_nothing_lost, unavailable_ms
+from bench.official_failover import (
+    OfficialLoad,
+    check_nothing_lost,
+    tcp_peer_ports,
+    unavailable_ms,
+)
 from ferrymq.client import Admin
 from ferrymq.launcher.cluster import (
     ClusterPlan,
@@ -267,26 +272,6 @@ def test_a_client_talking_to_a_slave_gets_what_the_master_answers(cluster):
 
 
 # ---- (b), (c) kill -9 under load ----------------------------------------------------------
-def tcp_peer_ports(pid: int) -> set[int]:
-    """Remote ports of the established TCP connections of process ``pid`` (Linux)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table, encoding="ascii") as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[9] in inodes and fields[3] == "01":  # ESTABLISHED
-                    ports.add(int(fields[2].rsplit(":", 1)[1], 16))
-    return ports
-
-
 def drill(cluster: Cluster, name: str, victim_of) -> float:
     """Official producer and SimpleConsumer on a fresh topic, connected to the node the
     client picks; kill -9 of ``victim_of(connected node)``; checks resumption, nothing
