@@ -118,11 +118,20 @@ class Recording(service_pb2_grpc.MessagingServiceServicer):
 
 
 class Cluster:
-    """Nodes n1..nN of broker group g1 on loopback, their routing state shared (set by
-    the test), each serving a ``Recording`` service behind its ``Forwarder``."""
+    """Nodes n1..nN of broker group g1 (or the groups ``group_of`` says) on loopback,
+    their routing state shared (set by the test), each serving a ``Recording`` service
+    behind its ``Forwarder``."""
 
-    def __init__(self, names, secret=SECRET, access: dict[str, MethodAccess] | None = None):
+    def __init__(
+        self,
+        names,
+        secret=SECRET,
+        access: dict[str, MethodAccess] | None = None,
+        group_of: dict[str, str] | None = None,
+    ):
         self.names = names
+        self.group_of = group_of or dict.fromkeys(names, "g1")
+        self.extra_groups: dict[str, BrokerGroup] = {}  # other groups' records, as set
         self.secret = secret
         self.access = access or {}
         self.state = RoutingState()
@@ -137,7 +146,7 @@ class Cluster:
             server = grpc.aio.server()
             forwarder = Forwarder(
                 node_id=name,
-                broker_group="g1",
+                broker_group=self.group_of[name],
                 proofs=ForwardProofs(self.secret, name),
                 state=lambda: self.state,
                 is_master=lambda name=name: name in self.masters,
@@ -157,7 +166,8 @@ class Cluster:
             await server.start()
             self.servers[name], self.forwarders[name] = server, forwarder
         members = {
-            name: Member(name, "g1", f"127.0.0.1:{self.ports[name]}", "", "") for name in self.names
+            name: Member(name, self.group_of[name], f"127.0.0.1:{self.ports[name]}", "", "")
+            for name in self.names
         }
         self.set_routing(members, master=None, epoch=0)
 
@@ -165,7 +175,9 @@ class Cluster:
         state = RoutingState()
         state.members = members if members is not None else dict(self.state.members)
         in_sync = frozenset({master}) if master else frozenset()
-        state.broker_groups = {"g1": BrokerGroup("g1", master, epoch, in_sync)}
+        groups = {g: BrokerGroup(g) for g in self.group_of.values()}
+        state.broker_groups = {**groups, **self.extra_groups}
+        state.broker_groups["g1"] = BrokerGroup("g1", master, epoch, in_sync)
         self.state = state
         for forwarder in self.forwarders.values():
             forwarder.routing_changed()
@@ -441,6 +453,38 @@ def test_a_master_refusing_for_now_is_asked_again_and_a_lasting_refusal_is_relay
                 assert answer.status.code == pb.HA_NOT_AVAILABLE
                 assert answer.status.message == "lease not renewed yet"  # the master's own
                 assert time.monotonic() - started < 5
+        finally:
+            await cluster.stop()
+
+    run(scenario)
+
+
+def test_with_two_broker_groups_a_queue_names_its_group_and_a_send_stays_in_its_own():
+    async def scenario():
+        cluster = Cluster(["a1", "a2", "b1"], group_of={"a1": "g1", "a2": "g1", "b1": "g2"})
+        await cluster.start()
+        cluster.extra_groups["g2"] = BrokerGroup("g2", "b1", 1, frozenset({"b1"}))
+        cluster.masters = {"a1", "b1"}
+        cluster.set_routing(master="a1", epoch=1)
+        try:
+            async with grpc.aio.insecure_channel(cluster.address("a2")) as channel:
+                stub = service_pb2_grpc.MessagingServiceStub(channel)
+                stream = [r async for r in stub.ReceiveMessage(receive_request("g2"), timeout=10)]
+                assert stream[0].status.message == "b1"  # the queue's group's master
+                stream = [r async for r in stub.ReceiveMessage(receive_request("g1"), timeout=10)]
+                assert stream[0].status.message == "a1"
+                answer = await stub.SendMessage(send_request(), timeout=10)
+                assert answer.status.message == "a1"  # this node's own group
+            async with grpc.aio.insecure_channel(cluster.address("b1")) as channel:
+                stub = service_pb2_grpc.MessagingServiceStub(channel)
+                # A master of one group forwards what names another.
+                stream = [r async for r in stub.ReceiveMessage(receive_request("g1"), timeout=10)]
+                assert stream[0].status.message == "a1"
+                # A broker name routing does not know: this node's group.
+                stream = [
+                    r async for r in stub.ReceiveMessage(receive_request("nowhere"), timeout=10)
+                ]
+                assert stream[0].status.message == "b1"
         finally:
             await cluster.stop()
 
