@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 import pytest
@@ -20,14 +21,17 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from node.access import AccessControl, MethodAccess
 from node.authentication import Authenticator, signature_headers
+from node.config import SecurityOptions
 from node.forward_proof import PEER_HEADER, PROOF_HEADER, WINDOW_S, ForwardProofs, ProofRefused
 from node.forwarding import Forwarder
 from node.method_wrapping import add_wrapped
 from node.request_decoding import tolerate_malformed
 from node.secret_box import SecretBox
+from node.tls import peer_channel_credentials, server_credentials
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
 from routing.metadata import BrokerGroup, Member
 from routing.state import RoutingState
+from tests.tls_certs import make_pki
 
 SECRET = "the-cluster-secret"
 METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
@@ -128,8 +132,10 @@ class Cluster:
         secret=SECRET,
         access: dict[str, MethodAccess] | None = None,
         group_of: dict[str, str] | None = None,
+        security: SecurityOptions | None = None,
     ):
         self.names = names
+        self.security = security  # TLS on every node's port (mutual with tls_client_ca)
         self.group_of = group_of or dict.fromkeys(names, "g1")
         self.extra_groups: dict[str, BrokerGroup] = {}  # other groups' records, as set
         self.secret = secret
@@ -150,7 +156,7 @@ class Cluster:
                 proofs=ForwardProofs(self.secret, name),
                 state=lambda: self.state,
                 is_master=lambda name=name: name in self.masters,
-                channel_for=grpc.aio.insecure_channel,
+                channel_for=self._channel_for,
                 wait_cap_s=wait_cap_s,
             )
             wrappers = [tolerate_malformed, forwarder.wrap]
@@ -162,7 +168,11 @@ class Cluster:
                 Recording(name, self.seen[name]),
                 wrappers,
             )
-            self.ports[name] = server.add_insecure_port("127.0.0.1:0")
+            if self.security is None:
+                self.ports[name] = server.add_insecure_port("127.0.0.1:0")
+            else:
+                credentials = server_credentials(self.security)
+                self.ports[name] = server.add_secure_port("127.0.0.1:0", credentials)
             await server.start()
             self.servers[name], self.forwarders[name] = server, forwarder
         members = {
@@ -170,6 +180,11 @@ class Cluster:
             for name in self.names
         }
         self.set_routing(members, master=None, epoch=0)
+
+    def _channel_for(self, address: str) -> grpc.aio.Channel:
+        if self.security is None:
+            return grpc.aio.insecure_channel(address)
+        return grpc.aio.secure_channel(address, peer_channel_credentials(self.security))
 
     def set_routing(self, members=None, *, master: str | None, epoch: int) -> None:
         state = RoutingState()
@@ -485,6 +500,33 @@ def test_with_two_broker_groups_a_queue_names_its_group_and_a_send_stays_in_its_
                     r async for r in stub.ReceiveMessage(receive_request("nowhere"), timeout=10)
                 ]
                 assert stream[0].status.message == "b1"
+        finally:
+            await cluster.stop()
+
+    run(scenario)
+
+
+def test_with_mutual_tls_the_forward_link_is_tls_too(tmp_path):
+    pki = make_pki(tmp_path / "pki")
+    security = SecurityOptions(
+        tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca, tls_ca=pki.ca
+    )
+
+    async def scenario():
+        cluster = Cluster(["n1", "n2"], security=security)
+        await cluster.start()
+        cluster.elect("n1", epoch=1)
+        client = grpc.ssl_channel_credentials(
+            root_certificates=Path(pki.ca).read_bytes(),
+            private_key=Path(pki.client_key).read_bytes(),
+            certificate_chain=Path(pki.client_cert).read_bytes(),
+        )
+        try:
+            async with grpc.aio.secure_channel(cluster.address("n2"), client) as channel:
+                stub = service_pb2_grpc.MessagingServiceStub(channel)
+                answer = await stub.SendMessage(send_request(), timeout=10)
+                assert answer.status.message == "n1"
+            assert cluster.forwarders["n2"].forwarded == 1
         finally:
             await cluster.stop()
 
