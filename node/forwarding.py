@@ -428,6 +428,11 @@ class Forwarder:
                 if relayed or error.code() is not grpc.StatusCode.UNAVAILABLE:
                     await context.abort(error.code(), error.details() or "")
                 last = f"{master.node_id} at {master.address}: {error.details()}"
+            finally:
+                # The client went away (cancelled) mid-stream: so does the master's call,
+                # before its long poll hands messages to nobody.
+                if not responses.done():
+                    responses.cancel()
             if time.monotonic() >= wait_until:
                 yield _no_master(group, self.wait_cap_s, last)
                 return

@@ -87,6 +87,7 @@ class Seen:
 
     calls: list[tuple[str, str, dict]] = field(default_factory=list)
     refuse_sends: int = 0  # answer this many sends HA_NOT_AVAILABLE (a new master)
+    cancelled: int = 0  # long polls cancelled
 
 
 class Recording(service_pb2_grpc.MessagingServiceServicer):
@@ -112,6 +113,12 @@ class Recording(service_pb2_grpc.MessagingServiceServicer):
 
     async def ReceiveMessage(self, request, context):
         self._record("ReceiveMessage", context)
+        if request.group.name == "long-poll":
+            try:
+                await asyncio.sleep(60)  # a long poll nothing wakes
+            except asyncio.CancelledError:
+                self.seen.cancelled += 1
+                raise
         yield rpc.ReceiveMessageResponse(status=pb.Status(code=pb.OK, message=self.name))
         for i in range(3):
             yield rpc.ReceiveMessageResponse(message=pb.Message(body=b"%d" % i))
@@ -527,6 +534,33 @@ def test_with_mutual_tls_the_forward_link_is_tls_too(tmp_path):
                 answer = await stub.SendMessage(send_request(), timeout=10)
                 assert answer.status.message == "n1"
             assert cluster.forwarders["n2"].forwarded == 1
+        finally:
+            await cluster.stop()
+
+    run(scenario)
+
+
+def test_a_client_that_cancels_a_forwarded_long_poll_cancels_it_at_the_master():
+    async def scenario():
+        cluster = Cluster(["n1", "n2"])
+        await cluster.start()
+        cluster.elect("n1", epoch=1)
+        try:
+            async with grpc.aio.insecure_channel(cluster.address("n2")) as channel:
+                stub = service_pb2_grpc.MessagingServiceStub(channel)
+                request = receive_request()
+                request.group.name = "long-poll"
+                call = stub.ReceiveMessage(request, timeout=30)
+                reading = asyncio.ensure_future(call.read())
+                deadline = time.monotonic() + 10
+                while not cluster.seen["n1"].calls and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)  # until the master holds the long poll
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await reading
+                while not cluster.seen["n1"].cancelled and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                assert cluster.seen["n1"].cancelled == 1
         finally:
             await cluster.stop()
 
