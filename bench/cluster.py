@@ -23,6 +23,21 @@ of stdout):
   is restarted and the next drill waits until all three are in sync again.
   ``failover_killed_raft_leader`` says for each drill whether the master killed was also
   the routing Raft leader (then routing must elect a leader before it can elect a master);
+- ``official_client_failover_unavailable_ms_p50`` / ``_p99`` / ``_max`` and
+  ``official_client_failover_unavailable_ms`` (every drill): the same kill -9 of the SYNC
+  group's master, under the official RocketMQ Python client (``bench.official_failover``,
+  a process of its own): a producer sending one message at a time and a SimpleConsumer
+  receiving and acking, connected as the client connects (to the first of the route's
+  addresses in its sorted order, which may or may not be the master:
+  ``official_client_failover_client_on_master`` says, per drill, read from its TCP
+  connections). The figure is the time from the kill until both an acknowledged send the
+  dead master cannot have answered and a received message; the client learns no new route
+  meanwhile (it refreshes every 30 s), so this is failover through any node.
+  ``official_client_failover_lost`` counts acknowledged sends never received (must be 0);
+- ``official_send_p50_us_direct`` / ``_via_slave`` (and ``_p99_us_``): the official
+  client's ``send`` of one message at a time with every call pinned to the master, then
+  to a slave that forwards it; ``official_send_extra_hop_us`` is the difference of the
+  p50s: what a client connected to a slave pays;
 - ``{sync,async}_cpu_us_per_msg_{master,slaves,client,others}`` and ``_machine_busy_
   fraction``: CPU seconds (``/proc``) spent during each batch phase per message sent, by
   the master, the two slaves together, this client and everything else on the machine
@@ -50,6 +65,12 @@ import time
 import urllib.request
 from dataclasses import dataclass, replace
 
+from bench.official_failover import (
+    OfficialLoad,
+    check_nothing_lost,
+    tcp_peer_ports,
+    unavailable_ms,
+)
 from ferrymq.client import Admin, FerryError, Message, Producer
 from ferrymq.launcher.cluster import (
     ClusterPlan,
@@ -86,13 +107,17 @@ class Scale:
     singles: int
     drills: int
     drill_acks_after: int  # sends acknowledged by the new master before the restart
+    official_sends: int  # official-client sends timed per node (direct, via a slave)
 
 
 SCALES = {
-    "full": Scale(batch_s=20.0, singles=5000, drills=10, drill_acks_after=500),
-    "quick": Scale(batch_s=6.0, singles=1500, drills=3, drill_acks_after=200),
-    "smoke": Scale(batch_s=2.0, singles=200, drills=1, drill_acks_after=50),
+    "full": Scale(batch_s=20.0, singles=5000, drills=10, drill_acks_after=500, official_sends=2000),
+    "quick": Scale(batch_s=6.0, singles=1500, drills=3, drill_acks_after=200, official_sends=500),
+    "smoke": Scale(batch_s=2.0, singles=200, drills=1, drill_acks_after=50, official_sends=100),
 }
+OFFICIAL_TOPIC = "OfficialTopic"
+OFFICIAL_GROUP = "official-readers"
+OFFICIAL_ACKS_AFTER = 20  # official sends acknowledged after a failover before the restart
 
 
 def log(text: str) -> None:
@@ -414,6 +439,95 @@ def failover_drills(directory: str, drills: int, acks_after: int) -> list[Drill]
     return figures
 
 
+# ---- the official client -------------------------------------------------------------
+def official_hop(plan: ClusterPlan, count: int, home: str) -> dict:
+    """The official client's single-send latency with every call pinned to the master,
+    then to a slave (which forwards each call to the master)."""
+    master = master_of(plan)
+    slave = next(n for n in plan.nodes if n.id != master.id)
+    figures = {}
+    for name, node in (("direct", master), ("via_slave", slave)):
+        client = OfficialLoad(
+            {
+                "scenario": "sends",
+                "endpoint": node.grpc,
+                "pin": node.grpc,
+                "topic": OFFICIAL_TOPIC,
+                "count": count,
+            },
+            home=home,
+        )
+        (timed,) = [e for e in client.stop(timeout_s=600) if e["event"] == "latencies"]
+        took = timed["send_us"]
+        figures[f"official_send_p50_us_{name}"] = round(statistics.median(took))
+        figures[f"official_send_p99_us_{name}"] = round(percentile(took, 0.99))
+    figures["official_send_extra_hop_us"] = (
+        figures["official_send_p50_us_via_slave"] - figures["official_send_p50_us_direct"]
+    )
+    return figures
+
+
+@dataclass(frozen=True)
+class OfficialDrill:
+    unavailable_ms: float
+    client_on_master: bool  # the client's connection was to the node killed
+
+
+def official_drill(directory: str, drill: int, load: OfficialLoad) -> OfficialDrill:
+    """Kill the master under the official client's load, time until its sends and
+    receives resume, restart the killed node."""
+    plan = load_plan(directory)
+    wait_all_in_sync(plan)
+    master = master_of(plan)
+    sent = len(load.of("sent"))
+    load.until(lambda: len(load.of("sent")) > sent + 20, 60, "load before the kill")
+    on_master = int(master.grpc.rsplit(":", 1)[1]) in tcp_peer_ports(load.process.pid)
+    os.kill(master.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    took_ms = unavailable_ms(load, killed_at, 60)
+    log(
+        f"  official drill {drill}: killed {master.id} (the client "
+        f"{'was' if on_master else 'was not'} connected to it), sends and receives "
+        f"resumed after {took_ms:.0f} ms"
+    )
+    sent = len(load.of("sent"))
+    load.until(lambda: len(load.of("sent")) > sent + OFFICIAL_ACKS_AFTER, 60, "load after")
+    until(lambda: not is_running(master, plan), 10, f"{master.id} to die")
+    restarted = start_node(plan, master)
+    save_plan(replace(plan, nodes=tuple(restarted if n.id == master.id else n for n in plan.nodes)))
+    return OfficialDrill(round(took_ms, 1), on_master)
+
+
+def official_failover_drills(directory: str, drills: int, home: str) -> tuple[list, int]:
+    """Kill -9 of the master ``drills`` times under the official producer and consumer;
+    the drills and how many acknowledged sends were never received."""
+    plan = load_plan(directory)
+    wait_all_in_sync(plan)
+    first = min(plan.nodes, key=lambda n: n.grpc)  # where the client connects
+    load = OfficialLoad(
+        {
+            "scenario": "load",
+            "endpoint": first.grpc,
+            "topic": OFFICIAL_TOPIC,
+            "group": OFFICIAL_GROUP,
+        },
+        home=home,
+        stop_file=os.path.join(home, "stop-official-load"),
+    )
+    try:
+        load.until(lambda: len(load.of("received")) >= 20, 120, "official load")
+        done = [official_drill(directory, d, load) for d in range(1, drills + 1)]
+        wait_all_in_sync(load_plan(directory))
+        events = load.stop()
+    finally:
+        load.kill()
+    sent, received = check_nothing_lost(events)
+    failed = sum(1 for e in events if e["event"] == "send_failed")
+    if failed:
+        log(f"  official sends that failed (the client gave up) during the drills: {failed}")
+    return done, len(sent - received)
+
+
 # ---- the run --------------------------------------------------------------------------
 def create_topic(plan: ClusterPlan) -> None:
     with Admin(plan.nodes[0].grpc) as admin:
@@ -423,6 +537,9 @@ def create_topic(plan: ClusterPlan) -> None:
 def run_sync(directory: str, scale: Scale, drills: int) -> dict:
     plan = start_cluster(directory, "SYNC")
     create_topic(plan)
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic(OFFICIAL_TOPIC, QUEUES)
+        admin.create_group(OFFICIAL_GROUP)
     log(f"SYNC group up ({', '.join(n.grpc for n in plan.nodes)}); batch phase")
     batch = measure_batch(plan, scale.batch_s)
     log("single sends")
@@ -430,7 +547,22 @@ def run_sync(directory: str, scale: Scale, drills: int) -> dict:
     log(f"{drills} failover drills")
     done = failover_drills(directory, drills, scale.drill_acks_after)
     unavailable = [d.unavailable_ms for d in done]
+    home = os.path.join(directory, "official-client")
+    os.makedirs(home, exist_ok=True)
+    log("official client sends, direct to the master and through a slave")
+    hop = official_hop(load_plan(directory), scale.official_sends, home)
+    log(f"{drills} failover drills under the official client")
+    official, lost = official_failover_drills(directory, drills, home)
+    official_ms = [d.unavailable_ms for d in official]
     return {
+        "official_client_failover_unavailable_ms_p50": round(statistics.median(official_ms), 1),
+        "official_client_failover_unavailable_ms_p99": percentile(official_ms, 0.99),
+        "official_client_failover_unavailable_ms_max": max(official_ms),
+        "official_client_failover_unavailable_ms": official_ms,
+        "official_client_failover_drills": len(official_ms),
+        "official_client_failover_client_on_master": [d.client_on_master for d in official],
+        "official_client_failover_lost": lost,
+        **hop,
         "sync_batch_send_msgs_per_s": batch["msgs_per_s"],
         "sync_batch_messages": batch["messages"],
         "sync_single_send_p50_us": round(p50),
@@ -524,7 +656,11 @@ def main() -> None:
         f"{figures['sync_single_send_p99_us']} us, lag p99 "
         f"{figures['replication_lag_bytes_p99']:,} B, failover p50 "
         f"{figures['failover_unavailable_ms_p50']} ms / p99 "
-        f"{figures['failover_unavailable_ms_p99']} ms ({figures['failover_drills']} drills)"
+        f"{figures['failover_unavailable_ms_p99']} ms ({figures['failover_drills']} drills), "
+        f"official client failover p50 {figures['official_client_failover_unavailable_ms_p50']} "
+        f"ms / p99 {figures['official_client_failover_unavailable_ms_p99']} ms, official send "
+        f"p50 {figures['official_send_p50_us_direct']} us direct / "
+        f"{figures['official_send_p50_us_via_slave']} us through a slave"
     )
     print(json.dumps(figures), flush=True)
 
