@@ -50,6 +50,7 @@ from node.messaging_service import MessagingService
 from node.method_wrapping import add_wrapped
 from node.metrics import NodeMetrics, RoutingStatus
 from node.metrics_http import MetricsHttpServer
+from node.namespaces import wrap_namespaces
 from node.pop_service import PopService
 from node.pop_state import PopState
 from node.port_holds import adopt_inherited, hold_port, port_of
@@ -126,7 +127,9 @@ class Node:
         # Every method is wrapped once, at registration (node/method_wrapping.py), the
         # first wrapper outermost: malformed bodies answer INVALID_ARGUMENT before
         # anything else looks at them; then a call for another node's master goes there
-        # (timed, counted and checked where it is served); then timing; then access control.
+        # (timed, counted and checked where it is served); then RocketMQ namespaces
+        # (node/namespaces.py: every later rule sees the qualified names); then timing;
+        # then access control.
         self.forwarder = Forwarder(
             node_id=config.id,
             broker_group=config.group,
@@ -135,7 +138,12 @@ class Node:
             is_master=lambda: self.replication.is_master,
             channel_for=self._peer_channel,
         )
-        wrappers = [tolerate_malformed, self.forwarder.wrap, self.metrics.wrap_method]
+        wrappers = [
+            tolerate_malformed,
+            self.forwarder.wrap,
+            wrap_namespaces,
+            self.metrics.wrap_method,
+        ]
         security = config.security
         self.secret_box = SecretBox(config.cluster.secret) if config.cluster.secret else None
         if security.auth:

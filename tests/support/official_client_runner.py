@@ -7,6 +7,9 @@ Usage: python tests/support/official_client_runner.py < scenario.json
 Every line is ``{"event": ..., ...}``; the last is ``{"event": "done"}`` unless it failed,
 in which case it is ``{"event": "error", "type": <exception class>, "message": ...}``.
 
+``namespace`` configures the client with a RocketMQ namespace
+(``tests/node/test_namespaces.py``).
+
 ``pin`` (``"host:port"``) sends every call to that node, whatever the routes name
 (``tests/cluster/test_failover_any_node.py`` talks to a slave).
 
@@ -301,7 +304,9 @@ def main() -> int:
     os.environ["TZ"] = "UTC"
     time.tzset()
     credentials = Credentials(scenario.get("access_key", ""), scenario.get("secret_key", ""))
-    config = ClientConfiguration(scenario["endpoint"], credentials, request_timeout=5)
+    config = ClientConfiguration(
+        scenario["endpoint"], credentials, scenario.get("namespace", ""), request_timeout=5
+    )
     if "signing" in scenario:
         install_signing(scenario["signing"])
     if scenario.get("pin"):
