@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A send acknowledged this soon after a kill may have been answered by the killed node
@@ -40,24 +40,41 @@ OLD_NODE_WINDOW_S = 0.05
 
 # ---- the parent side ------------------------------------------------------------------
 class OfficialLoad:
-    """One official-client process running a scenario; its events as they arrive."""
+    """One official-client process running a scenario; its events as they arrive.
 
-    def __init__(self, scenario: dict, home: str, stop_file: str = "") -> None:
+    By default the Python client (this module's ``load`` or ``sends``); ``argv`` runs
+    another client's driver instead (the Java one: ``java_load``), which is given
+    ``scenario`` as it is and must print the same events."""
+
+    def __init__(
+        self,
+        scenario: dict,
+        home: str,
+        stop_file: str = "",
+        argv: Sequence[str] | None = None,
+    ) -> None:
         self.stop_file = stop_file
         self.events: list[dict] = []
         self._lock = threading.Lock()
         self._stderr_path = os.path.join(home, "official-client.stderr")
+        command = [sys.executable, "-m", "bench.official_failover"]
+        if argv:
+            command = list(argv)
+            if command[0].endswith("java"):  # the client logs under user.home
+                command.insert(1, f"-Duser.home={home}")
+        else:
+            scenario = {**scenario, "stop_file": stop_file}
         with open(self._stderr_path, "w", encoding="utf-8") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "bench.official_failover"],
+                command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
-                cwd=REPO,
+                cwd=home if argv else REPO,
                 env={**os.environ, "HOME": home, "TZ": "UTC"},
             )
-        self.process.stdin.write(json.dumps({**scenario, "stop_file": stop_file}))
+        self.process.stdin.write(json.dumps(scenario))
         self.process.stdin.close()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -100,7 +117,7 @@ class OfficialLoad:
         except subprocess.TimeoutExpired:
             self.kill()
         self._reader.join(10)
-        if not self.of("done"):
+        if not self.of("done") or self.of("step_failed"):
             raise RuntimeError(f"official client failed: {self.tail()} {self.stderr()}")
         return self.events
 
@@ -112,6 +129,20 @@ class OfficialLoad:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+def java_load(
+    argv: Sequence[str], endpoint: str, topic: str, group: str, home: str, stop_file: str
+) -> OfficialLoad:
+    """The official Java 5.x client's ``load`` (its driver's step of that name, the same
+    load and events as the Python client's here) against ``endpoint``."""
+    spec = {
+        "endpoints": endpoint,
+        "tls": False,
+        "request_timeout_ms": 3000,
+        "steps": [{"do": "load", "topic": topic, "group": group, "stop_file": stop_file}],
+    }
+    return OfficialLoad(spec, home, stop_file, argv=argv)
 
 
 def resumed_after(load: OfficialLoad, moment: float) -> tuple[float | None, float | None]:

@@ -1,14 +1,18 @@
-"""Failover through any node, with the official RocketMQ Python client (5.1.2) in processes
-of its own against a 3-node SYNC cluster of real node processes.
+"""Failover through any node, with the official RocketMQ Python (5.1.2) and Java (5.0.7)
+clients in processes of their own against a 3-node SYNC cluster of real node processes.
 
 - A client talking to a slave (every call pinned there) gets what it gets from the
   master: sends (sync, async, FIFO), receives, acks, invisibility changes, transactions
   committed, rolled back and checked (the check reaches a producer connected to a slave).
-- kill -9 of the master, with the client connected to the master, then to a slave, and
-  kill -9 of the slave the client is connected to, under a steady producer and
-  SimpleConsumer: sends and receives resume within 3 s, no acknowledged message is lost,
-  every one is received. The client connects to the first of the route's addresses in its
-  own (sorted) order; the test checks its TCP connections to know which node that is.
+- kill -9 of the master, and separately of a slave, under a steady producer and
+  SimpleConsumer of the official Python client and of the official Java client (5.0.7,
+  its driver's ``load`` step) at once: sends and receives of both resume within 3 s, no
+  acknowledged message is lost, every one is received. The Python client connects to the
+  first of the route's addresses in its own (sorted) order, which the test makes a slave
+  (it checks the client's TCP connections); the Java client keeps the route's order and
+  connects to the master. So the master kill drops the Java client's node and reaches the
+  Python client through the slave that forwards its calls; the slave kill drops the Python
+  client's node.
 - POP handles issued by a killed master ack and change invisibility on the new one; a
   stale one answers INVALID_RECEIPT_HANDLE; what is not acked comes back.
 - An orphan transaction whose producer is on a slave is still checked and resolved after
@@ -33,6 +37,7 @@ from google.protobuf import duration_pb2
 from bench.official_failover import (
     OfficialLoad,
     check_nothing_lost,
+    java_load,
     tcp_peer_ports,
     unavailable_ms,
 )
@@ -49,6 +54,7 @@ from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from tests.support import clients
 from tests.support.cluster import SMALL_STORE, status_of, stop_all
 from tests.support.official_client import RUNNER, run_official_at
 
@@ -272,56 +278,80 @@ def test_a_client_talking_to_a_slave_gets_what_the_master_answers(cluster):
 
 
 # ---- (b), (c) kill -9 under load ----------------------------------------------------------
-def drill(cluster: Cluster, name: str, victim_of) -> float:
-    """Official producer and SimpleConsumer on a fresh topic, connected to the node the
-    client picks; kill -9 of ``victim_of(connected node)``; checks resumption, nothing
-    lost; returns the unavailability in ms."""
+@pytest.fixture(scope="module")
+def java():
+    try:
+        return clients.driver("java-grpc")
+    except clients.ClientUnavailable as error:
+        pytest.fail(clients.unavailable(error), pytrace=False)
+
+
+def drill(cluster: Cluster, java: clients.Driver, name: str, victim_of) -> dict[str, float]:
+    """Official Python and Java producers and SimpleConsumers on a fresh topic, each
+    connected to the node its client picks (Python: the first address sorted; Java: the
+    route's first, the master); kill -9 of ``victim_of(the Python client's node)``;
+    checks that both resume and lose nothing; each client's unavailability in ms."""
     topic, group = f"load-{name}", f"load-{name}-readers"
     create(cluster, topic, group, queues=4)
     connected = cluster.first()
-    load = OfficialLoad(
-        {"scenario": "load", "endpoint": connected.grpc, "topic": topic, "group": group},
-        home=cluster.client_home(),
-        stop_file=str(cluster.home / f"stop-{name}"),
-    )
+    access = ";".join(n.grpc for n in cluster.plan.nodes)
+    loads = {
+        "python": OfficialLoad(
+            {"scenario": "load", "endpoint": connected.grpc, "topic": topic, "group": group},
+            home=cluster.client_home(),
+            stop_file=str(cluster.home / f"stop-{name}"),
+        ),
+        "java": java_load(
+            java.argv,
+            access,
+            topic,
+            f"{group}-java",
+            cluster.client_home(),
+            str(cluster.home / f"stop-{name}"),
+        ),
+    }
     try:
-        load.until(lambda: len(load.of("received")) >= 20, 60, "steady load")
+        for load in loads.values():
+            load.until(lambda load=load: len(load.of("received")) >= 20, 90, "steady load")
         port = int(connected.grpc.rsplit(":", 1)[1])
+        python = loads["python"]
         until(  # the client's one node (connections being set up may still close)
-            lambda: tcp_peer_ports(load.process.pid) == {port},
+            lambda: tcp_peer_ports(python.process.pid) == {port},
             10,
             f"the client connected to {connected.id} alone",
         )
         victim = victim_of(connected)
         killed_at = cluster.kill(victim)
-        took_ms = unavailable_ms(load, killed_at, timeout_s=30)
-        print(f"{name}: killed {victim.id}, sends and receives resumed after {took_ms:.0f} ms")
-        later = len(load.of("sent"))
-        load.until(lambda: len(load.of("sent")) >= later + 20, 60, "load after the kill")
+        took_ms = {
+            client: unavailable_ms(load, killed_at, timeout_s=30) for client, load in loads.items()
+        }
+        print(f"{name}: killed {victim.id}, sends and receives resumed after {took_ms} ms")
+        for load in loads.values():
+            later = len(load.of("sent"))
+            load.until(lambda load=load, n=later: len(load.of("sent")) >= n + 20, 60, "load after")
         cluster.healed()  # the killed node back, caught up, while the load goes on
-        events = load.stop()
+        for client, load in loads.items():
+            # Java's group differs from Python's: each gets every message of the topic.
+            sent, received = check_nothing_lost(load.stop())
+            assert sent and sent <= received, (client, sorted(sent - received)[:20])
     finally:
-        load.kill()
-    sent, received = check_nothing_lost(events)
-    assert sent and sent <= received, sorted(sent - received)[:20]
+        for load in loads.values():
+            load.kill()
     return took_ms
 
 
-def test_master_killed_under_official_load_with_the_client_on_it_then_on_a_slave(cluster):
+def test_master_killed_under_official_python_and_java_load(cluster, java):
     cluster.healed()
-    cluster.make_master(cluster.first())
-    on_master = drill(cluster, "on-master", lambda connected: connected)
-    cluster.healed()
-    cluster.make_slave(cluster.first())
-    on_slave = drill(cluster, "on-slave", lambda connected: cluster.master())
-    assert on_master <= RESUME_WITHIN_MS and on_slave <= RESUME_WITHIN_MS, (on_master, on_slave)
+    cluster.make_slave(cluster.first())  # Python through a slave, Java on the master
+    took_ms = drill(cluster, java, "master-killed", lambda connected: cluster.master())
+    assert max(took_ms.values()) <= RESUME_WITHIN_MS, took_ms
 
 
-def test_the_slave_the_official_client_is_connected_to_killed_under_load(cluster):
+def test_a_slave_killed_under_official_python_and_java_load(cluster, java):
     cluster.healed()
-    cluster.make_slave(cluster.first())
-    took_ms = drill(cluster, "slave-killed", lambda connected: connected)
-    assert took_ms <= RESUME_WITHIN_MS
+    cluster.make_slave(cluster.first())  # the Python client's own node dies
+    took_ms = drill(cluster, java, "slave-killed", lambda connected: connected)
+    assert max(took_ms.values()) <= RESUME_WITHIN_MS, took_ms
 
 
 # ---- POP handles and transactions across a failover ----------------------------------
