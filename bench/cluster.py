@@ -28,7 +28,9 @@ of stdout):
   group's master, under the official RocketMQ Python client (``bench.official_failover``,
   a process of its own): a producer sending one message at a time and a SimpleConsumer
   receiving and acking, connected as the client connects (to the first of the route's
-  addresses in its sorted order, which may or may not be the master:
+  addresses in its sorted order, and stays on the node it reaches after a failover); every
+  other drill first makes the node it is connected to the master by a planned switchover,
+  so about half the drills kill the client's own node:
   ``official_client_failover_client_on_master`` says, per drill, read from its TCP
   connections). The figure is the time from the kill until both an acknowledged send the
   dead master cannot have answered and a received message; the client learns no new route
@@ -491,6 +493,7 @@ class OfficialDrill:
     client_on_master: bool  # the Python client's connection was to the node killed
     killed_raft_leader: bool  # routing had to elect a leader before a master
     java_ms: float | None  # the Java client's (sends and receives), when it ran
+    killed_at: float  # time.monotonic() of the kill
 
 
 def _resumed_ms(load: OfficialLoad, killed_at: float) -> tuple[float, float, float]:
@@ -505,6 +508,11 @@ def official_drill(directory: str, drill: int, loads: dict[str, OfficialLoad]) -
     plan = load_plan(directory)
     wait_all_in_sync(plan)
     master = master_of(plan)
+    if drill % 2 == 0:  # every other drill kills the Python client's own node
+        ports = tcp_peer_ports(loads["python"].process.pid)
+        own = [n for n in plan.nodes if int(n.grpc.rsplit(":", 1)[1]) in ports]
+        if len(own) == 1:
+            master = switch_master(plan, own[0])
     leader = raft_leader_id(plan)
     for load in loads.values():
         sent = len(load.of("sent"))
@@ -537,7 +545,37 @@ def official_drill(directory: str, drill: int, loads: dict[str, OfficialLoad]) -
         on_master,
         leader == master.id,
         None if java_ms is None else round(java_ms, 1),
+        killed_at,
     )
+
+
+def log_lost(client: str, events: list[dict], lost: set[str], kills: list[float]) -> None:
+    """What is known of acknowledged sends never received: how many, when they were
+    answered relative to the nearest kill, whether the consumer drained to its end."""
+    answered = {e["body"]: e["t1"] for e in events if e["event"] == "sent"}
+    offsets = sorted(
+        min((answered[body] - k for k in kills), key=abs) for body in lost if body in answered
+    )
+    last_received = max((e["t"] for e in events if e["event"] == "received"), default=0)
+    errors = [e for e in events if e["event"] in ("receive_failed", "ack_failed")]
+    log(f"  {client}: {len(errors)} failed receives or acks, the last: {errors[-3:]}")
+    log(
+        f"  {client}: {len(lost)} acknowledged sends never received, e.g. {sorted(lost)[:5]}; "
+        f"answered at {offsets[0]:+.2f} .. {offsets[-1]:+.2f} s from the nearest kill; "
+        f"last receive at {last_received:.1f}, last answer at {max(answered.values()):.1f}"
+    )
+
+
+def switch_master(plan: ClusterPlan, target: NodePlan) -> NodePlan:
+    """``target`` made master by a planned switchover (nothing lost), all in sync again."""
+    master = master_of(plan)
+    if master.id != target.id:
+        with Admin(master.grpc, timeout_s=60) as admin:
+            group = admin.cluster_status().broker_groups[0].name
+            admin.failover(group, target.id)
+        until(lambda: master_of(plan).id == target.id, 30, f"{target.id} as master")
+        wait_all_in_sync(plan)
+    return target
 
 
 def official_failover_drills(
@@ -579,6 +617,8 @@ def official_failover_drills(
             events = load.stop()
             sent, received = check_nothing_lost(events)
             lost += len(sent - received)
+            if sent - received:
+                log_lost(name, events, sent - received, [d.killed_at for d in done])
             failed = sum(1 for e in events if e["event"] == "send_failed")
             if failed:
                 log(f"  {name} sends that failed (the client gave up) in the drills: {failed}")
