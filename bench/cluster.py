@@ -132,6 +132,11 @@ SCALES = {
     "smoke": Scale(2.0, 200, drills=1, drill_acks_after=50, official_sends=100, official_drills=1),
 }
 OFFICIAL_TOPIC = "OfficialTopic"
+OFFICIAL_JAVA_TOPIC = "OfficialJavaTopic"  # each client's consumer reads its own producer's
+# A pause between an official producer's sends, so that its consumer (one receive of up
+# to 16, then an ack per message) keeps up on two shared cores and a drill's backlog is
+# not mistaken for a loss.
+OFFICIAL_SEND_PAUSE_S = 0.005
 OFFICIAL_GROUP = "official-readers"
 OFFICIAL_ACKS_AFTER = 20  # official sends acknowledged after a failover before the restart
 
@@ -595,6 +600,7 @@ def official_failover_drills(
                 "endpoint": first.grpc,
                 "topic": OFFICIAL_TOPIC,
                 "group": OFFICIAL_GROUP,
+                "pause_s": OFFICIAL_SEND_PAUSE_S,
             },
             home=home,
             stop_file=stop_file,
@@ -605,7 +611,13 @@ def official_failover_drills(
         os.makedirs(java_home, exist_ok=True)
         access = ";".join(n.grpc for n in plan.nodes)
         loads["java"] = java_load(
-            java_argv, access, OFFICIAL_TOPIC, OFFICIAL_GROUP + "-java", java_home, stop_file
+            java_argv,
+            access,
+            OFFICIAL_JAVA_TOPIC,
+            OFFICIAL_GROUP + "-java",  # created on first use
+            java_home,
+            stop_file,
+            OFFICIAL_SEND_PAUSE_S,
         )
     lost = 0
     try:
@@ -639,6 +651,7 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
     create_topic(plan)
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic(OFFICIAL_TOPIC, QUEUES)
+        admin.create_topic(OFFICIAL_JAVA_TOPIC, QUEUES)
         admin.create_group(OFFICIAL_GROUP)
     log(f"SYNC group up ({', '.join(n.grpc for n in plan.nodes)}); batch phase")
     batch = measure_batch(plan, scale.batch_s)

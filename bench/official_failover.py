@@ -8,9 +8,10 @@ the parent compares it with the moment it killed a node).
 Scenarios:
 
 - ``load``: a producer sends one message at a time (sync ``send``, the client's own
-  retries) and a SimpleConsumer receives and acks, until the stop file exists; then the
-  consumer drains until it has received every message whose send was acknowledged, or
-  ``drain_s`` passed. Events: ``ready``, ``sent`` / ``send_failed`` (``t0`` started,
+  retries; ``pause_s`` between sends) and a SimpleConsumer receives and acks, until the
+  stop file exists; then the consumer drains until it has received every message whose
+  send was acknowledged, or nothing new came for ``drain_idle_s`` (15), or ``drain_s``
+  (300) passed. Events: ``ready``, ``sent`` / ``send_failed`` (``t0`` started,
   ``t1`` answered), ``received`` (``t``), ``ack_failed``, ``receive_failed``, ``done``.
 - ``sends``: ``count`` sequential sends after a warm-up; one ``latencies`` event (µs).
 
@@ -132,7 +133,13 @@ class OfficialLoad:
 
 
 def java_load(
-    argv: Sequence[str], endpoint: str, topic: str, group: str, home: str, stop_file: str
+    argv: Sequence[str],
+    endpoint: str,
+    topic: str,
+    group: str,
+    home: str,
+    stop_file: str,
+    pause_s: float = 0.0,
 ) -> OfficialLoad:
     """The official Java 5.x client's ``load`` (its driver's step of that name, the same
     load and events as the Python client's here) against ``endpoint``."""
@@ -140,7 +147,15 @@ def java_load(
         "endpoints": endpoint,
         "tls": False,
         "request_timeout_ms": 3000,
-        "steps": [{"do": "load", "topic": topic, "group": group, "stop_file": stop_file}],
+        "steps": [
+            {
+                "do": "load",
+                "topic": topic,
+                "group": group,
+                "stop_file": stop_file,
+                "pause_ms": round(pause_s * 1000),
+            }
+        ],
     }
     return OfficialLoad(spec, home, stop_file, argv=argv)
 
@@ -289,11 +304,19 @@ def load(scenario: dict) -> None:
     stop = threading.Event()
     acked: set[str] = set()
     drain_until = [float("inf")]
+    idle_s = scenario.get("drain_idle_s", 15)
+    last_new = [time.monotonic()]
+    seen = [0]
 
     def consumed_all(received: set) -> bool:
+        """Drained: every acknowledged send received; or nothing new for ``idle_s`` (a
+        consumer still catching up drains on), or ``drain_s`` passed."""
+        now = time.monotonic()
+        if len(received) != seen[0]:
+            seen[0], last_new[0] = len(received), now
         if not stop.is_set():
             return False
-        return acked <= received or time.monotonic() > drain_until[0]
+        return acked <= received or now > drain_until[0] or now - last_new[0] > idle_s
 
     producing = threading.Thread(
         target=_produce, args=(producer, topic, stop, scenario.get("pause_s", 0.0), acked)
@@ -306,7 +329,7 @@ def load(scenario: dict) -> None:
         while not os.path.exists(scenario["stop_file"]):
             time.sleep(0.02)
     finally:
-        drain_until[0] = time.monotonic() + scenario.get("drain_s", 60)
+        drain_until[0] = time.monotonic() + scenario.get("drain_s", 300)
         stop.set()
         producing.join()
         consuming.join()

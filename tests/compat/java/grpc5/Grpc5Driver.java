@@ -47,13 +47,15 @@ import org.apache.rocketmq.client.java.impl.producer.SendReceiptImpl;
  *   {"do": "push", "group", "topic", "expression", "sql": bool, "fail": [bodies],
  *        "fail_attempts": n, "expect": [bodies], "threads", "deadline_s", "linger_s"}
  *        (or "consumers": [{"group", "topic", ...}, ..] with "deadline_s", "linger_s")],
- *   {"do": "load", "topic", "group", "stop_file", "await_s", "invisible_s", "drain_s"}}
+ *   {"do": "load", "topic", "group", "stop_file", "pause_ms", "await_s", "invisible_s",
+ *        "drain_idle_s", "drain_s"}}
  * </pre>
  *
  * <p>A "load" step is a failover drill's load (as bench/official_failover.py's for the
  * Python client): one producer sending one message at a time and a SimpleConsumer
  * receiving and acking, until the stop file exists; then the consumer drains until it has
- * every acknowledged message or drain_s passed. Its events carry monotonic seconds
+ * every acknowledged message, or nothing new came for drain_idle_s (15), or drain_s (300)
+ * passed. Its events carry monotonic seconds
  * (System.nanoTime, CLOCK_MONOTONIC on Linux: the clock the parent kills by): ready (t),
  * sent / send_failed (body, t0, t1), received (body, t, attempt), ack_failed,
  * receive_failed.
@@ -482,7 +484,10 @@ public final class Grpc5Driver {
         String topic = Out.str(step, "topic", "");
         java.io.File stopFile = new java.io.File(Out.str(step, "stop_file", ""));
         Duration invisible = Duration.ofMillis((long) (Out.real(step, "invisible_s", 5) * 1000));
-        long drainNanos = (long) (Out.real(step, "drain_s", 60) * 1e9);
+        long drainNanos = (long) (Out.real(step, "drain_s", 300) * 1e9);
+        long idleNanos = (long) (Out.real(step, "drain_idle_s", 15) * 1e9);
+        long pauseMillis = Out.num(step, "pause_ms", 0);
+        java.util.concurrent.atomic.AtomicLong lastNew = new java.util.concurrent.atomic.AtomicLong(System.nanoTime());
         Set<String> acked = ConcurrentHashMap.newKeySet();
         Set<String> received = ConcurrentHashMap.newKeySet();
         java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
@@ -506,10 +511,14 @@ public final class Grpc5Driver {
                     } catch (Throwable e) {
                         Out.failed("send_failed", e, "body", body, "t0", t0, "t1", monotonic());
                     }
+                    if (pauseMillis > 0) {
+                        Out.sleepMillis(pauseMillis);
+                    }
                 }
             });
             Thread consuming = new Thread(() -> {
-                while (!(stop.get() && (received.containsAll(acked) || System.nanoTime() > drainUntil.get()))) {
+                while (!(stop.get() && (received.containsAll(acked) || System.nanoTime() > drainUntil.get()
+                    || System.nanoTime() - lastNew.get() > idleNanos))) {
                     List<MessageView> views;
                     try {
                         views = consumer.receive(16, invisible);
@@ -520,7 +529,9 @@ public final class Grpc5Driver {
                     }
                     for (MessageView view : views) {
                         String body = Out.utf8(bytesOf(view.getBody()));
-                        received.add(body);
+                        if (received.add(body)) {
+                            lastNew.set(System.nanoTime());
+                        }
                         Out.emit("received", "body", body, "t", monotonic(), "attempt", view.getDeliveryAttempt());
                         try {
                             consumer.ack(view);
