@@ -23,6 +23,30 @@ of stdout):
   is restarted and the next drill waits until all three are in sync again.
   ``failover_killed_raft_leader`` says for each drill whether the master killed was also
   the routing Raft leader (then routing must elect a leader before it can elect a master);
+- ``official_client_failover_unavailable_ms_p50`` / ``_p99`` / ``_max`` and
+  ``official_client_failover_unavailable_ms`` (every drill): the same kill -9 of the SYNC
+  group's master, under the official RocketMQ Python client (``bench.official_failover``,
+  a process of its own): a producer sending one message at a time and a SimpleConsumer
+  receiving and acking, connected as the client connects (to the first of the route's
+  addresses in its sorted order, and stays on the node it reaches after a failover); every
+  other drill first makes the node it is connected to the master by a planned switchover,
+  so about half the drills kill the client's own node:
+  ``official_client_failover_client_on_master`` says, per drill, read from its TCP
+  connections). The figure is the time from the kill until both an acknowledged send the
+  dead master cannot have answered and a received message; the client learns no new route
+  meanwhile (it refreshes every 30 s), so this is failover through any node.
+  ``official_client_failover_lost`` counts acknowledged sends never received (must be 0).
+  At least 10 such drills in every mode but ``--smoke``. ``_sends_ms`` / ``_receives_ms``
+  split each drill's figure, ``_killed_raft_leader`` says whether routing had to elect a
+  leader first. With ``--java-grpc-driver ARGV`` (a JSON list: the command line of
+  ``tests/compat/java/grpc5``'s driver, which ``tests.support.clients`` builds), the
+  official Java 5.x client's producer and SimpleConsumer run beside the Python client's,
+  given every node as access point, and ``official_java_client_failover_unavailable_ms_
+  p50`` / ``_p99`` are its figures;
+- ``official_send_p50_us_direct`` / ``_via_slave`` (and ``_p99_us_``): the official
+  client's ``send`` of one message at a time with every call pinned to the master, then
+  to a slave that forwards it; ``official_send_extra_hop_us`` is the difference of the
+  p50s: what a client connected to a slave pays;
 - ``{sync,async}_cpu_us_per_msg_{master,slaves,client,others}`` and ``_machine_busy_
   fraction``: CPU seconds (``/proc``) spent during each batch phase per message sent, by
   the master, the two slaves together, this client and everything else on the machine
@@ -50,6 +74,14 @@ import time
 import urllib.request
 from dataclasses import dataclass, replace
 
+from bench.official_failover import (
+    OfficialLoad,
+    check_nothing_lost,
+    java_load,
+    resumed_after,
+    tcp_peer_ports,
+    unavailable_ms,
+)
 from ferrymq.client import Admin, FerryError, Message, Producer
 from ferrymq.launcher.cluster import (
     ClusterPlan,
@@ -86,13 +118,27 @@ class Scale:
     singles: int
     drills: int
     drill_acks_after: int  # sends acknowledged by the new master before the restart
+    official_sends: int  # official-client sends timed per node (direct, via a slave)
+    official_drills: int  # master kills under the official clients' load (p99 needs 10)
 
 
 SCALES = {
-    "full": Scale(batch_s=20.0, singles=5000, drills=10, drill_acks_after=500),
-    "quick": Scale(batch_s=6.0, singles=1500, drills=3, drill_acks_after=200),
-    "smoke": Scale(batch_s=2.0, singles=200, drills=1, drill_acks_after=50),
+    "full": Scale(
+        20.0, 5000, drills=10, drill_acks_after=500, official_sends=2000, official_drills=10
+    ),
+    "quick": Scale(
+        6.0, 1500, drills=3, drill_acks_after=200, official_sends=500, official_drills=10
+    ),
+    "smoke": Scale(2.0, 200, drills=1, drill_acks_after=50, official_sends=100, official_drills=1),
 }
+OFFICIAL_TOPIC = "OfficialTopic"
+OFFICIAL_JAVA_TOPIC = "OfficialJavaTopic"  # each client's consumer reads its own producer's
+# A pause between an official producer's sends, so that its consumer (one receive of up
+# to 16, then an ack per message) keeps up on two shared cores and a drill's backlog is
+# not mistaken for a loss.
+OFFICIAL_SEND_PAUSE_S = 0.005
+OFFICIAL_GROUP = "official-readers"
+OFFICIAL_ACKS_AFTER = 20  # official sends acknowledged after a failover before the restart
 
 
 def log(text: str) -> None:
@@ -414,15 +460,199 @@ def failover_drills(directory: str, drills: int, acks_after: int) -> list[Drill]
     return figures
 
 
+# ---- the official client -------------------------------------------------------------
+def official_hop(plan: ClusterPlan, count: int, home: str) -> dict:
+    """The official client's single-send latency with every call pinned to the master,
+    then to a slave (which forwards each call to the master)."""
+    master = master_of(plan)
+    slave = next(n for n in plan.nodes if n.id != master.id)
+    figures = {}
+    for name, node in (("direct", master), ("via_slave", slave)):
+        client = OfficialLoad(
+            {
+                "scenario": "sends",
+                "endpoint": node.grpc,
+                "pin": node.grpc,
+                "topic": OFFICIAL_TOPIC,
+                "count": count,
+            },
+            home=home,
+        )
+        (timed,) = [e for e in client.stop(timeout_s=600) if e["event"] == "latencies"]
+        took = timed["send_us"]
+        figures[f"official_send_p50_us_{name}"] = round(statistics.median(took))
+        figures[f"official_send_p99_us_{name}"] = round(percentile(took, 0.99))
+    figures["official_send_extra_hop_us"] = (
+        figures["official_send_p50_us_via_slave"] - figures["official_send_p50_us_direct"]
+    )
+    return figures
+
+
+@dataclass(frozen=True)
+class OfficialDrill:
+    unavailable_ms: float  # the Python client's: sends and receives both resumed
+    sends_ms: (
+        float  # the Python client's first acknowledged send the dead node cannot have answered
+    )
+    receives_ms: float  # the Python client's first message received after the kill
+    client_on_master: bool  # the Python client's connection was to the node killed
+    killed_raft_leader: bool  # routing had to elect a leader before a master
+    java_ms: float | None  # the Java client's (sends and receives), when it ran
+    killed_at: float  # time.monotonic() of the kill
+
+
+def _resumed_ms(load: OfficialLoad, killed_at: float) -> tuple[float, float, float]:
+    took_ms = unavailable_ms(load, killed_at, 60)
+    sent, received = resumed_after(load, killed_at)
+    return took_ms, (sent - killed_at) * 1000, (received - killed_at) * 1000
+
+
+def official_drill(directory: str, drill: int, loads: dict[str, OfficialLoad]) -> OfficialDrill:
+    """Kill the master under the official clients' load, time until their sends and
+    receives resume, restart the killed node."""
+    plan = load_plan(directory)
+    wait_all_in_sync(plan)
+    master = master_of(plan)
+    if drill % 2 == 0:  # every other drill kills the Python client's own node
+        ports = tcp_peer_ports(loads["python"].process.pid)
+        own = [n for n in plan.nodes if int(n.grpc.rsplit(":", 1)[1]) in ports]
+        if len(own) == 1:
+            master = switch_master(plan, own[0])
+    leader = raft_leader_id(plan)
+    for load in loads.values():
+        sent = len(load.of("sent"))
+        load.until(lambda load=load, n=sent: len(load.of("sent")) > n + 20, 60, "load before")
+    python = loads["python"]
+    on_master = int(master.grpc.rsplit(":", 1)[1]) in tcp_peer_ports(python.process.pid)
+    os.kill(master.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    took_ms, sends_ms, receives_ms = _resumed_ms(python, killed_at)
+    java_ms = unavailable_ms(loads["java"], killed_at, 60) if "java" in loads else None
+    log(
+        f"  official drill {drill}: killed {master.id}"
+        f"{' (also the Raft leader)' if leader == master.id else ''} (the Python client "
+        f"{'was' if on_master else 'was not'} connected to it): sends resumed after "
+        f"{sends_ms:.0f} ms, receives after {receives_ms:.0f} ms"
+        + (f"; the Java client's after {java_ms:.0f} ms" if java_ms is not None else "")
+    )
+    for load in loads.values():
+        sent = len(load.of("sent"))
+        load.until(
+            lambda load=load, n=sent: len(load.of("sent")) > n + OFFICIAL_ACKS_AFTER, 60, "after"
+        )
+    until(lambda: not is_running(master, plan), 10, f"{master.id} to die")
+    restarted = start_node(plan, master)
+    save_plan(replace(plan, nodes=tuple(restarted if n.id == master.id else n for n in plan.nodes)))
+    return OfficialDrill(
+        round(took_ms, 1),
+        round(sends_ms, 1),
+        round(receives_ms, 1),
+        on_master,
+        leader == master.id,
+        None if java_ms is None else round(java_ms, 1),
+        killed_at,
+    )
+
+
+def log_lost(client: str, events: list[dict], lost: set[str], kills: list[float]) -> None:
+    """What is known of acknowledged sends never received: how many, when they were
+    answered relative to the nearest kill, whether the consumer drained to its end."""
+    answered = {e["body"]: e["t1"] for e in events if e["event"] == "sent"}
+    offsets = sorted(
+        min((answered[body] - k for k in kills), key=abs) for body in lost if body in answered
+    )
+    last_received = max((e["t"] for e in events if e["event"] == "received"), default=0)
+    errors = [e for e in events if e["event"] in ("receive_failed", "ack_failed")]
+    log(f"  {client}: {len(errors)} failed receives or acks, the last: {errors[-3:]}")
+    log(
+        f"  {client}: {len(lost)} acknowledged sends never received, e.g. {sorted(lost)[:5]}; "
+        f"answered at {offsets[0]:+.2f} .. {offsets[-1]:+.2f} s from the nearest kill; "
+        f"last receive at {last_received:.1f}, last answer at {max(answered.values()):.1f}"
+    )
+
+
+def switch_master(plan: ClusterPlan, target: NodePlan) -> NodePlan:
+    """``target`` made master by a planned switchover (nothing lost), all in sync again."""
+    master = master_of(plan)
+    if master.id != target.id:
+        with Admin(master.grpc, timeout_s=60) as admin:
+            group = admin.cluster_status().broker_groups[0].name
+            admin.failover(group, target.id)
+        until(lambda: master_of(plan).id == target.id, 30, f"{target.id} as master")
+        wait_all_in_sync(plan)
+    return target
+
+
+def official_failover_drills(
+    directory: str, drills: int, home: str, java_argv: list[str] | None
+) -> tuple[list, int]:
+    """Kill -9 of the master ``drills`` times under the official producers and consumers
+    (Python; Java too when its driver is given); the drills and how many acknowledged
+    sends were never received."""
+    plan = load_plan(directory)
+    wait_all_in_sync(plan)
+    first = min(plan.nodes, key=lambda n: n.grpc)  # where the Python client connects
+    stop_file = os.path.join(home, "stop-official-load")
+    loads = {
+        "python": OfficialLoad(
+            {
+                "scenario": "load",
+                "endpoint": first.grpc,
+                "topic": OFFICIAL_TOPIC,
+                "group": OFFICIAL_GROUP,
+                "pause_s": OFFICIAL_SEND_PAUSE_S,
+            },
+            home=home,
+            stop_file=stop_file,
+        )
+    }
+    if java_argv:
+        java_home = os.path.join(home, "java")
+        os.makedirs(java_home, exist_ok=True)
+        access = ";".join(n.grpc for n in plan.nodes)
+        loads["java"] = java_load(
+            java_argv,
+            access,
+            OFFICIAL_JAVA_TOPIC,
+            OFFICIAL_GROUP + "-java",  # created on first use
+            java_home,
+            stop_file,
+            OFFICIAL_SEND_PAUSE_S,
+        )
+    lost = 0
+    try:
+        for load in loads.values():
+            load.until(lambda load=load: len(load.of("received")) >= 20, 120, "official load")
+        done = [official_drill(directory, d, loads) for d in range(1, drills + 1)]
+        wait_all_in_sync(load_plan(directory))
+        for name, load in loads.items():
+            events = load.stop()
+            sent, received = check_nothing_lost(events)
+            lost += len(sent - received)
+            if sent - received:
+                log_lost(name, events, sent - received, [d.killed_at for d in done])
+            failed = sum(1 for e in events if e["event"] == "send_failed")
+            if failed:
+                log(f"  {name} sends that failed (the client gave up) in the drills: {failed}")
+    finally:
+        for load in loads.values():
+            load.kill()
+    return done, lost
+
+
 # ---- the run --------------------------------------------------------------------------
 def create_topic(plan: ClusterPlan) -> None:
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic(TOPIC, QUEUES)
 
 
-def run_sync(directory: str, scale: Scale, drills: int) -> dict:
+def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | None) -> dict:
     plan = start_cluster(directory, "SYNC")
     create_topic(plan)
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic(OFFICIAL_TOPIC, QUEUES)
+        admin.create_topic(OFFICIAL_JAVA_TOPIC, QUEUES)
+        admin.create_group(OFFICIAL_GROUP)
     log(f"SYNC group up ({', '.join(n.grpc for n in plan.nodes)}); batch phase")
     batch = measure_batch(plan, scale.batch_s)
     log("single sends")
@@ -430,7 +660,37 @@ def run_sync(directory: str, scale: Scale, drills: int) -> dict:
     log(f"{drills} failover drills")
     done = failover_drills(directory, drills, scale.drill_acks_after)
     unavailable = [d.unavailable_ms for d in done]
+    home = os.path.join(directory, "official-client")
+    os.makedirs(home, exist_ok=True)
+    log("official client sends, direct to the master and through a slave")
+    hop = official_hop(load_plan(directory), scale.official_sends, home)
+    official_drills = max(drills, scale.official_drills)
+    log(f"{official_drills} failover drills under the official clients")
+    official, lost = official_failover_drills(directory, official_drills, home, java_argv)
+    official_ms = [d.unavailable_ms for d in official]
+    java_ms = [d.java_ms for d in official if d.java_ms is not None]
+    java = {}
+    if java_ms:
+        java = {
+            "official_java_client_failover_unavailable_ms_p50": round(
+                statistics.median(java_ms), 1
+            ),
+            "official_java_client_failover_unavailable_ms_p99": percentile(java_ms, 0.99),
+            "official_java_client_failover_unavailable_ms": java_ms,
+        }
     return {
+        **java,
+        "official_client_failover_sends_ms": [d.sends_ms for d in official],
+        "official_client_failover_receives_ms": [d.receives_ms for d in official],
+        "official_client_failover_killed_raft_leader": [d.killed_raft_leader for d in official],
+        "official_client_failover_unavailable_ms_p50": round(statistics.median(official_ms), 1),
+        "official_client_failover_unavailable_ms_p99": percentile(official_ms, 0.99),
+        "official_client_failover_unavailable_ms_max": max(official_ms),
+        "official_client_failover_unavailable_ms": official_ms,
+        "official_client_failover_drills": len(official_ms),
+        "official_client_failover_client_on_master": [d.client_on_master for d in official],
+        "official_client_failover_lost": lost,
+        **hop,
         "sync_batch_send_msgs_per_s": batch["msgs_per_s"],
         "sync_batch_messages": batch["messages"],
         "sync_single_send_p50_us": round(p50),
@@ -466,7 +726,7 @@ def run_async(directory: str, scale: Scale) -> dict:
     }
 
 
-def run(mode: str, drills: int | None) -> dict:
+def run(mode: str, drills: int | None, java_argv: list[str] | None = None) -> dict:
     scale = SCALES[mode]
     drills = scale.drills if drills is None else drills
     root = tempfile.mkdtemp(prefix="ferrymq-bench-cluster-")
@@ -474,7 +734,7 @@ def run(mode: str, drills: int | None) -> dict:
     figures: dict = {}
     try:
         for name, phase in (
-            ("sync", lambda d: run_sync(d, scale, drills)),
+            ("sync", lambda d: run_sync(d, scale, drills, java_argv)),
             ("async", lambda d: run_async(d, scale)),
         ):
             directory = os.path.join(root, name)
@@ -504,7 +764,14 @@ def main() -> None:
     size.add_argument("--quick", action="store_true", help="shorter phases, 3 drills (~90 s)")
     size.add_argument("--smoke", action="store_true", help="a few seconds a phase, 1 drill")
     parser.add_argument("--drills", type=int, default=None, help="failover drills (10)")
+    parser.add_argument(
+        "--java-grpc-driver",
+        default=os.environ.get("FERRYMQ_JAVA_GRPC_DRIVER", ""),
+        help="the official Java 5.x client's driver, a JSON list (its command line; "
+        "tests/compat/README.md): its load runs beside the Python client's in the drills",
+    )
     args = parser.parse_args()
+    java_argv = json.loads(args.java_grpc_driver) if args.java_grpc_driver else None
     if args.drills is not None and args.drills < 1:
         parser.error("--drills must be at least 1")
 
@@ -513,7 +780,7 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, terminate)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    figures = run(mode, args.drills)
+    figures = run(mode, args.drills, java_argv)
     if not args.json:
         for name, value in figures.items():
             log(f"{name:36} {value}")
@@ -524,7 +791,11 @@ def main() -> None:
         f"{figures['sync_single_send_p99_us']} us, lag p99 "
         f"{figures['replication_lag_bytes_p99']:,} B, failover p50 "
         f"{figures['failover_unavailable_ms_p50']} ms / p99 "
-        f"{figures['failover_unavailable_ms_p99']} ms ({figures['failover_drills']} drills)"
+        f"{figures['failover_unavailable_ms_p99']} ms ({figures['failover_drills']} drills), "
+        f"official client failover p50 {figures['official_client_failover_unavailable_ms_p50']} "
+        f"ms / p99 {figures['official_client_failover_unavailable_ms_p99']} ms, official send "
+        f"p50 {figures['official_send_p50_us_direct']} us direct / "
+        f"{figures['official_send_p50_us_via_slave']} us through a slave"
     )
     print(json.dumps(figures), flush=True)
 

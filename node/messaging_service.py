@@ -51,6 +51,7 @@ from node.group_members import (
 from node.long_polling import LONG_POLLING_DEFAULT_S, QueueWaiters, long_poll, poll_budget_s
 from node.parked import real_topic_of
 from node.pop_service import RECEIVE_BATCH_MAX, PopService, now_ms
+from node.route_endpoints import group_endpoints
 from node.rpc_status import (
     OK,
     InvalidRequest,
@@ -166,22 +167,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # ---- routing ---------------------------------------------------------------------
     @staticmethod
     def _queues(state: RoutingState, route: TopicRoute) -> list[pb.MessageQueue]:
-        """Every queue of ``route``, each pointing at its broker group's master: clients
-        send every other RPC to the endpoints a route names, so one access point reaches
-        the whole cluster."""
+        """Every queue of ``route``, each naming every node of its broker group, master
+        first (``node.route_endpoints``): clients send every other RPC to the endpoints a
+        route names, so one access point reaches the whole cluster, and any of the nodes
+        serves the call (``node.forwarding``), also while a master is being elected."""
         queues = []
         for broker_group, count in route.queues:
-            master = state.master_of(broker_group)
-            if master is None:
-                continue  # no master to serve it: clients see the queues again after election
-            host, _, port = master.grpc_address.rpartition(":")
-            broker = pb.Broker(
-                name=broker_group,
-                id=0,
-                endpoints=pb.Endpoints(
-                    scheme=pb.IPv4, addresses=[pb.Address(host=host, port=int(port))]
-                ),
-            )
+            endpoints = group_endpoints(state, broker_group)
+            if endpoints is None:
+                continue  # no node registered yet
+            broker = pb.Broker(name=broker_group, id=0, endpoints=endpoints)
             queues.extend(
                 pb.MessageQueue(
                     topic=pb.Resource(name=route.name),

@@ -36,9 +36,12 @@ from node.access import AccessControl, MethodAccess
 from node.admin_service import AdminService
 from node.admission import Admission
 from node.authentication import Authenticator
+from node.check_relay import CheckRelay
 from node.config import NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
 from node.data_service import DataService
+from node.forward_proof import ForwardProofs
+from node.forwarding import Forwarder
 from node.group_creation import GroupsOnFirstUse
 from node.group_members import GroupMembers
 from node.handle_key import receipt_handle_key
@@ -47,6 +50,7 @@ from node.messaging_service import MessagingService
 from node.method_wrapping import add_wrapped
 from node.metrics import NodeMetrics, RoutingStatus
 from node.metrics_http import MetricsHttpServer
+from node.namespaces import wrap_namespaces
 from node.pop_service import PopService
 from node.pop_state import PopState
 from node.port_holds import adopt_inherited, hold_port, port_of
@@ -122,8 +126,24 @@ class Node:
         )
         # Every method is wrapped once, at registration (node/method_wrapping.py), the
         # first wrapper outermost: malformed bodies answer INVALID_ARGUMENT before
-        # anything else looks at them; then timing; then access control.
-        wrappers = [tolerate_malformed, self.metrics.wrap_method]
+        # anything else looks at them; then a call for another node's master goes there
+        # (timed, counted and checked where it is served); then RocketMQ namespaces
+        # (node/namespaces.py: every later rule sees the qualified names); then timing;
+        # then access control.
+        self.forwarder = Forwarder(
+            node_id=config.id,
+            broker_group=config.group,
+            proofs=ForwardProofs(config.cluster.secret, config.id),
+            state=lambda: self.routing.state,
+            is_master=lambda: self.replication.is_master,
+            channel_for=self._peer_channel,
+        )
+        wrappers = [
+            tolerate_malformed,
+            self.forwarder.wrap,
+            wrap_namespaces,
+            self.metrics.wrap_method,
+        ]
         security = config.security
         self.secret_box = SecretBox(config.cluster.secret) if config.cluster.secret else None
         if security.auth:
@@ -167,6 +187,7 @@ class Node:
             store,
             config.messages.transaction_check_interval_ms,
             config.messages.transaction_max_checks,
+            is_master=lambda: store.is_master,
         )
         self.transactions.load()
         members = GroupMembers()
@@ -181,6 +202,11 @@ class Node:
             authenticated=security.auth,
         )
         self.raw_store.add_dispatch_listener(waiters.on_dispatch)
+        # The master's orphan checks reach the producers connected to the other nodes.
+        relay = CheckRelay(
+            self.raw_store, self.transactions.producers, lambda: store.is_master, loop
+        )
+        self.raw_store.add_dispatch_listener(relay.on_dispatch)
         self.metrics.offsets, self.metrics.pop_state = self.offsets, self.pop_state
         self.metrics.members = members
         self.metrics.replication_status = self.replication.status
@@ -268,10 +294,16 @@ class Node:
         ]
 
     def _peer_channel(self, address: str) -> grpc.aio.Channel:
-        """A channel to another node's client port, with TLS when this port has it."""
+        """A channel to another node's client port, with TLS when this port has it, that
+        carries any message the port takes (a forwarded call relays a client's)."""
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ]
         if self.config.security.tls:
-            return grpc.aio.secure_channel(address, peer_channel_credentials(self.config.security))
-        return grpc.aio.insecure_channel(address)
+            credentials = peer_channel_credentials(self.config.security)
+            return grpc.aio.secure_channel(address, credentials, options)
+        return grpc.aio.insecure_channel(address, options)
 
     def _routing_status(self) -> RoutingStatus:
         raft = self.routing.status()
@@ -359,6 +391,7 @@ class Node:
 
     def _routing_changed(self) -> None:
         self._refresh_topics()
+        self.forwarder.routing_changed()
         if self._states_ready:
             task = asyncio.ensure_future(self.replication.follow_routing())
             task.add_done_callback(_log_failure)
@@ -484,6 +517,7 @@ class Node:
             await self.remoting.close()
         if self.server is not None:
             await self.server.stop(grace_s)
+        await self.forwarder.close()
         if getattr(self, "replication", None) is not None:
             await self.replication.close()
         if self.routing is not None:

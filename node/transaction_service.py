@@ -109,8 +109,10 @@ class TransactionService:
         check_interval_ms: int,
         max_checks: int,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        is_master: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
+        self.is_master = is_master  # only the master checks (node.check_relay: the others)
         self.check_interval_ms = check_interval_ms
         self.max_checks = max_checks
         self.clock_ms = clock_ms
@@ -246,7 +248,11 @@ class TransactionService:
 
     async def check_orphans(self) -> int:
         """Offer every half whose next check is due to a producer; roll back those out of
-        checks. Returns how many were checked or rolled back."""
+        checks. Returns how many were checked or rolled back. Only the master checks: a
+        slave's pending set is what it loaded at start (it could only offer stale checks,
+        every round, since it cannot count them)."""
+        if not self.is_master():
+            return 0
         now = self.clock_ms()
         due = [
             h
@@ -263,14 +269,18 @@ class TransactionService:
                 continue
             stored = self._read_half(half)
             if stored is not None:
-                command = rpc.TelemetryCommand(
-                    recover_orphaned_transaction_command=rpc.RecoverOrphanedTransactionCommand(
-                        message=to_wire_message(as_sent(stored)),
-                        transaction_id=half.transaction_id,
-                    )
-                )
-                self.producers.offer(half.topic, command)
+                self.producers.offer(half.topic, check_command(stored))
             result = await self.store.put_messages_async([self._op(half, KIND_CHECK, "check")])
             if result.ok:
                 half.checks += 1
         return len(due)
+
+
+def check_command(half: StoredMessage) -> rpc.TelemetryCommand:
+    """The orphan check of a stored half, as a producer's Telemetry stream carries it."""
+    return rpc.TelemetryCommand(
+        recover_orphaned_transaction_command=rpc.RecoverOrphanedTransactionCommand(
+            message=to_wire_message(as_sent(half)),
+            transaction_id=half.properties[PROPERTY_TRANSACTION_ID],
+        )
+    )

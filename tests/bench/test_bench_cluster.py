@@ -1,5 +1,7 @@
 """``python -m bench.cluster --json --smoke`` runs end to end: two real 3-node groups, one
-kill -9 drill, every figure present and sane, nothing left running."""
+kill -9 drill with ferrymq's SDK and one with the official Python client, the official
+client's sends direct and through a slave, every figure present and sane, nothing left
+running."""
 
 from __future__ import annotations
 
@@ -20,6 +22,11 @@ KEYS = (
     "replication_lag_bytes_p99",
     "failover_unavailable_ms_p50",
     "failover_unavailable_ms_p99",
+    "official_client_failover_unavailable_ms_p50",
+    "official_client_failover_unavailable_ms_p99",
+    "official_send_p50_us_direct",
+    "official_send_p50_us_via_slave",
+    "official_send_extra_hop_us",
 )
 
 
@@ -44,5 +51,13 @@ def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
     assert figures["failover_drills"] == 1
     assert 0 < figures["failover_unavailable_ms_p50"] <= figures["failover_unavailable_ms_p99"]
     assert figures["failover_unavailable_ms_p99"] < 10_000
+    # The official client through a failover: one drill, nothing acknowledged lost.
+    assert figures["official_client_failover_drills"] == 1
+    assert 0 < figures["official_client_failover_unavailable_ms_p99"] < 10_000
+    assert figures["official_client_failover_lost"] == 0
+    assert len(figures["official_client_failover_sends_ms"]) == 1
+    assert len(figures["official_client_failover_receives_ms"]) == 1
+    assert figures["official_send_p50_us_direct"] > 0
+    assert figures["official_send_p50_us_via_slave"] > 0
     # The benchmark cleans up after itself: its scratch directory is gone.
     assert not [p for p in os.listdir(tmp_path) if p.startswith("ferrymq-bench-cluster-")]

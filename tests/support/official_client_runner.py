@@ -7,6 +7,12 @@ Usage: python tests/support/official_client_runner.py < scenario.json
 Every line is ``{"event": ..., ...}``; the last is ``{"event": "done"}`` unless it failed,
 in which case it is ``{"event": "error", "type": <exception class>, "message": ...}``.
 
+``namespace`` configures the client with a RocketMQ namespace
+(``tests/node/test_namespaces.py``).
+
+``pin`` (``"host:port"``) sends every call to that node, whatever the routes name
+(``tests/cluster/test_failover_any_node.py`` talks to a slave).
+
 Security scenarios (``tests/node/test_security_auth.py``) add ``access_key``/``secret_key`` (the
 client's ``Credentials``), ``tls`` (``tls_enable``; the CA comes from gRPC's
 ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``), and ``signing``: ``{"date_offset_s": N}`` signs with
@@ -109,6 +115,15 @@ def install_signing(signing: dict) -> None:
         return list(headers.items())
 
     signature_module.Signature.metadata = staticmethod(metadata)
+
+
+def pin_broker_endpoints(address: str) -> None:
+    """Every call goes to ``address`` (``"host:port"``), whatever endpoints a route names:
+    the gRPC target the client builds from endpoints is replaced (the failover tests use
+    it to talk to a slave)."""
+    from rocketmq.v5.client.connection import rpc_channel
+
+    rpc_channel.RpcEndpoints.facade = property(lambda self: f"ipv4:{address}")
 
 
 def produce(config, scenario: dict) -> None:
@@ -289,9 +304,13 @@ def main() -> int:
     os.environ["TZ"] = "UTC"
     time.tzset()
     credentials = Credentials(scenario.get("access_key", ""), scenario.get("secret_key", ""))
-    config = ClientConfiguration(scenario["endpoint"], credentials, request_timeout=5)
+    config = ClientConfiguration(
+        scenario["endpoint"], credentials, scenario.get("namespace", ""), request_timeout=5
+    )
     if "signing" in scenario:
         install_signing(scenario["signing"])
+    if scenario.get("pin"):
+        pin_broker_endpoints(scenario["pin"])
     try:
         SCENARIOS[scenario["scenario"]](config, scenario)
     except Exception as error:

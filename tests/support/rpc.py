@@ -112,7 +112,11 @@ def receive(messaging, topic, group="G", batch=32, invisible_s=30, wait_s=0, tag
     if invisible_s is not None:
         request.invisible_duration.seconds = invisible_s
     request.long_polling_timeout.seconds = wait_s
-    parts = list(messaging.ReceiveMessage(request, timeout=kw.pop("timeout", wait_s + 5)))
+    parts = list(
+        messaging.ReceiveMessage(
+            request, timeout=kw.pop("timeout", wait_s + 5), metadata=kw.pop("metadata", None)
+        )
+    )
     statuses = [p.status for p in parts if p.WhichOneof("content") == "status"]
     assert len(statuses) == 1, parts
     messages = [p.message for p in parts if p.WhichOneof("content") == "message"]

@@ -46,8 +46,19 @@ import org.apache.rocketmq.client.java.impl.producer.SendReceiptImpl;
  *                {"op": "sleep", "s"}]},
  *   {"do": "push", "group", "topic", "expression", "sql": bool, "fail": [bodies],
  *        "fail_attempts": n, "expect": [bodies], "threads", "deadline_s", "linger_s"}
- *        (or "consumers": [{"group", "topic", ...}, ..] with "deadline_s", "linger_s")]}
+ *        (or "consumers": [{"group", "topic", ...}, ..] with "deadline_s", "linger_s")],
+ *   {"do": "load", "topic", "group", "stop_file", "pause_ms", "await_s", "invisible_s",
+ *        "drain_idle_s", "drain_s"}}
  * </pre>
+ *
+ * <p>A "load" step is a failover drill's load (as bench/official_failover.py's for the
+ * Python client): one producer sending one message at a time and a SimpleConsumer
+ * receiving and acking, until the stop file exists; then the consumer drains until it has
+ * every acknowledged message, or nothing new came for drain_idle_s (15), or drain_s (300)
+ * passed. Its events carry monotonic seconds
+ * (System.nanoTime, CLOCK_MONOTONIC on Linux: the clock the parent kills by): ready (t),
+ * sent / send_failed (body, t0, t1), received (body, t, attempt), ack_failed,
+ * receive_failed.
  *
  * Events: sent, send_failed, committed, rolled_back, end_failed, checked, received,
  * receive_failed, acked, ack_failed, changed, change_failed, consumed, push_waited,
@@ -79,7 +90,8 @@ public final class Grpc5Driver {
             "produce", driver::produce,
             "transaction", driver::transaction,
             "simple", driver::simple,
-            "push", driver::push));
+            "push", driver::push,
+            "load", driver::load));
     }
 
     // ---- producing ---------------------------------------------------------------------
@@ -435,6 +447,85 @@ public final class Grpc5Driver {
             for (Thread t : closing) {
                 t.join();
             }
+        }
+    }
+
+    // ---- a failover drill's load -------------------------------------------------------
+    private static double monotonic() {
+        return System.nanoTime() / 1e9;
+    }
+
+    private void load(JsonObject step) throws Exception {
+        String topic = Out.str(step, "topic", "");
+        java.io.File stopFile = new java.io.File(Out.str(step, "stop_file", ""));
+        Duration invisible = Duration.ofMillis((long) (Out.real(step, "invisible_s", 5) * 1000));
+        long drainNanos = (long) (Out.real(step, "drain_s", 300) * 1e9);
+        long idleNanos = (long) (Out.real(step, "drain_idle_s", 15) * 1e9);
+        long pauseMillis = Out.num(step, "pause_ms", 0);
+        java.util.concurrent.atomic.AtomicLong lastNew = new java.util.concurrent.atomic.AtomicLong(System.nanoTime());
+        Set<String> acked = ConcurrentHashMap.newKeySet();
+        Set<String> received = ConcurrentHashMap.newKeySet();
+        java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+        java.util.concurrent.atomic.AtomicLong drainUntil = new java.util.concurrent.atomic.AtomicLong(Long.MAX_VALUE);
+        try (Producer producer = producer(Collections.singletonList(topic), null);
+             SimpleConsumer consumer = provider.newSimpleConsumerBuilder()
+                 .setClientConfiguration(configuration)
+                 .setConsumerGroup(Out.str(step, "group", ""))
+                 .setAwaitDuration(Duration.ofMillis((long) (Out.real(step, "await_s", 2) * 1000)))
+                 .setSubscriptionExpressions(subscription(step))
+                 .build()) {
+            Thread producing = new Thread(() -> {
+                for (long i = 0; !stop.get(); i++) {
+                    String body = "j-" + i;
+                    double t0 = monotonic();
+                    try {
+                        producer.send(provider.newMessageBuilder().setTopic(topic)
+                            .setBody(Out.bytes(body)).build());
+                        acked.add(body);
+                        Out.emit("sent", "body", body, "t0", t0, "t1", monotonic());
+                    } catch (Throwable e) {
+                        Out.failed("send_failed", e, "body", body, "t0", t0, "t1", monotonic());
+                    }
+                    if (pauseMillis > 0) {
+                        Out.sleepMillis(pauseMillis);
+                    }
+                }
+            });
+            Thread consuming = new Thread(() -> {
+                while (!(stop.get() && (received.containsAll(acked) || System.nanoTime() > drainUntil.get()
+                    || System.nanoTime() - lastNew.get() > idleNanos))) {
+                    List<MessageView> views;
+                    try {
+                        views = consumer.receive(16, invisible);
+                    } catch (Throwable e) {
+                        Out.failed("receive_failed", e, "t", monotonic());
+                        Out.sleepMillis(50);
+                        continue;
+                    }
+                    for (MessageView view : views) {
+                        String body = Out.utf8(bytesOf(view.getBody()));
+                        if (received.add(body)) {
+                            lastNew.set(System.nanoTime());
+                        }
+                        Out.emit("received", "body", body, "t", monotonic(), "attempt", view.getDeliveryAttempt());
+                        try {
+                            consumer.ack(view);
+                        } catch (Throwable e) {
+                            Out.failed("ack_failed", e, "body", body, "t", monotonic());
+                        }
+                    }
+                }
+            });
+            producing.start();
+            consuming.start();
+            Out.emit("ready", "t", monotonic());
+            while (!stopFile.exists()) {
+                Out.sleepMillis(20);
+            }
+            drainUntil.set(System.nanoTime() + drainNanos);
+            stop.set(true);
+            producing.join();
+            consuming.join();
         }
     }
 }
