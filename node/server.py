@@ -179,6 +179,7 @@ class Node:
             waiters=waiters,
             members=members,
             authenticated=security.auth,
+            delay_levels_ms=config.messages.delay_levels_ms,
         )
         self.raw_store.add_dispatch_listener(waiters.on_dispatch)
         self.metrics.offsets, self.metrics.pop_state = self.offsets, self.pop_state

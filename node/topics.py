@@ -18,6 +18,7 @@ from routing.metadata import (
     TopicError,
     check_name,
     dead_letter_topic_of,
+    retry_topic_of,
 )
 from routing.state import RoutingState
 
@@ -29,6 +30,7 @@ __all__ = [
     "TopicError",
     "TopicTable",
     "dead_letter_topic_of",
+    "retry_topic_of",
 ]
 
 
@@ -70,10 +72,16 @@ class TopicTable:
     def dead_letter_topic(self, group: str) -> TopicConfig:
         """The group's ``%DLQ%<group>`` topic: it exists, one queue on every broker group,
         for as long as the group does (the routing state derives it)."""
-        name = dead_letter_topic_of(group)
+        return self._group_topic(dead_letter_topic_of(group))
+
+    def retry_topic(self, group: str) -> TopicConfig:
+        """The group's ``%RETRY%<group>`` topic, derived like its dead-letter topic."""
+        return self._group_topic(retry_topic_of(group))
+
+    def _group_topic(self, name: str) -> TopicConfig:
         found = self.topics.get(name)
         if found is None:
             # The group was deleted while one of its messages was failing: keep the
-            # message reachable under its dead-letter topic on this node.
+            # message reachable under its group's topic on this node.
             found = self.topics[name] = TopicConfig(name, queue_count=1)
         return found

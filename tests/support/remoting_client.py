@@ -31,6 +31,7 @@ class RemotingClient:
         self.splitter = FrameSplitter()
         self.frames: list[bytes] = []
         self.opaques = itertools.count(1)
+        self.requests: list[RemotingCommand] = []  # the node's own, received meanwhile
 
     def close(self) -> None:
         self.socket.close()
@@ -70,10 +71,23 @@ class RemotingClient:
         return decode(self.frames.pop(0))
 
     def call(self, code: int, fields: dict[str, str] | None = None, body: bytes = b"", **kw):
+        """Send a request and return its answer; the node's own requests that arrive
+        before it (consumer-ids notices) are kept in ``requests``."""
         opaque = self.send(code, fields, body, **kw)
         answer = self.receive()
-        assert answer.opaque == opaque and answer.is_response, answer
+        while not answer.is_response:
+            self.requests.append(answer)
+            answer = self.receive()
+        assert answer.opaque == opaque, answer
         return answer
+
+    def node_request(self) -> RemotingCommand:
+        """The next request of the node's own (kept by ``call``, or read now)."""
+        if self.requests:
+            return self.requests.pop(0)
+        found = self.receive()
+        assert not found.is_response, found
+        return found
 
     def closed_by_peer(self) -> bool:
         """Whether the node closed this connection (reads until EOF or a reset)."""
