@@ -54,6 +54,7 @@ def release(parked: StoredMessage) -> Message:
         sys_flag=parked.sys_flag,
         born_timestamp_ms=parked.born_timestamp_ms,
         born_host=parked.born_host,
+        reconsume_times=parked.reconsume_times,
     )
 
 

@@ -54,6 +54,7 @@ from routing.metadata import (
     BrokerGroup,
     GroupConfig,
     Member,
+    MessageType,
     TopicConfig,
     TopicError,
     TopicRoute,
@@ -457,7 +458,8 @@ class RoutingState:
     def retry_route(self, group: str) -> TopicRoute | None:
         """``%RETRY%<group>`` exists for every consumer group, like its dead-letter topic:
         one queue on every broker group, where the group's 4.x consumers' failed messages
-        wait for their next attempt (RocketMQ's clients subscribe to it)."""
+        wait for their next attempt (RocketMQ's clients subscribe to it). Untyped: the
+        copies there arrive delayed."""
         if group not in self.groups:
             return None
         return TopicRoute(RETRY_PREFIX + group, tuple((g, 1) for g in sorted(self.broker_groups)))
@@ -472,8 +474,9 @@ class RoutingState:
                 served[route.name] = config
         if broker_group in self.broker_groups:
             for group in self.groups:
-                for name in (DLQ_PREFIX + group, RETRY_PREFIX + group):
-                    served[name] = TopicConfig(name, 1)
+                served[DLQ_PREFIX + group] = TopicConfig(DLQ_PREFIX + group, 1)
+                retry = RETRY_PREFIX + group
+                served[retry] = TopicConfig(retry, 1, MessageType.UNSPECIFIED)
         return served
 
     def master_of(self, broker_group: str) -> Member | None:
