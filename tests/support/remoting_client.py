@@ -9,6 +9,7 @@ import socket
 import ssl
 import time
 
+from ferrymq.codec.commitlog_record import decode as decode_record
 from ferrymq.codec.remoting import (
     SERIALIZE_JSON,
     FrameSplitter,
@@ -131,3 +132,33 @@ def send_v2(client, topic: str, body: bytes, queue_id: int = 0, **properties: st
         },
         body,
     )
+
+
+def queue_records(address: str, topic: str, group: str, queue_id: int = 0) -> list:
+    """Every record of ``topic`` queue ``queue_id`` (the first 32), pulled over the
+    remoting port for ``group``: how a test reads a retry or dead-letter topic."""
+    with RemotingClient(address) as client:
+        answer = client.call(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": group,
+                "topic": topic,
+                "queueId": str(queue_id),
+                "queueOffset": "0",
+                "maxMsgNums": "32",
+                "sysFlag": "4",
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "0",
+                "subscription": "*",
+                "subVersion": "0",
+                "expressionType": "TAG",
+            },
+        )
+    found, position = [], 0
+    if answer.code != 0:
+        return found
+    while position < len(answer.body):
+        record = decode_record(answer.body, position)
+        found.append(record)
+        position += record.size
+    return found
