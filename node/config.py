@@ -289,6 +289,11 @@ def parse_node_config(text: str) -> NodeConfig:
         replication=replication,
         security=security,
     )
+    if max(config.messages.delay_levels_ms) > config.messages.max_delay_ms:
+        raise ConfigError(
+            "messages.delay_levels: a level is longer than messages.max_delay_ms, the "
+            "longest delay a message may have"
+        )
     if cluster.voters and config.is_voter and config.ports.raft == 0:
         raise ConfigError("a voter needs a fixed ports.raft: the other voters dial it")
     try:

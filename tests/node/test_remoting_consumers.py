@@ -303,6 +303,6 @@ def test_delay_levels_read_as_rocketmq_writes_them():
     assert DEFAULT_LEVELS_MS[-1] == 2 * 3600 * 1000
     assert level_delay_ms(DEFAULT_LEVELS_MS, 40) == 2 * 3600 * 1000  # past the end: the last
     assert parse_node_config(SHORT_LEVELS).messages.delay_levels_ms[:3] == (1000, 2000, 1000)
-    for bad in ('"1x"', '"0s"', '""', "3"):
+    for bad in ('"1x"', '"0s"', '""', "3", '"1s 41d"'):  # 41 days: past max_delay_ms
         with pytest.raises(ConfigError, match="delay_levels"):
             parse_node_config(f"[messages]\ndelay_levels = {bad}\n")
