@@ -175,6 +175,10 @@ def test_java_4x_producer_and_consumers(java, node, tmp_path):
     assert [e["reconsume_times"] for e in poison] == [0, 1, 2], poison
     assert {e["topic"] for e in poison} == {"j4-retry"}
     assert {e["id"] for e in poison} == {sent["r-poison"]["id"]}
+    for retried in poison[1:]:  # handed back by CONSUMER_SEND_MSG_BACK, not the client's resend
+        assert retried["properties"]["REAL_TOPIC"] == "%RETRY%j4-retry", retried
+        assert retried["properties"]["RETRY_TOPIC"] == "j4-retry", retried
+        assert "MAX_RECONSUME_TIMES" not in retried["properties"], retried
     assert [e["body"] for e in consumed if e["body"] == "r-ok"] == ["r-ok"]
     dead = queue_records(node.remoting, "%DLQ%j4-retry", "j4-retry")
     assert [r.body for r in dead] == [b"r-poison"] and dead[0].reconsume_times == 3
