@@ -462,11 +462,12 @@ class RoutingState:
         copies there arrive delayed."""
         if group not in self.groups:
             return None
-        return TopicRoute(RETRY_PREFIX + group, tuple((g, 1) for g in sorted(self.broker_groups)))
+        queues = tuple((g, 1) for g in sorted(self.broker_groups))
+        return TopicRoute(RETRY_PREFIX + group, queues, MessageType.UNSPECIFIED)
 
     def topics_on(self, broker_group: str) -> dict[str, TopicConfig]:
-        """Every topic with queues on ``broker_group`` (dead-letter topics included), as
-        that group serves it."""
+        """Every topic with queues on ``broker_group`` (the groups' retry and dead-letter
+        topics included), as that group serves it."""
         served = {}
         for route in self.topics.values():
             config = route.on(broker_group)
