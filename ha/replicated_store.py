@@ -84,6 +84,9 @@ class ReplicatedStore:
     def read_message(self, physical_offset: int) -> StoredMessage | None:
         return self._store.read_message(physical_offset)
 
+    def look_message_by_offset(self, physical_offset: int) -> StoredMessage | None:
+        return self._store.look_message_by_offset(physical_offset)
+
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self._store.min_offset_in_queue(topic, queue_id)
 

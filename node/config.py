@@ -32,6 +32,9 @@ Layout of ``node.toml``::
                                            # takes every type (false: it is NORMAL)
     auto_create_groups = true              # a consumer group is created on first use (a
                                            # receive, pull or heartbeat naming it)
+    delay_levels = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+                                           # RocketMQ 4.x delay levels 1..n (DELAY property,
+                                           # consumer retries): the same on every node
 
     [store]                  # any field of store.config.StoreConfig but data_dir
     flush_mode = "ASYNC_FLUSH"
@@ -81,6 +84,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ha.options import ReplicationMode, ReplicationOptions
+from node.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevelsError, parse_delay_levels
 from store.config import FlushMode, StoreConfig
 
 DEFAULT_GRPC_PORT = 8081
@@ -128,6 +132,11 @@ class MessagingOptions:
     # is created the first time a consumer uses it.
     untyped_topics_take_any_type: bool = True
     auto_create_groups: bool = True
+    delay_levels: str = DEFAULT_DELAY_LEVELS
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.delay_levels)
 
 
 @dataclass(frozen=True)
@@ -242,7 +251,14 @@ def parse_node_config(text: str) -> NodeConfig:
         _checked(raw.get("security", {}), _SECURITY_FIELDS, "security"), cluster
     )
     for name, value in messages.items():
-        if name in _MESSAGES_SWITCHES:
+        if name == "delay_levels":
+            if not isinstance(value, str):
+                raise ConfigError(f"messages.delay_levels must be a string, got {value!r}")
+            try:
+                parse_delay_levels(value)
+            except DelayLevelsError as error:
+                raise ConfigError(f"messages.delay_levels: {error}") from None
+        elif name in _MESSAGES_SWITCHES:
             if not isinstance(value, bool):
                 raise ConfigError(f"messages.{name} must be true or false, got {value!r}")
         elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -273,6 +289,11 @@ def parse_node_config(text: str) -> NodeConfig:
         replication=replication,
         security=security,
     )
+    if max(config.messages.delay_levels_ms) > config.messages.max_delay_ms:
+        raise ConfigError(
+            "messages.delay_levels: a level is longer than messages.max_delay_ms, the "
+            "longest delay a message may have"
+        )
     if cluster.voters and config.is_voter and config.ports.raft == 0:
         raise ConfigError("a voter needs a fixed ports.raft: the other voters dial it")
     try:

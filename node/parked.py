@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 
 from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS
 from store.message import Message
 
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE = "REAL_QID"
+PROPERTY_DELAY_LEVEL = "DELAY"  # a RocketMQ 4.x delay level (node/delay_levels.py)
 
 
 def park(message: Message, system_topic: str, extra: dict[str, str]) -> Message:
@@ -32,10 +34,17 @@ def real_topic_of(parked: StoredMessage) -> str:
 
 def release(parked: StoredMessage) -> Message:
     """The message for its real topic, as it was sent (system properties added on parking,
-    such as the delivery time or the transaction id, stay: consumers see them)."""
+    such as the delivery time or the transaction id, stay: consumers see them). A message
+    delayed by a 4.x delay level comes out as RocketMQ's broker releases it: without
+    ``DELAY`` (nor the delivery time), with ``REAL_TOPIC`` and ``REAL_QID``."""
     properties = dict(parked.properties)
-    topic = properties.pop(PROPERTY_REAL_TOPIC, "")
-    queue_id = int(properties.pop(PROPERTY_REAL_QUEUE, "0"))
+    if properties.pop(PROPERTY_DELAY_LEVEL, None) is not None:
+        properties.pop(PROPERTY_DELIVERY_TIME_MS, None)
+        topic = properties.get(PROPERTY_REAL_TOPIC, "")
+        queue_id = int(properties.get(PROPERTY_REAL_QUEUE, "0"))
+    else:
+        topic = properties.pop(PROPERTY_REAL_TOPIC, "")
+        queue_id = int(properties.pop(PROPERTY_REAL_QUEUE, "0"))
     return Message(
         topic,
         parked.body,
@@ -45,6 +54,7 @@ def release(parked: StoredMessage) -> Message:
         sys_flag=parked.sys_flag,
         born_timestamp_ms=parked.born_timestamp_ms,
         born_host=parked.born_host,
+        reconsume_times=parked.reconsume_times,
     )
 
 

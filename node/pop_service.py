@@ -34,6 +34,7 @@ from ha.replicated_store import ReplicatedStore
 from node.admission import store_refusal
 from node.consumer_offsets import ConsumerOffsets
 from node.convert import timestamp_of, to_wire_message
+from node.dead_letters import dead_letter_copy
 from node.filter_expression import selection
 from node.group_creation import GroupsOnFirstUse
 from node.long_polling import LONG_POLLING_DEFAULT_S, QueueWaiters, long_poll, poll_budget_s
@@ -62,9 +63,6 @@ SQL_SCAN_CHUNK = 128
 DEFAULT_INVISIBLE_MS = 60_000  # clients that ask the node to choose (auto_renew)
 INVISIBLE_MIN_MS = 1_000
 INVISIBLE_MAX_MS = 12 * 3600 * 1000
-PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
-PROPERTY_DLQ_ORIGIN_QUEUE = "DLQ_ORIGIN_QUEUE"
-PROPERTY_DLQ_ORIGIN_OFFSET = "DLQ_ORIGIN_OFFSET"
 log = logging.getLogger("ferrymq.pop")
 STALE = "the receipt handle is stale: the message was acked, dead-lettered or redelivered since"
 
@@ -519,21 +517,8 @@ class PopService:
     ) -> list[Message]:
         """The copy for ``%DLQ%<group>`` and the record ending the delivery: appended in
         one batch, so the message is in exactly one of the two places after any crash."""
-        group, topic, queue_id = key
-        dead_letters = self.topics.dead_letter_topic(group)
-        properties = dict(stored.properties)
-        properties[PROPERTY_DLQ_ORIGIN_TOPIC] = topic
-        properties[PROPERTY_DLQ_ORIGIN_QUEUE] = str(queue_id)
-        properties[PROPERTY_DLQ_ORIGIN_OFFSET] = str(offset)
-        copy = Message(
-            dead_letters.name,
-            stored.body,
-            properties=properties,
-            flag=stored.flag,
-            born_timestamp_ms=stored.born_timestamp_ms,
-            born_host=stored.born_host,
-            reconsume_times=entry.attempt,
-        )
+        group = key[0]
+        copy = dead_letter_copy(self.topics.dead_letter_topic(group), stored, entry.attempt)
         return [copy, self.state.ack(key, [(offset, entry.delivery)], kind=KIND_DLQ)]
 
     def _restore(self, key: CursorKey, entries: dict[int, InFlight]) -> None:

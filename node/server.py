@@ -200,6 +200,7 @@ class Node:
             waiters=waiters,
             members=members,
             authenticated=security.auth,
+            delay_levels_ms=config.messages.delay_levels_ms,
         )
         self.raw_store.add_dispatch_listener(waiters.on_dispatch)
         # The master's orphan checks reach the producers connected to the other nodes.

@@ -345,6 +345,7 @@ class TimerService:
             sys_flag=stored.sys_flag,
             born_timestamp_ms=stored.born_timestamp_ms,
             born_host=stored.born_host,
+            reconsume_times=stored.reconsume_times,
         )
 
     def _remove(self, due_ms: int, queue_offset: int) -> None:

@@ -18,6 +18,7 @@ from routing.metadata import (
     TopicError,
     check_name,
     dead_letter_topic_of,
+    retry_topic_of,
 )
 from routing.state import RoutingState
 
@@ -29,6 +30,7 @@ __all__ = [
     "TopicError",
     "TopicTable",
     "dead_letter_topic_of",
+    "retry_topic_of",
 ]
 
 
@@ -70,10 +72,17 @@ class TopicTable:
     def dead_letter_topic(self, group: str) -> TopicConfig:
         """The group's ``%DLQ%<group>`` topic: it exists, one queue on every broker group,
         for as long as the group does (the routing state derives it)."""
-        name = dead_letter_topic_of(group)
-        found = self.topics.get(name)
+        return self._group_topic(TopicConfig(dead_letter_topic_of(group), 1))
+
+    def retry_topic(self, group: str) -> TopicConfig:
+        """The group's ``%RETRY%<group>`` topic, derived like its dead-letter topic
+        (untyped: its copies arrive delayed)."""
+        return self._group_topic(TopicConfig(retry_topic_of(group), 1, MessageType.UNSPECIFIED))
+
+    def _group_topic(self, derived: TopicConfig) -> TopicConfig:
+        found = self.topics.get(derived.name)
         if found is None:
             # The group was deleted while one of its messages was failing: keep the
-            # message reachable under its dead-letter topic on this node.
-            found = self.topics[name] = TopicConfig(name, queue_count=1)
+            # message reachable under its group's topic on this node.
+            found = self.topics[derived.name] = derived
         return found

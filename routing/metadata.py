@@ -19,7 +19,10 @@ DEFAULT_MAX_DELIVERY_ATTEMPTS = 16
 MAX_DELIVERY_ATTEMPTS_LIMIT = 1000
 SYSTEM_PREFIX = "%SYS%"
 DLQ_PREFIX = "%DLQ%"
-GROUP_NAME_MAX_LENGTH = NAME_MAX_LENGTH - len(DLQ_PREFIX)  # so %DLQ%<group> is a legal name
+# RocketMQ 4.x consumers retry failed messages through %RETRY%<group> (node/consumer_retry.py)
+RETRY_PREFIX = "%RETRY%"
+# So %DLQ%<group> and %RETRY%<group> are legal names.
+GROUP_NAME_MAX_LENGTH = NAME_MAX_LENGTH - max(len(DLQ_PREFIX), len(RETRY_PREFIX))
 # Groups created on first use stop here: anyone allowed to consume may name a new group in
 # every request, and each one is a routing record and a dead-letter topic on every node
 # for good. An operator creates groups beyond it explicitly.
@@ -28,6 +31,10 @@ FIRST_USE_GROUPS_MAX = 10_000
 
 def dead_letter_topic_of(group: str) -> str:
     return DLQ_PREFIX + group
+
+
+def retry_topic_of(group: str) -> str:
+    return RETRY_PREFIX + group
 
 
 class MessageType(enum.Enum):
@@ -178,9 +185,10 @@ def check_name(kind: str, name: str) -> None:
 
 def check_topic_config(name: str, queue_count: int) -> None:
     check_name("TOPIC", name)
-    if name.startswith(SYSTEM_PREFIX) or name.startswith(DLQ_PREFIX):
+    if name.startswith((SYSTEM_PREFIX, DLQ_PREFIX, RETRY_PREFIX)):
         raise TopicError(
-            "ILLEGAL_TOPIC", f"names starting with {SYSTEM_PREFIX} or {DLQ_PREFIX} are reserved"
+            "ILLEGAL_TOPIC",
+            f"names starting with {SYSTEM_PREFIX}, {DLQ_PREFIX} or {RETRY_PREFIX} are reserved",
         )
     if not 1 <= queue_count <= QUEUES_MAX:
         raise TopicError("ILLEGAL_TOPIC", f"queue count must be 1..{QUEUES_MAX}, got {queue_count}")
@@ -192,7 +200,8 @@ def check_group_config(config: GroupConfig) -> None:
         raise TopicError(
             "ILLEGAL_CONSUMER_GROUP",
             f"group name is {len(config.name)} characters, the limit is "
-            f"{GROUP_NAME_MAX_LENGTH} (its dead-letter topic {DLQ_PREFIX}<group> must fit)",
+            f"{GROUP_NAME_MAX_LENGTH} (its topics {DLQ_PREFIX}<group> and {RETRY_PREFIX}<group> "
+            "must fit)",
         )
     if not 1 <= config.max_delivery_attempts <= MAX_DELIVERY_ATTEMPTS_LIMIT:
         raise TopicError(

@@ -50,9 +50,11 @@ from routing.metadata import (
     FIRST_USE_GROUPS_MAX,
     NODE_NAME_PATTERN,
     QUEUES_MAX,
+    RETRY_PREFIX,
     BrokerGroup,
     GroupConfig,
     Member,
+    MessageType,
     TopicConfig,
     TopicError,
     TopicRoute,
@@ -433,6 +435,8 @@ class RoutingState:
         found = self.topics.get(name)
         if found is None and name.startswith(DLQ_PREFIX):
             found = self.dead_letter_route(name[len(DLQ_PREFIX) :])
+        if found is None and name.startswith(RETRY_PREFIX):
+            found = self.retry_route(name[len(RETRY_PREFIX) :])
         if found is None:
             raise TopicError("TOPIC_NOT_FOUND", f"topic {name} does not exist")
         return found
@@ -451,9 +455,19 @@ class RoutingState:
             return None
         return TopicRoute(DLQ_PREFIX + group, tuple((g, 1) for g in sorted(self.broker_groups)))
 
+    def retry_route(self, group: str) -> TopicRoute | None:
+        """``%RETRY%<group>`` exists for every consumer group, like its dead-letter topic:
+        one queue on every broker group, where the group's 4.x consumers' failed messages
+        wait for their next attempt (RocketMQ's clients subscribe to it). Untyped: the
+        copies there arrive delayed."""
+        if group not in self.groups:
+            return None
+        queues = tuple((g, 1) for g in sorted(self.broker_groups))
+        return TopicRoute(RETRY_PREFIX + group, queues, MessageType.UNSPECIFIED)
+
     def topics_on(self, broker_group: str) -> dict[str, TopicConfig]:
-        """Every topic with queues on ``broker_group`` (dead-letter topics included), as
-        that group serves it."""
+        """Every topic with queues on ``broker_group`` (the groups' retry and dead-letter
+        topics included), as that group serves it."""
         served = {}
         for route in self.topics.values():
             config = route.on(broker_group)
@@ -461,8 +475,9 @@ class RoutingState:
                 served[route.name] = config
         if broker_group in self.broker_groups:
             for group in self.groups:
-                name = DLQ_PREFIX + group
-                served[name] = TopicConfig(name, 1)
+                served[DLQ_PREFIX + group] = TopicConfig(DLQ_PREFIX + group, 1)
+                retry = RETRY_PREFIX + group
+                served[retry] = TopicConfig(retry, 1, MessageType.UNSPECIFIED)
         return served
 
     def master_of(self, broker_group: str) -> Member | None:

@@ -5,7 +5,8 @@ doors use (``node/group_members.py``: the same ownership of client ids by identi
 same bounds), for RocketMQ's 120 s (4.x clients heartbeat every 30 s), and their
 subscriptions are registered for pulls that carry none (``subscriptions.py``). A
 connection that closes takes its client's memberships with it, as RocketMQ's broker
-unregisters a closed channel. Producer groups are only answered.
+unregisters a closed channel. Producer groups are only answered. Every change of a
+group's members is told to its clients (``consumer_notices.py``).
 
 Thread-safety: handlers run on the node's event loop.
 """
@@ -17,6 +18,7 @@ import json
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
 from node.group_members import GroupMembers, MembershipRefused
+from node.remoting.consumer_notices import ConsumerNotices
 from node.remoting.dispatch import Handler
 from node.remoting.status_codes import response_code
 from node.remoting.subscriptions import Subscription, SubscriptionRefused, Subscriptions
@@ -97,6 +99,7 @@ class ClientHandlers:
         self.topics = topics
         self.members = members
         self.subscriptions = subscriptions
+        self.notices = ConsumerNotices(members)
 
     def handlers(self) -> list[tuple[int, Handler]]:
         return [
@@ -125,6 +128,7 @@ class ClientHandlers:
             except SubscriptionRefused as refused:
                 return request.reply(ResponseCode.SYSTEM_BUSY, str(refused))
             self._remember(connection, group, client_id)
+            self.notices.heard(group, client_id, connection)
         if unknown:
             # Create groups with `ferrymq group create` (or the Admin service): a consumer of
             # a group the cluster does not know has nothing to pull.
@@ -155,6 +159,7 @@ class ClientHandlers:
             return  # the id is another identity's now: nothing of ours to end
         if not self.members.live(group):
             self.subscriptions.forget(group)
+        self.notices.left(group, client_id)
 
     async def unregister(self, request: RemotingCommand, connection) -> RemotingCommand:
         client_id = request.text("clientID")
@@ -170,6 +175,7 @@ class ClientHandlers:
                 memberships.discard((group, client_id))
             if not self.members.live(group):
                 self.subscriptions.forget(group)
+            self.notices.left(group, client_id)
         return request.reply(ResponseCode.SUCCESS)
 
     async def consumer_list(self, request: RemotingCommand, connection) -> RemotingCommand:

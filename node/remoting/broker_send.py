@@ -12,7 +12,11 @@ acknowledges a remoting send exactly as a gRPC one.
 What this door adds, as RocketMQ's broker does: BORNHOST is the peer's address; the
 stored properties drop ``WAIT`` and gain ``CLUSTER``; a batch's header properties follow
 each message's own. The message type is read from the properties (``TRAN_MSG``,
-``DELAY``); only NORMAL topics are served on this door so far.
+``DELAY``): a delay level (1..n of ``[messages] delay_levels``) parks the message in the
+timer service, as a gRPC delayed message, and a topic whose type refuses delays refuses
+it with the same code; a send to ``%RETRY%<group>`` (a 4.x consumer handing a failed
+message back itself) follows ``node/consumer_retry.py``. Transaction halves are not
+served on this door.
 
 Thread-safety: handlers run on the node's event loop.
 """
@@ -42,6 +46,7 @@ from node.admission import (
     store_refusal,
     type_name,
 )
+from node.consumer_retry import PROPERTY_DELAY, ConsumerRetries, is_retry_topic
 from node.convert import born_host_bytes, tag_is_valid
 from node.remoting.dispatch import Handler
 from node.remoting.name_server import CLUSTER_NAME
@@ -69,7 +74,6 @@ V2_FIELDS = {
 }
 PROPERTY_WAIT = "WAIT"
 PROPERTY_CLUSTER = "CLUSTER"
-PROPERTY_DELAY = "DELAY"
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 # The node's own properties: a client may not set them.
 RESERVED_PROPERTIES = frozenset({PROPERTY_MESSAGE_TYPE, PROPERTY_DELIVERY_TIME_MS})
@@ -97,16 +101,22 @@ def message_type_of(properties: dict[str, str], sys_flag: int) -> int:
     prepared = properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
     if prepared or sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED:
         return pb.TRANSACTION
+    return pb.DELAY if delay_level_of(properties) > 0 else pb.NORMAL
+
+
+def delay_level_of(properties: dict[str, str]) -> int:
+    """The message's 4.x delay level, 0 for none."""
     level = properties.get(PROPERTY_DELAY, "")
-    if level.isdigit() and int(level) > 0:
-        return pb.DELAY
-    return pb.NORMAL
+    return int(level) if level.isascii() and level.isdigit() else 0
 
 
 class SendHandlers:
-    def __init__(self, store: ReplicatedStore, admission: Admission) -> None:
+    def __init__(
+        self, store: ReplicatedStore, admission: Admission, retries: ConsumerRetries
+    ) -> None:
         self.store = store
         self.admission = admission
+        self.retries = retries
 
     def handlers(self) -> list[tuple[int, Handler]]:
         return [
@@ -135,6 +145,7 @@ class SendHandlers:
         flag = header.int32("flag", 0)
         reconsume_times = header.int32("reconsumeTimes", 0)
         properties_text = header.text("properties", "")
+        max_reconsume_times = header.int32("maxReconsumeTimes", -1)
         admission = self.admission
         try:
             admission.check_master()
@@ -153,16 +164,19 @@ class SendHandlers:
             queue = self._queue(topic, queue_id)
             born_host = born_host_bytes(connection.peer_address)
             messages = [
-                Message(
-                    topic.name,
-                    body,
-                    queue,
-                    self._admitted(topic, body, properties, sys_flag),
-                    message_flag,
-                    sys_flag & SYSFLAG_KEPT,
-                    born_ms,
-                    born_host,
-                    reconsume_times,
+                self._stored_form(
+                    Message(
+                        topic.name,
+                        body,
+                        queue,
+                        self._admitted(topic, body, properties, sys_flag),
+                        message_flag,
+                        sys_flag & SYSFLAG_KEPT,
+                        born_ms,
+                        born_host,
+                        reconsume_times,
+                    ),
+                    max_reconsume_times if max_reconsume_times >= 0 else None,
                 )
                 for message_flag, body, properties in sent
             ]
@@ -192,6 +206,14 @@ class SendHandlers:
         pinned = queue_id if queue_id >= 0 else None
         return self.admission.send_queue(topic, MessageType.NORMAL, None, pinned)
 
+    def _stored_form(self, message: Message, max_reconsume_times: int | None) -> Message:
+        """What to append for an admitted message: a copy for a retry topic as the retry
+        rule says, a delayed one parked until due."""
+        if is_retry_topic(message.topic):
+            message = self.retries.resent(message, max_reconsume_times)
+        level = delay_level_of(message.properties)
+        return self.retries.delayed(message, level) if level > 0 else message
+
     def _admitted(
         self, topic: TopicConfig, body: bytes, properties: dict[str, str], sys_flag: int
     ) -> dict[str, str]:
@@ -199,11 +221,11 @@ class SendHandlers:
         admission = self.admission
         check_body_size(len(body), admission.body_limit)
         actual = message_type_of(properties, sys_flag)
-        if message_kind(topic, actual) is not MessageType.NORMAL:
+        if message_kind(topic, actual) not in (MessageType.NORMAL, MessageType.DELAY):
             raise InvalidRequest(
                 pb.UNSUPPORTED,
                 f"{type_name(actual)} messages to topic {topic.name}: the remoting port "
-                "serves NORMAL messages only so far",
+                "serves NORMAL and DELAY messages only so far",
             )
         reserved = RESERVED_PROPERTIES.intersection(properties)
         if reserved:

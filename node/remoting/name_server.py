@@ -19,7 +19,7 @@ import json
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from node.remoting.dispatch import Handler
-from routing.metadata import DLQ_PREFIX, Permission, TopicError
+from routing.metadata import DLQ_PREFIX, RETRY_PREFIX, Permission, TopicError
 from routing.replica import RoutingReplica
 from routing.state import RoutingState
 
@@ -103,8 +103,10 @@ def cluster_info(state: RoutingState) -> dict:
 
 
 def topic_list(state: RoutingState) -> dict:
-    """Every topic, the dead-letter topics of the groups included."""
-    names = set(state.topics) | {DLQ_PREFIX + group for group in state.groups}
+    """Every topic, the retry and dead-letter topics of the groups included."""
+    names = set(state.topics)
+    for group in state.groups:
+        names.update((DLQ_PREFIX + group, RETRY_PREFIX + group))
     return {"topicList": sorted(names)}
 
 

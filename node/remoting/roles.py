@@ -14,11 +14,16 @@ from ferrymq.codec.remoting_codes import ResponseCode
 from ha.replicated_store import ReplicatedStore
 from node.admission import Admission
 from node.consumer_offsets import ConsumerOffsets
+from node.consumer_retry import ConsumerRetries
+from node.delay_levels import DEFAULT_LEVELS_MS
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
+from node.queue_locks import QueueLocks
 from node.remoting.broker_clients import ClientHandlers
+from node.remoting.broker_locks import LockHandlers
 from node.remoting.broker_offsets import OffsetHandlers
 from node.remoting.broker_pull import PullHandlers
+from node.remoting.broker_retry import RetryHandlers
 from node.remoting.broker_send import SendHandlers
 from node.remoting.dispatch import Dispatch, Handler
 from node.remoting.name_server import NameServer
@@ -46,11 +51,15 @@ def build_dispatch(
     waiters: QueueWaiters,
     members: GroupMembers,
     authenticated: bool,
+    delay_levels_ms: tuple[int, ...] = DEFAULT_LEVELS_MS,
 ) -> Dispatch:
     subscriptions = Subscriptions()
+    retries = ConsumerRetries(topics, delay_levels_ms)
     handlers: list[tuple[int, Handler]] = [
         *NameServer(routing).handlers(),
-        *SendHandlers(store, admission).handlers(),
+        *SendHandlers(store, admission, retries).handlers(),
+        *RetryHandlers(store, admission, retries).handlers(),
+        *LockHandlers(admission, QueueLocks()).handlers(),
         *PullHandlers(store, topics, offsets, waiters, subscriptions).handlers(),
         *OffsetHandlers(store, topics, offsets).handlers(),
         *ClientHandlers(topics, members, subscriptions).handlers(),

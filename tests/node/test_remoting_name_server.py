@@ -126,9 +126,9 @@ def test_cluster_info_lists_every_broker_group_in_one_cluster():
     assert info["brokerAddrTable"]["group-2"]["brokerAddrs"] == {}
 
 
-def test_the_topic_list_holds_topics_and_dead_letter_topics():
+def test_the_topic_list_holds_topics_and_the_groups_retry_and_dead_letter_topics():
     answer = ask(cluster(), RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-    assert json.loads(answer.body) == {"topicList": ["%DLQ%G", "both", "orders"]}
+    assert json.loads(answer.body) == {"topicList": ["%DLQ%G", "%RETRY%G", "both", "orders"]}
 
 
 def test_kv_config_is_never_set():

@@ -150,6 +150,18 @@ def test_dead_letter_topics_exist_for_every_group_on_every_broker_group():
         state.topic("%DLQ%nobody")
 
 
+def test_retry_topics_exist_for_every_group_untyped_and_cannot_be_created():
+    state = cluster(("n1", "g1"), ("n4", "g2"))
+    state.apply(CreateGroup("billing", 16))
+    retry = state.topic("%RETRY%billing")
+    assert retry.queues == (("g1", 1), ("g2", 1)) and retry.message_type is MessageType.UNSPECIFIED
+    assert state.topics_on("g2")["%RETRY%billing"].message_type is MessageType.UNSPECIFIED
+    with pytest.raises(TopicError):
+        state.topic("%RETRY%nobody")
+    refused = state.apply(CreateTopic("%RETRY%billing", 1))
+    assert not refused.ok and "reserved" in refused.detail
+
+
 def test_mark_down_applies_only_if_no_heartbeat_came_since():
     state = cluster(("n1", "g1"))
     seen = state.members["n1"].heartbeats

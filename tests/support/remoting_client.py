@@ -9,6 +9,7 @@ import socket
 import ssl
 import time
 
+from ferrymq.codec.commitlog_record import decode as decode_record
 from ferrymq.codec.remoting import (
     SERIALIZE_JSON,
     FrameSplitter,
@@ -31,6 +32,7 @@ class RemotingClient:
         self.splitter = FrameSplitter()
         self.frames: list[bytes] = []
         self.opaques = itertools.count(1)
+        self.requests: list[RemotingCommand] = []  # the node's own, received meanwhile
 
     def close(self) -> None:
         self.socket.close()
@@ -70,10 +72,23 @@ class RemotingClient:
         return decode(self.frames.pop(0))
 
     def call(self, code: int, fields: dict[str, str] | None = None, body: bytes = b"", **kw):
+        """Send a request and return its answer; the node's own requests that arrive
+        before it (consumer-ids notices) are kept in ``requests``."""
         opaque = self.send(code, fields, body, **kw)
         answer = self.receive()
-        assert answer.opaque == opaque and answer.is_response, answer
+        while not answer.is_response:
+            self.requests.append(answer)
+            answer = self.receive()
+        assert answer.opaque == opaque, answer
         return answer
+
+    def node_request(self) -> RemotingCommand:
+        """The next request of the node's own (kept by ``call``, or read now)."""
+        if self.requests:
+            return self.requests.pop(0)
+        found = self.receive()
+        assert not found.is_response, found
+        return found
 
     def closed_by_peer(self) -> bool:
         """Whether the node closed this connection (reads until EOF or a reset)."""
@@ -117,3 +132,33 @@ def send_v2(client, topic: str, body: bytes, queue_id: int = 0, **properties: st
         },
         body,
     )
+
+
+def queue_records(address: str, topic: str, group: str, queue_id: int = 0) -> list:
+    """Every record of ``topic`` queue ``queue_id`` (the first 32), pulled over the
+    remoting port for ``group``: how a test reads a retry or dead-letter topic."""
+    with RemotingClient(address) as client:
+        answer = client.call(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": group,
+                "topic": topic,
+                "queueId": str(queue_id),
+                "queueOffset": "0",
+                "maxMsgNums": "32",
+                "sysFlag": "4",
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "0",
+                "subscription": "*",
+                "subVersion": "0",
+                "expressionType": "TAG",
+            },
+        )
+    found, position = [], 0
+    if answer.code != 0:
+        return found
+    while position < len(answer.body):
+        record = decode_record(answer.body, position)
+        found.append(record)
+        position += record.size
+    return found

@@ -43,7 +43,8 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  * {"namesrv": "host:port", "steps": [
  *   {"do": "produce", "group", "batch": bool, "messages": [{"topic", "body", "tags",
  *        "keys": [..], "properties": {..}, "mode": "sync|async|oneway",
- *        "delay_level": n, "order_key": "k" (MessageQueueSelector by the key's hash)}]},
+ *        "delay_level": n, "order_key": "k" (MessageQueueSelector by the key's hash)}],
+ *        "interval_ms": n (a pause after each send)},
  *   {"do": "transaction", "group", "topic", "messages": [{"body", "tags", "keys",
  *        "local": "COMMIT_MESSAGE|ROLLBACK_MESSAGE|UNKNOW"}],
  *        "check_answer": "COMMIT_MESSAGE|ROLLBACK_MESSAGE|UNKNOW", "checks": n,
@@ -165,6 +166,7 @@ public final class Remoting4Driver {
                 } catch (Exception e) {
                     Out.failed("send_failed", e, "body", body, "mode", mode);
                 }
+                Out.sleepMillis(Out.num(step, "interval_ms", 0));
             }
             pending.await(60, TimeUnit.SECONDS);
         } finally {

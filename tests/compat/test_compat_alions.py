@@ -1,0 +1,122 @@
+"""``ali-ons`` 3.12.0 (npm, pure JavaScript), unchanged, against a real ferrymq node over
+its remoting port.
+
+One driver run (``tests/compat/alions``): the producer with tags, keys, properties and a
+delay level; push consumers of those, one whose handler throws for a message (retries
+through ``%RETRY%<group>``, then ``%DLQ%<group>``), and a broadcasting pair. The node's
+delay levels are short (level 2 = 2 s, the others 1 s).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ferrymq.protocol.ferrymq import admin_pb2 as api
+from tests.support import clients
+from tests.support.nodes import start_node
+from tests.support.remoting_client import queue_records
+from tests.support.rpc import create_topic, stubs
+
+pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 600)
+
+SHORT_LEVELS = '[messages]\ndelay_levels = "1s 2s ' + " ".join(["1s"] * 16) + '"\n'
+NAMES = ("kinds", "delay", "retry", "bcast")
+
+
+@pytest.fixture(scope="module")
+def alions():
+    try:
+        return clients.driver("alions")
+    except clients.ClientUnavailable as error:
+        pytest.fail(clients.unavailable(error), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    started = start_node(str(tmp_path_factory.mktemp("alions") / "node"), SHORT_LEVELS)
+    channel, _, admin = stubs(started.address)
+    for name in NAMES:
+        create_topic(admin, f"ons-{name}", queues=4, message_type=api.MESSAGE_TYPE_UNSPECIFIED)
+        answer = admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name=f"ons-{name}")))
+        assert answer.status.code == 0, answer.status
+    channel.close()
+    yield started
+    started.sigkill()
+
+
+def first_of(events: list[dict]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for event in events:
+        out.setdefault(event["body"], event)
+    return out
+
+
+def test_alions_producer_and_push_consumers(alions, node, tmp_path):
+    kinds = [
+        {
+            "topic": "ons-kinds",
+            "body": f"m-{i}",
+            "tags": f"Tag{i}",
+            "keys": [f"k-{i}", "shared"],
+            "properties": {"color": f"c{i}"},
+        }
+        for i in range(3)
+    ]
+    steps = [
+        {
+            "do": "produce",
+            "group": "ons-producer",
+            "messages": kinds
+            + [{"topic": "ons-delay", "body": "delayed", "delay_level": 2}]
+            + [{"topic": "ons-retry", "body": b, "keys": [b]} for b in ("r-ok", "r-poison")]
+            + [{"topic": "ons-bcast", "body": f"b-{i}"} for i in range(3)],
+        },
+        {"do": "push", "group": "ons-kinds", "topic": "ons-kinds", "expect": ["m-0", "m-1", "m-2"]},
+        {"do": "push", "group": "ons-delay", "topic": "ons-delay", "expect": ["delayed"]},
+        {
+            "do": "push",
+            "group": "ons-retry",
+            "topic": "ons-retry",
+            "max_reconsume": 2,
+            "fail": ["r-poison"],
+            "fail_attempts": 3,
+            "expect": ["r-ok"],
+            "deadline_s": 60,
+            "linger_s": 2,
+        },
+        {
+            "do": "push",
+            "group": "ons-bcast",
+            "topic": "ons-bcast",
+            "broadcast": True,
+            "instances": 2,
+            "expect": [f"b-{i}" for i in range(3)],
+        },
+    ]
+    spec = {"namesrv": node.remoting, "steps": steps}
+    run = clients.run(alions, spec, tmp_path / "alions-home", 600)
+    assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
+    assert all(e["all_seen"] for e in run.of("push_waited")), run.explain()
+    sent, consumed = first_of(run.of("sent")), run.of("consumed")
+    got = first_of(consumed)
+
+    for m in kinds:
+        seen = got[m["body"]]
+        assert seen["tags"] == m["tags"] and sorted(seen["keys"]) == sorted(m["keys"]), seen
+        assert seen["properties"].get("color") == m["properties"]["color"], seen
+        # ali-ons reports the broker's offset message id as the message id.
+        assert seen["id"] == sent[m["body"]]["id"], (seen, sent[m["body"]])
+
+    (delayed,) = [e for e in consumed if e["body"] == "delayed"]
+    assert delayed["received_at"] - delayed["born_timestamp"] >= 1900, delayed
+
+    poison = [e for e in consumed if e["body"] == "r-poison"]
+    assert [e["reconsume_times"] for e in poison] == [0, 1, 2], poison
+    dead = queue_records(node.remoting, "%DLQ%ons-retry", "ons-retry")
+    assert [r.body for r in dead] == [b"r-poison"] and dead[0].reconsume_times == 3
+
+    bcast = [e for e in consumed if e["topic"] == "ons-bcast"]
+    instances = {e["instance"] for e in bcast}
+    assert len(instances) == 2
+    for name in instances:
+        assert sorted(e["body"] for e in bcast if e["instance"] == name) == ["b-0", "b-1", "b-2"]
