@@ -102,6 +102,9 @@ class ReplicatedStore:
     def look_message_by_id(self, message_id: str) -> StoredMessage | None:
         return self._store.look_message_by_id(message_id)
 
+    def look_message_by_offset(self, physical_offset: int) -> StoredMessage | None:
+        return self._store.look_message_by_offset(physical_offset)
+
     def query_by_key(
         self,
         topic: str,

@@ -178,6 +178,7 @@ class Node:
             offsets=self.offsets,
             waiters=waiters,
             members=members,
+            transactions=self.transactions,
             authenticated=security.auth,
         )
         self.raw_store.add_dispatch_listener(waiters.on_dispatch)

@@ -12,7 +12,11 @@ acknowledges a remoting send exactly as a gRPC one.
 What this door adds, as RocketMQ's broker does: BORNHOST is the peer's address; the
 stored properties drop ``WAIT`` and gain ``CLUSTER``; a batch's header properties follow
 each message's own. The message type is read from the properties (``TRAN_MSG``,
-``DELAY``); only NORMAL topics are served on this door so far.
+``DELAY``); NORMAL and TRANSACTION messages are served on this door so far. A
+transaction half (``TRAN_MSG`` or the prepared sysFlag) is parked as the gRPC door parks
+it (``TransactionService.half_of``) and answered with its ``transactionId``; its
+connection becomes one its producer group's checks may go to
+(``broker_transactions.py``). A batch carries no halves (MESSAGE_ILLEGAL, as RocketMQ).
 
 Thread-safety: handlers run on the node's event loop.
 """
@@ -26,6 +30,7 @@ from ferrymq.codec.properties import (
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_MESSAGE_TYPE,
     PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_ID,
 )
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
@@ -43,11 +48,13 @@ from node.admission import (
     type_name,
 )
 from node.convert import born_host_bytes, tag_is_valid
+from node.remoting.broker_transactions import PROPERTY_PRODUCER_GROUP, TransactionHandlers
 from node.remoting.dispatch import Handler
 from node.remoting.name_server import CLUSTER_NAME
 from node.remoting.status_codes import refusal, response_code
 from node.rpc_status import InvalidRequest
 from node.topics import MessageType, TopicConfig, TopicError
+from node.transaction_service import HALF_TOPIC, TransactionService
 from store.message import Message
 
 # SEND_MESSAGE_V2's short keys and the field each stands for.
@@ -75,7 +82,7 @@ PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 RESERVED_PROPERTIES = frozenset({PROPERTY_MESSAGE_TYPE, PROPERTY_DELIVERY_TIME_MS})
 # SYSFLAG bits kept as sent: compressed, multi-tags, the compression type. The host bits
 # (IPv6 born or store host) would misdescribe the 8-byte hosts the store writes, and the
-# transaction bits belong to transactions, refused by type below.
+# transaction bits are the node's: a half is parked in its own topic, without them.
 SYSFLAG_KEPT = 0x1 | 0x2 | 0x700
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 SYSFLAG_TRANSACTION_MASK = 0xC
@@ -104,9 +111,12 @@ def message_type_of(properties: dict[str, str], sys_flag: int) -> int:
 
 
 class SendHandlers:
-    def __init__(self, store: ReplicatedStore, admission: Admission) -> None:
+    def __init__(
+        self, store: ReplicatedStore, admission: Admission, transactions: TransactionHandlers
+    ) -> None:
         self.store = store
         self.admission = admission
+        self.transactions = transactions
 
     def handlers(self) -> list[tuple[int, Handler]]:
         return [
@@ -152,20 +162,28 @@ class SendHandlers:
                 sent = [(flag, request.body, common)]
             queue = self._queue(topic, queue_id)
             born_host = born_host_bytes(connection.peer_address)
-            messages = [
-                Message(
+            messages = []
+            for message_flag, body, properties in sent:
+                kind = self._admitted(topic, body, properties, sys_flag)
+                message = Message(
                     topic.name,
                     body,
                     queue,
-                    self._admitted(topic, body, properties, sys_flag),
+                    properties,
                     message_flag,
                     sys_flag & SYSFLAG_KEPT,
                     born_ms,
                     born_host,
                     reconsume_times,
                 )
-                for message_flag, body, properties in sent
-            ]
+                if kind is MessageType.TRANSACTION:
+                    if batch:
+                        raise InvalidRequest(
+                            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                            "a batch cannot carry transaction half messages",
+                        )
+                    message, _ = TransactionService.half_of(message)
+                messages.append(message)
         except (InvalidRequest, TopicError) as error:
             code, remark = refusal(error)
             return request.reply(code, remark)
@@ -175,7 +193,16 @@ class SendHandlers:
             return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"batch body: {error}")
         result = await self.store.put_messages_async(messages)
         if result.ok:
-            return request.reply(ResponseCode.SUCCESS, ext_fields=self._receipt(queue, result))
+            receipt = self._receipt(queue, result)
+            half = messages[0]
+            if half.topic == HALF_TOPIC:
+                transaction_id = half.properties[PROPERTY_TRANSACTION_ID]
+                group = half.properties.get(PROPERTY_PRODUCER_GROUP) or header.text("producerGroup")
+                self.transactions.sent(
+                    connection, group, transaction_id, topic.name, result.appended[0].queue_offset
+                )
+                receipt["transactionId"] = transaction_id
+            return request.reply(ResponseCode.SUCCESS, ext_fields=receipt)
         status = store_refusal(result)
         code = response_code(status.code)
         if result.appended and code in (
@@ -194,16 +221,18 @@ class SendHandlers:
 
     def _admitted(
         self, topic: TopicConfig, body: bytes, properties: dict[str, str], sys_flag: int
-    ) -> dict[str, str]:
-        """The properties to store for one message, once admission passed it."""
+    ) -> MessageType:
+        """How one message is handled, once admission passed it; its properties are made
+        the ones to store."""
         admission = self.admission
         check_body_size(len(body), admission.body_limit)
         actual = message_type_of(properties, sys_flag)
-        if message_kind(topic, actual) is not MessageType.NORMAL:
+        kind = message_kind(topic, actual)
+        if kind not in (MessageType.NORMAL, MessageType.TRANSACTION):
             raise InvalidRequest(
                 pb.UNSUPPORTED,
                 f"{type_name(actual)} messages to topic {topic.name}: the remoting port "
-                "serves NORMAL messages only so far",
+                "serves NORMAL and TRANSACTION messages only so far",
             )
         reserved = RESERVED_PROPERTIES.intersection(properties)
         if reserved:
@@ -216,7 +245,7 @@ class SendHandlers:
             raise InvalidRequest(pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is empty or contains '|'")
         properties.pop(PROPERTY_WAIT, None)
         properties[PROPERTY_CLUSTER] = CLUSTER_NAME
-        return properties
+        return kind
 
     @staticmethod
     def _receipt(queue: int, result) -> dict[str, str]:

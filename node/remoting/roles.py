@@ -20,10 +20,12 @@ from node.remoting.broker_clients import ClientHandlers
 from node.remoting.broker_offsets import OffsetHandlers
 from node.remoting.broker_pull import PullHandlers
 from node.remoting.broker_send import SendHandlers
+from node.remoting.broker_transactions import TransactionHandlers
 from node.remoting.dispatch import Dispatch, Handler
 from node.remoting.name_server import NameServer
 from node.remoting.subscriptions import Subscriptions
 from node.topics import TopicTable
+from node.transaction_service import TransactionService
 from routing.replica import RoutingReplica
 
 AUTH_REFUSAL = (
@@ -45,12 +47,15 @@ def build_dispatch(
     offsets: ConsumerOffsets,
     waiters: QueueWaiters,
     members: GroupMembers,
+    transactions: TransactionService,
     authenticated: bool,
 ) -> Dispatch:
     subscriptions = Subscriptions()
+    transaction_handlers = TransactionHandlers(transactions, admission)
     handlers: list[tuple[int, Handler]] = [
         *NameServer(routing).handlers(),
-        *SendHandlers(store, admission).handlers(),
+        *SendHandlers(store, admission, transaction_handlers).handlers(),
+        *transaction_handlers.handlers(),
         *PullHandlers(store, topics, offsets, waiters, subscriptions).handlers(),
         *OffsetHandlers(store, topics, offsets).handlers(),
         *ClientHandlers(topics, members, subscriptions).handlers(),

@@ -1,0 +1,176 @@
+"""Transactions of RocketMQ 4.x producers: END_TRANSACTION, and the broker's
+CHECK_TRANSACTION_STATE over a producer's own connection.
+
+Every rule is ``node/transaction_service.py``'s, the one the gRPC EndTransaction and
+Telemetry checks use: a half sent on either port is stored in ``%SYS%TRANS_HALF``, checked,
+committed and rolled back the same way, and a transaction resolved on one protocol answers
+a repeat on the other. This module only translates:
+
+- END_TRANSACTION (37, oneway from the Java and Go clients): the transaction is the one
+  the header's ``transactionId`` names (ferrymq's id, which the send answered in its
+  ``transactionId`` field and the check request carries), else the half at
+  ``commitLogOffset`` (the offset in the send's message id). ``commitOrRollback`` 8
+  commits, 12 rolls back, 0 (unknown) changes nothing, as RocketMQ's broker.
+- Checks: a connection that sends a half for producer group G (``PGROUP``) is one of G's
+  producers until it closes. A half due for a check goes, oneway, to the next of its
+  group's connections, with RocketMQ's header (``tranStateTableOffset``,
+  ``commitLogOffset``, ``msgId``, ``transactionId``, ``offsetMsgId``) and the half's record
+  as its producer sent it (real topic and queue) as the body; the client answers with
+  END_TRANSACTION. A half without a connected group goes to a gRPC producer of its topic.
+
+Thread-safety: handlers run on the node's event loop.
+"""
+
+from __future__ import annotations
+
+from ferrymq.codec.commitlog_record import StoredMessage, encode, record_size
+from ferrymq.codec.properties import PROPERTY_UNIQ_KEY, encode_properties
+from ferrymq.codec.remoting import RemotingCommand
+from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from node.admission import Admission
+from node.parked import as_sent
+from node.remoting.dispatch import Handler
+from node.remoting.status_codes import refusal, response_code
+from node.rpc_status import InvalidRequest
+from node.transaction_service import TransactionService
+
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+# commitOrRollback of END_TRANSACTION (MessageSysFlag's transaction types).
+TRANSACTION_NOT_TYPE = 0
+TRANSACTION_COMMIT_TYPE = 8
+TRANSACTION_ROLLBACK_TYPE = 12
+RESOLUTIONS = {TRANSACTION_COMMIT_TYPE: pb.COMMIT, TRANSACTION_ROLLBACK_TYPE: pb.ROLLBACK}
+MAX_PRODUCER_GROUPS = 10_000  # groups whose connections this node remembers
+PRODUCER_GROUPS = "producer_groups"  # connection attribute: the groups it sent halves for
+
+
+def sent_record(stored: StoredMessage) -> bytes:
+    """The half's record as its producer sent it (real topic and queue), RocketMQ's layout:
+    the body of a CHECK_TRANSACTION_STATE."""
+    sent = as_sent(stored)
+    topic = sent.topic.encode()
+    properties = encode_properties(sent.properties)
+    return encode(
+        size=record_size(len(sent.body), len(topic), len(properties)),
+        body=sent.body,
+        topic=topic,
+        properties=properties,
+        queue_id=sent.queue_id,
+        flag=sent.flag,
+        queue_offset=stored.queue_offset,
+        physical_offset=stored.physical_offset,
+        sys_flag=sent.sys_flag,
+        born_timestamp_ms=sent.born_timestamp_ms,
+        born_host=sent.born_host,
+        store_timestamp_ms=sent.store_timestamp_ms,
+        store_host=sent.store_host,
+        reconsume_times=sent.reconsume_times,
+        prepared_transaction_offset=sent.prepared_transaction_offset,
+    )
+
+
+class ProducerConnections:
+    """The connections of each 4.x producer group that sent halves, in round-robin order."""
+
+    def __init__(self) -> None:
+        self._groups: dict[str, list] = {}
+
+    def register(self, group: str, connection) -> None:
+        groups = connection.attributes.get(PRODUCER_GROUPS)
+        if groups is None:
+            groups = connection.attributes[PRODUCER_GROUPS] = set()
+            connection.add_close_callback(self._closed)
+        if group in groups:
+            return
+        if group not in self._groups and len(self._groups) >= MAX_PRODUCER_GROUPS:
+            return  # checks of this group go to gRPC producers, or count toward rollback
+        groups.add(group)
+        self._groups.setdefault(group, []).append(connection)
+
+    def _closed(self, connection) -> None:
+        for group in connection.attributes.get(PRODUCER_GROUPS, ()):
+            connections = self._groups.get(group, [])
+            if connection in connections:
+                connections.remove(connection)
+            if not connections:
+                self._groups.pop(group, None)
+
+    def next_of(self, group: str):
+        """The next connection of ``group`` (round robin), or None."""
+        connections = self._groups.get(group)
+        if not connections:
+            return None
+        connections.append(connections.pop(0))
+        return connections[-1]
+
+
+class TransactionHandlers:
+    def __init__(self, transactions: TransactionService, admission: Admission) -> None:
+        self.transactions = transactions
+        self.admission = admission
+        self.producers = ProducerConnections()
+        transactions.check_targets.append(self.check)
+
+    def handlers(self) -> list[tuple[int, Handler]]:
+        return [(RequestCode.END_TRANSACTION, self.end_transaction)]
+
+    def sent(self, connection, group: str, transaction_id: str, topic: str, offset: int) -> None:
+        """A half the store accepted: tracked, and its connection may be asked about it."""
+        self.transactions.sent(transaction_id, topic, offset)
+        if group:
+            self.producers.register(group, connection)
+
+    def check(self, transaction_id: str, stored: StoredMessage) -> bool:
+        """Ask a connection of the half's producer group about it; False when none is."""
+        connection = self.producers.next_of(stored.properties.get(PROPERTY_PRODUCER_GROUP, ""))
+        if connection is None:
+            return False
+        unique_key = stored.properties.get(PROPERTY_UNIQ_KEY) or stored.offset_message_id
+        command = RemotingCommand(
+            RequestCode.CHECK_TRANSACTION_STATE,
+            version=BROKER_VERSION,
+            ext_fields={
+                "tranStateTableOffset": str(stored.queue_offset),
+                "commitLogOffset": str(stored.physical_offset),
+                "msgId": unique_key,
+                "transactionId": transaction_id,
+                "offsetMsgId": stored.offset_message_id,
+            },
+            body=sent_record(stored),
+        )
+        return connection.send_oneway(command)
+
+    async def end_transaction(self, request: RemotingCommand, connection) -> RemotingCommand:
+        kind = request.int32("commitOrRollback")
+        from_check = request.text("fromTransactionCheck", "false").lower() == "true"
+        named = request.text("transactionId", "")
+        physical = request.integer("commitLogOffset", -1)
+        try:
+            self.admission.check_master()
+            resolution = RESOLUTIONS.get(kind)
+            if resolution is None:
+                if kind == TRANSACTION_NOT_TYPE:
+                    return request.reply(ResponseCode.SUCCESS, "unknown: the half stays")
+                raise InvalidRequest(
+                    pb.BAD_REQUEST,
+                    f"commitOrRollback {kind}: 8 commits, 12 rolls back, 0 leaves it unknown",
+                )
+        except InvalidRequest as error:
+            code, remark = refusal(error)
+            return request.reply(code, remark)
+        transaction_id = named if self.transactions.knows(named) else None
+        if transaction_id is None and physical >= 0:
+            transaction_id = self.transactions.transaction_of(physical)
+        answer = await self.transactions.end_transaction(
+            rpc.EndTransactionRequest(
+                transaction_id=transaction_id or named,
+                resolution=resolution,
+                source=pb.SOURCE_SERVER_CHECK if from_check else pb.SOURCE_CLIENT,
+            )
+        )
+        status = answer.status
+        if status.code == pb.OK:
+            return request.reply(ResponseCode.SUCCESS)
+        return request.reply(response_code(status.code), status.message)
