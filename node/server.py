@@ -354,6 +354,9 @@ class Node:
             config.ports.remoting,
             remoting_ssl_context(config.security) if config.security.tls else None,
         )
+        # Offset message ids carry the remoting address: 4.x clients and mqadmin ask the
+        # address in an id for its message (VIEW_MESSAGE_BY_ID).
+        self.raw_store.set_store_host(config.host, self.remoting_port)
         await self._register(deadline)
         await self._ensure_admin_user(deadline)
         self._refresh_topics()

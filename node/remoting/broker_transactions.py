@@ -23,8 +23,8 @@ Thread-safety: handlers run on the node's event loop.
 
 from __future__ import annotations
 
-from ferrymq.codec.commitlog_record import StoredMessage, encode, record_size
-from ferrymq.codec.properties import PROPERTY_UNIQ_KEY, encode_properties
+from ferrymq.codec.commitlog_record import StoredMessage, encode_stored
+from ferrymq.codec.properties import PROPERTY_UNIQ_KEY
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -49,26 +49,7 @@ PRODUCER_GROUPS = "producer_groups"  # connection attribute: the groups it sent 
 def sent_record(stored: StoredMessage) -> bytes:
     """The half's record as its producer sent it (real topic and queue), RocketMQ's layout:
     the body of a CHECK_TRANSACTION_STATE."""
-    sent = as_sent(stored)
-    topic = sent.topic.encode()
-    properties = encode_properties(sent.properties)
-    return encode(
-        size=record_size(len(sent.body), len(topic), len(properties)),
-        body=sent.body,
-        topic=topic,
-        properties=properties,
-        queue_id=sent.queue_id,
-        flag=sent.flag,
-        queue_offset=stored.queue_offset,
-        physical_offset=stored.physical_offset,
-        sys_flag=sent.sys_flag,
-        born_timestamp_ms=sent.born_timestamp_ms,
-        born_host=sent.born_host,
-        store_timestamp_ms=sent.store_timestamp_ms,
-        store_host=sent.store_host,
-        reconsume_times=sent.reconsume_times,
-        prepared_transaction_offset=sent.prepared_transaction_offset,
-    )
+    return encode_stored(as_sent(stored))
 
 
 class ProducerConnections:

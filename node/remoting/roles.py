@@ -19,6 +19,7 @@ from node.long_polling import QueueWaiters
 from node.remoting.broker_clients import ClientHandlers
 from node.remoting.broker_offsets import OffsetHandlers
 from node.remoting.broker_pull import PullHandlers
+from node.remoting.broker_queries import QueryHandlers
 from node.remoting.broker_send import SendHandlers
 from node.remoting.broker_transactions import TransactionHandlers
 from node.remoting.dispatch import Dispatch, Handler
@@ -56,6 +57,7 @@ def build_dispatch(
         *NameServer(routing).handlers(),
         *SendHandlers(store, admission, transaction_handlers).handlers(),
         *transaction_handlers.handlers(),
+        *QueryHandlers(store, topics).handlers(),
         *PullHandlers(store, topics, offsets, waiters, subscriptions).handlers(),
         *OffsetHandlers(store, topics, offsets).handlers(),
         *ClientHandlers(topics, members, subscriptions).handlers(),
