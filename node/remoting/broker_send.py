@@ -42,6 +42,7 @@ from node.admission import (
     check_batch_bytes,
     check_batch_count,
     check_body_size,
+    check_compressed_body,
     invalid_message_code,
     message_kind,
     store_refusal,
@@ -226,6 +227,7 @@ class SendHandlers:
         the ones to store."""
         admission = self.admission
         check_body_size(len(body), admission.body_limit)
+        check_compressed_body(body, sys_flag, admission.body_limit)
         actual = message_type_of(properties, sys_flag)
         kind = message_kind(topic, actual)
         if kind not in (MessageType.NORMAL, MessageType.TRANSACTION):
