@@ -21,6 +21,7 @@ from ferrymq.codec.compression import plain_body
 from ferrymq.codec.produce_records import produce_record_at
 from ferrymq.codec.properties import (
     NAME_VALUE_SEPARATOR,
+    NOT_USER_PROPERTY_NAMES,
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
     PROPERTY_MESSAGE_GROUP,
@@ -162,7 +163,7 @@ def to_wire_message(
         system.delivery_attempt = delivery_attempt
     return pb.Message(
         topic=pb.Resource(name=stored.topic),
-        user_properties={k: v for k, v in properties.items() if k not in SYSTEM_PROPERTY_NAMES},
+        user_properties={k: v for k, v in properties.items() if k not in NOT_USER_PROPERTY_NAMES},
         system_properties=system,
         body=body,
     )

@@ -35,6 +35,7 @@ class RequestCode(enum.IntEnum):
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
+    CHECK_CLIENT_CONFIG = 46
     # NameServer role.
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101

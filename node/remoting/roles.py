@@ -22,6 +22,7 @@ from node.remoting.broker_pull import PullHandlers
 from node.remoting.broker_queries import QueryHandlers
 from node.remoting.broker_send import SendHandlers
 from node.remoting.broker_transactions import TransactionHandlers
+from node.remoting.client_config import ClientConfigHandlers
 from node.remoting.dispatch import Dispatch, Handler
 from node.remoting.name_server import NameServer
 from node.remoting.subscriptions import Subscriptions
@@ -58,6 +59,7 @@ def build_dispatch(
         *SendHandlers(store, admission, transaction_handlers).handlers(),
         *transaction_handlers.handlers(),
         *QueryHandlers(store, topics).handlers(),
+        *ClientConfigHandlers().handlers(),
         *PullHandlers(store, topics, offsets, waiters, subscriptions).handlers(),
         *OffsetHandlers(store, topics, offsets).handlers(),
         *ClientHandlers(topics, members, subscriptions).handlers(),

@@ -108,3 +108,22 @@ def test_an_expression_that_does_not_parse_gets_rocketmqs_codes(client):
         | {"sysFlag": "4", "subscription": "*", "expressionType": "XPATH"},
     )
     assert odd.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "TAG or SQL92" in odd.remark
+
+
+def test_a_push_consumer_starting_with_sql92_is_told_whether_it_parses(client):
+    def check(expression: str, expression_type: str = "SQL92"):
+        body = {
+            "clientId": "127.0.0.1@1#sql",
+            "group": "G",
+            "subscriptionData": {"topic": "S", "subString": expression}
+            | {"expressionType": expression_type},
+        }
+        return client.call(RequestCode.CHECK_CLIENT_CONFIG, body=json.dumps(body).encode())
+
+    assert check("n BETWEEN 1 AND 2").code == ResponseCode.SUCCESS
+    assert check("a || b", "TAG").code == ResponseCode.SUCCESS
+    bad = check("n BETWEEN 1")
+    assert bad.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "SQL filter" in bad.remark
+    malformed = client.call(RequestCode.CHECK_CLIENT_CONFIG, body=b"{")
+    assert malformed.code == ResponseCode.SYSTEM_ERROR
+    assert malformed.remark.startswith("body is not a CheckClientRequestBody")
