@@ -170,6 +170,23 @@ class Node:
         )
         self.transactions.load()
         members = GroupMembers()
+        # One Admin for both doors: mqadmin's codes on the remoting port call it too.
+        admin = AdminService(
+            store,
+            topics,
+            self.offsets,
+            self.pop_state,
+            members,
+            config.group,
+            self.routing,
+            config.id,
+            self.replication,
+            secret_box=self.secret_box,
+            peer_channel=self._peer_channel,
+            untyped_topics=MessageType.UNSPECIFIED
+            if config.messages.untyped_topics_take_any_type
+            else MessageType.NORMAL,
+        )
         self.remoting.dispatch = build_dispatch(
             store=store,
             topics=topics,
@@ -179,6 +196,7 @@ class Node:
             waiters=waiters,
             members=members,
             transactions=self.transactions,
+            admin=admin,
             authenticated=security.auth,
         )
         self.raw_store.add_dispatch_listener(waiters.on_dispatch)
@@ -204,25 +222,7 @@ class Node:
                 groups=groups,
             ),
         )
-        add_service(
-            admin_pb2_grpc.add_AdminServicer_to_server,
-            AdminService(
-                self.store,
-                topics,
-                self.offsets,
-                self.pop_state,
-                members,
-                config.group,
-                self.routing,
-                config.id,
-                self.replication,
-                secret_box=self.secret_box,
-                peer_channel=self._peer_channel,
-                untyped_topics=MessageType.UNSPECIFIED
-                if config.messages.untyped_topics_take_any_type
-                else MessageType.NORMAL,
-            ),
-        )
+        add_service(admin_pb2_grpc.add_AdminServicer_to_server, admin)
         add_service(
             data_pb2_grpc.add_DataServicer_to_server,
             DataService(

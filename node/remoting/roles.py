@@ -12,10 +12,12 @@ from __future__ import annotations
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import ResponseCode
 from ha.replicated_store import ReplicatedStore
+from node.admin_service import AdminService
 from node.admission import Admission
 from node.consumer_offsets import ConsumerOffsets
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
+from node.remoting.admin_codes import AdminCodeHandlers
 from node.remoting.broker_clients import ClientHandlers
 from node.remoting.broker_offsets import OffsetHandlers
 from node.remoting.broker_pull import PullHandlers
@@ -50,6 +52,7 @@ def build_dispatch(
     waiters: QueueWaiters,
     members: GroupMembers,
     transactions: TransactionService,
+    admin: AdminService,
     authenticated: bool,
 ) -> Dispatch:
     subscriptions = Subscriptions()
@@ -60,6 +63,7 @@ def build_dispatch(
         *transaction_handlers.handlers(),
         *QueryHandlers(store, topics).handlers(),
         *ClientConfigHandlers().handlers(),
+        *AdminCodeHandlers(admin).handlers(),
         *PullHandlers(store, topics, offsets, waiters, subscriptions).handlers(),
         *OffsetHandlers(store, topics, offsets).handlers(),
         *ClientHandlers(topics, members, subscriptions).handlers(),
