@@ -30,7 +30,6 @@ from ferrymq.codec.properties import (
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_MESSAGE_TYPE,
     PROPERTY_TAGS,
-    PROPERTY_TRANSACTION_ID,
 )
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
@@ -49,13 +48,12 @@ from node.admission import (
     type_name,
 )
 from node.convert import born_host_bytes, tag_is_valid
-from node.remoting.broker_transactions import PROPERTY_PRODUCER_GROUP, TransactionHandlers
+from node.remoting.broker_transactions import TransactionHandlers
 from node.remoting.dispatch import Handler
 from node.remoting.name_server import CLUSTER_NAME
 from node.remoting.status_codes import refusal, response_code
 from node.rpc_status import InvalidRequest
 from node.topics import MessageType, TopicConfig, TopicError
-from node.transaction_service import HALF_TOPIC, TransactionService
 from store.message import Message
 
 # SEND_MESSAGE_V2's short keys and the field each stands for.
@@ -163,28 +161,22 @@ class SendHandlers:
                 sent = [(flag, request.body, common)]
             queue = self._queue(topic, queue_id)
             born_host = born_host_bytes(connection.peer_address)
-            messages = []
-            for message_flag, body, properties in sent:
-                kind = self._admitted(topic, body, properties, sys_flag)
-                message = Message(
+            messages = [
+                Message(
                     topic.name,
                     body,
                     queue,
-                    properties,
+                    self._admitted(topic, body, properties, sys_flag),
                     message_flag,
                     sys_flag & SYSFLAG_KEPT,
                     born_ms,
                     born_host,
                     reconsume_times,
                 )
-                if kind is MessageType.TRANSACTION:
-                    if batch:
-                        raise InvalidRequest(
-                            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                            "a batch cannot carry transaction half messages",
-                        )
-                    message, _ = TransactionService.half_of(message)
-                messages.append(message)
+                for message_flag, body, properties in sent
+            ]
+            if any(message_type_of(m.properties, sys_flag) == pb.TRANSACTION for m in messages):
+                messages = self.transactions.parked(messages, batch)
         except (InvalidRequest, TopicError) as error:
             code, remark = refusal(error)
             return request.reply(code, remark)
@@ -195,14 +187,7 @@ class SendHandlers:
         result = await self.store.put_messages_async(messages)
         if result.ok:
             receipt = self._receipt(queue, result)
-            half = messages[0]
-            if half.topic == HALF_TOPIC:
-                transaction_id = half.properties[PROPERTY_TRANSACTION_ID]
-                group = half.properties.get(PROPERTY_PRODUCER_GROUP) or header.text("producerGroup")
-                self.transactions.sent(
-                    connection, group, transaction_id, topic.name, result.appended[0].queue_offset
-                )
-                receipt["transactionId"] = transaction_id
+            receipt |= self.transactions.sent(connection, messages[0], result.appended[0])
             return request.reply(ResponseCode.SUCCESS, ext_fields=receipt)
         status = store_refusal(result)
         code = response_code(status.code)
@@ -222,15 +207,13 @@ class SendHandlers:
 
     def _admitted(
         self, topic: TopicConfig, body: bytes, properties: dict[str, str], sys_flag: int
-    ) -> MessageType:
-        """How one message is handled, once admission passed it; its properties are made
-        the ones to store."""
+    ) -> dict[str, str]:
+        """The properties to store for one message, once admission passed it."""
         admission = self.admission
         check_body_size(len(body), admission.body_limit)
         check_compressed_body(body, sys_flag, admission.body_limit)
         actual = message_type_of(properties, sys_flag)
-        kind = message_kind(topic, actual)
-        if kind not in (MessageType.NORMAL, MessageType.TRANSACTION):
+        if message_kind(topic, actual) not in (MessageType.NORMAL, MessageType.TRANSACTION):
             raise InvalidRequest(
                 pb.UNSUPPORTED,
                 f"{type_name(actual)} messages to topic {topic.name}: the remoting port "
@@ -247,7 +230,7 @@ class SendHandlers:
             raise InvalidRequest(pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is empty or contains '|'")
         properties.pop(PROPERTY_WAIT, None)
         properties[PROPERTY_CLUSTER] = CLUSTER_NAME
-        return kind
+        return properties
 
     @staticmethod
     def _receipt(queue: int, result) -> dict[str, str]:

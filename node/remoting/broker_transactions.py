@@ -11,8 +11,9 @@ a repeat on the other. This module only translates:
   ``transactionId`` field and the check request carries), else the half at
   ``commitLogOffset`` (the offset in the send's message id). ``commitOrRollback`` 8
   commits, 12 rolls back, 0 (unknown) changes nothing, as RocketMQ's broker.
-- Checks: a connection that sends a half for producer group G (``PGROUP``) is one of G's
-  producers until it closes. A half due for a check goes, oneway, to the next of its
+- Checks: a connection that sends a half for producer group G (``PGROUP``), or whose
+  heartbeat names G among its ``producerDataSet`` (a producer that restarted), is one of
+  G's producers until it closes. A half due for a check goes, oneway, to the next of its
   group's connections, with RocketMQ's header (``tranStateTableOffset``,
   ``commitLogOffset``, ``msgId``, ``transactionId``, ``offsetMsgId``) and the half's record
   as its producer sent it (real topic and queue) as the body; the client answers with
@@ -23,18 +24,22 @@ Thread-safety: handlers run on the node's event loop.
 
 from __future__ import annotations
 
+import json
+
 from ferrymq.codec.commitlog_record import StoredMessage, encode_stored
-from ferrymq.codec.properties import PROPERTY_UNIQ_KEY
+from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID, PROPERTY_UNIQ_KEY
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node.admission import Admission
-from node.parked import as_sent
+from node.parked import as_sent, real_topic_of
 from node.remoting.dispatch import Handler
 from node.remoting.status_codes import refusal, response_code
 from node.rpc_status import InvalidRequest
-from node.transaction_service import TransactionService
+from node.transaction_service import HALF_TOPIC, TransactionService
+from store.message import Message
+from store.results import AppendedMessage
 
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 # commitOrRollback of END_TRANSACTION (MessageSysFlag's transaction types).
@@ -43,13 +48,26 @@ TRANSACTION_COMMIT_TYPE = 8
 TRANSACTION_ROLLBACK_TYPE = 12
 RESOLUTIONS = {TRANSACTION_COMMIT_TYPE: pb.COMMIT, TRANSACTION_ROLLBACK_TYPE: pb.ROLLBACK}
 MAX_PRODUCER_GROUPS = 10_000  # groups whose connections this node remembers
-PRODUCER_GROUPS = "producer_groups"  # connection attribute: the groups it sent halves for
+PRODUCER_GROUPS = "producer_groups"  # connection attribute: the groups it produces for
+MAX_HEARTBEAT_PRODUCERS = 64  # producer groups noted from one heartbeat
+INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"  # every 4.x client's own, in every heartbeat
 
 
 def sent_record(stored: StoredMessage) -> bytes:
     """The half's record as its producer sent it (real topic and queue), RocketMQ's layout:
     the body of a CHECK_TRANSACTION_STATE."""
     return encode_stored(as_sent(stored))
+
+
+def producer_groups(body: bytes) -> list[str]:
+    """The producer groups a HeartbeatData body names (none when it is malformed), at
+    most ``MAX_HEARTBEAT_PRODUCERS``; the client's own inner producer is no group."""
+    try:
+        entries = json.loads(body).get("producerDataSet") or []
+        names = [entry.get("groupName") for entry in entries[:MAX_HEARTBEAT_PRODUCERS]]
+    except (ValueError, AttributeError, TypeError):
+        return []
+    return [n for n in names if type(n) is str and n and n != INNER_PRODUCER_GROUP]
 
 
 class ProducerConnections:
@@ -97,11 +115,46 @@ class TransactionHandlers:
     def handlers(self) -> list[tuple[int, Handler]]:
         return [(RequestCode.END_TRANSACTION, self.end_transaction)]
 
-    def sent(self, connection, group: str, transaction_id: str, topic: str, offset: int) -> None:
-        """A half the store accepted: tracked, and its connection may be asked about it."""
-        self.transactions.sent(transaction_id, topic, offset)
+    @staticmethod
+    def parked(messages: list[Message], batch: bool) -> list[Message]:
+        """A transaction half as the gRPC door parks it (``TransactionService.half_of``);
+        a batch carries none."""
+        if batch:
+            raise InvalidRequest(
+                pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                "a batch cannot carry transaction half messages",
+            )
+        return [TransactionService.half_of(message)[0] for message in messages]
+
+    def sent(self, connection, stored: Message, appended: AppendedMessage) -> dict[str, str]:
+        """The send reply's fields of a message the store accepted: for a half, its
+        transaction id, tracked from now on, and its connection may be asked about it."""
+        if stored.topic != HALF_TOPIC:
+            return {}
+        transaction_id = stored.properties[PROPERTY_TRANSACTION_ID]
+        self.transactions.sent(transaction_id, real_topic_of(stored), appended.queue_offset)
+        group = stored.properties.get(PROPERTY_PRODUCER_GROUP, "")
         if group:
             self.producers.register(group, connection)
+        return {"transactionId": transaction_id}
+
+    def observing_heartbeats(
+        self, handlers: list[tuple[int, Handler]]
+    ) -> list[tuple[int, Handler]]:
+        """``handlers`` with HEART_BEAT's wrapped: the producer groups a heartbeat names
+        are noted for its connection first (a malformed body is the heartbeat's to answer)."""
+        return [
+            (code, self._observing(handler) if code == RequestCode.HEART_BEAT else handler)
+            for code, handler in handlers
+        ]
+
+    def _observing(self, heartbeat: Handler) -> Handler:
+        async def observed(request: RemotingCommand, connection) -> RemotingCommand | None:
+            for group in producer_groups(request.body):
+                self.producers.register(group, connection)
+            return await heartbeat(request, connection)
+
+        return observed
 
     def check(self, transaction_id: str, stored: StoredMessage) -> bool:
         """Ask a connection of the half's producer group about it; False when none is."""

@@ -60,14 +60,15 @@ def build_dispatch(
     handlers: list[tuple[int, Handler]] = [
         *NameServer(routing).handlers(),
         *SendHandlers(store, admission, transaction_handlers).handlers(),
+        *PullHandlers(store, topics, offsets, waiters, subscriptions).handlers(),
+        *OffsetHandlers(store, topics, offsets).handlers(),
+        *ClientHandlers(topics, members, subscriptions).handlers(),
         *transaction_handlers.handlers(),
         *QueryHandlers(store, topics).handlers(),
         *ClientConfigHandlers().handlers(),
         *AdminCodeHandlers(admin).handlers(),
-        *PullHandlers(store, topics, offsets, waiters, subscriptions).handlers(),
-        *OffsetHandlers(store, topics, offsets).handlers(),
-        *ClientHandlers(topics, members, subscriptions).handlers(),
     ]
+    handlers = transaction_handlers.observing_heartbeats(handlers)
     dispatch = Dispatch()
     if authenticated:
         dispatch.register_all((code, refuse_unauthenticated) for code, _ in handlers)

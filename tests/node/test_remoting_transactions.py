@@ -5,6 +5,8 @@ other."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ferrymq.codec.commitlog_record import decode
@@ -110,8 +112,11 @@ def test_the_commit_log_offset_names_the_transaction_when_the_id_is_missing(node
     assert end(client, sent, COMMIT, oneway=False, transactionId="").code == 0
     assert b"by-offset" in visible(messaging)
     assert end(client, sent, 3, oneway=False).code == ResponseCode.SYSTEM_ERROR
-    unknown = end(client, send_half(client, b"left", "U-4"), UNKNOWN, oneway=False)
+    left = send_half(client, b"left", "U-4")
+    unknown = end(client, left, UNKNOWN, oneway=False)
     assert unknown.code == ResponseCode.SUCCESS and b"left" not in visible(messaging)
+    # Resolved before its check is due: a check frame would interleave with later answers.
+    assert end(client, left, ROLLBACK, oneway=False).code == ResponseCode.SUCCESS
 
 
 def test_a_half_in_a_batch_or_to_a_normal_topic_is_refused(node, client):
@@ -188,3 +193,31 @@ def test_a_transaction_sent_on_one_protocol_resolves_on_the_other(node, client):
     assert rolled.status.code == pb.OK, rolled.status
     assert end(client, sent, COMMIT, oneway=False).code == ResponseCode.SYSTEM_ERROR
     assert b"remoting-half" not in visible(messaging)
+
+
+def test_a_restarted_producer_is_checked_once_its_heartbeat_names_its_group(node):
+    _, messaging = node
+    started, _ = node
+    with RemotingClient(started.remoting) as crashed:
+        sent = send_half(crashed, b"after-restart", "U-7", group="restarted")
+        end(crashed, sent, UNKNOWN)
+    # The producer's connection is gone; its next incarnation heartbeats the group.
+    with RemotingClient(started.remoting) as again:
+        body = {
+            "clientID": "127.0.0.1@2#restarted",
+            "producerDataSet": [{"groupName": "CLIENT_INNER_PRODUCER"}, {"groupName": "restarted"}],
+            "consumerDataSet": [],
+        }
+        assert again.call(RequestCode.HEART_BEAT, body=json.dumps(body).encode()).code == 0
+        check = again.receive()
+        assert check.code == RequestCode.CHECK_TRANSACTION_STATE
+        assert check.ext_fields["transactionId"] == sent.ext_fields["transactionId"]
+        answer = again.call(  # (answered: the test waits for the rollback)
+            RequestCode.END_TRANSACTION,
+            {"producerGroup": "restarted", "commitOrRollback": str(ROLLBACK)}
+            | {"fromTransactionCheck": "true", "transactionId": check.ext_fields["transactionId"]}
+            | {"tranStateTableOffset": "0", "commitLogOffset": check.ext_fields["commitLogOffset"]},
+        )
+        assert answer.code == ResponseCode.SUCCESS, answer
+        assert end(again, sent, COMMIT, oneway=False).code == ResponseCode.SYSTEM_ERROR
+    assert b"after-restart" not in visible(messaging)
