@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 import zlib
 
+from ferrymq.codec.compression import CompressedBodyError, inflate
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.replicated_store import ReplicatedStore
 from node.rpc_status import InvalidRequest, status
@@ -176,6 +177,15 @@ def check_body_size(size: int, limit: int) -> None:
         raise InvalidRequest(
             pb.MESSAGE_BODY_TOO_LARGE, f"body is {size} bytes, the limit is {limit}"
         )
+
+
+def check_compressed_body(body: bytes, sys_flag: int, limit: int) -> None:
+    """A body flagged compressed inflates (zlib), to at most ``limit`` bytes: every
+    reader of plain bodies can then be given it (``ferrymq/codec/compression.py``)."""
+    try:
+        inflate(body, sys_flag, limit)
+    except CompressedBodyError as error:
+        raise InvalidRequest(pb.MESSAGE_CORRUPTED, str(error)) from None
 
 
 def check_message_type(topic_name: str, expected: int, actual: int) -> None:

@@ -201,7 +201,7 @@ class NodeConfig:
         if "flush_mode" in options:
             options["flush_mode"] = FlushMode(options["flush_mode"])
         return StoreConfig(
-            data_dir=self.data_dir, store_host=self.host, store_port=self.ports.grpc, **options
+            data_dir=self.data_dir, store_host=self.host, store_port=self.ports.remoting, **options
         )
 
 

@@ -36,6 +36,14 @@ class ConsumerOffsets(SystemState):
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get((group, topic, queue_id))
 
+    def topics_of(self, group: str) -> list[str]:
+        """The topics ``group`` committed offsets of, sorted."""
+        return sorted({topic for g, topic, _ in self._offsets if g == group})
+
+    def groups_of(self, topic: str) -> list[str]:
+        """The groups that committed offsets of ``topic``, sorted."""
+        return sorted({g for g, t, _ in self._offsets if t == topic})
+
     async def commit(self, group: str, topic: str, queue_id: int, offset: int) -> PutResult:
         """Commit ``offset``: the table changes now, the record makes it durable."""
         key = (group, topic, queue_id)

@@ -17,9 +17,11 @@ from google.protobuf import timestamp_pb2
 
 from ferrymq.codec._speedups import ProduceScanner
 from ferrymq.codec.commitlog_record import StoredMessage, encode_host
+from ferrymq.codec.compression import plain_body
 from ferrymq.codec.produce_records import produce_record_at
 from ferrymq.codec.properties import (
     NAME_VALUE_SEPARATOR,
+    NOT_USER_PROPERTY_NAMES,
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
     PROPERTY_MESSAGE_GROUP,
@@ -134,9 +136,10 @@ def to_wire_message(
 ) -> pb.Message:
     """The message as a consumer receives it; a CRC32 body digest lets clients verify it."""
     properties = stored.properties
+    body = plain_body(stored.body, stored.sys_flag)  # a 4.x producer's may be compressed
     system = pb.SystemProperties(
         message_id=properties.get(PROPERTY_UNIQ_KEY) or stored.offset_message_id,
-        body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(stored.body):08X}"),
+        body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body):08X}"),
         body_encoding=pb.IDENTITY,
         message_type=int(properties.get(PROPERTY_MESSAGE_TYPE, pb.NORMAL)),
         born_timestamp=timestamp_of(stored.born_timestamp_ms),
@@ -160,9 +163,9 @@ def to_wire_message(
         system.delivery_attempt = delivery_attempt
     return pb.Message(
         topic=pb.Resource(name=stored.topic),
-        user_properties={k: v for k, v in properties.items() if k not in SYSTEM_PROPERTY_NAMES},
+        user_properties={k: v for k, v in properties.items() if k not in NOT_USER_PROPERTY_NAMES},
         system_properties=system,
-        body=stored.body,
+        body=body,
     )
 
 

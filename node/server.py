@@ -191,6 +191,23 @@ class Node:
         )
         self.transactions.load()
         members = GroupMembers()
+        # One Admin for both doors: mqadmin's codes on the remoting port call it too.
+        admin = AdminService(
+            store,
+            topics,
+            self.offsets,
+            self.pop_state,
+            members,
+            config.group,
+            self.routing,
+            config.id,
+            self.replication,
+            secret_box=self.secret_box,
+            peer_channel=self._peer_channel,
+            untyped_topics=MessageType.UNSPECIFIED
+            if config.messages.untyped_topics_take_any_type
+            else MessageType.NORMAL,
+        )
         self.remoting.dispatch = build_dispatch(
             store=store,
             topics=topics,
@@ -199,6 +216,8 @@ class Node:
             offsets=self.offsets,
             waiters=waiters,
             members=members,
+            transactions=self.transactions,
+            admin=admin,
             authenticated=security.auth,
             delay_levels_ms=config.messages.delay_levels_ms,
         )
@@ -230,25 +249,7 @@ class Node:
                 groups=groups,
             ),
         )
-        add_service(
-            admin_pb2_grpc.add_AdminServicer_to_server,
-            AdminService(
-                self.store,
-                topics,
-                self.offsets,
-                self.pop_state,
-                members,
-                config.group,
-                self.routing,
-                config.id,
-                self.replication,
-                secret_box=self.secret_box,
-                peer_channel=self._peer_channel,
-                untyped_topics=MessageType.UNSPECIFIED
-                if config.messages.untyped_topics_take_any_type
-                else MessageType.NORMAL,
-            ),
-        )
+        add_service(admin_pb2_grpc.add_AdminServicer_to_server, admin)
         add_service(
             data_pb2_grpc.add_DataServicer_to_server,
             DataService(
@@ -386,6 +387,9 @@ class Node:
             config.ports.remoting,
             remoting_ssl_context(config.security) if config.security.tls else None,
         )
+        # Offset message ids carry the remoting address: 4.x clients and mqadmin ask the
+        # address in an id for its message (VIEW_MESSAGE_BY_ID).
+        self.raw_store.set_store_host(config.host, self.remoting_port)
         await self._register(deadline)
         await self._ensure_admin_user(deadline)
         self._refresh_topics()

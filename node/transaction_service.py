@@ -7,12 +7,16 @@ COMMIT appends the copy for the real topic together with a ``commit`` record in
 ``rollback`` record. A resolved transaction answers a repeated resolution of the same kind
 with OK and a contradicting one with INVALID_TRANSACTION_ID.
 
-Orphans: a half still pending after the check interval is offered to a producer that
-publishes its topic, through its Telemetry stream (``recover_orphaned_transaction_command``);
-the producer answers with EndTransaction. Every check is a ``check`` record, so the count
-survives restarts; when the count reaches the maximum the half is rolled back with the
-reason in the record. A check is counted whether or not a producer was connected, so an
-orphan whose producers are gone for good is rolled back in bounded time.
+Orphans: a half still pending after the check interval is offered to a producer: first
+to the check targets other doors add (the remoting port's ``CHECK_TRANSACTION_STATE`` to a
+connection of the half's 4.x producer group, ``node/remoting/broker_transactions.py``),
+then to one that publishes its topic through its Telemetry stream
+(``recover_orphaned_transaction_command``); the producer answers with EndTransaction (or
+the remoting port's END_TRANSACTION), whichever protocol sent the half. Every check is a
+``check`` record, so the count survives restarts; when the count reaches the maximum the
+half is rolled back with the reason in the record. A check is counted whether or not a
+producer was connected, so an orphan whose producers are gone for good is rolled back in
+bounded time.
 
 State (derived from the log, ``node.system_state``): pending = halves minus resolved halves,
 rebuilt at start from both topics. In memory per pending half: transaction id, real topic,
@@ -54,6 +58,9 @@ SOURCES = frozenset(pb.TransactionSource.values())
 CHECK_SCAN_INTERVAL_S = 0.5
 REPLAY_PAGE = 256
 RESOLVED_MEMORY = 100_000  # resolved transaction ids remembered for idempotent answers
+
+# (transaction id, the half record as stored) -> whether a producer was given the check.
+CheckTarget = Callable[[str, StoredMessage], bool]
 
 
 @dataclass
@@ -117,6 +124,8 @@ class TransactionService:
         self.max_checks = max_checks
         self.clock_ms = clock_ms
         self.producers = OrphanCheckTarget()
+        # Tried in order before the Telemetry streams (``check_orphans``).
+        self.check_targets: list[CheckTarget] = []
         self._pending: dict[str, Half] = {}  # by transaction id
         self._resolved: dict[str, str] = {}  # transaction id -> kind, bounded
 
@@ -246,6 +255,23 @@ class TransactionService:
                 log.exception("orphan transaction check failed")
             await asyncio.sleep(CHECK_SCAN_INTERVAL_S)
 
+    def _offer_check(self, half: Half, stored: StoredMessage) -> bool:
+        if any(target(half.transaction_id, stored) for target in self.check_targets):
+            return True
+        return self.producers.offer(half.topic, check_command(stored))
+
+    def knows(self, transaction_id: str) -> bool:
+        """Whether ``transaction_id`` is pending or remembered as resolved."""
+        return transaction_id in self._pending or transaction_id in self._resolved
+
+    def transaction_of(self, half_physical_offset: int) -> str | None:
+        """The transaction id of the half stored at ``half_physical_offset`` (how a 4.x
+        client names a transaction: the commit log offset in its send's message id)."""
+        stored = self.store.look_message_by_offset(half_physical_offset)
+        if stored is None or stored.topic != HALF_TOPIC:
+            return None
+        return stored.properties.get(PROPERTY_TRANSACTION_ID)
+
     async def check_orphans(self) -> int:
         """Offer every half whose next check is due to a producer; roll back those out of
         checks. Returns how many were checked or rolled back. Only the master checks: a
@@ -269,7 +295,7 @@ class TransactionService:
                 continue
             stored = self._read_half(half)
             if stored is not None:
-                self.producers.offer(half.topic, check_command(stored))
+                self._offer_check(half, stored)
             result = await self.store.put_messages_async([self._op(half, KIND_CHECK, "check")])
             if result.ok:
                 half.checks += 1

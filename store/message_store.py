@@ -826,6 +826,12 @@ class MessageStore:
             return 0
         return queue.offset_by_time(timestamp_ms, self.commitlog.store_timestamp_at)
 
+    def set_store_host(self, ip: str, port: int) -> None:
+        """The STOREHOST of records appended from now on, so of their offset message ids:
+        the address a client that decodes an id asks for the message (a node sets its
+        remoting address once that port is bound, before it appends anything)."""
+        self.commitlog.store_host = encode_host(ip, port)
+
     def look_message_by_offset(self, physical_offset: int) -> StoredMessage | None:
         """The message whose record starts at ``physical_offset``, or None. Only a real
         record answers: bytes that pass every check (magic, lengths, body CRC:

@@ -12,12 +12,13 @@ from google.protobuf import timestamp_pb2
 
 from ferrymq.client.errors import MALFORMED_ANSWER, FerryError
 from ferrymq.codec.commitlog_record import MIN_RECORD_SIZE, StoredMessage, decode
+from ferrymq.codec.compression import plain_body
 from ferrymq.codec.errors import CorruptRecordError
 from ferrymq.codec.properties import (
+    NOT_USER_PROPERTY_NAMES,
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    SYSTEM_PROPERTY_NAMES,
 )
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 
@@ -105,10 +106,10 @@ class ReceivedMessage:
             queue_id=stored.queue_id,
             queue_offset=stored.queue_offset,
             message_id=properties.get(PROPERTY_UNIQ_KEY) or stored.offset_message_id,
-            body=stored.body,
+            body=plain_body(stored.body, stored.sys_flag),
             tag=properties.get(PROPERTY_TAGS),
             keys=stored.keys,
-            properties={k: v for k, v in properties.items() if k not in SYSTEM_PROPERTY_NAMES},
+            properties={k: v for k, v in properties.items() if k not in NOT_USER_PROPERTY_NAMES},
             message_group=properties.get(PROPERTY_MESSAGE_GROUP),
             born_timestamp_ms=stored.born_timestamp_ms,
             store_timestamp_ms=stored.store_timestamp_ms,

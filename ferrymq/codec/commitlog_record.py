@@ -25,6 +25,7 @@ from ferrymq.codec.properties import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     decode_properties,
+    encode_properties,
 )
 
 MESSAGE_MAGIC = 0xDAA320A7
@@ -149,6 +150,30 @@ def encode(
     )
     assert len(record) == size, (len(record), size)
     return record
+
+
+def encode_stored(stored: StoredMessage) -> bytes:
+    """The record of ``stored`` as the CommitLog holds it, for the answers that carry
+    records one by one (a record read back encodes to the same bytes)."""
+    topic = stored.topic.encode()
+    properties = encode_properties(stored.properties)
+    return encode(
+        size=record_size(len(stored.body), len(topic), len(properties)),
+        body=stored.body,
+        topic=topic,
+        properties=properties,
+        queue_id=stored.queue_id,
+        flag=stored.flag,
+        queue_offset=stored.queue_offset,
+        physical_offset=stored.physical_offset,
+        sys_flag=stored.sys_flag,
+        born_timestamp_ms=stored.born_timestamp_ms,
+        born_host=stored.born_host,
+        store_timestamp_ms=stored.store_timestamp_ms,
+        store_host=stored.store_host,
+        reconsume_times=stored.reconsume_times,
+        prepared_transaction_offset=stored.prepared_transaction_offset,
+    )
 
 
 def encode_blank(size: int) -> bytes:

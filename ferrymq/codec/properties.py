@@ -27,6 +27,14 @@ SYSTEM_PROPERTY_NAMES = frozenset(
         PROPERTY_MESSAGE_TYPE,
     }
 )
+# What RocketMQ 4.x clients and brokers add to a message for themselves (the broker's
+# cluster, the producer's wait-for-store flag, a transaction's flag and producer group,
+# tracing switches): kept in the record, as RocketMQ keeps them, but no reader of user
+# properties (the gRPC doors, the SDK) is shown them, as RocketMQ's proxy shows none.
+REMOTING_SYSTEM_PROPERTY_NAMES = frozenset(
+    {"CLUSTER", "WAIT", "TRAN_MSG", "PGROUP", "TRACE_ON", "MSG_REGION"}
+)
+NOT_USER_PROPERTY_NAMES = SYSTEM_PROPERTY_NAMES | REMOTING_SYSTEM_PROPERTY_NAMES
 KEY_SEPARATOR = " "
 
 NAME_VALUE_SEPARATOR = "\x01"

@@ -11,7 +11,11 @@ of the queue (19, after waiting up to ``suspendTimeoutMillis`` when the request 
 suspended: ``node/long_polling.py``, the one wait loop of every read); everything in the
 window filtered out (20, the offset moves on); an offset outside the queue (21, with
 where to go). The filter is the request's own subscription when it carries one (sysFlag
-4), else the one its group registered by heartbeat (``subscriptions.py``).
+4), else the one its group registered by heartbeat (``subscriptions.py``): TAG (the store
+skips other tags by their hash) or SQL92 (``node/sql_filter.py``, the evaluator the gRPC
+doors use, applied to each record read). An expression that does not parse is answered as
+RocketMQ answers it: SUBSCRIPTION_PARSE_FAILED for the pull's own, FILTER_DATA_NOT_EXIST
+for a registered one; the remark says what is wrong and where.
 
 Thread-safety: handlers run on the node's event loop.
 """
@@ -19,15 +23,17 @@ Thread-safety: handlers run on the node's event loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
+from ferrymq.codec.commitlog_record import decode as decode_record
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.replicated_store import ReplicatedStore
 from node.admission import check_queue
 from node.consumer_offsets import ConsumerOffsets
-from node.filter_expression import tag_filter
+from node.filter_expression import selection
 from node.long_polling import QueueWaiters, long_poll, poll_budget_s
 from node.remoting.dispatch import Handler
 from node.remoting.status_codes import refusal
@@ -46,7 +52,9 @@ PULL_MAX_BYTES = 1 << 20
 SYSFLAG_COMMIT_OFFSET = 0x1
 SYSFLAG_SUSPEND = 0x2
 SYSFLAG_SUBSCRIPTION = 0x4
-EXPRESSION_TAG = "TAG"
+# RocketMQ's remark for a registered expression it could not compile, kept word for word.
+FILTER_DATA_MISSING = "The broker's consumer filter data is not exist!Your expression may be wrong!"
+EXPRESSION_TYPES = {"TAG": pb.TAG, "": pb.TAG, "SQL92": pb.SQL}
 
 
 def pull_outcome(result: GetResult, offset: int) -> tuple[ResponseCode, int]:
@@ -67,6 +75,17 @@ def pull_outcome(result: GetResult, offset: int) -> tuple[ResponseCode, int]:
     if status is GetStatus.OFFSET_OVERFLOW_ONE or result.next_begin_offset <= offset:
         return ResponseCode.PULL_NOT_FOUND, offset
     return ResponseCode.PULL_RETRY_IMMEDIATELY, result.next_begin_offset  # all filtered
+
+
+def filter_expression(expression: str, expression_type: str) -> pb.FilterExpression:
+    """The 5.x filter a 4.x subscription is: TAG (also when absent) or SQL92."""
+    kind = EXPRESSION_TYPES.get(expression_type.upper())
+    if kind is None:
+        raise InvalidRequest(
+            pb.ILLEGAL_FILTER_EXPRESSION,
+            f"expression type {expression_type!r}: TAG or SQL92",
+        )
+    return pb.FilterExpression(type=kind, expression=expression)
 
 
 class PullHandlers:
@@ -107,11 +126,10 @@ class PullHandlers:
             if isinstance(subscription, RemotingCommand):
                 return subscription
             expression, expression_type = subscription
-            if expression_type.upper() != EXPRESSION_TAG:
-                raise InvalidRequest(
-                    pb.UNSUPPORTED, f"{expression_type} filters are not served, only TAG"
-                )
-            tags = tag_filter(pb.FilterExpression(type=pb.TAG, expression=expression))
+            try:
+                chosen = selection(filter_expression(expression, expression_type))
+            except InvalidRequest as error:
+                return self._unparsable(request, sys_flag, str(error))
         except (InvalidRequest, TopicError) as error:
             code, remark = refusal(error)
             return request.reply(code, remark)
@@ -119,8 +137,13 @@ class PullHandlers:
             self._commit_soon(group, topic.name, queue_id, commit_offset)
         store, name = self.store, topic.name
 
+        tags, sql = chosen.tags, chosen.sql
+
         async def read() -> RemotingCommand | None:
             result = store.get_records(name, queue_id, offset, wanted, PULL_MAX_BYTES, tags)
+            if sql is not None and result.messages:
+                kept = [r for r in result.messages if sql(decode_record(r, 0).properties)]
+                result = dataclasses.replace(result, messages=kept)
             code, next_offset = pull_outcome(result, offset)
             if code is ResponseCode.PULL_NOT_FOUND and waiting:
                 return None
@@ -146,6 +169,18 @@ class PullHandlers:
             answer = await read()
         assert answer is not None
         return answer
+
+    @staticmethod
+    def _unparsable(request: RemotingCommand, sys_flag: int, detail: str) -> RemotingCommand:
+        if sys_flag & SYSFLAG_SUBSCRIPTION:
+            return request.reply(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"parse the consumer's subscription failed: {detail}",
+            )
+        return request.reply(
+            ResponseCode.FILTER_DATA_NOT_EXIST,
+            f"{FILTER_DATA_MISSING} {detail}",
+        )
 
     def _subscription(
         self, request: RemotingCommand, group: str, topic: str, sys_flag: int

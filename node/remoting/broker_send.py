@@ -15,8 +15,11 @@ each message's own. The message type is read from the properties (``TRAN_MSG``,
 ``DELAY``): a delay level (1..n of ``[messages] delay_levels``) parks the message in the
 timer service, as a gRPC delayed message, and a topic whose type refuses delays refuses
 it with the same code; a send to ``%RETRY%<group>`` (a 4.x consumer handing a failed
-message back itself) follows ``node/consumer_retry.py``. Transaction halves are not
-served on this door.
+message back itself) follows ``node/consumer_retry.py``. A transaction half (``TRAN_MSG``
+or the prepared sysFlag) is parked as the gRPC door parks it
+(``TransactionService.half_of``) and answered with its ``transactionId``; its connection
+becomes one its producer group's checks may go to (``broker_transactions.py``). A batch
+carries no halves (MESSAGE_ILLEGAL, as RocketMQ).
 
 Thread-safety: handlers run on the node's event loop.
 """
@@ -41,6 +44,7 @@ from node.admission import (
     check_batch_bytes,
     check_batch_count,
     check_body_size,
+    check_compressed_body,
     invalid_message_code,
     message_kind,
     store_refusal,
@@ -48,6 +52,7 @@ from node.admission import (
 )
 from node.consumer_retry import PROPERTY_DELAY, ConsumerRetries, is_retry_topic
 from node.convert import born_host_bytes, tag_is_valid
+from node.remoting.broker_transactions import TransactionHandlers
 from node.remoting.dispatch import Handler
 from node.remoting.name_server import CLUSTER_NAME
 from node.remoting.status_codes import refusal, response_code
@@ -79,7 +84,7 @@ PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 RESERVED_PROPERTIES = frozenset({PROPERTY_MESSAGE_TYPE, PROPERTY_DELIVERY_TIME_MS})
 # SYSFLAG bits kept as sent: compressed, multi-tags, the compression type. The host bits
 # (IPv6 born or store host) would misdescribe the 8-byte hosts the store writes, and the
-# transaction bits belong to transactions, refused by type below.
+# transaction bits are the node's: a half is parked in its own topic, without them.
 SYSFLAG_KEPT = 0x1 | 0x2 | 0x700
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 SYSFLAG_TRANSACTION_MASK = 0xC
@@ -110,13 +115,21 @@ def delay_level_of(properties: dict[str, str]) -> int:
     return int(level) if level.isascii() and level.isdigit() else 0
 
 
+SERVED_TYPES = (MessageType.NORMAL, MessageType.DELAY, MessageType.TRANSACTION)
+
+
 class SendHandlers:
     def __init__(
-        self, store: ReplicatedStore, admission: Admission, retries: ConsumerRetries
+        self,
+        store: ReplicatedStore,
+        admission: Admission,
+        retries: ConsumerRetries,
+        transactions: TransactionHandlers,
     ) -> None:
         self.store = store
         self.admission = admission
         self.retries = retries
+        self.transactions = transactions
 
     def handlers(self) -> list[tuple[int, Handler]]:
         return [
@@ -180,6 +193,8 @@ class SendHandlers:
                 )
                 for message_flag, body, properties in sent
             ]
+            if any(message_type_of(m.properties, sys_flag) == pb.TRANSACTION for m in messages):
+                messages = self.transactions.parked(messages, batch)
         except (InvalidRequest, TopicError) as error:
             code, remark = refusal(error)
             return request.reply(code, remark)
@@ -189,7 +204,9 @@ class SendHandlers:
             return request.reply(ResponseCode.MESSAGE_ILLEGAL, f"batch body: {error}")
         result = await self.store.put_messages_async(messages)
         if result.ok:
-            return request.reply(ResponseCode.SUCCESS, ext_fields=self._receipt(queue, result))
+            receipt = self._receipt(queue, result)
+            receipt |= self.transactions.sent(connection, messages[0], result.appended[0])
+            return request.reply(ResponseCode.SUCCESS, ext_fields=receipt)
         status = store_refusal(result)
         code = response_code(status.code)
         if result.appended and code in (
@@ -220,12 +237,13 @@ class SendHandlers:
         """The properties to store for one message, once admission passed it."""
         admission = self.admission
         check_body_size(len(body), admission.body_limit)
+        check_compressed_body(body, sys_flag, admission.body_limit)
         actual = message_type_of(properties, sys_flag)
-        if message_kind(topic, actual) not in (MessageType.NORMAL, MessageType.DELAY):
+        if message_kind(topic, actual) not in SERVED_TYPES:
             raise InvalidRequest(
                 pb.UNSUPPORTED,
                 f"{type_name(actual)} messages to topic {topic.name}: the remoting port "
-                "serves NORMAL and DELAY messages only so far",
+                "serves NORMAL, DELAY and TRANSACTION messages",
             )
         reserved = RESERVED_PROPERTIES.intersection(properties)
         if reserved:

@@ -42,6 +42,7 @@ RESPONSE_CODES: dict[int, ResponseCode] = {
     pb.ILLEGAL_MESSAGE_PROPERTY_KEY: ResponseCode.MESSAGE_ILLEGAL,
     pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE: ResponseCode.MESSAGE_ILLEGAL,
     pb.ILLEGAL_DELIVERY_TIME: ResponseCode.MESSAGE_ILLEGAL,
+    pb.MESSAGE_CORRUPTED: ResponseCode.MESSAGE_ILLEGAL,
     # Written here, not confirmed in time: results, as in RocketMQ.
     pb.MASTER_PERSISTENCE_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
     pb.SLAVE_PERSISTENCE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,

@@ -1,0 +1,195 @@
+"""The requests ``mqadmin`` (rocketmq-tools) sends to brokers for topics, groups, broker
+status and consumer progress, answered through the gRPC Admin service itself
+(``node/admin_service.py``): a topic or group change is the same Raft command with the
+same checks, whichever tool asked.
+
+- UPDATE_AND_CREATE_TOPIC (17, to each master mqadmin picks): the topic on the receiving
+  node's broker group, ``max(readQueueNums, writeQueueNums)`` queues, ``perm`` 6 / 4 / 2
+  as READ_WRITE / READ / WRITE. A new topic is created (typed as an untyped Admin topic);
+  an existing one is grown and spread to this group (Admin UpdateTopic: queues are never
+  removed).
+- DELETE_TOPIC_IN_BROKER / DELETE_TOPIC_IN_NAMESRV (215 / 216, to every master then every
+  NameServer): the topic is deleted once; a topic already gone is success, as each later
+  request of the same command finds it.
+- UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): the group, with ``retryMaxTimes`` + 1
+  delivery attempts and ``consumeMessageOrderly`` as FIFO; an existing group is success
+  (ferrymq groups are not changed in place).
+- GET_BROKER_RUNTIME_INFO (28): the table clusterList and brokerStatus print, with what
+  this node knows (version, role, store offsets); throughput figures are in the node's
+  metrics, not here.
+- QUERY_TOPIC_CONSUME_BY_WHO (300, queryMsgById's message track): the groups that
+  committed offsets of the topic on this node.
+- GET_CONSUME_STATS (208): Admin GroupProgress of each topic the group committed offsets
+  of on this node (or the one named), in RocketMQ's ConsumeStats: the MessageQueue keys
+  are JSON objects, as fastjson writes them.
+
+Refusals map the Admin status to RocketMQ's codes (not found: TOPIC_NOT_EXIST or
+SUBSCRIPTION_GROUP_NOT_EXIST; routing unavailable: SERVICE_NOT_AVAILABLE; else
+SYSTEM_ERROR), with the Admin message as the remark.
+
+Thread-safety: handlers run on the node's event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from ferrymq.codec.remoting import RemotingCommand
+from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
+from ferrymq.protocol.ferrymq import admin_pb2 as api
+from node.remoting.dispatch import Handler
+from node.remoting.name_server import CLUSTER_NAME
+from routing.metadata import TopicError, TopicRoute
+
+# The admin service's status codes (gRPC's numbers) as RocketMQ's.
+NOT_FOUND, ALREADY_EXISTS, UNAVAILABLE = 5, 6, 14
+PERMISSIONS = {6: api.READ_WRITE, 4: api.READ, 2: api.WRITE}
+VERSION_DESC = "V4_9_7"  # the version BROKER_VERSION numbers
+BOOTED_MS = int(time.time() * 1000)
+
+
+def refusal(status: api.Status, not_found: ResponseCode) -> tuple[ResponseCode, str]:
+    if status.code == NOT_FOUND:
+        return not_found, status.message
+    if status.code == UNAVAILABLE:
+        return ResponseCode.SERVICE_NOT_AVAILABLE, status.message
+    return ResponseCode.SYSTEM_ERROR, status.message
+
+
+def consume_stats_body(queues: list[api.QueueProgress], last_ms: dict[tuple, int]) -> bytes:
+    """ConsumeStats as fastjson writes it: ``offsetTable`` keyed by MessageQueue objects."""
+    entries = []
+    for queue in queues:
+        key = {"brokerName": queue.broker_group, "queueId": queue.queue_id, "topic": queue.topic}
+        value = {
+            "brokerOffset": queue.broker_offset,
+            "consumerOffset": queue.consumer_offset,
+            "lastTimestamp": last_ms.get((queue.topic, queue.queue_id), 0),
+        }
+        entries.append(f"{compact(key)}:{compact(value)}")
+    return ('{"consumeTps":0.0,"offsetTable":{' + ",".join(entries) + "}}").encode()
+
+
+def compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+class AdminCodeHandlers:
+    def __init__(self, admin) -> None:
+        self.admin = admin  # node.admin_service.AdminService
+
+    def handlers(self) -> list[tuple[int, Handler]]:
+        return [
+            (RequestCode.UPDATE_AND_CREATE_TOPIC, self.update_topic),
+            (RequestCode.DELETE_TOPIC_IN_BROKER, self.delete_topic),
+            (RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic),
+            (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.update_group),
+            (RequestCode.GET_BROKER_RUNTIME_INFO, self.runtime_info),
+            (RequestCode.GET_CONSUME_STATS, self.consume_stats),
+            (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.consumed_by),
+        ]
+
+    async def update_topic(self, request: RemotingCommand, connection) -> RemotingCommand:
+        name = request.text("topic")
+        queues = max(request.int32("readQueueNums", 8), request.int32("writeQueueNums", 8))
+        perm = request.int32("perm", 6)
+        permission = PERMISSIONS.get(perm)
+        if permission is None:
+            return request.reply(
+                ResponseCode.SYSTEM_ERROR, f"perm {perm}: 6 (read and write), 4 (read) or 2 (write)"
+            )
+        group = self.admin.broker_group
+        existing = self._route(name)
+        if existing is None:
+            topic = api.Topic(
+                name=name, queue_count=queues, broker_groups=[group], permission=permission
+            )
+            answer = await self.admin.CreateTopic(api.CreateTopicRequest(topic=topic), None)
+        else:
+            groups = sorted({g for g, _ in existing.queues} | {group})
+            topic = api.Topic(
+                name=name,
+                queue_count=max([queues, *(count for _, count in existing.queues)]),
+                broker_groups=groups,
+                permission=permission,
+            )
+            answer = await self.admin.UpdateTopic(api.UpdateTopicRequest(topic=topic), None)
+        if answer.status.code:
+            return request.reply(*refusal(answer.status, ResponseCode.TOPIC_NOT_EXIST))
+        return request.reply(ResponseCode.SUCCESS)
+
+    def _route(self, name: str) -> TopicRoute | None:
+        try:
+            return self.admin.routing.read(lambda state: state.topic(name))
+        except TopicError:
+            return None  # not a topic yet (or not a name: CreateTopic says why)
+
+    async def delete_topic(self, request: RemotingCommand, connection) -> RemotingCommand:
+        name = request.text("topic")
+        answer = await self.admin.DeleteTopic(api.DeleteTopicRequest(name=name), None)
+        if answer.status.code not in (0, NOT_FOUND):
+            return request.reply(*refusal(answer.status, ResponseCode.TOPIC_NOT_EXIST))
+        return request.reply(ResponseCode.SUCCESS)
+
+    async def update_group(self, request: RemotingCommand, connection) -> RemotingCommand:
+        try:
+            config = json.loads(request.body)
+            name = config["groupName"]
+            retries = config.get("retryMaxTimes", 16)
+            orderly = config.get("consumeMessageOrderly", False)
+            if type(name) is not str or type(retries) is not int or type(orderly) is not bool:
+                raise TypeError("groupName, retryMaxTimes, consumeMessageOrderly: wrong types")
+        except (ValueError, KeyError, TypeError) as error:
+            return request.reply(
+                ResponseCode.SYSTEM_ERROR, f"body is not a SubscriptionGroupConfig: {error}"
+            )
+        group = api.Group(name=name, max_delivery_attempts=max(retries, 0) + 1, fifo=orderly)
+        answer = await self.admin.CreateGroup(api.CreateGroupRequest(group=group), None)
+        if answer.status.code not in (0, ALREADY_EXISTS):
+            return request.reply(*refusal(answer.status, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
+        return request.reply(ResponseCode.SUCCESS)
+
+    async def runtime_info(self, request: RemotingCommand, connection) -> RemotingCommand:
+        admin = self.admin
+        master = admin.store.is_master
+        table = {
+            "brokerVersionDesc": VERSION_DESC,
+            "brokerVersion": str(BROKER_VERSION),
+            "brokerActive": "true",
+            "brokerRole": "SYNC_MASTER" if master else "SLAVE",
+            "brokerName": admin.broker_group,
+            "clusterName": CLUSTER_NAME,
+            "nodeId": admin.node_id,
+            "bootTimestamp": str(BOOTED_MS),
+            "runtime": f"[ {int(time.time() * 1000 - BOOTED_MS) // 1000} seconds ]",
+        }
+        return request.reply(ResponseCode.SUCCESS, body=compact({"table": table}).encode())
+
+    async def consume_stats(self, request: RemotingCommand, connection) -> RemotingCommand:
+        group = request.text("consumerGroup")
+        named = request.text("topic", "")
+        topics = [named] if named else self.admin.offsets.topics_of(group)
+        queues: list[api.QueueProgress] = []
+        last_ms: dict[tuple, int] = {}
+        for topic in topics:
+            answer = await self.admin.GroupProgress(
+                api.GroupProgressRequest(group=group, topic=topic), None
+            )
+            if answer.status.code:
+                code, remark = refusal(answer.status, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
+                if named or "group" in remark.lower():
+                    return request.reply(code, remark)
+                continue  # a topic deleted since: nothing to show of it
+            for queue in answer.queues:
+                queues.append(queue)
+                before = self.admin.store.message_at(
+                    topic, queue.queue_id, queue.consumer_offset - 1
+                )
+                if before is not None:
+                    last_ms[(topic, queue.queue_id)] = before.store_timestamp_ms
+        return request.reply(ResponseCode.SUCCESS, body=consume_stats_body(queues, last_ms))
+
+    async def consumed_by(self, request: RemotingCommand, connection) -> RemotingCommand:
+        groups = self.admin.offsets.groups_of(request.text("topic"))
+        return request.reply(ResponseCode.SUCCESS, body=compact({"groupList": groups}).encode())

@@ -1,0 +1,89 @@
+"""RocketMQ's own ``mqadmin`` (rocketmq-tools 5.3.3) against a 3-node cluster, every
+node's remoting address in its ``-n``: topics and groups it creates and deletes are the
+Admin service's (the routing state every node serves), and it finds messages by key and
+by id (the 4.x offset id, which names the remoting address of the node that stored it,
+and the unique id). One JVM runs every command."""
+
+from __future__ import annotations
+
+import pytest
+
+from ferrymq.client import Admin, Message, Producer
+from ferrymq.launcher.cluster import cluster_up
+from ferrymq.launcher.polling import until
+from tests.support import clients
+from tests.support.cluster import SMALL_STORE, master_of, stop_all, topics_on
+from tests.support.remoting_client import RemotingClient, send_v2
+
+pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
+
+
+@pytest.fixture
+def three(tmp_path):
+    plan = cluster_up(str(tmp_path / "cluster"), nodes=3, auto_ports=True, settings=SMALL_STORE)
+    yield plan
+    stop_all(plan)
+
+
+def test_mqadmin_manages_topics_and_groups_and_finds_messages(three, tmp_path):
+    try:
+        mqadmin = clients.driver("mqadmin")
+    except clients.ClientUnavailable as error:
+        pytest.fail(clients.unavailable(error), pytrace=False)
+    plan = three
+    master = master_of(plan)
+    with Admin(master.grpc) as admin:
+        admin.create_topic("found", queue_count=2)
+    until(lambda: all("found" in topics_on(n) for n in plan.nodes), 20, "the topic everywhere")
+    with Producer(master.grpc) as producer:
+        by_sdk = producer.send(Message("found", b"sdk", keys=["shared", "sdk-key"]))
+    with RemotingClient(master.remoting) as client:
+        sent = send_v2(client, "found", b"remoting", 1, UNIQ_KEY="U-REM", KEYS="shared")
+    offset_id = sent.ext_fields["msgId"]
+    commands = [
+        ["updateTopic", "-c", "DefaultCluster", "-t", "made", "-r", "3", "-w", "3"],
+        ["topicRoute", "-t", "made"],
+        ["topicList"],
+        ["clusterList"],
+        ["brokerStatus", "-c", "DefaultCluster"],
+        ["updateSubGroup", "-c", "DefaultCluster", "-g", "made-group", "-r", "4"],
+        ["queryMsgByKey", "-t", "found", "-k", "shared"],
+        ["queryMsgById", "-t", "found", "-i", offset_id],
+        ["queryMsgById", "-t", "found", "-i", by_sdk.message_id],
+        ["deleteTopic", "-c", "DefaultCluster", "-t", "made"],
+        ["topicList"],
+    ]
+    namesrv = ";".join(node.remoting for node in plan.nodes)
+    run = clients.run(mqadmin, {"namesrv": namesrv, "commands": commands}, tmp_path / "mq", 240)
+    outputs = [e for e in run.of("command")]
+    assert len(outputs) == len(commands), run.explain()
+    failed = [(e["argv"][0], e["output"][-800:]) for e in outputs if e["error"]]
+    assert not failed, failed
+    (update, route, listed, cluster, status, group, by_key, by_offset_id, by_unique_id,
+     delete, listed_after) = [e["output"] for e in outputs]  # fmt: skip
+    assert f"create topic to {master.remoting} success" in update
+    assert '"readQueueNums":3' in route and master.remoting in route
+    assert "made" in listed.split() and "found" in listed.split()
+    # clusterList: one broker group, its master (BID 0) and both slaves, all active.
+    rows = [line.split() for line in cluster.splitlines()[1:] if line.strip()]
+    assert sorted((row[2], row[3]) for row in rows) == sorted(
+        [("0", master.remoting)]
+        + [(str(i), n.remoting) for i, n in enumerate(sorted(
+            (n for n in plan.nodes if n.id != master.id), key=lambda n: n.id), start=1)]
+    )  # fmt: skip
+    assert all(row[-1] == "true" for row in rows)
+    assert "brokerRole                      : SYNC_MASTER" in status
+    assert f"create subscription group to {master.remoting} success" in group
+    with Admin(master.grpc) as admin:
+        made_group = next(g for g in admin.list_groups() if g.name == "made-group")
+    assert made_group.max_delivery_attempts == 5  # retryMaxTimes 4, then the DLQ
+    found = {line.split()[0] for line in by_key.splitlines()[1:] if line.strip()}
+    assert found == {"U-REM", by_sdk.message_id}, by_key
+    # (mqadmin writes a body to a file of its own and prints the rest.)
+    assert f"OffsetID:            {offset_id}" in by_offset_id
+    assert "Topic:               found" in by_offset_id and "UNIQ_KEY=U-REM" in by_offset_id
+    assert f"UNIQ_KEY={by_sdk.message_id}" in by_unique_id
+    assert "KEYS=shared sdk-key" in by_unique_id
+    assert "delete topic [made] from cluster [DefaultCluster] success" in delete
+    assert "made" not in listed_after.split()
+    until(lambda: all("made" not in topics_on(n) for n in plan.nodes), 20, "made deleted")
