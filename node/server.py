@@ -51,6 +51,7 @@ from node.pop_service import PopService
 from node.pop_state import PopState
 from node.port_holds import adopt_inherited, hold_port, port_of
 from node.receipt_handle import ReceiptHandles
+from node.remoting.access_rules import RemotingAccess
 from node.remoting.dispatch import Dispatch
 from node.remoting.roles import build_dispatch
 from node.remoting.server import RemotingServer
@@ -86,6 +87,7 @@ class Node:
         self.metrics_port = 0  # 0 while /metrics is not served
         self.metrics_http: MetricsHttpServer | None = None
         self.remoting: RemotingServer | None = None
+        self.access: AccessControl | None = None  # with [security] auth
         self.remoting_port = 0
         self._housekeeping: asyncio.Task[None] | None = None
         self._timer_task: asyncio.Task[None] | None = None
@@ -132,7 +134,8 @@ class Node:
                 self.secret_box,
                 security.clock_skew_s,
             )
-            wrappers.append(MethodAccess(AccessControl(authenticator)).wrap)
+            self.access = AccessControl(authenticator)
+            wrappers.append(MethodAccess(self.access).wrap)
             if not security.tls:
                 log.warning(PLAINTEXT_AUTH_WARNING, config.security.clock_skew_s)
         self.server = grpc.aio.server(
@@ -178,7 +181,7 @@ class Node:
             offsets=self.offsets,
             waiters=waiters,
             members=members,
-            authenticated=security.auth,
+            access=RemotingAccess(self.access) if self.access is not None else None,
         )
         self.raw_store.add_dispatch_listener(waiters.on_dispatch)
         self.metrics.offsets, self.metrics.pop_state = self.offsets, self.pop_state

@@ -2,20 +2,19 @@
 role, registered in one ``Dispatch`` (the codes served are listed in docs/architecture.md,
 "Remoting"). Later roles add their handler modules here.
 
-With ``[security] auth`` on, every request is refused NO_PERMISSION: RocketMQ's ACL 1.0
-signatures are not checked on this port yet, and a request without valid credentials must
-change nothing (docs/security.md).
+With ``[security] auth`` on, every handler is wrapped by ``access_rules.RemotingAccess``:
+the request's ACL 1.0 signature and permissions are decided before it runs
+(docs/security.md).
 """
 
 from __future__ import annotations
 
-from ferrymq.codec.remoting import RemotingCommand
-from ferrymq.codec.remoting_codes import ResponseCode
 from ha.replicated_store import ReplicatedStore
 from node.admission import Admission
 from node.consumer_offsets import ConsumerOffsets
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
+from node.remoting.access_rules import RemotingAccess
 from node.remoting.broker_clients import ClientHandlers
 from node.remoting.broker_offsets import OffsetHandlers
 from node.remoting.broker_pull import PullHandlers
@@ -25,15 +24,6 @@ from node.remoting.name_server import NameServer
 from node.remoting.subscriptions import Subscriptions
 from node.topics import TopicTable
 from routing.replica import RoutingReplica
-
-AUTH_REFUSAL = (
-    "this node requires authentication, and RocketMQ ACL 1.0 signatures are not served on "
-    "the remoting port yet: use the gRPC port"
-)
-
-
-async def refuse_unauthenticated(request: RemotingCommand, connection) -> RemotingCommand:
-    return request.reply(ResponseCode.NO_PERMISSION, AUTH_REFUSAL)
 
 
 def build_dispatch(
@@ -45,7 +35,7 @@ def build_dispatch(
     offsets: ConsumerOffsets,
     waiters: QueueWaiters,
     members: GroupMembers,
-    authenticated: bool,
+    access: RemotingAccess | None,
 ) -> Dispatch:
     subscriptions = Subscriptions()
     handlers: list[tuple[int, Handler]] = [
@@ -56,8 +46,5 @@ def build_dispatch(
         *ClientHandlers(topics, members, subscriptions).handlers(),
     ]
     dispatch = Dispatch()
-    if authenticated:
-        dispatch.register_all((code, refuse_unauthenticated) for code, _ in handlers)
-    else:
-        dispatch.register_all(handlers)
+    dispatch.register_all(access.wrap_all(handlers) if access is not None else handlers)
     return dispatch
