@@ -183,6 +183,8 @@ class Node:
             members=members,
             access=RemotingAccess(self.access) if self.access is not None else None,
         )
+        remoting = self.remoting
+        self.metrics.remoting.watch(remoting.dispatch.codes, lambda: len(remoting.connections))
         self.raw_store.add_dispatch_listener(waiters.on_dispatch)
         self.metrics.offsets, self.metrics.pop_state = self.offsets, self.pop_state
         self.metrics.members = members
@@ -350,7 +352,7 @@ class Node:
         # Bound now, served once every handler is registered: routing learns the address.
         # (After the routing replica is ready, as the replication port: a node that cannot
         # join says so first.)
-        self.remoting = RemotingServer(Dispatch())
+        self.remoting = RemotingServer(Dispatch(), observe=self.metrics.remoting.observe)
         self.remoting_port = await self.remoting.bind(
             config.host,
             config.ports.remoting,
