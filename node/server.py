@@ -181,6 +181,8 @@ class Node:
             offsets=self.offsets,
             waiters=waiters,
             members=members,
+            pop=pop,
+            broker_name=config.group,
             access=RemotingAccess(self.access) if self.access is not None else None,
         )
         remoting = self.remoting

@@ -11,7 +11,8 @@ unlisted gRPC method does):
   locked queues' topics); a producer's heartbeat: a valid signature only;
 - sends: PUBLISH on the topic; a send to ``%RETRY%<group>`` (a consumer's fallback when
   sending back fails) needs SUBSCRIBE on the group, as RocketMQ's broker asks;
-- pulls and consumer offsets: SUBSCRIBE on the topic and the group; min/max offsets,
+- pulls, consumer offsets and POP (pop, ack, change of invisibility): SUBSCRIBE on the
+  topic and the group; min/max offsets,
   search by time and QUERY_MESSAGE: SUBSCRIBE on the topic.
 
 Every refusal is answered NO_PERMISSION (16) with the reason as the remark, before the
@@ -140,6 +141,9 @@ RULES: dict[int, Rule] = {
     RequestCode.CONSUMER_SEND_MSG_BACK: lambda r: [_group(_field(r, "group"))],
     RequestCode.LOCK_BATCH_MQ: _locks,
     RequestCode.UNLOCK_BATCH_MQ: _locks,
+    RequestCode.POP_MESSAGE: _consume,
+    RequestCode.ACK_MESSAGE: _consume,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _consume,
 }
 
 

@@ -14,9 +14,11 @@ from node.admission import Admission
 from node.consumer_offsets import ConsumerOffsets
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
+from node.pop_service import PopService
 from node.remoting.access_rules import RemotingAccess
 from node.remoting.broker_clients import ClientHandlers
 from node.remoting.broker_offsets import OffsetHandlers
+from node.remoting.broker_pop import PopHandlers
 from node.remoting.broker_pull import PullHandlers
 from node.remoting.broker_send import SendHandlers
 from node.remoting.dispatch import Dispatch, Handler
@@ -35,6 +37,8 @@ def build_dispatch(
     offsets: ConsumerOffsets,
     waiters: QueueWaiters,
     members: GroupMembers,
+    pop: PopService,
+    broker_name: str,
     access: RemotingAccess | None,
 ) -> Dispatch:
     subscriptions = Subscriptions()
@@ -44,6 +48,7 @@ def build_dispatch(
         *PullHandlers(store, topics, offsets, waiters, subscriptions).handlers(),
         *OffsetHandlers(store, topics, offsets).handlers(),
         *ClientHandlers(topics, members, subscriptions).handlers(),
+        *PopHandlers(pop, topics, broker_name).handlers(),
     ]
     dispatch = Dispatch()
     dispatch.register_all(access.wrap_all(handlers) if access is not None else handlers)

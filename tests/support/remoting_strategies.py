@@ -5,7 +5,8 @@ fields changed, dropped or added, or from scratch: header values lean to the edg
 break parsers (``proto_strategies.strings``: empty, huge, NUL, non-ASCII; integers at the
 Java bounds; numbers that are not numbers), bodies to random bytes, JSON of the wrong
 shape, and batches that are not whole messages. Long polls are kept short
-(``suspendTimeoutMillis`` at most ``MAX_SUSPEND_MS``) so each call answers quickly.
+(``suspendTimeoutMillis`` and ``pollTime`` at most ``MAX_SUSPEND_MS``) so each call
+answers quickly.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def _templates(topic: str, group: str) -> dict[int, tuple[dict[str, str], bytes]
     }
     batch = encode_batch([BatchedMessage(0, b"fz-batch", b"TAGS\x01b")])
     offsets = {"consumerGroup": group, "topic": topic, "queueId": "0"}
+    pop_ack = {**offsets, "offset": "0"}
+    extra_info = "0 1700000000000 60000 12345 0 group-1 0 0"
     return {
         RequestCode.SEND_MESSAGE_V2: (send_v2, b"fz-body"),
         RequestCode.SEND_BATCH_MESSAGE: ({**send_v2, "m": "true"}, batch),
@@ -98,6 +101,24 @@ def _templates(topic: str, group: str) -> dict[int, tuple[dict[str, str], bytes]
         RequestCode.GET_CONSUMER_LIST_BY_GROUP: ({"consumerGroup": group}, b""),
         RequestCode.GET_ROUTEINFO_BY_TOPIC: ({"topic": topic}, b""),
         RequestCode.GET_KV_CONFIG: ({"namespace": "ORDER_TOPIC_CONFIG", "key": topic}, b""),
+        RequestCode.POP_MESSAGE: (
+            {
+                "consumerGroup": group,
+                "topic": topic,
+                "queueId": "-1",
+                "maxMsgNums": "4",
+                "invisibleTime": "60000",
+                "pollTime": "100",
+                "expType": "TAG",
+                "exp": "*",
+            },
+            b"",
+        ),
+        RequestCode.ACK_MESSAGE: ({**pop_ack, "extraInfo": extra_info}, b""),
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME: (
+            {**pop_ack, "extraInfo": extra_info, "invisibleTime": "5000"},
+            b"",
+        ),
     }
 
 
@@ -134,10 +155,11 @@ def bodies(pools: Pools) -> st.SearchStrategy[bytes]:
 
 
 def _suspend_bounded(fields: dict[str, str]) -> dict[str, str]:
-    value = fields.get("suspendTimeoutMillis", "")
-    digits = value.lstrip("+-")
-    if digits.isascii() and digits.isdigit() and int(value) > MAX_SUSPEND_MS:
-        fields["suspendTimeoutMillis"] = str(MAX_SUSPEND_MS)
+    for name in ("suspendTimeoutMillis", "pollTime"):
+        value = fields.get(name, "")
+        digits = value.lstrip("+-")
+        if digits.isascii() and digits.isdigit() and int(value) > MAX_SUSPEND_MS:
+            fields[name] = str(MAX_SUSPEND_MS)
     return fields
 
 
@@ -147,7 +169,9 @@ def remoting_requests(draw, code: int, pools: Pools, topic: str, group: str) -> 
     template = _templates(topic, group).get(code, ({}, b""))
     fields = dict(template[0])
     body = template[1]
-    names = sorted({*fields, "topic", "queueId", "consumerGroup", "b", "e", "i", "sysFlag"})
+    names = sorted(
+        {*fields, "topic", "queueId", "consumerGroup", "b", "e", "i", "sysFlag", "extraInfo"}
+    )
     for _ in range(draw(st.integers(0, 3), label="changes")):
         change = draw(st.sampled_from(["set", "drop", "add"]), label="change")
         if change == "drop" and fields:
