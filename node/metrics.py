@@ -8,7 +8,8 @@ Two kinds of metrics, kept apart so the hot path pays almost nothing:
   messages flow; a scrape reads what the store and the node already keep.
 - **Counters and histograms on the RPC path** (``node.metrics_rpc``): a wrapper around
   every served method times every RPC by method and code, and counts messages and bytes in (sends)
-  and out (pulls, POP receives, Data.Fetch) by topic and group, once per request.
+  and out (pulls, POP receives, Data.Fetch) by topic and group, once per request; the
+  remoting port times each request by request and response code (``node.metrics_remoting``).
 
 Names follow the RocketMQ exporter (``rocketmq_group_diff``, ``rocketmq_broker_commitlog_diff``,
 ``rocketmq_brokeruntime_*``) or RocketMQ 5's own metrics (``rocketmq_messages_in_total``,
@@ -53,6 +54,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from ha.status import ReplicationStatus
 from node.consumer_offsets import ConsumerOffsets
 from node.group_members import GroupMembers
+from node.metrics_remoting import RemotingMetrics
 from node.metrics_rpc import RpcMetrics
 from node.pop_state import PopState
 from node.topics import dead_letter_topic_of
@@ -227,6 +229,13 @@ FAMILIES: tuple[Family, ...] = (
         "Time to answer an RPC, by method and gRPC code (streams: to their last message)",
     ),
     Family(
+        "rocketmq_remoting_latency_seconds",
+        "histogram",
+        ("request_code", "response_code"),
+        "Time to answer a remoting request, by request and response code",
+    ),
+    Family("ferrymq_remoting_connections", "gauge", (), "Connections open on the remoting port"),
+    Family(
         "ferrymq_send_latency_seconds",
         "histogram",
         ("status",),
@@ -295,6 +304,7 @@ class NodeMetrics:
         GCCollector(registry=self.registry)
         self.rpc = RpcMetrics(self.registry, NODE_LABELS, self.node_values)
         self.wrap_method = self.rpc.wrap_method
+        self.remoting = RemotingMetrics(self.registry, NODE_LABELS, self.node_values)
         self.registry.register(NodeStateCollector(self))
 
 

@@ -132,25 +132,77 @@ class PopService:
 
     # ---- ReceiveMessage ------------------------------------------------------------
     async def receive_message(self, request, context) -> AsyncIterator[rpc.ReceiveMessageResponse]:
+        invisible_ms = None
+        if request.HasField("invisible_duration"):
+            invisible_ms = int(seconds_of(request.invisible_duration) * 1000)
+        if request.HasField("long_polling_timeout"):
+            requested_s = seconds_of(request.long_polling_timeout)
+        else:
+            requested_s = LONG_POLLING_DEFAULT_S
         try:
-            topic = self.topics.topic(request.message_queue.topic.name)
-            if topic.permission is Permission.WRITE:
-                raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
-            selected = selection(request.filter_expression)
-            invisible_ms = self._invisible_ms(request)
-            group = await self.groups.group(request.group.name)
+            deliveries = await self.pop(
+                request.group.name,
+                request.message_queue.topic.name,
+                request.filter_expression,
+                request.batch_size,
+                invisible_ms,
+                poll_budget_s(requested_s, context),
+            )
         except TopicError as error:
             yield rpc.ReceiveMessageResponse(status=topic_error_status(error))
             return
         except InvalidRequest as error:
             yield rpc.ReceiveMessageResponse(status=status(error.code, str(error)))
             return
-        batch = max(1, min(request.batch_size or RECEIVE_BATCH_MAX, RECEIVE_BATCH_MAX))
-        if request.HasField("long_polling_timeout"):
-            requested_s = seconds_of(request.long_polling_timeout)
-        else:
-            requested_s = LONG_POLLING_DEFAULT_S
+        except PopFailed as failed:
+            yield rpc.ReceiveMessageResponse(status=failed.status)
+            return
+        if not deliveries:
+            yield rpc.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
+            return
+        if caller_left(context):  # its deadline passed while the pop was appended
+            await self.hand_back(deliveries)
+            return
+        try:
+            yield rpc.ReceiveMessageResponse(status=OK)
+            for delivery in deliveries:
+                yield rpc.ReceiveMessageResponse(
+                    message=to_wire_message(
+                        delivery.stored,
+                        receipt_handle=delivery.handle,
+                        delivery_attempt=delivery.attempt,
+                    )
+                )
+            yield rpc.ReceiveMessageResponse(delivery_timestamp=timestamp_of(self.clock_ms()))
+        except (GeneratorExit, asyncio.CancelledError):
+            # The call ended before the whole answer was written: the client may have
+            # none of it. Give them back (a handle it did get then answers stale, and
+            # the message comes again), in the background: this generator is closing.
+            self.in_background(self.hand_back(deliveries))
+            raise
 
+    async def pop(
+        self,
+        group_name: str,
+        topic_name: str,
+        filter_expression: pb.FilterExpression,
+        batch_size: int,
+        invisible_ms: int | None,
+        wait_s: float,
+    ) -> list[Delivery]:
+        """One receive of either protocol: up to ``batch_size`` deliveries (0: the most),
+        waiting up to ``wait_s`` for the first; [] when none came. Raises ``TopicError``,
+        ``InvalidRequest`` (a write-only topic, a bad filter or invisible duration) and
+        ``PopFailed``. ``invisible_ms`` None: ``DEFAULT_INVISIBLE_MS``."""
+        topic = self.topics.topic(topic_name)
+        if topic.permission is Permission.WRITE:
+            raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
+        selected = selection(filter_expression)
+        if invisible_ms is None:
+            invisible_ms = DEFAULT_INVISIBLE_MS
+        check_invisible_ms(invisible_ms)
+        group = await self.groups.group(group_name)
+        batch = max(1, min(batch_size or RECEIVE_BATCH_MAX, RECEIVE_BATCH_MAX))
         progress = ScanProgress()
 
         async def pop() -> list[Delivery] | None:
@@ -177,42 +229,7 @@ class PopService:
                 topic.name, range(topic.queue_count), min(remaining_s, visible_in_s)
             )
 
-        try:
-            deliveries = await long_poll(pop, wait, poll_budget_s(requested_s, context))
-        except PopFailed as failed:
-            yield rpc.ReceiveMessageResponse(status=failed.status)
-            return
-        if deliveries is None:
-            yield rpc.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
-            return
-        if caller_left(context):  # its deadline passed while the pop was appended
-            await self.hand_back(deliveries)
-            return
-        try:
-            yield rpc.ReceiveMessageResponse(status=OK)
-            for delivery in deliveries:
-                yield rpc.ReceiveMessageResponse(
-                    message=to_wire_message(
-                        delivery.stored,
-                        receipt_handle=delivery.handle,
-                        delivery_attempt=delivery.attempt,
-                    )
-                )
-            yield rpc.ReceiveMessageResponse(delivery_timestamp=timestamp_of(self.clock_ms()))
-        except (GeneratorExit, asyncio.CancelledError):
-            # The call ended before the whole answer was written: the client may have
-            # none of it. Give them back (a handle it did get then answers stale, and
-            # the message comes again), in the background: this generator is closing.
-            self.in_background(self.hand_back(deliveries))
-            raise
-
-    @staticmethod
-    def _invisible_ms(request) -> int:
-        if not request.HasField("invisible_duration"):
-            return DEFAULT_INVISIBLE_MS
-        invisible_ms = int(seconds_of(request.invisible_duration) * 1000)
-        check_invisible_ms(invisible_ms)
-        return invisible_ms
+        return await long_poll(pop, wait, wait_s) or []
 
     async def receive(
         self,
@@ -236,6 +253,9 @@ class PopService:
         rotation_key = (group.name, topic.name)
         start = self._rotation.get(rotation_key, 0) % queue_count
         self._rotation[rotation_key] = start + 1
+        # One delivery id for every queue of this receive (each queue's entries are its
+        # own): the remoting door names it once per answer (node/remoting/broker_pop.py).
+        delivery = new_delivery_id()
         for step in range(queue_count):
             if len(deliveries) >= batch:
                 break
@@ -274,7 +294,6 @@ class PopService:
                 picked.extend((stored, 1) for stored in fresh)
             if not picked and next_offset == cursor.next_offset:
                 continue
-            delivery = new_delivery_id()
             pairs = [(stored.queue_offset, attempt) for stored, attempt in picked]
             records.append(self.state.pop(key, pairs, next_offset, delivery, now + invisible_ms))
             undo.append(lambda k=key, p=pairs, d=delivery, r=redelivered: self._unpop(k, p, d, r))
@@ -482,6 +501,31 @@ class PopService:
             return failed.status
         return OK
 
+    # ---- the remoting door's handles ----------------------------------------------------
+    def handle_of_current(
+        self, group: str, topic: str, queue_id: int, offset: int, visible_at_ms: int, tag: int
+    ) -> str:
+        """The receipt handle of the delivery in flight at ``offset`` that becomes visible
+        at ``visible_at_ms`` and whose id has ``delivery_tag`` ``tag``: how a RocketMQ 5
+        remoting client names a delivery (its ``extraInfo`` holds numbers only).
+        INVALID_RECEIPT_HANDLE (stale) when no such delivery is in flight."""
+        cursor = self.state.cursor((group, topic, queue_id))
+        current = cursor.in_flight.get(offset) if cursor else None
+        if (
+            current is None
+            or current.visible_at_ms != visible_at_ms
+            or delivery_tag(current.delivery) != tag
+        ):
+            raise InvalidRequest(pb.INVALID_RECEIPT_HANDLE, STALE)
+        return self._handle((group, topic, queue_id), offset, current.delivery)
+
+    def in_flight(self, group: str, topic: str, handle: str) -> tuple[ReceiptHandle, InFlight]:
+        """The delivery a handle this node issued names, and its entry (for the remoting
+        door's answer to a change of invisibility)."""
+        decoded = self.handles.decode(handle, topic, group)
+        cursor = self.state.cursor((group, topic, decoded.queue_id))
+        return decoded, cursor.in_flight[decoded.queue_offset]
+
     # ---- shared ----------------------------------------------------------------------
     def _handle(self, key: CursorKey, offset: int, delivery: str) -> str:
         group, topic, queue_id = key
@@ -670,6 +714,11 @@ def caller_left(context) -> bool:
         return True
     remaining = context.time_remaining()
     return remaining is not None and remaining <= 0
+
+
+def delivery_tag(delivery: str) -> int:
+    """31 bits of a delivery id, a Java int that is never negative."""
+    return int(delivery[:8], 16) & 0x7FFFFFFF
 
 
 def check_invisible_ms(invisible_ms: int) -> None:

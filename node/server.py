@@ -55,6 +55,7 @@ from node.pop_service import PopService
 from node.pop_state import PopState
 from node.port_holds import adopt_inherited, hold_port, port_of
 from node.receipt_handle import ReceiptHandles
+from node.remoting.access_rules import RemotingAccess
 from node.remoting.dispatch import Dispatch
 from node.remoting.roles import build_dispatch
 from node.remoting.server import RemotingServer
@@ -90,6 +91,7 @@ class Node:
         self.metrics_port = 0  # 0 while /metrics is not served
         self.metrics_http: MetricsHttpServer | None = None
         self.remoting: RemotingServer | None = None
+        self.access: AccessControl | None = None  # with [security] auth
         self.remoting_port = 0
         self._housekeeping: asyncio.Task[None] | None = None
         self._timer_task: asyncio.Task[None] | None = None
@@ -152,7 +154,8 @@ class Node:
                 self.secret_box,
                 security.clock_skew_s,
             )
-            wrappers.append(MethodAccess(AccessControl(authenticator)).wrap)
+            self.access = AccessControl(authenticator)
+            wrappers.append(MethodAccess(self.access).wrap)
             if not security.tls:
                 log.warning(PLAINTEXT_AUTH_WARNING, config.security.clock_skew_s)
         self.server = grpc.aio.server(
@@ -218,9 +221,13 @@ class Node:
             members=members,
             transactions=self.transactions,
             admin=admin,
-            authenticated=security.auth,
+            pop=pop,
+            broker_name=config.group,
+            access=RemotingAccess(self.access) if self.access is not None else None,
             delay_levels_ms=config.messages.delay_levels_ms,
         )
+        remoting = self.remoting
+        self.metrics.remoting.watch(remoting.dispatch.codes, lambda: len(remoting.connections))
         self.raw_store.add_dispatch_listener(waiters.on_dispatch)
         # The master's orphan checks reach the producers connected to the other nodes.
         relay = CheckRelay(
@@ -381,7 +388,7 @@ class Node:
         # Bound now, served once every handler is registered: routing learns the address.
         # (After the routing replica is ready, as the replication port: a node that cannot
         # join says so first.)
-        self.remoting = RemotingServer(Dispatch())
+        self.remoting = RemotingServer(Dispatch(), observe=self.metrics.remoting.observe)
         self.remoting_port = await self.remoting.bind(
             config.host,
             config.ports.remoting,

@@ -50,6 +50,10 @@ class RequestCode(enum.IntEnum):
     QUERY_TOPIC_CONSUME_BY_WHO = 300
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    # RocketMQ 5's POP mode (JSON headers only: the binary header's code is 16 bits).
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
 
 
 class ResponseCode(enum.IntEnum):

@@ -106,6 +106,15 @@ class FailureLog:
             self._seen[key] = (logged_at, unlogged + 1)
 
 
+MALFORMED_CODE = -1  # what a request whose header cannot be read is observed as
+# (request code, response code or None for no answer, seconds to answer): once per request.
+Observer = Callable[[int, int | None, float], None]
+
+
+def _ignore(request_code: int, response_code: int | None, elapsed_s: float) -> None:
+    return None
+
+
 class RemotingConnection(asyncio.Protocol):
     def __init__(
         self,
@@ -114,8 +123,10 @@ class RemotingConnection(asyncio.Protocol):
         failures: FailureLog,
         on_open: Callable[[RemotingConnection], bool],
         on_close: Callable[[RemotingConnection], None],
+        observe: Observer | None = None,
     ) -> None:
         self.dispatch = dispatch
+        self._observe = observe or _ignore
         self.limits = limits
         self._failures = failures
         self._on_open = on_open
@@ -227,6 +238,7 @@ class RemotingConnection(asyncio.Protocol):
             return
         handler = self.dispatch.handler_for(command.code)
         if handler is None:
+            self._observe(command.code, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, 0.0)
             self._answer(
                 command,
                 command.reply(
@@ -236,6 +248,7 @@ class RemotingConnection(asyncio.Protocol):
             )
             return
         if len(self._tasks) >= self.limits.max_in_flight:
+            self._observe(command.code, ResponseCode.SYSTEM_BUSY, 0.0)
             self._answer(
                 command,
                 command.reply(
@@ -251,6 +264,7 @@ class RemotingConnection(asyncio.Protocol):
         task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, handler, command: RemotingCommand) -> None:
+        started = time.perf_counter()
         try:
             response = await handler(command, self)
         except HeaderFieldError as error:
@@ -260,12 +274,16 @@ class RemotingConnection(asyncio.Protocol):
             response = command.reply(
                 ResponseCode.SYSTEM_ERROR, f"{type(error).__name__}: {error}"[:1024]
             )
+        self._observe(
+            command.code, None if response is None else response.code, time.perf_counter() - started
+        )
         if response is not None:
             self._answer(command, response)
 
     def _answer_malformed(self, frame: bytes, error: FrameError) -> None:
         """A frame whose opaque is known but whose header is not: answered unless it says
         it is oneway (a binary header's flag sits at bytes 13..16 of the frame's header)."""
+        self._observe(MALFORMED_CODE, ResponseCode.SYSTEM_ERROR, 0.0)
         oneway = False
         if frame[:1] == b"\x01" and len(frame) >= 17:
             oneway = bool(int.from_bytes(frame[13:17], "big", signed=True) & FLAG_ONEWAY)

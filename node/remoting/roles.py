@@ -2,15 +2,13 @@
 role, registered in one ``Dispatch`` (the codes served are listed in docs/architecture.md,
 "Remoting"). Later roles add their handler modules here.
 
-With ``[security] auth`` on, every request is refused NO_PERMISSION: RocketMQ's ACL 1.0
-signatures are not checked on this port yet, and a request without valid credentials must
-change nothing (docs/security.md).
+With ``[security] auth`` on, every handler is wrapped by ``access_rules.RemotingAccess``:
+the request's ACL 1.0 signature and permissions are decided before it runs
+(docs/security.md).
 """
 
 from __future__ import annotations
 
-from ferrymq.codec.remoting import RemotingCommand
-from ferrymq.codec.remoting_codes import ResponseCode
 from ha.replicated_store import ReplicatedStore
 from node.admin_service import AdminService
 from node.admission import Admission
@@ -19,11 +17,14 @@ from node.consumer_retry import ConsumerRetries
 from node.delay_levels import DEFAULT_LEVELS_MS
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
+from node.pop_service import PopService
 from node.queue_locks import QueueLocks
+from node.remoting.access_rules import RemotingAccess
 from node.remoting.admin_codes import AdminCodeHandlers
 from node.remoting.broker_clients import ClientHandlers
 from node.remoting.broker_locks import LockHandlers
 from node.remoting.broker_offsets import OffsetHandlers
+from node.remoting.broker_pop import PopHandlers
 from node.remoting.broker_pull import PullHandlers
 from node.remoting.broker_queries import QueryHandlers
 from node.remoting.broker_retry import RetryHandlers
@@ -37,15 +38,6 @@ from node.topics import TopicTable
 from node.transaction_service import TransactionService
 from routing.replica import RoutingReplica
 
-AUTH_REFUSAL = (
-    "this node requires authentication, and RocketMQ ACL 1.0 signatures are not served on "
-    "the remoting port yet: use the gRPC port"
-)
-
-
-async def refuse_unauthenticated(request: RemotingCommand, connection) -> RemotingCommand:
-    return request.reply(ResponseCode.NO_PERMISSION, AUTH_REFUSAL)
-
 
 def build_dispatch(
     *,
@@ -58,7 +50,9 @@ def build_dispatch(
     members: GroupMembers,
     transactions: TransactionService,
     admin: AdminService,
-    authenticated: bool,
+    pop: PopService,
+    broker_name: str,
+    access: RemotingAccess | None,
     delay_levels_ms: tuple[int, ...] = DEFAULT_LEVELS_MS,
 ) -> Dispatch:
     subscriptions = Subscriptions()
@@ -76,11 +70,9 @@ def build_dispatch(
         *QueryHandlers(store, topics).handlers(),
         *ClientConfigHandlers().handlers(),
         *AdminCodeHandlers(admin).handlers(),
+        *PopHandlers(pop, topics, broker_name).handlers(),
     ]
     handlers = transaction_handlers.observing_heartbeats(handlers)
     dispatch = Dispatch()
-    if authenticated:
-        dispatch.register_all((code, refuse_unauthenticated) for code, _ in handlers)
-    else:
-        dispatch.register_all(handlers)
+    dispatch.register_all(access.wrap_all(handlers) if access is not None else handlers)
     return dispatch

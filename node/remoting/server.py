@@ -14,7 +14,7 @@ import asyncio
 import logging
 import ssl
 
-from node.remoting.connection import FailureLog, RemotingConnection, TransportLimits
+from node.remoting.connection import FailureLog, Observer, RemotingConnection, TransportLimits
 from node.remoting.dispatch import Dispatch
 
 log = logging.getLogger("ferrymq.remoting")
@@ -22,8 +22,16 @@ BACKLOG = 1024
 
 
 class RemotingServer:
-    def __init__(self, dispatch: Dispatch, limits: TransportLimits | None = None) -> None:
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        limits: TransportLimits | None = None,
+        observe: Observer | None = None,
+    ) -> None:
+        """``observe(request code, response code, seconds)`` runs once per request
+        (``node/metrics_remoting.py``)."""
         self.dispatch = dispatch
+        self._observe = observe
         self.limits = limits or TransportLimits()
         self.connections: set[RemotingConnection] = set()
         self._failures = FailureLog()
@@ -51,7 +59,12 @@ class RemotingServer:
 
     def _connection(self) -> RemotingConnection:
         return RemotingConnection(
-            self.dispatch, self.limits, self._failures, self._opened, self.connections.discard
+            self.dispatch,
+            self.limits,
+            self._failures,
+            self._opened,
+            self.connections.discard,
+            self._observe,
         )
 
     def _opened(self, connection: RemotingConnection) -> bool:

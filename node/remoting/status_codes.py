@@ -51,6 +51,9 @@ RESPONSE_CODES: dict[int, ResponseCode] = {
     pb.ILLEGAL_OFFSET: ResponseCode.PULL_OFFSET_MOVED,
     pb.OFFSET_NOT_FOUND: ResponseCode.QUERY_NOT_FOUND,
     pb.MESSAGE_NOT_FOUND: ResponseCode.PULL_NOT_FOUND,
+    # POP: a stale, forged or malformed handle, an invisible time out of range.
+    pb.INVALID_RECEIPT_HANDLE: ResponseCode.MESSAGE_ILLEGAL,
+    pb.ILLEGAL_INVISIBLE_TIME: ResponseCode.MESSAGE_ILLEGAL,
     # Load and the node's own faults (a full disk included).
     pb.TOO_MANY_REQUESTS: ResponseCode.SYSTEM_BUSY,
     pb.INTERNAL_SERVER_ERROR: ResponseCode.SYSTEM_ERROR,

@@ -9,6 +9,11 @@ still runs; every queue of every topic re-reads from the node with good CRCs and
 messages sent before the fuzz unchanged; after a SIGTERM the store passes its own
 consistency checks offline, and a restarted node serves the same records.
 
+The remoting port gets the same oracle (``tests/support/remoting_strategies.py``): every
+request code with valid requests changed anywhere, and random or lying frames; each
+non-oneway request is answered by opaque, the node logs no traceback and keeps serving,
+and what the remoting sends stored passes the same final checks.
+
 ``make test`` runs one derandomized round (about a minute); ``FERRYMQ_FUZZ_SECONDS=600``
 (``make fuzz``) runs random rounds for that long.
 """
@@ -30,7 +35,7 @@ import grpc
 import pytest
 from crc32c import crc32c
 from google.protobuf.message import Message
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 import ferrymq.protocol
@@ -38,6 +43,14 @@ from ferrymq.client.messages import Message as SdkMessage
 from ferrymq.client.messages import decode_records
 from ferrymq.client.produce_records import encode_record
 from ferrymq.codec.headers import PINNED_QUEUE
+from ferrymq.codec.remoting import (
+    DEFAULT_MAX_HEADER_BYTES,
+    FLAG_ONEWAY,
+    RemotingCommand,
+    decode,
+    encode,
+)
+from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as admin
@@ -45,7 +58,16 @@ from ferrymq.protocol.ferrymq import data_pb2 as data
 from node.config import load_node_config
 from store.message_store import MessageStore
 from tests.support.nodes import NodeProcess, start_node
-from tests.support.proto_strategies import Pools, message_class, messages, metadata, mutations
+from tests.support.proto_strategies import (
+    Pools,
+    integers_at_bounds,
+    message_class,
+    messages,
+    metadata,
+    mutations,
+)
+from tests.support.remoting_client import RemotingClient
+from tests.support.remoting_strategies import RemotingRequest, remoting_requests, request_codes
 from tests.support.rpc import message as wire_message
 from tests.support.stores import assert_derived_files_agree
 
@@ -683,6 +705,175 @@ def test_every_rpc_was_fuzzed(fuzzed: FuzzedNode):
     for kind in EXAMPLES:
         missed = [r.name for r in RPCS if not fuzzed.calls[kind, r.name]]
         assert not missed, f"{kind}: never called {missed}"
+
+
+# ---- the remoting port ---------------------------------------------------------------------
+# Examples per request code (generated) and of random frames, in one round.
+REMOTING_EXAMPLES = {"generated": 25, "frames": 60}
+FRAME_READ_S = 0.2
+
+
+def remoting_probe(node: FuzzedNode) -> None:
+    """The node still answers a plain request on a connection of its own."""
+    with RemotingClient(node.process.remoting, timeout_s=RPC_TIMEOUT_S) as probe:
+        answer = probe.call(RequestCode.GET_MAX_OFFSET, {"topic": KNOWN_TOPIC, "queueId": "0"})
+        assert answer.code == ResponseCode.SUCCESS, answer
+
+
+def remoting_call(node: FuzzedNode, client: RemotingClient, request: RemotingRequest) -> bool:
+    """One request and the oracle: a request that is not oneway is answered by opaque
+    within the deadline with a response code; a header over the node's limit closes the
+    connection (False: open another); the node logs no traceback and keeps running."""
+    opaque = next(client.opaques)
+    command = RemotingCommand(
+        request.code,
+        opaque,
+        request.flag,
+        None,
+        request.fields,
+        request.body,
+        "JAVA",
+        407,
+        request.serialize_type,
+    )
+    try:
+        frame = encode(command)
+    except ValueError:  # a code or field the binary header cannot carry: JSON only
+        reject()
+    header_bytes = int.from_bytes(frame[4:8], "big") & 0xFFFFFF
+    node.calls["remoting", str(request.code)] += 1
+    started = time.monotonic()
+    client.send_raw(frame)
+    where = f"remoting code {request.code} {request.fields!r:.300} body {request.body[:60]!r}"
+    if header_bytes > DEFAULT_MAX_HEADER_BYTES:
+        assert client.closed_by_peer(), f"{where}: a header over the limit was not refused"
+        open_ = False
+    elif request.flag & FLAG_ONEWAY:
+        answer = client.call(RequestCode.GET_MAX_OFFSET, {"topic": KNOWN_TOPIC, "queueId": "0"})
+        assert answer.code == ResponseCode.SUCCESS, f"{where}: then {answer}"
+        open_ = True
+    else:
+        answer = client.receive()
+        assert answer.is_response and answer.opaque == opaque, f"{where}: {answer}"
+        node.outcomes[f"remoting {request.code}", ResponseCode(answer.code).name] += 1
+        open_ = True
+    node.seconds[f"remoting {request.code}"] += time.monotonic() - started
+    log = node.new_log()
+    assert not any(marker in log for marker in FAILURE_MARKERS), f"{where}; node log:\n{log}"
+    assert node.process.process.poll() is None, f"{where}: the node exited"
+    return open_
+
+
+def remoting_round(fuzzed: FuzzedNode, code: int, names: Pools, client, connection: list):
+    def fuzz_one(data: st.DataObject) -> None:
+        request = data.draw(remoting_requests(code, names, "fz-normal", "fz-group"))
+        if not remoting_call(fuzzed, client(), request):
+            connection.pop().close()
+
+    fuzz_one.__name__ = f"fuzz_remoting_{code}"  # names it in a failure report
+    return fuzz_one
+
+
+def test_generated_requests_to_every_remoting_code(fuzzed: FuzzedNode):
+    """Each request code (and some the node does not serve) with a valid request changed
+    anywhere: missing and non-numeric fields, huge and odd values, wrong bodies, batches
+    that are not whole messages, both header forms, oneway or not."""
+    names = pools()
+    common = dict(
+        max_examples=REMOTING_EXAMPLES["generated"],
+        deadline=timedelta(seconds=RPC_TIMEOUT_S * 3),
+        database=None,
+        # Codes over 16 bits cannot travel in the binary header: those draws are rejected.
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.filter_too_much,
+        ],
+        derandomize=not FUZZ_SECONDS,
+    )
+    connection: list[RemotingClient] = []
+
+    def client() -> RemotingClient:
+        if not connection:
+            connection.append(RemotingClient(fuzzed.process.remoting, timeout_s=RPC_TIMEOUT_S))
+        return connection[0]
+
+    try:
+        for code in request_codes():
+            fuzzed.restore_pool()
+            fuzz_one = remoting_round(fuzzed, code, names, client, connection)
+            settings(**common)(given(st.data())(fuzz_one))()
+    finally:
+        for open_client in connection:
+            open_client.close()
+    for code in request_codes():
+        assert fuzzed.calls["remoting", str(code)], f"remoting code {code} was never fuzzed"
+    remoting_probe(fuzzed)
+
+
+def frames() -> st.SearchStrategy[bytes]:
+    """Random bytes, and frames whose length, serialize type or header length lie."""
+    lying = st.builds(
+        lambda length, form, header_length, rest: (
+            length.to_bytes(4, "big", signed=True)
+            + bytes([form])
+            + header_length.to_bytes(3, "big")
+            + rest
+        ),
+        integers_at_bounds(-(2**31), 2**31 - 1),
+        st.integers(0, 255),
+        st.integers(0, 2**24 - 1),
+        st.binary(max_size=120),
+    )
+    json_header = st.builds(
+        lambda header, body: (
+            (4 + len(header) + len(body)).to_bytes(4, "big")
+            + len(header).to_bytes(4, "big")
+            + header
+            + body
+        ),
+        st.sampled_from(
+            [
+                b'{"code":34,"opaque":7}',
+                b'{"code":"x","opaque":7}',
+                b'{"opaque":7}',
+                b'{"code":10,"opaque":7,"extFields":[]}',
+                b'{"code":10,"opaque":7,"extFields":{"topic":1}}',
+                b'{"code":11,"opaque":"seven"}',
+                b"{}",
+                b"[]",
+            ]
+        ),
+        st.binary(max_size=40),
+    )
+    return st.one_of(st.binary(min_size=1, max_size=300), lying, json_header)
+
+
+def test_random_frames_to_the_remoting_port(fuzzed: FuzzedNode):
+    """Bytes that are not frames, or frames that lie about their lengths and forms, each
+    on a connection of its own: what comes back is responses only, or the connection
+    closes; the node keeps serving every other connection."""
+
+    def fuzz_one(data: st.DataObject) -> None:
+        raw = data.draw(frames(), label="bytes")
+        fuzzed.calls["remoting", "frames"] += 1
+        with RemotingClient(fuzzed.process.remoting, timeout_s=RPC_TIMEOUT_S) as client:
+            client.send_raw(raw)
+            client.socket.settimeout(FRAME_READ_S)
+            client.closed_by_peer()  # reads until closed or quiet; frames must be whole
+            for frame in client.frames:
+                assert decode(frame).is_response, (raw[:80], frame[:80])
+        log = fuzzed.new_log()
+        assert not any(marker in log for marker in FAILURE_MARKERS), f"{raw[:80]!r}:\n{log}"
+        remoting_probe(fuzzed)
+
+    settings(
+        max_examples=REMOTING_EXAMPLES["frames"],
+        deadline=timedelta(seconds=RPC_TIMEOUT_S * 3),
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+        derandomize=not FUZZ_SECONDS,
+    )(given(st.data())(fuzz_one))()
 
 
 # ---- the stored data stays valid -----------------------------------------------------------

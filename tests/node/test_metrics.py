@@ -27,6 +27,7 @@ from deploy.local_stack import (
     start_node,
 )
 from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer, SimpleConsumer
+from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -41,6 +42,7 @@ from store.config import StoreConfig
 from store.message_store import MessageStore
 from tests.support import ROOT
 from tests.support.metrics import scrape, value
+from tests.support.remoting_client import RemotingClient, send_v2
 
 DEADLINE_S = 20.0
 
@@ -65,6 +67,8 @@ def traffic(metrics_node: LocalNode):
     """A fixed history: 10 batches of 20 sent; the pull group reads and commits 50, the POP
     group receives 12 and acks 6, the one-attempt group lets 4 go to its DLQ."""
     sent = pulled = popped = 0
+    with RemotingClient(metrics_node.node.remoting) as client:  # the remoting families
+        client.call(RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"})
     with Producer(metrics_node.grpc) as producer:
         for batch in range(10):
             messages = [Message(TOPIC, b"m%03d-%02d" % (batch, i)) for i in range(20)]
@@ -210,6 +214,61 @@ def test_unknown_names_never_become_labels(metrics_node, traffic):
     assert {"SendMessage", "ReceiveMessage", "GroupProgress"} <= methods
     codes = {s.labels["status"] for s in samples["ferrymq_send_latency_seconds"]}
     assert codes == {"OK", "TOPIC_NOT_FOUND"}
+
+
+def test_remoting_requests_are_counted_by_code_and_timed_and_connections_gauged(metrics_node):
+    def requests(samples, request_code: str, response_code: str) -> float:
+        return value(
+            samples,
+            "rocketmq_remoting_latency_seconds_count",
+            request_code=request_code,
+            response_code=response_code,
+        )
+
+    before = scrape(metrics_node.metrics)
+    counts = {
+        ("SEND_MESSAGE_V2", "SUCCESS"): 3,
+        ("SEND_MESSAGE_V2", "TOPIC_NOT_EXIST"): 2,
+        ("UNKNOWN", "REQUEST_CODE_NOT_SUPPORTED"): 2,
+    }
+    was = {key: _or_zero(requests, before, *key) for key in counts}
+    with RemotingClient(metrics_node.node.remoting) as client:
+        for i in range(3):
+            assert send_v2(client, TOPIC, b"counted %d" % i).code == ResponseCode.SUCCESS
+        for _ in range(2):
+            assert send_v2(client, "no-such-topic", b"x").code == ResponseCode.TOPIC_NOT_EXIST
+        for code in (777, 778):  # two unserved codes: one label, never their numbers
+            assert client.call(code).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        with RemotingClient(metrics_node.node.remoting) as second:
+            second.call(RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"})
+            during = scrape(metrics_node.metrics)
+            assert value(during, "ferrymq_remoting_connections") == 2
+    for key, added in counts.items():
+        assert requests(during, *key) - was[key] == added, key
+    assert not [
+        s
+        for s in during["rocketmq_remoting_latency_seconds"]
+        if s.labels["request_code"] in ("777", "778")
+    ]
+    (all_sends,) = [
+        s.value
+        for s in during["rocketmq_remoting_latency_seconds"]
+        if s.name.endswith("_bucket")
+        and s.labels["le"] == "+Inf"
+        and (s.labels["request_code"], s.labels["response_code"]) == ("SEND_MESSAGE_V2", "SUCCESS")
+    ]
+    assert all_sends == requests(during, "SEND_MESSAGE_V2", "SUCCESS")
+    deadline = time.monotonic() + DEADLINE_S
+    while value(scrape(metrics_node.metrics), "ferrymq_remoting_connections") != 0:
+        assert time.monotonic() < deadline, "closed connections still gauged"
+        time.sleep(0.05)
+
+
+def _or_zero(read, samples, *labels) -> float:
+    try:
+        return read(samples, *labels)
+    except AssertionError:  # no such series yet
+        return 0.0
 
 
 def test_http_endpoint_answers_only_metrics(metrics_node):

@@ -1,15 +1,18 @@
 """The remoting port of a node with TLS (the gRPC port's certificate and client CA) and of
-a node with authentication on (every request refused: no ACL 1.0 yet)."""
+a node with authentication on: RocketMQ ACL 1.0 signatures, decided as on the gRPC port."""
 
 from __future__ import annotations
 
+import json
 import ssl
 
 import pytest
 
 from ferrymq.client import Admin, ClientSecurity
+from ferrymq.client.admin import AclRule
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
-from tests.support.auth import AUTH_TOML, ROOT
+from node.remoting.signature import sign_request
+from tests.support.auth import APP, AUTH_TOML, ROOT
 from tests.support.nodes import start_node
 from tests.support.remoting_client import RemotingClient, json_of, send_v2
 from tests.support.tls_certs import make_pki
@@ -55,21 +58,121 @@ def test_the_remoting_port_speaks_tls_with_the_nodes_certificate_and_client_ca(t
         node.sigterm()
 
 
-def test_with_authentication_on_every_remoting_request_is_refused(tmp_path):
-    node = start_node(str(tmp_path / "auth"), AUTH_TOML)
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    """A node with auth on; ``app`` may publish to and subscribe to ``orders`` with the
+    group ``readers``, nothing on ``payments`` or with ``others``."""
+    node = start_node(str(tmp_path_factory.mktemp("acl") / "node"), AUTH_TOML)
     try:
         with Admin(node.address, security=ROOT) as admin:
-            admin.create_topic("guarded", 1)
-        with RemotingClient(node.remoting) as client:
-            for code, fields in [
-                (RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "guarded"}),
-                (RequestCode.GET_MAX_OFFSET, {"topic": "guarded", "queueId": "0"}),
-            ]:
-                answer = client.call(code, fields)
-                assert answer.code == ResponseCode.NO_PERMISSION and "ACL 1.0" in answer.remark
-            assert send_v2(client, "guarded", b"x").code == ResponseCode.NO_PERMISSION
-        with Admin(node.address, security=ROOT) as admin:
-            _, (queue,) = admin.describe_topic("guarded")
-            assert queue.max_offset == 0  # nothing was stored
+            admin.create_topic("orders", 1)
+            admin.create_topic("payments", 1)
+            admin.create_group("readers")
+            admin.create_group("others")
+            admin.create_user(APP.access_key, APP.secret_key)
+            for rule in (
+                AclRule("ALLOW", "PUBLISH", "TOPIC", "orders"),
+                AclRule("ALLOW", "SUBSCRIBE", "TOPIC", "orders"),
+                AclRule("ALLOW", "SUBSCRIBE", "GROUP", "readers"),
+            ):
+                admin.grant(APP.access_key, rule)
+        yield node
     finally:
         node.sigterm()
+
+
+def stored(node, topic: str) -> int:
+    with Admin(node.address, security=ROOT) as admin:
+        _, (queue,) = admin.describe_topic(topic)
+        return queue.max_offset
+
+
+def pull_fields(group: str, topic: str = "orders") -> dict[str, str]:
+    return {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": "0",
+        "queueOffset": "0",
+        "maxMsgNums": "32",
+        "sysFlag": "4",  # the subscription travels with the pull
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "0",
+        "subscription": "*",
+        "subVersion": "0",
+        "expressionType": "TAG",
+    }
+
+
+def test_acl_1_signed_requests_are_served_with_the_users_permissions(guarded):
+    before = stored(guarded, "orders")
+    with RemotingClient(guarded.remoting, security=APP) as client:
+        route = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"})
+        assert route.code == ResponseCode.SUCCESS
+        assert send_v2(client, "orders", b"signed").code == ResponseCode.SUCCESS
+        pulled = client.call(RequestCode.PULL_MESSAGE, pull_fields("readers"))
+        assert pulled.code == ResponseCode.SUCCESS and b"signed" in pulled.body
+        # The Java client signs _UNIQUE_KEY_QUERY, RocketMQ's broker leaves it out: both pass.
+        fields = {"topic": "orders", "queueId": "0", "_UNIQUE_KEY_QUERY": "true"}
+        assert client.call(RequestCode.GET_MAX_OFFSET, fields).code == ResponseCode.SUCCESS
+        without = sign_request(
+            {k: v for k, v in fields.items() if k != "_UNIQUE_KEY_QUERY"},
+            b"",
+            APP.access_key,
+            APP.secret_key,
+        )
+        client.security = None
+        with_field = {**without, "_UNIQUE_KEY_QUERY": "true"}
+        assert client.call(RequestCode.GET_MAX_OFFSET, with_field).code == ResponseCode.SUCCESS
+    with RemotingClient(guarded.remoting, security=ROOT) as client:  # the admin may all
+        listing = client.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        assert listing.code == ResponseCode.SUCCESS
+    assert stored(guarded, "orders") == before + 1
+
+
+def test_unsigned_badly_signed_unknown_and_unpermitted_requests_are_refused_and_change_nothing(
+    guarded,
+):
+    before = {topic: stored(guarded, topic) for topic in ("orders", "payments")}
+    wrong_secret = ClientSecurity(APP.access_key, "not-the-secret")
+    stranger = ClientSecurity("stranger", "stranger-secret-key")
+    refusals = [
+        (None, "carries no AccessKey and Signature"),
+        (wrong_secret, "the signature does not match"),
+        (stranger, "the signature does not match"),  # unknown keys are not told apart
+    ]
+    for security, remark in refusals:
+        with RemotingClient(guarded.remoting, security=security) as client:
+            for answer in (
+                send_v2(client, "orders", b"refused"),
+                client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"}),
+                client.call(RequestCode.PULL_MESSAGE, pull_fields("readers")),
+            ):
+                assert answer.code == ResponseCode.NO_PERMISSION, answer
+                assert remark in answer.remark and "UNAUTHENTICATED" in answer.remark
+    with RemotingClient(guarded.remoting, security=APP) as client:
+        answer = send_v2(client, "payments", b"refused")
+        assert answer.code == ResponseCode.NO_PERMISSION
+        assert answer.remark == "FORBIDDEN: user app has no publish permission on topic payments"
+        answer = client.call(RequestCode.PULL_MESSAGE, pull_fields("others"))
+        assert answer.remark == "FORBIDDEN: user app has no subscribe permission on group others"
+        answer = client.call(RequestCode.PULL_MESSAGE, pull_fields("readers", "payments"))
+        assert answer.remark == "FORBIDDEN: user app has no subscribe permission on topic payments"
+        heartbeat = {
+            "clientID": "c1",
+            "consumerDataSet": [{"groupName": "others", "subscriptionDataSet": []}],
+        }
+        answer = client.call(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+        assert answer.remark == "FORBIDDEN: user app has no subscribe permission on group others"
+        answer = client.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        assert answer.code == ResponseCode.NO_PERMISSION
+        assert answer.remark == (
+            "FORBIDDEN: user app: remoting:GET_ALL_TOPIC_LIST_FROM_NAMESERVER needs admin rights"
+        )
+        # A body changed after signing: the signature covers it.
+        fields = sign_request({"topic": "orders"}, b"", APP.access_key, APP.secret_key)
+        client.security = None
+        tampered = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, fields, body=b"extra")
+        assert "the signature does not match" in tampered.remark
+    with Admin(guarded.address, security=ROOT) as admin:
+        assert admin.group_members("others") == []  # the refused heartbeat joined nothing
+    assert {topic: stored(guarded, topic) for topic in before} == before

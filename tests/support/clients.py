@@ -47,6 +47,7 @@ INSTALL_TIMEOUT_S = 1500.0
 # 1.3, so that client logs nothing and a failing test could not show why.
 JAVA_GRPC_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client-java", "5.0.7")
 JAVA_REMOTING_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client", "4.9.8")
+JAVA_REMOTING_ACL = jvm.Artifact("org.apache.rocketmq", "rocketmq-acl", "4.9.8")  # AclClientRPCHook
 JAVA_TOOLS = jvm.Artifact("org.apache.rocketmq", "rocketmq-tools", "5.3.3")
 GSON = jvm.Artifact("com.google.code.gson", "gson", "2.10.1")
 
@@ -87,7 +88,10 @@ JAVA_FAMILIES = {
         "java-grpc", "Grpc5Driver", (JAVA_GRPC_CLIENT, GSON), ("common", "grpc5")
     ),
     "java-remoting": JavaFamily(
-        "java-remoting", "Remoting4Driver", (JAVA_REMOTING_CLIENT, GSON), ("common", "remoting4")
+        "java-remoting",
+        "Remoting4Driver",
+        (JAVA_REMOTING_CLIENT, JAVA_REMOTING_ACL, GSON),
+        ("common", "remoting4"),
     ),
     # mqadmin's commands, several in one JVM (rocketmq-tools' MQAdminStartup.main0).
     "mqadmin": JavaFamily("mqadmin", "MqadminDriver", (JAVA_TOOLS, GSON), ("common", "mqadmin")),

@@ -9,6 +9,7 @@ import socket
 import ssl
 import time
 
+from ferrymq.client import ClientSecurity
 from ferrymq.codec.commitlog_record import decode as decode_record
 from ferrymq.codec.remoting import (
     SERIALIZE_JSON,
@@ -18,12 +19,20 @@ from ferrymq.codec.remoting import (
     encode,
 )
 from ferrymq.codec.remoting_codes import RequestCode
+from node.remoting.signature import sign_request
 
 
 class RemotingClient:
     def __init__(
-        self, address: str, timeout_s: float = 10.0, ssl_context: ssl.SSLContext | None = None
+        self,
+        address: str,
+        timeout_s: float = 10.0,
+        ssl_context: ssl.SSLContext | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
+        """With ``security``, every request is signed as a 4.x client's AclClientRPCHook
+        signs it (RocketMQ ACL 1.0)."""
+        self.security = security
         host, _, port = address.rpartition(":")
         self.socket = socket.create_connection((host, int(port)), timeout=timeout_s)
         self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -57,6 +66,10 @@ class RemotingClient:
         opaque: int | None = None,
     ) -> int:
         opaque = next(self.opaques) if opaque is None else opaque
+        if self.security is not None:
+            fields = sign_request(
+                dict(fields or {}), body, self.security.access_key, self.security.secret_key
+            )
         command = RemotingCommand(
             code, opaque, flag, None, dict(fields or {}), body, "JAVA", 407, serialize_type
         )

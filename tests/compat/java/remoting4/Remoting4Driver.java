@@ -11,6 +11,8 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.QueryResult;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
@@ -19,6 +21,7 @@ import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.MessageQueueSelector;
@@ -34,13 +37,17 @@ import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
+import org.apache.rocketmq.remoting.RPCHook;
 
 /**
  * Drives the official Java 4.x remoting client (rocketmq-client 4.9.x) through the steps of
  * a JSON spec and prints what happened as JSON lines, the last {"event": "done"}.
  *
  * <pre>
- * {"namesrv": "host:port", "steps": [
+ * {"namesrv": "host:port",
+ *  "acl": {"access_key", "secret_key"} (every client signs with AclClientRPCHook),
+ *  "system_properties": {name: value} (set first: e.g. "tls.enable": "true"),
+ *  "steps": [
  *   {"do": "produce", "group", "batch": bool, "messages": [{"topic", "body", "tags",
  *        "keys": [..], "properties": {..}, "mode": "sync|async|oneway",
  *        "delay_level": n, "order_key": "k" (MessageQueueSelector by the key's hash)}],
@@ -61,15 +68,30 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  */
 public final class Remoting4Driver {
     private final String namesrv;
+    private final RPCHook rpcHook;
     private int instances;
 
-    private Remoting4Driver(String namesrv) {
+    private Remoting4Driver(String namesrv, RPCHook rpcHook) {
         this.namesrv = namesrv;
+        this.rpcHook = rpcHook;
+    }
+
+    private static RPCHook aclHook(JsonObject spec) {
+        if (!spec.has("acl")) {
+            return null;
+        }
+        JsonObject acl = spec.getAsJsonObject("acl");
+        return new AclClientRPCHook(
+            new SessionCredentials(Out.str(acl, "access_key", ""), Out.str(acl, "secret_key", "")));
     }
 
     public static void main(String[] args) {
         JsonObject spec = Out.readSpec(args);
-        Remoting4Driver driver = new Remoting4Driver(Out.str(spec, "namesrv", ""));
+        // Before any client class reads them (TlsSystemConfig reads tls.* once, when loaded).
+        for (Map.Entry<String, String> p : Out.stringMap(spec, "system_properties").entrySet()) {
+            System.setProperty(p.getKey(), p.getValue());
+        }
+        Remoting4Driver driver = new Remoting4Driver(Out.str(spec, "namesrv", ""), aclHook(spec));
         Out.runSteps(Out.objects(spec, "steps"), 0, Map.of(
             "produce", driver::produce,
             "transaction", driver::transaction,
@@ -116,7 +138,7 @@ public final class Remoting4Driver {
         queues.get(Math.floorMod(key.hashCode(), queues.size()));
 
     private DefaultMQProducer producer(String group) throws Exception {
-        DefaultMQProducer producer = new DefaultMQProducer(group);
+        DefaultMQProducer producer = new DefaultMQProducer(group, rpcHook);
         producer.setNamesrvAddr(namesrv);
         producer.setInstanceName(instance("producer"));
         producer.setSendMsgTimeout(15000);
@@ -206,7 +228,7 @@ public final class Remoting4Driver {
         LocalTransactionState answer = LocalTransactionState.valueOf(
             Out.str(step, "check_answer", "COMMIT_MESSAGE"));
         AtomicInteger checks = new AtomicInteger();
-        TransactionMQProducer producer = new TransactionMQProducer(Out.str(step, "group", "driver-tx"));
+        TransactionMQProducer producer = new TransactionMQProducer(Out.str(step, "group", "driver-tx"), rpcHook);
         producer.setNamesrvAddr(namesrv);
         producer.setInstanceName(instance("tx"));
         producer.setSendMsgTimeout(15000);
@@ -294,7 +316,8 @@ public final class Remoting4Driver {
                 String name = instance("push");
                 names.add(name);
                 succeeded.put(name, ConcurrentHashMap.newKeySet());
-                DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(Out.str(step, "group", ""));
+                DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(
+                    Out.str(step, "group", ""), rpcHook, new AllocateMessageQueueAveragely());
                 consumer.setNamesrvAddr(namesrv);
                 consumer.setInstanceName(name);
                 consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
@@ -378,7 +401,7 @@ public final class Remoting4Driver {
     private void litePull(JsonObject step) throws Exception {
         Set<String> expect = new HashSet<>(Out.strings(step, "expect"));
         String name = instance("lite");
-        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(Out.str(step, "group", ""));
+        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(Out.str(step, "group", ""), rpcHook);
         consumer.setNamesrvAddr(namesrv);
         consumer.setInstanceName(name);
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);

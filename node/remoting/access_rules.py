@@ -1,0 +1,186 @@
+"""Access control on the remoting port: each request's ACL 1.0 signature verified and its
+permissions decided by the gRPC port's ``AccessControl`` (``node/access.py``): the same
+users, secrets, entries and deny-wins decision, only the encodings differ.
+
+What each request code needs (``RULES``; a code not listed needs admin rights, as an
+unlisted gRPC method does):
+
+- routes (GET_ROUTEINFO_BY_TOPIC, GET_KV_CONFIG): a valid signature only, as QueryRoute;
+- a heartbeat or UNREGISTER_CLIENT naming consumer groups, GET_CONSUMER_LIST_BY_GROUP,
+  CONSUMER_SEND_MSG_BACK, LOCK/UNLOCK_BATCH_MQ: SUBSCRIBE on the group (and on the
+  locked queues' topics); a producer's heartbeat: a valid signature only;
+- sends: PUBLISH on the topic; a send to ``%RETRY%<group>`` (a consumer's fallback when
+  sending back fails) needs SUBSCRIBE on the group, as RocketMQ's broker asks;
+- pulls, consumer offsets and POP (pop, ack, change of invisibility): SUBSCRIBE on the
+  topic and the group; min/max offsets,
+  search by time and QUERY_MESSAGE: SUBSCRIBE on the topic.
+
+Every refusal is answered NO_PERMISSION (16) with the reason as the remark, before the
+handler runs, so a refused request changes nothing. RocketMQ's own broker raises its
+``AclException`` from an RPC hook; ferrymq answers 16 for every kind of refusal, the code
+RocketMQ uses for a missing permission, which the 4.x producers treat as "try another
+broker" and then raise with the remark.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+
+from ferrymq.codec.remoting import RemotingCommand
+from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from node.access import (
+    PUB,
+    SUB,
+    AccessControl,
+    Need,
+    NeedsAdmin,
+    Refusal,
+    admin_only,
+    authenticated_only,
+    consuming,
+    topic_need,
+)
+from node.remoting.dispatch import Handler
+from node.remoting.signature import ACCESS_KEY, SIGNATURE, contents_to_verify
+from routing.acl import ResourceKind
+
+RETRY_PREFIX = "%RETRY%"
+METHOD_PREFIX = "remoting:"  # refusals are logged as remoting:<code name>
+
+
+def _field(request: RemotingCommand, *names: str) -> str:
+    for name in names:
+        value = request.ext_fields.get(name)
+        if value:
+            return value
+    return ""
+
+
+def _group(name: str) -> Need:
+    if not name:
+        raise NeedsAdmin
+    return Need(SUB, ResourceKind.GROUP, name)
+
+
+def _send(request: RemotingCommand) -> list[Need]:
+    topic = _field(request, "topic", "b")
+    if topic.startswith(RETRY_PREFIX):
+        return [_group(topic[len(RETRY_PREFIX) :])]
+    return [topic_need(PUB, topic)]
+
+
+def _consume(request: RemotingCommand) -> list[Need]:
+    topic = _field(request, "topic")
+    if topic.startswith(RETRY_PREFIX):  # a consumer's own retry topic: its group decides
+        return [_group(topic[len(RETRY_PREFIX) :])]
+    return consuming(topic, _field(request, "consumerGroup"))
+
+
+def _topic_read(request: RemotingCommand) -> list[Need]:
+    return _consume_topic_only(_field(request, "topic"))
+
+
+def _consume_topic_only(topic: str) -> list[Need]:
+    if topic.startswith(RETRY_PREFIX):
+        return [_group(topic[len(RETRY_PREFIX) :])]
+    return consuming(topic, "")
+
+
+def _json_body(request: RemotingCommand) -> dict:
+    try:
+        data = json.loads(request.body)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _heartbeat(request: RemotingCommand) -> list[Need]:
+    """SUBSCRIBE on each consumer group the heartbeat joins. A body that cannot be read
+    names no group; the handler refuses it and registers nothing."""
+    consumers = _json_body(request).get("consumerDataSet")
+    if not isinstance(consumers, list):
+        return []
+    groups = {c.get("groupName") for c in consumers if isinstance(c, dict)}
+    return [_group(g) for g in sorted(g for g in groups if isinstance(g, str))]
+
+
+def _unregister(request: RemotingCommand) -> list[Need]:
+    group = _field(request, "consumerGroup")
+    return [_group(group)] if group else []
+
+
+def _locks(request: RemotingCommand) -> list[Need]:
+    data = _json_body(request)
+    needs = [_group(data.get("consumerGroup") or "")]
+    queues = data.get("mqSet")
+    for queue in queues if isinstance(queues, list) else ():
+        if isinstance(queue, dict) and isinstance(queue.get("topic"), str):
+            needs.extend(_consume_topic_only(queue["topic"]))
+    return needs
+
+
+Rule = Callable[[RemotingCommand], list[Need]]
+RULES: dict[int, Rule] = {
+    RequestCode.GET_ROUTEINFO_BY_TOPIC: authenticated_only,
+    RequestCode.GET_KV_CONFIG: authenticated_only,
+    RequestCode.HEART_BEAT: _heartbeat,
+    RequestCode.UNREGISTER_CLIENT: _unregister,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: lambda r: [_group(_field(r, "consumerGroup"))],
+    RequestCode.SEND_MESSAGE: _send,
+    RequestCode.SEND_MESSAGE_V2: _send,
+    RequestCode.SEND_BATCH_MESSAGE: _send,
+    RequestCode.PULL_MESSAGE: _consume,
+    RequestCode.QUERY_CONSUMER_OFFSET: _consume,
+    RequestCode.UPDATE_CONSUMER_OFFSET: _consume,
+    RequestCode.GET_MAX_OFFSET: _topic_read,
+    RequestCode.GET_MIN_OFFSET: _topic_read,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: _topic_read,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: _topic_read,
+    RequestCode.QUERY_MESSAGE: _topic_read,
+    RequestCode.CONSUMER_SEND_MSG_BACK: lambda r: [_group(_field(r, "group"))],
+    RequestCode.LOCK_BATCH_MQ: _locks,
+    RequestCode.UNLOCK_BATCH_MQ: _locks,
+    RequestCode.POP_MESSAGE: _consume,
+    RequestCode.ACK_MESSAGE: _consume,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _consume,
+}
+
+
+def _method(code: int) -> str:
+    try:
+        return METHOD_PREFIX + RequestCode(code).name
+    except ValueError:
+        return f"{METHOD_PREFIX}{code}"
+
+
+class RemotingAccess:
+    """Wraps each remoting handler, once, with the signature check and its code's rule."""
+
+    def __init__(self, access: AccessControl) -> None:
+        self.access = access
+
+    def wrap(self, code: int, handler: Handler) -> Handler:
+        rule = RULES.get(code, admin_only)
+        method = _method(code)
+        check = self.access.check_signed
+
+        async def guarded(request: RemotingCommand, connection) -> RemotingCommand | None:
+            fields = request.ext_fields
+            try:
+                check(
+                    method,
+                    fields.get(ACCESS_KEY, ""),
+                    fields.get(SIGNATURE, ""),
+                    contents_to_verify(request),
+                    rule,
+                    request,
+                )
+            except Refusal as refusal:
+                return request.reply(ResponseCode.NO_PERMISSION, refusal.message)
+            return await handler(request, connection)
+
+        return guarded
+
+    def wrap_all(self, handlers: Iterable[tuple[int, Handler]]) -> list[tuple[int, Handler]]:
+        return [(code, self.wrap(code, handler)) for code, handler in handlers]

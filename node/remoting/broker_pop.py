@@ -1,0 +1,244 @@
+"""POP on the remoting port: POP_MESSAGE, ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME,
+the codes RocketMQ 5's remoting client uses in POP mode, translated to
+``node/pop_service.py``: the same cursors, in-flight state, attempts, DLQ and answers as
+the gRPC doors, so a message popped through one protocol is acked through the other.
+
+How a delivery is named. The 5.x client builds its ``extraInfo`` from the answer's header,
+numbers only (``ckOffset popTime invisibleTime reviveQid retry brokerName queueId
+offset``), and rebuilds it from the answer to a change of invisibility. So the node
+answers ``popTime`` = the delivery's visible-at time minus ``invisibleTime`` and
+``reviveQid`` = 31 bits of the delivery id (``pop_service.delivery_tag``): an ack names
+its delivery by (queue, offset, visible-at, tag), and one that names none in flight is
+stale, as a stale receipt handle is on gRPC. Each returned record also carries
+``POP_CK`` = that ``extraInfo`` with the gRPC receipt handle as a ninth field (the 5.x
+client overwrites it with its own eight): an ack whose ``extraInfo`` has the ninth field,
+or is a receipt handle alone, is verified by the handle's MAC, exactly as on gRPC.
+
+Answers: no message within ``pollTime`` is PULL_NOT_FOUND (the client's
+POLLING_NOT_FOUND); refusals map through ``status_codes.py`` (a stale, forged or
+malformed handle: MESSAGE_ILLEGAL with the gRPC port's remark). ``queueId`` and
+``order`` of a pop are not read: a pop takes the whole topic, and a FIFO group is served
+in order, as on gRPC. BATCH_ACK_MESSAGE and the proxy's NOTIFICATION codes are not served.
+POP codes (>= 200000) travel in JSON headers only (the binary header's code is 16 bits).
+"""
+
+from __future__ import annotations
+
+from google.protobuf.duration_pb2 import Duration
+
+from ferrymq.codec.commitlog_record import StoredMessage, encode, record_size
+from ferrymq.codec.properties import encode_properties
+from ferrymq.codec.remoting import RemotingCommand
+from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from node.long_polling import poll_budget_s
+from node.pop_service import Delivery, PopFailed, PopService, delivery_tag
+from node.remoting.dispatch import Handler
+from node.remoting.status_codes import refusal, response_code
+from node.rpc_status import InvalidRequest
+from node.topics import TopicError, TopicTable
+
+PROPERTY_POP_CK = "POP_CK"
+EXPRESSION_TYPES = {"TAG": pb.TAG, "SQL92": pb.SQL}
+NUMERIC_FIELDS = 8  # RocketMQ's extraInfo
+
+
+def extra_info(pop_time: int, invisible_ms: int, tag: int, broker: str, queue: int, offset: int):
+    return f"{offset} {pop_time} {invisible_ms} {tag} 0 {broker} {queue} {offset}"
+
+
+def with_pop_ck(stored: StoredMessage, pop_ck: str, attempt: int) -> bytes:
+    """The stored record as a POP answer carries it: ``POP_CK`` added, the reconsume
+    count set to the attempts before this one."""
+    properties = encode_properties({**stored.properties, PROPERTY_POP_CK: pop_ck})
+    topic = stored.topic.encode()
+    return encode(
+        size=record_size(len(stored.body), len(topic), len(properties)),
+        body=stored.body,
+        topic=topic,
+        properties=properties,
+        queue_id=stored.queue_id,
+        flag=stored.flag,
+        queue_offset=stored.queue_offset,
+        physical_offset=stored.physical_offset,
+        sys_flag=stored.sys_flag,
+        born_timestamp_ms=stored.born_timestamp_ms,
+        born_host=stored.born_host,
+        store_timestamp_ms=stored.store_timestamp_ms,
+        store_host=stored.store_host,
+        reconsume_times=max(attempt - 1, 0),
+        prepared_transaction_offset=stored.prepared_transaction_offset,
+    )
+
+
+class PopHandlers:
+    def __init__(self, pop: PopService, topics: TopicTable, broker_name: str) -> None:
+        self.pop = pop
+        self.topics = topics
+        self.broker_name = broker_name
+
+    def handlers(self) -> list[tuple[int, Handler]]:
+        return [
+            (RequestCode.POP_MESSAGE, self.pop_message),
+            (RequestCode.ACK_MESSAGE, self.ack_message),
+            (RequestCode.CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time),
+        ]
+
+    # ---- POP_MESSAGE -----------------------------------------------------------------
+    async def pop_message(self, request: RemotingCommand, connection) -> RemotingCommand | None:
+        group, topic = request.text("consumerGroup"), request.text("topic")
+        batch = request.int32("maxMsgNums", 32)
+        invisible_ms = request.integer("invisibleTime")
+        poll_ms = request.integer("pollTime", 0)
+        expression_type = request.text("expType", "TAG") or "TAG"
+        try:
+            kind = EXPRESSION_TYPES.get(expression_type.upper())
+            if kind is None:
+                raise InvalidRequest(
+                    pb.ILLEGAL_FILTER_EXPRESSION,
+                    f"expType {expression_type!r} is neither TAG nor SQL92",
+                )
+            expression = pb.FilterExpression(type=kind, expression=request.text("exp", "*"))
+            deliveries = await self.pop.pop(
+                group,
+                topic,
+                expression,
+                max(batch, 1),
+                invisible_ms,
+                poll_budget_s(poll_ms / 1000, None),
+            )
+        except (InvalidRequest, TopicError) as error:
+            return request.reply(*refusal(error))
+        except PopFailed as failed:
+            return request.reply(response_code(failed.status.code), failed.status.message)
+        if not deliveries:
+            return request.reply(ResponseCode.PULL_NOT_FOUND, "no new message")
+        if connection.closed:  # the client left while the pop was written: give them back
+            await self.pop.hand_back(deliveries)
+            return None
+        return self._popped(request, group, topic, invisible_ms, deliveries)
+
+    def _popped(
+        self,
+        request: RemotingCommand,
+        group: str,
+        topic: str,
+        invisible_ms: int,
+        deliveries: list[Delivery],
+    ) -> RemotingCommand:
+        _, entry = self.pop.in_flight(group, topic, deliveries[0].handle)
+        pop_time = entry.visible_at_ms - invisible_ms
+        tag = delivery_tag(deliveries[0].decision.delivery)
+        records = []
+        for delivery in deliveries:
+            stored = delivery.stored
+            numbers = extra_info(
+                pop_time, invisible_ms, tag, self.broker_name, stored.queue_id, stored.queue_offset
+            )
+            records.append(with_pop_ck(stored, f"{numbers} {delivery.handle}", delivery.attempt))
+        header = {
+            "popTime": str(pop_time),
+            "invisibleTime": str(invisible_ms),
+            "reviveQid": str(tag),
+            "restNum": "0",
+        }
+        return request.reply(ResponseCode.SUCCESS, ext_fields=header, body=b"".join(records))
+
+    # ---- ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME -------------------------------------
+    def _handle(self, request: RemotingCommand, group: str, topic: str) -> str:
+        """The receipt handle an ``extraInfo`` names; InvalidRequest or TopicError."""
+        text = request.text("extraInfo")
+        fields = text.split(" ")
+        if len(fields) == 1:  # a gRPC receipt handle
+            return text
+        if len(fields) > NUMERIC_FIELDS:
+            return fields[NUMERIC_FIELDS]
+        if len(fields) < NUMERIC_FIELDS:
+            raise InvalidRequest(
+                pb.INVALID_RECEIPT_HANDLE,
+                f"extraInfo has {len(fields)} fields: RocketMQ's has {NUMERIC_FIELDS} "
+                "(ckOffset popTime invisibleTime reviveQid retry brokerName queueId offset)",
+            )
+        numbers = {}
+        for name, index in (
+            ("popTime", 1),
+            ("invisibleTime", 2),
+            ("reviveQid", 3),
+            ("queueId", 6),
+            ("offset", 7),
+        ):
+            value = fields[index]
+            if not (value.lstrip("-").isascii() and value.lstrip("-").isdigit()):
+                raise InvalidRequest(
+                    pb.INVALID_RECEIPT_HANDLE, f"extraInfo's {name} {value!r} is not an integer"
+                )
+            numbers[name] = int(value)
+        self.topics.topic(topic)  # an unknown topic says so, not "stale"
+        return self.pop.handle_of_current(
+            group,
+            topic,
+            numbers["queueId"],
+            numbers["offset"],
+            numbers["popTime"] + numbers["invisibleTime"],
+            numbers["reviveQid"],
+        )
+
+    async def ack_message(self, request: RemotingCommand, connection) -> RemotingCommand:
+        group, topic = request.text("consumerGroup"), request.text("topic")
+        try:
+            handle = self._handle(request, group, topic)
+        except (InvalidRequest, TopicError) as error:
+            return request.reply(*refusal(error))
+        answer = await self.pop.ack_message(
+            rpc.AckMessageRequest(
+                group=pb.Resource(name=group),
+                topic=pb.Resource(name=topic),
+                entries=[rpc.AckMessageEntry(receipt_handle=handle)],
+            ),
+            None,
+        )
+        if answer.status.code != pb.OK:
+            return request.reply(response_code(answer.status.code), answer.status.message)
+        return request.reply(ResponseCode.SUCCESS)
+
+    async def change_invisible_time(self, request: RemotingCommand, connection):
+        group, topic = request.text("consumerGroup"), request.text("topic")
+        invisible_ms = request.integer("invisibleTime")
+        try:
+            handle = self._handle(request, group, topic)
+        except (InvalidRequest, TopicError) as error:
+            return request.reply(*refusal(error))
+        duration = Duration()
+        duration.FromMilliseconds(max(min(invisible_ms, 2**62), -(2**62)))
+        answer = await self.pop.change_invisible_duration(
+            rpc.ChangeInvisibleDurationRequest(
+                group=pb.Resource(name=group),
+                topic=pb.Resource(name=topic),
+                receipt_handle=handle,
+                invisible_duration=duration,
+            ),
+            None,
+        )
+        if answer.status.code != pb.OK:
+            return request.reply(response_code(answer.status.code), answer.status.message)
+        try:
+            changed, entry = self.pop.in_flight(group, topic, answer.receipt_handle)
+        except (KeyError, ValueError):  # its last attempt: dead-lettered, nothing in flight
+            return request.reply(ResponseCode.SUCCESS, "moved to the dead-letter queue")
+        pop_time = entry.visible_at_ms - invisible_ms
+        header = {
+            "popTime": str(pop_time),
+            "invisibleTime": str(invisible_ms),
+            "reviveQid": str(delivery_tag(entry.delivery)),
+        }
+        numbers = extra_info(
+            pop_time,
+            invisible_ms,
+            delivery_tag(entry.delivery),
+            self.broker_name,
+            changed.queue_id,
+            changed.queue_offset,
+        )
+        header["extraInfo"] = f"{numbers} {answer.receipt_handle}"  # for clients of ours
+        return request.reply(ResponseCode.SUCCESS, ext_fields=header)

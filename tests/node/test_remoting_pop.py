@@ -1,0 +1,182 @@
+"""POP on the remoting port (RocketMQ 5's POP_MESSAGE, ACK_MESSAGE and
+CHANGE_MESSAGE_INVISIBLETIME) with raw frames: the pop service of the gRPC doors behind
+both protocols, so deliveries, acks, attempts and refusals are the same through either."""
+
+from __future__ import annotations
+
+import pytest
+
+from ferrymq.codec.commitlog_record import decode
+from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from tests.support.nodes import start_node
+from tests.support.remoting_client import RemotingClient, send_v2
+from tests.support.rpc import ack, create_group, create_topic, receive, stubs
+
+STALE = "the receipt handle is stale"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    started = start_node(str(tmp_path_factory.mktemp("pop") / "node"))
+    channel, messaging, admin = stubs(started.address)
+    for topic in ("popped", "crossed", "changed", "forged"):
+        create_topic(admin, topic, queues=2)
+        create_group(admin, f"{topic}-group")
+    yield started, messaging
+    channel.close()
+    started.sigterm()
+
+
+@pytest.fixture
+def client(node):
+    with RemotingClient(node[0].remoting) as connected:
+        yield connected
+
+
+def pop(client, topic: str, invisible_ms: int = 60_000, poll_ms: int = 0, **fields: str):
+    header = {
+        "consumerGroup": f"{topic}-group",
+        "topic": topic,
+        "queueId": "-1",
+        "maxMsgNums": "32",
+        "invisibleTime": str(invisible_ms),
+        "pollTime": str(poll_ms),
+        "bornTime": "0",
+        "initMode": "0",
+        "expType": "TAG",
+        "exp": "*",
+        "order": "false",
+        **fields,
+    }
+    return client.call(RequestCode.POP_MESSAGE, header)
+
+
+def popped(answer) -> list:
+    found, position = [], 0
+    while position < len(answer.body):
+        record = decode(answer.body, position)
+        found.append(record)
+        position += record.size
+    return found
+
+
+def extra_info_of_the_5x_client(answer, record, broker: str = "group-1") -> str:
+    """What RocketMQ 5's remoting client builds from a pop answer (no startOffsetInfo):
+    ``ckOffset popTime invisibleTime reviveQid retry brokerName queueId offset``."""
+    h = answer.ext_fields
+    return (
+        f"{record.queue_offset} {h['popTime']} {h['invisibleTime']} {h['reviveQid']} 0 "
+        f"{broker} {record.queue_id} {record.queue_offset}"
+    )
+
+
+def ack_remoting(client, topic: str, extra_info: str, queue_id: int = 0, offset: int = 0):
+    return client.call(
+        RequestCode.ACK_MESSAGE,
+        {
+            "consumerGroup": f"{topic}-group",
+            "topic": topic,
+            "queueId": str(queue_id),
+            "extraInfo": extra_info,
+            "offset": str(offset),
+        },
+    )
+
+
+def test_a_remoting_pop_is_acked_with_the_5x_clients_extra_info_once(client):
+    for i in range(3):
+        assert send_v2(client, "popped", b"p%d" % i, i % 2).code == ResponseCode.SUCCESS
+    answer = pop(client, "popped")
+    assert answer.code == ResponseCode.SUCCESS, answer
+    records = popped(answer)
+    assert sorted(r.body for r in records) == [b"p0", b"p1", b"p2"]
+    for record in records:
+        assert record.reconsume_times == 0
+        numbers = record.properties["POP_CK"].split(" ")
+        assert numbers[:8] == extra_info_of_the_5x_client(answer, record).split(" ")
+    assert pop(client, "popped").code == ResponseCode.PULL_NOT_FOUND  # all in flight
+    for record in records:
+        info = extra_info_of_the_5x_client(answer, record)
+        assert ack_remoting(client, "popped", info).code == ResponseCode.SUCCESS
+        again = ack_remoting(client, "popped", info)  # acked already: stale, as on gRPC
+        assert again.code == ResponseCode.MESSAGE_ILLEGAL and STALE in again.remark
+    assert pop(client, "popped", poll_ms=300).code == ResponseCode.PULL_NOT_FOUND
+
+
+def test_a_message_popped_through_one_protocol_is_acked_through_the_other(node, client):
+    _, messaging = node
+    assert send_v2(client, "crossed", b"grpc-popped").code == ResponseCode.SUCCESS
+    status, (message,), _ = receive(messaging, "crossed", group="crossed-group")
+    assert status.code == pb.OK
+    # The gRPC receipt handle as the extraInfo of a remoting ack.
+    answer = ack_remoting(client, "crossed", message.system_properties.receipt_handle)
+    assert answer.code == ResponseCode.SUCCESS, answer
+    assert send_v2(client, "crossed", b"remoting-popped").code == ResponseCode.SUCCESS
+    (record,) = popped(pop(client, "crossed"))
+    handle = record.properties["POP_CK"].split(" ")[8]
+    acked = ack(messaging, "crossed", [handle], group="crossed-group")
+    assert acked.status.code == pb.OK, acked.status
+    status, messages, _ = receive(messaging, "crossed", group="crossed-group")
+    assert status.code == pb.MESSAGE_NOT_FOUND and not messages
+
+
+def test_a_changed_invisible_time_names_a_new_delivery_and_redelivery_counts(client):
+    assert send_v2(client, "changed", b"later").code == ResponseCode.SUCCESS
+    answer = pop(client, "changed")
+    (record,) = popped(answer)
+    first = extra_info_of_the_5x_client(answer, record)
+    fields = {
+        "consumerGroup": "changed-group",
+        "topic": "changed",
+        "queueId": str(record.queue_id),
+        "extraInfo": first,
+        "offset": str(record.queue_offset),
+        "invisibleTime": "1000",
+    }
+    changed = client.call(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, fields)
+    assert changed.code == ResponseCode.SUCCESS, changed
+    assert changed.ext_fields["invisibleTime"] == "1000"
+    stale = ack_remoting(client, "changed", first)  # the old delivery is gone
+    assert stale.code == ResponseCode.MESSAGE_ILLEGAL and STALE in stale.remark
+    # Visible again within a second: the same message, its second attempt.
+    again = pop(client, "changed", poll_ms=5_000)
+    (redelivered,) = popped(again)
+    assert redelivered.body == b"later" and redelivered.reconsume_times == 1
+    info = extra_info_of_the_5x_client(again, redelivered)
+    assert ack_remoting(client, "changed", info).code == ResponseCode.SUCCESS
+
+
+@pytest.mark.parametrize(
+    ("mangle", "code", "remark"),
+    [
+        (lambda info: info.replace(info.split(" ")[3], "12345", 1), 13, STALE),
+        (lambda info: " ".join(info.split(" ")[:3]), 13, "extraInfo has 3 fields"),
+        (lambda info: info.replace(info.split(" ")[1], "soon", 1), 13, "popTime 'soon'"),
+        (lambda info: "1.0.0.0123456789abcdef.deadbeef", 13, "receipt handle"),
+    ],
+    ids=["wrong-tag", "too-few-fields", "non-numeric", "forged-handle"],
+)
+def test_forged_stale_and_malformed_extra_info_are_refused_and_ack_nothing(
+    client, mangle, code, remark
+):
+    assert send_v2(client, "forged", b"kept in flight").code == ResponseCode.SUCCESS
+    answer = pop(client, "forged")
+    (record,) = popped(answer)
+    info = extra_info_of_the_5x_client(answer, record)
+    refused = ack_remoting(client, "forged", mangle(info))
+    assert refused.code == code and remark in refused.remark, refused
+    assert ack_remoting(client, "forged", info).code == ResponseCode.SUCCESS  # still there
+
+
+def test_pop_refusals_get_rocketmqs_codes(client):
+    assert pop(client, "no-such-topic").code == ResponseCode.TOPIC_NOT_EXIST
+    answer = pop(client, "popped", invisible_ms=10)
+    assert answer.code == ResponseCode.MESSAGE_ILLEGAL and "invisible duration" in answer.remark
+    answer = pop(client, "popped", expType="XPATH")
+    assert answer.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "XPATH" in answer.remark
+    answer = pop(client, "popped", invisibleTime="soon")
+    assert answer.remark == "header field invisibleTime='soon' is not an integer"
+    info = "0 0 60000 1 0 group-1 0 0"
+    answer = ack_remoting(client, "no-such-topic", info)
+    assert answer.code == ResponseCode.TOPIC_NOT_EXIST
