@@ -14,6 +14,7 @@ from ferrymq.codec.remoting_codes import ResponseCode
 from ha.replicated_store import ReplicatedStore
 from node.admission import Admission
 from node.consumer_offsets import ConsumerOffsets
+from node.data_service import DataService
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
 from node.remoting.broker_clients import ClientHandlers
@@ -21,6 +22,7 @@ from node.remoting.broker_offsets import OffsetHandlers
 from node.remoting.broker_pull import PullHandlers
 from node.remoting.broker_send import SendHandlers
 from node.remoting.dispatch import Dispatch, Handler
+from node.remoting.ferry_data import FerryDataHandlers
 from node.remoting.name_server import NameServer
 from node.remoting.subscriptions import Subscriptions
 from node.topics import TopicTable
@@ -54,6 +56,7 @@ def build_dispatch(
         *PullHandlers(store, topics, offsets, waiters, subscriptions).handlers(),
         *OffsetHandlers(store, topics, offsets).handlers(),
         *ClientHandlers(topics, members, subscriptions).handlers(),
+        *FerryDataHandlers(DataService(store, topics, waiters, admission), routing).handlers(),
     ]
     dispatch = Dispatch()
     if authenticated:
