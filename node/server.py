@@ -179,6 +179,7 @@ class Node:
             waiters=waiters,
             members=members,
             authenticated=security.auth,
+            rpc_metrics=self.metrics.rpc,
         )
         self.raw_store.add_dispatch_listener(waiters.on_dispatch)
         self.metrics.offsets, self.metrics.pop_state = self.offsets, self.pop_state

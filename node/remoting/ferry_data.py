@@ -12,7 +12,8 @@ round trip on the uvloop listener instead of a gRPC call.
 
 Every answer is SUCCESS with the answer in the body; a refusal is the
 ``apache.rocketmq.v2.Code`` inside it, as on gRPC, so the SDK reports the same errors on
-both doors. A body that does not decode is answered SYSTEM_ERROR naming why.
+both doors. A body that does not decode is answered SYSTEM_ERROR naming why. Sends and
+deliveries count in the same metrics as the gRPC door's (``node/metrics_rpc.py``).
 
 Thread-safety: handlers run on the node's event loop.
 """
@@ -20,6 +21,7 @@ Thread-safety: handlers run on the node's event loop.
 from __future__ import annotations
 
 import json
+from time import perf_counter
 
 from google.protobuf.message import DecodeError
 
@@ -30,6 +32,7 @@ from ferrymq.protocol.ferrymq import data_pb2 as api
 from node.admission import accepted_types
 from node.convert import born_host_bytes
 from node.data_service import DataService
+from node.metrics_rpc import RpcMetrics
 from node.remoting.dispatch import Handler
 from node.rpc_status import topic_error_status
 from node.topics import TopicError
@@ -50,9 +53,12 @@ def ferry_route(state: RoutingState, topic: str) -> dict:
 
 
 class FerryDataHandlers:
-    def __init__(self, data: DataService, routing: RoutingReplica) -> None:
+    def __init__(
+        self, data: DataService, routing: RoutingReplica, metrics: RpcMetrics | None = None
+    ) -> None:
         self.data = data
         self.routing = routing
+        self.metrics = metrics  # sends and deliveries counted as on the gRPC door
 
     def handlers(self) -> list[tuple[int, Handler]]:
         return [
@@ -76,7 +82,10 @@ class FerryDataHandlers:
             produce = api.ProduceRequest.FromString(request.body)
         except DecodeError as error:
             return request.reply(ResponseCode.SYSTEM_ERROR, f"not a ProduceRequest: {error}")
+        start = perf_counter()
         answer = await self.data.produce(produce, born_host_bytes(connection.peer_address))
+        if self.metrics is not None:
+            self.metrics.produced(produce, answer, perf_counter() - start)
         return request.reply(ResponseCode.SUCCESS, body=answer.SerializeToString())
 
     async def fetch(self, request: RemotingCommand, connection) -> RemotingCommand:
@@ -85,4 +94,6 @@ class FerryDataHandlers:
         except DecodeError as error:
             return request.reply(ResponseCode.SYSTEM_ERROR, f"not a FetchRequest: {error}")
         answer = await self.data.Fetch(fetch, None)
+        if self.metrics is not None and answer.code == pb.OK:
+            self.metrics.delivered(fetch.topic, fetch.group, answer.count, len(answer.records))
         return request.reply(ResponseCode.SUCCESS, body=answer.SerializeToString())

@@ -17,6 +17,7 @@ from node.consumer_offsets import ConsumerOffsets
 from node.data_service import DataService
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
+from node.metrics_rpc import RpcMetrics
 from node.remoting.broker_clients import ClientHandlers
 from node.remoting.broker_offsets import OffsetHandlers
 from node.remoting.broker_pull import PullHandlers
@@ -48,6 +49,7 @@ def build_dispatch(
     waiters: QueueWaiters,
     members: GroupMembers,
     authenticated: bool,
+    rpc_metrics: RpcMetrics | None = None,
 ) -> Dispatch:
     subscriptions = Subscriptions()
     handlers: list[tuple[int, Handler]] = [
@@ -56,7 +58,9 @@ def build_dispatch(
         *PullHandlers(store, topics, offsets, waiters, subscriptions).handlers(),
         *OffsetHandlers(store, topics, offsets).handlers(),
         *ClientHandlers(topics, members, subscriptions).handlers(),
-        *FerryDataHandlers(DataService(store, topics, waiters, admission), routing).handlers(),
+        *FerryDataHandlers(
+            DataService(store, topics, waiters, admission), routing, rpc_metrics
+        ).handlers(),
     ]
     dispatch = Dispatch()
     if authenticated:
