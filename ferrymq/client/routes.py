@@ -192,10 +192,9 @@ class Endpoints:
             try:
                 if not self._learned:
                     self._learn_remoting_addresses(address)
-                channel = self.channel(address)
-                if channel is None:
+                answer = self._ask_route(address, topic)
+                if answer is None:
                     return self._grpc_route(topic, [address])
-                answer = channel.call(FerryRequestCode.FERRY_ROUTE, fields={"topic": topic})
             except FerryError as error:
                 if error.code != TRANSPORT:
                     raise
@@ -207,6 +206,24 @@ class Endpoints:
             return route
         assert last_error is not None
         raise last_error
+
+    def _ask_route(self, address: str, topic: str):
+        """FERRY_ROUTE at the node at gRPC ``address`` (None: it has no remoting port).
+        When its remoting port does not answer, ClusterStatus is asked again first: a
+        node restarted on its gRPC port may listen for remoting elsewhere now."""
+        channel = self.channel(address)
+        if channel is None:
+            return None
+        try:
+            return channel.call(FerryRequestCode.FERRY_ROUTE, fields={"topic": topic})
+        except FerryError as error:
+            if error.code != TRANSPORT:
+                raise
+            known = self.remoting_address(address)
+            self._learn_remoting_addresses(address)  # raises when gRPC is down too
+            if self.remoting_address(address) == known:
+                raise
+        return self._ask_route(address, topic)
 
     def _grpc_route(self, topic: str, candidates: list[str] | None = None) -> TopicRoute:
         request = rpc.QueryRouteRequest(topic=pb.Resource(name=topic))

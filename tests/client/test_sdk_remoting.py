@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 
 import pytest
 
 from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer
 from ferrymq.client.routes import Endpoints
 from ferrymq.client.security import ClientSecurity
+from tests.support.nodes import start_node
 
 TOO_LARGE = 4 * 1024 * 1024 + 1  # one byte over the node's default body limit
 
@@ -94,13 +97,51 @@ def test_a_client_with_credentials_or_tls_stays_on_grpc():
         Endpoints("127.0.0.1:1", 1.0, ClientSecurity(), transport="carrier-pigeon")
 
 
-def test_a_dead_remoting_port_is_a_retriable_transport_error(module_node, topic):
-    """The node's remoting port gone (the client was told a wrong one): each send fails as
-    a transport failure, retried and then raised, as a dead gRPC port is."""
+def test_a_wrong_remoting_address_is_a_transport_failure_then_corrected(module_node, topic):
+    """A remoting address that answers nothing (as after a node moved): the send fails as
+    a transport failure, retriable; the retry asks ClusterStatus again and succeeds."""
+    with Producer(module_node.address, max_attempts=1) as once:
+        once.send(Message(topic, b"warm"))
+        once.endpoints._remoting_addresses[module_node.address] = "127.0.0.1:1"
+        with pytest.raises(FerryError) as failed:
+            once.send(Message(topic, b"refused"))
+    assert failed.value.code_name == "UNAVAILABLE" and failed.value.retriable
     with Producer(module_node.address, max_attempts=2) as producer:
         producer.send(Message(topic, b"warm"))
-        endpoints = producer.endpoints
-        endpoints._remoting_addresses[module_node.address] = "127.0.0.1:1"
-        with pytest.raises(FerryError) as failed:
-            producer.send(Message(topic, b"lost"))
-    assert failed.value.code_name == "UNAVAILABLE" and failed.value.retriable
+        producer.endpoints._remoting_addresses[module_node.address] = "127.0.0.1:1"
+        assert producer.send(Message(topic, b"after")).queue_offset >= 0
+        assert producer.remoting_address(module_node.address) == module_node.remoting
+
+
+def test_a_node_restarted_with_another_remoting_port_is_found_again(tmp_path):
+    """SIGKILL and restart on the same gRPC port: the remoting port is a new one (0 picks
+    it); the producer's retries ask ClusterStatus again and send there; the consumer too."""
+    data_dir = str(tmp_path / "node")
+    node = start_node(data_dir)
+    try:
+        with Admin(node.address) as admin:
+            admin.create_topic("restarted", queue_count=1)
+            admin.create_group("restarted-readers")
+        with (
+            Producer(node.address, max_attempts=10) as producer,
+            PullConsumer(node.address, "restarted-readers", start="beginning") as consumer,
+        ):
+            first = producer.send(Message("restarted", b"before"))
+            consumer.assign("restarted", [0])
+            assert [m.body for m in consumer.poll(wait_s=1)] == [b"before"]
+            old_remoting = node.remoting
+            node.sigkill()
+            port = int(node.address.rsplit(":", 1)[1])
+            node = start_node(data_dir, port=port)
+            assert node.remoting != old_remoting
+            second = producer.send(Message("restarted", b"after"))
+            assert second.queue_offset == first.queue_offset + 1
+            assert producer.remoting_address(node.address) == node.remoting
+            got = []
+            deadline = time.monotonic() + 30
+            while not got and time.monotonic() < deadline:
+                with contextlib.suppress(FerryError):
+                    got = consumer.poll(wait_s=1)
+            assert [m.body for m in got] == [b"after"]
+    finally:
+        node.sigkill()
