@@ -434,6 +434,7 @@ def measure_end_to_end(plan: ClusterPlan, count: int, transport: str) -> tuple[f
     arrived: list[float] = []
     got = threading.Condition()
     stop = threading.Event()
+    ready = threading.Event()
     failures: list[BaseException] = []
 
     def consume() -> None:
@@ -442,6 +443,7 @@ def measure_end_to_end(plan: ClusterPlan, count: int, transport: str) -> tuple[f
                 access, E2E_GROUP, start="end", timeout_s=10, transport=transport
             ) as reader:
                 reader.assign(E2E_TOPIC, [0])
+                ready.set()  # its position is the queue's end: sends start after this
                 while not stop.is_set():
                     for message in reader.poll(wait_s=1.0):
                         age = (time.monotonic_ns() - STAMP.unpack_from(message.body)[0]) / 1e9
@@ -457,6 +459,8 @@ def measure_end_to_end(plan: ClusterPlan, count: int, transport: str) -> tuple[f
     consumer.start()
     warmup = 50
     try:
+        if not ready.wait(30):
+            raise RuntimeError(f"the end-to-end consumer did not start: {failures}")
         with Producer(access, transport=transport) as producer:
             for i in range(warmup + count):
                 body = STAMP.pack(time.monotonic_ns()) + BODY[STAMP.size :]
