@@ -12,6 +12,12 @@ of stdout):
 - ``sync_single_send_p50_us`` / ``_p99_us``: ``Producer.send`` of one 1 KiB message, one
   at a time, on the SYNC group (``async_single_send_*`` the same on the ASYNC group: the
   difference is what waiting for the slaves costs);
+- ``end_to_end_p50_us`` / ``_p99_us``: on the SYNC group, ``Producer.send`` of one
+  message, one at a time, to a one-queue topic a ``PullConsumer`` long-polls in another
+  thread: from just before the send to the message in the consumer's hands;
+- every SYNC figure above is the SDK on the remoting port (its default); the same
+  measured with ``transport="grpc"`` is beside it as ``grpc_sync_single_send_p50_us``,
+  ``grpc_sync_batch_send_msgs_per_s``, ``grpc_end_to_end_p50_us`` (and their p99s);
 - ``replication_lag_bytes_p99`` (and ``_max``): the master's
   ``rocketmq_broker_commitlog_diff{slave=...}``, scraped from its metrics port every
   ``LAG_SAMPLE_INTERVAL_S`` during the SYNC batch phase, one sample per slave and scrape
@@ -67,6 +73,7 @@ import platform
 import shutil
 import signal
 import statistics
+import struct
 import sys
 import tempfile
 import threading
@@ -82,7 +89,7 @@ from bench.official_failover import (
     tcp_peer_ports,
     unavailable_ms,
 )
-from ferrymq.client import Admin, FerryError, Message, Producer
+from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer
 from ferrymq.launcher.cluster import (
     ClusterPlan,
     NodePlan,
@@ -99,6 +106,9 @@ from ferrymq.launcher.polling import until
 
 BODY = bytes(range(256)) * 4  # 1 KiB
 TOPIC = "BenchTopic"
+E2E_TOPIC = "BenchEndToEnd"  # one queue: the consumer's long poll is on the queue written
+E2E_GROUP = "bench-e2e"
+STAMP = struct.Struct(">q")  # the body's first 8 bytes: monotonic_ns() at the send
 QUEUES = 8
 PER_REQUEST = 128
 IN_FLIGHT = 16
@@ -288,11 +298,11 @@ class LagSampler:
 
 
 # ---- phases ---------------------------------------------------------------------------
-async def batch_phase(access: str, seconds: float) -> tuple[int, float]:
+async def batch_phase(access: str, seconds: float, transport: str) -> tuple[int, float]:
     """``IN_FLIGHT`` workers sending batches until ``seconds`` have passed: (messages,
     seconds actually taken, to the last answer)."""
     sent = 0
-    producer = Producer(access, timeout_s=30)
+    producer = Producer(access, timeout_s=30, transport=transport)
     try:
         await producer.send_batch_async([Message(TOPIC, BODY)])  # route and channel up
         deadline = time.perf_counter() + seconds
@@ -312,11 +322,11 @@ async def batch_phase(access: str, seconds: float) -> tuple[int, float]:
         producer.close()
 
 
-def measure_batch(plan: ClusterPlan, seconds: float) -> dict:
+def measure_batch(plan: ClusterPlan, seconds: float, transport: str = "remoting") -> dict:
     access = ",".join(n.grpc for n in plan.nodes)
     master = master_of(plan)
     with LagSampler(master.metrics) as sampler, CpuMeter(plan, master) as cpu:
-        sent, took = asyncio.run(batch_phase(access, seconds))
+        sent, took = asyncio.run(batch_phase(access, seconds, transport))
     figures = {"msgs_per_s": round(sent / took), "messages": sent}
     # Where the cores went: CPU µs per message sent, by process (the slaves summed).
     for role in ("master", "slaves", "client", "others"):
@@ -331,10 +341,12 @@ def measure_batch(plan: ClusterPlan, seconds: float) -> dict:
     return figures
 
 
-def measure_single(plan: ClusterPlan, count: int) -> tuple[float, float]:
+def measure_single(
+    plan: ClusterPlan, count: int, transport: str = "remoting"
+) -> tuple[float, float]:
     access = ",".join(n.grpc for n in plan.nodes)
     took = []
-    with Producer(access) as producer:
+    with Producer(access, transport=transport) as producer:
         for _ in range(50):  # warm up
             producer.send(Message(TOPIC, BODY))
         for _ in range(count):
@@ -641,9 +653,61 @@ def official_failover_drills(
 
 
 # ---- the run --------------------------------------------------------------------------
+def measure_end_to_end(plan: ClusterPlan, count: int, transport: str) -> tuple[float, float]:
+    """Send one stamped message at a time; a long-polling consumer thread reports its age
+    on arrival. (p50, p99) in µs."""
+    access = ",".join(n.grpc for n in plan.nodes)
+    arrived: list[float] = []
+    got = threading.Condition()
+    stop = threading.Event()
+    ready = threading.Event()
+    failures: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            with PullConsumer(
+                access, E2E_GROUP, start="end", timeout_s=10, transport=transport
+            ) as reader:
+                reader.assign(E2E_TOPIC, [0])
+                ready.set()  # its position is the queue's end: sends start after this
+                while not stop.is_set():
+                    for message in reader.poll(wait_s=1.0):
+                        age = (time.monotonic_ns() - STAMP.unpack_from(message.body)[0]) / 1e9
+                        with got:
+                            arrived.append(age)
+                            got.notify()
+        except BaseException as error:
+            failures.append(error)
+            with got:
+                got.notify()
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    warmup = 50
+    try:
+        if not ready.wait(30):
+            raise RuntimeError(f"the end-to-end consumer did not start: {failures}")
+        with Producer(access, transport=transport) as producer:
+            for i in range(warmup + count):
+                body = STAMP.pack(time.monotonic_ns()) + BODY[STAMP.size :]
+                producer.send(Message(E2E_TOPIC, body))
+                with got:
+                    if not got.wait_for(lambda i=i: len(arrived) > i or failures, 10):
+                        raise RuntimeError("the end-to-end consumer timed out")
+                if failures:
+                    raise RuntimeError(f"end-to-end consumer: {failures[0]}")
+    finally:
+        stop.set()
+        consumer.join(10)
+    took = arrived[warmup:]
+    return statistics.median(took) * 1e6, percentile(took, 0.99) * 1e6
+
+
 def create_topic(plan: ClusterPlan) -> None:
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic(TOPIC, QUEUES)
+        admin.create_topic(E2E_TOPIC, 1)
+        admin.create_group(E2E_GROUP)
 
 
 def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | None) -> dict:
@@ -655,8 +719,14 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
         admin.create_group(OFFICIAL_GROUP)
     log(f"SYNC group up ({', '.join(n.grpc for n in plan.nodes)}); batch phase")
     batch = measure_batch(plan, scale.batch_s)
-    log("single sends")
+    log("batch phase on gRPC")
+    grpc_batch = measure_batch(plan, scale.batch_s, "grpc")
+    log("single sends, remoting then gRPC")
     p50, p99 = measure_single(plan, scale.singles)
+    grpc_p50, grpc_p99 = measure_single(plan, scale.singles, "grpc")
+    log("end to end, remoting then gRPC")
+    e2e_p50, e2e_p99 = measure_end_to_end(plan, scale.singles // 3, "remoting")
+    grpc_e2e_p50, grpc_e2e_p99 = measure_end_to_end(plan, scale.singles // 3, "grpc")
     log(f"{drills} failover drills")
     done = failover_drills(directory, drills, scale.drill_acks_after)
     unavailable = [d.unavailable_ms for d in done]
@@ -695,6 +765,13 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
         "sync_batch_messages": batch["messages"],
         "sync_single_send_p50_us": round(p50),
         "sync_single_send_p99_us": round(p99),
+        "end_to_end_p50_us": round(e2e_p50),
+        "end_to_end_p99_us": round(e2e_p99),
+        "grpc_sync_batch_send_msgs_per_s": grpc_batch["msgs_per_s"],
+        "grpc_sync_single_send_p50_us": round(grpc_p50),
+        "grpc_sync_single_send_p99_us": round(grpc_p99),
+        "grpc_end_to_end_p50_us": round(grpc_e2e_p50),
+        "grpc_end_to_end_p99_us": round(grpc_e2e_p99),
         "replication_lag_bytes_p99": batch["lag_p99"],
         "replication_lag_bytes_max": batch["lag_max"],
         "replication_lag_samples": batch["lag_samples"],
@@ -788,7 +865,10 @@ def main() -> None:
         f"sync batch {figures['sync_batch_send_msgs_per_s']:,} msgs/s, async batch "
         f"{figures['async_batch_send_msgs_per_s']:,} msgs/s, sync single p50 "
         f"{figures['sync_single_send_p50_us']} us / p99 "
-        f"{figures['sync_single_send_p99_us']} us, lag p99 "
+        f"{figures['sync_single_send_p99_us']} us (gRPC "
+        f"{figures['grpc_sync_single_send_p50_us']} us), end to end p50 "
+        f"{figures['end_to_end_p50_us']} us (gRPC {figures['grpc_end_to_end_p50_us']} us), "
+        f"lag p99 "
         f"{figures['replication_lag_bytes_p99']:,} B, failover p50 "
         f"{figures['failover_unavailable_ms_p50']} ms / p99 "
         f"{figures['failover_unavailable_ms_p99']} ms ({figures['failover_drills']} drills), "

@@ -19,6 +19,13 @@ The servers answer with a constant and store nothing (no validation, no CommitLo
   ``_p99_us``: one SEND_MESSAGE_V2 frame of 1 KiB at a time, from a blocking socket, to the
   node's remoting transport (``node/remoting/``) answering SUCCESS at once, on uvloop and
   on the default asyncio loop: the floor of a send over the remoting port.
+- ``noop_sdk_remoting_produce_p50_us`` / ``_p99_us``: the SDK's own remoting channel
+  (``ferrymq/client/remoting_channel.py``) sending one 1-record FERRY_PRODUCE at a time,
+  as ``Producer.send`` does on the remoting door, to that no-op transport on uvloop: the
+  floor of ``sync_single_send_p50_us`` (the SDK on remoting) before any node code.
+- ``node_remoting_noop_p50_us`` / ``_p99_us``: the same channel asking a real node (one
+  node process, on uvloop) a code it does not serve, answered REQUEST_CODE_NOT_SUPPORTED
+  by its dispatch: a node's remoting round trip with nothing done.
 - ``noop_produce_single_send_p50_us`` / ``_p99_us``: one 1-record Data.Produce at a time
   through a blocking channel, as ``Producer.send`` sends, answered at once (nothing stored,
   nothing replicated): the floor of ``sync_single_send_p50_us`` before replication.
@@ -150,9 +157,12 @@ from node.remoting.server import RemotingServer
 ANSWER = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0", "queueOffset": "0"}
 async def noop(request, connection):
     return request.reply(0, ext_fields=ANSWER)
+async def produced(request, connection):
+    return request.reply(0, body=b"")
 async def main():
     dispatch = Dispatch()
     dispatch.register(310, noop)
+    dispatch.register(30001, produced)
     server = RemotingServer(dispatch)
     port = await server.bind("127.0.0.1", 0)
     await server.serve()  # bind alone does not listen yet: the port is told once it does
@@ -267,6 +277,50 @@ def remoting_one_at_a_time(port: int, count: int) -> list[float]:
     return took
 
 
+def sdk_remoting_one_at_a_time(address: str, code: int, count: int) -> list[float]:
+    """The SDK's blocking channel: ``code`` with a 1-record ProduceRequest body, one at a
+    time; an answer other than SUCCESS counts like one (it is the round trip measured)."""
+    from ferrymq.client.errors import FerryError
+    from ferrymq.client.remoting_channel import RemotingChannel
+
+    requests = produce_requests(count + 200, 1, 0)
+    channel = RemotingChannel(address, 10.0)
+    took = []
+    try:
+        for index, request in enumerate(requests):
+            started = time.perf_counter()
+            try:
+                channel.call(code, request.SerializeToString())
+            except FerryError as error:
+                if error.code_name != "UNAVAILABLE" or "NOT_SUPPORTED" not in error.detail:
+                    raise
+            if index >= 200:  # after a warm-up
+                took.append(time.perf_counter() - started)
+    finally:
+        channel.close()
+    return took
+
+
+@contextlib.contextmanager
+def node_remoting_address():
+    """One node process (the real one, on uvloop) in a temporary directory: its remoting
+    address."""
+    import shutil
+    import tempfile
+
+    from ferrymq.launcher.node_process import start_node_process
+
+    directory = tempfile.mkdtemp(prefix="ferrymq-floor-")
+    node = start_node_process(os.path.join(directory, "node"))
+    try:
+        yield node.remoting
+    finally:
+        node.sigkill()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+UNSERVED_CODE = 30099  # in ferrymq's private range, served by nobody
+
 SCALES = {  # RPCs at 256 in flight, sends one at a time, seconds of batches
     "full": (40_000, 5_000, 10.0),
     "quick": (10_000, 1_500, 3.0),
@@ -301,6 +355,15 @@ def measure(scale: str) -> dict:
             p50, p99 = p50_p99_us(remoting_one_at_a_time(port, singles * 2))
             figures[f"noop_remoting_{loop}_p50_us"] = p50
             figures[f"noop_remoting_{loop}_p99_us"] = p99
+            if loop == "uvloop":
+                took = sdk_remoting_one_at_a_time(f"127.0.0.1:{port}", 30001, singles * 2)
+                p50, p99 = p50_p99_us(took)
+                figures["noop_sdk_remoting_produce_p50_us"] = p50
+                figures["noop_sdk_remoting_produce_p99_us"] = p99
+    with node_remoting_address() as address:
+        p50, p99 = p50_p99_us(sdk_remoting_one_at_a_time(address, UNSERVED_CODE, singles * 2))
+        figures["node_remoting_noop_p50_us"] = p50
+        figures["node_remoting_noop_p99_us"] = p99
     with (
         process(SLAVE) as first,
         process(SLAVE) as second,

@@ -270,6 +270,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     broker_group=m.broker_group,
                     role=(Role.MASTER if master == m.node_id else Role.SLAVE).value,
                     address=m.grpc_address,
+                    remoting_address=m.remoting_address,
                     max_offset=m.max_offset,
                     epoch=epoch,
                     alive=m.alive,

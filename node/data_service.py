@@ -139,6 +139,11 @@ class DataService(data_pb2_grpc.DataServicer):
         return fetched
 
     async def Produce(self, request, context):
+        return await self.produce(request, peer_host(context))
+
+    async def produce(self, request: api.ProduceRequest, born_host: bytes) -> api.ProduceResponse:
+        """Produce for either door: gRPC here, ferrymq's private remoting code
+        (``node/remoting/ferry_data.py``); ``born_host`` is the peer's address record."""
         count = request.count
         admission = self.admission
         try:
@@ -161,7 +166,6 @@ class DataService(data_pb2_grpc.DataServicer):
             refused = topic_error_status(error)
             return produce_refused(count, refused.code, refused.message)
         type_text = MESSAGE_TYPE_TEXT[message_type]
-        born_host = peer_host(context)
         body_limit = admission.body_limit
         prepare = self.store.prepare
         name = topic.name

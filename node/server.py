@@ -225,6 +225,7 @@ class Node:
             broker_name=config.group,
             access=RemotingAccess(self.access) if self.access is not None else None,
             delay_levels_ms=config.messages.delay_levels_ms,
+            rpc_metrics=self.metrics.rpc,
         )
         remoting = self.remoting
         self.metrics.remoting.watch(remoting.dispatch.codes, lambda: len(remoting.connections))

@@ -36,7 +36,9 @@ from ferrymq.client.connection import transport_error
 from ferrymq.client.errors import RETRIABLE_CODES, FerryError
 from ferrymq.client.messages import Message, SendReceipt
 from ferrymq.client.produce_records import RecordError, encode_record
+from ferrymq.client.remoting_channel import AsyncRemotingChannel, produce_answer
 from ferrymq.client.routes import ROUTE_STALE_CODES, QueueRef, TopicRoute
+from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
@@ -48,6 +50,8 @@ class LoopChannels(Protocol):
     def metadata(self) -> tuple[tuple[str, str], ...]: ...
 
     def stubs(self, address: str) -> tuple: ...
+
+    def channel(self, remoting_address: str | None) -> AsyncRemotingChannel | None: ...
 
 
 class Sender(Protocol):
@@ -64,6 +68,8 @@ class Sender(Protocol):
     def route(self, topic: str, refresh: bool = False) -> TopicRoute: ...
 
     def next_queue(self, route: TopicRoute, broker_group: str | None = None) -> QueueRef: ...
+
+    def remoting_address(self, address: str) -> str | None: ...
 
 
 BACKOFF_S = 0.05  # before attempt n + 1: BACKOFF_S * 2 ** (n - 1)
@@ -196,12 +202,20 @@ class Coalescer:
                     count=len(batch),
                     records=b"".join([s.record for s in batch]),
                 )
-                try:
-                    answer = await state.stubs(address)[1].Produce(
-                        request, timeout=producer.timeout_s, metadata=state.metadata
+                channel = state.channel(producer.remoting_address(address))
+                if channel is not None:
+                    answer = produce_answer(
+                        await channel.call(
+                            FerryRequestCode.FERRY_PRODUCE, request.SerializeToString()
+                        )
                     )
-                except grpc.RpcError as error:
-                    raise transport_error(error) from None
+                else:
+                    try:
+                        answer = await state.stubs(address)[1].Produce(
+                            request, timeout=producer.timeout_s, metadata=state.metadata
+                        )
+                    except grpc.RpcError as error:
+                        raise transport_error(error) from None
             except FerryError as failure:
                 if last or not (failure.retriable or failure.code in ROUTE_STALE_CODES):
                     for send in batch:

@@ -9,6 +9,10 @@ producer follows a failover.
 NORMAL and FIFO topics are written with ferrymq's ``Data.Produce`` (records encoded here,
 ``produce_records.py``); DELAY and TRANSACTION topics with the official SendMessage.
 
+NORMAL and FIFO sends travel on the remoting port (``FERRY_PRODUCE``, the same request
+and answer as ``Data.Produce``) when the client uses that door (``transport``, see
+``routes.py``); DELAY and TRANSACTION sends stay on gRPC.
+
 ``send_async`` coalesces (``coalescer.py``): sends made while earlier requests to the same
 broker group are in flight travel together in the next request, Kafka-producer style (no
 linger, at most ``max_in_flight`` requests and ``max_batch_messages`` per request). Each
@@ -40,9 +44,11 @@ from ferrymq.client.connection import (
 from ferrymq.client.errors import FerryError, check
 from ferrymq.client.messages import Message, SendReceipt
 from ferrymq.client.produce_records import RecordError, encode_record
+from ferrymq.client.remoting_channel import AsyncRemotingChannel, produce_answer
 from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints, QueueRef, TopicRoute
 from ferrymq.client.security import ClientSecurity, Signer
 from ferrymq.codec.headers import PINNED_QUEUE
+from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -73,12 +79,14 @@ class Producer:
         max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         security: ClientSecurity | None = None,
+        transport: str = "remoting",
     ) -> None:
-        """``address``: one node, or several separated by commas; ``security``:
-        credentials and TLS (default: from the environment)."""
+        """``address``: one node's gRPC address, or several separated by commas;
+        ``security``: credentials and TLS (default: from the environment); ``transport``:
+        "remoting" or "grpc" (``routes.py``)."""
         if max_in_flight < 1 or max_batch_messages < 1 or max_batch_bytes < 1:
             raise ValueError("max_in_flight, max_batch_messages, max_batch_bytes must be >= 1")
-        self.endpoints = Endpoints(address, timeout_s, security)
+        self.endpoints = Endpoints(address, timeout_s, security, transport)
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.max_in_flight = max_in_flight
@@ -107,6 +115,10 @@ class Producer:
         if not route.queues:
             raise FerryError(pb.TOPIC_NOT_FOUND, "TOPIC_NOT_FOUND", f"{topic} has no queues")
         return route
+
+    def remoting_address(self, address: str) -> str | None:
+        """Where the node at gRPC ``address`` takes sends (None: on gRPC)."""
+        return self.endpoints.remoting_address(address)
 
     def next_queue(self, route: TopicRoute, broker_group: str | None = None) -> QueueRef:
         """Round-robin over the topic's queues (of one broker group, when named), one step
@@ -205,7 +217,12 @@ class Producer:
             try:
                 address, request = requests(stale)
                 connection = self.endpoints.connection(address)
-                if isinstance(request, data.ProduceRequest):
+                channel = self.endpoints.channel(address)
+                if isinstance(request, data.ProduceRequest) and channel is not None:
+                    answer = produce_answer(
+                        channel.call(FerryRequestCode.FERRY_PRODUCE, request.SerializeToString())
+                    )
+                elif isinstance(request, data.ProduceRequest):
                     answer = connection.call(connection.data.Produce, request)
                 else:
                     answer = connection.call(connection.messaging.SendMessage, request)
@@ -223,7 +240,7 @@ class Producer:
         state = self._loops.get(loop)
         if state is None:
             state = self._loops[loop] = _LoopState(
-                self.endpoints.client_id, self.endpoints.security
+                self.endpoints.client_id, self.endpoints.security, self.timeout_s
             )
         return state
 
@@ -254,9 +271,16 @@ class Producer:
         for attempt in range(1, self.max_attempts + 1):
             try:
                 address, request = requests(stale)
+                channel = state.channel(self.remoting_address(address))
                 messaging, data_stub = state.stubs(address)
                 try:
-                    if isinstance(request, data.ProduceRequest):
+                    if isinstance(request, data.ProduceRequest) and channel is not None:
+                        answer = produce_answer(
+                            await channel.call(
+                                FerryRequestCode.FERRY_PRODUCE, request.SerializeToString()
+                            )
+                        )
+                    elif isinstance(request, data.ProduceRequest):
                         answer = await data_stub.Produce(
                             request, timeout=self.timeout_s, metadata=state.metadata
                         )
@@ -288,17 +312,30 @@ class _LoopState:
     """What a Producer keeps per event loop (grpc.aio channels belong to one loop): one
     channel per master address, and the coalescers."""
 
-    def __init__(self, client_id: str, security: ClientSecurity) -> None:
+    def __init__(self, client_id: str, security: ClientSecurity, timeout_s: float) -> None:
         self.security = security
         fixed = (("x-mq-client-id", client_id), ("x-mq-language", "PYTHON"), PINNED_QUEUE)
         self.signer = Signer(security, fixed)
         self._stubs: dict[str, tuple] = {}
+        self._channels: dict[str, AsyncRemotingChannel] = {}
+        self.timeout_s = timeout_s
         self.coalescers: dict[tuple[str, str], Coalescer] = {}
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
         """The headers of a call made now (signed, with credentials)."""
         return self.signer.metadata()
+
+    def channel(self, remoting_address: str | None) -> AsyncRemotingChannel | None:
+        """This loop's channel to a remoting address (None: the node is reached on gRPC)."""
+        if remoting_address is None:
+            return None
+        found = self._channels.get(remoting_address)
+        if found is None:
+            found = self._channels[remoting_address] = AsyncRemotingChannel(
+                remoting_address, self.timeout_s
+            )
+        return found
 
     def stubs(self, address: str) -> tuple:
         found = self._stubs.get(address)

@@ -1,6 +1,7 @@
 """Offset-based consumption: explicit queues, or a consumer group whose members share a
 topic's queues and rebalance when members come and go. Reads use the Data service's Fetch
-(hundreds of stored records per response, decoded here), not one gRPC message per message.
+(hundreds of stored records per response, decoded here), on the remoting port
+(``FERRY_FETCH``) unless the client uses gRPC (``routes.py``), not one gRPC message per message.
 
 Queues are ``QueueRef(broker_group, queue_id)``: each broker group numbers its queues, and
 every request for a queue goes to its group's master (``routes``).
@@ -21,8 +22,10 @@ from ferrymq.client.connection import DEFAULT_ADDRESS, Connection
 from ferrymq.client.errors import FerryError, check, check_admin
 from ferrymq.client.messages import ReceivedMessage, decode_records
 from ferrymq.client.rebalance import allocate
+from ferrymq.client.remoting_channel import fetch_answer
 from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints, QueueRef
 from ferrymq.client.security import ClientSecurity
+from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
@@ -43,10 +46,13 @@ class PullConsumer:
         tags: str = "*",
         timeout_s: float = 10.0,
         security: ClientSecurity | None = None,
+        transport: str = "remoting",
     ) -> None:
+        """``transport``: "remoting" fetches on the nodes' remoting port, "grpc" on gRPC
+        (``routes.py``); offsets and membership are on gRPC either way."""
         if start not in START_POLICIES:
             raise ValueError(f"start must be one of {START_POLICIES}")
-        self.endpoints = Endpoints(address, timeout_s, security)
+        self.endpoints = Endpoints(address, timeout_s, security, transport)
         self.group = group
         self.start = start
         self.batch_size = batch_size
@@ -214,8 +220,17 @@ class PullConsumer:
             else [t.strip() for t in self.tags.split("||")],
             wait_ms=int(wait_s * 1000),
         )
-        master = self._master(queue)
-        answer = master.call(master.data.Fetch, request, timeout_s=wait_s + master.timeout_s)
+        address = self.endpoints.route(self.topic).masters[queue.broker_group]
+        channel = self.endpoints.channel(address)
+        timeout_s = wait_s + self.endpoints.timeout_s
+        if channel is not None:
+            raw = channel.call(
+                FerryRequestCode.FERRY_FETCH, request.SerializeToString(), None, timeout_s
+            )
+            answer = fetch_answer(raw)
+        else:
+            master = self.endpoints.connection(address)
+            answer = master.call(master.data.Fetch, request, timeout_s=timeout_s)
         if answer.code == pb.ILLEGAL_OFFSET:
             self._positions[queue] = answer.next_offset  # retention passed us: go on
             return []

@@ -8,20 +8,36 @@ go straight to that master. Routes are cached and refreshed when a request fails
 that means the route may be stale (a node down, a slave answering, a timeout). When the
 access point itself is down, the other nodes the client knows of answer QueryRoute.
 
+Two doors (``transport``): "remoting" (the default) asks routes of the NameServer role on
+the nodes' remoting port (``FERRY_ROUTE``) and sends and fetches there
+(``remoting_channel.py``); "grpc" does everything on the gRPC port. The remoting door is
+for plaintext, unauthenticated clients: with credentials or TLS the client uses gRPC
+(RocketMQ's ACL signatures and TLS on the remoting port are not served to the SDK yet).
+The client is given gRPC access points, as before; it learns every node's remoting
+address once, from the first access point that answers ClusterStatus, and each route
+names its masters' two addresses. A node that has no remoting address (an older node)
+is reached on gRPC. Admin calls, offsets and group membership stay on gRPC.
+
 Thread-safety: not thread-safe; one client object per thread (as the clients that use it).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from dataclasses import dataclass, field
 
 from ferrymq.client.connection import Connection, new_client_id
-from ferrymq.client.errors import TRANSPORT, FerryError, check
+from ferrymq.client.errors import MALFORMED_ANSWER, TRANSPORT, FerryError, check, check_admin
+from ferrymq.client.remoting_channel import RemotingChannel
 from ferrymq.client.security import ClientSecurity
+from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ferrymq.protocol.ferrymq import admin_pb2 as api
+
+TRANSPORTS = ("remoting", "grpc")
 
 # Failures after which the route is asked again before a retry.
 ROUTE_STALE_CODES = frozenset({TRANSPORT, pb.HA_NOT_AVAILABLE, pb.TOPIC_NOT_FOUND})
@@ -70,14 +86,44 @@ def route_of(topic: str, answer: rpc.QueryRouteResponse) -> TopicRoute:
     return TopicRoute(topic, message_type, tuple(sorted(queues)), masters)
 
 
+def ferry_route_of(topic: str, body: bytes) -> tuple[TopicRoute, dict[str, str]]:
+    """The route in a FERRY_ROUTE answer, and the gRPC → remoting addresses it names."""
+    try:
+        answer = json.loads(body)
+        if answer["code"] != pb.OK:
+            check(pb.Status(code=answer["code"], message=answer.get("message", "")))
+        masters: dict[str, str] = {}
+        remoting: dict[str, str] = {}
+        queues = []
+        for broker_group, count, grpc_address, remoting_address in answer["queues"]:
+            masters[broker_group] = grpc_address
+            if remoting_address:
+                remoting[grpc_address] = remoting_address
+            queues += [QueueRef(broker_group, queue_id) for queue_id in range(count)]
+        message_type = answer["messageType"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise FerryError(
+            MALFORMED_ANSWER, "MALFORMED_ANSWER", f"route of {topic}: {error}"
+        ) from None
+    return TopicRoute(topic, message_type, tuple(sorted(queues)), masters), remoting
+
+
 class Endpoints:
     """The connections of one client object: the access point and every master it was
     routed to. All share one client id, so that nodes see one member of a group."""
 
     def __init__(
-        self, access_points: str, timeout_s: float, security: ClientSecurity | None = None
+        self,
+        access_points: str,
+        timeout_s: float,
+        security: ClientSecurity | None = None,
+        transport: str = "remoting",
     ) -> None:
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}")
         self.security = security or ClientSecurity.from_environment()
+        plain = not self.security.tls and not self.security.access_key
+        self.uses_remoting = transport == "remoting" and plain
         self.access_points = [a.strip() for a in re.split(r"[,;]", access_points) if a.strip()]
         if not self.access_points:
             raise ValueError("no access point given")
@@ -86,6 +132,9 @@ class Endpoints:
         self.client_id = new_client_id()
         self._connections: dict[str, Connection] = {}
         self._routes: dict[str, TopicRoute] = {}
+        self._remoting_addresses: dict[str, str] = {}  # gRPC address -> remoting address
+        self._learned = False
+        self._channels: dict[str, RemotingChannel] = {}
 
     @property
     def access(self) -> Connection:
@@ -99,15 +148,90 @@ class Endpoints:
             )
         return found
 
+    def remoting_address(self, address: str) -> str | None:
+        """The remoting address of the node at gRPC ``address`` (None: use gRPC)."""
+        if not self.uses_remoting:
+            return None
+        return self._remoting_addresses.get(address)
+
+    def channel(self, address: str) -> RemotingChannel | None:
+        """The blocking remoting channel to the node at gRPC ``address``, if it has one."""
+        remoting = self.remoting_address(address)
+        if remoting is None:
+            return None
+        found = self._channels.get(remoting)
+        if found is None:
+            found = self._channels[remoting] = RemotingChannel(remoting, self.timeout_s)
+        return found
+
+    def _learn_remoting_addresses(self, address: str) -> None:
+        """Every node's remoting address, from ClusterStatus (once per client)."""
+        connection = self.connection(address)
+        answer = connection.call(connection.admin.ClusterStatus, api.ClusterStatusRequest())
+        check_admin(answer.status)
+        for node in answer.nodes:
+            if node.remoting_address:
+                self._remoting_addresses[node.address] = node.remoting_address
+        self._learned = True
+
     def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         cached = self._routes.get(topic)
         if cached is not None and not refresh:
             return cached
-        request = rpc.QueryRouteRequest(topic=pb.Resource(name=topic))
+        if self.uses_remoting:
+            return self._remoting_route(topic)
+        return self._grpc_route(topic)
+
+    def _remoting_route(self, topic: str) -> TopicRoute:
+        """FERRY_ROUTE from the first node that answers (access points first); a node
+        without a remoting address answers QueryRoute on gRPC."""
         last_error: FerryError | None = None
-        # The access points first, then any other node this client has reached.
         candidates = [*self.access_points]
         candidates += [a for a in self._connections if a not in candidates]
+        for address in candidates:
+            try:
+                if not self._learned:
+                    self._learn_remoting_addresses(address)
+                answer = self._ask_route(address, topic)
+                if answer is None:
+                    return self._grpc_route(topic, [address])
+            except FerryError as error:
+                if error.code != TRANSPORT:
+                    raise
+                last_error = error
+                continue
+            route, remoting = ferry_route_of(topic, answer.body)
+            self._remoting_addresses.update(remoting)
+            self._routes[topic] = route
+            return route
+        assert last_error is not None
+        raise last_error
+
+    def _ask_route(self, address: str, topic: str):
+        """FERRY_ROUTE at the node at gRPC ``address`` (None: it has no remoting port).
+        When its remoting port does not answer, ClusterStatus is asked again first: a
+        node restarted on its gRPC port may listen for remoting elsewhere now."""
+        channel = self.channel(address)
+        if channel is None:
+            return None
+        try:
+            return channel.call(FerryRequestCode.FERRY_ROUTE, fields={"topic": topic})
+        except FerryError as error:
+            if error.code != TRANSPORT:
+                raise
+            known = self.remoting_address(address)
+            self._learn_remoting_addresses(address)  # raises when gRPC is down too
+            if self.remoting_address(address) == known:
+                raise
+        return self._ask_route(address, topic)
+
+    def _grpc_route(self, topic: str, candidates: list[str] | None = None) -> TopicRoute:
+        request = rpc.QueryRouteRequest(topic=pb.Resource(name=topic))
+        last_error: FerryError | None = None
+        if candidates is None:
+            # The access points first, then any other node this client has reached.
+            candidates = [*self.access_points]
+            candidates += [a for a in self._connections if a not in candidates]
         for address in candidates:
             connection = self.connection(address)
             try:
@@ -134,3 +258,6 @@ class Endpoints:
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()

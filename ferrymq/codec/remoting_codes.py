@@ -4,6 +4,11 @@ The numbers are RocketMQ's, so that its clients understand them; the names are R
 too, so that its documentation and logs can be read against ours. Only the codes ferrymq
 serves, sends or answers are listed; an unknown request code is answered
 ``REQUEST_CODE_NOT_SUPPORTED`` by the node.
+
+ferrymq's private codes (``FerryRequestCode``) are 30000..30099: inside the binary
+header's 16-bit code, and far from every code RocketMQ defines (its 4.x codes stay below
+2000; its 5.x POP codes are 200000 and up). Only ferrymq's SDK sends them; bodies are
+ferrymq's own protobuf messages (``proto/ferrymq/data.proto``).
 """
 
 from __future__ import annotations
@@ -54,6 +59,18 @@ class RequestCode(enum.IntEnum):
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
     CHANGE_MESSAGE_INVISIBLETIME = 200053
+
+
+FERRY_PRIVATE_CODES = range(30000, 30100)
+
+
+class FerryRequestCode(enum.IntEnum):
+    """ferrymq's SDK data path (``node/remoting/ferry_data.py``), answered SUCCESS with the
+    answer message in the body; a refusal is the code inside that message."""
+
+    FERRY_ROUTE = 30000  # ext field topic; body: RouteResponse
+    FERRY_PRODUCE = 30001  # body: ProduceRequest; answer: ProduceResponse
+    FERRY_FETCH = 30002  # body: FetchRequest; answer: FetchResponse
 
 
 class ResponseCode(enum.IntEnum):

@@ -5,6 +5,11 @@ node answers it), and its retained range from ``DescribeTopic`` on that address.
 here is cached for long: a read that fails asks again (``locate``), so a query follows a
 broker group whose master moved once routing answers with the new one.
 
+Reads go to a node's remoting port (``FERRY_FETCH``, as the SDK's ``PullConsumer``) when
+the node has one and the process's client settings are plaintext and unauthenticated
+(``ferrymq/client/routes.py``); every other call is gRPC. The nodes' remoting addresses
+come from ClusterStatus, once per process (``remoting_address``).
+
 Connections are kept per process in ``_CONNECTIONS`` (Spark reuses Python workers, and
 objects holding channels cannot be pickled); readers and writers hold only plain data.
 """
@@ -27,6 +32,7 @@ BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 _CONNECTIONS: dict[str, Connection] = {}
 _CONNECTIONS_LOCK = threading.Lock()
+_REMOTING: dict[str, str] = {}  # gRPC address -> remoting address ("" for none)
 
 
 def connection(address: str) -> Connection:
@@ -36,6 +42,31 @@ def connection(address: str) -> Connection:
         if found is None:
             found = _CONNECTIONS[address] = Connection(address, timeout_s=10.0)
         return found
+
+
+def remoting_address(address: str) -> str | None:
+    """The remoting address of the node at gRPC ``address``, or None: use gRPC (TLS or
+    credentials configured, or a node without a remoting port)."""
+    conn = connection(address)
+    if conn.security.tls or conn.security.access_key:
+        return None
+    with _CONNECTIONS_LOCK:
+        known = _REMOTING.get(address)
+    if known is None:
+        answer = conn.call(conn.admin.ClusterStatus, api.ClusterStatusRequest())
+        check_admin(answer.status)
+        with _CONNECTIONS_LOCK:
+            for node in answer.nodes:
+                _REMOTING[node.address] = node.remoting_address
+            known = _REMOTING.setdefault(address, "")
+    return known or None
+
+
+def forget_remoting(address: str) -> None:
+    """Ask ClusterStatus again next time: the node at ``address`` failed on its remoting
+    port (it may have restarted on another one)."""
+    with _CONNECTIONS_LOCK:
+        _REMOTING.clear()  # the others' may have moved too, and asking is cheap
 
 
 class TopicNotFound(ValueError):

@@ -14,9 +14,11 @@ from node.admin_service import AdminService
 from node.admission import Admission
 from node.consumer_offsets import ConsumerOffsets
 from node.consumer_retry import ConsumerRetries
+from node.data_service import DataService
 from node.delay_levels import DEFAULT_LEVELS_MS
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
+from node.metrics_rpc import RpcMetrics
 from node.pop_service import PopService
 from node.queue_locks import QueueLocks
 from node.remoting.access_rules import RemotingAccess
@@ -32,6 +34,7 @@ from node.remoting.broker_send import SendHandlers
 from node.remoting.broker_transactions import TransactionHandlers
 from node.remoting.client_config import ClientConfigHandlers
 from node.remoting.dispatch import Dispatch, Handler
+from node.remoting.ferry_data import FerryDataHandlers
 from node.remoting.name_server import NameServer
 from node.remoting.subscriptions import Subscriptions
 from node.topics import TopicTable
@@ -54,6 +57,7 @@ def build_dispatch(
     broker_name: str,
     access: RemotingAccess | None,
     delay_levels_ms: tuple[int, ...] = DEFAULT_LEVELS_MS,
+    rpc_metrics: RpcMetrics | None = None,
 ) -> Dispatch:
     subscriptions = Subscriptions()
     retries = ConsumerRetries(topics, delay_levels_ms)
@@ -71,6 +75,9 @@ def build_dispatch(
         *ClientConfigHandlers().handlers(),
         *AdminCodeHandlers(admin).handlers(),
         *PopHandlers(pop, topics, broker_name).handlers(),
+        *FerryDataHandlers(
+            DataService(store, topics, waiters, admission), routing, rpc_metrics
+        ).handlers(),
     ]
     handlers = transaction_handlers.observing_heartbeats(handlers)
     dispatch = Dispatch()

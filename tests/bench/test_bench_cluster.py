@@ -19,6 +19,10 @@ KEYS = (
     "async_batch_send_msgs_per_s",
     "sync_single_send_p50_us",
     "sync_single_send_p99_us",
+    "end_to_end_p50_us",
+    "grpc_sync_single_send_p50_us",
+    "grpc_sync_batch_send_msgs_per_s",
+    "grpc_end_to_end_p50_us",
     "replication_lag_bytes_p99",
     "failover_unavailable_ms_p50",
     "failover_unavailable_ms_p99",
@@ -47,6 +51,10 @@ def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
     assert figures["sync_batch_send_msgs_per_s"] > 0
     assert figures["async_batch_send_msgs_per_s"] > 0
     assert 0 < figures["sync_single_send_p50_us"] <= figures["sync_single_send_p99_us"]
+    assert 0 < figures["end_to_end_p50_us"] <= figures["end_to_end_p99_us"]
+    assert 0 < figures["grpc_sync_single_send_p50_us"] <= figures["grpc_sync_single_send_p99_us"]
+    assert 0 < figures["grpc_end_to_end_p50_us"] <= figures["grpc_end_to_end_p99_us"]
+    assert figures["grpc_sync_batch_send_msgs_per_s"] > 0
     assert figures["replication_lag_bytes_p99"] >= 0
     assert figures["failover_drills"] == 1
     assert 0 < figures["failover_unavailable_ms_p50"] <= figures["failover_unavailable_ms_p99"]

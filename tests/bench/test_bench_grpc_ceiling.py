@@ -29,6 +29,8 @@ def test_smoke_run_prints_every_floor():
         "noop_replicated_single_send",
         "noop_remoting_uvloop",
         "noop_remoting_asyncio",
+        "noop_sdk_remoting_produce",
+        "node_remoting_noop",
     ):
         assert 0 < figures[f"{name}_p50_us"] <= figures[f"{name}_p99_us"]
     assert figures["noop_replicated_batch_msgs_per_s"] > 0

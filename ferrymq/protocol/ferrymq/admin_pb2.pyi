@@ -360,7 +360,7 @@ class QueryOffsetByTimeResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("id", "broker_group", "role", "address", "max_offset", "epoch", "alive", "last_heartbeat_ms", "damaged_log")
+    __slots__ = ("id", "broker_group", "role", "address", "max_offset", "epoch", "alive", "last_heartbeat_ms", "damaged_log", "remoting_address")
     ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -370,6 +370,7 @@ class NodeStatus(_message.Message):
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
     DAMAGED_LOG_FIELD_NUMBER: _ClassVar[int]
+    REMOTING_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     id: str
     broker_group: str
     role: str
@@ -379,7 +380,8 @@ class NodeStatus(_message.Message):
     alive: bool
     last_heartbeat_ms: int
     damaged_log: bool
-    def __init__(self, id: _Optional[str] = ..., broker_group: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., max_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., damaged_log: _Optional[bool] = ...) -> None: ...
+    remoting_address: str
+    def __init__(self, id: _Optional[str] = ..., broker_group: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., max_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., damaged_log: _Optional[bool] = ..., remoting_address: _Optional[str] = ...) -> None: ...
 
 class VoterStatus(_message.Message):
     __slots__ = ("address", "reachable", "leader")

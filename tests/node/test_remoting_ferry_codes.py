@@ -1,0 +1,110 @@
+"""ferrymq's private remoting codes (FERRY_ROUTE, FERRY_PRODUCE, FERRY_FETCH) on a real
+node: the Data service's answers in the body, bad bodies answered precisely, nothing
+stored by a refused request, and the NameServer role's route naming both addresses."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from ferrymq.client.messages import Message
+from ferrymq.client.produce_records import encode_record
+from ferrymq.codec.remoting import SERIALIZE_ROCKETMQ
+from ferrymq.codec.remoting_codes import FERRY_PRIVATE_CODES, FerryRequestCode, ResponseCode
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.ferrymq import admin_pb2 as api
+from ferrymq.protocol.ferrymq import data_pb2 as data
+from tests.support.nodes import start_node
+from tests.support.remoting_client import RemotingClient
+from tests.support.rpc import create_topic, stubs
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    started = start_node(str(tmp_path_factory.mktemp("ferry") / "node"))
+    channel, _, admin = stubs(started.address)
+    create_topic(admin, "F", queues=2)
+    assert admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name="g"))).status.code == 0
+    yield started, admin
+    channel.close()
+    started.sigterm()
+
+
+@pytest.fixture
+def client(node):
+    with RemotingClient(node[0].remoting) as connected:
+        yield connected
+
+
+def call(client, code: int, body: bytes = b"", fields: dict | None = None):
+    return client.call(code, fields, body, serialize_type=SERIALIZE_ROCKETMQ)
+
+
+def records(*bodies: bytes) -> bytes:
+    born = int(time.time() * 1000)
+    return b"".join(encode_record(Message("F", b), pb.NORMAL, born) for b in bodies)
+
+
+def fetch(client, offset: int = 0) -> data.FetchResponse:
+    request = data.FetchRequest(group="g", topic="F", queue_id=1, offset=offset)
+    answer = call(client, FerryRequestCode.FERRY_FETCH, request.SerializeToString())
+    assert answer.code == ResponseCode.SUCCESS
+    return data.FetchResponse.FromString(answer.body)
+
+
+def test_the_private_codes_are_in_their_range():
+    assert all(code in FERRY_PRIVATE_CODES for code in FerryRequestCode)
+
+
+def test_route_names_the_type_queues_and_both_addresses(node, client):
+    started, _ = node
+    answer = json.loads(call(client, FerryRequestCode.FERRY_ROUTE, fields={"topic": "F"}).body)
+    assert answer["code"] == pb.OK and answer["messageType"] == pb.NORMAL
+    [(_group, count, grpc_address, remoting_address)] = answer["queues"]
+    assert (count, grpc_address, remoting_address) == (2, started.address, started.remoting)
+    missing = json.loads(call(client, FerryRequestCode.FERRY_ROUTE, fields={"topic": "nope"}).body)
+    assert missing["code"] == pb.TOPIC_NOT_FOUND and "nope" in missing["message"]
+
+
+def test_route_without_a_topic_field_is_refused_by_name(client):
+    answer = call(client, FerryRequestCode.FERRY_ROUTE)
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "topic" in answer.remark
+
+
+def test_produce_then_fetch_round_trip(client):
+    request = data.ProduceRequest(
+        topic="F", queue_id=1, atomic=True, count=2, records=records(b"x", b"y")
+    )
+    answer = call(client, FerryRequestCode.FERRY_PRODUCE, request.SerializeToString())
+    produced = data.ProduceResponse.FromString(answer.body)
+    assert produced.code == pb.OK and len(produced.offsets) == 2
+    fetched = fetch(client)
+    assert fetched.code == pb.OK and fetched.count >= 2
+
+
+def test_a_body_that_is_not_a_request_is_refused_and_stores_nothing(client):
+    before = fetch(client).next_offset
+    for code in (FerryRequestCode.FERRY_PRODUCE, FerryRequestCode.FERRY_FETCH):
+        answer = call(client, code, b"\xff\xff\xff")
+        assert answer.code == ResponseCode.SYSTEM_ERROR
+        assert answer.remark.startswith("not a ")
+    assert fetch(client).next_offset == before
+
+
+@pytest.mark.parametrize("atomic", [True, False])
+def test_records_short_of_the_count_get_the_data_services_answers(client, atomic):
+    """Three announced, two sent: the third is refused by index; an atomic request stores
+    nothing, another stores the two whole records (as Data.Produce answers)."""
+    before = fetch(client).next_offset
+    request = data.ProduceRequest(
+        topic="F", queue_id=1, atomic=atomic, count=3, records=records(b"a", b"b")
+    )
+    answer = call(client, FerryRequestCode.FERRY_PRODUCE, request.SerializeToString())
+    produced = data.ProduceResponse.FromString(answer.body)
+    assert produced.code == pb.BAD_REQUEST
+    assert produced.failures[-1].index == 2
+    expected = [-1, -1, -1] if atomic else [before, before + 1, -1]
+    assert list(produced.offsets) == expected
+    assert fetch(client).next_offset == before + (0 if atomic else 2)

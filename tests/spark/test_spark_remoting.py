@@ -1,0 +1,41 @@
+"""The Spark source's reads on a node's remoting port (FERRY_FETCH), without a Spark
+session: one queue range read on an executor is ``reading.read_range``."""
+
+from __future__ import annotations
+
+from ferrymq.client import Admin, Message, Producer
+from ferrymq.client.routes import QueueRef
+from ferrymq.spark import reading, topology
+
+
+def test_a_range_is_read_over_the_remoting_port(address, module_node):
+    with Admin(address) as admin:
+        admin.create_topic("spark-remoting", queue_count=1)
+        admin.create_group("spark-remoting-reader")
+    with Producer(address) as producer:
+        route = producer.route("spark-remoting")
+        receipts = producer.send_batch([Message("spark-remoting", b"r%d" % i) for i in range(5)])
+    assert topology.remoting_address(address) == module_node.remoting
+    [broker_group] = route.broker_groups
+    part = reading.QueueRange(
+        endpoints=(address,),
+        group="spark-remoting-reader",
+        topic="spark-remoting",
+        queue_id=0,
+        start=receipts[0].queue_offset,
+        end=receipts[-1].queue_offset + 1,
+        address=address,
+        broker_group=broker_group,
+        fail_on_data_loss=True,
+        retry_timeout_ms=5000,
+        fetch_messages=2,
+    )
+    fetcher = reading._Fetcher(part, address)
+    try:
+        assert fetcher.channel is not None and fetcher.channel.address == module_node.remoting
+    finally:
+        fetcher.close()
+    batches = list(reading.read_range(part))
+    bodies = [body for batch in batches for body in batch.column("body").to_pylist()]
+    assert bodies == [b"r%d" % i for i in range(5)]
+    assert QueueRef(broker_group, 0) in route.queues
