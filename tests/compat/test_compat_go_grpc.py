@@ -19,10 +19,10 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
 from tests.support import clients
-from tests.support.every_kind import EveryKind
+from tests.support.every_kind import EveryKind, simple_receive
 from tests.support.nodes import start_node
 from tests.support.push_retries import PushRetries
-from tests.support.rpc import create_group, create_topic, message
+from tests.support.rpc import create_group, create_topic, message, stubs
 from tests.support.tls_certs import make_pki
 
 # The first run fetches the client's modules and builds the driver.
@@ -164,3 +164,23 @@ def test_push_consumer_with_an_sql92_subscription_gets_only_what_it_selects(
     consumed = sorted(e["body"] for e in run.of("consumed"))
     assert consumed == ["r1", "r2", "r3"], run.explain()
     assert all(e["properties"] == {"color": "red"} for e in run.of("consumed"))
+
+
+def test_speaks_plaintext_when_its_environment_turns_tls_off(go, module_node, tmp_path):
+    """With ``rocketmq.client.enableSsl=false`` in its environment (v5.1.4) the client
+    speaks plaintext: it sends to and receives from a node without TLS."""
+    channel, _, admin = stubs(module_node.address)
+    create_topic(admin, "go-plain", queues=2)
+    create_group(admin, "go-plain-reader")
+    channel.close()
+    messages = [{"topic": "go-plain", "body": f"p{i}"} for i in range(3)]
+    steps = [
+        {"do": "produce", "messages": messages},
+        simple_receive("go-plain", "go-plain-reader", len(messages)),
+    ]
+    spec = {"endpoints": module_node.address, "steps": steps}
+    run = clients.run(
+        go, spec, tmp_path / "go-home", 120, env={"rocketmq.client.enableSsl": "false"}
+    )
+    assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
+    assert sorted(e["body"] for e in run.of("received")) == ["p0", "p1", "p2"], run.explain()
