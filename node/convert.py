@@ -9,9 +9,9 @@ must not collide with the system ones.
 from __future__ import annotations
 
 import functools
+import hashlib
 import ipaddress
 import re
-import zlib
 
 from google.protobuf import timestamp_pb2
 
@@ -128,18 +128,29 @@ def host_string(raw: bytes) -> str:
     return ".".join(str(b) for b in raw[:4]) + f":{int.from_bytes(raw[4:8], 'big')}"
 
 
+def body_digest(body: bytes) -> pb.Digest:
+    """MD5 in upper-case hex, as Apache RocketMQ's proxy sends: every official client
+    computes that one alike. Their CRC32s differ (Java and Go write no leading zeros,
+    Python pads to eight digits, Node.js writes decimal), and a push consumer discards a
+    message whose digest it cannot match, so a CRC32 lost messages for some client."""
+    return pb.Digest(
+        type=pb.MD5, checksum=hashlib.md5(body, usedforsecurity=False).hexdigest().upper()
+    )
+
+
 def to_wire_message(
     stored: StoredMessage,
     *,
     receipt_handle: str | None = None,
     delivery_attempt: int | None = None,
 ) -> pb.Message:
-    """The message as a consumer receives it; a CRC32 body digest lets clients verify it."""
+    """The message as a consumer receives it, with a body digest the official clients
+    verify (``body_digest``)."""
     properties = stored.properties
     body = plain_body(stored.body, stored.sys_flag)  # a 4.x producer's may be compressed
     system = pb.SystemProperties(
         message_id=properties.get(PROPERTY_UNIQ_KEY) or stored.offset_message_id,
-        body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body):08X}"),
+        body_digest=body_digest(body),
         body_encoding=pb.IDENTITY,
         message_type=int(properties.get(PROPERTY_MESSAGE_TYPE, pb.NORMAL)),
         born_timestamp=timestamp_of(stored.born_timestamp_ms),

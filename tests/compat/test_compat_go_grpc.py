@@ -1,12 +1,13 @@
 """The official Go 5.x gRPC client (``github.com/apache/rocketmq-clients/golang/v5``
-v5.1.2), unchanged, against a real ferrymq node.
+v5.1.4), unchanged, against a real ferrymq node.
 
 The client runs in a process of its own through our driver (``tests/compat/go/grpc5``),
 built by ``tests/support/clients.py`` with ``go build`` from the Go module proxy on first
-use; each test is one driver run doing several steps. That client always speaks TLS
-(accepting any certificate), so the module's node serves TLS with a throwaway
-certificate, as a deployment for Go clients must.
-"""
+use; each test is one driver run doing several steps. That client speaks TLS unless its
+environment says otherwise (accepting any certificate), so the module's node serves TLS
+with a throwaway certificate, as a deployment for Go clients usually must. The producer
+and SimpleConsumer scenario (``tests/support/every_kind.py``) and the PushConsumer one
+(``tests/support/push_retries.py``) are the Java 5.x client's too."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
 from tests.support import clients
-from tests.support.every_kind import EveryKind
+from tests.support.every_kind import EveryKind, simple_receive
 from tests.support.nodes import start_node
-from tests.support.rpc import create_group, create_topic, message
+from tests.support.push_retries import PushRetries
+from tests.support.rpc import create_group, create_topic, message, stubs
 from tests.support.tls_certs import make_pki
 
 # The first run fetches the client's modules and builds the driver.
@@ -87,7 +89,7 @@ def test_simple_consumer_ack_change_invisible_duration_and_redelivery(
 ):
     """Three messages received with a short invisibility: one acked, one hidden longer with
     ChangeInvisibleDuration (then acked with the handle that call returned), the third not
-    acked comes back with attempt 2, and only it. (v5.1.2's ``Ack`` returns nil whatever
+    acked comes back with attempt 2, and only it. (v5.1.4's ``Ack`` returns nil whatever
     the answer's status, so a refused ack cannot be seen from this client.)"""
     messaging, admin = grpc_stubs
     create_topic(admin, "go-simple", queues=2)
@@ -118,3 +120,67 @@ def test_simple_consumer_ack_change_invisible_duration_and_redelivery(
     assert [(e["id"], e["attempt"]) for e in received[3:]] == [("S2", 2)], run.explain()
     assert run.of("changed") and [e["body"] for e in run.of("acked")] == ["m0", "m2", "m1"]
     assert not run.of("ack_failed") and not run.of("change_failed"), run.explain()
+
+
+def test_push_consumers_retry_then_dead_letter_normal_and_fifo(go, node, tmp_path, grpc_stubs):
+    """A Go PushConsumer of a normal group fails one message: it is redelivered (attempt
+    2) and then dead-lettered; the others are consumed once. A FIFO group's consumer gets
+    each message group in order, its failing message retried and then dead-lettered
+    without blocking the rest."""
+    messaging, admin = grpc_stubs
+    scenario = PushRetries("go")
+    scenario.create(admin)
+    run = run_go(go, node, tmp_path, scenario.steps(), timeout_s=200)
+    scenario.check(run, messaging)
+
+
+def test_push_consumer_with_an_sql92_subscription_gets_only_what_it_selects(
+    go, node, tmp_path, grpc_stubs
+):
+    """A Go PushConsumer subscribed with an SQL92 expression on a user property consumes
+    the messages it selects and never the others (RocketMQ's rule: a message without the
+    property is not selected)."""
+    _, admin = grpc_stubs
+    create_topic(admin, "go-push-sql", queues=2)
+    create_group(admin, "go-push-sql-group")
+    colors = {"r1": "red", "b1": "blue", "r2": "red", "none": None, "r3": "red", "b2": "blue"}
+    messages = [
+        {"topic": "go-push-sql", "body": body, "properties": {"color": color} if color else {}}
+        for body, color in colors.items()
+    ]
+    push = {
+        "do": "push",
+        "topic": "go-push-sql",
+        "group": "go-push-sql-group",
+        "expression": "color = 'red'",
+        "sql": True,
+        "expect": ["r1", "r2", "r3"],
+        "deadline_s": 30,
+        "linger_s": 3,
+    }
+    run = run_go(go, node, tmp_path, [{"do": "produce", "messages": messages}, push])
+    assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
+    assert [e["all_seen"] for e in run.of("push_waited")] == [True], run.explain()
+    consumed = sorted(e["body"] for e in run.of("consumed"))
+    assert consumed == ["r1", "r2", "r3"], run.explain()
+    assert all(e["properties"] == {"color": "red"} for e in run.of("consumed"))
+
+
+def test_speaks_plaintext_when_its_environment_turns_tls_off(go, module_node, tmp_path):
+    """With ``rocketmq.client.enableSsl=false`` in its environment (v5.1.4) the client
+    speaks plaintext: it sends to and receives from a node without TLS."""
+    channel, _, admin = stubs(module_node.address)
+    create_topic(admin, "go-plain", queues=2)
+    create_group(admin, "go-plain-reader")
+    channel.close()
+    messages = [{"topic": "go-plain", "body": f"p{i}"} for i in range(3)]
+    steps = [
+        {"do": "produce", "messages": messages},
+        simple_receive("go-plain", "go-plain-reader", len(messages)),
+    ]
+    spec = {"endpoints": module_node.address, "steps": steps}
+    run = clients.run(
+        go, spec, tmp_path / "go-home", 120, env={"rocketmq.client.enableSsl": "false"}
+    )
+    assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
+    assert sorted(e["body"] for e in run.of("received")) == ["p0", "p1", "p2"], run.explain()

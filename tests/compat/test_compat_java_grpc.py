@@ -10,16 +10,14 @@ ferrymq requires.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
-from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support import clients
 from tests.support.every_kind import EveryKind
-from tests.support.rpc import create_group, create_topic, message, pull
+from tests.support.push_retries import PushRetries
+from tests.support.rpc import create_group, create_topic, message
 
 # The first run fetches the client from Maven Central and compiles the driver.
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
@@ -48,14 +46,6 @@ def module_node(module_nodes):
 def run_java(java, module_node, tmp_path, steps: list[dict], timeout_s: float = 150) -> clients.Run:
     spec = {"endpoints": module_node.address, "tls": False, "steps": steps}
     return clients.run(java, spec, tmp_path / "java-home", timeout_s)
-
-
-def dead_letters(messaging, group: str, reader: str, count: int, wait_s: float = 20):
-    deadline = time.monotonic() + wait_s
-    dead = []
-    while len(dead) < count and time.monotonic() < deadline:
-        _, dead, _ = pull(messaging, f"%DLQ%{group}", 0, 0, group=reader, wait_s=1)
-    return dead
 
 
 def test_producer_sends_every_kind_and_a_simple_consumer_gets_them_intact(
@@ -118,72 +108,7 @@ def test_push_consumers_retry_then_dead_letter_normal_and_fifo(
     each message group in order, its failing message retried and then dead-lettered
     without blocking the rest."""
     messaging, admin = grpc_stubs
-    create_topic(admin, "java-push", queues=2)
-    create_topic(admin, "java-push-fifo", queues=2, message_type=api.FIFO)
-    create_group(admin, "java-push-group", max_delivery_attempts=2)
-    create_group(admin, "java-fifo-push-group", fifo=True, max_delivery_attempts=2)
-    create_group(admin, "java-dlq-reader")
-    fifo_bodies = [f"{g}-{i}" for i in range(4) for g in ("a", "b")]
-    run = run_java(
-        java,
-        module_node,
-        tmp_path,
-        [
-            {
-                "do": "produce",
-                "messages": [
-                    {"topic": "java-push", "body": b, "tag": "P", "keys": [b]}
-                    for b in ("ok-1", "ok-2", "poison")
-                ]
-                + [
-                    {"topic": "java-push-fifo", "body": b, "group": b.split("-")[0]}
-                    for b in fifo_bodies
-                ],
-            },
-            {
-                "do": "push",
-                "deadline_s": 40,
-                "linger_s": 3,
-                "consumers": [
-                    {
-                        "topic": "java-push",
-                        "group": "java-push-group",
-                        "fail": ["poison"],
-                        "fail_attempts": 2,
-                        "expect": ["ok-1", "ok-2"],
-                    },
-                    {
-                        "topic": "java-push-fifo",
-                        "group": "java-fifo-push-group",
-                        "fail": ["b-1"],
-                        "fail_attempts": 2,
-                        "expect": [b for b in fifo_bodies if b != "b-1"],
-                    },
-                ],
-            },
-        ],
-        timeout_s=200,
-    )
-    assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
-    assert [e["all_seen"] for e in run.of("push_waited")] == [True, True], run.explain()
-    consumed = [e for e in run.of("consumed") if e["topic"] == "java-push"]
-    poison = [e["attempt"] for e in consumed if e["body"] == "poison"]
-    assert poison[:2] == [1, 2], run.explain()
-    for body in ("ok-1", "ok-2"):
-        assert [e["attempt"] for e in consumed if e["body"] == body] == [1], run.explain()
-        (one,) = [e for e in consumed if e["body"] == body]
-        assert (one["tag"], one["keys"]) == ("P", [body])
-    assert [m.body for m in dead_letters(messaging, "java-push-group", "java-dlq-reader", 1)] == [
-        b"poison"
-    ]
-
-    fifo_consumed = [e for e in run.of("consumed") if e["topic"] == "java-push-fifo"]
-    for g in ("a", "b"):
-        firsts = []
-        for e in fifo_consumed:
-            if e["group"] == g and not e["failed"] and e["body"] not in firsts:
-                firsts.append(e["body"])
-        assert firsts == [b for b in fifo_bodies if b.startswith(g) and b != "b-1"], run.explain()
-    assert [
-        m.body for m in dead_letters(messaging, "java-fifo-push-group", "java-dlq-reader", 1)
-    ] == [b"b-1"]
+    scenario = PushRetries("java")
+    scenario.create(admin)
+    run = run_java(java, module_node, tmp_path, scenario.steps(), timeout_s=200)
+    scenario.check(run, messaging)

@@ -20,6 +20,7 @@ and what the remoting sends stored passes the same final checks.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import itertools
 import os
@@ -883,7 +884,7 @@ Contents = dict[tuple[str, int, int], tuple[str, bytes]]
 def pull_queue(channel: grpc.Channel, topic: str, queue_id: int) -> Contents:
     """Every message of one queue through PullMessage, the official clients' path: each
     record must also convert to the wire message (one that does not fails every pull of
-    its queue), with a body matching its CRC32 digest."""
+    its queue), with a body matching its MD5 digest."""
     call = channel.unary_stream(
         RPCS_BY_NAME["PullMessage"].path,
         request_serializer=rpc.PullMessageRequest.SerializeToString,
@@ -910,7 +911,8 @@ def pull_queue(channel: grpc.Channel, topic: str, queue_id: int) -> Contents:
             if part.WhichOneof("content") != "message":
                 continue
             message, system = part.message, part.message.system_properties
-            assert system.body_digest.checksum == f"{zlib.crc32(message.body):08X}", topic
+            expected = hashlib.md5(message.body).hexdigest().upper()
+            assert system.body_digest.checksum == expected, topic
             contents[topic, queue_id, system.queue_offset] = (system.message_id, message.body)
         if status.code != pb.OK or next_offset <= offset:
             return contents

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import threading
 import time
+import zlib
 
 import grpc
 import pytest
@@ -15,6 +17,28 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support.nodes import start_node
 from tests.support.rpc import create_topic, message, pull, queue_of, stubs
+
+
+def test_body_digest_is_one_every_official_client_computes_alike(node):
+    """MD5 in upper-case hex, as Apache's proxy sends. A CRC32 whose first hex digit is 0
+    (``ok-0``'s) is written without it by the Java and Go clients and with it by the
+    Python one; the push consumers discard a message whose digest they cannot match."""
+    _, messaging, admin = stubs(node.address)
+    create_topic(admin, "digests", queues=1)
+    bodies = [b"ok-0", bytes(range(256))]
+    assert zlib.crc32(b"ok-0") < 0x10000000
+    sent = messaging.SendMessage(
+        rpc.SendMessageRequest(
+            messages=[message("digests", b, f"D{i}", queue_id=0) for i, b in enumerate(bodies)]
+        )
+    )
+    assert sent.status.code == pb.OK
+    _, messages, _ = pull(messaging, "digests", 0, 0)
+    assert [m.body for m in messages] == bodies
+    for m in messages:
+        digest = m.system_properties.body_digest
+        assert digest.type == pb.MD5
+        assert digest.checksum == hashlib.md5(m.body).hexdigest().upper()
 
 
 def test_route_send_pull_and_offsets(node):
@@ -59,7 +83,7 @@ def test_route_send_pull_and_offsets(node):
     assert [m.body for m in messages] == [b"m%d" % i for i in range(10)]
     first = messages[0].system_properties
     assert first.message_id == "ID0" and first.tag == "TagB" and list(first.keys) == ["k0"]
-    assert first.queue_offset == 0 and first.body_digest.type == pb.CRC32
+    assert first.queue_offset == 0 and first.body_digest.type == pb.MD5
 
     status, messages, _ = pull(messaging, "orders", 1, 0, tags="TagA")
     assert [m.system_properties.message_id for m in messages] == [f"ID{i}" for i in range(1, 10, 2)]

@@ -11,9 +11,20 @@
 //	  {"do": "simple", "group", "topic", "expression", "sql": bool, "await_s",
 //	       "ops": [{"op": "receive", "count", "max", "invisible_s", "deadline_s", "ack"},
 //	               {"op": "ack", "bodies": [..]}, {"op": "change", "body", "invisible_s"},
-//	               {"op": "sleep", "s"}]}]}
+//	               {"op": "sleep", "s"}]},
+//	  {"do": "push", "group", "topic", "expression", "sql": bool, "fail": [bodies],
+//	       "fail_attempts": n, "expect": [bodies], "threads", "deadline_s", "linger_s"}
+//	       (or "consumers": [{"group", "topic", ...}, ..] with "deadline_s", "linger_s")]}
 //
-// The client always speaks TLS (any certificate is accepted): the server must too.
+// Events: sent, send_failed, committed, rolled_back, end_failed, checked, received,
+// receive_failed, acked, ack_failed, changed, change_failed, consumed, push_waited,
+// close_failed, step_failed, done. A push step's listener fails the bodies in "fail"
+// (FAILURE: the client retries, then forwards to the dead-letter queue) and succeeds the
+// rest; the step ends when every "expect" body succeeded and every "fail" body failed
+// "fail_attempts" times, or at its deadline (push_waited says which, per consumer).
+//
+// The client speaks TLS unless the environment sets rocketmq.client.enableSsl=false
+// (any certificate is accepted).
 package main
 
 import (
@@ -207,14 +218,9 @@ func describe(view *rmq.MessageView) object {
 }
 
 func (d *driver) simple(step object) error {
-	group := str(step, "group", "")
-	expression := rmq.NewFilterExpression(str(step, "expression", "*"))
-	if flag(step, "sql") {
-		expression = rmq.NewFilterExpressionWithType(str(step, "expression", ""), rmq.SQL92)
-	}
-	consumer, err := rmq.NewSimpleConsumer(d.config(group),
-		rmq.WithAwaitDuration(seconds(num(step, "await_s", 2))),
-		rmq.WithSubscriptionExpressions(map[string]*rmq.FilterExpression{str(step, "topic", ""): expression}),
+	consumer, err := rmq.NewSimpleConsumer(d.config(str(step, "group", "")),
+		rmq.WithSimpleAwaitDuration(seconds(num(step, "await_s", 2))),
+		rmq.WithSimpleSubscriptionExpressions(subscription(step)),
 	)
 	if err != nil {
 		return err
@@ -290,6 +296,130 @@ func (d *driver) simple(step object) error {
 	return nil
 }
 
+func subscription(step object) map[string]*rmq.FilterExpression {
+	expression := rmq.NewFilterExpression(str(step, "expression", "*"))
+	if flag(step, "sql") {
+		expression = rmq.NewFilterExpressionWithType(str(step, "expression", ""), rmq.SQL92)
+	}
+	return map[string]*rmq.FilterExpression{str(step, "topic", ""): expression}
+}
+
+// pushed is one push consumer of a "push" step and what its listener saw.
+type pushed struct {
+	spec         object
+	fail         map[string]bool
+	expect       []string
+	failAttempts int
+	mu           sync.Mutex
+	succeeded    map[string]bool
+	failures     map[string]int
+	consumer     rmq.PushConsumer
+}
+
+func (p *pushed) consume(view *rmq.MessageView) rmq.ConsumerResult {
+	body := string(view.GetBody())
+	failing := p.fail[body]
+	event := describe(view)
+	event["failed"] = failing
+	event["consumer_group"] = str(p.spec, "group", "")
+	emit("consumed", event)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if failing {
+		p.failures[body]++
+		return rmq.FAILURE
+	}
+	p.succeeded[body] = true
+	return rmq.SUCCESS
+}
+
+func (p *pushed) done() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, body := range p.expect {
+		if !p.succeeded[body] {
+			return false
+		}
+	}
+	for body := range p.fail {
+		if p.failures[body] < p.failAttempts {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *driver) newPushed(spec object) (*pushed, error) {
+	p := &pushed{
+		spec: spec, fail: map[string]bool{}, expect: list(spec, "expect"),
+		failAttempts: int(num(spec, "fail_attempts", 1)),
+		succeeded:    map[string]bool{}, failures: map[string]int{},
+	}
+	for _, body := range list(spec, "fail") {
+		p.fail[body] = true
+	}
+	consumer, err := rmq.NewPushConsumer(d.config(str(spec, "group", "")),
+		rmq.WithPushSubscriptionExpressions(subscription(spec)),
+		rmq.WithPushConsumptionThreadCount(int32(num(spec, "threads", 4))),
+		rmq.WithPushMessageListener(&rmq.FuncMessageListener{Consume: p.consume}),
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := consumer.Start(); err != nil {
+		return nil, err
+	}
+	p.consumer = consumer
+	return p, nil
+}
+
+// push runs push consumers, all at once: the step's own fields make one, "consumers":
+// [..] several. They stop together, since a push consumer's stop waits for its receive
+// long polls to end (the server's long-polling timeout).
+func (d *driver) push(step object) error {
+	specs := objects(step, "consumers")
+	if len(specs) == 0 {
+		specs = []object{step}
+	}
+	var consumers []*pushed
+	defer func() {
+		var stopping sync.WaitGroup
+		for _, p := range consumers {
+			stopping.Add(1)
+			go func(p *pushed) {
+				defer stopping.Done()
+				if err := p.consumer.GracefulStop(); err != nil {
+					failed("close_failed", err, object{"group": str(p.spec, "group", "")})
+				}
+			}(p)
+		}
+		stopping.Wait()
+	}()
+	for _, spec := range specs {
+		p, err := d.newPushed(spec)
+		if err != nil {
+			return err
+		}
+		consumers = append(consumers, p)
+	}
+	deadline := time.Now().Add(seconds(num(step, "deadline_s", 30)))
+	for time.Now().Before(deadline) {
+		all := true
+		for _, p := range consumers {
+			all = all && p.done()
+		}
+		if all {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, p := range consumers {
+		emit("push_waited", object{"group": str(p.spec, "group", ""), "all_seen": p.done()})
+	}
+	time.Sleep(seconds(num(step, "linger_s", 0)))
+	return nil
+}
+
 func main() {
 	spec, err := readSpec()
 	d := &driver{endpoints: str(spec, "endpoints", "")}
@@ -297,5 +427,6 @@ func main() {
 		"produce":     d.produce,
 		"transaction": d.transaction,
 		"simple":      d.simple,
+		"push":        d.push,
 	})
 }
