@@ -13,13 +13,11 @@ import pytest
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support import clients
-from tests.support.nodes import start_node
-from tests.support.remoting_client import queue_records
+from tests.support.remoting_client import SHORT_DELAY_LEVELS, queue_records
 from tests.support.rpc import create_topic, stubs
 
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 600)
 
-SHORT_LEVELS = '[messages]\ndelay_levels = "1s 2s ' + " ".join(["1s"] * 16) + '"\n'
 NAMES = ("kinds", "delay", "retry", "bcast")
 
 
@@ -32,16 +30,16 @@ def alions():
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("alions") / "node"), SHORT_LEVELS)
+def module_node(module_nodes):
+    """This module's node: short delay levels, its topics and groups."""
+    started = module_nodes(SHORT_DELAY_LEVELS)
     channel, _, admin = stubs(started.address)
     for name in NAMES:
         create_topic(admin, f"ons-{name}", queues=4, message_type=api.MESSAGE_TYPE_UNSPECIFIED)
         answer = admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name=f"ons-{name}")))
         assert answer.status.code == 0, answer.status
     channel.close()
-    yield started
-    started.sigkill()
+    return started
 
 
 def first_of(events: list[dict]) -> dict[str, dict]:
@@ -51,7 +49,7 @@ def first_of(events: list[dict]) -> dict[str, dict]:
     return out
 
 
-def test_alions_producer_and_push_consumers(alions, node, tmp_path):
+def test_alions_producer_and_push_consumers(alions, module_node, tmp_path):
     kinds = [
         {
             "topic": "ons-kinds",
@@ -93,7 +91,7 @@ def test_alions_producer_and_push_consumers(alions, node, tmp_path):
             "expect": [f"b-{i}" for i in range(3)],
         },
     ]
-    spec = {"namesrv": node.remoting, "steps": steps}
+    spec = {"namesrv": module_node.remoting, "steps": steps}
     run = clients.run(alions, spec, tmp_path / "alions-home", 600)
     assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
     assert all(e["all_seen"] for e in run.of("push_waited")), run.explain()
@@ -112,7 +110,7 @@ def test_alions_producer_and_push_consumers(alions, node, tmp_path):
 
     poison = [e for e in consumed if e["body"] == "r-poison"]
     assert [e["reconsume_times"] for e in poison] == [0, 1, 2], poison
-    dead = queue_records(node.remoting, "%DLQ%ons-retry", "ons-retry")
+    dead = queue_records(module_node.remoting, "%DLQ%ons-retry", "ons-retry")
     assert [r.body for r in dead] == [b"r-poison"] and dead[0].reconsume_times == 3
 
     bcast = [e for e in consumed if e["topic"] == "ons-bcast"]

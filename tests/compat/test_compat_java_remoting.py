@@ -16,13 +16,11 @@ import pytest
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support import clients
-from tests.support.nodes import start_node
-from tests.support.remoting_client import queue_records
+from tests.support.remoting_client import SHORT_DELAY_LEVELS, queue_records
 from tests.support.rpc import create_topic, stubs
 
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 600)
 
-SHORT_LEVELS = '[messages]\ndelay_levels = "1s 2s ' + " ".join(["1s"] * 16) + '"\n'
 TOPICS = ("kinds", "orderly", "delay", "retry", "oretry", "bcast", "lite")
 GROUPS = ("kinds", "orderly", "delay", "retry", "oretry", "bcast", "lite")
 
@@ -36,8 +34,9 @@ def java():
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("java-remoting") / "node"), SHORT_LEVELS)
+def module_node(module_nodes):
+    """This module's node: short delay levels, its topics and groups."""
+    started = module_nodes(SHORT_DELAY_LEVELS)
     channel, _, admin = stubs(started.address)
     for name in TOPICS:
         create_topic(admin, f"j4-{name}", queues=4, message_type=api.MESSAGE_TYPE_UNSPECIFIED)
@@ -45,8 +44,7 @@ def node(tmp_path_factory):
         answer = admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name=f"j4-{name}")))
         assert answer.status.code == 0, answer.status
     channel.close()
-    yield started
-    started.sigkill()
+    return started
 
 
 def first_of(events: list[dict]) -> dict[str, dict]:
@@ -56,7 +54,7 @@ def first_of(events: list[dict]) -> dict[str, dict]:
     return out
 
 
-def test_java_4x_producer_and_consumers(java, node, tmp_path):
+def test_java_4x_producer_and_consumers(java, module_node, tmp_path):
     kinds = [
         {
             "topic": "j4-kinds",
@@ -142,7 +140,7 @@ def test_java_4x_producer_and_consumers(java, node, tmp_path):
             "expect": [f"l-{i}" for i in range(5)],
         },
     ]
-    spec = {"namesrv": node.remoting, "steps": steps}
+    spec = {"namesrv": module_node.remoting, "steps": steps}
     run = clients.run(java, spec, tmp_path / "java-home", 600)
     assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
     assert all(e["all_seen"] for e in run.of("push_waited") + run.of("pull_waited")), run.explain()
@@ -180,7 +178,7 @@ def test_java_4x_producer_and_consumers(java, node, tmp_path):
         assert retried["properties"]["RETRY_TOPIC"] == "j4-retry", retried
         assert "MAX_RECONSUME_TIMES" not in retried["properties"], retried
     assert [e["body"] for e in consumed if e["body"] == "r-ok"] == ["r-ok"]
-    dead = queue_records(node.remoting, "%DLQ%j4-retry", "j4-retry")
+    dead = queue_records(module_node.remoting, "%DLQ%j4-retry", "j4-retry")
     assert [r.body for r in dead] == [b"r-poison"] and dead[0].reconsume_times == 3
     assert dead[0].properties["RETRY_TOPIC"] == "j4-retry"
 
@@ -188,7 +186,9 @@ def test_java_4x_producer_and_consumers(java, node, tmp_path):
     oretry = [e for e in consumed if e["topic"] == "j4-oretry"]
     assert [e["body"] for e in oretry if not e["failed"]] == ["o-0", "o-2"], oretry
     assert [e["body"] for e in oretry if e["failed"]] == ["o-1"] * 3, oretry
-    assert [r.body for r in queue_records(node.remoting, "%DLQ%j4-oretry", "j4-oretry")] == [b"o-1"]
+    assert [r.body for r in queue_records(module_node.remoting, "%DLQ%j4-oretry", "j4-oretry")] == [
+        b"o-1"
+    ]
 
     # Broadcasting: each of the two instances gets every message (offsets client-side).
     bcast = [e for e in consumed if e["topic"] == "j4-bcast"]

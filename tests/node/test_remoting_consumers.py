@@ -17,17 +17,21 @@ from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.config import ConfigError, parse_node_config
 from node.delay_levels import DEFAULT_LEVELS_MS, level_delay_ms
 from tests.support.nodes import start_node
-from tests.support.remoting_client import RemotingClient, json_of, properties_text, send_v2
+from tests.support.remoting_client import (
+    SHORT_DELAY_LEVELS,
+    RemotingClient,
+    json_of,
+    properties_text,
+    send_v2,
+)
 from tests.support.rpc import create_topic, stubs
 
-# Level 1 = 1 s, level 2 = 2 s, every other level 1 s: retries come back in a second.
-SHORT_LEVELS = '[messages]\ndelay_levels = "1s 2s ' + " ".join(["1s"] * 16) + '"\n'
 UNTYPED = api.MESSAGE_TYPE_UNSPECIFIED
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("consumers") / "node"), SHORT_LEVELS)
+    started = start_node(str(tmp_path_factory.mktemp("consumers") / "node"), SHORT_DELAY_LEVELS)
     channel, _, admin = stubs(started.address)
     create_topic(admin, "any", queues=2, message_type=UNTYPED)
     create_topic(admin, "delays", queues=1, message_type=api.DELAY)
@@ -302,7 +306,7 @@ def test_delay_levels_read_as_rocketmq_writes_them():
     assert DEFAULT_LEVELS_MS[:4] == (1000, 5000, 10_000, 30_000) and len(DEFAULT_LEVELS_MS) == 18
     assert DEFAULT_LEVELS_MS[-1] == 2 * 3600 * 1000
     assert level_delay_ms(DEFAULT_LEVELS_MS, 40) == 2 * 3600 * 1000  # past the end: the last
-    assert parse_node_config(SHORT_LEVELS).messages.delay_levels_ms[:3] == (1000, 2000, 1000)
+    assert parse_node_config(SHORT_DELAY_LEVELS).messages.delay_levels_ms[:3] == (1000, 2000, 1000)
     for bad in ('"1x"', '"0s"', '""', "3", '"1s 41d"'):  # 41 days: past max_delay_ms
         with pytest.raises(ConfigError, match="delay_levels"):
             parse_node_config(f"[messages]\ndelay_levels = {bad}\n")

@@ -21,6 +21,10 @@ from ferrymq.codec.remoting import (
 from ferrymq.codec.remoting_codes import RequestCode
 from node.remoting.signature import sign_request
 
+# node.toml for tests of 4.x retries and delays: level 2 = 2 s, every other level 1 s, so a
+# retry (level 3 + the times consumed again) comes back in a second.
+SHORT_DELAY_LEVELS = '[messages]\ndelay_levels = "1s 2s ' + " ".join(["1s"] * 16) + '"\n'
+
 
 class RemotingClient:
     def __init__(
