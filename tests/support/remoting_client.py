@@ -92,11 +92,17 @@ class RemotingClient:
         """Send a request and return its answer; the node's own requests that arrive
         before it (consumer-ids notices) are kept in ``requests``."""
         opaque = self.send(code, fields, body, **kw)
+        answer = self.response()
+        assert answer.opaque == opaque, answer
+        return answer
+
+    def response(self) -> RemotingCommand:
+        """The next response; the node's own requests read before it (consumer-ids
+        notices, transaction checks) are kept in ``requests``."""
         answer = self.receive()
         while not answer.is_response:
             self.requests.append(answer)
             answer = self.receive()
-        assert answer.opaque == opaque, answer
         return answer
 
     def node_request(self) -> RemotingCommand:
