@@ -1,15 +1,20 @@
 """RocketMQ 5 namespaces on the gRPC port (``node/namespaces.py``): the rules, raw requests
 naming their namespace in the ``x-mq-namespace`` header or in ``resource_namespace``,
-and the official Python client configured with a namespace, against a real node."""
+the official Python client configured with a namespace, and ACLs on the qualified names,
+against real nodes."""
 
 from __future__ import annotations
 
 import grpc
 import pytest
 
+from ferrymq.client import Admin, ClientSecurity
+from ferrymq.client.admin import AclRule
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node.namespaces import qualify, qualify_request, unqualify, unqualify_answer
+from tests.support.auth import AUTH_TOML, ROOT, signed
+from tests.support.nodes import start_node
 from tests.support.official_client import run_official_at
 from tests.support.rpc import create_group, create_topic, message, pull, receive, stubs
 
@@ -165,3 +170,35 @@ def test_the_official_client_with_a_namespace_produces_and_consumes_in_it(
         messaging, "events", group="workers", batch=8, metadata=in_namespace("team")
     )
     assert again == [], again
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    node = start_node(str(tmp_path_factory.mktemp("namespaces-auth") / "node"), AUTH_TOML)
+    try:
+        with Admin(node.address, security=ROOT) as admin:
+            admin.create_topic("shop%orders", 1)
+            admin.create_topic("other%orders", 1)
+            admin.create_user("tenant", "tenant-secret-key")
+            admin.grant("tenant", AclRule("ALLOW", "PUBLISH", "TOPIC", "shop%*"))
+        yield node
+    finally:
+        node.sigkill()
+
+
+def test_acls_see_the_qualified_names_so_a_namespace_grants_nothing_by_itself(secured):
+    tenant = ClientSecurity("tenant", "tenant-secret-key")
+    channel, messaging, _ = stubs(secured.address)
+    try:
+
+        def send(namespace: str) -> pb.Status:
+            metadata = (*signed(tenant, "tenant-client"), ("x-mq-namespace", namespace))
+            request = rpc.SendMessageRequest(messages=[message("orders", b"x", "m")])
+            return messaging.SendMessage(request, metadata=metadata).status
+
+        assert send("shop").code == pb.OK
+        refused = send("other")  # the topic exists; the tenant may not publish there
+        assert refused.code == pb.FORBIDDEN, refused
+        assert "other%orders" in refused.message
+    finally:
+        channel.close()
