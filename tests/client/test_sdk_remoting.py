@@ -145,3 +145,15 @@ def test_a_node_restarted_with_another_remoting_port_is_found_again(tmp_path):
             assert [m.body for m in got] == [b"after"]
     finally:
         node.sigkill()
+
+
+def test_close_closes_the_remoting_connections_of_its_loops(address, topic):
+    async def run() -> bool:
+        producer = Producer(address)
+        await producer.send_async(Message(topic, b"x"))
+        [channel] = producer.loop_state()._channels.values()
+        transport = channel._protocol.transport
+        producer.close()
+        return transport.is_closing()
+
+    assert asyncio.run(run())
