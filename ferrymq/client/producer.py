@@ -27,6 +27,7 @@ statuses (bad input, unknown topic) raise at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import weakref
@@ -299,6 +300,8 @@ class Producer:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
+        for state in list(self._loops.values()):
+            state.close_channels()
         self.endpoints.close()
 
     def __enter__(self) -> Producer:
@@ -336,6 +339,13 @@ class _LoopState:
                 remoting_address, self.timeout_s
             )
         return found
+
+    def close_channels(self) -> None:
+        """Close the remoting connections (those of a loop already closed are gone)."""
+        for channel in self._channels.values():
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                channel.close()
+        self._channels.clear()
 
     def stubs(self, address: str) -> tuple:
         found = self._stubs.get(address)

@@ -17,7 +17,9 @@ therefore:
 3. for each chunk, asks the node whether the chunk's first message id is stored
    (``QueryMessageById``, the unique-key index) and sends the chunk only if it is not.
 
-A chunk is one SendMessage request, which the node appends as one atomic CommitLog batch,
+A chunk is one request, which the node appends as one atomic CommitLog batch: an atomic
+FERRY_PRODUCE on the node's remoting port for NORMAL and FIFO topics (the queue named, as
+the SDK's ``send_batch`` sends), else a SendMessage with ``x-ferrymq-queue: pinned``,
 so "the first message is stored" means "the whole chunk is stored": a run that died
 half-way through a partition resumes after its last stored chunk. The sink id is the
 streaming query's id (kept in its checkpoint, so the same across restarts) unless the
@@ -36,15 +38,20 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from ferrymq.client.errors import FerryError, check, check_admin
+from ferrymq.client.errors import TRANSPORT, FerryError, check, check_admin
 from ferrymq.client.messages import Message, new_message_id
+from ferrymq.client.produce_records import RecordError, encode_record
+from ferrymq.client.remoting_channel import produce_answer
+from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
+from ferrymq.protocol.ferrymq import data_pb2 as data
 from ferrymq.spark import topology
 from ferrymq.spark.options import WriteOptions
 
 CHUNK_BYTES = 8 << 20
+PRODUCE_TYPES = frozenset({pb.NORMAL, pb.FIFO})  # what FERRY_PRODUCE takes
 
 
 @dataclass
@@ -231,6 +238,31 @@ class Sender:
 
     @staticmethod
     def _send_once(address: str, route: TopicRoute, queue_id: int, chunk: list[Message]) -> None:
+        channel = None
+        if route.message_type in PRODUCE_TYPES:
+            channel = topology.remoting_channel(address)
+        if channel is not None:
+            born_ms = time.time_ns() // 1_000_000
+            try:
+                records = b"".join(encode_record(m, route.message_type, born_ms) for m in chunk)
+            except RecordError as error:
+                raise FerryError(pb.BAD_REQUEST, "BAD_REQUEST", str(error)) from None
+            request = data.ProduceRequest(
+                topic=chunk[0].topic,
+                queue_id=queue_id,
+                atomic=True,
+                count=len(chunk),
+                records=records,
+            )
+            try:
+                raw = channel.call(FerryRequestCode.FERRY_PRODUCE, request.SerializeToString())
+            except FerryError as error:
+                if error.code == TRANSPORT:  # a restarted node may listen elsewhere now
+                    topology.forget_remoting(address)
+                raise
+            answer = produce_answer(raw)
+            check(pb.Status(code=answer.code, message=answer.message))
+            return
         wire = []
         for message in chunk:
             sent = message.to_wire(route.message_type)

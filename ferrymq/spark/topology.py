@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ferrymq.client.connection import Connection
 from ferrymq.client.errors import FerryError, check, check_admin
+from ferrymq.client.remoting_channel import RemotingChannel
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
@@ -33,6 +34,7 @@ BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 _CONNECTIONS: dict[str, Connection] = {}
 _CONNECTIONS_LOCK = threading.Lock()
 _REMOTING: dict[str, str] = {}  # gRPC address -> remoting address ("" for none)
+_CHANNELS = threading.local()  # per thread: remoting address -> RemotingChannel
 
 
 def connection(address: str) -> Connection:
@@ -60,6 +62,21 @@ def remoting_address(address: str) -> str | None:
                 _REMOTING[node.address] = node.remoting_address
             known = _REMOTING.setdefault(address, "")
     return known or None
+
+
+def remoting_channel(address: str) -> RemotingChannel | None:
+    """This thread's blocking remoting channel to the node at gRPC ``address`` (None: use
+    gRPC). A channel serves one thread at a time, so each thread has its own."""
+    remoting = remoting_address(address)
+    if remoting is None:
+        return None
+    channels = getattr(_CHANNELS, "channels", None)
+    if channels is None:
+        channels = _CHANNELS.channels = {}
+    found = channels.get(remoting)
+    if found is None:
+        found = channels[remoting] = RemotingChannel(remoting, connection(address).timeout_s)
+    return found
 
 
 def forget_remoting(address: str) -> None:

@@ -11,6 +11,7 @@ import pytest
 from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer
 from ferrymq.client.routes import Endpoints
 from ferrymq.client.security import ClientSecurity
+from tests.support.auth import AUTH_TOML, ROOT
 from tests.support.nodes import start_node
 
 TOO_LARGE = 4 * 1024 * 1024 + 1  # one byte over the node's default body limit
@@ -143,5 +144,38 @@ def test_a_node_restarted_with_another_remoting_port_is_found_again(tmp_path):
                 with contextlib.suppress(FerryError):
                     got = consumer.poll(wait_s=1)
             assert [m.body for m in got] == [b"after"]
+    finally:
+        node.sigkill()
+
+
+def test_close_closes_the_remoting_connections_of_its_loops(address, topic):
+    async def run() -> bool:
+        producer = Producer(address)
+        await producer.send_async(Message(topic, b"x"))
+        [channel] = producer.loop_state()._channels.values()
+        transport = channel._protocol.transport
+        producer.close()
+        return transport.is_closing()
+
+    assert asyncio.run(run())
+
+
+def test_a_client_without_credentials_is_refused_by_a_secured_node(tmp_path):
+    """With auth on, a plaintext client without credentials gets a refusal it does not
+    retry, on whichever door it reaches first, and nothing is stored."""
+    node = start_node(str(tmp_path / "node"), AUTH_TOML)
+    try:
+        with Admin(node.address, security=ROOT) as admin:
+            admin.create_topic("guarded", 1)
+        with (
+            Producer(node.address, security=ClientSecurity()) as producer,
+            pytest.raises(FerryError) as refused,
+        ):
+            producer.send(Message("guarded", b"x"))
+        assert refused.value.code_name in ("UNAUTHENTICATED", "PERMISSION_DENIED")
+        assert not refused.value.retriable
+        with Admin(node.address, security=ROOT) as admin:
+            _, queues = admin.describe_topic("guarded")
+        assert sum(q.max_offset for q in queues) == 0
     finally:
         node.sigkill()
