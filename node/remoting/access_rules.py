@@ -46,6 +46,9 @@ from node.remoting.signature import ACCESS_KEY, SIGNATURE, contents_to_verify
 from routing.acl import ResourceKind
 
 RETRY_PREFIX = "%RETRY%"
+# Connection attribute: the access key of the last request verified on it, whose client
+# ids it owns (``broker_clients.identity_of``), as the gRPC port's caller identity.
+VERIFIED_ACCESS_KEY = "verified_access_key"
 METHOD_PREFIX = "remoting:"  # refusals are logged as remoting:<code name>
 
 
@@ -168,7 +171,7 @@ class RemotingAccess:
         async def guarded(request: RemotingCommand, connection) -> RemotingCommand | None:
             fields = request.ext_fields
             try:
-                check(
+                user = check(
                     method,
                     fields.get(ACCESS_KEY, ""),
                     fields.get(SIGNATURE, ""),
@@ -178,6 +181,7 @@ class RemotingAccess:
                 )
             except Refusal as refusal:
                 return request.reply(ResponseCode.NO_PERMISSION, refusal.message)
+            connection.attributes[VERIFIED_ACCESS_KEY] = user.access_key
             return await handler(request, connection)
 
         return guarded
