@@ -16,10 +16,11 @@ unlisted gRPC method does):
   search by time and QUERY_MESSAGE: SUBSCRIBE on the topic.
 
 Every refusal is answered NO_PERMISSION (16) with the reason as the remark, before the
-handler runs, so a refused request changes nothing. RocketMQ's own broker raises its
-``AclException`` from an RPC hook; ferrymq answers 16 for every kind of refusal, the code
-RocketMQ uses for a missing permission, which the 4.x producers treat as "try another
-broker" and then raise with the remark.
+handler runs, so a refused request changes nothing. RocketMQ's own broker raises an
+``AclException`` from its RPC hook, which the 4.x remoting sources read answer through
+their generic catch (SYSTEM_ERROR with the exception's text); ferrymq answers 16,
+RocketMQ's code for a refused permission, which the 4.x producers also treat as "try
+another broker" and then raise with the remark.
 """
 
 from __future__ import annotations
