@@ -16,10 +16,11 @@ unlisted gRPC method does):
   search by time and QUERY_MESSAGE: SUBSCRIBE on the topic.
 
 Every refusal is answered NO_PERMISSION (16) with the reason as the remark, before the
-handler runs, so a refused request changes nothing. RocketMQ's own broker raises its
-``AclException`` from an RPC hook; ferrymq answers 16 for every kind of refusal, the code
-RocketMQ uses for a missing permission, which the 4.x producers treat as "try another
-broker" and then raise with the remark.
+handler runs, so a refused request changes nothing. RocketMQ's own broker raises an
+``AclException`` from its RPC hook, which the 4.x remoting sources read answer through
+their generic catch (SYSTEM_ERROR with the exception's text); ferrymq answers 16,
+RocketMQ's code for a refused permission, which the 4.x producers also treat as "try
+another broker" and then raise with the remark.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ from node.remoting.signature import ACCESS_KEY, SIGNATURE, contents_to_verify
 from routing.acl import ResourceKind
 
 RETRY_PREFIX = "%RETRY%"
+# Connection attribute: the access key of the last request verified on it, whose client
+# ids it owns (``broker_clients.identity_of``), as the gRPC port's caller identity.
+VERIFIED_ACCESS_KEY = "verified_access_key"
 METHOD_PREFIX = "remoting:"  # refusals are logged as remoting:<code name>
 
 
@@ -168,7 +172,7 @@ class RemotingAccess:
         async def guarded(request: RemotingCommand, connection) -> RemotingCommand | None:
             fields = request.ext_fields
             try:
-                check(
+                user = check(
                     method,
                     fields.get(ACCESS_KEY, ""),
                     fields.get(SIGNATURE, ""),
@@ -178,6 +182,7 @@ class RemotingAccess:
                 )
             except Refusal as refusal:
                 return request.reply(ResponseCode.NO_PERMISSION, refusal.message)
+            connection.attributes[VERIFIED_ACCESS_KEY] = user.access_key
             return await handler(request, connection)
 
         return guarded

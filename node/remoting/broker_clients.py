@@ -18,6 +18,7 @@ import json
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
 from node.group_members import GroupMembers, MembershipRefused
+from node.remoting.access_rules import VERIFIED_ACCESS_KEY
 from node.remoting.consumer_notices import ConsumerNotices
 from node.remoting.dispatch import Handler
 from node.remoting.status_codes import response_code
@@ -35,8 +36,12 @@ class BadHeartbeat(ValueError):
 
 
 def identity_of(connection) -> str:
-    """Who owns the client ids a connection registers: its peer's IP address, as for a
-    gRPC caller without authentication (``group_members.caller_identity``)."""
+    """Who owns the client ids a connection registers, as for a gRPC caller
+    (``group_members.caller_identity``): with authentication on, the access key its
+    requests were verified for (``access_rules``); else its peer's IP address."""
+    access_key = connection.attributes.get(VERIFIED_ACCESS_KEY)
+    if access_key:
+        return "access key " + access_key
     return "address " + connection.peer_host
 
 

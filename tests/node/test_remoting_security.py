@@ -11,10 +11,13 @@ import pytest
 from ferrymq.client import Admin, ClientSecurity
 from ferrymq.client.admin import AclRule
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node.remoting.signature import sign_request
-from tests.support.auth import APP, AUTH_TOML, ROOT
+from tests.support.auth import APP, AUTH_TOML, ROOT, signed
 from tests.support.nodes import start_node
 from tests.support.remoting_client import RemotingClient, json_of, send_v2
+from tests.support.rpc import stubs
 from tests.support.tls_certs import make_pki
 
 
@@ -176,3 +179,40 @@ def test_unsigned_badly_signed_unknown_and_unpermitted_requests_are_refused_and_
     with Admin(guarded.address, security=ROOT) as admin:
         assert admin.group_members("others") == []  # the refused heartbeat joined nothing
     assert {topic: stored(guarded, topic) for topic in before} == before
+
+
+def test_client_ids_belong_to_the_access_key_on_both_ports(guarded):
+    """A 4.x consumer's client id is owned by its verified access key, as a gRPC caller's
+    is: the same user may renew it through either port, another user may not."""
+    with Admin(guarded.address, security=ROOT) as admin:
+        admin.create_user("colleague", "colleague-secret-key")
+        admin.grant("colleague", AclRule("ALLOW", "SUBSCRIBE", "GROUP", "readers"))
+    colleague = ClientSecurity("colleague", "colleague-secret-key")
+
+    def remoting_heartbeat(client: RemotingClient, client_id: str):
+        body = {
+            "clientID": client_id,
+            "consumerDataSet": [{"groupName": "readers", "subscriptionDataSet": []}],
+        }
+        return client.call(RequestCode.HEART_BEAT, body=json.dumps(body).encode())
+
+    channel, messaging, _ = stubs(guarded.address)
+    # The member lives while its connection does (a closed one takes it along).
+    with (
+        RemotingClient(guarded.remoting, security=APP) as app,
+        RemotingClient(guarded.remoting, security=colleague) as other,
+    ):
+        try:
+            assert remoting_heartbeat(app, "shared-id").code == ResponseCode.SUCCESS
+            request = rpc.HeartbeatRequest(
+                group=pb.Resource(name="readers"), client_type=pb.PUSH_CONSUMER
+            )
+            renewed = messaging.Heartbeat(request, metadata=signed(APP, "shared-id")).status
+            assert renewed.code == pb.OK, renewed
+            taken = messaging.Heartbeat(request, metadata=signed(colleague, "shared-id")).status
+            assert taken.code == pb.FORBIDDEN and "another identity" in taken.message
+            refused = remoting_heartbeat(other, "shared-id")
+            assert refused.code == ResponseCode.NO_PERMISSION
+            assert "another identity" in refused.remark
+        finally:
+            channel.close()
