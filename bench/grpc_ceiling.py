@@ -154,8 +154,9 @@ async def main():
     dispatch = Dispatch()
     dispatch.register(310, noop)
     server = RemotingServer(dispatch)
-    print(await server.bind("127.0.0.1", 0), flush=True)
-    await server.serve()
+    port = await server.bind("127.0.0.1", 0)
+    await server.serve()  # bind alone does not listen yet: the port is told once it does
+    print(port, flush=True)
     await asyncio.Event().wait()
 if sys.argv[1] == "uvloop":
     import uvloop

@@ -1,4 +1,4 @@
-"""Spark benchmark: ``python -m bench.spark --json [--quick]``.
+"""Spark benchmark: ``python -m bench.spark --json [--quick | --smoke] [--no-kafka]``.
 
 Starts a real node process (a temporary data directory, a free port), fills one topic of
 4 queues with 1 KiB messages (a tag and a key each, as the other benchmarks send), and
@@ -14,7 +14,17 @@ workers share the machine's cores. Prints one JSON object (last line):
   two idle cores give at most ``2e6 / cpu_us_per_row`` rows/s;
 - ``stream_rows_per_s``: a streaming query with ``trigger(availableNow=True)`` from the
   earliest offsets into the ``noop`` sink, start to termination (planning and the
-  checkpoint's writes included).
+  checkpoint's writes included);
+- ``kafka_batch_read_rows_per_s`` and ``kafka_batch_read_cpu_us_per_row``: the same rows
+  (1 KiB values, a key each, one topic of 4 partitions) in the Kafka peer of
+  ``bench.peers`` (Apache Kafka 4.1, three KRaft nodes, RF 3), read in the same session
+  through Spark's own Kafka source (``spark-sql-kafka-0-10`` at the installed PySpark's
+  version, or one of ``KAFKA_SOURCE_FALLBACKS`` when Maven Central lacks it; fetched by Spark from
+  Maven Central into the benchmark cache's Ivy directory; ``kafka_source`` says which)
+  into ``noop``, best of the runs after a warm-up; the CPU counts this driver, Spark's
+  JVM and the three Kafka JVMs (the ferrymq node is stopped by then). ``ratio_batch_read
+  _vs_kafka`` is ferrymq's rows/s over Kafka's. Without Java, Maven or the artifacts, one
+  line says why and the ferrymq figures stand alone (``--no-kafka`` skips it).
 """
 
 from __future__ import annotations
@@ -26,8 +36,10 @@ import os
 import platform
 import shutil
 import signal
+import sys
 import tempfile
 import time
+from importlib.metadata import version
 
 import grpc
 
@@ -118,17 +130,148 @@ def tree_cpu_s(roots: list[int]) -> float:
     return total
 
 
-def run(quick: bool) -> dict:
+# Spark Kafka sources of the same line (Spark 4, Scala 2.13) to try, newest first, when the
+# installed PySpark's own version is not on Maven Central (PySpark 4.3.0 is on PyPI while
+# Spark 4.3.0's artifacts are not, as of this writing). 4.2.0 and 4.1.1 are the newest whose
+# spark-token-provider-kafka dependency is served too (4.1.0 and 4.0.1 lack it).
+KAFKA_SOURCE_FALLBACKS = ("4.2.0", "4.1.1")
+
+
+def kafka_package(spark_version: str = "") -> str:
+    """Spark's Kafka source at ``spark_version`` (the installed PySpark's by default;
+    Scala 2.13, as Spark 4)."""
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version or version('pyspark')}"
+
+
+def kafka_packages() -> list[str]:
+    """The Kafka sources to try, in order: the installed PySpark's version, then the
+    fallbacks."""
+    wanted = [kafka_package(), *(kafka_package(v) for v in KAFKA_SOURCE_FALLBACKS)]
+    return list(dict.fromkeys(wanted))
+
+
+def session_config(package: str, cache: str) -> dict[str, str]:
+    """The session's settings: with a Kafka source ``package``, Spark fetches it from
+    Maven Central into ``cache``'s Ivy directory at start (once; later runs find it)."""
+    config = {"spark.driver.memory": "1g"}
+    if package:
+        config["spark.jars.packages"] = package
+        config["spark.jars.ivy"] = os.path.join(cache, "ivy")
+    return config
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[-1] if text else repr(error)
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def fill_kafka(peer, topic: str, count: int) -> None:
+    """``count`` rows like ``fill``'s: 1 KiB values, a key each, over 4 partitions."""
+    producer = peer._batching_producer()
+    failures: list = []
+
+    def delivered(error, _message) -> None:
+        if error is not None:
+            failures.append(error)
+
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, BODY, key=f"key-{i}", on_delivery=delivered)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(120) or failures:
+        raise RuntimeError(f"kafka fill: {failures[:1] or 'not all delivered'}")
+
+
+def kafka_read(spark, count: int, runs: int) -> dict:
+    """Start the Kafka peer, fill it, read it through Spark's Kafka source; its figures,
+    or {"kafka_unavailable": why} in one line."""
+    from bench.peers.kafka_kraft import KafkaKraft
+    from bench.peers.processes import ProcessRegistry
+
+    with ProcessRegistry("spark-kafka") as registry:
+        peer = KafkaKraft()
+        try:
+            peer.start(registry)
+        except Exception as error:  # jvm.JvmUnavailable is already one line
+            reason = str(error).splitlines()[0] if str(error) else repr(error)
+            log(f"kafka: not measured: {reason}")
+            return {"kafka_unavailable": reason}
+        peer._create(TOPIC, QUEUES)
+        fill_kafka(peer, TOPIC, count)
+        roots = [os.getpid()]  # Spark's JVM and the Kafka JVMs are its children
+        cpu_per_row: list[float] = []
+
+        def batch_read() -> float:
+            cpu_before = tree_cpu_s(roots)
+            started = time.perf_counter()
+            (
+                spark.read.format("kafka")
+                .option("kafka.bootstrap.servers", peer.bootstrap)
+                .option("subscribe", TOPIC)
+                .option("startingOffsets", "earliest")
+                .load()
+                .write.format("noop")
+                .mode("overwrite")
+                .save()
+            )
+            elapsed = time.perf_counter() - started
+            cpu_per_row.append((tree_cpu_s(roots) - cpu_before) / count * 1e6)
+            return elapsed
+
+        rows = spark.read.format("kafka").option("kafka.bootstrap.servers", peer.bootstrap)
+        assert rows.option("subscribe", TOPIC).load().count() == count
+        batch_read()  # warm-up
+        seconds = [batch_read() for _ in range(runs)]
+        return {
+            "kafka_batch_read_rows_per_s": round(count / min(seconds)),
+            "kafka_batch_read_runs_s": [round(s, 2) for s in seconds],
+            "kafka_batch_read_cpu_us_per_row": round(min(cpu_per_row[1:]), 2),
+        }
+
+
+SIZES = {"full": (300_000, 3), "quick": (60_000, 2), "smoke": (8192, 1)}  # rows, runs
+
+
+def run(mode: str = "full", kafka: bool = True) -> dict:
+    from bench.peers import jvm
     from ferrymq.spark import build_session
 
-    count = 60_000 if quick else 300_000
+    count, runs = SIZES[mode]
     count -= count % PER_REQUEST
     data_dir = tempfile.mkdtemp(prefix="ferrymq-bench-spark-")
     node = start_node_process(os.path.join(data_dir, "node"), NODE_TOML, timeout_s=60)
     process, address = node.process, node.address
+    kafka_figures: dict = {}
     try:
         fill(address, count)
-        spark = build_session("local[2]", "ferrymq-bench", **{"spark.driver.memory": "1g"})
+        spark, package, failures = None, "", []
+        for package in kafka_packages() if kafka else []:
+            try:
+                config = session_config(package, jvm.CACHE)
+                spark = build_session("local[2]", "ferrymq-bench", **config)
+                break
+            except Exception as error:  # spark-submit exits; its output above names it
+                failures.append(package)
+                log(f"kafka: {package} not loaded: {first_line(error)}")
+        if spark is None:
+            if kafka:
+                kafka_figures = {
+                    "kafka_unavailable": f"Spark could not load {' nor '.join(failures)}: an "
+                    "artifact or one of its dependencies not found on Maven Central (Spark's "
+                    "output names it)"
+                }
+                log(f"kafka: not measured: {kafka_figures['kafka_unavailable']}")
+                kafka = False
+            package = ""
+            spark = build_session("local[2]", "ferrymq-bench", **session_config("", ""))
 
         roots = [os.getpid(), process.pid]
         cpu_per_row: list[float] = []
@@ -150,7 +293,7 @@ def run(quick: bool) -> dict:
             return elapsed
 
         batch_read()  # warm-up: JVM code paths and Python workers
-        batch_seconds = [batch_read() for _ in range(2 if quick else 3)]
+        batch_seconds = [batch_read() for _ in range(runs)]
 
         def stream_read(checkpoint: str) -> float:
             started = time.perf_counter()
@@ -172,22 +315,34 @@ def run(quick: bool) -> dict:
             return time.perf_counter() - started
 
         stream_seconds = [
-            stream_read(os.path.join(data_dir, f"checkpoint-{i}")) for i in range(2 if quick else 3)
+            stream_read(os.path.join(data_dir, f"checkpoint-{i}")) for i in range(runs)
         ]
-        spark.stop()
-    finally:
+        # The node goes before Kafka's turn: its CPU must not count in Kafka's figure.
         process.send_signal(signal.SIGKILL)
         process.wait(10)
+        if kafka:
+            kafka_figures = kafka_read(spark, count, runs)
+            kafka_figures.setdefault("kafka_source", package)
+        spark.stop()
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait(10)
         shutil.rmtree(data_dir, ignore_errors=True)
+    ours = round(count / min(batch_seconds))
+    if "kafka_batch_read_rows_per_s" in kafka_figures:
+        theirs = kafka_figures["kafka_batch_read_rows_per_s"]
+        kafka_figures["ratio_batch_read_vs_kafka"] = round(ours / theirs, 2)
     return {
         "rows": count,
         "body_bytes": len(BODY),
         "queues": QUEUES,
-        "batch_read_rows_per_s": round(count / min(batch_seconds)),
+        "batch_read_rows_per_s": ours,
         "batch_read_runs_s": [round(s, 2) for s in batch_seconds],
         "batch_read_cpu_us_per_row": round(min(cpu_per_row[1:]), 2),
         "stream_rows_per_s": round(count / min(stream_seconds)),
         "stream_runs_s": [round(s, 2) for s in stream_seconds],
+        **kafka_figures,
         "load_average_1m": round(os.getloadavg()[0], 2),
         "machine": (
             f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
@@ -198,9 +353,15 @@ def run(quick: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
-    parser.add_argument("--quick", action="store_true", help="smaller run")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smaller run")
+    size.add_argument("--smoke", action="store_true", help="a few thousand rows, one run")
+    parser.add_argument(
+        "--no-kafka", action="store_true", help="skip Spark's Kafka source on the Kafka peer"
+    )
     args = parser.parse_args()
-    figures = run(args.quick)
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    figures = run(mode, kafka=not args.no_kafka)
     if not args.json:
         for name, value in figures.items():
             print(f"{name:28} {value}")

@@ -10,17 +10,23 @@ which only ever sees messages every in-sync node holds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
+import signal
 import threading
 import time
+from dataclasses import replace
 from importlib.metadata import version
 
-from bench.cluster import stop_cluster, wait_all_in_sync
+from bench.cluster import master_of, raft_leader_id, stop_cluster, wait_all_in_sync
+from bench.peers.drills import Timeline, drill_body, drill_seq
+from bench.peers.growth import spread
 from bench.peers.official import OfficialClientWorkloads
 from bench.peers.workloads import (
     BATCH,
     BATCHES_IN_FLIGHT,
+    IN_FLIGHT,
     WAIT_S,
     WARMUP,
     age_s,
@@ -29,14 +35,25 @@ from bench.peers.workloads import (
     stamped_body,
 )
 from bench.produce import sdk_send_batches, sdk_send_each
-from ferrymq.client import Admin, Message, Producer, PullConsumer
-from ferrymq.launcher.cluster import cluster_up
+from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer
+from ferrymq.launcher.cluster import (
+    cluster_down,
+    cluster_up,
+    is_running,
+    load_plan,
+    save_plan,
+    start_node,
+)
+from ferrymq.launcher.polling import until
 
 NODES = 3
 QUEUES = 8
 FETCH = 512
-# Small segments: a file is zero-filled when created, on each of the three nodes.
-STORE = {"commitlog_segment_bytes": 64 << 20}
+# Small segments: a file is zero-filled when created, on each of the three nodes. Each
+# queue's consume-queue file is reserved on disk whole (fallocate) when the queue is first
+# written: 10,000 entries (200 KB) rather than the default 300,000 (6 MB), so that the
+# 10,000 topics of bench.peers.growth take 6 GB on the three nodes, not 180 GB.
+STORE = {"commitlog_segment_bytes": 64 << 20, "consume_queue_entries_per_file": 10_000}
 
 
 class Ferrymq:
@@ -54,15 +71,20 @@ class Ferrymq:
         self.directory = ""
         self.access = ""
         self._topics = 0
+        self._registry = None
 
     def start(self, registry) -> None:
+        self._registry = registry
         self.directory = os.path.join(registry.make_dir("ferrymq"), "cluster")
+        self._up()
+
+    def _up(self) -> None:
         settings = {"replication": {"mode": "SYNC"}, "store": dict(STORE)}
         plan = cluster_up(
             self.directory, nodes=NODES, auto_ports=True, settings=settings, timeout_s=120
         )
         for node in plan.nodes:
-            registry.adopt(f"ferrymq-{node.id}", node.pid)
+            self._registry.adopt(f"ferrymq-{node.id}", node.pid)
         self.plan = plan
         self.access = ",".join(n.grpc for n in plan.nodes)
         self.admin_address = plan.nodes[0].grpc
@@ -125,10 +147,10 @@ class Ferrymq:
 
     async def _send_batches(self, producer: Producer, topic: str, count: int) -> float:
         body = plain_body()
-        batches = [
+        batches = (  # made as they are sent: a backlog of GiBs is millions of messages
             [Message(topic, body) for _ in range(min(BATCH, count - first))]
             for first in range(0, count, BATCH)
-        ]
+        )
         return await sdk_send_batches(producer, batches, BATCHES_IN_FLIGHT)
 
     def batched_send(self, count: int) -> float:
@@ -202,6 +224,179 @@ class Ferrymq:
 
         return self._run(workload, group="bench-consume")
 
+    # ---- failover (bench.peers.drills) ----------------------------------------------
+    failover_how = (
+        "kill -9 of the master node; the SDK producer knows all three addresses, retries "
+        "with backoff and asks routing for the new master"
+    )
+
+    def failover_prepare(self, topic: str) -> None:
+        with Admin(self.admin_address) as admin:
+            admin.create_topic(topic, 1)
+            for group in ("drill-steady", "drill-readback"):
+                admin.create_group(group)
+
+    def steady_load(self, topic: str) -> FerrySteadyLoad:
+        return FerrySteadyLoad(self.access, topic)
+
+    def _node(self, key: str):
+        plan = load_plan(self.directory)
+        return plan, next(n for n in plan.nodes if n.id == key)
+
+    def master_node(self, topic: str) -> tuple[str, str]:
+        plan = load_plan(self.directory)
+        master = master_of(plan)
+        also = " (also the routing Raft leader)" if raft_leader_id(plan) == master.id else ""
+        return master.id, f"master {master.id}{also}"
+
+    def kill_node(self, key: str) -> None:
+        plan, node = self._node(key)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(node.pid, signal.SIGKILL)
+        until(lambda: not is_running(node, plan), 10, f"{key} to die")
+
+    def restart_node(self, key: str) -> None:
+        plan, node = self._node(key)
+        restarted = start_node(plan, node)
+        save_plan(replace(plan, nodes=tuple(restarted if n.id == key else n for n in plan.nodes)))
+        self._registry.adopt(f"ferrymq-{key}", restarted.pid)
+        self.plan = load_plan(self.directory)
+
+    def wait_rejoined(self, topic: str) -> None:
+        self.plan = load_plan(self.directory)
+        wait_all_in_sync(self.plan)
+
+    def read_back(self, topic: str, expected: set[int]) -> set[int]:
+        return pull_everything(self.access, "drill-readback", topic, [0], expected)
+
+    # ---- how the cost grows (bench.peers.growth) --------------------------------------
+    def create_topics(self, names: list[str]) -> None:
+        with Admin(self.admin_address) as admin:
+            for name in names:
+                admin.create_topic(name, 1)
+
+    def spread_send(self, names: list[str], count: int) -> float:
+        body = plain_body()
+
+        async def run() -> float:
+            await sdk_send_each(producer, [Message(name, body) for name in names], 64)
+            messages = [Message(topic, body) for topic in spread(names, count)]
+            return await sdk_send_each(producer, messages, IN_FLIGHT)
+
+        with Producer(self.access, timeout_s=WAIT_S) as producer:
+            return asyncio.run(run())
+
+    def backlog_prepare(self, topic: str, groups: tuple[str, ...]) -> None:
+        wait_all_in_sync(self.plan)
+        with Admin(self.admin_address) as admin:
+            admin.create_topic(topic, QUEUES)
+            for group in groups:
+                admin.create_group(group)
+
+    def fill(self, topic: str, count: int) -> float:
+        with Producer(self.access, timeout_s=WAIT_S) as producer:
+            return asyncio.run(self._send_batches(producer, topic, count))
+
+    def read_all(self, topic: str, count: int, group: str) -> float:
+        with PullConsumer(
+            self.access, group, start="beginning", batch_size=FETCH, timeout_s=WAIT_S
+        ) as reader:
+            reader.assign(topic, list(range(QUEUES)))
+            received = 0
+            deadline = time.monotonic() + max(WAIT_S * 10, count / 2000)
+            started = time.perf_counter()
+            while received < count:
+                received += len(reader.poll(wait_s=1.0))
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"read {received} of {count}")
+            return time.perf_counter() - started
+
+    def stop_nodes(self) -> None:
+        cluster_down(self.directory)
+
+    def start_nodes(self) -> None:
+        self._up()
+
+    def data_dirs(self) -> list[str]:
+        return [node.data for node in self.plan.nodes]
+
+    def backlog_cleanup(self, topic: str) -> None:
+        with Admin(self.admin_address) as admin:
+            admin.delete_topic(topic)
+
+
+def pull_everything(
+    access: str, group: str, topic: str, queues: list[int], expected: set[int], idle_s: float = 10.0
+) -> set[int]:
+    """The drill numbers a fresh consumer reads from the beginning of ``topic``: until
+    it has every one of ``expected`` or nothing new came for ``idle_s``."""
+    found: set[int] = set()
+    with PullConsumer(access, group, start="beginning", batch_size=FETCH, timeout_s=WAIT_S) as r:
+        r.assign(topic, queues)
+        last_new = time.monotonic()
+        while not expected <= found and time.monotonic() - last_new < idle_s:
+            batch = r.poll(wait_s=0.5)
+            if batch:
+                found.update(drill_seq(m.body) for m in batch)
+                last_new = time.monotonic()
+    return found
+
+
+class FerrySteadyLoad:
+    """The SDK's producer sending numbered messages one at a time, and a consumer of the
+    same queue, each in a thread of its own, until ``stop``."""
+
+    def __init__(self, access: str, topic: str) -> None:
+        self.access, self.topic = access, topic
+        self.timeline = Timeline()
+        self._stop_producing = threading.Event()
+        self._stop_consuming = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._produce, daemon=True),
+            threading.Thread(target=self._consume, daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _produce(self) -> None:
+        seq = 0
+        try:
+            with Producer(self.access, timeout_s=3) as producer:
+                while not self._stop_producing.is_set():
+                    seq += 1
+                    started = time.monotonic()
+                    try:
+                        producer.send(Message(self.topic, drill_body(seq)))
+                        self.timeline.ack(seq, started, time.monotonic())
+                    except FerryError as error:
+                        self.timeline.fail(time.monotonic(), error.code_name)
+                    except Exception as error:  # anything else the SDK lets through
+                        self.timeline.fail(time.monotonic(), type(error).__name__)
+        except Exception as error:
+            self.timeline.errors.append(f"producer: {error!r}")
+
+    def _consume(self) -> None:
+        while not self._stop_consuming.is_set():
+            try:
+                with PullConsumer(
+                    self.access, "drill-steady", start="beginning", timeout_s=3
+                ) as reader:
+                    reader.assign(self.topic, [0])
+                    while not self._stop_consuming.is_set():
+                        for message in reader.poll(wait_s=0.5):
+                            self.timeline.received.add(drill_seq(message.body))
+            except Exception:  # the master it read from died: start again
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop_producing.set()
+        self._threads[0].join(30)
+        acked = self.timeline.acked_seqs()
+        with contextlib.suppress(TimeoutError):
+            until(lambda: acked <= self.timeline.received, 10, "the steady consumer")
+        self._stop_consuming.set()
+        self._threads[1].join(30)
+
 
 class FerrymqOfficialClient(OfficialClientWorkloads):
     """The same 3-node SYNC group measured through the official RocketMQ Python client,
@@ -239,3 +434,21 @@ class FerrymqOfficialClient(OfficialClientWorkloads):
     def delete_group(self, group: str) -> None:
         with Admin(self.group.admin_address) as admin:
             admin.delete_group(group)
+
+    # ---- failover: the same nodes as ferrymq's column, killed the same way ------------
+    failover_how = (
+        "kill -9 of the master node; the official client knows all three addresses and "
+        "retries as its settings from the server say"
+    )
+
+    def master_node(self, topic: str) -> tuple[str, str]:
+        return self.group.master_node(topic)
+
+    def kill_node(self, key: str) -> None:
+        self.group.kill_node(key)
+
+    def restart_node(self, key: str) -> None:
+        self.group.restart_node(key)
+
+    def wait_rejoined(self, topic: str) -> None:
+        self.group.wait_rejoined(topic)

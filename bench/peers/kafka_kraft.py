@@ -10,7 +10,11 @@ Consumers read with ``Consumer.consume`` from assigned partitions.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
+import signal
+import subprocess
+import threading
 import time
 import uuid
 from importlib.metadata import version
@@ -19,9 +23,12 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.peers import jvm
+from bench.peers.drills import Timeline, drill_body, drill_seq
+from bench.peers.growth import batches, spread
 from bench.peers.workloads import (
     BATCH,
     BATCHES_IN_FLIGHT,
+    IN_FLIGHT,
     WAIT_S,
     WARMUP,
     age_s,
@@ -88,11 +95,19 @@ class KafkaKraft:
         "in-sync replica (all three, normally) has it, in memory; flushed by the OS"
     )
 
+    failover_how = (
+        "kill -9 of the leader of the topic's one partition (RF 3; a combined broker and "
+        "KRaft controller); the controller elects a leader from the ISR, librdkafka finds "
+        "it through its metadata refresh and retries"
+    )
+
     def __init__(self) -> None:
         self.client = f"confluent-kafka {version('confluent-kafka')}"
         self.bootstrap = ""
         self.admin: AdminClient | None = None
         self._topics = 0
+        self._registry = None
+        self._nodes: dict[str, tuple[list[str], str, str]] = {}  # key: (argv, log, log.dirs)
 
     def start(self, registry) -> None:
         java = jvm.find_java()
@@ -102,10 +117,12 @@ class KafkaKraft:
         broker_ports, controller_ports = ports[:NODES], ports[NODES:]
         cluster = cluster_id()
         logging = {"kafka.logs.dir": root, "log4j2.level": "WARN"}
+        self._registry = registry
         for index in range(NODES):
             path = os.path.join(root, f"k{index + 1}.properties")
+            properties = server_properties(index, broker_ports, controller_ports, root)
             with open(path, "w", encoding="utf-8") as f:
-                f.write(render(server_properties(index, broker_ports, controller_ports, root)))
+                f.write(render(properties))
             log_path = os.path.join(root, f"k{index + 1}.log")
             formatted = registry.spawn(
                 f"kafka-format-{index + 1}",
@@ -121,17 +138,32 @@ class KafkaKraft:
             )
             if formatted.wait(timeout=120) != 0:
                 raise RuntimeError(f"kafka storage format failed: see {log_path}")
-            registry.spawn(
-                f"kafka-{index + 1}",
-                jvm.java_argv(java, lib, "kafka.Kafka", HEAP_MB, [path], logging),
-                log_path,
-            )
+            argv = jvm.java_argv(java, lib, "kafka.Kafka", HEAP_MB, [path], logging)
+            self._nodes[f"k{index + 1}"] = (argv, log_path, properties["log.dirs"])
+            registry.spawn(f"kafka-k{index + 1}", argv, log_path)
         self.bootstrap = ",".join(f"127.0.0.1:{port}" for port in broker_ports)
         # Refused connections while the nodes start are expected: librdkafka logs errors only.
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 2})
         # Ready once an RF 3 topic can be created: the quorum has a leader, all brokers up.
-        until(self._ready, 120, "a 3-node KRaft cluster accepting an RF 3 topic", interval_s=0.5)
+        try:
+            until(self._ready, 240, "a 3-node KRaft cluster accepting an RF 3 topic", 0.5)
+        except TimeoutError as error:  # the logs go with the directory: say what they say
+            raise TimeoutError(f"{error}; {self._log_news()}") from None
         log(f"  kafka: 3-node KRaft cluster up at {self.bootstrap}")
+
+    def _log_news(self) -> str:
+        """The last ERROR (or last) line of each node's log, for a failure message."""
+        news = []
+        for key, (_, log_path, _) in self._nodes.items():
+            try:
+                with open(log_path, encoding="utf-8", errors="replace") as f:
+                    lines = [line.strip() for line in f if line.strip()]
+            except OSError:
+                continue
+            errors = [line for line in lines if "ERROR" in line or "Exception" in line]
+            picked = (errors or lines or ["(empty)"])[-1]
+            news.append(f"{key}: {picked[:300]}")
+        return " | ".join(news)
 
     def _ready(self) -> bool:
         try:
@@ -212,9 +244,11 @@ class KafkaKraft:
         return self._run(workload)
 
     @staticmethod
-    def _send_windowed(producer: Producer, topic: str, count: int, window: int) -> float:
-        """``count`` sends with at most ``window`` unacknowledged: seconds for all."""
+    def _send_windowed(producer: Producer, topic, count: int, window: int) -> float:
+        """``count`` sends with at most ``window`` unacknowledged: seconds for all.
+        ``topic`` is one name, or a list with the topic of each message."""
         body = plain_body()
+        topics = [topic] * count if isinstance(topic, str) else topic
         outstanding = [0]
         failures: list = []
 
@@ -225,12 +259,12 @@ class KafkaKraft:
 
         started = time.perf_counter()
         deadline = time.monotonic() + WAIT_S * 10
-        for _ in range(count):
+        for i in range(count):
             while outstanding[0] >= window:
                 producer.poll(0.001)
                 if time.monotonic() > deadline:
                     raise KafkaException("sends not acknowledged in time")
-            producer.produce(topic, body, on_delivery=delivered)
+            producer.produce(topics[i], body, on_delivery=delivered)
             outstanding[0] += 1
         if producer.flush(WAIT_S) or failures:
             raise KafkaException(failures[0] if failures else "delivery timed out")
@@ -322,3 +356,198 @@ class KafkaKraft:
                 consumer.close()
 
         return self._run(workload)
+
+    # ---- the nodes as processes (failover, cold reads) --------------------------------
+    def _process(self, key: str) -> subprocess.Popen:
+        name = f"kafka-{key}"
+        return next(s.process for s in reversed(self._registry.started) if s.name == name)
+
+    def _partition(self, topic: str, partition: int = 0):
+        return self.admin.list_topics(topic, timeout=5).topics[topic].partitions[partition]
+
+    def master_node(self, topic: str) -> tuple[str, str]:
+        def leader() -> int | None:
+            try:
+                found = self._partition(topic).leader
+            except Exception:
+                return None
+            return found if found > 0 else None
+
+        node = until(leader, 60, f"a leader for {topic}", interval_s=0.1)
+        return f"k{node}", f"k{node} (partition leader)"
+
+    def kill_node(self, key: str) -> None:
+        process = self._process(key)
+        process.kill()
+        process.wait(30)
+
+    def restart_node(self, key: str) -> None:
+        argv, log_path, _ = self._nodes[key]
+        self._registry.spawn(f"kafka-{key}", argv, log_path)
+
+    def wait_rejoined(self, topic: str) -> None:
+        def in_sync() -> bool:
+            try:
+                metadata = self.admin.list_topics(topic, timeout=5)
+                partitions = metadata.topics[topic].partitions.values()
+            except Exception:
+                return False
+            return len(metadata.brokers) == NODES and all(
+                p.leader > 0 and len(p.isrs) == NODES for p in partitions
+            )
+
+        until(in_sync, 180, f"every replica of {topic} back in the ISR", interval_s=0.2)
+
+    # ---- failover (bench.peers.drills) ----------------------------------------------
+    def failover_prepare(self, topic: str) -> None:
+        self._create(topic, 1)
+
+    def steady_load(self, topic: str) -> KafkaSteadyLoad:
+        return KafkaSteadyLoad(self, topic)
+
+    def read_back(self, topic: str, expected: set[int]) -> set[int]:
+        consumer = self._consumer("drill-readback")
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        found: set[int] = set()
+        try:
+            last_new = time.monotonic()
+            while not expected <= found and time.monotonic() - last_new < 10:
+                for message in consumer.consume(FETCH, timeout=0.5):
+                    if message.error() is None:
+                        found.add(drill_seq(message.value()))
+                        last_new = time.monotonic()
+        finally:
+            consumer.close()
+        return found
+
+    # ---- how the cost grows (bench.peers.growth) --------------------------------------
+    def create_topics(self, names: list[str]) -> None:
+        """``CREATE_BATCH`` topics a CreateTopics request; then until each has a leader."""
+        for batch in batches(names):
+            new = [
+                NewTopic(n, num_partitions=1, replication_factor=NODES, config={}) for n in batch
+            ]
+            futures = self.admin.create_topics(new, operation_timeout=WAIT_S * 4)
+            for future in futures.values():
+                future.result(WAIT_S * 4)
+        wanted = set(names)
+
+        def led() -> bool:
+            topics = self.admin.list_topics(timeout=30).topics
+            return all(
+                name in topics and all(p.leader > 0 for p in topics[name].partitions.values())
+                for name in wanted
+            )
+
+        until(led, 300, f"leaders for {len(names)} new topics", interval_s=0.5)
+
+    def spread_send(self, names: list[str], count: int) -> float:
+        producer = self._producer()
+        self._send_windowed(producer, names, len(names), 64)
+        return self._send_windowed(producer, spread(names, count), count, IN_FLIGHT)
+
+    def backlog_prepare(self, topic: str, groups: tuple[str, ...]) -> None:
+        self._create(topic, PARTITIONS)
+
+    def fill(self, topic: str, count: int) -> float:
+        window = BATCH * BATCHES_IN_FLIGHT
+        return self._send_windowed(self._batching_producer(), topic, count, window)
+
+    def read_all(self, topic: str, count: int, group: str) -> float:
+        consumer = self._consumer(group)
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        try:
+            received = 0
+            deadline = time.monotonic() + WAIT_S * 10 + count / 2000
+            started = time.perf_counter()
+            while received < count:
+                received += sum(
+                    1 for m in consumer.consume(FETCH, timeout=1.0) if m.error() is None
+                )
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"read {received} of {count}")
+            return time.perf_counter() - started
+        finally:
+            consumer.close()
+
+    def stop_nodes(self) -> None:
+        """SIGTERM to every node (a controlled shutdown), then wait."""
+        processes = [self._process(key) for key in self._nodes]
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(90)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+    def start_nodes(self) -> None:
+        for key in self._nodes:
+            self.restart_node(key)
+        until(self._ready, 180, "the KRaft cluster back", interval_s=0.5)
+
+    def data_dirs(self) -> list[str]:
+        return [log_dirs for _, _, log_dirs in self._nodes.values()]
+
+    def backlog_cleanup(self, topic: str) -> None:
+        self._delete(topic)
+
+
+class KafkaSteadyLoad:
+    """A producer sending numbered messages one at a time (acks=all, each given up after
+    3 s: librdkafka retries inside that), and a consumer of the partition, in threads."""
+
+    def __init__(self, peer: KafkaKraft, topic: str) -> None:
+        self.peer, self.topic = peer, topic
+        self.timeline = Timeline()
+        self._stop_producing = threading.Event()
+        self._stop_consuming = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._produce, daemon=True),
+            threading.Thread(target=self._consume, daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _produce(self) -> None:
+        try:
+            producer = self.peer._producer(**{"message.timeout.ms": 3000})
+            seq = 0
+            while not self._stop_producing.is_set():
+                seq += 1
+                started = time.monotonic()
+
+                def delivered(error, _message, seq=seq, started=started) -> None:
+                    if error is None:
+                        self.timeline.ack(seq, started, time.monotonic())
+                    else:
+                        self.timeline.fail(time.monotonic(), str(error.name()))
+
+                producer.produce(self.topic, drill_body(seq), on_delivery=delivered)
+                producer.flush(10)
+        except Exception as error:
+            self.timeline.errors.append(f"producer: {error!r}")
+
+    def _consume(self) -> None:
+        consumer = self.peer._consumer("drill-steady")
+        consumer.assign([TopicPartition(self.topic, 0, 0)])
+        try:
+            while not self._stop_consuming.is_set():
+                for message in consumer.consume(FETCH, timeout=0.5):
+                    if message.error() is None:
+                        self.timeline.received.add(drill_seq(message.value()))
+        except Exception as error:
+            self.timeline.errors.append(f"consumer: {error!r}")
+        finally:
+            consumer.close()
+
+    def stop(self) -> None:
+        self._stop_producing.set()
+        self._threads[0].join(30)
+        acked = self.timeline.acked_seqs()
+        with contextlib.suppress(TimeoutError):
+            until(lambda: acked <= self.timeline.received, 10, "the steady consumer")
+        self._stop_consuming.set()
+        self._threads[1].join(30)

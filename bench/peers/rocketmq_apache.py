@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 from importlib.metadata import version
 
-from bench.peers import jvm
+from bench.peers import jvm, remoting
+from bench.peers.growth import batches
 from bench.peers.official import OfficialClientWorkloads
 from bench.peers.workloads import log
 from ferrymq.launcher.cluster import free_ports
@@ -42,10 +44,35 @@ MAIN = {
 }
 
 
-def namesrv_properties(namesrv_port: int, controller_port: int, root: str) -> dict[str, str]:
+# How fast a dead master is noticed and replaced, and how fast clients learn of it:
+# "default" leaves every period as Apache RocketMQ 5.3.3 ships it; "shortest" cuts each
+# to 1 s (the broker's controller heartbeat timeout to 3 s, three heartbeats at its
+# default 1 s interval). Names and defaults from the 5.3.3 sources (ControllerConfig,
+# BrokerConfig, ProxyConfig) and docs/en/controller/deploy.md.
+SHORTEST_CONTROLLER = {
+    "scanNotActiveBrokerInterval": "1000",  # default 5000: expire brokers without heartbeats
+    "scanInactiveMasterInterval": "1000",  # default 5000: re-elect where the master is gone
+}
+SHORTEST_BROKER = {
+    "controllerHeartBeatTimeoutMills": "3000",  # default 10000
+    "brokerHeartbeatInterval": "1000",  # default 1000 (the heartbeat to the controller)
+    "syncBrokerMetadataPeriod": "1000",  # default 5000: role and epoch from the controller
+    "checkSyncStateSetPeriod": "1000",  # default 5000
+    "syncControllerMetadataPeriod": "1000",  # default 10000: which controller leads
+}
+SHORTEST_PROXY = {
+    "topicRouteServiceCacheRefreshSeconds": 1,  # default 20: the proxy's route cache
+}
+TIMEOUTS = ("default", "shortest")
+
+
+def namesrv_properties(
+    namesrv_port: int, controller_port: int, root: str, timeouts: str = "default"
+) -> dict[str, str]:
     """The name server, with the controller inside it: a one-voter DLedger group, whose
     peer port is also where brokers and mqadmin reach the controller."""
     return {
+        **(SHORTEST_CONTROLLER if timeouts == "shortest" else {}),
         "listenPort": str(namesrv_port),
         "enableControllerInNamesrv": "true",
         "controllerDLegerGroup": "bench",
@@ -57,12 +84,19 @@ def namesrv_properties(namesrv_port: int, controller_port: int, root: str) -> di
 
 
 def broker_properties(
-    index: int, listen_port: int, ha_port: int, namesrv: str, controller: str, root: str
+    index: int,
+    listen_port: int,
+    ha_port: int,
+    namesrv: str,
+    controller: str,
+    root: str,
+    timeouts: str = "default",
 ) -> dict[str, str]:
     """Broker ``index`` of the group, in controller mode: which one is master is the
     controller's choice; acknowledgements wait for the whole SyncStateSet."""
     store = os.path.join(root, f"b{index + 1}", "store")
     return {
+        **(SHORTEST_BROKER if timeouts == "shortest" else {}),
         "brokerClusterName": CLUSTER,
         "brokerName": GROUP,
         "brokerId": "-1",  # assigned by the controller
@@ -91,9 +125,12 @@ def broker_properties(
     }
 
 
-def proxy_config(namesrv: str, grpc_port: int, remoting_port: int) -> dict[str, object]:
+def proxy_config(
+    namesrv: str, grpc_port: int, remoting_port: int, timeouts: str = "default"
+) -> dict[str, object]:
     """The proxy in cluster mode: the gRPC endpoint of the official clients."""
     return {
+        **(SHORTEST_PROXY if timeouts == "shortest" else {}),
         "rocketMQClusterName": CLUSTER,
         "namesrvAddr": namesrv,
         "proxyMode": "cluster",
@@ -114,13 +151,21 @@ def home_properties(directory: str) -> dict[str, str]:
 
 class RocketmqApache(OfficialClientWorkloads):
     name = "rocketmq"
+    timeouts = "default"
     durability = (
         "controller mode, allAckInSyncStateSet: acknowledged once every SyncStateSet member "
         "(master and both slaves, normally) holds it, in memory; ASYNC_FLUSH"
     )
+    failover_how = (
+        "kill -9 of the master broker (controller mode, failover periods as shipped); the "
+        "controller elects a slave of the SyncStateSet, the proxy's route cache and the "
+        "official client's retries find it"
+    )
 
     def __init__(self) -> None:
         super().__init__()
+        self._brokers: dict[str, tuple[dict[str, str], int]] = {}  # key: (properties, port)
+        self._stopped_master = ""
         self.client = f"rocketmq-python-client {version('rocketmq-python-client')} (official)"
         self.namesrv = ""
         self._java = ""
@@ -139,21 +184,24 @@ class RocketmqApache(OfficialClientWorkloads):
         namesrv_port, controller_port, grpc_port, remoting_port = ports[:4]
         self.namesrv = f"127.0.0.1:{namesrv_port}"
         self.controller = f"127.0.0.1:{controller_port}"
-        self._spawn("namesrv", "namesrv", namesrv_properties(namesrv_port, controller_port, root))
+        self._spawn(
+            "namesrv",
+            "namesrv",
+            namesrv_properties(namesrv_port, controller_port, root, self.timeouts),
+        )
         for port, what in ((namesrv_port, "the name server"), (controller_port, "the controller")):
             until(lambda p=port: self._listening(p), 120, what, interval_s=0.2)
         for index in range(BROKERS):
             listen_port, ha_port = ports[4 + 2 * index], ports[5 + 2 * index]
-            self._spawn(
-                f"broker{index + 1}",
-                "broker",
-                broker_properties(index, listen_port, ha_port, self.namesrv, self.controller, root),
+            properties = broker_properties(
+                index, listen_port, ha_port, self.namesrv, self.controller, root, self.timeouts
             )
-        until(self._group_in_sync, 180, "a master and two in-sync slaves", interval_s=1.0)
+            self._brokers[f"broker{index + 1}"] = (properties, listen_port)
+        self.start_nodes()
         # The proxy creates its system topics at start: only once the master is elected.
         proxy_path = os.path.join(root, "proxy.json")
         with open(proxy_path, "w", encoding="utf-8") as f:
-            json.dump(proxy_config(self.namesrv, grpc_port, remoting_port), f)
+            json.dump(proxy_config(self.namesrv, grpc_port, remoting_port, self.timeouts), f)
         self._spawn_argv("proxy", "proxy", ["-pc", proxy_path])
         self.endpoints = f"127.0.0.1:{grpc_port}"
         until(lambda: self._listening(grpc_port), 120, "the proxy", interval_s=0.2)
@@ -232,3 +280,93 @@ class RocketmqApache(OfficialClientWorkloads):
 
     def delete_group(self, group: str) -> None:
         """Left to the brokers' directories, removed at teardown."""
+
+    # ---- the brokers as processes (failover, cold reads) ------------------------------
+    def _process(self, key: str) -> subprocess.Popen:
+        """The latest process started for broker ``key``."""
+        name = f"rocketmq-{key}"
+        return next(s.process for s in reversed(self._registry.started) if s.name == name)
+
+    def start_nodes(self) -> None:
+        """Start the brokers; after ``stop_nodes``, the master it stopped first, and the
+        others once the name server lists it as master again: the consumer groups'
+        offsets are the master's (a group a new master does not know starts at the end
+        of a backlog that is not in memory)."""
+        keys = list(self._brokers)
+        master, self._stopped_master = self._stopped_master, ""
+        if master:
+            self._spawn(master, "broker", self._brokers[master][0])
+            until(lambda: self._master_key() == master, 120, f"{master} master again", 0.5)
+            keys.remove(master)
+        for key in keys:
+            self._spawn(key, "broker", self._brokers[key][0])
+        until(self._group_in_sync, 180, "a master and two in-sync slaves", interval_s=1.0)
+
+    def stop_nodes(self) -> None:
+        """SIGTERM to the slaves, then to the master (each flushes and writes its
+        state), waiting for each."""
+        self._stopped_master = self._master_key() or ""
+        keys = sorted(self._brokers, key=lambda k: k == self._stopped_master)
+        for key in keys:
+            process = self._process(key)
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+    def data_dirs(self) -> list[str]:
+        return [properties["storePathRootDir"] for properties, _ in self._brokers.values()]
+
+    def _master_key(self) -> str | None:
+        """The broker the name server lists as master, or None."""
+        try:
+            address = remoting.master_address(self.namesrv, GROUP)
+        except (OSError, remoting.RemotingError):
+            return None
+        port = int(address.rpartition(":")[2]) if address else -1
+        return next((k for k, (_, p) in self._brokers.items() if p == port), None)
+
+    def master_node(self, topic: str) -> tuple[str, str]:
+        key = until(self._master_key, 60, "the master in the name server's table", 0.2)
+        return key, f"{key} (master)"
+
+    def kill_node(self, key: str) -> None:
+        process = self._process(key)
+        process.kill()
+        process.wait(30)
+
+    def restart_node(self, key: str) -> None:
+        self._spawn(key, "broker", self._brokers[key][0])
+
+    def wait_rejoined(self, topic: str) -> None:
+        until(self._group_in_sync, 180, "the SyncStateSet back to all three", interval_s=1.0)
+
+    # ---- many topics: in batches, straight to the master (bench.peers.growth) -----------
+    def create_topics(self, names: list[str]) -> None:
+        master = until(
+            lambda: remoting.master_address(self.namesrv, GROUP), 60, "the master broker"
+        )
+        for batch in batches(names):
+            remoting.create_topics(master, batch, 1)
+            until(
+                lambda batch=batch: remoting.has_route(self.namesrv, batch[-1]),
+                60,
+                f"a route for {batch[-1]}",
+                interval_s=0.1,
+            )
+
+
+class RocketmqApacheShortTimeouts(RocketmqApache):
+    """The same cluster with every failover period at the shortest (``SHORTEST_*``):
+    measured in the failover drills only."""
+
+    name = "rocketmq-shortest"
+    timeouts = "shortest"
+    failover_how = (
+        "kill -9 of the master broker, every failover period at 1 s (controller scans, "
+        "broker metadata syncs, the proxy's route cache; heartbeat timeout 3 s); the "
+        "official client's retries find the new master"
+    )

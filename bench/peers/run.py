@@ -12,7 +12,7 @@ import signal
 import time
 from dataclasses import dataclass
 
-from bench.peers import bootstrap, report
+from bench.peers import bootstrap, drills, growth, report
 from bench.peers.processes import ProcessRegistry
 from bench.peers.workloads import (
     BATCH,
@@ -27,6 +27,14 @@ from bench.peers.workloads import (
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "RESULTS.md")
 CHART = "peers.png"  # next to RESULTS.md
+GROWTH_CHART = "peers-growth.png"  # failover, topics and backlog
+
+
+# What a run measures, in this order on each system (failover restarts nodes; the topics
+# part leaves thousands of topics behind, so it comes last).
+PARTS = ("workloads", "failover", "backlog", "topics")
+ALL = PARTS
+DRILLS = {"full": 5, "quick": 3, "smoke": 1}
 
 
 @dataclass(frozen=True)
@@ -36,12 +44,31 @@ class PeerSpec:
     cls: str
     package: str = ""  # the Debian package that provides ``binary``
     binary: str = ""
+    parts: tuple[str, ...] = ("workloads",)  # the parts this system takes part in
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What to run: the size, the parts, the drills."""
+
+    mode: str = "smoke"
+    parts: tuple[str, ...] = PARTS
+    drills: int = 1
+
+    @property
+    def scale(self):
+        return SCALES[self.mode]
 
 
 PEERS = (
-    PeerSpec("ferrymq", "bench.peers.ferry", "Ferrymq"),
+    PeerSpec("ferrymq", "bench.peers.ferry", "Ferrymq", parts=ALL),
     # The official RocketMQ client against ferrymq and against Apache RocketMQ (below).
-    PeerSpec("ferrymq-official", "bench.peers.ferry", "FerrymqOfficialClient"),
+    PeerSpec(
+        "ferrymq-official",
+        "bench.peers.ferry",
+        "FerrymqOfficialClient",
+        parts=("workloads", "failover"),
+    ),
     PeerSpec(
         "nats",
         "bench.peers.nats_jetstream",
@@ -64,9 +91,37 @@ PEERS = (
         "/usr/lib/rabbitmq/bin/rabbitmq-server",
     ),
     # The JVM peers fetch their own artifacts from Maven Central (bench.peers.jvm).
-    PeerSpec("kafka", "bench.peers.kafka_kraft", "KafkaKraft"),
-    PeerSpec("rocketmq", "bench.peers.rocketmq_apache", "RocketmqApache"),
+    PeerSpec("kafka", "bench.peers.kafka_kraft", "KafkaKraft", parts=ALL),
+    PeerSpec("rocketmq", "bench.peers.rocketmq_apache", "RocketmqApache", parts=ALL),
+    # The same, every failover period at its shortest: a second failover configuration.
+    PeerSpec(
+        "rocketmq-shortest",
+        "bench.peers.rocketmq_apache",
+        "RocketmqApacheShortTimeouts",
+        parts=("failover",),
+    ),
 )
+
+
+def select(only: str) -> tuple[tuple[str, ...], list[PeerSpec]]:
+    """``--only``: part names (PARTS) and system names, mixed; none of either means all.
+    Raises ValueError naming what is neither."""
+    words = [w.strip() for w in only.split(",") if w.strip()]
+    names = {p.name for p in PEERS}
+    unknown = [w for w in words if w not in PARTS and w not in names]
+    if unknown:
+        raise ValueError(
+            f"--only: {', '.join(unknown)} is neither a part ({', '.join(PARTS)}) nor a "
+            f"system ({', '.join(sorted(names))})"
+        )
+    parts = tuple(p for p in PARTS if p in words) or PARTS
+    systems = [w for w in words if w in names]
+    chosen = [
+        p
+        for p in PEERS
+        if (not systems or p.name in systems) and any(part in p.parts for part in parts)
+    ]
+    return parts, chosen
 
 
 def unavailable(name: str, reason: str) -> Figures:
@@ -74,30 +129,64 @@ def unavailable(name: str, reason: str) -> Figures:
     return Figures(name, available=False, unavailable_reason=reason)
 
 
-def run_peer(spec: PeerSpec, scale, install_error: str) -> Figures:
-    """Start, measure and stop one system; its figures, or why it could not be run."""
+def _unavailable_parts(spec: PeerSpec, parts: tuple[str, ...], reason: str, peer=None) -> dict:
+    figures = unavailable(spec.name, reason)
+    if peer is not None:
+        figures.client, figures.durability = peer.client, peer.durability
+    found: dict[str, dict] = {}
+    for part in parts:
+        if part == "workloads":
+            found[part] = figures.to_json()
+        else:
+            found[part] = {"system": spec.name, "available": False, "error": reason}
+    return found
+
+
+def run_peer(spec: PeerSpec, settings: Settings, install_error: str = "") -> dict[str, dict]:
+    """Start one system, run each selected part it takes part in, stop it: ``{part:
+    figures}``, or for every part why it could not be run."""
+    parts = tuple(p for p in settings.parts if p in spec.parts)
     if install_error:
-        return unavailable(spec.name, install_error)
+        return _unavailable_parts(spec, parts, install_error)
     try:
         peer = getattr(importlib.import_module(spec.module), spec.cls)()
     except Exception as error:
-        return unavailable(spec.name, f"client not usable: {error!r}")
-    log(f"{spec.name}: starting a 3-node group")
+        return _unavailable_parts(spec, parts, f"client not usable: {error!r}")
+    log(f"{spec.name}: starting a 3-node group for {', '.join(parts)}")
+    found: dict[str, dict] = {}
     with ProcessRegistry(spec.name) as registry:
         try:
             try:
                 peer.start(registry)
             except Exception as error:
-                figures = unavailable(spec.name, f"could not start: {error}")
-                figures.client, figures.durability = peer.client, peer.durability
-                return figures
-            return measure(peer, scale)
+                return _unavailable_parts(spec, parts, f"could not start: {error}", peer)
+            for part in parts:
+                found[part] = run_part(peer, part, settings)
+            return found
         finally:
             try:
                 peer.stop()
             except Exception as error:
                 log(f"{spec.name}: stop: {error!r}")
             log(f"{spec.name}: stopping every process it started")
+
+
+def run_part(peer, part: str, settings: Settings) -> dict:
+    """One part on a started system; a part that fails is recorded with its error."""
+    log(f"{peer.name}: {part}")
+    if part == "workloads":
+        return measure(peer, settings.scale).to_json()
+    try:
+        if part == "failover":
+            return drills.run_drills(peer, settings.drills).to_json()
+        if part == "backlog":
+            return growth.run_backlog(peer, growth.BACKLOG_BYTES[settings.mode])
+        return growth.run_topics(
+            peer, growth.TOPIC_COUNTS[settings.mode], growth.SPREAD_MESSAGES[settings.mode]
+        )
+    except Exception as error:
+        log(f"  {peer.name} {part} failed: {error!r}")
+        return {"system": peer.name, "error": f"{type(error).__name__}: {error}"[:500]}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,7 +196,15 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, terminate)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     scale = SCALES[mode]
-    chosen = [p for p in PEERS if not args.only or p.name in args.only.split(",")]
+    try:
+        parts, chosen = select(args.only)
+    except ValueError as error:
+        log(str(error))
+        return 2
+    if args.drills < 0:
+        log("--drills must be at least 1")
+        return 2
+    settings = Settings(mode, parts, args.drills or DRILLS[mode])
     started_at = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load_start = [round(x, 2) for x in os.getloadavg()]
     started = time.monotonic()
@@ -117,10 +214,14 @@ def run(args: argparse.Namespace) -> int:
             {p.package: p.binary for p in chosen if p.package}
         )
     peers: dict[str, dict] = {}
+    anchors: dict[str, dict[str, dict]] = {part: {} for part in PARTS if part != "workloads"}
     try:
         for spec in chosen:
-            figures = run_peer(spec, scale, install_errors.get(spec.package, ""))
-            peers[spec.name] = figures.to_json()
+            found = run_peer(spec, settings, install_errors.get(spec.package, ""))
+            if "workloads" in found:
+                peers[spec.name] = found.pop("workloads")
+            for part, figures in found.items():
+                anchors[part][spec.name] = figures
     except KeyboardInterrupt:
         log("interrupted; every process started has been stopped")
         return 130
@@ -135,25 +236,46 @@ def run(args: argparse.Namespace) -> int:
         "in_flight": IN_FLIGHT,
         "batch": {"messages_per_request": BATCH, "requests_in_flight": BATCHES_IN_FLIGHT},
         "messages": vars(scale),
+        "parts": list(parts),
+        "drills": settings.drills,
+        "topic_counts": list(growth.TOPIC_COUNTS[mode]),
+        "backlog_bytes": list(growth.BACKLOG_BYTES[mode]),
     }
     result = report.build(peers, context)
+    result.update({part: found for part, found in anchors.items() if found})
+    if result.get("failover"):
+        result["failover_ratios"] = report.failover_ratios(result["failover"])
     if not args.no_write:
         command = "python -m bench.peers --json" + {"full": "", "quick": " --quick"}.get(
             mode, " --smoke"
         )
-        chart_path = os.path.join(os.path.dirname(RESULTS), CHART)
-        try:
-            report.chart(result, chart_path)
-        except Exception as error:
-            log(f"chart not drawn: {error!r}")
-            chart_path = None
-        report.write_section(
-            RESULTS, report.markdown(result, command, CHART if chart_path else None)
-        )
-        log(f"wrote {RESULTS}" + (f" and {chart_path}" if chart_path else ""))
+        results = args.results or RESULTS
+        charts = {}
+        for name, draw in ((CHART, report.chart), (GROWTH_CHART, report.growth_chart)):
+            path = os.path.join(os.path.dirname(results), name)
+            try:
+                if draw(result, path):
+                    charts[name] = path
+            except Exception as error:
+                log(f"chart {name} not drawn: {error!r}")
+        # Each section only when its parts ran: a run of some parts leaves the others'.
+        if peers:
+            report.write_section(
+                results, report.markdown(result, command, CHART if CHART in charts else None)
+            )
+        if any(anchors.values()):
+            chart = GROWTH_CHART if GROWTH_CHART in charts else None
+            report.write_section(results, report.anchors_section(result, command, chart))
+        log(f"wrote {results}" + "".join(f" and {path}" for path in charts.values()))
     if not args.json:
         for name, figures in peers.items():
             log(f"{name}: " + ", ".join(f"{k}={v}" for k, v in figures.items() if k != "name"))
+    for name, figures in (result.get("failover") or {}).items():
+        log(
+            f"failover {name}: unavailable p50 {figures.get('unavailable_ms_p50')} ms, "
+            f"p99 {figures.get('unavailable_ms_p99')} ms, lost {figures.get('lost')}"
+            + (f" ({figures['error']})" if figures.get("error") else "")
+        )
     log(
         "ferrymq / best peer: "
         + ", ".join(f"{w.ratio}={result[w.ratio]}" for w in report.WORKLOADS)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
+import subprocess
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -45,8 +46,25 @@ CITATION = re.compile(
 )
 
 
+def project_files(root: Path) -> list[Path]:
+    """The checkout's own files: what git tracks plus what it would track (not ignored).
+    Caches inside the checkout (the clients' module and package caches under ``.cache``
+    hold other projects' READMEs, which cite their own tests) are not ours to check.
+    Without git (an unpacked sdist), every file below ``root``."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root,
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return sorted(root.rglob("*"))
+    return sorted(root / name for name in listed.decode().split("\0") if name)
+
+
 def text_files(root: Path) -> Iterator[Path]:
-    for path in sorted(root.rglob("*")):
+    for path in project_files(root):
         parts = path.relative_to(root).parts
         if any(part in SKIPPED_DIRECTORIES or part.endswith(".egg-info") for part in parts):
             continue
@@ -196,3 +214,16 @@ def test_the_checker_finds_citations_of_what_does_not_exist(tmp_path):
     code = tmp_path / "x.py"
     code.write_text("# python -m tests.gone\nfrom tests.gone import x\n")
     assert broken_citations(tmp_path, code, code.read_text()) == ["x.py:1: no module tests.gone"]
+
+
+def test_ignored_caches_in_the_checkout_are_not_checked(tmp_path):
+    """A Go module cache under ``.cache`` (built by the client tests) holds other projects'
+    READMEs citing their own tests: the check reads only the project's own files."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text(".cache/\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "ours.md").write_text("ours\n")
+    cache_dir = tmp_path / ".cache" / "mod"
+    cache_dir.mkdir(parents=True)
+    (cache_dir / "README.md").write_text("run `python -m tests.yaml`\n")
+    assert [p.relative_to(tmp_path).as_posix() for p in text_files(tmp_path)] == ["docs/ours.md"]

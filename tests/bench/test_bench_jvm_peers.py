@@ -11,8 +11,7 @@ import pytest
 
 from bench.peers import jvm, kafka_kraft, rocketmq_apache
 from bench.peers.processes import ProcessRegistry
-from bench.peers.run import PEERS, run_peer
-from bench.peers.workloads import SCALES
+from bench.peers.run import PEERS, Settings, run_peer
 
 ROOT = "/tmp/ferrymq-bench-test-root"
 
@@ -139,14 +138,18 @@ def test_resolved_artifacts_are_not_fetched_twice(tmp_path, monkeypatch):
     assert lib == os.path.join(cache, "kafka", "lib")
 
 
-@pytest.mark.parametrize("name", ["kafka", "rocketmq"])
+@pytest.mark.parametrize("name", ["kafka", "rocketmq", "rocketmq-shortest"])
 def test_a_peer_without_java_is_reported_not_measured_in_one_line(name, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     spec = next(p for p in PEERS if p.name == name)
-    figures = run_peer(spec, SCALES["smoke"], "")
-    assert figures.available is False
-    assert "java not found" in figures.unavailable_reason
-    assert "\n" not in figures.unavailable_reason
+    found = run_peer(spec, Settings("smoke"), "")
+    assert set(found) == set(spec.parts)  # every part it takes part in says why not
+    if "workloads" in found:
+        assert found["workloads"]["available"] is False
+        assert "java not found" in found["workloads"]["unavailable_reason"]
+    for part, figures in found.items():
+        reason = figures["unavailable_reason"] if part == "workloads" else figures["error"]
+        assert "java not found" in reason and "\n" not in reason
 
 
 def test_registry_is_left_empty_after_a_jvm_peer_fails_to_start(tmp_path, monkeypatch):

@@ -18,8 +18,8 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support import clients
-from tests.support.nodes import start_node
-from tests.support.rpc import create_topic, message, pull, stubs
+from tests.support.every_kind import EveryKind
+from tests.support.rpc import create_group, create_topic, message, pull
 
 # The first run fetches the client from Maven Central and compiles the driver.
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
@@ -40,31 +40,14 @@ def java():
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("java-grpc") / "node"), NODE_TOML)
-    yield started
-    started.sigkill()
+def module_node(module_nodes):
+    """One node for the module, checking orphan transactions every 2 s."""
+    return module_nodes(NODE_TOML)
 
 
-@pytest.fixture
-def grpc_stubs(node):
-    channel, messaging, admin = stubs(node.address)
-    yield messaging, admin
-    channel.close()
-
-
-def run_java(java, node, tmp_path, steps: list[dict], timeout_s: float = 150) -> clients.Run:
-    spec = {"endpoints": node.address, "tls": False, "steps": steps}
+def run_java(java, module_node, tmp_path, steps: list[dict], timeout_s: float = 150) -> clients.Run:
+    spec = {"endpoints": module_node.address, "tls": False, "steps": steps}
     return clients.run(java, spec, tmp_path / "java-home", timeout_s)
-
-
-def create_group(admin, name: str, **options) -> None:
-    answer = admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name=name, **options)))
-    assert answer.status.code == 0, answer.status
-
-
-def by_body(events: list[dict]) -> dict[str, dict]:
-    return {e["body"]: e for e in events}
 
 
 def dead_letters(messaging, group: str, reader: str, count: int, wait_s: float = 20):
@@ -76,105 +59,21 @@ def dead_letters(messaging, group: str, reader: str, count: int, wait_s: float =
 
 
 def test_producer_sends_every_kind_and_a_simple_consumer_gets_them_intact(
-    java, node, tmp_path, grpc_stubs
+    java, module_node, tmp_path, grpc_stubs
 ):
     """Normal (sync and async), FIFO, delay and transactional sends from the Java producer;
     Java SimpleConsumers receive every one with its id, tag, keys and properties intact,
     FIFO in order per message group, delayed ones not before their time, committed and
     checked-then-committed transactions but never a rolled-back one."""
     _, admin = grpc_stubs
-    create_topic(admin, "java-normal", queues=4)
-    create_topic(admin, "java-fifo", queues=4, message_type=api.FIFO)
-    create_topic(admin, "java-delay", queues=2, message_type=api.DELAY)
-    create_topic(admin, "java-tx", queues=2, message_type=api.TRANSACTION)
-    for group in ("java-normal-reader", "java-fifo-reader", "java-delay-reader", "java-tx-reader"):
-        create_group(admin, group, fifo=group == "java-fifo-reader")
-    normal = [
-        {
-            "topic": "java-normal",
-            "body": f"n{i}",
-            "tag": f"Tag{i % 2}",
-            "keys": [f"key-{i}", f"other-{i}"],
-            "properties": {"color": f"c{i}", "unicode": "ü-✓"},
-            "async": i % 2 == 1,
-        }
-        for i in range(6)
-    ]
-    fifo = [
-        {"topic": "java-fifo", "body": f"{g}-{i}", "group": g, "tag": "F"}
-        for i in range(5)
-        for g in ("ga", "gb")
-    ]
-    delays = [{"topic": "java-delay", "body": f"d{ms}", "delay_ms": ms} for ms in (3000, 1000)]
-    transactions = [
-        {"body": "committed", "end": "commit", "keys": ["tx-1"]},
-        {"body": "rolled-back", "end": "rollback"},
-        {"body": "orphan", "end": "none"},
-    ]
-
-    def simple(topic, group, count, **extra):
-        op = {"op": "receive", "count": count, "invisible_s": 30, "deadline_s": 25, "ack": True}
-        return {"do": "simple", "topic": topic, "group": group, "await_s": 2, "ops": [op], **extra}
-
-    run = run_java(
-        java,
-        node,
-        tmp_path,
-        [
-            {"do": "produce", "messages": normal + fifo + delays},
-            {
-                "do": "transaction",
-                "topic": "java-tx",
-                "messages": transactions,
-                "checker": "COMMIT",
-                "checks": 1,
-                "wait_for_check_s": 30,
-            },
-            simple("java-normal", "java-normal-reader", len(normal)),
-            simple("java-fifo", "java-fifo-reader", len(fifo)),
-            simple("java-delay", "java-delay-reader", len(delays)),
-            simple("java-tx", "java-tx-reader", 2),
-        ],
-    )
-    assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
-    sent = by_body(run.of("sent"))
-    assert len(sent) == len(normal + fifo + delays + transactions), run.explain()
-    received = run.of("received")
-    got = by_body(received)
-    assert len(received) == len(got), run.explain()  # nothing twice
-
-    for m in normal:
-        r = got[m["body"]]
-        assert r["id"] == sent[m["body"]]["id"]
-        assert (r["topic"], r["tag"], sorted(r["keys"])) == ("java-normal", m["tag"], m["keys"])
-        assert r["properties"] == m["properties"], r
-        assert r["attempt"] == 1 and r["born_host"]
-    assert {e["body"] for e in run.of("sent") if e["async"]} == {"n1", "n3", "n5"}
-
-    fifo_received = [e for e in received if e["topic"] == "java-fifo"]
-    for g in ("ga", "gb"):
-        in_order = [e["body"] for e in fifo_received if e["group"] == g]
-        assert in_order == [f"{g}-{i}" for i in range(5)], run.explain()
-        assert len({sent[f"{g}-{i}"]["queue"] for i in range(5)}) == 1  # one group, one queue
-
-    for m in delays:
-        r = got[m["body"]]
-        assert r["delivery_timestamp"], r
-        # Not delivered before it was due (the driver sent it at most a few ms before due - delay).
-        assert r["received_at"] >= r["delivery_timestamp"] - 50, r
-
-    assert [e["body"] for e in run.of("checked")] == ["orphan"]
-    assert [e["body"] for e in run.of("committed")] == ["committed"]
-    assert [e["body"] for e in run.of("rolled_back")] == ["rolled-back"]
-    tx_received = sorted(e["body"] for e in received if e["topic"] == "java-tx")
-    assert tx_received == ["committed", "orphan"], run.explain()
-    assert got["committed"]["id"] == sent["committed"]["id"]
-    assert got["committed"]["keys"] == ["tx-1"]
-    assert all(e["body"] in got for e in run.of("acked"))
+    scenario = EveryKind("java")
+    scenario.create(admin)
+    run = run_java(java, module_node, tmp_path, scenario.steps())
+    scenario.check(run, reports_born_host_and_queue=True)
 
 
 def test_simple_consumer_ack_change_invisible_duration_and_redelivery(
-    java, node, tmp_path, grpc_stubs
+    java, module_node, tmp_path, grpc_stubs
 ):
     """Three messages received with a short invisibility: one acked, one hidden longer with
     ChangeInvisibleDuration (then acked with the handle that call returned), the third not
@@ -197,7 +96,7 @@ def test_simple_consumer_ack_change_invisible_duration_and_redelivery(
     ]
     run = run_java(
         java,
-        node,
+        module_node,
         tmp_path,
         [{"do": "simple", "topic": "java-simple", "group": "java-simple-group", "ops": ops}],
     )
@@ -211,7 +110,9 @@ def test_simple_consumer_ack_change_invisible_duration_and_redelivery(
     assert twice["body"] == "m0", run.explain()
 
 
-def test_push_consumers_retry_then_dead_letter_normal_and_fifo(java, node, tmp_path, grpc_stubs):
+def test_push_consumers_retry_then_dead_letter_normal_and_fifo(
+    java, module_node, tmp_path, grpc_stubs
+):
     """A Java PushConsumer of a normal group fails one message: it is redelivered (attempt
     2) and then dead-lettered; the others are consumed once. A FIFO group's consumer gets
     each message group in order, its failing message retried and then dead-lettered
@@ -225,7 +126,7 @@ def test_push_consumers_retry_then_dead_letter_normal_and_fifo(java, node, tmp_p
     fifo_bodies = [f"{g}-{i}" for i in range(4) for g in ("a", "b")]
     run = run_java(
         java,
-        node,
+        module_node,
         tmp_path,
         [
             {

@@ -22,7 +22,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support.nodes import start_node
 from tests.support.official_client import RUNNER, run_official_at
-from tests.support.rpc import create_topic, message, pull, stubs
+from tests.support.rpc import create_group, create_topic, message, pull, stubs
 
 NODE_TOML = """
 [messages]
@@ -32,21 +32,9 @@ transaction_max_checks = 3
 
 
 @pytest.fixture(scope="module")
-def compat_node(module_nodes):
+def module_node(module_nodes):
     """One node for the module, checking orphan transactions every 2 s."""
     return module_nodes(NODE_TOML)
-
-
-@pytest.fixture(scope="module")
-def client_home(tmp_path_factory):
-    return tmp_path_factory.mktemp("official-client-home")
-
-
-@pytest.fixture
-def grpc_stubs(compat_node):
-    channel, messaging, admin = stubs(compat_node.address)
-    yield messaging, admin
-    channel.close()
 
 
 def run_official(node, home: Path, scenario: dict, timeout_s: float = 90) -> list[dict]:
@@ -57,11 +45,6 @@ def of(events: list[dict], kind: str) -> list[dict]:
     return [e for e in events if e["event"] == kind]
 
 
-def create_group(admin, name: str, **options) -> None:
-    answer = admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name=name, **options)))
-    assert answer.status.code == 0, answer.status
-
-
 def pull_all(messaging, topic: str, queues: int, group: str = "reader") -> list[pb.Message]:
     found = []
     for queue_id in range(queues):
@@ -70,7 +53,7 @@ def pull_all(messaging, topic: str, queues: int, group: str = "reader") -> list[
     return found
 
 
-def test_producer_sync_async_tags_keys_and_fifo(compat_node, client_home, grpc_stubs):
+def test_producer_sync_async_tags_keys_and_fifo(module_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-normal", queues=4)
     create_topic(admin, "compat-fifo", queues=4, message_type=api.FIFO)
@@ -86,7 +69,7 @@ def test_producer_sync_async_tags_keys_and_fifo(compat_node, client_home, grpc_s
         },
     ] + [{"topic": "compat-fifo", "body": f"g{i % 2}-{i}", "group": f"g{i % 2}"} for i in range(6)]
     events = run_official(
-        compat_node,
+        module_node,
         client_home,
         {"scenario": "produce", "topics": ["compat-normal", "compat-fifo"], "messages": sends},
     )
@@ -115,7 +98,7 @@ def test_producer_sync_async_tags_keys_and_fifo(compat_node, client_home, grpc_s
 
 
 def test_simple_consumer_receive_ack_change_redelivery_and_bad_handle(
-    compat_node, client_home, grpc_stubs
+    module_node, client_home, grpc_stubs
 ):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-simple", queues=2)
@@ -137,7 +120,7 @@ def test_simple_consumer_receive_ack_change_redelivery_and_bad_handle(
         {"do": "ack_forged", "id": "S0", "handle": "forged-handle"},
     ]
     events = run_official(
-        compat_node,
+        module_node,
         client_home,
         {"scenario": "simple", "topic": "compat-simple", "group": "simple-group", "steps": steps},
     )
@@ -153,7 +136,7 @@ def test_simple_consumer_receive_ack_change_redelivery_and_bad_handle(
     )
 
 
-def test_push_consumer_normal_group_retries_then_dead_letters(compat_node, client_home, grpc_stubs):
+def test_push_consumer_normal_group_retries_then_dead_letters(module_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-push", queues=2)
     create_group(admin, "push-group", max_delivery_attempts=2)
@@ -164,7 +147,7 @@ def test_push_consumer_normal_group_retries_then_dead_letters(compat_node, clien
         )
         assert sent.status.code == pb.OK
     events = run_official(
-        compat_node,
+        module_node,
         client_home,
         {
             "scenario": "push",
@@ -185,7 +168,7 @@ def test_push_consumer_normal_group_retries_then_dead_letters(compat_node, clien
     assert [m.body for m in dead] == [b"poison"]
 
 
-def test_push_consumer_fifo_group_in_order_and_dead_letter(compat_node, client_home, grpc_stubs):
+def test_push_consumer_fifo_group_in_order_and_dead_letter(module_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-fifo-push", queues=2, message_type=api.FIFO)
     create_group(admin, "fifo-group", fifo=True, max_delivery_attempts=2)
@@ -208,7 +191,7 @@ def test_push_consumer_fifo_group_in_order_and_dead_letter(compat_node, client_h
         )
         assert sent.status.code == pb.OK
     events = run_official(
-        compat_node,
+        module_node,
         client_home,
         {
             "scenario": "push",
@@ -235,7 +218,7 @@ def test_push_consumer_fifo_group_in_order_and_dead_letter(compat_node, client_h
 
 
 def test_ferrymq_sends_are_received_by_the_official_client_and_bad_input(
-    compat_node, client_home, grpc_stubs
+    module_node, client_home, grpc_stubs
 ):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-cross", queues=1)
@@ -248,7 +231,7 @@ def test_ferrymq_sends_are_received_by_the_official_client_and_bad_input(
     assert sent.status.code == pb.OK
     steps = [{"do": "receive_until", "count": 1, "invisible_s": 10, "deadline_s": 20, "ack": True}]
     events = run_official(
-        compat_node,
+        module_node,
         client_home,
         {"scenario": "simple", "topic": "compat-cross", "group": "cross-group", "steps": steps},
     )
@@ -261,7 +244,7 @@ def test_ferrymq_sends_are_received_by_the_official_client_and_bad_input(
         {"topic": "compat-cross", "body": "still-serving"},
     ]
     events = run_official(
-        compat_node,
+        module_node,
         client_home,
         {"scenario": "produce", "topics": ["compat-cross"], "messages": bad},
     )
@@ -275,7 +258,7 @@ def test_ferrymq_sends_are_received_by_the_official_client_and_bad_input(
     assert [e["body"] for e in of(events, "sent")] == ["still-serving"]
 
 
-def test_delay_and_transactions(compat_node, client_home, grpc_stubs):
+def test_delay_and_transactions(module_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-delay", queues=1, message_type=api.DELAY)
     create_topic(admin, "compat-tx", queues=1, message_type=api.TRANSACTION)
@@ -287,14 +270,14 @@ def test_delay_and_transactions(compat_node, client_home, grpc_stubs):
         for i in (2, 0, 1)
     ]
     events = run_official(
-        compat_node,
+        module_node,
         client_home,
         {"scenario": "produce", "topics": ["compat-delay"], "messages": delays},
     )
     assert len(of(events, "sent")) == 3
     steps = [{"do": "receive_until", "count": 3, "invisible_s": 10, "deadline_s": 20, "ack": True}]
     events = run_official(
-        compat_node,
+        module_node,
         client_home,
         {"scenario": "simple", "topic": "compat-delay", "group": "delay-group", "steps": steps},
     )
@@ -308,7 +291,7 @@ def test_delay_and_transactions(compat_node, client_home, grpc_stubs):
         {"topic": "compat-tx", "body": "orphan", "end": "none"},
     ]
     events = run_official(
-        compat_node,
+        module_node,
         client_home,
         {
             "scenario": "transaction",

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from ferrymq.client import Admin, ClientSecurity
 from ferrymq.client.admin import AclRule
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -32,25 +30,6 @@ auto_create_groups = false
 """
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("defaults") / "node"))
-    yield started
-    started.sigkill()
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("official-home")
-
-
-@pytest.fixture
-def grpc_stubs(node):
-    channel, messaging, admin = stubs(node.address)
-    yield messaging, admin
-    channel.close()
-
-
 def group_names(admin) -> set[str]:
     return {g.name for g in admin.ListGroups(api.ListGroupsRequest()).groups}
 
@@ -68,7 +47,9 @@ def pull_all(messaging, topic: str, queues: int, want: int, deadline_s: float = 
         time.sleep(0.2)
 
 
-def test_an_untyped_topic_takes_every_type_from_the_official_producer(node, home, grpc_stubs):
+def test_an_untyped_topic_takes_every_type_from_the_official_producer(
+    module_node, client_home, grpc_stubs
+):
     messaging, admin = grpc_stubs
     create_topic(admin, "untyped", queues=2, message_type=api.MESSAGE_TYPE_UNSPECIFIED)
     (described,) = [
@@ -89,12 +70,14 @@ def test_an_untyped_topic_takes_every_type_from_the_official_producer(node, home
         {"topic": "untyped", "body": "delayed", "delivery_timestamp": int(time.time()) + 2},
     ]
     events = run_official_at(
-        node.address, home, {"scenario": "produce", "topics": ["untyped"], "messages": sends}
+        module_node.address,
+        client_home,
+        {"scenario": "produce", "topics": ["untyped"], "messages": sends},
     )
     assert [e["body"] for e in events if e["event"] == "sent"] == [s["body"] for s in sends]
     events = run_official_at(
-        node.address,
-        home,
+        module_node.address,
+        client_home,
         {
             "scenario": "transaction",
             "topic": "untyped",
@@ -145,7 +128,7 @@ def test_typed_topics_still_refuse_other_types(grpc_stubs):
     assert send("untyped-strict", pb.FIFO).code == pb.ILLEGAL_MESSAGE_GROUP  # FIFO needs one
 
 
-def test_the_official_consumer_creates_its_group_on_first_use(node, home, grpc_stubs):
+def test_the_official_consumer_creates_its_group_on_first_use(module_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "first-use", queues=2)
     sent = messaging.SendMessage(
@@ -155,8 +138,8 @@ def test_the_official_consumer_creates_its_group_on_first_use(node, home, grpc_s
     assert "fresh-group" not in group_names(admin)
     steps = [{"do": "receive_until", "count": 1, "invisible_s": 10, "deadline_s": 20, "ack": True}]
     events = run_official_at(
-        node.address,
-        home,
+        module_node.address,
+        client_home,
         {"scenario": "simple", "topic": "first-use", "group": "fresh-group", "steps": steps},
     )
     assert [e["body"] for e in events if e["event"] == "received"] == ["hello"]

@@ -12,41 +12,20 @@ from __future__ import annotations
 import queue
 import threading
 
-import pytest
 from google.protobuf import duration_pb2
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support.nodejs import run_nodejs_at
-from tests.support.nodes import start_node
-from tests.support.rpc import create_topic, pull, stubs
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("nodejs") / "node"))
-    yield started
-    started.sigkill()
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("nodejs-home")
-
-
-@pytest.fixture
-def grpc_stubs(node):
-    channel, messaging, admin = stubs(node.address)
-    yield messaging, admin
-    channel.close()
+from tests.support.rpc import create_topic, pull
 
 
 def of(events: list[dict], kind: str) -> list[dict]:
     return [e for e in events if e["event"] == kind]
 
 
-def test_nodejs_producer_and_simple_consumer(node, home, grpc_stubs):
+def test_nodejs_producer_and_simple_consumer(module_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "node-normal", queues=4)
     create_topic(admin, "node-fifo", queues=4, message_type=api.FIFO)
@@ -58,8 +37,8 @@ def test_nodejs_producer_and_simple_consumer(node, home, grpc_stubs):
     ]
     fifo = [{"topic": "node-fifo", "body": f"g{i % 2}-{i}", "group": f"g{i % 2}"} for i in range(6)]
     events = run_nodejs_at(
-        node.address,
-        home,
+        module_node.address,
+        client_home,
         {"scenario": "produce", "topics": ["node-normal", "node-fifo"], "messages": normal + fifo},
     )
     assert not of(events, "send_failed"), events
@@ -91,8 +70,8 @@ def test_nodejs_producer_and_simple_consumer(node, home, grpc_stubs):
         {"do": "receive_until", "count": 1, "invisible_s": 30, "deadline_s": 20, "ack": True}
     )
     consumed = run_nodejs_at(
-        node.address,
-        home,
+        module_node.address,
+        client_home,
         {"scenario": "simple", "topic": "node-normal", "group": "node-simple", "steps": steps},
     )
     received = of(consumed, "received")

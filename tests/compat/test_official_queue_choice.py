@@ -9,7 +9,6 @@ against one node process.
 from __future__ import annotations
 
 import grpc
-import pytest
 
 from ferrymq.codec.headers import PINNED_QUEUE
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -17,31 +16,11 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.admission import hashed_queue
-from tests.support.nodes import start_node
 from tests.support.official_client import run_official_at
-from tests.support.rpc import create_topic, message, pull, stubs
+from tests.support.rpc import create_topic, message, pull
 
 SENDS = 1000
 QUEUES = 4
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("queue-choice") / "node"))
-    yield started
-    started.sigkill()
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("official-home")
-
-
-@pytest.fixture
-def grpc_stubs(node):
-    channel, messaging, admin = stubs(node.address)
-    yield messaging, admin
-    channel.close()
 
 
 def per_queue(admin, topic: str) -> list[int]:
@@ -53,13 +32,13 @@ def per_queue(admin, topic: str) -> list[int]:
     return counts
 
 
-def test_one_official_producer_uses_every_queue(node, home, grpc_stubs):
+def test_one_official_producer_uses_every_queue(module_node, client_home, grpc_stubs):
     _, admin = grpc_stubs
     create_topic(admin, "spread", queues=QUEUES)
     sends = [{"topic": "spread", "body": f"m{i}"} for i in range(SENDS)]
     events = run_official_at(
-        node.address,
-        home,
+        module_node.address,
+        client_home,
         {"scenario": "produce", "topics": ["spread"], "messages": sends},
         timeout_s=240,
     )
@@ -70,7 +49,7 @@ def test_one_official_producer_uses_every_queue(node, home, grpc_stubs):
     assert min(counts) >= SENDS * 15 // 100, counts
 
 
-def test_official_fifo_keeps_each_message_group_on_one_queue(node, home, grpc_stubs):
+def test_official_fifo_keeps_each_message_group_on_one_queue(module_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "ordered", queues=QUEUES, message_type=api.FIFO)
     groups = [f"group-{g}" for g in range(12)]
@@ -80,7 +59,9 @@ def test_official_fifo_keeps_each_message_group_on_one_queue(node, home, grpc_st
         for group in groups
     ]
     events = run_official_at(
-        node.address, home, {"scenario": "produce", "topics": ["ordered"], "messages": sends}
+        module_node.address,
+        client_home,
+        {"scenario": "produce", "topics": ["ordered"], "messages": sends},
     )
     assert sum(e["event"] == "sent" for e in events) == len(sends)
     seen: dict[str, list[tuple[int, str]]] = {}
@@ -96,10 +77,10 @@ def test_official_fifo_keeps_each_message_group_on_one_queue(node, home, grpc_st
     assert len({hashed_queue(g, QUEUES) for g in groups}) > 1  # the groups spread
 
 
-def test_the_queue_a_request_names_is_ignored_unless_pinned(node, grpc_stubs):
+def test_the_queue_a_request_names_is_ignored_unless_pinned(module_node, grpc_stubs):
     _, admin = grpc_stubs
     create_topic(admin, "named", queues=QUEUES)
-    raw = grpc.insecure_channel(node.address)  # no ferrymq header: the official way
+    raw = grpc.insecure_channel(module_node.address)  # no ferrymq header: the official way
     unpinned = service_pb2_grpc.MessagingServiceStub(raw)
     try:
         for i in range(8):

@@ -5,36 +5,14 @@ up; a bad expression gets ILLEGAL_FILTER_EXPRESSION saying where."""
 
 from __future__ import annotations
 
-import pytest
-
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.pop_service import SQL_SCAN_MAX
-from tests.support.nodes import start_node
 from tests.support.official_client import run_official_at
-from tests.support.rpc import create_topic, message, receive, stubs
+from tests.support.rpc import create_topic, message, receive
 
 SELECTOR = "n >= 10 AND region = 'eu' OR TAGS = 'urgent'"
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("sql") / "node"))
-    yield started
-    started.sigkill()
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("official-home")
-
-
-@pytest.fixture
-def grpc_stubs(node):
-    channel, messaging, admin = stubs(node.address)
-    yield messaging, admin
-    channel.close()
 
 
 def send_all(messaging, topic: str, specs: list[dict]) -> None:
@@ -45,7 +23,9 @@ def send_all(messaging, topic: str, specs: list[dict]) -> None:
         assert sent.status.code == pb.OK, sent.status
 
 
-def test_the_official_consumer_receives_what_its_sql_filter_selects(node, home, grpc_stubs):
+def test_the_official_consumer_receives_what_its_sql_filter_selects(
+    module_node, client_home, grpc_stubs
+):
     messaging, admin = grpc_stubs
     create_topic(admin, "sql-orders", queues=2)
     specs = []
@@ -72,8 +52,8 @@ def test_the_official_consumer_receives_what_its_sql_filter_selects(node, home, 
         {"do": "receive_once", "invisible_s": 30},  # nothing else is delivered
     ]
     events = run_official_at(
-        node.address,
-        home,
+        module_node.address,
+        client_home,
         {
             "scenario": "simple",
             "topic": "sql-orders",
@@ -93,7 +73,7 @@ def test_the_official_consumer_receives_what_its_sql_filter_selects(node, home, 
     assert sum(q.in_flight for q in progress.queues) == len(wanted)  # never acked
 
 
-def test_a_long_run_of_refused_messages_does_not_hold_the_queue(node, grpc_stubs):
+def test_a_long_run_of_refused_messages_does_not_hold_the_queue(module_node, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "sql-run", queues=1)
     refused = [
@@ -112,7 +92,7 @@ def test_a_long_run_of_refused_messages_does_not_hold_the_queue(node, grpc_stubs
     assert [m.system_properties.message_id for m in messages] == ["WANTED"]
 
 
-def test_a_bad_expression_is_refused_precisely(node, home, grpc_stubs):
+def test_a_bad_expression_is_refused_precisely(module_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "sql-bad", queues=1)
     status, _, _ = receive(messaging, "sql-bad", tags="n >= 10 AND", filter_type=pb.SQL)
@@ -122,8 +102,8 @@ def test_a_bad_expression_is_refused_precisely(node, home, grpc_stubs):
     )
     steps = [{"do": "receive_once", "invisible_s": 30}]
     events = run_official_at(
-        node.address,
-        home,
+        module_node.address,
+        client_home,
         {
             "scenario": "simple",
             "topic": "sql-bad",

@@ -268,7 +268,7 @@ def go_driver(family_name: str) -> Driver:
     go = tool("go", "the Go drivers are built with it")
     files = sorted(
         p for p in folder.iterdir() if p.name in ("go.mod", "go.sum") or p.suffix == ".go"
-    )
+    ) + sorted((HERE / "go" / "common").glob("*.go"))  # copied beside main.go
     key = digest(files)
     binary = CACHE / "go" / f"{family_name}-{key}" / "driver"
     if not binary.exists():

@@ -158,6 +158,42 @@ class Checks:
             ok, note = False, f"{type(error).__name__}: {error}"
         self.rows.append(Row(self.driver, what, ok, note))
 
+    def ran_every_step(self) -> None:
+        """The driver reached ``done`` with no failed step and no failed send."""
+        run = self.run
+        self.check(
+            "driver ran every step",
+            lambda: run.of("done") and not run.of("step_failed"),
+            run.explain,
+        )
+        self.check(
+            "no send failed", lambda: not run.of("send_failed"), lambda: f"{run.of('send_failed')}"
+        )
+
+    def broadcast(self, consumed: list[dict], topic: str) -> None:
+        """Each of two broadcasting instances consumed all of b-0, b-1, b-2."""
+        bcast = [e for e in consumed if e["topic"] == topic]
+        instances = {e["instance"] for e in bcast}
+        self.check(
+            "push broadcasting: each of 2 instances gets every message",
+            lambda: (
+                len(instances) == 2
+                and all(
+                    sorted(e["body"] for e in bcast if e["instance"] == name)
+                    == ["b-0", "b-1", "b-2"]
+                    for name in instances
+                )
+            ),
+            lambda: f"{[(e['instance'], e['body']) for e in bcast]}",
+        )
+
+    def sql92(self, consumed: list[dict], topic: str) -> None:
+        """The ``n BETWEEN 1 AND 2`` subscription got s-1 and s-2 only."""
+        sql = sorted(e["body"] for e in consumed if e["topic"] == topic)
+        self.check(
+            "push SQL92 filter (n BETWEEN 1 AND 2)", lambda: sql == ["s-1", "s-2"], lambda: f"{sql}"
+        )
+
 
 run_driver_names = {"j4": "java 4.x remoting", "g2": "go remoting (client-go/v2)", "ons": "ali-ons"}
 
@@ -383,10 +419,7 @@ def java_remoting(apache: ApacheRocketMQ, home: Path) -> tuple[list[Row], dict]:
         built, {"namesrv": apache.namesrv, "steps": steps}, home, 600, check_done=False
     )
     c = Checks("java 4.x remoting", run, home)
-    c.check(
-        "driver ran every step", lambda: run.of("done") and not run.of("step_failed"), run.explain
-    )
-    c.check("no send failed", lambda: not run.of("send_failed"), lambda: f"{run.of('send_failed')}")
+    c.ran_every_step()
     consumed = run.of("consumed")
     check_kinds(c, messages, t, consumed)
     sent = first_of(run.of("sent"))
@@ -427,22 +460,8 @@ def java_remoting(apache: ApacheRocketMQ, home: Path) -> tuple[list[Row], dict]:
         ),
         lambda: f"consumed {[(e['body'], e['failed']) for e in oretry]}",
     )
-    bcast = [e for e in consumed if e["topic"] == t["bcast"]]
-    c.check(
-        "push broadcasting: each of 2 instances gets every message",
-        lambda: (
-            len({e["instance"] for e in bcast}) == 2
-            and all(
-                sorted(e["body"] for e in bcast if e["instance"] == name) == ["b-0", "b-1", "b-2"]
-                for name in {e["instance"] for e in bcast}
-            )
-        ),
-        lambda: f"{[(e['instance'], e['body']) for e in bcast]}",
-    )
-    sql = sorted(e["body"] for e in consumed if e["topic"] == t["sql"])
-    c.check(
-        "push SQL92 filter (n BETWEEN 1 AND 2)", lambda: sql == ["s-1", "s-2"], lambda: f"{sql}"
-    )
+    c.broadcast(consumed, t["bcast"])
+    c.sql92(consumed, t["sql"])
     c.check(
         "DefaultLitePullConsumer polls every message",
         lambda: sorted(bodies(run.of("pulled"))) == [f"l-{i}" for i in range(5)],
@@ -661,10 +680,7 @@ def go_remoting(apache: ApacheRocketMQ, home: Path) -> tuple[list[Row], dict]:
         built, {"namesrv": apache.namesrv, "steps": steps}, home, 600, check_done=False
     )
     c = Checks("go remoting (client-go/v2)", run, home)
-    c.check(
-        "driver ran every step", lambda: run.of("done") and not run.of("step_failed"), run.explain
-    )
-    c.check("no send failed", lambda: not run.of("send_failed"), lambda: f"{run.of('send_failed')}")
+    c.ran_every_step()
     consumed = run.of("consumed")
     check_kinds(c, messages, t, consumed)
     sent = first_of(run.of("sent"))
@@ -694,22 +710,8 @@ def go_remoting(apache: ApacheRocketMQ, home: Path) -> tuple[list[Row], dict]:
         lambda: [e["reconsume_times"] for e in retry] == [0, 1, 2],
         lambda: f"attempts {[e['reconsume_times'] for e in retry]}",
     )
-    bcast = [e for e in consumed if e["topic"] == t["bcast"]]
-    c.check(
-        "push broadcasting: each of 2 instances gets every message",
-        lambda: (
-            len({e["instance"] for e in bcast}) == 2
-            and all(
-                sorted(e["body"] for e in bcast if e["instance"] == name) == ["b-0", "b-1", "b-2"]
-                for name in {e["instance"] for e in bcast}
-            )
-        ),
-        lambda: f"{[(e['instance'], e['body']) for e in bcast]}",
-    )
-    sql = sorted(e["body"] for e in consumed if e["topic"] == t["sql"])
-    c.check(
-        "push SQL92 filter (n BETWEEN 1 AND 2)", lambda: sql == ["s-1", "s-2"], lambda: f"{sql}"
-    )
+    c.broadcast(consumed, t["bcast"])
+    c.sql92(consumed, t["sql"])
     return c.rows, sample_of(run, t["retry"], "g2-retry", "offset_id")
 
 
@@ -779,10 +781,7 @@ def alions(apache: ApacheRocketMQ, home: Path) -> tuple[list[Row], dict]:
         built, {"namesrv": apache.namesrv, "steps": steps}, home, 600, check_done=False
     )
     c = Checks("ali-ons", run, home)
-    c.check(
-        "driver ran every step", lambda: run.of("done") and not run.of("step_failed"), run.explain
-    )
-    c.check("no send failed", lambda: not run.of("send_failed"), lambda: f"{run.of('send_failed')}")
+    c.ran_every_step()
     consumed = run.of("consumed")
     sent = first_of(run.of("sent"))
     got = first_of(consumed)
@@ -816,22 +815,8 @@ def alions(apache: ApacheRocketMQ, home: Path) -> tuple[list[Row], dict]:
         lambda: [e["reconsume_times"] for e in retry] == [0, 1, 2],
         lambda: f"attempts {[e['reconsume_times'] for e in retry]}",
     )
-    bcast = [e for e in consumed if e["topic"] == t["bcast"]]
-    c.check(
-        "push broadcasting: each of 2 instances gets every message",
-        lambda: (
-            len({e["instance"] for e in bcast}) == 2
-            and all(
-                sorted(e["body"] for e in bcast if e["instance"] == name) == ["b-0", "b-1", "b-2"]
-                for name in {e["instance"] for e in bcast}
-            )
-        ),
-        lambda: f"{[(e['instance'], e['body']) for e in bcast]}",
-    )
-    sql = sorted(e["body"] for e in consumed if e["topic"] == t["sql"])
-    c.check(
-        "push SQL92 filter (n BETWEEN 1 AND 2)", lambda: sql == ["s-1", "s-2"], lambda: f"{sql}"
-    )
+    c.broadcast(consumed, t["bcast"])
+    c.sql92(consumed, t["sql"])
     return c.rows, sample_of(run, t["retry"], "ons-retry", "id")
 
 

@@ -18,10 +18,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,83 +26,6 @@ import (
 	rmq "github.com/apache/rocketmq-clients/golang/v5"
 	"github.com/apache/rocketmq-clients/golang/v5/credentials"
 )
-
-type object = map[string]any
-
-var outMu sync.Mutex
-
-func emit(event string, fields object) {
-	line := object{"event": event}
-	for k, v := range fields {
-		line[k] = v
-	}
-	data, err := json.Marshal(line)
-	if err != nil {
-		data, _ = json.Marshal(object{"event": "bad_event", "message": err.Error()})
-	}
-	outMu.Lock()
-	defer outMu.Unlock()
-	os.Stdout.Write(append(data, '\n'))
-}
-
-func failed(event string, err error, fields object) {
-	if fields == nil {
-		fields = object{}
-	}
-	fields["type"] = fmt.Sprintf("%T", err)
-	fields["message"] = err.Error()
-	emit(event, fields)
-}
-
-func str(o object, key, fallback string) string {
-	if v, ok := o[key].(string); ok {
-		return v
-	}
-	return fallback
-}
-
-func num(o object, key string, fallback float64) float64 {
-	if v, ok := o[key].(float64); ok {
-		return v
-	}
-	return fallback
-}
-
-func flag(o object, key string) bool {
-	v, _ := o[key].(bool)
-	return v
-}
-
-func strings(o object, key string) []string {
-	var out []string
-	switch v := o[key].(type) {
-	case string:
-		out = append(out, v)
-	case []any:
-		for _, item := range v {
-			if s, ok := item.(string); ok {
-				out = append(out, s)
-			}
-		}
-	}
-	return out
-}
-
-func objects(o object, key string) []object {
-	var out []object
-	if list, ok := o[key].([]any); ok {
-		for _, item := range list {
-			if m, ok := item.(map[string]any); ok {
-				out = append(out, m)
-			}
-		}
-	}
-	return out
-}
-
-func seconds(s float64) time.Duration {
-	return time.Duration(s * float64(time.Second))
-}
 
 type driver struct {
 	endpoints string
@@ -124,7 +44,7 @@ func message(topic string, m object) *rmq.Message {
 	if tag := str(m, "tag", ""); tag != "" {
 		msg.SetTag(tag)
 	}
-	if keys := strings(m, "keys"); len(keys) > 0 {
+	if keys := list(m, "keys"); len(keys) > 0 {
 		msg.SetKeys(keys...)
 	}
 	if group := str(m, "group", ""); group != "" {
@@ -152,7 +72,7 @@ func sent(body string, receipts []*rmq.SendReceipt, async bool) {
 
 func (d *driver) produce(step object) error {
 	messages := objects(step, "messages")
-	topics := strings(step, "topics")
+	topics := list(step, "topics")
 	if len(topics) == 0 {
 		seen := map[string]bool{}
 		for _, m := range messages {
@@ -346,7 +266,7 @@ func (d *driver) simple(step object) error {
 				}
 			}
 		case "ack":
-			for _, body := range strings(op, "bodies") {
+			for _, body := range list(op, "bodies") {
 				ack(body)
 			}
 		case "change":
@@ -371,41 +291,11 @@ func (d *driver) simple(step object) error {
 }
 
 func main() {
-	var raw []byte
-	var err error
-	if len(os.Args) > 1 && os.Args[1] != "-" {
-		raw = []byte(os.Args[1])
-	} else {
-		raw, err = io.ReadAll(os.Stdin)
-	}
-	var spec object
-	if err == nil {
-		err = json.Unmarshal(raw, &spec)
-	}
-	failedSteps := 0
-	if err != nil {
-		failed("step_failed", err, object{"step": "spec"})
-		failedSteps++
-	}
+	spec, err := readSpec()
 	d := &driver{endpoints: str(spec, "endpoints", "")}
-	for _, step := range objects(spec, "steps") {
-		what := str(step, "do", "")
-		var stepErr error
-		switch what {
-		case "produce":
-			stepErr = d.produce(step)
-		case "transaction":
-			stepErr = d.transaction(step)
-		case "simple":
-			stepErr = d.simple(step)
-		default:
-			stepErr = fmt.Errorf("unknown step %q", what)
-		}
-		if stepErr != nil {
-			failed("step_failed", stepErr, object{"step": what})
-			failedSteps++
-		}
-	}
-	emit("done", object{"failed_steps": failedSteps})
-	os.Exit(0)
+	runSteps(spec, err, map[string]func(object) error{
+		"produce":     d.produce,
+		"transaction": d.transaction,
+		"simple":      d.simple,
+	})
 }

@@ -16,9 +16,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"sync"
@@ -31,83 +29,6 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 )
-
-type object = map[string]any
-
-var outMu sync.Mutex
-
-func emit(event string, fields object) {
-	line := object{"event": event}
-	for k, v := range fields {
-		line[k] = v
-	}
-	data, err := json.Marshal(line)
-	if err != nil {
-		data, _ = json.Marshal(object{"event": "bad_event", "message": err.Error()})
-	}
-	outMu.Lock()
-	defer outMu.Unlock()
-	os.Stdout.Write(append(data, '\n'))
-}
-
-func failed(event string, err error, fields object) {
-	if fields == nil {
-		fields = object{}
-	}
-	fields["type"] = fmt.Sprintf("%T", err)
-	fields["message"] = err.Error()
-	emit(event, fields)
-}
-
-func str(o object, key, fallback string) string {
-	if v, ok := o[key].(string); ok {
-		return v
-	}
-	return fallback
-}
-
-func num(o object, key string, fallback float64) float64 {
-	if v, ok := o[key].(float64); ok {
-		return v
-	}
-	return fallback
-}
-
-func flag(o object, key string) bool {
-	v, _ := o[key].(bool)
-	return v
-}
-
-func list(o object, key string) []string {
-	var out []string
-	switch v := o[key].(type) {
-	case string:
-		out = append(out, v)
-	case []any:
-		for _, item := range v {
-			if s, ok := item.(string); ok {
-				out = append(out, s)
-			}
-		}
-	}
-	return out
-}
-
-func objects(o object, key string) []object {
-	var out []object
-	if items, ok := o[key].([]any); ok {
-		for _, item := range items {
-			if m, ok := item.(map[string]any); ok {
-				out = append(out, m)
-			}
-		}
-	}
-	return out
-}
-
-func seconds(s float64) time.Duration {
-	return time.Duration(s * float64(time.Second))
-}
 
 type driver struct {
 	namesrv   []string
@@ -428,41 +349,11 @@ func main() {
 		os.MkdirAll(home+"/logs", 0o755)
 		rlog.SetOutputPath(home + "/logs/rocketmq_client_go_v2.log")
 	}
-	var raw []byte
-	var err error
-	if len(os.Args) > 1 && os.Args[1] != "-" {
-		raw = []byte(os.Args[1])
-	} else {
-		raw, err = io.ReadAll(os.Stdin)
-	}
-	var spec object
-	if err == nil {
-		err = json.Unmarshal(raw, &spec)
-	}
-	failedSteps := 0
-	if err != nil {
-		failed("step_failed", err, object{"step": "spec"})
-		failedSteps++
-	}
+	spec, err := readSpec()
 	d := &driver{namesrv: list(spec, "namesrv")}
-	for _, step := range objects(spec, "steps") {
-		what := str(step, "do", "")
-		var stepErr error
-		switch what {
-		case "produce":
-			stepErr = d.produce(step)
-		case "transaction":
-			stepErr = d.transaction(step)
-		case "push":
-			stepErr = d.push(step)
-		default:
-			stepErr = fmt.Errorf("unknown step %q", what)
-		}
-		if stepErr != nil {
-			failed("step_failed", stepErr, object{"step": what})
-			failedSteps++
-		}
-	}
-	emit("done", object{"failed_steps": failedSteps})
-	os.Exit(0)
+	runSteps(spec, err, map[string]func(object) error{
+		"produce":     d.produce,
+		"transaction": d.transaction,
+		"push":        d.push,
+	})
 }

@@ -70,6 +70,34 @@ public final class Out {
         emit(event, all);
     }
 
+    /** One kind of spec step: what a driver does for a step whose "do" names it. */
+    public interface Step {
+        void run(JsonObject step) throws Exception;
+    }
+
+    /**
+     * Runs each step with the handler its "do" names, reports each failure as a step_failed
+     * event, prints done and exits 0 (the events say what failed; client threads that
+     * linger must not hold the process).
+     */
+    public static void runSteps(List<JsonObject> steps, int failedSteps, Map<String, Step> handlers) {
+        for (JsonObject step : steps) {
+            String what = str(step, "do", "");
+            try {
+                Step handler = handlers.get(what);
+                if (handler == null) {
+                    throw new IllegalArgumentException("unknown step " + what);
+                }
+                handler.run(step);
+            } catch (Throwable t) {
+                failed("step_failed", t, "step", what);
+                failedSteps++;
+            }
+        }
+        emit("done", "failed_steps", failedSteps);
+        System.exit(0);
+    }
+
     public static JsonObject readSpec(String[] args) {
         if (args.length > 0 && !args[0].equals("-")) {
             return JsonParser.parseString(args[0]).getAsJsonObject();

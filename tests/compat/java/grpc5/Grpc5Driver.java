@@ -67,42 +67,19 @@ public final class Grpc5Driver {
 
     public static void main(String[] args) {
         JsonObject spec = Out.readSpec(args);
-        int failedSteps = 0;
-        Grpc5Driver driver = null;
+        Grpc5Driver driver;
         try {
             driver = new Grpc5Driver(spec);
         } catch (Throwable t) {
             Out.failed("step_failed", t, "step", "configure");
-            failedSteps++;
+            Out.runSteps(List.of(), 1, Map.of());
+            return;
         }
-        if (driver != null) {
-            for (JsonObject step : Out.objects(spec, "steps")) {
-                String what = Out.str(step, "do", "");
-                try {
-                    switch (what) {
-                        case "produce":
-                            driver.produce(step);
-                            break;
-                        case "transaction":
-                            driver.transaction(step);
-                            break;
-                        case "simple":
-                            driver.simple(step);
-                            break;
-                        case "push":
-                            driver.push(step);
-                            break;
-                        default:
-                            throw new IllegalArgumentException("unknown step " + what);
-                    }
-                } catch (Throwable t) {
-                    Out.failed("step_failed", t, "step", what);
-                    failedSteps++;
-                }
-            }
-        }
-        Out.emit("done", "failed_steps", failedSteps);
-        System.exit(0); // client threads that linger must not hold the process
+        Out.runSteps(Out.objects(spec, "steps"), 0, Map.of(
+            "produce", driver::produce,
+            "transaction", driver::transaction,
+            "simple", driver::simple,
+            "push", driver::push));
     }
 
     // ---- producing ---------------------------------------------------------------------

@@ -69,36 +69,12 @@ public final class Remoting4Driver {
     public static void main(String[] args) {
         JsonObject spec = Out.readSpec(args);
         Remoting4Driver driver = new Remoting4Driver(Out.str(spec, "namesrv", ""));
-        int failedSteps = 0;
-        for (JsonObject step : Out.objects(spec, "steps")) {
-            String what = Out.str(step, "do", "");
-            try {
-                switch (what) {
-                    case "produce":
-                        driver.produce(step);
-                        break;
-                    case "transaction":
-                        driver.transaction(step);
-                        break;
-                    case "push":
-                        driver.push(step);
-                        break;
-                    case "lite_pull":
-                        driver.litePull(step);
-                        break;
-                    case "query_key":
-                        driver.queryKey(step);
-                        break;
-                    default:
-                        throw new IllegalArgumentException("unknown step " + what);
-                }
-            } catch (Throwable t) {
-                Out.failed("step_failed", t, "step", what);
-                failedSteps++;
-            }
-        }
-        Out.emit("done", "failed_steps", failedSteps);
-        System.exit(0);
+        Out.runSteps(Out.objects(spec, "steps"), 0, Map.of(
+            "produce", driver::produce,
+            "transaction", driver::transaction,
+            "push", driver::push,
+            "lite_pull", driver::litePull,
+            "query_key", driver::queryKey));
     }
 
     private String instance(String role) {
