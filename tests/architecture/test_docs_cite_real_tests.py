@@ -30,10 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 TEXT_SUFFIXES = frozenset(
     {".md", ".py", ".toml", ".yml", ".yaml", ".c", ".h", ".proto", ".txt", ".cfg", ".sh"}
 )
-# .cache holds the clients the compat tests fetch (their own sources and tests).
-SKIPPED_DIRECTORIES = frozenset(
-    {".git", ".venv", ".cache", "__pycache__", ".pytest_cache", ".ruff_cache"}
-)
+SKIPPED_DIRECTORIES = frozenset({".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache"})
 # This file: its own examples of citations are not citations.
 SELF = Path(__file__).resolve()
 
