@@ -5,9 +5,9 @@ same checks, whichever tool asked.
 
 - UPDATE_AND_CREATE_TOPIC (17, to each master mqadmin picks): the topic on the receiving
   node's broker group, ``max(readQueueNums, writeQueueNums)`` queues, ``perm`` 6 / 4 / 2
-  as READ_WRITE / READ / WRITE. A new topic is created (typed as an untyped Admin topic);
-  an existing one is grown and spread to this group (Admin UpdateTopic: queues are never
-  removed).
+  as READ_WRITE / READ / WRITE (its inherit and priority bits ignored). A new topic is
+  created (typed as an untyped Admin topic); an existing one is grown and spread to this
+  group (Admin UpdateTopic: queues are never removed).
 - DELETE_TOPIC_IN_BROKER / DELETE_TOPIC_IN_NAMESRV (215 / 216, to every master then every
   NameServer): the topic is deleted once; a topic already gone is success, as each later
   request of the same command finds it.
@@ -45,6 +45,7 @@ from routing.metadata import TopicError, TopicRoute
 # The admin service's status codes (gRPC's numbers) as RocketMQ's.
 NOT_FOUND, ALREADY_EXISTS, UNAVAILABLE = 5, 6, 14
 PERMISSIONS = {6: api.READ_WRITE, 4: api.READ, 2: api.WRITE}
+PERM_READ_WRITE = 6
 VERSION_DESC = "V4_9_7"  # the version BROKER_VERSION numbers
 BOOTED_MS = int(time.time() * 1000)
 
@@ -94,10 +95,11 @@ class AdminCodeHandlers:
         name = request.text("topic")
         queues = max(request.int32("readQueueNums", 8), request.int32("writeQueueNums", 8))
         perm = request.int32("perm", 6)
-        permission = PERMISSIONS.get(perm)
-        if permission is None:
+        permission = PERMISSIONS.get(perm & PERM_READ_WRITE)  # the inherit and priority bits
+        if permission is None:  # mean nothing here
             return request.reply(
-                ResponseCode.SYSTEM_ERROR, f"perm {perm}: 6 (read and write), 4 (read) or 2 (write)"
+                ResponseCode.SYSTEM_ERROR,
+                f"perm {perm} allows neither reads nor writes: 6 (both), 4 (read) or 2 (write)",
             )
         group = self.admin.broker_group
         existing = self._route(name)

@@ -71,7 +71,8 @@ def producer_groups(body: bytes) -> list[str]:
 
 
 class ProducerConnections:
-    """The connections of each 4.x producer group that sent halves, in round-robin order."""
+    """The connections of each 4.x producer group (that sent its halves or named it in a
+    heartbeat), in round-robin order; a connection leaves every group when it closes."""
 
     def __init__(self) -> None:
         self._groups: dict[str, list] = {}
