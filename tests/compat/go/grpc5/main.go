@@ -19,7 +19,8 @@
 // Events: sent, send_failed, committed, rolled_back, end_failed, checked, received,
 // receive_failed, acked, ack_failed, changed, change_failed, consumed, push_waited,
 // close_failed, step_failed, done. A push step's listener fails the bodies in "fail"
-// (FAILURE: the client retries, then forwards to the dead-letter queue) and succeeds the
+// (FAILURE: a normal group's is nacked and redelivered by the server, a FIFO group's
+// retried by the client, each dead-lettered after its last attempt) and succeeds the
 // rest; the step ends when every "expect" body succeeded and every "fail" body failed
 // "fail_attempts" times, or at its deadline (push_waited says which, per consumer).
 //
