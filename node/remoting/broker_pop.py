@@ -24,10 +24,11 @@ POP codes (>= 200000) travel in JSON headers only (the binary header's code is 1
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from google.protobuf.duration_pb2 import Duration
 
-from ferrymq.codec.commitlog_record import StoredMessage, encode, record_size
-from ferrymq.codec.properties import encode_properties
+from ferrymq.codec.commitlog_record import StoredMessage, encode_stored
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -51,24 +52,12 @@ def extra_info(pop_time: int, invisible_ms: int, tag: int, broker: str, queue: i
 def with_pop_ck(stored: StoredMessage, pop_ck: str, attempt: int) -> bytes:
     """The stored record as a POP answer carries it: ``POP_CK`` added, the reconsume
     count set to the attempts before this one."""
-    properties = encode_properties({**stored.properties, PROPERTY_POP_CK: pop_ck})
-    topic = stored.topic.encode()
-    return encode(
-        size=record_size(len(stored.body), len(topic), len(properties)),
-        body=stored.body,
-        topic=topic,
-        properties=properties,
-        queue_id=stored.queue_id,
-        flag=stored.flag,
-        queue_offset=stored.queue_offset,
-        physical_offset=stored.physical_offset,
-        sys_flag=stored.sys_flag,
-        born_timestamp_ms=stored.born_timestamp_ms,
-        born_host=stored.born_host,
-        store_timestamp_ms=stored.store_timestamp_ms,
-        store_host=stored.store_host,
-        reconsume_times=max(attempt - 1, 0),
-        prepared_transaction_offset=stored.prepared_transaction_offset,
+    return encode_stored(
+        replace(
+            stored,
+            properties={**stored.properties, PROPERTY_POP_CK: pop_ck},
+            reconsume_times=max(attempt - 1, 0),
+        )
     )
 
 

@@ -283,10 +283,7 @@ def test_a_client_talking_to_a_slave_gets_what_the_master_answers(cluster):
 # ---- (b), (c) kill -9 under load ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def java():
-    try:
-        return clients.driver("java-grpc")
-    except clients.ClientUnavailable as error:
-        pytest.fail(clients.unavailable(error), pytrace=False)
+    return clients.required("java-grpc")
 
 
 def drill(cluster: Cluster, java: clients.Driver, name: str, victim_of) -> dict[str, float]:

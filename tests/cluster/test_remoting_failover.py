@@ -27,10 +27,7 @@ TAIL = 20  # sent once the paced sends are done, well after the failover
 
 @pytest.fixture(scope="module")
 def java():
-    try:
-        return clients.driver("java-remoting")
-    except clients.ClientUnavailable as error:
-        pytest.fail(clients.unavailable(error), pytrace=False)
+    return clients.required("java-remoting")
 
 
 @pytest.fixture

@@ -37,10 +37,7 @@ transaction_max_checks = 3
 
 @pytest.fixture(scope="module")
 def go():
-    try:
-        return clients.driver("go-grpc")
-    except clients.ClientUnavailable as error:
-        pytest.fail(clients.unavailable(error), pytrace=False)
+    return clients.required("go-grpc")
 
 
 @pytest.fixture(scope="module")

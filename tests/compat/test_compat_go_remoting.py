@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support import clients
-from tests.support.remoting_client import SHORT_DELAY_LEVELS, queue_records
-from tests.support.rpc import create_topic, stubs
+from tests.support.remoting_client import queue_records, start_with_resources
 
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 600)
 
@@ -23,30 +21,13 @@ NAMES = ("kinds", "orderly", "delay", "retry", "bcast")
 
 @pytest.fixture(scope="module")
 def go():
-    try:
-        return clients.driver("go-remoting")
-    except clients.ClientUnavailable as error:
-        pytest.fail(clients.unavailable(error), pytrace=False)
+    return clients.required("go-remoting")
 
 
 @pytest.fixture(scope="module")
 def module_node(module_nodes):
     """This module's node: short delay levels, its topics and groups."""
-    started = module_nodes(SHORT_DELAY_LEVELS)
-    channel, _, admin = stubs(started.address)
-    for name in NAMES:
-        create_topic(admin, f"g2-{name}", queues=4, message_type=api.MESSAGE_TYPE_UNSPECIFIED)
-        answer = admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name=f"g2-{name}")))
-        assert answer.status.code == 0, answer.status
-    channel.close()
-    return started
-
-
-def first_of(events: list[dict]) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for event in events:
-        out.setdefault(event["body"], event)
-    return out
+    return start_with_resources(module_nodes, "g2", NAMES, NAMES)
 
 
 def test_go_v2_producer_and_push_consumers(go, module_node, tmp_path):
@@ -117,8 +98,8 @@ def test_go_v2_producer_and_push_consumers(go, module_node, tmp_path):
     )
     assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
     assert all(e["all_seen"] for e in run.of("push_waited")), run.explain()
-    sent, consumed = first_of(run.of("sent")), run.of("consumed")
-    got = first_of(consumed)
+    sent, consumed = clients.first_of(run.of("sent")), run.of("consumed")
+    got = clients.first_of(consumed)
 
     for m in kinds:
         seen = got[m["body"]]

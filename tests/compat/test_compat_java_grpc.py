@@ -31,10 +31,7 @@ transaction_max_checks = 3
 
 @pytest.fixture(scope="module")
 def java():
-    try:
-        return clients.driver("java-grpc")
-    except clients.ClientUnavailable as error:
-        pytest.fail(clients.unavailable(error), pytrace=False)
+    return clients.required("java-grpc")
 
 
 @pytest.fixture(scope="module")

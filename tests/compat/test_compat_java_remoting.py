@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support import clients
-from tests.support.remoting_client import SHORT_DELAY_LEVELS, queue_records
-from tests.support.rpc import create_topic, stubs
+from tests.support.remoting_client import queue_records, start_with_resources
 
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 600)
 
@@ -27,31 +25,13 @@ GROUPS = ("kinds", "orderly", "delay", "retry", "oretry", "bcast", "lite")
 
 @pytest.fixture(scope="module")
 def java():
-    try:
-        return clients.driver("java-remoting")
-    except clients.ClientUnavailable as error:
-        pytest.fail(clients.unavailable(error), pytrace=False)
+    return clients.required("java-remoting")
 
 
 @pytest.fixture(scope="module")
 def module_node(module_nodes):
     """This module's node: short delay levels, its topics and groups."""
-    started = module_nodes(SHORT_DELAY_LEVELS)
-    channel, _, admin = stubs(started.address)
-    for name in TOPICS:
-        create_topic(admin, f"j4-{name}", queues=4, message_type=api.MESSAGE_TYPE_UNSPECIFIED)
-    for name in GROUPS:
-        answer = admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name=f"j4-{name}")))
-        assert answer.status.code == 0, answer.status
-    channel.close()
-    return started
-
-
-def first_of(events: list[dict]) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for event in events:
-        out.setdefault(event["body"], event)
-    return out
+    return start_with_resources(module_nodes, "j4", TOPICS, GROUPS)
 
 
 def test_java_4x_producer_and_consumers(java, module_node, tmp_path):
@@ -144,8 +124,8 @@ def test_java_4x_producer_and_consumers(java, module_node, tmp_path):
     run = clients.run(java, spec, tmp_path / "java-home", 600)
     assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
     assert all(e["all_seen"] for e in run.of("push_waited") + run.of("pull_waited")), run.explain()
-    sent, consumed = first_of(run.of("sent")), run.of("consumed")
-    got = first_of(consumed)
+    sent, consumed = clients.first_of(run.of("sent")), run.of("consumed")
+    got = clients.first_of(consumed)
 
     # Every way of sending: consumed with the id, tags, keys and properties it was sent with.
     for m in kinds:

@@ -21,10 +21,7 @@ pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
 
 @pytest.fixture(scope="module")
 def java():
-    try:
-        return clients.driver("java-remoting")
-    except clients.ClientUnavailable as error:
-        pytest.fail(clients.unavailable(error), pytrace=False)
+    return clients.required("java-remoting")
 
 
 def stored(node, topic: str) -> int:

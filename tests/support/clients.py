@@ -331,6 +331,25 @@ def unavailable(error: Exception) -> str:
     return f"official client unavailable: {error}"
 
 
+def required(name: str) -> Driver:
+    """``driver(name)`` for a test: a missing toolchain, registry or artifact fails the
+    test with the one line that names it (never a skip)."""
+    import pytest
+
+    try:
+        return driver(name)
+    except ClientUnavailable as error:
+        pytest.fail(unavailable(error), pytrace=False)
+
+
+def first_of(events: list[dict]) -> dict[str, dict]:
+    """Each body's first event (a redelivery comes later)."""
+    out: dict[str, dict] = {}
+    for event in events:
+        out.setdefault(event["body"], event)
+    return out
+
+
 # ---- running -------------------------------------------------------------------------
 @dataclass
 class Run:

@@ -185,3 +185,23 @@ def queue_records(address: str, topic: str, group: str, queue_id: int = 0) -> li
         found.append(record)
         position += record.size
     return found
+
+
+def start_with_resources(module_nodes, prefix: str, topics, groups) -> object:
+    """A node with the short delay levels, and ``<prefix>-<name>`` untyped topics (4 queues)
+    and groups created first, as the remoting client tests need them."""
+    from ferrymq.protocol.ferrymq import admin_pb2 as api
+    from tests.support.rpc import create_group, create_topic, stubs
+
+    started = module_nodes(SHORT_DELAY_LEVELS)
+    channel, _, admin = stubs(started.address)
+    try:
+        for name in topics:
+            create_topic(
+                admin, f"{prefix}-{name}", queues=4, message_type=api.MESSAGE_TYPE_UNSPECIFIED
+            )
+        for name in groups:
+            create_group(admin, f"{prefix}-{name}")
+    finally:
+        channel.close()
+    return started

@@ -200,7 +200,7 @@ run_driver_names = {"j4": "java 4.x remoting", "g2": "go remoting (client-go/v2)
 
 def sample_of(run: clients.Run, topic: str, group: str, id_field: str) -> dict:
     """The "r-ok" message every driver sends to its retry topic, for mqadmin to look up."""
-    sent = first_of(run.of("sent")).get("r-ok", {})
+    sent = clients.first_of(run.of("sent")).get("r-ok", {})
     return {
         "driver": run_driver_names.get(group.split("-")[0], group),
         "topic": topic,
@@ -213,13 +213,6 @@ def sample_of(run: clients.Run, topic: str, group: str, id_field: str) -> dict:
 
 def bodies(events: list[dict]) -> list[str]:
     return [e["body"] for e in events]
-
-
-def first_of(events: list[dict]) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for e in events:
-        out.setdefault(e["body"], e)
-    return out
 
 
 def user_properties(e: dict, names: dict[str, str]) -> dict[str, str]:
@@ -260,9 +253,9 @@ def producing_messages(topics: dict[str, str], oneway: bool = True) -> list[dict
 
 def check_kinds(c: Checks, messages: list[dict], topics: dict[str, str], consumed: list[dict]):
     """Rows for what every producer sent and its push consumer got back."""
-    sent = first_of(c.run.of("sent"))
+    sent = clients.first_of(c.run.of("sent"))
     kinds = [m for m in messages if m["topic"] == topics["kinds"]]
-    got = first_of(e for e in consumed if e["topic"] == topics["kinds"])
+    got = clients.first_of(e for e in consumed if e["topic"] == topics["kinds"])
     for mode in sorted({m.get("mode", "sync") for m in kinds}):
         mine = [m for m in kinds if m.get("mode", "sync") == mode]
         c.check(
@@ -422,8 +415,8 @@ def java_remoting(apache: ApacheRocketMQ, home: Path) -> tuple[list[Row], dict]:
     c.ran_every_step()
     consumed = run.of("consumed")
     check_kinds(c, messages, t, consumed)
-    sent = first_of(run.of("sent"))
-    got = first_of(consumed)
+    sent = clients.first_of(run.of("sent"))
+    got = clients.first_of(consumed)
     c.check(
         "send batch (3 messages), each consumed with its own id",
         lambda: (
@@ -683,8 +676,8 @@ def go_remoting(apache: ApacheRocketMQ, home: Path) -> tuple[list[Row], dict]:
     c.ran_every_step()
     consumed = run.of("consumed")
     check_kinds(c, messages, t, consumed)
-    sent = first_of(run.of("sent"))
-    got = first_of(consumed)
+    sent = clients.first_of(run.of("sent"))
+    got = clients.first_of(consumed)
     c.check(
         "send batch (3 messages; no UNIQ_KEY: ids are offset ids), each consumed",
         lambda: (
@@ -783,8 +776,8 @@ def alions(apache: ApacheRocketMQ, home: Path) -> tuple[list[Row], dict]:
     c = Checks("ali-ons", run, home)
     c.ran_every_step()
     consumed = run.of("consumed")
-    sent = first_of(run.of("sent"))
-    got = first_of(consumed)
+    sent = clients.first_of(run.of("sent"))
+    got = clients.first_of(consumed)
     c.check(
         "send, consumed intact (tags, keys, properties)",
         lambda: all(
