@@ -53,6 +53,7 @@ class RequestCode(enum.IntEnum):
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
     QUERY_TOPIC_CONSUME_BY_WHO = 300
+    GET_TOPIC_CONFIG = 351
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     # RocketMQ 5's POP mode (JSON headers only: the binary header's code is 16 bits).

@@ -19,6 +19,9 @@ same checks, whichever tool asked.
   metrics, not here.
 - QUERY_TOPIC_CONSUME_BY_WHO (300, queryMsgById's message track): the groups that
   committed offsets of the topic on this node.
+- GET_TOPIC_CONFIG (351, consumerProgress asks it of each topic first): the topic's
+  TopicConfig on this broker group, from the routing state (queues here, perm, no
+  queue mapping); TOPIC_NOT_EXIST when the group hosts none of it.
 - GET_CONSUME_STATS (208): Admin GroupProgress of each topic the group committed offsets
   of on this node (or the one named), in RocketMQ's ConsumeStats: the MessageQueue keys
   are JSON objects, as fastjson writes them.
@@ -39,7 +42,7 @@ from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.remoting.dispatch import Handler
-from node.remoting.name_server import CLUSTER_NAME
+from node.remoting.name_server import CLUSTER_NAME, PERMISSION_BITS
 from routing.metadata import TopicError, TopicRoute
 
 # The admin service's status codes (gRPC's numbers) as RocketMQ's.
@@ -66,6 +69,9 @@ def consume_stats_body(queues: list[api.QueueProgress], last_ms: dict[tuple, int
         value = {
             "brokerOffset": queue.broker_offset,
             "consumerOffset": queue.consumer_offset,
+            # mqadmin prints pullOffset - consumerOffset as "in flight": the node does not
+            # track pulls in flight, so it reports none rather than a negative count.
+            "pullOffset": queue.consumer_offset,
             "lastTimestamp": last_ms.get((queue.topic, queue.queue_id), 0),
         }
         entries.append(f"{compact(key)}:{compact(value)}")
@@ -89,6 +95,7 @@ class AdminCodeHandlers:
             (RequestCode.GET_BROKER_RUNTIME_INFO, self.runtime_info),
             (RequestCode.GET_CONSUME_STATS, self.consume_stats),
             (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.consumed_by),
+            (RequestCode.GET_TOPIC_CONFIG, self.topic_config),
         ]
 
     async def update_topic(self, request: RemotingCommand, connection) -> RemotingCommand:
@@ -126,6 +133,27 @@ class AdminCodeHandlers:
             return self.admin.routing.read(lambda state: state.topic(name))
         except TopicError:
             return None  # not a topic yet (or not a name: CreateTopic says why)
+
+    async def topic_config(self, request: RemotingCommand, connection) -> RemotingCommand:
+        name = request.text("topic")
+        route = self._route(name)
+        queues = route.queue_count_in(self.admin.broker_group) if route is not None else 0
+        if route is None or not queues:
+            return request.reply(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic in this broker. topic: {name}",
+            )
+        config = {
+            "topicName": name,
+            "readQueueNums": queues,
+            "writeQueueNums": queues,
+            "perm": PERMISSION_BITS[route.permission],
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": False,
+            "attributes": {},
+        }
+        return request.reply(ResponseCode.SUCCESS, body=json.dumps(config).encode())
 
     async def delete_topic(self, request: RemotingCommand, connection) -> RemotingCommand:
         name = request.text("topic")

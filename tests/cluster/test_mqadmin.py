@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from ferrymq.client import Admin, Message, Producer
+from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.launcher.cluster import cluster_up
 from ferrymq.launcher.polling import until
 from tests.support import clients
@@ -26,19 +27,22 @@ def three(tmp_path):
 
 
 def test_mqadmin_manages_topics_and_groups_and_finds_messages(three, tmp_path):
-    try:
-        mqadmin = clients.driver("mqadmin")
-    except clients.ClientUnavailable as error:
-        pytest.fail(clients.unavailable(error), pytrace=False)
+    mqadmin = clients.required("mqadmin")
     plan = three
     master = master_of(plan)
     with Admin(master.grpc) as admin:
         admin.create_topic("found", queue_count=2)
+        admin.create_group("readers")
     until(lambda: all("found" in topics_on(n) for n in plan.nodes), 20, "the topic everywhere")
     with Producer(master.grpc) as producer:
         by_sdk = producer.send(Message("found", b"sdk", keys=["shared", "sdk-key"]))
     with RemotingClient(master.remoting) as client:
         sent = send_v2(client, "found", b"remoting", 1, UNIQ_KEY="U-REM", KEYS="shared")
+        committed = client.call(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "readers", "topic": "found", "queueId": "1", "commitOffset": "1"},
+        )
+        assert committed.code == ResponseCode.SUCCESS, committed
     offset_id = sent.ext_fields["msgId"]
     commands = [
         ["updateTopic", "-c", "DefaultCluster", "-t", "made", "-r", "3", "-w", "3"],
@@ -50,6 +54,7 @@ def test_mqadmin_manages_topics_and_groups_and_finds_messages(three, tmp_path):
         ["queryMsgByKey", "-t", "found", "-k", "shared"],
         ["queryMsgById", "-t", "found", "-i", offset_id],
         ["queryMsgById", "-t", "found", "-i", by_sdk.message_id],
+        ["consumerProgress", "-g", "readers"],
         ["deleteTopic", "-c", "DefaultCluster", "-t", "made"],
         ["topicList"],
     ]
@@ -60,7 +65,7 @@ def test_mqadmin_manages_topics_and_groups_and_finds_messages(three, tmp_path):
     failed = [(e["argv"][0], e["output"][-800:]) for e in outputs if e["error"]]
     assert not failed, failed
     (update, route, listed, cluster, status, group, by_key, by_offset_id, by_unique_id,
-     delete, listed_after) = [e["output"] for e in outputs]  # fmt: skip
+     progress, delete, listed_after) = [e["output"] for e in outputs]  # fmt: skip
     assert f"create topic to {master.remoting} success" in update
     assert '"readQueueNums":3' in route and master.remoting in route
     assert "made" in listed.split() and "found" in listed.split()
@@ -84,6 +89,15 @@ def test_mqadmin_manages_topics_and_groups_and_finds_messages(three, tmp_path):
     assert "Topic:               found" in by_offset_id and "UNIQ_KEY=U-REM" in by_offset_id
     assert f"UNIQ_KEY={by_sdk.message_id}" in by_unique_id
     assert "KEYS=shared sdk-key" in by_unique_id
+    # consumerProgress: each queue of the group's topic, its broker and committed offsets.
+    progress_rows = {
+        tuple(line.split()[:5]) for line in progress.splitlines() if line.startswith("found ")
+    }
+    assert progress_rows == {
+        ("found", master.group, "0", "1", "0"),
+        ("found", master.group, "1", "1", "1"),
+    }, progress
+    assert "Consume Diff Total: 1" in progress and "Consume Inflight Total: 0" in progress
     assert "delete topic [made] from cluster [DefaultCluster] success" in delete
     assert "made" not in listed_after.split()
     until(lambda: all("made" not in topics_on(n) for n in plan.nodes), 20, "made deleted")
