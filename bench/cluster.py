@@ -42,6 +42,9 @@ of stdout):
   dead master cannot have answered and a received message; the client learns no new route
   meanwhile (it refreshes every 30 s), so this is failover through any node.
   ``official_client_failover_lost`` counts acknowledged sends never received (must be 0).
+  ``official_client_slave_kill_unavailable_ms_p50`` / ``_p99`` / (every drill): as many
+  kill -9 drills of a node that is *not* the master, always the Python client's own (the
+  master moved away from it first when needed), after the master kills, same load.
   At least 10 such drills in every mode but ``--smoke``. ``_sends_ms`` / ``_receives_ms``
   split each drill's figure, ``_killed_raft_leader`` says whether routing had to elect a
   leader first. With ``--java-grpc-driver ARGV`` (a JSON list: the command line of
@@ -519,17 +522,34 @@ def _resumed_ms(load: OfficialLoad, killed_at: float) -> tuple[float, float, flo
     return took_ms, (sent - killed_at) * 1000, (received - killed_at) * 1000
 
 
-def official_drill(directory: str, drill: int, loads: dict[str, OfficialLoad]) -> OfficialDrill:
-    """Kill the master under the official clients' load, time until their sends and
-    receives resume, restart the killed node."""
+def drill_victim(plan: ClusterPlan, drill: int, kind: str, python: OfficialLoad) -> NodePlan:
+    """The node a drill kills. ``master``: the master, made the Python client's own node
+    every other drill. ``slave``: a node that is not the master, always the Python
+    client's own (the master moved away from it first if needed): a client whose node
+    dies must find the others."""
+    master = master_of(plan)
+    ports = tcp_peer_ports(python.process.pid)
+    own = [n for n in plan.nodes if int(n.grpc.rsplit(":", 1)[1]) in ports]
+    if kind == "master":
+        if drill % 2 == 0 and len(own) == 1:
+            master = switch_master(plan, own[0])
+        return master
+    if len(own) != 1:  # not connected to exactly one node: any slave
+        return next(n for n in plan.nodes if n.id != master.id)
+    if own[0].id == master.id:
+        switch_master(plan, next(n for n in plan.nodes if n.id != master.id))
+    return own[0]
+
+
+def official_drill(
+    directory: str, drill: int, loads: dict[str, OfficialLoad], kind: str = "master"
+) -> OfficialDrill:
+    """Kill the master (``kind`` "master") or a node that is not the master ("slave")
+    under the official clients' load, time until their sends and receives resume,
+    restart the killed node."""
     plan = load_plan(directory)
     wait_all_in_sync(plan)
-    master = master_of(plan)
-    if drill % 2 == 0:  # every other drill kills the Python client's own node
-        ports = tcp_peer_ports(loads["python"].process.pid)
-        own = [n for n in plan.nodes if int(n.grpc.rsplit(":", 1)[1]) in ports]
-        if len(own) == 1:
-            master = switch_master(plan, own[0])
+    master = drill_victim(plan, drill, kind, loads["python"])
     leader = raft_leader_id(plan)
     for load in loads.values():
         sent = len(load.of("sent"))
@@ -541,7 +561,7 @@ def official_drill(directory: str, drill: int, loads: dict[str, OfficialLoad]) -
     took_ms, sends_ms, receives_ms = _resumed_ms(python, killed_at)
     java_ms = unavailable_ms(loads["java"], killed_at, 60) if "java" in loads else None
     log(
-        f"  official drill {drill}: killed {master.id}"
+        f"  official drill {drill}: killed {master.id} ({kind})"
         f"{' (also the Raft leader)' if leader == master.id else ''} (the Python client "
         f"{'was' if on_master else 'was not'} connected to it): sends resumed after "
         f"{sends_ms:.0f} ms, receives after {receives_ms:.0f} ms"
@@ -598,8 +618,9 @@ def switch_master(plan: ClusterPlan, target: NodePlan) -> NodePlan:
 def official_failover_drills(
     directory: str, drills: int, home: str, java_argv: list[str] | None
 ) -> tuple[list, int]:
-    """Kill -9 of the master ``drills`` times under the official producers and consumers
-    (Python; Java too when its driver is given); the drills and how many acknowledged
+    """Kill -9 of the master ``drills`` times, then of a node that is not the master
+    ``drills`` times, under the official producers and consumers (Python; Java too when
+    its driver is given); the master kills, the other kills, and how many acknowledged
     sends were never received."""
     plan = load_plan(directory)
     wait_all_in_sync(plan)
@@ -636,20 +657,22 @@ def official_failover_drills(
         for load in loads.values():
             load.until(lambda load=load: len(load.of("received")) >= 20, 120, "official load")
         done = [official_drill(directory, d, loads) for d in range(1, drills + 1)]
+        slave_kills = [official_drill(directory, d, loads, "slave") for d in range(1, drills + 1)]
         wait_all_in_sync(load_plan(directory))
         for name, load in loads.items():
             events = load.stop()
             sent, received = check_nothing_lost(events)
             lost += len(sent - received)
             if sent - received:
-                log_lost(name, events, sent - received, [d.killed_at for d in done])
+                kills = [d.killed_at for d in done + slave_kills]
+                log_lost(name, events, sent - received, kills)
             failed = sum(1 for e in events if e["event"] == "send_failed")
             if failed:
                 log(f"  {name} sends that failed (the client gave up) in the drills: {failed}")
     finally:
         for load in loads.values():
             load.kill()
-    return done, lost
+    return done, slave_kills, lost
 
 
 # ---- the run --------------------------------------------------------------------------
@@ -736,7 +759,11 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
     hop = official_hop(load_plan(directory), scale.official_sends, home)
     official_drills = max(drills, scale.official_drills)
     log(f"{official_drills} failover drills under the official clients")
-    official, lost = official_failover_drills(directory, official_drills, home, java_argv)
+    official, slave_kills, lost = official_failover_drills(
+        directory, official_drills, home, java_argv
+    )
+    slave_ms = [d.unavailable_ms for d in slave_kills]
+    slave_java_ms = [d.java_ms for d in slave_kills if d.java_ms is not None]
     official_ms = [d.unavailable_ms for d in official]
     java_ms = [d.java_ms for d in official if d.java_ms is not None]
     java = {}
@@ -748,8 +775,16 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
             "official_java_client_failover_unavailable_ms_p99": percentile(java_ms, 0.99),
             "official_java_client_failover_unavailable_ms": java_ms,
         }
+    if slave_java_ms:
+        java["official_java_client_slave_kill_unavailable_ms_p50"] = round(
+            statistics.median(slave_java_ms), 1
+        )
+        java["official_java_client_slave_kill_unavailable_ms_p99"] = percentile(slave_java_ms, 0.99)
     return {
         **java,
+        "official_client_slave_kill_unavailable_ms_p50": round(statistics.median(slave_ms), 1),
+        "official_client_slave_kill_unavailable_ms_p99": percentile(slave_ms, 0.99),
+        "official_client_slave_kill_unavailable_ms": slave_ms,
         "official_client_failover_sends_ms": [d.sends_ms for d in official],
         "official_client_failover_receives_ms": [d.receives_ms for d in official],
         "official_client_failover_killed_raft_leader": [d.killed_raft_leader for d in official],

@@ -65,6 +65,9 @@ def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
     assert figures["official_client_failover_lost"] == 0
     assert len(figures["official_client_failover_sends_ms"]) == 1
     assert len(figures["official_client_failover_receives_ms"]) == 1
+    # And one kill of the node the client is connected to while it is not the master.
+    assert len(figures["official_client_slave_kill_unavailable_ms"]) == 1
+    assert 0 < figures["official_client_slave_kill_unavailable_ms_p99"] < 10_000
     assert figures["official_send_p50_us_direct"] > 0
     assert figures["official_send_p50_us_via_slave"] > 0
     # The benchmark cleans up after itself: its scratch directory is gone.
