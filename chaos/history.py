@@ -106,13 +106,15 @@ class PopDelivery:
 @dataclass
 class CatchUp:
     """The wait after the writers stopped until every consumer group had consumed its
-    topic (no lag, nothing in flight), with a deadline; ``behind`` says, per group still
-    lagging at the deadline, by how much."""
+    topic (no lag, nothing in flight): it ends once no group progressed for ``stall_s``
+    or after ``deadline_s`` in all; ``behind`` says, per group still lagging at the end,
+    by how much. (Histories written before the stall rule have ``stall_s`` 0.)"""
 
     deadline_s: float
     waited_s: float
     caught_up: bool
     behind: dict[str, str] = field(default_factory=dict)
+    stall_s: float = 0.0
 
 
 @dataclass

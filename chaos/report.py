@@ -98,7 +98,10 @@ def catch_up_line(catch_up: dict | None) -> str:
         return "consumers not waited for"
     if catch_up["caught_up"]:
         return f"consumers caught up {catch_up['waited_s']} s after the writers stopped"
-    return f"consumers not caught up within {catch_up['deadline_s']} s: {catch_up['behind']}"
+    waited, stall, behind = catch_up["waited_s"], catch_up.get("stall_s", 0.0), catch_up["behind"]
+    if stall and waited < catch_up["deadline_s"]:
+        return f"consumers stuck, no progress for {stall} s (after {waited} s): {behind}"
+    return f"consumers not caught up within {catch_up['deadline_s']} s: {behind}"
 
 
 def plot(path: str, history: History, rows: list[dict]) -> bool:

@@ -17,7 +17,9 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from chaos.history import (
     DLQ_GROUP,
@@ -295,30 +297,77 @@ def recording_errors(history: History, name: str, t0: float, target, *args):
     return run
 
 
-def wait_caught_up(addresses: list[str], consumers: dict[str, str], deadline_s: float) -> CatchUp:
+def wait_caught_up(
+    addresses: list[str], consumers: dict[str, str], stall_s: float, limit_s: float
+) -> CatchUp:
     """Until every consumer group has no lag and nothing in flight on any queue of its
-    topic (as the masters see it), or the deadline passes."""
-    started = time.monotonic()
+    topic (as the masters see it). A group still moving is waited for: the wait ends
+    when no group progressed for ``stall_s`` (stuck), or after ``limit_s`` in all."""
+    return wait_until_drained(lambda: group_backlogs(addresses, consumers), stall_s, limit_s)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """One group's work left (lag plus in flight) and how far it has consumed (the sum of
+    its committed offsets); ``None`` when no master answered for it."""
+
+    remaining: int | None
+    consumed: int = 0
+
+    def describe(self) -> str:
+        if self.remaining is None:
+            return "no master answered"
+        return f"{self.remaining} left (lag and in flight)"
+
+
+def group_backlogs(addresses: list[str], consumers: dict[str, str]) -> dict[str, Backlog]:
+    """Each group's backlog from the first node whose Admin answers."""
+    for address in addresses:
+        try:
+            with Admin(address, timeout_s=2) as admin:
+                backlogs = {}
+                for group, topic in consumers.items():
+                    progress = admin.group_progress(group, topic)
+                    backlogs[group] = Backlog(
+                        sum(q.lag + q.in_flight for q in progress),
+                        sum(q.consumer_offset for q in progress),
+                    )
+                return backlogs
+        except FerryError:
+            continue
+    return {group: Backlog(None) for group in consumers}
+
+
+def wait_until_drained(
+    read_backlogs: Callable[[], dict[str, Backlog]],
+    stall_s: float,
+    limit_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> CatchUp:
+    """Poll ``read_backlogs`` until every group has nothing left. Progress is a group's
+    backlog below its lowest yet or its consumed count above its highest yet: both
+    measures are monotone, so a group that goes round in circles (redelivered, never
+    finished) is not taken for one that moves, and the wait stays bounded by ``limit_s``."""
+    started = last_progress = clock()
+    lowest: dict[str, int] = {}
+    highest: dict[str, int] = {}
     while True:
-        behind = {group: "no master answered" for group in consumers}
-        for address in addresses:
-            try:
-                with Admin(address, timeout_s=2) as admin:
-                    for group, topic in consumers.items():
-                        progress = admin.group_progress(group, topic)
-                        lag = sum(q.lag for q in progress)
-                        in_flight = sum(q.in_flight for q in progress)
-                        if lag or in_flight:
-                            behind[group] = f"lag {lag}, in flight {in_flight}"
-                        else:
-                            del behind[group]
-                break
-            except FerryError:
+        backlogs = read_backlogs()
+        now = clock()
+        for group, backlog in backlogs.items():
+            if backlog.remaining is None:
                 continue
-        waited = time.monotonic() - started
-        if not behind or waited >= deadline_s:
-            return CatchUp(deadline_s, round(waited, 3), not behind, behind)
-        time.sleep(0.2)
+            if group not in lowest or backlog.remaining < lowest[group]:
+                lowest[group], last_progress = backlog.remaining, now
+            if group not in highest or backlog.consumed > highest[group]:
+                highest[group], last_progress = backlog.consumed, now
+        behind = {g: b.describe() for g, b in backlogs.items() if b.remaining != 0}
+        waited = now - started
+        stalled = now - last_progress >= stall_s
+        if not behind or stalled or waited >= limit_s:
+            return CatchUp(limit_s, round(waited, 3), not behind, behind, stall_s)
+        sleep(0.2)
 
 
 def read_served(access: str) -> list[ServedRecord]:
