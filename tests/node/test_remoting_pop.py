@@ -239,3 +239,11 @@ def test_a_batch_ack_acks_each_offset_and_answers_each_one(client):
         {"topic": "batched", "queueId": 0, "offset": 2, "code": 0, "remark": "OK"}
     ]
     assert pop(client, "batched", poll_ms=300).code == ResponseCode.PULL_NOT_FOUND
+
+
+def test_the_proxys_pop_codes_are_answered_not_supported(client):
+    # NOTIFICATION, POLLING_INFO, PEEK_MESSAGE: RocketMQ's proxy asks them of brokers.
+    for code in (200054, 200055, 200052):
+        answer = client.call(code, {"consumerGroup": "batched-group", "topic": "batched"})
+        assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, answer
+        assert answer.remark == f" request type {code} not supported"
