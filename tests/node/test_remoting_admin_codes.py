@@ -198,3 +198,17 @@ def test_broker_config_is_the_nodes_settings_under_rocketmqs_names(node, client)
     assert properties["flushDiskType"] == "ASYNC_FLUSH"
     assert properties["brokerClusterName"] == "DefaultCluster"
     assert not [k for k in properties if "secret" in k.lower() or "token" in k.lower()]
+
+
+def test_consumer_settings_sent_as_numbers_are_shown_not_refused(node, client):
+    assert create_group(client, json.dumps({"groupName": "numbered"}).encode()).code == 0
+    consumer = {"groupName": "numbered", "consumeType": 1, "messageModel": 1}
+    beat = json.dumps({"clientID": "n1", "consumerDataSet": [consumer]}).encode()
+    with RemotingClient(node.remoting) as numbered:
+        assert numbered.call(RequestCode.HEART_BEAT, body=beat).code == ResponseCode.SUCCESS
+        answer = client.call(
+            RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "numbered"}
+        )
+        listed = json.loads(answer.body)
+        assert (listed["consumeType"], listed["messageModel"]) == ("1", "1")
+        assert listed["consumeFromWhere"] == "CONSUME_FROM_LAST_OFFSET"  # RocketMQ's default
