@@ -223,6 +223,7 @@ class Node:
             admin=admin,
             pop=pop,
             broker_name=config.group,
+            config=config,
             access=RemotingAccess(self.access) if self.access is not None else None,
             delay_levels_ms=config.messages.delay_levels_ms,
             rpc_metrics=self.metrics.rpc,

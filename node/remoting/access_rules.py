@@ -124,6 +124,20 @@ def _locks(request: RemotingCommand) -> list[Need]:
     return needs
 
 
+def _batch_ack(request: RemotingCommand) -> list[Need]:
+    """Each ack's topic and group (``c`` / ``t``, or their long names), as ACK_MESSAGE's.
+    A body that cannot be read names none; the handler refuses it and acks nothing."""
+    acks = _json_body(request).get("acks")
+    needs: list[Need] = []
+    for ack in acks if isinstance(acks, list) else ():
+        if not isinstance(ack, dict):
+            continue
+        group, topic = ack.get("c", ack.get("consumerGroup")), ack.get("t", ack.get("topic"))
+        if isinstance(group, str) and isinstance(topic, str):
+            needs.extend(consuming(topic, group))
+    return needs
+
+
 Rule = Callable[[RemotingCommand], list[Need]]
 RULES: dict[int, Rule] = {
     RequestCode.GET_ROUTEINFO_BY_TOPIC: authenticated_only,
@@ -148,6 +162,7 @@ RULES: dict[int, Rule] = {
     RequestCode.POP_MESSAGE: _consume,
     RequestCode.ACK_MESSAGE: _consume,
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _consume,
+    RequestCode.BATCH_ACK_MESSAGE: _batch_ack,
 }
 
 

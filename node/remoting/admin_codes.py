@@ -17,6 +17,10 @@ same checks, whichever tool asked.
 - GET_BROKER_RUNTIME_INFO (28): the table clusterList and brokerStatus print, with what
   this node knows (version, role, store offsets); throughput figures are in the node's
   metrics, not here.
+- GET_TOPIC_STATS_INFO (202, topicStatus, to each broker group of the topic): each of the
+  topic's queues here, its min and max offset and the store time of its newest message
+  (0 when empty), read from the store's facade; TOPIC_NOT_EXIST when the group hosts none
+  of it.
 - QUERY_TOPIC_CONSUME_BY_WHO (300, queryMsgById's message track): the groups that
   committed offsets of the topic on this node.
 - GET_TOPIC_CONFIG (351, consumerProgress asks it of each topic first): the topic's
@@ -96,6 +100,7 @@ class AdminCodeHandlers:
             (RequestCode.GET_CONSUME_STATS, self.consume_stats),
             (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.consumed_by),
             (RequestCode.GET_TOPIC_CONFIG, self.topic_config),
+            (RequestCode.GET_TOPIC_STATS_INFO, self.topic_stats),
         ]
 
     async def update_topic(self, request: RemotingCommand, connection) -> RemotingCommand:
@@ -154,6 +159,27 @@ class AdminCodeHandlers:
             "attributes": {},
         }
         return request.reply(ResponseCode.SUCCESS, body=json.dumps(config).encode())
+
+    async def topic_stats(self, request: RemotingCommand, connection) -> RemotingCommand:
+        name = request.text("topic")
+        route = self._route(name)
+        queues = route.queue_count_in(self.admin.broker_group) if route is not None else 0
+        if route is None or not queues:
+            return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{name}] not exist")
+        store = self.admin.store
+        entries = []
+        for queue_id in range(queues):
+            newest = store.max_offset_in_queue(name, queue_id)
+            last = store.message_at(name, queue_id, newest - 1) if newest > 0 else None
+            key = {"brokerName": self.admin.broker_group, "queueId": queue_id, "topic": name}
+            value = {
+                "lastUpdateTimestamp": last.store_timestamp_ms if last is not None else 0,
+                "maxOffset": newest,
+                "minOffset": store.min_offset_in_queue(name, queue_id),
+            }
+            entries.append(f"{compact(key)}:{compact(value)}")
+        body = '{"offsetTable":{' + ",".join(entries) + "}}"
+        return request.reply(ResponseCode.SUCCESS, body=body.encode())
 
     async def delete_topic(self, request: RemotingCommand, connection) -> RemotingCommand:
         name = request.text("topic")

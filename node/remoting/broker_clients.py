@@ -5,8 +5,10 @@ doors use (``node/group_members.py``: the same ownership of client ids by identi
 same bounds), for RocketMQ's 120 s (4.x clients heartbeat every 30 s), and their
 subscriptions are registered for pulls that carry none (``subscriptions.py``). A
 connection that closes takes its client's memberships with it, as RocketMQ's broker
-unregisters a closed channel. Producer groups are only answered. Every change of a
-group's members is told to its clients (``consumer_notices.py``).
+unregisters a closed channel. What a heartbeat says of its client (address, language,
+version, consumer settings, producer groups) is kept for mqadmin's connection lists
+(``client_connections.py``). Every change of a group's members is told to its clients
+(``consumer_notices.py``).
 
 Thread-safety: handlers run on the node's event loop.
 """
@@ -14,11 +16,18 @@ Thread-safety: handlers run on the node's event loop.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
 from node.group_members import GroupMembers, MembershipRefused
 from node.remoting.access_rules import VERIFIED_ACCESS_KEY
+from node.remoting.client_connections import (
+    ClientConnection,
+    ClientConnections,
+    ConnectionsFull,
+    ConsumerSettings,
+)
 from node.remoting.consumer_notices import ConsumerNotices
 from node.remoting.dispatch import Handler
 from node.remoting.status_codes import response_code
@@ -28,7 +37,9 @@ from node.topics import TopicError, TopicTable
 MEMBER_LIFETIME_MS = 120_000  # RocketMQ's channel expiry
 MAX_CONSUMER_GROUPS = 1024  # per heartbeat
 MAX_SUBSCRIPTIONS = 1024  # per group in a heartbeat
+MAX_PRODUCER_GROUPS = 1024  # per heartbeat
 MEMBERSHIPS = "memberships"  # connection attribute: {(group, client id)}
+PRODUCING = "producing"  # connection attribute: {(producer group, client id)}
 
 
 class BadHeartbeat(ValueError):
@@ -63,21 +74,47 @@ def _list(value: object, what: str, limit: int) -> list:
     return value
 
 
-def parse_heartbeat(body: bytes) -> tuple[str, dict[str, list[Subscription]]]:
-    """(client id, {consumer group: its subscriptions}) of a HeartbeatData body."""
+def _shown(value: object, default: str) -> str:
+    """A consumer setting as mqadmin shows it. Only shown, never acted on: a client that
+    sends one as a number (an enum's ordinal) is not refused for it."""
+    if value is None:
+        return default
+    return value if type(value) is str else json.dumps(value)
+
+
+@dataclass
+class Heartbeat:
+    """A HeartbeatData body: who, the consumer groups with their subscriptions and
+    settings, the producer groups."""
+
+    client_id: str
+    consumers: dict[str, list[Subscription]] = field(default_factory=dict)
+    consumer_settings: dict[str, ConsumerSettings] = field(default_factory=dict)
+    producer_groups: list[str] = field(default_factory=list)
+
+
+def parse_heartbeat(body: bytes) -> Heartbeat:
+    """The heartbeat a HeartbeatData body states; BadHeartbeat when it is not one."""
     try:
         data = json.loads(body)
     except ValueError as error:
         raise BadHeartbeat(f"heartbeat body is not JSON: {error}") from None
     if type(data) is not dict:
         raise BadHeartbeat("heartbeat body is not a JSON object")
-    client_id = _text(data.get("clientID"), "clientID")
-    consumers: dict[str, list[Subscription]] = {}
+    heartbeat = Heartbeat(_text(data.get("clientID"), "clientID"))
     for consumer in _list(data.get("consumerDataSet"), "consumerDataSet", MAX_CONSUMER_GROUPS):
         if type(consumer) is not dict:
             raise BadHeartbeat("a consumerDataSet entry is not an object")
         group = _text(consumer.get("groupName"), "groupName")
-        subscriptions = consumers.setdefault(group, [])
+        subscriptions = heartbeat.consumers.setdefault(group, [])
+        defaults = ConsumerSettings()
+        heartbeat.consumer_settings[group] = ConsumerSettings(
+            consume_type=_shown(consumer.get("consumeType"), defaults.consume_type),
+            message_model=_shown(consumer.get("messageModel"), defaults.message_model),
+            consume_from_where=_shown(
+                consumer.get("consumeFromWhere"), defaults.consume_from_where
+            ),
+        )
         for entry in _list(
             consumer.get("subscriptionDataSet"), "subscriptionDataSet", MAX_SUBSCRIPTIONS
         ):
@@ -94,16 +131,25 @@ def parse_heartbeat(body: bytes) -> tuple[str, dict[str, list[Subscription]]]:
                     version=version,
                 )
             )
-    return client_id, consumers
+    for producer in _list(data.get("producerDataSet"), "producerDataSet", MAX_PRODUCER_GROUPS):
+        if type(producer) is not dict:
+            raise BadHeartbeat("a producerDataSet entry is not an object")
+        heartbeat.producer_groups.append(_text(producer.get("groupName"), "groupName"))
+    return heartbeat
 
 
 class ClientHandlers:
     def __init__(
-        self, topics: TopicTable, members: GroupMembers, subscriptions: Subscriptions
+        self,
+        topics: TopicTable,
+        members: GroupMembers,
+        subscriptions: Subscriptions,
+        connections: ClientConnections,
     ) -> None:
         self.topics = topics
         self.members = members
         self.subscriptions = subscriptions
+        self.connections = connections
         self.notices = ConsumerNotices(members)
 
     def handlers(self) -> list[tuple[int, Handler]]:
@@ -115,25 +161,36 @@ class ClientHandlers:
 
     async def heartbeat(self, request: RemotingCommand, connection) -> RemotingCommand:
         try:
-            client_id, consumers = parse_heartbeat(request.body)
+            heartbeat = parse_heartbeat(request.body)
         except BadHeartbeat as error:
             return request.reply(ResponseCode.SYSTEM_ERROR, str(error))
+        client_id = heartbeat.client_id
         identity = identity_of(connection)
+        client = ClientConnection(
+            client_id, connection.peer_address, request.language, request.version
+        )
         unknown = []
-        for group, subscriptions in consumers.items():
+        for group, subscriptions in heartbeat.consumers.items():
             try:
                 self.topics.group(group)
                 self.members.heartbeat(group, client_id, identity, MEMBER_LIFETIME_MS)
                 self.subscriptions.register(group, subscriptions)
+                self.connections.consumer_heard(group, client, heartbeat.consumer_settings[group])
             except TopicError as error:
                 unknown.append(error.detail)
                 continue
             except MembershipRefused as refused:
                 return request.reply(response_code(refused.code), str(refused))
-            except SubscriptionRefused as refused:
+            except (SubscriptionRefused, ConnectionsFull) as refused:
                 return request.reply(ResponseCode.SYSTEM_BUSY, str(refused))
-            self._remember(connection, group, client_id)
+            self._remember(connection, MEMBERSHIPS, (group, client_id))
             self.notices.heard(group, client_id, connection)
+        for group in heartbeat.producer_groups:
+            try:
+                self.connections.producer_heard(group, client)
+            except ConnectionsFull as refused:
+                return request.reply(ResponseCode.SYSTEM_BUSY, str(refused))
+            self._remember(connection, PRODUCING, (group, client_id))
         if unknown:
             # Create groups with `ferrymq group create` (or the Admin service): a consumer of
             # a group the cluster does not know has nothing to pull.
@@ -144,24 +201,29 @@ class ClientHandlers:
             )
         return request.reply(ResponseCode.SUCCESS, version=BROKER_VERSION)
 
-    def _remember(self, connection, group: str, client_id: str) -> None:
-        memberships = connection.attributes.get(MEMBERSHIPS)
-        if memberships is None:
-            memberships = connection.attributes[MEMBERSHIPS] = set()
+    def _remember(self, connection, kind: str, entry: tuple[str, str]) -> None:
+        """What the connection joined (``kind``: MEMBERSHIPS or PRODUCING), to undo when
+        it closes."""
+        if MEMBERSHIPS not in connection.attributes:
+            connection.attributes[MEMBERSHIPS] = set()
+            connection.attributes[PRODUCING] = set()
             connection.add_close_callback(self._closed)
-        memberships.add((group, client_id))
+        connection.attributes[kind].add(entry)
 
     def _closed(self, connection) -> None:
         """The connection ended: its client leaves the groups it joined over it."""
         identity = identity_of(connection)
         for group, client_id in connection.attributes.get(MEMBERSHIPS, ()):
             self._leave(group, client_id, identity)
+        for group, client_id in connection.attributes.get(PRODUCING, ()):
+            self.connections.producer_left(group, client_id)
 
     def _leave(self, group: str, client_id: str, identity: str) -> None:
         try:
             self.members.leave(group, client_id, identity)
         except MembershipRefused:
             return  # the id is another identity's now: nothing of ours to end
+        self.connections.consumer_left(group, client_id)
         if not self.members.live(group):
             self.subscriptions.forget(group)
         self.notices.left(group, client_id)
@@ -169,6 +231,12 @@ class ClientHandlers:
     async def unregister(self, request: RemotingCommand, connection) -> RemotingCommand:
         client_id = request.text("clientID")
         group = request.text("consumerGroup", "")
+        producer_group = request.text("producerGroup", "")
+        if producer_group:
+            self.connections.producer_left(producer_group, client_id)
+            producing = connection.attributes.get(PRODUCING)
+            if producing is not None:
+                producing.discard((producer_group, client_id))
         if group:
             identity = identity_of(connection)
             try:
@@ -178,6 +246,7 @@ class ClientHandlers:
             memberships = connection.attributes.get(MEMBERSHIPS)
             if memberships is not None:
                 memberships.discard((group, client_id))
+            self.connections.consumer_left(group, client_id)
             if not self.members.live(group):
                 self.subscriptions.forget(group)
             self.notices.left(group, client_id)

@@ -18,12 +18,25 @@ Answers: no message within ``pollTime`` is PULL_NOT_FOUND (the client's
 POLLING_NOT_FOUND); refusals map through ``status_codes.py`` (a stale, forged or
 malformed handle: MESSAGE_ILLEGAL with the gRPC port's remark). ``queueId`` and
 ``order`` of a pop are not read: a pop takes the whole topic, and a FIFO group is served
-in order, as on gRPC. BATCH_ACK_MESSAGE and the proxy's NOTIFICATION codes are not served.
+in order, as on gRPC.
+
+BATCH_ACK_MESSAGE (the 5.x client's ``batchAckMessageAsync``): each offset the body's bit
+sets name (``batch_ack.py``) is resolved as an ``extraInfo`` of the same numbers is, then
+acked through the same ``PopService.ack_message``, one call per ack entry. Every offset
+gets its own answer in the body, ``{"results": [{"topic", "queueId", "offset", "code",
+"remark"}, ...]}`` (``offset`` -1 for an entry that names none); the response is SUCCESS
+when every offset was acked, else the first refusal's code with a remark counting them.
+The ``retry`` flag is not read: ferrymq redelivers from the topic itself. A body that is
+not a BatchAckMessageRequestBody is refused whole (SYSTEM_ERROR), nothing acked.
+
+NOTIFICATION (200054) and POLLING_INFO (200055) are the proxy's requests to a broker, not
+sent by the client's consumers: not served (REQUEST_CODE_NOT_SUPPORTED), nor PEEK_MESSAGE.
 POP codes (>= 200000) travel in JSON headers only (the binary header's code is 16 bits).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from google.protobuf.duration_pb2 import Duration
@@ -35,6 +48,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node.long_polling import poll_budget_s
 from node.pop_service import Delivery, PopFailed, PopService, delivery_tag
+from node.remoting.batch_ack import BatchAck, MalformedBatchAck, parse_batch_ack
 from node.remoting.dispatch import Handler
 from node.remoting.status_codes import refusal, response_code
 from node.rpc_status import InvalidRequest
@@ -72,6 +86,7 @@ class PopHandlers:
             (RequestCode.POP_MESSAGE, self.pop_message),
             (RequestCode.ACK_MESSAGE, self.ack_message),
             (RequestCode.CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time),
+            (RequestCode.BATCH_ACK_MESSAGE, self.batch_ack),
         ]
 
     # ---- POP_MESSAGE -----------------------------------------------------------------
@@ -163,8 +178,7 @@ class PopHandlers:
                     pb.INVALID_RECEIPT_HANDLE, f"extraInfo's {name} {value!r} is not an integer"
                 )
             numbers[name] = int(value)
-        self.topics.topic(topic)  # an unknown topic says so, not "stale"
-        return self.pop.handle_of_current(
+        return self._current(
             group,
             topic,
             numbers["queueId"],
@@ -172,6 +186,13 @@ class PopHandlers:
             numbers["popTime"] + numbers["invisibleTime"],
             numbers["reviveQid"],
         )
+
+    def _current(
+        self, group: str, topic: str, queue_id: int, offset: int, visible_at_ms: int, tag: int
+    ) -> str:
+        """The handle of the delivery these numbers name; InvalidRequest or TopicError."""
+        self.topics.topic(topic)  # an unknown topic says so, not "stale"
+        return self.pop.handle_of_current(group, topic, queue_id, offset, visible_at_ms, tag)
 
     async def ack_message(self, request: RemotingCommand, connection) -> RemotingCommand:
         group, topic = request.text("consumerGroup"), request.text("topic")
@@ -231,3 +252,67 @@ class PopHandlers:
         )
         header["extraInfo"] = f"{numbers} {answer.receipt_handle}"  # for clients of ours
         return request.reply(ResponseCode.SUCCESS, ext_fields=header)
+
+    # ---- BATCH_ACK_MESSAGE ----------------------------------------------------------
+    async def batch_ack(self, request: RemotingCommand, connection) -> RemotingCommand:
+        try:
+            acks = parse_batch_ack(request.body)
+        except MalformedBatchAck as error:
+            return request.reply(ResponseCode.SYSTEM_ERROR, f"BATCH_ACK_MESSAGE: {error}")
+        results: list[dict] = []
+        for ack in acks:
+            results.extend(await self._ack_entry(ack))
+        refused = [r for r in results if r["code"] != ResponseCode.SUCCESS]
+        body = json.dumps({"results": results}, separators=(",", ":")).encode()
+        if not refused:
+            return request.reply(ResponseCode.SUCCESS, body=body)
+        first = refused[0]
+        remark = (
+            f"{len(refused)} of {len(results)} not acked; first: {first['topic']} queue "
+            f"{first['queueId']} offset {first['offset']}: {first['remark']}"
+        )
+        return request.reply(first["code"], remark, body=body)
+
+    async def _ack_entry(self, ack: BatchAck) -> list[dict]:
+        def result(offset: int, code: int, remark: str) -> dict:
+            return {
+                "topic": ack.topic,
+                "queueId": ack.queue_id,
+                "offset": offset,
+                "code": int(code),
+                "remark": remark,
+            }
+
+        results, handles = [], []
+        for offset in ack.offsets:
+            try:
+                handle = self._current(
+                    ack.group,
+                    ack.topic,
+                    ack.queue_id,
+                    offset,
+                    ack.pop_time_ms + ack.invisible_ms,
+                    ack.revive_qid,
+                )
+            except (InvalidRequest, TopicError) as error:
+                results.append(result(offset, *refusal(error)))
+                continue
+            handles.append((offset, handle))
+        if handles or not ack.offsets:  # an entry naming no offset: the ack path says why
+            answer = await self.pop.ack_message(
+                rpc.AckMessageRequest(
+                    group=pb.Resource(name=ack.group),
+                    topic=pb.Resource(name=ack.topic),
+                    entries=[rpc.AckMessageEntry(receipt_handle=h) for _, h in handles],
+                ),
+                None,
+            )
+            if answer.entries:
+                for (offset, _), entry in zip(handles, answer.entries, strict=True):
+                    code = response_code(entry.status.code)
+                    results.append(result(offset, code, entry.status.message))
+            else:  # refused as a whole (the group, the topic, the bound)
+                code = response_code(answer.status.code)
+                for offset in [o for o, _ in handles] or [-1]:
+                    results.append(result(offset, code, answer.status.message))
+        return results

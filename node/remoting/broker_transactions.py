@@ -24,8 +24,6 @@ Thread-safety: handlers run on the node's event loop.
 
 from __future__ import annotations
 
-import json
-
 from ferrymq.codec.commitlog_record import StoredMessage, encode_stored
 from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID, PROPERTY_UNIQ_KEY
 from ferrymq.codec.remoting import RemotingCommand
@@ -34,6 +32,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node.admission import Admission
 from node.parked import as_sent, real_topic_of
+from node.remoting.broker_clients import BadHeartbeat, parse_heartbeat
 from node.remoting.dispatch import Handler
 from node.remoting.status_codes import refusal, response_code
 from node.rpc_status import InvalidRequest
@@ -63,11 +62,10 @@ def producer_groups(body: bytes) -> list[str]:
     """The producer groups a HeartbeatData body names (none when it is malformed), at
     most ``MAX_HEARTBEAT_PRODUCERS``; the client's own inner producer is no group."""
     try:
-        entries = json.loads(body).get("producerDataSet") or []
-        names = [entry.get("groupName") for entry in entries[:MAX_HEARTBEAT_PRODUCERS]]
-    except (ValueError, AttributeError, TypeError):
+        names = parse_heartbeat(body).producer_groups[:MAX_HEARTBEAT_PRODUCERS]
+    except BadHeartbeat:
         return []
-    return [n for n in names if type(n) is str and n and n != INNER_PRODUCER_GROUP]
+    return [n for n in names if n and n != INNER_PRODUCER_GROUP]
 
 
 class ProducerConnections:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ha.replicated_store import ReplicatedStore
 from node.admin_service import AdminService
 from node.admission import Admission
+from node.config import NodeConfig
 from node.consumer_offsets import ConsumerOffsets
 from node.consumer_retry import ConsumerRetries
 from node.data_service import DataService
@@ -24,6 +25,7 @@ from node.queue_locks import QueueLocks
 from node.remoting.access_rules import RemotingAccess
 from node.remoting.admin_codes import AdminCodeHandlers
 from node.remoting.broker_clients import ClientHandlers
+from node.remoting.broker_config import BrokerConfigHandlers
 from node.remoting.broker_locks import LockHandlers
 from node.remoting.broker_offsets import OffsetHandlers
 from node.remoting.broker_pop import PopHandlers
@@ -33,6 +35,7 @@ from node.remoting.broker_retry import RetryHandlers
 from node.remoting.broker_send import SendHandlers
 from node.remoting.broker_transactions import TransactionHandlers
 from node.remoting.client_config import ClientConfigHandlers
+from node.remoting.client_connections import ClientConnections, ConnectionHandlers
 from node.remoting.dispatch import Dispatch, Handler
 from node.remoting.ferry_data import FerryDataHandlers
 from node.remoting.name_server import NameServer
@@ -55,11 +58,13 @@ def build_dispatch(
     admin: AdminService,
     pop: PopService,
     broker_name: str,
+    config: NodeConfig,
     access: RemotingAccess | None,
     delay_levels_ms: tuple[int, ...] = DEFAULT_LEVELS_MS,
     rpc_metrics: RpcMetrics | None = None,
 ) -> Dispatch:
     subscriptions = Subscriptions()
+    connections = ClientConnections(members, subscriptions)
     retries = ConsumerRetries(topics, delay_levels_ms)
     transaction_handlers = TransactionHandlers(transactions, admission)
     handlers: list[tuple[int, Handler]] = [
@@ -69,11 +74,13 @@ def build_dispatch(
         *LockHandlers(admission, QueueLocks()).handlers(),
         *PullHandlers(store, topics, offsets, waiters, subscriptions).handlers(),
         *OffsetHandlers(store, topics, offsets).handlers(),
-        *ClientHandlers(topics, members, subscriptions).handlers(),
+        *ClientHandlers(topics, members, subscriptions, connections).handlers(),
+        *ConnectionHandlers(connections).handlers(),
         *transaction_handlers.handlers(),
         *QueryHandlers(store, topics).handlers(),
         *ClientConfigHandlers().handlers(),
         *AdminCodeHandlers(admin).handlers(),
+        *BrokerConfigHandlers(config, admin).handlers(),
         *PopHandlers(pop, topics, broker_name).handlers(),
         *FerryDataHandlers(
             DataService(store, topics, waiters, admission), routing, rpc_metrics

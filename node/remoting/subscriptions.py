@@ -62,6 +62,10 @@ class Subscriptions:
         topics = self._groups.get(group)
         return topics.get(topic) if topics is not None else None
 
+    def of(self, group: str) -> list[Subscription]:
+        """Every topic the group subscribes to, as registered."""
+        return list(self._groups.get(group, {}).values())
+
     def forget(self, group: str) -> None:
         """The group's last member left."""
         self._groups.pop(group, None)

@@ -6,6 +6,8 @@ and the unique id). One JVM runs every command."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ferrymq.client import Admin, Message, Producer
@@ -17,6 +19,22 @@ from tests.support.cluster import SMALL_STORE, master_of, stop_all, topics_on
 from tests.support.remoting_client import RemotingClient, send_v2
 
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
+CLIENT_ID = "127.0.0.1@mqadmin-test"
+HEARTBEAT = json.dumps(
+    {
+        "clientID": CLIENT_ID,
+        "consumerDataSet": [
+            {
+                "groupName": "readers",
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                "subscriptionDataSet": [{"topic": "found", "subString": "shared || sdk"}],
+            }
+        ],
+        "producerDataSet": [{"groupName": "writers"}],
+    }
+).encode()
 
 
 @pytest.fixture
@@ -44,6 +62,12 @@ def test_mqadmin_manages_topics_and_groups_and_finds_messages(three, tmp_path):
         )
         assert committed.code == ResponseCode.SUCCESS, committed
     offset_id = sent.ext_fields["msgId"]
+    # A 4.x client of group "readers" (and producer group "writers") connected to the
+    # master while mqadmin runs: what consumerConnection and producerConnection list.
+    connected = RemotingClient(master.remoting)
+    beat = connected.call(RequestCode.HEART_BEAT, body=HEARTBEAT)
+    assert beat.code == ResponseCode.SUCCESS, beat
+    client_address = "{}:{}".format(*connected.socket.getsockname()[:2])
     commands = [
         ["updateTopic", "-c", "DefaultCluster", "-t", "made", "-r", "3", "-w", "3"],
         ["topicRoute", "-t", "made"],
@@ -57,15 +81,24 @@ def test_mqadmin_manages_topics_and_groups_and_finds_messages(three, tmp_path):
         ["consumerProgress", "-g", "readers"],
         ["deleteTopic", "-c", "DefaultCluster", "-t", "made"],
         ["topicList"],
+        ["topicStatus", "-t", "found"],
+        ["consumerConnection", "-g", "readers"],
+        ["producerConnection", "-g", "writers", "-t", "found"],
+        ["getBrokerConfig", "-b", master.remoting],
+        ["consumerConnection", "-g", "made-group"],  # nobody connected: refused
     ]
     namesrv = ";".join(node.remoting for node in plan.nodes)
-    run = clients.run(mqadmin, {"namesrv": namesrv, "commands": commands}, tmp_path / "mq", 240)
+    try:
+        run = clients.run(mqadmin, {"namesrv": namesrv, "commands": commands}, tmp_path / "mq", 240)
+    finally:
+        connected.close()
     outputs = [e for e in run.of("command")]
     assert len(outputs) == len(commands), run.explain()
-    failed = [(e["argv"][0], e["output"][-800:]) for e in outputs if e["error"]]
+    failed = [(e["argv"][0], e["output"][-800:]) for e in outputs[:-1] if e["error"]]
     assert not failed, failed
     (update, route, listed, cluster, status, group, by_key, by_offset_id, by_unique_id,
-     progress, delete, listed_after) = [e["output"] for e in outputs]  # fmt: skip
+     progress, delete, listed_after, topic_status, consumers, producers, broker_config,
+     offline) = [e["output"] for e in outputs]  # fmt: skip
     assert f"create topic to {master.remoting} success" in update
     assert '"readQueueNums":3' in route and master.remoting in route
     assert "made" in listed.split() and "found" in listed.split()
@@ -101,3 +134,29 @@ def test_mqadmin_manages_topics_and_groups_and_finds_messages(three, tmp_path):
     assert "delete topic [made] from cluster [DefaultCluster] success" in delete
     assert "made" not in listed_after.split()
     until(lambda: all("made" not in topics_on(n) for n in plan.nodes), 20, "made deleted")
+    # topicStatus: each queue of the topic, its min and max offset, from the master.
+    # (The SDK's message went to either queue, the remoting one to queue 1.)
+    status_rows = [
+        line.split()[:4] for line in topic_status.splitlines() if line.startswith(master.group)
+    ]
+    assert sorted(row[1] for row in status_rows) == ["0", "1"], topic_status
+    assert all(row[2] == "0" for row in status_rows), topic_status
+    assert sum(int(row[3]) for row in status_rows) == 2, topic_status
+    # consumerConnection: the heartbeat's client, its address, language, version, settings.
+    assert f"{CLIENT_ID}" in consumers and client_address in consumers, consumers
+    assert "JAVA" in consumers and "V4_9_7" in consumers
+    assert "ConsumeType: CONSUME_PASSIVELY" in consumers
+    assert "MessageModel: CLUSTERING" in consumers
+    assert "ConsumeFromWhere: CONSUME_FROM_FIRST_OFFSET" in consumers
+    assert "found" in consumers and "shared || sdk" in consumers
+    assert CLIENT_ID in producers and client_address in producers, producers
+    # getBrokerConfig: the node's settings under RocketMQ's names.
+    settings = dict(
+        (key.strip(), value.strip())
+        for key, _, value in (line.partition("=") for line in broker_config.splitlines())
+        if value
+    )
+    assert settings["brokerName"] == master.group, broker_config
+    assert settings["brokerId"] == "0" and settings["brokerRole"] == "SYNC_MASTER"
+    assert settings["listenPort"] == master.remoting.rpartition(":")[2]
+    assert outputs[-1]["error"] and "206" in offline, offline  # CONSUMER_NOT_ONLINE

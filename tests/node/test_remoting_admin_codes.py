@@ -10,6 +10,7 @@ import pytest
 
 from ferrymq.client import Admin
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from ferrymq.launcher.polling import until
 from tests.support.nodes import start_node
 from tests.support.remoting_client import RemotingClient, send_v2
 
@@ -81,3 +82,133 @@ def test_bad_admin_requests_are_refused_with_what_is_wrong(client):
     assert gone.code == ResponseCode.SUCCESS
     unknown = client.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "x", "topic": "nope"})
     assert unknown.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "x" in unknown.remark
+
+
+def test_topic_status_is_each_queues_offsets_and_last_store_time(client):
+    assert create_topic(client, "stats").code == ResponseCode.SUCCESS
+    for i in range(3):
+        assert send_v2(client, "stats", b"s%d" % i, 0).code == ResponseCode.SUCCESS
+    answer = client.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "stats"})
+    assert answer.code == ResponseCode.SUCCESS, answer
+    body = answer.body.decode()
+    first = '{"brokerName":"group-1","queueId":0,"topic":"stats"}'
+    second = '{"brokerName":"group-1","queueId":1,"topic":"stats"}'
+    assert body.startswith('{"offsetTable":{') and first in body and second in body
+
+    def offsets(key: str) -> dict:
+        return json.loads(body.split(key + ":", 1)[1].split("}", 1)[0] + "}")
+
+    assert (offsets(first)["minOffset"], offsets(first)["maxOffset"]) == (0, 3)
+    assert offsets(first)["lastUpdateTimestamp"] > 0  # the newest message's store time
+    assert offsets(second) == {"lastUpdateTimestamp": 0, "maxOffset": 0, "minOffset": 0}
+    missing = client.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "no-such"})
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST and "no-such" in missing.remark
+
+
+def heartbeat_body(client_id: str, consumer_group: str, producer_group: str) -> bytes:
+    consumer = {
+        "groupName": consumer_group,
+        "consumeType": "CONSUME_ACTIVELY",
+        "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+        "subscriptionDataSet": [{"topic": "watched", "subString": "a || b", "subVersion": 7}],
+    }
+    return json.dumps(
+        {
+            "clientID": client_id,
+            "consumerDataSet": [consumer],
+            "producerDataSet": [{"groupName": producer_group}],
+        }
+    ).encode()
+
+
+def test_connection_lists_name_the_clients_heartbeats_describe(node, client):
+    assert create_topic(client, "watched").code == ResponseCode.SUCCESS
+    group = json.dumps({"groupName": "lookers"}).encode()
+    assert create_group(client, group).code == ResponseCode.SUCCESS
+    with RemotingClient(node.remoting) as consumer:
+        beat = consumer.call(
+            RequestCode.HEART_BEAT, body=heartbeat_body("10.0.0.9@looker", "lookers", "makers")
+        )
+        assert beat.code == ResponseCode.SUCCESS, beat
+        host, port = consumer.socket.getsockname()[:2]
+        answer = client.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "lookers"})
+        assert answer.code == ResponseCode.SUCCESS, answer
+        listed = json.loads(answer.body)
+        assert listed["connectionSet"] == [
+            {
+                "clientAddr": f"{host}:{port}",
+                "clientId": "10.0.0.9@looker",
+                "language": "JAVA",
+                "version": 407,
+            }
+        ]
+        assert (listed["consumeType"], listed["messageModel"], listed["consumeFromWhere"]) == (
+            "CONSUME_ACTIVELY",
+            "CLUSTERING",
+            "CONSUME_FROM_FIRST_OFFSET",
+        )
+        watched = listed["subscriptionTable"]["watched"]
+        assert (watched["subString"], watched["subVersion"]) == ("a || b", 7)
+        producers = client.call(
+            RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "makers"}
+        )
+        assert producers.code == ResponseCode.SUCCESS, producers
+        assert [c["clientId"] for c in json.loads(producers.body)["connectionSet"]] == [
+            "10.0.0.9@looker"
+        ]
+        gone = consumer.call(
+            RequestCode.UNREGISTER_CLIENT,
+            {"clientID": "10.0.0.9@looker", "consumerGroup": "lookers"},
+        )
+        assert gone.code == ResponseCode.SUCCESS
+        offline = client.call(
+            RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "lookers"}
+        )
+        assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE
+        assert offline.remark == "the consumer group[lookers] not online"
+    # The producer's connection closed: it is no longer listed.
+    until(
+        lambda: (
+            client.call(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "makers"}).code
+            == ResponseCode.SYSTEM_ERROR
+        ),
+        20,
+        "the closed producer unlisted",
+    )
+
+
+def test_a_heartbeat_with_a_malformed_producer_set_is_refused_and_lists_nobody(client):
+    bad = json.dumps({"clientID": "c", "producerDataSet": [{"groupName": 5}]}).encode()
+    answer = client.call(RequestCode.HEART_BEAT, body=bad)
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "groupName" in answer.remark
+    nobody = client.call(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "5"})
+    assert nobody.code == ResponseCode.SYSTEM_ERROR
+    assert nobody.remark == "the producer group[5] not exist"
+
+
+def test_broker_config_is_the_nodes_settings_under_rocketmqs_names(node, client):
+    answer = client.call(RequestCode.GET_BROKER_CONFIG)
+    assert answer.code == ResponseCode.SUCCESS, answer
+    properties = dict(line.split("=", 1) for line in answer.body.decode().splitlines() if line)
+    assert properties["brokerName"] == "group-1"
+    assert properties["brokerId"] == "0"
+    assert properties["brokerRole"] == "SYNC_MASTER"
+    assert properties["listenPort"] == node.remoting.rpartition(":")[2]
+    assert properties["flushDiskType"] == "ASYNC_FLUSH"
+    assert properties["brokerClusterName"] == "DefaultCluster"
+    assert not [k for k in properties if "secret" in k.lower() or "token" in k.lower()]
+
+
+def test_consumer_settings_sent_as_numbers_are_shown_not_refused(node, client):
+    assert create_group(client, json.dumps({"groupName": "numbered"}).encode()).code == 0
+    consumer = {"groupName": "numbered", "consumeType": 1, "messageModel": 1}
+    beat = json.dumps({"clientID": "n1", "consumerDataSet": [consumer]}).encode()
+    with RemotingClient(node.remoting) as numbered:
+        assert numbered.call(RequestCode.HEART_BEAT, body=beat).code == ResponseCode.SUCCESS
+        answer = client.call(
+            RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "numbered"}
+        )
+        listed = json.loads(answer.body)
+        assert (listed["consumeType"], listed["messageModel"]) == ("1", "1")
+        assert listed["consumeFromWhere"] == "CONSUME_FROM_LAST_OFFSET"  # RocketMQ's default

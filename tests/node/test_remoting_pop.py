@@ -4,6 +4,9 @@ both protocols, so deliveries, acks, attempts and refusals are the same through 
 
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
 
 from ferrymq.codec.commitlog_record import decode
@@ -20,7 +23,7 @@ STALE = "the receipt handle is stale"
 def node(tmp_path_factory):
     started = start_node(str(tmp_path_factory.mktemp("pop") / "node"))
     channel, messaging, admin = stubs(started.address)
-    for topic in ("popped", "crossed", "changed", "forged"):
+    for topic in ("popped", "crossed", "changed", "forged", "batched"):
         create_topic(admin, topic, queues=2)
         create_group(admin, f"{topic}-group")
     yield started, messaging
@@ -180,3 +183,67 @@ def test_pop_refusals_get_rocketmqs_codes(client):
     info = "0 0 60000 1 0 group-1 0 0"
     answer = ack_remoting(client, "no-such-topic", info)
     assert answer.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def batch_ack_body(topic: str, answer, offsets_by_queue: dict[int, list[int]]) -> bytes:
+    """BATCH_ACK_MESSAGE's body as the 5.x client writes it: one entry per queue, bit i of
+    the base64 ``BitSet.toByteArray()`` naming ``startOffset + i``."""
+    h = answer.ext_fields
+    acks = []
+    for queue_id, offsets in offsets_by_queue.items():
+        start = min(offsets)
+        bits = bytearray((max(offsets) - start) // 8 + 1)
+        for offset in offsets:
+            bits[(offset - start) // 8] |= 1 << ((offset - start) % 8)
+        acks.append(
+            {
+                "c": f"{topic}-group",
+                "t": topic,
+                "r": "0",
+                "so": start,
+                "q": queue_id,
+                "rq": int(h["reviveQid"]),
+                "pt": int(h["popTime"]),
+                "it": int(h["invisibleTime"]),
+                "b": base64.b64encode(bytes(bits)).decode(),
+            }
+        )
+    return json.dumps({"brokerName": "group-1", "acks": acks}).encode()
+
+
+def test_a_batch_ack_acks_each_offset_and_answers_each_one(client):
+    for i in range(4):
+        assert send_v2(client, "batched", b"b%d" % i, 0).code == ResponseCode.SUCCESS
+    answer = pop(client, "batched")
+    assert answer.code == ResponseCode.SUCCESS, answer
+    assert sorted(r.queue_offset for r in popped(answer)) == [0, 1, 2, 3]
+    # A malformed body is refused whole: nothing acked.
+    broken = client.call(RequestCode.BATCH_ACK_MESSAGE, body=b'{"acks": [{"so": "x"}]}')
+    assert broken.code == ResponseCode.SYSTEM_ERROR and "so (startOffset)" in broken.remark
+    # Offsets 0, 1 and 3 acked; 9 was never popped: refused alone, the others acked.
+    mixed = batch_ack_body("batched", answer, {0: [0, 1, 3, 9]})
+    acked = client.call(RequestCode.BATCH_ACK_MESSAGE, body=mixed)
+    assert acked.code == ResponseCode.MESSAGE_ILLEGAL, acked
+    assert acked.remark.startswith("1 of 4 not acked; first: batched queue 0 offset 9")
+    results = {r["offset"]: r for r in json.loads(acked.body)["results"]}
+    assert {o: r["code"] for o, r in results.items()} == {0: 0, 1: 0, 3: 0, 9: 13}
+    assert STALE in results[9]["remark"]
+    # Acked already: each is stale now; offset 2 is still in flight and alone comes back.
+    again = client.call(RequestCode.BATCH_ACK_MESSAGE, body=mixed)
+    assert [r["code"] for r in json.loads(again.body)["results"]] == [13, 13, 13, 13]
+    rest = client.call(
+        RequestCode.BATCH_ACK_MESSAGE, body=batch_ack_body("batched", answer, {0: [2]})
+    )
+    assert rest.code == ResponseCode.SUCCESS, rest
+    assert json.loads(rest.body)["results"] == [
+        {"topic": "batched", "queueId": 0, "offset": 2, "code": 0, "remark": "OK"}
+    ]
+    assert pop(client, "batched", poll_ms=300).code == ResponseCode.PULL_NOT_FOUND
+
+
+def test_the_proxys_pop_codes_are_answered_not_supported(client):
+    # NOTIFICATION, POLLING_INFO, PEEK_MESSAGE: RocketMQ's proxy asks them of brokers.
+    for code in (200054, 200055, 200052):
+        answer = client.call(code, {"consumerGroup": "batched-group", "topic": "batched"})
+        assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, answer
+        assert answer.remark == f" request type {code} not supported"

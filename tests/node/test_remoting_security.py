@@ -216,3 +216,31 @@ def test_client_ids_belong_to_the_access_key_on_both_ports(guarded):
             assert "another identity" in refused.remark
         finally:
             channel.close()
+
+
+def batch_ack(group: str, topic: str) -> bytes:
+    ack = {"c": group, "t": topic, "r": "0", "so": 0, "q": 0, "rq": 1, "pt": 1, "it": 1}
+    return json.dumps({"brokerName": "group-1", "acks": [ack | {"b": "AQ=="}]}).encode()
+
+
+def test_a_batch_ack_needs_subscribe_on_each_topic_and_group_and_admin_codes_admin_rights(
+    guarded,
+):
+    with RemotingClient(guarded.remoting, security=APP) as client:
+        allowed = client.call(RequestCode.BATCH_ACK_MESSAGE, body=batch_ack("readers", "orders"))
+        # Past the access rule: the handler answers (nothing popped, so the offset is stale).
+        assert allowed.code == ResponseCode.MESSAGE_ILLEGAL, allowed
+        assert json.loads(allowed.body)["results"][0]["offset"] == 0
+        refused = client.call(RequestCode.BATCH_ACK_MESSAGE, body=batch_ack("readers", "payments"))
+        assert refused.code == ResponseCode.NO_PERMISSION
+        assert refused.remark == "FORBIDDEN: user app has no subscribe permission on topic payments"
+        refused = client.call(RequestCode.BATCH_ACK_MESSAGE, body=batch_ack("others", "orders"))
+        assert refused.remark == "FORBIDDEN: user app has no subscribe permission on group others"
+        settings = client.call(RequestCode.GET_BROKER_CONFIG)
+        assert settings.code == ResponseCode.NO_PERMISSION
+        assert settings.remark.endswith("remoting:GET_BROKER_CONFIG needs admin rights")
+    with RemotingClient(guarded.remoting, security=ROOT) as client:
+        settings = client.call(RequestCode.GET_BROKER_CONFIG)
+        assert settings.code == ResponseCode.SUCCESS
+        assert b"aclEnable=true\n" in settings.body
+        assert ROOT.secret_key.encode() not in settings.body
