@@ -605,6 +605,7 @@ class PopService:
         that other pops may have moved on since, stays in flight as delivered to nobody
         (attempt 0, visible now)."""
         cursor = self.state.cursor(key)
+        unlogged = []
         for offset, _ in pairs:
             entry = cursor.in_flight.get(offset) if cursor else None
             if entry is None or entry.delivery != delivery:
@@ -613,6 +614,8 @@ class PopService:
                 cursor.in_flight[offset] = redelivered[offset]
             else:
                 entry.visible_at_ms, entry.attempt = 0, 0
+                unlogged.append(offset)
+        self.state.keep_unlogged(key, unlogged)
 
     def _hand_back_records(self, pops: list[PopDecision]) -> list[Message]:
         """Pop records that give the messages of ``pops`` back as they were before, for
