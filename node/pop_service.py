@@ -270,8 +270,10 @@ class PopService:
                     break
                 entry = cursor.in_flight[offset]
                 stored = self._read(topic.name, key[2], offset)
-                if stored is None:  # removed by retention: nothing left to deliver
-                    records.append(self.state.ack(key, [(offset, entry.delivery)]))
+                if stored is None:
+                    if self._gone(key, offset):
+                        records.append(self.state.ack(key, [(offset, entry.delivery)]))
+                    continue
                 elif entry.attempt >= group.max_delivery_attempts:
                     records.extend(self._dead_letter(key, offset, entry, stored))
                     undo.append(lambda k=key, o=offset, e=entry: self._restore(k, {o: e}))
@@ -374,6 +376,28 @@ class PopService:
 
     def _read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
         return self.store.message_at(topic, queue_id, offset)
+
+    def _gone(self, key: CursorKey, offset: int) -> bool:
+        """Whether an in-flight message that cannot be read is gone for good: below its
+        queue's first offset (removed by retention), so its delivery ends. Anywhere else
+        it stays in flight and is tried again at the next receive: ending the delivery of
+        a message the queue still holds (its entry not readable for a moment) would lose
+        it for the group, whose cursor is past it."""
+        group, topic, queue_id = key
+        first = self.store.min_offset_in_queue(topic, queue_id)
+        if offset < first:
+            return True
+        end = self.store.max_offset_in_queue(topic, queue_id)
+        log.warning(
+            "POP %s %s/%d: in-flight offset %d not readable, queue holds [%d, %d): kept",
+            group,
+            topic,
+            queue_id,
+            offset,
+            first,
+            end,
+        )
+        return False
 
     # ---- AckMessage ----------------------------------------------------------------
     async def ack_message(self, request, context) -> rpc.AckMessageResponse:
@@ -581,6 +605,7 @@ class PopService:
         that other pops may have moved on since, stays in flight as delivered to nobody
         (attempt 0, visible now)."""
         cursor = self.state.cursor(key)
+        unlogged = []
         for offset, _ in pairs:
             entry = cursor.in_flight.get(offset) if cursor else None
             if entry is None or entry.delivery != delivery:
@@ -589,6 +614,8 @@ class PopService:
                 cursor.in_flight[offset] = redelivered[offset]
             else:
                 entry.visible_at_ms, entry.attempt = 0, 0
+                unlogged.append(offset)
+        self.state.keep_unlogged(key, unlogged)
 
     def _hand_back_records(self, pops: list[PopDecision]) -> list[Message]:
         """Pop records that give the messages of ``pops`` back as they were before, for

@@ -18,7 +18,11 @@ whose delivery is not current, so replay is deterministic whatever came before.
 
 Memory and log agree, except after a refused pop of new messages: those stay in flight in
 memory as delivered to nobody (attempt 0, visible), past a cursor that the log has not
-moved; both deliver them next.
+moved (``PopCursor.unlogged``). Any later batch with a pop record of that queue moves the
+log's cursor to memory's, so ``append`` first restates them in that batch: the log never
+moves a cursor past a message it does not hold in flight. (Without it, a pop that
+redelivered older messages moved the log's cursor past them, and a restart or failover
+lost them for the group: found by a 30-minute chaos run.)
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 
 from node.system_state import SystemState
 from store.message import Message
+from store.results import PutResult
 
 POP_TOPIC = "%SYS%POP"
 KIND_POP = "pop"
@@ -49,6 +54,8 @@ class InFlight:
 class PopCursor:
     next_offset: int
     in_flight: dict[int, InFlight] = field(default_factory=dict)
+    # In flight in memory only: new messages of a refused pop (module docstring).
+    unlogged: set[int] = field(default_factory=set)
 
     @property
     def consumed_below(self) -> int:
@@ -141,6 +148,45 @@ class PopState(SystemState):
             "visible": str(visible_at_ms),
         }
         return self._applied(KIND_CHANGE, b"", fields)
+
+    def keep_unlogged(self, key: CursorKey, offsets: list[int]) -> None:
+        """``offsets`` stay in flight in memory only (their pop was refused): restated in
+        the log before its cursor moves past them (``append``)."""
+        cursor = self.cursors.get(key)
+        if cursor is not None:
+            cursor.unlogged.update(offsets)
+
+    async def append(self, records: list[Message]) -> PutResult:
+        """Append ``records`` as one batch, led by the restatement of every message in
+        flight in memory only on a queue whose cursor a pop record in it moves."""
+        restated = self._restatements(records)
+        result = await super().append([record for _, _, record in restated] + records)
+        if result.appended:
+            for cursor, offsets, _ in restated:
+                cursor.unlogged.difference_update(offsets)
+        return result
+
+    def _restatements(self, records: list[Message]) -> list[tuple[PopCursor, list[int], Message]]:
+        keys = {
+            (r.properties["group"], r.properties["topic"], int(r.properties["queue"]))
+            for r in records
+            if r.topic == POP_TOPIC and r.properties.get("kind") == KIND_POP
+        }
+        restated = []
+        for key in sorted(keys):
+            cursor = self.cursors.get(key)
+            if cursor is None or not cursor.unlogged:
+                continue
+            cursor.unlogged.intersection_update(cursor.in_flight)  # ended since: nothing to say
+            by_delivery: dict[tuple[str, int], list[int]] = {}
+            for offset in sorted(cursor.unlogged):
+                entry = cursor.in_flight[offset]
+                by_delivery.setdefault((entry.delivery, entry.visible_at_ms), []).append(offset)
+            for (delivery, visible), offsets in by_delivery.items():
+                pairs = [(offset, cursor.in_flight[offset].attempt) for offset in offsets]
+                record = self.pop_record(key, pairs, cursor.next_offset, delivery, visible)
+                restated.append((cursor, offsets, record))
+        return restated
 
     def restore_in_flight(self, key: CursorKey, entries: dict[int, InFlight]) -> None:
         """Undo an ack whose record failed to append (so the log never had it)."""
