@@ -11,8 +11,10 @@ import pytest
 
 from ferrymq.client import Admin, ClientSecurity, FerryError, Message, Producer, PullConsumer
 from ferrymq.client.admin import AclRule
+from ferrymq.client.remoting_channel import answer_body
 from ferrymq.client.routes import Endpoints
-from ferrymq.codec.remoting_codes import FerryRequestCode
+from ferrymq.codec.remoting import RemotingCommand
+from ferrymq.codec.remoting_codes import FerryRequestCode, ResponseCode
 from ferrymq.protocol.ferrymq import data_pb2 as data
 from tests.support.auth import APP, AUTH_TOML, ROOT
 from tests.support.nodes import start_node
@@ -139,7 +141,11 @@ def test_refusals_are_the_same_on_both_doors(guarded):
         on_remoting = refusal(action("remoting"))
         on_grpc = refusal(action("grpc"))
         assert on_remoting[:2] == on_grpc[:2] == (expected, False), (case, on_remoting, on_grpc)
-    assert "no publish permission on topic vault" in refusal(cases["no publish"][0]("remoting"))[2]
+    with Producer(guarded.address, security=APP) as producer:  # refused on the remoting door
+        code_name, _, detail = refusal(lambda: producer.send(Message("vault", b"refused")))
+        assert [peer(s) for s in remoting_sockets(producer)] == [guarded.remoting]
+    assert code_name == "PERMISSION_DENIED"
+    assert detail.endswith("FORBIDDEN: user app has no publish permission on topic vault")
     assert {topic: stored(guarded, topic) for topic in before} == before
 
 
@@ -187,3 +193,15 @@ def test_a_client_with_tls_reaches_the_remoting_port_over_tls(tmp_path):
         assert failed.value.code_name == "UNAVAILABLE"
     finally:
         node.sigterm()
+
+
+def test_a_remoting_refusal_is_told_apart_by_its_remark():
+    """NO_PERMISSION's remark says which refusal it is, as gRPC's status code does."""
+    for remark, code_name in (
+        ("UNAUTHENTICATED: the signature does not match", "UNAUTHENTICATED"),
+        ("FORBIDDEN: user app has no publish permission on topic vault", "PERMISSION_DENIED"),
+    ):
+        answer = RemotingCommand(ResponseCode.NO_PERMISSION, opaque=1, flag=1, remark=remark)
+        with pytest.raises(FerryError) as refused:
+            answer_body("127.0.0.1:1", answer)
+        assert refused.value.code_name == code_name and not refused.value.retriable
