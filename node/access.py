@@ -12,8 +12,10 @@ What each RPC needs (``RULES``; a method not listed needs admin rights):
 - consuming (Receive, Ack, ChangeInvisibleDuration, ForwardToDLQ, Pull, offsets,
   Data.Fetch): SUBSCRIBE on the topic and, when the request names one, on the group;
 - Admin reads scoped to one topic or group (DescribeTopic, message queries, group
-  progress and members): PUBLISH or SUBSCRIBE as listed below; every other Admin RPC
-  (changes, listings, cluster status, failover, users and ACLs): admin rights.
+  progress and members): PUBLISH or SUBSCRIBE as listed below; ClusterStatus (the nodes,
+  their addresses and roles: where the SDK learns the nodes' remoting addresses, as
+  QueryRoute already names the masters): a valid signature only; every other Admin RPC
+  (changes, listings, failover, users and ACLs): admin rights.
 
 Refusals: the RocketMQ 5 MessagingService answers in its response status, as the Java
 proxy does — ``UNAUTHORIZED`` (40100) for bad credentials, ``FORBIDDEN`` (40300) for a
@@ -122,6 +124,7 @@ RULES: dict[str, Callable[[object], list[Need]]] = {
     MESSAGING + "QueryOffset": lambda r: consuming(r.message_queue.topic.name, ""),
     DATA + "Produce": lambda r: [topic_need(PUB, r.topic)],
     DATA + "Fetch": lambda r: consuming(r.topic, r.group),
+    ADMIN + "ClusterStatus": authenticated_only,
     ADMIN + "DescribeTopic": lambda r: [topic_need(PUB_OR_SUB, r.name)],
     ADMIN + "GroupProgress": lambda r: consuming(r.topic, r.group),
     ADMIN + "GroupMembers": lambda r: [Need(SUB, ResourceKind.GROUP, r.group)],

@@ -19,7 +19,6 @@ verifies those against the same users and secrets.
 
 from __future__ import annotations
 
-import base64
 import calendar
 import hashlib
 import hmac
@@ -28,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ferrymq.codec.acl_signature import sign_content
 from node.secret_box import SealError, SecretBox
 from routing.acl import User
 
@@ -82,14 +82,6 @@ def signature_headers(access_key: str, secret_key: str, now_s: float | None = No
         f"Signature={sign(secret_key, date_time)}"
     )
     return ((SIGNED_HEADER, date_time), ("authorization", authorization))
-
-
-def sign_content(secret_key: str, content: bytes) -> str:
-    """RocketMQ ACL 1.0's signature (the 4.x clients' ``AclClientRPCHook``): base64 of
-    HMAC-SHA1(secret key, content); which bytes are the content is the protocol's business
-    (``node/remoting/signature.py``)."""
-    digest = hmac.new(secret_key.encode(), content, hashlib.sha1).digest()
-    return base64.b64encode(digest).decode()
 
 
 def parse_date_time(value: str) -> float:

@@ -264,6 +264,21 @@ class TransactionService:
         """Whether ``transaction_id`` is pending or remembered as resolved."""
         return transaction_id in self._pending or transaction_id in self._resolved
 
+    def named(self, transaction_id: str, half_physical_offset: int) -> str | None:
+        """The transaction a 4.x END_TRANSACTION names: by its id when known here, else
+        by its half's commit log offset (the offset in its send's message id)."""
+        if self.knows(transaction_id):
+            return transaction_id
+        if half_physical_offset < 0:
+            return None
+        return self.transaction_of(half_physical_offset)
+
+    def pending_topic(self, transaction_id: str, half_physical_offset: int) -> str | None:
+        """The topic of the pending transaction ``named`` finds (None: not pending)."""
+        named = self.named(transaction_id, half_physical_offset)
+        half = self._pending.get(named) if named is not None else None
+        return half.topic if half is not None else None
+
     def transaction_of(self, half_physical_offset: int) -> str | None:
         """The transaction id of the half stored at ``half_physical_offset`` (how a 4.x
         client names a transaction: the commit log offset in its send's message id)."""

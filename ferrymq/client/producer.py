@@ -336,7 +336,7 @@ class _LoopState:
         found = self._channels.get(remoting_address)
         if found is None:
             found = self._channels[remoting_address] = AsyncRemotingChannel(
-                remoting_address, self.timeout_s
+                remoting_address, self.timeout_s, self.security
             )
         return found
 

@@ -7,6 +7,12 @@ loop: requests are matched to answers by opaque, so coalesced sends overlap on o
 connection. Either connects lazily and again after a failure; a failure is a
 ``FerryError(TRANSPORT)`` (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``), which the SDK retries
 after refreshing the route, as it does a gRPC transport failure.
+
+Both follow the client's ``ClientSecurity``: with credentials every request carries
+RocketMQ's ACL 1.0 signature; with TLS the connection is TLS, verified as the gRPC
+channel's. A refusal (NO_PERMISSION) is raised as the gRPC door raises it: the node's
+remark starts ``UNAUTHENTICATED:`` for bad credentials (``FerryError`` code name
+UNAUTHENTICATED), else PERMISSION_DENIED; neither is retried.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import time
 from google.protobuf.message import DecodeError
 
 from ferrymq.client.errors import MALFORMED_ANSWER, TRANSPORT, FerryError
+from ferrymq.client.security import ClientSecurity
 from ferrymq.codec.remoting import (
     SERIALIZE_ROCKETMQ,
     CodecError,
@@ -31,6 +38,8 @@ from ferrymq.codec.remoting_codes import ResponseCode
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
 RECEIVE_BYTES = 1 << 20
+BAD_CREDENTIALS_REMARK = "UNAUTHENTICATED:"  # node.access.Refusal's message for them
+PLAIN = ClientSecurity()
 CLIENT_VERSION = 407  # the 4.9.7 ordinal, as the broker answers
 
 
@@ -44,9 +53,16 @@ def deadline(address: str, timeout_s: float) -> FerryError:
     )
 
 
-def request_frame(code: int, opaque: int, fields: dict[str, str] | None, body: bytes) -> bytes:
+def request_frame(
+    code: int,
+    opaque: int,
+    fields: dict[str, str] | None,
+    body: bytes,
+    security: ClientSecurity = PLAIN,
+) -> bytes:
+    signed = security.remoting_fields(fields, body)
     command = RemotingCommand(
-        code, opaque, 0, None, fields or {}, body, "PYTHON", CLIENT_VERSION, SERIALIZE_ROCKETMQ
+        code, opaque, 0, None, signed, body, "PYTHON", CLIENT_VERSION, SERIALIZE_ROCKETMQ
     )
     return encode_head(command) + body
 
@@ -60,7 +76,10 @@ def answer_body(address: str, answer: RemotingCommand) -> RemotingCommand:
         name = ResponseCode(answer.code).name
     except ValueError:
         name = str(answer.code)
-    refused = "PERMISSION_DENIED" if answer.code == ResponseCode.NO_PERMISSION else "UNAVAILABLE"
+    refused = "UNAVAILABLE"
+    if answer.code == ResponseCode.NO_PERMISSION:
+        bad_credentials = (answer.remark or "").startswith(BAD_CREDENTIALS_REMARK)
+        refused = "UNAUTHENTICATED" if bad_credentials else "PERMISSION_DENIED"
     raise FerryError(TRANSPORT, refused, f"remoting {address}: {name} {answer.remark}")
 
 
@@ -88,20 +107,31 @@ def _split(address: str) -> tuple[str, int]:
 class RemotingChannel:
     """Blocking request/response to one node's remoting port."""
 
-    def __init__(self, address: str, timeout_s: float) -> None:
+    def __init__(
+        self, address: str, timeout_s: float, security: ClientSecurity | None = None
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self.security = security or PLAIN
+        self._tls = self.security.ssl_context()
         self._socket: socket.socket | None = None
         self._splitter = FrameSplitter()
         self._frames: list[bytes] = []
         self._opaques = itertools.count(1)
 
     def _connect(self) -> socket.socket:
+        host, port = _split(self.address)
         try:
-            sock = socket.create_connection(_split(self.address), timeout=self.timeout_s)
+            sock = socket.create_connection((host, port), timeout=self.timeout_s)
         except OSError as error:
             raise unavailable(self.address, error) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls is not None:
+            try:
+                sock = self._tls.wrap_socket(sock, server_hostname=host)
+            except OSError as error:  # ssl.SSLError too: a failed handshake, as a node down
+                sock.close()
+                raise unavailable(self.address, error) from None
         self._socket = sock
         self._splitter = FrameSplitter()
         self._frames = []
@@ -123,7 +153,7 @@ class RemotingChannel:
             # of the SDK's own time per send.)
             if sock.gettimeout() != timeout_s:
                 sock.settimeout(timeout_s)
-            sock.sendall(request_frame(code, opaque, fields, body))
+            sock.sendall(request_frame(code, opaque, fields, body, self.security))
             end = time.monotonic() + timeout_s
             while True:
                 while not self._frames:
@@ -184,9 +214,13 @@ class _Protocol(asyncio.Protocol):
 class AsyncRemotingChannel:
     """Requests to one node's remoting port from one event loop, answered by opaque."""
 
-    def __init__(self, address: str, timeout_s: float) -> None:
+    def __init__(
+        self, address: str, timeout_s: float, security: ClientSecurity | None = None
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self.security = security or PLAIN
+        self._tls = self.security.ssl_context()
         self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Future[_Protocol] | None = None
@@ -208,7 +242,14 @@ class AsyncRemotingChannel:
         host, port = _split(self.address)
         try:
             _, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _Protocol(self), host, port), self.timeout_s
+                loop.create_connection(
+                    lambda: _Protocol(self),
+                    host,
+                    port,
+                    ssl=self._tls,
+                    server_hostname=host if self._tls is not None else None,
+                ),
+                self.timeout_s,
             )
         except (TimeoutError, OSError) as error:
             raise unavailable(self.address, error or "connect timed out") from None
@@ -236,7 +277,7 @@ class AsyncRemotingChannel:
         future = asyncio.get_running_loop().create_future()
         self.pending[opaque] = future
         assert protocol.transport is not None
-        protocol.transport.write(request_frame(code, opaque, fields, body))
+        protocol.transport.write(request_frame(code, opaque, fields, body, self.security))
         try:
             answer = await asyncio.wait_for(future, timeout_s)
         except TimeoutError:

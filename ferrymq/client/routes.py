@@ -10,13 +10,14 @@ access point itself is down, the other nodes the client knows of answer QueryRou
 
 Two doors (``transport``): "remoting" (the default) asks routes of the NameServer role on
 the nodes' remoting port (``FERRY_ROUTE``) and sends and fetches there
-(``remoting_channel.py``); "grpc" does everything on the gRPC port. The remoting door is
-for plaintext, unauthenticated clients: with credentials or TLS the client uses gRPC
-(RocketMQ's ACL signatures and TLS on the remoting port are not served to the SDK yet).
-The client is given gRPC access points, as before; it learns every node's remoting
-address once, from the first access point that answers ClusterStatus, and each route
-names its masters' two addresses. A node that has no remoting address (an older node)
-is reached on gRPC. Admin calls, offsets and group membership stay on gRPC.
+(``remoting_channel.py``); "grpc" does everything on the gRPC port. Both doors take the
+client's credentials and TLS settings (ACL 1.0 signatures and TLS on the remoting port),
+and a route refused on the remoting door raises what QueryRoute's refusal raises
+(UNAUTHORIZED, FORBIDDEN), so the door changes no error a caller sees. The client is given
+gRPC access points, as before; it learns every node's remoting address once, from the first
+access point that answers ClusterStatus, and each route names its masters' two addresses. A
+node that has no remoting address (an older node) is reached on gRPC. Admin calls, offsets
+and group membership stay on gRPC.
 
 Thread-safety: not thread-safe; one client object per thread (as the clients that use it).
 """
@@ -29,7 +30,14 @@ import zlib
 from dataclasses import dataclass, field
 
 from ferrymq.client.connection import Connection, new_client_id
-from ferrymq.client.errors import MALFORMED_ANSWER, TRANSPORT, FerryError, check, check_admin
+from ferrymq.client.errors import (
+    MALFORMED_ANSWER,
+    REFUSED_CODE_NAMES,
+    TRANSPORT,
+    FerryError,
+    check,
+    check_admin,
+)
 from ferrymq.client.remoting_channel import RemotingChannel
 from ferrymq.client.security import ClientSecurity
 from ferrymq.codec.remoting_codes import FerryRequestCode
@@ -38,6 +46,9 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 
 TRANSPORTS = ("remoting", "grpc")
+
+# A refusal on the remoting door, as QueryRoute's status gives it on gRPC.
+ROUTE_REFUSALS = {"UNAUTHENTICATED": pb.UNAUTHORIZED, "PERMISSION_DENIED": pb.FORBIDDEN}
 
 # Failures after which the route is asked again before a retry.
 ROUTE_STALE_CODES = frozenset({TRANSPORT, pb.HA_NOT_AVAILABLE, pb.TOPIC_NOT_FOUND})
@@ -108,6 +119,12 @@ def ferry_route_of(topic: str, body: bytes) -> tuple[TopicRoute, dict[str, str]]
     return TopicRoute(topic, message_type, tuple(sorted(queues)), masters), remoting
 
 
+def route_refusal(error: FerryError) -> FerryError:
+    """A refused ClusterStatus or FERRY_ROUTE, raised as QueryRoute's refusal."""
+    code = ROUTE_REFUSALS[error.code_name]
+    return FerryError(code, pb.Code.Name(code), error.detail)
+
+
 class Endpoints:
     """The connections of one client object: the access point and every master it was
     routed to. All share one client id, so that nodes see one member of a group."""
@@ -122,8 +139,7 @@ class Endpoints:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}")
         self.security = security or ClientSecurity.from_environment()
-        plain = not self.security.tls and not self.security.access_key
-        self.uses_remoting = transport == "remoting" and plain
+        self.uses_remoting = transport == "remoting"
         self.access_points = [a.strip() for a in re.split(r"[,;]", access_points) if a.strip()]
         if not self.access_points:
             raise ValueError("no access point given")
@@ -161,7 +177,9 @@ class Endpoints:
             return None
         found = self._channels.get(remoting)
         if found is None:
-            found = self._channels[remoting] = RemotingChannel(remoting, self.timeout_s)
+            found = self._channels[remoting] = RemotingChannel(
+                remoting, self.timeout_s, self.security
+            )
         return found
 
     def _learn_remoting_addresses(self, address: str) -> None:
@@ -198,6 +216,8 @@ class Endpoints:
             except FerryError as error:
                 if error.code != TRANSPORT:
                     raise
+                if error.code_name in REFUSED_CODE_NAMES:
+                    raise route_refusal(error) from None
                 last_error = error
                 continue
             route, remoting = ferry_route_of(topic, answer.body)

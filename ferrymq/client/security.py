@@ -10,6 +10,10 @@ chaos, bench, the Spark data source) reaches a secured cluster unchanged:
 - ``FERRYMQ_TLS_CA``: speak TLS and trust this PEM CA bundle (``system`` for the system
   roots);
 - ``FERRYMQ_TLS_CERT`` / ``FERRYMQ_TLS_KEY``: present this client certificate (mutual TLS).
+
+The remoting port is reached with the same settings: its requests carry RocketMQ's ACL
+1.0 signature (``remoting_fields``) and its TLS verifies the node as gRPC's does
+(``ssl_context``: the same CA, the host name checked, the same client certificate).
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import ssl
 import time
 from dataclasses import dataclass, field
 
 import grpc
+
+from ferrymq.codec.acl_signature import sign_request
 
 DATE_FORMAT = "%Y%m%dT%H%M%SZ"
 
@@ -60,6 +67,25 @@ class ClientSecurity:
             private_key=read(self.tls_key),
             certificate_chain=read(self.tls_cert),
         )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of a remoting connection (None: plaintext): verifies the node
+        against ``tls_ca`` (the system roots for ``system``) and its host name, as gRPC's
+        channel does, and presents the client certificate when one is set."""
+        if not self.tls:
+            return None
+        ca = None if not self.tls_ca or self.tls_ca == "system" else self.tls_ca
+        context = ssl.create_default_context(cafile=ca)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if self.tls_cert:
+            context.load_cert_chain(self.tls_cert, self.tls_key or None)
+        return context
+
+    def remoting_fields(self, fields: dict[str, str] | None, body: bytes) -> dict[str, str]:
+        """A remoting request's ext fields, signed when the client has credentials."""
+        if not self.access_key:
+            return fields or {}
+        return sign_request(fields or {}, body, self.access_key, self.secret_key)
 
     def channel(self, address: str, options: list) -> grpc.Channel:
         if self.tls:

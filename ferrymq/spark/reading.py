@@ -69,7 +69,7 @@ class _Fetcher:
         with contextlib.suppress(FerryError):  # ClusterStatus unanswered: gRPC
             remoting = topology.remoting_address(address)
             if remoting is not None:
-                self.channel = RemotingChannel(remoting, self.conn.timeout_s)
+                self.channel = RemotingChannel(remoting, self.conn.timeout_s, self.conn.security)
 
     def close(self) -> None:
         if self.channel is not None:

@@ -47,11 +47,9 @@ def connection(address: str) -> Connection:
 
 
 def remoting_address(address: str) -> str | None:
-    """The remoting address of the node at gRPC ``address``, or None: use gRPC (TLS or
-    credentials configured, or a node without a remoting port)."""
+    """The remoting address of the node at gRPC ``address``, or None: use gRPC (a node
+    without a remoting port)."""
     conn = connection(address)
-    if conn.security.tls or conn.security.access_key:
-        return None
     with _CONNECTIONS_LOCK:
         known = _REMOTING.get(address)
     if known is None:
@@ -75,7 +73,8 @@ def remoting_channel(address: str) -> RemotingChannel | None:
         channels = _CHANNELS.channels = {}
     found = channels.get(remoting)
     if found is None:
-        found = channels[remoting] = RemotingChannel(remoting, connection(address).timeout_s)
+        conn = connection(address)
+        found = channels[remoting] = RemotingChannel(remoting, conn.timeout_s, conn.security)
     return found
 
 

@@ -13,24 +13,43 @@ unlisted gRPC method does):
   sending back fails) needs SUBSCRIBE on the group, as RocketMQ's broker asks;
 - pulls, consumer offsets and POP (pop, ack, change of invisibility): SUBSCRIBE on the
   topic and the group; min/max offsets,
-  search by time and QUERY_MESSAGE: SUBSCRIBE on the topic.
+  search by time and QUERY_MESSAGE: SUBSCRIBE on the topic;
+- END_TRANSACTION: PUBLISH on the topic of the half it ends, read from the half itself
+  (RocketMQ 5 asks PUBLISH on the topic the header names, when it names one); a
+  transaction the node does not hold pending names no topic: a valid signature, and the
+  handler answers it as unknown, changing nothing;
+- VIEW_MESSAGE_BY_ID: SUBSCRIBE on the topic of the record at the offset it names (read
+  from the record, so a request cannot name another topic; no record: a valid
+  signature, and the handler answers "not found"); CHECK_CLIENT_CONFIG: SUBSCRIBE on the
+  group its body names;
+- the SDK's private codes: FERRY_ROUTE as QueryRoute, FERRY_PRODUCE and FERRY_FETCH by
+  gRPC's rules for Data.Produce and Data.Fetch (``node.access.RULES``) applied to the
+  request the body carries (a body that does not decode names nothing; its handler
+  refuses it).
 
-Every refusal is answered NO_PERMISSION (16) with the reason as the remark, before the
-handler runs, so a refused request changes nothing. RocketMQ's own broker raises an
-``AclException`` from its RPC hook, which the 4.x remoting sources read answer through
-their generic catch (SYSTEM_ERROR with the exception's text); ferrymq answers 16,
-RocketMQ's code for a refused permission, which the 4.x producers also treat as "try
-another broker" and then raise with the remark.
+Every refusal is answered NO_PERMISSION (16) with the reason as the remark
+(``UNAUTHENTICATED: ...`` for bad credentials, ``FORBIDDEN: ...`` for a missing permission:
+the SDK tells them apart), before the handler runs, so a refused request changes nothing.
+RocketMQ's own broker raises an ``AclException`` from its RPC hook, which the 4.x remoting
+sources read answer through their generic catch (SYSTEM_ERROR with the exception's text);
+ferrymq answers 16, RocketMQ's code for a refused permission, which the 4.x producers also
+treat as "try another broker" and then raise with the remark.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
+from google.protobuf.message import DecodeError
+
+from ferrymq.codec.acl_signature import ACCESS_KEY, SIGNATURE
 from ferrymq.codec.remoting import RemotingCommand
-from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from ferrymq.codec.remoting_codes import FerryRequestCode, RequestCode, ResponseCode
+from ferrymq.protocol.ferrymq import data_pb2 as data
 from node.access import (
+    DATA,
     PUB,
     SUB,
     AccessControl,
@@ -42,8 +61,9 @@ from node.access import (
     consuming,
     topic_need,
 )
+from node.access import RULES as GRPC_RULES
 from node.remoting.dispatch import Handler
-from node.remoting.signature import ACCESS_KEY, SIGNATURE, contents_to_verify
+from node.remoting.signature import contents_to_verify
 from routing.acl import ResourceKind
 
 RETRY_PREFIX = "%RETRY%"
@@ -51,6 +71,7 @@ RETRY_PREFIX = "%RETRY%"
 # ids it owns (``broker_clients.identity_of``), as the gRPC port's caller identity.
 VERIFIED_ACCESS_KEY = "verified_access_key"
 METHOD_PREFIX = "remoting:"  # refusals are logged as remoting:<code name>
+Rule = Callable[[RemotingCommand], list[Need]]
 
 
 def _field(request: RemotingCommand, *names: str) -> str:
@@ -138,7 +159,54 @@ def _batch_ack(request: RemotingCommand) -> list[Need]:
     return needs
 
 
-Rule = Callable[[RemotingCommand], list[Need]]
+def _check_client_config(request: RemotingCommand) -> list[Need]:
+    group = _json_body(request).get("group")
+    return [_group(group if isinstance(group, str) else "")]
+
+
+def _data(method: str, message_class) -> Rule:
+    """gRPC's rule for ``Data.<method>`` on the request a private code's body carries."""
+    rule = GRPC_RULES[DATA + method]
+
+    def needs(request: RemotingCommand) -> list[Need]:
+        try:
+            carried = message_class.FromString(request.body)
+        except DecodeError:
+            return []
+        return rule(carried)
+
+    return needs
+
+
+@dataclass(frozen=True)
+class Lookups:
+    """Node state the rules of requests that name a record (not a topic) read."""
+
+    # The topic of the record at a commit log offset (None: no record there).
+    topic_at: Callable[[int], str | None]
+    # The topic of the pending transaction a 4.x END_TRANSACTION names by its id or by
+    # its half's commit log offset (None: not pending here).
+    topic_of_transaction: Callable[[str, int], str | None]
+
+
+def _named_record_rules(lookups: Lookups) -> dict[int, Rule]:
+    def end_transaction(request: RemotingCommand) -> list[Need]:
+        topic = lookups.topic_of_transaction(
+            request.text("transactionId", ""), request.integer("commitLogOffset", -1)
+        )
+        return [topic_need(PUB, topic)] if topic is not None else []
+
+    def view_message(request: RemotingCommand) -> list[Need]:
+        offset = request.integer("offset", -1)
+        topic = lookups.topic_at(offset) if offset >= 0 else None
+        return _consume_topic_only(topic) if topic is not None else []
+
+    return {
+        RequestCode.END_TRANSACTION: end_transaction,
+        RequestCode.VIEW_MESSAGE_BY_ID: view_message,
+    }
+
+
 RULES: dict[int, Rule] = {
     RequestCode.GET_ROUTEINFO_BY_TOPIC: authenticated_only,
     RequestCode.GET_KV_CONFIG: authenticated_only,
@@ -163,6 +231,10 @@ RULES: dict[int, Rule] = {
     RequestCode.ACK_MESSAGE: _consume,
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _consume,
     RequestCode.BATCH_ACK_MESSAGE: _batch_ack,
+    RequestCode.CHECK_CLIENT_CONFIG: _check_client_config,
+    FerryRequestCode.FERRY_ROUTE: authenticated_only,
+    FerryRequestCode.FERRY_PRODUCE: _data("Produce", data.ProduceRequest),
+    FerryRequestCode.FERRY_FETCH: _data("Fetch", data.FetchRequest),
 }
 
 
@@ -178,9 +250,14 @@ class RemotingAccess:
 
     def __init__(self, access: AccessControl) -> None:
         self.access = access
+        self.rules: dict[int, Rule] = dict(RULES)
+
+    def reading(self, lookups: Lookups) -> None:
+        """Add the rules of the codes that name a record, which read the node's state."""
+        self.rules.update(_named_record_rules(lookups))
 
     def wrap(self, code: int, handler: Handler) -> Handler:
-        rule = RULES.get(code, admin_only)
+        rule = self.rules.get(code, admin_only)
         method = _method(code)
         check = self.access.check_signed
 

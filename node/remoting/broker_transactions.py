@@ -193,9 +193,7 @@ class TransactionHandlers:
         except InvalidRequest as error:
             code, remark = refusal(error)
             return request.reply(code, remark)
-        transaction_id = named if self.transactions.knows(named) else None
-        if transaction_id is None and physical >= 0:
-            transaction_id = self.transactions.transaction_of(physical)
+        transaction_id = self.transactions.named(named, physical)
         answer = await self.transactions.end_transaction(
             rpc.EndTransactionRequest(
                 transaction_id=transaction_id or named,

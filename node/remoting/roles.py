@@ -22,7 +22,7 @@ from node.long_polling import QueueWaiters
 from node.metrics_rpc import RpcMetrics
 from node.pop_service import PopService
 from node.queue_locks import QueueLocks
-from node.remoting.access_rules import RemotingAccess
+from node.remoting.access_rules import Lookups, RemotingAccess
 from node.remoting.admin_codes import AdminCodeHandlers
 from node.remoting.broker_clients import ClientHandlers
 from node.remoting.broker_config import BrokerConfigHandlers
@@ -43,6 +43,14 @@ from node.remoting.subscriptions import Subscriptions
 from node.topics import TopicTable
 from node.transaction_service import TransactionService
 from routing.replica import RoutingReplica
+
+
+def _topic_at(store: ReplicatedStore):
+    def topic_at(offset: int) -> str | None:
+        found = store.look_message_by_offset(offset)
+        return found.topic if found is not None else None
+
+    return topic_at
 
 
 def build_dispatch(
@@ -88,5 +96,8 @@ def build_dispatch(
     ]
     handlers = transaction_handlers.observing_heartbeats(handlers)
     dispatch = Dispatch()
-    dispatch.register_all(access.wrap_all(handlers) if access is not None else handlers)
+    if access is not None:
+        access.reading(Lookups(_topic_at(store), transactions.pending_topic))
+        handlers = access.wrap_all(handlers)
+    dispatch.register_all(handlers)
     return dispatch

@@ -25,8 +25,8 @@ def topic(address) -> str:
     return "sdk-remoting"
 
 
-def remoting_peers(producer: Producer) -> set[str]:
-    """The remoting addresses the producer's blocking channels are connected to."""
+def remoting_peers(producer: Producer | PullConsumer) -> set[str]:
+    """The remoting addresses the client's blocking channels are connected to."""
     peers = set()
     for channel in producer.endpoints._channels.values():
         if channel._socket is not None:
@@ -89,11 +89,12 @@ def test_both_doors_refuse_alike(address, topic, transport):
     assert first.queue_offset >= 0 and last.queue_offset >= 0
 
 
-def test_a_client_with_credentials_or_tls_stays_on_grpc():
+def test_a_client_with_credentials_or_tls_uses_the_remoting_door():
     signed = Endpoints("127.0.0.1:1", 1.0, ClientSecurity(access_key="a", secret_key="b"))
     tls = Endpoints("127.0.0.1:1", 1.0, ClientSecurity(tls_ca="system"))
     plain = Endpoints("127.0.0.1:1", 1.0, ClientSecurity())
-    assert not signed.uses_remoting and not tls.uses_remoting and plain.uses_remoting
+    assert signed.uses_remoting and tls.uses_remoting and plain.uses_remoting
+    assert not Endpoints("127.0.0.1:1", 1.0, ClientSecurity(), transport="grpc").uses_remoting
     with pytest.raises(ValueError):
         Endpoints("127.0.0.1:1", 1.0, ClientSecurity(), transport="carrier-pigeon")
 
@@ -161,19 +162,20 @@ def test_close_closes_the_remoting_connections_of_its_loops(address, topic):
 
 
 def test_a_client_without_credentials_is_refused_by_a_secured_node(tmp_path):
-    """With auth on, a plaintext client without credentials gets a refusal it does not
-    retry, on whichever door it reaches first, and nothing is stored."""
+    """With auth on, a plaintext client without credentials gets the refusal QueryRoute
+    gives on either door, does not retry it, and nothing is stored."""
     node = start_node(str(tmp_path / "node"), AUTH_TOML)
     try:
         with Admin(node.address, security=ROOT) as admin:
             admin.create_topic("guarded", 1)
-        with (
-            Producer(node.address, security=ClientSecurity()) as producer,
-            pytest.raises(FerryError) as refused,
-        ):
-            producer.send(Message("guarded", b"x"))
-        assert refused.value.code_name in ("UNAUTHENTICATED", "PERMISSION_DENIED")
-        assert not refused.value.retriable
+        for transport in ("remoting", "grpc"):
+            with (
+                Producer(node.address, security=ClientSecurity(), transport=transport) as p,
+                pytest.raises(FerryError) as refused,
+            ):
+                p.send(Message("guarded", b"x"))
+            assert refused.value.code_name == "UNAUTHORIZED", (transport, refused.value)
+            assert not refused.value.retriable
         with Admin(node.address, security=ROOT) as admin:
             _, queues = admin.describe_topic("guarded")
         assert sum(q.max_offset for q in queues) == 0

@@ -11,6 +11,7 @@ import pytest
 
 from ferrymq.client import Admin, ClientSecurity
 from ferrymq.client.admin import AclRule
+from ferrymq.launcher.polling import until
 from tests.support import clients
 from tests.support.auth import APP, AUTH_TOML, ROOT
 from tests.support.nodes import start_node
@@ -129,5 +130,35 @@ def test_java_4x_client_with_tls_enable_sends_and_consumes_over_tls(java, tmp_pa
         plain = {**spec, "steps": spec["steps"][:1]}
         clear = clients.run(java, plain, tmp_path / "java-plain", timeout_s=120)
         assert not clear.of("sent") and clear.of("send_failed"), clear.explain()
+    finally:
+        node.sigterm()
+
+
+def test_java_4x_transactional_producer_without_admin_rights_commits(java, tmp_path):
+    """END_TRANSACTION needs PUBLISH on the half's topic, not admin rights: ``app``'s
+    committed transaction is stored, its rolled-back one is not."""
+    node = start_node(str(tmp_path / "node"), AUTH_TOML)
+    try:
+        with Admin(node.address, security=ROOT) as admin:
+            admin.create_topic("escrow", 1, message_type="TRANSACTION")
+            admin.create_user(APP.access_key, APP.secret_key)
+            admin.grant(APP.access_key, AclRule("ALLOW", "PUBLISH", "TOPIC", "escrow"))
+        step = {
+            "do": "transaction",
+            "group": "tx-app",
+            "topic": "escrow",
+            "messages": [
+                {"body": "kept", "local": "COMMIT_MESSAGE"},
+                {"body": "dropped", "local": "ROLLBACK_MESSAGE"},
+            ],
+        }
+        acl = {"access_key": APP.access_key, "secret_key": APP.secret_key}
+        spec = {"namesrv": node.remoting, "acl": acl, "steps": [step]}
+        run = clients.run(java, spec, tmp_path / "java-tx", timeout_s=180)
+        assert sorted(e["body"] for e in run.of("sent")) == ["dropped", "kept"], run.explain()
+        until(lambda: stored(node, "escrow") == 1, 30, "the committed transaction")
+        with Admin(node.address, security=ROOT) as admin:
+            [committed] = admin.query_by_offset("escrow", 0, 0)
+        assert committed.body == b"kept"
     finally:
         node.sigterm()

@@ -10,10 +10,12 @@ import pytest
 
 from ferrymq.client import Admin, ClientSecurity
 from ferrymq.client.admin import AclRule
+from ferrymq.codec.acl_signature import sign_request
+from ferrymq.codec.message_id import parse_offset_message_id
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
-from node.remoting.signature import sign_request
 from tests.support.auth import APP, AUTH_TOML, ROOT, signed
 from tests.support.nodes import start_node
 from tests.support.remoting_client import RemotingClient, json_of, send_v2
@@ -244,3 +246,82 @@ def test_a_batch_ack_needs_subscribe_on_each_topic_and_group_and_admin_codes_adm
         assert settings.code == ResponseCode.SUCCESS
         assert b"aclEnable=true\n" in settings.body
         assert ROOT.secret_key.encode() not in settings.body
+
+
+def offset_of(sent) -> int:
+    """The commit log offset in a 4.x send's offset message id."""
+    return parse_offset_message_id(sent.ext_fields["msgId"])[1]
+
+
+def end_transaction(client: RemotingClient, sent, kind: int):
+    return client.call(
+        RequestCode.END_TRANSACTION,
+        {
+            "producerGroup": "pg",
+            "tranStateTableOffset": sent.ext_fields["queueOffset"],
+            "commitLogOffset": str(offset_of(sent)),
+            "commitOrRollback": str(kind),
+            "fromTransactionCheck": "false",
+            "msgId": "unused",
+            "transactionId": sent.ext_fields["transactionId"],
+        },
+    )
+
+
+def test_end_transaction_needs_publish_on_the_topic_of_the_half_it_ends(guarded):
+    """A non-admin producer with PUBLISH on its topic commits; a user without it is
+    refused and the half stays pending, so its producer still commits it."""
+    with Admin(guarded.address, security=ROOT) as admin:
+        admin.create_topic("escrow", 1, message_type="TRANSACTION")
+        admin.grant(APP.access_key, AclRule("ALLOW", "PUBLISH", "TOPIC", "escrow"))
+        admin.create_user("bystander", "bystander-secret-key")
+        admin.grant("bystander", AclRule("ALLOW", "SUBSCRIBE", "TOPIC", "escrow"))
+    bystander = ClientSecurity("bystander", "bystander-secret-key")
+    with RemotingClient(guarded.remoting, security=APP) as producer:
+        first = send_v2(producer, "escrow", b"first", 0, TRAN_MSG="true", PGROUP="pg")
+        second = send_v2(producer, "escrow", b"second", 0, TRAN_MSG="true", PGROUP="pg")
+        assert first.code == second.code == ResponseCode.SUCCESS
+        assert end_transaction(producer, first, 8).code == ResponseCode.SUCCESS
+        until(lambda: stored(guarded, "escrow") == 1, 10, "the committed half")
+        with RemotingClient(guarded.remoting, security=bystander) as other:
+            refused = end_transaction(other, second, 8)
+            assert refused.code == ResponseCode.NO_PERMISSION
+            assert refused.remark == (
+                "FORBIDDEN: user bystander has no publish permission on topic escrow"
+            )
+            assert end_transaction(other, second, 12).code == ResponseCode.NO_PERMISSION
+        assert stored(guarded, "escrow") == 1  # neither committed nor rolled back
+        assert end_transaction(producer, second, 8).code == ResponseCode.SUCCESS
+    until(lambda: stored(guarded, "escrow") == 2, 10, "the half left pending, committed")
+
+
+def test_view_message_by_id_needs_subscribe_on_the_topic_of_the_record(guarded):
+    with RemotingClient(guarded.remoting, security=ROOT) as root:
+        elsewhere = send_v2(root, "payments", b"not yours")
+    with RemotingClient(guarded.remoting, security=APP) as client:
+        mine = send_v2(client, "orders", b"yours")
+        viewed = client.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset_of(mine))})
+        assert viewed.code == ResponseCode.SUCCESS and b"yours" in viewed.body
+        # Naming a topic it may read does not open another topic's record.
+        fields = {"offset": str(offset_of(elsewhere)), "topic": "orders"}
+        refused = client.call(RequestCode.VIEW_MESSAGE_BY_ID, fields)
+        assert refused.code == ResponseCode.NO_PERMISSION
+        assert refused.remark == "FORBIDDEN: user app has no subscribe permission on topic payments"
+        missing = client.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(1 << 40)})
+        assert missing.code == ResponseCode.SYSTEM_ERROR and "can not find" in missing.remark
+
+
+def test_check_client_config_needs_subscribe_on_the_group(guarded):
+    def check(client: RemotingClient, group: str):
+        body = {
+            "clientId": "c1",
+            "group": group,
+            "subscriptionData": {"topic": "orders", "subString": "a", "expressionType": "TAG"},
+        }
+        return client.call(RequestCode.CHECK_CLIENT_CONFIG, body=json.dumps(body).encode())
+
+    with RemotingClient(guarded.remoting, security=APP) as client:
+        assert check(client, "readers").code == ResponseCode.SUCCESS
+        refused = check(client, "others")
+        assert refused.code == ResponseCode.NO_PERMISSION
+        assert refused.remark == "FORBIDDEN: user app has no subscribe permission on group others"

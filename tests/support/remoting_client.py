@@ -10,6 +10,7 @@ import ssl
 import time
 
 from ferrymq.client import ClientSecurity
+from ferrymq.codec.acl_signature import sign_request
 from ferrymq.codec.commitlog_record import decode as decode_record
 from ferrymq.codec.remoting import (
     SERIALIZE_JSON,
@@ -19,7 +20,6 @@ from ferrymq.codec.remoting import (
     encode,
 )
 from ferrymq.codec.remoting_codes import RequestCode
-from node.remoting.signature import sign_request
 
 # node.toml for tests of 4.x retries and delays: level 2 = 2 s, every other level 1 s, so a
 # retry (level 3 + the times consumed again) comes back in a second.
