@@ -140,8 +140,12 @@ class Cluster:
         access: dict[str, MethodAccess] | None = None,
         group_of: dict[str, str] | None = None,
         security: SecurityOptions | None = None,
+        master: str | None = None,
+        wait_cap_s: float = 3.0,
     ):
         self.names = names
+        self.first_master = master  # elected in epoch 1 as the cluster starts
+        self.wait_cap_s = wait_cap_s
         self.security = security  # TLS on every node's port (mutual with tls_client_ca)
         self.group_of = group_of or dict.fromkeys(names, "g1")
         self.extra_groups: dict[str, BrokerGroup] = {}  # other groups' records, as set
@@ -187,6 +191,15 @@ class Cluster:
             for name in self.names
         }
         self.set_routing(members, master=None, epoch=0)
+
+    async def __aenter__(self) -> Cluster:
+        await self.start(self.wait_cap_s)
+        if self.first_master is not None:
+            self.elect(self.first_master, epoch=1)
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.stop()
 
     def _channel_for(self, address: str) -> grpc.aio.Channel:
         if self.security is None:
@@ -237,10 +250,7 @@ CLIENT_METADATA = (("x-mq-client-id", "client-1"), ("authorization", "MQv2-HMAC-
 
 def test_a_slave_relays_unary_and_streaming_calls_to_the_master_with_the_clients_peer():
     async def scenario():
-        cluster = Cluster(["n1", "n2", "n3"])
-        await cluster.start()
-        cluster.elect("n1", epoch=1)
-        try:
+        async with Cluster(["n1", "n2", "n3"], master="n1") as cluster:
             async with grpc.aio.insecure_channel(cluster.address("n2")) as channel:
                 stub = service_pb2_grpc.MessagingServiceStub(channel)
                 answer = await stub.SendMessage(
@@ -267,18 +277,13 @@ def test_a_slave_relays_unary_and_streaming_calls_to_the_master_with_the_clients
                 assert metadata["authorization"] == "MQv2-HMAC-SHA1 x"
                 assert peer.startswith("ipv4:127.0.0.1:") and peer == metadata[PEER_HEADER]
             assert cluster.forwarders["n2"].forwarded == 2
-        finally:
-            await cluster.stop()
 
     run(scenario)
 
 
 def test_the_master_serves_directly_and_a_forwarded_for_header_without_proof_is_ignored():
     async def scenario():
-        cluster = Cluster(["n1", "n2"])
-        await cluster.start()
-        cluster.elect("n1", epoch=1)
-        try:
+        async with Cluster(["n1", "n2"], master="n1") as cluster:
             async with grpc.aio.insecure_channel(cluster.address("n1")) as channel:
                 stub = service_pb2_grpc.MessagingServiceStub(channel)
                 metadata = (*CLIENT_METADATA, (PEER_HEADER, "ipv4:6.6.6.6:66"))
@@ -287,19 +292,14 @@ def test_the_master_serves_directly_and_a_forwarded_for_header_without_proof_is_
             (_, peer, _) = cluster.seen["n1"].calls[0]
             assert peer.startswith("ipv4:127.0.0.1:")  # the connection's, not the header's
             assert cluster.forwarders["n1"].forwarded == 0
-        finally:
-            await cluster.stop()
 
     run(scenario)
 
 
 def test_a_forwarded_call_is_never_forwarded_again_and_bad_proofs_are_refused():
     async def scenario():
-        cluster = Cluster(["n1", "n2"])
-        await cluster.start()
-        cluster.elect("n1", epoch=1)
-        sender = ForwardProofs(SECRET, "n3")
-        try:
+        async with Cluster(["n1", "n2"], master="n1") as cluster:
+            sender = ForwardProofs(SECRET, "n3")
             async with grpc.aio.insecure_channel(cluster.address("n2")) as channel:
                 stub = service_pb2_grpc.MessagingServiceStub(channel)
                 # A proof-carrying call to a node that is not the master: refused, not
@@ -317,98 +317,89 @@ def test_a_forwarded_call_is_never_forwarded_again_and_bad_proofs_are_refused():
                 assert "FORGED" in refused.value.details()
             assert not cluster.seen["n1"].calls and not cluster.seen["n2"].calls
             assert cluster.forwarders["n2"].forwarded == 0
-        finally:
-            await cluster.stop()
 
     run(scenario)
 
 
 def test_a_node_without_a_cluster_secret_forwards_nothing_and_takes_no_proof():
     async def scenario():
-        cluster = Cluster(["n1", "n2"], secret="")
-        await cluster.start()
-        cluster.elect("n1", epoch=1)
-        try:
-            async with grpc.aio.insecure_channel(cluster.address("n2")) as channel:
-                stub = service_pb2_grpc.MessagingServiceStub(channel)
-                answer = await stub.SendMessage(send_request(), timeout=10)
-                assert answer.status.message == "n2"  # served where it arrived, as before
-                proof = ForwardProofs(SECRET, "n3").headers(METHOD, "ipv4:1.2.3.4:5")
-                with pytest.raises(grpc.aio.AioRpcError) as refused:
-                    await stub.SendMessage(send_request(), metadata=proof, timeout=10)
-                assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
-                assert "NO_SECRET" in refused.value.details()
-        finally:
-            await cluster.stop()
+        async with (
+            Cluster(["n1", "n2"], secret="", master="n1") as cluster,
+            grpc.aio.insecure_channel(cluster.address("n2")) as channel,
+        ):
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            answer = await stub.SendMessage(send_request(), timeout=10)
+            assert answer.status.message == "n2"  # served where it arrived, as before
+            proof = ForwardProofs(SECRET, "n3").headers(METHOD, "ipv4:1.2.3.4:5")
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.SendMessage(send_request(), metadata=proof, timeout=10)
+            assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            assert "NO_SECRET" in refused.value.details()
 
     run(scenario)
 
 
 def test_a_call_waits_for_an_election_then_follows_the_new_master_when_the_old_one_dies():
     async def scenario():
-        cluster = Cluster(["n1", "n2", "n3"])
-        await cluster.start(wait_cap_s=8.0)
-        try:
-            async with grpc.aio.insecure_channel(cluster.address("n2")) as channel:
-                stub = service_pb2_grpc.MessagingServiceStub(channel)
-                # No master yet: the call waits, and is served once one is elected.
-                pending = asyncio.ensure_future(
-                    stub.SendMessage(send_request(), metadata=CLIENT_METADATA, timeout=10)
-                )
-                await asyncio.sleep(0)  # nothing to wait for: the call is in flight
-                deadline = time.monotonic() + 5
-                while not cluster.forwarders["n2"].waiting and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)  # until it waits for routing
-                assert not pending.done()
-                cluster.elect("n1", epoch=1)
-                assert (await pending).status.message == "n1"
-                # The master dies; routing still names it. The call keeps trying until
-                # routing names the next one, and is served there.
-                await cluster.stop("n1")
-                pending = asyncio.ensure_future(
-                    stub.SendMessage(send_request(), metadata=CLIENT_METADATA, timeout=10)
-                )
-                deadline = time.monotonic() + 5
-                while cluster.forwarders["n2"].forwarded < 3 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)  # until it failed on n1 at least once
-                assert not pending.done()
-                cluster.elect("n3", epoch=2)
-                assert (await pending).status.message == "n3"
-                # This node is elected itself: it serves, no hop.
-                cluster.elect("n2", epoch=3)
-                answer = await stub.SendMessage(send_request(), timeout=10)
-                assert answer.status.message == "n2"
-        finally:
-            await cluster.stop()
+        async with (
+            Cluster(["n1", "n2", "n3"], wait_cap_s=8.0) as cluster,
+            grpc.aio.insecure_channel(cluster.address("n2")) as channel,
+        ):
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            # No master yet: the call waits, and is served once one is elected.
+            pending = asyncio.ensure_future(
+                stub.SendMessage(send_request(), metadata=CLIENT_METADATA, timeout=10)
+            )
+            await asyncio.sleep(0)  # nothing to wait for: the call is in flight
+            deadline = time.monotonic() + 5
+            while not cluster.forwarders["n2"].waiting and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)  # until it waits for routing
+            assert not pending.done()
+            cluster.elect("n1", epoch=1)
+            assert (await pending).status.message == "n1"
+            # The master dies; routing still names it. The call keeps trying until
+            # routing names the next one, and is served there.
+            await cluster.stop("n1")
+            pending = asyncio.ensure_future(
+                stub.SendMessage(send_request(), metadata=CLIENT_METADATA, timeout=10)
+            )
+            deadline = time.monotonic() + 5
+            while cluster.forwarders["n2"].forwarded < 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)  # until it failed on n1 at least once
+            assert not pending.done()
+            cluster.elect("n3", epoch=2)
+            assert (await pending).status.message == "n3"
+            # This node is elected itself: it serves, no hop.
+            cluster.elect("n2", epoch=3)
+            answer = await stub.SendMessage(send_request(), timeout=10)
+            assert answer.status.message == "n2"
 
     run(scenario)
 
 
 def test_no_master_within_the_wait_is_answered_in_the_status_before_the_deadline():
     async def scenario():
-        cluster = Cluster(["n1", "n2"])
-        await cluster.start(wait_cap_s=0.5)
-        try:
-            async with grpc.aio.insecure_channel(cluster.address("n2")) as channel:
-                stub = service_pb2_grpc.MessagingServiceStub(channel)
-                started = time.monotonic()
-                answer = await stub.SendMessage(send_request(), timeout=10)
-                assert answer.status.code == pb.HA_NOT_AVAILABLE
-                assert "broker group g1 has no master" in answer.status.message
-                assert time.monotonic() - started < 5
-                change = await stub.ChangeInvisibleDuration(
-                    rpc.ChangeInvisibleDurationRequest(receipt_handle="h2.handle"), timeout=10
-                )
-                assert change.status.code == pb.HA_NOT_AVAILABLE
-                assert change.receipt_handle == "h2.handle"  # the client reads it first
-                stream = [r async for r in stub.ReceiveMessage(receive_request(), timeout=10)]
-                assert [r.status.code for r in stream] == [pb.HA_NOT_AVAILABLE]
-                # A deadline shorter than the cap: answered before it.
-                cluster.forwarders["n2"].wait_cap_s = 30
-                answer = await stub.SendMessage(send_request(), timeout=1.5)
-                assert answer.status.code == pb.HA_NOT_AVAILABLE
-        finally:
-            await cluster.stop()
+        async with (
+            Cluster(["n1", "n2"], wait_cap_s=0.5) as cluster,
+            grpc.aio.insecure_channel(cluster.address("n2")) as channel,
+        ):
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            started = time.monotonic()
+            answer = await stub.SendMessage(send_request(), timeout=10)
+            assert answer.status.code == pb.HA_NOT_AVAILABLE
+            assert "broker group g1 has no master" in answer.status.message
+            assert time.monotonic() - started < 5
+            change = await stub.ChangeInvisibleDuration(
+                rpc.ChangeInvisibleDurationRequest(receipt_handle="h2.handle"), timeout=10
+            )
+            assert change.status.code == pb.HA_NOT_AVAILABLE
+            assert change.receipt_handle == "h2.handle"  # the client reads it first
+            stream = [r async for r in stub.ReceiveMessage(receive_request(), timeout=10)]
+            assert [r.status.code for r in stream] == [pb.HA_NOT_AVAILABLE]
+            # A deadline shorter than the cap: answered before it.
+            cluster.forwarders["n2"].wait_cap_s = 30
+            answer = await stub.SendMessage(send_request(), timeout=1.5)
+            assert answer.status.code == pb.HA_NOT_AVAILABLE
 
     run(scenario)
 
@@ -431,10 +422,7 @@ def test_acls_are_decided_by_the_master_for_a_forwarded_call():
 
     async def scenario():
         # Only the master checks access here: what the client hears is its decision.
-        cluster = Cluster(["n1", "n2"], access={"n1": access})
-        await cluster.start()
-        cluster.elect("n1", epoch=1)
-        try:
+        async with Cluster(["n1", "n2"], access={"n1": access}, master="n1") as cluster:
             async with grpc.aio.insecure_channel(cluster.address("n2")) as channel:
                 stub = service_pb2_grpc.MessagingServiceStub(channel)
                 refused = await stub.SendMessage(
@@ -452,43 +440,38 @@ def test_acls_are_decided_by_the_master_for_a_forwarded_call():
                 assert allowed.status.code == pb.OK and allowed.status.message == "n1"
             assert len(cluster.seen["n1"].calls) == 1 and not cluster.seen["n2"].calls
             assert cluster.forwarders["n2"].forwarded == 3
-        finally:
-            await cluster.stop()
 
     run(scenario)
 
 
 def test_a_master_refusing_for_now_is_asked_again_and_a_lasting_refusal_is_relayed():
     async def scenario():
-        cluster = Cluster(["n1", "n2"])
-        await cluster.start()
-        cluster.elect("n1", epoch=1)
-        try:
-            async with grpc.aio.insecure_channel(cluster.address("n2")) as channel:
-                stub = service_pb2_grpc.MessagingServiceStub(channel)
-                cluster.seen["n1"].refuse_sends = 2  # a new master renewing its lease
-                answer = await stub.SendMessage(send_request(), timeout=10)
-                assert answer.status.code == pb.OK and len(cluster.seen["n1"].calls) == 3
-                cluster.seen["n1"].refuse_sends = 1_000  # refusing for good
-                started = time.monotonic()
-                answer = await stub.SendMessage(send_request(), timeout=10)
-                assert answer.status.code == pb.HA_NOT_AVAILABLE
-                assert answer.status.message == "lease not renewed yet"  # the master's own
-                assert time.monotonic() - started < 5
-        finally:
-            await cluster.stop()
+        async with (
+            Cluster(["n1", "n2"], master="n1") as cluster,
+            grpc.aio.insecure_channel(cluster.address("n2")) as channel,
+        ):
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            cluster.seen["n1"].refuse_sends = 2  # a new master renewing its lease
+            answer = await stub.SendMessage(send_request(), timeout=10)
+            assert answer.status.code == pb.OK and len(cluster.seen["n1"].calls) == 3
+            cluster.seen["n1"].refuse_sends = 1_000  # refusing for good
+            started = time.monotonic()
+            answer = await stub.SendMessage(send_request(), timeout=10)
+            assert answer.status.code == pb.HA_NOT_AVAILABLE
+            assert answer.status.message == "lease not renewed yet"  # the master's own
+            assert time.monotonic() - started < 5
 
     run(scenario)
 
 
 def test_with_two_broker_groups_a_queue_names_its_group_and_a_send_stays_in_its_own():
     async def scenario():
-        cluster = Cluster(["a1", "a2", "b1"], group_of={"a1": "g1", "a2": "g1", "b1": "g2"})
-        await cluster.start()
-        cluster.extra_groups["g2"] = BrokerGroup("g2", "b1", 1, frozenset({"b1"}))
-        cluster.masters = {"a1", "b1"}
-        cluster.set_routing(master="a1", epoch=1)
-        try:
+        async with Cluster(
+            ["a1", "a2", "b1"], group_of={"a1": "g1", "a2": "g1", "b1": "g2"}
+        ) as cluster:
+            cluster.extra_groups["g2"] = BrokerGroup("g2", "b1", 1, frozenset({"b1"}))
+            cluster.masters = {"a1", "b1"}
+            cluster.set_routing(master="a1", epoch=1)
             async with grpc.aio.insecure_channel(cluster.address("a2")) as channel:
                 stub = service_pb2_grpc.MessagingServiceStub(channel)
                 stream = [r async for r in stub.ReceiveMessage(receive_request("g2"), timeout=10)]
@@ -507,8 +490,6 @@ def test_with_two_broker_groups_a_queue_names_its_group_and_a_send_stays_in_its_
                     r async for r in stub.ReceiveMessage(receive_request("nowhere"), timeout=10)
                 ]
                 assert stream[0].status.message == "b1"
-        finally:
-            await cluster.stop()
 
     run(scenario)
 
@@ -520,48 +501,40 @@ def test_with_mutual_tls_the_forward_link_is_tls_too(tmp_path):
     )
 
     async def scenario():
-        cluster = Cluster(["n1", "n2"], security=security)
-        await cluster.start()
-        cluster.elect("n1", epoch=1)
-        client = grpc.ssl_channel_credentials(
-            root_certificates=Path(pki.ca).read_bytes(),
-            private_key=Path(pki.client_key).read_bytes(),
-            certificate_chain=Path(pki.client_cert).read_bytes(),
-        )
-        try:
+        async with Cluster(["n1", "n2"], security=security, master="n1") as cluster:
+            client = grpc.ssl_channel_credentials(
+                root_certificates=Path(pki.ca).read_bytes(),
+                private_key=Path(pki.client_key).read_bytes(),
+                certificate_chain=Path(pki.client_cert).read_bytes(),
+            )
             async with grpc.aio.secure_channel(cluster.address("n2"), client) as channel:
                 stub = service_pb2_grpc.MessagingServiceStub(channel)
                 answer = await stub.SendMessage(send_request(), timeout=10)
                 assert answer.status.message == "n1"
             assert cluster.forwarders["n2"].forwarded == 1
-        finally:
-            await cluster.stop()
 
     run(scenario)
 
 
 def test_a_client_that_cancels_a_forwarded_long_poll_cancels_it_at_the_master():
     async def scenario():
-        cluster = Cluster(["n1", "n2"])
-        await cluster.start()
-        cluster.elect("n1", epoch=1)
-        try:
-            async with grpc.aio.insecure_channel(cluster.address("n2")) as channel:
-                stub = service_pb2_grpc.MessagingServiceStub(channel)
-                request = receive_request()
-                request.group.name = "long-poll"
-                call = stub.ReceiveMessage(request, timeout=30)
-                reading = asyncio.ensure_future(call.read())
-                deadline = time.monotonic() + 10
-                while not cluster.seen["n1"].calls and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)  # until the master holds the long poll
-                call.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await reading
-                while not cluster.seen["n1"].cancelled and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)
-                assert cluster.seen["n1"].cancelled == 1
-        finally:
-            await cluster.stop()
+        async with (
+            Cluster(["n1", "n2"], master="n1") as cluster,
+            grpc.aio.insecure_channel(cluster.address("n2")) as channel,
+        ):
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            request = receive_request()
+            request.group.name = "long-poll"
+            call = stub.ReceiveMessage(request, timeout=30)
+            reading = asyncio.ensure_future(call.read())
+            deadline = time.monotonic() + 10
+            while not cluster.seen["n1"].calls and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)  # until the master holds the long poll
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reading
+            while not cluster.seen["n1"].cancelled and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert cluster.seen["n1"].cancelled == 1
 
     run(scenario)
