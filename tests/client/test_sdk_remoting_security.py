@@ -16,7 +16,7 @@ from ferrymq.client.routes import Endpoints
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import FerryRequestCode, ResponseCode
 from ferrymq.protocol.ferrymq import data_pb2 as data
-from tests.support.auth import APP, AUTH_TOML, ROOT
+from tests.support.auth import APP, AUTH_TOML, ROOT, grant_app
 from tests.support.nodes import start_node
 from tests.support.tls_certs import make_pki
 
@@ -45,17 +45,16 @@ def guarded(tmp_path_factory):
     """Auth on; ``app`` may publish to and read ``ledger`` with the group ``clerks``."""
     node = start_node(str(tmp_path_factory.mktemp("sdk-acl") / "node"), AUTH_TOML)
     try:
-        with Admin(node.address, security=ROOT) as admin:
-            admin.create_topic("ledger", 1)
-            admin.create_topic("vault", 1)
-            admin.create_group("clerks")
-            admin.create_user(APP.access_key, APP.secret_key)
-            for rule in (
+        grant_app(
+            node.address,
+            ["ledger", "vault"],
+            ["clerks"],
+            [
                 AclRule("ALLOW", "PUBLISH", "TOPIC", "ledger"),
                 AclRule("ALLOW", "SUBSCRIBE", "TOPIC", "ledger"),
                 AclRule("ALLOW", "SUBSCRIBE", "GROUP", "clerks"),
-            ):
-                admin.grant(APP.access_key, rule)
+            ],
+        )
         yield node
     finally:
         node.sigterm()

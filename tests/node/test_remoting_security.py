@@ -16,7 +16,7 @@ from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
-from tests.support.auth import APP, AUTH_TOML, ROOT, signed
+from tests.support.auth import APP, AUTH_TOML, ROOT, grant_app, signed
 from tests.support.nodes import start_node
 from tests.support.remoting_client import RemotingClient, json_of, send_v2
 from tests.support.rpc import stubs
@@ -69,18 +69,16 @@ def guarded(tmp_path_factory):
     group ``readers``, nothing on ``payments`` or with ``others``."""
     node = start_node(str(tmp_path_factory.mktemp("acl") / "node"), AUTH_TOML)
     try:
-        with Admin(node.address, security=ROOT) as admin:
-            admin.create_topic("orders", 1)
-            admin.create_topic("payments", 1)
-            admin.create_group("readers")
-            admin.create_group("others")
-            admin.create_user(APP.access_key, APP.secret_key)
-            for rule in (
+        grant_app(
+            node.address,
+            ["orders", "payments"],
+            ["readers", "others"],
+            [
                 AclRule("ALLOW", "PUBLISH", "TOPIC", "orders"),
                 AclRule("ALLOW", "SUBSCRIBE", "TOPIC", "orders"),
                 AclRule("ALLOW", "SUBSCRIBE", "GROUP", "readers"),
-            ):
-                admin.grant(APP.access_key, rule)
+            ],
+        )
         yield node
     finally:
         node.sigterm()
