@@ -8,6 +8,12 @@ written on gRPC for Python, and the distance to them is what ferrymq's own code 
 
 The servers answer with a constant and store nothing (no validation, no CommitLog):
 
+- ``os_round_trip_p50_us`` / ``_p99_us``: the machine's own floor under all the others:
+  1 KiB to a process that echoes 16 bytes, over loopback TCP with blocking sockets, one at
+  a time; ``os_round_trip_same_cpu_*`` the same with both processes on one CPU. The
+  difference is what waking a process on an idle CPU costs here (every hop of a
+  replicated send pays it when the cores are not busy).
+
 - ``noop_aio_server_256_inflight_rpcs_per_s`` / ``noop_thread_server_...``: SendMessage of
   one 1 KiB message, 256 in flight, against the grpc.aio server (the node's) and the
   thread-pool server. Ceiling of ``single_send_256_inflight_one_rpc_msgs_per_s``.
@@ -37,6 +43,12 @@ The servers answer with a constant and store nothing (no validation, no CommitLo
 - ``noop_replicated_batch_msgs_per_s``: the same server, 128 records of 1 KiB per request,
   16 requests in flight, the requests built before the clock starts. Ceiling of
   ``sync_batch_send_msgs_per_s`` (whose client also builds its messages on the clock).
+- ``noop_remoting_replicated_single_send_p50_us`` / ``_p99_us`` and
+  ``noop_remoting_replicated_batch_msgs_per_s``: the same SYNC minimum on the remoting
+  door, everything on uvloop: the no-op remoting transport copies each FERRY_PRODUCE body
+  to the two slaves and answers once both acknowledged; singles from the SDK's blocking
+  channel, batches 16 in flight on one connection. The floor and ceiling of
+  ``sync_single_send_p50_us`` and ``sync_batch_send_msgs_per_s`` as the SDK measures them.
 
 Prints one JSON object on its last line.
 """
@@ -63,26 +75,12 @@ from ferrymq.protocol.ferrymq import data_pb2_grpc
 # The checkout: where ``python -c`` finds the packages the server and client scripts import.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# argv: "aio" or "threads", then the ports of the slaves each Produce is copied to (aio).
-SERVER = r"""
-import asyncio, struct, sys
-from concurrent import futures
-import grpc
-from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc, service_pb2_grpc
-from ferrymq.protocol.ferrymq import data_pb2 as data, data_pb2_grpc
-OK = pb.Status(code=pb.OK)
-ENTRY = rpc.SendResultEntry(status=OK, message_id="x")
-ANSWER = rpc.SendMessageResponse(status=OK, entries=[ENTRY])
+# The master's end of a replication link in the replicated floors: frames (u32 length,
+# payload) go out in order and come back acknowledged in order, one waiter per frame.
+SLAVE_LINK = r"""
+import asyncio, struct
 FRAME_HEAD = struct.Struct(">I")
-class AsyncNoop(service_pb2_grpc.MessagingServiceServicer):
-    async def SendMessage(self, request, context):
-        return ANSWER
-class ThreadNoop(service_pb2_grpc.MessagingServiceServicer):
-    def SendMessage(self, request, context):
-        return ANSWER
 class SlaveLink:
-    # Frames go out in order and come back acknowledged in order: one waiter per frame.
     def __init__(self, reader, writer):
         self.reader, self.writer, self.waiting = reader, writer, []
     async def read_acks(self):
@@ -94,6 +92,34 @@ class SlaveLink:
         acked = asyncio.get_running_loop().create_future()
         self.waiting.append(acked)
         return acked
+async def slave_links(ports):
+    links = []
+    for port in ports:
+        link = SlaveLink(*await asyncio.open_connection("127.0.0.1", port))
+        asyncio.ensure_future(link.read_acks())
+        links.append(link)
+    return links
+"""
+
+# argv: "aio" or "threads", then the ports of the slaves each Produce is copied to (aio).
+SERVER = (
+    SLAVE_LINK
+    + r"""
+import asyncio, struct, sys
+from concurrent import futures
+import grpc
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc, service_pb2_grpc
+from ferrymq.protocol.ferrymq import data_pb2 as data, data_pb2_grpc
+OK = pb.Status(code=pb.OK)
+ENTRY = rpc.SendResultEntry(status=OK, message_id="x")
+ANSWER = rpc.SendMessageResponse(status=OK, entries=[ENTRY])
+class AsyncNoop(service_pb2_grpc.MessagingServiceServicer):
+    async def SendMessage(self, request, context):
+        return ANSWER
+class ThreadNoop(service_pb2_grpc.MessagingServiceServicer):
+    def SendMessage(self, request, context):
+        return ANSWER
 class ReplicatingNoop(data_pb2_grpc.DataServicer):
     def __init__(self, links):
         self.links = links
@@ -109,11 +135,7 @@ def run_aio(slave_ports, uvloop_too):
     else:
         asyncio.run(serve_aio(slave_ports))
 async def serve_aio(slave_ports):
-    links = []
-    for port in slave_ports:
-        link = SlaveLink(*await asyncio.open_connection("127.0.0.1", port))
-        asyncio.ensure_future(link.read_acks())
-        links.append(link)
+    links = await slave_links(slave_ports)
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
     service_pb2_grpc.add_MessagingServiceServicer_to_server(AsyncNoop(), server)
     data_pb2_grpc.add_DataServicer_to_server(ReplicatingNoop(links), server)
@@ -129,11 +151,13 @@ else:
     server.start()
     server.wait_for_termination()
 """
+)
 
 # Reads frames (u32 length, payload) and acknowledges each with 8 bytes, as a slave acks
 # the offset it reached.
+# argv: "uvloop" to run on it (the default loop otherwise).
 SLAVE = r"""
-import asyncio, contextlib, struct
+import asyncio, contextlib, struct, sys
 FRAME_HEAD = struct.Struct(">I")
 async def follow(reader, writer):
     with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
@@ -145,21 +169,33 @@ async def main():
     server = await asyncio.start_server(follow, "127.0.0.1", 0)
     print(server.sockets[0].getsockname()[1], flush=True)
     await server.serve_forever()
-asyncio.run(main())
+if sys.argv[1:] == ["uvloop"]:
+    import uvloop
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main())
+else:
+    asyncio.run(main())
 """
 
-# argv: "uvloop" or "asyncio". The node's remoting transport with a handler that answers
-# every SEND_MESSAGE_V2 at once.
-REMOTING_SERVER = r"""
+# argv: "uvloop" or "asyncio", then the ports of the slaves each FERRY_PRODUCE body is
+# copied to. The node's remoting transport with a handler that answers every
+# SEND_MESSAGE_V2 at once, and every FERRY_PRODUCE once the slaves (if any) acknowledged it.
+REMOTING_SERVER = (
+    SLAVE_LINK
+    + r"""
 import asyncio, sys
 from node.remoting.dispatch import Dispatch
 from node.remoting.server import RemotingServer
 ANSWER = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0", "queueOffset": "0"}
+LINKS = []
 async def noop(request, connection):
     return request.reply(0, ext_fields=ANSWER)
 async def produced(request, connection):
+    for acked in [link.send(request.body) for link in LINKS]:
+        await acked
     return request.reply(0, body=b"")
 async def main():
+    LINKS.extend(await slave_links([int(port) for port in sys.argv[2:]]))
     dispatch = Dispatch()
     dispatch.register(310, noop)
     dispatch.register(30001, produced)
@@ -175,16 +211,34 @@ if sys.argv[1] == "uvloop":
 else:
     asyncio.run(main())
 """
+)
+
+# Echoes the first 16 bytes of every read back: the operating system's round trip between
+# two processes, with no event loop and no framing.
+ECHO = r"""
+import socket
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+connection, _ = server.accept()
+connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while data := connection.recv(65536):
+    connection.sendall(data[:16])
+"""
 
 BATCH_IN_FLIGHT = 16
 BATCH_RECORDS = 128
 
 
 @contextlib.contextmanager
-def process(script: str, *args: str):
-    """A helper process whose first line of output is the port it serves on."""
+def process(script: str, *args: str, cpus: set[int] | None = None):
+    """A helper process whose first line of output is the port it serves on (on ``cpus``
+    only, when given)."""
     child = subprocess.Popen(
-        [sys.executable, "-c", script, *args], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", script, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
     try:
         line = child.stdout.readline()
@@ -250,6 +304,73 @@ async def produce_batches(port: int, seconds: float) -> float:
         started = time.perf_counter()
         await asyncio.gather(*(worker(k) for k in range(BATCH_IN_FLIGHT)))
         return sent / (time.perf_counter() - started)
+
+
+async def remoting_produce_batches(port: int, seconds: float) -> float:
+    """FERRY_PRODUCE frames of ``BATCH_RECORDS`` records, ``BATCH_IN_FLIGHT`` in flight on
+    one connection (as the SDK's asyncio producer keeps them), built before the clock."""
+    bodies = [r.SerializeToString() for r in produce_requests(BATCH_IN_FLIGHT, BATCH_RECORDS, 0)]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    splitter = FrameSplitter()
+    waiting: dict[int, asyncio.Future] = {}
+
+    async def read_answers() -> None:
+        while True:
+            for frame in splitter.feed(await reader.read(1 << 20)):
+                waiting.pop(decode(frame).opaque).set_result(None)
+
+    reading = asyncio.ensure_future(read_answers())
+    sent = 0
+    opaques = iter(range(1, 1 << 62))
+
+    async def call(body: bytes) -> None:
+        opaque = next(opaques)
+        waiting[opaque] = asyncio.get_running_loop().create_future()
+        writer.write(encode(RemotingCommand(30001, opaque=opaque, body=body)))
+        await waiting[opaque]
+
+    for body in bodies:  # warm up
+        await call(body)
+    deadline = time.perf_counter() + seconds
+
+    async def worker(body: bytes) -> None:
+        nonlocal sent
+        while time.perf_counter() < deadline:
+            await call(body)
+            sent += BATCH_RECORDS
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(body) for body in bodies))
+    took = time.perf_counter() - started
+    reading.cancel()
+    writer.close()
+    return sent / took
+
+
+def echo_round_trips(count: int, same_cpu: bool) -> list[float]:
+    """1 KiB written to the ECHO process and 16 bytes read back, one at a time, from a
+    blocking socket; with ``same_cpu`` both processes run on the first CPU only."""
+    import socket
+
+    cpus = {min(os.sched_getaffinity(0))} if same_cpu else None
+    mine = os.sched_getaffinity(0)
+    payload = bytes(1024)
+    took = []
+    with process(ECHO, cpus=cpus) as port:
+        try:
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+            with socket.create_connection(("127.0.0.1", port)) as connection:
+                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                for index in range(count + 200):
+                    started = time.perf_counter()
+                    connection.sendall(payload)
+                    connection.recv(65536)
+                    if index >= 200:  # after a warm-up
+                        took.append(time.perf_counter() - started)
+        finally:
+            os.sched_setaffinity(0, mine)
+    return took
 
 
 def remoting_one_at_a_time(port: int, count: int) -> list[float]:
@@ -331,6 +452,9 @@ SCALES = {  # RPCs at 256 in flight, sends one at a time, seconds of batches
 def measure(scale: str) -> dict:
     count, singles, batch_s = SCALES[scale]
     figures = {}
+    for same_cpu, name in ((False, "os_round_trip"), (True, "os_round_trip_same_cpu")):
+        p50, p99 = p50_p99_us(echo_round_trips(singles * 2, same_cpu))
+        figures[f"{name}_p50_us"], figures[f"{name}_p99_us"] = p50, p99
     for kind in ("aio", "threads"):
         with process(SERVER, kind) as port:
             asyncio.run(drive(port, min(count, 2000), 64))  # warm up
@@ -374,6 +498,18 @@ def measure(scale: str) -> dict:
         figures["noop_replicated_single_send_p99_us"] = p99
         figures["noop_replicated_batch_msgs_per_s"] = round(
             asyncio.run(produce_batches(port, batch_s))
+        )
+    with (
+        process(SLAVE, "uvloop") as first,
+        process(SLAVE, "uvloop") as second,
+        process(REMOTING_SERVER, "uvloop", str(first), str(second)) as port,
+    ):
+        took = sdk_remoting_one_at_a_time(f"127.0.0.1:{port}", 30001, singles * 2)
+        p50, p99 = p50_p99_us(took)
+        figures["noop_remoting_replicated_single_send_p50_us"] = p50
+        figures["noop_remoting_replicated_single_send_p99_us"] = p99
+        figures["noop_remoting_replicated_batch_msgs_per_s"] = round(
+            asyncio.run(remoting_produce_batches(port, batch_s))
         )
     return figures
 

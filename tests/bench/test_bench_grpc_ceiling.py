@@ -31,6 +31,10 @@ def test_smoke_run_prints_every_floor():
         "noop_remoting_asyncio",
         "noop_sdk_remoting_produce",
         "node_remoting_noop",
+        "noop_remoting_replicated_single_send",
+        "os_round_trip",
+        "os_round_trip_same_cpu",
     ):
         assert 0 < figures[f"{name}_p50_us"] <= figures[f"{name}_p99_us"]
     assert figures["noop_replicated_batch_msgs_per_s"] > 0
+    assert figures["noop_remoting_replicated_batch_msgs_per_s"] > 0
