@@ -227,6 +227,7 @@ class Node:
             access=RemotingAccess(self.access) if self.access is not None else None,
             delay_levels_ms=config.messages.delay_levels_ms,
             rpc_metrics=self.metrics.rpc,
+            groups=groups,
         )
         remoting = self.remoting
         self.metrics.remoting.watch(remoting.dispatch.codes, lambda: len(remoting.connections))

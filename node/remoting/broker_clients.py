@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
+from node.group_creation import GroupsOnFirstUse
 from node.group_members import GroupMembers, MembershipRefused
 from node.remoting.access_rules import VERIFIED_ACCESS_KEY
 from node.remoting.client_connections import (
@@ -30,8 +31,9 @@ from node.remoting.client_connections import (
 )
 from node.remoting.consumer_notices import ConsumerNotices
 from node.remoting.dispatch import Handler
-from node.remoting.status_codes import response_code
+from node.remoting.status_codes import refusal, response_code
 from node.remoting.subscriptions import Subscription, SubscriptionRefused, Subscriptions
+from node.rpc_status import InvalidRequest
 from node.topics import TopicError, TopicTable
 
 MEMBER_LIFETIME_MS = 120_000  # RocketMQ's channel expiry
@@ -145,8 +147,12 @@ class ClientHandlers:
         members: GroupMembers,
         subscriptions: Subscriptions,
         connections: ClientConnections,
+        groups: GroupsOnFirstUse | None = None,
     ) -> None:
         self.topics = topics
+        # A consumer group nobody created is created by its first heartbeat, as on the
+        # gRPC door (``node.group_creation``; off with ``auto_create_groups = false``).
+        self.groups = groups or GroupsOnFirstUse(topics, None, enabled=False)
         self.members = members
         self.subscriptions = subscriptions
         self.connections = connections
@@ -172,13 +178,15 @@ class ClientHandlers:
         unknown = []
         for group, subscriptions in heartbeat.consumers.items():
             try:
-                self.topics.group(group)
+                await self.groups.group(group)
                 self.members.heartbeat(group, client_id, identity, MEMBER_LIFETIME_MS)
                 self.subscriptions.register(group, subscriptions)
                 self.connections.consumer_heard(group, client, heartbeat.consumer_settings[group])
             except TopicError as error:
                 unknown.append(error.detail)
                 continue
+            except InvalidRequest as error:  # routing unavailable, too many creations
+                return request.reply(*refusal(error))
             except MembershipRefused as refused:
                 return request.reply(response_code(refused.code), str(refused))
             except (SubscriptionRefused, ConnectionsFull) as refused:
@@ -192,8 +200,8 @@ class ClientHandlers:
                 return request.reply(ResponseCode.SYSTEM_BUSY, str(refused))
             self._remember(connection, PRODUCING, (group, client_id))
         if unknown:
-            # Create groups with `ferrymq group create` (or the Admin service): a consumer of
-            # a group the cluster does not know has nothing to pull.
+            # Creation on first use is off (or the name is illegal): create groups with
+            # `ferrymq group create` (or the Admin service).
             return request.reply(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                 "; ".join(unknown),

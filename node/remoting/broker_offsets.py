@@ -19,6 +19,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.replicated_store import ReplicatedStore
 from node.admission import check_queue, store_refusal
 from node.consumer_offsets import ConsumerOffsets
+from node.group_creation import GroupsOnFirstUse
 from node.remoting.dispatch import Handler
 from node.remoting.status_codes import refusal, response_code
 from node.rpc_status import InvalidRequest
@@ -28,10 +29,15 @@ from store.results import PutStatus
 
 class OffsetHandlers:
     def __init__(
-        self, store: ReplicatedStore, topics: TopicTable, offsets: ConsumerOffsets
+        self,
+        store: ReplicatedStore,
+        topics: TopicTable,
+        offsets: ConsumerOffsets,
+        groups: GroupsOnFirstUse | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
+        self.groups = groups or GroupsOnFirstUse(topics, None, enabled=False)
         self.offsets = offsets
 
     def handlers(self) -> list[tuple[int, Handler]]:
@@ -42,11 +48,9 @@ class OffsetHandlers:
             (RequestCode.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset),
         ]
 
-    def _queue(self, request: RemotingCommand, group: str | None = None) -> tuple[TopicConfig, int]:
+    def _queue(self, request: RemotingCommand) -> tuple[TopicConfig, int]:
         topic_name = request.text("topic")
         queue_id = request.int32("queueId")
-        if group is not None:
-            self.topics.group(group)
         topic = self.topics.topic(topic_name)
         check_queue(topic, queue_id)
         return topic, queue_id
@@ -70,7 +74,8 @@ class OffsetHandlers:
     async def query_consumer_offset(self, request: RemotingCommand, connection) -> RemotingCommand:
         group = request.text("consumerGroup")
         try:
-            topic, queue_id = self._queue(request, group)
+            await self.groups.group(group)  # created on first use, as on the gRPC door
+            topic, queue_id = self._queue(request)
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))
         committed = self.offsets.get(group, topic.name, queue_id)
@@ -86,7 +91,8 @@ class OffsetHandlers:
         group = request.text("consumerGroup")
         offset = request.integer("commitOffset")
         try:
-            topic, queue_id = self._queue(request, group)
+            await self.groups.group(group)
+            topic, queue_id = self._queue(request)
             high = self.store.max_offset_in_queue(topic.name, queue_id)
             if not 0 <= offset <= high:
                 raise InvalidRequest(pb.ILLEGAL_OFFSET, f"offset {offset} outside [0, {high}]")

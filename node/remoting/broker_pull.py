@@ -34,6 +34,7 @@ from ha.replicated_store import ReplicatedStore
 from node.admission import check_queue
 from node.consumer_offsets import ConsumerOffsets
 from node.filter_expression import selection
+from node.group_creation import GroupsOnFirstUse
 from node.long_polling import QueueWaiters, long_poll, poll_budget_s
 from node.remoting.dispatch import Handler
 from node.remoting.status_codes import refusal
@@ -96,9 +97,11 @@ class PullHandlers:
         offsets: ConsumerOffsets,
         waiters: QueueWaiters,
         subscriptions: Subscriptions,
+        groups: GroupsOnFirstUse | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
+        self.groups = groups or GroupsOnFirstUse(topics, None, enabled=False)
         self.offsets = offsets
         self.waiters = waiters
         self.subscriptions = subscriptions
@@ -117,7 +120,7 @@ class PullHandlers:
         commit_offset = request.integer("commitOffset", -1)
         suspend_ms = request.integer("suspendTimeoutMillis", 0)
         try:
-            self.topics.group(group)
+            await self.groups.group(group)  # created on first use, as on the gRPC door
             topic = self.topics.topic(topic_name)
             check_queue(topic, queue_id)
             if topic.permission is Permission.WRITE:

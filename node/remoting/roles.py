@@ -17,6 +17,7 @@ from node.consumer_offsets import ConsumerOffsets
 from node.consumer_retry import ConsumerRetries
 from node.data_service import DataService
 from node.delay_levels import DEFAULT_LEVELS_MS
+from node.group_creation import GroupsOnFirstUse
 from node.group_members import GroupMembers
 from node.long_polling import QueueWaiters
 from node.metrics_rpc import RpcMetrics
@@ -70,6 +71,7 @@ def build_dispatch(
     access: RemotingAccess | None,
     delay_levels_ms: tuple[int, ...] = DEFAULT_LEVELS_MS,
     rpc_metrics: RpcMetrics | None = None,
+    groups: GroupsOnFirstUse | None = None,
 ) -> Dispatch:
     subscriptions = Subscriptions()
     connections = ClientConnections(members, subscriptions)
@@ -80,9 +82,9 @@ def build_dispatch(
         *SendHandlers(store, admission, retries, transaction_handlers).handlers(),
         *RetryHandlers(store, admission, retries).handlers(),
         *LockHandlers(admission, QueueLocks()).handlers(),
-        *PullHandlers(store, topics, offsets, waiters, subscriptions).handlers(),
-        *OffsetHandlers(store, topics, offsets).handlers(),
-        *ClientHandlers(topics, members, subscriptions, connections).handlers(),
+        *PullHandlers(store, topics, offsets, waiters, subscriptions, groups).handlers(),
+        *OffsetHandlers(store, topics, offsets, groups).handlers(),
+        *ClientHandlers(topics, members, subscriptions, connections, groups).handlers(),
         *ConnectionHandlers(connections).handlers(),
         *transaction_handlers.handlers(),
         *QueryHandlers(store, topics).handlers(),

@@ -264,9 +264,11 @@ def test_pull_statuses_follow_rocketmq(client):
     assert filtered.code == ResponseCode.PULL_RETRY_IMMEDIATELY
     assert int(filtered.ext_fields["nextBeginOffset"]) > 0
     assert pull(client, "T", 77, 0).code == ResponseCode.SYSTEM_ERROR
-    assert pull(client, "T", 0, 0, consumerGroup="nobody").code == (
-        ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
-    )
+    # A group nobody created is created by its first pull, as on the gRPC door
+    # (tests/node/test_remoting_groups_on_first_use.py); an illegal name is refused.
+    illegal = pull(client, "T", 0, 0, consumerGroup="bad group")
+    assert illegal.code == ResponseCode.SYSTEM_ERROR
+    assert illegal.remark.startswith("ILLEGAL_CONSUMER_GROUP: consumer_group name 'bad group'")
     # "*" is no SQL92 expression (tests/node/test_remoting_sql92.py has the filters).
     sql_star = pull(client, "T", 0, 0, expressionType="SQL92")
     assert sql_star.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
@@ -347,8 +349,8 @@ def test_heartbeats_make_members_until_they_leave(node):
         assert left.code == ResponseCode.SUCCESS
         listed = json_of(second.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, members))
         assert listed == {"consumerIdList": ["10.0.0.9@2"]}
-        unknown = heartbeat(first, groups=("no-such-group",))
-        assert unknown.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+        illegal = heartbeat(first, groups=("no such group",))
+        assert illegal.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
     # The second's connection closed: it left too.
     with RemotingClient(node[0].remoting) as third:
         until(
