@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from ha.epochs import EpochHistory
 from ha.link_auth import (
+    FrameMac,
     Handshake,
     LinkMacs,
     Role,
@@ -61,6 +62,9 @@ HANDSHAKE_TIMEOUT_S = 5.0
 # A slave answers every frame, heartbeats included (one a second): one silent this long is
 # gone or stuck, and its link is dropped (a node uses its max_lag_ms when that is longer).
 SILENT_SLAVE_TIMEOUT_S = 10.0
+# ``on_appended`` writes new records to a link at once while its transport holds less than
+# this; past it the link's task waits for the slave to read (``drain``) and sends the rest.
+PUSH_BUFFER_BYTES = 2 * CHUNK_BYTES
 # A slave without a link is not lagging yet for this long after it was last connected (or
 # after this node became master): a failover makes every slave reconnect.
 DISCONNECT_GRACE_S = 1.0
@@ -77,6 +81,11 @@ class SlaveLink:
     connected_at: float
     caught_up_at: float
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # While streaming: where DATA frames go, what seals them, how far they were written.
+    writer: asyncio.StreamWriter | None = None
+    mac: FrameMac | None = None
+    sent: int = 0
+    sent_at: float = 0.0  # loop time of the last frame written (heartbeats fill silences)
 
 
 class ReplicationMaster:
@@ -202,11 +211,51 @@ class ReplicationMaster:
         self._recompute()
 
     def on_appended(self) -> None:
-        """New records were appended: wake the links; without slaves to wait for, the new
-        end is confirmed at once."""
+        """New records were appended (before the store dispatches them): each streaming
+        link writes them now, in this call, so a SYNC write's copies leave before the
+        master's own consume-queue and index work and without a task switch per link; a
+        link with a full buffer leaves the rest to its task. Without slaves to wait for,
+        the new end is confirmed at once."""
+        end = self.store.write_offset
         for link in self.links.values():
-            link.wake.set()
+            if link.writer is not None:
+                try:
+                    self._push(link)
+                except ConnectionError:
+                    link.writer = None  # closing: its task ends the link
+            if link.sent < end:
+                link.wake.set()
         self._recompute()
+
+    def _push(self, link: SlaveLink) -> None:
+        """Write DATA frames from ``link.sent`` to this log's end while the link's transport
+        buffers less than ``PUSH_BUFFER_BYTES``. Synchronous: the one writer of the link's
+        frames is whoever calls this on the loop, so frames stay in log order."""
+        store, writer, mac = self.store, link.writer, link.mac
+        assert writer is not None and mac is not None, "push on a link that is not streaming"
+        while link.sent < store.write_offset:
+            if writer.transport.get_write_buffer_size() >= PUSH_BUFFER_BYTES:
+                return
+            offset = link.sent
+            index = self._epoch_index(offset)
+            entry = self.epochs.entries[index] if index >= 0 else None
+            limit = CHUNK_BYTES
+            if index >= 0 and index + 1 < len(self.epochs.entries):
+                limit = min(limit, self.epochs.entries[index + 1].start_offset - offset)
+            records = store.read_records(offset, limit)
+            write_frame(
+                writer,
+                data_frame(
+                    mac,
+                    offset,
+                    entry.epoch if entry else 0,
+                    entry.start_offset if entry else 0,
+                    self.confirmed_offset,
+                    records,
+                ),
+            )
+            link.sent = offset + len(records)
+            link.sent_at = self.clock()
 
     def _recompute(self) -> None:
         if not self.active:
@@ -355,43 +404,41 @@ class ReplicationMaster:
         return None
 
     async def _send(self, link: SlaveLink, macs: LinkMacs, writer: asyncio.StreamWriter) -> None:
-        offset = link.acked
+        """The link's task: catches the slave up (``_push`` until the log's end, waiting
+        for the slave to read between), then sleeps while ``on_appended`` streams new
+        records, and heartbeats a second of silence."""
         store = self.store
-        mac = macs.outgoing
-        while self.active and self.links.get(link.node_id) is link:
-            link.wake.clear()
-            end = store.write_offset
-            if offset < end:
-                index = self._epoch_index(offset)
-                entry = self.epochs.entries[index] if index >= 0 else None
-                limit = CHUNK_BYTES
-                if index >= 0 and index + 1 < len(self.epochs.entries):
-                    limit = min(limit, self.epochs.entries[index + 1].start_offset - offset)
-                records = store.read_records(offset, limit)
-                write_frame(
-                    writer,
-                    data_frame(
-                        mac,
-                        offset,
-                        entry.epoch if entry else 0,
-                        entry.start_offset if entry else 0,
-                        self.confirmed_offset,
-                        records,
-                    ),
-                )
-                offset += len(records)
-                await writer.drain()
-                continue
-            try:
-                async with asyncio.timeout(HEARTBEAT_S):
-                    await link.wake.wait()
-            except TimeoutError:
-                write_frame(
-                    writer,
-                    data_frame(mac, offset, self.epochs.last_epoch, 0, self.confirmed_offset, b""),
-                )
-                await writer.drain()
-        writer.close()
+        link.sent, link.sent_at = link.acked, self.clock()
+        link.mac, link.writer = macs.outgoing, writer
+        try:
+            while self.active and self.links.get(link.node_id) is link:
+                link.wake.clear()
+                self._push(link)
+                if link.sent < store.write_offset:  # the buffer is full: let the slave read
+                    await writer.drain()
+                    continue
+                try:
+                    async with asyncio.timeout(HEARTBEAT_S):
+                        await link.wake.wait()
+                except TimeoutError:
+                    if self.clock() - link.sent_at < HEARTBEAT_S:
+                        continue  # frames went out meanwhile: no silence to fill
+                    write_frame(
+                        writer,
+                        data_frame(
+                            macs.outgoing,
+                            link.sent,
+                            self.epochs.last_epoch,
+                            0,
+                            self.confirmed_offset,
+                            b"",
+                        ),
+                    )
+                    link.sent_at = self.clock()
+                    await writer.drain()
+        finally:
+            link.writer = None
+            writer.close()
 
     def _epoch_index(self, offset: int) -> int:
         entries = self.epochs.entries

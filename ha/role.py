@@ -39,7 +39,6 @@ from ha.status import ReplicationStatus
 from routing.commands import AlterInSync, ElectMaster, ReportMasterFound, ReportMasterLost
 from routing.metadata import BrokerGroup, healthy_first, may_leave_in_sync
 from routing.replica import RoutingReplica, RoutingUnavailable
-from store.dispatch_request import DispatchRequest
 from store.message_store import MessageStore
 from store.results import PutStatus
 
@@ -120,7 +119,7 @@ class ReplicationRole:
         self._switching = asyncio.Lock()
         self.fenced: str | None = None  # why writes pause (a planned switchover)
         store.writes_refused = "this node has not joined its broker group yet"
-        store.add_dispatch_listener(self._on_dispatch)
+        store.add_append_listener(self._on_appended)
 
     # ---- may this node write? ----------------------------------------------------------
     @property
@@ -261,9 +260,9 @@ class ReplicationRole:
         self.store.set_confirmed_offset(offset, new_epoch=new_epoch)
 
     # ---- master duties -----------------------------------------------------------------
-    def _on_dispatch(self, requests: list[DispatchRequest]) -> None:
-        """New records in this log: a master's links stream them, and with no slave to
-        wait for they are confirmed at once."""
+    def _on_appended(self) -> None:
+        """New records in this log (not dispatched yet): a master's links stream them, and
+        with no slave to wait for they are confirmed at once."""
         if self._master_role:
             self.master.on_appended()
 

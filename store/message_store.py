@@ -229,6 +229,7 @@ class MessageStore:
         # Ranges recovery cut after an invalid record, kept aside (store/damaged_ranges.py).
         self.damage = DamagedRanges(root)
         self._put_lock = threading.Lock()
+        self._append_listeners: list[Callable[[], None]] = []
         # The flusher and a truncation both write the checkpoint through one temporary file.
         self._checkpoint_lock = threading.Lock()
         # Below this offset the last checkpoint named consume queues and index durable; a
@@ -371,6 +372,24 @@ class MessageStore:
         """Append records a master wrote at ``physical_offset`` verbatim and dispatch
         them; returns the new write offset. ``ReplicaMismatch`` when ``physical_offset`` is
         not where this log ends (the link must re-handshake)."""
+        end = self.append_replicated_records(physical_offset, data)
+        self.dispatch_replicated()
+        return end
+
+    def dispatch_replicated(self) -> None:
+        """Dispatch what ``append_replicated_records`` appended (consume-queue and index
+        entries); the dispatcher's error (a full disk) when it cannot, in which case the
+        next call, or the next append of a master, resumes from the same record."""
+        with self._put_lock:
+            self.dispatcher.catch_up()
+            if self.dispatcher.last_error is not None:
+                raise self.dispatcher.last_error
+
+    def append_replicated_records(self, physical_offset: int, data: bytes) -> int:
+        """``append_replicated`` without the dispatch: a slave acknowledges once the
+        CommitLog holds the bytes (what a failover needs; the consume queues and the index
+        are rebuilt from it) and dispatches after, as RocketMQ's slaves reput after
+        their HA append. Returns the new write offset."""
         with self._put_lock:
             if physical_offset != self.commitlog.write_offset:
                 raise ReplicaMismatch(
@@ -387,9 +406,6 @@ class MessageStore:
                     f"({problem}): the logs diverged below this point"
                 )
             self.commitlog.append_raw(physical_offset, data)
-            self.dispatcher.catch_up()
-            if self.dispatcher.last_error is not None:
-                raise self.dispatcher.last_error
             return self.commitlog.write_offset
 
     def truncate_to(self, physical_offset: int) -> None:
@@ -621,6 +637,8 @@ class MessageStore:
                 requests = self.commitlog.append(batch, now)
             except DiskFullError as error:
                 return PutResult(PutStatus.DISK_FULL, error=str(error)), None
+            for listener in self._append_listeners:
+                listener()
             self.dispatcher.dispatch(requests)
             end = self.commitlog.write_offset
         host = self.commitlog.store_host
@@ -1006,6 +1024,14 @@ class MessageStore:
         """The base offset of the segment appends go to, None before the first one."""
         last = self.commitlog.segments.last
         return None if last is None else last.base_offset
+
+    def add_append_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every append of new records to the CommitLog, before
+        they are dispatched, on the appending thread under the put lock (it must not
+        block): what copies the log elsewhere (a master's replication links) starts
+        while the consume-queue and index work is still to be done, as RocketMQ's HA
+        transfer reads the CommitLog independently of its reput."""
+        self._append_listeners.append(listener)
 
     def add_dispatch_listener(self, listener: DispatchListener) -> None:
         """Call ``listener`` with every dispatched batch, in log order, on the thread that
