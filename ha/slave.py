@@ -307,10 +307,13 @@ class ReplicationSlave:
                             return  # promoted meanwhile: no more of the old master's records
                         if epoch > self.epochs.last_epoch:
                             self.epochs.append(epoch, epoch_start)
-                        acked = store.append_replicated(offset, records)
+                        acked = store.append_replicated_records(offset, records)
                         if sync_flush:
                             await loop.run_in_executor(None, store.flush_log)
+                    # Acknowledged once the CommitLog holds the bytes; dispatched after.
                     write_frame(writer, ack_frame(macs.outgoing, acked))
+                    if records:
+                        store.dispatch_replicated()
                     await writer.drain()
         except TimeoutError:
             raise LinkError(
