@@ -36,6 +36,7 @@ from ha.link_auth import (
 from ha.master import CHUNK_BYTES, ReplicationMaster
 from ha.slave import ReplicationSlave
 from ha.wire import (
+    ACK,
     DATA_HEADER,
     FRAME_HEADER,
     PROTOCOL_VERSION,
@@ -701,3 +702,45 @@ def test_stopping_a_slave_waits_for_the_cut_it_began(tmp_path):
 
         asyncio.run(cut_then_stop())
         assert store.write_offset == 0 and slave.epochs.entries == []
+
+
+def test_a_slave_acknowledges_records_before_it_dispatches_them(tmp_path, monkeypatch):
+    """A slave's ACK says its CommitLog holds the bytes (what a failover needs); its own
+    consume-queue and index work comes after the ACK is written, off the SYNC write's
+    path, and leaves the same entries as the master's."""
+    import ha.slave
+
+    async def run() -> None:
+        async with honest_link(tmp_path) as link:
+            acked: list[int] = []  # the offsets of the ACKs written, in order
+            late: list[int] = []  # a chunk's end dispatched before its ACK was written
+            write = ha.slave.write_frame
+            store = link.slave_store
+            dispatch = store.dispatch_replicated
+
+            def writing(writer, frame: bytes) -> None:
+                if FRAME_HEADER.unpack_from(frame)[0] == Kind.ACK:
+                    acked.append(ACK.unpack_from(frame, FRAME_HEADER.size)[0])
+                write(writer, frame)
+
+            def dispatching() -> None:
+                end = store.commitlog.write_offset
+                if not acked or acked[-1] != end:
+                    late.append(end)
+                dispatch()
+
+            monkeypatch.setattr(ha.slave, "write_frame", writing)
+            monkeypatch.setattr(store, "dispatch_replicated", dispatching)
+            link.slave.start()
+            await link.caught_up()
+            await eventually(
+                lambda: (
+                    store.dispatcher.dispatched_offset == link.master_store.commitlog.write_offset
+                ),
+                "the slave's dispatch",
+            )
+            assert acked and not late
+            for (topic, queue_id), queue in link.master_store.consume_queues.queues.items():
+                assert store.consume_queues.get(topic, queue_id).max_offset == queue.max_offset
+
+    asyncio.run(run())

@@ -13,7 +13,9 @@ from collections.abc import Callable
 import pytest
 
 from ha.epochs import EpochHistory
+from ha.link_auth import MAC_BYTES, Handshake, Role, new_nonce, session_macs
 from ha.master import ReplicationMaster
+from ha.wire import DATA_HEADER, FRAME_HEADER, Kind
 from store.config import StoreConfig
 from store.message import Message
 from store.message_store import MessageStore
@@ -82,7 +84,7 @@ def master_of(store: MessageStore, clock: ManualClock, *, sync: bool = True, min
         clock=lambda: clock.now,
         call_later=clock.call_later,
     )
-    store.add_dispatch_listener(lambda requests: master.on_appended())
+    store.add_append_listener(master.on_appended)  # as ``ha.role`` wires it
     return master
 
 
@@ -208,5 +210,50 @@ def test_a_cut_tail_lowers_the_read_cap_to_the_cut(store):
         cut = first.appended[0].physical_offset + first.appended[0].size
         store.truncate_to(cut)
         assert store.confirmed_offset == cut == store.write_offset
+
+    asyncio.run(run())
+
+
+class CapturingWriter:
+    """A streaming link's writer that keeps what is written (nothing is ever buffered)."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.transport = self
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return False
+
+    def write(self, frame: bytes) -> None:
+        self.frames.append(frame)
+
+
+def test_a_streaming_link_is_written_in_the_append_before_the_dispatch(store):
+    """The copies of a SYNC write leave in the append itself (no task switch per link),
+    before the store writes its own consume-queue and index entries."""
+
+    async def run() -> None:
+        master = master_of(store, ManualClock())
+        master.activate(frozenset({"m", "s1"}))
+        start = store.write_offset
+        link = master.open_link("s1", start, start)
+        handshake = Handshake("group-1", "s1", new_nonce(), new_nonce())
+        link.writer = writer = CapturingWriter()
+        link.mac, link.sent = session_macs("secret", handshake, Role.MASTER).outgoing, start
+        written_at_dispatch: list[int] = []
+        store.add_dispatch_listener(lambda batch: written_at_dispatch.append(len(writer.frames)))
+        await put(store, b"copied at once")
+        end = store.write_offset
+        assert written_at_dispatch == [1]  # the frame was out before the dispatch
+        (frame,) = writer.frames
+        kind, _ = FRAME_HEADER.unpack_from(frame)
+        offset, epoch, _, _ = DATA_HEADER.unpack_from(frame, FRAME_HEADER.size)
+        assert (kind, offset, epoch) == (Kind.DATA, start, 1)
+        records = frame[FRAME_HEADER.size + DATA_HEADER.size : -MAC_BYTES]
+        assert records == store.read_records(start, end - start)
+        assert link.sent == end
 
     asyncio.run(run())

@@ -1064,6 +1064,47 @@ def test_replayed_chunks_dispatch_like_the_master_across_segment_rolls(tmp_path,
     slave.shutdown()
 
 
+def test_a_replica_appends_first_and_dispatches_after(tmp_path):
+    """A slave acknowledges once its CommitLog holds the master's bytes: the append alone
+    makes nothing readable, and its dispatch (consume queue, index) comes after and
+    finds the same entries as the master's."""
+    master = MessageStore.open(StoreConfig(str(tmp_path / "master"), **SMALL, **QUIET))
+    slave = MessageStore.open(StoreConfig(str(tmp_path / "slave"), **SMALL, **QUIET))
+    for i in range(5):
+        assert master.put_message(Message.build("T", b"x" * 100, unique_key=f"M{i}")).ok
+    chunk = master.commitlog.read_records(0, 10**6)
+    assert slave.append_replicated_records(0, chunk) == master.commitlog.write_offset
+    assert slave.max_offset_in_queue("T", 0) == 0  # held, not yet dispatched
+    assert slave.query_by_unique_key("T", "M4") is None
+    slave.dispatch_replicated()
+    assert slave.max_offset_in_queue("T", 0) == 5
+    assert slave.query_by_unique_key("T", "M4").body == b"x" * 100
+    assert assert_derived_files_agree(slave) == assert_derived_files_agree(master) == 5
+    master.shutdown()
+    slave.shutdown()
+
+
+def test_append_listeners_run_before_the_records_are_dispatched(tmp_path):
+    """What copies the log elsewhere (a master's replication links) hears of new records
+    when the CommitLog holds them and before their consume-queue and index entries are
+    written; the dispatch listeners hear of them after."""
+    store = MessageStore.open(StoreConfig(str(tmp_path / "store"), **SMALL, **QUIET))
+    heard: list[tuple[str, int, int]] = []
+    store.add_append_listener(
+        lambda: heard.append(("append", store.write_offset, store.max_offset_in_queue("T", 0)))
+    )
+    store.add_dispatch_listener(
+        lambda batch: heard.append(
+            ("dispatch", store.write_offset, store.max_offset_in_queue("T", 0))
+        )
+    )
+    result = store.put_messages([Message.build("T", b"one"), Message.build("T", b"two")])
+    assert result.ok
+    end = store.write_offset
+    assert heard == [("append", end, 0), ("dispatch", end, 2)]
+    store.shutdown()
+
+
 def test_a_replica_refuses_bytes_that_are_not_whole_records_at_its_end(tmp_path):
     """Invariant: a slave stores a master's bytes only when they are whole records that
     start at its own end. Logs that differ below that point (their epochs agree, their
