@@ -14,16 +14,17 @@ one is ``UNKNOWN``: a client choosing numbers makes no labels), a response code 
 RocketMQ's name when it has one, else its number (handlers answer only RocketMQ's codes);
 a oneway request that gets no answer counts as ``NONE``.
 
-Thread-safety: observed on the node's event loop; prometheus-client's children lock.
+Thread-safety: observed and served on the node's event loop (``node/loop_metrics.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge
 
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from node.loop_metrics import LoopHistogram
 from node.metrics_rpc import RPC_BUCKETS_S
 
 UNKNOWN_CODE = "UNKNOWN"
@@ -56,7 +57,7 @@ class RemotingMetrics:
         node_values: tuple[str, ...],
     ) -> None:
         self.node_values = node_values
-        self.latency = Histogram(
+        self.latency = LoopHistogram(
             "rocketmq_remoting_latency_seconds",
             "Time to answer a remoting request, by request and response code",
             [*node_labels, "request_code", "response_code"],

@@ -11,11 +11,12 @@ traffic, after the node answered (so only topics and groups that exist become la
 
 Bidirectional streams (Telemetry) live as long as a client; they are passed through
 untimed. Cost on the send path: one wrapper call, one ``perf_counter`` pair, one histogram
-observation and two counter increments per request, plus the request's ``ByteSize()``
-(C code; ~0.3 µs per message of a batch).
+observation and two counter increments per request (plain numbers, no locks:
+``node/loop_metrics.py``), plus the request's ``ByteSize()`` (C code; ~0.3 µs per message
+of a batch).
 
-Thread-safety: the wrapped handlers run on the node's event loop; prometheus-client's
-children take their own locks.
+Thread-safety: the wrapped handlers run on the node's event loop, where ``/metrics`` is
+served too: the series are ``node.loop_metrics``'s lock-free ones.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ import inspect
 from time import perf_counter
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from node.loop_metrics import LoopCounter, LoopHistogram
 
 RPC_BUCKETS_S = (
     0.0005,
@@ -67,39 +69,39 @@ class RpcMetrics:
         node_values: tuple[str, ...],
     ) -> None:
         self.node_values = node_values
-        self.rpc_latency = Histogram(
+        self.rpc_latency = LoopHistogram(
             "rocketmq_rpc_latency_seconds",
             "Time to answer an RPC (streams: until their last message)",
             [*node_labels, "method", "code"],
             buckets=RPC_BUCKETS_S,
             registry=registry,
         )
-        self.send_latency = Histogram(
+        self.send_latency = LoopHistogram(
             "ferrymq_send_latency_seconds",
             "Time to answer SendMessage or Data.Produce, by the RocketMQ status code",
             [*node_labels, "status"],
             buckets=SEND_BUCKETS_S,
             registry=registry,
         )
-        self.messages_in = Counter(
+        self.messages_in = LoopCounter(
             "rocketmq_messages_in_total",
             "Messages stored by SendMessage and Data.Produce",
             [*node_labels, "topic"],
             registry=registry,
         )
-        self.bytes_in = Counter(
+        self.bytes_in = LoopCounter(
             "rocketmq_throughput_in_total",
             "Bytes of the send requests stored (SendMessage serialized, Produce records)",
             [*node_labels, "topic"],
             registry=registry,
         )
-        self.messages_out = Counter(
+        self.messages_out = LoopCounter(
             "rocketmq_messages_out_total",
             "Messages delivered by PullMessage, ReceiveMessage and Data.Fetch",
             [*node_labels, "topic", "group"],
             registry=registry,
         )
-        self.bytes_out = Counter(
+        self.bytes_out = LoopCounter(
             "rocketmq_throughput_out_total",
             "Bytes delivered: message bodies (pull, receive) or whole records (Data.Fetch)",
             [*node_labels, "topic", "group"],
