@@ -293,8 +293,11 @@ class KafkaKraft:
         return time.perf_counter() - started
 
     def inflight_send(self, count: int, in_flight: int) -> float:
+        """Kafka's ordinary producer, as in ``spread_send``: the latency producer sends
+        each of the ``in_flight`` messages as a request of its own."""
+
         def workload(topic: str) -> float:
-            producer = self._producer()
+            producer = self._ordinary_producer()
             self._send_windowed(producer, topic, WARMUP, 8)
             return self._send_windowed(producer, topic, count, in_flight)
 

@@ -218,3 +218,17 @@ def test_kafka_spreads_over_topics_with_kafkas_ordinary_producer(monkeypatch):
     assert producer.config["linger.ms"] > 0
     assert producer.topics == names + names * 200  # one untimed each, then round-robin
     assert producer.most_outstanding == kafka_kraft.IN_FLIGHT
+
+
+def test_kafkas_256_in_flight_sends_with_kafkas_ordinary_producer(monkeypatch):
+    monkeypatch.setattr(kafka_kraft, "Producer", RecordingProducer)
+    RecordingProducer.made.clear()
+    peer = kafka_kraft.KafkaKraft()
+    monkeypatch.setattr(peer, "_run", lambda workload: workload("bench1"))
+    assert peer.inflight_send(1000, kafka_kraft.IN_FLIGHT) > 0
+    [producer] = RecordingProducer.made
+    assert {k: producer.config[k] for k in kafka_kraft.ORDINARY_PRODUCER} == (
+        kafka_kraft.ORDINARY_PRODUCER
+    )
+    assert producer.topics == ["bench1"] * (kafka_kraft.WARMUP + 1000)
+    assert producer.most_outstanding == kafka_kraft.IN_FLIGHT
