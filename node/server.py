@@ -82,6 +82,20 @@ GC_THRESHOLDS = (50_000, 20, 100)
 MAX_MESSAGE_BYTES = 64 << 20
 
 
+def grpc_server_options(max_concurrent_rpcs: int) -> list[tuple[str, int]]:
+    """The client port's channel options. gRPC's core queues the calls that arrive before
+    the asyncio server takes them, and past 1,000 queued (its default) it cancels them:
+    a client with 2,048 sends in flight saw some end CANCELLED, unanswered. The queue is
+    allowed as many calls as ``max_concurrent_rpcs`` (twice as many before core refuses
+    outright), so that a flood gets the limiter's RESOURCE_EXHAUSTED, not a cancellation."""
+    return [
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.server.max_pending_requests", max_concurrent_rpcs),
+        ("grpc.server.max_pending_requests_hard_limit", 2 * max_concurrent_rpcs),
+    ]
+
+
 class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
@@ -158,12 +172,9 @@ class Node:
             wrappers.append(MethodAccess(self.access).wrap)
             if not security.tls:
                 log.warning(PLAINTEXT_AUTH_WARNING, config.security.clock_skew_s)
+        limit = config.messages.max_concurrent_rpcs
         self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ],
-            maximum_concurrent_rpcs=config.messages.max_concurrent_rpcs,
+            options=grpc_server_options(limit), maximum_concurrent_rpcs=limit
         )
         listen = f"{config.host}:{config.ports.grpc}"
         if security.tls:

@@ -7,7 +7,11 @@ system with its own admin API from this process (ferrymq's Admin; Kafka's AdminC
 configs per UPDATE_AND_CREATE_TOPIC_LIST request): one queue (partition) each, replicated
 as the system's other topics are. At each level a producer sends ``count`` 1 KiB messages
 spread round-robin over every topic created so far, ``IN_FLIGHT`` outstanding, after one
-untimed message per topic (routes, metadata and connections are warm): msgs/s.
+untimed message per topic (routes, metadata and connections are warm): msgs/s. Each
+producer has its client's ordinary settings: Kafka's its own defaults (acks=all,
+idempotence, 5 requests in flight per broker, linger 5 ms: ``kafka_kraft.ORDINARY_PRODUCER``),
+not the one-message-at-a-time latency producer of the sequential workloads. librdkafka puts
+one partition in each produce request, so over many topics its requests carry few messages.
 
 **Backlog.** One topic (8 queues) filled with 1 and 4 GiB of 1 KiB messages (batched,
 the fill rate recorded too); read from the beginning by a fresh consumer while it is all

@@ -171,3 +171,64 @@ def test_ferrymq_through_the_official_client_is_not_a_peer_in_the_ratios():
     }
     assert report.ratios(peers)["ratio_consume"]["best_peer"] == "rocketmq"
     assert report.ratios(peers)["ratio_consume"]["ratio"] == 2.0
+
+
+class RecordingProducer:
+    """confluent_kafka.Producer's calls that ``KafkaKraft`` makes: each produce is
+    delivered at the next poll or flush."""
+
+    made: list[RecordingProducer] = []
+
+    def __init__(self, config: dict) -> None:
+        self.config = config
+        self.topics: list[str] = []
+        self.waiting: list = []
+        self.most_outstanding = 0
+        RecordingProducer.made.append(self)
+
+    def produce(self, topic: str, body: bytes, on_delivery) -> None:
+        self.topics.append(topic)
+        self.waiting.append(on_delivery)
+        self.most_outstanding = max(self.most_outstanding, len(self.waiting))
+
+    def poll(self, timeout: float) -> int:
+        delivered, self.waiting = self.waiting, []
+        for callback in delivered:
+            callback(None, None)
+        return len(delivered)
+
+    def flush(self, timeout: float) -> int:
+        self.poll(timeout)
+        return 0
+
+
+def test_kafka_spreads_over_topics_with_kafkas_ordinary_producer(monkeypatch):
+    """The topics part once used the latency producer (linger 0, a million requests in
+    flight): one request per message, each waiting for its replicas, 120 msgs/s over 1,000
+    topics. It sends with Kafka's own defaults, the same 256 outstanding as the others."""
+    monkeypatch.setattr(kafka_kraft, "Producer", RecordingProducer)
+    RecordingProducer.made.clear()
+    peer = kafka_kraft.KafkaKraft()
+    names = ["Spread00000", "Spread00001", "Spread00002"]
+    assert peer.spread_send(names, 600) > 0
+    [producer] = RecordingProducer.made
+    assert producer.config["acks"] == "all"
+    assert producer.config["enable.idempotence"] is True
+    assert producer.config["max.in.flight.requests.per.connection"] <= 5
+    assert producer.config["linger.ms"] > 0
+    assert producer.topics == names + names * 200  # one untimed each, then round-robin
+    assert producer.most_outstanding == kafka_kraft.IN_FLIGHT
+
+
+def test_kafkas_256_in_flight_sends_with_kafkas_ordinary_producer(monkeypatch):
+    monkeypatch.setattr(kafka_kraft, "Producer", RecordingProducer)
+    RecordingProducer.made.clear()
+    peer = kafka_kraft.KafkaKraft()
+    monkeypatch.setattr(peer, "_run", lambda workload: workload("bench1"))
+    assert peer.inflight_send(1000, kafka_kraft.IN_FLIGHT) > 0
+    [producer] = RecordingProducer.made
+    assert {k: producer.config[k] for k in kafka_kraft.ORDINARY_PRODUCER} == (
+        kafka_kraft.ORDINARY_PRODUCER
+    )
+    assert producer.topics == ["bench1"] * (kafka_kraft.WARMUP + 1000)
+    assert producer.most_outstanding == kafka_kraft.IN_FLIGHT

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 
 import grpc
 import pytest
 
+from ferrymq.codec.headers import PINNED_QUEUE
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
@@ -106,6 +108,51 @@ def test_calls_beyond_the_concurrency_limit_are_refused_until_some_end(limited_n
             assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
             assert time.monotonic() < deadline, "slots not freed after the polls ended"
     assert route.status.code == pb.OK
+
+
+SENDS_AT_ONCE = 2048  # the official client's window in bench.peers' batched send
+
+
+def test_thousands_of_sends_arriving_at_once_are_all_answered_and_stored(node):
+    """gRPC's core cancelled the calls queued past 1,000 before the server took them
+    (``node.server.grpc_server_options``): each must be answered, and stored."""
+    channel, _, admin = stubs(node.address)
+    create_topic(admin, "burst", queues=1)
+    before = stored_in(node.address, "burst")
+    channel.close()
+
+    async def send_all() -> list[str]:
+        async with grpc.aio.insecure_channel(node.address) as aio_channel:
+            send = aio_channel.unary_unary(
+                "/apache.rocketmq.v2.MessagingService/SendMessage",
+                request_serializer=rpc.SendMessageRequest.SerializeToString,
+                response_deserializer=rpc.SendMessageResponse.FromString,
+            )
+
+            async def one(i: int) -> str:
+                request = rpc.SendMessageRequest(messages=[message("burst", b"b" * 1024, f"M{i}")])
+                try:
+                    answer = await send(request, metadata=[PINNED_QUEUE], timeout=60)
+                except grpc.aio.AioRpcError as error:
+                    return error.code().name
+                return pb.Code.Name(answer.status.code)
+
+            return await asyncio.gather(*(one(i) for i in range(SENDS_AT_ONCE)))
+
+    answers = asyncio.run(send_all())
+    assert Counter(answers) == {"OK": SENDS_AT_ONCE}
+    assert stored_in(node.address, "burst") == before + SENDS_AT_ONCE
+
+
+def stored_in(address: str, topic: str) -> int:
+    channel, messaging, _ = stubs(address)
+    try:
+        request = rpc.QueryOffsetRequest(
+            message_queue=queue_of(topic, 0), query_offset_policy=pb.END
+        )
+        return messaging.QueryOffset(request).offset
+    finally:
+        channel.close()
 
 
 # ---- in-process: Telemetry and the orphan-check registry -------------------------------
