@@ -22,6 +22,7 @@ from tests.support.remoting_client import (
     RemotingClient,
     json_of,
     properties_text,
+    pull_fields,
     send_v2,
 )
 from tests.support.rpc import create_topic, stubs
@@ -60,22 +61,7 @@ def records(answer) -> list:
 
 
 def pull(client, topic: str, queue_id: int, offset: int, group: str = "G") -> list:
-    answer = client.call(
-        RequestCode.PULL_MESSAGE,
-        {
-            "consumerGroup": group,
-            "topic": topic,
-            "queueId": str(queue_id),
-            "queueOffset": str(offset),
-            "maxMsgNums": "32",
-            "sysFlag": "4",
-            "commitOffset": "0",
-            "suspendTimeoutMillis": "0",
-            "subscription": "*",
-            "subVersion": "0",
-            "expressionType": "TAG",
-        },
-    )
+    answer = client.call(RequestCode.PULL_MESSAGE, pull_fields(group, topic, queue_id, offset))
     assert answer.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), answer
     return records(answer) if answer.code == ResponseCode.SUCCESS else []
 

@@ -5,14 +5,12 @@ answered SUBSCRIPTION_GROUP_NOT_EXIST and creates nothing."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support.nodes import start_node
-from tests.support.remoting_client import RemotingClient
+from tests.support.remoting_client import RemotingClient, heartbeat_body, pull_fields
 from tests.support.rpc import create_topic, stubs
 
 OFF_TOML = """
@@ -48,39 +46,13 @@ def group_names(admin) -> set[str]:
     return {g.name for g in admin.ListGroups(api.ListGroupsRequest()).groups}
 
 
-def heartbeat_body(group: str) -> bytes:
-    consumer = {
-        "groupName": group,
-        "consumeType": "CONSUME_PASSIVELY",
-        "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-        "unitMode": False,
-        "subscriptionDataSet": [
-            {"topic": "T", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 0}
-        ],
-    }
-    return json.dumps({"clientID": "127.0.0.1@7#1", "consumerDataSet": [consumer]}).encode()
-
-
 def heartbeat(client, group: str):
-    return client.call(RequestCode.HEART_BEAT, {}, heartbeat_body(group))
+    body = heartbeat_body("127.0.0.1@7#1", (group,), "T", producer=False)
+    return client.call(RequestCode.HEART_BEAT, {}, body)
 
 
 def pull(client, group: str):
-    fields = {
-        "consumerGroup": group,
-        "topic": "T",
-        "queueId": "0",
-        "queueOffset": "0",
-        "maxMsgNums": "32",
-        "sysFlag": "4",
-        "commitOffset": "0",
-        "suspendTimeoutMillis": "0",
-        "subscription": "*",
-        "subVersion": "0",
-        "expressionType": "TAG",
-    }
-    return client.call(RequestCode.PULL_MESSAGE, fields)
+    return client.call(RequestCode.PULL_MESSAGE, pull_fields(group, "T"))
 
 
 def query_offset(client, group: str):

@@ -4,7 +4,6 @@ their ids, tags, keys and properties intact."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -21,7 +20,13 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support.nodes import start_node
-from tests.support.remoting_client import RemotingClient, json_of, send_v2
+from tests.support.remoting_client import (
+    RemotingClient,
+    heartbeat_body,
+    json_of,
+    pull_fields,
+    send_v2,
+)
 from tests.support.rpc import create_topic, queue_of, stubs
 
 CLIENT_ID = "127.0.0.1@4242#1"
@@ -50,19 +55,7 @@ def client(node):
 
 
 def pull(client, topic: str, queue_id: int, offset: int, **fields: str):
-    header = {
-        "consumerGroup": "G",
-        "topic": topic,
-        "queueId": str(queue_id),
-        "queueOffset": str(offset),
-        "maxMsgNums": "32",
-        "sysFlag": "4",  # the subscription travels with the pull
-        "commitOffset": "0",
-        "suspendTimeoutMillis": "0",
-        "subscription": "*",
-        "subVersion": "0",
-        "expressionType": "TAG",
-    }
+    header = pull_fields("G", topic, queue_id, offset)
     header.update(fields)
     return client.call(RequestCode.PULL_MESSAGE, header)
 
@@ -77,32 +70,8 @@ def records(answer) -> list:
 
 
 def heartbeat(client, groups=("G",), client_id=CLIENT_ID, topic="T", expression="*"):
-    body = {
-        "clientID": client_id,
-        "producerDataSet": [{"groupName": "CLIENT_INNER_PRODUCER"}],
-        "consumerDataSet": [
-            {
-                "groupName": group,
-                "consumeType": "CONSUME_PASSIVELY",
-                "messageModel": "CLUSTERING",
-                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                "unitMode": False,
-                "subscriptionDataSet": [
-                    {
-                        "topic": topic,
-                        "subString": expression,
-                        "tagsSet": [],
-                        "codeSet": [],
-                        "subVersion": 1,
-                        "expressionType": "TAG",
-                        "classFilterMode": False,
-                    }
-                ],
-            }
-            for group in groups
-        ],
-    }
-    return client.call(RequestCode.HEART_BEAT, body=json.dumps(body).encode())
+    body = heartbeat_body(client_id, groups, topic, expression)
+    return client.call(RequestCode.HEART_BEAT, body=body)
 
 
 def max_offset(client, topic: str, queue_id: int) -> int:

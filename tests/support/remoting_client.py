@@ -157,26 +157,62 @@ def send_v2(client, topic: str, body: bytes, queue_id: int = 0, **properties: st
     )
 
 
+def pull_fields(group: str, topic: str, queue_id: int = 0, offset: int = 0) -> dict[str, str]:
+    """A PULL_MESSAGE header as the 4.x client sends it (32 at most, no wait, the ``*``
+    subscription travelling with the pull); a test changes what it needs."""
+    return {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": "32",
+        "sysFlag": "4",  # the subscription travels with the pull
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "0",
+        "subscription": "*",
+        "subVersion": "0",
+        "expressionType": "TAG",
+    }
+
+
+def heartbeat_body(
+    client_id: str, groups, topic: str, expression: str = "*", producer: bool = True
+) -> bytes:
+    """A HEART_BEAT body: a CLUSTERING pull consumer of ``topic`` in each of ``groups``
+    (and the client's inner producer group)."""
+    body = {
+        "clientID": client_id,
+        "producerDataSet": [{"groupName": "CLIENT_INNER_PRODUCER"}] if producer else [],
+        "consumerDataSet": [
+            {
+                "groupName": group,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "unitMode": False,
+                "subscriptionDataSet": [
+                    {
+                        "topic": topic,
+                        "subString": expression,
+                        "tagsSet": [],
+                        "codeSet": [],
+                        "subVersion": 1,
+                        "expressionType": "TAG",
+                        "classFilterMode": False,
+                    }
+                ],
+            }
+            for group in groups
+        ],
+    }
+    return json.dumps(body).encode()
+
+
 def queue_records(address: str, topic: str, group: str, queue_id: int = 0) -> list:
     """Every record of ``topic`` queue ``queue_id`` (the first 32), pulled over the
     remoting port for ``group``: how a test reads a retry or dead-letter topic."""
     with RemotingClient(address) as client:
-        answer = client.call(
-            RequestCode.PULL_MESSAGE,
-            {
-                "consumerGroup": group,
-                "topic": topic,
-                "queueId": str(queue_id),
-                "queueOffset": "0",
-                "maxMsgNums": "32",
-                "sysFlag": "4",
-                "commitOffset": "0",
-                "suspendTimeoutMillis": "0",
-                "subscription": "*",
-                "subVersion": "0",
-                "expressionType": "TAG",
-            },
-        )
+        answer = client.call(RequestCode.PULL_MESSAGE, pull_fields(group, topic, queue_id))
     found, position = [], 0
     if answer.code != 0:
         return found
