@@ -29,7 +29,8 @@ routing change, polling every ``RETRY_S`` meanwhile) and tries again, for at mos
 in its response status, so the client retries as after any refused call. A master that
 answers ``HA_NOT_AVAILABLE`` itself (it refused before writing anything: a new master
 whose lease is not renewed yet, too few in-sync replicas) is asked again for up to
-``REFUSAL_RETRY_S``, then its answer is relayed. A retried SendMessage the dead master may
+``REFUSAL_RETRY_S`` from its first refusal (however long the call waited for the election
+before), then its answer is relayed. A retried SendMessage the dead master may
 have stored is sent again: what a client's own retry does (at least once).
 
 A forwarded call is never forwarded again: a node that receives a proof-carrying call for
@@ -372,7 +373,7 @@ class Forwarder:
 
     async def _forward_unary(self, method: str, group: str, request, context, response_class):
         deadline, wait_until = self._timing(context)
-        refusals_until = min(wait_until, time.monotonic() + REFUSAL_RETRY_S)
+        refusals_until: float | None = None  # set by the first refusal
         metadata = self._metadata(method, context)
         last = "no master elected"
         waited = False
@@ -390,7 +391,10 @@ class Forwarder:
                 last = f"{master.node_id} at {master.address}: {error.details()}"
             else:
                 refused = _not_serving_yet(answer, response_class)
-                if refused is None or time.monotonic() >= refusals_until:
+                if refused is None:
+                    return answer
+                refusals_until = refusals_until or _refusals_until(wait_until)
+                if time.monotonic() >= refusals_until:
                     return answer
                 last = f"{master.node_id} at {master.address}: {refused}"
             if time.monotonic() >= wait_until:
@@ -399,7 +403,7 @@ class Forwarder:
 
     async def _forward_stream(self, method: str, group: str, request, context, response_class):
         deadline, wait_until = self._timing(context)
-        refusals_until = min(wait_until, time.monotonic() + REFUSAL_RETRY_S)
+        refusals_until: float | None = None  # set by the first refusal
         metadata = self._metadata(method, context)
         last = "no master elected"
         waited = False
@@ -414,9 +418,10 @@ class Forwarder:
             responses = call(request, metadata=metadata, timeout=deadline - time.monotonic())
             try:
                 async for response in responses:
-                    if not relayed and time.monotonic() < refusals_until:
-                        refused = _not_serving_yet(response, response_class)
-                        if refused is not None:
+                    refused = None if relayed else _not_serving_yet(response, response_class)
+                    if refused is not None:
+                        refusals_until = refusals_until or _refusals_until(wait_until)
+                        if time.monotonic() < refusals_until:
                             last = f"{master.node_id} at {master.address}: {refused}"
                             responses.cancel()
                             break
@@ -437,6 +442,13 @@ class Forwarder:
                 yield _no_master(group, self.wait_cap_s, last)
                 return
             waited = True
+
+
+def _refusals_until(wait_until: float) -> float:
+    """How long a master that began refusing is asked again: the window runs from its
+    first refusal, not from the call's start, so a call that already waited out an
+    election still gives the new master time to renew its lease."""
+    return min(wait_until, time.monotonic() + REFUSAL_RETRY_S)
 
 
 def _not_serving_yet(answer: bytes, response_class) -> str | None:

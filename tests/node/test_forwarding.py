@@ -19,6 +19,7 @@ import pytest
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from node import forwarding
 from node.access import AccessControl, MethodAccess
 from node.authentication import Authenticator, signature_headers
 from node.config import SecurityOptions
@@ -87,6 +88,7 @@ class Seen:
 
     calls: list[tuple[str, str, dict]] = field(default_factory=list)
     refuse_sends: int = 0  # answer this many sends HA_NOT_AVAILABLE (a new master)
+    refuse_receives: int = 0  # and this many receives
     cancelled: int = 0  # long polls cancelled
 
 
@@ -113,6 +115,12 @@ class Recording(service_pb2_grpc.MessagingServiceServicer):
 
     async def ReceiveMessage(self, request, context):
         self._record("ReceiveMessage", context)
+        if self.seen.refuse_receives:
+            self.seen.refuse_receives -= 1
+            yield rpc.ReceiveMessageResponse(
+                status=pb.Status(code=pb.HA_NOT_AVAILABLE, message="lease not renewed yet")
+            )
+            return
         if request.group.name == "long-poll":
             try:
                 await asyncio.sleep(60)  # a long poll nothing wakes
@@ -460,6 +468,39 @@ def test_a_master_refusing_for_now_is_asked_again_and_a_lasting_refusal_is_relay
             assert answer.status.code == pb.HA_NOT_AVAILABLE
             assert answer.status.message == "lease not renewed yet"  # the master's own
             assert time.monotonic() - started < 5
+
+    run(scenario)
+
+
+def test_a_new_master_that_refuses_after_a_long_election_is_still_asked_again(monkeypatch):
+    """The refusal window runs from the first refusal: a call that waited out an election
+    longer than the window still lets the new master renew its lease (a CI failure: an ack
+    through a slave got the new master's "could not renew its lease" right after a kill)."""
+    monkeypatch.setattr(forwarding, "REFUSAL_RETRY_S", 0.6)
+
+    async def scenario():
+        async with (
+            Cluster(["n1", "n2"]) as cluster,  # no master yet: an election under way
+            grpc.aio.insecure_channel(cluster.address("n2")) as channel,
+        ):
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            loop = asyncio.get_running_loop()
+            seen = cluster.seen["n1"]
+            seen.refuse_sends = seen.refuse_receives = 2  # the new master renewing its lease
+            started = time.monotonic()
+            loop.call_later(1.0, cluster.elect, "n1", 1)  # longer than the window
+            answer = await stub.SendMessage(send_request(), timeout=10)
+            assert answer.status.code == pb.OK, answer.status
+            assert [c[0] for c in seen.calls] == ["SendMessage"] * 3
+            assert time.monotonic() - started >= 1.0
+            cluster.masters, seen.calls = set(), []  # the master dies: another election
+            cluster.set_routing(master=None, epoch=1)
+            started = time.monotonic()
+            loop.call_later(1.0, cluster.elect, "n1", 2)
+            stream = [r async for r in stub.ReceiveMessage(receive_request(), timeout=10)]
+            assert stream[0].status.code == pb.OK, stream[0].status
+            assert [c[0] for c in seen.calls] == ["ReceiveMessage"] * 3
+            assert time.monotonic() - started >= 1.0
 
     run(scenario)
 
