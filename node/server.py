@@ -14,7 +14,6 @@ the broker and NameServer roles, ``node/remoting/``). The event loop is uvloop's
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import gc
 import logging
@@ -45,6 +44,7 @@ from node.forwarding import Forwarder
 from node.group_creation import GroupsOnFirstUse
 from node.group_members import GroupMembers
 from node.handle_key import receipt_handle_key
+from node.heartbeat import Heartbeat
 from node.long_polling import QueueWaiters
 from node.messaging_service import MessagingService
 from node.method_wrapping import add_wrapped
@@ -115,7 +115,13 @@ class Node:
         self._raft_port_held: socket.socket | None = None  # a standalone voter's port
         self.topics = TopicTable()
         self._states_ready = False
-        self._heartbeat_now = asyncio.Event()  # set: heartbeat (renew the lease) now
+        self.heartbeat = Heartbeat(
+            interval_s=config.cluster.heartbeat_interval_ms / 1000,
+            sample=self._heartbeat_sample,
+            submit=lambda heartbeat, timeout_s: self.routing.submit(heartbeat, timeout_s=timeout_s),
+            on_renewed=self._lease_renewed,
+            register=self._register,
+        )
 
     @property
     def grpc_address(self) -> str:
@@ -311,7 +317,7 @@ class Node:
             unclean_election=config.replication.unclean_election,
         )
         self._routing_tasks = [
-            asyncio.create_task(self._heartbeat()),
+            asyncio.create_task(self.heartbeat.run()),
             asyncio.create_task(controller.run()),
             asyncio.create_task(self.replication.maintain()),
         ]
@@ -394,7 +400,7 @@ class Node:
             standalone=cluster.standalone,
             reload_states=self._reload_states,
             on_confirmed=lambda offset: self.waiters.wake_all(),
-            renew_lease_now=self._heartbeat_now.set,
+            renew_lease_now=self.heartbeat.renew_now,
         )
         # A standalone node has no slaves to dial it: any free port will do.
         ha_port = 0 if cluster.standalone else config.ports.replication
@@ -475,31 +481,17 @@ class Node:
         assert self.routing is not None
         self.routing.read(lambda state: self.topics.refresh(state, self.config.group))
 
-    async def _heartbeat(self) -> None:
-        interval_s = self.config.cluster.heartbeat_interval_ms / 1000
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._heartbeat_now.wait(), interval_s)
-            self._heartbeat_now.clear()
-            store = self.raw_store
-            heartbeat = NodeHeartbeat(
-                self.config.id,
-                store.write_offset,
-                int(time.time() * 1000),
-                damaged_log=store.damage.unrefilled,
-            )
-            sent_at = time.monotonic()
-            try:
-                result = await self.routing.submit(heartbeat, timeout_s=interval_s * 2)
-                if result.ok:
-                    # The lease runs from when the heartbeat left, not when it committed.
-                    self.replication.lease_renewed_at = sent_at
-                elif result.reason == "UNKNOWN_NODE":
-                    await self._register(time.monotonic() + interval_s * 2)
-            except RoutingUnavailable as error:
-                log.warning("heartbeat not committed: %s", error.detail)
-            except Exception:  # one failed heartbeat must not end them
-                log.exception("heartbeat failed")
+    def _heartbeat_sample(self) -> NodeHeartbeat:
+        store = self.raw_store
+        return NodeHeartbeat(
+            self.config.id,
+            store.write_offset,
+            int(time.time() * 1000),
+            damaged_log=store.damage.unrefilled,
+        )
+
+    def _lease_renewed(self, sent_at: float) -> None:
+        self.replication.lease_renewed_at = sent_at
 
     async def _housekeep(self) -> None:
         loop = asyncio.get_running_loop()
