@@ -2,6 +2,13 @@
 where one ``mqadmin`` JVM per call would be far too slow (10,000 topics) or would add a
 JVM start to what is timed (finding the master before a kill). Frames are ferrymq's
 remoting codec (``ferrymq.codec.remoting``), JSON headers, one connection per call.
+
+The backlog (``send_batches``, ``pull_all``) is written and read straight from the master
+broker over its remoting port, as a 4.x client does (``SEND_BATCH_MESSAGE``, then
+``PULL_MESSAGE`` of up to 32 messages per queue, one pull in flight per queue): the
+official Python client through the proxy sends and receives ~1,000 messages a second here,
+so gigabytes would measure the client for hours, not the broker. ferrymq's SDK reads and
+writes over the same protocol.
 """
 
 from __future__ import annotations
@@ -10,10 +17,13 @@ import itertools
 import json
 import re
 import socket
+import struct
+import time
 
 from ferrymq.codec.errors import CodecError
 from ferrymq.codec.remoting import FRAME_LENGTH, RemotingCommand, decode, encode, frame_length
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from ferrymq.codec.remoting_messages import BatchedMessage, encode_batch
 
 UPDATE_AND_CREATE_TOPIC_LIST = 18  # to a master broker; body {"topicConfigList": [...]}
 GET_ROUTEINFO_BY_TOPIC = RequestCode.GET_ROUTEINFO_BY_TOPIC  # to the name server; "topic"
@@ -119,3 +129,118 @@ def create_topics(broker: str, names: list[str], queues: int, timeout_s: float =
     registers them with the name server."""
     body = json.dumps({"topicConfigList": [topic_config(n, queues) for n in names]}).encode()
     call(broker, UPDATE_AND_CREATE_TOPIC_LIST, body=body, timeout_s=timeout_s)
+
+
+# ---- a backlog straight to and from the master broker ---------------------------------
+RECORD_SIZE = struct.Struct(">i")  # a stored message starts with its total size
+PULL_BATCH = 32  # the 4.x client's pullBatchSize
+PULL_SYSFLAG_SUBSCRIPTION = 0x4  # the subscription travels with the pull
+PULL_SYSFLAG_SUSPEND = 0x2  # long polling
+
+
+def send_batches(
+    broker: str, topic: str, count: int, body: bytes, batch: int, in_flight: int, queues: int
+) -> float:
+    """Seconds to send ``count`` messages of ``body`` in ``SEND_BATCH_MESSAGE``s of
+    ``batch``, ``in_flight`` batches outstanding on one connection, queues round-robin."""
+    encoded = {n: encode_batch([BatchedMessage(0, body, b"")] * n) for n in {batch, count % batch}}
+    host, _, port = broker.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        outstanding: dict[int, int] = {}
+        sent = acknowledged = batches_sent = 0
+        started = time.perf_counter()
+        while acknowledged < count:
+            while len(outstanding) < in_flight and sent < count:
+                n = min(batch, count - sent)
+                fields = {
+                    "a": "bench-backlog",
+                    "b": topic,
+                    "c": "TBW102",
+                    "d": "4",
+                    "e": str(batches_sent % queues),
+                    "f": "0",
+                    "g": str(int(time.time() * 1000)),
+                    "h": "0",
+                    "i": "",
+                    "j": "0",
+                    "k": "false",
+                    "m": "true",
+                }
+                command = request(RequestCode.SEND_BATCH_MESSAGE, fields, encoded[n])
+                sock.sendall(encode(command))
+                outstanding[command.opaque] = n
+                sent += n
+                batches_sent += 1
+            answer = read_command(sock)
+            n = outstanding.pop(answer.opaque)
+            if answer.code != ResponseCode.SUCCESS:
+                raise RemotingError(f"batch send to {broker}: code {answer.code}: {answer.remark}")
+            acknowledged += n
+        return time.perf_counter() - started
+
+
+def count_records(body: bytes) -> int:
+    """How many stored messages a PULL_MESSAGE answer's body holds."""
+    found, position = 0, 0
+    while position + RECORD_SIZE.size <= len(body):
+        (size,) = RECORD_SIZE.unpack_from(body, position)
+        if size <= 0:
+            raise RemotingError(f"a stored message of {size} bytes at byte {position}")
+        position += size
+        found += 1
+    if position != len(body):
+        raise RemotingError(f"a pull answer of {len(body)} bytes ends inside a message")
+    return found
+
+
+def pull_all(broker: str, topic: str, group: str, queues: int, count: int, wait_s: float) -> float:
+    """Seconds to read ``count`` messages of ``topic`` from the start of its ``queues``,
+    one PULL_MESSAGE of up to ``PULL_BATCH`` in flight per queue on one connection (an
+    empty queue is asked again with a long poll); ``RemotingError`` after ``wait_s``."""
+    host, _, port = broker.rpartition(":")
+    offsets = dict.fromkeys(range(queues), 0)
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        outstanding: dict[int, int] = {}
+
+        def pull(queue: int, suspend: bool) -> None:
+            fields = {
+                "consumerGroup": group,
+                "topic": topic,
+                "queueId": str(queue),
+                "queueOffset": str(offsets[queue]),
+                "maxMsgNums": str(PULL_BATCH),
+                "sysFlag": str(
+                    PULL_SYSFLAG_SUBSCRIPTION | (PULL_SYSFLAG_SUSPEND if suspend else 0)
+                ),
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "1000" if suspend else "0",
+                "subscription": "*",
+                "subVersion": "0",
+                "expressionType": "TAG",
+            }
+            command = request(RequestCode.PULL_MESSAGE, fields)
+            sock.sendall(encode(command))
+            outstanding[command.opaque] = queue
+
+        received = 0
+        deadline = time.monotonic() + wait_s
+        started = time.perf_counter()
+        for queue in offsets:
+            pull(queue, suspend=False)
+        while received < count:
+            if time.monotonic() > deadline:
+                raise RemotingError(f"read {received} of {count} from {broker}")
+            answer = read_command(sock)
+            queue = outstanding.pop(answer.opaque)
+            if answer.code == ResponseCode.SUCCESS:
+                received += count_records(answer.body)
+            elif answer.code not in (
+                ResponseCode.PULL_NOT_FOUND,
+                ResponseCode.PULL_RETRY_IMMEDIATELY,
+                ResponseCode.PULL_OFFSET_MOVED,
+            ):
+                raise RemotingError(f"pull from {broker}: code {answer.code}: {answer.remark}")
+            offsets[queue] = int(answer.ext_fields.get("nextBeginOffset", offsets[queue]))
+            if received < count:
+                pull(queue, suspend=answer.code == ResponseCode.PULL_NOT_FOUND)
+        return time.perf_counter() - started

@@ -350,6 +350,13 @@ def backlog_markdown(backlog: dict[str, dict]) -> list[str]:
             evict = row.get("evict") or {}
             if evict.get("drop_caches") not in (None, "done", "not needed"):
                 errors.append(f"- **{name}** {shown}: drop_caches: {evict['drop_caches']}")
+    clients = [
+        f"- **{name}**: {figures['client']}"
+        for name, figures in backlog.items()
+        if figures.get("client")
+    ]
+    if clients:
+        lines += ["", "Written and read with:", "", *clients]
     return lines + (["", *errors] if errors else [])
 
 

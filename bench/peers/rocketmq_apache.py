@@ -20,7 +20,7 @@ from importlib.metadata import version
 from bench.peers import jvm, remoting
 from bench.peers.growth import batches
 from bench.peers.official import OfficialClientWorkloads
-from bench.peers.workloads import log
+from bench.peers.workloads import BATCH, BATCHES_IN_FLIGHT, WAIT_S, log, plain_body
 from ferrymq.launcher.cluster import free_ports
 from ferrymq.launcher.polling import until
 
@@ -167,6 +167,11 @@ class RocketmqApache(OfficialClientWorkloads):
         self._brokers: dict[str, tuple[dict[str, str], int]] = {}  # key: (properties, port)
         self._stopped_master = ""
         self.client = f"rocketmq-python-client {version('rocketmq-python-client')} (official)"
+        self.backlog_client = (
+            "RocketMQ's remoting protocol from Python, straight to the master broker "
+            "(SEND_BATCH_MESSAGE of 128, 16 in flight; PULL_MESSAGE of 32, one in flight "
+            "per queue, as a 4.x client)"
+        )
         self.namesrv = ""
         self._java = ""
         self._lib = ""
@@ -280,6 +285,19 @@ class RocketmqApache(OfficialClientWorkloads):
 
     def delete_group(self, group: str) -> None:
         """Left to the brokers' directories, removed at teardown."""
+
+    # ---- the backlog: straight to and from the master over remoting (bench.peers.remoting)
+    def _master_broker(self) -> str:
+        return until(lambda: remoting.master_address(self.namesrv, GROUP), 60, "the master broker")
+
+    def fill(self, topic: str, count: int) -> float:
+        return remoting.send_batches(
+            self._master_broker(), topic, count, plain_body(), BATCH, BATCHES_IN_FLIGHT, QUEUES
+        )
+
+    def read_all(self, topic: str, count: int, group: str) -> float:
+        wait_s = WAIT_S * 10 + count / 500
+        return remoting.pull_all(self._master_broker(), topic, group, QUEUES, count, wait_s)
 
     # ---- the brokers as processes (failover, cold reads) ------------------------------
     def _process(self, key: str) -> subprocess.Popen:
