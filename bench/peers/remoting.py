@@ -19,6 +19,7 @@ import re
 import socket
 import struct
 import time
+from collections.abc import Iterator
 
 from ferrymq.codec.errors import CodecError
 from ferrymq.codec.remoting import FRAME_LENGTH, RemotingCommand, decode, encode, frame_length
@@ -138,45 +139,74 @@ PULL_SYSFLAG_SUBSCRIPTION = 0x4  # the subscription travels with the pull
 PULL_SYSFLAG_SUSPEND = 0x2  # long polling
 
 
+def send_fields(topic: str, queue: int, batch: bool) -> dict[str, str]:
+    """A SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header (the short keys 4.x clients send)."""
+    return {
+        "a": "bench-producers",
+        "b": topic,
+        "c": "TBW102",
+        "d": "4",
+        "e": str(queue),
+        "f": "0",
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": "",
+        "j": "0",
+        "k": "false",
+        "m": "true" if batch else "false",
+    }
+
+
+def pipelined(broker: str, sends: Iterator[tuple[RemotingCommand, int]], in_flight: int) -> float:
+    """Seconds to have every (send, messages in it) of ``sends`` acknowledged, ``in_flight``
+    outstanding on one connection, as a 4.x client's async sends are; any answer but
+    SUCCESS is a ``RemotingError``."""
+    host, _, port = broker.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        outstanding: dict[int, int] = {}
+        more = True
+        started = time.perf_counter()
+        while more or outstanding:
+            while more and len(outstanding) < in_flight:
+                command, messages = next(sends, (None, 0))
+                if command is None:
+                    more = False
+                    break
+                sock.sendall(encode(command))
+                outstanding[command.opaque] = messages
+            if not outstanding:
+                break
+            answer = read_command(sock)
+            outstanding.pop(answer.opaque)
+            if answer.code != ResponseCode.SUCCESS:
+                raise RemotingError(f"send to {broker}: code {answer.code}: {answer.remark}")
+        return time.perf_counter() - started
+
+
 def send_batches(
     broker: str, topic: str, count: int, body: bytes, batch: int, in_flight: int, queues: int
 ) -> float:
     """Seconds to send ``count`` messages of ``body`` in ``SEND_BATCH_MESSAGE``s of
     ``batch``, ``in_flight`` batches outstanding on one connection, queues round-robin."""
     encoded = {n: encode_batch([BatchedMessage(0, body, b"")] * n) for n in {batch, count % batch}}
-    host, _, port = broker.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=60) as sock:
-        outstanding: dict[int, int] = {}
-        sent = acknowledged = batches_sent = 0
-        started = time.perf_counter()
-        while acknowledged < count:
-            while len(outstanding) < in_flight and sent < count:
-                n = min(batch, count - sent)
-                fields = {
-                    "a": "bench-backlog",
-                    "b": topic,
-                    "c": "TBW102",
-                    "d": "4",
-                    "e": str(batches_sent % queues),
-                    "f": "0",
-                    "g": str(int(time.time() * 1000)),
-                    "h": "0",
-                    "i": "",
-                    "j": "0",
-                    "k": "false",
-                    "m": "true",
-                }
-                command = request(RequestCode.SEND_BATCH_MESSAGE, fields, encoded[n])
-                sock.sendall(encode(command))
-                outstanding[command.opaque] = n
-                sent += n
-                batches_sent += 1
-            answer = read_command(sock)
-            n = outstanding.pop(answer.opaque)
-            if answer.code != ResponseCode.SUCCESS:
-                raise RemotingError(f"batch send to {broker}: code {answer.code}: {answer.remark}")
-            acknowledged += n
-        return time.perf_counter() - started
+
+    def sends() -> Iterator[tuple[RemotingCommand, int]]:
+        for number, first in enumerate(range(0, count, batch)):
+            n = min(batch, count - first)
+            fields = send_fields(topic, number % queues, batch=True)
+            yield request(RequestCode.SEND_BATCH_MESSAGE, fields, encoded[n]), n
+
+    return pipelined(broker, sends(), in_flight)
+
+
+def send_spread(broker: str, topics: list[str], body: bytes, in_flight: int) -> float:
+    """Seconds to send one SEND_MESSAGE_V2 of ``body`` to queue 0 of each of ``topics``
+    in turn, ``in_flight`` outstanding on one connection."""
+    sends = (
+        (request(RequestCode.SEND_MESSAGE_V2, send_fields(topic, 0, batch=False), body), 1)
+        for topic in topics
+    )
+    return pipelined(broker, sends, in_flight)
 
 
 def count_records(body: bytes) -> int:

@@ -307,10 +307,16 @@ def topics_markdown(topics: dict[str, dict]) -> list[str]:
             row = next((r for r in topics[name].get("levels", []) if r["topics"] == level), None)
             cells.append("—" if row is None else f"{row['msgs_per_s']:,} ({row['create_s']:.1f} s)")
         lines.append(f"| {level:,} | " + " | ".join(cells) + " |")
+    lines += clients_markdown(topics)
     for name, figures in topics.items():
         if figures.get("error"):
             lines.append(f"\n- **{name}** stopped: {figures['error']}")
     return lines
+
+
+def clients_markdown(part: dict[str, dict]) -> list[str]:
+    clients = [f"- **{name}**: {f['client']}" for name, f in part.items() if f.get("client")]
+    return ["", "Sent (and read) with:", "", *clients] if clients else []
 
 
 def backlog_markdown(backlog: dict[str, dict]) -> list[str]:
@@ -350,13 +356,7 @@ def backlog_markdown(backlog: dict[str, dict]) -> list[str]:
             evict = row.get("evict") or {}
             if evict.get("drop_caches") not in (None, "done", "not needed"):
                 errors.append(f"- **{name}** {shown}: drop_caches: {evict['drop_caches']}")
-    clients = [
-        f"- **{name}**: {figures['client']}"
-        for name, figures in backlog.items()
-        if figures.get("client")
-    ]
-    if clients:
-        lines += ["", "Written and read with:", "", *clients]
+    lines += clients_markdown(backlog)
     return lines + (["", *errors] if errors else [])
 
 

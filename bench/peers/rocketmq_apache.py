@@ -18,9 +18,9 @@ import subprocess
 from importlib.metadata import version
 
 from bench.peers import jvm, remoting
-from bench.peers.growth import batches
+from bench.peers.growth import batches, spread
 from bench.peers.official import OfficialClientWorkloads
-from bench.peers.workloads import BATCH, BATCHES_IN_FLIGHT, WAIT_S, log, plain_body
+from bench.peers.workloads import BATCH, BATCHES_IN_FLIGHT, IN_FLIGHT, WAIT_S, log, plain_body
 from ferrymq.launcher.cluster import free_ports
 from ferrymq.launcher.polling import until
 
@@ -167,10 +167,10 @@ class RocketmqApache(OfficialClientWorkloads):
         self._brokers: dict[str, tuple[dict[str, str], int]] = {}  # key: (properties, port)
         self._stopped_master = ""
         self.client = f"rocketmq-python-client {version('rocketmq-python-client')} (official)"
-        self.backlog_client = (
-            "RocketMQ's remoting protocol from Python, straight to the master broker "
-            "(SEND_BATCH_MESSAGE of 128, 16 in flight; PULL_MESSAGE of 32, one in flight "
-            "per queue, as a 4.x client)"
+        self.growth_client = (
+            "RocketMQ's remoting protocol from Python, straight to the master broker, as a "
+            "4.x client (SEND_BATCH_MESSAGE of 128, 16 in flight; SEND_MESSAGE_V2, 256 in "
+            "flight; PULL_MESSAGE of 32, one in flight per queue)"
         )
         self.namesrv = ""
         self._java = ""
@@ -286,9 +286,16 @@ class RocketmqApache(OfficialClientWorkloads):
     def delete_group(self, group: str) -> None:
         """Left to the brokers' directories, removed at teardown."""
 
-    # ---- the backlog: straight to and from the master over remoting (bench.peers.remoting)
+    # ---- topics and the backlog: straight to and from the master over remoting ----------
     def _master_broker(self) -> str:
         return until(lambda: remoting.master_address(self.namesrv, GROUP), 60, "the master broker")
+
+    def spread_send(self, names: list[str], count: int) -> float:
+        """Over remoting to the master as ``fill`` (the official Python client would
+        measure itself at ~1,000 msgs/s): one untimed message per topic, then ``count``."""
+        master = self._master_broker()
+        remoting.send_spread(master, names, plain_body(), 64)
+        return remoting.send_spread(master, spread(names, count), plain_body(), IN_FLIGHT)
 
     def fill(self, topic: str, count: int) -> float:
         return remoting.send_batches(

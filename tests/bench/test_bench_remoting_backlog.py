@@ -36,10 +36,27 @@ def test_a_backlog_sent_in_batches_is_read_whole_from_the_start_of_every_queue(n
 
 
 def test_a_refused_batch_and_a_torn_pull_answer_are_errors_not_counts(node):
-    with pytest.raises(remoting.RemotingError, match="batch send"):
+    with pytest.raises(remoting.RemotingError, match="send to"):
         remoting.send_batches(node.remoting, "no-such-topic", 10, b"x", 5, 2, 1)
     assert remoting.count_records(b"") == 0
     record = (12).to_bytes(4, "big") + b"\0" * 8
     assert remoting.count_records(record * 3) == 3
     with pytest.raises(remoting.RemotingError, match="ends inside"):
         remoting.count_records(record + record[:6])
+
+
+def test_sends_spread_over_topics_one_message_each_in_turn(node):
+    channel, _, admin = stubs(node.address)
+    try:
+        for name in ("spread-a", "spread-b"):
+            create_topic(admin, name, queues=1)
+    finally:
+        channel.close()
+    topics = ["spread-a", "spread-b"] * 50
+    assert remoting.send_spread(node.remoting, topics, b"x" * 100, in_flight=16) > 0
+    for name in ("spread-a", "spread-b"):  # 50 each, no more
+        remoting.pull_all(node.remoting, name, "spread-readers", 1, 50, wait_s=30)
+        with pytest.raises(remoting.RemotingError, match="read 50 of 51"):
+            remoting.pull_all(node.remoting, name, "spread-readers", 1, 51, wait_s=2)
+    with pytest.raises(remoting.RemotingError, match="send to"):
+        remoting.send_spread(node.remoting, ["spread-a", "nowhere"], b"x", in_flight=2)
