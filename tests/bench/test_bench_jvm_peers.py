@@ -84,7 +84,7 @@ def test_jvm_processes_get_small_heaps_and_homes_under_the_temporary_directory()
     assert f"-Duser.home={ROOT}/b1" in argv
     assert argv[-3:] == [rocketmq_apache.MAIN["broker"], "-c", "broker.properties"]
     assert max(rocketmq_apache.HEAP_MB.values()) <= 512
-    assert kafka_kraft.HEAP_MB <= 512
+    assert kafka_kraft.HEAP_MB <= 2048  # 10,000 partitions per broker in the topics part
 
 
 def test_pom_lists_every_artifact():
