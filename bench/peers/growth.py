@@ -94,6 +94,15 @@ def _timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
+class PartialLevel(Exception):
+    """A level's sends did not all finish within the wait: the rate of what was
+    acknowledged is the level's figure (marked partial), and the part stops there."""
+
+    def __init__(self, acknowledged: int, seconds: float, reason: str) -> None:
+        super().__init__(f"{acknowledged:,} acknowledged in {seconds:.0f} s: {reason}")
+        self.acknowledged, self.seconds = acknowledged, seconds
+
+
 def growth_client(peer: GrowingPeer) -> str:
     """The client the topics and backlog parts use for ``peer`` (its own, unless it names
     a faster one for these parts)."""
@@ -110,18 +119,21 @@ def run_topics(peer: GrowingPeer, counts: tuple[int, ...], count: int) -> dict:
             names = topic_names(created, level)
             create_s = _timed(lambda names=names: peer.create_topics(names))
             created = level
-            seconds = peer.spread_send(topic_names(0, level), count)
-            row = {
-                "topics": level,
-                "created": len(names),
-                "create_s": round(create_s, 2),
-                "msgs_per_s": round(count / seconds),
-            }
+            row = {"topics": level, "created": len(names), "create_s": round(create_s, 2)}
+            try:
+                row["msgs_per_s"] = round(count / peer.spread_send(topic_names(0, level), count))
+            except PartialLevel as partial:
+                row["msgs_per_s"] = round(partial.acknowledged / partial.seconds)
+                row["partial"] = str(partial)
             rows.append(row)
+            partial = " (partial: not all acknowledged in time)" if "partial" in row else ""
             log(
                 f"  {peer.name} topics={level}: {row['msgs_per_s']:,} msgs/s "
-                f"({len(names)} created in {create_s:.1f} s)"
+                f"({len(names)} created in {create_s:.1f} s){partial}"
             )
+            if "partial" in row:
+                result["error"] = f"stopped at {level:,} topics: {row['partial']}"
+                break
     except Exception as error:
         result["error"] = f"{type(error).__name__}: {error}"[:500]
         log(f"  {peer.name} topics failed: {error!r}")

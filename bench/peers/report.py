@@ -305,8 +305,19 @@ def topics_markdown(topics: dict[str, dict]) -> list[str]:
         cells = []
         for name in names:
             row = next((r for r in topics[name].get("levels", []) if r["topics"] == level), None)
-            cells.append("—" if row is None else f"{row['msgs_per_s']:,} ({row['create_s']:.1f} s)")
+            cells.append(
+                "—"
+                if row is None
+                else f"{row['msgs_per_s']:,}{'*' if row.get('partial') else ''} "
+                f"({row['create_s']:.1f} s)"
+            )
         lines.append(f"| {level:,} | " + " | ".join(cells) + " |")
+    if any(r.get("partial") for f in topics.values() for r in f.get("levels", [])):
+        lines += [
+            "",
+            "\\* the level's sends were not all acknowledged within the wait: the rate of "
+            "those that were.",
+        ]
     lines += clients_markdown(topics)
     for name, figures in topics.items():
         if figures.get("error"):

@@ -336,6 +336,23 @@ def test_topic_levels_create_only_the_new_topics_and_measure_each_level(tmp_path
     assert report.topic_curves({"fake": found}) == {"fake": ([1, 10, 100], [100_000, 10_000, 1000])}
 
 
+def test_a_level_not_acknowledged_in_time_is_its_partial_rate_and_the_last_level(tmp_path):
+    peer = FakeGrowing(str(tmp_path))
+
+    def spread_send(names, count):
+        if len(names) == 100:
+            raise growth.PartialLevel(300, 10.0, "sends not acknowledged in time")
+        return count / 10_000
+
+    peer.spread_send = spread_send
+    found = growth.run_topics(peer, (1, 100, 1000), 1000)
+    assert [r["msgs_per_s"] for r in found["levels"]] == [10_000, 30]
+    assert "300 acknowledged in 10 s" in found["levels"][1]["partial"]
+    assert found["error"].startswith("stopped at 100 topics")
+    table = "\n".join(report.topics_markdown({"fake": found}))
+    assert "| 100 | 30* (" in table and "not all acknowledged within the wait" in table
+
+
 def test_the_backlog_is_read_hot_then_cold_after_a_restart_with_its_files_evicted(tmp_path):
     peer = FakeGrowing(str(tmp_path))
     found = growth.run_backlog(peer, (16 << 20,))
