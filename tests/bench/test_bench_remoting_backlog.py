@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.peers import remoting
+from bench.peers import ferry, growth, remoting
+from bench.peers.processes import ProcessRegistry
 from tests.support.nodes import start_node
 from tests.support.rpc import create_topic, stubs
 
@@ -60,3 +61,16 @@ def test_sends_spread_over_topics_one_message_each_in_turn(node):
             remoting.pull_all(node.remoting, name, "spread-readers", 1, 51, wait_s=2)
     with pytest.raises(remoting.RemotingError, match="send to"):
         remoting.send_spread(node.remoting, ["spread-a", "nowhere"], b"x", in_flight=2)
+
+
+def test_ferrymq_backlogs_of_two_sizes_share_their_consumer_groups():
+    """The 4 GiB backlog came after the 1 GiB one and found its groups already made
+    (GROUP_EXISTS ended the part); a group that exists is used as it is."""
+    with ProcessRegistry("test", grace_s=1) as registry:
+        peer = ferry.Ferrymq()
+        peer.start(registry)
+        try:
+            for topic in ("Backlog0", "Backlog1"):
+                peer.backlog_prepare(topic, growth.BACKLOG_GROUPS)
+        finally:
+            peer.stop()
