@@ -17,10 +17,11 @@ import itertools
 import json
 import re
 import socket
-import struct
 import time
 from collections.abc import Iterator
 
+from ferrymq.client.errors import FerryError
+from ferrymq.client.messages import ReceivedMessage, decode_records
 from ferrymq.codec.errors import CodecError
 from ferrymq.codec.remoting import FRAME_LENGTH, RemotingCommand, decode, encode, frame_length
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
@@ -133,7 +134,6 @@ def create_topics(broker: str, names: list[str], queues: int, timeout_s: float =
 
 
 # ---- a backlog straight to and from the master broker ---------------------------------
-RECORD_SIZE = struct.Struct(">i")  # a stored message starts with its total size
 PULL_BATCH = 32  # the 4.x client's pullBatchSize
 PULL_SYSFLAG_SUBSCRIPTION = 0x4  # the subscription travels with the pull
 PULL_SYSFLAG_SUSPEND = 0x2  # long polling
@@ -209,18 +209,14 @@ def send_spread(broker: str, topics: list[str], body: bytes, in_flight: int) -> 
     return pipelined(broker, sends, in_flight)
 
 
-def count_records(body: bytes) -> int:
-    """How many stored messages a PULL_MESSAGE answer's body holds."""
-    found, position = 0, 0
-    while position + RECORD_SIZE.size <= len(body):
-        (size,) = RECORD_SIZE.unpack_from(body, position)
-        if size <= 0:
-            raise RemotingError(f"a stored message of {size} bytes at byte {position}")
-        position += size
-        found += 1
-    if position != len(body):
-        raise RemotingError(f"a pull answer of {len(body)} bytes ends inside a message")
-    return found
+def received_messages(body: bytes, broker: str) -> list[ReceivedMessage]:
+    """The messages a PULL_MESSAGE answer's body holds, decoded as ferrymq's SDK decodes a
+    fetch (the same per-message work on the reading side for both brokers: a 4.x client
+    decodes every record too); ``RemotingError`` for bytes that are not whole records."""
+    try:
+        return [ReceivedMessage.from_record(r, broker) for r in decode_records(body)]
+    except FerryError as error:
+        raise RemotingError(f"pull answer: {error.detail}") from None
 
 
 def pull_all(broker: str, topic: str, group: str, queues: int, count: int, wait_s: float) -> float:
@@ -263,7 +259,7 @@ def pull_all(broker: str, topic: str, group: str, queues: int, count: int, wait_
             answer = read_command(sock)
             queue = outstanding.pop(answer.opaque)
             if answer.code == ResponseCode.SUCCESS:
-                received += count_records(answer.body)
+                received += len(received_messages(answer.body, broker))
             elif answer.code not in (
                 ResponseCode.PULL_NOT_FOUND,
                 ResponseCode.PULL_RETRY_IMMEDIATELY,
