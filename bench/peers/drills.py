@@ -225,44 +225,21 @@ def run_drills(
     target.failover_prepare(topic)
     target.wait_rejoined(topic)
     load = target.steady_load(topic)
+    stopped = ""  # why the drills ended early, if they did
     try:
-        for number in range(1, drills + 1):
-            target.wait_rejoined(topic)
-            _progress(load.timeline, acks_before, "load before the kill")
-            key, label = target.master_node(topic)
-            before = load.timeline.acked_count()
-            # The clock starts as the signal goes: kill_node returns once the process is
-            # gone, which is later.
-            killed_at = time.monotonic()
-            target.kill_node(key)
-            deadline = killed_at + RECOVERY_TIMEOUT_S
-            first = None
-            while first is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-                first = load.timeline.first_ack_after(killed_at, since=before)
-            unavailable = None if first is None else round((first - killed_at) * 1000, 1)
-            if first is not None:
-                # The new master alone for a while before the old one returns.
-                _progress(load.timeline, acks_after, "load after the failover")
-            drill = Drill(label, unavailable, 0)
-            target.restart_node(key)
-            drill.failed_sends = load.timeline.failures_between(killed_at, time.monotonic())
-            figures.drills.append(drill)
-            shown = "no acknowledged send" if unavailable is None else f"{unavailable:.0f} ms"
-            log(
-                f"  {target.name} drill {number}: killed {label}; writes unavailable: {shown}; "
-                f"{drill.failed_sends} sends failed"
-            )
-        target.wait_rejoined(topic)
-        _progress(load.timeline, acks_before, "load after the last restart")
+        try:
+            _drill_loop(target, drills, load, figures, acks_before, acks_after, topic)
+        except TimeoutError as error:
+            # What the drills measured stands; the losses are still counted below.
+            stopped = f"after {len(figures.drills)} drill(s): {error}"
+            log(f"  {target.name}: {stopped}")
     finally:
         load.stop()
     timeline = load.timeline
     acked = timeline.acked_seqs()
     figures.failed_sends = len(timeline.failures)
     figures.steady_consumer_received = len(timeline.received & acked)
-    if timeline.errors:
-        figures.error = "; ".join(timeline.errors[:3])
+    figures.error = "; ".join(([stopped] if stopped else []) + timeline.errors[:3])
     read = target.read_back(topic, acked)
     summarize(figures, acked, read)
     log(
@@ -270,3 +247,43 @@ def run_drills(
         f"{figures.lost} lost"
     )
     return figures
+
+
+def _drill_loop(
+    target: FailoverTarget,
+    drills: int,
+    load: SteadyLoad,
+    figures: FailoverFigures,
+    acks_before: int,
+    acks_after: int,
+    topic: str,
+) -> None:
+    for number in range(1, drills + 1):
+        target.wait_rejoined(topic)
+        _progress(load.timeline, acks_before, "load before the kill")
+        key, label = target.master_node(topic)
+        before = load.timeline.acked_count()
+        # The clock starts as the signal goes: kill_node returns once the process is
+        # gone, which is later.
+        killed_at = time.monotonic()
+        target.kill_node(key)
+        deadline = killed_at + RECOVERY_TIMEOUT_S
+        first = None
+        while first is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+            first = load.timeline.first_ack_after(killed_at, since=before)
+        unavailable = None if first is None else round((first - killed_at) * 1000, 1)
+        if first is not None:
+            # The new master alone for a while before the old one returns.
+            _progress(load.timeline, acks_after, "load after the failover")
+        drill = Drill(label, unavailable, 0)
+        target.restart_node(key)
+        drill.failed_sends = load.timeline.failures_between(killed_at, time.monotonic())
+        figures.drills.append(drill)
+        shown = "no acknowledged send" if unavailable is None else f"{unavailable:.0f} ms"
+        log(
+            f"  {target.name} drill {number}: killed {label}; writes unavailable: {shown}; "
+            f"{drill.failed_sends} sends failed"
+        )
+    target.wait_rejoined(topic)
+    _progress(load.timeline, acks_before, "load after the last restart")

@@ -159,6 +159,26 @@ def test_a_drill_without_recovery_is_counted_not_hung(monkeypatch):
     assert figures.not_recovered == 1 and figures.unavailable_ms_p50 is None
 
 
+def test_a_replica_that_does_not_rejoin_after_the_last_drill_keeps_the_drills_figures():
+    """rocketmq-shortest: five drills measured, then its SyncStateSet did not come back
+    within the wait, and the whole system was reported as not measured."""
+    system = FakeSystem(outage_s=0.2, lose=1)
+    rejoins = []
+
+    def wait_rejoined(topic):
+        rejoins.append(topic)
+        if len(rejoins) == 4:  # before the run, before each of two drills, then after
+            raise TimeoutError("timed out after 180 s waiting for the SyncStateSet")
+
+    system.wait_rejoined = wait_rejoined
+    figures = drills.run_drills(system, 2, acks_before=5, acks_after=5)
+    assert len(figures.drills) == 2 and figures.unavailable_ms_p50 is not None
+    assert figures.error.startswith("after 2 drill(s): timed out after 180 s")
+    assert figures.lost == 1 and figures.acknowledged > 0  # the read-back still ran
+    table = "\n".join(report.failover_markdown({"fake": figures.to_json()}, 2))
+    assert "| fake | fake client |" in table and "after 2 drill(s)" in table
+
+
 # ---- the RocketMQ remoting calls ------------------------------------------------------
 def test_the_cluster_table_with_bare_integer_keys_names_the_master():
     body = (
