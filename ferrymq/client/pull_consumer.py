@@ -17,12 +17,13 @@ polling for longer than the node's membership expiry (30 s) is treated as gone.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from ferrymq.client.connection import DEFAULT_ADDRESS, Connection
 from ferrymq.client.errors import FerryError, check, check_admin
 from ferrymq.client.messages import ReceivedMessage, decode_records
 from ferrymq.client.rebalance import allocate
-from ferrymq.client.remoting_channel import fetch_answer
+from ferrymq.client.remoting_channel import RemotingChannel, fetch_answer
 from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints, QueueRef
 from ferrymq.client.security import ClientSecurity
 from ferrymq.codec.remoting_codes import FerryRequestCode
@@ -32,6 +33,18 @@ from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
 HEARTBEAT_INTERVAL_S = 5.0
+
+
+@dataclass(frozen=True)
+class _Prefetch:
+    """A fetch sent ahead of its ``poll``: for ``queue`` from ``offset``, on ``channel``."""
+
+    queue: QueueRef
+    offset: int
+    channel: RemotingChannel
+    opaque: int
+
+
 START_POLICIES = ("committed-or-beginning", "committed-or-end", "beginning", "end")
 
 
@@ -47,9 +60,12 @@ class PullConsumer:
         timeout_s: float = 10.0,
         security: ClientSecurity | None = None,
         transport: str = "remoting",
+        prefetch: bool = True,
     ) -> None:
         """``transport``: "remoting" fetches on the nodes' remoting port, "grpc" on gRPC
-        (``routes.py``); offsets and membership are on gRPC either way."""
+        (``routes.py``); offsets and membership are on gRPC either way. ``prefetch``
+        (remoting): while ``poll`` decodes one fetch, the next is on its way; its records
+        count as delivered on the node even if this consumer closes before reading them."""
         if start not in START_POLICIES:
             raise ValueError(f"start must be one of {START_POLICIES}")
         self.endpoints = Endpoints(address, timeout_s, security, transport)
@@ -64,6 +80,9 @@ class PullConsumer:
         self._next_heartbeat = 0.0
         self._members: list[str] = []
         self._turn = 0
+        self.prefetch = prefetch
+        self._prefetch: _Prefetch | None = None
+        self.prefetched = 0  # fetches answered by a prefetch (observability, tests)
 
     @property
     def connection(self) -> Connection:
@@ -183,14 +202,17 @@ class PullConsumer:
     # ---- reading ---------------------------------------------------------------------
     def poll(self, wait_s: float = 1.0) -> list[ReceivedMessage]:
         """The next messages of one assigned queue (queues take turns); waits up to
-        ``wait_s`` on one of them when none has anything new."""
+        ``wait_s`` on one of them when none has anything new. On the remoting port the
+        fetch of the queue whose turn is next is already on its way while this one's
+        records are decoded (``_Prefetch``)."""
         self._maybe_rebalance()
         queue_ids = self.assignment
         if not queue_ids:
             return []
         for step in range(len(queue_ids)):
             queue = queue_ids[(self._turn + step) % len(queue_ids)]
-            messages = self._pull(queue, 0)
+            following = queue_ids[(self._turn + step + 1) % len(queue_ids)]
+            messages = self._pull(queue, 0, following)
             if messages:
                 self._turn += step + 1
                 return messages
@@ -198,18 +220,20 @@ class PullConsumer:
         self._turn += 1
         return self._pull(queue, wait_s)
 
-    def _pull(self, queue: QueueRef, wait_s: float) -> list[ReceivedMessage]:
+    def _pull(
+        self, queue: QueueRef, wait_s: float, following: QueueRef | None = None
+    ) -> list[ReceivedMessage]:
         """One Data.Fetch from the queue's master: its next records, decoded here. A
         failure that may mean a stale route refreshes it (the next poll reads there)."""
         try:
-            return self._fetch(queue, wait_s)
+            return self._fetch(queue, wait_s, following)
         except FerryError as error:
             if error.code in ROUTE_STALE_CODES:
                 self.endpoints.forget(self.topic)
             raise
 
-    def _fetch(self, queue: QueueRef, wait_s: float) -> list[ReceivedMessage]:
-        request = data.FetchRequest(
+    def _request(self, queue: QueueRef, wait_s: float) -> data.FetchRequest:
+        return data.FetchRequest(
             group=self.group,
             topic=self.topic,
             queue_id=queue.queue_id,
@@ -220,26 +244,74 @@ class PullConsumer:
             else [t.strip() for t in self.tags.split("||")],
             wait_ms=int(wait_s * 1000),
         )
+
+    def _fetch(
+        self, queue: QueueRef, wait_s: float, following: QueueRef | None = None
+    ) -> list[ReceivedMessage]:
+        """``following``: the queue to prefetch if this one has records (its turn is next)."""
         address = self.endpoints.route(self.topic).masters[queue.broker_group]
         channel = self.endpoints.channel(address)
         timeout_s = wait_s + self.endpoints.timeout_s
         if channel is not None:
-            raw = channel.call(
-                FerryRequestCode.FERRY_FETCH, request.SerializeToString(), None, timeout_s
-            )
+            raw = self._prefetched(queue, channel, wait_s, timeout_s)
+            if raw is None:
+                request = self._request(queue, wait_s)
+                raw = channel.call(
+                    FerryRequestCode.FERRY_FETCH, request.SerializeToString(), None, timeout_s
+                )
             answer = fetch_answer(raw)
         else:
             master = self.endpoints.connection(address)
-            answer = master.call(master.data.Fetch, request, timeout_s=timeout_s)
+            answer = master.call(
+                master.data.Fetch, self._request(queue, wait_s), timeout_s=timeout_s
+            )
         if answer.code == pb.ILLEGAL_OFFSET:
             self._positions[queue] = answer.next_offset  # retention passed us: go on
             return []
         check(pb.Status(code=answer.code, message=answer.message), pb.MESSAGE_NOT_FOUND)
         self._positions[queue] = answer.next_offset
+        if answer.records and following is not None and self.prefetch:
+            self._prefetch_from(following)
         return [
             ReceivedMessage.from_record(r, queue.broker_group)
             for r in decode_records(answer.records)
         ]
+
+    def _prefetch_from(self, queue: QueueRef) -> None:
+        """Send the fetch ``poll`` will ask ``queue`` for next (no waiting), unanswered for
+        now. A send that fails leaves nothing pending: that fetch is made again then."""
+        address = self.endpoints.route(self.topic).masters.get(queue.broker_group)
+        channel = self.endpoints.channel(address) if address else None
+        if channel is None:
+            return
+        offset = self._positions[queue]
+        try:
+            opaque = channel.send(
+                FerryRequestCode.FERRY_FETCH, self._request(queue, 0).SerializeToString()
+            )
+        except FerryError:
+            return
+        self._prefetch = _Prefetch(queue, offset, channel, opaque)
+
+    def _prefetched(self, queue: QueueRef, channel, wait_s: float, timeout_s: float):
+        """The answer of the prefetch, when it is the fetch asked for now (same queue and
+        offset, no wait, same channel); None otherwise: a prefetch that no longer fits
+        (a seek, a rebalance, a long poll) is dropped, its answer skipped when it comes."""
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is None or (prefetch.queue, prefetch.offset, prefetch.channel) != (
+            queue,
+            self._positions.get(queue),
+            channel,
+        ):
+            return None
+        if wait_s:
+            return None
+        try:
+            answer = channel.receive(prefetch.opaque, timeout_s)
+        except FerryError:
+            return None  # the connection failed: fetched again, which reports it
+        self.prefetched += 1
+        return answer
 
     # ---- offsets ---------------------------------------------------------------------
     def commit(self) -> None:

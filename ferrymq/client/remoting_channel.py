@@ -1,12 +1,14 @@
 """The SDK's connections to a node's remoting port: RocketMQ frames with binary headers
 (SerializeType ROCKETMQ, ``ferrymq.codec.remoting``) carrying ferrymq's private codes.
 
-``RemotingChannel`` is blocking (the sync API): one socket, one request at a time, as
-the SDK's objects are used from one thread. ``AsyncRemotingChannel`` serves one event
-loop: requests are matched to answers by opaque, so coalesced sends overlap on one
-connection. Either connects lazily and again after a failure; a failure is a
-``FerryError(TRANSPORT)`` (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``), which the SDK retries
-after refreshing the route, as it does a gRPC transport failure.
+``RemotingChannel`` is blocking (the sync API): one socket, used from one thread as the
+SDK's objects are; ``call`` is a request and its answer, and ``send`` / ``receive`` let
+a caller keep one request travelling while it works (the pull consumer's prefetch).
+``AsyncRemotingChannel`` serves one event loop: requests are matched to answers by
+opaque, so coalesced sends overlap on one connection. Either connects lazily and again
+after a failure; a failure is a ``FerryError(TRANSPORT)`` (``UNAVAILABLE``,
+``DEADLINE_EXCEEDED``), which the SDK retries after refreshing the route, as it does a
+gRPC transport failure.
 
 Both follow the client's ``ClientSecurity``: with credentials every request carries
 RocketMQ's ACL 1.0 signature; with TLS the connection is TLS, verified as the gRPC
@@ -145,6 +147,18 @@ class RemotingChannel:
         timeout_s: float | None = None,
     ) -> RemotingCommand:
         timeout_s = timeout_s or self.timeout_s
+        return self.receive(self.send(code, body, fields, timeout_s), timeout_s)
+
+    def send(
+        self,
+        code: int,
+        body: bytes = b"",
+        fields: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Write a request without waiting for its answer (``receive`` takes it): a
+        consumer's next fetch travels while it decodes the last. Returns its opaque."""
+        timeout_s = timeout_s or self.timeout_s
         sock = self._socket or self._connect()
         opaque = next(self._opaques)
         try:
@@ -154,6 +168,24 @@ class RemotingChannel:
             if sock.gettimeout() != timeout_s:
                 sock.settimeout(timeout_s)
             sock.sendall(request_frame(code, opaque, fields, body, self.security))
+        except TimeoutError:
+            self.close()
+            raise deadline(self.address, timeout_s) from None
+        except (OSError, CodecError) as error:
+            self.close()
+            raise unavailable(self.address, error) from None
+        return opaque
+
+    def receive(self, opaque: int, timeout_s: float | None = None) -> RemotingCommand:
+        """The answer to request ``opaque`` (sent on this connection); answers to requests
+        nobody waits for any more are skipped."""
+        timeout_s = timeout_s or self.timeout_s
+        sock = self._socket
+        if sock is None:  # the connection failed since: the request went with it
+            raise unavailable(self.address, "the connection closed before the answer")
+        try:
+            if sock.gettimeout() != timeout_s:
+                sock.settimeout(timeout_s)
             end = time.monotonic() + timeout_s
             while True:
                 while not self._frames:

@@ -73,7 +73,9 @@ def traffic(metrics_node: LocalNode):
         for batch in range(10):
             messages = [Message(TOPIC, b"m%03d-%02d" % (batch, i)) for i in range(20)]
             sent += len(producer.send_batch(messages))
-    with PullConsumer(metrics_node.grpc, PULL_GROUP, batch_size=50) as puller:
+    # No prefetch: a fetch sent ahead would count as delivered if the node served it
+    # before the consumer closed, and the figures below must be exact.
+    with PullConsumer(metrics_node.grpc, PULL_GROUP, batch_size=50, prefetch=False) as puller:
         puller.assign(TOPIC, [0])
         got = puller.poll(wait_s=0)
         pulled += len(got)
