@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from node.topics import TopicTable
 from routing.commands import CreateGroup, CreateTopic, NodeHeartbeat
 from routing.state import RoutingState
-from tests.routing.test_routing_state import COMMANDS, cluster
+from tests.support.routing_commands import COMMANDS, cluster
 
 
 @settings(max_examples=60, deadline=None)

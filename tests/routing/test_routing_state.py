@@ -24,13 +24,7 @@ from routing.commands import (
 )
 from routing.metadata import MessageType, TopicError
 from routing.state import RoutingState
-
-
-def cluster(*members: tuple[str, str]) -> RoutingState:
-    state = RoutingState()
-    for node_id, group in members:
-        assert state.apply(RegisterNode(node_id, group, f"127.0.0.1:{len(state.members) + 1}")).ok
-    return state
+from tests.support.routing_commands import COMMANDS, cluster
 
 
 def test_the_first_node_of_a_broker_group_becomes_its_master_with_epoch_one():
@@ -172,36 +166,6 @@ def test_mark_down_applies_only_if_no_heartbeat_came_since():
     assert not state.members["n1"].alive
     assert state.apply(NodeHeartbeat("n1", 120, 6)).ok  # back
     assert state.members["n1"].alive and state.members["n1"].max_offset == 120
-
-
-COMMANDS = st.one_of(
-    st.builds(
-        RegisterNode,
-        st.sampled_from(["n1", "n2", "n3", "n4"]),
-        st.sampled_from(["g1", "g2"]),
-        st.just("127.0.0.1:1"),
-        damaged_log=st.booleans(),
-    ),
-    st.builds(
-        NodeHeartbeat,
-        st.sampled_from(["n1", "n2", "n9"]),
-        st.integers(0, 99),
-        st.just(1),
-        damaged_log=st.booleans(),
-    ),
-    st.builds(MarkNodeDown, st.sampled_from(["n1", "n2"]), st.integers(0, 5)),
-    st.builds(
-        CreateTopic,
-        st.sampled_from(["a", "b", "bad name", "%SYS%x"]),
-        st.integers(0, 5),
-        st.sampled_from([(), ("g1",), ("g2",), ("g9",)]),
-        st.sampled_from(list(MessageType)),
-    ),
-    st.builds(UpdateTopic, st.sampled_from(["a", "b"]), st.integers(0, 6)),
-    st.builds(DeleteTopic, st.sampled_from(["a", "b"])),
-    st.builds(CreateGroup, st.sampled_from(["G", "H"]), st.integers(0, 20), st.booleans()),
-    st.builds(DeleteGroup, st.sampled_from(["G", "H"])),
-)
 
 
 @settings(max_examples=60, deadline=None)
