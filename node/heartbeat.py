@@ -80,7 +80,10 @@ class Heartbeat:
             return
         self._failed(result.detail)
         if result.reason == "UNKNOWN_NODE":
-            await self.register(time.monotonic() + self.interval_s * 2)
+            try:
+                await self.register(time.monotonic() + self.interval_s * 2)
+            except Exception:  # the next heartbeat tries again; the loop must not end
+                log.exception("registering again failed")
 
     def _failed(self, detail: str) -> None:
         self.failures += 1

@@ -34,6 +34,8 @@ class FakeRouting:
 
     async def register(self, deadline: float) -> None:
         self.registered += 1
+        if self.registered == 1:
+            raise RoutingUnavailable("routing refused this node: not yet")
 
     def heartbeat(self) -> Heartbeat:
         return Heartbeat(
@@ -103,7 +105,7 @@ def test_a_node_routing_forgot_registers_again_and_an_unexpected_error_ends_noth
         try:
             heartbeat.renew_now()
             await until(lambda: routing.renewed)
-            assert routing.registered == 1 and len(routing.sent_at) == 3
+            assert routing.registered == 1 and len(routing.sent_at) == 3  # a failed one too
         finally:
             task.cancel()
 
