@@ -303,7 +303,12 @@ class Ferrymq:
 
     def read_all(self, topic: str, count: int, group: str) -> float:
         with PullConsumer(
-            self.access, group, start="beginning", batch_size=FETCH, timeout_s=WAIT_S
+            self.access,
+            group,
+            start="beginning",
+            batch_size=FETCH,
+            timeout_s=WAIT_S,
+            prefetch=True,  # explicit queues: the next fetch travels while one is decoded
         ) as reader:
             reader.assign(topic, list(range(QUEUES)))
             received = 0

@@ -42,7 +42,9 @@ def by_queue(messages) -> dict[int, list[int]]:
 
 
 def test_prefetched_reads_give_every_message_once_in_queue_order(address, filled):
-    with PullConsumer(address, "prefetch-readers", start="beginning", batch_size=50) as consumer:
+    with PullConsumer(
+        address, "prefetch-readers", start="beginning", batch_size=50, prefetch=True
+    ) as consumer:
         consumer.assign(filled, list(range(QUEUES)))
         got = read(consumer, QUEUES * PER_QUEUE)
         assert sorted(m.body for m in got) == [b"%06d" % i for i in range(QUEUES * PER_QUEUE)]
@@ -50,14 +52,16 @@ def test_prefetched_reads_give_every_message_once_in_queue_order(address, filled
             assert offsets == list(range(len(offsets)))
         assert consumer.prefetched >= QUEUES * PER_QUEUE // 50 - QUEUES  # nearly every fetch
         assert consumer.poll(wait_s=0.1) == []  # nothing twice
-    with PullConsumer(address, "prefetch-readers", start="beginning", prefetch=False) as plain:
+    with PullConsumer(address, "prefetch-readers", start="beginning") as plain:  # the default
         plain.assign(filled, list(range(QUEUES)))
         assert len(read(plain, QUEUES * PER_QUEUE)) == QUEUES * PER_QUEUE
         assert plain.prefetched == 0
 
 
 def test_a_seek_while_a_prefetch_is_pending_reads_from_the_seek(address, filled):
-    with PullConsumer(address, "prefetch-readers", start="beginning", batch_size=50) as consumer:
+    with PullConsumer(
+        address, "prefetch-readers", start="beginning", batch_size=50, prefetch=True
+    ) as consumer:
         consumer.assign(filled, [0])
         (queue,) = consumer.assignment
         first = consumer.poll(wait_s=0.1)  # leaves the fetch of offsets 50.. pending
@@ -69,7 +73,9 @@ def test_a_seek_while_a_prefetch_is_pending_reads_from_the_seek(address, filled)
 
 
 def test_a_connection_lost_with_a_prefetch_pending_is_fetched_again(address, filled):
-    with PullConsumer(address, "prefetch-readers", start="beginning", batch_size=50) as consumer:
+    with PullConsumer(
+        address, "prefetch-readers", start="beginning", batch_size=50, prefetch=True
+    ) as consumer:
         consumer.assign(filled, [1])
         first = consumer.poll(wait_s=0.1)
         for channel in consumer.endpoints._channels.values():
