@@ -20,9 +20,11 @@ UNAUTHENTICATED), else PERMISSION_DENIED; neither is retried.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import socket
 import time
+from collections.abc import Iterator
 
 from google.protobuf.message import DecodeError
 
@@ -161,19 +163,13 @@ class RemotingChannel:
         timeout_s = timeout_s or self.timeout_s
         sock = self._socket or self._connect()
         opaque = next(self._opaques)
-        try:
+        with self._failures(timeout_s):
             # The socket keeps the channel's timeout; a call that needs another (a fetch
             # that long-polls) sets its own. (Two settimeout calls a request were a tenth
             # of the SDK's own time per send.)
             if sock.gettimeout() != timeout_s:
                 sock.settimeout(timeout_s)
             sock.sendall(request_frame(code, opaque, fields, body, self.security))
-        except TimeoutError:
-            self.close()
-            raise deadline(self.address, timeout_s) from None
-        except (OSError, CodecError) as error:
-            self.close()
-            raise unavailable(self.address, error) from None
         return opaque
 
     def receive(self, opaque: int, timeout_s: float | None = None) -> RemotingCommand:
@@ -183,7 +179,7 @@ class RemotingChannel:
         sock = self._socket
         if sock is None:  # the connection failed since: the request went with it
             raise unavailable(self.address, "the connection closed before the answer")
-        try:
+        with self._failures(timeout_s):
             if sock.gettimeout() != timeout_s:
                 sock.settimeout(timeout_s)
             end = time.monotonic() + timeout_s
@@ -201,6 +197,13 @@ class RemotingChannel:
                 if remaining <= 0:
                     raise TimeoutError
                 sock.settimeout(remaining)
+
+    @contextlib.contextmanager
+    def _failures(self, timeout_s: float) -> Iterator[None]:
+        """A socket failure closes the connection and is raised as the SDK's transport
+        error (DEADLINE_EXCEEDED for a timeout, UNAVAILABLE otherwise)."""
+        try:
+            yield
         except TimeoutError:
             self.close()
             raise deadline(self.address, timeout_s) from None
