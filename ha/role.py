@@ -27,6 +27,7 @@ Thread-safety: owned by the node's event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -105,8 +106,15 @@ class ReplicationRole:
         )
         self.master.on_confirmed = self._confirmed
         self._on_confirmed = on_confirmed
+        self._check_now = asyncio.Event()  # maintain's next round is due at once
         self.slave = ReplicationSlave(
-            store, self.epochs, node_id, secret, self._master_ha, on_confirmed=self._cap_reads
+            store,
+            self.epochs,
+            node_id,
+            secret,
+            self._master_ha,
+            on_confirmed=self._cap_reads,
+            on_refused=self._check_now.set,
         )
         self._master_role = False  # this node took the master's role (promotion done)
         self.master_epoch = 0
@@ -273,7 +281,9 @@ class ReplicationRole:
     async def maintain(self) -> None:
         """Keep the in-sync set current (master) and report a lost master (slave)."""
         while True:
-            await asyncio.sleep(IN_SYNC_CHECK_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._check_now.wait(), IN_SYNC_CHECK_S)
+            self._check_now.clear()
             try:
                 if self._master_role:
                     await self._maintain_in_sync()
@@ -333,9 +343,12 @@ class ReplicationRole:
             if self.slave.connected_to is not None and self.node_id in group.lost_by:
                 await self._withdraw_lost_report(group)
             return
+        # The grace is for a master not dialled yet; one whose port refused the dial has
+        # no process behind it (a kill -9): report it at once.
+        refused = self.slave.refused_by is not None and self.slave.refused_by == self._master_ha()
         if (
             group.master in (None, self.node_id)
-            or now - self._unlinked_since[1] < LOST_MASTER_GRACE_S
+            or (now - self._unlinked_since[1] < LOST_MASTER_GRACE_S and not refused)
             or self._reported_epoch == group.epoch
             or self.node_id not in group.in_sync
         ):
@@ -343,11 +356,12 @@ class ReplicationRole:
         result = await self.routing.submit(ReportMasterLost(group.name, self.node_id, group.epoch))
         if result.ok:
             log.warning(
-                "reported master %s of %s lost (epoch %d, no link for %.1f s)",
+                "reported master %s of %s lost (epoch %d, no link for %.1f s%s)",
                 group.master,
                 group.name,
                 group.epoch,
                 now - self._unlinked_since[1],
+                ", its port refuses connections" if refused else "",
             )
         if result.ok or result.reason == "STALE":
             self._reported_epoch = group.epoch

@@ -83,6 +83,7 @@ class ReplicationSlave:
         master_address: Callable[[], str | None],
         *,
         on_confirmed: Callable[[], None] = lambda: None,
+        on_refused: Callable[[], None] = lambda: None,
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
@@ -101,6 +102,10 @@ class ReplicationSlave:
         # every DATA frame (under SYNC replication a slave's readers, too, see only that).
         self.confirmed_offset = 0
         self.on_confirmed = on_confirmed
+        # The master address whose last dial was refused (nothing listens there: its
+        # process is gone), None once a dial did not end so; ``on_refused`` hears each.
+        self.refused_by: str | None = None
+        self.on_refused = on_refused
         self.last_error = ""
         self._task: asyncio.Task[None] | None = None
         self._cut: asyncio.Future[None] | None = None  # a tail being cut, on a thread
@@ -149,6 +154,11 @@ class ReplicationSlave:
             if address:
                 try:
                     await self._follow(address)
+                except ConnectionRefusedError as error:
+                    if self.refused_by != address:
+                        log.info("replication from %s refused: %s", address, error)
+                    self.refused_by = address
+                    self.on_refused()
                 except (
                     LinkError,
                     ConnectionError,
@@ -156,6 +166,7 @@ class ReplicationSlave:
                     TimeoutError,
                     ReplicaMismatch,
                 ) as error:
+                    self.refused_by = None  # something answered the dial
                     repeated = str(error) == self.last_error
                     self.last_error = str(error)
                     if isinstance(error, Diverged | ReplicaDiverged | ProtocolMismatch):
@@ -194,7 +205,7 @@ class ReplicationSlave:
             self.linked_master_end = master_end
             write_frame(writer, sealed_control(macs.outgoing, Kind.START, offset=start))
             await writer.drain()
-            self.connected_to, self.last_error = address, ""
+            self.connected_to, self.last_error, self.refused_by = address, "", None
             write_frame(writer, ack_frame(macs.outgoing, start))
             await writer.drain()
             await self._apply_stream(reader, writer, macs, start)

@@ -315,6 +315,7 @@ class Node:
             self._lease_s,
             heartbeat_interval_s=config.cluster.heartbeat_interval_ms / 1000,
             unclean_election=config.replication.unclean_election,
+            raft_address=self.routing.self_address or "",
         )
         self._routing_tasks = [
             asyncio.create_task(self.heartbeat.run()),
@@ -437,6 +438,7 @@ class Node:
                         broker_group=self.config.group,
                         grpc_address=self.grpc_address,
                         remoting_address=self.remoting_address,
+                        raft_address=self.routing.self_address or "",
                         ha_address=f"{self.config.peer_host}:{self.ha_port}",
                         max_offset=self.raw_store.write_offset,
                         wall_ms=int(time.time() * 1000),

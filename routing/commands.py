@@ -50,6 +50,7 @@ class RegisterNode:
     lease_ms: int = 0
     damaged_log: bool = False
     remoting_address: str = ""  # RocketMQ 4.x clients' port (node/remoting/)
+    raft_address: str = ""  # its routing voter's address; "" for a read-only replica
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,20 @@ it never condemns a node for the time before it led.
 
 Failover: a broker group's master has failed when it is marked down, or sooner when every
 live in-sync slave reported losing its link to it (``ReportMasterLost``) and it has also
-missed a heartbeat (``heartbeat_interval_s``): a killed master is replaced in about a
-second instead of a lease. The new master is the live in-sync member with the highest
-reported CommitLog offset (any live member with ``unclean_election``, which may lose
-acknowledged messages), one whose log was cut by its recovery only when no other
-candidate has a whole log (``healthy_first``); ``ElectMaster`` names the epoch it
+missed a heartbeat (``heartbeat_interval_s``) or its replication port refuses connections
+(nothing listens there: the process is gone; a paused or cut-off master's port does not
+refuse; slaves report such a master at once, ``ha/role.py``): a killed master is replaced
+in a fraction of a second instead of a lease. The new master is the live in-sync member
+with the highest reported CommitLog offset (any live member with ``unclean_election``,
+which may lose acknowledged messages), one whose log was cut by its recovery only when no
+other candidate has a whole log (``healthy_first``); ``ElectMaster`` names the epoch it
 replaces, so a stale decision cannot stick.
+
+Routing leadership off the masters: a leader whose node is also a broker group's master
+hands Raft leadership to a voter that is no master (``hand_leadership_to``), and an
+election prefers, among equally long logs, a candidate on another node than the leader.
+A crash of a master's node then never takes routing's leader with it: failing over such a
+master waited for a Raft election first (0.4-1.4 s) and the heartbeat age after it.
 
 Thread-safety: runs on the node's event loop; reads the state through the replica.
 """
@@ -26,13 +34,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from routing.commands import ElectMaster, MarkNodeDown
 from routing.metadata import healthy_first
 from routing.replica import RoutingReplica, RoutingUnavailable
 
 log = logging.getLogger("ferrymq.controller")
+PROBE_TIMEOUT_S = 0.1
+
+
+async def port_refuses_connections(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether a TCP dial of ``address`` is refused: proof that no process listens there.
+    A timeout, an unreachable route or an accepted connection prove nothing (a paused
+    process's kernel still accepts; a cut network drops or rejects the dial)."""
+    host, _, port = address.rpartition(":")
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(host.strip("[]"), int(port)), timeout_s
+        )
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError, ValueError):
+        return False
+    writer.close()
+    return False
 
 
 class Controller:
@@ -42,6 +68,8 @@ class Controller:
         lease_s: float,
         heartbeat_interval_s: float = 1.0,
         unclean_election: bool = False,
+        raft_address: str = "",
+        refuses_connections: Callable[[str], Awaitable[bool]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -57,9 +85,12 @@ class Controller:
         # only against a term at least a heartbeat interval old (see _master_failure).
         self._terms: dict[str, tuple[int, float]] = {}
         self._leading = False
+        self.raft_address = raft_address  # this node's voter address; "" for no voter
+        self._handover_after = 0.0  # no new handover request before this (monotonic)
+        self.refuses_connections = refuses_connections or port_refuses_connections
 
     async def run(self) -> None:
-        period = max(0.05, self.lease_s / 10)
+        period = max(0.05, min(0.1, self.lease_s / 10))
         while True:
             await asyncio.sleep(period)
             try:
@@ -100,11 +131,33 @@ class Controller:
         for group in groups:
             if group.master is None:
                 continue
-            failure = self._master_failure(group, members, now)
+            failure = await self._master_failure(group, members, now)
             if failure is not None:
                 await self._elect(group, members, failure)
+        self._keep_leadership_off_masters(members, groups, now)
 
-    def _master_failure(self, group, members, now: float) -> str | None:
+    def _keep_leadership_off_masters(self, members, groups, now: float) -> None:
+        """While this node is a master, ask a connected voter that is no master to lead
+        routing (at most once a heartbeat interval; pysyncobj refuses a voter that has
+        not the whole log, and the next round asks again)."""
+        if not self.raft_address or now < self._handover_after:
+            return
+        masters = {
+            members[g.master].raft_address
+            for g in groups
+            if g.master in members and members[g.master].raft_address
+        }
+        if self.raft_address not in masters:
+            return
+        connected = dict(self.replica.status().voters_connected)
+        others = sorted(v for v in connected if connected[v] and v not in masters)
+        if not others:
+            return  # every reachable voter is a master: leading here is the best there is
+        self._handover_after = now + self.heartbeat_interval_s
+        log.info("this node is a master: handing routing leadership to %s", others[0])
+        self.replica.hand_leadership_to(others[0])
+
+    async def _master_failure(self, group, members, now: float) -> str | None:
         """Why the group's master counts as failed (logged with the election, so that a
         post-mortem knows what deposed it), or None while it does not."""
         term = self._terms.get(group.name)
@@ -140,6 +193,8 @@ class Controller:
         age_s = self.wall_clock() - master.last_heartbeat_ms / 1000
         if age_s >= self.heartbeat_interval_s * 1.5:
             return f"{lost}, whose last heartbeat is {age_s:.1f} s old"
+        if master.ha_address and await self.refuses_connections(master.ha_address):
+            return f"{lost}, whose replication port {master.ha_address} refuses connections"
         return None
 
     async def _elect(self, group, members, failure: str) -> None:
@@ -166,7 +221,16 @@ class Controller:
                     "" if self.unclean_election else " (or with unclean_election)",
                 )
             return
-        chosen = min(candidates, key=lambda n: (-members[n].max_offset, n))
+        # Among equally long logs, not this node: a master here would hand routing's
+        # leadership over right after (``_keep_leadership_off_masters``).
+        chosen = min(
+            candidates,
+            key=lambda n: (
+                -members[n].max_offset,
+                bool(self.raft_address) and members[n].raft_address == self.raft_address,
+                n,
+            ),
+        )
         log.warning(
             "electing %s master of %s (epoch %d -> %d)%s: %s",
             chosen,

@@ -134,6 +134,9 @@ class Member:
     # Where RocketMQ 4.x clients reach it (its remoting port); "" for a node that registered
     # before the field existed, which the NameServer role leaves out of routes.
     remoting_address: str = ""
+    # Its routing voter's address ("" for a read-only replica, or a node that registered
+    # before the field existed): the controller keeps Raft leadership off masters' nodes.
+    raft_address: str = ""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import asyncio
 import logging
 import os
 import pickle
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -110,6 +111,31 @@ class _Machine(SyncObjConsumer):
             super()._deserialize(data)
 
 
+class _RaftNode(SyncObj):
+    """pysyncobj's node, with a way to run a call on its own thread: its leadership
+    transfer writes to the peers' connections, which only that thread may touch."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        super().__init__(*args, **kwargs)
+
+    def call_on_raft_thread(self, call: Callable[[], None]) -> None:
+        """Run ``call`` at the start of the Raft thread's next tick (within ~50 ms)."""
+        self._calls.put(call)
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        while True:
+            try:
+                call = self._calls.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                call()
+            except Exception:  # a failed call must not stop the Raft thread's ticks
+                log.exception("call on the Raft thread failed")
+        super()._onTick(timeToWait)
+
+
 class RoutingReplica:
     def __init__(
         self,
@@ -154,7 +180,7 @@ class RoutingReplica:
             appendEntriesPeriod=0.02 if single else 0.1,
         )
         others = [v for v in voters if v != self_address]
-        self.sync = SyncObj(
+        self.sync = _RaftNode(
             self_address,
             others,
             conf,
@@ -206,6 +232,19 @@ class RoutingReplica:
             return bool(self.sync.hasQuorum)
         leader = self.sync._getLeader()
         return leader is not None and bool(self.sync.isNodeConnected(leader))
+
+    def hand_leadership_to(self, voter: str) -> None:
+        """Ask ``voter`` to take Raft leadership over at once (Raft's TimeoutNow). Best
+        effort and asynchronous: pysyncobj refuses unless this replica leads and ``voter``
+        is connected and has the whole log; ``status().leader`` shows whether it moved."""
+        if voter == self.self_address or voter not in self.voters:
+            raise ValueError(f"{voter} is not another voter of {self.voters}")
+
+        def refused(_result: object, error: int) -> None:
+            if error != FAIL_REASON.SUCCESS:
+                log.debug("handing Raft leadership to %s refused: %s", voter, error)
+
+        self.sync.call_on_raft_thread(lambda: self.sync.transferLeadership(voter, refused))
 
     # ---- writes ------------------------------------------------------------------------
     async def submit(self, command: object, timeout_s: float = 5.0) -> CommandResult:

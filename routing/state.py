@@ -142,6 +142,7 @@ class RoutingState:
             max_offset=command.max_offset,
             damaged_log=command.damaged_log,
             remoting_address=command.remoting_address,
+            raft_address=command.raft_address,
         )
         group = self.broker_groups.get(command.broker_group) or BrokerGroup(command.broker_group)
         if group.master is None:

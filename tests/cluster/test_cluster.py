@@ -264,3 +264,31 @@ def test_a_node_that_stops_heartbeating_is_marked_down_within_its_lease(three):
     assert marked_s <= 3.0 + 1.0
     plan = three["plan"] = restart(plan, victim)
     until(lambda: all(n.alive for n in status_of(leader).nodes), 20, "it to be back")
+
+
+def test_routing_leadership_stays_off_the_masters_node_and_survives_its_crash(three):
+    """The routing leader hands its leadership over while its node is the master (nodes
+    start with the first one both), and an election picks a master off the leader's node:
+    a kill -9 of the master then never waits for a Raft election before the failover."""
+    plan = three["plan"]
+
+    def master() -> str:
+        status = status_of(plan.nodes[0])
+        return status.broker_groups[0].master if status and status.broker_groups else ""
+
+    def leader_off_master() -> bool:
+        return leader_of(plan).id != master()
+
+    until(leader_off_master, 10, "routing's leader on another node than the master")
+    leader, old_master = leader_of(plan), master()
+    victim = next(n for n in plan.nodes if n.id == old_master)
+    kill(plan, victim)
+
+    def elected() -> str:
+        status = status_of(leader)
+        group = status.broker_groups[0] if status and status.broker_groups else None
+        return group.master if group and group.master != old_master else ""
+
+    new_master = until(elected, 10, "a new master")
+    assert leader_of(plan, [n for n in plan.nodes if n.id != old_master]).id == leader.id
+    assert new_master != leader.id  # equal logs: the candidate off the leader's node

@@ -4,13 +4,16 @@ one answer to "may this node write?", and the read cap it alone decides."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import time
 
 import pytest
 
 from ha.options import ReplicationMode, ReplicationOptions
 from ha.replicated_store import ReplicatedStore
 from ha.role import ReplicationRole
-from routing.commands import ElectMaster, RegisterNode
+from routing.commands import AlterInSync, ElectMaster, RegisterNode
 from routing.state import RoutingState
 from store.config import StoreConfig
 from store.message import Message
@@ -93,3 +96,58 @@ def test_the_role_caps_reads_at_the_confirmed_offset_under_sync_only(store):
 
     assert asyncio.run(run(ReplicationMode.ASYNC)) is None
     assert asyncio.run(run(ReplicationMode.SYNC)) == store.write_offset
+
+
+class SubmittingRouting(Routing):
+    """Routing that commits each command at once."""
+
+    async def submit(self, command: object, timeout_s: float = 5.0):
+        return self.state.apply(command)
+
+
+def test_a_slave_reports_a_master_whose_port_refuses_it_at_once_and_a_silent_one_after_grace(
+    store,
+):
+    """A kill -9'd master's replication port refuses the slave's dial: nothing listens, so
+    the slave reports it lost at once instead of after LOST_MASTER_GRACE_S (half a second
+    of every failover). A port that accepts but stays silent still gets the grace."""
+
+    async def reported_after_two_rounds(master_port: int, dialled) -> frozenset[str]:
+        routing = SubmittingRouting()
+        master = RegisterNode("x", "g", "127.0.0.1:1", ha_address=f"127.0.0.1:{master_port}")
+        assert routing.state.apply(master).ok
+        assert routing.state.apply(RegisterNode("m", "g", "127.0.0.1:2")).ok
+        assert routing.state.apply(AlterInSync("g", "x", 1, frozenset({"x", "m"}), 1)).ok
+        role = role_of(store, routing, ReplicationMode.SYNC)
+        await role.follow_routing()
+        deadline = time.monotonic() + 5
+        while not dialled(role):
+            assert time.monotonic() < deadline, "the slave never dialled its master"
+            await asyncio.sleep(0.01)
+        await role._report_lost_master()  # the first round notes when the link went
+        await role._report_lost_master()
+        await role.close()
+        return routing.state.broker_groups["g"].lost_by
+
+    async def run() -> None:
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            refusing = closed.getsockname()[1]  # bound, never listening: refuses
+            lost = await reported_after_two_rounds(refusing, lambda role: role.slave.refused_by)
+            assert lost == {"m"}
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen()  # the kernel accepts; nobody speaks (a paused process)
+            silent.setblocking(False)
+            accepted: list[socket.socket] = []
+
+            def dialled(role) -> bool:
+                with contextlib.suppress(BlockingIOError):
+                    accepted.append(silent.accept()[0])
+                return bool(accepted)
+
+            lost = await reported_after_two_rounds(silent.getsockname()[1], dialled)
+            assert lost == frozenset()
+            accepted[0].close()
+
+    asyncio.run(run())

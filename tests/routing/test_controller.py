@@ -5,7 +5,9 @@ injected clocks, so every decision is deterministic."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from dataclasses import replace
+from types import SimpleNamespace
 
 from routing.commands import (
     AlterInSync,
@@ -16,7 +18,7 @@ from routing.commands import (
     ReportMasterFound,
     ReportMasterLost,
 )
-from routing.controller import Controller
+from routing.controller import Controller, port_refuses_connections
 from routing.state import RoutingState
 
 
@@ -35,6 +37,21 @@ class LeaderReplica:
     async def submit(self, command: object, timeout_s: float = 5.0):
         self.submitted.append(command)
         return self.state.apply(command)
+
+
+class VoterReplica(LeaderReplica):
+    """The leader of three voters ``r1``-``r3``, recording leadership handovers."""
+
+    def __init__(self, state: RoutingState) -> None:
+        super().__init__(state)
+        self.connected = {"r2": True, "r3": True}
+        self.handed: list[str] = []
+
+    def status(self):
+        return SimpleNamespace(voters_connected=tuple(self.connected.items()))
+
+    def hand_leadership_to(self, voter: str) -> None:
+        self.handed.append(voter)
 
 
 class Clock:
@@ -299,3 +316,142 @@ def test_a_damaged_master_hands_its_group_to_a_healthy_in_sync_member():
     assert state.apply(late).ok
     assert state.apply(RegisterNode("n3", "g1", "n3:1", wall_ms=60_100, lease_ms=3000)).ok
     assert state.broker_groups["g1"].master == "n1"
+
+
+def voters_three_nodes() -> RoutingState:
+    """``three_nodes`` whose members are the voters r1-r3 (n1, the master, on r1)."""
+    state = RoutingState()
+    for node_id, voter in (("n1", "r1"), ("n2", "r2"), ("n3", "r3")):
+        command = RegisterNode(node_id, "g1", f"{node_id}:1", wall_ms=0, raft_address=voter)
+        assert state.apply(command).ok
+    assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1", "n2", "n3"}), 1)).ok
+    return state
+
+
+def test_a_leader_on_a_masters_node_hands_routing_leadership_to_a_voter_that_is_no_master():
+    """A crash of the master's node must not also take routing's leader: failing over
+    such a master waited for a Raft election first (the slow half of the failover drills).
+    The leader asks a connected voter that is no master, at most once a heartbeat
+    interval; a leader that is no master keeps leading."""
+    state = voters_three_nodes()
+    clock = Clock()
+    replica = VoterReplica(state)
+    controller = Controller(replica, lease_s=3.0, raft_address="r1", clock=clock, wall_clock=clock)
+    replica.connected["r2"] = False
+    asyncio.run(controller.tick())
+    assert replica.handed == ["r3"]  # r2 is unreachable
+    clock.now += 0.5
+    asyncio.run(controller.tick())
+    assert replica.handed == ["r3"]  # asked a moment ago: pysyncobj's answer is pending
+    replica.connected["r2"] = True
+    clock.now += 0.6
+    asyncio.run(controller.tick())
+    assert replica.handed == ["r3", "r2"]  # still leading a second later: ask again
+
+    # A second broker group whose master is on r2 and r3 unreachable: no voter is free.
+    assert state.apply(RegisterNode("m2", "g2", "m2:1", wall_ms=0, raft_address="r2")).ok
+    replica.connected["r3"] = False
+    clock.now += 2
+    asyncio.run(controller.tick())
+    assert replica.handed == ["r3", "r2"]
+
+    # The leader of routing on a slave's node keeps leading.
+    follower_side = VoterReplica(voters_three_nodes())
+    on_slave = Controller(
+        follower_side, lease_s=3.0, raft_address="r2", clock=clock, wall_clock=clock
+    )
+    asyncio.run(on_slave.tick())
+    assert follower_side.handed == []
+
+
+def test_an_election_among_equal_logs_prefers_a_candidate_off_the_leaders_node():
+    """n1 (the master) dies; n2 and n3 have the same log. The leader runs on n2's node:
+    it elects n3, so that routing's leader and the new master do not share a node (and no
+    leadership handover follows the election)."""
+    state = voters_three_nodes()
+    clock = Clock()
+    replica = VoterReplica(state)
+    controller = Controller(replica, lease_s=3.0, raft_address="r2", clock=clock, wall_clock=clock)
+    heartbeat(state, clock, "n1", "n2", "n3")
+    asyncio.run(controller.tick())
+    for reporter in ("n2", "n3"):
+        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+    clock.now += 1.2
+    heartbeat(state, clock, "n2", "n3")
+    asyncio.run(controller.tick())
+    assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == ("n3", 2)
+    assert replica.handed == []
+
+    # A longer log still wins over the preference: n3 (the leader's node now) is ahead.
+    state = voters_three_nodes()
+    replica = VoterReplica(state)
+    controller = Controller(replica, lease_s=3.0, raft_address="r3", clock=clock, wall_clock=clock)
+    heartbeat(state, clock, "n1", "n2")
+    assert state.apply(NodeHeartbeat("n3", 200, int(clock.now * 1000))).ok
+    asyncio.run(controller.tick())
+    for reporter in ("n2", "n3"):
+        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+    clock.now += 1.2
+    heartbeat(state, clock, "n2")
+    assert state.apply(NodeHeartbeat("n3", 200, int(clock.now * 1000))).ok
+    asyncio.run(controller.tick())
+    assert state.broker_groups["g1"].master == "n3"
+    clock.now += 0.1
+    asyncio.run(controller.tick())  # the next round sees its node a master: hands over
+    assert replica.handed == ["r2"]
+
+
+def test_a_master_whose_replication_port_refuses_is_replaced_without_waiting_a_heartbeat():
+    """Every in-sync slave lost its link and the master's replication port refuses the
+    controller's dial (a kill -9): the controller elects at once, not a heartbeat interval
+    after the master's last heartbeat. A port that does not refuse (a paused master, a cut
+    network) proves nothing: the heartbeat rule decides."""
+    for refuses, elected_at_once in ((True, True), (False, False)):
+        state = RoutingState()
+        for node_id in ("n1", "n2", "n3"):
+            command = RegisterNode(node_id, "g1", f"{node_id}:1", f"{node_id}:2", wall_ms=0)
+            assert state.apply(command).ok
+        assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1", "n2", "n3"}), 1)).ok
+        clock = Clock()
+        dialled: list[str] = []
+
+        async def probe(address: str, refuses=refuses, dialled=dialled) -> bool:
+            dialled.append(address)
+            return refuses
+
+        controller = Controller(
+            LeaderReplica(state),
+            lease_s=3.0,
+            refuses_connections=probe,
+            clock=clock,
+            wall_clock=clock,
+        )
+        heartbeat(state, clock, "n1", "n2", "n3")
+        asyncio.run(controller.tick())
+        clock.now += 1.1  # the term is older than an interval: lost-link reports count
+        heartbeat(state, clock, "n1", "n2", "n3")
+        asyncio.run(controller.tick())
+        for reporter in ("n2", "n3"):
+            assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+        clock.now += 0.1  # 0.1 s after n1's last heartbeat
+        asyncio.run(controller.tick())
+        assert dialled == ["n1:2"]
+        assert (state.broker_groups["g1"].epoch == 2) is elected_at_once
+    clock.now += 1.0  # a whole interval without n1's heartbeat: the heartbeat rule
+    heartbeat(state, clock, "n2", "n3")
+    asyncio.run(controller.tick())
+    assert state.broker_groups["g1"].epoch == 2
+
+
+def test_only_a_refused_dial_counts_as_a_port_that_refuses():
+    async def run() -> None:
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            assert await port_refuses_connections(f"127.0.0.1:{closed.getsockname()[1]}")
+        with socket.socket() as listening:
+            listening.bind(("127.0.0.1", 0))
+            listening.listen()
+            assert not await port_refuses_connections(f"127.0.0.1:{listening.getsockname()[1]}")
+        assert not await port_refuses_connections("not-an-address")
+
+    asyncio.run(run())
