@@ -60,15 +60,13 @@ class PullConsumer:
         timeout_s: float = 10.0,
         security: ClientSecurity | None = None,
         transport: str = "remoting",
-        prefetch: bool = False,
+        prefetch: bool = True,
     ) -> None:
         """``transport``: "remoting" fetches on the nodes' remoting port, "grpc" on gRPC
         (``routes.py``); offsets and membership are on gRPC either way. ``prefetch``
-        (remoting, explicit queues): while ``poll`` decodes one fetch, the next is on its
+        (remoting): while ``poll`` decodes one fetch, the next one is on its
         way; its records count as delivered on the node even if this consumer closes
-        before reading them. Off by default: with ``subscribe``, another request on the
-        same connection (a route refresh) can take the prefetch's answer, and the next
-        poll then waits out the timeout (a known gap, to be fixed in the channel)."""
+        before reading them."""
         if start not in START_POLICIES:
             raise ValueError(f"start must be one of {START_POLICIES}")
         self.endpoints = Endpoints(address, timeout_s, security, transport)
@@ -301,13 +299,14 @@ class PullConsumer:
         offset, no wait, same channel); None otherwise: a prefetch that no longer fits
         (a seek, a rebalance, a long poll) is dropped, its answer skipped when it comes."""
         prefetch, self._prefetch = self._prefetch, None
-        if prefetch is None or (prefetch.queue, prefetch.offset, prefetch.channel) != (
+        if prefetch is None:
+            return None
+        if wait_s or (prefetch.queue, prefetch.offset, prefetch.channel) != (
             queue,
             self._positions.get(queue),
             channel,
         ):
-            return None
-        if wait_s:
+            prefetch.channel.forget(prefetch.opaque)
             return None
         try:
             answer = channel.receive(prefetch.opaque, timeout_s)

@@ -122,6 +122,11 @@ class RemotingChannel:
         self._splitter = FrameSplitter()
         self._frames: list[bytes] = []
         self._opaques = itertools.count(1)
+        # Requests sent on this connection whose answers someone will ``receive``, and
+        # those answers that came while another was being waited for (a prefetch
+        # answered during a route refresh): kept, not skipped.
+        self._awaited: set[int] = set()
+        self._answers: dict[int, RemotingCommand] = {}
 
     def _connect(self) -> socket.socket:
         host, port = _split(self.address)
@@ -170,14 +175,21 @@ class RemotingChannel:
             if sock.gettimeout() != timeout_s:
                 sock.settimeout(timeout_s)
             sock.sendall(request_frame(code, opaque, fields, body, self.security))
+        self._awaited.add(opaque)
         return opaque
 
     def receive(self, opaque: int, timeout_s: float | None = None) -> RemotingCommand:
-        """The answer to request ``opaque`` (sent on this connection); answers to requests
-        nobody waits for any more are skipped."""
+        """The answer to request ``opaque`` (sent on this connection). Answers to other
+        requests still awaited are kept for their own ``receive``; answers nobody waits
+        for (``forget``) are skipped."""
         timeout_s = timeout_s or self.timeout_s
+        kept = self._answers.pop(opaque, None)
+        if kept is not None:
+            self._awaited.discard(opaque)
+            return answer_body(self.address, kept)
         sock = self._socket
-        if sock is None:  # the connection failed since: the request went with it
+        if sock is None or opaque not in self._awaited:
+            # The connection failed since: the request went with it.
             raise unavailable(self.address, "the connection closed before the answer")
         with self._failures(timeout_s):
             if sock.gettimeout() != timeout_s:
@@ -191,8 +203,11 @@ class RemotingChannel:
                     self._frames.extend(self._splitter.feed(data))
                 answer = decode(self._frames.pop(0))
                 if answer.opaque == opaque and answer.is_response:
+                    self._awaited.discard(opaque)
                     return answer_body(self.address, answer)
-                # an answer to an earlier request given up on, or a notice: not ours
+                if answer.is_response and answer.opaque in self._awaited:
+                    self._answers[answer.opaque] = answer
+                # else an answer to a request given up on, or a notice: nobody's
                 remaining = end - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError
@@ -211,10 +226,18 @@ class RemotingChannel:
             self.close()
             raise unavailable(self.address, error) from None
 
+    def forget(self, opaque: int) -> None:
+        """Nobody will ``receive`` request ``opaque``: its answer is skipped when it
+        comes (a dropped prefetch)."""
+        self._awaited.discard(opaque)
+        self._answers.pop(opaque, None)
+
     def close(self) -> None:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
+        self._awaited.clear()
+        self._answers.clear()
 
 
 class _Protocol(asyncio.Protocol):

@@ -10,6 +10,7 @@ from collections import defaultdict
 import pytest
 
 from ferrymq.client import Admin, Message, Producer, PullConsumer
+from ferrymq.codec.remoting_codes import FerryRequestCode
 
 TOPIC, QUEUES, PER_QUEUE = "prefetched", 3, 400
 
@@ -52,7 +53,7 @@ def test_prefetched_reads_give_every_message_once_in_queue_order(address, filled
             assert offsets == list(range(len(offsets)))
         assert consumer.prefetched >= QUEUES * PER_QUEUE // 50 - QUEUES  # nearly every fetch
         assert consumer.poll(wait_s=0.1) == []  # nothing twice
-    with PullConsumer(address, "prefetch-readers", start="beginning") as plain:  # the default
+    with PullConsumer(address, "prefetch-readers", start="beginning", prefetch=False) as plain:
         plain.assign(filled, list(range(QUEUES)))
         assert len(read(plain, QUEUES * PER_QUEUE)) == QUEUES * PER_QUEUE
         assert plain.prefetched == 0
@@ -84,3 +85,24 @@ def test_a_connection_lost_with_a_prefetch_pending_is_fetched_again(address, fil
         offsets = [m.queue_offset for m in first + second]
         assert offsets == list(range(100))
         assert consumer.prefetched == 0
+
+
+def test_a_prefetch_answered_while_another_request_is_waited_for_is_kept(address, filled):
+    """A route refresh (any request) on the prefetch's connection reads the prefetch's
+    answer first: the channel keeps it for the prefetch's own receive. It skipped it, and
+    the next poll waited out its whole timeout (seen as a 10 s stall of a subscribed
+    reader in the dashboards test)."""
+    with PullConsumer(
+        address, "prefetch-readers", start="beginning", batch_size=50, timeout_s=2
+    ) as consumer:
+        assert consumer.prefetch  # on by default
+        consumer.assign(filled, [0, 1])
+        first = consumer.poll(wait_s=0)  # queue 0; queue 1's fetch is now on its way
+        (channel,) = consumer.endpoints._channels.values()
+        other = consumer._request(next(q for q in consumer.assignment if q.queue_id == 0), 0)
+        channel.call(FerryRequestCode.FERRY_FETCH, other.SerializeToString())
+        second = consumer.poll(wait_s=0)
+        assert consumer.prefetched == 1
+        assert [m.queue_id for m in first] == [0] * 50
+        assert [m.queue_offset for m in second] == list(range(50))
+        assert channel._answers == {}  # nothing left behind
