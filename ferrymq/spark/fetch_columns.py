@@ -183,7 +183,12 @@ def fetch_columns_in_python(
             break
         where = f"{topic}/{queue_id}@{queue_offset}"
         record_end = position + size
-        if size < MIN_RECORD_SIZE or record_end > end:
+        if size < MIN_RECORD_SIZE:
+            raise CorruptRecord(
+                f"{where}: record size {size} at byte {position}, below the "
+                f"{MIN_RECORD_SIZE} of an empty record"
+            )
+        if record_end > end:
             raise CorruptRecord(
                 f"{where}: record size {size} at byte {position} does not fit the "
                 f"{end - position} bytes left"
