@@ -244,3 +244,39 @@ def test_fetch_columns_in_c_refuses_an_output_buffer_too_small_for_the_bodies():
         codec_speedups.fetch_columns(
             records, TOPIC.encode(), QUEUE_ID, 1 << 62, *names, bytearray(4)
         )
+
+
+def utf8_edge_sequences() -> list[bytes]:
+    """Every two-byte sequence with a non-ASCII first byte, and three- and four-byte ones
+    around each lead byte's bounds (overlongs, surrogates, past U+10FFFF, cut short)."""
+    edges = range(0x7F, 0xC1)
+    sequences = [bytes((first, second)) for first in range(0x80, 0x100) for second in range(256)]
+    sequences += [
+        bytes((first, second, third))
+        for first in range(0xE0, 0xF0)
+        for second in edges
+        for third in (0x41, 0x80, 0xBF, 0xC0)
+    ]
+    sequences += [
+        bytes((first, second, third, fourth))
+        for first in range(0xF0, 0xF8)
+        for second in edges
+        for third in (0x41, 0x80)
+        for fourth in (0x80, 0xC0)
+    ]
+    return sequences
+
+
+def test_fetch_columns_in_c_accepts_exactly_the_utf8_that_bytes_decode_accepts():
+    """The C's own UTF-8 check (no str is built) against the rule the twin applies."""
+    wrong = []
+    for sequence in utf8_edge_sequences():
+        records = record(FIRST_OFFSET, b"", b"name\x01" + sequence + b"\x02")
+        try:
+            sequence.decode()
+            valid = True
+        except UnicodeDecodeError:
+            valid = False
+        if (fetch_columns_in_c(records, TOPIC, QUEUE_ID, 1 << 62) is not None) != valid:
+            wrong.append(sequence)
+    assert wrong == []
