@@ -510,6 +510,13 @@ take_properties(Growing *out, const FetchNames *names, Py_ssize_t row, const cha
     return growing_int32(&out[KEYS_OFFSETS], (int32_t)(out[KEY_OFFSETS].length / 4 - 1));
 }
 
+/* fetch_columns.TIMESTAMP_MS_MIN..MAX: milliseconds whose microseconds fit an int64. */
+static int
+timestamp_ms_fits(int64_t ms)
+{
+    return ms >= -(INT64_MAX / 1000) && ms <= INT64_MAX / 1000;
+}
+
 /* The walk of fetch_columns_in_python over `buf`: the row count (and next offset in
  * *next_offset), -1 on error, -2 where the twin would raise. Bodies are copied to
  * `bodies`, which has room for `length` bytes (they are fewer). */
@@ -544,11 +551,14 @@ walk_fetch_answer(Growing *out, const FetchNames *names, const unsigned char *bu
             crc32c_of(0, buf + body_at, body_length) != read_uint32(h + 8) ||
             !utf8_is_valid(raw, properties_length))
             return -2;
+        int64_t born_ms = read_int64(h + 40), store_ms = read_int64(h + 56);
+        if (!timestamp_ms_fits(born_ms) || !timestamp_ms_fits(store_ms))
+            return -2;
         if (take_properties(out, names, rows, (const char *)raw, properties_length) < 0 ||
             growing_int32(&out[BODY_OFFSETS], (int32_t)(bodies_length + body_length)) < 0 ||
             growing_int64(&out[QUEUE_OFFSETS], queue_offset) < 0 ||
-            growing_int64(&out[BORN_US], read_int64(h + 40) * 1000) < 0 ||
-            growing_int64(&out[STORE_US], read_int64(h + 56) * 1000) < 0)
+            growing_int64(&out[BORN_US], born_ms * 1000) < 0 ||
+            growing_int64(&out[STORE_US], store_ms * 1000) < 0)
             return -1;
         memcpy(bodies + bodies_length, buf + body_at, body_length);
         bodies_length += body_length;

@@ -12,7 +12,8 @@ The walk, record by record from byte 0 (the layout is ferrymq/codec/commitlog_re
   queue offset is ``end_offset`` or more ends the walk (it is not taken, nothing after it
   is read);
 - its lengths must fit each other and the answer, its topic must be the topic asked for,
-  its body must match BODYCRC and its raw properties must be UTF-8;
+  its body must match BODYCRC, its raw properties must be UTF-8, and its born and store
+  timestamps (ms) must have a value in int64 microseconds;
 - properties are the non-empty pieces between 0x02 separators (a last piece without one
   counts), each split at its first 0x01 into name and value; a piece without 0x01 is a
   name with the empty value, as ``decode_properties`` reads it for every other reader;
@@ -49,6 +50,9 @@ from ferrymq.codec.properties import (
 
 # Arrow's string and binary columns address their data with int32 offsets.
 ANSWER_MAX_BYTES = (1 << 31) - 1
+# Timestamps become Arrow's int64 microseconds: a millisecond value past these cannot.
+TIMESTAMP_MS_MAX = ((1 << 63) - 1) // 1000
+TIMESTAMP_MS_MIN = -TIMESTAMP_MS_MAX
 _PROPERTIES_LENGTH = struct.Struct(">H")
 
 
@@ -210,6 +214,9 @@ def fetch_columns_in_python(
         body = records[body_at:topic_at]
         if crc32c(body) != body_crc:
             raise CorruptRecord(f"{where}: body CRC mismatch")
+        for what, ms in (("born", born_ms), ("store", store_ms)):
+            if not TIMESTAMP_MS_MIN <= ms <= TIMESTAMP_MS_MAX:
+                raise CorruptRecord(f"{where}: {what} timestamp {ms} ms has no int64 µs value")
         message_id = tag = key_text = None
         for name, value in _record_properties(where, records[properties_at + 2 : record_end]):
             if name == _UNIQ_KEY:

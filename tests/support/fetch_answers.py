@@ -112,6 +112,8 @@ CORRUPTIONS = {
     "properties length off": lambda answer: (
         record(FIRST_OFFSET, properties=b"a\x01b\x02")[:-6] + b"\x00\x05a\x01b\x02" + answer
     ),
+    "born timestamp out of range": lambda answer: _put(answer, 40, struct.pack(">q", 1 << 62)),
+    "store timestamp out of range": lambda answer: _put(answer, 56, struct.pack(">q", -(1 << 62))),
 }
 # The start of CorruptRecord's message for each.
 CORRUPTION_MESSAGES = {
@@ -128,6 +130,8 @@ CORRUPTION_MESSAGES = {
     "body length past size": "body length 1048576 disagrees",
     "negative body length": "body length -1 disagrees",
     "properties length off": "properties length 5 disagrees",
+    "born timestamp out of range": f"born timestamp {1 << 62} ms has no int64 µs value",
+    "store timestamp out of range": f"store timestamp {-(1 << 62)} ms has no int64 µs value",
 }
 
 
