@@ -11,6 +11,7 @@
  */
 #include "../ferrymq/codec/_crc32c.h"
 #include "../ferrymq/codec/_properties.h"
+#include "../ferrymq/codec/_record_layout.h"
 #include <string.h>
 
 PyDoc_STRVAR(crc32c_doc,
@@ -29,8 +30,6 @@ crc32c_function(PyObject *Py_UNUSED(module), PyObject *data)
 
 /* ---- CommitLog records (ferrymq/codec/commitlog_record.py has the layout) ---------- */
 
-#define RECORD_HEADER_SIZE 88
-#define MESSAGE_MAGIC 0xDAA320A7u
 #define NO_QUEUE_OFFSET_BIT 0x4 /* store.commitlog.NO_QUEUE_OFFSET_BIT */
 
 static PyObject *s_message, *s_tail, *s_size, *s_tag_code, *s_index_keys, *s_topic, *s_body,
@@ -881,7 +880,7 @@ codec_dispatch_requests(RecordCodec *self, PyObject *args)
         }
         int32_t size = read_int32(buf + position);
         uint32_t magic = (uint32_t)read_int32(buf + position + 4);
-        if (magic == 0xCBD43194u) { /* BLANK_MAGIC */
+        if (magic == BLANK_MAGIC) {
             blank = 1;
             break;
         }

@@ -6,13 +6,14 @@
  * A C function either returns exactly what its twin returns or, where it declines
  * (a record its twin would refuse), says so and lets the twin produce the precise error:
  * refusals never need to be fast, and this way they are written once. The store's loops
- * are store/_speedups.c; the property parser both use is _properties.h, the CRC32C both
- * use is _crc32c.h.
+ * are store/_speedups.c; the property parser both use is _properties.h, the CRC32C
+ * _crc32c.h, the record layout _record_layout.h.
  *
  * Thread-safety: every function runs with the GIL held and keeps no state between calls.
  */
 #include "_crc32c.h"
 #include "_properties.h"
+#include "_record_layout.h"
 #include <string.h>
 
 PyDoc_STRVAR(decode_properties_doc,
@@ -337,15 +338,6 @@ growing_end_offset(Growing *offsets, const Growing *data)
     return growing_int32(offsets, (int32_t)data->length);
 }
 
-/* The last int32 of `g`, which holds some. */
-static int32_t
-read_native_int32_last(const Growing *g)
-{
-    int32_t value;
-    memcpy(&value, PyBytes_AS_STRING(g->bytes) + g->length - sizeof value, sizeof value);
-    return value;
-}
-
 /* Row `row`'s validity bit, the byte that holds it added when `row` starts one. */
 static int
 growing_bit(Growing *bitmap, Py_ssize_t row, int present)
@@ -523,23 +515,24 @@ timestamp_ms_fits(int64_t ms)
 static Py_ssize_t
 walk_fetch_answer(Growing *out, const FetchNames *names, const unsigned char *buf,
                   Py_ssize_t length, Span topic, long long queue_id, long long end_offset,
-                  long long *next_offset, unsigned char *bodies)
+                  long long *next_offset, unsigned char *bodies, Py_ssize_t *bodies_length)
 {
-    Py_ssize_t position = 0, rows = 0, bodies_length = 0;
+    Py_ssize_t position = 0, rows = 0;
     while (position < length) {
         const unsigned char *h = buf + position;
-        if (length - position < 88 || read_uint32(h + 4) != 0xDAA320A7u ||
-            (int32_t)read_uint32(h + 12) != queue_id)
+        if (length - position < RECORD_HEADER_SIZE ||
+            read_uint32(h + OFFSET_MAGIC) != MESSAGE_MAGIC ||
+            (int32_t)read_uint32(h + OFFSET_QUEUE_ID) != queue_id)
             return -2;
-        int64_t queue_offset = read_int64(h + 20);
+        int64_t queue_offset = read_int64(h + OFFSET_QUEUE_OFFSET);
         if (queue_offset >= end_offset)
             break;
         Py_ssize_t size = (int32_t)read_uint32(h);
-        int32_t body_length = (int32_t)read_uint32(h + 84);
+        int32_t body_length = (int32_t)read_uint32(h + OFFSET_BODY_LENGTH);
         Py_ssize_t record_end = position + size;
-        Py_ssize_t body_at = position + 88;
+        Py_ssize_t body_at = position + RECORD_HEADER_SIZE;
         Py_ssize_t topic_at = body_at + body_length;
-        if (size < 91 || size > length - position || body_length < 0 || topic_at + 3 > record_end)
+        if (size < RECORD_MIN_SIZE || size > length - position || body_length < 0 || topic_at + 3 > record_end)
             return -2;
         Py_ssize_t properties_at = topic_at + 1 + buf[topic_at];
         if (properties_at + 2 > record_end)
@@ -548,20 +541,21 @@ walk_fetch_answer(Growing *out, const FetchNames *names, const unsigned char *bu
         const unsigned char *raw = buf + properties_at + 2;
         if (properties_at + 2 + properties_length != record_end ||
             !span_is(topic, (const char *)buf + topic_at + 1, buf[topic_at]) ||
-            crc32c_of(0, buf + body_at, body_length) != read_uint32(h + 8) ||
+            crc32c_of(0, buf + body_at, body_length) != read_uint32(h + OFFSET_BODY_CRC) ||
             !utf8_is_valid(raw, properties_length))
             return -2;
-        int64_t born_ms = read_int64(h + 40), store_ms = read_int64(h + 56);
+        int64_t born_ms = read_int64(h + OFFSET_BORN_TIMESTAMP);
+        int64_t store_ms = read_int64(h + OFFSET_STORE_TIMESTAMP);
         if (!timestamp_ms_fits(born_ms) || !timestamp_ms_fits(store_ms))
             return -2;
         if (take_properties(out, names, rows, (const char *)raw, properties_length) < 0 ||
-            growing_int32(&out[BODY_OFFSETS], (int32_t)(bodies_length + body_length)) < 0 ||
+            growing_int32(&out[BODY_OFFSETS], (int32_t)(*bodies_length + body_length)) < 0 ||
             growing_int64(&out[QUEUE_OFFSETS], queue_offset) < 0 ||
             growing_int64(&out[BORN_US], born_ms * 1000) < 0 ||
             growing_int64(&out[STORE_US], store_ms * 1000) < 0)
             return -1;
-        memcpy(bodies + bodies_length, buf + body_at, body_length);
-        bodies_length += body_length;
+        memcpy(bodies + *bodies_length, buf + body_at, body_length);
+        *bodies_length += body_length;
         *next_offset = queue_offset + 1;
         rows++;
         position = record_end;
@@ -625,8 +619,9 @@ fetch_columns(PyObject *Py_UNUSED(module), PyObject *args)
         if (growing_int32(&out[offset_columns[i]], 0) < 0)
             goto done;
     long long next_offset = -1;
+    Py_ssize_t bodies_length = 0;
     Py_ssize_t rows = walk_fetch_answer(out, &names, records.buf, records.len, topic, queue_id,
-                                        end_offset, &next_offset, bodies.buf);
+                                        end_offset, &next_offset, bodies.buf, &bodies_length);
     if (rows == -1)
         goto done;
     if (rows == -2) {
@@ -644,8 +639,7 @@ fetch_columns(PyObject *Py_UNUSED(module), PyObject *args)
         Py_DECREF(tuple);
         goto done;
     }
-    PyObject *bodies_used = PyLong_FromSsize_t(
-        out[BODY_OFFSETS].length ? read_native_int32_last(&out[BODY_OFFSETS]) : 0);
+    PyObject *bodies_used = PyLong_FromSsize_t(bodies_length);
     if (bodies_used == NULL) {
         Py_DECREF(tuple);
         goto done;
@@ -693,7 +687,17 @@ PyInit__speedups(void)
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL)
         return NULL;
-    if (PyModule_AddIntConstant(module, "PRODUCE_HEAD_SIZE", PRODUCE_HEAD_SIZE) < 0) {
+    if (PyModule_AddIntConstant(module, "PRODUCE_HEAD_SIZE", PRODUCE_HEAD_SIZE) < 0 ||
+        PyModule_AddIntConstant(module, "RECORD_HEADER_SIZE", RECORD_HEADER_SIZE) < 0 ||
+        PyModule_AddIntConstant(module, "RECORD_MIN_SIZE", RECORD_MIN_SIZE) < 0 ||
+        PyModule_AddIntConstant(module, "MESSAGE_MAGIC", MESSAGE_MAGIC) < 0 ||
+        PyModule_AddIntConstant(module, "BLANK_MAGIC", BLANK_MAGIC) < 0 ||
+        PyModule_AddIntConstant(module, "OFFSET_BODY_CRC", OFFSET_BODY_CRC) < 0 ||
+        PyModule_AddIntConstant(module, "OFFSET_QUEUE_ID", OFFSET_QUEUE_ID) < 0 ||
+        PyModule_AddIntConstant(module, "OFFSET_QUEUE_OFFSET", OFFSET_QUEUE_OFFSET) < 0 ||
+        PyModule_AddIntConstant(module, "OFFSET_BORN_TIMESTAMP", OFFSET_BORN_TIMESTAMP) < 0 ||
+        PyModule_AddIntConstant(module, "OFFSET_STORE_TIMESTAMP", OFFSET_STORE_TIMESTAMP) < 0 ||
+        PyModule_AddIntConstant(module, "OFFSET_BODY_LENGTH", OFFSET_BODY_LENGTH) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ferrymq.codec import _speedups as codec_speedups
+from ferrymq.codec import commitlog_record
 from ferrymq.codec.commitlog_record import OFFSET_BODY_CRC
 from ferrymq.codec.produce_records import PRODUCE_HEAD, MalformedRecords, produce_record_at
 from ferrymq.codec.properties import (
@@ -280,3 +281,32 @@ def test_fetch_columns_in_c_accepts_exactly_the_utf8_that_bytes_decode_accepts()
         if (fetch_columns_in_c(records, TOPIC, QUEUE_ID, 1 << 62) is not None) != valid:
             wrong.append(sequence)
     assert wrong == []
+
+
+def test_the_c_record_layout_is_the_codecs():
+    """ferrymq/codec/_record_layout.h, which both extensions include, states
+    commitlog_record's layout."""
+    assert (
+        codec_speedups.RECORD_HEADER_SIZE,
+        codec_speedups.RECORD_MIN_SIZE,
+        codec_speedups.MESSAGE_MAGIC,
+        codec_speedups.BLANK_MAGIC,
+        codec_speedups.OFFSET_BODY_CRC,
+        codec_speedups.OFFSET_QUEUE_ID,
+        codec_speedups.OFFSET_QUEUE_OFFSET,
+        codec_speedups.OFFSET_STORE_TIMESTAMP,
+        codec_speedups.OFFSET_BODY_LENGTH,
+    ) == (
+        commitlog_record.HEADER_SIZE,
+        commitlog_record.MIN_RECORD_SIZE,
+        commitlog_record.MESSAGE_MAGIC,
+        commitlog_record.BLANK_MAGIC,
+        commitlog_record.OFFSET_BODY_CRC,
+        commitlog_record.OFFSET_QUEUE_ID,
+        commitlog_record.OFFSET_QUEUE_OFFSET,
+        commitlog_record.OFFSET_STORE_TIMESTAMP,
+        commitlog_record.OFFSET_BODY_LENGTH,
+    )
+    # BORNTIMESTAMP, which commitlog_record places only by HEADER's order: after 8 fields.
+    assert commitlog_record.HEADER.format[:9] == ">iIIiiqqi"
+    assert struct.calcsize(">iIIiiqqi") == codec_speedups.OFFSET_BORN_TIMESTAMP
