@@ -6,11 +6,14 @@
  * A C function either returns exactly what its twin returns or, where it declines
  * (a record its twin would refuse), says so and lets the twin produce the precise error:
  * refusals never need to be fast, and this way they are written once. The store's loops
- * are store/_speedups.c; the property parser both use is _properties.h.
+ * are store/_speedups.c; the property parser both use is _properties.h, the CRC32C
+ * _crc32c.h, the record layout _record_layout.h.
  *
  * Thread-safety: every function runs with the GIL held and keeps no state between calls.
  */
+#include "_crc32c.h"
 #include "_properties.h"
+#include "_record_layout.h"
 #include <string.h>
 
 PyDoc_STRVAR(decode_properties_doc,
@@ -286,7 +289,383 @@ static PyTypeObject ProduceScannerType = {
     .tp_methods = scanner_methods,
 };
 
+/* ---- Fetch answers into Arrow column buffers (ferrymq/spark/fetch_columns.py) ------- */
+
+/* A bytes object being filled: `length` bytes used of its size, doubled when full and cut
+ * to `length` at the end (the object is ours alone until then, so resizing is allowed). */
+typedef struct {
+    PyObject *bytes;
+    Py_ssize_t length;
+} Growing;
+
+static int
+growing_reserve(Growing *g, Py_ssize_t more)
+{
+    Py_ssize_t capacity = PyBytes_GET_SIZE(g->bytes);
+    if (g->length + more <= capacity)
+        return 0;
+    while (capacity < g->length + more)
+        capacity *= 2;
+    return _PyBytes_Resize(&g->bytes, capacity); /* NULL in g->bytes on failure */
+}
+
+static int
+growing_append(Growing *g, const void *data, Py_ssize_t n)
+{
+    if (growing_reserve(g, n) < 0)
+        return -1;
+    memcpy(PyBytes_AS_STRING(g->bytes) + g->length, data, n);
+    g->length += n;
+    return 0;
+}
+
+static int
+growing_int32(Growing *g, int32_t value)
+{
+    return growing_append(g, &value, sizeof value);
+}
+
+static int
+growing_int64(Growing *g, int64_t value)
+{
+    return growing_append(g, &value, sizeof value);
+}
+
+/* Arrow's string layout: the offset after the data just appended. */
+static int
+growing_end_offset(Growing *offsets, const Growing *data)
+{
+    return growing_int32(offsets, (int32_t)data->length);
+}
+
+/* Row `row`'s validity bit, the byte that holds it added when `row` starts one. */
+static int
+growing_bit(Growing *bitmap, Py_ssize_t row, int present)
+{
+    if (row % 8 == 0) {
+        unsigned char zero = 0;
+        if (growing_append(bitmap, &zero, 1) < 0)
+            return -1;
+    }
+    if (present)
+        PyBytes_AS_STRING(bitmap->bytes)[row / 8] |= (char)(1 << (row % 8));
+    return 0;
+}
+
+static uint32_t
+read_uint32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* What bytes.decode() accepts: UTF-8 without overlong forms, surrogates or code points
+ * past U+10FFFF. */
+static int
+utf8_is_valid(const unsigned char *p, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (n - i >= 8) {
+            uint64_t word;
+            memcpy(&word, p + i, 8);
+            if (!(word & 0x8080808080808080ull)) {
+                i += 8;
+                continue;
+            }
+        }
+        unsigned char c = p[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int more;
+        unsigned char low = 0x80, high = 0xBF; /* the bounds of the second byte */
+        if (c >= 0xC2 && c <= 0xDF)
+            more = 1;
+        else if (c == 0xE0)
+            more = 2, low = 0xA0;
+        else if (c == 0xED)
+            more = 2, high = 0x9F;
+        else if (c >= 0xE1 && c <= 0xEF)
+            more = 2;
+        else if (c == 0xF0)
+            more = 3, low = 0x90;
+        else if (c == 0xF4)
+            more = 3, high = 0x8F;
+        else if (c >= 0xF1 && c <= 0xF3)
+            more = 3;
+        else
+            return 0;
+        if (n - i - 1 < more || p[i + 1] < low || p[i + 1] > high)
+            return 0;
+        for (int k = 2; k <= more; k++)
+            if ((p[i + k] & 0xC0) != 0x80)
+                return 0;
+        i += more + 1;
+    }
+    return 1;
+}
+
+typedef struct {
+    const char *data;
+    Py_ssize_t length;
+} Span;
+
+static int
+span_is(Span span, const char *text, Py_ssize_t length)
+{
+    return span.length == length && memcmp(span.data, text, length) == 0;
+}
+
+/* The outputs after count and next offset, in FetchColumns' field order. */
+enum {
+    QUEUE_OFFSETS, BORN_US, STORE_US, BODY_OFFSETS, BODY_DATA,
+    MESSAGE_ID_VALIDITY, MESSAGE_ID_OFFSETS, MESSAGE_ID_DATA,
+    TAG_VALIDITY, TAG_OFFSETS, TAG_DATA,
+    KEYS_OFFSETS, KEY_OFFSETS, KEY_DATA,
+    PROPERTY_OFFSETS, NAME_OFFSETS, NAME_DATA, VALUE_OFFSETS, VALUE_DATA,
+    BUFFER_COUNT
+};
+
+typedef struct {
+    Span message_id_name, tag_name, keys_name;
+    char key_separator;
+    PyObject *system_names; /* tuple of bytes */
+} FetchNames;
+
+static int
+is_system_name(const FetchNames *names, Span name)
+{
+    Py_ssize_t count = PyTuple_GET_SIZE(names->system_names);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *system = PyTuple_GET_ITEM(names->system_names, i);
+        if (span_is(name, PyBytes_AS_STRING(system), PyBytes_GET_SIZE(system)))
+            return 1;
+    }
+    return 0;
+}
+
+/* One record's properties into the columns: 0 done, -1 error. */
+static int
+take_properties(Growing *out, const FetchNames *names, Py_ssize_t row, const char *raw,
+                Py_ssize_t length)
+{
+    Span message_id = {NULL, -1}, tag = {NULL, -1}, key_text = {NULL, 0};
+    Py_ssize_t start = 0;
+    while (start < length) {
+        const char *separator = memchr(raw + start, PROPERTY_SEPARATOR, length - start);
+        Py_ssize_t end = separator ? separator - raw : length;
+        if (end > start) {
+            const char *name_value = memchr(raw + start, NAME_VALUE_SEPARATOR, end - start);
+            Py_ssize_t name_end = name_value ? name_value - raw : end;
+            Py_ssize_t value_start = name_value ? name_end + 1 : end;
+            Span name = {raw + start, name_end - start};
+            Span value = {raw + value_start, end - value_start};
+            if (span_is(name, names->message_id_name.data, names->message_id_name.length))
+                message_id = value;
+            else if (span_is(name, names->tag_name.data, names->tag_name.length))
+                tag = value;
+            else if (span_is(name, names->keys_name.data, names->keys_name.length))
+                key_text = value;
+            if (!is_system_name(names, name)) {
+                if (growing_append(&out[NAME_DATA], name.data, name.length) < 0 ||
+                    growing_end_offset(&out[NAME_OFFSETS], &out[NAME_DATA]) < 0 ||
+                    growing_append(&out[VALUE_DATA], value.data, value.length) < 0 ||
+                    growing_end_offset(&out[VALUE_OFFSETS], &out[VALUE_DATA]) < 0)
+                    return -1;
+            }
+        }
+        start = end + 1;
+    }
+    if (growing_int32(&out[PROPERTY_OFFSETS], (int32_t)(out[NAME_OFFSETS].length / 4 - 1)) < 0)
+        return -1;
+    if (growing_bit(&out[MESSAGE_ID_VALIDITY], row, message_id.length >= 0) < 0 ||
+        (message_id.length > 0 &&
+         growing_append(&out[MESSAGE_ID_DATA], message_id.data, message_id.length) < 0) ||
+        growing_end_offset(&out[MESSAGE_ID_OFFSETS], &out[MESSAGE_ID_DATA]) < 0)
+        return -1;
+    if (growing_bit(&out[TAG_VALIDITY], row, tag.length >= 0) < 0 ||
+        (tag.length > 0 && growing_append(&out[TAG_DATA], tag.data, tag.length) < 0) ||
+        growing_end_offset(&out[TAG_OFFSETS], &out[TAG_DATA]) < 0)
+        return -1;
+    Py_ssize_t key_start = 0;
+    while (key_start < key_text.length) {
+        const char *separator =
+            memchr(key_text.data + key_start, names->key_separator, key_text.length - key_start);
+        Py_ssize_t key_end = separator ? separator - key_text.data : key_text.length;
+        if (key_end > key_start &&
+            (growing_append(&out[KEY_DATA], key_text.data + key_start, key_end - key_start) < 0 ||
+             growing_end_offset(&out[KEY_OFFSETS], &out[KEY_DATA]) < 0))
+            return -1;
+        key_start = key_end + 1;
+    }
+    return growing_int32(&out[KEYS_OFFSETS], (int32_t)(out[KEY_OFFSETS].length / 4 - 1));
+}
+
+/* fetch_columns.TIMESTAMP_MS_MIN..MAX: milliseconds whose microseconds fit an int64. */
+static int
+timestamp_ms_fits(int64_t ms)
+{
+    return ms >= -(INT64_MAX / 1000) && ms <= INT64_MAX / 1000;
+}
+
+/* The walk of fetch_columns_in_python over `buf`: the row count (and next offset in
+ * *next_offset), -1 on error, -2 where the twin would raise. Bodies are copied to
+ * `bodies`, which has room for `length` bytes (they are fewer). */
+static Py_ssize_t
+walk_fetch_answer(Growing *out, const FetchNames *names, const unsigned char *buf,
+                  Py_ssize_t length, Span topic, long long queue_id, long long end_offset,
+                  long long *next_offset, unsigned char *bodies, Py_ssize_t *bodies_length)
+{
+    Py_ssize_t position = 0, rows = 0;
+    while (position < length) {
+        const unsigned char *h = buf + position;
+        if (length - position < RECORD_HEADER_SIZE ||
+            read_uint32(h + OFFSET_MAGIC) != MESSAGE_MAGIC ||
+            (int32_t)read_uint32(h + OFFSET_QUEUE_ID) != queue_id)
+            return -2;
+        int64_t queue_offset = read_int64(h + OFFSET_QUEUE_OFFSET);
+        if (queue_offset >= end_offset)
+            break;
+        Py_ssize_t size = (int32_t)read_uint32(h);
+        int32_t body_length = (int32_t)read_uint32(h + OFFSET_BODY_LENGTH);
+        Py_ssize_t record_end = position + size;
+        Py_ssize_t body_at = position + RECORD_HEADER_SIZE;
+        Py_ssize_t topic_at = body_at + body_length;
+        if (size < RECORD_MIN_SIZE || size > length - position || body_length < 0 || topic_at + 3 > record_end)
+            return -2;
+        Py_ssize_t properties_at = topic_at + 1 + buf[topic_at];
+        if (properties_at + 2 > record_end)
+            return -2;
+        Py_ssize_t properties_length = ((Py_ssize_t)buf[properties_at] << 8) | buf[properties_at + 1];
+        const unsigned char *raw = buf + properties_at + 2;
+        if (properties_at + 2 + properties_length != record_end ||
+            !span_is(topic, (const char *)buf + topic_at + 1, buf[topic_at]) ||
+            crc32c_of(0, buf + body_at, body_length) != read_uint32(h + OFFSET_BODY_CRC) ||
+            !utf8_is_valid(raw, properties_length))
+            return -2;
+        int64_t born_ms = read_int64(h + OFFSET_BORN_TIMESTAMP);
+        int64_t store_ms = read_int64(h + OFFSET_STORE_TIMESTAMP);
+        if (!timestamp_ms_fits(born_ms) || !timestamp_ms_fits(store_ms))
+            return -2;
+        if (take_properties(out, names, rows, (const char *)raw, properties_length) < 0 ||
+            growing_int32(&out[BODY_OFFSETS], (int32_t)(*bodies_length + body_length)) < 0 ||
+            growing_int64(&out[QUEUE_OFFSETS], queue_offset) < 0 ||
+            growing_int64(&out[BORN_US], born_ms * 1000) < 0 ||
+            growing_int64(&out[STORE_US], store_ms * 1000) < 0)
+            return -1;
+        memcpy(bodies + *bodies_length, buf + body_at, body_length);
+        *bodies_length += body_length;
+        *next_offset = queue_offset + 1;
+        rows++;
+        position = record_end;
+    }
+    return rows;
+}
+
+PyDoc_STRVAR(fetch_columns_doc,
+"fetch_columns(records, topic: bytes, queue_id: int, end_offset: int, message_id_name: bytes,\n"
+"              tag_name: bytes, keys_name: bytes, key_separator: bytes,\n"
+"              system_names: tuple[bytes, ...], body_data: writable buffer) -> tuple | None\n\n"
+"ferrymq.spark.fetch_columns.fetch_columns_in_python, its FetchColumns as a tuple in field\n"
+"order, given the property names it uses; None where the twin raises CorruptRecord.\n"
+"The bodies go to the start of `body_data` (len(records) bytes at least, the caller's\n"
+"memory: a fresh allocation per answer would cost a page fault every 4 KiB) and the\n"
+"tuple's body_data item is how many bytes they take.");
+
+static PyObject *
+fetch_columns(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer records, bodies;
+    FetchNames names;
+    Span topic, separator;
+    long long queue_id, end_offset;
+    if (!PyArg_ParseTuple(args, "y*y#LLy#y#y#y#O!w*:fetch_columns", &records, &topic.data,
+                          &topic.length, &queue_id, &end_offset, &names.message_id_name.data,
+                          &names.message_id_name.length, &names.tag_name.data,
+                          &names.tag_name.length, &names.keys_name.data, &names.keys_name.length,
+                          &separator.data, &separator.length, &PyTuple_Type, &names.system_names, &bodies))
+        return NULL;
+    PyObject *result = NULL;
+    Growing out[BUFFER_COUNT] = {{NULL, 0}};
+    if (separator.length != 1) {
+        PyErr_SetString(PyExc_ValueError, "key_separator must be one byte");
+        goto done;
+    }
+    if (bodies.len < records.len) {
+        PyErr_SetString(PyExc_ValueError, "body_data is shorter than records");
+        goto done;
+    }
+    names.key_separator = separator.data[0];
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names.system_names); i++) {
+        if (!PyBytes_Check(PyTuple_GET_ITEM(names.system_names, i))) {
+            PyErr_SetString(PyExc_TypeError, "system_names must hold bytes");
+            goto done;
+        }
+    }
+    if (records.len > INT32_MAX) { /* the twin refuses what int32 offsets cannot address */
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    for (int i = 0; i < BUFFER_COUNT; i++) {
+        if (i != BODY_DATA && (out[i].bytes = PyBytes_FromStringAndSize(NULL, 1024)) == NULL)
+            goto done;
+    }
+    /* Every offsets column starts at 0. */
+    static const int offset_columns[] = {BODY_OFFSETS, MESSAGE_ID_OFFSETS, TAG_OFFSETS,
+                                         KEYS_OFFSETS, KEY_OFFSETS, PROPERTY_OFFSETS,
+                                         NAME_OFFSETS, VALUE_OFFSETS};
+    for (size_t i = 0; i < sizeof offset_columns / sizeof offset_columns[0]; i++)
+        if (growing_int32(&out[offset_columns[i]], 0) < 0)
+            goto done;
+    long long next_offset = -1;
+    Py_ssize_t bodies_length = 0;
+    Py_ssize_t rows = walk_fetch_answer(out, &names, records.buf, records.len, topic, queue_id,
+                                        end_offset, &next_offset, bodies.buf, &bodies_length);
+    if (rows == -1)
+        goto done;
+    if (rows == -2) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *tuple = PyTuple_New(2 + BUFFER_COUNT);
+    if (tuple == NULL)
+        goto done;
+    PyObject *count_object = PyLong_FromSsize_t(rows);
+    PyObject *next_object = PyLong_FromLongLong(next_offset);
+    PyTuple_SET_ITEM(tuple, 0, count_object);
+    PyTuple_SET_ITEM(tuple, 1, next_object);
+    if (count_object == NULL || next_object == NULL) {
+        Py_DECREF(tuple);
+        goto done;
+    }
+    PyObject *bodies_used = PyLong_FromSsize_t(bodies_length);
+    if (bodies_used == NULL) {
+        Py_DECREF(tuple);
+        goto done;
+    }
+    PyTuple_SET_ITEM(tuple, 2 + BODY_DATA, bodies_used);
+    for (int i = 0; i < BUFFER_COUNT; i++) {
+        if (i == BODY_DATA)
+            continue;
+        if (_PyBytes_Resize(&out[i].bytes, out[i].length) < 0) {
+            Py_DECREF(tuple);
+            goto done;
+        }
+        PyTuple_SET_ITEM(tuple, 2 + i, out[i].bytes); /* the tuple takes the reference */
+        out[i].bytes = NULL;
+    }
+    result = tuple;
+done:
+    for (int i = 0; i < BUFFER_COUNT; i++)
+        Py_XDECREF(out[i].bytes);
+    PyBuffer_Release(&bodies);
+    PyBuffer_Release(&records);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
+    {"fetch_columns", fetch_columns, METH_VARARGS, fetch_columns_doc},
     {"decode_properties", decode_properties, METH_O, decode_properties_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -302,12 +681,23 @@ static struct PyModuleDef speedups_module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
+    crc32c_choose();
     if (PyType_Ready(&ProduceScannerType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL)
         return NULL;
-    if (PyModule_AddIntConstant(module, "PRODUCE_HEAD_SIZE", PRODUCE_HEAD_SIZE) < 0) {
+    if (PyModule_AddIntConstant(module, "PRODUCE_HEAD_SIZE", PRODUCE_HEAD_SIZE) < 0 ||
+        PyModule_AddIntConstant(module, "RECORD_HEADER_SIZE", RECORD_HEADER_SIZE) < 0 ||
+        PyModule_AddIntConstant(module, "RECORD_MIN_SIZE", RECORD_MIN_SIZE) < 0 ||
+        PyModule_AddIntConstant(module, "MESSAGE_MAGIC", MESSAGE_MAGIC) < 0 ||
+        PyModule_AddIntConstant(module, "BLANK_MAGIC", BLANK_MAGIC) < 0 ||
+        PyModule_AddIntConstant(module, "OFFSET_BODY_CRC", OFFSET_BODY_CRC) < 0 ||
+        PyModule_AddIntConstant(module, "OFFSET_QUEUE_ID", OFFSET_QUEUE_ID) < 0 ||
+        PyModule_AddIntConstant(module, "OFFSET_QUEUE_OFFSET", OFFSET_QUEUE_OFFSET) < 0 ||
+        PyModule_AddIntConstant(module, "OFFSET_BORN_TIMESTAMP", OFFSET_BORN_TIMESTAMP) < 0 ||
+        PyModule_AddIntConstant(module, "OFFSET_STORE_TIMESTAMP", OFFSET_STORE_TIMESTAMP) < 0 ||
+        PyModule_AddIntConstant(module, "OFFSET_BODY_LENGTH", OFFSET_BODY_LENGTH) < 0) {
         Py_DECREF(module);
         return NULL;
     }

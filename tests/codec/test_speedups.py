@@ -1,6 +1,7 @@
 """The wire format's C loops (ferrymq/codec/_speedups.c, with the property parser
 ferrymq/codec/_properties.h) against their Python twins, on generated input: the scan of
-``Data.Produce`` records and the property decoder. The store's loops are checked the same
+``Data.Produce`` records, the property decoder, and the Spark source's walk of a
+``Data.Fetch`` answer into column buffers. The store's loops are checked the same
 way in tests/store/test_speedups.py.
 
 Each C function must return exactly what its twin returns, and decline (leave the record
@@ -8,10 +9,17 @@ to the twin) exactly where the twin raises: the twins are the specification."""
 
 from __future__ import annotations
 
+import re
+import struct
+
+import pytest
+from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ferrymq.codec import _speedups as codec_speedups
+from ferrymq.codec import commitlog_record
+from ferrymq.codec.commitlog_record import OFFSET_BODY_CRC
 from ferrymq.codec.produce_records import PRODUCE_HEAD, MalformedRecords, produce_record_at
 from ferrymq.codec.properties import (
     PROPERTY_DELIVERY_TIME_MS,
@@ -24,8 +32,24 @@ from ferrymq.codec.properties import (
     decode_properties,
     decode_properties_in_python,
 )
+from ferrymq.spark.fetch_columns import (
+    CorruptRecord,
+    fetch_columns,
+    fetch_columns_in_c,
+    fetch_columns_in_python,
+)
 from node.convert import read_produce_record, scan_produce_records
 from node.rpc_status import InvalidRequest
+from tests.support.fetch_answers import (
+    CORRUPTION_MESSAGES,
+    CORRUPTIONS,
+    FIRST_OFFSET,
+    QUEUE_ID,
+    TOPIC,
+    comparable,
+    fetch_answers,
+    record,
+)
 
 # Characters that decide checks: separators, '|', ASCII and Unicode whitespace (str.strip's
 # and re's \s: U+001C..U+001F and U+3000 among them), non-ASCII letters, and plain ones.
@@ -146,3 +170,143 @@ def test_decode_properties_in_c_is_its_python_twin(raw):
         raise AssertionError("C decoded what Python refused") from None
     assert decode_properties(raw) == expected
     assert decode_properties(bytearray(raw)) == expected
+
+
+# ---- fetch_columns: a Fetch answer into Arrow column buffers (the Spark source) ----------
+
+
+def columns_or_refusal(records: bytes, end_offset: int) -> tuple | None:
+    """The twin's columns, or None where it raises CorruptRecord (anything else fails)."""
+    try:
+        return comparable(fetch_columns_in_python(records, TOPIC, QUEUE_ID, end_offset))
+    except CorruptRecord:
+        return None
+
+
+@settings(max_examples=1500, deadline=None)
+@given(fetch_answers(name_value_separator=False))
+def test_fetch_columns_in_c_is_its_python_twin(answer):
+    """Absent, repeated and empty properties, pieces without 0x01, empty keys, non-ASCII
+    text, end offsets that cut the answer anywhere, empty answers."""
+    records, end_offset = answer
+    expected = columns_or_refusal(records, end_offset)
+    assert expected is not None
+    assert comparable(fetch_columns_in_c(records, TOPIC, QUEUE_ID, end_offset)) == expected
+
+
+@settings(max_examples=1500, deadline=None)
+@given(fetch_answers(), st.data())
+def test_fetch_columns_in_c_declines_exactly_where_the_twin_refuses(answer, data):
+    """Damage anywhere (a byte changed, the answer cut or extended): the C returns the
+    twin's columns or declines, and declines only where the twin raises CorruptRecord."""
+    records, end_offset = answer
+    damaged = bytearray(records)
+    how = data.draw(st.sampled_from(["byte", "cut", "extend"]))
+    if how == "byte" and damaged:
+        damaged[data.draw(st.integers(0, len(damaged) - 1))] = data.draw(st.integers(0, 255))
+    elif how == "cut" and damaged:
+        del damaged[data.draw(st.integers(0, len(damaged) - 1)) :]
+    else:
+        damaged += data.draw(st.binary(max_size=100))
+    records = bytes(damaged)
+    expected = columns_or_refusal(records, end_offset)
+    assert comparable(fetch_columns_in_c(records, TOPIC, QUEUE_ID, end_offset)) == expected
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_fetch_columns_in_c_declines_each_corruption_the_twin_refuses(corruption):
+    good = b"".join(
+        record(FIRST_OFFSET + i, b"x" * i, b"UNIQ_KEY\x01id\x02KEYS\x01a b\x02") for i in range(3)
+    )
+    records = CORRUPTIONS[corruption](good)
+    with pytest.raises(CorruptRecord, match=re.escape(CORRUPTION_MESSAGES[corruption])):
+        fetch_columns_in_python(records, TOPIC, QUEUE_ID, 1 << 62)
+    assert fetch_columns_in_c(records, TOPIC, QUEUE_ID, 1 << 62) is None
+    # Where the twin refuses, fetch_columns (C first) raises the twin's precise error.
+    with pytest.raises(CorruptRecord, match=re.escape(CORRUPTION_MESSAGES[corruption])):
+        fetch_columns(records, TOPIC, QUEUE_ID, 1 << 62)
+
+
+def test_fetch_columns_in_c_checks_bodies_with_the_crc32c_package():
+    """The codec's CRC32C (the header shared with the store) on bodies of every length
+    around the 8-byte steps: a right CRC passes, a wrong one declines."""
+    for length in range(0, 40):
+        body = bytes(range(length))
+        good = record(FIRST_OFFSET, body)
+        assert fetch_columns_in_c(good, TOPIC, QUEUE_ID, 1 << 62).count == 1
+        bad = good[:OFFSET_BODY_CRC] + struct.pack(">I", crc32c(body) ^ 1) + good[12:]
+        assert fetch_columns_in_c(bad, TOPIC, QUEUE_ID, 1 << 62) is None
+
+
+def test_fetch_columns_in_c_refuses_an_output_buffer_too_small_for_the_bodies():
+    records = record(FIRST_OFFSET, b"body")
+    names = (b"UNIQ_KEY", b"TAGS", b"KEYS", b" ", ())
+    with pytest.raises(ValueError, match="body_data is shorter than records"):
+        codec_speedups.fetch_columns(
+            records, TOPIC.encode(), QUEUE_ID, 1 << 62, *names, bytearray(4)
+        )
+
+
+def utf8_edge_sequences() -> list[bytes]:
+    """Every two-byte sequence with a non-ASCII first byte, and three- and four-byte ones
+    around each lead byte's bounds (overlongs, surrogates, past U+10FFFF, cut short)."""
+    edges = range(0x7F, 0xC1)
+    sequences = [bytes((first, second)) for first in range(0x80, 0x100) for second in range(256)]
+    sequences += [
+        bytes((first, second, third))
+        for first in range(0xE0, 0xF0)
+        for second in edges
+        for third in (0x41, 0x80, 0xBF, 0xC0)
+    ]
+    sequences += [
+        bytes((first, second, third, fourth))
+        for first in range(0xF0, 0xF8)
+        for second in edges
+        for third in (0x41, 0x80)
+        for fourth in (0x80, 0xC0)
+    ]
+    return sequences
+
+
+def test_fetch_columns_in_c_accepts_exactly_the_utf8_that_bytes_decode_accepts():
+    """The C's own UTF-8 check (no str is built) against the rule the twin applies."""
+    wrong = []
+    for sequence in utf8_edge_sequences():
+        records = record(FIRST_OFFSET, b"", b"name\x01" + sequence + b"\x02")
+        try:
+            sequence.decode()
+            valid = True
+        except UnicodeDecodeError:
+            valid = False
+        if (fetch_columns_in_c(records, TOPIC, QUEUE_ID, 1 << 62) is not None) != valid:
+            wrong.append(sequence)
+    assert wrong == []
+
+
+def test_the_c_record_layout_is_the_codecs():
+    """ferrymq/codec/_record_layout.h, which both extensions include, states
+    commitlog_record's layout."""
+    assert (
+        codec_speedups.RECORD_HEADER_SIZE,
+        codec_speedups.RECORD_MIN_SIZE,
+        codec_speedups.MESSAGE_MAGIC,
+        codec_speedups.BLANK_MAGIC,
+        codec_speedups.OFFSET_BODY_CRC,
+        codec_speedups.OFFSET_QUEUE_ID,
+        codec_speedups.OFFSET_QUEUE_OFFSET,
+        codec_speedups.OFFSET_STORE_TIMESTAMP,
+        codec_speedups.OFFSET_BODY_LENGTH,
+    ) == (
+        commitlog_record.HEADER_SIZE,
+        commitlog_record.MIN_RECORD_SIZE,
+        commitlog_record.MESSAGE_MAGIC,
+        commitlog_record.BLANK_MAGIC,
+        commitlog_record.OFFSET_BODY_CRC,
+        commitlog_record.OFFSET_QUEUE_ID,
+        commitlog_record.OFFSET_QUEUE_OFFSET,
+        commitlog_record.OFFSET_STORE_TIMESTAMP,
+        commitlog_record.OFFSET_BODY_LENGTH,
+    )
+    # BORNTIMESTAMP, which commitlog_record places only by HEADER's order: after 8 fields.
+    assert commitlog_record.HEADER.format[:9] == ">iIIiiqqi"
+    assert struct.calcsize(">iIIiiqqi") == codec_speedups.OFFSET_BORN_TIMESTAMP
