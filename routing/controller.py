@@ -137,9 +137,14 @@ class Controller:
         self._keep_leadership_off_masters(members, groups, now)
 
     def _keep_leadership_off_masters(self, members, groups, now: float) -> None:
-        """While this node is a master, ask a connected voter that is no master to lead
-        routing (at most once a heartbeat interval; pysyncobj refuses a voter that has
-        not the whole log, and the next round asks again)."""
+        """While this node is a master and the cluster is whole, ask a voter that is no
+        master to lead routing (at most once a heartbeat interval; pysyncobj refuses a
+        voter that has not the whole log, and the next round asks again).
+
+        Only a whole cluster (every voter reachable, every member alive, every group's
+        members all in sync, no lost-master report): a handover moves leadership once
+        more, and while a failure is being handled the commands that handle it (an
+        in-sync change, heartbeats) would fail across that move and wait for a retry."""
         if not self.raft_address or now < self._handover_after:
             return
         masters = {
@@ -147,12 +152,14 @@ class Controller:
             for g in groups
             if g.master in members and members[g.master].raft_address
         }
-        if self.raft_address not in masters:
+        if self.raft_address not in masters or not _whole(members, groups):
             return
         connected = dict(self.replica.status().voters_connected)
-        others = sorted(v for v in connected if connected[v] and v not in masters)
+        if not all(connected.values()):
+            return
+        others = sorted(v for v in connected if v not in masters)
         if not others:
-            return  # every reachable voter is a master: leading here is the best there is
+            return  # every voter is a master: leading here is the best there is
         self._handover_after = now + self.heartbeat_interval_s
         log.info("this node is a master: handing routing leadership to %s", others[0])
         self.replica.hand_leadership_to(others[0])
@@ -243,3 +250,11 @@ class Controller:
         await self.replica.submit(
             ElectMaster(group.name, chosen, group.epoch, "master failed", unclean=unclean)
         )
+
+
+def _whole(members, groups) -> bool:
+    """Every member alive and in its group's in-sync set, and no lost-master report."""
+    in_sync = {node for g in groups for node in g.in_sync}
+    return all(m.alive and m.node_id in in_sync for m in members.values()) and not any(
+        g.lost_by for g in groups
+    )

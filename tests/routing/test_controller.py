@@ -329,31 +329,44 @@ def voters_three_nodes() -> RoutingState:
 
 
 def test_a_leader_on_a_masters_node_hands_routing_leadership_to_a_voter_that_is_no_master():
-    """A crash of the master's node must not also take routing's leader: failing over
-    such a master waited for a Raft election first (the slow half of the failover drills).
-    The leader asks a connected voter that is no master, at most once a heartbeat
-    interval; a leader that is no master keeps leading."""
+    """A crash of the master's node must not also take routing's leader: failing over such a
+    master waited for a Raft election first (the slow half of the failover drills).
+    The leader asks a voter that is no master, at most once a heartbeat interval, and only
+    while the cluster is whole: during a failure, a handover would move leadership once
+    more under the commands that handle it. A leader that is no master keeps leading."""
     state = voters_three_nodes()
     clock = Clock()
     replica = VoterReplica(state)
     controller = Controller(replica, lease_s=3.0, raft_address="r1", clock=clock, wall_clock=clock)
     replica.connected["r2"] = False
     asyncio.run(controller.tick())
-    assert replica.handed == ["r3"]  # r2 is unreachable
+    assert replica.handed == []  # r2 unreachable: not while the cluster is not whole
+    replica.connected["r2"] = True
+    assert state.apply(MarkNodeDown("n3", state.members["n3"].heartbeats)).ok
+    clock.now += 0.1
+    asyncio.run(controller.tick())
+    assert replica.handed == []  # n3 down
+    heartbeat(state, clock, "n3")
+    assert state.apply(ReportMasterLost("g1", "n3", 1)).ok
+    clock.now += 0.1
+    asyncio.run(controller.tick())
+    assert replica.handed == []  # a slave reports the master lost
+    assert state.apply(ReportMasterFound("g1", "n3", 1)).ok
+    clock.now += 0.1
+    asyncio.run(controller.tick())
+    assert replica.handed == ["r2"]  # whole again
     clock.now += 0.5
     asyncio.run(controller.tick())
-    assert replica.handed == ["r3"]  # asked a moment ago: pysyncobj's answer is pending
-    replica.connected["r2"] = True
+    assert replica.handed == ["r2"]  # asked a moment ago: pysyncobj's answer is pending
     clock.now += 0.6
     asyncio.run(controller.tick())
-    assert replica.handed == ["r3", "r2"]  # still leading a second later: ask again
+    assert replica.handed == ["r2", "r2"]  # still leading a second later: ask again
 
-    # A second broker group whose master is on r2 and r3 unreachable: no voter is free.
+    # A second broker group whose master is on r2, the rest on r3: r3 is asked.
     assert state.apply(RegisterNode("m2", "g2", "m2:1", wall_ms=0, raft_address="r2")).ok
-    replica.connected["r3"] = False
     clock.now += 2
     asyncio.run(controller.tick())
-    assert replica.handed == ["r3", "r2"]
+    assert replica.handed == ["r2", "r2", "r3"]
 
     # The leader of routing on a slave's node keeps leading.
     follower_side = VoterReplica(voters_three_nodes())
@@ -397,8 +410,17 @@ def test_an_election_among_equal_logs_prefers_a_candidate_off_the_leaders_node()
     asyncio.run(controller.tick())
     assert state.broker_groups["g1"].master == "n3"
     clock.now += 0.1
-    asyncio.run(controller.tick())  # the next round sees its node a master: hands over
-    assert replica.handed == ["r2"]
+    asyncio.run(controller.tick())
+    assert replica.handed == []  # its node is a master, but n1 is gone: not now
+    # n1 comes back and rejoins the in-sync set: the cluster is whole, leadership moves.
+    assert state.apply(RegisterNode("n1", "g1", "n1:1", wall_ms=0, raft_address="r1")).ok
+    group = state.broker_groups["g1"]
+    in_sync = AlterInSync("g1", "n3", group.epoch, group.in_sync | {"n1"}, group.in_sync_epoch)
+    assert state.apply(in_sync).ok
+    replica.connected = {"r1": True, "r2": True}  # the voters other than this one (r3)
+    clock.now += 0.1
+    asyncio.run(controller.tick())
+    assert replica.handed == ["r1"]
 
 
 def test_a_master_whose_replication_port_refuses_is_replaced_without_waiting_a_heartbeat():
