@@ -45,6 +45,8 @@ from routing.raft_transport import MAX_COMMAND_BYTES, BoundedTcpTransport
 from routing.state import RoutingState
 
 log = logging.getLogger("ferrymq.routing")
+RETRY_NOT_APPLIED_S = 1.0  # how long a command refused unapplied is tried again
+RETRY_PAUSE_S = 0.02
 T = TypeVar("T")
 
 FAIL_REASONS = {
@@ -252,13 +254,28 @@ class RoutingReplica:
 
         Raises ``RoutingUnavailable`` without a quorum (nothing was appended) or when the
         command did not commit within ``timeout_s`` (it may still commit);
-        ``CommandTooLarge`` (nothing appended) for a command over ``MAX_COMMAND_BYTES``."""
+        ``CommandTooLarge`` (nothing appended) for a command over ``MAX_COMMAND_BYTES``.
+        A refusal that proves the command was not applied (no leader known, a leader that
+        was no longer one, an entry a new leader replaced) is retried for up to
+        ``RETRY_NOT_APPLIED_S``: a leadership handover lasts milliseconds, and a command
+        that met it would otherwise fail for nothing; an unknown outcome is never retried."""
         size = len(pickle.dumps(command))
         if size > MAX_COMMAND_BYTES:
             raise CommandTooLarge(
                 f"{type(command).__name__} pickles to {size} bytes, over the "
                 f"{MAX_COMMAND_BYTES}-byte limit of a routing command: refused"
             )
+        started = time.monotonic()
+        retry_until = started + min(timeout_s, RETRY_NOT_APPLIED_S)
+        while True:
+            try:
+                return await self._submit_once(command, timeout_s - (time.monotonic() - started))
+            except RoutingUnavailable as error:
+                if error.outcome_unknown or time.monotonic() >= retry_until:
+                    raise
+            await asyncio.sleep(RETRY_PAUSE_S)
+
+    async def _submit_once(self, command: object, timeout_s: float) -> CommandResult:
         if not self._has_quorum():
             raise RoutingUnavailable(
                 f"routing has no quorum here ({self._quorum_summary()}): nothing was changed"

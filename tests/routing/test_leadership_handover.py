@@ -1,7 +1,8 @@
 """Routing leadership handed to another voter, on three real replicas over loopback:
 ``RoutingReplica.hand_leadership_to`` runs pysyncobj's transfer on its own thread (its
 connections are that thread's alone), and the chosen voter leads within an election's
-time, while the replicas keep committing."""
+time, while the replicas keep committing. A command that met a leader change unapplied is
+submitted again; one whose outcome is unknown is not."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import asyncio
 import socket
 import time
 
+import pytest
+from pysyncobj import FAIL_REASON
+
 from routing.commands import RegisterNode
-from routing.replica import RoutingReplica
+from routing.replica import RoutingReplica, RoutingUnavailable
 
 
 def free_address() -> str:
@@ -64,3 +68,58 @@ def test_leadership_moves_to_the_voter_it_was_handed_to(tmp_path):
     finally:
         for replica in replicas:
             replica.close()
+
+
+def lone_voter(tmp_path) -> RoutingReplica:
+    address = free_address()
+    replica = RoutingReplica(
+        self_address=address,
+        voters=[address],
+        secret="test-secret",
+        data_dir=str(tmp_path),
+        lease_s=3.0,
+    )
+    until(lambda: replica.status().leader == address, 10, "the lone voter leading")
+    return replica
+
+
+def failing_first(replica: RoutingReplica, error: int) -> list[object]:
+    """Make the replica's next apply fail with pysyncobj's ``error``, as a leader change
+    does; later applies go through. Returns the list of commands applied."""
+    real_apply = replica.machine.apply
+    calls: list[object] = []
+
+    def apply(command, callback):
+        calls.append(command)
+        if len(calls) == 1:
+            callback(None, error)
+            return None
+        return real_apply(command, callback=callback)
+
+    replica.machine.apply = apply
+    return calls
+
+
+def test_a_command_a_leader_change_refused_unapplied_is_submitted_again(tmp_path):
+    """A new leader discarded the entry (or no leader was known for a moment, as in a
+    handover): the command was not applied, so ``submit`` tries it again and it commits
+    (a benchmark's topic creation failed on exactly this after a handover)."""
+    replica = lone_voter(tmp_path)
+    try:
+        for refusal in (FAIL_REASON.DISCARDED, FAIL_REASON.MISSING_LEADER):
+            calls = failing_first(replica, refusal)
+            result = asyncio.run(replica.submit(RegisterNode(f"n{refusal}", "g1", "n:1")))
+            assert result.ok and len(calls) == 2
+    finally:
+        replica.close()
+
+
+def test_a_command_whose_outcome_is_unknown_is_not_submitted_again(tmp_path):
+    replica = lone_voter(tmp_path)
+    try:
+        calls = failing_first(replica, FAIL_REASON.LEADER_CHANGED)
+        with pytest.raises(RoutingUnavailable) as raised:
+            asyncio.run(replica.submit(RegisterNode("n1", "g1", "n1:1")))
+        assert raised.value.outcome_unknown and len(calls) == 1
+    finally:
+        replica.close()
