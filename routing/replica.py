@@ -10,8 +10,10 @@ pysyncobj facts this module works around (see docs/guarantees.md, "Routing"):
 - commands and snapshots are pickled: the cluster secret (pysyncobj's password, Fernet
   encryption) is mandatory, so a peer without it can neither read nor inject anything;
 - a command submitted while no leader is known would wait in a queue and could commit long
-  after the caller gave up, so ``submit`` refuses at once without a quorum, and reports a
-  command that did not commit in time as an unknown outcome;
+  after the caller gave up, so ``submit`` never hands pysyncobj a command without a
+  quorum: it refuses (after trying again for up to a second, as it does every refusal
+  that proves the command unapplied: a leadership handover lasts milliseconds), and
+  reports a command that did not commit in time as an unknown outcome;
 - a leader cut off from the majority keeps acting as leader for ``leaderFallbackTimeout``:
   it is set to the node lease so a partitioned leader steps down as quickly as the
   controller would declare it dead;
