@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ferrymq.codec.acl_signature import sign_content
+from node.refusal_log import RefusalLog
+from node.rpc_status import AccessDenied
 from node.secret_box import SealError, SecretBox
 from routing.acl import User
 
@@ -36,6 +38,7 @@ SCHEME = "MQv2-HMAC-SHA1"
 SIGNED_HEADER = "x-mq-date-time"
 DATE_FORMAT = "%Y%m%dT%H%M%SZ"
 BAD_SIGNATURE = "the signature does not match (wrong access key or secret key)"
+BAD_CREDENTIALS = ""  # the refusal log's key for every bad credential (no access key is "")
 
 
 class AuthenticationError(Exception):
@@ -174,3 +177,40 @@ class Authenticator:
                 self._secrets.clear()
             self._secrets[key] = secret
         return secret
+
+
+class Verification:
+    """Who a request is, for either door: the verified user, or ``AccessDenied``
+    (UNAUTHENTICATED, saying what was wrong) with the refusal logged at a bounded rate
+    (``node/refusal_log.py``; the claimed access key is the caller's choice, so it never
+    picks the log line: every bad credential of a call shares one)."""
+
+    def __init__(self, authenticator: Authenticator, clock: Callable[[], float] = time.monotonic):
+        self.authenticator = authenticator
+        self._log = RefusalLog(log, clock)
+
+    def of_metadata(self, method: str, metadata: Mapping[str, str]) -> User:
+        """The user of a gRPC call's signature headers."""
+        try:
+            return self.authenticator.authenticate(metadata)
+        except AuthenticationError as error:
+            raise self._refused(method, _claimed_access_key(metadata), error) from None
+
+    def of_signature(
+        self, method: str, access_key: str, signature: str, contents: Sequence[bytes]
+    ) -> User:
+        """The user of a remoting request's ACL 1.0 signature."""
+        try:
+            return self.authenticator.authenticate_content(access_key, signature, contents)
+        except AuthenticationError as error:
+            raise self._refused(method, access_key[:64], error) from None
+
+    def _refused(self, method: str, claimed: str, error: AuthenticationError) -> AccessDenied:
+        self._log.refused(method, BAD_CREDENTIALS, claimed, str(error))
+        return AccessDenied(False, f"UNAUTHENTICATED: {error}")
+
+
+def _claimed_access_key(metadata: Mapping[str, str]) -> str:
+    header = metadata.get("authorization", "")
+    _, _, rest = header.partition("Credential=")
+    return rest.partition(",")[0][:64]

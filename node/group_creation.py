@@ -5,7 +5,7 @@ Raft, so it exists on every node once the call goes on. ``[messages] auto_create
 false`` turns it off: such calls answer CONSUMER_GROUP_NOT_FOUND as before.
 
 Bounds (docs/security.md): only calls whose access rule needs SUBSCRIBE on the group create
-it (``node.access`` checks that before any service code runs, so with auth on the caller
+it (the services decide that before they create one, so with auth on the caller
 may consume from that group anyway); QueryAssignment and Telemetry, which need only a
 signature, never create one and answer for an unknown group as for a default one. Routing
 stops creating on first use at ``FIRST_USE_GROUPS_MAX`` groups in the cluster

@@ -1,22 +1,23 @@
-"""RPC-path metrics: a wrapper around every served method, counting once per request.
+"""Traffic metrics of every door, and the gRPC methods' latency.
 
-Every served method is timed by ``method`` and gRPC ``code``. Four methods also count
-traffic, after the node answered (so only topics and groups that exist become labels):
+The services report their traffic here, whichever door it came by (``TrafficMetrics``),
+after the node decided (so only topics and groups that exist become labels):
 
-- ``SendMessage``: latency by RocketMQ status (``ferrymq_send_latency_seconds``), and on
-  success messages and bytes in by topic (the request's serialized size);
-- ``PullMessage`` and ``ReceiveMessage`` (server streams): messages and body bytes out by
-  topic and group, summed over the stream and added once at its end;
-- ``Data.Fetch``: records and record bytes out by topic and group.
+- a send or produce: its latency by RocketMQ status (``ferrymq_send_latency_seconds``), and
+  on success messages and body bytes in by topic (``rocketmq_messages_in_total``,
+  ``rocketmq_throughput_in_total``);
+- a pull, fetch or receive: messages and bytes out by topic and group (body bytes of
+  decoded messages, whole records where records go out as stored).
 
+``MethodMetrics`` wraps each gRPC method once, at registration, and times it by ``method``
+and gRPC ``code`` (the remoting port's requests are timed by ``node/metrics_remoting.py``).
 Bidirectional streams (Telemetry) live as long as a client; they are passed through
 untimed. Cost on the send path: one wrapper call, one ``perf_counter`` pair, one histogram
 observation and two counter increments per request (plain numbers, no locks:
-``node/loop_metrics.py``), plus the request's ``ByteSize()`` (C code; ~0.3 µs per message
-of a batch).
+``node/loop_metrics.py``).
 
-Thread-safety: the wrapped handlers run on the node's event loop, where ``/metrics`` is
-served too: the series are ``node.loop_metrics``'s lock-free ones.
+Thread-safety: the series are ``node.loop_metrics``'s lock-free ones, observed and served
+on the node's event loop.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from time import perf_counter
+from typing import Protocol
 
 import grpc
 from prometheus_client import CollectorRegistry
@@ -51,12 +53,30 @@ RPC_BUCKETS_S = (
 )
 SEND_BUCKETS_S = RPC_BUCKETS_S[:12]
 OK_CODE = pb.OK
-FETCH = "/ferrymq.data.v1.Data/Fetch"
-SEND = "/apache.rocketmq.v2.MessagingService/SendMessage"
-PRODUCE = "/ferrymq.data.v1.Data/Produce"
-PULL = "/apache.rocketmq.v2.MessagingService/PullMessage"
-RECEIVE = "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
 _CODE_NAMES = {value: name for name, value in pb.Code.items()}
+
+
+class TrafficMetrics(Protocol):
+    """What the services report of the traffic they serve, whichever door it came by."""
+
+    def stored(self, topic: str, count: int, size: int) -> None: ...
+
+    def send_answered(self, code: int, elapsed_s: float) -> None: ...
+
+    def delivered(self, topic: str, group: str, count: int, size: int) -> None: ...
+
+
+class NoTrafficMetrics:
+    """For a service run without a node's registry (unit tests)."""
+
+    def stored(self, topic: str, count: int, size: int) -> None:
+        return None
+
+    def send_answered(self, code: int, elapsed_s: float) -> None:
+        return None
+
+    def delivered(self, topic: str, group: str, count: int, size: int) -> None:
+        return None
 
 
 class RpcMetrics:
@@ -85,25 +105,25 @@ class RpcMetrics:
         )
         self.messages_in = LoopCounter(
             "rocketmq_messages_in_total",
-            "Messages stored by SendMessage and Data.Produce",
+            "Messages stored by sends of every door (gRPC, Data.Produce, 4.x remoting)",
             [*node_labels, "topic"],
             registry=registry,
         )
         self.bytes_in = LoopCounter(
             "rocketmq_throughput_in_total",
-            "Bytes of the send requests stored (SendMessage serialized, Produce records)",
+            "Bytes stored by sends: message bodies (Produce: its records)",
             [*node_labels, "topic"],
             registry=registry,
         )
         self.messages_out = LoopCounter(
             "rocketmq_messages_out_total",
-            "Messages delivered by PullMessage, ReceiveMessage and Data.Fetch",
+            "Messages delivered by pulls, fetches and receives of every door",
             [*node_labels, "topic", "group"],
             registry=registry,
         )
         self.bytes_out = LoopCounter(
             "rocketmq_throughput_out_total",
-            "Bytes delivered: message bodies (pull, receive) or whole records (Data.Fetch)",
+            "Bytes delivered: message bodies, or whole records where they go out as stored",
             [*node_labels, "topic", "group"],
             registry=registry,
         )
@@ -117,26 +137,14 @@ class RpcMetrics:
             child = self._children[key] = metric.labels(*self.node_values, *labels)
         return child
 
-    def sent(self, request, response, elapsed_s: float) -> None:
-        code = response.status.code
-        self._child(self.send_latency, _CODE_NAMES.get(code, "UNKNOWN")).observe(elapsed_s)
-        if code == OK_CODE and request.messages:
-            messages = request.messages
-            topic = messages[0].topic.name
-            self._child(self.messages_in, topic).inc(len(messages))
-            # The serialized size, computed in C: a Python pass over 128 bodies costs more.
-            self._child(self.bytes_in, topic).inc(request.ByteSize())
+    def stored(self, topic: str, count: int, size: int) -> None:
+        """``count`` messages of ``size`` body bytes stored in ``topic``, by any door."""
+        self._child(self.messages_in, topic).inc(count)
+        self._child(self.bytes_in, topic).inc(size)
 
-    def produced(self, request, response, elapsed_s: float) -> None:
-        """Data.Produce: the SDK's send path; per-record codes, stored ones counted."""
-        code = response.code
+    def send_answered(self, code: int, elapsed_s: float) -> None:
+        """A send of any door answered with ``code`` (apache.rocketmq.v2.Code)."""
         self._child(self.send_latency, _CODE_NAMES.get(code, "UNKNOWN")).observe(elapsed_s)
-        stored = sum(1 for offset in response.offsets if offset >= 0)
-        if stored:
-            self._child(self.messages_in, request.topic).inc(stored)
-            self._child(self.bytes_in, request.topic).inc(
-                len(request.records) * stored // max(request.count, 1)
-            )
 
     def delivered(self, topic: str, group: str, count: int, size: int) -> None:
         if count:
@@ -156,24 +164,21 @@ class MethodMetrics:
         short = method.rsplit("/", 1)[-1]
         if handler.unary_unary is not None and inspect.iscoroutinefunction(handler.unary_unary):
             return grpc.unary_unary_rpc_method_handler(
-                self._unary(short, method, handler.unary_unary),
+                self._unary(short, handler.unary_unary),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None and inspect.isasyncgenfunction(handler.unary_stream):
             return grpc.unary_stream_rpc_method_handler(
-                self._unary_stream(short, method, handler.unary_stream),
+                self._unary_stream(short, handler.unary_stream),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         return handler  # client and bidirectional streams: long-lived, not timed
 
-    def _unary(self, short: str, method: str, behavior):
+    def _unary(self, short: str, behavior):
         metrics = self.metrics
         ok_latency = metrics._child(metrics.rpc_latency, short, "OK")
-        is_send = method == SEND
-        is_produce = method == PRODUCE
-        is_fetch = method == FETCH
 
         async def timed(request, context):
             start = perf_counter()
@@ -184,43 +189,25 @@ class MethodMetrics:
                     perf_counter() - start
                 )
                 raise
-            elapsed = perf_counter() - start
-            ok_latency.observe(elapsed)
-            if is_send:
-                metrics.sent(request, response, elapsed)
-            elif is_produce:
-                metrics.produced(request, response, elapsed)
-            elif is_fetch and response.code == OK_CODE:
-                metrics.delivered(
-                    request.topic, request.group, response.count, len(response.records)
-                )
+            ok_latency.observe(perf_counter() - start)
             return response
 
         return timed
 
-    def _unary_stream(self, short: str, method: str, behavior):
+    def _unary_stream(self, short: str, behavior):
         metrics = self.metrics
-        counts_messages = method in (PULL, RECEIVE)
 
         async def timed(request, context):
             start = perf_counter()
             code = "OK"
-            count = size = 0
             try:
                 async for response in behavior(request, context):
-                    if counts_messages and response.HasField("message"):
-                        count += 1
-                        size += len(response.message.body)
                     yield response
             except BaseException as error:
                 code = _grpc_code(context, error)
                 raise
             finally:
                 metrics._child(metrics.rpc_latency, short, code).observe(perf_counter() - start)
-                if count:
-                    metrics.delivered(
-                        request.message_queue.topic.name, request.group.name, count, size
-                    )
 
         return timed
 

@@ -27,6 +27,15 @@ class InvalidRequest(ValueError):
         self.code = code
 
 
+class AccessDenied(InvalidRequest):
+    """A caller without valid credentials (``authenticated`` False: UNAUTHORIZED) or
+    without a permission (FORBIDDEN); the message says which, never a secret."""
+
+    def __init__(self, authenticated: bool, message: str) -> None:
+        super().__init__(pb.FORBIDDEN if authenticated else pb.UNAUTHORIZED, message)
+        self.authenticated = authenticated
+
+
 def status(code: int, message: str = "") -> pb.Status:
     return pb.Status(code=code, message=message or pb.Code.Name(code))
 

@@ -31,40 +31,54 @@ from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
 from ha import rollback
 from ha.replicated_store import ReplicatedStore
 from ha.role import ReplicationRole
-from node.access import AccessControl, MethodAccess
-from node.admin_service import AdminService
 from node.admission import Admission
-from node.authentication import Authenticator
-from node.check_relay import CheckRelay
+from node.authentication import Authenticator, Verification
+from node.client_registry import ClientConnections
 from node.config import NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
-from node.data_service import DataService
-from node.forward_proof import ForwardProofs
-from node.forwarding import Forwarder
+from node.consumer_retry import ConsumerRetries
+from node.consumer_subscriptions import Subscriptions
 from node.group_creation import GroupsOnFirstUse
 from node.group_members import GroupMembers
+from node.grpc.admin import AdminDoor
+from node.grpc.authentication import CallAuthentication
+from node.grpc.data import DataService
+from node.grpc.forward_proof import ForwardProofs
+from node.grpc.forwarding import Forwarder
+from node.grpc.messaging import MessagingService
+from node.grpc.method_wrapping import add_wrapped
+from node.grpc.namespaces import wrap_namespaces
+from node.grpc.request_decoding import tolerate_malformed
 from node.handle_key import receipt_handle_key
 from node.heartbeat import Heartbeat
 from node.long_polling import QueueWaiters
-from node.messaging_service import MessagingService
-from node.method_wrapping import add_wrapped
 from node.metrics import NodeMetrics, RoutingStatus
 from node.metrics_http import MetricsHttpServer
-from node.namespaces import wrap_namespaces
-from node.pop_service import PopService
 from node.pop_state import PopState
 from node.port_holds import adopt_inherited, hold_port, port_of
+from node.queue_locks import QueueLocks
 from node.receipt_handle import ReceiptHandles
-from node.remoting.access_rules import RemotingAccess
 from node.remoting.dispatch import Dispatch
 from node.remoting.roles import build_dispatch
 from node.remoting.server import RemotingServer
-from node.request_decoding import tolerate_malformed
 from node.secret_box import SecretBox
+from node.services.admin import AdminService
+from node.services.check_relay import CheckRelay
+from node.services.locks import QueueLockService
+from node.services.membership import MembershipService
+from node.services.offsets import OffsetService
+from node.services.permissions import Permissions
+from node.services.pop import PopService
+from node.services.queries import QueryService
+from node.services.reads import ReadService
+from node.services.registry import Services
+from node.services.retries import RetryService
+from node.services.routes import RouteService
+from node.services.send import SendService
+from node.services.transactions import TransactionService
 from node.timer_service import TimerService
 from node.tls import peer_channel_credentials, remoting_ssl_context, server_credentials
 from node.topics import MessageType, TopicTable
-from node.transaction_service import TransactionService
 from routing.commands import CommandResult, CreateUser, NodeHeartbeat, RegisterNode
 from routing.controller import Controller
 from routing.replica import RoutingReplica, RoutingUnavailable
@@ -105,7 +119,7 @@ class Node:
         self.metrics_port = 0  # 0 while /metrics is not served
         self.metrics_http: MetricsHttpServer | None = None
         self.remoting: RemotingServer | None = None
-        self.access: AccessControl | None = None  # with [security] auth
+        self.verification: Verification | None = None  # with [security] auth
         self.remoting_port = 0
         self._housekeeping: asyncio.Task[None] | None = None
         self._timer_task: asyncio.Task[None] | None = None
@@ -140,18 +154,50 @@ class Node:
         sync_ledger.enable_if_asked(config.data_dir)  # the chaos suite's power losses
         # Recovery reads and fsyncs files: keep the loop free while it runs.
         self.raw_store = await loop.run_in_executor(None, MessageStore.open, config.store_config())
-        self.waiters = waiters = QueueWaiters(loop)
+        self.waiters = QueueWaiters(loop)
         # The served methods take the metrics wrapper now; the states the collector reads
         # are attached once they exist (nothing scrapes before the metrics port opens).
         self.metrics = NodeMetrics(
             config.id, config.group, self.raw_store, self.topics, None, None, None
         )
-        # Every method is wrapped once, at registration (node/method_wrapping.py), the
+        wrappers = self._client_port()
+        # Join routing before serving: the services answer from the routing state, and
+        # the node registers the addresses it really listens on.
+        await self._join_routing(loop)
+        # Every service writes through the replication role's checks.
+        self.store = store = ReplicatedStore(self.raw_store, self.replication)
+        self.offsets = ConsumerOffsets(store)
+        self.offsets.load()
+        self.pop_state = PopState(store)
+        self.pop_state.replay()
+        self.timers = TimerService(store, lambda name: name in self.topics.topics)
+        self.timers.load(loop)
+        self.services = self._services(store, handles)
+        self.transactions = self.services.transactions
+        self.transactions.load()
+        self._open_doors(self.services, wrappers, loop)
+        # Before a role can keep a cut tail: no keep is under way, so a half-written
+        # rollback file is a crash's leftover.
+        await loop.run_in_executor(None, self._remove_expired_rollbacks, True)
+        # Take the role routing says before serving (the states were loaded just above).
+        await self.replication.follow_routing()
+        self._states_ready = True
+        await self.server.start()
+        await self.remoting.serve()
+        await self._serve_metrics()
+        with open(os.path.join(config.data_dir, "node.toml"), "w", encoding="utf-8") as f:
+            f.write(render_node_config(config))
+        self._start_background_tasks()
+
+    def _client_port(self) -> list:
+        """The gRPC server of the client port, bound, and the wrappers of its methods."""
+        config, security = self.config, self.config.security
+        # Every method is wrapped once, at registration (node/grpc/method_wrapping.py), the
         # first wrapper outermost: malformed bodies answer INVALID_ARGUMENT before
         # anything else looks at them; then a call for another node's master goes there
-        # (timed, counted and checked where it is served); then RocketMQ namespaces
-        # (node/namespaces.py: every later rule sees the qualified names); then timing;
-        # then access control.
+        # (timed and authenticated where it is served); then RocketMQ namespaces
+        # (node/grpc/namespaces.py: the services see the qualified names); then timing;
+        # then authentication. What a caller may do is each service's decision.
         self.forwarder = Forwarder(
             node_id=config.id,
             broker_group=config.group,
@@ -160,13 +206,8 @@ class Node:
             is_master=lambda: self.replication.is_master,
             channel_for=self._peer_channel,
         )
-        wrappers = [
-            tolerate_malformed,
-            self.forwarder.wrap,
-            wrap_namespaces,
-            self.metrics.wrap_method,
-        ]
-        security = config.security
+        wrappers = [tolerate_malformed, self.forwarder.wrap, wrap_namespaces]
+        wrappers.append(self.metrics.wrap_method)
         self.secret_box = SecretBox(config.cluster.secret) if config.cluster.secret else None
         if security.auth:
             authenticator = Authenticator(
@@ -174,8 +215,8 @@ class Node:
                 self.secret_box,
                 security.clock_skew_s,
             )
-            self.access = AccessControl(authenticator)
-            wrappers.append(MethodAccess(self.access).wrap)
+            self.verification = Verification(authenticator)
+            wrappers.append(CallAuthentication(self.verification).wrap)
             if not security.tls:
                 log.warning(PLAINTEXT_AUTH_WARNING, config.security.clock_skew_s)
         limit = config.messages.max_concurrent_rpcs
@@ -187,110 +228,38 @@ class Node:
             self.port = self.server.add_secure_port(listen, server_credentials(security))
         else:
             self.port = self.server.add_insecure_port(listen)
-        # Join routing before serving: the services answer from the routing state, and
-        # the node registers the addresses it really listens on.
-        await self._join_routing(loop)
-        # Every service writes through the replication role's checks.
-        self.store = store = ReplicatedStore(self.raw_store, self.replication)
-        topics = self.topics
-        self.offsets = ConsumerOffsets(store)
-        self.offsets.load()
-        self.pop_state = PopState(store)
-        self.pop_state.replay()
-        groups = GroupsOnFirstUse(topics, self.routing, config.messages.auto_create_groups)
-        pop = PopService(
-            store, topics, self.offsets, self.pop_state, waiters, handles, groups=groups
-        )
-        self.timers = TimerService(store, lambda name: name in topics.topics)
-        self.timers.load(loop)
-        self.transactions = TransactionService(
-            store,
-            config.messages.transaction_check_interval_ms,
-            config.messages.transaction_max_checks,
-            is_master=lambda: store.is_master,
-        )
-        self.transactions.load()
-        members = GroupMembers()
-        # One Admin for both doors: mqadmin's codes on the remoting port call it too.
-        admin = AdminService(
-            store,
-            topics,
-            self.offsets,
-            self.pop_state,
-            members,
-            config.group,
-            self.routing,
-            config.id,
-            self.replication,
-            secret_box=self.secret_box,
-            peer_channel=self._peer_channel,
-            untyped_topics=MessageType.UNSPECIFIED
-            if config.messages.untyped_topics_take_any_type
-            else MessageType.NORMAL,
-        )
-        self.remoting.dispatch = build_dispatch(
-            store=store,
-            topics=topics,
-            routing=self.routing,
-            admission=Admission(store, topics, self.routing, config.group),
-            offsets=self.offsets,
-            waiters=waiters,
-            members=members,
-            transactions=self.transactions,
-            admin=admin,
-            pop=pop,
-            broker_name=config.group,
-            config=config,
-            access=RemotingAccess(self.access) if self.access is not None else None,
-            delay_levels_ms=config.messages.delay_levels_ms,
-            rpc_metrics=self.metrics.rpc,
-            groups=groups,
-        )
+        return wrappers
+
+    def _open_doors(self, services: Services, wrappers: list, loop) -> None:
+        """Every door over the one set of services: the remoting port's handlers and the
+        gRPC port's three services; and what listens to the store for them."""
+        config, store = self.config, self.store
+        self.remoting.dispatch = build_dispatch(services, config, self.verification)
         remoting = self.remoting
         self.metrics.remoting.watch(remoting.dispatch.codes, lambda: len(remoting.connections))
-        self.raw_store.add_dispatch_listener(waiters.on_dispatch)
+        self.raw_store.add_dispatch_listener(self.waiters.on_dispatch)
         # The master's orphan checks reach the producers connected to the other nodes.
         relay = CheckRelay(
-            self.raw_store, self.transactions.producers, lambda: store.is_master, loop
+            self.raw_store, services.transactions.targets, lambda: store.is_master, loop
         )
         self.raw_store.add_dispatch_listener(relay.on_dispatch)
         self.metrics.offsets, self.metrics.pop_state = self.offsets, self.pop_state
-        self.metrics.members = members
+        self.metrics.members = services.membership.members
         self.metrics.replication_status = self.replication.status
         self.metrics.routing_status = self._routing_status
         add_service = functools.partial(add_wrapped, self.server, wrappers=wrappers)
         add_service(
             service_pb2_grpc.add_MessagingServiceServicer_to_server,
-            MessagingService(
-                self.store,
-                topics,
-                self.offsets,
-                waiters,
-                pop,
-                config.group,
-                self.routing,
-                self.transactions,
-                members,
-                options=config.messages,
-                authenticated=security.auth,
-                groups=groups,
-            ),
+            MessagingService(services, store.config.max_message_body_bytes),
         )
-        add_service(admin_pb2_grpc.add_AdminServicer_to_server, admin)
         add_service(
-            data_pb2_grpc.add_DataServicer_to_server,
-            DataService(
-                self.store, topics, waiters, Admission(store, topics, self.routing, config.group)
-            ),
+            admin_pb2_grpc.add_AdminServicer_to_server,
+            AdminDoor(services, config.group, self._peer_channel),
         )
-        # Before a role can keep a cut tail: no keep is under way, so a half-written
-        # rollback file is a crash's leftover.
-        await loop.run_in_executor(None, self._remove_expired_rollbacks, True)
-        # Take the role routing says before serving (the states were loaded just above).
-        await self.replication.follow_routing()
-        self._states_ready = True
-        await self.server.start()
-        await self.remoting.serve()
+        add_service(data_pb2_grpc.add_DataServicer_to_server, DataService(services))
+
+    async def _serve_metrics(self) -> None:
+        config = self.config
         self.metrics_http = MetricsHttpServer(
             self.metrics.registry, bearer_token=config.metrics.bearer_token
         )
@@ -305,8 +274,9 @@ class Node:
                 config.ports.metrics,
                 error,
             )
-        with open(os.path.join(config.data_dir, "node.toml"), "w", encoding="utf-8") as f:
-            f.write(render_node_config(config))
+
+    def _start_background_tasks(self) -> None:
+        config = self.config
         self._housekeeping = asyncio.create_task(self._housekeep())
         self._timer_task = asyncio.create_task(self.timers.run())
         self._check_task = asyncio.create_task(self.transactions.run_checks())
@@ -322,6 +292,73 @@ class Node:
             asyncio.create_task(controller.run()),
             asyncio.create_task(self.replication.maintain()),
         ]
+
+    def _services(self, store: ReplicatedStore, handles: ReceiptHandles) -> Services:
+        """Every service once, so every door shares each one's state (one round-robin
+        position per topic, one table of members, one set of check targets)."""
+        config, topics = self.config, self.topics
+        messages = config.messages
+        permissions = Permissions(config.security.auth)
+        groups = GroupsOnFirstUse(topics, self.routing, messages.auto_create_groups)
+        admission = Admission(store, topics, self.routing, config.group)
+        retries = ConsumerRetries(topics, messages.delay_levels_ms)
+        metrics = self.metrics.rpc
+        transactions = TransactionService(
+            store,
+            messages.transaction_check_interval_ms,
+            messages.transaction_max_checks,
+            permissions,
+            check_master=admission.check_master,
+            is_master=lambda: store.is_master,
+        )
+        members = GroupMembers()
+        subscriptions = Subscriptions()
+        return Services(
+            permissions=permissions,
+            send=SendService(
+                store, admission, permissions, transactions, retries, metrics, messages.max_delay_ms
+            ),
+            reads=ReadService(store, topics, self.waiters, groups, permissions, metrics),
+            offsets=OffsetService(store, topics, self.offsets, groups, permissions),
+            pop=PopService(
+                store,
+                topics,
+                self.offsets,
+                self.pop_state,
+                self.waiters,
+                handles,
+                permissions,
+                groups=groups,
+                metrics=metrics,
+            ),
+            transactions=transactions,
+            membership=MembershipService(
+                members,
+                subscriptions,
+                ClientConnections(members, subscriptions),
+                groups,
+                permissions,
+            ),
+            queries=QueryService(store, permissions),
+            retries=RetryService(store, topics, retries, permissions, admission.check_master),
+            locks=QueueLockService(QueueLocks(), permissions, admission.check_master),
+            admin=AdminService(
+                store,
+                topics,
+                self.offsets,
+                self.pop_state,
+                config.group,
+                self.routing,
+                permissions,
+                config.id,
+                self.replication,
+                secret_box=self.secret_box,
+                untyped_topics=MessageType.UNSPECIFIED
+                if messages.untyped_topics_take_any_type
+                else MessageType.NORMAL,
+            ),
+            routes=RouteService(self.routing, groups, permissions),
+        )
 
     def _peer_channel(self, address: str) -> grpc.aio.Channel:
         """A channel to another node's client port, with TLS when this port has it, that
@@ -403,8 +440,16 @@ class Node:
             on_confirmed=lambda offset: self.waiters.wake_all(),
             renew_lease_now=self.heartbeat.renew_now,
         )
+        await self._bind_ports()
+        await self._register(deadline)
+        await self._ensure_admin_user(deadline)
+        self._refresh_topics()
+
+    async def _bind_ports(self) -> None:
+        """The replication and remoting ports, bound before the node registers them."""
+        config = self.config
         # A standalone node has no slaves to dial it: any free port will do.
-        ha_port = 0 if cluster.standalone else config.ports.replication
+        ha_port = 0 if config.cluster.standalone else config.ports.replication
         self.ha_port = await self.replication.master.listen(config.peer_host, ha_port)
         # Bound now, served once every handler is registered: routing learns the address.
         # (After the routing replica is ready, as the replication port: a node that cannot
@@ -418,9 +463,6 @@ class Node:
         # Offset message ids carry the remoting address: 4.x clients and mqadmin ask the
         # address in an id for its message (VIEW_MESSAGE_BY_ID).
         self.raw_store.set_store_host(config.host, self.remoting_port)
-        await self._register(deadline)
-        await self._ensure_admin_user(deadline)
-        self._refresh_topics()
 
     def _routing_changed(self) -> None:
         self._refresh_topics()

@@ -42,7 +42,7 @@ from ferrymq.codec.remoting_codes import ResponseCode
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
 RECEIVE_BYTES = 1 << 20
-BAD_CREDENTIALS_REMARK = "UNAUTHENTICATED:"  # node.access.Refusal's message for them
+BAD_CREDENTIALS_REMARK = "UNAUTHENTICATED:"  # node.authentication.Verification: its refusals
 PLAIN = ClientSecurity()
 CLIENT_VERSION = 407  # the 4.9.7 ordinal, as the broker answers
 

@@ -72,7 +72,7 @@ scanner_dealloc(ProduceScanner *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* node.convert.tag_is_valid: not blank (str.strip's whitespace) and no '|', 0x01, 0x02. */
+/* node.message_rules.tag_is_valid: not blank (str.strip's whitespace) and no '|', 0x01, 0x02. */
 static int
 tag_is_valid(PyObject *tag)
 {
@@ -90,7 +90,7 @@ tag_is_valid(PyObject *tag)
     return !blank;
 }
 
-/* node.convert.KEYS_TEXT: keys of non-whitespace, one space apart (re's \S is
+/* node.message_rules.KEYS_TEXT: keys of non-whitespace, one space apart (re's \S is
  * str.isspace's complement, as Py_UNICODE_ISSPACE). */
 static int
 keys_are_valid(PyObject *keys)
@@ -114,7 +114,7 @@ keys_are_valid(PyObject *keys)
     return !previous_space;
 }
 
-/* 1 when `properties` pass node.convert.check_produce_properties, 0 when not, -1 on error. */
+/* 1 when `properties` pass node.message_rules.check_produce_properties, 0 when not, -1 on error. */
 static int
 properties_pass(ProduceScanner *self, PyObject *properties, PyObject *type_text)
 {
@@ -157,7 +157,7 @@ properties_pass(ProduceScanner *self, PyObject *properties, PyObject *type_text)
 
 
 /* The record at `position` as (end, body, raw properties, born ms, properties), or NULL
- * with no exception when node.convert.read_produce_record would refuse it. */
+ * with no exception when node.message_rules.read_produce_record would refuse it. */
 static PyObject *
 scan_one(ProduceScanner *self, const unsigned char *buf, Py_ssize_t end,
          Py_ssize_t body_at, Py_ssize_t body_length, Py_ssize_t properties_length,
@@ -214,7 +214,7 @@ scan_one(ProduceScanner *self, const unsigned char *buf, Py_ssize_t end,
 
 PyDoc_STRVAR(scan_doc,
 "scan(records: bytes, count: int, body_limit: int, type_text: str) -> list\n\n"
-"node.convert.read_produce_record over `count` records at once. Item i is the tuple that\n"
+"node.message_rules.read_produce_record over `count` records at once. Item i is the tuple that\n"
 "read_produce_record returns for record i, or the int position of record i where it\n"
 "would raise (the caller reads that record with it to get the precise error). The list\n"
 "stops after the first record whose lengths do not fit `records`: nothing after it can\n"
@@ -279,7 +279,7 @@ static PyMethodDef scanner_methods[] = {
 static PyTypeObject ProduceScannerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ferrymq.codec._speedups.ProduceScanner",
-    .tp_doc = PyDoc_STR("Reads Data.Produce records with the checks of node.convert, "
+    .tp_doc = PyDoc_STR("Reads Data.Produce records with the checks of node.message_rules, "
                         "given the property names those checks use."),
     .tp_basicsize = sizeof(ProduceScanner),
     .tp_flags = Py_TPFLAGS_DEFAULT,

@@ -1,7 +1,7 @@
 """The requests ``mqadmin`` (rocketmq-tools) sends to brokers for topics, groups, broker
-status and consumer progress, answered through the gRPC Admin service itself
-(``node/admin_service.py``): a topic or group change is the same Raft command with the
-same checks, whichever tool asked.
+status and consumer progress, answered by the admin service (``node/services/admin.py``),
+the one the gRPC Admin door uses: a topic or group change is the same Raft command with
+the same checks and the same ACL decision (admin rights), whichever tool asked.
 
 - UPDATE_AND_CREATE_TOPIC (17, to each master mqadmin picks): the topic on the receiving
   node's broker group, ``max(readQueueNums, writeQueueNums)`` queues, ``perm`` 6 / 4 / 2
@@ -44,28 +44,35 @@ import time
 
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
-from ferrymq.protocol.ferrymq import admin_pb2 as api
-from node.remoting.dispatch import Handler
+from node.remoting.authentication import DoorHandler
 from node.remoting.name_server import CLUSTER_NAME, PERMISSION_BITS
-from routing.metadata import TopicError, TopicRoute
+from node.services.admin import (
+    ALREADY_EXISTS,
+    NOT_FOUND,
+    UNAVAILABLE,
+    AdminRefused,
+    QueueProgress,
+    TopicSpec,
+)
+from node.services.caller import Caller
+from node.services.registry import Services
+from node.topics import Permission
 
-# The admin service's status codes (gRPC's numbers) as RocketMQ's.
-NOT_FOUND, ALREADY_EXISTS, UNAVAILABLE = 5, 6, 14
-PERMISSIONS = {6: api.READ_WRITE, 4: api.READ, 2: api.WRITE}
+PERMISSIONS = {6: Permission.READ_WRITE, 4: Permission.READ, 2: Permission.WRITE}
 PERM_READ_WRITE = 6
 VERSION_DESC = "V4_9_7"  # the version BROKER_VERSION numbers
 BOOTED_MS = int(time.time() * 1000)
 
 
-def refusal(status: api.Status, not_found: ResponseCode) -> tuple[ResponseCode, str]:
-    if status.code == NOT_FOUND:
-        return not_found, status.message
-    if status.code == UNAVAILABLE:
-        return ResponseCode.SERVICE_NOT_AVAILABLE, status.message
-    return ResponseCode.SYSTEM_ERROR, status.message
+def refusal(refused: AdminRefused, not_found: ResponseCode) -> tuple[ResponseCode, str]:
+    if refused.code == NOT_FOUND:
+        return not_found, refused.message
+    if refused.code == UNAVAILABLE:
+        return ResponseCode.SERVICE_NOT_AVAILABLE, refused.message
+    return ResponseCode.SYSTEM_ERROR, refused.message
 
 
-def consume_stats_body(queues: list[api.QueueProgress], last_ms: dict[tuple, int]) -> bytes:
+def consume_stats_body(queues: list[QueueProgress], last_ms: dict[tuple, int]) -> bytes:
     """ConsumeStats as fastjson writes it: ``offsetTable`` keyed by MessageQueue objects."""
     entries = []
     for queue in queues:
@@ -87,10 +94,11 @@ def compact(value: object) -> str:
 
 
 class AdminCodeHandlers:
-    def __init__(self, admin) -> None:
-        self.admin = admin  # node.admin_service.AdminService
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.admin = services.admin
 
-    def handlers(self) -> list[tuple[int, Handler]]:
+    def handlers(self) -> list[tuple[int, DoorHandler]]:
         return [
             (RequestCode.UPDATE_AND_CREATE_TOPIC, self.update_topic),
             (RequestCode.DELETE_TOPIC_IN_BROKER, self.delete_topic),
@@ -103,7 +111,7 @@ class AdminCodeHandlers:
             (RequestCode.GET_TOPIC_STATS_INFO, self.topic_stats),
         ]
 
-    async def update_topic(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def update_topic(self, request: RemotingCommand, connection, caller: Caller):
         name = request.text("topic")
         queues = max(request.int32("readQueueNums", 8), request.int32("writeQueueNums", 8))
         perm = request.int32("perm", 6)
@@ -114,45 +122,34 @@ class AdminCodeHandlers:
                 f"perm {perm} allows neither reads nor writes: 6 (both), 4 (read) or 2 (write)",
             )
         group = self.admin.broker_group
-        existing = self._route(name)
-        if existing is None:
-            topic = api.Topic(
-                name=name, queue_count=queues, broker_groups=[group], permission=permission
-            )
-            answer = await self.admin.CreateTopic(api.CreateTopicRequest(topic=topic), None)
-        else:
-            groups = sorted({g for g, _ in existing.queues} | {group})
-            topic = api.Topic(
-                name=name,
-                queue_count=max([queues, *(count for _, count in existing.queues)]),
-                broker_groups=groups,
-                permission=permission,
-            )
-            answer = await self.admin.UpdateTopic(api.UpdateTopicRequest(topic=topic), None)
-        if answer.status.code:
-            return request.reply(*refusal(answer.status, ResponseCode.TOPIC_NOT_EXIST))
+        existing = self.admin.route(name)
+        try:
+            if existing is None:
+                spec = TopicSpec(name, queues, (group,), permission=permission)
+                await self.admin.create_topic(caller, spec)
+            else:
+                groups = sorted({g for g, _ in existing.queues} | {group})
+                count = max([queues, *(count for _, count in existing.queues)])
+                spec = TopicSpec(name, count, tuple(groups), permission=permission)
+                await self.admin.update_topic(caller, spec)
+        except AdminRefused as refused:
+            return request.reply(*refusal(refused, ResponseCode.TOPIC_NOT_EXIST))
         return request.reply(ResponseCode.SUCCESS)
 
-    def _route(self, name: str) -> TopicRoute | None:
-        try:
-            return self.admin.routing.read(lambda state: state.topic(name))
-        except TopicError:
-            return None  # not a topic yet (or not a name: CreateTopic says why)
-
-    async def topic_config(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def topic_config(self, request: RemotingCommand, connection, caller: Caller):
         name = request.text("topic")
-        route = self._route(name)
-        queues = route.queue_count_in(self.admin.broker_group) if route is not None else 0
-        if route is None or not queues:
+        local = self.admin.local_topic(caller, name)
+        if local is None:
             return request.reply(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic in this broker. topic: {name}",
             )
+        queues, permission = local
         config = {
             "topicName": name,
             "readQueueNums": queues,
             "writeQueueNums": queues,
-            "perm": PERMISSION_BITS[route.permission],
+            "perm": PERMISSION_BITS[permission],
             "topicFilterType": "SINGLE_TAG",
             "topicSysFlag": 0,
             "order": False,
@@ -160,35 +157,28 @@ class AdminCodeHandlers:
         }
         return request.reply(ResponseCode.SUCCESS, body=json.dumps(config).encode())
 
-    async def topic_stats(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def topic_stats(self, request: RemotingCommand, connection, caller: Caller):
         name = request.text("topic")
-        route = self._route(name)
-        queues = route.queue_count_in(self.admin.broker_group) if route is not None else 0
-        if route is None or not queues:
+        stats = self.admin.topic_stats(caller, name)
+        if not stats:
             return request.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{name}] not exist")
-        store = self.admin.store
         entries = []
-        for queue_id in range(queues):
-            newest = store.max_offset_in_queue(name, queue_id)
-            last = store.message_at(name, queue_id, newest - 1) if newest > 0 else None
+        for queue_id, low, high, last_ms in stats:
             key = {"brokerName": self.admin.broker_group, "queueId": queue_id, "topic": name}
-            value = {
-                "lastUpdateTimestamp": last.store_timestamp_ms if last is not None else 0,
-                "maxOffset": newest,
-                "minOffset": store.min_offset_in_queue(name, queue_id),
-            }
+            value = {"lastUpdateTimestamp": last_ms, "maxOffset": high, "minOffset": low}
             entries.append(f"{compact(key)}:{compact(value)}")
         body = '{"offsetTable":{' + ",".join(entries) + "}}"
         return request.reply(ResponseCode.SUCCESS, body=body.encode())
 
-    async def delete_topic(self, request: RemotingCommand, connection) -> RemotingCommand:
-        name = request.text("topic")
-        answer = await self.admin.DeleteTopic(api.DeleteTopicRequest(name=name), None)
-        if answer.status.code not in (0, NOT_FOUND):
-            return request.reply(*refusal(answer.status, ResponseCode.TOPIC_NOT_EXIST))
+    async def delete_topic(self, request: RemotingCommand, connection, caller: Caller):
+        try:
+            await self.admin.delete_topic(caller, request.text("topic"))
+        except AdminRefused as refused:
+            if refused.code != NOT_FOUND:  # each later request of one deleteTopic finds it so
+                return request.reply(*refusal(refused, ResponseCode.TOPIC_NOT_EXIST))
         return request.reply(ResponseCode.SUCCESS)
 
-    async def update_group(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def update_group(self, request: RemotingCommand, connection, caller: Caller):
         try:
             config = json.loads(request.body)
             name = config["groupName"]
@@ -200,15 +190,16 @@ class AdminCodeHandlers:
             return request.reply(
                 ResponseCode.SYSTEM_ERROR, f"body is not a SubscriptionGroupConfig: {error}"
             )
-        group = api.Group(name=name, max_delivery_attempts=max(retries, 0) + 1, fifo=orderly)
-        answer = await self.admin.CreateGroup(api.CreateGroupRequest(group=group), None)
-        if answer.status.code not in (0, ALREADY_EXISTS):
-            return request.reply(*refusal(answer.status, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
+        try:
+            await self.admin.create_group(caller, name, max(retries, 0) + 1, orderly)
+        except AdminRefused as refused:
+            if refused.code != ALREADY_EXISTS:  # ferrymq groups are not changed in place
+                return request.reply(*refusal(refused, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
         return request.reply(ResponseCode.SUCCESS)
 
-    async def runtime_info(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def runtime_info(self, request: RemotingCommand, connection, caller: Caller):
         admin = self.admin
-        master = admin.store.is_master
+        master = admin.runtime(caller)
         table = {
             "brokerVersionDesc": VERSION_DESC,
             "brokerVersion": str(BROKER_VERSION),
@@ -222,30 +213,29 @@ class AdminCodeHandlers:
         }
         return request.reply(ResponseCode.SUCCESS, body=compact({"table": table}).encode())
 
-    async def consume_stats(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def consume_stats(self, request: RemotingCommand, connection, caller: Caller):
         group = request.text("consumerGroup")
         named = request.text("topic", "")
-        topics = [named] if named else self.admin.offsets.topics_of(group)
-        queues: list[api.QueueProgress] = []
+        topics = [named] if named else self.admin.topics_consumed_by(caller, group)
+        queues: list[QueueProgress] = []
         last_ms: dict[tuple, int] = {}
         for topic in topics:
-            answer = await self.admin.GroupProgress(
-                api.GroupProgressRequest(group=group, topic=topic), None
-            )
-            if answer.status.code:
-                code, remark = refusal(answer.status, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
+            try:
+                progress = self.admin.group_progress(caller, group, topic)
+            except AdminRefused as refused:
+                code, remark = refusal(refused, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
                 if named or "group" in remark.lower():
                     return request.reply(code, remark)
                 continue  # a topic deleted since: nothing to show of it
-            for queue in answer.queues:
+            for queue in progress:
                 queues.append(queue)
-                before = self.admin.store.message_at(
-                    topic, queue.queue_id, queue.consumer_offset - 1
+                before = self.services.queries.at_queue_offset(
+                    caller, topic, queue.queue_id, queue.consumer_offset - 1
                 )
                 if before is not None:
                     last_ms[(topic, queue.queue_id)] = before.store_timestamp_ms
         return request.reply(ResponseCode.SUCCESS, body=consume_stats_body(queues, last_ms))
 
-    async def consumed_by(self, request: RemotingCommand, connection) -> RemotingCommand:
-        groups = self.admin.offsets.groups_of(request.text("topic"))
+    async def consumed_by(self, request: RemotingCommand, connection, caller: Caller):
+        groups = self.admin.groups_consuming(caller, request.text("topic"))
         return request.reply(ResponseCode.SUCCESS, body=compact({"groupList": groups}).encode())

@@ -16,7 +16,7 @@ import binascii
 import json
 from dataclasses import dataclass
 
-from node.pop_service import ACK_ENTRIES_MAX
+from node.services.pop import ACK_ENTRIES_MAX
 
 MAX_BITSET_BYTES = 8192  # a wider set names more offsets than the bound allows anyway
 

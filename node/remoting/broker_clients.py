@@ -1,14 +1,14 @@
-"""Clients of the broker role: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP.
+"""Clients of the broker role: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP,
+and mqadmin's GET_CONSUMER_CONNECTION_LIST / GET_PRODUCER_CONNECTION_LIST, translated to
+the membership service (``node/services/membership.py``: the same members, ownership of
+client ids, bounds and ACL decisions as the gRPC doors).
 
-A heartbeat's consumers become live members of their groups in the same table the gRPC
-doors use (``node/group_members.py``: the same ownership of client ids by identity, the
-same bounds), for RocketMQ's 120 s (4.x clients heartbeat every 30 s), and their
-subscriptions are registered for pulls that carry none (``subscriptions.py``). A
-connection that closes takes its client's memberships with it, as RocketMQ's broker
-unregisters a closed channel. What a heartbeat says of its client (address, language,
-version, consumer settings, producer groups) is kept for mqadmin's connection lists
-(``client_connections.py``). Every change of a group's members is told to its clients
-(``consumer_notices.py``).
+A heartbeat's consumers become live members of their groups for RocketMQ's 120 s (4.x
+clients heartbeat every 30 s), with their subscriptions registered for pulls that carry
+none; its producer groups are listed for mqadmin and make the connection one their halves'
+checks may go to (``broker_transactions.py``). A connection that closes takes its client's
+memberships with it, as RocketMQ's broker unregisters a closed channel. Every change of a
+group's members is told to its clients (``consumer_notices.py``).
 
 Thread-safety: handlers run on the node's event loop.
 """
@@ -20,42 +20,29 @@ from dataclasses import dataclass, field
 
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
-from node.group_creation import GroupsOnFirstUse
-from node.group_members import GroupMembers, MembershipRefused
-from node.remoting.access_rules import VERIFIED_ACCESS_KEY
-from node.remoting.client_connections import (
-    ClientConnection,
-    ClientConnections,
-    ConnectionsFull,
-    ConsumerSettings,
-)
+from node.client_registry import ClientConnection, ConnectionsFull, ConsumerSettings
+from node.consumer_subscriptions import Subscription, SubscriptionRefused
+from node.group_members import MembershipRefused
+from node.remoting.authentication import DoorHandler
+from node.remoting.broker_transactions import TransactionDoor
 from node.remoting.consumer_notices import ConsumerNotices
-from node.remoting.dispatch import Handler
 from node.remoting.status_codes import refusal, response_code
-from node.remoting.subscriptions import Subscription, SubscriptionRefused, Subscriptions
 from node.rpc_status import InvalidRequest
-from node.topics import TopicError, TopicTable
+from node.services.caller import Caller
+from node.services.membership import ClientHeartbeat, ConsumerMembership
+from node.services.registry import Services
+from node.topics import TopicError
 
 MEMBER_LIFETIME_MS = 120_000  # RocketMQ's channel expiry
 MAX_CONSUMER_GROUPS = 1024  # per heartbeat
 MAX_SUBSCRIPTIONS = 1024  # per group in a heartbeat
 MAX_PRODUCER_GROUPS = 1024  # per heartbeat
-MEMBERSHIPS = "memberships"  # connection attribute: {(group, client id)}
+MEMBERSHIPS = "memberships"  # connection attribute: {(group, client id): identity}
 PRODUCING = "producing"  # connection attribute: {(producer group, client id)}
 
 
 class BadHeartbeat(ValueError):
     """A heartbeat body that is not RocketMQ's HeartbeatData."""
-
-
-def identity_of(connection) -> str:
-    """Who owns the client ids a connection registers, as for a gRPC caller
-    (``group_members.caller_identity``): with authentication on, the access key its
-    requests were verified for (``access_rules``); else its peer's IP address."""
-    access_key = connection.attributes.get(VERIFIED_ACCESS_KEY)
-    if access_key:
-        return "access key " + access_key
-    return "address " + connection.peer_host
 
 
 def _text(value: object, what: str, default: str | None = None) -> str:
@@ -141,129 +128,158 @@ def parse_heartbeat(body: bytes) -> Heartbeat:
 
 
 class ClientHandlers:
-    def __init__(
-        self,
-        topics: TopicTable,
-        members: GroupMembers,
-        subscriptions: Subscriptions,
-        connections: ClientConnections,
-        groups: GroupsOnFirstUse | None = None,
-    ) -> None:
-        self.topics = topics
-        # A consumer group nobody created is created by its first heartbeat, as on the
-        # gRPC door (``node.group_creation``; off with ``auto_create_groups = false``).
-        self.groups = groups or GroupsOnFirstUse(topics, None, enabled=False)
-        self.members = members
-        self.subscriptions = subscriptions
-        self.connections = connections
-        self.notices = ConsumerNotices(members)
+    def __init__(self, services: Services, transactions: TransactionDoor) -> None:
+        self.services = services
+        self.membership = services.membership
+        self.transactions = transactions
+        self.notices = ConsumerNotices(self.membership.members)
 
-    def handlers(self) -> list[tuple[int, Handler]]:
+    def handlers(self) -> list[tuple[int, DoorHandler]]:
         return [
             (RequestCode.HEART_BEAT, self.heartbeat),
             (RequestCode.UNREGISTER_CLIENT, self.unregister),
             (RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.consumer_list),
+            (RequestCode.GET_CONSUMER_CONNECTION_LIST, self.consumer_connections),
+            (RequestCode.GET_PRODUCER_CONNECTION_LIST, self.producer_connections),
         ]
 
-    async def heartbeat(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def heartbeat(self, request: RemotingCommand, connection, caller: Caller):
         try:
-            heartbeat = parse_heartbeat(request.body)
+            heard = parse_heartbeat(request.body)
         except BadHeartbeat as error:
             return request.reply(ResponseCode.SYSTEM_ERROR, str(error))
-        client_id = heartbeat.client_id
-        identity = identity_of(connection)
-        client = ClientConnection(
-            client_id, connection.peer_address, request.language, request.version
+        client_id = heard.client_id
+        heartbeat = ClientHeartbeat(
+            client_id,
+            {
+                group: ConsumerMembership(subscriptions, heard.consumer_settings[group])
+                for group, subscriptions in heard.consumers.items()
+            },
+            heard.producer_groups,
+            MEMBER_LIFETIME_MS,
+            ClientConnection(client_id, connection.peer_address, request.language, request.version),
         )
-        unknown = []
-        for group, subscriptions in heartbeat.consumers.items():
-            try:
-                await self.groups.group(group)
-                self.members.heartbeat(group, client_id, identity, MEMBER_LIFETIME_MS)
-                self.subscriptions.register(group, subscriptions)
-                self.connections.consumer_heard(group, client, heartbeat.consumer_settings[group])
-            except TopicError as error:
-                unknown.append(error.detail)
-                continue
-            except InvalidRequest as error:  # routing unavailable, too many creations
-                return request.reply(*refusal(error))
-            except MembershipRefused as refused:
-                return request.reply(response_code(refused.code), str(refused))
-            except (SubscriptionRefused, ConnectionsFull) as refused:
-                return request.reply(ResponseCode.SYSTEM_BUSY, str(refused))
-            self._remember(connection, MEMBERSHIPS, (group, client_id))
+        try:
+            outcome = await self.membership.heartbeat(caller, heartbeat)
+            self.transactions.producing_for(connection, caller, heard.producer_groups)
+        except (InvalidRequest, TopicError) as error:  # routing unavailable, creations
+            return request.reply(*refusal(error))
+        except MembershipRefused as refused:
+            return request.reply(response_code(refused.code), str(refused))
+        except (SubscriptionRefused, ConnectionsFull) as refused:
+            return request.reply(ResponseCode.SYSTEM_BUSY, str(refused))
+        memberships = self._remembered(connection, MEMBERSHIPS)
+        for group in outcome.joined:
+            memberships[(group, client_id)] = caller.identity
             self.notices.heard(group, client_id, connection)
-        for group in heartbeat.producer_groups:
-            try:
-                self.connections.producer_heard(group, client)
-            except ConnectionsFull as refused:
-                return request.reply(ResponseCode.SYSTEM_BUSY, str(refused))
-            self._remember(connection, PRODUCING, (group, client_id))
-        if unknown:
+        producing = self._remembered(connection, PRODUCING)
+        for group in outcome.producing:
+            producing[(group, client_id)] = caller.identity
+        if outcome.unknown:
             # Creation on first use is off (or the name is illegal): create groups with
             # `ferrymq group create` (or the Admin service).
             return request.reply(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                "; ".join(unknown),
+                "; ".join(error.detail for error in outcome.unknown),
                 version=BROKER_VERSION,
             )
         return request.reply(ResponseCode.SUCCESS, version=BROKER_VERSION)
 
-    def _remember(self, connection, kind: str, entry: tuple[str, str]) -> None:
-        """What the connection joined (``kind``: MEMBERSHIPS or PRODUCING), to undo when
-        it closes."""
+    def _remembered(self, connection, kind: str) -> dict[tuple[str, str], str]:
+        """What the connection joined (``kind``: MEMBERSHIPS or PRODUCING), with the
+        identity it joined as, to undo when it closes."""
         if MEMBERSHIPS not in connection.attributes:
-            connection.attributes[MEMBERSHIPS] = set()
-            connection.attributes[PRODUCING] = set()
+            connection.attributes[MEMBERSHIPS] = {}
+            connection.attributes[PRODUCING] = {}
             connection.add_close_callback(self._closed)
-        connection.attributes[kind].add(entry)
+        return connection.attributes[kind]
 
     def _closed(self, connection) -> None:
         """The connection ended: its client leaves the groups it joined over it."""
-        identity = identity_of(connection)
-        for group, client_id in connection.attributes.get(MEMBERSHIPS, ()):
-            self._leave(group, client_id, identity)
-        for group, client_id in connection.attributes.get(PRODUCING, ()):
-            self.connections.producer_left(group, client_id)
+        for (group, client_id), identity in connection.attributes.get(MEMBERSHIPS, {}).items():
+            self._leave(identity, group, client_id)
+        for group, client_id in connection.attributes.get(PRODUCING, {}):
+            self.membership.producer_left(group, client_id)
 
-    def _leave(self, group: str, client_id: str, identity: str) -> None:
+    def _leave(self, identity: str, group: str, client_id: str) -> None:
         try:
-            self.members.leave(group, client_id, identity)
+            self.membership.left(identity, group, client_id)
         except MembershipRefused:
             return  # the id is another identity's now: nothing of ours to end
-        self.connections.consumer_left(group, client_id)
-        if not self.members.live(group):
-            self.subscriptions.forget(group)
         self.notices.left(group, client_id)
 
-    async def unregister(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def unregister(self, request: RemotingCommand, connection, caller: Caller):
         client_id = request.text("clientID")
         group = request.text("consumerGroup", "")
         producer_group = request.text("producerGroup", "")
         if producer_group:
-            self.connections.producer_left(producer_group, client_id)
-            producing = connection.attributes.get(PRODUCING)
-            if producing is not None:
-                producing.discard((producer_group, client_id))
+            self.membership.producer_left(producer_group, client_id)
+            connection.attributes.get(PRODUCING, {}).pop((producer_group, client_id), None)
         if group:
-            identity = identity_of(connection)
             try:
-                self.members.leave(group, client_id, identity)
+                self.membership.leave(caller, group, client_id)
+            except (InvalidRequest, TopicError) as error:
+                return request.reply(*refusal(error))
             except MembershipRefused as refused:
                 return request.reply(response_code(refused.code), str(refused))
-            memberships = connection.attributes.get(MEMBERSHIPS)
-            if memberships is not None:
-                memberships.discard((group, client_id))
-            self.connections.consumer_left(group, client_id)
-            if not self.members.live(group):
-                self.subscriptions.forget(group)
+            connection.attributes.get(MEMBERSHIPS, {}).pop((group, client_id), None)
             self.notices.left(group, client_id)
         return request.reply(ResponseCode.SUCCESS)
 
-    async def consumer_list(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def consumer_list(self, request: RemotingCommand, connection, caller: Caller):
         group = request.text("consumerGroup")
-        ids = [client_id for client_id, _ in self.members.live(group)]
+        ids = [client_id for client_id, _ in self.membership.live_members(caller, group)]
         if not ids:
             return request.reply(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
-        body = json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode()
-        return request.reply(ResponseCode.SUCCESS, body=body)
+        return request.reply(ResponseCode.SUCCESS, body=_json({"consumerIdList": ids}))
+
+    async def consumer_connections(self, request: RemotingCommand, connection, caller: Caller):
+        group = request.text("consumerGroup")
+        clients, settings, subscriptions = self.membership.consumers(caller, group)
+        if not clients or settings is None:
+            return request.reply(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
+            )
+        table = {
+            s.topic: {
+                "classFilterMode": False,
+                "codeSet": [],
+                "expressionType": s.expression_type,
+                "subString": s.expression,
+                "subVersion": s.version,
+                "tagsSet": [],
+                "topic": s.topic,
+            }
+            for s in subscriptions
+        }
+        body = {
+            "connectionSet": [connection_json(c) for c in clients],
+            "consumeFromWhere": settings.consume_from_where,
+            "consumeType": settings.consume_type,
+            "messageModel": settings.message_model,
+            "subscriptionTable": table,
+        }
+        return request.reply(ResponseCode.SUCCESS, body=_json(body))
+
+    async def producer_connections(self, request: RemotingCommand, connection, caller: Caller):
+        group = request.text("producerGroup")
+        clients = self.membership.producers(caller, group)
+        if not clients:
+            return request.reply(
+                ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist"
+            )
+        body = {"connectionSet": [connection_json(c) for c in clients]}
+        return request.reply(ResponseCode.SUCCESS, body=_json(body))
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def connection_json(connection: ClientConnection) -> dict:
+    return {
+        "clientAddr": connection.address,
+        "clientId": connection.client_id,
+        "language": connection.language,
+        "version": connection.version,
+    }

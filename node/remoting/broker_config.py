@@ -5,8 +5,8 @@ RocketMQ broker properties of the same meaning (``brokerName``, ``brokerId``,
 Only settings with a RocketMQ name are listed; ferrymq's others are in the effective
 ``<data>/node.toml``. Nothing secret is in it: the cluster secret, the admin secret key,
 the metrics bearer token and the TLS key's path are never listed (docs/security.md), and
-with ``[security] auth`` on the request itself needs the admin's permission
-(``access_rules.py``). A setting is read as the node runs now: ``brokerId`` and
+with ``[security] auth`` on the request itself needs admin rights (the admin and route
+services decide). A setting is read as the node runs now: ``brokerId`` and
 ``brokerRole`` follow elections.
 
 Thread-safety: the handler runs on the node's event loop.
@@ -20,8 +20,10 @@ from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ha.options import ReplicationMode
 from node.config import NodeConfig
-from node.remoting.dispatch import Handler
+from node.remoting.authentication import DoorHandler
 from node.remoting.name_server import CLUSTER_NAME, broker_addresses
+from node.services.caller import Caller
+from node.services.registry import Services
 
 SPECIAL = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "=": "\\=", ":": "\\:"}
 SPECIAL |= {"#": "\\#", "!": "\\!"}
@@ -74,15 +76,15 @@ def broker_properties(
 
 
 class BrokerConfigHandlers:
-    def __init__(self, config: NodeConfig, admin) -> None:
+    def __init__(self, config: NodeConfig, services: Services) -> None:
         self.config = config
-        self.admin = admin  # node.admin_service.AdminService: the store's role, routing
+        self.services = services
 
-    def handlers(self) -> list[tuple[int, Handler]]:
+    def handlers(self) -> list[tuple[int, DoorHandler]]:
         return [(RequestCode.GET_BROKER_CONFIG, self.broker_config)]
 
-    async def broker_config(self, request: RemotingCommand, connection) -> RemotingCommand:
-        admin = self.admin
+    async def broker_config(self, request: RemotingCommand, connection, caller: Caller):
+        admin = self.services.admin
 
         def where(state) -> tuple[int, int]:
             """(brokerId as routes state it, -1 while out of them; the remoting port)."""
@@ -92,9 +94,10 @@ class BrokerConfigHandlers:
             port = address.rpartition(":")[2]
             return ids.get(address, -1), int(port) if port.isdigit() else 0
 
-        broker_id, port = admin.routing.read(where)
+        master = admin.runtime(caller)
+        broker_id, port = self.services.routes.read_all(caller, where)
         properties = broker_properties(
-            self.config, master=admin.store.is_master, broker_id=broker_id, listen_port=port
+            self.config, master=master, broker_id=broker_id, listen_port=port
         )
         version = json.dumps({"counter": 0, "timestamp": 0}, separators=(",", ":"))
         return request.reply(

@@ -1,6 +1,6 @@
-"""LOCK_BATCH_MQ and UNLOCK_BATCH_MQ: the queue locks of 4.x orderly consumers
-(``node/queue_locks.py``), answered by the master of the queues' broker group only, as
-RocketMQ's clients send them to brokerId 0.
+"""LOCK_BATCH_MQ and UNLOCK_BATCH_MQ: the queue locks of 4.x orderly consumers, on the lock
+service (``node/services/locks.py``: SUBSCRIBE on the group and the queues' topics, then
+the master of the queues' broker group, as RocketMQ's clients send them to brokerId 0).
 
 Bodies are RocketMQ's JSON: ``{"consumerGroup", "clientId", "mqSet": [{"topic",
 "brokerName", "queueId"}]}`` in; ``{"lockOKMQSet": [...]}`` out for a lock. A body that is
@@ -15,11 +15,12 @@ import json
 
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
-from node.admission import Admission
-from node.queue_locks import LockedQueue, QueueLocks
-from node.remoting.dispatch import Handler
+from node.queue_locks import LockedQueue
+from node.remoting.authentication import DoorHandler
 from node.remoting.status_codes import refusal
 from node.rpc_status import InvalidRequest
+from node.services.caller import Caller
+from node.services.registry import Services
 
 QUEUES_PER_REQUEST_MAX = 4096
 
@@ -62,39 +63,32 @@ def queue_json(queue: LockedQueue) -> dict:
 
 
 class LockHandlers:
-    def __init__(self, admission: Admission, locks: QueueLocks) -> None:
-        self.admission = admission
-        self.locks = locks
+    def __init__(self, services: Services) -> None:
+        self.locks = services.locks
 
-    def handlers(self) -> list[tuple[int, Handler]]:
+    def handlers(self) -> list[tuple[int, DoorHandler]]:
         return [
             (RequestCode.LOCK_BATCH_MQ, self.lock),
             (RequestCode.UNLOCK_BATCH_MQ, self.unlock),
         ]
 
-    def _parsed(self, request: RemotingCommand) -> tuple[str, str, list[LockedQueue]]:
-        self.admission.check_master()
-        return parse_lock_body(request.body)
-
-    async def lock(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def lock(self, request: RemotingCommand, connection, caller: Caller):
         try:
-            group, client_id, queues = self._parsed(request)
+            group, client_id, queues = parse_lock_body(request.body)
+            held = self.locks.lock(caller, group, client_id, queues)
         except InvalidRequest as error:
-            code, remark = refusal(error)
-            return request.reply(code, remark)
+            return request.reply(*refusal(error))
         except BadLockBody as error:
             return request.reply(ResponseCode.SYSTEM_ERROR, str(error))
-        held = self.locks.lock(group, client_id, queues)
         body = json.dumps({"lockOKMQSet": [queue_json(q) for q in held]}, separators=(",", ":"))
         return request.reply(ResponseCode.SUCCESS, body=body.encode())
 
-    async def unlock(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def unlock(self, request: RemotingCommand, connection, caller: Caller):
         try:
-            group, client_id, queues = self._parsed(request)
+            group, client_id, queues = parse_lock_body(request.body)
+            self.locks.unlock(caller, group, client_id, queues)
         except InvalidRequest as error:
-            code, remark = refusal(error)
-            return request.reply(code, remark)
+            return request.reply(*refusal(error))
         except BadLockBody as error:
             return request.reply(ResponseCode.SYSTEM_ERROR, str(error))
-        self.locks.unlock(group, client_id, queues)
         return request.reply(ResponseCode.SUCCESS)

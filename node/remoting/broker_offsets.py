@@ -1,12 +1,13 @@
 """Offsets of RocketMQ 4.x consumers: GET_MAX_OFFSET / GET_MIN_OFFSET (a queue's bounds)
-and QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET (a group's committed offset).
+and QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET (a group's committed offset), on the
+offset service (``node/services/offsets.py``: the gRPC doors' committed offsets, so a
+group's progress is the same whichever protocol its consumers use, and the same ACL and
+group rules).
 
-Committed offsets are the gRPC doors' (``node/consumer_offsets.py``: records in the
-CommitLog, so replicated and replayed), so a group's progress is the same whichever
-protocol its consumers use. A group with nothing committed for a queue gets
-QUERY_NOT_FOUND, which makes the client apply its ``consumeFromWhere``; except on a queue
-that never had a message, where 0 is where everything will start (RocketMQ answers 0 while
-a queue's first message is still in memory, for the same reason).
+A group with nothing committed for a queue gets QUERY_NOT_FOUND, which makes the client
+apply its ``consumeFromWhere``; except on a queue that never had a message, where 0 is
+where everything will start (RocketMQ answers 0 while a queue's first message is still in
+memory, for the same reason).
 
 Thread-safety: handlers run on the node's event loop.
 """
@@ -16,31 +17,19 @@ from __future__ import annotations
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from ha.replicated_store import ReplicatedStore
-from node.admission import check_queue, store_refusal
-from node.consumer_offsets import ConsumerOffsets
-from node.group_creation import GroupsOnFirstUse
-from node.remoting.dispatch import Handler
+from node.remoting.authentication import DoorHandler
 from node.remoting.status_codes import refusal, response_code
 from node.rpc_status import InvalidRequest
-from node.topics import TopicConfig, TopicError, TopicTable
-from store.results import PutStatus
+from node.services.caller import Caller
+from node.services.registry import Services
+from node.topics import TopicError
 
 
 class OffsetHandlers:
-    def __init__(
-        self,
-        store: ReplicatedStore,
-        topics: TopicTable,
-        offsets: ConsumerOffsets,
-        groups: GroupsOnFirstUse | None = None,
-    ) -> None:
-        self.store = store
-        self.topics = topics
-        self.groups = groups or GroupsOnFirstUse(topics, None, enabled=False)
-        self.offsets = offsets
+    def __init__(self, services: Services) -> None:
+        self.offsets = services.offsets
 
-    def handlers(self) -> list[tuple[int, Handler]]:
+    def handlers(self) -> list[tuple[int, DoorHandler]]:
         return [
             (RequestCode.GET_MAX_OFFSET, self.max_offset),
             (RequestCode.GET_MIN_OFFSET, self.min_offset),
@@ -48,62 +37,48 @@ class OffsetHandlers:
             (RequestCode.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset),
         ]
 
-    def _queue(self, request: RemotingCommand) -> tuple[TopicConfig, int]:
-        topic_name = request.text("topic")
+    async def max_offset(self, request: RemotingCommand, connection, caller: Caller):
+        topic, queue_id = request.text("topic"), request.int32("queueId")
+        try:
+            offset = self.offsets.max_offset(caller, topic, queue_id)
+        except (InvalidRequest, TopicError) as error:
+            return request.reply(*refusal(error))
+        return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    async def min_offset(self, request: RemotingCommand, connection, caller: Caller):
+        topic, queue_id = request.text("topic"), request.int32("queueId")
+        try:
+            offset = self.offsets.min_offset(caller, topic, queue_id)
+        except (InvalidRequest, TopicError) as error:
+            return request.reply(*refusal(error))
+        return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    async def query_consumer_offset(self, request: RemotingCommand, connection, caller: Caller):
+        group, topic = request.text("consumerGroup"), request.text("topic")
         queue_id = request.int32("queueId")
-        topic = self.topics.topic(topic_name)
-        check_queue(topic, queue_id)
-        return topic, queue_id
-
-    async def max_offset(self, request: RemotingCommand, connection) -> RemotingCommand:
         try:
-            topic, queue_id = self._queue(request)
+            committed, end = await self.offsets.committed(caller, group, topic, queue_id)
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))
-        offset = self.store.max_offset_in_queue(topic.name, queue_id)
-        return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
-
-    async def min_offset(self, request: RemotingCommand, connection) -> RemotingCommand:
-        try:
-            topic, queue_id = self._queue(request)
-        except (InvalidRequest, TopicError) as error:
-            return request.reply(*refusal(error))
-        offset = self.store.min_offset_in_queue(topic.name, queue_id)
-        return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
-
-    async def query_consumer_offset(self, request: RemotingCommand, connection) -> RemotingCommand:
-        group = request.text("consumerGroup")
-        try:
-            await self.groups.group(group)  # created on first use, as on the gRPC door
-            topic, queue_id = self._queue(request)
-        except (InvalidRequest, TopicError) as error:
-            return request.reply(*refusal(error))
-        committed = self.offsets.get(group, topic.name, queue_id)
         if committed is None:
-            if self.store.max_offset_in_queue(topic.name, queue_id) != 0:
+            if end != 0:
                 return request.reply(
                     ResponseCode.QUERY_NOT_FOUND, "the group committed no offset for this queue"
                 )
             committed = 0
         return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(committed)})
 
-    async def update_consumer_offset(self, request: RemotingCommand, connection) -> RemotingCommand:
-        group = request.text("consumerGroup")
+    async def update_consumer_offset(self, request: RemotingCommand, connection, caller: Caller):
+        group, topic = request.text("consumerGroup"), request.text("topic")
+        queue_id = request.int32("queueId")
         offset = request.integer("commitOffset")
         try:
-            await self.groups.group(group)
-            topic, queue_id = self._queue(request)
-            high = self.store.max_offset_in_queue(topic.name, queue_id)
-            if not 0 <= offset <= high:
-                raise InvalidRequest(pb.ILLEGAL_OFFSET, f"offset {offset} outside [0, {high}]")
+            status = await self.offsets.commit(caller, group, topic, queue_id, offset)
         except (InvalidRequest, TopicError) as error:
             code, remark = refusal(error)
             if code is ResponseCode.PULL_OFFSET_MOVED:
                 code = ResponseCode.SYSTEM_ERROR  # an offset the queue never had: bad input
             return request.reply(code, remark)
-        if self.offsets.get(group, topic.name, queue_id) != offset:
-            result = await self.offsets.commit(group, topic.name, queue_id, offset)
-            if result.status is not PutStatus.OK:
-                status = store_refusal(result)
-                return request.reply(response_code(status.code), status.message)
+        if status.code != pb.OK:
+            return request.reply(response_code(status.code), status.message)
         return request.reply(ResponseCode.SUCCESS)

@@ -1,7 +1,8 @@
 """POP on the remoting port: POP_MESSAGE, ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME,
-the codes RocketMQ 5's remoting client uses in POP mode, translated to
-``node/pop_service.py``: the same cursors, in-flight state, attempts, DLQ and answers as
-the gRPC doors, so a message popped through one protocol is acked through the other.
+the codes RocketMQ 5's remoting client uses in POP mode, translated to the POP service
+(``node/services/pop.py``): the same ACL decisions, cursors, in-flight state, attempts, DLQ
+and answers as the gRPC doors, so a message popped through one protocol is acked through
+the other.
 
 How a delivery is named. The 5.x client builds its ``extraInfo`` from the answer's header,
 numbers only (``ckOffset popTime invisibleTime reviveQid retry brokerName queueId
@@ -39,20 +40,19 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from google.protobuf.duration_pb2 import Duration
-
 from ferrymq.codec.commitlog_record import StoredMessage, encode_stored
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node.long_polling import poll_budget_s
-from node.pop_service import Delivery, PopFailed, PopService, delivery_tag
+from node.remoting.authentication import DoorHandler
 from node.remoting.batch_ack import BatchAck, MalformedBatchAck, parse_batch_ack
-from node.remoting.dispatch import Handler
 from node.remoting.status_codes import refusal, response_code
 from node.rpc_status import InvalidRequest
-from node.topics import TopicError, TopicTable
+from node.services.caller import Caller
+from node.services.pop import Delivery, PopFailed, delivery_tag
+from node.services.registry import Services
+from node.topics import TopicError
 
 PROPERTY_POP_CK = "POP_CK"
 EXPRESSION_TYPES = {"TAG": pb.TAG, "SQL92": pb.SQL}
@@ -76,12 +76,11 @@ def with_pop_ck(stored: StoredMessage, pop_ck: str, attempt: int) -> bytes:
 
 
 class PopHandlers:
-    def __init__(self, pop: PopService, topics: TopicTable, broker_name: str) -> None:
-        self.pop = pop
-        self.topics = topics
+    def __init__(self, services: Services, broker_name: str) -> None:
+        self.pop = services.pop
         self.broker_name = broker_name
 
-    def handlers(self) -> list[tuple[int, Handler]]:
+    def handlers(self) -> list[tuple[int, DoorHandler]]:
         return [
             (RequestCode.POP_MESSAGE, self.pop_message),
             (RequestCode.ACK_MESSAGE, self.ack_message),
@@ -90,7 +89,7 @@ class PopHandlers:
         ]
 
     # ---- POP_MESSAGE -----------------------------------------------------------------
-    async def pop_message(self, request: RemotingCommand, connection) -> RemotingCommand | None:
+    async def pop_message(self, request: RemotingCommand, connection, caller: Caller):
         group, topic = request.text("consumerGroup"), request.text("topic")
         batch = request.int32("maxMsgNums", 32)
         invisible_ms = request.integer("invisibleTime")
@@ -105,6 +104,7 @@ class PopHandlers:
                 )
             expression = pb.FilterExpression(type=kind, expression=request.text("exp", "*"))
             deliveries = await self.pop.pop(
+                caller,
                 group,
                 topic,
                 expression,
@@ -150,7 +150,7 @@ class PopHandlers:
         return request.reply(ResponseCode.SUCCESS, ext_fields=header, body=b"".join(records))
 
     # ---- ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME -------------------------------------
-    def _handle(self, request: RemotingCommand, group: str, topic: str) -> str:
+    def _handle(self, request: RemotingCommand, caller: Caller, group: str, topic: str) -> str:
         """The receipt handle an ``extraInfo`` names; InvalidRequest or TopicError."""
         text = request.text("extraInfo")
         fields = text.split(" ")
@@ -178,7 +178,8 @@ class PopHandlers:
                     pb.INVALID_RECEIPT_HANDLE, f"extraInfo's {name} {value!r} is not an integer"
                 )
             numbers[name] = int(value)
-        return self._current(
+        return self.pop.handle_of_current(
+            caller,
             group,
             topic,
             numbers["queueId"],
@@ -187,53 +188,31 @@ class PopHandlers:
             numbers["reviveQid"],
         )
 
-    def _current(
-        self, group: str, topic: str, queue_id: int, offset: int, visible_at_ms: int, tag: int
-    ) -> str:
-        """The handle of the delivery these numbers name; InvalidRequest or TopicError."""
-        self.topics.topic(topic)  # an unknown topic says so, not "stale"
-        return self.pop.handle_of_current(group, topic, queue_id, offset, visible_at_ms, tag)
-
-    async def ack_message(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def ack_message(self, request: RemotingCommand, connection, caller: Caller):
         group, topic = request.text("consumerGroup"), request.text("topic")
         try:
-            handle = self._handle(request, group, topic)
+            handle = self._handle(request, caller, group, topic)
+            (answer,) = await self.pop.ack(caller, group, topic, [handle])
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))
-        answer = await self.pop.ack_message(
-            rpc.AckMessageRequest(
-                group=pb.Resource(name=group),
-                topic=pb.Resource(name=topic),
-                entries=[rpc.AckMessageEntry(receipt_handle=handle)],
-            ),
-            None,
-        )
-        if answer.status.code != pb.OK:
-            return request.reply(response_code(answer.status.code), answer.status.message)
+        if answer.code != pb.OK:
+            return request.reply(response_code(answer.code), answer.message)
         return request.reply(ResponseCode.SUCCESS)
 
-    async def change_invisible_time(self, request: RemotingCommand, connection):
+    async def change_invisible_time(self, request: RemotingCommand, connection, caller: Caller):
         group, topic = request.text("consumerGroup"), request.text("topic")
         invisible_ms = request.integer("invisibleTime")
         try:
-            handle = self._handle(request, group, topic)
+            handle = self._handle(request, caller, group, topic)
+            answer, new_handle = await self.pop.change_invisible(
+                caller, group, topic, handle, max(min(invisible_ms, 2**62), -(2**62))
+            )
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))
-        duration = Duration()
-        duration.FromMilliseconds(max(min(invisible_ms, 2**62), -(2**62)))
-        answer = await self.pop.change_invisible_duration(
-            rpc.ChangeInvisibleDurationRequest(
-                group=pb.Resource(name=group),
-                topic=pb.Resource(name=topic),
-                receipt_handle=handle,
-                invisible_duration=duration,
-            ),
-            None,
-        )
-        if answer.status.code != pb.OK:
-            return request.reply(response_code(answer.status.code), answer.status.message)
+        if answer.code != pb.OK:
+            return request.reply(response_code(answer.code), answer.message)
         try:
-            changed, entry = self.pop.in_flight(group, topic, answer.receipt_handle)
+            changed, entry = self.pop.in_flight(group, topic, new_handle)
         except (KeyError, ValueError):  # its last attempt: dead-lettered, nothing in flight
             return request.reply(ResponseCode.SUCCESS, "moved to the dead-letter queue")
         pop_time = entry.visible_at_ms - invisible_ms
@@ -250,18 +229,19 @@ class PopHandlers:
             changed.queue_id,
             changed.queue_offset,
         )
-        header["extraInfo"] = f"{numbers} {answer.receipt_handle}"  # for clients of ours
+        header["extraInfo"] = f"{numbers} {new_handle}"  # for clients of ours
         return request.reply(ResponseCode.SUCCESS, ext_fields=header)
 
     # ---- BATCH_ACK_MESSAGE ----------------------------------------------------------
-    async def batch_ack(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def batch_ack(self, request: RemotingCommand, connection, caller: Caller):
         try:
             acks = parse_batch_ack(request.body)
         except MalformedBatchAck as error:
             return request.reply(ResponseCode.SYSTEM_ERROR, f"BATCH_ACK_MESSAGE: {error}")
+        self.pop.require_consuming(caller, [(ack.topic, ack.group) for ack in acks])
         results: list[dict] = []
         for ack in acks:
-            results.extend(await self._ack_entry(ack))
+            results.extend(await self._ack_entry(caller, ack))
         refused = [r for r in results if r["code"] != ResponseCode.SUCCESS]
         body = json.dumps({"results": results}, separators=(",", ":")).encode()
         if not refused:
@@ -273,7 +253,7 @@ class PopHandlers:
         )
         return request.reply(first["code"], remark, body=body)
 
-    async def _ack_entry(self, ack: BatchAck) -> list[dict]:
+    async def _ack_entry(self, caller: Caller, ack: BatchAck) -> list[dict]:
         def result(offset: int, code: int, remark: str) -> dict:
             return {
                 "topic": ack.topic,
@@ -286,7 +266,8 @@ class PopHandlers:
         results, handles = [], []
         for offset in ack.offsets:
             try:
-                handle = self._current(
+                handle = self.pop.handle_of_current(
+                    caller,
                     ack.group,
                     ack.topic,
                     ack.queue_id,
@@ -299,20 +280,13 @@ class PopHandlers:
                 continue
             handles.append((offset, handle))
         if handles or not ack.offsets:  # an entry naming no offset: the ack path says why
-            answer = await self.pop.ack_message(
-                rpc.AckMessageRequest(
-                    group=pb.Resource(name=ack.group),
-                    topic=pb.Resource(name=ack.topic),
-                    entries=[rpc.AckMessageEntry(receipt_handle=h) for _, h in handles],
-                ),
-                None,
-            )
-            if answer.entries:
-                for (offset, _), entry in zip(handles, answer.entries, strict=True):
-                    code = response_code(entry.status.code)
-                    results.append(result(offset, code, entry.status.message))
-            else:  # refused as a whole (the group, the topic, the bound)
-                code = response_code(answer.status.code)
+            try:
+                answers = await self.pop.ack(caller, ack.group, ack.topic, [h for _, h in handles])
+            except (InvalidRequest, TopicError) as error:  # the group, the topic, the bound
+                code, remark = refusal(error)
                 for offset in [o for o, _ in handles] or [-1]:
-                    results.append(result(offset, code, answer.status.message))
+                    results.append(result(offset, code, remark))
+                return results
+            for (offset, _), answer in zip(handles, answers, strict=True):
+                results.append(result(offset, response_code(answer.code), answer.message))
         return results

@@ -6,12 +6,16 @@ record layout is RocketMQ's (docs/architecture.md, "The CommitLog record"), so n
 decoded or copied per message. BODYCRC holds CRC32C where RocketMQ writes CRC32; no 4.x
 client checks it (docs/architecture.md, "Remoting").
 
-Codes and ``nextBeginOffset`` follow RocketMQ's broker: found (0); nothing new at the end
-of the queue (19, after waiting up to ``suspendTimeoutMillis`` when the request may be
-suspended: ``node/long_polling.py``, the one wait loop of every read); everything in the
+The read is the read service's (``node/services/reads.py``: who may, the topic's read
+permission, the queue, the group created on first use only once allowed, the filter, long
+polling, the delivery metrics); this door reads the header, picks the subscription and
+answers as RocketMQ's broker does. Codes and ``nextBeginOffset``: found (0); nothing new
+at the end of the queue (19, after waiting up to ``suspendTimeoutMillis`` when the request
+may be suspended: ``node/long_polling.py``, the one wait loop of every read); everything in the
 window filtered out (20, the offset moves on); an offset outside the queue (21, with
 where to go). The filter is the request's own subscription when it carries one (sysFlag
-4), else the one its group registered by heartbeat (``subscriptions.py``): TAG (the store
+4), else the one its group registered by heartbeat (looked up once the pull is allowed,
+``node/consumer_subscriptions.py``): TAG (the store
 skips other tags by their hash) or SQL92 (``node/sql_filter.py``, the evaluator the gRPC
 doors use, applied to each record read). An expression that does not parse is answered as
 RocketMQ answers it: SUBSCRIPTION_PARSE_FAILED for the pull's own, FILTER_DATA_NOT_EXIST
@@ -22,25 +26,19 @@ Thread-safety: handlers run on the node's event loop.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import logging
 
-from ferrymq.codec.commitlog_record import decode as decode_record
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from ha.replicated_store import ReplicatedStore
-from node.admission import check_queue
-from node.consumer_offsets import ConsumerOffsets
-from node.filter_expression import selection
-from node.group_creation import GroupsOnFirstUse
-from node.long_polling import QueueWaiters, long_poll, poll_budget_s
-from node.remoting.dispatch import Handler
+from node.long_polling import poll_budget_s
+from node.remoting.authentication import DoorHandler
 from node.remoting.status_codes import refusal
-from node.remoting.subscriptions import Subscriptions
 from node.rpc_status import InvalidRequest
-from node.topics import Permission, TopicError, TopicTable
+from node.services.caller import Caller
+from node.services.reads import ReadRequest
+from node.services.registry import Services
+from node.topics import TopicError
 from store.results import GetResult, GetStatus
 
 log = logging.getLogger("ferrymq.remoting")
@@ -90,87 +88,75 @@ def filter_expression(expression: str, expression_type: str) -> pb.FilterExpress
 
 
 class PullHandlers:
-    def __init__(
-        self,
-        store: ReplicatedStore,
-        topics: TopicTable,
-        offsets: ConsumerOffsets,
-        waiters: QueueWaiters,
-        subscriptions: Subscriptions,
-        groups: GroupsOnFirstUse | None = None,
-    ) -> None:
-        self.store = store
-        self.topics = topics
-        self.groups = groups or GroupsOnFirstUse(topics, None, enabled=False)
-        self.offsets = offsets
-        self.waiters = waiters
-        self.subscriptions = subscriptions
-        self._commits: set[asyncio.Task] = set()
+    def __init__(self, services: Services) -> None:
+        self.services = services
 
-    def handlers(self) -> list[tuple[int, Handler]]:
+    def handlers(self) -> list[tuple[int, DoorHandler]]:
         return [(RequestCode.PULL_MESSAGE, self.pull)]
 
-    async def pull(self, request: RemotingCommand, connection) -> RemotingCommand:
-        group = request.text("consumerGroup")
-        topic_name = request.text("topic")
+    async def pull(self, request: RemotingCommand, connection, caller: Caller):
+        group, topic = request.text("consumerGroup"), request.text("topic")
         queue_id = request.int32("queueId")
-        offset = request.integer("queueOffset")
-        wanted = min(max(request.int32("maxMsgNums", PULL_MAX_MESSAGES), 1), PULL_MAX_MESSAGES)
         sys_flag = request.int32("sysFlag", 0)
-        commit_offset = request.integer("commitOffset", -1)
         suspend_ms = request.integer("suspendTimeoutMillis", 0)
-        try:
-            await self.groups.group(group)  # created on first use, as on the gRPC door
-            topic = self.topics.topic(topic_name)
-            check_queue(topic, queue_id)
-            if topic.permission is Permission.WRITE:
-                raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
-            subscription = self._subscription(request, group, topic.name, sys_flag)
-            if isinstance(subscription, RemotingCommand):
-                return subscription
-            expression, expression_type = subscription
-            try:
-                chosen = selection(filter_expression(expression, expression_type))
-            except InvalidRequest as error:
-                return self._unparsable(request, sys_flag, str(error))
-        except (InvalidRequest, TopicError) as error:
-            code, remark = refusal(error)
-            return request.reply(code, remark)
-        if sys_flag & SYSFLAG_COMMIT_OFFSET and commit_offset >= 0:
-            self._commit_soon(group, topic.name, queue_id, commit_offset)
-        store, name = self.store, topic.name
-
-        tags, sql = chosen.tags, chosen.sql
-
-        async def read() -> RemotingCommand | None:
-            result = store.get_records(name, queue_id, offset, wanted, PULL_MAX_BYTES, tags)
-            if sql is not None and result.messages:
-                kept = [r for r in result.messages if sql(decode_record(r, 0).properties)]
-                result = dataclasses.replace(result, messages=kept)
-            code, next_offset = pull_outcome(result, offset)
-            if code is ResponseCode.PULL_NOT_FOUND and waiting:
-                return None
-            return request.reply(
-                code,
-                ext_fields={
-                    "nextBeginOffset": str(next_offset),
-                    "minOffset": str(result.min_offset),
-                    "maxOffset": str(result.max_offset),
-                    "suggestWhichBrokerId": "0",
-                },
-                body=b"".join(result.messages),
-            )
-
         waiting = bool(sys_flag & SYSFLAG_SUSPEND) and suspend_ms > 0
-        answer = await long_poll(
-            read,
-            lambda wait_s: self.waiters.wait(name, queue_id, wait_s),
-            poll_budget_s(suspend_ms / 1000, None) if waiting else 0.0,
-        )
-        if answer is None:  # waited the whole time: one last look answers
-            waiting = False
-            answer = await read()
-        assert answer is not None
+        try:
+            await self.services.reads.readable_queue(caller, topic, group, queue_id, True)
+            expression = self._subscription(request, group, topic, sys_flag)
+            read = ReadRequest(
+                topic,
+                group,
+                queue_id,
+                request.integer("queueOffset"),
+                min(max(request.int32("maxMsgNums", PULL_MAX_MESSAGES), 1), PULL_MAX_MESSAGES),
+                PULL_MAX_BYTES,
+                expression=expression,
+                wait_s=poll_budget_s(suspend_ms / 1000, None) if waiting else 0.0,
+            )
+            answer = self._answer(request, caller, read, sys_flag)
+            reply, last = await self.services.reads.read(caller, read, answer(waiting))
+        except _Answered as answered:
+            return answered.reply
+        except InvalidRequest as error:
+            if error.code == pb.ILLEGAL_FILTER_EXPRESSION:
+                return self._unparsable(request, sys_flag, str(error))
+            return request.reply(*refusal(error))
+        except TopicError as error:
+            return request.reply(*refusal(error))
+        return reply if reply is not None else answer(False)(last)  # waited: the last look
+
+    def _answer(self, request: RemotingCommand, caller: Caller, read: ReadRequest, sys_flag: int):
+        """``answer(waiting)``: RocketMQ's reply to one look at the queue (None while
+        ``waiting`` and nothing is new). The first look also stores the commit offset the
+        pull carries (the pull was allowed on that group and queue by then)."""
+        commit_offset = request.integer("commitOffset", -1)
+        committed = False
+
+        def answer(waiting: bool):
+            def reply(result: GetResult) -> RemotingCommand | None:
+                nonlocal committed
+                if not committed:
+                    committed = True
+                    if sys_flag & SYSFLAG_COMMIT_OFFSET and commit_offset >= 0:
+                        self.services.offsets.commit_soon(
+                            caller, read.group, read.topic, read.queue_id, commit_offset
+                        )
+                code, next_offset = pull_outcome(result, read.offset)
+                if code is ResponseCode.PULL_NOT_FOUND and waiting:
+                    return None
+                return request.reply(
+                    code,
+                    ext_fields={
+                        "nextBeginOffset": str(next_offset),
+                        "minOffset": str(result.min_offset),
+                        "maxOffset": str(result.max_offset),
+                        "suggestWhichBrokerId": "0",
+                    },
+                    body=b"".join(result.messages),
+                )
+
+            return reply
+
         return answer
 
     @staticmethod
@@ -187,39 +173,34 @@ class PullHandlers:
 
     def _subscription(
         self, request: RemotingCommand, group: str, topic: str, sys_flag: int
-    ) -> tuple[str, str] | RemotingCommand:
-        """(expression, type) of the pull: its own, or its group's registered one; a
-        reply when the group registered none, or an older one than the client has."""
+    ) -> pb.FilterExpression:
+        """The pull's filter: its own, or its group's registered one; ``_Answered`` when
+        the group registered none, or an older one than the client has."""
         if sys_flag & SYSFLAG_SUBSCRIPTION:
-            return request.text("subscription", "*"), request.text("expressionType", "TAG")
-        registered = self.subscriptions.get(group, topic)
+            return filter_expression(
+                request.text("subscription", "*"), request.text("expressionType", "TAG")
+            )
+        registered = self.services.membership.subscription(group, topic)
         if registered is None:
-            return request.reply(
-                ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                f"group {group} registered no subscription of {topic} (heartbeat first)",
+            raise _Answered(
+                request.reply(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"group {group} registered no subscription of {topic} (heartbeat first)",
+                )
             )
         if registered.version < request.integer("subVersion", 0):
-            return request.reply(
-                ResponseCode.SUBSCRIPTION_NOT_LATEST,
-                f"group {group}'s subscription of {topic} is older than the client's",
+            raise _Answered(
+                request.reply(
+                    ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                    f"group {group}'s subscription of {topic} is older than the client's",
+                )
             )
-        return registered.expression, registered.expression_type
+        return filter_expression(registered.expression, registered.expression_type)
 
-    def _commit_soon(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """The commit offset a pull carries, stored without holding up the pull (a commit
-        under SYNC replication waits for the slaves). Only a master commits, only a change,
-        only an offset the queue has, and at most 1,024 commits are under way."""
-        if not self.store.is_master or self.offsets.get(group, topic, queue_id) == offset:
-            return
-        if not 0 <= offset <= self.store.max_offset_in_queue(topic, queue_id):
-            return
-        if len(self._commits) >= 1024:
-            return  # the next pull carries the offset again
-        task = asyncio.ensure_future(self.offsets.commit(group, topic, queue_id, offset))
-        self._commits.add(task)
-        task.add_done_callback(self._committed)
 
-    def _committed(self, task: asyncio.Task) -> None:
-        self._commits.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("commit offset of a pull failed: %s", task.exception())
+class _Answered(Exception):
+    """The pull is answered before any read (``reply``)."""
+
+    def __init__(self, reply: RemotingCommand) -> None:
+        super().__init__(reply.remark)
+        self.reply = reply

@@ -2,12 +2,15 @@
 unique key), VIEW_MESSAGE_BY_ID (by the commit log offset of a 4.x offset message id),
 SEARCH_OFFSET_BY_TIMESTAMP and GET_EARLIEST_MSG_STORETIME.
 
-The store answers them as it answers the Admin service's queries (``node/admin_service.py``):
-a view returns only a real record (``look_message_by_offset``: the checks of
-tests/node/test_security_query_by_id.py), and a caller naming a topic gets only a record
-stored in that topic, so a transaction half or a delayed message waiting in its system
-topic is not its real topic's message yet. Answers carry the stored records in RocketMQ's
-layout; the client decodes them and filters again by topic and key, as RocketMQ's does.
+The query service answers them as it answers the Admin service's queries
+(``node/services/queries.py``, one rule of who may see a record): a view returns only a
+real record (``look_message_by_offset``: the checks of
+tests/node/test_security_query_by_id.py), decided on the topic read from the record, and a
+caller naming a topic gets only a record stored in that topic, so a transaction half or a
+delayed message waiting in its system topic is not its real topic's message yet. The
+offset searches are the offset service's (``node/services/offsets.py``). Answers carry
+the stored records in RocketMQ's layout; the client decodes them and filters again by
+topic and key, as RocketMQ's does.
 
 Offset message ids carry the node's remoting address (``MessageStore.set_store_host``): a
 client sends VIEW_MESSAGE_BY_ID to the address in the id.
@@ -20,25 +23,24 @@ from __future__ import annotations
 from ferrymq.codec.commitlog_record import encode_stored
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
-from ha.replicated_store import ReplicatedStore
-from node.admission import check_queue
-from node.remoting.dispatch import Handler
+from node.remoting.authentication import DoorHandler
 from node.remoting.status_codes import refusal
 from node.rpc_status import InvalidRequest
-from node.topics import TopicError, TopicTable
+from node.services.caller import Caller
+from node.services.queries import NO_TIME
+from node.services.registry import Services
+from node.topics import TopicError
 
-QUERY_MAX_MESSAGES = 64  # RocketMQ's defaultQueryMaxNum
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 NOT_FOUND_BY_KEY = "can not find message, maybe time range not correct"
-NO_TIME = 1 << 62
 
 
 class QueryHandlers:
-    def __init__(self, store: ReplicatedStore, topics: TopicTable) -> None:
-        self.store = store
-        self.topics = topics
+    def __init__(self, services: Services) -> None:
+        self.queries = services.queries
+        self.offsets = services.offsets
 
-    def handlers(self) -> list[tuple[int, Handler]]:
+    def handlers(self) -> list[tuple[int, DoorHandler]]:
         return [
             (RequestCode.QUERY_MESSAGE, self.query_message),
             (RequestCode.VIEW_MESSAGE_BY_ID, self.view_message),
@@ -46,17 +48,17 @@ class QueryHandlers:
             (RequestCode.GET_EARLIEST_MSG_STORETIME, self.earliest_store_time),
         ]
 
-    async def query_message(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def query_message(self, request: RemotingCommand, connection, caller: Caller):
         topic = request.text("topic")
         key = request.text("key")
-        wanted = min(max(request.int32("maxNum", 32), 1), QUERY_MAX_MESSAGES)
+        wanted = request.int32("maxNum", 32)
         begin_ms = request.integer("beginTimestamp", 0)
-        end_ms = request.integer("endTimestamp", NO_TIME) or NO_TIME
+        end_ms = request.integer("endTimestamp", NO_TIME)
         if request.text(UNIQUE_KEY_QUERY, "false").lower() == "true":
-            one = self.store.query_by_unique_key(topic, key)
+            one = self.queries.by_unique_key(caller, topic, key)
             found = [one] if one is not None else []
         else:
-            found = self.store.query_by_key(topic, key, wanted, begin_ms, end_ms)
+            found = self.queries.by_key(caller, topic, key, wanted, begin_ms, end_ms)
         if not found:
             return request.reply(ResponseCode.QUERY_NOT_FOUND, NOT_FOUND_BY_KEY)
         newest = max(found, key=lambda m: m.store_timestamp_ms)
@@ -69,37 +71,29 @@ class QueryHandlers:
             body=b"".join(encode_stored(m) for m in found),
         )
 
-    async def view_message(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def view_message(self, request: RemotingCommand, connection, caller: Caller):
         offset = request.integer("offset")
         topic = request.text("topic", "")  # 5.x clients name it
-        found = self.store.look_message_by_offset(offset) if offset >= 0 else None
-        if found is None or topic not in ("", found.topic):
+        found = self.queries.at_position(caller, offset, topic)
+        if found is None:
             return request.reply(
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
             )
         return request.reply(ResponseCode.SUCCESS, body=encode_stored(found))
 
-    async def search_offset(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def search_offset(self, request: RemotingCommand, connection, caller: Caller):
+        topic, queue_id = request.text("topic"), request.int32("queueId")
         timestamp_ms = request.integer("timestamp")
         try:
-            topic, queue_id = self._queue(request)
+            offset = self.offsets.offset_by_time(caller, topic, queue_id, timestamp_ms)
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))
-        offset = self.store.offset_by_time(topic, queue_id, timestamp_ms)
         return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
 
-    async def earliest_store_time(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def earliest_store_time(self, request: RemotingCommand, connection, caller: Caller):
+        topic, queue_id = request.text("topic"), request.int32("queueId")
         try:
-            topic, queue_id = self._queue(request)
+            timestamp = self.offsets.earliest_store_time_ms(caller, topic, queue_id)
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))
-        store = self.store
-        first = store.message_at(topic, queue_id, store.min_offset_in_queue(topic, queue_id))
-        timestamp = first.store_timestamp_ms if first is not None else -1
         return request.reply(ResponseCode.SUCCESS, ext_fields={"timestamp": str(timestamp)})
-
-    def _queue(self, request: RemotingCommand) -> tuple[str, int]:
-        topic = self.topics.topic(request.text("topic"))
-        queue_id = request.int32("queueId")
-        check_queue(topic, queue_id)
-        return topic.name, queue_id

@@ -8,6 +8,10 @@ brokerId 0 and its in-sync slaves that are alive are 1..n (by node id), each at 
 JSON with quoted keys, which every client parses (the Go client splits ``brokerAddrs``
 text on commas and colons: no whitespace anywhere).
 
+Who may: a route needs valid credentials, the cluster's broker and topic listings admin
+rights (the route service, ``node/services/routes.py``, decides); GET_KV_CONFIG needs valid
+credentials.
+
 Thread-safety: handlers run on the event loop; each reads the routing state once under
 its lock (``RoutingReplica.read``).
 """
@@ -18,9 +22,10 @@ import json
 
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
-from node.remoting.dispatch import Handler
+from node.remoting.authentication import DoorHandler
+from node.services.caller import Caller
+from node.services.routes import RouteService
 from routing.metadata import DLQ_PREFIX, RETRY_PREFIX, Permission, TopicError
-from routing.replica import RoutingReplica
 from routing.state import RoutingState
 
 CLUSTER_NAME = "DefaultCluster"  # RocketMQ's default, what mqadmin's -c usually names
@@ -111,10 +116,10 @@ def topic_list(state: RoutingState) -> dict:
 
 
 class NameServer:
-    def __init__(self, routing: RoutingReplica) -> None:
-        self.routing = routing
+    def __init__(self, routes: RouteService) -> None:
+        self.routes = routes
 
-    def handlers(self) -> list[tuple[int, Handler]]:
+    def handlers(self) -> list[tuple[int, DoorHandler]]:
         return [
             (RequestCode.GET_ROUTEINFO_BY_TOPIC, self.route),
             (RequestCode.GET_BROKER_CLUSTER_INFO, self.cluster_info),
@@ -122,10 +127,10 @@ class NameServer:
             (RequestCode.GET_KV_CONFIG, self.kv_config),
         ]
 
-    async def route(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def route(self, request: RemotingCommand, connection, caller: Caller):
         topic = request.text("topic")
         try:
-            body = self.routing.read(lambda state: route_data(state, topic))
+            body = self.routes.read(caller, lambda state: route_data(state, topic))
         except TopicError as error:
             return request.reply(
                 ResponseCode.TOPIC_NOT_EXIST,
@@ -133,15 +138,18 @@ class NameServer:
             )
         return request.reply(ResponseCode.SUCCESS, body=json_body(body))
 
-    async def cluster_info(self, request: RemotingCommand, connection) -> RemotingCommand:
-        return request.reply(ResponseCode.SUCCESS, body=json_body(self.routing.read(cluster_info)))
+    async def cluster_info(self, request: RemotingCommand, connection, caller: Caller):
+        body = self.routes.read_all(caller, cluster_info)
+        return request.reply(ResponseCode.SUCCESS, body=json_body(body))
 
-    async def topic_list(self, request: RemotingCommand, connection) -> RemotingCommand:
-        return request.reply(ResponseCode.SUCCESS, body=json_body(self.routing.read(topic_list)))
+    async def topic_list(self, request: RemotingCommand, connection, caller: Caller):
+        body = self.routes.read_all(caller, topic_list)
+        return request.reply(ResponseCode.SUCCESS, body=json_body(body))
 
-    async def kv_config(self, request: RemotingCommand, connection) -> RemotingCommand:
+    async def kv_config(self, request: RemotingCommand, connection, caller: Caller):
         """ferrymq keeps no NameServer key-value configuration (ordered-topic
         configurations among them): every key is absent, as RocketMQ answers an unset one."""
+        self.routes.read(caller, lambda state: None)
         namespace, key = request.text("namespace"), request.text("key")
         return request.reply(
             ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace} Key: {key}"

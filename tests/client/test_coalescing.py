@@ -18,7 +18,7 @@ from ferrymq.codec.produce_records import produce_record_at
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as data
 from ferrymq.protocol.ferrymq import data_pb2_grpc
-from node.convert import produce_properties
+from node.message_rules import produce_properties
 from tests.support.nodes import start_node
 
 

@@ -38,7 +38,7 @@ from ferrymq.spark.fetch_columns import (
     fetch_columns_in_c,
     fetch_columns_in_python,
 )
-from node.convert import read_produce_record, scan_produce_records
+from node.message_rules import read_produce_record, scan_produce_records
 from node.rpc_status import InvalidRequest
 from tests.support.fetch_answers import (
     CORRUPTION_MESSAGES,

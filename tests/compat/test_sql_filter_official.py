@@ -8,7 +8,7 @@ from __future__ import annotations
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from node.pop_service import SQL_SCAN_MAX
+from node.services.pop import SQL_SCAN_MAX
 from tests.support.official_client import run_official_at
 from tests.support.rpc import create_topic, message, receive
 

@@ -19,7 +19,7 @@ from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS as DELIVER
 from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID as TRANSACTION
 from ha import rollback
 from node.parked import park
-from node.transaction_service import HALF_TOPIC
+from node.services.transactions import HALF_TOPIC
 from store.config import StoreConfig
 from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore

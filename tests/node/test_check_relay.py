@@ -1,19 +1,23 @@
-"""Orphan-transaction checks with producers on every node (``node/check_relay.py``): only
+"""Orphan-transaction checks with producers on every node (``node/services/check_relay.py``): only
 the master decides checks, and each check it records reaches the producers connected to
 the other nodes, once, and only while fresh."""
 
 from __future__ import annotations
 
-from node.check_relay import FRESH_MS, CheckRelay
-from node.telemetry_outbox import TelemetryOutbox
-from node.transaction_service import OrphanCheckTarget, TransactionService
+from node.grpc.messaging import check_command
+from node.grpc.telemetry_outbox import TelemetryOutbox
+from node.services.check_relay import FRESH_MS, CheckRelay
+from node.services.permissions import Permissions
+from node.services.transactions import CheckTargets, TransactionService
 from store.dispatch_request import DispatchRequest
-from tests.support.transactions import CHECK_MS, Transactions
+from tests.support.transactions import CHECK_MS, PRODUCER, Transactions
 
 
-def producers_of(topic: str) -> tuple[OrphanCheckTarget, TelemetryOutbox]:
-    producers, outbox = OrphanCheckTarget(), TelemetryOutbox()
-    producers.register(outbox, [topic])
+def producers_of(topic: str) -> tuple[CheckTargets, TelemetryOutbox]:
+    producers, outbox = CheckTargets(Permissions(False)), TelemetryOutbox()
+    producers.register(
+        outbox, PRODUCER, lambda _, half: outbox.offer(check_command(half)), topics=[topic]
+    )
     return producers, outbox
 
 
@@ -23,10 +27,20 @@ def test_a_node_that_is_not_the_master_makes_no_checks_of_its_own(tmp_path):
         tx.send(b"orphan")
         master = [False]
         tx.service = TransactionService(
-            tx.store, CHECK_MS, 3, clock_ms=lambda: tx.now, is_master=lambda: master[0]
+            tx.store,
+            CHECK_MS,
+            3,
+            Permissions(False),
+            clock_ms=lambda: tx.now,
+            is_master=lambda: master[0],
         )
         tx.service.load()  # what a slave holds: the halves pending when it started
-        tx.service.producers.register(tx.outbox, ["orders"])
+        tx.service.targets.register(
+            tx.outbox,
+            PRODUCER,
+            lambda _, half: tx.outbox.offer(check_command(half)),
+            topics=["orders"],
+        )
         for _ in range(3):
             tx.now += CHECK_MS
             assert tx.check() == 0

@@ -1,20 +1,31 @@
-"""Consumer-group membership through MessagingService's Heartbeat and
-NotifyClientTermination, in-process with an injected clock: a client id belongs to the
-identity that registered it, groups must exist, and every table is bounded."""
+"""Consumer-group membership through the RocketMQ 5 door's Heartbeat and
+NotifyClientTermination over the membership service, in-process with an injected clock: a
+client id belongs to the identity that registered it, groups must exist, and every table
+is bounded."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node import group_members
-from node.authentication import signature_headers
+from node.authentication import parse_authorization, signature_headers
+from node.client_registry import ClientConnections
+from node.consumer_subscriptions import Subscriptions
+from node.group_creation import GroupsOnFirstUse
 from node.group_members import EXPIRY_MS, GroupMembers
-from node.messaging_service import MessagingService
+from node.grpc.authentication import AUTHENTICATED_USER
+from node.grpc.messaging import MessagingService
+from node.services.membership import MembershipService
+from node.services.permissions import Permissions
 from node.topics import GroupConfig, TopicTable
+from routing.acl import AclEntry, Action, Effect, ResourceKind, User
+
+SUBSCRIBE_ANY_GROUP = (AclEntry(Effect.ALLOW, Action.SUBSCRIBE, ResourceKind.GROUP, "*"),)
 
 
 class Context:
@@ -45,20 +56,36 @@ class Membership:
         self.clock = Clock()
         self.members = GroupMembers(self.clock)
         self.topics = TopicTable(groups=[GroupConfig("G"), GroupConfig("H")])
-        self.service = MessagingService(
-            None, self.topics, None, None, None, "group-1", None, None, self.members,
-            authenticated=authenticated,
-        )  # fmt: skip
+        subscriptions = Subscriptions()
+        membership = MembershipService(
+            self.members,
+            subscriptions,
+            ClientConnections(self.members, subscriptions),
+            GroupsOnFirstUse(self.topics, None, enabled=False),
+            Permissions(enabled=authenticated),
+        )
+        self.service = MessagingService(SimpleNamespace(membership=membership), 1024)
+        self.authenticated = authenticated
+
+    def call(self, method, request, context: Context):
+        async def called():
+            if self.authenticated:  # what the door's authentication keeps for the call
+                header = dict(context.invocation_metadata())["authorization"]
+                access_key = parse_authorization(header).access_key
+                AUTHENTICATED_USER.set(User(access_key, b"", acl=SUBSCRIBE_ANY_GROUP))
+            return await method(request, context)
+
+        return asyncio.run(called())
 
     def heartbeat(self, group: str | None, context: Context) -> pb.Status:
         request = rpc.HeartbeatRequest(client_type=pb.PUSH_CONSUMER)
         if group is not None:
             request.group.name = group
-        return asyncio.run(self.service.Heartbeat(request, context)).status
+        return self.call(self.service.Heartbeat, request, context).status
 
     def leave(self, group: str, context: Context) -> pb.Status:
         request = rpc.NotifyClientTerminationRequest(group=pb.Resource(name=group))
-        return asyncio.run(self.service.NotifyClientTermination(request, context)).status
+        return self.call(self.service.NotifyClientTermination, request, context).status
 
     def live(self, group: str) -> list[str]:
         return [client_id for client_id, _ in self.members.live(group)]

@@ -7,18 +7,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from types import SimpleNamespace
 
 import grpc
 import pytest
 
 from ferrymq.codec.headers import PINNED_QUEUE
+from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from node.messaging_service import SEND_MESSAGES_MAX, MessagingService
-from node.telemetry_outbox import OUTBOX_MAX, TelemetryOutbox
-from node.topics import TopicTable
-from node.transaction_service import OrphanCheckTarget
+from node.grpc.messaging import MessagingService
+from node.grpc.telemetry_outbox import OUTBOX_MAX, TelemetryOutbox
+from node.services.caller import Caller, Door
+from node.services.permissions import Permissions
+from node.services.send import SEND_MESSAGES_MAX
+from node.services.transactions import HALF_TOPIC, TOPICS_PER_PRODUCER_MAX, CheckTargets
 from tests.support.rpc import create_topic, message, queue_of, stubs
 
 BATCH_LIMIT = 65_536
@@ -156,9 +160,7 @@ def stored_in(address: str, topic: str) -> int:
 
 
 # ---- in-process: Telemetry and the orphan-check registry -------------------------------
-class Transactions:
-    def __init__(self) -> None:
-        self.producers = OrphanCheckTarget()
+PRODUCER = Caller(Door.MESSAGING, "Telemetry", None)
 
 
 class Aborted(Exception):
@@ -173,6 +175,9 @@ class Context:
         self.aborted = (code, details)
         raise Aborted(details)
 
+    def peer(self) -> str:
+        return "ipv4:10.0.0.1:40000"
+
 
 def settings_command(topics: list[str]) -> rpc.TelemetryCommand:
     publishing = pb.Publishing(topics=[pb.Resource(name=t) for t in topics])
@@ -181,21 +186,14 @@ def settings_command(topics: list[str]) -> rpc.TelemetryCommand:
     )
 
 
-class Store:
-    class config:  # stands in for the store's config object
-        max_message_body_bytes = 1024
-
-
-def telemetry_service() -> tuple[MessagingService, Transactions]:
-    transactions = Transactions()
-    service = MessagingService(
-        Store(), TopicTable(), None, None, None, "group-1", None, transactions, None
-    )
-    return service, transactions
+def telemetry_service() -> tuple[MessagingService, CheckTargets]:
+    targets = CheckTargets(Permissions(enabled=False))
+    services = SimpleNamespace(transactions=SimpleNamespace(targets=targets))
+    return MessagingService(services, 1024), targets
 
 
 def test_a_telemetry_client_that_does_not_read_is_cut_off_with_a_bounded_outbox():
-    service, transactions = telemetry_service()
+    service, targets = telemetry_service()
     context = Context()
     written = OUTBOX_MAX * 3
 
@@ -215,44 +213,48 @@ def test_a_telemetry_client_that_does_not_read_is_cut_off_with_a_bounded_outbox(
     assert answered == OUTBOX_MAX  # what the outbox held, then the end
     code, details = context.aborted
     assert code is grpc.StatusCode.RESOURCE_EXHAUSTED and "does not read" in details
-    assert transactions.producers.topic_count == 0  # the ended stream left the registry
+    assert not targets.registered  # the ended stream left the registry
 
 
 def test_ended_producer_streams_leave_the_registry_and_full_outboxes_are_passed_over():
+    # What the registry reads of a stored half: its real topic and producer group.
+    half = SimpleNamespace(
+        topic=HALF_TOPIC, properties={"REAL_TOPIC": "orders", PROPERTY_TRANSACTION_ID: "T"}
+    )
+
     async def run() -> None:
-        registry = OrphanCheckTarget()
+        registry = CheckTargets(Permissions(enabled=False))
         slow, quick = TelemetryOutbox(limit=1), TelemetryOutbox(limit=1)
-        registry.register(slow, ["orders"])
-        registry.register(quick, ["orders", "payments"])
         check = rpc.TelemetryCommand(status=pb.Status(code=pb.OK))
-        assert registry.offer("orders", check) and registry.offer("orders", check)
-        assert not registry.offer("orders", check)  # both full: the check waits its turn
-        assert registry.offer("payments", check) is False
+        for outbox, topics in ((slow, ["orders"]), (quick, ["orders", "payments"])):
+            registry.register(
+                outbox, PRODUCER, lambda _, __, o=outbox: o.offer(check), topics=topics
+            )
+        assert registry.offer("T", half) and registry.offer("T", half)
+        assert not registry.offer("T", half)  # both full: the check waits its turn
         await slow.next()
-        assert registry.offer("orders", check)  # the one with room takes it
+        assert registry.offer("T", half)  # the one with room takes it
         registry.unregister(slow)
         registry.unregister(quick)
-        assert registry.topic_count == 0
+        assert not registry.registered
 
     asyncio.run(run())
 
 
 def test_a_producer_naming_too_many_topics_is_refused_and_not_registered():
-    from node.messaging_service import MAX_PUBLISHING_TOPICS
-
-    service, transactions = telemetry_service()
+    service, targets = telemetry_service()
 
     async def commands():
-        yield settings_command([f"t{i}" for i in range(MAX_PUBLISHING_TOPICS + 1)])
+        yield settings_command([f"t{i}" for i in range(TOPICS_PER_PRODUCER_MAX + 1)])
 
-    async def run() -> tuple[rpc.TelemetryCommand, int]:
+    async def run() -> tuple[rpc.TelemetryCommand, bool]:
         stream = service.Telemetry(commands(), Context())
         first = await stream.__anext__()
-        topics = transactions.producers.topic_count
+        registered = targets.registered
         await stream.aclose()
-        return first, topics
+        return first, registered
 
     answer, registered = asyncio.run(run())
     assert answer.status.code == pb.BAD_REQUEST
-    assert f"the limit is {MAX_PUBLISHING_TOPICS}" in answer.status.message
-    assert registered == 0
+    assert f"the limit is {TOPICS_PER_PRODUCER_MAX}" in answer.status.message
+    assert not registered

@@ -11,7 +11,7 @@ import pytest
 
 from ferrymq.protocol.ferrymq import data_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2_grpc
-from node.method_wrapping import add_wrapped
+from node.grpc.method_wrapping import add_wrapped
 
 
 class Data(data_pb2_grpc.DataServicer):

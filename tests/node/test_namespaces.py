@@ -12,7 +12,7 @@ from ferrymq.client import Admin, ClientSecurity
 from ferrymq.client.admin import AclRule
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
-from node.namespaces import qualify, qualify_request, unqualify, unqualify_answer
+from node.grpc.namespaces import qualify, qualify_request, unqualify, unqualify_answer
 from tests.support.auth import AUTH_TOML, ROOT, signed
 from tests.support.nodes import start_node
 from tests.support.official_client import run_official_at

@@ -8,6 +8,7 @@ import asyncio
 import random
 import time
 import zlib
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,11 +16,13 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node import system_state
 from node.consumer_offsets import ConsumerOffsets
+from node.grpc.messaging import MessagingService
 from node.handle_key import receipt_handle_key
 from node.long_polling import QueueWaiters
-from node.pop_service import ACK_ENTRIES_MAX, PopFailed, PopService
 from node.pop_state import PopState
 from node.receipt_handle import ReceiptHandle, ReceiptHandles
+from node.services.permissions import Permissions
+from node.services.pop import ACK_ENTRIES_MAX, PopFailed, PopService
 from node.topics import GroupConfig, MessageType, TopicConfig, TopicTable
 from store.config import StoreConfig
 from store.message import Message
@@ -70,8 +73,11 @@ class Broker:
             self.state,
             QueueWaiters(self.loop),
             self.handles,
+            Permissions(enabled=False),
             clock_ms=self.clock,
         )
+        # The RocketMQ 5 door over it: its answers are what these tests read.
+        self.door = MessagingService(SimpleNamespace(pop=self.service), 4 << 20)
 
     def crash_and_reopen(self) -> None:
         self.store.close_abruptly_for_tests()
@@ -100,7 +106,7 @@ class Broker:
             topic=pb.Resource(name=topic),
             entries=[rpc.AckMessageEntry(message_id="m", receipt_handle=h) for h in handles],
         )
-        return self.run(self.service.ack_message(request, None))
+        return self.run(self.door.AckMessage(request, None))
 
     def change(self, group: str, topic: str, handle: str, seconds: int):
         request = rpc.ChangeInvisibleDurationRequest(
@@ -110,13 +116,13 @@ class Broker:
             message_id="m",
         )
         request.invisible_duration.seconds = seconds
-        return self.run(self.service.change_invisible_duration(request, None))
+        return self.run(self.door.ChangeInvisibleDuration(request, None))
 
     def forward(self, group: str, topic: str, handle: str):
         request = rpc.ForwardMessageToDeadLetterQueueRequest(
             group=pb.Resource(name=group), topic=pb.Resource(name=topic), receipt_handle=handle
         )
-        return self.run(self.service.forward_to_dead_letter_queue(request, None))
+        return self.run(self.door.ForwardMessageToDeadLetterQueue(request, None))
 
     def dead_letters(self, group: str) -> list[bytes]:
         result = self.store.get_messages(f"%DLQ%{group}", 0, 0, 1000)
@@ -576,6 +582,9 @@ class CallOver:
     def cancelled(self) -> bool:
         return False
 
+    def peer(self) -> str:
+        return "ipv4:10.0.0.1:40000"
+
 
 def receive_request(group: str, topic: str, batch: int = 32) -> rpc.ReceiveMessageRequest:
     request = rpc.ReceiveMessageRequest(
@@ -598,7 +607,7 @@ def test_a_receive_whose_client_left_gives_its_messages_back(broker):
     broker.clock.ms += 10_000  # body-0 is visible again, still on its first delivery
 
     async def answered(request, context):
-        return [part async for part in broker.service.receive_message(request, context)]
+        return [part async for part in broker.door.ReceiveMessage(request, context)]
 
     for _ in range(4):
         assert broker.run(answered(receive_request("G", "orders"), CallOver())) == []

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from node.pop_service import ACK_ENTRIES_MAX
+from node.services.pop import ACK_ENTRIES_MAX
 from node.remoting.batch_ack import MalformedBatchAck, parse_batch_ack, set_bits
 from node.remoting.broker_config import escaped
 

@@ -8,7 +8,12 @@ import json
 
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from node.group_creation import GroupsOnFirstUse
 from node.remoting.name_server import CLUSTER_NAME, NameServer, route_data
+from node.services.caller import Caller, Door
+from node.services.permissions import Permissions
+from node.services.routes import RouteService
+from node.topics import TopicTable
 from routing.commands import (
     AlterInSync,
     CreateGroup,
@@ -62,9 +67,13 @@ def cluster() -> RoutingState:
 
 
 def ask(state: RoutingState, code: int, **fields: str) -> RemotingCommand:
-    handlers = dict(NameServer(Replica(state)).handlers())
+    replica = Replica(state)
+    routes = RouteService(
+        replica, GroupsOnFirstUse(TopicTable(), None, False), Permissions(enabled=False)
+    )
+    handlers = dict(NameServer(routes).handlers())
     request = RemotingCommand(code, opaque=3, ext_fields=fields)
-    return asyncio.run(handlers[code](request, None))
+    return asyncio.run(handlers[code](request, None, Caller(Door.REMOTING, "test", None)))
 
 
 def test_a_route_names_the_master_as_0_and_live_in_sync_slaves_after_it():

@@ -1,6 +1,6 @@
 """The security model on its own: ACL decisions (deny wins, wildcards), user commands in
-the routing state machine, sealed secrets, signature verification and the access rules of
-each RPC. No processes: the end-to-end checks are in test_security_auth.py."""
+the routing state machine, sealed secrets, signature verification and the permissions the
+services ask for each job. No processes: the end-to-end checks are in test_security_auth.py."""
 
 from __future__ import annotations
 
@@ -10,12 +10,19 @@ import pickle
 import pytest
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
-from ferrymq.protocol.ferrymq import admin_pb2 as api
-from node.access import ADMIN, MESSAGING, AccessControl, Refusal
-from node.authentication import AuthenticationError, Authenticator, sign, signature_headers
+from node.authentication import (
+    AuthenticationError,
+    Authenticator,
+    Verification,
+    sign,
+    signature_headers,
+)
 from node.config import ConfigError, parse_node_config
+from node.rpc_status import AccessDenied
 from node.secret_box import SealError, SecretBox
+from node.services.caller import Caller, Door
+from node.services.permissions import ADMIN, Permissions, consume, describe, publish, read
+from node.services.transactions import CheckTargets
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User, is_allowed
 from routing.commands import CreateUser, DeleteUser, GrantAcl, RevokeAcl, UpdateUser
 from routing.state import RoutingState
@@ -149,44 +156,61 @@ def test_signatures_are_verified_within_the_clock_skew_window():
     assert len(messages) == 1
 
 
-def test_each_rpc_needs_the_permissions_of_the_resources_it_names():
-    box = SecretBox("the-cluster-secret")
-    now = 1_790_000_000.0
+def caller(user: User | None, method: str = "test") -> Caller:
+    return Caller(Door.MESSAGING, method, user)
+
+
+def test_each_job_needs_the_permissions_of_the_resources_it_names():
+    """The services' one ACL decision (``node/services/permissions.py``): the needs of
+    each job, on the names its request carries."""
     producer = User(
         "producer",
-        box.seal("producer", "secret-of-producer"),
+        b"x",
         acl=(entry("ALLOW", PUB, TOPIC, "orders"), entry("ALLOW", SUB, TOPIC, "orders")),
     )
-    admin = User("root", box.seal("root", "secret-of-root"), admin=True)
-    access = AccessControl(authenticator(now, producer=producer, root=admin))
-    as_producer = dict(signature_headers("producer", "secret-of-producer", now_s=now))
-    as_root = dict(signature_headers("root", "secret-of-root", now_s=now))
-
-    def send(topic: str) -> rpc.SendMessageRequest:
-        return rpc.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name=topic))])
-
-    access.check(MESSAGING + "SendMessage", as_producer, send("orders"))
-    access.check(MESSAGING + "QueryRoute", as_producer, rpc.QueryRouteRequest())
-    access.check(ADMIN + "DescribeTopic", as_producer, api.DescribeTopicRequest(name="orders"))
-    receive = rpc.ReceiveMessageRequest(
-        group=pb.Resource(name="readers"),
-        message_queue=pb.MessageQueue(topic=pb.Resource(name="orders")),
-    )
+    admin = User("root", b"x", admin=True)
+    permissions = Permissions(enabled=True)
+    for needs in (publish("orders"), read("orders"), describe("orders"), ()):
+        permissions.require(caller(producer), needs)
     refused = [
-        (MESSAGING + "SendMessage", send("payments"), "publish permission on topic payments"),
-        (MESSAGING + "ReceiveMessage", receive, "subscribe permission on group readers"),
-        (ADMIN + "CreateTopic", api.CreateTopicRequest(), "CreateTopic needs admin rights"),
-        (ADMIN + "QueryMessageById", api.QueryMessageByIdRequest(message_id="x"), "admin"),
-        ("/ferrymq.admin.v1.Admin/SomethingNew", None, "admin rights"),
+        (publish("payments"), "no publish permission on topic payments"),
+        (consume("orders", "readers"), "no subscribe permission on group readers"),
+        (consume("%RETRY%readers", "readers"), "no subscribe permission on group readers"),
+        (publish("%RETRY%readers"), "no subscribe permission on group readers"),
+        ([ADMIN], "test needs admin rights"),
+        (publish(""), "needs admin rights"),  # a request naming no topic acts on any
+        (read("%SYS%TRANS_HALF"), "topic %SYS%TRANS_HALF"),
     ]
-    for method, request, words in refused:
-        with pytest.raises(Refusal) as refusal:
-            access.check(method, as_producer, request)
-        assert refusal.value.authenticated and words in refusal.value.message
-        access.check(method, as_root, request)  # an admin may
-    with pytest.raises(Refusal) as refusal:
-        access.check(MESSAGING + "SendMessage", {}, send("orders"))
-    assert not refusal.value.authenticated
+    for needs, words in refused:
+        with pytest.raises(AccessDenied) as denied:
+            permissions.require(caller(producer), needs)
+        assert denied.value.authenticated and denied.value.code == pb.FORBIDDEN
+        assert words in str(denied.value)
+        assert not permissions.may(caller(producer), needs)
+        permissions.require(caller(admin), needs)  # an admin may
+    with pytest.raises(AccessDenied) as denied:  # a door that forgot to authenticate
+        permissions.require(caller(None), publish("orders"))
+    assert not denied.value.authenticated and denied.value.code == pb.UNAUTHORIZED
+    Permissions(enabled=False).require(caller(None), [ADMIN])  # auth off: everything
+
+
+def test_bad_credentials_are_refused_by_either_doors_verification():
+    box = SecretBox("the-cluster-secret")
+    now = 1_790_000_000.0
+    app = User("app", box.seal("app", "secret-of-app"))
+    verification = Verification(authenticator(now, app=app))
+    assert (
+        verification.of_metadata(
+            "SendMessage", dict(signature_headers("app", "secret-of-app", now_s=now))
+        )
+        == app
+    )
+    for metadata in ({}, dict(signature_headers("app", "wrong", now_s=now))):
+        with pytest.raises(AccessDenied) as denied:
+            verification.of_metadata("SendMessage", metadata)
+        assert not denied.value.authenticated and "UNAUTHENTICATED" in str(denied.value)
+    with pytest.raises(AccessDenied, match="carries no AccessKey and Signature"):
+        verification.of_signature("remoting:SEND_MESSAGE_V2", "", "", [b"x"])
 
 
 def test_security_options_are_checked():
@@ -217,68 +241,100 @@ def test_no_secret_of_the_configuration_shows_in_its_repr():
         assert "the-cluster-secret" not in shown and "the-admin-secret" not in shown
 
 
-def test_telemetry_settings_keep_only_topics_the_user_may_publish_to():
+def test_a_producer_is_asked_only_about_halves_of_topics_it_may_publish_to():
+    """A producer's settings (or a 4.x heartbeat's producer groups) name what it
+    produces for; the node sends it orphan checks, whole messages: only of topics its user
+    may publish to, whatever it named (``CheckTargets``)."""
+    from types import SimpleNamespace
+
+    permissions = Permissions(enabled=True)
+    targets = CheckTargets(permissions)
+    app = User("app", b"x", acl=(entry("ALLOW", PUB, TOPIC, "orders"),))
+    asked: list[str] = []
+    targets.register(
+        "stream",
+        caller(app),
+        lambda transaction_id, half: asked.append(transaction_id) or True,
+        topics=["orders", "payments"],
+        groups=["pg"],
+    )
+
+    def half(topic: str) -> SimpleNamespace:
+        return SimpleNamespace(properties={"REAL_TOPIC": topic, "PGROUP": "pg"})
+
+    assert targets.offer("T1", half("orders"))
+    assert not targets.offer("T2", half("payments"))  # named, but not the user's to publish
+    assert asked == ["T1"]
+    targets.unregister("stream")
+    assert not targets.registered
+
+
+def test_ending_a_transaction_needs_publish_on_the_topic_of_its_half(tmp_path):
+    """The half's topic is read from the node's record of it, never from the request: a
+    request naming another topic, or none, cannot end another user's transaction."""
     import asyncio
 
-    from node.access import _publishable_settings
+    from node.services.transactions import EndRequest, TransactionService
+    from store.config import StoreConfig
+    from store.message import Message
+    from store.message_store import MessageStore
+    from tests.support.transactions import STORE as SMALL_STORE
 
-    user = User("app", b"x", acl=(entry("ALLOW", PUB, TOPIC, "orders"),))
-    settings = pb.Settings(
-        publishing=pb.Publishing(topics=[pb.Resource(name="orders"), pb.Resource(name="payments")])
-    )
-    subscribing = pb.Settings(subscription=pb.Subscription(group=pb.Resource(name="g")))
-
-    async def commands():
-        yield rpc.TelemetryCommand(settings=settings)
-        yield rpc.TelemetryCommand(settings=subscribing)
-
-    async def collect():
-        return [c async for c in _publishable_settings(user, commands())]
-
-    published, subscribed = asyncio.run(collect())
-    assert [t.name for t in published.settings.publishing.topics] == ["orders"]
-    assert subscribed.settings.WhichOneof("pub_sub") == "subscription"
-
-
-def test_end_transaction_without_a_topic_needs_admin():
-    box = SecretBox("the-cluster-secret")
-    now = 1_790_000_000.0
-    wide = User(
-        "wide",
-        box.seal("wide", "secret-of-wide"),
-        acl=(entry("ALLOW", PUB, TOPIC, "*"), entry("DENY", PUB, TOPIC, "payments")),
-    )
-    access = AccessControl(authenticator(now, wide=wide))
-    headers = dict(signature_headers("wide", "secret-of-wide", now_s=now))
-    with pytest.raises(Refusal, match="needs admin rights"):
-        access.check(MESSAGING + "EndTransaction", headers, rpc.EndTransactionRequest())
+    store = MessageStore.open(StoreConfig(str(tmp_path), **SMALL_STORE))
+    try:
+        service = TransactionService(store, 60_000, 3, Permissions(enabled=True))
+        half, transaction_id = TransactionService.half_of(Message.build("payments", b"x"))
+        service.sent(
+            transaction_id, "payments", store.put_messages([half]).appended[0].queue_offset
+        )
+        wide = User(
+            "wide",
+            b"x",
+            acl=(entry("ALLOW", PUB, TOPIC, "*"), entry("DENY", PUB, TOPIC, "payments")),
+        )
+        for named in ("", "orders", "payments"):
+            request = EndRequest(transaction_id, pb.COMMIT, topic=named)
+            with pytest.raises(AccessDenied, match="publish permission on topic payments"):
+                asyncio.run(service.end(caller(wide), request))
+        assert service.pending == 1
+    finally:
+        store.shutdown()
 
 
 def test_group_membership_needs_subscribe_on_the_group():
     """Issue 25: any authenticated user could add members to a group (its pull consumers
     then got no queues) or evict them. A producer's heartbeat names no group."""
-    box = SecretBox("the-cluster-secret")
-    now = 1_790_000_000.0
-    reader = User(
-        "reader", box.seal("reader", "secret-of-reader"), acl=(entry("ALLOW", SUB, GROUP, "G"),)
+    import asyncio
+
+    from node.client_registry import ClientConnections
+    from node.consumer_subscriptions import Subscriptions
+    from node.group_creation import GroupsOnFirstUse
+    from node.group_members import GroupMembers
+    from node.services.membership import ClientHeartbeat, ConsumerMembership, MembershipService
+    from node.topics import GroupConfig, TopicTable
+
+    members, subscriptions = GroupMembers(), Subscriptions()
+    membership = MembershipService(
+        members,
+        subscriptions,
+        ClientConnections(members, subscriptions),
+        GroupsOnFirstUse(TopicTable(groups=[GroupConfig("G")]), None, enabled=False),
+        Permissions(enabled=True),
     )
-    stranger = User("stranger", box.seal("stranger", "secret-of-stranger"))
-    access = AccessControl(authenticator(now, reader=reader, stranger=stranger))
-    as_reader = dict(signature_headers("reader", "secret-of-reader", now_s=now))
-    as_stranger = dict(signature_headers("stranger", "secret-of-stranger", now_s=now))
-    of_group = pb.Resource(name="G")
-    for method, request in (
-        ("Heartbeat", rpc.HeartbeatRequest(group=of_group, client_type=pb.PUSH_CONSUMER)),
-        ("NotifyClientTermination", rpc.NotifyClientTerminationRequest(group=of_group)),
-    ):
-        access.check(MESSAGING + method, as_reader, request)
-        with pytest.raises(Refusal, match="no subscribe permission on group G"):
-            access.check(MESSAGING + method, as_stranger, request)
-    producer = rpc.HeartbeatRequest(client_type=pb.PRODUCER)
-    access.check(MESSAGING + "Heartbeat", as_stranger, producer)
-    access.check(
-        MESSAGING + "NotifyClientTermination", as_stranger, rpc.NotifyClientTerminationRequest()
-    )
+    reader = User("reader", b"x", acl=(entry("ALLOW", SUB, GROUP, "G"),))
+    stranger = User("stranger", b"x")
+    joining = ClientHeartbeat("c1", {"G": ConsumerMembership()})
+    asyncio.run(membership.heartbeat(caller(reader), joining))
+    with pytest.raises(AccessDenied, match="no subscribe permission on group G"):
+        asyncio.run(
+            membership.heartbeat(
+                caller(stranger), ClientHeartbeat("c2", {"G": ConsumerMembership()})
+            )
+        )
+    with pytest.raises(AccessDenied, match="no subscribe permission on group G"):
+        membership.leave(caller(stranger), "G", "c1")
+    asyncio.run(membership.heartbeat(caller(stranger), ClientHeartbeat("p1")))  # a producer's
+    assert [client for client, _ in members.live("G")] == ["c1"]
 
 
 def test_a_flood_of_refusals_with_made_up_access_keys_logs_at_a_bounded_rate(caplog):
@@ -291,21 +347,21 @@ def test_a_flood_of_refusals_with_made_up_access_keys_logs_at_a_bounded_rate(cap
     now = 1_790_000_000.0
     reader = User("reader", box.seal("reader", "secret-of-reader"))
     clock = [0.0]
-    access = AccessControl(authenticator(now, reader=reader), clock=lambda: clock[0])
+    verification = Verification(authenticator(now, reader=reader), clock=lambda: clock[0])
+    permissions = Permissions(enabled=True, clock=lambda: clock[0])
     rng = random.Random(25)
-    as_reader = dict(signature_headers("reader", "secret-of-reader", now_s=now))
     caplog.set_level(logging.WARNING, logger="ferrymq.auth")
     for i in range(5_001):  # 0.002 s apart: 10 s in all
         clock[0] = i * 0.002
         key = "".join(rng.choice("abcdefghijklmnop") for _ in range(12))
         made_up = dict(signature_headers(key, "whatever", now_s=now + rng.randint(-900, 900)))
-        with pytest.raises(Refusal):
-            access.check(MESSAGING + "SendMessage", made_up, rpc.SendMessageRequest())
+        with pytest.raises(AccessDenied):
+            verification.of_metadata("SendMessage", made_up)
         topic = f"topic-{rng.randrange(10**9)}"  # a reason the caller chooses
-        request = rpc.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name=topic))])
-        with pytest.raises(Refusal):
-            access.check(MESSAGING + "SendMessage", as_reader, request)
+        with pytest.raises(AccessDenied):
+            permissions.require(caller(reader, "SendMessage"), publish(topic))
     lines = [r.getMessage() for r in caplog.records if r.name == "ferrymq.auth"]
     assert len(lines) == 4  # each kind at 0 s and once more at 10 s
     assert sum("more like it in the last 10 s not logged" in line for line in lines) == 2
-    assert len(access._logged) == 2  # memory: one entry per method and kind
+    # memory: one entry per call and kind
+    assert len(verification._log._windows) == len(permissions._log._windows) == 1

@@ -30,7 +30,7 @@ from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from node.transaction_service import HALF_TOPIC
+from node.services.transactions import HALF_TOPIC
 from store.config import StoreConfig
 from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore

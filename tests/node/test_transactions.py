@@ -11,7 +11,7 @@ from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from node.transaction_service import HALF_TOPIC
+from node.services.transactions import HALF_TOPIC
 from tests.support.nodes import start_node
 from tests.support.rpc import create_topic, message, pull, stubs
 from tests.support.transactions import CHECK_MS, Transactions

@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
-from node.telemetry_outbox import TelemetryOutbox
-from node.transaction_service import OP_TOPIC, TransactionService
+from node.grpc.messaging import check_command
+from node.grpc.telemetry_outbox import TelemetryOutbox
+from node.rpc_status import InvalidRequest
+from node.services.caller import Caller, Door
+from node.services.permissions import Permissions
+from node.services.transactions import OP_TOPIC, EndRequest, TransactionService
 from store.config import StoreConfig
 from store.message import Message
 from store.message_store import MessageStore
@@ -21,6 +24,7 @@ STORE = dict(
     index_entry_count=40_000,
 )
 CHECK_MS = 5_000
+PRODUCER = Caller(Door.MESSAGING, "Telemetry", None)
 
 
 class Transactions:
@@ -33,10 +37,17 @@ class Transactions:
     def open(self) -> None:
         config = StoreConfig(str(self.tmp_path / "data"), **STORE)
         self.store = MessageStore.open(config, clock_ms=lambda: self.now)
-        self.service = TransactionService(self.store, CHECK_MS, 3, clock_ms=lambda: self.now)
+        self.service = TransactionService(
+            self.store, CHECK_MS, 3, Permissions(False), clock_ms=lambda: self.now
+        )
         self.service.load()
         self.outbox = TelemetryOutbox()
-        self.service.producers.register(self.outbox, ["orders"])
+        self.service.targets.register(
+            self.outbox,
+            PRODUCER,
+            lambda _, half: self.outbox.offer(check_command(half)),
+            topics=["orders"],
+        )
 
     def crash_and_reopen(self) -> None:
         self.store.close_abruptly_for_tests()
@@ -52,15 +63,12 @@ class Transactions:
     def end(
         self, transaction_id: str, resolution, topic: str = "orders", source=pb.SOURCE_CLIENT
     ) -> int:
-        request = rpc.EndTransactionRequest(
-            topic=pb.Resource(name=topic),
-            message_id="m",
-            transaction_id=transaction_id,
-            resolution=resolution,
-            source=source,
-        )
-        answer = self.loop.run_until_complete(self.service.end_transaction(request))
-        return answer.status.code
+        request = EndRequest(transaction_id, resolution, source=source, topic=topic)
+        try:
+            answer = self.loop.run_until_complete(self.service.end(PRODUCER, request))
+        except InvalidRequest as error:
+            return error.code
+        return answer.code
 
     def check(self) -> int:
         return self.loop.run_until_complete(self.service.check_orphans())

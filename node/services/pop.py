@@ -1,5 +1,11 @@
-"""POP consumption: ReceiveMessage, AckMessage, ChangeInvisibleDuration and
-ForwardMessageToDeadLetterQueue, the model of the official RocketMQ 5 clients.
+"""POP consumption through every door: RocketMQ 5 ReceiveMessage, AckMessage,
+ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue, and RocketMQ 5's remoting
+POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME and BATCH_ACK_MESSAGE: the model of
+the official RocketMQ 5 clients.
+
+Every call first asks SUBSCRIBE on the topic and on the group (``%RETRY%<group>``: the
+group's own), then finds the topic (a receive: one that takes reads) and the group,
+created on first use only after that decision.
 
 A receive pops the whole topic on this node (as the Java proxy does; the request's queue id
 is ignored), queue after queue from a rotating start: first the group's deliveries whose
@@ -24,20 +30,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ha.replicated_store import ReplicatedStore
 from node.admission import store_refusal
 from node.consumer_offsets import ConsumerOffsets
-from node.convert import timestamp_of, to_wire_message
 from node.dead_letters import dead_letter_copy
 from node.filter_expression import selection
 from node.group_creation import GroupsOnFirstUse
-from node.long_polling import LONG_POLLING_DEFAULT_S, QueueWaiters, long_poll, poll_budget_s
+from node.long_polling import QueueWaiters, long_poll
+from node.metrics_rpc import NoTrafficMetrics, TrafficMetrics
 from node.pop_state import KIND_DLQ, KIND_POP, CursorKey, InFlight, PopCursor, PopState
 from node.receipt_handle import (
     MalformedReceiptHandle,
@@ -45,9 +50,11 @@ from node.receipt_handle import (
     ReceiptHandles,
     new_delivery_id,
 )
-from node.rpc_status import OK, InvalidRequest, seconds_of, status, topic_error_status
+from node.rpc_status import OK, InvalidRequest, status
+from node.services.caller import Caller
+from node.services.permissions import Permissions, consume
 from node.sql_filter import Filter
-from node.topics import GroupConfig, Permission, TopicConfig, TopicError, TopicTable
+from node.topics import GroupConfig, Permission, TopicConfig, TopicTable
 from store.message import Message
 from store.results import GetStatus
 
@@ -116,9 +123,13 @@ class PopService:
         state: PopState,
         waiters: QueueWaiters,
         handles: ReceiptHandles,
+        permissions: Permissions,
         clock_ms: Callable[[], int] = now_ms,
         groups: GroupsOnFirstUse | None = None,
+        metrics: TrafficMetrics | None = None,
     ) -> None:
+        self.permissions = permissions
+        self.metrics = metrics or NoTrafficMetrics()
         self.groups = groups or GroupsOnFirstUse(topics, None, enabled=False)
         self.store = store
         self.handles = handles
@@ -130,59 +141,10 @@ class PopService:
         self._rotation: dict[tuple[str, str], int] = {}
         self._background: set[asyncio.Task] = set()
 
-    # ---- ReceiveMessage ------------------------------------------------------------
-    async def receive_message(self, request, context) -> AsyncIterator[rpc.ReceiveMessageResponse]:
-        invisible_ms = None
-        if request.HasField("invisible_duration"):
-            invisible_ms = int(seconds_of(request.invisible_duration) * 1000)
-        if request.HasField("long_polling_timeout"):
-            requested_s = seconds_of(request.long_polling_timeout)
-        else:
-            requested_s = LONG_POLLING_DEFAULT_S
-        try:
-            deliveries = await self.pop(
-                request.group.name,
-                request.message_queue.topic.name,
-                request.filter_expression,
-                request.batch_size,
-                invisible_ms,
-                poll_budget_s(requested_s, context),
-            )
-        except TopicError as error:
-            yield rpc.ReceiveMessageResponse(status=topic_error_status(error))
-            return
-        except InvalidRequest as error:
-            yield rpc.ReceiveMessageResponse(status=status(error.code, str(error)))
-            return
-        except PopFailed as failed:
-            yield rpc.ReceiveMessageResponse(status=failed.status)
-            return
-        if not deliveries:
-            yield rpc.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
-            return
-        if caller_left(context):  # its deadline passed while the pop was appended
-            await self.hand_back(deliveries)
-            return
-        try:
-            yield rpc.ReceiveMessageResponse(status=OK)
-            for delivery in deliveries:
-                yield rpc.ReceiveMessageResponse(
-                    message=to_wire_message(
-                        delivery.stored,
-                        receipt_handle=delivery.handle,
-                        delivery_attempt=delivery.attempt,
-                    )
-                )
-            yield rpc.ReceiveMessageResponse(delivery_timestamp=timestamp_of(self.clock_ms()))
-        except (GeneratorExit, asyncio.CancelledError):
-            # The call ended before the whole answer was written: the client may have
-            # none of it. Give them back (a handle it did get then answers stale, and
-            # the message comes again), in the background: this generator is closing.
-            self.in_background(self.hand_back(deliveries))
-            raise
-
+    # ---- receive ------------------------------------------------------------------
     async def pop(
         self,
+        caller: Caller,
         group_name: str,
         topic_name: str,
         filter_expression: pb.FilterExpression,
@@ -190,10 +152,11 @@ class PopService:
         invisible_ms: int | None,
         wait_s: float,
     ) -> list[Delivery]:
-        """One receive of either protocol: up to ``batch_size`` deliveries (0: the most),
-        waiting up to ``wait_s`` for the first; [] when none came. Raises ``TopicError``,
-        ``InvalidRequest`` (a write-only topic, a bad filter or invisible duration) and
-        ``PopFailed``. ``invisible_ms`` None: ``DEFAULT_INVISIBLE_MS``."""
+        """One receive of any door: up to ``batch_size`` deliveries (0: the most), waiting
+        up to ``wait_s`` for the first; [] when none came. Raises ``TopicError``,
+        ``InvalidRequest`` (not allowed, a write-only topic, a bad filter or invisible
+        duration) and ``PopFailed``. ``invisible_ms`` None: ``DEFAULT_INVISIBLE_MS``."""
+        self.permissions.require(caller, consume(topic_name, group_name))
         topic = self.topics.topic(topic_name)
         if topic.permission is Permission.WRITE:
             raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
@@ -229,7 +192,11 @@ class PopService:
                 topic.name, range(topic.queue_count), min(remaining_s, visible_in_s)
             )
 
-        return await long_poll(pop, wait, wait_s) or []
+        deliveries = await long_poll(pop, wait, wait_s) or []
+        if deliveries:
+            size = sum(len(d.stored.body) for d in deliveries)
+            self.metrics.delivered(topic.name, group.name, len(deliveries), size)
+        return deliveries
 
     async def receive(
         self,
@@ -399,27 +366,40 @@ class PopService:
         )
         return False
 
-    # ---- AckMessage ----------------------------------------------------------------
-    async def ack_message(self, request, context) -> rpc.AckMessageResponse:
-        try:
-            topic = self.topics.topic(request.topic.name)
-            group = await self.groups.group(request.group.name)
-            if not request.entries:
-                raise InvalidRequest(pb.BAD_REQUEST, "no entries to ack")
-            if len(request.entries) > ACK_ENTRIES_MAX:
-                raise InvalidRequest(
-                    pb.BAD_REQUEST,
-                    f"{len(request.entries)} entries to ack, the limit is {ACK_ENTRIES_MAX}",
-                )
-        except TopicError as error:
-            return rpc.AckMessageResponse(status=topic_error_status(error))
-        except InvalidRequest as error:
-            return rpc.AckMessageResponse(status=status(error.code, str(error)))
+    # ---- ack ----------------------------------------------------------------------
+    def require_consuming(self, caller: Caller, pairs: list[tuple[str, str]]) -> None:
+        """``AccessDenied`` unless ``caller`` may consume every (topic, group) of a request
+        that acts on several (a 4.x batch ack): decided before any of them is acted on."""
+        self.permissions.require(
+            caller, [need for topic, group in pairs for need in consume(topic, group)]
+        )
+
+    async def _consuming(
+        self, caller: Caller, group_name: str, topic_name: str
+    ) -> tuple[TopicConfig, GroupConfig]:
+        """The topic and group of a call that acts on deliveries, once ``caller`` may
+        consume the one as the other."""
+        self.permissions.require(caller, consume(topic_name, group_name))
+        topic = self.topics.topic(topic_name)
+        return topic, await self.groups.group(group_name)
+
+    async def ack(
+        self, caller: Caller, group_name: str, topic_name: str, handles: list[str]
+    ) -> list[pb.Status]:
+        """Ack the deliveries ``handles`` name: one answer each (a stale, forged or
+        malformed handle is INVALID_RECEIPT_HANDLE, the others acked in one append)."""
+        topic, group = await self._consuming(caller, group_name, topic_name)
+        if not handles:
+            raise InvalidRequest(pb.BAD_REQUEST, "no entries to ack")
+        if len(handles) > ACK_ENTRIES_MAX:
+            raise InvalidRequest(
+                pb.BAD_REQUEST, f"{len(handles)} entries to ack, the limit is {ACK_ENTRIES_MAX}"
+            )
         answers: list[pb.Status] = []
         by_queue: dict[CursorKey, dict[int, InFlight]] = {}
-        for entry in request.entries:
+        for text in handles:
             try:
-                key, handle, current = self._current(group.name, topic, entry.receipt_handle)
+                key, handle, current = self._current(group.name, topic, text)
             except InvalidRequest as error:
                 answers.append(status(error.code, str(error)))
                 continue
@@ -435,39 +415,23 @@ class PopService:
                 await self._append(records, undo)
             except PopFailed as failed:
                 answers = [failed.status if a.code == pb.OK else a for a in answers]
-        results = [
-            rpc.AckMessageResultEntry(
-                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=answer
-            )
-            for entry, answer in zip(request.entries, answers, strict=True)
-        ]
-        return rpc.AckMessageResponse(status=overall(answers), entries=results)
+        return answers
 
-    # ---- ChangeInvisibleDuration ---------------------------------------------------
-    async def change_invisible_duration(self, request, context):
-        try:
-            topic = self.topics.topic(request.topic.name)
-            group = await self.groups.group(request.group.name)
-            invisible_ms = int(seconds_of(request.invisible_duration) * 1000)
-            check_invisible_ms(invisible_ms)
-            key, handle, current = self._current(group.name, topic, request.receipt_handle)
-        except TopicError as error:
-            return rpc.ChangeInvisibleDurationResponse(
-                status=topic_error_status(error), receipt_handle=request.receipt_handle
-            )
-        except InvalidRequest as error:
-            # The official client takes the returned handle before it looks at the status.
-            return rpc.ChangeInvisibleDurationResponse(
-                status=status(error.code, str(error)), receipt_handle=request.receipt_handle
-            )
+    # ---- change of invisibility -----------------------------------------------------
+    async def change_invisible(
+        self, caller: Caller, group_name: str, topic_name: str, handle_text: str, invisible_ms: int
+    ) -> tuple[pb.Status, str]:
+        """Make the delivery ``handle_text`` names invisible for ``invisible_ms`` from now:
+        OK and its new handle, or a refusal (``InvalidRequest`` before anything changed).
+        A nack of the last allowed attempt dead-letters the message instead."""
+        topic, group = await self._consuming(caller, group_name, topic_name)
+        check_invisible_ms(invisible_ms)
+        key, handle, current = self._current(group.name, topic, handle_text)
         offset, old = handle.queue_offset, (current.delivery, current.visible_at_ms)
         if current.attempt >= group.max_delivery_attempts:
             # A nack of the last allowed attempt (the official push consumer's failure
             # path): it can never be delivered again, so it goes to the DLQ now.
-            answer = await self._forward(key, offset, current)
-            return rpc.ChangeInvisibleDurationResponse(
-                status=answer, receipt_handle=request.receipt_handle
-            )
+            return await self._forward(key, offset, current), handle_text
         delivery = new_delivery_id()
         record = self.state.change(
             key, offset, current.delivery, delivery, self.clock_ms() + invisible_ms
@@ -480,38 +444,27 @@ class PopService:
         try:
             await self._append([record], [undo])
         except PopFailed as failed:
-            return rpc.ChangeInvisibleDurationResponse(
-                status=failed.status, receipt_handle=request.receipt_handle
-            )
-        return rpc.ChangeInvisibleDurationResponse(
-            status=OK, receipt_handle=self._handle(key, offset, delivery)
-        )
+            return failed.status, handle_text
+        return OK, self._handle(key, offset, delivery)
 
-    # ---- ForwardMessageToDeadLetterQueue -------------------------------------------
-    async def forward_to_dead_letter_queue(self, request, context):
+    # ---- dead-lettering ----------------------------------------------------------------
+    async def forward_to_dead_letters(
+        self, caller: Caller, group_name: str, topic_name: str, handle_text: str
+    ) -> pb.Status:
         """Dead-letter the message of a handle. Idempotent: the official FIFO consumer
         repeats this until it hears OK, so a handle whose message is no longer in flight
         (acked or dead-lettered already) answers OK and changes nothing. A handle that
         does not verify, or whose message was redelivered since, is refused like an ack."""
-        try:
-            topic = self.topics.topic(request.topic.name)
-            group = await self.groups.group(request.group.name)
-            handle = self._decode(group.name, topic, request.receipt_handle)
-            key = (group.name, topic.name, handle.queue_id)
-            cursor = self.state.cursor(key)
-            current = cursor.in_flight.get(handle.queue_offset) if cursor else None
-            if current is None:
-                return rpc.ForwardMessageToDeadLetterQueueResponse(status=OK)
-            if current.delivery != handle.delivery:
-                raise InvalidRequest(pb.INVALID_RECEIPT_HANDLE, STALE)
-        except TopicError as error:
-            return rpc.ForwardMessageToDeadLetterQueueResponse(status=topic_error_status(error))
-        except InvalidRequest as error:
-            return rpc.ForwardMessageToDeadLetterQueueResponse(
-                status=status(error.code, str(error))
-            )
-        answer = await self._forward(key, handle.queue_offset, current)
-        return rpc.ForwardMessageToDeadLetterQueueResponse(status=answer)
+        topic, group = await self._consuming(caller, group_name, topic_name)
+        handle = self._decode(group.name, topic, handle_text)
+        key = (group.name, topic.name, handle.queue_id)
+        cursor = self.state.cursor(key)
+        current = cursor.in_flight.get(handle.queue_offset) if cursor else None
+        if current is None:
+            return OK
+        if current.delivery != handle.delivery:
+            raise InvalidRequest(pb.INVALID_RECEIPT_HANDLE, STALE)
+        return await self._forward(key, handle.queue_offset, current)
 
     async def _forward(self, key: CursorKey, offset: int, current: InFlight) -> pb.Status:
         stored = self._read(key[1], key[2], offset)
@@ -527,12 +480,22 @@ class PopService:
 
     # ---- the remoting door's handles ----------------------------------------------------
     def handle_of_current(
-        self, group: str, topic: str, queue_id: int, offset: int, visible_at_ms: int, tag: int
+        self,
+        caller: Caller,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        visible_at_ms: int,
+        tag: int,
     ) -> str:
         """The receipt handle of the delivery in flight at ``offset`` that becomes visible
         at ``visible_at_ms`` and whose id has ``delivery_tag`` ``tag``: how a RocketMQ 5
-        remoting client names a delivery (its ``extraInfo`` holds numbers only).
-        INVALID_RECEIPT_HANDLE (stale) when no such delivery is in flight."""
+        remoting client names a delivery (its ``extraInfo`` holds numbers only). Needs what
+        an ack needs (SUBSCRIBE on the topic and the group); TopicError for an unknown
+        topic, INVALID_RECEIPT_HANDLE (stale) when no such delivery is in flight."""
+        self.permissions.require(caller, consume(topic, group))
+        self.topics.topic(topic)  # an unknown topic says so, not "stale"
         cursor = self.state.cursor((group, topic, queue_id))
         current = cursor.in_flight.get(offset) if cursor else None
         if (
@@ -731,16 +694,6 @@ class PopService:
         for record in records:
             if record.topic == self.state.topic and record.properties["kind"] != KIND_POP:
                 self.waiters.notify(record.properties["topic"], int(record.properties["queue"]))
-
-
-def caller_left(context) -> bool:
-    """True when the call is over for its client: cancelled, or past its deadline."""
-    if context is None:
-        return False
-    if context.cancelled():
-        return True
-    remaining = context.time_remaining()
-    return remaining is not None and remaining <= 0
 
 
 def delivery_tag(delivery: str) -> int:

@@ -5,7 +5,7 @@ endpoints`` and refresh routes only every 30 s. With the master's address alone,
 keeps calling a dead or demoted master until then; with every node of the group it keeps
 one gRPC channel over all of them (target ``ipv4:h1:p1,h2:p2,...``, gRPC's pick_first),
 which moves to the next address when the node it is connected to goes away, and any node
-takes the call (``node.forwarding``). So the route stays valid through a failover.
+takes the call (``node/grpc/forwarding.py``). So the route stays valid through a failover.
 
 The order: the master first (a client that keeps the order, like the Java client,
 connects to it, and a healthy group costs no extra hop), then the live members, then the

@@ -1,5 +1,6 @@
 """Who is connected, per group, as ``mqadmin consumerConnection`` and ``producerConnection``
-show it: GET_CONSUMER_CONNECTION_LIST (203) and GET_PRODUCER_CONNECTION_LIST (204).
+show it (GET_CONSUMER_CONNECTION_LIST and GET_PRODUCER_CONNECTION_LIST, answered by the
+remoting door from ``node/services/membership.py``).
 
 What a 4.x client says of itself comes with its heartbeats (``broker_clients.py``): its
 client id, its language and version (the request's header), the address it connects from,
@@ -11,28 +12,30 @@ not here (Admin ``GroupMembers`` lists them). A group with nobody connected is a
 CONSUMER_NOT_ONLINE with a remark, as RocketMQ's broker does.
 
 Soft state: a restarted node learns it from the next heartbeats. Bounded: at most
-``MAX_GROUPS`` groups of each kind and ``MAX_CLIENTS_PER_GROUP`` clients in each; a
-heartbeat past a bound is refused (``ConnectionsFull``).
+``MAX_GROUPS`` groups of each kind, ``MAX_CLIENTS_PER_GROUP`` clients in each, and
+``MAX_PRODUCER_GROUPS_PER_CLIENT`` producer groups per client id; a heartbeat past a bound
+is refused (``ConnectionsFull``). Every entry leaves in constant time (dicts by group and
+by client), so a client closing takes as long as its own entries, whatever the others.
 
 Thread-safety: owned by the node's event loop.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ferrymq.codec.remoting import RemotingCommand
-from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from node.consumer_subscriptions import Subscriptions
 from node.group_members import GroupMembers
-from node.remoting.dispatch import Handler
-from node.remoting.subscriptions import Subscriptions
 
 MAX_GROUPS = 10_000
 MAX_CLIENTS_PER_GROUP = 1024
+# A 4.x client's heartbeat names every producer group of its instance (and its inner one):
+# a handful in practice. The bound keeps one client's share of the table small.
+MAX_PRODUCER_GROUPS_PER_CLIENT = 64
 PRODUCER_LIFETIME_MS = 120_000  # RocketMQ's channel expiry
+SWEEP_EVERY_MS = 1_000
 
 
 class ConnectionsFull(Exception):
@@ -58,19 +61,6 @@ class ConsumerSettings:
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
 
 
-def _json(value: object) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
-
-
-def connection_json(connection: ClientConnection) -> dict:
-    return {
-        "clientAddr": connection.address,
-        "clientId": connection.client_id,
-        "language": connection.language,
-        "version": connection.version,
-    }
-
-
 class ClientConnections:
     def __init__(
         self,
@@ -83,6 +73,8 @@ class ClientConnections:
         self.clock_ms = clock_ms
         self._consumers: dict[str, dict[str, tuple[ClientConnection, ConsumerSettings]]] = {}
         self._producers: dict[str, dict[str, tuple[ClientConnection, int]]] = {}
+        self._producer_groups_of: dict[str, set[str]] = {}  # client id -> its groups
+        self._swept_at = -SWEEP_EVERY_MS
 
     # ---- what heartbeats tell ---------------------------------------------------------
     def consumer_heard(
@@ -92,15 +84,38 @@ class ClientConnections:
         clients.pop(connection.client_id, None)  # the newest heartbeat last
         clients[connection.client_id] = (connection, settings)
 
-    def producer_heard(self, group: str, connection: ClientConnection) -> None:
-        clients = self._slot(self._producers, group, connection.client_id)
-        clients[connection.client_id] = (connection, self.clock_ms() + PRODUCER_LIFETIME_MS)
+    def producers_heard(self, groups: list[str], connection: ClientConnection) -> None:
+        """``connection``'s client produces for ``groups``: all listed, or (past a bound)
+        none of the new ones, ``ConnectionsFull``."""
+        client_id = connection.client_id
+        held = self._producer_groups_of.get(client_id, set())
+        new = set(groups) - held
+        if len(held) + len(new) > MAX_PRODUCER_GROUPS_PER_CLIENT:
+            raise ConnectionsFull(
+                f"client {client_id[:64]} would produce for {len(held) + len(new)} producer "
+                f"groups here, the limit is {MAX_PRODUCER_GROUPS_PER_CLIENT}"
+            )
+        unlisted = [group for group in new if group not in self._producers]
+        if unlisted and len(self._producers) + len(unlisted) > MAX_GROUPS:
+            self._sweep_producers()
+            if len(self._producers) + len(unlisted) > MAX_GROUPS:
+                raise ConnectionsFull(f"this node lists the clients of {MAX_GROUPS} groups")
+        expires = self.clock_ms() + PRODUCER_LIFETIME_MS
+        for group in groups:
+            clients = self._slot(self._producers, group, client_id)
+            clients[client_id] = (connection, expires)
+            self._producer_groups_of.setdefault(client_id, set()).add(group)
 
     def consumer_left(self, group: str, client_id: str) -> None:
         self._drop(self._consumers, group, client_id)
 
     def producer_left(self, group: str, client_id: str) -> None:
         self._drop(self._producers, group, client_id)
+        groups = self._producer_groups_of.get(client_id)
+        if groups is not None:
+            groups.discard(group)
+            if not groups:
+                del self._producer_groups_of[client_id]
 
     def _slot(self, table: dict, group: str, client_id: str) -> dict:
         clients = table.get(group)
@@ -124,11 +139,21 @@ class ClientConnections:
             if not clients:
                 del table[group]
 
+    def _sweep_producers(self) -> None:
+        """Expire every group's producers; a full table does so at most once per
+        ``SWEEP_EVERY_MS``, so a flood of refused heartbeats costs no full scan each."""
+        now = self.clock_ms()
+        if now - self._swept_at < SWEEP_EVERY_MS:
+            return
+        self._swept_at = now
+        for group in list(self._producers):
+            self._expire_producers(group)
+
     def _expire_producers(self, group: str) -> None:
         clients = self._producers.get(group, {})
         now = self.clock_ms()
         for client_id in [c for c, (_, expires) in clients.items() if expires <= now]:
-            self._drop(self._producers, group, client_id)
+            self.producer_left(group, client_id)
 
     # ---- what mqadmin asks ------------------------------------------------------------
     def consumers(self, group: str) -> tuple[list[ClientConnection], ConsumerSettings | None]:
@@ -145,52 +170,3 @@ class ClientConnections:
     def producers(self, group: str) -> list[ClientConnection]:
         self._expire_producers(group)
         return [connection for connection, _ in self._producers.get(group, {}).values()]
-
-
-class ConnectionHandlers:
-    def __init__(self, connections: ClientConnections) -> None:
-        self.connections = connections
-
-    def handlers(self) -> list[tuple[int, Handler]]:
-        return [
-            (RequestCode.GET_CONSUMER_CONNECTION_LIST, self.consumer_connections),
-            (RequestCode.GET_PRODUCER_CONNECTION_LIST, self.producer_connections),
-        ]
-
-    async def consumer_connections(self, request: RemotingCommand, connection) -> RemotingCommand:
-        group = request.text("consumerGroup")
-        clients, settings = self.connections.consumers(group)
-        if not clients or settings is None:
-            return request.reply(
-                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
-            )
-        subscriptions = {
-            s.topic: {
-                "classFilterMode": False,
-                "codeSet": [],
-                "expressionType": s.expression_type,
-                "subString": s.expression,
-                "subVersion": s.version,
-                "tagsSet": [],
-                "topic": s.topic,
-            }
-            for s in self.connections.subscriptions.of(group)
-        }
-        body = {
-            "connectionSet": [connection_json(c) for c in clients],
-            "consumeFromWhere": settings.consume_from_where,
-            "consumeType": settings.consume_type,
-            "messageModel": settings.message_model,
-            "subscriptionTable": subscriptions,
-        }
-        return request.reply(ResponseCode.SUCCESS, body=_json(body))
-
-    async def producer_connections(self, request: RemotingCommand, connection) -> RemotingCommand:
-        group = request.text("producerGroup")
-        clients = self.connections.producers(group)
-        if not clients:
-            return request.reply(
-                ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist"
-            )
-        body = {"connectionSet": [connection_json(c) for c in clients]}
-        return request.reply(ResponseCode.SUCCESS, body=_json(body))

@@ -1,7 +1,7 @@
 """The proof that a call on the client port was forwarded by a node of this cluster.
 
 A node that is not the master a MessagingService request belongs to hands the call to the
-master (``node.forwarding``) with the client's metadata unchanged, so the master checks the
+master (``node/grpc/forwarding.py``) with the client's metadata unchanged, so the master checks the
 client's own signature and ACLs, plus two headers:
 
 - ``x-ferrymq-forwarded-for``: the client's peer address as the forwarding node saw it

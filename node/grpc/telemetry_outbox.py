@@ -1,7 +1,7 @@
 """What the node has to send on one Telemetry stream, bounded.
 
 Two things wait here: the answers to the client's settings commands, and orphan-transaction
-checks for producers (``node.transaction_service``). A client that writes commands and
+checks for producers (``node/services/transactions.py``). A client that writes commands and
 never reads its answers would otherwise grow the queue without end. At ``OUTBOX_MAX``:
 
 - a settings answer that does not fit ends the stream (RESOURCE_EXHAUSTED): the client is

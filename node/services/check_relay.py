@@ -1,12 +1,13 @@
 """Orphan-transaction checks for producers connected to a node that is not the master.
 
 Telemetry streams stay where a client opened them (any node of the group: routes name
-them all, ``node.route_endpoints``), but only the master decides orphan checks
-(``node.transaction_service``): it offers each check to the producers of the topic
-connected to it, then appends a ``check`` record to ``%SYS%TRANS_OP``. That record reaches
+them all, ``node/grpc/route_endpoints.py``), but only the master decides orphan checks
+(``node/services/transactions.py``): it offers each check to the producers connected to
+it, then appends a ``check`` record to ``%SYS%TRANS_OP``. That record reaches
 every slave through replication; this relay, a dispatch listener on every node, offers
-the same check to the producers connected there. The producer's checker answers with
-EndTransaction, which its node forwards to the master (``node.forwarding``). A check may
+the same check to the producers connected there (the same ``CheckTargets`` rule: only to
+one that may publish to the half's topic). The producer's checker answers with
+EndTransaction, which its node forwards to the master (``node/grpc/forwarding.py``). A check may
 so reach one producer per node: EndTransaction is idempotent (a repeated resolution of the
 same kind answers OK), and RocketMQ asks its checkers the same question again anyway.
 
@@ -31,14 +32,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from node.parked import real_topic_of
-from node.transaction_service import (
-    HALF_TOPIC,
-    KIND_CHECK,
-    OP_TOPIC,
-    OrphanCheckTarget,
-    check_command,
-)
+from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID
+from node.services.transactions import HALF_TOPIC, KIND_CHECK, OP_TOPIC, CheckTargets
 from store.dispatch_request import DispatchRequest
 from store.message_store import MessageStore
 
@@ -49,7 +44,7 @@ class CheckRelay:
     def __init__(
         self,
         store: MessageStore,
-        producers: OrphanCheckTarget,
+        producers: CheckTargets,
         is_master: Callable[[], bool],
         loop: asyncio.AbstractEventLoop,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
@@ -64,7 +59,7 @@ class CheckRelay:
 
     def on_dispatch(self, requests: list[DispatchRequest]) -> None:
         """The store's dispatch listener: picks out fresh check records."""
-        if not self.producers.topic_count:
+        if not self.producers.registered:
             return  # no producer connected here
         oldest = self.clock_ms() - FRESH_MS
         halves = [
@@ -87,5 +82,7 @@ class CheckRelay:
             return  # the master offered its checks itself
         for offset in halves:
             half = self.store.message_at(HALF_TOPIC, 0, offset)
-            if half is not None and self.producers.offer(real_topic_of(half), check_command(half)):
+            if half is None:
+                continue
+            if self.producers.offer(half.properties.get(PROPERTY_TRANSACTION_ID, ""), half):
                 self.relayed += 1

@@ -7,12 +7,15 @@ COMMIT appends the copy for the real topic together with a ``commit`` record in
 ``rollback`` record. A resolved transaction answers a repeated resolution of the same kind
 with OK and a contradicting one with INVALID_TRANSACTION_ID.
 
-Orphans: a half still pending after the check interval is offered to a producer: first
-to the check targets other doors add (the remoting port's ``CHECK_TRANSACTION_STATE`` to a
-connection of the half's 4.x producer group, ``node/remoting/broker_transactions.py``),
-then to one that publishes its topic through its Telemetry stream
-(``recover_orphaned_transaction_command``); the producer answers with EndTransaction (or
-the remoting port's END_TRANSACTION), whichever protocol sent the half. Every check is a
+Every door ends a transaction here (``end``: RocketMQ 5 EndTransaction, 4.x
+END_TRANSACTION), with PUBLISH on the half's topic as the node holds it.
+
+Orphans: a half still pending after the check interval is offered to a producer
+(``CheckTargets``): first to a 4.x producer of the half's producer group (the remoting door
+sends CHECK_TRANSACTION_STATE over its connection), then to a RocketMQ 5 producer whose
+settings name the topic (its door sends ``recover_orphaned_transaction_command`` on its
+Telemetry stream), only ever to one that may publish to the half's topic; the producer
+answers with EndTransaction or END_TRANSACTION, whichever protocol sent the half. Every check is a
 ``check`` record, so the count survives restarts; when the count reaches the maximum the
 half is rolled back with the reason in the record. A check is counted whether or not a
 producer was connected, so an orphan whose producers are gone for good is rolled back in
@@ -32,18 +35,17 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ha.replicated_store import ReplicatedStore
 from node.admission import store_refusal
-from node.convert import to_wire_message
-from node.parked import as_sent, park, real_topic_of, release
-from node.rpc_status import OK, InvalidRequest, status
-from node.telemetry_outbox import TelemetryOutbox
+from node.parked import park, real_topic_of, release
+from node.rpc_status import OK, InvalidRequest
+from node.services.caller import Caller
+from node.services.permissions import Permissions, publish
 from store.message import Message
 
 log = logging.getLogger(__name__)
@@ -59,8 +61,13 @@ CHECK_SCAN_INTERVAL_S = 0.5
 REPLAY_PAGE = 256
 RESOLVED_MEMORY = 100_000  # resolved transaction ids remembered for idempotent answers
 
-# (transaction id, the half record as stored) -> whether a producer was given the check.
-CheckTarget = Callable[[str, StoredMessage], bool]
+# Asks one producer about a half: (transaction id, the half record as stored) -> whether
+# the producer was given the check (its door had room for it).
+Offer = Callable[[str, StoredMessage], bool]
+TOPICS_PER_PRODUCER_MAX = 1024  # a RocketMQ 5 producer's settings name its topics
+GROUPS_PER_PRODUCER_MAX = 64  # a 4.x client's producer groups (heartbeats, halves sent)
+PRODUCER_GROUPS_MAX = 10_000  # 4.x producer groups with a producer registered here
+PROPERTY_PRODUCER_GROUP = "PGROUP"  # a 4.x half's producer group
 
 
 @dataclass
@@ -72,41 +79,119 @@ class Half:
     checks: int = 0
 
 
-class OrphanCheckTarget:
-    """Where orphan checks go: producer Telemetry streams by the topics they publish. A
-    stream leaves every topic when it ends, and a topic no stream publishes is forgotten,
-    so the registry holds only what open streams named."""
+@dataclass(eq=False)
+class _Producer:
+    caller: Caller
+    offer: Offer
+    topics: set[str] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
 
-    def __init__(self) -> None:
-        self._streams: dict[str, list[TelemetryOutbox]] = {}
-        self._topics_of: dict[TelemetryOutbox, set[str]] = {}
 
-    def register(self, outbox: TelemetryOutbox, topics: list[str]) -> None:
-        self.unregister(outbox)
-        self._topics_of[outbox] = set(topics)
-        for topic in self._topics_of[outbox]:
-            self._streams.setdefault(topic, []).append(outbox)
+class CheckTargets:
+    """The producers a half may be asked about: RocketMQ 5 producers by the topics their
+    settings name, 4.x producers by their producer groups. A producer is asked only about
+    a half of a topic it may publish to (``permissions``): a client that names a topic or a
+    group learns nothing of other users' halves. Each producer's registrations are bounded
+    and leave in one step when it goes (``unregister``), whatever their number.
 
-    def unregister(self, outbox: TelemetryOutbox) -> None:
-        for topic in self._topics_of.pop(outbox, ()):
-            streams = self._streams[topic]
-            streams.remove(outbox)
-            if not streams:
-                del self._streams[topic]
+    Thread-safety: owned by the node's event loop."""
+
+    def __init__(self, permissions: Permissions) -> None:
+        self.permissions = permissions
+        self._producers: dict[object, _Producer] = {}  # by the door's key (stream, connection)
+        self._by_topic: dict[str, dict[object, None]] = {}  # in round-robin order
+        self._by_group: dict[str, dict[object, None]] = {}
+
+    def register(
+        self,
+        key: object,
+        caller: Caller,
+        offer: Offer,
+        topics: list[str] = (),  # type: ignore[assignment]
+        groups: list[str] = (),  # type: ignore[assignment]
+    ) -> None:
+        """``key`` (a Telemetry stream, a connection) produces for ``topics`` (they replace
+        the ones it named before: a settings update) and for ``groups`` too (added to its
+        groups); ``InvalidRequest`` past a bound, registering nothing of the request."""
+        producer = self._producers.get(key)
+        if len(topics) > TOPICS_PER_PRODUCER_MAX:
+            raise InvalidRequest(
+                pb.BAD_REQUEST,
+                f"publishing names {len(topics)} topics, the limit is {TOPICS_PER_PRODUCER_MAX}",
+            )
+        new_groups = set(groups) - (producer.groups if producer else set())
+        held = len(producer.groups) if producer else 0
+        if held + len(new_groups) > GROUPS_PER_PRODUCER_MAX:
+            raise InvalidRequest(
+                pb.TOO_MANY_REQUESTS,
+                f"a client may produce for {GROUPS_PER_PRODUCER_MAX} producer groups here, "
+                f"this one names {held + len(new_groups)}",
+            )
+        unknown = [g for g in new_groups if g not in self._by_group]
+        if len(self._by_group) + len(unknown) > PRODUCER_GROUPS_MAX:
+            raise InvalidRequest(
+                pb.TOO_MANY_REQUESTS,
+                f"this node has producers of {PRODUCER_GROUPS_MAX} producer groups, the limit",
+            )
+        if producer is None:
+            producer = self._producers[key] = _Producer(caller, offer)
+        producer.caller = caller
+        if topics:
+            self._leave(key, self._by_topic, producer.topics)
+            producer.topics = set(topics)
+            for topic in producer.topics:
+                self._by_topic.setdefault(topic, {})[key] = None
+        for group in new_groups:
+            producer.groups.add(group)
+            self._by_group.setdefault(group, {})[key] = None
+
+    def unregister(self, key: object) -> None:
+        producer = self._producers.pop(key, None)
+        if producer is not None:
+            self._leave(key, self._by_topic, producer.topics)
+            self._leave(key, self._by_group, producer.groups)
+
+    @staticmethod
+    def _leave(key: object, table: dict[str, dict[object, None]], names: set[str]) -> None:
+        for name in names:
+            keys = table.get(name)
+            if keys is not None:
+                keys.pop(key, None)
+                if not keys:
+                    del table[name]
 
     @property
-    def topic_count(self) -> int:
-        return len(self._streams)
+    def registered(self) -> bool:
+        return bool(self._producers)
 
-    def offer(self, topic: str, command: rpc.TelemetryCommand) -> bool:
-        """Give ``command`` to the next producer of ``topic`` (round robin) whose outbox
-        has room; False when none has."""
-        streams = self._streams.get(topic, [])
-        for _ in range(len(streams)):
-            streams.append(streams.pop(0))
-            if streams[-1].offer(command):
-                return True
+    def offer(self, transaction_id: str, half: StoredMessage) -> bool:
+        """Ask the next producer of the half's 4.x producer group, else of its topic, that
+        may publish to its topic (round robin); False when none took it."""
+        topic = real_topic_of(half)
+        group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        for table, name in ((self._by_group, group), (self._by_topic, topic)):
+            keys = table.get(name) if name else None
+            for key in list(keys or ()):
+                keys.pop(key)
+                keys[key] = None  # to the back: the next check asks the next producer
+                producer = self._producers[key]
+                if not self.permissions.may(producer.caller, publish(topic)):
+                    continue
+                if producer.offer(transaction_id, half):
+                    return True
         return False
+
+
+@dataclass(slots=True)
+class EndRequest:
+    """A producer's resolution of one transaction, named by its id, or (4.x) by its half's
+    commit log offset (the offset in its send's message id)."""
+
+    transaction_id: str
+    resolution: int | None  # pb.COMMIT, pb.ROLLBACK; None: not known yet (4.x, no change)
+    source: int = pb.SOURCE_CLIENT
+    topic: str = ""  # the topic the request names, if any
+    half_offset: int = -1
 
 
 class TransactionService:
@@ -115,17 +200,19 @@ class TransactionService:
         store: ReplicatedStore,
         check_interval_ms: int,
         max_checks: int,
+        permissions: Permissions,
+        check_master: Callable[[], None] = lambda: None,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         is_master: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
-        self.is_master = is_master  # only the master checks (node.check_relay: the others)
+        self.permissions = permissions
+        self.check_master = check_master  # raises InvalidRequest HA_NOT_AVAILABLE on a slave
+        self.is_master = is_master  # only the master checks (check_relay.py: the others)
         self.check_interval_ms = check_interval_ms
         self.max_checks = max_checks
         self.clock_ms = clock_ms
-        self.producers = OrphanCheckTarget()
-        # Tried in order before the Telemetry streams (``check_orphans``).
-        self.check_targets: list[CheckTarget] = []
+        self.targets = CheckTargets(permissions)
         self._pending: dict[str, Half] = {}  # by transaction id
         self._resolved: dict[str, str] = {}  # transaction id -> kind, bounded
 
@@ -190,34 +277,43 @@ class TransactionService:
             half_queue_offset, transaction_id, topic, self.clock_ms()
         )
 
-    # ---- EndTransaction ------------------------------------------------------------
-    async def end_transaction(self, request) -> rpc.EndTransactionResponse:
-        try:
-            kind = RESOLUTIONS.get(request.resolution)
-            if kind is None:
-                raise InvalidRequest(pb.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
-            half = self._pending.get(request.transaction_id)
-            if half is None:
-                resolved = self._resolved.get(request.transaction_id)
-                if resolved == kind:
-                    return rpc.EndTransactionResponse(status=OK)  # a repeated resolution
-                detail = (
-                    f"transaction already resolved as {resolved}"
-                    if resolved
-                    else "no pending transaction has this id"
-                )
-                raise InvalidRequest(pb.INVALID_TRANSACTION_ID, detail)
-            if request.topic.name and request.topic.name != half.topic:
-                raise InvalidRequest(
-                    pb.INVALID_TRANSACTION_ID, f"transaction belongs to topic {half.topic}"
-                )
-        except InvalidRequest as error:
-            return rpc.EndTransactionResponse(status=status(error.code, str(error)))
+    # ---- ending a transaction --------------------------------------------------------
+    async def end(self, caller: Caller, request: EndRequest) -> pb.Status:
+        """Commit or roll back the transaction ``request`` names (a resolution of None:
+        the producer does not know yet, and nothing changes): OK, or the store's refusal;
+        ``InvalidRequest`` before anything changed. Needs PUBLISH on the topic of the half
+        (read from the node's own record of it, never from the request) and on the topic
+        the request names, if it names one."""
+        transaction_id = self.named(request.transaction_id, request.half_offset) or ""
+        half = self._pending.get(transaction_id)
+        needs = publish(half.topic) if half is not None else []
+        if request.topic and (half is None or request.topic != half.topic):
+            needs += publish(request.topic)
+        self.permissions.require(caller, needs)
+        self.check_master()
+        if request.resolution is None:
+            return pb.Status(code=pb.OK, message="unknown: the half stays")
+        kind = RESOLUTIONS.get(request.resolution)
+        if kind is None:
+            raise InvalidRequest(pb.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
+        if half is None:
+            resolved = self._resolved.get(transaction_id)
+            if resolved == kind:
+                return OK  # a repeated resolution
+            detail = (
+                f"transaction already resolved as {resolved}"
+                if resolved
+                else "no pending transaction has this id"
+            )
+            raise InvalidRequest(pb.INVALID_TRANSACTION_ID, detail)
+        if request.topic and request.topic != half.topic:
+            raise InvalidRequest(
+                pb.INVALID_TRANSACTION_ID, f"transaction belongs to topic {half.topic}"
+            )
         # The source only labels the record: a number this node does not know is kept as is.
         source = request.source
         reason = pb.TransactionSource.Name(source) if source in SOURCES else f"source {source}"
-        answer = await self._resolve(half, kind, reason=reason)
-        return rpc.EndTransactionResponse(status=answer)
+        return await self._resolve(half, kind, reason=reason)
 
     async def _resolve(self, half: Half, kind: str, reason: str) -> pb.Status:
         # Taken out of pending before the append, so a concurrent resolution of the same
@@ -256,9 +352,7 @@ class TransactionService:
             await asyncio.sleep(CHECK_SCAN_INTERVAL_S)
 
     def _offer_check(self, half: Half, stored: StoredMessage) -> bool:
-        if any(target(half.transaction_id, stored) for target in self.check_targets):
-            return True
-        return self.producers.offer(half.topic, check_command(stored))
+        return self.targets.offer(half.transaction_id, stored)
 
     def knows(self, transaction_id: str) -> bool:
         """Whether ``transaction_id`` is pending or remembered as resolved."""
@@ -272,12 +366,6 @@ class TransactionService:
         if half_physical_offset < 0:
             return None
         return self.transaction_of(half_physical_offset)
-
-    def pending_topic(self, transaction_id: str, half_physical_offset: int) -> str | None:
-        """The topic of the pending transaction ``named`` finds (None: not pending)."""
-        named = self.named(transaction_id, half_physical_offset)
-        half = self._pending.get(named) if named is not None else None
-        return half.topic if half is not None else None
 
     def transaction_of(self, half_physical_offset: int) -> str | None:
         """The transaction id of the half stored at ``half_physical_offset`` (how a 4.x
@@ -315,13 +403,3 @@ class TransactionService:
             if result.ok:
                 half.checks += 1
         return len(due)
-
-
-def check_command(half: StoredMessage) -> rpc.TelemetryCommand:
-    """The orphan check of a stored half, as a producer's Telemetry stream carries it."""
-    return rpc.TelemetryCommand(
-        recover_orphaned_transaction_command=rpc.RecoverOrphanedTransactionCommand(
-            message=to_wire_message(as_sent(half)),
-            transaction_id=half.properties[PROPERTY_TRANSACTION_ID],
-        )
-    )

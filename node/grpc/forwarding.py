@@ -1,7 +1,7 @@
 """Any node serves any MessagingService request: a node that is not the master of the
 broker group a request belongs to forwards the call to that master and relays the answer.
 
-Routes name every node of a broker group (``node.route_endpoints``), and the official
+Routes name every node of a broker group (``node/grpc/route_endpoints.py``), and the official
 clients keep a channel to one of them; when that node dies, gRPC moves to the next. So a
 client's calls reach whichever node is up, and this wrapper gets them to the master.
 
@@ -17,7 +17,7 @@ arrive.
 
 The forwarded call carries the client's metadata unchanged (the master checks the
 client's signature and ACLs itself) and a proof that a node forwards it
-(``node.forward_proof``); it goes to the master's client port on a channel cached per
+(``node/grpc/forward_proof.py``); it goes to the master's client port on a channel cached per
 (address, epoch), so a new master gets a fresh channel and no reconnect backoff left over
 from a dead one. Answers are relayed as the master's bytes.
 
@@ -55,7 +55,7 @@ from google.protobuf.message import DecodeError
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
-from node.forward_proof import (
+from node.grpc.forward_proof import (
     PROOF_HEADER,
     Forwarded,
     ForwardProofs,

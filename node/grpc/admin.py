@@ -1,0 +1,468 @@
+"""ferrymq's ``Admin`` door (``proto/ferrymq/admin.proto``), translated to the services:
+topics, groups, cluster status, planned failover, consumer progress, message queries,
+users and ACL entries.
+
+Status codes follow google.rpc (``AdminRefused`` carries them); a refusal by the ACL aborts
+the call with gRPC ``PERMISSION_DENIED`` or ``UNAUTHENTICATED``. A planned failover asked
+of a node that is not its group's master is handed to the master over its client port,
+with the caller's signature headers, so the master decides on the same user.
+
+Thread-safety: handlers run on the node's event loop.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import grpc
+
+from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.protocol.ferrymq import admin_pb2 as api
+from ferrymq.protocol.ferrymq import admin_pb2_grpc
+from node.authentication import SIGNED_HEADER
+from node.grpc.authentication import caller_of, refuse_call
+from node.rpc_status import AccessDenied, InvalidRequest
+from node.services.admin import (
+    INVALID_ARGUMENT,
+    UNAVAILABLE,
+    AdminRefused,
+    ClusterSnapshot,
+    TopicSpec,
+    refused,
+)
+from node.services.caller import Door
+from node.services.registry import Services
+from node.topics import MessageType, Permission, TopicError
+from routing.acl import AclEntry, Action, Effect, ResourceKind, User
+from routing.metadata import GroupConfig, Role, TopicRoute
+
+OK = api.Status(code=0, message="OK")
+TYPES = {
+    api.NORMAL: MessageType.NORMAL,
+    api.FIFO: MessageType.FIFO,
+    api.DELAY: MessageType.DELAY,
+    api.TRANSACTION: MessageType.TRANSACTION,
+}
+TYPE_NAMES = {kind: api.MessageType.Name(number) for number, kind in TYPES.items()}
+TYPE_NAMES[MessageType.UNSPECIFIED] = api.MessageType.Name(api.MESSAGE_TYPE_UNSPECIFIED)
+PERMISSIONS = {
+    api.READ: Permission.READ,
+    api.WRITE: Permission.WRITE,
+    api.READ_WRITE: Permission.READ_WRITE,
+    api.PERMISSION_UNSPECIFIED: Permission.READ_WRITE,
+}
+EFFECTS = {api.ACL_ALLOW: Effect.ALLOW, api.ACL_DENY: Effect.DENY}
+ACTIONS = {api.ACL_PUBLISH: Action.PUBLISH, api.ACL_SUBSCRIBE: Action.SUBSCRIBE}
+KINDS = {api.ACL_TOPIC: ResourceKind.TOPIC, api.ACL_GROUP: ResourceKind.GROUP}
+FAILOVER_TIMEOUT_S = 30
+
+
+def topic_spec(topic: api.Topic) -> TopicSpec:
+    """INVALID_ARGUMENT for a message type or permission number this node does not know
+    (proto3 enums take any number off the wire)."""
+    if topic.message_type != api.MESSAGE_TYPE_UNSPECIFIED and topic.message_type not in TYPES:
+        raise AdminRefused(INVALID_ARGUMENT, f"unknown message_type {topic.message_type}")
+    if topic.permission not in PERMISSIONS:
+        raise AdminRefused(INVALID_ARGUMENT, f"unknown permission {topic.permission}")
+    return TopicSpec(
+        topic.name,
+        topic.queue_count,
+        tuple(topic.broker_groups),
+        TYPES.get(topic.message_type),
+        PERMISSIONS[topic.permission],
+    )
+
+
+def topic_message(route: TopicRoute) -> api.Topic:
+    return api.Topic(
+        name=route.name,
+        queue_count=max((count for _, count in route.queues), default=0),
+        message_type=api.MessageType.Value(TYPE_NAMES[route.message_type]),
+        permission=api.Permission.Value(route.permission.value),
+        broker_groups=[group for group, _ in route.queues],
+    )
+
+
+def group_message(config: GroupConfig) -> api.Group:
+    return api.Group(
+        name=config.name, max_delivery_attempts=config.max_delivery_attempts, fifo=config.fifo
+    )
+
+
+def stored_message(stored: StoredMessage, broker_group: str) -> api.StoredMessage:
+    return api.StoredMessage(
+        topic=stored.topic,
+        queue_id=stored.queue_id,
+        queue_offset=stored.queue_offset,
+        physical_offset=stored.physical_offset,
+        offset_message_id=stored.offset_message_id,
+        message_id=stored.unique_key or stored.offset_message_id,
+        tag=stored.tags or "",
+        keys=stored.keys,
+        properties=stored.properties,
+        body=stored.body,
+        born_timestamp_ms=stored.born_timestamp_ms,
+        store_timestamp_ms=stored.store_timestamp_ms,
+        broker_group=broker_group,
+    )
+
+
+def entry_of(message: api.AclEntry) -> AclEntry:
+    try:
+        return AclEntry(
+            EFFECTS[message.effect], ACTIONS[message.action], KINDS[message.kind], message.pattern
+        )
+    except KeyError:
+        raise AdminRefused(
+            INVALID_ARGUMENT,
+            "ILLEGAL_ACL: an ACL entry needs an effect, an action and a resource kind",
+        ) from None
+
+
+def user_message(user: User) -> api.User:
+    return api.User(
+        access_key=user.access_key,
+        admin=user.admin,
+        acl=[
+            api.AclEntry(
+                effect=api.AclEffect.Value(f"ACL_{entry.effect.value}"),
+                action=api.AclAction.Value(f"ACL_{entry.action.value}"),
+                kind=api.AclResourceKind.Value(f"ACL_{entry.kind.value}"),
+                pattern=entry.pattern,
+            )
+            for entry in user.acl
+        ],
+    )
+
+
+def cluster_message(snapshot: ClusterSnapshot) -> api.ClusterStatusResponse:
+    raft = snapshot.raft
+    masters = {g.name: (g.master, g.epoch) for g in snapshot.broker_groups}
+    nodes = []
+    for m in sorted(snapshot.members, key=lambda m: (m.broker_group, m.node_id)):
+        master, epoch = masters.get(m.broker_group, (None, 0))
+        nodes.append(
+            api.NodeStatus(
+                id=m.node_id,
+                broker_group=m.broker_group,
+                role=(Role.MASTER if master == m.node_id else Role.SLAVE).value,
+                address=m.grpc_address,
+                remoting_address=m.remoting_address,
+                max_offset=m.max_offset,
+                epoch=epoch,
+                alive=m.alive,
+                last_heartbeat_ms=m.last_heartbeat_ms,
+                damaged_log=m.damaged_log,
+            )
+        )
+    voters = [
+        api.VoterStatus(address=address, reachable=reachable, leader=address == raft.leader)
+        for address, reachable in raft.voters_connected
+    ]
+    if raft.voter:
+        voters.append(
+            api.VoterStatus(
+                address=raft.self_address, reachable=True, leader=raft.self_address == raft.leader
+            )
+        )
+    voters.sort(key=lambda v: v.address)
+    broker_groups = [
+        api.BrokerGroupStatus(
+            name=g.name,
+            master=g.master or "",
+            epoch=g.epoch,
+            in_sync=sorted(g.in_sync),
+            in_sync_epoch=g.in_sync_epoch,
+        )
+        for g in sorted(snapshot.broker_groups, key=lambda g: g.name)
+    ]
+    return api.ClusterStatusResponse(
+        status=OK,
+        nodes=nodes,
+        raft_leader=raft.leader,
+        raft_term=raft.term,
+        raft_commit_index=raft.commit_index,
+        voters=voters,
+        broker_groups=broker_groups,
+        answered_by=snapshot.answered_by,
+    )
+
+
+def forwarded_credentials(context) -> tuple[tuple[str, str], ...]:
+    """The caller's signature headers, so the node a call is handed to authorizes the
+    same user (the signature is valid for the clock-skew window on any node)."""
+    return tuple(
+        (key, value)
+        for key, value in context.invocation_metadata()
+        if key in ("authorization", SIGNED_HEADER)
+    )
+
+
+class AdminDoor(admin_pb2_grpc.AdminServicer):
+    def __init__(
+        self,
+        services: Services,
+        broker_group: str,
+        peer_channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
+    ) -> None:
+        self.services = services
+        self.admin = services.admin
+        self.broker_group = broker_group
+        self.peer_channel = peer_channel
+
+    async def _serve(self, context, method: str, response_class, work) -> object:
+        """``response_class`` with OK and the fields ``work(caller)`` returns, or with the
+        refusal's status; an ACL refusal aborts the call."""
+        caller = caller_of(context, Door.FERRY, method)
+        try:
+            fields = work(caller)
+            if inspect.isawaitable(fields):
+                fields = await fields
+        except AccessDenied as denied:
+            await refuse_call(context, denied)
+        except AdminRefused as error:
+            return response_class(status=api.Status(code=error.code, message=error.message))
+        except InvalidRequest as error:  # a field out of range (a queue that does not exist)
+            return response_class(status=api.Status(code=INVALID_ARGUMENT, message=str(error)))
+        except TopicError as error:
+            problem = refused(error)
+            return response_class(status=api.Status(code=problem.code, message=problem.message))
+        return response_class(status=OK, **(fields or {}))
+
+    # ---- topics ----------------------------------------------------------------------
+    async def CreateTopic(self, request, context):
+        async def work(caller):
+            route = await self.admin.create_topic(caller, topic_spec(request.topic))
+            return {"topic": topic_message(route)}
+
+        return await self._serve(context, "CreateTopic", api.CreateTopicResponse, work)
+
+    async def UpdateTopic(self, request, context):
+        async def work(caller):
+            route = await self.admin.update_topic(caller, topic_spec(request.topic))
+            return {"topic": topic_message(route)}
+
+        return await self._serve(context, "UpdateTopic", api.UpdateTopicResponse, work)
+
+    async def DeleteTopic(self, request, context):
+        return await self._serve(
+            context,
+            "DeleteTopic",
+            api.DeleteTopicResponse,
+            lambda caller: self.admin.delete_topic(caller, request.name),
+        )
+
+    async def ListTopics(self, request, context):
+        def work(caller):
+            return {"topics": [topic_message(t) for t in self.admin.list_topics(caller)]}
+
+        return await self._serve(context, "ListTopics", api.ListTopicsResponse, work)
+
+    async def DescribeTopic(self, request, context):
+        def work(caller):
+            route, queues = self.admin.describe_topic(caller, request.name)
+            return {
+                "topic": topic_message(route),
+                "queues": [
+                    api.TopicQueue(
+                        queue_id=q.queue_id,
+                        broker_group=q.broker_group,
+                        min_offset=q.min_offset,
+                        max_offset=q.max_offset,
+                    )
+                    for q in queues
+                ],
+            }
+
+        return await self._serve(context, "DescribeTopic", api.DescribeTopicResponse, work)
+
+    # ---- groups ----------------------------------------------------------------------
+    async def CreateGroup(self, request, context):
+        group = request.group
+
+        async def work(caller):
+            config = await self.admin.create_group(
+                caller, group.name, group.max_delivery_attempts, group.fifo
+            )
+            return {"group": group_message(config)}
+
+        return await self._serve(context, "CreateGroup", api.CreateGroupResponse, work)
+
+    async def DeleteGroup(self, request, context):
+        return await self._serve(
+            context,
+            "DeleteGroup",
+            api.DeleteGroupResponse,
+            lambda caller: self.admin.delete_group(caller, request.name),
+        )
+
+    async def ListGroups(self, request, context):
+        def work(caller):
+            return {"groups": [group_message(g) for g in self.admin.list_groups(caller)]}
+
+        return await self._serve(context, "ListGroups", api.ListGroupsResponse, work)
+
+    async def GroupProgress(self, request, context):
+        def work(caller):
+            progress = self.admin.group_progress(caller, request.group, request.topic)
+            return {
+                "queues": [
+                    api.QueueProgress(
+                        topic=q.topic,
+                        queue_id=q.queue_id,
+                        broker_group=q.broker_group,
+                        broker_offset=q.broker_offset,
+                        consumer_offset=q.consumer_offset,
+                        lag=q.lag,
+                        in_flight=q.in_flight,
+                    )
+                    for q in progress
+                ]
+            }
+
+        return await self._serve(context, "GroupProgress", api.GroupProgressResponse, work)
+
+    async def GroupMembers(self, request, context):
+        def work(caller):
+            live = self.services.membership.live_members(caller, request.group, existing=True)
+            return {
+                "members": [
+                    api.GroupMember(client_id=client_id, last_heartbeat_ms=seen)
+                    for client_id, seen in live
+                ]
+            }
+
+        return await self._serve(context, "GroupMembers", api.GroupMembersResponse, work)
+
+    # ---- message queries -------------------------------------------------------------
+    def _messages(self, found: list[StoredMessage]) -> dict:
+        return {"messages": [stored_message(m, self.broker_group) for m in found]}
+
+    async def QueryMessageById(self, request, context):
+        def work(caller):
+            found = self.services.queries.by_id(caller, request.message_id, request.topic)
+            return self._messages([found] if found is not None else [])
+
+        return await self._serve(context, "QueryMessageById", api.QueryMessagesResponse, work)
+
+    async def QueryMessageByKey(self, request, context):
+        def work(caller):
+            found = self.services.queries.by_key(
+                caller,
+                request.topic,
+                request.key,
+                request.max_count or 32,
+                request.begin_timestamp_ms,
+                request.end_timestamp_ms,
+            )
+            return self._messages(found)
+
+        return await self._serve(context, "QueryMessageByKey", api.QueryMessagesResponse, work)
+
+    async def QueryMessageByOffset(self, request, context):
+        def work(caller):
+            found = self.services.queries.at_queue_offset(
+                caller, request.topic, request.queue_id, request.offset
+            )
+            return self._messages([found] if found is not None else [])
+
+        return await self._serve(context, "QueryMessageByOffset", api.QueryMessagesResponse, work)
+
+    async def QueryOffsetByTime(self, request, context):
+        def work(caller):
+            offset = self.services.offsets.offset_by_time(
+                caller, request.topic, request.queue_id, request.timestamp_ms
+            )
+            return {"offset": offset}
+
+        return await self._serve(context, "QueryOffsetByTime", api.QueryOffsetByTimeResponse, work)
+
+    # ---- the cluster -----------------------------------------------------------------
+    async def ClusterStatus(self, request, context):
+        caller = caller_of(context, Door.FERRY, "ClusterStatus")
+        try:
+            return cluster_message(self.admin.cluster(caller))
+        except AccessDenied as denied:
+            await refuse_call(context, denied)
+
+    async def Failover(self, request, context):
+        """Planned switchover: any node takes the request and hands it to the group's
+        master, which decides it."""
+        caller = caller_of(context, Door.FERRY, "Failover")
+        try:
+            master = self.admin.master_of(caller, request.broker_group)
+        except AccessDenied as denied:
+            await refuse_call(context, denied)
+        except AdminRefused as error:
+            return api.FailoverResponse(status=api.Status(code=error.code, message=error.message))
+        if master is None:
+            return api.FailoverResponse(
+                status=api.Status(code=UNAVAILABLE, message="the group has no master now")
+            )
+        if master.node_id != self.admin.node_id:
+            async with self.peer_channel(master.grpc_address) as channel:
+                return await admin_pb2_grpc.AdminStub(channel).Failover(
+                    request, timeout=FAILOVER_TIMEOUT_S, metadata=forwarded_credentials(context)
+                )
+
+        async def work(caller):
+            new_master, epoch, paused_ms = await self.admin.failover(
+                caller, request.target_node or None
+            )
+            return {
+                "new_master": new_master,
+                "epoch": epoch,
+                "writes_unavailable_ms": int(paused_ms),
+            }
+
+        return await self._serve(context, "Failover", api.FailoverResponse, work)
+
+    # ---- users and ACL entries ---------------------------------------------------------
+    async def CreateUser(self, request, context):
+        async def work(caller):
+            user = await self.admin.create_user(
+                caller, request.access_key, request.secret_key, request.admin
+            )
+            return {"user": user_message(user)}
+
+        return await self._serve(context, "CreateUser", api.CreateUserResponse, work)
+
+    async def UpdateUser(self, request, context):
+        admin = request.admin if request.HasField("admin") else None  # unset: keep it
+
+        async def work(caller):
+            user = await self.admin.update_user(
+                caller, request.access_key, request.secret_key, admin
+            )
+            return {"user": user_message(user)}
+
+        return await self._serve(context, "UpdateUser", api.UpdateUserResponse, work)
+
+    async def DeleteUser(self, request, context):
+        return await self._serve(
+            context,
+            "DeleteUser",
+            api.DeleteUserResponse,
+            lambda caller: self.admin.delete_user(caller, request.access_key),
+        )
+
+    async def ListUsers(self, request, context):
+        def work(caller):
+            return {"users": [user_message(u) for u in self.admin.list_users(caller)]}
+
+        return await self._serve(context, "ListUsers", api.ListUsersResponse, work)
+
+    async def GrantAcl(self, request, context):
+        async def work(caller):
+            user = await self.admin.grant(caller, request.access_key, entry_of(request.entry))
+            return {"user": user_message(user)}
+
+        return await self._serve(context, "GrantAcl", api.GrantAclResponse, work)
+
+    async def RevokeAcl(self, request, context):
+        async def work(caller):
+            user = await self.admin.revoke(caller, request.access_key, entry_of(request.entry))
+            return {"user": user_message(user)}
+
+        return await self._serve(context, "RevokeAcl", api.RevokeAclResponse, work)

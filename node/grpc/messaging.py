@@ -1,0 +1,583 @@
+"""The RocketMQ 5 door: ``apache.rocketmq.v2.MessagingService`` translated to the services.
+
+Every method reads its protobuf request into a service's plain request (``node/services/``)
+and the result back into a response. Every response carries a status (the official
+clients reject code 0); a refusal, whoever decided it (the ACL, admission, the store),
+answers with its precise ``Code`` in the status and changes nothing.
+
+Thread-safety: all handlers run on the node's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+from google.protobuf import duration_pb2
+
+from ferrymq.codec.headers import PINNED_QUEUE_HEADER, PINNED_QUEUE_VALUE
+from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from node.admission import accepted_types
+from node.group_members import MembershipRefused
+from node.grpc.authentication import caller_of
+from node.grpc.route_endpoints import group_endpoints
+from node.grpc.telemetry_outbox import TelemetryOutbox
+from node.grpc.wire import millis_of, outgoing, timestamp_of, to_wire_message
+from node.long_polling import LONG_POLLING_DEFAULT_S, poll_budget_s
+from node.parked import as_sent
+from node.rpc_status import OK, InvalidRequest, seconds_of, status, topic_error_status
+from node.services.caller import Caller, Door
+from node.services.membership import ClientHeartbeat, ConsumerMembership
+from node.services.pop import RECEIVE_BATCH_MAX, Delivery, PopFailed
+from node.services.reads import ReadRequest
+from node.services.registry import Services
+from node.services.send import SEND_MESSAGES_MAX, SendRequest
+from node.services.transactions import EndRequest
+from node.topics import GroupConfig, Permission, TopicError
+from routing.metadata import TopicRoute
+from routing.state import RoutingState
+from store.results import GetResult, GetStatus
+
+PULL_BATCH_MAX = 256
+# Delay before a failed message comes back (the client asks via ChangeInvisibleDuration).
+DEFAULT_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800)
+# FIFO consumers retry locally while the delivery stays invisible and the node does not
+# renew it: short fixed pauses keep all attempts inside the default invisibility (60 s).
+FIFO_BACKOFF_S = (1,)
+# What the official producers are told about retries (Apache RocketMQ's proxy defaults): a
+# client that announces its own attempts keeps them; the delay doubles from 10 ms to 1 s.
+PRODUCER_MAX_ATTEMPTS = 3
+PRODUCER_BACKOFF = pb.ExponentialBackoff(
+    initial=duration_pb2.Duration(nanos=10_000_000),
+    max=duration_pb2.Duration(seconds=1),
+    multiplier=2.0,
+)
+DEFAULT_REQUEST_TIMEOUT_S = 3
+PERMISSIONS = {
+    Permission.READ: pb.READ,
+    Permission.WRITE: pb.WRITE,
+    Permission.READ_WRITE: pb.READ_WRITE,
+}
+
+
+def consumer_backoff(group: GroupConfig, exponential: bool) -> pb.RetryPolicy:
+    """When a consumer retries a failed message: the group's attempts and the delays of
+    ``DEFAULT_BACKOFF_S`` (``FIFO_BACKOFF_S`` for a FIFO group), as a customized backoff
+    (Apache RocketMQ's proxy's default for a group), or, for a client that implements only
+    the exponential kind (``exponential``: the Node.js client), the exponential one closest
+    to it (FIFO: a fixed delay)."""
+    delays = FIFO_BACKOFF_S if group.fifo else DEFAULT_BACKOFF_S
+    policy = pb.RetryPolicy(max_attempts=group.max_delivery_attempts)
+    if exponential:
+        policy.exponential_backoff.initial.seconds = delays[0]
+        policy.exponential_backoff.max.seconds = delays[-1]
+        policy.exponential_backoff.multiplier = 1.0 if len(delays) == 1 else 2.0
+    else:
+        policy.customized_backoff.next.extend(duration_pb2.Duration(seconds=s) for s in delays)
+    return policy
+
+
+def pins_queues(context) -> bool:
+    """Whether the caller names the queue of each message on purpose
+    (``ferrymq.codec.headers``); the official clients never do."""
+    for key, value in context.invocation_metadata() or ():
+        if key == PINNED_QUEUE_HEADER:
+            return value == PINNED_QUEUE_VALUE
+    return False
+
+
+def client_id_of(context) -> str:
+    """The caller's ``x-mq-client-id``; empty when it sent none."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-client-id":
+            return value
+    return ""
+
+
+def refused(error: InvalidRequest | TopicError | MembershipRefused) -> pb.Status:
+    """The status of a refusal, whoever made it."""
+    if isinstance(error, TopicError):
+        return topic_error_status(error)
+    return status(error.code, str(error))
+
+
+def caller_left(context) -> bool:
+    """True when the call is over for its client: cancelled, or past its deadline."""
+    if context is None:
+        return False
+    if context.cancelled():
+        return True
+    remaining = context.time_remaining()
+    return remaining is not None and remaining <= 0
+
+
+def overall(answers: list[pb.Status]) -> pb.Status:
+    """One status for per-entry answers: theirs when they agree, else MULTIPLE_RESULTS."""
+    codes = {a.code for a in answers}
+    if len(codes) == 1:
+        return answers[0]
+    return status(pb.MULTIPLE_RESULTS, "entries have different results; see each entry")
+
+
+def check_command(half) -> rpc.TelemetryCommand:
+    """The orphan check of a stored half, as a producer's Telemetry stream carries it."""
+    return rpc.TelemetryCommand(
+        recover_orphaned_transaction_command=rpc.RecoverOrphanedTransactionCommand(
+            message=to_wire_message(as_sent(half)),
+            transaction_id=half.properties[PROPERTY_TRANSACTION_ID],
+        )
+    )
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    def __init__(self, services: Services, max_body_bytes: int) -> None:
+        self.services = services
+        self.max_body_bytes = max_body_bytes
+
+    @staticmethod
+    def _caller(context, method: str) -> Caller:
+        return caller_of(context, Door.MESSAGING, method)
+
+    # ---- routing ---------------------------------------------------------------------
+    @staticmethod
+    def _queues(state: RoutingState, route: TopicRoute) -> list[pb.MessageQueue]:
+        """Every queue of ``route``, each naming every node of its broker group, master
+        first (``node/grpc/route_endpoints.py``): clients send every other RPC to the
+        endpoints a route names, so one access point reaches the whole cluster, and any of
+        the nodes serves the call (``node/grpc/forwarding.py``), also while a master is
+        being elected."""
+        queues = []
+        for broker_group, count in route.queues:
+            endpoints = group_endpoints(state, broker_group)
+            if endpoints is None:
+                continue  # no node registered yet
+            broker = pb.Broker(name=broker_group, id=0, endpoints=endpoints)
+            queues.extend(
+                pb.MessageQueue(
+                    topic=pb.Resource(name=route.name),
+                    id=queue_id,
+                    permission=PERMISSIONS[route.permission],
+                    broker=broker,
+                    accept_message_types=accepted_types(route.message_type),
+                )
+                for queue_id in range(count)
+            )
+        return queues
+
+    async def QueryRoute(self, request, context):
+        caller = self._caller(context, "QueryRoute")
+        try:
+            queues = self.services.routes.read(
+                caller, lambda state: self._queues(state, state.topic(request.topic.name))
+            )
+        except (InvalidRequest, TopicError) as error:
+            return rpc.QueryRouteResponse(status=refused(error))
+        return rpc.QueryRouteResponse(status=OK, message_queues=queues)
+
+    async def QueryAssignment(self, request, context):
+        """What a push consumer should poll. A receive pops the whole topic on the node it
+        reaches, so a normal group gets one assignment per broker group (queue id -1, as
+        the Java proxy answers); a FIFO group gets every queue, one poll loop each, so one
+        held queue blocks no other."""
+        caller = self._caller(context, "QueryAssignment")
+
+        def assignments_of(state: RoutingState) -> list[pb.MessageQueue]:
+            route = state.topic(request.topic.name)
+            queues = self._queues(state, route)
+            if group.fifo:
+                return queues
+            one_per_broker = {}
+            for queue in queues:
+                one_per_broker.setdefault(queue.broker.name, queue)
+            for queue in one_per_broker.values():
+                queue.id = -1
+            return list(one_per_broker.values())
+
+        try:
+            group = self.services.routes.group(caller, request.group.name)
+            queues = self.services.routes.read(caller, assignments_of)
+        except (InvalidRequest, TopicError) as error:
+            return rpc.QueryAssignmentResponse(status=refused(error))
+        assignments = [pb.Assignment(message_queue=queue) for queue in queues]
+        return rpc.QueryAssignmentResponse(status=OK, assignments=assignments)
+
+    # ---- membership --------------------------------------------------------------------
+    async def Heartbeat(self, request, context):
+        """A consumer's heartbeat names its group, which must exist or is created now; a
+        producer's names none and is only answered."""
+        if not request.HasField("group"):
+            return rpc.HeartbeatResponse(status=OK)
+        caller = self._caller(context, "Heartbeat")
+        group = request.group.name
+        heartbeat = ClientHeartbeat(client_id_of(context), {group: ConsumerMembership()})
+        try:
+            outcome = await self.services.membership.heartbeat(caller, heartbeat)
+        except (InvalidRequest, MembershipRefused) as error:
+            return rpc.HeartbeatResponse(status=refused(error))
+        if outcome.unknown:
+            return rpc.HeartbeatResponse(status=topic_error_status(outcome.unknown[0]))
+        return rpc.HeartbeatResponse(status=OK)
+
+    async def NotifyClientTermination(self, request, context):
+        """A consumer leaves its group at once."""
+        if not request.HasField("group"):
+            return rpc.NotifyClientTerminationResponse(status=OK)
+        caller = self._caller(context, "NotifyClientTermination")
+        try:
+            self.services.membership.leave(caller, request.group.name, client_id_of(context))
+        except (InvalidRequest, TopicError, MembershipRefused) as error:
+            return rpc.NotifyClientTerminationResponse(status=refused(error))
+        return rpc.NotifyClientTerminationResponse(status=OK)
+
+    async def Telemetry(self, request_iterator, context) -> AsyncIterator[pb.TelemetryCommand]:
+        """Answer each settings write with the settings the client must use, and push
+        orphan-transaction checks to producers; the stream stays open until the client
+        closes it (the clients expect that). A client that does not read its answers is
+        cut off once ``OUTBOX_MAX`` wait (``node/grpc/telemetry_outbox.py``)."""
+        caller = self._caller(context, "Telemetry")
+        outbox = TelemetryOutbox()
+        overflowed = False
+
+        async def read_commands() -> None:
+            nonlocal overflowed
+            try:
+                async for command in request_iterator:
+                    if command.WhichOneof("command") != "settings":
+                        continue  # results of commands we never send
+                    if not outbox.offer(self._settings_answer(caller, command.settings, outbox)):
+                        overflowed = True
+                        return
+            finally:
+                outbox.close()
+
+        reader = asyncio.ensure_future(read_commands())
+        try:
+            while (command := await outbox.next()) is not None:
+                yield command
+        finally:
+            reader.cancel()
+            self.services.transactions.targets.unregister(outbox)
+        if overflowed:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{outbox.limit} Telemetry answers wait unread: the client does not read "
+                "its stream",
+            )
+
+    def _settings_answer(self, caller: Caller, settings: pb.Settings, outbox: TelemetryOutbox):
+        """The answer to one settings command; a producer's also registers the stream for
+        the orphan checks of the topics it publishes (the service asks each check of a
+        topic only of producers that may publish to it)."""
+        try:
+            if settings.WhichOneof("pub_sub") == "publishing":
+                self.services.transactions.targets.register(
+                    outbox,
+                    caller,
+                    lambda _, half: outbox.offer(check_command(half)),
+                    topics=[t.name for t in settings.publishing.topics],
+                )
+            answer = self._settings_for(caller, settings)
+        except (InvalidRequest, TopicError) as error:
+            return rpc.TelemetryCommand(status=refused(error))
+        return rpc.TelemetryCommand(status=OK, settings=answer)
+
+    def _settings_for(self, caller: Caller, settings: pb.Settings) -> pb.Settings:
+        """The client's settings with what the node decides filled in: every field an
+        official client reads (docs/architecture.md, "Settings"). The Node.js client reads
+        the backoff policy unconditionally, the push consumers take their batch size, long
+        poll and FIFO mode from here, and the Python producer's body limit becomes 0
+        without ``publishing``."""
+        answer = pb.Settings()
+        answer.CopyFrom(settings)
+        if seconds_of(answer.request_timeout) <= 0:
+            answer.request_timeout.seconds = DEFAULT_REQUEST_TIMEOUT_S
+        if settings.WhichOneof("pub_sub") == "publishing" or settings.client_type == pb.PRODUCER:
+            answer.publishing.max_body_size = self.max_body_bytes
+            answer.publishing.validate_message_type = True
+            backoff = answer.backoff_policy
+            backoff.max_attempts = backoff.max_attempts or PRODUCER_MAX_ATTEMPTS
+            backoff.exponential_backoff.CopyFrom(PRODUCER_BACKOFF)
+        elif settings.WhichOneof("pub_sub") == "subscription" or settings.client_type in (
+            pb.PUSH_CONSUMER,
+            pb.SIMPLE_CONSUMER,
+            pb.PULL_CONSUMER,
+        ):
+            subscription = answer.subscription
+            group = self.services.routes.settings_group(caller, settings.subscription.group.name)
+            if not subscription.long_polling_timeout.seconds:
+                subscription.long_polling_timeout.seconds = int(LONG_POLLING_DEFAULT_S)
+            subscription.receive_batch_size = RECEIVE_BATCH_MAX
+            subscription.fifo = group.fifo
+            answer.backoff_policy.CopyFrom(
+                consumer_backoff(group, settings.user_agent.language == pb.NODE_JS)
+            )
+        answer.metric.Clear()
+        answer.metric.on = False  # a client told "on" starts exporting to our endpoints
+        return answer
+
+    # ---- producing -------------------------------------------------------------------
+    async def SendMessage(self, request, context):
+        caller = self._caller(context, "SendMessage")
+        try:
+            names = {m.topic.name for m in request.messages}
+            if len(names) > 1:
+                raise InvalidRequest(pb.BAD_REQUEST, "a batch must target one topic")
+            pinned = pins_queues(context)
+            sent = SendRequest(
+                names.pop() if names else "", [outgoing(m, pinned) for m in request.messages]
+            )
+            outcome = await self.services.send.send(caller, sent)
+        except (InvalidRequest, TopicError) as error:
+            return self._send_refused(request, refused(error))
+        if outcome.status.code != pb.OK:
+            return self._send_refused(request, outcome.status)
+        entries = [
+            rpc.SendResultEntry(
+                status=OK,
+                message_id=message.system_properties.message_id,
+                offset=appended.queue_offset,
+                transaction_id=transaction_id or "",
+            )
+            for message, appended, transaction_id in zip(
+                request.messages, outcome.appended, outcome.transaction_ids, strict=True
+            )
+        ]
+        return rpc.SendMessageResponse(status=OK, entries=entries)
+
+    @staticmethod
+    def _send_refused(request, answer: pb.Status) -> rpc.SendMessageResponse:
+        """One entry per message, as the clients expect; none for a request beyond the
+        message limit, so a refusal is never larger than an answer can be."""
+        if len(request.messages) > SEND_MESSAGES_MAX:
+            return rpc.SendMessageResponse(status=answer)
+        return rpc.SendMessageResponse(
+            status=answer,
+            entries=[
+                rpc.SendResultEntry(status=answer, message_id=m.system_properties.message_id)
+                for m in request.messages
+            ],
+        )
+
+    async def EndTransaction(self, request, context):
+        caller = self._caller(context, "EndTransaction")
+        ending = EndRequest(
+            request.transaction_id,
+            request.resolution,
+            source=request.source,
+            topic=request.topic.name,
+        )
+        try:
+            answer = await self.services.transactions.end(caller, ending)
+        except InvalidRequest as error:
+            answer = refused(error)
+        return rpc.EndTransactionResponse(status=answer)
+
+    # ---- POP consumption ---------------------------------------------------------------
+    async def ReceiveMessage(self, request, context):
+        caller = self._caller(context, "ReceiveMessage")
+        invisible_ms = None
+        if request.HasField("invisible_duration"):
+            invisible_ms = int(seconds_of(request.invisible_duration) * 1000)
+        if request.HasField("long_polling_timeout"):
+            requested_s = seconds_of(request.long_polling_timeout)
+        else:
+            requested_s = LONG_POLLING_DEFAULT_S
+        pop = self.services.pop
+        try:
+            deliveries = await pop.pop(
+                caller,
+                request.group.name,
+                request.message_queue.topic.name,
+                request.filter_expression,
+                request.batch_size,
+                invisible_ms,
+                poll_budget_s(requested_s, context),
+            )
+        except (InvalidRequest, TopicError) as error:
+            yield rpc.ReceiveMessageResponse(status=refused(error))
+            return
+        except PopFailed as failed:
+            yield rpc.ReceiveMessageResponse(status=failed.status)
+            return
+        if not deliveries:
+            yield rpc.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND))
+            return
+        if caller_left(context):  # its deadline passed while the pop was appended
+            await pop.hand_back(deliveries)
+            return
+        async for response in self._delivered(deliveries):
+            yield response
+
+    async def _delivered(self, deliveries: list[Delivery]):
+        pop = self.services.pop
+        try:
+            yield rpc.ReceiveMessageResponse(status=OK)
+            for delivery in deliveries:
+                yield rpc.ReceiveMessageResponse(
+                    message=to_wire_message(
+                        delivery.stored,
+                        receipt_handle=delivery.handle,
+                        delivery_attempt=delivery.attempt,
+                    )
+                )
+            yield rpc.ReceiveMessageResponse(delivery_timestamp=timestamp_of(pop.clock_ms()))
+        except (GeneratorExit, asyncio.CancelledError):
+            # The call ended before the whole answer was written: the client may have
+            # none of it. Give them back (a handle it did get then answers stale, and
+            # the message comes again), in the background: this generator is closing.
+            pop.in_background(pop.hand_back(deliveries))
+            raise
+
+    async def AckMessage(self, request, context):
+        caller = self._caller(context, "AckMessage")
+        try:
+            answers = await self.services.pop.ack(
+                caller,
+                request.group.name,
+                request.topic.name,
+                [entry.receipt_handle for entry in request.entries],
+            )
+        except (InvalidRequest, TopicError) as error:
+            return rpc.AckMessageResponse(status=refused(error))
+        results = [
+            rpc.AckMessageResultEntry(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=answer
+            )
+            for entry, answer in zip(request.entries, answers, strict=True)
+        ]
+        return rpc.AckMessageResponse(status=overall(answers), entries=results)
+
+    async def ChangeInvisibleDuration(self, request, context):
+        caller = self._caller(context, "ChangeInvisibleDuration")
+        try:
+            answer, handle = await self.services.pop.change_invisible(
+                caller,
+                request.group.name,
+                request.topic.name,
+                request.receipt_handle,
+                int(seconds_of(request.invisible_duration) * 1000),
+            )
+        except (InvalidRequest, TopicError) as error:
+            # The official client takes the returned handle before it looks at the status.
+            answer, handle = refused(error), request.receipt_handle
+        return rpc.ChangeInvisibleDurationResponse(status=answer, receipt_handle=handle)
+
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        caller = self._caller(context, "ForwardMessageToDeadLetterQueue")
+        try:
+            answer = await self.services.pop.forward_to_dead_letters(
+                caller, request.group.name, request.topic.name, request.receipt_handle
+            )
+        except (InvalidRequest, TopicError) as error:
+            answer = refused(error)
+        return rpc.ForwardMessageToDeadLetterQueueResponse(status=answer)
+
+    # ---- offset-based consumption ------------------------------------------------------
+    async def PullMessage(self, request, context):
+        caller = self._caller(context, "PullMessage")
+        queue = request.message_queue
+        offset = request.offset
+        read = ReadRequest(
+            queue.topic.name,
+            request.group.name,
+            queue.id,
+            offset,
+            max(1, min(request.batch_size or 32, PULL_BATCH_MAX)),
+            expression=request.filter_expression,
+            records=False,
+            wait_s=poll_budget_s(seconds_of(request.long_polling_timeout), context),
+        )
+        try:
+            answers, _ = await self.services.reads.read(caller, read, self._pull_answers(offset))
+        except (InvalidRequest, TopicError) as error:
+            yield rpc.PullMessageResponse(status=refused(error))
+            return
+        if answers is None:
+            answers = [
+                rpc.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND)),
+                rpc.PullMessageResponse(next_offset=offset),
+            ]
+        for answer in answers:
+            yield answer
+
+    @staticmethod
+    def _pull_answers(offset: int):
+        def answers_of(result: GetResult) -> list[rpc.PullMessageResponse] | None:
+            beyond_empty_queue = result.status is GetStatus.NO_MESSAGE_IN_QUEUE and offset != 0
+            if beyond_empty_queue or result.status in (
+                GetStatus.OFFSET_TOO_SMALL,
+                GetStatus.OFFSET_OVERFLOW_BADLY,
+            ):
+                illegal = status(
+                    pb.ILLEGAL_OFFSET,
+                    f"offset {offset} outside [{result.min_offset}, {result.max_offset}]",
+                )
+                return [
+                    rpc.PullMessageResponse(status=illegal),
+                    rpc.PullMessageResponse(next_offset=result.next_begin_offset),
+                ]
+            if result.messages:
+                return [
+                    rpc.PullMessageResponse(status=OK),
+                    *(rpc.PullMessageResponse(message=to_wire_message(m)) for m in result.messages),
+                    rpc.PullMessageResponse(next_offset=result.next_begin_offset),
+                ]
+            if result.next_begin_offset > offset:
+                # Filtered everything in the window: tell the client where to go on.
+                return [
+                    rpc.PullMessageResponse(status=status(pb.MESSAGE_NOT_FOUND)),
+                    rpc.PullMessageResponse(next_offset=result.next_begin_offset),
+                ]
+            return None
+
+        return answers_of
+
+    async def UpdateOffset(self, request, context):
+        caller = self._caller(context, "UpdateOffset")
+        queue = request.message_queue
+        try:
+            answer = await self.services.offsets.commit(
+                caller, request.group.name, queue.topic.name, queue.id, request.offset
+            )
+        except (InvalidRequest, TopicError) as error:
+            answer = refused(error)
+        return rpc.UpdateOffsetResponse(status=answer)
+
+    async def GetOffset(self, request, context):
+        caller = self._caller(context, "GetOffset")
+        queue = request.message_queue
+        try:
+            committed, _ = await self.services.offsets.committed(
+                caller, request.group.name, queue.topic.name, queue.id
+            )
+        except (InvalidRequest, TopicError) as error:
+            return rpc.GetOffsetResponse(status=refused(error))
+        if committed is None:
+            return rpc.GetOffsetResponse(
+                status=status(pb.OFFSET_NOT_FOUND, "the group committed no offset for this queue")
+            )
+        return rpc.GetOffsetResponse(status=OK, offset=committed)
+
+    async def QueryOffset(self, request, context):
+        caller = self._caller(context, "QueryOffset")
+        queue = request.message_queue
+        offsets = self.services.offsets
+        policy = request.query_offset_policy
+        try:
+            if policy == pb.BEGINNING:
+                offset = offsets.min_offset(caller, queue.topic.name, queue.id)
+            elif policy == pb.END:
+                offset = offsets.max_offset(caller, queue.topic.name, queue.id)
+            elif not request.HasField("timestamp"):
+                raise InvalidRequest(pb.BAD_REQUEST, "TIMESTAMP policy needs a timestamp")
+            else:
+                offset = offsets.offset_by_time(
+                    caller, queue.topic.name, queue.id, millis_of(request.timestamp)
+                )
+        except (InvalidRequest, TopicError) as error:
+            return rpc.QueryOffsetResponse(status=refused(error))
+        return rpc.QueryOffsetResponse(status=OK, offset=offset)

@@ -1,0 +1,253 @@
+"""Offset-based reads of a queue, through every door: RocketMQ 5 PullMessage, RocketMQ 4.x
+PULL_MESSAGE, ferrymq's Data.Fetch (gRPC and the SDK's FERRY_FETCH).
+
+Each door reads its request into one ``ReadRequest``; this service decides, in order:
+
+1. SUBSCRIBE on the topic and on the group (``%RETRY%<group>``: the group's own);
+2. the topic exists and takes reads (a write-only topic is FORBIDDEN on every door);
+3. the queue exists;
+4. the group exists, or is created on first use (only the group step 1 allowed), or must
+   exist already (``create_group`` False: Data.Fetch);
+5. the filter compiles (TAG or SQL92);
+6. the read: the store's records (``records``: as stored, what 4.x pulls and fetches send)
+   or decoded messages, SQL92 applied to each, waiting up to ``wait_s`` for something the
+   door's ``answer`` takes (long polling, ``node/long_polling.py``), and the delivery
+   metrics of what was answered.
+
+The door decides what it answers for a read (its codes differ: RocketMQ 4.x's
+PULL_OFFSET_MOVED, RocketMQ 5's ILLEGAL_OFFSET, ...): ``answer(result)`` returns its answer,
+or None to go on waiting.
+
+Thread-safety: owned by the node's event loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ferrymq.codec.commitlog_record import decode as decode_record
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ha.replicated_store import ReplicatedStore
+from node.admission import check_queue
+from node.filter_expression import Selection, selection
+from node.group_creation import GroupsOnFirstUse
+from node.long_polling import QueueWaiters, long_poll
+from node.metrics_rpc import TrafficMetrics
+from node.rpc_status import AccessDenied, InvalidRequest, topic_error_status
+from node.services.caller import Caller
+from node.services.permissions import Permissions, consume, group_need
+from node.topics import Permission, TopicConfig, TopicError, TopicTable
+from store.results import GetResult, GetStatus
+
+Answer = TypeVar("Answer")
+# ferrymq's Fetch (the SDK, the Spark source): records per answer at most, and by default.
+FETCH_MESSAGES_MAX = 4096
+FETCH_MESSAGES_DEFAULT = 1024
+FETCH_BYTES_DEFAULT = 4 << 20
+
+
+@dataclass(slots=True)
+class ReadRequest:
+    topic: str
+    group: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    max_bytes: int = 1 << 20
+    expression: pb.FilterExpression | None = None  # None: every message (or ``tags``)
+    tags: list[str] | None = None  # instead of an expression: these tags (Data.Fetch)
+    records: bool = True  # the records as stored, else decoded messages
+    wait_s: float = 0.0
+    create_group: bool = True  # a group nobody created is created now (when allowed)
+
+
+@dataclass(slots=True)
+class FetchOutcome:
+    """A fetch's answer (its fields are ``data.FetchResponse``'s): the records as stored,
+    where to read next, the queue's bounds at the last look."""
+
+    code: int
+    message: str
+    records: bytes = b""
+    count: int = 0
+    next_offset: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+
+
+def fetch_outcome(code: int, message: str = "", **fields) -> FetchOutcome:
+    return FetchOutcome(code, message or pb.Code.Name(code), **fields)
+
+
+def fetch_answer(offset: int) -> Callable[[GetResult], FetchOutcome | None]:
+    """What a fetch from ``offset`` answers for one look at the queue; None: nothing yet
+    (it waits)."""
+
+    def fetched(result: GetResult) -> FetchOutcome | None:
+        bounds = {"min_offset": result.min_offset, "max_offset": result.max_offset}
+        if result.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+            return fetch_outcome(
+                pb.ILLEGAL_OFFSET,
+                f"offset {offset} outside [{result.min_offset}, {result.max_offset}]",
+                next_offset=result.next_begin_offset,
+                **bounds,
+            )
+        if result.messages or result.next_begin_offset > offset:
+            return fetch_outcome(
+                pb.OK if result.messages else pb.MESSAGE_NOT_FOUND,
+                records=b"".join(result.messages),
+                count=len(result.messages),
+                next_offset=result.next_begin_offset,
+                **bounds,
+            )
+        return None
+
+    return fetched
+
+
+class ReadService:
+    def __init__(
+        self,
+        store: ReplicatedStore,
+        topics: TopicTable,
+        waiters: QueueWaiters,
+        groups: GroupsOnFirstUse,
+        permissions: Permissions,
+        metrics: TrafficMetrics,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.waiters = waiters
+        self.groups = groups
+        self.permissions = permissions
+        self.metrics = metrics
+
+    async def readable_queue(
+        self, caller: Caller, topic_name: str, group: str, queue_id: int, create_group: bool
+    ) -> TopicConfig:
+        """Steps 1-4: the topic, once ``caller`` may read ``queue_id`` of it as ``group``;
+        ``InvalidRequest`` or ``TopicError`` otherwise."""
+        self.permissions.require(caller, consume(topic_name, group))
+        topic = self.topics.topic(topic_name)
+        if topic.permission is Permission.WRITE:
+            raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
+        check_queue(topic, queue_id)
+        if create_group:
+            await self.groups.group(group)
+        else:
+            self.topics.group(group)
+        return topic
+
+    def check_filter(self, caller: Caller, group: str, expression: pb.FilterExpression) -> None:
+        """Whether ``group`` could read with ``expression`` (a 4.x push consumer asks as it
+        starts): ``InvalidRequest`` ILLEGAL_FILTER_EXPRESSION saying what is wrong."""
+        self.permissions.require(caller, [group_need(group)])
+        selection(expression)
+
+    async def read(
+        self,
+        caller: Caller,
+        request: ReadRequest,
+        answer: Callable[[GetResult], Answer | None],
+    ) -> tuple[Answer | None, GetResult | None]:
+        """The door's answer to the first read it takes within ``wait_s``, and that read;
+        (None, the last read) when none was taken in time."""
+        topic = await self.readable_queue(
+            caller, request.topic, request.group, request.queue_id, request.create_group
+        )
+        if request.expression is not None:
+            chosen = selection(request.expression)
+        else:
+            chosen = Selection(tags=request.tags or None)
+        name, queue_id, offset = topic.name, request.queue_id, request.offset
+        last: list[GetResult] = []
+
+        async def attempt() -> Answer | None:
+            result = self._get(name, queue_id, offset, request, chosen)
+            last[:] = [result]
+            return answer(result)
+
+        answered = await long_poll(
+            attempt, lambda wait_s: self.waiters.wait(name, queue_id, wait_s), request.wait_s
+        )
+        result = last[0] if last else None
+        if answered is not None and result is not None and result.messages:
+            self._delivered(name, request, result)
+        return answered, result
+
+    async def fetch(
+        self,
+        caller: Caller,
+        topic: str,
+        group: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        max_bytes: int,
+        tags: list[str],
+        wait_s: float,
+    ) -> FetchOutcome:
+        """ferrymq's Fetch, through either door (the SDK and the Spark source read with
+        it): up to ``max_messages`` (0: ``FETCH_MESSAGES_DEFAULT``, at most
+        ``FETCH_MESSAGES_MAX``) records and ``max_bytes`` (0: ``FETCH_BYTES_DEFAULT``) of
+        them; the group must exist; an offset outside the queue is ILLEGAL_OFFSET with where
+        to go on; nothing in ``wait_s`` is MESSAGE_NOT_FOUND at the same offset.
+        ``AccessDenied`` is left to the door (the gRPC door aborts the call); every other
+        refusal is an outcome."""
+        if not 0 <= max_messages <= FETCH_MESSAGES_MAX or max_bytes < 0:
+            return fetch_outcome(pb.BAD_REQUEST, f"max_messages must be 0..{FETCH_MESSAGES_MAX}")
+        request = ReadRequest(
+            topic,
+            group,
+            queue_id,
+            offset,
+            max_messages or FETCH_MESSAGES_DEFAULT,
+            max_bytes or FETCH_BYTES_DEFAULT,
+            tags=tags,
+            wait_s=wait_s,
+            create_group=False,
+        )
+
+        try:
+            outcome, last = await self.read(caller, request, fetch_answer(offset))
+        except AccessDenied:
+            raise
+        except TopicError as error:
+            refused = topic_error_status(error)
+            return fetch_outcome(refused.code, refused.message)
+        except InvalidRequest as error:
+            return fetch_outcome(error.code, str(error))
+        if outcome is None:  # nothing came: the bounds of the last look
+            bounds = {"min_offset": last.min_offset, "max_offset": last.max_offset} if last else {}
+            return fetch_outcome(pb.MESSAGE_NOT_FOUND, next_offset=offset, **bounds)
+        return outcome
+
+    def _get(
+        self, topic: str, queue_id: int, offset: int, request: ReadRequest, chosen: Selection
+    ) -> GetResult:
+        store, sql = self.store, chosen.sql
+        if request.records:
+            result = store.get_records(
+                topic, queue_id, offset, request.max_messages, request.max_bytes, chosen.tags
+            )
+            if sql is not None and result.messages:
+                kept = [r for r in result.messages if sql(decode_record(r, 0).properties)]
+                result = dataclasses.replace(result, messages=kept)
+            return result
+        result = store.get_messages(topic, queue_id, offset, request.max_messages, chosen.tags)
+        if sql is not None and result.messages:  # what it refuses is passed over, as tags are
+            result = dataclasses.replace(
+                result, messages=[m for m in result.messages if sql(m.properties)]
+            )
+        return result
+
+    def _delivered(self, topic: str, request: ReadRequest, result: GetResult) -> None:
+        messages = result.messages
+        if request.records:
+            size = sum(len(record) for record in messages)
+        else:
+            size = sum(len(message.body) for message in messages)
+        self.metrics.delivered(topic, request.group, len(messages), size)

@@ -1,0 +1,458 @@
+"""Sends, through every door: RocketMQ 5 SendMessage, RocketMQ 4.x SEND_MESSAGE /
+SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE, ferrymq's Data.Produce (gRPC and the SDK's
+FERRY_PRODUCE).
+
+Each door reads its frame into one ``SendRequest`` (or ``ProduceRequest``: the SDK's
+records, already in the store's encoding) and this service decides everything on that
+request, in the order of ``node/services/__init__.py``:
+
+1. PUBLISH on the request's topic (``%RETRY%<group>``: SUBSCRIBE on the group);
+2. the master (``Admission.check_master``);
+3. the topic exists and takes writes;
+4. the batch: 1..``SEND_MESSAGES_MAX`` messages (Produce: ``MAX_PRODUCE_RECORDS``
+   records), bodies within the batch limit;
+5. each message: its body (not empty, within the body limit, a compressed one inflates),
+   its type against the topic's (``message_kind``), no property only the node sets
+   (``NODE_PROPERTIES``), a tag without ``|``, keys without whitespace, a message group
+   that is not empty;
+6. its queue (``Admission.send_queue``: one round-robin position per topic for every door);
+7. what the node makes of it: a retry topic's copy (``node/consumer_retry.py``), a delayed
+   message parked in the timer topic (a delivery time, or a 4.x delay level), a
+   transaction half parked in ``%SYS%TRANS_HALF``;
+8. the append through the ``ReplicatedStore`` (SYNC replication acknowledges it), then the
+   send metrics (``rocketmq_messages_in_total`` and the rest, for every door alike).
+
+Refusals before the store raise ``InvalidRequest`` or ``TopicError`` and store nothing; a
+store refusal comes back in the outcome with its status (a FLUSH timeout still carries
+what was written: the 4.x door answers it as a result).
+
+Thread-safety: owned by the node's event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from time import perf_counter
+
+from ferrymq.codec.commitlog_record import NO_HOST
+from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.produce_records import MAX_PRODUCE_RECORDS, MalformedRecords, produce_record_at
+from ferrymq.codec.properties import (
+    PROPERTY_DELIVERY_TIME_MS,
+    PROPERTY_KEYS,
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_MESSAGE_TYPE,
+    PROPERTY_TAGS,
+)
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ha.replicated_store import ReplicatedStore
+from node.admission import (
+    Admission,
+    check_batch_bytes,
+    check_batch_count,
+    check_body_size,
+    check_compressed_body,
+    check_queue,
+    fifo_queue,
+    invalid_message_code,
+    message_kind,
+    store_refusal,
+)
+from node.consumer_retry import ConsumerRetries, is_retry_topic
+from node.message_rules import (
+    KEYS_TEXT,
+    MESSAGE_TYPE_TEXT,
+    NODE_PROPERTIES,
+    read_produce_record,
+    scan_produce_records,
+    tag_is_valid,
+)
+from node.metrics_rpc import TrafficMetrics
+from node.parked import real_topic_of
+from node.rpc_status import InvalidRequest, topic_error_status
+from node.services.caller import Caller
+from node.services.permissions import Permissions, publish
+from node.services.transactions import TransactionService
+from node.timer_service import TimerService
+from node.topics import MessageType, TopicConfig, TopicError
+from store.message import Message
+from store.results import AppendedMessage, PutResult
+
+# Every message of a request is checked in one turn of the event loop: the bound keeps that
+# turn short. The SDK sends at most 128 per request, the official clients one or a few.
+SEND_MESSAGES_MAX = 1024
+# What a sent message may not carry: the node's own properties, and its type, which the
+# node stamps from what the message declares (a produce record's, already encoded, must
+# state its topic's type instead: ``check_produce_properties``).
+SENT_NODE_PROPERTIES = NODE_PROPERTIES | {PROPERTY_MESSAGE_TYPE}
+# Produce writes records as they are: the topic types whose messages need no rewriting.
+# An untyped topic takes Produce records as NORMAL messages in the queue they name.
+PRODUCE_TYPES = {
+    MessageType.NORMAL: pb.NORMAL,
+    MessageType.FIFO: pb.FIFO,
+    MessageType.UNSPECIFIED: pb.NORMAL,
+}
+_CODE_NAMES = {value: name for name, value in pb.Code.items()}
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class OutgoingMessage:
+    """One message as its door read it, before the node's rules."""
+
+    body: bytes
+    # The message's properties in the store's names (TAGS, KEYS, UNIQ_KEY, the message
+    # group, the user's own), as the door's protocol carries them.
+    properties: dict[str, str]
+    declared_type: int  # the apache.rocketmq.v2.MessageType the message declares
+    message_group: str | None = None
+    pinned_queue: int | None = None  # the queue its sender named on purpose
+    delivery_ms: int | None = None  # a DELAY message's due time (RocketMQ 5)
+    delay_level: int = 0  # a RocketMQ 4.x delay level (1..n)
+    flag: int = 0
+    sys_flag: int = 0
+    born_ms: int = 0
+    born_host: bytes = NO_HOST  # BORNHOST: the sender's address record
+    reconsume_times: int = 0
+    # Store the declared type as ``__MSG_TYPE`` (RocketMQ 5's readers show it; a 4.x
+    # record carries none).
+    stamp_type: bool = False
+
+
+@dataclass(slots=True)
+class SendRequest:
+    topic: str
+    messages: list[OutgoingMessage]
+    max_reconsume_times: int | None = None  # a 4.x retry's limit (the client's)
+    batch: bool = False  # a 4.x batch: one queue for all, no transaction halves
+
+
+@dataclass(slots=True)
+class SendOutcome:
+    """The store's answer for the admitted messages (``stored``: as appended)."""
+
+    result: PutResult
+    stored: list[Message]
+    status: pb.Status
+    transaction_ids: list[str | None] = field(default_factory=list)
+    queues: list[int] = field(default_factory=list)  # each message's queue in its topic
+
+    @property
+    def appended(self) -> list[AppendedMessage]:
+        return self.result.appended
+
+
+@dataclass(slots=True)
+class ProduceRequest:
+    """Data.Produce: ``count`` produce records (``ferrymq/codec/produce_records.py``)."""
+
+    topic: str
+    queue_id: int
+    count: int
+    records: bytes
+    atomic: bool = False
+    born_host: bytes = NO_HOST
+
+
+@dataclass(slots=True)
+class ProduceFailure:
+    index: int
+    code: int
+    message: str
+
+
+@dataclass(slots=True)
+class ProduceOutcome:
+    """A queue offset per record (-1 for one not stored), and each refusal."""
+
+    code: int
+    message: str
+    offsets: list[int]
+    failures: list[ProduceFailure] = field(default_factory=list)
+
+
+def produce_refused(count: int, code: int, message: str) -> ProduceOutcome:
+    """Every record refused for the same reason (the request as a whole is wrong)."""
+    message = message or pb.Code.Name(code)
+    count = count if 0 <= count <= MAX_PRODUCE_RECORDS else 0
+    return ProduceOutcome(
+        code, message, [-1] * count, [ProduceFailure(i, code, message) for i in range(count)]
+    )
+
+
+def refusal_status(error: InvalidRequest | TopicError) -> pb.Status:
+    if isinstance(error, TopicError):
+        return topic_error_status(error)
+    return pb.Status(code=error.code, message=str(error))
+
+
+class SendService:
+    def __init__(
+        self,
+        store: ReplicatedStore,
+        admission: Admission,
+        permissions: Permissions,
+        transactions: TransactionService,
+        retries: ConsumerRetries,
+        metrics: TrafficMetrics,
+        max_delay_ms: int,
+        clock_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self.store = store
+        self.admission = admission
+        self.permissions = permissions
+        self.transactions = transactions
+        self.retries = retries
+        self.metrics = metrics
+        self.max_delay_ms = max_delay_ms
+        self.clock_ms = clock_ms
+
+    # ---- messages --------------------------------------------------------------------
+    async def send(self, caller: Caller, request: SendRequest) -> SendOutcome:
+        """Admit and append ``request``'s messages; ``InvalidRequest`` or ``TopicError``
+        for a refusal before the store (nothing written)."""
+        started = perf_counter()
+        self.permissions.require(caller, publish(request.topic))
+        try:
+            topic = self._admit(request.topic)
+            stored, transaction_ids, queues = self._messages(topic, request)
+        except (InvalidRequest, TopicError) as error:
+            self.metrics.send_answered(refusal_status(error).code, perf_counter() - started)
+            raise
+        result = await self.store.put_messages_async(stored)
+        status = store_refusal(result) if not result.ok else pb.Status(code=pb.OK, message="OK")
+        if result.ok:
+            for message, appended, transaction_id in zip(
+                stored, result.appended, transaction_ids, strict=True
+            ):
+                if transaction_id is not None:
+                    self.transactions.sent(
+                        transaction_id, real_topic_of(message), appended.queue_offset
+                    )
+            self.metrics.stored(topic.name, len(stored), sum(len(m.body) for m in stored))
+        self.metrics.send_answered(status.code, perf_counter() - started)
+        return SendOutcome(result, stored, status, transaction_ids, queues)
+
+    def _admit(self, topic_name: str) -> TopicConfig:
+        """Steps 2-3 (after step 1, the caller's permission): the master, the topic."""
+        self.admission.check_master()
+        return self.admission.writable_topic(topic_name)
+
+    def _messages(
+        self, topic: TopicConfig, request: SendRequest
+    ) -> tuple[list[Message], list[str | None], list[int]]:
+        """Steps 4-7 for every message: what to append, each half's transaction id, and
+        each message's queue in its topic."""
+        admission = self.admission
+        check_batch_count(len(request.messages), SEND_MESSAGES_MAX)
+        check_batch_bytes(sum(len(m.body) for m in request.messages), admission.batch_limit)
+        stored: list[Message] = []
+        transaction_ids: list[str | None] = []
+        queues: list[int] = []
+        for message in request.messages:
+            kind = self._check_message(topic, message)
+            pinned = queues[0] if request.batch and queues else message.pinned_queue
+            queue_id = admission.send_queue(topic, kind, message.message_group, pinned)
+            record = Message(
+                topic.name,
+                message.body,
+                queue_id,
+                message.properties,
+                message.flag,
+                message.sys_flag,
+                message.born_ms,
+                message.born_host,
+                message.reconsume_times,
+            )
+            transaction_id = None
+            if is_retry_topic(topic.name):
+                record = self.retries.resent(record, request.max_reconsume_times)
+            if record.topic == topic.name:  # not a retry dead-lettered now: as it is then
+                record, transaction_id = self._parked(record, kind, message, request.batch)
+            stored.append(record)
+            transaction_ids.append(transaction_id)
+            queues.append(queue_id)
+        return stored, transaction_ids, queues
+
+    def _parked(
+        self, record: Message, kind: MessageType, message: OutgoingMessage, batch: bool
+    ) -> tuple[Message, str | None]:
+        """Step 7: a delayed message parked in the timer topic, a transaction half in its
+        own (with its new transaction id); any other as it is."""
+        if kind is MessageType.DELAY:
+            return self._delayed(record, message), None
+        if kind is MessageType.TRANSACTION:
+            if batch:
+                raise InvalidRequest(
+                    pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                    "a batch cannot carry transaction half messages",
+                )
+            return TransactionService.half_of(record)
+        return record, None
+
+    def _check_message(self, topic: TopicConfig, message: OutgoingMessage) -> MessageType:
+        """Step 5: one message's rules; how the topic handles it."""
+        limit = self.admission.body_limit
+        check_body_size(len(message.body), limit)
+        if message.sys_flag:
+            check_compressed_body(message.body, message.sys_flag, limit)
+        kind = message_kind(topic, message.declared_type)
+        properties = message.properties
+        reserved = SENT_NODE_PROPERTIES.intersection(properties)
+        if reserved:
+            raise InvalidRequest(
+                pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                f"property {sorted(reserved)[0]} is the node's own",
+            )
+        if message.stamp_type:
+            declared = message.declared_type
+            properties[PROPERTY_MESSAGE_TYPE] = MESSAGE_TYPE_TEXT.get(declared) or str(declared)
+        tag = properties.get(PROPERTY_TAGS)
+        if tag is not None and not tag_is_valid(tag):
+            raise InvalidRequest(pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is empty or contains '|'")
+        keys = properties.get(PROPERTY_KEYS)
+        if keys is not None and not KEYS_TEXT.fullmatch(keys):
+            raise InvalidRequest(pb.ILLEGAL_MESSAGE_KEY, f"keys {keys!r}: empty or with whitespace")
+        if message.message_group == "" or properties.get(PROPERTY_MESSAGE_GROUP) == "":
+            raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "message_group is empty")
+        return kind
+
+    def _delayed(self, record: Message, message: OutgoingMessage) -> Message:
+        """A DELAY message parked in the timer topic until due: by its delivery time
+        (RocketMQ 5) or its delay level (4.x)."""
+        if message.delivery_ms is None:
+            if message.delay_level > 0:
+                return self.retries.delayed(record, message.delay_level)
+            raise InvalidRequest(pb.ILLEGAL_DELIVERY_TIME, "DELAY messages need a delivery time")
+        due_ms = message.delivery_ms
+        if due_ms < 0:
+            # Far enough before 1970 it would not convert back to a Timestamp, and every
+            # pull or receive of its queue would fail on it.
+            raise InvalidRequest(
+                pb.ILLEGAL_DELIVERY_TIME, f"delivery time {due_ms} ms is before 1970"
+            )
+        now = self.clock_ms()
+        if due_ms - now > self.max_delay_ms:
+            raise InvalidRequest(
+                pb.ILLEGAL_DELIVERY_TIME,
+                f"delivery time is {due_ms - now} ms ahead, the limit is {self.max_delay_ms} ms",
+            )
+        record.properties[PROPERTY_DELIVERY_TIME_MS] = str(due_ms)
+        return record if due_ms <= now else TimerService.park(record, due_ms)
+
+    # ---- produce records -------------------------------------------------------------
+    async def produce(self, caller: Caller, request: ProduceRequest) -> ProduceOutcome:
+        """Data.Produce for either door: each record its own answer; an ``atomic``
+        request stores all or nothing. ``AccessDenied`` refuses the request whole."""
+        started = perf_counter()
+        self.permissions.require(caller, publish(request.topic))
+        outcome = await self._produce(request)
+        stored = sum(1 for offset in outcome.offsets if offset >= 0)
+        if stored:
+            size = len(request.records) * stored // max(request.count, 1)
+            self.metrics.stored(request.topic, stored, size)
+        self.metrics.send_answered(outcome.code, perf_counter() - started)
+        return outcome
+
+    async def _produce(self, request: ProduceRequest) -> ProduceOutcome:
+        count = request.count
+        try:
+            check_batch_count(count, MAX_PRODUCE_RECORDS)
+            topic = self._admit(request.topic)
+            message_type = PRODUCE_TYPES.get(topic.message_type)
+            if message_type is None:
+                raise InvalidRequest(
+                    pb.UNSUPPORTED,
+                    f"topic {topic.name} is {topic.message_type.value}: send with SendMessage",
+                )
+            if topic.message_type is not MessageType.FIFO:
+                check_queue(topic, request.queue_id)
+        except (InvalidRequest, TopicError) as error:
+            refused = refusal_status(error)
+            return produce_refused(count, refused.code, refused.message)
+        prepared, stored_indexes, failures, trailing = self._prepared_records(
+            topic, request, MESSAGE_TYPE_TEXT[message_type]
+        )
+        if trailing:
+            return produce_refused(
+                count,
+                pb.BAD_REQUEST,
+                f"{trailing} bytes after the {count} records the count names",
+            )
+        if failures and request.atomic and prepared:
+            first = failures[0]
+            reason = f"not stored: record {first.index} of this atomic request was refused"
+            failures.extend(ProduceFailure(i, first.code, reason) for i in stored_indexes)
+            failures.sort(key=lambda failure: failure.index)
+            prepared, stored_indexes = [], []
+        if not prepared:
+            first = failures[0]
+            return ProduceOutcome(first.code, first.message, [-1] * count, failures)
+        result = await self.store.put_prepared_async(prepared)
+        if not result.ok:
+            refused = store_refusal(result)
+            failures.extend(
+                ProduceFailure(i, refused.code, refused.message) for i in stored_indexes
+            )
+            failures.sort(key=lambda failure: failure.index)
+            first = failures[0]
+            return ProduceOutcome(first.code, first.message, [-1] * count, failures)
+        if not failures:
+            return ProduceOutcome(pb.OK, "OK", [a.queue_offset for a in result.appended])
+        offsets = [-1] * count
+        for index, appended in zip(stored_indexes, result.appended, strict=True):
+            offsets[index] = appended.queue_offset
+        return ProduceOutcome(failures[0].code, failures[0].message, offsets, failures)
+
+    def _prepared_records(
+        self, topic: TopicConfig, request: ProduceRequest, type_text: str
+    ) -> tuple[list, list[int], list[ProduceFailure], int]:
+        """Each record checked and prepared for the store: (prepared, their indexes,
+        refusals, bytes left after the last record). The C pass reads every record that
+        passes; each one it leaves (an int: where it starts) is read again in Python,
+        which raises the precise error."""
+        records, count = request.records, request.count
+        fifo = topic.message_type is MessageType.FIFO
+        body_limit = self.admission.body_limit
+        prepare = self.store.prepare
+        prepared, stored_indexes, failures = [], [], []
+        position = 0
+        scanned = scan_produce_records(records, count, body_limit, type_text)
+        queue_id = request.queue_id
+        for index in range(count):
+            try:
+                item = scanned[index]
+                if type(item) is int:
+                    # Past this record even when it is refused: the next one starts there,
+                    # and the last one's end is checked against the request's length.
+                    position = produce_record_at(records, item)[0]
+                    item = read_produce_record(records, item, body_limit, type_text)
+                position, body, raw, born_ms, properties = item
+                if fifo:
+                    queue_id = fifo_queue(properties.get(PROPERTY_MESSAGE_GROUP), topic.queue_count)
+                message = Message(
+                    topic.name, body, queue_id, properties, 0, 0, born_ms, request.born_host
+                )
+                prepared.append(prepare(message, raw))
+                stored_indexes.append(index)
+            except InvalidRequest as error:
+                failures.append(ProduceFailure(index, error.code, str(error)))
+            except InvalidMessageError as error:
+                failures.append(
+                    ProduceFailure(index, invalid_message_code(error.reason), str(error))
+                )
+            except MalformedRecords as error:
+                failures.extend(
+                    ProduceFailure(i, pb.BAD_REQUEST, str(error)) for i in range(index, count)
+                )
+                return prepared, stored_indexes, failures, 0
+        return prepared, stored_indexes, failures, len(records) - position
+
+
+def code_name(code: int) -> str:
+    return _CODE_NAMES.get(code, "UNKNOWN")
