@@ -5,8 +5,9 @@ generous: a quadratic matcher takes minutes on such input (the SQL92 filters' ol
 patterns held the event loop for 18 s on one 30,000-digit property), a linear one
 milliseconds.
 
-Why each one is linear is in docs/security.md ("Limits"); the SQL filters' reading of
-numbers against the patterns it replaced is in test_sql_filter_numbers.py."""
+Why each one is linear is in docs/security.md ("Patterns applied to what clients and peers
+send"); how the SQL filters' number scanner compares with the patterns it replaced, in
+test_sql_filter_numbers.py."""
 
 from __future__ import annotations
 
