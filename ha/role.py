@@ -5,7 +5,11 @@ cannot renew its lease) or slave (follows the master, refuses writes).
 Roles change only on a new epoch from routing. Promotion: stop following, record the epoch
 in the epoch history at this log's end, rebuild queue offsets and every log-derived state
 (offsets, POP, timers, transactions), then take writes. Demotion: refuse writes at once,
-fail waiting writes, follow the new master (which truncates any divergent tail).
+fail waiting writes, follow the new master (which truncates any divergent tail). A node
+whose log may still hold a diverged tail (its cut failed: ``TailCutFailed``) refuses the
+promotion: it keeps refusing writes, hands the group to another in-sync member through
+routing, or, with none, tries the cut and the promotion again every
+``PROMOTION_RETRY_S``.
 
 Invariants, each with one home here:
 - "may this node write?" is ``write_refusal`` (``is_master`` for the services' early
@@ -35,7 +39,7 @@ from collections.abc import Callable
 from ha.epochs import EpochHistory
 from ha.master import SILENT_SLAVE_TIMEOUT_S, ReplicationMaster
 from ha.options import ReplicationMode, ReplicationOptions
-from ha.slave import ReplicationSlave
+from ha.slave import ReplicationSlave, TailCutFailed
 from ha.status import ReplicationStatus
 from routing.commands import AlterInSync, ElectMaster, ReportMasterFound, ReportMasterLost
 from routing.metadata import BrokerGroup, healthy_first, may_leave_in_sync
@@ -49,6 +53,7 @@ IN_SYNC_CHECK_S = 0.2
 # term: right after an election it has not dialled the new master yet.
 LOST_MASTER_GRACE_S = 0.5
 SWITCHOVER_CATCH_UP_S = 5.0
+PROMOTION_RETRY_S = 1.0  # a refused promotion with no one to hand over to: the cut again
 
 
 class SwitchoverError(Exception):
@@ -125,6 +130,10 @@ class ReplicationRole:
         self._unlinked_since = (-1, 0.0)  # (epoch, since when) without a link to its master
         self._last_acked: dict[str, int] = {}  # per slave, for the metrics
         self._switching = asyncio.Lock()
+        # The epoch whose promotion this node refused (its log's cut failed), and when it
+        # may try again; None once that epoch is over or the promotion went through.
+        self._unfit_epoch: int | None = None
+        self._retry_promotion_at = 0.0
         self.fenced: str | None = None  # why writes pause (a planned switchover)
         store.writes_refused = "this node has not joined its broker group yet"
         store.add_append_listener(self._on_appended)
@@ -218,7 +227,12 @@ class ReplicationRole:
                 self.epochs.last_epoch,
             )
             return
-        await self.slave.stop()
+        try:
+            await self.slave.stop()
+        except TailCutFailed as error:
+            self._refuse_promotion(epoch, error)
+            return
+        self._unfit_epoch = None
         if epoch > self.epochs.last_epoch:
             # An empty history means every byte here is this node's own: the term covers all.
             start = self.store.write_offset if self.epochs.entries else 0
@@ -240,6 +254,23 @@ class ReplicationRole:
             epoch,
             self.store.write_offset,
         )
+
+    def _refuse_promotion(self, epoch: int, error: TailCutFailed) -> None:
+        """Routing named this node master of ``epoch``, but its log may hold a diverged
+        tail: it stays a slave that refuses writes, and ``maintain`` hands the group over
+        (``_step_aside``)."""
+        self.store.writes_refused = (
+            f"this node cannot take the master's role of {self.broker_group}: {error}"
+        )
+        if self._unfit_epoch != epoch:  # the first refusal of this epoch: step aside at once
+            log.error(
+                "not taking the master's role of %s in epoch %d: %s",
+                self.broker_group,
+                epoch,
+                error,
+            )
+            self._unfit_epoch, self._retry_promotion_at = epoch, time.monotonic()
+            self._check_now.set()
 
     async def _become_slave(self, master: str | None) -> None:
         self.store.writes_refused = (
@@ -288,6 +319,7 @@ class ReplicationRole:
                 if self._master_role:
                     await self._maintain_in_sync()
                 else:
+                    await self._step_aside()
                     await self._report_lost_master()
                     await self._note_refill()
             except RoutingUnavailable as error:
@@ -332,6 +364,49 @@ class ReplicationRole:
             current = self._group()
             if current is not None and self._master_role:
                 self.master.set_counted(current.in_sync)
+
+    async def _step_aside(self) -> None:
+        """A promotion refused for a cut that failed (``_refuse_promotion``): elect the
+        live in-sync member with the longest log in this node's place, as a switchover
+        would (``ElectMaster`` names this epoch: it sticks only if nothing changed since).
+        With none, try the promotion (the cut first) again. Once every
+        ``PROMOTION_RETRY_S``, the first at once."""
+        group = self._group()
+        if self._unfit_epoch is None or group is None or group.master != self.node_id:
+            self._unfit_epoch = None
+            return
+        if group.epoch != self._unfit_epoch or time.monotonic() < self._retry_promotion_at:
+            return  # a newer epoch's promotion is follow_routing's to try
+        self._retry_promotion_at = time.monotonic() + PROMOTION_RETRY_S
+        successor = self._successor(group)
+        if successor is not None:
+            result = await self.routing.submit(
+                ElectMaster(
+                    group.name, successor, group.epoch, "its elected master could not cut its log"
+                )
+            )
+            log.warning(
+                "handing %s to %s: this node's log may hold a diverged tail (%s)",
+                group.name,
+                successor,
+                "elected" if result.ok else f"not elected: {result.detail}",
+            )
+            return
+        await self.follow_routing()
+
+    def _successor(self, group: BrokerGroup) -> str | None:
+        """The live in-sync member other than this node with the longest log (a whole one
+        first, ``healthy_first``), or None."""
+        members = self.routing.state.members
+        candidates = [
+            members[n]
+            for n in group.in_sync
+            if n != self.node_id and n in members and members[n].alive
+        ]
+        whole = healthy_first(candidates)
+        if not whole:
+            return None
+        return max(whole, key=lambda m: (m.max_offset, m.node_id)).node_id
 
     async def _report_lost_master(self) -> None:
         group = self._group()
@@ -481,5 +556,6 @@ class ReplicationRole:
         )
 
     async def close(self) -> None:
-        await self.slave.stop()
+        with contextlib.suppress(TailCutFailed):  # logged where the cut failed
+            await self.slave.stop()
         await self.master.close()

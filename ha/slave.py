@@ -6,7 +6,11 @@ on it. The slave compares its epoch history with the master's and truncates its 
 (with consume queues and index) to the last point both agree on, then appends the
 master's records verbatim, dispatches them with the same dispatcher a master uses, records
 each new epoch it sees, and acknowledges its new end (after forcing it to disk under
-SYNC_FLUSH). A cut tail is kept in a rollback file first (``ha/rollback.py``). Bytes that
+SYNC_FLUSH). A cut tail is kept in a rollback file first (``ha/rollback.py``). A cut that
+fails is logged with its error and tried again before anything else uses the log: before
+the next link's truncation, and by ``stop``, which raises ``TailCutFailed`` when it fails
+again (a promotion must not write at the end of a log that may still hold a diverged
+tail). Bytes that
 do not start where its log ends drop the link, which then handshakes again; so does a
 frame that fails its MAC, a master silent for ``IDLE_TIMEOUT_S`` or a handshake not done
 within ``HANDSHAKE_TIMEOUT_S``. Reconnects back off up to 1 s.
@@ -73,6 +77,16 @@ class Diverged(LinkError):
     """This log shares no epoch with the master's: an operator must decide (wipe it)."""
 
 
+class TailCutFailed(Exception):
+    """Cutting this log's diverged tail failed: the log may still hold records its master
+    never had, and its consume queues, index or epoch history may be out of step with it.
+    Nothing may write at its end (a promotion) until a cut succeeds."""
+
+    def __init__(self, point: int, error: BaseException) -> None:
+        super().__init__(f"cutting this log's tail from offset {point} failed: {error!r}")
+        self.point = point
+
+
 class ReplicationSlave:
     def __init__(
         self,
@@ -109,6 +123,11 @@ class ReplicationSlave:
         self.last_error = ""
         self._task: asyncio.Task[None] | None = None
         self._cut: asyncio.Future[None] | None = None  # a tail being cut, on a thread
+        # (epoch, point) of the last cut begun, until one is seen to succeed: a failed cut
+        # is done again before this log is used (``_finish_cut``).
+        self._unfinished_cut: tuple[int, int] | None = None
+        self._tail_kept: tuple[int, int] | None = None  # a failed cut's tail, in rollback/
+        self._last_cut_error = ""
         self._stopping = False
         self._poke = asyncio.Event()
 
@@ -126,7 +145,9 @@ class ReplicationSlave:
             self._task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
-        """End following. The loop also checks a flag: asyncio.wait_for can swallow a
+        """End following, and wait until the log holds still: ``TailCutFailed`` when it
+        may still hold a diverged tail (a cut failed, and failed again when tried once
+        more here). The loop also checks a flag: asyncio.wait_for can swallow a
         cancellation that lands as its inner wait completes (Python 3.11), and a promotion
         must never wait on a loop that did not notice it was cancelled."""
         if self._task is not None:
@@ -136,13 +157,14 @@ class ReplicationSlave:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait({self._task}, timeout=STOP_TIMEOUT_S)
             self._task = None
+        self.connected_to = None
         cut, self._cut = self._cut, None
         if cut is not None:
             # A cut runs on a thread that no cancellation stops: whatever this node does
             # next (a promotion writes at this log's end) waits until the log holds still.
-            with contextlib.suppress(Exception):
-                await cut
-        self.connected_to = None
+            with contextlib.suppress(TailCutFailed):  # logged; tried once more below
+                await self._outcome(cut)
+        await self._finish_cut()
 
     async def _run(self) -> None:
         backoff, last_address = 0.05, None
@@ -165,6 +187,7 @@ class ReplicationSlave:
                     OSError,
                     TimeoutError,
                     ReplicaMismatch,
+                    TailCutFailed,  # logged with its error where the cut failed
                 ) as error:
                     self.refused_by = None  # something answered the dial
                     repeated = str(error) == self.last_error
@@ -262,6 +285,7 @@ class ReplicationSlave:
         return macs, master_end, _epoch_entries(address, epochs)
 
     async def _truncate_to_common_point(self, master_end: int, master: list[EpochEntry]) -> int:
+        await self._finish_cut()  # the point is judged on a log that holds still
         local_end = self.store.write_offset
         point = truncation_point(self.epochs.entries, local_end, master, master_end)
         if point is None:
@@ -271,18 +295,53 @@ class ReplicationSlave:
             )
         if point < local_end:
             log.warning("replication: truncating this log from %d to %d", local_end, point)
-            loop = asyncio.get_running_loop()
             entry = self.epochs.epoch_at(point)
-            epoch = entry.epoch if entry is not None else 0
-            self._cut = loop.run_in_executor(None, self._keep_and_cut, epoch, point)
-            await asyncio.shield(self._cut)  # cancelled, the cut goes on: ``stop`` waits
-            self._cut = None
+            await self._cut_tail(entry.epoch if entry is not None else 0, point)
         return point
+
+    async def _cut_tail(self, epoch: int, point: int) -> None:
+        """Cut the tail from ``point`` on a thread; ``TailCutFailed`` when that fails."""
+        self._unfinished_cut = (epoch, point)
+        loop = asyncio.get_running_loop()
+        cut = self._cut = loop.run_in_executor(None, self._keep_and_cut, epoch, point)
+        await self._outcome(cut, shield=True)  # cancelled, the cut goes on: ``stop`` waits
+
+    async def _finish_cut(self) -> None:
+        """Do again a cut that failed; ``TailCutFailed`` when it fails again."""
+        if self._unfinished_cut is not None:
+            epoch, point = self._unfinished_cut
+            log.warning("replication: cutting this log's tail from %d again", point)
+            await self._cut_tail(epoch, point)
+
+    async def _outcome(self, cut: asyncio.Future[None], *, shield: bool = False) -> None:
+        """Wait for ``cut``: a success forgets the unfinished cut; a failure is logged with
+        its error and raised as ``TailCutFailed``."""
+        try:
+            await (asyncio.shield(cut) if shield else cut)
+        except Exception as error:
+            point = self._unfinished_cut[1] if self._unfinished_cut else -1
+            repeated, self._last_cut_error = repr(error) == self._last_cut_error, repr(error)
+            log.error(
+                "replication: cutting this log's tail from %d failed (%r); it may still "
+                "hold records its master never had: no promotion until a cut succeeds",
+                point,
+                error,
+                exc_info=None if repeated else error,  # the trace once, not every retry
+            )
+            raise TailCutFailed(point, error) from error
+        finally:
+            if cut.done() and self._cut is cut:
+                self._cut = None
+        self._unfinished_cut, self._tail_kept, self._last_cut_error = None, None, ""
 
     def _keep_and_cut(self, epoch: int, point: int) -> None:
         """Keep the tail in a rollback file (``ha/rollback.py``), cut it, and forget the
-        terms that started in it: one step, also when following is stopped meanwhile."""
-        rollback.keep_tail(self.store, epoch, point)
+        terms that started in it: one step, also when following is stopped meanwhile.
+        Done again after a failure: the tail is kept once (a second keep, of what a
+        partial cut left, would replace the first one's file)."""
+        if self._tail_kept != (epoch, point):
+            rollback.keep_tail(self.store, epoch, point)
+            self._tail_kept = (epoch, point)
         self.store.truncate_to(point)
         self.epochs.truncate_from(point)
 

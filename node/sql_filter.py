@@ -43,12 +43,16 @@ Where ferrymq differs (on purpose): NOT binds looser than a comparison (``NOT a 
 ``NOT (a = 1)``, as in SQL; RocketMQ's grammar applies it to ``a``), a comparison with a
 missing property on either side is unknown (RocketMQ answers false when only the right
 side is missing), integer literals are longs (RocketMQ reads small ones as ints, so a
-property beyond the int range never matches them there), and a property alone is not a
-condition (RocketMQ accepts ``a`` and never matches it).
+property beyond the int range never matches them there), a property alone is not a
+condition (RocketMQ accepts ``a`` and never matches it), and a property longer than
+``MAX_NUMBER_CHARS`` characters never reads as a number (Java reads any length).
 
 Bounds: ``MAX_EXPRESSION_CHARS`` characters, ``MAX_DEPTH`` nested parentheses and NOTs,
 ``MAX_TERMS`` predicates; compiled filters are cached by text (``MAX_CACHED``), so a
-subscription's expression is parsed once however many receives carry it.
+subscription's expression is parsed once however many receives carry it. Reading an
+expression, and a property as a number, is linear in its length (no pattern here can
+backtrack), and a property is measured before it is read: a message's properties, which
+any producer writes, cost a filter at most one pass over them.
 """
 
 from __future__ import annotations
@@ -89,22 +93,32 @@ KEYWORDS = frozenset(
     }
 )
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+# Every pattern here runs in linear time on any text: each repeat is of one character
+# class (or of two alternatives that cannot start alike, in ``text``) and nothing after it
+# can make it give back what it took but the end of its alternative. Numbers, whose old
+# patterns nested ambiguous repeats (``[0-9]+\.?[0-9]*`` split a run of digits every way
+# before failing: a 30,000-digit property held the event loop for 18 s), are read by the
+# scanner below instead, which looks at every character once.
 _TOKEN = re.compile(
     r"""
     (?P<space>\s+)
-  | (?P<double>(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[dD]?|[0-9]+[eE][+-]?[0-9]+[dD]?
-      |[0-9]+[dD])
-  | (?P<long>[0-9]+[lL]?)
   | (?P<name>[A-Za-z_$][A-Za-z0-9_$.]*)
   | (?P<text>'(?:[^']|'')*')
   | (?P<op><>|>=|<=|=|>|<|\(|\)|,|-|\+)
     """,
     re.VERBOSE,
 )
-_LONG_TEXT = re.compile(r"[+-]?[0-9]+")
-_DOUBLE_TEXT = re.compile(
-    r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)"
-)
+_DIGIT_RUN = re.compile(r"[0-9]*")  # ASCII digits only, as every number here
+# The longest text a property may have and still read as a number. ``Long.toString`` and
+# ``Double.toString`` write at most 20 and 24 characters; this leaves room for padding
+# and zeros, stays below the smallest limit Python may put on ``int()`` (640 digits), and
+# makes reading a property as a number cost nothing whatever the property holds.
+MAX_NUMBER_CHARS = 128
+# A long literal of more significant digits is beyond a long with either sign: its value
+# is not computed (``int()`` of a long run of digits is slow, and refused past
+# ``sys.get_int_max_str_digits()``), this stands for it and fails the range check.
+_LONG_DIGITS_MAX = 19
+_BEYOND_LONG = 10**_LONG_DIGITS_MAX
 
 
 class SqlFilterError(ValueError):
@@ -143,9 +157,85 @@ def compile_sql(text: str) -> Filter:
 _cache: OrderedDict[str, Filter] = OrderedDict()
 
 
+# ---- numbers: a scanner that reads each character once ------------------------------------
+def _digits_end(text: str, position: int) -> int:
+    """Where the run of ASCII digits at ``position`` ends (``position`` when none)."""
+    return _DIGIT_RUN.match(text, position).end()
+
+
+def _exponent_end(text: str, position: int) -> int:
+    """Where an exponent ``[eE][+-]?digits`` at ``position`` ends (``position`` when none)."""
+    if text[position : position + 1] not in ("e", "E"):
+        return position
+    digits = position + 2 if text[position + 1 : position + 2] in ("+", "-") else position + 1
+    end = _digits_end(text, digits)
+    return end if end > digits else position
+
+
+def _suffix_end(text: str, position: int, suffixes: str) -> int:
+    """``position`` past one of ``suffixes`` there, if there is one."""
+    found = text[position : position + 1]
+    return position + 1 if found and found in suffixes else position
+
+
+def _fraction_end(text: str, position: int) -> int:
+    """Where a double's tail ends from ``position``: the digits after its point, an
+    exponent, a ``d``."""
+    return _suffix_end(text, _exponent_end(text, _digits_end(text, position)), "dD")
+
+
+def _number_token(text: str, start: int) -> tuple[str, int] | None:
+    """(``long`` or ``double``, end) of the literal at ``start``, or None: ``12``, ``12L``;
+    ``1.``, ``1.5``, ``.5``, ``1e3``, ``1.5E-3d``, ``2d`` (a run of digits followed by a
+    point, an exponent or a ``d`` is a double)."""
+    digits_end = _digits_end(text, start)
+    if digits_end == start:  # no integer part: ".digits" or nothing
+        if text[start : start + 1] != "." or _digits_end(text, start + 1) == start + 1:
+            return None
+        return "double", _fraction_end(text, start + 1)
+    if text[digits_end : digits_end + 1] == ".":
+        return "double", _fraction_end(text, digits_end + 1)
+    exponent_end = _exponent_end(text, digits_end)
+    if exponent_end > digits_end or text[digits_end : digits_end + 1] in ("d", "D"):
+        return "double", _suffix_end(text, exponent_end, "dD")
+    return "long", _suffix_end(text, digits_end, "lL")
+
+
+def _reads_as_long(text: str) -> bool:
+    """Whether ``text`` is ``[+-]?digits``."""
+    start = 1 if text[:1] in ("+", "-") else 0
+    end = _digits_end(text, start)
+    return start < end == len(text)
+
+
+def _reads_as_double(text: str) -> bool:
+    """Whether ``text`` is ``[+-]?`` then ``NaN``, ``Infinity``, or digits with a point
+    (``1.``, ``1.5``, ``.5``) or none, an exponent, one of ``fFdD``: the text of a double."""
+    start = 1 if text[:1] in ("+", "-") else 0
+    if text[start:] in ("NaN", "Infinity"):
+        return True
+    end = _digits_end(text, start)
+    if text[end : end + 1] == ".":
+        fraction_end = _digits_end(text, end + 1)
+        if end == start and fraction_end == end + 1:
+            return False  # a point alone
+        end = fraction_end
+    elif end == start:
+        return False
+    return _suffix_end(text, _exponent_end(text, end), "fFdD") == len(text)
+
+
+def _long_literal(digits: str) -> int:
+    """The value of a literal's digits; ``_BEYOND_LONG`` for more digits than a long has."""
+    significant = digits.lstrip("0")
+    if len(significant) > _LONG_DIGITS_MAX:
+        return _BEYOND_LONG
+    return int(significant or "0")
+
+
 # ---- values and their comparison ---------------------------------------------------------
 def _as_long(text: str) -> int:
-    if not _LONG_TEXT.fullmatch(text):
+    if len(text) > MAX_NUMBER_CHARS or not _reads_as_long(text):
         raise _Mismatch
     value = int(text)
     if not LONG_MIN <= value <= LONG_MAX:
@@ -154,8 +244,10 @@ def _as_long(text: str) -> int:
 
 
 def _as_double(text: str) -> float:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _Mismatch
     stripped = text.strip()
-    if not _DOUBLE_TEXT.fullmatch(stripped):
+    if not _reads_as_double(stripped):
         raise _Mismatch
     return float(stripped.rstrip("fFdD") if stripped[-1:] in "fFdD" else stripped)
 
@@ -274,6 +366,40 @@ class _Token:
         self.value = value
 
 
+def _tokenize(text: str) -> list[_Token]:
+    """The tokens of ``text``, ending with an ``end`` token; ``SqlFilterError`` at the
+    first character that starts none. Linear in ``len(text)``: see ``_TOKEN``."""
+    tokens = []
+    position = 0
+    while position < len(text):
+        number = _number_token(text, position)
+        if number is not None:
+            kind, end = number
+            tokens.append(_number_literal(kind, text[position:end], position))
+            position = end
+            continue
+        match = _TOKEN.match(text, position)
+        if match is None:
+            if text[position] == "'":
+                raise SqlFilterError("a text literal is not closed", text, position)
+            raise SqlFilterError(f"unexpected character {text[position]!r}", text, position)
+        kind, raw = match.lastgroup, match.group()
+        if kind == "name" and raw.upper() in KEYWORDS:
+            tokens.append(_Token("keyword", raw.upper(), position))
+        elif kind == "text":
+            tokens.append(_Token("text", raw, position, raw[1:-1].replace("''", "'")))
+        elif kind != "space":
+            tokens.append(_Token(kind, raw, position))
+        position = match.end()
+    tokens.append(_Token("end", "", len(text)))
+    return tokens
+
+
+def _number_literal(kind: str, raw: str, position: int) -> _Token:
+    value = _long_literal(raw.rstrip("lL")) if kind == "long" else float(raw.rstrip("dD"))
+    return _Token(kind, raw, position, value)
+
+
 class _Operand:
     """A value in the expression: ``literal`` holds a literal's value (None: a property)."""
 
@@ -301,7 +427,7 @@ class _Parser:
                 text,
                 MAX_EXPRESSION_CHARS,
             )
-        self.tokens = self._tokens()
+        self.tokens = _tokenize(text)
         self.index = 0
         self.depth = 0
         self.terms = 0
@@ -310,32 +436,6 @@ class _Parser:
         return SqlFilterError(
             message, self.text, self.peek.position if position is None else position
         )
-
-    # ---- tokens --------------------------------------------------------------------------
-    def _tokens(self) -> list[_Token]:
-        tokens = []
-        text, position = self.text, 0
-        while position < len(text):
-            match = _TOKEN.match(text, position)
-            if match is None:
-                if text[position] == "'":
-                    raise SqlFilterError("a text literal is not closed", text, position)
-                raise SqlFilterError(f"unexpected character {text[position]!r}", text, position)
-            kind, raw = match.lastgroup, match.group()
-            if kind == "name" and raw.upper() in KEYWORDS:
-                tokens.append(_Token("keyword", raw.upper(), position))
-            elif kind == "long":
-                digits = raw.rstrip("lL")
-                tokens.append(_Token("long", raw, position, int(digits)))
-            elif kind == "double":
-                tokens.append(_Token("double", raw, position, float(raw.rstrip("dD"))))
-            elif kind == "text":
-                tokens.append(_Token("text", raw, position, raw[1:-1].replace("''", "'")))
-            elif kind != "space":
-                tokens.append(_Token(kind, raw, position))
-            position = match.end()
-        tokens.append(_Token("end", "", len(text)))
-        return tokens
 
     @property
     def peek(self) -> _Token:

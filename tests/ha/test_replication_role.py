@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
+import threading
 import time
 
 import pytest
 
+from ha.epochs import EpochEntry
 from ha.options import ReplicationMode, ReplicationOptions
 from ha.replicated_store import ReplicatedStore
 from ha.role import ReplicationRole
+from ha.slave import TailCutFailed
 from routing.commands import AlterInSync, ElectMaster, RegisterNode
 from routing.state import RoutingState
 from store.config import StoreConfig
@@ -149,5 +153,140 @@ def test_a_slave_reports_a_master_whose_port_refuses_it_at_once_and_a_silent_one
             lost = await reported_after_two_rounds(silent.getsockname()[1], dialled)
             assert lost == frozenset()
             accepted[0].close()
+
+    asyncio.run(run())
+
+
+# ---- a promotion on a log whose diverged tail could not be cut ----------------------------
+TIMEOUT_S = 30.0
+
+
+class FailingDisk:
+    """``store.truncate_to`` raises OSError while ``failing`` (after ``release``, when
+    ``wait`` is set); the real cut once the disk is repaired."""
+
+    def __init__(self, store: MessageStore, monkeypatch, *, wait: bool = False) -> None:
+        self.failing = True
+        self.entered, self.release = threading.Event(), threading.Event()
+        if not wait:
+            self.release.set()
+        truncate = store.truncate_to
+
+        def truncate_to(point: int) -> None:
+            self.entered.set()
+            assert self.release.wait(TIMEOUT_S)
+            if self.failing:
+                raise OSError(5, "Input/output error (injected)")
+            truncate(point)
+
+        monkeypatch.setattr(store, "truncate_to", truncate_to)
+
+
+async def slave_with_a_tail(store: MessageStore, routing: Routing) -> ReplicationRole:
+    """Node m, a slave of s in epoch 1 (t too), whose log holds 5 records of epoch 1 that
+    the master (its history: epoch 2 from offset 0) never had."""
+    assert routing.state.apply(RegisterNode("s", "g", "127.0.0.1:2")).ok  # master, epoch 1
+    for node_id in ("m", "t"):
+        assert routing.state.apply(RegisterNode(node_id, "g", "127.0.0.1:1")).ok
+    in_sync = frozenset({"s", "m", "t"})
+    assert routing.state.apply(AlterInSync("g", "s", 1, in_sync, 1)).ok
+    assert store.put_messages([Message("t", b"x" * 100)] * 5).ok
+    role = role_of(store, routing, ReplicationMode.ASYNC)
+    role.epochs.append(1, 0)
+    await role.follow_routing()  # a slave of s (which has no replication address here)
+    return role
+
+
+def begin_the_cut(role: ReplicationRole) -> asyncio.Task:
+    """What the slave's link does once it has the master's history: cut to the common
+    point (offset 0), on a thread. The link is the slave's task, as in ``_run``."""
+    slave = role.slave
+    slave._task.cancel()  # the idle loop: this link stands for it
+    slave._task = asyncio.ensure_future(slave._truncate_to_common_point(0, [EpochEntry(2, 0)]))
+    return slave._task
+
+
+def test_a_promotion_waiting_on_a_tail_cut_that_fails_refuses_the_masters_role(
+    store, monkeypatch, caplog
+):
+    """The cut a promotion waits on (``ReplicationSlave.stop``) failed silently: the node
+    then recorded its new term and took writes at the end of a log that still held the
+    tail its old master's successor never had."""
+    disk = FailingDisk(store, monkeypatch, wait=True)
+
+    async def run() -> int:
+        routing = Routing()
+        role = await slave_with_a_tail(store, routing)
+        end = store.write_offset
+        link = begin_the_cut(role)
+        assert await asyncio.get_running_loop().run_in_executor(None, disk.entered.wait, TIMEOUT_S)
+        assert routing.state.apply(ElectMaster("g", "m", 1, "test")).ok  # m, epoch 2
+        promotion = asyncio.ensure_future(role.follow_routing())
+        await asyncio.sleep(0)  # the promotion waits on the cut
+        disk.release.set()
+        await asyncio.wait_for(promotion, TIMEOUT_S)
+        with contextlib.suppress(BaseException):
+            await link
+        assert not role.is_master
+        refusal = role.write_refusal()
+        assert refusal is not None and refusal[0] is PutStatus.SERVICE_NOT_AVAILABLE
+        assert "cutting this log's tail from offset 0 failed" in refusal[1], refusal
+        assert role.epochs.entries == [EpochEntry(1, 0)]  # no new term recorded
+        await role.close()
+        return end
+
+    caplog.set_level(logging.WARNING)
+    end = asyncio.run(run())
+    assert end > 0 and store.write_offset == end  # the tail is there, nothing written on it
+    failures = [r for r in caplog.records if "cutting this log's tail from 0 failed" in r.message]
+    assert failures and isinstance(failures[0].exc_info[1], OSError)
+    assert "not taking the master's role of g in epoch 2" in caplog.text
+
+
+def test_a_refused_promotion_goes_through_once_the_cut_succeeds(store, monkeypatch):
+    """With no other in-sync member to hand the group to, the node tries the cut, then
+    the promotion, again: once the disk is repaired it is master, on the cut log."""
+    disk = FailingDisk(store, monkeypatch)
+
+    async def run() -> None:
+        routing = Routing()
+        role = await slave_with_a_tail(store, routing)
+        with pytest.raises(TailCutFailed):
+            await begin_the_cut(role)
+        # Elected alone (an unclean election starts an in-sync set of its own): no one to
+        # hand the group to.
+        assert routing.state.apply(ElectMaster("g", "m", 1, "test", unclean=True)).ok
+        await role.follow_routing()  # the cut is tried once more, and fails
+        assert not role.is_master
+        await role._step_aside()  # no one to hand over to: the cut and promotion again
+        assert not role.is_master
+        disk.failing = False
+        role._retry_promotion_at = 0.0  # the next retry is due
+        await role._step_aside()
+        assert role.is_master and role.write_refusal() is None
+        assert store.write_offset == 0  # cut, then promoted
+        assert role.epochs.entries == [EpochEntry(2, 0)]
+        await role.close()
+
+    asyncio.run(run())
+
+
+def test_a_node_that_cannot_cut_its_tail_hands_its_group_to_an_in_sync_member(store, monkeypatch):
+    FailingDisk(store, monkeypatch)  # never repaired
+
+    async def run() -> None:
+        routing = SubmittingRouting()
+        role = await slave_with_a_tail(store, routing)
+        with pytest.raises(TailCutFailed):
+            await begin_the_cut(role)
+        assert routing.state.apply(ElectMaster("g", "m", 1, "test")).ok  # m, epoch 2
+        await role.follow_routing()
+        assert not role.is_master
+        await role._step_aside()
+        group = routing.state.broker_groups["g"]
+        assert (group.master, group.epoch, group.in_sync) == ("t", 3, frozenset({"t"}))
+        await role.follow_routing()  # a slave of t, writes refused
+        assert not role.is_master and role.slave.running
+        await role.close()
 
     asyncio.run(run())
