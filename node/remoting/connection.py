@@ -23,11 +23,9 @@ connection). What it guarantees:
   ``max_request_bytes`` is answered SYSTEM_BUSY and dropped.
 - Idle and silent connections end: the listener's sweep (``server.py``) calls ``sweep``
   about once a second, so the hot path only sets a flag; a connection without a whole
-  frame ``first_frame_timeout_s`` after it was accepted (its TLS handshake included), or
-  with nothing received, nothing in flight and no answer leaving for ``idle_timeout_s``,
-  is closed.
-- With TLS, the handshake starts only after the listener took the connection (its
-  limits per node and per address), so a refused peer costs no handshake.
+  frame ``first_frame_timeout_s`` after it was accepted (its TLS handshake included: the
+  listener's handshake timeout is the same), or with nothing received, nothing in flight
+  and no answer leaving for ``idle_timeout_s``, is closed.
 - Every line a peer can cause at will (a refusal, a dropped or timed-out connection) goes
   through ``QuietLog``: one per kind per 10 s, with a count of those left out.
 - When the peer goes, its running handlers are cancelled (a long poll stops waiting)
@@ -46,7 +44,6 @@ import dataclasses
 import itertools
 import logging
 import socket
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,11 +122,11 @@ class RemotingConnection(asyncio.Protocol):
         *,
         budget: RequestBudget | None = None,
         quiet: QuietLog | None = None,
-        tls: ssl.SSLContext | None = None,
+        accepted_at: float = 0.0,
     ) -> None:
         """``on_open(connection)`` decides whether the listener takes it (False: closed at
-        once); ``budget`` is the node's (``node/request_budget.py``); with ``tls`` the
-        connection speaks TLS once taken."""
+        once); ``budget`` is the node's (``node/request_budget.py``); ``accepted_at``: the
+        loop's time at accept (a TLS handshake comes between it and ``connection_made``)."""
         self.dispatch = dispatch
         self._observe = observe or _ignore
         self.limits = limits
@@ -140,7 +137,6 @@ class RemotingConnection(asyncio.Protocol):
             limits.max_request_bytes, limits.max_request_bytes_per_connection
         )
         self._quiet = quiet or QuietLog(log)
-        self._tls = tls
         self._splitter = FrameSplitter(limits.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -148,8 +144,6 @@ class RemotingConnection(asyncio.Protocol):
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._opaques = itertools.count(1)
         self._close_callbacks: list[Callable[[RemotingConnection], None]] = []
-        self._handshake: asyncio.Task | None = None
-        self._lost = False
         self.closed = False
         self.peer_host = ""
         self.peer_port = 0
@@ -162,7 +156,7 @@ class RemotingConnection(asyncio.Protocol):
         self._bytes_paused = False
         # For the listener's sweep (``sweep``): loop times, and what happened since the
         # last sweep, so that a request costs a flag, never a clock read.
-        self.accepted_at = 0.0
+        self.accepted_at = accepted_at
         self.active_at = 0.0
         self._heard = False  # bytes arrived since the last sweep
         self._framed = False  # a whole, readable frame arrived
@@ -184,7 +178,8 @@ class RemotingConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  (uvloop's is no subclass)
         self._loop = asyncio.get_running_loop()
-        self.accepted_at = self.active_at = self._loop.time()
+        self.active_at = self._loop.time()
+        self.accepted_at = self.accepted_at or self.active_at
         raw = transport.get_extra_info("socket")
         if raw is not None and raw.family in (socket.AF_INET, socket.AF_INET6):
             # Answers must not wait for the peer's delayed ACK (asyncio sets it; say so).
@@ -192,51 +187,11 @@ class RemotingConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer_host, self.peer_port = str(peer[0]), int(peer[1])
-        if not self._on_open(self):  # the listener logs why
-            self.abort()
-            return
-        if self._tls is not None:
-            # Nothing of the handshake may reach data_received before TLS takes over.
-            transport.pause_reading()  # type: ignore[attr-defined]
-            self._handshake = self._loop.create_task(self._start_tls(transport, self._tls))
-            return
-        self._serve_on(transport)
-
-    def _serve_on(self, transport) -> None:
-        self._transport = transport
-        transport.set_write_buffer_limits(
+        transport.set_write_buffer_limits(  # type: ignore[attr-defined]
             high=self.limits.write_high_bytes, low=self.limits.write_low_bytes
         )
-
-    async def _start_tls(self, raw, context: ssl.SSLContext) -> None:
-        """The server side of the handshake, within what is left of the first frame's
-        deadline; a failure closes the connection."""
-        assert self._loop is not None
-        left = self.accepted_at + self.limits.first_frame_timeout_s - self._loop.time()
-        try:
-            secure = await self._loop.start_tls(
-                raw, self, context, server_side=True, ssl_handshake_timeout=max(left, 0.01)
-            )
-        except asyncio.CancelledError:
-            raw.abort()
-            self.connection_lost(None)
-            raise
-        except Exception as error:  # a failed or timed-out handshake, a clear-text peer
-            self._quiet.log(
-                "tls",
-                logging.INFO,
-                "closing remoting connection from %s: TLS handshake failed: %s",
-                self.peer_address,
-                str(error) or type(error).__name__,
-            )
-            raw.abort()
-            self.connection_lost(None)
-            return
-        if secure is None or self.closed:  # closed while the handshake ran
-            raw.abort()
-            self.connection_lost(None)
-            return
-        self._serve_on(secure)
+        if not self._on_open(self):  # the listener logs why
+            self.abort()
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -284,9 +239,7 @@ class RemotingConnection(asyncio.Protocol):
             transport.resume_reading()
 
     def connection_lost(self, error: Exception | None) -> None:
-        if self._lost:  # a TLS handshake that failed may report it twice
-            return
-        self._lost = self.closed = True
+        self.closed = True
         for task in self._tasks:
             task.cancel()  # a long poll of a gone peer stops waiting
         for waiter in self._pending.values():

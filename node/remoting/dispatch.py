@@ -17,8 +17,9 @@ The handler contract (docs/architecture.md, "Remoting")::
 - ``connection`` is who asked: its peer address, and ``connection.request(...)`` for a
   request of the node's own to that client (transaction checks, consumer-ids notices).
 - A request's ``body`` is empty unless its code is one of the dispatch's ``body_codes``
-  (``BODY_CODES`` for the node): the transport drops a body no handler reads before the
-  request is held, so a long poll sent with a 16 MiB body holds none of it. A handler
+  (``BODY_CODES`` for the node without auth; with auth every body is kept, the signature
+  covers it): the transport drops a body no handler reads before the request is held,
+  so a long poll sent with a 16 MiB body holds none of it. A handler
   that starts reading a body adds its code there
   (``tests/node/test_remoting_bounds.py`` fails until it does).
 
@@ -58,9 +59,13 @@ BODY_CODES = frozenset(
 
 
 class Dispatch:
-    def __init__(self, body_codes: Collection[int] = BODY_CODES) -> None:
+    def __init__(self, body_codes: Collection[int] | None = BODY_CODES) -> None:
+        """``body_codes``: the codes whose requests keep their body; None: every code (the
+        node with auth on, where the signature covers the body)."""
         self._handlers: dict[int, Handler] = {}
-        self._body_codes = frozenset(int(code) for code in body_codes)
+        self._body_codes = (
+            None if body_codes is None else frozenset(int(code) for code in body_codes)
+        )
 
     def register(self, code: int, handler: Handler) -> None:
         """``handler`` answers ``code``; a code has one handler."""
@@ -77,7 +82,7 @@ class Dispatch:
 
     def keeps_body(self, code: int) -> bool:
         """Whether a request of ``code`` is handed its body (else an empty one)."""
-        return code in self._body_codes
+        return self._body_codes is None or code in self._body_codes
 
     @property
     def codes(self) -> list[int]:

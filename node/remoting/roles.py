@@ -37,7 +37,7 @@ from node.remoting.broker_send import SendHandlers
 from node.remoting.broker_transactions import TransactionHandlers
 from node.remoting.client_config import ClientConfigHandlers
 from node.remoting.client_connections import ClientConnections, ConnectionHandlers
-from node.remoting.dispatch import Dispatch, Handler
+from node.remoting.dispatch import BODY_CODES, Dispatch, Handler
 from node.remoting.ferry_data import FerryDataHandlers
 from node.remoting.name_server import NameServer
 from node.remoting.subscriptions import Subscriptions
@@ -97,7 +97,10 @@ def build_dispatch(
         ).handlers(),
     ]
     handlers = transaction_handlers.observing_heartbeats(handlers)
-    dispatch = Dispatch()
+    # With auth on, the ACL 1.0 signature covers the body: the node must verify the body
+    # that was signed, so none is dropped (the request budget still bounds them, and an
+    # unauthenticated request is refused before it waits).
+    dispatch = Dispatch(body_codes=None if access is not None else BODY_CODES)
     if access is not None:
         access.reading(Lookups(_topic_at(store), transactions.pending_topic))
         handlers = access.wrap_all(handlers)

@@ -8,8 +8,10 @@ port speaks TLS with the node's certificate (``node/tls.py``).
 What the listener bounds (``TransportLimits``):
 
 - connections open at once, on the node and from one client address: one past either is
-  closed as soon as it is accepted, before any TLS handshake, with a log line (one per
-  reason per 10 s: a client refused in a loop cannot flood the log);
+  closed as soon as it is taken (with TLS, once its handshake is done), with a log line
+  (one per reason per 10 s: a client refused in a loop cannot flood the log). A TLS
+  handshake in progress is bounded by time only: it must finish within the first frame's
+  deadline (``ssl_handshake_timeout``);
 - idle and silent connections: one sweep on the loop (about once a second, the shortest
   timeout's tenth when shorter) asks each connection to close itself if it had no whole
   frame in time or has been idle too long (``RemotingConnection.sweep``); per request
@@ -59,7 +61,6 @@ class RemotingServer:
         self._per_address: dict[str, int] = {}
         self._failures = FailureLog(log)
         self._quiet = QuietLog(log)
-        self._tls: ssl.SSLContext | None = None
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self._swept_at = 0.0
@@ -67,9 +68,12 @@ class RemotingServer:
 
     async def bind(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
         """Listen on ``host:port`` (not serving yet); the port bound. With
-        ``ssl_context`` each connection starts TLS once the limits took it."""
+        ``ssl_context`` the port speaks TLS, whose handshake must finish within the first
+        frame's deadline."""
         loop = asyncio.get_running_loop()
-        self._tls = ssl_context
+        tls: dict = {}
+        if ssl_context is not None:
+            tls = {"ssl": ssl_context, "ssl_handshake_timeout": self.limits.first_frame_timeout_s}
         self._server = await loop.create_server(
             self._connection,
             host,
@@ -77,6 +81,7 @@ class RemotingServer:
             reuse_address=True,  # beside a launcher's hold on the port (node/port_holds.py)
             backlog=BACKLOG,
             start_serving=False,
+            **tls,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
@@ -115,7 +120,7 @@ class RemotingServer:
             self._observe,
             budget=self.budget,
             quiet=self._quiet,
-            tls=self._tls,
+            accepted_at=asyncio.get_running_loop().time(),  # called at accept, on the loop
         )
 
     def _opened(self, connection: RemotingConnection) -> bool:
