@@ -5,7 +5,7 @@ node can register the address it really listens on before any request arrives;
 ``serve`` starts accepting once every handler is registered. With TLS configured the
 port speaks TLS with the node's certificate (``node/tls.py``).
 
-What the listener bounds (``TransportLimits``):
+What the listener bounds (``TransportLimits``, from ``[remoting]``: ``transport_limits``):
 
 - connections open at once, on the node and from one client address: one past either is
   closed as soon as it is taken (with TLS, once its handshake is done), with a log line
@@ -28,6 +28,7 @@ import asyncio
 import logging
 import ssl
 
+from node.config import RemotingOptions
 from node.remoting.connection import Observer, RemotingConnection, TransportLimits
 from node.remoting.dispatch import Dispatch
 from node.remoting.quiet_log import FailureLog, QuietLog
@@ -38,6 +39,18 @@ BACKLOG = 1024
 # A sweep later than its interval by more than this means the loop did not run (the
 # process was stopped, or stalled): nobody is closed for that silence.
 LATE_SWEEP_S = 1.0
+
+
+def transport_limits(options: RemotingOptions) -> TransportLimits:
+    """The listener's limits from the node's ``[remoting]`` settings."""
+    return TransportLimits(
+        max_connections=options.max_connections,
+        max_connections_per_address=options.max_connections_per_address,
+        idle_timeout_s=options.idle_timeout_ms / 1000,
+        first_frame_timeout_s=options.first_frame_timeout_ms / 1000,
+        max_request_bytes_per_connection=options.max_request_bytes_per_connection,
+        max_request_bytes=options.max_request_bytes,
+    )
 
 
 class RemotingServer:
