@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 
 import pytest
 
+from ferrymq.client import Admin, Message, Producer
 from ferrymq.codec.remoting_codes import ResponseCode
+from ferrymq.launcher.polling import until
 from node.config import ConfigError, RemotingOptions, parse_node_config, render_node_config
 from node.remoting.connection import TransportLimits
 from node.remoting.server import transport_limits
@@ -99,3 +102,31 @@ def test_a_node_applies_its_remoting_settings(tmp_path):
         assert "max_connections_per_address" in log
     finally:
         node.sigterm()
+
+
+def test_the_sdk_sends_again_after_the_node_closed_its_idle_connection(tmp_path):
+    """The idle timeout closes an SDK producer's connection between two sends; the next
+    send, without retries, must find that out before it writes (it failed UNAVAILABLE:
+    the node closed the connection)."""
+    node = start_node(
+        str(tmp_path / "node"), "[ports]\nremoting = 0\n[remoting]\nidle_timeout_ms = 1000\n"
+    )
+    try:
+        with Admin(node.address) as admin:
+            admin.create_topic("idle", queue_count=1)
+        with Producer(node.address, max_attempts=1) as producer:
+            producer.send(Message("idle", b"before"))
+            (sock,) = [c._socket for c in producer.endpoints._channels.values() if c._socket]
+            until(lambda: _closed_by_node(sock), what="the node to close the idle connection")
+            assert producer.send(Message("idle", b"after")).message_id
+    finally:
+        node.sigterm()
+
+
+def _closed_by_node(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionError:
+        return True
