@@ -36,6 +36,19 @@ Layout of ``node.toml``::
                                            # RocketMQ 4.x delay levels 1..n (DELAY property,
                                            # consumer retries): the same on every node
 
+    [remoting]               # what clients may hold of the RocketMQ 4.x port
+                             # (docs/security.md, "The remoting port")
+    max_connections = 10000              # open at once; one more is closed at once
+    max_connections_per_address = 1000   # from one client address (clients behind one
+                                         # NAT address share it)
+    idle_timeout_ms = 120000             # nothing received, nothing in flight: closed
+    first_frame_timeout_ms = 10000       # no whole request after accept (TLS handshake
+                                         # included): closed
+    max_request_bytes_per_connection = 67108864  # held by its requests being handled:
+                                         # past it, not read until below half of it
+    max_request_bytes = 536870912        # the node's: past it, SYSTEM_BUSY (at least
+                                         # 16777216, the largest frame)
+
     [store]                  # any field of store.config.StoreConfig but data_dir
     flush_mode = "ASYNC_FLUSH"
     commitlog_segment_bytes = 1073741824
@@ -83,6 +96,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ferrymq.codec.remoting import DEFAULT_MAX_FRAME_BYTES
 from ha.options import ReplicationMode, ReplicationOptions
 from node.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevelsError, parse_delay_levels
 from store.config import FlushMode, StoreConfig
@@ -140,6 +154,30 @@ class MessagingOptions:
 
 
 @dataclass(frozen=True)
+class RemotingOptions:
+    """Bounds of the remoting port (node/remoting/server.py, ``transport_limits``)."""
+
+    # The transport's fixed limit until now: a 4.x client process keeps one connection
+    # per node it talks to, so this is about 10,000 client processes.
+    max_connections: int = 10_000
+    # A tenth of the node's: one address (one attacker) cannot take every connection,
+    # while tests, benchmarks and chaos runs (all from 127.0.0.1, tens of connections)
+    # and about a thousand client processes behind one NAT address still fit.
+    max_connections_per_address: int = 1_000
+    # RocketMQ's server default (serverChannelMaxIdleTimeSeconds); its clients heartbeat
+    # every 30 s, and a long poll in flight keeps a connection open.
+    idle_timeout_ms: int = 120_000
+    # A client sends its first request right after connecting; this covers a slow TLS
+    # handshake too, while a silent connection holds its slot for seconds, not forever.
+    first_frame_timeout_ms: int = 10_000
+    # Four of the largest frames: a client with many sends in flight is slowed (not
+    # read), never refused.
+    max_request_bytes_per_connection: int = 64 << 20
+    # 32 of the largest frames held at once across the node, then SYSTEM_BUSY.
+    max_request_bytes: int = 512 << 20
+
+
+@dataclass(frozen=True)
 class ClusterOptions:
     voters: tuple[str, ...] = ()
     secret: str = field(default="", repr=False)  # never in a log line or a traceback
@@ -178,6 +216,7 @@ class NodeConfig:
     ports: Ports = field(default_factory=Ports)
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
     messages: MessagingOptions = field(default_factory=MessagingOptions)
+    remoting: RemotingOptions = field(default_factory=RemotingOptions)
     store: dict[str, Any] = field(default_factory=dict)
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
     replication: ReplicationOptions = field(default_factory=ReplicationOptions)
@@ -215,6 +254,7 @@ _METRICS_FIELDS = {f.name for f in dataclasses.fields(MetricsOptions)}
 _PORT_FIELDS = {f.name for f in dataclasses.fields(Ports)}
 _MESSAGES_FIELDS = {f.name for f in dataclasses.fields(MessagingOptions)}
 _MESSAGES_SWITCHES = {"untyped_topics_take_any_type", "auto_create_groups"}
+_REMOTING_FIELDS = {f.name for f in dataclasses.fields(RemotingOptions)}
 _CLUSTER_FIELDS = {f.name for f in dataclasses.fields(ClusterOptions)}
 _REPLICATION_FIELDS = {f.name for f in dataclasses.fields(ReplicationOptions)}
 _SECURITY_FIELDS = {f.name for f in dataclasses.fields(SecurityOptions)}
@@ -231,6 +271,7 @@ def parse_node_config(text: str) -> NodeConfig:
         "ports",
         "metrics",
         "messages",
+        "remoting",
         "store",
         "cluster",
         "replication",
@@ -243,6 +284,7 @@ def parse_node_config(text: str) -> NodeConfig:
     metrics = _metrics_options(_checked(raw.get("metrics", {}), _METRICS_FIELDS, "metrics"))
     store = _checked(raw.get("store", {}), _STORE_FIELDS, "store")
     messages = _checked(raw.get("messages", {}), _MESSAGES_FIELDS, "messages")
+    remoting = _remoting_options(_checked(raw.get("remoting", {}), _REMOTING_FIELDS, "remoting"))
     cluster = _cluster_options(_checked(raw.get("cluster", {}), _CLUSTER_FIELDS, "cluster"))
     replication = _replication_options(
         _checked(raw.get("replication", {}), _REPLICATION_FIELDS, "replication")
@@ -284,6 +326,7 @@ def parse_node_config(text: str) -> NodeConfig:
         ports=Ports(**ports),
         metrics=metrics,
         messages=MessagingOptions(**messages),
+        remoting=remoting,
         store=store,
         cluster=cluster,
         replication=replication,
@@ -330,6 +373,30 @@ def _cluster_options(section: dict[str, Any]) -> ClusterOptions:
     options = ClusterOptions(voters=tuple(voters), secret=secret, **numbers)
     if options.heartbeat_interval_ms * 2 > options.lease_ms:
         raise ConfigError("cluster.heartbeat_interval_ms must be at most half of lease_ms")
+    return options
+
+
+def _remoting_options(section: dict[str, Any]) -> RemotingOptions:
+    for name, value in section.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"remoting.{name} must be a positive integer, got {value!r}")
+    options = RemotingOptions(**section)
+    if options.max_connections_per_address > options.max_connections:
+        raise ConfigError(
+            f"remoting.max_connections_per_address ({options.max_connections_per_address}) "
+            f"must be at most max_connections ({options.max_connections})"
+        )
+    if options.max_request_bytes < DEFAULT_MAX_FRAME_BYTES:
+        raise ConfigError(
+            f"remoting.max_request_bytes must be at least {DEFAULT_MAX_FRAME_BYTES} (the "
+            f"largest frame, which must fit), got {options.max_request_bytes}"
+        )
+    if options.max_request_bytes_per_connection > options.max_request_bytes:
+        raise ConfigError(
+            "remoting.max_request_bytes_per_connection "
+            f"({options.max_request_bytes_per_connection}) must be at most max_request_bytes "
+            f"({options.max_request_bytes})"
+        )
     return options
 
 
@@ -449,6 +516,10 @@ def render_node_config(config: NodeConfig) -> str:
     lines.append("[messages]")
     for name in sorted(_MESSAGES_FIELDS):
         lines.append(f"{name} = {_toml_value(getattr(config.messages, name))}")
+    lines.append("")
+    lines.append("[remoting]")
+    for name in sorted(_REMOTING_FIELDS):
+        lines.append(f"{name} = {getattr(config.remoting, name)}")
     lines.append("")
     lines.append("[cluster]")
     lines.append("voters = [" + ", ".join(_toml_value(v) for v in config.cluster.voters) + "]")

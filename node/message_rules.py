@@ -60,7 +60,6 @@ def born_host_bytes(text: str) -> bytes:
         return b"\x00" * 8
 
 
-
 # ---- Data.Produce records (ferrymq/codec/produce_records.py has the layout) ----------
 
 

@@ -26,9 +26,7 @@ class _Window:
 
 
 class RefusalLog:
-    def __init__(
-        self, logger: logging.Logger, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, logger: logging.Logger, clock: Callable[[], float] = time.monotonic) -> None:
         self.logger = logger
         self.clock = clock
         self._windows: dict[tuple[str, str], _Window] = {}

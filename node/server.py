@@ -60,7 +60,7 @@ from node.queue_locks import QueueLocks
 from node.receipt_handle import ReceiptHandles
 from node.remoting.dispatch import Dispatch
 from node.remoting.roles import build_dispatch
-from node.remoting.server import RemotingServer
+from node.remoting.server import RemotingServer, transport_limits
 from node.secret_box import SecretBox
 from node.services.admin import AdminService
 from node.services.check_relay import CheckRelay
@@ -454,7 +454,9 @@ class Node:
         # Bound now, served once every handler is registered: routing learns the address.
         # (After the routing replica is ready, as the replication port: a node that cannot
         # join says so first.)
-        self.remoting = RemotingServer(Dispatch(), observe=self.metrics.remoting.observe)
+        self.remoting = RemotingServer(
+            Dispatch(), transport_limits(config.remoting), observe=self.metrics.remoting.observe
+        )
         self.remoting_port = await self.remoting.bind(
             config.host,
             config.ports.remoting,

@@ -6,7 +6,9 @@ SDK's objects are; ``call`` is a request and its answer, and ``send`` / ``receiv
 a caller keep one request travelling while it works (the pull consumer's prefetch).
 ``AsyncRemotingChannel`` serves one event loop: requests are matched to answers by
 opaque, so coalesced sends overlap on one connection. Either connects lazily and again
-after a failure; a failure is a ``FerryError(TRANSPORT)`` (``UNAVAILABLE``,
+after a failure, or when the node closed it while idle (its ``[remoting]
+idle_timeout_ms``: the blocking channel checks a connection unused for a while before it
+writes on it); a failure is a ``FerryError(TRANSPORT)`` (``UNAVAILABLE``,
 ``DEADLINE_EXCEEDED``), which the SDK retries after refreshing the route, as it does a
 gRPC transport failure.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -42,6 +45,10 @@ from ferrymq.codec.remoting_codes import ResponseCode
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
 RECEIVE_BYTES = 1 << 20
+# A connection unused this long is checked before a request is written on it: the node
+# closes idle connections ([remoting] idle_timeout_ms), and a request written after that
+# close would be lost (UNAVAILABLE). Below it, no check: one clock read a request.
+CHECK_IDLE_AFTER_S = 0.5
 BAD_CREDENTIALS_REMARK = "UNAUTHENTICATED:"  # node.authentication.Verification: its refusals
 PLAIN = ClientSecurity()
 CLIENT_VERSION = 407  # the 4.9.7 ordinal, as the broker answers
@@ -127,6 +134,24 @@ class RemotingChannel:
         # answered during a route refresh): kept, not skipped.
         self._awaited: set[int] = set()
         self._answers: dict[int, RemotingCommand] = {}
+        self._used_at = 0.0
+
+    def _open_socket(self) -> socket.socket:
+        """The connection, made again if the node closed it while it was idle."""
+        sock = self._socket
+        now = time.monotonic()
+        if (
+            sock is not None
+            and not self._awaited
+            and now - self._used_at > CHECK_IDLE_AFTER_S
+            and select.select([sock], [], [], 0)[0]
+        ):
+            # Nothing is awaited, yet something came: the node's close (or the answer to a
+            # forgotten request). A new connection loses nothing either way.
+            self.close()
+            sock = None
+        self._used_at = now
+        return sock or self._connect()
 
     def _connect(self) -> socket.socket:
         host, port = _split(self.address)
@@ -166,7 +191,7 @@ class RemotingChannel:
         """Write a request without waiting for its answer (``receive`` takes it): a
         consumer's next fetch travels while it decodes the last. Returns its opaque."""
         timeout_s = timeout_s or self.timeout_s
-        sock = self._socket or self._connect()
+        sock = self._open_socket()
         opaque = next(self._opaques)
         with self._failures(timeout_s):
             # The socket keeps the channel's timeout; a call that needs another (a fetch

@@ -339,6 +339,13 @@ def _from_json(header: bytes, body: bytes) -> RemotingCommand:
         raw = json.loads(header)
     except ValueError as error:  # UnicodeDecodeError included
         raise MalformedHeader(f"header is not JSON: {error}") from None
+    except RecursionError:
+        # A header nested past the parser's recursion limit (``[[[[...``): unreadable,
+        # and no opaque is known. RocketMQ's own headers nest two levels.
+        raise MalformedHeader(
+            f"header is JSON nested too deeply to read ({len(header)} bytes; a RocketMQ "
+            "header nests two levels)"
+        ) from None
     if type(raw) is not dict:
         raise MalformedHeader(f"header is JSON {type(raw).__name__}, not an object")
     opaque = _json_number(raw, "opaque", None, INT32_MIN, INT32_MAX)

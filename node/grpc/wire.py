@@ -149,5 +149,3 @@ def to_wire_message(
         system_properties=system,
         body=body,
     )
-
-

@@ -16,6 +16,18 @@ connection). What it guarantees:
 - Writes are bounded: above ``write_high_bytes`` unsent, the connection stops reading
   (no new requests from a peer that does not read its answers); above
   ``write_max_bytes`` it is closed, so a slow reader costs a bounded amount of memory.
+- Requests are bounded by their bytes while handled (``node/request_budget.py``): a body
+  its code does not read is dropped first (``Dispatch.keeps_body``); past
+  ``max_request_bytes_per_connection`` held, the connection is not read until it holds
+  less than half (the peer's writes back up); a request that would take the node past
+  ``max_request_bytes`` is answered SYSTEM_BUSY and dropped.
+- Idle and silent connections end: the listener's sweep (``server.py``) calls ``sweep``
+  about once a second, so the hot path only sets a flag; a connection without a whole
+  frame ``first_frame_timeout_s`` after it was accepted (its TLS handshake included: the
+  listener's handshake timeout is the same), or with nothing received, nothing in flight
+  and no answer leaving for ``idle_timeout_s``, is closed.
+- Every line a peer can cause at will (a refusal, a dropped or timed-out connection) goes
+  through ``QuietLog``: one per kind per 10 s, with a count of those left out.
 - When the peer goes, its running handlers are cancelled (a long poll stops waiting)
   and the node's own requests to it fail at once.
 - The node's own requests to the client (``request``, ``send_oneway``) get opaques of
@@ -28,6 +40,7 @@ Thread-safety: owned by the node's event loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import socket
@@ -51,14 +64,13 @@ from ferrymq.codec.remoting import (
 )
 from ferrymq.codec.remoting_codes import ResponseCode
 from node.remoting.dispatch import Dispatch
+from node.remoting.quiet_log import FailureLog, QuietLog
+from node.request_budget import RequestBudget
 
 log = logging.getLogger("ferrymq.remoting")
 
 # A body this small is copied into one write with its head; larger ones go as they are.
 COPY_BODY_BELOW = 64 << 10
-# A handler failure's traceback is logged once per (code, exception type); after that one
-# line per interval says how many more there were.
-FAILURE_LOG_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -73,37 +85,20 @@ class TransportLimits:
     write_max_bytes: int = 64 << 20
     max_in_flight: int = 1024  # requests being handled at once on one connection
     max_pending: int = 1024  # the node's own requests to one client awaiting answers
+    # Connections open at once, on the node and from one client address (a flood from
+    # one address cannot take them all; clients behind one NAT address share its cap).
     max_connections: int = 10_000
-
-
-class FailureLog:
-    """Handler exceptions, logged without a flood: the first of each (code, type) with its
-    traceback, then a count once per ``FAILURE_LOG_INTERVAL_S``."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._seen: dict[tuple[int, type], tuple[float, int]] = {}
-
-    def report(self, code: int, error: BaseException) -> None:
-        key = (code, type(error))
-        now = self._clock()
-        seen = self._seen.get(key)
-        if seen is None:
-            self._seen[key] = (now, 0)
-            log.error("remoting request code %d failed", code, exc_info=error)
-            return
-        logged_at, unlogged = seen
-        if now - logged_at >= FAILURE_LOG_INTERVAL_S:
-            self._seen[key] = (now, 0)
-            log.error(
-                "remoting request code %d failed again (%d more since): %s: %s",
-                code,
-                unlogged + 1,
-                type(error).__name__,
-                error,
-            )
-        else:
-            self._seen[key] = (logged_at, unlogged + 1)
+    max_connections_per_address: int = 1_000
+    # Closed: a connection that sent nothing, had no request in flight and no answer
+    # leaving this long (RocketMQ's server default), and one without a whole frame this
+    # long after it was accepted (a TLS handshake included).
+    idle_timeout_s: float = 120.0
+    first_frame_timeout_s: float = 10.0
+    # Bytes of the requests being handled (bodies their code does not read dropped): past
+    # the connection's, it is not read until it holds less than half; past the node's,
+    # a request is answered SYSTEM_BUSY.
+    max_request_bytes_per_connection: int = 64 << 20
+    max_request_bytes: int = 512 << 20
 
 
 MALFORMED_CODE = -1  # what a request whose header cannot be read is observed as
@@ -124,17 +119,28 @@ class RemotingConnection(asyncio.Protocol):
         on_open: Callable[[RemotingConnection], bool],
         on_close: Callable[[RemotingConnection], None],
         observe: Observer | None = None,
+        *,
+        budget: RequestBudget | None = None,
+        quiet: QuietLog | None = None,
+        accepted_at: float = 0.0,
     ) -> None:
+        """``on_open(connection)`` decides whether the listener takes it (False: closed at
+        once); ``budget`` is the node's (``node/request_budget.py``); ``accepted_at``: the
+        loop's time at accept (a TLS handshake comes between it and ``connection_made``)."""
         self.dispatch = dispatch
         self._observe = observe or _ignore
         self.limits = limits
         self._failures = failures
         self._on_open = on_open
         self._on_close = on_close
+        self._budget = budget or RequestBudget(
+            limits.max_request_bytes, limits.max_request_bytes_per_connection
+        )
+        self._quiet = quiet or QuietLog(log)
         self._splitter = FrameSplitter(limits.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: dict[asyncio.Task, int] = {}  # request being handled -> bytes held
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._opaques = itertools.count(1)
         self._close_callbacks: list[Callable[[RemotingConnection], None]] = []
@@ -143,6 +149,18 @@ class RemotingConnection(asyncio.Protocol):
         self.peer_port = 0
         # What handlers remember about this client (its client id, the groups it joined).
         self.attributes: dict[str, object] = {}
+        # Reading stops while the peer does not read its answers or while its requests
+        # hold more than their limit; it starts again when neither is so.
+        self.reading_paused = False
+        self._write_paused = False
+        self._bytes_paused = False
+        # For the listener's sweep (``sweep``): loop times, and what happened since the
+        # last sweep, so that a request costs a flag, never a clock read.
+        self.accepted_at = accepted_at
+        self.active_at = 0.0
+        self._heard = False  # bytes arrived since the last sweep
+        self._framed = False  # a whole, readable frame arrived
+        self._unsent = 0  # answer bytes not yet sent, at the last sweep
 
     @property
     def peer_address(self) -> str:
@@ -160,6 +178,8 @@ class RemotingConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  (uvloop's is no subclass)
         self._loop = asyncio.get_running_loop()
+        self.active_at = self._loop.time()
+        self.accepted_at = self.accepted_at or self.active_at
         raw = transport.get_extra_info("socket")
         if raw is not None and raw.family in (socket.AF_INET, socket.AF_INET6):
             # Answers must not wait for the peer's delayed ACK (asyncio sets it; say so).
@@ -167,16 +187,16 @@ class RemotingConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer_host, self.peer_port = str(peer[0]), int(peer[1])
-        transport.set_write_buffer_limits(
+        transport.set_write_buffer_limits(  # type: ignore[attr-defined]
             high=self.limits.write_high_bytes, low=self.limits.write_low_bytes
         )
-        if not self._on_open(self):
-            log.warning("remoting connection from %s refused: too many", self.peer_address)
+        if not self._on_open(self):  # the listener logs why
             self.abort()
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        self._heard = True
         try:
             frames = self._splitter.feed(data)
         except FrameError as error:
@@ -189,7 +209,9 @@ class RemotingConnection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         if self._splitter.buffered:
-            log.info(
+            self._quiet.log(
+                "unfinished",
+                logging.INFO,
                 "remoting peer %s closed with %d bytes of an unfinished frame",
                 self.peer_address,
                 self._splitter.buffered,
@@ -198,12 +220,23 @@ class RemotingConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         # The peer does not read its answers: take no more requests until it does.
-        if self._transport is not None and not self.closed:
-            self._transport.pause_reading()
+        self._write_paused = True
+        self._update_reading()
 
     def resume_writing(self) -> None:
-        if self._transport is not None and not self.closed:
-            self._transport.resume_reading()
+        self._write_paused = False
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        paused = self._write_paused or self._bytes_paused
+        transport = self._transport
+        if paused == self.reading_paused or transport is None or self.closed:
+            return
+        self.reading_paused = paused
+        if paused:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
 
     def connection_lost(self, error: Exception | None) -> None:
         self.closed = True
@@ -221,6 +254,50 @@ class RemotingConnection(asyncio.Protocol):
                 log.exception("remoting connection close callback failed")
         self._on_close(self)
 
+    # ---- the listener's sweep ----------------------------------------------------------
+    def sweep(self, now: float) -> None:
+        """Close the connection if it had no whole frame within the first frame's
+        deadline, or has been idle past the idle timeout (``now``: the loop's time)."""
+        if self.closed:
+            return
+        limits = self.limits
+        if not self._framed and now - self.accepted_at >= limits.first_frame_timeout_s:
+            self._close_quietly(
+                "first-frame",
+                "no whole request in the %g s after it was accepted",
+                limits.first_frame_timeout_s,
+            )
+            return
+        transport = self._transport
+        unsent = transport.get_write_buffer_size() if transport is not None else 0
+        if self._heard or self._tasks or unsent != self._unsent:
+            self._heard = False
+            self._unsent = unsent
+            self.active_at = now
+        elif now - self.active_at >= limits.idle_timeout_s:
+            self._close_quietly(
+                "idle",
+                "idle for %.0f s (nothing received, no request in flight, no answer leaving)",
+                now - self.active_at,
+            )
+
+    def excuse(self, now: float) -> None:
+        """The loop did not run for a while (the process was stopped, or stalled): the
+        silence was not the peer's, so its clocks start again."""
+        self.active_at = now
+        if not self._framed:
+            self.accepted_at = now
+
+    def _close_quietly(self, kind: str, why: str, *args: object) -> None:
+        self._quiet.log(
+            kind,
+            logging.INFO,
+            "closing remoting connection from %s: " + why,
+            self.peer_address,
+            *args,
+        )
+        self.abort()
+
     # ---- frames in -------------------------------------------------------------------
     def _frame(self, frame: bytes) -> None:
         try:
@@ -231,6 +308,7 @@ class RemotingConnection(asyncio.Protocol):
             else:
                 self._answer_malformed(frame, error)
             return
+        self._framed = True
         if command.flag & FLAG_RESPONSE:
             waiter = self._pending.pop(command.opaque, None)
             if waiter is not None and not waiter.done():
@@ -248,20 +326,48 @@ class RemotingConnection(asyncio.Protocol):
             )
             return
         if len(self._tasks) >= self.limits.max_in_flight:
-            self._observe(command.code, ResponseCode.SYSTEM_BUSY, 0.0)
-            self._answer(
+            self._busy(
                 command,
-                command.reply(
-                    ResponseCode.SYSTEM_BUSY,
-                    f"{len(self._tasks)} requests of this connection are being handled, the "
-                    "limit: retry later",
-                ),
+                f"{len(self._tasks)} requests of this connection are being handled, the "
+                "limit: retry later",
+            )
+            return
+        body = command.body
+        if body and not self.dispatch.keeps_body(command.code):
+            # No handler of this code reads it: not held while the request waits.
+            command = dataclasses.replace(command, body=b"")
+        size = len(frame) - len(body) + len(command.body)
+        budget = self._budget
+        if not budget.acquire(self, size):
+            self._busy(
+                command,
+                f"the node's requests being handled hold {budget.total} bytes, {size} more "
+                f"would pass its limit of {budget.max_bytes} ([remoting] max_request_bytes): "
+                "retry later",
             )
             return
         assert self._loop is not None
         task = self._loop.create_task(self._handle(handler, command))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = size
+        task.add_done_callback(self._release)  # a task cancelled before it ran included
+        if not self._bytes_paused and budget.over(self):
+            self._bytes_paused = True  # read again once it holds less than half
+            self._update_reading()
+
+    def _release(self, task: asyncio.Task | None) -> None:
+        """The request of ``task`` holds nothing any more (once, whichever comes first:
+        its answer or the task's end)."""
+        size = self._tasks.pop(task, None)  # type: ignore[arg-type]
+        if size is None:
+            return
+        self._budget.release(self, size)
+        if self._bytes_paused and self._budget.relieved(self):
+            self._bytes_paused = False
+            self._update_reading()
+
+    def _busy(self, command: RemotingCommand, remark: str) -> None:
+        self._observe(command.code, ResponseCode.SYSTEM_BUSY, 0.0)
+        self._answer(command, command.reply(ResponseCode.SYSTEM_BUSY, remark))
 
     async def _handle(self, handler, command: RemotingCommand) -> None:
         started = time.perf_counter()
@@ -274,6 +380,9 @@ class RemotingConnection(asyncio.Protocol):
             response = command.reply(
                 ResponseCode.SYSTEM_ERROR, f"{type(error).__name__}: {error}"[:1024]
             )
+        # Released before the answer leaves: a client that has its answer may send the
+        # next request at once, and must find the bytes free.
+        self._release(asyncio.current_task())
         self._observe(
             command.code, None if response is None else response.code, time.perf_counter() - started
         )
@@ -303,7 +412,13 @@ class RemotingConnection(asyncio.Protocol):
             self.send(response)
 
     def _drop(self, error: FrameError) -> None:
-        log.warning("closing remoting connection from %s: %s", self.peer_address, error)
+        self._quiet.log(
+            "frame",
+            logging.WARNING,
+            "closing remoting connection from %s: %s",
+            self.peer_address,
+            error,
+        )
         self.abort()
 
     # ---- frames out ------------------------------------------------------------------
@@ -335,7 +450,9 @@ class RemotingConnection(asyncio.Protocol):
             transport.write(head)
             transport.write(body)
         if transport.get_write_buffer_size() > self.limits.write_max_bytes:
-            log.warning(
+            self._quiet.log(
+                "unread",
+                logging.WARNING,
                 "closing remoting connection from %s: %d bytes of answers unread",
                 self.peer_address,
                 transport.get_write_buffer_size(),

@@ -25,7 +25,7 @@ from node.remoting.broker_retry import RetryHandlers
 from node.remoting.broker_send import SendHandlers
 from node.remoting.broker_transactions import TransactionDoor
 from node.remoting.client_config import ClientConfigHandlers
-from node.remoting.dispatch import Dispatch
+from node.remoting.dispatch import BODY_CODES, Dispatch
 from node.remoting.ferry_data import FerryDataHandlers
 from node.remoting.name_server import NameServer
 from node.services.registry import Services
@@ -55,6 +55,8 @@ def door_handlers(services: Services, config: NodeConfig) -> list[tuple[int, Doo
 def build_dispatch(
     services: Services, config: NodeConfig, verification: Verification | None
 ) -> Dispatch:
-    dispatch = Dispatch()
+    # With auth on, the ACL 1.0 signature covers the body: every body is kept to be
+    # verified (the byte limits still bound what a request holds).
+    dispatch = Dispatch(body_codes=None if verification is not None else BODY_CODES)
     dispatch.register_all(RemotingCallers(verification).adapt_all(door_handlers(services, config)))
     return dispatch

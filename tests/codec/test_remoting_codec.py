@@ -191,6 +191,14 @@ def test_every_malformed_json_header_says_what_and_whether_its_opaque_is_known(
     assert raised.value.opaque == opaque
 
 
+def test_a_json_header_nested_past_the_recursion_limit_is_a_frame_error_without_opaque():
+    """It raised RecursionError, which escaped the connection with a traceback per frame;
+    no opaque can be known, so the connection is closed, saying why."""
+    with pytest.raises(MalformedHeader, match="nested too deeply") as raised:
+        decode_frame(json_frame(b"[" * 100_000))
+    assert raised.value.opaque is None
+
+
 def binary_frame(header: bytes) -> bytes:
     return struct.pack(">iI", 4 + len(header), 1 << 24 | len(header)) + header
 

@@ -128,6 +128,31 @@ def test_frames_that_cannot_be_answered_close_only_their_connection(node, frame)
     assert_kept_intact(node)
 
 
+def test_a_header_nested_past_the_recursion_limit_closes_with_no_traceback_and_no_flood(node):
+    """It raised RecursionError out of the connection: a traceback in the node's log per
+    frame, unbounded. Now the connection is closed and, one client reconnecting in a loop,
+    the log gets at most a line or two saying why."""
+    nested = b"[" * 100_000
+    frame = raw_frame(nested) + nested
+    with open(node.log_path, encoding="utf-8", errors="replace") as log:
+        log.seek(0, 2)
+        for _ in range(20):
+            with RemotingClient(node.remoting) as bad:
+                bad.send_raw(frame)
+                assert bad.closed_by_peer()
+        with RemotingClient(node.remoting) as other:
+            probe = other.call(RequestCode.GET_MAX_OFFSET, {"topic": "kept", "queueId": "0"})
+            assert probe.code == ResponseCode.SUCCESS
+        written = log.read()
+    assert "Traceback" not in written and "RecursionError" not in written, written[-3000:]
+    # At most a line or two (none when the tests before opened the 10 s window of this
+    # kind of line; the line itself: test_remoting_bounds.py).
+    closing = [line for line in written.splitlines() if "closing remoting connection" in line]
+    assert len(closing) <= 2, closing
+    assert all("nested too deeply" in line for line in closing), closing
+    assert_kept_intact(node)
+
+
 def test_a_truncated_frame_then_a_disconnect_stores_nothing(node):
     frame = encode(
         RemotingCommand(

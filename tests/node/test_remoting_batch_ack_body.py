@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from node.services.pop import ACK_ENTRIES_MAX
 from node.remoting.batch_ack import MalformedBatchAck, parse_batch_ack, set_bits
 from node.remoting.broker_config import escaped
+from node.services.pop import ACK_ENTRIES_MAX
 
 
 def body(**fields) -> bytes:

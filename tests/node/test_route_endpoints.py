@@ -6,8 +6,8 @@ same node, and a direct route costs no hop."""
 from __future__ import annotations
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from node.remoting.name_server import broker_addresses
 from node.grpc.route_endpoints import group_endpoints
+from node.remoting.name_server import broker_addresses
 from routing.metadata import BrokerGroup, Member
 from routing.state import RoutingState
 

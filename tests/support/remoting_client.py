@@ -33,12 +33,16 @@ class RemotingClient:
         timeout_s: float = 10.0,
         ssl_context: ssl.SSLContext | None = None,
         security: ClientSecurity | None = None,
+        source: str | None = None,
     ) -> None:
         """With ``security``, every request is signed as a 4.x client's AclClientRPCHook
-        signs it (RocketMQ ACL 1.0)."""
+        signs it (RocketMQ ACL 1.0). ``source``: the local address to connect from (e.g.
+        127.0.0.2: another client address on this machine)."""
         self.security = security
         host, _, port = address.rpartition(":")
-        self.socket = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.socket = socket.create_connection(
+            (host, int(port)), timeout=timeout_s, source_address=(source, 0) if source else None
+        )
         self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if ssl_context is not None:
             self.socket = ssl_context.wrap_socket(self.socket, server_hostname=host)
