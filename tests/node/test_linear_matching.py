@@ -21,8 +21,9 @@ from ferrymq.codec.errors import InvalidMessageError
 from ferrymq.codec.message_id import OFFSET_MESSAGE_ID_PATTERN, parse_offset_message_id
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.link_auth import is_nonce
-from node import convert, delay_levels, namespaces, receipt_handle, sql_filter
+from node import delay_levels, message_rules, receipt_handle, sql_filter
 from node.filter_expression import MAX_TAG_EXPRESSION_CHARS, selection
+from node.grpc import namespaces
 from node.rpc_status import InvalidRequest
 from node.sql_filter import SqlFilterError, compile_sql
 from routing import acl, metadata
@@ -176,8 +177,8 @@ PATTERNS = {
     "receipt_handle.HANDLE_PATTERN": receipt_handle.HANDLE_PATTERN,
     "receipt_handle.OLD_PATTERN": receipt_handle.OLD_PATTERN,
     "namespaces.NAMESPACE_PATTERN": namespaces.NAMESPACE_PATTERN,
-    "convert.KEY_PATTERN": convert.KEY_PATTERN,
-    "convert.KEYS_TEXT": convert.KEYS_TEXT,
+    "message_rules.KEY_PATTERN": message_rules.KEY_PATTERN,
+    "message_rules.KEYS_TEXT": message_rules.KEYS_TEXT,
     "delay_levels.LEVEL_PATTERN": delay_levels.LEVEL_PATTERN,
     "message_id.OFFSET_MESSAGE_ID_PATTERN": OFFSET_MESSAGE_ID_PATTERN,
     "acl.ACCESS_KEY_PATTERN": acl.ACCESS_KEY_PATTERN,

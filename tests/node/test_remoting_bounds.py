@@ -201,13 +201,11 @@ def test_every_handler_module_that_reads_a_body_is_known():
         if "request.body" in path.read_text()
     }
     assert readers == {
-        "access_rules.py",  # the rules of HEART_BEAT, the locks, BATCH_ACK, CHECK_CLIENT_CONFIG
         "admin_codes.py",
         "broker_clients.py",
         "broker_locks.py",
         "broker_pop.py",
         "broker_send.py",
-        "broker_transactions.py",  # HEART_BEAT's producer groups
         "client_config.py",
         "ferry_data.py",
         "signature.py",  # every signed request: a dropped body is signed as empty
