@@ -13,7 +13,8 @@ CONSUMER_NOT_ONLINE with a remark, as RocketMQ's broker does.
 
 Soft state: a restarted node learns it from the next heartbeats. Bounded: at most
 ``MAX_GROUPS`` groups of each kind, ``MAX_CLIENTS_PER_GROUP`` clients in each, and
-``MAX_PRODUCER_GROUPS_PER_CLIENT`` producer groups per client id; a heartbeat past a bound
+``max_producer_groups`` producer groups per client id (``[messages]
+max_producer_groups_per_client``); a heartbeat past a bound
 is refused (``ConnectionsFull``). Every entry leaves in constant time (dicts by group and
 by client), so a client closing takes as long as its own entries, whatever the others.
 
@@ -33,7 +34,7 @@ MAX_GROUPS = 10_000
 MAX_CLIENTS_PER_GROUP = 1024
 # A 4.x client's heartbeat names every producer group of its instance (and its inner one):
 # a handful in practice. The bound keeps one client's share of the table small.
-MAX_PRODUCER_GROUPS_PER_CLIENT = 64
+DEFAULT_PRODUCER_GROUPS_PER_CLIENT = 64
 PRODUCER_LIFETIME_MS = 120_000  # RocketMQ's channel expiry
 SWEEP_EVERY_MS = 1_000
 
@@ -67,10 +68,12 @@ class ClientConnections:
         members: GroupMembers,
         subscriptions: Subscriptions,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        max_producer_groups: int = DEFAULT_PRODUCER_GROUPS_PER_CLIENT,
     ) -> None:
         self.members = members
         self.subscriptions = subscriptions
         self.clock_ms = clock_ms
+        self.max_producer_groups = max_producer_groups
         self._consumers: dict[str, dict[str, tuple[ClientConnection, ConsumerSettings]]] = {}
         self._producers: dict[str, dict[str, tuple[ClientConnection, int]]] = {}
         self._producer_groups_of: dict[str, set[str]] = {}  # client id -> its groups
@@ -90,10 +93,10 @@ class ClientConnections:
         client_id = connection.client_id
         held = self._producer_groups_of.get(client_id, set())
         new = set(groups) - held
-        if len(held) + len(new) > MAX_PRODUCER_GROUPS_PER_CLIENT:
+        if len(held) + len(new) > self.max_producer_groups:
             raise ConnectionsFull(
                 f"client {client_id[:64]} would produce for {len(held) + len(new)} producer "
-                f"groups here, the limit is {MAX_PRODUCER_GROUPS_PER_CLIENT}"
+                f"groups here, the limit is {self.max_producer_groups}"
             )
         unlisted = [group for group in new if group not in self._producers]
         if unlisted and len(self._producers) + len(unlisted) > MAX_GROUPS:

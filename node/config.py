@@ -35,6 +35,14 @@ Layout of ``node.toml``::
     delay_levels = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
                                            # RocketMQ 4.x delay levels 1..n (DELAY property,
                                            # consumer retries): the same on every node
+    max_request_bytes = 536870912          # held by every request being handled, both
+                                           # doors: past it, SYSTEM_BUSY (remoting) or
+                                           # RESOURCE_EXHAUSTED (gRPC); at least 67108864
+    max_request_bytes_per_connection = 67108864  # held by one connection's requests:
+                                           # past it, a remoting connection is not read
+                                           # until below half, a gRPC one's calls refused
+    max_producer_groups_per_client = 64    # a 4.x client's producer groups (heartbeats,
+                                           # halves sent): more, the heartbeat is refused
 
     [remoting]               # what clients may hold of the RocketMQ 4.x port
                              # (docs/security.md, "The remoting port")
@@ -44,10 +52,6 @@ Layout of ``node.toml``::
     idle_timeout_ms = 120000             # nothing received, nothing in flight: closed
     first_frame_timeout_ms = 10000       # no whole request after accept (TLS handshake
                                          # included): closed
-    max_request_bytes_per_connection = 67108864  # held by its requests being handled:
-                                         # past it, not read until below half of it
-    max_request_bytes = 536870912        # the node's: past it, SYSTEM_BUSY (at least
-                                         # 16777216, the largest frame)
 
     [store]                  # any field of store.config.StoreConfig but data_dir
     flush_mode = "ASYNC_FLUSH"
@@ -96,11 +100,13 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ferrymq.codec.remoting import DEFAULT_MAX_FRAME_BYTES
 from ha.options import ReplicationMode, ReplicationOptions
 from node.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevelsError, parse_delay_levels
 from store.config import FlushMode, StoreConfig
 
+# The largest message the client port's gRPC server takes (node/server.py): every request of
+# either door must fit the node's request bytes.
+LARGEST_REQUEST_BYTES = 64 << 20
 DEFAULT_GRPC_PORT = 8081
 DEFAULT_METRICS_PORT = 5557
 DEFAULT_REPLICATION_PORT = 10912
@@ -147,6 +153,13 @@ class MessagingOptions:
     untyped_topics_take_any_type: bool = True
     auto_create_groups: bool = True
     delay_levels: str = DEFAULT_DELAY_LEVELS
+    # Bytes every request being handled holds, whichever door (node/request_budget.py): 8
+    # of gRPC's largest messages (64 MiB), 32 of the remoting port's largest frames.
+    max_request_bytes: int = 512 << 20
+    # One connection's share: four of the largest remoting frames, one gRPC message.
+    max_request_bytes_per_connection: int = 64 << 20
+    # A 4.x client's heartbeat names every producer group of its instance: a handful.
+    max_producer_groups_per_client: int = 64
 
     @property
     def delay_levels_ms(self) -> tuple[int, ...]:
@@ -170,11 +183,6 @@ class RemotingOptions:
     # A client sends its first request right after connecting; this covers a slow TLS
     # handshake too, while a silent connection holds its slot for seconds, not forever.
     first_frame_timeout_ms: int = 10_000
-    # Four of the largest frames: a client with many sends in flight is slowed (not
-    # read), never refused.
-    max_request_bytes_per_connection: int = 64 << 20
-    # 32 of the largest frames held at once across the node, then SYSTEM_BUSY.
-    max_request_bytes: int = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -305,6 +313,7 @@ def parse_node_config(text: str) -> NodeConfig:
                 raise ConfigError(f"messages.{name} must be true or false, got {value!r}")
         elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"messages.{name} must be a positive integer, got {value!r}")
+    _check_request_bytes(messages)
     for name, port in ports.items():
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise ConfigError(f"ports.{name} must be an integer in 0..65535, got {port!r}")
@@ -386,18 +395,26 @@ def _remoting_options(section: dict[str, Any]) -> RemotingOptions:
             f"remoting.max_connections_per_address ({options.max_connections_per_address}) "
             f"must be at most max_connections ({options.max_connections})"
         )
-    if options.max_request_bytes < DEFAULT_MAX_FRAME_BYTES:
-        raise ConfigError(
-            f"remoting.max_request_bytes must be at least {DEFAULT_MAX_FRAME_BYTES} (the "
-            f"largest frame, which must fit), got {options.max_request_bytes}"
-        )
-    if options.max_request_bytes_per_connection > options.max_request_bytes:
-        raise ConfigError(
-            "remoting.max_request_bytes_per_connection "
-            f"({options.max_request_bytes_per_connection}) must be at most max_request_bytes "
-            f"({options.max_request_bytes})"
-        )
     return options
+
+
+def _check_request_bytes(messages: dict[str, Any]) -> None:
+    """The node's request bytes must fit the largest request of either door."""
+    defaults = MessagingOptions()
+    node_bytes = messages.get("max_request_bytes", defaults.max_request_bytes)
+    per_connection = messages.get(
+        "max_request_bytes_per_connection", defaults.max_request_bytes_per_connection
+    )
+    if node_bytes < LARGEST_REQUEST_BYTES:
+        raise ConfigError(
+            f"messages.max_request_bytes must be at least {LARGEST_REQUEST_BYTES} (the "
+            f"largest gRPC message, which must fit), got {node_bytes}"
+        )
+    if per_connection > node_bytes:
+        raise ConfigError(
+            f"messages.max_request_bytes_per_connection ({per_connection}) must be at most "
+            f"max_request_bytes ({node_bytes})"
+        )
 
 
 def _metrics_options(section: dict[str, Any]) -> MetricsOptions:

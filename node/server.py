@@ -34,7 +34,7 @@ from ha.role import ReplicationRole
 from node.admission import Admission
 from node.authentication import Authenticator, Verification
 from node.client_registry import ClientConnections
-from node.config import NodeConfig, render_node_config
+from node.config import LARGEST_REQUEST_BYTES, NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
 from node.consumer_retry import ConsumerRetries
 from node.consumer_subscriptions import Subscriptions
@@ -48,6 +48,7 @@ from node.grpc.forwarding import Forwarder
 from node.grpc.messaging import MessagingService
 from node.grpc.method_wrapping import add_wrapped
 from node.grpc.namespaces import wrap_namespaces
+from node.grpc.request_bytes import HeldRequests
 from node.grpc.request_decoding import tolerate_malformed
 from node.handle_key import receipt_handle_key
 from node.heartbeat import Heartbeat
@@ -61,6 +62,7 @@ from node.receipt_handle import ReceiptHandles
 from node.remoting.dispatch import Dispatch
 from node.remoting.roles import build_dispatch
 from node.remoting.server import RemotingServer, transport_limits
+from node.request_budget import RequestBudget
 from node.secret_box import SecretBox
 from node.services.admin import AdminService
 from node.services.check_relay import CheckRelay
@@ -93,7 +95,7 @@ HOUSEKEEPING_INTERVAL_S = 1.0
 # garbage goes for less: 3 % off a master's CPU per message in bench.cluster on a quiet
 # machine, 5-10 % under load, for a few MB of memory.
 GC_THRESHOLDS = (50_000, 20, 100)
-MAX_MESSAGE_BYTES = 64 << 20
+MAX_MESSAGE_BYTES = LARGEST_REQUEST_BYTES
 
 
 def grpc_server_options(max_concurrent_rpcs: int) -> list[tuple[str, int]]:
@@ -194,7 +196,8 @@ class Node:
         config, security = self.config, self.config.security
         # Every method is wrapped once, at registration (node/grpc/method_wrapping.py), the
         # first wrapper outermost: malformed bodies answer INVALID_ARGUMENT before
-        # anything else looks at them; then a call for another node's master goes there
+        # anything else looks at them; then the request's bytes are held against the
+        # node's budget for the call; then a call for another node's master goes there
         # (timed and authenticated where it is served); then RocketMQ namespaces
         # (node/grpc/namespaces.py: the services see the qualified names); then timing;
         # then authentication. What a caller may do is each service's decision.
@@ -206,8 +209,13 @@ class Node:
             is_master=lambda: self.replication.is_master,
             channel_for=self._peer_channel,
         )
-        wrappers = [tolerate_malformed, self.forwarder.wrap, wrap_namespaces]
-        wrappers.append(self.metrics.wrap_method)
+        # What every request of either door holds while handled: one budget for the node.
+        messages = config.messages
+        self.request_bytes = RequestBudget(
+            messages.max_request_bytes, messages.max_request_bytes_per_connection
+        )
+        wrappers = [tolerate_malformed, HeldRequests(self.request_bytes).wrap]
+        wrappers += [self.forwarder.wrap, wrap_namespaces, self.metrics.wrap_method]
         self.secret_box = SecretBox(config.cluster.secret) if config.cluster.secret else None
         if security.auth:
             authenticator = Authenticator(
@@ -310,6 +318,7 @@ class Node:
             permissions,
             check_master=admission.check_master,
             is_master=lambda: store.is_master,
+            max_producer_groups=messages.max_producer_groups_per_client,
         )
         members = GroupMembers()
         subscriptions = Subscriptions()
@@ -335,7 +344,11 @@ class Node:
             membership=MembershipService(
                 members,
                 subscriptions,
-                ClientConnections(members, subscriptions),
+                ClientConnections(
+                    members,
+                    subscriptions,
+                    max_producer_groups=messages.max_producer_groups_per_client,
+                ),
                 groups,
                 permissions,
             ),
@@ -455,7 +468,10 @@ class Node:
         # (After the routing replica is ready, as the replication port: a node that cannot
         # join says so first.)
         self.remoting = RemotingServer(
-            Dispatch(), transport_limits(config.remoting), observe=self.metrics.remoting.observe
+            Dispatch(),
+            transport_limits(config.remoting),
+            observe=self.metrics.remoting.observe,
+            budget=self.request_bytes,
         )
         self.remoting_port = await self.remoting.bind(
             config.host,

@@ -342,7 +342,7 @@ class RemotingConnection(asyncio.Protocol):
             self._busy(
                 command,
                 f"the node's requests being handled hold {budget.total} bytes, {size} more "
-                f"would pass its limit of {budget.max_bytes} ([remoting] max_request_bytes): "
+                f"would pass its limit of {budget.max_bytes} ([messages] max_request_bytes): "
                 "retry later",
             )
             return

@@ -48,8 +48,6 @@ def transport_limits(options: RemotingOptions) -> TransportLimits:
         max_connections_per_address=options.max_connections_per_address,
         idle_timeout_s=options.idle_timeout_ms / 1000,
         first_frame_timeout_s=options.first_frame_timeout_ms / 1000,
-        max_request_bytes_per_connection=options.max_request_bytes_per_connection,
-        max_request_bytes=options.max_request_bytes,
     )
 
 

@@ -65,7 +65,7 @@ RESOLVED_MEMORY = 100_000  # resolved transaction ids remembered for idempotent 
 # the producer was given the check (its door had room for it).
 Offer = Callable[[str, StoredMessage], bool]
 TOPICS_PER_PRODUCER_MAX = 1024  # a RocketMQ 5 producer's settings name its topics
-GROUPS_PER_PRODUCER_MAX = 64  # a 4.x client's producer groups (heartbeats, halves sent)
+GROUPS_PER_PRODUCER = 64  # a 4.x connection's producer groups by default (heartbeats, halves)
 PRODUCER_GROUPS_MAX = 10_000  # 4.x producer groups with a producer registered here
 PROPERTY_PRODUCER_GROUP = "PGROUP"  # a 4.x half's producer group
 
@@ -96,8 +96,11 @@ class CheckTargets:
 
     Thread-safety: owned by the node's event loop."""
 
-    def __init__(self, permissions: Permissions) -> None:
+    def __init__(self, permissions: Permissions, max_groups: int = GROUPS_PER_PRODUCER) -> None:
+        """``max_groups``: 4.x producer groups one producer may be registered for
+        (``[messages] max_producer_groups_per_client``)."""
         self.permissions = permissions
+        self.max_groups = max_groups
         self._producers: dict[object, _Producer] = {}  # by the door's key (stream, connection)
         self._by_topic: dict[str, dict[object, None]] = {}  # in round-robin order
         self._by_group: dict[str, dict[object, None]] = {}
@@ -121,10 +124,10 @@ class CheckTargets:
             )
         new_groups = set(groups) - (producer.groups if producer else set())
         held = len(producer.groups) if producer else 0
-        if held + len(new_groups) > GROUPS_PER_PRODUCER_MAX:
+        if held + len(new_groups) > self.max_groups:
             raise InvalidRequest(
                 pb.TOO_MANY_REQUESTS,
-                f"a client may produce for {GROUPS_PER_PRODUCER_MAX} producer groups here, "
+                f"a client may produce for {self.max_groups} producer groups here, "
                 f"this one names {held + len(new_groups)}",
             )
         unknown = [g for g in new_groups if g not in self._by_group]
@@ -204,6 +207,7 @@ class TransactionService:
         check_master: Callable[[], None] = lambda: None,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         is_master: Callable[[], bool] = lambda: True,
+        max_producer_groups: int = GROUPS_PER_PRODUCER,
     ) -> None:
         self.store = store
         self.permissions = permissions
@@ -212,7 +216,7 @@ class TransactionService:
         self.check_interval_ms = check_interval_ms
         self.max_checks = max_checks
         self.clock_ms = clock_ms
-        self.targets = CheckTargets(permissions)
+        self.targets = CheckTargets(permissions, max_producer_groups)
         self._pending: dict[str, Half] = {}  # by transaction id
         self._resolved: dict[str, str] = {}  # transaction id -> kind, bounded
 

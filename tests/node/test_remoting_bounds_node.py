@@ -36,16 +36,20 @@ def test_settings_are_read_rendered_and_mapped_to_the_transport():
     text = (
         "[remoting]\nmax_connections = 500\nmax_connections_per_address = 50\n"
         "idle_timeout_ms = 1500\nfirst_frame_timeout_ms = 250\n"
-        "max_request_bytes_per_connection = 33554432\nmax_request_bytes = 134217728\n"
+        "[messages]\nmax_request_bytes_per_connection = 33554432\n"
+        "max_request_bytes = 134217728\n"
     )
     config = parse_node_config(text)
-    assert parse_node_config(render_node_config(config)).remoting == config.remoting
+    rendered = parse_node_config(render_node_config(config))
+    assert (rendered.remoting, rendered.messages) == (config.remoting, config.messages)
     assert "[remoting]" in render_node_config(parse_node_config(""))
     limits = transport_limits(config.remoting)
     assert (limits.max_connections, limits.max_connections_per_address) == (500, 50)
     assert (limits.idle_timeout_s, limits.first_frame_timeout_s) == (1.5, 0.25)
-    assert limits.max_request_bytes_per_connection == 32 << 20
-    assert limits.max_request_bytes == 128 << 20
+    # The request bytes are the node's, both doors': [messages], one budget.
+    messages = config.messages
+    assert messages.max_request_bytes_per_connection == 32 << 20
+    assert messages.max_request_bytes == 128 << 20
 
 
 @pytest.mark.parametrize(
@@ -59,16 +63,17 @@ def test_settings_are_read_rendered_and_mapped_to_the_transport():
             "max_connections = 10\nmax_connections_per_address = 11",
             "max_connections_per_address .* at most max_connections",
         ),
-        ("max_request_bytes = 1048576", "at least 16777216"),
+        ("[messages]\nmax_request_bytes = 1048576", "at least 67108864"),
         (
-            "max_request_bytes_per_connection = 1073741824",
+            "[messages]\nmax_request_bytes_per_connection = 1073741824",
             "max_request_bytes_per_connection .* at most max_request_bytes",
         ),
     ],
 )
 def test_bad_settings_are_refused_naming_them(lines, words):
+    section = "" if lines.startswith("[") else "[remoting]\n"
     with pytest.raises(ConfigError, match=words):
-        parse_node_config(f"[remoting]\n{lines}\n")
+        parse_node_config(f"{section}{lines}\n")
 
 
 def test_a_node_applies_its_remoting_settings(tmp_path):
