@@ -7,10 +7,10 @@ queue id is part of its contract) gets that queue; otherwise the node chooses, a
 RocketMQ's proxy does: the hash of the message group when the message has one, else the
 next of the topic's queues on this broker group in turn (round robin).
 
-Every front door (SendMessage, Data.Produce, the remoting handlers to come) asks here, with
-plain values rather than its own request shape, so a message is judged by the same rules
-and refused with the same code whichever door it came through. Each refusal is an
-``InvalidRequest`` carrying its ``apache.rocketmq.v2.Code``; a topic that is unknown or
+The send service (``node/services/send.py``), the one path of every door's sends, asks
+here with plain values, so a message is judged by the same rules and refused with the same
+code whichever door it came through. Each refusal is an ``InvalidRequest`` carrying its
+``apache.rocketmq.v2.Code``; a topic that is unknown or
 badly named is routing's ``TopicError`` (``TopicTable.topic`` checks the name). The store
 checks what it checks again (``MessageStore.prepare``); its refusals map to codes in one
 place, ``store_refusal``.

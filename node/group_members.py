@@ -7,7 +7,7 @@ Pull consumers rebalance queues over the sorted member list, so every member com
 same assignment from the same list. Membership is soft state: a restarted node learns it
 again from the next heartbeats.
 
-A client id belongs to the identity that first heartbeat with it (``caller_identity``: the
+A client id belongs to the identity that first heartbeat with it (``Caller.identity``: the
 access key with authentication on, else the peer's IP address) for as long as it is a
 member of any group: a heartbeat or a termination for it from another identity is refused
 and changes nothing, so nobody can evict a member or take its place. Every table is
@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from node.authentication import AuthenticationError, parse_authorization
 
 EXPIRY_MS = 30_000
 MAX_MEMBERS_PER_GROUP = 10_000  # a pull group larger than this cannot be rebalanced sanely
@@ -170,34 +169,3 @@ def _full(message: str) -> MembershipRefused:
     return MembershipRefused(
         pb.TOO_MANY_REQUESTS, f"{message}: retry once members have expired ({EXPIRY_MS} ms)"
     )
-
-
-def client_id_of(context) -> str:
-    """The caller's ``x-mq-client-id``; empty when it sent none."""
-    for key, value in context.invocation_metadata() or ():
-        if key == "x-mq-client-id":
-            return value
-    return ""
-
-
-def caller_identity(context, authenticated: bool) -> str:
-    """Who owns the client ids a call registers. With authentication on, the access key
-    of its signature (verified before the service runs); without it, the peer's IP address,
-    which a reconnecting client keeps (its port changes) and another host cannot take."""
-    if authenticated:
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization":
-                try:
-                    return "access key " + parse_authorization(value).access_key
-                except AuthenticationError:
-                    break
-        raise MembershipRefused(pb.UNAUTHORIZED, "the request carries no valid authorization")
-    return "address " + peer_host(context.peer() or "")
-
-
-def peer_host(peer: str) -> str:
-    """The host part of a gRPC peer (``ipv4:10.0.0.5:41000``, ``ipv6:[::1]:41000``)."""
-    kind, _, address = peer.partition(":")
-    if kind in ("ipv4", "ipv6"):
-        return address.rpartition(":")[0] or address
-    return peer

@@ -81,22 +81,30 @@ def produce_properties(raw: bytes) -> dict[str, str]:
     return properties
 
 
-def check_produce_properties(properties: dict[str, str], message_type_text: str) -> None:
-    """What ``to_store_message`` checks, on a produce record's properties."""
-    if not properties.get(PROPERTY_UNIQ_KEY):
-        raise InvalidRequest(pb.ILLEGAL_MESSAGE_ID, "UNIQ_KEY (the message id) is required")
-    check_type_text(properties.get(PROPERTY_MESSAGE_TYPE), message_type_text)
+def check_properties(properties: dict[str, str], reserved: frozenset[str]) -> None:
+    """The rules of a message's properties on every door: none of ``reserved`` (the
+    node's own), a tag without ``|``, keys without whitespace, a message group that is
+    not empty; ``InvalidRequest`` with the code of the first broken."""
+    if reserved.intersection(properties):
+        bad = next(name for name in properties if name in reserved)
+        raise InvalidRequest(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {bad!r} is the node's own")
     tag = properties.get(PROPERTY_TAGS)
     if tag is not None and not tag_is_valid(tag):
         raise InvalidRequest(pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is empty or contains '|'")
     keys = properties.get(PROPERTY_KEYS)
     if keys is not None and not KEYS_TEXT.fullmatch(keys):
         raise InvalidRequest(pb.ILLEGAL_MESSAGE_KEY, f"keys {keys!r}: empty or with whitespace")
-    if NODE_PROPERTIES.intersection(properties):
-        bad = next(n for n in properties if n in NODE_PROPERTIES)
-        raise InvalidRequest(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {bad!r} is reserved")
     if properties.get(PROPERTY_MESSAGE_GROUP) == "":
         raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "message_group is empty")
+
+
+def check_produce_properties(properties: dict[str, str], message_type_text: str) -> None:
+    """A produce record's properties: its message id and type (the record's contract,
+    already encoded), and ``check_properties``."""
+    if not properties.get(PROPERTY_UNIQ_KEY):
+        raise InvalidRequest(pb.ILLEGAL_MESSAGE_ID, "UNIQ_KEY (the message id) is required")
+    check_type_text(properties.get(PROPERTY_MESSAGE_TYPE), message_type_text)
+    check_properties(properties, NODE_PROPERTIES)
 
 
 def read_produce_record(

@@ -24,6 +24,7 @@ import grpc
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node.authentication import Verification
+from node.grpc.method_wrapping import rewrapped
 from node.rpc_status import AccessDenied
 from node.services.caller import Caller, Door
 from routing.acl import User
@@ -94,11 +95,7 @@ class CallAuthentication:
                     return await refused(denied, context)
                 return await behavior(request, context)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            return rewrapped(handler, unary)
         if handler.unary_stream is not None:
             behavior = handler.unary_stream
 
@@ -110,11 +107,7 @@ class CallAuthentication:
                 async for response in behavior(request, context):
                     yield response
 
-            return grpc.unary_stream_rpc_method_handler(
-                unary_stream,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            return rewrapped(handler, unary_stream)
         if handler.stream_stream is not None:
             behavior = handler.stream_stream
 

@@ -55,3 +55,18 @@ def add_wrapped(
             wrapped[name] = handler
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, wrapped),))
         server.add_registered_method_handlers(service, wrapped)
+
+
+def rewrapped(handler: grpc.RpcMethodHandler, behavior) -> grpc.RpcMethodHandler:
+    """A handler of ``handler``'s kind (unary or server-streaming) running ``behavior``,
+    with its (de)serializers."""
+    make = (
+        grpc.unary_unary_rpc_method_handler
+        if handler.unary_unary is not None
+        else grpc.unary_stream_rpc_method_handler
+    )
+    return make(
+        behavior,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import grpc
 
+from node.grpc.method_wrapping import rewrapped
 from node.request_budget import RequestBudget
 
 
@@ -47,41 +48,36 @@ class HeldRequests:
 
     def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         refusal, budget = self._refusal, self.budget
+
+        async def held(request, context):
+            """Hold the request's bytes, or abort the call."""
+            owner, size = context.peer(), request.ByteSize()
+            refused = refusal(owner, size)
+            if refused is not None:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+            return owner, size
+
         if handler.unary_unary is not None:
             behavior = handler.unary_unary
 
             async def unary(request, context):
-                owner, size = context.peer(), request.ByteSize()
-                refused = refusal(owner, size)
-                if refused is not None:
-                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+                owner, size = await held(request, context)
                 try:
                     return await behavior(request, context)
                 finally:
                     budget.release(owner, size)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            return rewrapped(handler, unary)
         if handler.unary_stream is not None:
-            behavior = handler.unary_stream
+            streamed = handler.unary_stream
 
             async def unary_stream(request, context):
-                owner, size = context.peer(), request.ByteSize()
-                refused = refusal(owner, size)
-                if refused is not None:
-                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+                owner, size = await held(request, context)
                 try:
-                    async for response in behavior(request, context):
+                    async for response in streamed(request, context):
                         yield response
                 finally:
                     budget.release(owner, size)
 
-            return grpc.unary_stream_rpc_method_handler(
-                unary_stream,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            return rewrapped(handler, unary_stream)
         return handler  # a session stream: its commands are small, its outbox bounded

@@ -41,10 +41,8 @@ from ferrymq.codec.errors import InvalidMessageError
 from ferrymq.codec.produce_records import MAX_PRODUCE_RECORDS, MalformedRecords, produce_record_at
 from ferrymq.codec.properties import (
     PROPERTY_DELIVERY_TIME_MS,
-    PROPERTY_KEYS,
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_MESSAGE_TYPE,
-    PROPERTY_TAGS,
 )
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.replicated_store import ReplicatedStore
@@ -62,12 +60,11 @@ from node.admission import (
 )
 from node.consumer_retry import ConsumerRetries, is_retry_topic
 from node.message_rules import (
-    KEYS_TEXT,
     MESSAGE_TYPE_TEXT,
     NODE_PROPERTIES,
+    check_properties,
     read_produce_record,
     scan_produce_records,
-    tag_is_valid,
 )
 from node.metrics_rpc import TrafficMetrics
 from node.parked import real_topic_of
@@ -303,23 +300,12 @@ class SendService:
             check_compressed_body(message.body, message.sys_flag, limit)
         kind = message_kind(topic, message.declared_type)
         properties = message.properties
-        reserved = SENT_NODE_PROPERTIES.intersection(properties)
-        if reserved:
-            raise InvalidRequest(
-                pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                f"property {sorted(reserved)[0]} is the node's own",
-            )
+        check_properties(properties, SENT_NODE_PROPERTIES)
+        if message.message_group == "":
+            raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "message_group is empty")
         if message.stamp_type:
             declared = message.declared_type
             properties[PROPERTY_MESSAGE_TYPE] = MESSAGE_TYPE_TEXT.get(declared) or str(declared)
-        tag = properties.get(PROPERTY_TAGS)
-        if tag is not None and not tag_is_valid(tag):
-            raise InvalidRequest(pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is empty or contains '|'")
-        keys = properties.get(PROPERTY_KEYS)
-        if keys is not None and not KEYS_TEXT.fullmatch(keys):
-            raise InvalidRequest(pb.ILLEGAL_MESSAGE_KEY, f"keys {keys!r}: empty or with whitespace")
-        if message.message_group == "" or properties.get(PROPERTY_MESSAGE_GROUP) == "":
-            raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "message_group is empty")
         return kind
 
     def _delayed(self, record: Message, message: OutgoingMessage) -> Message:

@@ -29,7 +29,6 @@ LONG_FUNCTIONS = {
     ("node/services/pop.py", "PopService.receive"): "one POP decision over every queue, "
     "applied in memory and to the log together (its steps share the undo list)",
     ("node/grpc/forwarding.py", "Forwarder.wrap"): "one wrapper per gRPC handler kind",
-    ("node/grpc/authentication.py", "CallAuthentication.wrap"): "one wrapper per gRPC handler kind",
     ("node/grpc/namespaces.py", "wrap_namespaces"): "one wrapper per gRPC handler kind",
     ("node/server.py", "Node._services"): "the list of every service the node runs",
 }
