@@ -33,7 +33,12 @@ async def _promote_dropping_the_tail(
     await _promote(self, epoch, in_sync)
 
 
-ReplicationRole._become_master = _promote_dropping_the_tail
+def plant() -> None:
+    """Patch the promotion, in this process only: importing the module (the chaos test
+    names it) must not change the pytest process's own ``ReplicationRole``."""
+    ReplicationRole._become_master = _promote_dropping_the_tail
+
 
 if __name__ == "__main__":
+    plant()
     sys.exit(main())
