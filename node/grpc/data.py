@@ -72,7 +72,7 @@ class DataService(data_pb2_grpc.DataServicer):
             )
         except AccessDenied as denied:
             await refuse_call(context, denied)
-        return api.FetchResponse(**dataclasses.asdict(outcome))
+        return api.FetchResponse(**outcome.fields())
 
     async def Produce(self, request, context):
         caller = caller_of(context, Door.FERRY, "Produce")

@@ -114,5 +114,5 @@ class FerryDataHandlers:
             list(fetch.tags),
             poll_budget_s(fetch.wait_ms / 1000, None),
         )
-        answer = api.FetchResponse(**dataclasses.asdict(outcome))
+        answer = api.FetchResponse(**outcome.fields())
         return request.reply(ResponseCode.SUCCESS, body=answer.SerializeToString())

@@ -66,8 +66,8 @@ class ReadRequest:
 
 @dataclass(slots=True)
 class FetchOutcome:
-    """A fetch's answer (its fields are ``data.FetchResponse``'s): the records as stored,
-    where to read next, the queue's bounds at the last look."""
+    """A fetch's answer (its fields are ``data.FetchResponse``'s, ``fields()``): the records
+    as stored, where to read next, the queue's bounds at the last look."""
 
     code: int
     message: str
@@ -76,6 +76,18 @@ class FetchOutcome:
     next_offset: int = 0
     min_offset: int = 0
     max_offset: int = 0
+
+    def fields(self) -> dict:
+        """As keyword arguments (not ``dataclasses.asdict``, which copies deeply)."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "records": self.records,
+            "count": self.count,
+            "next_offset": self.next_offset,
+            "min_offset": self.min_offset,
+            "max_offset": self.max_offset,
+        }
 
 
 def fetch_outcome(code: int, message: str = "", **fields) -> FetchOutcome:

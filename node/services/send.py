@@ -338,7 +338,10 @@ class SendService:
         started = perf_counter()
         self.permissions.require(caller, publish(request.topic))
         outcome = await self._produce(request)
-        stored = sum(1 for offset in outcome.offsets if offset >= 0)
+        if outcome.code == pb.OK:
+            stored = request.count
+        else:
+            stored = sum(1 for offset in outcome.offsets if offset >= 0)
         if stored:
             size = len(request.records) * stored // max(request.count, 1)
             self.metrics.stored(request.topic, stored, size)
