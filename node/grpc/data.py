@@ -17,8 +17,6 @@ Thread-safety: handlers run on the node's event loop.
 
 from __future__ import annotations
 
-import dataclasses
-
 from ferrymq.codec.commitlog_record import NO_HOST
 from ferrymq.protocol.ferrymq import data_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2_grpc
@@ -42,7 +40,10 @@ def produce_response(outcome: ProduceOutcome) -> api.ProduceResponse:
         code=outcome.code,
         message=outcome.message,
         offsets=outcome.offsets,
-        failures=[api.ProduceFailure(**dataclasses.asdict(f)) for f in outcome.failures],
+        failures=[
+            api.ProduceFailure(index=f.index, code=f.code, message=f.message)
+            for f in outcome.failures
+        ],
     )
 
 

@@ -22,7 +22,6 @@ Thread-safety: handlers run on the node's event loop.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 from google.protobuf.message import DecodeError
@@ -94,7 +93,10 @@ class FerryDataHandlers:
             code=outcome.code,
             message=outcome.message,
             offsets=outcome.offsets,
-            failures=[api.ProduceFailure(**dataclasses.asdict(f)) for f in outcome.failures],
+            failures=[
+                api.ProduceFailure(index=f.index, code=f.code, message=f.message)
+                for f in outcome.failures
+            ],
         )
         return request.reply(ResponseCode.SUCCESS, body=answer.SerializeToString())
 
