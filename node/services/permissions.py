@@ -29,6 +29,7 @@ Thread-safety: owned by the node's event loop.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -41,6 +42,7 @@ from routing.acl import Action, ResourceKind, is_allowed
 from routing.metadata import RETRY_PREFIX
 
 log = logging.getLogger("ferrymq.auth")
+NEEDS_CACHED = 4096
 PUBLISH = (Action.PUBLISH,)
 SUBSCRIBE = (Action.SUBSCRIBE,)
 PUBLISH_OR_SUBSCRIBE = (Action.PUBLISH, Action.SUBSCRIBE)
@@ -78,26 +80,31 @@ def group_need(group: str) -> Need:
     return Need(SUBSCRIBE, ResourceKind.GROUP, group)
 
 
-def publish(topic: str) -> list[Need]:
-    return [_topic(PUBLISH, topic)]
+# The needs of the requests on the data path, built once per name (a send's needs cost a
+# cache lookup, not new objects): tuples, so a caller never changes a shared one.
+@functools.lru_cache(maxsize=NEEDS_CACHED)
+def publish(topic: str) -> tuple[Need, ...]:
+    return (_topic(PUBLISH, topic),)
 
 
-def read(topic: str) -> list[Need]:
+@functools.lru_cache(maxsize=NEEDS_CACHED)
+def read(topic: str) -> tuple[Need, ...]:
     """Reading a topic without a group (bounds, queries)."""
-    return [_topic(SUBSCRIBE, topic)]
+    return (_topic(SUBSCRIBE, topic),)
 
 
-def describe(topic: str) -> list[Need]:
+def describe(topic: str) -> tuple[Need, ...]:
     """Seeing a topic's description: a publisher or a subscriber."""
-    return [_topic(PUBLISH_OR_SUBSCRIBE, topic)]
+    return (_topic(PUBLISH_OR_SUBSCRIBE, topic),)
 
 
-def consume(topic: str, group: str) -> list[Need]:
+@functools.lru_cache(maxsize=NEEDS_CACHED)
+def consume(topic: str, group: str) -> tuple[Need, ...]:
     """Consuming ``topic`` as ``group``: both must be allowed."""
-    needs = [_topic(SUBSCRIBE, topic)]
-    if group and needs[0] != group_need(group):
-        needs.append(group_need(group))
-    return needs
+    first = _topic(SUBSCRIBE, topic)
+    if group and first != group_need(group):
+        return (first, group_need(group))
+    return (first,)
 
 
 class Permissions:

@@ -290,7 +290,7 @@ class TransactionService:
         the request names, if it names one."""
         transaction_id = self.named(request.transaction_id, request.half_offset) or ""
         half = self._pending.get(transaction_id)
-        needs = publish(half.topic) if half is not None else []
+        needs = list(publish(half.topic)) if half is not None else []
         if request.topic and (half is None or request.topic != half.topic):
             needs += publish(request.topic)
         self.permissions.require(caller, needs)
