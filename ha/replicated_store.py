@@ -87,6 +87,10 @@ class ReplicatedStore:
     def look_message_by_offset(self, physical_offset: int) -> StoredMessage | None:
         return self._store.look_message_by_offset(physical_offset)
 
+    @property
+    def write_offset(self) -> int:
+        return self._store.write_offset
+
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self._store.min_offset_in_queue(topic, queue_id)
 

@@ -4,10 +4,11 @@ offset service (``node/services/offsets.py``: the gRPC doors' committed offsets,
 group's progress is the same whichever protocol its consumers use, and the same ACL and
 group rules).
 
-A group with nothing committed for a queue gets QUERY_NOT_FOUND, which makes the client
-apply its ``consumeFromWhere``; except on a queue that never had a message, where 0 is
-where everything will start (RocketMQ answers 0 while a queue's first message is still in
-memory, for the same reason).
+A group with nothing committed for a queue gets 0 while the queue's first message is still
+in memory, RocketMQ's rule (``OffsetService.start_of_new_group``): a consumer started right
+after the first sends reads them (answered QUERY_NOT_FOUND, the client would start at the
+queue's end and skip them). Past that, QUERY_NOT_FOUND makes the client apply its
+``consumeFromWhere``.
 
 Thread-safety: handlers run on the node's event loop.
 """
@@ -57,15 +58,17 @@ class OffsetHandlers:
         group, topic = request.text("consumerGroup"), request.text("topic")
         queue_id = request.int32("queueId")
         try:
-            committed, end = await self.offsets.committed(caller, group, topic, queue_id)
+            committed, _ = await self.offsets.committed(caller, group, topic, queue_id)
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))
         if committed is None:
-            if end != 0:
-                return request.reply(
-                    ResponseCode.QUERY_NOT_FOUND, "the group committed no offset for this queue"
-                )
-            committed = 0
+            committed = self.offsets.start_of_new_group(topic, queue_id)
+        if committed is None:
+            return request.reply(
+                ResponseCode.QUERY_NOT_FOUND,
+                "the group committed no offset for this queue, whose first message is no "
+                "longer in memory",
+            )
         return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(committed)})
 
     async def update_consumer_offset(self, request: RemotingCommand, connection, caller: Caller):

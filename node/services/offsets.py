@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.replicated_store import ReplicatedStore
@@ -31,6 +32,18 @@ from store.results import PutStatus
 
 log = logging.getLogger("ferrymq.offsets")
 COMMITS_UNDER_WAY_MAX = 1024  # commits carried by pulls, stored in the background
+# RocketMQ's ``accessMessageInMemoryMaxRatio``: the newest 40 % of physical memory's worth
+# of CommitLog bytes count as "still in memory" (``start_of_new_group``).
+IN_MEMORY_RATIO = 0.4
+
+
+def in_memory_bytes() -> int:
+    """How many of the CommitLog's newest bytes count as still in memory."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError):
+        physical = 8 << 30
+    return int(physical * IN_MEMORY_RATIO)
 
 
 class OffsetService:
@@ -41,8 +54,12 @@ class OffsetService:
         offsets: ConsumerOffsets,
         groups: GroupsOnFirstUse,
         permissions: Permissions,
+        in_memory: int | None = None,
     ) -> None:
+        """``in_memory``: how many of the CommitLog's newest bytes count as still in
+        memory (``in_memory_bytes()`` when None)."""
         self.store = store
+        self.in_memory = in_memory_bytes() if in_memory is None else in_memory
         self.topics = topics
         self.offsets = offsets
         self.groups = groups
@@ -96,6 +113,21 @@ class OffsetService:
         return self.offsets.get(group, name, queue_id), self.store.max_offset_in_queue(
             name, queue_id
         )
+
+    def start_of_new_group(self, topic: str, queue_id: int) -> int | None:
+        """Where a group that committed nothing for the queue starts, RocketMQ's rule: 0
+        while the queue's first message is still in memory (its queue begins at 0 and it
+        lies among the CommitLog's newest ``in_memory`` bytes), so a consumer that starts
+        right after the first sends reads them all; None past that (the client applies
+        its ``consumeFromWhere``, usually the queue's end: a backlog too old to be in
+        memory is not replayed to a new group)."""
+        if self.store.min_offset_in_queue(topic, queue_id) > 0:
+            return None
+        queue = self.store.consume_queue(topic, queue_id)
+        first = queue.entry_at(0) if queue is not None else None
+        if first is None:
+            return 0  # the queue never had a message: everything starts at 0
+        return 0 if self.store.write_offset - first[0] <= self.in_memory else None
 
     async def commit(
         self, caller: Caller, group: str, topic: str, queue_id: int, offset: int
