@@ -321,6 +321,7 @@ class ReplicationRole:
                 else:
                     await self._step_aside()
                     await self._report_lost_master()
+                    await self._report_master_down()
                     await self._note_refill()
             except RoutingUnavailable as error:
                 log.info("replication change not committed: %s", error.detail)
@@ -415,7 +416,11 @@ class ReplicationRole:
         now = time.monotonic()
         if self.slave.connected_to is not None or self._unlinked_since[0] != group.epoch:
             self._unlinked_since = (group.epoch, now)
-            if self.slave.connected_to is not None and self.node_id in group.lost_by:
+            if (
+                self.slave.connected_to is not None
+                and self.node_id in group.lost_by
+                and self._master_alive(group)
+            ):
                 await self._withdraw_lost_report(group)
             return
         # The grace is for a master not dialled yet; one whose port refused the dial has
@@ -428,15 +433,49 @@ class ReplicationRole:
             or self.node_id not in group.in_sync
         ):
             return
-        result = await self.routing.submit(ReportMasterLost(group.name, self.node_id, group.epoch))
+        await self._report_end(group, "no link")
+
+    async def _report_master_down(self) -> None:
+        """Routing marked this slave's master down (a missed lease): report this log's end
+        at once, linked or not, so that the controller elects the longest in-sync log by
+        an end read now, not by heartbeats up to a second old."""
+        group = self._group()
+        if (
+            group is None
+            or group.master in (None, self.node_id)
+            or self._reported_epoch == group.epoch
+            or self.node_id not in group.in_sync
+        ):
+            return
+        if self._master_alive(group):
+            return
+        await self._report_end(group, "marked down")
+
+    def _master_alive(self, group: BrokerGroup) -> bool:
+        """Whether routing holds ``group``'s master alive (it has not missed its lease)."""
+        master = self.routing.state.members.get(group.master) if group.master else None
+        return master is not None and master.alive
+
+    async def _report_end(self, group: BrokerGroup, why: str) -> None:
+        """Report the master of ``group``'s epoch lost, with this log's end (a slave
+        without a link to its master does not grow: the controller compares these)."""
+        now = time.monotonic()
+        refused = self.slave.refused_by is not None and self.slave.refused_by == self._master_ha()
+        end = self.store.write_offset
+        result = await self.routing.submit(
+            ReportMasterLost(group.name, self.node_id, group.epoch, end_offset=end)
+        )
         if result.ok:
             log.warning(
-                "reported master %s of %s lost (epoch %d, no link for %.1f s%s)",
+                "reported master %s of %s lost (epoch %d, %s, for %.1f s without a link%s; "
+                "this log ends at %d)",
                 group.master,
                 group.name,
                 group.epoch,
-                now - self._unlinked_since[1],
+                why,
+                now - self._unlinked_since[1] if self.slave.connected_to is None else 0.0,
                 ", its port refuses connections" if refused else "",
+                end,
             )
         if result.ok or result.reason == "STALE":
             self._reported_epoch = group.epoch

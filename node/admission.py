@@ -131,9 +131,10 @@ class Admission:
             "(query the route again)",
         )
 
-    def writable_topic(self, name: str) -> TopicConfig:
-        """The topic ``name`` if it exists and takes writes (``TopicError`` otherwise)."""
-        topic = self.topics.topic(name)
+    async def writable_topic(self, name: str) -> TopicConfig:
+        """The topic ``name`` if it exists and takes writes (``TopicError`` otherwise; a
+        name this node has not heard of is asked of routing first)."""
+        topic = self.topics.topics.get(name) or await self.topics.topic_caught_up(name)
         if topic.permission is Permission.READ:
             raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is read-only")
         return topic

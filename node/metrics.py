@@ -49,11 +49,18 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
 
 from ha.status import ReplicationStatus
 from node.consumer_offsets import ConsumerOffsets
 from node.group_members import GroupMembers
+from node.heartbeat import LEASE_AGE_BUCKETS_S, ROUND_TRIP_BUCKETS_S, HeartbeatTimes
 from node.metrics_remoting import RemotingMetrics
 from node.metrics_rpc import RpcMetrics
 from node.pop_state import PopState
@@ -241,6 +248,25 @@ FAMILIES: tuple[Family, ...] = (
         ("status",),
         "SendMessage latency by the RocketMQ status code of the answer",
     ),
+    Family(
+        "ferrymq_heartbeat_round_trip_seconds",
+        "histogram",
+        (),
+        "Time from sampling a heartbeat to routing committing it",
+    ),
+    Family(
+        "ferrymq_lease_age_at_renewal_seconds",
+        "histogram",
+        (),
+        "Time since the last committed heartbeat left, when the next one committed (a "
+        "master refuses writes once it passes two thirds of the lease)",
+    ),
+    Family(
+        "ferrymq_heartbeats_failed_total",
+        "counter",
+        (),
+        "Heartbeats routing did not commit (each is retried within 0.1 s)",
+    ),
     Family("rocketmq_messages_in_total", "counter", ("topic",), "Messages stored by sends"),
     Family(
         "rocketmq_throughput_in_total",
@@ -306,6 +332,49 @@ class NodeMetrics:
         self.wrap_method = self.rpc.wrap_method
         self.remoting = RemotingMetrics(self.registry, NODE_LABELS, self.node_values)
         self.registry.register(NodeStateCollector(self))
+        self.heartbeat_times = HeartbeatTimes()  # the node's heartbeat replaces it
+        self.registry.register(HeartbeatCollector(self))
+
+
+class HeartbeatCollector:
+    """The heartbeat's times (``node/heartbeat.py``), kept by the liveness loop and read
+    here at scrape time."""
+
+    def __init__(self, metrics: NodeMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        return ()
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        times = m.heartbeat_times
+        labels, values = list(NODE_LABELS), list(m.node_values)
+        for name, bounds, counts, total in (
+            (
+                "ferrymq_heartbeat_round_trip_seconds",
+                ROUND_TRIP_BUCKETS_S,
+                list(times.round_trips),
+                times.round_trip_sum_s,
+            ),
+            (
+                "ferrymq_lease_age_at_renewal_seconds",
+                LEASE_AGE_BUCKETS_S,
+                list(times.lease_ages),
+                times.lease_age_sum_s,
+            ),
+        ):
+            family = HistogramMetricFamily(name, _HELP[name], labels=labels)
+            cumulative, buckets = 0, []
+            for bound, count in zip([*map(floatToGoString, bounds), "+Inf"], counts, strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            family.add_metric(values, buckets, total)
+            yield family
+        name = "ferrymq_heartbeats_failed_total"
+        failed = CounterMetricFamily(name, _HELP[name], labels=labels)
+        failed.add_metric(values, times.failed)
+        yield failed
 
 
 class NodeStateCollector:

@@ -52,6 +52,7 @@ from node.grpc.request_bytes import HeldRequests
 from node.grpc.request_decoding import tolerate_malformed
 from node.handle_key import receipt_handle_key
 from node.heartbeat import Heartbeat
+from node.liveness import LivenessLoop
 from node.long_polling import QueueWaiters
 from node.metrics import NodeMetrics, RoutingStatus
 from node.metrics_http import MetricsHttpServer
@@ -81,7 +82,7 @@ from node.services.transactions import TransactionService
 from node.timer_service import TimerService
 from node.tls import peer_channel_credentials, remoting_ssl_context, server_credentials
 from node.topics import MessageType, TopicTable
-from routing.commands import CommandResult, CreateUser, NodeHeartbeat, RegisterNode
+from routing.commands import CatchUp, CommandResult, CreateUser, NodeHeartbeat, RegisterNode
 from routing.controller import Controller
 from routing.replica import RoutingReplica, RoutingUnavailable
 from store import sync_ledger
@@ -127,6 +128,7 @@ class Node:
         self._timer_task: asyncio.Task[None] | None = None
         self._check_task: asyncio.Task[None] | None = None
         self._routing_tasks: list[asyncio.Task[None]] = []
+        self.liveness = LivenessLoop()  # heartbeats and the controller (node/liveness.py)
         self.routing: RoutingReplica | None = None
         self._raft_port_held: socket.socket | None = None  # a standalone voter's port
         self.topics = TopicTable()
@@ -255,6 +257,7 @@ class Node:
         self.metrics.members = services.membership.members
         self.metrics.replication_status = self.replication.status
         self.metrics.routing_status = self._routing_status
+        self.metrics.heartbeat_times = self.heartbeat.times
         add_service = functools.partial(add_wrapped, self.server, wrappers=wrappers)
         add_service(
             service_pb2_grpc.add_MessagingServiceServicer_to_server,
@@ -295,11 +298,8 @@ class Node:
             unclean_election=config.replication.unclean_election,
             raft_address=self.routing.self_address or "",
         )
-        self._routing_tasks = [
-            asyncio.create_task(self.heartbeat.run()),
-            asyncio.create_task(controller.run()),
-            asyncio.create_task(self.replication.maintain()),
-        ]
+        self.liveness.start(self.heartbeat.run, controller.run)
+        self._routing_tasks = [asyncio.create_task(self.replication.maintain())]
 
     def _services(self, store: ReplicatedStore, handles: ReceiptHandles) -> Services:
         """Every service once, so every door shares each one's state (one round-robin
@@ -426,7 +426,8 @@ class Node:
             self_address = config.raft_address if config.is_voter else None
 
         def on_applied(command: object, result: CommandResult) -> None:
-            if not isinstance(command, NodeHeartbeat):  # heartbeats change no topic or role
+            # Heartbeats and read barriers change no topic or role.
+            if not isinstance(command, (NodeHeartbeat, CatchUp)):
                 loop.call_soon_threadsafe(self._routing_changed)
 
         self.routing = RoutingReplica(
@@ -437,6 +438,7 @@ class Node:
             lease_s=self._lease_s,
             on_applied=on_applied,
         )
+        self.topics.catch_up = self.routing.catch_up
         deadline = time.monotonic() + cluster.join_timeout_ms / 1000
         await self.routing.wait_ready(cluster.join_timeout_ms / 1000)
         self.replication = ReplicationRole(
@@ -591,6 +593,7 @@ class Node:
         for task in (self._housekeeping, self._timer_task, self._check_task, *self._routing_tasks):
             if task is not None:
                 task.cancel()
+        await asyncio.get_running_loop().run_in_executor(None, self.liveness.stop)
         if self.metrics_http is not None:
             await self.metrics_http.close()
         if self.remoting is not None:

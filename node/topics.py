@@ -2,13 +2,18 @@
 state (``routing/``), rebuilt on the event loop whenever a routing command is applied.
 
 The services read this table on every request, so it holds plain ``TopicConfig`` records
-(queue counts of this node's broker group) and dictionary lookups, never Raft calls.
-Changes go through the routing state machine, never through this table.
+(queue counts of this node's broker group) and dictionary lookups. The one Raft call is
+``topic_caught_up``'s, for a name the table does not have: a topic created through another
+node a moment ago is usable here at once (the node catches up with routing before it says
+the topic does not exist). Changes go through the routing state machine, never through
+this table.
 
 Thread-safety: owned by the node's event loop.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 from routing.metadata import (
     GroupConfig,
@@ -20,6 +25,7 @@ from routing.metadata import (
     dead_letter_topic_of,
     retry_topic_of,
 )
+from routing.replica import RoutingUnavailable
 from routing.state import RoutingState, group_topics
 
 __all__ = [
@@ -44,6 +50,9 @@ class TopicTable:
         self.groups: dict[str, GroupConfig] = {g.name: g for g in groups or []}
         # The state tables the last refresh read: (routes, groups, served here).
         self._refreshed_from: tuple[dict, dict, bool] | None = None
+        # Applies here what routing committed before the call (``RoutingReplica.catch_up``);
+        # the refresh it causes runs before it returns. None: nothing to catch up with.
+        self.catch_up: Callable[[], Awaitable[None]] | None = None
 
     def refresh(self, state: RoutingState, broker_group: str) -> None:
         """Replace the contents with what ``state`` says ``broker_group`` serves
@@ -89,6 +98,22 @@ class TopicTable:
         if found is None:
             raise TopicError("TOPIC_NOT_FOUND", f"topic {name} does not exist on this node")
         return found
+
+    async def topic_caught_up(self, name: str) -> TopicConfig:
+        """``topic``, after catching up with routing when this node has not heard of
+        ``name`` (``TopicError`` TOPIC_NOT_FOUND only once routing says so too; a routing
+        that cannot answer leaves the answer at what this node knew)."""
+        try:
+            return self.topic(name)
+        except TopicError as error:
+            if error.reason != "TOPIC_NOT_FOUND" or self.catch_up is None:
+                raise
+            missing = error
+        try:
+            await self.catch_up()
+        except RoutingUnavailable:
+            raise missing from None
+        return self.topic(name)
 
     def group(self, name: str) -> GroupConfig:
         check_name("CONSUMER_GROUP", name)

@@ -109,6 +109,7 @@ class ReportMasterLost:
     broker_group: str
     reporter: str
     epoch: int
+    end_offset: int = -1  # the reporter's log end (-1: not said; reports made before it)
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,13 @@ class ReportMasterFound:
     broker_group: str
     reporter: str
     epoch: int
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """Changes nothing. Committed and applied on the replica that submitted it, it proves
+    that replica has applied everything routing committed before (a read barrier:
+    ``RoutingReplica.catch_up``)."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +225,7 @@ Command = (
     | AlterInSync
     | ReportMasterLost
     | ReportMasterFound
+    | CatchUp
     | CreateTopic
     | UpdateTopic
     | DeleteTopic

@@ -15,10 +15,15 @@ missed a heartbeat (``heartbeat_interval_s``) or its replication port refuses co
 (nothing listens there: the process is gone; a paused or cut-off master's port does not
 refuse; slaves report such a master at once, ``ha/role.py``): a killed master is replaced
 in a fraction of a second instead of a lease. The new master is the live in-sync member
-with the highest reported CommitLog offset (any live member with ``unclean_election``,
+with the longest log (any live member with ``unclean_election``,
 which may lose acknowledged messages), one whose log was cut by its recovery only when no
 other candidate has a whole log (``healthy_first``); ``ElectMaster`` names the epoch it
-replaces, so a stale decision cannot stick.
+replaces, so a stale decision cannot stick. A log's length is the end its slave reported
+with its lost-master report (made on losing the link, or on seeing its master marked
+down), read when it stopped growing; the election waits up to a heartbeat interval for
+every candidate's report before it falls back on heartbeats. Which one is chosen never
+risks an acknowledged write: under SYNC every in-sync member holds all of them
+(``ha/master.py``); the longest log keeps the most of what was not acknowledged yet.
 
 Routing leadership off the masters: a leader whose node is also a broker group's master
 hands Raft leadership to a voter that is no master (``hand_leadership_to``), and an
@@ -84,6 +89,9 @@ class Controller:
         # group -> (epoch, when this leader first saw it): reports of a lost link count
         # only against a term at least a heartbeat interval old (see _master_failure).
         self._terms: dict[str, tuple[int, float]] = {}
+        # group -> (epoch, when its master was first seen failed): the election waits up
+        # to a heartbeat interval from then for the candidates' reported ends.
+        self._failed_since: dict[str, tuple[int, float]] = {}
         self._leading = False
         self.raft_address = raft_address  # this node's voter address; "" for no voter
         self._handover_after = 0.0  # no new handover request before this (monotonic)
@@ -133,8 +141,22 @@ class Controller:
                 continue
             failure = await self._master_failure(group, members, now)
             if failure is not None:
-                await self._elect(group, members, failure)
+                await self._elect(group, members, failure, now)
         self._keep_leadership_off_masters(members, groups, now)
+
+    def _ends_known(self, group, candidates: list[str], now: float) -> bool:
+        """Whether every candidate's log end is known from a report made in this epoch,
+        or a heartbeat interval has passed since the master was first seen failed (then
+        the heartbeats' ends, up to an interval old, decide). Slaves report their end as
+        soon as they lose their link or see their master marked down (``ha/role.py``):
+        electing by heartbeats alone once chose the shortest of three logs, and the two
+        longer ones cut ~430 messages into rollback files."""
+        since = self._failed_since.get(group.name)
+        if since is None or since[0] != group.epoch:
+            since = self._failed_since[group.name] = (group.epoch, now)
+        if all(group.reported_end(n) is not None for n in candidates):
+            return True
+        return now - since[1] >= self.heartbeat_interval_s
 
     def _keep_leadership_off_masters(self, members, groups, now: float) -> None:
         """While this node is a master and the cluster is whole, ask a voter that is no
@@ -204,7 +226,7 @@ class Controller:
             return f"{lost}, whose replication port {master.ha_address} refuses connections"
         return None
 
-    async def _elect(self, group, members, failure: str) -> None:
+    async def _elect(self, group, members, failure: str, now: float) -> None:
         def eligible(node_id: str) -> bool:
             member = members[node_id]
             return member.alive and member.broker_group == group.name and node_id != group.master
@@ -228,12 +250,16 @@ class Controller:
                     "" if self.unclean_election else " (or with unclean_election)",
                 )
             return
-        # Among equally long logs, not this node: a master here would hand routing's
-        # leadership over right after (``_keep_leadership_off_masters``).
+        if not self._ends_known(group, candidates, now):
+            return
+        # The longest log by the freshest end known: a candidate's lost-master report
+        # (a slave without a link does not grow), else its last heartbeat. Among equally
+        # long logs, not this node: a master here would hand routing's leadership over
+        # right after (``_keep_leadership_off_masters``).
         chosen = min(
             candidates,
             key=lambda n: (
-                -members[n].max_offset,
+                -_end_of(group, members[n]),
                 bool(self.raft_address) and members[n].raft_address == self.raft_address,
                 n,
             ),
@@ -250,6 +276,14 @@ class Controller:
         await self.replica.submit(
             ElectMaster(group.name, chosen, group.epoch, "master failed", unclean=unclean)
         )
+
+
+def _end_of(group, member) -> int:
+    """The freshest known end of ``member``'s log: what its lost-master report in this
+    epoch said, or its last heartbeat, whichever is further (a log only grows within an
+    epoch)."""
+    reported = group.reported_end(member.node_id)
+    return member.max_offset if reported is None else max(reported, member.max_offset)
 
 
 def _whole(members, groups) -> bool:

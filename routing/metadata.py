@@ -150,6 +150,13 @@ class BrokerGroup:
     in_sync: frozenset[str] = field(default_factory=frozenset)
     in_sync_epoch: int = 0
     lost_by: frozenset[str] = field(default_factory=frozenset)  # slaves that lost the master
+    # (reporter, its log's end when it reported) for the reports that said: a log without
+    # a link to its master does not grow, so these ends are fresher than any heartbeat's.
+    lost_ends: tuple[tuple[str, int], ...] = ()
+
+    def reported_end(self, node_id: str) -> int | None:
+        """``node_id``'s log end as its lost-master report in this epoch gave it."""
+        return next((end for node, end in self.lost_ends if node == node_id), None)
 
 
 def healthy_first(members: list[Member]) -> list[Member]:

@@ -42,13 +42,16 @@ from typing import TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
-from routing.commands import CommandResult
+from routing.commands import CatchUp, CommandResult
 from routing.raft_transport import MAX_COMMAND_BYTES, BoundedTcpTransport
 from routing.state import RoutingState
 
 log = logging.getLogger("ferrymq.routing")
 RETRY_NOT_APPLIED_S = 1.0  # how long a command refused unapplied is tried again
 RETRY_PAUSE_S = 0.02
+# At most one read barrier (``catch_up``) every this long: a flood of requests naming
+# topics nobody created must not become a flood of Raft entries.
+CATCH_UP_SPACING_S = 0.05
 T = TypeVar("T")
 
 FAIL_REASONS = {
@@ -184,6 +187,9 @@ class RoutingReplica:
             appendEntriesPeriod=0.02 if single else 0.1,
         )
         others = [v for v in voters if v != self_address]
+        self._catching_up: asyncio.Future[None] | None = None  # the barrier under way
+        self._next_catch_up: asyncio.Future[None] | None = None  # the one after it
+        self._caught_up_at = 0.0
         self.sync = _RaftNode(
             self_address,
             others,
@@ -321,6 +327,51 @@ class RoutingReplica:
         if self.self_address is not None:
             return f"{connected + 1} of {voters} voters reachable"
         return f"{connected} of {voters} voters reachable from this read-only replica"
+
+    async def catch_up(self, timeout_s: float = RETRY_NOT_APPLIED_S) -> None:
+        """Apply here everything routing committed before this call: a read barrier, for a
+        node asked about something it may not have heard of yet (a topic another node
+        created a moment ago). A ``CatchUp`` command, committed and applied on this
+        replica, proves it. A call that arrives while one is under way waits for the next
+        one (the one under way may have been appended before what the caller saw), which
+        every such call shares; barriers are at least ``CATCH_UP_SPACING_S`` apart.
+        ``RoutingUnavailable`` when routing cannot commit within ``timeout_s``."""
+        barrier = self._next_catch_up
+        if barrier is None:
+            barrier = self._next_catch_up = asyncio.get_running_loop().create_future()
+            if self._catching_up is None:
+                self._start_catch_up(timeout_s)
+        try:
+            await asyncio.wait_for(asyncio.shield(barrier), timeout_s)
+        except TimeoutError:
+            raise RoutingUnavailable(
+                f"routing did not confirm a read barrier within {timeout_s:.1f} s"
+            ) from None
+
+    def _start_catch_up(self, timeout_s: float) -> None:
+        barrier, self._next_catch_up = self._next_catch_up, None
+        self._catching_up = barrier
+        task = asyncio.ensure_future(self._barrier(barrier, timeout_s))
+        task.add_done_callback(lambda _: self._catch_up_done(timeout_s))
+
+    async def _barrier(self, done: asyncio.Future[None], timeout_s: float) -> None:
+        wait_s = self._caught_up_at + CATCH_UP_SPACING_S - time.monotonic()
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+        try:
+            await self.submit(CatchUp(), timeout_s)
+        except RoutingUnavailable as error:
+            done.set_exception(error)
+            done.exception()  # read here: nobody may be waiting any more
+        else:
+            done.set_result(None)
+        finally:
+            self._caught_up_at = time.monotonic()
+
+    def _catch_up_done(self, timeout_s: float) -> None:
+        self._catching_up = None
+        if self._next_catch_up is not None:
+            self._start_catch_up(timeout_s)
 
     async def wait_ready(self, timeout_s: float) -> None:
         """Until the replica has caught up with a leader; ``RoutingUnavailable`` after

@@ -27,6 +27,7 @@ from typing import Any
 from routing.acl import ACL_ENTRIES_MAX, User, check_access_key, check_entry
 from routing.commands import (
     AlterInSync,
+    CatchUp,
     CommandResult,
     CreateGroup,
     CreateTopic,
@@ -164,6 +165,7 @@ class RoutingState:
                     in_sync=group.in_sync - {command.node_id},
                     in_sync_epoch=group.in_sync_epoch + 1,
                     lost_by=frozenset(),
+                    lost_ends=(),
                 )
             else:
                 # It stays master, in a new term: a term never spans a restart. After a
@@ -171,7 +173,8 @@ class RoutingState:
                 # must not share an epoch with the bytes a slave copied from the lost
                 # tail, or the slave's epoch comparison would keep them (a silently
                 # diverged replica, found by the chaos suite).
-                group = replace(group, epoch=group.epoch + 1)
+                # Lost-master reports name an epoch: none carries over to the new one.
+                group = replace(group, epoch=group.epoch + 1, lost_by=frozenset(), lost_ends=())
         elif self._replaces_damaged_master(group, member):
             # The master's recovery cut its log and nothing refilled it: a healthy
             # in-sync member takes over as it registers, before it follows (and cuts its
@@ -183,6 +186,7 @@ class RoutingState:
                 in_sync=(group.in_sync - {group.master}) | {member.node_id},
                 in_sync_epoch=group.in_sync_epoch + 1,
                 lost_by=frozenset(),
+                lost_ends=(),
             )
         return [
             ("members", member.node_id, member),
@@ -280,6 +284,7 @@ class RoutingState:
             in_sync=in_sync,
             in_sync_epoch=group.in_sync_epoch + 1,
             lost_by=frozenset(),
+            lost_ends=(),
         )
         return [("broker_groups", group.name, elected)], elected
 
@@ -312,7 +317,10 @@ class RoutingState:
         group = self._broker_group(command.broker_group)
         if group.epoch != command.epoch:
             raise TopicError("STALE", f"epoch is {group.epoch}, not {command.epoch}")
-        changed = replace(group, lost_by=group.lost_by | {command.reporter})
+        ends = tuple((node, end) for node, end in group.lost_ends if node != command.reporter)
+        if command.end_offset >= 0:
+            ends = (*ends, (command.reporter, command.end_offset))
+        changed = replace(group, lost_by=group.lost_by | {command.reporter}, lost_ends=ends)
         return [("broker_groups", group.name, changed)], changed
 
     def _plan_report_found(self, command: ReportMasterFound) -> tuple[list[Change], object]:
@@ -321,8 +329,12 @@ class RoutingState:
             raise TopicError("STALE", f"epoch is {group.epoch}, not {command.epoch}")
         if command.reporter not in group.lost_by:
             return [], group
-        changed = replace(group, lost_by=group.lost_by - {command.reporter})
+        ends = tuple((node, end) for node, end in group.lost_ends if node != command.reporter)
+        changed = replace(group, lost_by=group.lost_by - {command.reporter}, lost_ends=ends)
         return [("broker_groups", group.name, changed)], changed
+
+    def _plan_catch_up(self, command: CatchUp) -> tuple[list[Change], object]:
+        return [], None
 
     def _broker_group(self, name: str) -> BrokerGroup:
         group = self.broker_groups.get(name)
@@ -514,6 +526,7 @@ class RoutingState:
         for group in self.broker_groups.values():
             assert group.master is None or group.master in self.members, group
             assert group.master is None or group.master in group.in_sync, group
+            assert {node for node, _ in group.lost_ends} <= group.lost_by, group
         for member in self.members.values():
             assert member.broker_group in self.broker_groups, member
         for key, user in self.users.items():
@@ -535,6 +548,7 @@ _PLANNERS = {
     AlterInSync: RoutingState._plan_alter_in_sync,
     ReportMasterLost: RoutingState._plan_report_lost,
     ReportMasterFound: RoutingState._plan_report_found,
+    CatchUp: RoutingState._plan_catch_up,
     CreateTopic: RoutingState._plan_create_topic,
     UpdateTopic: RoutingState._plan_update_topic,
     DeleteTopic: RoutingState._plan_delete_topic,

@@ -370,8 +370,8 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
         return await self._serve(context, "QueryMessageByOffset", api.QueryMessagesResponse, work)
 
     async def QueryOffsetByTime(self, request, context):
-        def work(caller):
-            offset = self.services.offsets.offset_by_time(
+        async def work(caller):
+            offset = await self.services.offsets.offset_by_time(
                 caller, request.topic, request.queue_id, request.timestamp_ms
             )
             return {"offset": offset}

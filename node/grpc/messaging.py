@@ -171,7 +171,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def QueryRoute(self, request, context):
         caller = self._caller(context, "QueryRoute")
         try:
-            queues = self.services.routes.read(
+            queues = await self.services.routes.read_caught_up(
                 caller, lambda state: self._queues(state, state.topic(request.topic.name))
             )
         except (InvalidRequest, TopicError) as error:
@@ -199,7 +199,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
         try:
             group = self.services.routes.group(caller, request.group.name)
-            queues = self.services.routes.read(caller, assignments_of)
+            queues = await self.services.routes.read_caught_up(caller, assignments_of)
         except (InvalidRequest, TopicError) as error:
             return rpc.QueryAssignmentResponse(status=refused(error))
         assignments = [pb.Assignment(message_queue=queue) for queue in queues]
@@ -569,13 +569,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         policy = request.query_offset_policy
         try:
             if policy == pb.BEGINNING:
-                offset = offsets.min_offset(caller, queue.topic.name, queue.id)
+                offset = await offsets.min_offset(caller, queue.topic.name, queue.id)
             elif policy == pb.END:
-                offset = offsets.max_offset(caller, queue.topic.name, queue.id)
+                offset = await offsets.max_offset(caller, queue.topic.name, queue.id)
             elif not request.HasField("timestamp"):
                 raise InvalidRequest(pb.BAD_REQUEST, "TIMESTAMP policy needs a timestamp")
             else:
-                offset = offsets.offset_by_time(
+                offset = await offsets.offset_by_time(
                     caller, queue.topic.name, queue.id, millis_of(request.timestamp)
                 )
         except (InvalidRequest, TopicError) as error:

@@ -41,7 +41,7 @@ class OffsetHandlers:
     async def max_offset(self, request: RemotingCommand, connection, caller: Caller):
         topic, queue_id = request.text("topic"), request.int32("queueId")
         try:
-            offset = self.offsets.max_offset(caller, topic, queue_id)
+            offset = await self.offsets.max_offset(caller, topic, queue_id)
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))
         return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
@@ -49,7 +49,7 @@ class OffsetHandlers:
     async def min_offset(self, request: RemotingCommand, connection, caller: Caller):
         topic, queue_id = request.text("topic"), request.int32("queueId")
         try:
-            offset = self.offsets.min_offset(caller, topic, queue_id)
+            offset = await self.offsets.min_offset(caller, topic, queue_id)
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))
         return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})

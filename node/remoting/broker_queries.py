@@ -85,7 +85,7 @@ class QueryHandlers:
         topic, queue_id = request.text("topic"), request.int32("queueId")
         timestamp_ms = request.integer("timestamp")
         try:
-            offset = self.offsets.offset_by_time(caller, topic, queue_id, timestamp_ms)
+            offset = await self.offsets.offset_by_time(caller, topic, queue_id, timestamp_ms)
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))
         return request.reply(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
@@ -93,7 +93,7 @@ class QueryHandlers:
     async def earliest_store_time(self, request: RemotingCommand, connection, caller: Caller):
         topic, queue_id = request.text("topic"), request.int32("queueId")
         try:
-            timestamp = self.offsets.earliest_store_time_ms(caller, topic, queue_id)
+            timestamp = await self.offsets.earliest_store_time_ms(caller, topic, queue_id)
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))
         return request.reply(ResponseCode.SUCCESS, ext_fields={"timestamp": str(timestamp)})

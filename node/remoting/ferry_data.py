@@ -68,7 +68,9 @@ class FerryDataHandlers:
     async def route(self, request: RemotingCommand, connection, caller: Caller):
         topic = request.text("topic")
         try:
-            answer = self.services.routes.read(caller, lambda state: ferry_route(state, topic))
+            answer = await self.services.routes.read_caught_up(
+                caller, lambda state: ferry_route(state, topic)
+            )
         except TopicError as error:
             status = topic_error_status(error)
             answer = {"code": status.code, "message": status.message}

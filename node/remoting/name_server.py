@@ -130,7 +130,7 @@ class NameServer:
     async def route(self, request: RemotingCommand, connection, caller: Caller):
         topic = request.text("topic")
         try:
-            body = self.routes.read(caller, lambda state: route_data(state, topic))
+            body = await self.routes.read_caught_up(caller, lambda state: route_data(state, topic))
         except TopicError as error:
             return request.reply(
                 ResponseCode.TOPIC_NOT_EXIST,

@@ -67,28 +67,28 @@ class OffsetService:
         self._commits: set[asyncio.Task] = set()
 
     # ---- a queue's bounds --------------------------------------------------------------
-    def queue(self, caller: Caller, topic_name: str, queue_id: int) -> TopicConfig:
+    async def queue(self, caller: Caller, topic_name: str, queue_id: int) -> TopicConfig:
         """The topic, once ``caller`` may read ``queue_id`` of it."""
         self.permissions.require(caller, read(topic_name))
-        topic = self.topics.topic(topic_name)
+        topic = await self.topics.topic_caught_up(topic_name)
         check_queue(topic, queue_id)
         return topic
 
-    def min_offset(self, caller: Caller, topic: str, queue_id: int) -> int:
-        name = self.queue(caller, topic, queue_id).name
+    async def min_offset(self, caller: Caller, topic: str, queue_id: int) -> int:
+        name = (await self.queue(caller, topic, queue_id)).name
         return self.store.min_offset_in_queue(name, queue_id)
 
-    def max_offset(self, caller: Caller, topic: str, queue_id: int) -> int:
-        name = self.queue(caller, topic, queue_id).name
+    async def max_offset(self, caller: Caller, topic: str, queue_id: int) -> int:
+        name = (await self.queue(caller, topic, queue_id)).name
         return self.store.max_offset_in_queue(name, queue_id)
 
-    def offset_by_time(self, caller: Caller, topic: str, queue_id: int, time_ms: int) -> int:
-        name = self.queue(caller, topic, queue_id).name
+    async def offset_by_time(self, caller: Caller, topic: str, queue_id: int, time_ms: int) -> int:
+        name = (await self.queue(caller, topic, queue_id)).name
         return self.store.offset_by_time(name, queue_id, time_ms)
 
-    def earliest_store_time_ms(self, caller: Caller, topic: str, queue_id: int) -> int:
+    async def earliest_store_time_ms(self, caller: Caller, topic: str, queue_id: int) -> int:
         """The store time of the queue's first message; -1 for an empty queue."""
-        name = self.queue(caller, topic, queue_id).name
+        name = (await self.queue(caller, topic, queue_id)).name
         store = self.store
         first = store.message_at(name, queue_id, store.min_offset_in_queue(name, queue_id))
         return first.store_timestamp_ms if first is not None else -1
@@ -100,7 +100,7 @@ class OffsetService:
         """The topic, once ``caller`` may consume ``queue_id`` of it as ``group`` (which
         exists, or was created now)."""
         self.permissions.require(caller, consume(topic_name, group))
-        topic = self.topics.topic(topic_name)
+        topic = await self.topics.topic_caught_up(topic_name)
         check_queue(topic, queue_id)
         await self.groups.group(group)
         return topic

@@ -157,7 +157,7 @@ class PopService:
         ``InvalidRequest`` (not allowed, a write-only topic, a bad filter or invisible
         duration) and ``PopFailed``. ``invisible_ms`` None: ``DEFAULT_INVISIBLE_MS``."""
         self.permissions.require(caller, consume(topic_name, group_name))
-        topic = self.topics.topic(topic_name)
+        topic = await self.topics.topic_caught_up(topic_name)
         if topic.permission is Permission.WRITE:
             raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
         selected = selection(filter_expression)
@@ -380,7 +380,7 @@ class PopService:
         """The topic and group of a call that acts on deliveries, once ``caller`` may
         consume the one as the other."""
         self.permissions.require(caller, consume(topic_name, group_name))
-        topic = self.topics.topic(topic_name)
+        topic = await self.topics.topic_caught_up(topic_name)
         return topic, await self.groups.group(group_name)
 
     async def ack(

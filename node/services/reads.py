@@ -143,7 +143,7 @@ class ReadService:
         """Steps 1-4: the topic, once ``caller`` may read ``queue_id`` of it as ``group``;
         ``InvalidRequest`` or ``TopicError`` otherwise."""
         self.permissions.require(caller, consume(topic_name, group))
-        topic = self.topics.topic(topic_name)
+        topic = await self.topics.topic_caught_up(topic_name)
         if topic.permission is Permission.WRITE:
             raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
         check_queue(topic, queue_id)

@@ -18,8 +18,8 @@ from typing import TypeVar
 from node.group_creation import GroupsOnFirstUse
 from node.services.caller import Caller
 from node.services.permissions import Permissions
-from node.topics import GroupConfig
-from routing.replica import RoutingReplica
+from node.topics import GroupConfig, TopicError
+from routing.replica import RoutingReplica, RoutingUnavailable
 from routing.state import RoutingState
 
 View = TypeVar("View")
@@ -37,6 +37,22 @@ class RouteService:
         """``view`` of the routing state, for a caller with valid credentials."""
         self.permissions.require(caller, ())
         return self.routing.read(view)
+
+    async def read_caught_up(self, caller: Caller, view: Callable[[RoutingState], View]) -> View:
+        """``read``, once more after catching up with routing when ``view`` finds no such
+        topic here: a route asked of this node right after another node created the topic
+        answers the topic (``RoutingReplica.catch_up``)."""
+        try:
+            return self.read(caller, view)
+        except TopicError as error:
+            if error.reason != "TOPIC_NOT_FOUND":
+                raise
+            missing = error
+        try:
+            await self.routing.catch_up()
+        except RoutingUnavailable:
+            raise missing from None
+        return self.read(caller, view)
 
     def read_all(self, caller: Caller, view: Callable[[RoutingState], View]) -> View:
         """``view`` of the whole cluster (every topic, every broker): admins only."""

@@ -216,7 +216,7 @@ class SendService:
         started = perf_counter()
         self.permissions.require(caller, publish(request.topic))
         try:
-            topic = self._admit(request.topic)
+            topic = await self._admit(request.topic)
             stored, transaction_ids, queues = self._messages(topic, request)
         except (InvalidRequest, TopicError) as error:
             self.metrics.send_answered(refusal_status(error).code, perf_counter() - started)
@@ -235,10 +235,10 @@ class SendService:
         self.metrics.send_answered(status.code, perf_counter() - started)
         return SendOutcome(result, stored, status, transaction_ids, queues)
 
-    def _admit(self, topic_name: str) -> TopicConfig:
+    async def _admit(self, topic_name: str) -> TopicConfig:
         """Steps 2-3 (after step 1, the caller's permission): the master, the topic."""
         self.admission.check_master()
-        return self.admission.writable_topic(topic_name)
+        return await self.admission.writable_topic(topic_name)
 
     def _messages(
         self, topic: TopicConfig, request: SendRequest
@@ -352,7 +352,7 @@ class SendService:
         count = request.count
         try:
             check_batch_count(count, MAX_PRODUCE_RECORDS)
-            topic = self._admit(request.topic)
+            topic = await self._admit(request.topic)
             message_type = PRODUCE_TYPES.get(topic.message_type)
             if message_type is None:
                 raise InvalidRequest(

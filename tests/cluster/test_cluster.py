@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from ferrymq.client import Admin, FerryError, PullConsumer
+from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.launcher.cluster import (
     cluster_up,
     free_ports,
@@ -32,6 +33,7 @@ from tests.support.cluster import (
     SMALL_STORE,
     kill,
     leader_of,
+    master_of,
     restart,
     status_of,
     stop_all,
@@ -39,6 +41,8 @@ from tests.support.cluster import (
     topics_on_safe,
 )
 from tests.support.official_client import run_official_at
+from tests.support.remoting_client import RemotingClient, send_v2
+from tests.support.rpc import create_topic, message, stubs
 
 UNAVAILABLE = 14
 
@@ -292,3 +296,40 @@ def test_routing_leadership_stays_off_the_masters_node_and_survives_its_crash(th
     new_master = until(elected, 10, "a new master")
     assert leader_of(plan, [n for n in plan.nodes if n.id != old_master]).id == leader.id
     assert new_master != leader.id  # equal logs: the candidate off the leader's node
+
+
+def test_a_topic_is_usable_through_every_node_the_moment_its_creation_returns(three):
+    """A node that has not applied the creation yet catches up with routing before it
+    says the topic does not exist (``bench.peers`` under load got TOPIC_NOT_FOUND from a
+    send right after ``Admin`` created the topic). Created on routing's leader, which is
+    kept off the master's node, so the master and the other node learn it a moment later."""
+    plan = three["plan"]
+    creator = leader_of(plan)
+    others = [n for n in plan.nodes if n.id != creator.id]
+    master = master_of(plan)
+    channels = {n.id: stubs(n.grpc) for n in plan.nodes}
+    remoting = {n.id: RemotingClient(n.remoting) for n in others}
+    try:
+        _, _, admin = channels[creator.id]
+        for i in range(30):
+            name = f"fresh-{i}"
+            create_topic(admin, name, queues=1)
+            for node in others:
+                _, messaging, _ = channels[node.id]
+                route = messaging.QueryRoute(rpc.QueryRouteRequest(topic=pb.Resource(name=name)))
+                assert route.status.code == pb.OK, (node.id, route.status)
+                answer = remoting[node.id].call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": name})
+                assert answer.code == ResponseCode.SUCCESS, (node.id, answer.remark)
+            _, messaging, _ = channels[master.id]
+            sent = messaging.SendMessage(
+                rpc.SendMessageRequest(messages=[message(name, b"at once", f"id-{i}")])
+            )
+            assert sent.status.code == pb.OK, sent.status
+            if master.id != creator.id:
+                answer = send_v2(remoting[master.id], name, b"at once, 4.x", 0)
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
+    finally:
+        for channel, _, _ in channels.values():
+            channel.close()
+        for client in remoting.values():
+            client.close()

@@ -17,7 +17,7 @@ from ha.options import ReplicationMode, ReplicationOptions
 from ha.replicated_store import ReplicatedStore
 from ha.role import ReplicationRole
 from ha.slave import TailCutFailed
-from routing.commands import AlterInSync, ElectMaster, RegisterNode
+from routing.commands import AlterInSync, ElectMaster, MarkNodeDown, RegisterNode
 from routing.state import RoutingState
 from store.config import StoreConfig
 from store.message import Message
@@ -153,6 +153,31 @@ def test_a_slave_reports_a_master_whose_port_refuses_it_at_once_and_a_silent_one
             lost = await reported_after_two_rounds(silent.getsockname()[1], dialled)
             assert lost == frozenset()
             accepted[0].close()
+
+    asyncio.run(run())
+
+
+def test_a_slave_reports_its_end_when_routing_marks_its_master_down(store):
+    """The controller elects the longest in-sync log by the ends the slaves report; a
+    slave reports its end as soon as routing marks its master down, linked or not, and
+    only once per epoch."""
+
+    async def run() -> None:
+        routing = SubmittingRouting()
+        assert routing.state.apply(RegisterNode("x", "g", "127.0.0.1:1")).ok
+        assert routing.state.apply(RegisterNode("m", "g", "127.0.0.1:2")).ok
+        assert routing.state.apply(AlterInSync("g", "x", 1, frozenset({"x", "m"}), 1)).ok
+        assert store.put_messages([Message("t", b"x" * 100)] * 3).ok
+        role = role_of(store, routing, ReplicationMode.SYNC)
+        await role.follow_routing()
+        await role._report_master_down()
+        assert routing.state.broker_groups["g"].lost_by == frozenset()  # x is alive
+        heartbeats = routing.state.members["x"].heartbeats
+        assert routing.state.apply(MarkNodeDown("x", heartbeats)).ok
+        await role._report_master_down()
+        group = routing.state.broker_groups["g"]
+        assert group.lost_by == {"m"} and group.reported_end("m") == store.write_offset
+        await role.close()
 
     asyncio.run(run())
 

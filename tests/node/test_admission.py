@@ -3,6 +3,7 @@ refusal with its code, the queue a message gets, and the codes of the store's re
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import zlib
 from types import SimpleNamespace
@@ -63,14 +64,17 @@ def test_a_master_admits_and_a_slave_refuses_naming_its_master():
 
 
 def test_a_topic_must_be_well_named_exist_and_take_writes():
-    assert admission().writable_topic("fifo") is FIFO
+    def writable(name: str) -> TopicConfig:
+        return asyncio.run(admission().writable_topic(name))
+
+    assert writable("fifo") is FIFO
     with pytest.raises(TopicError) as bad_name:
-        admission().writable_topic("bad name")
+        writable("bad name")
     assert bad_name.value.reason == "ILLEGAL_TOPIC"
     with pytest.raises(TopicError) as missing:
-        admission().writable_topic("absent")
+        writable("absent")
     assert missing.value.reason == "TOPIC_NOT_FOUND"
-    assert code_of(admission().writable_topic, "frozen") == pb.FORBIDDEN
+    assert code_of(writable, "frozen") == pb.FORBIDDEN
 
 
 def test_limits_are_the_stores():

@@ -35,6 +35,9 @@ class Replica:
     def read(self, reader):
         return reader(self.state)
 
+    async def catch_up(self) -> None:
+        """This state is the whole truth: nothing to catch up with."""
+
 
 def apply(state: RoutingState, *commands) -> None:
     for command in commands:

@@ -120,7 +120,7 @@ def test_a_master_elected_a_moment_ago_is_not_deposed_by_early_lost_link_reports
     # n1 (the master) dies: both slaves lose their link. Routing has no leader for a
     # while, so n2's heartbeats do not commit (n3's last one does).
     for reporter in ("n2", "n3"):
-        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+        assert state.apply(ReportMasterLost("g1", reporter, 1, end_offset=100)).ok
     clock.now += 1.2
     heartbeat(state, clock, "n3")
     asyncio.run(controller.tick())
@@ -130,7 +130,7 @@ def test_a_master_elected_a_moment_ago_is_not_deposed_by_early_lost_link_reports
 
     # The other slave reports the new master lost at once (it has not connected yet),
     # and the new master's heartbeats have not committed since before the election.
-    assert state.apply(ReportMasterLost("g1", other, 2)).ok
+    assert state.apply(ReportMasterLost("g1", other, 2, end_offset=100)).ok
     for _ in range(3):  # three controller ticks, 0.3 s apart
         clock.now += 0.3
         heartbeat(state, clock, other)
@@ -170,7 +170,7 @@ def test_a_withdrawn_lost_report_keeps_a_master_whose_heartbeats_pause():
     asyncio.run(controller.tick())
 
     for reporter in ("n2", "n3"):
-        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+        assert state.apply(ReportMasterLost("g1", reporter, 1, end_offset=100)).ok
     # Found again with the wrong epoch: refused, nothing changes.
     stale = state.apply(ReportMasterFound("g1", "n2", 7))
     assert not stale.ok and stale.reason == "STALE"
@@ -190,7 +190,7 @@ def test_a_withdrawn_lost_report_keeps_a_master_whose_heartbeats_pause():
 
     # Reported lost again by both (the link really broke): replaced as before.
     for reporter in ("n2", "n3"):
-        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+        assert state.apply(ReportMasterLost("g1", reporter, 1, end_offset=100)).ok
     clock.now += 0.3
     heartbeat(state, clock, "n2", "n3")
     asyncio.run(controller.tick())
@@ -213,7 +213,7 @@ def test_a_node_whose_log_was_cut_is_not_elected_while_an_in_sync_replica_is_hea
 
     def master_dies(master: str, slaves: list[str], epoch: int, offsets: dict) -> None:
         for slave in slaves:
-            assert state.apply(ReportMasterLost("g1", slave, epoch)).ok
+            assert state.apply(ReportMasterLost("g1", slave, epoch, end_offset=100)).ok
         for _ in range(6):  # the master is silent; the slaves heartbeat on
             clock.now += 0.3
             for slave in slaves:
@@ -347,7 +347,7 @@ def test_a_leader_on_a_masters_node_hands_routing_leadership_to_a_voter_that_is_
     asyncio.run(controller.tick())
     assert replica.handed == []  # n3 down
     heartbeat(state, clock, "n3")
-    assert state.apply(ReportMasterLost("g1", "n3", 1)).ok
+    assert state.apply(ReportMasterLost("g1", "n3", 1, end_offset=100)).ok
     clock.now += 0.1
     asyncio.run(controller.tick())
     assert replica.handed == []  # a slave reports the master lost
@@ -388,7 +388,7 @@ def test_an_election_among_equal_logs_prefers_a_candidate_off_the_leaders_node()
     heartbeat(state, clock, "n1", "n2", "n3")
     asyncio.run(controller.tick())
     for reporter in ("n2", "n3"):
-        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+        assert state.apply(ReportMasterLost("g1", reporter, 1, end_offset=100)).ok
     clock.now += 1.2
     heartbeat(state, clock, "n2", "n3")
     asyncio.run(controller.tick())
@@ -403,7 +403,7 @@ def test_an_election_among_equal_logs_prefers_a_candidate_off_the_leaders_node()
     assert state.apply(NodeHeartbeat("n3", 200, int(clock.now * 1000))).ok
     asyncio.run(controller.tick())
     for reporter in ("n2", "n3"):
-        assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+        assert state.apply(ReportMasterLost("g1", reporter, 1, end_offset=100)).ok
     clock.now += 1.2
     heartbeat(state, clock, "n2")
     assert state.apply(NodeHeartbeat("n3", 200, int(clock.now * 1000))).ok
@@ -454,7 +454,7 @@ def test_a_master_whose_replication_port_refuses_is_replaced_without_waiting_a_h
         heartbeat(state, clock, "n1", "n2", "n3")
         asyncio.run(controller.tick())
         for reporter in ("n2", "n3"):
-            assert state.apply(ReportMasterLost("g1", reporter, 1)).ok
+            assert state.apply(ReportMasterLost("g1", reporter, 1, end_offset=100)).ok
         clock.now += 0.1  # 0.1 s after n1's last heartbeat
         asyncio.run(controller.tick())
         assert dialled == ["n1:2"]
@@ -477,3 +477,70 @@ def test_only_a_refused_dial_counts_as_a_port_that_refuses():
         assert not await port_refuses_connections("not-an-address")
 
     asyncio.run(run())
+
+
+# ---- the longest log by the freshest end ---------------------------------------------
+def failed_master_state(clock: Clock) -> RoutingState:
+    """n1 masters n2 and n3, all in sync; the slaves' last heartbeats say n2 is far ahead
+    (700 against 100), but they date from a second ago."""
+    state = three_nodes()
+    assert state.apply(NodeHeartbeat("n1", 1000, int(clock.now * 1000))).ok
+    assert state.apply(NodeHeartbeat("n2", 700, int(clock.now * 1000))).ok
+    assert state.apply(NodeHeartbeat("n3", 100, int(clock.now * 1000))).ok
+    return state
+
+
+def test_an_election_chooses_the_longest_log_by_the_ends_the_slaves_reported():
+    """Heartbeats arbitrarily late: the ends the slaves reported when they lost their
+    master are what count. Elected by heartbeats, the shortest of three logs won once and
+    the two longer ones cut ~430 messages into rollback files."""
+    clock = Clock()
+    state = failed_master_state(clock)
+    replica = LeaderReplica(state)
+    controller = Controller(
+        replica, lease_s=3.0, clock=clock, wall_clock=clock, refuses_connections=refuses
+    )
+    asyncio.run(controller.tick())
+    assert state.apply(ReportMasterLost("g1", "n2", 1, end_offset=700)).ok
+    assert state.apply(ReportMasterLost("g1", "n3", 1, end_offset=900)).ok
+    clock.now += 1.5  # the master's heartbeat is an interval late
+    asyncio.run(controller.tick())
+    assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == ("n3", 2)
+
+
+async def refuses(address: str) -> bool:
+    return False
+
+
+def test_a_master_marked_down_waits_up_to_an_interval_for_the_slaves_ends():
+    """On the lease path (a master that missed its lease) the controller waits for every
+    in-sync slave's report of its end, for at most a heartbeat interval; then the
+    heartbeats decide."""
+    for reports, elected in (({"n2": 700, "n3": 900}, "n3"), ({"n2": 700}, "n2")):
+        clock = Clock()
+        state = failed_master_state(clock)
+        replica = LeaderReplica(state)
+        controller = Controller(replica, lease_s=3.0, clock=clock, wall_clock=clock)
+        asyncio.run(controller.tick())
+        clock.now += 3.5
+        heartbeat_at(state, clock, n2=700, n3=100)
+        asyncio.run(controller.tick())  # n1 missed its lease: marked down
+        assert not state.members["n1"].alive
+        asyncio.run(controller.tick())  # no end reported yet: nobody elected
+        assert state.broker_groups["g1"].epoch == 1
+        for reporter, end in reports.items():
+            assert state.apply(ReportMasterLost("g1", reporter, 1, end_offset=end)).ok
+        clock.now += 0.2
+        heartbeat_at(state, clock, n2=700, n3=100)
+        asyncio.run(controller.tick())
+        if len(reports) < 2:  # one end missing: wait out the interval
+            assert state.broker_groups["g1"].epoch == 1
+            clock.now += 1.0
+            heartbeat_at(state, clock, n2=700, n3=100)
+            asyncio.run(controller.tick())
+        assert (state.broker_groups["g1"].master, state.broker_groups["g1"].epoch) == (elected, 2)
+
+
+def heartbeat_at(state: RoutingState, clock: Clock, **ends: int) -> None:
+    for node_id, end in ends.items():
+        assert state.apply(NodeHeartbeat(node_id, end, int(clock.now * 1000))).ok

@@ -1,0 +1,415 @@
+"""Saturation: ``python -m bench.saturation --json [--quick] [--nodes 3|1] [--busy N]
+[--soak-minutes M]``.
+
+Offers a cluster an open-loop load that grows step by step until it cannot keep up, the
+way the OpenMessaging Benchmark's RocketMQ driver offers it: the official Java client
+(rocketmq-client 5.1.4, its 4.x API over remoting: ``tests/compat/java/load``), one
+producer sending 1 KiB messages asynchronously at a fixed rate paced by the clock, one
+push consumer. A step's figures: messages sent, acknowledged, errors by kind (the
+broker's response code, else the client's exception), publish latency (from the moment
+the pacing allowed the send) and end-to-end latency (born timestamp to the listener)
+p50 / p99 / max, and the consumer's backlog at the step's end. The nodes' liveness
+under each step: the heartbeats' round trip and the lease's age when renewed (p99 and
+max, from ``ferrymq_heartbeat_round_trip_seconds`` and
+``ferrymq_lease_age_at_renewal_seconds``), heartbeats routing did not commit, and every
+master election (``electing`` in the nodes' logs: with no fault injected, each one is a
+spurious failover).
+
+The **sustainable rate** is the highest step that kept up: at least 99 % of its sends
+acknowledged, no error but documented back-pressure (``BACK_PRESSURE``), a publish p99
+under ``PUBLISH_P99_LIMIT_MS`` and the consumer's backlog under one second of the rate.
+
+``--busy N`` keeps N processes spinning on the CPU beside the cluster for the whole run
+(a loaded host). ``--soak-minutes M`` then offers 80 % of the sustainable rate for M
+minutes, in one-minute steps, and samples every node's resident memory every
+``MEMORY_SAMPLE_S``: its growth from the first to the last minute is the figure (flat is
+the goal), with every error of the soak.
+
+Prints a human summary on stderr and one JSON object (last line of stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+from ferrymq.client import Admin
+from ferrymq.launcher.cluster import (
+    ClusterPlan,
+    cluster_down,
+    cluster_up,
+    is_running,
+    log_path,
+)
+
+# Answers a loaded broker may give that the client retries by design (docs/guarantees.md,
+# "Under load"): SYSTEM_BUSY (2) and FLOW_CONTROL (215) from the broker, and the client's
+# own refusal to queue more async sends (RemotingTooMuchRequestException).
+BACK_PRESSURE = frozenset({"broker:2", "broker:215", "RemotingTooMuchRequestException"})
+PUBLISH_P99_LIMIT_MS = 1000.0
+MEMORY_SAMPLE_S = 10.0
+SIZE = 1024
+QUEUES = 8
+STORE = {
+    "commitlog_segment_bytes": 256 << 20,
+    "consume_queue_entries_per_file": 300_000,
+}
+
+
+@dataclass(frozen=True)
+class Scale:
+    rates: tuple[int, ...]
+    step_s: float
+
+
+SCALES = {
+    "full": Scale((2_000, 5_000, 10_000, 15_000, 20_000, 25_000, 30_000, 40_000), 60.0),
+    "quick": Scale((2_000, 5_000, 10_000, 15_000, 20_000, 25_000, 30_000), 20.0),
+    "smoke": Scale((1_000, 3_000), 5.0),
+}
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# ---- the nodes' liveness -------------------------------------------------------------
+HISTOGRAMS = ("ferrymq_heartbeat_round_trip_seconds", "ferrymq_lease_age_at_renewal_seconds")
+SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} ([0-9.e+-]+|NaN|\+Inf)$")
+
+
+def scrape(metrics_address: str) -> dict[str, dict[str, float]]:
+    """Bucket counts (by ``le``) of the liveness histograms, and the failed heartbeats."""
+    with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    found: dict[str, dict[str, float]] = {name: {} for name in HISTOGRAMS}
+    found["failed"] = {"": 0.0}
+    for line in text.splitlines():
+        match = SAMPLE.match(line)
+        if match is None:
+            continue
+        name, labels, value = match.groups()
+        for histogram in HISTOGRAMS:
+            if name == f"{histogram}_bucket":
+                le = re.search(r'le="([^"]+)"', labels).group(1)
+                found[histogram][le] = float(value)
+        if name == "ferrymq_heartbeats_failed_total":
+            found["failed"][""] = float(value)
+    return found
+
+
+def quantile_of(before: dict[str, float], after: dict[str, float], q: float) -> float | None:
+    """The bucket bound holding quantile ``q`` of what was observed between two scrapes
+    (None: nothing observed); ``inf`` when it lies past the last bound."""
+    bounds = sorted(after, key=lambda le: float(le))
+    total = after.get("+Inf", 0.0) - before.get("+Inf", 0.0)
+    if total <= 0:
+        return None
+    for le in bounds:
+        if after[le] - before.get(le, 0.0) >= q * total:
+            return float(le)
+    return float("inf")
+
+
+@dataclass
+class Liveness:
+    """The liveness figures of every node over one stretch of time."""
+
+    round_trip_p99_s: dict[str, float | None] = field(default_factory=dict)
+    round_trip_max_bucket_s: dict[str, float | None] = field(default_factory=dict)
+    lease_age_p99_s: dict[str, float | None] = field(default_factory=dict)
+    lease_age_max_bucket_s: dict[str, float | None] = field(default_factory=dict)
+    failed_heartbeats: dict[str, int] = field(default_factory=dict)
+
+
+def liveness_between(plan: ClusterPlan, before: dict, after: dict) -> Liveness:
+    figures = Liveness()
+    for node in plan.nodes:
+        b, a = before.get(node.id), after.get(node.id)
+        if b is None or a is None:
+            continue
+        trip, age = HISTOGRAMS
+        figures.round_trip_p99_s[node.id] = quantile_of(b[trip], a[trip], 0.99)
+        figures.round_trip_max_bucket_s[node.id] = quantile_of(b[trip], a[trip], 1.0)
+        figures.lease_age_p99_s[node.id] = quantile_of(b[age], a[age], 0.99)
+        figures.lease_age_max_bucket_s[node.id] = quantile_of(b[age], a[age], 1.0)
+        figures.failed_heartbeats[node.id] = int(a["failed"][""] - b["failed"][""])
+    return figures
+
+
+def scrape_all(plan: ClusterPlan) -> dict[str, dict]:
+    found = {}
+    for node in plan.nodes:
+        with contextlib.suppress(OSError):
+            found[node.id] = scrape(node.metrics)
+    return found
+
+
+def elections(plan: ClusterPlan) -> list[str]:
+    """Every election the controllers logged."""
+    found = []
+    for node in plan.nodes:
+        with contextlib.suppress(OSError), open(log_path(plan, node), errors="replace") as text:
+            found += [line.strip() for line in text if "electing " in line]
+    return found
+
+
+# ---- the host ------------------------------------------------------------------------
+def busy_processes(count: int) -> list[subprocess.Popen]:
+    """``count`` processes spinning on the CPU (a loaded host)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def resident_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class MemorySampler:
+    """Every node's resident memory every ``MEMORY_SAMPLE_S`` (a thread)."""
+
+    def __init__(self, plan: ClusterPlan) -> None:
+        self.plan = plan
+        self.samples: list[tuple[float, dict[str, int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sample = {}
+            for node in self.plan.nodes:
+                with contextlib.suppress(OSError):
+                    sample[node.id] = resident_bytes(node.pid)
+            self.samples.append((time.monotonic(), sample))
+            self._stop.wait(MEMORY_SAMPLE_S)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# ---- the load ------------------------------------------------------------------------
+def java_load_driver() -> tuple[str, ...]:
+    from tests.support.clients import java_driver
+
+    return java_driver("java-load").argv
+
+
+def offer(
+    plan: ClusterPlan, argv: tuple[str, ...], steps: list[tuple[float, float]], topic: str
+) -> list[dict]:
+    """Run the load driver through ``steps`` ((rate, seconds) each); scrape the nodes'
+    liveness at every step's start and end. One figure dict per step."""
+    spec = {
+        "namesrv": plan.namesrv_addr,
+        "topic": topic,
+        "group": f"{topic}-load",
+        "size": SIZE,
+        "steps": [{"rate": rate, "seconds": seconds} for rate, seconds in steps],
+        "drain_s": 15,
+    }
+    home = tempfile.mkdtemp(prefix="ferrymq-load-")
+    env = {**os.environ, "ROCKETMQ_HOME": home, "HOME": home}
+    process = subprocess.Popen(
+        [*argv, json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    figures: list[dict] = []
+    before = scrape_all(plan)
+    elections_before = len(elections(plan))
+    try:
+        for line in process.stdout:
+            event = json.loads(line)
+            if event.get("event") == "step":
+                after = scrape_all(plan)
+                event["liveness"] = liveness_between(plan, before, after).__dict__
+                now_elections = elections(plan)
+                event["elections"] = now_elections[elections_before:]
+                elections_before = len(now_elections)
+                before = after
+                figures.append(event)
+                log(summary_of(event))
+            elif event.get("event") in ("drained", "step_failed"):
+                log(json.dumps(event))
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(60)
+        if process.poll() is None:
+            process.kill()
+        shutil.rmtree(home, ignore_errors=True)
+    return figures
+
+
+def other_errors(step: dict) -> dict[str, int]:
+    return {k: v for k, v in step["errors"].items() if k not in BACK_PRESSURE}
+
+
+def kept_up(step: dict) -> bool:
+    return (
+        step["acked"] >= 0.99 * step["sent"]
+        and not other_errors(step)
+        and step["publish_ms"]["p99"] < PUBLISH_P99_LIMIT_MS
+        and step["backlog"] < step["rate"]
+    )
+
+
+def summary_of(step: dict) -> str:
+    live = step["liveness"]
+    worst_age = max((v or 0.0 for v in live["lease_age_max_bucket_s"].values()), default=0.0)
+    return (
+        f"{step['rate']:>8,.0f} msgs/s offered: acked {step['acked']:,} of {step['sent']:,}, "
+        f"errors {step['errors']}, publish p50/p99 {step['publish_ms']['p50']}/"
+        f"{step['publish_ms']['p99']} ms, e2e p50/p99 {step['end_to_end_ms']['p50']}/"
+        f"{step['end_to_end_ms']['p99']} ms, backlog {step['backlog']:,}, lease age max "
+        f"<= {worst_age} s, elections {len(step['elections'])}"
+        f"{'' if kept_up(step) else '  (did not keep up)'}"
+    )
+
+
+# ---- a run ---------------------------------------------------------------------------
+def start_cluster(directory: str, nodes: int) -> ClusterPlan:
+    settings = {"replication": {"mode": "SYNC"}, "store": dict(STORE)}
+    return cluster_up(directory, nodes=nodes, auto_ports=True, settings=settings, timeout_s=120)
+
+
+def stop_cluster(directory: str, plan: ClusterPlan) -> None:
+    try:
+        cluster_down(directory, timeout_s=20)
+    except Exception as error:  # the kill below is the fallback
+        log(f"cluster_down failed ({error}); killing the nodes")
+    for node in plan.nodes:
+        if is_running(node, plan):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(node.pid, signal.SIGKILL)
+
+
+def ramp(plan: ClusterPlan, argv: tuple[str, ...], scale: Scale) -> dict:
+    steps = offer(plan, argv, [(rate, scale.step_s) for rate in scale.rates], "saturation")
+    sustainable = 0.0
+    for step in steps:
+        if not kept_up(step):
+            break
+        sustainable = step["rate"]
+    return {"steps": steps, "sustainable_msgs_per_s": sustainable}
+
+
+def soak(plan: ClusterPlan, argv: tuple[str, ...], rate: float, minutes: int) -> dict:
+    with MemorySampler(plan) as memory:
+        steps = offer(plan, argv, [(rate, 60.0)] * minutes, "soak")
+    per_node: dict[str, list[int]] = {}
+    for _, sample in memory.samples:
+        for node, rss in sample.items():
+            per_node.setdefault(node, []).append(rss)
+    per_minute = max(1, int(60 / MEMORY_SAMPLE_S))
+    growth = {
+        node: (
+            sum(values[-per_minute:]) // len(values[-per_minute:])
+            - sum(values[:per_minute]) // len(values[:per_minute])
+        )
+        for node, values in per_node.items()
+        if values
+    }
+    errors: dict[str, int] = {}
+    for step in steps:
+        for kind, count in step["errors"].items():
+            errors[kind] = errors.get(kind, 0) + count
+    return {
+        "soak_rate_msgs_per_s": rate,
+        "soak_minutes": minutes,
+        "soak_steps": steps,
+        "soak_errors": errors,
+        "soak_sent": sum(s["sent"] for s in steps),
+        "soak_acked": sum(s["acked"] for s in steps),
+        "soak_elections": [e for s in steps for e in s["elections"]],
+        "soak_rss_first_minute_bytes": {
+            n: sum(v[:per_minute]) // len(v[:per_minute]) for n, v in per_node.items() if v
+        },
+        "soak_rss_growth_bytes": growth,
+        "soak_rss_max_bytes": {n: max(v) for n, v in per_node.items() if v},
+    }
+
+
+def run(mode: str, nodes: int, busy: int, soak_minutes: int, soak_rate: float | None) -> dict:
+    scale = SCALES[mode]
+    argv = java_load_driver()
+    root = tempfile.mkdtemp(prefix="ferrymq-bench-saturation-")
+    directory = os.path.join(root, "cluster")
+    spinners = busy_processes(busy)
+    started = time.monotonic()
+    figures: dict = {"mode": mode, "nodes": nodes, "busy_processes": busy}
+    plan = None
+    try:
+        plan = start_cluster(directory, nodes)
+        with Admin(plan.nodes[0].grpc) as admin:
+            for topic in ("saturation", "soak"):
+                admin.create_topic(topic, QUEUES)
+        if soak_rate is None:
+            figures.update(ramp(plan, argv, scale))
+        if soak_minutes:
+            rate = soak_rate or 0.8 * figures["sustainable_msgs_per_s"]
+            if rate > 0:
+                figures.update(soak(plan, argv, rate, soak_minutes))
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+        if plan is not None:
+            stop_cluster(directory, plan)
+        shutil.rmtree(root, ignore_errors=True)
+    figures["seconds"] = round(time.monotonic() - started, 1)
+    figures["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    figures["machine"] = (
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="only the JSON line on stdout")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="20 s steps up to 30,000 msgs/s")
+    size.add_argument("--smoke", action="store_true", help="two 5 s steps")
+    parser.add_argument("--nodes", type=int, default=3, choices=(1, 3))
+    parser.add_argument("--busy", type=int, default=0, help="processes spinning beside it")
+    parser.add_argument("--soak-minutes", type=int, default=0)
+    parser.add_argument(
+        "--soak-rate", type=float, default=None, help="skip the ramp; soak at this rate"
+    )
+    args = parser.parse_args()
+
+    def terminate(signum, frame):  # SIGTERM unwinds like Ctrl-C, through the cleanup
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminate)
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    figures = run(mode, args.nodes, args.busy, args.soak_minutes, args.soak_rate)
+    if "sustainable_msgs_per_s" in figures:
+        log(f"sustainable: {figures['sustainable_msgs_per_s']:,.0f} msgs/s")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
