@@ -12,6 +12,15 @@ acknowledged write, and electing any of them loses none.
 ``confirmed_offset`` is how far that holds now: consumers of a SYNC group read only up to
 it, so nothing they read can vanish in a failover.
 
+How far behind a slave is, is a time (``EndTimeline``): the log's end is marked as it
+grows, and an ack of offset X says the slave holds everything the master had at the last
+mark at or below X ("caught up as of", Kafka's rule for its ISR). Measured against the
+end of the moment instead, a slave under continuous load was never caught up (new appends
+are always in flight) and left the in-sync set after ``max_lag_ms`` although it was
+milliseconds behind. ``backlog_s`` is the same measure for the in-sync set as a whole
+(the confirmed offset): ``ha/role.py`` refuses new writes with SYSTEM_BUSY while it is
+past ``max_backlog_ms``, so a master never takes more than its slaves can confirm.
+
 Thread-safety: everything runs on the node's event loop.
 """
 
@@ -21,9 +30,11 @@ import asyncio
 import heapq
 import logging
 import time
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ferrymq.codec.dead_peer import detect_dead_peer
 from ha.epochs import EpochHistory
 from ha.link_auth import (
     FrameMac,
@@ -68,10 +79,45 @@ PUSH_BUFFER_BYTES = 2 * CHUNK_BYTES
 # A slave without a link is not lagging yet for this long after it was last connected (or
 # after this node became master): a failover makes every slave reconnect.
 DISCONNECT_GRACE_S = 1.0
+MARK_SPACING_S = 0.01  # the end timeline keeps at most one mark per this long
+MARKS_MAX = 20_000  # 200 s of marks under continuous load; older ones are dropped
 
 # (delay in seconds, callback, *its arguments) -> a handle with ``cancel()``: the running
 # loop's ``call_later`` by default, a test's clock in-process.
 CallLater = Callable[..., asyncio.TimerHandle]
+
+
+class EndTimeline:
+    """The log's end over time: marks (end, when it was reached), at most one per
+    ``MARK_SPACING_S``, the last ``MARKS_MAX`` kept. A mark is only ever a fact (at that
+    time the end was that offset); ends reached between marks are left out, so an answer
+    can be older than the truth by one spacing, never newer."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._ends: list[int] = []
+        self._times: list[float] = []
+
+    def mark(self, end: int) -> None:
+        now = self.clock()
+        if self._ends and (now - self._times[-1] < MARK_SPACING_S or end <= self._ends[-1]):
+            return
+        self._ends.append(end)
+        self._times.append(now)
+        if len(self._ends) > 2 * MARKS_MAX:
+            del self._ends[:MARKS_MAX], self._times[:MARKS_MAX]
+
+    def reset(self, end: int) -> None:
+        """A new term: nothing before ``end`` is anybody's backlog."""
+        self._ends, self._times = [], []
+        self._ends.append(end)
+        self._times.append(self.clock())
+
+    def held_as_of(self, offset: int) -> float | None:
+        """The latest time at which the log's end was at or below ``offset`` (whoever
+        holds the log below ``offset`` held all of it then); None if no mark is."""
+        index = bisect_right(self._ends, offset) - 1
+        return self._times[index] if index >= 0 else None
 
 
 @dataclass
@@ -128,6 +174,7 @@ class ReplicationMaster:
         self._waiter_seq = 0
         self.on_confirmed: Callable[[int], None] = lambda offset: None
         self._server: asyncio.base_events.Server | None = None
+        self.timeline = EndTimeline(clock)
 
     # ---- lifecycle ---------------------------------------------------------------------
     async def listen(self, host: str, port: int) -> int:
@@ -141,6 +188,7 @@ class ReplicationMaster:
         self.activated_at = self.clock()
         self.counted = counted - {self.node_id}
         end = self.store.write_offset
+        self.timeline.reset(end)
         self.confirmed_offset = end if not self.counted else min(confirmed, end)
         self._recompute()
 
@@ -217,6 +265,7 @@ class ReplicationMaster:
         link with a full buffer leaves the rest to its task. Without slaves to wait for,
         the new end is confirmed at once."""
         end = self.store.write_offset
+        self.timeline.mark(end)
         for link in self.links.values():
             if link.writer is not None:
                 try:
@@ -279,6 +328,7 @@ class ReplicationMaster:
     # ---- one slave's link --------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        detect_dead_peer(writer.get_extra_info("socket"))
         link: SlaveLink | None = None
         try:
             try:
@@ -298,7 +348,9 @@ class ReplicationMaster:
                 sender.cancel()
         except ForgedFrame as error:
             log.warning("replication link from %s dropped: %s", peer, error)
-        except (LinkError, ConnectionError) as error:
+        except (LinkError, OSError) as error:
+            # OSError: the kernel ended the link (ETIMEDOUT from the dead-peer probes, or
+            # EINVAL/EHOSTUNREACH when a route to the slave is gone): a link end, not a bug.
             log.info("replication link from %s ended: %s", peer, error)
         except Exception:
             log.exception("replication link from %s failed", peer)
@@ -480,6 +532,10 @@ class ReplicationMaster:
         link.acked = offset
         if offset >= end:
             link.caught_up_at = self.clock()
+        else:
+            held = self.timeline.held_as_of(offset)
+            if held is not None and held > link.caught_up_at:
+                link.caught_up_at = held
         self._recompute()
 
     # ---- in-sync decisions (the node turns them into routing commands) -------------------
@@ -488,6 +544,17 @@ class ReplicationMaster:
         link = self.links.get(node_id)
         end = self.store.write_offset
         return link is not None and link.acked >= max(self.confirmed_offset, end - CHUNK_BYTES)
+
+    def backlog_s(self) -> float:
+        """How long ago the in-sync set last held this log's whole end (0 when it holds
+        it now, or when there is nobody to wait for)."""
+        if not self.sync or not self.counted or not self.active:
+            return 0.0
+        if self.confirmed_offset >= self.store.write_offset:
+            return 0.0
+        held = self.timeline.held_as_of(self.confirmed_offset)
+        since = self.activated_at if held is None else held
+        return max(0.0, self.clock() - since)
 
     def lagging(self, node_id: str, max_lag_s: float, max_lag_bytes: int) -> bool:
         """Disconnected, or behind for longer than ``max_lag_s`` or by more than

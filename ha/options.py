@@ -23,4 +23,8 @@ class ReplicationOptions:
     ack_timeout_ms: int = 3000
     max_lag_ms: int = 15_000
     max_lag_bytes: int = 256 << 20
+    # A SYNC master whose in-sync replicas lack what it had this long ago refuses new
+    # writes with SYSTEM_BUSY (nothing written) until they catch up: a master never takes
+    # more than its slaves confirm (ha/master.py, EndTimeline).
+    max_backlog_ms: int = 1000
     unclean_election: bool = False

@@ -169,6 +169,15 @@ class ReplicationRole:
                 f"{len(self.master.counted) + 1} in-sync replicas, "
                 f"{self.master.min_insync_replicas} needed"
             )
+        backlog_s = self.master.backlog_s()
+        if backlog_s * 1000 > self.options.max_backlog_ms:
+            # Back-pressure, not a failure: taking more would only lengthen every wait
+            # for the slaves until they time out or leave the in-sync set.
+            return PutStatus.SYSTEM_BUSY, (
+                f"[REPLICATION_BACKLOG] the in-sync replicas lack what this master had "
+                f"{backlog_s:.1f} s ago (max_backlog_ms {self.options.max_backlog_ms}): "
+                "retry later"
+            )
         return None
 
     # ---- routing view ------------------------------------------------------------------

@@ -13,7 +13,9 @@ again (a promotion must not write at the end of a log that may still hold a dive
 tail). Bytes that
 do not start where its log ends drop the link, which then handshakes again; so does a
 frame that fails its MAC, a master silent for ``IDLE_TIMEOUT_S`` or a handshake not done
-within ``HANDSHAKE_TIMEOUT_S``. Reconnects back off up to 1 s.
+within ``HANDSHAKE_TIMEOUT_S``, and a master whose TCP stopped answering for
+``ha.wire.DEAD_LINK_S`` (a cut network: the kernel ends the link). Reconnects back off up
+to 1 s.
 
 Thread-safety: runs on the node's event loop; disk work (truncation, fsync) goes to the
 default executor.
@@ -27,6 +29,7 @@ import itertools
 import logging
 from collections.abc import Callable
 
+from ferrymq.codec.dead_peer import detect_dead_peer
 from ha import rollback
 from ha.epochs import EpochEntry, EpochHistory, truncation_point
 from ha.link_auth import (
@@ -215,6 +218,7 @@ class ReplicationSlave:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S
         )
+        detect_dead_peer(writer.get_extra_info("socket"))
         try:
             try:
                 async with asyncio.timeout(self.handshake_timeout_s):

@@ -27,6 +27,13 @@ The hot frames are binary:
 
 A peer of protocol 1 (no version in its CHALLENGE or HELLO) is refused with
 ``ProtocolMismatch``, never half-understood.
+
+Both ends ask their kernel to end the link when the *network or machine* behind it is
+gone (``ferrymq.codec.dead_peer``): sent bytes not acknowledged by the peer's TCP within
+``DEAD_LINK_S``, or an idle link whose keepalive probes go unanswered. A peer process that
+is merely busy, or stopped, never trips it: its kernel acknowledges and answers probes.
+Without it a cut link waited for the silence timeouts (the slave's 5 s, the master's
+``max_lag_ms``): a partitioned master or slave cost writes ~5 s in the chaos runs.
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ STORE_STATUS_CODES = {
     PutStatus.SERVICE_NOT_AVAILABLE: pb.HA_NOT_AVAILABLE,
     PutStatus.FLUSH_SLAVE_TIMEOUT: pb.SLAVE_PERSISTENCE_TIMEOUT,
     PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: pb.HA_NOT_AVAILABLE,
+    PutStatus.SYSTEM_BUSY: pb.TOO_MANY_REQUESTS,
 }
 # ... and, for a refused message, more precisely by its reason (``InvalidMessageError``);
 # a reason not named here answers BAD_REQUEST.

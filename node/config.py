@@ -70,6 +70,7 @@ Layout of ``node.toml``::
     ack_timeout_ms = 3000    # then SLAVE_PERSISTENCE_TIMEOUT, never OK
     max_lag_ms = 15000       # a slave behind this long leaves the in-sync set
     max_lag_bytes = 268435456
+    max_backlog_ms = 1000    # in-sync replicas this far behind: new writes get SYSTEM_BUSY
     unclean_election = false # true: elect outside the in-sync set (may lose messages)
 
     [security]               # see docs/security.md; everything off by default

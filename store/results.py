@@ -20,6 +20,7 @@ class PutStatus(enum.Enum):
     # Replication (the node's ReplicatedStore; the store itself never answers these):
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # written here, not confirmed by replicas
     IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"  # refused, nothing written
+    SYSTEM_BUSY = "SYSTEM_BUSY"  # refused, nothing written: the node is behind; retry
 
 
 @dataclass(slots=True)

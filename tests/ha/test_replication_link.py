@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import hmac
 import json
@@ -584,6 +585,37 @@ def test_a_silent_peer_is_dropped(tmp_path, caplog):
             assert "slave-1 sent nothing for 0.2 s" in caplog.text
 
     asyncio.run(run())
+
+
+def test_a_link_the_kernel_ends_is_a_link_end_not_a_failure(tmp_path, caplog, monkeypatch):
+    """Over a cut network the kernel ends a link with an OSError that is no ConnectionError:
+    EINVAL when the route to the slave is a blackhole (the chaos partitions), ETIMEDOUT from
+    the dead-peer probes. The master drops the link and logs why, with no traceback."""
+    caplog.set_level(logging.INFO, logger="ferrymq")
+    broken = asyncio.Event()
+
+    async def read_fails(reader, macs, limit):
+        await broken.wait()
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr("ha.master.read_sealed", read_fails)
+
+    async def run() -> None:
+        async with lone_master(tmp_path) as (master, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            macs = await speak_slave(reader, writer)
+            await read_sealed_control(reader, macs.incoming, Kind.WELCOME)
+            await read_sealed_control(reader, macs.incoming, Kind.EPOCHS)
+            writer.write(sealed_control(macs.outgoing, Kind.START, offset=0))
+            await writer.drain()
+            await eventually(lambda: "slave-1" in master.links, "the link")
+            broken.set()
+            await eventually(lambda: "slave-1" not in master.links, "the link to go")
+            writer.close()
+
+    asyncio.run(run())
+    assert "ended: [Errno 22] Invalid argument" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
 def test_a_peer_of_the_old_protocol_is_refused_with_a_precise_message(tmp_path, caplog):

@@ -182,6 +182,50 @@ def test_a_slave_reports_its_end_when_routing_marks_its_master_down(store):
     asyncio.run(run())
 
 
+def test_a_master_whose_in_sync_replicas_fall_behind_refuses_new_writes_as_busy(store):
+    """Back-pressure, not a fence: while the in-sync set lacks what the master had
+    ``max_backlog_ms`` ago, a put is refused SYSTEM_BUSY with nothing written; once the
+    slave catches up, puts are taken again."""
+
+    async def run() -> None:
+        routing = Routing()
+        assert routing.state.apply(RegisterNode("m", "g", "127.0.0.1:1")).ok
+        assert routing.state.apply(RegisterNode("s", "g", "127.0.0.1:2")).ok
+        assert routing.state.apply(AlterInSync("g", "m", 1, frozenset({"m", "s"}), 1)).ok
+        role = ReplicationRole(
+            store,
+            routing,
+            node_id="m",
+            broker_group="g",
+            data_dir=store.config.data_dir,
+            options=ReplicationOptions(min_insync_replicas=2, max_backlog_ms=100),
+            lease_s=3.0,
+            secret="secret",
+            standalone=False,
+            reload_states=lambda: None,
+            on_confirmed=lambda offset: None,
+        )
+        await role.follow_routing()
+        link = role.master.open_link("s", 0, store.write_offset)
+        replicated = ReplicatedStore(store, role)
+        written = asyncio.ensure_future(replicated.put_messages_async([Message("t", b"a")]))
+        await asyncio.sleep(0)
+        deadline = time.monotonic() + 10
+        while (refusal := role.write_refusal()) is None:
+            assert time.monotonic() < deadline, "never refused while the slave lagged"
+            await asyncio.sleep(0.01)
+        assert refusal[0] is PutStatus.SYSTEM_BUSY and "REPLICATION_BACKLOG" in refusal[1]
+        end = store.write_offset
+        refused = await replicated.put_messages_async([Message("t", b"b")])
+        assert refused.status is PutStatus.SYSTEM_BUSY and store.write_offset == end
+        role.master.record_ack(link, end)  # the slave caught up
+        assert (await written).ok
+        assert role.write_refusal() is None
+        await role.close()
+
+    asyncio.run(run())
+
+
 # ---- a promotion on a log whose diverged tail could not be cut ----------------------------
 TIMEOUT_S = 30.0
 

@@ -1,0 +1,121 @@
+"""A replication link over a cut network ends within ``DEAD_LINK_S``
+(``ferrymq.codec.dead_peer``): the kernel gives up on a peer whose TCP stopped answering,
+idle or sending; without it the same link stays open, waiting for the silence timeouts (a
+partitioned master or slave cost writes ~5 s in the chaos runs). Real namespaces and a
+blackhole route (``chaos.network``; root and iproute2)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from chaos.network import NodeNetwork, available
+from ferrymq.codec.dead_peer import DEAD_LINK_S
+
+pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
+PORT = 7100
+HOLD = (
+    "import socket, sys, threading\ns = socket.socket(); s.bind((sys.argv[1], int(sys.argv[2])))"
+    "\ns.listen(); print('up', flush=True); held = []"
+    "\ndef drain(c):\n    while c.recv(65536): pass"
+    "\nwhile True:\n    c = s.accept()[0]; held.append(c)"
+    "\n    threading.Thread(target=drain, args=(c,), daemon=True).start()"
+)
+# Links to the holder, detects dead peers or not, then idles or sends 1 KiB every 100 ms
+# and prints how long after "cut" the link failed ("alive" if it did not within 6 s).
+LINK = """
+import asyncio, sys, time
+from ferrymq.codec.dead_peer import detect_dead_peer
+async def use(reader, writer, sending):
+    try:
+        while True:
+            if sending == "yes":
+                writer.write(b"x" * 1024)
+                await writer.drain()
+                await asyncio.sleep(0.1)
+            elif not await reader.read(1):
+                return
+    except OSError:  # ETIMEDOUT (a TimeoutError too), EPIPE, ECONNRESET
+        return
+async def main(host, port, detect, sending):
+    reader, writer = await asyncio.open_connection(host, int(port))
+    if detect == "yes":
+        detect_dead_peer(writer.get_extra_info("socket"))
+    print("linked", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    cut = time.monotonic()
+    done, _ = await asyncio.wait({asyncio.ensure_future(use(reader, writer, sending))}, timeout=6)
+    print(round(time.monotonic() - cut, 2) if done else "alive", flush=True)
+    sys.stdout.flush()
+    import os; os._exit(0)
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+@pytest.fixture
+def network():
+    created = NodeNetwork(2).create()
+    holder = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            created.namespace(0),
+            sys.executable,
+            "-c",
+            HOLD,
+            created.address(0),
+            str(PORT),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "up"
+        yield created
+    finally:
+        holder.kill()
+        holder.wait()
+        created.destroy()
+
+
+def failed_after(network: NodeNetwork, detect: bool, sending: bool) -> str:
+    link = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            network.namespace(1),
+            sys.executable,
+            "-c",
+            LINK,
+            network.address(0),
+            str(PORT),
+            "yes" if detect else "no",
+            "yes" if sending else "no",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.getcwd(),
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    try:
+        assert link.stdout.readline().strip() == "linked"
+        network.isolate(0)
+        link.stdin.write("cut\n")
+        link.stdin.flush()
+        return link.stdout.readline().strip()
+    finally:
+        link.kill()
+        link.wait()
+        network.heal()
+
+
+@pytest.mark.parametrize("sending", [False, True], ids=["idle", "sending"])
+def test_a_link_over_a_cut_network_ends_within_the_dead_link_time(network, sending):
+    assert float(failed_after(network, detect=True, sending=sending)) < DEAD_LINK_S + 2
+    assert failed_after(network, detect=False, sending=sending) == "alive"
