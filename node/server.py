@@ -38,12 +38,12 @@ from node.config import LARGEST_REQUEST_BYTES, NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
 from node.consumer_retry import ConsumerRetries
 from node.consumer_subscriptions import Subscriptions
+from node.forward_proof import ForwardProofs
 from node.group_creation import GroupsOnFirstUse
 from node.group_members import GroupMembers
 from node.grpc.admin import AdminDoor
 from node.grpc.authentication import CallAuthentication
 from node.grpc.data import DataService
-from node.grpc.forward_proof import ForwardProofs
 from node.grpc.forwarding import Forwarder
 from node.grpc.messaging import MessagingService
 from node.grpc.method_wrapping import add_wrapped
@@ -61,6 +61,7 @@ from node.port_holds import adopt_inherited, hold_port, port_of
 from node.queue_locks import QueueLocks
 from node.receipt_handle import ReceiptHandles
 from node.remoting.dispatch import Dispatch
+from node.remoting.forwarding import RemotingForwarder
 from node.remoting.roles import build_dispatch
 from node.remoting.server import RemotingServer, transport_limits
 from node.request_budget import RequestBudget
@@ -244,7 +245,14 @@ class Node:
         """Every door over the one set of services: the remoting port's handlers and the
         gRPC port's three services; and what listens to the store for them."""
         config, store = self.config, self.store
-        self.remoting.dispatch = build_dispatch(services, config, self.verification)
+        self.remoting_forwarder = RemotingForwarder(
+            self.forwarder.proofs,
+            is_master=lambda: self.replication.is_master,
+            master_address=self._master_remoting_address,
+        )
+        self.remoting.dispatch = build_dispatch(
+            services, config, self.verification, self.remoting_forwarder
+        )
         remoting = self.remoting
         self.metrics.remoting.watch(remoting.dispatch.codes, lambda: len(remoting.connections))
         self.raw_store.add_dispatch_listener(self.waiters.on_dispatch)
@@ -541,6 +549,14 @@ class Node:
                 log.info("created admin user %s", access_key)
             return
 
+    def _master_remoting_address(self) -> str | None:
+        """Where this node's group's master takes remoting requests (None: no master, or
+        this node)."""
+        master = self.routing.state.master_of(self.config.group)
+        if master is None or master.node_id == self.config.id or not master.remoting_address:
+            return None
+        return master.remoting_address
+
     def _refresh_topics(self) -> None:
         assert self.routing is not None
         self.routing.read(lambda state: self.topics.refresh(state, self.config.group))
@@ -601,6 +617,8 @@ class Node:
         if self.server is not None:
             await self.server.stop(grace_s)
         await self.forwarder.close()
+        if getattr(self, "remoting_forwarder", None) is not None:
+            self.remoting_forwarder.close()
         if getattr(self, "replication", None) is not None:
             await self.replication.close()
         if self.routing is not None:

@@ -71,6 +71,10 @@ class Sender(Protocol):
 
     def remoting_address(self, address: str) -> str | None: ...
 
+    def reachable(self, address: str) -> str: ...
+
+    def failed(self, address: str | None, error: FerryError) -> None: ...
+
 
 BACKOFF_S = 0.05  # before attempt n + 1: BACKOFF_S * 2 ** (n - 1)
 
@@ -186,15 +190,17 @@ class Coalescer:
         stale = False
         for attempt in range(1, attempts + 1):
             last = attempt == attempts
+            address = None
             try:
                 route = producer.route(self.topic, refresh=stale)
-                address = route.masters.get(self.broker_group)
-                if address is None:
+                master = route.masters.get(self.broker_group)
+                if master is None:
                     raise FerryError(
                         pb.HA_NOT_AVAILABLE,
                         "HA_NOT_AVAILABLE",
                         f"{self.broker_group} has no master",
                     )
+                address = producer.reachable(master)
                 request = data.ProduceRequest(
                     topic=self.topic,
                     queue_id=producer.next_queue(route, self.broker_group).queue_id,
@@ -217,6 +223,7 @@ class Coalescer:
                     except grpc.RpcError as error:
                         raise transport_error(error) from None
             except FerryError as failure:
+                producer.failed(address, failure)
                 if last or not (failure.retriable or failure.code in ROUTE_STALE_CODES):
                     for send in batch:
                         if not send.future.done():

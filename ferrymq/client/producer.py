@@ -42,7 +42,7 @@ from ferrymq.client.connection import (
     Connection,
     transport_error,
 )
-from ferrymq.client.errors import FerryError, check
+from ferrymq.client.errors import TRANSPORT, FerryError, check
 from ferrymq.client.messages import Message, SendReceipt
 from ferrymq.client.produce_records import RecordError, encode_record
 from ferrymq.client.remoting_channel import AsyncRemotingChannel, produce_answer
@@ -121,6 +121,17 @@ class Producer:
         """Where the node at gRPC ``address`` takes sends (None: on gRPC)."""
         return self.endpoints.remoting_address(address)
 
+    def reachable(self, address: str) -> str:
+        """Where a produce meant for the master at ``address`` goes now
+        (``Endpoints.reachable``)."""
+        return self.endpoints.reachable(address, self.endpoints.uses_remoting)
+
+    def failed(self, address: str | None, error: FerryError) -> None:
+        """A request to ``address`` failed: a connection that failed (not a node's
+        refusal, not a deadline: a slow node is not avoided) makes it avoided."""
+        if address is not None and error.code == TRANSPORT and error.code_name == "UNAVAILABLE":
+            self.endpoints.mark_unreachable(address)
+
     def next_queue(self, route: TopicRoute, broker_group: str | None = None) -> QueueRef:
         """Round-robin over the topic's queues (of one broker group, when named), one step
         per request."""
@@ -172,7 +183,9 @@ class Producer:
 
         def attempt(refresh: bool):
             route, queue = self._target(topic, messages[0].message_group, refresh)
-            address = route.masters[queue.broker_group]
+            # Data.Produce over gRPC is served by the master only: not sent elsewhere.
+            forwardable = records is None or self.endpoints.uses_remoting
+            address = self.endpoints.reachable(route.masters[queue.broker_group], forwardable)
             if records is not None:
                 return address, data.ProduceRequest(
                     topic=topic,
@@ -215,6 +228,7 @@ class Producer:
         requests = self._requests(messages)
         stale = False
         for attempt in range(1, self.max_attempts + 1):
+            address = None
             try:
                 address, request = requests(stale)
                 connection = self.endpoints.connection(address)
@@ -229,6 +243,7 @@ class Producer:
                     answer = connection.call(connection.messaging.SendMessage, request)
                 return self._receipts(messages, answer)
             except FerryError as error:
+                self.failed(address, error)
                 if not self._retry(error, attempt):
                     raise
                 stale = error.code in ROUTE_STALE_CODES
@@ -270,6 +285,7 @@ class Producer:
         state = self.loop_state()
         stale = False
         for attempt in range(1, self.max_attempts + 1):
+            address = None
             try:
                 address, request = requests(stale)
                 channel = state.channel(self.remoting_address(address))
@@ -293,6 +309,7 @@ class Producer:
                     raise transport_error(error) from None
                 return self._receipts(messages, answer)
             except FerryError as error:
+                self.failed(address, error)
                 if not self._retry(error, attempt):
                     raise
                 stale = error.code in ROUTE_STALE_CODES

@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError
 
 from ferrymq.client.errors import MALFORMED_ANSWER, TRANSPORT, FerryError
 from ferrymq.client.security import ClientSecurity
+from ferrymq.codec.dead_peer import detect_dead_peer
 from ferrymq.codec.remoting import (
     SERIALIZE_ROCKETMQ,
     CodecError,
@@ -42,6 +43,7 @@ from ferrymq.codec.remoting import (
     encode_head,
 )
 from ferrymq.codec.remoting_codes import ResponseCode
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
 RECEIVE_BYTES = 1 << 20
@@ -83,6 +85,10 @@ def answer_body(address: str, answer: RemotingCommand) -> RemotingCommand:
     older node without the code, a node refusing every request: use the gRPC port)."""
     if answer.code == ResponseCode.SUCCESS:
         return answer
+    if answer.code == ResponseCode.SYSTEM_BUSY:  # the node's back-pressure: retried later
+        raise FerryError(
+            pb.TOO_MANY_REQUESTS, "TOO_MANY_REQUESTS", f"remoting {address}: {answer.remark}"
+        )
     try:
         name = ResponseCode(answer.code).name
     except ValueError:
@@ -160,6 +166,7 @@ class RemotingChannel:
         except OSError as error:
             raise unavailable(self.address, error) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        detect_dead_peer(sock)  # a cut path fails in ~2 s, not at the call's deadline
         if self._tls is not None:
             try:
                 sock = self._tls.wrap_socket(sock, server_hostname=host)
@@ -276,6 +283,7 @@ class _Protocol(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            detect_dead_peer(sock)
 
     def data_received(self, data: bytes) -> None:
         pending = self.channel.pending

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import zlib
 from dataclasses import dataclass, field
 
@@ -50,6 +51,8 @@ TRANSPORTS = ("remoting", "grpc")
 # A refusal on the remoting door, as QueryRoute's status gives it on gRPC.
 ROUTE_REFUSALS = {"UNAUTHENTICATED": pb.UNAUTHORIZED, "PERMISSION_DENIED": pb.FORBIDDEN}
 
+# A node whose connection failed is avoided this long (``Endpoints.reachable``).
+UNREACHABLE_S = 5.0
 # Failures after which the route is asked again before a retry.
 ROUTE_STALE_CODES = frozenset({TRANSPORT, pb.HA_NOT_AVAILABLE, pb.TOPIC_NOT_FOUND})
 
@@ -127,7 +130,14 @@ def route_refusal(error: FerryError) -> FerryError:
 
 class Endpoints:
     """The connections of one client object: the access point and every master it was
-    routed to. All share one client id, so that nodes see one member of a group."""
+    routed to. All share one client id, so that nodes see one member of a group.
+
+    A node whose connection failed (a transport error: down, or cut off from this client)
+    is avoided for ``UNREACHABLE_S``: a send meant for it goes to another access point
+    instead (``reachable``), whose node forwards it to its group's master (sends on the
+    remoting port, and gRPC SendMessage). A master the client cannot reach while its
+    peers can (clients cut off from it) is then written through the others at once,
+    where every send waited for its timeout until the network healed."""
 
     def __init__(
         self,
@@ -151,6 +161,27 @@ class Endpoints:
         self._remoting_addresses: dict[str, str] = {}  # gRPC address -> remoting address
         self._learned = False
         self._channels: dict[str, RemotingChannel] = {}
+        self._unreachable: dict[str, float] = {}  # address -> avoided until (monotonic)
+
+    def mark_unreachable(self, address: str) -> None:
+        """A request to the node at gRPC ``address`` failed in transport."""
+        self._unreachable[address] = time.monotonic() + UNREACHABLE_S
+
+    def reachable(self, address: str, forwardable: bool = True) -> str:
+        """``address``, or, while it is avoided, another access point that is not (its
+        node forwards the request); ``address`` when none is, or the request is not one a
+        node forwards (``forwardable``)."""
+        until = self._unreachable.get(address)
+        if until is None or not forwardable:
+            return address
+        now = time.monotonic()
+        if now >= until:
+            del self._unreachable[address]
+            return address
+        for other in self.access_points:
+            if other != address and self._unreachable.get(other, 0.0) <= now:
+                return other
+        return address
 
     @property
     def access(self) -> Connection:

@@ -55,7 +55,7 @@ from google.protobuf.message import DecodeError
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
-from node.grpc.forward_proof import (
+from node.forward_proof import (
     PROOF_HEADER,
     Forwarded,
     ForwardProofs,

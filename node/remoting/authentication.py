@@ -13,22 +13,33 @@ refused permission, which the 4.x producers also treat as "try another broker" a
 raise with the remark.
 
 The door's handlers take the caller as a third argument (``DoorHandler``); ``adapt`` gives
-the transport its two-argument ``Handler``.
+the transport its two-argument ``Handler``. A request another node of the cluster forwarded
+(``node/remoting/forwarding.py``) has its proof checked and removed here, before the
+client's signature is: its caller is the client at the address the proof names. A
+client's own send on a node that is not its group's master is forwarded from here, once
+its credentials are verified.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 from ferrymq.codec.acl_signature import ACCESS_KEY, SIGNATURE
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import FerryRequestCode, RequestCode, ResponseCode
 from node.authentication import Verification
+from node.forward_proof import PEER_HEADER, PROOF_HEADER, Forwarded, ForwardProofs, ProofRefused
 from node.remoting.dispatch import Handler
 from node.remoting.signature import contents_to_verify
 from node.rpc_status import AccessDenied
 from node.services.caller import Caller, Door
+
+# The fields a forwarded request carries besides the client's (a client cannot forge
+# them: the proof is keyed with the cluster secret).
+PROOF_FIELD = "ferryForwardProof"
+PEER_FIELD = "ferryForwardedFor"
 
 # (request, its connection, who asked) -> response or None.
 DoorHandler = Callable[[RemotingCommand, Any, Caller], Awaitable[RemotingCommand | None]]
@@ -44,14 +55,51 @@ def method_of(code: int) -> str:
     return f"{METHOD_PREFIX}{code}"
 
 
+def unwrap(
+    proofs: ForwardProofs, request: RemotingCommand
+) -> tuple[RemotingCommand, Forwarded | None]:
+    """``request`` without the forwarding fields, and who forwarded it for which client
+    (None: the client's own request). ``ProofRefused`` for a proof that does not verify."""
+    fields = request.ext_fields
+    if PROOF_FIELD not in fields and PEER_FIELD not in fields:
+        return request, None
+    forwarded = proofs.verify(
+        method_of(request.code),
+        {PROOF_HEADER: fields.get(PROOF_FIELD, ""), PEER_HEADER: fields.get(PEER_FIELD, "")},
+    )
+    client_fields = {k: v for k, v in fields.items() if k not in (PROOF_FIELD, PEER_FIELD)}
+    return replace(request, ext_fields=client_fields), forwarded
+
+
+class Forwards(Protocol):
+    """What the callers use of ``node/remoting/forwarding.RemotingForwarder``."""
+
+    proofs: ForwardProofs
+
+    def target(self, request: RemotingCommand) -> str | None: ...
+
+    async def forward(
+        self, request: RemotingCommand, address: str, peer: str
+    ) -> RemotingCommand: ...
+
+
 class RemotingCallers:
     """The caller of each request: its verified user with authentication on (a
     ``Verification``), else none; its peer's address."""
 
-    def __init__(self, verification: Verification | None) -> None:
+    def __init__(
+        self, verification: Verification | None, forwarder: Forwards | None = None
+    ) -> None:
         self.verification = verification
+        self.forwarder = forwarder
 
-    def caller(self, request: RemotingCommand, connection, method: str) -> Caller:
+    def caller(
+        self,
+        request: RemotingCommand,
+        connection,
+        method: str,
+        forwarded: Forwarded | None = None,
+    ) -> Caller:
         """``AccessDenied`` for a request without valid credentials."""
         user = None
         if self.verification is not None:
@@ -62,16 +110,30 @@ class RemotingCallers:
                 fields.get(SIGNATURE, ""),
                 contents_to_verify(request),
             )
+        if forwarded is not None:
+            host, _, port = forwarded.peer.rpartition(":")
+            return Caller(Door.REMOTING, method, user, host, int(port) if port.isdigit() else 0)
         return Caller(Door.REMOTING, method, user, connection.peer_host, connection.peer_port)
 
     def adapt(self, code: int, handler: DoorHandler) -> Handler:
         method = method_of(code)
 
         async def handle(request: RemotingCommand, connection) -> RemotingCommand | None:
+            forwarder = self.forwarder
             try:
-                return await handler(request, connection, self.caller(request, connection, method))
+                forwarded = None
+                if forwarder is not None:
+                    request, forwarded = unwrap(forwarder.proofs, request)
+                caller = self.caller(request, connection, method, forwarded)
+                if forwarded is None and forwarder is not None:
+                    master = forwarder.target(request)
+                    if master is not None:
+                        return await forwarder.forward(request, master, caller.address)
+                return await handler(request, connection, caller)
             except AccessDenied as denied:
                 return request.reply(ResponseCode.NO_PERMISSION, str(denied))
+            except ProofRefused as refused:
+                return request.reply(ResponseCode.NO_PERMISSION, f"UNAUTHENTICATED: {refused}")
 
         return handle
 

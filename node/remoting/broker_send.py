@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from ferrymq.codec.errors import InvalidMessageError
-from ferrymq.codec.remoting import RemotingCommand
+from ferrymq.codec.remoting import HeaderFieldError, RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.codec.remoting_messages import MalformedBatch, decode_batch, parse_sent_properties
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -85,6 +85,18 @@ def message_type_of(properties: dict[str, str], sys_flag: int) -> int:
     return pb.DELAY if delay_level_of(properties) > 0 else pb.NORMAL
 
 
+def is_transaction_half(request: RemotingCommand) -> bool:
+    """Whether a SEND_MESSAGE, SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE request sends a
+    transaction half (its header unreadable counts as one: it is answered where it is)."""
+    header = request if request.code == RequestCode.SEND_MESSAGE else v1_header(request)
+    try:
+        sys_flag = header.int32("sysFlag", 0)
+        properties = parse_sent_properties(header.text("properties", ""))
+    except (HeaderFieldError, ValueError):
+        return True
+    return message_type_of(properties, sys_flag) == pb.TRANSACTION
+
+
 def delay_level_of(properties: dict[str, str]) -> int:
     """The message's 4.x delay level, 0 for none."""
     level = properties.get(PROPERTY_DELAY, "")
@@ -128,7 +140,7 @@ class SendHandlers:
         batch: bool,
     ) -> RemotingCommand:
         try:
-            sent = self._request(header, request, connection, batch)
+            sent = self._request(header, request, caller, batch)
             outcome = await self.services.send.send(caller, sent)
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))
@@ -155,7 +167,7 @@ class SendHandlers:
 
     @staticmethod
     def _request(
-        header: RemotingCommand, request: RemotingCommand, connection, batch: bool
+        header: RemotingCommand, request: RemotingCommand, caller: Caller, batch: bool
     ) -> SendRequest:
         """The one request the send service decides on."""
         header.text("producerGroup")
@@ -175,7 +187,7 @@ class SendHandlers:
             ]
         else:
             sent = [(flag, request.body, common)]
-        born_host = born_host_bytes(connection.peer_address)
+        born_host = born_host_bytes(caller.address)  # the client's, also when forwarded
         messages = [
             OutgoingMessage(
                 body,

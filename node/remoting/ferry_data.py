@@ -88,7 +88,7 @@ class FerryDataHandlers:
             produce.count,
             produce.records,
             produce.atomic,
-            born_host_bytes(connection.peer_address),
+            born_host_bytes(caller.address),
         )
         outcome = await self.services.send.produce(caller, sent)
         answer = api.ProduceResponse(

@@ -27,6 +27,7 @@ from node.remoting.broker_transactions import TransactionDoor
 from node.remoting.client_config import ClientConfigHandlers
 from node.remoting.dispatch import BODY_CODES, Dispatch
 from node.remoting.ferry_data import FerryDataHandlers
+from node.remoting.forwarding import RemotingForwarder
 from node.remoting.name_server import NameServer
 from node.services.registry import Services
 
@@ -53,10 +54,14 @@ def door_handlers(services: Services, config: NodeConfig) -> list[tuple[int, Doo
 
 
 def build_dispatch(
-    services: Services, config: NodeConfig, verification: Verification | None
+    services: Services,
+    config: NodeConfig,
+    verification: Verification | None,
+    forwarder: RemotingForwarder | None = None,
 ) -> Dispatch:
     # With auth on, the ACL 1.0 signature covers the body: every body is kept to be
     # verified (the byte limits still bound what a request holds).
     dispatch = Dispatch(body_codes=None if verification is not None else BODY_CODES)
-    dispatch.register_all(RemotingCallers(verification).adapt_all(door_handlers(services, config)))
+    callers = RemotingCallers(verification, forwarder)
+    dispatch.register_all(callers.adapt_all(door_handlers(services, config)))
     return dispatch

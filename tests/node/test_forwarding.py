@@ -21,9 +21,9 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from node.authentication import Authenticator, Verification, signature_headers
 from node.config import SecurityOptions
+from node.forward_proof import PEER_HEADER, PROOF_HEADER, WINDOW_S, ForwardProofs, ProofRefused
 from node.grpc import forwarding
 from node.grpc.authentication import CallAuthentication, caller_of
-from node.grpc.forward_proof import PEER_HEADER, PROOF_HEADER, WINDOW_S, ForwardProofs, ProofRefused
 from node.grpc.forwarding import Forwarder
 from node.grpc.method_wrapping import add_wrapped
 from node.grpc.request_decoding import tolerate_malformed
