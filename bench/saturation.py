@@ -3,7 +3,7 @@
 
 Offers a cluster an open-loop load that grows step by step until it cannot keep up, the
 way the OpenMessaging Benchmark's RocketMQ driver offers it: the official Java client
-(rocketmq-client 5.1.4, its 4.x API over remoting: ``tests/compat/java/load``), one
+(rocketmq-client 5.1.4, its 4.x API over remoting: ``bench/java/LoadDriver.java``), one
 producer sending 1 KiB messages asynchronously at a fixed rate paced by the clock, one
 push consumer. A step's figures: messages sent, acknowledged, errors by kind (the
 broker's response code, else the client's exception), publish latency (from the moment
@@ -46,6 +46,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
+from bench import load_driver
 from ferrymq.client import Admin
 from ferrymq.launcher.cluster import (
     ClusterPlan,
@@ -209,29 +210,23 @@ class MemorySampler:
 
 
 # ---- the load ------------------------------------------------------------------------
-def java_load_driver() -> tuple[str, ...]:
-    from tests.support.clients import java_driver
-
-    return java_driver("java-load").argv
-
-
 def offer(
     plan: ClusterPlan, argv: tuple[str, ...], steps: list[tuple[float, float]], topic: str
 ) -> list[dict]:
     """Run the load driver through ``steps`` ((rate, seconds) each); scrape the nodes'
     liveness at every step's start and end. One figure dict per step."""
-    spec = {
-        "namesrv": plan.namesrv_addr,
-        "topic": topic,
-        "group": f"{topic}-load",
-        "size": SIZE,
-        "steps": [{"rate": rate, "seconds": seconds} for rate, seconds in steps],
-        "drain_s": 15,
-    }
+    arguments = [
+        plan.namesrv_addr,
+        topic,
+        f"{topic}-load",
+        str(SIZE),
+        "15",  # seconds for the consumer to drain after the last step
+        ",".join(f"{rate}:{seconds}" for rate, seconds in steps),
+    ]
     home = tempfile.mkdtemp(prefix="ferrymq-load-")
     env = {**os.environ, "ROCKETMQ_HOME": home, "HOME": home}
     process = subprocess.Popen(
-        [*argv, json.dumps(spec)],
+        [*argv, *arguments],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -354,7 +349,7 @@ def soak(plan: ClusterPlan, argv: tuple[str, ...], rate: float, minutes: int) ->
 
 def run(mode: str, nodes: int, busy: int, soak_minutes: int, soak_rate: float | None) -> dict:
     scale = SCALES[mode]
-    argv = java_load_driver()
+    argv = tuple(load_driver.argv())
     root = tempfile.mkdtemp(prefix="ferrymq-bench-saturation-")
     directory = os.path.join(root, "cluster")
     spinners = busy_processes(busy)

@@ -85,6 +85,10 @@ class Findings:
     served_records: int = -1  # read back through the Data service; -1: not read
     served_differs: list[str] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
+    elections: int = 0  # master elections the controllers logged
+    # Elections that deposed a master no fault had killed, stopped or cut off
+    # (``chaos.elections``): "<at> s: <elected> for <deposed>: <reason>".
+    spurious_failovers: list[str] = field(default_factory=list)
     node_errors: list[str] = field(default_factory=list)
     client_errors: list[str] = field(default_factory=list)
     pop_deliveries: int = 0
@@ -248,6 +252,12 @@ def check(history: History) -> Findings:
 
     found.unavailability = unavailability(history)
     found.crashes = list(history.crashes)
+    found.elections = len(history.elections)
+    found.spurious_failovers = [
+        f"{e.at_s:.1f} s: {e.elected} for {e.deposed or '?'} (epoch {e.epoch}): {e.reason}"
+        for e in history.elections
+        if e.spurious
+    ]
     found.node_errors = list(history.node_errors)
     found.client_errors = list(history.client_errors)
     found.violations = verdict(found, sync)
@@ -540,6 +550,7 @@ def verdict(found: Findings, sync: bool) -> list[str]:
         ("replicas differing to their common length", found.replicas_differ),
         ("differences between the records served and the final log", found.served_differs),
         ("node processes found exited (crashed)", found.crashes),
+        ("spurious failovers (a live, connected master deposed)", found.spurious_failovers),
         ("exceptions in the nodes' logs", found.node_errors),
         ("answers the workload could not decode or exceptions in it", found.client_errors),
     ]

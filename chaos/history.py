@@ -131,6 +131,19 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class Election:
+    """A master election the controller logged (``chaos.elections``): when (since the
+    run's start), whom it elected and deposed, and whether a fault excuses it."""
+
+    at_s: float
+    elected: str
+    deposed: str  # "" when the reason names none
+    epoch: int  # the new one
+    reason: str
+    spurious: bool = False
+
+
+@dataclass(frozen=True)
 class StoredRecord:
     """One message of the workload's topics in a replica's CommitLog after the run."""
 
@@ -205,6 +218,8 @@ class History:
     # Answers the workload could not decode and exceptions that ended one of its threads.
     client_errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    started_wall: float = 0.0  # time.time() at the run's start (the logs' clock)
+    elections: list[Election] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def invoke(
@@ -294,6 +309,8 @@ class History:
                 "crashes": self.crashes,
                 "node_errors": self.node_errors,
                 "client_errors": self.client_errors,
+                "started_wall": self.started_wall,
+                "elections": [asdict(e) for e in self.elections],
             }
 
     @classmethod
@@ -329,6 +346,8 @@ class History:
             crashes=raw.get("crashes", []),
             node_errors=raw.get("node_errors", []),
             client_errors=raw.get("client_errors", []),
+            started_wall=raw.get("started_wall", 0.0),
+            elections=[Election(**e) for e in raw.get("elections", [])],
         )
 
     def save(self, path: str) -> None:

@@ -6,7 +6,13 @@ after ``down_s``), ``pause`` (SIGSTOP of the master longer than its lease, then 
 reach it; a random node cut off from its peers, splitting a minority; the clients cut off
 from the master), each for ``pause_s``, then healed, ``restart-all`` (SIGKILL of every
 node at once, then restart) and ``power-loss`` (``chaos.power``: the master, or every node
-at once, killed and stripped of every byte it had not fsynced, then restarted).
+at once, killed and stripped of every byte it had not fsynced, then restarted); and the
+overloads (``chaos.overload``), each for ``overload_s``, three leases: ``cpu-starve-master``
+(the master's process held to a quarter of a core), ``cpu-starve-all`` (every node held to
+0.4 of a core), ``busy-host`` (two spinning processes per core beside the cluster),
+``slow-disk-master`` and ``slow-disk-all`` (the node's own reads and writes, its fsyncs
+among them, throttled to 40 operations and 2 MiB a second). An overloaded master is alive:
+deposing it is a spurious failover (``chaos.elections``).
 
 A ``Nemesis`` is driven by one thread (the runner's); it owns the cluster plan.
 """
@@ -22,6 +28,7 @@ from dataclasses import replace
 
 from chaos.history import Fault, History
 from chaos.network import NodeNetwork
+from chaos.overload import Overloads
 from chaos.power import discard_unsynced
 from ferrymq.client import Admin, FerryError
 from ferrymq.launcher.cluster import ClusterPlan, NodePlan, is_running, save_plan, start_node
@@ -29,8 +36,20 @@ from ferrymq.launcher.cluster import ClusterPlan, NodePlan, is_running, save_pla
 PARTITIONS = ("partition-master", "partition-random", "partition-clients")
 POWER_LOSSES = ("power-loss-master", "power-loss-all")
 KILLS = ("kill-master", "kill-slave", "kill-leader", "kill-random")
-KINDS = (*KILLS, "pause", *PARTITIONS, "restart-all", *POWER_LOSSES)
-ALIASES = {"kill": KILLS, "partition": PARTITIONS, "power-loss": POWER_LOSSES}
+OVERLOADS = (
+    "cpu-starve-master",
+    "cpu-starve-all",
+    "busy-host",
+    "slow-disk-master",
+    "slow-disk-all",
+)
+KINDS = (*KILLS, "pause", *PARTITIONS, "restart-all", *POWER_LOSSES, *OVERLOADS)
+ALIASES = {
+    "kill": KILLS,
+    "partition": PARTITIONS,
+    "power-loss": POWER_LOSSES,
+    "overload": OVERLOADS,
+}
 # Faults aimed at the group's master (a random node when none is known).
 MASTER_FAULTS = (
     "kill-master",
@@ -38,8 +57,17 @@ MASTER_FAULTS = (
     "partition-master",
     "partition-clients",
     "power-loss-master",
+    "cpu-starve-master",
+    "slow-disk-master",
 )
+# Faults that may depose the master they hit (it is dead, stopped or cut off); a master
+# deposed under any other fault, or under none, was deposed while alive and connected.
+DEPOSING = (*KILLS, "pause", "partition-master", "partition-random", "restart-all", *POWER_LOSSES)
 LEASE_S = 3.0
+STARVED_CORES = 0.25  # cpu-starve-master
+STARVED_CORES_EACH = 0.4  # cpu-starve-all
+SLOW_DISK_IOPS = 40
+SLOW_DISK_BYTES_PER_S = 2 << 20
 
 
 def kind_for(faults: list[str], turn: int) -> str:
@@ -74,6 +102,8 @@ class Nemesis:
         seed: int = 0,
         network: NodeNetwork | None = None,
         bodies_on: Callable[[NodePlan], set[str]] | None = None,
+        overloads: Overloads | None = None,
+        overload_s: float = LEASE_S * 3,
     ) -> None:
         self.plan = plan
         self.history = history
@@ -84,6 +114,8 @@ class Nemesis:
         self.random = random.Random(seed)
         self.network = network  # needed by the partitions
         self.bodies_on = bodies_on  # what a stopped node's log holds (power-loss-all)
+        self.overloads = overloads  # needed by the overload faults
+        self.overload_s = overload_s
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -139,6 +171,8 @@ class Nemesis:
         was_master = (self.master() or node).id == node.id
         if kind in PARTITIONS:
             return self.partition(kind, node, role, was_master)
+        if kind in OVERLOADS:
+            return self.overload(kind, node, role)
         if kind == "pause":
             os.kill(node.pid, signal.SIGSTOP)
             fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
@@ -177,6 +211,32 @@ class Nemesis:
             # took after its slaves lost it; rejoining will cut that.
             self.on_deposed(node)
         self.network.heal()
+        fault.end_s = self.now()
+        return fault
+
+    def overload(self, kind: str, node: NodePlan, role: str) -> Fault:
+        """Starve, crowd or slow down for ``overload_s``, then lift it. Nothing dies."""
+        if self.overloads is None:
+            raise ValueError(f"{kind} needs chaos.overload.Overloads (root and cgroup v1)")
+        everyone = kind.endswith("-all") or kind == "busy-host"
+        targets = list(self.plan.nodes) if everyone else [node]
+        if kind == "busy-host":
+            self.overloads.busy_host(2 * (os.cpu_count() or 1))
+        for target in targets if kind != "busy-host" else []:
+            if kind.startswith("cpu-starve"):
+                cores = STARVED_CORES_EACH if everyone else STARVED_CORES
+                self.overloads.starve_cpu(target.id, target.pid, cores)
+            else:
+                self.overloads.slow_disk(
+                    target.id, target.pid, target.data, SLOW_DISK_IOPS, SLOW_DISK_BYTES_PER_S
+                )
+        fault = self.history.fault(
+            Fault(kind, [t.id for t in targets], "all" if everyone else role, self.now())
+        )
+        try:
+            time.sleep(self.overload_s)  # the fault's duration, not a wait for a condition
+        finally:
+            self.overloads.clear()
         fault.end_s = self.now()
         return fault
 
@@ -248,9 +308,11 @@ class Nemesis:
         save_plan(self.plan)
 
     def heal(self) -> None:
-        """Every node running, awake and connected."""
+        """Every node running, awake, connected and unhindered."""
         if self.network is not None:
             self.network.heal()
+        if self.overloads is not None:
+            self.overloads.clear()
         for node in self.plan.nodes:
             if is_running(node, self.plan):
                 os.kill(node.pid, signal.SIGCONT)

@@ -74,10 +74,17 @@ def summary(findings: Findings) -> str:
         f" { ({g: len(b) for g, b in findings.never_delivered.items()}) },"
         f" {catch_up_line(findings.catch_up)}",
         f"nodes found crashed {len(findings.crashes)}, exceptions in node logs"
-        f" {len(findings.node_errors)}, workload errors {len(findings.client_errors)}",
+        f" {len(findings.node_errors)}, workload errors {len(findings.client_errors)},"
+        f" master elections {findings.elections}, spurious failovers"
+        f" {len(findings.spurious_failovers)}",
         *(
             f"  {line}"
-            for line in (findings.crashes + findings.node_errors + findings.client_errors)[:10]
+            for line in (
+                findings.crashes
+                + findings.node_errors
+                + findings.client_errors
+                + findings.spurious_failovers
+            )[:10]
         ),
         "faults:",
     ]

@@ -15,6 +15,8 @@ import time
 
 from chaos import checker, nemesis, report, workload
 from chaos import network as chaos_network
+from chaos import overload as chaos_overload
+from chaos.elections import elections_in_logs, judged
 from chaos.history import History
 from ferrymq.client import Admin, FerryError
 from ferrymq.launcher.cluster import ClusterError, cluster_down, cluster_up, is_running, wait_ready
@@ -73,7 +75,11 @@ def run(
     kinds = nemesis.expand(faults)
     settings = settings_for(mode)
     os.makedirs(directory, exist_ok=True)
-    with partitionable_network(kinds) as network, sync_ledger_if_needed(kinds):
+    with (
+        partitionable_network(kinds) as network,
+        sync_ledger_if_needed(kinds),
+        overloads_if_needed(kinds) as overloads,
+    ):
         cluster_dir = os.path.join(directory, "cluster")
         scratch = os.path.join(directory, "scratch")
         os.makedirs(scratch, exist_ok=True)
@@ -93,6 +99,7 @@ def run(
                 workload.create_topics(admin)
             store_settings = {k: v for k, v in plan.settings["store"].items() if k != "flush_mode"}
             t0 = time.monotonic()
+            history.started_wall = time.time()
 
             def deposed(node) -> None:
                 history.snapshots.append(
@@ -111,6 +118,7 @@ def run(
                 seed=seed,
                 network=network,
                 bodies_on=bodies_on,
+                overloads=overloads,
             )
             writing, reading = workload.start(
                 history, access, t0, writers, fifo_writers, stop_writers, stop
@@ -171,6 +179,9 @@ def run(
         for node in plan.nodes:
             shutil.copy(os.path.join(cluster_dir, f"{node.id}.log"), logs)
         history.node_errors = errors_in_logs(logs)
+        history.elections = judged(
+            elections_in_logs(logs, history.started_wall), history.faults, nemesis.LEASE_S
+        )
         history.replicas, unreadable = workload.drain(
             [(n.id, roles.get(n.id, "?"), n.data) for n in plan.nodes], store_settings
         )
@@ -210,6 +221,23 @@ def sync_ledger_if_needed(kinds: list[str]):
             del os.environ[sync_ledger.ENVIRONMENT]
         else:
             os.environ[sync_ledger.ENVIRONMENT] = previous
+
+
+@contextlib.contextmanager
+def overloads_if_needed(kinds: list[str]):
+    """The run's overloads when one is asked for (None otherwise), cleared whatever
+    happens."""
+    if not any(kind in nemesis.OVERLOADS for kind in kinds):
+        yield None
+        return
+    why_not = chaos_overload.available()
+    if why_not:
+        raise ValueError(why_not)
+    overloads = chaos_overload.Overloads()
+    try:
+        yield overloads
+    finally:
+        overloads.clear()
 
 
 @contextlib.contextmanager

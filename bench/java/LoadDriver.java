@@ -1,4 +1,3 @@
-import com.google.gson.JsonObject;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -27,12 +26,13 @@ import org.apache.rocketmq.common.message.MessageExt;
  * reading them. Prints one JSON line per step and rate:
  *
  * <pre>
- * spec: {"namesrv", "topic", "group", "size": bytes,
- *        "steps": [{"rate": msgs/s, "seconds": s}], "drain_s": s (after the last step)}
- * events: {"event": "step", "rate", "seconds", "sent", "acked", "errors": {kind: n},
- *          "error_samples": {kind: message}, "publish_ms": {"p50", "p99", "max"},
- *          "received", "end_to_end_ms": {"p50", "p99", "max"}, "backlog"}
- *         {"event": "drained", "received", "backlog"}, {"event": "done"}
+ * arguments: NAMESRV TOPIC GROUP SIZE_BYTES DRAIN_S RATE:SECONDS[,RATE:SECONDS...]
+ * events (one JSON object a line on stdout; the client's own logging goes to stderr):
+ *   {"event": "step", "rate", "seconds", "elapsed_ms", "sent", "acked",
+ *    "errors": {kind: n}, "error_samples": {kind: message},
+ *    "publish_ms": {"p50", "p99", "max"}, "received", "end_to_end_ms": {...}, "backlog"}
+ *   (backlog: acknowledged messages the consumer has not received yet)
+ *   {"event": "drained", "received", "backlog"}, {"event": "done"}
  * </pre>
  *
  * A send's latency runs from the moment the pacing allowed it to its callback, so a
@@ -55,16 +55,13 @@ public final class LoadDriver {
             max.accumulateAndGet(micros, Math::max);
         }
 
-        Map<String, Double> summary() {
+        String json() {
             long total = 0;
             for (int i = 0; i < counts.length(); i++) {
                 total += counts.get(i);
             }
-            Map<String, Double> out = new TreeMap<>();
-            out.put("p50", quantile(total, 0.50));
-            out.put("p99", quantile(total, 0.99));
-            out.put("max", max.get() / 1000.0);
-            return out;
+            return "{\"p50\": " + quantile(total, 0.50) + ", \"p99\": " + quantile(total, 0.99)
+                + ", \"max\": " + max.get() / 1000.0 + "}";
         }
 
         private double quantile(long total, double q) {
@@ -125,15 +122,18 @@ public final class LoadDriver {
     }
 
     private static volatile Step current = new Step();
-    private static final AtomicLong TOTAL_SENT = new AtomicLong();
+    private static final AtomicLong TOTAL_ACKED = new AtomicLong();
     private static final AtomicLong TOTAL_RECEIVED = new AtomicLong();
 
+    private static final java.io.PrintStream EVENTS = System.out;
+
     public static void main(String[] args) throws Exception {
-        JsonObject spec = Out.readSpec(args);
-        String namesrv = Out.str(spec, "namesrv", "");
-        String topic = Out.str(spec, "topic", "load");
-        String group = Out.str(spec, "group", "load");
-        int size = (int) Out.num(spec, "size", 1024);
+        System.setOut(System.err); // a library printing to stdout cannot garble an event
+        String namesrv = args[0];
+        String topic = args[1];
+        String group = args[2];
+        int size = Integer.parseInt(args[3]);
+        double drainS = Double.parseDouble(args[4]);
 
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group + "-consumer");
         consumer.setNamesrvAddr(namesrv);
@@ -159,18 +159,20 @@ public final class LoadDriver {
 
         byte[] body = new byte[size];
         Arrays.fill(body, (byte) 'x');
-        for (JsonObject step : Out.objects(spec, "steps")) {
-            runStep(producer, topic, body, Out.real(step, "rate", 1000), Out.real(step, "seconds", 10));
+        for (String step : args[5].split(",")) {
+            String[] rateAndSeconds = step.split(":");
+            runStep(producer, topic, body, Double.parseDouble(rateAndSeconds[0]),
+                Double.parseDouble(rateAndSeconds[1]));
         }
-        long drainUntil = System.nanoTime() + (long) (Out.real(spec, "drain_s", 10) * 1e9);
-        while (System.nanoTime() < drainUntil && TOTAL_RECEIVED.get() < TOTAL_SENT.get()) {
-            Out.sleepMillis(50);
+        long drainUntil = System.nanoTime() + (long) (drainS * 1e9);
+        while (System.nanoTime() < drainUntil && TOTAL_RECEIVED.get() < TOTAL_ACKED.get()) {
+            Thread.sleep(50);
         }
-        Out.emit("drained", "received", TOTAL_RECEIVED.get(),
-            "backlog", TOTAL_SENT.get() - TOTAL_RECEIVED.get());
+        emit("{\"event\": \"drained\", \"received\": " + TOTAL_RECEIVED.get() + ", \"backlog\": "
+            + Math.max(0, TOTAL_ACKED.get() - TOTAL_RECEIVED.get()) + "}");
         producer.shutdown();
         consumer.shutdown();
-        Out.emit("done");
+        emit("{\"event\": \"done\"}");
         System.exit(0);
     }
 
@@ -189,13 +191,13 @@ public final class LoadDriver {
             }
             final long sentAt = due;
             Message message = new Message(topic, body);
-            TOTAL_SENT.incrementAndGet();
             try {
                 producer.send(message, new SendCallback() {
                     @Override
                     public void onSuccess(SendResult result) {
                         if (result.getSendStatus() == SendStatus.SEND_OK) {
                             step.acked.incrementAndGet();
+                            TOTAL_ACKED.incrementAndGet();
                         } else {
                             step.count("status:" + result.getSendStatus().name(), "written, not "
                                 + "confirmed as the broker's mode asks");
@@ -216,16 +218,45 @@ public final class LoadDriver {
         // Answers still on their way count for this step: wait for them a little.
         long settle = System.nanoTime() + 3_000_000_000L;
         while (System.nanoTime() < settle && answered(step) < count) {
-            Out.sleepMillis(20);
+            LockSupport.parkNanos(20_000_000L);
         }
         long elapsedMs = (System.nanoTime() - start) / 1_000_000;
-        Map<String, Long> errors = new TreeMap<>();
-        step.errors.forEach((k, v) -> errors.put(k, v.get()));
-        Out.emit("step", "rate", rate, "seconds", seconds, "elapsed_ms", elapsedMs, "sent", count,
-            "acked", step.acked.get(), "errors", errors, "error_samples", new TreeMap<>(step.samples),
-            "publish_ms", step.publish.summary(), "received", step.received.get(),
-            "end_to_end_ms", step.endToEnd.summary(),
-            "backlog", TOTAL_SENT.get() - TOTAL_RECEIVED.get());
+        StringBuilder errors = new StringBuilder();
+        StringBuilder samples = new StringBuilder();
+        for (Map.Entry<String, AtomicLong> e : new TreeMap<>(step.errors).entrySet()) {
+            errors.append(errors.length() == 0 ? "" : ", ").append(quoted(e.getKey()))
+                .append(": ").append(e.getValue().get());
+            samples.append(samples.length() == 0 ? "" : ", ").append(quoted(e.getKey()))
+                .append(": ").append(quoted(step.samples.getOrDefault(e.getKey(), "")));
+        }
+        emit("{\"event\": \"step\", \"rate\": " + rate + ", \"seconds\": " + seconds
+            + ", \"elapsed_ms\": " + elapsedMs + ", \"sent\": " + count + ", \"acked\": "
+            + step.acked.get() + ", \"errors\": {" + errors + "}, \"error_samples\": {" + samples
+            + "}, \"publish_ms\": " + step.publish.json() + ", \"received\": "
+            + step.received.get() + ", \"end_to_end_ms\": " + step.endToEnd.json()
+            + ", \"backlog\": " + Math.max(0, TOTAL_ACKED.get() - TOTAL_RECEIVED.get()) + "}");
+    }
+
+    private static void emit(String line) {
+        synchronized (EVENTS) {
+            EVENTS.println(line);
+            EVENTS.flush();
+        }
+    }
+
+    /** A JSON string: quotes, backslashes and control characters escaped. */
+    private static String quoted(String text) {
+        StringBuilder out = new StringBuilder("\"");
+        for (char c : text.toCharArray()) {
+            if (c == '"' || c == '\\') {
+                out.append('\\').append(c);
+            } else if (c < 0x20) {
+                out.append(String.format("\\u%04x", (int) c));
+            } else {
+                out.append(c);
+            }
+        }
+        return out.append('"').toString();
     }
 
     private static long answered(Step step) {

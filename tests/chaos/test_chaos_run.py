@@ -1,6 +1,8 @@
 """Short chaos runs against real 3-node clusters, one per mode, each with at least one
 kill of the master, one partition (nodes in network namespaces) and one power loss (of the
-master, or of every node), and one more fault, checked against docs/guarantees.md; and
+master, or of every node), one overload (a starved CPU, a busy host or a slow disk: a
+master deposed under it is a spurious failover, a violation) and one more fault, checked
+against docs/guarantees.md; and
 the self-test: a planted bug (a promoted master drops its last records) must be reported
 as lost acknowledged writes under a SYNC run."""
 
@@ -16,13 +18,38 @@ from ferrymq.launcher import cluster
 from tests.support import planted_bug_node
 
 RUNS = {
-    "sync-sync-flush": ["kill-master", "partition-master", "pause", "power-loss-all"],
-    "sync-async-flush": ["kill-master", "partition-random", "power-loss-master", "restart-all"],
-    "async-sync-flush": ["kill-master", "partition-master", "partition-clients", "power-loss-all"],
-    "async-async-flush": ["kill-master", "partition-master", "kill-slave", "power-loss-master"],
+    "sync-sync-flush": [
+        "kill-master",
+        "partition-master",
+        "pause",
+        "power-loss-all",
+        "cpu-starve-master",
+    ],
+    "sync-async-flush": [
+        "kill-master",
+        "partition-random",
+        "power-loss-master",
+        "restart-all",
+        "slow-disk-master",
+    ],
+    "async-sync-flush": [
+        "kill-master",
+        "partition-master",
+        "partition-clients",
+        "power-loss-all",
+        "busy-host",
+    ],
+    "async-async-flush": [
+        "kill-master",
+        "partition-master",
+        "kill-slave",
+        "power-loss-master",
+        "cpu-starve-all",
+    ],
 }
-# 3 s of quiet load, then the fault (kill: 2 s down; pause and partitions: 4.5 s).
-SECONDS_PER_FAULT = 7.5
+# 3 s of quiet load, then the fault (kill: 2 s down; pause and partitions: 4.5 s;
+# overloads: 9 s).
+SECONDS_PER_FAULT = 8.5
 
 
 @pytest.mark.parametrize("mode", list(RUNS))
@@ -34,6 +61,7 @@ def test_a_short_chaos_run_keeps_the_promises_of_its_mode(mode, tmp_path):
     assert set(faults) <= set(kinds), kinds
     assert result["valid"], result["summary"]
     findings = result["findings"]
+    assert findings["spurious_failovers"] == []
     assert findings["acknowledged"] > 500
     assert findings["pop_released"] > 0  # deliveries left to expire came back (valid above)
     assert findings["pop_nacked"] > 0 and findings["doomed_dead_lettered"] > 0

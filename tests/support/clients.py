@@ -50,9 +50,6 @@ JAVA_REMOTING_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client", "4
 JAVA_REMOTING_ACL = jvm.Artifact("org.apache.rocketmq", "rocketmq-acl", "4.9.8")  # AclClientRPCHook
 JAVA_TOOLS = jvm.Artifact("org.apache.rocketmq", "rocketmq-tools", "5.3.3")
 GSON = jvm.Artifact("com.google.code.gson", "gson", "2.10.1")
-# The client of the OpenMessaging Benchmark's RocketMQ driver (its 4.x API, remoting):
-# bench.saturation offers its load through it.
-JAVA_LOAD_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client", "5.1.4")
 
 
 MQADMIN_LOGBACK = """<configuration>
@@ -75,14 +72,6 @@ class JavaFamily:
     main: str
     artifacts: tuple[jvm.Artifact, ...]
     sources: tuple[str, ...]  # folders under tests/compat/java/
-    # A driver that only checks behaviour starts fast (C1 only, small heap); a load
-    # generator needs the optimising compiler and room for its answers in flight.
-    jvm_options: tuple[str, ...] = (
-        "-Xms64m",
-        "-Xmx256m",
-        "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
-    )
 
 
 @dataclass(frozen=True)
@@ -106,13 +95,6 @@ JAVA_FAMILIES = {
     ),
     # mqadmin's commands, several in one JVM (rocketmq-tools' MQAdminStartup.main0).
     "mqadmin": JavaFamily("mqadmin", "MqadminDriver", (JAVA_TOOLS, GSON), ("common", "mqadmin")),
-    "java-load": JavaFamily(
-        "java-load",
-        "LoadDriver",
-        (JAVA_LOAD_CLIENT, GSON),
-        ("common", "load"),
-        jvm_options=("-Xms512m", "-Xmx1g", "-XX:+UseParallelGC"),
-    ),
 }
 GO_FAMILIES = {"go-grpc": "grpc5", "go-remoting": "remoting"}
 
@@ -256,7 +238,16 @@ def java_driver(family_name: str) -> Driver:
     classpath = f"{built / 'classes'}:{lib / 'jars' / '*'}"
     return Driver(
         family.name,
-        (java, *family.jvm_options, "-cp", classpath, family.main),
+        (
+            java,
+            "-Xms64m",
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+            classpath,
+            family.main,
+        ),
     )
 
 
