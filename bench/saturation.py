@@ -78,7 +78,7 @@ class Scale:
 
 SCALES = {
     "full": Scale((2_000, 5_000, 10_000, 15_000, 20_000, 25_000, 30_000, 40_000), 60.0),
-    "quick": Scale((2_000, 5_000, 10_000, 15_000, 20_000, 25_000, 30_000), 20.0),
+    "quick": Scale((500, 1_000, 2_000, 5_000, 10_000, 15_000, 20_000, 25_000, 30_000), 20.0),
     "smoke": Scale((1_000, 3_000), 5.0),
 }
 
@@ -347,7 +347,14 @@ def soak(plan: ClusterPlan, argv: tuple[str, ...], rate: float, minutes: int) ->
     }
 
 
-def run(mode: str, nodes: int, busy: int, soak_minutes: int, soak_rate: float | None) -> dict:
+def run(
+    mode: str,
+    nodes: int,
+    busy: int,
+    soak_minutes: int,
+    soak_rate: float | None,
+    logs_to: str | None = None,
+) -> dict:
     scale = SCALES[mode]
     argv = tuple(load_driver.argv())
     root = tempfile.mkdtemp(prefix="ferrymq-bench-saturation-")
@@ -372,6 +379,11 @@ def run(mode: str, nodes: int, busy: int, soak_minutes: int, soak_rate: float | 
             spinner.kill()
         if plan is not None:
             stop_cluster(directory, plan)
+        if logs_to:  # the nodes' logs, for a post-mortem of what a step did to them
+            os.makedirs(logs_to, exist_ok=True)
+            for name in os.listdir(directory):
+                if name.endswith(".log"):
+                    shutil.copy(os.path.join(directory, name), logs_to)
         shutil.rmtree(root, ignore_errors=True)
     figures["seconds"] = round(time.monotonic() - started, 1)
     figures["load_average"] = [round(x, 2) for x in os.getloadavg()]
@@ -393,6 +405,7 @@ def main() -> None:
     parser.add_argument(
         "--soak-rate", type=float, default=None, help="skip the ramp; soak at this rate"
     )
+    parser.add_argument("--logs", default=None, help="copy the nodes' logs to this directory")
     args = parser.parse_args()
 
     def terminate(signum, frame):  # SIGTERM unwinds like Ctrl-C, through the cleanup
@@ -400,7 +413,7 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, terminate)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    figures = run(mode, args.nodes, args.busy, args.soak_minutes, args.soak_rate)
+    figures = run(mode, args.nodes, args.busy, args.soak_minutes, args.soak_rate, args.logs)
     if "sustainable_msgs_per_s" in figures:
         log(f"sustainable: {figures['sustainable_msgs_per_s']:,.0f} msgs/s")
     print(json.dumps(figures))

@@ -67,6 +67,8 @@ class Findings:
     sends: int = 0
     acknowledged: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
+    # The same for the sends invoked inside a fault window: what faults cost the writers.
+    outcomes_in_faults: dict[str, int] = field(default_factory=dict)
     lost: list[str] = field(default_factory=list)
     lost_by_position: dict[str, int] = field(default_factory=dict)  # prefix/middle/suffix
     lost_within_async_bound: list[str] = field(default_factory=list)
@@ -134,12 +136,25 @@ def authoritative(replicas: list[Replica]) -> Replica | None:
     return max(replicas, key=lambda r: (r.log_end, r.role == "MASTER"), default=None)
 
 
+def outcomes_in_faults(history: History) -> dict[str, int]:
+    """Outcomes of the sends invoked while a fault was in force (its start until healed)."""
+    windows = [
+        (f.start_s, f.end_s if f.end_s is not None else history.duration_s) for f in history.faults
+    ]
+    counts = dict.fromkeys((OK, NOT_REPLICATED, FAILED, UNKNOWN, "pending"), 0)
+    for send in history.sends:
+        if any(start <= send.invoked_s <= end for start, end in windows):
+            counts[send.outcome or "pending"] += 1
+    return counts
+
+
 def check(history: History) -> Findings:
     sync = history.mode.startswith("sync")
     found = Findings(history.mode, sends=len(history.sends))
     for outcome in (OK, NOT_REPLICATED, FAILED, UNKNOWN):
         found.outcomes[outcome] = sum(1 for s in history.sends if s.outcome == outcome)
     found.outcomes["pending"] = sum(1 for s in history.sends if s.outcome is None)
+    found.outcomes_in_faults = outcomes_in_faults(history)
     acked = [s for s in history.sends if s.outcome == OK]
     found.acknowledged = len(acked)
     sent = {s.body: s for s in history.sends}

@@ -44,6 +44,8 @@ def summary(findings: Findings) -> str:
         f"mode {findings.mode}: {'VALID' if findings.valid else 'INVALID'}",
         f"sends {findings.sends}, acknowledged {findings.acknowledged},"
         f" outcomes {findings.outcomes}",
+        f"outcomes of sends invoked during faults {findings.outcomes_in_faults}"
+        f" (unknown: {share(findings.outcomes_in_faults, 'unknown')})",
         f"lost acknowledged {len(findings.lost)} {findings.lost_by_position}"
         f" (within the ASYNC bound: {len(findings.lost_within_async_bound)};"
         f" unsynced on an in-sync node when every node lost power:"
@@ -98,6 +100,11 @@ def summary(findings: Findings) -> str:
     for violation in findings.violations:
         lines.append(f"VIOLATION: {violation}")
     return "\n".join(lines) + "\n"
+
+
+def share(counts: dict[str, int], kind: str) -> str:
+    total = sum(counts.values())
+    return f"{100 * counts.get(kind, 0) / total:.1f} %" if total else "no sends"
 
 
 def catch_up_line(catch_up: dict | None) -> str:

@@ -34,7 +34,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ferrymq.codec.dead_peer import detect_dead_peer
+from ferrymq.codec.dead_peer import SLOW_PEER_S, detect_dead_peer
 from ha.epochs import EpochHistory
 from ha.link_auth import (
     FrameMac,
@@ -328,7 +328,9 @@ class ReplicationMaster:
     # ---- one slave's link --------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        detect_dead_peer(writer.get_extra_info("socket"))
+        # It sends the bulk: a slave too busy to read closes its window, and is slow, not
+        # dead (``SLOW_PEER_S``).
+        detect_dead_peer(writer.get_extra_info("socket"), unanswered_s=SLOW_PEER_S)
         link: SlaveLink | None = None
         try:
             try:
@@ -519,6 +521,8 @@ class ReplicationMaster:
                     (offset,) = ACK.unpack(payload)
                     self.record_ack(link, offset)
         except TimeoutError:
+            if not silent.expired():
+                raise  # the kernel's (ETIMEDOUT): the slave's TCP stopped answering
             raise LinkError(
                 f"{link.node_id} sent nothing for {self.silent_slave_timeout_s:.1f} s "
                 "(it answers every heartbeat): dropped"

@@ -390,6 +390,8 @@ class ReplicationSlave:
                         store.dispatch_replicated()
                     await writer.drain()
         except TimeoutError:
+            if not idle.expired():
+                raise  # the kernel's (ETIMEDOUT): the master's TCP stopped answering
             raise LinkError(
                 f"the master sent nothing for {self.idle_timeout_s:.1f} s "
                 "(it heartbeats every second)"

@@ -18,7 +18,7 @@ import itertools
 import socket
 from dataclasses import replace
 
-from ferrymq.codec.dead_peer import detect_dead_peer
+from ferrymq.codec.dead_peer import SLOW_PEER_S, detect_dead_peer
 from ferrymq.codec.errors import CodecError
 from ferrymq.codec.remoting import FrameSplitter, RemotingCommand, decode, encode
 
@@ -99,7 +99,8 @@ class ForwardChannel:
             )
         except (TimeoutError, OSError, ValueError) as error:
             raise ConnectionError(f"{self.address}: {error or 'connect timed out'}") from None
-        detect_dead_peer(transport.get_extra_info("socket"))
+        # Forwarded sends pile up behind a starved master: its closed window is slowness.
+        detect_dead_peer(transport.get_extra_info("socket"), unanswered_s=SLOW_PEER_S)
         self._protocol = protocol
         return protocol
 

@@ -29,6 +29,7 @@ from chaos.history import (
     StoredRecord,
     doomed,
 )
+from chaos.report import summary
 
 
 def history(mode: str, outcomes: dict[str, str], stored: list[str], **extra) -> History:
@@ -521,3 +522,19 @@ def test_a_damaged_rollback_file_is_a_finding_not_a_crash(tmp_path):
     bodies, unreadable = workload.rolled_back([str(tmp_path / "node-1"), str(tmp_path / "node-2")])
     assert bodies == []
     assert len(unreadable) == 1 and "node-2" in unreadable[0] and "not readable" in unreadable[0]
+
+
+def test_outcomes_are_counted_apart_for_the_sends_a_fault_hit():
+    """Sends at 0..5 s; a kill from 1.5 to 3.5 s hits w0-2 and w0-3 (one unknown)."""
+    outcomes = {"w0-0": OK, "w0-1": OK, "w0-2": UNKNOWN, "w0-3": FAILED, "w0-4": OK}
+    faults = [Fault("kill", ["node-1"], "master", 1.5, 3.5)]
+    found = check(history("sync-sync-flush", outcomes, ["w0-0", "w0-1", "w0-4"], faults=faults))
+    assert found.outcomes_in_faults == {
+        OK: 0,
+        "not-replicated": 0,
+        FAILED: 1,
+        UNKNOWN: 1,
+        "pending": 0,
+    }
+    assert found.outcomes[OK] == 3
+    assert "during faults" in summary(found) and "(unknown: 50.0 %)" in summary(found)

@@ -19,11 +19,13 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
+from ferrymq.codec.dead_peer import DEAD_LINK_S
 from ha.epochs import EpochEntry, EpochHistory
 from ha.link_auth import (
     Handshake,
@@ -616,6 +618,39 @@ def test_a_link_the_kernel_ends_is_a_link_end_not_a_failure(tmp_path, caplog, mo
     asyncio.run(run())
     assert "ended: [Errno 22] Invalid argument" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+def test_a_slave_too_busy_to_read_keeps_its_link(tmp_path, caplog):
+    """A starved slave stops reading: its TCP window closes while the master has records
+    to send, yet its kernel answers every probe. That is a slow slave, not a dead one:
+    the link stays (the backlog rule, not the link, decides whether writes wait for it).
+    Linux ends a connection whose peer's window stays closed past ``TCP_USER_TIMEOUT``;
+    with the dead-link time of 2 s there, the master dropped such a slave after ~2.5 s."""
+    caplog.set_level(logging.INFO, logger="ferrymq")
+
+    async def run() -> None:
+        async with lone_master(tmp_path, silent_slave_timeout_s=60.0) as (master, port):
+            put_batch(master.store, "bulk", count=16_000)  # more than both kernel buffers
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            macs = await speak_slave(reader, writer)
+            await read_sealed_control(reader, macs.incoming, Kind.WELCOME)
+            await read_sealed_control(reader, macs.incoming, Kind.EPOCHS)
+            writer.write(sealed_control(macs.outgoing, Kind.START, offset=0))
+            await writer.drain()
+            await eventually(lambda: "slave-1" in master.links, "the link")
+            link = master.links["slave-1"]
+            # From here on nothing is read: the window closes, the master's buffer fills.
+            await eventually(
+                lambda: link.writer is not None and link.writer.transport.get_write_buffer_size(),
+                "the window to close",
+            )
+            closed_at = time.monotonic()
+            while time.monotonic() - closed_at < DEAD_LINK_S + 3:
+                assert master.links.get("slave-1") is link, caplog.text[-2000:]
+                await asyncio.sleep(0.1)
+            writer.close()
+
+    asyncio.run(run())
 
 
 def test_a_peer_of_the_old_protocol_is_refused_with_a_precise_message(tmp_path, caplog):
