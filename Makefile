@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers chaos clean
+.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation chaos clean
 
 # The C speedups are compiled by the install: a change to any C source rebuilds them.
 C_SOURCES := store/_speedups.c ferrymq/codec/_speedups.c ferrymq/codec/_properties.h \
@@ -44,6 +44,10 @@ bench-cluster: $(STAMP)
 # What a server storing nothing allows here: the floors under the two benchmarks above.
 bench-floors: $(STAMP)
 	$(PY) -m bench.grpc_ceiling --json
+
+# The official Java client offering a 3-node cluster a growing rate (Java 17 and Maven).
+bench-saturation: $(STAMP)
+	$(PY) -m bench.saturation --json
 
 # ferrymq against NATS JetStream, Redis Streams and RabbitMQ quorum queues (apt-installs them),
 # Apache Kafka and Apache RocketMQ (Java 17; jars fetched from Maven Central by the benchmark).

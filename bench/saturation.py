@@ -21,7 +21,7 @@ under ``PUBLISH_P99_LIMIT_MS`` and the consumer's backlog under one second of th
 
 ``--busy N`` keeps N processes spinning on the CPU beside the cluster for the whole run
 (a loaded host). ``--soak-minutes M`` then offers 80 % of the sustainable rate for M
-minutes, in one-minute steps, and samples every node's resident memory every
+minutes, in one-minute steps, and samples every node's anonymous resident memory (RssAnon) every
 ``MEMORY_SAMPLE_S``: its growth from the first to the last minute is the figure (flat is
 the goal), with every error of the soak.
 
@@ -174,16 +174,19 @@ def busy_processes(count: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
-def resident_bytes(pid: int) -> int:
+def anonymous_bytes(pid: int) -> int:
+    """The process's own resident memory (``RssAnon``: heap, buffers), without the pages
+    of files it maps: the CommitLog's mapped segments count in VmRSS as they are written,
+    so VmRSS grows with the log, not with what the node holds."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith("RssAnon:"):
                 return int(line.split()[1]) * 1024
     return 0
 
 
 class MemorySampler:
-    """Every node's resident memory every ``MEMORY_SAMPLE_S`` (a thread)."""
+    """Every node's anonymous resident memory every ``MEMORY_SAMPLE_S`` (a thread)."""
 
     def __init__(self, plan: ClusterPlan) -> None:
         self.plan = plan
@@ -196,7 +199,7 @@ class MemorySampler:
             sample = {}
             for node in self.plan.nodes:
                 with contextlib.suppress(OSError):
-                    sample[node.id] = resident_bytes(node.pid)
+                    sample[node.id] = anonymous_bytes(node.pid)
             self.samples.append((time.monotonic(), sample))
             self._stop.wait(MEMORY_SAMPLE_S)
 
@@ -339,11 +342,11 @@ def soak(plan: ClusterPlan, argv: tuple[str, ...], rate: float, minutes: int) ->
         "soak_sent": sum(s["sent"] for s in steps),
         "soak_acked": sum(s["acked"] for s in steps),
         "soak_elections": [e for s in steps for e in s["elections"]],
-        "soak_rss_first_minute_bytes": {
+        "soak_anon_first_minute_bytes": {
             n: sum(v[:per_minute]) // len(v[:per_minute]) for n, v in per_node.items() if v
         },
-        "soak_rss_growth_bytes": growth,
-        "soak_rss_max_bytes": {n: max(v) for n, v in per_node.items() if v},
+        "soak_anon_growth_bytes": growth,
+        "soak_anon_max_bytes": {n: max(v) for n, v in per_node.items() if v},
     }
 
 
