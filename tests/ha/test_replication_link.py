@@ -514,6 +514,17 @@ async def speak_master(reader, writer, *, reflect: bool = False) -> LinkMacs:
     return macs
 
 
+async def start_streaming(master: ReplicationMaster, reader, writer) -> LinkMacs:
+    """A slave's whole handshake from offset 0, until the master holds the link."""
+    macs = await speak_slave(reader, writer)
+    await read_sealed_control(reader, macs.incoming, Kind.WELCOME)
+    await read_sealed_control(reader, macs.incoming, Kind.EPOCHS)
+    writer.write(sealed_control(macs.outgoing, Kind.START, offset=0))
+    await writer.drain()
+    await eventually(lambda: "slave-1" in master.links, "the link")
+    return macs
+
+
 def test_an_oversize_frame_before_authentication_is_refused_unread(tmp_path, caplog):
     """A HELLO (master side) or CHALLENGE (slave side) claiming 60 MiB: the link ends at its
     header, long before the handshake deadline, and nothing of it is read."""
@@ -574,12 +585,7 @@ def test_a_silent_peer_is_dropped(tmp_path, caplog):
             assert "no complete handshake within 0.2 s" in caplog.text
 
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            macs = await speak_slave(reader, writer)
-            await read_sealed_control(reader, macs.incoming, Kind.WELCOME)
-            await read_sealed_control(reader, macs.incoming, Kind.EPOCHS)
-            writer.write(sealed_control(macs.outgoing, Kind.START, offset=0))
-            await writer.drain()
-            await eventually(lambda: "slave-1" in master.links, "the link")
+            await start_streaming(master, reader, writer)
             # It reads the master's frames but never answers one.
             assert await asyncio.wait_for(closed_by_peer(reader), 5)
             writer.close()
@@ -605,12 +611,7 @@ def test_a_link_the_kernel_ends_is_a_link_end_not_a_failure(tmp_path, caplog, mo
     async def run() -> None:
         async with lone_master(tmp_path) as (master, port):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            macs = await speak_slave(reader, writer)
-            await read_sealed_control(reader, macs.incoming, Kind.WELCOME)
-            await read_sealed_control(reader, macs.incoming, Kind.EPOCHS)
-            writer.write(sealed_control(macs.outgoing, Kind.START, offset=0))
-            await writer.drain()
-            await eventually(lambda: "slave-1" in master.links, "the link")
+            await start_streaming(master, reader, writer)
             broken.set()
             await eventually(lambda: "slave-1" not in master.links, "the link to go")
             writer.close()
@@ -632,12 +633,7 @@ def test_a_slave_too_busy_to_read_keeps_its_link(tmp_path, caplog):
         async with lone_master(tmp_path, silent_slave_timeout_s=60.0) as (master, port):
             put_batch(master.store, "bulk", count=16_000)  # more than both kernel buffers
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            macs = await speak_slave(reader, writer)
-            await read_sealed_control(reader, macs.incoming, Kind.WELCOME)
-            await read_sealed_control(reader, macs.incoming, Kind.EPOCHS)
-            writer.write(sealed_control(macs.outgoing, Kind.START, offset=0))
-            await writer.drain()
-            await eventually(lambda: "slave-1" in master.links, "the link")
+            await start_streaming(master, reader, writer)
             link = master.links["slave-1"]
             # From here on nothing is read: the window closes, the master's buffer fills.
             await eventually(
