@@ -21,9 +21,9 @@ under ``PUBLISH_P99_LIMIT_MS`` and the consumer's backlog under one second of th
 
 ``--busy N`` keeps N processes spinning on the CPU beside the cluster for the whole run
 (a loaded host). ``--soak-minutes M`` then offers 80 % of the sustainable rate for M
-minutes, in one-minute steps, and samples every node's anonymous resident memory (RssAnon) every
-``MEMORY_SAMPLE_S``: its growth from the first to the last minute is the figure (flat is
-the goal), with every error of the soak.
+minutes, in one-minute steps, and samples every node's anonymous resident memory
+(RssAnon, its routing host's included) every ``MEMORY_SAMPLE_S``: its growth from the
+first to the last minute is the figure (flat is the goal), with every error of the soak.
 
 Prints a human summary on stderr and one JSON object (last line of stdout).
 """
@@ -55,6 +55,7 @@ from ferrymq.launcher.cluster import (
     is_running,
     log_path,
 )
+from ferrymq.launcher.processes import process_tree
 
 # Answers a loaded broker may give that the client retries by design (docs/guarantees.md,
 # "Under load"): SYSTEM_BUSY (2) and FLOW_CONTROL (215) from the broker, and the client's
@@ -185,6 +186,15 @@ def anonymous_bytes(pid: int) -> int:
     return 0
 
 
+def node_anonymous_bytes(pid: int) -> int:
+    """A node's own memory: its process's and its routing host's (its child)."""
+    total = 0
+    for each in process_tree(pid):
+        with contextlib.suppress(OSError):
+            total += anonymous_bytes(each)
+    return total
+
+
 class MemorySampler:
     """Every node's anonymous resident memory every ``MEMORY_SAMPLE_S`` (a thread)."""
 
@@ -199,7 +209,7 @@ class MemorySampler:
             sample = {}
             for node in self.plan.nodes:
                 with contextlib.suppress(OSError):
-                    sample[node.id] = anonymous_bytes(node.pid)
+                    sample[node.id] = node_anonymous_bytes(node.pid)
             self.samples.append((time.monotonic(), sample))
             self._stop.wait(MEMORY_SAMPLE_S)
 

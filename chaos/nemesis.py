@@ -1,12 +1,13 @@
 """Faults injected into a running local cluster, each recorded as a window in the history.
 
 Built: ``kill`` (SIGKILL; target master, slave, Raft leader or random node, then restart
-after ``down_s``), ``pause`` (SIGSTOP of the master longer than its lease, then SIGCONT),
-``partition`` (``chaos.network``: the master cut off from its peers while clients still
-reach it; a random node cut off from its peers, splitting a minority; the clients cut off
-from the master), each for ``pause_s``, then healed, ``restart-all`` (SIGKILL of every
-node at once, then restart) and ``power-loss`` (``chaos.power``: the master, or every node
-at once, killed and stripped of every byte it had not fsynced, then restarted); and the
+after ``down_s``), ``pause`` (SIGSTOP of the master, its routing host too, longer than
+its lease, then SIGCONT), ``partition`` (``chaos.network``: the master cut off from its
+peers while clients still reach it; a random node cut off from its peers, splitting a
+minority; the clients cut off from the master), each for ``pause_s``, then healed,
+``restart-all`` (SIGKILL of every node at once, then restart) and ``power-loss``
+(``chaos.power``: the master, or every node at once, killed and stripped of every byte
+it had not fsynced, then restarted); and the
 overloads (``chaos.overload``), each for ``overload_s``, three leases: ``cpu-starve-master``
 (the master's process held to a quarter of a core), ``cpu-starve-all`` (every node held to
 0.4 of a core), ``busy-host`` (two spinning processes per core beside the cluster),
@@ -32,6 +33,7 @@ from chaos.overload import Overloads
 from chaos.power import discard_unsynced
 from ferrymq.client import Admin, FerryError
 from ferrymq.launcher.cluster import ClusterPlan, NodePlan, is_running, save_plan, start_node
+from ferrymq.launcher.processes import signal_node
 
 PARTITIONS = ("partition-master", "partition-random", "partition-clients")
 POWER_LOSSES = ("power-loss-master", "power-loss-all")
@@ -174,12 +176,12 @@ class Nemesis:
         if kind in OVERLOADS:
             return self.overload(kind, node, role)
         if kind == "pause":
-            os.kill(node.pid, signal.SIGSTOP)
+            signal_node(node.pid, signal.SIGSTOP)  # its routing host too: a stalled machine
             fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
             if was_master and self.on_deposed:
                 self.on_deposed(node)
             time.sleep(self.pause_s)  # the fault's duration, not a wait for a condition
-            os.kill(node.pid, signal.SIGCONT)
+            signal_node(node.pid, signal.SIGCONT)
         else:
             self.kill(node)
             # The window starts when the node is gone: a send invoked before may still
@@ -315,6 +317,6 @@ class Nemesis:
             self.overloads.clear()
         for node in self.plan.nodes:
             if is_running(node, self.plan):
-                os.kill(node.pid, signal.SIGCONT)
+                signal_node(node.pid, signal.SIGCONT)
             else:
                 self.restart(node)

@@ -3,13 +3,13 @@
 None of them stops or cuts a node: a master under them is alive, and deposing it is a
 spurious failover (``spurious_failovers``), which the checker counts as a violation.
 
-- CPU starvation: the node's process moved into a cgroup (v1 ``cpu`` controller) whose
-  quota is a fraction of one core (``cpu.cfs_quota_us``): every thread of it stops once
-  the quota of a 100 ms period is spent, as on a crowded host or a container at its
-  limit.
+- CPU starvation: the node's processes (its own and its routing host) moved into a cgroup
+  (v1 ``cpu`` controller) whose quota is a fraction of one core (``cpu.cfs_quota_us``):
+  every thread of them stops once the quota of a 100 ms period is spent, as in a
+  container at its limit.
 - A busy host: processes spinning on every core beside the cluster, at the nodes'
   priority.
-- A slow disk: the node moved into a cgroup (v1 ``blkio``) whose writes and reads to the
+- A slow disk: the node's processes moved into a cgroup (v1 ``blkio``) whose writes and reads to the
   data directory's device are throttled (``blkio.throttle.*_iops_device`` and
   ``_bps_device``). Under cgroup v1 the throttle applies to I/O a task submits itself:
   its fsyncs (and reads), not the kernel's background writeback, which is what a flush
@@ -28,6 +28,8 @@ import secrets
 import subprocess
 import sys
 from dataclasses import dataclass, field
+
+from ferrymq.launcher.processes import process_tree
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 PERIOD_US = 100_000
@@ -74,19 +76,24 @@ class Overloads:
         return path
 
     def _move(self, controller: str, group: str, pid: int) -> None:
-        _write(os.path.join(group, "cgroup.procs"), str(pid))
-        self._moved.append((controller, pid))
+        """``pid`` and its descendants: a cgroup takes one process at a time, and a node's
+        routing host is its child (a container would hold both)."""
+        for each in process_tree(pid):
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                _write(os.path.join(group, "cgroup.procs"), str(each))
+                self._moved.append((controller, each))
 
     def starve_cpu(self, name: str, pid: int, cores: float) -> None:
-        """Process ``pid`` gets at most ``cores`` of a core (0.25: 25 ms every 100 ms)."""
+        """Process ``pid`` and its children get at most ``cores`` of a core (0.25: 25 ms
+        every 100 ms)."""
         group = self._group("cpu", name)
         _write(os.path.join(group, "cpu.cfs_period_us"), str(PERIOD_US))
         _write(os.path.join(group, "cpu.cfs_quota_us"), str(max(1000, int(PERIOD_US * cores))))
         self._move("cpu", group, pid)
 
     def slow_disk(self, name: str, pid: int, data_dir: str, iops: int, bytes_per_s: int) -> None:
-        """Process ``pid``'s own reads and writes to ``data_dir``'s device: at most
-        ``iops`` operations and ``bytes_per_s`` bytes a second each way."""
+        """The reads and writes of process ``pid`` and its children to ``data_dir``'s
+        device: at most ``iops`` operations and ``bytes_per_s`` bytes a second each way."""
         group = self._group("blkio", name)
         device = device_of(data_dir)
         for kind, limit in (("iops", iops), ("bps", bytes_per_s)):

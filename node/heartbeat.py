@@ -45,6 +45,7 @@ class HeartbeatTimes:
 
     committed: int = 0
     failed: int = 0
+    withheld: int = 0  # not sent: the node's process showed no progress (``sample``)
     round_trips: list[int] = field(default_factory=lambda: [0] * (len(ROUND_TRIP_BUCKETS_S) + 1))
     round_trip_sum_s: float = 0.0
     round_trip_max_s: float = 0.0
@@ -72,13 +73,15 @@ class Heartbeat:
         self,
         *,
         interval_s: float,
-        sample: Callable[[], NodeHeartbeat],
+        sample: Callable[[], NodeHeartbeat | None],
         submit: Callable[[NodeHeartbeat, float], Awaitable[CommandResult]],
         on_renewed: Callable[[float], None],
         register: Callable[[float], Awaitable[None]],
     ) -> None:
         self.interval_s = interval_s
-        self.sample = sample  # this node's heartbeat as of now
+        # This node's heartbeat as of now; None while its process shows no progress (a
+        # heartbeat vouches for the process that serves, not for whoever sends it).
+        self.sample = sample
         self.submit = submit  # (heartbeat, timeout_s) -> what routing answered
         self.on_renewed = on_renewed  # (monotonic time the committed heartbeat left)
         self.register = register  # (deadline): routing forgot this node: join again
@@ -112,6 +115,9 @@ class Heartbeat:
     async def beat(self) -> None:
         """One heartbeat: renews the lease if routing commits it."""
         heartbeat = self.sample()
+        if heartbeat is None:
+            self.times.withheld += 1
+            return
         sent_at = time.monotonic()
         try:
             result = await self.submit(heartbeat, self.interval_s * 2)

@@ -267,6 +267,13 @@ FAMILIES: tuple[Family, ...] = (
         (),
         "Heartbeats routing did not commit (each is retried within 0.1 s)",
     ),
+    Family(
+        "ferrymq_heartbeats_withheld_total",
+        "counter",
+        (),
+        "Heartbeats the routing host did not send: the node's process had shown no "
+        "progress for 1.5 s (stopped, or never given the GIL)",
+    ),
     Family("rocketmq_messages_in_total", "counter", ("topic",), "Messages stored by sends"),
     Family(
         "rocketmq_throughput_in_total",
@@ -332,7 +339,7 @@ class NodeMetrics:
         self.wrap_method = self.rpc.wrap_method
         self.remoting = RemotingMetrics(self.registry, NODE_LABELS, self.node_values)
         self.registry.register(NodeStateCollector(self))
-        self.heartbeat_times = HeartbeatTimes()  # the node's heartbeat replaces it
+        self.heartbeat_times = HeartbeatTimes()  # replaced by the routing proxy's copy
         self.registry.register(HeartbeatCollector(self))
 
 
@@ -375,6 +382,10 @@ class HeartbeatCollector:
         failed = CounterMetricFamily(name, _HELP[name], labels=labels)
         failed.add_metric(values, times.failed)
         yield failed
+        name = "ferrymq_heartbeats_withheld_total"
+        withheld = CounterMetricFamily(name, _HELP[name], labels=labels)
+        withheld.add_metric(values, times.withheld)
+        yield withheld
 
 
 class NodeStateCollector:

@@ -51,7 +51,6 @@ from node.grpc.namespaces import wrap_namespaces
 from node.grpc.request_bytes import HeldRequests
 from node.grpc.request_decoding import tolerate_malformed
 from node.handle_key import receipt_handle_key
-from node.heartbeat import Heartbeat
 from node.liveness import LivenessLoop
 from node.long_polling import QueueWaiters
 from node.metrics import NodeMetrics, RoutingStatus
@@ -65,6 +64,8 @@ from node.remoting.forwarding import RemotingForwarder
 from node.remoting.roles import build_dispatch
 from node.remoting.server import RemotingServer, transport_limits
 from node.request_budget import RequestBudget
+from node.routing_channel import Setup
+from node.routing_proxy import RoutingProxy
 from node.secret_box import SecretBox
 from node.services.admin import AdminService
 from node.services.check_relay import CheckRelay
@@ -83,9 +84,8 @@ from node.services.transactions import TransactionService
 from node.timer_service import TimerService
 from node.tls import peer_channel_credentials, remoting_ssl_context, server_credentials
 from node.topics import MessageType, TopicTable
-from routing.commands import CatchUp, CommandResult, CreateUser, NodeHeartbeat, RegisterNode
-from routing.controller import Controller
-from routing.replica import RoutingReplica, RoutingUnavailable
+from routing.commands import CatchUp, CreateUser, NodeHeartbeat, RegisterNode
+from routing.replica import RoutingUnavailable
 from store import sync_ledger
 from store.message_store import MessageStore
 
@@ -129,18 +129,15 @@ class Node:
         self._timer_task: asyncio.Task[None] | None = None
         self._check_task: asyncio.Task[None] | None = None
         self._routing_tasks: list[asyncio.Task[None]] = []
-        self.liveness = LivenessLoop()  # heartbeats and the controller (node/liveness.py)
-        self.routing: RoutingReplica | None = None
+        # The node's side of its routing host (node/routing_proxy.py): samples out, the
+        # state's changes and the lease's renewals in.
+        self.liveness = LivenessLoop()
+        self.routing: RoutingProxy | None = None
         self._raft_port_held: socket.socket | None = None  # a standalone voter's port
         self.topics = TopicTable()
         self._states_ready = False
-        self.heartbeat = Heartbeat(
-            interval_s=config.cluster.heartbeat_interval_ms / 1000,
-            sample=self._heartbeat_sample,
-            submit=lambda heartbeat, timeout_s: self.routing.submit(heartbeat, timeout_s=timeout_s),
-            on_renewed=self._lease_renewed,
-            register=self._register,
-        )
+        self.must_stop: asyncio.Event | None = None  # set by a signal, or a lost host
+        self.failure: str | None = None  # why the node stopped unasked
 
     @property
     def grpc_address(self) -> str:
@@ -152,6 +149,7 @@ class Node:
 
     async def start(self) -> None:
         config = self.config
+        self.must_stop = asyncio.Event()
         os.makedirs(config.data_dir, exist_ok=True)
         # First: a key file that cannot be used stops the node before it touches anything.
         handles = ReceiptHandles(receipt_handle_key(config.cluster.secret, config.data_dir))
@@ -265,7 +263,7 @@ class Node:
         self.metrics.members = services.membership.members
         self.metrics.replication_status = self.replication.status
         self.metrics.routing_status = self._routing_status
-        self.metrics.heartbeat_times = self.heartbeat.times
+        self.metrics.heartbeat_times = self.routing.heartbeat_times
         add_service = functools.partial(add_wrapped, self.server, wrappers=wrappers)
         add_service(
             service_pb2_grpc.add_MessagingServiceServicer_to_server,
@@ -295,18 +293,10 @@ class Node:
             )
 
     def _start_background_tasks(self) -> None:
-        config = self.config
         self._housekeeping = asyncio.create_task(self._housekeep())
         self._timer_task = asyncio.create_task(self.timers.run())
         self._check_task = asyncio.create_task(self.transactions.run_checks())
-        controller = Controller(
-            self.routing,
-            self._lease_s,
-            heartbeat_interval_s=config.cluster.heartbeat_interval_ms / 1000,
-            unclean_election=config.replication.unclean_election,
-            raft_address=self.routing.self_address or "",
-        )
-        self.liveness.start(self.heartbeat.run, controller.run)
+        self.routing.start_liveness()
         self._routing_tasks = [asyncio.create_task(self.replication.maintain())]
 
     def _services(self, store: ReplicatedStore, handles: ReceiptHandles) -> Services:
@@ -419,33 +409,17 @@ class Node:
 
     async def _join_routing(self, loop: asyncio.AbstractEventLoop) -> None:
         config, cluster = self.config, self.config.cluster
-        if cluster.standalone:
-            # A cluster of one: nobody dials this voter, so any free loopback port will
-            # do, and a secret made up now keeps everybody else out. The port stays
-            # held until the node stops (``node/port_holds.py``): pysyncobj binds it
-            # later, on its own thread.
-            self._raft_port_held = hold_port("127.0.0.1")
-            address = f"127.0.0.1:{port_of(self._raft_port_held)}"
-            voters, secret, self_address = [address], secrets.token_hex(16), address
-        else:
-            voters, secret = list(cluster.voters), cluster.secret
-            # A voter's listener binds its Raft address (internal_host), not every
-            # interface as pysyncobj would by default.
-            self_address = config.raft_address if config.is_voter else None
-
-        def on_applied(command: object, result: CommandResult) -> None:
-            # Heartbeats and read barriers change no topic or role.
-            if not isinstance(command, (NodeHeartbeat, CatchUp)):
-                loop.call_soon_threadsafe(self._routing_changed)
-
-        self.routing = RoutingReplica(
-            self_address=self_address,
-            voters=voters,
-            secret=secret,
-            data_dir=config.data_dir,
-            lease_s=self._lease_s,
-            on_applied=on_applied,
+        setup = self._routing_setup()
+        self.routing = RoutingProxy(
+            setup,
+            self.liveness,
+            sample=self._heartbeat_sample,
+            on_applied=lambda command, result: self._routing_applied(loop, command),
+            on_restored=lambda: loop.call_soon_threadsafe(self._routing_changed),
+            on_renewed=self._lease_renewed,
+            on_lost=lambda why: loop.call_soon_threadsafe(self._stop_unasked, why),
         )
+        self.routing.start()
         self.topics.catch_up = self.routing.catch_up
         deadline = time.monotonic() + cluster.join_timeout_ms / 1000
         await self.routing.wait_ready(cluster.join_timeout_ms / 1000)
@@ -457,16 +431,49 @@ class Node:
             data_dir=config.data_dir,
             options=config.replication,
             lease_s=self._lease_s,
-            secret=secret,
+            secret=setup.secret,
             standalone=cluster.standalone,
             reload_states=self._reload_states,
             on_confirmed=lambda offset: self.waiters.wake_all(),
-            renew_lease_now=self.heartbeat.renew_now,
+            renew_lease_now=self.routing.renew_now,
         )
         await self._bind_ports()
         await self._register(deadline)
         await self._ensure_admin_user(deadline)
         self._refresh_topics()
+
+    def _routing_setup(self) -> Setup:
+        """What this node's routing host joins routing with."""
+        config, cluster = self.config, self.config.cluster
+        if cluster.standalone:
+            # A cluster of one: nobody dials this voter, so any free loopback port will
+            # do, and a secret made up now keeps everybody else out. The port stays
+            # held until the node stops (``node/port_holds.py``): the routing host binds
+            # it when pysyncobj gets to it.
+            self._raft_port_held = hold_port("127.0.0.1")
+            address = f"127.0.0.1:{port_of(self._raft_port_held)}"
+            voters, secret, self_address = [address], secrets.token_hex(16), address
+        else:
+            voters, secret = list(cluster.voters), cluster.secret
+            # A voter's listener binds its Raft address (internal_host), not every
+            # interface as pysyncobj would by default.
+            self_address = config.raft_address if config.is_voter else None
+        return Setup(
+            node_id=config.id,
+            self_address=self_address,
+            voters=voters,
+            secret=secret,
+            data_dir=config.data_dir,
+            lease_s=self._lease_s,
+            heartbeat_interval_s=cluster.heartbeat_interval_ms / 1000,
+            unclean_election=config.replication.unclean_election,
+            join_timeout_s=cluster.join_timeout_ms / 1000,
+        )
+
+    def _routing_applied(self, loop: asyncio.AbstractEventLoop, command: object) -> None:
+        # Heartbeats and read barriers change no topic or role.
+        if not isinstance(command, (NodeHeartbeat, CatchUp)):
+            loop.call_soon_threadsafe(self._routing_changed)
 
     async def _bind_ports(self) -> None:
         """The replication and remoting ports, bound before the node registers them."""
@@ -571,7 +578,14 @@ class Node:
         )
 
     def _lease_renewed(self, sent_at: float) -> None:
-        self.replication.lease_renewed_at = sent_at
+        if getattr(self, "replication", None) is not None:
+            self.replication.lease_renewed_at = sent_at
+
+    def _stop_unasked(self, why: str) -> None:
+        """The routing host ended: without it this node can neither keep a lease nor see
+        routing change. It stops, as a crashed node would, and says why."""
+        self.failure = why
+        self.must_stop.set()
 
     async def _housekeep(self) -> None:
         loop = asyncio.get_running_loop()
@@ -678,10 +692,11 @@ async def _serve(config: NodeConfig, on_ready: Callable[[Node], None] | None) ->
     print(f"ferrymq node {config.id} ready on {config.host}:{node.port}", flush=True)
     if on_ready is not None:
         on_ready(node)
-    stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
-    await stopping.wait()
+        loop.add_signal_handler(signum, node.must_stop.set)
+    await node.must_stop.wait()
     await node.stop()
+    if node.failure is not None:
+        raise RoutingUnavailable(f"node {config.id} stopped: {node.failure}")
     print(f"ferrymq node {config.id} stopped", flush=True)

@@ -96,10 +96,15 @@ class RaftStatus:
 class _Machine(SyncObjConsumer):
     """The replicated object: one field, ``state``, that pysyncobj snapshots."""
 
-    def __init__(self, on_applied: Callable[[object, CommandResult], None]) -> None:
+    def __init__(
+        self,
+        on_applied: Callable[[object, CommandResult], None],
+        on_restored: Callable[[RoutingState], None],
+    ) -> None:
         # Fields set before SyncObjConsumer.__init__ are local, never replicated.
         self.lock = threading.Lock()
         self.on_applied = on_applied
+        self.on_restored = on_restored
         super().__init__()
         self.state = RoutingState()
 
@@ -116,6 +121,10 @@ class _Machine(SyncObjConsumer):
     def _deserialize(self, data: dict) -> None:
         with self.lock:
             super()._deserialize(data)
+            try:
+                self.on_restored(self.state)
+            except Exception:  # as in apply: the Raft thread goes on
+                log.exception("routing listener failed on a restored snapshot")
 
 
 class _RaftNode(SyncObj):
@@ -153,16 +162,19 @@ class RoutingReplica:
         data_dir: str,
         lease_s: float,
         on_applied: Callable[[object, CommandResult], None] = lambda command, result: None,
+        on_restored: Callable[[RoutingState], None] = lambda state: None,
     ) -> None:
         """``self_address`` is this node's Raft address when it is a voter (it must be in
-        ``voters``), None for a read-only replica."""
+        ``voters``), None for a read-only replica. ``on_applied`` hears every command
+        applied, ``on_restored`` every state a snapshot replaced (under the state's lock),
+        both on pysyncobj's thread."""
         if not secret:
             raise ValueError("the cluster secret is empty: Raft traffic would be unencrypted")
         if self_address is not None and self_address not in voters:
             raise ValueError(f"{self_address} is not one of the voters {voters}")
         self.self_address = self_address
         self.voters = list(voters)
-        self.machine = _Machine(on_applied)
+        self.machine = _Machine(on_applied, on_restored)
         journal = dump = None
         if self_address is not None:
             raft_dir = os.path.join(data_dir, "raft")

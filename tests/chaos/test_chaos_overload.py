@@ -12,6 +12,7 @@ import time
 import pytest
 
 from chaos.overload import CGROUP_ROOT, Overloads, available
+from ferrymq.launcher.processes import process_tree
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
 SPIN = "import time\nwhile True: pass"
@@ -89,3 +90,31 @@ def test_a_busy_host_spins_until_cleared():
     assert all(s.poll() is None for s in spinners)
     overloads.clear()
     assert all(s.poll() is not None for s in spinners)
+
+
+def test_a_starved_node_is_starved_with_its_children():
+    """A node's routing host is its child: starving the node starves both, as a container
+    at its limit would (moving only the node left its heartbeats unthrottled)."""
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {SPIN!r}])\n{SPIN}",
+        ]
+    )
+    overloads = Overloads()
+    try:
+        deadline = time.monotonic() + 10
+        while not (children := process_tree(parent.pid)[1:]):
+            assert time.monotonic() < deadline, "the child never started"
+            time.sleep(0.01)
+        child = children[0]
+        overloads.starve_cpu("node", parent.pid, cores=0.2)
+        assert cgroup_of(child, "cpu") == cgroup_of(parent.pid, "cpu") != "/"
+    finally:
+        overloads.clear()
+        in_root = cgroup_of(child, "cpu") == "/"
+        os.kill(child, 9)
+        parent.kill()
+        parent.wait()
+    assert in_root

@@ -1,9 +1,13 @@
 """A node busy with its own work is slow, not dead (issue 38's benchmarks: under a busy CPU
 masters refused writes for their lease, and one was deposed while alive). Every node of a
-3-node SYNC cluster here computes for 2.5 s out of every 3 without yielding its event loop
-(``tests/support/stalled_loop_node.py``): longer than the two thirds of the 3 s lease a
-master may go without renewing it. The heartbeats run on the liveness loop, a thread of
-their own, so no send is refused for the lease and no master is deposed."""
+3-node SYNC cluster here is busy in one of two ways: its event loop computes for 2.5 s out
+of every 3 without yielding (``tests/support/stalled_loop_node.py``), longer than the two
+thirds of the 3 s lease a master may go without renewing it; or a thread of its process
+holds the GIL 0.1 s at a time, over and over (``tests/support/gil_hog_node.py``), as many
+busy threads on a busy host do. The heartbeats, Raft and the controller run in each node's
+routing host, a process of its own (``node/routing_host.py``), so no send is refused for
+the lease and no master is deposed. (Before it, with them on a thread of the node's
+process, the GIL-hogged cluster never became ready: Raft's own timers lapsed.)"""
 
 from __future__ import annotations
 
@@ -14,22 +18,22 @@ import pytest
 from ferrymq.client import Admin, FerryError, Message, Producer
 from ferrymq.launcher import cluster
 from ferrymq.launcher.cluster import cluster_up
-from tests.support import stalled_loop_node
+from tests.support import gil_hog_node, stalled_loop_node
 from tests.support.cluster import SMALL_STORE, status_of, stop_all, topic_everywhere
 
 RUN_S = 15.0
 
 
-@pytest.fixture
-def stalled(tmp_path, monkeypatch):
-    monkeypatch.setattr(cluster, "NODE_MODULE", stalled_loop_node.__name__)
+@pytest.fixture(params=[stalled_loop_node, gil_hog_node], ids=["stalled-loop", "gil-hog"])
+def stalled(request, tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster, "NODE_MODULE", request.param.__name__)
     settings = {**SMALL_STORE, "replication": {"mode": "SYNC"}}
     plan = cluster_up(str(tmp_path / "cluster"), nodes=3, auto_ports=True, settings=settings)
     yield plan
     stop_all(plan)
 
 
-def test_nodes_whose_loops_stall_keep_their_lease_and_their_master(stalled):
+def test_busy_nodes_keep_their_lease_and_their_master(stalled):
     plan = stalled
     with Admin(plan.nodes[0].grpc, timeout_s=10) as admin:
         admin.create_topic("busy", 2)
@@ -46,6 +50,6 @@ def test_nodes_whose_loops_stall_keep_their_lease_and_their_master(stalled):
             except FerryError as error:
                 refusals.append(str(error))
     (after,) = status_of(plan.nodes[0]).broker_groups
-    assert sent > 20
+    assert sent >= 5, (sent, refusals[:5])  # slow (a hogged node: ~1 a second), not stopped
     assert not [r for r in refusals if "lease" in r], refusals[:5]
     assert (after.master, after.epoch) == (before.master, before.epoch), refusals[:5]

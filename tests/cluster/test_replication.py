@@ -22,6 +22,7 @@ from ferrymq.cli.main import main
 from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer, SimpleConsumer
 from ferrymq.launcher.cluster import ClusterPlan, NodePlan, cluster_up, is_running
 from ferrymq.launcher.polling import until
+from ferrymq.launcher.processes import signal_node
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -387,8 +388,8 @@ def test_a_master_cut_off_from_the_routing_majority_stops_taking_writes(cluster)
     master = master_of(plan)
     others = [n for n in plan.nodes if n.id != master.id]
     assert send_raw(master.grpc, "fenced", b"ok", "ID-ok") == pb.OK
-    for node in others:  # the routing majority goes silent for the master
-        os.kill(node.pid, signal.SIGSTOP)
+    for node in others:  # the routing majority (in their routing hosts) goes silent
+        signal_node(node.pid, signal.SIGSTOP)
     stopped_at = time.monotonic()
     try:
         until(
@@ -400,7 +401,7 @@ def test_a_master_cut_off_from_the_routing_majority_stops_taking_writes(cluster)
         fenced_s = time.monotonic() - stopped_at
     finally:
         for node in others:
-            os.kill(node.pid, signal.SIGCONT)
+            signal_node(node.pid, signal.SIGCONT)
     print(f"master fenced itself {fenced_s * 1000:.0f} ms after losing the routing majority")
     assert fenced_s <= 3.0  # the lease
 

@@ -22,6 +22,7 @@ import pytest
 
 from ferrymq.client import Admin
 from ferrymq.launcher.polling import until
+from ferrymq.launcher.processes import process_tree
 from ha.epochs import EpochHistory
 from ha.link_auth import Handshake, Role, new_nonce, proof, session_macs
 from ha.slave import ReplicationSlave
@@ -225,16 +226,18 @@ def test_a_routing_command_too_large_for_a_raft_message_is_refused_before_it_is_
 
 
 def listening(pid: int) -> set[tuple[str, int]]:
-    """(address, port) of every TCP socket of ``pid`` in LISTEN state; an IPv4-mapped
-    IPv6 address (gRPC listens on those) as its IPv4 address."""
+    """(address, port) of every TCP socket of node ``pid`` (its routing host's included:
+    Raft listens there) in LISTEN state; an IPv4-mapped IPv6 address (gRPC listens on
+    those) as its IPv4 address."""
     inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
+    for each in process_tree(pid):
+        for fd in os.listdir(f"/proc/{each}/fd"):
+            try:
+                target = os.readlink(f"/proc/{each}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
     found = set()
     for table in ("tcp", "tcp6"):
         with open(f"/proc/{pid}/net/{table}", encoding="ascii") as f:

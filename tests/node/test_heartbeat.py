@@ -110,3 +110,21 @@ def test_a_node_routing_forgot_registers_again_and_an_unexpected_error_ends_noth
             task.cancel()
 
     run(scenario)
+
+
+def test_no_heartbeat_goes_out_without_a_sample_to_vouch_for():
+    """The routing host has no sample while the node's process shows no progress: the
+    heartbeat is withheld (the lease lapses, the node is marked down), not sent stale."""
+    routing = FakeRouting([])
+    samples = [None, NodeHeartbeat("n1", 7, 0)]
+    heartbeat = routing.heartbeat()
+    heartbeat.sample = lambda: samples.pop(0)
+
+    async def scenario():
+        await heartbeat.beat()
+        assert routing.sent_at == [] and routing.renewed == []
+        assert heartbeat.times.withheld == 1 and heartbeat.failures == 0
+        await heartbeat.beat()
+        assert len(routing.sent_at) == 1 and len(routing.renewed) == 1
+
+    run(scenario)

@@ -1,0 +1,265 @@
+"""The routing host: a process of its own beside each node's process, holding what proves
+the node alive and what judges the others: the node's routing replica (Raft, pysyncobj),
+its heartbeats (the lease a master writes under, ``node/heartbeat.py``) and the controller
+(``routing/controller.py``).
+
+Why a process (issue 38): in the node's process every step of a heartbeat (pysyncobj's
+reads, writes and selects, the commit's callback, the lease's update) waited for the GIL
+behind message work, and on a busy host each of those waits lasted a scheduling slice: the
+heartbeats came seconds late, masters refused writes for their lease, and a live master
+was deposed. Thread priorities, a longer lease and slower Raft timers in the node's process
+changed nothing (bench/RESULTS.md, "Saturation"). Here nothing else wants the GIL, and a
+process that sleeps between short bursts is run by the kernel as soon as it wakes.
+
+What the host still needs from the node's process is proof that it runs: the ``Sample``
+the node's liveness loop sends every ``SAMPLE_INTERVAL_S``, which also carries the
+heartbeat's figures (the log's end). A heartbeat goes out only while the last sample is
+younger than ``PROGRESS_S`` (1.5 s): a node whose process is stopped (SIGSTOP, an interpreter that
+never lets go of the GIL) is not vouched for by its host and is marked down as a dead one
+is; a node that is only slow sends a sample now and then, and keeps its lease.
+
+Lifetimes are joined: the host ends when the node's process does (its channel reads EOF,
+and PR_SET_PDEATHSIG kills it if anything is left), and the node stops when its host ends
+unasked (``RoutingProxy``, ``node/routing_proxy.py``).
+
+``python -m node.routing_host FD PARENT_PID``: FD is the host's end of the socket pair.
+Thread-safety: everything runs on the host's event loop but the replica's listeners, which
+pysyncobj calls on its thread; they only pickle and hand bytes to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import dataclasses
+import logging
+import os
+import pickle
+import signal
+import socket
+import sys
+import time
+
+from node.heartbeat import Heartbeat
+from node.routing_channel import (
+    Applied,
+    CatchUpRequest,
+    Failed,
+    HandLeadership,
+    Outcome,
+    Renewed,
+    RenewNow,
+    Restored,
+    Sample,
+    Setup,
+    Start,
+    Status,
+    Submit,
+    frame,
+    read_message,
+)
+from routing.commands import CommandResult, NodeHeartbeat, RegisterNode
+from routing.controller import Controller
+from routing.replica import CommandTooLarge, RoutingReplica, RoutingUnavailable
+from routing.state import RoutingState
+
+log = logging.getLogger("ferrymq.routing_host")
+# A sample older than this withholds the heartbeat (half the lease, if that is shorter).
+# The node's liveness loop samples every 0.1 s and needs the GIL once to do it; a process
+# that cannot get it once in 1.5 s is stopped, not busy.
+PROGRESS_S = 1.5
+STATUS_INTERVAL_S = 0.2
+PR_SET_PDEATHSIG = 1
+
+
+class RoutingHost:
+    def __init__(self, setup: Setup, writer: asyncio.StreamWriter) -> None:
+        self.setup = setup
+        self.writer = writer
+        self.loop = asyncio.get_running_loop()
+        self.sample: NodeHeartbeat | None = None
+        self.sampled_at = 0.0
+        self.registration: RegisterNode | None = None  # the node's last, sent again if lost
+        self.progress_s = min(PROGRESS_S, setup.lease_s / 2)
+        self.ready = False
+        self.replica = RoutingReplica(
+            self_address=setup.self_address,
+            voters=setup.voters,
+            secret=setup.secret,
+            data_dir=setup.data_dir,
+            lease_s=setup.lease_s,
+            on_applied=self._applied,
+            on_restored=self._restored,
+        )
+        self.heartbeat = Heartbeat(
+            interval_s=setup.heartbeat_interval_s,
+            sample=self._vouched_sample,
+            submit=lambda heartbeat, timeout_s: self.replica.submit(heartbeat, timeout_s),
+            on_renewed=lambda sent_at: self._send(Renewed(sent_at)),
+            register=self._register_again,
+        )
+        self.controller = Controller(
+            self.replica,
+            setup.lease_s,
+            heartbeat_interval_s=setup.heartbeat_interval_s,
+            unclean_election=setup.unclean_election,
+            raft_address=setup.self_address or "",
+        )
+        self._tasks: set[asyncio.Task] = set()
+        self._started = False
+
+    # ---- the replica's listeners (pysyncobj's thread) ----------------------------------
+    def _applied(self, command: object, result: CommandResult) -> None:
+        self._send_threadsafe(frame(Applied(command, result)))
+
+    def _restored(self, state: RoutingState) -> None:
+        # Pickled now, under the replica's lock: later commands replace its tables.
+        self._send_threadsafe(frame(Restored(pickle.dumps(state))))
+
+    def _send_threadsafe(self, data: bytes) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: the host is ending
+            self.loop.call_soon_threadsafe(self.writer.write, data)
+
+    def _send(self, message: object) -> None:
+        self.writer.write(frame(message))
+
+    # ---- the node's requests -----------------------------------------------------------
+    async def serve(self, reader: asyncio.StreamReader) -> None:
+        """Until the node's process closes the channel."""
+        self._spawn(self._join())
+        self._spawn(self._report_status())
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                self._handle(await read_message(reader))
+
+    def _handle(self, message: object) -> None:
+        if isinstance(message, Sample):
+            self.sample, self.sampled_at = message.heartbeat, time.monotonic()
+        elif isinstance(message, Submit):
+            command = message.command
+            if isinstance(command, RegisterNode) and command.node_id == self.setup.node_id:
+                self.registration = command
+            call = self.replica.submit(command, message.timeout_s)
+            self._spawn(self._answer(message.request_id, call))
+        elif isinstance(message, CatchUpRequest):
+            self._spawn(self._answer(message.request_id, self.replica.catch_up(message.timeout_s)))
+        elif isinstance(message, RenewNow):
+            self.heartbeat.renew_now()
+        elif isinstance(message, HandLeadership):
+            self.replica.hand_leadership_to(message.voter)
+        elif isinstance(message, Start) and not self._started:
+            self._started = True
+            self._spawn(self.heartbeat.run())
+            self._spawn(self.controller.run())
+        else:
+            log.error("unexpected message on the routing channel: %r", message)
+
+    async def _answer(self, request_id: int, call) -> None:
+        try:
+            result = await call
+        except CommandTooLarge as error:
+            outcome = Outcome(request_id, error="too_large", detail=str(error))
+        except RoutingUnavailable as error:
+            kind = "unknown" if error.outcome_unknown else "unavailable"
+            outcome = Outcome(request_id, error=kind, detail=error.detail)
+        except Exception as error:  # the node must hear an answer, whatever went wrong
+            log.exception("routing request %d failed", request_id)
+            outcome = Outcome(request_id, error="unknown", detail=f"routing host: {error!r}")
+        else:
+            outcome = Outcome(request_id, result=result)
+        self._send(outcome)
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- liveness ----------------------------------------------------------------------
+    def _vouched_sample(self) -> NodeHeartbeat | None:
+        """The node's last sample while its process shows progress, else None."""
+        if self.sample is None or time.monotonic() - self.sampled_at > self.progress_s:
+            return None
+        return dataclasses.replace(self.sample, wall_ms=int(time.time() * 1000))
+
+    async def _register_again(self, deadline: float) -> None:
+        """Routing forgot this node (its state was restored from before the node joined):
+        the node's own registration, with its log's end as of the last sample."""
+        sample = self._vouched_sample()
+        if self.registration is None or sample is None:
+            return
+        again = dataclasses.replace(
+            self.registration,
+            max_offset=sample.max_offset,
+            wall_ms=sample.wall_ms,
+            damaged_log=sample.damaged_log,
+        )
+        await self.replica.submit(again, max(0.1, deadline - time.monotonic()))
+
+    async def _join(self) -> None:
+        try:
+            await self.replica.wait_ready(self.setup.join_timeout_s)
+        except RoutingUnavailable as error:
+            self._send(Failed(error.detail))
+            return
+        self.ready = True
+        self._send(self._status())
+
+    async def _report_status(self) -> None:
+        while True:
+            await asyncio.sleep(STATUS_INTERVAL_S)
+            self._send(self._status())
+
+    def _status(self) -> Status:
+        replica = self.replica
+        return Status(
+            ready=self.ready,
+            raft=replica.status(),
+            is_leader=replica.is_leader(),
+            leads_with_quorum=replica.leads_with_quorum(),
+            heartbeat_times=self.heartbeat.times,
+        )
+
+    def close(self) -> None:
+        self.replica.close()
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when the one that started it dies (Linux), even if the
+    channel's EOF is never read (this process stopped, or its loop stuck)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # it died before the line above
+        os._exit(0)
+
+
+async def run(fd: int) -> None:
+    reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd))
+    setup = await read_message(reader)
+    assert isinstance(setup, Setup), setup
+    host = RoutingHost(setup, writer)
+    stopping = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+    serving = asyncio.ensure_future(host.serve(reader))
+    await asyncio.wait(
+        [serving, asyncio.ensure_future(stopping.wait())], return_when="FIRST_COMPLETED"
+    )
+    if stopping.is_set():  # asked: leave Raft in order
+        await asyncio.get_running_loop().run_in_executor(None, host.close)
+    # Else the node's process is gone: so is this one, as a SIGKILL would end it. The
+    # journal survives either (routing's state is only what a majority committed).
+
+
+def main(argv: list[str]) -> None:
+    fd, parent_pid = int(argv[0]), int(argv[1])
+    die_with_parent(parent_pid)
+    # A Ctrl-C reaches the whole process group: the node stops its host itself, in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(run(fd))
+    os._exit(0)  # pysyncobj's threads are not waited for
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
