@@ -287,6 +287,33 @@ def _consume(consumer, scenario: dict, done: Callable[[set], bool]) -> None:
                 emit("ack_failed", body=body, t=time.monotonic(), **_error(error))
 
 
+class Drain:
+    """When the consumer may stop: once producing has ended (stopped, and its last send
+    answered), every acknowledged send received; or nothing new for ``idle_s`` (a consumer
+    still catching up drains on), or ``until`` passed."""
+
+    def __init__(
+        self, stop: threading.Event, producing: threading.Thread, acked: set, idle_s: float
+    ) -> None:
+        self.stop = stop
+        self.producing = producing
+        self.acked = acked
+        self.idle_s = idle_s
+        self.until = float("inf")
+        self._seen = 0
+        self._last_new = time.monotonic()
+
+    def done(self, received: set) -> bool:
+        now = time.monotonic()
+        if len(received) != self._seen:
+            self._seen, self._last_new = len(received), now
+        if not self.stop.is_set() or self.producing.is_alive():
+            # Not while a send may still be answered: a drain that ended before the last
+            # send's answer counted that send lost (seen on a loaded host).
+            return False
+        return self.acked <= received or now > self.until or now - self._last_new > self.idle_s
+
+
 def load(scenario: dict) -> None:
     from rocketmq import FilterExpression, Producer, SimpleConsumer
 
@@ -303,25 +330,11 @@ def load(scenario: dict) -> None:
     consumer.startup()
     stop = threading.Event()
     acked: set[str] = set()
-    drain_until = [float("inf")]
-    idle_s = scenario.get("drain_idle_s", 15)
-    last_new = [time.monotonic()]
-    seen = [0]
-
-    def consumed_all(received: set) -> bool:
-        """Drained: every acknowledged send received; or nothing new for ``idle_s`` (a
-        consumer still catching up drains on), or ``drain_s`` passed."""
-        now = time.monotonic()
-        if len(received) != seen[0]:
-            seen[0], last_new[0] = len(received), now
-        if not stop.is_set():
-            return False
-        return acked <= received or now > drain_until[0] or now - last_new[0] > idle_s
-
     producing = threading.Thread(
         target=_produce, args=(producer, topic, stop, scenario.get("pause_s", 0.0), acked)
     )
-    consuming = threading.Thread(target=_consume, args=(consumer, scenario, consumed_all))
+    drain = Drain(stop, producing, acked, scenario.get("drain_idle_s", 15))
+    consuming = threading.Thread(target=_consume, args=(consumer, scenario, drain.done))
     producing.start()
     consuming.start()
     emit("ready", t=time.monotonic())
@@ -329,7 +342,7 @@ def load(scenario: dict) -> None:
         while not os.path.exists(scenario["stop_file"]):
             time.sleep(0.02)
     finally:
-        drain_until[0] = time.monotonic() + scenario.get("drain_s", 300)
+        drain.until = time.monotonic() + scenario.get("drain_s", 300)
         stop.set()
         producing.join()
         consuming.join()
