@@ -20,10 +20,12 @@ acknowledged, no error but documented back-pressure (``BACK_PRESSURE``), a publi
 under ``PUBLISH_P99_LIMIT_MS`` and the consumer's backlog under one second of the rate.
 
 ``--busy N`` keeps N processes spinning on the CPU beside the cluster for the whole run
-(a loaded host). ``--soak-minutes M`` then offers 80 % of the sustainable rate for M
-minutes, in one-minute steps, and samples every node's anonymous resident memory
-(RssAnon, its routing host's included) every ``MEMORY_SAMPLE_S``: its growth from the
-first to the last minute is the figure (flat is the goal), with every error of the soak.
+(a loaded host), each in a session of its own (``--busy-beside-client``: in the
+benchmark's, with the load's client). ``--soak-minutes M`` then offers 80 % of the
+sustainable rate for M minutes, in one-minute steps, and samples every node's anonymous
+resident memory (RssAnon, its routing host's included) every ``MEMORY_SAMPLE_S``: its
+growth from the first to the last minute is the figure (flat is the goal), with every
+error of the soak.
 
 Prints a human summary on stderr and one JSON object (last line of stdout).
 """
@@ -170,9 +172,17 @@ def elections(plan: ClusterPlan) -> list[str]:
 
 
 # ---- the host ------------------------------------------------------------------------
-def busy_processes(count: int) -> list[subprocess.Popen]:
-    """``count`` processes spinning on the CPU (a loaded host)."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+def busy_processes(count: int, beside_client: bool = False) -> list[subprocess.Popen]:
+    """``count`` processes spinning on the CPU (a loaded host), each in a session of its
+    own, as independent programs are; ``beside_client``: in the benchmark's session, which
+    the load's client shares, so that they share its scheduling group (Linux autogroups):
+    the client starves and sends in bursts."""
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"], start_new_session=not beside_client
+        )
+        for _ in range(count)
+    ]
 
 
 def anonymous_bytes(pid: int) -> int:
@@ -367,14 +377,17 @@ def run(
     soak_minutes: int,
     soak_rate: float | None,
     logs_to: str | None = None,
+    busy_beside_client: bool = False,
 ) -> dict:
     scale = SCALES[mode]
     argv = tuple(load_driver.argv())
     root = tempfile.mkdtemp(prefix="ferrymq-bench-saturation-")
     directory = os.path.join(root, "cluster")
-    spinners = busy_processes(busy)
+    spinners = busy_processes(busy, busy_beside_client)
     started = time.monotonic()
     figures: dict = {"mode": mode, "nodes": nodes, "busy_processes": busy}
+    if busy:
+        figures["busy_sessions"] = "the client's" if busy_beside_client else "their own"
     plan = None
     try:
         plan = start_cluster(directory, nodes)
@@ -414,6 +427,11 @@ def main() -> None:
     size.add_argument("--smoke", action="store_true", help="two 5 s steps")
     parser.add_argument("--nodes", type=int, default=3, choices=(1, 3))
     parser.add_argument("--busy", type=int, default=0, help="processes spinning beside it")
+    parser.add_argument(
+        "--busy-beside-client",
+        action="store_true",
+        help="the spinning processes share the client's session (scheduling group)",
+    )
     parser.add_argument("--soak-minutes", type=int, default=0)
     parser.add_argument(
         "--soak-rate", type=float, default=None, help="skip the ramp; soak at this rate"
@@ -426,7 +444,15 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, terminate)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    figures = run(mode, args.nodes, args.busy, args.soak_minutes, args.soak_rate, args.logs)
+    figures = run(
+        mode,
+        args.nodes,
+        args.busy,
+        args.soak_minutes,
+        args.soak_rate,
+        args.logs,
+        args.busy_beside_client,
+    )
     if "sustainable_msgs_per_s" in figures:
         log(f"sustainable: {figures['sustainable_msgs_per_s']:,.0f} msgs/s")
     print(json.dumps(figures))

@@ -106,7 +106,9 @@ class Overloads:
     def busy_host(self, processes: int) -> None:
         """``processes`` spinning on the CPU until ``clear``."""
         for _ in range(processes):
-            self._spinners.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+            spinner = [sys.executable, "-c", "while True: pass"]
+            # A session each: in one they would share a scheduling group (autogroups).
+            self._spinners.append(subprocess.Popen(spinner, start_new_session=True))
 
     def clear(self) -> None:
         """Every process back in its controller's root group, the spinners gone, the

@@ -81,6 +81,7 @@ class ReplicationRole:
         reload_states: Callable[[], None],
         on_confirmed: Callable[[int], None],
         renew_lease_now: Callable[[], None] = lambda: None,
+        lease_renewed_at: Callable[[], float] | None = None,
     ) -> None:
         """``standalone``: a cluster of one, whose in-sync set is itself alone.
         ``on_confirmed`` hears every advance of the master's confirmed offset."""
@@ -123,7 +124,10 @@ class ReplicationRole:
         )
         self._master_role = False  # this node took the master's role (promotion done)
         self.master_epoch = 0
-        self.lease_renewed_at = time.monotonic()  # last heartbeat that routing committed
+        # When routing last committed a heartbeat of this node: the routing host's lease
+        # cell (node/lease_cell.py), or, without one, what was set here.
+        self._renewed_at = time.monotonic()
+        self._lease_source = lease_renewed_at
         self.lease_s = lease_s
         self._pending_in_sync: frozenset[str] = frozenset()
         self._reported_epoch = -1
@@ -137,6 +141,15 @@ class ReplicationRole:
         self.fenced: str | None = None  # why writes pause (a planned switchover)
         store.writes_refused = "this node has not joined its broker group yet"
         store.add_append_listener(self._on_appended)
+
+    @property
+    def lease_renewed_at(self) -> float:
+        source = self._lease_source
+        return source() if source is not None else self._renewed_at
+
+    @lease_renewed_at.setter
+    def lease_renewed_at(self, renewed_at: float) -> None:
+        self._renewed_at = renewed_at
 
     # ---- may this node write? ----------------------------------------------------------
     @property

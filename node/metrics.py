@@ -272,7 +272,7 @@ FAMILIES: tuple[Family, ...] = (
         "counter",
         (),
         "Heartbeats the routing host did not send: the node's process had shown no "
-        "progress for 1.5 s (stopped, or never given the GIL)",
+        "progress for two leases (stopped, or never given the GIL)",
     ),
     Family("rocketmq_messages_in_total", "counter", ("topic",), "Messages stored by sends"),
     Family(

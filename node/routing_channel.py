@@ -47,6 +47,7 @@ class Sample:
     liveness loop: the proof that the node's process still runs, not only its host."""
 
     heartbeat: NodeHeartbeat
+    sent_at: float  # the node's time.monotonic() (one clock for the host's processes)
 
 
 @dataclass(frozen=True)
@@ -104,14 +105,6 @@ class Outcome:
     result: CommandResult | None = None
     error: str = ""
     detail: str = ""
-
-
-@dataclass(frozen=True)
-class Renewed:
-    """Routing committed a heartbeat of this node that left at ``sent_at`` (the host's
-    ``time.monotonic()``: one clock for every process of the host)."""
-
-    sent_at: float
 
 
 @dataclass(frozen=True)

@@ -13,16 +13,19 @@ process that sleeps between short bursts is run by the kernel as soon as it wake
 
 What the host still needs from the node's process is proof that it runs: the ``Sample``
 the node's liveness loop sends every ``SAMPLE_INTERVAL_S``, which also carries the
-heartbeat's figures (the log's end). A heartbeat goes out only while the last sample is
-younger than ``PROGRESS_S`` (1.5 s): a node whose process is stopped (SIGSTOP, an interpreter that
-never lets go of the GIL) is not vouched for by its host and is marked down as a dead one
-is; a node that is only slow sends a sample now and then, and keeps its lease.
+heartbeat's figures (the log's end). A heartbeat goes out only while the last sample was
+sent less than two leases ago (``PROGRESS_LEASES``, 6 s): a node whose process is stopped
+(SIGSTOP, an interpreter that never lets go of the GIL) is not vouched for by its host and
+is marked down as a dead one is; a node that is only slow sends a sample now and then, and
+keeps its lease. A committed heartbeat renews the lease in the node's lease cell
+(``node/lease_cell.py``), memory the two processes share.
 
 Lifetimes are joined: the host ends when the node's process does (its channel reads EOF,
 and PR_SET_PDEATHSIG kills it if anything is left), and the node stops when its host ends
 unasked (``RoutingProxy``, ``node/routing_proxy.py``).
 
-``python -m node.routing_host FD PARENT_PID``: FD is the host's end of the socket pair.
+``python -m node.routing_host FD PARENT_PID LEASE_FD``: FD is the host's end of the socket
+pair, LEASE_FD the node's lease cell (``node/lease_cell.py``), which the host writes.
 Thread-safety: everything runs on the host's event loop but the replica's listeners, which
 pysyncobj calls on its thread; they only pickle and hand bytes to the loop.
 """
@@ -42,13 +45,13 @@ import sys
 import time
 
 from node.heartbeat import Heartbeat
+from node.lease_cell import LeaseCell
 from node.routing_channel import (
     Applied,
     CatchUpRequest,
     Failed,
     HandLeadership,
     Outcome,
-    Renewed,
     RenewNow,
     Restored,
     Sample,
@@ -65,23 +68,27 @@ from routing.replica import CommandTooLarge, RoutingReplica, RoutingUnavailable
 from routing.state import RoutingState
 
 log = logging.getLogger("ferrymq.routing_host")
-# A sample older than this withholds the heartbeat (half the lease, if that is shorter).
-# The node's liveness loop samples every 0.1 s and needs the GIL once to do it; a process
-# that cannot get it once in 1.5 s is stopped, not busy.
-PROGRESS_S = 1.5
+# A node's process that sent no sample for this many leases (6 s by default) is taken for
+# stopped: its heartbeats are withheld, and it is marked down a lease later. Patient on
+# purpose: on a loaded host nodes' processes went 2-4 s without running their liveness
+# thread once, and were neither dead nor wedged (Kafka waits 9 s, RocketMQ's controller
+# 10 s, before either deposes a broker that stopped heartbeating). A process that is gone
+# is noticed at once instead: this host ends with it.
+PROGRESS_LEASES = 2.0
 STATUS_INTERVAL_S = 0.2
 PR_SET_PDEATHSIG = 1
 
 
 class RoutingHost:
-    def __init__(self, setup: Setup, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, setup: Setup, writer: asyncio.StreamWriter, lease: LeaseCell) -> None:
         self.setup = setup
+        self.lease = lease  # written here, read by the node before each write
         self.writer = writer
         self.loop = asyncio.get_running_loop()
         self.sample: NodeHeartbeat | None = None
         self.sampled_at = 0.0
         self.registration: RegisterNode | None = None  # the node's last, sent again if lost
-        self.progress_s = min(PROGRESS_S, setup.lease_s / 2)
+        self.progress_s = PROGRESS_LEASES * setup.lease_s
         self.ready = False
         self.replica = RoutingReplica(
             self_address=setup.self_address,
@@ -96,7 +103,7 @@ class RoutingHost:
             interval_s=setup.heartbeat_interval_s,
             sample=self._vouched_sample,
             submit=lambda heartbeat, timeout_s: self.replica.submit(heartbeat, timeout_s),
-            on_renewed=lambda sent_at: self._send(Renewed(sent_at)),
+            on_renewed=lease.renew,
             register=self._register_again,
         )
         self.controller = Controller(
@@ -135,7 +142,16 @@ class RoutingHost:
 
     def _handle(self, message: object) -> None:
         if isinstance(message, Sample):
-            self.sample, self.sampled_at = message.heartbeat, time.monotonic()
+            # Progress is when the node's process sent the sample, not when this loop
+            # read it: a host that was itself held up must not blame the node.
+            if self.sample is not None and message.sent_at - self.sampled_at > self.progress_s:
+                log.warning(
+                    "the node's process was silent for %.1f s (read %.1f s after it sent): "
+                    "its heartbeats were withheld",
+                    message.sent_at - self.sampled_at,
+                    time.monotonic() - message.sent_at,
+                )
+            self.sample, self.sampled_at = message.heartbeat, message.sent_at
         elif isinstance(message, Submit):
             command = message.command
             if isinstance(command, RegisterNode) and command.node_id == self.setup.node_id:
@@ -234,11 +250,11 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(0)
 
 
-async def run(fd: int) -> None:
+async def run(fd: int, lease_fd: int) -> None:
     reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd))
     setup = await read_message(reader)
     assert isinstance(setup, Setup), setup
-    host = RoutingHost(setup, writer)
+    host = RoutingHost(setup, writer, LeaseCell(lease_fd))
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
     serving = asyncio.ensure_future(host.serve(reader))
@@ -252,12 +268,12 @@ async def run(fd: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    fd, parent_pid = int(argv[0]), int(argv[1])
+    fd, parent_pid, lease_fd = int(argv[0]), int(argv[1]), int(argv[2])
     die_with_parent(parent_pid)
     # A Ctrl-C reaches the whole process group: the node stops its host itself, in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(run(fd))
+    asyncio.run(run(fd, lease_fd))
     os._exit(0)  # pysyncobj's threads are not waited for
 
 

@@ -9,14 +9,14 @@ replica does; the routing state machine is deterministic. Writes (``submit``,
 put them in the copy: what a caller submitted it can read at once.
 
 The proxy's side of the channel runs on the node's liveness loop (``node/liveness.py``):
-it reads what the host sends, hands the lease's renewals to the node (``on_renewed``), and
-every ``SAMPLE_INTERVAL_S`` sends the node's heartbeat figures, which are also the host's
-proof that this process runs.
+it reads what the host sends, and every ``SAMPLE_INTERVAL_S`` sends the node's heartbeat
+figures, which are also the host's proof that this process runs. The lease's renewals are
+in ``lease`` (``node/lease_cell.py``), memory the host writes.
 
 Thread-safety: ``read``, ``state``, ``submit`` and ``catch_up`` may be called from any
-thread or event loop; ``on_applied``, ``on_restored`` and ``on_renewed`` run on the
-liveness loop's thread; ``start`` runs on the thread that lives as long as the node (the
-host is told to die with it).
+thread or event loop; ``on_applied`` and ``on_restored`` run on the liveness loop's
+thread; ``start`` runs on the thread that lives as long as the node (the host is told to
+die with it).
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from node.heartbeat import HeartbeatTimes
+from node.lease_cell import LeaseCell
 from node.liveness import LivenessLoop
 from node.routing_channel import (
     Applied,
@@ -42,7 +44,6 @@ from node.routing_channel import (
     Failed,
     HandLeadership,
     Outcome,
-    Renewed,
     RenewNow,
     Restored,
     Sample,
@@ -76,7 +77,6 @@ class RoutingProxy:
         sample: Callable[[], NodeHeartbeat],
         on_applied: Callable[[object, CommandResult], None],
         on_restored: Callable[[], None],
-        on_renewed: Callable[[float], None],
         on_lost: Callable[[str], None],
     ) -> None:
         self.setup = setup
@@ -86,7 +86,8 @@ class RoutingProxy:
         self.sample = sample  # the node's heartbeat as of now (liveness loop)
         self.on_applied = on_applied
         self.on_restored = on_restored
-        self.on_renewed = on_renewed  # (when the committed heartbeat left)
+        # When routing last committed a heartbeat of this node, written by the host.
+        self.lease = LeaseCell(renewed_at=time.monotonic())
         self.on_lost = on_lost  # (why): the host ended unasked; the node must stop
         self.heartbeat_times = HeartbeatTimes()  # the host's, refreshed with each Status
         self._lock = threading.Lock()
@@ -109,9 +110,20 @@ class RoutingProxy:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "node.routing_host", str(theirs.fileno()), str(os.getpid())],
-            pass_fds=(theirs.fileno(),),
+            [
+                sys.executable,
+                "-m",
+                "node.routing_host",
+                str(theirs.fileno()),
+                str(os.getpid()),
+                str(self.lease.fd),
+            ],
+            pass_fds=(theirs.fileno(), self.lease.fd),
             env={**os.environ, "PYTHONPATH": path},
+            # A session of its own is a scheduling group of its own (Linux autogroups):
+            # sharing the node's, the host waited behind the node's busy threads for
+            # each of its wakeups, and a Raft round trip takes several.
+            start_new_session=True,
         )
         theirs.close()
         self.liveness.start(lambda: self._serve(ours))
@@ -226,7 +238,7 @@ class RoutingProxy:
             self._writer.write(data)
 
     def _renew_now(self) -> None:
-        self._write(frame(Sample(self.sample())))
+        self._write(frame(Sample(self.sample(), time.monotonic())))
         self._write(frame(RenewNow()))
 
     async def _serve(self, sock: socket.socket) -> None:
@@ -248,7 +260,7 @@ class RoutingProxy:
 
     async def _sample_forever(self) -> None:
         while True:
-            self._write(frame(Sample(self.sample())))
+            self._write(frame(Sample(self.sample(), time.monotonic())))
             await asyncio.sleep(SAMPLE_INTERVAL_S)
 
     def _receive(self, message: object) -> None:
@@ -264,8 +276,6 @@ class RoutingProxy:
             loop, answer = self._pending.get(message.request_id, (None, None))
             if loop is not None:
                 loop.call_soon_threadsafe(_resolve, answer, message)
-        elif isinstance(message, Renewed):
-            self.on_renewed(message.sent_at)
         elif isinstance(message, Status):
             self._status = message
             self.heartbeat_times.__dict__.update(message.heartbeat_times.__dict__)

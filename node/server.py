@@ -416,7 +416,6 @@ class Node:
             sample=self._heartbeat_sample,
             on_applied=lambda command, result: self._routing_applied(loop, command),
             on_restored=lambda: loop.call_soon_threadsafe(self._routing_changed),
-            on_renewed=self._lease_renewed,
             on_lost=lambda why: loop.call_soon_threadsafe(self._stop_unasked, why),
         )
         self.routing.start()
@@ -436,6 +435,7 @@ class Node:
             reload_states=self._reload_states,
             on_confirmed=lambda offset: self.waiters.wake_all(),
             renew_lease_now=self.routing.renew_now,
+            lease_renewed_at=lambda: self.routing.lease.renewed_at,
         )
         await self._bind_ports()
         await self._register(deadline)
@@ -576,10 +576,6 @@ class Node:
             int(time.time() * 1000),
             damaged_log=store.damage.unrefilled,
         )
-
-    def _lease_renewed(self, sent_at: float) -> None:
-        if getattr(self, "replication", None) is not None:
-            self.replication.lease_renewed_at = sent_at
 
     def _stop_unasked(self, why: str) -> None:
         """The routing host ended: without it this node can neither keep a lease nor see

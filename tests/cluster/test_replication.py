@@ -355,11 +355,11 @@ def test_a_master_paused_past_its_lease_does_not_act_as_master_again(cluster):
         topic_everywhere(plan, "paused")
     master = master_of(plan)
     others = [n for n in plan.nodes if n.id != master.id]
-    os.kill(master.pid, signal.SIGSTOP)
+    signal_node(master.pid, signal.SIGSTOP)  # the whole node: its routing host too
     try:
         new_master = master_of(plan, others)  # elected once the paused one's lease ran out
     finally:
-        os.kill(master.pid, signal.SIGCONT)
+        signal_node(master.pid, signal.SIGCONT)
     # At once after waking up it must not write: its lease ran out while it slept. It
     # refuses, or (once its routing has caught up) forwards the send to the new master,
     # which stores it.
