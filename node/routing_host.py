@@ -164,10 +164,11 @@ class RoutingHost:
             self.heartbeat.renew_now()
         elif isinstance(message, HandLeadership):
             self.replica.hand_leadership_to(message.voter)
-        elif isinstance(message, Start) and not self._started:
-            self._started = True
-            self._spawn(self.heartbeat.run())
-            self._spawn(self.controller.run())
+        elif isinstance(message, Start):
+            if not self._started:
+                self._started = True
+                self._spawn(self.heartbeat.run())
+                self._spawn(self.controller.run())
         else:
             log.error("unexpected message on the routing channel: %r", message)
 
