@@ -13,10 +13,11 @@ writes for an interval more than the election took.
 Invariant: the lease is renewed only by a committed heartbeat, and it runs from when that
 heartbeat was sent (``on_renewed(sent_at)``), never from when it committed.
 
-Heartbeats run on the liveness loop (``node/liveness.py``), never behind message work:
-``renew_now`` is the one method called from another thread. ``times`` keeps what the
-metrics export: how long each heartbeat took to commit, and how old the lease was when a
-heartbeat renewed it (past two thirds of the lease, a master refuses writes).
+Heartbeats run in the node's routing host (``node/routing_host.py``), a process apart from
+message work; ``renew_now`` is the one method called from outside their loop. ``times``
+keeps what the metrics export: how long each heartbeat took to commit, and how old the
+lease was when a heartbeat renewed it (past two thirds of the lease, a master refuses
+writes).
 """
 
 from __future__ import annotations

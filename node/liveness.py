@@ -1,19 +1,15 @@
-"""The liveness loop: a second asyncio event loop, on its own thread, for what proves this
-node alive to the cluster and judges the others: its heartbeats to routing (a master's
-lease rides on them, ``node/heartbeat.py``) and the controller (``routing/controller.py``,
-acting only on routing's leader).
+"""The liveness loop: a second asyncio event loop, on its own thread, for the node's side
+of its routing channel (``node/routing_proxy.py``): the samples that prove this process
+runs go out, routing's changes come in and are applied to the node's copy of the state.
 
-Why a loop of its own: on the node's event loop a heartbeat waited behind every message
-request queued before it. A node saturated by its own clients (or starved by a busy host)
-let its heartbeats go seconds late: masters fenced themselves with "could not renew its
-lease" and one was marked down and replaced while its process was alive (issue 38's
-benchmarks). Here nothing but liveness work is scheduled, so a heartbeat waits only for
-the GIL (CPython hands it over every switch interval, 5 ms) and for the CPU.
+Why a loop of its own: on the node's event loop a sample would wait behind every message
+request queued before it, and the routing host (``node/routing_host.py``) withholds the
+heartbeats of a node whose samples stop. Here nothing but the channel is scheduled, so a
+sample waits only for the GIL (handed over every 5 ms switch interval) and the CPU.
 
-What runs here touches the rest of the node only through thread-safe paths: the routing
-replica (its own lock and pysyncobj's thread), plain attribute reads of the store's
-offsets, and one attribute write (``ReplicationRole.lease_renewed_at``). Calls from the
-node's loop come in through ``call_soon`` (``Heartbeat.renew_now``).
+What runs here touches the rest of the node only through thread-safe paths: the copy of
+the routing state (its own lock), plain attribute reads of the store's offsets, and the
+listeners' ``call_soon_threadsafe`` onto the node's loop.
 
 Thread-safety: ``start``, ``call_soon`` and ``stop`` may be called from any thread.
 """

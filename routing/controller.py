@@ -31,7 +31,8 @@ election prefers, among equally long logs, a candidate on another node than the 
 A crash of a master's node then never takes routing's leader with it: failing over such a
 master waited for a Raft election first (0.4-1.4 s) and the heartbeat age after it.
 
-Thread-safety: runs on the node's event loop; reads the state through the replica.
+Thread-safety: runs on the routing host's event loop (``node/routing_host.py``); reads the
+state through the replica.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """One replica of the routing state machine, replicated with Raft (pysyncobj).
 
-Voters (3 or 5, named in ``[cluster] voters``) run inside node processes and keep the Raft
-journal and snapshots in ``<data>/raft/``; every other node runs a read-only replica that
-receives the same log from the voters without voting. Either kind answers reads from its
-local copy (possibly a little stale: routes are refreshed by clients anyway) and forwards
-commands to the leader.
+Voters (3 or 5, named in ``[cluster] voters``) run inside the nodes' routing hosts
+(``node/routing_host.py``) and keep the Raft journal and snapshots in ``<data>/raft/``;
+every other node runs a read-only replica that receives the same log from the voters
+without voting. Either kind answers reads from its local copy (possibly a little stale:
+routes are refreshed by clients anyway) and forwards commands to the leader.
 
 pysyncobj facts this module works around (see docs/guarantees.md, "Routing"):
 - commands and snapshots are pickled: the cluster secret (pysyncobj's password, Fernet
