@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import select
 import socket
@@ -248,11 +249,16 @@ class RemotingChannel:
     @contextlib.contextmanager
     def _failures(self, timeout_s: float) -> Iterator[None]:
         """A socket failure closes the connection and is raised as the SDK's transport
-        error (DEADLINE_EXCEEDED for a timeout, UNAVAILABLE otherwise)."""
+        error (DEADLINE_EXCEEDED for the call's own timeout, UNAVAILABLE otherwise). The
+        kernel ending the connection (``detect_dead_peer``: ETIMEDOUT, which Python raises
+        as a TimeoutError too) is a failed connection: the SDK avoids that node, where a
+        deadline would have sent the next request down the same cut path."""
         try:
             yield
-        except TimeoutError:
+        except TimeoutError as error:
             self.close()
+            if error.errno == errno.ETIMEDOUT:
+                raise unavailable(self.address, error) from None
             raise deadline(self.address, timeout_s) from None
         except (OSError, CodecError) as error:
             self.close()

@@ -1,0 +1,74 @@
+"""How the SDK's blocking remoting channel names a failed call: the kernel ending the
+connection is UNAVAILABLE (the node is avoided: ``Producer.failed``), only the call's own
+timeout is DEADLINE_EXCEEDED. In the chaos runs the kernel's ETIMEDOUT was reported as a
+deadline, so a client cut off from its master sent its next request down the same cut
+path and writes stopped for the whole partition (4.5 s), not for the ~2 s the kernel takes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ferrymq.client import FerryError
+from ferrymq.client.remoting_channel import RemotingChannel
+from ferrymq.codec.dead_peer import DEAD_LINK_S
+
+BIG_BODY = b"x" * (32 << 20)  # far more than a closed window and the send buffer hold
+
+
+@contextlib.contextmanager
+def silent_server(reads: bool) -> Iterator[str]:
+    """A port that accepts and never answers; ``reads=False``: never reads either, so its
+    receive window closes (its kernel still answers every probe, as a cut path does not)."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    accepted: list[socket.socket] = []
+    done = threading.Event()
+
+    def serve() -> None:
+        connection, _ = server.accept()
+        accepted.append(connection)
+        while reads and not done.is_set():
+            connection.settimeout(0.1)
+            with contextlib.suppress(TimeoutError):
+                if not connection.recv(1 << 16):
+                    return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        done.set()
+        thread.join(timeout=5)
+        for connection in accepted:
+            connection.close()
+        server.close()
+
+
+def test_a_connection_the_kernel_ends_is_unavailable_not_a_deadline():
+    with silent_server(reads=False) as address:
+        channel = RemotingChannel(address, timeout_s=10 * DEAD_LINK_S)
+        started = time.monotonic()
+        with pytest.raises(FerryError) as failed:
+            channel.call(310, BIG_BODY)
+        elapsed = time.monotonic() - started
+    assert failed.value.code_name == "UNAVAILABLE", failed.value
+    assert "timed out" in str(failed.value)
+    assert elapsed < 5 * DEAD_LINK_S  # the kernel's limit, far before the call's own
+
+
+def test_the_calls_own_timeout_is_a_deadline():
+    with silent_server(reads=True) as address:
+        channel = RemotingChannel(address, timeout_s=0.3)
+        with pytest.raises(FerryError) as failed:
+            channel.call(310, b"ping")
+    assert failed.value.code_name == "DEADLINE_EXCEEDED", failed.value
