@@ -3,8 +3,10 @@
 Built: ``kill`` (SIGKILL; target master, slave, Raft leader or random node, then restart
 after ``down_s``), ``pause`` (SIGSTOP of the master, its routing host too, longer than
 its lease, then SIGCONT), ``partition`` (``chaos.network``: the master cut off from its
-peers while clients still reach it; a random node cut off from its peers, splitting a
-minority; the clients cut off from the master), each for ``pause_s``, then healed,
+peers while clients still reach it; a slave cut off from its peers (a SYNC master must
+drop it from the in-sync set, not wait for it); a random node cut off from its peers,
+splitting a minority; the clients cut off from the master), each for ``pause_s``, then
+healed,
 ``restart-all`` (SIGKILL of every node at once, then restart) and ``power-loss``
 (``chaos.power``: the master, or every node at once, killed and stripped of every byte
 it had not fsynced, then restarted); and the
@@ -35,7 +37,7 @@ from ferrymq.client import Admin, FerryError
 from ferrymq.launcher.cluster import ClusterPlan, NodePlan, is_running, save_plan, start_node
 from ferrymq.launcher.processes import signal_node
 
-PARTITIONS = ("partition-master", "partition-random", "partition-clients")
+PARTITIONS = ("partition-master", "partition-slave", "partition-random", "partition-clients")
 POWER_LOSSES = ("power-loss-master", "power-loss-all")
 KILLS = ("kill-master", "kill-slave", "kill-leader", "kill-random")
 OVERLOADS = (
@@ -155,7 +157,7 @@ class Nemesis:
         master = self.master()
         if kind in MASTER_FAULTS:
             return master or self.random.choice(self.plan.nodes), "master"
-        if kind == "kill-slave":
+        if kind in ("kill-slave", "partition-slave"):
             slaves = [n for n in self.plan.nodes if master is None or n.id != master.id]
             return self.random.choice(slaves), "slave"
         if kind == "kill-leader":

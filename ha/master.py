@@ -34,7 +34,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ferrymq.codec.dead_peer import SLOW_PEER_S, detect_dead_peer
+from ferrymq.codec.dead_peer import DEAD_LINK_S, SLOW_PEER_S, detect_dead_peer, unanswered_s
 from ha.epochs import EpochHistory
 from ha.link_auth import (
     FrameMac,
@@ -79,6 +79,8 @@ PUSH_BUFFER_BYTES = 2 * CHUNK_BYTES
 # A slave without a link is not lagging yet for this long after it was last connected (or
 # after this node became master): a failover makes every slave reconnect.
 DISCONNECT_GRACE_S = 1.0
+# How often a link asks its kernel whether the path to the slave is cut (``_watch_path``).
+PATH_CHECK_S = 0.25
 MARK_SPACING_S = 0.01  # the end timeline keeps at most one mark per this long
 MARKS_MAX = 20_000  # 200 s of marks under continuous load; older ones are dropped
 
@@ -132,6 +134,7 @@ class SlaveLink:
     mac: FrameMac | None = None
     sent: int = 0
     sent_at: float = 0.0  # loop time of the last frame written (heartbeats fill silences)
+    path_cut: bool = False  # ended because its network path was gone (``_watch_path``)
 
 
 class ReplicationMaster:
@@ -344,10 +347,12 @@ class ReplicationMaster:
                 return
             link, macs = opened
             sender = asyncio.ensure_future(self._send(link, macs, writer))
+            watcher = asyncio.ensure_future(self._watch_path(link, writer))
             try:
                 await self._read_acks(link, macs, reader)
             finally:
                 sender.cancel()
+                watcher.cancel()
         except ForgedFrame as error:
             log.warning("replication link from %s dropped: %s", peer, error)
         except (LinkError, OSError) as error:
@@ -359,7 +364,9 @@ class ReplicationMaster:
         finally:
             if link is not None and self.links.get(link.node_id) is link:
                 del self.links[link.node_id]
-                self._last_connected[link.node_id] = self.clock()
+                # A cut path is not a failover's reconnection: no grace to wait out.
+                grace = DISCONNECT_GRACE_S if link.path_cut else 0.0
+                self._last_connected[link.node_id] = self.clock() - grace
                 self._recompute()
             writer.close()
 
@@ -493,6 +500,27 @@ class ReplicationMaster:
         finally:
             link.writer = None
             writer.close()
+
+    async def _watch_path(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
+        """End the link once its kernel says the path to the slave is gone (data resent
+        and unacknowledged for ``DEAD_LINK_S``, ``unanswered_s``): a partitioned slave then
+        leaves the in-sync set within ~2 s, where the link's own limits, sized for a slave
+        that is slow (``SLOW_PEER_S`` for its window, ``silent_slave_timeout_s`` for its
+        acks), held SYNC writes ~10 s."""
+        sock = writer.get_extra_info("socket")
+        while True:
+            await asyncio.sleep(PATH_CHECK_S)
+            unanswered = unanswered_s(sock)
+            if unanswered >= DEAD_LINK_S:
+                link.path_cut = True
+                log.warning(
+                    "replication link to %s cut: its TCP acknowledged nothing for %.1f s "
+                    "(data resent)",
+                    link.node_id,
+                    unanswered,
+                )
+                writer.transport.abort()
+                return
 
     def _epoch_index(self, offset: int) -> int:
         entries = self.epochs.entries

@@ -33,7 +33,10 @@ gone (``ferrymq.codec.dead_peer``): sent bytes not acknowledged by the peer's TC
 ``DEAD_LINK_S``, or an idle link whose keepalive probes go unanswered. A peer process that
 is merely busy, or stopped, never trips it: its kernel acknowledges and answers probes.
 Without it a cut link waited for the silence timeouts (the slave's 5 s, the master's
-``max_lag_ms``): a partitioned master or slave cost writes ~5 s in the chaos runs.
+``max_lag_ms``): a partitioned master or slave cost writes ~5 s in the chaos runs. The
+master, which allows a slave's closed window ``SLOW_PEER_S``, also asks its kernel every
+quarter second whether its resent bytes went unanswered for ``DEAD_LINK_S``
+(``dead_peer.unanswered_s``, ``ReplicationMaster._watch_path``).
 """
 
 from __future__ import annotations

@@ -14,17 +14,31 @@ forwarded request's deadline) decide what that costs. A side that sends only sma
 frames, one or a few at a time (a slave's acks, an SDK client's requests), does not fill
 a window in ``DEAD_LINK_S`` and keeps that for data too: a client learns of a cut path in
 ~2 s and goes to another node.
+
+The bulk sender still wants to know of a cut path within ``DEAD_LINK_S``: a master
+waiting ``SLOW_PEER_S`` for a partitioned slave holds SYNC writes that long. The kernel
+tells the two apart (``unanswered_s``): data sent, resent after a timeout, and not
+acknowledged for ``DEAD_LINK_S`` is a path that is gone, since a live kernel acknowledges a
+resent segment within a round trip however busy its process is; a closed window is
+probed, not resent, and leaves nothing unacknowledged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 
 # The kernel gives up on a connection whose peer's TCP has not answered for this long.
 DEAD_LINK_S = 2
 # How long a sender allows its peer's window to stay closed (or its data unanswered).
 SLOW_PEER_S = 10
+# ``struct tcp_info`` (linux/tcp.h) up to ``tcpi_last_ack_recv``: eight bytes of state,
+# then 32-bit counters; byte 2 is ``tcpi_retransmits`` (timeouts since the last progress).
+TCP_INFO = struct.Struct("8B13I")
+RETRANSMITS_AT = 2
+UNACKED_AT = 12
+LAST_ACK_RECV_MS_AT = 20
 
 
 def detect_dead_peer(sock: socket.socket | None, unanswered_s: float = DEAD_LINK_S) -> None:
@@ -47,3 +61,21 @@ def detect_dead_peer(sock: socket.socket | None, unanswered_s: float = DEAD_LINK
         if option is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(level, option, value)
+
+
+def unanswered_s(sock: socket.socket | None) -> float:
+    """How long the peer's TCP has left data of this connection unacknowledged although
+    it was sent again (seconds; 0.0 while the peer answers, for a closed window, and where
+    the kernel does not say)."""
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return 0.0
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO.size)
+    except (OSError, AttributeError):  # closed, or no TCP_INFO on this OS
+        return 0.0
+    if len(raw) < TCP_INFO.size:
+        return 0.0
+    fields = TCP_INFO.unpack(raw)
+    if fields[UNACKED_AT] == 0 or fields[RETRANSMITS_AT] == 0:
+        return 0.0
+    return fields[LAST_ACK_RECV_MS_AT] / 1000

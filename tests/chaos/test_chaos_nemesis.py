@@ -32,6 +32,7 @@ def test_families_take_one_turn_each_and_rotate_their_members():
 def test_expand_names_every_member_and_refuses_unknown_faults():
     assert expand(["partition", "restart-all"]) == [
         "partition-master",
+        "partition-slave",
         "partition-random",
         "partition-clients",
         "restart-all",

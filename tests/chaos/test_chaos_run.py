@@ -27,7 +27,7 @@ RUNS = {
     ],
     "sync-async-flush": [
         "kill-master",
-        "partition-random",
+        "partition-slave",
         "power-loss-master",
         "restart-all",
         "slow-disk-master",
@@ -50,6 +50,10 @@ RUNS = {
 # 3 s of quiet load, then the fault (kill: 2 s down; pause and partitions: 4.5 s;
 # overloads: 9 s).
 SECONDS_PER_FAULT = 8.5
+# Writes must come back while these last (4.5 s): the kernel tells a cut path within
+# ``DEAD_LINK_S`` (2 s); the master drops the slave from the in-sync set, the client goes
+# through another node. Waiting for the heal instead took 4.8 s and 4.5 s.
+WRITES_BACK_DURING = {"partition-slave": 3.5, "partition-clients": 3.5}
 
 
 @pytest.mark.parametrize("mode", list(RUNS))
@@ -67,6 +71,9 @@ def test_a_short_chaos_run_keeps_the_promises_of_its_mode(mode, tmp_path):
     assert findings["pop_nacked"] > 0 and findings["doomed_dead_lettered"] > 0
     assert findings["served_records"] > 0  # read back, and the same as the log (valid above)
     assert all(f["writes_back_after_s"] is not None for f in result["faults"])
+    for fault in result["faults"]:
+        bound = WRITES_BACK_DURING.get(fault["kind"])
+        assert bound is None or fault["writes_back_after_s"] < bound, fault
     for name in ("report.json", "summary.txt", "history.json", "timeline.png"):
         assert os.path.getsize(tmp_path / "run" / name) > 0
     assert not (tmp_path / "run" / "cluster").exists()  # no node data left behind

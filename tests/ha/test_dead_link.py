@@ -1,19 +1,24 @@
 """A replication link over a cut network ends within ``DEAD_LINK_S``
 (``ferrymq.codec.dead_peer``): the kernel gives up on a peer whose TCP stopped answering,
 idle or sending; without it the same link stays open, waiting for the silence timeouts (a
-partitioned master or slave cost writes ~5 s in the chaos runs). Real namespaces and a
-blackhole route (``chaos.network``; root and iproute2)."""
+partitioned master or slave cost writes ~5 s in the chaos runs). And the bulk sender, which
+allows a slow peer ``SLOW_PEER_S``, still tells a cut path (``unanswered_s``) from a closed
+window in that time. Real namespaces and a blackhole route (``chaos.network``; root and
+iproute2)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
 from chaos.network import NodeNetwork, available
-from ferrymq.codec.dead_peer import DEAD_LINK_S
+from ferrymq.codec.dead_peer import DEAD_LINK_S, unanswered_s
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
 PORT = 7100
@@ -119,3 +124,38 @@ def failed_after(network: NodeNetwork, detect: bool, sending: bool) -> str:
 def test_a_link_over_a_cut_network_ends_within_the_dead_link_time(network, sending):
     assert float(failed_after(network, detect=True, sending=sending)) < DEAD_LINK_S + 2
     assert failed_after(network, detect=False, sending=sending) == "alive"
+
+
+def test_the_kernel_tells_a_cut_path_from_a_closed_window_within_the_dead_link_time(network):
+    cut = socket.create_connection((network.address(0), PORT), timeout=5)
+    try:
+        cut.send(b"x" * 1024)
+        network.cut_clients(0)
+        deadline = time.monotonic() + DEAD_LINK_S + 2
+        while unanswered_s(cut) < DEAD_LINK_S:
+            assert time.monotonic() < deadline, "a cut path was never reported unanswered"
+            cut.send(b"x" * 1024)  # a master's heartbeats and records
+            time.sleep(0.1)
+    finally:
+        cut.close()
+        network.heal()
+
+    # A peer that stops reading (a starved slave): its window closes, every probe is
+    # answered, and the path is never reported cut, however long the window stays closed.
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    slow = socket.create_connection(server.getsockname())
+    accepted = server.accept()[0]
+    slow.setblocking(False)
+    try:
+        observed_until = time.monotonic() + 2 * DEAD_LINK_S
+        while time.monotonic() < observed_until:
+            with contextlib.suppress(BlockingIOError):  # the window closed: nothing goes out
+                slow.send(b"x" * 65536)
+            assert unanswered_s(slow) == 0.0
+            time.sleep(0.05)
+    finally:
+        for sock in (slow, accepted, server):
+            sock.close()
