@@ -23,7 +23,7 @@ from store.consume_queue import ConsumeQueue
 from store.dispatcher import DispatchListener
 from store.message import Message
 from store.message_store import MessageStore
-from store.results import GetResult, PutResult
+from store.results import GetResult, LogFigures, PutResult
 
 
 class ReplicatedStore:
@@ -90,6 +90,9 @@ class ReplicatedStore:
     @property
     def write_offset(self) -> int:
         return self._store.write_offset
+
+    def log_figures(self) -> LogFigures:
+        return self._store.log_figures()
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self._store.min_offset_in_queue(topic, queue_id)

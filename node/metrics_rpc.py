@@ -31,6 +31,7 @@ import grpc
 from prometheus_client import CollectorRegistry
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from node.broker_stats import BrokerStats, InFlight
 from node.loop_metrics import LoopCounter, LoopHistogram
 
 RPC_BUCKETS_S = (
@@ -57,7 +58,10 @@ _CODE_NAMES = {value: name for name, value in pb.Code.items()}
 
 
 class TrafficMetrics(Protocol):
-    """What the services report of the traffic they serve, whichever door it came by."""
+    """What the services report of the traffic they serve, whichever door it came by;
+    ``sends_open``: the sends taken and not answered yet."""
+
+    sends_open: InFlight
 
     def stored(self, topic: str, count: int, size: int) -> None: ...
 
@@ -68,6 +72,9 @@ class TrafficMetrics(Protocol):
 
 class NoTrafficMetrics:
     """For a service run without a node's registry (unit tests)."""
+
+    def __init__(self) -> None:
+        self.sends_open = InFlight()
 
     def stored(self, topic: str, count: int, size: int) -> None:
         return None
@@ -87,8 +94,12 @@ class RpcMetrics:
         registry: CollectorRegistry,
         node_labels: tuple[str, ...],
         node_values: tuple[str, ...],
+        stats: BrokerStats | None = None,
     ) -> None:
         self.node_values = node_values
+        # RocketMQ's runtime table (mqadmin clusterList, brokerStatus) counts the same.
+        self.stats = stats or BrokerStats()
+        self.sends_open = self.stats.sends
         self.rpc_latency = LoopHistogram(
             "rocketmq_rpc_latency_seconds",
             "Time to answer an RPC (streams: until their last message)",
@@ -141,6 +152,7 @@ class RpcMetrics:
         """``count`` messages of ``size`` body bytes stored in ``topic``, by any door."""
         self._child(self.messages_in, topic).inc(count)
         self._child(self.bytes_in, topic).inc(size)
+        self.stats.stored(count, size)
 
     def send_answered(self, code: int, elapsed_s: float) -> None:
         """A send of any door answered with ``code`` (apache.rocketmq.v2.Code)."""
@@ -150,6 +162,7 @@ class RpcMetrics:
         if count:
             self._child(self.messages_out, topic, group).inc(count)
             self._child(self.bytes_out, topic, group).inc(size)
+            self.stats.delivered(count)
 
 
 class MethodMetrics:

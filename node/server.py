@@ -367,6 +367,8 @@ class Node:
                 untyped_topics=MessageType.UNSPECIFIED
                 if messages.untyped_topics_take_any_type
                 else MessageType.NORMAL,
+                stats=metrics.stats,
+                max_open_sends=messages.max_concurrent_rpcs,
             ),
             routes=RouteService(self.routing, groups, permissions),
         )
@@ -589,6 +591,7 @@ class Node:
         rollbacks_checked_at = time.monotonic()
         while True:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
+            self.metrics.rpc.stats.sample()  # the runtime table's rates and daily counts
             if time.monotonic() - rollbacks_checked_at >= retention_check_s:
                 rollbacks_checked_at = time.monotonic()
                 try:  # a deposed node's rollback files expire like its segments

@@ -53,6 +53,7 @@ from store.results import (
     AppendedMessage,
     GetResult,
     GetStatus,
+    LogFigures,
     PutResult,
     PutStatus,
     RecoveryReport,
@@ -1001,6 +1002,18 @@ class MessageStore:
     def dispatched_offset(self) -> int:
         """How far consume queues and index follow the CommitLog."""
         return self.dispatcher.dispatched_offset
+
+    def log_figures(self) -> LogFigures:
+        """The log's offsets, its first record's store time and the disk's room."""
+        low, high = self.min_offset, self.write_offset
+        earliest = self.commitlog.store_timestamp_at(low) if high > low else None
+        try:
+            total, _, free = self.disk_usage(self.config.data_dir)
+        except OSError:
+            total = free = 0
+        return LogFigures(
+            low, high, self.flushed_offset, self.dispatched_offset, earliest or 0, total, free
+        )
 
     def read_records(self, physical_offset: int, max_length: int) -> bytes:
         """Whole records from ``physical_offset``, at most ``max_length`` bytes of them and

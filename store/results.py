@@ -82,3 +82,16 @@ class RecoveryReport:
     corrupt_offset: int | None = None
     corruption: str | None = None
     damaged: DamagedRange | None = None
+
+
+@dataclass(frozen=True)
+class LogFigures:
+    """The CommitLog's extent and the disk under it, as operators' tools print them."""
+
+    min_offset: int
+    write_offset: int
+    flushed_offset: int
+    dispatched_offset: int
+    earliest_store_ms: int  # the store time of its first record (0: nothing stored)
+    disk_total_bytes: int  # 0 when the disk could not be read
+    disk_free_bytes: int

@@ -14,9 +14,8 @@ the same checks and the same ACL decision (admin rights), whichever tool asked.
 - UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): the group, with ``retryMaxTimes`` + 1
   delivery attempts and ``consumeMessageOrderly`` as FIFO; an existing group is success
   (ferrymq groups are not changed in place).
-- GET_BROKER_RUNTIME_INFO (28): the table clusterList and brokerStatus print, with what
-  this node knows (version, role, store offsets); throughput figures are in the node's
-  metrics, not here.
+- GET_BROKER_RUNTIME_INFO (28): the table clusterList and brokerStatus print, every key
+  RocketMQ's 4.9 and 5.x tools read, with this node's own figures (``runtime_table``).
 - GET_TOPIC_STATS_INFO (202, topicStatus, to each broker group of the topic): each of the
   topic's queues here, its min and max offset and the store time of its newest message
   (0 when empty), read from the store's facade; TOPIC_NOT_EXIST when the group hosts none
@@ -44,6 +43,7 @@ import time
 
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
+from node.broker_stats import tps_text
 from node.remoting.authentication import DoorHandler
 from node.remoting.name_server import CLUSTER_NAME, PERMISSION_BITS
 from node.services.admin import (
@@ -52,6 +52,7 @@ from node.services.admin import (
     UNAVAILABLE,
     AdminRefused,
     QueueProgress,
+    RuntimeFigures,
     TopicSpec,
 )
 from node.services.caller import Caller
@@ -87,6 +88,81 @@ def consume_stats_body(queues: list[QueueProgress], last_ms: dict[tuple, int]) -
         }
         entries.append(f"{compact(key)}:{compact(value)}")
     return ('{"consumeTps":0.0,"offsetTable":{' + ",".join(entries) + "}}").encode()
+
+
+def runtime_table(
+    figures: RuntimeFigures, broker_group: str, node_id: str, now_s: float
+) -> dict[str, str]:
+    """RocketMQ's runtime KVTable of this node (every value a string, as the tools parse
+    them). The thread-pool keys describe the requests held open: sends taken and not yet
+    answered (their flush and replicas awaited) against the node's limit; reads and acks
+    have none queued (a long poll is parked, not queued), and no lock is held over a put between
+    two requests on the event loop (``pageCacheLockTimeMills`` 0)."""
+    log = figures.log
+    put_tps, got_tps = tps_text(figures.put_rates), tps_text(figures.got_rates)
+    daily = figures.daily
+    used = log.disk_total_bytes - log.disk_free_bytes
+    disk_ratio = used / log.disk_total_bytes if log.disk_total_bytes else 0.0
+    put_average = figures.put_bytes / figures.put_total if figures.put_total else 0.0
+    return {
+        "brokerVersionDesc": VERSION_DESC,
+        "brokerVersion": str(BROKER_VERSION),
+        "brokerActive": "true",
+        "brokerRole": "SYNC_MASTER" if figures.is_master else "SLAVE",
+        "brokerName": broker_group,
+        "clusterName": CLUSTER_NAME,
+        "nodeId": node_id,
+        "bootTimestamp": str(BOOTED_MS),
+        "runtime": f"[ {int(now_s * 1000 - BOOTED_MS) // 1000} seconds ]",
+        "putTps": put_tps,
+        "getTransferedTps": got_tps,  # RocketMQ 4.x spells it so
+        "getTransferredTps": got_tps,
+        "putMessageTimesTotal": str(figures.put_total),
+        "putMessageSizeTotal": str(figures.put_bytes),
+        "putMessageAverageSize": f"{put_average:.2f}",
+        "msgPutTotalYesterdayMorning": str(daily.put_yesterday_morning),
+        "msgPutTotalTodayMorning": str(daily.put_today_morning),
+        "msgPutTotalTodayNow": str(figures.put_total),
+        "msgGetTotalYesterdayMorning": str(daily.got_yesterday_morning),
+        "msgGetTotalTodayMorning": str(daily.got_today_morning),
+        "msgGetTotalTodayNow": str(figures.got_total),
+        "sendThreadPoolQueueSize": str(figures.sends_open),
+        "sendThreadPoolQueueCapacity": str(figures.max_open_sends),
+        "sendThreadPoolQueueHeadWaitTimeMills": str(figures.oldest_send_wait_ms),
+        "pullThreadPoolQueueSize": "0",
+        "pullThreadPoolQueueCapacity": str(figures.max_open_sends),
+        "pullThreadPoolQueueHeadWaitTimeMills": "0",
+        "queryThreadPoolQueueSize": "0",
+        "queryThreadPoolQueueCapacity": str(figures.max_open_sends),
+        "queryThreadPoolQueueHeadWaitTimeMills": "0",
+        "litePullThreadPoolQueueSize": "0",
+        "litePullThreadPoolQueueCapacity": str(figures.max_open_sends),
+        "litePullThreadPoolQueueHeadWaitTimeMills": "0",
+        "ackThreadPoolQueueSize": "0",
+        "ackThreadPoolQueueCapacity": str(figures.max_open_sends),
+        "ackThreadPoolQueueHeadWaitTimeMills": "0",
+        "pageCacheLockTimeMills": "0",
+        "earliestMessageTimeStamp": str(log.earliest_store_ms),
+        "commitLogMinOffset": str(log.min_offset),
+        "commitLogMaxOffset": str(log.write_offset),
+        "dispatchBehindBytes": str(max(0, log.write_offset - log.dispatched_offset)),
+        "remainHowManyDataToFlush": str(max(0, log.write_offset - log.flushed_offset)),
+        "commitLogDiskRatio": f"{disk_ratio:.4f}",
+        "consumeQueueDiskRatio": f"{disk_ratio:.4f}",  # one data directory holds both
+        "commitLogDirCapacity": (
+            f"Total : {human_bytes(log.disk_total_bytes)}, "
+            f"Free : {human_bytes(log.disk_free_bytes)}."
+        ),
+    }
+
+
+def human_bytes(count: int) -> str:
+    """RocketMQ's size text (``UtilAll.humanReadableByteCount``, binary units)."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    value, power = float(count), 0
+    while value >= 1024 and power < len(units) - 1:
+        value, power = value / 1024, power + 1
+    return f"{count} B" if power == 0 else f"{value:.1f} {units[power]}"
 
 
 def compact(value: object) -> str:
@@ -199,18 +275,8 @@ class AdminCodeHandlers:
 
     async def runtime_info(self, request: RemotingCommand, connection, caller: Caller):
         admin = self.admin
-        master = admin.runtime(caller)
-        table = {
-            "brokerVersionDesc": VERSION_DESC,
-            "brokerVersion": str(BROKER_VERSION),
-            "brokerActive": "true",
-            "brokerRole": "SYNC_MASTER" if master else "SLAVE",
-            "brokerName": admin.broker_group,
-            "clusterName": CLUSTER_NAME,
-            "nodeId": admin.node_id,
-            "bootTimestamp": str(BOOTED_MS),
-            "runtime": f"[ {int(time.time() * 1000 - BOOTED_MS) // 1000} seconds ]",
-        }
+        figures = admin.runtime(caller)
+        table = runtime_table(figures, admin.broker_group, admin.node_id, time.time())
         return request.reply(ResponseCode.SUCCESS, body=compact({"table": table}).encode())
 
     async def consume_stats(self, request: RemotingCommand, connection, caller: Caller):

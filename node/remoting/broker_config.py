@@ -94,7 +94,7 @@ class BrokerConfigHandlers:
             port = address.rpartition(":")[2]
             return ids.get(address, -1), int(port) if port.isdigit() else 0
 
-        master = admin.runtime(caller)
+        master = admin.runtime(caller).is_master
         broker_id, port = self.services.routes.read_all(caller, where)
         properties = broker_properties(
             self.config, master=master, broker_id=broker_id, listen_port=port

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ha.replicated_store import ReplicatedStore
 from ha.role import ReplicationRole, SwitchoverError
+from node.broker_stats import BrokerStats, DailyTotals
 from node.consumer_offsets import ConsumerOffsets
 from node.pop_state import PopState
 from node.secret_box import SecretBox
@@ -45,6 +46,7 @@ from routing.commands import (
 )
 from routing.metadata import BrokerGroup, GroupConfig, Member, TopicRoute
 from routing.replica import RaftStatus, RoutingReplica, RoutingUnavailable
+from store.results import LogFigures
 
 INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION, UNAVAILABLE = 3, 5, 6, 9, 14
 CODES = {
@@ -109,6 +111,23 @@ class QueueProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class RuntimeFigures:
+    """What this node reports of itself to RocketMQ's tools (``node/broker_stats.py``)."""
+
+    is_master: bool
+    put_rates: tuple[float, ...]  # messages per second over 10 s, 1 min, 10 min
+    got_rates: tuple[float, ...]
+    put_total: int  # since the node started
+    put_bytes: int
+    got_total: int
+    daily: DailyTotals
+    sends_open: int
+    oldest_send_wait_ms: int
+    max_open_sends: int
+    log: LogFigures
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     members: list[Member]
     broker_groups: list[BrokerGroup]
@@ -131,9 +150,13 @@ class AdminService:
         *,
         secret_box: SecretBox | None = None,
         untyped_topics: MessageType = MessageType.UNSPECIFIED,
+        stats: BrokerStats | None = None,
+        max_open_sends: int = 0,
     ) -> None:
         """``untyped_topics``: what a topic created without a type becomes (UNSPECIFIED
-        takes every type, as in RocketMQ 5; ``[messages] untyped_topics_take_any_type``)."""
+        takes every type, as in RocketMQ 5; ``[messages] untyped_topics_take_any_type``);
+        ``stats``: the traffic the services count (``RpcMetrics.stats``); ``max_open_sends``:
+        how many requests the node holds open before refusing more."""
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -145,6 +168,8 @@ class AdminService:
         self.replication = replication
         self.secret_box = secret_box
         self.untyped_topics = untyped_topics
+        self.stats = stats or BrokerStats()
+        self.max_open_sends = max_open_sends
 
     async def _change(self, caller: Caller, command: object) -> CommandResult:
         """An admin's ``command``, checked locally, then committed through Raft."""
@@ -301,10 +326,24 @@ class AdminService:
         members, groups = self.routing.read(snapshot)
         return ClusterSnapshot(members, groups, self.routing.status(), self.node_id)
 
-    def runtime(self, caller: Caller) -> bool:
-        """Whether this node takes writes now (mqadmin's runtime figures: admins only)."""
+    def runtime(self, caller: Caller) -> RuntimeFigures:
+        """This node's role, traffic and log (mqadmin's runtime figures: admins only)."""
         self.permissions.require_admin(caller)
-        return self.store.is_master
+        stats = self.stats
+        put_rates, got_rates = stats.rates()
+        return RuntimeFigures(
+            self.store.is_master,
+            put_rates,
+            got_rates,
+            stats.put_total,
+            stats.put_bytes,
+            stats.got_total,
+            stats.daily,
+            stats.sends.size,
+            stats.sends.oldest_wait_ms(),
+            self.max_open_sends,
+            self.store.log_figures(),
+        )
 
     def master_of(self, caller: Caller, broker_group: str) -> Member | None:
         """The master a planned failover of ``broker_group`` is handed to (None: no master

@@ -221,7 +221,11 @@ class SendService:
         except (InvalidRequest, TopicError) as error:
             self.metrics.send_answered(refusal_status(error).code, perf_counter() - started)
             raise
-        result = await self.store.put_messages_async(stored)
+        open_send = self.metrics.sends_open.enter()
+        try:
+            result = await self.store.put_messages_async(stored)
+        finally:
+            self.metrics.sends_open.leave(open_send)
         status = store_refusal(result) if not result.ok else pb.Status(code=pb.OK, message="OK")
         if result.ok:
             for message, appended, transaction_id in zip(
@@ -337,7 +341,11 @@ class SendService:
         request stores all or nothing. ``AccessDenied`` refuses the request whole."""
         started = perf_counter()
         self.permissions.require(caller, publish(request.topic))
-        outcome = await self._produce(request)
+        open_send = self.metrics.sends_open.enter()
+        try:
+            outcome = await self._produce(request)
+        finally:
+            self.metrics.sends_open.leave(open_send)
         if outcome.code == pb.OK:
             stored = request.count
         else:

@@ -7,6 +7,7 @@ and the unique id). One JVM runs every command."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -160,3 +161,56 @@ def test_mqadmin_manages_topics_and_groups_and_finds_messages(three, tmp_path):
     assert settings["brokerId"] == "0" and settings["brokerRole"] == "SYNC_MASTER"
     assert settings["listenPort"] == master.remoting.rpartition(":")[2]
     assert outputs[-1]["error"] and "206" in offline, offline  # CONSUMER_NOT_ONLINE
+
+
+@pytest.mark.parametrize("tools", clients.MQADMIN_FAMILIES, ids=["tools-5.3.3", "tools-4.9.8"])
+def test_status_commands_print_figures_with_the_4_9_and_5_tools(three, tmp_path, tools):
+    """clusterList (base and -m), brokerStatus, topicStatus and consumerProgress: every
+    node's row with figures, no ``null`` and no exception (4.9's clusterList threw a
+    NullPointerException on the missing ``putTps``)."""
+    mqadmin = clients.required(tools)
+    plan = three
+    master = master_of(plan)
+    with Admin(master.grpc) as admin:
+        admin.create_topic("figures", queue_count=1)
+        admin.create_group("counters")
+    with Producer(master.grpc) as producer:
+        for n in range(20):
+            producer.send(Message("figures", b"%d" % n))
+    with RemotingClient(master.remoting) as client:
+        committed = client.call(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "counters", "topic": "figures", "queueId": "0", "commitOffset": "5"},
+        )
+        assert committed.code == ResponseCode.SUCCESS, committed
+    commands = [
+        ["clusterList"],
+        ["clusterList", "-m"],
+        ["brokerStatus", "-c", "DefaultCluster"],
+        ["topicStatus", "-t", "figures"],
+        ["consumerProgress", "-g", "counters"],
+    ]
+    namesrv = ";".join(node.remoting for node in plan.nodes)
+    run = clients.run(mqadmin, {"namesrv": namesrv, "commands": commands}, tmp_path / "mq", 240)
+    outputs = run.of("command")
+    assert len(outputs) == len(commands), run.explain()
+    for command, event in zip(commands, outputs, strict=True):
+        assert not event["error"], (command, event["output"][-1500:])
+        assert "null" not in event["output"], (command, event["output"][-1500:])
+    cluster, more, status, topic_status, progress = (e["output"] for e in outputs)
+    lines = [line for line in cluster.splitlines()[1:] if line.strip()]
+    assert len(lines) == 3, cluster
+    # The version, "<in tps>(<send queue>,<head wait>ms)" and the same out (5.x adds
+    # " | <ack queue>,<head wait>ms").
+    figures = r"V4_9_7\s+\d+\.\d\d\(\d+,\d+ms\)\s+\d+\.\d\d\(\d+,\d+ms( ?\| ?\d+,\d+ms)?\)"
+    assert all(re.search(figures, line) for line in lines), cluster
+    rows = [line.split() for line in lines]
+    master_row = next(row for row in rows if row[3] == master.remoting)
+    assert float(master_row[5].split("(")[0]) > 0  # 20 sends within the last 10 s
+    # -m: each node's puts today (#InTotalToday): the master stored the 20 sends.
+    in_today = [int(line.split()[4]) for line in more.splitlines()[1:] if line.strip()]
+    assert len(in_today) == 3 and max(in_today) == 20, more
+    assert status.count("putTps") == 3 and "msgPutTotalTodayNow" in status, status
+    queue_row = next(line.split() for line in topic_status.splitlines() if line.startswith("group"))
+    assert queue_row[:4] == [master.group, "0", "0", "20"], topic_status
+    assert "Diff Total: 15" in progress, progress  # 5.x: "Consume Diff Total"

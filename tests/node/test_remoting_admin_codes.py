@@ -5,14 +5,15 @@ consumer progress in RocketMQ's ConsumeStats shape, and the refusals a bad reque
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from ferrymq.client import Admin
+from ferrymq.client import Admin, Message, Producer
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.launcher.polling import until
 from tests.support.nodes import start_node
-from tests.support.remoting_client import RemotingClient, send_v2
+from tests.support.remoting_client import RemotingClient, pull_fields, send_v2
 
 
 @pytest.fixture(scope="module")
@@ -212,3 +213,66 @@ def test_consumer_settings_sent_as_numbers_are_shown_not_refused(node, client):
         listed = json.loads(answer.body)
         assert (listed["consumeType"], listed["messageModel"]) == ("1", "1")
         assert listed["consumeFromWhere"] == "CONSUME_FROM_LAST_OFFSET"  # RocketMQ's default
+
+
+# Every key RocketMQ's tools read of GET_BROKER_RUNTIME_INFO: clusterList (4.9 and 5.x:
+# base and -m), brokerStatus prints the whole table. (5.x also reads timer figures, and
+# prints 0 for those it lacks.)
+RUNTIME_KEYS_READ_BY_TOOLS = (
+    "brokerVersionDesc",
+    "putTps",
+    "getTransferedTps",
+    "getTransferredTps",
+    "sendThreadPoolQueueSize",
+    "pullThreadPoolQueueSize",
+    "sendThreadPoolQueueHeadWaitTimeMills",
+    "pullThreadPoolQueueHeadWaitTimeMills",
+    "ackThreadPoolQueueSize",
+    "ackThreadPoolQueueHeadWaitTimeMills",
+    "pageCacheLockTimeMills",
+    "earliestMessageTimeStamp",
+    "commitLogDiskRatio",
+    "msgPutTotalYesterdayMorning",
+    "msgPutTotalTodayMorning",
+    "msgPutTotalTodayNow",
+    "msgGetTotalYesterdayMorning",
+    "msgGetTotalTodayMorning",
+    "msgGetTotalTodayNow",
+)
+
+
+def runtime_table(client) -> dict[str, str]:
+    answer = client.call(RequestCode.GET_BROKER_RUNTIME_INFO)
+    assert answer.code == ResponseCode.SUCCESS, answer
+    return json.loads(answer.body)["table"]
+
+
+def test_runtime_info_counts_what_every_door_stored_and_delivered(node, client):
+    assert create_topic(client, "counted", queues="1").code == ResponseCode.SUCCESS
+    before = runtime_table(client)
+    started_ms = int(time.time() * 1000)
+    assert send_v2(client, "counted", b"by remoting").code == ResponseCode.SUCCESS
+    with Producer(node.address) as producer:
+        producer.send(Message("counted", b"by grpc"))
+    pulled = client.call(RequestCode.PULL_MESSAGE, pull_fields("counters", "counted"))
+    assert pulled.code == ResponseCode.SUCCESS, pulled
+    table = runtime_table(client)
+    missing = [k for k in RUNTIME_KEYS_READ_BY_TOOLS if not table.get(k) or table[k] == "null"]
+    assert not missing, table
+
+    def grew(key: str) -> int:
+        return int(table[key]) - int(before[key])
+
+    assert grew("msgPutTotalTodayNow") == grew("putMessageTimesTotal") == 2
+    assert grew("msgGetTotalTodayNow") == 2
+    assert int(table["msgPutTotalTodayMorning"]) == 0  # no midnight since the node started
+    put_10s, put_1min, put_10min = (float(x) for x in table["putTps"].split())
+    assert put_10s > 0 and put_1min > 0 and put_10min > 0
+    assert float(table["getTransferedTps"].split()[0]) > 0
+    assert table["getTransferedTps"] == table["getTransferredTps"]
+    assert 0 < int(table["earliestMessageTimeStamp"]) <= started_ms + 1000
+    assert int(table["commitLogMaxOffset"]) > int(table["commitLogMinOffset"])
+    assert 0 < float(table["commitLogDiskRatio"]) < 1
+    assert table["commitLogDirCapacity"].startswith("Total : ")
+    assert table["sendThreadPoolQueueSize"] == "0"  # every send was answered
+    assert int(table["sendThreadPoolQueueCapacity"]) > 0

@@ -49,6 +49,7 @@ JAVA_GRPC_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client-java", "
 JAVA_REMOTING_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client", "4.9.8")
 JAVA_REMOTING_ACL = jvm.Artifact("org.apache.rocketmq", "rocketmq-acl", "4.9.8")  # AclClientRPCHook
 JAVA_TOOLS = jvm.Artifact("org.apache.rocketmq", "rocketmq-tools", "5.3.3")
+JAVA_TOOLS_4 = jvm.Artifact("org.apache.rocketmq", "rocketmq-tools", "4.9.8")
 GSON = jvm.Artifact("com.google.code.gson", "gson", "2.10.1")
 
 
@@ -95,7 +96,12 @@ JAVA_FAMILIES = {
     ),
     # mqadmin's commands, several in one JVM (rocketmq-tools' MQAdminStartup.main0).
     "mqadmin": JavaFamily("mqadmin", "MqadminDriver", (JAVA_TOOLS, GSON), ("common", "mqadmin")),
+    # The same driver on the 4.9 tools, which read the runtime table by other keys.
+    "mqadmin4": JavaFamily(
+        "mqadmin4", "MqadminDriver", (JAVA_TOOLS_4, GSON), ("common", "mqadmin")
+    ),
 }
+MQADMIN_FAMILIES = ("mqadmin", "mqadmin4")
 GO_FAMILIES = {"go-grpc": "grpc5", "go-remoting": "remoting"}
 
 
@@ -317,7 +323,8 @@ def alions_driver() -> Driver:
 
 
 def driver(name: str) -> Driver:
-    """Any driver by name: java-grpc, java-remoting, mqadmin, go-grpc, go-remoting, alions."""
+    """Any driver by name: java-grpc, java-remoting, mqadmin, mqadmin4, go-grpc,
+    go-remoting, alions."""
     if name in JAVA_FAMILIES:
         return java_driver(name)
     if name in GO_FAMILIES:
@@ -386,7 +393,7 @@ def run(
     environment = {**os.environ, **built.env, "HOME": str(home), **(env or {})}
     # The Go 5.x client logs under $rocketmq.client.logRoot, else under "/logs".
     environment.setdefault("rocketmq.client.logRoot", str(home / "logs" / "rocketmqlogs"))
-    if built.name == "mqadmin":
+    if built.name in MQADMIN_FAMILIES:
         # mqadmin configures its logging from $ROCKETMQ_HOME/conf/logback_tools.xml and runs
         # no command without it.
         (home / "conf").mkdir(exist_ok=True)
