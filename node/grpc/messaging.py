@@ -24,7 +24,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from node.admission import accepted_types
 from node.group_members import MembershipRefused
 from node.grpc.authentication import caller_of
-from node.grpc.route_endpoints import group_endpoints
+from node.grpc.route_endpoints import group_endpoints, one_address, takes_one_address
 from node.grpc.telemetry_outbox import TelemetryOutbox
 from node.grpc.wire import millis_of, outgoing, timestamp_of, to_wire_message
 from node.long_polling import LONG_POLLING_DEFAULT_S, poll_budget_s
@@ -90,12 +90,17 @@ def pins_queues(context) -> bool:
     return False
 
 
-def client_id_of(context) -> str:
-    """The caller's ``x-mq-client-id``; empty when it sent none."""
+def metadata_value(context, name: str) -> str:
+    """The caller's header ``name``; empty when it sent none."""
     for key, value in context.invocation_metadata() or ():
-        if key == "x-mq-client-id":
+        if key == name:
             return value
     return ""
+
+
+def client_id_of(context) -> str:
+    """The caller's ``x-mq-client-id``; empty when it sent none."""
+    return metadata_value(context, "x-mq-client-id")
 
 
 def refused(error: InvalidRequest | TopicError | MembershipRefused) -> pb.Status:
@@ -143,16 +148,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return caller_of(context, Door.MESSAGING, method)
 
     # ---- routing ---------------------------------------------------------------------
-    @staticmethod
-    def _queues(state: RoutingState, route: TopicRoute) -> list[pb.MessageQueue]:
+    def _queues(self, state: RoutingState, route: TopicRoute, context) -> list[pb.MessageQueue]:
         """Every queue of ``route``, each naming every node of its broker group, master
         first (``node/grpc/route_endpoints.py``): clients send every other RPC to the
         endpoints a route names, so one access point reaches the whole cluster, and any of
         the nodes serves the call (``node/grpc/forwarding.py``), also while a master is
-        being elected."""
+        being elected. A client that takes one address gets this node's."""
+        one = takes_one_address(metadata_value(context, "x-mq-language"))
         queues = []
         for broker_group, count in route.queues:
-            endpoints = group_endpoints(state, broker_group)
+            if one:
+                endpoints = one_address(state, broker_group, self.services.admin.node_id)
+            else:
+                endpoints = group_endpoints(state, broker_group)
             if endpoints is None:
                 continue  # no node registered yet
             broker = pb.Broker(name=broker_group, id=0, endpoints=endpoints)
@@ -172,7 +180,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         caller = self._caller(context, "QueryRoute")
         try:
             queues = await self.services.routes.read_caught_up(
-                caller, lambda state: self._queues(state, state.topic(request.topic.name))
+                caller,
+                lambda state: self._queues(state, state.topic(request.topic.name), context),
             )
         except (InvalidRequest, TopicError) as error:
             return rpc.QueryRouteResponse(status=refused(error))
@@ -187,7 +196,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
         def assignments_of(state: RoutingState) -> list[pb.MessageQueue]:
             route = state.topic(request.topic.name)
-            queues = self._queues(state, route)
+            queues = self._queues(state, route, context)
             if group.fifo:
                 return queues
             one_per_broker = {}

@@ -17,6 +17,14 @@ calls until one is elected.
 The clients accept several addresses only for literal IP addresses (scheme IPv4 or IPv6);
 a group whose nodes register host names gets its master's address alone (DOMAIN_NAME),
 as before, so a failover there waits for the client's next route refresh.
+
+One official client takes one address only: ``rocketmq-client-nodejs`` 1.0.x joins a
+route's addresses into a gRPC target without a scheme, which its gRPC library resolves as
+one DNS name, and fails. It names itself ``HTTP`` in ``x-mq-language``
+(``takes_one_address``), and gets the node it asked for every group that node belongs to
+(``one_address``): that node forwards what belongs to its master, so a failover costs this
+client what it costs the others, while the node it was configured with is up. For a group
+the node is not a member of, it gets that group's master.
 """
 
 from __future__ import annotations
@@ -41,6 +49,32 @@ def _scheme(host: str) -> int:
     return pb.IPv4 if parsed.version == 4 else pb.IPv6
 
 
+# What clients that take one address per route say in ``x-mq-language``.
+ONE_ADDRESS_LANGUAGES = frozenset({"HTTP"})  # rocketmq-client-nodejs 1.0.x
+
+
+def takes_one_address(language: str) -> bool:
+    return language in ONE_ADDRESS_LANGUAGES
+
+
+def _single(address: str) -> pb.Endpoints:
+    host, port = _split(address)
+    return pb.Endpoints(scheme=_scheme(host), addresses=[pb.Address(host=host, port=port)])
+
+
+def one_address(state: RoutingState, broker_group: str, asked: str) -> pb.Endpoints | None:
+    """The one address of ``broker_group`` for a client that takes one: node ``asked``
+    (the node answering) when it is a member, else the group's master, else its first
+    member (None when it has none)."""
+    member = state.members.get(asked)
+    if member is not None and member.broker_group == broker_group:
+        return _single(member.grpc_address)
+    endpoints = group_endpoints(state, broker_group)
+    if endpoints is None:
+        return None
+    return pb.Endpoints(scheme=endpoints.scheme, addresses=endpoints.addresses[:1])
+
+
 def group_endpoints(state: RoutingState, broker_group: str) -> pb.Endpoints | None:
     """The endpoints of ``broker_group`` (None when it has no member)."""
     group = state.broker_groups.get(broker_group)
@@ -59,8 +93,7 @@ def group_endpoints(state: RoutingState, broker_group: str) -> pb.Endpoints | No
     addresses = [_split(m.grpc_address) for m in members]
     schemes = {_scheme(host) for host, _ in addresses}
     if len(schemes) != 1 or schemes == {pb.DOMAIN_NAME}:
-        host, port = addresses[0]
-        return pb.Endpoints(scheme=_scheme(host), addresses=[pb.Address(host=host, port=port)])
+        return _single(members[0].grpc_address)
     return pb.Endpoints(
         scheme=schemes.pop(),
         addresses=[pb.Address(host=host, port=port) for host, port in addresses],

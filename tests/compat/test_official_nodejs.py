@@ -1,6 +1,6 @@
 """The official Node.js client (``rocketmq-client-nodejs`` 1.0.8 from npm, unchanged) against a
-real node process, and the Settings every official client reads (docs/architecture.md,
-"Settings").
+real node process and a 3-node cluster (through a kill of the master), and the Settings
+every official client reads (docs/architecture.md, "Settings").
 
 The client runs in a ``node`` process of its own (``tests/compat/official_nodejs.js``),
 installed on first use by ``tests/support/nodejs.py``; without node, npm or the npm
@@ -9,15 +9,21 @@ registry the test fails, it does not skip.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 
+import pytest
 from google.protobuf import duration_pb2
 
+from ferrymq.client import Admin, PullConsumer
+from ferrymq.launcher.cluster import cluster_up
+from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from tests.support.nodejs import run_nodejs_at
+from tests.support.cluster import SMALL_STORE, kill, master_of, stop_all, topic_everywhere
+from tests.support.nodejs import events_of, run_nodejs_at, start_nodejs_at
 from tests.support.rpc import create_topic, pull
 
 
@@ -158,3 +164,72 @@ def test_settings_carry_what_the_official_clients_read(grpc_stubs):
     # Telemetry creates no group (it needs no permission on one).
     listed = admin.ListGroups(api.ListGroupsRequest())
     assert "never-created" not in {g.name for g in listed.groups}
+
+
+@pytest.fixture
+def three(tmp_path):
+    plan = cluster_up(str(tmp_path / "cluster"), nodes=3, auto_ports=True, settings=SMALL_STORE)
+    yield plan
+    stop_all(plan)
+
+
+def stored_on(node, topic: str) -> int:
+    with Admin(node.grpc, timeout_s=5) as admin:
+        return sum(max(0, q.max_offset) for q in admin.describe_topic(topic)[1])
+
+
+def bodies_in(address: str, topic: str) -> set[str]:
+    with PullConsumer(address, "node-ha-check", start="beginning") as consumer:
+        consumer.assign(topic, list(range(4)))
+        found: set[str] = set()
+        while batch := consumer.poll(wait_s=0.2):
+            found.update(m.body.decode() for m in batch)
+        return found
+
+
+def test_nodejs_on_a_cluster_writes_through_a_slave_and_through_a_master_kill(three, client_home):
+    """The 1.0.8 client joins a route's addresses into one DNS name: it gets the one node
+    it asked, which forwards to the master (``node/grpc/route_endpoints.py``). Configured
+    with a slave, it writes; the master is killed under its load; writes go on after the
+    election, every acknowledged one is in the new master's log, and its consumer gets
+    them all through the other survivor."""
+    plan = three
+    master = master_of(plan)
+    slave = next(n for n in plan.nodes if n.id != master.id)
+    with Admin(master.grpc) as admin:
+        admin.create_topic("node-ha", queue_count=4)
+        admin.create_group("node-ha-check")
+        admin.create_group("node-ha-readers")
+    topic_everywhere(plan, "node-ha")
+    count, pace_ms = 400, 20
+    started = start_nodejs_at(
+        slave.grpc,
+        client_home,
+        {"scenario": "produce_for", "topic": "node-ha", "count": count, "pace_ms": pace_ms},
+    )
+    until(lambda: stored_on(master, "node-ha") >= 50, 60, "the client's first 50 writes")
+    kill(plan, master)
+    events = events_of(started, client_home, timeout_s=120)
+    sent, failed = of(events, "sent"), of(events, "send_failed")
+    assert len(sent) + len(failed) == count, events[-5:]
+    assert not failed, failed[:5]  # the slave held the calls through the election
+    longest_ms = max(b["ms"] - a["ms"] for a, b in itertools.pairwise(sent))
+    print(f"Node.js writes through a master kill: longest gap {longest_ms} ms")
+    assert longest_ms < 10_000, longest_ms
+    survivors = [n for n in plan.nodes if n.id != master.id]
+    new_master = master_of(plan, survivors)
+    assert {e["body"] for e in sent} <= bodies_in(new_master.grpc, "node-ha")
+    # And its simple consumer, configured with whichever survivor is not the master,
+    # receives and acks every one of them there.
+    other = next(n for n in survivors if n.id != new_master.id)
+    steps = [
+        {"do": "receive_until", "count": count, "invisible_s": 30, "deadline_s": 60, "ack": True}
+    ]
+    consumed = run_nodejs_at(
+        other.grpc,
+        client_home,
+        {"scenario": "simple", "topic": "node-ha", "group": "node-ha-readers", "steps": steps},
+        timeout_s=120,
+    )
+    assert {e["body"] for e in of(consumed, "received")} == {e["body"] for e in sent}
+    assert len(of(consumed, "acked")) >= count

@@ -6,7 +6,7 @@ same node, and a direct route costs no hop."""
 from __future__ import annotations
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from node.grpc.route_endpoints import group_endpoints
+from node.grpc.route_endpoints import group_endpoints, one_address, takes_one_address
 from node.remoting.name_server import broker_addresses
 from routing.metadata import BrokerGroup, Member
 from routing.state import RoutingState
@@ -72,3 +72,19 @@ def test_grpc_routes_and_remoting_routes_name_the_same_master_and_live_slaves():
         live_slaves = {n for n in ("n1", "n2") if n != master}
         assert set(remoting_nodes.values()) - {master} == live_slaves
         assert set(grpc_nodes[1 : 1 + len(live_slaves)]) == live_slaves
+
+
+def test_a_client_that_takes_one_address_gets_the_node_it_asked():
+    """rocketmq-client-nodejs 1.0.x (``x-mq-language: HTTP``) resolves several addresses as
+    one DNS name: it gets the answering node of the group (which forwards to the master),
+    the master of a group that node is not in."""
+    state = state_of("n2", {"n1": True, "n2": True, "n3": True})
+    state.members["other"] = Member("other", "h", "127.0.0.1:7001", "", "", alive=True)
+    state.broker_groups["h"] = BrokerGroup("h", "other", 1, frozenset({"other"}))
+    assert takes_one_address("HTTP") and not takes_one_address("JAVA")
+    for asked in ("n1", "n2", "n3"):
+        endpoints = one_address(state, "g", asked)
+        assert endpoints.scheme == pb.IPv4
+        assert addresses(endpoints) == [state.members[asked].grpc_address]
+    assert addresses(one_address(state, "h", "n1")) == ["127.0.0.1:7001"]
+    assert one_address(state, "missing", "n1") is None

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -88,20 +89,38 @@ def nodejs_client() -> Path:
     return CACHE
 
 
-def run_nodejs_at(endpoint: str, home: Path, scenario: dict, timeout_s: float = 90) -> list[dict]:
-    """Run one scenario against ``endpoint`` to its end; its JSON lines, the last ``done``.
-    The client logs to ``$HOME/logs/rocketmq``: a failure quotes the end of that log."""
+def start_nodejs_at(endpoint: str, home: Path, scenario: dict) -> subprocess.Popen:
+    """Start one scenario against ``endpoint``; ``events_of`` waits for its end."""
     environment = dict(os.environ, HOME=str(home), ROCKETMQ_NODEJS_CLIENT=str(nodejs_client()))
-    completed = subprocess.run(
-        ["node", str(RUNNER)],
-        input=json.dumps({"endpoint": endpoint, **scenario}),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env=environment,
-    )
-    events = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+    home.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile("w+", dir=home) as spec:
+        spec.write(json.dumps({"endpoint": endpoint, **scenario}))
+        spec.seek(0)
+        return subprocess.Popen(
+            ["node", str(RUNNER)],
+            stdin=spec,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment,
+        )
+
+
+def events_of(started: subprocess.Popen, home: Path, timeout_s: float = 90) -> list[dict]:
+    """A started scenario's JSON lines, the last ``done``. The client logs to
+    ``$HOME/logs/rocketmq``: a failure quotes the end of that log."""
+    try:
+        stdout, stderr = started.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        started.kill()
+        stdout, stderr = started.communicate()
+    events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     log = home / "logs" / "rocketmq" / "rocketmq_client_nodejs.log"
     tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no client log)"
-    assert events and events[-1]["event"] == "done", (events, completed.stderr[-3000:], tail)
+    assert events and events[-1]["event"] == "done", (events, stderr[-3000:], tail)
     return events
+
+
+def run_nodejs_at(endpoint: str, home: Path, scenario: dict, timeout_s: float = 90) -> list[dict]:
+    """Run one scenario against ``endpoint`` to its end; its JSON lines, the last ``done``."""
+    return events_of(start_nodejs_at(endpoint, home, scenario), home, timeout_s)

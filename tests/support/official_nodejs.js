@@ -59,6 +59,31 @@ async function produce(scenario) {
   }
 }
 
+async function produceFor(scenario) {
+  // One send at a time, every pace_ms, bodies p0..p<count-1>: each "sent" or "send_failed"
+  // says when it completed (ms since the first send), so a test sees how long a failover
+  // stopped this client's writes.
+  const producer = new Producer({
+    endpoints: scenario.endpoint, namespace: '', requestTimeout: 3000, topics: [ scenario.topic ],
+  });
+  await producer.startup();
+  const started = Date.now();
+  try {
+    for (let i = 0; i < scenario.count; i += 1) {
+      const body = `p${i}`;
+      try {
+        const receipt = await producer.send({ topic: scenario.topic, body: Buffer.from(body) });
+        emit('sent', { body, id: receipt.messageId, ms: Date.now() - started });
+      } catch (error) {
+        emit('send_failed', { body, ms: Date.now() - started, ...errorFields(error) });
+      }
+      await new Promise(resolve => setTimeout(resolve, scenario.pace_ms));
+    }
+  } finally {
+    await producer.shutdown();
+  }
+}
+
 async function simple(scenario) {
   const filter = scenario.sql
     ? new FilterExpression(scenario.sql, SQL)
@@ -110,7 +135,7 @@ async function main() {
   const chunks = [];
   for await (const chunk of process.stdin) chunks.push(chunk);
   const scenario = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-  const scenarios = { produce, simple };
+  const scenarios = { produce, produce_for: produceFor, simple };
   try {
     await scenarios[scenario.scenario](scenario);
   } catch (error) {
