@@ -15,6 +15,7 @@ groups (5 with ``--voters 5``). The cluster secret is generated once and kept in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -25,6 +26,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 
+from ferrymq.launcher.processes import signal_node
 from node.port_holds import (
     RELEASE_WAIT_S,
     hold_free_ports,
@@ -397,18 +399,51 @@ def tail(path: str, lines: int = 15) -> str:
 
 def cluster_down(directory: str, timeout_s: float = 30.0) -> list[str]:
     """SIGTERM every running node, wait for them (SIGKILL after ``timeout_s``); the ids
-    of the nodes stopped."""
+    of the nodes stopped. Node processes of this cluster the plan does not name (started
+    by a restart that was interrupted before it saved the plan) are stopped too."""
     plan = load_plan(directory)
     if plan is None:
         raise ClusterError(f"no {CLUSTER_FILE} in {directory}")
     running = [n for n in plan.nodes if is_running(n, plan)]
-    for node in running:
-        os.kill(node.pid, signal.SIGTERM)
+    pids = [n.pid for n in running] + unnamed_nodes(plan)
+    for pid in pids:
+        signal_node(pid, signal.SIGCONT)  # a paused node (chaos, a test) must run to stop
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    for node in running:
-        while is_running(node, plan) and time.monotonic() < deadline:
+    for pid in pids:
+        while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if is_running(node, plan):
-            os.kill(node.pid, signal.SIGKILL)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     save_plan(replace(plan, nodes=tuple(replace(n, pid=0) for n in plan.nodes)))
     return [n.id for n in running]
+
+
+def unnamed_nodes(plan: ClusterPlan) -> list[int]:
+    """Processes running one of this plan's node configs under a pid the plan does not
+    name (Linux ``/proc``)."""
+    configs = {config_path(plan, n).encode() for n in plan.nodes}
+    named = {n.pid for n in plan.nodes}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in named or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                arguments = f.read().split(b"\0")
+        except OSError:
+            continue
+        if configs.intersection(arguments):
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (not exited, not a zombie awaiting its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
