@@ -60,6 +60,38 @@ class InFlight:
         return 0
 
 
+class KeyedRates:
+    """Messages per key (a topic, a consumer group) and their rate over the last minute
+    (``topicStatus``'s put TPS, ``consumerProgress``'s consume TPS): the counts are copied
+    every ``MARK_EVERY_S``, a minute of copies kept."""
+
+    MARK_EVERY_S = 10.0
+    WINDOW_S = 60.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.counts: dict[str, int] = {}
+        self._marks: deque[tuple[float, dict[str, int]]] = deque([(clock(), {})])
+
+    def add(self, key: str, count: int) -> None:
+        self.counts[key] = self.counts.get(key, 0) + count
+
+    def mark_if_due(self) -> None:
+        now = self.clock()
+        if now - self._marks[-1][0] >= self.MARK_EVERY_S:
+            self._marks.append((now, dict(self.counts)))
+            while len(self._marks) > 1 and now - self._marks[1][0] >= self.WINDOW_S:
+                self._marks.popleft()
+
+    def rate(self, key: str) -> float:
+        """Per second, since the oldest copy at most a minute and a mark old."""
+        at, counts = self._marks[0]
+        elapsed = self.clock() - at
+        if elapsed <= 0:
+            return 0.0
+        return (self.counts.get(key, 0) - counts.get(key, 0)) / elapsed
+
+
 @dataclass(frozen=True)
 class Sample:
     at: float  # monotonic seconds
@@ -91,21 +123,27 @@ class BrokerStats:
         self.put_bytes = 0
         self.got_total = 0
         self.sends = InFlight(clock)
+        self.topics_put = KeyedRates(clock)
+        self.groups_got = KeyedRates(clock)
         self.daily = DailyTotals()
         self._day = today()
         self._samples: deque[Sample] = deque([Sample(clock(), 0, 0)], maxlen=SAMPLES_KEPT)
 
-    def stored(self, count: int, size: int) -> None:
+    def stored(self, topic: str, count: int, size: int) -> None:
         self.put_total += count
         self.put_bytes += size
+        self.topics_put.add(topic, count)
 
-    def delivered(self, count: int) -> None:
+    def delivered(self, group: str, count: int) -> None:
         self.got_total += count
+        self.groups_got.add(group, count)
 
     def sample(self) -> None:
         """Called once a second (the node's housekeeping): a point for the rates, and the
         daily marks at a local midnight."""
         self._samples.append(Sample(self.clock(), self.put_total, self.got_total))
+        self.topics_put.mark_if_due()
+        self.groups_got.mark_if_due()
         day = self.today()
         if day != self._day:
             self._day = day

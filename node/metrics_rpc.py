@@ -152,7 +152,7 @@ class RpcMetrics:
         """``count`` messages of ``size`` body bytes stored in ``topic``, by any door."""
         self._child(self.messages_in, topic).inc(count)
         self._child(self.bytes_in, topic).inc(size)
-        self.stats.stored(count, size)
+        self.stats.stored(topic, count, size)
 
     def send_answered(self, code: int, elapsed_s: float) -> None:
         """A send of any door answered with ``code`` (apache.rocketmq.v2.Code)."""
@@ -162,7 +162,7 @@ class RpcMetrics:
         if count:
             self._child(self.messages_out, topic, group).inc(count)
             self._child(self.bytes_out, topic, group).inc(size)
-            self.stats.delivered(count)
+            self.stats.delivered(group, count)
 
 
 class MethodMetrics:

@@ -18,8 +18,8 @@ the same checks and the same ACL decision (admin rights), whichever tool asked.
   RocketMQ's 4.9 and 5.x tools read, with this node's own figures (``runtime_table``).
 - GET_TOPIC_STATS_INFO (202, topicStatus, to each broker group of the topic): each of the
   topic's queues here, its min and max offset and the store time of its newest message
-  (0 when empty), read from the store's facade; TOPIC_NOT_EXIST when the group hosts none
-  of it.
+  (0 when empty), read from the store's facade, and the topic's put rate here over the
+  last minute; TOPIC_NOT_EXIST when the group hosts none of it.
 - QUERY_TOPIC_CONSUME_BY_WHO (300, queryMsgById's message track): the groups that
   committed offsets of the topic on this node.
 - GET_TOPIC_CONFIG (351, consumerProgress asks it of each topic first): the topic's
@@ -27,7 +27,8 @@ the same checks and the same ACL decision (admin rights), whichever tool asked.
   queue mapping); TOPIC_NOT_EXIST when the group hosts none of it.
 - GET_CONSUME_STATS (208): Admin GroupProgress of each topic the group committed offsets
   of on this node (or the one named), in RocketMQ's ConsumeStats: the MessageQueue keys
-  are JSON objects, as fastjson writes them.
+  are JSON objects, as fastjson writes them; ``consumeTps`` is what this node delivered to
+  the group over the last minute.
 
 Refusals map the Admin status to RocketMQ's codes (not found: TOPIC_NOT_EXIST or
 SUBSCRIPTION_GROUP_NOT_EXIST; routing unavailable: SERVICE_NOT_AVAILABLE; else
@@ -73,7 +74,9 @@ def refusal(refused: AdminRefused, not_found: ResponseCode) -> tuple[ResponseCod
     return ResponseCode.SYSTEM_ERROR, refused.message
 
 
-def consume_stats_body(queues: list[QueueProgress], last_ms: dict[tuple, int]) -> bytes:
+def consume_stats_body(
+    queues: list[QueueProgress], last_ms: dict[tuple, int], consume_tps: float
+) -> bytes:
     """ConsumeStats as fastjson writes it: ``offsetTable`` keyed by MessageQueue objects."""
     entries = []
     for queue in queues:
@@ -87,7 +90,8 @@ def consume_stats_body(queues: list[QueueProgress], last_ms: dict[tuple, int]) -
             "lastTimestamp": last_ms.get((queue.topic, queue.queue_id), 0),
         }
         entries.append(f"{compact(key)}:{compact(value)}")
-    return ('{"consumeTps":0.0,"offsetTable":{' + ",".join(entries) + "}}").encode()
+    tps = compact(round(consume_tps, 2))
+    return ('{"consumeTps":' + tps + ',"offsetTable":{' + ",".join(entries) + "}}").encode()
 
 
 def runtime_table(
@@ -243,7 +247,8 @@ class AdminCodeHandlers:
             key = {"brokerName": self.admin.broker_group, "queueId": queue_id, "topic": name}
             value = {"lastUpdateTimestamp": last_ms, "maxOffset": high, "minOffset": low}
             entries.append(f"{compact(key)}:{compact(value)}")
-        body = '{"offsetTable":{' + ",".join(entries) + "}}"
+        tps = compact(round(self.admin.put_rate(caller, name), 2))
+        body = '{"offsetTable":{' + ",".join(entries) + '},"topicPutTps":' + tps + "}"
         return request.reply(ResponseCode.SUCCESS, body=body.encode())
 
     async def delete_topic(self, request: RemotingCommand, connection, caller: Caller):
@@ -300,7 +305,8 @@ class AdminCodeHandlers:
                 )
                 if before is not None:
                     last_ms[(topic, queue.queue_id)] = before.store_timestamp_ms
-        return request.reply(ResponseCode.SUCCESS, body=consume_stats_body(queues, last_ms))
+        tps = self.admin.consume_rate(caller, group)
+        return request.reply(ResponseCode.SUCCESS, body=consume_stats_body(queues, last_ms, tps))
 
     async def consumed_by(self, request: RemotingCommand, connection, caller: Caller):
         groups = self.admin.groups_consuming(caller, request.text("topic"))

@@ -345,6 +345,17 @@ class AdminService:
             self.store.log_figures(),
         )
 
+    def put_rate(self, caller: Caller, topic: str) -> float:
+        """Messages per second stored in ``topic`` here over the last minute (topicStatus)."""
+        self.permissions.require_admin(caller)
+        return self.stats.topics_put.rate(topic)
+
+    def consume_rate(self, caller: Caller, group: str) -> float:
+        """Messages per second delivered to ``group`` here over the last minute
+        (consumerProgress)."""
+        self.permissions.require_admin(caller)
+        return self.stats.groups_got.rate(group)
+
     def master_of(self, caller: Caller, broker_group: str) -> Member | None:
         """The master a planned failover of ``broker_group`` is handed to (None: no master
         now); ``AdminRefused`` NOT_FOUND for a group nobody knows."""

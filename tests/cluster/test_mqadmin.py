@@ -17,7 +17,7 @@ from ferrymq.launcher.cluster import cluster_up
 from ferrymq.launcher.polling import until
 from tests.support import clients
 from tests.support.cluster import SMALL_STORE, master_of, stop_all, topics_on
-from tests.support.remoting_client import RemotingClient, send_v2
+from tests.support.remoting_client import RemotingClient, pull_fields, send_v2
 
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
 CLIENT_ID = "127.0.0.1@mqadmin-test"
@@ -183,6 +183,8 @@ def test_status_commands_print_figures_with_the_4_9_and_5_tools(three, tmp_path,
             {"consumerGroup": "counters", "topic": "figures", "queueId": "0", "commitOffset": "5"},
         )
         assert committed.code == ResponseCode.SUCCESS, committed
+        pulled = client.call(RequestCode.PULL_MESSAGE, pull_fields("counters", "figures"))
+        assert pulled.code == ResponseCode.SUCCESS, pulled  # 20 delivered, none committed
     commands = [
         ["clusterList"],
         ["clusterList", "-m"],
@@ -214,3 +216,6 @@ def test_status_commands_print_figures_with_the_4_9_and_5_tools(three, tmp_path,
     queue_row = next(line.split() for line in topic_status.splitlines() if line.startswith("group"))
     assert queue_row[:4] == [master.group, "0", "0", "20"], topic_status
     assert "Diff Total: 15" in progress, progress  # 5.x: "Consume Diff Total"
+    # The group's rate of the last minute: 20 delivered. (5.3.3's topicStatus prints a
+    # "Topic Put TPS" it never reads from the brokers: 0.0 against any broker.)
+    assert float(re.search(r"Consume TPS: ([\d.]+)", progress).group(1)) > 0, progress

@@ -275,4 +275,12 @@ def test_runtime_info_counts_what_every_door_stored_and_delivered(node, client):
     assert 0 < float(table["commitLogDiskRatio"]) < 1
     assert table["commitLogDirCapacity"].startswith("Total : ")
     assert table["sendThreadPoolQueueSize"] == "0"  # every send was answered
+    # topicStatus's and consumerProgress's rates: the topic's puts, the group's deliveries.
+    stats = client.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "counted"})
+    assert float(stats.body.split(b'"topicPutTps":')[1].rstrip(b"}")) > 0, stats.body
+    consume = client.call(
+        RequestCode.GET_CONSUME_STATS, {"consumerGroup": "counters", "topic": "counted"}
+    )
+    assert consume.code == ResponseCode.SUCCESS, consume
+    assert float(consume.body.split(b'"consumeTps":')[1].split(b",")[0]) > 0, consume.body
     assert int(table["sendThreadPoolQueueCapacity"]) > 0
