@@ -223,6 +223,16 @@ class Endpoints:
                 self._remoting_addresses[node.address] = node.remoting_address
         self._learned = True
 
+    def route_candidates(self) -> list[str]:
+        """Where a route is asked, in turn: the access points, then any other node this
+        client has reached; the nodes avoided now (``mark_unreachable``) last. Every node
+        answers routes, so a node whose connection just failed (a client cut off from it)
+        is not asked first again: asking it cost the next send the call's whole timeout."""
+        candidates = [*self.access_points]
+        candidates += [a for a in self._connections if a not in candidates]
+        now = time.monotonic()
+        return sorted(candidates, key=lambda a: self._unreachable.get(a, 0.0) > now)
+
     def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         cached = self._routes.get(topic)
         if cached is not None and not refresh:
@@ -235,9 +245,7 @@ class Endpoints:
         """FERRY_ROUTE from the first node that answers (access points first); a node
         without a remoting address answers QueryRoute on gRPC."""
         last_error: FerryError | None = None
-        candidates = [*self.access_points]
-        candidates += [a for a in self._connections if a not in candidates]
-        for address in candidates:
+        for address in self.route_candidates():
             try:
                 if not self._learned:
                     self._learn_remoting_addresses(address)
@@ -249,6 +257,7 @@ class Endpoints:
                     raise
                 if error.code_name in REFUSED_CODE_NAMES:
                     raise route_refusal(error) from None
+                self.mark_unreachable(address)
                 last_error = error
                 continue
             route, remoting = ferry_route_of(topic, answer.body)
@@ -280,14 +289,13 @@ class Endpoints:
         request = rpc.QueryRouteRequest(topic=pb.Resource(name=topic))
         last_error: FerryError | None = None
         if candidates is None:
-            # The access points first, then any other node this client has reached.
-            candidates = [*self.access_points]
-            candidates += [a for a in self._connections if a not in candidates]
+            candidates = self.route_candidates()
         for address in candidates:
             connection = self.connection(address)
             try:
                 answer = connection.call(connection.messaging.QueryRoute, request)
             except FerryError as error:
+                self.mark_unreachable(address)
                 last_error = error
                 continue
             route = route_of(topic, answer)
