@@ -128,9 +128,14 @@ class Producer:
 
     def failed(self, address: str | None, error: FerryError) -> None:
         """A request to ``address`` failed: a connection that failed (not a node's
-        refusal, not a deadline: a slow node is not avoided) makes it avoided."""
-        if address is not None and error.code == TRANSPORT and error.code_name == "UNAVAILABLE":
+        refusal, not a deadline: a slow node is not avoided) makes it avoided; a refusal
+        as no master makes its routes distrusted (``Endpoints.mark_stale``)."""
+        if address is None:
+            return
+        if error.code == TRANSPORT and error.code_name == "UNAVAILABLE":
             self.endpoints.mark_unreachable(address)
+        elif error.code == pb.HA_NOT_AVAILABLE:
+            self.endpoints.mark_stale(address)
 
     def next_queue(self, route: TopicRoute, broker_group: str | None = None) -> QueueRef:
         """Round-robin over the topic's queues (of one broker group, when named), one step

@@ -162,10 +162,17 @@ class Endpoints:
         self._learned = False
         self._channels: dict[str, RemotingChannel] = {}
         self._unreachable: dict[str, float] = {}  # address -> avoided until (monotonic)
+        self._stale: dict[str, float] = {}  # address -> not asked routes first until
 
     def mark_unreachable(self, address: str) -> None:
         """A request to the node at gRPC ``address`` failed in transport."""
         self._unreachable[address] = time.monotonic() + UNREACHABLE_S
+
+    def mark_stale(self, address: str) -> None:
+        """The node at gRPC ``address`` refused as no master (HA_NOT_AVAILABLE): its routes
+        may be stale (a master cut off from routing, fenced, still names itself), so
+        routes are asked elsewhere first for ``UNREACHABLE_S``; sends may still go to it."""
+        self._stale[address] = time.monotonic() + UNREACHABLE_S
 
     def reachable(self, address: str, forwardable: bool = True) -> str:
         """``address``, or, while it is avoided, another access point that is not (its
@@ -225,13 +232,19 @@ class Endpoints:
 
     def route_candidates(self) -> list[str]:
         """Where a route is asked, in turn: the access points, then any other node this
-        client has reached; the nodes avoided now (``mark_unreachable``) last. Every node
-        answers routes, so a node whose connection just failed (a client cut off from it)
-        is not asked first again: asking it cost the next send the call's whole timeout."""
+        client has reached; the nodes avoided now (``mark_unreachable``, ``mark_stale``)
+        last. Every node answers routes, so a node whose connection just failed (a client
+        cut off from it) is not asked first again: asking it cost the next send the call's
+        whole timeout; nor one that refused as no master: a master cut off from its peers
+        kept naming itself, and its clients wrote nowhere until the partition healed."""
         candidates = [*self.access_points]
         candidates += [a for a in self._connections if a not in candidates]
         now = time.monotonic()
-        return sorted(candidates, key=lambda a: self._unreachable.get(a, 0.0) > now)
+
+        def avoided(address: str) -> bool:
+            return max(self._unreachable.get(address, 0.0), self._stale.get(address, 0.0)) > now
+
+        return sorted(candidates, key=avoided)
 
     def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         cached = self._routes.get(topic)

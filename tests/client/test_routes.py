@@ -8,8 +8,9 @@ import contextlib
 import socket
 import threading
 
-from ferrymq.client import Admin, routes
+from ferrymq.client import Admin, FerryError, Producer, routes
 from ferrymq.client.routes import UNREACHABLE_S, Endpoints
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 
 
 def test_an_unreachable_node_is_avoided_for_a_while_then_tried_again(monkeypatch):
@@ -65,3 +66,20 @@ def test_a_node_whose_route_query_failed_is_asked_last_until_it_is_tried_again(m
             connection.close()
         silent.close()
         endpoints.close()
+
+
+def test_a_node_that_refused_as_no_master_is_asked_routes_last_but_still_sent_to():
+    """A master cut off from routing, fenced, still names itself in its routes: a client
+    whose access point it was kept asking it and wrote nowhere until the partition healed.
+    Its refusal (HA_NOT_AVAILABLE) sends route queries elsewhere first; sends may still go
+    to it (a new master refuses so too until its lease is renewed)."""
+    producer = Producer("a:1,b:2,c:3", timeout_s=1)
+    try:
+        refusal = FerryError(pb.HA_NOT_AVAILABLE, "HA_NOT_AVAILABLE", "not the master now")
+        producer.failed("a:1", refusal)
+        assert producer.endpoints.route_candidates() == ["b:2", "c:3", "a:1"]
+        assert producer.reachable("a:1") == "a:1"
+        producer.failed("b:2", FerryError(pb.BAD_REQUEST, "BAD_REQUEST", "a bad message"))
+        assert producer.endpoints.route_candidates() == ["b:2", "c:3", "a:1"]
+    finally:
+        producer.close()
