@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation chaos clean
+.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-clients chaos clean
 
 # The C speedups are compiled by the install: a change to any C source rebuilds them.
 C_SOURCES := store/_speedups.c ferrymq/codec/_speedups.c ferrymq/codec/_properties.h \
@@ -48,6 +48,11 @@ bench-floors: $(STAMP)
 # The official Java client offering a 3-node cluster a growing rate (Java 17 and Maven).
 bench-saturation: $(STAMP)
 	$(PY) -m bench.saturation --json
+
+# Kill -9 of the master under each official client's load, 5 times per client (Java 17,
+# Maven, Node.js and npm: the clients are fetched on first use).
+bench-clients: $(STAMP)
+	$(PY) -m bench.client_failover --json
 
 # ferrymq against NATS JetStream, Redis Streams and RabbitMQ quorum queues (apt-installs them),
 # Apache Kafka and Apache RocketMQ (Java 17; jars fetched from Maven Central by the benchmark).

@@ -84,6 +84,95 @@ async function produceFor(scenario) {
   }
 }
 
+// Seconds on CLOCK_MONOTONIC (libuv's hrtime): the clock a failover drill kills by
+// (bench/official_failover.py compares these stamps with time.monotonic()).
+function monotonic() {
+  return Number(process.hrtime.bigint()) / 1e9;
+}
+
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
+async function load(scenario) {
+  // A failover drill's load, as bench/official_failover.py's for the Python client: one
+  // send at a time and a SimpleConsumer receiving and acking, until the stop file exists;
+  // then the consumer drains until it has every acknowledged message, or nothing new came
+  // for drain_idle_s, or drain_s passed. Events: ready, sent / send_failed (body, t0, t1),
+  // received (body, t, attempt), ack_failed, receive_failed.
+  const fs = require('node:fs');
+  const producer = new Producer({
+    endpoints: scenario.endpoint, namespace: '', requestTimeout: 3000, topics: [ scenario.topic ],
+  });
+  const consumer = new SimpleConsumer({
+    endpoints: scenario.endpoint,
+    namespace: '',
+    consumerGroup: scenario.group,
+    subscriptions: new Map([[ scenario.topic, new FilterExpression('*') ]]),
+    awaitDuration: (scenario.await_s || 2) * 1000,
+    requestTimeout: 3000,
+  });
+  await producer.startup();
+  await consumer.startup();
+  const acked = new Set();
+  const received = new Set();
+  let stopped = false;
+  let producing = true;
+  const produceLoop = (async () => {
+    for (let i = 0; !stopped; i += 1) {
+      const body = `m-${i}`;
+      const t0 = monotonic();
+      try {
+        await producer.send({ topic: scenario.topic, body: Buffer.from(body) });
+        acked.add(body);
+        emit('sent', { body, t0, t1: monotonic() });
+      } catch (error) {
+        emit('send_failed', { body, t0, t1: monotonic(), ...errorFields(error) });
+      }
+      if (scenario.pause_s) await sleep(scenario.pause_s * 1000);
+    }
+    producing = false;
+  })();
+  let drainUntil = Infinity;
+  let lastNew = monotonic();
+  const drained = () => {
+    if (!stopped || producing) return false;
+    const now = monotonic();
+    const all = [ ...acked ].every(body => received.has(body));
+    return all || now > drainUntil || now - lastNew > (scenario.drain_idle_s || 15);
+  };
+  const consumeLoop = (async () => {
+    while (!drained()) {
+      const t0 = monotonic();
+      let messages;
+      try {
+        messages = await consumer.receive(16, (scenario.invisible_s || 5) * 1000);
+      } catch (error) {
+        emit('receive_failed', { t0, t1: monotonic(), ...errorFields(error) });
+        await sleep(50);
+        continue;
+      }
+      for (const message of messages) {
+        const body = message.body.toString();
+        if (!received.has(body)) lastNew = monotonic();
+        received.add(body);
+        emit('received', { body, t: monotonic(), attempt: message.deliveryAttempt });
+        try {
+          await consumer.ack(message);
+        } catch (error) {
+          emit('ack_failed', { body, t: monotonic(), ...errorFields(error) });
+        }
+      }
+    }
+  })();
+  emit('ready', { t: monotonic() });
+  while (!fs.existsSync(scenario.stop_file)) await sleep(20);
+  drainUntil = monotonic() + (scenario.drain_s || 300);
+  stopped = true;
+  await produceLoop;
+  await consumeLoop;
+  await producer.shutdown();
+  await consumer.shutdown();
+}
+
 async function simple(scenario) {
   const filter = scenario.sql
     ? new FilterExpression(scenario.sql, SQL)
@@ -135,7 +224,7 @@ async function main() {
   const chunks = [];
   for await (const chunk of process.stdin) chunks.push(chunk);
   const scenario = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-  const scenarios = { produce, produce_for: produceFor, simple };
+  const scenarios = { produce, produce_for: produceFor, simple, load };
   try {
     await scenarios[scenario.scenario](scenario);
   } catch (error) {
