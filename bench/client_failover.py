@@ -1,5 +1,5 @@
 """Failover per official client: ``python -m bench.client_failover --json [--drills N]
-[--clients python,java,nodejs]``.
+[--clients python,java,go,nodejs]``.
 
 For each client in turn, alone on a fresh 3-node SYNC cluster (loopback, OS-chosen ports):
 its producer sends one message at a time and its SimpleConsumer receives and acks
@@ -16,7 +16,8 @@ killed node restarted and all three in sync before the next. Per client:
   spent), which are not acknowledged, so not counted lost.
 
 Clients: ``python`` (rocketmq-python-client 5.1.2, given one node as access point),
-``java`` (rocketmq-client-java 5.0.7, every node as access point), ``nodejs``
+``java`` (rocketmq-client-java 5.0.7, every node as access point), ``go``
+(rocketmq-clients golang/v5, every node, in plaintext), ``nodejs``
 (rocketmq-client-nodejs 1.0.8, given a slave: its routes name that node, which forwards;
 it takes one address, so a drill never kills that node, moving the master off it first). Each
 is installed on first use by the test support (``tests/support/clients.py``,
@@ -44,12 +45,18 @@ from bench.cluster import (
     switch_master,
     wait_all_in_sync,
 )
-from bench.official_failover import OfficialLoad, check_nothing_lost, java_load, unavailable_ms
+from bench.official_failover import (
+    OfficialLoad,
+    check_nothing_lost,
+    go_load,
+    java_load,
+    unavailable_ms,
+)
 from ferrymq.client import Admin
 from ferrymq.launcher.cluster import is_running, load_plan, save_plan, start_node
 from ferrymq.launcher.polling import until
 
-CLIENTS = ("python", "java", "nodejs")
+CLIENTS = ("python", "java", "go", "nodejs")
 TOPIC, GROUP = "DrillTopic", "drill-readers"
 SEND_PAUSE_S = 0.005
 ACKS_AROUND_KILL = 20  # acknowledged sends before each kill, and after it before the restart
@@ -67,10 +74,15 @@ def client_load(client: str, plan, home: str, stop_file: str) -> tuple[OfficialL
         access = ";".join(n.grpc for n in plan.nodes)
         argv = list(clients.driver("java-grpc").argv)
         return java_load(argv, access, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
+    if client == "go":
+        from tests.support import clients
+
+        access = ";".join(n.grpc for n in plan.nodes)
+        argv = list(clients.driver("go-grpc").argv)
+        return go_load(argv, access, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
     if client == "nodejs":
         from tests.support.nodejs import RUNNER, nodejs_client
 
-        os.environ["ROCKETMQ_NODEJS_CLIENT"] = str(nodejs_client())
         # It takes one address (its list form is broken too), so it reaches the cluster
         # through one node only: a slave, which the drills never kill.
         access = next(n for n in plan.nodes if n.id != master_of(plan).id)
@@ -82,7 +94,9 @@ def client_load(client: str, plan, home: str, stop_file: str) -> tuple[OfficialL
             "stop_file": stop_file,
             "pause_s": SEND_PAUSE_S,
         }
-        return OfficialLoad(scenario, home, stop_file, argv=["node", str(RUNNER)]), access.id
+        installed = {"ROCKETMQ_NODEJS_CLIENT": str(nodejs_client())}
+        argv = ["node", str(RUNNER)]
+        return OfficialLoad(scenario, home, stop_file, argv, installed), access.id
     raise ValueError(f"unknown client {client!r}; known: {', '.join(CLIENTS)}")
 
 

@@ -53,7 +53,9 @@ class OfficialLoad:
         home: str,
         stop_file: str = "",
         argv: Sequence[str] | None = None,
+        environment: dict[str, str] | None = None,
     ) -> None:
+        """``environment``: variables the client's process gets beside this one's."""
         self.stop_file = stop_file
         self.events: list[dict] = []
         self._lock = threading.Lock()
@@ -73,7 +75,7 @@ class OfficialLoad:
                 stderr=stderr,
                 text=True,
                 cwd=home if argv else REPO,
-                env={**os.environ, "HOME": home, "TZ": "UTC"},
+                env={**os.environ, **(environment or {}), "HOME": home, "TZ": "UTC"},
             )
         self.process.stdin.write(json.dumps(scenario))
         self.process.stdin.close()
@@ -158,6 +160,24 @@ def java_load(
         ],
     }
     return OfficialLoad(spec, home, stop_file, argv=argv)
+
+
+def go_load(
+    argv: Sequence[str],
+    endpoint: str,
+    topic: str,
+    group: str,
+    home: str,
+    stop_file: str,
+    pause_s: float = 0.0,
+) -> OfficialLoad:
+    """The official Go 5.x client's ``load`` (its driver's step of that name, the same load
+    and events as the Python client's here) against ``endpoint``, in plaintext (the
+    client's environment switch; it speaks TLS by default)."""
+    step = {"do": "load", "topic": topic, "group": group, "stop_file": stop_file}
+    spec = {"endpoints": endpoint, "steps": [{**step, "pause_ms": round(pause_s * 1000)}]}
+    plaintext = {"rocketmq.client.enableSsl": "false"}
+    return OfficialLoad(spec, home, stop_file, argv=argv, environment=plaintext)
 
 
 def resumed_after(load: OfficialLoad, moment: float) -> tuple[float | None, float | None]:

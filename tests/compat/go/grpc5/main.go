@@ -14,7 +14,9 @@
 //	               {"op": "sleep", "s"}]},
 //	  {"do": "push", "group", "topic", "expression", "sql": bool, "fail": [bodies],
 //	       "fail_attempts": n, "expect": [bodies], "threads", "deadline_s", "linger_s"}
-//	       (or "consumers": [{"group", "topic", ...}, ..] with "deadline_s", "linger_s")]}
+//	       (or "consumers": [{"group", "topic", ...}, ..] with "deadline_s", "linger_s")},
+//	  {"do": "load", "topic", "group", "stop_file", "pause_ms", "await_s", "invisible_s",
+//	       "drain_idle_s", "drain_s"} (a failover drill's load: func load)]}
 //
 // Events: sent, send_failed, committed, rolled_back, end_failed, checked, received,
 // receive_failed, acked, ack_failed, changed, change_failed, consumed, push_waited,
@@ -31,9 +33,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+	"unsafe"
 
 	rmq "github.com/apache/rocketmq-clients/golang/v5"
 	"github.com/apache/rocketmq-clients/golang/v5/credentials"
@@ -421,6 +426,139 @@ func (d *driver) push(step object) error {
 	return nil
 }
 
+// monotonic is seconds on CLOCK_MONOTONIC: the clock a failover drill kills by
+// (bench/official_failover.py compares these stamps with Python's time.monotonic()).
+func monotonic() float64 {
+	var ts syscall.Timespec
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1, uintptr(unsafe.Pointer(&ts)), 0)
+	return float64(ts.Sec) + float64(ts.Nsec)/1e9
+}
+
+// load is a failover drill's load (as bench/official_failover.py's for the Python
+// client): one send at a time and a SimpleConsumer receiving and acking, until the stop
+// file exists; then the consumer drains until it has every acknowledged message, or
+// nothing new came for drain_idle_s (15), or drain_s (300) passed. Events: ready (t),
+// sent / send_failed (body, t0, t1), received (body, t, attempt), ack_failed,
+// receive_failed.
+func (d *driver) load(step object) error {
+	topic, group := str(step, "topic", ""), str(step, "group", "")
+	pause := time.Duration(num(step, "pause_ms", 0)) * time.Millisecond
+	producer, err := rmq.NewProducer(d.config(""), rmq.WithTopics(topic))
+	if err != nil {
+		return err
+	}
+	if err := producer.Start(); err != nil {
+		return err
+	}
+	defer producer.GracefulStop()
+	consumer, err := rmq.NewSimpleConsumer(d.config(group),
+		rmq.WithSimpleAwaitDuration(seconds(num(step, "await_s", 2))),
+		rmq.WithSimpleSubscriptionExpressions(map[string]*rmq.FilterExpression{topic: rmq.SUB_ALL}),
+	)
+	if err != nil {
+		return err
+	}
+	if err := consumer.Start(); err != nil {
+		return err
+	}
+	defer consumer.GracefulStop()
+	var mu sync.Mutex
+	acked, received := map[string]bool{}, map[string]bool{}
+	var stopped atomic.Bool
+	producing := make(chan struct{})
+	go func() {
+		defer close(producing)
+		for i := 0; !stopped.Load(); i++ {
+			body := fmt.Sprintf("m-%d", i)
+			t0 := monotonic()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := producer.Send(ctx, &rmq.Message{Topic: topic, Body: []byte(body)})
+			cancel()
+			if err != nil {
+				failed("send_failed", err, object{"body": body, "t0": t0, "t1": monotonic()})
+			} else {
+				mu.Lock()
+				acked[body] = true
+				mu.Unlock()
+				emit("sent", object{"body": body, "t0": t0, "t1": monotonic()})
+			}
+			if pause > 0 {
+				time.Sleep(pause)
+			}
+		}
+	}()
+	var drainUntil atomic.Value
+	drainUntil.Store(float64(1e18))
+	lastNew := monotonic()
+	drained := func() bool {
+		if !stopped.Load() {
+			return false
+		}
+		select {
+		case <-producing:
+		default:
+			return false // its last send may still be answered
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		now := monotonic()
+		all := true
+		for body := range acked {
+			if !received[body] {
+				all = false
+				break
+			}
+		}
+		return all || now > drainUntil.Load().(float64) || now-lastNew > num(step, "drain_idle_s", 15)
+	}
+	consuming := make(chan struct{})
+	go func() {
+		defer close(consuming)
+		invisible := seconds(num(step, "invisible_s", 5))
+		for !drained() {
+			t0 := monotonic()
+			ctx, cancel := context.WithTimeout(context.Background(), seconds(num(step, "await_s", 2)+10))
+			views, err := consumer.Receive(ctx, 16, invisible)
+			cancel()
+			if err != nil {
+				if status, ok := rmq.AsErrRpcStatus(err); !ok || status.GetCode() != 40401 {
+					failed("receive_failed", err, object{"t0": t0, "t1": monotonic()})
+					time.Sleep(50 * time.Millisecond)
+				}
+				continue
+			}
+			for _, view := range views {
+				body := string(view.GetBody())
+				mu.Lock()
+				if !received[body] {
+					lastNew = monotonic()
+				}
+				received[body] = true
+				mu.Unlock()
+				emit("received", object{"body": body, "t": monotonic(), "attempt": view.GetDeliveryAttempt()})
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if err := consumer.Ack(ctx, view); err != nil {
+					failed("ack_failed", err, object{"body": body, "t": monotonic()})
+				}
+				cancel()
+			}
+		}
+	}()
+	emit("ready", object{"t": monotonic()})
+	stopFile := str(step, "stop_file", "")
+	for {
+		if _, err := os.Stat(stopFile); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	drainUntil.Store(monotonic() + num(step, "drain_s", 300))
+	stopped.Store(true)
+	<-producing
+	<-consuming
+	return nil
+}
+
 func main() {
 	spec, err := readSpec()
 	d := &driver{endpoints: str(spec, "endpoints", "")}
@@ -429,5 +567,6 @@ func main() {
 		"transaction": d.transaction,
 		"simple":      d.simple,
 		"push":        d.push,
+		"load":        d.load,
 	})
 }
