@@ -1,5 +1,5 @@
 """Failover per official client: ``python -m bench.client_failover --json [--drills N]
-[--clients python,java,go,nodejs]``.
+[--clients python,java,java4,go,nodejs]``.
 
 For each client in turn, alone on a fresh 3-node SYNC cluster (loopback, OS-chosen ports):
 its producer sends one message at a time and its SimpleConsumer receives and acks
@@ -16,7 +16,9 @@ killed node restarted and all three in sync before the next. Per client:
   spent), which are not acknowledged, so not counted lost.
 
 Clients: ``python`` (rocketmq-python-client 5.1.2, given one node as access point),
-``java`` (rocketmq-client-java 5.0.7, every node as access point), ``go``
+``java`` (rocketmq-client-java 5.0.7, every node as access point), ``java4``
+(rocketmq-client 4.9.8 on the remoting port: a sync producer and a push consumer, every
+node as a NameServer), ``go``
 (rocketmq-clients golang/v5, every node, in plaintext), ``nodejs``
 (rocketmq-client-nodejs 1.0.8, given a slave: its routes name that node, which forwards;
 it takes one address, so a drill never kills that node, moving the master off it first). Each
@@ -49,6 +51,7 @@ from bench.official_failover import (
     OfficialLoad,
     check_nothing_lost,
     go_load,
+    java4_load,
     java_load,
     unavailable_ms,
 )
@@ -56,7 +59,7 @@ from ferrymq.client import Admin
 from ferrymq.launcher.cluster import is_running, load_plan, save_plan, start_node
 from ferrymq.launcher.polling import until
 
-CLIENTS = ("python", "java", "go", "nodejs")
+CLIENTS = ("python", "java", "java4", "go", "nodejs")
 TOPIC, GROUP = "DrillTopic", "drill-readers"
 SEND_PAUSE_S = 0.005
 ACKS_AROUND_KILL = 20  # acknowledged sends before each kill, and after it before the restart
@@ -74,6 +77,12 @@ def client_load(client: str, plan, home: str, stop_file: str) -> tuple[OfficialL
         access = ";".join(n.grpc for n in plan.nodes)
         argv = list(clients.driver("java-grpc").argv)
         return java_load(argv, access, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
+    if client == "java4":
+        from tests.support import clients
+
+        namesrv = ";".join(n.remoting for n in plan.nodes)
+        argv = list(clients.driver("java-remoting").argv)
+        return java4_load(argv, namesrv, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
     if client == "go":
         from tests.support import clients
 

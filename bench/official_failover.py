@@ -180,6 +180,23 @@ def go_load(
     return OfficialLoad(spec, home, stop_file, argv=argv, environment=plaintext)
 
 
+def java4_load(
+    argv: Sequence[str],
+    namesrv: str,
+    topic: str,
+    group: str,
+    home: str,
+    stop_file: str,
+    pause_s: float = 0.0,
+) -> OfficialLoad:
+    """The official Java 4.x client's ``load`` (rocketmq-client: a sync producer and a push
+    consumer, the same events as the Python client's here), given ``namesrv`` (the nodes'
+    remoting addresses, ``;``-separated)."""
+    step = {"do": "load", "topic": topic, "group": group, "stop_file": stop_file}
+    spec = {"namesrv": namesrv, "steps": [{**step, "pause_ms": round(pause_s * 1000)}]}
+    return OfficialLoad(spec, home, stop_file, argv=argv)
+
+
 def resumed_after(load: OfficialLoad, moment: float) -> tuple[float | None, float | None]:
     """When sends and receives resumed after ``moment`` (a kill): the first acknowledged
     send the killed node cannot have answered (started after it, or answered more than

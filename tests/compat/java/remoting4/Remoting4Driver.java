@@ -60,7 +60,8 @@ import org.apache.rocketmq.remoting.RPCHook;
  *        "broadcast": bool, "instances": n, "max_reconsume": n, "fail": [bodies],
  *        "fail_attempts": n, "expect": [bodies], "deadline_s", "linger_s"},
  *   {"do": "lite_pull", "group", "topic", "expression", "expect": [bodies], "deadline_s"},
- *   {"do": "query_key", "topic", "key", "count", "deadline_s"}]}
+ *   {"do": "query_key", "topic", "key", "count", "deadline_s"},
+ *   {"do": "load", "topic", "group", "stop_file", "pause_ms", "drain_idle_s", "drain_s"}]}
  * </pre>
  *
  * Events: sent, send_failed, checked, consumed, push_waited, pulled, pull_waited, queried,
@@ -97,7 +98,87 @@ public final class Remoting4Driver {
             "transaction", driver::transaction,
             "push", driver::push,
             "lite_pull", driver::litePull,
-            "query_key", driver::queryKey));
+            "query_key", driver::queryKey,
+            "load", driver::load));
+    }
+
+    /** Seconds on CLOCK_MONOTONIC (System.nanoTime on Linux): the clock a drill kills by. */
+    private static double monotonic() {
+        return System.nanoTime() / 1e9;
+    }
+
+    /**
+     * A failover drill's load (as bench/official_failover.py's for the Python client): one
+     * sync send at a time (the client's own retries) and a push consumer, until the stop file
+     * exists; then the consumer drains until it has every acknowledged message, or nothing
+     * new came for drain_idle_s (15), or drain_s (300) passed. Events: ready (t), sent /
+     * send_failed (body, t0, t1), received (body, t, attempt).
+     */
+    private void load(JsonObject step) throws Exception {
+        String topic = Out.str(step, "topic", "");
+        long pauseMs = Out.num(step, "pause_ms", 0);
+        java.nio.file.Path stopFile = java.nio.file.Path.of(Out.str(step, "stop_file", ""));
+        DefaultMQProducer producer = new DefaultMQProducer("drill-producer", rpcHook);
+        producer.setNamesrvAddr(namesrv);
+        producer.setInstanceName(instance("producer"));
+        producer.setSendMsgTimeout(3000);
+        producer.start();
+        Set<String> acked = ConcurrentHashMap.newKeySet();
+        Set<String> received = ConcurrentHashMap.newKeySet();
+        double[] lastNew = {monotonic()};
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(
+            Out.str(step, "group", ""), rpcHook, new AllocateMessageQueueAveragely());
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setInstanceName(instance("push"));
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            for (MessageExt m : messages) {
+                String body = Out.utf8(m.getBody());
+                if (received.add(body)) {
+                    lastNew[0] = monotonic();
+                }
+                Out.emit("received", "body", body, "t", monotonic(), "attempt", m.getReconsumeTimes() + 1);
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+        java.util.concurrent.atomic.AtomicBoolean stopped = new java.util.concurrent.atomic.AtomicBoolean();
+        Thread producing = new Thread(() -> {
+            for (int i = 0; !stopped.get(); i++) {
+                String body = "m-" + i;
+                double t0 = monotonic();
+                try {
+                    producer.send(new Message(topic, Out.bytes(body)));
+                    acked.add(body);
+                    Out.emit("sent", "body", body, "t0", t0, "t1", monotonic());
+                } catch (Exception e) {
+                    Out.emit("send_failed", "body", body, "t0", t0, "t1", monotonic(),
+                        "type", e.getClass().getSimpleName(), "message", String.valueOf(e.getMessage()));
+                }
+                if (pauseMs > 0) {
+                    Out.sleepMillis(pauseMs);
+                }
+            }
+        });
+        producing.start();
+        Out.emit("ready", "t", monotonic());
+        try {
+            while (!java.nio.file.Files.exists(stopFile)) {
+                Out.sleepMillis(20);
+            }
+            stopped.set(true);
+            producing.join();
+            double until = monotonic() + Out.real(step, "drain_s", 300);
+            double idle = Out.real(step, "drain_idle_s", 15);
+            while (!received.containsAll(acked) && monotonic() < until
+                && monotonic() - lastNew[0] < idle) {
+                Out.sleepMillis(50);
+            }
+        } finally {
+            consumer.shutdown();
+            producer.shutdown();
+        }
     }
 
     private String instance(String role) {
