@@ -77,8 +77,11 @@ FIFO_RELEASE_EVERY = 100
 # would send several times more, more than the POP groups (an append per receive and per
 # ack) and a restarted slave's catch-up can follow, so the consumers could never drain.
 SENDS_PER_S_PER_WRITER = 50.0
-# Answers that mean nothing was written (the node refused before appending).
-REFUSED = frozenset({pb.HA_NOT_AVAILABLE, pb.TOPIC_NOT_FOUND, pb.BAD_REQUEST})
+# Answers that mean nothing was written (the node refused before appending): among them
+# back-pressure (TOO_MANY_REQUESTS: the in-sync set is behind, a limit is reached), which
+# docs/guarantees.md promises writes nothing. The checker holds each to it ("refused yet
+# present").
+REFUSED = frozenset({pb.HA_NOT_AVAILABLE, pb.TOPIC_NOT_FOUND, pb.BAD_REQUEST, pb.TOO_MANY_REQUESTS})
 # Stored on the master, durability or replication not confirmed in time.
 NOT_CONFIRMED = frozenset({pb.SLAVE_PERSISTENCE_TIMEOUT, pb.MASTER_PERSISTENCE_TIMEOUT})
 PAUSE_AFTER_ERROR_S = 0.05  # a refused writer does not spin while the cluster fails over
@@ -86,7 +89,8 @@ PAUSE_AFTER_ERROR_S = 0.05  # a refused writer does not spin while the cluster f
 
 def outcome_of(error: FerryError) -> str:
     if error.code == TRANSPORT:
-        return UNKNOWN
+        # A request that never left (no connection to the node) cannot have been stored.
+        return FAILED if error.unsent else UNKNOWN
     if error.code in REFUSED:
         return FAILED
     if error.code in NOT_CONFIRMED:

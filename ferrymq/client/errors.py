@@ -29,11 +29,15 @@ class FerryError(Exception):
     """A request failed. ``code`` is an ``apache.rocketmq.v2.Code`` value (or a google.rpc
     code for Admin calls, or ``TRANSPORT``); ``code_name`` its name."""
 
-    def __init__(self, code: int, code_name: str, message: str) -> None:
+    def __init__(self, code: int, code_name: str, message: str, *, unsent: bool = False) -> None:
+        """``unsent``: the request never left this client (its connection could not be
+        opened), so the node cannot have acted on it: a send failed, it did not end with
+        an unknown outcome."""
         super().__init__(f"{code_name}: {message}")
         self.code = code
         self.code_name = code_name
         self.detail = message
+        self.unsent = unsent
 
     @property
     def retriable(self) -> bool:

@@ -57,8 +57,9 @@ PLAIN = ClientSecurity()
 CLIENT_VERSION = 407  # the 4.9.7 ordinal, as the broker answers
 
 
-def unavailable(address: str, why: object) -> FerryError:
-    return FerryError(TRANSPORT, "UNAVAILABLE", f"remoting {address}: {why}")
+def unavailable(address: str, why: object, *, unsent: bool = False) -> FerryError:
+    """A failed connection; ``unsent``: it failed before the request left (``FerryError``)."""
+    return FerryError(TRANSPORT, "UNAVAILABLE", f"remoting {address}: {why}", unsent=unsent)
 
 
 def deadline(address: str, timeout_s: float) -> FerryError:
@@ -165,7 +166,7 @@ class RemotingChannel:
         try:
             sock = socket.create_connection((host, port), timeout=self.timeout_s)
         except OSError as error:
-            raise unavailable(self.address, error) from None
+            raise unavailable(self.address, error, unsent=True) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         detect_dead_peer(sock)  # a cut path fails in ~2 s, not at the call's deadline
         if self._tls is not None:
@@ -173,7 +174,7 @@ class RemotingChannel:
                 sock = self._tls.wrap_socket(sock, server_hostname=host)
             except OSError as error:  # ssl.SSLError too: a failed handshake, as a node down
                 sock.close()
-                raise unavailable(self.address, error) from None
+                raise unavailable(self.address, error, unsent=True) from None
         self._socket = sock
         self._splitter = FrameSplitter()
         self._frames = []
@@ -349,7 +350,7 @@ class AsyncRemotingChannel:
                 self.timeout_s,
             )
         except (TimeoutError, OSError) as error:
-            raise unavailable(self.address, error or "connect timed out") from None
+            raise unavailable(self.address, error or "connect timed out", unsent=True) from None
         self._protocol = protocol
         return protocol
 

@@ -15,9 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from chaos.history import FAILED, UNKNOWN
+from chaos.workload import outcome_of
 from ferrymq.client import FerryError
+from ferrymq.client.errors import TRANSPORT
 from ferrymq.client.remoting_channel import RemotingChannel
 from ferrymq.codec.dead_peer import DEAD_LINK_S
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 
 BIG_BODY = b"x" * (32 << 20)  # far more than a closed window and the send buffer hold
 
@@ -72,3 +76,33 @@ def test_the_calls_own_timeout_is_a_deadline():
         with pytest.raises(FerryError) as failed:
             channel.call(310, b"ping")
     assert failed.value.code_name == "DEADLINE_EXCEEDED", failed.value
+
+
+def test_a_connection_never_opened_is_unsent_the_others_are_not():
+    """A refused connection: the request never left, the node cannot have acted on it
+    (``FerryError.unsent``: a send failed, its outcome is not unknown). A connection that
+    died or timed out after the request left says nothing of it."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()  # nobody listens there now
+    with pytest.raises(FerryError) as refused:
+        RemotingChannel(address, timeout_s=1).call(310, b"ping")
+    assert refused.value.code_name == "UNAVAILABLE" and refused.value.unsent
+    with silent_server(reads=True) as silent, pytest.raises(FerryError) as late:
+        RemotingChannel(silent, timeout_s=0.3).call(310, b"ping")
+    assert late.value.code_name == "DEADLINE_EXCEEDED" and not late.value.unsent
+
+
+def test_the_chaos_workload_counts_refusals_and_unsent_requests_as_failed():
+    """What the chaos checker then holds to "nothing written" (``refused yet present``)."""
+    busy = FerryError(pb.TOO_MANY_REQUESTS, "TOO_MANY_REQUESTS", "the in-sync set is behind")
+    unsent = FerryError(TRANSPORT, "UNAVAILABLE", "connection refused", unsent=True)
+    lost = FerryError(TRANSPORT, "UNAVAILABLE", "connection reset")
+    late = FerryError(TRANSPORT, "DEADLINE_EXCEEDED", "no answer in 3 s")
+    assert [outcome_of(e) for e in (busy, unsent, lost, late)] == [
+        FAILED,
+        FAILED,
+        UNKNOWN,
+        UNKNOWN,
+    ]
