@@ -52,7 +52,8 @@ bench-saturation: $(STAMP)
 # Kill -9 of the master under each official client's load, 5 times per client (Java 17,
 # Maven, Node.js and npm: the clients are fetched on first use).
 bench-clients: $(STAMP)
-	$(PY) -m bench.client_failover --json
+	$(PY) -m tests.support.client_drivers .venv/client-drivers.json
+	$(PY) -m bench.client_failover --json --drivers .venv/client-drivers.json
 
 # ferrymq against NATS JetStream, Redis Streams and RabbitMQ quorum queues (apt-installs them),
 # Apache Kafka and Apache RocketMQ (Java 17; jars fetched from Maven Central by the benchmark).

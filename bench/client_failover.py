@@ -18,12 +18,13 @@ killed node restarted and all three in sync before the next. Per client:
 Clients: ``python`` (rocketmq-python-client 5.1.2, given one node as access point),
 ``java`` (rocketmq-client-java 5.0.7, every node as access point), ``java4``
 (rocketmq-client 4.9.8 on the remoting port: a sync producer and a push consumer, every
-node as a NameServer), ``go``
-(rocketmq-clients golang/v5, every node, in plaintext), ``nodejs``
-(rocketmq-client-nodejs 1.0.8, given a slave: its routes name that node, which forwards;
-it takes one address, so a drill never kills that node, moving the master off it first). Each
-is installed on first use by the test support (``tests/support/clients.py``,
-``tests/support/nodejs.py``). Prints a human summary on stderr and one JSON object.
+node as a NameServer), ``go`` (rocketmq-clients golang/v5, every node, in plaintext),
+``nodejs`` (rocketmq-client-nodejs 1.0.8, given a slave: its routes name that node, which
+forwards; it takes one address, so a drill never kills that node, moving the master off it
+first). Every client but the Python one runs the driver named in ``--drivers``: a JSON
+file written by ``python -m tests.support.client_drivers FILE``, which builds them on first
+use (``make bench-clients`` does both). Prints a human summary on stderr and one JSON
+object.
 """
 
 from __future__ import annotations
@@ -65,33 +66,26 @@ SEND_PAUSE_S = 0.005
 ACKS_AROUND_KILL = 20  # acknowledged sends before each kill, and after it before the restart
 
 
-def client_load(client: str, plan, home: str, stop_file: str) -> tuple[OfficialLoad, str]:
+def client_load(
+    client: str, plan, home: str, stop_file: str, drivers: dict
+) -> tuple[OfficialLoad, str]:
     """The client's load, and the node id a drill must not kill ("" for none)."""
     first = min(plan.nodes, key=lambda n: n.grpc)
     if client == "python":
         scenario = {"scenario": "load", "endpoint": first.grpc, "topic": TOPIC, "group": GROUP}
         return OfficialLoad({**scenario, "pause_s": SEND_PAUSE_S}, home, stop_file), ""
+    if client not in drivers:
+        raise ValueError(f"no driver for {client!r} in --drivers (tests.support.client_drivers)")
+    argv, env = drivers[client]["argv"], drivers[client].get("env", {})
+    every_node = ";".join(n.grpc for n in plan.nodes)
     if client == "java":
-        from tests.support import clients
-
-        access = ";".join(n.grpc for n in plan.nodes)
-        argv = list(clients.driver("java-grpc").argv)
-        return java_load(argv, access, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
+        return java_load(argv, every_node, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
     if client == "java4":
-        from tests.support import clients
-
         namesrv = ";".join(n.remoting for n in plan.nodes)
-        argv = list(clients.driver("java-remoting").argv)
         return java4_load(argv, namesrv, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
     if client == "go":
-        from tests.support import clients
-
-        access = ";".join(n.grpc for n in plan.nodes)
-        argv = list(clients.driver("go-grpc").argv)
-        return go_load(argv, access, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
+        return go_load(argv, every_node, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
     if client == "nodejs":
-        from tests.support.nodejs import RUNNER, nodejs_client
-
         # It takes one address (its list form is broken too), so it reaches the cluster
         # through one node only: a slave, which the drills never kill.
         access = next(n for n in plan.nodes if n.id != master_of(plan).id)
@@ -103,9 +97,7 @@ def client_load(client: str, plan, home: str, stop_file: str) -> tuple[OfficialL
             "stop_file": stop_file,
             "pause_s": SEND_PAUSE_S,
         }
-        installed = {"ROCKETMQ_NODEJS_CLIENT": str(nodejs_client())}
-        argv = ["node", str(RUNNER)]
-        return OfficialLoad(scenario, home, stop_file, argv, installed), access.id
+        return OfficialLoad(scenario, home, stop_file, argv, env), access.id
     raise ValueError(f"unknown client {client!r}; known: {', '.join(CLIENTS)}")
 
 
@@ -131,7 +123,7 @@ def drill(directory: str, load: OfficialLoad, spared: str) -> float:
     return took_ms
 
 
-def run_client(client: str, drills: int, root: str) -> dict:
+def run_client(client: str, drills: int, root: str, drivers: dict) -> dict:
     directory = os.path.join(root, f"{client}-cluster")
     home = os.path.join(root, f"{client}-home")
     os.makedirs(home, exist_ok=True)
@@ -142,7 +134,7 @@ def run_client(client: str, drills: int, root: str) -> dict:
         with Admin(plan.nodes[0].grpc) as admin:
             admin.create_topic(TOPIC, 4)
             admin.create_group(GROUP)
-        load, spared = client_load(client, plan, home, stop_file)
+        load, spared = client_load(client, plan, home, stop_file, drivers)
         load.until(lambda: len(load.of("received")) >= 20, 180, f"{client}'s load")
         took = []
         for number in range(1, drills + 1):
@@ -174,12 +166,21 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="only the JSON line on stdout")
     parser.add_argument("--drills", type=int, default=5)
     parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument(
+        "--drivers",
+        default="",
+        help="JSON file of the clients' drivers (python -m tests.support.client_drivers FILE)",
+    )
     args = parser.parse_args()
+    drivers = {}
+    if args.drivers:
+        with open(args.drivers, encoding="utf-8") as f:
+            drivers = json.load(f)
     figures: dict = {"drills": args.drills}
     with tempfile.TemporaryDirectory(prefix="ferrymq-client-failover-") as root:
         for client in args.clients.split(","):
             log(f"{client}: {args.drills} kills of the master under its load")
-            figures |= run_client(client.strip(), args.drills, root)
+            figures |= run_client(client.strip(), args.drills, root, drivers)
     if not args.json:
         print(json.dumps(figures, indent=1), file=sys.stderr)
     print(json.dumps(figures))

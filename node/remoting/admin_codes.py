@@ -59,6 +59,7 @@ from node.services.admin import (
 from node.services.caller import Caller
 from node.services.registry import Services
 from node.topics import Permission
+from store.results import LogFigures
 
 PERMISSIONS = {6: Permission.READ_WRITE, 4: Permission.READ, 2: Permission.WRITE}
 PERM_READ_WRITE = 6
@@ -102,11 +103,8 @@ def runtime_table(
     answered (their flush and replicas awaited) against the node's limit; reads and acks
     have none queued (a long poll is parked, not queued), and no lock is held over a put between
     two requests on the event loop (``pageCacheLockTimeMills`` 0)."""
-    log = figures.log
     put_tps, got_tps = tps_text(figures.put_rates), tps_text(figures.got_rates)
     daily = figures.daily
-    used = log.disk_total_bytes - log.disk_free_bytes
-    disk_ratio = used / log.disk_total_bytes if log.disk_total_bytes else 0.0
     put_average = figures.put_bytes / figures.put_total if figures.put_total else 0.0
     return {
         "brokerVersionDesc": VERSION_DESC,
@@ -146,6 +144,15 @@ def runtime_table(
         "ackThreadPoolQueueCapacity": str(figures.max_open_sends),
         "ackThreadPoolQueueHeadWaitTimeMills": "0",
         "pageCacheLockTimeMills": "0",
+        **log_table(figures.log),
+    }
+
+
+def log_table(log: LogFigures) -> dict[str, str]:
+    """The runtime table's keys of the CommitLog and the disk under it."""
+    used = log.disk_total_bytes - log.disk_free_bytes
+    disk_ratio = used / log.disk_total_bytes if log.disk_total_bytes else 0.0
+    return {
         "earliestMessageTimeStamp": str(log.earliest_store_ms),
         "commitLogMinOffset": str(log.min_offset),
         "commitLogMaxOffset": str(log.write_offset),

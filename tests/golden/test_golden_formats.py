@@ -1,5 +1,5 @@
 """Every recorded release's data directory (``tests/golden/<version>/``, written by
-``write_fixture.py`` with that release's code) opens with the current code, which finds in
+``tests/support/golden_fixture.py`` with that release's code) opens with the current code, which finds in
 it what the release wrote: routing (topics, groups, users with sealed keys, ACL entries:
 the Raft journal), messages with their tags, keys and properties at their offsets (the
 CommitLog, consume queues, index), committed offsets, POP deliveries acked and in flight,
@@ -17,7 +17,7 @@ import pytest
 from ferrymq.client import Admin, Message, Producer, PullConsumer, SimpleConsumer
 from ferrymq.launcher.node_process import start_node_process
 from ferrymq.launcher.polling import until
-from tests.golden import write_fixture as fixture
+from tests.support import golden_fixture as fixture
 
 HERE = Path(__file__).resolve().parent
 RELEASES = sorted(p.name for p in HERE.iterdir() if (p / "manifest.json").exists())

@@ -3,7 +3,7 @@ touches every persisted format, and a manifest of what a reader must find in it.
 
 Run with a release's checkout first on the path (it drives that release's node and SDK):
 
-    PYTHONPATH=<checkout of the release> python tests/golden/write_fixture.py <out dir>
+    PYTHONPATH=<checkout of the release> python tests/support/golden_fixture.py <out dir>
 
 The workload (auth on, so users and their sealed keys are in the routing state): topics of
 each kind, groups, a user with an ACL entry; normal messages with tags, keys and
