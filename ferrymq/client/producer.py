@@ -106,12 +106,13 @@ class Producer:
 
     # ---- where a request goes ----------------------------------------------------------
     def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        """The topic's route; a failure to get one is ``unsent``: no send left for it."""
         try:
             route = self.endpoints.route(topic, refresh)
-        except FerryError:
+        except FerryError as error:
             cached = self.endpoints.cached_route(topic)
             if not refresh or cached is None:
-                raise
+                raise FerryError(error.code, error.code_name, error.detail, unsent=True) from None
             route = cached  # nobody answers routes now: the cached master may still be up
         if not route.queues:
             raise FerryError(pb.TOPIC_NOT_FOUND, "TOPIC_NOT_FOUND", f"{topic} has no queues")

@@ -17,7 +17,7 @@ import pytest
 
 from chaos.history import FAILED, UNKNOWN
 from chaos.workload import outcome_of
-from ferrymq.client import FerryError
+from ferrymq.client import FerryError, Message, Producer
 from ferrymq.client.errors import TRANSPORT
 from ferrymq.client.remoting_channel import RemotingChannel
 from ferrymq.codec.dead_peer import DEAD_LINK_S
@@ -106,3 +106,16 @@ def test_the_chaos_workload_counts_refusals_and_unsent_requests_as_failed():
         UNKNOWN,
         UNKNOWN,
     ]
+
+
+def test_a_send_that_found_no_route_is_unsent():
+    """Every node down (a restart of all of them): the route cannot be asked, so no send
+    left; the chaos runs had counted all of these unknown."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()
+    producer = Producer(address, max_attempts=1, timeout_s=1)
+    with producer, pytest.raises(FerryError) as failed:
+        producer.send(Message("anywhere", b"never sent"))
+    assert failed.value.code == TRANSPORT and failed.value.unsent, failed.value
