@@ -24,7 +24,8 @@ under ``PUBLISH_P99_LIMIT_MS`` and the consumer's backlog under one second of th
 benchmark's, with the load's client). ``--soak-minutes M`` then offers 80 % of the
 sustainable rate for M minutes, in one-minute steps, and samples every node's anonymous
 resident memory (RssAnon, its routing host's included) every ``MEMORY_SAMPLE_S``: its
-growth from the first to the last minute is the figure (flat is the goal), with every
+growth from the first to the last minute is the figure (flat is the goal; each minute's
+average beside it), with every
 error of the soak.
 
 Prints a human summary on stderr and one JSON object (last line of stdout).
@@ -367,6 +368,15 @@ def soak(plan: ClusterPlan, argv: tuple[str, ...], rate: float, minutes: int) ->
         },
         "soak_anon_growth_bytes": growth,
         "soak_anon_max_bytes": {n: max(v) for n, v in per_node.items() if v},
+        # Each minute's average: growth that levels off (caches filling) is told from a leak.
+        "soak_anon_per_minute_bytes": {
+            n: [
+                sum(v[i : i + per_minute]) // len(v[i : i + per_minute])
+                for i in range(0, len(v), per_minute)
+            ]
+            for n, v in per_node.items()
+            if v
+        },
     }
 
 
