@@ -25,8 +25,7 @@ benchmark's, with the load's client). ``--soak-minutes M`` then offers 80 % of t
 sustainable rate for M minutes, in one-minute steps, and samples every node's anonymous
 resident memory (RssAnon, its routing host's included) every ``MEMORY_SAMPLE_S``: its
 growth from the first to the last minute is the figure (flat is the goal; each minute's
-average beside it), with every
-error of the soak.
+average beside it), with every error of the soak.
 
 Prints a human summary on stderr and one JSON object (last line of stdout).
 """
