@@ -1,9 +1,10 @@
 """Every recorded release's data directory (``tests/golden/<version>/``, written by
-``tests/support/golden_fixture.py`` with that release's code) opens with the current code, which finds in
-it what the release wrote: routing (topics, groups, users with sealed keys, ACL entries:
-the Raft journal), messages with their tags, keys and properties at their offsets (the
-CommitLog, consume queues, index), committed offsets, POP deliveries acked and in flight,
-and a delayed message that came due while the node was down (the timer records)."""
+``tests/support/golden_fixture.py`` with that release's code) opens with the current code,
+which finds in it what the release wrote: routing (topics, groups, users with sealed keys,
+ACL entries: the Raft journal), messages with their tags, keys and properties at their
+offsets (the CommitLog, consume queues, index), committed offsets, POP deliveries acked and
+in flight, and a delayed message that came due while the node was down (the timer
+records)."""
 
 from __future__ import annotations
 
