@@ -134,6 +134,17 @@ class OfficialLoad:
             self.process.wait()
 
 
+def load_step(topic: str, group: str, stop_file: str, pause_s: float) -> dict:
+    """The ``load`` step every client driver (Java, Java 4.x, Go) takes."""
+    return {
+        "do": "load",
+        "topic": topic,
+        "group": group,
+        "stop_file": stop_file,
+        "pause_ms": round(pause_s * 1000),
+    }
+
+
 def java_load(
     argv: Sequence[str],
     endpoint: str,
@@ -149,15 +160,7 @@ def java_load(
         "endpoints": endpoint,
         "tls": False,
         "request_timeout_ms": 3000,
-        "steps": [
-            {
-                "do": "load",
-                "topic": topic,
-                "group": group,
-                "stop_file": stop_file,
-                "pause_ms": round(pause_s * 1000),
-            }
-        ],
+        "steps": [load_step(topic, group, stop_file, pause_s)],
     }
     return OfficialLoad(spec, home, stop_file, argv=argv)
 
@@ -174,8 +177,7 @@ def go_load(
     """The official Go 5.x client's ``load`` (its driver's step of that name, the same load
     and events as the Python client's here) against ``endpoint``, in plaintext (the
     client's environment switch; it speaks TLS by default)."""
-    step = {"do": "load", "topic": topic, "group": group, "stop_file": stop_file}
-    spec = {"endpoints": endpoint, "steps": [{**step, "pause_ms": round(pause_s * 1000)}]}
+    spec = {"endpoints": endpoint, "steps": [load_step(topic, group, stop_file, pause_s)]}
     plaintext = {"rocketmq.client.enableSsl": "false"}
     return OfficialLoad(spec, home, stop_file, argv=argv, environment=plaintext)
 
@@ -192,8 +194,7 @@ def java4_load(
     """The official Java 4.x client's ``load`` (rocketmq-client: a sync producer and a push
     consumer, the same events as the Python client's here), given ``namesrv`` (the nodes'
     remoting addresses, ``;``-separated)."""
-    step = {"do": "load", "topic": topic, "group": group, "stop_file": stop_file}
-    spec = {"namesrv": namesrv, "steps": [{**step, "pause_ms": round(pause_s * 1000)}]}
+    spec = {"namesrv": namesrv, "steps": [load_step(topic, group, stop_file, pause_s)]}
     return OfficialLoad(spec, home, stop_file, argv=argv)
 
 
