@@ -21,7 +21,10 @@ pysyncobj facts this module works around (see docs/guarantees.md, "Routing"):
 - its connections buffer whatever length a peer announces before decrypting anything: they
   are bounded (``routing/raft_transport.py``), and a command too large for that bound is
   refused here before it is appended;
-- a voter's listener would bind every interface: it binds the voter's own address.
+- a voter's listener would bind every interface: it binds the voter's own address;
+- it stores the term and the vote by rename every second, and a rename that frees the old
+  file's blocks stalled its thread for seconds under a slow disk: the term, the vote and
+  snapshots are written by ``routing/raft_files.py`` instead.
 
 Thread-safety: pysyncobj applies commands on its own thread; ``lock`` guards the state
 against readers on the event loop. ``submit`` is called from the event loop.
@@ -42,6 +45,7 @@ from typing import TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
+from routing import raft_files
 from routing.commands import CatchUp, CommandResult
 from routing.raft_transport import MAX_COMMAND_BYTES, BoundedTcpTransport
 from routing.state import RoutingState
@@ -53,6 +57,7 @@ RETRY_PAUSE_S = 0.02
 # topics nobody created must not become a flood of Raft entries.
 CATCH_UP_SPACING_S = 0.05
 T = TypeVar("T")
+raft_files.install()
 
 FAIL_REASONS = {
     FAIL_REASON.QUEUE_FULL: "the leader's command queue is full",
@@ -179,6 +184,7 @@ class RoutingReplica:
         if self_address is not None:
             raft_dir = os.path.join(data_dir, "raft")
             os.makedirs(raft_dir, exist_ok=True)
+            raft_files.reclaim_leftovers(raft_dir)
             journal = os.path.join(raft_dir, "journal")
             dump = os.path.join(raft_dir, "snapshot")
         single = len(voters) == 1
