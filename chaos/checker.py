@@ -492,10 +492,19 @@ def unavailability(history: History) -> list[dict]:
     ok_invocations = sorted((s.invoked_s, s.completed_s) for s in history.sends if s.outcome == OK)
     faults = sorted(history.faults, key=lambda f: f.start_s)
     acks = sorted(done for _, done in ok_invocations)
+    # The last fault's stretch ends with the writers, not with the run (which goes on
+    # while the consumers catch up).
+    writers_end_s = max(
+        (s.completed_s if s.completed_s is not None else s.invoked_s for s in history.sends),
+        default=history.duration_s,
+    )
     for turn, fault in enumerate(faults):
         first = next((done for invoked, done in ok_invocations if invoked >= fault.start_s), None)
         # The longest stretch without any acknowledgement, from the fault until the next.
-        until_s = faults[turn + 1].start_s if turn + 1 < len(faults) else history.duration_s
+        if turn + 1 < len(faults):
+            until_s = faults[turn + 1].start_s
+        else:
+            until_s = max(fault.start_s, writers_end_s)
         marks = [fault.start_s, *(a for a in acks if fault.start_s < a < until_s), until_s]
         gap = max(b - a for a, b in itertools.pairwise(marks))
         rows.append(

@@ -155,6 +155,14 @@ def test_unavailability_is_measured_from_each_fault_to_the_next_acknowledged_sen
     assert row["longest_gap_s"] == round(4.01 - 1.5, 3)  # from the fault to w0-4's ack
 
 
+def test_the_last_faults_longest_gap_ends_with_the_writers_not_the_run():
+    h = history("sync-sync-flush", sends(6), [f"w0-{i}" for i in range(6)])
+    h.faults = [Fault("kill-master", ["node-1"], "master", 4.5, 4.7)]
+    h.duration_s = 40.0  # the consumers caught up long after the last send
+    (row,) = check(h).unavailability
+    assert row["longest_gap_s"] == round(5.01 - 4.5, 3)
+
+
 def popped(
     body: str,
     asked_s: float,
