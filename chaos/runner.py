@@ -272,11 +272,23 @@ def errors_in_logs(directory: str) -> list[str]:
         for i, line in enumerate(lines):
             if line != "Traceback (most recent call last):":
                 continue
-            ending = next(
-                (x for x in lines[i + 1 :] if x and not x.startswith((" ", "Traceback"))), ""
+            end = next(
+                (
+                    j
+                    for j in range(i + 1, len(lines))
+                    if lines[j] and not lines[j].startswith((" ", "Traceback"))
+                ),
+                len(lines),
             )
-            if not ending.startswith(HARMLESS_EXCEPTIONS):
-                found.append(f"{name}: {ending[:300]}")
+            ending = lines[end] if end < len(lines) else ""
+            if ending.startswith(HARMLESS_EXCEPTIONS):
+                continue
+            # Enough to start from when only the report is left (a CI run): what was
+            # logged with it, and the innermost frame.
+            frames = [x.strip() for x in lines[i + 1 : end] if x.startswith('  File "')]
+            where = f" (innermost: {frames[-1][:200]})" if frames else ""
+            logged = f" after {lines[i - 1][:200]!r}" if i > 0 else ""
+            found.append(f"{name}: {ending[:300]}{where}{logged}")
     return found
 
 

@@ -466,7 +466,10 @@ def test_crashed_nodes_and_exceptions_in_node_logs_are_violations(tmp_path):
         'grpc._cython.cygrpc.ExecuteBatchError: Failed "execute_batch"\n'
     )
     errors = runner.errors_in_logs(str(logs))
-    assert errors == ["node-1.log: ValueError: epoch start 5 is before 9"]
+    assert errors == [
+        "node-1.log: ValueError: epoch start 5 is before 9"
+        """ (innermost: File "x.py", line 1, in <module>) after 'ready'"""
+    ]
     history = History("sync-sync-flush")
     assert checker.check(history).valid
     history.node_errors = errors
