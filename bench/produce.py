@@ -1,4 +1,4 @@
-"""Node benchmark over gRPC: ``python -m bench.produce --json [--quick]``.
+"""Node benchmark over gRPC: ``python -m bench.produce --json [--quick] [--client-tls off]``.
 
 Starts a real node process (ASYNC_FLUSH, the default; a temporary data directory, a free
 port) and drives it from this process with grpc.aio stubs and requests built before the
@@ -383,9 +383,11 @@ async def measure(address: str, quick: bool, node_pid: int) -> dict:
         return figures
 
 
-def run(quick: bool) -> dict:
+def run(quick: bool, client_tls: str = "") -> dict:
+    """``client_tls``: the node's ``[security] client_tls`` ("": its default, optional)."""
     directory = tempfile.mkdtemp(prefix="ferrymq-bench-produce-")
-    node = start_node_process(os.path.join(directory, "node"), timeout_s=60)
+    toml = f'[security]\nclient_tls = "{client_tls}"\n' if client_tls else ""
+    node = start_node_process(os.path.join(directory, "node"), toml, timeout_s=60)
     process, address = node.process, node.address
     try:
         figures = asyncio.run(measure(address, quick, process.pid))
@@ -394,6 +396,7 @@ def run(quick: bool) -> dict:
         process.wait(60)
         shutil.rmtree(directory, ignore_errors=True)
     figures["flush_mode"] = "ASYNC_FLUSH"
+    figures["client_tls"] = client_tls or "optional"
     figures["quick"] = quick
     figures["machine"] = (
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
@@ -405,8 +408,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--quick", action="store_true", help="smaller run (under 60 s)")
+    parser.add_argument(
+        "--client-tls",
+        choices=("optional", "off"),
+        default="",
+        help="the node's client port: TLS and plaintext through the relay (optional, the"
+        " default) or gRPC's own plaintext listener (off)",
+    )
     args = parser.parse_args()
-    figures = run(args.quick)
+    figures = run(args.quick, args.client_tls)
     if not args.json:
         for name, value in figures.items():
             print(f"{name:40} {value}")

@@ -85,6 +85,11 @@ Layout of ``node.toml``::
     tls_client_ca = ""       # PEM CA bundle: clients must present a certificate it signed
     tls_ca = ""              # PEM CA this node trusts when it calls another node's client
                              # port (default: tls_client_ca, else its own certificate)
+    client_tls = ""          # what the client ports (gRPC and remoting) speak: "optional"
+                             # (TLS and plaintext on each port, as RocketMQ's proxy; the
+                             # default without tls_cert: a self-signed certificate is made
+                             # in <data>/tls/ on first start), "required" (TLS only; the
+                             # default with tls_cert, and needs it), "off" (plaintext only)
 
 A node is a Raft voter when ``host:ports.raft`` is one of ``voters``; any other node keeps
 a read-only replica of the routing state. With no voters the node is a cluster of one (its
@@ -209,10 +214,19 @@ class SecurityOptions:
     tls_key: str = ""
     tls_client_ca: str = ""
     tls_ca: str = ""
+    client_tls: str = ""  # "" (decided by tls_cert), "optional", "required" or "off"
 
     @property
     def tls(self) -> bool:
+        """Whether a certificate is configured (nodes then verify each other with it)."""
         return bool(self.tls_cert)
+
+    @property
+    def client_tls_mode(self) -> str:
+        """What the client ports speak: ``optional`` (TLS and plaintext on each port, the
+        default without a certificate), ``required`` (TLS only, the default with one) or
+        ``off`` (plaintext only)."""
+        return self.client_tls or ("required" if self.tls else "optional")
 
 
 @dataclass(frozen=True)
@@ -466,6 +480,17 @@ def _security_options(section: dict[str, Any], cluster: ClusterOptions) -> Secur
         raise ConfigError("security.tls_cert and security.tls_key go together")
     if (options.tls_client_ca or options.tls_ca) and not options.tls:
         raise ConfigError("security.tls_client_ca and tls_ca need tls_cert and tls_key")
+    if options.client_tls not in ("", "optional", "required", "off"):
+        raise ConfigError(
+            f"security.client_tls must be optional, required or off, got {options.client_tls!r}"
+        )
+    if options.client_tls == "required" and not options.tls:
+        raise ConfigError(
+            "security.client_tls = required needs tls_cert and tls_key: nodes call each"
+            " other's client ports and verify the certificate they present"
+        )
+    if options.client_tls == "off" and options.tls:
+        raise ConfigError("security.client_tls = off leaves tls_cert and tls_key unused")
     if bool(options.admin_access_key) != bool(options.admin_secret_key):
         raise ConfigError("security.admin_access_key and admin_secret_key go together")
     if options.admin_secret_key and len(options.admin_secret_key) < 8:

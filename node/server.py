@@ -33,6 +33,12 @@ from ha.replicated_store import ReplicatedStore
 from ha.role import ReplicationRole
 from node.admission import Admission
 from node.authentication import Authenticator, Verification
+from node.client_port import (
+    FIRST_BYTE_TIMEOUT_S,
+    GrpcRelay,
+    SniffingListener,
+    waiting_at_most,
+)
 from node.client_registry import ClientConnections
 from node.config import LARGEST_REQUEST_BYTES, NodeConfig, render_node_config
 from node.consumer_offsets import ConsumerOffsets
@@ -82,7 +88,13 @@ from node.services.routes import RouteService
 from node.services.send import SendService
 from node.services.transactions import TransactionService
 from node.timer_service import TimerService
-from node.tls import peer_channel_credentials, remoting_ssl_context, server_credentials
+from node.tls import (
+    client_tls,
+    grpc_relay_ssl_context,
+    peer_channel_credentials,
+    remoting_ssl_context,
+    server_credentials,
+)
 from node.topics import MessageType, TopicTable
 from routing.commands import CatchUp, CreateUser, NodeHeartbeat, RegisterNode
 from routing.replica import RoutingUnavailable
@@ -123,6 +135,7 @@ class Node:
         self.metrics_port = 0  # 0 while /metrics is not served
         self.metrics_http: MetricsHttpServer | None = None
         self.remoting: RemotingServer | None = None
+        self.grpc_front: SniffingListener | None = None  # client_tls = optional
         self.verification: Verification | None = None  # with [security] auth
         self.remoting_port = 0
         self._housekeeping: asyncio.Task[None] | None = None
@@ -163,6 +176,8 @@ class Node:
         self.metrics = NodeMetrics(
             config.id, config.group, self.raw_store, self.topics, None, None, None
         )
+        # What the client ports speak (a certificate is made on the first start).
+        self.client_tls = client_tls(config)
         wrappers = self._client_port()
         # Join routing before serving: the services answer from the routing state, and
         # the node registers the addresses it really listens on.
@@ -186,6 +201,8 @@ class Node:
         await self.replication.follow_routing()
         self._states_ready = True
         await self.server.start()
+        if self.grpc_front is not None:
+            self.grpc_front.serve()
         await self.remoting.serve()
         await self._serve_metrics()
         with open(os.path.join(config.data_dir, "node.toml"), "w", encoding="utf-8") as f:
@@ -226,17 +243,27 @@ class Node:
             )
             self.verification = Verification(authenticator)
             wrappers.append(CallAuthentication(self.verification).wrap)
-            if not security.tls:
+            if self.client_tls.plaintext:
                 log.warning(PLAINTEXT_AUTH_WARNING, config.security.clock_skew_s)
         limit = config.messages.max_concurrent_rpcs
         self.server = grpc.aio.server(
             options=grpc_server_options(limit), maximum_concurrent_rpcs=limit
         )
         listen = f"{config.host}:{config.ports.grpc}"
-        if security.tls:
-            self.port = self.server.add_secure_port(listen, server_credentials(security))
-        else:
+        tls = self.client_tls
+        if tls.mode == "required":
+            self.port = self.server.add_secure_port(listen, server_credentials(tls))
+        elif tls.mode == "off":
             self.port = self.server.add_insecure_port(listen)
+        else:  # both on one port: the relay ends TLS (node/client_port.py)
+            backend_port = self.server.add_insecure_port("127.0.0.1:0")
+            relay = GrpcRelay(backend_port, grpc_relay_ssl_context(tls), FIRST_BYTE_TIMEOUT_S)
+            # Only connections still silent are bounded here (gRPC's own limits follow).
+            waiting = waiting_at_most(
+                config.remoting.max_connections, config.remoting.max_connections_per_address
+            )
+            self.grpc_front = SniffingListener(relay.accepted, FIRST_BYTE_TIMEOUT_S, waiting)
+            self.port = self.grpc_front.bind(config.host, config.ports.grpc)
         return wrappers
 
     def _open_doors(self, services: Services, wrappers: list, loop) -> None:
@@ -492,10 +519,12 @@ class Node:
             observe=self.metrics.remoting.observe,
             budget=self.request_bytes,
         )
+        tls = self.client_tls
         self.remoting_port = await self.remoting.bind(
             config.host,
             config.ports.remoting,
-            remoting_ssl_context(config.security) if config.security.tls else None,
+            None if tls.mode == "off" else remoting_ssl_context(tls),
+            plaintext_too=tls.mode == "optional",
         )
         # Offset message ids carry the remoting address: 4.x clients and mqadmin ask the
         # address in an id for its message (VIEW_MESSAGE_BY_ID).
@@ -627,6 +656,8 @@ class Node:
             await self.metrics_http.close()
         if self.remoting is not None:
             await self.remoting.close()
+        if self.grpc_front is not None:
+            await self.grpc_front.close()
         if self.server is not None:
             await self.server.stop(grace_s)
         await self.forwarder.close()
@@ -653,9 +684,10 @@ def tune_garbage_collector() -> None:
 
 
 PLAINTEXT_AUTH_WARNING = (
-    "security.auth is on without TLS (tls_cert): a signature travels in clear text and "
-    "anyone who captures one can make any call as its user for the next %d s "
-    "(clock_skew_s); set tls_cert and tls_key (docs/security.md)"
+    "security.auth is on and the client ports take plaintext: a plaintext client's "
+    "signature travels in clear text and anyone who captures one can make any call as its "
+    "user for the next %d s (clock_skew_s); set tls_cert and tls_key, and client_tls = "
+    "required (docs/security.md)"
 )
 
 

@@ -24,6 +24,7 @@ import grpc
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node.authentication import Verification
+from node.client_port import client_peer
 from node.grpc.method_wrapping import rewrapped
 from node.rpc_status import AccessDenied
 from node.services.caller import Caller, Door
@@ -36,7 +37,7 @@ AUTHENTICATED_USER: ContextVar[User | None] = ContextVar("ferrymq_user", default
 def caller_of(context, door: Door, method: str) -> Caller:
     """The ``Caller`` of a gRPC call (its peer: ``ipv4:10.0.0.5:41000``; a forwarded call's
     context names the client's own, ``node/grpc/forwarding.py``)."""
-    host, port = peer_of(context.peer() if context is not None else "")
+    host, port = peer_of(client_peer(context.peer()) if context is not None else "")
     return Caller(door, method, AUTHENTICATED_USER.get(), host, port)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from ferrymq.codec.commitlog_record import NO_HOST
 from ferrymq.protocol.ferrymq import data_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2_grpc
+from node.client_port import client_peer
 from node.grpc.authentication import caller_of, refuse_call
 from node.long_polling import poll_budget_s
 from node.message_rules import born_host_bytes
@@ -49,7 +50,7 @@ def produce_response(outcome: ProduceOutcome) -> api.ProduceResponse:
 
 def peer_host(context) -> bytes:
     """BORNHOST of a produce request: the peer's IPv4 address and port (else zeros)."""
-    peer = context.peer() if context is not None else ""
+    peer = client_peer(context.peer()) if context is not None else ""
     return born_host_bytes(peer[5:]) if peer.startswith("ipv4:") else NO_HOST
 
 

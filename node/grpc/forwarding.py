@@ -55,6 +55,7 @@ from google.protobuf.message import DecodeError
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from node.client_port import client_peer
 from node.forward_proof import (
     PROOF_HEADER,
     Forwarded,
@@ -356,7 +357,7 @@ class Forwarder:
 
     def _metadata(self, method: str, context) -> list[tuple[str, object]]:
         metadata = without_proof_headers(context.invocation_metadata() or ())
-        metadata.extend(self.proofs.headers(method, context.peer() or ""))
+        metadata.extend(self.proofs.headers(method, client_peer(context.peer() or "")))
         return metadata
 
     async def _next_master(self, group: str, wait_until: float, waited: bool):

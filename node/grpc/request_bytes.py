@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import grpc
 
+from node.client_port import client_peer
 from node.grpc.method_wrapping import rewrapped
 from node.request_budget import RequestBudget
 
@@ -51,7 +52,7 @@ class HeldRequests:
 
         async def held(request, context):
             """Hold the request's bytes, or abort the call."""
-            owner, size = context.peer(), request.ByteSize()
+            owner, size = client_peer(context.peer()), request.ByteSize()
             refused = refusal(owner, size)
             if refused is not None:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)

@@ -2,8 +2,8 @@
 
 ``bind`` opens the listening socket (port 0: one the OS picks) without serving, so the
 node can register the address it really listens on before any request arrives;
-``serve`` starts accepting once every handler is registered. With TLS configured the
-port speaks TLS with the node's certificate (``node/tls.py``).
+``serve`` starts accepting once every handler is registered. The port speaks TLS with the
+node's certificate, plaintext, or both (``[security] client_tls``, ``node/tls.py``).
 
 What the listener bounds (``TransportLimits``, from ``[remoting]``: ``transport_limits``):
 
@@ -28,6 +28,7 @@ import asyncio
 import logging
 import ssl
 
+from node.client_port import SniffingListener
 from node.config import RemotingOptions
 from node.remoting.connection import Observer, RemotingConnection, TransportLimits
 from node.remoting.dispatch import Dispatch
@@ -73,18 +74,35 @@ class RemotingServer:
         self._failures = FailureLog(log)
         self._quiet = QuietLog(log)
         self._server: asyncio.AbstractServer | None = None
+        self._sniffing: SniffingListener | None = None  # TLS and plaintext on the port
+        self._tls: dict = {}
         self._sweeper: asyncio.TimerHandle | None = None
         self._swept_at = 0.0
         self.port = 0
 
-    async def bind(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
+    async def bind(
+        self,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+        *,
+        plaintext_too: bool = False,
+    ) -> int:
         """Listen on ``host:port`` (not serving yet); the port bound. With
         ``ssl_context`` the port speaks TLS, whose handshake must finish within the first
-        frame's deadline."""
+        frame's deadline; with ``plaintext_too`` as well, each connection's first byte
+        says which it speaks (``node/client_port.py``)."""
         loop = asyncio.get_running_loop()
         tls: dict = {}
         if ssl_context is not None:
             tls = {"ssl": ssl_context, "ssl_handshake_timeout": self.limits.first_frame_timeout_s}
+        if ssl_context is not None and plaintext_too:
+            self._tls = tls
+            self._sniffing = SniffingListener(
+                self._take, self.limits.first_frame_timeout_s, self._admit
+            )
+            self.port = self._sniffing.bind(host, port)
+            return self.port
         self._server = await loop.create_server(
             self._connection,
             host,
@@ -97,9 +115,19 @@ class RemotingServer:
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
+    async def _take(self, sock, speaks_tls: bool) -> None:
+        """A connection the sniffing listener accepted, into this server's connections."""
+        loop = asyncio.get_running_loop()
+        await loop.connect_accepted_socket(
+            self._connection, sock, **(self._tls if speaks_tls else {})
+        )
+
     async def serve(self) -> None:
-        assert self._server is not None, "bind first"
-        await self._server.start_serving()
+        if self._sniffing is not None:
+            self._sniffing.serve()
+        else:
+            assert self._server is not None, "bind first"
+            await self._server.start_serving()
         loop = asyncio.get_running_loop()
         self._swept_at = loop.time()
         self._sweeper = loop.call_later(self.sweep_interval_s, self._sweep)
@@ -134,30 +162,44 @@ class RemotingServer:
             accepted_at=asyncio.get_running_loop().time(),  # called at accept, on the loop
         )
 
-    def _opened(self, connection: RemotingConnection) -> bool:
+    def _admit(self, host: str, waiting_from_host: int, waiting: int) -> bool:
+        """The limits at accept, counting connections still waiting for their first byte
+        (TLS and plaintext on the port): whether one more from ``host`` may be taken."""
+        return self._within_limits(
+            host,
+            len(self.connections) + waiting,
+            self._per_address.get(host, 0) + waiting_from_host,
+        )
+
+    def _within_limits(self, host: str, open_now: int, open_from_host: int) -> bool:
         limits = self.limits
-        if len(self.connections) >= limits.max_connections:
+        if open_now >= limits.max_connections:
             self._quiet.log(
                 "refused-node",
                 logging.WARNING,
                 "remoting connection from %s refused: %d connections are open, the limit "
                 "([remoting] max_connections)",
-                connection.peer_address,
-                len(self.connections),
+                host,
+                open_now,
             )
             return False
-        host = connection.peer_host
-        open_from_host = self._per_address.get(host, 0)
         if open_from_host >= limits.max_connections_per_address:
             self._quiet.log(
                 "refused-address",
                 logging.WARNING,
                 "remoting connection from %s refused: %d connections from %s are open, the "
                 "limit per address ([remoting] max_connections_per_address)",
-                connection.peer_address,
+                host,
                 open_from_host,
                 host,
             )
+            return False
+        return True
+
+    def _opened(self, connection: RemotingConnection) -> bool:
+        host = connection.peer_host
+        open_from_host = self._per_address.get(host, 0)
+        if not self._within_limits(host, len(self.connections), open_from_host):
             return False
         self.connections.add(connection)
         self._per_address[host] = open_from_host + 1
@@ -179,6 +221,12 @@ class RemotingServer:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
+        if self._sniffing is not None:
+            await self._sniffing.close()
+            self._sniffing = None
+            for connection in list(self.connections):
+                connection.abort()
+            return
         if self._server is None:
             return
         self._server.close()

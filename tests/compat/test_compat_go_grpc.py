@@ -4,8 +4,8 @@ v5.1.4), unchanged, against a real ferrymq node.
 The client runs in a process of its own through our driver (``tests/compat/go/grpc5``),
 built by ``tests/support/clients.py`` with ``go build`` from the Go module proxy on first
 use; each test is one driver run doing several steps. That client speaks TLS unless its
-environment says otherwise (accepting any certificate), so the module's node serves TLS
-with a throwaway certificate, as a deployment for Go clients usually must. The producer
+environment says otherwise (accepting any certificate); the module's node keeps its
+default settings, whose client port takes TLS and plaintext alike. The producer
 and SimpleConsumer scenario (``tests/support/every_kind.py``) and the PushConsumer one
 (``tests/support/push_retries.py``) are the Java 5.x client's too."""
 
@@ -23,7 +23,6 @@ from tests.support.every_kind import EveryKind, simple_receive
 from tests.support.nodes import start_node
 from tests.support.push_retries import PushRetries
 from tests.support.rpc import create_group, create_topic, message, stubs
-from tests.support.tls_certs import make_pki
 
 # The first run fetches the client's modules and builds the driver.
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
@@ -41,22 +40,15 @@ def go():
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    return make_pki(tmp_path_factory.mktemp("go-grpc-pki"))
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory, pki):
-    tls = f'[security]\ntls_cert = "{pki.server_cert}"\ntls_key = "{pki.server_key}"\n'
-    started = start_node(str(tmp_path_factory.mktemp("go-grpc") / "node"), NODE_TOML + tls)
+def node(tmp_path_factory):
+    started = start_node(str(tmp_path_factory.mktemp("go-grpc") / "node"), NODE_TOML)
     yield started
     started.sigkill()
 
 
 @pytest.fixture
-def grpc_stubs(node, pki):
-    with open(pki.ca, "rb") as f:
-        channel = grpc.secure_channel(node.address, grpc.ssl_channel_credentials(f.read()))
+def grpc_stubs(node):
+    channel = grpc.insecure_channel(node.address)
     yield service_pb2_grpc.MessagingServiceStub(channel), admin_pb2_grpc.AdminStub(channel)
     channel.close()
 

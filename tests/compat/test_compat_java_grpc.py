@@ -3,8 +3,9 @@ real ferrymq node.
 
 The client runs in a JVM of its own through our driver (``tests/compat/java/grpc5``),
 fetched from Maven Central and compiled by ``tests/support/clients.py`` on first use; each
-test is one driver run doing several steps. One node serves the module, plaintext (the
-client's ``enableSsl(false)``); every test uses its own topics and groups, created first as
+test is one driver run doing several steps. One node serves the module with its default
+settings, and the client keeps its own: TLS (the node's port takes TLS and plaintext, with
+a certificate it made); every test uses its own topics and groups, created first as
 ferrymq requires.
 """
 
@@ -41,7 +42,7 @@ def module_node(module_nodes):
 
 
 def run_java(java, module_node, tmp_path, steps: list[dict], timeout_s: float = 150) -> clients.Run:
-    spec = {"endpoints": module_node.address, "tls": False, "steps": steps}
+    spec = {"endpoints": module_node.address, "steps": steps}
     return clients.run(java, spec, tmp_path / "java-home", timeout_s)
 
 

@@ -31,7 +31,7 @@ from node.rpc_status import AccessDenied
 from node.secret_box import SecretBox
 from node.services.caller import Door
 from node.services.permissions import Permissions, publish
-from node.tls import peer_channel_credentials, server_credentials
+from node.tls import ClientTls, peer_channel_credentials, server_credentials
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
 from routing.metadata import BrokerGroup, Member
 from routing.state import RoutingState
@@ -202,7 +202,13 @@ class Cluster:
             if self.security is None:
                 self.ports[name] = server.add_insecure_port("127.0.0.1:0")
             else:
-                credentials = server_credentials(self.security)
+                tls = ClientTls(
+                    "required",
+                    self.security.tls_cert,
+                    self.security.tls_key,
+                    self.security.tls_client_ca,
+                )
+                credentials = server_credentials(tls)
                 self.ports[name] = server.add_secure_port("127.0.0.1:0", credentials)
             await server.start()
             self.servers[name], self.forwarders[name] = server, forwarder

@@ -27,11 +27,10 @@ import uvloop
 from ferrymq.codec.remoting import RemotingCommand, encode
 from ferrymq.codec.remoting_codes import ResponseCode
 from ferrymq.launcher.polling import until
-from node.config import SecurityOptions
 from node.remoting.connection import TransportLimits
 from node.remoting.dispatch import Dispatch
 from node.remoting.server import RemotingServer
-from node.tls import remoting_ssl_context
+from node.tls import ClientTls, remoting_ssl_context
 from tests.support import ROOT
 from tests.support.remoting_client import RemotingClient
 from tests.support.tls_certs import make_pki
@@ -265,9 +264,7 @@ def pki(tmp_path_factory):
 
 
 def test_a_tls_handshake_that_never_finishes_is_closed_at_the_first_frame_deadline(loop_kind, pki):
-    server_tls = remoting_ssl_context(
-        SecurityOptions(tls_cert=pki.server_cert, tls_key=pki.server_key)
-    )
+    server_tls = remoting_ssl_context(ClientTls("required", pki.server_cert, pki.server_key))
     limits = replace(LIMITS, first_frame_timeout_s=0.3)
     with (
         serving(limits, loop_kind, server_tls) as node,

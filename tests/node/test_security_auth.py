@@ -49,7 +49,7 @@ def secured(tmp_path_factory):
 def test_auth_without_tls_is_warned_about_at_start(secured, tmp_path, pki):
     _, directory = secured
     with open(directory / "node.log", encoding="utf-8") as f:
-        assert "security.auth is on without TLS" in f.read()
+        assert "security.auth is on and the client ports take plaintext" in f.read()
     tls = f'tls_cert = "{pki.server_cert}"\ntls_key = "{pki.server_key}"\n'
     node = start_node(str(tmp_path / "tls"), AUTH_TOML + tls)
     node.sigterm()

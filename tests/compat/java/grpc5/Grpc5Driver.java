@@ -13,6 +13,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.client.apis.ClientConfiguration;
+import org.apache.rocketmq.client.apis.ClientConfigurationBuilder;
 import org.apache.rocketmq.client.apis.ClientServiceProvider;
 import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
@@ -69,11 +70,13 @@ public final class Grpc5Driver {
     private final ClientConfiguration configuration;
 
     private Grpc5Driver(JsonObject spec) {
-        this.configuration = ClientConfiguration.newBuilder()
+        ClientConfigurationBuilder builder = ClientConfiguration.newBuilder()
             .setEndpoints(spec.get("endpoints").getAsString())
-            .enableSsl(Out.bool(spec, "tls", false))
-            .setRequestTimeout(Duration.ofMillis(Out.num(spec, "request_timeout_ms", 10000)))
-            .build();
+            .setRequestTimeout(Duration.ofMillis(Out.num(spec, "request_timeout_ms", 10000)));
+        if (spec.has("tls")) {  // else the client's default: TLS, any certificate accepted
+            builder.enableSsl(Out.bool(spec, "tls", true));
+        }
+        this.configuration = builder.build();
     }
 
     public static void main(String[] args) {
