@@ -140,6 +140,9 @@ class SniffingListener:
             return
         try:
             await self._accepted(connection, first == TLS_HANDSHAKE)
+        except OSError as e:  # a failed handshake (a scanner, a wrong client): theirs
+            connection.close()
+            log.debug("client port: connection from %s dropped: %s", host, e)
         except Exception:
             connection.close()
             log.exception("client port: a connection could not be taken")

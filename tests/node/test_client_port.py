@@ -6,6 +6,7 @@ modes refuse the other kind."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 
 import grpc
@@ -174,3 +175,42 @@ def test_the_sdk_over_tls_to_a_node_that_requires_it_and_plaintext_refused(tmp_p
             plaintext.list_topics()
     finally:
         node.stop()
+
+
+def test_a_bad_tls_handshake_is_dropped_quietly_and_the_port_serves_on(tmp_path, caplog):
+    """Garbage after a TLS record's first byte (a scanner, a confused client): closed,
+    nothing logged above DEBUG, and the next connection is served."""
+    cert, key = certificate_files(str(tmp_path), "n1", "127.0.0.1")
+
+    async def scenario() -> tuple[bytes, bytes]:
+        async def echo(reader, writer) -> None:
+            writer.write(await reader.read(5))
+            await writer.drain()
+            writer.close()
+
+        backend = await asyncio.start_server(echo, "127.0.0.1", 0)
+        relay = GrpcRelay(
+            backend.sockets[0].getsockname()[1],
+            grpc_relay_ssl_context(ClientTls("optional", cert, key)),
+            5,
+        )
+        front = SniffingListener(relay.accepted, 5, waiting_at_most(16, 16))
+        port = front.bind("127.0.0.1", 0)
+        front.serve()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"\x16\x03\x01\x00\x05garbage-not-a-client-hello")
+        refused = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"hello")
+        served = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        await front.close()
+        backend.close()
+        return refused, served
+
+    with caplog.at_level(logging.INFO):
+        refused, served = asyncio.run(scenario())
+    assert served == b"hello"
+    assert b"hello" not in refused
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
