@@ -16,9 +16,9 @@ killed node restarted and all three in sync before the next. Per client:
   spent), which are not acknowledged, so not counted lost.
 
 Clients: ``python`` (rocketmq-python-client 5.1.2, given one node as access point),
-``java`` (rocketmq-client-java 5.0.7, every node as access point), ``java4``
+``java`` (rocketmq-client-java 5.0.7, every node as access point, its default TLS), ``java4``
 (rocketmq-client 4.9.8 on the remoting port: a sync producer and a push consumer, every
-node as a NameServer), ``go`` (rocketmq-clients golang/v5, every node, in plaintext),
+node as a NameServer), ``go`` (rocketmq-clients golang/v5, every node, its default TLS),
 ``nodejs`` (rocketmq-client-nodejs 1.0.8, given a slave: its routes name that node, which
 forwards; it takes one address, so a drill never kills that node, moving the master off it
 first). Every client but the Python one runs the driver named in ``--drivers``: a JSON

@@ -155,10 +155,10 @@ def java_load(
     pause_s: float = 0.0,
 ) -> OfficialLoad:
     """The official Java 5.x client's ``load`` (its driver's step of that name, the same
-    load and events as the Python client's here) against ``endpoint``."""
+    load and events as the Python client's here) against ``endpoint``, with the client's
+    default TLS (the nodes' ports take TLS and plaintext)."""
     spec = {
         "endpoints": endpoint,
-        "tls": False,
         "request_timeout_ms": 3000,
         "steps": [load_step(topic, group, stop_file, pause_s)],
     }
@@ -175,11 +175,10 @@ def go_load(
     pause_s: float = 0.0,
 ) -> OfficialLoad:
     """The official Go 5.x client's ``load`` (its driver's step of that name, the same load
-    and events as the Python client's here) against ``endpoint``, in plaintext (the
-    client's environment switch; it speaks TLS by default)."""
+    and events as the Python client's here) against ``endpoint``, with the client's default
+    TLS (the nodes' ports take TLS and plaintext)."""
     spec = {"endpoints": endpoint, "steps": [load_step(topic, group, stop_file, pause_s)]}
-    plaintext = {"rocketmq.client.enableSsl": "false"}
-    return OfficialLoad(spec, home, stop_file, argv=argv, environment=plaintext)
+    return OfficialLoad(spec, home, stop_file, argv=argv)
 
 
 def java4_load(

@@ -1,11 +1,12 @@
 """The official Go 5.x gRPC client (``github.com/apache/rocketmq-clients/golang/v5``
-v5.1.4), unchanged, against a real ferrymq node.
+v5.1.4), unchanged, against a real 3-node ferrymq cluster.
 
 The client runs in a process of its own through our driver (``tests/compat/go/grpc5``),
 built by ``tests/support/clients.py`` with ``go build`` from the Go module proxy on first
 use; each test is one driver run doing several steps. That client speaks TLS unless its
-environment says otherwise (accepting any certificate); the module's node keeps its
-default settings, whose client port takes TLS and plaintext alike. The producer
+environment says otherwise (accepting any certificate); the module's nodes keep their
+default settings, whose client ports take TLS and plaintext alike, and the client is
+given every node. The producer
 and SimpleConsumer scenario (``tests/support/every_kind.py``) and the PushConsumer one
 (``tests/support/push_retries.py``) are the Java 5.x client's too."""
 
@@ -19,19 +20,15 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
 from tests.support import clients
+from tests.support.cluster import client_cluster, stop_all
 from tests.support.every_kind import EveryKind, simple_receive
-from tests.support.nodes import start_node
 from tests.support.push_retries import PushRetries
 from tests.support.rpc import create_group, create_topic, message, stubs
 
 # The first run fetches the client's modules and builds the driver.
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
 
-NODE_TOML = """
-[messages]
-transaction_check_interval_ms = 2000
-transaction_max_checks = 3
-"""
+SETTINGS = {"messages": {"transaction_check_interval_ms": 2000, "transaction_max_checks": 3}}
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +38,10 @@ def go():
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    started = start_node(str(tmp_path_factory.mktemp("go-grpc") / "node"), NODE_TOML)
-    yield started
-    started.sigkill()
+    """A 3-node cluster: the client is given every node, the test's checks go to the master."""
+    cluster = client_cluster(str(tmp_path_factory.mktemp("go-grpc") / "cluster"), SETTINGS)
+    yield cluster
+    stop_all(cluster.plan)
 
 
 @pytest.fixture
@@ -55,7 +53,7 @@ def grpc_stubs(node):
 
 def run_go(go, node, tmp_path, steps: list[dict], timeout_s: float = 150) -> clients.Run:
     return clients.run(
-        go, {"endpoints": node.address, "steps": steps}, tmp_path / "go-home", timeout_s
+        go, {"endpoints": node.endpoints, "steps": steps}, tmp_path / "go-home", timeout_s
     )
 
 
@@ -155,10 +153,10 @@ def test_push_consumer_with_an_sql92_subscription_gets_only_what_it_selects(
     assert all(e["properties"] == {"color": "red"} for e in run.of("consumed"))
 
 
-def test_speaks_plaintext_when_its_environment_turns_tls_off(go, module_node, tmp_path):
+def test_speaks_plaintext_when_its_environment_turns_tls_off(go, node, tmp_path):
     """With ``rocketmq.client.enableSsl=false`` in its environment (v5.1.4) the client
     speaks plaintext: it sends to and receives from a node without TLS."""
-    channel, _, admin = stubs(module_node.address)
+    channel, _, admin = stubs(node.address)
     create_topic(admin, "go-plain", queues=2)
     create_group(admin, "go-plain-reader")
     channel.close()
@@ -167,7 +165,7 @@ def test_speaks_plaintext_when_its_environment_turns_tls_off(go, module_node, tm
         {"do": "produce", "messages": messages},
         simple_receive("go-plain", "go-plain-reader", len(messages)),
     ]
-    spec = {"endpoints": module_node.address, "steps": steps}
+    spec = {"endpoints": node.endpoints, "steps": steps}
     run = clients.run(
         go, spec, tmp_path / "go-home", 120, env={"rocketmq.client.enableSsl": "false"}
     )

@@ -1,12 +1,12 @@
-"""The official Java 5.x gRPC client (``rocketmq-client-java`` 5.0.8), unchanged, against a
-real ferrymq node.
+"""The official Java 5.x gRPC client (``rocketmq-client-java`` 5.0.7), unchanged, against a
+real 3-node ferrymq cluster.
 
 The client runs in a JVM of its own through our driver (``tests/compat/java/grpc5``),
 fetched from Maven Central and compiled by ``tests/support/clients.py`` on first use; each
-test is one driver run doing several steps. One node serves the module with its default
-settings, and the client keeps its own: TLS (the node's port takes TLS and plaintext, with
-a certificate it made); every test uses its own topics and groups, created first as
-ferrymq requires.
+test is one driver run doing several steps. Three nodes serve the module with their
+default settings, and the client keeps its own: TLS (the nodes' ports take TLS and
+plaintext, with a certificate each made), every node as its access point; every test uses
+its own topics and groups, created first as ferrymq requires.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from tests.support import clients
+from tests.support.cluster import client_cluster, stop_all
 from tests.support.every_kind import EveryKind
 from tests.support.push_retries import PushRetries
 from tests.support.rpc import create_group, create_topic, message
@@ -23,11 +24,7 @@ from tests.support.rpc import create_group, create_topic, message
 # The first run fetches the client from Maven Central and compiles the driver.
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
 
-NODE_TOML = """
-[messages]
-transaction_check_interval_ms = 2000
-transaction_max_checks = 3
-"""
+SETTINGS = {"messages": {"transaction_check_interval_ms": 2000, "transaction_max_checks": 3}}
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +33,16 @@ def java():
 
 
 @pytest.fixture(scope="module")
-def module_node(module_nodes):
-    """One node for the module, checking orphan transactions every 2 s."""
-    return module_nodes(NODE_TOML)
+def module_node(tmp_path_factory):
+    """A 3-node cluster, checking orphan transactions every 2 s: the client is given every
+    node, the test's own setup and checks go to the master."""
+    cluster = client_cluster(str(tmp_path_factory.mktemp("java-grpc") / "cluster"), SETTINGS)
+    yield cluster
+    stop_all(cluster.plan)
 
 
 def run_java(java, module_node, tmp_path, steps: list[dict], timeout_s: float = 150) -> clients.Run:
-    spec = {"endpoints": module_node.address, "steps": steps}
+    spec = {"endpoints": module_node.endpoints, "steps": steps}
     return clients.run(java, spec, tmp_path / "java-home", timeout_s)
 
 

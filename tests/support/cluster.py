@@ -98,3 +98,39 @@ def master_of(plan: ClusterPlan, among: list[NodePlan] | None = None) -> NodePla
         return None
 
     return until(find, 30, "a master")
+
+
+class ClientCluster:
+    """A 3-node cluster as a client module uses it (``client_cluster``): the official
+    clients get every node (``endpoints``, ``namesrv``), the test's own setup and checks
+    go to the master (``address``, ``remoting``), as ``module_node`` had them. No fault
+    moves the master in such a module: it is found once."""
+
+    def __init__(self, plan: ClusterPlan) -> None:
+        self.plan = plan
+        self.master = master_of(plan)
+
+    @property
+    def address(self) -> str:
+        return self.master.grpc
+
+    @property
+    def remoting(self) -> str:
+        return self.master.remoting
+
+    @property
+    def endpoints(self) -> str:
+        return ";".join(node.grpc for node in self.plan.nodes)
+
+    @property
+    def namesrv(self) -> str:
+        return ";".join(node.remoting for node in self.plan.nodes)
+
+
+def client_cluster(directory: str, settings: dict | None = None) -> ClientCluster:
+    """Three nodes (one broker group, three voters) with the tests' store sizes and
+    ``settings`` (``{"messages": {...}}``), ready, with a master."""
+    from ferrymq.launcher.cluster import cluster_up
+
+    merged = {**SMALL_STORE, **(settings or {})}
+    return ClientCluster(cluster_up(directory, nodes=3, auto_ports=True, settings=merged))
