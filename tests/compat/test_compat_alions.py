@@ -1,5 +1,5 @@
-"""``ali-ons`` 3.12.0 (npm, pure JavaScript), unchanged, against a real ferrymq node over
-its remoting port.
+"""``ali-ons`` 3.12.0 (npm, pure JavaScript), unchanged, against a real 3-node ferrymq cluster over
+their remoting ports (every node a NameServer).
 
 One driver run (``tests/compat/alions``): the producer with tags, keys, properties and a
 delay level; push consumers of those, one whose handler throws for a message (retries
@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support import clients
-from tests.support.remoting_client import queue_records, start_with_resources
+from tests.support.cluster import stop_all
+from tests.support.remoting_client import cluster_with_resources, queue_records
 
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 600)
 
@@ -25,9 +26,13 @@ def alions():
 
 
 @pytest.fixture(scope="module")
-def module_node(module_nodes):
-    """This module's node: short delay levels, its topics and groups."""
-    return start_with_resources(module_nodes, "ons", NAMES, NAMES)
+def module_node(tmp_path_factory):
+    """This module's 3 nodes: short delay levels, its topics and groups; the client is
+    given every node as a NameServer, the test's checks read from the master."""
+    directory = tmp_path_factory.mktemp("alions") / "cluster"
+    cluster = cluster_with_resources(str(directory), "ons", NAMES, NAMES)
+    yield cluster
+    stop_all(cluster.plan)
 
 
 def test_alions_producer_and_push_consumers(alions, module_node, tmp_path):
@@ -72,7 +77,7 @@ def test_alions_producer_and_push_consumers(alions, module_node, tmp_path):
             "expect": [f"b-{i}" for i in range(3)],
         },
     ]
-    spec = {"namesrv": module_node.remoting, "steps": steps}
+    spec = {"namesrv": module_node.namesrv_list, "steps": steps}
     run = clients.run(alions, spec, tmp_path / "alions-home", 600)
     assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
     assert all(e["all_seen"] for e in run.of("push_waited")), run.explain()

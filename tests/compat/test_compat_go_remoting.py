@@ -1,5 +1,5 @@
 """The official Go remoting client (``rocketmq-client-go/v2`` v2.1.2), unchanged, against a
-real ferrymq node over its remoting port.
+real 3-node ferrymq cluster over its remoting ports (every node a NameServer).
 
 One driver run (``tests/compat/go/remoting``): the producer sync, async, oneway, batch, by
 sharding key and with a delay level; push consumers of those, one that fails a message
@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support import clients
-from tests.support.remoting_client import queue_records, start_with_resources
+from tests.support.cluster import stop_all
+from tests.support.remoting_client import cluster_with_resources, queue_records
 
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 600)
 
@@ -25,9 +26,13 @@ def go():
 
 
 @pytest.fixture(scope="module")
-def module_node(module_nodes):
-    """This module's node: short delay levels, its topics and groups."""
-    return start_with_resources(module_nodes, "g2", NAMES, NAMES)
+def module_node(tmp_path_factory):
+    """This module's 3 nodes: short delay levels, its topics and groups; the client is
+    given every node as a NameServer, the test's checks read from the master."""
+    directory = tmp_path_factory.mktemp("go-remoting") / "cluster"
+    cluster = cluster_with_resources(str(directory), "g2", NAMES, NAMES)
+    yield cluster
+    stop_all(cluster.plan)
 
 
 def test_go_v2_producer_and_push_consumers(go, module_node, tmp_path):
@@ -94,7 +99,7 @@ def test_go_v2_producer_and_push_consumers(go, module_node, tmp_path):
         },
     ]
     run = clients.run(
-        go, {"namesrv": module_node.remoting, "steps": steps}, tmp_path / "go-home", 600
+        go, {"namesrv": module_node.namesrv_list, "steps": steps}, tmp_path / "go-home", 600
     )
     assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
     assert all(e["all_seen"] for e in run.of("push_waited")), run.explain()

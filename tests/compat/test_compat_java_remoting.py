@@ -1,5 +1,5 @@
 """The official Java 4.x client (``rocketmq-client`` 4.9.8), unchanged, against a real
-ferrymq node over its remoting port: ``namesrvAddr`` is the node's remoting address.
+ferrymq cluster of 3 nodes over their remoting ports: ``namesrvAddr`` names every node.
 
 One driver run (``tests/compat/java/remoting4``, one JVM) does every step in turn:
 DefaultMQProducer sync, async, oneway, batch, orderly (MessageQueueSelector) and with a
@@ -15,7 +15,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support import clients
-from tests.support.remoting_client import queue_records, start_with_resources
+from tests.support.cluster import stop_all
+from tests.support.remoting_client import cluster_with_resources, queue_records
 
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 600)
 
@@ -29,9 +30,13 @@ def java():
 
 
 @pytest.fixture(scope="module")
-def module_node(module_nodes):
-    """This module's node: short delay levels, its topics and groups."""
-    return start_with_resources(module_nodes, "j4", TOPICS, GROUPS)
+def module_node(tmp_path_factory):
+    """This module's 3 nodes: short delay levels, its topics and groups; the client is
+    given every node as a NameServer, the test's checks read from the master."""
+    directory = tmp_path_factory.mktemp("java-remoting") / "cluster"
+    cluster = cluster_with_resources(str(directory), "j4", TOPICS, GROUPS)
+    yield cluster
+    stop_all(cluster.plan)
 
 
 def test_java_4x_producer_and_consumers(java, module_node, tmp_path):
@@ -120,7 +125,7 @@ def test_java_4x_producer_and_consumers(java, module_node, tmp_path):
             "expect": [f"l-{i}" for i in range(5)],
         },
     ]
-    spec = {"namesrv": module_node.remoting, "steps": steps}
+    spec = {"namesrv": module_node.namesrv, "steps": steps}
     run = clients.run(java, spec, tmp_path / "java-home", 600)
     assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
     assert all(e["all_seen"] for e in run.of("push_waited") + run.of("pull_waited")), run.explain()

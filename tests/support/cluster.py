@@ -124,7 +124,13 @@ class ClientCluster:
 
     @property
     def namesrv(self) -> str:
-        return ";".join(node.remoting for node in self.plan.nodes)
+        """Every node's remoting address, as a Java 4.x ``namesrvAddr`` names them."""
+        return ";".join(self.namesrv_list)
+
+    @property
+    def namesrv_list(self) -> list[str]:
+        """The same as a list (the Go v2 client and ali-ons take one)."""
+        return [node.remoting for node in self.plan.nodes]
 
 
 def client_cluster(directory: str, settings: dict | None = None) -> ClientCluster:

@@ -23,7 +23,8 @@ from ferrymq.codec.remoting_codes import RequestCode
 
 # node.toml for tests of 4.x retries and delays: level 2 = 2 s, every other level 1 s, so a
 # retry (level 3 + the times consumed again) comes back in a second.
-SHORT_DELAY_LEVELS = '[messages]\ndelay_levels = "1s 2s ' + " ".join(["1s"] * 16) + '"\n'
+SHORT_DELAY_LEVEL_LIST = "1s 2s " + " ".join(["1s"] * 16)
+SHORT_DELAY_LEVELS = f'[messages]\ndelay_levels = "{SHORT_DELAY_LEVEL_LIST}"\n'
 
 
 class RemotingClient:
@@ -227,14 +228,17 @@ def queue_records(address: str, topic: str, group: str, queue_id: int = 0) -> li
     return found
 
 
-def start_with_resources(module_nodes, prefix: str, topics, groups) -> object:
-    """A node with the short delay levels, and ``<prefix>-<name>`` untyped topics (4 queues)
-    and groups created first, as the remoting client tests need them."""
+def cluster_with_resources(directory: str, prefix: str, topics, groups):
+    """A 3-node cluster (``tests.support.cluster.ClientCluster``: the 4.x client is given
+    every node as a NameServer, ``namesrv``) with the short delay levels, and
+    ``<prefix>-<name>`` untyped topics (4 queues) and groups created first, as the remoting
+    client tests need them."""
     from ferrymq.protocol.ferrymq import admin_pb2 as api
+    from tests.support.cluster import client_cluster, topic_everywhere
     from tests.support.rpc import create_group, create_topic, stubs
 
-    started = module_nodes(SHORT_DELAY_LEVELS)
-    channel, _, admin = stubs(started.address)
+    cluster = client_cluster(directory, {"messages": {"delay_levels": SHORT_DELAY_LEVEL_LIST}})
+    channel, _, admin = stubs(cluster.address)
     try:
         for name in topics:
             create_topic(
@@ -244,4 +248,6 @@ def start_with_resources(module_nodes, prefix: str, topics, groups) -> object:
             create_group(admin, f"{prefix}-{name}")
     finally:
         channel.close()
-    return started
+    for name in topics:
+        topic_everywhere(cluster.plan, f"{prefix}-{name}")
+    return cluster
