@@ -1,8 +1,9 @@
-"""The official ``rocketmq-python-client`` 5.1.2, unchanged, against a real ferrymq node.
+"""The official ``rocketmq-python-client`` 5.1.2, unchanged, against a real 3-node ferrymq
+cluster, given a slave as its access point.
 
 Each scenario runs the official client in a process of its own (it registers the same
 protobuf names as ferrymq) with HOME pointed at a temporary directory, where it writes its
-log; a failing scenario shows the tail of that log. One node serves the whole module;
+log; a failing scenario shows the tail of that log. One cluster serves the whole module;
 every test uses its own topics and groups.
 """
 
@@ -20,25 +21,28 @@ import pytest
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
+from tests.support.cluster import client_cluster, stop_all
 from tests.support.nodes import start_node
 from tests.support.official_client import RUNNER, run_official_at
 from tests.support.rpc import create_group, create_topic, message, pull, stubs
 
-NODE_TOML = """
-[messages]
-transaction_check_interval_ms = 2000
-transaction_max_checks = 3
-"""
+SETTINGS = {"messages": {"transaction_check_interval_ms": 2000, "transaction_max_checks": 3}}
 
 
 @pytest.fixture(scope="module")
-def module_node(module_nodes):
-    """One node for the module, checking orphan transactions every 2 s."""
-    return module_nodes(NODE_TOML)
+def module_node(tmp_path_factory):
+    """Three nodes for the module, checking orphan transactions every 2 s; the test's own
+    setup and checks go to the master (``address``)."""
+    directory = tmp_path_factory.mktemp("official-python") / "cluster"
+    cluster = client_cluster(str(directory), SETTINGS)
+    yield cluster
+    stop_all(cluster.plan)
 
 
-def run_official(node, home: Path, scenario: dict, timeout_s: float = 90) -> list[dict]:
-    return run_official_at(node.address, home, scenario, timeout_s)
+def run_official(cluster, home: Path, scenario: dict, timeout_s: float = 90) -> list[dict]:
+    """The client takes one access point: a slave, which its routes lead past to the
+    master (routes name every node, and any node forwards to the master)."""
+    return run_official_at(cluster.slave.grpc, home, scenario, timeout_s)
 
 
 def of(events: list[dict], kind: str) -> list[dict]:

@@ -119,6 +119,10 @@ class ClientCluster:
         return self.master.remoting
 
     @property
+    def slave(self) -> NodePlan:
+        return next(node for node in self.plan.nodes if node.id != self.master.id)
+
+    @property
     def endpoints(self) -> str:
         return ";".join(node.grpc for node in self.plan.nodes)
 
