@@ -64,6 +64,7 @@ from node.metrics_http import MetricsHttpServer
 from node.pop_state import PopState
 from node.port_holds import adopt_inherited, hold_port, port_of
 from node.queue_locks import QueueLocks
+from node.recall_handle import RecallHandles
 from node.receipt_handle import ReceiptHandles
 from node.remoting.dispatch import Dispatch
 from node.remoting.forwarding import RemotingForwarder
@@ -82,6 +83,7 @@ from node.services.permissions import Permissions
 from node.services.pop import PopService
 from node.services.queries import QueryService
 from node.services.reads import ReadService
+from node.services.recall import RecallService
 from node.services.registry import Services
 from node.services.retries import RetryService
 from node.services.routes import RouteService
@@ -165,7 +167,9 @@ class Node:
         self.must_stop = asyncio.Event()
         os.makedirs(config.data_dir, exist_ok=True)
         # First: a key file that cannot be used stops the node before it touches anything.
-        handles = ReceiptHandles(receipt_handle_key(config.cluster.secret, config.data_dir))
+        handle_key = receipt_handle_key(config.cluster.secret, config.data_dir)
+        handles = ReceiptHandles(handle_key)
+        self.recall_handles = RecallHandles(handle_key)
         loop = asyncio.get_running_loop()
         sync_ledger.enable_if_asked(config.data_dir)  # the chaos suite's power losses
         # Recovery reads and fsyncs files: keep the loop free while it runs.
@@ -350,7 +354,15 @@ class Node:
         return Services(
             permissions=permissions,
             send=SendService(
-                store, admission, permissions, transactions, retries, metrics, messages.max_delay_ms
+                store,
+                admission,
+                permissions,
+                transactions,
+                retries,
+                metrics,
+                messages.max_delay_ms,
+                self.recall_handles,
+                config.group,
             ),
             reads=ReadService(store, topics, self.waiters, groups, permissions, metrics),
             offsets=OffsetService(store, topics, self.offsets, groups, permissions),
@@ -398,6 +410,9 @@ class Node:
                 max_open_sends=messages.max_concurrent_rpcs,
             ),
             routes=RouteService(self.routing, groups, permissions),
+            recall=RecallService(
+                admission, permissions, self.recall_handles, self.timers, config.group
+            ),
         )
 
     def _peer_channel(self, address: str) -> grpc.aio.Channel:

@@ -25,6 +25,15 @@ Retention deletes old segments while a message may wait up to the maximum delay 
 by default), so entries older than half the retention are rolled forward: re-appended as a
 new timer record together with the done record of the old one, again one atomic batch.
 
+Recall (RocketMQ 5.3.2's cancel of a scheduled message, ``recall``): a marker record in
+``%SYS%TIMER_RECALL`` names the delivery time and the message id; delivery skips a timer
+entry a marker names (its offset still goes in the done record, so it is never pending
+again). The marker is durable and replicated before the recall is answered, and while it
+is being appended the bucket of its delivery time is not delivered: a recall answered OK
+is never delivered, one refused leaves the message as it was. Markers are rebuilt with the
+pending set (those of a delivery time still pending), dropped with their bucket, and rolled
+forward with the entries they name.
+
 Thread-safety: owned by the node's event loop; the dispatch listener hands entries over
 with ``call_soon_threadsafe`` when it runs on another thread.
 """
@@ -41,7 +50,7 @@ from array import array
 from collections.abc import Callable, Sequence
 
 from ferrymq.codec.commitlog_record import StoredMessage
-from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS
+from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS, PROPERTY_UNIQ_KEY
 from ha.replicated_store import ReplicatedStore
 from node.parked import park, real_topic_of, release
 from store.consume_queue import Entry
@@ -51,6 +60,14 @@ from store.message import TIMER_TOPIC, Message
 log = logging.getLogger(__name__)
 
 TIMER_DONE_TOPIC = "%SYS%TIMER_DONE"
+TIMER_RECALL_TOPIC = "%SYS%TIMER_RECALL"  # body: "<delivery ms> <message id>"
+
+
+class NotRecallable(Exception):
+    """The delayed message cannot be recalled: its delivery time has come (it is being
+    delivered, or was), or nothing is pending at that time."""
+
+
 # One batch: ~20 µs of CPU per message to read, copy and append it, so ~1.3 ms of loop
 # time for the copies and as much for their append; its done record is ~500 bytes.
 DELIVERY_CHUNK = 64
@@ -103,6 +120,9 @@ class TimerService:
         self.delivered = 0
         self._next_roll_check_ms = 0
         self._chunk_bytes = min(DELIVERY_CHUNK_BYTES, store.config.max_batch_bytes // 2)
+        # delivery ms -> {recalled message id: its marker's offset in the recall topic}
+        self._recalled: dict[int, dict[str, int]] = {}
+        self._recalling: dict[int, int] = {}  # delivery ms -> markers being appended
 
     # ---- state ---------------------------------------------------------------------
     @property
@@ -121,6 +141,7 @@ class TimerService:
         """Forget and rebuild the pending set from the log (a promoted slave)."""
         self._buckets.clear()
         self._due_heap.clear()
+        self._recalled.clear()
         self._pending = 0
         self._rebuild()
         if self._wakeup is not None:
@@ -136,19 +157,28 @@ class TimerService:
                     if queue_offset not in done:
                         self._add(due_ms, queue_offset)
                 offset += REPLAY_ENTRIES  # also past blank entries or a missing file
+        for queue_offset, body in self._records(TIMER_RECALL_TOPIC):
+            due_ms, message_id = _marker_fields(body)
+            if due_ms in self._buckets:  # else nothing is pending that it could name
+                self._recalled.setdefault(due_ms, {})[message_id] = queue_offset
 
-    def _done_offsets(self) -> set[int]:
+    def _records(self, topic: str):
+        """(queue offset, body) of every record of ``topic``'s queue 0 the log holds."""
         store = self.store
-        done: set[int] = set()
-        offset = store.min_offset_in_queue(TIMER_DONE_TOPIC, 0)
-        end = store.max_offset_in_queue(TIMER_DONE_TOPIC, 0)
+        offset = store.min_offset_in_queue(topic, 0)
+        end = store.max_offset_in_queue(topic, 0)
         while offset < end:
-            page = store.get_messages(TIMER_DONE_TOPIC, 0, offset, REPLAY_PAGE)
+            page = store.get_messages(topic, 0, offset, REPLAY_PAGE)
             for stored in page.messages:
-                done.update(int(o) for o in stored.body.split(b",") if o)
+                yield stored.queue_offset, stored.body
             if page.next_begin_offset <= offset:
                 break
             offset = page.next_begin_offset
+
+    def _done_offsets(self) -> set[int]:
+        done: set[int] = set()
+        for _, body in self._records(TIMER_DONE_TOPIC):
+            done.update(int(o) for o in body.split(b",") if o)
         return done
 
     def _add(self, due_ms: int, queue_offset: int) -> None:
@@ -208,6 +238,9 @@ class TimerService:
         time; False if an append failed (what it did not deliver stays pending)."""
         slice_started = time.perf_counter()
         while self._due_heap and self._due_heap[0] <= self.clock_ms():
+            if self._due_heap[0] in self._recalling:  # a recall of it is being stored
+                await asyncio.sleep(RELEASE_PAUSE_S)
+                continue
             if not await self._deliver_chunk(self._due_heap[0]):
                 return False
             if time.perf_counter() - slice_started >= RELEASE_SLICE_S:
@@ -263,6 +296,7 @@ class TimerService:
 
     def _drop_bucket(self, due_ms: int) -> None:
         del self._buckets[due_ms]
+        self._recalled.pop(due_ms, None)
         if self._due_heap[0] == due_ms:
             heapq.heappop(self._due_heap)
         else:  # an earlier time arrived while this bucket was being delivered
@@ -271,6 +305,8 @@ class TimerService:
 
     def _copy_for_topic(self, stored: StoredMessage) -> Message | None:
         # The copy keeps the delivery time: consumers get it back.
+        if self._recalled and self._is_recalled(stored):
+            return None
         if not self.topic_exists(real_topic_of(stored)):
             log.warning("delayed message for deleted topic %r dropped", real_topic_of(stored))
             return None
@@ -300,6 +336,57 @@ class TimerService:
             log.error("timer append failed (%s); retrying", result.error or result.status)
         return result.ok
 
+    # ---- recall --------------------------------------------------------------------
+    async def recall(self, due_ms: int, message_id: str) -> None:
+        """Cancel the delayed message ``message_id`` due at ``due_ms``: answered only once
+        its marker is stored (and replicated as the store's writes are); ``NotRecallable``
+        when its time has come or nothing is pending then; the store's refusal as
+        ``RecallNotStored``. Recalling it again is answered the same."""
+        if due_ms <= self.clock_ms():
+            raise NotRecallable(f"its delivery time ({due_ms} ms) has come")
+        if due_ms not in self._buckets:
+            raise NotRecallable(f"no delayed message is pending for {due_ms} ms")
+        if message_id in self._recalled.get(due_ms, ()):
+            return
+        # Nothing due at ``due_ms`` is delivered before the marker is stored or refused.
+        self._recalling[due_ms] = self._recalling.get(due_ms, 0) + 1
+        try:
+            marker = Message(TIMER_RECALL_TOPIC, f"{due_ms} {message_id}".encode())
+            result = await self.store.put_messages_async([marker])
+            if not result.ok:
+                raise RecallNotStored(result)
+            if due_ms in self._buckets:  # else delivered meanwhile: it cannot be
+                self._recalled.setdefault(due_ms, {})[message_id] = result.appended[0].queue_offset
+        finally:
+            left = self._recalling[due_ms] - 1
+            if left:
+                self._recalling[due_ms] = left
+            else:
+                del self._recalling[due_ms]
+
+    def _is_recalled(self, stored: StoredMessage) -> bool:
+        properties = stored.properties
+        try:
+            due_ms = int(properties.get(PROPERTY_DELIVERY_TIME_MS, ""))
+        except ValueError:
+            return False
+        return properties.get(PROPERTY_UNIQ_KEY, "") in self._recalled.get(due_ms, ())
+
+    async def _roll_markers(self, older_than_ms: int) -> None:
+        """Re-append the recall markers stored before ``older_than_ms`` whose messages are
+        still pending (retention would delete a marker before its message is due)."""
+        cutoff = self.store.offset_by_time(TIMER_RECALL_TOPIC, 0, older_than_ms)
+        for due_ms, markers in list(self._recalled.items()):
+            for message_id, queue_offset in list(markers.items()):
+                if queue_offset >= cutoff:
+                    continue
+                marker = Message(TIMER_RECALL_TOPIC, f"{due_ms} {message_id}".encode())
+                result = await self.store.put_messages_async([marker])
+                if not result.ok:
+                    return  # tried again at the next check
+                if due_ms in self._recalled:
+                    self._recalled[due_ms][message_id] = result.appended[0].queue_offset
+
     # ---- retention -----------------------------------------------------------------
     async def roll_forward(self, older_than_ms: int) -> int:
         """Re-append pending entries stored before ``older_than_ms`` (retention would
@@ -309,6 +396,8 @@ class TimerService:
         if now < self._next_roll_check_ms:
             return 0
         self._next_roll_check_ms = now + ROLL_CHECK_INTERVAL_MS
+        if self._recalled:
+            await self._roll_markers(older_than_ms)
         cutoff = self.store.offset_by_time(TIMER_TOPIC, 0, older_than_ms)
         if cutoff <= self.store.min_offset_in_queue(TIMER_TOPIC, 0) or not self._pending:
             return 0  # nothing stored that long ago: the common case, checked in O(log n)
@@ -355,3 +444,17 @@ class TimerService:
         self._pending -= 1
         if not bucket:
             self._drop_bucket(due_ms)
+
+
+class RecallNotStored(Exception):
+    """The store refused the recall's marker (not the master, a full disk...): nothing
+    changed, the message is delivered at its time unless recalled again."""
+
+    def __init__(self, result) -> None:
+        super().__init__(result.error or str(result.status))
+        self.result = result
+
+
+def _marker_fields(body: bytes) -> tuple[int, str]:
+    due, _, message_id = body.decode().partition(" ")
+    return int(due), message_id

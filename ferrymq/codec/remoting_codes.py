@@ -58,6 +58,7 @@ class RequestCode(enum.IntEnum):
     DELETE_TOPIC_IN_NAMESRV = 216
     QUERY_TOPIC_CONSUME_BY_WHO = 300
     GET_TOPIC_CONFIG = 351
+    RECALL_MESSAGE = 370  # RocketMQ 5.3.2: cancel a delayed message (its recall handle)
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     # RocketMQ 5's POP mode (JSON headers only: the binary header's code is 16 bits).
@@ -106,6 +107,7 @@ class ResponseCode(enum.IntEnum):
     FILTER_DATA_NOT_LATEST = 28
     CONSUMER_NOT_ONLINE = 206
     FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604
 
 
 # RocketMQ's LanguageCode, in its ordinal order: the binary header carries the ordinal, the

@@ -63,6 +63,7 @@ from node.forward_proof import (
     ProofRefused,
     without_proof_headers,
 )
+from node.recall_handle import broker_group_named
 from routing.state import RoutingState
 
 log = logging.getLogger("ferrymq.forwarding")
@@ -102,6 +103,7 @@ TARGETS: dict[str, Callable[[object], str | _Here | None]] = {
     "AckMessage": lambda r: OWN,
     "ChangeInvisibleDuration": lambda r: OWN,
     "ForwardMessageToDeadLetterQueue": lambda r: OWN,
+    "RecallMessage": lambda r: broker_group_named(r.recall_handle) or OWN,
     "Heartbeat": _membership,
     "NotifyClientTermination": _membership,
     "ReceiveMessage": _queue_broker,

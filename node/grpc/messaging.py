@@ -21,7 +21,7 @@ from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
-from node.admission import accepted_types
+from node.admission import accepted_types, store_refusal
 from node.group_members import MembershipRefused
 from node.grpc.authentication import caller_of
 from node.grpc.route_endpoints import group_endpoints, one_address, takes_one_address
@@ -34,6 +34,7 @@ from node.services.caller import Caller, Door
 from node.services.membership import ClientHeartbeat, ConsumerMembership
 from node.services.pop import RECEIVE_BATCH_MAX, Delivery, PopFailed
 from node.services.reads import ReadRequest
+from node.services.recall import RecallReason, RecallRefused
 from node.services.registry import Services
 from node.services.send import SEND_MESSAGES_MAX, SendRequest
 from node.services.transactions import EndRequest
@@ -108,6 +109,22 @@ def refused(error: InvalidRequest | TopicError | MembershipRefused) -> pb.Status
     if isinstance(error, TopicError):
         return topic_error_status(error)
     return status(error.code, str(error))
+
+
+# RocketMQ's proxy answers every broker refusal of a recall INTERNAL_SERVER_ERROR; ferrymq
+# says which (the message says why, as the proxy's does).
+RECALL_CODES = {
+    RecallReason.INVALID_HANDLE: pb.BAD_REQUEST,
+    RecallReason.OTHER_GROUP: pb.BAD_REQUEST,
+    RecallReason.WRONG_TYPE: pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    RecallReason.NOT_PENDING: pb.PRECONDITION_FAILED,
+}
+
+
+def recall_refusal(error: RecallRefused) -> pb.Status:
+    if error.reason is RecallReason.NOT_STORED:
+        return store_refusal(error.status)
+    return status(RECALL_CODES[error.reason], str(error))
 
 
 def caller_left(context) -> bool:
@@ -350,9 +367,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 message_id=message.system_properties.message_id,
                 offset=appended.queue_offset,
                 transaction_id=transaction_id or "",
+                recall_handle=recall_handle,
             )
-            for message, appended, transaction_id in zip(
-                request.messages, outcome.appended, outcome.transaction_ids, strict=True
+            for message, appended, transaction_id, recall_handle in zip(
+                request.messages,
+                outcome.appended,
+                outcome.transaction_ids,
+                outcome.recall_handles,
+                strict=True,
             )
         ]
         return rpc.SendMessageResponse(status=OK, entries=entries)
@@ -384,6 +406,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except InvalidRequest as error:
             answer = refused(error)
         return rpc.EndTransactionResponse(status=answer)
+
+    async def RecallMessage(self, request, context):
+        caller = self._caller(context, "RecallMessage")
+        try:
+            message_id = await self.services.recall.recall(
+                caller, request.topic.name, request.recall_handle
+            )
+        except (InvalidRequest, TopicError) as error:
+            return rpc.RecallMessageResponse(status=refused(error))
+        except RecallRefused as error:
+            return rpc.RecallMessageResponse(status=recall_refusal(error))
+        return rpc.RecallMessageResponse(status=OK, message_id=message_id)
 
     # ---- POP consumption ---------------------------------------------------------------
     async def ReceiveMessage(self, request, context):

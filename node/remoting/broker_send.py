@@ -18,13 +18,15 @@ Thread-safety: handlers run on the node's event loop.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS
 from ferrymq.codec.remoting import HeaderFieldError, RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.codec.remoting_messages import MalformedBatch, decode_batch, parse_sent_properties
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from node.admission import invalid_message_code
+from node.admission import invalid_message_code, store_refusal
 from node.consumer_retry import PROPERTY_DELAY
 from node.message_rules import born_host_bytes
 from node.remoting.authentication import DoorHandler
@@ -33,6 +35,7 @@ from node.remoting.name_server import CLUSTER_NAME
 from node.remoting.status_codes import refusal, response_code
 from node.rpc_status import InvalidRequest
 from node.services.caller import Caller
+from node.services.recall import RecallReason, RecallRefused
 from node.services.registry import Services
 from node.services.send import SEND_MESSAGES_MAX, OutgoingMessage, SendOutcome, SendRequest
 from node.topics import TopicError
@@ -56,6 +59,13 @@ V2_FIELDS = {
 }
 PROPERTY_WAIT = "WAIT"
 PROPERTY_CLUSTER = "CLUSTER"
+# RocketMQ 5's timer properties a 4.x-protocol client sets (setDelayTimeSec, setDelayTimeMs;
+# setDeliverTimeMs sets the node's own TIMER_DELIVER_MS).
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+TIMER_PROPERTIES = frozenset(
+    {PROPERTY_DELIVERY_TIME_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS}
+)
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 # SYSFLAG bits kept as sent: compressed, multi-tags, the compression type. The host bits
 # (IPv6 born or store host) would misdescribe the 8-byte hosts the store writes, and the
@@ -82,7 +92,9 @@ def message_type_of(properties: dict[str, str], sys_flag: int) -> int:
     prepared = properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
     if prepared or sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED:
         return pb.TRANSACTION
-    return pb.DELAY if delay_level_of(properties) > 0 else pb.NORMAL
+    if delay_level_of(properties) > 0 or TIMER_PROPERTIES & properties.keys():
+        return pb.DELAY
+    return pb.NORMAL
 
 
 def is_transaction_half(request: RemotingCommand) -> bool:
@@ -95,6 +107,21 @@ def is_transaction_half(request: RemotingCommand) -> bool:
     except (HeaderFieldError, ValueError):
         return True
     return message_type_of(properties, sys_flag) == pb.TRANSACTION
+
+
+def timer_delivery_ms(properties: dict[str, str], now_ms: int) -> int | None:
+    """A 4.x message's delivery time from RocketMQ 5's timer properties, taken out of the
+    properties (the node writes its own): ``TIMER_DELIVER_MS`` (a time),
+    ``TIMER_DELAY_SEC`` or ``TIMER_DELAY_MS`` (from now); None for none."""
+    due = properties.pop(PROPERTY_DELIVERY_TIME_MS, None)
+    delay_s = properties.pop(PROPERTY_TIMER_DELAY_SEC, None)
+    delay_ms = properties.pop(PROPERTY_TIMER_DELAY_MS, None)
+    for text, scale, base in ((due, 1, 0), (delay_s, 1000, now_ms), (delay_ms, 1, now_ms)):
+        if text is not None:
+            if not (text.isascii() and text.lstrip("-").isdigit()):
+                raise InvalidRequest(pb.ILLEGAL_DELIVERY_TIME, f"timer property {text!r}")
+            return base + int(text) * scale
+    return None
 
 
 def delay_level_of(properties: dict[str, str]) -> int:
@@ -120,6 +147,7 @@ class SendHandlers:
             (RequestCode.SEND_MESSAGE, self.send),
             (RequestCode.SEND_MESSAGE_V2, self.send_v2),
             (RequestCode.SEND_BATCH_MESSAGE, self.send_batch),
+            (RequestCode.RECALL_MESSAGE, self.recall),
         ]
 
     async def send(self, request: RemotingCommand, connection, caller: Caller):
@@ -151,6 +179,8 @@ class SendHandlers:
         status = outcome.status
         if status.code == pb.OK:
             receipt = self._receipt(outcome)
+            if not batch and outcome.recall_handles and outcome.recall_handles[0]:
+                receipt["recallHandle"] = outcome.recall_handles[0]
             transaction_id = outcome.transaction_ids[0] if outcome.transaction_ids else None
             if transaction_id is not None:
                 receipt["transactionId"] = transaction_id
@@ -164,6 +194,23 @@ class SendHandlers:
             # Written, not confirmed in time: a result with its ids, as RocketMQ answers.
             return request.reply(code, status.message, self._receipt(outcome))
         return request.reply(code, status.message)
+
+    async def recall(self, request: RemotingCommand, connection, caller: Caller):
+        """RECALL_MESSAGE (RocketMQ 5.3.2): ``topic`` and ``recallHandle``; answers the
+        recalled message's id in ``msgId``. Refusals as RocketMQ's broker answers them:
+        ILLEGAL_OPERATION for the handle or the timing, TOPIC_NOT_EXIST, the store's."""
+        try:
+            topic = request.text("topic")
+            handle = request.text("recallHandle")
+            message_id = await self.services.recall.recall(caller, topic, handle)
+        except (InvalidRequest, TopicError) as error:
+            return request.reply(*refusal(error))
+        except RecallRefused as error:
+            if error.reason is RecallReason.NOT_STORED:
+                status = store_refusal(error.status)
+                return request.reply(response_code(status.code), status.message)
+            return request.reply(ResponseCode.ILLEGAL_OPERATION, str(error))
+        return request.reply(ResponseCode.SUCCESS, ext_fields={"msgId": message_id})
 
     @staticmethod
     def _request(
@@ -188,12 +235,14 @@ class SendHandlers:
         else:
             sent = [(flag, request.body, common)]
         born_host = born_host_bytes(caller.address)  # the client's, also when forwarded
+        now_ms = time.time_ns() // 1_000_000
         messages = [
             OutgoingMessage(
                 body,
                 as_stored(properties),
                 message_type_of(properties, sys_flag),
                 pinned_queue=queue_id if queue_id >= 0 else None,
+                delivery_ms=timer_delivery_ms(properties, now_ms),
                 delay_level=delay_level_of(properties),
                 flag=message_flag,
                 sys_flag=sys_flag & SYSFLAG_KEPT,

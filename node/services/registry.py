@@ -14,6 +14,7 @@ from node.services.permissions import Permissions
 from node.services.pop import PopService
 from node.services.queries import QueryService
 from node.services.reads import ReadService
+from node.services.recall import RecallService
 from node.services.retries import RetryService
 from node.services.routes import RouteService
 from node.services.send import SendService
@@ -34,3 +35,4 @@ class Services:
     locks: QueueLockService
     admin: AdminService
     routes: RouteService
+    recall: RecallService

@@ -43,6 +43,7 @@ from ferrymq.codec.properties import (
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_MESSAGE_TYPE,
+    PROPERTY_UNIQ_KEY,
 )
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.replicated_store import ReplicatedStore
@@ -58,7 +59,7 @@ from node.admission import (
     message_kind,
     store_refusal,
 )
-from node.consumer_retry import ConsumerRetries, is_retry_topic
+from node.consumer_retry import PROPERTY_DELAY, ConsumerRetries, is_retry_topic
 from node.message_rules import (
     MESSAGE_TYPE_TEXT,
     NODE_PROPERTIES,
@@ -68,13 +69,14 @@ from node.message_rules import (
 )
 from node.metrics_rpc import TrafficMetrics
 from node.parked import real_topic_of
+from node.recall_handle import RecallHandles, RecallTarget
 from node.rpc_status import InvalidRequest, topic_error_status
 from node.services.caller import Caller
 from node.services.permissions import Permissions, publish
 from node.services.transactions import TransactionService
 from node.timer_service import TimerService
 from node.topics import MessageType, TopicConfig, TopicError
-from store.message import Message
+from store.message import TIMER_TOPIC, Message
 from store.results import AppendedMessage, PutResult
 
 # Every message of a request is checked in one turn of the event loop: the bound keeps that
@@ -138,6 +140,7 @@ class SendOutcome:
     status: pb.Status
     transaction_ids: list[str | None] = field(default_factory=list)
     queues: list[int] = field(default_factory=list)  # each message's queue in its topic
+    recall_handles: list[str] = field(default_factory=list)  # "" for no delayed message
 
     @property
     def appended(self) -> list[AppendedMessage]:
@@ -198,9 +201,13 @@ class SendService:
         retries: ConsumerRetries,
         metrics: TrafficMetrics,
         max_delay_ms: int,
+        recall_handles: RecallHandles,
+        broker_group: str,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
+        self.recall_handles = recall_handles
+        self.broker_group = broker_group
         self.admission = admission
         self.permissions = permissions
         self.transactions = transactions
@@ -227,6 +234,7 @@ class SendService:
         finally:
             self.metrics.sends_open.leave(open_send)
         status = store_refusal(result) if not result.ok else pb.Status(code=pb.OK, message="OK")
+        recall_handles: list[str] = []
         if result.ok:
             for message, appended, transaction_id in zip(
                 stored, result.appended, transaction_ids, strict=True
@@ -235,9 +243,24 @@ class SendService:
                     self.transactions.sent(
                         transaction_id, real_topic_of(message), appended.queue_offset
                     )
+            recall_handles = [self._recall_handle(message) for message in stored]
             self.metrics.stored(topic.name, len(stored), sum(len(m.body) for m in stored))
         self.metrics.send_answered(status.code, perf_counter() - started)
-        return SendOutcome(result, stored, status, transaction_ids, queues)
+        return SendOutcome(result, stored, status, transaction_ids, queues, recall_handles)
+
+    def _recall_handle(self, record: Message) -> str:
+        """The handle that recalls ``record`` if it waits in the timer for its delivery
+        time (RocketMQ: not a retry's, not a 4.x delay level's), else ""."""
+        if record.topic != TIMER_TOPIC or record.properties.get(PROPERTY_DELAY):
+            return ""
+        properties = record.properties
+        real_topic = real_topic_of(record)
+        message_id = properties.get(PROPERTY_UNIQ_KEY, "")
+        due = properties.get(PROPERTY_DELIVERY_TIME_MS, "")
+        if is_retry_topic(real_topic) or not message_id or not due.isdigit():
+            return ""
+        target = RecallTarget(real_topic, self.broker_group, int(due), message_id)
+        return self.recall_handles.issue(target)
 
     async def _admit(self, topic_name: str) -> TopicConfig:
         """Steps 2-3 (after step 1, the caller's permission): the master, the topic."""

@@ -262,6 +262,55 @@ def test_ferrymq_sends_are_received_by_the_official_client_and_bad_input(
     assert [e["body"] for e in of(events, "sent")] == ["still-serving"]
 
 
+def test_recall_cancels_a_delayed_message_before_its_time(module_node, client_home, grpc_stubs):
+    """RocketMQ 5.3.2's recall through the official client, given a slave (the recall goes
+    to its master): the recalled message never arrives, its twin due the same millisecond
+    does; recalling again is OK; a recall after the delivery time, or of a handle altered
+    or for another topic, is refused."""
+    messaging, admin = grpc_stubs
+    create_topic(admin, "compat-recall", queues=1, message_type=api.DELAY)
+    create_group(admin, "recall-group")
+    due = int(time.time()) + 3
+    messages = [
+        {"topic": "compat-recall", "body": "recalled", "delivery_timestamp": due, "recall": 2},
+        {"topic": "compat-recall", "body": "kept", "delivery_timestamp": due},
+    ]
+    events = run_official(
+        module_node,
+        client_home,
+        {"scenario": "produce", "topics": ["compat-recall"], "messages": messages},
+    )
+    sent = {e["body"]: e for e in of(events, "sent")}
+    assert sent["recalled"]["recall_handle"] and sent["kept"]["recall_handle"], events
+    recalled = of(events, "recalled")
+    assert [e["id"] for e in recalled] == [sent["recalled"]["id"]] * 2, events
+    steps = [{"do": "receive_until", "count": 1, "invisible_s": 10, "deadline_s": 20, "ack": True}]
+    events = run_official(
+        module_node,
+        client_home,
+        {"scenario": "simple", "topic": "compat-recall", "group": "recall-group", "steps": steps},
+    )
+    # Due the same millisecond: delivered together, or the recalled one skipped.
+    assert [e["body"] for e in of(events, "received")] == ["kept"]
+    kept = sent["kept"]["recall_handle"]
+    altered = kept[:10] + ("A" if kept[10] != "A" else "B") + kept[11:]
+    late = run_official(
+        module_node,
+        client_home,
+        {
+            "scenario": "produce",
+            "topics": ["compat-recall"],
+            "messages": [],
+            "recall_handles": [["kept", kept], ["altered", altered]],
+        },
+    )
+    failed = {e["body"]: e["message"] for e in of(late, "recall_failed")}
+    assert "has come" in failed["kept"], late
+    assert "recall handle" in failed["altered"], late
+    assert not of(late, "recalled")
+    assert pull_all(messaging, "compat-recall", 1, group="recall-reader")[0].body == b"kept"
+
+
 def test_delay_and_transactions(module_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-delay", queues=1, message_type=api.DELAY)

@@ -405,6 +405,12 @@ def valid_requests(channel: grpc.Channel) -> dict[str, list]:
                 source=pb.SOURCE_CLIENT,
             )
         ],
+        "RecallMessage": [
+            rpc.RecallMessageRequest(
+                topic=resource(name=normal),
+                recall_handle="djEgZnogZ3JvdXAtMSAxIGlkIDAwMDA=",  # "v1 fz group-1 1 id 0000"
+            )
+        ],
         "Telemetry": [
             [
                 rpc.TelemetryCommand(

@@ -10,6 +10,11 @@ in which case it is ``{"event": "error", "type": <exception class>, "message": .
 ``namespace`` configures the client with a RocketMQ namespace
 (``tests/node/test_namespaces.py``).
 
+Recall (``produce``): a message spec's ``recall`` recalls it that many times after its
+send (``recalled`` or ``recall_failed`` events), and the scenario's ``recall_handles``
+(``[[body, handle], ...]``, from an earlier run's ``sent`` events) are recalled after the
+sends.
+
 ``pin`` (``"host:port"``) sends every call to that node, whatever the routes name
 (``tests/cluster/test_failover_any_node.py`` talks to a slave).
 
@@ -139,11 +144,24 @@ def produce(config, scenario: dict) -> None:
                     receipt = producer.send_async(outgoing(spec)).result(timeout=10)
                 else:
                     receipt = producer.send(outgoing(spec))
-                emit("sent", body=spec["body"], id=receipt.message_id)
+                handle = receipt.recall_handle or ""
+                emit("sent", body=spec["body"], id=receipt.message_id, recall_handle=handle)
             except Exception as error:  # reported, the scenario goes on
                 emit("send_failed", body=spec["body"], **error_fields(error))
+                continue
+            for _ in range(spec.get("recall", 0)):  # recall it this many times
+                recall_one(producer, spec["topic"], spec["body"], handle)
+        for body, handle in scenario.get("recall_handles", []):  # handles of earlier runs
+            recall_one(producer, scenario["topics"][0], body, handle)
     finally:
         producer.shutdown()
+
+
+def recall_one(producer, topic: str, body: str, handle: str) -> None:
+    try:
+        emit("recalled", body=body, id=producer.recall_message(topic, handle))
+    except Exception as error:  # reported, the scenario goes on
+        emit("recall_failed", body=body, **error_fields(error))
 
 
 class Checker(TransactionChecker):

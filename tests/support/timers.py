@@ -42,11 +42,18 @@ class Timers:
         self.store.shutdown()
         self.loop.close()
 
-    def park(self, topic: str, body: bytes, due_ms: int, queue_id: int = 0) -> None:
-        message = Message.build(topic, body, queue_id=queue_id, tags="T")
+    def park(
+        self, topic: str, body: bytes, due_ms: int, queue_id: int = 0, message_id: str = ""
+    ) -> None:
+        message = Message.build(
+            topic, body, queue_id=queue_id, tags="T", unique_key=message_id or None
+        )
         result = self.store.put_messages([TimerService.park(message, due_ms)])
         assert result.ok, result
         self.loop.run_until_complete(asyncio.sleep(0))  # let dispatch hand the entry over
+
+    def recall(self, due_ms: int, message_id: str) -> None:
+        self.loop.run_until_complete(self.service.recall(due_ms, message_id))
 
     def deliver(self) -> bool:
         return self.loop.run_until_complete(self.service.deliver_due())

@@ -368,3 +368,19 @@ class QueryOffsetResponse(_message.Message):
     status: _definition_pb2.Status
     offset: int
     def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class RecallMessageRequest(_message.Message):
+    __slots__ = ("topic", "recall_handle")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    topic: _definition_pb2.Resource
+    recall_handle: str
+    def __init__(self, topic: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+
+class RecallMessageResponse(_message.Message):
+    __slots__ = ("status", "message_id")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    status: _definition_pb2.Status
+    message_id: str
+    def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., message_id: _Optional[str] = ...) -> None: ...

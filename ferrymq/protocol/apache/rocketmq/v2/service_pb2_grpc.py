@@ -109,6 +109,11 @@ class MessagingServiceStub:
                 request_serializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.ChangeInvisibleDurationRequest.SerializeToString,
                 response_deserializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.ChangeInvisibleDurationResponse.FromString,
                 _registered_method=True)
+        self.RecallMessage = channel.unary_unary(
+                '/apache.rocketmq.v2.MessagingService/RecallMessage',
+                request_serializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.RecallMessageRequest.SerializeToString,
+                response_deserializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.RecallMessageResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -204,6 +209,12 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecallMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -281,6 +292,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.ChangeInvisibleDuration,
                     request_deserializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.ChangeInvisibleDurationRequest.FromString,
                     response_serializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.ChangeInvisibleDurationResponse.SerializeToString,
+            ),
+            'RecallMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecallMessage,
+                    request_deserializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.RecallMessageRequest.FromString,
+                    response_serializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.RecallMessageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -688,6 +704,33 @@ class MessagingService:
             '/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration',
             apache_dot_rocketmq_dot_v2_dot_service__pb2.ChangeInvisibleDurationRequest.SerializeToString,
             apache_dot_rocketmq_dot_v2_dot_service__pb2.ChangeInvisibleDurationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecallMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apache.rocketmq.v2.MessagingService/RecallMessage',
+            apache_dot_rocketmq_dot_v2_dot_service__pb2.RecallMessageRequest.SerializeToString,
+            apache_dot_rocketmq_dot_v2_dot_service__pb2.RecallMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,
