@@ -1,5 +1,5 @@
 """Failover per official client: ``python -m bench.client_failover --json [--drills N]
-[--clients python,java,java4,go,nodejs]``.
+[--clients python,java,java4,go,go4,alions,nodejs]``.
 
 For each client in turn, alone on a fresh 3-node SYNC cluster (loopback, OS-chosen ports):
 its producer sends one message at a time and its SimpleConsumer receives and acks
@@ -19,6 +19,8 @@ Clients: ``python`` (rocketmq-python-client 5.1.2, given one node as access poin
 ``java`` (rocketmq-client-java 5.0.7, every node as access point, its default TLS), ``java4``
 (rocketmq-client 4.9.8 on the remoting port: a sync producer and a push consumer, every
 node as a NameServer), ``go`` (rocketmq-clients golang/v5, every node, its default TLS),
+``go4`` (rocketmq-client-go/v2 v2.1.2 on the remoting port: a sync producer and a push
+consumer, every node as a NameServer), ``alions`` (ali-ons 3.12.0, the same),
 ``nodejs`` (rocketmq-client-nodejs 1.0.8, given a slave: its routes name that node, which
 forwards; it takes one address, so a drill never kills that node, moving the master off it
 first). Every client but the Python one runs the driver named in ``--drivers``: a JSON
@@ -54,13 +56,14 @@ from bench.official_failover import (
     go_load,
     java4_load,
     java_load,
+    remoting_list_load,
     unavailable_ms,
 )
 from ferrymq.client import Admin
 from ferrymq.launcher.cluster import is_running, load_plan, save_plan, start_node
 from ferrymq.launcher.polling import until
 
-CLIENTS = ("python", "java", "java4", "go", "nodejs")
+CLIENTS = ("python", "java", "java4", "go", "go4", "alions", "nodejs")
 TOPIC, GROUP = "DrillTopic", "drill-readers"
 SEND_PAUSE_S = 0.005
 ACKS_AROUND_KILL = 20  # acknowledged sends before each kill, and after it before the restart
@@ -85,6 +88,10 @@ def client_load(
         return java4_load(argv, namesrv, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
     if client == "go":
         return go_load(argv, every_node, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
+    if client in ("go4", "alions"):
+        namesrv = [n.remoting for n in plan.nodes]
+        load = remoting_list_load(argv, namesrv, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S)
+        return load, ""
     if client == "nodejs":
         # It takes one address (its list form is broken too), so it reaches the cluster
         # through one node only: a slave, which the drills never kill.

@@ -197,6 +197,23 @@ def java4_load(
     return OfficialLoad(spec, home, stop_file, argv=argv)
 
 
+def remoting_list_load(
+    argv: Sequence[str],
+    namesrv: list[str],
+    topic: str,
+    group: str,
+    home: str,
+    stop_file: str,
+    pause_s: float = 0.0,
+) -> OfficialLoad:
+    """The ``load`` of a 4.x-protocol client that takes its NameServers as a list: the
+    official Go remoting client (rocketmq-client-go/v2) and ali-ons (a producer sending one
+    message at a time and a push consumer, the same events as the Python client's here),
+    given ``namesrv`` (the nodes' remoting addresses)."""
+    spec = {"namesrv": namesrv, "steps": [load_step(topic, group, stop_file, pause_s)]}
+    return OfficialLoad(spec, home, stop_file, argv=argv)
+
+
 def resumed_after(load: OfficialLoad, moment: float) -> tuple[float | None, float | None]:
     """When sends and receives resumed after ``moment`` (a kill): the first acknowledged
     send the killed node cannot have answered (started after it, or answered more than

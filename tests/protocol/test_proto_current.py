@@ -205,6 +205,16 @@ OFFICIAL_MESSAGES = {
         "1 Status status",
         "2 repeated MessageQueue message_queues",
     ),
+    # RecallMessage (rocketmq-apis 2.0.4, RocketMQ 5.3.2): as the descriptors of the
+    # official rocketmq-python-client 5.1.2 carry them.
+    "RecallMessageRequest": (
+        "1 Resource topic",
+        "2 string recall_handle",
+    ),
+    "RecallMessageResponse": (
+        "1 Status status",
+        "2 string message_id",
+    ),
     "ReceiveMessageRequest": (
         "1 Resource group",
         "2 MessageQueue message_queue",
@@ -403,6 +413,7 @@ OFFICIAL_METHODS = {
     "Telemetry": "stream TelemetryCommand -> stream TelemetryCommand",
     "NotifyClientTermination": "NotifyClientTerminationRequest -> NotifyClientTerminationResponse",
     "ChangeInvisibleDuration": "ChangeInvisibleDurationRequest -> ChangeInvisibleDurationResponse",
+    "RecallMessage": "RecallMessageRequest -> RecallMessageResponse",
 }
 
 

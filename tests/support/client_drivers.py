@@ -3,7 +3,7 @@ not import the tests): built on first use (``tests/support/clients.py``,
 ``tests/support/nodejs.py``) and written as JSON to a file the benchmark reads,
 ``{client: {"argv": [...], "env": {...}}}``.
 
-    python -m tests.support.client_drivers <file> [java java4 go nodejs]
+    python -m tests.support.client_drivers <file> [java java4 go go4 alions nodejs]
 """
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ import sys
 from tests.support import clients
 from tests.support.nodejs import RUNNER, nodejs_client
 
-FAMILIES = {"java": "java-grpc", "java4": "java-remoting", "go": "go-grpc"}
+FAMILIES = {
+    "java": "java-grpc",
+    "java4": "java-remoting",
+    "go": "go-grpc",
+    "go4": "go-remoting",
+    "alions": "alions",
+}
 
 
 def driver(client: str) -> dict:

@@ -8,7 +8,8 @@
 //          "properties": {..}, "delay_level": n}]},
 //     {"do": "push", "group", "topic", "expression", "sql": bool, "broadcast": bool,
 //          "instances": n, "max_reconsume": n, "fail": [bodies], "fail_attempts": n,
-//          "expect": [bodies], "deadline_s", "linger_s"}]}
+//          "expect": [bodies], "deadline_s", "linger_s"},
+//     {"do": "load", "topic", "group", "stop_file", "pause_ms", "drain_idle_s", "drain_s"}]}
 //
 // ali-ons fetches the name server list over HTTP unless it is given one, and insists on an
 // HTTP client either way: it is given the address and a client that is never called.
@@ -157,6 +158,63 @@ async function push(spec, step) {
   }
 }
 
+// Seconds on CLOCK_MONOTONIC (libuv's hrtime), the clock a failover drill kills by.
+const monotonic = () => Number(process.hrtime.bigint()) / 1e9;
+
+// A failover drill's load (as bench/official_failover.py's for the Python client): one
+// send at a time (the client's own retries) and a push consumer, until the stop file
+// exists; then the consumer drains until it has every acknowledged message, or nothing
+// new came for drain_idle_s (15), or drain_s (300) passed. Events: ready (t), sent /
+// send_failed (body, t0, t1), received (body, t, attempt).
+async function load(spec, step) {
+  const producer = new Producer(options(spec, 'producer', {
+    producerGroup: 'drill-producer',
+    sendMsgTimeout: 3000,
+  }));
+  producer.on('error', err => failed('client_error', err, { client: 'producer' }));
+  const consumer = new Consumer(options(spec, 'push', {
+    consumerGroup: step.group,
+    consumeFromWhere: ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+  }));
+  consumer.on('error', err => failed('client_error', err, { client: 'push' }));
+  const acked = new Set();
+  const received = new Set();
+  let lastNew = monotonic();
+  consumer.subscribe(step.topic, '*', async msg => {
+    const body = msg.body.toString();
+    if (!received.has(body)) {
+      received.add(body);
+      lastNew = monotonic();
+    }
+    emit('received', { body, t: monotonic(), attempt: msg.reconsumeTimes + 1 });
+  });
+  await Promise.all([ producer.ready(), consumer.ready() ]);
+  emit('ready', { t: monotonic() });
+  try {
+    for (let i = 0; !fs.existsSync(step.stop_file); i++) {
+      const body = `m-${i}`;
+      const t0 = monotonic();
+      try {
+        await producer.send(new Message(step.topic, null, body));
+        acked.add(body);
+        emit('sent', { body, t0, t1: monotonic() });
+      } catch (err) {
+        failed('send_failed', err, { body, t0, t1: monotonic() });
+      }
+      if (step.pause_ms) await sleep(step.pause_ms);
+    }
+    const until = monotonic() + (step.drain_s || 300);
+    const idle = step.drain_idle_s || 15;
+    while (![ ...acked ].every(b => received.has(b)) && monotonic() < until &&
+      monotonic() - lastNew < idle) {
+      await sleep(50);
+    }
+  } finally {
+    await consumer.close();
+    await producer.close();
+  }
+}
+
 async function main() {
   const raw = process.argv[2] && process.argv[2] !== '-' ?
     process.argv[2] : fs.readFileSync(0, 'utf8');
@@ -166,6 +224,7 @@ async function main() {
     try {
       if (step.do === 'produce') await produce(spec, step);
       else if (step.do === 'push') await push(spec, step);
+      else if (step.do === 'load') await load(spec, step);
       else throw new Error(`unknown step ${step.do}`);
     } catch (err) {
       failed('step_failed', err, { step: step.do });

@@ -11,7 +11,9 @@ import (
 	"io"
 	"os"
 	"sync"
+	"syscall"
 	"time"
+	"unsafe"
 )
 
 type object = map[string]any
@@ -130,4 +132,12 @@ func runSteps(spec object, specErr error, steps map[string]func(object) error) {
 	}
 	emit("done", object{"failed_steps": failedSteps})
 	os.Exit(0)
+}
+
+// monotonic is seconds on CLOCK_MONOTONIC, the clock a failover drill kills by (Python's
+// time.monotonic): time.Now's monotonic reading cannot be read as a number.
+func monotonic() float64 {
+	var ts syscall.Timespec
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1, uintptr(unsafe.Pointer(&ts)), 0)
+	return float64(ts.Sec) + float64(ts.Nsec)/1e9
 }

@@ -36,9 +36,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-	"unsafe"
 
 	rmq "github.com/apache/rocketmq-clients/golang/v5"
 	"github.com/apache/rocketmq-clients/golang/v5/credentials"
@@ -428,12 +426,6 @@ func (d *driver) push(step object) error {
 
 // monotonic is seconds on CLOCK_MONOTONIC: the clock a failover drill kills by
 // (bench/official_failover.py compares these stamps with Python's time.monotonic()).
-func monotonic() float64 {
-	var ts syscall.Timespec
-	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1, uintptr(unsafe.Pointer(&ts)), 0)
-	return float64(ts.Sec) + float64(ts.Nsec)/1e9
-}
-
 // load is a failover drill's load (as bench/official_failover.py's for the Python
 // client): one send at a time and a SimpleConsumer receiving and acking, until the stop
 // file exists; then the consumer drains until it has every acknowledged message, or
