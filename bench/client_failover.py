@@ -16,7 +16,7 @@ killed node restarted and all three in sync before the next. Per client:
   spent), which are not acknowledged, so not counted lost.
 
 Clients: ``python`` (rocketmq-python-client 5.1.2, given one node as access point),
-``java`` (rocketmq-client-java 5.0.7, every node as access point, its default TLS), ``java4``
+``java`` (rocketmq-client-java 5.2.0, every node as access point, its default TLS), ``java4``
 (rocketmq-client 4.9.8 on the remoting port: a sync producer and a push consumer, every
 node as a NameServer), ``go`` (rocketmq-clients golang/v5, every node, its default TLS),
 ``go4`` (rocketmq-client-go/v2 v2.1.2 on the remoting port: a sync producer and a push

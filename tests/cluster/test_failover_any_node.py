@@ -1,11 +1,11 @@
-"""Failover through any node, with the official RocketMQ Python (5.1.2) and Java (5.0.7)
+"""Failover through any node, with the official RocketMQ Python (5.1.2) and Java (5.2.0)
 clients in processes of their own against a 3-node SYNC cluster of real node processes.
 
 - A client talking to a slave (every call pinned there) gets what it gets from the
   master: sends (sync, async, FIFO), receives, acks, invisibility changes, transactions
   committed, rolled back and checked (the check reaches a producer connected to a slave).
 - kill -9 of the master, and separately of a slave, under a steady producer and
-  SimpleConsumer of the official Python client and of the official Java client (5.0.7,
+  SimpleConsumer of the official Python client and of the official Java client (5.2.0,
   its driver's ``load`` step) at once: sends and receives of both resume within 3 s, no
   acknowledged message is lost, every one is received. The Python client connects to the
   first of the route's addresses in its own (sorted) order, which the test makes a slave

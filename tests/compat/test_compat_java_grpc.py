@@ -1,4 +1,4 @@
-"""The official Java 5.x gRPC client (``rocketmq-client-java`` 5.0.7), unchanged, against a
+"""The official Java 5.x gRPC client (``rocketmq-client-java`` 5.2.0), unchanged, against a
 real 3-node ferrymq cluster.
 
 The client runs in a JVM of its own through our driver (``tests/compat/java/grpc5``),
@@ -15,9 +15,10 @@ import pytest
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support import clients
 from tests.support.cluster import client_cluster, stop_all
-from tests.support.every_kind import EveryKind
+from tests.support.every_kind import EveryKind, simple_receive
 from tests.support.push_retries import PushRetries
 from tests.support.rpc import create_group, create_topic, message
 
@@ -110,3 +111,39 @@ def test_push_consumers_retry_then_dead_letter_normal_and_fifo(
     scenario.create(admin)
     run = run_java(java, module_node, tmp_path, scenario.steps(), timeout_s=200)
     scenario.check(run, messaging)
+
+
+def test_recall_cancels_a_delayed_message_and_refuses_a_late_or_altered_handle(
+    java, module_node, tmp_path, grpc_stubs
+):
+    """RocketMQ 5.3.2's recall through the newest Java client, its access point every node:
+    the recalled message never arrives, its twin due the same millisecond does; a recall
+    once the time has come, or of an altered handle, is refused."""
+    _, admin = grpc_stubs
+    create_topic(admin, "j5-recall", queues=1, message_type=api.DELAY)
+    create_group(admin, "j5-recall-reader")
+    messages = [
+        {"topic": "j5-recall", "body": "recalled", "delay_ms": 3000, "recall": 1},
+        {"topic": "j5-recall", "body": "kept", "delay_ms": 3000},
+    ]
+    run = run_java(java, module_node, tmp_path, [{"do": "produce", "messages": messages}])
+    sent = {e["body"]: e for e in run.of("sent")}
+    assert sent["recalled"]["recall_handle"] and sent["kept"]["recall_handle"], run.explain()
+    assert [e["id"] for e in run.of("recalled")] == [sent["recalled"]["id"]], run.explain()
+    # Both were sent within the same run: due within a few ms of each other.
+    receive = simple_receive("j5-recall", "j5-recall-reader", 1)
+    kept = sent["kept"]["recall_handle"]
+    altered = kept[:10] + ("A" if kept[10] != "A" else "B") + kept[11:]
+    late = {
+        "do": "produce",
+        "messages": [],
+        "topics": ["j5-recall"],
+        "recall_handles": [
+            {"topic": "j5-recall", "body": "kept", "handle": kept},
+            {"topic": "j5-recall", "body": "altered", "handle": altered},
+        ],
+    }
+    run = run_java(java, module_node, tmp_path, [receive, late], timeout_s=120)
+    assert [e["body"] for e in run.of("received")] == ["kept"], run.explain()
+    failed = {e["body"]: e["message"] for e in run.of("recall_failed")}
+    assert "has come" in failed["kept"] and "recall handle" in failed["altered"], run.explain()

@@ -43,9 +43,9 @@ CACHE = Path(os.environ.get("FERRYMQ_CLIENTS_CACHE", str(ROOT / ".cache" / "clie
 INSTALL_TIMEOUT_S = 1500.0
 
 # The official clients, by version (tests/compat/README.md says what each driver covers).
-# rocketmq-client-java 5.0.7, not 5.0.8: 5.0.8's shaded jar pairs slf4j 1.7 with logback
-# 1.3, so that client logs nothing and a failing test could not show why.
-JAVA_GRPC_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client-java", "5.0.7")
+# rocketmq-client-java 5.2.0, the newest. Since 5.0.8 its shaded jar pairs slf4j 1.7 with
+# logback 1.3, so the client logs nothing: a failing test shows the driver's events only.
+JAVA_GRPC_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client-java", "5.2.0")
 JAVA_REMOTING_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client", "4.9.8")
 JAVA_REMOTING_ACL = jvm.Artifact("org.apache.rocketmq", "rocketmq-acl", "4.9.8")  # AclClientRPCHook
 JAVA_TOOLS = jvm.Artifact("org.apache.rocketmq", "rocketmq-tools", "5.3.3")

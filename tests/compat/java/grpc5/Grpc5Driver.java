@@ -25,6 +25,7 @@ import org.apache.rocketmq.client.apis.message.MessageBuilder;
 import org.apache.rocketmq.client.apis.message.MessageView;
 import org.apache.rocketmq.client.apis.producer.Producer;
 import org.apache.rocketmq.client.apis.producer.ProducerBuilder;
+import org.apache.rocketmq.client.apis.producer.RecallReceipt;
 import org.apache.rocketmq.client.apis.producer.SendReceipt;
 import org.apache.rocketmq.client.apis.producer.Transaction;
 import org.apache.rocketmq.client.apis.producer.TransactionResolution;
@@ -37,7 +38,9 @@ import org.apache.rocketmq.client.java.impl.producer.SendReceiptImpl;
  * <pre>
  * {"endpoints": "host:port", "tls": false, "steps": [
  *   {"do": "produce", "topics": [..], "messages": [{"topic", "body", "tag", "keys": [..],
- *        "properties": {..}, "group" (FIFO), "delay_ms" (DELAY), "async": bool}]},
+ *        "properties": {..}, "group" (FIFO), "delay_ms" (DELAY), "async": bool,
+ *        "recall": n (a sync send's message recalled n times after it is sent)}],
+ *        "recall_handles": [{"topic", "body", "handle"}] (recalled after the sends)},
  *   {"do": "transaction", "topic", "messages": [{"body", "tag", "keys", "properties",
  *        "end": "commit|rollback|none"}], "checker": "COMMIT|ROLLBACK|UNKNOWN",
  *        "checks": n, "wait_for_check_s": s},
@@ -61,7 +64,7 @@ import org.apache.rocketmq.client.java.impl.producer.SendReceiptImpl;
  * sent / send_failed (body, t0, t1), received (body, t, attempt), ack_failed,
  * receive_failed.
  *
- * Events: sent, send_failed, committed, rolled_back, end_failed, checked, received,
+ * Events: sent, send_failed, recalled, recall_failed, committed, rolled_back, end_failed, checked, received,
  * receive_failed, acked, ack_failed, changed, change_failed, consumed, push_waited,
  * step_failed, done.
  */
@@ -135,7 +138,18 @@ public final class Grpc5Driver {
             transactionId = impl.getTransactionId();
         }
         Out.emit("sent", "body", body, "id", receipt.getMessageId().toString(), "queue", queue,
-            "offset", offset, "transaction_id", transactionId, "async", async);
+            "offset", offset, "transaction_id", transactionId, "async", async,
+            "recall_handle", receipt.getRecallHandle());
+    }
+
+    /** Recalls a delayed message (RocketMQ 5.3.2's RecallMessage): recalled or recall_failed. */
+    private static void recall(Producer producer, String topic, String body, String handle) {
+        try {
+            RecallReceipt receipt = producer.recallMessage(topic, handle);
+            Out.emit("recalled", "body", body, "id", receipt.getMessageId().toString());
+        } catch (Exception e) {
+            Out.failed("recall_failed", e, "body", body);
+        }
     }
 
     private Producer producer(List<String> topics, TransactionCheckerHolder checker) throws Exception {
@@ -168,11 +182,21 @@ public final class Grpc5Driver {
                     pending.put(body, producer.sendAsync(message));
                     continue;
                 }
+                SendReceipt receipt;
                 try {
-                    sent(body, producer.send(message), false);
+                    receipt = producer.send(message);
                 } catch (Exception e) {
                     Out.failed("send_failed", e, "body", body);
+                    continue;
                 }
+                sent(body, receipt, false);
+                for (long i = Out.num(m, "recall", 0); i > 0; i--) {
+                    recall(producer, Out.str(m, "topic", ""), body, receipt.getRecallHandle());
+                }
+            }
+            for (JsonObject r : Out.objects(step, "recall_handles")) {  // from earlier runs
+                recall(producer, Out.str(r, "topic", ""), Out.str(r, "body", ""),
+                    Out.str(r, "handle", ""));
             }
             for (Map.Entry<String, CompletableFuture<SendReceipt>> p : pending.entrySet()) {
                 try {
