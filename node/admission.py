@@ -35,12 +35,18 @@ MESSAGE_TYPES = {
     MessageType.FIFO: pb.FIFO,
     MessageType.DELAY: pb.DELAY,
     MessageType.TRANSACTION: pb.TRANSACTION,
+    MessageType.PRIORITY: pb.PRIORITY,
 }
 MESSAGE_TYPE_NAMES = frozenset(pb.MessageType.values())
 # What a topic's queues accept (a route's ``accept_message_types``): an untyped topic every
 # type a message can declare, as in RocketMQ 5.
 ANY_TYPE = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
-TYPES_OF_WIRE = {wire: kind for kind, wire in MESSAGE_TYPES.items()}
+# What an untyped topic takes: a priority message needs a PRIORITY topic, whose consumers
+# take the highest priority first (RocketMQ's proxy would take one into a MIXED topic,
+# where nothing reads it by priority).
+TYPES_OF_WIRE = {
+    wire: kind for kind, wire in MESSAGE_TYPES.items() if kind is not MessageType.PRIORITY
+}
 # Topics whose round-robin position is kept; past this many the table starts again (a
 # position is only where the next unpinned send starts).
 ROTATION_TOPICS_MAX = 100_000
@@ -107,11 +113,15 @@ class Admission:
         kind: MessageType,
         message_group: str | None,
         pinned: int | None,
+        priority: int | None = None,
     ) -> int:
         """The queue of one message of type ``kind`` (``message_kind``); ``pinned`` is the
-        queue its sender named on purpose, None when the node chooses."""
+        queue its sender named on purpose, None when the node chooses; a PRIORITY message's
+        is its ``priority`` (``priority_queue``)."""
         if kind is MessageType.FIFO:
             return fifo_queue(message_group, topic.queue_count)
+        if kind is MessageType.PRIORITY:
+            return priority_queue(priority, topic.queue_count)
         if pinned is not None:
             check_queue(topic, pinned)
             return pinned
@@ -232,6 +242,16 @@ def check_type_text(declared: str | None, expected_text: str) -> None:
             pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
             f"message type {declared!r} is not the topic's {expected_text!r}",
         )
+
+
+def priority_queue(priority: int | None, queue_count: int) -> int:
+    """A priority message's queue: its priority, the topic's last queue for a higher one
+    (RocketMQ 5.4: the queue id is the priority, and POP reads the highest queue first)."""
+    if priority is None:
+        raise InvalidRequest(pb.BAD_REQUEST, "a PRIORITY message needs a priority")
+    if priority < 0:
+        raise InvalidRequest(pb.BAD_REQUEST, f"priority {priority} is negative")
+    return min(priority, queue_count - 1)
 
 
 def hashed_queue(key: str, queue_count: int) -> int:

@@ -46,6 +46,7 @@ class MessageType(enum.Enum):
     FIFO = "FIFO"
     DELAY = "DELAY"
     TRANSACTION = "TRANSACTION"
+    PRIORITY = "PRIORITY"  # RocketMQ 5.4: the queue id is the priority (node/admission.py)
 
 
 class Permission(enum.Enum):

@@ -21,6 +21,7 @@ from ferrymq.codec.properties import (
     PROPERTY_KEYS,
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_MESSAGE_TYPE,
+    PROPERTY_PRIORITY,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     SYSTEM_PROPERTY_NAMES,
@@ -79,6 +80,10 @@ def outgoing(message: pb.Message, pinned: bool) -> OutgoingMessage:
     if system.HasField("message_group"):
         group = system.message_group
         properties[PROPERTY_MESSAGE_GROUP] = group
+    priority = None
+    if system.HasField("priority"):
+        priority = system.priority
+        properties[PROPERTY_PRIORITY] = str(priority)
     born = system.born_timestamp
     return OutgoingMessage(
         message.body,
@@ -91,6 +96,7 @@ def outgoing(message: pb.Message, pinned: bool) -> OutgoingMessage:
         else None,
         born_ms=born.seconds * 1000 + born.nanos // 1_000_000,
         born_host=born_host_bytes(system.born_host),
+        priority=priority,
         stamp_type=True,
     )
 
@@ -123,7 +129,11 @@ def to_wire_message(
         message_id=properties.get(PROPERTY_UNIQ_KEY) or stored.offset_message_id,
         body_digest=body_digest(body),
         body_encoding=pb.IDENTITY,
-        message_type=int(properties.get(PROPERTY_MESSAGE_TYPE, pb.NORMAL)),
+        message_type=int(
+            properties.get(
+                PROPERTY_MESSAGE_TYPE, pb.PRIORITY if PROPERTY_PRIORITY in properties else pb.NORMAL
+            )
+        ),
         born_timestamp=timestamp_of(stored.born_timestamp_ms),
         born_host=host_string(stored.born_host),
         store_timestamp=timestamp_of(stored.store_timestamp_ms),
@@ -133,6 +143,9 @@ def to_wire_message(
     )
     if PROPERTY_TAGS in properties:
         system.tag = properties[PROPERTY_TAGS]
+    priority = properties.get(PROPERTY_PRIORITY, "")
+    if priority.isdigit():
+        system.priority = int(priority)
     if stored.keys:
         system.keys.extend(stored.keys)
     if PROPERTY_MESSAGE_GROUP in properties:

@@ -21,7 +21,7 @@ import dataclasses
 import time
 
 from ferrymq.codec.errors import InvalidMessageError
-from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS
+from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS, PROPERTY_PRIORITY
 from ferrymq.codec.remoting import HeaderFieldError, RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.codec.remoting_messages import MalformedBatch, decode_batch, parse_sent_properties
@@ -94,7 +94,7 @@ def message_type_of(properties: dict[str, str], sys_flag: int) -> int:
         return pb.TRANSACTION
     if delay_level_of(properties) > 0 or TIMER_PROPERTIES & properties.keys():
         return pb.DELAY
-    return pb.NORMAL
+    return pb.PRIORITY if PROPERTY_PRIORITY in properties else pb.NORMAL
 
 
 def is_transaction_half(request: RemotingCommand) -> bool:
@@ -122,6 +122,16 @@ def timer_delivery_ms(properties: dict[str, str], now_ms: int) -> int | None:
                 raise InvalidRequest(pb.ILLEGAL_DELIVERY_TIME, f"timer property {text!r}")
             return base + int(text) * scale
     return None
+
+
+def priority_of(properties: dict[str, str]) -> int | None:
+    """A 4.x-protocol message's priority (``Message.setPriority``, RocketMQ 5.4), or None."""
+    text = properties.get(PROPERTY_PRIORITY)
+    if text is None:
+        return None
+    if not (text.isascii() and text.lstrip("-").isdigit()):
+        raise InvalidRequest(pb.BAD_REQUEST, f"priority {text!r} is not a number")
+    return int(text)
 
 
 def delay_level_of(properties: dict[str, str]) -> int:
@@ -243,6 +253,7 @@ class SendHandlers:
                 message_type_of(properties, sys_flag),
                 pinned_queue=queue_id if queue_id >= 0 else None,
                 delivery_ms=timer_delivery_ms(properties, now_ms),
+                priority=priority_of(properties),
                 delay_level=delay_level_of(properties),
                 flag=message_flag,
                 sys_flag=sys_flag & SYSFLAG_KEPT,

@@ -54,7 +54,7 @@ from node.rpc_status import OK, InvalidRequest, status
 from node.services.caller import Caller
 from node.services.permissions import Permissions, consume
 from node.sql_filter import Filter
-from node.topics import GroupConfig, Permission, TopicConfig, TopicTable
+from node.topics import GroupConfig, MessageType, Permission, TopicConfig, TopicTable
 from store.message import Message
 from store.results import GetStatus
 
@@ -216,17 +216,13 @@ class PopService:
         undo: list[Callable[[], None]] = []
         decisions: list[PopDecision] = []
         scan_budget = SQL_SCAN_MAX  # messages an SQL filter may read in this receive
-        queue_count = topic.queue_count
-        rotation_key = (group.name, topic.name)
-        start = self._rotation.get(rotation_key, 0) % queue_count
-        self._rotation[rotation_key] = start + 1
         # One delivery id for every queue of this receive (each queue's entries are its
         # own): the remoting door names it once per answer (node/remoting/broker_pop.py).
         delivery = new_delivery_id()
-        for step in range(queue_count):
+        for queue_id in self._queue_order(group, topic):
             if len(deliveries) >= batch:
                 break
-            key = (group.name, topic.name, (start + step) % queue_count)
+            key = (group.name, topic.name, queue_id)
             cursor = self._cursor(key)
             if group.fifo and cursor.invisible_count(now):
                 continue
@@ -316,6 +312,19 @@ class PopService:
             )
             if result.status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
                 return matched, offset, scanned
+
+    def _queue_order(self, group: GroupConfig, topic: TopicConfig) -> range | list[int]:
+        """The queues a receive reads, in turn: a PRIORITY topic's from the highest
+        priority (queue) down, so a batch holds the highest priority messages ready (a FIFO
+        group's order is per message group, not priority: it takes turns as any other);
+        otherwise starting one queue further at each receive, so that no queue waits."""
+        count = topic.queue_count
+        if topic.message_type is MessageType.PRIORITY and not group.fifo:
+            return range(count - 1, -1, -1)
+        rotation_key = (group.name, topic.name)
+        start = self._rotation.get(rotation_key, 0) % count
+        self._rotation[rotation_key] = start + 1
+        return [(start + step) % count for step in range(count)]
 
     def _next_visible_in_ms(self, group: str, topic: TopicConfig) -> float:
         """Milliseconds until the earliest invisible delivery of the group comes back."""

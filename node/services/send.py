@@ -113,6 +113,7 @@ class OutgoingMessage:
     pinned_queue: int | None = None  # the queue its sender named on purpose
     delivery_ms: int | None = None  # a DELAY message's due time (RocketMQ 5)
     delay_level: int = 0  # a RocketMQ 4.x delay level (1..n)
+    priority: int | None = None  # a PRIORITY message's priority (its queue)
     flag: int = 0
     sys_flag: int = 0
     born_ms: int = 0
@@ -281,7 +282,9 @@ class SendService:
         for message in request.messages:
             kind = self._check_message(topic, message)
             pinned = queues[0] if request.batch and queues else message.pinned_queue
-            queue_id = admission.send_queue(topic, kind, message.message_group, pinned)
+            queue_id = admission.send_queue(
+                topic, kind, message.message_group, pinned, message.priority
+            )
             record = Message(
                 topic.name,
                 message.body,
@@ -330,6 +333,11 @@ class SendService:
         check_properties(properties, SENT_NODE_PROPERTIES)
         if message.message_group == "":
             raise InvalidRequest(pb.ILLEGAL_MESSAGE_GROUP, "message_group is empty")
+        if message.priority is not None and kind is not MessageType.PRIORITY:
+            raise InvalidRequest(
+                pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"a priority is for PRIORITY messages, not {kind.value} ones",
+            )
         if message.stamp_type:
             declared = message.declared_type
             properties[PROPERTY_MESSAGE_TYPE] = MESSAGE_TYPE_TEXT.get(declared) or str(declared)

@@ -147,3 +147,20 @@ def test_recall_cancels_a_delayed_message_and_refuses_a_late_or_altered_handle(
     assert [e["body"] for e in run.of("received")] == ["kept"], run.explain()
     failed = {e["body"]: e["message"] for e in run.of("recall_failed")}
     assert "has come" in failed["kept"] and "recall handle" in failed["altered"], run.explain()
+
+
+def test_priority_messages_are_received_highest_first(java, module_node, tmp_path, grpc_stubs):
+    """RocketMQ 5.4's priority messages through the newest Java client (setPriority): a
+    PRIORITY topic's messages come highest priority first (a priority above the last queue
+    is the last queue's), each with its priority."""
+    _, admin = grpc_stubs
+    create_topic(admin, "j5-priority", queues=4, message_type=api.PRIORITY)
+    create_group(admin, "j5-priority-reader")
+    messages = [{"topic": "j5-priority", "body": f"p{p}", "priority": p} for p in (1, 3, 0, 2, 7)]
+    produce = {"do": "produce", "messages": messages}
+    op = {"op": "receive", "count": 5, "max": 5, "invisible_s": 30, "deadline_s": 20, "ack": True}
+    receive = {"do": "simple", "topic": "j5-priority", "group": "j5-priority-reader", "ops": [op]}
+    run = run_java(java, module_node, tmp_path, [produce, receive])
+    received = run.of("received")
+    assert [e["body"] for e in received] == ["p3", "p7", "p2", "p1", "p0"], run.explain()
+    assert [e["priority"] for e in received] == [3, 7, 2, 1, 0], run.explain()

@@ -311,6 +311,37 @@ def test_recall_cancels_a_delayed_message_before_its_time(module_node, client_ho
     assert pull_all(messaging, "compat-recall", 1, group="recall-reader")[0].body == b"kept"
 
 
+def test_priority_messages_are_received_highest_first(module_node, client_home, grpc_stubs):
+    """RocketMQ 5.4's priority messages through the official client, given a slave: a
+    PRIORITY topic's messages come highest priority first, each with its priority."""
+    _, admin = grpc_stubs
+    create_topic(admin, "compat-priority", queues=4, message_type=api.PRIORITY)
+    create_group(admin, "priority-group")
+    messages = [
+        {"topic": "compat-priority", "body": f"p{p}", "priority": p} for p in (1, 3, 0, 2, 7)
+    ]
+    events = run_official(
+        module_node,
+        client_home,
+        {"scenario": "produce", "topics": ["compat-priority"], "messages": messages},
+    )
+    assert len(of(events, "sent")) == 5, events
+    steps = [{"do": "receive_until", "count": 5, "max": 5, "invisible_s": 30, "deadline_s": 20}]
+    events = run_official(
+        module_node,
+        client_home,
+        {
+            "scenario": "simple",
+            "topic": "compat-priority",
+            "group": "priority-group",
+            "steps": steps,
+        },
+    )
+    received = of(events, "received")
+    assert [e["body"] for e in received] == ["p3", "p7", "p2", "p1", "p0"], received
+    assert [e["priority"] for e in received] == [3, 7, 2, 1, 0]
+
+
 def test_delay_and_transactions(module_node, client_home, grpc_stubs):
     messaging, admin = grpc_stubs
     create_topic(admin, "compat-delay", queues=1, message_type=api.DELAY)

@@ -66,6 +66,7 @@ def described(message) -> dict:
         "group": message.message_group,
         "attempt": message.delivery_attempt,
         "delivery_timestamp": message.delivery_timestamp,
+        "priority": message.priority,
         "topic": message.topic,
         "corrupted": message.corrupted,
         "properties": dict(message.properties or {}),
@@ -89,6 +90,8 @@ def outgoing(spec: dict) -> Message:
         message.message_group = spec["group"]
     if spec.get("delivery_timestamp"):
         message.delivery_timestamp = spec["delivery_timestamp"]
+    if spec.get("priority") is not None:
+        message.priority = spec["priority"]
     for name, value in spec.get("properties", {}).items():
         message.add_property(name, value)
     return message

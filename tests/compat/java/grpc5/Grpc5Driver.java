@@ -38,7 +38,8 @@ import org.apache.rocketmq.client.java.impl.producer.SendReceiptImpl;
  * <pre>
  * {"endpoints": "host:port", "tls": false, "steps": [
  *   {"do": "produce", "topics": [..], "messages": [{"topic", "body", "tag", "keys": [..],
- *        "properties": {..}, "group" (FIFO), "delay_ms" (DELAY), "async": bool,
+ *        "properties": {..}, "group" (FIFO), "delay_ms" (DELAY), "priority" (PRIORITY),
+ *        "async": bool,
  *        "recall": n (a sync send's message recalled n times after it is sent)}],
  *        "recall_handles": [{"topic", "body", "handle"}] (recalled after the sends)},
  *   {"do": "transaction", "topic", "messages": [{"body", "tag", "keys", "properties",
@@ -120,6 +121,10 @@ public final class Grpc5Driver {
         long delay = Out.num(m, "delay_ms", -1);
         if (delay >= 0) {
             builder.setDeliveryTimestamp(System.currentTimeMillis() + delay);
+        }
+        long priority = Out.num(m, "priority", -1);
+        if (priority >= 0) {
+            builder.setPriority((int) priority);
         }
         for (Map.Entry<String, String> p : Out.stringMap(m, "properties").entrySet()) {
             builder.addProperty(p.getKey(), p.getValue());
@@ -281,6 +286,7 @@ public final class Grpc5Driver {
             "properties", new LinkedHashMap<>(view.getProperties()),
             "group", view.getMessageGroup().orElse(null),
             "delivery_timestamp", view.getDeliveryTimestamp().orElse(null),
+            "priority", view.getPriority().orElse(null),
             "attempt", view.getDeliveryAttempt(),
             "born_host", view.getBornHost(),
             "born_timestamp", view.getBornTimestamp(),
