@@ -285,6 +285,8 @@ class Node:
         remoting = self.remoting
         self.metrics.remoting.watch(remoting.dispatch.codes, lambda: len(remoting.connections))
         self.raw_store.add_dispatch_listener(self.waiters.on_dispatch)
+        # Under SYNC_FLUSH a record is readable once on disk (``MessageStore.read_cap``).
+        self.raw_store.add_flush_listener(self.waiters.wake_all)
         # The master's orphan checks reach the producers connected to the other nodes.
         relay = CheckRelay(
             self.raw_store, services.transactions.targets, lambda: store.is_master, loop

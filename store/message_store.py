@@ -200,6 +200,8 @@ class _AppendCombiner:
         for outcomes, on_disk, timer in batch:
             timer.cancel()
             self._settle(outcomes, on_disk)
+        for listener in self._store._flush_listeners:  # the read cap moved
+            listener()
 
     @staticmethod
     def _settle(outcomes, on_disk: bool) -> None:
@@ -247,6 +249,7 @@ class MessageStore:
         # can append on a slave.
         self.writes_refused: str | None = None
         self._group_commit: GroupCommitService | None = None
+        self._flush_listeners: list[Callable[[], None]] = []
         self._flusher: BackgroundFlusher | None = None
         self._last_full_flush = time.monotonic()
         self._last_retention_check = 0.0
@@ -801,7 +804,7 @@ class MessageStore:
         if offset > high:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
         wanted = {tag_hash_code(t) for t in tags} if tags is not None else None
-        limit = self._confirmed_offset
+        limit = self.read_cap()
         found: list = []
         used = 0
         next_offset = offset
@@ -955,6 +958,23 @@ class MessageStore:
         return deleted
 
     # ---- the read cap under sync replication ------------------------------------------
+    def read_cap(self) -> int | None:
+        """Consumers read only records that end at or below this (None: no cap): the
+        replication cap (``confirmed_offset``) and, under SYNC_FLUSH, what is on disk.
+        Why the second: a message read before its fsync, then lost with every node's
+        power, was delivered and is gone (the chaos suite found one); a SYNC_FLUSH slave
+        fsyncs before it acknowledges, so its cap is its confirmed offset."""
+        cap = self._confirmed_offset
+        if self._group_commit is not None:
+            flushed = self.commitlog.flushed_offset
+            cap = flushed if cap is None else min(cap, flushed)
+        return cap
+
+    def add_flush_listener(self, listener: Callable[[], None]) -> None:
+        """``listener()`` runs on the event loop after a SYNC_FLUSH fsync covered asyncio
+        puts: the read cap moved (readers waiting for new records may read now)."""
+        self._flush_listeners.append(listener)
+
     @property
     def confirmed_offset(self) -> int | None:
         """Consumers read only records that end at or below this offset (None: no cap)."""
