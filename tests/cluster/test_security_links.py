@@ -270,22 +270,32 @@ def start_voter(directory: Path, node_toml: str, peer_host: str) -> tuple:
     return node, raft, ha
 
 
+def assert_listening(found: set[tuple[str, int]], expected: set[tuple[str, int]]) -> None:
+    """``found`` is ``expected`` and one loopback listener more: the gRPC server behind the
+    client port's relay (TLS and plaintext on one port, ``node/client_port.py``)."""
+    extra = found - expected
+    assert expected <= found and len(extra) == 1, (found, expected)
+    assert next(iter(extra))[0] == "127.0.0.1", extra
+
+
 def test_internal_listeners_bind_their_own_hosts(tmp_path):
     """By default replication and Raft listen on the node's host (Raft never on every
     interface) and /metrics on loopback only; internal_host and [metrics] host move them.
-    The remoting port, a client port like gRPC's, listens on the node's host."""
+    The remoting port, a client port like gRPC's, listens on the node's host; the gRPC
+    server behind the client port's relay (TLS and plaintext on one port) on loopback."""
     node, raft, ha = start_voter(tmp_path / "default", '[node]\nhost = "127.0.0.2"\n', "127.0.0.2")
     try:
         grpc_port = int(node.address.rpartition(":")[2])
         metrics_port = int(node.metrics.rpartition(":")[2])
         assert node.remoting.startswith("127.0.0.2:")
-        assert listening(node.process.pid) == {
+        expected = {
             ("127.0.0.2", grpc_port),
             ("127.0.0.2", int(node.remoting.rpartition(":")[2])),
             ("127.0.0.2", ha),
             ("127.0.0.2", raft),
             ("127.0.0.1", metrics_port),
         }
+        assert_listening(listening(node.process.pid), expected)
     finally:
         node.sigterm()
     node, raft, ha = start_voter(
@@ -296,13 +306,14 @@ def test_internal_listeners_bind_their_own_hosts(tmp_path):
     try:
         grpc_port = int(node.address.rpartition(":")[2])
         assert node.metrics.startswith("127.0.0.3:")
-        assert listening(node.process.pid) == {
+        expected = {
             ("127.0.0.1", grpc_port),
             ("127.0.0.1", int(node.remoting.rpartition(":")[2])),
             ("127.0.0.2", ha),
             ("127.0.0.2", raft),
             ("127.0.0.3", int(node.metrics.rpartition(":")[2])),
         }
+        assert_listening(listening(node.process.pid), expected)
         with Admin(node.address) as admin:  # and it works: routing, replication role
             admin.create_topic("split", 1)
     finally:

@@ -23,9 +23,9 @@ SMALL_STORE = {
 }
 
 
-def status_of(node: NodePlan):
+def status_of(node: NodePlan, timeout_s: float = 2.0):
     try:
-        with Admin(node.grpc, timeout_s=2) as admin:
+        with Admin(node.grpc, timeout_s=timeout_s) as admin:
             return admin.cluster_status()
     except FerryError:
         return None
