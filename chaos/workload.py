@@ -49,9 +49,11 @@ from ferrymq.client import (
     SimpleConsumer,
 )
 from ferrymq.client.errors import MALFORMED_ANSWER, TRANSPORT
+from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 
 TOPICS = (TOPIC, FIFO_TOPIC)
+SETUP_DEADLINE_S = 30.0  # creating the topics and groups of a cluster just started
 GROUP = "chaos-readers"  # pull consumer of TOPIC
 POP_GROUP = "chaos-pop"  # POP consumer of TOPIC
 FIFO_GROUP = "chaos-fifo-pop"  # FIFO POP consumer of FIFO_TOPIC
@@ -98,14 +100,35 @@ def outcome_of(error: FerryError) -> str:
     return UNKNOWN
 
 
-def create_topics(admin: Admin) -> None:
-    """The workload's topics and consumer groups."""
-    admin.create_topic(TOPIC, QUEUES)
-    admin.create_topic(FIFO_TOPIC, QUEUES, message_type="FIFO")
-    admin.create_group(GROUP)
-    admin.create_group(POP_GROUP)
-    admin.create_group(FIFO_GROUP, fifo=True)
-    admin.create_group(DLQ_GROUP, max_delivery_attempts=DLQ_ATTEMPTS)
+def create_topics(admin: Admin, deadline_s: float = SETUP_DEADLINE_S) -> None:
+    """The workload's topics and consumer groups. Each is created again while routing
+    answers UNAVAILABLE (a leadership handover as the new cluster becomes whole can leave
+    a create's outcome unknown), and one that exists already counts as made."""
+    creates = [
+        lambda: admin.create_topic(TOPIC, QUEUES),
+        lambda: admin.create_topic(FIFO_TOPIC, QUEUES, message_type="FIFO"),
+        lambda: admin.create_group(GROUP),
+        lambda: admin.create_group(POP_GROUP),
+        lambda: admin.create_group(FIFO_GROUP, fifo=True),
+        lambda: admin.create_group(DLQ_GROUP, max_delivery_attempts=DLQ_ATTEMPTS),
+    ]
+    deadline = time.monotonic() + deadline_s
+    for create in creates:
+        until(lambda create=create: created(create, deadline), deadline_s, "the workload's setup")
+
+
+def created(create, deadline: float) -> bool:
+    """Whether ``create()`` made its topic or group, or found it made; False to try again
+    (routing UNAVAILABLE, before ``deadline``)."""
+    try:
+        create()
+    except FerryError as error:
+        if error.code_name == "ALREADY_EXISTS":
+            return True
+        if error.code_name == "UNAVAILABLE" and time.monotonic() < deadline:
+            return False
+        raise
+    return True
 
 
 def writer(

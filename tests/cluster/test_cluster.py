@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from chaos.workload import created
 from ferrymq.client import Admin, FerryError, PullConsumer
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.launcher.cluster import (
@@ -134,8 +135,11 @@ def test_a_minority_of_voters_cannot_commit_and_leaves_no_partial_state(three):
         plan = restart(plan, node)
     three["plan"] = plan
     wait_ready(plan, 60)
-    with Admin(others[0].grpc) as admin:
-        admin.create_topic("after-heal", 1)  # commits, so every log is settled past it
+    with Admin(others[0].grpc) as admin:  # commits, so every log is settled past it
+        # (the healed cluster's leadership handover may leave one try's outcome unknown)
+        deadline = time.monotonic() + 30
+        create = lambda: admin.create_topic("after-heal", 1)  # noqa: E731
+        until(lambda: created(create, deadline), 30, "the heal topic created")
     for node in plan.nodes:
         until(lambda node=node: "after-heal" in topics_on(node), 10, "the heal topic")
         assert "minority-topic" not in topics_on(node)
