@@ -34,6 +34,8 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 
+from store.kept_files import write_atomically
+
 log = logging.getLogger("ferrymq.client_port")
 TLS_HANDSHAKE = 0x16
 BACKLOG = 1024
@@ -296,18 +298,7 @@ def certificate_files(data_dir: str, node_id: str, host: str) -> tuple[str, str]
         serialization.NoEncryption(),
     )
     # The key first, the certificate last: a certificate on disk means both are whole.
-    _write_new(key_path, key_pem, 0o600)
-    _write_new(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
+    write_atomically(key_path, key_pem, 0o600)
+    write_atomically(cert_path, certificate.public_bytes(serialization.Encoding.PEM))
     log.info("made a self-signed TLS certificate for the client ports: %s", cert_path)
     return cert_path, key_path
-
-
-def _write_new(path: str, content: bytes, mode: int) -> None:
-    temporary = path + ".tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, content)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(temporary, path)

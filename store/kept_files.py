@@ -30,9 +30,17 @@ TEMPORARY_SUFFIX = ".tmp"
 MAX_KEPT_BYTES = 1 << 30
 
 
-def keep(directory: str, name: str, chunks: Iterable[bytes], size: int, high_water: float) -> int:
-    """Write ``chunks`` (about ``size`` bytes) to ``directory/name`` the crash-safe way;
-    the bytes written. ``OSError`` when it cannot be kept (nothing is left behind)."""
+def keep(
+    directory: str,
+    name: str,
+    chunks: Iterable[bytes],
+    size: int,
+    high_water: float,
+    mode: int = 0o644,
+) -> int:
+    """Write ``chunks`` (about ``size`` bytes) to ``directory/name`` the crash-safe way,
+    a new file of permissions ``mode``; the bytes written. ``OSError`` when it cannot be
+    kept (nothing is left behind)."""
     path = os.path.join(directory, name)
     temporary = path + TEMPORARY_SUFFIX
     os.makedirs(directory, exist_ok=True)
@@ -41,7 +49,8 @@ def keep(directory: str, name: str, chunks: Iterable[bytes], size: int, high_wat
         raise OSError(f"{size} bytes would pass the disk's high-water mark")
     written = 0
     try:
-        with open(temporary, "wb") as f:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(descriptor, "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
                 written += len(chunk)
@@ -56,10 +65,11 @@ def keep(directory: str, name: str, chunks: Iterable[bytes], size: int, high_wat
     return written
 
 
-def write_atomically(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data``: whole or not at all after a crash."""
+def write_atomically(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` (a file of permissions ``mode``): whole or not at
+    all after a crash."""
     directory = os.path.dirname(path)
-    keep(directory, os.path.basename(path), (data,), 0, 1.0)
+    keep(directory, os.path.basename(path), (data,), 0, 1.0, mode)
 
 
 def sync_directory(directory: str) -> None:
