@@ -54,9 +54,8 @@ from bench.official_failover import (
     OfficialLoad,
     check_nothing_lost,
     go_load,
-    java4_load,
     java_load,
-    remoting_list_load,
+    remoting_load,
     unavailable_ms,
 )
 from ferrymq.client import Admin
@@ -85,12 +84,12 @@ def client_load(
         return java_load(argv, every_node, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
     if client == "java4":
         namesrv = ";".join(n.remoting for n in plan.nodes)
-        return java4_load(argv, namesrv, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
+        return remoting_load(argv, namesrv, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
     if client == "go":
         return go_load(argv, every_node, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S), ""
     if client in ("go4", "alions"):
         namesrv = [n.remoting for n in plan.nodes]
-        load = remoting_list_load(argv, namesrv, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S)
+        load = remoting_load(argv, namesrv, TOPIC, GROUP, home, stop_file, SEND_PAUSE_S)
         return load, ""
     if client == "nodejs":
         # It takes one address (its list form is broken too), so it reaches the cluster

@@ -181,35 +181,19 @@ def go_load(
     return OfficialLoad(spec, home, stop_file, argv=argv)
 
 
-def java4_load(
+def remoting_load(
     argv: Sequence[str],
-    namesrv: str,
+    namesrv: str | list[str],
     topic: str,
     group: str,
     home: str,
     stop_file: str,
     pause_s: float = 0.0,
 ) -> OfficialLoad:
-    """The official Java 4.x client's ``load`` (rocketmq-client: a sync producer and a push
-    consumer, the same events as the Python client's here), given ``namesrv`` (the nodes'
-    remoting addresses, ``;``-separated)."""
-    spec = {"namesrv": namesrv, "steps": [load_step(topic, group, stop_file, pause_s)]}
-    return OfficialLoad(spec, home, stop_file, argv=argv)
-
-
-def remoting_list_load(
-    argv: Sequence[str],
-    namesrv: list[str],
-    topic: str,
-    group: str,
-    home: str,
-    stop_file: str,
-    pause_s: float = 0.0,
-) -> OfficialLoad:
-    """The ``load`` of a 4.x-protocol client that takes its NameServers as a list: the
-    official Go remoting client (rocketmq-client-go/v2) and ali-ons (a producer sending one
-    message at a time and a push consumer, the same events as the Python client's here),
-    given ``namesrv`` (the nodes' remoting addresses)."""
+    """The ``load`` of a 4.x-protocol client (a producer sending one message at a time and a
+    push consumer, the same events as the Python client's here), given ``namesrv``, the
+    nodes' remoting addresses as its driver takes them: ``;``-separated for the Java 4.x
+    client, a list for the Go v2 client and ali-ons."""
     spec = {"namesrv": namesrv, "steps": [load_step(topic, group, stop_file, pause_s)]}
     return OfficialLoad(spec, home, stop_file, argv=argv)
 

@@ -351,8 +351,7 @@ class TimerService:
         # Nothing due at ``due_ms`` is delivered before the marker is stored or refused.
         self._recalling[due_ms] = self._recalling.get(due_ms, 0) + 1
         try:
-            marker = Message(TIMER_RECALL_TOPIC, f"{due_ms} {message_id}".encode())
-            result = await self.store.put_messages_async([marker])
+            result = await self.store.put_messages_async([_marker(due_ms, message_id)])
             if not result.ok:
                 raise RecallNotStored(result)
             if due_ms in self._buckets:  # else delivered meanwhile: it cannot be
@@ -380,8 +379,7 @@ class TimerService:
             for message_id, queue_offset in list(markers.items()):
                 if queue_offset >= cutoff:
                     continue
-                marker = Message(TIMER_RECALL_TOPIC, f"{due_ms} {message_id}".encode())
-                result = await self.store.put_messages_async([marker])
+                result = await self.store.put_messages_async([_marker(due_ms, message_id)])
                 if not result.ok:
                     return  # tried again at the next check
                 if due_ms in self._recalled:
@@ -453,6 +451,11 @@ class RecallNotStored(Exception):
     def __init__(self, result) -> None:
         super().__init__(result.error or str(result.status))
         self.result = result
+
+
+def _marker(due_ms: int, message_id: str) -> Message:
+    """The recall marker of ``message_id`` due at ``due_ms`` (read by ``_marker_fields``)."""
+    return Message(TIMER_RECALL_TOPIC, f"{due_ms} {message_id}".encode())
 
 
 def _marker_fields(body: bytes) -> tuple[int, str]:
