@@ -123,7 +123,7 @@ RECALL_CODES = {
 
 def recall_refusal(error: RecallRefused) -> pb.Status:
     if error.reason is RecallReason.NOT_STORED:
-        return store_refusal(error.status)
+        return store_refusal(error.put_result)
     return status(RECALL_CODES[error.reason], str(error))
 
 

@@ -217,7 +217,7 @@ class SendHandlers:
             return request.reply(*refusal(error))
         except RecallRefused as error:
             if error.reason is RecallReason.NOT_STORED:
-                status = store_refusal(error.status)
+                status = store_refusal(error.put_result)
                 return request.reply(response_code(status.code), status.message)
             return request.reply(ResponseCode.ILLEGAL_OPERATION, str(error))
         return request.reply(ResponseCode.SUCCESS, ext_fields={"msgId": message_id})

@@ -37,10 +37,10 @@ class RecallReason(enum.Enum):
 
 
 class RecallRefused(Exception):
-    def __init__(self, reason: RecallReason, message: str, status=None) -> None:
+    def __init__(self, reason: RecallReason, message: str, put_result=None) -> None:
         super().__init__(message)
         self.reason = reason
-        self.status = status  # the store's refusal, for NOT_STORED
+        self.put_result = put_result  # the store's refusal, for NOT_STORED
 
 
 class RecallService:
