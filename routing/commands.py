@@ -126,6 +126,18 @@ class ReportMasterFound:
 
 
 @dataclass(frozen=True)
+class Tracked:
+    """``command`` under a request id that routing remembers with its result (the last
+    ``OUTCOMES_KEPT`` of them, ``RoutingState.outcomes``). It makes a command's outcome
+    knowable and its retry harmless: a submitter that lost sight of it (the leader changed
+    before confirming it) learns after a read barrier whether it was applied and what it
+    did, and the same request applied twice acts once (``RoutingReplica.submit``)."""
+
+    request_id: bytes
+    command: object
+
+
+@dataclass(frozen=True)
 class CatchUp:
     """Changes nothing. Committed and applied on the replica that submitted it, it proves
     that replica has applied everything routing committed before (a read barrier:

@@ -12,8 +12,11 @@ pysyncobj facts this module works around (see docs/guarantees.md, "Routing"):
 - a command submitted while no leader is known would wait in a queue and could commit long
   after the caller gave up, so ``submit`` never hands pysyncobj a command without a
   quorum: it refuses (after trying again for up to a second, as it does every refusal
-  that proves the command unapplied: a leadership handover lasts milliseconds), and
-  reports a command that did not commit in time as an unknown outcome;
+  that proves the command unapplied: a leadership handover lasts milliseconds);
+- a leader change fails the commands a leader had not confirmed with "outcome unknown":
+  every command goes under a request id the state remembers with its result
+  (``Tracked``), so ``submit`` finds out after a read barrier whether it was applied,
+  and only a command that did not commit in time is reported as an unknown outcome;
 - a leader cut off from the majority keeps acting as leader for ``leaderFallbackTimeout``:
   it is set to the node lease so a partitioned leader steps down as quickly as the
   controller would declare it dead;
@@ -46,7 +49,7 @@ from typing import TypeVar
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
 from routing import raft_files
-from routing.commands import CatchUp, CommandResult
+from routing.commands import CatchUp, CommandResult, Tracked
 from routing.raft_transport import MAX_COMMAND_BYTES, BoundedTcpTransport
 from routing.state import RoutingState
 
@@ -115,10 +118,15 @@ class _Machine(SyncObjConsumer):
 
     @replicated
     def apply(self, command: object) -> CommandResult:
+        """Listeners hear the command a request carries, and nothing of a request applied
+        before (it changed nothing this time)."""
         with self.lock:
+            tracked = command if isinstance(command, Tracked) else None
+            if tracked is not None and self.state.outcome(tracked.request_id) is not None:
+                return self.state.apply(tracked)
             result = self.state.apply(command)
         try:
-            self.on_applied(command, result)
+            self.on_applied(tracked.command if tracked is not None else command, result)
         except Exception:  # a listener's bug must not stop the Raft thread
             log.exception("routing listener failed on %r", command)
         return result
@@ -279,27 +287,60 @@ class RoutingReplica:
         """Replicate ``command`` and return what applying it did.
 
         Raises ``RoutingUnavailable`` without a quorum (nothing was appended) or when the
-        command did not commit within ``timeout_s`` (it may still commit);
+        command's outcome is still unknown after ``timeout_s`` (it may yet commit);
         ``CommandTooLarge`` (nothing appended) for a command over ``MAX_COMMAND_BYTES``.
-        A refusal that proves the command was not applied (no leader known, a leader that
-        was no longer one, an entry a new leader replaced) is retried for up to
-        ``RETRY_NOT_APPLIED_S``: a leadership handover lasts milliseconds, and a command
-        that met it would otherwise fail for nothing; an unknown outcome is never retried."""
-        size = len(pickle.dumps(command))
+
+        The command goes under a request id (``Tracked``). A refusal that proves it was not
+        applied (no leader known, a leader that was no longer one, an entry a new leader
+        replaced) is retried for up to ``RETRY_NOT_APPLIED_S``: a leadership handover lasts
+        milliseconds, and a command that met it would otherwise fail for nothing. An
+        outcome the leader change hid is found out: after a read barrier, a command that
+        committed has its result in ``RoutingState.outcomes``, and one that did not never
+        will (a new leader committed past it without it) and is submitted again."""
+        tracked = command if isinstance(command, CatchUp) else Tracked(os.urandom(16), command)
+        size = len(pickle.dumps(tracked))
         if size > MAX_COMMAND_BYTES:
             raise CommandTooLarge(
                 f"{type(command).__name__} pickles to {size} bytes, over the "
                 f"{MAX_COMMAND_BYTES}-byte limit of a routing command: refused"
             )
         started = time.monotonic()
+        deadline = started + timeout_s
         retry_until = started + min(timeout_s, RETRY_NOT_APPLIED_S)
         while True:
             try:
-                return await self._submit_once(command, timeout_s - (time.monotonic() - started))
+                return await self._submit_once(tracked, deadline - time.monotonic())
             except RoutingUnavailable as error:
-                if error.outcome_unknown or time.monotonic() >= retry_until:
+                if not error.outcome_unknown:
+                    if time.monotonic() >= retry_until:
+                        raise
+                elif isinstance(tracked, Tracked):
+                    result = await self._find_outcome(tracked.request_id, deadline, error)
+                    if result is not None:
+                        return result
+                    # Not applied, and now it never will be: as good as a refusal.
+                    retry_until = max(retry_until, time.monotonic() + RETRY_NOT_APPLIED_S)
+                    retry_until = min(retry_until, deadline)
+                elif time.monotonic() >= deadline:  # a read barrier: any later one will do
                     raise
+            if time.monotonic() >= deadline:
+                raise RoutingUnavailable(
+                    f"routing did not apply the change within {timeout_s:.1f} s "
+                    f"({self._quorum_summary()}): nothing was changed"
+                )
             await asyncio.sleep(RETRY_PAUSE_S)
+
+    async def _find_outcome(
+        self, request_id: bytes, deadline: float, unknown: RoutingUnavailable
+    ) -> CommandResult | None:
+        """The result of the tracked request ``request_id`` once a read barrier committed
+        after it, None when it was not applied; ``unknown`` again when no barrier commits
+        before ``deadline``."""
+        try:
+            await self.catch_up(max(0.0, deadline - time.monotonic()))
+        except RoutingUnavailable:
+            raise unknown from None
+        return self.read(lambda state: state.outcome(request_id))
 
     async def _submit_once(self, command: object, timeout_s: float) -> CommandResult:
         if not self._has_quorum():

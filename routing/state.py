@@ -9,14 +9,16 @@ Invariants (asserted after every change):
 - a topic's queues name only known broker groups, each with 1..QUEUES_MAX queues;
 - a broker group's master, when set, is one of its members;
 - a member's broker group exists;
-- a user is stored under its access key, has a sealed secret and distinct ACL entries.
+- a user is stored under its access key, has a sealed secret and distinct ACL entries;
+- ``outcomes`` holds at most ``OUTCOMES_KEPT`` results, the most recent requests'.
 
 Thread-safety: the replica (``routing.replica``) applies commands on the Raft thread under
 its lock. ``apply`` never changes a table (``topics``, ``groups``, ``broker_groups``,
 ``members``, ``users``) in place: it builds a new dict and replaces the attribute, and
 records are frozen. So a reader on another thread (the node's event loop) that takes a
 table once holds a snapshot nothing will change, and may iterate it without the lock;
-reads that must agree across tables take the lock (``RoutingReplica.read``).
+reads that must agree across tables take the lock (``RoutingReplica.read``). The one
+exception is ``outcomes``, changed in place and read only under the lock.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from routing.commands import (
     ReportMasterFound,
     ReportMasterLost,
     RevokeAcl,
+    Tracked,
     UpdateTopic,
     UpdateUser,
 )
@@ -68,6 +71,9 @@ from routing.metadata import (
 
 # A change: (table name, key, new record or None to delete).
 Change = tuple[str, str, Any]
+# How many tracked requests' results routing remembers: a submitter asks within seconds of
+# submitting, and at a few heartbeats a second per node this covers minutes.
+OUTCOMES_KEPT = 1024
 
 
 class RoutingState:
@@ -78,15 +84,21 @@ class RoutingState:
         self.members: dict[str, Member] = {}
         self.users: dict[str, User] = {}
         self.applied = 0  # commands applied, successful or not
+        # request id -> result of the last OUTCOMES_KEPT tracked commands, oldest first
+        self.outcomes: dict[bytes, CommandResult] = {}
 
     def __setstate__(self, fields: dict) -> None:
-        """Snapshots written before users existed load with none."""
+        """Snapshots written before users (or tracked requests) existed load with none."""
         self.__dict__.update(fields)
         self.__dict__.setdefault("users", {})
+        self.__dict__.setdefault("outcomes", {})
 
     # ---- the state machine -------------------------------------------------------------
     def apply(self, command: object) -> CommandResult:
-        """Apply one committed command. Refused commands change nothing."""
+        """Apply one committed command. Refused commands change nothing; a tracked request
+        already applied is not applied again, and answers what it did the first time."""
+        if type(command) is Tracked:
+            return self._apply_tracked(command)
         self.applied += 1
         try:
             changes, value = self._plan(command)
@@ -105,6 +117,22 @@ class RoutingState:
             setattr(self, table, records)
         self._assert_invariants(replaced, changes)
         return CommandResult(True, value=value)
+
+    def _apply_tracked(self, tracked: Tracked) -> CommandResult:
+        known = self.outcomes.get(tracked.request_id)
+        if known is not None:
+            return known
+        result = self.apply(tracked.command)
+        self.outcomes[tracked.request_id] = result
+        if len(self.outcomes) > OUTCOMES_KEPT:
+            del self.outcomes[next(iter(self.outcomes))]
+        assert len(self.outcomes) <= OUTCOMES_KEPT
+        return result
+
+    def outcome(self, request_id: bytes) -> CommandResult | None:
+        """What the tracked request ``request_id`` did, None if it was not applied (or so
+        long ago that it was forgotten)."""
+        return self.outcomes.get(request_id)
 
     def check(self, command: object) -> None:
         """``TopicError`` if ``command`` would be refused now."""

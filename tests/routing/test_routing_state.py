@@ -20,10 +20,11 @@ from routing.commands import (
     MarkNodeDown,
     NodeHeartbeat,
     RegisterNode,
+    Tracked,
     UpdateTopic,
 )
 from routing.metadata import MessageType, TopicError
-from routing.state import RoutingState
+from routing.state import OUTCOMES_KEPT, RoutingState
 from tests.support.routing_commands import COMMANDS, cluster
 
 
@@ -181,6 +182,40 @@ def test_replicas_applying_the_same_pickled_log_reach_the_same_state(commands):
         assert replica.topics == leader.topics and replica.groups == leader.groups
         assert replica.broker_groups == leader.broker_groups
         assert replica.members == leader.members
+        assert replica.outcomes == leader.outcomes
+
+
+def test_a_tracked_request_applies_once_and_answers_what_it_did_every_time():
+    """A submitter that lost sight of its command may submit it again: the second copy
+    changes nothing and answers the first one's result, even though a plain repeat of
+    the command would now be refused."""
+    state = cluster(("n1", "g1"))
+    create = Tracked(b"r1", CreateTopic("t1", 2))
+    first = state.apply(create)
+    assert first.ok and state.outcome(b"r1") == first
+    applied = state.applied
+    assert state.apply(pickle.loads(pickle.dumps(create))) == first
+    assert state.applied == applied and state.topics["t1"] == first.value
+    assert state.apply(CreateTopic("t1", 2)).reason == "TOPIC_EXISTS"
+    refused = state.apply(Tracked(b"r2", CreateTopic("t1", 2)))
+    assert state.outcome(b"r2") == refused and refused.reason == "TOPIC_EXISTS"
+    assert state.outcome(b"never") is None
+
+
+def test_routing_remembers_the_last_tracked_requests_only():
+    state = cluster(("n1", "g1"))
+    for n in range(OUTCOMES_KEPT + 5):
+        state.apply(Tracked(n.to_bytes(4, "big"), NodeHeartbeat("n1", 1, n)))
+    assert len(state.outcomes) == OUTCOMES_KEPT
+    assert state.outcome((4).to_bytes(4, "big")) is None
+    assert state.outcome((5).to_bytes(4, "big")) is not None
+
+
+def test_a_snapshot_written_before_tracked_requests_loads_with_none():
+    state = cluster(("n1", "g1"))
+    del state.outcomes  # the state an older version pickled
+    restored = pickle.loads(pickle.dumps(state))
+    assert restored.outcomes == {} and restored.members == state.members
 
 
 def test_commands_and_members_pickled_before_the_damaged_log_flag_load_as_healthy():

@@ -13,6 +13,7 @@ from routing.commands import (
     MarkNodeDown,
     NodeHeartbeat,
     RegisterNode,
+    Tracked,
     UpdateTopic,
 )
 from routing.metadata import MessageType
@@ -26,7 +27,7 @@ def cluster(*members: tuple[str, str]) -> RoutingState:
     return state
 
 
-COMMANDS = st.one_of(
+UNTRACKED_COMMANDS = st.one_of(
     st.builds(
         RegisterNode,
         st.sampled_from(["n1", "n2", "n3", "n4"]),
@@ -53,4 +54,9 @@ COMMANDS = st.one_of(
     st.builds(DeleteTopic, st.sampled_from(["a", "b"])),
     st.builds(CreateGroup, st.sampled_from(["G", "H"]), st.integers(0, 20), st.booleans()),
     st.builds(DeleteGroup, st.sampled_from(["G", "H"])),
+)
+# Every command, plain or tracked (a few request ids, so that some repeat).
+COMMANDS = st.one_of(
+    UNTRACKED_COMMANDS,
+    st.builds(Tracked, st.sampled_from([b"r1", b"r2", b"r3"]), UNTRACKED_COMMANDS),
 )
