@@ -1084,6 +1084,28 @@ def test_a_replica_appends_first_and_dispatches_after(tmp_path):
     slave.shutdown()
 
 
+def test_a_replica_promoted_before_it_dispatched_gives_out_no_queue_offset_twice(tmp_path):
+    """A slave promoted between appending its master's records and dispatching them (its
+    link stopped while it fsynced them, under SYNC_FLUSH) takes its next queue offsets
+    from consume queues that cover its whole log: before, the new master gave out the
+    same queue offsets again, one consume-queue entry replaced the other, and POP groups
+    never got the message of the second (found by a sync-sync-flush chaos run)."""
+    master = MessageStore.open(StoreConfig(str(tmp_path / "master"), **SMALL, **QUIET))
+    slave = MessageStore.open(StoreConfig(str(tmp_path / "slave"), **SMALL, **QUIET))
+    for i in range(3):
+        assert master.put_message(Message.build("T", b"old", unique_key=f"M{i}")).ok
+    chunk = master.commitlog.read_records(0, 10**6)
+    slave.append_replicated_records(0, chunk)  # acknowledged; promoted before dispatching
+    slave.rebuild_queue_offsets()  # what a promotion does
+    result = slave.put_message(Message.build("T", b"new", unique_key="N"))
+    assert result.ok and result.appended[0].queue_offset == 3
+    assert [m.body for m in slave.get_messages("T", 0, 0, 10).messages] == [b"old"] * 3 + [
+        b"new"
+    ]
+    master.shutdown()
+    slave.shutdown()
+
+
 def test_append_listeners_run_before_the_records_are_dispatched(tmp_path):
     """What copies the log elsewhere (a master's replication links) hears of new records
     when the CommitLog holds them and before their consume-queue and index entries are
