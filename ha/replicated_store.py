@@ -91,6 +91,16 @@ class ReplicatedStore:
     def write_offset(self) -> int:
         return self._store.write_offset
 
+    @property
+    def min_offset(self) -> int:
+        return self._store.min_offset
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return self._store.queue_ids(topic)
+
+    def read_cap(self) -> int | None:
+        return self._store.read_cap()
+
     def log_figures(self) -> LogFigures:
         return self._store.log_figures()
 

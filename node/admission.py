@@ -36,6 +36,7 @@ MESSAGE_TYPES = {
     MessageType.DELAY: pb.DELAY,
     MessageType.TRANSACTION: pb.TRANSACTION,
     MessageType.PRIORITY: pb.PRIORITY,
+    MessageType.LITE: pb.LITE,
 }
 MESSAGE_TYPE_NAMES = frozenset(pb.MessageType.values())
 # What a topic's queues accept (a route's ``accept_message_types``): an untyped topic every
@@ -43,9 +44,11 @@ MESSAGE_TYPE_NAMES = frozenset(pb.MessageType.values())
 ANY_TYPE = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 # What an untyped topic takes: a priority message needs a PRIORITY topic, whose consumers
 # take the highest priority first (RocketMQ's proxy would take one into a MIXED topic,
-# where nothing reads it by priority).
+# where nothing reads it by priority), and a lite message a LITE topic.
 TYPES_OF_WIRE = {
-    wire: kind for kind, wire in MESSAGE_TYPES.items() if kind is not MessageType.PRIORITY
+    wire: kind
+    for kind, wire in MESSAGE_TYPES.items()
+    if kind not in (MessageType.PRIORITY, MessageType.LITE)
 }
 # Topics whose round-robin position is kept; past this many the table starts again (a
 # position is only where the next unpinned send starts).
@@ -114,14 +117,18 @@ class Admission:
         message_group: str | None,
         pinned: int | None,
         priority: int | None = None,
+        lite_topic: str | None = None,
     ) -> int:
         """The queue of one message of type ``kind`` (``message_kind``); ``pinned`` is the
         queue its sender named on purpose, None when the node chooses; a PRIORITY message's
-        is its ``priority`` (``priority_queue``)."""
+        is its ``priority`` (``priority_queue``), a LITE message's its lite topic's: every
+        message of one lite topic in one queue, in order."""
         if kind is MessageType.FIFO:
             return fifo_queue(message_group, topic.queue_count)
         if kind is MessageType.PRIORITY:
             return priority_queue(priority, topic.queue_count)
+        if kind is MessageType.LITE and lite_topic:
+            return hashed_queue(lite_topic, topic.queue_count)
         if pinned is not None:
             check_queue(topic, pinned)
             return pinned

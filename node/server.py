@@ -57,6 +57,7 @@ from node.grpc.namespaces import wrap_namespaces
 from node.grpc.request_bytes import HeldRequests
 from node.grpc.request_decoding import tolerate_malformed
 from node.handle_key import receipt_handle_key
+from node.lite_index import LiteIndex
 from node.liveness import LivenessLoop
 from node.long_polling import QueueWaiters
 from node.metrics import NodeMetrics, RoutingStatus
@@ -76,6 +77,7 @@ from node.routing_proxy import RoutingProxy
 from node.secret_box import SecretBox
 from node.services.admin import AdminService
 from node.services.check_relay import CheckRelay
+from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
 from node.services.offsets import OffsetService
@@ -151,6 +153,7 @@ class Node:
         self._raft_port_held: socket.socket | None = None  # a standalone voter's port
         self.topics = TopicTable()
         self._states_ready = False
+        self.services: Services | None = None
         self.must_stop: asyncio.Event | None = None  # set by a signal, or a lost host
         self.failure: str | None = None  # why the node stopped unasked
 
@@ -194,6 +197,11 @@ class Node:
         self.pop_state.replay()
         self.timers = TimerService(store, lambda name: name in self.topics.topics)
         self.timers.load(loop)
+        self.lite_index = LiteIndex(store)
+        self.lite_index.load(
+            loop,
+            [t.name for t in self.topics.topics.values() if t.message_type is MessageType.LITE],
+        )
         self.services = self._services(store, handles)
         self.transactions = self.services.transactions
         self.transactions.load()
@@ -286,7 +294,7 @@ class Node:
         self.metrics.remoting.watch(remoting.dispatch.codes, lambda: len(remoting.connections))
         self.raw_store.add_dispatch_listener(self.waiters.on_dispatch)
         # Under SYNC_FLUSH a record is readable once on disk (``MessageStore.read_cap``).
-        self.raw_store.add_flush_listener(self.waiters.wake_all)
+        self.raw_store.add_flush_listener(self._readable_moved)
         # The master's orphan checks reach the producers connected to the other nodes.
         relay = CheckRelay(
             self.raw_store, services.transactions.targets, lambda: store.is_master, loop
@@ -353,6 +361,18 @@ class Node:
         )
         members = GroupMembers()
         subscriptions = Subscriptions()
+        pop = PopService(
+            store,
+            topics,
+            self.offsets,
+            self.pop_state,
+            self.waiters,
+            handles,
+            permissions,
+            groups=groups,
+            metrics=metrics,
+            lite_index=self.lite_index,
+        )
         return Services(
             permissions=permissions,
             send=SendService(
@@ -365,20 +385,12 @@ class Node:
                 messages.max_delay_ms,
                 self.recall_handles,
                 config.group,
+                lite_quota=self.lite_index.check_quota,
             ),
             reads=ReadService(store, topics, self.waiters, groups, permissions, metrics),
             offsets=OffsetService(store, topics, self.offsets, groups, permissions),
-            pop=PopService(
-                store,
-                topics,
-                self.offsets,
-                self.pop_state,
-                self.waiters,
-                handles,
-                permissions,
-                groups=groups,
-                metrics=metrics,
-            ),
+            pop=pop,
+            lite=LiteService(topics, permissions, groups, pop, self.lite_index),
             transactions=transactions,
             membership=MembershipService(
                 members,
@@ -439,6 +451,12 @@ class Node:
             commit_index=raft.commit_index,
         )
 
+    def _readable_moved(self) -> None:
+        """The read cap moved: readers waiting for more may read now."""
+        self.waiters.wake_all()
+        if self.services is not None:
+            self.services.lite.wake_all()
+
     def _reload_states(self) -> None:
         """A promoted slave rebuilds everything it derives from the log."""
         if not self._states_ready:
@@ -479,7 +497,7 @@ class Node:
             secret=setup.secret,
             standalone=cluster.standalone,
             reload_states=self._reload_states,
-            on_confirmed=lambda offset: self.waiters.wake_all(),
+            on_confirmed=lambda offset: self._readable_moved(),
             renew_lease_now=self.routing.renew_now,
             lease_renewed_at=lambda: self.routing.lease.renewed_at,
         )

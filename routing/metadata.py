@@ -47,6 +47,7 @@ class MessageType(enum.Enum):
     DELAY = "DELAY"
     TRANSACTION = "TRANSACTION"
     PRIORITY = "PRIORITY"  # RocketMQ 5.4: the queue id is the priority (node/admission.py)
+    LITE = "LITE"  # RocketMQ 5.5: many lite topics inside one topic (node/lite_index.py)
 
 
 class Permission(enum.Enum):

@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--type",
         default="ANY",
-        choices=["ANY", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY"],
+        choices=["ANY", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE"],
         help="what the topic takes (default ANY: every type, as in RocketMQ 5)",
     )
     create.add_argument(

@@ -15,7 +15,7 @@ from ferrymq.client.routes import Endpoints
 from ferrymq.client.security import ClientSecurity
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 
-MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY")
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE")
 PERMISSIONS = ("READ", "WRITE", "READ_WRITE")
 
 

@@ -16,6 +16,7 @@ PROPERTY_DELIVERY_TIME_MS = "TIMER_DELIVER_MS"
 PROPERTY_TRANSACTION_ID = "__transactionId__"
 PROPERTY_MESSAGE_TYPE = "__MSG_TYPE"  # apache.rocketmq.v2.MessageType as sent
 PROPERTY_PRIORITY = "_SYS_MSG_PRIORITY_"  # a PRIORITY message's priority (RocketMQ 5.4)
+PROPERTY_LITE_TOPIC = "__LITE_TOPIC"  # a LITE message's lite topic (RocketMQ 5.5)
 # Properties the store and node set; everything else in a record is the user's.
 SYSTEM_PROPERTY_NAMES = frozenset(
     {
@@ -27,6 +28,7 @@ SYSTEM_PROPERTY_NAMES = frozenset(
         PROPERTY_TRANSACTION_ID,
         PROPERTY_MESSAGE_TYPE,
         PROPERTY_PRIORITY,
+        PROPERTY_LITE_TOPIC,
     }
 )
 # What RocketMQ 4.x clients and brokers add to a message for themselves (the broker's

@@ -44,6 +44,7 @@ TYPES = {
     api.DELAY: MessageType.DELAY,
     api.TRANSACTION: MessageType.TRANSACTION,
     api.PRIORITY: MessageType.PRIORITY,
+    api.LITE: MessageType.LITE,
 }
 TYPE_NAMES = {kind: api.MessageType.Name(number) for number, kind in TYPES.items()}
 TYPE_NAMES[MessageType.UNSPECIFIED] = api.MessageType.Name(api.MESSAGE_TYPE_UNSPECIFIED)

@@ -104,6 +104,7 @@ TARGETS: dict[str, Callable[[object], str | _Here | None]] = {
     "ChangeInvisibleDuration": lambda r: OWN,
     "ForwardMessageToDeadLetterQueue": lambda r: OWN,
     "RecallMessage": lambda r: broker_group_named(r.recall_handle) or OWN,
+    "SyncLiteSubscription": lambda r: OWN,  # kept where its receives are served
     "Heartbeat": _membership,
     "NotifyClientTermination": _membership,
     "ReceiveMessage": _queue_broker,

@@ -27,6 +27,8 @@ from node.grpc.authentication import caller_of
 from node.grpc.route_endpoints import group_endpoints, one_address, takes_one_address
 from node.grpc.telemetry_outbox import TelemetryOutbox
 from node.grpc.wire import millis_of, outgoing, timestamp_of, to_wire_message
+from node.lite_names import LITE_TOPIC_MAX_BYTES
+from node.lite_subscriptions import CLIENT_QUOTA as LITE_CLIENT_QUOTA
 from node.long_polling import LONG_POLLING_DEFAULT_S, poll_budget_s
 from node.parked import as_sent
 from node.rpc_status import OK, InvalidRequest, seconds_of, status, topic_error_status
@@ -102,6 +104,15 @@ def metadata_value(context, name: str) -> str:
 def client_id_of(context) -> str:
     """The caller's ``x-mq-client-id``; empty when it sent none."""
     return metadata_value(context, "x-mq-client-id")
+
+
+def lite_topic_of(entries) -> str | None:
+    """The lite topic an ack's entries name (the official clients ack one lite topic's
+    message per call); ``InvalidRequest`` when they name different ones or mix."""
+    named = {entry.lite_topic if entry.HasField("lite_topic") else None for entry in entries}
+    if len(named) > 1:
+        raise InvalidRequest(pb.BAD_REQUEST, "one ack names one lite topic (or none)")
+    return named.pop() if named else None
 
 
 def refused(error: InvalidRequest | TopicError | MembershipRefused) -> pb.Status:
@@ -255,6 +266,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         caller = self._caller(context, "NotifyClientTermination")
         try:
             self.services.membership.leave(caller, request.group.name, client_id_of(context))
+            self.services.lite.forget(request.group.name, client_id_of(context))
         except (InvalidRequest, TopicError, MembershipRefused) as error:
             return rpc.NotifyClientTerminationResponse(status=refused(error))
         return rpc.NotifyClientTerminationResponse(status=OK)
@@ -331,6 +343,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             pb.PUSH_CONSUMER,
             pb.SIMPLE_CONSUMER,
             pb.PULL_CONSUMER,
+            pb.LITE_PUSH_CONSUMER,
+            pb.LITE_SIMPLE_CONSUMER,
         ):
             subscription = answer.subscription
             group = self.services.routes.settings_group(caller, settings.subscription.group.name)
@@ -338,6 +352,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 subscription.long_polling_timeout.seconds = int(LONG_POLLING_DEFAULT_S)
             subscription.receive_batch_size = RECEIVE_BATCH_MAX
             subscription.fifo = group.fifo
+            # Every consumer, as RocketMQ's proxy: a lite consumer without them takes its
+            # quota as 0 and refuses every subscription.
+            subscription.lite_subscription_quota = LITE_CLIENT_QUOTA
+            subscription.max_lite_topic_size = LITE_TOPIC_MAX_BYTES
             answer.backoff_policy.CopyFrom(
                 consumer_backoff(group, settings.user_agent.language == pb.NODE_JS)
             )
@@ -430,16 +448,28 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         else:
             requested_s = LONG_POLLING_DEFAULT_S
         pop = self.services.pop
+        topic = request.message_queue.topic.name
         try:
-            deliveries = await pop.pop(
-                caller,
-                request.group.name,
-                request.message_queue.topic.name,
-                request.filter_expression,
-                request.batch_size,
-                invisible_ms,
-                poll_budget_s(requested_s, context),
-            )
+            if self.services.lite.serves(topic):
+                deliveries = await self.services.lite.receive(
+                    caller,
+                    client_id_of(context),
+                    request.group.name,
+                    topic,
+                    request.batch_size,
+                    invisible_ms,
+                    poll_budget_s(requested_s, context),
+                )
+            else:
+                deliveries = await pop.pop(
+                    caller,
+                    request.group.name,
+                    topic,
+                    request.filter_expression,
+                    request.batch_size,
+                    invisible_ms,
+                    poll_budget_s(requested_s, context),
+                )
         except (InvalidRequest, TopicError) as error:
             yield rpc.ReceiveMessageResponse(status=refused(error))
             return
@@ -483,6 +513,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 request.group.name,
                 request.topic.name,
                 [entry.receipt_handle for entry in request.entries],
+                lite_topic_of(request.entries),
             )
         except (InvalidRequest, TopicError) as error:
             return rpc.AckMessageResponse(status=refused(error))
@@ -503,6 +534,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 request.topic.name,
                 request.receipt_handle,
                 int(seconds_of(request.invisible_duration) * 1000),
+                request.lite_topic if request.HasField("lite_topic") else None,
             )
         except (InvalidRequest, TopicError) as error:
             # The official client takes the returned handle before it looks at the status.
@@ -513,11 +545,32 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         caller = self._caller(context, "ForwardMessageToDeadLetterQueue")
         try:
             answer = await self.services.pop.forward_to_dead_letters(
-                caller, request.group.name, request.topic.name, request.receipt_handle
+                caller,
+                request.group.name,
+                request.topic.name,
+                request.receipt_handle,
+                request.lite_topic if request.HasField("lite_topic") else None,
             )
         except (InvalidRequest, TopicError) as error:
             answer = refused(error)
         return rpc.ForwardMessageToDeadLetterQueueResponse(status=answer)
+
+    # ---- lite subscriptions -----------------------------------------------------------
+    async def SyncLiteSubscription(self, request, context):
+        caller = self._caller(context, "SyncLiteSubscription")
+        try:
+            await self.services.lite.sync(
+                caller,
+                client_id_of(context),
+                request.action,
+                request.topic.name,
+                request.group.name,
+                list(request.lite_topic_set),
+                request.offset_option if request.HasField("offset_option") else None,
+            )
+        except (InvalidRequest, TopicError) as error:
+            return rpc.SyncLiteSubscriptionResponse(status=refused(error))
+        return rpc.SyncLiteSubscriptionResponse(status=OK)
 
     # ---- offset-based consumption ------------------------------------------------------
     async def PullMessage(self, request, context):

@@ -19,6 +19,7 @@ from ferrymq.codec.properties import (
     NOT_USER_PROPERTY_NAMES,
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
+    PROPERTY_LITE_TOPIC,
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_MESSAGE_TYPE,
     PROPERTY_PRIORITY,
@@ -84,6 +85,10 @@ def outgoing(message: pb.Message, pinned: bool) -> OutgoingMessage:
     if system.HasField("priority"):
         priority = system.priority
         properties[PROPERTY_PRIORITY] = str(priority)
+    lite_topic = None
+    if system.HasField("lite_topic"):
+        lite_topic = system.lite_topic
+        properties[PROPERTY_LITE_TOPIC] = lite_topic
     born = system.born_timestamp
     return OutgoingMessage(
         message.body,
@@ -97,6 +102,7 @@ def outgoing(message: pb.Message, pinned: bool) -> OutgoingMessage:
         born_ms=born.seconds * 1000 + born.nanos // 1_000_000,
         born_host=born_host_bytes(system.born_host),
         priority=priority,
+        lite_topic=lite_topic,
         stamp_type=True,
     )
 
@@ -115,6 +121,13 @@ def body_digest(body: bytes) -> pb.Digest:
     )
 
 
+def _untyped_kind(properties: dict[str, str]) -> int:
+    """The type of a record stored without ``__MSG_TYPE`` (a 4.x door's)."""
+    if PROPERTY_PRIORITY in properties:
+        return pb.PRIORITY
+    return pb.LITE if PROPERTY_LITE_TOPIC in properties else pb.NORMAL
+
+
 def to_wire_message(
     stored: StoredMessage,
     *,
@@ -129,11 +142,7 @@ def to_wire_message(
         message_id=properties.get(PROPERTY_UNIQ_KEY) or stored.offset_message_id,
         body_digest=body_digest(body),
         body_encoding=pb.IDENTITY,
-        message_type=int(
-            properties.get(
-                PROPERTY_MESSAGE_TYPE, pb.PRIORITY if PROPERTY_PRIORITY in properties else pb.NORMAL
-            )
-        ),
+        message_type=int(properties.get(PROPERTY_MESSAGE_TYPE, _untyped_kind(properties))),
         born_timestamp=timestamp_of(stored.born_timestamp_ms),
         born_host=host_string(stored.born_host),
         store_timestamp=timestamp_of(stored.store_timestamp_ms),
@@ -146,6 +155,8 @@ def to_wire_message(
     priority = properties.get(PROPERTY_PRIORITY, "")
     if priority.isdigit():
         system.priority = int(priority)
+    if PROPERTY_LITE_TOPIC in properties:
+        system.lite_topic = properties[PROPERTY_LITE_TOPIC]
     if stored.keys:
         system.keys.extend(stored.keys)
     if PROPERTY_MESSAGE_GROUP in properties:

@@ -21,7 +21,11 @@ import dataclasses
 import time
 
 from ferrymq.codec.errors import InvalidMessageError
-from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS, PROPERTY_PRIORITY
+from ferrymq.codec.properties import (
+    PROPERTY_DELIVERY_TIME_MS,
+    PROPERTY_LITE_TOPIC,
+    PROPERTY_PRIORITY,
+)
 from ferrymq.codec.remoting import HeaderFieldError, RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.codec.remoting_messages import MalformedBatch, decode_batch, parse_sent_properties
@@ -94,7 +98,9 @@ def message_type_of(properties: dict[str, str], sys_flag: int) -> int:
         return pb.TRANSACTION
     if delay_level_of(properties) > 0 or TIMER_PROPERTIES & properties.keys():
         return pb.DELAY
-    return pb.PRIORITY if PROPERTY_PRIORITY in properties else pb.NORMAL
+    if PROPERTY_PRIORITY in properties:
+        return pb.PRIORITY
+    return pb.LITE if PROPERTY_LITE_TOPIC in properties else pb.NORMAL
 
 
 def is_transaction_half(request: RemotingCommand) -> bool:
@@ -254,6 +260,7 @@ class SendHandlers:
                 pinned_queue=queue_id if queue_id >= 0 else None,
                 delivery_ms=timer_delivery_ms(properties, now_ms),
                 priority=priority_of(properties),
+                lite_topic=properties.get(PROPERTY_LITE_TOPIC),
                 delay_level=delay_level_of(properties),
                 flag=message_flag,
                 sys_flag=sys_flag & SYSFLAG_KEPT,

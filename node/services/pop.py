@@ -22,12 +22,19 @@ but not confirmed in time stays applied, as it is in the log that any replica re
 A new group starts at its committed offset (set through UpdateOffset) or else at the
 beginning of each queue.
 
+A LITE topic's consumers receive by lite topic (``pop_lite``): the lite topics their client
+subscribed to (``node/lite_subscriptions.py``), each one a queue of its own named
+``%LMQ%$<topic>$<lite topic>`` whose offsets are CommitLog offsets (``node/lite_index.py``),
+with the same cursors, deliveries, handles and records as any queue (queue id 0). A lite
+topic is delivered in order: nothing more of it while a delivery of it is invisible.
+
 Thread-safety: owned by the node's event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -41,6 +48,9 @@ from node.consumer_offsets import ConsumerOffsets
 from node.dead_letters import dead_letter_copy
 from node.filter_expression import selection
 from node.group_creation import GroupsOnFirstUse
+from node.lite_index import LiteIndex
+from node.lite_names import is_lmq, lmq_name
+from node.lite_subscriptions import LiteClient
 from node.long_polling import QueueWaiters, long_poll
 from node.metrics_rpc import NoTrafficMetrics, TrafficMetrics
 from node.pop_state import KIND_DLQ, KIND_POP, CursorKey, InFlight, PopCursor, PopState
@@ -127,6 +137,7 @@ class PopService:
         clock_ms: Callable[[], int] = now_ms,
         groups: GroupsOnFirstUse | None = None,
         metrics: TrafficMetrics | None = None,
+        lite_index: LiteIndex | None = None,
     ) -> None:
         self.permissions = permissions
         self.metrics = metrics or NoTrafficMetrics()
@@ -140,6 +151,10 @@ class PopService:
         self.clock_ms = clock_ms
         self._rotation: dict[tuple[str, str], int] = {}
         self._background: set[asyncio.Task] = set()
+        self.lite_index = lite_index or LiteIndex(store)
+        # A lite topic's delivery ended or shortened (it may be free again): wake its
+        # consumers' long polls (the lite service's).
+        self.on_lite_change: Callable[[str], None] = lambda lmq: None
 
     # ---- receive ------------------------------------------------------------------
     async def pop(
@@ -272,6 +287,146 @@ class PopService:
             await self._append(records, undo, decisions)
         return deliveries
 
+    # ---- lite topics -----------------------------------------------------------------
+    async def pop_lite(
+        self,
+        caller: Caller,
+        group_name: str,
+        topic: TopicConfig,
+        client: Callable[[str], LiteClient | None],
+        batch_size: int,
+        invisible_ms: int | None,
+        wait_s: float,
+        wait: Callable[[LiteClient | None, float], Awaitable[None]],
+    ) -> list[Delivery]:
+        """``pop`` for a lite consumer of the LITE ``topic``: from the lite topics its
+        client subscribed to (``client(group)`` reads them at every try: a subscription
+        may arrive while it waits); ``wait(client, seconds)`` until one may have more."""
+        self.permissions.require(caller, consume(topic.name, group_name))
+        if topic.permission is Permission.WRITE:
+            raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
+        if invisible_ms is None:
+            invisible_ms = DEFAULT_INVISIBLE_MS
+        check_invisible_ms(invisible_ms)
+        group = await self.groups.group(group_name)
+        batch = max(1, min(batch_size or RECEIVE_BATCH_MAX, RECEIVE_BATCH_MAX))
+
+        async def pop() -> list[Delivery] | None:
+            subscribed = client(group.name)
+            if subscribed is None or subscribed.topic != topic.name:
+                return None
+            return await self.receive_lite(group, subscribed, batch, invisible_ms) or None
+
+        def waiting(remaining_s: float) -> Awaitable[None]:
+            subscribed = client(group.name)
+            visible_in_s = self._next_lite_visible_in_ms(group.name, subscribed) / 1000
+            return wait(subscribed, min(remaining_s, visible_in_s))
+
+        deliveries = await long_poll(pop, waiting, wait_s) or []
+        if deliveries:
+            size = sum(len(d.stored.body) for d in deliveries)
+            self.metrics.delivered(topic.name, group.name, len(deliveries), size)
+        return deliveries
+
+    async def receive_lite(
+        self, group: GroupConfig, client: LiteClient, batch: int, invisible_ms: int
+    ) -> list[Delivery]:
+        """Pop up to ``batch`` messages of ``client``'s lite topics for ``group``; [] if
+        none is ready. Each lite topic in order: one whose delivery is invisible gives
+        nothing, one whose delivery came back is given that again first (and whatever
+        follows it), from a rotating start so that no lite topic waits behind others."""
+        now = self.clock_ms()
+        cap = self.store.read_cap()
+        index = self.lite_index
+        records: list[Message] = []
+        deliveries: list[Delivery] = []
+        undo: list[Callable[[], None]] = []
+        decisions: list[PopDecision] = []
+        delivery = new_delivery_id()
+        for lmq in self._lite_order(group.name, client):
+            if len(deliveries) >= batch:
+                break
+            key = (group.name, lmq, 0)
+            cursor = self.state.cursor(key)
+            if cursor is not None and cursor.invisible_count(now):
+                continue
+            if (cursor is None or not cursor.in_flight) and not index.has_after(
+                lmq, cursor.next_offset if cursor else 0
+            ):
+                continue  # nothing new, nothing coming back: the common case, cheaply
+            cursor = self._cursor(key)
+            picked: list[tuple[StoredMessage, int]] = []
+            redelivered: dict[int, InFlight] = {}
+            for offset in sorted(cursor.in_flight):  # all visible: none is invisible
+                if len(deliveries) + len(picked) >= batch:
+                    break
+                entry = cursor.in_flight[offset]
+                stored = self.store.read_message(offset)
+                if stored is None:
+                    if self._gone(key, offset):
+                        records.append(self.state.ack(key, [(offset, entry.delivery)]))
+                    continue
+                if entry.attempt >= group.max_delivery_attempts:
+                    records.extend(self._dead_letter(key, offset, entry, stored))
+                    undo.append(lambda k=key, o=offset, e=entry: self._restore(k, {o: e}))
+                else:
+                    picked.append((stored, entry.attempt + 1))
+                    redelivered[offset] = entry
+            next_offset = cursor.next_offset
+            want = batch - len(deliveries) - len(picked)
+            if want > 0 and len(redelivered) == len(cursor.in_flight):
+                for offset in index.offsets_from(lmq, next_offset, want):
+                    stored = self.store.read_message(offset)
+                    if stored is None:  # removed by retention: passed over
+                        next_offset = offset + 1
+                        continue
+                    if cap is not None and offset + stored.size > cap:
+                        break  # not confirmed (or not on disk) yet
+                    picked.append((stored, 1))
+                    next_offset = offset + 1
+            if not picked and next_offset == cursor.next_offset:
+                continue
+            pairs = [(stored.physical_offset, attempt) for stored, attempt in picked]
+            records.append(self.state.pop(key, pairs, next_offset, delivery, now + invisible_ms))
+            undo.append(lambda k=key, p=pairs, d=delivery, r=redelivered: self._unpop(k, p, d, r))
+            decision = PopDecision(key, [offset for offset, _ in pairs], delivery, redelivered)
+            decisions.append(decision)
+            deliveries.extend(
+                Delivery(
+                    _as_lite(stored),
+                    self._handle(key, stored.physical_offset, delivery),
+                    attempt,
+                    decision,
+                )
+                for stored, attempt in picked
+            )
+        if records:
+            await self._append(records, undo, decisions)
+        return deliveries
+
+    def _lite_order(self, group: str, client: LiteClient) -> list[str]:
+        lmqs = sorted(client.lmqs)
+        if not lmqs:
+            return []
+        rotation_key = (group, client.client_id)
+        start = self._rotation.get(rotation_key, 0) % len(lmqs)
+        self._rotation[rotation_key] = start + 1
+        return lmqs[start:] + lmqs[:start]
+
+    def _next_lite_visible_in_ms(self, group: str, client: LiteClient | None) -> float:
+        """Milliseconds until the earliest invisible delivery of the client's lite topics
+        comes back (inf: none)."""
+        if client is None:
+            return float("inf")
+        now = self.clock_ms()
+        earliest = float("inf")
+        for lmq in client.lmqs:
+            cursor = self.state.cursor((group, lmq, 0))
+            if cursor is not None:
+                for entry in cursor.in_flight.values():
+                    earliest = min(earliest, entry.visible_at_ms)
+        return max(0.0, earliest - now)
+
     def _new_messages(
         self,
         topic: str,
@@ -342,7 +497,9 @@ class PopService:
 
     def _cursor(self, key: CursorKey) -> PopCursor:
         cursor = self.state.cursor(key)
-        if cursor is None:
+        if cursor is None and is_lmq(key[1]):  # a lite topic: from its first message
+            cursor = self.state.cursors[key] = PopCursor(0)
+        elif cursor is None:
             group, topic, queue_id = key
             committed = self.offsets.get(group, topic, queue_id)
             if committed is None:
@@ -351,6 +508,8 @@ class PopService:
         return cursor
 
     def _read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+        if is_lmq(topic):  # a lite topic's offsets are CommitLog offsets
+            return self.store.read_message(offset)
         return self.store.message_at(topic, queue_id, offset)
 
     def _gone(self, key: CursorKey, offset: int) -> bool:
@@ -360,10 +519,13 @@ class PopService:
         a message the queue still holds (its entry not readable for a moment) would lose
         it for the group, whose cursor is past it."""
         group, topic, queue_id = key
-        first = self.store.min_offset_in_queue(topic, queue_id)
+        if is_lmq(topic):
+            first, end = self.store.min_offset, self.store.write_offset
+        else:
+            first = self.store.min_offset_in_queue(topic, queue_id)
+            end = self.store.max_offset_in_queue(topic, queue_id)
         if offset < first:
             return True
-        end = self.store.max_offset_in_queue(topic, queue_id)
         log.warning(
             "POP %s %s/%d: in-flight offset %d not readable, queue holds [%d, %d): kept",
             group,
@@ -393,11 +555,18 @@ class PopService:
         return topic, await self.groups.group(group_name)
 
     async def ack(
-        self, caller: Caller, group_name: str, topic_name: str, handles: list[str]
+        self,
+        caller: Caller,
+        group_name: str,
+        topic_name: str,
+        handles: list[str],
+        lite_topic: str | None = None,
     ) -> list[pb.Status]:
-        """Ack the deliveries ``handles`` name: one answer each (a stale, forged or
-        malformed handle is INVALID_RECEIPT_HANDLE, the others acked in one append)."""
+        """Ack the deliveries ``handles`` name (of ``lite_topic`` in a LITE topic): one
+        answer each (a stale, forged or malformed handle is INVALID_RECEIPT_HANDLE, the
+        others acked in one append)."""
         topic, group = await self._consuming(caller, group_name, topic_name)
+        topic = _scope(topic, lite_topic)
         if not handles:
             raise InvalidRequest(pb.BAD_REQUEST, "no entries to ack")
         if len(handles) > ACK_ENTRIES_MAX:
@@ -428,12 +597,19 @@ class PopService:
 
     # ---- change of invisibility -----------------------------------------------------
     async def change_invisible(
-        self, caller: Caller, group_name: str, topic_name: str, handle_text: str, invisible_ms: int
+        self,
+        caller: Caller,
+        group_name: str,
+        topic_name: str,
+        handle_text: str,
+        invisible_ms: int,
+        lite_topic: str | None = None,
     ) -> tuple[pb.Status, str]:
         """Make the delivery ``handle_text`` names invisible for ``invisible_ms`` from now:
         OK and its new handle, or a refusal (``InvalidRequest`` before anything changed).
         A nack of the last allowed attempt dead-letters the message instead."""
         topic, group = await self._consuming(caller, group_name, topic_name)
+        topic = _scope(topic, lite_topic)
         check_invisible_ms(invisible_ms)
         key, handle, current = self._current(group.name, topic, handle_text)
         offset, old = handle.queue_offset, (current.delivery, current.visible_at_ms)
@@ -458,13 +634,19 @@ class PopService:
 
     # ---- dead-lettering ----------------------------------------------------------------
     async def forward_to_dead_letters(
-        self, caller: Caller, group_name: str, topic_name: str, handle_text: str
+        self,
+        caller: Caller,
+        group_name: str,
+        topic_name: str,
+        handle_text: str,
+        lite_topic: str | None = None,
     ) -> pb.Status:
         """Dead-letter the message of a handle. Idempotent: the official FIFO consumer
         repeats this until it hears OK, so a handle whose message is no longer in flight
         (acked or dead-lettered already) answers OK and changes nothing. A handle that
         does not verify, or whose message was redelivered since, is refused like an ack."""
         topic, group = await self._consuming(caller, group_name, topic_name)
+        topic = _scope(topic, lite_topic)
         handle = self._decode(group.name, topic, handle_text)
         key = (group.name, topic.name, handle.queue_id)
         cursor = self.state.cursor(key)
@@ -702,7 +884,27 @@ class PopService:
         # An ended or shortened delivery may free a FIFO queue: wake its long polls.
         for record in records:
             if record.topic == self.state.topic and record.properties["kind"] != KIND_POP:
-                self.waiters.notify(record.properties["topic"], int(record.properties["queue"]))
+                name = record.properties["topic"]
+                if is_lmq(name):
+                    self.on_lite_change(name)
+                else:
+                    self.waiters.notify(name, int(record.properties["queue"]))
+
+
+def _as_lite(stored: StoredMessage) -> StoredMessage:
+    """A lite topic's message as its consumer sees it: its offset is the lite topic's (the
+    CommitLog offset, ``node/lite_index.py``), not its queue's in the topic."""
+    return dataclasses.replace(stored, queue_offset=stored.physical_offset)
+
+
+def _scope(topic: TopicConfig, lite_topic: str | None) -> TopicConfig:
+    """What a call on a delivery acts on: ``topic``'s queues, or one lite topic's (a queue
+    of its own, named for it: its handles verify for it alone)."""
+    if lite_topic is None:
+        return topic
+    if topic.message_type is not MessageType.LITE:
+        raise InvalidRequest(pb.BAD_REQUEST, f"topic {topic.name} is not a LITE topic")
+    return TopicConfig(lmq_name(topic.name, lite_topic), 1, MessageType.LITE, topic.permission)
 
 
 def delivery_tag(delivery: str) -> int:

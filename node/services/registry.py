@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from node.services.admin import AdminService
+from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
 from node.services.offsets import OffsetService
@@ -36,3 +37,4 @@ class Services:
     admin: AdminService
     routes: RouteService
     recall: RecallService
+    lite: LiteService

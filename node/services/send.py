@@ -60,6 +60,7 @@ from node.admission import (
     store_refusal,
 )
 from node.consumer_retry import PROPERTY_DELAY, ConsumerRetries, is_retry_topic
+from node.lite_names import check_lite_topic
 from node.message_rules import (
     MESSAGE_TYPE_TEXT,
     NODE_PROPERTIES,
@@ -114,6 +115,7 @@ class OutgoingMessage:
     delivery_ms: int | None = None  # a DELAY message's due time (RocketMQ 5)
     delay_level: int = 0  # a RocketMQ 4.x delay level (1..n)
     priority: int | None = None  # a PRIORITY message's priority (its queue)
+    lite_topic: str | None = None  # a LITE message's lite topic (its queue)
     flag: int = 0
     sys_flag: int = 0
     born_ms: int = 0
@@ -205,8 +207,12 @@ class SendService:
         recall_handles: RecallHandles,
         broker_group: str,
         clock_ms: Callable[[], int] = now_ms,
+        lite_quota: Callable[[str, str], None] = lambda topic, lite_topic: None,
     ) -> None:
+        """``lite_quota(topic, lite_topic)`` refuses (``InvalidRequest``) a message that
+        would make one lite topic too many."""
         self.store = store
+        self.lite_quota = lite_quota
         self.recall_handles = recall_handles
         self.broker_group = broker_group
         self.admission = admission
@@ -283,7 +289,7 @@ class SendService:
             kind = self._check_message(topic, message)
             pinned = queues[0] if request.batch and queues else message.pinned_queue
             queue_id = admission.send_queue(
-                topic, kind, message.message_group, pinned, message.priority
+                topic, kind, message.message_group, pinned, message.priority, message.lite_topic
             )
             record = Message(
                 topic.name,
@@ -338,10 +344,28 @@ class SendService:
                 pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                 f"a priority is for PRIORITY messages, not {kind.value} ones",
             )
+        if kind is MessageType.LITE or message.lite_topic is not None:
+            self._check_lite(topic, kind, message.lite_topic)
         if message.stamp_type:
             declared = message.declared_type
             properties[PROPERTY_MESSAGE_TYPE] = MESSAGE_TYPE_TEXT.get(declared) or str(declared)
         return kind
+
+    def _check_lite(self, topic: TopicConfig, kind: MessageType, lite_topic: str | None) -> None:
+        """A lite topic goes with a LITE topic and back, has a lawful name, and is one
+        more lite topic only within the node's quota (``LiteIndex.check_quota``)."""
+        if kind is not MessageType.LITE:
+            raise InvalidRequest(
+                pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"a lite topic is for LITE messages, not {kind.value} ones",
+            )
+        if lite_topic is None:
+            raise InvalidRequest(
+                pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"topic {topic.name} is a LITE topic: each message names its lite topic",
+            )
+        check_lite_topic(lite_topic)
+        self.lite_quota(topic.name, lite_topic)
 
     def _delayed(self, record: Message, message: OutgoingMessage) -> Message:
         """A DELAY message parked in the timer topic until due: by its delivery time

@@ -164,3 +164,56 @@ def test_priority_messages_are_received_highest_first(java, module_node, tmp_pat
     received = run.of("received")
     assert [e["body"] for e in received] == ["p3", "p7", "p2", "p1", "p0"], run.explain()
     assert [e["priority"] for e in received] == [3, 7, 2, 1, 0], run.explain()
+
+
+def test_lite_topics_through_the_lite_push_consumer(java, module_node, tmp_path, grpc_stubs):
+    """RocketMQ 5.5's lite topics through the newest Java client (setLiteTopic,
+    LitePushConsumer): a consumer gets the lite topics it subscribed to, each in order,
+    and nothing of the others; one subscribed with OffsetOption.MAX_OFFSET gets only what
+    comes after; an illegal name is refused with RocketMQ's words."""
+    _, admin = grpc_stubs
+    create_topic(admin, "j5-lite", queues=4, message_type=api.LITE)
+    # A FIFO group: the client then consumes each lite topic in order (RocketMQ's advice for
+    # lite groups); the server delivers each one in order whatever the group.
+    create_group(admin, "j5-lite-readers", fifo=True)
+    messages = [
+        {"topic": "j5-lite", "body": f"{lite}-{n}", "lite_topic": lite}
+        for n in range(3)
+        for lite in ("agent-a", "agent-b", "agent-c")
+    ]
+    consume = {
+        "do": "lite_push",
+        "topic": "j5-lite",
+        "group": "j5-lite-readers",
+        "lite_topics": ["agent-a", "agent-b", "bad.name"],
+        "expect": [f"{lite}-{n}" for n in range(3) for lite in ("agent-a", "agent-b")],
+        "deadline_s": 40,
+    }
+    run = run_java(java, module_node, tmp_path, [{"do": "produce", "messages": messages}, consume])
+    assert len(run.of("sent")) == 9, run.explain()
+    failed = run.of("subscribe_failed")
+    assert [e["name"] for e in failed] == ["bad.name"], run.explain()
+    assert "alphanumeric characters" in failed[0]["message"], run.explain()
+    consumed = run.of("consumed")
+    for lite in ("agent-a", "agent-b"):
+        bodies = [e["body"] for e in consumed if e["lite_topic"] == lite]
+        assert bodies == [f"{lite}-{n}" for n in range(3)], run.explain()
+    assert not [e for e in consumed if e["lite_topic"] == "agent-c"], run.explain()
+    late = {
+        "do": "lite_push",
+        "topic": "j5-lite",
+        "group": "j5-lite-late",
+        "lite_topics": ["agent-c"],
+        "offset": "max",
+        "expect": [],
+        "deadline_s": 3,
+    }
+    late_message = {"topic": "j5-lite", "body": "c-late", "lite_topic": "agent-c"}
+    more = {"do": "produce", "messages": [late_message]}
+    run = run_java(java, module_node, tmp_path, [late])
+    assert run.of("consumed") == [], run.explain()  # MAX: nothing stored is delivered
+    # The group's cursor stays where MAX put it: subscribed again (no option), it gets
+    # what came since.
+    late["expect"], late["deadline_s"], late["offset"] = ["c-late"], 30, ""
+    run = run_java(java, module_node, tmp_path, [more, late])
+    assert [e["body"] for e in run.of("consumed")] == ["c-late"], run.explain()

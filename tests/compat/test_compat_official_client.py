@@ -446,3 +446,57 @@ def test_sigkill_between_a_transactional_send_and_its_commit(tmp_path, client_ho
         if runner.poll() is None:
             runner.kill()
         node.sigkill()
+
+
+def test_lite_topics_through_the_lite_simple_and_push_consumers(
+    module_node, client_home, grpc_stubs
+):
+    """RocketMQ 5.5's lite topics through the official client, given a slave: a producer
+    names each message's lite topic; a LiteSimpleConsumer receives the lite topics it
+    subscribed to, each in order, and nothing of the others; an illegal name is refused
+    with RocketMQ's words; a LitePushConsumer consumes what it subscribed to."""
+    _, admin = grpc_stubs
+    create_topic(admin, "compat-lite", queues=4, message_type=api.LITE)
+    messages = [
+        {"topic": "compat-lite", "body": f"{lite}-{n}", "lite_topic": lite}
+        for n in range(3)
+        for lite in ("session-a", "session-b", "session-c")
+    ]
+    events = run_official(
+        module_node,
+        client_home,
+        {"scenario": "produce", "topics": ["compat-lite"], "messages": messages},
+    )
+    assert len(of(events, "sent")) == 9, events
+    steps = [
+        {"do": "subscribe", "names": ["session-a", "session-b", "bad.name"]},
+        {"do": "receive_until", "count": 6, "max": 16, "invisible_s": 30, "deadline_s": 30},
+    ]
+    events = run_official(
+        module_node,
+        client_home,
+        {"scenario": "lite_simple", "topic": "compat-lite", "group": "lite-simple", "steps": steps},
+    )
+    failed = of(events, "subscribe_failed")
+    assert [e["name"] for e in failed] == ["bad.name"], events
+    assert "alphanumeric characters" in failed[0]["message"]
+    received = of(events, "received")
+    assert len(received) == 6, events
+    for lite in ("session-a", "session-b"):
+        bodies = [e["body"] for e in received if e["lite_topic"] == lite]
+        assert bodies == [f"{lite}-{n}" for n in range(3)], received
+    assert len(of(events, "acked")) == 6
+    events = run_official(
+        module_node,
+        client_home,
+        {
+            "scenario": "lite_push",
+            "topic": "compat-lite",
+            "group": "lite-push",
+            "lite_topics": ["session-c"],
+            "expect": [f"session-c-{n}" for n in range(3)],
+            "deadline_s": 30,
+        },
+    )
+    seen = of(events, "seen")
+    assert seen and seen[0]["bodies"] == [f"session-c-{n}" for n in range(3)], events

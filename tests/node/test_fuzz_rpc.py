@@ -405,6 +405,15 @@ def valid_requests(channel: grpc.Channel) -> dict[str, list]:
                 source=pb.SOURCE_CLIENT,
             )
         ],
+        "SyncLiteSubscription": [
+            rpc.SyncLiteSubscriptionRequest(
+                action=pb.PARTIAL_ADD,
+                topic=resource(name=normal),
+                group=resource(name="fz-lite-group"),
+                lite_topic_set=["fz-lite"],
+                offset_option=pb.OffsetOption(tail_n=3),
+            )
+        ],
         "RecallMessage": [
             rpc.RecallMessageRequest(
                 topic=resource(name=normal),

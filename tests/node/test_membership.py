@@ -64,7 +64,8 @@ class Membership:
             GroupsOnFirstUse(self.topics, None, enabled=False),
             Permissions(enabled=authenticated),
         )
-        self.service = MessagingService(SimpleNamespace(membership=membership), 1024)
+        no_lite = SimpleNamespace(forget=lambda group, client_id: None)
+        self.service = MessagingService(SimpleNamespace(membership=membership, lite=no_lite), 1024)
         self.authenticated = authenticated
 
     def call(self, method, request, context: Context):

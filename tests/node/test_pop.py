@@ -16,11 +16,13 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node import system_state
 from node.consumer_offsets import ConsumerOffsets
+from node.group_creation import GroupsOnFirstUse
 from node.grpc.messaging import MessagingService
 from node.handle_key import receipt_handle_key
 from node.long_polling import QueueWaiters
 from node.pop_state import PopState
 from node.receipt_handle import ReceiptHandle, ReceiptHandles
+from node.services.lite import LiteService
 from node.services.permissions import Permissions
 from node.services.pop import ACK_ENTRIES_MAX, PopFailed, PopService
 from node.topics import GroupConfig, MessageType, TopicConfig, TopicTable
@@ -77,7 +79,14 @@ class Broker:
             clock_ms=self.clock,
         )
         # The RocketMQ 5 door over it: its answers are what these tests read.
-        self.door = MessagingService(SimpleNamespace(pop=self.service), 4 << 20)
+        lite = LiteService(
+            self.topics,
+            Permissions(enabled=False),
+            GroupsOnFirstUse(self.topics, None, enabled=False),
+            self.service,
+            self.service.lite_index,
+        )
+        self.door = MessagingService(SimpleNamespace(pop=self.service, lite=lite), 4 << 20)
 
     def crash_and_reopen(self) -> None:
         self.store.close_abruptly_for_tests()

@@ -1099,9 +1099,7 @@ def test_a_replica_promoted_before_it_dispatched_gives_out_no_queue_offset_twice
     slave.rebuild_queue_offsets()  # what a promotion does
     result = slave.put_message(Message.build("T", b"new", unique_key="N"))
     assert result.ok and result.appended[0].queue_offset == 3
-    assert [m.body for m in slave.get_messages("T", 0, 0, 10).messages] == [b"old"] * 3 + [
-        b"new"
-    ]
+    assert [m.body for m in slave.get_messages("T", 0, 0, 10).messages] == [b"old"] * 3 + [b"new"]
     master.shutdown()
     slave.shutdown()
 

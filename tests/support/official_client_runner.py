@@ -38,6 +38,8 @@ from rocketmq import (
     ConsumeResult,
     Credentials,
     FilterExpression,
+    LitePushConsumer,
+    LiteSimpleConsumer,
     Message,
     MessageListener,
     Producer,
@@ -67,6 +69,7 @@ def described(message) -> dict:
         "attempt": message.delivery_attempt,
         "delivery_timestamp": message.delivery_timestamp,
         "priority": message.priority,
+        "lite_topic": message.lite_topic,
         "topic": message.topic,
         "corrupted": message.corrupted,
         "properties": dict(message.properties or {}),
@@ -92,6 +95,8 @@ def outgoing(spec: dict) -> Message:
         message.delivery_timestamp = spec["delivery_timestamp"]
     if spec.get("priority") is not None:
         message.priority = spec["priority"]
+    if spec.get("lite_topic"):
+        message.lite_topic = spec["lite_topic"]
     for name, value in spec.get("properties", {}).items():
         message.add_property(name, value)
     return message
@@ -317,7 +322,81 @@ def push(config, scenario: dict) -> None:
         consumer.shutdown()
 
 
-SCENARIOS = {"produce": produce, "transaction": transaction, "simple": simple, "push": push}
+def settled(subscribe, wait_s: float = 10.0) -> None:
+    """``subscribe()``, tried again while the client's quota is still 0: a LiteSimpleConsumer
+    does not wait for the server's settings at startup, and refuses every subscription
+    until they arrive (with the quota in them)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return subscribe()
+        except Exception as error:
+            if "exceed quota: 0 " not in str(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
+
+
+def lite_simple(config, scenario: dict) -> None:
+    """A LiteSimpleConsumer bound to ``topic``. Steps: subscribe and unsubscribe (``names``;
+    a refusal is an event), receive_until (acking what it receives)."""
+    consumer = LiteSimpleConsumer(
+        scenario["topic"], config, scenario["group"], await_duration=scenario.get("await_s", 5)
+    )
+    consumer.startup()
+    try:
+        for step in scenario["steps"]:
+            kind = step["do"]
+            if kind in ("subscribe", "unsubscribe"):
+                act = consumer.subscribe_lite if kind == "subscribe" else consumer.unsubscribe_lite
+                for name in step["names"]:
+                    try:
+                        settled(lambda act=act, name=name: act(name))
+                        emit(f"{kind}d", name=name)
+                    except Exception as error:
+                        emit(f"{kind}_failed", name=name, **error_fields(error))
+            elif kind == "receive_until":
+                deadline = time.monotonic() + step["deadline_s"]
+                got = 0
+                while got < step["count"] and time.monotonic() < deadline:
+                    for message in consumer.receive(step.get("max", 16), step["invisible_s"]):
+                        got += 1
+                        emit("received", **described(message))
+                        if step.get("ack", True):
+                            consumer.ack(message)
+                            emit("acked", id=message.message_id)
+    finally:
+        consumer.shutdown()
+
+
+def lite_push(config, scenario: dict) -> None:
+    """A LitePushConsumer bound to ``topic``, subscribed to ``lite_topics``, until it has
+    consumed ``expect`` (each body once at least) or ``deadline_s``."""
+    listener = Listener(set(scenario.get("fail", [])))
+    consumer = LitePushConsumer(
+        config, scenario["group"], scenario["topic"], listener, consumption_thread_count=4
+    )
+    consumer.startup()
+    try:
+        for name in scenario["lite_topics"]:
+            settled(lambda name=name: consumer.subscribe_lite(name))
+            emit("subscribed", name=name)
+        deadline = time.monotonic() + scenario["deadline_s"]
+        wanted = set(scenario["expect"])
+        while not wanted <= listener.seen and time.monotonic() < deadline:
+            time.sleep(0.1)
+        emit("seen", bodies=sorted(listener.seen))
+    finally:
+        consumer.shutdown()
+
+
+SCENARIOS = {
+    "produce": produce,
+    "transaction": transaction,
+    "simple": simple,
+    "push": push,
+    "lite_simple": lite_simple,
+    "lite_push": lite_push,
+}
 
 
 def main() -> int:

@@ -14,6 +14,7 @@ class MessageType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FIFO: _ClassVar[MessageType]
     DELAY: _ClassVar[MessageType]
     TRANSACTION: _ClassVar[MessageType]
+    LITE: _ClassVar[MessageType]
     PRIORITY: _ClassVar[MessageType]
 
 class Permission(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -45,6 +46,7 @@ NORMAL: MessageType
 FIFO: MessageType
 DELAY: MessageType
 TRANSACTION: MessageType
+LITE: MessageType
 PRIORITY: MessageType
 PERMISSION_UNSPECIFIED: Permission
 READ: Permission

@@ -18,6 +18,8 @@ import org.apache.rocketmq.client.apis.ClientServiceProvider;
 import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
 import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
+import org.apache.rocketmq.client.apis.consumer.LitePushConsumer;
+import org.apache.rocketmq.client.apis.consumer.OffsetOption;
 import org.apache.rocketmq.client.apis.consumer.PushConsumer;
 import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
 import org.apache.rocketmq.client.apis.message.Message;
@@ -98,6 +100,7 @@ public final class Grpc5Driver {
             "transaction", driver::transaction,
             "simple", driver::simple,
             "push", driver::push,
+            "lite_push", driver::litePush,
             "load", driver::load));
     }
 
@@ -121,6 +124,10 @@ public final class Grpc5Driver {
         long delay = Out.num(m, "delay_ms", -1);
         if (delay >= 0) {
             builder.setDeliveryTimestamp(System.currentTimeMillis() + delay);
+        }
+        String liteTopic = Out.str(m, "lite_topic", null);
+        if (liteTopic != null) {
+            builder.setLiteTopic(liteTopic);
         }
         long priority = Out.num(m, "priority", -1);
         if (priority >= 0) {
@@ -287,6 +294,7 @@ public final class Grpc5Driver {
             "group", view.getMessageGroup().orElse(null),
             "delivery_timestamp", view.getDeliveryTimestamp().orElse(null),
             "priority", view.getPriority().orElse(null),
+            "lite_topic", view.getLiteTopic().orElse(null),
             "attempt", view.getDeliveryAttempt(),
             "born_host", view.getBornHost(),
             "born_timestamp", view.getBornTimestamp(),
@@ -480,6 +488,46 @@ public final class Grpc5Driver {
             for (Thread t : closing) {
                 t.join();
             }
+        }
+    }
+
+    /**
+     * A LitePushConsumer bound to "topic": subscribes to each of "lite_topics" (with
+     * "offset": "max" it starts past what is stored), consumes until it has seen every body
+     * of "expect" or "deadline_s" passes. A refused subscription is an event.
+     */
+    private void litePush(JsonObject step) throws Exception {
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        Set<String> expect = new HashSet<>(Out.strings(step, "expect"));
+        try (LitePushConsumer consumer = provider.newLitePushConsumerBuilder()
+            .setClientConfiguration(configuration)
+            .setConsumerGroup(Out.str(step, "group", ""))
+            .bindTopic(Out.str(step, "topic", ""))
+            .setConsumptionThreadCount(4)
+            .setMessageListener(view -> {
+                Out.emit("consumed", describe(view));
+                seen.add(Out.utf8(bytesOf(view.getBody())));
+                return ConsumeResult.SUCCESS;
+            })
+            .build()) {
+            boolean fromEnd = "max".equals(Out.str(step, "offset", ""));
+            for (String name : Out.strings(step, "lite_topics")) {
+                try {
+                    if (fromEnd) {
+                        consumer.subscribeLite(name, OffsetOption.MAX_OFFSET);
+                    } else {
+                        consumer.subscribeLite(name);
+                    }
+                    Out.emit("subscribed", "name", name);
+                } catch (Exception e) {
+                    Out.failed("subscribe_failed", e, "name", name);
+                }
+            }
+            long deadline = System.nanoTime() + (long) (Out.real(step, "deadline_s", 30) * 1e9);
+            while (!seen.containsAll(expect) && System.nanoTime() < deadline) {
+                Out.sleepMillis(100);
+            }
+            Out.emit("seen", "bodies", new ArrayList<>(new java.util.TreeSet<>(seen)));
         }
     }
 

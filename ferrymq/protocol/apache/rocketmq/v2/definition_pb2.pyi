@@ -150,6 +150,13 @@ class Language(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DART: _ClassVar[Language]
     KOTLIN: _ClassVar[Language]
 
+class LiteSubscriptionAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PARTIAL_ADD: _ClassVar[LiteSubscriptionAction]
+    PARTIAL_REMOVE: _ClassVar[LiteSubscriptionAction]
+    COMPLETE_ADD: _ClassVar[LiteSubscriptionAction]
+    COMPLETE_REMOVE: _ClassVar[LiteSubscriptionAction]
+
 class QueryOffsetPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     BEGINNING: _ClassVar[QueryOffsetPolicy]
@@ -261,6 +268,10 @@ RUBY: Language
 OBJECTIVE_C: Language
 DART: Language
 KOTLIN: Language
+PARTIAL_ADD: LiteSubscriptionAction
+PARTIAL_REMOVE: LiteSubscriptionAction
+COMPLETE_ADD: LiteSubscriptionAction
+COMPLETE_REMOVE: LiteSubscriptionAction
 BEGINNING: QueryOffsetPolicy
 END: QueryOffsetPolicy
 TIMESTAMP: QueryOffsetPolicy
@@ -504,18 +515,42 @@ class Publishing(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[_Union[Resource, _Mapping]]] = ..., max_body_size: _Optional[int] = ..., validate_message_type: _Optional[bool] = ...) -> None: ...
 
 class Subscription(_message.Message):
-    __slots__ = ("group", "subscriptions", "fifo", "receive_batch_size", "long_polling_timeout")
+    __slots__ = ("group", "subscriptions", "fifo", "receive_batch_size", "long_polling_timeout", "lite_subscription_quota", "max_lite_topic_size")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     FIFO_FIELD_NUMBER: _ClassVar[int]
     RECEIVE_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     LONG_POLLING_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    LITE_SUBSCRIPTION_QUOTA_FIELD_NUMBER: _ClassVar[int]
+    MAX_LITE_TOPIC_SIZE_FIELD_NUMBER: _ClassVar[int]
     group: Resource
     subscriptions: _containers.RepeatedCompositeFieldContainer[SubscriptionEntry]
     fifo: bool
     receive_batch_size: int
     long_polling_timeout: _duration_pb2.Duration
-    def __init__(self, group: _Optional[_Union[Resource, _Mapping]] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionEntry, _Mapping]]] = ..., fifo: _Optional[bool] = ..., receive_batch_size: _Optional[int] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    lite_subscription_quota: int
+    max_lite_topic_size: int
+    def __init__(self, group: _Optional[_Union[Resource, _Mapping]] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionEntry, _Mapping]]] = ..., fifo: _Optional[bool] = ..., receive_batch_size: _Optional[int] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lite_subscription_quota: _Optional[int] = ..., max_lite_topic_size: _Optional[int] = ...) -> None: ...
+
+class OffsetOption(_message.Message):
+    __slots__ = ("policy", "offset", "tail_n", "timestamp")
+    class Policy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        LAST: _ClassVar[OffsetOption.Policy]
+        MIN: _ClassVar[OffsetOption.Policy]
+        MAX: _ClassVar[OffsetOption.Policy]
+    LAST: OffsetOption.Policy
+    MIN: OffsetOption.Policy
+    MAX: OffsetOption.Policy
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TAIL_N_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    policy: OffsetOption.Policy
+    offset: int
+    tail_n: int
+    timestamp: int
+    def __init__(self, policy: _Optional[_Union[OffsetOption.Policy, str]] = ..., offset: _Optional[int] = ..., tail_n: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
 
 class Metric(_message.Message):
     __slots__ = ("on", "endpoints")

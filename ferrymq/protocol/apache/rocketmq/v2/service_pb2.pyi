@@ -104,12 +104,14 @@ class ReceiveMessageResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., message: _Optional[_Union[_definition_pb2.Message, _Mapping]] = ..., delivery_timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class AckMessageEntry(_message.Message):
-    __slots__ = ("message_id", "receipt_handle")
+    __slots__ = ("message_id", "receipt_handle", "lite_topic")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    LITE_TOPIC_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     receipt_handle: str
-    def __init__(self, message_id: _Optional[str] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
+    lite_topic: str
+    def __init__(self, message_id: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., lite_topic: _Optional[str] = ...) -> None: ...
 
 class AckMessageRequest(_message.Message):
     __slots__ = ("group", "topic", "entries")
@@ -140,20 +142,22 @@ class AckMessageResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[AckMessageResultEntry, _Mapping]]] = ...) -> None: ...
 
 class ForwardMessageToDeadLetterQueueRequest(_message.Message):
-    __slots__ = ("group", "topic", "receipt_handle", "message_id", "delivery_attempt", "max_delivery_attempts")
+    __slots__ = ("group", "topic", "receipt_handle", "message_id", "delivery_attempt", "max_delivery_attempts", "lite_topic")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LITE_TOPIC_FIELD_NUMBER: _ClassVar[int]
     group: _definition_pb2.Resource
     topic: _definition_pb2.Resource
     receipt_handle: str
     message_id: str
     delivery_attempt: int
     max_delivery_attempts: int
-    def __init__(self, group: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., topic: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., receipt_handle: _Optional[str] = ..., message_id: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., max_delivery_attempts: _Optional[int] = ...) -> None: ...
+    lite_topic: str
+    def __init__(self, group: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., topic: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., receipt_handle: _Optional[str] = ..., message_id: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., max_delivery_attempts: _Optional[int] = ..., lite_topic: _Optional[str] = ...) -> None: ...
 
 class ForwardMessageToDeadLetterQueueResponse(_message.Message):
     __slots__ = ("status",)
@@ -239,8 +243,14 @@ class RecoverOrphanedTransactionCommand(_message.Message):
     transaction_id: str
     def __init__(self, message: _Optional[_Union[_definition_pb2.Message, _Mapping]] = ..., transaction_id: _Optional[str] = ...) -> None: ...
 
+class NotifyUnsubscribeLiteCommand(_message.Message):
+    __slots__ = ("lite_topic",)
+    LITE_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    lite_topic: str
+    def __init__(self, lite_topic: _Optional[str] = ...) -> None: ...
+
 class TelemetryCommand(_message.Message):
-    __slots__ = ("status", "settings", "thread_stack_trace", "verify_message_result", "recover_orphaned_transaction_command", "print_thread_stack_trace_command", "verify_message_command", "reconnect_endpoints_command")
+    __slots__ = ("status", "settings", "thread_stack_trace", "verify_message_result", "recover_orphaned_transaction_command", "print_thread_stack_trace_command", "verify_message_command", "reconnect_endpoints_command", "notify_unsubscribe_lite_command")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     THREAD_STACK_TRACE_FIELD_NUMBER: _ClassVar[int]
@@ -249,6 +259,7 @@ class TelemetryCommand(_message.Message):
     PRINT_THREAD_STACK_TRACE_COMMAND_FIELD_NUMBER: _ClassVar[int]
     VERIFY_MESSAGE_COMMAND_FIELD_NUMBER: _ClassVar[int]
     RECONNECT_ENDPOINTS_COMMAND_FIELD_NUMBER: _ClassVar[int]
+    NOTIFY_UNSUBSCRIBE_LITE_COMMAND_FIELD_NUMBER: _ClassVar[int]
     status: _definition_pb2.Status
     settings: _definition_pb2.Settings
     thread_stack_trace: ThreadStackTrace
@@ -257,7 +268,8 @@ class TelemetryCommand(_message.Message):
     print_thread_stack_trace_command: PrintThreadStackTraceCommand
     verify_message_command: VerifyMessageCommand
     reconnect_endpoints_command: ReconnectEndpointsCommand
-    def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., settings: _Optional[_Union[_definition_pb2.Settings, _Mapping]] = ..., thread_stack_trace: _Optional[_Union[ThreadStackTrace, _Mapping]] = ..., verify_message_result: _Optional[_Union[VerifyMessageResult, _Mapping]] = ..., recover_orphaned_transaction_command: _Optional[_Union[RecoverOrphanedTransactionCommand, _Mapping]] = ..., print_thread_stack_trace_command: _Optional[_Union[PrintThreadStackTraceCommand, _Mapping]] = ..., verify_message_command: _Optional[_Union[VerifyMessageCommand, _Mapping]] = ..., reconnect_endpoints_command: _Optional[_Union[ReconnectEndpointsCommand, _Mapping]] = ...) -> None: ...
+    notify_unsubscribe_lite_command: NotifyUnsubscribeLiteCommand
+    def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., settings: _Optional[_Union[_definition_pb2.Settings, _Mapping]] = ..., thread_stack_trace: _Optional[_Union[ThreadStackTrace, _Mapping]] = ..., verify_message_result: _Optional[_Union[VerifyMessageResult, _Mapping]] = ..., recover_orphaned_transaction_command: _Optional[_Union[RecoverOrphanedTransactionCommand, _Mapping]] = ..., print_thread_stack_trace_command: _Optional[_Union[PrintThreadStackTraceCommand, _Mapping]] = ..., verify_message_command: _Optional[_Union[VerifyMessageCommand, _Mapping]] = ..., reconnect_endpoints_command: _Optional[_Union[ReconnectEndpointsCommand, _Mapping]] = ..., notify_unsubscribe_lite_command: _Optional[_Union[NotifyUnsubscribeLiteCommand, _Mapping]] = ...) -> None: ...
 
 class NotifyClientTerminationRequest(_message.Message):
     __slots__ = ("group",)
@@ -272,18 +284,22 @@ class NotifyClientTerminationResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class ChangeInvisibleDurationRequest(_message.Message):
-    __slots__ = ("group", "topic", "receipt_handle", "invisible_duration", "message_id")
+    __slots__ = ("group", "topic", "receipt_handle", "invisible_duration", "message_id", "lite_topic", "suspend")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
     INVISIBLE_DURATION_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    LITE_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUSPEND_FIELD_NUMBER: _ClassVar[int]
     group: _definition_pb2.Resource
     topic: _definition_pb2.Resource
     receipt_handle: str
     invisible_duration: _duration_pb2.Duration
     message_id: str
-    def __init__(self, group: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., topic: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., receipt_handle: _Optional[str] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., message_id: _Optional[str] = ...) -> None: ...
+    lite_topic: str
+    suspend: bool
+    def __init__(self, group: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., topic: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., receipt_handle: _Optional[str] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., message_id: _Optional[str] = ..., lite_topic: _Optional[str] = ..., suspend: _Optional[bool] = ...) -> None: ...
 
 class ChangeInvisibleDurationResponse(_message.Message):
     __slots__ = ("status", "receipt_handle")
@@ -384,3 +400,25 @@ class RecallMessageResponse(_message.Message):
     status: _definition_pb2.Status
     message_id: str
     def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class SyncLiteSubscriptionRequest(_message.Message):
+    __slots__ = ("action", "topic", "group", "lite_topic_set", "version", "offset_option")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LITE_TOPIC_SET_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_OPTION_FIELD_NUMBER: _ClassVar[int]
+    action: _definition_pb2.LiteSubscriptionAction
+    topic: _definition_pb2.Resource
+    group: _definition_pb2.Resource
+    lite_topic_set: _containers.RepeatedScalarFieldContainer[str]
+    version: int
+    offset_option: _definition_pb2.OffsetOption
+    def __init__(self, action: _Optional[_Union[_definition_pb2.LiteSubscriptionAction, str]] = ..., topic: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., group: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., lite_topic_set: _Optional[_Iterable[str]] = ..., version: _Optional[int] = ..., offset_option: _Optional[_Union[_definition_pb2.OffsetOption, _Mapping]] = ...) -> None: ...
+
+class SyncLiteSubscriptionResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _definition_pb2.Status
+    def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ...) -> None: ...

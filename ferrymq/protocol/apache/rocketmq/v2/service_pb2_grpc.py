@@ -114,6 +114,11 @@ class MessagingServiceStub:
                 request_serializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.RecallMessageRequest.SerializeToString,
                 response_deserializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.RecallMessageResponse.FromString,
                 _registered_method=True)
+        self.SyncLiteSubscription = channel.unary_unary(
+                '/apache.rocketmq.v2.MessagingService/SyncLiteSubscription',
+                request_serializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.SyncLiteSubscriptionRequest.SerializeToString,
+                response_deserializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.SyncLiteSubscriptionResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -215,6 +220,12 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SyncLiteSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -297,6 +308,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.RecallMessage,
                     request_deserializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.RecallMessageRequest.FromString,
                     response_serializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.RecallMessageResponse.SerializeToString,
+            ),
+            'SyncLiteSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncLiteSubscription,
+                    request_deserializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.SyncLiteSubscriptionRequest.FromString,
+                    response_serializer=apache_dot_rocketmq_dot_v2_dot_service__pb2.SyncLiteSubscriptionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -731,6 +747,33 @@ class MessagingService:
             '/apache.rocketmq.v2.MessagingService/RecallMessage',
             apache_dot_rocketmq_dot_v2_dot_service__pb2.RecallMessageRequest.SerializeToString,
             apache_dot_rocketmq_dot_v2_dot_service__pb2.RecallMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncLiteSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apache.rocketmq.v2.MessagingService/SyncLiteSubscription',
+            apache_dot_rocketmq_dot_v2_dot_service__pb2.SyncLiteSubscriptionRequest.SerializeToString,
+            apache_dot_rocketmq_dot_v2_dot_service__pb2.SyncLiteSubscriptionResponse.FromString,
             options,
             channel_credentials,
             insecure,
