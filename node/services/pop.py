@@ -408,7 +408,7 @@ class PopService:
         lmqs = sorted(client.lmqs)
         if not lmqs:
             return []
-        rotation_key = (group, client.client_id)
+        rotation_key = (group, client.topic)  # not per client: client ids come and go
         start = self._rotation.get(rotation_key, 0) % len(lmqs)
         self._rotation[rotation_key] = start + 1
         return lmqs[start:] + lmqs[:start]

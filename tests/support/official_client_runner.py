@@ -38,7 +38,6 @@ from rocketmq import (
     ConsumeResult,
     Credentials,
     FilterExpression,
-    LitePushConsumer,
     LiteSimpleConsumer,
     Message,
     MessageListener,
@@ -368,34 +367,12 @@ def lite_simple(config, scenario: dict) -> None:
         consumer.shutdown()
 
 
-def lite_push(config, scenario: dict) -> None:
-    """A LitePushConsumer bound to ``topic``, subscribed to ``lite_topics``, until it has
-    consumed ``expect`` (each body once at least) or ``deadline_s``."""
-    listener = Listener(set(scenario.get("fail", [])))
-    consumer = LitePushConsumer(
-        config, scenario["group"], scenario["topic"], listener, consumption_thread_count=4
-    )
-    consumer.startup()
-    try:
-        for name in scenario["lite_topics"]:
-            settled(lambda name=name: consumer.subscribe_lite(name))
-            emit("subscribed", name=name)
-        deadline = time.monotonic() + scenario["deadline_s"]
-        wanted = set(scenario["expect"])
-        while not wanted <= listener.seen and time.monotonic() < deadline:
-            time.sleep(0.1)
-        emit("seen", bodies=sorted(listener.seen))
-    finally:
-        consumer.shutdown()
-
-
 SCENARIOS = {
     "produce": produce,
     "transaction": transaction,
     "simple": simple,
     "push": push,
     "lite_simple": lite_simple,
-    "lite_push": lite_push,
 }
 
 
