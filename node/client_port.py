@@ -15,6 +15,9 @@ to it, decrypting TLS on the way; ``client_peer`` names the client behind a rela
 connection, so what is per client (request budgets, address rules, forwarding proofs)
 still is.
 
+``take_over`` hands an accepted socket to the event loop: under uvloop the transport then
+owns the descriptor alone (see its docstring: a double close it prevents).
+
 ``certificate_files``: with no certificate configured, one made on first start (a
 self-signed P-256 certificate, 10 years) and kept in ``<data>/tls/``, which a restarted
 node presents again. Clients that verify certificates need a configured one.
@@ -69,6 +72,31 @@ Admit = Callable[[str, int, int], bool]
 def waiting_at_most(total: int, per_host: int) -> Admit:
     """An ``Admit`` that bounds only the connections waiting for their first byte."""
     return lambda host, from_host, waiting: from_host < per_host and waiting < total
+
+
+async def take_over(
+    loop: asyncio.AbstractEventLoop,
+    protocol_factory: Callable[[], asyncio.BaseProtocol],
+    connection: socket.socket,
+    **tls,
+) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
+    """``loop.connect_accepted_socket``, after which (uvloop) the socket object lets go of
+    the descriptor: libuv closes it when the transport closes.
+
+    Why: uvloop keeps the socket object beside its transport, and a transport not reading
+    (its reading paused) that becomes garbage unclosed is freed by the garbage collector,
+    whose finalizers close the socket's descriptor and then the transport's ``uv_close``
+    closes the same number again: by then it may be another thread's file. The chaos runs
+    found it so: the store's flusher thread failed an ``os.close`` with EBADF, and an
+    LD_PRELOAD tracer caught the event loop's ``uv_close`` from ``UVHandle.__dealloc__``
+    in a collection closing the flusher's descriptor. asyncio's own loop closes the
+    socket object with its transport: there the socket keeps it."""
+    uvloop_owns = type(loop).__module__.startswith("uvloop")
+    try:
+        return await loop.connect_accepted_socket(protocol_factory, connection, **tls)
+    finally:
+        if uvloop_owns:
+            connection.detach()  # uvloop opened it first thing: it closes it in any case
 
 
 class SniffingListener:
@@ -251,9 +279,7 @@ class GrpcRelay:
         # The pipe the factory made (uvloop returns its TLS protocol in its place).
         client_pipe = _Pipe(closed)
         try:
-            await loop.connect_accepted_socket(
-                lambda: client_pipe, connection, **(extra if speaks_tls else {})
-            )
+            await take_over(loop, lambda: client_pipe, connection, **(extra if speaks_tls else {}))
         except BaseException:
             backend_side.close()
             closed()

@@ -28,7 +28,7 @@ import asyncio
 import logging
 import ssl
 
-from node.client_port import SniffingListener
+from node.client_port import SniffingListener, take_over
 from node.config import RemotingOptions
 from node.remoting.connection import Observer, RemotingConnection, TransportLimits
 from node.remoting.dispatch import Dispatch
@@ -118,9 +118,7 @@ class RemotingServer:
     async def _take(self, sock, speaks_tls: bool) -> None:
         """A connection the sniffing listener accepted, into this server's connections."""
         loop = asyncio.get_running_loop()
-        await loop.connect_accepted_socket(
-            self._connection, sock, **(self._tls if speaks_tls else {})
-        )
+        await take_over(loop, self._connection, sock, **(self._tls if speaks_tls else {}))
 
     async def serve(self) -> None:
         if self._sniffing is not None:

@@ -6,11 +6,15 @@ modes refuse the other kind."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import os
+import socket
 import ssl
 
 import grpc
 import pytest
+import uvloop
 
 from ferrymq.client import Admin, ClientSecurity, FerryError
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
@@ -20,6 +24,7 @@ from node.client_port import (
     certificate_files,
     client_peer,
     grpc_peer,
+    take_over,
     waiting_at_most,
 )
 from node.config import ConfigError, parse_node_config
@@ -161,6 +166,53 @@ def test_a_silent_connection_is_closed_after_the_first_byte_timeout():
         return ended
 
     assert asyncio.run(scenario()) == b""
+
+
+class _OpensAFileWhenCollected:
+    """In a garbage cycle: its finalizer opens a file, taking the lowest free number, as
+    another thread's open can between two closes of one descriptor."""
+
+    opened: int | None = None
+
+    def __del__(self) -> None:
+        _OpensAFileWhenCollected.opened = os.open(os.devnull, os.O_RDONLY)
+
+
+def test_a_taken_over_connection_collected_unclosed_closes_its_descriptor_once():
+    """Under uvloop, a transport whose reading is paused holds no reference to itself: if it
+    becomes garbage unclosed, the collector frees it, and its descriptor must be closed by
+    one owner. Before, the socket object's finalizer closed it and the transport's
+    ``uv_close`` closed the same number again, then another file's (the chaos runs' EBADF
+    in the store's flusher)."""
+
+    async def scenario() -> bool:
+        loop = asyncio.get_running_loop()
+        with socket.socket() as server, socket.socket() as client:
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            client.connect(server.getsockname())
+            connection, _ = server.accept()
+
+            class Held(asyncio.Protocol):
+                def connection_made(self, transport) -> None:
+                    self.transport = transport
+
+            transport, held = await take_over(loop, Held, connection)
+            transport.pause_reading()
+            held.finalizer = _OpensAFileWhenCollected()  # in the cycle, after the socket
+            del transport, held, connection
+            gc.collect()
+            await asyncio.sleep(0.05)  # libuv's close callbacks
+            opened = _OpensAFileWhenCollected.opened
+            try:
+                os.fstat(opened)
+            except OSError:
+                return False
+            os.close(opened)
+            return True
+
+    with pytest.warns(ResourceWarning):  # the transport says it was dropped unclosed
+        assert uvloop.run(scenario()), "a descriptor opened meanwhile was closed under it"
 
 
 def test_the_sdk_over_tls_to_a_node_that_requires_it_and_plaintext_refused(tmp_path, pki):
