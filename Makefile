@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-clients chaos clean
+.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-clients bench-lite chaos clean
 
 # The C speedups are compiled by the install: a change to any C source rebuilds them.
 C_SOURCES := store/_speedups.c ferrymq/codec/_speedups.c ferrymq/codec/_properties.h \
@@ -54,6 +54,11 @@ bench-saturation: $(STAMP)
 bench-clients: $(STAMP)
 	$(PY) -m tests.support.client_drivers .venv/client-drivers.json
 	$(PY) -m bench.client_failover --json --drivers .venv/client-drivers.json
+
+# Lite topics at scale: 100,000 lite topics and 10,000 subscriptions, ferrymq against Apache
+# RocketMQ 5.5 (Java 17, Maven: the jars are fetched from Maven Central on first use).
+bench-lite: $(STAMP)
+	$(PY) -m bench.lite --json
 
 # ferrymq against NATS JetStream, Redis Streams and RabbitMQ quorum queues (apt-installs them),
 # Apache Kafka and Apache RocketMQ (Java 17; jars fetched from Maven Central by the benchmark).

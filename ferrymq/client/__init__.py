@@ -4,6 +4,7 @@ rebalancing."""
 
 from ferrymq.client.admin import Admin
 from ferrymq.client.errors import FerryError
+from ferrymq.client.lite_consumer import LiteConsumer
 from ferrymq.client.messages import Message, ReceivedMessage, SendReceipt
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
@@ -14,6 +15,7 @@ __all__ = [
     "Admin",
     "ClientSecurity",
     "FerryError",
+    "LiteConsumer",
     "Message",
     "Producer",
     "PullConsumer",

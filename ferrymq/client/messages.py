@@ -16,6 +16,7 @@ from ferrymq.codec.compression import plain_body
 from ferrymq.codec.errors import CorruptRecordError
 from ferrymq.codec.properties import (
     NOT_USER_PROPERTY_NAMES,
+    PROPERTY_LITE_TOPIC,
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
@@ -44,6 +45,7 @@ class Message:
     message_group: str | None = None  # FIFO topics: the order key
     delivery_time_ms: int | None = None  # DELAY topics
     message_id: str = field(default_factory=new_message_id)
+    lite_topic: str | None = None  # LITE topics: the lite topic it belongs to
 
     def to_wire(self, message_type: int | None = None) -> pb.Message:
         if message_type is None:
@@ -65,6 +67,8 @@ class Message:
             system.message_group = self.message_group
         if self.delivery_time_ms is not None:
             system.delivery_timestamp.CopyFrom(_timestamp(self.delivery_time_ms))
+        if self.lite_topic is not None:
+            system.lite_topic = self.lite_topic
         return pb.Message(
             topic=pb.Resource(name=self.topic),
             user_properties=self.properties,
@@ -96,6 +100,7 @@ class ReceivedMessage:
     delivery_attempt: int = 0
     receipt_handle: str = ""
     broker_group: str = ""  # where it is stored (acks and commits go to its master)
+    lite_topic: str | None = None
 
     @classmethod
     def from_record(cls, stored: StoredMessage, broker_group: str = "") -> ReceivedMessage:
@@ -114,6 +119,7 @@ class ReceivedMessage:
             born_timestamp_ms=stored.born_timestamp_ms,
             store_timestamp_ms=stored.store_timestamp_ms,
             broker_group=broker_group,
+            lite_topic=properties.get(PROPERTY_LITE_TOPIC),
         )
 
     @classmethod
@@ -134,6 +140,7 @@ class ReceivedMessage:
             delivery_attempt=system.delivery_attempt,
             receipt_handle=system.receipt_handle,
             broker_group=broker_group,
+            lite_topic=system.lite_topic if system.HasField("lite_topic") else None,
         )
 
 

@@ -7,7 +7,17 @@ import time
 
 import pytest
 
-from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer, SimpleConsumer
+from ferrymq.client import (
+    Admin,
+    FerryError,
+    LiteConsumer,
+    Message,
+    Producer,
+    PullConsumer,
+    SimpleConsumer,
+)
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 
 
 @pytest.fixture
@@ -100,6 +110,41 @@ def test_group_members_share_queues_and_rebalance_when_one_leaves(address, admin
         assert [q.queue_id for q in first.assignment] == [0, 1, 2, 3]
     finally:
         first.close()
+
+
+def test_lite_consumer_receives_its_lite_topics_and_tells_a_master_that_forgot(
+    address, admin, monkeypatch
+):
+    """The SDK's lite topics: a producer names each message's lite topic; a LiteConsumer
+    receives the lite topics it subscribed to, in order, acks and changes them; a master
+    that no longer holds its set (here: the client left, as after a failover the new master
+    never heard it) is told the whole set again before the next receive."""
+    from ferrymq.client import lite_consumer
+
+    admin.create_topic("sdk-lite", queue_count=2, message_type="LITE")
+    with Producer(address) as producer:
+        for i in range(3):
+            for lite in ("chat-1", "chat-2"):
+                producer.send(Message("sdk-lite", b"%s-%d" % (lite.encode(), i), lite_topic=lite))
+    with LiteConsumer(address, "sdk-lite-group", "sdk-lite") as consumer:
+        consumer.subscribe(["chat-1"])
+        got = consumer.receive(max_messages=10, invisible_s=30, wait_s=2)
+        assert [m.body for m in got] == [b"chat-1-0", b"chat-1-1", b"chat-1-2"]
+        assert {m.lite_topic for m in got} == {"chat-1"}
+        consumer.change_invisible_duration(got[0], 60)
+        for message in got:
+            consumer.ack(message)
+        master = consumer.connection
+        left = master.call(
+            master.messaging.NotifyClientTermination,
+            rpc.NotifyClientTerminationRequest(group=pb.Resource(name="sdk-lite-group")),
+        )
+        assert left.status.code == pb.OK
+        with Producer(address) as producer:
+            producer.send(Message("sdk-lite", b"chat-1-3", lite_topic="chat-1"))
+        monkeypatch.setattr(lite_consumer, "RESYNC_S", 0.0)
+        again = consumer.receive(max_messages=10, invisible_s=30, wait_s=2)
+        assert [m.body for m in again] == [b"chat-1-3"]  # not chat-2: never subscribed
 
 
 def test_simple_consumer_receive_ack_and_change(address, admin):
