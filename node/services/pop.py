@@ -336,8 +336,6 @@ class PopService:
         nothing, one whose delivery came back is given that again first (and whatever
         follows it), from a rotating start so that no lite topic waits behind others."""
         now = self.clock_ms()
-        cap = self.store.read_cap()
-        index = self.lite_index
         records: list[Message] = []
         deliveries: list[Delivery] = []
         undo: list[Callable[[], None]] = []
@@ -347,62 +345,72 @@ class PopService:
             if len(deliveries) >= batch:
                 break
             key = (group.name, lmq, 0)
-            cursor = self.state.cursor(key)
-            if cursor is not None and cursor.invisible_count(now):
+            found = self._lite_picks(group, key, batch - len(deliveries), now, records, undo)
+            if found is None:
                 continue
-            if (cursor is None or not cursor.in_flight) and not index.has_after(
-                lmq, cursor.next_offset if cursor else 0
-            ):
-                continue  # nothing new, nothing coming back: the common case, cheaply
-            cursor = self._cursor(key)
-            picked: list[tuple[StoredMessage, int]] = []
-            redelivered: dict[int, InFlight] = {}
-            for offset in sorted(cursor.in_flight):  # all visible: none is invisible
-                if len(deliveries) + len(picked) >= batch:
-                    break
-                entry = cursor.in_flight[offset]
-                stored = self.store.read_message(offset)
-                if stored is None:
-                    if self._gone(key, offset):
-                        records.append(self.state.ack(key, [(offset, entry.delivery)]))
-                    continue
-                if entry.attempt >= group.max_delivery_attempts:
-                    records.extend(self._dead_letter(key, offset, entry, stored))
-                    undo.append(lambda k=key, o=offset, e=entry: self._restore(k, {o: e}))
-                else:
-                    picked.append((stored, entry.attempt + 1))
-                    redelivered[offset] = entry
-            next_offset = cursor.next_offset
-            want = batch - len(deliveries) - len(picked)
-            if want > 0 and len(redelivered) == len(cursor.in_flight):
-                for offset in index.offsets_from(lmq, next_offset, want):
-                    stored = self.store.read_message(offset)
-                    if stored is None:  # removed by retention: passed over
-                        next_offset = offset + 1
-                        continue
-                    if cap is not None and offset + stored.size > cap:
-                        break  # not confirmed (or not on disk) yet
-                    picked.append((stored, 1))
-                    next_offset = offset + 1
-            if not picked and next_offset == cursor.next_offset:
-                continue
+            picked, redelivered, next_offset = found
             pairs = [(stored.physical_offset, attempt) for stored, attempt in picked]
             records.append(self.state.pop(key, pairs, next_offset, delivery, now + invisible_ms))
             undo.append(lambda k=key, p=pairs, d=delivery, r=redelivered: self._unpop(k, p, d, r))
             decision = PopDecision(key, [offset for offset, _ in pairs], delivery, redelivered)
             decisions.append(decision)
             deliveries.extend(
-                Delivery(
-                    _as_lite(stored),
-                    self._handle(key, stored.physical_offset, delivery),
-                    attempt,
-                    decision,
-                )
-                for stored, attempt in picked
+                Delivery(_as_lite(stored), self._handle(key, offset, delivery), attempt, decision)
+                for (stored, attempt), (offset, _) in zip(picked, pairs, strict=True)
             )
         if records:
             await self._append(records, undo, decisions)
         return deliveries
+
+    def _lite_picks(
+        self,
+        group: GroupConfig,
+        key: CursorKey,
+        want: int,
+        now: int,
+        records: list[Message],
+        undo: list[Callable[[], None]],
+    ) -> tuple[list[tuple[StoredMessage, int]], dict[int, InFlight], int] | None:
+        """What one lite topic gives a receive of up to ``want``: (messages and their
+        attempts, the in-flight entries they redeliver, the cursor after them), or None.
+        Deliveries out of attempts (or of messages retention removed) end here, their
+        records added to ``records``."""
+        lmq = key[1]
+        cursor = self.state.cursor(key)
+        if cursor is not None and cursor.invisible_count(now):
+            return None
+        if (cursor is None or not cursor.in_flight) and not self.lite_index.has_after(
+            lmq, cursor.next_offset if cursor else 0
+        ):
+            return None  # nothing new, nothing coming back: the common case, cheaply
+        cursor = self._cursor(key)
+        picked: list[tuple[StoredMessage, int]] = []
+        redelivered: dict[int, InFlight] = {}
+        for offset in sorted(cursor.in_flight)[:want]:  # all visible: none is invisible
+            entry = cursor.in_flight[offset]
+            stored = self.store.read_message(offset)
+            if stored is None:
+                if self._gone(key, offset):
+                    records.append(self.state.ack(key, [(offset, entry.delivery)]))
+            elif entry.attempt >= group.max_delivery_attempts:
+                records.extend(self._dead_letter(key, offset, entry, stored))
+                undo.append(lambda k=key, o=offset, e=entry: self._restore(k, {o: e}))
+            else:
+                picked.append((stored, entry.attempt + 1))
+                redelivered[offset] = entry
+        next_offset = cursor.next_offset
+        if len(redelivered) == len(cursor.in_flight):  # in order: new ones after them only
+            cap = self.store.read_cap()
+            for offset in self.lite_index.offsets_from(lmq, next_offset, want - len(picked)):
+                stored = self.store.read_message(offset)
+                if stored is not None and cap is not None and offset + stored.size > cap:
+                    break  # not confirmed (or not on disk) yet
+                if stored is not None:  # else removed by retention: passed over
+                    picked.append((stored, 1))
+                next_offset = offset + 1
+        if not picked and next_offset == cursor.next_offset:
+            return None
+        return picked, redelivered, next_offset
 
     def _lite_order(self, group: str, client: LiteClient) -> list[str]:
         lmqs = sorted(client.lmqs)

@@ -337,7 +337,8 @@ def settled(subscribe, wait_s: float = 10.0) -> None:
 
 def lite_simple(config, scenario: dict) -> None:
     """A LiteSimpleConsumer bound to ``topic``. Steps: subscribe and unsubscribe (``names``;
-    a refusal is an event), receive_until (acking what it receives)."""
+    a refusal is an event), sync_all (the client's whole set), receive_until (acking what
+    it receives)."""
     consumer = LiteSimpleConsumer(
         scenario["topic"], config, scenario["group"], await_duration=scenario.get("await_s", 5)
     )
@@ -353,6 +354,9 @@ def lite_simple(config, scenario: dict) -> None:
                         emit(f"{kind}d", name=name)
                     except Exception as error:
                         emit(f"{kind}_failed", name=name, **error_fields(error))
+            elif kind == "sync_all":  # the whole set at once (COMPLETE_ADD)
+                consumer.subscribe_lite_all()
+                emit("synced")
             elif kind == "receive_until":
                 deadline = time.monotonic() + step["deadline_s"]
                 got = 0

@@ -492,9 +492,9 @@ public final class Grpc5Driver {
     }
 
     /**
-     * A LitePushConsumer bound to "topic": subscribes to each of "lite_topics" (with
-     * "offset": "max" it starts past what is stored), consumes until it has seen every body
-     * of "expect" or "deadline_s" passes. A refused subscription is an event.
+     * A LitePushConsumer bound to "topic": subscribes to each of "lite_topics" (those also in
+     * "from_end" with OffsetOption.MAX_OFFSET: past what is stored), consumes until it has
+     * seen every body of "expect" or "deadline_s" passes. A refused subscription is an event.
      */
     private void litePush(JsonObject step) throws Exception {
         Set<String> seen = ConcurrentHashMap.newKeySet();
@@ -510,10 +510,10 @@ public final class Grpc5Driver {
                 return ConsumeResult.SUCCESS;
             })
             .build()) {
-            boolean fromEnd = "max".equals(Out.str(step, "offset", ""));
+            Set<String> fromEnd = new HashSet<>(Out.strings(step, "from_end"));
             for (String name : Out.strings(step, "lite_topics")) {
                 try {
-                    if (fromEnd) {
+                    if (fromEnd.contains(name)) {
                         consumer.subscribeLite(name, OffsetOption.MAX_OFFSET);
                     } else {
                         consumer.subscribeLite(name);
