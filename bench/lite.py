@@ -6,7 +6,7 @@ official Python client, 256 sends outstanding); then five LitePushConsumers of o
 (2,000 lite topics each at most, the client quota) subscribe to ``--subscriptions`` of
 them and consume their messages. Reported per peer: the send rate, how long the
 subscriptions took, the rate at which the subscribed lite topics' messages were consumed,
-and the resident memory the server processes grew by, per lite topic.
+and the anonymous resident memory the server processes grew by, per lite topic.
 
 Peers: ferrymq as a 3-node SYNC group (``bench.peers.ferry``'s), and Apache RocketMQ 5.5.0
 (the newest proxy on Maven Central) as one name server, one broker with
@@ -48,13 +48,14 @@ APACHE_ARTIFACTS = tuple(
 
 
 def rss_bytes(pids: list[int]) -> int:
-    """The resident memory of ``pids`` together (0 for one that is gone)."""
+    """The anonymous resident memory of ``pids`` together (0 for one that is gone): what the
+    processes hold, without the pages of files they map (the CommitLog's)."""
     total = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/status", encoding="ascii") as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
+                    if line.startswith("RssAnon:"):
                         total += int(line.split()[1]) * 1024
         except OSError:
             continue
@@ -84,7 +85,7 @@ class FerrymqLite:
     def start(self, registry: ProcessRegistry) -> None:
         self.cluster = Ferrymq()
         self.cluster.start(registry)
-        self.endpoints = self.cluster.access
+        self.endpoints = self.cluster.plan.nodes[0].grpc  # the official client takes one
         self.home = registry.make_dir("lite-client")
         with Admin(self.cluster.admin_address) as admin:
             admin.create_topic(TOPIC, QUEUES, message_type="LITE")
