@@ -84,13 +84,14 @@ class Seen(MessageListener):
 
 def subscribed(consumer, name: str, wait_s: float = 30.0) -> None:
     """``subscribe_lite``, tried again while the client's quota is 0 (its settings have not
-    arrived yet)."""
+    arrived yet) or the server timed out (RocketMQ's proxy gives its broker 2 s)."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
             return consumer.subscribe_lite(name)
         except Exception as error:
-            if "exceed quota: 0 " not in str(error) or time.monotonic() > deadline:
+            again = "exceed quota: 0 " in str(error) or "timeout" in str(error).lower()
+            if not again or time.monotonic() > deadline:
                 raise
         time.sleep(0.1)
 
