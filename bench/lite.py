@@ -29,7 +29,14 @@ import time
 from bench.peers import jvm
 from bench.peers.ferry import Ferrymq
 from bench.peers.processes import ProcessRegistry
-from bench.peers.rocketmq_apache import HEAP_MB, MAIN, home_properties, proxy_config, render
+from bench.peers.rocketmq_apache import (
+    HEAP_MB,
+    MAIN,
+    home_properties,
+    mqadmin,
+    proxy_config,
+    render,
+)
 from bench.peers.workloads import log
 from ferrymq.client import Admin
 from ferrymq.launcher.cluster import free_ports
@@ -181,26 +188,10 @@ class ApacheLite:
         )
 
     def _admin(self, *arguments: str) -> str:
-        home = os.path.join(self.root, "admin")
-        os.makedirs(home, exist_ok=True)
-        argv = jvm.java_argv(
-            self.java,
-            self.lib,
-            MAIN["admin"],
-            HEAP_MB["admin"],
-            [arguments[0], "-n", self.namesrv, *arguments[1:]],
-            home_properties(home),
-        )
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=self.registry.environment({"ROCKETMQ_HOME": home}),
-        )
-        if done.returncode != 0 or "success" not in done.stdout.lower():
-            raise RuntimeError(f"mqadmin {arguments[0]}: {done.stdout[-500:]}{done.stderr[-500:]}")
-        return done.stdout
+        out = mqadmin(self.java, self.lib, self.root, self.registry, self.namesrv, arguments)
+        if "success" not in out.lower():
+            raise RuntimeError(f"mqadmin {arguments[0]}: {out[-500:]}")
+        return out
 
 
 def _listening(port: int) -> bool:

@@ -149,6 +149,31 @@ def home_properties(directory: str) -> dict[str, str]:
     return {"user.home": directory, "rocketmq.home.dir": directory}
 
 
+def mqadmin(java: str, lib: str, root: str, registry, namesrv: str, arguments) -> str:
+    """One mqadmin command against ``namesrv`` (a JVM of its own, its home under
+    ``root``): its output; ``RuntimeError`` with the end of it when it fails."""
+    home = os.path.join(root, "admin")
+    os.makedirs(home, exist_ok=True)
+    argv = jvm.java_argv(
+        java,
+        lib,
+        MAIN["admin"],
+        HEAP_MB["admin"],
+        [arguments[0], "-n", namesrv, *arguments[1:]],
+        home_properties(home),
+    )
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=registry.environment({"ROCKETMQ_HOME": home}),
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"mqadmin {arguments[0]}: {done.stdout[-500:]}{done.stderr[-500:]}")
+    return done.stdout
+
+
 class RocketmqApache(OfficialClientWorkloads):
     name = "rocketmq"
     timeouts = "default"
@@ -244,26 +269,7 @@ class RocketmqApache(OfficialClientWorkloads):
     def _admin(self, *arguments: str) -> str:
         """One mqadmin command (a JVM of its own, not timed): its output."""
         self._admin_runs += 1
-        home = os.path.join(self._root, "admin")
-        os.makedirs(home, exist_ok=True)
-        argv = jvm.java_argv(
-            self._java,
-            self._lib,
-            MAIN["admin"],
-            HEAP_MB["admin"],
-            [arguments[0], "-n", self.namesrv, *arguments[1:]],
-            home_properties(home),
-        )
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=self._registry.environment({"ROCKETMQ_HOME": home}),
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"mqadmin {arguments[0]}: {done.stdout[-500:]}{done.stderr[-500:]}")
-        return done.stdout
+        return mqadmin(self._java, self._lib, self._root, self._registry, self.namesrv, arguments)
 
     def _group_in_sync(self) -> bool:
         """Whether the controller reports a master and a SyncStateSet of all three."""

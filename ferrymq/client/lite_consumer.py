@@ -80,34 +80,3 @@ class LiteConsumer(SimpleConsumer):
             told = self._told.get(broker_group)
             if told is None or told[0] != master.address or now - told[1] >= RESYNC_S:
                 self._sync_one(broker_group, pb.COMPLETE_ADD, sorted(self.lite_topics))
-
-    def ack(self, message: ReceivedMessage) -> None:
-        master = self._master_of(message)
-        entry = rpc.AckMessageEntry(
-            message_id=message.message_id,
-            receipt_handle=message.receipt_handle,
-            lite_topic=message.lite_topic or "",
-        )
-        answer = master.call(
-            master.messaging.AckMessage,
-            rpc.AckMessageRequest(
-                group=pb.Resource(name=self.group),
-                topic=pb.Resource(name=message.topic),
-                entries=[entry],
-            ),
-        )
-        check(answer.status)
-
-    def change_invisible_duration(self, message: ReceivedMessage, invisible_s: float) -> None:
-        request = rpc.ChangeInvisibleDurationRequest(
-            group=pb.Resource(name=self.group),
-            topic=pb.Resource(name=message.topic),
-            receipt_handle=message.receipt_handle,
-            message_id=message.message_id,
-            lite_topic=message.lite_topic or "",
-        )
-        request.invisible_duration.FromMilliseconds(int(invisible_s * 1000))
-        master = self._master_of(message)
-        answer = master.call(master.messaging.ChangeInvisibleDuration, request)
-        check(answer.status)
-        message.receipt_handle = answer.receipt_handle

@@ -112,7 +112,9 @@ class SimpleConsumer:
                 topic=pb.Resource(name=message.topic),
                 entries=[
                     rpc.AckMessageEntry(
-                        message_id=message.message_id, receipt_handle=message.receipt_handle
+                        message_id=message.message_id,
+                        receipt_handle=message.receipt_handle,
+                        lite_topic=message.lite_topic,
                     )
                 ],
             ),
@@ -126,6 +128,7 @@ class SimpleConsumer:
             topic=pb.Resource(name=message.topic),
             receipt_handle=message.receipt_handle,
             message_id=message.message_id,
+            lite_topic=message.lite_topic,  # a lite topic's message: named (None: unset)
         )
         request.invisible_duration.FromMilliseconds(int(invisible_s * 1000))
         master = self._master_of(message)

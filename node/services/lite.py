@@ -176,7 +176,6 @@ class LiteService:
         topic = await self._lite_topic(caller, topic_name, group_name)
         self._expire()
         return await self.pop.pop_lite(
-            caller,
             group_name,
             topic,
             lambda group: self.subscriptions.client(group, client_id),

@@ -173,14 +173,10 @@ class PopService:
         duration) and ``PopFailed``. ``invisible_ms`` None: ``DEFAULT_INVISIBLE_MS``."""
         self.permissions.require(caller, consume(topic_name, group_name))
         topic = await self.topics.topic_caught_up(topic_name)
-        if topic.permission is Permission.WRITE:
-            raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
         selected = selection(filter_expression)
-        if invisible_ms is None:
-            invisible_ms = DEFAULT_INVISIBLE_MS
-        check_invisible_ms(invisible_ms)
-        group = await self.groups.group(group_name)
-        batch = max(1, min(batch_size or RECEIVE_BATCH_MAX, RECEIVE_BATCH_MAX))
+        group, invisible_ms, batch = await self._receive_terms(
+            group_name, topic, invisible_ms, batch_size
+        )
         progress = ScanProgress()
 
         async def pop() -> list[Delivery] | None:
@@ -207,7 +203,29 @@ class PopService:
                 topic.name, range(topic.queue_count), min(remaining_s, visible_in_s)
             )
 
-        deliveries = await long_poll(pop, wait, wait_s) or []
+        return self._counted(topic, group, await long_poll(pop, wait, wait_s) or [])
+
+    async def _receive_terms(
+        self,
+        group_name: str,
+        topic: TopicConfig,
+        invisible_ms: int | None,
+        batch_size: int,
+    ) -> tuple[GroupConfig, int, int]:
+        """A receive's rules, whatever it reads, once the caller may consume the topic as
+        the group (checked before the topic was looked up): the topic takes reads, the
+        invisible duration is lawful; (the group, the invisible duration, the batch)."""
+        if topic.permission is Permission.WRITE:
+            raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
+        if invisible_ms is None:
+            invisible_ms = DEFAULT_INVISIBLE_MS
+        check_invisible_ms(invisible_ms)
+        group = await self.groups.group(group_name)
+        return group, invisible_ms, max(1, min(batch_size or RECEIVE_BATCH_MAX, RECEIVE_BATCH_MAX))
+
+    def _counted(
+        self, topic: TopicConfig, group: GroupConfig, deliveries: list[Delivery]
+    ) -> list[Delivery]:
         if deliveries:
             size = sum(len(d.stored.body) for d in deliveries)
             self.metrics.delivered(topic.name, group.name, len(deliveries), size)
@@ -290,7 +308,6 @@ class PopService:
     # ---- lite topics -----------------------------------------------------------------
     async def pop_lite(
         self,
-        caller: Caller,
         group_name: str,
         topic: TopicConfig,
         client: Callable[[str], LiteClient | None],
@@ -299,17 +316,13 @@ class PopService:
         wait_s: float,
         wait: Callable[[LiteClient | None, float], Awaitable[None]],
     ) -> list[Delivery]:
-        """``pop`` for a lite consumer of the LITE ``topic``: from the lite topics its
-        client subscribed to (``client(group)`` reads them at every try: a subscription
-        may arrive while it waits); ``wait(client, seconds)`` until one may have more."""
-        self.permissions.require(caller, consume(topic.name, group_name))
-        if topic.permission is Permission.WRITE:
-            raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
-        if invisible_ms is None:
-            invisible_ms = DEFAULT_INVISIBLE_MS
-        check_invisible_ms(invisible_ms)
-        group = await self.groups.group(group_name)
-        batch = max(1, min(batch_size or RECEIVE_BATCH_MAX, RECEIVE_BATCH_MAX))
+        """``pop`` for a lite consumer of the LITE ``topic``, once its caller may consume it
+        as the group (``LiteService`` checks): from the lite topics its client subscribed
+        to (``client(group)`` reads them at every try: a subscription may arrive while it
+        waits); ``wait(client, seconds)`` until one may have more."""
+        group, invisible_ms, batch = await self._receive_terms(
+            group_name, topic, invisible_ms, batch_size
+        )
 
         async def pop() -> list[Delivery] | None:
             subscribed = client(group.name)
@@ -322,11 +335,7 @@ class PopService:
             visible_in_s = self._next_lite_visible_in_ms(group.name, subscribed) / 1000
             return wait(subscribed, min(remaining_s, visible_in_s))
 
-        deliveries = await long_poll(pop, waiting, wait_s) or []
-        if deliveries:
-            size = sum(len(d.stored.body) for d in deliveries)
-            self.metrics.delivered(topic.name, group.name, len(deliveries), size)
-        return deliveries
+        return self._counted(topic, group, await long_poll(pop, waiting, wait_s) or [])
 
     async def receive_lite(
         self, group: GroupConfig, client: LiteClient, batch: int, invisible_ms: int
