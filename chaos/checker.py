@@ -20,7 +20,9 @@ Verdict per replication mode:
   the records the offline drain finds in the final log, at the same queue offsets.
 - Consumers (pull and POP groups), both modes: nothing delivered that was never sent; a
   delivered body still present sits at the queue offset it was delivered from; in a
-  FIFO group, the first deliveries of each message group follow send order; nothing is
+  FIFO group, the first deliveries of each message group follow send order (a lite
+  consumer's, of each lite topic: lite topics are delivered in order); a receive of the
+  PRIORITY topic hands out no message before one of higher priority; nothing is
   dead-lettered in the groups that ack every delivery at once (none uses up its attempts).
 - The dead-letter group (``chaos-dlq``, 3 attempts) nacks every delivery of a doomed body
   (``history.doomed``) and acks the rest. SYNC (ASYNC reports them): every doomed
@@ -47,9 +49,11 @@ from dataclasses import asdict, dataclass, field
 from chaos.history import (
     DLQ_GROUP,
     FAILED,
+    LITE_TOPIC,
     NACKED,
     NOT_REPLICATED,
     OK,
+    PRIORITY_TOPIC,
     RELEASED,
     TOPIC,
     UNKNOWN,
@@ -66,6 +70,7 @@ class Findings:
     mode: str
     sends: int = 0
     acknowledged: int = 0
+    acknowledged_by_topic: dict[str, int] = field(default_factory=dict)
     outcomes: dict[str, int] = field(default_factory=dict)
     # The same for the sends invoked inside a fault window: what faults cost the writers.
     outcomes_in_faults: dict[str, int] = field(default_factory=dict)
@@ -103,6 +108,8 @@ class Findings:
     # FIFO: a later body of a message group delivered while one left to expire had not
     # come back yet.
     fifo_release_overtaken: list[str] = field(default_factory=list)
+    # PRIORITY: a receive that handed out a message before one of higher priority.
+    priority_order_violations: list[str] = field(default_factory=list)
     dead_lettered: list[str] = field(default_factory=list)
     # The dead-letter group: nacks, doomed bodies missing from its %DLQ% topic, bodies
     # there after a successful ack, and the others there (acks failed in a fault).
@@ -157,6 +164,8 @@ def check(history: History) -> Findings:
     found.outcomes_in_faults = outcomes_in_faults(history)
     acked = [s for s in history.sends if s.outcome == OK]
     found.acknowledged = len(acked)
+    for send in acked:
+        found.acknowledged_by_topic[send.topic] = found.acknowledged_by_topic.get(send.topic, 0) + 1
     sent = {s.body: s for s in history.sends}
 
     final = authoritative(history.replicas)
@@ -261,6 +270,7 @@ def check(history: History) -> Findings:
         if DLQ_GROUP in consumers_of(history):
             dead_letters_on_purpose(history, found, acked, present, final)
     found.fifo_order_violations = fifo_order_violations(history.pop_deliveries, sent)
+    found.priority_order_violations = priority_order_violations(history.pop_deliveries)
     found.fifo_release_overtaken = fifo_release_overtaken(history.pop_deliveries, sent, present)
     if history.catch_up is not None:
         found.catch_up = asdict(history.catch_up)
@@ -331,15 +341,17 @@ def misplaced_deliveries(history: History, records: list) -> list[str]:
     """Deliveries (pull and POP) whose body, still in the final log, sits at another queue
     or offset than the one it was delivered from: the consumer read a position that a new
     master filled differently. Replicas copy bytes verbatim, so in every mode a body that
-    survived keeps the position it was read at."""
+    survived keeps the position it was read at. (A lite topic's offset is the body's
+    CommitLog offset.)"""
     where = {r.body: (r.topic, r.queue_id, r.queue_offset) for r in records}
+    lite_where = {r.body: (r.topic, r.queue_id, r.physical_offset) for r in records}
     read_at = [(d.consumer, TOPIC, d.queue_id, d.queue_offset, d.body) for d in history.deliveries]
     read_at += [
         (d.group, d.topic, d.queue_id, d.queue_offset, d.body) for d in history.pop_deliveries
     ]
     found = set()
     for group, topic, queue_id, queue_offset, body in read_at:
-        stored = where.get(body)
+        stored = (lite_where if topic == LITE_TOPIC else where).get(body)
         if stored is not None and stored != (topic, queue_id, queue_offset):
             found.add(
                 f"{group}: {body} delivered from queue {queue_label(topic, queue_id)} offset"
@@ -451,6 +463,27 @@ def fifo_order_violations(deliveries: list[PopDelivery], sent: dict[str, Send]) 
         if ahead is None or send.seq > ahead.seq:
             latest[group] = send
     return violations
+
+
+def priority_order_violations(deliveries: list[PopDelivery]) -> list[str]:
+    """A receive from the PRIORITY topic takes the highest priority ready first: within
+    one batch (the deliveries of one receive, recorded together in the order returned),
+    a message's priority (its queue) never rises. Across receives nothing is promised
+    that a history can check: what was ready when, on which master."""
+    found = []
+    batches = itertools.groupby(
+        (d for d in deliveries if d.topic == PRIORITY_TOPIC),
+        key=lambda d: (d.group, d.asked_s, d.at_s),
+    )
+    for (group, _, at_s), batch in batches:
+        rows = list(batch)
+        for before, after in itertools.pairwise(rows):
+            if after.queue_id > before.queue_id:
+                found.append(
+                    f"{group}: {after.body} (priority {after.queue_id}) handed out after"
+                    f" {before.body} (priority {before.queue_id}) in the receive of {at_s:.3f} s"
+                )
+    return found
 
 
 def fifo_release_overtaken(
@@ -567,6 +600,7 @@ def verdict(found: Findings, sync: bool) -> list[str]:
         ("queues with offset holes", found.queue_holes),
         ("order violations", found.order_violations),
         ("FIFO message group order violations", found.fifo_order_violations),
+        ("receives that handed out a lower priority first", found.priority_order_violations),
         ("deliveries from another queue offset than the body's", found.misplaced_deliveries),
         # The consumers ack every delivery at once: reaching a dead-letter topic takes 16
         # deliveries in a row whose acks all failed, which no fault schedule here makes.

@@ -25,6 +25,12 @@ NACKED = "nacked"  # handed back on purpose (doomed): redelivered until it is de
 
 TOPIC = "chaos"  # NORMAL topic: the pull consumer and a POP group read it
 FIFO_TOPIC = "chaos-fifo"  # FIFO topic: sends carry a message group; a FIFO POP group
+# LITE topic (RocketMQ 5.5): sends name a lite topic of their writer's; a lite consumer
+# subscribed to all of them receives each lite topic in order.
+LITE_TOPIC = "chaos-lite"
+# PRIORITY topic (RocketMQ 5.4): a send's priority is its queue; a POP group takes the
+# highest first.
+PRIORITY_TOPIC = "chaos-priority"
 # The dead-letter group nacks every delivery of a doomed body until the node moves it to
 # its %DLQ% topic: one body of the NORMAL topic in DOOM_EVERY.
 DLQ_GROUP = "chaos-dlq"
@@ -46,7 +52,9 @@ def flat(record) -> dict:
 class Send:
     """One send invocation of one writer: ``body`` is unique in the run and names the
     writer and its sequence number (``w<writer>-<seq>``, ``f<writer>-<seq>`` on the FIFO
-    topic), so order per writer, and per message group, is known."""
+    topic, ``l`` on the LITE topic, ``p`` on the PRIORITY one), so order per writer, and
+    per message group, is known. ``message_group`` is a FIFO send's message group or a
+    LITE send's lite topic (each delivered in order)."""
 
     writer: int
     seq: int
@@ -81,7 +89,8 @@ class PopDelivery:
     ``RELEASED`` when the consumer let it expire on purpose, ``NACKED`` when it handed a
     doomed body back;
     ``ack_invoked_s`` is when the ack was sent (the node applied it at some moment
-    between the two)."""
+    between the two). A lite topic's delivery has its lite topic as ``message_group`` and
+    its CommitLog offset as ``queue_offset`` (a lite topic's offsets are those)."""
 
     asked_s: float
     at_s: float

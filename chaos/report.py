@@ -42,8 +42,8 @@ def series(history: History) -> list[dict]:
 def summary(findings: Findings) -> str:
     lines = [
         f"mode {findings.mode}: {'VALID' if findings.valid else 'INVALID'}",
-        f"sends {findings.sends}, acknowledged {findings.acknowledged},"
-        f" outcomes {findings.outcomes}",
+        f"sends {findings.sends}, acknowledged {findings.acknowledged}"
+        f" {findings.acknowledged_by_topic}, outcomes {findings.outcomes}",
         f"outcomes of sends invoked during faults {findings.outcomes_in_faults}"
         f" (unknown: {share(findings.outcomes_in_faults, 'unknown')})",
         f"lost acknowledged {len(findings.lost)} {findings.lost_by_position}"
@@ -66,6 +66,7 @@ def summary(findings: Findings) -> str:
         f" (after a power loss of every node: {len(findings.redelivered_after_power_loss)}),"
         f" FIFO order violations {len(findings.fifo_order_violations)}"
         f" (overtaking one left to expire: {len(findings.fifo_release_overtaken)}),"
+        f" priority order violations {len(findings.priority_order_violations)},"
         f" dead-lettered {len(findings.dead_lettered)}",
         f"dead-letter group: nacks {findings.pop_nacked}, doomed acknowledged sends"
         f" dead-lettered {findings.doomed_dead_lettered}, missing from the DLQ"

@@ -1,9 +1,11 @@
 """The workload: writers sending unique, per-writer ordered bodies through the SDK (one
 attempt per invocation, so each outcome is that invocation's), on a NORMAL topic and, with
-a message group, on a FIFO topic; a pull consumer committing offsets and two POP groups
-on the NORMAL topic (one of them nacks the doomed bodies until they are dead-lettered), a
-FIFO POP group on the FIFO topic; the wait until the consumers caught up after heal; and
-the final drain that reads every replica's CommitLog offline.
+a message group, on a FIFO topic, with a lite topic on a LITE topic and with a priority on
+a PRIORITY topic; a pull consumer committing offsets and two POP groups on the NORMAL topic
+(one of them nacks the doomed bodies until they are dead-lettered), a FIFO POP group on
+the FIFO topic, a lite consumer of every lite topic, a POP group on the PRIORITY topic;
+the wait until the consumers caught up after heal; and the final drain that reads every
+replica's CommitLog offline.
 
 Each writer and consumer runs on its own thread and stops when its event is set: the
 writers first, the consumers once they caught up (``wait_caught_up``).
@@ -25,8 +27,10 @@ from chaos.history import (
     DLQ_GROUP,
     FAILED,
     FIFO_TOPIC,
+    LITE_TOPIC,
     NOT_REPLICATED,
     OK,
+    PRIORITY_TOPIC,
     TOPIC,
     UNKNOWN,
     CatchUp,
@@ -42,6 +46,7 @@ from chaos.history import (
 from ferrymq.client import (
     Admin,
     FerryError,
+    LiteConsumer,
     Message,
     Producer,
     PullConsumer,
@@ -52,11 +57,25 @@ from ferrymq.client.errors import MALFORMED_ANSWER, TRANSPORT
 from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 
-TOPICS = (TOPIC, FIFO_TOPIC)
+TOPICS = (TOPIC, FIFO_TOPIC, LITE_TOPIC, PRIORITY_TOPIC)
 SETUP_DEADLINE_S = 30.0  # creating the topics and groups of a cluster just started
 GROUP = "chaos-readers"  # pull consumer of TOPIC
 POP_GROUP = "chaos-pop"  # POP consumer of TOPIC
 FIFO_GROUP = "chaos-fifo-pop"  # FIFO POP consumer of FIFO_TOPIC
+LITE_GROUP = "chaos-lite-pop"  # lite consumer of LITE_TOPIC
+PRIORITY_GROUP = "chaos-priority-pop"  # POP consumer of PRIORITY_TOPIC
+# What each kind of writer sends: its bodies' first letter and its topic.
+WRITER_KINDS = {
+    "normal": ("w", TOPIC),
+    "fifo": ("f", FIFO_TOPIC),
+    "lite": ("l", LITE_TOPIC),
+    "priority": ("p", PRIORITY_TOPIC),
+}
+# One lite writer and one priority writer beside the NORMAL and FIFO ones: each lite
+# writer sends to this many lite topics of its own, in turn.
+LITE_WRITERS = 1
+PRIORITY_WRITERS = 1
+LITE_TOPICS_PER_WRITER = 4
 # The dead-letter group's attempts: a doomed body is nacked this many times, the last
 # nack moves it to %DLQ%chaos-dlq. Low, so it gets there within seconds.
 DLQ_ATTEMPTS = 3
@@ -107,9 +126,13 @@ def create_topics(admin: Admin, deadline_s: float = SETUP_DEADLINE_S) -> None:
     creates = [
         lambda: admin.create_topic(TOPIC, QUEUES),
         lambda: admin.create_topic(FIFO_TOPIC, QUEUES, message_type="FIFO"),
+        lambda: admin.create_topic(LITE_TOPIC, QUEUES, message_type="LITE"),
+        lambda: admin.create_topic(PRIORITY_TOPIC, QUEUES, message_type="PRIORITY"),
         lambda: admin.create_group(GROUP),
         lambda: admin.create_group(POP_GROUP),
         lambda: admin.create_group(FIFO_GROUP, fifo=True),
+        lambda: admin.create_group(LITE_GROUP),
+        lambda: admin.create_group(PRIORITY_GROUP),
         lambda: admin.create_group(DLQ_GROUP, max_delivery_attempts=DLQ_ATTEMPTS),
     ]
     deadline = time.monotonic() + deadline_s
@@ -131,27 +154,49 @@ def created(create, deadline: float) -> bool:
     return True
 
 
+def lite_topics(writer: int) -> list[str]:
+    """The lite topics lite writer ``writer`` sends to, in turn."""
+    return [f"l{writer}-t{k}" for k in range(LITE_TOPICS_PER_WRITER)]
+
+
+def priority_of(seq: int) -> int:
+    return seq % QUEUES
+
+
 def writer(
     history: History,
     access: str,
     number: int,
     stop: threading.Event,
     t0: float,
-    fifo: bool = False,
+    kind: str = "normal",
 ) -> None:
-    """Sends ``w<number>-<seq>`` one at a time; with ``fifo``, ``f<number>-<seq>`` to the
-    FIFO topic, message group ``f<number>-g<seq % FIFO_GROUPS_PER_WRITER>``."""
-    topic = FIFO_TOPIC if fifo else TOPIC
+    """Sends ``w<number>-<seq>`` one at a time; of the ``fifo`` kind, ``f<number>-<seq>``
+    to the FIFO topic, message group ``f<number>-g<seq % FIFO_GROUPS_PER_WRITER>``; of the
+    ``lite`` kind, ``l<number>-<seq>`` to the LITE topic, to its lite topics in turn (each
+    recorded as the send's message group: it is delivered in order); of the ``priority``
+    kind, ``p<number>-<seq>`` to the PRIORITY topic, priority ``priority_of(seq)``."""
+    letter, topic = WRITER_KINDS[kind]
     with Producer(access, max_attempts=1, timeout_s=3) as producer:
         seq = 0
         next_s = time.monotonic()
         while not stop.wait(max(0.0, next_s - time.monotonic())):
             next_s = max(next_s, time.monotonic()) + 1 / SENDS_PER_S_PER_WRITER
-            body = f"{'f' if fifo else 'w'}{number}-{seq}"
-            group = f"f{number}-g{seq % FIFO_GROUPS_PER_WRITER}" if fifo else ""
+            body = f"{letter}{number}-{seq}"
+            group = ""
+            if kind == "fifo":
+                group = f"f{number}-g{seq % FIFO_GROUPS_PER_WRITER}"
+            elif kind == "lite":
+                group = lite_topics(number)[seq % LITE_TOPICS_PER_WRITER]
             send = history.invoke(number, seq, body, time.monotonic() - t0, topic, group)
             try:
-                message = Message(topic, body.encode(), message_group=group or None)
+                message = Message(
+                    topic,
+                    body.encode(),
+                    message_group=group if kind == "fifo" else None,
+                    lite_topic=group if kind == "lite" else None,
+                    priority=priority_of(seq) if kind == "priority" else None,
+                )
                 receipt = producer.send(message)
                 history.complete(send, OK, time.monotonic() - t0, offset=receipt.queue_offset)
             except FerryError as error:
@@ -170,6 +215,7 @@ def pop_consumer(
     t0: float,
     release_every: int = 0,
     nack_doomed: bool = False,
+    lite_topics: list[str] | None = None,
 ) -> None:
     """A POP consumer that acks every message of a batch as soon as it is received (the
     acks of a batch in parallel, each a replicated append, so the group keeps up with the
@@ -177,7 +223,18 @@ def pop_consumer(
     it starts over with a fresh route, and what was not acked comes back once visible.
     With ``release_every``, every such delivery is left unacked on purpose; with
     ``nack_doomed``, every delivery of a doomed body is nacked (its last attempt's nack
-    dead-letters it)."""
+    dead-letters it); with ``lite_topics``, a lite consumer subscribed to them."""
+
+    def opened() -> SimpleConsumer:
+        if lite_topics is None:
+            return SimpleConsumer(access, group, topic, timeout_s=3)
+        lite = LiteConsumer(access, group, topic, timeout_s=3)
+        try:
+            lite.subscribe(lite_topics)
+        except BaseException:
+            lite.close()
+            raise
+        return lite
 
     def ack(pop: SimpleConsumer, message: ReceivedMessage, delivery: PopDelivery) -> bool:
         invoked_s = time.monotonic() - t0
@@ -202,7 +259,7 @@ def pop_consumer(
     with ThreadPoolExecutor(ACKS_IN_PARALLEL, thread_name_prefix=f"ack-{group}") as acks:
         while not stop.is_set():
             try:
-                with SimpleConsumer(access, group, topic, timeout_s=3) as pop:
+                with opened() as pop:
                     while not stop.is_set():
                         asked_s = time.monotonic() - t0
                         batch = pop.receive(16, invisible_s=INVISIBLE_S, wait_s=0.5)
@@ -212,12 +269,13 @@ def pop_consumer(
                         for m in batch:
                             delivery = history.pop_deliver(popped(m, group, asked_s, at_s))
                             received += 1
-                            if m.message_group and m.message_group in held:
+                            in_order = delivery.message_group  # FIFO's, or a lite topic
+                            if in_order and in_order in held:
                                 history.released(delivery)
                             elif release_every and received % release_every == 0:
                                 history.released(delivery)
-                                if m.message_group:
-                                    held.add(m.message_group)
+                                if in_order:
+                                    held.add(in_order)
                             elif nack_doomed and doomed(delivery.body):
                                 done.append(acks.submit(nack, pop, m, delivery))
                             else:
@@ -239,7 +297,7 @@ def popped(message: ReceivedMessage, group: str, asked_s: float, at_s: float) ->
         message.queue_offset,
         message.body.decode(),
         message.delivery_attempt,
-        message.message_group or "",
+        message.message_group or message.lite_topic or "",
     )
 
 
@@ -283,6 +341,8 @@ def start(
         POP_GROUP: TOPIC,
         FIFO_GROUP: FIFO_TOPIC,
         DLQ_GROUP: TOPIC,
+        LITE_GROUP: LITE_TOPIC,
+        PRIORITY_GROUP: PRIORITY_TOPIC,
     }
 
     def thread(name: str, target, *args) -> threading.Thread:
@@ -291,15 +351,20 @@ def start(
     writing = [
         thread(f"writer {i}", writer, history, access, i, stop_writers, t0) for i in range(writers)
     ]
+    more = [("fifo", fifo_writers), ("lite", LITE_WRITERS), ("priority", PRIORITY_WRITERS)]
     writing += [
-        thread(f"FIFO writer {i}", writer, history, access, i, stop_writers, t0, True)
-        for i in range(fifo_writers)
+        thread(f"{kind} writer {i}", writer, history, access, i, stop_writers, t0, kind)
+        for kind, count in more
+        for i in range(count)
     ]
     reading = [thread("pull consumer", consumer, history, access, stop_consumers, t0)]
+    every_lite_topic = [name for i in range(LITE_WRITERS) for name in lite_topics(i)]
     pop_groups = (
         (POP_GROUP, TOPIC, RELEASE_EVERY, False),
         (FIFO_GROUP, FIFO_TOPIC, FIFO_RELEASE_EVERY, False),
         (DLQ_GROUP, TOPIC, 0, True),
+        (LITE_GROUP, LITE_TOPIC, FIFO_RELEASE_EVERY, False, every_lite_topic),
+        (PRIORITY_GROUP, PRIORITY_TOPIC, RELEASE_EVERY, False),
     )
     reading += [
         thread(group, pop_consumer, history, access, group, topic, stop_consumers, t0, *how)
@@ -438,7 +503,8 @@ def read_records(
     from store.config import StoreConfig
     from store.message_store import MessageStore
 
-    dead_letter_topics = {f"%DLQ%{group}" for group in (GROUP, POP_GROUP, FIFO_GROUP)}
+    acking = (GROUP, POP_GROUP, FIFO_GROUP, LITE_GROUP, PRIORITY_GROUP)
+    dead_letter_topics = {f"%DLQ%{group}" for group in acking}
     store = MessageStore.open(StoreConfig(data_dir, **store_settings))
     try:
         log = store.commitlog

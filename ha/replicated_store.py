@@ -13,9 +13,11 @@ store's).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Collection
 
 from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.codec.properties import PROPERTY_UNIQ_KEY
 from ha.role import ReplicationRole
 from store.commitlog import PreparedMessage
 from store.config import StoreConfig
@@ -23,7 +25,7 @@ from store.consume_queue import ConsumeQueue
 from store.dispatcher import DispatchListener
 from store.message import Message
 from store.message_store import MessageStore
-from store.results import GetResult, LogFigures, PutResult
+from store.results import AppendedMessage, GetResult, LogFigures, PutResult, PutStatus
 
 
 class ReplicatedStore:
@@ -51,6 +53,30 @@ class ReplicatedStore:
         if refusal is not None:
             return PutResult(refusal[0], error=refusal[1])
         result = await put(batch)
+        return await self._role.master.acknowledge(result, self._role.options.ack_timeout_ms / 1000)
+
+    async def put_again_async(self, messages: list[Message]) -> PutResult:
+        """A put of ``messages`` that may have been stored already (a forwarded send whose
+        master died before it answered, sent again to the next one): answered from the
+        records this log holds under the same topic and message id, once they are as
+        durable and replicated as a put's would be; appended as a put only when some are
+        missing. So a resend is never stored twice."""
+        found = [
+            self._store.query_by_unique_key(m.topic, m.properties.get(PROPERTY_UNIQ_KEY, ""))
+            for m in messages
+        ]
+        if not messages or any(record is None for record in found):
+            return await self.put_messages_async(messages)
+        refusal = self._role.write_refusal()
+        if refusal is not None:
+            return PutResult(refusal[0], error=refusal[1])
+        appended = [
+            AppendedMessage(r.physical_offset, r.queue_offset, r.size, r.store_host) for r in found
+        ]
+        result = PutResult(PutStatus.OK, appended)
+        end = max(r.physical_offset + r.size for r in found)
+        if not await asyncio.to_thread(self._store.on_disk, end):
+            return PutResult(PutStatus.FLUSH_DISK_TIMEOUT, appended, "not on disk in time")
         return await self._role.master.acknowledge(result, self._role.options.ack_timeout_ms / 1000)
 
     # ---- reads: the store's ----------------------------------------------------------------

@@ -138,6 +138,17 @@ class LiteIndex:
             return 0
         return offsets[max(0, len(offsets) - n)] if n > 0 else offsets[-1] + 1
 
+    def lite_queues_of(self, topic: str) -> list[str]:
+        """The queue names of ``topic``'s lite topics, sorted (a scan of every lite topic
+        the node holds: for admin calls, not the data path)."""
+        prefix = lmq_name(topic, "")
+        return sorted(lmq for lmq in list(self._offsets) if lmq.startswith(prefix))
+
+    def count_below(self, lmq: str, offset: int) -> int:
+        """How many of ``lmq``'s messages the log holds below CommitLog ``offset``."""
+        offsets = self._live(lmq)
+        return bisect.bisect_left(offsets, offset) if offsets else 0
+
     def exists(self, lmq: str) -> bool:
         return lmq in self._offsets
 

@@ -422,6 +422,7 @@ class Node:
                 else MessageType.NORMAL,
                 stats=metrics.stats,
                 max_open_sends=messages.max_concurrent_rpcs,
+                lite_index=self.lite_index,
             ),
             routes=RouteService(self.routing, groups, permissions),
             recall=RecallService(

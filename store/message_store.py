@@ -617,6 +617,14 @@ class MessageStore:
             self._last_combiner = combiner
         return combiner
 
+    def on_disk(self, end: int) -> bool:
+        """Whether the log below ``end`` is on disk as a put's answer would require: at
+        once under ASYNC_FLUSH, else once the flusher forced it (False after the flush
+        timeout). Blocks: for threads."""
+        if self._group_commit is None:
+            return True
+        return self._group_commit.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
+
     @staticmethod
     def _not_flushed(result: PutResult) -> PutResult:
         return PutResult(

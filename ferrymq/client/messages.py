@@ -18,6 +18,7 @@ from ferrymq.codec.properties import (
     NOT_USER_PROPERTY_NAMES,
     PROPERTY_LITE_TOPIC,
     PROPERTY_MESSAGE_GROUP,
+    PROPERTY_PRIORITY,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
 )
@@ -46,6 +47,7 @@ class Message:
     delivery_time_ms: int | None = None  # DELAY topics
     message_id: str = field(default_factory=new_message_id)
     lite_topic: str | None = None  # LITE topics: the lite topic it belongs to
+    priority: int | None = None  # PRIORITY topics: higher is consumed first
 
     def to_wire(self, message_type: int | None = None) -> pb.Message:
         if message_type is None:
@@ -69,6 +71,8 @@ class Message:
             system.delivery_timestamp.CopyFrom(_timestamp(self.delivery_time_ms))
         if self.lite_topic is not None:
             system.lite_topic = self.lite_topic
+        if self.priority is not None:
+            system.priority = self.priority
         return pb.Message(
             topic=pb.Resource(name=self.topic),
             user_properties=self.properties,
@@ -101,6 +105,7 @@ class ReceivedMessage:
     receipt_handle: str = ""
     broker_group: str = ""  # where it is stored (acks and commits go to its master)
     lite_topic: str | None = None
+    priority: int | None = None
 
     @classmethod
     def from_record(cls, stored: StoredMessage, broker_group: str = "") -> ReceivedMessage:
@@ -120,6 +125,7 @@ class ReceivedMessage:
             store_timestamp_ms=stored.store_timestamp_ms,
             broker_group=broker_group,
             lite_topic=properties.get(PROPERTY_LITE_TOPIC),
+            priority=_priority(properties.get(PROPERTY_PRIORITY, "")),
         )
 
     @classmethod
@@ -141,7 +147,12 @@ class ReceivedMessage:
             receipt_handle=system.receipt_handle,
             broker_group=broker_group,
             lite_topic=system.lite_topic if system.HasField("lite_topic") else None,
+            priority=system.priority if system.HasField("priority") else None,
         )
+
+
+def _priority(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
 
 
 def decode_records(records: bytes) -> list[StoredMessage]:

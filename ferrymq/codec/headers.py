@@ -6,6 +6,11 @@ RocketMQ's proxy does (docs/architecture.md, "Queue choice"): proto3 cannot tell
 ``queue_id`` from queue 0, the official Python client leaves it unset, and the others fill
 in the route's queue they happened to pick, so the field says nothing a node should obey.
 The SDK, the Spark sink and the tools that place messages on purpose send this header.
+
+``x-ferrymq-resend: 1`` on a SendMessage: the messages may be stored already (an earlier
+try's answer was lost); the master answers those it holds under the same topic and
+message id from the log instead of storing them again. A node that forwards a send sets
+it when it sends again after the master it tried died mid-call (``node/grpc/forwarding.py``).
 """
 
 from __future__ import annotations
@@ -13,3 +18,6 @@ from __future__ import annotations
 PINNED_QUEUE_HEADER = "x-ferrymq-queue"
 PINNED_QUEUE_VALUE = "pinned"
 PINNED_QUEUE = (PINNED_QUEUE_HEADER, PINNED_QUEUE_VALUE)
+RESEND_HEADER = "x-ferrymq-resend"
+RESEND_VALUE = "1"
+RESEND = (RESEND_HEADER, RESEND_VALUE)

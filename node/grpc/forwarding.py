@@ -30,8 +30,9 @@ in its response status, so the client retries as after any refused call. A maste
 answers ``HA_NOT_AVAILABLE`` itself (it refused before writing anything: a new master
 whose lease is not renewed yet, too few in-sync replicas) is asked again for up to
 ``REFUSAL_RETRY_S`` from its first refusal (however long the call waited for the election
-before), then its answer is relayed. A retried SendMessage the dead master may
-have stored is sent again: what a client's own retry does (at least once).
+before), then its answer is relayed. A SendMessage the dead master may have stored (and
+replicated) is sent again marked as a resend (``ferrymq/codec/headers.py``): the next
+master answers what its log holds under the same message ids instead of storing it twice.
 
 A forwarded call is never forwarded again: a node that receives a proof-carrying call for
 a group it is not master of answers UNAVAILABLE "not the master", which the forwarding
@@ -53,6 +54,7 @@ from dataclasses import dataclass
 import grpc
 from google.protobuf.message import DecodeError
 
+from ferrymq.codec.headers import RESEND
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node.client_port import client_peer
@@ -379,6 +381,7 @@ class Forwarder:
         deadline, wait_until = self._timing(context)
         refusals_until: float | None = None  # set by the first refusal
         metadata = self._metadata(method, context)
+        resend = [*metadata, RESEND]  # a send whose try failed mid-call may be stored
         last = "no master elected"
         waited = False
         while True:
@@ -393,6 +396,7 @@ class Forwarder:
                 if error.code() is not grpc.StatusCode.UNAVAILABLE:
                     await context.abort(error.code(), error.details() or "")
                 last = f"{master.node_id} at {master.address}: {error.details()}"
+                metadata = resend
             else:
                 refused = _not_serving_yet(answer, response_class)
                 if refused is None:

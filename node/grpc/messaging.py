@@ -16,7 +16,12 @@ from collections.abc import AsyncIterator
 import grpc
 from google.protobuf import duration_pb2
 
-from ferrymq.codec.headers import PINNED_QUEUE_HEADER, PINNED_QUEUE_VALUE
+from ferrymq.codec.headers import (
+    PINNED_QUEUE_HEADER,
+    PINNED_QUEUE_VALUE,
+    RESEND_HEADER,
+    RESEND_VALUE,
+)
 from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
@@ -372,7 +377,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 raise InvalidRequest(pb.BAD_REQUEST, "a batch must target one topic")
             pinned = pins_queues(context)
             sent = SendRequest(
-                names.pop() if names else "", [outgoing(m, pinned) for m in request.messages]
+                names.pop() if names else "",
+                [outgoing(m, pinned) for m in request.messages],
+                resend=metadata_value(context, RESEND_HEADER) == RESEND_VALUE,
             )
             outcome = await self.services.send.send(caller, sent)
         except (InvalidRequest, TopicError) as error:

@@ -25,6 +25,7 @@ from ha.replicated_store import ReplicatedStore
 from ha.role import ReplicationRole, SwitchoverError
 from node.broker_stats import BrokerStats, DailyTotals
 from node.consumer_offsets import ConsumerOffsets
+from node.lite_index import LiteIndex
 from node.pop_state import PopState
 from node.secret_box import SecretBox
 from node.services.caller import Caller
@@ -152,11 +153,13 @@ class AdminService:
         untyped_topics: MessageType = MessageType.UNSPECIFIED,
         stats: BrokerStats | None = None,
         max_open_sends: int = 0,
+        lite_index: LiteIndex | None = None,
     ) -> None:
         """``untyped_topics``: what a topic created without a type becomes (UNSPECIFIED
         takes every type, as in RocketMQ 5; ``[messages] untyped_topics_take_any_type``);
         ``stats``: the traffic the services count (``RpcMetrics.stats``); ``max_open_sends``:
-        how many requests the node holds open before refusing more."""
+        how many requests the node holds open before refusing more; ``lite_index``: where
+        the LITE topics' lite topics are (their groups' progress)."""
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -170,6 +173,7 @@ class AdminService:
         self.untyped_topics = untyped_topics
         self.stats = stats or BrokerStats()
         self.max_open_sends = max_open_sends
+        self.lite_index = lite_index
 
     async def _change(self, caller: Caller, command: object) -> CommandResult:
         """An admin's ``command``, checked locally, then committed through Raft."""
@@ -284,6 +288,8 @@ class AdminService:
             topic = self.topics.topic(topic_name)
         except TopicError as error:
             raise refused(error) from None
+        if topic.message_type is MessageType.LITE and self.lite_index is not None:
+            return self._lite_progress(group, topic.name)
         progress = []
         for queue_id in range(topic.queue_count):
             cursor = self.pop_state.cursor((group, topic.name, queue_id))
@@ -302,6 +308,22 @@ class AdminService:
                     in_flight,
                 )
             )
+        return progress
+
+    def _lite_progress(self, group: str, topic: str) -> list[QueueProgress]:
+        """A LITE topic's progress, one row per lite topic here (its queue name, queue 0):
+        its offsets count its messages, since a lite topic's own offsets are CommitLog
+        offsets (``node/lite_index.py``) and a lag in bytes would mean nothing. A lite
+        topic the group never received from counts whole, as a lite consumer's first
+        receive starts at its first message."""
+        index = self.lite_index
+        progress = []
+        for lmq in index.lite_queues_of(topic):
+            cursor = self.pop_state.cursor((group, lmq, 0))
+            consumed = 0 if cursor is None else index.count_below(lmq, cursor.consumed_below)
+            in_flight = 0 if cursor is None else len(cursor.in_flight)
+            total = index.count_below(lmq, index.end(lmq))
+            progress.append(QueueProgress(lmq, 0, self.broker_group, total, consumed, in_flight))
         return progress
 
     def topics_consumed_by(self, caller: Caller, group: str) -> list[str]:

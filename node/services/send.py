@@ -132,6 +132,9 @@ class SendRequest:
     messages: list[OutgoingMessage]
     max_reconsume_times: int | None = None  # a 4.x retry's limit (the client's)
     batch: bool = False  # a 4.x batch: one queue for all, no transaction halves
+    # Sent again after an answer that was lost (a forwarded send whose master died): what
+    # is already stored under the same message ids is answered, not stored twice.
+    resend: bool = False
 
 
 @dataclass(slots=True)
@@ -237,7 +240,8 @@ class SendService:
             raise
         open_send = self.metrics.sends_open.enter()
         try:
-            result = await self.store.put_messages_async(stored)
+            put = self.store.put_again_async if request.resend else self.store.put_messages_async
+            result = await put(stored)
         finally:
             self.metrics.sends_open.leave(open_send)
         status = store_refusal(result) if not result.ok else pb.Status(code=pb.OK, message="OK")

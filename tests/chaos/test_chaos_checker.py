@@ -12,9 +12,11 @@ from chaos.checker import check
 from chaos.history import (
     DLQ_GROUP,
     FAILED,
+    LITE_TOPIC,
     NACKED,
     NOT_ACKED,
     OK,
+    PRIORITY_TOPIC,
     RELEASED,
     TOPIC,
     UNKNOWN,
@@ -135,6 +137,43 @@ def test_a_body_delivered_from_another_offset_than_where_it_sits_is_a_violation(
             "pull-1: w0-1 delivered from queue 0 offset 0, stored at queue 0 offset 1",
         ]
         assert found.violations == ["2 deliveries from another queue offset than the body's"]
+
+
+def test_a_lite_delivery_is_placed_by_its_commitlog_offset():
+    """A lite topic's offsets are CommitLog offsets: a lite delivery sits where the record
+    is in the log, not at the record's queue offset in the LITE topic."""
+    h = history("sync-sync-flush", sends(2), [])
+    records = [StoredRecord(1, i, 4096 + i * 100, f"w0-{i}", LITE_TOPIC) for i in range(2)]
+    h.replicas = [replace(r, records=records) for r in h.replicas]
+
+    def lite(body: str, offset: int) -> PopDelivery:
+        return replace(popped(body, 1.0), topic=LITE_TOPIC, queue_id=1, queue_offset=offset)
+
+    h.pop_deliveries = [lite("w0-0", 4096), lite("w0-1", 4196)]
+    assert check(h).misplaced_deliveries == []
+    h.pop_deliveries = [lite("w0-0", 4096), lite("w0-1", 1)]  # its queue offset: wrong
+    assert check(h).misplaced_deliveries == [
+        f"pop: w0-1 delivered from queue {LITE_TOPIC}:1 offset 1, stored at queue"
+        f" {LITE_TOPIC}:1 offset 4196"
+    ]
+
+
+def test_a_priority_receive_must_hand_out_the_highest_priority_first():
+    """Within one receive of the PRIORITY topic priorities never rise (queue = priority);
+    a later receive may start high again."""
+
+    def given(body: str, queue_id: int, asked_s: float) -> PopDelivery:
+        return replace(popped(body, asked_s), topic=PRIORITY_TOPIC, queue_id=queue_id)
+
+    in_order = [given("w0-0", 3, 1.0), given("w0-1", 3, 1.0), given("w0-2", 1, 1.0)]
+    in_order += [given("w0-3", 2, 2.0), given("w0-4", 0, 2.0)]  # the next receive
+    assert checker.priority_order_violations(in_order) == []
+    inverted = [given("w0-0", 1, 1.0), given("w0-1", 3, 1.0)]
+    assert checker.priority_order_violations(inverted) == [
+        "pop: w0-1 (priority 3) handed out after w0-0 (priority 1) in the receive of 1.010 s"
+    ]
+    h = history("async-async-flush", sends(2), [], pop_deliveries=inverted)
+    assert "1 receives that handed out a lower priority first" in check(h).violations
 
 
 def test_a_delivered_message_later_lost_breaks_sync_only():

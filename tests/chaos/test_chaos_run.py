@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from chaos import runner
+from chaos import runner, workload
 from ferrymq.launcher import cluster
 from tests.support import planted_bug_node
 
@@ -67,6 +67,8 @@ def test_a_short_chaos_run_keeps_the_promises_of_its_mode(mode, tmp_path):
     findings = result["findings"]
     assert findings["spurious_failovers"] == []
     assert findings["acknowledged"] > 500
+    # Every topic's sends were acknowledged and checked: NORMAL, FIFO, LITE and PRIORITY.
+    assert set(findings["acknowledged_by_topic"]) == set(workload.TOPICS)
     assert findings["pop_released"] > 0  # deliveries left to expire came back (valid above)
     assert findings["pop_nacked"] > 0 and findings["doomed_dead_lettered"] > 0
     assert findings["served_records"] > 0  # read back, and the same as the log (valid above)

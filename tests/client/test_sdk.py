@@ -145,6 +145,37 @@ def test_lite_consumer_receives_its_lite_topics_and_tells_a_master_that_forgot(
         monkeypatch.setattr(lite_consumer, "RESYNC_S", 0.0)
         again = consumer.receive(max_messages=10, invisible_s=30, wait_s=2)
         assert [m.body for m in again] == [b"chat-1-3"]  # not chat-2: never subscribed
+    # A LITE topic's progress is per lite topic, counted in messages: chat-1's first three
+    # acked, its fourth in flight; chat-2 never received.
+    progress = {q.topic: q for q in admin.group_progress("sdk-lite-group", "sdk-lite")}
+    assert sorted(progress) == ["%LMQ%$sdk-lite$chat-1", "%LMQ%$sdk-lite$chat-2"]
+    chat_1, chat_2 = progress["%LMQ%$sdk-lite$chat-1"], progress["%LMQ%$sdk-lite$chat-2"]
+    assert (chat_1.broker_offset, chat_1.consumer_offset, chat_1.lag, chat_1.in_flight) == (
+        4,
+        3,
+        1,
+        1,
+    )
+    assert (chat_2.broker_offset, chat_2.consumer_offset, chat_2.lag, chat_2.in_flight) == (
+        3,
+        0,
+        3,
+        0,
+    )
+
+
+def test_priority_messages_are_received_highest_priority_first(address, admin):
+    """A PRIORITY topic's queue is its message's priority; a receive takes the highest
+    first, and the SDK reads each message's priority back."""
+    admin.create_topic("sdk-priority", queue_count=4, message_type="PRIORITY")
+    with Producer(address) as producer:
+        for priority in (0, 3, 1, 2, 3):
+            producer.send(Message("sdk-priority", b"p%d" % priority, priority=priority))
+    with SimpleConsumer(address, "sdk-priority-group", "sdk-priority") as consumer:
+        got = consumer.receive(max_messages=10, invisible_s=30, wait_s=2)
+    assert [m.priority for m in got] == [3, 3, 2, 1, 0]
+    assert [m.queue_id for m in got] == [3, 3, 2, 1, 0]
+    assert [m.body for m in got] == [b"p3", b"p3", b"p2", b"p1", b"p0"]
 
 
 def test_simple_consumer_receive_ack_and_change(address, admin):

@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from ferrymq.codec.headers import RESEND_HEADER, RESEND_VALUE
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
@@ -395,6 +396,13 @@ def test_a_call_waits_for_an_election_then_follows_the_new_master_when_the_old_o
             assert not pending.done()
             cluster.elect("n3", epoch=2)
             assert (await pending).status.message == "n3"
+            # n1 may have stored it before it died: n3 is asked as for a resend, which
+            # it answers from its log if it holds it (tests/node/test_resend.py).
+            (_, _, tried), (_, _, resent) = (
+                cluster.seen["n1"].calls[-1],
+                cluster.seen["n3"].calls[-1],
+            )
+            assert RESEND_HEADER not in tried and resent[RESEND_HEADER] == RESEND_VALUE
             # This node is elected itself: it serves, no hop.
             cluster.elect("n2", epoch=3)
             answer = await stub.SendMessage(send_request(), timeout=10)
@@ -482,6 +490,8 @@ def test_a_master_refusing_for_now_is_asked_again_and_a_lasting_refusal_is_relay
             cluster.seen["n1"].refuse_sends = 2  # a new master renewing its lease
             answer = await stub.SendMessage(send_request(), timeout=10)
             assert answer.status.code == pb.OK and len(cluster.seen["n1"].calls) == 3
+            # A refusal wrote nothing: asked again, it is not a resend.
+            assert all(RESEND_HEADER not in seen for _, _, seen in cluster.seen["n1"].calls)
             cluster.seen["n1"].refuse_sends = 1_000  # refusing for good
             started = time.monotonic()
             answer = await stub.SendMessage(send_request(), timeout=10)
