@@ -203,7 +203,9 @@ class LiteService:
                 del self._waiting[key]
 
     def changed(self, lmq: str) -> None:
-        """``lmq`` may have something to deliver: wake its subscribers' long polls."""
+        """``lmq`` may have something to deliver: its subscribers look at it again, and
+        their long polls wake."""
+        self.subscriptions.mark_ready(lmq)
         for key in self.subscriptions.subscribers(lmq):
             self._wake(key)
 

@@ -354,6 +354,9 @@ class PopService:
             if len(deliveries) >= batch:
                 break
             key = (group.name, lmq, 0)
+            if self._lite_idle(key):
+                client.ready.discard(lmq)  # until a message arrives or it is synced
+                continue
             found = self._lite_picks(group, key, batch - len(deliveries), now, records, undo)
             if found is None:
                 continue
@@ -380,18 +383,14 @@ class PopService:
         records: list[Message],
         undo: list[Callable[[], None]],
     ) -> tuple[list[tuple[StoredMessage, int]], dict[int, InFlight], int] | None:
-        """What one lite topic gives a receive of up to ``want``: (messages and their
-        attempts, the in-flight entries they redeliver, the cursor after them), or None.
-        Deliveries out of attempts (or of messages retention removed) end here, their
+        """What one lite topic that is not idle gives a receive of up to ``want``: (messages
+        and their attempts, the in-flight entries they redeliver, the cursor after them), or
+        None. Deliveries out of attempts (or of messages retention removed) end here, their
         records added to ``records``."""
         lmq = key[1]
         cursor = self.state.cursor(key)
         if cursor is not None and cursor.invisible_count(now):
             return None
-        if (cursor is None or not cursor.in_flight) and not self.lite_index.has_after(
-            lmq, cursor.next_offset if cursor else 0
-        ):
-            return None  # nothing new, nothing coming back: the common case, cheaply
         cursor = self._cursor(key)
         picked: list[tuple[StoredMessage, int]] = []
         redelivered: dict[int, InFlight] = {}
@@ -421,8 +420,16 @@ class PopService:
             return None
         return picked, redelivered, next_offset
 
+    def _lite_idle(self, key: CursorKey) -> bool:
+        """Whether the lite topic of ``key`` has nothing new and nothing in flight."""
+        cursor = self.state.cursor(key)
+        if cursor is not None and cursor.in_flight:
+            return False
+        return not self.lite_index.has_after(key[1], cursor.next_offset if cursor else 0)
+
     def _lite_order(self, group: str, client: LiteClient) -> list[str]:
-        lmqs = sorted(client.lmqs)
+        """The client's ready lite topics, from a rotating start."""
+        lmqs = sorted(client.ready)
         if not lmqs:
             return []
         rotation_key = (group, client.topic)  # not per client: client ids come and go
@@ -432,12 +439,12 @@ class PopService:
 
     def _next_lite_visible_in_ms(self, group: str, client: LiteClient | None) -> float:
         """Milliseconds until the earliest invisible delivery of the client's lite topics
-        comes back (inf: none)."""
+        comes back (inf: none); a lite topic with a delivery in flight stays ready."""
         if client is None:
             return float("inf")
         now = self.clock_ms()
         earliest = float("inf")
-        for lmq in client.lmqs:
+        for lmq in client.ready:
             cursor = self.state.cursor((group, lmq, 0))
             if cursor is not None:
                 for entry in cursor.in_flight.values():

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from ferrymq.codec.properties import PROPERTY_LITE_TOPIC
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node import system_state
@@ -86,6 +87,7 @@ class Broker:
             self.service,
             self.service.lite_index,
         )
+        self.lite = lite
         self.door = MessagingService(SimpleNamespace(pop=self.service, lite=lite), 4 << 20)
 
     def crash_and_reopen(self) -> None:
@@ -848,3 +850,30 @@ def test_a_nack_of_the_last_attempt_dead_letters_at_once(broker):
     assert broker.dead_letters("G") == [b"body-0"]
     broker.clock.ms += 10_000
     assert broker.receive("G", "orders") == []
+
+
+def test_a_lite_receive_looks_only_at_the_lite_topics_that_may_have_something(broker, monkeypatch):
+    """A client subscribed to 2,000 lite topics: once a receive found them all empty, the
+    next looks only at the one a message arrived in (the ready set), not at all 2,000."""
+    broker.topics.put_topic(TopicConfig("chat", queue_count=1, message_type=MessageType.LITE))
+    index = broker.service.lite_index
+    index.load(broker.loop, ["chat"])
+    names = [f"t-{n}" for n in range(2000)]
+    broker.lite.subscriptions.sync(pb.PARTIAL_ADD, "G", "c1", "chat", names)
+    client = broker.lite.subscriptions.client("G", "c1")
+    looked_at = []
+    has_after = index.has_after
+    monkeypatch.setattr(
+        index, "has_after", lambda lmq, o: looked_at.append(lmq) or has_after(lmq, o)
+    )
+
+    def receive():
+        group = broker.topics.group("G")
+        return broker.run(broker.service.receive_lite(group, client, 16, 10_000))
+
+    assert receive() == [] and len(looked_at) == 2000 and client.ready == set()
+    looked_at.clear()
+    message = Message.build("chat", b"hello", properties={PROPERTY_LITE_TOPIC: "t-5"})
+    assert broker.store.put_message(message).ok
+    assert bodies(receive()) == [b"hello"]
+    assert len(looked_at) <= 2, looked_at
