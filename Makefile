@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-clients bench-lite chaos clean
+.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-clients bench-lite bench-models chaos clean
 
 # The C speedups are compiled by the install: a change to any C source rebuilds them.
 C_SOURCES := store/_speedups.c ferrymq/codec/_speedups.c ferrymq/codec/_properties.h \
@@ -59,6 +59,11 @@ bench-clients: $(STAMP)
 # RocketMQ 5.5 (Java 17, Maven: the jars are fetched from Maven Central on first use).
 bench-lite: $(STAMP)
 	$(PY) -m bench.lite --json
+
+# RocketMQ 5.4/5.5's newest message models (priority, recall, lite topics) through the official
+# Python client, ferrymq beside Apache RocketMQ 5.5 (Java 17, Maven, as bench-lite).
+bench-models: $(STAMP)
+	$(PY) -m bench.models --json
 
 # ferrymq against NATS JetStream, Redis Streams and RabbitMQ quorum queues (apt-installs them),
 # Apache Kafka and Apache RocketMQ (Java 17; jars fetched from Maven Central by the benchmark).

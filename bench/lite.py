@@ -69,9 +69,13 @@ def rss_bytes(pids: list[int]) -> int:
     return total
 
 
-def client(request: dict, home: str, timeout_s: float = 1800) -> dict:
+def client(
+    request: dict, home: str, timeout_s: float = 1800, module: str = "bench.lite_client"
+) -> dict:
+    """One request to an official-client program (``module``) in a process of its own: its
+    answer, the last line it prints."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench.lite_client"],
+        [sys.executable, "-m", module],
         input=json.dumps(request) + "\n",
         capture_output=True,
         text=True,
@@ -81,13 +85,14 @@ def client(request: dict, home: str, timeout_s: float = 1800) -> dict:
     )
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"lite client: {done.stderr.strip()[-800:]}")
+        raise RuntimeError(f"{module}: {done.stderr.strip()[-800:]}")
     return json.loads(lines[-1])
 
 
 class FerrymqLite:
     name = "ferrymq"
     setup = "3 nodes, SYNC replication, ASYNC_FLUSH; LITE topic of 8 queues"
+    topics: tuple[tuple[str, int, str], ...] = ((TOPIC, QUEUES, "LITE"),)  # name, queues, type
 
     def start(self, registry: ProcessRegistry) -> None:
         self.cluster = Ferrymq()
@@ -95,7 +100,8 @@ class FerrymqLite:
         self.endpoints = self.cluster.plan.nodes[0].grpc  # the official client takes one
         self.home = registry.make_dir("lite-client")
         with Admin(self.cluster.admin_address) as admin:
-            admin.create_topic(TOPIC, QUEUES, message_type="LITE")
+            for topic, queues, message_type in self.topics:
+                admin.create_topic(topic, queues, message_type=message_type)
 
     def server_pids(self) -> list[int]:
         return [node.pid for node in self.cluster.plan.nodes]
@@ -110,6 +116,11 @@ class ApacheLite:
         f"Apache RocketMQ {APACHE_VERSION}: one broker (ASYNC_FLUSH, enableLmq, "
         "enableMultiDispatch), proxy in cluster mode; LITE topic of 8 queues"
     )
+    topics: tuple[tuple[str, int, str], ...] = ((TOPIC, QUEUES, "LITE"),)  # name, queues, type
+    # Each group a lite consumer uses, created bound to its LITE topic (RocketMQ refuses a
+    # lite consumer of any other group).
+    lite_groups: tuple[tuple[str, str], ...] = ((GROUP, TOPIC),)
+    broker_settings: dict[str, str] = {}  # added to the broker's properties
 
     def start(self, registry: ProcessRegistry) -> None:
         self.registry = registry
@@ -143,6 +154,7 @@ class ApacheLite:
                 "enableMultiDispatch": "true",
                 "diskMaxUsedSpaceRatio": "95",
                 "waitTimeMillsInSendQueue": "3000",
+                **self.broker_settings,
             },
         )
         self.broker_pid = broker.pid
@@ -155,11 +167,13 @@ class ApacheLite:
         self.proxy_pid = proxy.pid
         until(lambda: _listening(grpc_port), 120, "the proxy", interval_s=0.2)
         self.endpoints = f"127.0.0.1:{grpc_port}"
-        queues = str(QUEUES)
-        topic = ["-c", "DefaultCluster", "-t", TOPIC, "-r", queues, "-w", queues]
-        self._admin("updateTopic", *topic, "-a", "+message.type=LITE")
-        group = ["-c", "DefaultCluster", "-g", GROUP]
-        self._admin("updateSubGroup", *group, "--attributes", f"+lite.bind.topic={TOPIC}")
+        for topic, queues, message_type in self.topics:
+            counts = ["-r", str(queues), "-w", str(queues)]
+            where = ["-c", "DefaultCluster", "-t", topic, *counts]
+            self._admin("updateTopic", *where, "-a", f"+message.type={message_type}")
+        for group, topic in self.lite_groups:
+            where = ["-c", "DefaultCluster", "-g", group]
+            self._admin("updateSubGroup", *where, "--attributes", f"+lite.bind.topic={topic}")
 
     def server_pids(self) -> list[int]:
         return [self.broker_pid, self.proxy_pid]

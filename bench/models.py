@@ -1,0 +1,199 @@
+"""RocketMQ 5.4/5.5's newest message models side by side: ``python -m bench.models [--peers
+ferrymq,rocketmq] [--json]``.
+
+Each scenario runs the same way against each peer, through the official RocketMQ Python
+client (5.1.2, a process of its own: ``bench.models_client``), and reports what it
+observed beside what RocketMQ's model promises; ``matches_expected`` is computed from the
+observation, never assumed.
+
+- priority (5.4): messages of priorities 0, 3, 1, 2, 3 to a PRIORITY topic of 4 queues,
+  then one SimpleConsumer receive: the priorities in the order received. Promised: highest
+  first (a PRIORITY topic's queue is the priority; POP reads its queues from the highest).
+- recall (5.3.2): two messages to a DELAY topic due in 5 s; one is recalled by the handle
+  of its send receipt; a SimpleConsumer receives until 10 s past the delivery time: the
+  bodies that arrived. Promised: only the one not recalled.
+- lite (5.5, RIP-83): three messages to each of two lite topics of a LITE topic; a
+  LitePushConsumer subscribes to the first: the bodies it consumed, per lite topic.
+  Promised: the first's three in order, none of the second's.
+
+Peers: ferrymq as a 3-node SYNC group; Apache RocketMQ 5.5.0 as ``bench.lite`` starts it
+(one name server, one broker with ``enableLmq``/``enableMultiDispatch``, the proxy in
+cluster mode), its broker also with ``recallMessageEnable`` (off by default: the broker
+refuses every recall with NO_PERMISSION), its topics created with mqadmin's
+``+message.type=...`` and the lite group bound to its topic (``+lite.bind.topic``). Apache
+needs no switch for priority: a group's ``priority.factor`` defaults to 100 (every POP of a
+PRIORITY topic reads by priority) and ``priorityOrderAsc`` (BrokerConfig, default true)
+makes the highest queue id the highest priority. Messages are sent before a group's first
+receive: its first POP starts at a queue's first message while that is still in memory
+(``initPopOffsetByCheckMsgInMem``, default true), as a fresh broker's are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from bench.lite import APACHE_VERSION, ApacheLite, FerrymqLite, client
+from bench.peers.processes import ProcessRegistry
+from bench.peers.workloads import log
+
+PRIORITY_TOPIC = "ModelsPriority"
+DELAY_TOPIC = "ModelsDelay"
+LITE_TOPIC = "ModelsLite"
+LITE_GROUP = "models-lite"
+QUEUES = 4
+PRIORITIES = [0, 3, 1, 2, 3]
+DELAY_S = 5
+LITE_TOPICS = ["chat-a", "chat-b"]
+PER_LITE_TOPIC = 3
+TOPICS = (
+    (PRIORITY_TOPIC, QUEUES, "PRIORITY"),
+    (DELAY_TOPIC, QUEUES, "DELAY"),
+    (LITE_TOPIC, QUEUES, "LITE"),
+)
+CLIENT_TIMEOUT_S = 300
+
+
+class FerrymqModels(FerrymqLite):
+    setup = "3 nodes, SYNC replication, ASYNC_FLUSH; topics of 4 queues"
+    topics = TOPICS
+
+
+class ApacheModels(ApacheLite):
+    setup = (
+        f"Apache RocketMQ {APACHE_VERSION}: one broker (ASYNC_FLUSH, enableLmq, "
+        "enableMultiDispatch, recallMessageEnable), proxy in cluster mode; topics of 4 queues"
+    )
+    topics = TOPICS
+    lite_groups = ((LITE_GROUP, LITE_TOPIC),)
+    broker_settings = {"recallMessageEnable": "true"}
+
+
+def ask(peer, request: dict) -> dict:
+    return client(
+        {"endpoints": peer.endpoints, **request},
+        peer.home,
+        timeout_s=CLIENT_TIMEOUT_S,
+        module="bench.models_client",
+    )
+
+
+def priority(peer) -> dict:
+    request = {"topic": PRIORITY_TOPIC, "group": "models-priority", "priorities": PRIORITIES}
+    answer = ask(peer, {"op": "priority", **request})
+    observed = [int(body.rpartition("-p")[2]) for body in answer["bodies"]]
+    expected = sorted(PRIORITIES, reverse=True)
+    return {
+        "sent": PRIORITIES,
+        "observed": observed,
+        "expected": expected,
+        "matches_expected": observed == expected,
+        "detail": answer,
+    }
+
+
+def recall(peer) -> dict:
+    request = {"topic": DELAY_TOPIC, "group": "models-recall", "delay_s": DELAY_S}
+    answer = ask(peer, {"op": "recall", **request})
+    observed = [arrival["body"] for arrival in answer["arrivals"]]
+    expected = ["kept"]
+    return {
+        "sent": ["recalled", "kept"],
+        "observed": observed,
+        "expected": expected,
+        "matches_expected": observed == expected,
+        "detail": answer,
+    }
+
+
+def lite(peer) -> dict:
+    request = {
+        "topic": LITE_TOPIC,
+        "group": LITE_GROUP,
+        "lite_topics": LITE_TOPICS,
+        "per_lite_topic": PER_LITE_TOPIC,
+    }
+    answer = ask(peer, {"op": "lite", **request})
+    observed = {
+        name: [body for body in answer["bodies"] if body.startswith(f"{name}/")]
+        for name in LITE_TOPICS
+    }
+    expected = {name: [] for name in LITE_TOPICS}
+    expected[LITE_TOPICS[0]] = [f"{LITE_TOPICS[0]}/{n}" for n in range(PER_LITE_TOPIC)]
+    return {
+        "sent": {name: PER_LITE_TOPIC for name in LITE_TOPICS},
+        "subscribed": LITE_TOPICS[0],
+        "observed": observed,
+        "expected": expected,
+        "matches_expected": observed == expected,
+        "detail": answer,
+    }
+
+
+SCENARIOS: dict[str, Callable[[object], dict]] = {
+    "priority": priority,
+    "recall": recall,
+    "lite": lite,
+}
+PEERS = {"ferrymq": FerrymqModels, "rocketmq": ApacheModels}
+
+
+def run_scenario(peer, name: str) -> dict:
+    """One scenario's row; a client that failed is reported as such, and the next runs."""
+    row = {"peer": peer.name, "setup": peer.setup, "scenario": name}
+    try:
+        return {**row, **SCENARIOS[name](peer)}
+    except Exception as error:
+        return {**row, "matches_expected": False, "error": f"{error}"[-500:]}
+
+
+def run_peer(name: str, scenarios: list[str]) -> list[dict]:
+    """Every scenario against one peer, started for them and stopped after them."""
+    registry = ProcessRegistry("models")
+    peer = PEERS[name]()
+    try:
+        log(f"{name}: starting")
+        try:
+            peer.start(registry)
+        except Exception as error:  # Java, Maven or a jar missing: said once per scenario
+            failed = {"matches_expected": False, "error": f"not started: {error}"[-500:]}
+            return [{"peer": name, "setup": peer.setup, "scenario": s, **failed} for s in scenarios]
+        rows = []
+        for scenario in scenarios:
+            rows.append(run_scenario(peer, scenario))
+            log(f"{name} {scenario}: {rows[-1]}")
+        return rows
+    finally:
+        peer.stop()
+        registry.stop_all()
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| scenario | peer | observed | matches expected |", "|---|---|---|---|"]
+    for row in rows:
+        # A failed client's error ends its stderr: its last line says what went wrong.
+        last = (row.get("error", "").strip().splitlines() or [""])[-1]
+        observed = row.get("observed", f"error: {last[:160]}")
+        lines.append(
+            f"| {row['scenario']} | {row['peer']} | {json.dumps(observed)} | "
+            f"{row['matches_expected']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.models", description=__doc__)
+    parser.add_argument("--peers", default="ferrymq,rocketmq")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    scenarios = args.scenarios.split(",")
+    rows = [row for name in args.peers.split(",") for row in run_peer(name, scenarios)]
+    print(json.dumps(rows) if args.json else table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
