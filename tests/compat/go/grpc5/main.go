@@ -33,7 +33,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -426,15 +425,10 @@ func (d *driver) push(step object) error {
 
 // monotonic is seconds on CLOCK_MONOTONIC: the clock a failover drill kills by
 // (bench/official_failover.py compares these stamps with Python's time.monotonic()).
-// load is a failover drill's load (as bench/official_failover.py's for the Python
-// client): one send at a time and a SimpleConsumer receiving and acking, until the stop
-// file exists; then the consumer drains until it has every acknowledged message, or
-// nothing new came for drain_idle_s (15), or drain_s (300) passed. Events: ready (t),
-// sent / send_failed (body, t0, t1), received (body, t, attempt), ack_failed,
-// receive_failed.
+// load is a failover drill's load (drill.go) with a SimpleConsumer receiving and acking;
+// it also emits ack_failed and receive_failed.
 func (d *driver) load(step object) error {
 	topic, group := str(step, "topic", ""), str(step, "group", "")
-	pause := time.Duration(num(step, "pause_ms", 0)) * time.Millisecond
 	producer, err := rmq.NewProducer(d.config(""), rmq.WithTopics(topic))
 	if err != nil {
 		return err
@@ -454,60 +448,18 @@ func (d *driver) load(step object) error {
 		return err
 	}
 	defer consumer.GracefulStop()
-	var mu sync.Mutex
-	acked, received := map[string]bool{}, map[string]bool{}
-	var stopped atomic.Bool
-	producing := make(chan struct{})
-	go func() {
-		defer close(producing)
-		for i := 0; !stopped.Load(); i++ {
-			body := fmt.Sprintf("m-%d", i)
-			t0 := monotonic()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := producer.Send(ctx, &rmq.Message{Topic: topic, Body: []byte(body)})
-			cancel()
-			if err != nil {
-				failed("send_failed", err, object{"body": body, "t0": t0, "t1": monotonic()})
-			} else {
-				mu.Lock()
-				acked[body] = true
-				mu.Unlock()
-				emit("sent", object{"body": body, "t0": t0, "t1": monotonic()})
-			}
-			if pause > 0 {
-				time.Sleep(pause)
-			}
-		}
-	}()
-	var drainUntil atomic.Value
-	drainUntil.Store(float64(1e18))
-	lastNew := monotonic()
-	drained := func() bool {
-		if !stopped.Load() {
-			return false
-		}
-		select {
-		case <-producing:
-		default:
-			return false // its last send may still be answered
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		now := monotonic()
-		all := true
-		for body := range acked {
-			if !received[body] {
-				all = false
-				break
-			}
-		}
-		return all || now > drainUntil.Load().(float64) || now-lastNew > num(step, "drain_idle_s", 15)
-	}
+	run := newDrill(step)
+	run.produce(func(body string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := producer.Send(ctx, &rmq.Message{Topic: topic, Body: []byte(body)})
+		return err
+	})
 	consuming := make(chan struct{})
 	go func() {
 		defer close(consuming)
 		invisible := seconds(num(step, "invisible_s", 5))
-		for !drained() {
+		for !run.drained() {
 			t0 := monotonic()
 			ctx, cancel := context.WithTimeout(context.Background(), seconds(num(step, "await_s", 2)+10))
 			views, err := consumer.Receive(ctx, 16, invisible)
@@ -520,33 +472,16 @@ func (d *driver) load(step object) error {
 				continue
 			}
 			for _, view := range views {
-				body := string(view.GetBody())
-				mu.Lock()
-				if !received[body] {
-					lastNew = monotonic()
-				}
-				received[body] = true
-				mu.Unlock()
-				emit("received", object{"body": body, "t": monotonic(), "attempt": view.GetDeliveryAttempt()})
+				run.receive(string(view.GetBody()), int(view.GetDeliveryAttempt()))
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := consumer.Ack(ctx, view); err != nil {
-					failed("ack_failed", err, object{"body": body, "t": monotonic()})
+					failed("ack_failed", err, object{"body": string(view.GetBody()), "t": monotonic()})
 				}
 				cancel()
 			}
 		}
 	}()
-	emit("ready", object{"t": monotonic()})
-	stopFile := str(step, "stop_file", "")
-	for {
-		if _, err := os.Stat(stopFile); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	drainUntil.Store(monotonic() + num(step, "drain_s", 300))
-	stopped.Store(true)
-	<-producing
+	run.untilStopped()
 	<-consuming
 	return nil
 }

@@ -345,14 +345,10 @@ func (d *driver) push(step object) error {
 	return nil
 }
 
-// load is a failover drill's load (as bench/official_failover.py's for the Python
-// client): one sync send at a time (the client's own retries) and a push consumer, until
-// the stop file exists; then the consumer drains until it has every acknowledged message,
-// or nothing new came for drain_idle_s (15), or drain_s (300) passed. Events: ready (t),
-// sent / send_failed (body, t0, t1), received (body, t, attempt).
+// load is a failover drill's load (drill.go): sync sends (the client's own retries) and a
+// push consumer.
 func (d *driver) load(step object) error {
 	topic := str(step, "topic", "")
-	pause := time.Duration(num(step, "pause_ms", 0)) * time.Millisecond
 	p, err := rocketmq.NewProducer(
 		producer.WithNameServer(d.namesrv),
 		producer.WithGroupName("drill-producer"),
@@ -367,9 +363,7 @@ func (d *driver) load(step object) error {
 		return err
 	}
 	defer p.Shutdown()
-	var mu sync.Mutex
-	acked, received := map[string]bool{}, map[string]bool{}
-	lastNew := monotonic()
+	run := newDrill(step)
 	c, err := rocketmq.NewPushConsumer(
 		consumer.WithNameServer(d.namesrv),
 		consumer.WithGroupName(str(step, "group", "")),
@@ -382,14 +376,7 @@ func (d *driver) load(step object) error {
 	selector := consumer.MessageSelector{Type: consumer.TAG, Expression: "*"}
 	err = c.Subscribe(topic, selector, func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		for _, m := range msgs {
-			body := string(m.Body)
-			mu.Lock()
-			if !received[body] {
-				received[body] = true
-				lastNew = monotonic()
-			}
-			mu.Unlock()
-			emit("received", object{"body": body, "t": monotonic(), "attempt": m.ReconsumeTimes + 1})
+			run.receive(string(m.Body), int(m.ReconsumeTimes)+1)
 		}
 		return consumer.ConsumeSuccess, nil
 	})
@@ -400,54 +387,15 @@ func (d *driver) load(step object) error {
 		return err
 	}
 	defer c.Shutdown()
-	var stopped atomic.Bool
-	producing := make(chan struct{})
-	go func() {
-		defer close(producing)
-		for i := 0; !stopped.Load(); i++ {
-			body := fmt.Sprintf("m-%d", i)
-			t0 := monotonic()
-			_, err := p.SendSync(context.Background(), primitive.NewMessage(topic, []byte(body)))
-			if err != nil {
-				failed("send_failed", err, object{"body": body, "t0": t0, "t1": monotonic()})
-			} else {
-				mu.Lock()
-				acked[body] = true
-				mu.Unlock()
-				emit("sent", object{"body": body, "t0": t0, "t1": monotonic()})
-			}
-			if pause > 0 {
-				time.Sleep(pause)
-			}
-		}
-	}()
-	emit("ready", object{"t": monotonic()})
-	for {
-		if _, err := os.Stat(str(step, "stop_file", "")); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	stopped.Store(true)
-	<-producing
-	until := monotonic() + num(step, "drain_s", 300)
-	idle := num(step, "drain_idle_s", 15)
-	for {
-		mu.Lock()
-		all := true
-		for body := range acked {
-			if !received[body] {
-				all = false
-				break
-			}
-		}
-		quiet := monotonic()-lastNew >= idle
-		mu.Unlock()
-		if all || quiet || monotonic() >= until {
-			return nil
-		}
+	run.produce(func(body string) error {
+		_, err := p.SendSync(context.Background(), primitive.NewMessage(topic, []byte(body)))
+		return err
+	})
+	run.untilStopped()
+	for !run.drained() {
 		time.Sleep(50 * time.Millisecond)
 	}
+	return nil
 }
 
 func main() {
