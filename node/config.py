@@ -43,6 +43,9 @@ Layout of ``node.toml``::
                                            # until below half, a gRPC one's calls refused
     max_producer_groups_per_client = 64    # a 4.x client's producer groups (heartbeats,
                                            # halves sent): more, the heartbeat is refused
+    long_polling_s = 20                    # the long poll consumers are told to use and
+                                           # the longest a receive waits (a push consumer's
+                                           # stop waits for its long polls): 1..60
 
     [remoting]               # what clients may hold of the RocketMQ 4.x port
                              # (docs/security.md, "The remoting port")
@@ -108,6 +111,7 @@ from typing import Any
 
 from ha.options import ReplicationMode, ReplicationOptions
 from node.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevelsError, parse_delay_levels
+from node.long_polling import LONG_POLLING_DEFAULT_S, LONG_POLLING_MAX_S
 from store.config import FlushMode, StoreConfig
 
 # The largest message the client port's gRPC server takes (node/server.py): every request of
@@ -166,6 +170,10 @@ class MessagingOptions:
     max_request_bytes_per_connection: int = 64 << 20
     # A 4.x client's heartbeat names every producer group of its instance: a handful.
     max_producer_groups_per_client: int = 64
+    # The long poll the settings tell push consumers (RocketMQ's proxy:
+    # grpcClientConsumerMaxLongPollingTimeoutMillis, 20 s); a push consumer's stop waits
+    # for its long polls, so it costs a stopping application up to this.
+    long_polling_s: int = int(LONG_POLLING_DEFAULT_S)
 
     @property
     def delay_levels_ms(self) -> tuple[int, ...]:
@@ -329,6 +337,11 @@ def parse_node_config(text: str) -> NodeConfig:
         elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"messages.{name} must be a positive integer, got {value!r}")
     _check_request_bytes(messages)
+    if not 1 <= messages.get("long_polling_s", 1) <= LONG_POLLING_MAX_S:
+        raise ConfigError(
+            f"messages.long_polling_s must be 1..{LONG_POLLING_MAX_S:.0f}, got "
+            f"{messages['long_polling_s']!r}"
+        )
     for name, port in ports.items():
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise ConfigError(f"ports.{name} must be an integer in 0..65535, got {port!r}")

@@ -308,7 +308,9 @@ class Node:
         add_service = functools.partial(add_wrapped, self.server, wrappers=wrappers)
         add_service(
             service_pb2_grpc.add_MessagingServiceServicer_to_server,
-            MessagingService(services, store.config.max_message_body_bytes),
+            MessagingService(
+                services, store.config.max_message_body_bytes, config.messages.long_polling_s
+            ),
         )
         add_service(
             admin_pb2_grpc.add_AdminServicer_to_server,

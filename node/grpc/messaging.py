@@ -172,9 +172,17 @@ def check_command(half) -> rpc.TelemetryCommand:
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, services: Services, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        services: Services,
+        max_body_bytes: int,
+        long_polling_s: float = LONG_POLLING_DEFAULT_S,
+    ) -> None:
+        """``long_polling_s``: the long poll push consumers are told to use, and the longest
+        a receive waits (``[messages] long_polling_s``)."""
         self.services = services
         self.max_body_bytes = max_body_bytes
+        self.long_polling_s = long_polling_s
 
     @staticmethod
     def _caller(context, method: str) -> Caller:
@@ -354,7 +362,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             subscription = answer.subscription
             group = self.services.routes.settings_group(caller, settings.subscription.group.name)
             if not subscription.long_polling_timeout.seconds:
-                subscription.long_polling_timeout.seconds = int(LONG_POLLING_DEFAULT_S)
+                subscription.long_polling_timeout.seconds = int(self.long_polling_s)
             subscription.receive_batch_size = RECEIVE_BATCH_MAX
             subscription.fifo = group.fifo
             # Every consumer, as RocketMQ's proxy: a lite consumer without them takes its
@@ -450,10 +458,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         invisible_ms = None
         if request.HasField("invisible_duration"):
             invisible_ms = int(seconds_of(request.invisible_duration) * 1000)
+        requested_s = self.long_polling_s  # at most, as RocketMQ's proxy clamps it
         if request.HasField("long_polling_timeout"):
-            requested_s = seconds_of(request.long_polling_timeout)
-        else:
-            requested_s = LONG_POLLING_DEFAULT_S
+            requested_s = min(seconds_of(request.long_polling_timeout), requested_s)
         pop = self.services.pop
         topic = request.message_queue.topic.name
         try:

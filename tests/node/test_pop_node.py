@@ -15,6 +15,7 @@ import pytest
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
+from node.config import ConfigError, parse_node_config
 from tests.support.nodes import start_node
 from tests.support.rpc import ack, create_group, create_topic, message, queue_of, receive, stubs
 
@@ -194,3 +195,26 @@ def test_query_assignment_one_poll_for_normal_groups_every_queue_for_fifo(node):
         rpc.QueryAssignmentRequest(topic=pb.Resource(name="orders"), group=pb.Resource(name="X"))
     )
     assert [a.message_queue.id for a in missing.assignments] == [-1]
+
+
+def test_push_consumers_are_told_the_long_poll_the_node_is_configured_with(nodes):
+    """``[messages] long_polling_s`` is the long poll a consumer's settings name (RocketMQ's
+    proxy: 20 s): a push consumer's stop waits for its long polls, so an operator may
+    shorten it; outside 1..60 the node does not start."""
+
+    def announced(node) -> float:
+        settings = pb.Settings(
+            client_type=pb.PUSH_CONSUMER,
+            subscription=pb.Subscription(group=pb.Resource(name="told")),
+        )
+        channel, messaging, _ = stubs(node.address)
+        with channel:
+            command = rpc.TelemetryCommand(settings=settings)
+            answer = next(iter(messaging.Telemetry(iter([command]), timeout=5)))
+        return answer.settings.subscription.long_polling_timeout.seconds
+
+    assert announced(nodes(name="default")) == 20
+    assert announced(nodes("[messages]\nlong_polling_s = 5\n", name="short")) == 5
+    for wrong in (0, 61):
+        with pytest.raises(ConfigError, match=r"messages\.long_polling_s must be"):
+            parse_node_config(f"[messages]\nlong_polling_s = {wrong}\n")

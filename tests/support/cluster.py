@@ -137,10 +137,17 @@ class ClientCluster:
         return [node.remoting for node in self.plan.nodes]
 
 
+# The long poll the clusters of the official clients' tests tell push consumers: a push
+# consumer's stop waits for its long polls (20 s by default, Apache's too).
+CLIENT_LONG_POLLING_S = 5
+
+
 def client_cluster(directory: str, settings: dict | None = None) -> ClientCluster:
     """Three nodes (one broker group, three voters) with the tests' store sizes and
     ``settings`` (``{"messages": {...}}``), ready, with a master."""
     from ferrymq.launcher.cluster import cluster_up
 
-    merged = {**SMALL_STORE, **(settings or {})}
+    settings = settings or {}
+    messages = {"long_polling_s": CLIENT_LONG_POLLING_S, **settings.get("messages", {})}
+    merged = {**SMALL_STORE, **settings, "messages": messages}
     return ClientCluster(cluster_up(directory, nodes=3, auto_ports=True, settings=merged))

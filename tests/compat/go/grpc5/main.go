@@ -378,7 +378,7 @@ func (d *driver) newPushed(spec object) (*pushed, error) {
 
 // push runs push consumers, all at once: the step's own fields make one, "consumers":
 // [..] several. They stop together, since a push consumer's stop waits for its receive
-// long polls to end (the server's long-polling timeout).
+// long polls to end (the server's long-polling timeout; below, a client bug).
 func (d *driver) push(step object) error {
 	specs := objects(step, "consumers")
 	if len(specs) == 0 {
@@ -396,7 +396,20 @@ func (d *driver) push(step object) error {
 				}
 			}(p)
 		}
-		stopping.Wait()
+		// 5.1.4 never counts down a receive answered "no new message" (process_queue.go
+		// skips doAfter for MESSAGE_NOT_FOUND), so after any empty long poll GracefulStop
+		// waits out request timeout + 30 s for a receive that ended long before. Once
+		// stopping, it issues no receive: the one in flight ends within the server's long
+		// poll (the tests' clusters: 5 s), so that long is waited, and a little more.
+		stopped := make(chan struct{})
+		go func() {
+			stopping.Wait()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-time.After(seconds(num(step, "stop_wait_s", 7))):
+		}
 	}()
 	for _, spec := range specs {
 		p, err := d.newPushed(spec)
