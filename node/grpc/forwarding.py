@@ -88,6 +88,8 @@ class _Here:
 
 
 HERE = _Here()
+# This node serves a call itself after a try at the master failed mid-call.
+HERE_AFTER_FAILURE = _Here()
 OWN = None  # the request belongs to this node's broker group
 
 
@@ -134,6 +136,21 @@ class _ForwardedContext:
 
     def peer(self) -> str:
         return self._peer
+
+    def __getattr__(self, name: str):
+        return getattr(self._context, name)
+
+
+class _ResentContext:
+    """The context of a call this node serves itself after forwarding it failed mid-call
+    (the master died and this node took its place): marked a resend, as a try sent on
+    to the next master would be."""
+
+    def __init__(self, context) -> None:
+        self._context = context
+
+    def invocation_metadata(self):
+        return (*(self._context.invocation_metadata() or ()), RESEND)
 
     def __getattr__(self, name: str):
         return getattr(self._context, name)
@@ -282,6 +299,8 @@ class Forwarder:
                 answer = await self._forward_unary(method, group, request, context, response_class)
                 if answer is HERE:
                     return await behavior(request, context)
+                if answer is HERE_AFTER_FAILURE:
+                    return await behavior(request, _ResentContext(context))
                 if isinstance(answer, pb.Status):
                     return _refusal(response_class, request, answer)
                 return answer
@@ -386,8 +405,10 @@ class Forwarder:
         waited = False
         while True:
             master = await self._next_master(group, wait_until, waited)
-            if master is None or master is HERE:
-                return master or _no_master(group, self.wait_cap_s, last)
+            if master is HERE:
+                return HERE_AFTER_FAILURE if metadata is resend else HERE
+            if master is None:
+                return _no_master(group, self.wait_cap_s, last)
             call = self._callable(master, method, "unary", type(request))
             self.forwarded += 1
             try:

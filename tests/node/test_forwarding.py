@@ -411,6 +411,34 @@ def test_a_call_waits_for_an_election_then_follows_the_new_master_when_the_old_o
     run(scenario)
 
 
+def test_a_node_that_takes_the_dead_masters_place_serves_the_call_as_a_resend():
+    """The call went from n2 to n1, which died mid-call; n2 is elected: it serves the call
+    itself, marked a resend (n1 may have stored it, and n2 holds what n1 replicated), as a
+    try at another node would be. A call it serves as master from the start is not."""
+
+    async def scenario():
+        async with (
+            Cluster(["n1", "n2", "n3"], master="n1", wait_cap_s=8.0) as cluster,
+            grpc.aio.insecure_channel(cluster.address("n2")) as channel,
+        ):
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            await cluster.stop("n1")
+            pending = asyncio.ensure_future(
+                stub.SendMessage(send_request(), metadata=CLIENT_METADATA, timeout=10)
+            )
+            deadline = time.monotonic() + 5
+            while cluster.forwarders["n2"].forwarded < 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)  # until its try at n1 failed
+            cluster.elect("n2", epoch=2)
+            assert (await pending).status.message == "n2"
+            ((_, _, served),) = cluster.seen["n2"].calls
+            assert served[RESEND_HEADER] == RESEND_VALUE
+            assert (await stub.SendMessage(send_request(), timeout=10)).status.message == "n2"
+            assert RESEND_HEADER not in cluster.seen["n2"].calls[-1][2]
+
+    run(scenario)
+
+
 def test_no_master_within_the_wait_is_answered_in_the_status_before_the_deadline():
     async def scenario():
         async with (
