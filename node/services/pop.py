@@ -264,18 +264,8 @@ class PopService:
             for offset in sorted(o for o, f in cursor.in_flight.items() if f.visible_at_ms <= now):
                 if len(deliveries) + len(picked) >= batch:
                     break
-                entry = cursor.in_flight[offset]
                 stored = self._read(topic.name, key[2], offset)
-                if stored is None:
-                    if self._gone(key, offset):
-                        records.append(self.state.ack(key, [(offset, entry.delivery)]))
-                    continue
-                elif entry.attempt >= group.max_delivery_attempts:
-                    records.extend(self._dead_letter(key, offset, entry, stored))
-                    undo.append(lambda k=key, o=offset, e=entry: self._restore(k, {o: e}))
-                else:
-                    picked.append((stored, entry.attempt + 1))
-                    redelivered[offset] = entry
+                self._come_back(group, key, offset, stored, picked, redelivered, records, undo)
             next_offset = cursor.next_offset
             want = batch - len(deliveries) - len(picked)
             if want > 0 and sql is not None and scan_budget <= 0:
@@ -395,17 +385,8 @@ class PopService:
         picked: list[tuple[StoredMessage, int]] = []
         redelivered: dict[int, InFlight] = {}
         for offset in sorted(cursor.in_flight)[:want]:  # all visible: none is invisible
-            entry = cursor.in_flight[offset]
             stored = self.store.read_message(offset)
-            if stored is None:
-                if self._gone(key, offset):
-                    records.append(self.state.ack(key, [(offset, entry.delivery)]))
-            elif entry.attempt >= group.max_delivery_attempts:
-                records.extend(self._dead_letter(key, offset, entry, stored))
-                undo.append(lambda k=key, o=offset, e=entry: self._restore(k, {o: e}))
-            else:
-                picked.append((stored, entry.attempt + 1))
-                redelivered[offset] = entry
+            self._come_back(group, key, offset, stored, picked, redelivered, records, undo)
         next_offset = cursor.next_offset
         if len(redelivered) == len(cursor.in_flight):  # in order: new ones after them only
             cap = self.store.read_cap()
@@ -419,6 +400,31 @@ class PopService:
         if not picked and next_offset == cursor.next_offset:
             return None
         return picked, redelivered, next_offset
+
+    def _come_back(
+        self,
+        group: GroupConfig,
+        key: CursorKey,
+        offset: int,
+        stored: StoredMessage | None,
+        picked: list[tuple[StoredMessage, int]],
+        redelivered: dict[int, InFlight],
+        records: list[Message],
+        undo: list[Callable[[], None]],
+    ) -> None:
+        """A visible in-flight delivery at ``offset`` met by a receive (POP or lite): its
+        message gone (retention), it ends; out of attempts, it is dead-lettered; else it is
+        picked again."""
+        entry = self.state.cursor(key).in_flight[offset]
+        if stored is None:
+            if self._gone(key, offset):
+                records.append(self.state.ack(key, [(offset, entry.delivery)]))
+        elif entry.attempt >= group.max_delivery_attempts:
+            records.extend(self._dead_letter(key, offset, entry, stored))
+            undo.append(lambda k=key, o=offset, e=entry: self._restore(k, {o: e}))
+        else:
+            picked.append((stored, entry.attempt + 1))
+            redelivered[offset] = entry
 
     def _lite_idle(self, key: CursorKey) -> bool:
         """Whether the lite topic of ``key`` has nothing new and nothing in flight."""
