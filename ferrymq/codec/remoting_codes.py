@@ -60,6 +60,9 @@ class RequestCode(enum.IntEnum):
     GET_TOPIC_CONFIG = 351
     RECALL_MESSAGE = 370  # RocketMQ 5.3.2: cancel a delayed message (its recall handle)
     SEND_MESSAGE_V2 = 310
+    # RocketMQ 5's DefaultLitePullConsumer pulls with this code (pull sysFlag bit 16): the
+    # same header and answer as PULL_MESSAGE, on a thread pool of its own in RocketMQ.
+    LITE_PULL_MESSAGE = 361
     SEND_BATCH_MESSAGE = 320
     # RocketMQ 5's POP mode (JSON headers only: the binary header's code is 16 bits).
     POP_MESSAGE = 200050

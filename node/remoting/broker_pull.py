@@ -1,5 +1,6 @@
 """PULL_MESSAGE: a queue's stored records from an offset, as RocketMQ 4.x consumers read
-them.
+them; LITE_PULL_MESSAGE (361), which RocketMQ 5's remoting client sends for its
+DefaultLitePullConsumer, is the same request and is answered the same way.
 
 The body is the records back to back, exactly as the CommitLog holds them: ferrymq's
 record layout is RocketMQ's (docs/architecture.md, "The CommitLog record"), so nothing is
@@ -92,7 +93,7 @@ class PullHandlers:
         self.services = services
 
     def handlers(self) -> list[tuple[int, DoorHandler]]:
-        return [(RequestCode.PULL_MESSAGE, self.pull)]
+        return [(RequestCode.PULL_MESSAGE, self.pull), (RequestCode.LITE_PULL_MESSAGE, self.pull)]
 
     async def pull(self, request: RemotingCommand, connection, caller: Caller):
         group, topic = request.text("consumerGroup"), request.text("topic")

@@ -130,6 +130,19 @@ def test_a_sent_message_is_pulled_back_as_stored(node, client):
     assert record.born_host[:4] == bytes([127, 0, 0, 1])  # the peer's address
 
 
+def test_a_lite_pull_is_answered_as_a_pull(client):
+    """RocketMQ 5's remoting client pulls for its DefaultLitePullConsumer with
+    LITE_PULL_MESSAGE (361, sysFlag bit 16): it read nothing while the door did not serve it."""
+    start = max_offset(client, "T", 2)
+    assert send_v2(client, "T", b"lite-pulled", 2).code == ResponseCode.SUCCESS
+    header = pull_fields("G", "T", 2, start)
+    header["sysFlag"] = str(4 | 16)
+    answer = client.call(RequestCode.LITE_PULL_MESSAGE, header)
+    assert answer.code == ResponseCode.SUCCESS, answer
+    assert answer.ext_fields["nextBeginOffset"] == str(start + 1)
+    assert [r.body for r in records(answer)] == [b"lite-pulled"]
+
+
 def test_v1_send_and_a_queue_the_node_picks(client):
     answer = client.call(
         RequestCode.SEND_MESSAGE,

@@ -269,8 +269,8 @@ def test_a_producer_is_asked_only_about_halves_of_topics_it_may_publish_to(guard
 
 @pytest.mark.parametrize(
     "door",
-    ["PULL_MESSAGE", "QUERY_CONSUMER_OFFSET", "UPDATE_CONSUMER_OFFSET", "POP_MESSAGE",
-     "PullMessage", "ReceiveMessage", "GetOffset"],
+    ["PULL_MESSAGE", "LITE_PULL_MESSAGE", "QUERY_CONSUMER_OFFSET", "UPDATE_CONSUMER_OFFSET",
+     "POP_MESSAGE", "PullMessage", "ReceiveMessage", "GetOffset"],
 )  # fmt: skip
 def test_only_a_group_the_acl_allowed_is_created_on_first_use(guarded, door):
     """For ``%RETRY%<g>`` the rule checked ``g`` but the handlers first created the header's
@@ -301,6 +301,7 @@ def test_only_a_group_the_acl_allowed_is_created_on_first_use(guarded, door):
     else:
         fields = {
             "PULL_MESSAGE": pull_fields(group, topic),
+            "LITE_PULL_MESSAGE": pull_fields(group, topic),
             "QUERY_CONSUMER_OFFSET": {"consumerGroup": group, "topic": topic, "queueId": "0"},
             "UPDATE_CONSUMER_OFFSET": {
                 "consumerGroup": group, "topic": topic, "queueId": "0", "commitOffset": "0"

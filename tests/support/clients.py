@@ -48,6 +48,9 @@ INSTALL_TIMEOUT_S = 1500.0
 JAVA_GRPC_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client-java", "5.2.0")
 JAVA_REMOTING_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client", "4.9.8")
 JAVA_REMOTING_ACL = jvm.Artifact("org.apache.rocketmq", "rocketmq-acl", "4.9.8")  # AclClientRPCHook
+# The same client in its 5.x line (it kept the 4.x protocol): recall (5.3.2) and priority (5.4).
+# 5.5.0: the newest whose jar Maven Central serves here (5.5.1 is listed, its jar is not).
+JAVA_REMOTING_CLIENT_5 = jvm.Artifact("org.apache.rocketmq", "rocketmq-client", "5.5.0")
 JAVA_TOOLS = jvm.Artifact("org.apache.rocketmq", "rocketmq-tools", "5.3.3")
 JAVA_TOOLS_4 = jvm.Artifact("org.apache.rocketmq", "rocketmq-tools", "4.9.8")
 GSON = jvm.Artifact("com.google.code.gson", "gson", "2.10.1")
@@ -93,6 +96,12 @@ JAVA_FAMILIES = {
         "Remoting4Driver",
         (JAVA_REMOTING_CLIENT, JAVA_REMOTING_ACL, GSON),
         ("common", "remoting4"),
+    ),
+    "java-remoting5": JavaFamily(
+        "java-remoting5",
+        "Remoting5Driver",
+        (JAVA_REMOTING_CLIENT_5, GSON),
+        ("common", "remoting5"),
     ),
     # mqadmin's commands, several in one JVM (rocketmq-tools' MQAdminStartup.main0).
     "mqadmin": JavaFamily("mqadmin", "MqadminDriver", (JAVA_TOOLS, GSON), ("common", "mqadmin")),
@@ -323,7 +332,7 @@ def alions_driver() -> Driver:
 
 
 def driver(name: str) -> Driver:
-    """Any driver by name: java-grpc, java-remoting, mqadmin, mqadmin4, go-grpc,
+    """Any driver by name: java-grpc, java-remoting, java-remoting5, mqadmin, mqadmin4, go-grpc,
     go-remoting, alions."""
     if name in JAVA_FAMILIES:
         return java_driver(name)
