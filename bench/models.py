@@ -12,6 +12,13 @@ observation, never assumed.
 - recall (5.3.2): two messages to a DELAY topic due in 5 s; one is recalled by the handle
   of its send receipt; a SimpleConsumer receives until 10 s past the delivery time: the
   bodies that arrived. Promised: only the one not recalled.
+- priority-4x and recall-4x: the same through the 4.x door, from the official remoting
+  client in its 5.x line (``rocketmq-client`` 5.5.0, ``tests/compat/java/remoting5``'s
+  driver, built as the tests build it) given the peer's name servers: ``setPriority``
+  sends (observed: each one's queue, then the priorities one SimpleConsumer receive
+  takes), and two messages due in 5 s by ``setDeliverTimeMs`` of which one is recalled
+  with ``recallMessage`` (observed: what a DefaultLitePullConsumer pulls until 10 s past
+  the delivery time).
 - lite (5.5, RIP-83): three messages to each of two lite topics of a LITE topic; a
   LitePushConsumer subscribes to the first: the bodies it consumed, per lite topic.
   Promised: the first's three in order, none of the second's.
@@ -34,6 +41,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from bench.lite import APACHE_VERSION, ApacheLite, FerrymqLite, client
 from bench.peers.processes import ProcessRegistry
@@ -42,6 +50,8 @@ from bench.peers.workloads import log
 PRIORITY_TOPIC = "ModelsPriority"
 DELAY_TOPIC = "ModelsDelay"
 LITE_TOPIC = "ModelsLite"
+PRIORITY_4X_TOPIC = "ModelsPriority4x"
+DELAY_4X_TOPIC = "ModelsDelay4x"
 LITE_GROUP = "models-lite"
 QUEUES = 4
 PRIORITIES = [0, 3, 1, 2, 3]
@@ -52,13 +62,21 @@ TOPICS = (
     (PRIORITY_TOPIC, QUEUES, "PRIORITY"),
     (DELAY_TOPIC, QUEUES, "DELAY"),
     (LITE_TOPIC, QUEUES, "LITE"),
+    (PRIORITY_4X_TOPIC, QUEUES, "PRIORITY"),
+    (DELAY_4X_TOPIC, QUEUES, "DELAY"),
 )
+GRACE_S = 10
 CLIENT_TIMEOUT_S = 300
 
 
 class FerrymqModels(FerrymqLite):
     setup = "3 nodes, SYNC replication, ASYNC_FLUSH; topics of 4 queues"
     topics = TOPICS
+
+    @property
+    def namesrv(self) -> str:
+        """Every node's remoting port: each is a name server to a 4.x client."""
+        return ";".join(node.remoting for node in self.cluster.plan.nodes)
 
 
 class ApacheModels(ApacheLite):
@@ -108,6 +126,74 @@ def recall(peer) -> dict:
     }
 
 
+def remoting_client(peer, steps: list[dict]):
+    """The 4.x-protocol client's driver run against ``peer``'s name servers: its events."""
+    from tests.support import clients  # builds the tests' drivers from Maven Central
+
+    driver = clients.driver("java-remoting5")
+    spec = {"namesrv": peer.namesrv, "steps": steps}
+    return clients.run(driver, spec, Path(peer.home) / "remoting5", CLIENT_TIMEOUT_S)
+
+
+def priority_4x(peer) -> dict:
+    messages = [
+        {"topic": PRIORITY_4X_TOPIC, "body": f"m{index}-p{value}", "priority": value}
+        for index, value in enumerate(PRIORITIES)
+    ]
+    run = remoting_client(peer, [{"do": "produce", "group": "models-4x", "messages": messages}])
+    sent = {event["body"]: event for event in run.of("sent")}
+    request = {"topic": PRIORITY_4X_TOPIC, "group": "models-priority-4x", "priorities": []}
+    answer = ask(peer, {"op": "priority", **request})
+    observed = {
+        "queues": [sent.get(m["body"], {}).get("queue") for m in messages],
+        "received": [int(body.rpartition("-p")[2]) for body in answer["bodies"]],
+    }
+    expected = {
+        "queues": [min(value, QUEUES - 1) for value in PRIORITIES],
+        "received": sorted(PRIORITIES, reverse=True),
+    }
+    return {
+        "sent": PRIORITIES,
+        "observed": observed,
+        "expected": expected,
+        "matches_expected": observed == expected,
+        "detail": {"send_failed": run.of("send_failed"), **answer},
+    }
+
+
+def recall_4x(peer) -> dict:
+    delayed = [
+        {"topic": DELAY_4X_TOPIC, "body": body, "deliver_in_ms": DELAY_S * 1000}
+        for body in ("recalled", "kept")
+    ]
+    steps = [
+        {"do": "produce", "group": "models-4x", "messages": delayed},
+        {"do": "recall", "group": "models-4x", "topic": DELAY_4X_TOPIC, "body": "recalled"},
+        {
+            "do": "pull",
+            "group": "models-recall-4x",
+            "topic": DELAY_4X_TOPIC,
+            "expect": ["kept"],
+            "deadline_s": DELAY_S + GRACE_S,
+            "linger_s": 3,
+        },
+    ]
+    run = remoting_client(peer, steps)
+    observed = [event["body"] for event in run.of("pulled")]
+    expected = ["kept"]
+    return {
+        "sent": ["recalled", "kept"],
+        "observed": observed,
+        "expected": expected,
+        "matches_expected": observed == expected,
+        "detail": {
+            "recall_handles": {e["body"]: bool(e.get("recall_handle")) for e in run.of("sent")},
+            "recalled": run.of("recalled"),
+            "recall_failed": run.of("recall_failed"),
+        },
+    }
+
+
 def lite(peer) -> dict:
     request = {
         "topic": LITE_TOPIC,
@@ -135,6 +221,8 @@ def lite(peer) -> dict:
 SCENARIOS: dict[str, Callable[[object], dict]] = {
     "priority": priority,
     "recall": recall,
+    "priority-4x": priority_4x,
+    "recall-4x": recall_4x,
     "lite": lite,
 }
 PEERS = {"ferrymq": FerrymqModels, "rocketmq": ApacheModels}

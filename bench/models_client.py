@@ -6,7 +6,8 @@ nothing: ``bench.models`` compares it with what RocketMQ's model promises.
 Requests (each with ``endpoints``, ``topic`` and ``group``):
 - ``{"op": "priority", "priorities": [...]}``: one message per priority (body
   ``m<index>-p<priority>``), then one SimpleConsumer receive of at most 16; answers the
-  bodies in the order received and the priority each message carried.
+  bodies in the order received and the priority each message carried. With
+  ``"priorities": []`` it sends nothing (another client sent them) and only receives.
 - ``{"op": "recall", "delay_s"}``: two messages due in ``delay_s`` seconds, ``recalled``
   and ``kept``; the first is recalled by the handle of its send receipt; a SimpleConsumer
   receives until ``delay_s + GRACE_S``; answers the recall's outcome and each arrival
@@ -72,16 +73,17 @@ def simple_consumer(request: dict) -> SimpleConsumer:
 
 def priority(request: dict) -> dict:
     """Everything is stored before the one receive, so its order is the server's choice."""
-    producer = started_producer(request)
-    try:
-        for index, value in enumerate(request["priorities"]):
-            message = Message()
-            message.topic = request["topic"]
-            message.body = f"m{index}-p{value}".encode()
-            message.priority = value
-            producer.send(message)
-    finally:
-        producer.shutdown()
+    if request["priorities"]:
+        producer = started_producer(request)
+        try:
+            for index, value in enumerate(request["priorities"]):
+                message = Message()
+                message.topic = request["topic"]
+                message.body = f"m{index}-p{value}".encode()
+                message.priority = value
+                producer.send(message)
+        finally:
+            producer.shutdown()
     time.sleep(SETTLE_S)
     consumer = simple_consumer(request)
     try:
