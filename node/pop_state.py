@@ -12,7 +12,9 @@ Invariants (checked by ``check``):
 Records of ``%SYS%POP`` (all carry ``group``, ``topic``, ``queue``):
 - ``pop``: ``next`` (new cursor), ``delivery``, ``visible`` (ms); body ``offset:attempt,...``
 - ``ack`` / ``dlq``: body ``offset:delivery,...`` (dlq: moved to ``%DLQ%<group>``)
-- ``change``: ``offset``, ``delivery`` (current), ``new``, ``visible``
+- ``change``: ``offset``, ``delivery`` (current), ``new``, ``visible``; ``suspend`` ("1")
+  when the current delivery is not to count as an attempt (RocketMQ 5.5's suspend: it
+  comes back with the attempt it had)
 Each is applied by the same ``apply`` live and in replay, and ``apply`` ignores a delta
 whose delivery is not current, so replay is deterministic whatever came before.
 
@@ -139,15 +141,34 @@ class PopState(SystemState):
         return self._applied(kind, body, _fields(key))
 
     def change(
-        self, key: CursorKey, offset: int, delivery: str, new_delivery: str, visible_at_ms: int
+        self,
+        key: CursorKey,
+        offset: int,
+        delivery: str,
+        new_delivery: str,
+        visible_at_ms: int,
+        suspend: bool = False,
     ) -> Message:
+        """Replace the current delivery of ``offset`` by ``new_delivery``, visible at
+        ``visible_at_ms``; ``suspend``: the replaced delivery is not counted (its message
+        comes back with the attempt it had)."""
         fields = _fields(key) | {
             "offset": str(offset),
             "delivery": delivery,
             "new": new_delivery,
             "visible": str(visible_at_ms),
         }
+        if suspend:
+            fields["suspend"] = "1"
         return self._applied(KIND_CHANGE, b"", fields)
+
+    def restore_change(self, key: CursorKey, offset: int, delivery: str, before: InFlight) -> None:
+        """Undo a change whose record failed to append: ``offset`` is current under
+        ``delivery`` again, as ``before``."""
+        cursor = self.cursors.get(key)
+        found = cursor.in_flight.get(offset) if cursor else None
+        if found is not None and found.delivery == delivery:
+            cursor.in_flight[offset] = before
 
     def keep_unlogged(self, key: CursorKey, offsets: list[int]) -> None:
         """``offsets`` stay in flight in memory only (their pop was refused): restated in
@@ -227,6 +248,8 @@ class PopState(SystemState):
             if found is not None and found.delivery == properties["delivery"]:
                 found.delivery = properties["new"]
                 found.visible_at_ms = int(properties["visible"])
+                if properties.get("suspend") == "1":
+                    found.attempt = max(found.attempt - 1, 0)
 
     def restore(self, snapshot: bytes) -> None:
         self.cursors = {

@@ -549,6 +549,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 request.receipt_handle,
                 int(seconds_of(request.invisible_duration) * 1000),
                 request.lite_topic if request.HasField("lite_topic") else None,
+                suspend=request.suspend,
             )
         except (InvalidRequest, TopicError) as error:
             # The official client takes the returned handle before it looks at the status.

@@ -205,7 +205,12 @@ class PopHandlers:
         try:
             handle = self._handle(request, caller, group, topic)
             answer, new_handle = await self.pop.change_invisible(
-                caller, group, topic, handle, max(min(invisible_ms, 2**62), -(2**62))
+                caller,
+                group,
+                topic,
+                handle,
+                max(min(invisible_ms, 2**62), -(2**62)),
+                suspend=request.text("suspend", "false").lower() == "true",
             )
         except (InvalidRequest, TopicError) as error:
             return request.reply(*refusal(error))

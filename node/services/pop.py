@@ -634,30 +634,29 @@ class PopService:
         handle_text: str,
         invisible_ms: int,
         lite_topic: str | None = None,
+        suspend: bool = False,
     ) -> tuple[pb.Status, str]:
         """Make the delivery ``handle_text`` names invisible for ``invisible_ms`` from now:
         OK and its new handle, or a refusal (``InvalidRequest`` before anything changed).
-        A nack of the last allowed attempt dead-letters the message instead."""
+        A nack of the last allowed attempt dead-letters the message instead, unless it is
+        a ``suspend`` (RocketMQ 5.5: the delivery is not counted as an attempt, so the
+        message comes back with the attempt it had)."""
         topic, group = await self._consuming(caller, group_name, topic_name)
         topic = _scope(topic, lite_topic)
         check_invisible_ms(invisible_ms)
         key, handle, current = self._current(group.name, topic, handle_text)
-        offset, old = handle.queue_offset, (current.delivery, current.visible_at_ms)
-        if current.attempt >= group.max_delivery_attempts:
+        offset, before = handle.queue_offset, dataclasses.replace(current)
+        if current.attempt >= group.max_delivery_attempts and not suspend:
             # A nack of the last allowed attempt (the official push consumer's failure
             # path): it can never be delivered again, so it goes to the DLQ now.
             return await self._forward(key, offset, current), handle_text
         delivery = new_delivery_id()
         record = self.state.change(
-            key, offset, current.delivery, delivery, self.clock_ms() + invisible_ms
+            key, offset, current.delivery, delivery, self.clock_ms() + invisible_ms, suspend
         )
-
-        def undo() -> None:
-            if self.state.is_current(key, offset, delivery):
-                self.state.change(key, offset, delivery, *old)
-
+        undo = [lambda: self.state.restore_change(key, offset, delivery, before)]
         try:
-            await self._append([record], [undo])
+            await self._append([record], undo)
         except PopFailed as failed:
             return failed.status, handle_text
         return OK, self._handle(key, offset, delivery)

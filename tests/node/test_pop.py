@@ -119,12 +119,13 @@ class Broker:
         )
         return self.run(self.door.AckMessage(request, None))
 
-    def change(self, group: str, topic: str, handle: str, seconds: int):
+    def change(self, group: str, topic: str, handle: str, seconds: int, suspend: bool = False):
         request = rpc.ChangeInvisibleDurationRequest(
             group=pb.Resource(name=group),
             topic=pb.Resource(name=topic),
             receipt_handle=handle,
             message_id="m",
+            suspend=suspend,
         )
         request.invisible_duration.seconds = seconds
         return self.run(self.door.ChangeInvisibleDuration(request, None))
@@ -746,7 +747,7 @@ def test_state_after_an_abrupt_stop_is_replayed_from_the_log(broker):
                 acked.add((d.stored.queue_id, d.stored.queue_offset))
         elif action < 0.8 and live:
             handle = rng.choice(sorted(live))
-            answer = broker.change("G", "orders", handle, rng.randint(1, 20))
+            answer = broker.change("G", "orders", handle, rng.randint(1, 20), rng.random() < 0.5)
             d = live.pop(handle)
             if answer.status.code == pb.OK:
                 live[answer.receipt_handle] = d
@@ -850,6 +851,32 @@ def test_a_nack_of_the_last_attempt_dead_letters_at_once(broker):
     assert broker.dead_letters("G") == [b"body-0"]
     broker.clock.ms += 10_000
     assert broker.receive("G", "orders") == []
+
+
+def test_a_suspended_delivery_comes_back_with_the_attempt_it_had(broker):
+    """RocketMQ 5.5's ``suspend`` on ChangeInvisibleDuration: the delivery is not counted,
+    so the message comes back with its attempt (and a suspend at the group's last attempt
+    is not a nack that dead-letters it); after a crash the log replays the same count."""
+    broker.send("orders", 1)
+    (first,) = broker.receive("G", "orders")
+    assert first.attempt == 1
+    assert broker.change("G", "orders", first.handle, 5, suspend=True).status.code == pb.OK
+    broker.clock.ms += 4_000
+    assert broker.receive("G", "orders") == []  # invisible for the 5 s asked
+    broker.clock.ms += 1_001
+    (again,) = broker.receive("G", "orders")
+    assert again.attempt == 1
+    for attempt in (2, 3):
+        broker.clock.ms += 10_000
+        (again,) = broker.receive("G", "orders")
+        assert again.attempt == attempt
+    assert broker.change("G", "orders", again.handle, 5, suspend=True).status.code == pb.OK
+    assert broker.dead_letters("G") == []
+    broker.crash_and_reopen()
+    broker.clock.ms += 5_001
+    (kept,) = broker.receive("G", "orders")
+    assert kept.attempt == 3 and broker.dead_letters("G") == []
+    broker.state.check()
 
 
 def test_a_lite_receive_looks_only_at_the_lite_topics_that_may_have_something(broker, monkeypatch):

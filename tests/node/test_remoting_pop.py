@@ -125,6 +125,8 @@ def test_a_message_popped_through_one_protocol_is_acked_through_the_other(node, 
 
 
 def test_a_changed_invisible_time_names_a_new_delivery_and_redelivery_counts(client):
+    """A change names a new delivery whose redelivery counts an attempt, unless the change
+    is a suspend (RocketMQ 5.5's ``suspend`` header field), which keeps the attempt."""
     assert send_v2(client, "changed", b"later").code == ResponseCode.SUCCESS
     answer = pop(client, "changed")
     (record,) = popped(answer)
@@ -147,6 +149,16 @@ def test_a_changed_invisible_time_names_a_new_delivery_and_redelivery_counts(cli
     (redelivered,) = popped(again)
     assert redelivered.body == b"later" and redelivered.reconsume_times == 1
     info = extra_info_of_the_5x_client(again, redelivered)
+    # RocketMQ 5.5's suspend: this delivery is not counted, the next keeps the attempt.
+    suspended = client.call(
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+        fields | {"extraInfo": info, "offset": str(redelivered.queue_offset), "suspend": "true"},
+    )
+    assert suspended.code == ResponseCode.SUCCESS, suspended
+    third = pop(client, "changed", poll_ms=5_000)
+    (kept,) = popped(third)
+    assert kept.body == b"later" and kept.reconsume_times == 1
+    info = extra_info_of_the_5x_client(third, kept)
     assert ack_remoting(client, "changed", info).code == ResponseCode.SUCCESS
 
 
