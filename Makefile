@@ -63,7 +63,7 @@ bench-lite: $(STAMP)
 # RocketMQ 5.4/5.5's newest message models (priority, recall, lite topics) through the official
 # Python client, ferrymq beside Apache RocketMQ 5.5 (Java 17, Maven, as bench-lite).
 bench-models: $(STAMP)
-	$(PY) -m bench.models --json
+	$(PY) -m bench.models --json --java-remoting-driver "$$($(PY) -m tests.support.clients argv java-remoting5)"
 
 # ferrymq against NATS JetStream, Redis Streams and RabbitMQ quorum queues (apt-installs them),
 # Apache Kafka and Apache RocketMQ (Java 17; jars fetched from Maven Central by the benchmark).

@@ -14,7 +14,7 @@ observation, never assumed.
   bodies that arrived. Promised: only the one not recalled.
 - priority-4x and recall-4x: the same through the 4.x door, from the official remoting
   client in its 5.x line (``rocketmq-client`` 5.5.0, ``tests/compat/java/remoting5``'s
-  driver, built as the tests build it) given the peer's name servers: ``setPriority``
+  driver, ``--java-remoting-driver``) given the peer's name servers: ``setPriority``
   sends (observed: each one's queue, then the priorities one SimpleConsumer receive
   takes), and two messages due in 5 s by ``setDeliverTimeMs`` of which one is recalled
   with ``recallMessage`` (observed: what a DefaultLitePullConsumer pulls until 10 s past
@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -66,6 +68,7 @@ TOPICS = (
     (DELAY_4X_TOPIC, QUEUES, "DELAY"),
 )
 GRACE_S = 10
+REMOTING_DRIVER: list[str] = []  # the remoting driver's command line (--java-remoting-driver)
 CLIENT_TIMEOUT_S = 300
 
 
@@ -126,13 +129,35 @@ def recall(peer) -> dict:
     }
 
 
-def remoting_client(peer, steps: list[dict]):
-    """The 4.x-protocol client's driver run against ``peer``'s name servers: its events."""
-    from tests.support import clients  # builds the tests' drivers from Maven Central
+def remoting_client(peer, steps: list[dict]) -> Events:
+    """The 4.x-protocol client's driver (``--java-remoting-driver``) run against ``peer``'s
+    name servers: its events, one JSON object per line, the last ``done``."""
+    if not REMOTING_DRIVER:
+        raise RuntimeError(
+            "needs --java-remoting-driver (make bench-models builds it: "
+            "python -m tests.support.clients argv java-remoting5)"
+        )
+    home = Path(peer.home) / "remoting5"
+    home.mkdir(parents=True, exist_ok=True)
+    argv = [REMOTING_DRIVER[0], f"-Duser.home={home}", *REMOTING_DRIVER[1:]]
+    done = subprocess.run(
+        argv,
+        input=json.dumps({"namesrv": peer.namesrv, "steps": steps}),
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+        env={**os.environ, "HOME": str(home)},
+        cwd=home,
+    )
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if not events or events[-1].get("event") != "done":
+        raise RuntimeError(f"the driver did not finish: {done.stderr[-500:]}")
+    return Events(events)
 
-    driver = clients.driver("java-remoting5")
-    spec = {"namesrv": peer.namesrv, "steps": steps}
-    return clients.run(driver, spec, Path(peer.home) / "remoting5", CLIENT_TIMEOUT_S)
+
+class Events(list):
+    def of(self, kind: str) -> list[dict]:
+        return [event for event in self if event.get("event") == kind]
 
 
 def priority_4x(peer) -> dict:
@@ -276,7 +301,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", default="ferrymq,rocketmq")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--java-remoting-driver",
+        default="",
+        help="JSON list: the command line of tests/compat/java/remoting5's driver, for the "
+        "-4x scenarios (python -m tests.support.clients argv java-remoting5 prints it)",
+    )
     args = parser.parse_args(argv)
+    REMOTING_DRIVER[:] = json.loads(args.java_remoting_driver or "[]")
     scenarios = args.scenarios.split(",")
     rows = [row for name in args.peers.split(",") for row in run_peer(name, scenarios)]
     print(json.dumps(rows) if args.json else table(rows))

@@ -453,3 +453,20 @@ def client_logs(home: Path, tail: int = 3000) -> str:
             text = path.read_text(errors="replace")[-tail:]
             parts.append(f"\n--- {path.relative_to(home)} ---\n{text}")
     return "".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.support.clients argv NAME``: build the driver NAME and print its
+    command line as JSON, for a benchmark to run it (``make bench-models``)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.support.clients")
+    parser.add_argument("command", choices=["argv"])
+    parser.add_argument("name")
+    args = parser.parse_args(argv)
+    print(json.dumps(list(driver(args.name).argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
