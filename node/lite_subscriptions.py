@@ -9,6 +9,12 @@ the topic's broker group, in memory, as in RocketMQ's broker: a client whose set
 has not heard of (it restarted, or became master since) gets nothing until the client's
 next COMPLETE_ADD (30 s at most), and a client silent for ``IDLE_S`` is forgotten.
 
+A group created Exclusive (RocketMQ 5.5's ``lite.sub.model``) gives each lite topic to one
+of its clients: the newest to subscribe to it (PARTIAL_ADD) takes it from the others, who
+are told (``exclude_others``; the service sends NotifyUnsubscribeLiteCommand). A whole-set
+sync excludes nobody, as in RocketMQ: a client that missed its notice re-adds the lite
+topic with its next COMPLETE_ADD and shares it until someone subscribes again.
+
 Quotas (LITE_SUBSCRIPTION_QUOTA_EXCEEDED): one request names at most ``REQUEST_MAX`` lite
 topics (the per-client quota the settings announce, plus RocketMQ's slack of 300), and the
 node holds at most ``subscriptions_max`` (client, lite topic) pairs.
@@ -113,6 +119,20 @@ class LiteSubscriptions:
         # group that expired unacked).
         client.ready |= lmqs
         return added
+
+    def exclude_others(
+        self, group: str, client_id: str, lmqs: Iterable[str]
+    ) -> list[tuple[str, str]]:
+        """RocketMQ 5.5's Exclusive model: ``client_id`` subscribed to ``lmqs``, so every
+        other client of ``group`` loses those of them it had; the (client id, lmq name)
+        pairs taken away, for the notices they are owed."""
+        excluded = []
+        for lmq in lmqs:
+            for key in sorted(self._subscribers.get(lmq, ())):
+                if key[0] == group and key[1] != client_id:
+                    self._remove(self._clients[key], {lmq})
+                    excluded.append((key[1], lmq))
+        return excluded
 
     def forget(self, group: str, client_id: str) -> None:
         """The client left (NotifyClientTermination)."""

@@ -181,6 +181,7 @@ class CreateGroup:
     max_delivery_attempts: int
     fifo: bool = False
     on_first_use: bool = False
+    lite_exclusive: bool = False
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,9 @@ class GroupConfig:
     name: str
     max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS
     fifo: bool = False
+    # RocketMQ 5.5's ``lite.sub.model=Exclusive``: a lite topic has at most one subscriber
+    # in the group; the newest takes it (node/lite_subscriptions.py).
+    lite_exclusive: bool = False
 
 
 @dataclass(frozen=True)

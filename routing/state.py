@@ -404,7 +404,9 @@ class RoutingState:
         return [("topics", command.name, None)], None
 
     def _plan_create_group(self, command: CreateGroup) -> tuple[list[Change], object]:
-        config = GroupConfig(command.name, command.max_delivery_attempts, command.fifo)
+        config = GroupConfig(
+            command.name, command.max_delivery_attempts, command.fifo, command.lite_exclusive
+        )
         check_group_config(config)
         if command.on_first_use:
             existing = self.groups.get(command.name)

@@ -151,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("--max-attempts", type=int, default=16)
     create.add_argument("--fifo", action="store_true")
+    create.add_argument(
+        "--lite-exclusive",
+        action="store_true",
+        help="each lite topic has one subscriber in the group, the newest (RocketMQ 5.5's "
+        "Exclusive lite subscription model)",
+    )
     create.set_defaults(handler=group_create)
     groups.add_parser("list", parents=[common]).set_defaults(handler=group_list)
     delete = groups.add_parser("delete", parents=[common])
@@ -509,7 +515,7 @@ def topic_delete(args) -> int:
 
 def group_create(args) -> int:
     with admin_of(args) as admin:
-        created = admin.create_group(args.name, args.max_attempts, args.fifo)
+        created = admin.create_group(args.name, args.max_attempts, args.fifo, args.lite_exclusive)
     show(args, created, f"created group {created.name}")
     return 0
 
@@ -520,8 +526,8 @@ def group_list(args) -> int:
     show_table(
         args,
         groups,
-        ["group", "max attempts", "fifo"],
-        [[g.name, g.max_delivery_attempts, g.fifo] for g in groups],
+        ["group", "max attempts", "fifo", "lite exclusive"],
+        [[g.name, g.max_delivery_attempts, g.fifo, g.lite_exclusive] for g in groups],
     )
     return 0
 

@@ -81,6 +81,11 @@ class GroupInfo:
     name: str
     max_delivery_attempts: int
     fifo: bool
+    lite_exclusive: bool = False  # RocketMQ 5.5's Exclusive lite subscription model
+
+
+def _group_info(group: api.Group) -> GroupInfo:
+    return GroupInfo(group.name, group.max_delivery_attempts, group.fifo, group.lite_exclusive)
 
 
 @dataclass(frozen=True)
@@ -283,18 +288,29 @@ class Admin:
 
     # ---- groups ----------------------------------------------------------------------
     def create_group(
-        self, name: str, max_delivery_attempts: int = 16, fifo: bool = False
+        self,
+        name: str,
+        max_delivery_attempts: int = 16,
+        fifo: bool = False,
+        lite_exclusive: bool = False,
     ) -> GroupInfo:
-        group = api.Group(name=name, max_delivery_attempts=max_delivery_attempts, fifo=fifo)
+        """``lite_exclusive``: each lite topic has one subscriber in the group, the newest
+        (RocketMQ 5.5's ``lite.sub.model=Exclusive``)."""
+        group = api.Group(
+            name=name,
+            max_delivery_attempts=max_delivery_attempts,
+            fifo=fifo,
+            lite_exclusive=lite_exclusive,
+        )
         created = self._call(self.stub.CreateGroup, api.CreateGroupRequest(group=group)).group
-        return GroupInfo(created.name, created.max_delivery_attempts, created.fifo)
+        return _group_info(created)
 
     def delete_group(self, name: str) -> None:
         self._call(self.stub.DeleteGroup, api.DeleteGroupRequest(name=name))
 
     def list_groups(self) -> list[GroupInfo]:
         answer = self._call(self.stub.ListGroups, api.ListGroupsRequest())
-        return [GroupInfo(g.name, g.max_delivery_attempts, g.fifo) for g in answer.groups]
+        return [_group_info(g) for g in answer.groups]
 
     def group_progress(self, group: str, topic: str) -> list[QueueProgress]:
         answers = self._each_master(

@@ -88,7 +88,10 @@ def topic_message(route: TopicRoute) -> api.Topic:
 
 def group_message(config: GroupConfig) -> api.Group:
     return api.Group(
-        name=config.name, max_delivery_attempts=config.max_delivery_attempts, fifo=config.fifo
+        name=config.name,
+        max_delivery_attempts=config.max_delivery_attempts,
+        fifo=config.fifo,
+        lite_exclusive=config.lite_exclusive,
     )
 
 
@@ -285,7 +288,7 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
 
         async def work(caller):
             config = await self.admin.create_group(
-                caller, group.name, group.max_delivery_attempts, group.fifo
+                caller, group.name, group.max_delivery_attempts, group.fifo, group.lite_exclusive
             )
             return {"group": group_message(config)}
 

@@ -161,6 +161,9 @@ def overall(answers: list[pb.Status]) -> pb.Status:
     return status(pb.MULTIPLE_RESULTS, "entries have different results; see each entry")
 
 
+LITE_CONSUMERS = (pb.LITE_PUSH_CONSUMER, pb.LITE_SIMPLE_CONSUMER)
+
+
 def check_command(half) -> rpc.TelemetryCommand:
     """The orphan check of a stored half, as a producer's Telemetry stream carries it."""
     return rpc.TelemetryCommand(
@@ -299,6 +302,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 async for command in request_iterator:
                     if command.WhichOneof("command") != "settings":
                         continue  # results of commands we never send
+                    if command.settings.client_type in LITE_CONSUMERS:
+                        self.services.lite.listen(
+                            client_id_of(context), outbox.notify_unsubscribe_lite
+                        )
                     if not outbox.offer(self._settings_answer(caller, command.settings, outbox)):
                         overflowed = True
                         return
@@ -312,6 +319,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         finally:
             reader.cancel()
             self.services.transactions.targets.unregister(outbox)
+            self.services.lite.unlisten(client_id_of(context), outbox.notify_unsubscribe_lite)
         if overflowed:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -1,15 +1,19 @@
 """What the node has to send on one Telemetry stream, bounded.
 
-Two things wait here: the answers to the client's settings commands, and orphan-transaction
-checks for producers (``node/services/transactions.py``). A client that writes commands and
-never reads its answers would otherwise grow the queue without end. At ``OUTBOX_MAX``:
+Three things wait here: the answers to the client's settings commands, orphan-transaction
+checks for producers (``node/services/transactions.py``), and a lite consumer's notices that
+an Exclusive group gave one of its lite topics to another client (``node/services/lite.py``).
+A client that writes commands and never reads its answers would otherwise grow the queue
+without end. At ``OUTBOX_MAX``:
 
 - a settings answer that does not fit ends the stream (RESOURCE_EXHAUSTED): the client is
   not reading, and answering some commands but not others would leave it with settings it
   cannot tell apart;
 - an orphan check that does not fit is not queued (``offer`` says False) and goes to another
   producer of the topic: the check is counted either way, and the next one comes after the
-  check interval, as when no producer is connected.
+  check interval, as when no producer is connected;
+- a notice that does not fit is dropped: the client keeps the lite topic in its set, and
+  its next whole-set sync shares it again, as when it never heard the notice.
 
 Thread-safety: owned by the node's event loop.
 """
@@ -35,6 +39,16 @@ class TelemetryOutbox:
             return False
         self._queue.put_nowait(command)
         return True
+
+    def notify_unsubscribe_lite(self, lite_topic: str) -> bool:
+        """Tell a lite consumer it no longer subscribes to ``lite_topic``."""
+        return self.offer(
+            rpc.TelemetryCommand(
+                notify_unsubscribe_lite_command=rpc.NotifyUnsubscribeLiteCommand(
+                    lite_topic=lite_topic
+                )
+            )
+        )
 
     def close(self) -> None:
         """Nothing more will be offered: ``next`` answers None once the rest is taken."""

@@ -12,7 +12,8 @@ the same checks and the same ACL decision (admin rights), whichever tool asked.
   NameServer): the topic is deleted once; a topic already gone is success, as each later
   request of the same command finds it.
 - UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): the group, with ``retryMaxTimes`` + 1
-  delivery attempts and ``consumeMessageOrderly`` as FIFO; an existing group is success
+  delivery attempts, ``consumeMessageOrderly`` as FIFO and the ``lite.sub.model``
+  attribute (Shared or Exclusive, RocketMQ 5.5); an existing group is success
   (ferrymq groups are not changed in place).
 - GET_BROKER_RUNTIME_INFO (28): the table clusterList and brokerStatus print, every key
   RocketMQ's 4.9 and 5.x tools read, with this node's own figures (``runtime_table``).
@@ -176,6 +177,22 @@ def human_bytes(count: int) -> str:
     return f"{count} B" if power == 0 else f"{value:.1f} {units[power]}"
 
 
+LITE_SUB_MODEL = "lite.sub.model"
+
+
+def lite_sub_model_exclusive(attributes: dict) -> bool:
+    """Whether a SubscriptionGroupConfig's attributes ask for RocketMQ 5.5's Exclusive lite
+    subscription model (mqadmin ``updateSubGroup --attributes +lite.sub.model=Exclusive``
+    sends the key with its ``+``); Shared, the default, when absent. Any other value is a
+    ValueError that names it."""
+    if not isinstance(attributes, dict):
+        raise TypeError("attributes: not an object")
+    model = attributes.get("+" + LITE_SUB_MODEL, attributes.get(LITE_SUB_MODEL, "Shared"))
+    if model not in ("Shared", "Exclusive"):
+        raise ValueError(f"{LITE_SUB_MODEL} {model!r}: Shared or Exclusive")
+    return model == "Exclusive"
+
+
 def compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
@@ -272,14 +289,16 @@ class AdminCodeHandlers:
             name = config["groupName"]
             retries = config.get("retryMaxTimes", 16)
             orderly = config.get("consumeMessageOrderly", False)
+            attributes = config.get("attributes") or {}
             if type(name) is not str or type(retries) is not int or type(orderly) is not bool:
                 raise TypeError("groupName, retryMaxTimes, consumeMessageOrderly: wrong types")
+            exclusive = lite_sub_model_exclusive(attributes)
         except (ValueError, KeyError, TypeError) as error:
             return request.reply(
                 ResponseCode.SYSTEM_ERROR, f"body is not a SubscriptionGroupConfig: {error}"
             )
         try:
-            await self.admin.create_group(caller, name, max(retries, 0) + 1, orderly)
+            await self.admin.create_group(caller, name, max(retries, 0) + 1, orderly, exclusive)
         except AdminRefused as refused:
             if refused.code != ALREADY_EXISTS:  # ferrymq groups are not changed in place
                 return request.reply(*refusal(refused, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))

@@ -266,9 +266,15 @@ class AdminService:
 
     # ---- groups ------------------------------------------------------------------------
     async def create_group(
-        self, caller: Caller, name: str, max_delivery_attempts: int = 0, fifo: bool = False
+        self,
+        caller: Caller,
+        name: str,
+        max_delivery_attempts: int = 0,
+        fifo: bool = False,
+        lite_exclusive: bool = False,
     ) -> GroupConfig:
-        command = CreateGroup(name, max_delivery_attempts or DEFAULT_MAX_DELIVERY_ATTEMPTS, fifo)
+        attempts = max_delivery_attempts or DEFAULT_MAX_DELIVERY_ATTEMPTS
+        command = CreateGroup(name, attempts, fifo, lite_exclusive=lite_exclusive)
         return (await self._change(caller, command)).value
 
     async def delete_group(self, caller: Caller, name: str) -> None:

@@ -57,6 +57,8 @@ class LiteService:
         self.subscriptions = subscriptions or LiteSubscriptions(clock=clock)
         self.clock = clock
         self._waiting: dict[ClientKey, set[asyncio.Future[None]]] = {}
+        # Each lite consumer's Telemetry stream here, by client id: where its notices go.
+        self._notices: dict[str, Callable[[str], bool]] = {}
         self._expired_at = clock()
         pop.on_lite_change = self.changed
         index.on_arrival = self.changed
@@ -102,9 +104,35 @@ class LiteService:
                 check_lite_topic(name)
         self._expire()
         self.subscriptions.sync(action, group.name, client_id, topic.name, lite_topics)
+        if action == pb.PARTIAL_ADD and group.lite_exclusive:
+            self._exclude_others(group.name, client_id, topic.name, lite_topics)
         if action == pb.PARTIAL_ADD and offset_option is not None:
             await self._start_at(group.name, topic.name, lite_topics, offset_option)
         self._wake((group.name, client_id))  # a new lite topic may have messages already
+
+    def _exclude_others(
+        self, group: str, client_id: str, topic: str, lite_topics: list[str]
+    ) -> None:
+        """An Exclusive group: the other subscribers of these lite topics lose them, each
+        told by a NotifyUnsubscribeLiteCommand on its Telemetry stream when that stream is
+        on this node (the usual case: the official clients keep it on the first endpoint
+        of the route, the master; one elsewhere is not told, docs/architecture.md)."""
+        named = {lmq_name(topic, name): name for name in lite_topics}
+        for other, lmq in self.subscriptions.exclude_others(group, client_id, named):
+            notify = self._notices.get(other)
+            if notify is not None:
+                notify(named[lmq])
+
+    # ---- notices to clients ----------------------------------------------------------
+    def listen(self, client_id: str, notify: Callable[[str], bool]) -> None:
+        """``notify(lite_topic)`` tells the lite consumer ``client_id`` it lost a lite
+        topic (its Telemetry stream here; a newer stream replaces an older one)."""
+        if client_id:
+            self._notices[client_id] = notify
+
+    def unlisten(self, client_id: str, notify: Callable[[str], bool]) -> None:
+        if self._notices.get(client_id) == notify:  # bound methods: equal, not identical
+            del self._notices[client_id]
 
     def forget(self, group: str, client_id: str) -> None:
         """The client left (NotifyClientTermination)."""

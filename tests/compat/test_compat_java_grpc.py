@@ -200,3 +200,31 @@ def test_lite_topics_through_the_lite_push_consumer(java, module_node, tmp_path,
         bodies = [e["body"] for e in consumed if e["lite_topic"] == lite]
         assert bodies == [f"{lite}-{n}" for n in range(3)], run.explain()
     assert not [e for e in consumed if e["lite_topic"] == "agent-c"], run.explain()
+
+
+def test_an_exclusive_lite_group_gives_a_lite_topic_to_its_newest_subscriber(
+    java, module_node, tmp_path, grpc_stubs
+):
+    """RocketMQ 5.5's Exclusive lite subscription model through the newest Java client: of
+    two LitePushConsumers of a group created ``lite_exclusive``, the second to subscribe to
+    a lite topic takes it; the first is told (NotifyUnsubscribeLiteCommand: its own set no
+    longer has it) and consumes nothing of it."""
+    _, admin = grpc_stubs
+    create_topic(admin, "j5-lite-x", queues=4, message_type=api.LITE)
+    create_group(admin, "j5-lite-x-readers", lite_exclusive=True)
+    bodies = [f"x-{n}" for n in range(4)]
+    step = {
+        "do": "lite_exclusive",
+        "topic": "j5-lite-x",
+        "group": "j5-lite-x-readers",
+        "lite_topic": "session-1",
+        "messages": bodies,
+        "deadline_s": 40,
+    }
+    run = run_java(java, module_node, tmp_path, [step])
+    assert not run.of("step_failed"), run.explain()
+    (sets,) = run.of("sets")
+    assert sets["a"] == [] and sets["b"] == ["session-1"], run.explain()
+    consumed = run.of("consumed")
+    assert sorted(e["body"] for e in consumed) == bodies, run.explain()
+    assert {e["instance"] for e in consumed} == {"b"}, run.explain()

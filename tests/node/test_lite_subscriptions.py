@@ -66,3 +66,19 @@ def test_a_silent_client_is_forgotten_and_a_syncing_one_is_kept():
     subs.expire()
     assert subs.client("G", "quiet") is None and subs.client("G", "busy") is not None
     assert subs.subscribers(lmq_name("T", "a")) == {("G", "busy")}
+
+
+def test_an_exclusive_subscription_takes_the_lite_topic_from_the_groups_other_clients():
+    """RocketMQ 5.5's Exclusive model: the newest subscriber keeps a lite topic; the others
+    of its group lose it (and are named, to be told); other groups keep theirs."""
+    subs = LiteSubscriptions()
+    subs.sync(pb.PARTIAL_ADD, "G", "c1", "T", ["a", "b"])
+    subs.sync(pb.PARTIAL_ADD, "G", "c2", "T", ["a"])
+    subs.sync(pb.PARTIAL_ADD, "H", "c3", "T", ["a"])
+    assert subs.count == 4
+    assert subs.exclude_others("G", "c2", lmqs("a")) == [("c1", lmq_name("T", "a"))]
+    assert subs.client("G", "c1").lmqs == lmqs("b")
+    assert lmq_name("T", "a") not in subs.client("G", "c1").ready
+    assert subs.subscribers(lmq_name("T", "a")) == {("G", "c2"), ("H", "c3")}
+    assert subs.count == 3
+    assert subs.exclude_others("G", "c2", lmqs("a")) == []  # nobody left to exclude

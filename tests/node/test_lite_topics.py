@@ -6,13 +6,16 @@ invisibility and DLQ forwards name the lite topic; refusals carry RocketMQ's cod
 
 from __future__ import annotations
 
+import queue
+import threading
+
 import pytest
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support.remoting_client import RemotingClient, send_v2
-from tests.support.rpc import create_topic, message, receive, stubs
+from tests.support.rpc import create_group, create_topic, message, receive, stubs
 
 TOPIC = "lite-parent"
 
@@ -242,3 +245,73 @@ def test_consumer_settings_announce_the_lite_quota_and_name_size(grpc):
     subscription = answers[0].settings.subscription
     assert subscription.lite_subscription_quota == 2000
     assert subscription.max_lite_topic_size == 64
+
+
+class TelemetryStream:
+    """A lite consumer's Telemetry stream held open, as the official clients hold theirs:
+    the node's answers and notices land in ``commands``."""
+
+    def __init__(self, messaging, who: str, group: str) -> None:
+        settings = pb.Settings(
+            client_type=pb.LITE_PUSH_CONSUMER,
+            subscription=pb.Subscription(group=pb.Resource(name=group)),
+        )
+        self._done = threading.Event()
+        self.commands: queue.Queue = queue.Queue()
+
+        def requests():
+            yield rpc.TelemetryCommand(settings=settings)
+            self._done.wait()
+
+        self._call = messaging.Telemetry(requests(), metadata=client(who))
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        assert self.next().WhichOneof("command") == "settings"  # registered by then
+
+    def _read(self) -> None:
+        try:
+            for command in self._call:
+                self.commands.put(command)
+        except Exception:  # cancelled at close
+            pass
+
+    def next(self, timeout_s: float = 5.0):
+        return self.commands.get(timeout=timeout_s)
+
+    def close(self) -> None:
+        self._done.set()
+        self._call.cancel()
+        self._reader.join(5)
+
+
+@pytest.mark.parametrize("exclusive", [True, False], ids=["exclusive", "shared"])
+def test_an_exclusive_group_gives_a_lite_topic_to_its_newest_subscriber(
+    grpc, module_node, exclusive
+):
+    """RocketMQ 5.5's ``lite.sub.model=Exclusive``: when a second client of the group
+    subscribes to a lite topic, the first loses it, is told on its Telemetry stream
+    (NotifyUnsubscribeLiteCommand) and receives nothing more of it. In a Shared group
+    (the default) both keep it and nobody is told."""
+    group = f"lite-model-{'x' if exclusive else 's'}"
+    channel, _, admin = stubs(module_node.address)
+    create_group(admin, group, lite_exclusive=exclusive)
+    channel.close()
+    room = f"room-{group}"
+    first = TelemetryStream(grpc, f"{group}-1", group)
+    try:
+        assert sync(grpc, f"{group}-1", group, [room]).status.code == pb.OK
+        assert sync(grpc, f"{group}-2", group, [room]).status.code == pb.OK
+        send(grpc, f"{group}-m".encode(), room)
+        if exclusive:
+            notice = first.next()
+            assert notice.notify_unsubscribe_lite_command.lite_topic == room, notice
+        else:
+            with pytest.raises(queue.Empty):
+                first.next(timeout_s=1.0)
+    finally:
+        first.close()
+    status, got, _ = lite_receive(grpc, f"{group}-1", group)
+    if exclusive:
+        assert status.code == pb.MESSAGE_NOT_FOUND
+        _, got, _ = lite_receive(grpc, f"{group}-2", group)
+    assert [m.body for m in got] == [f"{group}-m".encode()]

@@ -85,6 +85,21 @@ def test_bad_admin_requests_are_refused_with_what_is_wrong(client):
     assert unknown.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "x" in unknown.remark
 
 
+def test_a_group_takes_rocketmqs_lite_subscription_model_attribute(node, client):
+    """mqadmin ``updateSubGroup --attributes +lite.sub.model=Exclusive`` (RocketMQ 5.5):
+    the group is created Exclusive; Shared is the default; another model is refused."""
+    for name, attributes in (("lite-x", {"+lite.sub.model": "Exclusive"}), ("lite-s", {})):
+        body = json.dumps({"groupName": name, "attributes": attributes}).encode()
+        assert create_group(client, body).code == ResponseCode.SUCCESS
+    with Admin(node.address) as admin:
+        models = {g.name: g.lite_exclusive for g in admin.list_groups()}
+    assert models["lite-x"] is True and models["lite-s"] is False
+    odd = json.dumps({"groupName": "lite-o", "attributes": {"+lite.sub.model": "Solo"}})
+    refused = create_group(client, odd.encode())
+    assert refused.code == ResponseCode.SYSTEM_ERROR
+    assert "lite.sub.model 'Solo': Shared or Exclusive" in refused.remark
+
+
 def test_topic_status_is_each_queues_offsets_and_last_store_time(client):
     assert create_topic(client, "stats").code == ResponseCode.SUCCESS
     for i in range(3):

@@ -165,14 +165,16 @@ class DescribeTopicResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topic: _Optional[_Union[Topic, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[TopicQueue, _Mapping]]] = ...) -> None: ...
 
 class Group(_message.Message):
-    __slots__ = ("name", "max_delivery_attempts", "fifo")
+    __slots__ = ("name", "max_delivery_attempts", "fifo", "lite_exclusive")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     FIFO_FIELD_NUMBER: _ClassVar[int]
+    LITE_EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
     name: str
     max_delivery_attempts: int
     fifo: bool
-    def __init__(self, name: _Optional[str] = ..., max_delivery_attempts: _Optional[int] = ..., fifo: _Optional[bool] = ...) -> None: ...
+    lite_exclusive: bool
+    def __init__(self, name: _Optional[str] = ..., max_delivery_attempts: _Optional[int] = ..., fifo: _Optional[bool] = ..., lite_exclusive: _Optional[bool] = ...) -> None: ...
 
 class CreateGroupRequest(_message.Message):
     __slots__ = ("group",)

@@ -101,6 +101,7 @@ public final class Grpc5Driver {
             "simple", driver::simple,
             "push", driver::push,
             "lite_push", driver::litePush,
+            "lite_exclusive", driver::liteExclusive,
             "load", driver::load));
     }
 
@@ -529,6 +530,64 @@ public final class Grpc5Driver {
             }
             Out.emit("seen", "bodies", new ArrayList<>(new java.util.TreeSet<>(seen)));
         }
+    }
+
+    private LitePushConsumer litePushConsumer(JsonObject step, String instance) throws Exception {
+        return provider.newLitePushConsumerBuilder()
+            .setClientConfiguration(configuration)
+            .setConsumerGroup(Out.str(step, "group", ""))
+            .bindTopic(Out.str(step, "topic", ""))
+            .setConsumptionThreadCount(1)
+            .setMessageListener(view -> {
+                Object[] described = describe(view);
+                Object[] event = java.util.Arrays.copyOf(described, described.length + 2);
+                event[described.length] = "instance";
+                event[described.length + 1] = instance;
+                Out.emit("consumed", event);
+                liteConsumed.add(Out.utf8(bytesOf(view.getBody())));
+                return ConsumeResult.SUCCESS;
+            })
+            .build();
+    }
+
+    /**
+     * Two LitePushConsumers "a" and "b" of one group subscribe, in turn, to "lite_topic";
+     * then "messages" bodies are sent to it. Events: "sets" (each consumer's lite topics once
+     * "a" no longer has it, or after "notice_s"), "consumed" with the consumer's instance,
+     * "seen" (bodies) after every body was consumed or "deadline_s".
+     */
+    private void liteExclusive(JsonObject step) throws Exception {
+        String topic = Out.str(step, "topic", "");
+        String liteTopic = Out.str(step, "lite_topic", "");
+        try (LitePushConsumer a = litePushConsumer(step, "a");
+             LitePushConsumer b = litePushConsumer(step, "b")) {
+            a.subscribeLite(liteTopic);
+            b.subscribeLite(liteTopic);
+            long noticeBy = System.nanoTime() + (long) (Out.real(step, "notice_s", 10) * 1e9);
+            while (a.getLiteTopicSet().contains(liteTopic) && System.nanoTime() < noticeBy) {
+                Out.sleepMillis(50);
+            }
+            Out.emit("sets", "a", new ArrayList<>(a.getLiteTopicSet()),
+                "b", new ArrayList<>(b.getLiteTopicSet()));
+            List<String> bodies = Out.strings(step, "messages");
+            try (Producer producer = producer(Collections.singletonList(topic), null)) {
+                for (String body : bodies) {
+                    producer.send(provider.newMessageBuilder().setTopic(topic)
+                        .setBody(Out.bytes(body)).setLiteTopic(liteTopic).build());
+                }
+            }
+            long deadline = System.nanoTime() + (long) (Out.real(step, "deadline_s", 30) * 1e9);
+            while (System.nanoTime() < deadline && !consumedAll(bodies)) {
+                Out.sleepMillis(100);
+            }
+            Out.sleepMillis((long) (Out.real(step, "linger_s", 2) * 1000));
+        }
+    }
+
+    private final Set<String> liteConsumed = ConcurrentHashMap.newKeySet();
+
+    private boolean consumedAll(List<String> bodies) {
+        return liteConsumed.containsAll(bodies);
     }
 
     // ---- a failover drill's load -------------------------------------------------------
