@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from ferrymq.cli.main import main
 from ferrymq.client import Admin
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.launcher.polling import until
@@ -170,3 +171,16 @@ def test_the_4x_doors_topic_attributes_set_it_and_refuse_bad_ones(admin_node):
         )
     described = admin.DescribeTopic(api.DescribeTopicRequest(name="door-lite")).topic
     assert described.lite_expiration_minutes == -1
+
+
+def test_the_cli_creates_a_lite_topic_with_an_expiration(admin_node, capsys):
+    node, _ = admin_node
+    server = ["--server", node.address]
+    created = ["topic", "create", "cli-lite", "--type", "LITE", "--lite-expiration-minutes", "30"]
+    assert main(created + server) == 0
+    assert main(["topic", "describe", "cli-lite", *server]) == 0
+    assert "cli-lite: 8 queues, LITE, READ_WRITE, lite topics expire after 30 min idle" in (
+        capsys.readouterr().out
+    )
+    assert main(["topic", "create", "cli-plain", "--lite-expiration-minutes", "30", *server]) != 0
+    assert "for LITE topics only" in capsys.readouterr().err
