@@ -26,7 +26,9 @@ so it never adds them back; a message stored after the marker has a higher offse
 starts the lite topic afresh. A marker follows every message it names in the log, so
 retention removes those messages no later than the marker: it needs no rolling forward.
 While the master stores a marker, the offsets it names are already hidden from readers
-(``hide``), so that no receive delivers them in between.
+(``hide``), so that no receive delivers them in between. A slave that cuts its log's tail
+may cut a marker it applied (its master never had it): on promotion, before it serves
+receives, ``mend_cut`` reads such a marker's lite topic's messages back in.
 
 Thread-safety: ``_on_dispatch`` runs on the store's dispatching thread, every reader on
 the node's event loop; each change is one list or dict operation under the GIL, and
@@ -39,12 +41,13 @@ import asyncio
 import bisect
 import threading
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterable
 
 from ferrymq.codec.properties import PROPERTY_LITE_TOPIC
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.replicated_store import ReplicatedStore
-from node.lite_names import lmq_name
+from node.lite_names import lmq_name, parent_topic
 from node.rpc_status import InvalidRequest
 from store.dispatch_request import DispatchRequest
 from store.message import Message
@@ -52,6 +55,9 @@ from store.message import Message
 REBUILD_PAGE = 256
 LITE_TOPICS_MAX = 1_000_000  # lite topics a node holds (RocketMQ: maxLmqConsumeQueueNum)
 EXPIRY_TOPIC = "%SYS%LITE_EXPIRY"  # markers: properties "lmq" and "upto"
+# Markers applied that a cut of the log's tail could still remove (``mend_cut``): a cut
+# removes what the master had not replicated, far fewer than this many expiries.
+RECENT_MARKERS = 65_536
 
 
 def expiry_marker(lmq: str, upto: int) -> Message:
@@ -74,6 +80,8 @@ class LiteIndex:
         # While ``load`` rebuilds: lmq name -> the highest ``upto`` of its markers.
         self._floors: dict[str, int] | None = None
         self._hidden: dict[str, int] = {}  # lmq name -> upto of a marker being stored
+        # (CommitLog offset of a marker, its lmq name, its upto), in log order.
+        self._recent: deque[tuple[int, str, int]] = deque(maxlen=RECENT_MARKERS)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self.on_arrival: Callable[[str], None] = lambda lmq: None  # on the loop
@@ -100,7 +108,7 @@ class LiteIndex:
         while offset < end:
             page = store.get_messages(EXPIRY_TOPIC, 0, offset, REBUILD_PAGE)
             for stored in page.messages:
-                self._expired(stored.properties)
+                self._expired(stored.properties, stored.physical_offset)
             if page.next_begin_offset <= offset:
                 break
             offset = page.next_begin_offset
@@ -125,7 +133,7 @@ class LiteIndex:
     def _on_dispatch(self, requests: list[DispatchRequest]) -> None:
         for request in requests:
             if request.topic == EXPIRY_TOPIC:
-                self._expired(request.properties)
+                self._expired(request.properties, request.physical_offset)
                 continue
             lite_topic = request.properties.get(PROPERTY_LITE_TOPIC)
             # A DLQ or retry copy keeps the property: only a topic's own message counts.
@@ -140,14 +148,15 @@ class LiteIndex:
             else:
                 self._loop.call_soon_threadsafe(self.on_arrival, lmq)
 
-    def _expired(self, properties: dict[str, str]) -> None:
-        """Apply an expiry marker: drop its lite topic's offsets at or below ``upto`` (a
-        new list, never a change of the one a reader may hold), and none of them is added
-        by a rebuild under way."""
+    def _expired(self, properties: dict[str, str], at: int) -> None:
+        """Apply the expiry marker stored at ``at``: drop its lite topic's offsets at or
+        below ``upto`` (a new list, never a change of the one a reader may hold), and none
+        of them is added by a rebuild under way."""
         fields = _marker_fields(properties)
         if fields is None:
             return
         lmq, upto = fields
+        self._recent.append((at, lmq, upto))
         floors = self._floors
         if floors is not None:
             floors[lmq] = max(floors.get(lmq, -1), upto)
@@ -159,6 +168,37 @@ class LiteIndex:
             self._offsets[lmq] = rest
         else:
             del self._offsets[lmq]
+
+    def mend_cut(self) -> int:
+        """Read back the messages of the lite topics whose markers a cut of the log's tail
+        removed (a promoted slave's: its new master never had them); how many markers."""
+        end = self.store.write_offset
+        cut = [(lmq, upto) for at, lmq, upto in self._recent if at >= end]
+        if not cut:
+            return 0
+        kept = [entry for entry in self._recent if entry[0] < end]
+        self._recent = deque(kept, maxlen=RECENT_MARKERS)
+        upto_of: dict[str, int] = {}
+        for lmq, upto in cut:
+            upto_of[lmq] = max(upto_of.get(lmq, -1), upto)
+        for topic in {parent_topic(lmq) for lmq in upto_of}:
+            for queue_id in self.store.queue_ids(topic):
+                self._reread_queue(topic, queue_id, upto_of)
+        return len(cut)
+
+    def _reread_queue(self, topic: str, queue_id: int, upto_of: dict[str, int]) -> None:
+        store = self.store
+        offset = store.min_offset_in_queue(topic, queue_id)
+        end = store.max_offset_in_queue(topic, queue_id)
+        while offset < end:
+            page = store.get_messages(topic, queue_id, offset, REBUILD_PAGE)
+            for stored in page.messages:
+                lmq = lmq_name(topic, stored.properties.get(PROPERTY_LITE_TOPIC, ""))
+                if stored.physical_offset <= upto_of.get(lmq, -1):
+                    self._add(lmq, stored.physical_offset)
+            if page.next_begin_offset <= offset:
+                break
+            offset = page.next_begin_offset
 
     def hide(self, lmq: str, upto: int) -> None:
         """Readers no longer see ``lmq``'s offsets at or below ``upto``: its expiry marker

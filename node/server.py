@@ -479,6 +479,7 @@ class Node:
             return  # the first start loads them after joining
         self.offsets.reload()
         self.pop_state.reload()
+        self.lite_index.mend_cut()
         self.timers.reload()
         self.transactions.reload()
 

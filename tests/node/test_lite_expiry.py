@@ -259,3 +259,17 @@ def test_a_check_reads_no_message_of_an_active_lite_topic(lite, monkeypatch):
     monkeypatch.setattr(lite.store, "read_message", lambda o: reads.append(o) or read(o))
     assert lite.check() == 1
     assert reads == [idle]  # its store time, to confirm; none of the 50 busy ones
+
+
+def test_a_marker_a_cut_of_the_tail_removed_is_undone_on_promotion(lite):
+    """A slave applied a marker its new master never had, then cut it: before it serves
+    receives as master (``Node._reload_states``), the lite topic's messages are back."""
+    first, second = lite.send("a"), lite.send("a", topic=CHAT)
+    lite.send("b")
+    lmq = lmq_name(CHAT, "a")
+    marker = lite.store.put_messages([expiry_marker(lmq, second)])
+    assert lite.holds("a") == []
+    lite.store.truncate_to(marker.appended[0].physical_offset)
+    assert lite.index.mend_cut() == 1
+    assert lite.holds("a") == [first, second] and len(lite.holds("b")) == 1
+    assert lite.index.mend_cut() == 0
