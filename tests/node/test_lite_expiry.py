@@ -20,6 +20,7 @@ from node.lite_names import lmq_name
 from node.long_polling import QueueWaiters
 from node.pop_state import PopState
 from node.receipt_handle import ReceiptHandles
+from node.services.caller import Caller, Door
 from node.services.lite import LiteService
 from node.services.permissions import Permissions
 from node.services.pop import PopService
@@ -115,11 +116,18 @@ class Lite:
         self.lite.subscriptions.sync(pb.PARTIAL_ADD, group, client, topic, lite_topics)
 
     def receive(self, client: str, group: str = "G") -> list[bytes]:
+        return [d.stored.body for d in self.deliveries(client, group)]
+
+    def deliveries(self, client: str, group: str = "G"):
         subscribed = self.lite.subscriptions.client(group, client)
         if subscribed is None:
             return []
-        got = self.run(self.pop.receive_lite(self.topics.group(group), subscribed, 32, 60_000))
-        return [d.stored.body for d in got]
+        return self.run(self.pop.receive_lite(self.topics.group(group), subscribed, 32, 60_000))
+
+    def ack(self, delivery, lite_topic: str, group: str = "G") -> int:
+        caller = Caller(Door.MESSAGING, "AckMessage", None)
+        acked = self.pop.ack(caller, group, CHAT, [delivery.handle], lite_topic)
+        return self.run(acked)[0].code
 
     def holds(self, lite_topic: str, topic: str = CHAT) -> list[int]:
         return self.index.offsets(lmq_name(topic, lite_topic)).tolist()
@@ -178,7 +186,8 @@ def test_its_subscriptions_and_the_groups_deliveries_in_flight_go_with_it(lite):
     lite.send("b", b"b1")
     lite.subscribe("c1", "G", "a", "b")
     lite.subscribe("c2", "H", "a")
-    assert sorted(lite.receive("c1", "G")) == [b"a1", b"b1"]  # in flight, not acked
+    delivered = lite.deliveries("c1", "G")  # in flight, not acked
+    assert sorted(d.stored.body for d in delivered) == [b"a1", b"b1"]
     lite.now = T0 + 20 * MINUTE_MS
     lite.send("b", b"b2")  # b stays active
     lite.now = T0 + 31 * MINUTE_MS
@@ -187,6 +196,8 @@ def test_its_subscriptions_and_the_groups_deliveries_in_flight_go_with_it(lite):
     assert lite.lite.subscriptions.subscribers(a) == set()
     assert lite.lite.subscriptions.client("G", "c1").lmqs == {lmq_name(CHAT, "b")}
     assert lite.state.cursor(("G", a, 0)) is None  # its delivery in flight ended
+    (a1,) = [d for d in delivered if d.stored.body == b"a1"]
+    assert lite.ack(a1, "a") == pb.INVALID_RECEIPT_HANDLE  # as after a redelivery
     assert lite.state.cursor(("G", lmq_name(CHAT, "b"), 0)) is not None
     lite.now += 5 * MINUTE_MS  # past the invisibility: nothing of a comes back
     assert lite.receive("c1", "G") == [b"b1", b"b2"]
