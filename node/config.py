@@ -56,6 +56,14 @@ Layout of ``node.toml``::
     first_frame_timeout_ms = 10000       # no whole request after accept (TLS handshake
                                          # included): closed
 
+    [lite]                   # lite topics (RocketMQ 5.5): expiry of idle ones, for LITE
+                             # topics with lite.topic.expiration (node/lite_expiry.py)
+    expiry_check_interval_s = 120  # the master looks for idle lite topics this often
+                             # (RocketMQ's liteTtlCheckInterval)
+    min_expiry_s = 900       # no lite topic expires sooner after its last message, and
+                             # none in a node's first min_expiry_s as master (RocketMQ's
+                             # minLiteTTl, 15 min); 0 in tests only
+
     [store]                  # any field of store.config.StoreConfig but data_dir
     flush_mode = "ASYNC_FLUSH"
     commitlog_segment_bytes = 1073741824
@@ -200,6 +208,14 @@ class RemotingOptions:
 
 
 @dataclass(frozen=True)
+class LiteOptions:
+    """Expiry of idle lite topics (node/lite_expiry.py), RocketMQ's broker defaults."""
+
+    expiry_check_interval_s: int = 120
+    min_expiry_s: int = 900
+
+
+@dataclass(frozen=True)
 class ClusterOptions:
     voters: tuple[str, ...] = ()
     secret: str = field(default="", repr=False)  # never in a log line or a traceback
@@ -248,6 +264,7 @@ class NodeConfig:
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
     messages: MessagingOptions = field(default_factory=MessagingOptions)
     remoting: RemotingOptions = field(default_factory=RemotingOptions)
+    lite: LiteOptions = field(default_factory=LiteOptions)
     store: dict[str, Any] = field(default_factory=dict)
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
     replication: ReplicationOptions = field(default_factory=ReplicationOptions)
@@ -286,6 +303,7 @@ _PORT_FIELDS = {f.name for f in dataclasses.fields(Ports)}
 _MESSAGES_FIELDS = {f.name for f in dataclasses.fields(MessagingOptions)}
 _MESSAGES_SWITCHES = {"untyped_topics_take_any_type", "auto_create_groups"}
 _REMOTING_FIELDS = {f.name for f in dataclasses.fields(RemotingOptions)}
+_LITE_FIELDS = {f.name for f in dataclasses.fields(LiteOptions)}
 _CLUSTER_FIELDS = {f.name for f in dataclasses.fields(ClusterOptions)}
 _REPLICATION_FIELDS = {f.name for f in dataclasses.fields(ReplicationOptions)}
 _SECURITY_FIELDS = {f.name for f in dataclasses.fields(SecurityOptions)}
@@ -303,6 +321,7 @@ def parse_node_config(text: str) -> NodeConfig:
         "metrics",
         "messages",
         "remoting",
+        "lite",
         "store",
         "cluster",
         "replication",
@@ -316,6 +335,7 @@ def parse_node_config(text: str) -> NodeConfig:
     store = _checked(raw.get("store", {}), _STORE_FIELDS, "store")
     messages = _checked(raw.get("messages", {}), _MESSAGES_FIELDS, "messages")
     remoting = _remoting_options(_checked(raw.get("remoting", {}), _REMOTING_FIELDS, "remoting"))
+    lite = _lite_options(_checked(raw.get("lite", {}), _LITE_FIELDS, "lite"))
     cluster = _cluster_options(_checked(raw.get("cluster", {}), _CLUSTER_FIELDS, "cluster"))
     replication = _replication_options(
         _checked(raw.get("replication", {}), _REPLICATION_FIELDS, "replication")
@@ -364,6 +384,7 @@ def parse_node_config(text: str) -> NodeConfig:
         metrics=metrics,
         messages=MessagingOptions(**messages),
         remoting=remoting,
+        lite=lite,
         store=store,
         cluster=cluster,
         replication=replication,
@@ -424,6 +445,15 @@ def _remoting_options(section: dict[str, Any]) -> RemotingOptions:
             f"must be at most max_connections ({options.max_connections})"
         )
     return options
+
+
+def _lite_options(section: dict[str, Any]) -> LiteOptions:
+    for name, value in section.items():
+        low = 1 if name == "expiry_check_interval_s" else 0
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            kind = "a positive integer" if low else "an integer, 0 or more"
+            raise ConfigError(f"lite.{name} must be {kind}, got {value!r}")
+    return LiteOptions(**section)
 
 
 def _check_request_bytes(messages: dict[str, Any]) -> None:
@@ -576,6 +606,10 @@ def render_node_config(config: NodeConfig) -> str:
     lines.append("[remoting]")
     for name in sorted(_REMOTING_FIELDS):
         lines.append(f"{name} = {getattr(config.remoting, name)}")
+    lines.append("")
+    lines.append("[lite]")
+    for name in sorted(_LITE_FIELDS):
+        lines.append(f"{name} = {getattr(config.lite, name)}")
     lines.append("")
     lines.append("[cluster]")
     lines.append("voters = [" + ", ".join(_toml_value(v) for v in config.cluster.voters) + "]")

@@ -17,6 +17,19 @@ slave's alike, so a promoted slave has it). An offset is added at most once and 
 cut its log's tail drops the entries past the cut when records are dispatched there again.
 Offsets below the log's first (retention) are dropped as they are read.
 
+Expiry (``node/lite_expiry.py``): a lite topic idle past its topic's
+``lite.topic.expiration`` is deleted by a marker record in ``%SYS%LITE_EXPIRY`` naming it
+and ``upto``, the CommitLog offset of its newest message when it expired. Every node drops
+that lite topic's offsets at or below ``upto`` when the marker is dispatched (the master's
+append, a slave's replication), and ``load`` reads the retained markers before it rebuilds,
+so it never adds them back; a message stored after the marker has a higher offset and
+starts the lite topic afresh. A marker follows every message it names in the log, so
+retention removes those messages no later than the marker: it needs no rolling forward.
+While the master stores a marker, the offsets it names are already hidden from readers
+(``hide``), so that no receive delivers them in between. A slave that cuts its log's tail
+may cut a marker it applied (its master never had it): on promotion, before it serves
+receives, ``mend_cut`` reads such a marker's lite topic's messages back in.
+
 Thread-safety: ``_on_dispatch`` runs on the store's dispatching thread, every reader on
 the node's event loop; each change is one list or dict operation under the GIL, and
 readers take each list once. Arrivals are handed to the loop (``on_arrival``).
@@ -28,17 +41,35 @@ import asyncio
 import bisect
 import threading
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterable
 
 from ferrymq.codec.properties import PROPERTY_LITE_TOPIC
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.replicated_store import ReplicatedStore
-from node.lite_names import lmq_name
+from node.lite_names import lmq_name, parent_topic
 from node.rpc_status import InvalidRequest
 from store.dispatch_request import DispatchRequest
+from store.message import Message
 
 REBUILD_PAGE = 256
 LITE_TOPICS_MAX = 1_000_000  # lite topics a node holds (RocketMQ: maxLmqConsumeQueueNum)
+EXPIRY_TOPIC = "%SYS%LITE_EXPIRY"  # markers: properties "lmq" and "upto"
+# Markers applied that a cut of the log's tail could still remove (``mend_cut``): a cut
+# removes what the master had not replicated, far fewer than this many expiries.
+RECENT_MARKERS = 65_536
+
+
+def expiry_marker(lmq: str, upto: int) -> Message:
+    """The record that deletes ``lmq``'s messages at or below CommitLog offset ``upto``."""
+    return Message(EXPIRY_TOPIC, b"", properties={"lmq": lmq, "upto": str(upto)})
+
+
+def _marker_fields(properties: dict[str, str]) -> tuple[str, int] | None:
+    try:
+        return properties["lmq"], int(properties["upto"])
+    except (KeyError, ValueError):
+        return None
 
 
 class LiteIndex:
@@ -46,6 +77,11 @@ class LiteIndex:
         self.store = store
         self.lite_topics_max = lite_topics_max
         self._offsets: dict[str, array] = {}  # lmq name -> ascending CommitLog offsets
+        # While ``load`` rebuilds: lmq name -> the highest ``upto`` of its markers.
+        self._floors: dict[str, int] | None = None
+        self._hidden: dict[str, int] = {}  # lmq name -> upto of a marker being stored
+        # (CommitLog offset of a marker, its lmq name, its upto), in log order.
+        self._recent: deque[tuple[int, str, int]] = deque(maxlen=RECENT_MARKERS)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self.on_arrival: Callable[[str], None] = lambda lmq: None  # on the loop
@@ -56,10 +92,26 @@ class LiteIndex:
         (the LITE topics this node serves)."""
         self._loop = loop
         self._loop_thread = threading.get_ident()
+        self._floors = {}
         self.store.add_dispatch_listener(self._on_dispatch)
+        self._read_markers()
         for topic in lite_topics:
             for queue_id in self.store.queue_ids(topic):
                 self._rebuild_queue(topic, queue_id)
+        self._floors = None
+
+    def _read_markers(self) -> None:
+        """The expiry markers the log holds, before the queues they apply to are read."""
+        store = self.store
+        offset = store.min_offset_in_queue(EXPIRY_TOPIC, 0)
+        end = store.max_offset_in_queue(EXPIRY_TOPIC, 0)
+        while offset < end:
+            page = store.get_messages(EXPIRY_TOPIC, 0, offset, REBUILD_PAGE)
+            for stored in page.messages:
+                self._expired(stored.properties, stored.physical_offset)
+            if page.next_begin_offset <= offset:
+                break
+            offset = page.next_begin_offset
 
     def _rebuild_queue(self, topic: str, queue_id: int) -> None:
         store = self.store
@@ -67,16 +119,22 @@ class LiteIndex:
         end = store.max_offset_in_queue(topic, queue_id)
         while offset < end:
             page = store.get_messages(topic, queue_id, offset, REBUILD_PAGE)
+            floors = self._floors or {}
             for stored in page.messages:
                 lite_topic = stored.properties.get(PROPERTY_LITE_TOPIC)
                 if lite_topic:
-                    self._add(lmq_name(topic, lite_topic), stored.physical_offset)
+                    lmq = lmq_name(topic, lite_topic)
+                    if stored.physical_offset > floors.get(lmq, -1):
+                        self._add(lmq, stored.physical_offset)
             if page.next_begin_offset <= offset:
                 break
             offset = page.next_begin_offset
 
     def _on_dispatch(self, requests: list[DispatchRequest]) -> None:
         for request in requests:
+            if request.topic == EXPIRY_TOPIC:
+                self._expired(request.properties, request.physical_offset)
+                continue
             lite_topic = request.properties.get(PROPERTY_LITE_TOPIC)
             # A DLQ or retry copy keeps the property: only a topic's own message counts.
             if not lite_topic or request.topic.startswith("%"):
@@ -89,6 +147,66 @@ class LiteIndex:
                 self.on_arrival(lmq)
             else:
                 self._loop.call_soon_threadsafe(self.on_arrival, lmq)
+
+    def _expired(self, properties: dict[str, str], at: int) -> None:
+        """Apply the expiry marker stored at ``at``: drop its lite topic's offsets at or
+        below ``upto`` (a new list, never a change of the one a reader may hold), and none
+        of them is added by a rebuild under way."""
+        fields = _marker_fields(properties)
+        if fields is None:
+            return
+        lmq, upto = fields
+        self._recent.append((at, lmq, upto))
+        floors = self._floors
+        if floors is not None:
+            floors[lmq] = max(floors.get(lmq, -1), upto)
+        offsets = self._offsets.get(lmq)
+        if offsets is None:
+            return
+        rest = offsets[bisect.bisect_right(offsets, upto) :]
+        if rest:
+            self._offsets[lmq] = rest
+        else:
+            del self._offsets[lmq]
+
+    def mend_cut(self) -> int:
+        """Read back the messages of the lite topics whose markers a cut of the log's tail
+        removed (a promoted slave's: its new master never had them); how many markers."""
+        end = self.store.write_offset
+        cut = [(lmq, upto) for at, lmq, upto in self._recent if at >= end]
+        if not cut:
+            return 0
+        kept = [entry for entry in self._recent if entry[0] < end]
+        self._recent = deque(kept, maxlen=RECENT_MARKERS)
+        upto_of: dict[str, int] = {}
+        for lmq, upto in cut:
+            upto_of[lmq] = max(upto_of.get(lmq, -1), upto)
+        for topic in {parent_topic(lmq) for lmq in upto_of}:
+            for queue_id in self.store.queue_ids(topic):
+                self._reread_queue(topic, queue_id, upto_of)
+        return len(cut)
+
+    def _reread_queue(self, topic: str, queue_id: int, upto_of: dict[str, int]) -> None:
+        store = self.store
+        offset = store.min_offset_in_queue(topic, queue_id)
+        end = store.max_offset_in_queue(topic, queue_id)
+        while offset < end:
+            page = store.get_messages(topic, queue_id, offset, REBUILD_PAGE)
+            for stored in page.messages:
+                lmq = lmq_name(topic, stored.properties.get(PROPERTY_LITE_TOPIC, ""))
+                if stored.physical_offset <= upto_of.get(lmq, -1):
+                    self._add(lmq, stored.physical_offset)
+            if page.next_begin_offset <= offset:
+                break
+            offset = page.next_begin_offset
+
+    def hide(self, lmq: str, upto: int) -> None:
+        """Readers no longer see ``lmq``'s offsets at or below ``upto``: its expiry marker
+        is being stored (the master's, until ``unhide``)."""
+        self._hidden[lmq] = upto
+
+    def unhide(self, lmq: str) -> None:
+        self._hidden.pop(lmq, None)
 
     def _add(self, lmq: str, offset: int, *, replacing_tail: bool = False) -> None:
         """Add ``offset`` once, in order. ``replacing_tail``: a dispatched record at an
@@ -119,12 +237,17 @@ class LiteIndex:
 
     def end(self, lmq: str) -> int:
         """Past the last message of ``lmq`` (0 for none): where a cursor waits for more."""
-        offsets = self._offsets.get(lmq)
+        offsets = self._visible(lmq)
         return offsets[-1] + 1 if offsets else 0
 
     def has_after(self, lmq: str, offset: int) -> bool:
-        offsets = self._offsets.get(lmq)
+        offsets = self._visible(lmq)
         return bool(offsets) and offsets[-1] >= offset
+
+    def newest(self) -> list[tuple[str, int]]:
+        """(lmq name, offset of its newest message) of every lite topic the node holds (a
+        scan: for the expiry check, not the data path)."""
+        return [(lmq, offsets[-1]) for lmq, offsets in list(self._offsets.items()) if offsets]
 
     def offsets(self, lmq: str) -> array:
         """Every offset of ``lmq``'s messages the log holds, ascending (do not change it)."""
@@ -170,10 +293,18 @@ class LiteIndex:
             )
 
     def _live(self, lmq: str) -> array | None:
-        """``lmq``'s offsets without those retention removed from the log."""
+        """``lmq``'s offsets without those retention removed from the log (nor those an
+        expiry being stored hides)."""
         offsets = self._offsets.get(lmq)
         if offsets:
             first = self.store.min_offset
             if offsets[0] < first:
                 del offsets[: bisect.bisect_left(offsets, first)]
+        return self._visible(lmq, offsets)
+
+    def _visible(self, lmq: str, offsets: array | None = None) -> array | None:
+        if offsets is None:
+            offsets = self._offsets.get(lmq)
+        if self._hidden and offsets and lmq in self._hidden:
+            return offsets[bisect.bisect_right(offsets, self._hidden[lmq]) :]
         return offsets

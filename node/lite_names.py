@@ -45,3 +45,8 @@ def lmq_name(topic: str, lite_topic: str) -> str:
 
 def is_lmq(name: str) -> bool:
     return name.startswith(LMQ_PREFIX)
+
+
+def parent_topic(lmq: str) -> str:
+    """The LITE topic of the lite topic whose queue is ``lmq`` (a topic name has no ``$``)."""
+    return lmq[len(LMQ_PREFIX) :].partition("$")[0]

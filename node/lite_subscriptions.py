@@ -148,6 +148,15 @@ class LiteSubscriptions:
                 self._remove(client, set(client.lmqs))
                 del self._clients[key]
 
+    def drop_lite_topic(self, lmq: str) -> int:
+        """``lmq`` expired (``node/lite_expiry.py``): no client subscribes to it any more.
+        Clients are not told (RocketMQ's rule): one that names it again subscribes again.
+        Returns how many subscriptions went."""
+        keys = list(self._subscribers.get(lmq, ()))
+        for key in keys:
+            self._remove(self._clients[key], {lmq})
+        return len(keys)
+
     def _remove(self, client: LiteClient, lmqs: set[str]) -> None:
         key = (client.group, client.client_id)
         for lmq in lmqs:

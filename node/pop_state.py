@@ -15,6 +15,9 @@ Records of ``%SYS%POP`` (all carry ``group``, ``topic``, ``queue``):
 - ``change``: ``offset``, ``delivery`` (current), ``new``, ``visible``; ``suspend`` ("1")
   when the current delivery is not to count as an attempt (RocketMQ 5.5's suspend: it
   comes back with the attempt it had)
+- ``expire``: ``upto``; the queue is an expired lite topic (``node/lite_expiry.py``): its
+  deliveries at or below ``upto`` end, and the cursor goes when nothing past ``upto`` is
+  left of it (a lite topic's cursor starts at its first message)
 Each is applied by the same ``apply`` live and in replay, and ``apply`` ignores a delta
 whose delivery is not current, so replay is deterministic whatever came before.
 
@@ -41,6 +44,7 @@ KIND_POP = "pop"
 KIND_ACK = "ack"
 KIND_DLQ = "dlq"
 KIND_CHANGE = "change"
+KIND_EXPIRE = "expire"
 
 CursorKey = tuple[str, str, int]  # (group, topic, queue id)
 
@@ -162,6 +166,27 @@ class PopState(SystemState):
             fields["suspend"] = "1"
         return self._applied(KIND_CHANGE, b"", fields)
 
+    def expire(self, key: CursorKey, upto: int) -> tuple[Message, PopCursor | None]:
+        """End the lite topic ``key``'s deliveries at or below ``upto`` (it expired); the
+        record, and the cursor as it was (for ``restore_expired``)."""
+        cursor = self.cursors.get(key)
+        before = None
+        if cursor is not None:
+            before = PopCursor(cursor.next_offset, dict(cursor.in_flight), set(cursor.unlogged))
+        return self._applied(KIND_EXPIRE, b"", _fields(key) | {"upto": str(upto)}), before
+
+    def restore_expired(self, key: CursorKey, before: PopCursor | None) -> None:
+        """Undo an expiry whose record failed to append (so the log never had it), keeping
+        what a receive did since."""
+        if before is None:
+            return
+        cursor = self.cursors.setdefault(key, before)
+        if cursor is not before:
+            cursor.next_offset = max(cursor.next_offset, before.next_offset)
+            for offset, entry in before.in_flight.items():
+                cursor.in_flight.setdefault(offset, entry)
+            cursor.unlogged |= before.unlogged
+
     def restore_change(self, key: CursorKey, offset: int, delivery: str, before: InFlight) -> None:
         """Undo a change whose record failed to append: ``offset`` is current under
         ``delivery`` again, as ``before``."""
@@ -250,6 +275,16 @@ class PopState(SystemState):
                 found.visible_at_ms = int(properties["visible"])
                 if properties.get("suspend") == "1":
                     found.attempt = max(found.attempt - 1, 0)
+        elif kind == KIND_EXPIRE:
+            cursor = self.cursors.get(key)
+            if cursor is None:
+                return
+            upto = int(properties["upto"])
+            for offset in [o for o in cursor.in_flight if o <= upto]:
+                del cursor.in_flight[offset]
+                cursor.unlogged.discard(offset)
+            if not cursor.in_flight and cursor.next_offset <= upto + 1:
+                del self.cursors[key]
 
     def restore(self, snapshot: bytes) -> None:
         self.cursors = {

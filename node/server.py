@@ -57,6 +57,7 @@ from node.grpc.namespaces import wrap_namespaces
 from node.grpc.request_bytes import HeldRequests
 from node.grpc.request_decoding import tolerate_malformed
 from node.handle_key import receipt_handle_key
+from node.lite_expiry import LiteExpiry
 from node.lite_index import LiteIndex
 from node.liveness import LivenessLoop
 from node.long_polling import QueueWaiters
@@ -145,6 +146,7 @@ class Node:
         self._housekeeping: asyncio.Task[None] | None = None
         self._timer_task: asyncio.Task[None] | None = None
         self._check_task: asyncio.Task[None] | None = None
+        self._lite_expiry_task: asyncio.Task[None] | None = None
         self._routing_tasks: list[asyncio.Task[None]] = []
         # The node's side of its routing host (node/routing_proxy.py): samples out, the
         # state's changes and the lease's renewals in.
@@ -339,6 +341,17 @@ class Node:
         self._housekeeping = asyncio.create_task(self._housekeep())
         self._timer_task = asyncio.create_task(self.timers.run())
         self._check_task = asyncio.create_task(self.transactions.run_checks())
+        self.lite_expiry = LiteExpiry(
+            self.store,
+            self.lite_index,
+            self.topics,
+            self.pop_state,
+            self.services.lite.subscriptions,
+            is_master=lambda: self.replication.is_master,
+            interval_s=self.config.lite.expiry_check_interval_s,
+            min_expiry_s=self.config.lite.min_expiry_s,
+        )
+        self._lite_expiry_task = asyncio.create_task(self.lite_expiry.run())
         self.routing.start_liveness()
         self._routing_tasks = [asyncio.create_task(self.replication.maintain())]
 
@@ -466,6 +479,7 @@ class Node:
             return  # the first start loads them after joining
         self.offsets.reload()
         self.pop_state.reload()
+        self.lite_index.mend_cut()
         self.timers.reload()
         self.transactions.reload()
 
@@ -686,7 +700,8 @@ class Node:
             log.info("removed damaged-range file %s (past the retention, or half-written)", path)
 
     async def stop(self, grace_s: float = 5.0) -> None:
-        for task in (self._housekeeping, self._timer_task, self._check_task, *self._routing_tasks):
+        background = (self._housekeeping, self._timer_task, self._check_task)
+        for task in (*background, self._lite_expiry_task, *self._routing_tasks):
             if task is not None:
                 task.cancel()
         await asyncio.get_running_loop().run_in_executor(None, self.liveness.stop)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from routing.acl import AclEntry
-from routing.metadata import MessageType, Permission
+from routing.metadata import LITE_EXPIRATION_NEVER, MessageType, Permission
 
 
 @dataclass(frozen=True)
@@ -153,17 +153,21 @@ class CreateTopic:
     broker_groups: tuple[str, ...] = ()
     message_type: MessageType = MessageType.NORMAL
     permission: Permission = Permission.READ_WRITE
+    lite_expiration_minutes: int = LITE_EXPIRATION_NEVER
 
 
 @dataclass(frozen=True)
 class UpdateTopic:
     """Grow a topic (queues are never removed: their messages would become unreachable),
-    spread it to more broker groups, or change its permission."""
+    spread it to more broker groups, or change its permission or lite expiration
+    (``lite_expiration_minutes`` None: as it is; also every command logged before the
+    field existed)."""
 
     name: str
     queue_count: int
     broker_groups: tuple[str, ...] = ()
     permission: Permission = Permission.READ_WRITE
+    lite_expiration_minutes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,10 @@ GROUP_NAME_MAX_LENGTH = NAME_MAX_LENGTH - max(len(DLQ_PREFIX), len(RETRY_PREFIX)
 # every request, and each one is a routing record and a dead-letter topic on every node
 # for good. An operator creates groups beyond it explicitly.
 FIRST_USE_GROUPS_MAX = 10_000
+# RocketMQ 5.5's topic attribute lite.topic.expiration: minutes a LITE topic's lite topic may
+# go without a message before it is deleted (node/lite_expiry.py); -1 (and 0): never.
+LITE_EXPIRATION_NEVER = -1
+LITE_EXPIRATION_MAX_MINUTES = 30 * 24 * 60
 
 
 def dead_letter_topic_of(group: str) -> str:
@@ -79,6 +83,7 @@ class TopicConfig:
     queue_count: int = 8
     message_type: MessageType = MessageType.NORMAL
     permission: Permission = Permission.READ_WRITE
+    lite_expiration_minutes: int = LITE_EXPIRATION_NEVER
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,8 @@ class TopicRoute:
     queues: tuple[tuple[str, int], ...]
     message_type: MessageType = MessageType.NORMAL
     permission: Permission = Permission.READ_WRITE
+    # A default, so that routes pickled before the field existed load as never expiring.
+    lite_expiration_minutes: int = LITE_EXPIRATION_NEVER
 
     def queue_count_in(self, broker_group: str) -> int:
         for group, count in self.queues:
@@ -112,7 +119,9 @@ class TopicRoute:
         count = self.queue_count_in(broker_group)
         if count == 0:
             return None
-        return TopicConfig(self.name, count, self.message_type, self.permission)
+        return TopicConfig(
+            self.name, count, self.message_type, self.permission, self.lite_expiration_minutes
+        )
 
 
 @dataclass(frozen=True)
@@ -207,6 +216,24 @@ def check_topic_config(name: str, queue_count: int) -> None:
         )
     if not 1 <= queue_count <= QUEUES_MAX:
         raise TopicError("ILLEGAL_TOPIC", f"queue count must be 1..{QUEUES_MAX}, got {queue_count}")
+
+
+def check_lite_expiration(message_type: MessageType, minutes: int) -> None:
+    """``TopicError`` unless ``minutes`` is a lite expiration ``message_type`` may have:
+    -1..43,200 (30 days, RocketMQ's range; -1 and 0 never expire) on a LITE topic, -1 on
+    any other."""
+    if not LITE_EXPIRATION_NEVER <= minutes <= LITE_EXPIRATION_MAX_MINUTES:
+        raise TopicError(
+            "ILLEGAL_TOPIC",
+            f"lite.topic.expiration must be {LITE_EXPIRATION_NEVER}.."
+            f"{LITE_EXPIRATION_MAX_MINUTES} minutes (-1: never), got {minutes}",
+        )
+    if minutes != LITE_EXPIRATION_NEVER and message_type is not MessageType.LITE:
+        raise TopicError(
+            "ILLEGAL_TOPIC",
+            f"lite.topic.expiration is for LITE topics only, this one is "
+            f"{message_type.value} (leave it at -1)",
+        )
 
 
 def check_group_config(config: GroupConfig) -> None:

@@ -63,6 +63,7 @@ from routing.metadata import (
     TopicError,
     TopicRoute,
     check_group_config,
+    check_lite_expiration,
     check_name,
     check_topic_config,
     healthy_first,
@@ -372,6 +373,7 @@ class RoutingState:
 
     def _plan_create_topic(self, command: CreateTopic) -> tuple[list[Change], object]:
         check_topic_config(command.name, command.queue_count)
+        check_lite_expiration(command.message_type, command.lite_expiration_minutes)
         if command.name in self.topics:
             raise TopicError("TOPIC_EXISTS", f"topic {command.name} already exists")
         groups = self._broker_groups_named(command.broker_groups)
@@ -380,12 +382,17 @@ class RoutingState:
             tuple((group, command.queue_count) for group in groups),
             command.message_type,
             command.permission,
+            command.lite_expiration_minutes,
         )
         return [("topics", route.name, route)], route
 
     def _plan_update_topic(self, command: UpdateTopic) -> tuple[list[Change], object]:
         current = self.topic(command.name)
         check_topic_config(command.name, command.queue_count)
+        expiration = command.lite_expiration_minutes
+        if expiration is None:
+            expiration = current.lite_expiration_minutes
+        check_lite_expiration(current.message_type, expiration)
         queues = dict(current.queues)
         for group in self._broker_groups_named(command.broker_groups or tuple(queues)):
             if command.queue_count < queues.get(group, 0):
@@ -395,7 +402,10 @@ class RoutingState:
                 )
             queues[group] = command.queue_count
         route = replace(
-            current, queues=tuple(sorted(queues.items())), permission=command.permission
+            current,
+            queues=tuple(sorted(queues.items())),
+            permission=command.permission,
+            lite_expiration_minutes=expiration,
         )
         return [("topics", route.name, route)], route
 

@@ -136,6 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--groups", default="", help="broker groups to host it, comma-separated (default all)"
     )
+    create.add_argument(
+        "--lite-expiration-minutes",
+        type=int,
+        default=-1,
+        help="LITE topics: delete a lite topic that has had no new message for this long "
+        "(RocketMQ's lite.topic.expiration, at most 43200; default -1: never)",
+    )
     create.set_defaults(handler=topic_create)
     topics.add_parser("list", parents=[common]).set_defaults(handler=topic_list)
     describe = topics.add_parser("describe", parents=[common])
@@ -469,7 +476,14 @@ def cluster_stop_command(args) -> int:
 def topic_create(args) -> int:
     with admin_of(args) as admin:
         groups = tuple(g for g in args.groups.split(",") if g)
-        created = admin.create_topic(args.name, args.queues, args.type, args.permission, groups)
+        created = admin.create_topic(
+            args.name,
+            args.queues,
+            args.type,
+            args.permission,
+            groups,
+            args.lite_expiration_minutes,
+        )
     where = ", ".join(created.broker_groups)
     show(args, created, f"created topic {created.name} ({created.queue_count} queues on {where})")
     return 0
@@ -496,7 +510,11 @@ def topic_describe(args) -> int:
     if args.json:
         emit_json({"topic": topic, "queues": queues})
         return 0
-    print(f"{topic.name}: {topic.queue_count} queues, {topic.message_type}, {topic.permission}")
+    line = f"{topic.name}: {topic.queue_count} queues, {topic.message_type}, {topic.permission}"
+    if topic.message_type == "LITE":
+        minutes = topic.lite_expiration_minutes
+        line += f", lite topics expire after {minutes} min idle" if minutes > 0 else ""
+    print(line)
     print(
         table(
             ["queue", "broker group", "min offset", "max offset"],

@@ -73,6 +73,7 @@ def topic_spec(topic: api.Topic) -> TopicSpec:
         tuple(topic.broker_groups),
         TYPES.get(topic.message_type),
         PERMISSIONS[topic.permission],
+        topic.lite_expiration_minutes if topic.HasField("lite_expiration_minutes") else None,
     )
 
 
@@ -83,6 +84,7 @@ def topic_message(route: TopicRoute) -> api.Topic:
         message_type=api.MessageType.Value(TYPE_NAMES[route.message_type]),
         permission=api.Permission.Value(route.permission.value),
         broker_groups=[group for group, _ in route.queues],
+        lite_expiration_minutes=route.lite_expiration_minutes,
     )
 
 

@@ -5,9 +5,11 @@ the same checks and the same ACL decision (admin rights), whichever tool asked.
 
 - UPDATE_AND_CREATE_TOPIC (17, to each master mqadmin picks): the topic on the receiving
   node's broker group, ``max(readQueueNums, writeQueueNums)`` queues, ``perm`` 6 / 4 / 2
-  as READ_WRITE / READ / WRITE (its inherit and priority bits ignored). A new topic is
-  created (typed as an untyped Admin topic); an existing one is grown and spread to this
-  group (Admin UpdateTopic: queues are never removed).
+  as READ_WRITE / READ / WRITE (its inherit and priority bits ignored), ``attributes``'
+  ``message.type`` and ``lite.topic.expiration`` (``topic_attributes.py``). A new topic is
+  created (typed as an untyped Admin topic unless ``+message.type`` says); an existing one
+  is grown and spread to this group (Admin UpdateTopic: queues are never removed), its
+  lite expiration changed when the attributes name it.
 - DELETE_TOPIC_IN_BROKER / DELETE_TOPIC_IN_NAMESRV (215 / 216, to every master then every
   NameServer): the topic is deleted once; a topic already gone is success, as each later
   request of the same command finds it.
@@ -25,7 +27,8 @@ the same checks and the same ACL decision (admin rights), whichever tool asked.
   committed offsets of the topic on this node.
 - GET_TOPIC_CONFIG (351, consumerProgress asks it of each topic first): the topic's
   TopicConfig on this broker group, from the routing state (queues here, perm, no
-  queue mapping); TOPIC_NOT_EXIST when the group hosts none of it.
+  queue mapping; a LITE topic's ``message.type`` and ``lite.topic.expiration`` attributes);
+  TOPIC_NOT_EXIST when the group hosts none of it.
 - GET_CONSUME_STATS (208): Admin GroupProgress of each topic the group committed offsets
   of on this node (or the one named), in RocketMQ's ConsumeStats: the MessageQueue keys
   are JSON objects, as fastjson writes them; ``consumeTps`` is what this node delivered to
@@ -48,6 +51,12 @@ from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCo
 from node.broker_stats import tps_text
 from node.remoting.authentication import DoorHandler
 from node.remoting.name_server import CLUSTER_NAME, PERMISSION_BITS
+from node.remoting.topic_attributes import (
+    LITE_EXPIRATION,
+    MESSAGE_TYPE,
+    BadAttributes,
+    parse_topic_attributes,
+)
 from node.services.admin import (
     ALREADY_EXISTS,
     NOT_FOUND,
@@ -59,7 +68,7 @@ from node.services.admin import (
 )
 from node.services.caller import Caller
 from node.services.registry import Services
-from node.topics import Permission
+from node.topics import MessageType, Permission
 from store.results import LogFigures
 
 PERMISSIONS = {6: Permission.READ_WRITE, 4: Permission.READ, 2: Permission.WRITE}
@@ -225,16 +234,41 @@ class AdminCodeHandlers:
                 ResponseCode.SYSTEM_ERROR,
                 f"perm {perm} allows neither reads nor writes: 6 (both), 4 (read) or 2 (write)",
             )
+        try:
+            attributes = parse_topic_attributes(request.text("attributes", ""))
+        except BadAttributes as error:
+            return request.reply(ResponseCode.SYSTEM_ERROR, str(error))
         group = self.admin.broker_group
         existing = self.admin.route(name)
+        expiration = attributes.lite_expiration_minutes
         try:
             if existing is None:
-                spec = TopicSpec(name, queues, (group,), permission=permission)
+                spec = TopicSpec(
+                    name,
+                    queues,
+                    (group,),
+                    attributes.message_type,
+                    permission,
+                    expiration,
+                )
                 await self.admin.create_topic(caller, spec)
             else:
+                kind = attributes.message_type
+                if kind is not None and kind is not existing.message_type:
+                    return request.reply(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"topic {name} is a {existing.message_type.value} topic: its "
+                        f"message.type cannot be changed to {kind.value}",
+                    )
                 groups = sorted({g for g, _ in existing.queues} | {group})
                 count = max([queues, *(count for _, count in existing.queues)])
-                spec = TopicSpec(name, count, tuple(groups), permission=permission)
+                spec = TopicSpec(
+                    name,
+                    count,
+                    tuple(groups),
+                    permission=permission,
+                    lite_expiration_minutes=expiration,
+                )
                 await self.admin.update_topic(caller, spec)
         except AdminRefused as refused:
             return request.reply(*refusal(refused, ResponseCode.TOPIC_NOT_EXIST))
@@ -249,6 +283,13 @@ class AdminCodeHandlers:
                 f"No topic in this broker. topic: {name}",
             )
         queues, permission = local
+        route = self.admin.route(name)
+        attributes = {}
+        if route is not None and route.message_type is MessageType.LITE:  # bare keys, as stored
+            attributes = {
+                MESSAGE_TYPE: route.message_type.value,
+                LITE_EXPIRATION: str(route.lite_expiration_minutes),
+            }
         config = {
             "topicName": name,
             "readQueueNums": queues,
@@ -257,7 +298,7 @@ class AdminCodeHandlers:
             "topicFilterType": "SINGLE_TAG",
             "topicSysFlag": 0,
             "order": False,
-            "attributes": {},
+            "attributes": attributes,
         }
         return request.reply(ResponseCode.SUCCESS, body=json.dumps(config).encode())
 

@@ -19,7 +19,7 @@ Thread-safety: owned by the node's event loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ha.replicated_store import ReplicatedStore
 from ha.role import ReplicationRole, SwitchoverError
@@ -80,13 +80,15 @@ def refused(error: TopicError) -> AdminRefused:
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
-    """A topic as an admin asks for it (``message_type`` None: the node's default)."""
+    """A topic as an admin asks for it (``message_type`` None: the node's default;
+    ``lite_expiration_minutes`` None: -1 on create, unchanged on update)."""
 
     name: str
     queue_count: int
     broker_groups: tuple[str, ...] = ()
     message_type: MessageType | None = None
     permission: Permission = Permission.READ_WRITE
+    lite_expiration_minutes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +201,8 @@ class AdminService:
             message_type=message_type,
             permission=spec.permission,
         )
+        if spec.lite_expiration_minutes is not None:
+            command = replace(command, lite_expiration_minutes=spec.lite_expiration_minutes)
         return (await self._change(caller, command)).value
 
     async def update_topic(self, caller: Caller, spec: TopicSpec) -> TopicRoute:
@@ -207,6 +211,7 @@ class AdminService:
             queue_count=spec.queue_count,
             broker_groups=spec.broker_groups,
             permission=spec.permission,
+            lite_expiration_minutes=spec.lite_expiration_minutes,
         )
         return (await self._change(caller, command)).value
 

@@ -97,6 +97,16 @@ def test_topics_spread_over_every_broker_group_unless_named():
         (CreateTopic("orders", 1), "TOPIC_EXISTS"),
         (UpdateTopic("orders", 2), "ILLEGAL_TOPIC"),  # fewer queues
         (UpdateTopic("missing", 2), "TOPIC_NOT_FOUND"),
+        (UpdateTopic("orders", 4, lite_expiration_minutes=60), "ILLEGAL_TOPIC"),  # not LITE
+        (CreateTopic("n", 1, lite_expiration_minutes=5), "ILLEGAL_TOPIC"),
+        (
+            CreateTopic("l", 1, message_type=MessageType.LITE, lite_expiration_minutes=-2),
+            "ILLEGAL_TOPIC",
+        ),
+        (
+            CreateTopic("l", 1, message_type=MessageType.LITE, lite_expiration_minutes=43201),
+            "ILLEGAL_TOPIC",
+        ),
         (DeleteTopic("missing"), "TOPIC_NOT_FOUND"),
         (CreateGroup("bad group", 16), "ILLEGAL_CONSUMER_GROUP"),
         (CreateGroup("newline\n", 16), "ILLEGAL_CONSUMER_GROUP"),
@@ -134,6 +144,26 @@ def test_update_grows_a_topic_and_spreads_it_to_new_broker_groups():
     state.apply(RegisterNode("n4", "g2", "127.0.0.1:4"))
     grown = state.apply(UpdateTopic("orders", 4, broker_groups=("g1", "g2"))).value
     assert grown.queues == (("g1", 4), ("g2", 4))
+
+
+def test_a_lite_topics_expiration_is_kept_by_updates_that_do_not_name_it():
+    """RocketMQ 5.5's lite.topic.expiration: set on create, changed by an update naming it,
+    kept by one that does not (and by every UpdateTopic logged before the field existed),
+    and carried to the broker group's TopicConfig."""
+    state = cluster(("n1", "g1"))
+    made = state.apply(
+        CreateTopic("chat", 2, message_type=MessageType.LITE, lite_expiration_minutes=30)
+    )
+    assert made.ok and made.value.lite_expiration_minutes == 30
+    assert state.apply(UpdateTopic("chat", 4)).value.lite_expiration_minutes == 30
+    changed = state.apply(UpdateTopic("chat", 4, lite_expiration_minutes=43200)).value
+    assert changed.lite_expiration_minutes == 43200
+    assert changed.on("g1").lite_expiration_minutes == 43200
+    assert state.apply(CreateTopic("plain", 1)).value.on("g1").lite_expiration_minutes == -1
+    with pytest.raises(TopicError, match=r"lite\.topic\.expiration is for LITE topics only"):
+        state.check(UpdateTopic("plain", 1, lite_expiration_minutes=0))
+    with pytest.raises(TopicError, match=r"must be -1\.\.43200 minutes"):
+        state.check(UpdateTopic("chat", 4, lite_expiration_minutes=-5))
 
 
 def test_dead_letter_topics_exist_for_every_group_on_every_broker_group():

@@ -71,18 +71,20 @@ class Status(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Topic(_message.Message):
-    __slots__ = ("name", "queue_count", "message_type", "permission", "broker_groups")
+    __slots__ = ("name", "queue_count", "message_type", "permission", "broker_groups", "lite_expiration_minutes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     PERMISSION_FIELD_NUMBER: _ClassVar[int]
     BROKER_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    LITE_EXPIRATION_MINUTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue_count: int
     message_type: MessageType
     permission: Permission
     broker_groups: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., queue_count: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., permission: _Optional[_Union[Permission, str]] = ..., broker_groups: _Optional[_Iterable[str]] = ...) -> None: ...
+    lite_expiration_minutes: int
+    def __init__(self, name: _Optional[str] = ..., queue_count: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., permission: _Optional[_Union[Permission, str]] = ..., broker_groups: _Optional[_Iterable[str]] = ..., lite_expiration_minutes: _Optional[int] = ...) -> None: ...
 
 class TopicQueue(_message.Message):
     __slots__ = ("queue_id", "broker_group", "min_offset", "max_offset")
