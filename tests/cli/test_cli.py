@@ -68,6 +68,7 @@ def test_up_creates_the_demo_topic_and_says_how_to_use_it(up, capsys):
         "message_type": "NORMAL",
         "permission": "READ_WRITE",
         "broker_groups": ["group-1"],
+        "lite_expiration_minutes": -1,  # a LITE topic's setting: -1 (never) elsewhere
     } in json.loads(out)
     code, out, _ = run(capsys, "group", "list", "--server", address)
     assert code == 0 and "demo-group" in out
