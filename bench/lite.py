@@ -10,7 +10,9 @@ and the anonymous resident memory the server processes grew by, per lite topic.
 
 Peers: ferrymq as a 3-node SYNC group (``bench.peers.ferry``'s), and Apache RocketMQ 5.5.0
 (the newest proxy on Maven Central) as one name server, one broker with
-``enableLmq``/``enableMultiDispatch`` (without them it stores no lite topic) and the proxy
+``enableLmq``/``enableMultiDispatch`` (without them it stores no lite topic) and its consume
+queues in RocksDB (``storeType=defaultRocksDB``: with a file per lite topic it runs out of
+open files past ~20,000 lite topics on this host), and the proxy
 in cluster mode (lite topics do not work through a local proxy), its LITE topic and its
 group bound to it (``lite.bind.topic``) created with mqadmin first, as RocketMQ requires.
 The client is the same, in a process of its own (``bench.lite_client``).
@@ -120,7 +122,10 @@ class ApacheLite:
     # Each group a lite consumer uses, created bound to its LITE topic (RocketMQ refuses a
     # lite consumer of any other group).
     lite_groups: tuple[tuple[str, str], ...] = ((GROUP, TOPIC),)
-    broker_settings: dict[str, str] = {}  # added to the broker's properties
+    # Added to the broker's properties. Consume queues in RocksDB: in files, every lite topic
+    # holds a file open, and past ~20,000 lite topics (this host's hard limit on open files)
+    # the broker fails with "Too many open files" and answers nothing more.
+    broker_settings: dict[str, str] = {"storeType": "defaultRocksDB"}
 
     def start(self, registry: ProcessRegistry) -> None:
         self.registry = registry

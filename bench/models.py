@@ -89,6 +89,8 @@ class ApacheModels(ApacheLite):
     )
     topics = TOPICS
     lite_groups = ((LITE_GROUP, LITE_TOPIC),)
+    # Consume queues in files, RocketMQ's default (bench.lite's RocksDB is for its 100,000
+    # lite topics; these scenarios hold two).
     broker_settings = {"recallMessageEnable": "true"}
 
 
