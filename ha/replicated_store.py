@@ -14,7 +14,7 @@ store's).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterator
 
 from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.codec.properties import PROPERTY_UNIQ_KEY
@@ -106,6 +106,11 @@ class ReplicatedStore:
 
     def message_at(self, topic: str, queue_id: int, queue_offset: int) -> StoredMessage | None:
         return self._store.message_at(topic, queue_id, queue_offset)
+
+    def walk_queue(
+        self, topic: str, queue_id: int, start: int | None = None, page: int = 256
+    ) -> Iterator[StoredMessage]:
+        return self._store.walk_queue(topic, queue_id, start, page)
 
     def read_message(self, physical_offset: int) -> StoredMessage | None:
         return self._store.read_message(physical_offset)

@@ -102,33 +102,17 @@ class LiteIndex:
 
     def _read_markers(self) -> None:
         """The expiry markers the log holds, before the queues they apply to are read."""
-        store = self.store
-        offset = store.min_offset_in_queue(EXPIRY_TOPIC, 0)
-        end = store.max_offset_in_queue(EXPIRY_TOPIC, 0)
-        while offset < end:
-            page = store.get_messages(EXPIRY_TOPIC, 0, offset, REBUILD_PAGE)
-            for stored in page.messages:
-                self._expired(stored.properties, stored.physical_offset)
-            if page.next_begin_offset <= offset:
-                break
-            offset = page.next_begin_offset
+        for stored in self.store.walk_queue(EXPIRY_TOPIC, 0, page=REBUILD_PAGE):
+            self._expired(stored.properties, stored.physical_offset)
 
     def _rebuild_queue(self, topic: str, queue_id: int) -> None:
-        store = self.store
-        offset = store.min_offset_in_queue(topic, queue_id)
-        end = store.max_offset_in_queue(topic, queue_id)
-        while offset < end:
-            page = store.get_messages(topic, queue_id, offset, REBUILD_PAGE)
-            floors = self._floors or {}
-            for stored in page.messages:
-                lite_topic = stored.properties.get(PROPERTY_LITE_TOPIC)
-                if lite_topic:
-                    lmq = lmq_name(topic, lite_topic)
-                    if stored.physical_offset > floors.get(lmq, -1):
-                        self._add(lmq, stored.physical_offset)
-            if page.next_begin_offset <= offset:
-                break
-            offset = page.next_begin_offset
+        floors = self._floors or {}
+        for stored in self.store.walk_queue(topic, queue_id, page=REBUILD_PAGE):
+            lite_topic = stored.properties.get(PROPERTY_LITE_TOPIC)
+            if lite_topic:
+                lmq = lmq_name(topic, lite_topic)
+                if stored.physical_offset > floors.get(lmq, -1):
+                    self._add(lmq, stored.physical_offset)
 
     def _on_dispatch(self, requests: list[DispatchRequest]) -> None:
         for request in requests:
@@ -187,18 +171,10 @@ class LiteIndex:
         return len(cut)
 
     def _reread_queue(self, topic: str, queue_id: int, upto_of: dict[str, int]) -> None:
-        store = self.store
-        offset = store.min_offset_in_queue(topic, queue_id)
-        end = store.max_offset_in_queue(topic, queue_id)
-        while offset < end:
-            page = store.get_messages(topic, queue_id, offset, REBUILD_PAGE)
-            for stored in page.messages:
-                lmq = lmq_name(topic, stored.properties.get(PROPERTY_LITE_TOPIC, ""))
-                if stored.physical_offset <= upto_of.get(lmq, -1):
-                    self._add(lmq, stored.physical_offset)
-            if page.next_begin_offset <= offset:
-                break
-            offset = page.next_begin_offset
+        for stored in self.store.walk_queue(topic, queue_id, page=REBUILD_PAGE):
+            lmq = lmq_name(topic, stored.properties.get(PROPERTY_LITE_TOPIC, ""))
+            if stored.physical_offset <= upto_of.get(lmq, -1):
+                self._add(lmq, stored.physical_offset)
 
     def hide(self, lmq: str, upto: int) -> None:
         """Readers no longer see ``lmq``'s offsets at or below ``upto``: its expiry marker

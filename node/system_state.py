@@ -83,16 +83,9 @@ class SystemState(ABC):
     def replay(self) -> None:
         """Rebuild the state from the topic's newest snapshot on (from its first retained
         record when it holds no tagged snapshot), in log order."""
-        store = self._store
-        offset = self._newest_snapshot_offset()
-        end = store.max_offset_in_queue(self.topic, 0)
-        while offset < end:
-            page = store.get_messages(self.topic, 0, offset, REPLAY_PAGE)
-            for stored in page.messages:
-                self.apply_record(stored.properties, stored.body, stored.physical_offset)
-            if page.next_begin_offset <= offset:
-                break
-            offset = page.next_begin_offset
+        start = self._newest_snapshot_offset()
+        for stored in self._store.walk_queue(self.topic, 0, start, REPLAY_PAGE):
+            self.apply_record(stored.properties, stored.body, stored.physical_offset)
 
     def _newest_snapshot_offset(self) -> int:
         """Queue offset of the topic's newest tagged snapshot, scanning its consume queue

@@ -164,16 +164,8 @@ class TimerService:
 
     def _records(self, topic: str):
         """(queue offset, body) of every record of ``topic``'s queue 0 the log holds."""
-        store = self.store
-        offset = store.min_offset_in_queue(topic, 0)
-        end = store.max_offset_in_queue(topic, 0)
-        while offset < end:
-            page = store.get_messages(topic, 0, offset, REPLAY_PAGE)
-            for stored in page.messages:
-                yield stored.queue_offset, stored.body
-            if page.next_begin_offset <= offset:
-                break
-            offset = page.next_begin_offset
+        for stored in self.store.walk_queue(topic, 0, page=REPLAY_PAGE):
+            yield stored.queue_offset, stored.body
 
     def _done_offsets(self) -> set[int]:
         done: set[int] = set()

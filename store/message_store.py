@@ -24,7 +24,7 @@ import shutil
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 
 from ferrymq.codec.commitlog_record import StoredMessage, chunk_problem, encode_host
 from ferrymq.codec.commitlog_record import decode as record_decode
@@ -750,6 +750,21 @@ class MessageStore:
             return stored
 
         return self._scan_queue(topic, queue_id, offset, max_count, tags, decoded)
+
+    def walk_queue(
+        self, topic: str, queue_id: int, start: int | None = None, page: int = 256
+    ) -> Iterator[StoredMessage]:
+        """Every message of one queue the log holds, from queue offset ``start`` (the
+        queue's first when None) to the queue's end when the walk began, ``page`` at a
+        time: how a replay or a rebuild reads a queue."""
+        offset = self.min_offset_in_queue(topic, queue_id) if start is None else start
+        end = self.max_offset_in_queue(topic, queue_id)
+        while offset < end:
+            read = self.get_messages(topic, queue_id, offset, min(page, end - offset))
+            yield from read.messages
+            if read.next_begin_offset <= offset:
+                break
+            offset = read.next_begin_offset
 
     def message_at(self, topic: str, queue_id: int, queue_offset: int) -> StoredMessage | None:
         """The message at one queue offset, confirmed by the in-sync set or not; None when

@@ -253,15 +253,7 @@ class TransactionService:
             )
 
     def _records(self, topic: str):
-        store = self.store
-        offset = store.min_offset_in_queue(topic, 0)
-        end = store.max_offset_in_queue(topic, 0)
-        while offset < end:
-            page = store.get_messages(topic, 0, offset, REPLAY_PAGE)
-            yield from page.messages
-            if page.next_begin_offset <= offset:
-                break
-            offset = page.next_begin_offset
+        return self.store.walk_queue(topic, 0, page=REPLAY_PAGE)
 
     def _remember(self, transaction_id: str, kind: str) -> None:
         if len(self._resolved) >= RESOLVED_MEMORY:

@@ -489,6 +489,24 @@ def test_tag_hash_code_is_java_string_hash_code():
     assert tag_hash_code("polygenelubricants") == -(2**31)  # wraps like a Java int
 
 
+def test_a_walk_of_a_queue_reads_every_message_from_where_it_starts_page_by_page(tmp_path):
+    """``walk_queue``, how replays and rebuilds read a queue: every message from the start
+    (the queue's first by default) to the end the queue had when the walk began."""
+    store = open_store(tmp_path)
+    try:
+        for i in range(10):
+            assert store.put_message(Message.build("W", b"%d" % i)).ok
+        assert [int(m.body) for m in store.walk_queue("W", 0, page=3)] == list(range(10))
+        assert [m.queue_offset for m in store.walk_queue("W", 0, start=7, page=3)] == [7, 8, 9]
+        walk = store.walk_queue("W", 0, page=4)
+        assert int(next(walk).body) == 0
+        assert store.put_message(Message.build("W", b"10")).ok  # after the walk began
+        assert [int(m.body) for m in walk] == list(range(1, 10))
+        assert list(store.walk_queue("absent", 0)) == []
+    finally:
+        store.shutdown()
+
+
 def test_tag_filter_on_colliding_tags_returns_only_the_real_tag(tmp_path):
     """Invariant: the consume queue filters by tag hash, then the real tag decides, so
     "Aa" (hash 2112) never returns "BB" (hash 2112) messages."""
