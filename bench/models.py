@@ -94,6 +94,17 @@ class ApacheModels(ApacheLite):
     broker_settings = {"recallMessageEnable": "true"}
 
 
+def row(sent: object, observed: object, expected: object, detail: object) -> dict:
+    """One scenario's outcome: ``matches_expected`` is computed, never assumed."""
+    return {
+        "sent": sent,
+        "observed": observed,
+        "expected": expected,
+        "matches_expected": observed == expected,
+        "detail": detail,
+    }
+
+
 def ask(peer, request: dict) -> dict:
     return client(
         {"endpoints": peer.endpoints, **request},
@@ -108,13 +119,7 @@ def priority(peer) -> dict:
     answer = ask(peer, {"op": "priority", **request})
     observed = [int(body.rpartition("-p")[2]) for body in answer["bodies"]]
     expected = sorted(PRIORITIES, reverse=True)
-    return {
-        "sent": PRIORITIES,
-        "observed": observed,
-        "expected": expected,
-        "matches_expected": observed == expected,
-        "detail": answer,
-    }
+    return row(PRIORITIES, observed, expected, answer)
 
 
 def recall(peer) -> dict:
@@ -122,13 +127,7 @@ def recall(peer) -> dict:
     answer = ask(peer, {"op": "recall", **request})
     observed = [arrival["body"] for arrival in answer["arrivals"]]
     expected = ["kept"]
-    return {
-        "sent": ["recalled", "kept"],
-        "observed": observed,
-        "expected": expected,
-        "matches_expected": observed == expected,
-        "detail": answer,
-    }
+    return row(["recalled", "kept"], observed, expected, answer)
 
 
 def remoting_client(peer, steps: list[dict]) -> Events:
@@ -179,13 +178,7 @@ def priority_4x(peer) -> dict:
         "queues": [min(value, QUEUES - 1) for value in PRIORITIES],
         "received": sorted(PRIORITIES, reverse=True),
     }
-    return {
-        "sent": PRIORITIES,
-        "observed": observed,
-        "expected": expected,
-        "matches_expected": observed == expected,
-        "detail": {"send_failed": run.of("send_failed"), **answer},
-    }
+    return row(PRIORITIES, observed, expected, {"send_failed": run.of("send_failed"), **answer})
 
 
 def recall_4x(peer) -> dict:
@@ -208,17 +201,16 @@ def recall_4x(peer) -> dict:
     run = remoting_client(peer, steps)
     observed = [event["body"] for event in run.of("pulled")]
     expected = ["kept"]
-    return {
-        "sent": ["recalled", "kept"],
-        "observed": observed,
-        "expected": expected,
-        "matches_expected": observed == expected,
-        "detail": {
+    return row(
+        ["recalled", "kept"],
+        observed,
+        expected,
+        {
             "recall_handles": {e["body"]: bool(e.get("recall_handle")) for e in run.of("sent")},
             "recalled": run.of("recalled"),
             "recall_failed": run.of("recall_failed"),
         },
-    }
+    )
 
 
 def lite(peer) -> dict:
@@ -235,14 +227,8 @@ def lite(peer) -> dict:
     }
     expected = {name: [] for name in LITE_TOPICS}
     expected[LITE_TOPICS[0]] = [f"{LITE_TOPICS[0]}/{n}" for n in range(PER_LITE_TOPIC)]
-    return {
-        "sent": {name: PER_LITE_TOPIC for name in LITE_TOPICS},
-        "subscribed": LITE_TOPICS[0],
-        "observed": observed,
-        "expected": expected,
-        "matches_expected": observed == expected,
-        "detail": answer,
-    }
+    sent = {name: PER_LITE_TOPIC for name in LITE_TOPICS}
+    return {**row(sent, observed, expected, answer), "subscribed": LITE_TOPICS[0]}
 
 
 SCENARIOS: dict[str, Callable[[object], dict]] = {
@@ -257,11 +243,11 @@ PEERS = {"ferrymq": FerrymqModels, "rocketmq": ApacheModels}
 
 def run_scenario(peer, name: str) -> dict:
     """One scenario's row; a client that failed is reported as such, and the next runs."""
-    row = {"peer": peer.name, "setup": peer.setup, "scenario": name}
+    named = {"peer": peer.name, "setup": peer.setup, "scenario": name}
     try:
-        return {**row, **SCENARIOS[name](peer)}
+        return {**named, **SCENARIOS[name](peer)}
     except Exception as error:
-        return {**row, "matches_expected": False, "error": f"{error}"[-500:]}
+        return {**named, "matches_expected": False, "error": f"{error}"[-500:]}
 
 
 def run_peer(name: str, scenarios: list[str]) -> list[dict]:
