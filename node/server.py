@@ -59,6 +59,7 @@ from node.grpc.request_decoding import tolerate_malformed
 from node.handle_key import receipt_handle_key
 from node.lite_expiry import LiteExpiry
 from node.lite_index import LiteIndex
+from node.lite_notices import LiteNotices
 from node.liveness import LivenessLoop
 from node.long_polling import QueueWaiters
 from node.metrics import NodeMetrics, RoutingStatus
@@ -204,6 +205,8 @@ class Node:
             loop,
             [t.name for t in self.topics.topics.values() if t.message_type is MessageType.LITE],
         )
+        self.lite_notices = LiteNotices(store)
+        self.lite_notices.attach(loop)
         self.services = self._services(store, handles)
         self.transactions = self.services.transactions
         self.transactions.load()
@@ -405,7 +408,9 @@ class Node:
             reads=ReadService(store, topics, self.waiters, groups, permissions, metrics),
             offsets=OffsetService(store, topics, self.offsets, groups, permissions),
             pop=pop,
-            lite=LiteService(topics, permissions, groups, pop, self.lite_index),
+            lite=LiteService(
+                topics, permissions, groups, pop, self.lite_index, notices=self.lite_notices
+            ),
             transactions=transactions,
             membership=MembershipService(
                 members,

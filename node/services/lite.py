@@ -26,6 +26,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from node.group_creation import GroupsOnFirstUse
 from node.lite_index import LiteIndex
 from node.lite_names import check_lite_topic, lmq_name
+from node.lite_notices import LiteNotices
 from node.lite_subscriptions import ClientKey, LiteClient, LiteSubscriptions
 from node.pop_state import CursorKey
 from node.receipt_handle import new_delivery_id
@@ -48,6 +49,7 @@ class LiteService:
         index: LiteIndex,
         subscriptions: LiteSubscriptions | None = None,
         clock: Callable[[], float] = time.monotonic,
+        notices: LiteNotices | None = None,
     ) -> None:
         self.topics = topics
         self.permissions = permissions
@@ -57,8 +59,7 @@ class LiteService:
         self.subscriptions = subscriptions or LiteSubscriptions(clock=clock)
         self.clock = clock
         self._waiting: dict[ClientKey, set[asyncio.Future[None]]] = {}
-        # Each lite consumer's Telemetry stream here, by client id: where its notices go.
-        self._notices: dict[str, Callable[[str], bool]] = {}
+        self.notices = notices or LiteNotices()  # to clients that lost a lite topic
         self._expired_at = clock()
         pop.on_lite_change = self.changed
         index.on_arrival = self.changed
@@ -105,34 +106,29 @@ class LiteService:
         self._expire()
         self.subscriptions.sync(action, group.name, client_id, topic.name, lite_topics)
         if action == pb.PARTIAL_ADD and group.lite_exclusive:
-            self._exclude_others(group.name, client_id, topic.name, lite_topics)
+            await self._exclude_others(group.name, client_id, topic.name, lite_topics)
         if action == pb.PARTIAL_ADD and offset_option is not None:
             await self._start_at(group.name, topic.name, lite_topics, offset_option)
         self._wake((group.name, client_id))  # a new lite topic may have messages already
 
-    def _exclude_others(
+    async def _exclude_others(
         self, group: str, client_id: str, topic: str, lite_topics: list[str]
     ) -> None:
         """An Exclusive group: the other subscribers of these lite topics lose them, each
-        told by a NotifyUnsubscribeLiteCommand on its Telemetry stream when that stream is
-        on this node (the usual case: the official clients keep it on the first endpoint
-        of the route, the master; one elsewhere is not told, docs/architecture.md)."""
+        told by a NotifyUnsubscribeLiteCommand on its Telemetry stream, on whichever node
+        of the group that is (``node/lite_notices.py``)."""
         named = {lmq_name(topic, name): name for name in lite_topics}
-        for other, lmq in self.subscriptions.exclude_others(group, client_id, named):
-            notify = self._notices.get(other)
-            if notify is not None:
-                notify(named[lmq])
+        excluded = self.subscriptions.exclude_others(group, client_id, named)
+        await self.notices.send([(other, named[lmq]) for other, lmq in excluded])
 
     # ---- notices to clients ----------------------------------------------------------
     def listen(self, client_id: str, notify: Callable[[str], bool]) -> None:
         """``notify(lite_topic)`` tells the lite consumer ``client_id`` it lost a lite
-        topic (its Telemetry stream here; a newer stream replaces an older one)."""
-        if client_id:
-            self._notices[client_id] = notify
+        topic (its Telemetry stream here)."""
+        self.notices.listen(client_id, notify)
 
     def unlisten(self, client_id: str, notify: Callable[[str], bool]) -> None:
-        if self._notices.get(client_id) == notify:  # bound methods: equal, not identical
-            del self._notices[client_id]
+        self.notices.unlisten(client_id, notify)
 
     def forget(self, group: str, client_id: str) -> None:
         """The client left (NotifyClientTermination)."""
