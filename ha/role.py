@@ -82,6 +82,7 @@ class ReplicationRole:
         on_confirmed: Callable[[int], None],
         renew_lease_now: Callable[[], None] = lambda: None,
         lease_renewed_at: Callable[[], float] | None = None,
+        host_starved: Callable[[], bool] = lambda: False,
     ) -> None:
         """``standalone``: a cluster of one, whose in-sync set is itself alone.
         ``on_confirmed`` hears every advance of the master's confirmed offset."""
@@ -128,6 +129,9 @@ class ReplicationRole:
         # cell (node/lease_cell.py), or, without one, what was set here.
         self._renewed_at = time.monotonic()
         self._lease_source = lease_renewed_at
+        # Whether the routing host's own wakeups came late lately (node/routing_host.py):
+        # a lapse of the lease then is overload, refused as back-pressure.
+        self._host_starved = host_starved
         self.lease_s = lease_s
         self._pending_in_sync: frozenset[str] = frozenset()
         self._reported_epoch = -1
@@ -173,7 +177,14 @@ class ReplicationRole:
         if self.fenced is not None:
             return PutStatus.SERVICE_NOT_AVAILABLE, self.fenced
         if time.monotonic() - self.lease_renewed_at > self.lease_s * 2 / 3:
-            # The controller may be electing another master: stop before it can.
+            # The controller may be electing another master: stop before it can. A host
+            # starved of CPU is told to retry later (back-pressure, as for a replication
+            # backlog); a master that may be cut off from routing, to go elsewhere.
+            if self._host_starved():
+                return PutStatus.SYSTEM_BUSY, (
+                    "[OVERLOADED] this master's lease is late: its host is short of CPU "
+                    "(its routing host's wakeups come late); retry later"
+                )
             return PutStatus.SERVICE_NOT_AVAILABLE, (
                 "this master could not renew its lease with the routing majority"
             )

@@ -8,9 +8,11 @@ and its liveness thread racing, and the writes that won checked a lease the unre
 messages had already renewed: refused for the lease while routing held it. In the cell a
 renewal is visible to the node the moment the host makes it.
 
-Layout: a sequence number (even when the cell is stable, odd while the host writes) and
-the renewal's ``time.monotonic()`` (one clock for every process of the host), each 8 bytes
-and aligned. The host is the one writer; a reader retries while the number is odd or
+Layout: a sequence number (even when the cell is stable, odd while the host writes), the
+renewal's ``time.monotonic()`` (one clock for every process of the host) and the time
+until which the host counts itself starved of CPU (``starved_until``: its own wakeups came
+late, so a lapse of the lease then is overload, not a cut from routing), each 8 bytes and
+aligned. The host is the one writer; a reader retries while the number is odd or
 moved under it (a seqlock), so it never takes half of one renewal and half of another.
 
 Each field is read and written through a typed memoryview: one aligned 8-byte load or
@@ -25,7 +27,7 @@ from __future__ import annotations
 import mmap
 import os
 
-SIZE = 16
+SIZE = 24
 
 
 class LeaseCell:
@@ -47,18 +49,32 @@ class LeaseCell:
 
     def renew(self, renewed_at: float) -> None:
         """Record a renewal (the host's one writer)."""
+        self._write(1, renewed_at)
+
+    def mark_starved(self, until: float) -> None:
+        """The host's wakeups come late: count it starved until ``until``."""
+        self._write(2, until)
+
+    def _write(self, slot: int, value: float) -> None:
         sequence = self._sequence[0]
         self._sequence[0] = sequence + 1
-        self._time[1] = renewed_at
+        self._time[slot] = value
         self._sequence[0] = sequence + 2
 
     @property
     def renewed_at(self) -> float:
+        return self._read(1)
+
+    @property
+    def starved_until(self) -> float:
+        return self._read(2)
+
+    def _read(self, slot: int) -> float:
         while True:
             before = self._sequence[0]
-            renewed_at = self._time[1]
+            value = self._time[slot]
             if before % 2 == 0 and self._sequence[0] == before:
-                return renewed_at
+                return value
 
     def close(self) -> None:
         self._sequence.release()

@@ -522,6 +522,7 @@ class Node:
             on_confirmed=lambda offset: self._readable_moved(),
             renew_lease_now=self.routing.renew_now,
             lease_renewed_at=lambda: self.routing.lease.renewed_at,
+            host_starved=lambda: time.monotonic() < self.routing.lease.starved_until,
         )
         await self._bind_ports()
         await self._register(deadline)

@@ -47,7 +47,9 @@ def store(tmp_path):
     opened.shutdown()
 
 
-def role_of(store: MessageStore, routing: Routing, mode: ReplicationMode) -> ReplicationRole:
+def role_of(
+    store: MessageStore, routing: Routing, mode: ReplicationMode, **extra
+) -> ReplicationRole:
     return ReplicationRole(
         store,
         routing,
@@ -60,7 +62,45 @@ def role_of(store: MessageStore, routing: Routing, mode: ReplicationMode) -> Rep
         standalone=False,
         reload_states=lambda: None,
         on_confirmed=lambda offset: None,
+        **extra,
     )
+
+
+def test_a_lapsed_lease_refuses_writes_as_back_pressure_when_the_host_is_starved(store):
+    """Issue 38: a master whose lease lapsed only because its host is short of CPU (its
+    routing host's wakeups come late) refuses writes as retriable back-pressure
+    (SYSTEM_BUSY); one whose host is not starved, as a master that may be cut off from
+    routing. Either way nothing is written."""
+
+    async def run() -> None:
+        routing = Routing()
+        assert routing.state.apply(RegisterNode("m", "g", "127.0.0.1:1")).ok
+        renewed_at = [time.monotonic()]
+        starved = [False]
+        role = role_of(
+            store,
+            routing,
+            ReplicationMode.ASYNC,
+            lease_renewed_at=lambda: renewed_at[0],
+            host_starved=lambda: starved[0],
+        )
+        replicated = ReplicatedStore(store, role)
+        await role.follow_routing()
+        assert role.is_master and role.write_refusal() is None
+        end = store.write_offset
+        renewed_at[0] -= 2.5  # older than two thirds of the 3 s lease
+        refused = await replicated.put_messages_async([Message("orders", b"cut")])
+        assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE
+        assert "could not renew its lease" in refused.error
+        starved[0] = True
+        refused = await replicated.put_messages_async([Message("orders", b"busy")])
+        assert refused.status is PutStatus.SYSTEM_BUSY and "[OVERLOADED]" in refused.error
+        assert store.write_offset == end  # nothing appended either way
+        renewed_at[0] = time.monotonic()
+        assert (await replicated.put_messages_async([Message("orders", b"ok")])).ok
+        await role.close()
+
+    asyncio.run(run())
 
 
 def test_a_deposed_master_refuses_writes_as_soon_as_routing_names_another(store):
