@@ -62,6 +62,7 @@ from node.routing_channel import (
     frame,
     read_message,
 )
+from node.wakeups import watch_wakeups
 from routing.commands import CommandResult, NodeHeartbeat, RegisterNode
 from routing.controller import Controller
 from routing.replica import CommandTooLarge, RoutingReplica, RoutingUnavailable
@@ -76,11 +77,6 @@ log = logging.getLogger("ferrymq.routing_host")
 # is noticed at once instead: this host ends with it.
 PROGRESS_LEASES = 2.0
 STATUS_INTERVAL_S = 0.2
-# The host's own wakeups: a 50 ms sleep that ends 100 ms late means the CPU is taken (the
-# host is in a scheduling group of its own, so the node's work is not what delays it). A
-# lapse of the lease within two leases of such a wakeup is counted overload.
-WAKEUP_PROBE_S = 0.05
-STARVED_LATE_S = 0.1
 PR_SET_PDEATHSIG = 1
 
 
@@ -141,7 +137,8 @@ class RoutingHost:
         """Until the node's process closes the channel."""
         self._spawn(self._join())
         self._spawn(self._report_status())
-        self._spawn(watch_wakeups(self.lease, PROGRESS_LEASES * self.setup.lease_s))
+        # A lapse of the lease within two leases of a late wakeup is counted overload.
+        self._spawn(watch_wakeups(self.lease.mark_starved, PROGRESS_LEASES * self.setup.lease_s))
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             while True:
                 self._handle(await read_message(reader))
@@ -245,18 +242,6 @@ class RoutingHost:
 
     def close(self) -> None:
         self.replica.close()
-
-
-async def watch_wakeups(lease: LeaseCell, hold_s: float) -> None:
-    """Mark ``lease`` starved for ``hold_s`` whenever this loop's wakeups come late: the
-    node then refuses writes during a lapse of its lease as overload, with retriable
-    back-pressure, not as a master cut off from routing (``ha/role.py``)."""
-    while True:
-        before = time.monotonic()
-        await asyncio.sleep(WAKEUP_PROBE_S)
-        woke = time.monotonic()
-        if woke - before - WAKEUP_PROBE_S > STARVED_LATE_S:
-            lease.mark_starved(woke + hold_s)
 
 
 def die_with_parent(parent_pid: int) -> None:

@@ -102,6 +102,7 @@ from node.tls import (
     server_credentials,
 )
 from node.topics import MessageType, TopicTable
+from node.wakeups import watch_wakeups
 from routing.commands import CatchUp, CreateUser, NodeHeartbeat, RegisterNode
 from routing.replica import RoutingUnavailable
 from store import sync_ledger
@@ -148,6 +149,7 @@ class Node:
         self._timer_task: asyncio.Task[None] | None = None
         self._check_task: asyncio.Task[None] | None = None
         self._lite_expiry_task: asyncio.Task[None] | None = None
+        self._starved_until = 0.0  # this node's loop woke up late until then (wakeups.py)
         self._routing_tasks: list[asyncio.Task[None]] = []
         # The node's side of its routing host (node/routing_proxy.py): samples out, the
         # state's changes and the lease's renewals in.
@@ -356,7 +358,19 @@ class Node:
         )
         self._lite_expiry_task = asyncio.create_task(self.lite_expiry.run())
         self.routing.start_liveness()
-        self._routing_tasks = [asyncio.create_task(self.replication.maintain())]
+        self._routing_tasks = [
+            asyncio.create_task(self.replication.maintain()),
+            asyncio.create_task(watch_wakeups(self._mark_starved, 2 * self._lease_s)),
+        ]
+
+    def _mark_starved(self, until: float) -> None:
+        self._starved_until = until
+
+    def _host_starved(self) -> bool:
+        """Whether this node's loop or its routing host woke up late lately
+        (``node/wakeups.py``): a lapse of the lease now is overload."""
+        until = max(self._starved_until, self.routing.lease.starved_until)
+        return time.monotonic() < until
 
     def _services(self, store: ReplicatedStore, handles: ReceiptHandles) -> Services:
         """Every service once, so every door shares each one's state (one round-robin
@@ -522,7 +536,7 @@ class Node:
             on_confirmed=lambda offset: self._readable_moved(),
             renew_lease_now=self.routing.renew_now,
             lease_renewed_at=lambda: self.routing.lease.renewed_at,
-            host_starved=lambda: time.monotonic() < self.routing.lease.starved_until,
+            host_starved=self._host_starved,
         )
         await self._bind_ports()
         await self._register(deadline)

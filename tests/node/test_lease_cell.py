@@ -9,12 +9,12 @@ import sys
 import time
 
 from node.lease_cell import LeaseCell
-from node.routing_host import watch_wakeups
+from node.wakeups import watch_wakeups
 
 WRITER = """
 import sys
 from node.lease_cell import LeaseCell
-from node.routing_host import watch_wakeups
+from node.wakeups import watch_wakeups
 cell = LeaseCell(int(sys.argv[1]))
 for i in range(1, 2_000_001):
     cell.renew(float(i))
@@ -61,7 +61,7 @@ def test_a_host_whose_wakeups_come_late_marks_itself_starved():
     cell = LeaseCell(renewed_at=0.0)
 
     async def run() -> float:
-        watcher = asyncio.ensure_future(watch_wakeups(cell, hold_s=6.0))
+        watcher = asyncio.ensure_future(watch_wakeups(cell.mark_starved, hold_s=6.0))
         await asyncio.sleep(0.1)
         blocked_at = time.monotonic()
         time.sleep(0.3)  # the loop does not run: the probe's sleep ends late
