@@ -295,17 +295,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         caller = self._caller(context, "Telemetry")
         outbox = TelemetryOutbox()
         overflowed = False
+        lite_client = None  # a lite consumer's client id: its notices come here
 
         async def read_commands() -> None:
-            nonlocal overflowed
+            nonlocal overflowed, lite_client
             try:
                 async for command in request_iterator:
                     if command.WhichOneof("command") != "settings":
                         continue  # results of commands we never send
-                    if command.settings.client_type in LITE_CONSUMERS:
-                        self.services.lite.listen(
-                            client_id_of(context), outbox.notify_unsubscribe_lite
-                        )
+                    if command.settings.client_type in LITE_CONSUMERS and lite_client is None:
+                        lite_client = client_id_of(context)
+                        self.services.lite.listen(lite_client, outbox.notify_unsubscribe_lite)
                     if not outbox.offer(self._settings_answer(caller, command.settings, outbox)):
                         overflowed = True
                         return
@@ -319,7 +319,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         finally:
             reader.cancel()
             self.services.transactions.targets.unregister(outbox)
-            self.services.lite.unlisten(client_id_of(context), outbox.notify_unsubscribe_lite)
+            if lite_client is not None:
+                self.services.lite.unlisten(lite_client, outbox.notify_unsubscribe_lite)
         if overflowed:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
