@@ -20,6 +20,14 @@ proof that does not verify, is malformed or stale is refused (``ProofRefused``, 
 UNAUTHENTICATED and logged at most once per ``LOG_EVERY_S`` and reason). Without a proof,
 a forwarded-for header means nothing: the call is the connection's.
 
+A forwarded call whose client has given up is refused before it is served
+(``ForwardProofs.overdue``): a send held up on a cut path between two nodes, delivered when
+the path heals, would otherwise be stored after the sends its client made since (the
+chaos suite found one stored 3.6 s past its client's deadline, behind 176 later sends of
+the same writer). The call's time budget (the client's timeout as the forwarding node
+knew it) runs from the proof's time, less ``DEADLINE_MARGIN_S`` for the nodes' clocks
+being apart; so the bound holds while their clocks are within that margin.
+
 What a proof grants is small: being taken for the client address it names, for that
 method, for ``WINDOW_S``. It grants no user's rights: the client's own signature is
 checked as on a direct call. A node without a cluster secret has no key: it forwards
@@ -48,6 +56,9 @@ HEADERS = frozenset({PROOF_HEADER, PEER_HEADER})
 # How far a proof's time may be from the verifier's clock: the nodes' clocks apart, plus
 # the time a call takes to arrive. A forwarded call is made the moment it is sent.
 WINDOW_S = 30.0
+# How much earlier than its client's deadline a late forwarded call is refused: room for
+# the nodes' clocks being apart and for the call's own work before it is stored.
+DEADLINE_MARGIN_S = 0.25
 MAX_PEER_CHARS = 256
 LOG_EVERY_S = 10.0
 _FIELD_LENGTH = struct.Struct(">H")
@@ -64,10 +75,12 @@ class ProofRefused(Exception):
 
 @dataclass(frozen=True)
 class Forwarded:
-    """A verified forwarded call: who forwarded it, and the client's peer address."""
+    """A verified forwarded call: who forwarded it, the client's peer address, and when
+    (the forwarding node's wall clock, seconds)."""
 
     node_id: str
     peer: str
+    made_at_s: float
 
 
 def _transcript(method: str, node_id: str, time_ms: int, peer: str) -> bytes:
@@ -154,7 +167,13 @@ class ForwardProofs:
                 f"the proof from {node_id[:64]!r} was made {age_s:+.0f} s from this node's "
                 f"clock, beyond {WINDOW_S:.0f} s (replayed, or node clocks apart)",
             )
-        return Forwarded(node_id, peer)
+        return Forwarded(node_id, peer, time_ms / 1000)
+
+    def overdue(self, forwarded: Forwarded, budget_s: float) -> float | None:
+        """How many seconds past its client's deadline (less ``DEADLINE_MARGIN_S``) the
+        forwarded call is now, ``budget_s`` after its proof was made; None while in time."""
+        late_s = self.clock() - forwarded.made_at_s - (budget_s - DEADLINE_MARGIN_S)
+        return late_s if late_s > 0 else None
 
     def _log(self, refused: ProofRefused) -> None:
         """At most one line per ``LOG_EVERY_S`` and reason; the next says how many were

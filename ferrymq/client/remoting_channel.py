@@ -43,7 +43,7 @@ from ferrymq.codec.remoting import (
     decode,
     encode_head,
 )
-from ferrymq.codec.remoting_codes import ResponseCode
+from ferrymq.codec.remoting_codes import CLIENT_TIMEOUT_FIELD, FerryRequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
@@ -66,6 +66,18 @@ def deadline(address: str, timeout_s: float) -> FerryError:
     return FerryError(
         TRANSPORT, "DEADLINE_EXCEEDED", f"remoting {address}: no answer in {timeout_s:g} s"
     )
+
+
+def with_client_timeout(
+    code: int, fields: dict[str, str] | None, timeout_s: float
+) -> dict[str, str] | None:
+    """A produce's fields name the call's timeout: a node that forwards it to the master
+    waits that long, and the master refuses it once that long has passed, unstored, so a
+    send given up on is never stored behind the sends made after it."""
+    if code != FerryRequestCode.FERRY_PRODUCE:
+        return fields
+    named = {CLIENT_TIMEOUT_FIELD: str(max(1, round(timeout_s * 1000)))}
+    return named if fields is None else {**fields, **named}
 
 
 def request_frame(
@@ -208,6 +220,7 @@ class RemotingChannel:
             # of the SDK's own time per send.)
             if sock.gettimeout() != timeout_s:
                 sock.settimeout(timeout_s)
+            fields = with_client_timeout(code, fields, timeout_s)
             sock.sendall(request_frame(code, opaque, fields, body, self.security))
         self._awaited.add(opaque)
         return opaque
@@ -375,6 +388,7 @@ class AsyncRemotingChannel:
         future = asyncio.get_running_loop().create_future()
         self.pending[opaque] = future
         assert protocol.transport is not None
+        fields = with_client_timeout(code, fields, timeout_s)
         protocol.transport.write(request_frame(code, opaque, fields, body, self.security))
         try:
             answer = await asyncio.wait_for(future, timeout_s)

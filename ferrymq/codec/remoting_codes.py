@@ -83,6 +83,12 @@ class FerryRequestCode(enum.IntEnum):
     FERRY_FETCH = 30002  # body: FetchRequest; answer: FetchResponse
 
 
+# The ext field in which the SDK's FERRY_PRODUCE names its own timeout (milliseconds): a
+# node that forwards the send waits that long for the master, and the master refuses it
+# once that long has passed (``node/remoting/forwarding.py``). A 4.x client sends none.
+CLIENT_TIMEOUT_FIELD = "ferryTimeoutMs"
+
+
 class ResponseCode(enum.IntEnum):
     SUCCESS = 0
     SYSTEM_ERROR = 1

@@ -34,6 +34,11 @@ before), then its answer is relayed. A SendMessage the dead master may have stor
 replicated) is sent again marked as a resend (``ferrymq/codec/headers.py``): the next
 master answers what its log holds under the same message ids instead of storing it twice.
 
+Each try carries a proof made as it leaves, and its remaining time as gRPC's deadline; a
+master that receives it later than that deadline (the try was held up on a cut path and
+delivered when it healed) refuses it unserved, DEADLINE_EXCEEDED: its client has given up
+and may have sent its next messages since (``ForwardProofs.overdue``).
+
 A forwarded call is never forwarded again: a node that receives a proof-carrying call for
 a group it is not master of answers UNAVAILABLE "not the master", which the forwarding
 node takes as a reason to retry once routing names another master.
@@ -355,9 +360,18 @@ class Forwarder:
             return None  # a client's own call: the common case, decided in one pass
         headers = {k: v for k, v in metadata if isinstance(v, str)}
         try:
-            return self.proofs.verify(method, headers)
+            forwarded = self.proofs.verify(method, headers)
         except ProofRefused as refused:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(refused))
+        remaining = context.time_remaining()  # as the forwarding node sent it, less transit
+        late_s = None if remaining is None else self.proofs.overdue(forwarded, remaining)
+        if late_s is not None:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"not served: this call, forwarded by {forwarded.node_id}, arrived "
+                f"{late_s:.2f} s past its client's deadline",
+            )
+        return forwarded
 
     async def _refuse_unless_master(self, target, context) -> None:
         """The loop guard: a forwarded call is served by the master or not at all."""
@@ -379,10 +393,10 @@ class Forwarder:
         deadline = now + (NO_DEADLINE_S if remaining is None else remaining)
         return deadline, min(now + self.wait_cap_s, deadline - DEADLINE_MARGIN_S)
 
-    def _metadata(self, method: str, context) -> list[tuple[str, object]]:
-        metadata = without_proof_headers(context.invocation_metadata() or ())
-        metadata.extend(self.proofs.headers(method, client_peer(context.peer() or "")))
-        return metadata
+    def _proven(self, method: str, metadata: list, context) -> list[tuple[str, object]]:
+        """``metadata`` with a proof made now: the master counts the call's remaining
+        time from the proof's (``ForwardProofs.overdue``), so each try carries its own."""
+        return [*metadata, *self.proofs.headers(method, client_peer(context.peer() or ""))]
 
     async def _next_master(self, group: str, wait_until: float, waited: bool):
         """The master to try now (or HERE); None once ``wait_until`` has passed."""
@@ -399,7 +413,7 @@ class Forwarder:
     async def _forward_unary(self, method: str, group: str, request, context, response_class):
         deadline, wait_until = self._timing(context)
         refusals_until: float | None = None  # set by the first refusal
-        metadata = self._metadata(method, context)
+        metadata = without_proof_headers(context.invocation_metadata() or ())
         resend = [*metadata, RESEND]  # a send whose try failed mid-call may be stored
         last = "no master elected"
         waited = False
@@ -412,7 +426,11 @@ class Forwarder:
             call = self._callable(master, method, "unary", type(request))
             self.forwarded += 1
             try:
-                answer = await call(request, metadata=metadata, timeout=deadline - time.monotonic())
+                answer = await call(
+                    request,
+                    metadata=self._proven(method, metadata, context),
+                    timeout=deadline - time.monotonic(),
+                )
             except grpc.aio.AioRpcError as error:
                 if error.code() is not grpc.StatusCode.UNAVAILABLE:
                     await context.abort(error.code(), error.details() or "")
@@ -433,7 +451,7 @@ class Forwarder:
     async def _forward_stream(self, method: str, group: str, request, context, response_class):
         deadline, wait_until = self._timing(context)
         refusals_until: float | None = None  # set by the first refusal
-        metadata = self._metadata(method, context)
+        metadata = without_proof_headers(context.invocation_metadata() or ())
         last = "no master elected"
         waited = False
         while True:
@@ -444,7 +462,11 @@ class Forwarder:
             call = self._callable(master, method, "stream", type(request))
             self.forwarded += 1
             relayed = False
-            responses = call(request, metadata=metadata, timeout=deadline - time.monotonic())
+            responses = call(
+                request,
+                metadata=self._proven(method, metadata, context),
+                timeout=deadline - time.monotonic(),
+            )
             try:
                 async for response in responses:
                     refused = None if relayed else _not_serving_yet(response, response_class)

@@ -15,9 +15,10 @@ raise with the remark.
 The door's handlers take the caller as a third argument (``DoorHandler``); ``adapt`` gives
 the transport its two-argument ``Handler``. A request another node of the cluster forwarded
 (``node/remoting/forwarding.py``) has its proof checked and removed here, before the
-client's signature is: its caller is the client at the address the proof names. A
-client's own send on a node that is not its group's master is forwarded from here, once
-its credentials are verified.
+client's signature is: its caller is the client at the address the proof names; one that
+arrives after its client's deadline is refused here, unserved. A client's own send on a
+node that is not its group's master is forwarded from here, once its credentials are
+verified.
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ class Forwards(Protocol):
         self, request: RemotingCommand, address: str, peer: str
     ) -> RemotingCommand: ...
 
+    def refuse_overdue(
+        self, request: RemotingCommand, forwarded: Forwarded
+    ) -> RemotingCommand | None: ...
+
 
 class RemotingCallers:
     """The caller of each request: its verified user with authentication on (a
@@ -125,10 +130,15 @@ class RemotingCallers:
                 if forwarder is not None:
                     request, forwarded = unwrap(forwarder.proofs, request)
                 caller = self.caller(request, connection, method, forwarded)
-                if forwarded is None and forwarder is not None:
-                    master = forwarder.target(request)
-                    if master is not None:
-                        return await forwarder.forward(request, master, caller.address)
+                if forwarder is not None:
+                    if forwarded is not None:
+                        refusal = forwarder.refuse_overdue(request, forwarded)
+                        if refusal is not None:
+                            return refusal
+                    else:
+                        master = forwarder.target(request)
+                        if master is not None:
+                            return await forwarder.forward(request, master, caller.address)
                 return await handler(request, connection, caller)
             except AccessDenied as denied:
                 return request.reply(ResponseCode.NO_PERMISSION, str(denied))

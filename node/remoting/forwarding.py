@@ -17,9 +17,16 @@ removes them before it checks the client's signature, takes the request as the c
 meets a master that is no longer one is answered as a slave answers. The master's answer
 goes back to the client with the client's opaque.
 
-A master that cannot be reached, or does not answer in ``FORWARD_TIMEOUT_S``, is reported
-to the client in the answer (SERVICE_NOT_AVAILABLE: the client retries after a route
-refresh; SYSTEM_ERROR when the master may have stored it).
+A forwarded send has its client's time budget (``client_budget_s``): the timeout the SDK
+names in its request, else ``DEFAULT_CLIENT_TIMEOUT_S`` (a 4.x producer's default
+``sendMsgTimeout``; its requests do not carry it), at most ``FORWARD_TIMEOUT_S``. A master
+that cannot be reached, or does not answer within the budget, is reported to the client
+in the answer (SERVICE_NOT_AVAILABLE: the client retries after a route refresh;
+SYSTEM_ERROR when the master may have stored it). A master that receives a forwarded send
+after its budget has run out, counted from the proof's time, refuses it unstored
+(SYSTEM_BUSY ``[TIMEOUT_CLEAN_QUEUE]``, as Apache RocketMQ's broker answers a send that
+waited past its queue's limit): its client has given up and may have sent its next
+messages since, which the late one must not follow (``ForwardProofs.overdue``).
 
 Thread-safety: owned by the node's event loop.
 """
@@ -30,8 +37,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ferrymq.codec.remoting import RemotingCommand
-from ferrymq.codec.remoting_codes import FerryRequestCode, RequestCode, ResponseCode
-from node.forward_proof import PROOF_HEADER, ForwardProofs
+from ferrymq.codec.remoting_codes import (
+    CLIENT_TIMEOUT_FIELD,
+    FerryRequestCode,
+    RequestCode,
+    ResponseCode,
+)
+from node.forward_proof import PROOF_HEADER, Forwarded, ForwardProofs
 from node.remoting.authentication import PEER_FIELD, PROOF_FIELD, method_of
 from node.remoting.broker_send import is_transaction_half
 from node.remoting.forward_channel import ForwardChannel
@@ -44,7 +56,16 @@ FORWARDED_CODES = frozenset(
         FerryRequestCode.FERRY_PRODUCE,
     }
 )
-FORWARD_TIMEOUT_S = 10.0
+FORWARD_TIMEOUT_S = 10.0  # the longest budget a forwarded send is given
+DEFAULT_CLIENT_TIMEOUT_S = 3.0  # DefaultMQProducer's sendMsgTimeout
+
+
+def client_budget_s(request: RemotingCommand) -> float:
+    """How long the client of a forwarded send waits for its answer."""
+    named = request.ext_fields.get(CLIENT_TIMEOUT_FIELD, "")
+    if named.isdigit() and int(named) > 0:
+        return min(int(named) / 1000, FORWARD_TIMEOUT_S)
+    return DEFAULT_CLIENT_TIMEOUT_S
 
 
 class RemotingForwarder:
@@ -80,8 +101,9 @@ class RemotingForwarder:
             for old in self._channels.values():  # the master moved: old links go
                 old.close()
             self._channels = {address: (channel := ForwardChannel(address))}
+        budget_s = client_budget_s(request)
         try:
-            answer = await channel.call(replace(request, ext_fields=fields), FORWARD_TIMEOUT_S)
+            answer = await channel.call(replace(request, ext_fields=fields), budget_s)
         except ConnectionError as error:
             return request.reply(
                 ResponseCode.SERVICE_NOT_AVAILABLE,
@@ -92,9 +114,24 @@ class RemotingForwarder:
             return request.reply(
                 ResponseCode.SYSTEM_ERROR,
                 f"forwarded to the master at {address}, which did not answer within "
-                f"{FORWARD_TIMEOUT_S:.0f} s: it may have stored the message",
+                f"{budget_s:g} s: it may have stored the message",
             )
         return replace(answer, opaque=request.opaque)
+
+    def refuse_overdue(
+        self, request: RemotingCommand, forwarded: Forwarded
+    ) -> RemotingCommand | None:
+        """The master's refusal of a forwarded send that comes after its client's
+        deadline; None for one in time."""
+        budget_s = client_budget_s(request)
+        late_s = self.proofs.overdue(forwarded, budget_s)
+        if late_s is None:
+            return None
+        return request.reply(
+            ResponseCode.SYSTEM_BUSY,
+            f"[TIMEOUT_CLEAN_QUEUE]not stored: this send, forwarded by {forwarded.node_id}, "
+            f"arrived {late_s:.2f} s past its client's timeout of {budget_s:g} s",
+        )
 
     def close(self) -> None:
         for channel in self._channels.values():

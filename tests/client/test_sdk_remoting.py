@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer
+from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer, remoting_channel
 from ferrymq.client.routes import Endpoints
 from ferrymq.client.security import ClientSecurity
+from ferrymq.codec.remoting_codes import CLIENT_TIMEOUT_FIELD, FerryRequestCode
 from tests.support.auth import AUTH_TOML, ROOT
 from tests.support.nodes import start_node
 
@@ -87,6 +88,33 @@ def test_both_doors_refuse_alike(address, topic, transport):
         first, refused, last = asyncio.run(mixed())
     assert isinstance(refused, FerryError) and refused.code_name == "MESSAGE_BODY_TOO_LARGE"
     assert first.queue_offset >= 0 and last.queue_offset >= 0
+
+
+def test_every_produce_names_the_clients_timeout(address, topic, monkeypatch):
+    """Single, batched and coalesced sends all say how long their client waits: a node
+    forwarding one to its master waits that long, and the master refuses it after
+    (tests/cluster/test_remoting_forwarding.py)."""
+    framed = []
+    frame = remoting_channel.request_frame
+
+    def recording(code, opaque, fields, body, security=remoting_channel.PLAIN):
+        framed.append((code, dict(fields or {})))
+        return frame(code, opaque, fields, body, security)
+
+    monkeypatch.setattr(remoting_channel, "request_frame", recording)
+    with Producer(address, timeout_s=7.5) as producer:
+        producer.send(Message(topic, b"one"))
+        producer.send_batch([Message(topic, b"b%d" % i) for i in range(2)])
+
+        async def coalesced():
+            await asyncio.gather(*(producer.send_async(Message(topic, b"a")) for _ in range(3)))
+
+        asyncio.run(coalesced())
+    produces = [fields for code, fields in framed if code == FerryRequestCode.FERRY_PRODUCE]
+    assert len(produces) >= 3
+    assert {fields.get(CLIENT_TIMEOUT_FIELD) for fields in produces} == {"7500"}
+    others = [fields for code, fields in framed if code != FerryRequestCode.FERRY_PRODUCE]
+    assert not any(CLIENT_TIMEOUT_FIELD in fields for fields in others)
 
 
 def test_a_client_with_credentials_or_tls_uses_the_remoting_door():

@@ -2,7 +2,8 @@
 (``node/remoting/forwarding.py``) on a real 3-node cluster: a 4.x send and a FERRY_PRODUCE
 through a slave are stored on the master with the client's address as born host; a
 transaction half is not forwarded (its checks would reach the slave, not the producer);
-a client cannot pass its own request off as forwarded."""
+a client cannot pass its own request off as forwarded; a forwarded send that reaches the
+master after its client's timeout is refused unstored."""
 
 from __future__ import annotations
 
@@ -16,12 +17,19 @@ from ferrymq.client.messages import Message
 from ferrymq.client.produce_records import encode_record
 from ferrymq.codec.commitlog_record import decode
 from ferrymq.codec.remoting import SERIALIZE_ROCKETMQ
-from ferrymq.codec.remoting_codes import FerryRequestCode, RequestCode, ResponseCode
+from ferrymq.codec.remoting_codes import (
+    CLIENT_TIMEOUT_FIELD,
+    FerryRequestCode,
+    RequestCode,
+    ResponseCode,
+)
 from ferrymq.launcher.cluster import cluster_up
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as data
+from node.forward_proof import PROOF_HEADER, ForwardProofs
+from node.remoting.authentication import PEER_FIELD, PROOF_FIELD, method_of
 from tests.support.cluster import SMALL_STORE, master_of, stop_all, topic_everywhere
-from tests.support.remoting_client import RemotingClient, pull_fields, send_v2
+from tests.support.remoting_client import RemotingClient, pull_fields, send_v2, send_v2_fields
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +121,47 @@ def test_a_client_cannot_pass_its_request_off_as_forwarded(plan):
     assert answer.code == ResponseCode.NO_PERMISSION
     assert "forward proof refused" in answer.remark
     assert last_record(master.remoting).body != b"forged"
+
+
+def held_up_fields(plan, slave, code: int, held_s: float) -> dict[str, str]:
+    """The fields the slave added to a request it forwarded ``held_s`` ago (the bytes
+    held up on a cut path between the nodes, delivered when it heals)."""
+    proofs = ForwardProofs(plan.secret, slave.id, clock=lambda: time.time() - held_s)
+    proof = dict(proofs.headers(method_of(code), "127.0.0.3:41000"))
+    return {PEER_FIELD: "127.0.0.3:41000", PROOF_FIELD: proof[PROOF_HEADER]}
+
+
+def test_a_forwarded_send_that_reaches_the_master_after_its_clients_timeout_is_refused(plan):
+    """A 4.x producer gives up after 3 s (its default; its request does not say) and
+    sends its next message: a send that reaches the master later must not be stored
+    behind it. The SDK names its timeout, so its send is bounded by that instead."""
+    slave, master = slave_and_master(plan)
+    with RemotingClient(master.remoting) as client:
+        late = held_up_fields(plan, slave, RequestCode.SEND_MESSAGE_V2, held_s=3.0)
+        fields = {**send_v2_fields("fw"), **late}
+        answer = client.call(RequestCode.SEND_MESSAGE_V2, fields, b"given up on")
+        assert answer.code == ResponseCode.SYSTEM_BUSY, answer.remark
+        assert answer.remark.startswith("[TIMEOUT_CLEAN_QUEUE]not stored")
+        assert last_record(master.remoting).body != b"given up on"
+        in_time = held_up_fields(plan, slave, RequestCode.SEND_MESSAGE_V2, held_s=1.0)
+        fields = {**send_v2_fields("fw"), **in_time}
+        answer = client.call(RequestCode.SEND_MESSAGE_V2, fields, b"held up, in time")
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        records = encode_record(Message("fw", b"waited for"), pb.NORMAL, int(time.time() * 1000))
+        request = data.ProduceRequest(topic="fw", queue_id=0, atomic=True, count=1, records=records)
+        fields = {
+            **held_up_fields(plan, slave, FerryRequestCode.FERRY_PRODUCE, held_s=3.0),
+            CLIENT_TIMEOUT_FIELD: "10000",  # the SDK's client waits 10 s
+        }
+        answer = client.call(
+            FerryRequestCode.FERRY_PRODUCE,
+            fields,
+            request.SerializeToString(),
+            serialize_type=SERIALIZE_ROCKETMQ,
+        )
+    produced = data.ProduceResponse.FromString(answer.body)
+    assert produced.code == pb.OK, produced.message
+    assert last_record(master.remoting).body == b"waited for"
 
 
 def test_the_sdk_writes_through_another_node_while_its_master_is_unreachable(plan):

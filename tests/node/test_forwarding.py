@@ -22,7 +22,14 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from node.authentication import Authenticator, Verification, signature_headers
 from node.config import SecurityOptions
-from node.forward_proof import PEER_HEADER, PROOF_HEADER, WINDOW_S, ForwardProofs, ProofRefused
+from node.forward_proof import (
+    DEADLINE_MARGIN_S,
+    PEER_HEADER,
+    PROOF_HEADER,
+    WINDOW_S,
+    ForwardProofs,
+    ProofRefused,
+)
 from node.grpc import forwarding
 from node.grpc.authentication import CallAuthentication, caller_of
 from node.grpc.forwarding import Forwarder
@@ -72,6 +79,19 @@ def test_a_proof_verifies_only_for_its_method_peer_and_cluster_and_not_once_stal
     assert not ForwardProofs("", "node-x").can_forward
     now[0] += WINDOW_S + 1
     assert refused(headers) == "STALE"
+
+
+def test_a_forwarded_call_is_overdue_once_its_budget_less_the_margin_has_passed():
+    now = [1_800_000_000.0]
+    a = ForwardProofs(SECRET, "node-a", clock=lambda: now[0])
+    b = ForwardProofs(SECRET, "node-b", clock=lambda: now[0])
+    forwarded = b.verify(METHOD, as_metadata(a.headers(METHOD, "ipv4:10.0.0.5:41000")))
+    assert forwarded.made_at_s == pytest.approx(now[0], abs=0.001)
+    now[0] += 3.0 - DEADLINE_MARGIN_S - 0.01
+    assert b.overdue(forwarded, budget_s=3.0) is None
+    now[0] += 0.02
+    assert b.overdue(forwarded, budget_s=3.0) == pytest.approx(0.01, abs=0.002)
+    assert b.overdue(forwarded, budget_s=10.0) is None
 
 
 def test_refused_proofs_are_logged_once_per_reason_and_window(caplog):
@@ -178,6 +198,7 @@ class Cluster:
         self.ports: dict[str, int] = {}
         self.forwarders: dict[str, Forwarder] = {}
         self.masters: set[str] = set()  # nodes whose role says master
+        self.clock_offset_s: dict[str, float] = {}  # how far a node's wall clock is ahead
 
     async def start(self, wait_cap_s: float = 3.0) -> None:
         for name in self.names:
@@ -185,7 +206,11 @@ class Cluster:
             forwarder = Forwarder(
                 node_id=name,
                 broker_group=self.group_of[name],
-                proofs=ForwardProofs(self.secret, name),
+                proofs=ForwardProofs(
+                    self.secret,
+                    name,
+                    clock=lambda name=name: time.time() + self.clock_offset_s.get(name, 0.0),
+                ),
                 state=lambda: self.state,
                 is_master=lambda name=name: name in self.masters,
                 channel_for=self._channel_for,
@@ -462,6 +487,56 @@ def test_no_master_within_the_wait_is_answered_in_the_status_before_the_deadline
             cluster.forwarders["n2"].wait_cap_s = 30
             answer = await stub.SendMessage(send_request(), timeout=1.5)
             assert answer.status.code == pb.HA_NOT_AVAILABLE
+
+    run(scenario)
+
+
+def test_a_forwarded_call_that_reaches_the_master_after_its_deadline_is_refused_unserved():
+    """A try held up on a cut path reaches the master when the path heals, with gRPC's
+    deadline counted from its arrival: the master counts it from the proof instead, and
+    serves nothing its client has given up on (before, it stored the send behind the
+    client's later ones)."""
+
+    async def scenario():
+        async with Cluster(["n1", "n2"], master="n1") as cluster:
+            held_up = ForwardProofs(SECRET, "n2", clock=lambda: time.time() - 2.0)
+            async with grpc.aio.insecure_channel(cluster.address("n1")) as channel:
+                stub = service_pb2_grpc.MessagingServiceStub(channel)
+                late = held_up.headers(METHOD, "ipv4:10.0.0.5:1")
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await stub.SendMessage(send_request(), metadata=late, timeout=1.5)
+                assert refused.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+                assert "past its client's deadline" in refused.value.details()
+                assert not cluster.seen["n1"].calls
+                # The same delay within a longer deadline is served.
+                answer = await stub.SendMessage(send_request(), metadata=late, timeout=10)
+                assert answer.status.code == pb.OK
+                assert len(cluster.seen["n1"].calls) == 1
+
+    run(scenario)
+
+
+def test_a_call_forwarded_after_an_election_wait_carries_a_proof_made_then():
+    """The proof of each try is made as it leaves: a try after a long wait for the
+    election is not taken for one held up on the way since the call came. (The nodes'
+    clocks jump ahead while the call waits: the wait, simulated.)"""
+
+    async def scenario():
+        async with (
+            Cluster(["n1", "n2"], wait_cap_s=5.0) as cluster,
+            grpc.aio.insecure_channel(cluster.address("n2")) as channel,
+        ):
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            pending = asyncio.ensure_future(stub.SendMessage(send_request(), timeout=2.5))
+            await asyncio.sleep(0)  # nothing to wait for: the call is in flight
+            deadline = time.monotonic() + 5
+            while not cluster.forwarders["n2"].waiting and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)  # until it waits for routing
+            cluster.clock_offset_s.update(n1=2.4, n2=2.4)
+            cluster.elect("n1", epoch=1)
+            answer = await pending
+            assert answer.status.code == pb.OK, answer.status.message
+            assert len(cluster.seen["n1"].calls) == 1
 
     run(scenario)
 

@@ -141,24 +141,27 @@ def properties_text(properties: dict[str, str]) -> str:
     return "\x02".join(f"{name}\x01{value}" for name, value in properties.items())
 
 
+def send_v2_fields(topic: str, queue_id: int = 0, **properties: str) -> dict[str, str]:
+    """A SEND_MESSAGE_V2 header as the 4.x client sends it."""
+    return {
+        "a": "producers",
+        "b": topic,
+        "c": "TBW102",
+        "d": "4",
+        "e": str(queue_id),
+        "f": "0",
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": properties_text(properties),
+        "j": "0",
+        "k": "false",
+        "m": "false",
+    }
+
+
 def send_v2(client, topic: str, body: bytes, queue_id: int = 0, **properties: str):
     return client.call(
-        RequestCode.SEND_MESSAGE_V2,
-        {
-            "a": "producers",
-            "b": topic,
-            "c": "TBW102",
-            "d": "4",
-            "e": str(queue_id),
-            "f": "0",
-            "g": str(int(time.time() * 1000)),
-            "h": "0",
-            "i": properties_text(properties),
-            "j": "0",
-            "k": "false",
-            "m": "false",
-        },
-        body,
+        RequestCode.SEND_MESSAGE_V2, send_v2_fields(topic, queue_id, **properties), body
     )
 
 
