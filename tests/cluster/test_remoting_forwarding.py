@@ -65,6 +65,19 @@ def last_record(address: str):
     return decode(answer.body, 0)
 
 
+def produce(client: RemotingClient, body: bytes, fields: dict[str, str] | None = None):
+    """The ProduceResponse to a FERRY_PRODUCE of one message to queue 0 of ``fw``."""
+    records = encode_record(Message("fw", body), pb.NORMAL, int(time.time() * 1000))
+    request = data.ProduceRequest(topic="fw", queue_id=0, atomic=True, count=1, records=records)
+    answer = client.call(
+        FerryRequestCode.FERRY_PRODUCE,
+        fields,
+        request.SerializeToString(),
+        serialize_type=SERIALIZE_ROCKETMQ,
+    )
+    return data.ProduceResponse.FromString(answer.body)
+
+
 def test_a_4x_send_through_a_slave_is_stored_on_the_master_as_the_clients(plan):
     slave, master = slave_and_master(plan)
     with RemotingClient(slave.remoting, source="127.0.0.3") as client:
@@ -78,17 +91,8 @@ def test_a_4x_send_through_a_slave_is_stored_on_the_master_as_the_clients(plan):
 
 def test_a_produce_through_a_slave_is_stored_on_the_master(plan):
     slave, master = slave_and_master(plan)
-    born = int(time.time() * 1000)
-    records = encode_record(Message("fw", b"produced via a slave"), pb.NORMAL, born)
-    request = data.ProduceRequest(topic="fw", queue_id=0, atomic=True, count=1, records=records)
     with RemotingClient(slave.remoting) as client:
-        answer = client.call(
-            FerryRequestCode.FERRY_PRODUCE,
-            None,
-            request.SerializeToString(),
-            serialize_type=SERIALIZE_ROCKETMQ,
-        )
-    produced = data.ProduceResponse.FromString(answer.body)
+        produced = produce(client, b"produced via a slave")
     assert produced.code == pb.OK, produced.message
     assert last_record(master.remoting).body == b"produced via a slave"
 
@@ -147,19 +151,11 @@ def test_a_forwarded_send_that_reaches_the_master_after_its_clients_timeout_is_r
         fields = {**send_v2_fields("fw"), **in_time}
         answer = client.call(RequestCode.SEND_MESSAGE_V2, fields, b"held up, in time")
         assert answer.code == ResponseCode.SUCCESS, answer.remark
-        records = encode_record(Message("fw", b"waited for"), pb.NORMAL, int(time.time() * 1000))
-        request = data.ProduceRequest(topic="fw", queue_id=0, atomic=True, count=1, records=records)
         fields = {
             **held_up_fields(plan, slave, FerryRequestCode.FERRY_PRODUCE, held_s=3.0),
             CLIENT_TIMEOUT_FIELD: "10000",  # the SDK's client waits 10 s
         }
-        answer = client.call(
-            FerryRequestCode.FERRY_PRODUCE,
-            fields,
-            request.SerializeToString(),
-            serialize_type=SERIALIZE_ROCKETMQ,
-        )
-    produced = data.ProduceResponse.FromString(answer.body)
+        produced = produce(client, b"waited for", fields)
     assert produced.code == pb.OK, produced.message
     assert last_record(master.remoting).body == b"waited for"
 
