@@ -129,7 +129,10 @@ class CatchUp:
 @dataclass
 class Fault:
     """One nemesis action: ``kind`` (kill, pause, restart-all...), the node(s) it hit and
-    the role they had, and its window (start until the fault was healed)."""
+    the role they had, its window (start until the fault was healed: for a restart, until
+    the processes were started again) and when the cluster was ready again after it
+    (``ready_s``: every node answering, each group with a master and all in sync; None
+    when not within the runner's deadline)."""
 
     kind: str
     targets: list[str]
@@ -137,6 +140,7 @@ class Fault:
     start_s: float
     end_s: float | None = None
     note: str = ""
+    ready_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,10 @@ MASTER_FAULTS = (
 # Faults that may depose the master they hit (it is dead, stopped or cut off); a master
 # deposed under any other fault, or under none, was deposed while alive and connected.
 DEPOSING = (*KILLS, "pause", "partition-master", "partition-random", "restart-all", *POWER_LOSSES)
+# Faults that start the nodes they hit again: such a node is not a live master until it
+# is ready (its process starts, recovers its store, waits for routing, then binds its
+# ports), so an election excused by the fault may come until the cluster is ready.
+RESTARTS = (*KILLS, "restart-all", *POWER_LOSSES)
 LEASE_S = 3.0
 STARVED_CORES = 0.25  # cpu-starve-master
 STARVED_CORES_EACH = 0.4  # cpu-starve-all

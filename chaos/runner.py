@@ -132,6 +132,7 @@ def run(
                 turn += 1
                 try:
                     wait_ready(fury.plan, RECOVERY_TIMEOUT_S)
+                    fault.ready_s = fury.now()
                 except ClusterError as error:  # recorded; the run goes on
                     fault.note = f"not recovered within {RECOVERY_TIMEOUT_S:.0f} s: {error}"
             remaining = duration_s - (time.monotonic() - t0)

@@ -99,6 +99,7 @@ class Controller:
         # to a heartbeat interval from then for the candidates' reported ends.
         self._failed_since: dict[str, tuple[int, float]] = {}
         self._leading = False
+        self._leading_since = 0.0  # when this replica began to lead (monotonic)
         self.raft_address = raft_address  # this node's voter address; "" for no voter
         self._handover_after = 0.0  # no new handover request before this (monotonic)
         self.refuses_connections = refuses_connections or port_refuses_connections
@@ -125,6 +126,7 @@ class Controller:
         now = self.clock()
         if not self._leading:
             self._leading = True
+            self._leading_since = now
             self._seen.clear()  # grace: judge nobody on time from before we led
             self._terms.clear()
         members, groups = self.replica.read(
@@ -227,6 +229,14 @@ class Controller:
         # the heartbeat's own timestamp (the sender's wall clock) says how old it is, with
         # half an interval of slack for clocks that disagree.
         age_s = self.wall_clock() - master.last_heartbeat_ms / 1000
+        if age_s - (now - self._leading_since) > self.lease_s:
+            # Silent for more than a lease before this leader began, yet not marked down:
+            # no leader was watching then (every voter was down: a restart or power loss
+            # of every node). Such a heartbeat's age says nothing, and a master still
+            # starting has not bound its replication port yet; only this leader's own
+            # watch (above) decides. (A chaos run deposed a starting master 4.4 s after a
+            # power loss of every node, on a heartbeat 33 s old.)
+            return None
         if age_s >= silence_s + self.heartbeat_interval_s / 2:
             return f"{lost}, whose last heartbeat is {age_s:.1f} s old"
         if master.ha_address and await self.refuses_connections(master.ha_address):

@@ -8,7 +8,7 @@ import time
 
 from chaos.checker import check
 from chaos.elections import elections_in_logs, judged
-from chaos.history import Fault, History
+from chaos.history import Election, Fault, History
 
 STARTED = time.mktime(time.strptime("2026-11-28 22:00:00", "%Y-%m-%d %H:%M:%S"))
 
@@ -51,6 +51,19 @@ def test_elections_are_read_with_whom_they_deposed_and_judged_by_the_faults(tmp_
         Fault("kill-slave", ["node-1"], "slave", 68.0, 70.0),  # not node-3's fault
     ]
     assert [e.spurious for e in judged(found, faults, margin_s=3.0)] == [False, True, True]
+
+
+def test_a_restarted_master_may_be_replaced_until_the_cluster_is_ready_again():
+    """A restart ends, for the checker, once the cluster was ready: a master deposed
+    while it was still starting was not a live master. A pause does not restart the
+    node: its window ends when the node runs again."""
+    deposed_at = [Election(14.4, "node-2", "node-1", 53, "lost their link to node-1")]
+    restart = Fault("power-loss-all", ["node-1", "node-2", "node-3"], "all", 2.0, 10.0)
+    assert [e.spurious for e in judged(deposed_at, [restart], margin_s=3.0)] == [True]
+    restart.ready_s = 16.0
+    assert [e.spurious for e in judged(deposed_at, [restart], margin_s=3.0)] == [False]
+    pause = Fault("pause", ["node-1"], "master", 2.0, 10.0, ready_s=16.0)
+    assert [e.spurious for e in judged(deposed_at, [pause], margin_s=3.0)] == [True]
 
 
 def test_the_checker_counts_a_spurious_failover_as_a_violation(tmp_path):

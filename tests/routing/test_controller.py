@@ -542,3 +542,49 @@ def test_a_master_marked_down_waits_up_to_an_interval_for_the_slaves_ends():
 def heartbeat_at(state: RoutingState, clock: Clock, **ends: int) -> None:
     for node_id, end in ends.items():
         assert state.apply(NodeHeartbeat(node_id, end, int(clock.now * 1000))).ok
+
+
+def test_after_every_voter_was_down_a_starting_master_is_judged_only_by_the_leaders_watch():
+    """A power loss of every node: routing's new leader finds every heartbeat 33 s old,
+    the slaves (up first) report their master lost and its replication port refuses (it
+    is bound once the node's routing is ready). The master was deposed 4.4 s after the
+    restart (a chaos run); now it has the leader's own silence limit to heartbeat, and a
+    master that stays silent is still replaced once it passes."""
+    for master_comes_back in (True, False):
+        state = RoutingState()
+        for node_id in ("n1", "n2", "n3"):
+            command = RegisterNode(node_id, "g1", f"{node_id}:1", f"{node_id}:2", wall_ms=0)
+            assert state.apply(command).ok
+        assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1", "n2", "n3"}), 1)).ok
+        clock = Clock()
+        heartbeat(state, clock, "n1", "n2", "n3")  # the last ones before the power cut
+        clock.now += 33.0
+
+        async def refuses(address: str) -> bool:
+            return True
+
+        controller = Controller(
+            LeaderReplica(state),
+            lease_s=3.0,
+            refuses_connections=refuses,
+            clock=clock,
+            wall_clock=clock,
+        )
+        heartbeat(state, clock, "n2", "n3")
+        for reporter in ("n2", "n3"):
+            assert state.apply(ReportMasterLost("g1", reporter, 1, end_offset=100)).ok
+        for _ in range(4):  # 1.2 s of ticks: the master is still starting
+            asyncio.run(controller.tick())
+            clock.now += 0.3
+            heartbeat(state, clock, "n2", "n3")
+        assert state.broker_groups["g1"].epoch == 1
+        if master_comes_back:
+            heartbeat(state, clock, "n1")
+            assert state.apply(ReportMasterFound("g1", "n2", 1)).ok
+            assert state.apply(ReportMasterFound("g1", "n3", 1)).ok
+        for _ in range(4):  # past the leader's own silence limit (2 s)
+            clock.now += 0.3
+            heartbeat(state, clock, "n2", "n3")
+            asyncio.run(controller.tick())
+        group = state.broker_groups["g1"]
+        assert (group.epoch, group.master) == ((1, "n1") if master_comes_back else (2, "n2"))
