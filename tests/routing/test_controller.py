@@ -421,17 +421,23 @@ def test_an_election_among_equal_logs_prefers_a_candidate_off_the_leaders_node()
     assert replica.handed == ["r1"]
 
 
+def three_nodes_with_replication_ports() -> RoutingState:
+    """``three_nodes``, each member naming its replication port (``<node>:2``)."""
+    state = RoutingState()
+    for node_id in ("n1", "n2", "n3"):
+        command = RegisterNode(node_id, "g1", f"{node_id}:1", f"{node_id}:2", wall_ms=0)
+        assert state.apply(command).ok
+    assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1", "n2", "n3"}), 1)).ok
+    return state
+
+
 def test_a_master_whose_replication_port_refuses_is_replaced_without_waiting_a_heartbeat():
     """Every in-sync slave lost its link and the master's replication port refuses the
     controller's dial (a kill -9): the controller elects at once, not a heartbeat interval
     after the master's last heartbeat. A port that does not refuse (a paused master, a cut
     network) proves nothing: the heartbeat rule decides."""
     for refuses, elected_at_once in ((True, True), (False, False)):
-        state = RoutingState()
-        for node_id in ("n1", "n2", "n3"):
-            command = RegisterNode(node_id, "g1", f"{node_id}:1", f"{node_id}:2", wall_ms=0)
-            assert state.apply(command).ok
-        assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1", "n2", "n3"}), 1)).ok
+        state = three_nodes_with_replication_ports()
         clock = Clock()
         dialled: list[str] = []
 
@@ -551,11 +557,7 @@ def test_after_every_voter_was_down_a_starting_master_is_judged_only_by_the_lead
     restart (a chaos run); now it has the leader's own silence limit to heartbeat, and a
     master that stays silent is still replaced once it passes."""
     for master_comes_back in (True, False):
-        state = RoutingState()
-        for node_id in ("n1", "n2", "n3"):
-            command = RegisterNode(node_id, "g1", f"{node_id}:1", f"{node_id}:2", wall_ms=0)
-            assert state.apply(command).ok
-        assert state.apply(AlterInSync("g1", "n1", 1, frozenset({"n1", "n2", "n3"}), 1)).ok
+        state = three_nodes_with_replication_ports()
         clock = Clock()
         heartbeat(state, clock, "n1", "n2", "n3")  # the last ones before the power cut
         clock.now += 33.0
