@@ -54,7 +54,12 @@ from routing.raft_transport import MAX_COMMAND_BYTES, BoundedTcpTransport
 from routing.state import RoutingState
 
 log = logging.getLogger("ferrymq.routing")
-RETRY_NOT_APPLIED_S = 1.0  # how long a command refused unapplied is tried again
+# How long a command refused unapplied is tried again: an election's span, not only a
+# handover's. A follower calls one after 0.4-1.4 s without the leader (``raftMaxTimeout``),
+# a split vote costs another round, and a busy host stretches both; a command that met
+# an election must not fail for want of a second try (a test's CreateGroup did on CI).
+RETRY_NOT_APPLIED_S = 3.0
+READ_BARRIER_TIMEOUT_S = 1.0  # a request naming an unknown topic waits no longer
 RETRY_PAUSE_S = 0.02
 # At most one read barrier (``catch_up``) every this long: a flood of requests naming
 # topics nobody created must not become a flood of Raft entries.
@@ -293,7 +298,8 @@ class RoutingReplica:
         The command goes under a request id (``Tracked``). A refusal that proves it was not
         applied (no leader known, a leader that was no longer one, an entry a new leader
         replaced) is retried for up to ``RETRY_NOT_APPLIED_S``: a leadership handover lasts
-        milliseconds, and a command that met it would otherwise fail for nothing. An
+        milliseconds and an election a few seconds, and a command that met either would
+        otherwise fail for nothing. An
         outcome the leader change hid is found out: after a read barrier, a command that
         committed has its result in ``RoutingState.outcomes``, and one that did not never
         will (a new leader committed past it without it) and is submitted again."""
@@ -387,7 +393,7 @@ class RoutingReplica:
             return f"{connected + 1} of {voters} voters reachable"
         return f"{connected} of {voters} voters reachable from this read-only replica"
 
-    async def catch_up(self, timeout_s: float = RETRY_NOT_APPLIED_S) -> None:
+    async def catch_up(self, timeout_s: float = READ_BARRIER_TIMEOUT_S) -> None:
         """Apply here everything routing committed before this call: a read barrier, for a
         node asked about something it may not have heard of yet (a topic another node
         created a moment ago). A ``CatchUp`` command, committed and applied on this

@@ -115,6 +115,31 @@ def test_a_command_a_leader_change_refused_unapplied_is_submitted_again(tmp_path
         replica.close()
 
 
+def test_a_command_refused_through_an_election_is_submitted_until_a_leader_takes_it(tmp_path):
+    """No leader takes commands for 1.5 s, as in an election after a lost leader on a busy
+    host: ``submit`` keeps trying and the command commits once one does (a test's
+    CreateGroup failed on CI after a one-second retry window)."""
+    replica = lone_voter(tmp_path)
+    real_apply = replica.machine.apply
+    election_ends = time.monotonic() + 1.5
+    refused: list[object] = []
+
+    def apply(command, callback):
+        if time.monotonic() < election_ends:
+            refused.append(command)
+            callback(None, FAIL_REASON.NOT_LEADER)
+            return None
+        return real_apply(command, callback=callback)
+
+    replica.machine.apply = apply
+    try:
+        result = asyncio.run(replica.submit(RegisterNode("n1", "g1", "n1:1")))
+        assert result.ok and result.value.node_id == "n1"
+        assert len(refused) > 1
+    finally:
+        replica.close()
+
+
 def hiding_the_first_outcome(replica: RoutingReplica, *, applied: bool) -> list[object]:
     """Make the replica's next apply end as a leader change ends it, LEADER_CHANGED
     whether or not the entry committed: committed (and applied) when ``applied``. Later
