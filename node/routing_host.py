@@ -62,6 +62,7 @@ from node.routing_channel import (
     frame,
     read_message,
 )
+from node.stop_signals import stop_on
 from node.wakeups import watch_wakeups
 from routing.commands import CommandResult, NodeHeartbeat, RegisterNode
 from routing.controller import Controller
@@ -260,11 +261,11 @@ async def run(fd: int, lease_fd: int) -> None:
     assert isinstance(setup, Setup), setup
     host = RoutingHost(setup, writer, LeaseCell(lease_fd))
     stopping = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
-    serving = asyncio.ensure_future(host.serve(reader))
-    await asyncio.wait(
-        [serving, asyncio.ensure_future(stopping.wait())], return_when="FIRST_COMPLETED"
-    )
+    with stop_on((signal.SIGTERM,), stopping.set):
+        serving = asyncio.ensure_future(host.serve(reader))
+        await asyncio.wait(
+            [serving, asyncio.ensure_future(stopping.wait())], return_when="FIRST_COMPLETED"
+        )
     if stopping.is_set():  # asked: leave Raft in order
         await asyncio.get_running_loop().run_in_executor(None, host.close)
     # Else the node's process is gone: so is this one, as a SIGKILL would end it. The

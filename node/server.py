@@ -93,6 +93,7 @@ from node.services.retries import RetryService
 from node.services.routes import RouteService
 from node.services.send import SendService
 from node.services.transactions import TransactionService
+from node.stop_signals import stop_on
 from node.timer_service import TimerService
 from node.tls import (
     client_tls,
@@ -796,10 +797,8 @@ async def _serve(config: NodeConfig, on_ready: Callable[[Node], None] | None) ->
     print(f"ferrymq node {config.id} ready on {config.host}:{node.port}", flush=True)
     if on_ready is not None:
         on_ready(node)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, node.must_stop.set)
-    await node.must_stop.wait()
+    with stop_on((signal.SIGTERM, signal.SIGINT), node.must_stop.set):
+        await node.must_stop.wait()
     await node.stop()
     if node.failure is not None:
         raise RoutingUnavailable(f"node {config.id} stopped: {node.failure}")
