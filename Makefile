@@ -19,9 +19,13 @@ $(STAMP): pyproject.toml $(C_SOURCES)
 up: $(STAMP)
 	$(PY) -m ferrymq.cli up
 
+# Two workers (the host's cores), a test file per worker at a time; then the tests that must
+# have the host to themselves (the ``alone`` marker, tests/conftest.py).
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone"
+	$(PY) -m pytest -q -m alone
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

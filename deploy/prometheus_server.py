@@ -8,6 +8,7 @@ the object that started it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 INSTALL_TIMEOUT_S = 900
+INSTALL_LOCK = "/var/lock/ferrymq-prometheus-install.lock"
 START_TIMEOUT_S = 60
 
 
@@ -35,6 +37,21 @@ def ensure_installed() -> tuple[str, str]:
         return prometheus, promtool
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise PrometheusUnavailable("prometheus is missing; install the Debian package")
+    # Two processes at once (make test's workers) would meet on dpkg's lock, which apt-get
+    # does not wait for: the second waits here, then finds the package installed.
+    with open(INSTALL_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
+        if prometheus and promtool:
+            return prometheus, promtool
+        _apt_install("prometheus")
+    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
+    if not (prometheus and promtool):
+        raise PrometheusUnavailable("the prometheus package installed no prometheus/promtool")
+    return prometheus, promtool
+
+
+def _apt_install(package: str) -> None:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(
         ["apt-get", "update", "-q"],
@@ -44,16 +61,12 @@ def ensure_installed() -> tuple[str, str]:
         stdout=subprocess.DEVNULL,
     )
     subprocess.run(
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", package],
         check=True,
         env=env,
         timeout=INSTALL_TIMEOUT_S,
         stdout=subprocess.DEVNULL,
     )
-    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    if not (prometheus and promtool):
-        raise PrometheusUnavailable("the prometheus package installed no prometheus/promtool")
-    return prometheus, promtool
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -36,6 +36,29 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+# ---- which tests run alone --------------------------------------------------------------
+# make test runs the suite on two workers (pytest-xdist, a file per worker at a time), then
+# these files by themselves (``-m alone``): they load the host on purpose, or measure what
+# a host loaded by another worker's tests would change.
+ALONE = {
+    "tests/chaos/test_chaos_run.py": "chaos runs with overload faults; their checker's bounds",
+    "tests/chaos/test_chaos_overload.py": "starves and throttles processes with cgroups",
+    "tests/cluster/test_liveness.py": "busy nodes keep their lease: the host's load is the test",
+    "tests/bench/test_bench_cluster.py": "a benchmark's smoke run: its figures must be sane",
+    "tests/bench/test_bench_grpc_ceiling.py": "a benchmark's smoke run: its floors must be sane",
+    "tests/bench/test_bench_spark_decode.py": "compares the C walk's cost with its Python twin's",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(str(config.rootpath))
+    if missing := [name for name in ALONE if not (root / name).exists()]:
+        raise pytest.UsageError(f"tests/conftest.py ALONE names files that are gone: {missing}")
+    for item in items:
+        if Path(str(item.path)).relative_to(root).as_posix() in ALONE:
+            item.add_marker(pytest.mark.alone)
+
+
 # ---- node processes ------------------------------------------------------------------
 NodeFactory = Callable[..., NodeProcess]
 

@@ -199,7 +199,7 @@ def maven_libs(name: str, artifacts: Sequence[jvm.Artifact]) -> Path:
     if (lib / "ok").exists():
         return lib
     mvn = tool("mvn", "the Java drivers fetch their clients from Maven Central with it")
-    with locked(f"maven-{name}"):
+    with locked("maven"):  # one local repository for every list: one mvn at a time
         if (lib / "ok").exists():
             return lib
         coordinates = ", ".join(a.coordinate for a in artifacts)
