@@ -33,6 +33,7 @@ from chaos.history import Fault, History
 from chaos.network import NodeNetwork
 from chaos.overload import Overloads
 from chaos.power import discard_unsynced
+from chaos.workload import LogCopies
 from ferrymq.client import Admin, FerryError
 from ferrymq.launcher.cluster import ClusterPlan, NodePlan, is_running, save_plan, start_node
 from ferrymq.launcher.processes import signal_node
@@ -104,24 +105,25 @@ class Nemesis:
         plan: ClusterPlan,
         history: History,
         t0: float,
-        on_deposed=None,
+        logs: LogCopies | None = None,
         down_s: float = 2.0,
         pause_s: float = LEASE_S * 1.5,
         seed: int = 0,
         network: NodeNetwork | None = None,
-        bodies_on: Callable[[NodePlan], set[str]] | None = None,
         overloads: Overloads | None = None,
         overload_s: float = LEASE_S * 3,
     ) -> None:
         self.plan = plan
         self.history = history
         self.t0 = t0
-        self.on_deposed = on_deposed  # called with a master node while it is dead/stopped
+        # Copies of stopped nodes' logs: a deposed master's (what it had acknowledged) and
+        # every node's around a power cut, read by ``settle`` once the cluster is back.
+        self.logs = logs
+        self._unread: list[Callable[[], None]] = []
         self.down_s = down_s
         self.pause_s = pause_s
         self.random = random.Random(seed)
         self.network = network  # needed by the partitions
-        self.bodies_on = bodies_on  # what a stopped node's log holds (power-loss-all)
         self.overloads = overloads  # needed by the overload faults
         self.overload_s = overload_s
 
@@ -184,8 +186,8 @@ class Nemesis:
         if kind == "pause":
             signal_node(node.pid, signal.SIGSTOP)  # its routing host too: a stalled machine
             fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
-            if was_master and self.on_deposed:
-                self.on_deposed(node)
+            if was_master:
+                self.deposed(node)
             time.sleep(self.pause_s)  # the fault's duration, not a wait for a condition
             signal_node(node.pid, signal.SIGCONT)
         else:
@@ -193,8 +195,8 @@ class Nemesis:
             # The window starts when the node is gone: a send invoked before may still
             # have been acknowledged by it.
             fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
-            if was_master and self.on_deposed:
-                self.on_deposed(node)  # what it had acknowledged, before the power cut
+            if was_master:
+                self.deposed(node)  # what it had acknowledged, before the power cut
             if kind == "power-loss-master":
                 fault.note = (
                     f"{discard_unsynced(node.data)} written bytes past the last fsyncs lost"
@@ -258,8 +260,8 @@ class Nemesis:
             self.wait_dead(node)
         kind = "power-loss-all" if power_loss else "restart-all"
         fault = self.history.fault(Fault(kind, [n.id for n in self.plan.nodes], "all", self.now()))
-        if master is not None and self.on_deposed:
-            self.on_deposed(master)
+        if master is not None:
+            self.deposed(master)
         if power_loss:
             electable = [n for n in self.plan.nodes if n.id in in_sync] or self.plan.nodes
             self.cut_power_everywhere(fault, electable)
@@ -269,24 +271,51 @@ class Nemesis:
         return fault
 
     def cut_power_everywhere(self, fault: Fault, electable: list[NodePlan]) -> None:
-        """Strip every (dead) node of its unsynced bytes and record which bodies one of
-        the ``electable`` nodes (the in-sync set at the cut) no longer holds: under
-        ASYNC_FLUSH they may be lost, since that node may resume as master and the others
-        then cut their longer tails to its log (RocketMQ keeps a restarted master too)."""
-        if self.bodies_on is None:
-            raise ValueError("power-loss-all needs bodies_on to read the nodes' logs")
-        before = set().union(*(self.bodies_on(n) for n in self.plan.nodes))
+        """Strip every (dead) node of its unsynced bytes, and record (in ``settle``) which
+        bodies one of the ``electable`` nodes (the in-sync set at the cut) no longer
+        holds: under ASYNC_FLUSH they may be lost, since that node may resume as master
+        and the others then cut their longer tails to its log (RocketMQ keeps a restarted
+        master too)."""
+        if self.logs is None:
+            raise ValueError("power-loss-all needs copies of the nodes' logs")
+        logs = self.logs
+        before = [(n.id, logs.take(n.id, n.data)) for n in self.plan.nodes]
         discarded = sum(discard_unsynced(n.data) for n in self.plan.nodes)
-        after = {n.id: self.bodies_on(n) for n in self.plan.nodes}
-        held_by_every_electable = set.intersection(*(after[n.id] for n in electable))
-        gone_everywhere = before - set().union(*after.values())
-        may_be_lost = before - held_by_every_electable
-        self.history.lost_to_power.extend(sorted(may_be_lost))
-        fault.note = (
-            f"{discarded} written bytes past the last fsyncs lost, "
-            f"{len(may_be_lost)} bodies gone from an in-sync node, "
-            f"{len(gone_everywhere)} from every node"
-        )
+        after = [(n.id, logs.take(n.id, n.data)) for n in self.plan.nodes]
+        electable_ids = {n.id for n in electable}
+
+        def account() -> None:
+            held_before = set().union(*(logs.read(i, copy).positions for i, copy in before))
+            held_after = {i: set(logs.read(i, copy).positions) for i, copy in after}
+            held_by_every_electable = set.intersection(
+                *(held_after[i] for i in held_after if i in electable_ids)
+            )
+            gone_everywhere = held_before - set().union(*held_after.values())
+            may_be_lost = held_before - held_by_every_electable
+            self.history.lost_to_power.extend(sorted(may_be_lost))
+            note = (
+                f"{discarded} written bytes past the last fsyncs lost, "
+                f"{len(may_be_lost)} bodies gone from an in-sync node, "
+                f"{len(gone_everywhere)} from every node"
+            )
+            fault.note = f"{note}; {fault.note}" if fault.note else note
+
+        self._unread.append(account)
+
+    def deposed(self, node: NodePlan) -> None:
+        """``node``, a master, is dead or stopped: a copy of its log now, and (in
+        ``settle``) what it held in the history, for the checker."""
+        if self.logs is None:
+            return
+        logs, copy = self.logs, self.logs.take(node.id, node.data)
+        self._unread.append(lambda: self.history.snapshots.append(logs.read(node.id, copy)))
+
+    def settle(self) -> None:
+        """Read the log copies the faults took. The runner calls it once the cluster is
+        back after a fault: reading a log costs seconds of CPU, which counted in the
+        recovery of a restart-all when the faults read the logs before restarting."""
+        while self._unread:
+            self._unread.pop(0)()
 
     def restart_crashed(self) -> None:
         """A node that exited without a fault's doing crashed: a finding. It is restarted

@@ -101,23 +101,13 @@ def run(
             t0 = time.monotonic()
             history.started_wall = time.time()
 
-            def deposed(node) -> None:
-                history.snapshots.append(
-                    workload.snapshot_log(node.data, node.id, scratch, store_settings)
-                )
-
-            def bodies_on(node) -> set[str]:
-                snapshot = workload.snapshot_log(node.data, node.id, scratch, store_settings)
-                return set(snapshot.positions)
-
             fury = nemesis.Nemesis(
                 plan,
                 history,
                 t0,
-                on_deposed=deposed,
+                logs=workload.LogCopies(scratch, store_settings),
                 seed=seed,
                 network=network,
-                bodies_on=bodies_on,
                 overloads=overloads,
             )
             writing, reading = workload.start(
@@ -135,6 +125,7 @@ def run(
                     fault.ready_s = fury.now()
                 except ClusterError as error:  # recorded; the run goes on
                     fault.note = f"not recovered within {RECOVERY_TIMEOUT_S:.0f} s: {error}"
+                fury.settle()  # the logs it copied, read now that the cluster is back
             remaining = duration_s - (time.monotonic() - t0)
             if remaining > 0:
                 time.sleep(remaining)

@@ -477,21 +477,35 @@ def read_served(access: str) -> list[ServedRecord]:
     return served
 
 
-def snapshot_log(data_dir: str, node_id: str, scratch: str, store_settings: dict):
-    """Where every workload body sits in a (dead or stopped) node's log, and its last
-    epoch; read from a copy so the node's own files are never touched."""
-    from ha.epochs import EpochHistory
+@dataclass(frozen=True)
+class LogCopies:
+    """Copies of stopped nodes' logs, taken at once and read later. Copying a data
+    directory takes a moment; reading the records out of it takes seconds of CPU (more as
+    the log grows), which a fault must not spend while its nodes wait to be restarted:
+    the recovery it measures would be the harness's (``Nemesis.settle``)."""
 
-    copy = os.path.join(scratch, f"snapshot-{node_id}-{time.monotonic_ns()}")
-    # The node may still run (an isolated master): skip files it renames or removes
-    # meanwhile, none of which the records are read from.
-    transient = shutil.ignore_patterns("*.tmp", "*.pending", "chaos-sync-*")
-    shutil.copytree(data_dir, copy, ignore=transient)
-    try:
-        positions = {r.body: r.physical_offset for r in read_records(copy, store_settings)[1]}
-        return MasterSnapshot(node_id, EpochHistory(copy).last_epoch, positions)
-    finally:
-        shutil.rmtree(copy, ignore_errors=True)
+    scratch: str
+    store_settings: dict
+
+    def take(self, node_id: str, data_dir: str) -> str:
+        """A copy of ``data_dir`` as it is now; the node may still run (an isolated
+        master): files it renames or removes meanwhile are skipped, none of which the
+        records are read from."""
+        copy = os.path.join(self.scratch, f"snapshot-{node_id}-{time.monotonic_ns()}")
+        transient = shutil.ignore_patterns("*.tmp", "*.pending", "chaos-sync-*")
+        shutil.copytree(data_dir, copy, ignore=transient)
+        return copy
+
+    def read(self, node_id: str, copy: str) -> MasterSnapshot:
+        """Where every workload body sits in the copy, and its last epoch; the copy goes."""
+        from ha.epochs import EpochHistory
+
+        try:
+            records = read_records(copy, self.store_settings)[1]
+            positions = {r.body: r.physical_offset for r in records}
+            return MasterSnapshot(node_id, EpochHistory(copy).last_epoch, positions)
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
 
 
 def read_records(
