@@ -564,6 +564,7 @@ def load_node_config(
     data_dir: str | None = None,
     grpc_port: int | None = None,
     remoting_port: int | None = None,
+    metrics_port: int | None = None,
 ) -> NodeConfig:
     """Read ``path`` (defaults when None) and apply command-line overrides."""
     text = ""
@@ -580,6 +581,10 @@ def load_node_config(
     if remoting_port is not None:
         config = dataclasses.replace(
             config, ports=dataclasses.replace(config.ports, remoting=remoting_port)
+        )
+    if metrics_port is not None:
+        config = dataclasses.replace(
+            config, ports=dataclasses.replace(config.ports, metrics=metrics_port)
         )
     return config
 

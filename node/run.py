@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--remoting-port", type=int, help="RocketMQ 4.x remoting port, 0 for any (overrides)"
     )
+    parser.add_argument(
+        "--metrics-port", type=int, help="Prometheus /metrics port, 0 for any (overrides)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
             data_dir=args.data,
             grpc_port=args.port,
             remoting_port=getattr(args, "remoting_port", None),
+            metrics_port=getattr(args, "metrics_port", None),
         )
     except (ConfigError, OSError) as error:
         print(f"ferrymq node: {error}", file=sys.stderr)
@@ -60,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m node [--config FILE] [--data DIR] [--port N] [--remoting-port N]``."""
+    """``python -m node [--config FILE] [--data DIR] [--port N] [--remoting-port N]
+    [--metrics-port N]``."""
     parser = argparse.ArgumentParser(prog="python -m node", description="run one broker node")
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -8,6 +8,7 @@ it prints when ready (``node/server.py``: ``... metrics on HOST:PORT`` or ``off`
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from node.port_holds import hold_port_when_free, start_with_holds
 
 START_TIMEOUT_S = 30.0
+METRICS_PORT_SET = re.compile(r"^\s*metrics\s*=", re.MULTILINE)  # [ports] metrics = N
 # Where ``python -m node`` (and a module in the checkout, such as a test's planted bug)
 # is found: the directory holding the packages.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -79,6 +81,8 @@ def start_node_process(
     command = [sys.executable, "-m", module, "--data", data_dir, "--port", str(port)]
     if "remoting" not in (config_toml or ""):  # the default, 10911, would be every node's
         command += ["--remoting-port", "0"]
+    if not METRICS_PORT_SET.search(config_toml or ""):  # as would 5557, /metrics's default
+        command += ["--metrics-port", "0"]
     if config_toml is not None:
         config = beside + ".toml"
         with open(config, "w", encoding="utf-8") as f:

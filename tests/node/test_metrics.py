@@ -32,7 +32,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ha.status import ReplicationStatus
-from node.config import parse_node_config
+from node.config import load_node_config, parse_node_config
 from node.consumer_offsets import ConsumerOffsets
 from node.group_members import GroupMembers
 from node.metrics import FAMILIES, NODE_LABELS, NodeMetrics, RoutingStatus
@@ -375,3 +375,15 @@ def test_taken_metrics_port_leaves_the_node_serving(tmp_path):
                 assert admin.list_topics() == []
         finally:
             started.stop()
+
+
+def test_nodes_started_side_by_side_each_serve_their_own_metrics(nodes):
+    """A node the launcher starts without a metrics port in its config asks the OS for one
+    (``--metrics-port 0``), as it does for its remoting port: on 5557, the default, the
+    second of two nodes served no /metrics (make test's workers start nodes side by side)."""
+    assert load_node_config(None, metrics_port=0).ports.metrics == 0
+    first, second = nodes(name="first"), nodes(name="second")
+    assert first.metrics and second.metrics and first.metrics != second.metrics
+    for node in (first, second):
+        with urllib.request.urlopen(f"http://{node.metrics}/metrics", timeout=5) as answer:
+            assert b"rocketmq_messages_in" in answer.read()
