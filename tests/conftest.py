@@ -38,15 +38,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 # ---- which tests run alone --------------------------------------------------------------
 # make test runs the suite on two workers (pytest-xdist, a file per worker at a time), then
-# these files by themselves (``-m alone``): they load the host on purpose, or measure what
-# a host loaded by another worker's tests would change.
+# these files by themselves (``-m alone``): they load the host on purpose, and their bounds
+# (a chaos run's, a busy node's lease) assume no other load than theirs. The benchmarks'
+# smoke runs check that figures are there and sane, not how fast: they run on a worker.
 ALONE = {
     "tests/chaos/test_chaos_run.py": "chaos runs with overload faults; their checker's bounds",
     "tests/chaos/test_chaos_overload.py": "starves and throttles processes with cgroups",
     "tests/cluster/test_liveness.py": "busy nodes keep their lease: the host's load is the test",
-    "tests/bench/test_bench_cluster.py": "a benchmark's smoke run: its figures must be sane",
-    "tests/bench/test_bench_grpc_ceiling.py": "a benchmark's smoke run: its floors must be sane",
-    "tests/bench/test_bench_spark_decode.py": "compares the C walk's cost with its Python twin's",
 }
 
 
