@@ -216,10 +216,10 @@ class Nemesis:
             self.network.isolate(index)
         fault = self.history.fault(Fault(kind, [node.id], role, self.now()))
         time.sleep(self.pause_s)  # the fault's duration, not a wait for a condition
-        if was_master and kind != "partition-clients" and self.on_deposed:
+        if was_master and kind != "partition-clients":
             # Before healing: the isolated master, fenced by now, still holds what it
             # took after its slaves lost it; rejoining will cut that.
-            self.on_deposed(node)
+            self.deposed(node)
         self.network.heal()
         fault.end_s = self.now()
         return fault
@@ -303,7 +303,7 @@ class Nemesis:
         self._unread.append(account)
 
     def deposed(self, node: NodePlan) -> None:
-        """``node``, a master, is dead or stopped: a copy of its log now, and (in
+        """``node``, a master, is dead, stopped or cut off: a copy of its log now, and (in
         ``settle``) what it held in the history, for the checker."""
         if self.logs is None:
             return
