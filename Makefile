@@ -20,12 +20,15 @@ up: $(STAMP)
 	$(PY) -m ferrymq.cli up
 
 # Two workers (the host's cores), a test file per worker at a time; then the tests that must
-# have the host to themselves (the ``alone`` marker, tests/conftest.py).
+# have the host to themselves (the ``alone`` marker, tests/conftest.py). Both parts run
+# whatever the first found, so one run reports every failure.
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone"
-	$(PY) -m pytest -q -m alone
+	status=0; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" || status=$$?; \
+	$(PY) -m pytest -q -m alone || status=$$?; \
+	exit $$status
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
