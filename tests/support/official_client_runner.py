@@ -15,6 +15,11 @@ send (``recalled`` or ``recall_failed`` events), and the scenario's ``recall_han
 (``[[body, handle], ...]``, from an earlier run's ``sent`` events) are recalled after the
 sends.
 
+Transactions (``transaction``): ``wait_for_check_s`` waits for the first orphan check
+(``checked``; the node's answer to the resolution it sends is ``check_ended``), then keeps
+the producer connected for 1 s, or until the file ``shutdown_when_file_exists`` names
+exists.
+
 ``pin`` (``"host:port"``) sends every call to that node, whatever the routes name
 (``tests/cluster/test_failover_any_node.py`` talks to a slave).
 
@@ -182,6 +187,22 @@ class Checker(TransactionChecker):
         return getattr(TransactionResolution, self.answer)
 
 
+def report_check_answers() -> None:
+    """Emit ``check_ended`` (code, message) when the node answers the EndTransaction a
+    check's resolution sends: the client itself only logs a failed one."""
+    original = Producer._Producer__server_transaction_check_callback
+
+    def reported(self, future, message, transaction_id, result):
+        try:
+            status = future.result().status
+            emit("check_ended", id=message.message_id, code=status.code, message=status.message)
+        except Exception as error:
+            emit("check_ended", id=message.message_id, **error_fields(error))
+        return original(self, future, message, transaction_id, result)
+
+    Producer._Producer__server_transaction_check_callback = reported
+
+
 def commit_with_retries(tx, attempts: int = 20) -> None:
     """Commit, retrying while the restarted node is not reachable yet."""
     for attempt in range(attempts):
@@ -194,8 +215,18 @@ def commit_with_retries(tx, attempts: int = 20) -> None:
     raise TimeoutError("commit never reached the node")
 
 
+def wait_for_file(path: str, timeout_s: float, what: str) -> None:
+    """Wait until the test creates ``path``: its signal that this runner may go on."""
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the test never said {what}")
+        time.sleep(0.05)
+
+
 def transaction(config, scenario: dict) -> None:
     checker = Checker(scenario.get("checker_answer", "COMMIT"))
+    report_check_answers()
     producer = Producer(config, (scenario["topic"],), checker=checker)
     producer.startup()
     try:
@@ -205,11 +236,7 @@ def transaction(config, scenario: dict) -> None:
             emit("sent", body=spec["body"], id=receipt.message_id)
             if spec.get("commit_when_file_exists"):
                 # The test restarts the node meanwhile; the client's channel reconnects.
-                deadline = time.monotonic() + 60
-                while not os.path.exists(spec["commit_when_file_exists"]):
-                    if time.monotonic() > deadline:
-                        raise TimeoutError("the test never said to commit")
-                    time.sleep(0.05)
+                wait_for_file(spec["commit_when_file_exists"], 60, "to commit")
                 commit_with_retries(tx)
             elif spec["end"] == "commit":
                 tx.commit()
@@ -219,7 +246,12 @@ def transaction(config, scenario: dict) -> None:
         if scenario.get("wait_for_check_s"):
             if not checker.checked.wait(scenario["wait_for_check_s"]):
                 raise TimeoutError("no orphan check arrived")
-            time.sleep(1)  # let the checker's EndTransaction go out before shutdown
+            if scenario.get("shutdown_when_file_exists"):
+                # Connected, as a producer stays, until the test sees the orphan resolved:
+                # an answer the node refused (a busy new master) is checked again.
+                wait_for_file(scenario["shutdown_when_file_exists"], 60, "to shut down")
+            else:
+                time.sleep(1)  # let the checker's EndTransaction go out before shutdown
     finally:
         producer.shutdown()
 
