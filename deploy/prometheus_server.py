@@ -8,7 +8,6 @@ the object that started it.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -21,8 +20,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-INSTALL_TIMEOUT_S = 900
-INSTALL_LOCK = "/var/lock/ferrymq-prometheus-install.lock"
+from deploy import debian_packages
+
 START_TIMEOUT_S = 60
 
 
@@ -32,41 +31,19 @@ class PrometheusUnavailable(RuntimeError):
 
 def ensure_installed() -> tuple[str, str]:
     """Paths of ``prometheus`` and ``promtool``, installing the Debian package if needed."""
-    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    if prometheus and promtool:
-        return prometheus, promtool
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise PrometheusUnavailable("prometheus is missing; install the Debian package")
-    # Two processes at once (make test's workers) would meet on dpkg's lock, which apt-get
-    # does not wait for: the second waits here, then finds the package installed.
-    with open(INSTALL_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
-        if prometheus and promtool:
-            return prometheus, promtool
-        _apt_install("prometheus")
-    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
+
+    def found() -> tuple[str | None, str | None]:
+        return shutil.which("prometheus"), shutil.which("promtool")
+
+    if all(found()):
+        return found()
+    error = debian_packages.install(["prometheus"], lambda: all(found()), subprocess.DEVNULL)
+    if error:
+        raise PrometheusUnavailable(f"prometheus is missing ({error}); install the Debian package")
+    prometheus, promtool = found()
     if not (prometheus and promtool):
         raise PrometheusUnavailable("the prometheus package installed no prometheus/promtool")
     return prometheus, promtool
-
-
-def _apt_install(package: str) -> None:
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(
-        ["apt-get", "update", "-q"],
-        check=True,
-        env=env,
-        timeout=INSTALL_TIMEOUT_S,
-        stdout=subprocess.DEVNULL,
-    )
-    subprocess.run(
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", package],
-        check=True,
-        env=env,
-        timeout=INSTALL_TIMEOUT_S,
-        stdout=subprocess.DEVNULL,
-    )
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+from deploy import debian_packages
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV_PYTHON = os.path.join(REPO, ".venv", "bin", "python")
 # The peers' clients, the chart, and what a ferrymq node imports.
@@ -25,7 +27,6 @@ NEEDED_MODULES = (
     "crc32c",
 )
 BOOTSTRAPPED = "FERRYMQ_BENCH_PEERS_BOOTSTRAPPED"
-POLICY_RC_D = "/usr/sbin/policy-rc.d"
 
 
 def say(text: str) -> None:
@@ -61,7 +62,7 @@ def ensure_environment(argv: list[str]) -> None:
     if not os.path.exists(VENV_PYTHON):
         if _run([sys.executable, "-m", "venv", os.path.join(REPO, ".venv")]) != 0:
             # Debian's python3 needs python3-venv for ensurepip.
-            install_debian_packages(["python3-venv"])
+            debian_packages.install(["python3-venv"])
             if _run([sys.executable, "-m", "venv", os.path.join(REPO, ".venv")]) != 0:
                 raise SystemExit("bench.peers: could not create .venv")
         _run([VENV_PYTHON, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
@@ -73,32 +74,6 @@ def ensure_environment(argv: list[str]) -> None:
     os.execve(VENV_PYTHON, [VENV_PYTHON, "-m", "bench.peers", *argv], env)
 
 
-def install_debian_packages(packages: list[str]) -> str:
-    """``apt-get install`` (non-interactive, services not started); "" or why it failed."""
-    if not packages:
-        return ""
-    if os.geteuid() != 0:
-        return f"not root: cannot apt-get install {' '.join(packages)}"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    # Keep the packages' system services from starting: the benchmark runs its own.
-    planted = not os.path.exists(POLICY_RC_D)
-    if planted:
-        with open(POLICY_RC_D, "w", encoding="ascii") as f:
-            f.write("#!/bin/sh\nexit 101\n")
-        os.chmod(POLICY_RC_D, 0o755)
-    try:
-        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
-        if _run(install, env) == 0:
-            return ""
-        _run(["apt-get", "update", "-q"], env)
-        if _run(install, env) == 0:
-            return ""
-        return f"apt-get install {' '.join(packages)} failed"
-    finally:
-        if planted:
-            os.remove(POLICY_RC_D)
-
-
 def ensure_debian_packages(binaries: dict[str, str]) -> dict[str, str]:
     """``{package: binary path}`` → ``{package: why it is unavailable}`` for those whose
     binary is still missing after installing what was missing."""
@@ -106,7 +81,9 @@ def ensure_debian_packages(binaries: dict[str, str]) -> dict[str, str]:
     if not missing:
         return {}
     say(f"bench.peers: installing {' '.join(missing)}")
-    error = install_debian_packages(missing)
+    error = debian_packages.install(
+        missing, lambda: all(os.path.exists(binaries[p]) for p in missing)
+    )
     return {
         package: error or f"{binaries[package]} not found after apt-get install {package}"
         for package in missing
