@@ -60,6 +60,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "ferrymq.client",
             "ferrymq.spark",
             "ferrymq.launcher",
+            "deploy",
         }
     ),
     "deploy": frozenset({"ferrymq.client", "ferrymq.launcher"}),

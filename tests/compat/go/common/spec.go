@@ -141,3 +141,14 @@ func monotonic() float64 {
 	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1, uintptr(unsafe.Pointer(&ts)), 0)
 	return float64(ts.Sec) + float64(ts.Nsec)/1e9
 }
+
+// checkAnswerLinger is how long a transaction step keeps its producer after the checks it
+// waited for, unless the step says (``linger_s``): the client answers a check after its
+// checker returns, so a producer shut down at once can take the answer with it; 3 s
+// outlasts the tests' check interval, so an answer lost anyway is asked for again.
+func checkAnswerLinger(step object) float64 {
+	if num(step, "checks", 0) > 0 {
+		return 3
+	}
+	return 0
+}

@@ -7,7 +7,7 @@
 //	       "properties": {..}, "group" (FIFO), "delay_ms" (DELAY), "async": bool}]},
 //	  {"do": "transaction", "topic", "messages": [{"body", "tag", "keys", "properties",
 //	       "end": "commit|rollback|none"}], "checker": "COMMIT|ROLLBACK|UNKNOWN",
-//	       "checks": n, "wait_for_check_s": s},
+//	       "checks": n, "wait_for_check_s": s, "linger_s" (after the checks; 3 s by default)},
 //	  {"do": "simple", "group", "topic", "expression", "sql": bool, "await_s",
 //	       "ops": [{"op": "receive", "count", "max", "invisible_s", "deadline_s", "ack"},
 //	               {"op": "ack", "bodies": [..]}, {"op": "change", "body", "invisible_s"},
@@ -186,7 +186,7 @@ func (d *driver) transaction(step object) error {
 	for checks.Load() < int64(num(step, "checks", 0)) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(seconds(num(step, "linger_s", 0)))
+	time.Sleep(seconds(num(step, "linger_s", checkAnswerLinger(step))))
 	return nil
 }
 

@@ -8,7 +8,7 @@
 //	       "order_key": "k" (the sharding key: a hash of it picks the queue)}]},
 //	  {"do": "transaction", "group", "topic", "messages": [{"body", "tags", "keys",
 //	       "local": "COMMIT|ROLLBACK|UNKNOWN"}], "check_answer": "COMMIT|ROLLBACK|UNKNOWN",
-//	       "checks": n, "wait_for_check_s": s},
+//	       "checks": n, "wait_for_check_s": s, "linger_s" (after the checks; 3 s by default)},
 //	  {"do": "push", "group", "topic", "expression", "sql": bool, "orderly": bool,
 //	       "broadcast": bool, "instances": n, "max_reconsume": n, "fail": [bodies],
 //	       "fail_attempts": n, "expect": [bodies], "deadline_s", "linger_s"},
@@ -209,7 +209,7 @@ func (d *driver) transaction(step object) error {
 	for l.checks.Load() < int64(num(step, "checks", 0)) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(seconds(num(step, "linger_s", 0)))
+	time.Sleep(seconds(num(step, "linger_s", checkAnswerLinger(step))))
 	return nil
 }
 

@@ -121,6 +121,16 @@ public final class Out {
         return e == null || e.isJsonNull() ? fallback : e.getAsDouble();
     }
 
+    /**
+     * How long a transaction step keeps its producer after the checks it waited for, unless
+     * the step says ("linger_s"): the client answers a check after its checker returns, so a
+     * producer shut down at once can take the answer with it; 3 s outlasts the tests' check
+     * interval, so an answer lost anyway is asked for again.
+     */
+    public static double checkAnswerLingerS(JsonObject step) {
+        return real(step, "linger_s", num(step, "checks", 0) > 0 ? 3 : 0);
+    }
+
     public static boolean bool(JsonObject o, String key, boolean fallback) {
         JsonElement e = o.get(key);
         return e == null || e.isJsonNull() ? fallback : e.getAsBoolean();

@@ -46,7 +46,7 @@ import org.apache.rocketmq.client.java.impl.producer.SendReceiptImpl;
  *        "recall_handles": [{"topic", "body", "handle"}] (recalled after the sends)},
  *   {"do": "transaction", "topic", "messages": [{"body", "tag", "keys", "properties",
  *        "end": "commit|rollback|none"}], "checker": "COMMIT|ROLLBACK|UNKNOWN",
- *        "checks": n, "wait_for_check_s": s},
+ *        "checks": n, "wait_for_check_s": s, "linger_s" (after the checks; 3 s by default)},
  *   {"do": "simple", "group", "topic", "expression", "sql": bool, "await_s",
  *        "ops": [{"op": "receive", "count", "max", "invisible_s", "deadline_s", "ack"},
  *                {"op": "ack", "bodies": [..]}, {"op": "change", "body", "invisible_s"},
@@ -272,7 +272,7 @@ public final class Grpc5Driver {
             while (checker.checks.get() < wanted && System.nanoTime() < deadline) {
                 Out.sleepMillis(100);
             }
-            Out.sleepMillis((long) (Out.real(step, "linger_s", 0) * 1000));
+            Out.sleepMillis((long) (Out.checkAnswerLingerS(step) * 1000));
         }
     }
 

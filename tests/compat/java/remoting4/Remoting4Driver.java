@@ -55,7 +55,7 @@ import org.apache.rocketmq.remoting.RPCHook;
  *   {"do": "transaction", "group", "topic", "messages": [{"body", "tags", "keys",
  *        "local": "COMMIT_MESSAGE|ROLLBACK_MESSAGE|UNKNOW"}],
  *        "check_answer": "COMMIT_MESSAGE|ROLLBACK_MESSAGE|UNKNOW", "checks": n,
- *        "wait_for_check_s": s},
+ *        "wait_for_check_s": s, "linger_s" (after the checks; 3 s by default)},
  *   {"do": "push", "group", "topic", "expression", "sql": bool, "orderly": bool,
  *        "broadcast": bool, "instances": n, "max_reconsume": n, "fail": [bodies],
  *        "fail_attempts": n, "expect": [bodies], "deadline_s", "linger_s"},
@@ -345,7 +345,7 @@ public final class Remoting4Driver {
             while (checks.get() < Out.num(step, "checks", 0) && System.nanoTime() < deadline) {
                 Out.sleepMillis(100);
             }
-            Out.sleepMillis((long) (Out.real(step, "linger_s", 0) * 1000));
+            Out.sleepMillis((long) (Out.checkAnswerLingerS(step) * 1000));
         } finally {
             producer.shutdown();
         }
