@@ -60,7 +60,8 @@ def _apt_get_install(packages: list[str], output: IO[str] | int) -> str:
         return done.returncode == 0
 
     install_argv = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
-    # The package lists may be missing (a fresh image) or stale: update once, then again.
+    # The package lists may be missing (a fresh image) or stale: on a failure, update
+    # them and install again.
     if run(install_argv) or (run(["apt-get", "update", "-q"]) and run(install_argv)):
         return ""
     return f"apt-get install {' '.join(packages)} failed"

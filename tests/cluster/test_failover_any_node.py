@@ -446,7 +446,8 @@ def test_an_orphan_whose_producer_is_on_a_slave_is_checked_after_the_master_dies
     create(cluster, "orphans", "orphan-readers", queues=1, message_type="TRANSACTION")
     master = cluster.master()
     slave = next(n for n in cluster.plan.nodes if n.id != master.id)
-    resolved = Path(cluster.client_home()) / "resolved"
+    home = cluster.client_home()
+    resolved = Path(home) / "resolved"
     scenario = {
         "endpoint": slave.grpc,
         "pin": slave.grpc,
@@ -465,7 +466,7 @@ def test_an_orphan_whose_producer_is_on_a_slave_is_checked_after_the_master_dies
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        env=dict(os.environ, HOME=cluster.client_home()),
+        env=dict(os.environ, HOME=home),
     )
     seen: list[list[bytes]] = []
     try:
