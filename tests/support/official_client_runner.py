@@ -17,8 +17,8 @@ sends.
 
 Transactions (``transaction``): ``wait_for_check_s`` waits for the first orphan check
 (``checked``; the node's answer to the resolution it sends is ``check_ended``), then keeps
-the producer connected for 1 s, or until the file ``shutdown_when_file_exists`` names
-exists.
+the producer connected until that answer came, and then until the file
+``shutdown_when_file_exists`` names exists, if the scenario names one.
 
 ``pin`` (``"host:port"``) sends every call to that node, whatever the routes name
 (``tests/cluster/test_failover_any_node.py`` talks to a slave).
@@ -187,9 +187,13 @@ class Checker(TransactionChecker):
         return getattr(TransactionResolution, self.answer)
 
 
+_check_answered = threading.Event()
+
+
 def report_check_answers() -> None:
     """Emit ``check_ended`` (code, message) when the node answers the EndTransaction a
-    check's resolution sends: the client itself only logs a failed one."""
+    check's resolution sends (the client itself only logs a failed one), and set
+    ``_check_answered``."""
     original = Producer._Producer__server_transaction_check_callback
 
     def reported(self, future, message, transaction_id, result):
@@ -198,6 +202,7 @@ def report_check_answers() -> None:
             emit("check_ended", id=message.message_id, code=status.code, message=status.message)
         except Exception as error:
             emit("check_ended", id=message.message_id, **error_fields(error))
+        _check_answered.set()
         return original(self, future, message, transaction_id, result)
 
     Producer._Producer__server_transaction_check_callback = reported
@@ -246,12 +251,12 @@ def transaction(config, scenario: dict) -> None:
         if scenario.get("wait_for_check_s"):
             if not checker.checked.wait(scenario["wait_for_check_s"]):
                 raise TimeoutError("no orphan check arrived")
+            if not _check_answered.wait(scenario["wait_for_check_s"]):
+                raise TimeoutError("the check's resolution was never answered")
             if scenario.get("shutdown_when_file_exists"):
                 # Connected, as a producer stays, until the test sees the orphan resolved:
                 # an answer the node refused (a busy new master) is checked again.
                 wait_for_file(scenario["shutdown_when_file_exists"], 60, "to shut down")
-            else:
-                time.sleep(1)  # let the checker's EndTransaction go out before shutdown
     finally:
         producer.shutdown()
 
