@@ -5,6 +5,7 @@ goes round in circles, ends the wait as not caught up."""
 from __future__ import annotations
 
 from chaos.report import catch_up_line
+from chaos.runner import catch_up_limit_s
 from chaos.workload import Backlog, wait_until_drained
 
 
@@ -87,3 +88,18 @@ def test_no_master_answering_is_neither_progress_nor_caught_up():
 
 def caught_up_line_says_stuck(caught) -> bool:
     return catch_up_line(caught.__dict__).startswith("consumers stuck, no progress for 20.0 s")
+
+
+def test_a_long_run_waits_longer_for_a_group_still_moving():
+    """A group that needs 500 s to drain, moving all along (a 30-minute async-sync-flush
+    run of 2026-11-30 had 947 messages left, still moving, when a fixed 300 s ran out):
+    a 30-minute run waits for it; a short run's limit stays 300 s."""
+    assert catch_up_limit_s(240.0) == 300.0
+    assert catch_up_limit_s(1800.0) == 900.0
+    for duration_s, caught_up in ((240.0, False), (1800.0, True)):
+        time = FakeTime()
+        slow = draining("chaos-dlq", 2_500, 1)  # one message per 0.2 s poll: 500 s
+        caught = wait_until_drained(
+            slow, 20.0, catch_up_limit_s(duration_s), time.clock, time.sleep
+        )
+        assert caught.caught_up is caught_up, (duration_s, caught)
