@@ -129,12 +129,16 @@ def drill(directory: str, load: OfficialLoad, spared: str) -> float:
     return took_ms
 
 
-def run_client(client: str, drills: int, root: str, drivers: dict) -> dict:
+def run_client(
+    client: str, drills: int, root: str, drivers: dict, store: dict | None = None
+) -> dict:
+    """``drills`` kills of the master under ``client``'s load; ``store``: the nodes' store
+    settings in place of ``bench.cluster.STORE`` (a test's smaller segments)."""
     directory = os.path.join(root, f"{client}-cluster")
     home = os.path.join(root, f"{client}-home")
     os.makedirs(home, exist_ok=True)
     stop_file = os.path.join(home, "stop")
-    plan = start_cluster(directory, "SYNC")
+    plan = start_cluster(directory, "SYNC", store)
     load = None
     try:
         with Admin(plan.nodes[0].grpc) as admin:

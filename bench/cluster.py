@@ -164,8 +164,9 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 # ---- cluster -------------------------------------------------------------------------
-def start_cluster(directory: str, mode: str) -> ClusterPlan:
-    settings = {"replication": {"mode": mode}, "store": dict(STORE)}
+def start_cluster(directory: str, mode: str, store: dict | None = None) -> ClusterPlan:
+    """Three nodes replicating in ``mode``; ``store``: settings in place of ``STORE``."""
+    settings = {"replication": {"mode": mode}, "store": dict(store or STORE)}
     return cluster_up(directory, nodes=3, auto_ports=True, settings=settings, timeout_s=120)
 
 

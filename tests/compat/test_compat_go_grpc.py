@@ -20,6 +20,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
 from tests.support import clients
+from tests.support.client_drivers import check_master_kill
 from tests.support.cluster import client_cluster, stop_all
 from tests.support.every_kind import EveryKind, simple_receive
 from tests.support.push_retries import PushRetries
@@ -171,3 +172,10 @@ def test_speaks_plaintext_when_its_environment_turns_tls_off(go, node, tmp_path)
     )
     assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
     assert sorted(e["body"] for e in run.of("received")) == ["p0", "p1", "p2"], run.explain()
+
+
+def test_the_master_killed_under_the_go_clients_load_loses_nothing_acknowledged(tmp_path):
+    """kill -9 of the master of a fresh 3-node SYNC cluster under the Go client's load (its
+    default TLS, every node as access point): no acknowledged message lost, sends and
+    receives back at once."""
+    check_master_kill("go", tmp_path)

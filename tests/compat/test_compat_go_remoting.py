@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import clients
+from tests.support.client_drivers import check_master_kill
 from tests.support.cluster import stop_all
 from tests.support.remoting_client import cluster_with_resources, queue_records
 
@@ -133,3 +134,10 @@ def test_go_v2_producer_and_push_consumers(go, module_node, tmp_path):
     assert len(instances) == 2
     for name in instances:
         assert sorted(e["body"] for e in bcast if e["instance"] == name) == ["b-0", "b-1", "b-2"]
+
+
+def test_the_master_killed_under_the_go_v2_clients_load_loses_nothing_acknowledged(tmp_path):
+    """kill -9 of the master of a fresh 3-node SYNC cluster under the Go v2 client's load,
+    every node as a NameServer: no acknowledged message lost, sends and receives back at
+    the client's next route poll."""
+    check_master_kill("go4", tmp_path)
