@@ -1,8 +1,7 @@
 """Transactions of the Go 4.x remoting client (rocketmq-client-go/v2) and SQL92
-subscriptions of ali-ons on a 3-node cluster's remoting ports (every node a NameServer),
-each client in its own process: a commit and a rollback from the local transaction, an
-unknown one resolved by the master's check over the producer's connection; a push
-consumer selecting by properties."""
+subscriptions of ali-ons on ferrymq's remoting port, each client in its own process:
+a commit and a rollback from the local transaction, an unknown one resolved by the node's
+check over the producer's connection; a push consumer selecting by properties."""
 
 from __future__ import annotations
 
@@ -10,38 +9,31 @@ import pytest
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from tests.support import clients
-from tests.support.cluster import client_cluster, stop_all, topic_everywhere
+from tests.support.nodes import start_node
 from tests.support.rpc import create_topic, stubs
 
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
 
-SETTINGS = {"messages": {"transaction_check_interval_ms": 2000, "transaction_max_checks": 5}}
+NODE_TOML = """
+[messages]
+transaction_check_interval_ms = 2000
+transaction_max_checks = 5
+"""
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    """Three nodes; the clients are given every node as a NameServer, the setup goes to
-    the master."""
-    cluster = client_cluster(str(tmp_path_factory.mktemp("remoting-tx-sql") / "cluster"), SETTINGS)
-    channel, _, admin = stubs(cluster.address)
+    started = start_node(str(tmp_path_factory.mktemp("remoting-tx-sql") / "node"), NODE_TOML)
+    channel, _, admin = stubs(started.address)
     create_topic(admin, "gtx", queues=2, message_type=api.TRANSACTION)
     create_topic(admin, "ons-sql", queues=2)
     for group in ("g2-tx-reader", "ons-sql-group"):
         assert (
             admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name=group))).status.code == 0
         )
+    yield started
     channel.close()
-    for topic in ("gtx", "ons-sql"):
-        topic_everywhere(cluster.plan, topic)
-    yield cluster
-    stop_all(cluster.plan)
-
-
-def driver(name: str) -> clients.Driver:
-    try:
-        return clients.driver(name)
-    except clients.ClientUnavailable as error:
-        pytest.fail(clients.unavailable(error), pytrace=False)
+    started.sigkill()
 
 
 def test_go_remoting_transactions_commit_roll_back_and_are_checked(node, tmp_path):
@@ -68,8 +60,8 @@ def test_go_remoting_transactions_commit_roll_back_and_are_checked(node, tmp_pat
             "linger_s": 2,
         },
     ]
-    spec = {"namesrv": node.namesrv_list, "steps": steps}
-    run = clients.run(driver("go-remoting"), spec, tmp_path / "go", 180)
+    spec = {"namesrv": node.remoting, "steps": steps}
+    run = clients.run(clients.required("go-remoting"), spec, tmp_path / "go", 180)
     assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
     assert [e["body"] for e in run.of("checked")] == ["g-unknown"], run.explain()
     consumed = run.of("consumed")
@@ -102,7 +94,7 @@ def test_ali_ons_sql92_push_consumer_gets_only_what_its_expression_selects(node,
             "linger_s": 3,
         },
     ]
-    spec = {"namesrv": node.namesrv_list, "steps": steps}
-    run = clients.run(driver("alions"), spec, tmp_path / "ons", 180)
+    spec = {"namesrv": node.remoting, "steps": steps}
+    run = clients.run(clients.required("alions"), spec, tmp_path / "ons", 180)
     assert not run.of("step_failed") and not run.of("send_failed"), run.explain()
     assert sorted({e["body"] for e in run.of("consumed")}) == ["o-3"], run.explain()

@@ -34,7 +34,11 @@ def driver(client: str) -> dict:
             "argv": ["node", str(RUNNER)],
             "env": {"ROCKETMQ_NODEJS_CLIENT": str(nodejs_client())},
         }
-    built = clients.driver(FAMILIES[client])
+    return entry(clients.driver(FAMILIES[client]))
+
+
+def entry(built: clients.Driver) -> dict:
+    """A built driver as the benchmark's ``--drivers`` file holds it."""
     return {"argv": list(built.argv), "env": dict(built.env)}
 
 
@@ -50,8 +54,7 @@ def check_master_kill(client: str, root: Path) -> None:
     master killed with SIGKILL under the client's load): nothing acknowledged is lost, and
     sends and receives are back within the client's bound. The benchmark behind
     docs/guarantees.md's per-client table is what runs."""
-    built = clients.required(FAMILIES[client])
-    drivers = {client: {"argv": list(built.argv), "env": dict(built.env)}}
+    drivers = {client: entry(clients.required(FAMILIES[client]))}
     figures = run_client(client, 1, str(root), drivers, SMALL_STORE["store"])
     print(figures)
     assert figures[f"{client}_failover_acknowledged"] > 0, figures
