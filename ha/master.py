@@ -90,10 +90,16 @@ CallLater = Callable[..., asyncio.TimerHandle]
 
 
 class EndTimeline:
-    """The log's end over time: marks (end, when it was reached), at most one per
-    ``MARK_SPACING_S``, the last ``MARKS_MAX`` kept. A mark is only ever a fact (at that
-    time the end was that offset); ends reached between marks are left out, so an answer
-    can be older than the truth by one spacing, never newer."""
+    """The log's end over time, as marks (end, time): at ``time`` the end first moved past
+    the previous mark's end, and ``end`` is as far as it got within ``MARK_SPACING_S`` of
+    that (later moves in the window are folded into the mark); the last ``MARKS_MAX`` are
+    kept. Between one mark's window and the next mark the end stood still, so an answer is
+    older than the truth by less than one spacing, never newer.
+
+    A mark dates when the end *left* an offset, not when it reached it: after a quiet
+    spell the two are far apart, and the first write after a quiet second must not look a
+    second behind (it was refused as REPLICATION_BACKLOG while its neighbour's copy was on
+    its way)."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
@@ -101,8 +107,11 @@ class EndTimeline:
         self._times: list[float] = []
 
     def mark(self, end: int) -> None:
+        if self._ends and end <= self._ends[-1]:
+            return
         now = self.clock()
-        if self._ends and (now - self._times[-1] < MARK_SPACING_S or end <= self._ends[-1]):
+        if self._ends and now - self._times[-1] < MARK_SPACING_S:
+            self._ends[-1] = end
             return
         self._ends.append(end)
         self._times.append(now)
@@ -111,15 +120,19 @@ class EndTimeline:
 
     def reset(self, end: int) -> None:
         """A new term: nothing before ``end`` is anybody's backlog."""
-        self._ends, self._times = [], []
-        self._ends.append(end)
-        self._times.append(self.clock())
+        self._ends, self._times = [end], [self.clock()]
 
     def held_as_of(self, offset: int) -> float | None:
         """The latest time at which the log's end was at or below ``offset`` (whoever
-        holds the log below ``offset`` held all of it then); None if no mark is."""
+        holds the log below ``offset`` held all of it then): when the end next moved past
+        the last mark at or below ``offset``, or now if it has not; None if no kept mark is
+        at or below ``offset``."""
         index = bisect_right(self._ends, offset) - 1
-        return self._times[index] if index >= 0 else None
+        if index < 0:
+            return None
+        if index + 1 == len(self._times):
+            return self.clock()
+        return self._times[index + 1]
 
 
 @dataclass

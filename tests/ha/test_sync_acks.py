@@ -14,7 +14,7 @@ import pytest
 
 from ha.epochs import EpochHistory
 from ha.link_auth import MAC_BYTES, Handshake, Role, new_nonce, session_macs
-from ha.master import ReplicationMaster
+from ha.master import MARK_SPACING_S, EndTimeline, ReplicationMaster
 from ha.wire import DATA_HEADER, FRAME_HEADER, Kind
 from store.config import StoreConfig
 from store.message import Message
@@ -304,3 +304,55 @@ def test_a_slave_that_stopped_acking_is_lagging_after_max_lag(store):
         await master.close()
 
     asyncio.run(run())
+
+
+def test_a_write_after_a_quiet_spell_is_behind_only_since_it_was_written(store):
+    """The in-sync set held the end for the whole quiet spell: a write in flight after it
+    is behind since it was written, not since the write before the spell. Dated from the
+    write before, the second of two concurrent writes after a quiet second was refused
+    REPLICATION_BACKLOG (a transaction check's answer, racing the check's own record)."""
+
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock)
+        master.activate(frozenset({"m", "s1"}))
+        link = master.open_link("s1", 0, store.write_offset)
+        await put(store)
+        master.record_ack(link, store.write_offset)
+        clock.advance(5.0)  # quiet: nothing written, the slave holds everything
+        await put(store)  # its copy is on its way
+        assert master.backlog_s() == 0.0
+        clock.advance(0.3)
+        assert master.backlog_s() == pytest.approx(0.3)
+        await master.close()
+
+    asyncio.run(run())
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_end_timeline_dates_when_the_end_left_an_offset():
+    clock = Clock()
+    timeline = EndTimeline(clock)
+    timeline.reset(10)
+    clock.now = 101.0
+    timeline.mark(20)
+    clock.now = 101.0 + MARK_SPACING_S / 2
+    timeline.mark(25)  # folded into the mark at 101
+    clock.now = 104.0
+    timeline.mark(30)
+    clock.now = 110.0
+    assert timeline.held_as_of(5) is None  # before the term: nobody's backlog
+    assert timeline.held_as_of(10) == 101.0  # the end left 10 at 101
+    assert timeline.held_as_of(20) == 101.0  # at most one spacing older than the truth
+    assert timeline.held_as_of(25) == 104.0  # then stood at 25 until 104
+    assert timeline.held_as_of(29) == 104.0
+    assert timeline.held_as_of(30) == 110.0  # the end is still 30
+    timeline.mark(30)  # no move: no mark
+    assert timeline.held_as_of(29) == 104.0
