@@ -329,17 +329,9 @@ def test_a_write_after_a_quiet_spell_is_behind_only_since_it_was_written(store):
     asyncio.run(run())
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_end_timeline_dates_when_the_end_left_an_offset():
-    clock = Clock()
-    timeline = EndTimeline(clock)
+    clock = ManualClock()
+    timeline = EndTimeline(lambda: clock.now)
     timeline.reset(10)
     clock.now = 101.0
     timeline.mark(20)
