@@ -166,5 +166,10 @@ class ReplicatedStore:
     def query_by_unique_key(self, topic: str, unique_key: str) -> StoredMessage | None:
         return self._store.query_by_unique_key(topic, unique_key)
 
-    def add_dispatch_listener(self, listener: DispatchListener) -> None:
-        self._store.add_dispatch_listener(listener)
+    def add_dispatch_listener(
+        self,
+        listener: DispatchListener,
+        topics: tuple[str, ...] = (),
+        properties: tuple[str, ...] = (),
+    ) -> None:
+        self._store.add_dispatch_listener(listener, topics, properties)

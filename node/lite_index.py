@@ -49,7 +49,7 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.replicated_store import ReplicatedStore
 from node.lite_names import lmq_name, parent_topic
 from node.rpc_status import InvalidRequest
-from store.dispatch_request import DispatchRequest
+from store.dispatch_request import DispatchBatch
 from store.message import Message
 
 REBUILD_PAGE = 256
@@ -93,7 +93,9 @@ class LiteIndex:
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._floors = {}
-        self.store.add_dispatch_listener(self._on_dispatch)
+        self.store.add_dispatch_listener(
+            self._on_dispatch, topics=(EXPIRY_TOPIC,), properties=(PROPERTY_LITE_TOPIC,)
+        )
         self._read_markers()
         for topic in lite_topics:
             for queue_id in self.store.queue_ids(topic):
@@ -114,8 +116,8 @@ class LiteIndex:
                 if stored.physical_offset > floors.get(lmq, -1):
                     self._add(lmq, stored.physical_offset)
 
-    def _on_dispatch(self, requests: list[DispatchRequest]) -> None:
-        for request in requests:
+    def _on_dispatch(self, batch: DispatchBatch) -> None:
+        for request in batch.records:
             if request.topic == EXPIRY_TOPIC:
                 self._expired(request.properties, request.physical_offset)
                 continue

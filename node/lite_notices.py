@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from ha.replicated_store import ReplicatedStore
-from store.dispatch_request import DispatchRequest
+from store.dispatch_request import DispatchBatch
 from store.message import Message
 
 log = logging.getLogger("ferrymq.lite_notices")
@@ -48,7 +48,7 @@ class LiteNotices:
         self._loop = loop
         self._loop_thread = threading.get_ident()
         if self.store is not None:
-            self.store.add_dispatch_listener(self._on_dispatch)
+            self.store.add_dispatch_listener(self._on_dispatch, topics=(NOTICE_TOPIC,))
 
     # ---- streams -------------------------------------------------------------------
     def listen(self, client_id: str, notify: Notify) -> None:
@@ -80,10 +80,10 @@ class LiteNotices:
         if not result.ok:
             log.warning("%d lite notices not stored: %s", len(records), result.status.name)
 
-    def _on_dispatch(self, requests: list[DispatchRequest]) -> None:
+    def _on_dispatch(self, batch: DispatchBatch) -> None:
         """On every dispatched batch, so it costs a comparison per record and nothing more
         unless a notice is among them."""
-        for request in requests:
+        for request in batch.records:
             if request.topic != NOTICE_TOPIC:
                 continue
             if time.time_ns() // 1_000_000 - request.store_timestamp_ms > FRESH_MS:

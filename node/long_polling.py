@@ -15,7 +15,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from store.dispatch_request import DispatchRequest
+from store.dispatch_request import DispatchBatch
 
 # What a consumer waits when it names no time (ReceiveMessage; the settings answer tells
 # subscribers so), and the most any read waits.
@@ -67,11 +67,11 @@ class QueueWaiters:
         self._loop_thread = threading.get_ident()
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
 
-    def on_dispatch(self, requests: list[DispatchRequest]) -> None:
+    def on_dispatch(self, batch: DispatchBatch) -> None:
         waiting = self._waiters
         if not waiting:
             return
-        keys = {(r.topic, r.queue_id) for r in requests}.intersection(waiting)
+        keys = waiting.keys() & batch.queues
         on_loop = threading.get_ident() == self._loop_thread
         for key in keys:
             if on_loop:

@@ -307,7 +307,7 @@ class Node:
         relay = CheckRelay(
             self.raw_store, services.transactions.targets, lambda: store.is_master, loop
         )
-        self.raw_store.add_dispatch_listener(relay.on_dispatch)
+        self.raw_store.add_dispatch_listener(relay.on_dispatch, topics=CheckRelay.TOPICS)
         self.metrics.offsets, self.metrics.pop_state = self.offsets, self.pop_state
         self.metrics.members = services.membership.members
         self.metrics.replication_status = self.replication.status

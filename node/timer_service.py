@@ -54,7 +54,7 @@ from ferrymq.codec.properties import PROPERTY_DELIVERY_TIME_MS, PROPERTY_UNIQ_KE
 from ha.replicated_store import ReplicatedStore
 from node.parked import park, real_topic_of, release
 from store.consume_queue import Entry
-from store.dispatch_request import DispatchRequest
+from store.dispatch_request import DispatchBatch
 from store.message import TIMER_TOPIC, Message
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ class TimerService:
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._wakeup = asyncio.Event()
-        self.store.add_dispatch_listener(self._on_dispatch)
+        self.store.add_dispatch_listener(self._on_dispatch, topics=(TIMER_TOPIC,))
 
     def reload(self) -> None:
         """Forget and rebuild the pending set from the log (a promoted slave)."""
@@ -181,9 +181,9 @@ class TimerService:
         bucket.offsets.append(queue_offset)
         self._pending += 1
 
-    def _on_dispatch(self, requests: list[DispatchRequest]) -> None:
+    def _on_dispatch(self, batch: DispatchBatch) -> None:
         on_loop = threading.get_ident() == self._loop_thread
-        for request in requests:
+        for request in batch.records:
             if request.topic != TIMER_TOPIC:
                 continue
             if on_loop:

@@ -34,7 +34,7 @@ crc32c_function(PyObject *Py_UNUSED(module), PyObject *data)
 
 static PyObject *s_message, *s_tail, *s_size, *s_tag_code, *s_index_keys, *s_topic, *s_body,
     *s_queue_id, *s_flag, *s_sys_flag, *s_born_timestamp_ms, *s_born_host, *s_reconsume_times,
-    *s_prepared_transaction_offset, *s_properties;
+    *s_prepared_transaction_offset, *s_properties, *s_keys;
 
 static void
 put32(unsigned char *p, uint32_t v)
@@ -248,125 +248,6 @@ fail_early:
 #define INDEX_HEADER_SIZE 40
 #define INDEX_SLOT_SIZE 4
 #define INDEX_ENTRY_SIZE 20
-
-static PyObject *s_keys, *s_physical_offset, *s_store_timestamp_ms;
-
-/* crc32c(topic + "#" + key, UTF-8) without building the string: store.hashing.index_key_hash. */
-static int
-key_crc(PyObject *topic, PyObject *key, uint32_t *out)
-{
-    Py_ssize_t topic_length, key_length;
-    const char *topic_utf8 = PyUnicode_AsUTF8AndSize(topic, &topic_length);
-    if (topic_utf8 == NULL)
-        return -1;
-    const char *key_utf8 = PyUnicode_AsUTF8AndSize(key, &key_length);
-    if (key_utf8 == NULL)
-        return -1;
-    /* crc32c_of(crc, ...) continues a CRC: its pre- and post-inversions cancel between parts. */
-    uint32_t crc = crc32c_of(0, (const unsigned char *)topic_utf8, topic_length);
-    crc = crc32c_of(crc, (const unsigned char *)"#", 1);
-    *out = crc32c_of(crc, (const unsigned char *)key_utf8, key_length);
-    return 0;
-}
-
-PyDoc_STRVAR(index_entries_doc,
-"index_entries(requests, skip_below, key_hash) -> (list, last request or None)\n\n"
-"store.index_service.index_entries_in_python: (key hash, physical offset, store time) of\n"
-"every key of the requests at or above `skip_below`, and the last request that had keys.\n"
-"`key_hash` None hashes as store.hashing.index_key_hash; else it is called per key.");
-
-static PyObject *
-index_entries(PyObject *Py_UNUSED(module), PyObject *args)
-{
-    PyObject *requests, *key_hash;
-    long long skip_below;
-    if (!PyArg_ParseTuple(args, "O!LO:index_entries", &PyList_Type, &requests, &skip_below,
-                          &key_hash))
-        return NULL;
-    PyObject *entries = PyList_New(0);
-    if (entries == NULL)
-        return NULL;
-    PyObject *last = Py_None;
-    Py_ssize_t count = PyList_GET_SIZE(requests);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *request = PyList_GET_ITEM(requests, i);
-        PyObject *keys = PyObject_GetAttr(request, s_keys);
-        if (keys == NULL)
-            goto fail;
-        int has_keys = PyObject_IsTrue(keys);
-        PyObject *physical = NULL, *stored = NULL, *topic = NULL;
-        if (has_keys <= 0) {
-            Py_DECREF(keys);
-            if (has_keys < 0)
-                goto fail;
-            continue;
-        }
-        if ((physical = PyObject_GetAttr(request, s_physical_offset)) == NULL)
-            goto fail_request;
-        long long physical_offset = PyLong_AsLongLong(physical);
-        if (physical_offset == -1 && PyErr_Occurred())
-            goto fail_request;
-        if (physical_offset < skip_below) {
-            Py_DECREF(keys);
-            Py_DECREF(physical);
-            continue;
-        }
-        if ((stored = PyObject_GetAttr(request, s_store_timestamp_ms)) == NULL ||
-            (topic = PyObject_GetAttr(request, s_topic)) == NULL)
-            goto fail_request;
-        if (!PyTuple_Check(keys) || !PyUnicode_Check(topic)) {
-            PyErr_SetString(PyExc_TypeError, "a dispatch request's keys are a tuple of str");
-            goto fail_request;
-        }
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys); k++) {
-            PyObject *key = PyTuple_GET_ITEM(keys, k);
-            PyObject *hash;
-            if (key_hash == Py_None) {
-                uint32_t crc;
-                if (!PyUnicode_Check(key)) {
-                    PyErr_SetString(PyExc_TypeError, "an index key is a str");
-                    goto fail_request;
-                }
-                if (key_crc(topic, key, &crc) < 0)
-                    goto fail_request;
-                hash = PyLong_FromUnsignedLong(crc);
-            } else {
-                PyObject *joined = PyUnicode_FromFormat("%U#%U", topic, key);
-                PyObject *encoded = joined ? PyUnicode_AsUTF8String(joined) : NULL;
-                Py_XDECREF(joined);
-                hash = encoded ? PyObject_CallOneArg(key_hash, encoded) : NULL;
-                Py_XDECREF(encoded);
-            }
-            if (hash == NULL)
-                goto fail_request;
-            PyObject *entry = PyTuple_Pack(3, hash, physical, stored);
-            Py_DECREF(hash);
-            if (entry == NULL || PyList_Append(entries, entry) < 0) {
-                Py_XDECREF(entry);
-                goto fail_request;
-            }
-            Py_DECREF(entry);
-        }
-        last = request;
-        Py_DECREF(keys);
-        Py_DECREF(physical);
-        Py_DECREF(stored);
-        Py_DECREF(topic);
-        continue;
-    fail_request:
-        Py_DECREF(keys);
-        Py_XDECREF(physical);
-        Py_XDECREF(stored);
-        Py_XDECREF(topic);
-        goto fail;
-    }
-    PyObject *result = PyTuple_Pack(2, entries, last);
-    Py_DECREF(entries);
-    return result;
-fail:
-    Py_DECREF(entries);
-    return NULL;
-}
 
 static int32_t
 read_int32(const unsigned char *p)
@@ -850,65 +731,427 @@ done:
     return request;
 }
 
-PyDoc_STRVAR(codec_dispatch_requests_doc,
-"dispatch_requests(buf, position: int, limit: int, max_count: int) -> (list, int, bool)\n\n"
-"The dispatch requests (dispatch_request_at) of up to `max_count` records from `position`\n"
-"of the map `buf`, stopping at `limit` or at a blank record: (requests, where it stopped,\n"
-"whether a blank record stopped it). CommitLog.dispatch_requests' inner loop.");
+/* ---- the dispatch plan (store/dispatch_plan.py: dispatch_plan_in_python) ----------- */
+
+#define PLAN_MAX_RUNS 64   /* store.dispatch_plan.MAX_RUNS */
+#define QUEUE_ENTRY_SIZE 20 /* store.consume_queue.ENTRY_SIZE: physical, size, tag code */
+#define PLAN_MAX_WANTED 8   /* wanted topics or property names a plan compares against */
+
+typedef struct {
+    PyObject *topic; /* str; its UTF-8 (cached in the str) is the run's key with queue_id */
+    const char *topic_utf8;
+    Py_ssize_t topic_length;
+    long long queue_id, first_offset, next_offset;
+    unsigned char *entries;
+    Py_ssize_t used, capacity;
+} PlanRun;
+
+typedef struct {
+    const char *text[PLAN_MAX_WANTED];
+    Py_ssize_t length[PLAN_MAX_WANTED];
+    Py_ssize_t count;
+} WantedNames;
+
+static int
+wanted_names(PyObject *tuple, WantedNames *out, const char *what)
+{
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) > PLAN_MAX_WANTED) {
+        PyErr_Format(PyExc_TypeError, "%s: a tuple of at most %d str", what, PLAN_MAX_WANTED);
+        return -1;
+    }
+    out->count = PyTuple_GET_SIZE(tuple);
+    for (Py_ssize_t i = 0; i < out->count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(tuple, i);
+        if (!PyUnicode_Check(name)) {
+            PyErr_Format(PyExc_TypeError, "%s: a tuple of at most %d str", what, PLAN_MAX_WANTED);
+            return -1;
+        }
+        out->text[i] = PyUnicode_AsUTF8AndSize(name, &out->length[i]);
+        if (out->text[i] == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+static int
+is_wanted(const WantedNames *names, const char *text, Py_ssize_t length)
+{
+    for (Py_ssize_t i = 0; i < names->count; i++)
+        if (names->length[i] == length && memcmp(names->text[i], text, length) == 0)
+            return 1;
+    return 0;
+}
+
+static int
+all_ascii(const unsigned char *p, Py_ssize_t length)
+{
+    for (Py_ssize_t i = 0; i < length; i++)
+        if (p[i] & 0x80)
+            return 0;
+    return 1;
+}
+
+/* What the fast path reads of a record's properties: the spans of the last TAGS, KEYS and
+ * UNIQ_KEY values (decode_properties: a later name replaces an earlier one) and whether a
+ * wanted name is there. */
+typedef struct {
+    const unsigned char *tags, *keys, *unique;
+    Py_ssize_t tags_length, keys_length, unique_length;
+    int has_wanted;
+} PropertySpans;
+
+static void
+scan_properties(RecordCodec *self, const unsigned char *p, Py_ssize_t length,
+                const WantedNames *wanted, PropertySpans *out)
+{
+    Py_ssize_t tags_length, keys_length, unique_length;
+    const char *tags = PyUnicode_AsUTF8AndSize(self->tags, &tags_length);
+    const char *keys = PyUnicode_AsUTF8AndSize(self->keys, &keys_length);
+    const char *unique = PyUnicode_AsUTF8AndSize(self->uniq_key, &unique_length);
+    memset(out, 0, sizeof(*out));
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i <= length; i++) {
+        if (i < length && p[i] != PROPERTY_SEPARATOR)
+            continue;
+        if (i > start) { /* empty pairs are skipped */
+            Py_ssize_t name_end = start;
+            while (name_end < i && p[name_end] != NAME_VALUE_SEPARATOR)
+                name_end++;
+            const char *name = (const char *)p + start;
+            Py_ssize_t name_length = name_end - start;
+            const unsigned char *value = name_end < i ? p + name_end + 1 : p + i;
+            Py_ssize_t value_length = name_end < i ? i - name_end - 1 : 0;
+            if (name_length == tags_length && memcmp(name, tags, tags_length) == 0) {
+                out->tags = value;
+                out->tags_length = value_length;
+            } else if (name_length == keys_length && memcmp(name, keys, keys_length) == 0) {
+                out->keys = value;
+                out->keys_length = value_length;
+            } else if (name_length == unique_length && memcmp(name, unique, unique_length) == 0) {
+                out->unique = value;
+                out->unique_length = value_length;
+            }
+            if (is_wanted(wanted, name, name_length))
+                out->has_wanted = 1;
+        }
+        start = i + 1;
+    }
+}
+
+/* The index hash of topic#key: crc32c without building the key, or `key_hash` called on
+ * its UTF-8 bytes (the twin's store.hashing.index_key_hash replaced, as tests do). */
+static PyObject *
+plan_key_hash(PyObject *key_hash, const char *topic, Py_ssize_t topic_length, const char *key,
+              Py_ssize_t key_length)
+{
+    if (key_hash == Py_None) {
+        uint32_t crc = crc32c_of(0, (const unsigned char *)topic, topic_length);
+        crc = crc32c_of(crc, (const unsigned char *)"#", 1);
+        crc = crc32c_of(crc, (const unsigned char *)key, key_length);
+        return PyLong_FromUnsignedLong(crc);
+    }
+    PyObject *joined = PyBytes_FromStringAndSize(NULL, topic_length + 1 + key_length);
+    if (joined == NULL)
+        return NULL;
+    char *j = PyBytes_AS_STRING(joined);
+    memcpy(j, topic, topic_length);
+    j[topic_length] = '#';
+    memcpy(j + topic_length + 1, key, key_length);
+    PyObject *hash = PyObject_CallOneArg(key_hash, joined);
+    Py_DECREF(joined);
+    return hash;
+}
+
+static int
+append_hash(PyObject *hashes, PyObject *key_hash, const char *topic, Py_ssize_t topic_length,
+            const char *key, Py_ssize_t key_length)
+{
+    PyObject *hash = plan_key_hash(key_hash, topic, topic_length, key, key_length);
+    if (hash == NULL)
+        return -1;
+    int failed = PyList_Append(hashes, hash);
+    Py_DECREF(hash);
+    return failed;
+}
+
+/* The run of (topic, queue_id) among `runs`, or NULL. */
+static PlanRun *
+find_run(PlanRun *runs, Py_ssize_t count, const char *topic, Py_ssize_t topic_length,
+         long long queue_id)
+{
+    for (Py_ssize_t r = 0; r < count; r++)
+        if (runs[r].queue_id == queue_id && runs[r].topic_length == topic_length &&
+            memcmp(runs[r].topic_utf8, topic, topic_length) == 0)
+            return &runs[r];
+    return NULL;
+}
+
+static int
+run_append(PlanRun *run, long long physical, int32_t size, long long tag_code)
+{
+    if (run->used + QUEUE_ENTRY_SIZE > run->capacity) {
+        Py_ssize_t capacity = run->capacity ? 2 * run->capacity : 64 * QUEUE_ENTRY_SIZE;
+        unsigned char *grown = PyMem_Realloc(run->entries, capacity);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        run->entries = grown;
+        run->capacity = capacity;
+    }
+    unsigned char *e = run->entries + run->used;
+    put64(e, (uint64_t)physical);
+    put32(e + 8, (uint32_t)size);
+    put64(e + 12, (uint64_t)tag_code);
+    run->used += QUEUE_ENTRY_SIZE;
+    run->next_offset++;
+    return 0;
+}
+
+PyDoc_STRVAR(codec_dispatch_plan_doc,
+"dispatch_plan(buf, position, limit, max_count, wanted_topics, wanted_properties, key_hash)\n"
+"-> (runs, keyed, wanted, position, blank, count)\n\n"
+"store.dispatch_plan.dispatch_plan_in_python: what dispatching up to `max_count` records\n"
+"from `position` of the map `buf` writes (consume-queue runs, index keys) and the full\n"
+"dispatch requests of the records the listeners want. Reads the header and properties in\n"
+"place; only a wanted record, a timer record or one with non-ASCII text is decoded whole\n"
+"(dispatch_request_at, which also raises for framing that does not hold).");
 
 static PyObject *
-codec_dispatch_requests(RecordCodec *self, PyObject *args)
+codec_dispatch_plan(RecordCodec *self, PyObject *args)
 {
-    PyObject *map;
+    PyObject *map, *wanted_topics_tuple, *wanted_properties_tuple, *key_hash;
     Py_ssize_t position, limit, max_count;
-    if (!PyArg_ParseTuple(args, "Onnn:dispatch_requests", &map, &position, &limit, &max_count))
+    if (!PyArg_ParseTuple(args, "OnnnOOO:dispatch_plan", &map, &position, &limit, &max_count,
+                          &wanted_topics_tuple, &wanted_properties_tuple, &key_hash))
         return NULL;
+    WantedNames wanted_topics, wanted_properties;
+    if (wanted_names(wanted_topics_tuple, &wanted_topics, "wanted_topics") < 0 ||
+        wanted_names(wanted_properties_tuple, &wanted_properties, "wanted_properties") < 0)
+        return NULL;
+    Py_ssize_t timer_length;
+    const char *timer = PyUnicode_AsUTF8AndSize(self->timer_topic, &timer_length);
+    if (timer == NULL)
+        return NULL;
+    if (position < 0) {
+        PyErr_SetString(PyExc_ValueError, "a negative position");
+        return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(map, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     const unsigned char *buf = view.buf;
     if (limit > view.len)
         limit = view.len;
-    PyObject *requests = PyList_New(0);
+    PlanRun runs[PLAN_MAX_RUNS];
+    Py_ssize_t run_count = 0, count = 0;
     int blank = 0;
-    if (requests == NULL)
-        goto fail;
-    while (position < limit && PyList_GET_SIZE(requests) < max_count) {
+    PyObject *keyed = PyList_New(0), *wanted = PyList_New(0), *result = NULL;
+    if (keyed == NULL || wanted == NULL)
+        goto done;
+    while (position < limit && count < max_count) {
         if (limit - position < 8) {
             PyErr_Format(self->corrupt_error, "no record at %zd", position);
-            goto fail;
+            goto done;
         }
-        int32_t size = read_int32(buf + position);
-        uint32_t magic = (uint32_t)read_int32(buf + position + 4);
+        const unsigned char *h = buf + position;
+        int32_t size = read_int32(h);
+        uint32_t magic = (uint32_t)read_int32(h + 4);
         if (magic == BLANK_MAGIC) {
             blank = 1;
             break;
         }
         if (magic != MESSAGE_MAGIC || size <= 0) {
             PyErr_Format(self->corrupt_error, "no record at %zd", position);
-            goto fail;
+            goto done;
         }
-        PyObject *request = dispatch_request_at(self, buf, view.len, position);
-        if (request == NULL || PyList_Append(requests, request) < 0) {
-            Py_XDECREF(request);
-            goto fail;
+        /* The framing dispatch_request_at checks; where it fails, that function raises. */
+        int framed = view.len - position >= RECORD_HEADER_SIZE && position + size <= view.len;
+        Py_ssize_t topic_at = 0, properties_at = 0, end = position + size;
+        if (framed) {
+            int32_t body_length = read_int32(h + OFFSET_BODY_LENGTH);
+            topic_at = position + RECORD_HEADER_SIZE + (Py_ssize_t)body_length;
+            framed = body_length >= 0 && topic_at + 1 <= end;
+            if (framed) {
+                properties_at = topic_at + 1 + buf[topic_at];
+                framed = properties_at + 2 <= end &&
+                         properties_at + 2 +
+                                 (((Py_ssize_t)buf[properties_at] << 8) | buf[properties_at + 1]) ==
+                             end;
+            }
         }
-        Py_DECREF(request);
+        const char *topic = framed ? (const char *)buf + topic_at + 1 : NULL;
+        Py_ssize_t topic_length = framed ? properties_at - topic_at - 1 : 0;
+        const unsigned char *props = framed ? buf + properties_at + 2 : NULL;
+        Py_ssize_t props_length = framed ? end - properties_at - 2 : 0;
+        PropertySpans spans;
+        int fast = framed && all_ascii((const unsigned char *)topic, topic_length) &&
+                   all_ascii(props, props_length) &&
+                   !(topic_length == timer_length && memcmp(topic, timer, timer_length) == 0) &&
+                   !is_wanted(&wanted_topics, topic, topic_length);
+        if (fast) {
+            scan_properties(self, props, props_length, &wanted_properties, &spans);
+            fast = !spans.has_wanted;
+        }
+        long long tag_code = 0;
+        PyObject *request = NULL, *hashes = NULL;
+        if (fast) {
+            int32_t code = 0;
+            for (Py_ssize_t i = 0; i < spans.tags_length; i++)
+                code = (int32_t)(31u * (uint32_t)code + spans.tags[i]);
+            tag_code = code;
+        } else {
+            if ((request = dispatch_request_at(self, buf, view.len, position)) == NULL)
+                goto done;
+            PyObject *text = PyObject_GetAttr(request, s_topic);
+            PyObject *code = text ? PyObject_GetAttr(request, s_tag_code) : NULL;
+            if (code != NULL)
+                tag_code = PyLong_AsLongLong(code);
+            Py_XDECREF(code);
+            topic = text ? PyUnicode_AsUTF8AndSize(text, &topic_length) : NULL;
+            Py_XDECREF(text); /* the request holds it, and so its UTF-8 */
+            if (topic == NULL || PyErr_Occurred())
+                goto fail_record;
+        }
+        /* Framed: the whole header is inside the buffer (else dispatch_request_at raised). */
+        long long queue_id = read_int32(h + OFFSET_QUEUE_ID);
+        long long queue_offset = read_int64(h + OFFSET_QUEUE_OFFSET);
+        long long physical = read_int64(h + 28);
+        long long sys_flag = read_int32(h + 36);
+        long long store_ms = read_int64(h + OFFSET_STORE_TIMESTAMP);
+        PlanRun *run = NULL;
+        if (!(sys_flag & NO_QUEUE_OFFSET_BIT)) {
+            run = find_run(runs, run_count, topic, topic_length, queue_id);
+            if (run != NULL ? run->next_offset != queue_offset : run_count == PLAN_MAX_RUNS) {
+                Py_XDECREF(request); /* a later pass starts with this record */
+                break;
+            }
+        }
+        /* The index keys: KEYS split at spaces (empty ones dropped), then UNIQ_KEY. */
+        if ((hashes = PyList_New(0)) == NULL)
+            goto fail_record;
+        if (fast) {
+            Py_ssize_t start = 0;
+            for (Py_ssize_t i = 0; i <= spans.keys_length; i++) {
+                if (i < spans.keys_length && spans.keys[i] != ' ')
+                    continue;
+                if (i > start &&
+                    append_hash(hashes, key_hash, topic, topic_length,
+                                (const char *)spans.keys + start, i - start) < 0)
+                    goto fail_record;
+                start = i + 1;
+            }
+            if (spans.unique_length > 0 &&
+                append_hash(hashes, key_hash, topic, topic_length, (const char *)spans.unique,
+                            spans.unique_length) < 0)
+                goto fail_record;
+        } else {
+            PyObject *keys = PyObject_GetAttr(request, s_keys);
+            if (keys == NULL)
+                goto fail_record;
+            if (!PyTuple_Check(keys)) {
+                Py_DECREF(keys);
+                PyErr_SetString(PyExc_TypeError, "a dispatch request's keys are a tuple of str");
+                goto fail_record;
+            }
+            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys); k++) {
+                Py_ssize_t key_length;
+                const char *key = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(keys, k), &key_length);
+                if (key == NULL ||
+                    append_hash(hashes, key_hash, topic, topic_length, key, key_length) < 0) {
+                    Py_DECREF(keys);
+                    goto fail_record;
+                }
+            }
+            Py_DECREF(keys);
+        }
+        if (!(sys_flag & NO_QUEUE_OFFSET_BIT)) {
+            if (run == NULL) {
+                run = &runs[run_count];
+                memset(run, 0, sizeof(*run));
+                run->topic = PyUnicode_DecodeUTF8(topic, topic_length, NULL);
+                if (run->topic == NULL ||
+                    (run->topic_utf8 = PyUnicode_AsUTF8AndSize(run->topic, &run->topic_length)) ==
+                        NULL) {
+                    Py_CLEAR(run->topic);
+                    goto fail_record;
+                }
+                run->queue_id = queue_id;
+                run->first_offset = run->next_offset = queue_offset;
+                run_count++;
+            }
+            if (run_append(run, physical, size, tag_code) < 0)
+                goto fail_record;
+        }
+        if (PyList_GET_SIZE(hashes) > 0) {
+            PyObject *hash_tuple = PyList_AsTuple(hashes);
+            PyObject *entry = hash_tuple ? Py_BuildValue("(LiLN)", physical, size, store_ms,
+                                                         hash_tuple)
+                                         : NULL;
+            if (entry == NULL || PyList_Append(keyed, entry) < 0) {
+                Py_XDECREF(entry);
+                goto fail_record;
+            }
+            Py_DECREF(entry);
+        }
+        Py_CLEAR(hashes);
+        if (request != NULL) {
+            int want = is_wanted(&wanted_topics, topic, topic_length);
+            if (!want && wanted_properties.count > 0) {
+                PyObject *properties = PyObject_GetAttr(request, s_properties);
+                if (properties == NULL)
+                    goto fail_record;
+                for (Py_ssize_t i = 0; i < wanted_properties.count && !want; i++) {
+                    want = PyDict_Contains(properties,
+                                           PyTuple_GET_ITEM(wanted_properties_tuple, i));
+                    if (want < 0) {
+                        Py_DECREF(properties);
+                        goto fail_record;
+                    }
+                }
+                Py_DECREF(properties);
+            }
+            if (want && PyList_Append(wanted, request) < 0)
+                goto fail_record;
+            Py_CLEAR(request);
+        }
         position += size;
+        count++;
+        continue;
+    fail_record:
+        Py_XDECREF(request);
+        Py_XDECREF(hashes);
+        goto done;
     }
+    PyObject *run_list = PyList_New(run_count);
+    if (run_list == NULL)
+        goto done;
+    for (Py_ssize_t r = 0; r < run_count; r++) {
+        PyObject *item = Py_BuildValue("(OLLy#)", runs[r].topic, runs[r].queue_id,
+                                       runs[r].first_offset, (const char *)runs[r].entries,
+                                       runs[r].used);
+        if (item == NULL) {
+            Py_DECREF(run_list);
+            goto done;
+        }
+        PyList_SET_ITEM(run_list, r, item);
+    }
+    result = Py_BuildValue("(NOOnOn)", run_list, keyed, wanted, position,
+                           blank ? Py_True : Py_False, count);
+done:
+    for (Py_ssize_t r = 0; r < run_count; r++) {
+        Py_XDECREF(runs[r].topic);
+        PyMem_Free(runs[r].entries);
+    }
+    Py_XDECREF(keyed);
+    Py_XDECREF(wanted);
     PyBuffer_Release(&view);
-    PyObject *result = Py_BuildValue("(NnO)", requests, position, blank ? Py_True : Py_False);
     return result;
-fail:
-    Py_XDECREF(requests);
-    PyBuffer_Release(&view);
-    return NULL;
 }
 
 static PyMethodDef codec_methods[] = {
     {"prepare", (PyCFunction)codec_prepare, METH_VARARGS, codec_prepare_doc},
-    {"dispatch_requests", (PyCFunction)codec_dispatch_requests, METH_VARARGS,
-     codec_dispatch_requests_doc},
+    {"dispatch_plan", (PyCFunction)codec_dispatch_plan, METH_VARARGS, codec_dispatch_plan_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -916,7 +1159,7 @@ static PyTypeObject RecordCodecType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "store._speedups.RecordCodec",
     .tp_doc = PyDoc_STR("The per-record work of the put and replay paths (prepare, dispatch "
-                        "requests), given the property names and types they use."),
+                        "plans), given the property names and types they use."),
     .tp_basicsize = sizeof(RecordCodec),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
@@ -928,7 +1171,6 @@ static PyTypeObject RecordCodecType = {
 static PyMethodDef module_methods[] = {
     {"crc32c", crc32c_function, METH_O, crc32c_doc},
     {"encode_batch", encode_batch, METH_VARARGS, encode_batch_doc},
-    {"index_entries", index_entries, METH_VARARGS, index_entries_doc},
     {"index_put_all", index_put_all, METH_VARARGS, index_put_all_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -955,7 +1197,6 @@ intern_names(void)
         {&s_born_host, "born_host"}, {&s_reconsume_times, "reconsume_times"},
         {&s_prepared_transaction_offset, "prepared_transaction_offset"},
         {&s_properties, "properties"}, {&s_keys, "keys"},
-        {&s_physical_offset, "physical_offset"}, {&s_store_timestamp_ms, "store_timestamp_ms"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)

@@ -30,8 +30,9 @@ from ferrymq.codec.properties import (
     decode_properties,
 )
 from store import _speedups as speedups
-from store.dispatch_request import DispatchRequest
-from store.hashing import tag_hash_code
+from store.consume_queue import ENTRY as QUEUE_ENTRY
+from store.dispatch_request import DispatchPlan, DispatchRequest, KeyedRecord, QueueRun
+from store.hashing import index_key_hash, tag_hash_code
 from store.mapped_file_queue import MappedFileQueue
 from store.message import (
     SYSFLAG_TRANSACTION_MASK,
@@ -231,9 +232,10 @@ def encode_batch_in_python(
     return data, requests
 
 
-# The per-record work of prepare (encoded properties) and replay, in C: ``CODEC.prepare``
-# has ``MessageStore.prepare_in_python`` as its twin, ``CODEC.dispatch_requests``
-# ``dispatch_request_at``.
+# The per-record work of prepare (encoded properties) and dispatch, in C: ``CODEC.prepare``
+# has ``MessageStore.prepare_in_python`` as its twin, ``CODEC.dispatch_plan``
+# ``dispatch_plan_in_python`` (the C decodes a record whole, as ``dispatch_request_at``,
+# only where a listener wants it or its text is not ASCII).
 CODEC = speedups.RecordCodec(
     prepared_type=PreparedMessage,
     request_type=DispatchRequest,
@@ -245,7 +247,71 @@ CODEC = speedups.RecordCodec(
     corrupt_error=CorruptRecordError,
     properties_max=PROPERTIES_MAX_BYTES,
 )
-DISPATCH_CHUNK = 1024  # records per call: a long replay never holds more requests at once
+MAX_RUNS = 64  # queues one dispatch plan writes to (a record of a 65th starts the next plan)
+
+
+def dispatch_plan_in_python(
+    buf,
+    position: int,
+    limit: int,
+    max_count: int,
+    wanted_topics: tuple[str, ...],
+    wanted_properties: tuple[str, ...],
+    key_hash: Callable[[bytes], int] | None = None,
+) -> tuple[list[QueueRun], list[KeyedRecord], list[DispatchRequest], int, bool, int]:
+    """What ``CODEC.dispatch_plan`` (C) does: read up to ``max_count`` records of ``buf``
+    from ``position``, stopping at ``limit``, at a blank record, or before a record whose
+    queue offset does not follow its queue's run (or that would open run ``MAX_RUNS`` +
+    1); return (runs, keyed records, wanted requests, where it stopped, whether a blank
+    record stopped it, records read). A run's entries are packed as the consume queue
+    stores them; a keyed record carries the index hash of each key (``key_hash``, default
+    ``index_key_hash``, of ``topic#key``); a record is wanted when its topic is in
+    ``wanted_topics`` or it has a property named in ``wanted_properties``."""
+    if position < 0:
+        raise ValueError("a negative position")
+    hash_of = key_hash or index_key_hash
+    limit = min(limit, len(buf))
+    runs: dict[tuple[str, int], list] = {}
+    keyed: list[KeyedRecord] = []
+    wanted: list[DispatchRequest] = []
+    count, blank = 0, False
+    while position < limit and count < max_count:
+        if limit - position < 8:
+            raise CorruptRecordError(f"no record at {position}")
+        size, magic = record.SIZE_AND_MAGIC.unpack_from(buf, position)
+        if magic == record.BLANK_MAGIC:
+            blank = True
+            break
+        if magic != record.MESSAGE_MAGIC or size <= 0:
+            raise CorruptRecordError(f"no record at {position}")
+        request = dispatch_request_at(buf, position)
+        run = None
+        if not request.sys_flag & NO_QUEUE_OFFSET_BIT:
+            run = runs.get((request.topic, request.queue_id))
+            if run is None and len(runs) == MAX_RUNS:
+                break
+            if run is not None and run[2] + len(run[3]) // QUEUE_ENTRY.size != request.queue_offset:
+                break
+            if run is None:
+                run = [request.topic, request.queue_id, request.queue_offset, bytearray()]
+                runs[(request.topic, request.queue_id)] = run
+            run[3] += QUEUE_ENTRY.pack(request.physical_offset, request.size, request.tag_code)
+        if request.keys:
+            prefix = request.topic + "#"
+            hashes = tuple(hash_of((prefix + key).encode()) for key in request.keys)
+            keyed.append(
+                (request.physical_offset, request.size, request.store_timestamp_ms, hashes)
+            )
+        if request.topic in wanted_topics or any(
+            name in request.properties for name in wanted_properties
+        ):
+            wanted.append(request)
+        position += size
+        count += 1
+    queue_runs = [
+        (topic, queue_id, first, bytes(packed)) for topic, queue_id, first, packed in runs.values()
+    ]
+    return queue_runs, keyed, wanted, position, blank, count
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,25 +554,39 @@ class CommitLog:
             yield record.decode(segment.map, local)
             position += size
 
-    def dispatch_requests(self, start_offset: int, end_offset: int) -> Iterator[DispatchRequest]:
-        """Dispatch requests of the records in ``[start_offset, end_offset)``; start must
-        be a boundary. Blank records are skipped."""
+    def dispatch_plans(
+        self,
+        start_offset: int,
+        end_offset: int,
+        max_count: int,
+        wanted_topics: tuple[str, ...] = (),
+        wanted_properties: tuple[str, ...] = (),
+        key_hash: Callable[[bytes], int] | None = None,
+    ) -> Iterator[DispatchPlan]:
+        """Plans (``CODEC.dispatch_plan``) covering ``[start_offset, end_offset)``, each
+        of up to ``max_count`` records; start must be a boundary. A plan that ends at a
+        blank record ends at its segment's end, so the next one starts on a record."""
         position = start_offset
         while position < end_offset:
             segment = self.segments.find(position)
             if segment is None:
                 return
-            buf, base = segment.map, segment.base_offset
+            base = segment.base_offset
             limit = min(end_offset, segment.end_offset)
-            while position < limit:
-                requests, local, blank = CODEC.dispatch_requests(
-                    buf, position - base, limit - base, DISPATCH_CHUNK
-                )
-                yield from requests
-                if blank:
-                    position = segment.end_offset
-                    break
-                position = base + local
+            runs, keyed, wanted, local, blank, count = CODEC.dispatch_plan(
+                segment.map,
+                position - base,
+                limit - base,
+                max_count,
+                wanted_topics,
+                wanted_properties,
+                key_hash,
+            )
+            end = segment.end_offset if blank else base + local
+            if end == position:
+                return  # nothing at or past position within this segment's written part
+            yield DispatchPlan(position, end, count, runs, keyed, wanted)
+            position = end
 
     def set_end(self, end_offset: int, flushed_from: int) -> None:
         """After recovery: data ends at ``end_offset`` and everything past it is discarded.

@@ -125,19 +125,20 @@ class ConsumeQueue:
         self._append(ENTRY.pack(physical_offset, size, tag_code))
         self.max_physical_end = physical_offset + size
 
-    def put_run(self, entries: list[Entry], first_queue_offset: int) -> None:
-        """Append consecutive entries starting at ``first_queue_offset`` with one copy per
-        file touched: the dispatcher's fast path for a batch. Falls back to ``put`` when
-        the run does not start exactly at the end of the queue."""
+    def put_run(self, entries: bytes, first_queue_offset: int) -> None:
+        """Append consecutive entries, packed as the file stores them (a dispatch plan's
+        run), starting at ``first_queue_offset``, with one copy per file touched: the
+        dispatcher's fast path. Falls back to ``put`` per entry when the run does not
+        start exactly at the end of the queue."""
+        if not entries:
+            return
         if first_queue_offset != self.max_offset or (
             self.max_offset == self.min_offset == 0 and first_queue_offset
         ):
-            for i, entry in enumerate(entries):
+            for i, entry in enumerate(ENTRY.iter_unpack(entries)):
                 self.put(first_queue_offset + i, *entry)
             return
-        pack = ENTRY.pack
-        data = b"".join([pack(*entry) for entry in entries])
-        view = memoryview(data)
+        view = memoryview(entries)
         while view:
             position = self.files.write_offset
             target = self.files.file_for_write(position)
@@ -148,8 +149,8 @@ class ConsumeQueue:
             self.files.write_offset = position + len(chunk)
             self.max_offset += len(chunk) // ENTRY_SIZE
             view = view[len(chunk) :]
-        last = entries[-1]
-        self.max_physical_end = last[0] + last[1]
+        physical_offset, size, _ = ENTRY.unpack_from(entries, len(entries) - ENTRY_SIZE)
+        self.max_physical_end = physical_offset + size
 
     def _append(self, entry: bytes) -> None:
         position = self.files.write_offset

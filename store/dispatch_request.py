@@ -1,4 +1,6 @@
-"""What the dispatcher needs to know about one CommitLog record."""
+"""What the dispatcher knows about CommitLog records: one record whole
+(``DispatchRequest``), one pass over records (``DispatchPlan``) and what listeners hear of
+a pass (``DispatchBatch``)."""
 
 from __future__ import annotations
 
@@ -17,3 +19,34 @@ class DispatchRequest:
     sys_flag: int
     keys: tuple[str, ...]  # KEYS then UNIQ_KEY: everything the index takes
     properties: dict[str, str]
+
+
+# (topic, queue id, first queue offset, consume-queue entries packed as in the queue file)
+QueueRun = tuple[str, int, int, bytes]
+# (physical offset, size, store time, the index hash of each key): a record with keys
+KeyedRecord = tuple[int, int, int, tuple[int, ...]]
+
+
+@dataclass(slots=True)
+class DispatchPlan:
+    """What dispatching the records in ``[start, end)`` writes, read from the log in one
+    pass (``CommitLog.dispatch_plans``) without a Python object per record: the
+    consume-queue entries by queue, the index keys, and whole requests only for the
+    records some listener asked for (by topic or by property)."""
+
+    start: int
+    end: int
+    count: int
+    runs: list[QueueRun]
+    keyed: list[KeyedRecord]
+    wanted: list[DispatchRequest]
+
+
+@dataclass(slots=True)
+class DispatchBatch:
+    """What a dispatch listener hears of one pass: every queue that got entries, and the
+    records it asked for (``Dispatcher.add_listener``), in log order; other listeners'
+    records may be among them, so a listener still checks each record's topic."""
+
+    queues: list[tuple[str, int]]
+    records: list[DispatchRequest]

@@ -1,17 +1,19 @@
 """The dispatcher: turns CommitLog records into consume-queue and index entries
 (docs/architecture.md, "Storage engine").
 
-It owns one cursor, ``dispatched_offset``: everything below it has been dispatched. The
-same ``dispatch`` runs right after a local append (with requests built while encoding),
-after a replicated chunk on a slave and during recovery (with requests decoded from the
-log), and ``catch_up`` re-reads the log from the cursor whenever an earlier dispatch failed
-(a full disk while creating a consume-queue file, say). Every step is idempotent, so
-replaying a range that was partly dispatched is safe.
+It owns one cursor, ``dispatched_offset``: everything below it has been dispatched. One
+``catch_up`` reads the log from the cursor to its end, as RocketMQ's reput service does:
+right after a local append, after a replicated chunk on a slave, during recovery, and
+after an earlier dispatch failed (a full disk while creating a consume-queue file, say).
+Every step is idempotent, so replaying a range that was partly dispatched is safe.
 
-Consumers that must see more than queue entries (long polls, delayed messages, the
-replication master) register a ``listener``; it is called once per dispatched batch with
-the batch's requests, in log order (once per batch, not per record: a listener's fixed
-cost, such as waking the replication links, is paid once for 128 records).
+The log is read in plans (``CommitLog.dispatch_plans``, a C loop): each record's
+consume-queue entry and index keys come straight from its header and properties, with no
+Python object per record. Consumers that must see more than queue entries (long polls,
+delayed messages, lite topics, transaction checks) register a ``listener`` naming the
+topics or properties whose records they need; only those records are decoded whole. A
+listener is called once per plan, in log order (once per batch, not per record: a
+listener's fixed cost is paid once for many records).
 
 Thread-safety: called with the store's put lock held (or by recovery, alone).
 """
@@ -21,13 +23,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from store.commitlog import NO_QUEUE_OFFSET_BIT, CommitLog
+from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueue
-from store.dispatch_request import DispatchRequest
+from store.dispatch_request import DispatchBatch, DispatchPlan
 from store.errors import StoreError
 from store.index_service import IndexService
 
-DispatchListener = Callable[[list[DispatchRequest]], None]
+DispatchListener = Callable[[DispatchBatch], None]
 CATCH_UP_BATCH = 512
 
 
@@ -84,71 +86,58 @@ class Dispatcher:
         self.index = index
         self.dispatched_offset = 0
         self.listeners: list[DispatchListener] = []
+        self.wanted_topics: tuple[str, ...] = ()
+        self.wanted_properties: tuple[str, ...] = ()
         self.last_error: StoreError | None = None
 
-    def dispatch(self, requests: list[DispatchRequest]) -> None:
-        """Dispatch records that directly follow the cursor, in order. On a store error
-        the cursor stays at the failed record and ``catch_up`` resumes from there."""
-        if not requests:
-            return
-        if self.dispatched_offset != requests[0].physical_offset:
-            # An earlier dispatch failed; the log from the cursor is replayed instead.
-            self.catch_up()
-            return
-        start = requests[0].physical_offset
-        runs: dict[tuple[str, int], tuple[int, list]] = {}
-        for request in requests:
-            if not request.sys_flag & NO_QUEUE_OFFSET_BIT:
-                key = (request.topic, request.queue_id)
-                run = runs.get(key)
-                entry = (request.physical_offset, request.size, request.tag_code)
-                if run is None:
-                    runs[key] = (request.queue_offset, [entry])
-                else:
-                    assert run[0] + len(run[1]) == request.queue_offset, (
-                        "queue offsets not consecutive"
-                    )
-                    run[1].append(entry)
-        try:
-            find_or_create = self.consume_queues.find_or_create
-            for (topic, queue_id), (first_offset, entries) in runs.items():
-                find_or_create(topic, queue_id).put_run(entries, first_offset)
-            self.index.put_batch(requests)
-        except StoreError as error:
-            # Every step is idempotent: the whole batch is replayed by catch_up.
-            self.last_error = error
-            self.dispatched_offset = start
-            return
-        for listener in self.listeners:
-            listener(requests)
-        last = requests[-1]
-        self.dispatched_offset = last.physical_offset + last.size
-        self.last_error = None
+    def add_listener(
+        self,
+        listener: DispatchListener,
+        topics: tuple[str, ...] = (),
+        properties: tuple[str, ...] = (),
+    ) -> None:
+        """Call ``listener`` with every dispatched batch; its ``records`` include every
+        record of ``topics`` and every record with a property named in ``properties``
+        (only those records are decoded whole)."""
+        self.wanted_topics = tuple(dict.fromkeys(self.wanted_topics + tuple(topics)))
+        self.wanted_properties = tuple(dict.fromkeys(self.wanted_properties + tuple(properties)))
+        self.listeners.append(listener)
 
     def catch_up(self) -> int:
         """Dispatch every record between the cursor and the CommitLog's write offset, in
-        batches of up to ``CATCH_UP_BATCH`` (what a slave's replicated chunk or a
-        recovery replays: one request at a time would cost twice the CPU); returns how
-        many records were replayed."""
+        plans of up to ``CATCH_UP_BATCH`` records; returns how many were dispatched. On a
+        store error (a full disk while creating a consume-queue file, say) the cursor
+        stays at the failed plan's start, ``last_error`` says why, and the next call
+        replays from there."""
         end = self.commitlog.write_offset
-        replayed = 0
-        batch: list[DispatchRequest] = []
-        for request in self.commitlog.dispatch_requests(self.dispatched_offset, end):
-            batch.append(request)
-            if len(batch) == CATCH_UP_BATCH:
-                if not self._dispatch_replayed(batch):
-                    return replayed
-                replayed += len(batch)
-                batch = []
-        if batch:
-            if not self._dispatch_replayed(batch):
-                return replayed
-            replayed += len(batch)
+        dispatched = 0
+        plans = self.commitlog.dispatch_plans(
+            self.dispatched_offset,
+            end,
+            CATCH_UP_BATCH,
+            self.wanted_topics,
+            self.wanted_properties,
+            self.index.key_hash_override(),
+        )
+        for plan in plans:
+            try:
+                self._write(plan)
+            except StoreError as error:
+                # Every step is idempotent: the whole plan is replayed by the next call.
+                self.last_error = error
+                return dispatched
+            if self.listeners:
+                batch = DispatchBatch([(run[0], run[1]) for run in plan.runs], plan.wanted)
+                for listener in self.listeners:
+                    listener(batch)
+            self.dispatched_offset = plan.end
+            dispatched += plan.count
         self.dispatched_offset = max(self.dispatched_offset, end)
-        return replayed
+        self.last_error = None
+        return dispatched
 
-    def _dispatch_replayed(self, batch: list[DispatchRequest]) -> bool:
-        # The cursor may sit on a blank record's start: move it to the batch's first record.
-        self.dispatched_offset = batch[0].physical_offset
-        self.dispatch(batch)
-        return self.last_error is None
+    def _write(self, plan: DispatchPlan) -> None:
+        find_or_create = self.consume_queues.find_or_create
+        for topic, queue_id, first_offset, entries in plan.runs:
+            find_or_create(topic, queue_id).put_run(entries, first_offset)
+        self.index.put_records(plan.keyed)

@@ -14,37 +14,12 @@ Thread-safety: written under the store's put lock; queries are lock-free on a sn
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
-from store import _speedups as speedups
 from store import hashing
-from store.dispatch_request import DispatchRequest
+from store.dispatch_request import KeyedRecord
 from store.hashing import index_key_hash
 from store.index_file import IndexFile, index_file_name
-
-
-def index_entries_in_python(
-    requests: list[DispatchRequest], skip_below: int, key_hash=None
-) -> tuple[list[tuple[int, int, int]], DispatchRequest | None]:
-    """What ``index_entries`` (C, store/_speedups.c) does: (key hash, physical offset,
-    store time) of every key of the requests from ``skip_below`` on, and the last request
-    that had keys."""
-    hash_of = key_hash or hashing.index_key_hash
-    entries = []
-    last = None
-    for request in requests:
-        if not request.keys or request.physical_offset < skip_below:
-            continue
-        prefix = request.topic + "#"
-        for key in request.keys:
-            entries.append(
-                (
-                    hash_of((prefix + key).encode()),
-                    request.physical_offset,
-                    request.store_timestamp_ms,
-                )
-            )
-        last = request
-    return entries, last
 
 
 class IndexService:
@@ -77,7 +52,7 @@ class IndexService:
     def _writable(self, now_ms: int, indexed_below: int | None = None) -> IndexFile:
         """The file that takes the next entry. A new file's header starts at
         ``indexed_below`` (default: where the previous file ends): it claims no record
-        at or past it until ``put_batch`` writes its final header."""
+        at or past it until ``put_records`` writes its final header."""
         files = self.files
         if files and not files[-1].is_full:
             return files[-1]
@@ -96,68 +71,75 @@ class IndexService:
         self.files = (*files, created)
         return created
 
-    def put_batch(self, requests: list[DispatchRequest]) -> None:
-        """Index every key of consecutive records, writing the header once at the end.
-        Records below the newest file's end offset were indexed before and are skipped."""
+    @staticmethod
+    def key_hash_override() -> Callable[[bytes], int] | None:
+        """The key hash when it is not ``hashing.index_key_hash`` (tests replace it to
+        force collisions), for the dispatch plan; None: the plan hashes in C."""
+        return None if index_key_hash is hashing.index_key_hash else index_key_hash
+
+    def put_records(self, keyed: list[KeyedRecord]) -> None:
+        """Index the keys of consecutive records (hashed by the dispatch plan), writing
+        the header once at the end. Records below the newest file's end offset were
+        indexed before and are skipped."""
         files = self.files
         skip_below = files[-1].end_physical_offset if files else 0
         if files and not files[-1].is_full:
-            # The common case: every key fits the newest file, hashed and written in one
-            # pass (``put_all``); rolling to a new file takes the careful path below.
-            key_hash = index_key_hash
-            entries, last = speedups.index_entries(
-                requests, skip_below, None if key_hash is hashing.index_key_hash else key_hash
-            )
-            target = files[-1]
-            if last is None:
+            # The common case: every key fits the newest file, written in one pass
+            # (``put_all``); rolling to a new file takes the careful path below.
+            entries = [
+                (key_hash, physical, stored_ms)
+                for physical, _, stored_ms, hashes in keyed
+                if physical >= skip_below
+                for key_hash in hashes
+            ]
+            if not entries:
                 return
+            target = files[-1]
             if target.index_count + len(entries) - 1 <= target.entry_count:
                 target.put_all(entries)
-                target.write_header(last.physical_offset + last.size)
+                last = next(r for r in reversed(keyed) if r[0] >= skip_below)
+                target.write_header(last[0] + last[1])
                 return
         target: IndexFile | None = None
         last = None
-        for request in requests:
-            if not request.keys or request.physical_offset < skip_below:
+        for record in keyed:
+            physical, size, stored_ms, hashes = record
+            if physical < skip_below:
                 continue
             if target is None:
-                target = self._writable(request.store_timestamp_ms)
-            prefix = request.topic + "#"
-            for key in request.keys:
-                key_hash = index_key_hash((prefix + key).encode())
-                if not target.put(key_hash, request.physical_offset, request.store_timestamp_ms):
+                target = self._writable(stored_ms)
+            for key_hash in hashes:
+                if not target.put(key_hash, physical, stored_ms):
                     # The full file holds every key of the records before this one, and
                     # maybe some of this one's. Its header claims only the former until
                     # the next file exists: if creating that file fails (ENOSPC) or the
                     # process dies first, the replay must not skip this record, or its
                     # remaining keys are never indexed.
-                    target.write_header(request.physical_offset)
+                    target.write_header(physical)
                     full = target
                     # The new file must not claim this record before its final header:
                     # after a crash in between, the replay (which skips records below
                     # the newest file's end) would skip it and lose the keys that went
                     # into the new file. Keys already in the full file are then indexed
                     # twice; queries drop duplicate offsets.
-                    target = self._writable(
-                        request.store_timestamp_ms, indexed_below=request.physical_offset
-                    )
+                    target = self._writable(stored_ms, indexed_below=physical)
                     # Now the new file decides the replay; the full one keeps this record's
                     # keys it holds until retention removes the record.
-                    full.write_header(request.physical_offset + request.size)
+                    full.write_header(physical + size)
                     # Put, then checked: inside an ``assert`` (stripped under ``python
                     # -O``) the put itself vanished, and this key was never indexed.
-                    put = target.put(key_hash, request.physical_offset, request.store_timestamp_ms)
+                    put = target.put(key_hash, physical, stored_ms)
                     assert put, "a new index file refused its first key"
-            last = request
+            last = record
         if target is not None and last is not None:
-            target.write_header(last.physical_offset + last.size)
+            target.write_header(last[0] + last[1])
 
     def lookup(self, topic: str, key: str, begin_ms: int, end_ms: int, limit: int) -> list[int]:
         """Candidate physical offsets for ``topic#key`` in the time range, newest first.
         Unverified: the caller must check the record's real topic and keys."""
         key_hash = index_key_hash(f"{topic}#{key}".encode())
         # Every file is asked: a crash between a file filling up and the next one taking
-        # over leaves a record's keys in both (see ``put_batch``), so files are not
+        # over leaves a record's keys in both (see ``put_records``), so files are not
         # disjoint and a per-file cut-off could drop newer hits. Merged, deduplicated and
         # sorted, the answer is newest first whatever the files hold.
         found: set[int] = set()

@@ -667,7 +667,7 @@ class MessageStore:
                 return PutResult(PutStatus.DISK_FULL, error=str(error)), None
             for listener in self._append_listeners:
                 listener()
-            self.dispatcher.dispatch(requests)
+            self.dispatcher.catch_up()
             end = self.commitlog.write_offset
         host = self.commitlog.store_host
         appended = [
@@ -1105,10 +1105,17 @@ class MessageStore:
         transfer reads the CommitLog independently of its reput."""
         self._append_listeners.append(listener)
 
-    def add_dispatch_listener(self, listener: DispatchListener) -> None:
+    def add_dispatch_listener(
+        self,
+        listener: DispatchListener,
+        topics: tuple[str, ...] = (),
+        properties: tuple[str, ...] = (),
+    ) -> None:
         """Call ``listener`` with every dispatched batch, in log order, on the thread that
-        dispatched it (under the put lock: it must not block)."""
-        self.dispatcher.listeners.append(listener)
+        dispatched it (under the put lock: it must not block); its records are those of
+        ``topics`` and those with a property named in ``properties``."""
+        with self._put_lock:
+            self.dispatcher.add_listener(listener, topics, properties)
 
     # ---- introspection -------------------------------------------------------------
     @property

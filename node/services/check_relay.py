@@ -34,13 +34,15 @@ from collections.abc import Callable
 
 from ferrymq.codec.properties import PROPERTY_TRANSACTION_ID
 from node.services.transactions import HALF_TOPIC, KIND_CHECK, OP_TOPIC, CheckTargets
-from store.dispatch_request import DispatchRequest
+from store.dispatch_request import DispatchBatch
 from store.message_store import MessageStore
 
 FRESH_MS = 10_000
 
 
 class CheckRelay:
+    TOPICS = (OP_TOPIC,)  # the records ``on_dispatch`` reads (``add_dispatch_listener``)
+
     def __init__(
         self,
         store: MessageStore,
@@ -57,14 +59,14 @@ class CheckRelay:
         self._loop_thread = threading.get_ident()
         self.relayed = 0  # checks offered to a producer here (tests)
 
-    def on_dispatch(self, requests: list[DispatchRequest]) -> None:
+    def on_dispatch(self, batch: DispatchBatch) -> None:
         """The store's dispatch listener: picks out fresh check records."""
         if not self.producers.registered:
             return  # no producer connected here
         oldest = self.clock_ms() - FRESH_MS
         halves = [
             int(r.properties["half"])
-            for r in requests
+            for r in batch.records
             if r.topic == OP_TOPIC
             and r.properties.get("kind") == KIND_CHECK
             and r.store_timestamp_ms >= oldest

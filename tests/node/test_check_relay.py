@@ -9,7 +9,7 @@ from node.grpc.telemetry_outbox import TelemetryOutbox
 from node.services.check_relay import FRESH_MS, CheckRelay
 from node.services.permissions import Permissions
 from node.services.transactions import CheckTargets, TransactionService
-from store.dispatch_request import DispatchRequest
+from store.dispatch_request import DispatchBatch, DispatchRequest
 from tests.support.transactions import CHECK_MS, PRODUCER, Transactions
 
 
@@ -58,7 +58,7 @@ def test_the_masters_checks_reach_producers_connected_to_another_node_while_fres
         relayed_to, outbox = producers_of("orders")
         is_master = [False]
         relay = CheckRelay(tx.store, relayed_to, lambda: is_master[0], tx.loop, lambda: tx.now)
-        tx.store.add_dispatch_listener(relay.on_dispatch)
+        tx.store.add_dispatch_listener(relay.on_dispatch, topics=CheckRelay.TOPICS)
         transaction_id = tx.send(b"orphan")
         tx.now += CHECK_MS
         assert tx.check() == 1  # the master offers it to its own producer, and records it
@@ -80,10 +80,10 @@ def test_the_masters_checks_reach_producers_connected_to_another_node_while_fres
         replayed = DispatchRequest(
             "%SYS%TRANS_OP", 0, 0, 0, 0, 0, check.store_timestamp_ms, 0, (), check.properties
         )
-        relay.on_dispatch([replayed])
+        relay.on_dispatch(DispatchBatch([], [replayed]))
         assert relay.relayed == 2
         tx.now += FRESH_MS + 1
-        relay.on_dispatch([replayed])
+        relay.on_dispatch(DispatchBatch([], [replayed]))
         assert relay.relayed == 2
     finally:
         tx.store.shutdown()

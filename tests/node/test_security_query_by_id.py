@@ -187,8 +187,8 @@ for name, data in bad.items():
 results["dispatch_request_at: bad magic"] = outcome(
     lambda: dispatch_request_at(bad["bad magic"], 0)
 )
-results["C dispatch_requests: bad magic"] = outcome(
-    lambda: CODEC.dispatch_requests(bad["bad magic"], 0, len(good), 4)
+results["C dispatch_plan: bad magic"] = outcome(
+    lambda: CODEC.dispatch_plan(bad["bad magic"], 0, len(good), 4, (), (), None)
 )
 results["Fetch answer: bad magic"] = outcome(lambda: decode_records(bad["bad magic"]))
 
@@ -233,7 +233,7 @@ def test_record_parsing_refuses_bad_bytes_under_python_dash_o():
         "decode: size past the data": refused,
         "decode: topic not UTF-8": refused,
         "dispatch_request_at: bad magic": refused,
-        "C dispatch_requests: bad magic": refused,
+        "C dispatch_plan: bad magic": refused,
         "Fetch answer: bad magic": "FerryError",  # the SDK's MALFORMED_ANSWER
         "keys indexed": 36,
         "iterate over zeros": refused,

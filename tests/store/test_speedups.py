@@ -1,6 +1,6 @@
 """The store's C loops (store/_speedups.c, with the property parser it includes from
 ferrymq/codec/_properties.h) against their Python twins, on generated input: batch
-encoding, CRC32C, index entries and puts, ``prepare`` and the replay of records. The wire
+encoding, CRC32C, index puts, ``prepare`` and the dispatch plan of records. The wire
 format's loops are checked the same way in tests/codec/test_speedups.py.
 
 Each C function must return exactly what its twin returns, and decline (leave the record
@@ -28,7 +28,7 @@ from ferrymq.codec.properties import (
 from store import _speedups as speedups
 from store.commitlog import (
     CODEC,
-    dispatch_request_at,
+    dispatch_plan_in_python,
     encode_batch_in_python,
     prepare,
     topic_prefix_of,
@@ -36,7 +36,6 @@ from store.commitlog import (
 from store.config import StoreConfig
 from store.dispatch_request import DispatchRequest
 from store.index_file import IndexFile
-from store.index_service import index_entries_in_python
 from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
 
@@ -138,30 +137,6 @@ def test_index_put_all_in_c_is_its_python_twin(tmp_path_factory, entries, crashe
     assert (c.index_count, c.used_slot_count) == (py.index_count, py.used_slot_count)
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["T", "Topic-é"]),
-            st.lists(st.text(alphabet="ab é\U0001f600", max_size=4), max_size=3),
-            st.integers(0, 100),
-        ),
-        max_size=6,
-    ),
-    st.integers(0, 100),
-    st.booleans(),
-)
-def test_index_entries_in_c_are_their_python_twin(records, skip_below, own_hash):
-    requests = [
-        DispatchRequest(topic, 0, i, physical, 10, 0, 5000 + i, 0, tuple(keys), {})
-        for i, (topic, keys, physical) in enumerate(records)
-    ]
-    key_hash = (lambda raw: len(raw) * 7) if own_hash else None
-    assert speedups.index_entries(requests, skip_below, key_hash) == index_entries_in_python(
-        requests, skip_below, key_hash
-    )
-
-
 @st.composite
 def message_to_prepare(draw) -> tuple[Message, bytes]:
     """A message and encoded properties that mostly match it (and sometimes do not)."""
@@ -232,29 +207,102 @@ def test_prepare_in_c_is_its_python_twin(prepare_store, case):
 ACCEPTED: list[bool] = []
 
 
-@settings(max_examples=500, deadline=None)
-@given(prepared_batch(), st.integers(1, 4), st.booleans())
-def test_dispatch_requests_in_c_are_dispatch_request_at(batch, chunk, blank_after):
-    """Replay's reading of records (a slave's chunks, recovery) in C, against the Python
-    reading of each record, a timer record (whose tag code is its delivery time) included."""
+@st.composite
+def dispatch_case(draw) -> tuple[bytes, int]:
+    """Records as a log holds them: batches appended one after another (a timer record
+    among them, whose tag code is its delivery time), sometimes from queue offsets that do
+    not follow the previous batch's (a plan must end its run there), sometimes followed by
+    a blank record; and how many bytes are records."""
     timer = Message(TIMER_TOPIC, b"t", 0, {PROPERTY_DELIVERY_TIME_MS: "1700000000000"})
-    batch = [
-        *batch,
-        prepare(
-            timer, topic_prefix_of(TIMER_TOPIC.encode()), b"TIMER_DELIVER_MS\x011700000000000\x02"
-        ),
-    ]
-    data, _ = encode_batch_in_python(batch, 0, 5, b"\x00" * 8, {})
-    buffer = data + (encode_blank(64) if blank_after else b"")
-    expected = []
-    position = 0
-    while position < len(data):
-        expected.append(dispatch_request_at(buffer, position))
-        position += expected[-1].size
-    found, position, blank = [], 0, False
+    timer_record = prepare(
+        timer, topic_prefix_of(TIMER_TOPIC.encode()), b"TIMER_DELIVER_MS\x011700000000000\x02"
+    )
+    offsets: dict[tuple[str, int], int] = {}
+    data = b""
+    for _ in range(draw(st.integers(1, 3))):
+        batch = draw(prepared_batch())
+        if draw(st.booleans()):
+            batch.insert(draw(st.integers(0, len(batch))), timer_record)
+        if draw(st.integers(0, 4)) == 0:
+            offsets = {key: offset + 2 for key, offset in offsets.items()}  # a gap
+        encoded, _ = encode_batch_in_python(batch, len(data), 5, b"\x00" * 8, offsets)
+        data += encoded
+    blank = encode_blank(64) if draw(st.booleans()) else b""
+    return data + blank, len(data)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    dispatch_case(),
+    st.integers(1, 5),
+    st.sampled_from([(), ("T",), ("%RETRY%g", "Topic-é")]),
+    st.sampled_from([(), ("u",), (PROPERTY_TAGS, "absent")]),
+    st.booleans(),
+)
+def test_dispatch_plan_in_c_is_its_python_twin(case, chunk, topics, properties, own_hash):
+    """Dispatch's reading of records (every append, a slave's chunks, recovery) in C,
+    against the Python reading of each record, pass after pass as the dispatcher makes
+    them; and the plans together hold every record's queue entry and keys."""
+    buffer, records_end = case
+    key_hash = (lambda raw: len(raw) * 7) if own_hash else None
+    position, passes, blank = 0, 0, False
     while position < len(buffer) and not blank:
-        requests, position, blank = CODEC.dispatch_requests(buffer, position, len(buffer), chunk)
-        assert len(requests) <= chunk
-        found += requests
+        expected = dispatch_plan_in_python(
+            buffer, position, len(buffer), chunk, topics, properties, key_hash
+        )
+        found = CODEC.dispatch_plan(
+            buffer, position, len(buffer), chunk, topics, properties, key_hash
+        )
+        assert found == expected
+        assert 1 <= found[5] <= chunk or found[4]
+        position, blank = found[3], found[4]
+        passes += 1
+    assert position == records_end and blank == (records_end < len(buffer))
+
+
+def test_a_plan_ends_before_a_record_that_does_not_follow_its_queues_run():
+    batch = [
+        prepare(m, topic_prefix_of(b"T"), encode_properties(m.properties))
+        for m in (Message("T", b"a", 0), Message("T", b"b", 0))
+    ]
+    first, _ = encode_batch_in_python(batch[:1], 0, 5, b"\x00" * 8, {("T", 0): 7})
+    second, _ = encode_batch_in_python(batch[1:], len(first), 5, b"\x00" * 8, {("T", 0): 9})
+    buffer = first + second
+    runs, _, _, position, blank, count = CODEC.dispatch_plan(
+        buffer, 0, len(buffer), 10, (), (), None
+    )
+    assert [(topic, queue_id, offset) for topic, queue_id, offset, _ in runs] == [("T", 0, 7)]
+    assert (position, blank, count) == (len(first), False, 1)
+    runs, _, _, position, _, count = CODEC.dispatch_plan(
+        buffer, position, len(buffer), 10, (), (), None
+    )
+    assert [(topic, queue_id, offset) for topic, queue_id, offset, _ in runs] == [("T", 0, 9)]
+    assert (position, count) == (len(buffer), 1)
+
+
+def outcome_of(call):
+    """What a call returns, or the type and text of what it raises."""
+    try:
+        return call()
+    except Exception as error:  # compared, never hidden: C and twin must fail alike
+        return type(error).__name__, str(error)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    dispatch_case(),
+    st.integers(0, 2000),
+    st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 255)), max_size=4),
+)
+def test_dispatch_plan_in_c_fails_where_its_twin_fails(case, cut, flips):
+    """Damaged bytes (a torn tail, flipped bytes): the C loop raises what its twin raises
+    (``CorruptRecordError`` naming the position) or returns what it returns, and never
+    reads past the buffer."""
+    buffer = bytearray(case[0][: cut % (len(case[0]) + 1)])
+    for at, value in flips:
+        if buffer:
+            buffer[at % len(buffer)] = value
+    data = bytes(buffer)
+    expected = outcome_of(lambda: dispatch_plan_in_python(data, 0, len(data), 64, ("T",), ("u",)))
+    found = outcome_of(lambda: CODEC.dispatch_plan(data, 0, len(data), 64, ("T",), ("u",), None))
     assert found == expected
-    assert blank == blank_after and position == len(data)

@@ -23,10 +23,9 @@ from store.checkpoint import Checkpoint
 from store.commitlog import CommitLog, prepare, topic_prefix_of
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import ENTRY_SIZE, ConsumeQueue
-from store.dispatch_request import DispatchRequest
 from store.errors import ReplicaMismatch
 from store.flush_service import GroupCommitService
-from store.hashing import tag_hash_code
+from store.hashing import index_key_hash, tag_hash_code
 from store.index_file import HEADER_SIZE as INDEX_HEADER_SIZE
 from store.index_file import IndexFile
 from store.index_service import IndexService
@@ -248,7 +247,7 @@ def test_concurrent_syncs_of_one_index_file_keep_the_chaos_copy(tmp_path):
     sync_ledger.enable(str(data))
     try:
         index = IndexService(str(data / "index"), slot_count=64, entry_count=256)
-        index.put_batch([DispatchRequest("T", 0, 0, 0, 100, 0, T0, 0, ("k",), {})])
+        index.put_records([(0, 100, T0, (index_key_hash(b"T#k"),))])
         index_file = index.files[-1]
         errors: list[BaseException] = []
 
@@ -746,11 +745,9 @@ def test_index_service_replay_is_idempotent(tmp_path):
     """Invariant: records below the newest file's end offset are not indexed twice, so
     the dispatcher may replay any range."""
     service = IndexService(str(tmp_path / "index"), slot_count=5, entry_count=100)
-    requests = [
-        DispatchRequest("T", 0, i, i * 100, 100, 0, T0 + i, 0, ("k",), {}) for i in range(5)
-    ]
-    service.put_batch(requests)
-    service.put_batch(requests[2:])  # a replay
+    keyed = [(i * 100, 100, T0 + i, (index_key_hash(b"T#k"),)) for i in range(5)]
+    service.put_records(keyed)
+    service.put_records(keyed[2:])  # a replay
     assert service.files[-1].index_count - 1 == 5
     assert service.lookup("T", "k", 0, 1 << 62, 100) == [400, 300, 200, 100, 0]
 
@@ -1058,8 +1055,9 @@ def test_replayed_chunks_dispatch_like_the_master_across_segment_rolls(tmp_path,
     assert master.commitlog.write_offset > 2 * SEGMENT
     slave = MessageStore.open(StoreConfig(str(tmp_path / "slave"), **SMALL, **QUIET))
     seen: list[tuple[int, tuple[str, ...]]] = []
-    slave.dispatcher.listeners.append(
-        lambda batch: seen.extend((r.physical_offset, r.keys) for r in batch)
+    slave.add_dispatch_listener(
+        lambda batch: seen.extend((r.physical_offset, r.keys) for r in batch.records),
+        topics=("T",),
     )
     offset = 0
     while offset < master.commitlog.write_offset:
