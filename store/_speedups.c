@@ -32,7 +32,7 @@ crc32c_function(PyObject *Py_UNUSED(module), PyObject *data)
 
 #define NO_QUEUE_OFFSET_BIT 0x4 /* store.commitlog.NO_QUEUE_OFFSET_BIT */
 
-static PyObject *s_message, *s_tail, *s_size, *s_tag_code, *s_index_keys, *s_topic, *s_body,
+static PyObject *s_message, *s_tail, *s_size, *s_tag_code, *s_topic, *s_body,
     *s_queue_id, *s_flag, *s_sys_flag, *s_born_timestamp_ms, *s_born_host, *s_reconsume_times,
     *s_prepared_transaction_offset, *s_properties, *s_keys;
 
@@ -89,20 +89,20 @@ bytes_attribute(PyObject *object, PyObject *name, Py_ssize_t length)
 }
 
 PyDoc_STRVAR(encode_batch_doc,
-"encode_batch(batch, position, store_timestamp_ms, store_host, queue_offsets, request_type)\n"
+"encode_batch(batch, position, store_timestamp_ms, store_host, queue_offsets, appended_type)\n"
 "-> (bytes, list)\n\n"
 "store.commitlog.encode_batch_in_python: the records of `batch` (PreparedMessage) laid\n"
-"out from `position`, each taking its next queue offset from `queue_offsets`, and their\n"
-"dispatch requests (made by calling `request_type`).");
+"out from `position`, each taking its next queue offset from `queue_offsets`, and where\n"
+"each went (appended_type(physical offset, queue offset, size, store_host)).");
 
 static PyObject *
 encode_batch(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *batch, *store_host, *queue_offsets, *request_type;
+    PyObject *batch, *store_host, *queue_offsets, *appended_type;
     long long position, store_timestamp_ms;
     if (!PyArg_ParseTuple(args, "O!LLO!O!O:encode_batch", &PyList_Type, &batch, &position,
                           &store_timestamp_ms, &PyBytes_Type, &store_host, &PyDict_Type,
-                          &queue_offsets, &request_type))
+                          &queue_offsets, &appended_type))
         return NULL;
     if (PyBytes_GET_SIZE(store_host) != 8) {
         PyErr_SetString(PyExc_ValueError, "store_host must be 8 bytes");
@@ -117,17 +117,16 @@ encode_batch(PyObject *Py_UNUSED(module), PyObject *args)
         total += (Py_ssize_t)size;
     }
     PyObject *data = PyBytes_FromStringAndSize(NULL, total);
-    PyObject *requests = PyList_New(count);
-    PyObject *store_timestamp = PyLong_FromLongLong(store_timestamp_ms);
-    if (data == NULL || requests == NULL || store_timestamp == NULL)
+    PyObject *appended = PyList_New(count);
+    if (data == NULL || appended == NULL)
         goto fail_early;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
     Py_ssize_t written = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *prepared = PyList_GET_ITEM(batch, i);
         PyObject *message = NULL, *topic = NULL, *body = NULL, *tail = NULL, *born_host = NULL;
-        PyObject *key = NULL, *request = NULL;
-        PyObject *call[10] = {NULL};
+        PyObject *key = NULL, *placed = NULL;
+        PyObject *call[4] = {NULL};
         long long size, queue_id, flag, sys_flag, born_ms, reconsume, prepared_offset;
         long long queue_offset = 0;
         if ((message = PyObject_GetAttr(prepared, s_message)) == NULL ||
@@ -186,30 +185,19 @@ encode_batch(PyObject *Py_UNUSED(module), PyObject *args)
         memcpy(h + RECORD_HEADER_SIZE, body_bytes, body_length);
         memcpy(h + RECORD_HEADER_SIZE + body_length, PyBytes_AS_STRING(tail), tail_length);
         written += size;
-        /* DispatchRequest(topic, queue_id, queue_offset, physical_offset, size, tag_code,
-         *                 store_timestamp_ms, sys_flag, keys, properties) */
-        call[0] = topic;
-        Py_INCREF(topic);
-        call[1] = PyLong_FromLongLong(queue_id);
-        call[2] = PyLong_FromLongLong(queue_offset);
-        call[3] = PyLong_FromLongLong(physical);
-        call[4] = PyLong_FromLongLong(size);
-        call[5] = PyObject_GetAttr(prepared, s_tag_code);
-        call[6] = store_timestamp;
-        Py_INCREF(store_timestamp);
-        call[7] = PyLong_FromLongLong(sys_flag);
-        call[8] = PyObject_GetAttr(prepared, s_index_keys);
-        call[9] = PyObject_GetAttr(message, s_properties);
-        int complete = 1;
-        for (int a = 0; a < 10; a++)
-            complete &= call[a] != NULL;
-        if (complete)
-            request = PyObject_Vectorcall(request_type, call, 10, NULL);
-        for (int a = 0; a < 10; a++)
+        /* AppendedMessage(physical_offset, queue_offset, size, store_host) */
+        call[0] = PyLong_FromLongLong(physical);
+        call[1] = PyLong_FromLongLong(queue_offset);
+        call[2] = PyLong_FromLongLong(size);
+        call[3] = store_host;
+        Py_INCREF(store_host);
+        if (call[0] != NULL && call[1] != NULL && call[2] != NULL)
+            placed = PyObject_Vectorcall(appended_type, call, 4, NULL);
+        for (int a = 0; a < 4; a++)
             Py_XDECREF(call[a]);
-        if (request == NULL)
+        if (placed == NULL)
             goto fail_record;
-        PyList_SET_ITEM(requests, i, request);
+        PyList_SET_ITEM(appended, i, placed);
         Py_XDECREF(key);
         Py_DECREF(message);
         Py_DECREF(topic);
@@ -230,15 +218,13 @@ encode_batch(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_SetString(PyExc_AssertionError, "encoded sizes disagree with the layout");
         goto fail_early;
     }
-    Py_DECREF(store_timestamp);
-    PyObject *result = PyTuple_Pack(2, data, requests);
+    PyObject *result = PyTuple_Pack(2, data, appended);
     Py_DECREF(data);
-    Py_DECREF(requests);
+    Py_DECREF(appended);
     return result;
 fail_early:
     Py_XDECREF(data);
-    Py_XDECREF(requests);
-    Py_XDECREF(store_timestamp);
+    Py_XDECREF(appended);
     return NULL;
 }
 
@@ -562,7 +548,7 @@ codec_prepare(RecordCodec *self, PyObject *args)
                           &PyBytes_Type, &raw, &body_limit))
         return NULL;
     PyObject *body = NULL, *born_host = NULL, *properties = NULL, *topic = NULL;
-    PyObject *tail = NULL, *index_keys = NULL, *result = NULL;
+    PyObject *tail = NULL, *result = NULL;
     long long queue_id, value;
     int fits;
     if ((topic = PyObject_GetAttr(message, s_topic)) == NULL)
@@ -628,14 +614,12 @@ codec_prepare(RecordCodec *self, PyObject *args)
     t[prefix_length] = (char)(raw_length >> 8);
     t[prefix_length + 1] = (char)raw_length;
     memcpy(t + prefix_length + 2, raw_bytes, raw_length);
-    if ((index_keys = index_keys_of(self, properties)) == NULL)
-        goto done;
     Py_ssize_t size = RECORD_HEADER_SIZE + PyBytes_GET_SIZE(body) + PyBytes_GET_SIZE(tail);
     PyObject *size_object = PyLong_FromSsize_t(size);
     PyObject *tag_object = PyLong_FromLong(tag_code);
     if (size_object != NULL && tag_object != NULL) {
-        PyObject *call[5] = {message, tail, size_object, tag_object, index_keys};
-        result = PyObject_Vectorcall(self->prepared_type, call, 5, NULL);
+        PyObject *call[4] = {message, tail, size_object, tag_object};
+        result = PyObject_Vectorcall(self->prepared_type, call, 4, NULL);
     }
     Py_XDECREF(size_object);
     Py_XDECREF(tag_object);
@@ -652,7 +636,6 @@ done:
     Py_XDECREF(born_host);
     Py_XDECREF(properties);
     Py_XDECREF(tail);
-    Py_XDECREF(index_keys);
     return result;
 }
 
@@ -1191,7 +1174,7 @@ intern_names(void)
         const char *text;
     } names[] = {
         {&s_message, "message"}, {&s_tail, "tail"}, {&s_size, "size"},
-        {&s_tag_code, "tag_code"}, {&s_index_keys, "index_keys"}, {&s_topic, "topic"},
+        {&s_tag_code, "tag_code"}, {&s_topic, "topic"},
         {&s_body, "body"}, {&s_queue_id, "queue_id"}, {&s_flag, "flag"},
         {&s_sys_flag, "sys_flag"}, {&s_born_timestamp_ms, "born_timestamp_ms"},
         {&s_born_host, "born_host"}, {&s_reconsume_times, "reconsume_times"},

@@ -41,6 +41,7 @@ from store.message import (
     TIMER_TOPIC,
     Message,
 )
+from store.results import AppendedMessage
 
 
 @dataclass(slots=True)
@@ -50,8 +51,7 @@ class PreparedMessage:
     message: Message
     tail: bytes  # TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES
     size: int
-    tag_code: int
-    index_keys: tuple[str, ...]
+    tag_code: int  # validates the tag (or a timer record's delivery time) before the lock
 
 
 def prepare(message: Message, topic_prefix: bytes, properties: bytes) -> PreparedMessage:
@@ -65,7 +65,7 @@ def prepare(message: Message, topic_prefix: bytes, properties: bytes) -> Prepare
         tags = props.get(PROPERTY_TAGS)
         tag_code = tag_hash_code(tags) if tags else 0
     size = record.HEADER_SIZE + len(message.body) + len(tail)
-    return PreparedMessage(message, tail, size, tag_code, index_keys_of(props))
+    return PreparedMessage(message, tail, size, tag_code)
 
 
 def queue_tag_code(topic: str, properties: dict[str, str]) -> int:
@@ -174,12 +174,13 @@ def encode_batch_in_python(
     store_timestamp_ms: int,
     host: bytes,
     offsets: dict[tuple[str, int], int],
-    request_type: type = DispatchRequest,
-) -> tuple[bytes, list[DispatchRequest]]:
+    appended_type: type = AppendedMessage,
+) -> tuple[bytes, list[AppendedMessage]]:
     """What ``encode_batch`` (C, store/_speedups.c) does: the records of ``batch`` laid out
     from ``position``, each taking the next queue offset of its queue from ``offsets``
-    (unless its transaction state takes none), and their dispatch requests."""
-    requests: list[DispatchRequest] = []
+    (unless its transaction state takes none), and where each went (``appended_type``
+    of physical offset, queue offset, size and ``host``)."""
+    appended: list[AppendedMessage] = []
     parts: list[bytes] = []
     start = position
     for prepared in batch:
@@ -212,24 +213,11 @@ def encode_batch_in_python(
         )
         parts.append(body)
         parts.append(prepared.tail)
-        requests.append(
-            request_type(
-                message.topic,
-                message.queue_id,
-                queue_offset,
-                position,
-                prepared.size,
-                prepared.tag_code,
-                store_timestamp_ms,
-                message.sys_flag,
-                prepared.index_keys,
-                message.properties,
-            )
-        )
+        appended.append(appended_type(position, queue_offset, prepared.size, host))
         position += prepared.size
     data = b"".join(parts)
     assert len(data) == position - start, "encoded sizes disagree with the layout"
-    return data, requests
+    return data, appended
 
 
 # The per-record work of prepare (encoded properties) and dispatch, in C: ``CODEC.prepare``
@@ -353,7 +341,7 @@ class CommitLog:
     # ---- appending -----------------------------------------------------------------
     def append(
         self, batch: list[PreparedMessage], store_timestamp_ms: int
-    ) -> list[DispatchRequest]:
+    ) -> list[AppendedMessage]:
         """Append ``batch`` atomically: either every record is written (and the write
         offset moves past them) or, on ``DiskFullError``, none is visible.
 
@@ -369,13 +357,13 @@ class CommitLog:
             roll_at = position
             self.segments.file_for_write(segment.end_offset)  # DiskFullError before writing
             position = segment.end_offset
-        data, requests = speedups.encode_batch(
+        data, appended = speedups.encode_batch(
             batch,
             position,
             store_timestamp_ms,
             self.store_host,
             self.queue_offsets,
-            DispatchRequest,
+            AppendedMessage,
         )
         position += len(data)
         if roll_at is not None:
@@ -385,11 +373,11 @@ class CommitLog:
             segment.wrote_position = segment.size
             segment = self.segments.find(segment.end_offset)
             assert segment is not None
-        start = requests[0].physical_offset
+        start = appended[0].physical_offset
         segment.write_at(start - segment.base_offset, data)
         segment.wrote_position = position - segment.base_offset
         self.segments.write_offset = position
-        return requests
+        return appended
 
     # ---- reading -------------------------------------------------------------------
     def read(self, physical_offset: int) -> StoredMessage | None:

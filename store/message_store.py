@@ -50,7 +50,6 @@ from store.hashing import tag_hash_code
 from store.index_service import IndexService
 from store.message import Message, validate_header_fields, validate_topic
 from store.results import (
-    AppendedMessage,
     GetResult,
     GetStatus,
     LogFigures,
@@ -662,17 +661,13 @@ class MessageStore:
             now = max(self._clock_ms(), self._last_store_timestamp_ms)
             self._last_store_timestamp_ms = now
             try:
-                requests = self.commitlog.append(batch, now)
+                appended = self.commitlog.append(batch, now)
             except DiskFullError as error:
                 return PutResult(PutStatus.DISK_FULL, error=str(error)), None
             for listener in self._append_listeners:
                 listener()
             self.dispatcher.catch_up()
             end = self.commitlog.write_offset
-        host = self.commitlog.store_host
-        appended = [
-            AppendedMessage(r.physical_offset, r.queue_offset, r.size, host) for r in requests
-        ]
         return PutResult(PutStatus.OK, appended), (end if self._group_commit is not None else None)
 
     def _prepare(self, messages: list[Message]) -> list[PreparedMessage]:

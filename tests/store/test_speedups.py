@@ -34,10 +34,10 @@ from store.commitlog import (
     topic_prefix_of,
 )
 from store.config import StoreConfig
-from store.dispatch_request import DispatchRequest
 from store.index_file import IndexFile
 from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
+from store.results import AppendedMessage
 
 BODY_LIMIT = 8
 
@@ -89,14 +89,14 @@ def test_encode_batch_in_c_is_its_python_twin(batch, position, stored_ms, offset
     offsets_c, offsets_py = dict(offsets), dict(offsets)
     expected = encode_batch_in_python(batch, position, stored_ms, host, offsets_py)
     assert (
-        speedups.encode_batch(batch, position, stored_ms, host, offsets_c, DispatchRequest)
+        speedups.encode_batch(batch, position, stored_ms, host, offsets_c, AppendedMessage)
         == expected
     )
     assert offsets_c == offsets_py
     data = expected[0]
-    for request in expected[1]:  # and the records read back as written
-        local = request.physical_offset - position
-        assert record_check_at(data, local, len(data)).size == request.size
+    for appended in expected[1]:  # and the records read back as written
+        local = appended.physical_offset - position
+        assert record_check_at(data, local, len(data)).size == appended.size
 
 
 @settings(max_examples=500, deadline=None)
