@@ -664,9 +664,54 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(chunk_is_whole_doc,
+"chunk_is_whole(data: bytes-like) -> bool\n\n"
+"Whether ferrymq.codec.commitlog_record.chunk_problem_in_python finds nothing wrong with\n"
+"`data` (a run of whole records, a blank one only last); where it is False, the twin says\n"
+"what is wrong.");
+
+static PyObject *
+chunk_is_whole(PyObject *Py_UNUSED(module), PyObject *data)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *p = view.buf;
+    Py_ssize_t position = 0, length = view.len;
+    int whole = 1;
+    while (position < length) {
+        if (length - position < 8) {
+            whole = 0;
+            break;
+        }
+        int32_t size = (int32_t)(((uint32_t)p[position] << 24) | ((uint32_t)p[position + 1] << 16) |
+                                 ((uint32_t)p[position + 2] << 8) | p[position + 3]);
+        uint32_t magic = ((uint32_t)p[position + 4] << 24) | ((uint32_t)p[position + 5] << 16) |
+                         ((uint32_t)p[position + 6] << 8) | p[position + 7];
+        if (magic == BLANK_MAGIC) {
+            if (position + size != length) {
+                whole = 0;
+                break;
+            }
+        } else if (magic != MESSAGE_MAGIC || size < RECORD_MIN_SIZE) {
+            whole = 0;
+            break;
+        }
+        if (position + size > length) {
+            whole = 0;
+            break;
+        }
+        position += size;
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(whole);
+}
+
+
 static PyMethodDef module_methods[] = {
     {"fetch_columns", fetch_columns, METH_VARARGS, fetch_columns_doc},
     {"decode_properties", decode_properties, METH_O, decode_properties_doc},
+    {"chunk_is_whole", chunk_is_whole, METH_O, chunk_is_whole_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from ferrymq.codec import _speedups as speedups
 from ferrymq.codec.errors import CorruptRecordError
 from ferrymq.codec.message_id import offset_message_id
 from ferrymq.codec.properties import (
@@ -245,7 +246,16 @@ def chunk_problem(data: bytes) -> str | None:
     """Why ``data`` is not a run of whole records (None when it is): each starts with a
     plausible size and a magic code, a blank record only last, and the sizes add up to
     exactly ``len(data)``. What a slave checks before appending a master's bytes, so that
-    bytes cut elsewhere than at one of its own record boundaries are refused, not stored."""
+    bytes cut elsewhere than at one of its own record boundaries are refused, not stored.
+    The walk over the records is C (``chunk_is_whole``); a chunk it refuses is walked
+    again by the twin, which says why."""
+    if speedups.chunk_is_whole(data):
+        return None
+    return chunk_problem_in_python(data)
+
+
+def chunk_problem_in_python(data: bytes) -> str | None:
+    """What ``chunk_is_whole`` (C, ferrymq/codec/_speedups.c) decides, with the reason."""
     position, length = 0, len(data)
     unpack = SIZE_AND_MAGIC.unpack_from
     while position < length:

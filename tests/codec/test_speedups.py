@@ -310,3 +310,34 @@ def test_the_c_record_layout_is_the_codecs():
     # BORNTIMESTAMP, which commitlog_record places only by HEADER's order: after 8 fields.
     assert commitlog_record.HEADER.format[:9] == ">iIIiiqqi"
     assert struct.calcsize(">iIIiiqqi") == codec_speedups.OFFSET_BORN_TIMESTAMP
+
+
+def _records(count: int) -> bytes:
+    """``count`` small records as a master sends them, then a blank record."""
+    record = struct.pack(
+        ">iI", commitlog_record.MIN_RECORD_SIZE + 4, commitlog_record.MESSAGE_MAGIC
+    )
+    record += bytes(commitlog_record.MIN_RECORD_SIZE + 4 - len(record))
+    blank = struct.pack(">iI", 16, commitlog_record.BLANK_MAGIC) + bytes(8)
+    return record * count + blank
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.integers(0, 4),
+    st.booleans(),
+    st.integers(0, 600),
+    st.lists(st.tuples(st.integers(0, 600), st.integers(0, 255)), max_size=3),
+)
+def test_chunk_is_whole_in_c_agrees_with_its_twin(count, with_blank, cut, flips):
+    """A slave's check of a master's chunk: C says whole exactly where the twin finds no
+    problem, on whole chunks, torn ones and ones with flipped bytes."""
+    data = bytearray(_records(count) if with_blank else _records(count)[:-16])
+    if cut % 3 == 0:  # a third of the chunks torn somewhere
+        del data[cut % (len(data) + 1) :]
+    for at, value in flips:
+        if data:
+            data[at % len(data)] = value
+    problem = commitlog_record.chunk_problem_in_python(bytes(data))
+    assert codec_speedups.chunk_is_whole(bytes(data)) == (problem is None)
+    assert commitlog_record.chunk_problem(bytes(data)) == problem
