@@ -34,10 +34,13 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-# The RPC fuzz with random seeds for FUZZ_SECONDS (make test runs one short fixed round).
+# The RPC fuzz with random seeds for FUZZ_SECONDS, then each native parser's target for
+# FUZZ_SECONDS against its twin, the C built with AddressSanitizer (make test runs one
+# short fixed round of each).
 FUZZ_SECONDS ?= 600
 fuzz: $(STAMP)
 	FERRYMQ_FUZZ_SECONDS=$(FUZZ_SECONDS) $(PY) -m pytest -q -s tests/node/test_fuzz_rpc.py --timeout=0
+	$(PY) -m tests.fuzz.run_native --seconds $(FUZZ_SECONDS)
 
 bench-store: $(STAMP)
 	$(PY) -m bench.store --json

@@ -1,0 +1,206 @@
+"""Coverage-guided, differential fuzz targets for every native parser of bytes from the
+network or the disk: each target reads the fuzzer's bytes with the C function and with its
+Python twin (the specification) and fails when their outcomes differ. The fuzzer (atheris,
+libFuzzer's engine) steers by the coverage of the twins and of this module, which walk the
+same branches as the C; a sanitizer build of the C (``make fuzz``) turns any read or write
+out of bounds into a crash.
+
+    python -m tests.fuzz.native TARGET [CORPUS_DIR] [libFuzzer options, e.g. -runs=N]
+
+``seeds(TARGET)`` are well-formed inputs to start from (a corpus directory is filled with
+them when it is empty). ``FERRYMQ_FUZZ_NATIVE_DIR``: a directory holding other builds of
+the two extensions (``store_speedups.so``, ``codec_speedups.so``, e.g. with ASan), loaded
+in place of the installed ones.
+
+Targets: ``decode_properties``, ``produce_scan`` (``ProduceScanner.scan``),
+``fetch_columns``, ``chunk_is_whole``, ``dispatch_plan`` (``RecordCodec.dispatch_plan``),
+``prepare`` (``RecordCodec.prepare``'s check of encoded properties).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import types
+from collections.abc import Callable
+
+NATIVE_BUILDS = {
+    "store._speedups": "store_speedups.so",
+    "ferrymq.codec._speedups": "codec_speedups.so",
+}
+
+
+def _load_native_builds() -> None:
+    """Put the extensions of ``FERRYMQ_FUZZ_NATIVE_DIR`` in ``sys.modules`` before anything
+    imports the installed ones."""
+    directory = os.environ.get("FERRYMQ_FUZZ_NATIVE_DIR")
+    if not directory:
+        return
+    for name, file_name in NATIVE_BUILDS.items():
+        spec = importlib.util.spec_from_file_location(name, os.path.join(directory, file_name))
+        assert spec is not None and spec.loader is not None, f"no {file_name} in {directory}"
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+
+
+_load_native_builds()
+
+import atheris  # noqa: E402  (after the builds are in place)
+
+with atheris.instrument_imports(include=["ferrymq.codec", "store", "node.message_rules"]):
+    from ferrymq.codec import _speedups as codec_speedups
+    from ferrymq.codec.commitlog_record import chunk_problem_in_python
+    from ferrymq.codec.produce_records import PRODUCE_HEAD
+    from ferrymq.codec.properties import decode_properties, decode_properties_in_python
+    from ferrymq.spark.fetch_columns import (
+        CorruptRecord,
+        fetch_columns_in_c,
+        fetch_columns_in_python,
+    )
+    from node.message_rules import scan_produce_records
+    from store.commitlog import CODEC, dispatch_plan_in_python, topic_prefix_of
+    from store.config import StoreConfig
+    from store.message import TIMER_TOPIC, Message
+    from store.message_store import MessageStore
+
+from ferrymq.codec.errors import InvalidMessageError  # noqa: E402
+from tests.codec.test_speedups import BODY_LIMIT, TYPE_TEXT, read_in_python  # noqa: E402
+from tests.support.fetch_answers import QUEUE_ID, TOPIC, comparable, record  # noqa: E402
+
+SAMPLE_PROPERTIES = b"UNIQ_KEY\x01id-1\x02__MSG_TYPE\x011\x02TAGS\x01TagA\x02KEYS\x01a b\x02"
+PLAN_TOPICS = [(), ("T",), (TOPIC, "%SYS%TIMER")]
+PLAN_PROPERTIES = [(), ("u",), ("TAGS", "__LITE_TOPIC")]
+
+
+def outcome(call: Callable[[], object]) -> object:
+    """What a call returns, or the type and text of what it raises."""
+    try:
+        return call()
+    except Exception as error:  # compared below: C and twin must fail alike
+        return type(error).__name__, str(error)
+
+
+def fuzz_decode_properties(data: bytes) -> None:
+    def kind(call: Callable[[], object]) -> object:
+        found = outcome(call)
+        return found[0] if isinstance(found, tuple) else found  # the error's type only
+
+    assert kind(lambda: decode_properties(data)) == kind(lambda: decode_properties_in_python(data))
+
+
+def fuzz_produce_scan(data: bytes) -> None:
+    count, records = (data[0] % 6 if data else 0), data[1:]
+    assert scan_produce_records(records, count, BODY_LIMIT, TYPE_TEXT) == read_in_python(
+        records, count
+    )
+
+
+def fuzz_fetch_columns(data: bytes) -> None:
+    end_offset = 1000 + (data[0] if data else 0)
+    records = data[1:]
+    try:
+        expected = comparable(fetch_columns_in_python(records, TOPIC, QUEUE_ID, end_offset))
+    except CorruptRecord:
+        expected = None
+    found = fetch_columns_in_c(records, TOPIC, QUEUE_ID, end_offset)
+    assert (None if found is None else comparable(found)) == expected
+
+
+def fuzz_chunk_is_whole(data: bytes) -> None:
+    assert codec_speedups.chunk_is_whole(data) == (chunk_problem_in_python(data) is None)
+
+
+def fuzz_dispatch_plan(data: bytes) -> None:
+    head = data[:2] or b"\x00\x00"
+    chunk = 1 + head[0] % 8
+    topics = PLAN_TOPICS[head[-1] % 3]
+    properties = PLAN_PROPERTIES[head[-1] // 3 % 3]
+    buffer = data[2:]
+    key_hash = (lambda raw: len(raw) * 7) if head[0] & 0x80 else None
+    position = 0
+    while True:
+        arguments = (buffer, position, len(buffer), chunk, topics, properties, key_hash)
+        expected = outcome(lambda: dispatch_plan_in_python(*arguments))  # noqa: B023
+        found = outcome(lambda: CODEC.dispatch_plan(*arguments))  # noqa: B023
+        assert found == expected, (found, expected)
+        if not isinstance(found, tuple) or len(found) != 6 or found[4] or found[3] == position:
+            return  # an error, a blank record, or nothing left
+        position = found[3]
+
+
+# ``prepare_in_python`` reads only its store's config: no store (and no files) needed.
+_PREPARE_TWIN = types.SimpleNamespace(
+    config=StoreConfig("unused", max_message_body_bytes=BODY_LIMIT, commitlog_segment_bytes=8 << 20)
+)
+
+
+def fuzz_prepare(data: bytes) -> None:
+    """A message whose encoded properties arrive as bytes (Data.Produce): the C check and
+    encoding give the twin's PreparedMessage, or decline where the twin refuses."""
+    head = data[:1] or b"\x00"
+    raw = data[1:]
+    try:
+        properties = decode_properties_in_python(raw)
+    except UnicodeDecodeError:
+        properties = {}
+    if head[0] & 1:
+        properties["extra"] = "v"  # the dict and the bytes disagree
+    topic = TIMER_TOPIC if head[0] & 2 else "T"
+    message = Message(topic, b"b" * (head[0] >> 4), head[0] >> 5, properties)
+    prefix = topic_prefix_of(topic.encode())
+    fast = CODEC.prepare(message, prefix, raw, BODY_LIMIT)
+    try:
+        expected = MessageStore.prepare_in_python(_PREPARE_TWIN, message, prefix, raw)
+    except (InvalidMessageError, UnicodeEncodeError):
+        assert fast is None
+        return
+    assert fast is None if topic == TIMER_TOPIC else fast == expected
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "decode_properties": fuzz_decode_properties,
+    "produce_scan": fuzz_produce_scan,
+    "fetch_columns": fuzz_fetch_columns,
+    "chunk_is_whole": fuzz_chunk_is_whole,
+    "dispatch_plan": fuzz_dispatch_plan,
+    "prepare": fuzz_prepare,
+}
+
+
+def seeds(target: str) -> list[bytes]:
+    """Well-formed inputs of ``target`` for the fuzzer to mutate."""
+    records = [
+        record(1000 + i, b"x" * i, SAMPLE_PROPERTIES if i % 2 else b"u\x01v\x02", topic=topic)
+        for i, topic in enumerate(["T", TOPIC, "T", "%SYS%TIMER"])
+    ]
+    blank = (16).to_bytes(4, "big") + (0xCBD43194).to_bytes(4, "big") + bytes(8)
+    produce = [PRODUCE_HEAD.pack(4, len(SAMPLE_PROPERTIES), 7) + b"body" + SAMPLE_PROPERTIES]
+    return {
+        "decode_properties": [SAMPLE_PROPERTIES, b"a\x01b\x02\x02c\x02"],
+        "produce_scan": [b"\x02" + produce[0] * 2, b"\x01" + produce[0]],
+        "fetch_columns": [b"\x05" + b"".join(records[:3]), b"\x00" + records[1]],
+        "chunk_is_whole": [b"".join(records[:3]) + blank, records[0]],
+        "dispatch_plan": [b"\x03\x04" + b"".join(records[:3]) + blank, b"\x81\x01" + records[1]],
+        "prepare": [b"\x10" + SAMPLE_PROPERTIES, b"\x02TIMER_DELIVER_MS\x011700000000000\x02"],
+    }[target]
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2 or argv[1] not in TARGETS:
+        sys.exit(f"usage: python -m tests.fuzz.native {{{','.join(TARGETS)}}} [CORPUS] [-opts]")
+    target, options = argv[1], argv[2:]
+    corpus = next((o for o in options if not o.startswith("-")), None)
+    if corpus is not None:
+        os.makedirs(corpus, exist_ok=True)
+        if not os.listdir(corpus):
+            for number, seed in enumerate(seeds(target)):
+                with open(os.path.join(corpus, f"seed-{number}"), "wb") as out:
+                    out.write(seed)
+    atheris.Setup([argv[0], *options], TARGETS[target])
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
