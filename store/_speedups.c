@@ -714,11 +714,11 @@ done:
     return request;
 }
 
-/* ---- the dispatch plan (store/dispatch_plan.py: dispatch_plan_in_python) ----------- */
+/* ---- the dispatch plan (store/commitlog.py: dispatch_plan_in_python) ------------- */
 
-#define PLAN_MAX_RUNS 64   /* store.dispatch_plan.MAX_RUNS */
+#define PLAN_MAX_RUNS 64   /* store.commitlog.MAX_RUNS */
 #define QUEUE_ENTRY_SIZE 20 /* store.consume_queue.ENTRY_SIZE: physical, size, tag code */
-#define PLAN_MAX_WANTED 8   /* wanted topics or property names a plan compares against */
+#define PLAN_MAX_WANTED 8  /* store.commitlog.MAX_WANTED: wanted topics, wanted property names */
 
 typedef struct {
     PyObject *topic; /* str; its UTF-8 (cached in the str) is the run's key with queue_id */
@@ -1198,6 +1198,11 @@ PyInit__speedups(void)
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL)
         return NULL;
+    if (PyModule_AddIntConstant(module, "PLAN_MAX_RUNS", PLAN_MAX_RUNS) < 0 ||
+        PyModule_AddIntConstant(module, "PLAN_MAX_WANTED", PLAN_MAX_WANTED) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
     Py_INCREF(&RecordCodecType);
     if (PyModule_AddObject(module, "RecordCodec", (PyObject *)&RecordCodecType) < 0) {
         Py_DECREF(&RecordCodecType);

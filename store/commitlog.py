@@ -236,6 +236,7 @@ CODEC = speedups.RecordCodec(
     properties_max=PROPERTIES_MAX_BYTES,
 )
 MAX_RUNS = 64  # queues one dispatch plan writes to (a record of a 65th starts the next plan)
+MAX_WANTED = 8  # wanted topics, and wanted property names, a plan compares records with
 
 
 def dispatch_plan_in_python(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from store.commitlog import CommitLog
+from store.commitlog import MAX_WANTED, CommitLog
 from store.consume_queue import ConsumeQueue
 from store.dispatch_request import DispatchBatch, DispatchPlan
 from store.errors import StoreError
@@ -98,9 +98,13 @@ class Dispatcher:
     ) -> None:
         """Call ``listener`` with every dispatched batch; its ``records`` include every
         record of ``topics`` and every record with a property named in ``properties``
-        (only those records are decoded whole)."""
-        self.wanted_topics = tuple(dict.fromkeys(self.wanted_topics + tuple(topics)))
-        self.wanted_properties = tuple(dict.fromkeys(self.wanted_properties + tuple(properties)))
+        (only those records are decoded whole). At most ``MAX_WANTED`` topics and as many
+        property names in all: the plan compares each record against every one."""
+        wanted_topics = tuple(dict.fromkeys(self.wanted_topics + tuple(topics)))
+        wanted_properties = tuple(dict.fromkeys(self.wanted_properties + tuple(properties)))
+        if len(wanted_topics) > MAX_WANTED or len(wanted_properties) > MAX_WANTED:
+            raise ValueError(f"dispatch listeners may name at most {MAX_WANTED} of each")
+        self.wanted_topics, self.wanted_properties = wanted_topics, wanted_properties
         self.listeners.append(listener)
 
     def catch_up(self) -> int:

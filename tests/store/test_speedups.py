@@ -28,12 +28,15 @@ from ferrymq.codec.properties import (
 from store import _speedups as speedups
 from store.commitlog import (
     CODEC,
+    MAX_RUNS,
+    MAX_WANTED,
     dispatch_plan_in_python,
     encode_batch_in_python,
     prepare,
     topic_prefix_of,
 )
 from store.config import StoreConfig
+from store.dispatcher import Dispatcher
 from store.index_file import IndexFile
 from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
@@ -306,3 +309,14 @@ def test_dispatch_plan_in_c_fails_where_its_twin_fails(case, cut, flips):
     expected = outcome_of(lambda: dispatch_plan_in_python(data, 0, len(data), 64, ("T",), ("u",)))
     found = outcome_of(lambda: CODEC.dispatch_plan(data, 0, len(data), 64, ("T",), ("u",), None))
     assert found == expected
+
+
+def test_the_plans_limits_are_the_stores():
+    """The C plan's bounds are the ones the twin and the dispatcher use; a listener that
+    would name more than the plan compares is refused when it registers, not at a put."""
+    assert (speedups.PLAN_MAX_RUNS, speedups.PLAN_MAX_WANTED) == (MAX_RUNS, MAX_WANTED)
+    dispatcher = Dispatcher(None, None, None)
+    dispatcher.add_listener(lambda batch: None, topics=tuple(f"T{i}" for i in range(MAX_WANTED)))
+    with pytest.raises(ValueError, match="at most 8"):
+        dispatcher.add_listener(lambda batch: None, topics=("one more",))
+    assert len(dispatcher.listeners) == 1
