@@ -40,7 +40,7 @@ lint: $(STAMP)
 FUZZ_SECONDS ?= 600
 fuzz: $(STAMP)
 	FERRYMQ_FUZZ_SECONDS=$(FUZZ_SECONDS) $(PY) -m pytest -q -s tests/node/test_fuzz_rpc.py --timeout=0
-	$(PY) -m tests.fuzz.run_native --seconds $(FUZZ_SECONDS)
+	$(PY) -m tests.support.native_fuzz_run --seconds $(FUZZ_SECONDS)
 
 bench-store: $(STAMP)
 	$(PY) -m bench.store --json

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from ferrymq.codec import _speedups as codec_speedups
 from ferrymq.codec import commitlog_record
 from ferrymq.codec.commitlog_record import OFFSET_BODY_CRC
-from ferrymq.codec.produce_records import PRODUCE_HEAD, MalformedRecords, produce_record_at
+from ferrymq.codec.produce_records import PRODUCE_HEAD
 from ferrymq.codec.properties import (
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
@@ -38,8 +38,7 @@ from ferrymq.spark.fetch_columns import (
     fetch_columns_in_c,
     fetch_columns_in_python,
 )
-from node.message_rules import read_produce_record, scan_produce_records
-from node.rpc_status import InvalidRequest
+from node.message_rules import scan_produce_records
 from tests.support.fetch_answers import (
     CORRUPTION_MESSAGES,
     CORRUPTIONS,
@@ -50,6 +49,7 @@ from tests.support.fetch_answers import (
     fetch_answers,
     record,
 )
+from tests.support.produce_scan import BODY_LIMIT, TYPE_TEXT, read_in_python
 
 # Characters that decide checks: separators, '|', ASCII and Unicode whitespace (str.strip's
 # and re's \s: U+001C..U+001F and U+3000 among them), non-ASCII letters, and plain ones.
@@ -65,8 +65,6 @@ NAMES = [
     "user",
     "",
 ]
-TYPE_TEXT = "1"
-BODY_LIMIT = 8
 
 
 def values() -> st.SearchStrategy[str]:
@@ -107,25 +105,6 @@ def produce_request(draw) -> tuple[bytes, int]:
         data = data[: draw(st.integers(0, len(data) - 1))]  # cut short
     count = max(0, len(records) + draw(st.integers(-1, 2)))
     return data, count
-
-
-def read_in_python(records: bytes, count: int) -> list:
-    """What ``scan_produce_records`` promises, built from ``read_produce_record``."""
-    items: list = []
-    position = 0
-    for _ in range(count):
-        try:
-            item = read_produce_record(records, position, BODY_LIMIT, TYPE_TEXT)
-        except InvalidRequest:
-            items.append(position)
-            position = produce_record_at(records, position)[0]
-            continue
-        except MalformedRecords:
-            items.append(position)
-            break
-        items.append(item)
-        position = item[0]
-    return items
 
 
 @settings(max_examples=1500, deadline=None)

@@ -1,4 +1,4 @@
-"""A short, fixed round of each native parser's fuzz target (tests/fuzz/native.py): the
+"""A short, fixed round of each native parser's fuzz target (tests/support/native_fuzz.py): the
 C function and its twin on a few thousand inputs the fuzzer derives from well-formed
 seeds. ``make fuzz`` runs the same targets for longer, with random seeds and the C built
 with AddressSanitizer and UndefinedBehaviorSanitizer."""
@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from tests.fuzz.native import TARGETS, seeds
+from tests.support import native_fuzz
+from tests.support.native_fuzz import TARGETS, seeds
 
 RUNS = 3000
 
@@ -22,7 +23,7 @@ def test_a_short_fuzz_round_finds_c_and_twin_agreeing(target, tmp_path):
         [
             sys.executable,
             "-m",
-            "tests.fuzz.native",
+            "tests.support.native_fuzz",
             target,
             str(corpus),
             f"-runs={RUNS}",
@@ -40,8 +41,6 @@ def test_a_short_fuzz_round_finds_c_and_twin_agreeing(target, tmp_path):
 
 def test_a_fuzz_target_fails_when_c_and_twin_disagree(tmp_path, monkeypatch):
     """The harness can fail: a twin that answers differently is caught on a seed."""
-    import tests.fuzz.native as native
-
-    monkeypatch.setattr(native, "chunk_problem_in_python", lambda data: "never whole")
+    monkeypatch.setattr(native_fuzz, "chunk_problem_in_python", lambda data: "never whole")
     with pytest.raises(AssertionError):
-        native.fuzz_chunk_is_whole(seeds("chunk_is_whole")[0])
+        native_fuzz.fuzz_chunk_is_whole(seeds("chunk_is_whole")[0])

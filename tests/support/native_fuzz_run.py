@@ -1,13 +1,13 @@
-"""``make fuzz``'s native part: every target of tests/fuzz/native.py for ``--seconds``
+"""``make fuzz``'s native part: every target of tests/support/native_fuzz.py for ``--seconds``
 each, with random seeds and a corpus kept between runs (``.cache/fuzz/TARGET``), against
 the two extensions built again by clang (the Debian package, installed when missing) with
 AddressSanitizer and libFuzzer's coverage: a read or write out of bounds stops the run
 with a report, and the fuzzer is steered by the coverage of the C as well as the twins'.
 
-    python -m tests.fuzz.run_native [--seconds N] [--target NAME ...] [--no-sanitizers]
+    python -m tests.support.native_fuzz_run [--seconds N] [--target NAME ...] [--no-sanitizers]
 
 Exits non-zero when any target failed; a failing input is kept as ``crash-*`` beside its
-corpus (replay: ``python -m tests.fuzz.native TARGET FILE``)."""
+corpus (replay: ``python -m tests.support.native_fuzz TARGET FILE``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import tempfile
 import atheris
 
 from deploy import debian_packages
-from tests.fuzz.native import NATIVE_BUILDS, TARGETS
+from tests.support.native_fuzz import NATIVE_BUILDS, TARGETS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCES = {
@@ -88,7 +88,7 @@ def main() -> int:
                 [
                     sys.executable,
                     "-m",
-                    "tests.fuzz.native",
+                    "tests.support.native_fuzz",
                     target,
                     corpus,
                     f"-max_total_time={options.seconds}",

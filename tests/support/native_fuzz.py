@@ -5,7 +5,7 @@ libFuzzer's engine) steers by the coverage of the twins and of this module, whic
 same branches as the C; a sanitizer build of the C (``make fuzz``) turns any read or write
 out of bounds into a crash.
 
-    python -m tests.fuzz.native TARGET [CORPUS_DIR] [libFuzzer options, e.g. -runs=N]
+    python -m tests.support.native_fuzz TARGET [CORPUS_DIR] [libFuzzer options, e.g. -runs=N]
 
 ``seeds(TARGET)`` are well-formed inputs to start from (a corpus directory is filled with
 them when it is empty). ``FERRYMQ_FUZZ_NATIVE_DIR``: a directory holding other builds of
@@ -66,8 +66,8 @@ with atheris.instrument_imports(include=["ferrymq.codec", "store", "node.message
     from store.message_store import MessageStore
 
 from ferrymq.codec.errors import InvalidMessageError  # noqa: E402
-from tests.codec.test_speedups import BODY_LIMIT, TYPE_TEXT, read_in_python  # noqa: E402
 from tests.support.fetch_answers import QUEUE_ID, TOPIC, comparable, record  # noqa: E402
+from tests.support.produce_scan import BODY_LIMIT, TYPE_TEXT, read_in_python  # noqa: E402
 
 SAMPLE_PROPERTIES = b"UNIQ_KEY\x01id-1\x02__MSG_TYPE\x011\x02TAGS\x01TagA\x02KEYS\x01a b\x02"
 PLAN_TOPICS = [(), ("T",), (TOPIC, "%SYS%TIMER")]
@@ -189,7 +189,9 @@ def seeds(target: str) -> list[bytes]:
 
 def main(argv: list[str]) -> None:
     if len(argv) < 2 or argv[1] not in TARGETS:
-        sys.exit(f"usage: python -m tests.fuzz.native {{{','.join(TARGETS)}}} [CORPUS] [-opts]")
+        sys.exit(
+            f"usage: python -m tests.support.native_fuzz {{{','.join(TARGETS)}}} [CORPUS] [-opts]"
+        )
     target, options = argv[1], argv[2:]
     corpus = next((o for o in options if not o.startswith("-")), None)
     if corpus is not None:
