@@ -12,6 +12,7 @@ corpus (replay: ``python -m tests.support.native_fuzz TARGET FILE``)."""
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import shutil
 import subprocess
@@ -29,12 +30,17 @@ SOURCES = {
     "store._speedups": "store/_speedups.c",
     "ferrymq.codec._speedups": "ferrymq/codec/_speedups.c",
 }
-SANITIZE = ["-fsanitize=address,fuzzer-no-link", "-shared-libsan", "-fno-omit-frame-pointer"]
+SANITIZE = ["-fsanitize=address,fuzzer-no-link", "-fno-omit-frame-pointer"]
+# clang and its sanitizer runtimes (Debian 12's clang is 14).
+CLANG_PACKAGES = ["clang", "libclang-rt-14-dev"]
+ASAN_STATIC = "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.asan_static-x86_64.a"
 
 
 def sanitized_builds(directory: str) -> None:
     """Both extensions, with ASan and coverage, as ``NATIVE_BUILDS`` names them."""
-    error = debian_packages.install(["clang"], lambda: shutil.which("clang") is not None)
+    error = debian_packages.install(
+        CLANG_PACKAGES, lambda: shutil.which("clang") is not None and bool(glob.glob(ASAN_STATIC))
+    )
     if error:
         raise SystemExit(f"no clang for the sanitizer build: {error}")
     include = sysconfig.get_paths()["include"]
