@@ -81,8 +81,8 @@ class LiteNotices:
             log.warning("%d lite notices not stored: %s", len(records), result.status.name)
 
     def _on_dispatch(self, batch: DispatchBatch) -> None:
-        """On every dispatched batch, so it costs a comparison per record and nothing more
-        unless a notice is among them."""
+        """On every dispatched batch; its records are the notices (and records other
+        listeners asked for), so it costs a comparison per such record."""
         for request in batch.records:
             if request.topic != NOTICE_TOPIC:
                 continue

@@ -574,7 +574,7 @@ class CommitLog:
             end = segment.end_offset if blank else base + local
             if end == position:
                 return  # nothing at or past position within this segment's written part
-            yield DispatchPlan(position, end, count, runs, keyed, wanted)
+            yield DispatchPlan(end, count, runs, keyed, wanted)
             position = end
 
     def set_end(self, end_offset: int, flushed_from: int) -> None:

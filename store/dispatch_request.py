@@ -29,12 +29,11 @@ KeyedRecord = tuple[int, int, int, tuple[int, ...]]
 
 @dataclass(slots=True)
 class DispatchPlan:
-    """What dispatching the records in ``[start, end)`` writes, read from the log in one
-    pass (``CommitLog.dispatch_plans``) without a Python object per record: the
+    """What dispatching the records from the cursor up to ``end`` writes, read from the log
+    in one pass (``CommitLog.dispatch_plans``) without a Python object per record: the
     consume-queue entries by queue, the index keys, and whole requests only for the
     records some listener asked for (by topic or by property)."""
 
-    start: int
     end: int
     count: int
     runs: list[QueueRun]
