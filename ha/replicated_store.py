@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterator
 from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.codec.properties import PROPERTY_UNIQ_KEY
 from ha.role import ReplicationRole
-from store.commitlog import PreparedMessage
+from store.commitlog import Prepared, PreparedMessage, PreparedRun
 from store.config import StoreConfig
 from store.consume_queue import ConsumeQueue
 from store.dispatcher import DispatchListener
@@ -43,7 +43,7 @@ class ReplicatedStore:
     async def put_messages_async(self, messages: list[Message]) -> PutResult:
         return await self._replicated(self._store.put_messages_async, messages)
 
-    async def put_prepared_async(self, batch: list[PreparedMessage]) -> PutResult:
+    async def put_prepared_async(self, batch: list[Prepared]) -> PutResult:
         return await self._replicated(self._store.put_prepared_async, batch)
 
     async def _replicated(
@@ -82,6 +82,11 @@ class ReplicatedStore:
     # ---- reads: the store's ----------------------------------------------------------------
     def prepare(self, message: Message, encoded_properties: bytes | None = None) -> PreparedMessage:
         return self._store.prepare(message, encoded_properties)
+
+    def prepare_run(
+        self, topic: str, queue_id: int, born_host: bytes, records: bytes, spans: bytes
+    ) -> PreparedRun:
+        return self._store.prepare_run(topic, queue_id, born_host, records, spans)
 
     def get_messages(
         self,

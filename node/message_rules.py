@@ -16,9 +16,16 @@ import re
 
 from ferrymq.codec._speedups import ProduceScanner
 from ferrymq.codec.commitlog_record import encode_host
-from ferrymq.codec.produce_records import produce_record_at
+from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.produce_records import (
+    PRODUCE_HEAD_SIZE,
+    PRODUCE_SPAN,
+    MalformedRecords,
+    produce_record_at,
+)
 from ferrymq.codec.properties import (
     NAME_VALUE_SEPARATOR,
+    PROPERTIES_MAX_BYTES,
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
     PROPERTY_MESSAGE_GROUP,
@@ -27,6 +34,7 @@ from ferrymq.codec.properties import (
     PROPERTY_TAGS,
     PROPERTY_TRANSACTION_ID,
     PROPERTY_UNIQ_KEY,
+    check_encoded_properties,
 )
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from node.admission import check_body_size, check_type_text
@@ -138,3 +146,36 @@ def scan_produce_records(
     list ends after a record whose lengths do not fit. Refusals are left to
     ``read_produce_record`` so that each error is written once, in Python."""
     return _PRODUCE_SCANNER.scan(records, count, body_limit, message_type_text)
+
+
+def produce_spans(
+    records: bytes, count: int, body_limit: int, message_type_text: str
+) -> bytes | None:
+    """Where each of ``count`` records lies (``PRODUCE_SPAN`` per record) when all of them
+    pass every check Produce makes of one record and fill ``records`` exactly, in one C
+    pass that builds no object per record; None when any does not (the caller then reads
+    them one by one, ``scan_produce_records``, for each record's own answer). The twin is
+    ``produce_spans_in_python``."""
+    return _PRODUCE_SCANNER.spans(
+        records, count, body_limit, message_type_text, PROPERTIES_MAX_BYTES
+    )
+
+
+def produce_spans_in_python(
+    records: bytes, count: int, body_limit: int, message_type_text: str
+) -> bytes | None:
+    """What ``produce_spans`` returns: ``read_produce_record`` and the store's check of the
+    encoded properties (``check_encoded_properties``) passed by every record, in turn."""
+    spans = bytearray()
+    position = 0
+    try:
+        for _ in range(count):
+            end, body, raw, born_ms, properties = read_produce_record(
+                records, position, body_limit, message_type_text
+            )
+            check_encoded_properties(raw, properties)
+            spans += PRODUCE_SPAN.pack(position + PRODUCE_HEAD_SIZE, len(body), len(raw), born_ms)
+            position = end
+    except (InvalidRequest, InvalidMessageError, MalformedRecords):
+        return None
+    return bytes(spans) if position == len(records) else None

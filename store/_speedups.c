@@ -34,7 +34,20 @@ crc32c_function(PyObject *Py_UNUSED(module), PyObject *data)
 
 static PyObject *s_message, *s_tail, *s_size, *s_tag_code, *s_topic, *s_body,
     *s_queue_id, *s_flag, *s_sys_flag, *s_born_timestamp_ms, *s_born_host, *s_reconsume_times,
-    *s_prepared_transaction_offset, *s_properties, *s_keys;
+    *s_prepared_transaction_offset, *s_properties, *s_keys, *s_records, *s_spans,
+    *s_topic_prefix, *s_count;
+
+#define PRODUCE_SPAN_SIZE 18 /* ferrymq.codec.produce_records.PRODUCE_SPAN */
+
+/* `bytes` little-endian bytes at p (a produce span's fields). */
+static uint64_t
+read_le(const unsigned char *p, int bytes)
+{
+    uint64_t value = 0;
+    for (int i = bytes - 1; i >= 0; i--)
+        value = (value << 8) | p[i];
+    return value;
+}
 
 static void
 put32(unsigned char *p, uint32_t v)
@@ -89,140 +102,264 @@ bytes_attribute(PyObject *object, PyObject *name, Py_ssize_t length)
 }
 
 PyDoc_STRVAR(encode_batch_doc,
-"encode_batch(batch, position, store_timestamp_ms, store_host, queue_offsets, appended_type)\n"
-"-> (bytes, list)\n\n"
-"store.commitlog.encode_batch_in_python: the records of `batch` (PreparedMessage) laid\n"
-"out from `position`, each taking its next queue offset from `queue_offsets`, and where\n"
-"each went (appended_type(physical offset, queue offset, size, store_host)).");
+"encode_batch(batch, position, store_timestamp_ms, store_host, queue_offsets, appended_type,\n"
+"run_type) -> (bytes, list)\n\n"
+"store.commitlog.encode_batch_in_python: the records of `batch` (PreparedMessage, or\n"
+"run_type: PreparedRun) laid out from `position`, each taking its next queue offset from\n"
+"`queue_offsets`, and where each went (appended_type(physical offset, queue offset, size,\n"
+"store_host)).");
+
+/* The fields of one record's header that vary by record. */
+typedef struct {
+    long long size, queue_id, flag, queue_offset, physical, sys_flag, born_ms, reconsume,
+        prepared_offset;
+    const char *born_host; /* 8 bytes */
+    Py_ssize_t body_length;
+} RecordHeader;
+
+static void
+write_header(unsigned char *h, const RecordHeader *r, const unsigned char *body,
+             long long store_timestamp_ms, const char *store_host)
+{
+    put32(h, (uint32_t)r->size);
+    put32(h + 4, MESSAGE_MAGIC);
+    put32(h + 8, crc32c_of(0, body, r->body_length));
+    put32(h + 12, (uint32_t)r->queue_id);
+    put32(h + 16, (uint32_t)r->flag);
+    put64(h + 20, (uint64_t)r->queue_offset);
+    put64(h + 28, (uint64_t)r->physical);
+    put32(h + 36, (uint32_t)r->sys_flag);
+    put64(h + 40, (uint64_t)r->born_ms);
+    memcpy(h + 48, r->born_host, 8);
+    put64(h + 56, (uint64_t)store_timestamp_ms);
+    memcpy(h + 64, store_host, 8);
+    put32(h + 72, (uint32_t)r->reconsume);
+    put64(h + 76, (uint64_t)r->prepared_offset);
+    put32(h + 84, (uint32_t)r->body_length);
+    memcpy(h + RECORD_HEADER_SIZE, body, r->body_length);
+}
+
+/* appended_type(physical offset, queue offset, size, store_host) into appended[index]. */
+static int
+place(PyObject *appended, Py_ssize_t index, PyObject *appended_type, const RecordHeader *r,
+      PyObject *store_host)
+{
+    PyObject *call[4] = {PyLong_FromLongLong(r->physical), PyLong_FromLongLong(r->queue_offset),
+                         PyLong_FromLongLong(r->size), store_host};
+    PyObject *placed = NULL;
+    Py_INCREF(store_host);
+    if (call[0] != NULL && call[1] != NULL && call[2] != NULL)
+        placed = PyObject_Vectorcall(appended_type, call, 4, NULL);
+    for (int a = 0; a < 4; a++)
+        Py_XDECREF(call[a]);
+    if (placed == NULL)
+        return -1;
+    PyList_SET_ITEM(appended, index, placed);
+    return 0;
+}
+
+/* The next queue offset of (topic, queue_id) in `queue_offsets`, which moves `taken` on. */
+static int
+take_queue_offsets(PyObject *queue_offsets, PyObject *topic, long long queue_id,
+                   long long taken, long long *first)
+{
+    PyObject *key = Py_BuildValue("(OL)", topic, queue_id);
+    if (key == NULL)
+        return -1;
+    *first = 0;
+    PyObject *next = PyDict_GetItemWithError(queue_offsets, key);
+    if ((next == NULL && PyErr_Occurred()) ||
+        (next != NULL && (*first = PyLong_AsLongLong(next)) == -1 && PyErr_Occurred())) {
+        Py_DECREF(key);
+        return -1;
+    }
+    PyObject *after = PyLong_FromLongLong(*first + taken);
+    int failed = after == NULL || PyDict_SetItem(queue_offsets, key, after) < 0;
+    Py_XDECREF(after);
+    Py_DECREF(key);
+    return failed ? -1 : 0;
+}
+
+static int
+sizes_disagree(void)
+{
+    PyErr_SetString(PyExc_AssertionError, "encoded sizes disagree with the layout");
+    return -1;
+}
+
+/* One PreparedRun's records at out + *written; *index counts records placed. */
+static int
+encode_run(PyObject *run, unsigned char *out, Py_ssize_t total, Py_ssize_t *written,
+           Py_ssize_t *index, long long position, long long store_timestamp_ms,
+           PyObject *store_host, PyObject *queue_offsets, PyObject *appended,
+           PyObject *appended_type)
+{
+    PyObject *records = NULL, *spans = NULL, *prefix = NULL, *born_host = NULL, *topic = NULL;
+    long long count, queue_id, first;
+    int status = -1;
+    if ((records = bytes_attribute(run, s_records, -1)) == NULL ||
+        (spans = bytes_attribute(run, s_spans, -1)) == NULL ||
+        (prefix = bytes_attribute(run, s_topic_prefix, -1)) == NULL ||
+        (born_host = bytes_attribute(run, s_born_host, 8)) == NULL ||
+        (topic = PyObject_GetAttr(run, s_topic)) == NULL ||
+        int_attribute(run, s_count, 32, &count) < 0 ||
+        int_attribute(run, s_queue_id, 32, &queue_id) < 0)
+        goto done;
+    if (count < 0 || PyBytes_GET_SIZE(spans) != count * PRODUCE_SPAN_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "a run's spans do not match its count");
+        goto done;
+    }
+    if (count == 0) { /* takes no queue offset, as its twin */
+        status = 0;
+        goto done;
+    }
+    if (take_queue_offsets(queue_offsets, topic, queue_id, count, &first) < 0)
+        goto done;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(records);
+    Py_ssize_t length = PyBytes_GET_SIZE(records);
+    const unsigned char *span = (const unsigned char *)PyBytes_AS_STRING(spans);
+    Py_ssize_t prefix_length = PyBytes_GET_SIZE(prefix);
+    RecordHeader r = {.queue_id = queue_id, .born_host = PyBytes_AS_STRING(born_host)};
+    for (long long i = 0; i < count; i++, span += PRODUCE_SPAN_SIZE) {
+        Py_ssize_t body_at = (Py_ssize_t)read_le(span, 4);
+        Py_ssize_t properties_length = (Py_ssize_t)read_le(span + 8, 2);
+        r.body_length = (Py_ssize_t)read_le(span + 4, 4);
+        r.born_ms = (long long)read_le(span + 10, 8);
+        if (body_at > length || length - body_at < r.body_length + properties_length) {
+            PyErr_SetString(PyExc_ValueError, "a run's span lies outside its records");
+            goto done;
+        }
+        r.size = RECORD_HEADER_SIZE + r.body_length + prefix_length + 2 + properties_length;
+        r.queue_offset = first + i;
+        r.physical = position + *written;
+        if (*written + r.size > total) {
+            sizes_disagree();
+            goto done;
+        }
+        unsigned char *h = out + *written;
+        write_header(h, &r, buf + body_at, store_timestamp_ms, PyBytes_AS_STRING(store_host));
+        unsigned char *t = h + RECORD_HEADER_SIZE + r.body_length;
+        memcpy(t, PyBytes_AS_STRING(prefix), prefix_length);
+        t[prefix_length] = (unsigned char)(properties_length >> 8);
+        t[prefix_length + 1] = (unsigned char)properties_length;
+        memcpy(t + prefix_length + 2, buf + body_at + r.body_length, properties_length);
+        *written += r.size;
+        if (place(appended, (*index)++, appended_type, &r, store_host) < 0)
+            goto done;
+    }
+    status = 0;
+done:
+    Py_XDECREF(records);
+    Py_XDECREF(spans);
+    Py_XDECREF(prefix);
+    Py_XDECREF(born_host);
+    Py_XDECREF(topic);
+    return status;
+}
+
+/* One PreparedMessage's record at out + *written. */
+static int
+encode_prepared(PyObject *prepared, unsigned char *out, Py_ssize_t total, Py_ssize_t *written,
+                Py_ssize_t *index, long long position, long long store_timestamp_ms,
+                PyObject *store_host, PyObject *queue_offsets, PyObject *appended,
+                PyObject *appended_type)
+{
+    PyObject *message = NULL, *topic = NULL, *body = NULL, *tail = NULL, *born_host = NULL;
+    RecordHeader r = {0};
+    int status = -1;
+    if ((message = PyObject_GetAttr(prepared, s_message)) == NULL ||
+        int_attribute(prepared, s_size, 32, &r.size) < 0 ||
+        (tail = bytes_attribute(prepared, s_tail, -1)) == NULL ||
+        (body = bytes_attribute(message, s_body, -1)) == NULL ||
+        (born_host = bytes_attribute(message, s_born_host, 8)) == NULL ||
+        (topic = PyObject_GetAttr(message, s_topic)) == NULL ||
+        int_attribute(message, s_queue_id, 32, &r.queue_id) < 0 ||
+        int_attribute(message, s_flag, 32, &r.flag) < 0 ||
+        int_attribute(message, s_sys_flag, 32, &r.sys_flag) < 0 ||
+        int_attribute(message, s_born_timestamp_ms, 64, &r.born_ms) < 0 ||
+        int_attribute(message, s_reconsume_times, 32, &r.reconsume) < 0 ||
+        int_attribute(message, s_prepared_transaction_offset, 64, &r.prepared_offset) < 0)
+        goto done;
+    r.body_length = PyBytes_GET_SIZE(body);
+    Py_ssize_t tail_length = PyBytes_GET_SIZE(tail);
+    if (r.size != RECORD_HEADER_SIZE + r.body_length + tail_length || *written + r.size > total) {
+        sizes_disagree();
+        goto done;
+    }
+    if (!(r.sys_flag & NO_QUEUE_OFFSET_BIT) &&
+        take_queue_offsets(queue_offsets, topic, r.queue_id, 1, &r.queue_offset) < 0)
+        goto done;
+    r.physical = position + *written;
+    r.born_host = PyBytes_AS_STRING(born_host);
+    unsigned char *h = out + *written;
+    write_header(h, &r, (const unsigned char *)PyBytes_AS_STRING(body), store_timestamp_ms,
+                 PyBytes_AS_STRING(store_host));
+    memcpy(h + RECORD_HEADER_SIZE + r.body_length, PyBytes_AS_STRING(tail), tail_length);
+    *written += r.size;
+    if (place(appended, (*index)++, appended_type, &r, store_host) < 0)
+        goto done;
+    status = 0;
+done:
+    Py_XDECREF(message);
+    Py_XDECREF(topic);
+    Py_XDECREF(body);
+    Py_XDECREF(tail);
+    Py_XDECREF(born_host);
+    return status;
+}
 
 static PyObject *
 encode_batch(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *batch, *store_host, *queue_offsets, *appended_type;
+    PyObject *batch, *store_host, *queue_offsets, *appended_type, *run_type;
     long long position, store_timestamp_ms;
-    if (!PyArg_ParseTuple(args, "O!LLO!O!O:encode_batch", &PyList_Type, &batch, &position,
+    if (!PyArg_ParseTuple(args, "O!LLO!O!OO:encode_batch", &PyList_Type, &batch, &position,
                           &store_timestamp_ms, &PyBytes_Type, &store_host, &PyDict_Type,
-                          &queue_offsets, &appended_type))
+                          &queue_offsets, &appended_type, &run_type))
         return NULL;
     if (PyBytes_GET_SIZE(store_host) != 8) {
         PyErr_SetString(PyExc_ValueError, "store_host must be 8 bytes");
         return NULL;
     }
-    Py_ssize_t count = PyList_GET_SIZE(batch);
-    Py_ssize_t total = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        long long size;
-        if (int_attribute(PyList_GET_ITEM(batch, i), s_size, 32, &size) < 0)
+    Py_ssize_t items = PyList_GET_SIZE(batch);
+    Py_ssize_t total = 0, records = 0;
+    for (Py_ssize_t i = 0; i < items; i++) {
+        PyObject *item = PyList_GET_ITEM(batch, i);
+        long long size, count = 1;
+        if (int_attribute(item, s_size, 64, &size) < 0 ||
+            ((PyObject *)Py_TYPE(item) == run_type && int_attribute(item, s_count, 32, &count) < 0))
             return NULL;
+        if (size < 0 || count < 0 || size > PY_SSIZE_T_MAX - total) {
+            PyErr_SetString(PyExc_ValueError, "a batch item's size or count is out of range");
+            return NULL;
+        }
         total += (Py_ssize_t)size;
+        records += (Py_ssize_t)count;
     }
     PyObject *data = PyBytes_FromStringAndSize(NULL, total);
-    PyObject *appended = PyList_New(count);
+    PyObject *appended = PyList_New(records);
     if (data == NULL || appended == NULL)
-        goto fail_early;
+        goto fail;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
-    Py_ssize_t written = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *prepared = PyList_GET_ITEM(batch, i);
-        PyObject *message = NULL, *topic = NULL, *body = NULL, *tail = NULL, *born_host = NULL;
-        PyObject *key = NULL, *placed = NULL;
-        PyObject *call[4] = {NULL};
-        long long size, queue_id, flag, sys_flag, born_ms, reconsume, prepared_offset;
-        long long queue_offset = 0;
-        if ((message = PyObject_GetAttr(prepared, s_message)) == NULL ||
-            int_attribute(prepared, s_size, 32, &size) < 0 ||
-            (tail = bytes_attribute(prepared, s_tail, -1)) == NULL ||
-            (body = bytes_attribute(message, s_body, -1)) == NULL ||
-            (born_host = bytes_attribute(message, s_born_host, 8)) == NULL ||
-            (topic = PyObject_GetAttr(message, s_topic)) == NULL ||
-            int_attribute(message, s_queue_id, 32, &queue_id) < 0 ||
-            int_attribute(message, s_flag, 32, &flag) < 0 ||
-            int_attribute(message, s_sys_flag, 32, &sys_flag) < 0 ||
-            int_attribute(message, s_born_timestamp_ms, 64, &born_ms) < 0 ||
-            int_attribute(message, s_reconsume_times, 32, &reconsume) < 0 ||
-            int_attribute(message, s_prepared_transaction_offset, 64, &prepared_offset) < 0)
-            goto fail_record;
-        Py_ssize_t body_length = PyBytes_GET_SIZE(body);
-        Py_ssize_t tail_length = PyBytes_GET_SIZE(tail);
-        if (size != RECORD_HEADER_SIZE + body_length + tail_length || written + size > total) {
-            PyErr_SetString(PyExc_AssertionError, "encoded sizes disagree with the layout");
-            goto fail_record;
-        }
-        if (!(sys_flag & NO_QUEUE_OFFSET_BIT)) {
-            key = Py_BuildValue("(OL)", topic, queue_id);
-            if (key == NULL)
-                goto fail_record;
-            PyObject *next = PyDict_GetItemWithError(queue_offsets, key);
-            if (next == NULL && PyErr_Occurred())
-                goto fail_record;
-            if (next != NULL && (queue_offset = PyLong_AsLongLong(next)) == -1 && PyErr_Occurred())
-                goto fail_record;
-            PyObject *after = PyLong_FromLongLong(queue_offset + 1);
-            if (after == NULL || PyDict_SetItem(queue_offsets, key, after) < 0) {
-                Py_XDECREF(after);
-                goto fail_record;
-            }
-            Py_DECREF(after);
-        }
-        unsigned char *h = out + written;
-        const unsigned char *body_bytes = (const unsigned char *)PyBytes_AS_STRING(body);
-        long long physical = position + written;
-        put32(h, (uint32_t)size);
-        put32(h + 4, MESSAGE_MAGIC);
-        put32(h + 8, crc32c_of(0, body_bytes, body_length));
-        put32(h + 12, (uint32_t)queue_id);
-        put32(h + 16, (uint32_t)flag);
-        put64(h + 20, (uint64_t)queue_offset);
-        put64(h + 28, (uint64_t)physical);
-        put32(h + 36, (uint32_t)sys_flag);
-        put64(h + 40, (uint64_t)born_ms);
-        memcpy(h + 48, PyBytes_AS_STRING(born_host), 8);
-        put64(h + 56, (uint64_t)store_timestamp_ms);
-        memcpy(h + 64, PyBytes_AS_STRING(store_host), 8);
-        put32(h + 72, (uint32_t)reconsume);
-        put64(h + 76, (uint64_t)prepared_offset);
-        put32(h + 84, (uint32_t)body_length);
-        memcpy(h + RECORD_HEADER_SIZE, body_bytes, body_length);
-        memcpy(h + RECORD_HEADER_SIZE + body_length, PyBytes_AS_STRING(tail), tail_length);
-        written += size;
-        /* AppendedMessage(physical_offset, queue_offset, size, store_host) */
-        call[0] = PyLong_FromLongLong(physical);
-        call[1] = PyLong_FromLongLong(queue_offset);
-        call[2] = PyLong_FromLongLong(size);
-        call[3] = store_host;
-        Py_INCREF(store_host);
-        if (call[0] != NULL && call[1] != NULL && call[2] != NULL)
-            placed = PyObject_Vectorcall(appended_type, call, 4, NULL);
-        for (int a = 0; a < 4; a++)
-            Py_XDECREF(call[a]);
-        if (placed == NULL)
-            goto fail_record;
-        PyList_SET_ITEM(appended, i, placed);
-        Py_XDECREF(key);
-        Py_DECREF(message);
-        Py_DECREF(topic);
-        Py_DECREF(body);
-        Py_DECREF(tail);
-        Py_DECREF(born_host);
-        continue;
-    fail_record:
-        Py_XDECREF(key);
-        Py_XDECREF(message);
-        Py_XDECREF(topic);
-        Py_XDECREF(body);
-        Py_XDECREF(tail);
-        Py_XDECREF(born_host);
-        goto fail_early;
+    Py_ssize_t written = 0, index = 0;
+    for (Py_ssize_t i = 0; i < items; i++) {
+        PyObject *item = PyList_GET_ITEM(batch, i);
+        int (*encode)(PyObject *, unsigned char *, Py_ssize_t, Py_ssize_t *, Py_ssize_t *,
+                      long long, long long, PyObject *, PyObject *, PyObject *, PyObject *) =
+            (PyObject *)Py_TYPE(item) == run_type ? encode_run : encode_prepared;
+        if (encode(item, out, total, &written, &index, position, store_timestamp_ms, store_host,
+                   queue_offsets, appended, appended_type) < 0)
+            goto fail;
     }
-    if (written != total) {
-        PyErr_SetString(PyExc_AssertionError, "encoded sizes disagree with the layout");
-        goto fail_early;
+    if (written != total || index != records) {
+        sizes_disagree();
+        goto fail;
     }
     PyObject *result = PyTuple_Pack(2, data, appended);
     Py_DECREF(data);
     Py_DECREF(appended);
     return result;
-fail_early:
+fail:
     Py_XDECREF(data);
     Py_XDECREF(appended);
     return NULL;
@@ -1179,7 +1316,8 @@ intern_names(void)
         {&s_sys_flag, "sys_flag"}, {&s_born_timestamp_ms, "born_timestamp_ms"},
         {&s_born_host, "born_host"}, {&s_reconsume_times, "reconsume_times"},
         {&s_prepared_transaction_offset, "prepared_transaction_offset"},
-        {&s_properties, "properties"}, {&s_keys, "keys"},
+        {&s_properties, "properties"}, {&s_keys, "keys"}, {&s_records, "records"},
+        {&s_spans, "spans"}, {&s_topic_prefix, "topic_prefix"}, {&s_count, "count"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
@@ -1199,6 +1337,7 @@ PyInit__speedups(void)
     if (module == NULL)
         return NULL;
     if (PyModule_AddIntConstant(module, "PLAN_MAX_RUNS", PLAN_MAX_RUNS) < 0 ||
+        PyModule_AddIntConstant(module, "PRODUCE_SPAN_SIZE", PRODUCE_SPAN_SIZE) < 0 ||
         PyModule_AddIntConstant(module, "PLAN_MAX_WANTED", PLAN_MAX_WANTED) < 0) {
         Py_DECREF(module);
         return NULL;

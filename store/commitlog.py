@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 from crc32c import crc32c
 
 from ferrymq.codec import commitlog_record as record
 from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.codec.errors import CorruptRecordError, InvalidMessageError
+from ferrymq.codec.produce_records import PRODUCE_HEAD_SIZE, PRODUCE_SPAN
 from ferrymq.codec.properties import (
     KEY_SEPARATOR,
     PROPERTIES_MAX_BYTES,
@@ -52,6 +54,49 @@ class PreparedMessage:
     tail: bytes  # TOPICLENGTH + TOPIC + PROPERTIESLENGTH + PROPERTIES
     size: int
     tag_code: int  # validates the tag (or a timer record's delivery time) before the lock
+    count: ClassVar[int] = 1  # records, as ``PreparedRun.count``
+
+
+@dataclass(slots=True)
+class PreparedRun:
+    """The records of one Produce request to one queue, every one checked
+    (``node.message_rules.produce_spans``) and appended straight from the request's bytes:
+    ``encode_batch`` lays them out from their spans, with no ``Message`` or
+    ``PreparedMessage`` per record. Each is a plain message (flag, system flag and
+    reconsume times 0) with the run's topic, queue and born host."""
+
+    topic: str
+    topic_prefix: bytes  # TOPICLENGTH + TOPIC
+    queue_id: int
+    born_host: bytes
+    records: bytes  # the request's produce records (ferrymq/codec/produce_records.py)
+    spans: bytes  # PRODUCE_SPAN of each record, in order
+    count: int
+    size: int  # the bytes its records take in the log
+
+    @classmethod
+    def of(
+        cls,
+        topic: str,
+        topic_prefix: bytes,
+        queue_id: int,
+        born_host: bytes,
+        records: bytes,
+        spans: bytes,
+    ) -> PreparedRun:
+        """The run of ``records``, whose spans fill them exactly (``produce_spans``)."""
+        count = len(spans) // PRODUCE_SPAN.size
+        assert len(spans) == count * PRODUCE_SPAN.size, "spans are whole"
+        # Each record trades its produce head for a record header, the topic and the
+        # properties' length: the records fill ``records`` exactly.
+        size = len(records) + count * (
+            record.HEADER_SIZE + len(topic_prefix) + 2 - PRODUCE_HEAD_SIZE
+        )
+        return cls(topic, topic_prefix, queue_id, born_host, records, spans, count, size)
+
+
+# What the put path appends: prepared messages, and runs of produce records.
+Prepared = PreparedMessage | PreparedRun
 
 
 def prepare(message: Message, topic_prefix: bytes, properties: bytes) -> PreparedMessage:
@@ -169,7 +214,7 @@ def dispatch_request_at(buf, position: int) -> DispatchRequest:
 
 
 def encode_batch_in_python(
-    batch: list[PreparedMessage],
+    batch: list[Prepared],
     position: int,
     store_timestamp_ms: int,
     host: bytes,
@@ -179,11 +224,12 @@ def encode_batch_in_python(
     """What ``encode_batch`` (C, store/_speedups.c) does: the records of ``batch`` laid out
     from ``position``, each taking the next queue offset of its queue from ``offsets``
     (unless its transaction state takes none), and where each went (``appended_type``
-    of physical offset, queue offset, size and ``host``)."""
+    of physical offset, queue offset, size and ``host``). A ``PreparedRun`` lays out its
+    records as the ``PreparedMessage`` of each would."""
     appended: list[AppendedMessage] = []
     parts: list[bytes] = []
     start = position
-    for prepared in batch:
+    for prepared in _each_prepared(batch):
         message = prepared.message
         body = message.body
         if not message.sys_flag & NO_QUEUE_OFFSET_BIT:
@@ -218,6 +264,24 @@ def encode_batch_in_python(
     data = b"".join(parts)
     assert len(data) == position - start, "encoded sizes disagree with the layout"
     return data, appended
+
+
+def _each_prepared(batch: list[Prepared]) -> Iterator[PreparedMessage]:
+    """``batch`` with each run read out as the ``PreparedMessage`` of each of its records."""
+    for item in batch:
+        if type(item) is not PreparedRun:
+            yield item
+            continue
+        records = item.records
+        for body_at, body_length, properties_length, born_ms in PRODUCE_SPAN.iter_unpack(
+            item.spans
+        ):
+            properties_at = body_at + body_length
+            raw = records[properties_at : properties_at + properties_length]
+            body = records[body_at:properties_at]
+            assert len(raw) == properties_length and len(body) == body_length, "span in records"
+            message = Message(item.topic, body, item.queue_id, {}, 0, 0, born_ms, item.born_host)
+            yield prepare(message, item.topic_prefix, raw)
 
 
 # The per-record work of prepare (encoded properties) and dispatch, in C: ``CODEC.prepare``
@@ -340,9 +404,7 @@ class CommitLog:
         self.segments.load()
 
     # ---- appending -----------------------------------------------------------------
-    def append(
-        self, batch: list[PreparedMessage], store_timestamp_ms: int
-    ) -> list[AppendedMessage]:
+    def append(self, batch: list[Prepared], store_timestamp_ms: int) -> list[AppendedMessage]:
         """Append ``batch`` atomically: either every record is written (and the write
         offset moves past them) or, on ``DiskFullError``, none is visible.
 
@@ -365,6 +427,7 @@ class CommitLog:
             self.store_host,
             self.queue_offsets,
             AppendedMessage,
+            PreparedRun,
         )
         position += len(data)
         if roll_at is not None:

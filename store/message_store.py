@@ -26,7 +26,7 @@ import time
 import weakref
 from collections.abc import Callable, Collection, Iterator
 
-from ferrymq.codec.commitlog_record import StoredMessage, chunk_problem, encode_host
+from ferrymq.codec.commitlog_record import NO_HOST, StoredMessage, chunk_problem, encode_host
 from ferrymq.codec.commitlog_record import decode as record_decode
 from ferrymq.codec.errors import InvalidMessageError
 from ferrymq.codec.message_id import parse_offset_message_id
@@ -36,7 +36,9 @@ from store.commitlog import (
     CODEC,
     NO_QUEUE_OFFSET_BIT,
     CommitLog,
+    Prepared,
     PreparedMessage,
+    PreparedRun,
     prepare,
     topic_prefix_of,
 )
@@ -48,7 +50,7 @@ from store.errors import DiskFullError, ReplicaDiverged, ReplicaMismatch
 from store.flush_service import BackgroundFlusher, GroupCommitService, enough_dirty
 from store.hashing import tag_hash_code
 from store.index_service import IndexService
-from store.message import Message, validate_header_fields, validate_topic
+from store.message import TIMER_TOPIC, Message, validate_header_fields, validate_topic
 from store.results import (
     GetResult,
     GetStatus,
@@ -132,7 +134,7 @@ class _AppendCombiner:
             self.loop.call_soon(self._drain)
         store = self._store
         limit = store.config.max_batch_bytes
-        chunk: list[tuple[asyncio.Future[PutResult], list[PreparedMessage]]] = []
+        chunk: list[tuple[asyncio.Future[PutResult], list[Prepared]]] = []
         chunk_bytes = 0
         for messages, is_prepared, future in pending:
             if is_prepared:
@@ -153,7 +155,7 @@ class _AppendCombiner:
         if chunk:
             self._append(chunk)
 
-    def _append(self, chunk: list[tuple[asyncio.Future[PutResult], list[PreparedMessage]]]) -> None:
+    def _append(self, chunk: list[tuple[asyncio.Future[PutResult], list[Prepared]]]) -> None:
         store = self._store
         result, end = store._append_prepared([p for _, group in chunk for p in group])
         if not result.ok:
@@ -164,10 +166,11 @@ class _AppendCombiner:
         outcomes = []
         start = 0
         for future, group in chunk:
+            count = group[0].count if len(group) == 1 else sum(p.count for p in group)
             outcomes.append(
-                (future, PutResult(PutStatus.OK, result.appended[start : start + len(group)]))
+                (future, PutResult(PutStatus.OK, result.appended[start : start + count]))
             )
-            start += len(group)
+            start += count
         if end is None:
             for future, outcome in outcomes:
                 if not future.done():
@@ -597,7 +600,7 @@ class MessageStore:
         wait) while each keeps its own validation and result; no thread is parked."""
         return await self._combiner().submit(messages)
 
-    async def put_prepared_async(self, batch: list[PreparedMessage]) -> PutResult:
+    async def put_prepared_async(self, batch: list[Prepared]) -> PutResult:
         """``put_messages_async`` for messages that already passed ``prepare`` (each
         refused one was answered on its own by the caller): one atomic batch."""
         try:
@@ -644,7 +647,7 @@ class MessageStore:
             return _refused(error), None
         return self._append_prepared(batch)
 
-    def _append_prepared(self, batch: list[PreparedMessage]) -> tuple[PutResult, int | None]:
+    def _append_prepared(self, batch: list[Prepared]) -> tuple[PutResult, int | None]:
         with self._put_lock:
             if self._closed:
                 return PutResult(
@@ -675,7 +678,7 @@ class MessageStore:
         self.check_batch_size(batch)
         return batch
 
-    def check_batch_size(self, batch: list[PreparedMessage]) -> None:
+    def check_batch_size(self, batch: list[Prepared]) -> None:
         total = sum(p.size for p in batch)
         if total > self.config.max_batch_bytes:
             raise InvalidMessageError(
@@ -689,13 +692,7 @@ class MessageStore:
         what is wrong. ``encoded_properties``, when the caller holds them already, must be
         ``message.properties`` encoded; they are checked instead of encoded again (in C,
         ``CODEC``, except where ``prepare_in_python`` refuses the message)."""
-        topics = self._topic_prefixes
-        topic_prefix = topics.get(message.topic)
-        if topic_prefix is None:
-            # Validated once per topic name; bounded so hostile names cannot grow it.
-            if len(topics) >= TOPIC_CACHE_MAX:
-                topics.clear()
-            topic_prefix = topics[message.topic] = topic_prefix_of(validate_topic(message.topic))
+        topic_prefix = self._topic_prefixes.get(message.topic) or self._topic_prefix(message.topic)
         if encoded_properties is not None:
             prepared = CODEC.prepare(
                 message, topic_prefix, encoded_properties, self.config.max_message_body_bytes
@@ -703,6 +700,34 @@ class MessageStore:
             if prepared is not None:
                 return prepared
         return self.prepare_in_python(message, topic_prefix, encoded_properties)
+
+    def prepare_run(
+        self, topic: str, queue_id: int, born_host: bytes, records: bytes, spans: bytes
+    ) -> PreparedRun:
+        """The records of one Produce request to one queue as one ``PreparedRun``: their
+        checks were made with ``spans`` (``node.message_rules.produce_spans``, against this
+        store's body limit); what is the store's alone is checked here, once for all of
+        them. ``InvalidMessageError`` where ``prepare`` would refuse each record."""
+        if topic == TIMER_TOPIC:
+            raise InvalidMessageError("TOPIC_INVALID", "timer records are not produced in runs")
+        if not 0 <= queue_id < 1 << 31:
+            raise InvalidMessageError("QUEUE_ID_INVALID", f"queue id {queue_id}")
+        if len(born_host) != len(NO_HOST):
+            raise InvalidMessageError(
+                "FIELD_OUT_OF_RANGE", f"born_host {born_host!r} does not fit its record field"
+            )
+        return PreparedRun.of(topic, self._topic_prefix(topic), queue_id, born_host, records, spans)
+
+    def _topic_prefix(self, topic: str) -> bytes:
+        """TOPICLENGTH + TOPIC of a valid topic name (``InvalidMessageError`` otherwise)."""
+        topics = self._topic_prefixes
+        topic_prefix = topics.get(topic)
+        if topic_prefix is None:
+            # Validated once per topic name; bounded so hostile names cannot grow it.
+            if len(topics) >= TOPIC_CACHE_MAX:
+                topics.clear()
+            topic_prefix = topics[topic] = topic_prefix_of(validate_topic(topic))
+        return topic_prefix
 
     def prepare_in_python(
         self, message: Message, topic_prefix: bytes, encoded_properties: bytes | None

@@ -24,6 +24,8 @@ PyDoc_STRVAR(decode_properties_doc,
 /* ---- produce records (ferrymq/codec/produce_records.py has the layout) ------------ */
 
 #define PRODUCE_HEAD_SIZE 14 /* body length int32, properties length uint16, born int64 */
+#define PRODUCE_SPAN_SIZE 18 /* little-endian body at uint32, body length uint32,
+                                properties length uint16, born int64 */
 
 typedef struct {
     PyObject_HEAD
@@ -156,16 +158,15 @@ properties_pass(ProduceScanner *self, PyObject *properties, PyObject *type_text)
 }
 
 
-/* The record at `position` as (end, body, raw properties, born ms, properties), or NULL
- * with no exception when node.message_rules.read_produce_record would refuse it. */
+/* A record's properties (a new dict) when its body and properties pass
+ * node.message_rules.read_produce_record's checks, or NULL: with no exception when they
+ * would be refused. */
 static PyObject *
-scan_one(ProduceScanner *self, const unsigned char *buf, Py_ssize_t end,
-         Py_ssize_t body_at, Py_ssize_t body_length, Py_ssize_t properties_length,
-         int64_t born_ms, Py_ssize_t body_limit, PyObject *type_text)
+checked_properties(ProduceScanner *self, const char *raw_at, Py_ssize_t body_length,
+                   Py_ssize_t properties_length, Py_ssize_t body_limit, PyObject *type_text)
 {
     if (body_length == 0 || body_length > body_limit)
         return NULL;
-    const char *raw_at = (const char *)buf + body_at + body_length;
     PyObject *text = PyUnicode_DecodeUTF8(raw_at, properties_length, NULL);
     if (text == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
@@ -183,6 +184,21 @@ scan_one(ProduceScanner *self, const unsigned char *buf, Py_ssize_t end,
         Py_DECREF(properties);
         return NULL;
     }
+    return properties;
+}
+
+/* The record at `position` as (end, body, raw properties, born ms, properties), or NULL
+ * with no exception when node.message_rules.read_produce_record would refuse it. */
+static PyObject *
+scan_one(ProduceScanner *self, const unsigned char *buf, Py_ssize_t end,
+         Py_ssize_t body_at, Py_ssize_t body_length, Py_ssize_t properties_length,
+         int64_t born_ms, Py_ssize_t body_limit, PyObject *type_text)
+{
+    const char *raw_at = (const char *)buf + body_at + body_length;
+    PyObject *properties = checked_properties(self, raw_at, body_length, properties_length,
+                                              body_limit, type_text);
+    if (properties == NULL)
+        return NULL;
     PyObject *body = PyBytes_FromStringAndSize((const char *)buf + body_at, body_length);
     PyObject *raw = PyBytes_FromStringAndSize(raw_at, properties_length);
     PyObject *born = PyLong_FromLongLong(born_ms);
@@ -271,8 +287,100 @@ scanner_scan(ProduceScanner *self, PyObject *args)
     return items;
 }
 
+/* ferrymq.codec.properties.check_encoded_properties: `raw` is exactly the encoding of
+ * its `pairs` pairs, within `properties_max` bytes. */
+static int
+encoded_properties_fit(const char *raw, Py_ssize_t length, Py_ssize_t pairs,
+                       Py_ssize_t properties_max)
+{
+    if (length > properties_max)
+        return 0;
+    Py_ssize_t name_values = 0, separators = 0;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        name_values += raw[i] == NAME_VALUE_SEPARATOR;
+        separators += raw[i] == PROPERTY_SEPARATOR;
+    }
+    if (name_values != pairs || separators != pairs)
+        return 0;
+    if (pairs && raw[length - 1] != PROPERTY_SEPARATOR)
+        return 0;
+    return length == 0 || pairs > 0;
+}
+
+static void
+put_le(unsigned char *p, uint64_t value, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (unsigned char)(value >> (8 * i));
+}
+
+PyDoc_STRVAR(spans_doc,
+"spans(records: bytes, count: int, body_limit: int, type_text: str, properties_max: int)\n"
+"-> bytes | None\n\n"
+"node.message_rules.produce_spans_in_python: where each of `count` records' body and\n"
+"properties lie (PRODUCE_SPAN, ferrymq.codec.produce_records, one per record) when every\n"
+"record passes read_produce_record and check_encoded_properties and the records fill\n"
+"`records` exactly; None otherwise.");
+
+static PyObject *
+scanner_spans(ProduceScanner *self, PyObject *args)
+{
+    PyObject *records, *type_text;
+    Py_ssize_t count, body_limit, properties_max;
+    if (!PyArg_ParseTuple(args, "O!nnUn:spans", &PyBytes_Type, &records, &count, &body_limit,
+                          &type_text, &properties_max))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(records);
+    Py_ssize_t length = PyBytes_GET_SIZE(records);
+    if (count < 0 || length > (Py_ssize_t)UINT32_MAX || count > length / PRODUCE_HEAD_SIZE)
+        Py_RETURN_NONE;
+    PyObject *spans = PyBytes_FromStringAndSize(NULL, count * PRODUCE_SPAN_SIZE);
+    if (spans == NULL)
+        return NULL;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(spans);
+    Py_ssize_t position = 0;
+    for (Py_ssize_t index = 0; index < count; index++) {
+        if (length - position < PRODUCE_HEAD_SIZE)
+            goto decline;
+        const unsigned char *head = buf + position;
+        int32_t body_length = (int32_t)(((uint32_t)head[0] << 24) | ((uint32_t)head[1] << 16) |
+                                        ((uint32_t)head[2] << 8) | head[3]);
+        Py_ssize_t properties_length = ((Py_ssize_t)head[4] << 8) | head[5];
+        int64_t born_ms = read_int64(head + 6);
+        Py_ssize_t body_at = position + PRODUCE_HEAD_SIZE;
+        if (body_length < 0 || length - body_at < (Py_ssize_t)body_length + properties_length)
+            goto decline;
+        const char *raw_at = (const char *)buf + body_at + body_length;
+        PyObject *properties = checked_properties(self, raw_at, body_length, properties_length,
+                                                  body_limit, type_text);
+        if (properties == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(spans);
+                return NULL;
+            }
+            goto decline;
+        }
+        Py_ssize_t pairs = PyDict_GET_SIZE(properties);
+        Py_DECREF(properties);
+        if (!encoded_properties_fit(raw_at, properties_length, pairs, properties_max))
+            goto decline;
+        unsigned char *span = out + index * PRODUCE_SPAN_SIZE;
+        put_le(span, (uint64_t)body_at, 4);
+        put_le(span + 4, (uint64_t)body_length, 4);
+        put_le(span + 8, (uint64_t)properties_length, 2);
+        put_le(span + 10, (uint64_t)born_ms, 8);
+        position = body_at + body_length + properties_length;
+    }
+    if (position == length)
+        return spans;
+decline:
+    Py_DECREF(spans);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef scanner_methods[] = {
     {"scan", (PyCFunction)scanner_scan, METH_VARARGS, scan_doc},
+    {"spans", (PyCFunction)scanner_spans, METH_VARARGS, spans_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -733,6 +841,7 @@ PyInit__speedups(void)
     if (module == NULL)
         return NULL;
     if (PyModule_AddIntConstant(module, "PRODUCE_HEAD_SIZE", PRODUCE_HEAD_SIZE) < 0 ||
+        PyModule_AddIntConstant(module, "PRODUCE_SPAN_SIZE", PRODUCE_SPAN_SIZE) < 0 ||
         PyModule_AddIntConstant(module, "RECORD_HEADER_SIZE", RECORD_HEADER_SIZE) < 0 ||
         PyModule_AddIntConstant(module, "RECORD_MIN_SIZE", RECORD_MIN_SIZE) < 0 ||
         PyModule_AddIntConstant(module, "MESSAGE_MAGIC", MESSAGE_MAGIC) < 0 ||

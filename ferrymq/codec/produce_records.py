@@ -13,6 +13,10 @@ import struct
 
 PRODUCE_HEAD = struct.Struct(">iHq")  # body length, properties length, born timestamp ms
 PRODUCE_HEAD_SIZE = PRODUCE_HEAD.size
+# Where one checked record lies in its request (``ProduceScanner.spans``): body at, body
+# length, properties length, born timestamp ms. The store appends a request's records from
+# these spans (``store.commitlog.PreparedRun``) without a Python object per record.
+PRODUCE_SPAN = struct.Struct("<IIHq")
 PRODUCE_PROPERTIES_MAX_BYTES = 0xFFFF  # what properties_length can say
 MAX_PRODUCE_RECORDS = 4096  # per request, as the node accepts
 

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from ferrymq.codec import _speedups as codec_speedups
 from ferrymq.codec import commitlog_record
 from ferrymq.codec.commitlog_record import OFFSET_BODY_CRC
-from ferrymq.codec.produce_records import PRODUCE_HEAD
+from ferrymq.codec.produce_records import PRODUCE_HEAD, PRODUCE_SPAN
 from ferrymq.codec.properties import (
+    PROPERTIES_MAX_BYTES,
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
     PROPERTY_MESSAGE_GROUP,
@@ -38,7 +39,7 @@ from ferrymq.spark.fetch_columns import (
     fetch_columns_in_c,
     fetch_columns_in_python,
 )
-from node.message_rules import scan_produce_records
+from node.message_rules import produce_spans, produce_spans_in_python, scan_produce_records
 from tests.support.fetch_answers import (
     CORRUPTION_MESSAGES,
     CORRUPTIONS,
@@ -114,6 +115,57 @@ def test_the_c_scan_reads_and_declines_exactly_as_python_does(request):
     assert scan_produce_records(records, count, BODY_LIMIT, TYPE_TEXT) == read_in_python(
         records, count
     )
+
+
+@st.composite
+def usual_produce_request(draw) -> tuple[bytes, int]:
+    """Records that mostly all pass: the requests ``produce_spans`` takes whole."""
+    records = []
+    for _ in range(draw(st.integers(1, 5))):
+        body = draw(st.binary(min_size=1, max_size=BODY_LIMIT + (draw(st.integers(0, 9)) == 0)))
+        pairs = [(PROPERTY_UNIQ_KEY, "id-1"), (PROPERTY_MESSAGE_TYPE, TYPE_TEXT)]
+        pairs += draw(st.lists(st.tuples(st.sampled_from(NAMES), values()), max_size=2))
+        text = "".join(f"{name}\x01{value}\x02" for name, value in draw(st.permutations(pairs)))
+        properties = text.encode()
+        born = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+        records.append(PRODUCE_HEAD.pack(len(body), len(properties), born) + body + properties)
+    data = b"".join(records)
+    tail = draw(st.sampled_from([b"", b"", b"", b"x"]))  # bytes after the last record
+    return data + tail, len(records) + draw(st.sampled_from([0, 0, 0, -1, 1]))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(produce_request(), usual_produce_request()))
+def test_produce_spans_in_c_are_their_python_twin(request):
+    records, count = request
+    assert produce_spans(records, count, BODY_LIMIT, TYPE_TEXT) == produce_spans_in_python(
+        records, count, BODY_LIMIT, TYPE_TEXT
+    )
+
+
+def test_produce_spans_place_each_record_and_decline_any_refusal():
+    good = b"UNIQ_KEY\x01id\x02__MSG_TYPE\x011\x02TAGS\x01TagA\x02"
+    records = b"".join(
+        PRODUCE_HEAD.pack(len(body), len(good), born) + body + good
+        for body, born in ((b"one", -5), (b"three", 1 << 40))
+    )
+    spans = produce_spans(records, 2, BODY_LIMIT, TYPE_TEXT)
+    assert list(PRODUCE_SPAN.iter_unpack(spans)) == [
+        (14, 3, len(good), -5),
+        (14 + 3 + len(good) + 14, 5, len(good), 1 << 40),
+    ]
+    assert PRODUCE_SPAN.size == codec_speedups.PRODUCE_SPAN_SIZE
+    huge = good + b"big\x01" + b"v" * PROPERTIES_MAX_BYTES + b"\x02"  # fits uint16, not the log
+    refused = [
+        records + b"x",  # bytes after the last record
+        records.replace(b"TagA", b"A|B"),  # one record a check refuses
+        PRODUCE_HEAD.pack(1, len(huge), 0) + b"b" + huge,
+    ]
+    for request in refused:
+        count = 1 if request.startswith(PRODUCE_HEAD.pack(1, len(huge), 0)) else 2
+        assert produce_spans(request, count, BODY_LIMIT, TYPE_TEXT) is None
+        assert produce_spans_in_python(request, count, BODY_LIMIT, TYPE_TEXT) is None
+    assert produce_spans(records, 3, BODY_LIMIT, TYPE_TEXT) is None  # a record short
 
 
 def test_the_c_scan_reads_a_usual_record_and_leaves_each_refusal_to_python():

@@ -90,6 +90,28 @@ def test_produce_stores_records_as_sendmessage_would(produce_stub):
     assert first.born_host[:4] == bytes([127, 0, 0, 1])  # the peer's address
 
 
+def test_a_request_stored_whole_is_stored_as_one_stored_record_by_record(produce_stub):
+    """A request whose records all pass is appended as one run from its bytes; one with a
+    refused record is read record by record. Both store the same records."""
+    good = [
+        record(b"r%d" % i, message_id=f"R{i}", tag="t", keys=[f"k{i}"], properties={"p": "v"})
+        for i in range(3)
+    ]
+    before = len(fetch_all(produce_stub, "orders", 1))
+    whole = produce(produce_stub, good, queue_id=1)
+    mixed = produce(produce_stub, [*good, record(b"bad", tag="a|b")], queue_id=1)
+    assert whole.code == pb.OK and list(whole.offsets) == [before + i for i in range(3)]
+    assert codes(mixed) == {3: pb.ILLEGAL_MESSAGE_TAG}
+    assert list(mixed.offsets) == [before + 3 + i for i in range(3)] + [-1]
+    stored = fetch_all(produce_stub, "orders", 1)[before:]
+    as_run, one_by_one = stored[:3], stored[3:]
+    for first, second in zip(as_run, one_by_one, strict=True):
+        assert second.queue_offset == first.queue_offset + 3
+        for field in ("body", "properties", "born_timestamp_ms", "born_host", "flag", "sys_flag"):
+            assert getattr(first, field) == getattr(second, field), field
+        assert first.size == second.size
+
+
 def test_fifo_records_go_to_their_group_queue(produce_stub):
     answer = produce(
         produce_stub,

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from ferrymq.codec.commitlog_record import check_at as record_check_at
 from ferrymq.codec.commitlog_record import encode_blank
 from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.produce_records import PRODUCE_HEAD, PRODUCE_SPAN
 from ferrymq.codec.properties import (
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
@@ -30,6 +31,7 @@ from store.commitlog import (
     CODEC,
     MAX_RUNS,
     MAX_WANTED,
+    PreparedRun,
     dispatch_plan_in_python,
     encode_batch_in_python,
     prepare,
@@ -70,10 +72,43 @@ def prepared_batch(draw) -> list:
                 draw(st.integers(0, 1 << 40)),
             )
         )
-    return [
+    batch: list = [
         prepare(m, topic_prefix_of(m.topic.encode()), encode_properties(m.properties))
         for m in messages
     ]
+    for _ in range(draw(st.integers(0, 2))):  # runs of produce records among them
+        batch.insert(draw(st.integers(0, len(batch))), draw(prepared_run()))
+    return batch
+
+
+@st.composite
+def prepared_run(draw) -> PreparedRun:
+    """A run as ``produce_spans`` finds one: records that fill the request, their spans."""
+    records, spans = b"", b""
+    for _ in range(draw(st.integers(0, 4))):
+        body = draw(st.binary(min_size=1, max_size=40))
+        properties = encode_properties(
+            draw(
+                st.dictionaries(
+                    st.sampled_from([PROPERTY_TAGS, PROPERTY_UNIQ_KEY, "u"]),
+                    st.text(alphabet="ab é", min_size=1, max_size=4),
+                    max_size=3,
+                )
+            )
+        )
+        born = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+        at = len(records) + PRODUCE_HEAD.size
+        spans += PRODUCE_SPAN.pack(at, len(body), len(properties), born)
+        records += PRODUCE_HEAD.pack(len(body), len(properties), born) + body + properties
+    topic = draw(st.sampled_from(["T", "Topic-é"]))
+    return PreparedRun.of(
+        topic,
+        topic_prefix_of(topic.encode()),
+        draw(st.integers(0, 3)),
+        draw(st.binary(min_size=8, max_size=8)),
+        records,
+        spans,
+    )
 
 
 @settings(max_examples=500, deadline=None)
@@ -92,7 +127,9 @@ def test_encode_batch_in_c_is_its_python_twin(batch, position, stored_ms, offset
     offsets_c, offsets_py = dict(offsets), dict(offsets)
     expected = encode_batch_in_python(batch, position, stored_ms, host, offsets_py)
     assert (
-        speedups.encode_batch(batch, position, stored_ms, host, offsets_c, AppendedMessage)
+        speedups.encode_batch(
+            batch, position, stored_ms, host, offsets_c, AppendedMessage, PreparedRun
+        )
         == expected
     )
     assert offsets_c == offsets_py

@@ -1,5 +1,6 @@
 """The store's batch fast paths: ``prepare`` with encoded properties, ``put_prepared_async``
-and ``IndexFile.put_all`` (which must leave exactly the bytes ``put`` leaves)."""
+(of prepared messages and of runs of produce records, which must store what the messages
+would) and ``IndexFile.put_all`` (which must leave exactly the bytes ``put`` leaves)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import random
 import pytest
 
 from ferrymq.codec.errors import InvalidMessageError
+from ferrymq.codec.produce_records import PRODUCE_HEAD
 from ferrymq.codec.properties import encode_properties
+from node.message_rules import produce_spans
 from store.config import StoreConfig
 from store.index_file import IndexFile
-from store.message import Message
+from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
 from store.results import PutStatus
 
@@ -107,3 +110,92 @@ def test_put_all_writes_the_bytes_put_writes(tmp_path):
     many.write_header(99)
     assert one.map[:] == many.map[:]
     assert many.lookup(entries[5][0], 0, 1 << 62, 10) == one.lookup(entries[5][0], 0, 1 << 62, 10)
+
+
+def produce_records(messages: list[Message]) -> bytes:
+    return b"".join(
+        PRODUCE_HEAD.pack(len(m.body), len(raw), m.born_timestamp_ms) + m.body + raw
+        for m in messages
+        for raw in [encode_properties(m.properties)]
+    )
+
+
+def test_a_run_stores_what_its_messages_would(store, tmp_path):
+    """The records a run appends from a Produce request's bytes are the records a put of
+    the same messages appends: the log, the queues and the index alike."""
+    host = b"\x0a\x00\x00\x07\x00\x00\x30\x39"
+    messages = [message(i, extra="v" * i) for i in range(6)]
+    for i, m in enumerate(messages):
+        m.queue_id, m.born_timestamp_ms, m.born_host = 1, 1_700_000_000_000 + i, host
+    records = produce_records(messages)
+    spans = produce_spans(records, len(messages), store.config.max_message_body_bytes, "")
+    assert spans is None  # the node's checks want a message type: these records have none
+    for m in messages:
+        m.properties["__MSG_TYPE"] = "1"
+    records = produce_records(messages)
+    spans = produce_spans(records, len(messages), store.config.max_message_body_bytes, "1")
+    assert spans is not None
+    run = store.prepare_run("T", 1, host, records, spans)
+    other = MessageStore.open(StoreConfig(str(tmp_path / "other")))
+
+    async def scenario():
+        return await store.put_prepared_async([run]), await other.put_messages_async(messages)
+
+    try:
+        by_run, by_messages = asyncio.run(scenario())
+        assert by_run.ok and by_messages.ok
+        assert [(a.queue_offset, a.size) for a in by_run.appended] == [
+            (a.queue_offset, a.size) for a in by_messages.appended
+        ]
+        ours = store.get_messages("T", 1, 0, 10).messages
+        theirs = other.get_messages("T", 1, 0, 10).messages
+        assert [m.store_timestamp_ms for m in ours]  # both stamped, at their own times
+        for m in ours + theirs:
+            m.store_timestamp_ms = 0
+        assert ours == theirs
+        assert store.query_by_key("T", "k4")[0].body == b"body-4"
+    finally:
+        other.shutdown()
+
+
+def test_a_run_keeps_the_stores_own_checks(store):
+    records = produce_records([message(1)])
+    spans = b"\x00" * 18
+    for topic, queue_id, host, reason in (
+        ("bad topic", 0, b"\x00" * 8, "TOPIC_INVALID"),
+        (TIMER_TOPIC, 0, b"\x00" * 8, "TOPIC_INVALID"),
+        ("T", -1, b"\x00" * 8, "QUEUE_ID_INVALID"),
+        ("T", 0, b"short", "FIELD_OUT_OF_RANGE"),
+    ):
+        with pytest.raises(InvalidMessageError) as refused:
+            store.prepare_run(topic, queue_id, host, records, spans)
+        assert refused.value.reason == reason
+
+
+def test_runs_put_together_each_get_their_own_records(store):
+    """Puts of one loop turn are appended as one batch: each run's answer holds its own
+    records' places, however many records it has."""
+    host = b"\x00" * 8
+
+    def run(first: int, count: int):
+        messages = [message(i, __MSG_TYPE="1") for i in range(first, first + count)]
+        records = produce_records(messages)
+        spans = produce_spans(records, count, store.config.max_message_body_bytes, "1")
+        return store.prepare_run("T", 0, host, records, spans)
+
+    async def scenario():
+        return await asyncio.gather(
+            store.put_prepared_async([run(0, 3)]),
+            store.put_prepared_async([store.prepare(message(3)), run(4, 2)]),
+            store.put_prepared_async([run(6, 1)]),
+        )
+
+    answers = asyncio.run(scenario())
+    assert [[a.queue_offset for a in answer.appended] for answer in answers] == [
+        [0, 1, 2],
+        [3, 4, 5],
+        [6],
+    ]
+    assert [m.body for m in store.get_messages("T", 0, 0, 10).messages] == [
+        b"body-%d" % i for i in range(7)
+    ]

@@ -13,8 +13,10 @@ the two extensions (``store_speedups.so``, ``codec_speedups.so``, e.g. with ASan
 in place of the installed ones.
 
 Targets: ``decode_properties``, ``produce_scan`` (``ProduceScanner.scan``),
-``fetch_columns``, ``chunk_is_whole``, ``dispatch_plan`` (``RecordCodec.dispatch_plan``),
-``prepare`` (``RecordCodec.prepare``'s check of encoded properties).
+``produce_run`` (``ProduceScanner.spans``, and ``encode_batch`` laying out the run they
+make), ``fetch_columns``, ``chunk_is_whole``, ``dispatch_plan``
+(``RecordCodec.dispatch_plan``), ``prepare`` (``RecordCodec.prepare``'s check of encoded
+properties).
 """
 
 from __future__ import annotations
@@ -59,11 +61,19 @@ with atheris.instrument_imports(include=["ferrymq.codec", "store", "node.message
         fetch_columns_in_c,
         fetch_columns_in_python,
     )
-    from node.message_rules import scan_produce_records
-    from store.commitlog import CODEC, dispatch_plan_in_python, topic_prefix_of
+    from node.message_rules import produce_spans, produce_spans_in_python, scan_produce_records
+    from store import _speedups as store_speedups
+    from store.commitlog import (
+        CODEC,
+        PreparedRun,
+        dispatch_plan_in_python,
+        encode_batch_in_python,
+        topic_prefix_of,
+    )
     from store.config import StoreConfig
     from store.message import TIMER_TOPIC, Message
     from store.message_store import MessageStore
+    from store.results import AppendedMessage
 
 from ferrymq.codec.errors import InvalidMessageError  # noqa: E402
 from tests.support.fetch_answers import QUEUE_ID, TOPIC, comparable, record  # noqa: E402
@@ -95,6 +105,23 @@ def fuzz_produce_scan(data: bytes) -> None:
     assert scan_produce_records(records, count, BODY_LIMIT, TYPE_TEXT) == read_in_python(
         records, count
     )
+
+
+def fuzz_produce_run(data: bytes) -> None:
+    """A Produce request taken whole: the C spans are the twin's, and the records the C
+    lays out from them are the twin's, byte for byte."""
+    count, records = (data[0] % 6 if data else 0), data[1:]
+    spans = produce_spans(records, count, BODY_LIMIT, TYPE_TEXT)
+    assert spans == produce_spans_in_python(records, count, BODY_LIMIT, TYPE_TEXT)
+    if spans is None:
+        return
+    run = PreparedRun.of("T", topic_prefix_of(b"T"), 1, b"\x01" * 8, records, spans)
+    host = b"\x02" * 8
+    expected = encode_batch_in_python([run], 40, 5, host, {("T", 1): 3})
+    found = store_speedups.encode_batch(
+        [run], 40, 5, host, {("T", 1): 3}, AppendedMessage, PreparedRun
+    )
+    assert found == expected
 
 
 def fuzz_fetch_columns(data: bytes) -> None:
@@ -162,6 +189,7 @@ def fuzz_prepare(data: bytes) -> None:
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "decode_properties": fuzz_decode_properties,
     "produce_scan": fuzz_produce_scan,
+    "produce_run": fuzz_produce_run,
     "fetch_columns": fuzz_fetch_columns,
     "chunk_is_whole": fuzz_chunk_is_whole,
     "dispatch_plan": fuzz_dispatch_plan,
@@ -180,6 +208,7 @@ def seeds(target: str) -> list[bytes]:
     return {
         "decode_properties": [SAMPLE_PROPERTIES, b"a\x01b\x02\x02c\x02"],
         "produce_scan": [b"\x02" + produce[0] * 2, b"\x01" + produce[0]],
+        "produce_run": [b"\x02" + produce[0] * 2, b"\x01" + produce[0]],
         "fetch_columns": [b"\x05" + b"".join(records[:3]), b"\x00" + records[1]],
         "chunk_is_whole": [b"".join(records[:3]) + blank, records[0]],
         "dispatch_plan": [b"\x03\x04" + b"".join(records[:3]) + blank, b"\x81\x01" + records[1]],
