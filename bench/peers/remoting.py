@@ -20,8 +20,9 @@ import socket
 import time
 from collections.abc import Iterator
 
+from ferrymq.client import messages as sdk_messages
 from ferrymq.client.errors import FerryError
-from ferrymq.client.messages import ReceivedMessage, decode_records
+from ferrymq.client.messages import ReceivedMessage
 from ferrymq.codec.errors import CodecError
 from ferrymq.codec.remoting import FRAME_LENGTH, RemotingCommand, decode, encode, frame_length
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
@@ -214,7 +215,7 @@ def received_messages(body: bytes, broker: str) -> list[ReceivedMessage]:
     fetch (the same per-message work on the reading side for both brokers: a 4.x client
     decodes every record too); ``RemotingError`` for bytes that are not whole records."""
     try:
-        return [ReceivedMessage.from_record(r, broker) for r in decode_records(body)]
+        return sdk_messages.received_messages(body, broker)
     except FerryError as error:
         raise RemotingError(f"pull answer: {error.detail}") from None
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ferrymq.client.connection import DEFAULT_ADDRESS, Connection
 from ferrymq.client.errors import FerryError, check, check_admin
-from ferrymq.client.messages import ReceivedMessage, decode_records
+from ferrymq.client.messages import ReceivedMessage, received_messages
 from ferrymq.client.rebalance import allocate
 from ferrymq.client.remoting_channel import RemotingChannel, fetch_answer
 from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints, QueueRef
@@ -273,10 +273,7 @@ class PullConsumer:
         self._positions[queue] = answer.next_offset
         if answer.records and following is not None and self.prefetch:
             self._prefetch_from(following)
-        return [
-            ReceivedMessage.from_record(r, queue.broker_group)
-            for r in decode_records(answer.records)
-        ]
+        return received_messages(answer.records, queue.broker_group)
 
     def _prefetch_from(self, queue: QueueRef) -> None:
         """Send the fetch ``poll`` will ask ``queue`` for next (no waiting), unanswered for

@@ -397,6 +397,290 @@ static PyTypeObject ProduceScannerType = {
     .tp_methods = scanner_methods,
 };
 
+/* ---- Fetch answers into the SDK's messages (ferrymq/client/messages.py) ----------- */
+
+/* below, with the Fetch columns */
+static uint32_t read_uint32(const unsigned char *p);
+static int utf8_is_valid(const unsigned char *p, Py_ssize_t n);
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *received_type;     /* ReceivedMessage */
+    PyObject *not_user;          /* frozenset of names not shown as user properties */
+    PyObject *uniq_key, *tags, *keys, *message_group, *lite_topic, *priority; /* str */
+    PyObject *key_separator;     /* str */
+    PyObject *offset_message_id; /* (store_host: bytes, physical_offset: int) -> str */
+    PyObject *plain_body;        /* (body: bytes, sys_flag: int) -> bytes */
+    PyObject *priority_of;       /* (text: str) -> int | None */
+    PyObject *empty;             /* "" */
+} RecordReader;
+
+static int
+reader_init(RecordReader *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"received_type", "not_user", "uniq_key", "tags", "keys",
+                            "message_group", "lite_topic", "priority", "key_separator",
+                            "offset_message_id", "plain_body", "priority_of", NULL};
+    PyObject *v[12];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!UUUUUUUOOO:RecordReader", names, &v[0],
+                                     &PyFrozenSet_Type, &v[1], &v[2], &v[3], &v[4], &v[5],
+                                     &v[6], &v[7], &v[8], &v[9], &v[10], &v[11]))
+        return -1;
+    PyObject **slots[12] = {&self->received_type, &self->not_user, &self->uniq_key,
+                            &self->tags, &self->keys, &self->message_group, &self->lite_topic,
+                            &self->priority, &self->key_separator, &self->offset_message_id,
+                            &self->plain_body, &self->priority_of};
+    for (int i = 0; i < 12; i++) {
+        Py_INCREF(v[i]);
+        Py_XSETREF(*slots[i], v[i]);
+    }
+    if (self->empty == NULL && (self->empty = PyUnicode_FromString("")) == NULL)
+        return -1;
+    return 0;
+}
+
+static void
+reader_dealloc(RecordReader *self)
+{
+    Py_XDECREF(self->received_type);
+    Py_XDECREF(self->not_user);
+    Py_XDECREF(self->uniq_key);
+    Py_XDECREF(self->tags);
+    Py_XDECREF(self->keys);
+    Py_XDECREF(self->message_group);
+    Py_XDECREF(self->lite_topic);
+    Py_XDECREF(self->priority);
+    Py_XDECREF(self->key_separator);
+    Py_XDECREF(self->offset_message_id);
+    Py_XDECREF(self->plain_body);
+    Py_XDECREF(self->priority_of);
+    Py_XDECREF(self->empty);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* properties[name], borrowed, or Py_None (also borrowed); NULL on error. */
+static PyObject *
+property_or_none(PyObject *properties, PyObject *name)
+{
+    PyObject *value = PyDict_GetItemWithError(properties, name);
+    if (value == NULL && !PyErr_Occurred())
+        value = Py_None;
+    return value;
+}
+
+/* StoredMessage.keys: KEYS split at the separator, empty keys dropped ([] without KEYS). */
+static PyObject *
+keys_of(RecordReader *self, PyObject *properties)
+{
+    PyObject *raw = PyDict_GetItemWithError(properties, self->keys);
+    if (raw == NULL)
+        return PyErr_Occurred() ? NULL : PyList_New(0);
+    if (PyUnicode_GET_LENGTH(raw) == 0)
+        return PyList_New(0);
+    PyObject *parts = PyUnicode_Split(raw, self->key_separator, -1);
+    if (parts == NULL)
+        return NULL;
+    PyObject *keys = PyList_New(0);
+    for (Py_ssize_t i = 0; keys != NULL && i < PyList_GET_SIZE(parts); i++) {
+        PyObject *part = PyList_GET_ITEM(parts, i);
+        if (PyUnicode_GET_LENGTH(part) > 0 && PyList_Append(keys, part) < 0)
+            Py_CLEAR(keys);
+    }
+    Py_DECREF(parts);
+    return keys;
+}
+
+/* The user's properties: every pair whose name is not in not_user, in order. */
+static PyObject *
+user_properties(RecordReader *self, PyObject *properties)
+{
+    PyObject *user = PyDict_New(), *name, *value;
+    Py_ssize_t at = 0;
+    while (user != NULL && PyDict_Next(properties, &at, &name, &value)) {
+        int hidden = PySet_Contains(self->not_user, name);
+        if (hidden < 0 || (!hidden && PyDict_SetItem(user, name, value) < 0))
+            Py_CLEAR(user);
+    }
+    return user;
+}
+
+/* ReceivedMessage.from_record(decode(buf, p), broker_group) of the valid record at p. */
+static PyObject *
+received_at(RecordReader *self, const unsigned char *buf, Py_ssize_t p, PyObject *topic,
+            PyObject *properties, PyObject *broker_group)
+{
+    Py_ssize_t body_length = (Py_ssize_t)read_uint32(buf + p + OFFSET_BODY_LENGTH);
+    int32_t queue_id = (int32_t)read_uint32(buf + p + OFFSET_QUEUE_ID);
+    int32_t sys_flag = (int32_t)read_uint32(buf + p + 36);
+    PyObject *args[16] = {NULL};
+    PyObject *result = NULL;
+    PyObject *message_id = PyDict_GetItemWithError(properties, self->uniq_key);
+    if (message_id == NULL && PyErr_Occurred())
+        return NULL;
+    if (message_id != NULL && PyUnicode_GET_LENGTH(message_id) > 0) {
+        Py_INCREF(message_id);
+    } else {
+        PyObject *host = PyBytes_FromStringAndSize((const char *)buf + p + 64, 8);
+        PyObject *physical = PyLong_FromLongLong(read_int64(buf + p + 28));
+        message_id = host != NULL && physical != NULL
+                         ? PyObject_CallFunctionObjArgs(self->offset_message_id, host, physical,
+                                                        NULL)
+                         : NULL;
+        Py_XDECREF(host);
+        Py_XDECREF(physical);
+        if (message_id == NULL)
+            return NULL;
+    }
+    args[3] = message_id;
+    PyObject *body =
+        PyBytes_FromStringAndSize((const char *)buf + p + RECORD_HEADER_SIZE, body_length);
+    if (body != NULL && (sys_flag & 0x1)) { /* compressed: plain_body decides */
+        PyObject *flag = PyLong_FromLong(sys_flag);
+        PyObject *plain =
+            flag != NULL ? PyObject_CallFunctionObjArgs(self->plain_body, body, flag, NULL) : NULL;
+        Py_XDECREF(flag);
+        Py_SETREF(body, plain);
+    }
+    args[4] = body;
+    Py_INCREF(topic);
+    args[0] = topic;
+    args[1] = PyLong_FromLong(queue_id);
+    args[2] = PyLong_FromLongLong(read_int64(buf + p + OFFSET_QUEUE_OFFSET));
+    PyObject *tag = property_or_none(properties, self->tags);
+    PyObject *group = tag != NULL ? property_or_none(properties, self->message_group) : NULL;
+    PyObject *lite = group != NULL ? property_or_none(properties, self->lite_topic) : NULL;
+    PyObject *priority_text = lite != NULL ? PyDict_GetItemWithError(properties, self->priority)
+                                           : NULL;
+    if (lite == NULL || (priority_text == NULL && PyErr_Occurred()))
+        goto done;
+    Py_INCREF(tag);
+    args[5] = tag;
+    args[6] = keys_of(self, properties);
+    args[7] = user_properties(self, properties);
+    Py_INCREF(group);
+    args[8] = group;
+    args[9] = PyLong_FromLongLong(read_int64(buf + p + OFFSET_BORN_TIMESTAMP));
+    args[10] = PyLong_FromLongLong(read_int64(buf + p + OFFSET_STORE_TIMESTAMP));
+    args[11] = PyLong_FromLong(0);
+    Py_INCREF(self->empty);
+    args[12] = self->empty;
+    Py_INCREF(broker_group);
+    args[13] = broker_group;
+    Py_INCREF(lite);
+    args[14] = lite;
+    args[15] = PyObject_CallOneArg(self->priority_of,
+                                   priority_text != NULL ? priority_text : self->empty);
+    for (int i = 0; i < 16; i++)
+        if (args[i] == NULL)
+            goto done;
+    result = PyObject_Vectorcall(self->received_type, args, 16, NULL);
+done:
+    for (int i = 0; i < 16; i++)
+        Py_XDECREF(args[i]);
+    return result;
+}
+
+PyDoc_STRVAR(received_doc,
+"received(records: bytes, broker_group: str) -> list | None\n\n"
+"ferrymq.client.messages.received_in_python: the ReceivedMessage of each record of a Fetch\n"
+"answer, or None where that raises (the caller then runs it for the precise error).");
+
+/* The record at p: its end, and where its topic and properties lie; 0 when it is not a
+ * whole message record with UTF-8 text (what commitlog_record.decode refuses). */
+static Py_ssize_t
+framed_record(const unsigned char *buf, Py_ssize_t length, Py_ssize_t p, Py_ssize_t *topic_at,
+              Py_ssize_t *properties_at)
+{
+    if (length - p < 4)
+        return 0;
+    int32_t size = (int32_t)read_uint32(buf + p);
+    if (size < RECORD_MIN_SIZE || size > length - p || read_uint32(buf + p + 4) != MESSAGE_MAGIC)
+        return 0;
+    Py_ssize_t end = p + size;
+    int32_t body_length = (int32_t)read_uint32(buf + p + OFFSET_BODY_LENGTH);
+    *topic_at = p + RECORD_HEADER_SIZE + body_length;
+    if (body_length < 0 || *topic_at + 3 > end)
+        return 0;
+    *properties_at = *topic_at + 1 + buf[*topic_at];
+    if (*properties_at + 2 > end)
+        return 0;
+    Py_ssize_t properties_length = ((Py_ssize_t)buf[*properties_at] << 8) | buf[*properties_at + 1];
+    if (*properties_at + 2 + properties_length != end ||
+        !utf8_is_valid(buf + *topic_at + 1, buf[*topic_at]) ||
+        !utf8_is_valid(buf + *properties_at + 2, properties_length))
+        return 0;
+    return end;
+}
+
+static PyObject *
+reader_received(RecordReader *self, PyObject *args)
+{
+    PyObject *records, *broker_group;
+    if (!PyArg_ParseTuple(args, "O!U:received", &PyBytes_Type, &records, &broker_group))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(records);
+    Py_ssize_t length = PyBytes_GET_SIZE(records);
+    Py_ssize_t p = 0, topic_at, properties_at;
+    /* Every record whole first: the twin decodes them all before it makes a message. */
+    while (p < length) {
+        Py_ssize_t end = framed_record(buf, length, p, &topic_at, &properties_at);
+        if (end == 0)
+            Py_RETURN_NONE;
+        p = end;
+    }
+    PyObject *found = PyList_New(0);
+    PyObject *topic = NULL; /* the last record's, kept while the next ones share it */
+    Py_ssize_t topic_from = -1;
+    for (p = 0; found != NULL && p < length;) {
+        Py_ssize_t end = framed_record(buf, length, p, &topic_at, &properties_at);
+        Py_ssize_t topic_length = buf[topic_at];
+        if (topic == NULL || buf[topic_from] != topic_length ||
+            memcmp(buf + topic_from + 1, buf + topic_at + 1, topic_length) != 0) {
+            Py_XSETREF(topic, PyUnicode_DecodeUTF8((const char *)buf + topic_at + 1,
+                                                   topic_length, NULL));
+            topic_from = topic_at;
+        }
+        Py_ssize_t properties_length = end - properties_at - 2;
+        PyObject *properties = NULL;
+        if (topic != NULL && properties_length == 0) {
+            properties = PyDict_New();
+        } else if (topic != NULL) { /* decode_properties, without a copy of the bytes */
+            PyObject *text = PyUnicode_DecodeUTF8((const char *)buf + properties_at + 2,
+                                                  properties_length, NULL);
+            properties = text != NULL ? pairs_of(text, 0) : NULL;
+            Py_XDECREF(text);
+        }
+        PyObject *message = properties != NULL
+                                ? received_at(self, buf, p, topic, properties, broker_group)
+                                : NULL;
+        Py_XDECREF(properties);
+        if (message == NULL || PyList_Append(found, message) < 0)
+            Py_CLEAR(found);
+        Py_XDECREF(message);
+        p = end;
+    }
+    Py_XDECREF(topic);
+    return found;
+}
+
+static PyMethodDef reader_methods[] = {
+    {"received", (PyCFunction)reader_received, METH_VARARGS, received_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RecordReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ferrymq.codec._speedups.RecordReader",
+    .tp_doc = PyDoc_STR("Reads a Fetch answer's records into the SDK's ReceivedMessage, given "
+                        "that class, the property names it reads and its Python helpers."),
+    .tp_basicsize = sizeof(RecordReader),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)reader_init,
+    .tp_dealloc = (destructor)reader_dealloc,
+    .tp_methods = reader_methods,
+};
+
 /* ---- Fetch answers into Arrow column buffers (ferrymq/spark/fetch_columns.py) ------- */
 
 /* A bytes object being filled: `length` bytes used of its size, doubled when full and cut
@@ -835,7 +1119,7 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     crc32c_choose();
-    if (PyType_Ready(&ProduceScannerType) < 0)
+    if (PyType_Ready(&ProduceScannerType) < 0 || PyType_Ready(&RecordReaderType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL)
@@ -858,6 +1142,12 @@ PyInit__speedups(void)
     Py_INCREF(&ProduceScannerType);
     if (PyModule_AddObject(module, "ProduceScanner", (PyObject *)&ProduceScannerType) < 0) {
         Py_DECREF(&ProduceScannerType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&RecordReaderType);
+    if (PyModule_AddObject(module, "RecordReader", (PyObject *)&RecordReaderType) < 0) {
+        Py_DECREF(&RecordReaderType);
         Py_DECREF(module);
         return NULL;
     }

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import re
 import struct
+import zlib
 
 import pytest
 from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ferrymq.client.errors import FerryError
+from ferrymq.client.messages import _RECORD_READER as RECORD_READER
+from ferrymq.client.messages import received_in_python, received_messages
 from ferrymq.codec import _speedups as codec_speedups
 from ferrymq.codec import commitlog_record
 from ferrymq.codec.commitlog_record import OFFSET_BODY_CRC
@@ -25,8 +29,10 @@ from ferrymq.codec.properties import (
     PROPERTIES_MAX_BYTES,
     PROPERTY_DELIVERY_TIME_MS,
     PROPERTY_KEYS,
+    PROPERTY_LITE_TOPIC,
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_MESSAGE_TYPE,
+    PROPERTY_PRIORITY,
     PROPERTY_TAGS,
     PROPERTY_TRANSACTION_ID,
     PROPERTY_UNIQ_KEY,
@@ -46,6 +52,7 @@ from tests.support.fetch_answers import (
     FIRST_OFFSET,
     QUEUE_ID,
     TOPIC,
+    VALUE_TEXT,
     comparable,
     fetch_answers,
     record,
@@ -372,3 +379,105 @@ def test_chunk_is_whole_in_c_agrees_with_its_twin(count, with_blank, cut, flips)
     problem = commitlog_record.chunk_problem_in_python(bytes(data))
     assert codec_speedups.chunk_is_whole(bytes(data)) == (problem is None)
     assert commitlog_record.chunk_problem(bytes(data)) == problem
+
+
+# ---- RecordReader.received: a Fetch answer into the SDK's messages ----------------------
+
+READ_NAMES = [
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_TAGS,
+    PROPERTY_KEYS,
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_LITE_TOPIC,
+    PROPERTY_PRIORITY,
+    PROPERTY_MESSAGE_TYPE,
+    "CLUSTER",  # a 4.x client's own, never a user property
+    "user",
+]
+
+
+@st.composite
+def sdk_record(draw) -> bytes:
+    """A record as a Fetch answer may hold it: the SDK's system properties present or not
+    (a message id falls back to the offset id), priorities that are no number, compressed
+    bodies that inflate or do not, topics that change from one record to the next."""
+    body = draw(st.binary(max_size=30))
+    sys_flag = draw(st.sampled_from([0, 0, 0x1, 0x1 | 0x300, 0x1 | 0x100, 0x8]))
+    if sys_flag & 0x1 and draw(st.booleans()):
+        body = zlib.compress(body)
+    pairs = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(READ_NAMES),
+                st.one_of(
+                    st.sampled_from(["", "5", "-1", "²", "a  b ", " k1 k2", "k1"]),
+                    st.text(VALUE_TEXT, max_size=4),
+                ),
+            ),
+            max_size=5,
+        )
+    )
+    properties = "".join(f"{name}\x01{value}\x02" for name, value in pairs).encode()
+    topic = draw(st.sampled_from(["T", "orders-é", "T"])).encode()
+    return commitlog_record.encode(
+        size=commitlog_record.record_size(len(body), len(topic), len(properties)),
+        body=body,
+        topic=topic,
+        properties=properties,
+        queue_id=draw(st.integers(-(1 << 31), (1 << 31) - 1)),
+        flag=0,
+        queue_offset=draw(st.integers(-(1 << 63), (1 << 63) - 1)),
+        physical_offset=draw(st.sampled_from([0, 4096, (1 << 63) - 1, -1])),
+        sys_flag=sys_flag,
+        born_timestamp_ms=draw(st.integers(-(1 << 63), (1 << 63) - 1)),
+        born_host=b"\x7f\x00\x00\x01\x00\x00\x27\x10",
+        store_timestamp_ms=draw(st.integers(-(1 << 63), (1 << 63) - 1)),
+        store_host=draw(st.binary(min_size=8, max_size=8)),
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+    )
+
+
+@st.composite
+def sdk_answer(draw) -> bytes:
+    answer = b"".join(draw(st.lists(sdk_record(), max_size=4)))
+    if answer and draw(st.integers(0, 4)) == 0:
+        answer = draw(st.sampled_from(sorted(CORRUPTIONS.values(), key=repr)))(answer)
+    return answer
+
+
+def received_outcome(call) -> object:
+    try:
+        return call()
+    except Exception as error:  # compared: the C and its twin fail alike
+        return type(error).__name__, str(error)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(sdk_answer(), fetch_answers(name_value_separator=False).map(lambda a: a[0])))
+def test_received_messages_in_c_are_their_python_twin(answer):
+    """The C reads every answer its twin reads into equal messages, raises what the twin
+    raises from the helpers both call, and declines (None) only where the twin refuses."""
+    found = received_outcome(lambda: RECORD_READER.received(answer, "group-a"))
+    expected = received_outcome(lambda: received_in_python(answer, "group-a"))
+    if found is None:
+        assert isinstance(expected, tuple) and expected[0] == "FerryError", expected
+    else:
+        assert found == expected
+
+
+def test_received_messages_read_what_the_sdk_reads():
+    first = record(5, b"one", b"UNIQ_KEY\x01id-1\x02TAGS\x01t\x02KEYS\x01 a  b\x02u\x01v\x02")
+    second = record(6, zlib.compress(b"two"), b"__SHARDINGKEY\x01g\x02_SYS_MSG_PRIORITY_\x013\x02")
+    second = second[:36] + struct.pack(">i", 0x1) + second[40:]  # its body is compressed
+    found = received_messages(first + second, "group-a")
+    assert [(m.message_id, m.body, m.tag, m.keys, m.properties) for m in found] == [
+        ("id-1", b"one", "t", ["a", "b"], {"u": "v"}),
+        (found[1].message_id, b"two", None, [], {}),
+    ]
+    assert len(found[1].message_id) == 32  # the offset id: it has no UNIQ_KEY
+    assert (found[1].message_group, found[1].priority, found[1].broker_group) == ("g", 3, "group-a")
+    assert RECORD_READER.received(first + second[:-1], "group-a") is None
+    with pytest.raises(FerryError) as refused:
+        received_messages(first + second[:-1], "group-a")
+    assert "is no message record" in refused.value.detail

@@ -14,7 +14,8 @@ in place of the installed ones.
 
 Targets: ``decode_properties``, ``produce_scan`` (``ProduceScanner.scan``),
 ``produce_run`` (``ProduceScanner.spans``, and ``encode_batch`` laying out the run they
-make), ``fetch_columns``, ``chunk_is_whole``, ``dispatch_plan``
+make), ``received`` (``RecordReader.received``, the SDK's reading of a Fetch answer),
+``fetch_columns``, ``chunk_is_whole``, ``dispatch_plan``
 (``RecordCodec.dispatch_plan``), ``prepare`` (``RecordCodec.prepare``'s check of encoded
 properties).
 """
@@ -51,7 +52,11 @@ _load_native_builds()
 
 import atheris  # noqa: E402  (after the builds are in place)
 
-with atheris.instrument_imports(include=["ferrymq.codec", "store", "node.message_rules"]):
+with atheris.instrument_imports(
+    include=["ferrymq.codec", "ferrymq.client.messages", "store", "node.message_rules"]
+):
+    from ferrymq.client.messages import _RECORD_READER as RECORD_READER
+    from ferrymq.client.messages import received_in_python
     from ferrymq.codec import _speedups as codec_speedups
     from ferrymq.codec.commitlog_record import chunk_problem_in_python
     from ferrymq.codec.produce_records import PRODUCE_HEAD
@@ -124,6 +129,17 @@ def fuzz_produce_run(data: bytes) -> None:
     assert found == expected
 
 
+def fuzz_received(data: bytes) -> None:
+    """A Fetch answer as the SDK reads it: the C's messages are the twin's; it declines
+    only answers the twin refuses, and raises what the twin raises otherwise."""
+    found = outcome(lambda: RECORD_READER.received(data, "group-a"))
+    expected = outcome(lambda: received_in_python(data, "group-a"))
+    if found is None:
+        assert isinstance(expected, tuple) and expected[0] == "FerryError", expected
+    else:
+        assert found == expected, (found, expected)
+
+
 def fuzz_fetch_columns(data: bytes) -> None:
     end_offset = 1000 + (data[0] if data else 0)
     records = data[1:]
@@ -190,6 +206,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "decode_properties": fuzz_decode_properties,
     "produce_scan": fuzz_produce_scan,
     "produce_run": fuzz_produce_run,
+    "received": fuzz_received,
     "fetch_columns": fuzz_fetch_columns,
     "chunk_is_whole": fuzz_chunk_is_whole,
     "dispatch_plan": fuzz_dispatch_plan,
@@ -210,6 +227,7 @@ def seeds(target: str) -> list[bytes]:
         "produce_scan": [b"\x02" + produce[0] * 2, b"\x01" + produce[0]],
         "produce_run": [b"\x02" + produce[0] * 2, b"\x01" + produce[0]],
         "fetch_columns": [b"\x05" + b"".join(records[:3]), b"\x00" + records[1]],
+        "received": [b"".join(records), records[1]],
         "chunk_is_whole": [b"".join(records[:3]) + blank, records[0]],
         "dispatch_plan": [b"\x03\x04" + b"".join(records[:3]) + blank, b"\x81\x01" + records[1]],
         "prepare": [b"\x10" + SAMPLE_PROPERTIES, b"\x02TIMER_DELIVER_MS\x011700000000000\x02"],
