@@ -17,7 +17,8 @@ Targets: ``decode_properties``, ``produce_scan`` (``ProduceScanner.scan``),
 make), ``received`` (``RecordReader.received``, the SDK's reading of a Fetch answer),
 ``fetch_columns``, ``chunk_is_whole``, ``dispatch_plan``
 (``RecordCodec.dispatch_plan``), ``prepare`` (``RecordCodec.prepare``'s check of encoded
-properties).
+properties), ``index_put_all`` (an index file's slots and links as a crash or the disk
+left them).
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ with atheris.instrument_imports(
         topic_prefix_of,
     )
     from store.config import StoreConfig
+    from store.index_file import HEADER as INDEX_HEADER
+    from store.index_file import IndexFile
     from store.message import TIMER_TOPIC, Message
     from store.message_store import MessageStore
     from store.results import AppendedMessage
@@ -173,6 +176,33 @@ def fuzz_dispatch_plan(data: bytes) -> None:
         position = found[3]
 
 
+INDEX_SLOTS, INDEX_ENTRIES = 7, 40
+
+
+def fuzz_index_put_all(data: bytes) -> None:
+    """A batch of keys put into an index file whose slots and entries are the fuzzer's
+    bytes (the links ``_last_counted`` follows among them): the C leaves the twin's bytes
+    and counts, or fails as the twin does."""
+    head, data = data[:2].ljust(2, b"\x00"), data[2:]
+    index_count = 1 + head[0] % INDEX_ENTRIES
+    count = min(head[1] % 9, INDEX_ENTRIES + 1 - index_count)
+    keys, region = data[: 4 * count], data[4 * count :]
+    size = IndexFile.file_size(INDEX_SLOTS, INDEX_ENTRIES)
+    header = INDEX_HEADER.pack(5000, 9000, 10, 90, head[1] >> 4, index_count)
+    image = (header + region)[:size].ljust(size, b"\x00")
+    entries = [
+        (int.from_bytes(keys[4 * i : 4 * i + 4].ljust(4, b"\x00"), "big"), 100 + i, 7000 + 900 * i)
+        for i in range(count)
+    ]
+    files = [IndexFile("fuzz", bytearray(image), INDEX_SLOTS, INDEX_ENTRIES) for _ in range(2)]
+    found = outcome(lambda: files[0].put_all(entries))
+    expected = outcome(lambda: files[1].put_all_in_python(entries))
+    assert found == expected, (found, expected)
+    c, py = files
+    assert c.map == py.map
+    assert (c.index_count, c.used_slot_count) == (py.index_count, py.used_slot_count)
+
+
 # ``prepare_in_python`` reads only its store's config: no store (and no files) needed.
 _PREPARE_TWIN = types.SimpleNamespace(
     config=StoreConfig("unused", max_message_body_bytes=BODY_LIMIT, commitlog_segment_bytes=8 << 20)
@@ -211,6 +241,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "chunk_is_whole": fuzz_chunk_is_whole,
     "dispatch_plan": fuzz_dispatch_plan,
     "prepare": fuzz_prepare,
+    "index_put_all": fuzz_index_put_all,
 }
 
 
@@ -230,6 +261,10 @@ def seeds(target: str) -> list[bytes]:
         "received": [b"".join(records), records[1]],
         "chunk_is_whole": [b"".join(records[:3]) + blank, records[0]],
         "dispatch_plan": [b"\x03\x04" + b"".join(records[:3]) + blank, b"\x81\x01" + records[1]],
+        "index_put_all": [
+            b"\x00\x08" + bytes(range(32)),
+            b"\x05\x13" + b"\x00\x00\x00\x03" * 3 + bytes(28) + b"\x00\x00\x00\x09" * 7,
+        ],
         "prepare": [b"\x10" + SAMPLE_PROPERTIES, b"\x02TIMER_DELIVER_MS\x011700000000000\x02"],
     }[target]
 
