@@ -35,7 +35,7 @@ import grpc
 from ferrymq.client.connection import transport_error
 from ferrymq.client.errors import RETRIABLE_CODES, FerryError
 from ferrymq.client.messages import Message, SendReceipt
-from ferrymq.client.produce_records import RecordError, encode_record
+from ferrymq.client.produce_records import RecordError, encode_records
 from ferrymq.client.remoting_channel import AsyncRemotingChannel, produce_answer
 from ferrymq.client.routes import ROUTE_STALE_CODES, QueueRef, TopicRoute
 from ferrymq.codec.remoting_codes import FerryRequestCode
@@ -112,7 +112,7 @@ class Coalescer:
     def submit(self, message: Message) -> asyncio.Future[SendReceipt]:
         future: asyncio.Future[SendReceipt] = self.loop.create_future()
         try:
-            record = encode_record(message, self.message_type, time.time_ns() // 1_000_000)
+            record = encode_records([message], self.message_type, time.time_ns() // 1_000_000)
         except RecordError as error:
             future.set_exception(FerryError(pb.BAD_REQUEST, "BAD_REQUEST", str(error)))
             return future

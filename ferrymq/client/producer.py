@@ -44,7 +44,7 @@ from ferrymq.client.connection import (
 )
 from ferrymq.client.errors import TRANSPORT, FerryError, check
 from ferrymq.client.messages import Message, SendReceipt
-from ferrymq.client.produce_records import RecordError, encode_record
+from ferrymq.client.produce_records import RecordError, encode_records
 from ferrymq.client.remoting_channel import AsyncRemotingChannel, produce_answer
 from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints, QueueRef, TopicRoute
 from ferrymq.client.security import ClientSecurity, Signer
@@ -173,7 +173,7 @@ class Producer:
         if message_type in PRODUCE_TYPES:
             born_ms = time.time_ns() // 1_000_000
             try:
-                records = b"".join([encode_record(m, message_type, born_ms) for m in messages])
+                records = encode_records(messages, message_type, born_ms)
             except RecordError as error:
                 raise FerryError(pb.BAD_REQUEST, "BAD_REQUEST", str(error)) from None
         else:

@@ -397,6 +397,317 @@ static PyTypeObject ProduceScannerType = {
     .tp_methods = scanner_methods,
 };
 
+/* ---- the SDK's messages into produce records (ferrymq/client/produce_records.py) --- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *uniq_key, *message_type, *tags, *keys, *message_group; /* property names */
+    PyObject *reserved; /* frozenset: names a user property must not have */
+    /* attribute names of the SDK's Message */
+    PyObject *a_message_id, *a_tag, *a_keys, *a_message_group, *a_properties, *a_body;
+} RecordEncoder;
+
+static int
+encoder_init(RecordEncoder *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"uniq_key", "message_type", "tags", "keys", "message_group",
+                            "reserved", NULL};
+    PyObject *v[6];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UUUUUO!:RecordEncoder", names, &v[0], &v[1],
+                                     &v[2], &v[3], &v[4], &PyFrozenSet_Type, &v[5]))
+        return -1;
+    PyObject **slots[6] = {&self->uniq_key, &self->message_type, &self->tags, &self->keys,
+                           &self->message_group, &self->reserved};
+    for (int i = 0; i < 6; i++) {
+        Py_INCREF(v[i]);
+        Py_XSETREF(*slots[i], v[i]);
+    }
+    const char *attributes[6] = {"message_id", "tag", "keys", "message_group", "properties",
+                                 "body"};
+    PyObject **attribute_slots[6] = {&self->a_message_id, &self->a_tag, &self->a_keys,
+                                     &self->a_message_group, &self->a_properties, &self->a_body};
+    for (int i = 0; i < 6; i++)
+        if (*attribute_slots[i] == NULL &&
+            (*attribute_slots[i] = PyUnicode_InternFromString(attributes[i])) == NULL)
+            return -1;
+    return 0;
+}
+
+static void
+encoder_dealloc(RecordEncoder *self)
+{
+    PyObject **slots[12] = {&self->uniq_key, &self->message_type, &self->tags, &self->keys,
+                            &self->message_group, &self->reserved, &self->a_message_id,
+                            &self->a_tag, &self->a_keys, &self->a_message_group,
+                            &self->a_properties, &self->a_body};
+    for (int i = 0; i < 12; i++)
+        Py_CLEAR(*slots[i]);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The produce records being written: a buffer that grows (PyMem). */
+typedef struct {
+    char *data;
+    Py_ssize_t length, capacity;
+} Written;
+
+static int
+written_reserve(Written *w, Py_ssize_t more)
+{
+    if (w->length + more <= w->capacity)
+        return 1;
+    Py_ssize_t capacity = w->capacity ? w->capacity : 4096;
+    while (capacity < w->length + more)
+        capacity *= 2;
+    char *data = PyMem_Realloc(w->data, capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    w->data = data;
+    w->capacity = capacity;
+    return 1;
+}
+
+static int
+write_bytes(Written *w, const char *bytes, Py_ssize_t length)
+{
+    if (written_reserve(w, length) < 0)
+        return -1;
+    memcpy(w->data + w->length, bytes, length);
+    w->length += length;
+    return 1;
+}
+
+/* str `text` as UTF-8 into w: 1; 0 when it has none (not a str, or a lone surrogate: the
+ * twin refuses); -1 on error. */
+static int
+write_text(Written *w, PyObject *text)
+{
+    if (!PyUnicode_Check(text))
+        return 0;
+    Py_ssize_t length;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &length);
+    if (utf8 == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    return write_bytes(w, utf8, length);
+}
+
+/* name 0x01 value 0x02 into w: 1, 0 where the twin refuses, -1 on error. */
+static int
+write_pair(Written *w, PyObject *name, PyObject *value)
+{
+    static const char name_value = NAME_VALUE_SEPARATOR, end = PROPERTY_SEPARATOR;
+    int ok = write_text(w, name);
+    if (ok > 0)
+        ok = write_bytes(w, &name_value, 1);
+    if (ok > 0)
+        ok = write_text(w, value);
+    if (ok > 0)
+        ok = write_bytes(w, &end, 1);
+    return ok;
+}
+
+/* ferrymq.client.produce_records.KEY: one or more characters, none str.isspace. */
+static int
+key_is_valid(PyObject *key)
+{
+    if (!PyUnicode_Check(key) || PyUnicode_GET_LENGTH(key) == 0)
+        return 0;
+    int kind = PyUnicode_KIND(key);
+    const void *data = PyUnicode_DATA(key);
+    for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(key); i++)
+        if (Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i)))
+            return 0;
+    return 1;
+}
+
+/* *value = getattr(message, name), the old value released: 0, or -1 on error. */
+static int
+next_attribute(PyObject **value, PyObject *message, PyObject *name)
+{
+    PyObject *next = PyObject_GetAttr(message, name);
+    if (next == NULL)
+        return -1;
+    Py_SETREF(*value, next);
+    return 0;
+}
+
+/* encode_record's properties of `message` into w: 1, 0 where the twin raises, -1 on error. */
+static int
+write_properties(RecordEncoder *self, Written *w, PyObject *message, PyObject *type_text)
+{
+    static const char name_value = NAME_VALUE_SEPARATOR, end = PROPERTY_SEPARATOR, space = ' ';
+    PyObject *value = PyObject_GetAttr(message, self->a_message_id);
+    if (value == NULL)
+        return -1;
+    int ok = write_pair(w, self->uniq_key, value);
+    if (ok > 0)
+        ok = write_pair(w, self->message_type, type_text);
+    if (ok > 0 && next_attribute(&value, message, self->a_tag) < 0)
+        ok = -1;
+    if (ok > 0 && value != Py_None)
+        ok = write_pair(w, self->tags, value);
+    if (ok > 0 && next_attribute(&value, message, self->a_keys) < 0)
+        ok = -1;
+    int truthy = ok > 0 ? PyObject_IsTrue(value) : 0; /* `if message.keys:` */
+    if (truthy < 0)
+        ok = -1;
+    if (ok > 0 && truthy) {
+        PyObject *keys = PySequence_Fast(value, "keys");
+        if (keys == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
+                Py_DECREF(value);
+                return -1;
+            }
+            PyErr_Clear(); /* not iterable: the twin raises */
+            ok = 0;
+        }
+        Py_ssize_t count = keys != NULL ? PySequence_Fast_GET_SIZE(keys) : 0;
+        PyObject **items = keys != NULL ? PySequence_Fast_ITEMS(keys) : NULL;
+        for (Py_ssize_t i = 0; ok > 0 && i < count; i++)
+            ok = key_is_valid(items[i]);
+        if (ok > 0)
+            ok = write_text(w, self->keys);
+        if (ok > 0)
+            ok = write_bytes(w, &name_value, 1);
+        for (Py_ssize_t i = 0; ok > 0 && i < count; i++) {
+            if (i > 0)
+                ok = write_bytes(w, &space, 1);
+            if (ok > 0)
+                ok = write_text(w, items[i]);
+        }
+        if (ok > 0)
+            ok = write_bytes(w, &end, 1);
+        Py_XDECREF(keys);
+    }
+    if (ok > 0 && next_attribute(&value, message, self->a_message_group) < 0)
+        ok = -1;
+    if (ok > 0 && value != Py_None)
+        ok = write_pair(w, self->message_group, value);
+    if (ok > 0 && next_attribute(&value, message, self->a_properties) < 0)
+        ok = -1;
+    truthy = ok > 0 ? PyObject_IsTrue(value) : 0; /* `if message.properties:` */
+    if (truthy < 0)
+        ok = -1;
+    if (ok > 0 && truthy) {
+        /* .items(), as the twin calls it: a dict's pairs, or any mapping's */
+        PyObject *pairs = PyDict_CheckExact(value) ? PyDict_Items(value) : PyMapping_Items(value);
+        if (pairs == NULL) {
+            Py_DECREF(value);
+            return -1;
+        }
+        for (Py_ssize_t i = 0; ok > 0 && i < PyList_GET_SIZE(pairs); i++) {
+            PyObject *pair = PyList_GET_ITEM(pairs, i);
+            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                ok = 0;
+                break;
+            }
+            PyObject *name = PyTuple_GET_ITEM(pair, 0);
+            int reserved = PySet_Contains(self->reserved, name);
+            ok = reserved < 0 ? -1 : reserved ? 0 : write_pair(w, name, PyTuple_GET_ITEM(pair, 1));
+        }
+        Py_DECREF(pairs);
+    }
+    Py_DECREF(value);
+    return ok;
+}
+
+PyDoc_STRVAR(encode_doc,
+"encode(messages: list, type_text: str, born_ms: int) -> bytes | None\n\n"
+"ferrymq.client.produce_records.encode_records_in_python: the produce record of each\n"
+"message, back to back; None where that raises, or for a body neither bytes nor bytearray\n"
+"(the caller then runs the twin, for its error or its record).");
+
+static PyObject *
+encoder_encode(RecordEncoder *self, PyObject *args)
+{
+    PyObject *messages, *type_text;
+    long long born_ms;
+    if (!PyArg_ParseTuple(args, "O!UL:encode", &PyList_Type, &messages, &type_text, &born_ms))
+        return NULL;
+    Written w = {NULL, 0, 0};
+    PyObject *result = NULL;
+    int ok = 1;
+    for (Py_ssize_t i = 0; ok > 0 && i < PyList_GET_SIZE(messages); i++) {
+        PyObject *message = PyList_GET_ITEM(messages, i);
+        PyObject *body = PyObject_GetAttr(message, self->a_body);
+        if (body == NULL) {
+            ok = -1;
+            break;
+        }
+        Py_ssize_t head_at = w.length;
+        Py_buffer view;
+        if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
+            Py_DECREF(body);
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
+                ok = -1;
+                break;
+            }
+            PyErr_Clear(); /* no bytes: the twin raises */
+            ok = 0;
+            break;
+        }
+        /* The twin's head says len(body): the bytes' count for bytes-like bodies. */
+        Py_ssize_t body_length = view.len;
+        ok = body_length <= INT32_MAX && (PyBytes_CheckExact(body) || PyByteArray_CheckExact(body));
+        if (ok > 0)
+            ok = written_reserve(&w, PRODUCE_HEAD_SIZE);
+        if (ok > 0) {
+            w.length += PRODUCE_HEAD_SIZE;
+            ok = write_bytes(&w, view.buf, body_length);
+        }
+        PyBuffer_Release(&view);
+        Py_DECREF(body);
+        Py_ssize_t properties_at = w.length;
+        if (ok > 0)
+            ok = write_properties(self, &w, message, type_text);
+        Py_ssize_t properties_length = w.length - properties_at;
+        if (ok > 0 && properties_length > 0xFFFF)
+            ok = 0;
+        if (ok > 0) {
+            unsigned char *head = (unsigned char *)w.data + head_at;
+            uint32_t length32 = (uint32_t)body_length;
+            head[0] = length32 >> 24;
+            head[1] = length32 >> 16;
+            head[2] = length32 >> 8;
+            head[3] = length32;
+            head[4] = (unsigned char)(properties_length >> 8);
+            head[5] = (unsigned char)properties_length;
+            for (int b = 0; b < 8; b++)
+                head[6 + b] = (unsigned char)((uint64_t)born_ms >> (56 - 8 * b));
+        }
+    }
+    if (ok > 0)
+        result = PyBytes_FromStringAndSize(w.data != NULL ? w.data : "", w.length);
+    else if (ok == 0)
+        result = Py_NewRef(Py_None);
+    PyMem_Free(w.data);
+    return result;
+}
+
+static PyMethodDef encoder_methods[] = {
+    {"encode", (PyCFunction)encoder_encode, METH_VARARGS, encode_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RecordEncoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ferrymq.codec._speedups.RecordEncoder",
+    .tp_doc = PyDoc_STR("Writes the SDK's messages as produce records, given the property "
+                        "names they carry and the names a user property must not have."),
+    .tp_basicsize = sizeof(RecordEncoder),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)encoder_init,
+    .tp_dealloc = (destructor)encoder_dealloc,
+    .tp_methods = encoder_methods,
+};
+
 /* ---- Fetch answers into the SDK's messages (ferrymq/client/messages.py) ----------- */
 
 /* below, with the Fetch columns */
@@ -1119,7 +1430,8 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     crc32c_choose();
-    if (PyType_Ready(&ProduceScannerType) < 0 || PyType_Ready(&RecordReaderType) < 0)
+    if (PyType_Ready(&ProduceScannerType) < 0 || PyType_Ready(&RecordReaderType) < 0 ||
+        PyType_Ready(&RecordEncoderType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL)
@@ -1142,6 +1454,12 @@ PyInit__speedups(void)
     Py_INCREF(&ProduceScannerType);
     if (PyModule_AddObject(module, "ProduceScanner", (PyObject *)&ProduceScannerType) < 0) {
         Py_DECREF(&ProduceScannerType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&RecordEncoderType);
+    if (PyModule_AddObject(module, "RecordEncoder", (PyObject *)&RecordEncoderType) < 0) {
+        Py_DECREF(&RecordEncoderType);
         Py_DECREF(module);
         return NULL;
     }

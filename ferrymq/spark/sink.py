@@ -40,7 +40,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 
 from ferrymq.client.errors import TRANSPORT, FerryError, check, check_admin
 from ferrymq.client.messages import Message, new_message_id
-from ferrymq.client.produce_records import RecordError, encode_record
+from ferrymq.client.produce_records import RecordError, encode_records
 from ferrymq.client.remoting_channel import produce_answer
 from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -244,7 +244,7 @@ class Sender:
         if channel is not None:
             born_ms = time.time_ns() // 1_000_000
             try:
-                records = b"".join(encode_record(m, route.message_type, born_ms) for m in chunk)
+                records = encode_records(chunk, route.message_type, born_ms)
             except RecordError as error:
                 raise FerryError(pb.BAD_REQUEST, "BAD_REQUEST", str(error)) from None
             request = data.ProduceRequest(

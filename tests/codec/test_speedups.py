@@ -20,7 +20,11 @@ from hypothesis import strategies as st
 
 from ferrymq.client.errors import FerryError
 from ferrymq.client.messages import _RECORD_READER as RECORD_READER
+from ferrymq.client.messages import Message as SdkMessage
 from ferrymq.client.messages import received_in_python, received_messages
+from ferrymq.client.produce_records import _RECORD_ENCODER as RECORD_ENCODER
+from ferrymq.client.produce_records import TYPE_TEXT as TYPE_TEXT_OF
+from ferrymq.client.produce_records import encode_records, encode_records_in_python
 from ferrymq.codec import _speedups as codec_speedups
 from ferrymq.codec import commitlog_record
 from ferrymq.codec.commitlog_record import OFFSET_BODY_CRC
@@ -39,6 +43,7 @@ from ferrymq.codec.properties import (
     decode_properties,
     decode_properties_in_python,
 )
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.spark.fetch_columns import (
     CorruptRecord,
     fetch_columns,
@@ -481,3 +486,68 @@ def test_received_messages_read_what_the_sdk_reads():
     with pytest.raises(FerryError) as refused:
         received_messages(first + second[:-1], "group-a")
     assert "is no message record" in refused.value.detail
+
+
+# ---- RecordEncoder.encode: the SDK's messages into produce records ----------------------
+
+SDK_TEXT = "ab \t\u3000é\U0001f600\ud800\x01"  # whitespace, non-ASCII, a lone surrogate
+
+
+@st.composite
+def sdk_message(draw) -> SdkMessage:
+    """Messages as users make them, now and then with what the node would refuse (a key
+    with a space, a reserved property name, a lone surrogate, properties past 64 KiB) or
+    with types the SDK does not expect (a tuple of keys, a bytearray body)."""
+    text = st.text(SDK_TEXT, max_size=4)
+    keys = draw(st.lists(st.one_of(st.sampled_from(["k1", "k2", "é"]), text), max_size=3))
+    properties = draw(
+        st.dictionaries(
+            st.one_of(st.sampled_from(["u", "v", PROPERTY_TAGS, "é"]), text), text, max_size=3
+        )
+    )
+    if draw(st.integers(0, 30)) == 0:
+        properties["big"] = "x" * 0x10000
+    body = draw(st.binary(max_size=20))
+    return SdkMessage(
+        "T",
+        bytearray(body) if draw(st.integers(0, 20)) == 0 else body,
+        tag=draw(st.one_of(st.none(), text)),
+        keys=tuple(keys) if draw(st.integers(0, 20)) == 0 else keys,
+        properties=properties,
+        message_group=draw(st.one_of(st.none(), text)),
+        message_id=draw(st.sampled_from(["FE01", "", "id\ud800"])),
+    )
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(sdk_message(), max_size=4), st.sampled_from([pb.NORMAL, pb.FIFO, 99]))
+def test_produce_records_in_c_are_their_python_twin(messages, message_type):
+    """The C encodes every batch its twin encodes into the same bytes and declines (None)
+    only where the twin raises."""
+    type_text = TYPE_TEXT_OF.get(message_type) or str(message_type)
+    found = RECORD_ENCODER.encode(messages, type_text, 1_700_000_000_123)
+    expected = received_outcome(
+        lambda: encode_records_in_python(messages, message_type, 1_700_000_000_123)
+    )
+    if found is None:
+        assert isinstance(expected, tuple), "the C declined what the twin encodes"
+        assert (
+            received_outcome(lambda: encode_records(messages, message_type, 1_700_000_000_123))
+            == expected
+        )  # and the caller gets the twin's error
+    else:
+        assert found == expected
+
+
+def test_produce_records_are_what_the_node_reads():
+    message = SdkMessage("T", b"body", tag="t", keys=["a", "b"], properties={"u": "v"})
+    records = encode_records([message, message], pb.NORMAL, 7)
+    first = scan_produce_records(records, 2, BODY_LIMIT, str(pb.NORMAL))[0]
+    assert first[1:4] == (b"body", records[18 : first[0]], 7)
+    assert first[4] == {
+        PROPERTY_UNIQ_KEY: message.message_id,
+        PROPERTY_MESSAGE_TYPE: str(pb.NORMAL),
+        PROPERTY_TAGS: "t",
+        PROPERTY_KEYS: "a b",
+        "u": "v",
+    }
