@@ -16,6 +16,10 @@
 #include "_record_layout.h"
 #include <string.h>
 
+/* Below, with the Fetch columns; the produce and SDK readers use them too. */
+static uint32_t read_uint32(const unsigned char *p);
+static int utf8_is_valid(const unsigned char *p, Py_ssize_t n);
+
 PyDoc_STRVAR(decode_properties_doc,
 "decode_properties(raw: bytes) -> dict[str, str]\n\n"
 "ferrymq.codec.properties.decode_properties_in_python, for any bytes-like `raw`: invalid\n"
@@ -307,6 +311,152 @@ encoded_properties_fit(const char *raw, Py_ssize_t length, Py_ssize_t pairs,
     return length == 0 || pairs > 0;
 }
 
+/* ---- the same checks on a record's bytes, for spans: no str or dict per record ------- */
+
+#define RAW_PAIRS_MAX 32 /* more pairs: the dict path (names compared pairwise here) */
+
+typedef struct {
+    const char *name, *value;
+    Py_ssize_t name_length, value_length;
+} RawPair;
+
+static int
+ascii_space(unsigned char c) /* str.isspace for ASCII */
+{
+    return c == ' ' || (c >= 9 && c <= 13) || (c >= 28 && c <= 31);
+}
+
+static int
+has_non_ascii(const char *text, Py_ssize_t length)
+{
+    for (Py_ssize_t i = 0; i < length; i++)
+        if ((unsigned char)text[i] >= 0x80)
+            return 1;
+    return 0;
+}
+
+/* tag_is_valid or keys_are_valid of UTF-8 `text`: 1, 0, or -1 on error. */
+static int
+raw_text_passes(const char *text, Py_ssize_t length, int (*passes)(PyObject *))
+{
+    PyObject *decoded = PyUnicode_DecodeUTF8(text, length, NULL);
+    if (decoded == NULL)
+        return -1; /* valid UTF-8 already: only memory fails here */
+    int ok = passes(decoded);
+    Py_DECREF(decoded);
+    return ok;
+}
+
+static int
+raw_tag_passes(const char *tag, Py_ssize_t length)
+{
+    if (has_non_ascii(tag, length))
+        return raw_text_passes(tag, length, tag_is_valid);
+    int blank = 1;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        if (tag[i] == '|')
+            return 0;
+        if (!ascii_space((unsigned char)tag[i]))
+            blank = 0;
+    }
+    return !blank;
+}
+
+static int
+raw_keys_pass(const char *keys, Py_ssize_t length)
+{
+    if (has_non_ascii(keys, length))
+        return raw_text_passes(keys, length, keys_are_valid);
+    int previous_space = 1; /* no space may lead */
+    for (Py_ssize_t i = 0; i < length; i++) {
+        unsigned char c = (unsigned char)keys[i];
+        if (ascii_space(c)) {
+            if (c != ' ' || previous_space)
+                return 0;
+            previous_space = 1;
+        } else {
+            previous_space = 0;
+        }
+    }
+    return length > 0 && !previous_space;
+}
+
+/* The pair named `name` (a str) among `pairs`, or NULL. */
+static const RawPair *
+raw_find(const RawPair *pairs, Py_ssize_t count, PyObject *name)
+{
+    Py_ssize_t length;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(name, &length);
+    if (utf8 == NULL) {
+        PyErr_Clear(); /* a name with a lone surrogate: no record carries it */
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (pairs[i].name_length == length && memcmp(pairs[i].name, utf8, length) == 0)
+            return &pairs[i];
+    return NULL;
+}
+
+/* checked_properties and check_encoded_properties on the raw bytes: 1 pass, 0 refused,
+ * -1 error, -2 too many pairs to check here (the caller takes the dict path). */
+static int
+raw_properties_pass(ProduceScanner *self, const char *raw, Py_ssize_t length,
+                    PyObject *type_text, Py_ssize_t properties_max)
+{
+    if (length > properties_max || !utf8_is_valid((const unsigned char *)raw, length))
+        return 0;
+    if (length > 0 && raw[length - 1] != PROPERTY_SEPARATOR)
+        return 0;
+    RawPair pairs[RAW_PAIRS_MAX];
+    Py_ssize_t count = 0;
+    for (Py_ssize_t start = 0; start < length; count++) {
+        if (count == RAW_PAIRS_MAX)
+            return -2;
+        Py_ssize_t end = start, separator = -1;
+        for (; raw[end] != PROPERTY_SEPARATOR; end++) {
+            if (raw[end] == NAME_VALUE_SEPARATOR) {
+                if (separator >= 0)
+                    return 0; /* two in one pair */
+                separator = end;
+            }
+        }
+        if (separator <= start) /* none, or an empty name */
+            return 0;
+        pairs[count] = (RawPair){raw + start, raw + separator + 1, separator - start,
+                                 end - separator - 1};
+        for (Py_ssize_t i = 0; i < count; i++)
+            if (pairs[i].name_length == pairs[count].name_length &&
+                memcmp(pairs[i].name, pairs[count].name, pairs[i].name_length) == 0)
+                return 0; /* a repeated name */
+        start = end + 1;
+    }
+    const RawPair *pair = raw_find(pairs, count, self->uniq_key);
+    if (pair == NULL || pair->value_length == 0)
+        return 0;
+    Py_ssize_t type_length;
+    const char *type_utf8 = PyUnicode_AsUTF8AndSize(type_text, &type_length);
+    if (type_utf8 == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    pair = raw_find(pairs, count, self->message_type);
+    if (pair == NULL || pair->value_length != type_length ||
+        memcmp(pair->value, type_utf8, type_length) != 0)
+        return 0;
+    int ok = 1;
+    if ((pair = raw_find(pairs, count, self->tags)) != NULL)
+        ok = raw_tag_passes(pair->value, pair->value_length);
+    if (ok > 0 && (pair = raw_find(pairs, count, self->keys)) != NULL)
+        ok = raw_keys_pass(pair->value, pair->value_length);
+    for (Py_ssize_t i = 0; ok > 0 && i < PyTuple_GET_SIZE(self->forbidden); i++)
+        if (raw_find(pairs, count, PyTuple_GET_ITEM(self->forbidden, i)) != NULL)
+            ok = 0;
+    if (ok > 0 && (pair = raw_find(pairs, count, self->message_group)) != NULL &&
+        pair->value_length == 0)
+        ok = 0;
+    return ok;
+}
+
 static void
 put_le(unsigned char *p, uint64_t value, int bytes)
 {
@@ -351,18 +501,24 @@ scanner_spans(ProduceScanner *self, PyObject *args)
         if (body_length < 0 || length - body_at < (Py_ssize_t)body_length + properties_length)
             goto decline;
         const char *raw_at = (const char *)buf + body_at + body_length;
-        PyObject *properties = checked_properties(self, raw_at, body_length, properties_length,
-                                                  body_limit, type_text);
-        if (properties == NULL) {
-            if (PyErr_Occurred()) {
-                Py_DECREF(spans);
-                return NULL;
-            }
+        if (body_length == 0 || body_length > body_limit)
             goto decline;
+        int pass = raw_properties_pass(self, raw_at, properties_length, type_text,
+                                       properties_max);
+        if (pass == -2) { /* many pairs: the dict and its checks */
+            PyObject *properties = checked_properties(self, raw_at, body_length,
+                                                      properties_length, body_limit, type_text);
+            pass = properties == NULL
+                       ? (PyErr_Occurred() ? -1 : 0)
+                       : encoded_properties_fit(raw_at, properties_length,
+                                                PyDict_GET_SIZE(properties), properties_max);
+            Py_XDECREF(properties);
         }
-        Py_ssize_t pairs = PyDict_GET_SIZE(properties);
-        Py_DECREF(properties);
-        if (!encoded_properties_fit(raw_at, properties_length, pairs, properties_max))
+        if (pass < 0) {
+            Py_DECREF(spans);
+            return NULL;
+        }
+        if (pass == 0)
             goto decline;
         unsigned char *span = out + index * PRODUCE_SPAN_SIZE;
         put_le(span, (uint64_t)body_at, 4);
@@ -710,9 +866,6 @@ static PyTypeObject RecordEncoderType = {
 
 /* ---- Fetch answers into the SDK's messages (ferrymq/client/messages.py) ----------- */
 
-/* below, with the Fetch columns */
-static uint32_t read_uint32(const unsigned char *p);
-static int utf8_is_valid(const unsigned char *p, Py_ssize_t n);
 
 typedef struct {
     PyObject_HEAD

@@ -180,6 +180,19 @@ def test_produce_spans_place_each_record_and_decline_any_refusal():
     assert produce_spans(records, 3, BODY_LIMIT, TYPE_TEXT) is None  # a record short
 
 
+@pytest.mark.parametrize("extra", [0, 31, 40])
+def test_produce_spans_check_many_properties_as_few(extra):
+    """Up to 32 pairs are checked on the bytes, more through a dict: the same answers."""
+    good = b"UNIQ_KEY\x01id\x02__MSG_TYPE\x011\x02" + b"".join(
+        b"p%d\x01v\x02" % i for i in range(extra)
+    )
+    for properties in (good, good + b"p0\x01again\x02", good + b"TAGS\x01 \x02"):
+        records = PRODUCE_HEAD.pack(1, len(properties), 0) + b"b" + properties
+        expected = produce_spans_in_python(records, 1, BODY_LIMIT, TYPE_TEXT)
+        assert produce_spans(records, 1, BODY_LIMIT, TYPE_TEXT) == expected
+        assert (expected is not None) == (properties == good) or extra == 0
+
+
 def test_the_c_scan_reads_a_usual_record_and_leaves_each_refusal_to_python():
     good = b"UNIQ_KEY\x01id\x02__MSG_TYPE\x011\x02TAGS\x01TagA\x02KEYS\x01a b\x02"
     bad_tag = good.replace(b"TagA", b"A|B")
