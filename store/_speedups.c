@@ -38,6 +38,8 @@ static PyObject *s_message, *s_tail, *s_size, *s_tag_code, *s_topic, *s_body,
     *s_topic_prefix, *s_count;
 
 #define PRODUCE_SPAN_SIZE 18 /* ferrymq.codec.produce_records.PRODUCE_SPAN */
+#define INDEX_KEY_SIZE 24    /* store.dispatch_request.INDEX_KEY: little-endian physical
+                                int64, size int32, store ms int64, key hash uint32 */
 
 /* `bytes` little-endian bytes at p (a produce span's fields). */
 static uint64_t
@@ -395,31 +397,44 @@ last_counted(const unsigned char *map, Py_ssize_t entries_at, long long number,
 }
 
 PyDoc_STRVAR(index_put_all_doc,
-"index_put_all(map, slot_count, entry_count, index_count, used_slot_count, begin_ms, entries)\n"
+"index_put_all(map, slot_count, entry_count, index_count, used_slot_count, begin_ms, keys)\n"
 "-> (index_count, used_slot_count)\n\n"
-"The loop of IndexFile.put_all (its Python twin, index_file.put_all_in_python): every\n"
-"entry is written, then each slot touched once (its newest entry). The caller checked\n"
-"that the entries fit and writes the header.");
+"The loop of IndexFile.put_all (its Python twin, index_file.put_all_in_python): an entry\n"
+"for each of `keys` (bytes-like, store.dispatch_request.INDEX_KEY rows) is written, then\n"
+"each slot touched once (its newest entry). The caller checked that the entries fit and\n"
+"writes the header.");
 
 static PyObject *
 index_put_all(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *map, *entries;
+    PyObject *map, *keys;
     long long slot_count, entry_count, index_count, used, begin_ms;
-    if (!PyArg_ParseTuple(args, "OLLLLLO!:index_put_all", &map, &slot_count, &entry_count,
-                          &index_count, &used, &begin_ms, &PyList_Type, &entries))
+    if (!PyArg_ParseTuple(args, "OLLLLLO:index_put_all", &map, &slot_count, &entry_count,
+                          &index_count, &used, &begin_ms, &keys))
         return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(entries);
+    Py_buffer rows;
+    if (PyObject_GetBuffer(keys, &rows, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_ssize_t count = rows.len / INDEX_KEY_SIZE;
+    if (rows.len % INDEX_KEY_SIZE != 0) {
+        PyBuffer_Release(&rows);
+        PyErr_SetString(PyExc_ValueError, "index keys are whole INDEX_KEY rows");
+        return NULL;
+    }
     if (slot_count <= 0 || index_count < 1 || index_count + count - 1 > entry_count) {
+        PyBuffer_Release(&rows);
         PyErr_SetString(PyExc_AssertionError, "index file overflow");
         return NULL;
     }
     Py_buffer view;
-    if (PyObject_GetBuffer(map, &view, PyBUF_WRITABLE) < 0)
+    if (PyObject_GetBuffer(map, &view, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&rows);
         return NULL;
+    }
     Py_ssize_t entries_at = INDEX_HEADER_SIZE + (Py_ssize_t)slot_count * INDEX_SLOT_SIZE;
     if (view.len < entries_at + (Py_ssize_t)(entry_count + 1) * INDEX_ENTRY_SIZE) {
         PyBuffer_Release(&view);
+        PyBuffer_Release(&rows);
         PyErr_SetString(PyExc_ValueError, "the map is smaller than its index file");
         return NULL;
     }
@@ -437,28 +452,17 @@ index_put_all(PyObject *Py_UNUSED(module), PyObject *args)
         PyMem_Free(cell_number);
         PyMem_Free(block);
         PyBuffer_Release(&view);
+        PyBuffer_Release(&rows);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t c = 0; c < capacity; c++)
         cell_slot[c] = -1;
     long long first = index_count, number = index_count;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *entry = PyList_GET_ITEM(entries, i);
-        unsigned long long key_hash;
-        long long physical, stored_ms;
-        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
-            PyErr_SetString(PyExc_TypeError, "an index entry is (key hash, physical, ms)");
-            goto fail;
-        }
-        key_hash = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(entry, 0));
-        physical = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 1));
-        stored_ms = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 2));
-        if (PyErr_Occurred())
-            goto fail;
-        if (key_hash > 0xFFFFFFFFull) {
-            PyErr_SetString(PyExc_OverflowError, "a key hash is 32 bits");
-            goto fail;
-        }
+        const unsigned char *row = (const unsigned char *)rows.buf + i * INDEX_KEY_SIZE;
+        long long physical = (long long)read_le(row, 8);
+        long long stored_ms = (long long)read_le(row + 12, 8);
+        unsigned long long key_hash = read_le(row + 20, 4);
         long long slot = (long long)(key_hash % (unsigned long long)slot_count);
         Py_ssize_t cell =
             (Py_ssize_t)(((unsigned long long)slot * 0x9E3779B97F4A7C15ull) >> 32) & (capacity - 1);
@@ -503,12 +507,14 @@ index_put_all(PyObject *Py_UNUSED(module), PyObject *args)
     PyMem_Free(cell_number);
     PyMem_Free(block);
     PyBuffer_Release(&view);
+    PyBuffer_Release(&rows);
     return Py_BuildValue("(LL)", number, used);
 fail:
     PyMem_Free(cell_slot);
     PyMem_Free(cell_number);
     PyMem_Free(block);
     PyBuffer_Release(&view);
+    PyBuffer_Release(&rows);
     return NULL;
 }
 
@@ -958,40 +964,67 @@ scan_properties(RecordCodec *self, const unsigned char *p, Py_ssize_t length,
     }
 }
 
-/* The index hash of topic#key: crc32c without building the key, or `key_hash` called on
- * its UTF-8 bytes (the twin's store.hashing.index_key_hash replaced, as tests do). */
-static PyObject *
-plan_key_hash(PyObject *key_hash, const char *topic, Py_ssize_t topic_length, const char *key,
-              Py_ssize_t key_length)
+/* A plan's index keys: INDEX_KEY rows, growing (PyMem). */
+typedef struct {
+    unsigned char *data;
+    Py_ssize_t used, capacity;
+} KeyRows;
+
+static void
+put_le(unsigned char *p, uint64_t value, int bytes)
 {
-    if (key_hash == Py_None) {
-        uint32_t crc = crc32c_of(0, (const unsigned char *)topic, topic_length);
-        crc = crc32c_of(crc, (const unsigned char *)"#", 1);
-        crc = crc32c_of(crc, (const unsigned char *)key, key_length);
-        return PyLong_FromUnsignedLong(crc);
-    }
-    PyObject *joined = PyBytes_FromStringAndSize(NULL, topic_length + 1 + key_length);
-    if (joined == NULL)
-        return NULL;
-    char *j = PyBytes_AS_STRING(joined);
-    memcpy(j, topic, topic_length);
-    j[topic_length] = '#';
-    memcpy(j + topic_length + 1, key, key_length);
-    PyObject *hash = PyObject_CallOneArg(key_hash, joined);
-    Py_DECREF(joined);
-    return hash;
+    for (int i = 0; i < bytes; i++)
+        p[i] = (unsigned char)(value >> (8 * i));
 }
 
+/* The INDEX_KEY row of topic#key for the record at `physical`: its hash is crc32c without
+ * building the key, or `key_hash` called on its UTF-8 bytes (the twin's
+ * store.hashing.index_key_hash replaced, as tests do), taken modulo 2**32. */
 static int
-append_hash(PyObject *hashes, PyObject *key_hash, const char *topic, Py_ssize_t topic_length,
-            const char *key, Py_ssize_t key_length)
+append_key(KeyRows *rows, PyObject *key_hash, const char *topic, Py_ssize_t topic_length,
+           const char *key, Py_ssize_t key_length, long long physical, int32_t size,
+           long long store_ms)
 {
-    PyObject *hash = plan_key_hash(key_hash, topic, topic_length, key, key_length);
-    if (hash == NULL)
-        return -1;
-    int failed = PyList_Append(hashes, hash);
-    Py_DECREF(hash);
-    return failed;
+    uint32_t hash;
+    if (key_hash == Py_None) {
+        hash = crc32c_of(0, (const unsigned char *)topic, topic_length);
+        hash = crc32c_of(hash, (const unsigned char *)"#", 1);
+        hash = crc32c_of(hash, (const unsigned char *)key, key_length);
+    } else {
+        PyObject *joined = PyBytes_FromStringAndSize(NULL, topic_length + 1 + key_length);
+        if (joined == NULL)
+            return -1;
+        char *j = PyBytes_AS_STRING(joined);
+        memcpy(j, topic, topic_length);
+        j[topic_length] = '#';
+        memcpy(j + topic_length + 1, key, key_length);
+        PyObject *found = PyObject_CallOneArg(key_hash, joined);
+        Py_DECREF(joined);
+        if (found == NULL)
+            return -1;
+        unsigned long value = PyLong_AsUnsignedLongMask(found);
+        Py_DECREF(found);
+        if (value == (unsigned long)-1 && PyErr_Occurred())
+            return -1;
+        hash = (uint32_t)value;
+    }
+    if (rows->used + INDEX_KEY_SIZE > rows->capacity) {
+        Py_ssize_t capacity = rows->capacity ? 2 * rows->capacity : 64 * INDEX_KEY_SIZE;
+        unsigned char *data = PyMem_Realloc(rows->data, capacity);
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        rows->data = data;
+        rows->capacity = capacity;
+    }
+    unsigned char *row = rows->data + rows->used;
+    put_le(row, (uint64_t)physical, 8);
+    put_le(row + 8, (uint64_t)(uint32_t)size, 4);
+    put_le(row + 12, (uint64_t)store_ms, 8);
+    put_le(row + 20, hash, 4);
+    rows->used += INDEX_KEY_SIZE;
+    return 0;
 }
 
 /* The run of (topic, queue_id) among `runs`, or NULL. */
@@ -1030,7 +1063,7 @@ run_append(PlanRun *run, long long physical, int32_t size, long long tag_code)
 
 PyDoc_STRVAR(codec_dispatch_plan_doc,
 "dispatch_plan(buf, position, limit, max_count, wanted_topics, wanted_properties, key_hash)\n"
-"-> (runs, keyed, wanted, position, blank, count)\n\n"
+"-> (runs, keys, wanted, position, blank, count)\n\n"
 "store.dispatch_plan.dispatch_plan_in_python: what dispatching up to `max_count` records\n"
 "from `position` of the map `buf` writes (consume-queue runs, index keys) and the full\n"
 "dispatch requests of the records the listeners want. Reads the header and properties in\n"
@@ -1066,8 +1099,9 @@ codec_dispatch_plan(RecordCodec *self, PyObject *args)
     PlanRun runs[PLAN_MAX_RUNS];
     Py_ssize_t run_count = 0, count = 0;
     int blank = 0;
-    PyObject *keyed = PyList_New(0), *wanted = PyList_New(0), *result = NULL;
-    if (keyed == NULL || wanted == NULL)
+    KeyRows keys = {NULL, 0, 0};
+    PyObject *wanted = PyList_New(0), *result = NULL;
+    if (wanted == NULL)
         goto done;
     while (position < limit && count < max_count) {
         if (limit - position < 8) {
@@ -1114,7 +1148,7 @@ codec_dispatch_plan(RecordCodec *self, PyObject *args)
             fast = !spans.has_wanted;
         }
         long long tag_code = 0;
-        PyObject *request = NULL, *hashes = NULL;
+        PyObject *request = NULL;
         if (fast) {
             int32_t code = 0;
             for (Py_ssize_t i = 0; i < spans.tags_length; i++)
@@ -1148,42 +1182,42 @@ codec_dispatch_plan(RecordCodec *self, PyObject *args)
             }
         }
         /* The index keys: KEYS split at spaces (empty ones dropped), then UNIQ_KEY. */
-        if ((hashes = PyList_New(0)) == NULL)
-            goto fail_record;
         if (fast) {
             Py_ssize_t start = 0;
             for (Py_ssize_t i = 0; i <= spans.keys_length; i++) {
                 if (i < spans.keys_length && spans.keys[i] != ' ')
                     continue;
                 if (i > start &&
-                    append_hash(hashes, key_hash, topic, topic_length,
-                                (const char *)spans.keys + start, i - start) < 0)
+                    append_key(&keys, key_hash, topic, topic_length,
+                               (const char *)spans.keys + start, i - start, physical, size,
+                               store_ms) < 0)
                     goto fail_record;
                 start = i + 1;
             }
             if (spans.unique_length > 0 &&
-                append_hash(hashes, key_hash, topic, topic_length, (const char *)spans.unique,
-                            spans.unique_length) < 0)
+                append_key(&keys, key_hash, topic, topic_length, (const char *)spans.unique,
+                           spans.unique_length, physical, size, store_ms) < 0)
                 goto fail_record;
         } else {
-            PyObject *keys = PyObject_GetAttr(request, s_keys);
-            if (keys == NULL)
+            PyObject *request_keys = PyObject_GetAttr(request, s_keys);
+            if (request_keys == NULL)
                 goto fail_record;
-            if (!PyTuple_Check(keys)) {
-                Py_DECREF(keys);
+            if (!PyTuple_Check(request_keys)) {
+                Py_DECREF(request_keys);
                 PyErr_SetString(PyExc_TypeError, "a dispatch request's keys are a tuple of str");
                 goto fail_record;
             }
-            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys); k++) {
+            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(request_keys); k++) {
                 Py_ssize_t key_length;
-                const char *key = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(keys, k), &key_length);
-                if (key == NULL ||
-                    append_hash(hashes, key_hash, topic, topic_length, key, key_length) < 0) {
-                    Py_DECREF(keys);
+                const char *key =
+                    PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(request_keys, k), &key_length);
+                if (key == NULL || append_key(&keys, key_hash, topic, topic_length, key,
+                                              key_length, physical, size, store_ms) < 0) {
+                    Py_DECREF(request_keys);
                     goto fail_record;
                 }
             }
-            Py_DECREF(keys);
+            Py_DECREF(request_keys);
         }
         if (!(sys_flag & NO_QUEUE_OFFSET_BIT)) {
             if (run == NULL) {
@@ -1203,18 +1237,6 @@ codec_dispatch_plan(RecordCodec *self, PyObject *args)
             if (run_append(run, physical, size, tag_code) < 0)
                 goto fail_record;
         }
-        if (PyList_GET_SIZE(hashes) > 0) {
-            PyObject *hash_tuple = PyList_AsTuple(hashes);
-            PyObject *entry = hash_tuple ? Py_BuildValue("(LiLN)", physical, size, store_ms,
-                                                         hash_tuple)
-                                         : NULL;
-            if (entry == NULL || PyList_Append(keyed, entry) < 0) {
-                Py_XDECREF(entry);
-                goto fail_record;
-            }
-            Py_DECREF(entry);
-        }
-        Py_CLEAR(hashes);
         if (request != NULL) {
             int want = is_wanted(&wanted_topics, topic, topic_length);
             if (!want && wanted_properties.count > 0) {
@@ -1240,7 +1262,6 @@ codec_dispatch_plan(RecordCodec *self, PyObject *args)
         continue;
     fail_record:
         Py_XDECREF(request);
-        Py_XDECREF(hashes);
         goto done;
     }
     PyObject *run_list = PyList_New(run_count);
@@ -1256,14 +1277,15 @@ codec_dispatch_plan(RecordCodec *self, PyObject *args)
         }
         PyList_SET_ITEM(run_list, r, item);
     }
-    result = Py_BuildValue("(NOOnOn)", run_list, keyed, wanted, position,
-                           blank ? Py_True : Py_False, count);
+    result = Py_BuildValue("(Ny#OnOn)", run_list, keys.data ? (const char *)keys.data : "",
+                           keys.used, wanted,
+                           position, blank ? Py_True : Py_False, count);
 done:
     for (Py_ssize_t r = 0; r < run_count; r++) {
         Py_XDECREF(runs[r].topic);
         PyMem_Free(runs[r].entries);
     }
-    Py_XDECREF(keyed);
+    PyMem_Free(keys.data);
     Py_XDECREF(wanted);
     PyBuffer_Release(&view);
     return result;

@@ -33,8 +33,9 @@ from ferrymq.codec.properties import (
 )
 from store import _speedups as speedups
 from store.consume_queue import ENTRY as QUEUE_ENTRY
-from store.dispatch_request import DispatchPlan, DispatchRequest, KeyedRecord, QueueRun
+from store.dispatch_request import DispatchPlan, DispatchRequest, QueueRun
 from store.hashing import index_key_hash, tag_hash_code
+from store.index_file import INDEX_KEY
 from store.mapped_file_queue import MappedFileQueue
 from store.message import (
     SYSFLAG_TRANSACTION_MASK,
@@ -311,21 +312,22 @@ def dispatch_plan_in_python(
     wanted_topics: tuple[str, ...],
     wanted_properties: tuple[str, ...],
     key_hash: Callable[[bytes], int] | None = None,
-) -> tuple[list[QueueRun], list[KeyedRecord], list[DispatchRequest], int, bool, int]:
+) -> tuple[list[QueueRun], bytes, list[DispatchRequest], int, bool, int]:
     """What ``CODEC.dispatch_plan`` (C) does: read up to ``max_count`` records of ``buf``
     from ``position``, stopping at ``limit``, at a blank record, or before a record whose
     queue offset does not follow its queue's run (or that would open run ``MAX_RUNS`` +
-    1); return (runs, keyed records, wanted requests, where it stopped, whether a blank
+    1); return (runs, index keys, wanted requests, where it stopped, whether a blank
     record stopped it, records read). A run's entries are packed as the consume queue
-    stores them; a keyed record carries the index hash of each key (``key_hash``, default
-    ``index_key_hash``, of ``topic#key``); a record is wanted when its topic is in
-    ``wanted_topics`` or it has a property named in ``wanted_properties``."""
+    stores them; the index keys are an ``INDEX_KEY`` row per key of each record, with the
+    key's hash (``key_hash``, default ``index_key_hash``, of ``topic#key``, modulo 2**32);
+    a record is wanted when its topic is in ``wanted_topics`` or it has a property named
+    in ``wanted_properties``."""
     if position < 0:
         raise ValueError("a negative position")
     hash_of = key_hash or index_key_hash
     limit = min(limit, len(buf))
     runs: dict[tuple[str, int], list] = {}
-    keyed: list[KeyedRecord] = []
+    keys = bytearray()
     wanted: list[DispatchRequest] = []
     count, blank = 0, False
     while position < limit and count < max_count:
@@ -349,11 +351,13 @@ def dispatch_plan_in_python(
                 run = [request.topic, request.queue_id, request.queue_offset, bytearray()]
                 runs[(request.topic, request.queue_id)] = run
             run[3] += QUEUE_ENTRY.pack(request.physical_offset, request.size, request.tag_code)
-        if request.keys:
-            prefix = request.topic + "#"
-            hashes = tuple(hash_of((prefix + key).encode()) for key in request.keys)
-            keyed.append(
-                (request.physical_offset, request.size, request.store_timestamp_ms, hashes)
+        prefix = request.topic + "#"
+        for key in request.keys:
+            keys += INDEX_KEY.pack(
+                request.physical_offset,
+                request.size,
+                request.store_timestamp_ms,
+                hash_of((prefix + key).encode()) & 0xFFFFFFFF,
             )
         if request.topic in wanted_topics or any(
             name in request.properties for name in wanted_properties
@@ -364,7 +368,7 @@ def dispatch_plan_in_python(
     queue_runs = [
         (topic, queue_id, first, bytes(packed)) for topic, queue_id, first, packed in runs.values()
     ]
-    return queue_runs, keyed, wanted, position, blank, count
+    return queue_runs, bytes(keys), wanted, position, blank, count
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,7 +629,7 @@ class CommitLog:
                 return
             base = segment.base_offset
             limit = min(end_offset, segment.end_offset)
-            runs, keyed, wanted, local, blank, count = CODEC.dispatch_plan(
+            runs, keys, wanted, local, blank, count = CODEC.dispatch_plan(
                 segment.map,
                 position - base,
                 limit - base,
@@ -637,7 +641,7 @@ class CommitLog:
             end = segment.end_offset if blank else base + local
             if end == position:
                 return  # nothing at or past position within this segment's written part
-            yield DispatchPlan(end, count, runs, keyed, wanted)
+            yield DispatchPlan(end, count, runs, keys, wanted)
             position = end
 
     def set_end(self, end_offset: int, flushed_from: int) -> None:

@@ -23,8 +23,6 @@ class DispatchRequest:
 
 # (topic, queue id, first queue offset, consume-queue entries packed as in the queue file)
 QueueRun = tuple[str, int, int, bytes]
-# (physical offset, size, store time, the index hash of each key): a record with keys
-KeyedRecord = tuple[int, int, int, tuple[int, ...]]
 
 
 @dataclass(slots=True)
@@ -37,7 +35,7 @@ class DispatchPlan:
     end: int
     count: int
     runs: list[QueueRun]
-    keyed: list[KeyedRecord]
+    keys: bytes  # store.index_file.INDEX_KEY rows, one per key, in log order
     wanted: list[DispatchRequest]
 
 

@@ -144,4 +144,4 @@ class Dispatcher:
         find_or_create = self.consume_queues.find_or_create
         for topic, queue_id, first_offset, entries in plan.runs:
             find_or_create(topic, queue_id).put_run(entries, first_offset)
-        self.index.put_records(plan.keyed)
+        self.index.put_records(plan.keys)

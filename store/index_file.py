@@ -33,6 +33,11 @@ from store import sync_ledger
 from store.mapped_file import create_mapped
 
 HEADER = struct.Struct(">qqqqii")
+# One key to index (``put_all``, ``IndexService.put_records``): its record's physical
+# offset, size and store time (ms), and the key's hash; a dispatch plan's keys are these
+# rows back to back in log order (so by physical offset), made and read in C with no
+# Python object per key.
+INDEX_KEY = struct.Struct("<qiqI")
 HEADER_SIZE = HEADER.size
 assert HEADER_SIZE == 40
 SLOT = struct.Struct(">i")
@@ -146,16 +151,17 @@ class IndexFile:
         self.end_timestamp_ms = store_timestamp_ms
         return True
 
-    def put_all(self, entries: list[tuple[int, int, int]]) -> None:
-        """``put`` for many ``(key hash, physical offset, store time)`` entries at once:
-        every entry is written with one copy, then each slot touched once (its newest
-        entry), so the write order stays entries, slots, header (written by the caller,
-        who has checked that they all fit). The loop is C (``index_put_all``, whose twin
-        is ``put_all_in_python``)."""
-        if not entries:
+    def put_all(self, keys: bytes) -> None:
+        """``put`` for many keys at once (``INDEX_KEY`` rows): every entry is written
+        with one copy, then each slot touched once (its newest entry), so the write order
+        stays entries, slots, header (written by the caller, who has checked that they
+        all fit). The loop is C (``index_put_all``, whose twin is ``put_all_in_python``)."""
+        if not keys:
             return
         if self.index_count == 1:
-            _, self.begin_physical_offset, self.begin_timestamp_ms = entries[0]
+            self.begin_physical_offset, _, self.begin_timestamp_ms, _ = INDEX_KEY.unpack_from(
+                keys, 0
+            )
         self.index_count, self.used_slot_count = speedups.index_put_all(
             self.map,
             self.slot_count,
@@ -163,12 +169,16 @@ class IndexFile:
             self.index_count,
             self.used_slot_count,
             self.begin_timestamp_ms,
-            entries,
+            keys,
         )
-        self.end_timestamp_ms = entries[-1][2]
+        self.end_timestamp_ms = INDEX_KEY.unpack_from(keys, len(keys) - INDEX_KEY.size)[2]
 
-    def put_all_in_python(self, entries: list[tuple[int, int, int]]) -> None:
+    def put_all_in_python(self, keys: bytes) -> None:
         """What ``put_all`` does, in Python: the specification its C loop is tested against."""
+        entries = [
+            (key_hash, physical, stored_ms)
+            for physical, _, stored_ms, key_hash in INDEX_KEY.iter_unpack(keys)
+        ]
         count = len(entries)
         assert self.index_count + count - 1 <= self.entry_count, "index file overflow"
         if not count:

@@ -17,9 +17,8 @@ import os
 from collections.abc import Callable
 
 from store import hashing
-from store.dispatch_request import KeyedRecord
 from store.hashing import index_key_hash
-from store.index_file import IndexFile, index_file_name
+from store.index_file import INDEX_KEY, IndexFile, index_file_name
 
 
 class IndexService:
@@ -77,62 +76,63 @@ class IndexService:
         force collisions), for the dispatch plan; None: the plan hashes in C."""
         return None if index_key_hash is hashing.index_key_hash else index_key_hash
 
-    def put_records(self, keyed: list[KeyedRecord]) -> None:
-        """Index the keys of consecutive records (hashed by the dispatch plan), writing
-        the header once at the end. Records below the newest file's end offset were
-        indexed before and are skipped."""
+    def put_records(self, keys: bytes) -> None:
+        """Index the keys of consecutive records (``INDEX_KEY`` rows, hashed by the
+        dispatch plan), writing the header once at the end. Records below the newest
+        file's end offset were indexed before and are skipped."""
+        if not keys:
+            return
         files = self.files
         skip_below = files[-1].end_physical_offset if files else 0
+        if INDEX_KEY.unpack_from(keys, 0)[0] < skip_below:  # a replay: rows are in log order
+            taken = next(
+                (
+                    i
+                    for i, (physical, _, _, _) in enumerate(INDEX_KEY.iter_unpack(keys))
+                    if physical >= skip_below
+                ),
+                len(keys) // INDEX_KEY.size,
+            )
+            keys = keys[taken * INDEX_KEY.size :]
+            if not keys:
+                return
+        count = len(keys) // INDEX_KEY.size
+        last_physical, last_size, _, _ = INDEX_KEY.unpack_from(keys, len(keys) - INDEX_KEY.size)
         if files and not files[-1].is_full:
             # The common case: every key fits the newest file, written in one pass
             # (``put_all``); rolling to a new file takes the careful path below.
-            entries = [
-                (key_hash, physical, stored_ms)
-                for physical, _, stored_ms, hashes in keyed
-                if physical >= skip_below
-                for key_hash in hashes
-            ]
-            if not entries:
-                return
             target = files[-1]
-            if target.index_count + len(entries) - 1 <= target.entry_count:
-                target.put_all(entries)
-                last = next(r for r in reversed(keyed) if r[0] >= skip_below)
-                target.write_header(last[0] + last[1])
+            if target.index_count + count - 1 <= target.entry_count:
+                target.put_all(keys)
+                target.write_header(last_physical + last_size)
                 return
         target: IndexFile | None = None
-        last = None
-        for record in keyed:
-            physical, size, stored_ms, hashes = record
-            if physical < skip_below:
-                continue
+        for physical, size, stored_ms, key_hash in INDEX_KEY.iter_unpack(keys):
             if target is None:
                 target = self._writable(stored_ms)
-            for key_hash in hashes:
-                if not target.put(key_hash, physical, stored_ms):
-                    # The full file holds every key of the records before this one, and
-                    # maybe some of this one's. Its header claims only the former until
-                    # the next file exists: if creating that file fails (ENOSPC) or the
-                    # process dies first, the replay must not skip this record, or its
-                    # remaining keys are never indexed.
-                    target.write_header(physical)
-                    full = target
-                    # The new file must not claim this record before its final header:
-                    # after a crash in between, the replay (which skips records below
-                    # the newest file's end) would skip it and lose the keys that went
-                    # into the new file. Keys already in the full file are then indexed
-                    # twice; queries drop duplicate offsets.
-                    target = self._writable(stored_ms, indexed_below=physical)
-                    # Now the new file decides the replay; the full one keeps this record's
-                    # keys it holds until retention removes the record.
-                    full.write_header(physical + size)
-                    # Put, then checked: inside an ``assert`` (stripped under ``python
-                    # -O``) the put itself vanished, and this key was never indexed.
-                    put = target.put(key_hash, physical, stored_ms)
-                    assert put, "a new index file refused its first key"
-            last = record
-        if target is not None and last is not None:
-            target.write_header(last[0] + last[1])
+            if not target.put(key_hash, physical, stored_ms):
+                # The full file holds every key of the records before this one, and
+                # maybe some of this one's. Its header claims only the former until
+                # the next file exists: if creating that file fails (ENOSPC) or the
+                # process dies first, the replay must not skip this record, or its
+                # remaining keys are never indexed.
+                target.write_header(physical)
+                full = target
+                # The new file must not claim this record before its final header:
+                # after a crash in between, the replay (which skips records below
+                # the newest file's end) would skip it and lose the keys that went
+                # into the new file. Keys already in the full file are then indexed
+                # twice; queries drop duplicate offsets.
+                target = self._writable(stored_ms, indexed_below=physical)
+                # Now the new file decides the replay; the full one keeps this record's
+                # keys it holds until retention removes the record.
+                full.write_header(physical + size)
+                # Put, then checked: inside an ``assert`` (stripped under ``python
+                # -O``) the put itself vanished, and this key was never indexed.
+                put = target.put(key_hash, physical, stored_ms)
+                assert put, "a new index file refused its first key"
+        assert target is not None
+        target.write_header(last_physical + last_size)
 
     def lookup(self, topic: str, key: str, begin_ms: int, end_ms: int, limit: int) -> list[int]:
         """Candidate physical offsets for ``topic#key`` in the time range, newest first.

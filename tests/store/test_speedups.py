@@ -39,7 +39,7 @@ from store.commitlog import (
 )
 from store.config import StoreConfig
 from store.dispatcher import Dispatcher
-from store.index_file import IndexFile
+from store.index_file import INDEX_KEY, IndexFile
 from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
 from store.results import AppendedMessage
@@ -164,17 +164,25 @@ def test_index_put_all_in_c_is_its_python_twin(tmp_path_factory, entries, crashe
     rng = random.Random(seed)
     history = [(rng.getrandbits(32), 10 * i, 1000 * i) for i in range(crashed + 20)]
     for file in files:
-        file.put_all_in_python(history[:20])
+        file.put_all_in_python(index_keys(history[:20]))
         file.write_header(20)
-        file.put_all_in_python(history[20:])  # then the crash: the header stays at 20 entries
+        # then the crash: the header stays at 20 entries
+        file.put_all_in_python(index_keys(history[20:]))
         file.index_count = 21
     c, py = files
-    c.put_all(entries)
-    py.put_all_in_python(entries)
+    c.put_all(index_keys(entries))
+    py.put_all_in_python(index_keys(entries))
     c.write_header(1)
     py.write_header(1)
     assert c.map[:] == py.map[:]
     assert (c.index_count, c.used_slot_count) == (py.index_count, py.used_slot_count)
+
+
+def index_keys(entries: list[tuple[int, int, int]]) -> bytes:
+    """``INDEX_KEY`` rows of (key hash, physical offset, store ms) entries."""
+    return b"".join(
+        INDEX_KEY.pack(physical, 50, ms, key_hash) for key_hash, physical, ms in entries
+    )
 
 
 @st.composite

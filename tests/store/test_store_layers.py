@@ -27,7 +27,7 @@ from store.errors import ReplicaMismatch
 from store.flush_service import GroupCommitService
 from store.hashing import index_key_hash, tag_hash_code
 from store.index_file import HEADER_SIZE as INDEX_HEADER_SIZE
-from store.index_file import IndexFile
+from store.index_file import INDEX_KEY, IndexFile
 from store.index_service import IndexService
 from store.mapped_file import file_name_of
 from store.mapped_file_queue import MappedFileQueue
@@ -247,7 +247,7 @@ def test_concurrent_syncs_of_one_index_file_keep_the_chaos_copy(tmp_path):
     sync_ledger.enable(str(data))
     try:
         index = IndexService(str(data / "index"), slot_count=64, entry_count=256)
-        index.put_records([(0, 100, T0, (index_key_hash(b"T#k"),))])
+        index.put_records(INDEX_KEY.pack(0, 100, T0, index_key_hash(b"T#k")))
         index_file = index.files[-1]
         errors: list[BaseException] = []
 
@@ -745,9 +745,9 @@ def test_index_service_replay_is_idempotent(tmp_path):
     """Invariant: records below the newest file's end offset are not indexed twice, so
     the dispatcher may replay any range."""
     service = IndexService(str(tmp_path / "index"), slot_count=5, entry_count=100)
-    keyed = [(i * 100, 100, T0 + i, (index_key_hash(b"T#k"),)) for i in range(5)]
-    service.put_records(keyed)
-    service.put_records(keyed[2:])  # a replay
+    rows = [INDEX_KEY.pack(i * 100, 100, T0 + i, index_key_hash(b"T#k")) for i in range(5)]
+    service.put_records(b"".join(rows))
+    service.put_records(b"".join(rows[2:]))  # a replay
     assert service.files[-1].index_count - 1 == 5
     assert service.lookup("T", "k", 0, 1 << 62, 100) == [400, 300, 200, 100, 0]
 

@@ -14,7 +14,7 @@ from ferrymq.codec.produce_records import PRODUCE_HEAD
 from ferrymq.codec.properties import encode_properties
 from node.message_rules import produce_spans
 from store.config import StoreConfig
-from store.index_file import IndexFile
+from store.index_file import INDEX_KEY, IndexFile
 from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
 from store.results import PutStatus
@@ -104,8 +104,9 @@ def test_put_all_writes_the_bytes_put_writes(tmp_path):
     one, many = (IndexFile.create(str(tmp_path / name), 17, 400) for name in ("one", "many"))
     for key_hash, physical, stored_ms in entries:
         assert one.put(key_hash, physical, stored_ms)
+    rows = [INDEX_KEY.pack(physical, 37, ms, key_hash) for key_hash, physical, ms in entries]
     for start in range(0, 300, 64):  # batches that share slots with earlier ones
-        many.put_all(entries[start : start + 64])
+        many.put_all(b"".join(rows[start : start + 64]))
     one.write_header(99)
     many.write_header(99)
     assert one.map[:] == many.map[:]

@@ -78,7 +78,7 @@ with atheris.instrument_imports(
     )
     from store.config import StoreConfig
     from store.index_file import HEADER as INDEX_HEADER
-    from store.index_file import IndexFile
+    from store.index_file import INDEX_KEY, IndexFile
     from store.message import TIMER_TOPIC, Message
     from store.message_store import MessageStore
     from store.results import AppendedMessage
@@ -190,10 +190,10 @@ def fuzz_index_put_all(data: bytes) -> None:
     size = IndexFile.file_size(INDEX_SLOTS, INDEX_ENTRIES)
     header = INDEX_HEADER.pack(5000, 9000, 10, 90, head[1] >> 4, index_count)
     image = (header + region)[:size].ljust(size, b"\x00")
-    entries = [
-        (int.from_bytes(keys[4 * i : 4 * i + 4].ljust(4, b"\x00"), "big"), 100 + i, 7000 + 900 * i)
+    entries = b"".join(
+        INDEX_KEY.pack(100 + i, 40, 7000 + 900 * i, int.from_bytes(keys[4 * i : 4 * i + 4], "big"))
         for i in range(count)
-    ]
+    )
     files = [IndexFile("fuzz", bytearray(image), INDEX_SLOTS, INDEX_ENTRIES) for _ in range(2)]
     found = outcome(lambda: files[0].put_all(entries))
     expected = outcome(lambda: files[1].put_all_in_python(entries))
