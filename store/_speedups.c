@@ -12,6 +12,7 @@
 #include "../ferrymq/codec/_crc32c.h"
 #include "../ferrymq/codec/_properties.h"
 #include "../ferrymq/codec/_record_layout.h"
+#include <limits.h>
 #include <string.h>
 
 PyDoc_STRVAR(crc32c_doc,
@@ -368,6 +369,116 @@ fail:
 }
 
 
+/* ---- reads: a queue's records, as a Fetch takes them (store/commitlog.py) ---------- */
+
+#define QUEUE_ENTRY_SIZE 20         /* store.consume_queue.ENTRY: physical, size, tag code */
+#define QUEUE_BLANK_SIZE 0x7FFFFFFF /* store.consume_queue.BLANK_SIZE */
+
+static long long read_be(const unsigned char *p, int bytes);
+
+static PyObject *s_map, *s_base_offset;
+
+PyDoc_STRVAR(gather_records_doc,
+"gather_records(entries, first_offset, files, file_size, write_offset, limit, max_count,\n"
+"max_bytes, next_offset) -> (list[bytes], next_offset)\n\n"
+"store.commitlog.CommitLog.gather_in_python: the records the consume-queue `entries`\n"
+"(from queue offset `first_offset`) point at in the log's `files`, as a read takes them.");
+
+static PyObject *
+gather_records(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *entries_object, *files;
+    long long first_offset, file_size, write_offset, limit, max_count, max_bytes, next_offset;
+    if (!PyArg_ParseTuple(args, "OLO!LLLLLL:gather_records", &entries_object, &first_offset,
+                          &PyTuple_Type, &files, &file_size, &write_offset, &limit, &max_count,
+                          &max_bytes, &next_offset))
+        return NULL;
+    if (file_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "file_size must be positive");
+        return NULL;
+    }
+    Py_buffer entries;
+    if (PyObject_GetBuffer(entries_object, &entries, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (entries.len % QUEUE_ENTRY_SIZE != 0) {
+        PyBuffer_Release(&entries);
+        PyErr_SetString(PyExc_ValueError, "consume-queue entries come whole, 20 bytes each");
+        return NULL;
+    }
+    PyObject *found = PyList_New(0);
+    long long first_base = 0;
+    Py_ssize_t file_count = PyTuple_GET_SIZE(files);
+    if (found != NULL && file_count > 0) {
+        PyObject *base = PyObject_GetAttr(PyTuple_GET_ITEM(files, 0), s_base_offset);
+        first_base = base != NULL ? PyLong_AsLongLong(base) : -1;
+        Py_XDECREF(base);
+        if (PyErr_Occurred())
+            Py_CLEAR(found);
+    }
+    PyObject *empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    if (empty_bytes == NULL)
+        Py_CLEAR(found);
+    long long used = 0;
+    const unsigned char *entry = entries.buf;
+    Py_ssize_t entry_count = entries.len / QUEUE_ENTRY_SIZE;
+    for (Py_ssize_t i = 0; found != NULL && i < entry_count; i++, entry += QUEUE_ENTRY_SIZE) {
+        long long physical = read_be(entry, 8);
+        long long size = read_be(entry + 8, 4);
+        if (size == QUEUE_BLANK_SIZE)
+            continue;
+        if (limit >= 0 && physical > limit - size) /* physical + size > limit, no overflow */
+            break;
+        if (max_bytes >= 0 && PyList_GET_SIZE(found) > 0 && used + size > max_bytes)
+            break;
+        next_offset = first_offset + i + 1;
+        /* CommitLog.read_bytes(physical, size), kept only when it is `size` bytes: none
+         * where no segment holds `physical` (retention took it), which a size of 0 takes */
+        long long index = physical >= first_base ? (physical - first_base) / file_size : -1;
+        if (size < 0)
+            continue;
+        if (index < 0 || index >= file_count || physical >= write_offset) {
+            if (size == 0 && PyList_Append(found, empty_bytes) < 0)
+                Py_CLEAR(found);
+            else if (size == 0 && PyList_GET_SIZE(found) >= max_count)
+                break;
+            continue;
+        }
+        long long segment_base = first_base + index * file_size;
+        long long end = physical + size;
+        if (end > write_offset || end > segment_base + file_size)
+            continue; /* short: not the whole record (retention, or bytes not there) */
+        PyObject *map = PyObject_GetAttr(PyTuple_GET_ITEM(files, index), s_map);
+        Py_buffer view;
+        if (map == NULL || PyObject_GetBuffer(map, &view, PyBUF_SIMPLE) < 0) {
+            Py_XDECREF(map);
+            Py_CLEAR(found);
+            break;
+        }
+        PyObject *record = NULL;
+        if (physical - segment_base + size <= view.len)
+            record = PyBytes_FromStringAndSize((const char *)view.buf + (physical - segment_base),
+                                               size);
+        else
+            PyErr_SetString(PyExc_ValueError, "a segment's map is shorter than its file");
+        PyBuffer_Release(&view);
+        Py_DECREF(map);
+        if (record == NULL || PyList_Append(found, record) < 0) {
+            Py_XDECREF(record);
+            Py_CLEAR(found);
+            break;
+        }
+        Py_DECREF(record);
+        used += size;
+        if (PyList_GET_SIZE(found) >= max_count)
+            break;
+    }
+    PyBuffer_Release(&entries);
+    Py_XDECREF(empty_bytes);
+    if (found == NULL)
+        return NULL;
+    return Py_BuildValue("(NL)", found, next_offset);
+}
+
 /* ---- IndexFile (store/index_file.py has the layout) ------------------------------- */
 
 #define INDEX_HEADER_SIZE 40
@@ -378,6 +489,18 @@ static int32_t
 read_int32(const unsigned char *p)
 {
     return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+/* `bytes` big-endian bytes at p, as a signed number of that width. */
+static long long
+read_be(const unsigned char *p, int bytes)
+{
+    uint64_t value = 0;
+    for (int i = 0; i < bytes; i++)
+        value = (value << 8) | p[i];
+    if (bytes < 8 && (value >> (8 * bytes - 1)) & 1)
+        value |= ~0ull << (8 * bytes); /* sign-extend */
+    return (long long)value;
 }
 
 /* IndexFile._last_counted: follow a chain from `number` down to a counted entry, or 0. */
@@ -482,11 +605,13 @@ index_put_all(PyObject *Py_UNUSED(module), PyObject *args)
             cell_slot[cell] = slot;
         }
         cell_number[cell] = number;
-        /* Python's floor division, then no negative delta. */
-        long long difference = stored_ms - begin_ms;
-        long long delta_s = difference >= 0 ? difference / 1000 : -((-difference + 999) / 1000);
-        if (delta_s < 0)
-            delta_s = 0;
+        /* Python's floor division, then no negative delta (so a negative difference is
+         * 0); a difference past int64 is past 32 bits of seconds, or before zero. */
+        long long difference, delta_s;
+        if (__builtin_sub_overflow(stored_ms, begin_ms, &difference))
+            delta_s = stored_ms > begin_ms ? LLONG_MAX : 0;
+        else
+            delta_s = difference >= 0 ? difference / 1000 : 0;
         if (delta_s > INT32_MAX) {
             PyErr_SetString(PyExc_OverflowError, "an entry's seconds do not fit 32 bits");
             goto fail;
@@ -1314,6 +1439,7 @@ static PyMethodDef module_methods[] = {
     {"crc32c", crc32c_function, METH_O, crc32c_doc},
     {"encode_batch", encode_batch, METH_VARARGS, encode_batch_doc},
     {"index_put_all", index_put_all, METH_VARARGS, index_put_all_doc},
+    {"gather_records", gather_records, METH_VARARGS, gather_records_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1340,6 +1466,7 @@ intern_names(void)
         {&s_prepared_transaction_offset, "prepared_transaction_offset"},
         {&s_properties, "properties"}, {&s_keys, "keys"}, {&s_records, "records"},
         {&s_spans, "spans"}, {&s_topic_prefix, "topic_prefix"}, {&s_count, "count"},
+        {&s_map, "map"}, {&s_base_offset, "base_offset"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)

@@ -32,6 +32,7 @@ from ferrymq.codec.properties import (
     decode_properties,
 )
 from store import _speedups as speedups
+from store.consume_queue import BLANK_SIZE as QUEUE_BLANK_SIZE
 from store.consume_queue import ENTRY as QUEUE_ENTRY
 from store.dispatch_request import DispatchPlan, DispatchRequest, QueueRun
 from store.hashing import index_key_hash, tag_hash_code
@@ -492,6 +493,66 @@ class CommitLog:
             return b""
         end = min(self.write_offset, segment.end_offset, physical_offset + max_length)
         return segment.read(physical_offset - segment.base_offset, end - physical_offset)
+
+    def gather(
+        self,
+        entries: bytes,
+        first_offset: int,
+        limit: int | None,
+        max_count: int,
+        max_bytes: int | None,
+        next_offset: int,
+    ) -> tuple[list[bytes], int]:
+        """The records consume-queue ``entries`` (from queue offset ``first_offset``)
+        point at, as a read takes them, in one C pass (``gather_records``): blank entries
+        passed over; stopping before a record that ends past ``limit`` or would take the
+        bytes past ``max_bytes`` (unless none is taken yet), and after ``max_count``; a
+        record not wholly in the log (retention took it meanwhile) skipped. Returns them
+        and the queue offset after the last entry looked at (``next_offset`` when none
+        was). The twin is ``gather_in_python``."""
+        segments = self.segments
+        return speedups.gather_records(
+            entries,
+            first_offset,
+            segments.files,
+            segments.file_size,
+            segments.write_offset,
+            -1 if limit is None else limit,
+            max_count,
+            -1 if max_bytes is None else max_bytes,
+            next_offset,
+        )
+
+    def gather_in_python(
+        self,
+        entries: bytes,
+        first_offset: int,
+        limit: int | None,
+        max_count: int,
+        max_bytes: int | None,
+        next_offset: int,
+    ) -> tuple[list[bytes], int]:
+        """What ``gather`` returns, entry by entry: the specification of its C."""
+        if len(entries) % QUEUE_ENTRY.size:
+            raise ValueError("consume-queue entries come whole, 20 bytes each")
+        found: list[bytes] = []
+        used = 0
+        for i, (physical, size, _) in enumerate(QUEUE_ENTRY.iter_unpack(entries)):
+            if size == QUEUE_BLANK_SIZE:
+                continue
+            if limit is not None and physical + size > limit:
+                break
+            if max_bytes is not None and found and used + size > max_bytes:
+                break
+            next_offset = first_offset + i + 1
+            data = self.read_bytes(physical, size)
+            if len(data) != size:
+                continue  # removed by retention while we read
+            found.append(data)
+            used += size
+            if len(found) >= max_count:
+                break
+        return found, next_offset
 
     def read_records(self, physical_offset: int, max_length: int) -> bytes:
         """Whole records from ``physical_offset`` (a record boundary): as many as fit in

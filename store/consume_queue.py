@@ -203,6 +203,22 @@ class ConsumeQueue:
                     yield offset, entry
                 offset += 1
 
+    def entry_bytes(self, queue_offset: int, max_count: int) -> tuple[int, bytes]:
+        """``entries`` as the files hold them: the queue offset of the first, and the
+        packed entries (blank ones among them) from there, at most ``max_count``."""
+        end = min(self.max_offset, queue_offset + max_count)
+        first = offset = max(queue_offset, self.min_offset)
+        chunks = []
+        while offset < end:
+            position = offset * ENTRY_SIZE
+            f = self.files.find(position)
+            if f is None:
+                break
+            stop = min(end * ENTRY_SIZE, f.end_offset)
+            chunks.append(f.map[position - f.base_offset : stop - f.base_offset])
+            offset = stop // ENTRY_SIZE
+        return first, chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
     def offset_by_time(self, timestamp_ms: int, store_time_of: Callable[[int], int | None]) -> int:
         """The first queue offset whose message was stored at or after ``timestamp_ms``
         (``max_offset`` when none was); binary search, since store times do not decrease."""

@@ -207,6 +207,8 @@ class IndexFile:
                     used += 1
             newest[slot_at] = number
             delta_s = (store_timestamp_ms - begin_ms) // 1000
+            if delta_s > 0x7FFFFFFF:
+                raise OverflowError("an entry's seconds do not fit 32 bits")
             add(
                 (
                     key_hash - (1 << 32) if key_hash & 0x80000000 else key_hash,

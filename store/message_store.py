@@ -813,6 +813,8 @@ class MessageStore:
         """``get_messages`` returning each record's stored bytes (``messages`` holds
         ``bytes``), at most ``max_bytes`` of them unless the first alone is larger: a bulk
         read that decodes nothing unless a tag filter needs the real tag."""
+        if tags is None:  # every record: one C pass (``CommitLog.gather``)
+            return self._scan_queue(topic, queue_id, offset, max_count, None, None, max_bytes)
         read_bytes = self.commitlog.read_bytes
 
         def raw(physical: int, size: int) -> bytes | None:
@@ -862,8 +864,26 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, low, high)
         if offset > high:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
-        wanted = {tag_hash_code(t) for t in tags} if tags is not None else None
         limit = self.read_cap()
+        if fetch is None:  # get_records of every record
+            first, entries = queue.entry_bytes(offset, max(max_count, 1) * 16)
+            found, next_offset = self.commitlog.gather(
+                entries, first, limit, max_count, max_bytes, offset
+            )
+        else:
+            found, next_offset = self._scan_entries(
+                queue, offset, max_count, tags, fetch, max_bytes, limit
+            )
+        status = GetStatus.FOUND if found else GetStatus.NO_MATCHED_MESSAGE
+        if not found and next_offset == offset:
+            status = GetStatus.OFFSET_OVERFLOW_ONE
+        return GetResult(status, found, next_offset, low, high)
+
+    @staticmethod
+    def _scan_entries(queue, offset, max_count, tags, fetch, max_bytes, limit):
+        """What each entry from ``offset`` gives through ``fetch`` (tags filtered by their
+        queue hash first), as ``CommitLog.gather`` takes records: (found, next offset)."""
+        wanted = {tag_hash_code(t) for t in tags} if tags is not None else None
         found: list = []
         used = 0
         next_offset = offset
@@ -885,10 +905,7 @@ class MessageStore:
             used += size
             if len(found) >= max_count:
                 break
-        status = GetStatus.FOUND if found else GetStatus.NO_MATCHED_MESSAGE
-        if not found and next_offset == offset:
-            status = GetStatus.OFFSET_OVERFLOW_ONE
-        return GetResult(status, found, next_offset, low, high)
+        return found, next_offset
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         queue = self.consume_queues.get(topic, queue_id)

@@ -18,7 +18,8 @@ make), ``received`` (``RecordReader.received``, the SDK's reading of a Fetch ans
 ``fetch_columns``, ``chunk_is_whole``, ``dispatch_plan``
 (``RecordCodec.dispatch_plan``), ``prepare`` (``RecordCodec.prepare``'s check of encoded
 properties), ``index_put_all`` (an index file's slots and links as a crash or the disk
-left them).
+left them), ``gather_records`` (consume-queue entries as the disk holds them, pointing
+anywhere in a log whose first segment retention took).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import tempfile
 import types
 from collections.abc import Callable
 
@@ -176,6 +178,39 @@ def fuzz_dispatch_plan(data: bytes) -> None:
         position = found[3]
 
 
+_GATHER_LOG: list = []  # the log gather_records reads, made on first use
+
+
+def _gather_log():
+    if not _GATHER_LOG:
+        store = MessageStore.open(
+            StoreConfig(
+                tempfile.mkdtemp(prefix="fuzz-gather-"),
+                commitlog_segment_bytes=40_960,
+                max_message_body_bytes=100,
+            )
+        )
+        for i in range(1000):
+            store.put_messages([Message("T", b"m%03d" % i * (1 + i % 20), i % 2)])
+        store.commitlog.delete_segments_before(lambda segment: True, 1)
+        _GATHER_LOG.append(store.commitlog)
+    return _GATHER_LOG[0]
+
+
+def fuzz_gather_records(data: bytes) -> None:
+    """A read's consume-queue entries from the fuzzer's bytes: the C takes the records
+    its twin takes, and stops where it stops."""
+    head, entries = data[:4].ljust(4, b"\x00"), data[4:]
+    if not head[0] & 0x80:  # whole entries, mostly: a cut one is refused at once
+        entries = entries[: len(entries) // 20 * 20]
+    log = _gather_log()
+    limit = None if head[0] & 1 else head[1] * 700
+    max_bytes = None if head[0] & 2 else head[2] * 40
+    arguments = (entries, head[3], limit, 1 + head[0] % 7, max_bytes, head[3])
+    expected = outcome(lambda: log.gather_in_python(*arguments))
+    assert outcome(lambda: log.gather(*arguments)) == expected
+
+
 INDEX_SLOTS, INDEX_ENTRIES = 7, 40
 
 
@@ -190,8 +225,12 @@ def fuzz_index_put_all(data: bytes) -> None:
     size = IndexFile.file_size(INDEX_SLOTS, INDEX_ENTRIES)
     header = INDEX_HEADER.pack(5000, 9000, 10, 90, head[1] >> 4, index_count)
     image = (header + region)[:size].ljust(size, b"\x00")
+    # Store times mostly ascending, the last one anywhere in int64 when the fuzzer says.
+    times = [7000 + 900 * i for i in range(count)]
+    if times and head[1] & 0x40:
+        times[-1] = int.from_bytes(keys[-8:].rjust(8, b"\x00"), "big", signed=True)
     entries = b"".join(
-        INDEX_KEY.pack(100 + i, 40, 7000 + 900 * i, int.from_bytes(keys[4 * i : 4 * i + 4], "big"))
+        INDEX_KEY.pack(100 + i, 40, times[i], int.from_bytes(keys[4 * i : 4 * i + 4], "big"))
         for i in range(count)
     )
     files = [IndexFile("fuzz", bytearray(image), INDEX_SLOTS, INDEX_ENTRIES) for _ in range(2)]
@@ -242,6 +281,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "dispatch_plan": fuzz_dispatch_plan,
     "prepare": fuzz_prepare,
     "index_put_all": fuzz_index_put_all,
+    "gather_records": fuzz_gather_records,
 }
 
 
@@ -261,6 +301,10 @@ def seeds(target: str) -> list[bytes]:
         "received": [b"".join(records), records[1]],
         "chunk_is_whole": [b"".join(records[:3]) + blank, records[0]],
         "dispatch_plan": [b"\x03\x04" + b"".join(records[:3]) + blank, b"\x81\x01" + records[1]],
+        "gather_records": [
+            b"\x00\xff\x40\x00" + bytes(8) + (40_000).to_bytes(8, "big") + (90).to_bytes(12, "big"),
+            b"\x03\x00\x00\x07" + (50_000).to_bytes(8, "big") + bytes(12),
+        ],
         "index_put_all": [
             b"\x00\x08" + bytes(range(32)),
             b"\x05\x13" + b"\x00\x00\x00\x03" * 3 + bytes(28) + b"\x00\x00\x00\x09" * 7,
