@@ -790,9 +790,11 @@ encoder_encode(RecordEncoder *self, PyObject *args)
     PyObject *result = NULL;
     int ok = 1;
     for (Py_ssize_t i = 0; ok > 0 && i < PyList_GET_SIZE(messages); i++) {
-        PyObject *message = PyList_GET_ITEM(messages, i);
+        /* Held: an attribute read may run Python code that changes the list. */
+        PyObject *message = Py_NewRef(PyList_GET_ITEM(messages, i));
         PyObject *body = PyObject_GetAttr(message, self->a_body);
         if (body == NULL) {
+            Py_DECREF(message);
             ok = -1;
             break;
         }
@@ -800,6 +802,7 @@ encoder_encode(RecordEncoder *self, PyObject *args)
         Py_buffer view;
         if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
             Py_DECREF(body);
+            Py_DECREF(message);
             if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
                 ok = -1;
                 break;
@@ -837,6 +840,7 @@ encoder_encode(RecordEncoder *self, PyObject *args)
             for (int b = 0; b < 8; b++)
                 head[6 + b] = (unsigned char)((uint64_t)born_ms >> (56 - 8 * b));
         }
+        Py_DECREF(message);
     }
     if (ok > 0)
         result = PyBytes_FromStringAndSize(w.data != NULL ? w.data : "", w.length);
@@ -1006,6 +1010,8 @@ received_at(RecordReader *self, const unsigned char *buf, Py_ssize_t p, PyObject
         Py_SETREF(body, plain);
     }
     args[4] = body;
+    if (body == NULL)
+        goto done;
     Py_INCREF(topic);
     args[0] = topic;
     args[1] = PyLong_FromLong(queue_id);
