@@ -1,7 +1,9 @@
-"""The Java load driver of ``bench.saturation`` (``bench/java/LoadDriver.java``): the
-OpenMessaging Benchmark's RocketMQ client (rocketmq-client 5.1.4, its 4.x API over
-remoting), resolved from Maven Central into the benchmarks' cache (``bench.peers.jvm``)
-and compiled there the first time its source changes."""
+"""The Java programs of the benchmarks on the official Java 4.x client (rocketmq-client
+5.1.4, the OpenMessaging Benchmark's RocketMQ driver, over remoting): ``LoadDriver``, the
+open-loop load of ``bench.saturation``, and ``PeerWorkloads``, the five workloads of
+``bench.peers`` (``bench/java/``). The client is resolved from Maven Central into the
+benchmarks' cache (``bench.peers.jvm``); each program is compiled there the first time its
+source changes."""
 
 from __future__ import annotations
 
@@ -13,18 +15,20 @@ import subprocess
 from bench.peers import jvm
 
 CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client", "5.1.4")
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "LoadDriver.java")
+SOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java")
 HEAP_MB = 1024
 
 
-def argv() -> list[str]:
-    """The command that runs the driver (its arguments follow: see the Java source)."""
+def program(name: str, heap_mb: int = HEAP_MB) -> list[str]:
+    """The command that runs ``bench/java/<name>.java``'s class (its arguments follow: see
+    the Java source); ``JvmUnavailable`` when Java, the client or the compile fails."""
     java = jvm.find_java()
     lib = jvm.resolve("load-driver", [CLIENT])
-    with open(SOURCE, "rb") as f:
+    source = os.path.join(SOURCES, f"{name}.java")
+    with open(source, "rb") as f:
         digest = hashlib.sha256(f.read() + lib.encode()).hexdigest()[:16]
-    classes = os.path.join(jvm.CACHE, f"load-driver-classes-{digest}")
-    if not os.path.exists(os.path.join(classes, "LoadDriver.class")):
+    classes = os.path.join(jvm.CACHE, f"{name}-classes-{digest}")
+    if not os.path.exists(os.path.join(classes, f"{name}.class")):
         javac = shutil.which("javac") or os.path.join(os.path.dirname(java), "javac")
         work = classes + ".partial"
         shutil.rmtree(work, ignore_errors=True)
@@ -39,21 +43,26 @@ def argv() -> list[str]:
                 os.path.join(lib, "*"),
                 "-d",
                 work,
-                SOURCE,
+                source,
             ],
             capture_output=True,
             text=True,
         )
         if done.returncode != 0:
-            raise jvm.JvmUnavailable(f"javac of the load driver failed: {done.stderr[-500:]}")
+            raise jvm.JvmUnavailable(f"javac of {name} failed: {done.stderr[-500:]}")
         shutil.rmtree(classes, ignore_errors=True)
         os.rename(work, classes)
     return [
         java,
-        f"-Xms{HEAP_MB}m",
-        f"-Xmx{HEAP_MB}m",
+        f"-Xms{heap_mb}m",
+        f"-Xmx{heap_mb}m",
         "-XX:+UseParallelGC",
         "-cp",
         f"{classes}:{os.path.join(lib, '*')}",
-        "LoadDriver",
+        name,
     ]
+
+
+def argv() -> list[str]:
+    """The command that runs the load driver of ``bench.saturation``."""
+    return program("LoadDriver")

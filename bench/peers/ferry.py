@@ -22,6 +22,7 @@ from importlib.metadata import version
 from bench.cluster import master_of, raft_leader_id, stop_cluster, wait_all_in_sync
 from bench.peers.drills import Timeline, drill_body, drill_seq
 from bench.peers.growth import spread
+from bench.peers.java_client import JavaClientWorkloads, java_client_name
 from bench.peers.official import OfficialClientWorkloads
 from bench.peers.workloads import (
     BATCH,
@@ -461,3 +462,19 @@ class FerrymqOfficialClient(OfficialClientWorkloads):
 
     def wait_rejoined(self, topic: str) -> None:
         self.group.wait_rejoined(topic)
+
+
+class FerrymqJavaClient(JavaClientWorkloads, FerrymqOfficialClient):
+    """The same 3-node SYNC group through the official Java 4.x client on the remoting
+    door, given the three nodes as its name servers: the client of the rocketmq-java
+    column, so the two differ by broker only."""
+
+    name = "ferrymq-java"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = java_client_name()
+
+    def start(self, registry) -> None:
+        super().start(registry)
+        self.java_namesrv = ";".join(n.remoting for n in self.group.plan.nodes)

@@ -19,6 +19,7 @@ from importlib.metadata import version
 
 from bench.peers import jvm, remoting
 from bench.peers.growth import batches, spread
+from bench.peers.java_client import JavaClientWorkloads, java_client_name
 from bench.peers.official import OfficialClientWorkloads
 from bench.peers.workloads import BATCH, BATCHES_IN_FLIGHT, IN_FLIGHT, WAIT_S, log, plain_body
 from ferrymq.launcher.cluster import free_ports
@@ -401,3 +402,19 @@ class RocketmqApacheShortTimeouts(RocketmqApache):
         "broker metadata syncs, the proxy's route cache; heartbeat timeout 3 s); the "
         "official client's retries find the new master"
     )
+
+
+class RocketmqApacheJava(JavaClientWorkloads, RocketmqApache):
+    """The same cluster through the official Java 4.x client, given the name server as
+    OpenMessaging Benchmark's driver is: Apache RocketMQ through its fastest client, and
+    the client of the ferrymq-java column."""
+
+    name = "rocketmq-java"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = java_client_name()
+
+    def start(self, registry) -> None:
+        super().start(registry)
+        self.java_namesrv = self.namesrv

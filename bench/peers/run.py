@@ -93,6 +93,9 @@ PEERS = (
     # The JVM peers fetch their own artifacts from Maven Central (bench.peers.jvm).
     PeerSpec("kafka", "bench.peers.kafka_kraft", "KafkaKraft", parts=ALL),
     PeerSpec("rocketmq", "bench.peers.rocketmq_apache", "RocketmqApache", parts=ALL),
+    # Apache RocketMQ and ferrymq through the same, fastest client: the Java 4.x client.
+    PeerSpec("rocketmq-java", "bench.peers.rocketmq_apache", "RocketmqApacheJava"),
+    PeerSpec("ferrymq-java", "bench.peers.ferry", "FerrymqJavaClient"),
     # The same, every failover period at its shortest: a second failover configuration.
     PeerSpec(
         "rocketmq-shortest",
