@@ -1,9 +1,10 @@
-"""The Java programs of the benchmarks on the official Java 4.x client (rocketmq-client
-5.1.4, the OpenMessaging Benchmark's RocketMQ driver, over remoting): ``LoadDriver``, the
-open-loop load of ``bench.saturation``, and ``PeerWorkloads``, the five workloads of
-``bench.peers`` (``bench/java/``). The client is resolved from Maven Central into the
-benchmarks' cache (``bench.peers.jvm``); each program is compiled there the first time its
-source changes."""
+"""The Java programs of the benchmarks (``bench/java/``), on the official Java clients:
+``LoadDriver``, the open-loop load of ``bench.saturation``, and ``PeerWorkloads``, the five
+workloads of ``bench.peers``, on the 4.x client (rocketmq-client 5.1.4, the OpenMessaging
+Benchmark's RocketMQ driver, over remoting); ``PeerWorkloadsGrpc``, the same five on the
+5.x client (rocketmq-client-java, over gRPC). Each client is resolved from Maven Central
+into the benchmarks' cache (``bench.peers.jvm``); each program is compiled there the first
+time its source changes."""
 
 from __future__ import annotations
 
@@ -15,15 +16,17 @@ import subprocess
 from bench.peers import jvm
 
 CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client", "5.1.4")
+GRPC_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client-java", "5.2.0")
 SOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java")
 HEAP_MB = 1024
 
 
-def program(name: str, heap_mb: int = HEAP_MB) -> list[str]:
-    """The command that runs ``bench/java/<name>.java``'s class (its arguments follow: see
-    the Java source); ``JvmUnavailable`` when Java, the client or the compile fails."""
+def program(name: str, heap_mb: int = HEAP_MB, client: jvm.Artifact = CLIENT) -> list[str]:
+    """The command that runs ``bench/java/<name>.java``'s class on ``client`` (its arguments
+    follow: see the Java source); ``JvmUnavailable`` when Java, the client or the compile
+    fails."""
     java = jvm.find_java()
-    lib = jvm.resolve("load-driver", [CLIENT])
+    lib = jvm.resolve("load-driver" if client == CLIENT else client.artifact, [client])
     source = os.path.join(SOURCES, f"{name}.java")
     with open(source, "rb") as f:
         digest = hashlib.sha256(f.read() + lib.encode()).hexdigest()[:16]

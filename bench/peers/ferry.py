@@ -22,7 +22,7 @@ from importlib.metadata import version
 from bench.cluster import master_of, raft_leader_id, stop_cluster, wait_all_in_sync
 from bench.peers.drills import Timeline, drill_body, drill_seq
 from bench.peers.growth import spread
-from bench.peers.java_client import JavaClientWorkloads, java_client_name
+from bench.peers.java_client import JavaClientWorkloads, JavaGrpcClientWorkloads
 from bench.peers.official import OfficialClientWorkloads
 from bench.peers.workloads import (
     BATCH,
@@ -464,17 +464,32 @@ class FerrymqOfficialClient(OfficialClientWorkloads):
         self.group.wait_rejoined(topic)
 
 
-class FerrymqJavaClient(JavaClientWorkloads, FerrymqOfficialClient):
+class FerrymqJava4Client(JavaClientWorkloads, FerrymqOfficialClient):
     """The same 3-node SYNC group through the official Java 4.x client on the remoting
-    door, given the three nodes as its name servers: the client of the rocketmq-java
+    doors, given the three nodes as its name servers: the client of the rocketmq-java4
     column, so the two differ by broker only."""
 
-    name = "ferrymq-java"
+    name = "ferrymq-java4"
 
     def __init__(self) -> None:
         super().__init__()
-        self.client = java_client_name()
+        self.client = self.java_client_name()
 
     def start(self, registry) -> None:
         super().start(registry)
-        self.java_namesrv = ";".join(n.remoting for n in self.group.plan.nodes)
+        self.java_address = ";".join(n.remoting for n in self.group.plan.nodes)
+
+
+class FerrymqJava5Client(JavaGrpcClientWorkloads, FerrymqOfficialClient):
+    """The same through the official Java 5.x client on the gRPC doors (every node as an
+    endpoint): the client of the rocketmq-java5 column."""
+
+    name = "ferrymq-java5"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = self.java_client_name()
+
+    def start(self, registry) -> None:
+        super().start(registry)
+        self.java_address = self.endpoints

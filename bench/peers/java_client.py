@@ -1,8 +1,13 @@
-"""The five workloads through the official Java 4.x client (``bench/java/PeerWorkloads.java``,
-rocketmq-client 5.1.4 with its default settings), against any broker a 4.x client reaches
-through a name server address: Apache RocketMQ's name server and ferrymq's remoting door
-alike, so that both are measured through the same client, and the fastest one RocketMQ
-has (its official Python client moves ~1,000 to 2,500 messages a second here).
+"""The five workloads through the official Java clients with their default settings, so that
+Apache RocketMQ and ferrymq are measured through the same client, and the fastest ones
+RocketMQ has (its official Python client moves ~1,000 to 2,500 messages a second here):
+
+- ``JavaClientWorkloads``: the 4.x client (rocketmq-client 5.1.4, over remoting;
+  ``bench/java/PeerWorkloads.java``), given a name server address: Apache RocketMQ's name
+  server, or ferrymq's remoting doors;
+- ``JavaGrpcClientWorkloads``: the 5.x client (rocketmq-client-java, over gRPC;
+  ``bench/java/PeerWorkloadsGrpc.java``), given endpoints: Apache RocketMQ's proxy, or
+  ferrymq's gRPC doors.
 
 Each workload runs in a JVM of its own, on a fresh topic and group, as
 ``OfficialClientWorkloads`` runs the official Python client's.
@@ -21,15 +26,23 @@ QUEUES = 8
 HEAP_MB = 512
 
 
-def java_client_name() -> str:
-    return f"rocketmq-client {load_driver.CLIENT.version} (official Java 4.x, default settings)"
-
-
 class JavaClientWorkloads:
-    """A peer's five workloads through the Java client, mixed in before the peer's class:
-    the peer provides ``java_namesrv`` (the address a 4.x client is given),
+    """A peer's five workloads through the Java 4.x client, mixed in before the peer's
+    class: the peer provides ``java_address`` (what the client is given),
     ``client_home`` and ``create_topic``, ``delete_topic``, ``create_group`` and
     ``delete_group``."""
+
+    java_program = "PeerWorkloads"
+    java_client = load_driver.CLIENT
+    java_address = ""
+
+    @classmethod
+    def java_client_name(cls) -> str:
+        line = "4.x, remoting" if cls.java_client == load_driver.CLIENT else "5.x, gRPC"
+        return (
+            f"{cls.java_client.artifact} {cls.java_client.version} "
+            f"(official Java {line}, default settings)"
+        )
 
     def _java_run(self, workload: str, count: int, queues: int = QUEUES, window: int = 0) -> dict:
         """``workload`` in a JVM of its own, on a fresh topic and group: what it printed
@@ -40,9 +53,9 @@ class JavaClientWorkloads:
         self.create_topic(topic, queues)
         self.create_group(group)
         home = self.client_home or os.environ.get("HOME", "")
-        argv = load_driver.program("PeerWorkloads", HEAP_MB)
+        argv = load_driver.program(self.java_program, HEAP_MB, self.java_client)
         argv[1:1] = [f"-Duser.home={home}"]  # where the client writes its logs
-        arguments = [self.java_namesrv, workload, topic, group, str(count)]
+        arguments = [self.java_address, workload, topic, group, str(count)]
         if window:
             arguments.append(str(window))
         try:
@@ -77,3 +90,15 @@ class JavaClientWorkloads:
 
     def consume(self, count: int) -> float:
         return self._java_run("consume", count)["seconds"]
+
+
+class JavaGrpcClientWorkloads(JavaClientWorkloads):
+    """The same through the Java 5.x client; ``java_address`` is its endpoints."""
+
+    java_program = "PeerWorkloadsGrpc"
+    java_client = load_driver.GRPC_CLIENT
+
+    def batched_send(self, count: int) -> float:
+        """The client has no batch API: ``BATCH * BATCHES_IN_FLIGHT`` sends outstanding,
+        the same number of messages in flight as the other peers' batches."""
+        return self._java_run("windowed_send", count, window=BATCH * BATCHES_IN_FLIGHT)["seconds"]

@@ -19,7 +19,7 @@ from importlib.metadata import version
 
 from bench.peers import jvm, remoting
 from bench.peers.growth import batches, spread
-from bench.peers.java_client import JavaClientWorkloads, java_client_name
+from bench.peers.java_client import JavaClientWorkloads, JavaGrpcClientWorkloads
 from bench.peers.official import OfficialClientWorkloads
 from bench.peers.workloads import BATCH, BATCHES_IN_FLIGHT, IN_FLIGHT, WAIT_S, log, plain_body
 from ferrymq.launcher.cluster import free_ports
@@ -404,17 +404,32 @@ class RocketmqApacheShortTimeouts(RocketmqApache):
     )
 
 
-class RocketmqApacheJava(JavaClientWorkloads, RocketmqApache):
-    """The same cluster through the official Java 4.x client, given the name server as
+class RocketmqApacheJava4(JavaClientWorkloads, RocketmqApache):
+    """The same cluster through the official Java 4.x client, given the name server as the
     OpenMessaging Benchmark's driver is: Apache RocketMQ through its fastest client, and
-    the client of the ferrymq-java column."""
+    the client of the ferrymq-java4 column."""
 
-    name = "rocketmq-java"
+    name = "rocketmq-java4"
 
     def __init__(self) -> None:
         super().__init__()
-        self.client = java_client_name()
+        self.client = self.java_client_name()
 
     def start(self, registry) -> None:
         super().start(registry)
-        self.java_namesrv = self.namesrv
+        self.java_address = self.namesrv
+
+
+class RocketmqApacheJava5(JavaGrpcClientWorkloads, RocketmqApache):
+    """The same cluster through the official Java 5.x client, given the proxy: the client
+    of the ferrymq-java5 column."""
+
+    name = "rocketmq-java5"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = self.java_client_name()
+
+    def start(self, registry) -> None:
+        super().start(registry)
+        self.java_address = self.endpoints

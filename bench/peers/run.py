@@ -93,9 +93,12 @@ PEERS = (
     # The JVM peers fetch their own artifacts from Maven Central (bench.peers.jvm).
     PeerSpec("kafka", "bench.peers.kafka_kraft", "KafkaKraft", parts=ALL),
     PeerSpec("rocketmq", "bench.peers.rocketmq_apache", "RocketmqApache", parts=ALL),
-    # Apache RocketMQ and ferrymq through the same, fastest client: the Java 4.x client.
-    PeerSpec("rocketmq-java", "bench.peers.rocketmq_apache", "RocketmqApacheJava"),
-    PeerSpec("ferrymq-java", "bench.peers.ferry", "FerrymqJavaClient"),
+    # Apache RocketMQ and ferrymq through the same, fastest clients: the Java clients of
+    # both generations (4.x over remoting, 5.x over gRPC), with their defaults.
+    PeerSpec("rocketmq-java4", "bench.peers.rocketmq_apache", "RocketmqApacheJava4"),
+    PeerSpec("ferrymq-java4", "bench.peers.ferry", "FerrymqJava4Client"),
+    PeerSpec("rocketmq-java5", "bench.peers.rocketmq_apache", "RocketmqApacheJava5"),
+    PeerSpec("ferrymq-java5", "bench.peers.ferry", "FerrymqJava5Client"),
     # The same, every failover period at its shortest: a second failover configuration.
     PeerSpec(
         "rocketmq-shortest",

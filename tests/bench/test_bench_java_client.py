@@ -1,12 +1,13 @@
-"""bench.peers' Java client columns (``bench/java/PeerWorkloads.java``): each of the five
+"""bench.peers' Java client columns (``bench/java/PeerWorkloads*.java``): each of the five
 workloads runs through the official Java 4.x client against a real node on its remoting
-door, and answers what ``bench.peers.workloads.measure`` expects of it."""
+door and through the 5.x client on its gRPC door, and answers what
+``bench.peers.workloads.measure`` expects of it."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.peers.java_client import JavaClientWorkloads
+from bench.peers.java_client import JavaClientWorkloads, JavaGrpcClientWorkloads
 from bench.peers.run import PEERS
 from bench.peers.workloads import BATCH
 from ferrymq.client import Admin
@@ -15,12 +16,11 @@ from tests.support import clients
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
 
 
-class OneNode(JavaClientWorkloads):
+class OneNode:
     """The Java workloads against one node, its topics made through the admin API."""
 
     def __init__(self, node, home: str) -> None:
         self.node = node
-        self.java_namesrv = node.remoting
         self.client_home = home
         self.groups: list[str] = []
 
@@ -42,8 +42,21 @@ class OneNode(JavaClientWorkloads):
             admin.delete_group(group)
 
 
-def test_each_workload_runs_through_the_java_client(node, tmp_path):
-    peer = OneNode(node, str(tmp_path))
+class Remoting(JavaClientWorkloads, OneNode):
+    def __init__(self, node, home: str) -> None:
+        super().__init__(node, home)
+        self.java_address = node.remoting
+
+
+class Grpc(JavaGrpcClientWorkloads, OneNode):
+    def __init__(self, node, home: str) -> None:
+        super().__init__(node, home)
+        self.java_address = node.address
+
+
+@pytest.mark.parametrize("door", [Remoting, Grpc], ids=["java4-remoting", "java5-grpc"])
+def test_each_workload_runs_through_the_java_client(door, node, tmp_path):
+    peer = door(node, str(tmp_path))
     took = peer.sequential_send(20)
     assert len(took) == 20 and all(0 < t < 30 for t in took)
     assert 0 < peer.inflight_send(300, 64) < 60
@@ -55,7 +68,7 @@ def test_each_workload_runs_through_the_java_client(node, tmp_path):
 
 
 def test_a_refused_workload_says_why(node, tmp_path):
-    class Unknown(OneNode):
+    class Unknown(Remoting):
         def create_topic(self, topic: str, queues: int) -> None:
             """Not created: every send is refused for a topic the node does not have."""
 
@@ -68,6 +81,6 @@ def test_a_refused_workload_says_why(node, tmp_path):
 
 def test_the_java_columns_are_peers_of_the_run():
     names = {spec.name: spec for spec in PEERS}
-    assert names["rocketmq-java"].cls == "RocketmqApacheJava"
-    assert names["ferrymq-java"].cls == "FerrymqJavaClient"
-    assert names["rocketmq-java"].parts == ("workloads",)
+    for generation in ("java4", "java5"):
+        assert names[f"rocketmq-{generation}"].parts == ("workloads",)
+        assert names[f"ferrymq-{generation}"].parts == ("workloads",)
