@@ -471,7 +471,7 @@ def received_outcome(call) -> object:
         return type(error).__name__, str(error)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)  # ~15 ms an example; the fuzz target `received` goes on
 @given(st.one_of(sdk_answer(), fetch_answers(name_value_separator=False).map(lambda a: a[0])))
 def test_received_messages_in_c_are_their_python_twin(answer):
     """The C reads every answer its twin reads into equal messages, raises what the twin
@@ -532,7 +532,7 @@ def sdk_message(draw) -> SdkMessage:
     )
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)  # ~15 ms an example (the generated messages)
 @given(st.lists(sdk_message(), max_size=4), st.sampled_from([pb.NORMAL, pb.FIFO, 99]))
 def test_produce_records_in_c_are_their_python_twin(messages, message_type):
     """The C encodes every batch its twin encodes into the same bytes and declines (None)
