@@ -71,7 +71,9 @@ class JavaClientWorkloads:
             self.delete_group(group)
         lines = done.stdout.strip().splitlines()
         if done.returncode != 0 or not lines:
-            raise RuntimeError(f"Java client {workload}: {done.stderr.strip()[-600:]}")
+            said = [line for line in done.stderr.splitlines() if line.startswith(workload)]
+            why = said[-1] if said else done.stderr.strip()[-600:]
+            raise RuntimeError(f"Java client {workload}: {why}")
         return json.loads(lines[-1])
 
     def sequential_send(self, count: int) -> list[float]:
