@@ -471,13 +471,9 @@ class FerrymqJava4Client(JavaClientWorkloads, FerrymqOfficialClient):
 
     name = "ferrymq-java4"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.client = self.java_client_name()
-
-    def start(self, registry) -> None:
-        super().start(registry)
-        self.java_address = ";".join(n.remoting for n in self.group.plan.nodes)
+    @property
+    def java_address(self) -> str:
+        return ";".join(n.remoting for n in self.group.plan.nodes)
 
 
 class FerrymqJava5Client(JavaGrpcClientWorkloads, FerrymqOfficialClient):
@@ -486,10 +482,6 @@ class FerrymqJava5Client(JavaGrpcClientWorkloads, FerrymqOfficialClient):
 
     name = "ferrymq-java5"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.client = self.java_client_name()
-
-    def start(self, registry) -> None:
-        super().start(registry)
-        self.java_address = self.endpoints
+    @property
+    def java_address(self) -> str:
+        return self.endpoints

@@ -36,6 +36,10 @@ class JavaClientWorkloads:
     java_client = load_driver.CLIENT
     java_address = ""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.client = self.java_client_name()
+
     @classmethod
     def java_client_name(cls) -> str:
         line = "4.x, remoting" if cls.java_client == load_driver.CLIENT else "5.x, gRPC"

@@ -411,13 +411,9 @@ class RocketmqApacheJava4(JavaClientWorkloads, RocketmqApache):
 
     name = "rocketmq-java4"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.client = self.java_client_name()
-
-    def start(self, registry) -> None:
-        super().start(registry)
-        self.java_address = self.namesrv
+    @property
+    def java_address(self) -> str:
+        return self.namesrv
 
 
 class RocketmqApacheJava5(JavaGrpcClientWorkloads, RocketmqApache):
@@ -426,10 +422,6 @@ class RocketmqApacheJava5(JavaGrpcClientWorkloads, RocketmqApache):
 
     name = "rocketmq-java5"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.client = self.java_client_name()
-
-    def start(self, registry) -> None:
-        super().start(registry)
-        self.java_address = self.endpoints
+    @property
+    def java_address(self) -> str:
+        return self.endpoints
