@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import importlib.metadata
 import logging
 import os
 import secrets
@@ -105,10 +106,13 @@ from node.tls import (
 from node.topics import MessageType, TopicTable
 from node.wakeups import watch_wakeups
 from routing.commands import CatchUp, CreateUser, NodeHeartbeat, RegisterNode
+from routing.formats import NEWEST_FORMAT
 from routing.replica import RoutingUnavailable
 from store import sync_ledger
 from store.message_store import MessageStore
 
+# What this node tells routing it runs (ClusterStatus shows it; issue 41's upgrades).
+SOFTWARE_VERSION = importlib.metadata.version("ferrymq")
 log = logging.getLogger("ferrymq.node")
 HOUSEKEEPING_INTERVAL_S = 1.0
 # CPython collects its youngest generation every 700 new container objects. A node makes a
@@ -625,6 +629,8 @@ class Node:
                         wall_ms=int(time.time() * 1000),
                         lease_ms=self.config.cluster.lease_ms,
                         damaged_log=self.raw_store.damage.unrefilled,
+                        software_version=SOFTWARE_VERSION,
+                        routing_format=NEWEST_FORMAT,
                     )
                 )
             except RoutingUnavailable as error:

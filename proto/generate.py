@@ -35,6 +35,7 @@ SOURCES = [
     "apache/rocketmq/v2/service.proto",
     "ferrymq/admin.proto",
     "ferrymq/data.proto",
+    "ferrymq/routing.proto",
 ]
 GENERATOR_VERSION = "1.85.1"
 IMPORT = re.compile(r"^from (apache\.rocketmq\.v2|ferrymq) import (\w+_pb2)", re.MULTILINE)

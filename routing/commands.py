@@ -1,6 +1,7 @@
 """The commands of the routing state machine: the only way its state changes.
 
-Each command is a frozen dataclass, pickled into the Raft log by pysyncobj and applied by
+Each command is a frozen dataclass, written into the Raft log in the cluster's routing
+format (``routing/formats.py``: pickled by pysyncobj, or a protobuf entry) and applied by
 ``RoutingState.apply`` on every replica in log order. Everything a command needs is in its
 fields (never the applying replica's clock or files), so every replica reaches the same
 state.
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from routing.acl import AclEntry
+from routing.formats import PICKLED
 from routing.metadata import LITE_EXPIRATION_NEVER, MessageType, Permission
 
 
@@ -51,6 +53,8 @@ class RegisterNode:
     damaged_log: bool = False
     remoting_address: str = ""  # RocketMQ 4.x clients' port (node/remoting/)
     raft_address: str = ""  # its routing voter's address; "" for a read-only replica
+    software_version: str = ""  # the node's ferrymq version ("" from 0.1.0)
+    routing_format: int = PICKLED  # the newest routing format its code reads
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,16 @@ class CatchUp:
     """Changes nothing. Committed and applied on the replica that submitted it, it proves
     that replica has applied everything routing committed before (a read barrier:
     ``RoutingReplica.catch_up``)."""
+
+
+@dataclass(frozen=True)
+class SetRoutingFormat:
+    """Write the Raft log and snapshots in ``routing_format`` from the next entry on
+    (``ferrymq cluster finalize-upgrade``). Refused while a registered node's code does not
+    read it, and for a format older than the current one: a node of an older release could
+    no longer follow the log, so this is the step after which a downgrade is not possible."""
+
+    routing_format: int
 
 
 @dataclass(frozen=True)
@@ -253,4 +267,5 @@ Command = (
     | DeleteUser
     | GrantAcl
     | RevokeAcl
+    | SetRoutingFormat
 )

@@ -151,6 +151,10 @@ class Member:
     # Its routing voter's address ("" for a read-only replica, or a node that registered
     # before the field existed): the controller keeps Raft leadership off masters' nodes.
     raft_address: str = ""
+    # Its ferrymq version and the newest routing format its code reads, as it registered
+    # ("" and 1 for a node of 0.1.0): SetRoutingFormat waits for every member to read it.
+    software_version: str = ""
+    routing_format: int = 1
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@ without voting. Either kind answers reads from its local copy (possibly a little
 routes are refreshed by clients anyway) and forwards commands to the leader.
 
 pysyncobj facts this module works around (see docs/guarantees.md, "Routing"):
-- commands and snapshots are pickled: the cluster secret (pysyncobj's password, Fernet
-  encryption) is mandatory, so a peer without it can neither read nor inject anything;
+- its log entries and snapshots are pickles (ours inside them are protobuf bytes once the
+  cluster writes routing format 2, ``routing/formats.py``): the cluster secret
+  (pysyncobj's password, Fernet encryption) is mandatory, so a peer without it can
+  neither read nor inject anything;
 - a command submitted while no leader is known would wait in a queue and could commit long
   after the caller gave up, so ``submit`` never hands pysyncobj a command without a
   quorum: it refuses (after trying again for up to a second, as it does every refusal
@@ -48,8 +50,9 @@ from typing import TypeVar
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
-from routing import raft_files
+from routing import encoding, raft_files
 from routing.commands import CatchUp, CommandResult, Tracked
+from routing.formats import PROTOBUF
 from routing.raft_transport import MAX_COMMAND_BYTES, BoundedTcpTransport
 from routing.state import RoutingState
 
@@ -65,6 +68,7 @@ RETRY_PAUSE_S = 0.02
 # topics nobody created must not become a flood of Raft entries.
 CATCH_UP_SPACING_S = 0.05
 T = TypeVar("T")
+SNAPSHOT_KEY = "routing_state"  # a format-2 snapshot: the state's bytes under this key
 raft_files.install()
 
 FAIL_REASONS = {
@@ -124,7 +128,10 @@ class _Machine(SyncObjConsumer):
     @replicated
     def apply(self, command: object) -> CommandResult:
         """Listeners hear the command a request carries, and nothing of a request applied
-        before (it changed nothing this time)."""
+        before (it changed nothing this time). ``command`` is a format-2 entry's bytes, or
+        the command itself in format 1 (pickled by pysyncobj: ``routing/formats.py``)."""
+        if isinstance(command, bytes):
+            command = encoding.decode_entry(command)
         with self.lock:
             tracked = command if isinstance(command, Tracked) else None
             if tracked is not None and self.state.outcome(tracked.request_id) is not None:
@@ -136,9 +143,20 @@ class _Machine(SyncObjConsumer):
             log.exception("routing listener failed on %r", command)
         return result
 
+    def _serialize(self) -> dict:
+        """The state for a snapshot, in the cluster's routing format (format 1: the object,
+        which pysyncobj pickles)."""
+        with self.lock:
+            if self.state.routing_format >= PROTOBUF:
+                return {SNAPSHOT_KEY: encoding.encode_state(self.state)}
+            return super()._serialize()
+
     def _deserialize(self, data: dict) -> None:
         with self.lock:
-            super()._deserialize(data)
+            if SNAPSHOT_KEY in data:
+                self.state = encoding.decode_state(data[SNAPSHOT_KEY], RoutingState())
+            else:
+                super()._deserialize(data)
             try:
                 self.on_restored(self.state)
             except Exception:  # as in apply: the Raft thread goes on
@@ -304,10 +322,10 @@ class RoutingReplica:
         committed has its result in ``RoutingState.outcomes``, and one that did not never
         will (a new leader committed past it without it) and is submitted again."""
         tracked = command if isinstance(command, CatchUp) else Tracked(os.urandom(16), command)
-        size = len(pickle.dumps(tracked))
+        size = len(pickle.dumps(tracked))  # the larger of the two formats
         if size > MAX_COMMAND_BYTES:
             raise CommandTooLarge(
-                f"{type(command).__name__} pickles to {size} bytes, over the "
+                f"{type(command).__name__} takes {size} bytes, over the "
                 f"{MAX_COMMAND_BYTES}-byte limit of a routing command: refused"
             )
         started = time.monotonic()
@@ -376,6 +394,9 @@ class RoutingReplica:
         def done(result: CommandResult | None, error: int) -> None:
             loop.call_soon_threadsafe(resolve, result, error)
 
+        # In the cluster's format: a node that reads only format 1 may still follow the log.
+        if self.machine.state.routing_format >= PROTOBUF:
+            command = encoding.encode_entry(command)
         self.machine.apply(command, callback=done)
         try:
             return await asyncio.wait_for(asyncio.shield(outcome), timeout_s)

@@ -45,10 +45,12 @@ from routing.commands import (
     ReportMasterFound,
     ReportMasterLost,
     RevokeAcl,
+    SetRoutingFormat,
     Tracked,
     UpdateTopic,
     UpdateUser,
 )
+from routing.formats import NEWEST_FORMAT, PICKLED
 from routing.metadata import (
     DLQ_PREFIX,
     FIRST_USE_GROUPS_MAX,
@@ -87,12 +89,16 @@ class RoutingState:
         self.applied = 0  # commands applied, successful or not
         # request id -> result of the last OUTCOMES_KEPT tracked commands, oldest first
         self.outcomes: dict[bytes, CommandResult] = {}
+        # The format the log and snapshots are written in (routing/formats.py).
+        self.routing_format = PICKLED
 
     def __setstate__(self, fields: dict) -> None:
-        """Snapshots written before users (or tracked requests) existed load with none."""
+        """Pickled snapshots written before users, tracked requests or routing formats
+        existed load with none (format 1)."""
         self.__dict__.update(fields)
         self.__dict__.setdefault("users", {})
         self.__dict__.setdefault("outcomes", {})
+        self.__dict__.setdefault("routing_format", PICKLED)
 
     # ---- the state machine -------------------------------------------------------------
     def apply(self, command: object) -> CommandResult:
@@ -107,6 +113,9 @@ class RoutingState:
             return CommandResult(False, error.reason, error.detail)
         replaced: dict[str, dict] = {}
         for table, key, record in changes:
+            if table == "routing_format":  # the one change that is not to a table
+                self.routing_format = record
+                continue
             records = replaced.get(table)
             if records is None:
                 records = replaced[table] = dict(getattr(self, table))  # copy on write
@@ -173,6 +182,8 @@ class RoutingState:
             damaged_log=command.damaged_log,
             remoting_address=command.remoting_address,
             raft_address=command.raft_address,
+            software_version=command.software_version,
+            routing_format=command.routing_format,
         )
         group = self.broker_groups.get(command.broker_group) or BrokerGroup(command.broker_group)
         if group.master is None:
@@ -364,6 +375,29 @@ class RoutingState:
 
     def _plan_catch_up(self, command: CatchUp) -> tuple[list[Change], object]:
         return [], None
+
+    def _plan_set_routing_format(self, command: SetRoutingFormat) -> tuple[list[Change], object]:
+        wanted = command.routing_format
+        if wanted < self.routing_format:
+            raise TopicError(
+                "FORMAT_DOWNGRADE",
+                f"routing format is {self.routing_format}; it never goes back to {wanted}",
+            )
+        if wanted > NEWEST_FORMAT:
+            raise TopicError("UNKNOWN_FORMAT", f"routing format {wanted} is not known here")
+        behind = sorted(
+            f"{m.node_id} ({m.software_version or '0.1.0 or older'})"
+            for m in self.members.values()
+            if m.routing_format < wanted
+        )
+        if behind:
+            raise TopicError(
+                "NODES_NOT_UPGRADED",
+                f"routing format {wanted} needs every node to read it; these do not yet: "
+                + ", ".join(behind)
+                + " (upgrade them and let them register, then finalize again)",
+            )
+        return [("routing_format", "", wanted)], None
 
     def _broker_group(self, name: str) -> BrokerGroup:
         group = self.broker_groups.get(name)
@@ -599,4 +633,5 @@ _PLANNERS = {
     DeleteUser: RoutingState._plan_delete_user,
     GrantAcl: RoutingState._plan_grant_acl,
     RevokeAcl: RoutingState._plan_revoke_acl,
+    SetRoutingFormat: RoutingState._plan_set_routing_format,
 }

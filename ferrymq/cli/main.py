@@ -74,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_status = clusters.add_parser("status", parents=[common])
     cluster_status.add_argument("--data", help="cluster directory (instead of --server)")
     cluster_status.set_defaults(handler=cluster_status_command)
+    finalize = clusters.add_parser(
+        "finalize-upgrade",
+        parents=[common],
+        help="the last step of a rolling upgrade: routing writes its newest format "
+        "(refused until every node runs this release; no downgrade after it)",
+    )
+    finalize.add_argument("--data", help="cluster directory (instead of --server)")
+    finalize.set_defaults(handler=finalize_upgrade_command)
     cluster_stop = clusters.add_parser("down", help="stop a local cluster cleanly")
     cluster_stop.add_argument("--data", required=True, help="cluster directory")
     cluster_stop.set_defaults(handler=cluster_stop_command)
@@ -377,34 +385,49 @@ def cluster_start_command(args) -> int:
     return 0
 
 
-def cluster_status_command(args) -> int:
+def on_first_answering_node(args, call):
+    """``call(admin)`` on the first node of ``--data``'s cluster (or ``--server``) that
+    answers."""
     from ferrymq.client import Admin, FerryError
     from ferrymq.launcher.cluster import ClusterError, load_plan
 
     servers = [args.server]
-    if args.data:
+    if getattr(args, "data", None):
         plan = load_plan(args.data)
         if plan is None:
             raise ClusterError(f"no cluster.json in {args.data}")
         servers = [n.grpc for n in plan.nodes]
-    status, last_error = None, None
-    for server in servers:  # the first node that answers
+    last_error: Exception | None = None
+    for server in servers:
         try:
             with Admin(server, timeout_s=3) as admin:
-                status = admin.cluster_status()
-            break
+                return call(admin)
         except FerryError as error:
             last_error = error
-    if status is None:
-        assert last_error is not None
-        raise last_error
+    assert last_error is not None
+    raise last_error
+
+
+def finalize_upgrade_command(args) -> int:
+    routing_format = on_first_answering_node(args, lambda admin: admin.finalize_upgrade())
+    show(
+        args,
+        {"routing_format": routing_format},
+        f"routing writes format {routing_format} from now on: the upgrade is final",
+    )
+    return 0
+
+
+def cluster_status_command(args) -> int:
+    status = on_first_answering_node(args, lambda admin: admin.cluster_status())
     if args.json:
         emit_json(status)
         return 0
     leader = status.raft_leader or "(none)"
     print(
         f"routing: leader {leader}, term {status.raft_term}, commit index "
-        f"{status.raft_commit_index} (as seen by {status.answered_by})"
+        f"{status.raft_commit_index}, format {status.routing_format} "
+        f"(as seen by {status.answered_by})"
     )
     print(
         table(
@@ -422,7 +445,7 @@ def cluster_status_command(args) -> int:
     print()
     print(
         table(
-            ["node", "group", "role", "address", "alive", "max offset", "log"],
+            ["node", "group", "role", "address", "alive", "max offset", "log", "version"],
             [
                 [
                     n.id,
@@ -432,6 +455,7 @@ def cluster_status_command(args) -> int:
                     n.alive,
                     n.max_offset,
                     DAMAGED_LOG if n.damaged_log else "whole",
+                    n.software_version or "0.1.0",
                 ]
                 for n in status.nodes
             ],

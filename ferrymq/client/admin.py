@@ -41,6 +41,8 @@ class NodeInfo:
     last_heartbeat_ms: int
     # Its recovery cut its log after an invalid record, not refilled from a master yet.
     damaged_log: bool = False
+    software_version: str = ""  # "" for a node of 0.1.0
+    routing_format: int = 1  # the newest routing format its code reads
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class ClusterInfo:
     voters: tuple[VoterInfo, ...]
     broker_groups: tuple[BrokerGroupInfo, ...]
     nodes: tuple[NodeInfo, ...]
+    routing_format: int = 1  # what routing's log and snapshots are written in
 
 
 @dataclass(frozen=True)
@@ -428,10 +431,22 @@ class Admin:
                     n.epoch,
                     n.last_heartbeat_ms,
                     n.damaged_log,
+                    n.software_version,
+                    n.routing_format,
                 )
                 for n in answer.nodes
             ),
+            routing_format=answer.routing_format or 1,
         )
+
+    def finalize_upgrade(self, routing_format: int = 0) -> int:
+        """The last step of a rolling upgrade (every node upgraded): routing writes
+        ``routing_format`` (0: the newest the answering node reads) from now on, and a
+        node of an older release can no longer follow it. Returns the format."""
+        answer = self._call(
+            self.stub.FinalizeUpgrade, api.FinalizeUpgradeRequest(routing_format=routing_format)
+        )
+        return answer.routing_format
 
     def failover(self, broker_group: str, target_node: str = "") -> tuple[str, int, int]:
         """Planned switchover: (new master, its epoch, ms writes were paused)."""

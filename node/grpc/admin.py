@@ -161,6 +161,8 @@ def cluster_message(snapshot: ClusterSnapshot) -> api.ClusterStatusResponse:
                 alive=m.alive,
                 last_heartbeat_ms=m.last_heartbeat_ms,
                 damaged_log=m.damaged_log,
+                software_version=m.software_version,
+                routing_format=m.routing_format,
             )
         )
     voters = [
@@ -193,6 +195,7 @@ def cluster_message(snapshot: ClusterSnapshot) -> api.ClusterStatusResponse:
         voters=voters,
         broker_groups=broker_groups,
         answered_by=snapshot.answered_by,
+        routing_format=snapshot.routing_format,
     )
 
 
@@ -424,6 +427,13 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
             }
 
         return await self._serve(context, "Failover", api.FailoverResponse, work)
+
+    async def FinalizeUpgrade(self, request, context):
+        async def work(caller):
+            done = await self.admin.finalize_upgrade(caller, request.routing_format)
+            return {"routing_format": done}
+
+        return await self._serve(context, "FinalizeUpgrade", api.FinalizeUpgradeResponse, work)
 
     # ---- users and ACL entries ---------------------------------------------------------
     async def CreateUser(self, request, context):

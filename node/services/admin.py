@@ -42,9 +42,11 @@ from routing.commands import (
     DeleteUser,
     GrantAcl,
     RevokeAcl,
+    SetRoutingFormat,
     UpdateTopic,
     UpdateUser,
 )
+from routing.formats import NEWEST_FORMAT
 from routing.metadata import BrokerGroup, GroupConfig, Member, TopicRoute
 from routing.replica import RaftStatus, RoutingReplica, RoutingUnavailable
 from store.results import LogFigures
@@ -60,6 +62,8 @@ CODES = {
     "USER_EXISTS": ALREADY_EXISTS,
     "USER_NOT_FOUND": NOT_FOUND,
     "ACL_NOT_FOUND": NOT_FOUND,
+    "NODES_NOT_UPGRADED": FAILED_PRECONDITION,
+    "FORMAT_DOWNGRADE": FAILED_PRECONDITION,
 }
 SECRET_MIN_LENGTH = 8
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 16
@@ -136,6 +140,7 @@ class ClusterSnapshot:
     broker_groups: list[BrokerGroup]
     raft: RaftStatus
     answered_by: str
+    routing_format: int
 
 
 class AdminService:
@@ -354,10 +359,17 @@ class AdminService:
         self.permissions.require(caller, ())
 
         def snapshot(state):
-            return list(state.members.values()), list(state.broker_groups.values())
+            members, groups = list(state.members.values()), list(state.broker_groups.values())
+            return members, groups, state.routing_format
 
-        members, groups = self.routing.read(snapshot)
-        return ClusterSnapshot(members, groups, self.routing.status(), self.node_id)
+        members, groups, routing_format = self.routing.read(snapshot)
+        return ClusterSnapshot(members, groups, self.routing.status(), self.node_id, routing_format)
+
+    async def finalize_upgrade(self, caller: Caller, routing_format: int) -> int:
+        """Routing writes ``routing_format`` (0: the newest this code reads) from now on."""
+        wanted = routing_format or NEWEST_FORMAT
+        await self._change(caller, SetRoutingFormat(wanted))
+        return wanted
 
     def runtime(self, caller: Caller) -> RuntimeFigures:
         """This node's role, traffic and log (mqadmin's runtime figures: admins only)."""

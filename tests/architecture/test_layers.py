@@ -27,7 +27,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 LAYERS: dict[str, frozenset[str]] = {
     "ferrymq.codec": frozenset(),
     "ferrymq.protocol": frozenset(),
-    "routing": frozenset(),
+    "routing": frozenset({"ferrymq.protocol"}),
     "store": frozenset({"ferrymq.codec"}),
     "ha": frozenset({"ferrymq.codec", "store", "routing"}),
     "node": frozenset({"ferrymq.codec", "ferrymq.protocol", "store", "ha", "routing"}),

@@ -14,6 +14,7 @@ import pytest
 
 from ferrymq.cli.main import main
 from ferrymq.launcher.cluster import cluster_down
+from routing.formats import NEWEST_FORMAT, PICKLED
 from tests.support import ROOT
 
 
@@ -230,6 +231,25 @@ def test_cluster_status_shows_voters_leader_groups_and_members(up, capsys):
     assert len(status["voters"]) == 3 and sum(v["leader"] for v in status["voters"]) == 1
     assert [g["name"] for g in status["broker_groups"]] == ["group-1"]
     assert all(n["alive"] for n in status["nodes"])
+
+
+def test_finalize_upgrade_switches_routing_to_its_newest_format(up, capsys):
+    """Every node of ``up`` runs this release, so the switch is taken; routing commits
+    after it (a topic created), and cluster status shows the format and each version."""
+    data = str(up[2] / "data")
+    code, out, _ = run(capsys, "cluster", "status", "--data", data, "--json")
+    status = json.loads(out)
+    assert status["routing_format"] == PICKLED
+    assert {n["routing_format"] for n in status["nodes"]} == {NEWEST_FORMAT}
+    assert all(n["software_version"] for n in status["nodes"])
+    code, out, _ = run(capsys, "cluster", "finalize-upgrade", "--data", data)
+    assert code == 0 and f"routing writes format {NEWEST_FORMAT}" in out, out
+    code, out, _ = run(capsys, "cluster", "status", "--data", data)
+    assert f"format {NEWEST_FORMAT}" in out
+    code, _, err = run(capsys, "topic", "create", "after-finalize", "--server", up[0])
+    assert code == 0, err
+    code, out, _ = run(capsys, "topic", "list", "--server", up[0])
+    assert "after-finalize" in out
 
 
 def test_sigterm_stops_up_cleanly(up):

@@ -368,7 +368,7 @@ class QueryOffsetByTimeResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("id", "broker_group", "role", "address", "max_offset", "epoch", "alive", "last_heartbeat_ms", "damaged_log", "remoting_address")
+    __slots__ = ("id", "broker_group", "role", "address", "max_offset", "epoch", "alive", "last_heartbeat_ms", "damaged_log", "remoting_address", "software_version", "routing_format")
     ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -379,6 +379,8 @@ class NodeStatus(_message.Message):
     LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
     DAMAGED_LOG_FIELD_NUMBER: _ClassVar[int]
     REMOTING_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SOFTWARE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_FORMAT_FIELD_NUMBER: _ClassVar[int]
     id: str
     broker_group: str
     role: str
@@ -389,7 +391,9 @@ class NodeStatus(_message.Message):
     last_heartbeat_ms: int
     damaged_log: bool
     remoting_address: str
-    def __init__(self, id: _Optional[str] = ..., broker_group: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., max_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., damaged_log: _Optional[bool] = ..., remoting_address: _Optional[str] = ...) -> None: ...
+    software_version: str
+    routing_format: int
+    def __init__(self, id: _Optional[str] = ..., broker_group: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., max_offset: _Optional[int] = ..., epoch: _Optional[int] = ..., alive: _Optional[bool] = ..., last_heartbeat_ms: _Optional[int] = ..., damaged_log: _Optional[bool] = ..., remoting_address: _Optional[str] = ..., software_version: _Optional[str] = ..., routing_format: _Optional[int] = ...) -> None: ...
 
 class VoterStatus(_message.Message):
     __slots__ = ("address", "reachable", "leader")
@@ -420,7 +424,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
-    __slots__ = ("status", "nodes", "raft_leader", "raft_term", "raft_commit_index", "voters", "broker_groups", "answered_by")
+    __slots__ = ("status", "nodes", "raft_leader", "raft_term", "raft_commit_index", "voters", "broker_groups", "answered_by", "routing_format")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     RAFT_LEADER_FIELD_NUMBER: _ClassVar[int]
@@ -429,6 +433,7 @@ class ClusterStatusResponse(_message.Message):
     VOTERS_FIELD_NUMBER: _ClassVar[int]
     BROKER_GROUPS_FIELD_NUMBER: _ClassVar[int]
     ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_FORMAT_FIELD_NUMBER: _ClassVar[int]
     status: Status
     nodes: _containers.RepeatedCompositeFieldContainer[NodeStatus]
     raft_leader: str
@@ -437,7 +442,22 @@ class ClusterStatusResponse(_message.Message):
     voters: _containers.RepeatedCompositeFieldContainer[VoterStatus]
     broker_groups: _containers.RepeatedCompositeFieldContainer[BrokerGroupStatus]
     answered_by: str
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., raft_leader: _Optional[str] = ..., raft_term: _Optional[int] = ..., raft_commit_index: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[VoterStatus, _Mapping]]] = ..., broker_groups: _Optional[_Iterable[_Union[BrokerGroupStatus, _Mapping]]] = ..., answered_by: _Optional[str] = ...) -> None: ...
+    routing_format: int
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., raft_leader: _Optional[str] = ..., raft_term: _Optional[int] = ..., raft_commit_index: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[VoterStatus, _Mapping]]] = ..., broker_groups: _Optional[_Iterable[_Union[BrokerGroupStatus, _Mapping]]] = ..., answered_by: _Optional[str] = ..., routing_format: _Optional[int] = ...) -> None: ...
+
+class FinalizeUpgradeRequest(_message.Message):
+    __slots__ = ("routing_format",)
+    ROUTING_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    routing_format: int
+    def __init__(self, routing_format: _Optional[int] = ...) -> None: ...
+
+class FinalizeUpgradeResponse(_message.Message):
+    __slots__ = ("status", "routing_format")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    routing_format: int
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., routing_format: _Optional[int] = ...) -> None: ...
 
 class FailoverRequest(_message.Message):
     __slots__ = ("broker_group", "target_node")

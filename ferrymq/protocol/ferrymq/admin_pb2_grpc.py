@@ -114,6 +114,11 @@ class AdminStub:
                 request_serializer=ferrymq_dot_admin__pb2.FailoverRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_admin__pb2.FailoverResponse.FromString,
                 _registered_method=True)
+        self.FinalizeUpgrade = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/FinalizeUpgrade',
+                request_serializer=ferrymq_dot_admin__pb2.FinalizeUpgradeRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.FinalizeUpgradeResponse.FromString,
+                _registered_method=True)
         self.CreateUser = channel.unary_unary(
                 '/ferrymq.admin.v1.Admin/CreateUser',
                 request_serializer=ferrymq_dot_admin__pb2.CreateUserRequest.SerializeToString,
@@ -245,6 +250,12 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FinalizeUpgrade(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateUser(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -363,6 +374,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Failover,
                     request_deserializer=ferrymq_dot_admin__pb2.FailoverRequest.FromString,
                     response_serializer=ferrymq_dot_admin__pb2.FailoverResponse.SerializeToString,
+            ),
+            'FinalizeUpgrade': grpc.unary_unary_rpc_method_handler(
+                    servicer.FinalizeUpgrade,
+                    request_deserializer=ferrymq_dot_admin__pb2.FinalizeUpgradeRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.FinalizeUpgradeResponse.SerializeToString,
             ),
             'CreateUser': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateUser,
@@ -827,6 +843,33 @@ class Admin:
             '/ferrymq.admin.v1.Admin/Failover',
             ferrymq_dot_admin__pb2.FailoverRequest.SerializeToString,
             ferrymq_dot_admin__pb2.FailoverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FinalizeUpgrade(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/FinalizeUpgrade',
+            ferrymq_dot_admin__pb2.FinalizeUpgradeRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.FinalizeUpgradeResponse.FromString,
             options,
             channel_credentials,
             insecure,
