@@ -36,6 +36,8 @@ from node.port_holds import (
 )
 
 CLUSTER_FILE = "cluster.json"
+# The version of cluster.json's layout (tests/golden/formats/cluster-file.v1.json).
+CLUSTER_FILE_FORMAT = 1
 # A local cluster shares one machine's disk: files are reserved (and CommitLog segments
 # zero-filled) when created, so RocketMQ's 1 GiB segments and 420 MB index files would
 # cost gigabytes per node before the first message. deploy/ keeps the full sizes.
@@ -101,6 +103,7 @@ class ClusterPlan:
 
     def to_json(self) -> dict:
         return {
+            "format": CLUSTER_FILE_FORMAT,
             "secret": self.secret,
             "settings": self.settings,
             "nodes": [{**asdict(n), "role": n.role} for n in self.nodes],
@@ -185,6 +188,11 @@ def load_plan(directory: str) -> ClusterPlan | None:
         return None
     with open(path, encoding="utf-8") as f:
         raw = json.load(f)
+    if raw.get("format", 1) > CLUSTER_FILE_FORMAT:  # 0.1.0 wrote none: format 1
+        raise ClusterError(
+            f"{path} is of format {raw['format']}, written by a newer ferrymq; this one reads "
+            f"format {CLUSTER_FILE_FORMAT} and older"
+        )
     nodes = tuple(NodePlan(**{k: v for k, v in n.items() if k != "role"}) for n in raw["nodes"])
     return ClusterPlan(os.path.abspath(directory), raw["secret"], nodes, raw.get("settings", {}))
 
