@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-clients bench-lite bench-models chaos clean
+.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-clients bench-lite bench-models chaos upgrade-drill clean
 
 # The C speedups are compiled by the install: a change to any C source rebuilds them.
 C_SOURCES := store/_speedups.c ferrymq/codec/_speedups.c ferrymq/codec/_properties.h \
@@ -87,6 +87,12 @@ DURATION ?= 5m
 ROUNDS ?= 1
 chaos: $(STAMP)
 	$(PY) -m ferrymq.cli chaos run --mode $(MODE) --faults $(FAULTS) --duration $(DURATION) --rounds $(ROUNDS) --data chaos-run
+
+# The rolling upgrade drill (docs/upgrades.md): a 3-node cluster of the last release in
+# releases.toml (built from git history into its own virtualenv) upgraded node by node to
+# this checkout under load, downgraded back, upgraded again and finalized.
+upgrade-drill: $(STAMP)
+	$(PY) -m chaos.upgrade_drill
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .cache

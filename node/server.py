@@ -112,6 +112,7 @@ from store import sync_ledger
 from store.message_store import MessageStore
 
 # What this node tells routing it runs (ClusterStatus shows it; issue 41's upgrades).
+REGISTER_CATCH_UP_S = 2.0
 SOFTWARE_VERSION = importlib.metadata.version("ferrymq")
 log = logging.getLogger("ferrymq.node")
 HOUSEKEEPING_INTERVAL_S = 1.0
@@ -617,6 +618,10 @@ class Node:
     async def _register(self, deadline: float) -> None:
         while True:
             try:
+                # The log first: whether a node of an older release follows it decides how
+                # this node writes commands (routing/formats.py), and a replica that has not
+                # heard the log yet (a read-only one, just started) cannot know.
+                await self.routing.catch_up(REGISTER_CATCH_UP_S)
                 result = await self.routing.submit(
                     RegisterNode(
                         node_id=self.config.id,

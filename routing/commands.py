@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from routing.acl import AclEntry
-from routing.formats import PICKLED
+from routing.formats import NEWEST_FORMAT, PICKLED
 from routing.metadata import LITE_EXPIRATION_NEVER, MessageType, Permission
 
 
@@ -54,7 +54,11 @@ class RegisterNode:
     remoting_address: str = ""  # RocketMQ 4.x clients' port (node/remoting/)
     raft_address: str = ""  # its routing voter's address; "" for a read-only replica
     software_version: str = ""  # the node's ferrymq version ("" from 0.1.0)
-    routing_format: int = PICKLED  # the newest routing format its code reads
+    routing_format: int = NEWEST_FORMAT  # the newest routing format its code reads
+
+    def __setstate__(self, fields: dict) -> None:
+        """A registration pickled by 0.1.0 names no format: it read format 1 only."""
+        self.__dict__.update({"routing_format": PICKLED, **fields})
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from routing.commands import ElectMaster, MarkNodeDown
+from routing.commands import ElectMaster, MarkNodeDown, SetRoutingFormat
+from routing.formats import NEWEST_FORMAT
 from routing.metadata import healthy_first
 from routing.replica import RoutingReplica, RoutingUnavailable
 
@@ -151,6 +152,18 @@ class Controller:
             if failure is not None:
                 await self._elect(group, members, failure, now)
         self._keep_leadership_off_masters(members, groups, now)
+        await self._move_a_new_cluster_to_the_newest_format(members)
+
+    async def _move_a_new_cluster_to_the_newest_format(self, members: dict) -> None:
+        """A cluster that never had a node of an older release writes the newest routing
+        format at once; one that had (an upgrade) waits for the operator to finalize."""
+        routing_format, awaits = self.replica.read(
+            lambda state: (state.routing_format, state.awaits_finalize)
+        )
+        if routing_format >= NEWEST_FORMAT or awaits or not members:
+            return
+        if all(m.routing_format >= NEWEST_FORMAT for m in members.values()):
+            await self.replica.submit(SetRoutingFormat(NEWEST_FORMAT))
 
     def _ends_known(self, group, candidates: list[str], now: float) -> bool:
         """Whether every candidate's log end is known from a report made in this epoch,

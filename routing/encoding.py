@@ -201,7 +201,11 @@ TABLES: dict[str, tuple[type, str]] = {
 
 def encode_state(state: Any) -> bytes:
     """A ``RoutingState`` as a format-2 snapshot."""
-    message = pb.State(routing_format=state.routing_format, applied=state.applied)
+    message = pb.State(
+        routing_format=state.routing_format,
+        applied=state.applied,
+        awaits_finalize=state.awaits_finalize,
+    )
     for table in TABLES:
         repeated = getattr(message, table)
         for record in getattr(state, table).values():
@@ -225,5 +229,6 @@ def decode_state(data: bytes, state: Any) -> Any:
         setattr(state, table, {getattr(row, key): row for row in rows})
     state.applied = message.applied
     state.routing_format = message.routing_format
+    state.awaits_finalize = message.awaits_finalize
     state.outcomes = {o.request_id: _result_of(o.result) for o in message.outcomes}
     return state

@@ -11,6 +11,8 @@ import enum
 import re
 from dataclasses import dataclass, field
 
+from routing.formats import NEWEST_FORMAT, PICKLED
+
 NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")  # fullmatch: "$" would let a newline end a name
 NAME_MAX_LENGTH = 127  # RocketMQ's limit for topic and group names
 NODE_NAME_PATTERN = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
@@ -154,7 +156,11 @@ class Member:
     # Its ferrymq version and the newest routing format its code reads, as it registered
     # ("" and 1 for a node of 0.1.0): SetRoutingFormat waits for every member to read it.
     software_version: str = ""
-    routing_format: int = 1
+    routing_format: int = NEWEST_FORMAT
+
+    def __setstate__(self, fields: dict) -> None:
+        """A member pickled by 0.1.0 names no format: its node read format 1 only."""
+        self.__dict__.update({"routing_format": PICKLED, **fields})
 
 
 @dataclass(frozen=True)

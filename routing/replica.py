@@ -321,7 +321,12 @@ class RoutingReplica:
         outcome the leader change hid is found out: after a read barrier, a command that
         committed has its result in ``RoutingState.outcomes``, and one that did not never
         will (a new leader committed past it without it) and is submitted again."""
-        tracked = command if isinstance(command, CatchUp) else Tracked(os.urandom(16), command)
+        # While a node of an older release may follow the log, write what it reads: the
+        # command alone, as 0.1.0 did (its outcome, when a leader change hides it, stays
+        # unknown: submitting it again could apply it twice).
+        as_before = self.read(lambda state: state.awaits_finalize)
+        untracked = isinstance(command, CatchUp) or as_before
+        tracked = command if untracked else Tracked(os.urandom(16), command)
         size = len(pickle.dumps(tracked))  # the larger of the two formats
         if size > MAX_COMMAND_BYTES:
             raise CommandTooLarge(
@@ -338,6 +343,8 @@ class RoutingReplica:
                 if not error.outcome_unknown:
                     if time.monotonic() >= retry_until:
                         raise
+                elif as_before and not isinstance(command, CatchUp):
+                    raise
                 elif isinstance(tracked, Tracked):
                     result = await self._find_outcome(tracked.request_id, deadline, error)
                     if result is not None:

@@ -50,7 +50,7 @@ from routing.commands import (
     UpdateTopic,
     UpdateUser,
 )
-from routing.formats import NEWEST_FORMAT, PICKLED
+from routing.formats import NEWEST_FORMAT, PICKLED, PICKLED_MESSAGE_TYPES
 from routing.metadata import (
     DLQ_PREFIX,
     FIRST_USE_GROUPS_MAX,
@@ -72,8 +72,9 @@ from routing.metadata import (
     may_leave_in_sync,
 )
 
-# A change: (table name, key, new record or None to delete).
+# A change: (table name, key, new record or None to delete), or (setting, "", new value).
 Change = tuple[str, str, Any]
+SETTINGS = frozenset({"routing_format", "awaits_finalize"})
 # How many tracked requests' results routing remembers: a submitter asks within seconds of
 # submitting, and at a few heartbeats a second per node this covers minutes.
 OUTCOMES_KEPT = 1024
@@ -89,8 +90,11 @@ class RoutingState:
         self.applied = 0  # commands applied, successful or not
         # request id -> result of the last OUTCOMES_KEPT tracked commands, oldest first
         self.outcomes: dict[bytes, CommandResult] = {}
-        # The format the log and snapshots are written in (routing/formats.py).
+        # The format the log and snapshots are written in (routing/formats.py), and whether
+        # a node of an older release registered: then only an operator moves the format
+        # on (finalizing the upgrade), and until then commands are written as it reads them.
         self.routing_format = PICKLED
+        self.awaits_finalize = False
 
     def __setstate__(self, fields: dict) -> None:
         """Pickled snapshots written before users, tracked requests or routing formats
@@ -99,6 +103,10 @@ class RoutingState:
         self.__dict__.setdefault("users", {})
         self.__dict__.setdefault("outcomes", {})
         self.__dict__.setdefault("routing_format", PICKLED)
+        members = self.__dict__.get("members", {}).values()
+        self.__dict__.setdefault(
+            "awaits_finalize", any(m.routing_format < NEWEST_FORMAT for m in members)
+        )
 
     # ---- the state machine -------------------------------------------------------------
     def apply(self, command: object) -> CommandResult:
@@ -113,8 +121,8 @@ class RoutingState:
             return CommandResult(False, error.reason, error.detail)
         replaced: dict[str, dict] = {}
         for table, key, record in changes:
-            if table == "routing_format":  # the one change that is not to a table
-                self.routing_format = record
+            if table in SETTINGS:  # a value of the state's own, not a table's record
+                setattr(self, table, record)
                 continue
             records = replaced.get(table)
             if records is None:
@@ -228,10 +236,13 @@ class RoutingState:
                 lost_by=frozenset(),
                 lost_ends=(),
             )
-        return [
+        changes: list[Change] = [
             ("members", member.node_id, member),
             ("broker_groups", group.name, group),
-        ], member
+        ]
+        if command.routing_format < NEWEST_FORMAT and not self.awaits_finalize:
+            changes.append(("awaits_finalize", "", True))  # a node of an older release
+        return changes, member
 
     def _successor_of_restarted_master(
         self, group: BrokerGroup, command: RegisterNode
@@ -397,7 +408,7 @@ class RoutingState:
                 + ", ".join(behind)
                 + " (upgrade them and let them register, then finalize again)",
             )
-        return [("routing_format", "", wanted)], None
+        return [("routing_format", "", wanted), ("awaits_finalize", "", False)], None
 
     def _broker_group(self, name: str) -> BrokerGroup:
         group = self.broker_groups.get(name)
@@ -407,6 +418,12 @@ class RoutingState:
 
     def _plan_create_topic(self, command: CreateTopic) -> tuple[list[Change], object]:
         check_topic_config(command.name, command.queue_count)
+        if self.awaits_finalize and command.message_type.value not in PICKLED_MESSAGE_TYPES:
+            raise TopicError(
+                "UPGRADE_NOT_FINALIZED",
+                f"{command.message_type.value} topics wait until every node runs this release "
+                "and the upgrade is finalized (ferrymq cluster finalize-upgrade)",
+            )
         check_lite_expiration(command.message_type, command.lite_expiration_minutes)
         if command.name in self.topics:
             raise TopicError("TOPIC_EXISTS", f"topic {command.name} already exists")

@@ -274,16 +274,36 @@ def is_running(node: NodePlan, plan: ClusterPlan) -> bool:
         return command == f.read()
 
 
-def start_node(plan: ClusterPlan, node: NodePlan, port_wait_s: float = RELEASE_WAIT_S) -> NodePlan:
+@dataclass(frozen=True)
+class NodeRuntime:
+    """The Python and the source tree a node process runs: this checkout's, or a recorded
+    release's (``chaos/releases.py``, the rolling upgrade drill)."""
+
+    python: str
+    package_root: str
+
+
+def this_runtime() -> NodeRuntime:
+    return NodeRuntime(sys.executable, _package_root())
+
+
+def start_node(
+    plan: ClusterPlan,
+    node: NodePlan,
+    port_wait_s: float = RELEASE_WAIT_S,
+    runtime: NodeRuntime | None = None,
+) -> NodePlan:
     """Start ``node``'s process (detached) and return its plan with the pid. Its ports are
     held from here and handed to the process, which keeps them until its listeners have
     bound them; a port another process uses raises ``ClusterError`` at once (after
-    ``port_wait_s`` for a node of this plan that was just killed to let go of it)."""
+    ``port_wait_s`` for a node of this plan that was just killed to let go of it).
+    ``runtime``: the code it runs (this checkout's by default)."""
+    runtime = runtime or this_runtime()
     os.makedirs(node.data, exist_ok=True)
     path = config_path(plan, node)
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(node_toml(plan, node))
-    command = [sys.executable, "-m", NODE_MODULE, "--config", path]
+    command = [runtime.python, "-m", NODE_MODULE, "--config", path]
     if node.netns:  # ``ip netns exec`` execs the node in place: the pid stays the node's
         command = ["ip", "netns", "exec", node.netns, *command]
     with open(log_path(plan, node), "ab") as log:
@@ -296,7 +316,10 @@ def start_node(plan: ClusterPlan, node: NodePlan, port_wait_s: float = RELEASE_W
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # keeps running after ``cluster up`` returns
-            env={**os.environ, "PYTHONPATH": _package_root()},
+            env={**os.environ, "PYTHONPATH": runtime.package_root},
+            # ``-m`` puts the working directory first on the path: a release's node must
+            # not import this checkout's packages.
+            cwd=None if runtime == this_runtime() else runtime.package_root,
         )
     return replace(node, pid=process.pid)
 

@@ -14,7 +14,7 @@ import pytest
 
 from ferrymq.cli.main import main
 from ferrymq.launcher.cluster import cluster_down
-from routing.formats import NEWEST_FORMAT, PICKLED
+from routing.formats import NEWEST_FORMAT
 from tests.support import ROOT
 
 
@@ -233,13 +233,14 @@ def test_cluster_status_shows_voters_leader_groups_and_members(up, capsys):
     assert all(n["alive"] for n in status["nodes"])
 
 
-def test_finalize_upgrade_switches_routing_to_its_newest_format(up, capsys):
-    """Every node of ``up`` runs this release, so the switch is taken; routing commits
-    after it (a topic created), and cluster status shows the format and each version."""
+def test_a_new_cluster_writes_the_newest_routing_format_and_finalize_says_so(up, capsys):
+    """No node of ``up`` is of an older release, so its controller moved routing to the
+    newest format at once; finalize-upgrade confirms it, routing commits after it (a topic
+    created), and cluster status shows the format and each node's version."""
     data = str(up[2] / "data")
     code, out, _ = run(capsys, "cluster", "status", "--data", data, "--json")
     status = json.loads(out)
-    assert status["routing_format"] == PICKLED
+    assert status["routing_format"] == NEWEST_FORMAT
     assert {n["routing_format"] for n in status["nodes"]} == {NEWEST_FORMAT}
     assert all(n["software_version"] for n in status["nodes"])
     code, out, _ = run(capsys, "cluster", "finalize-upgrade", "--data", data)

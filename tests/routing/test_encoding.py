@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import enum
 import gzip
+import pickle
 import types
 import typing
 
@@ -28,6 +29,7 @@ from routing.commands import (
 )
 from routing.encoding import COMMAND_TYPES, RECORD_TYPES, UnreadableRoutingData
 from routing.formats import NEWEST_FORMAT, PICKLED, PROTOBUF
+from routing.metadata import MessageType
 from routing.replica import SNAPSHOT_KEY, RoutingReplica
 from routing.state import RoutingState
 from tests.support.routing_commands import COMMANDS, cluster
@@ -138,8 +140,9 @@ def test_an_unknown_enum_value_is_refused_not_guessed():
 
 # ---- the switch: SetRoutingFormat ----------------------------------------------------------
 def register(state: RoutingState, node_id: str, routing_format: int) -> None:
+    version = "" if routing_format == PICKLED else "0.2.0"  # 0.1.0 said neither
     command = RegisterNode(
-        node_id, "g1", f"{node_id}:1", software_version="x", routing_format=routing_format
+        node_id, "g1", f"{node_id}:1", software_version=version, routing_format=routing_format
     )
     assert state.apply(command).ok
 
@@ -147,14 +150,17 @@ def register(state: RoutingState, node_id: str, routing_format: int) -> None:
 def test_the_switch_waits_for_every_node_to_read_the_format():
     state = RoutingState()
     register(state, "n1", NEWEST_FORMAT)
-    assert state.apply(RegisterNode("n2", "g1", "n2:1")).ok  # as 0.1.0 registers: format 1
+    assert not state.awaits_finalize
+    register(state, "n2", PICKLED)  # as a node of 0.1.0 registers
+    assert state.awaits_finalize  # from now on, only an operator moves the format on
     refused = state.apply(SetRoutingFormat(PROTOBUF))
     assert (refused.ok, refused.reason) == (False, "NODES_NOT_UPGRADED")
     assert "n2 (0.1.0 or older)" in refused.detail and "n1" not in refused.detail
     assert state.routing_format == PICKLED
     register(state, "n2", NEWEST_FORMAT)  # n2 restarted on the new release
+    assert state.awaits_finalize  # every node upgraded: still the operator's decision
     assert state.apply(SetRoutingFormat(PROTOBUF)).ok
-    assert state.routing_format == PROTOBUF
+    assert (state.routing_format, state.awaits_finalize) == (PROTOBUF, False)
     back = state.apply(SetRoutingFormat(PICKLED))
     assert (back.ok, back.reason) == (False, "FORMAT_DOWNGRADE")
     assert state.apply(SetRoutingFormat(NEWEST_FORMAT + 1)).reason == "UNKNOWN_FORMAT"
@@ -222,3 +228,41 @@ def test_a_voter_writes_format_1_until_the_switch_and_reads_both_after_restarts(
     replica.close()
     with gzip.open(tmp_path / "raft" / "snapshot") as snapshot:  # pysyncobj's envelope
         assert b"routing.state" not in snapshot.read()  # no pickled RoutingState in it
+
+
+def test_while_an_older_node_may_follow_the_log_commands_are_written_as_it_wrote_them(tmp_path):
+    """A node of 0.1.0 registered: commands go into the log without a request id (0.1.0
+    has no ``Tracked``: unpickling one stopped its Raft thread, found by the rolling
+    upgrade drill), a topic type it does not know is refused before it reaches the log,
+    and after finalizing the log is format 2, tracked again."""
+    (voter,) = (f"127.0.0.1:{port}" for port in free_ports(1))
+    replica = RoutingReplica(
+        self_address=voter, voters=[voter], secret="s", data_dir=str(tmp_path), lease_s=3.0
+    )
+    handed: list[object] = []
+    apply = replica.machine.apply
+
+    def recording(command, **kwargs):
+        handed.append(command)
+        return apply(command, **kwargs)
+
+    async def submit(command: object):
+        return await replica.submit(command)
+
+    try:
+        until(replica.leads_with_quorum, 20, "the lone voter to lead")
+        replica.machine.apply = recording
+        old = RegisterNode("old", "g1", "old:1", routing_format=PICKLED)
+        assert asyncio.run(submit(old)).ok
+        assert replica.state.awaits_finalize
+        assert asyncio.run(submit(CreateTopic("plain", 1))).ok
+        assert handed[-1] == CreateTopic("plain", 1)  # the command alone, pickled
+        assert b"Tracked" not in pickle.dumps(handed[-1])
+        lite = asyncio.run(submit(CreateTopic("lite", 1, message_type=MessageType.LITE)))
+        assert (lite.ok, lite.reason) == (False, "UPGRADE_NOT_FINALIZED")
+        assert asyncio.run(submit(RegisterNode("old", "g1", "old:1"))).ok  # upgraded
+        assert asyncio.run(submit(SetRoutingFormat(PROTOBUF))).ok
+        assert asyncio.run(submit(CreateTopic("lite", 1, message_type=MessageType.LITE))).ok
+        assert isinstance(encoding.decode_entry(handed[-1]), Tracked)
+    finally:
+        replica.close()

@@ -417,7 +417,7 @@ class Outcome(_message.Message):
     def __init__(self, request_id: _Optional[bytes] = ..., result: _Optional[_Union[CommandResult, _Mapping]] = ...) -> None: ...
 
 class State(_message.Message):
-    __slots__ = ("routing_format", "topics", "groups", "broker_groups", "members", "users", "applied", "outcomes")
+    __slots__ = ("routing_format", "topics", "groups", "broker_groups", "members", "users", "applied", "outcomes", "awaits_finalize")
     ROUTING_FORMAT_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
@@ -426,6 +426,7 @@ class State(_message.Message):
     USERS_FIELD_NUMBER: _ClassVar[int]
     APPLIED_FIELD_NUMBER: _ClassVar[int]
     OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    AWAITS_FINALIZE_FIELD_NUMBER: _ClassVar[int]
     routing_format: int
     topics: _containers.RepeatedCompositeFieldContainer[TopicRoute]
     groups: _containers.RepeatedCompositeFieldContainer[GroupConfig]
@@ -434,4 +435,5 @@ class State(_message.Message):
     users: _containers.RepeatedCompositeFieldContainer[User]
     applied: int
     outcomes: _containers.RepeatedCompositeFieldContainer[Outcome]
-    def __init__(self, routing_format: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicRoute, _Mapping]]] = ..., groups: _Optional[_Iterable[_Union[GroupConfig, _Mapping]]] = ..., broker_groups: _Optional[_Iterable[_Union[BrokerGroup, _Mapping]]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., users: _Optional[_Iterable[_Union[User, _Mapping]]] = ..., applied: _Optional[int] = ..., outcomes: _Optional[_Iterable[_Union[Outcome, _Mapping]]] = ...) -> None: ...
+    awaits_finalize: bool
+    def __init__(self, routing_format: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicRoute, _Mapping]]] = ..., groups: _Optional[_Iterable[_Union[GroupConfig, _Mapping]]] = ..., broker_groups: _Optional[_Iterable[_Union[BrokerGroup, _Mapping]]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., users: _Optional[_Iterable[_Union[User, _Mapping]]] = ..., applied: _Optional[int] = ..., outcomes: _Optional[_Iterable[_Union[Outcome, _Mapping]]] = ..., awaits_finalize: _Optional[bool] = ...) -> None: ...
