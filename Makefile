@@ -39,7 +39,9 @@ image:
 # The tests of the image and the manifests (the ``container`` marker): builds the image (cached),
 # checks every manifest against the Kubernetes API types (Go modules from the Go module proxy),
 # plays the 3-node cluster with podman kube play and compose, kills a node with kill -9.
+# podman-compose from PyPI: Debian bookworm's 1.0.3 cannot run a host-network service.
 test-image: $(STAMP)
+	$(PY) -m pip install --quiet 'podman-compose==1.0.6'
 	$(PY) -m pytest -q -m container tests/deploy
 
 lint: $(STAMP)

@@ -5,8 +5,9 @@ checkout, without any registry.
 2. the base image (``deploy/image/base.py``: debootstrap, cached);
 3. ``podman build`` of ``deploy/image/Containerfile``: a build stage compiles ferrymq's C
    extensions into a virtualenv, the final stage copies the virtualenv onto the base (no
-   compiler). The context is the checkout's files git knows of (tracked, or new and not
-   ignored), so no virtualenv, cache or data directory goes in. pip inside the build checks
+   compiler). The context is what the install reads, of the checkout's files git knows of
+   (tracked, or new and not ignored): no virtualenv, cache, data directory, tests or
+   benchmarks, so a change to those rebuilds nothing. pip inside the build checks
    the package index against the host's CA bundle, mounted read-only for the build and
    absent from the image.
 
@@ -30,6 +31,21 @@ from deploy.image.podman import ROOT, PodmanError, ensure_tools, podman
 CONTAINERFILE = "deploy/image/Containerfile"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 DEFAULT_TAG = "localhost/ferrymq:dev"
+BUILD_STAGE_TAG = "localhost/ferrymq-build:dev"
+LABEL = "dev.ferrymq.image"  # on every layer of both stages (deploy/image/Containerfile)
+# pyproject.toml's packages (setuptools' find: include), the files its metadata reads, and
+# the image's own files.
+CONTEXT = (
+    "pyproject.toml",
+    "README.md",
+    "store/",
+    "ha/",
+    "routing/",
+    "node/",
+    "ferrymq/",
+    "chaos/",
+    "deploy/image/",
+)
 
 
 def version() -> str:
@@ -40,14 +56,19 @@ def version() -> str:
 
 
 def checkout_files() -> list[str]:
-    """The checkout's files git knows of: tracked, or new and not ignored."""
+    """The checkout's files git knows of (tracked, or new and not ignored) that the image's
+    build reads."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
         capture_output=True,
         check=True,
     ).stdout
-    return [name for name in listed.decode().split("\0") if name and (ROOT / name).is_file()]
+    return [
+        name
+        for name in listed.decode().split("\0")
+        if name.startswith(CONTEXT) and (ROOT / name).is_file()
+    ]
 
 
 def stage_context(directory: Path) -> None:
@@ -60,11 +81,12 @@ def stage_context(directory: Path) -> None:
 def build_image(tag: str = DEFAULT_TAG) -> dict:
     """Build ``tag``; what was built (tag, base, bytes, seconds)."""
     started = time.monotonic()
+    shown = {"capture_output": False, "stdout": sys.stderr}  # podman's steps, as they go
     ensure_tools()
     base = ensure_base_image()
     with tempfile.TemporaryDirectory(prefix="ferrymq-image-context-") as context:
         stage_context(Path(context))
-        arguments = [
+        common = [
             "build",
             "--format=docker",  # HEALTHCHECK is a Docker image field, not an OCI one
             "--layers",
@@ -72,12 +94,14 @@ def build_image(tag: str = DEFAULT_TAG) -> dict:
             f"--build-arg=BASE={base}",
             f"--volume={CA_BUNDLE}:{CA_BUNDLE}:ro",
             f"--file={Path(context) / CONTAINERFILE}",
-            f"--tag={tag}",
-            f"--tag=localhost/ferrymq:{version()}",
-            context,
         ]
-        podman(*arguments, capture_output=False, stdout=sys.stderr)
-    podman("image", "prune", "--force", check=False)  # the previous build's dangling layers
+        # The build stage tagged too: untagged, its layers (the compiler, the dependencies)
+        # would be pruned below and every build would fetch and install them again.
+        podman(*common, "--target=build", f"--tag={BUILD_STAGE_TAG}", context, **shown)
+        podman(*common, f"--tag={tag}", f"--tag=localhost/ferrymq:{version()}", context, **shown)
+    # The previous build's layers that nothing uses now (this image's only: they carry its
+    # label; the layers the next build may reuse have children and stay).
+    podman("image", "prune", "--force", f"--filter=label={LABEL}", check=False)
     inspected = json.loads(podman("image", "inspect", tag).stdout)[0]
     return {
         "tag": tag,

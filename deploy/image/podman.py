@@ -1,5 +1,5 @@
 """Running podman on a machine of this kind, the one way the image build and the container
-tests do it (facts: docs/operations.md, "Containers").
+tests do it (deploy/README.md, "Containers").
 
 - The tools come from Debian's packages (``apt-get``), installed when missing.
 - podman reads ``containers.conf`` from ``CONTAINERS_CONF``: runc, because crun refuses a

@@ -18,6 +18,7 @@ import argparse
 import base64
 import json
 import secrets
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from deploy.image.podman import PodmanError, ensure_tools, podman
+from deploy.image.podman import PodmanError, ensure_tools, environment, podman
 from deploy.kubernetes.container import SECRET_OPTIONS
 from ferrymq.client import Admin, ClientSecurity, FerryError
 
@@ -154,6 +155,13 @@ def down(played: PlayedCluster) -> list[str]:
             left.append(f"volume {volume}")
     podman("secret", "rm", played.secret, check=False)
     return left
+
+
+def run_compose(argv: list[str], directory: Path) -> subprocess.CompletedProcess:
+    """A compose tool (podman-compose) with podman's configuration, in ``directory``."""
+    return subprocess.run(
+        argv, cwd=directory, env=environment(), capture_output=True, text=True, timeout=600
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,231 @@
+"""The image run as operators run it: the 3-node cluster of deploy/kubernetes/podman played
+with ``podman kube play --network host`` (each node on its own loopback ports, chosen by the
+OS), then the compose project of deploy/compose with podman-compose.
+
+The official Python client (RocketMQ 5.x) sends and consumes from the host; the group's
+master is killed with ``podman kill -s KILL`` while the client sends, then started again on
+its volume; every message the client saw acknowledged must be consumed afterwards. The
+image's HEALTHCHECK answers, and SIGTERM (through tini, PID 1) stops a node with exit 0.
+
+Everything the test makes goes at its end: pods, containers, volumes, the podman secret,
+and any netavark rule or ip_forward change (``deploy/image/podman.py``). ``make test-image``
+(the ``container`` marker): it needs root, podman from Debian (installed when missing) and
+builds the image from this checkout (cached layers: seconds when nothing changed).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deploy.image.build import build_image
+from deploy.image.podman import host_network, podman, restore_host_network
+from deploy.kubernetes import manifests, play
+from deploy.kubernetes.container import SECRET_OPTIONS
+from ferrymq.client import Admin, ClientSecurity
+from ferrymq.launcher.cluster import ClusterPlan, plan_cluster
+from tests.support.official_client import run_official_at
+
+pytestmark = pytest.mark.container
+
+TOPIC = "container-orders"
+GROUP = "container-readers"
+READY_TIMEOUT_S = 120.0
+PREFIX = f"ferrymq-test-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    played: play.PlayedCluster
+    plan: ClusterPlan
+    secrets: dict[str, str]
+    cold_start_s: float
+
+    def container(self, node_id: str) -> str:
+        return f"{PREFIX}-{node_id}-ferrymq"
+
+    def address(self, node_id: str) -> str:
+        return next(n.grpc for n in self.plan.nodes if n.id == node_id)
+
+    def credentials(self) -> dict[str, str]:
+        return {"access_key": "admin", "secret_key": self.secrets["admin-secret-key"]}
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    return build_image()["tag"]
+
+
+@pytest.fixture(scope="module")
+def clean_host() -> Iterator[None]:
+    """Whatever podman adds to the host's network (none with the host's network, but a
+    bridge network's netavark rules and ip_forward if one was made) is removed."""
+    before = host_network()
+    yield
+    restore_host_network(before)
+    leftovers = podman("ps", "--all", "--format", "{{.Names}}", "--filter", f"name={PREFIX}")
+    volumes = podman("volume", "ls", "--format", "{{.Name}}", "--filter", f"name={PREFIX}")
+    networks = podman("network", "ls", "--format", "{{.Name}}", "--filter", f"name={PREFIX}")
+    assert not (leftovers.stdout + volumes.stdout + networks.stdout).strip()
+
+
+def free_plan(directory: Path, nodes: int) -> ClusterPlan:
+    """Ports the OS chose, let go just before the containers bind them."""
+    plan = plan_cluster(str(directory), nodes, auto_ports=True)
+    for held in plan.holds.values():
+        held.close()
+    return plan
+
+
+@pytest.fixture(scope="module")
+def cluster(image, clean_host, tmp_path_factory) -> Iterator[Cluster]:
+    directory = tmp_path_factory.mktemp("kube-play")
+    plan = free_plan(directory / "plan", 3)
+    manifest = directory / "cluster-3.yaml"
+    documents = manifests.podman_documents(plan, image, prefix=PREFIX)
+    manifest.write_text(manifests.dump(documents, "the test's cluster"))
+    secrets = play.random_secrets()
+    started = time.monotonic()
+    played = play.up(manifest, secrets, timeout_s=READY_TIMEOUT_S)
+    try:
+        yield Cluster(played, plan, secrets, time.monotonic() - started)
+    finally:
+        assert play.down(played) == []
+
+
+def master_and_slaves(cluster: Cluster) -> tuple[str, list[str]]:
+    with Admin(cluster.played.grpc[0], security=cluster.played.security) as admin:
+        (group,) = admin.cluster_status().broker_groups
+    return group.master, sorted(n.id for n in cluster.plan.nodes if n.id != group.master)
+
+
+def send(cluster: Cluster, endpoint: str, home: Path, bodies: list[str]) -> set[str]:
+    """Send through the official client; the bodies it saw acknowledged."""
+    events = run_official_at(
+        endpoint,
+        home,
+        {
+            "scenario": "produce",
+            "topics": [TOPIC],
+            "messages": [{"topic": TOPIC, "body": body} for body in bodies],
+            **cluster.credentials(),
+        },
+        timeout_s=120,
+    )
+    return {e["body"] for e in events if e["event"] == "sent"}
+
+
+def test_kill_9_of_the_master_and_its_restart_lose_no_acknowledged_message(cluster, tmp_path):
+    print(f"cold start of the 3-node cluster: {cluster.cold_start_s:.1f} s")
+    master, slaves = master_and_slaves(cluster)
+    with Admin(cluster.address(master), security=cluster.played.security) as admin:
+        admin.create_topic(TOPIC, queue_count=4)
+    endpoint = cluster.address(slaves[0])  # the routes lead the client on to the master
+    home = tmp_path / "client"
+    acknowledged = send(cluster, endpoint, home, [f"before-{i}" for i in range(40)])
+    assert len(acknowledged) == 40
+
+    podman("kill", "--signal", "KILL", cluster.container(master))
+    killed = podman("inspect", "--format", "{{.State.ExitCode}}", cluster.container(master))
+    assert killed.stdout.strip() == "137"
+    # Sent while the group elects a new master: some may fail, none acknowledged may go.
+    acknowledged |= send(cluster, endpoint, home, [f"during-{i}" for i in range(40)])
+    with Admin(endpoint, security=cluster.played.security) as admin:
+        (group,) = admin.cluster_status().broker_groups
+    assert group.master not in ("", master)  # the client's sends needed the failover
+
+    podman("pod", "start", f"{PREFIX}-{master}")
+    play.wait_ready(cluster.played, {n.id for n in cluster.plan.nodes}, READY_TIMEOUT_S)
+    acknowledged |= send(cluster, endpoint, home, [f"after-{i}" for i in range(40)])
+
+    events = run_official_at(
+        cluster.address(master),  # the restarted node, back in the group
+        home,
+        {
+            "scenario": "simple",
+            "topic": TOPIC,
+            "group": GROUP,
+            "await_s": 2,
+            "steps": [
+                {
+                    "do": "receive_until",
+                    "count": len(acknowledged),
+                    "deadline_s": 60,
+                    "invisible_s": 60,
+                    "ack": True,
+                }
+            ],
+            **cluster.credentials(),
+        },
+        timeout_s=120,
+    )
+    received = {e["body"] for e in events if e["event"] == "received"}
+    print(f"acknowledged {len(acknowledged)} of 120 sent, received {len(received)}")
+    assert acknowledged - received == set(), "acknowledged messages lost"
+    assert len([b for b in acknowledged if b.startswith("after-")]) == 40
+
+
+def test_the_health_check_answers_and_sigterm_stops_a_node_cleanly(cluster):
+    for node in cluster.plan.nodes:
+        checked = podman("healthcheck", "run", cluster.container(node.id), check=False)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    node = cluster.plan.nodes[-1].id
+    started = time.monotonic()
+    podman("pod", "stop", "--time", "30", f"{PREFIX}-{node}")
+    stopped_s = time.monotonic() - started
+    state = podman("inspect", "--format", "{{.State.ExitCode}}", cluster.container(node))
+    assert state.stdout.strip() == "0"  # not 137: the node stopped on SIGTERM, not killed
+    assert stopped_s < 25, stopped_s
+    log = podman("logs", "--tail", "3", cluster.container(node))
+    assert f"ferrymq node {node} stopped" in log.stdout + log.stderr
+
+
+@pytest.fixture
+def compose_tool() -> str:
+    """podman-compose 1.0.6 from PyPI, beside this interpreter (``make test-image`` installs
+    it): Debian bookworm's 1.0.3 puts a host-network service on a project network as well,
+    which podman refuses ("cannot set multiple networks without bridge network mode")."""
+    tool = Path(sys.executable).parent / "podman-compose"
+    assert tool.exists(), f"no {tool}: make test-image installs podman-compose"
+    return str(tool)
+
+
+def test_the_compose_project_starts_the_same_cluster(image, clean_host, compose_tool, tmp_path):
+    project = f"{PREFIX}-compose"
+    plan = free_plan(tmp_path / "plan", 3)
+    directory = tmp_path / "compose"
+    directory.mkdir()
+    (directory / "compose.yaml").write_text(yaml.safe_dump(manifests.compose_document(plan, image)))
+    (directory / "node.toml").write_text(manifests.host_config(plan))
+    secrets = play.random_secrets()
+    (directory / "ferrymq.env").write_text(
+        "".join(f"{option}={secrets[key]}\n" for key, option in SECRET_OPTIONS.items())
+    )
+    command = [compose_tool, "--project-name", project, "--file", str(directory / "compose.yaml")]
+    played = play.PlayedCluster(
+        directory / "compose.yaml",
+        (),
+        (),
+        "",
+        tuple(n.grpc for n in plan.nodes),
+        ClientSecurity(access_key="admin", secret_key=secrets["admin-secret-key"]),
+    )
+    try:
+        up = play.run_compose([*command, "up", "--detach"], directory)
+        assert up.returncode == 0, up.stdout + up.stderr
+        play.wait_ready(played, {n.id for n in plan.nodes}, READY_TIMEOUT_S)
+        cluster = Cluster(played, plan, secrets, 0.0)
+        with Admin(plan.nodes[0].grpc, security=played.security) as admin:
+            admin.create_topic(TOPIC, queue_count=2)
+        sent = send(cluster, plan.nodes[1].grpc, tmp_path / "client", ["composed-1", "composed-2"])
+        assert sent == {"composed-1", "composed-2"}
+    finally:
+        down = play.run_compose([*command, "down", "--volumes"], directory)
+        assert down.returncode == 0, down.stdout + down.stderr
