@@ -143,7 +143,8 @@ def logs(pods: Iterable[str], lines: int = 20) -> str:
 
 
 def down(played: PlayedCluster) -> list[str]:
-    """Remove the pods, their volumes and the secret; what could not be removed."""
+    """Remove the pods, their volumes and the secret (none when ``secret`` is ""); what
+    could not be removed."""
     left = []
     for pod in played.pods:
         podman("pod", "rm", "--force", "--time", "10", pod, check=False)
@@ -153,7 +154,8 @@ def down(played: PlayedCluster) -> list[str]:
         podman("volume", "rm", "--force", volume, check=False)
         if podman("volume", "exists", volume, check=False).returncode == 0:
             left.append(f"volume {volume}")
-    podman("secret", "rm", played.secret, check=False)
+    if played.secret:
+        podman("secret", "rm", played.secret, check=False)
     return left
 
 

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -76,9 +76,9 @@ def clean_host() -> Iterator[None]:
     assert not (leftovers.stdout + volumes.stdout + networks.stdout).strip()
 
 
-def free_plan(directory: Path, nodes: int) -> ClusterPlan:
+def free_plan(directory: Path, nodes: int, groups: int = 1) -> ClusterPlan:
     """Ports the OS chose, let go just before the containers bind them."""
-    plan = plan_cluster(str(directory), nodes, auto_ports=True)
+    plan = plan_cluster(str(directory), nodes, groups, auto_ports=True)
     for held in plan.holds.values():
         held.close()
     return plan
@@ -185,6 +185,53 @@ def test_the_health_check_answers_and_sigterm_stops_a_node_cleanly(cluster):
     assert stopped_s < 25, stopped_s
     log = podman("logs", "--tail", "3", cluster.container(node))
     assert f"ferrymq node {node} stopped" in log.stdout + log.stderr
+    podman("pod", "start", f"{PREFIX}-{node}")  # back from its volume
+    play.wait_ready(cluster.played, {n.id for n in cluster.plan.nodes}, READY_TIMEOUT_S)
+
+
+def test_a_second_broker_group_joins_the_running_cluster(cluster, image, tmp_path):
+    """From 3 nodes to 6 as deploy/README.md says: group-2's pods played beside the running
+    ones with the same node.toml, so the voters stay where they are (group-1)."""
+    more = free_plan(tmp_path / "plan", 6, groups=2).nodes[3:]
+    grown = replace(
+        cluster.plan, nodes=cluster.plan.nodes + tuple(replace(n, voter=False) for n in more)
+    )
+    documents = manifests.podman_documents(grown, image, prefix=PREFIX)
+    names = {f"{PREFIX}-{n.id}" for n in more}
+    added = [d for d in documents if d["metadata"]["name"].removesuffix("-data") in names]
+    manifest = tmp_path / "group-2.yaml"
+    manifest.write_text(manifests.dump([documents[0], *added], "group-2 of the test's cluster"))
+    played = next(yaml.safe_load_all(cluster.played.manifest.read_text()))
+    assert documents[0] == played  # the same ConfigMap
+    pods, claims, addresses = play.manifest_parts(manifest)
+    group_2 = replace(
+        cluster.played,
+        pods=tuple(pods),
+        # Not the ConfigMap's volume: group-1's pods still use it.
+        volumes=tuple(v for v in claims if v.endswith("-data")),
+        grpc=cluster.played.grpc + tuple(address for _, address in addresses),
+    )
+    try:
+        podman("kube", "play", "--network", "host", str(manifest))
+        play.wait_ready(group_2, {n.id for n in grown.nodes}, READY_TIMEOUT_S)
+        with Admin(group_2.grpc[-1], security=cluster.played.security) as admin:
+            admin.create_topic("container-group-2", queue_count=2, broker_groups=("group-2",))
+            groups = {g.name: g for g in admin.cluster_status().broker_groups}
+        assert set(groups) == {"group-1", "group-2"}
+        assert groups["group-2"].master in {n.id for n in more}
+        sent = run_official_at(
+            group_2.grpc[0],
+            tmp_path / "client",
+            {
+                "scenario": "produce",
+                "topics": ["container-group-2"],
+                "messages": [{"topic": "container-group-2", "body": "on-group-2"}],
+                **cluster.credentials(),
+            },
+        )
+        assert [e["body"] for e in sent if e["event"] == "sent"] == ["on-group-2"]
+    finally:
+        assert play.down(replace(group_2, secret="")) == []  # the secret: the fixture's
 
 
 @pytest.fixture
