@@ -193,6 +193,7 @@ def kubernetes_documents(topology: Topology, image: str) -> list[dict]:
                             "terminationGracePeriodSeconds": 60,
                             "securityContext": {"fsGroup": USER_ID},
                             "affinity": one_pod_per_machine(),
+                            "initContainers": [await_own_name(image)],
                             "containers": [
                                 {
                                     **container(image, kubernetes_pod_env(group), ports=True),
@@ -233,6 +234,19 @@ def kubernetes_documents(topology: Topology, image: str) -> list[dict]:
     return documents
 
 
+def await_own_name(image: str) -> dict:
+    """The pod's DNS name resolves before the node binds Raft on it
+    (``ferrymq/launcher/await_name.py``)."""
+    pod_name = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    return {
+        "name": "await-dns",
+        "image": image,
+        "command": ["python", "-m", "ferrymq.launcher.await_name", f"$(POD_NAME).{HEADLESS}"],
+        "env": [pod_name],
+        "securityContext": container(image, [], ports=False)["securityContext"],
+    }
+
+
 def one_pod_per_machine() -> dict:
     """Replicas of a group on different machines, when the scheduler can."""
     return {
@@ -256,14 +270,21 @@ def host_plan(topology: Topology) -> ClusterPlan:
     return plan_cluster("cluster", topology.nodes, topology.groups)
 
 
+# On one machine the nodes dial each other's Raft and replication ports by a name, as the
+# pods of the Kubernetes manifests do by their DNS names: the same path through name
+# resolution (pysyncobj binds and dials names; so do replication's links).
+HOST_PEER_NAME = "localhost"
+
+
 def host_config(plan: ClusterPlan) -> str:
     store = dict(plan.settings.get("store", {}))
+    voters = [f"{HOST_PEER_NAME}:{voter.rpartition(':')[2]}" for voter in plan.voters]
     return node_toml(
         SHARED_HEADER
         + "\nOne machine's cluster on its loopback: smaller files than deploy/cluster-N.",
         {
             "node": {"data_dir": DATA_DIR},
-            "cluster": {"voters": plan.voters, "lease_ms": 3000, "heartbeat_interval_ms": 1000},
+            "cluster": {"voters": voters, "lease_ms": 3000, "heartbeat_interval_ms": 1000},
             "security": {"auth": True, "admin_access_key": "admin"},
             "store": {"flush_mode": "SYNC_FLUSH", **store},
         },
@@ -271,12 +292,13 @@ def host_config(plan: ClusterPlan) -> str:
 
 
 def host_env(node: NodePlan) -> dict[str, str]:
-    """One node's own options on the host's network: its id, group and ports."""
+    """One node's own options on the host's network: its id, group, ports and address."""
     host = node.grpc.rpartition(":")[0]
     env = {
         "FERRYMQ_NODE__ID": node.id,
         "FERRYMQ_NODE__GROUP": node.group,
         "FERRYMQ_NODE__HOST": host,
+        "FERRYMQ_NODE__INTERNAL_HOST": HOST_PEER_NAME,
         "FERRYMQ_METRICS__HOST": host,
     }
     addresses = {"grpc": node.grpc, "remoting": node.remoting, "metrics": node.metrics}

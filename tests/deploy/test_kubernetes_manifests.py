@@ -6,6 +6,7 @@ tests/deploy/test_kubernetes_api_types.py (``make test-image``)."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import yaml
 
 from deploy.kubernetes import manifests
 from deploy.kubernetes.container import SECRET_OPTIONS
+from ferrymq.launcher import await_name
 from node.config import NodeConfig, parse_node_config
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -111,3 +113,12 @@ def test_the_one_host_variants_give_each_node_its_own_loopback_ports(size):
         assert all(c.host == "127.0.0.1" for c in variant)
         assert len([c for c in variant if c.is_voter]) == 3
     assert [vars(c.ports) for c in configs] == [vars(c.ports) for c in composed]
+
+
+def test_the_init_container_waits_for_a_name_to_resolve():
+    """deploy/kubernetes's init container: a name that resolves, at once; one that never
+    does, not before the timeout."""
+    assert await_name.main(["localhost", "--timeout", "5"]) == 0
+    started = time.monotonic()
+    assert await_name.main(["no-such-pod.ferrymq.invalid", "--timeout", "1"]) == 1
+    assert 1 <= time.monotonic() - started < 10
