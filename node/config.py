@@ -677,7 +677,7 @@ def render_node_config(config: NodeConfig) -> str:
     lines.append("[metrics]")
     lines.append(f"host = {_toml_value(config.metrics.host)}")
     if config.metrics.bearer_token:
-        lines.append("# bearer_token: set in the configuration file, not repeated here")
+        lines.append("# bearer_token: set in the configuration, not repeated here")
     lines.append("")
     lines.append("[messages]")
     for name in sorted(_MESSAGES_FIELDS):
@@ -694,7 +694,7 @@ def render_node_config(config: NodeConfig) -> str:
     lines.append("[cluster]")
     lines.append("voters = [" + ", ".join(_toml_value(v) for v in config.cluster.voters) + "]")
     if config.cluster.secret:
-        lines.append("# secret: set in the configuration file, not repeated here")
+        lines.append("# secret: set in the configuration, not repeated here")
     for name in sorted(_CLUSTER_FIELDS - {"voters", "secret"}):
         lines.append(f"{name} = {getattr(config.cluster, name)}")
     lines.append("")
@@ -709,7 +709,7 @@ def render_node_config(config: NodeConfig) -> str:
     for name in sorted(_SECURITY_FIELDS - {"admin_secret_key"}):
         lines.append(f"{name} = {_toml_value(getattr(config.security, name))}")
     if config.security.admin_secret_key:
-        lines.append("# admin_secret_key: set in the configuration file, not repeated here")
+        lines.append("# admin_secret_key: set in the configuration, not repeated here")
     lines.append("")
     lines.append("[store]")
     effective = config.store_config()
