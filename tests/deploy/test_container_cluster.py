@@ -33,7 +33,8 @@ from ferrymq.client import Admin, ClientSecurity
 from ferrymq.launcher.cluster import ClusterPlan, plan_cluster
 from tests.support.official_client import run_official_at
 
-pytestmark = pytest.mark.container
+# A first run installs podman and builds the image (debootstrap included) in its first test.
+pytestmark = [pytest.mark.container, pytest.mark.timeout(1200)]
 
 TOPIC = "container-orders"
 GROUP = "container-readers"
@@ -64,9 +65,11 @@ def image() -> str:
 
 
 @pytest.fixture(scope="module")
-def clean_host() -> Iterator[None]:
+def clean_host(image) -> Iterator[None]:
     """Whatever podman adds to the host's network (none with the host's network, but a
-    bridge network's netavark rules and ip_forward if one was made) is removed."""
+    bridge network's netavark rules and ip_forward if one was made) is removed; so is what
+    an earlier run of this test left when it was killed (its process gone)."""
+    remove_orphans()
     before = host_network()
     yield
     restore_host_network(before)
@@ -74,6 +77,22 @@ def clean_host() -> Iterator[None]:
     volumes = podman("volume", "ls", "--format", "{{.Name}}", "--filter", f"name={PREFIX}")
     networks = podman("network", "ls", "--format", "{{.Name}}", "--filter", f"name={PREFIX}")
     assert not (leftovers.stdout + volumes.stdout + networks.stdout).strip()
+
+
+def remove_orphans() -> None:
+    """Containers, pods, volumes and secrets named after a test process that is gone."""
+    kinds = (  # (how to list them, how to remove one), pods before their containers
+        (("pod", "ps", "--format", "{{.Name}}"), ("pod", "rm", "--force")),
+        (("ps", "--all", "--format", "{{.Names}}"), ("rm", "--force")),
+        (("volume", "ls", "--format", "{{.Name}}"), ("volume", "rm", "--force")),
+        (("secret", "ls", "--format", "{{.Name}}"), ("secret", "rm")),
+    )
+    for listing, removal in kinds:
+        for name in podman(*listing, check=False).stdout.split():
+            pid = name.removeprefix("ferrymq-test-").partition("-")[0]
+            gone = pid.isdigit() and not Path(f"/proc/{pid}").exists()
+            if name.startswith("ferrymq-test-") and gone:
+                podman(*removal, name, check=False)
 
 
 def free_plan(directory: Path, nodes: int, groups: int = 1) -> ClusterPlan:
