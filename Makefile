@@ -1,10 +1,11 @@
-# The two commands of the README: `make up` and `make test`.
+# The two commands of the README: `make up` and `make test`; `make image` and `make test-image`
+# for the container image (README, "Run it in containers").
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-clients bench-lite bench-models chaos upgrade-drill clean
+.PHONY: up test image test-image lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-clients bench-lite bench-models chaos upgrade-drill clean
 
 # The C speedups are compiled by the install: a change to any C source rebuilds them.
 C_SOURCES := store/_speedups.c ferrymq/codec/_speedups.c ferrymq/codec/_properties.h \
@@ -26,9 +27,22 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m ruff check .
 	status=0; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" || status=$$?; \
-	$(PY) -m pytest -q -m alone || status=$$?; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone and not container" || status=$$?; \
+	$(PY) -m pytest -q -m "alone and not container" || status=$$?; \
 	exit $$status
+
+# The image from this checkout, without any registry (deploy/image/build.py: installs podman,
+# runc and debootstrap from Debian when missing; the Debian base is cached in .cache/image/).
+image:
+	nice -n 10 $(PYTHON) -m deploy.image.build
+
+# The tests of the image and the manifests (the ``container`` marker): builds the image (cached),
+# checks every manifest against the Kubernetes API types (Go modules from the Go module proxy),
+# plays the 3-node cluster with podman kube play and compose, kills a node with kill -9.
+# podman-compose from PyPI: Debian bookworm's 1.0.3 cannot run a host-network service.
+test-image: $(STAMP)
+	$(PY) -m pip install --quiet 'podman-compose==1.0.6'
+	$(PY) -m pytest -q -m container tests/deploy
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -107,13 +107,22 @@ a read-only replica of the routing state. With no voters the node is a cluster o
 own single voter, with a secret it makes up at each start).
 
 Unknown sections or keys are errors, so a typo never silently falls back to a default.
+
+Every option can also come from the environment, which wins over the file (a container
+image ships one ``node.toml`` and each node, pod or compose service sets what differs):
+``FERRYMQ_<SECTION>__<OPTION>``, e.g. ``FERRYMQ_NODE__ID=node-2``,
+``FERRYMQ_CLUSTER__SECRET=...``, ``FERRYMQ_PORTS__GRPC=8082``. A string option takes the
+value as it is; any other takes a TOML value (``8082``, ``true``, ``["a:1", "b:2"]``). A
+variable naming an unknown section or option is an error, as in the file.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -309,12 +318,76 @@ _REPLICATION_FIELDS = {f.name for f in dataclasses.fields(ReplicationOptions)}
 _SECURITY_FIELDS = {f.name for f in dataclasses.fields(SecurityOptions)}
 
 
-def parse_node_config(text: str) -> NodeConfig:
-    """Parse ``node.toml`` text; raises ``ConfigError`` naming the offending option."""
+ENVIRONMENT_PREFIX = "FERRYMQ_"
+# What each section's options are, for the types of values the environment gives.
+_SECTION_TYPES: dict[str, type] = {
+    "node": NodeConfig,
+    "ports": Ports,
+    "metrics": MetricsOptions,
+    "messages": MessagingOptions,
+    "remoting": RemotingOptions,
+    "lite": LiteOptions,
+    "store": StoreConfig,
+    "cluster": ClusterOptions,
+    "replication": ReplicationOptions,
+    "security": SecurityOptions,
+}
+_ALLOWED_FIELDS = {
+    "node": _NODE_FIELDS,
+    "ports": _PORT_FIELDS,
+    "metrics": _METRICS_FIELDS,
+    "messages": _MESSAGES_FIELDS,
+    "remoting": _REMOTING_FIELDS,
+    "lite": _LITE_FIELDS,
+    "store": _STORE_FIELDS,
+    "cluster": _CLUSTER_FIELDS,
+    "replication": _REPLICATION_FIELDS,
+    "security": _SECURITY_FIELDS,
+}
+
+
+def environment_settings(environment: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The options ``FERRYMQ_<SECTION>__<OPTION>`` variables set, by section (other
+    ``FERRYMQ_`` variables, without ``__``, are the CLI's and the tests'). Raises
+    ``ConfigError`` naming a variable whose section or option does not exist."""
+    settings: dict[str, dict[str, Any]] = {}
+    for variable, text in sorted(environment.items()):
+        if not variable.startswith(ENVIRONMENT_PREFIX) or "__" not in variable:
+            continue
+        section, _, option = variable[len(ENVIRONMENT_PREFIX) :].lower().partition("__")
+        if section not in _ALLOWED_FIELDS:
+            raise ConfigError(f"{variable}: no section [{section}] in node.toml")
+        if option not in _ALLOWED_FIELDS[section]:
+            raise ConfigError(f"{variable}: no option {option!r} in [{section}]")
+        kind = {f.name: f.type for f in dataclasses.fields(_SECTION_TYPES[section])}[option]
+        settings.setdefault(section, {})[option] = (
+            text if kind in ("str", str) else _environment_value(variable, text)
+        )
+    return settings
+
+
+def _environment_value(variable: str, text: str) -> Any:
+    """A TOML value (a number, a boolean, a list); a bare word (``SYNC_FLUSH``) is taken
+    as a string, which the option's own check then accepts or refuses."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        if text.replace("_", "").replace("-", "").isalnum():
+            return text
+        raise ConfigError(f"{variable} is not a TOML value: {text!r}") from None
+
+
+def parse_node_config(text: str, environment: Mapping[str, str] | None = None) -> NodeConfig:
+    """Parse ``node.toml`` text, with the options ``environment`` sets in place of the
+    file's; raises ``ConfigError`` naming the offending option."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"node.toml is not valid TOML: {error}") from error
+    for section, options in environment_settings(environment or {}).items():
+        if not isinstance(raw.setdefault(section, {}), dict):
+            raise ConfigError(f"[{section}] must be a table")
+        raw[section].update(options)
     unknown_sections = set(raw) - {
         "node",
         "ports",
@@ -565,13 +638,15 @@ def load_node_config(
     grpc_port: int | None = None,
     remoting_port: int | None = None,
     metrics_port: int | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> NodeConfig:
-    """Read ``path`` (defaults when None) and apply command-line overrides."""
+    """Read ``path`` (defaults when None), with the options the environment
+    (``os.environ`` unless given) sets in its place, and apply command-line overrides."""
     text = ""
     if path is not None:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-    config = parse_node_config(text)
+    config = parse_node_config(text, os.environ if environment is None else environment)
     if data_dir is not None:
         config = dataclasses.replace(config, data_dir=data_dir)
     if grpc_port is not None:
@@ -602,7 +677,7 @@ def render_node_config(config: NodeConfig) -> str:
     lines.append("[metrics]")
     lines.append(f"host = {_toml_value(config.metrics.host)}")
     if config.metrics.bearer_token:
-        lines.append("# bearer_token: set in the configuration file, not repeated here")
+        lines.append("# bearer_token: set in the configuration, not repeated here")
     lines.append("")
     lines.append("[messages]")
     for name in sorted(_MESSAGES_FIELDS):
@@ -619,7 +694,7 @@ def render_node_config(config: NodeConfig) -> str:
     lines.append("[cluster]")
     lines.append("voters = [" + ", ".join(_toml_value(v) for v in config.cluster.voters) + "]")
     if config.cluster.secret:
-        lines.append("# secret: set in the configuration file, not repeated here")
+        lines.append("# secret: set in the configuration, not repeated here")
     for name in sorted(_CLUSTER_FIELDS - {"voters", "secret"}):
         lines.append(f"{name} = {getattr(config.cluster, name)}")
     lines.append("")
@@ -634,7 +709,7 @@ def render_node_config(config: NodeConfig) -> str:
     for name in sorted(_SECURITY_FIELDS - {"admin_secret_key"}):
         lines.append(f"{name} = {_toml_value(getattr(config.security, name))}")
     if config.security.admin_secret_key:
-        lines.append("# admin_secret_key: set in the configuration file, not repeated here")
+        lines.append("# admin_secret_key: set in the configuration, not repeated here")
     lines.append("")
     lines.append("[store]")
     effective = config.store_config()
