@@ -19,6 +19,7 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -51,7 +52,7 @@ SETTINGS = {"replication": {"mode": "SYNC"}}
 
 @dataclass
 class Step:
-    phase: str  # "upgrade", "downgrade", "finalize"
+    phase: str  # "upgrade", "downgrade", "upgrade-again", "after-finalize"
     node: str
     role: str  # what it was when the step began
     to_version: str
@@ -190,7 +191,7 @@ def run(old_version: str, directory: str) -> dict:
         for phase, runtime, version in (
             ("upgrade", new, new_version),
             ("downgrade", old, old_version),
-            ("finalize", new, new_version),
+            ("upgrade-again", new, new_version),
         ):
             for node in order(plan):
                 current = next(n for n in plan.nodes if n.id == node.id)
@@ -241,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     directory = args.data or tempfile.mkdtemp(prefix="ferrymq-upgrade-")
     result = run(args.old, directory)
+    kept = result["lost_acknowledged"] == 0 and result["routing_format_before_finalize"] == 1
+    if args.data is None and kept:
+        shutil.rmtree(directory, ignore_errors=True)  # a failed run's logs stay, named below
     if args.json:
         print(json.dumps(result))
     else:
@@ -257,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             f"routing format {result['routing_format_before_finalize']} until finalized, "
             f"{result['routing_format_after']} after"
         )
-    kept = result["lost_acknowledged"] == 0 and result["routing_format_before_finalize"] == 1
+    if not kept:
+        print(f"the cluster's data and logs: {directory}", file=sys.stderr)
     return 0 if kept else 1
 
 

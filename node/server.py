@@ -111,8 +111,8 @@ from routing.replica import RoutingUnavailable
 from store import sync_ledger
 from store.message_store import MessageStore
 
-# What this node tells routing it runs (ClusterStatus shows it; issue 41's upgrades).
-REGISTER_CATCH_UP_S = 2.0
+REGISTER_CATCH_UP_S = 2.0  # the read barrier before a registration (``_register``)
+# What this node tells routing it runs (ClusterStatus shows it; docs/upgrades.md).
 SOFTWARE_VERSION = importlib.metadata.version("ferrymq")
 log = logging.getLogger("ferrymq.node")
 HOUSEKEEPING_INTERVAL_S = 1.0
