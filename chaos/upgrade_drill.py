@@ -98,7 +98,8 @@ class Load:
                     return
 
     def longest_gap_ms(self, start: float, end: float) -> float:
-        times = sorted(t for t in self.acked.values() if start <= t <= end)
+        # list() copies in one step: the writer thread adds to ``acked`` meanwhile.
+        times = sorted(t for t in list(self.acked.values()) if start <= t <= end)
         points = [start, *times, end]
         return max(b - a for a, b in itertools.pairwise(points)) * 1000
 
@@ -124,7 +125,7 @@ def rejoined(node: NodePlan, version: str) -> bool:
         return False
     member = next((n for n in status.nodes if n.id == node.id), None)
     group = next((g for g in status.broker_groups if g.name == node.group), None)
-    shown = (member.software_version or "0.1.0") if member else ""
+    shown = (member.software_version or "0.1.0") if member else ""  # 0.1.0 said none
     return (
         member is not None
         and member.alive
