@@ -105,6 +105,7 @@ def _put(message: Any, name: str, value: Any) -> None:
 def from_message(cls: type, message: Any) -> Any:
     """The dataclass ``cls`` read from ``message``."""
     values = {}
+    fields = message.DESCRIPTOR.fields_by_name
     for name, hint in field_types(cls).items():
         inner = _optional_of(hint)
         if inner is not None:
@@ -112,6 +113,9 @@ def from_message(cls: type, message: Any) -> Any:
                 values[name] = None
                 continue
             hint = inner
+        elif fields[name].has_presence and not fields[name].message_type:
+            if not message.HasField(name):
+                continue  # an ``optional`` field added later: written before it, the default
         values[name] = _take(hint, getattr(message, name), name)
     return cls(**values)
 

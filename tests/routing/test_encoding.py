@@ -266,3 +266,19 @@ def test_while_an_older_node_may_follow_the_log_commands_are_written_as_it_wrote
         assert isinstance(encoding.decode_entry(handed[-1]), Tracked)
     finally:
         replica.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class LaterField:
+    """A record whose ``admin`` came later, with a default: its message field is ``optional``
+    (UpdateUser's ``admin`` is), as routing.proto's evolution rules ask."""
+
+    access_key: str
+    admin: bool = True
+
+
+def test_an_optional_field_added_later_reads_as_the_default_when_absent_not_as_zero():
+    absent = pb.UpdateUser(access_key="a")
+    assert encoding.from_message(LaterField, absent) == LaterField("a", True)
+    written = pb.UpdateUser(access_key="a", admin=False)
+    assert encoding.from_message(LaterField, written) == LaterField("a", False)
