@@ -113,11 +113,15 @@ def from_message(cls: type, message: Any) -> Any:
                 values[name] = None
                 continue
             hint = inner
-        elif fields[name].has_presence and not fields[name].message_type:
-            if not message.HasField(name):
-                continue  # an ``optional`` field added later: written before it, the default
+        elif has_scalar_presence(fields[name]) and not message.HasField(name):
+            continue  # an ``optional`` field added later, written before it: the default
         values[name] = _take(hint, getattr(message, name), name)
     return cls(**values)
+
+
+def has_scalar_presence(field: Any) -> bool:
+    """A scalar field that knows whether it was written (``optional`` in proto3)."""
+    return field.has_presence and field.message_type is None
 
 
 def _take(hint: Any, value: Any, name: str) -> Any:
