@@ -35,6 +35,7 @@ from ferrymq.launcher.cluster import (
     NodeRuntime,
     cluster_down,
     is_running,
+    on_first_answering,
     plan_cluster,
     save_plan,
     start_node,
@@ -105,14 +106,11 @@ class Load:
 
 
 def cluster_view(plan: ClusterPlan):
-    """ClusterStatus from the first node that answers."""
-    for node in plan.nodes:
-        try:
-            with Admin(node.grpc, timeout_s=2) as admin:
-                return admin.cluster_status()
-        except FerryError:
-            continue
-    return None
+    """ClusterStatus from the first node that answers (None: none does)."""
+    try:
+        return on_first_answering([n.grpc for n in plan.nodes], Admin.cluster_status, 2.0)
+    except FerryError:
+        return None
 
 
 def rejoined(node: NodePlan, version: str) -> bool:

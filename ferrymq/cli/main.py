@@ -388,8 +388,7 @@ def cluster_start_command(args) -> int:
 def on_first_answering_node(args, call):
     """``call(admin)`` on the first node of ``--data``'s cluster (or ``--server``) that
     answers."""
-    from ferrymq.client import Admin, FerryError
-    from ferrymq.launcher.cluster import ClusterError, load_plan
+    from ferrymq.launcher.cluster import ClusterError, load_plan, on_first_answering
 
     servers = [args.server]
     if getattr(args, "data", None):
@@ -397,15 +396,7 @@ def on_first_answering_node(args, call):
         if plan is None:
             raise ClusterError(f"no cluster.json in {args.data}")
         servers = [n.grpc for n in plan.nodes]
-    last_error: Exception | None = None
-    for server in servers:
-        try:
-            with Admin(server, timeout_s=3) as admin:
-                return call(admin)
-        except FerryError as error:
-            last_error = error
-    assert last_error is not None
-    raise last_error
+    return on_first_answering(servers, call)
 
 
 def finalize_upgrade_command(args) -> int:

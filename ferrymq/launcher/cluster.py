@@ -420,6 +420,22 @@ def wait_ready(plan: ClusterPlan, timeout_s: float) -> None:
             time.sleep(0.1)
 
 
+def on_first_answering(addresses: list[str], call, timeout_s: float = 3.0):
+    """``call(admin)`` on the first node of ``addresses`` that answers; the last node's
+    ``FerryError`` when none does."""
+    from ferrymq.client import Admin, FerryError
+
+    last_error: FerryError | None = None
+    for address in addresses:
+        try:
+            with Admin(address, timeout_s=timeout_s) as admin:
+                return call(admin)
+        except FerryError as error:
+            last_error = error
+    assert last_error is not None, "no address to ask"
+    raise last_error
+
+
 def tail(path: str, lines: int = 15) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
