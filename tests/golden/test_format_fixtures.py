@@ -65,9 +65,10 @@ def test_a_raft_term_file_v1_reads_as_the_record_written(tmp_path):
     assert TermFile(str(path), TermRecord()).record == samples.TERM
 
 
-def test_a_checkpoint_v1_reads_as_the_offsets_written(tmp_path):
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_checkpoint_reads_as_the_offsets_written(tmp_path, version):
     path = tmp_path / "checkpoint"
-    path.write_bytes(golden("checkpoint.v1.bin"))
+    path.write_bytes(golden(f"checkpoint.{version}.bin"))
     assert Checkpoint.read(str(path)) == samples.CHECKPOINT
 
 
@@ -107,7 +108,7 @@ def test_a_cluster_file_v1_loads_as_the_plan_written():
 
 
 def test_every_format_has_a_golden_file_and_a_reader_test():
-    files = {f.file for f in samples.FORMATS}
+    files = {f.file for f in samples.FORMATS} | set(samples.OLDER_VERSIONS)
     assert files == {p.name for p in FORMATS.iterdir()}
     assert pb.Entry.DESCRIPTOR.fields_by_name["routing_format"].number == 1
 

@@ -18,6 +18,7 @@ from ferrymq.codec.commitlog_record import encode_host
 from ferrymq.codec.message_id import offset_message_id
 from ferrymq.codec.properties import encode_properties
 from ferrymq.launcher.polling import until
+from store import checkpoint as checkpoint_format
 from store import index_service, sync_ledger
 from store.checkpoint import Checkpoint
 from store.commitlog import CommitLog, prepare, topic_prefix_of
@@ -933,7 +934,7 @@ def test_checkpoint_round_trips_and_any_damaged_byte_reads_as_none(tmp_path):
     assert written.recovery_start_offset == 80
     with open(path, "rb") as f:
         good = f.read()
-    assert len(good) == 6 * 8 + 4
+    assert len(good) == checkpoint_format.VERSION_2_BYTES and good.startswith(b"FMQCKPT2")
     for position in range(len(good)):
         damaged = bytearray(good)
         damaged[position] ^= 0x10
@@ -944,6 +945,19 @@ def test_checkpoint_round_trips_and_any_damaged_byte_reads_as_none(tmp_path):
         f.write(good[:-1])
     assert Checkpoint.read(path) is None
     assert Checkpoint.read(str(tmp_path / "missing")) is None
+
+
+def test_a_checkpoint_of_a_newer_version_reads_as_missing_and_says_so(tmp_path, caplog):
+    """A node downgraded below the release that wrote its checkpoint recovers from the
+    log's first segment (slower, never wrong) and logs why."""
+    path = str(tmp_path / "checkpoint")
+    Checkpoint(100, 90, 80, T0 + 1, T0 + 2, T0 + 3).write(path)
+    with open(path, "rb") as f:
+        newer = b"FMQCKPT3" + f.read()[8:]
+    with open(path, "wb") as f:
+        f.write(newer)
+    assert Checkpoint.read(path) is None
+    assert "of version '3', newer than 2" in caplog.text
 
 
 # ---- recovery (docs/architecture.md, "Recovery") ------------------------------------
@@ -1170,8 +1184,12 @@ def test_a_replica_refuses_bytes_that_are_not_whole_records_at_its_end(tmp_path)
 
 
 @pytest.mark.parametrize("abrupt", [False, True], ids=["clean", "abrupt"])
-def test_a_damaged_checkpoint_makes_recovery_scan_from_the_first_segment(tmp_path, abrupt):
-    """Invariant: without a trustworthy checkpoint recovery assumes nothing is durable:
+@pytest.mark.parametrize("unreadable", ["damaged", "newer-version"])
+def test_a_damaged_checkpoint_makes_recovery_scan_from_the_first_segment(
+    tmp_path, abrupt, unreadable
+):
+    """Invariant: without a trustworthy checkpoint (damaged, or of a version a newer
+    release wrote before this node was downgraded) recovery assumes nothing is durable:
     it scans from the first segment and rebuilds consume queues and index from there."""
     config = StoreConfig(str(tmp_path / "store"), **SMALL, **QUIET)
     store = MessageStore.open(config)
@@ -1184,10 +1202,14 @@ def test_a_damaged_checkpoint_makes_recovery_scan_from_the_first_segment(tmp_pat
         store.shutdown()
     path = os.path.join(config.data_dir, CHECKPOINT_FILE)
     with open(path, "r+b") as f:
-        f.seek(3)
-        byte = f.read(1)
-        f.seek(3)
-        f.write(bytes([byte[0] ^ 0xFF]))
+        if unreadable == "damaged":
+            f.seek(3)
+            byte = f.read(1)
+            f.seek(3)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        else:
+            f.seek(len(checkpoint_format.MAGIC_PREFIX))
+            f.write(b"9")
     assert Checkpoint.read(path) is None
 
     store = MessageStore.open(config)

@@ -173,7 +173,7 @@ FORMATS: tuple[Format, ...] = (
     Format("routing-entries.v2.bin", routing_entries),
     Format("routing-snapshot.v2.bin", lambda: encoding.encode_state(routing_state())),
     Format("raft-term.v1.bin", lambda: _in_file(lambda p: TermFile(p, TERM).close())),
-    Format("checkpoint.v1.bin", lambda: _in_file(CHECKPOINT.write)),
+    Format("checkpoint.v2.bin", lambda: _in_file(CHECKPOINT.write)),
     Format(
         "receipt-handle.h2.txt",
         lambda: ReceiptHandles(HANDLE_KEY).encode(HANDLE, "orders", "readers").encode(),
@@ -181,6 +181,9 @@ FORMATS: tuple[Format, ...] = (
     Format("replication.p2.bin", replication_frames),
     Format("cluster-file.v1.json", cluster_file),
 )
+
+# Golden files of versions the code reads but no longer writes (never rewritten).
+OLDER_VERSIONS: tuple[str, ...] = ("checkpoint.v1.bin",)
 
 
 def write_all(directory: str) -> None:
