@@ -61,6 +61,30 @@ class ConsumerOffsets(SystemState):
                 self._offsets[key] = previous
         return result
 
+    async def reset(self, group: str, topic: str, offsets: dict[int, int]) -> PutResult:
+        """Commit every ``queue id -> offset`` of ``offsets`` in one batch (an offset
+        reset): all of them change, or none when the batch is refused."""
+        records, before = [], {}
+        for queue_id, offset in sorted(offsets.items()):
+            key = (group, topic, queue_id)
+            before[key] = self._offsets.get(key)
+            self._offsets[key] = offset
+            records.append(
+                self.record(
+                    KIND_COMMIT, group=group, topic=topic, queue=str(queue_id), offset=str(offset)
+                )
+            )
+        result = await self.append(records)
+        if not result.appended:  # refused: the log never had them
+            for key, previous in before.items():
+                if self._offsets.get(key) != offsets[key[2]]:
+                    continue  # committed again since: that commit stays
+                if previous is None:
+                    del self._offsets[key]
+                else:
+                    self._offsets[key] = previous
+        return result
+
     # ---- SystemState ---------------------------------------------------------------
     def apply(self, properties: dict[str, str], body: bytes) -> None:
         if properties.get("kind") == KIND_COMMIT:

@@ -15,6 +15,9 @@ Records of ``%SYS%POP`` (all carry ``group``, ``topic``, ``queue``):
 - ``change``: ``offset``, ``delivery`` (current), ``new``, ``visible``; ``suspend`` ("1")
   when the current delivery is not to count as an attempt (RocketMQ 5.5's suspend: it
   comes back with the attempt it had)
+- ``reset``: the group's offsets of the queue were reset (``node/services/offset_reset.py``):
+  the cursor goes with every delivery in flight (their handles are stale from then on),
+  so the next receive starts a cursor at the reset committed offset
 - ``expire``: ``upto``; the queue is an expired lite topic (``node/lite_expiry.py``): its
   deliveries at or below ``upto`` end, and the cursor goes when nothing past ``upto`` is
   left of it (a lite topic's cursor starts at its first message)
@@ -45,6 +48,7 @@ KIND_ACK = "ack"
 KIND_DLQ = "dlq"
 KIND_CHANGE = "change"
 KIND_EXPIRE = "expire"
+KIND_RESET = "reset"
 
 CursorKey = tuple[str, str, int]  # (group, topic, queue id)
 
@@ -175,6 +179,18 @@ class PopState(SystemState):
             before = PopCursor(cursor.next_offset, dict(cursor.in_flight), set(cursor.unlogged))
         return self._applied(KIND_EXPIRE, b"", _fields(key) | {"upto": str(upto)}), before
 
+    def reset(self, key: CursorKey) -> tuple[Message, PopCursor | None]:
+        """End ``key``'s cursor and its deliveries (an offset reset); the record, and the
+        cursor as it was (for ``restore_reset``)."""
+        before = self.cursors.get(key)
+        return self._applied(KIND_RESET, b"", _fields(key)), before
+
+    def restore_reset(self, key: CursorKey, before: PopCursor | None) -> None:
+        """Undo a reset whose record failed to append, unless a receive made a new
+        cursor since (the log then holds that receive's record after the refused one)."""
+        if before is not None:
+            self.cursors.setdefault(key, before)
+
     def restore_expired(self, key: CursorKey, before: PopCursor | None) -> None:
         """Undo an expiry whose record failed to append (so the log never had it), keeping
         what a receive did since."""
@@ -275,6 +291,8 @@ class PopState(SystemState):
                 found.visible_at_ms = int(properties["visible"])
                 if properties.get("suspend") == "1":
                     found.attempt = max(found.attempt - 1, 0)
+        elif kind == KIND_RESET:
+            self.cursors.pop(key, None)
         elif kind == KIND_EXPIRE:
             cursor = self.cursors.get(key)
             if cursor is None:

@@ -65,6 +65,7 @@ from node.liveness import LivenessLoop
 from node.long_polling import QueueWaiters
 from node.metrics import NodeMetrics, RoutingStatus
 from node.metrics_http import MetricsHttpServer
+from node.peer_admin import PeerAdmin
 from node.pop_state import PopState
 from node.port_holds import adopt_inherited, hold_port, port_of
 from node.queue_locks import QueueLocks
@@ -83,6 +84,7 @@ from node.services.check_relay import CheckRelay
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
+from node.services.offset_reset import OffsetResetService
 from node.services.offsets import OffsetService
 from node.services.permissions import Permissions
 from node.services.pop import PopService
@@ -165,6 +167,7 @@ class Node:
         self.topics = TopicTable()
         self._states_ready = False
         self.services: Services | None = None
+        self.peer_admin: PeerAdmin | None = None  # admin calls to other nodes' client ports
         self.must_stop: asyncio.Event | None = None  # set by a signal, or a lost host
         self.failure: str | None = None  # why the node stopped unasked
 
@@ -215,6 +218,7 @@ class Node:
         )
         self.lite_notices = LiteNotices(store)
         self.lite_notices.attach(loop)
+        self.peer_admin = PeerAdmin(self._peer_channel)
         self.services = self._services(store, handles)
         self.transactions = self.services.transactions
         self.transactions.load()
@@ -467,6 +471,17 @@ class Node:
             routes=RouteService(self.routing, groups, permissions),
             recall=RecallService(
                 admission, permissions, self.recall_handles, self.timers, config.group
+            ),
+            offset_reset=OffsetResetService(
+                store,
+                topics,
+                self.offsets,
+                self.pop_state,
+                self.routing,
+                permissions,
+                config.group,
+                config.id,
+                self.peer_admin,
             ),
         )
 
@@ -746,6 +761,8 @@ class Node:
         if self.server is not None:
             await self.server.stop(grace_s)
         await self.forwarder.close()
+        if self.peer_admin is not None:
+            await self.peer_admin.close()
         if getattr(self, "remoting_forwarder", None) is not None:
             self.remoting_forwarder.close()
         if getattr(self, "replication", None) is not None:

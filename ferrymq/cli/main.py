@@ -5,6 +5,7 @@ with the node's status name and exit code 1 (2 for usage and configuration error
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import signal
 import sys
@@ -184,6 +185,25 @@ def build_parser() -> argparse.ArgumentParser:
     members = groups.add_parser("members", parents=[common])
     members.add_argument("name")
     members.set_defaults(handler=group_members)
+    reset = groups.add_parser(
+        "reset-offsets",
+        parents=[common],
+        help="move the group's offsets on every queue of a topic to a time, or to the "
+        "earliest or latest message (admin)",
+    )
+    reset.add_argument("name")
+    reset.add_argument("--topic", required=True)
+    reset.add_argument(
+        "--to",
+        required=True,
+        dest="reset_to",
+        help="an ISO-8601 time (2026-11-30T22:15:00+01:00; UTC without an offset), ms since "
+        "the epoch, 'earliest' or 'latest'",
+    )
+    reset.add_argument(
+        "--dry-run", action="store_true", help="show where each queue would go; change nothing"
+    )
+    reset.set_defaults(handler=group_reset_offsets)
 
     produce = commands.add_parser("produce", parents=[common], help="send messages")
     produce.add_argument("topic")
@@ -596,6 +616,40 @@ def group_progress(args) -> int:
         ["topic", "queue", "broker group", "broker offset", "consumer offset", "lag", "in flight"],
         rows,
     )
+    return 0
+
+
+def reset_point(text: str) -> int | str:
+    """``--to``: 'earliest', 'latest', ms since the epoch, or an ISO-8601 time (UTC when
+    it names no offset); ``ValueError`` for anything else."""
+    text = text.strip()
+    if text in ("earliest", "latest"):
+        return text
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"--to {text!r} is not a time: an ISO-8601 time (2026-11-30T22:15:00Z), ms since "
+            "the epoch, 'earliest' or 'latest'"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def group_reset_offsets(args) -> int:
+    point = reset_point(args.reset_to)
+    with admin_of(args) as admin:
+        queues = admin.reset_offsets(args.name, args.topic, point, dry_run=args.dry_run)
+    rows = [
+        [q.broker_group, q.queue_id, "-" if q.old_offset < 0 else q.old_offset, q.new_offset]
+        for q in queues
+    ]
+    show_table(args, queues, ["broker group", "queue", "old offset", "new offset"], rows)
+    if args.dry_run and not args.json:
+        print("dry run: nothing was changed")
     return 0
 
 

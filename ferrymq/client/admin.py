@@ -104,6 +104,19 @@ class QueueProgress:
 
 
 @dataclass(frozen=True)
+class QueueReset:
+    """One queue of an offset reset: where the group was (-1: nowhere) and is now."""
+
+    broker_group: str
+    queue_id: int
+    old_offset: int
+    new_offset: int
+
+
+RESET_TARGETS = {"earliest": api.RESET_TO_EARLIEST, "latest": api.RESET_TO_LATEST}
+
+
+@dataclass(frozen=True)
 class StoredMessage:
     topic: str
     queue_id: int
@@ -344,6 +357,33 @@ class Admin:
             for _, answer in answers
             for q in answer.queues
         ]
+
+    def reset_offsets(
+        self, group: str, topic: str, to: int | str, dry_run: bool = False
+    ) -> list[QueueReset]:
+        """Reset ``group``'s offsets on every queue of ``topic`` (admin rights): ``to`` a
+        time in ms since the epoch (each queue's first message stored at or after it),
+        ``"earliest"`` or ``"latest"``. The node asked resets every broker group's queues;
+        ``dry_run`` answers where they would go and changes nothing. Sorted by broker
+        group and queue."""
+        if isinstance(to, str):
+            if to not in RESET_TARGETS:
+                raise ValueError(f"reset to {to!r}: a time in ms, 'earliest' or 'latest'")
+            target, timestamp_ms = RESET_TARGETS[to], 0
+        elif isinstance(to, int) and not isinstance(to, bool):
+            target, timestamp_ms = api.RESET_TO_TIME, to
+        else:
+            raise TypeError(f"reset to {to!r}: a time in ms, 'earliest' or 'latest'")
+        request = api.ResetOffsetsRequest(
+            group=group, topic=topic, target=target, timestamp_ms=timestamp_ms, dry_run=dry_run
+        )
+        answer = self.connection.call(self.stub.ResetOffsets, request, timeout_s=60)
+        check_admin(answer.status)
+        queues = [
+            QueueReset(q.broker_group, q.queue_id, q.old_offset, q.new_offset)
+            for q in answer.queues
+        ]
+        return sorted(queues, key=lambda q: (q.broker_group, q.queue_id))
 
     def group_members(self, group: str) -> list[str]:
         answer = self._call(self.stub.GroupMembers, api.GroupMembersRequest(group=group))

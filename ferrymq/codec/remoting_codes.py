@@ -54,6 +54,9 @@ class RequestCode(enum.IntEnum):
     GET_CONSUMER_CONNECTION_LIST = 203
     GET_PRODUCER_CONNECTION_LIST = 204
     GET_CONSUME_STATS = 208
+    # A broker tells a 4.x consumer its group's offsets were reset (over its connection).
+    RESET_CONSUMER_CLIENT_OFFSET = 220
+    INVOKE_BROKER_TO_RESET_OFFSET = 222  # mqadmin resetOffsetByTime, to each master
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
     QUERY_TOPIC_CONSUME_BY_WHO = 300

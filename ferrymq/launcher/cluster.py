@@ -381,12 +381,24 @@ def cluster_up(
     return plan
 
 
+def bootstrap_admin(plan: ClusterPlan):
+    """The ``ClientSecurity`` of the bootstrap admin a cluster with auth on names in its
+    settings (its status needs valid credentials then); None with auth off."""
+    from ferrymq.client import ClientSecurity
+
+    security = plan.settings.get("security", {})
+    if not security.get("auth") or not security.get("admin_access_key"):
+        return None
+    return ClientSecurity(security["admin_access_key"], security.get("admin_secret_key", ""))
+
+
 def wait_ready(plan: ClusterPlan, timeout_s: float) -> None:
     """Until every node answers ClusterStatus and sees every node registered and alive,
     and every broker group has a master with all its members in sync."""
     from ferrymq.client import Admin, FerryError
 
     deadline = time.monotonic() + timeout_s
+    security = bootstrap_admin(plan)
     expected = {n.id for n in plan.nodes}
     groups = {n.group for n in plan.nodes}
     pending = set(expected)
@@ -400,7 +412,7 @@ def wait_ready(plan: ClusterPlan, timeout_s: float) -> None:
         for node in sorted(pending):
             address = next(n.grpc for n in plan.nodes if n.id == node)
             try:
-                with Admin(address, timeout_s=2) as admin:
+                with Admin(address, timeout_s=2, security=security) as admin:
                     status = admin.cluster_status()
             except FerryError:
                 continue

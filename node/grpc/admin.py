@@ -1,6 +1,6 @@
 """ferrymq's ``Admin`` door (``proto/ferrymq/admin.proto``), translated to the services:
-topics, groups, cluster status, planned failover, consumer progress, message queries,
-users and ACL entries.
+topics, groups, cluster status, planned failover, consumer progress and offset resets,
+message queries, users and ACL entries.
 
 Status codes follow google.rpc (``AdminRefused`` carries them); a refusal by the ACL aborts
 the call with gRPC ``PERMISSION_DENIED`` or ``UNAUTHENTICATED``. A planned failover asked
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import replace
 
 import grpc
 
@@ -32,6 +33,7 @@ from node.services.admin import (
     refused,
 )
 from node.services.caller import Door
+from node.services.offset_reset import ResetRequest, ResetTarget
 from node.services.registry import Services
 from node.topics import MessageType, Permission, TopicError
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
@@ -58,6 +60,7 @@ EFFECTS = {api.ACL_ALLOW: Effect.ALLOW, api.ACL_DENY: Effect.DENY}
 ACTIONS = {api.ACL_PUBLISH: Action.PUBLISH, api.ACL_SUBSCRIBE: Action.SUBSCRIBE}
 KINDS = {api.ACL_TOPIC: ResourceKind.TOPIC, api.ACL_GROUP: ResourceKind.GROUP}
 FAILOVER_TIMEOUT_S = 30
+RESET_TARGETS = {target.value: target for target in ResetTarget}
 
 
 def topic_spec(topic: api.Topic) -> TopicSpec:
@@ -427,6 +430,37 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
             }
 
         return await self._serve(context, "Failover", api.FailoverResponse, work)
+
+    async def ResetOffsets(self, request, context):
+        """A group's offsets on a topic, reset on every queue of it (the service hands the
+        other broker groups' parts to their masters, with the caller's credentials)."""
+
+        async def work(caller):
+            if request.target not in RESET_TARGETS:
+                raise AdminRefused(INVALID_ARGUMENT, f"unknown reset target {request.target}")
+            reset = ResetRequest(
+                request.group,
+                request.topic,
+                RESET_TARGETS[request.target],
+                request.timestamp_ms,
+                request.broker_group,
+                request.dry_run,
+            )
+            caller = replace(caller, credentials=forwarded_credentials(context))
+            queues = await self.services.offset_reset.reset(caller, reset)
+            return {
+                "queues": [
+                    api.QueueReset(
+                        broker_group=q.broker_group,
+                        queue_id=q.queue_id,
+                        old_offset=q.old_offset,
+                        new_offset=q.new_offset,
+                    )
+                    for q in queues
+                ]
+            }
+
+        return await self._serve(context, "ResetOffsets", api.ResetOffsetsResponse, work)
 
     async def FinalizeUpgrade(self, request, context):
         async def work(caller):

@@ -34,6 +34,16 @@ the same checks and the same ACL decision (admin rights), whichever tool asked.
   are JSON objects, as fastjson writes them; ``consumeTps`` is what this node delivered to
   the group over the last minute.
 
+- INVOKE_BROKER_TO_RESET_OFFSET (222, resetOffsetByTime, to each master of the topic):
+  the group's offsets of this broker group's queues of the topic, reset by the offset
+  reset service (``node/services/offset_reset.py``) to the header's ``timestamp`` (-1: each
+  queue's max offset); answered SUCCESS with a ResetOffsetBody of the new offsets, whether
+  a consumer is online or not, as RocketMQ 5's broker does (``useServerSideResetOffset``,
+  its default); the group's 4.x clients connected here are told
+  (``consumer_notices.py``). ``isForce`` changes nothing (RocketMQ 5 ignores it too); a
+  request naming one queue (``queueId`` >= 0, mqadmin's ``-b``/``-q``) is refused, since
+  mqadmin committed that queue's offset itself just before.
+
 Refusals map the Admin status to RocketMQ's codes (not found: TOPIC_NOT_EXIST or
 SUBSCRIPTION_GROUP_NOT_EXIST; routing unavailable: SERVICE_NOT_AVAILABLE; else
 SYSTEM_ERROR), with the Admin message as the remark.
@@ -50,6 +60,7 @@ from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
 from node.broker_stats import tps_text
 from node.remoting.authentication import DoorHandler
+from node.remoting.consumer_notices import reset_offset_body
 from node.remoting.name_server import CLUSTER_NAME, PERMISSION_BITS
 from node.remoting.topic_attributes import (
     LITE_EXPIRATION,
@@ -67,6 +78,7 @@ from node.services.admin import (
     TopicSpec,
 )
 from node.services.caller import Caller
+from node.services.offset_reset import ResetRequest, ResetTarget
 from node.services.registry import Services
 from node.topics import MessageType, Permission
 from store.results import LogFigures
@@ -222,6 +234,7 @@ class AdminCodeHandlers:
             (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.consumed_by),
             (RequestCode.GET_TOPIC_CONFIG, self.topic_config),
             (RequestCode.GET_TOPIC_STATS_INFO, self.topic_stats),
+            (RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offsets),
         ]
 
     async def update_topic(self, request: RemotingCommand, connection, caller: Caller):
@@ -374,6 +387,31 @@ class AdminCodeHandlers:
                     last_ms[(topic, queue.queue_id)] = before.store_timestamp_ms
         tps = self.admin.consume_rate(caller, group)
         return request.reply(ResponseCode.SUCCESS, body=consume_stats_body(queues, last_ms, tps))
+
+    async def reset_offsets(self, request: RemotingCommand, connection, caller: Caller):
+        topic, group = request.text("topic"), request.text("group")
+        timestamp = request.integer("timestamp")
+        if request.int32("queueId", -1) >= 0:
+            return request.reply(
+                ResponseCode.SYSTEM_ERROR,
+                "resetting one queue is UPDATE_CONSUMER_OFFSET's: this code resets every "
+                "queue of the topic here",
+            )
+        if timestamp == -1:
+            reset = ResetRequest(group, topic, ResetTarget.LATEST)
+        else:
+            reset = ResetRequest(group, topic, ResetTarget.TIME, timestamp)
+        try:
+            queues = await self.services.offset_reset.reset_broker_group(caller, reset)
+        except AdminRefused as refused:
+            not_found = (
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+                if refused.message.startswith("CONSUMER_GROUP_NOT_FOUND")
+                else ResponseCode.TOPIC_NOT_EXIST
+            )
+            return request.reply(*refusal(refused, not_found))
+        table = [(q.broker_group, q.queue_id, q.new_offset) for q in queues]
+        return request.reply(ResponseCode.SUCCESS, body=reset_offset_body(topic, table))
 
     async def consumed_by(self, request: RemotingCommand, connection, caller: Caller):
         groups = self.admin.groups_consuming(caller, request.text("topic"))

@@ -30,6 +30,7 @@ from node.remoting.status_codes import refusal, response_code
 from node.rpc_status import InvalidRequest
 from node.services.caller import Caller
 from node.services.membership import ClientHeartbeat, ConsumerMembership
+from node.services.offset_reset import QueueReset
 from node.services.registry import Services
 from node.topics import TopicError
 
@@ -133,6 +134,12 @@ class ClientHandlers:
         self.membership = services.membership
         self.transactions = transactions
         self.notices = ConsumerNotices(self.membership.members)
+        services.offset_reset.reset_listeners.append(self._offsets_reset)
+
+    def _offsets_reset(self, group: str, topic: str, queues: list[QueueReset]) -> None:
+        """A reset by any door: the group's 4.x clients connected here take it."""
+        table = [(q.broker_group, q.queue_id, q.new_offset) for q in queues]
+        self.notices.offsets_reset(group, topic, table)
 
     def handlers(self) -> list[tuple[int, DoorHandler]]:
         return [

@@ -2,6 +2,17 @@
 of the group's 4.x clients connected to it, over their own connections, so they rebalance
 at once instead of at their next 20 s rebalance.
 
+RESET_CONSUMER_CLIENT_OFFSET: when a group's offsets of a topic were reset here (by any
+door, ``node/services/offset_reset.py``), the node tells the same clients, as RocketMQ's
+broker does (``Broker2Client.resetOffset``): a oneway request whose header names
+``topic``, ``group``, ``timestamp`` and ``isForce`` (the client's header class requires
+all four) and whose body is a ResetOffsetBody, ``{"offsetTable":{<MessageQueue>:offset}}``
+with MessageQueue objects as keys (fastjson's form), for this broker group's queues. A
+DefaultMQPushConsumer then drops its process queues of the topic, waits 10 s for their
+consumption to end, takes the offsets as its own and commits them, and pulls from them
+once it rebalances (``MQClientInstance.resetOffset``), instead of committing its cached
+offsets over the reset.
+
 A change is a client id joining the group (its first heartbeat for it), leaving it
 (UNREGISTER_CLIENT, its connection closing) or expiring (no heartbeat for 120 s: checked
 when a heartbeat arrives, at most every ``EXPIRY_CHECK_MS``; a group without heartbeats has
@@ -15,6 +26,7 @@ Thread-safety: owned by the node's event loop.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 
@@ -75,6 +87,24 @@ class ConsumerNotices:
         if not connections:
             self._connections.pop(group, None)
 
+    def offsets_reset(self, group: str, topic: str, table: list[tuple[str, int, int]]) -> int:
+        """Tell ``group``'s live clients here that its offsets of ``topic`` are now
+        ``table``'s ``(broker group, queue id, offset)``; how many were told."""
+        body = reset_offset_body(topic, table)
+        fields = {"topic": topic, "group": group, "timestamp": "0", "isForce": "true"}
+        live = {client_id for client_id, _ in self.members.live(group)}
+        told = 0
+        for client_id, connection in list(self._connections.get(group, {}).items()):
+            if client_id not in live or connection.closed:
+                continue
+            notice = RemotingCommand(
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext_fields=dict(fields), body=body
+            )
+            if connection.send_oneway(notice):
+                told += 1
+        self.sent += told
+        return told
+
     def _check_expiry(self) -> None:
         now = self.clock_ms()
         if now - self._checked_ms < EXPIRY_CHECK_MS:
@@ -84,3 +114,13 @@ class ConsumerNotices:
             live = {client_id for client_id, _ in self.members.live(group)}
             if set(self._connections[group]) - live:
                 self.changed(group)
+
+
+def reset_offset_body(topic: str, table: list[tuple[str, int, int]]) -> bytes:
+    """RocketMQ's ResetOffsetBody as fastjson writes it: MessageQueue objects as keys."""
+    entries = [
+        json.dumps({"brokerName": broker, "queueId": queue_id, "topic": topic}, sort_keys=True)
+        + f":{offset}"
+        for broker, queue_id, offset in table
+    ]
+    return ('{"offsetTable":{' + ",".join(entries) + "}}").encode()

@@ -10,6 +10,7 @@ from node.services.admin import AdminService
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
+from node.services.offset_reset import OffsetResetService
 from node.services.offsets import OffsetService
 from node.services.permissions import Permissions
 from node.services.pop import PopService
@@ -38,3 +39,4 @@ class Services:
     routes: RouteService
     recall: RecallService
     lite: LiteService
+    offset_reset: OffsetResetService

@@ -10,7 +10,14 @@ import signal
 from dataclasses import replace
 
 from ferrymq.client import Admin, FerryError
-from ferrymq.launcher.cluster import ClusterPlan, NodePlan, is_running, save_plan, start_node
+from ferrymq.launcher.cluster import (
+    ClusterPlan,
+    NodePlan,
+    bootstrap_admin,
+    is_running,
+    save_plan,
+    start_node,
+)
 from ferrymq.launcher.polling import until
 
 SMALL_STORE = {
@@ -23,9 +30,10 @@ SMALL_STORE = {
 }
 
 
-def status_of(node: NodePlan, timeout_s: float = 2.0):
+def status_of(node: NodePlan, timeout_s: float = 2.0, security=None):
+    """``security``: the credentials of a cluster with auth on (``bootstrap_admin``)."""
     try:
-        with Admin(node.grpc, timeout_s=timeout_s) as admin:
+        with Admin(node.grpc, timeout_s=timeout_s, security=security) as admin:
             return admin.cluster_status()
     except FerryError:
         return None
@@ -58,9 +66,11 @@ def restart(plan: ClusterPlan, node: NodePlan) -> ClusterPlan:
 
 
 def leader_of(plan: ClusterPlan, among: list[NodePlan] | None = None) -> NodePlan:
+    security = bootstrap_admin(plan)
+
     def find():
         for node in among or plan.nodes:
-            status = status_of(node)
+            status = status_of(node, security=security)
             if status is not None and status.raft_leader:
                 for candidate in among or plan.nodes:
                     if candidate.raft == status.raft_leader:
@@ -88,9 +98,11 @@ def node_by_id(plan: ClusterPlan, node_id: str) -> NodePlan:
 
 
 def master_of(plan: ClusterPlan, among: list[NodePlan] | None = None) -> NodePlan:
+    security = bootstrap_admin(plan)
+
     def find():
         for node in among or plan.nodes:
-            status = status_of(node)
+            status = status_of(node, security=security)
             if status is not None:
                 (group,) = status.broker_groups
                 if group.master and group.master in {n.id for n in among or plan.nodes}:

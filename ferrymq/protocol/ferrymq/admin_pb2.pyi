@@ -24,6 +24,12 @@ class Permission(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WRITE: _ClassVar[Permission]
     READ_WRITE: _ClassVar[Permission]
 
+class ResetTarget(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESET_TO_TIME: _ClassVar[ResetTarget]
+    RESET_TO_EARLIEST: _ClassVar[ResetTarget]
+    RESET_TO_LATEST: _ClassVar[ResetTarget]
+
 class AclEffect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ACL_EFFECT_UNSPECIFIED: _ClassVar[AclEffect]
@@ -52,6 +58,9 @@ PERMISSION_UNSPECIFIED: Permission
 READ: Permission
 WRITE: Permission
 READ_WRITE: Permission
+RESET_TO_TIME: ResetTarget
+RESET_TO_EARLIEST: ResetTarget
+RESET_TO_LATEST: ResetTarget
 ACL_EFFECT_UNSPECIFIED: AclEffect
 ACL_ALLOW: AclEffect
 ACL_DENY: AclEffect
@@ -458,6 +467,42 @@ class FinalizeUpgradeResponse(_message.Message):
     status: Status
     routing_format: int
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., routing_format: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "target", "timestamp_ms", "broker_group", "dry_run")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    target: ResetTarget
+    timestamp_ms: int
+    broker_group: str
+    dry_run: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., target: _Optional[_Union[ResetTarget, str]] = ..., timestamp_ms: _Optional[int] = ..., broker_group: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class QueueReset(_message.Message):
+    __slots__ = ("broker_group", "queue_id", "old_offset", "new_offset")
+    BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OLD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEW_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    broker_group: str
+    queue_id: int
+    old_offset: int
+    new_offset: int
+    def __init__(self, broker_group: _Optional[str] = ..., queue_id: _Optional[int] = ..., old_offset: _Optional[int] = ..., new_offset: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetsResponse(_message.Message):
+    __slots__ = ("status", "queues")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    queues: _containers.RepeatedCompositeFieldContainer[QueueReset]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueReset, _Mapping]]] = ...) -> None: ...
 
 class FailoverRequest(_message.Message):
     __slots__ = ("broker_group", "target_node")

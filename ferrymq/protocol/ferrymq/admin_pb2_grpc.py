@@ -119,6 +119,11 @@ class AdminStub:
                 request_serializer=ferrymq_dot_admin__pb2.FinalizeUpgradeRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_admin__pb2.FinalizeUpgradeResponse.FromString,
                 _registered_method=True)
+        self.ResetOffsets = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/ResetOffsets',
+                request_serializer=ferrymq_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.ResetOffsetsResponse.FromString,
+                _registered_method=True)
         self.CreateUser = channel.unary_unary(
                 '/ferrymq.admin.v1.Admin/CreateUser',
                 request_serializer=ferrymq_dot_admin__pb2.CreateUserRequest.SerializeToString,
@@ -256,6 +261,12 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateUser(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -379,6 +390,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.FinalizeUpgrade,
                     request_deserializer=ferrymq_dot_admin__pb2.FinalizeUpgradeRequest.FromString,
                     response_serializer=ferrymq_dot_admin__pb2.FinalizeUpgradeResponse.SerializeToString,
+            ),
+            'ResetOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetOffsets,
+                    request_deserializer=ferrymq_dot_admin__pb2.ResetOffsetsRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.ResetOffsetsResponse.SerializeToString,
             ),
             'CreateUser': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateUser,
@@ -870,6 +886,33 @@ class Admin:
             '/ferrymq.admin.v1.Admin/FinalizeUpgrade',
             ferrymq_dot_admin__pb2.FinalizeUpgradeRequest.SerializeToString,
             ferrymq_dot_admin__pb2.FinalizeUpgradeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/ResetOffsets',
+            ferrymq_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.ResetOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,299 @@
+"""Resetting a consumer group's offsets by time, to the earliest or to the latest message
+(``node/services/offset_reset.py``), through every door that serves it: the SDK's
+``Admin.reset_offsets`` (the Admin door), ``ferrymq group reset-offsets`` and mqadmin's
+INVOKE_BROKER_TO_RESET_OFFSET on the remoting port, with its RESET_CONSUMER_CLIENT_OFFSET
+notice to a connected 4.x client. One 3-node cluster with auth on for the whole module:
+its topic holds six messages stored before the reset point and six after."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+
+import pytest
+
+from ferrymq.cli.main import main
+from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer
+from ferrymq.client.admin import AclRule
+from ferrymq.client.simple_consumer import SimpleConsumer
+from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from ferrymq.launcher.cluster import cluster_up
+from ferrymq.launcher.polling import until
+from tests.support.auth import APP, ROOT
+from tests.support.cluster import SMALL_STORE, master_of, stop_all
+from tests.support.remoting_client import RemotingClient, heartbeat_body
+
+TOPIC = "incident"
+READERS = "replayers"  # consumes with offsets (pull, commit)
+POPPERS = "poppers"  # consumes by POP (receive, ack)
+IDLE = "idle"  # exists, never consumed anything
+AUTH = {
+    "security": {
+        "auth": True,
+        "clock_skew_s": 120,
+        "admin_access_key": ROOT.access_key,
+        "admin_secret_key": ROOT.secret_key,
+    }
+}
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The cluster, its master and a slave, the reset point, and the bodies on each side."""
+    settings = {**SMALL_STORE, **AUTH}
+    plan = cluster_up(
+        str(tmp_path_factory.mktemp("reset") / "cluster"),
+        nodes=3,
+        auto_ports=True,
+        settings=settings,
+    )
+    try:
+        master = master_of(plan)
+        slave = next(n for n in plan.nodes if n.id != master.id)
+        with Admin(master.grpc, security=ROOT) as admin:
+            admin.create_topic(TOPIC, queue_count=2)
+            for group in (READERS, POPPERS, IDLE):
+                admin.create_group(group)
+            admin.create_user(APP.access_key, APP.secret_key)
+            for rule in (  # everything a consumer needs, but no admin rights
+                AclRule("ALLOW", "SUBSCRIBE", "TOPIC", TOPIC),
+                AclRule("ALLOW", "SUBSCRIBE", "GROUP", "*"),
+            ):
+                admin.grant(APP.access_key, rule)
+        before = [f"before-{i}" for i in range(6)]
+        after = [f"after-{i}" for i in range(6)]
+        with Producer(master.grpc, security=ROOT) as producer:
+            for body in before:
+                producer.send(Message(TOPIC, body.encode(), keys=[body]))
+            point_ms = now_ms() + 1  # every message above was stored before it
+            until(lambda: now_ms() > point_ms, 1, "the clock past the reset point")
+            for body in after:
+                producer.send(Message(TOPIC, body.encode(), keys=[body]))
+        yield {"plan": plan, "master": master, "slave": slave, "point_ms": point_ms}
+    finally:
+        stop_all(plan)
+
+
+def read_all(address: str, group: str, count: int) -> list[str]:
+    """What a pull consumer of ``group`` reads from its committed offsets, committed."""
+    got: list[str] = []
+    with PullConsumer(address, group, security=ROOT, start="committed-or-beginning") as consumer:
+        consumer.assign(TOPIC, [0, 1])
+        deadline = time.monotonic() + 20
+        while len(got) < count and time.monotonic() < deadline:
+            got.extend(m.body.decode() for m in consumer.poll(wait_s=0.5))
+        consumer.commit()
+    return sorted(got)
+
+
+def bounds(address: str) -> dict[int, tuple[int, int, int]]:
+    """Per queue: (min offset, max offset, offset at the reset point)."""
+    with Admin(address, security=ROOT) as admin:
+        _, queues = admin.describe_topic(TOPIC)
+        return {q.queue_id: (q.min_offset, q.max_offset) for q in queues}
+
+
+def positions(address: str, group: str) -> dict[int, int]:
+    with Admin(address, security=ROOT) as admin:
+        return {q.queue_id: q.consumer_offset for q in admin.group_progress(group, TOPIC)}
+
+
+def test_sdk_resets_to_a_time_to_earliest_and_to_latest_from_a_slave(cluster):
+    master, slave, point_ms = cluster["master"], cluster["slave"], cluster["point_ms"]
+    everything = sorted([f"before-{i}" for i in range(6)] + [f"after-{i}" for i in range(6)])
+    assert read_all(master.grpc, READERS, 12) == everything
+    ends = {q: high for q, (_, high) in bounds(master.grpc).items()}
+    with Admin(slave.grpc, security=ROOT) as admin:  # a slave hands it to its master
+        at_point = {q: admin.offset_by_time(TOPIC, q, point_ms) for q in ends}
+        planned = admin.reset_offsets(READERS, TOPIC, point_ms, dry_run=True)
+        assert positions(master.grpc, READERS) == ends  # a dry run changes nothing
+        reset = admin.reset_offsets(READERS, TOPIC, point_ms)
+    assert planned == reset
+    assert [(q.broker_group, q.queue_id, q.old_offset, q.new_offset) for q in reset] == [
+        ("group-1", q, ends[q], at_point[q]) for q in (0, 1)
+    ]
+    assert sum(ends[q] - at_point[q] for q in ends) == 6
+    assert positions(master.grpc, READERS) == at_point
+    assert read_all(slave.grpc, READERS, 6) == sorted(f"after-{i}" for i in range(6))
+
+    with Admin(master.grpc, security=ROOT) as admin:
+        earliest = admin.reset_offsets(READERS, TOPIC, "earliest")
+        assert [q.new_offset for q in earliest] == [0, 0]
+        assert [q.old_offset for q in earliest] == [ends[0], ends[1]]
+        latest = admin.reset_offsets(READERS, TOPIC, "latest")
+    assert [q.new_offset for q in latest] == [ends[0], ends[1]]
+    assert positions(master.grpc, READERS) == ends
+
+
+def test_pop_deliveries_in_flight_end_and_receives_restart_at_the_reset_point(cluster):
+    master, point_ms = cluster["master"], cluster["point_ms"]
+    with SimpleConsumer(master.grpc, POPPERS, TOPIC, security=ROOT) as consumer:
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < 12 and time.monotonic() < deadline:
+            got.extend(consumer.receive(max_messages=16, invisible_s=60, wait_s=1))
+        assert len(got) == 12
+        held = next(m for m in got if m.body == b"before-0")
+        for message in got:
+            if message is not held:
+                consumer.ack(message)
+        with Admin(master.grpc, security=ROOT) as admin:
+            reset = admin.reset_offsets(POPPERS, TOPIC, point_ms)
+        # The held delivery was where the group stood on its queue (consumed below it).
+        assert held.queue_offset in {q.old_offset for q in reset}
+        with pytest.raises(FerryError) as stale:
+            consumer.ack(held)  # its delivery ended with the reset
+        assert stale.value.code_name == "INVALID_RECEIPT_HANDLE", stale.value
+        again = []
+        deadline = time.monotonic() + 20
+        while len(again) < 6 and time.monotonic() < deadline:
+            again.extend(consumer.receive(max_messages=16, invisible_s=60, wait_s=1))
+        assert sorted(m.body.decode() for m in again) == sorted(f"after-{i}" for i in range(6))
+        for message in again:
+            consumer.ack(message)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_resets_to_an_iso_time_and_to_earliest_and_refuses_what_is_not_a_time(
+    cluster, capsys, monkeypatch
+):
+    master, slave, point_ms = cluster["master"], cluster["slave"], cluster["point_ms"]
+    monkeypatch.setenv("FERRYMQ_ACCESS_KEY", ROOT.access_key)
+    monkeypatch.setenv("FERRYMQ_SECRET_KEY", ROOT.secret_key)
+    read_all(master.grpc, READERS, 12)  # to the end, whatever the tests before left
+    ends = {q: high for q, (_, high) in bounds(master.grpc).items()}
+    moment = datetime.datetime.fromtimestamp(point_ms / 1000, datetime.UTC).isoformat()
+    argv = ["group", "reset-offsets", READERS, "--topic", TOPIC, "--server", slave.grpc]
+    code, out, err = run_cli(capsys, *argv, "--to", moment, "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    with Admin(master.grpc, security=ROOT) as admin:
+        at_point = {q: admin.offset_by_time(TOPIC, q, point_ms) for q in ends}
+    assert rows == [
+        {"broker_group": "group-1", "queue_id": q, "old_offset": ends[q], "new_offset": at_point[q]}
+        for q in (0, 1)
+    ]
+    code, out, err = run_cli(capsys, *argv, "--to", "earliest")
+    assert code == 0, err
+    assert out.splitlines()[0].split() == [
+        "broker",
+        "group",
+        "queue",
+        "old",
+        "offset",
+        "new",
+        "offset",
+    ]
+    assert [line.split()[-1] for line in out.splitlines()[2:]] == ["0", "0"]
+    code, out, err = run_cli(capsys, *argv, "--to", str(point_ms), "--dry-run")
+    assert code == 0 and "dry run: nothing was changed" in out, err
+    assert positions(master.grpc, READERS) == {0: 0, 1: 0}
+
+    code, _, err = run_cli(capsys, *argv, "--to", "yesterday")
+    assert code == 2 and "'yesterday' is not a time" in err
+    code, _, err = run_cli(capsys, *argv, "--to", "99999999999999999")  # the year 3170000
+    assert code == 1 and "ILLEGAL_TIMESTAMP" in err
+    code, _, err = run_cli(
+        capsys,
+        "group",
+        "reset-offsets",
+        "nobody",
+        "--topic",
+        TOPIC,
+        "--server",
+        slave.grpc,
+        "--to",
+        "latest",
+    )
+    assert code == 1 and "NOT_FOUND" in err and "nobody" in err
+    monkeypatch.setenv("FERRYMQ_ACCESS_KEY", APP.access_key)
+    monkeypatch.setenv("FERRYMQ_SECRET_KEY", APP.secret_key)
+    code, _, err = run_cli(capsys, *argv, "--to", "latest")
+    assert code == 1 and "PERMISSION_DENIED" in err
+    assert positions(master.grpc, READERS) == {0: 0, 1: 0}  # nothing refused changed anything
+
+
+def test_the_sdk_refuses_with_precise_errors_and_changes_nothing(cluster):
+    master, slave = cluster["master"], cluster["slave"]
+    before = positions(master.grpc, READERS)
+    cases = [
+        (ROOT, "nobody", TOPIC, "latest", "NOT_FOUND", "nobody"),
+        (ROOT, READERS, "no-such-topic", "latest", "NOT_FOUND", "no-such-topic"),
+        (ROOT, READERS, TOPIC, -5, "INVALID_ARGUMENT", "ILLEGAL_TIMESTAMP"),
+        (ROOT, IDLE, TOPIC, "earliest", "FAILED_PRECONDITION", "GROUP_NEVER_CONSUMED"),
+        (APP, READERS, TOPIC, "earliest", "PERMISSION_DENIED", "admin"),
+    ]
+    for security, group, topic, to, code_name, words in cases:
+        with Admin(slave.grpc, security=security) as admin, pytest.raises(FerryError) as refused:
+            admin.reset_offsets(group, topic, to)
+        assert refused.value.code_name == code_name, (group, topic, to, refused.value)
+        assert words in str(refused.value), refused.value
+    with Admin(slave.grpc, security=ROOT) as admin, pytest.raises(ValueError, match="earliest"):
+        admin.reset_offsets(READERS, TOPIC, "yesterday")
+    assert positions(master.grpc, READERS) == before
+
+
+def test_mqadmins_reset_code_resets_the_masters_queues_and_tells_connected_4x_clients(cluster):
+    master, point_ms = cluster["master"], cluster["point_ms"]
+    read_all(master.grpc, READERS, 12)
+    ends = {q: high for q, (_, high) in bounds(master.grpc).items()}
+    fields = {"topic": TOPIC, "group": READERS, "timestamp": str(point_ms), "isForce": "true"}
+    with (
+        RemotingClient(master.remoting, security=ROOT) as member,
+        RemotingClient(master.remoting, security=ROOT) as tool,
+    ):
+        beat = member.call(
+            RequestCode.HEART_BEAT, body=heartbeat_body("127.0.0.1@reset-member", [READERS], TOPIC)
+        )
+        assert beat.code == ResponseCode.SUCCESS, beat
+        answer = tool.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+        assert answer.code == ResponseCode.SUCCESS, answer
+        told = member.node_request()
+        while told.code != RequestCode.RESET_CONSUMER_CLIENT_OFFSET:  # ids-changed notices
+            told = member.node_request()
+    with Admin(master.grpc, security=ROOT) as admin:
+        at_point = {q: admin.offset_by_time(TOPIC, q, point_ms) for q in ends}
+    table = (
+        '{"offsetTable":{'
+        + ",".join(
+            f'{{"brokerName": "group-1", "queueId": {q}, "topic": "{TOPIC}"}}:{at_point[q]}'
+            for q in (0, 1)
+        )
+        + "}}"
+    )
+    assert answer.body.decode() == table
+    assert told.body.decode() == table
+    assert {k: told.ext_fields[k] for k in ("topic", "group", "isForce")} == {
+        "topic": TOPIC,
+        "group": READERS,
+        "isForce": "true",
+    }
+    assert told.ext_fields["timestamp"].lstrip("-").isdigit()
+    assert positions(master.grpc, READERS) == at_point
+
+    def refused(security, **changed) -> tuple[int, str]:
+        with RemotingClient(master.remoting, security=security) as client:
+            answer = client.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields | changed)
+        return answer.code, answer.remark or ""
+
+    code, remark = refused(APP, timestamp="-1")
+    assert code == ResponseCode.NO_PERMISSION, remark
+    code, remark = refused(ROOT, group="nobody")
+    assert code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "nobody" in remark
+    code, remark = refused(ROOT, topic="no-such-topic")
+    assert code == ResponseCode.TOPIC_NOT_EXIST and "no-such-topic" in remark
+    code, remark = refused(ROOT, group=IDLE)
+    assert code == ResponseCode.SYSTEM_ERROR and "GROUP_NEVER_CONSUMED" in remark
+    code, remark = refused(ROOT, timestamp="-7")
+    assert code == ResponseCode.SYSTEM_ERROR and "ILLEGAL_TIMESTAMP" in remark
+    assert positions(master.grpc, READERS) == at_point
