@@ -22,6 +22,7 @@ from ferrymq.launcher.cluster import cluster_up
 from ferrymq.launcher.polling import until
 from tests.support.auth import APP, ROOT
 from tests.support.cluster import SMALL_STORE, master_of, stop_all
+from tests.support.official_client import run_official_at
 from tests.support.remoting_client import RemotingClient, heartbeat_body
 
 TOPIC = "incident"
@@ -156,6 +157,36 @@ def test_pop_deliveries_in_flight_end_and_receives_restart_at_the_reset_point(cl
         assert sorted(m.body.decode() for m in again) == sorted(f"after-{i}" for i in range(6))
         for message in again:
             consumer.ack(message)
+
+
+def test_an_official_5x_consumer_receives_again_what_was_stored_after_the_reset_point(
+    cluster, tmp_path
+):
+    """The official Python client's SimpleConsumer (POP over gRPC), in processes of its own."""
+    master, point_ms = cluster["master"], cluster["point_ms"]
+    with Admin(master.grpc, security=ROOT) as admin:
+        admin.create_group("official-readers")
+
+    def receive_and_ack(count: int) -> list[str]:
+        step = {"do": "receive_until", "count": count, "invisible_s": 30, "deadline_s": 30}
+        events = run_official_at(
+            master.grpc,
+            tmp_path / "official",
+            {
+                "scenario": "simple",
+                "topic": TOPIC,
+                "group": "official-readers",
+                "access_key": ROOT.access_key,
+                "secret_key": ROOT.secret_key,
+                "steps": [{**step, "ack": True}],
+            },
+        )
+        return sorted(e["body"] for e in events if e["event"] == "received")
+
+    assert len(receive_and_ack(12)) == 12
+    with Admin(master.grpc, security=ROOT) as admin:
+        admin.reset_offsets("official-readers", TOPIC, point_ms)
+    assert receive_and_ack(6) == sorted(f"after-{i}" for i in range(6))
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -297,3 +328,42 @@ def test_mqadmins_reset_code_resets_the_masters_queues_and_tells_connected_4x_cl
     code, remark = refused(ROOT, timestamp="-7")
     assert code == ResponseCode.SYSTEM_ERROR and "ILLEGAL_TIMESTAMP" in remark
     assert positions(master.grpc, READERS) == at_point
+
+
+def test_a_reset_asked_of_a_node_of_one_broker_group_resets_the_other_groups_queues(tmp_path):
+    """Two broker groups of one node each: the topic's queues on group-1 live on node-1
+    only, and node-2 (group-2) is asked."""
+    plan = cluster_up(
+        str(tmp_path / "two-groups"), nodes=2, groups=2, auto_ports=True, settings=SMALL_STORE
+    )
+    try:
+        first, second = plan.nodes
+        with Admin(first.grpc) as admin:
+            admin.create_topic("spread", queue_count=2)
+            admin.create_group("spreaders")
+        with Producer(first.grpc) as producer:
+            for i in range(8):
+                producer.send(Message("spread", f"m-{i}".encode()))
+        got = []
+        with PullConsumer(first.grpc, "spreaders", start="committed-or-beginning") as consumer:
+            consumer.assign("spread", [0, 1])
+            deadline = time.monotonic() + 20
+            while len(got) < 8 and time.monotonic() < deadline:
+                got.extend(consumer.poll(wait_s=0.5))
+            consumer.commit()
+        assert {m.broker_group for m in got} == {"group-1", "group-2"}
+        with Admin(second.grpc) as admin:
+            ends = {
+                (q.broker_group, q.queue_id): q.max_offset
+                for q in admin.describe_topic("spread")[1]
+            }
+            reset = admin.reset_offsets("spreaders", "spread", "earliest")
+            progress = admin.group_progress("spreaders", "spread")
+        assert [(q.broker_group, q.queue_id, q.old_offset, q.new_offset) for q in reset] == [
+            (group, queue, ends[(group, queue)], 0) for group, queue in sorted(ends)
+        ]
+        assert {(q.broker_group, q.queue_id): q.consumer_offset for q in progress} == {
+            key: 0 for key in ends
+        }
+    finally:
+        stop_all(plan)

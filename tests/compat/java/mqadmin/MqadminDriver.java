@@ -6,6 +6,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import org.apache.rocketmq.tools.command.MQAdminStartup;
+import org.apache.rocketmq.tools.command.offset.ResetOffsetByTimeOldCommand;
 
 /**
  * Runs mqadmin commands (rocketmq-tools' MQAdminStartup, as the mqadmin script does) one
@@ -16,6 +17,11 @@ import org.apache.rocketmq.tools.command.MQAdminStartup;
  * {"namesrv": "host:port", "commands": [["updateTopic", "-c", "DefaultCluster", "-t", "T"],
  *                                       ["topicList"], ...]}
  * </pre>
+ *
+ * Besides mqadmin's own commands, "resetOffsetByTimeOld" runs ResetOffsetByTimeOldCommand,
+ * which mqadmin ships but does not register: the path its resetOffsetByTime falls back to
+ * when a broker answers CONSUMER_NOT_ONLINE (GET_CONSUME_STATS, SEARCH_OFFSET_BY_TIMESTAMP
+ * and UPDATE_CONSUMER_OFFSET for each queue).
  *
  * mqadmin reports a failure by printing a stack trace, never by an exit code: "error" is
  * true when the output (stdout and stderr together) holds one. A command line it cannot
@@ -32,6 +38,7 @@ public final class MqadminDriver {
     public static void main(String[] args) {
         JsonObject spec = Out.readSpec(args);
         String namesrv = Out.str(spec, "namesrv", "");
+        MQAdminStartup.initCommand(new ResetOffsetByTimeOldCommand());
         PrintStream previousOut = System.out;
         PrintStream previousErr = System.err;
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
