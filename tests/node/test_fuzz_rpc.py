@@ -480,6 +480,9 @@ def valid_requests(channel: grpc.Channel) -> dict[str, list]:
         "ClusterStatus": [admin.ClusterStatusRequest()],
         "Failover": [admin.FailoverRequest(broker_group="group-1", target_node="node-2")],
         "FinalizeUpgrade": [admin.FinalizeUpgradeRequest(routing_format=2)],
+        "ResetOffsets": [
+            admin.ResetOffsetsRequest(group=group, topic=normal, target=admin.RESET_TO_EARLIEST)
+        ],
         "CreateUser": [admin.CreateUserRequest(access_key="fz-user", secret_key="fz-secret")],
         "UpdateUser": [admin.UpdateUserRequest(access_key="fz-user", admin=True)],
         "DeleteUser": [admin.DeleteUserRequest(access_key="fz-user")],
