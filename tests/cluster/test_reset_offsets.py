@@ -99,6 +99,12 @@ def bounds(address: str) -> dict[int, tuple[int, int, int]]:
         return {q.queue_id: (q.min_offset, q.max_offset) for q in queues}
 
 
+def at_the_end(address: str) -> None:
+    """READERS at the end of every queue, whatever the tests before left."""
+    with Admin(address, security=ROOT) as admin:
+        admin.reset_offsets(READERS, TOPIC, "latest")
+
+
 def positions(address: str, group: str) -> dict[int, int]:
     with Admin(address, security=ROOT) as admin:
         return {q.queue_id: q.consumer_offset for q in admin.group_progress(group, TOPIC)}
@@ -201,7 +207,7 @@ def test_cli_resets_to_an_iso_time_and_to_earliest_and_refuses_what_is_not_a_tim
     master, slave, point_ms = cluster["master"], cluster["slave"], cluster["point_ms"]
     monkeypatch.setenv("FERRYMQ_ACCESS_KEY", ROOT.access_key)
     monkeypatch.setenv("FERRYMQ_SECRET_KEY", ROOT.secret_key)
-    read_all(master.grpc, READERS, 12)  # to the end, whatever the tests before left
+    at_the_end(master.grpc)
     ends = {q: high for q, (_, high) in bounds(master.grpc).items()}
     moment = datetime.datetime.fromtimestamp(point_ms / 1000, datetime.UTC).isoformat()
     argv = ["group", "reset-offsets", READERS, "--topic", TOPIC, "--server", slave.grpc]
@@ -276,7 +282,7 @@ def test_the_sdk_refuses_with_precise_errors_and_changes_nothing(cluster):
 
 def test_mqadmins_reset_code_resets_the_masters_queues_and_tells_connected_4x_clients(cluster):
     master, point_ms = cluster["master"], cluster["point_ms"]
-    read_all(master.grpc, READERS, 12)
+    at_the_end(master.grpc)
     ends = {q: high for q, (_, high) in bounds(master.grpc).items()}
     fields = {"topic": TOPIC, "group": READERS, "timestamp": str(point_ms), "isForce": "true"}
     with (
