@@ -904,3 +904,46 @@ def test_a_lite_receive_looks_only_at_the_lite_topics_that_may_have_something(br
     assert broker.store.put_message(message).ok
     assert bodies(receive()) == [b"hello"]
     assert len(looked_at) <= 2, looked_at
+
+
+def test_an_offset_reset_ends_the_cursor_and_its_deliveries_and_is_replayed_so(broker):
+    """The records an offset reset writes (``node/services/offset_reset.py``): the
+    committed offsets, then a ``reset`` record per POP cursor, which ends it with its
+    deliveries in flight; the next receive starts at the committed offset, before and
+    after a restart from the log."""
+    broker.send("orders", 6)
+    delivered = broker.receive("G", "orders", batch=4)
+    assert bodies(delivered) == [b"body-%d" % i for i in range(4)]
+    key = ("G", "orders", 0)
+    assert broker.run(broker.offsets.reset("G", "orders", {0: 2, 1: 0})).ok
+    record, before = broker.state.reset(key)
+    assert before is not None and sorted(before.in_flight) == [0, 1, 2, 3]
+    assert broker.run(broker.state.append([record])).ok
+    assert broker.state.cursor(key) is None
+    stale = broker.ack("G", "orders", delivered[3].handle)
+    assert stale.status.code == pb.INVALID_RECEIPT_HANDLE
+    broker.crash_and_reopen()
+    assert broker.state.cursor(key) is None
+    assert (broker.offsets.get("G", "orders", 0), broker.offsets.get("G", "orders", 1)) == (2, 0)
+    again = broker.receive("G", "orders", batch=8)
+    assert bodies(again) == [b"body-%d" % i for i in range(2, 6)]
+
+
+def test_a_refused_offset_reset_changes_nothing(broker, monkeypatch):
+    broker.send("orders", 3)
+    delivered = broker.receive("G", "orders", batch=3)
+    key = ("G", "orders", 0)
+    refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
+
+    async def refuse(records):
+        return refused
+
+    monkeypatch.setattr(system_state.SystemState, "append", lambda self, records: refuse(records))
+    assert not broker.run(broker.offsets.reset("G", "orders", {0: 1})).ok
+    assert broker.offsets.get("G", "orders", 0) is None
+    record, before = broker.state.reset(key)
+    assert not broker.run(broker.state.append([record])).appended
+    broker.state.restore_reset(key, before)
+    assert broker.state.cursor(key) is before and sorted(before.in_flight) == [0, 1, 2]
+    monkeypatch.undo()
+    assert broker.ack("G", "orders", delivered[0].handle).status.code == pb.OK
