@@ -33,7 +33,7 @@ from node.services.admin import (
     refused,
 )
 from node.services.caller import Door
-from node.services.offset_reset import ResetRequest, ResetTarget
+from node.services.offset_reset import PROTO_TARGETS, ResetRequest
 from node.services.registry import Services
 from node.topics import MessageType, Permission, TopicError
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
@@ -60,7 +60,7 @@ EFFECTS = {api.ACL_ALLOW: Effect.ALLOW, api.ACL_DENY: Effect.DENY}
 ACTIONS = {api.ACL_PUBLISH: Action.PUBLISH, api.ACL_SUBSCRIBE: Action.SUBSCRIBE}
 KINDS = {api.ACL_TOPIC: ResourceKind.TOPIC, api.ACL_GROUP: ResourceKind.GROUP}
 FAILOVER_TIMEOUT_S = 30
-RESET_TARGETS = {target.value: target for target in ResetTarget}
+RESET_TARGETS = {number: target for target, number in PROTO_TARGETS.items()}
 
 
 def topic_spec(topic: api.Topic) -> TopicSpec:

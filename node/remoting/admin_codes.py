@@ -41,8 +41,9 @@ the same checks and the same ACL decision (admin rights), whichever tool asked.
   a consumer is online or not, as RocketMQ 5's broker does (``useServerSideResetOffset``,
   its default); the group's 4.x clients connected here are told
   (``consumer_notices.py``). ``isForce`` changes nothing (RocketMQ 5 ignores it too); a
-  request naming one queue (``queueId`` >= 0, mqadmin's ``-b``/``-q``) is refused, since
-  mqadmin committed that queue's offset itself just before.
+  request naming one queue (``queueId`` >= 0: mqadmin's ``-b``/``-q``, sent after it
+  committed that queue itself) resets that queue only, to its ``offset`` when one is given
+  (-1: none), as RocketMQ 5's broker does.
 
 Refusals map the Admin status to RocketMQ's codes (not found: TOPIC_NOT_EXIST or
 SUBSCRIPTION_GROUP_NOT_EXIST; routing unavailable: SERVICE_NOT_AVAILABLE; else
@@ -391,16 +392,13 @@ class AdminCodeHandlers:
     async def reset_offsets(self, request: RemotingCommand, connection, caller: Caller):
         topic, group = request.text("topic"), request.text("group")
         timestamp = request.integer("timestamp")
-        if request.int32("queueId", -1) >= 0:
-            return request.reply(
-                ResponseCode.SYSTEM_ERROR,
-                "resetting one queue is UPDATE_CONSUMER_OFFSET's: this code resets every "
-                "queue of the topic here",
-            )
-        if timestamp == -1:
-            reset = ResetRequest(group, topic, ResetTarget.LATEST)
+        queue_id = max(request.int32("queueId", -1), -1)
+        offset = request.integer("offset", -1)
+        if queue_id >= 0 and offset != -1:  # mqadmin's -b/-q: one queue, to an offset
+            reset = ResetRequest(group, topic, ResetTarget.OFFSET, queue_id=queue_id, offset=offset)
         else:
-            reset = ResetRequest(group, topic, ResetTarget.TIME, timestamp)
+            target = ResetTarget.LATEST if timestamp == -1 else ResetTarget.TIME
+            reset = ResetRequest(group, topic, target, timestamp, queue_id=queue_id)
         try:
             queues = await self.services.offset_reset.reset_broker_group(caller, reset)
         except AdminRefused as refused:

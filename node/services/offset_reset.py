@@ -68,9 +68,17 @@ NO_POSITION = -1
 
 
 class ResetTarget(enum.Enum):
-    TIME = api.RESET_TO_TIME
-    EARLIEST = api.RESET_TO_EARLIEST
-    LATEST = api.RESET_TO_LATEST
+    TIME = "time"
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    OFFSET = "offset"  # one queue to a given offset (mqadmin's -b/-q/-o)
+
+
+PROTO_TARGETS = {
+    ResetTarget.TIME: api.RESET_TO_TIME,
+    ResetTarget.EARLIEST: api.RESET_TO_EARLIEST,
+    ResetTarget.LATEST: api.RESET_TO_LATEST,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +89,8 @@ class ResetRequest:
     timestamp_ms: int = 0  # TIME only
     broker_group: str = ""  # only this group's queues ("": every queue of the topic)
     dry_run: bool = False  # positions and where they would go; nothing changes
+    queue_id: int = -1  # only this queue of the broker group (-1: all of them)
+    offset: int = -1  # OFFSET only
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +109,7 @@ def request_message(request: ResetRequest) -> api.ResetOffsetsRequest:
     return api.ResetOffsetsRequest(
         group=request.group,
         topic=request.topic,
-        target=request.target.value,
+        target=PROTO_TARGETS[request.target],
         timestamp_ms=request.timestamp_ms,
         broker_group=request.broker_group,
         dry_run=request.dry_run,
@@ -159,7 +169,29 @@ class OffsetResetService:
                 f"UNKNOWN_BROKER_GROUP: topic {route.name} has no queues on broker group "
                 f"{request.broker_group}",
             )
+        if request.queue_id >= 0:
+            self._check_queue(route, request)
         return route
+
+    def _check_queue(self, route: TopicRoute, request: ResetRequest) -> None:
+        """A request for one queue (of this broker group): it exists, and an offset
+        given is within it."""
+        count = route.queue_count_in(self.broker_group)
+        if request.queue_id >= count:
+            raise AdminRefused(
+                INVALID_ARGUMENT,
+                f"ILLEGAL_QUEUE: topic {route.name} has queues 0..{count - 1} on broker group "
+                f"{self.broker_group}, not {request.queue_id}",
+            )
+        if request.target is ResetTarget.OFFSET:
+            low = self.store.min_offset_in_queue(route.name, request.queue_id)
+            high = self.store.max_offset_in_queue(route.name, request.queue_id)
+            if not low <= request.offset <= high:
+                raise AdminRefused(
+                    INVALID_ARGUMENT,
+                    f"ILLEGAL_OFFSET: offset {request.offset} is outside [{low}, {high}] of "
+                    f"queue {request.queue_id}",
+                )
 
     def _require_consumed(self, request: ResetRequest, queues: list[QueueReset]) -> None:
         if all(q.old_offset == NO_POSITION for q in queues):
@@ -268,6 +300,8 @@ class OffsetResetService:
             return store.min_offset_in_queue(topic, queue_id)
         if request.target is ResetTarget.LATEST:
             return store.max_offset_in_queue(topic, queue_id)
+        if request.target is ResetTarget.OFFSET:
+            return request.offset
         return store.offset_by_time(topic, queue_id, request.timestamp_ms)
 
     def _plan(self, route: TopicRoute, request: ResetRequest) -> list[QueueReset]:
@@ -279,6 +313,7 @@ class OffsetResetService:
                 self._target(route.name, queue_id, request),
             )
             for queue_id in range(route.queue_count_in(self.broker_group))
+            if request.queue_id in (-1, queue_id)
         ]
 
     async def _reset_here(self, route: TopicRoute, request: ResetRequest) -> list[QueueReset]:

@@ -161,6 +161,9 @@ def test_mqadmin_resets_by_time_with_a_4x_push_consumer_online_and_with_none(tmp
         # Nobody online: the reset is the node's own (as a RocketMQ 5 broker's), and the
         # old path (what mqadmin falls back to on CONSUMER_NOT_ONLINE) works too.
         until(lambda: not admin_members(master.grpc), 30, "the consumer gone from the group")
+        # One queue to an offset (-b/-q/-o): UPDATE_CONSUMER_OFFSET, then 222 naming it.
+        one_queue = ["resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", "0", "-b"]
+        one_queue += [master.remoting, "-q", "1", "-o", "1"]
         run = clients.run(
             mqadmin,
             {
@@ -169,16 +172,24 @@ def test_mqadmin_resets_by_time_with_a_4x_push_consumer_online_and_with_none(tmp
                     ["resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", str(point_ms)],
                     ["consumerProgress", "-g", GROUP],
                     ["resetOffsetByTimeOld", "-g", GROUP, "-t", TOPIC, "-s", "0"],
+                    one_queue,
                 ],
             },
             tmp_path / "mq",
             120,
         )
-        offline, progress, old = run.of("command")
-        assert not offline["error"] and not old["error"], run.explain()
+        offline, progress, old, single = run.of("command")
+        assert not any(e["error"] for e in run.of("command")), run.explain()
         assert table_rows(offline["output"]) == at_point, offline["output"]
         assert "Consume Diff Total: 6" in progress["output"], progress["output"]
-        assert positions(master.grpc) == {q: 0 for q in ends}, old["output"]
+        # The old path's table: broker, queue, broker offset, consumer offset, offset at
+        # the time, the offset reset to.
+        rows = [line.split() for line in old["output"].splitlines() if line.startswith("group-1")]
+        assert sorted(rows) == [
+            ["group-1", str(q), str(ends[q]), str(at_point[q]), "0", "0"] for q in (0, 1)
+        ], old["output"]
+        assert "reset consumer offset to 1" in single["output"], single["output"]
+        assert positions(master.grpc) == {0: 0, 1: 1}
     finally:
         if consumer is not None:
             consumer.stop()

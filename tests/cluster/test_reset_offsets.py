@@ -75,6 +75,7 @@ def cluster(tmp_path_factory):
             until(lambda: now_ms() > point_ms, 1, "the clock past the reset point")
             for body in after:
                 producer.send(Message(TOPIC, body.encode(), keys=[body]))
+        assert read_all(master.grpc, READERS, 12) == sorted(before + after)  # committed
         yield {"plan": plan, "master": master, "slave": slave, "point_ms": point_ms}
     finally:
         stop_all(plan)
@@ -112,8 +113,7 @@ def positions(address: str, group: str) -> dict[int, int]:
 
 def test_sdk_resets_to_a_time_to_earliest_and_to_latest_from_a_slave(cluster):
     master, slave, point_ms = cluster["master"], cluster["slave"], cluster["point_ms"]
-    everything = sorted([f"before-{i}" for i in range(6)] + [f"after-{i}" for i in range(6)])
-    assert read_all(master.grpc, READERS, 12) == everything
+    at_the_end(master.grpc)
     ends = {q: high for q, (_, high) in bounds(master.grpc).items()}
     with Admin(slave.grpc, security=ROOT) as admin:  # a slave hands it to its master
         at_point = {q: admin.offset_by_time(TOPIC, q, point_ms) for q in ends}
@@ -320,7 +320,23 @@ def test_mqadmins_reset_code_resets_the_masters_queues_and_tells_connected_4x_cl
     assert code == ResponseCode.SYSTEM_ERROR and "GROUP_NEVER_CONSUMED" in remark
     code, remark = refused(ROOT, timestamp="-7")
     assert code == ResponseCode.SYSTEM_ERROR and "ILLEGAL_TIMESTAMP" in remark
+    code, remark = refused(ROOT, queueId="1", offset=str(ends[1] + 1))
+    assert code == ResponseCode.SYSTEM_ERROR and "ILLEGAL_OFFSET" in remark
+    code, remark = refused(ROOT, queueId="2", offset="0")
+    assert code == ResponseCode.SYSTEM_ERROR and "ILLEGAL_QUEUE" in remark
     assert positions(master.grpc, READERS) == at_point
+
+    # mqadmin's -b/-q/-o: one queue, to an offset.
+    with RemotingClient(master.remoting, security=ROOT) as tool:
+        one = tool.call(
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+            fields | {"timestamp": "0", "queueId": "1", "offset": "1"},
+        )
+    assert one.code == ResponseCode.SUCCESS, one
+    assert one.body.decode() == (
+        f'{{"offsetTable":{{{{"brokerName": "group-1", "queueId": 1, "topic": "{TOPIC}"}}:1}}}}'
+    )
+    assert positions(master.grpc, READERS) == {0: at_point[0], 1: 1}
 
 
 def test_a_reset_asked_of_a_node_of_one_broker_group_resets_the_other_groups_queues(tmp_path):
