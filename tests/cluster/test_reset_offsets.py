@@ -76,6 +76,7 @@ def cluster(tmp_path_factory):
             for body in after:
                 producer.send(Message(TOPIC, body.encode(), keys=[body]))
         assert read_all(master.grpc, READERS, 12) == sorted(before + after)  # committed
+        assert len(receive_all(master.grpc, 12, ack=True)) == 12  # POPPERS acked everything
         yield {"plan": plan, "master": master, "slave": slave, "point_ms": point_ms}
     finally:
         stop_all(plan)
@@ -91,6 +92,18 @@ def read_all(address: str, group: str, count: int) -> list[str]:
             got.extend(m.body.decode() for m in consumer.poll(wait_s=0.5))
         consumer.commit()
     return sorted(got)
+
+
+def receive_all(address: str, count: int, ack: bool) -> list:
+    """What a SimpleConsumer of POPPERS receives (and acks), up to ``count`` messages."""
+    got = []
+    with SimpleConsumer(address, POPPERS, TOPIC, security=ROOT) as consumer:
+        deadline = time.monotonic() + 20
+        while len(got) < count and time.monotonic() < deadline:
+            got.extend(consumer.receive(max_messages=16, invisible_s=60, wait_s=1))
+        for message in got if ack else ():
+            consumer.ack(message)
+    return got
 
 
 def bounds(address: str) -> dict[int, tuple[int, int, int]]:
@@ -139,6 +152,8 @@ def test_sdk_resets_to_a_time_to_earliest_and_to_latest_from_a_slave(cluster):
 
 def test_pop_deliveries_in_flight_end_and_receives_restart_at_the_reset_point(cluster):
     master, point_ms = cluster["master"], cluster["point_ms"]
+    with Admin(master.grpc, security=ROOT) as admin:
+        admin.reset_offsets(POPPERS, TOPIC, "earliest")
     with SimpleConsumer(master.grpc, POPPERS, TOPIC, security=ROOT) as consumer:
         got = []
         deadline = time.monotonic() + 20
@@ -337,6 +352,33 @@ def test_mqadmins_reset_code_resets_the_masters_queues_and_tells_connected_4x_cl
         f'{{"offsetTable":{{{{"brokerName": "group-1", "queueId": 1, "topic": "{TOPIC}"}}:1}}}}'
     )
     assert positions(master.grpc, READERS) == {0: at_point[0], 1: 1}
+
+
+def test_a_reset_is_replicated_a_new_master_serves_from_it(cluster):
+    """The reset's records (committed offsets, the POP cursor's end) are in the log the
+    slaves replicate: after a planned failover the new master has the reset offsets and
+    no POP position, and a receive there starts at the reset point. (Last of the module's
+    tests on its cluster: the master changes.)"""
+    plan, master, point_ms = cluster["plan"], cluster["master"], cluster["point_ms"]
+    with Admin(master.grpc, security=ROOT) as admin:
+        admin.reset_offsets(POPPERS, TOPIC, "earliest")  # whatever the tests before left
+    held = receive_all(master.grpc, 4, ack=False)
+    with Admin(master.grpc, security=ROOT) as admin:
+        admin.reset_offsets(READERS, TOPIC, point_ms)
+        admin.reset_offsets(POPPERS, TOPIC, "earliest")
+        at_point = {q: admin.offset_by_time(TOPIC, q, point_ms) for q in (0, 1)}
+        target = next(n for n in plan.nodes if n.id != master.id)
+        new_master, _, _ = admin.failover("group-1", target.id)
+    assert new_master == target.id
+    assert positions(target.grpc, READERS) == at_point
+    with Admin(target.grpc, security=ROOT) as admin:
+        progress = admin.group_progress(POPPERS, TOPIC)
+    assert [(q.consumer_offset, q.in_flight) for q in progress] == [(0, 0), (0, 0)]
+    with SimpleConsumer(target.grpc, POPPERS, TOPIC, security=ROOT) as consumer:
+        with pytest.raises(FerryError) as stale:
+            consumer.ack(held[0])
+        assert stale.value.code_name == "INVALID_RECEIPT_HANDLE", stale.value
+    assert len(receive_all(target.grpc, 12, ack=True)) == 12
 
 
 def test_a_reset_asked_of_a_node_of_one_broker_group_resets_the_other_groups_queues(tmp_path):
