@@ -20,7 +20,8 @@ LITE topic, whose lite topics keep positions of their own); the time is one (0 u
 year 9999, in ms); the group has a position (a committed offset or a POP cursor) on at
 least one queue the request covers (GROUP_NEVER_CONSUMED otherwise: nothing to reset
 is more likely a misspelt name than an intent); then the reset, one broker group at a
-time. A refused part leaves the parts reset before it reset (the answer says which).
+time. A part that fails leaves the parts before it reset; the refusal names its broker
+group (asking again resets it, and the others again to the same point).
 
 What a reset does on a queue: the committed offset becomes the new one (a batch of
 ``%SYS%CONSUMER_OFFSETS`` records: replicated and replayed like any commit), and the
@@ -62,6 +63,7 @@ from node.services.permissions import Permissions
 from node.topics import MessageType, TopicError, TopicTable
 from routing.metadata import TopicRoute
 from routing.replica import RoutingReplica
+from store.results import PutResult
 
 MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 NO_POSITION = -1
@@ -255,6 +257,8 @@ class OffsetResetService:
         return await self._ask_master(caller, part)
 
     async def _ask_master(self, caller: Caller, part: ResetRequest) -> list[QueueReset]:
+        """``part`` as its broker group's master answers it (AdminRefused with its code
+        when it refuses; UNAVAILABLE when there is none to ask or it does not answer)."""
         master = self.routing.read(lambda state: state.master_of(part.broker_group))
         if master is None or master.node_id == self.node_id or self.peers is None:
             raise AdminRefused(
@@ -326,7 +330,8 @@ class OffsetResetService:
         if not result.ok:
             raise AdminRefused(
                 UNAVAILABLE,
-                f"offsets not reset on broker group {self.broker_group}: {result.status.name}",
+                f"the reset of broker group {self.broker_group}'s offsets was "
+                f"{_how(result)}: {result.status.name}; reset again",
             )
         keys = [(group, topic, q.queue_id) for q in planned]
         ended = [(key, self.pop_state.reset(key)) for key in keys if self.pop_state.cursor(key)]
@@ -338,9 +343,14 @@ class OffsetResetService:
             if not outcome.ok:
                 raise AdminRefused(
                     UNAVAILABLE,
-                    f"offsets reset on broker group {self.broker_group}, but the POP "
-                    f"positions were not ({outcome.status.name}): reset again",
+                    f"offsets reset on broker group {self.broker_group}; the end of its POP "
+                    f"positions was {_how(outcome)}: {outcome.status.name}; reset again",
                 )
         for listener in self.reset_listeners:
             listener(group, topic, planned)
         return planned
+
+
+def _how(result: PutResult) -> str:
+    """A failed append: refused (the log never had it), or written but not confirmed."""
+    return "not confirmed (it may have taken effect)" if result.appended else "refused"

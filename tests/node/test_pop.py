@@ -23,10 +23,15 @@ from node.handle_key import receipt_handle_key
 from node.long_polling import QueueWaiters
 from node.pop_state import PopState
 from node.receipt_handle import ReceiptHandle, ReceiptHandles
+from node.services.admin import AdminRefused
+from node.services.caller import Caller, Door
 from node.services.lite import LiteService
+from node.services.offset_reset import OffsetResetService, ResetRequest, ResetTarget
 from node.services.permissions import Permissions
 from node.services.pop import ACK_ENTRIES_MAX, PopFailed, PopService
 from node.topics import GroupConfig, MessageType, TopicConfig, TopicTable
+from routing.metadata import TopicRoute
+from routing.state import RoutingState
 from store.config import StoreConfig
 from store.message import Message
 from store.message_store import MessageStore
@@ -947,3 +952,57 @@ def test_a_refused_offset_reset_changes_nothing(broker, monkeypatch):
     assert broker.state.cursor(key) is before and sorted(before.in_flight) == [0, 1, 2]
     monkeypatch.undo()
     assert broker.ack("G", "orders", delivered[0].handle).status.code == pb.OK
+
+
+class OneMaster:
+    """The store as the offset reset service sees a master's (``is_master``)."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+        self.is_master = True
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+
+def reset_service(broker) -> OffsetResetService:
+    """The offset reset service over ``broker``'s states: routing knows ``orders`` with two
+    queues on this node's broker group, ``group-1``."""
+    routing = RoutingState()
+    routing.topics["orders"] = TopicRoute("orders", (("group-1", 2),))
+    reads = SimpleNamespace(read=lambda view: view(routing))
+    return OffsetResetService(
+        OneMaster(broker.store),
+        broker.topics,
+        broker.offsets,
+        broker.state,
+        reads,
+        Permissions(enabled=False),
+        "group-1",
+        "node-1",
+    )
+
+
+def test_a_reset_the_log_refuses_is_reported_and_tells_no_client(broker, monkeypatch):
+    broker.send("orders", 4)
+    broker.receive("G", "orders", batch=2)
+    service = reset_service(broker)
+    told = []
+    service.reset_listeners.append(lambda *reset: told.append(reset))
+    request = ResetRequest("G", "orders", ResetTarget.LATEST)
+    refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
+
+    async def refuse(records):
+        return refused
+
+    monkeypatch.setattr(system_state.SystemState, "append", lambda self, records: refuse(records))
+    with pytest.raises(AdminRefused) as error:
+        broker.run(service.reset(Caller(Door.FERRY, "ResetOffsets", None), request))
+    assert error.value.code == 14 and "was refused" in error.value.message
+    assert broker.offsets.get("G", "orders", 0) is None and told == []
+    assert sorted(broker.state.cursor(("G", "orders", 0)).in_flight) == [0, 1]
+    monkeypatch.undo()
+    reset = broker.run(service.reset(Caller(Door.FERRY, "ResetOffsets", None), request))
+    assert [(q.queue_id, q.old_offset, q.new_offset) for q in reset] == [(0, 0, 4), (1, -1, 0)]
+    assert broker.state.cursor(("G", "orders", 0)) is None
+    assert told == [("G", "orders", reset)]
