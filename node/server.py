@@ -66,6 +66,7 @@ from node.long_polling import QueueWaiters
 from node.metrics import NodeMetrics, RoutingStatus
 from node.metrics_http import MetricsHttpServer
 from node.peer_admin import PeerAdmin
+from node.pending_resets import PendingResets
 from node.pop_state import PopState
 from node.port_holds import adopt_inherited, hold_port, port_of
 from node.queue_locks import QueueLocks
@@ -403,6 +404,7 @@ class Node:
         )
         members = GroupMembers()
         subscriptions = Subscriptions()
+        pending_resets = PendingResets()  # between the offset reset and the read service
         pop = PopService(
             store,
             topics,
@@ -429,7 +431,9 @@ class Node:
                 config.group,
                 lite_quota=self.lite_index.check_quota,
             ),
-            reads=ReadService(store, topics, self.waiters, groups, permissions, metrics),
+            reads=ReadService(
+                store, topics, self.waiters, groups, permissions, metrics, pending_resets
+            ),
             offsets=OffsetService(store, topics, self.offsets, groups, permissions),
             pop=pop,
             lite=LiteService(
@@ -482,6 +486,7 @@ class Node:
                 config.group,
                 config.id,
                 self.peer_admin,
+                pending_resets,
             ),
         )
 

@@ -57,6 +57,9 @@ class GetStatus(enum.Enum):
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # below the retained minimum
     OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # exactly at the end: nothing new yet
     OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # beyond the end
+    # The reader's group had its offsets reset since (RocketMQ's OFFSET_RESET): go on from
+    # ``next_begin_offset``. The node answers it (``node/pending_resets.py``), never the store.
+    OFFSET_RESET = "OFFSET_RESET"
 
 
 @dataclass(frozen=True)

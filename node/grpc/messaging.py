@@ -631,10 +631,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if beyond_empty_queue or result.status in (
                 GetStatus.OFFSET_TOO_SMALL,
                 GetStatus.OFFSET_OVERFLOW_BADLY,
+                GetStatus.OFFSET_RESET,
             ):
                 illegal = status(
                     pb.ILLEGAL_OFFSET,
-                    f"offset {offset} outside [{result.min_offset}, {result.max_offset}]",
+                    f"the group's offsets were reset: go on from {result.next_begin_offset}"
+                    if result.status is GetStatus.OFFSET_RESET
+                    else f"offset {offset} outside [{result.min_offset}, {result.max_offset}]",
                 )
                 return [
                     rpc.PullMessageResponse(status=illegal),

@@ -69,6 +69,8 @@ def pull_outcome(result: GetResult, offset: int) -> tuple[ResponseCode, int]:
         return ResponseCode.PULL_NOT_FOUND, 0
     if status is GetStatus.OFFSET_TOO_SMALL:
         return ResponseCode.PULL_OFFSET_MOVED, result.min_offset
+    if status is GetStatus.OFFSET_RESET:
+        return ResponseCode.PULL_OFFSET_MOVED, result.next_begin_offset
     if status is GetStatus.OFFSET_OVERFLOW_BADLY:
         low, high = result.min_offset, result.max_offset
         return ResponseCode.PULL_OFFSET_MOVED, low if low == 0 else high
@@ -138,7 +140,9 @@ class PullHandlers:
                 nonlocal committed
                 if not committed:
                     committed = True
-                    if sys_flag & SYSFLAG_COMMIT_OFFSET and commit_offset >= 0:
+                    # After a reset, the commit is the client's cached position: not kept.
+                    reset = result.status is GetStatus.OFFSET_RESET
+                    if sys_flag & SYSFLAG_COMMIT_OFFSET and commit_offset >= 0 and not reset:
                         self.services.offsets.commit_soon(
                             caller, read.group, read.topic, read.queue_id, commit_offset
                         )

@@ -33,7 +33,8 @@ checkpoints revive their messages later, which here would deliver messages from 
 the reset point after it, so ferrymq ends them instead. The 4.x clients of the group
 connected to the master are told (RESET_CONSUMER_CLIENT_OFFSET, ``reset_listeners``) so a
 running push consumer adopts the new offsets instead of committing its cached ones over
-them.
+them; and the reset queues are kept pending (``node/pending_resets.py``), so the group's
+next read of one from another offset, on any door, is moved to the reset offset.
 
 Thread-safety: owned by the node's event loop.
 """
@@ -48,6 +49,7 @@ from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ha.replicated_store import ReplicatedStore
 from node.consumer_offsets import ConsumerOffsets
 from node.peer_admin import PeerAdmin
+from node.pending_resets import PendingResets
 from node.pop_state import PopState
 from node.rpc_status import AccessDenied
 from node.services.admin import (
@@ -130,9 +132,11 @@ class OffsetResetService:
         broker_group: str,
         node_id: str,
         peers: PeerAdmin | None = None,
+        pending: PendingResets | None = None,
     ) -> None:
         """``peers``: how a part of a request reaches another broker group's master (None:
-        a node alone, whose every queue is its own)."""
+        a node alone, whose every queue is its own); ``pending``: where the resets the
+        groups' readers have not come to yet are kept (the read service's)."""
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -142,6 +146,7 @@ class OffsetResetService:
         self.broker_group = broker_group
         self.node_id = node_id
         self.peers = peers
+        self.pending = pending
         self.reset_listeners: list[ResetListener] = []
 
     # ---- the checks ----------------------------------------------------------------------
@@ -346,6 +351,8 @@ class OffsetResetService:
                     f"offsets reset on broker group {self.broker_group}; the end of its POP "
                     f"positions was {_how(outcome)}: {outcome.status.name}; reset again",
                 )
+        if self.pending is not None:
+            self.pending.mark(group, topic, {q.queue_id: q.new_offset for q in planned})
         for listener in self.reset_listeners:
             listener(group, topic, planned)
         return planned

@@ -9,14 +9,16 @@ Each door reads its request into one ``ReadRequest``; this service decides, in o
 4. the group exists, or is created on first use (only the group step 1 allowed), or must
    exist already (``create_group`` False: Data.Fetch);
 5. the filter compiles (TAG or SQL92);
-6. the read: the store's records (``records``: as stored, what 4.x pulls and fetches send)
+6. an offset reset the group has not read since (``node/pending_resets.py``): a read from
+   another offset is answered OFFSET_RESET with the reset offset as where to go on, once;
+7. the read: the store's records (``records``: as stored, what 4.x pulls and fetches send)
    or decoded messages, SQL92 applied to each, waiting up to ``wait_s`` for something the
    door's ``answer`` takes (long polling, ``node/long_polling.py``), and the delivery
    metrics of what was answered.
 
-The door decides what it answers for a read (its codes differ: RocketMQ 4.x's
-PULL_OFFSET_MOVED, RocketMQ 5's ILLEGAL_OFFSET, ...): ``answer(result)`` returns its answer,
-or None to go on waiting.
+The door decides what it answers for a read, OFFSET_RESET included (its codes differ:
+RocketMQ 4.x's PULL_OFFSET_MOVED, RocketMQ 5's ILLEGAL_OFFSET, ...): ``answer(result)``
+returns its answer, or None to go on waiting.
 
 Thread-safety: owned by the node's event loop.
 """
@@ -36,6 +38,7 @@ from node.filter_expression import Selection, selection
 from node.group_creation import GroupsOnFirstUse
 from node.long_polling import QueueWaiters, long_poll
 from node.metrics_rpc import TrafficMetrics
+from node.pending_resets import PendingResets
 from node.rpc_status import AccessDenied, InvalidRequest, topic_error_status
 from node.services.caller import Caller
 from node.services.permissions import Permissions, consume, group_need
@@ -107,6 +110,13 @@ def fetch_answer(offset: int) -> Callable[[GetResult], FetchOutcome | None]:
                 next_offset=result.next_begin_offset,
                 **bounds,
             )
+        if result.status is GetStatus.OFFSET_RESET:
+            return fetch_outcome(
+                pb.ILLEGAL_OFFSET,
+                f"the group's offsets were reset: go on from {result.next_begin_offset}",
+                next_offset=result.next_begin_offset,
+                **bounds,
+            )
         if result.messages or result.next_begin_offset > offset:
             return fetch_outcome(
                 pb.OK if result.messages else pb.MESSAGE_NOT_FOUND,
@@ -129,8 +139,11 @@ class ReadService:
         groups: GroupsOnFirstUse,
         permissions: Permissions,
         metrics: TrafficMetrics,
+        resets: PendingResets | None = None,
     ) -> None:
+        """``resets``: the offset resets the groups' readers have not come to yet."""
         self.store = store
+        self.resets = resets
         self.topics = topics
         self.waiters = waiters
         self.groups = groups
@@ -175,6 +188,17 @@ class ReadService:
         else:
             chosen = Selection(tags=request.tags or None)
         name, queue_id, offset = topic.name, request.queue_id, request.offset
+        reset_to = self.resets.take(request.group, name, queue_id) if self.resets else None
+        if reset_to is not None and reset_to != offset:
+            store = self.store
+            moved = GetResult(
+                GetStatus.OFFSET_RESET,
+                [],
+                reset_to,
+                store.min_offset_in_queue(name, queue_id),
+                store.max_offset_in_queue(name, queue_id),
+            )
+            return answer(moved), moved
         last: list[GetResult] = []
 
         async def attempt() -> Answer | None:

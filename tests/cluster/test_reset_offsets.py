@@ -11,6 +11,7 @@ import datetime
 import json
 import time
 
+import grpc
 import pytest
 
 from ferrymq.cli.main import main
@@ -20,10 +21,13 @@ from ferrymq.client.simple_consumer import SimpleConsumer
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.launcher.cluster import cluster_up
 from ferrymq.launcher.polling import until
-from tests.support.auth import APP, ROOT
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from tests.support.auth import APP, ROOT, signed
 from tests.support.cluster import SMALL_STORE, master_of, stop_all
 from tests.support.official_client import run_official_at
-from tests.support.remoting_client import RemotingClient, heartbeat_body
+from tests.support.remoting_client import RemotingClient, heartbeat_body, pull_fields
 
 TOPIC = "incident"
 READERS = "replayers"  # consumes with offsets (pull, commit)
@@ -208,6 +212,57 @@ def test_an_official_5x_consumer_receives_again_what_was_stored_after_the_reset_
     with Admin(master.grpc, security=ROOT) as admin:
         admin.reset_offsets("official-readers", TOPIC, point_ms)
     assert receive_and_ack(6) == sorted(f"after-{i}" for i in range(6))
+
+
+def test_running_offset_readers_go_on_from_the_reset_point_through_every_read_door(cluster):
+    """A consumer that keeps its own positions is not told of a reset; its next read of a
+    reset queue from elsewhere is answered "offset moved" to the reset offset, once, on
+    every door: the SDK's PullConsumer (Data.Fetch) follows it, a 4.x pull is answered
+    PULL_OFFSET_MOVED and the cached position its pull carries is not committed, a 5.x
+    PullMessage is answered ILLEGAL_OFFSET with the offset to go on from."""
+    master, point_ms = cluster["master"], cluster["point_ms"]
+    at_the_end(master.grpc)
+    ends = {q: high for q, (_, high) in bounds(master.grpc).items()}
+
+    def reset() -> dict[int, int]:
+        with Admin(master.grpc, security=ROOT) as admin:
+            return {q.queue_id: q.new_offset for q in admin.reset_offsets(READERS, TOPIC, point_ms)}
+
+    with PullConsumer(master.grpc, READERS, security=ROOT) as consumer:
+        consumer.assign(TOPIC, [0, 1])
+        assert consumer.poll(wait_s=0.2) == []  # at the end
+        at_point = reset()
+        got: list[str] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 6 and time.monotonic() < deadline:
+            got.extend(m.body.decode() for m in consumer.poll(wait_s=0.5))
+    assert sorted(got) == sorted(f"after-{i}" for i in range(6))
+
+    at_the_end(master.grpc)
+    reset()
+    pull = pull_fields(READERS, TOPIC, 0, ends[0]) | {"sysFlag": "5", "commitOffset": str(ends[0])}
+    with RemotingClient(master.remoting, security=ROOT) as client:
+        moved = client.call(RequestCode.PULL_MESSAGE, pull)
+        again = client.call(RequestCode.PULL_MESSAGE, pull | {"sysFlag": "4"})
+    assert moved.code == ResponseCode.PULL_OFFSET_MOVED, moved
+    assert moved.ext_fields["nextBeginOffset"] == str(at_point[0])
+    assert positions(master.grpc, READERS)[0] == at_point[0]  # its cached position not kept
+    assert again.code == ResponseCode.PULL_NOT_FOUND, again  # told once
+
+    reset()
+    request = rpc.PullMessageRequest(
+        group=pb.Resource(name=READERS),
+        message_queue=pb.MessageQueue(
+            topic=pb.Resource(name=TOPIC), id=1, broker=pb.Broker(name="group-1")
+        ),
+        offset=ends[1],
+        batch_size=32,
+    )
+    with grpc.insecure_channel(master.grpc) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        answers = list(stub.PullMessage(request, metadata=signed(ROOT, "reset-reader")))
+    assert answers[0].status.code == pb.ILLEGAL_OFFSET, answers
+    assert answers[-1].next_offset == at_point[1]
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
