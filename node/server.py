@@ -487,6 +487,7 @@ class Node:
                 config.id,
                 self.peer_admin,
                 pending_resets,
+                subscriptions,
             ),
         )
 

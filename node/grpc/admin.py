@@ -447,7 +447,7 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
                 request.dry_run,
             )
             caller = replace(caller, credentials=forwarded_credentials(context))
-            queues = await self.services.offset_reset.reset(caller, reset)
+            outcome = await self.services.offset_reset.reset(caller, reset)
             return {
                 "queues": [
                     api.QueueReset(
@@ -456,8 +456,9 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
                         old_offset=q.old_offset,
                         new_offset=q.new_offset,
                     )
-                    for q in queues
-                ]
+                    for q in outcome.queues
+                ],
+                "consuming": outcome.consuming,
             }
 
         return await self._serve(context, "ResetOffsets", api.ResetOffsetsResponse, work)

@@ -18,8 +18,9 @@ itself, so its request covers the receiving master's queues only.
 The order of every call: admin rights; the group exists; the topic exists (and is not a
 LITE topic, whose lite topics keep positions of their own); the time is one (0 up to the
 year 9999, in ms); the group has a position (a committed offset or a POP cursor) on at
-least one queue the request covers (GROUP_NEVER_CONSUMED otherwise: nothing to reset
-is more likely a misspelt name than an intent); then the reset, one broker group at a
+least one queue the request covers, or a live 4.x consumer subscribed to the topic there
+(GROUP_NEVER_CONSUMED otherwise: nothing to reset is more likely a misspelt name than an
+intent); then the reset, one broker group at a
 time. A part that fails leaves the parts before it reset; the refusal names its broker
 group (asking again resets it, and the others again to the same point).
 
@@ -48,6 +49,7 @@ from dataclasses import dataclass, replace
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ha.replicated_store import ReplicatedStore
 from node.consumer_offsets import ConsumerOffsets
+from node.consumer_subscriptions import Subscriptions
 from node.peer_admin import PeerAdmin
 from node.pending_resets import PendingResets
 from node.pop_state import PopState
@@ -105,6 +107,12 @@ class QueueReset:
     new_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class ResetOutcome:
+    queues: list[QueueReset]
+    consuming: bool  # the group has a position or a live subscriber on one of them
+
+
 # (group, topic, the queues reset here) -> None; the remoting door tells 4.x clients.
 ResetListener = Callable[[str, str, list[QueueReset]], None]
 
@@ -133,10 +141,12 @@ class OffsetResetService:
         node_id: str,
         peers: PeerAdmin | None = None,
         pending: PendingResets | None = None,
+        subscriptions: Subscriptions | None = None,
     ) -> None:
         """``peers``: how a part of a request reaches another broker group's master (None:
         a node alone, whose every queue is its own); ``pending``: where the resets the
-        groups' readers have not come to yet are kept (the read service's)."""
+        groups' readers have not come to yet are kept (the read service's);
+        ``subscriptions``: what the groups' live 4.x consumers subscribe to here."""
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -147,6 +157,7 @@ class OffsetResetService:
         self.node_id = node_id
         self.peers = peers
         self.pending = pending
+        self.subscriptions = subscriptions
         self.reset_listeners: list[ResetListener] = []
 
     # ---- the checks ----------------------------------------------------------------------
@@ -200,19 +211,29 @@ class OffsetResetService:
                     f"queue {request.queue_id}",
                 )
 
-    def _require_consumed(self, request: ResetRequest, queues: list[QueueReset]) -> None:
-        if all(q.old_offset == NO_POSITION for q in queues):
+    def _consuming(self, request: ResetRequest, queues: list[QueueReset]) -> bool:
+        """Whether the group consumes the topic on this broker group: a position on one
+        of ``queues``, or a live 4.x consumer of the group subscribed to it here (a push
+        consumer commits every 5 s: it may not have yet)."""
+        if any(q.old_offset != NO_POSITION for q in queues):
+            return True
+        subscriptions = self.subscriptions
+        return subscriptions is not None and bool(subscriptions.get(request.group, request.topic))
+
+    def _require_consumed(self, request: ResetRequest, consuming: bool) -> None:
+        if not consuming:
             where = f" on broker group {request.broker_group}" if request.broker_group else ""
             raise AdminRefused(
                 FAILED_PRECONDITION,
-                f"GROUP_NEVER_CONSUMED: group {request.group} has no committed offset or POP "
-                f"position on any queue of topic {request.topic}{where}: nothing to reset",
+                f"GROUP_NEVER_CONSUMED: group {request.group} has no committed offset, POP "
+                f"position or live subscriber on any queue of topic {request.topic}{where}: "
+                "nothing to reset",
             )
 
     # ---- the requests --------------------------------------------------------------------
-    async def reset(self, caller: Caller, request: ResetRequest) -> list[QueueReset]:
+    async def reset(self, caller: Caller, request: ResetRequest) -> ResetOutcome:
         """A client's reset (every queue of the topic; a node's: the part it names, which
-        the asking node checked for a position already)."""
+        the asking node checks for a position over every part)."""
         route = self._checked(caller, request)
         if request.broker_group:  # a node's part: served here or refused, never handed on
             if request.broker_group != self.broker_group:
@@ -222,23 +243,22 @@ class OffsetResetService:
                     f"{request.broker_group}",
                 )
             self._require_master()
-            if request.dry_run:
-                return self._plan(route, request)
-            return await self._reset_here(route, request)
+            return await self._here(route, request)
         parts = [replace(request, broker_group=group) for group, _ in route.queues]
-        planned = [q for part in parts for q in await self._part(caller, route, part, True)]
-        self._require_consumed(request, planned)
-        if request.dry_run:
-            return planned
-        return [q for part in parts for q in await self._part(caller, route, part)]
+        planned = [await self._part(caller, route, part, True) for part in parts]
+        consuming = any(outcome.consuming for outcome in planned)
+        self._require_consumed(request, consuming)
+        if not request.dry_run:
+            planned = [await self._part(caller, route, part) for part in parts]
+        return ResetOutcome([q for outcome in planned for q in outcome.queues], consuming)
 
     async def reset_broker_group(self, caller: Caller, request: ResetRequest) -> list[QueueReset]:
         """mqadmin's reset of one broker (this node's group): its queues of the topic,
-        refused GROUP_NEVER_CONSUMED when the group has a position on none of them."""
+        refused GROUP_NEVER_CONSUMED when the group does not consume it here."""
         request = replace(request, broker_group=self.broker_group)
         route = self._checked(caller, request)
         self._require_master()
-        self._require_consumed(request, self._plan(route, request))
+        self._require_consumed(request, self._consuming(request, self._plan(route, request)))
         return await self._reset_here(route, request)
 
     def _require_master(self) -> None:
@@ -249,19 +269,25 @@ class OffsetResetService:
                 "now: ask its master",
             )
 
+    async def _here(self, route: TopicRoute, part: ResetRequest) -> ResetOutcome:
+        """This broker group's part, planned (a dry run) or reset."""
+        planned = self._plan(route, part)
+        consuming = self._consuming(part, planned)
+        if not part.dry_run:
+            planned = await self._reset_here(route, part)
+        return ResetOutcome(planned, consuming)
+
     async def _part(
         self, caller: Caller, route: TopicRoute, part: ResetRequest, dry_run: bool = False
-    ) -> list[QueueReset]:
+    ) -> ResetOutcome:
         """One broker group's queues: reset (or planned) here when this node is their
         master, else by their master."""
         part = replace(part, dry_run=part.dry_run or dry_run)
         if part.broker_group == self.broker_group and self.store.is_master:
-            if part.dry_run:
-                return self._plan(route, part)
-            return await self._reset_here(route, part)
+            return await self._here(route, part)
         return await self._ask_master(caller, part)
 
-    async def _ask_master(self, caller: Caller, part: ResetRequest) -> list[QueueReset]:
+    async def _ask_master(self, caller: Caller, part: ResetRequest) -> ResetOutcome:
         """``part`` as its broker group's master answers it (AdminRefused with its code
         when it refuses; UNAVAILABLE when there is none to ask or it does not answer)."""
         master = self.routing.read(lambda state: state.master_of(part.broker_group))
@@ -288,10 +314,11 @@ class OffsetResetService:
                 answer.status.code,
                 f"broker group {part.broker_group} ({master.node_id}): {answer.status.message}",
             )
-        return [
+        queues = [
             QueueReset(q.broker_group, q.queue_id, q.old_offset, q.new_offset)
             for q in answer.queues
         ]
+        return ResetOutcome(queues, answer.consuming)
 
     # ---- this broker group's queues ------------------------------------------------------
     def _position(self, group: str, topic: str, queue_id: int) -> int:

@@ -409,6 +409,26 @@ def test_mqadmins_reset_code_resets_the_masters_queues_and_tells_connected_4x_cl
     assert positions(master.grpc, READERS) == {0: at_point[0], 1: 1}
 
 
+def test_a_group_whose_4x_consumer_is_online_but_committed_nothing_yet_is_reset(cluster):
+    """A 4.x push consumer commits every 5 s: online and subscribed, its group may have no
+    position yet, and is not refused as never consumed (on any door)."""
+    master, slave = cluster["master"], cluster["slave"]
+    with Admin(master.grpc, security=ROOT) as admin:
+        admin.create_group("starting")
+    fields = {"topic": TOPIC, "group": "starting", "timestamp": "-1", "isForce": "true"}
+    with RemotingClient(master.remoting, security=ROOT) as tool:
+        refused = tool.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+        assert "GROUP_NEVER_CONSUMED" in (refused.remark or ""), refused
+        with RemotingClient(master.remoting, security=ROOT) as member:
+            body = heartbeat_body("127.0.0.1@starting-member", ["starting"], TOPIC)
+            assert member.call(RequestCode.HEART_BEAT, body=body).code == ResponseCode.SUCCESS
+            with Admin(slave.grpc, security=ROOT) as admin:
+                planned = admin.reset_offsets("starting", TOPIC, "earliest", dry_run=True)
+            assert [q.old_offset for q in planned] == [-1, -1]
+            answer = tool.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+            assert answer.code == ResponseCode.SUCCESS, answer
+
+
 def test_a_reset_is_replicated_a_new_master_serves_from_it(cluster):
     """The reset's records (committed offsets, the POP cursor's end) are in the log the
     slaves replicate: after a planned failover the new master has the reset offsets and

@@ -1002,7 +1002,7 @@ def test_a_reset_the_log_refuses_is_reported_and_tells_no_client(broker, monkeyp
     assert broker.offsets.get("G", "orders", 0) is None and told == []
     assert sorted(broker.state.cursor(("G", "orders", 0)).in_flight) == [0, 1]
     monkeypatch.undo()
-    reset = broker.run(service.reset(Caller(Door.FERRY, "ResetOffsets", None), request))
+    reset = broker.run(service.reset(Caller(Door.FERRY, "ResetOffsets", None), request)).queues
     assert [(q.queue_id, q.old_offset, q.new_offset) for q in reset] == [(0, 0, 4), (1, -1, 0)]
     assert broker.state.cursor(("G", "orders", 0)) is None
     assert told == [("G", "orders", reset)]

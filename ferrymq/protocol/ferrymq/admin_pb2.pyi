@@ -497,12 +497,14 @@ class QueueReset(_message.Message):
     def __init__(self, broker_group: _Optional[str] = ..., queue_id: _Optional[int] = ..., old_offset: _Optional[int] = ..., new_offset: _Optional[int] = ...) -> None: ...
 
 class ResetOffsetsResponse(_message.Message):
-    __slots__ = ("status", "queues")
+    __slots__ = ("status", "queues", "consuming")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    CONSUMING_FIELD_NUMBER: _ClassVar[int]
     status: Status
     queues: _containers.RepeatedCompositeFieldContainer[QueueReset]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueReset, _Mapping]]] = ...) -> None: ...
+    consuming: bool
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueReset, _Mapping]]] = ..., consuming: _Optional[bool] = ...) -> None: ...
 
 class FailoverRequest(_message.Message):
     __slots__ = ("broker_group", "target_node")
