@@ -25,8 +25,12 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ferrymq.launcher.processes import signal_node
+
+if TYPE_CHECKING:
+    from ferrymq.client.security import ClientSecurity
 from node.port_holds import (
     RELEASE_WAIT_S,
     hold_free_ports,
@@ -364,8 +368,10 @@ def cluster_up(
     settings: dict | None = None,
     timeout_s: float = READY_TIMEOUT_S,
     placements: list[tuple[str, str]] | None = None,
+    security: ClientSecurity | None = None,
 ) -> ClusterPlan:
-    """Start (or restart) the cluster in ``directory`` and wait until it is ready."""
+    """Start (or restart) the cluster in ``directory`` and wait until it is ready
+    (``security``: an admin's keys, for a cluster with ``security.auth`` on)."""
     os.makedirs(directory, exist_ok=True)
     plan = load_plan(directory)
     if plan is None:
@@ -377,13 +383,14 @@ def cluster_up(
     started = tuple(n if is_running(n, plan) else start_node(plan, n) for n in plan.nodes)
     plan = replace(plan, nodes=started)
     save_plan(plan)
-    wait_ready(plan, timeout_s)
+    wait_ready(plan, timeout_s, security)
     return plan
 
 
-def wait_ready(plan: ClusterPlan, timeout_s: float) -> None:
+def wait_ready(plan: ClusterPlan, timeout_s: float, security: ClientSecurity | None = None) -> None:
     """Until every node answers ClusterStatus and sees every node registered and alive,
-    and every broker group has a master with all its members in sync."""
+    and every broker group has a master with all its members in sync (asked with
+    ``security``'s keys when given)."""
     from ferrymq.client import Admin, FerryError
 
     deadline = time.monotonic() + timeout_s
@@ -400,7 +407,7 @@ def wait_ready(plan: ClusterPlan, timeout_s: float) -> None:
         for node in sorted(pending):
             address = next(n.grpc for n in plan.nodes if n.id == node)
             try:
-                with Admin(address, timeout_s=2) as admin:
+                with Admin(address, timeout_s=2, security=security) as admin:
                     status = admin.cluster_status()
             except FerryError:
                 continue
