@@ -237,6 +237,7 @@ class HttpServer:
         keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
         if method not in METHODS:
             response = Response(405, b"GET, HEAD, POST, PUT and DELETE only\n")
+            keep_alive = False
         else:
             tls = self.ssl_context is not None
             request = Request(method, path, query, headers, body, peer_host, tls)
