@@ -375,6 +375,7 @@ class Node:
             },
             run_failover=self._console_failover,
             retention_ms=self.raw_store.config.retention_ms,
+            segment_bytes=self.raw_store.config.commitlog_segment_bytes,
         )
         security = config.security
         ssl_context = None

@@ -9,8 +9,11 @@ Thread-safety: owned by the node's event loop.
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
 import itertools
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,12 +22,14 @@ from node.rpc_status import AccessDenied, InvalidRequest
 from node.services.admin import AdminRefused, ClusterSnapshot, TopicSpec
 from node.services.caller import Caller
 from node.services.registry import Services
-from routing.metadata import MessageType, Permission, TopicRoute
+from routing.acl import AclEntry, Action, Effect, ResourceKind, User
+from routing.metadata import GroupConfig, MessageType, Permission, TopicRoute
 from routing.replica import RaftStatus
 
 PAGE_SIZE_MAX = 500
 PAGE_SIZE_DEFAULT = 50
 FAILOVERS_KEPT = 32  # finished failovers a page may still ask about
+TIME_RANGE_MAX = 64  # messages a time-range search reads from each queue, and answers
 # google.rpc codes (AdminRefused) as HTTP statuses.
 HTTP_OF_CODE = {3: 400, 5: 404, 6: 409, 9: 409, 14: 503}
 TYPES = {kind.value: kind for kind in MessageType}
@@ -215,6 +220,29 @@ class FailoverProgress:
 FailoverRunner = Callable[[Caller, str, str, str, str], Awaitable[tuple[str, int, int]]]
 
 
+@dataclass(frozen=True, slots=True)
+class ApiCall:
+    """What an endpoint gets besides the caller: the query, the body (read as JSON only by
+    the endpoints that take one) and the path's parts its pattern captured."""
+
+    query: dict[str, str]
+    body: bytes
+    params: tuple[str, ...]
+
+    def json(self) -> dict:
+        return json_body(self.body)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str
+    pattern: re.Pattern
+    handler: Callable[[Caller, ApiCall], object]  # a JSON value, or an awaitable of one
+
+
+NAME = "([^/]+)"  # a topic, group or user name in a path (the services check the name)
+
+
 class ConsoleApi:
     """The endpoints; ``node_facts`` is what this node says of itself (version, ports)."""
 
@@ -224,17 +252,43 @@ class ConsoleApi:
         node_facts: Callable[[], dict],
         run_failover: FailoverRunner,
         retention_ms: int,
+        segment_bytes: int,
     ) -> None:
         self.services = services
         self.admin = services.admin
         self.node_facts = node_facts
         self.run_failover = run_failover
         self.retention_ms = retention_ms
+        self.segment_bytes = segment_bytes
         self.failovers: dict[int, FailoverProgress] = {}
         self._failover_ids = itertools.count(1)
+        self.routes = [
+            Route(method, re.compile("/api/" + pattern), handler)
+            for method, pattern, handler in (
+                ("GET", "cluster", self.cluster),
+                ("POST", "failover", self.start_failover),
+                ("GET", r"failover/(\d+)", self.failover_progress),
+                ("GET", "topics", self.topics),
+                ("POST", "topics", self.create_topic),
+                ("GET", f"topics/{NAME}", self.topic),
+                ("PUT", f"topics/{NAME}", self.update_topic),
+                ("DELETE", f"topics/{NAME}", self.delete_topic),
+                ("GET", "groups", self.groups),
+                ("POST", "groups", self.create_group),
+                ("GET", f"groups/{NAME}", self.group),
+                ("DELETE", f"groups/{NAME}", self.delete_group),
+                ("GET", "messages", self.messages),
+                ("GET", "users", self.users),
+                ("POST", "users", self.create_user),
+                ("PUT", f"users/{NAME}", self.update_user),
+                ("DELETE", f"users/{NAME}", self.delete_user),
+                ("POST", f"users/{NAME}/grant", self.grant),
+                ("POST", f"users/{NAME}/revoke", self.revoke),
+            )
+        ]
 
     # ---- cluster -------------------------------------------------------------------------
-    def cluster(self, caller: Caller) -> dict:
+    def cluster(self, caller: Caller, call: ApiCall) -> dict:
         answer = cluster_json(self.admin.cluster(caller))
         answer["this_node"] = self.node_facts()
         try:
@@ -252,7 +306,8 @@ class ConsoleApi:
             }
         return answer
 
-    def start_failover(self, caller: Caller, body: dict) -> dict:
+    def start_failover(self, caller: Caller, call: ApiCall) -> dict:
+        body = call.json()
         broker_group = text(body.get("broker_group"), "broker_group", 255)
         target = text(body.get("target_node", ""), "target_node", 255)
         master = self.admin.master_of(caller, broker_group)
@@ -291,28 +346,27 @@ class ConsoleApi:
             progress.writes_unavailable_ms = int(paused_ms)
         progress.finished_ms = int(time.time() * 1000)
 
-    def failover_progress(self, caller: Caller, failover_id: str) -> dict:
+    def failover_progress(self, caller: Caller, call: ApiCall) -> dict:
         """The progress of a failover this caller asked for here (the service decided
         whether it could ask; what it asked is its own to follow)."""
-        progress = self.failovers.get(int(failover_id)) if failover_id.isdigit() else None
+        progress = self.failovers.get(int(call.params[0]))
         if progress is None or progress.asked_by != caller.identity:
-            raise ApiError(404, f"no failover {failover_id} on this node")
+            raise ApiError(404, f"no failover {call.params[0]} of yours on this node")
         return progress.as_json()
 
     # ---- topics --------------------------------------------------------------------------
-    def topics(self, caller: Caller, query: dict[str, str]) -> dict:
+    def topics(self, caller: Caller, call: ApiCall) -> dict:
         """One page of the topics whose name contains ``filter``, with this node's figures
         for each topic of the page only (so a page costs the same with 10 or 10,000)."""
-        wanted = query.get("filter", "").lower()
-        offset = integer(query.get("offset", "0"), "offset", 0, 10**9)
-        limit = integer(query.get("limit", str(PAGE_SIZE_DEFAULT)), "limit", 1, PAGE_SIZE_MAX)
+        query = call.query
         hide_system = query.get("system", "") != "1"
-        routes = self.admin.list_topics(caller)
+        wanted = query.get("filter", "").lower()
         matching = [
             r
-            for r in routes
+            for r in self.admin.list_topics(caller)
             if wanted in r.name.lower() and not (hide_system and _is_system(r.name))
         ]
+        offset, limit = page_of(query)
         page = []
         for route in matching[offset : offset + limit]:
             entry = topic_json(route)
@@ -338,8 +392,8 @@ class ConsoleApi:
             "out_per_s": round(self.admin.stats.topic_got_rate(route.name), 2),
         }
 
-    def topic(self, caller: Caller, name: str) -> dict:
-        route, queues = self.admin.describe_topic(caller, name)
+    def topic(self, caller: Caller, call: ApiCall) -> dict:
+        route, queues = self.admin.describe_topic(caller, call.params[0])
         answer = topic_json(route)
         answer["broker_group_here"] = self.admin.broker_group
         answer["retention_ms"] = self.retention_ms
@@ -354,15 +408,291 @@ class ConsoleApi:
         ]
         return answer
 
-    async def create_topic(self, caller: Caller, body: dict) -> dict:
-        return topic_json(await self.admin.create_topic(caller, topic_spec(body)))
+    async def create_topic(self, caller: Caller, call: ApiCall) -> dict:
+        return topic_json(await self.admin.create_topic(caller, topic_spec(call.json())))
 
-    async def update_topic(self, caller: Caller, name: str, body: dict) -> dict:
-        return topic_json(await self.admin.update_topic(caller, topic_spec(body, name)))
+    async def update_topic(self, caller: Caller, call: ApiCall) -> dict:
+        spec = topic_spec(call.json(), call.params[0])
+        return topic_json(await self.admin.update_topic(caller, spec))
 
-    async def delete_topic(self, caller: Caller, name: str) -> dict:
-        await self.admin.delete_topic(caller, name)
-        return {"deleted": name}
+    async def delete_topic(self, caller: Caller, call: ApiCall) -> dict:
+        await self.admin.delete_topic(caller, call.params[0])
+        return {"deleted": call.params[0]}
+
+    # ---- consumer groups -----------------------------------------------------------------
+    def groups(self, caller: Caller, call: ApiCall) -> dict:
+        """A page of groups with their members and totals (lag, in flight, retry and
+        dead-letter messages here), the topics of all groups read in one pass."""
+        wanted = call.query.get("filter", "").lower()
+        matching = [g for g in self.admin.list_groups(caller) if wanted in g.name.lower()]
+        offset, limit = page_of(call.query)
+        topics_of = self.admin.topics_of_groups(caller)
+        page = []
+        for config in matching[offset : offset + limit]:
+            progress = self._progress(caller, config.name, topics_of.get(config.name, []))
+            entry = group_json(config)
+            entry["members"] = len(self.services.membership.live_members(caller, config.name))
+            entry["lag"] = sum(t["lag"] for t in progress)
+            entry["in_flight"] = sum(t["in_flight"] for t in progress)
+            entry.update(self._retry_and_dead_letters(caller, config.name))
+            page.append(entry)
+        return {
+            "total": len(matching),
+            "offset": offset,
+            "limit": limit,
+            "groups": page,
+            "master_here": self.admin.store.is_master,
+            "broker_group_here": self.admin.broker_group,
+        }
+
+    def _progress(self, caller: Caller, group: str, topics: list[str]) -> list[dict]:
+        answer = []
+        for topic in topics:
+            try:
+                queues = self.admin.group_progress(caller, group, topic)
+            except AdminRefused:
+                continue  # a topic deleted since, or a lite queue of a LITE topic
+            answer.append(
+                {
+                    "topic": topic,
+                    "lag": sum(q.lag for q in queues),
+                    "in_flight": sum(q.in_flight for q in queues),
+                    "queues": [
+                        {
+                            "queue_id": q.queue_id,
+                            "broker_group": q.broker_group,
+                            "broker_offset": q.broker_offset,
+                            "consumer_offset": q.consumer_offset,
+                            "lag": q.lag,
+                            "in_flight": q.in_flight,
+                        }
+                        for q in queues
+                    ],
+                }
+            )
+        return answer
+
+    def _retry_and_dead_letters(self, caller: Caller, group: str) -> dict:
+        """Messages held here in the group's retry and dead-letter topics."""
+        counts = {}
+        for field_name, prefix in (("retry_messages", "%RETRY%"), ("dlq_messages", "%DLQ%")):
+            try:
+                _, queues = self.admin.describe_topic(caller, prefix + group)
+            except AdminRefused:
+                counts[field_name] = 0  # none made yet
+                continue
+            counts[field_name] = sum(
+                q.max_offset - q.min_offset for q in queues if q.min_offset >= 0
+            )
+        return counts
+
+    def group(self, caller: Caller, call: ApiCall) -> dict:
+        name = call.params[0]
+        config = next((g for g in self.admin.list_groups(caller) if g.name == name), None)
+        if config is None:
+            raise ApiError(404, f"CONSUMER_GROUP_NOT_FOUND: group {name} does not exist")
+        membership = self.services.membership
+        clients, settings, subscriptions = membership.consumers(caller, name)
+        known = {c.client_id: c for c in clients}
+        members = []
+        for client_id, seen_ms in membership.live_members(caller, name):
+            client = known.get(client_id)
+            members.append(
+                {
+                    "client_id": client_id,
+                    "last_heartbeat_ms": seen_ms,
+                    "address": client.address if client else "",
+                    "language": client.language if client else "",
+                    "version": client.version if client else None,
+                }
+            )
+        topics = self.admin.topics_of_groups(caller).get(name, [])
+        progress = self._progress(caller, name, topics)
+        answer = group_json(config)
+        answer.update(
+            members=members,
+            settings=None if settings is None else vars_of(settings),
+            subscriptions=[
+                {"topic": s.topic, "expression": s.expression, "type": s.expression_type}
+                for s in subscriptions
+            ],
+            topics=progress,
+            lag=sum(t["lag"] for t in progress),
+            in_flight=sum(t["in_flight"] for t in progress),
+            broker_group_here=self.admin.broker_group,
+        )
+        answer.update(self._retry_and_dead_letters(caller, name))
+        return answer
+
+    async def create_group(self, caller: Caller, call: ApiCall) -> dict:
+        body = call.json()
+        attempts = integer(body.get("max_delivery_attempts", 0), "max_delivery_attempts", 0, 999)
+        config = await self.admin.create_group(
+            caller,
+            text(body.get("name"), "name", 255),
+            attempts,
+            bool(body.get("fifo", False)),
+        )
+        return group_json(config)
+
+    async def delete_group(self, caller: Caller, call: ApiCall) -> dict:
+        await self.admin.delete_group(caller, call.params[0])
+        return {"deleted": call.params[0]}
+
+    # ---- messages ------------------------------------------------------------------------
+    async def messages(self, caller: Caller, call: ApiCall) -> dict:
+        """Messages found by key, by id, at a queue offset or stored in a time range (the
+        last: up to ``TIME_RANGE_MAX`` from each queue of the topic here)."""
+        query, queries = call.query, self.services.queries
+        topic = text(query.get("topic", ""), "topic", 255)
+        if query.get("id"):
+            found = queries.by_id(caller, text(query["id"], "id", 128), topic)
+            messages = [found] if found is not None else []
+        elif query.get("key"):
+            if not topic:
+                raise ApiError(400, "a search by key needs its topic")
+            messages = queries.by_key(caller, topic, text(query["key"], "key", 255), 32)
+        elif query.get("offset", "") != "":
+            queue_id = integer(query.get("queue", ""), "queue", 0, 1023)
+            offset = integer(query["offset"], "offset", 0, 1 << 62)
+            found = queries.at_queue_offset(caller, topic, queue_id, offset)
+            messages = [found] if found is not None else []
+        elif query.get("begin", "") != "":
+            messages = await self._in_time_range(caller, topic, query)
+        else:
+            raise ApiError(400, "search by id, key, queue and offset, or begin and end times")
+        return {
+            "broker_group": self.admin.broker_group,
+            "node": self.admin.node_id,
+            "messages": [self._message_json(m) for m in messages],
+        }
+
+    async def _in_time_range(self, caller: Caller, topic: str, query: dict) -> list:
+        begin = integer(query.get("begin", ""), "begin", 0, 1 << 62)
+        end = integer(query.get("end", str(1 << 62)), "end", begin, 1 << 62)
+        route, _ = self.admin.describe_topic(caller, topic)
+        offsets, queries = self.services.offsets, self.services.queries
+        found = []
+        for queue_id in range(route.queue_count_in(self.admin.broker_group)):
+            offset = await offsets.offset_by_time(caller, topic, queue_id, begin)
+            for _ in range(TIME_RANGE_MAX):
+                message = queries.at_queue_offset(caller, topic, queue_id, offset)
+                if message is None or message.store_timestamp_ms > end:
+                    break
+                if message.store_timestamp_ms >= begin:
+                    found.append(message)
+                offset += 1
+        return sorted(found, key=lambda m: m.store_timestamp_ms)[:TIME_RANGE_MAX]
+
+    def _message_json(self, message) -> dict:
+        segment = message.physical_offset - message.physical_offset % self.segment_bytes
+        return {
+            "topic": message.topic,
+            "queue_id": message.queue_id,
+            "queue_offset": message.queue_offset,
+            "message_id": message.unique_key or message.offset_message_id,
+            "offset_message_id": message.offset_message_id,
+            "tag": message.tags or "",
+            "keys": message.keys,
+            "properties": message.properties,
+            "body_base64": base64.b64encode(message.body).decode("ascii"),
+            "body_bytes": len(message.body),
+            "born_timestamp_ms": message.born_timestamp_ms,
+            "store_timestamp_ms": message.store_timestamp_ms,
+            "reconsume_times": message.reconsume_times,
+            "stored": {
+                "broker_group": self.admin.broker_group,
+                "node": self.admin.node_id,
+                "commitlog_offset": message.physical_offset,
+                "commitlog_segment": f"{segment:020d}",
+                "size": message.size,
+            },
+        }
+
+    # ---- users and ACL entries -----------------------------------------------------------
+    def users(self, caller: Caller, call: ApiCall) -> dict:
+        return {"users": [user_json(u) for u in self.admin.list_users(caller)]}
+
+    async def create_user(self, caller: Caller, call: ApiCall) -> dict:
+        body = call.json()
+        user = await self.admin.create_user(
+            caller,
+            text(body.get("access_key"), "access_key", 255),
+            text(body.get("secret_key"), "secret_key", 255),
+            bool(body.get("admin", False)),
+        )
+        return user_json(user)
+
+    async def update_user(self, caller: Caller, call: ApiCall) -> dict:
+        body = call.json()
+        admin = body.get("admin")
+        if admin is not None and not isinstance(admin, bool):
+            raise ApiError(400, "admin must be true, false or null (unchanged)")
+        secret = text(body.get("secret_key", ""), "secret_key", 255)
+        return user_json(await self.admin.update_user(caller, call.params[0], secret, admin))
+
+    async def delete_user(self, caller: Caller, call: ApiCall) -> dict:
+        await self.admin.delete_user(caller, call.params[0])
+        return {"deleted": call.params[0]}
+
+    async def grant(self, caller: Caller, call: ApiCall) -> dict:
+        entry = acl_entry(call.json())
+        return user_json(await self.admin.grant(caller, call.params[0], entry))
+
+    async def revoke(self, caller: Caller, call: ApiCall) -> dict:
+        entry = acl_entry(call.json())
+        return user_json(await self.admin.revoke(caller, call.params[0], entry))
+
+
+def page_of(query: dict[str, str]) -> tuple[int, int]:
+    offset = integer(query.get("offset", "0"), "offset", 0, 10**9)
+    limit = integer(query.get("limit", str(PAGE_SIZE_DEFAULT)), "limit", 1, PAGE_SIZE_MAX)
+    return offset, limit
+
+
+def group_json(config: GroupConfig) -> dict:
+    return {
+        "name": config.name,
+        "max_delivery_attempts": config.max_delivery_attempts,
+        "fifo": config.fifo,
+        "lite_exclusive": config.lite_exclusive,
+    }
+
+
+def vars_of(record) -> dict:
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+
+
+def user_json(user: User) -> dict:
+    return {
+        "access_key": user.access_key,
+        "admin": user.admin,
+        "acl": [
+            {
+                "effect": e.effect.value,
+                "action": e.action.value,
+                "kind": e.kind.value,
+                "pattern": e.pattern,
+            }
+            for e in user.acl
+        ],
+    }
+
+
+def acl_entry(body: dict) -> AclEntry:
+    try:
+        return AclEntry(
+            Effect(body.get("effect")),
+            Action(body.get("action")),
+            ResourceKind(body.get("kind")),
+            text(body.get("pattern"), "pattern", 255),
+        )
+    except ValueError:
+        raise ApiError(
+            400,
+            "an ACL entry needs effect ALLOW or DENY, action PUBLISH or SUBSCRIBE, kind "
+            "TOPIC or GROUP, and a pattern",
+        ) from None
 
 
 def _is_system(name: str) -> bool:

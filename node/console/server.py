@@ -22,6 +22,7 @@ Thread-safety: owned by the node's event loop.
 from __future__ import annotations
 
 import importlib.resources
+import inspect
 import ipaddress
 import json
 import logging
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 
 from node.authentication import Verification
 from node.config import ConsoleOptions
-from node.console.api import ApiError, ConsoleApi, json_body, refusal
+from node.console.api import ApiCall, ApiError, ConsoleApi, json_body, refusal
 from node.console.http import HttpServer, Request, Response
 from node.console.sessions import Session, SessionKeys, fingerprint
 from node.rpc_status import AccessDenied, InvalidRequest
@@ -285,36 +286,18 @@ class ConsoleServer:
 
     # ---- the API -------------------------------------------------------------------------
     async def _api(self, request: Request, session: Session, caller: Caller) -> Response:
-        method, path, api = request.method, request.path, self.api
-        parts = path.split("/")[2:]  # /api/topics/x -> ["topics", "x"]
-        head, rest = parts[0], parts[1:]
-        if head == "session" and not rest:
-            if method == "GET":
-                return json_response(200, self._session_json(session, caller.user))
-        elif head == "logout" and not rest and method == "POST":
+        method, path = request.method, request.path
+        if path == "/api/session" and method == "GET":
+            return json_response(200, self._session_json(session, caller.user))
+        if path == "/api/logout" and method == "POST":
             self.sessions.revoke(session)
             return json_response(200, {"logged_out": True}, (self._set_cookie("", 0),))
-        elif head == "cluster" and not rest and method == "GET":
-            return json_response(200, api.cluster(caller))
-        elif head == "failover":
-            if not rest and method == "POST":
-                return json_response(200, api.start_failover(caller, json_body(request.body)))
-            if len(rest) == 1 and method == "GET":
-                return json_response(200, api.failover_progress(caller, rest[0]))
-        elif head == "topics":
-            if not rest:
-                if method == "GET":
-                    return json_response(200, api.topics(caller, request.query))
-                if method == "POST":
-                    body = json_body(request.body)
-                    return json_response(200, await api.create_topic(caller, body))
-            elif len(rest) == 1 and rest[0]:
-                name = rest[0]
-                if method == "GET":
-                    return json_response(200, api.topic(caller, name))
-                if method == "PUT":
-                    body = json_body(request.body)
-                    return json_response(200, await api.update_topic(caller, name, body))
-                if method == "DELETE":
-                    return json_response(200, await api.delete_topic(caller, name))
+        for route in self.api.routes:
+            found = route.pattern.fullmatch(path) if route.method == method else None
+            if found is not None:
+                call = ApiCall(request.query, request.body, found.groups())
+                answer = route.handler(caller, call)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+                return json_response(200, answer)
         raise ApiError(404, f"no API {method} {path}")

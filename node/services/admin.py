@@ -348,6 +348,18 @@ class AdminService:
         self.permissions.require_admin(caller)
         return self.offsets.topics_of(group)
 
+    def topics_of_groups(self, caller: Caller) -> dict[str, list[str]]:
+        """Every group's topics here, by committed offsets (pull) and by POP positions, in
+        one pass over both tables (the console's groups page, for a page of groups at a
+        time). Admins only."""
+        self.permissions.require_admin(caller)
+        found: dict[str, set[str]] = {}
+        for group, topic, _ in self.offsets.committed_keys():
+            found.setdefault(group, set()).add(topic)
+        for group, topic, _ in self.pop_state.cursors:
+            found.setdefault(group, set()).add(topic)
+        return {group: sorted(topics) for group, topics in found.items()}
+
     def groups_consuming(self, caller: Caller, topic: str) -> list[str]:
         """The groups that committed offsets of ``topic`` here."""
         self.permissions.require_admin(caller)

@@ -6,17 +6,22 @@ that would set ``window.__xss`` never runs."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
-from ferrymq.client import Admin
+from ferrymq.client import Admin, Message, Producer, SimpleConsumer
+from ferrymq.codec.remoting_codes import RequestCode
 from ferrymq.launcher.cluster import cluster_down, cluster_up
 from ferrymq.launcher.polling import until
 from tests.support.cluster import SMALL_STORE
 from tests.support.console import CONSOLE_SETTINGS, ROOT, browser, console_of, screenshot
+from tests.support.remoting_client import RemotingClient, heartbeat_body
 
 XSS = "<img src=x onerror=window.__xss=1><script>window.__xss=2</script>"
+XSS_CLIENT = "127.0.0.1@<img src=x onerror=window.__xss=3>"
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +51,9 @@ def driver():
 
 @pytest.fixture(scope="module")
 def console(cluster, driver):
-    """The first node's console, logged in as the admin through the login form."""
-    address = console_of(cluster, cluster.nodes[0])
+    """The console of the master's node (consumer progress is the master's: a slave
+    rebuilds it when promoted), logged in as the admin through the login form."""
+    address = console_of(cluster, master_node(cluster))
     driver.get(f"http://{address}/")
     until(lambda: driver.find_element(By.ID, "login").is_displayed(), 10, "the login form")
     driver.find_element(By.ID, "access-key").send_keys(ROOT.access_key)
@@ -60,6 +66,12 @@ def console(cluster, driver):
     driver.find_element(By.ID, "login-button").click()
     until(lambda: driver.find_element(By.ID, "nav").is_displayed(), 10, "the logged-in page")
     return address
+
+
+def master_node(cluster):
+    with admin_of(cluster) as admin:
+        master = admin.cluster_status().broker_groups[0].master
+    return next(node for node in cluster.nodes if node.id == master)
 
 
 def admin_of(cluster) -> Admin:
@@ -138,39 +150,6 @@ def test_cluster_page_shows_the_cluster_as_the_sdk_sees_it(cluster, driver, cons
     screenshot(driver, "cluster")
 
 
-def test_planned_failover_from_the_page_is_shown_live(cluster, driver, console):
-    driver.get(f"http://{console}/#/cluster")
-    stable_rows(driver, "broker-groups", lambda r: len(r) == 1)
-    with admin_of(cluster) as admin:
-        before = admin.cluster_status().broker_groups[0]
-    # A page that reloads loses this: the change must come from the page's own polling.
-    driver.execute_script("window.__sameDocument = true;")
-    click(driver, "button.failover", "the failover button")
-    state = on_page(
-        lambda: driver.find_element(By.ID, "failover-state").get_attribute("data-state"),
-        "the failover's progress",
-    )
-    assert state in ("running", "done")
-    on_page(
-        lambda: (
-            driver.find_element(By.ID, "failover-state").get_attribute("data-state") != "running"
-        ),
-        "the failover to end",
-        timeout_s=60,
-    )
-    progress = driver.find_element(By.ID, "failover-state")
-    assert progress.get_attribute("data-state") == "done", progress.text
-    with admin_of(cluster) as admin:
-        after = admin.cluster_status().broker_groups[0]
-    assert after.master != before.master and after.epoch > before.epoch
-    assert f"new master {after.master} (epoch {after.epoch})" in progress.text
-    groups = stable_rows(driver, "broker-groups", lambda r: r and r[0][1] == after.master)
-    assert groups[0][2] == str(after.epoch)
-    nodes = stable_rows(driver, "nodes", lambda r: len(r) == 3)
-    assert [row[0] for row in nodes if row[2] == "MASTER"] == [after.master]
-    assert driver.execute_script("return window.__sameDocument === true;")
-
-
 def test_topics_page_creates_updates_and_deletes_as_the_sdk_sees(cluster, driver, console):
     driver.get(f"http://{console}/#/topics")
     driver.find_element(By.ID, "new-topic-name").send_keys("console-orders")
@@ -239,3 +218,208 @@ def test_an_untrusted_name_in_a_refusal_is_shown_as_text(cluster, driver, consol
     assert XSS in shown  # the service's reason quotes the name: as characters
     assert not driver.find_elements(By.CSS_SELECTOR, "#notice img, #notice script")
     assert driver.execute_script("return window.__xss === undefined;")
+
+
+def test_groups_page_shows_members_lag_in_flight_and_deletes(cluster, driver, console):
+    first = master_node(cluster)
+    with admin_of(cluster) as admin:
+        admin.create_topic("console-work", 2)
+        admin.create_group("console-readers")
+        admin.create_group("console-leaving")
+    with Producer(first.grpc, security=ROOT) as producer:
+        for i in range(10):
+            producer.send(Message("console-work", f"work {i}".encode()))
+    with SimpleConsumer(first.grpc, "console-readers", "console-work", security=ROOT) as c:
+        held = until(lambda: c.receive(4, invisible_s=300, wait_s=1), 10, "messages to hold")
+    # A 4.x client that says who it is, under a client id a page must show as text.
+    with RemotingClient(first.remoting, security=ROOT) as client:
+        body = heartbeat_body(XSS_CLIENT, ("console-readers",), "console-work", producer=False)
+        assert client.call(RequestCode.HEART_BEAT, {}, body).code == 0
+        driver.get(f"http://{console}/#/groups/console-readers")
+        members = stable_rows(driver, "group-members", lambda r: len(r) == 1)
+    assert members[0][0] == XSS_CLIENT
+    assert members[0][2] == "JAVA" and members[0][3] == "407"
+    assert members[0][1].startswith("127.0.0.1:")
+    with admin_of(cluster) as admin:
+        progress = admin.group_progress("console-readers", "console-work")
+    lag, in_flight = sum(q.lag for q in progress), sum(q.in_flight for q in progress)
+    assert (lag, in_flight) == (10, len(held))
+    assert driver.find_element(By.ID, "group-lag").text == str(lag)
+    assert driver.find_element(By.ID, "group-in-flight").text == str(in_flight)
+    queues = stable_rows(driver, "group-queues", lambda r: len(r) == 2)
+    assert sorted(int(row[5]) for row in queues) == sorted(q.lag for q in progress)
+    listed = stable_rows(
+        driver, "group-table", lambda r: any(row[0] == "console-readers" for row in r)
+    )
+    row = next(row for row in listed if row[0] == "console-readers")
+    assert row[2:4] == [str(lag), str(in_flight)]
+    assert driver.execute_script("return window.__xss === undefined;")
+    screenshot(driver, "groups")
+
+    click(driver, "tr[data-group='console-leaving'] button.delete-group", "the delete button")
+    driver.switch_to.alert.accept()
+    stable_rows(driver, "group-table", lambda r: all(row[0] != "console-leaving" for row in r))
+    with admin_of(cluster) as admin:
+        assert "console-leaving" not in {g.name for g in admin.list_groups()}
+
+
+def test_messages_page_finds_by_key_id_and_offset_and_shows_untrusted_content_as_text(
+    cluster, driver, console
+):
+    first = master_node(cluster)
+    with admin_of(cluster) as admin:
+        admin.create_topic("console-mail", 1)
+    body = json.dumps({"html": XSS, "n": 1}).encode()
+    message = Message("console-mail", body, tag="t1", keys=["order-7"], properties={"note": XSS})
+    with Producer(first.grpc, security=ROOT) as producer:
+        receipt = producer.send(message)
+    driver.get(f"http://{console}/#/messages")
+    driver.find_element(By.ID, "message-topic").send_keys("console-mail")
+    driver.find_element(By.ID, "message-key").send_keys("order-7")
+    click(driver, "#message-find", "the find button")
+    card = on_page(
+        lambda: driver.find_element(By.CSS_SELECTOR, ".message"), "the message found by key"
+    )
+    assert card.get_attribute("data-message-id") == receipt.message_id
+    shown_body = card.find_element(By.CSS_SELECTOR, "pre.message-body").text
+    assert shown_body == body.decode()
+    properties = {
+        row.find_element(By.CSS_SELECTOR, ".property-name").text: row.find_element(
+            By.CSS_SELECTOR, ".property-value"
+        ).text
+        for row in card.find_elements(By.CSS_SELECTOR, ".message-properties tbody tr")
+    }
+    assert properties["note"] == XSS
+    stored = card.find_element(By.CSS_SELECTOR, ".message-stored").text
+    assert "group-1" in stored and "CommitLog offset" in stored
+    card.find_element(By.CSS_SELECTOR, "select.body-format option[value='json']").click()
+    assert json.loads(card.find_element(By.CSS_SELECTOR, "pre.message-body").text) == {
+        "html": XSS,
+        "n": 1,
+    }
+    screenshot(driver, "messages")
+    card.find_element(By.CSS_SELECTOR, "select.body-format option[value='hex']").click()
+    hex_text = card.find_element(By.CSS_SELECTOR, "pre.message-body").text
+    assert hex_text.startswith("00000000  7b 22 68 74 6d 6c 22")
+    assert not driver.find_elements(
+        By.CSS_SELECTOR, "#message-results img, #message-results script"
+    )
+    assert driver.execute_script("return window.__xss === undefined;")
+
+    driver.find_element(By.CSS_SELECTOR, "#message-search option[value='id']").click()
+    driver.find_element(By.ID, "message-id").send_keys(receipt.message_id)
+    click(driver, "#message-find", "the find button")
+    on_page(
+        lambda: (
+            driver.find_element(By.ID, "message-count").text.startswith("1 message")
+            and driver.find_element(By.CSS_SELECTOR, ".message").get_attribute("data-message-id")
+            == receipt.message_id
+        ),
+        "the message found by id",
+    )
+    driver.find_element(By.CSS_SELECTOR, "#message-search option[value='offset']").click()
+    offset = driver.find_element(By.ID, "message-offset")
+    offset.clear()
+    offset.send_keys(str(receipt.queue_offset))
+    click(driver, "#message-find", "the find button")
+    on_page(
+        lambda: (
+            driver.find_element(By.CSS_SELECTOR, ".message").get_attribute("data-message-id")
+            == receipt.message_id
+        ),
+        "the message found at its offset",
+    )
+
+
+def test_users_page_creates_grants_revokes_and_deletes_as_the_sdk_sees(cluster, driver, console):
+    driver.get(f"http://{console}/#/users")
+    driver.find_element(By.ID, "new-user-access-key").send_keys("console-user")
+    driver.find_element(By.ID, "new-user-secret-key").send_keys("console-user-secret")
+    click(driver, "#create-user-button", "the create button")
+    stable_rows(driver, "user-table", lambda r: any(row[0] == "console-user" for row in r))
+
+    def grant():
+        row = driver.find_element(By.CSS_SELECTOR, "tr[data-user='console-user']")
+        row.find_element(By.CSS_SELECTOR, "select.grant-action option[value='SUBSCRIBE']").click()
+        row.find_element(By.CSS_SELECTOR, "input.grant-pattern").send_keys("orders-*")
+        row.find_element(By.CSS_SELECTOR, "button.grant").click()
+        return True
+
+    on_page(grant, "the grant form")
+    stable_rows(
+        driver,
+        "user-table",
+        lambda r: any(row[0] == "console-user" and "orders-*" in row[2] for row in r),
+    )
+    with admin_of(cluster) as admin:
+        user = {u.access_key: u for u in admin.list_users()}["console-user"]
+    assert [str(rule) for rule in user.acl] == ["allow subscribe topic:orders-*"]
+    assert not user.admin
+    screenshot(driver, "users")
+    click(driver, "tr[data-user='console-user'] button.revoke", "the revoke button")
+    stable_rows(
+        driver,
+        "user-table",
+        lambda r: any(row[0] == "console-user" and row[2] == "none" for row in r),
+    )
+    click(driver, "tr[data-user='console-user'] button.delete-user", "the delete button")
+    driver.switch_to.alert.accept()
+    stable_rows(driver, "user-table", lambda r: all(row[0] != "console-user" for row in r))
+    with admin_of(cluster) as admin:
+        assert "console-user" not in {u.access_key for u in admin.list_users()}
+
+
+def test_the_page_cannot_read_its_cookie_nor_change_anything_without_its_token(
+    cluster, driver, console
+):
+    driver.get(f"http://{console}/#/cluster")
+    stable_rows(driver, "nodes", lambda r: len(r) == 3)
+    assert "ferrymq_console" not in driver.execute_script("return document.cookie;")
+    statuses = driver.execute_async_script(
+        """
+        const done = arguments[arguments.length - 1];
+        const body = JSON.stringify({name: "csrf-from-page", queue_count: 1});
+        const post = (headers) => fetch("/api/topics", {method: "POST", body,
+            headers: Object.assign({"Content-Type": "application/json"}, headers)})
+            .then((r) => r.status);
+        Promise.all([post({}), post({"X-CSRF-Token": "forged"}),
+                     fetch("/api/topics", {credentials: "omit"}).then((r) => r.status)])
+            .then(done);
+        """
+    )
+    assert statuses == [403, 403, 401]
+    with admin_of(cluster) as admin:
+        assert "csrf-from-page" not in {t.name for t in admin.list_topics()}
+
+
+def test_planned_failover_from_the_page_is_shown_live(cluster, driver, console):
+    driver.get(f"http://{console}/#/cluster")
+    stable_rows(driver, "broker-groups", lambda r: len(r) == 1)
+    with admin_of(cluster) as admin:
+        before = admin.cluster_status().broker_groups[0]
+    # A page that reloads loses this: the change must come from the page's own polling.
+    driver.execute_script("window.__sameDocument = true;")
+    click(driver, "button.failover", "the failover button")
+    state = on_page(
+        lambda: driver.find_element(By.ID, "failover-state").get_attribute("data-state"),
+        "the failover's progress",
+    )
+    assert state in ("running", "done")
+    on_page(
+        lambda: (
+            driver.find_element(By.ID, "failover-state").get_attribute("data-state") != "running"
+        ),
+        "the failover to end",
+        timeout_s=60,
+    )
+    progress = driver.find_element(By.ID, "failover-state")
+    assert progress.get_attribute("data-state") == "done", progress.text
+    with admin_of(cluster) as admin:
+        after = admin.cluster_status().broker_groups[0]
+    assert after.master != before.master and after.epoch > before.epoch
+    assert f"new master {after.master} (epoch {after.epoch})" in progress.text
+    groups = stable_rows(driver, "broker-groups", lambda r: r and r[0][1] == after.master)
+    assert groups[0][2] == str(after.epoch)
+    nodes = stable_rows(driver, "nodes", lambda r: len(r) == 3)
+    assert [row[0] for row in nodes if row[2] == "MASTER"] == [after.master]
+    assert driver.execute_script("return window.__sameDocument === true;")

@@ -110,6 +110,7 @@ function loggedIn(session) {
   document.getElementById("logout").hidden = false;
   const who = session.auth ? session.user + (session.admin ? " (admin)" : "") : "authentication off";
   document.getElementById("whoami").textContent = who;
+  document.getElementById("nav-users").hidden = !session.admin;
   route();
 }
 
@@ -137,11 +138,14 @@ function stopView() {
   state.view = null;
 }
 
-const PAGES = { cluster: clusterPage, topics: topicsPage };
+const PAGES = {
+  cluster: clusterPage, topics: topicsPage, groups: groupsPage, messages: messagesPage, users: usersPage,
+};
 
 function route() {
   if (!state.session) return;
-  const name = (location.hash.replace(/^#\//, "").split("/")[0]) || "cluster";
+  const parts = location.hash.replace(/^#\//, "").split("/");
+  const name = parts[0] || "cluster";
   const page = PAGES[name] || clusterPage;
   stopView();
   notice("");
@@ -149,7 +153,7 @@ function route() {
     link.classList.toggle("active", link.dataset.page === name);
   }
   const view = clear(document.getElementById("view"));
-  state.view = page(view);
+  state.view = page(view, parts.slice(1).map(decodeURIComponent));
 }
 
 // A view that asks ``load`` every ``POLL_MS`` and draws what it gets, never more than one
@@ -391,6 +395,269 @@ function topicsPage(view) {
     () => api("GET", "/api/topics?" + new URLSearchParams({ filter: filterText, offset: offset, limit: PAGE_SIZE })),
     drawn, (error) => notice(error.message, true));
   return poll;
+}
+
+// ---- consumer groups ---------------------------------------------------------------------
+function groupsPage(view, path) {
+  let offset = 0;
+  let filterText = "";
+  let selected = path[0] || null;
+  const filter = el("input", { id: "group-filter", placeholder: "Filter by name", type: "search" });
+  const counter = el("span", { class: "muted", id: "group-count" });
+  const previous = el("button", { type: "button", class: "secondary", id: "groups-previous" }, "Previous");
+  const next = el("button", { type: "button", class: "secondary", id: "groups-next" }, "Next");
+  const list = el("div", { id: "groups" });
+  const detail = el("div", { id: "group-detail" });
+  view.append(el("h1", {}, "Consumer groups"),
+    el("p", { class: "hint" }, "Members are the clients this node hears from; offsets and lag are this node's broker group's queues."),
+    el("div", { class: "toolbar" }, filter, previous, next, counter), list, detail);
+  let typing = null;
+  filter.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { filterText = filter.value; offset = 0; poll.now(); }, 250);
+  });
+  previous.addEventListener("click", () => { offset = Math.max(0, offset - PAGE_SIZE); poll.now(); });
+  next.addEventListener("click", () => { offset += PAGE_SIZE; poll.now(); });
+
+  async function remove(name) {
+    if (!window.confirm("Delete consumer group " + name + "?")) return;
+    try {
+      await api("DELETE", "/api/groups/" + encodeURIComponent(name));
+      notice("Deleted consumer group " + name + ".");
+      if (selected === name) selected = null;
+      poll.now();
+    } catch (error) { notice(error.message, true); }
+  }
+
+  function drawList(data) {
+    clear(list);
+    if (!data.master_here) {
+      list.append(el("p", { class: "notice error", id: "slave-warning" },
+        "This node is a slave of " + data.broker_group_here + ": its consumer offsets and POP positions are " +
+        "rebuilt when it becomes master, so lag and in-flight counts here are not current. Open the master's console."));
+    }
+    const last = Math.min(data.offset + data.groups.length, data.total);
+    counter.textContent = data.total === 0 ? "no groups" : (data.offset + 1) + "-" + last + " of " + data.total.toLocaleString("en");
+    previous.disabled = data.offset === 0;
+    next.disabled = last >= data.total;
+    list.append(table(
+      ["Group", ["Members", true], ["Lag", true], ["In flight (POP)", true], ["Retry messages", true], ["DLQ messages", true], ["Max attempts", true], "FIFO", ""],
+      data.groups.map((g) => el("tr", { "data-group": g.name },
+        cell(g.name, "mono group-name"), num(g.members), num(g.lag), num(g.in_flight),
+        num(g.retry_messages), num(g.dlq_messages), num(g.max_delivery_attempts), cell(g.fifo ? "yes" : "no"),
+        el("td", {},
+          el("a", { href: "#/groups/" + encodeURIComponent(g.name), class: "group-details" }, "Details"), " ",
+          el("button", { type: "button", class: "danger delete-group", onclick: () => remove(g.name) }, "Delete")))),
+      { id: "group-table" }));
+  }
+
+  function drawDetail(g) {
+    clear(detail);
+    if (!g) return;
+    detail.append(el("h2", {}, "Group ", el("span", { class: "mono", id: "group-detail-name" }, g.name)),
+      el("div", { class: "facts" },
+        el("div", {}, el("span", {}, "Total lag"), el("b", { id: "group-lag" }, String(g.lag))),
+        el("div", {}, el("span", {}, "In flight (POP)"), el("b", { id: "group-in-flight" }, String(g.in_flight))),
+        el("div", {}, el("span", {}, "Retry messages"), String(g.retry_messages)),
+        el("div", {}, el("span", {}, "DLQ messages"), String(g.dlq_messages)),
+        el("div", {}, el("span", {}, "Max delivery attempts"), String(g.max_delivery_attempts)),
+        g.settings ? el("div", {}, el("span", {}, "Consume type"), g.settings.consume_type + " / " + g.settings.message_model) : null));
+    detail.append(el("h2", {}, "Members"), table(["Client id", "Address", "Language", ["Version", true], "Last heartbeat"],
+      g.members.map((m) => el("tr", {},
+        cell(m.client_id, "mono member-id"), cell(m.address || "unknown", "mono"), cell(m.language || "unknown"),
+        num(m.version === null ? "" : m.version), cell(new Date(m.last_heartbeat_ms).toLocaleTimeString()))),
+      { id: "group-members" }));
+    if (g.subscriptions.length) {
+      detail.append(el("h2", {}, "Subscriptions"), table(["Topic", "Expression", "Type"],
+        g.subscriptions.map((s) => el("tr", {}, cell(s.topic, "mono"), cell(s.expression, "mono"), cell(s.type))),
+        { id: "group-subscriptions" }));
+    }
+    detail.append(el("h2", {}, "Progress per queue"), table(
+      ["Topic", ["Queue", true], "Broker group", ["Broker offset", true], ["Consumer offset", true], ["Lag", true], ["In flight", true]],
+      g.topics.flatMap((t) => t.queues.map((q) => el("tr", { "data-topic": t.topic },
+        cell(t.topic, "mono"), num(q.queue_id), cell(q.broker_group), num(q.broker_offset),
+        num(q.consumer_offset), num(q.lag), num(q.in_flight)))),
+      { id: "group-queues" }));
+  }
+
+  const poll = poller(async () => {
+    const listed = await api("GET", "/api/groups?" + new URLSearchParams({ filter: filterText, offset: offset, limit: PAGE_SIZE }));
+    let shown = null;
+    if (selected) {
+      try { shown = await api("GET", "/api/groups/" + encodeURIComponent(selected)); } catch (error) {
+        notice(error.message, true);
+        selected = null;
+      }
+    }
+    return { listed, shown };
+  }, (data, unchanged) => {
+    if (unchanged) return;
+    drawList(data.listed);
+    drawDetail(data.shown);
+  }, (error) => notice(error.message, true));
+  return poll;
+}
+
+// ---- messages ----------------------------------------------------------------------------
+function bodyBytes(message) {
+  const raw = atob(message.body_base64);
+  const data = new Uint8Array(raw.length);
+  for (let i = 0; i < raw.length; i++) data[i] = raw.charCodeAt(i);
+  return data;
+}
+
+function hexDump(data) {
+  const lines = [];
+  for (let at = 0; at < data.length; at += 16) {
+    const row = Array.from(data.slice(at, at + 16));
+    const hex = row.map((b) => b.toString(16).padStart(2, "0")).join(" ");
+    const ascii = row.map((b) => (b >= 32 && b < 127 ? String.fromCharCode(b) : ".")).join("");
+    lines.push(at.toString(16).padStart(8, "0") + "  " + hex.padEnd(48) + "  " + ascii);
+  }
+  return lines.join("\n");
+}
+
+function bodyAs(message, format) {
+  const data = bodyBytes(message);
+  const textValue = new TextDecoder("utf-8").decode(data);
+  if (format === "hex") return hexDump(data);
+  if (format === "json") {
+    try { return JSON.stringify(JSON.parse(textValue), null, 2); } catch (e) { return "(not JSON) " + e.message; }
+  }
+  return textValue;
+}
+
+function messageCard(message) {
+  const body = el("pre", { class: "mono message-body" }, bodyAs(message, "text"));
+  const formats = el("select", { class: "body-format", "aria-label": "body format" },
+    ["text", "json", "hex"].map((f) => el("option", { value: f }, f)));
+  formats.addEventListener("change", () => { body.textContent = bodyAs(message, formats.value); });
+  const stored = message.stored;
+  return el("div", { class: "message", "data-message-id": message.message_id },
+    el("h2", {}, el("span", { class: "mono" }, message.message_id)),
+    el("div", { class: "facts" },
+      el("div", {}, el("span", {}, "Topic"), el("span", { class: "mono message-topic" }, message.topic)),
+      el("div", {}, el("span", {}, "Queue / offset"), message.queue_id + " / " + message.queue_offset),
+      el("div", {}, el("span", {}, "Tag"), el("span", { class: "message-tag" }, message.tag || "none")),
+      el("div", {}, el("span", {}, "Keys"), el("span", { class: "message-keys" }, message.keys.join(", ") || "none")),
+      el("div", {}, el("span", {}, "Born"), new Date(message.born_timestamp_ms).toISOString()),
+      el("div", {}, el("span", {}, "Stored"), new Date(message.store_timestamp_ms).toISOString()),
+      el("div", {}, el("span", {}, "Reconsumed"), String(message.reconsume_times)),
+      el("div", {}, el("span", {}, "Stored at"), el("span", { class: "message-stored" },
+        stored.broker_group + " (answered by " + stored.node + "), CommitLog offset " + stored.commitlog_offset +
+        " in segment " + stored.commitlog_segment + ", " + stored.size + " bytes"))),
+    el("h2", {}, "Properties"),
+    table(["Name", "Value"], Object.entries(message.properties).map(([k, v]) => el("tr", {},
+      cell(k, "mono property-name"), cell(v, "mono property-value"))), { class: "message-properties" }),
+    el("h2", {}, "Body (" + message.body_bytes + " bytes) ", formats), body);
+}
+
+function messagesPage(view) {
+  const topic = el("input", { id: "message-topic", placeholder: "topic" });
+  const kind = el("select", { id: "message-search" },
+    el("option", { value: "key" }, "by key"), el("option", { value: "id" }, "by message id"),
+    el("option", { value: "offset" }, "by queue offset"), el("option", { value: "time" }, "by store time"));
+  const key = el("input", { id: "message-key", placeholder: "key" });
+  const id = el("input", { id: "message-id", placeholder: "message id", size: 34 });
+  const queue = el("input", { id: "message-queue", type: "number", min: 0, value: 0, "aria-label": "queue" });
+  const offset = el("input", { id: "message-offset", type: "number", min: 0, value: 0, "aria-label": "offset" });
+  const begin = el("input", { id: "message-begin", type: "datetime-local", step: 1, "aria-label": "from" });
+  const end = el("input", { id: "message-end", type: "datetime-local", step: 1, "aria-label": "to" });
+  const fields = {
+    key: [el("label", {}, "Key", key)],
+    id: [el("label", {}, "Message id", id)],
+    offset: [el("label", {}, "Queue", queue), el("label", {}, "Offset", offset)],
+    time: [el("label", {}, "From", begin), el("label", {}, "To", end)],
+  };
+  const variable = el("span", { class: "toolbar" });
+  const form = el("form", { class: "inline", id: "message-form" },
+    el("label", {}, "Topic", topic), el("label", {}, "Search", kind), variable,
+    el("button", { type: "submit", id: "message-find" }, "Find"));
+  const results = el("div", { id: "message-results" });
+  view.append(el("h1", {}, "Messages"), form, results);
+  function showFields() { clear(variable); variable.append(...fields[kind.value]); }
+  kind.addEventListener("change", showFields);
+  showFields();
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const query = { topic: topic.value };
+    if (kind.value === "key") query.key = key.value;
+    if (kind.value === "id") query.id = id.value;
+    if (kind.value === "offset") { query.queue = queue.value; query.offset = offset.value; }
+    if (kind.value === "time") {
+      query.begin = String(begin.value ? new Date(begin.value).getTime() : 0);
+      if (end.value) query.end = String(new Date(end.value).getTime());
+    }
+    clear(results);
+    try {
+      const found = await api("GET", "/api/messages?" + new URLSearchParams(query));
+      notice("");
+      results.append(el("p", { class: "muted", id: "message-count" },
+        found.messages.length + " message(s) in broker group " + found.broker_group));
+      for (const message of found.messages) results.append(messageCard(message));
+    } catch (error) { notice(error.message, true); }
+  });
+  return null;
+}
+
+// ---- users and ACL entries -----------------------------------------------------------------
+function usersPage(view) {
+  const accessKey = el("input", { id: "new-user-access-key", required: true });
+  const secretKey = el("input", { id: "new-user-secret-key", type: "password", required: true, autocomplete: "new-password" });
+  const admin = el("input", { id: "new-user-admin", type: "checkbox" });
+  const create = el("form", { class: "inline", id: "create-user" },
+    el("label", {}, "Access key", accessKey), el("label", {}, "Secret key", secretKey),
+    el("label", {}, "Admin", admin), el("button", { type: "submit", id: "create-user-button" }, "Create user"));
+  const body = el("div", { id: "users" });
+  view.append(el("h1", {}, "Users and ACLs"), create, body);
+
+  async function act(method, path, payload, done) {
+    try {
+      await api(method, path, payload);
+      notice(done);
+      load();
+    } catch (error) { notice(error.message, true); }
+  }
+  create.addEventListener("submit", (event) => {
+    event.preventDefault();
+    act("POST", "/api/users", { access_key: accessKey.value, secret_key: secretKey.value, admin: admin.checked },
+      "Created user " + accessKey.value + ".");
+    secretKey.value = "";
+  });
+
+  function userRow(u) {
+    const path = "/api/users/" + encodeURIComponent(u.access_key);
+    const effect = el("select", { class: "grant-effect", "aria-label": "effect" }, ["ALLOW", "DENY"].map((v) => el("option", { value: v }, v)));
+    const action = el("select", { class: "grant-action", "aria-label": "action" }, ["PUBLISH", "SUBSCRIBE"].map((v) => el("option", { value: v }, v)));
+    const kind = el("select", { class: "grant-kind", "aria-label": "kind" }, ["TOPIC", "GROUP"].map((v) => el("option", { value: v }, v)));
+    const pattern = el("input", { class: "grant-pattern", placeholder: "name or prefix*", "aria-label": "pattern" });
+    return el("tr", { "data-user": u.access_key },
+      cell(u.access_key, "mono user-name"),
+      el("td", {}, u.admin ? badge("admin", "master") : "no", " ",
+        el("button", { type: "button", class: "secondary toggle-admin",
+          onclick: () => act("PUT", path, { admin: !u.admin }, "Changed " + u.access_key + "'s admin rights.") },
+        u.admin ? "Revoke admin" : "Make admin")),
+      el("td", { class: "acl" }, u.acl.length === 0 ? "none" : u.acl.map((e) => el("div", { class: "acl-entry" },
+        el("span", { class: "mono" }, e.effect + " " + e.action + " " + e.kind + " " + e.pattern), " ",
+        el("button", { type: "button", class: "secondary revoke",
+          onclick: () => act("POST", path + "/revoke", e, "Revoked an entry of " + u.access_key + ".") }, "Revoke")))),
+      el("td", {}, effect, " ", action, " ", kind, " ", pattern, " ",
+        el("button", { type: "button", class: "secondary grant",
+          onclick: () => act("POST", path + "/grant", { effect: effect.value, action: action.value, kind: kind.value, pattern: pattern.value },
+            "Granted " + u.access_key + " an entry.") }, "Grant")),
+      el("td", {}, el("button", { type: "button", class: "danger delete-user",
+        onclick: () => { if (window.confirm("Delete user " + u.access_key + "?")) act("DELETE", path, undefined, "Deleted user " + u.access_key + "."); } }, "Delete")));
+  }
+
+  async function load() {
+    try {
+      const data = await api("GET", "/api/users");
+      clear(body);
+      body.append(table(["User", "Admin", "ACL entries", "Grant", ""], data.users.map(userRow), { id: "user-table" }));
+    } catch (error) { notice(error.message, true); }
+  }
+  load();
+  return null;
 }
 
 // ---- start -------------------------------------------------------------------------------
