@@ -21,11 +21,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ferrymq.client import Admin, ClientSecurity, Message, Producer, SimpleConsumer
 from ferrymq.launcher.cluster import cluster_down, cluster_up
-from tests.support.console import CONSOLE_SETTINGS, ROOT, ConsoleClient, console_of
+from ferrymq.launcher.console import ConsoleClient, console_of
 
 CREATE_THREADS = 8  # routing commits in flight while topics and groups are made
 BUSY_TOPIC = "bench-busy"
 TARGET_P99_MS = 200.0
+ROOT = ClientSecurity("root", "root-secret-key")
+SETTINGS = {
+    "security": {"auth": True, "admin_access_key": "root", "admin_secret_key": "root-secret-key"},
+    "console": {"enabled": True, "port": 0},
+}
 
 
 def create_all(address: str, security: ClientSecurity, names: list[str], group: bool) -> float:
@@ -78,9 +83,7 @@ def timed(client: ConsoleClient, path: str, requests: int) -> dict:
 
 def run(topic_count: int, group_count: int, requests: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="ferrymq-bench-console-") as directory:
-        plan = cluster_up(
-            directory, nodes=3, auto_ports=True, settings=CONSOLE_SETTINGS, security=ROOT
-        )
+        plan = cluster_up(directory, nodes=3, auto_ports=True, settings=SETTINGS, security=ROOT)
         try:
             return measure(plan, topic_count, group_count, requests)
         finally:
