@@ -7,12 +7,15 @@ nothing through the SDK."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
+import time
 
 import pytest
 
-from ferrymq.client import Admin
+from ferrymq.client import Admin, Message, Producer
+from ferrymq.client.admin import AclRule
 from node.config import ConfigError, parse_node_config
 from node.console import http
 from node.console.http import HttpServer, Request, Response
@@ -384,3 +387,46 @@ def test_without_auth_the_console_opens_a_session_without_keys_but_still_wants_c
             assert "open-topic" in {t.name for t in admin.list_topics()}
     finally:
         node.stop()
+
+
+def test_message_lookups_follow_the_users_subscribe_permission(secured, root_client):
+    """The console is one more door of the query service: a user sees the messages of a
+    topic it may subscribe to, and gets the service's refusal for another."""
+    with Admin(secured.address, security=ROOT) as admin:
+        admin.create_topic("console-open", 1)
+        admin.create_topic("console-closed", 1)
+        admin.grant(APP.access_key, AclRule("ALLOW", "SUBSCRIBE", "TOPIC", "console-open"))
+    began_ms = int(time.time() * 1000) - 1
+    with Producer(secured.address, security=ROOT) as producer:
+        sent = [
+            producer.send(Message(topic, f"{topic} {i}".encode(), keys=["k"]))
+            for topic in ("console-open", "console-closed")
+            for i in range(3)
+        ]
+    ended_ms = int(time.time() * 1000) + 1
+    app = ConsoleClient(secured.console)
+    app.login(APP)
+    answer = app.request("GET", f"/api/messages?topic=console-open&begin={began_ms}&end={ended_ms}")
+    assert answer.status == 200
+    assert [m["message_id"] for m in answer.body["messages"]] == [r.message_id for r in sent[:3]]
+    assert base64.b64decode(answer.body["messages"][0]["body_base64"]) == b"console-open 0"
+    refused = app.request("GET", "/api/messages?topic=console-closed&key=k")
+    assert refused.status == 403
+    assert refused.body["error"] == (
+        "FORBIDDEN: user app has no subscribe permission on topic console-closed"
+    )
+    later = root_client.request(
+        "GET", f"/api/messages?topic=console-open&begin={ended_ms + 60_000}"
+    )
+    assert later.status == 200 and later.body["messages"] == []
+    by_key = root_client.request("GET", "/api/messages?topic=console-closed&key=k")
+    assert len(by_key.body["messages"]) == 3
+    stored = by_key.body["messages"][0]["stored"]
+    assert stored["broker_group"] == "group-1" and stored["commitlog_offset"] >= 0
+    # An offset id alone is decided on the topic of the record found there.
+    offset_id = by_key.body["messages"][0]["offset_message_id"]
+    refused = app.request("GET", f"/api/messages?id={offset_id}")
+    assert refused.status == 403 and "on topic console-closed" in refused.body["error"]
+    found = root_client.request("GET", f"/api/messages?id={offset_id}")
+    assert [m["offset_message_id"] for m in found.body["messages"]] == [offset_id]
+    assert root_client.request("GET", "/api/messages?topic=console-open").status == 400
