@@ -212,7 +212,8 @@ def test_an_untrusted_name_in_a_refusal_is_shown_as_text(cluster, driver, consol
     driver.get(f"http://{console}/#/topics")
     driver.find_element(By.ID, "new-topic-name").send_keys(XSS)
     driver.find_element(By.ID, "create-topic-button").click()
-    shown = on_page(lambda: driver.find_element(By.ID, "notice").text, "the refusal")
+    notice = driver.find_element(By.ID, "notice")
+    shown = on_page(lambda: "error" in notice.get_attribute("class") and notice.text, "the refusal")
     assert XSS in shown  # the service's reason quotes the name: as characters
     assert not driver.find_elements(By.CSS_SELECTOR, "#notice img, #notice script")
     assert driver.execute_script("return window.__xss === undefined;")
@@ -327,11 +328,19 @@ def test_messages_page_finds_by_key_id_and_offset_and_shows_untrusted_content_as
         ),
         "the message found at its offset",
     )
-    driver.get(f"http://{console}/#/topics")
+    # The topics page with a topic's queues, as the SDK reads them.
+    driver.get(f"http://{console}/#/topics/console-work")
     driver.find_element(By.ID, "topic-filter").send_keys("console-")
-    stable_rows(
+    listed = stable_rows(
         driver, "topic-table", lambda r: {"console-work", "console-mail"} <= {x[0] for x in r}
     )
+    assert next(row for row in listed if row[0] == "console-work")[4] == "10"
+    with admin_of(cluster) as admin:
+        _, queues = admin.describe_topic("console-work")
+    shown = stable_rows(driver, "topic-queues", lambda r: len(r) == 2)
+    assert [[int(cell.replace(",", "")) for cell in row[1:4]] for row in shown] == [
+        [q.queue_id, q.min_offset, q.max_offset] for q in queues
+    ]
     screenshot(driver, "topics")
 
 

@@ -305,9 +305,11 @@ const TYPES = ["", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE"]
 const PERMISSIONS = ["READ_WRITE", "READ", "WRITE"];
 const PAGE_SIZE = 50;
 
-function topicsPage(view) {
+function topicsPage(view, path) {
   let offset = 0;
   let filterText = "";
+  const selected = path[0] || null;
+  const detail = el("div", { id: "topic-detail" });
   const filter = el("input", { id: "topic-filter", placeholder: "Filter by name", type: "search" });
   const counter = el("span", { class: "muted", id: "topic-count" });
   const previous = el("button", { type: "button", class: "secondary", id: "topics-previous" }, "Previous");
@@ -322,7 +324,7 @@ function topicsPage(view) {
     el("label", {}, "Queues per group", queues), el("label", {}, "Permission", permission),
     el("button", { type: "submit", id: "create-topic-button" }, "Create topic"));
   view.append(el("h1", {}, "Topics"), create,
-    el("div", { class: "toolbar" }, filter, previous, next, counter), body);
+    el("div", { class: "toolbar" }, filter, previous, next, counter), body, detail);
 
   create.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -381,7 +383,9 @@ function topicsPage(view) {
         const permissionInput = el("select", { class: "edit-permission", "aria-label": "permission" },
           PERMISSIONS.map((p) => el("option", { value: p, selected: p === t.permission }, p)));
         return el("tr", { "data-topic": t.name },
-          cell(t.name, "mono topic-name"), cell(t.message_type), cell(t.permission),
+          el("td", { class: "mono topic-name" },
+            el("a", { href: "#/topics/" + encodeURIComponent(t.name), class: "topic-link" }, t.name)),
+          cell(t.message_type), cell(t.permission),
           cell(t.queues.map((q) => q.broker_group + ": " + q.count).join(", ")),
           num(t.messages_here), num(t.in_per_s), num(t.out_per_s),
           el("td", {}, queueInput, " ", permissionInput, " ",
@@ -391,9 +395,32 @@ function topicsPage(view) {
       }), { id: "topic-table" }));
   }
 
-  const poll = poller(
-    () => api("GET", "/api/topics?" + new URLSearchParams({ filter: filterText, offset: offset, limit: PAGE_SIZE })),
-    drawn, (error) => notice(error.message, true));
+  function drawDetail(t) {
+    clear(detail);
+    if (!t) return;
+    detail.append(el("h2", {}, "Queues of ", el("span", { class: "mono", id: "topic-detail-name" }, t.name)),
+      el("p", { class: "hint" }, "Offsets are read on this node's broker group (" + t.broker_group_here +
+        "); another group's queues are on its own nodes."),
+      table(["Broker group", ["Queue", true], ["Min offset", true], ["Max offset", true], ["Messages", true]],
+        t.queue_offsets.map((q) => el("tr", {},
+          cell(q.broker_group), num(q.queue_id),
+          num(q.min_offset < 0 ? "elsewhere" : q.min_offset), num(q.max_offset < 0 ? "elsewhere" : q.max_offset),
+          num(q.min_offset < 0 ? "" : q.max_offset - q.min_offset))),
+        { id: "topic-queues" }));
+  }
+
+  const poll = poller(async () => {
+    const listed = await api("GET", "/api/topics?" + new URLSearchParams({ filter: filterText, offset: offset, limit: PAGE_SIZE }));
+    let shown = null;
+    if (selected) {
+      try { shown = await api("GET", "/api/topics/" + encodeURIComponent(selected)); } catch (error) { notice(error.message, true); }
+    }
+    return { listed, shown };
+  }, (data, unchanged) => {
+    if (unchanged) return undefined;
+    drawDetail(data.shown);
+    return drawn(data.listed, false);
+  }, (error) => notice(error.message, true));
   return poll;
 }
 
