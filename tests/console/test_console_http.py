@@ -13,12 +13,22 @@ import re
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ferrymq.client import Admin, Message, Producer
 from ferrymq.client.admin import AclRule
 from node.config import ConfigError, parse_node_config
 from node.console import http
-from node.console.http import HttpServer, Request, Response
+from node.console.http import (
+    BadRequest,
+    HttpServer,
+    Request,
+    Response,
+    body_length,
+    parse_head,
+    split_target,
+)
 from node.console.server import LOGIN_FAILURES_MAX, LOGIN_WINDOW_S, LoginThrottle
 from node.console.sessions import SessionKeys
 from routing.acl import User
@@ -430,3 +440,42 @@ def test_message_lookups_follow_the_users_subscribe_permission(secured, root_cli
     found = root_client.request("GET", f"/api/messages?id={offset_id}")
     assert [m["offset_message_id"] for m in found.body["messages"]] == [offset_id]
     assert root_client.request("GET", "/api/messages?topic=console-open").status == 400
+
+
+# ---- anything a browser or an attacker may send ------------------------------------------------
+HEAD_PARTS = st.sampled_from(
+    [
+        b"GET / HTTP/1.1\r\n",
+        b"POST /api/x HTTP/1.1\r\n",
+        b"Content-Length: 5\r\n",
+        b"Content-Length: 99999999999999\r\n",
+        b"Transfer-Encoding: chunked\r\n",
+        b"Host: x\r\n",
+        b" folded\r\n",
+        b"Cookie: a=b\r\n",
+        b"\r\n",
+        b":\r\n",
+        b"\x00\xff\r\n",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(HEAD_PARTS, st.binary(max_size=40)), max_size=12))
+def test_any_head_is_parsed_or_refused_precisely(parts):
+    head = b"".join(parts) + b"\r\n\r\n"
+    try:
+        method, target, _, headers = parse_head(head)
+        body_length(method, headers)
+        split_target(target)
+    except BadRequest as bad:
+        assert 400 <= bad.status < 600 and bad.message
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.one_of(HEAD_PARTS, st.binary(max_size=60)), min_size=1, max_size=10))
+def test_the_server_answers_any_bytes_with_a_status_or_closes(parts):
+    answer = exchange(b"".join(parts), HEAD_TIMEOUT_S=0.1, BODY_TIMEOUT_S=0.1)
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 ")
+    for status in re.findall(rb"HTTP/1\.1 (\d{3}) ", answer):
+        assert int(status) in http.REASONS
