@@ -36,10 +36,6 @@ class ConsumerOffsets(SystemState):
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get((group, topic, queue_id))
 
-    def committed_keys(self) -> list[OffsetKey]:
-        """Every (group, topic, queue) with a committed offset."""
-        return list(self._offsets)
-
     def topics_of(self, group: str) -> list[str]:
         """The topics ``group`` committed offsets of, sorted."""
         return sorted({topic for g, topic, _ in self._offsets if g == group})

@@ -44,6 +44,7 @@ from node.client_port import (
 from node.client_registry import ClientConnections
 from node.config import LARGEST_REQUEST_BYTES, NodeConfig, render_node_config
 from node.console.api import ConsoleApi
+from node.console.masters import MasterReads
 from node.console.server import ConsoleServer
 from node.consumer_offsets import ConsumerOffsets
 from node.consumer_retry import ConsumerRetries
@@ -109,6 +110,7 @@ from node.tls import (
 )
 from node.topics import MessageType, TopicTable
 from node.wakeups import watch_wakeups
+from routing.acl import User
 from routing.commands import CatchUp, CreateUser, NodeHeartbeat, RegisterNode
 from routing.formats import NEWEST_FORMAT
 from routing.replica import RoutingUnavailable
@@ -376,6 +378,14 @@ class Node:
             run_failover=self._console_failover,
             retention_ms=self.raw_store.config.retention_ms,
             segment_bytes=self.raw_store.config.commitlog_segment_bytes,
+            masters=MasterReads(
+                self.services,
+                config.id,
+                config.group,
+                master_of=lambda broker_group: self.routing.state.master_of(broker_group),
+                channel_for=self._peer_channel,
+                signed_as=self._signed_as,
+            ),
         )
         security = config.security
         ssl_context = None
@@ -403,18 +413,25 @@ class Node:
             admin = self.services.admin
             new_master, epoch, paused_ms = await admin.failover(caller, target or None)
             return new_master, epoch, int(paused_ms)
-        metadata: tuple = ()
-        if caller.user is not None and self.verification is not None:
-            secret = self.verification.authenticator.secret_of(caller.user)
-            metadata = signature_headers(caller.user.access_key, secret)
         request = admin_pb2.FailoverRequest(broker_group=broker_group, target_node=target)
         async with self._peer_channel(address) as channel:
             answer = await admin_pb2_grpc.AdminStub(channel).Failover(
-                request, timeout=CONSOLE_FAILOVER_TIMEOUT_S, metadata=metadata
+                request,
+                timeout=CONSOLE_FAILOVER_TIMEOUT_S,
+                metadata=self._signed_as(caller.user),
             )
         if answer.status.code != 0:
             raise AdminRefused(answer.status.code, answer.status.message)
         return answer.new_master, answer.epoch, answer.writes_unavailable_ms
+
+    def _signed_as(self, user: User | None) -> tuple[tuple[str, str], ...]:
+        """The signature headers of a call this node makes to another's Admin door as
+        ``user`` (the console's), signed with the user's own key as its client would;
+        none with authentication off."""
+        if user is None or self.verification is None:
+            return ()
+        secret = self.verification.authenticator.secret_of(user)
+        return signature_headers(user.access_key, secret)
 
     def _start_background_tasks(self) -> None:
         self._housekeeping = asyncio.create_task(self._housekeep())

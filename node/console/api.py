@@ -18,6 +18,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from ferrymq.protocol.ferrymq import admin_pb2 as api
+from node.console.masters import MasterReads
 from node.rpc_status import AccessDenied, InvalidRequest
 from node.services.admin import AdminRefused, ClusterSnapshot, TopicSpec
 from node.services.caller import Caller
@@ -30,6 +32,7 @@ PAGE_SIZE_MAX = 500
 PAGE_SIZE_DEFAULT = 50
 FAILOVERS_KEPT = 32  # finished failovers a page may still ask about
 TIME_RANGE_MAX = 64  # messages a time-range search reads from each queue, and answers
+KEY_MATCHES_MAX = 32  # messages a search by key answers per broker group
 # google.rpc codes (AdminRefused) as HTTP statuses.
 HTTP_OF_CODE = {3: 400, 5: 404, 6: 409, 9: 409, 14: 503}
 TYPES = {kind.value: kind for kind in MessageType}
@@ -253,8 +256,11 @@ class ConsoleApi:
         run_failover: FailoverRunner,
         retention_ms: int,
         segment_bytes: int,
+        masters: MasterReads,
     ) -> None:
+        """``masters``: where a broker group's store is read (``masters.py``)."""
         self.services = services
+        self.masters = masters
         self.admin = services.admin
         self.node_facts = node_facts
         self.run_failover = run_failover
@@ -392,20 +398,17 @@ class ConsoleApi:
             "out_per_s": round(self.admin.stats.topic_got_rate(route.name), 2),
         }
 
-    def topic(self, caller: Caller, call: ApiCall) -> dict:
-        route, queues = self.admin.describe_topic(caller, call.params[0])
+    async def topic(self, caller: Caller, call: ApiCall) -> dict:
+        """The topic and its queues' offsets, each broker group's read at its master."""
+        route, _ = self.admin.describe_topic(caller, call.params[0])
         answer = topic_json(route)
         answer["broker_group_here"] = self.admin.broker_group
         answer["retention_ms"] = self.retention_ms
-        answer["queue_offsets"] = [
-            {
-                "queue_id": q.queue_id,
-                "broker_group": q.broker_group,
-                "min_offset": q.min_offset,
-                "max_offset": q.max_offset,
-            }
-            for q in queues
-        ]
+        answer["queue_offsets"] = []
+        for broker_group, _ in route.queues:
+            answer["queue_offsets"] += await self.masters.queue_bounds(
+                caller, broker_group, route.name
+            )
         return answer
 
     async def create_topic(self, caller: Caller, call: ApiCall) -> dict:
@@ -420,16 +423,16 @@ class ConsoleApi:
         return {"deleted": call.params[0]}
 
     # ---- consumer groups -----------------------------------------------------------------
-    def groups(self, caller: Caller, call: ApiCall) -> dict:
+    async def groups(self, caller: Caller, call: ApiCall) -> dict:
         """A page of groups with their members and totals (lag, in flight, retry and
         dead-letter messages here), the topics of all groups read in one pass."""
         wanted = call.query.get("filter", "").lower()
         matching = [g for g in self.admin.list_groups(caller) if wanted in g.name.lower()]
         offset, limit = page_of(call.query)
-        topics_of = self.admin.topics_of_groups(caller)
+        broker_groups = [g.name for g in self.admin.cluster(caller).broker_groups]
         page = []
         for config in matching[offset : offset + limit]:
-            progress = self._progress(caller, config.name, topics_of.get(config.name, []))
+            progress = await self._progress(caller, config.name, broker_groups)
             entry = group_json(config)
             entry["members"] = len(self.services.membership.live_members(caller, config.name))
             entry["lag"] = sum(t["lag"] for t in progress)
@@ -441,36 +444,23 @@ class ConsoleApi:
             "offset": offset,
             "limit": limit,
             "groups": page,
-            "master_here": self.admin.store.is_master,
-            "broker_group_here": self.admin.broker_group,
         }
 
-    def _progress(self, caller: Caller, group: str, topics: list[str]) -> list[dict]:
-        answer = []
-        for topic in topics:
-            try:
-                queues = self.admin.group_progress(caller, group, topic)
-            except AdminRefused:
-                continue  # a topic deleted since, or a lite queue of a LITE topic
-            answer.append(
-                {
-                    "topic": topic,
-                    "lag": sum(q.lag for q in queues),
-                    "in_flight": sum(q.in_flight for q in queues),
-                    "queues": [
-                        {
-                            "queue_id": q.queue_id,
-                            "broker_group": q.broker_group,
-                            "broker_offset": q.broker_offset,
-                            "consumer_offset": q.consumer_offset,
-                            "lag": q.lag,
-                            "in_flight": q.in_flight,
-                        }
-                        for q in queues
-                    ],
-                }
-            )
-        return answer
+    async def _progress(self, caller: Caller, group: str, broker_groups: list[str]) -> list[dict]:
+        """``group``'s progress per topic, every broker group's read at its master."""
+        by_topic: dict[str, list[dict]] = {}
+        for broker_group in broker_groups:
+            for queue in await self.masters.group_progress(caller, broker_group, group):
+                by_topic.setdefault(queue["topic"], []).append(queue)
+        return [
+            {
+                "topic": topic,
+                "lag": sum(q["lag"] for q in queues),
+                "in_flight": sum(q["in_flight"] for q in queues),
+                "queues": queues,
+            }
+            for topic, queues in sorted(by_topic.items())
+        ]
 
     def _retry_and_dead_letters(self, caller: Caller, group: str) -> dict:
         """Messages held here in the group's retry and dead-letter topics."""
@@ -486,7 +476,7 @@ class ConsoleApi:
             )
         return counts
 
-    def group(self, caller: Caller, call: ApiCall) -> dict:
+    async def group(self, caller: Caller, call: ApiCall) -> dict:
         name = call.params[0]
         config = next((g for g in self.admin.list_groups(caller) if g.name == name), None)
         if config is None:
@@ -506,8 +496,8 @@ class ConsoleApi:
                     "version": client.version if client else None,
                 }
             )
-        topics = self.admin.topics_of_groups(caller).get(name, [])
-        progress = self._progress(caller, name, topics)
+        broker_groups = [g.name for g in self.admin.cluster(caller).broker_groups]
+        progress = await self._progress(caller, name, broker_groups)
         answer = group_json(config)
         answer.update(
             members=members,
@@ -542,47 +532,85 @@ class ConsoleApi:
     # ---- messages ------------------------------------------------------------------------
     async def messages(self, caller: Caller, call: ApiCall) -> dict:
         """Messages found by key, by id, at a queue offset or stored in a time range (the
-        last: up to ``TIME_RANGE_MAX`` from each queue of the topic here)."""
-        query, queries = call.query, self.services.queries
-        topic = text(query.get("topic", ""), "topic", 255)
-        if query.get("id"):
-            found = queries.by_id(caller, text(query["id"], "id", 128), topic)
-            messages = [found] if found is not None else []
-        elif query.get("key"):
-            if not topic:
-                raise ApiError(400, "a search by key needs its topic")
-            messages = queries.by_key(caller, topic, text(query["key"], "key", 255), 32)
-        elif query.get("offset", "") != "":
-            queue_id = integer(query.get("queue", ""), "queue", 0, 1023)
-            offset = integer(query["offset"], "offset", 0, 1 << 62)
-            found = queries.at_queue_offset(caller, topic, queue_id, offset)
-            messages = [found] if found is not None else []
-        elif query.get("begin", "") != "":
-            messages = await self._in_time_range(caller, topic, query)
+        last: up to ``TIME_RANGE_MAX`` from each queue), in every broker group that holds
+        the topic (an id without a topic: in every broker group), each read at its
+        master."""
+        search = message_search(call.query)
+        topic = search["topic"]
+        route = self.admin.route(topic) if topic else None
+        if route is not None:
+            broker_groups = [group for group, _ in route.queues]
+        elif topic:
+            broker_groups = [self.admin.broker_group]  # the service says what is wrong
         else:
-            raise ApiError(400, "search by id, key, queue and offset, or begin and end times")
-        return {
-            "broker_group": self.admin.broker_group,
-            "node": self.admin.node_id,
-            "messages": [self._message_json(m) for m in messages],
-        }
+            broker_groups = [g.name for g in self.admin.cluster(caller).broker_groups]
+        found: list[dict] = []
+        for broker_group in sorted(broker_groups):
+            master = self.masters.where(broker_group)
+            if master is None:
+                for message in await self._search_here(caller, search):
+                    found.append(self._message_json(message))
+            else:
+                for message in await self._search_at(caller, master, search):
+                    found.append(remote_message_json(message, master.node_id))
+        return {"broker_groups": sorted(broker_groups), "messages": found}
 
-    async def _in_time_range(self, caller: Caller, topic: str, query: dict) -> list:
-        begin = integer(query.get("begin", ""), "begin", 0, 1 << 62)
-        end = integer(query.get("end", str(1 << 62)), "end", begin, 1 << 62)
+    async def _search_here(self, caller: Caller, search: dict) -> list:
+        queries, topic = self.services.queries, search["topic"]
+        if search["kind"] == "id":
+            found = queries.by_id(caller, search["id"], topic)
+            return [found] if found is not None else []
+        if search["kind"] == "key":
+            return queries.by_key(caller, topic, search["key"], KEY_MATCHES_MAX)
+        if search["kind"] == "offset":
+            found = queries.at_queue_offset(caller, topic, search["queue"], search["offset"])
+            return [found] if found is not None else []
         route, _ = self.admin.describe_topic(caller, topic)
-        offsets, queries = self.services.offsets, self.services.queries
         found = []
+        offsets = self.services.offsets
         for queue_id in range(route.queue_count_in(self.admin.broker_group)):
-            offset = await offsets.offset_by_time(caller, topic, queue_id, begin)
+            offset = await offsets.offset_by_time(caller, topic, queue_id, search["begin"])
             for _ in range(TIME_RANGE_MAX):
                 message = queries.at_queue_offset(caller, topic, queue_id, offset)
-                if message is None or message.store_timestamp_ms > end:
+                if message is None or message.store_timestamp_ms > search["end"]:
                     break
-                if message.store_timestamp_ms >= begin:
+                if message.store_timestamp_ms >= search["begin"]:
                     found.append(message)
                 offset += 1
         return sorted(found, key=lambda m: m.store_timestamp_ms)[:TIME_RANGE_MAX]
+
+    async def _search_at(self, caller: Caller, master, search: dict) -> list:
+        """The same search at another node's Admin door (its ``StoredMessage``s)."""
+        masters, topic = self.masters, search["topic"]
+        if search["kind"] == "id":
+            request = api.QueryMessageByIdRequest(topic=topic, message_id=search["id"])
+            return await masters.query(caller, master, "QueryMessageById", request)
+        if search["kind"] == "key":
+            request = api.QueryMessageByKeyRequest(
+                topic=topic, key=search["key"], max_count=KEY_MATCHES_MAX
+            )
+            return await masters.query(caller, master, "QueryMessageByKey", request)
+        if search["kind"] == "offset":
+            request = api.QueryMessageByOffsetRequest(
+                topic=topic, queue_id=search["queue"], offset=search["offset"]
+            )
+            return await masters.query(caller, master, "QueryMessageByOffset", request)
+        bounds = await masters.queue_bounds(caller, master.broker_group, topic)
+        found = []
+        for queue in bounds:  # a bounded walk: TIME_RANGE_MAX reads at most per group
+            queue_id = queue["queue_id"]
+            offset = await masters.offset_by_time(caller, master, topic, queue_id, search["begin"])
+            while len(found) < TIME_RANGE_MAX and offset < queue["max_offset"]:
+                request = api.QueryMessageByOffsetRequest(
+                    topic=topic, queue_id=queue_id, offset=offset
+                )
+                page = await masters.query(caller, master, "QueryMessageByOffset", request)
+                if not page or page[0].store_timestamp_ms > search["end"]:
+                    break
+                if page[0].store_timestamp_ms >= search["begin"]:
+                    found.append(page[0])
+                offset += 1
+        return sorted(found, key=lambda m: m.store_timestamp_ms)
 
     def _message_json(self, message) -> dict:
         segment = message.physical_offset - message.physical_offset % self.segment_bytes
@@ -642,6 +670,56 @@ class ConsoleApi:
     async def revoke(self, caller: Caller, call: ApiCall) -> dict:
         entry = acl_entry(call.json())
         return user_json(await self.admin.revoke(caller, call.params[0], entry))
+
+
+def message_search(query: dict[str, str]) -> dict:
+    """The search a messages query asks for, checked: kind id, key, offset or time."""
+    topic = text(query.get("topic", ""), "topic", 255)
+    if query.get("id"):
+        return {"kind": "id", "topic": topic, "id": text(query["id"], "id", 128)}
+    if not topic:
+        raise ApiError(400, "a search by key, offset or time needs its topic")
+    if query.get("key"):
+        return {"kind": "key", "topic": topic, "key": text(query["key"], "key", 255)}
+    if query.get("offset", "") != "":
+        return {
+            "kind": "offset",
+            "topic": topic,
+            "queue": integer(query.get("queue", ""), "queue", 0, 1023),
+            "offset": integer(query["offset"], "offset", 0, 1 << 62),
+        }
+    if query.get("begin", "") != "":
+        begin = integer(query["begin"], "begin", 0, 1 << 62)
+        end = integer(query.get("end", str(1 << 62)), "end", begin, 1 << 62)
+        return {"kind": "time", "topic": topic, "begin": begin, "end": end}
+    raise ApiError(400, "search by id, key, queue and offset, or begin and end times")
+
+
+def remote_message_json(message: api.StoredMessage, node: str) -> dict:
+    """A message another node's Admin door found (it does not say its record's size, nor
+    its times consumed again)."""
+    return {
+        "topic": message.topic,
+        "queue_id": message.queue_id,
+        "queue_offset": message.queue_offset,
+        "message_id": message.message_id,
+        "offset_message_id": message.offset_message_id,
+        "tag": message.tag,
+        "keys": list(message.keys),
+        "properties": dict(message.properties),
+        "body_base64": base64.b64encode(message.body).decode("ascii"),
+        "body_bytes": len(message.body),
+        "born_timestamp_ms": message.born_timestamp_ms,
+        "store_timestamp_ms": message.store_timestamp_ms,
+        "reconsume_times": None,
+        "stored": {
+            "broker_group": message.broker_group,
+            "node": node,
+            "commitlog_offset": message.physical_offset,
+            "commitlog_segment": "",
+            "size": None,
+        },
+    }
 
 
 def page_of(query: dict[str, str]) -> tuple[int, int]:

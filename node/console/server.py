@@ -156,6 +156,7 @@ class ConsoleServer:
 
     async def close(self) -> None:
         await self.http.close()
+        await self.api.masters.close()
 
     # ---- every request -------------------------------------------------------------------
     async def handle(self, request: Request) -> Response:

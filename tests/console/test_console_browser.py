@@ -6,6 +6,7 @@ that would set ``window.__xss`` never runs."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -17,7 +18,14 @@ from ferrymq.codec.remoting_codes import RequestCode
 from ferrymq.launcher.cluster import cluster_down, cluster_up
 from ferrymq.launcher.polling import until
 from tests.support.cluster import SMALL_STORE
-from tests.support.console import CONSOLE_SETTINGS, ROOT, browser, console_of, screenshot
+from tests.support.console import (
+    CONSOLE_SETTINGS,
+    ROOT,
+    ConsoleClient,
+    browser,
+    console_of,
+    screenshot,
+)
 from tests.support.remoting_client import RemotingClient, heartbeat_body
 
 XSS = "<img src=x onerror=window.__xss=1><script>window.__xss=2</script>"
@@ -403,6 +411,31 @@ def test_the_page_cannot_read_its_cookie_nor_change_anything_without_its_token(
     assert statuses == [403, 403, 401]
     with admin_of(cluster) as admin:
         assert "csrf-from-page" not in {t.name for t in admin.list_topics()}
+
+
+def test_a_slaves_console_reads_each_broker_groups_store_at_its_master(cluster, console):
+    """Offsets, progress and messages are read at the master (a slave rebuilds its
+    progress tables only when promoted): a slave's console shows what the SDK does."""
+    master = master_node(cluster)
+    slave = next(node for node in cluster.nodes if node.id != master.id)
+    client = ConsoleClient(console_of(cluster, slave))
+    assert client.login(ROOT).status == 200
+    with admin_of(cluster) as admin:
+        progress = admin.group_progress("console-readers", "console-work")
+        _, queues = admin.describe_topic("console-work")
+    group = client.request("GET", "/api/groups/console-readers").body
+    assert (group["lag"], group["in_flight"]) == (
+        sum(q.lag for q in progress),
+        sum(q.in_flight for q in progress),
+    )
+    topic = client.request("GET", "/api/topics/console-work").body
+    assert [(q["queue_id"], q["min_offset"], q["max_offset"]) for q in topic["queue_offsets"]] == [
+        (q.queue_id, q.min_offset, q.max_offset) for q in queues
+    ]
+    found = client.request("GET", "/api/messages?topic=console-mail&key=order-7").body
+    assert [m["stored"]["node"] for m in found["messages"]] == [master.id]
+    assert json.loads(base64.b64decode(found["messages"][0]["body_base64"]))["html"] == XSS
+    client.close()
 
 
 def test_planned_failover_from_the_page_is_shown_live(cluster, driver, console):

@@ -436,7 +436,7 @@ function groupsPage(view, path) {
   const list = el("div", { id: "groups" });
   const detail = el("div", { id: "group-detail" });
   view.append(el("h1", {}, "Consumer groups"),
-    el("p", { class: "hint" }, "Members are the clients this node hears from; offsets and lag are this node's broker group's queues."),
+    el("p", { class: "hint" }, "Members are the clients this node hears from; offsets, lag and messages in flight are read at each broker group's master."),
     el("div", { class: "toolbar" }, filter, previous, next, counter), list, detail);
   let typing = null;
   filter.addEventListener("input", () => {
@@ -458,11 +458,6 @@ function groupsPage(view, path) {
 
   function drawList(data) {
     clear(list);
-    if (!data.master_here) {
-      list.append(el("p", { class: "notice error", id: "slave-warning" },
-        "This node is a slave of " + data.broker_group_here + ": its consumer offsets and POP positions are " +
-        "rebuilt when it becomes master, so lag and in-flight counts here are not current. Open the master's console."));
-    }
     const last = Math.min(data.offset + data.groups.length, data.total);
     counter.textContent = data.total === 0 ? "no groups" : (data.offset + 1) + "-" + last + " of " + data.total.toLocaleString("en");
     previous.disabled = data.offset === 0;
@@ -569,10 +564,11 @@ function messageCard(message) {
       el("div", {}, el("span", {}, "Keys"), el("span", { class: "message-keys" }, message.keys.join(", ") || "none")),
       el("div", {}, el("span", {}, "Born"), new Date(message.born_timestamp_ms).toISOString()),
       el("div", {}, el("span", {}, "Stored"), new Date(message.store_timestamp_ms).toISOString()),
-      el("div", {}, el("span", {}, "Reconsumed"), String(message.reconsume_times)),
+      el("div", {}, el("span", {}, "Reconsumed"), message.reconsume_times === null ? "unknown" : String(message.reconsume_times)),
       el("div", {}, el("span", {}, "Stored at"), el("span", { class: "message-stored" },
-        stored.broker_group + " (answered by " + stored.node + "), CommitLog offset " + stored.commitlog_offset +
-        " in segment " + stored.commitlog_segment + ", " + stored.size + " bytes"))),
+        stored.broker_group + " (read at " + stored.node + "), CommitLog offset " + stored.commitlog_offset +
+        (stored.commitlog_segment ? " in segment " + stored.commitlog_segment : "") +
+        (stored.size === null ? "" : ", " + stored.size + " bytes")))),
     el("h2", {}, "Properties"),
     table(["Name", "Value"], Object.entries(message.properties).map(([k, v]) => el("tr", {},
       cell(k, "mono property-name"), cell(v, "mono property-value"))), { class: "message-properties" }),
@@ -620,7 +616,7 @@ function messagesPage(view) {
       const found = await api("GET", "/api/messages?" + new URLSearchParams(query));
       notice("");
       results.append(el("p", { class: "muted", id: "message-count" },
-        found.messages.length + " message(s) in broker group " + found.broker_group));
+        found.messages.length + " message(s), searched in " + found.broker_groups.join(", ")));
       for (const message of found.messages) results.append(messageCard(message));
     } catch (error) { notice(error.message, true); }
   });
