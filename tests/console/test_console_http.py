@@ -12,12 +12,14 @@ import json
 import re
 import time
 
+import grpc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ferrymq.client import Admin, Message, Producer
+from ferrymq.client import Admin, Message, Producer, SimpleConsumer
 from ferrymq.client.admin import AclRule
+from ferrymq.protocol.ferrymq import admin_pb2 as admin_api
 from node.config import ConfigError, parse_node_config
 from node.console import http
 from node.console.http import (
@@ -32,9 +34,10 @@ from node.console.http import (
 from node.console.server import LOGIN_FAILURES_MAX, LOGIN_WINDOW_S, LoginThrottle
 from node.console.sessions import SessionKeys
 from routing.acl import User
-from tests.support.auth import APP, AUTH_TOML, ROOT
+from tests.support.auth import APP, AUTH_TOML, ROOT, signed
 from tests.support.console import ConsoleClient
 from tests.support.nodes import start_node
+from tests.support.rpc import stubs
 
 CONSOLE_TOML = "\n[console]\nenabled = true\nport = 0\n"
 
@@ -479,3 +482,30 @@ def test_the_server_answers_any_bytes_with_a_status_or_closes(parts):
     assert answer == b"" or answer.startswith(b"HTTP/1.1 ")
     for status in re.findall(rb"HTTP/1\.1 (\d{3}) ", answer):
         assert int(status) in http.REASONS
+
+
+def test_group_progress_of_every_topic_is_for_admins_through_the_admin_door(secured):
+    """What the console asks a master (GroupProgress without a topic) is the service's
+    admin-only call at every door that serves it."""
+    with Admin(secured.address, security=ROOT) as admin:
+        admin.create_topic("console-progress", 2)
+        admin.create_group("console-progressing")
+    with Producer(secured.address, security=ROOT) as producer:
+        for _ in range(3):
+            producer.send(Message("console-progress", b"x"))
+    with SimpleConsumer(
+        secured.address, "console-progressing", "console-progress", security=ROOT
+    ) as consumer:
+        held = len(consumer.receive(2, invisible_s=300, wait_s=1))
+    channel, _, admin_stub = stubs(secured.address)
+    request = admin_api.GroupProgressRequest(group="console-progressing")
+    answer = admin_stub.GroupProgress(request, metadata=signed(ROOT, "progress-root"))
+    assert answer.status.code == 0
+    assert {q.topic for q in answer.queues} == {"console-progress"}
+    assert sum(q.lag for q in answer.queues) == 3
+    assert sum(q.in_flight for q in answer.queues) == held > 0
+    with pytest.raises(grpc.RpcError) as refused:
+        admin_stub.GroupProgress(request, metadata=signed(APP, "progress-app"))
+    assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert "needs admin rights" in refused.value.details()
+    channel.close()
