@@ -39,9 +39,10 @@ from node.console.api import ApiCall, ApiError, ConsoleApi, json_body, refusal
 from node.console.http import HttpServer, Request, Response
 from node.console.sessions import Session, SessionKeys, fingerprint
 from node.rpc_status import AccessDenied, InvalidRequest
-from node.services.admin import AdminRefused
+from node.services.admin import AdminRefused, refused
 from node.services.caller import Caller, Door
 from routing.acl import User
+from routing.metadata import TopicError
 
 log = logging.getLogger("ferrymq.console")
 COOKIE_PREFIX = "ferrymq_console_"
@@ -195,6 +196,8 @@ class ConsoleServer:
             return error_response(error)
         except (AccessDenied, AdminRefused, InvalidRequest) as error:
             return error_response(refusal(error))
+        except TopicError as error:  # a name the routing state refuses, as the services do
+            return error_response(refusal(refused(error)))
 
     def _known_host(self, host: str) -> bool:
         name = host
