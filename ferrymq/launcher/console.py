@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import ssl
 from dataclasses import dataclass
 
 from ferrymq.client.security import ClientSecurity
@@ -40,16 +41,23 @@ class ConsoleClient:
     """The console's JSON API as its page calls it: a session cookie, the CSRF token and
     the console's own ``Origin`` on every state-changing request."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, ssl_context: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: the console speaks HTTPS (the node has a certificate)."""
         self.address = address
+        self.scheme = "https" if ssl_context is not None else "http"
         host, _, port = address.rpartition(":")
-        self.connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        if ssl_context is not None:
+            self.connection = http.client.HTTPSConnection(
+                host, int(port), timeout=30, context=ssl_context
+            )
+        else:
+            self.connection = http.client.HTTPConnection(host, int(port), timeout=30)
         self.cookie = ""
         self.csrf = ""
 
     @property
     def origin(self) -> str:
-        return f"http://{self.address}"
+        return f"{self.scheme}://{self.address}"
 
     def request(
         self,

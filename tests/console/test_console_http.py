@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import http.client as http_client
 import json
 import re
+import ssl
 import time
 
 import grpc
@@ -38,6 +40,7 @@ from tests.support.auth import APP, AUTH_TOML, ROOT, signed
 from tests.support.console import ConsoleClient
 from tests.support.nodes import start_node
 from tests.support.rpc import stubs
+from tests.support.tls_certs import make_pki
 
 CONSOLE_TOML = "\n[console]\nenabled = true\nport = 0\n"
 
@@ -340,6 +343,9 @@ def test_a_user_without_admin_rights_gets_the_services_refusal(secured):
         ("GET", "/api/topics", None),
         ("POST", "/api/topics", {"name": "app-topic", "queue_count": 1}),
         ("POST", "/api/failover", {"broker_group": "group-1"}),
+        ("GET", "/api/users", None),
+        ("POST", "/api/users", {"access_key": "sneaky", "secret_key": "sneaky-secret"}),
+        ("GET", "/api/groups", None),
     ):
         answer = client.request(method, path, body)
         assert answer.status == 403, (path, answer)
@@ -509,3 +515,24 @@ def test_group_progress_of_every_topic_is_for_admins_through_the_admin_door(secu
     assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
     assert "needs admin rights" in refused.value.details()
     channel.close()
+
+
+def test_with_a_certificate_the_console_speaks_https_and_its_cookie_is_secure(tmp_path):
+    pki = make_pki(tmp_path / "pki")
+    tls = f'tls_cert = "{pki.server_cert}"\ntls_key = "{pki.server_key}"\n'
+    node = start_node(str(tmp_path / "tls"), AUTH_TOML + tls + CONSOLE_TOML)
+    try:
+        context = ssl.create_default_context(cafile=pki.ca)
+        client = ConsoleClient(node.console, context)
+        answer = client.login(ROOT)
+        assert answer.status == 200
+        assert "; Secure" in answer.headers["set-cookie"]
+        assert client.request("GET", "/api/cluster").status == 200
+        body = {"name": "tls-topic", "queue_count": 1}
+        answer = client.request("POST", "/api/topics", body, origin=f"http://{node.console}")
+        assert answer.status == 403  # the console's origin is https://
+        assert client.request("POST", "/api/topics", body).status == 200
+        with pytest.raises((ConnectionError, http_client.HTTPException, OSError)):
+            ConsoleClient(node.console).request("GET", "/")  # plaintext to a TLS port
+    finally:
+        node.stop()
