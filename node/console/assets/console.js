@@ -259,7 +259,7 @@ function clusterPage(view) {
 
   function drawProgress(p) {
     clear(progress);
-    const seconds = (p.elapsed_ms / 1000).toFixed(1) + " s";
+    const seconds = p.elapsed_ms < 1000 ? p.elapsed_ms + " ms" : (p.elapsed_ms / 1000).toFixed(1) + " s";
     let line;
     if (p.state === "running") {
       line = "Failover of " + p.broker_group + ": the master is handing over (waiting for the target to hold its whole log, then the vote)… " + seconds;
@@ -639,13 +639,19 @@ function usersPage(view) {
       await api(method, path, payload);
       notice(done);
       load();
-    } catch (error) { notice(error.message, true); }
+      return true;
+    } catch (error) {
+      notice(error.message, true);
+      return false;
+    }
   }
-  create.addEventListener("submit", (event) => {
+  create.addEventListener("submit", async (event) => {
     event.preventDefault();
-    act("POST", "/api/users", { access_key: accessKey.value, secret_key: secretKey.value, admin: admin.checked },
+    const made = await act("POST", "/api/users",
+      { access_key: accessKey.value, secret_key: secretKey.value, admin: admin.checked },
       "Created user " + accessKey.value + ".");
     secretKey.value = "";
+    if (made) { accessKey.value = ""; admin.checked = false; }
   });
 
   function userRow(u) {
