@@ -517,12 +517,9 @@ class ConsoleApi:
     async def create_group(self, caller: Caller, call: ApiCall) -> dict:
         body = call.json()
         attempts = integer(body.get("max_delivery_attempts", 0), "max_delivery_attempts", 0, 999)
-        config = await self.admin.create_group(
-            caller,
-            text(body.get("name"), "name", 255),
-            attempts,
-            bool(body.get("fifo", False)),
-        )
+        fifo = flag(body.get("fifo", False), "fifo")
+        name = text(body.get("name"), "name", 255)
+        config = await self.admin.create_group(caller, name, attempts, fifo)
         return group_json(config)
 
     async def delete_group(self, caller: Caller, call: ApiCall) -> dict:
@@ -647,7 +644,7 @@ class ConsoleApi:
             caller,
             text(body.get("access_key"), "access_key", 255),
             text(body.get("secret_key"), "secret_key", 255),
-            bool(body.get("admin", False)),
+            flag(body.get("admin", False), "admin"),
         )
         return user_json(user)
 
@@ -720,6 +717,12 @@ def remote_message_json(message: api.StoredMessage, node: str) -> dict:
             "size": None,
         },
     }
+
+
+def flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{name} must be true or false")
+    return value
 
 
 def page_of(query: dict[str, str]) -> tuple[int, int]:

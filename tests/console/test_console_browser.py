@@ -267,6 +267,17 @@ def test_groups_page_shows_members_lag_in_flight_and_deletes(cluster, driver, co
     assert driver.execute_script("return window.__xss === undefined;")
     screenshot(driver, "groups")
 
+    driver.find_element(By.ID, "new-group-name").send_keys("console-made")
+    attempts = driver.find_element(By.ID, "new-group-attempts")
+    attempts.clear()
+    attempts.send_keys("3")
+    driver.find_element(By.ID, "new-group-fifo").click()
+    click(driver, "#create-group-button", "the create button")
+    stable_rows(driver, "group-table", lambda r: any(row[0] == "console-made" for row in r))
+    with admin_of(cluster) as admin:
+        made = {g.name: g for g in admin.list_groups()}["console-made"]
+    assert (made.max_delivery_attempts, made.fifo) == (3, True)
+
     click(driver, "tr[data-group='console-leaving'] button.delete-group", "the delete button")
     driver.switch_to.alert.accept()
     stable_rows(driver, "group-table", lambda r: all(row[0] != "console-leaving" for row in r))

@@ -391,6 +391,8 @@ def test_bad_api_input_gets_a_precise_400(root_client):
     assert json.loads(response.read()) == {"error": "the body must be a JSON object"}
     assert root_client.request("GET", "/api/topics/no-such-topic").status == 404
     assert root_client.request("GET", "/api/topics?limit=100000").status == 400
+    fifo = root_client.request("POST", "/api/groups", {"name": "g", "fifo": "yes"})
+    assert fifo.status == 400 and fifo.body == {"error": "fifo must be true or false"}
 
 
 def test_without_auth_the_console_opens_a_session_without_keys_but_still_wants_csrf(tmp_path):

@@ -435,7 +435,24 @@ function groupsPage(view, path) {
   const next = el("button", { type: "button", class: "secondary", id: "groups-next" }, "Next");
   const list = el("div", { id: "groups" });
   const detail = el("div", { id: "group-detail" });
-  view.append(el("h1", {}, "Consumer groups"),
+  const newName = el("input", { id: "new-group-name", required: true, maxlength: 255 });
+  const newAttempts = el("input", { id: "new-group-attempts", type: "number", min: 1, max: 999, value: 16 });
+  const newFifo = el("input", { id: "new-group-fifo", type: "checkbox" });
+  const create = el("form", { class: "inline", id: "create-group" },
+    el("label", {}, "Name", newName), el("label", {}, "Max delivery attempts", newAttempts),
+    el("label", {}, "FIFO", newFifo), el("button", { type: "submit", id: "create-group-button" }, "Create group"));
+  create.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      const made = await api("POST", "/api/groups", {
+        name: newName.value, max_delivery_attempts: Number(newAttempts.value), fifo: newFifo.checked,
+      });
+      notice("Created consumer group " + made.name + ".");
+      newName.value = "";
+      poll.now();
+    } catch (error) { notice(error.message, true); }
+  });
+  view.append(el("h1", {}, "Consumer groups"), create,
     el("p", { class: "hint" }, "Members are the clients this node hears from; offsets, lag and messages in flight are read at each broker group's master."),
     el("div", { class: "toolbar" }, filter, previous, next, counter), list, detail);
   let typing = null;
