@@ -14,15 +14,15 @@ import shutil
 import pytest
 
 from deploy import debian_packages
-from ferrymq.client import ClientSecurity
 from ferrymq.launcher.console import Answer, ConsoleClient, console_of
+from tests.support.auth import ROOT
 
-__all__ = ["Answer", "ConsoleClient", "browser", "console_of", "screenshot"]
+__all__ = ["ROOT", "Answer", "ConsoleClient", "browser", "console_of", "screenshot"]
 CHROMIUM_PACKAGES = ["chromium", "chromium-driver"]
 SCREENSHOTS_VARIABLE = "FERRYMQ_CONSOLE_SCREENSHOTS"
-# What a cluster's node.toml gets for an auth-on cluster with the console on (the plan
-# supplies the cluster secret).
-ROOT = ClientSecurity("root", "root-secret-key")
+# What a cluster's node.toml gets for an auth-on cluster with the console on: the
+# security section of tests/support/auth.py's AUTH_TOML (the plan supplies the cluster
+# secret).
 CONSOLE_SETTINGS = {
     "security": {
         "auth": True,
