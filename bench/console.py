@@ -1,7 +1,8 @@
 """The web console's API on a big cluster: ``python -m bench.console --json [--quick]``.
 
 Starts a 3-node cluster (one broker group, auth on, the console on every node), creates
-10,000 topics (4 queues each) and 1,000 consumer groups (``--quick``: 1,000 and 100), gives
+10,000 topics (4 queues each) and 1,000 consumer groups (``--quick``: 1,000 and 100;
+``--smoke``: 50 and 10, the tests' end-to-end run), gives
 every group a POP position on a busy topic and a few of them members, then logs in to the
 master's console as the page does and times each API call a page makes, one at a time
 (what a person's browser does), ``--requests`` times each: p50, p99 and max in ms. The
@@ -139,10 +140,13 @@ def measure(plan, topic_count: int, group_count: int, requests: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,000 topics and 100 groups")
+    parser.add_argument("--smoke", action="store_true", help="50 topics, 10 groups (tests)")
     parser.add_argument("--requests", type=int, default=200, help="timed calls per API call")
     parser.add_argument("--json", action="store_true", help="only the JSON line")
     arguments = parser.parse_args()
     topics, groups = (1_000, 100) if arguments.quick else (10_000, 1_000)
+    if arguments.smoke:
+        topics, groups = 50, 10
     result = run(topics, groups, arguments.requests)
     if not arguments.json:
         for name, figures in result["calls"].items():
