@@ -38,6 +38,7 @@ SCHEME = "MQv2-HMAC-SHA1"
 SIGNED_HEADER = "x-mq-date-time"
 DATE_FORMAT = "%Y%m%dT%H%M%SZ"
 BAD_SIGNATURE = "the signature does not match (wrong access key or secret key)"
+BAD_SECRET = "wrong access key or secret key"
 BAD_CREDENTIALS = ""  # the refusal log's key for every bad credential (no access key is "")
 
 
@@ -160,6 +161,23 @@ class Authenticator:
                 return user
         raise AuthenticationError(BAD_SIGNATURE)
 
+    def authenticate_secret(self, access_key: str, secret_key: str) -> User:
+        """The user whose secret key ``secret_key`` is: the web console's login, where the
+        browser sends the keys once (over TLS, or on loopback) and then holds a session."""
+        if not access_key or not secret_key:
+            raise AuthenticationError("the login carries no access key or no secret key")
+        user = self.user_of(access_key)
+        if user is None:
+            raise AuthenticationError(BAD_SECRET)
+        if not hmac.compare_digest(self._secret_of(user).encode(), secret_key.encode()):
+            raise AuthenticationError(BAD_SECRET)
+        return user
+
+    def secret_of(self, user: User) -> str:
+        """``user``'s secret key (a node signs a call as the user: the console's failover
+        handed to the master)."""
+        return self._secret_of(user)
+
     def _secret_of(self, user: User) -> str:
         key = (user.access_key, user.sealed_secret)
         secret = self._secrets.get(key)
@@ -202,6 +220,13 @@ class Verification:
         """The user of a remoting request's ACL 1.0 signature."""
         try:
             return self.authenticator.authenticate_content(access_key, signature, contents)
+        except AuthenticationError as error:
+            raise self._refused(method, access_key[:64], error) from None
+
+    def of_secret(self, method: str, access_key: str, secret_key: str) -> User:
+        """The user of a console login's access key and secret key."""
+        try:
+            return self.authenticator.authenticate_secret(access_key, secret_key)
         except AuthenticationError as error:
             raise self._refused(method, access_key[:64], error) from None
 

@@ -125,6 +125,7 @@ class BrokerStats:
         self.sends = InFlight(clock)
         self.topics_put = KeyedRates(clock)
         self.groups_got = KeyedRates(clock)
+        self.topics_got = KeyedRates(clock)  # the console's messages out per second
         self.daily = DailyTotals()
         self._day = today()
         self._samples: deque[Sample] = deque([Sample(clock(), 0, 0)], maxlen=SAMPLES_KEPT)
@@ -134,9 +135,15 @@ class BrokerStats:
         self.put_bytes += size
         self.topics_put.add(topic, count)
 
-    def delivered(self, group: str, count: int) -> None:
+    def delivered(self, group: str, count: int, topic: str = "") -> None:
         self.got_total += count
         self.groups_got.add(group, count)
+        if topic:
+            self.topics_got.add(topic, count)
+
+    def topic_got_rate(self, topic: str) -> float:
+        """Messages per second delivered from ``topic`` here over the last minute."""
+        return self.topics_got.rate(topic)
 
     def sample(self) -> None:
         """Called once a second (the node's housekeeping): a point for the rates, and the
@@ -144,6 +151,7 @@ class BrokerStats:
         self._samples.append(Sample(self.clock(), self.put_total, self.got_total))
         self.topics_put.mark_if_due()
         self.groups_got.mark_if_due()
+        self.topics_got.mark_if_due()
         day = self.today()
         if day != self._day:
             self._day = day

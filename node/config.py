@@ -47,6 +47,14 @@ Layout of ``node.toml``::
                                            # the longest a receive waits (a push consumer's
                                            # stop waits for its long polls): 1..60
 
+    [console]                # the web console (node/console/, docs/console.md): off by default
+    enabled = false
+    host = "127.0.0.1"       # with security.auth = false only a loopback address is allowed
+    port = 8090              # 0 asks the OS (the node prints "console on host:port")
+    session_ttl_s = 28800    # a login lasts this long (60..604800)
+    hostnames = []           # names browsers may use for it besides IP addresses, localhost
+                             # and node.host (the Host header is checked: DNS rebinding)
+
     [remoting]               # what clients may hold of the RocketMQ 4.x port
                              # (docs/security.md, "The remoting port")
     max_connections = 10000              # open at once; one more is closed at once
@@ -120,6 +128,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -144,6 +153,8 @@ DEFAULT_REMOTING_PORT = 10911
 DEFAULT_RAFT_PORT = 8876
 WILDCARD_HOSTS = ("0.0.0.0", "::")
 METRICS_TOKEN_MIN_CHARS = 16
+DEFAULT_CONSOLE_PORT = 8090
+CONSOLE_SESSION_TTL_RANGE_S = (60, 7 * 24 * 3600)
 
 
 class ConfigError(ValueError):
@@ -163,6 +174,17 @@ class Ports:
 class MetricsOptions:
     host: str = "127.0.0.1"
     bearer_token: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class ConsoleOptions:
+    """The web console (``node/console/``): off unless enabled; loopback by default."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_CONSOLE_PORT
+    session_ttl_s: int = 8 * 3600  # a working day
+    hostnames: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -274,6 +296,7 @@ class NodeConfig:
     messages: MessagingOptions = field(default_factory=MessagingOptions)
     remoting: RemotingOptions = field(default_factory=RemotingOptions)
     lite: LiteOptions = field(default_factory=LiteOptions)
+    console: ConsoleOptions = field(default_factory=ConsoleOptions)
     store: dict[str, Any] = field(default_factory=dict)
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
     replication: ReplicationOptions = field(default_factory=ReplicationOptions)
@@ -313,6 +336,7 @@ _MESSAGES_FIELDS = {f.name for f in dataclasses.fields(MessagingOptions)}
 _MESSAGES_SWITCHES = {"untyped_topics_take_any_type", "auto_create_groups"}
 _REMOTING_FIELDS = {f.name for f in dataclasses.fields(RemotingOptions)}
 _LITE_FIELDS = {f.name for f in dataclasses.fields(LiteOptions)}
+_CONSOLE_FIELDS = {f.name for f in dataclasses.fields(ConsoleOptions)}
 _CLUSTER_FIELDS = {f.name for f in dataclasses.fields(ClusterOptions)}
 _REPLICATION_FIELDS = {f.name for f in dataclasses.fields(ReplicationOptions)}
 _SECURITY_FIELDS = {f.name for f in dataclasses.fields(SecurityOptions)}
@@ -327,6 +351,7 @@ _SECTION_TYPES: dict[str, type] = {
     "messages": MessagingOptions,
     "remoting": RemotingOptions,
     "lite": LiteOptions,
+    "console": ConsoleOptions,
     "store": StoreConfig,
     "cluster": ClusterOptions,
     "replication": ReplicationOptions,
@@ -339,6 +364,7 @@ _ALLOWED_FIELDS = {
     "messages": _MESSAGES_FIELDS,
     "remoting": _REMOTING_FIELDS,
     "lite": _LITE_FIELDS,
+    "console": _CONSOLE_FIELDS,
     "store": _STORE_FIELDS,
     "cluster": _CLUSTER_FIELDS,
     "replication": _REPLICATION_FIELDS,
@@ -395,6 +421,7 @@ def parse_node_config(text: str, environment: Mapping[str, str] | None = None) -
         "messages",
         "remoting",
         "lite",
+        "console",
         "store",
         "cluster",
         "replication",
@@ -416,6 +443,13 @@ def parse_node_config(text: str, environment: Mapping[str, str] | None = None) -
     security = _security_options(
         _checked(raw.get("security", {}), _SECURITY_FIELDS, "security"), cluster
     )
+    console = _console_options(_checked(raw.get("console", {}), _CONSOLE_FIELDS, "console"))
+    if console.enabled and not security.auth and not is_loopback(console.host):
+        raise ConfigError(
+            f"console.host = {console.host!r} with security.auth = false: anyone who reaches "
+            "the console would act as an admin; bind a loopback address (127.0.0.1, ::1 or "
+            "localhost), or turn security.auth on"
+        )
     for name, value in messages.items():
         if name == "delay_levels":
             if not isinstance(value, str):
@@ -458,6 +492,7 @@ def parse_node_config(text: str, environment: Mapping[str, str] | None = None) -
         messages=MessagingOptions(**messages),
         remoting=remoting,
         lite=lite,
+        console=console,
         store=store,
         cluster=cluster,
         replication=replication,
@@ -527,6 +562,39 @@ def _lite_options(section: dict[str, Any]) -> LiteOptions:
             kind = "a positive integer" if low else "an integer, 0 or more"
             raise ConfigError(f"lite.{name} must be {kind}, got {value!r}")
     return LiteOptions(**section)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (a literal loopback address, or localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _console_options(section: dict[str, Any]) -> ConsoleOptions:
+    if not isinstance(section.get("enabled", False), bool):
+        raise ConfigError("console.enabled must be true or false")
+    host = section.get("host", ConsoleOptions.host)
+    if not isinstance(host, str) or not host:
+        raise ConfigError("console.host must name an address (127.0.0.1: this machine only)")
+    port = section.get("port", DEFAULT_CONSOLE_PORT)
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ConfigError(f"console.port must be an integer in 0..65535, got {port!r}")
+    low, high = CONSOLE_SESSION_TTL_RANGE_S
+    ttl = section.get("session_ttl_s", ConsoleOptions.session_ttl_s)
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or not low <= ttl <= high:
+        raise ConfigError(f"console.session_ttl_s must be an integer in {low}..{high}, got {ttl!r}")
+    hostnames = section.get("hostnames", [])
+    if not isinstance(hostnames, list) or not all(
+        isinstance(name, str) and name and ":" not in name for name in hostnames
+    ):
+        raise ConfigError(
+            f"console.hostnames must be a list of host names without ports, got {hostnames!r}"
+        )
+    return ConsoleOptions(**{**section, "hostnames": tuple(hostnames)})
 
 
 def _check_request_bytes(messages: dict[str, Any]) -> None:
@@ -691,6 +759,7 @@ def render_node_config(config: NodeConfig) -> str:
     for name in sorted(_LITE_FIELDS):
         lines.append(f"{name} = {getattr(config.lite, name)}")
     lines.append("")
+    lines += _console_lines(config.console)
     lines.append("[cluster]")
     lines.append("voters = [" + ", ".join(_toml_value(v) for v in config.cluster.voters) + "]")
     if config.cluster.secret:
@@ -719,6 +788,14 @@ def render_node_config(config: NodeConfig) -> str:
             f"{name} = {_toml_value(value.value if isinstance(value, FlushMode) else value)}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _console_lines(console: ConsoleOptions) -> list[str]:
+    lines = ["[console]"]
+    for name in sorted(_CONSOLE_FIELDS - {"hostnames"}):
+        lines.append(f"{name} = {_toml_value(getattr(console, name))}")
+    lines.append("hostnames = [" + ", ".join(_toml_value(v) for v in console.hostnames) + "]")
+    return [*lines, ""]
 
 
 def _toml_value(value: Any) -> str:

@@ -162,7 +162,7 @@ class RpcMetrics:
         if count:
             self._child(self.messages_out, topic, group).inc(count)
             self._child(self.bytes_out, topic, group).inc(size)
-            self.stats.delivered(group, count)
+            self.stats.delivered(group, count, topic)
 
 
 class MethodMetrics:

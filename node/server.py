@@ -22,18 +22,19 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import time
 from collections.abc import Callable
 
 import grpc
 
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
-from ferrymq.protocol.ferrymq import admin_pb2_grpc, data_pb2_grpc
+from ferrymq.protocol.ferrymq import admin_pb2, admin_pb2_grpc, data_pb2_grpc
 from ha import rollback
 from ha.replicated_store import ReplicatedStore
 from ha.role import ReplicationRole
 from node.admission import Admission
-from node.authentication import Authenticator, Verification
+from node.authentication import Authenticator, Verification, signature_headers
 from node.client_port import (
     FIRST_BYTE_TIMEOUT_S,
     GrpcRelay,
@@ -42,6 +43,9 @@ from node.client_port import (
 )
 from node.client_registry import ClientConnections
 from node.config import LARGEST_REQUEST_BYTES, NodeConfig, render_node_config
+from node.console.api import ConsoleApi
+from node.console.masters import MasterReads
+from node.console.server import ConsoleServer
 from node.consumer_offsets import ConsumerOffsets
 from node.consumer_retry import ConsumerRetries
 from node.consumer_subscriptions import Subscriptions
@@ -80,7 +84,8 @@ from node.request_budget import RequestBudget
 from node.routing_channel import Setup
 from node.routing_proxy import RoutingProxy
 from node.secret_box import SecretBox
-from node.services.admin import AdminService
+from node.services.admin import AdminRefused, AdminService
+from node.services.caller import Caller
 from node.services.check_relay import CheckRelay
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
@@ -108,6 +113,7 @@ from node.tls import (
 )
 from node.topics import MessageType, TopicTable
 from node.wakeups import watch_wakeups
+from routing.acl import User
 from routing.commands import CatchUp, CreateUser, NodeHeartbeat, RegisterNode
 from routing.formats import NEWEST_FORMAT
 from routing.replica import RoutingUnavailable
@@ -119,6 +125,8 @@ REGISTER_CATCH_UP_S = 2.0  # the read barrier before a registration (``_register
 SOFTWARE_VERSION = importlib.metadata.version("ferrymq")
 log = logging.getLogger("ferrymq.node")
 HOUSEKEEPING_INTERVAL_S = 1.0
+# A console's failover handed to the master: its wait for the target's log, and the vote.
+CONSOLE_FAILOVER_TIMEOUT_S = 60
 # CPython collects its youngest generation every 700 new container objects. A node makes a
 # few per message and keeps almost none, so it collected every few requests: gc_collect_main
 # and its visits were 6-10 % of a SYNC master's samples in perf. Every 50,000 the same
@@ -150,6 +158,8 @@ class Node:
         self.port = 0
         self.metrics_port = 0  # 0 while /metrics is not served
         self.metrics_http: MetricsHttpServer | None = None
+        self.console: ConsoleServer | None = None  # with [console] enabled
+        self.console_port = 0
         self.remoting: RemotingServer | None = None
         self.grpc_front: SniffingListener | None = None  # client_tls = optional
         self.verification: Verification | None = None  # with [security] auth
@@ -235,6 +245,7 @@ class Node:
             self.grpc_front.serve()
         await self.remoting.serve()
         await self._serve_metrics()
+        await self._serve_console()
         with open(os.path.join(config.data_dir, "node.toml"), "w", encoding="utf-8") as f:
             f.write(render_node_config(config))
         self._start_background_tasks()
@@ -352,6 +363,80 @@ class Node:
                 config.ports.metrics,
                 error,
             )
+
+    async def _serve_console(self) -> None:
+        """The web console (``node/console/``), when enabled: a port that cannot be bound
+        stops the start, as the client ports do (an operator asked for it)."""
+        config = self.config
+        if not config.console.enabled:
+            return
+        api = ConsoleApi(
+            self.services,
+            node_facts=lambda: {
+                "id": config.id,
+                "broker_group": config.group,
+                "software_version": SOFTWARE_VERSION,
+                "routing_format": NEWEST_FORMAT,
+                "grpc_address": self.grpc_address,
+                "remoting_address": self.remoting_address,
+            },
+            run_failover=self._console_failover,
+            retention_ms=self.raw_store.config.retention_ms,
+            segment_bytes=self.raw_store.config.commitlog_segment_bytes,
+            masters=MasterReads(
+                self.services,
+                config.id,
+                config.group,
+                master_of=lambda broker_group: self.routing.state.master_of(broker_group),
+                channel_for=self._peer_channel,
+                signed_as=self._signed_as,
+            ),
+        )
+        security = config.security
+        ssl_context = None
+        if security.tls:
+            ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ssl_context.load_cert_chain(security.tls_cert, security.tls_key)
+        self.console = ConsoleServer(
+            config.console,
+            api,
+            self.verification,
+            lambda access_key: self.routing.state.users.get(access_key),
+            config.cluster.secret,
+            config.host,
+            ssl_context,
+        )
+        self.console_port = await self.console.start()
+
+    async def _console_failover(
+        self, caller: Caller, master: str, address: str, broker_group: str, target: str
+    ) -> tuple[str, int, int]:
+        """A planned failover the console asked for: decided here when this node is the
+        group's master, else by the master's Admin door, called as the console's user
+        (signed with that user's own key, as the user's client would)."""
+        if master == self.config.id:
+            admin = self.services.admin
+            new_master, epoch, paused_ms = await admin.failover(caller, target or None)
+            return new_master, epoch, int(paused_ms)
+        request = admin_pb2.FailoverRequest(broker_group=broker_group, target_node=target)
+        async with self._peer_channel(address) as channel:
+            answer = await admin_pb2_grpc.AdminStub(channel).Failover(
+                request,
+                timeout=CONSOLE_FAILOVER_TIMEOUT_S,
+                metadata=self._signed_as(caller.user),
+            )
+        if answer.status.code != 0:
+            raise AdminRefused(answer.status.code, answer.status.message)
+        return answer.new_master, answer.epoch, answer.writes_unavailable_ms
+
+    def _signed_as(self, user: User | None) -> tuple[tuple[str, str], ...]:
+        """The signature headers of a call this node makes to another's Admin door as
+        ``user`` (the console's), signed with the user's own key as its client would;
+        none with authentication off."""
+        if user is None or self.verification is None:
+            return ()
+        secret = self.verification.authenticator.secret_of(user)
+        return signature_headers(user.access_key, secret)
 
     def _start_background_tasks(self) -> None:
         self._housekeeping = asyncio.create_task(self._housekeep())
@@ -760,6 +845,8 @@ class Node:
         await asyncio.get_running_loop().run_in_executor(None, self.liveness.stop)
         if self.metrics_http is not None:
             await self.metrics_http.close()
+        if self.console is not None:
+            await self.console.close()
         if self.remoting is not None:
             await self.remoting.close()
         if self.grpc_front is not None:
@@ -827,6 +914,11 @@ async def _serve(config: NodeConfig, on_ready: Callable[[Node], None] | None) ->
     await node.start()
     metrics = f"{config.metrics.host}:{node.metrics_port}" if node.metrics_port else "off"
     print(f"ferrymq node {config.id} metrics on {metrics}", flush=True)
+    if node.console is not None:
+        print(
+            f"ferrymq node {config.id} console on {config.console.host}:{node.console_port}",
+            flush=True,
+        )
     print(f"ferrymq node {config.id} remoting on {node.remoting_address}", flush=True)
     print(f"ferrymq node {config.id} ready on {config.host}:{node.port}", flush=True)
     if on_ready is not None:

@@ -3,7 +3,8 @@ monitoring stack's (``deploy/local_stack.py``). Unlike a cluster node (``cluster
 detached, on planned ports, found again through ``cluster.json``), it is a child of the
 caller, on a port the OS picks unless one is given, and its addresses come from the lines
 it prints when ready (``node/server.py``: ``... metrics on HOST:PORT`` or ``off``,
-``... remoting on HOST:PORT``, then ``... ready on HOST:PORT``)."""
+``... console on HOST:PORT`` when enabled, ``... remoting on HOST:PORT``, then ``... ready
+on HOST:PORT``)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class NodeProcess:
     metrics: str = ""  # host:port of /metrics, "" when it is off
     log_path: str = ""  # where its stderr goes
     remoting: str = ""  # host:port of the RocketMQ remoting port
+    console: str = ""  # host:port of the web console, "" when it is off
 
     def sigkill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -94,7 +96,7 @@ def start_node_process(
             command, holds, cwd=PACKAGE_ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True
         )
     deadline = time.monotonic() + timeout_s
-    metrics = remoting = ""
+    metrics = remoting = console = ""
     while time.monotonic() < deadline:
         line = process.stdout.readline()
         if not line:
@@ -103,11 +105,13 @@ def start_node_process(
             metrics = line.rsplit(" ", 1)[1].strip().removeprefix("off")
         if " remoting on " in line:
             remoting = line.rsplit(" ", 1)[1].strip()
+        if " console on " in line:
+            console = line.rsplit(" ", 1)[1].strip()
         if " ready on " in line:
             address = line.rsplit(" ", 1)[1].strip()
             # Read the rest of its output, so that it never blocks on a full pipe.
             threading.Thread(target=process.stdout.read, daemon=True).start()
-            return NodeProcess(process, address, data_dir, metrics, log_path, remoting)
+            return NodeProcess(process, address, data_dir, metrics, log_path, remoting, console)
     process.kill()
     with open(log_path, encoding="utf-8", errors="replace") as f:
         log_end = f.read()[-3000:]

@@ -318,7 +318,10 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
 
     async def GroupProgress(self, request, context):
         def work(caller):
-            progress = self.admin.group_progress(caller, request.group, request.topic)
+            if request.topic:
+                progress = self.admin.group_progress(caller, request.group, request.topic)
+            else:  # every topic the group has a position in (admins only)
+                progress = self.admin.group_progress_all(caller, request.group)
             return {
                 "queues": [
                     api.QueueProgress(

@@ -348,6 +348,22 @@ class AdminService:
         self.permissions.require_admin(caller)
         return self.offsets.topics_of(group)
 
+    def group_progress_all(self, caller: Caller, group: str) -> list[QueueProgress]:
+        """Where ``group`` is in every topic it has a position in here (committed offsets
+        or POP positions): Admin GroupProgress without a topic, so a node that is not
+        this group's master (its tables are rebuilt on promotion) can ask the master.
+        Admins only; a topic deleted since, or a LITE topic's lite queue, is left out."""
+        self.permissions.require_admin(caller)
+        topics = set(self.offsets.topics_of(group))
+        topics.update(topic for g, topic, _ in self.pop_state.cursors if g == group)
+        progress = []
+        for topic in sorted(topics):
+            try:
+                progress += self.group_progress(caller, group, topic)
+            except AdminRefused:
+                continue
+        return progress
+
     def groups_consuming(self, caller: Caller, topic: str) -> list[str]:
         """The groups that committed offsets of ``topic`` here."""
         self.permissions.require_admin(caller)

@@ -20,6 +20,7 @@ class Door(enum.Enum):
     MESSAGING = "grpc"  # RocketMQ 5: apache.rocketmq.v2.MessagingService
     FERRY = "ferrymq"  # ferrymq's Admin and Data services on the gRPC port
     REMOTING = "remoting"  # RocketMQ 4.x remoting, and the SDK's private codes there
+    CONSOLE = "console"  # the web console's JSON API (node/console/)
 
 
 @dataclass(frozen=True, slots=True)

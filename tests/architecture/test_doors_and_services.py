@@ -1,8 +1,8 @@
 """The node's own layering (docs/architecture.md, "Services and doors"): thin protocol doors
 over door-neutral services, so every rule of a job lives in one service.
 
-- a door (``node.grpc``, ``node.remoting``) imports services and the node's core, never
-  another door;
+- a door (``node.grpc``, ``node.remoting``, ``node.console``) imports services and the
+  node's core, never another door;
 - a service (``node.services``) imports the core and other services, never a door;
 - the core (every other module of ``node``) imports neither: it is what both build on;
 - the ACL decision is the services' alone: no door imports ``node.services.permissions``;
@@ -18,7 +18,7 @@ import ast
 
 from tests.support.imports import ROOT, Import, all_imports, our_modules
 
-DOORS = ("node.grpc", "node.remoting")
+DOORS = ("node.grpc", "node.remoting", "node.console")
 SERVICES = "node.services"
 ASSEMBLY = frozenset({"node.server", "node.run", "node.__main__", "node"})
 PERMISSIONS = "node.services.permissions"

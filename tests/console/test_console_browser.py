@@ -1,0 +1,490 @@
+"""The web console in a real browser (headless Chromium, driven by selenium) against a real
+3-node cluster with auth on: one broker group (a master, two slaves) and three Raft voters,
+started once for the module. Every page is drawn from the cluster's real data, every action
+is checked afterwards through the SDK, and untrusted strings are shown as text: a payload
+that would set ``window.__xss`` never runs."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.common.by import By
+
+from ferrymq.client import Admin, Message, Producer, SimpleConsumer
+from ferrymq.codec.remoting_codes import RequestCode
+from ferrymq.launcher.cluster import cluster_down, cluster_up
+from ferrymq.launcher.polling import until
+from tests.support.cluster import SMALL_STORE
+from tests.support.console import (
+    CONSOLE_SETTINGS,
+    ROOT,
+    ConsoleClient,
+    browser,
+    console_of,
+    screenshot,
+)
+from tests.support.remoting_client import RemotingClient, heartbeat_body
+
+XSS = "<img src=x onerror=window.__xss=1><script>window.__xss=2</script>"
+XSS_CLIENT = "127.0.0.1@<img src=x onerror=window.__xss=3>"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    directory = str(tmp_path_factory.mktemp("console-cluster"))
+    plan = cluster_up(
+        directory,
+        nodes=3,
+        auto_ports=True,
+        settings={**SMALL_STORE, **CONSOLE_SETTINGS},
+    )
+    try:
+        yield plan
+    finally:
+        cluster_down(directory)
+
+
+@pytest.fixture(scope="module")
+def driver():
+    chromium = browser()
+    try:
+        yield chromium
+    finally:
+        chromium.quit()
+
+
+@pytest.fixture(scope="module")
+def console(cluster, driver):
+    """The console of the master's node (consumer progress is the master's: a slave
+    rebuilds it when promoted), logged in as the admin through the login form."""
+    address = console_of(cluster, master_node(cluster))
+    log_in(driver, address, "not-the-secret")
+    refused = until(lambda: driver.find_element(By.ID, "login-error").text, 10, "the refusal")
+    assert "wrong access key or secret key" in refused
+    log_in(driver, address, ROOT.secret_key)
+    until(lambda: driver.find_element(By.ID, "nav").is_displayed(), 10, "the logged-in page")
+    return address
+
+
+def log_in(driver, address: str, secret_key: str) -> None:
+    """Through the login form of the console at ``address``, as ``root``."""
+    driver.get(f"http://{address}/")
+    until(lambda: driver.find_element(By.ID, "login").is_displayed(), 10, "the login form")
+    for field_id, value in (("access-key", ROOT.access_key), ("secret-key", secret_key)):
+        driver.find_element(By.ID, field_id).clear()
+        driver.find_element(By.ID, field_id).send_keys(value)
+    driver.find_element(By.ID, "login-button").click()
+
+
+def master_node(cluster):
+    with admin_of(cluster) as admin:
+        master = admin.cluster_status().broker_groups[0].master
+    return next(node for node in cluster.nodes if node.id == master)
+
+
+def admin_of(cluster) -> Admin:
+    return Admin(cluster.nodes[0].grpc, security=ROOT)
+
+
+def rows(driver, table_id: str) -> list[list[str]]:
+    """The text of each cell of each body row of a table (re-read on each call: the page
+    redraws it as it polls)."""
+    found = []
+    for row in driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr"):
+        found.append([cell.text for cell in row.find_elements(By.TAG_NAME, "td")])
+    return found
+
+
+def on_page(step, what: str, timeout_s: float = 15):
+    """``step()``'s value once it is true, done again when the page redrew what it was
+    using (a poll replaces its tables: an element found before is then stale) or had not
+    drawn it yet."""
+
+    def attempt():
+        try:
+            value = step()
+        except (StaleElementReferenceException, NoSuchElementException):
+            return None
+        return (value,) if value else None
+
+    return until(attempt, timeout_s, what)[0]
+
+
+def stable_rows(driver, table_id: str, condition) -> list[list[str]]:
+    """The table's rows once ``condition(rows)`` holds."""
+
+    def read():
+        found = rows(driver, table_id)
+        return (found,) if condition(found) else None  # a tuple: no rows is an answer too
+
+    return on_page(read, f"table {table_id}")[0]
+
+
+def click(driver, selector: str, what: str) -> None:
+    """Clicks the element once it is there and enabled (found again after a redraw)."""
+
+    def step():
+        element = driver.find_element(By.CSS_SELECTOR, selector)
+        if not element.is_enabled():
+            return False
+        element.click()
+        return True
+
+    on_page(step, what)
+
+
+def test_cluster_page_shows_the_cluster_as_the_sdk_sees_it(cluster, driver, console):
+    driver.get(f"http://{console}/#/cluster")
+    nodes = stable_rows(driver, "nodes", lambda r: len(r) == 3)
+    with admin_of(cluster) as admin:
+        status = admin.cluster_status()
+    shown = {row[0]: row for row in nodes}
+    for node in status.nodes:
+        row = shown[node.id]
+        assert row[1] == node.broker_group
+        assert row[2] == node.role
+        assert row[3] == ("up" if node.alive else "down")
+        assert row[7] == "no"  # no damaged log
+        assert row[8] == node.software_version
+        assert row[10] == node.address
+    groups = stable_rows(driver, "broker-groups", lambda r: len(r) == 1)
+    group = status.broker_groups[0]
+    assert groups[0][0] == group.name and groups[0][1] == group.master
+    assert groups[0][2] == str(group.epoch)
+    assert groups[0][3] == ", ".join(sorted(group.in_sync))
+    voters = stable_rows(driver, "voters", lambda r: len(r) == 3)
+    assert {row[0] for row in voters} == {v.address for v in status.voters}
+    assert [row[0] for row in voters if row[2] == "leader"] == [status.raft_leader]
+
+
+def test_topics_page_creates_updates_and_deletes_as_the_sdk_sees(cluster, driver, console):
+    driver.get(f"http://{console}/#/topics")
+    driver.find_element(By.ID, "new-topic-name").send_keys("console-orders")
+    driver.find_element(By.ID, "new-topic-queues").clear()
+    driver.find_element(By.ID, "new-topic-queues").send_keys("3")
+    driver.find_element(By.CSS_SELECTOR, "#new-topic-type option[value='FIFO']").click()
+    driver.find_element(By.ID, "create-topic-button").click()
+    stable_rows(driver, "topic-table", lambda r: any(row[0] == "console-orders" for row in r))
+    with admin_of(cluster) as admin:
+        made = {t.name: t for t in admin.list_topics()}["console-orders"]
+    assert made.queue_count == 3 and made.message_type == "FIFO"
+
+    def edit():
+        # The page does not redraw a table whose input is being edited.
+        row = driver.find_element(By.CSS_SELECTOR, "tr[data-topic='console-orders']")
+        queues = row.find_element(By.CSS_SELECTOR, "input.edit-queues")
+        queues.click()
+        queues.clear()
+        queues.send_keys("5")
+        row.find_element(By.CSS_SELECTOR, "select.edit-permission option[value='READ']").click()
+        row.find_element(By.CSS_SELECTOR, "button.update-topic").click()
+        return True
+
+    on_page(edit, "the topic's row")
+    stable_rows(
+        driver,
+        "topic-table",
+        lambda r: any(row[0] == "console-orders" and row[2] == "READ" for row in r),
+    )
+    with admin_of(cluster) as admin:
+        changed = {t.name: t for t in admin.list_topics()}["console-orders"]
+    assert changed.queue_count == 5 and changed.permission == "READ"
+
+    click(driver, "tr[data-topic='console-orders'] button.delete-topic", "the delete button")
+    driver.switch_to.alert.accept()
+    stable_rows(driver, "topic-table", lambda r: all(row[0] != "console-orders" for row in r))
+    with admin_of(cluster) as admin:
+        assert "console-orders" not in {t.name for t in admin.list_topics()}
+
+
+def test_topics_page_filters_and_pages_on_the_server(cluster, driver, console):
+    with admin_of(cluster) as admin:
+        for i in range(60):
+            admin.create_topic(f"paged-{i:03d}", 1)
+    driver.get(f"http://{console}/#/topics")
+    driver.find_element(By.ID, "topic-filter").send_keys("paged-")
+    on_page(
+        lambda: driver.find_element(By.ID, "topic-count").text.startswith("1-50 of 60"),
+        "the first page of 60",
+    )
+    click(driver, "#topics-next", "the next page")
+    on_page(
+        lambda: driver.find_element(By.ID, "topic-count").text.startswith("51-60 of 60"),
+        "the second page",
+    )
+    names = [r[0] for r in stable_rows(driver, "topic-table", lambda r: len(r) == 10)]
+    assert names == [f"paged-{i:03d}" for i in range(50, 60)]
+
+
+def test_an_untrusted_name_in_a_refusal_is_shown_as_text(cluster, driver, console):
+    driver.get(f"http://{console}/#/topics")
+    driver.find_element(By.ID, "new-topic-name").send_keys(XSS)
+    driver.find_element(By.ID, "create-topic-button").click()
+    notice = driver.find_element(By.ID, "notice")
+    shown = on_page(lambda: "error" in notice.get_attribute("class") and notice.text, "the refusal")
+    assert XSS in shown  # the service's reason quotes the name: as characters
+    assert not driver.find_elements(By.CSS_SELECTOR, "#notice img, #notice script")
+    assert driver.execute_script("return window.__xss === undefined;")
+
+
+def test_groups_page_shows_members_lag_in_flight_and_deletes(cluster, driver, console):
+    first = master_node(cluster)
+    with admin_of(cluster) as admin:
+        admin.create_topic("console-work", 2)
+        admin.create_group("console-readers")
+        admin.create_group("console-leaving")
+    with Producer(first.grpc, security=ROOT) as producer:
+        for i in range(10):
+            producer.send(Message("console-work", f"work {i}".encode()))
+    with SimpleConsumer(first.grpc, "console-readers", "console-work", security=ROOT) as c:
+        held = until(lambda: c.receive(4, invisible_s=300, wait_s=1), 10, "messages to hold")
+    # A 4.x client that says who it is, under a client id a page must show as text.
+    with RemotingClient(first.remoting, security=ROOT) as client:
+        body = heartbeat_body(XSS_CLIENT, ("console-readers",), "console-work", producer=False)
+        assert client.call(RequestCode.HEART_BEAT, {}, body).code == 0
+        driver.get(f"http://{console}/#/groups/console-readers")
+        members = stable_rows(driver, "group-members", lambda r: len(r) == 1)
+    assert members[0][0] == XSS_CLIENT
+    assert members[0][2] == "JAVA" and members[0][3] == "407"
+    assert members[0][1].startswith("127.0.0.1:")
+    with admin_of(cluster) as admin:
+        progress = admin.group_progress("console-readers", "console-work")
+    lag, in_flight = sum(q.lag for q in progress), sum(q.in_flight for q in progress)
+    assert (lag, in_flight) == (10, len(held))
+    assert driver.find_element(By.ID, "group-lag").text == str(lag)
+    assert driver.find_element(By.ID, "group-in-flight").text == str(in_flight)
+    queues = stable_rows(driver, "group-queues", lambda r: len(r) == 2)
+    assert sorted(int(row[5]) for row in queues) == sorted(q.lag for q in progress)
+    listed = stable_rows(
+        driver, "group-table", lambda r: any(row[0] == "console-readers" for row in r)
+    )
+    row = next(row for row in listed if row[0] == "console-readers")
+    assert row[2:4] == [str(lag), str(in_flight)]
+    assert driver.execute_script("return window.__xss === undefined;")
+    screenshot(driver, "groups")
+
+    driver.find_element(By.ID, "new-group-name").send_keys("console-made")
+    attempts = driver.find_element(By.ID, "new-group-attempts")
+    attempts.clear()
+    attempts.send_keys("3")
+    driver.find_element(By.ID, "new-group-fifo").click()
+    click(driver, "#create-group-button", "the create button")
+    stable_rows(driver, "group-table", lambda r: any(row[0] == "console-made" for row in r))
+    with admin_of(cluster) as admin:
+        made = {g.name: g for g in admin.list_groups()}["console-made"]
+    assert (made.max_delivery_attempts, made.fifo) == (3, True)
+
+    click(driver, "tr[data-group='console-leaving'] button.delete-group", "the delete button")
+    driver.switch_to.alert.accept()
+    stable_rows(driver, "group-table", lambda r: all(row[0] != "console-leaving" for row in r))
+    with admin_of(cluster) as admin:
+        assert "console-leaving" not in {g.name for g in admin.list_groups()}
+
+
+def test_messages_page_finds_by_key_id_and_offset_and_shows_untrusted_content_as_text(
+    cluster, driver, console
+):
+    first = master_node(cluster)
+    with admin_of(cluster) as admin:
+        admin.create_topic("console-mail", 1)
+    body = json.dumps({"html": XSS, "n": 1}).encode()
+    message = Message("console-mail", body, tag="t1", keys=["order-7"], properties={"note": XSS})
+    with Producer(first.grpc, security=ROOT) as producer:
+        receipt = producer.send(message)
+    driver.get(f"http://{console}/#/messages")
+    driver.find_element(By.ID, "message-topic").send_keys("console-mail")
+    driver.find_element(By.ID, "message-key").send_keys("order-7")
+    click(driver, "#message-find", "the find button")
+    card = on_page(
+        lambda: driver.find_element(By.CSS_SELECTOR, ".message"), "the message found by key"
+    )
+    assert card.get_attribute("data-message-id") == receipt.message_id
+    shown_body = card.find_element(By.CSS_SELECTOR, "pre.message-body").text
+    assert shown_body == body.decode()
+    properties = {
+        row.find_element(By.CSS_SELECTOR, ".property-name").text: row.find_element(
+            By.CSS_SELECTOR, ".property-value"
+        ).text
+        for row in card.find_elements(By.CSS_SELECTOR, ".message-properties tbody tr")
+    }
+    assert properties["note"] == XSS
+    stored = card.find_element(By.CSS_SELECTOR, ".message-stored").text
+    assert "group-1" in stored and "CommitLog offset" in stored
+    card.find_element(By.CSS_SELECTOR, "select.body-format option[value='json']").click()
+    assert json.loads(card.find_element(By.CSS_SELECTOR, "pre.message-body").text) == {
+        "html": XSS,
+        "n": 1,
+    }
+    screenshot(driver, "messages")
+    card.find_element(By.CSS_SELECTOR, "select.body-format option[value='hex']").click()
+    hex_text = card.find_element(By.CSS_SELECTOR, "pre.message-body").text
+    assert hex_text.startswith("00000000  7b 22 68 74 6d 6c 22")
+    assert not driver.find_elements(
+        By.CSS_SELECTOR, "#message-results img, #message-results script"
+    )
+    assert driver.execute_script("return window.__xss === undefined;")
+
+    driver.find_element(By.CSS_SELECTOR, "#message-search option[value='id']").click()
+    driver.find_element(By.ID, "message-id").send_keys(receipt.message_id)
+    click(driver, "#message-find", "the find button")
+    on_page(
+        lambda: (
+            driver.find_element(By.ID, "message-count").text.startswith("1 message")
+            and driver.find_element(By.CSS_SELECTOR, ".message").get_attribute("data-message-id")
+            == receipt.message_id
+        ),
+        "the message found by id",
+    )
+    driver.find_element(By.CSS_SELECTOR, "#message-search option[value='offset']").click()
+    offset = driver.find_element(By.ID, "message-offset")
+    offset.clear()
+    offset.send_keys(str(receipt.queue_offset))
+    click(driver, "#message-find", "the find button")
+    on_page(
+        lambda: (
+            driver.find_element(By.CSS_SELECTOR, ".message").get_attribute("data-message-id")
+            == receipt.message_id
+        ),
+        "the message found at its offset",
+    )
+    # The topics page with a topic's queues, as the SDK reads them.
+    driver.get(f"http://{console}/#/topics/console-work")
+    driver.find_element(By.ID, "topic-filter").send_keys("console-")
+    listed = stable_rows(
+        driver, "topic-table", lambda r: {"console-work", "console-mail"} <= {x[0] for x in r}
+    )
+    assert next(row for row in listed if row[0] == "console-work")[4] == "10"
+    with admin_of(cluster) as admin:
+        _, queues = admin.describe_topic("console-work")
+    shown = stable_rows(driver, "topic-queues", lambda r: len(r) == 2)
+    assert [[int(cell.replace(",", "")) for cell in row[1:4]] for row in shown] == [
+        [q.queue_id, q.min_offset, q.max_offset] for q in queues
+    ]
+    screenshot(driver, "topics")
+
+
+def test_users_page_creates_grants_revokes_and_deletes_as_the_sdk_sees(cluster, driver, console):
+    driver.get(f"http://{console}/#/users")
+    driver.find_element(By.ID, "new-user-access-key").send_keys("console-user")
+    driver.find_element(By.ID, "new-user-secret-key").send_keys("console-user-secret")
+    click(driver, "#create-user-button", "the create button")
+    stable_rows(driver, "user-table", lambda r: any(row[0] == "console-user" for row in r))
+
+    def grant():
+        row = driver.find_element(By.CSS_SELECTOR, "tr[data-user='console-user']")
+        row.find_element(By.CSS_SELECTOR, "select.grant-action option[value='SUBSCRIBE']").click()
+        row.find_element(By.CSS_SELECTOR, "input.grant-pattern").send_keys("orders-*")
+        row.find_element(By.CSS_SELECTOR, "button.grant").click()
+        return True
+
+    on_page(grant, "the grant form")
+    stable_rows(
+        driver,
+        "user-table",
+        lambda r: any(row[0] == "console-user" and "orders-*" in row[2] for row in r),
+    )
+    with admin_of(cluster) as admin:
+        user = {u.access_key: u for u in admin.list_users()}["console-user"]
+    assert [str(rule) for rule in user.acl] == ["allow subscribe topic:orders-*"]
+    assert not user.admin
+    screenshot(driver, "users")
+    click(driver, "tr[data-user='console-user'] button.revoke", "the revoke button")
+    stable_rows(
+        driver,
+        "user-table",
+        lambda r: any(row[0] == "console-user" and row[2] == "none" for row in r),
+    )
+    click(driver, "tr[data-user='console-user'] button.delete-user", "the delete button")
+    driver.switch_to.alert.accept()
+    stable_rows(driver, "user-table", lambda r: all(row[0] != "console-user" for row in r))
+    with admin_of(cluster) as admin:
+        assert "console-user" not in {u.access_key for u in admin.list_users()}
+
+
+def test_the_page_cannot_read_its_cookie_nor_change_anything_without_its_token(
+    cluster, driver, console
+):
+    driver.get(f"http://{console}/#/cluster")
+    stable_rows(driver, "nodes", lambda r: len(r) == 3)
+    assert "ferrymq_console" not in driver.execute_script("return document.cookie;")
+    statuses = driver.execute_async_script(
+        """
+        const done = arguments[arguments.length - 1];
+        const body = JSON.stringify({name: "csrf-from-page", queue_count: 1});
+        const post = (headers) => fetch("/api/topics", {method: "POST", body,
+            headers: Object.assign({"Content-Type": "application/json"}, headers)})
+            .then((r) => r.status);
+        Promise.all([post({}), post({"X-CSRF-Token": "forged"}),
+                     fetch("/api/topics", {credentials: "omit"}).then((r) => r.status)])
+            .then(done);
+        """
+    )
+    assert statuses == [403, 403, 401]
+    with admin_of(cluster) as admin:
+        assert "csrf-from-page" not in {t.name for t in admin.list_topics()}
+
+
+def test_a_slaves_console_reads_each_broker_groups_store_at_its_master(cluster, console):
+    """Offsets, progress and messages are read at the master (a slave rebuilds its
+    progress tables only when promoted): a slave's console shows what the SDK does."""
+    master = master_node(cluster)
+    slave = next(node for node in cluster.nodes if node.id != master.id)
+    client = ConsoleClient(console_of(cluster, slave))
+    assert client.login(ROOT).status == 200
+    with admin_of(cluster) as admin:
+        progress = admin.group_progress("console-readers", "console-work")
+        _, queues = admin.describe_topic("console-work")
+    group = client.request("GET", "/api/groups/console-readers").body
+    assert (group["lag"], group["in_flight"]) == (
+        sum(q.lag for q in progress),
+        sum(q.in_flight for q in progress),
+    )
+    topic = client.request("GET", "/api/topics/console-work").body
+    assert [(q["queue_id"], q["min_offset"], q["max_offset"]) for q in topic["queue_offsets"]] == [
+        (q.queue_id, q.min_offset, q.max_offset) for q in queues
+    ]
+    found = client.request("GET", "/api/messages?topic=console-mail&key=order-7").body
+    assert [m["stored"]["node"] for m in found["messages"]] == [master.id]
+    assert json.loads(base64.b64decode(found["messages"][0]["body_base64"]))["html"] == XSS
+    client.close()
+
+
+def test_planned_failover_from_a_slaves_page_is_shown_live(cluster, driver, console):
+    """From a slave's console: the master's Admin door decides, asked as the console's
+    user (each console has a session of its own: its cookie is named after its port)."""
+    slave = next(node for node in cluster.nodes if node.id != master_node(cluster).id)
+    log_in(driver, console_of(cluster, slave), ROOT.secret_key)
+    until(lambda: driver.find_element(By.ID, "nav").is_displayed(), 10, "the logged-in page")
+    stable_rows(driver, "broker-groups", lambda r: len(r) == 1)
+    with admin_of(cluster) as admin:
+        before = admin.cluster_status().broker_groups[0]
+    # A page that reloads loses this: the change must come from the page's own polling.
+    driver.execute_script("window.__sameDocument = true;")
+    click(driver, "button.failover", "the failover button")
+    state = on_page(
+        lambda: driver.find_element(By.ID, "failover-state").get_attribute("data-state"),
+        "the failover's progress",
+    )
+    assert state in ("running", "done")
+    on_page(
+        lambda: (
+            driver.find_element(By.ID, "failover-state").get_attribute("data-state") != "running"
+        ),
+        "the failover to end",
+        timeout_s=60,
+    )
+    progress = driver.find_element(By.ID, "failover-state")
+    assert progress.get_attribute("data-state") == "done", progress.text
+    with admin_of(cluster) as admin:
+        after = admin.cluster_status().broker_groups[0]
+    assert after.master != before.master and after.epoch > before.epoch
+    assert f"new master {after.master} (epoch {after.epoch})" in progress.text
+    groups = stable_rows(driver, "broker-groups", lambda r: r and r[0][1] == after.master)
+    assert groups[0][2] == str(after.epoch)
+    nodes = stable_rows(driver, "nodes", lambda r: len(r) == 3)
+    assert [row[0] for row in nodes if row[2] == "MASTER"] == [after.master]
+    assert driver.execute_script("return window.__sameDocument === true;")
+    screenshot(driver, "cluster")
