@@ -1,59 +1,99 @@
-"""Admin calls a node makes to another node's client port on behalf of its own caller: the
+"""Admin calls a node makes to another node's Admin door on behalf of its own caller: the
 parts of a request that live in another broker group's store (an offset reset of a topic
-whose queues span groups, ``node/services/offset_reset.py``).
+whose queues span groups, ``node/services/offset_reset.py``; the console's reads and
+planned failovers at each group's master, ``node/console/``).
 
-The call carries the caller's own signature headers (``Caller.credentials``), so the node
-that serves it checks the same user's rights itself (a RocketMQ 5 signature is valid on
-any node for the clock-skew window). It goes to the master routing names now; one channel
-per address, kept until the node stops (admin calls are rare: a handful of channels).
+The call is signed as the caller's user with that user's own key, as the user's client
+would sign it (``signed_as``; nothing with authentication off), whichever door the caller
+came through: the node that serves it decides on the same user, and its refusal comes
+back as the service's own (``AccessDenied``, ``AdminRefused`` naming the broker group that
+refused). One channel per address,
+at most ``CHANNELS_MAX`` (the oldest is closed past it), kept until the node stops.
 
 Thread-safety: owned by the node's event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import grpc
 
-from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
+from node.rpc_status import AccessDenied
+from node.services.admin import UNAVAILABLE, AdminRefused
+from node.services.caller import Caller
+from routing.acl import User
+from routing.metadata import Member
 
-PEER_CALL_TIMEOUT_S = 10.0  # one broker group's part of an admin request
+PEER_CALL_TIMEOUT_S = 10.0  # one broker group's part of a request
+CHANNELS_MAX = 64  # one per other node asked; past it, the oldest is closed
 
 
 class PeerAdmin:
-    def __init__(self, channel_for: Callable[[str], grpc.aio.Channel]) -> None:
-        """``channel_for(address)``: a channel to a node's client port (TLS when this
-        node's port has it)."""
-        self.channel_for = channel_for
-        self._channels: dict[str, grpc.aio.Channel] = {}
-
-    def _stub(self, address: str) -> admin_pb2_grpc.AdminStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = self.channel_for(address)
-        return admin_pb2_grpc.AdminStub(channel)
-
-    async def reset_offsets(
+    def __init__(
         self,
-        address: str,
-        request: api.ResetOffsetsRequest,
-        credentials: tuple[tuple[str, str], ...],
-    ) -> api.ResetOffsetsResponse:
-        """The answer of the node at ``address``; ``ConnectionError`` when it cannot be
-        reached or does not answer in time."""
+        channel_for: Callable[[str], grpc.aio.Channel],
+        signed_as: Callable[[User | None], tuple[tuple[str, str], ...]],
+    ) -> None:
+        """``channel_for(address)``: a channel to a node's client port (TLS when this
+        node's port has it); ``signed_as(user)``: the signature headers of a call made as
+        ``user``."""
+        self.channel_for = channel_for
+        self.signed_as = signed_as
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._closing: set[asyncio.Future] = set()
+
+    async def call(
+        self,
+        caller: Caller,
+        member: Member,
+        method: str,
+        request,
+        timeout_s: float = PEER_CALL_TIMEOUT_S,
+    ):
+        """``method`` at ``member``'s Admin door as ``caller``'s user: its answer, or its
+        refusal raised as the service's own; ``AdminRefused(UNAVAILABLE)`` when it cannot
+        be reached or does not answer in time."""
+        stub = admin_pb2_grpc.AdminStub(self._channel(member.grpc_address))
         try:
-            return await self._stub(address).ResetOffsets(
-                request, timeout=PEER_CALL_TIMEOUT_S, metadata=credentials
+            answer = await getattr(stub, method)(
+                request, timeout=timeout_s, metadata=self.signed_as(caller.user)
             )
         except grpc.aio.AioRpcError as error:
-            if error.code() in (
-                grpc.StatusCode.PERMISSION_DENIED,
-                grpc.StatusCode.UNAUTHENTICATED,
-            ):
-                raise PermissionError(error.details() or error.code().name) from None
-            raise ConnectionError(f"{address}: {error.code().name} {error.details()}") from None
+            code = error.code()
+            if code is grpc.StatusCode.PERMISSION_DENIED:
+                raise AccessDenied(True, error.details() or "FORBIDDEN") from None
+            if code is grpc.StatusCode.UNAUTHENTICATED:
+                raise AccessDenied(False, error.details() or "UNAUTHENTICATED") from None
+            raise AdminRefused(
+                UNAVAILABLE,
+                f"the master of broker group {member.broker_group} ({member.node_id}) did "
+                f"not answer {method}: {code.name} {error.details() or ''}".rstrip(),
+            ) from None
+        except TimeoutError:
+            raise AdminRefused(
+                UNAVAILABLE, f"{member.node_id} did not answer {method} in time"
+            ) from None
+        if answer.status.code != 0:
+            raise AdminRefused(
+                answer.status.code,
+                f"broker group {member.broker_group} ({member.node_id}): {answer.status.message}",
+            )
+        return answer
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            if len(self._channels) >= CHANNELS_MAX:
+                closing = asyncio.ensure_future(
+                    self._channels.pop(next(iter(self._channels))).close()
+                )
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
+            channel = self._channels[address] = self.channel_for(address)
+        return channel
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}

@@ -84,7 +84,7 @@ from node.request_budget import RequestBudget
 from node.routing_channel import Setup
 from node.routing_proxy import RoutingProxy
 from node.secret_box import SecretBox
-from node.services.admin import AdminRefused, AdminService
+from node.services.admin import AdminService
 from node.services.caller import Caller
 from node.services.check_relay import CheckRelay
 from node.services.lite import LiteService
@@ -116,6 +116,7 @@ from node.wakeups import watch_wakeups
 from routing.acl import User
 from routing.commands import CatchUp, CreateUser, NodeHeartbeat, RegisterNode
 from routing.formats import NEWEST_FORMAT
+from routing.metadata import Member
 from routing.replica import RoutingUnavailable
 from store import sync_ledger
 from store.message_store import MessageStore
@@ -229,7 +230,7 @@ class Node:
         )
         self.lite_notices = LiteNotices(store)
         self.lite_notices.attach(loop)
-        self.peer_admin = PeerAdmin(self._peer_channel)
+        self.peer_admin = PeerAdmin(self._peer_channel, self._signed_as)
         self.services = self._services(store, handles)
         self.transactions = self.services.transactions
         self.transactions.load()
@@ -388,8 +389,7 @@ class Node:
                 config.id,
                 config.group,
                 master_of=lambda broker_group: self.routing.state.master_of(broker_group),
-                channel_for=self._peer_channel,
-                signed_as=self._signed_as,
+                peers=self.peer_admin,
             ),
         )
         security = config.security
@@ -409,24 +409,19 @@ class Node:
         self.console_port = await self.console.start()
 
     async def _console_failover(
-        self, caller: Caller, master: str, address: str, broker_group: str, target: str
+        self, caller: Caller, master: Member, broker_group: str, target: str
     ) -> tuple[str, int, int]:
         """A planned failover the console asked for: decided here when this node is the
         group's master, else by the master's Admin door, called as the console's user
         (signed with that user's own key, as the user's client would)."""
-        if master == self.config.id:
+        if master.node_id == self.config.id:
             admin = self.services.admin
             new_master, epoch, paused_ms = await admin.failover(caller, target or None)
             return new_master, epoch, int(paused_ms)
         request = admin_pb2.FailoverRequest(broker_group=broker_group, target_node=target)
-        async with self._peer_channel(address) as channel:
-            answer = await admin_pb2_grpc.AdminStub(channel).Failover(
-                request,
-                timeout=CONSOLE_FAILOVER_TIMEOUT_S,
-                metadata=self._signed_as(caller.user),
-            )
-        if answer.status.code != 0:
-            raise AdminRefused(answer.status.code, answer.status.message)
+        answer = await self.peer_admin.call(
+            caller, master, "Failover", request, CONSOLE_FAILOVER_TIMEOUT_S
+        )
         return answer.new_master, answer.epoch, answer.writes_unavailable_ms
 
     def _signed_as(self, user: User | None) -> tuple[tuple[str, str], ...]:

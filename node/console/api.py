@@ -25,7 +25,7 @@ from node.services.admin import AdminRefused, ClusterSnapshot, TopicSpec
 from node.services.caller import Caller
 from node.services.registry import Services
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
-from routing.metadata import GroupConfig, MessageType, Permission, TopicRoute
+from routing.metadata import GroupConfig, Member, MessageType, Permission, TopicRoute
 from routing.replica import RaftStatus
 
 PAGE_SIZE_MAX = 500
@@ -220,7 +220,8 @@ class FailoverProgress:
 # (caller, master's node id, master's client address, broker group, target) ->
 # (new master, epoch, ms writes were paused): on this node when it is the master, else
 # handed to the master's Admin door (node/server.py builds it).
-FailoverRunner = Callable[[Caller, str, str, str, str], Awaitable[tuple[str, int, int]]]
+# (caller, the group's master, broker group, target node) -> (new master, epoch, paused ms)
+FailoverRunner = Callable[[Caller, Member, str, str], Awaitable[tuple[str, int, int]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,21 +327,17 @@ class ConsoleApi:
             int(time.time() * 1000),
             asked_by=caller.identity,
         )
-        progress.task = asyncio.ensure_future(
-            self._follow(progress, caller, master.node_id, master.grpc_address)
-        )
+        progress.task = asyncio.ensure_future(self._follow(progress, caller, master))
         self.failovers[progress.id] = progress
         for old in sorted(self.failovers)[:-FAILOVERS_KEPT]:
             if self.failovers[old].state != "running":
                 del self.failovers[old]
         return progress.as_json()
 
-    async def _follow(
-        self, progress: FailoverProgress, caller: Caller, master: str, address: str
-    ) -> None:
+    async def _follow(self, progress: FailoverProgress, caller: Caller, master: Member) -> None:
         try:
             new_master, epoch, paused_ms = await self.run_failover(
-                caller, master, address, progress.broker_group, progress.target
+                caller, master, progress.broker_group, progress.target
             )
         except (AccessDenied, AdminRefused, InvalidRequest) as error:
             progress.state, progress.reason = "failed", refusal(error).message

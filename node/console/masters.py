@@ -4,32 +4,26 @@ Queue offsets, a group's progress (committed offsets, POP positions, messages in
 and stored messages live in each broker group's store, and the progress tables are kept
 current by a group's master only (a slave rebuilds them from the log when it is promoted).
 So the console reads them here when this node is that group's master, and otherwise asks
-the group's master through its Admin door (the same RPCs as the SDK's ``Admin``), signed
-as the console's user: the master's services decide on the same user, and their refusal
-comes back as the console's answer. A group without a master now is read here when it is
-this node's own (the best there is), and is otherwise unavailable.
+the group's master through its Admin door (the same RPCs as the SDK's ``Admin``), as the
+console's user (``node/peer_admin.py``): the master's services decide on the same user,
+and their refusal comes back as the console's answer. A group without a master now is
+read here when it is this node's own (the best there is), and is otherwise unavailable.
 
 Thread-safety: owned by the node's event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
-import grpc
-
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from ferrymq.protocol.ferrymq import admin_pb2_grpc
-from node.rpc_status import AccessDenied
+from node.peer_admin import PeerAdmin
 from node.services.admin import UNAVAILABLE, AdminRefused
 from node.services.caller import Caller
 from node.services.registry import Services
-from routing.acl import User
 from routing.metadata import Member
 
 READ_TIMEOUT_S = 5.0
-CHANNELS_MAX = 64  # one per other node a page reads from; past it, the oldest is closed
 
 
 class MasterReads:
@@ -39,20 +33,15 @@ class MasterReads:
         node_id: str,
         broker_group: str,
         master_of: Callable[[str], Member | None],
-        channel_for: Callable[[str], grpc.aio.Channel],
-        signed_as: Callable[[User | None], tuple[tuple[str, str], ...]],
+        peers: PeerAdmin,
     ) -> None:
-        """``master_of``: a broker group's master as routing says; ``channel_for``: a
-        channel to a node's client port (``Node._peer_channel``); ``signed_as``: the
-        signature headers of a call made as a user (none with authentication off)."""
+        """``master_of``: a broker group's master as routing says; ``peers``: the node's
+        calls to another node's Admin door as a user (``node/peer_admin.py``)."""
         self.services = services
         self.node_id = node_id
         self.broker_group = broker_group
         self.master_of = master_of
-        self.channel_for = channel_for
-        self.signed_as = signed_as
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._closing: set[asyncio.Future] = set()
+        self.peers = peers
 
     def where(self, broker_group: str) -> Member | None:
         """The master to ask for ``broker_group``'s store; None: read it here."""
@@ -62,11 +51,6 @@ class MasterReads:
                 return None
             raise AdminRefused(UNAVAILABLE, f"broker group {broker_group} has no master now")
         return None if master.node_id == self.node_id else master
-
-    async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close()
 
     # ---- the reads -----------------------------------------------------------------------
     async def queue_bounds(self, caller: Caller, broker_group: str, topic: str) -> list[dict]:
@@ -122,42 +106,5 @@ class MasterReads:
         request = api.QueryOffsetByTimeRequest(topic=topic, queue_id=queue_id, timestamp_ms=time_ms)
         return (await self._call(caller, master, "QueryOffsetByTime", request)).offset
 
-    # ---- one call ------------------------------------------------------------------------
     async def _call(self, caller: Caller, master: Member, method: str, request):
-        """``method`` at ``master``'s Admin door as ``caller``'s user; its refusal raised
-        as the service's own (``AccessDenied``, ``AdminRefused``)."""
-        stub = admin_pb2_grpc.AdminStub(self._channel(master.grpc_address))
-        try:
-            answer = await getattr(stub, method)(
-                request, timeout=READ_TIMEOUT_S, metadata=self.signed_as(caller.user)
-            )
-        except grpc.aio.AioRpcError as error:
-            code = error.code()
-            if code is grpc.StatusCode.PERMISSION_DENIED:
-                raise AccessDenied(True, error.details() or "FORBIDDEN") from None
-            if code is grpc.StatusCode.UNAUTHENTICATED:
-                raise AccessDenied(False, error.details() or "UNAUTHENTICATED") from None
-            raise AdminRefused(
-                UNAVAILABLE,
-                f"the master of {master.broker_group} ({master.node_id}) did not answer "
-                f"{method}: {code.name} {error.details() or ''}".rstrip(),
-            ) from None
-        except TimeoutError:
-            raise AdminRefused(
-                UNAVAILABLE, f"{master.node_id} did not answer {method} in time"
-            ) from None
-        if answer.status.code != 0:
-            raise AdminRefused(answer.status.code, answer.status.message)
-        return answer
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            if len(self._channels) >= CHANNELS_MAX:
-                closing = asyncio.ensure_future(
-                    self._channels.pop(next(iter(self._channels))).close()
-                )
-                self._closing.add(closing)
-                closing.add_done_callback(self._closing.discard)
-            channel = self._channels[address] = self.channel_for(address)
-        return channel
+        return await self.peers.call(caller, master, method, request, READ_TIMEOUT_S)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import replace
 
 import grpc
 
@@ -436,7 +435,7 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
 
     async def ResetOffsets(self, request, context):
         """A group's offsets on a topic, reset on every queue of it (the service hands the
-        other broker groups' parts to their masters, with the caller's credentials)."""
+        other broker groups' parts to their masters, as the caller's user)."""
 
         async def work(caller):
             if request.target not in RESET_TARGETS:
@@ -449,7 +448,6 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
                 request.broker_group,
                 request.dry_run,
             )
-            caller = replace(caller, credentials=forwarded_credentials(context))
             outcome = await self.services.offset_reset.reset(caller, reset)
             return {
                 "queues": [

@@ -30,10 +30,6 @@ class Caller:
     user: User | None  # the verified user; None with authentication off
     host: str = ""  # the peer's address without its port ("" when unknown)
     port: int = 0
-    # The caller's own signature headers, for a part of its request this node hands to
-    # another node (``node/peer_admin.py``): the gRPC doors' only (a remoting signature
-    # covers its own request's fields, which no other call repeats).
-    credentials: tuple[tuple[str, str], ...] = ()
 
     @property
     def address(self) -> str:

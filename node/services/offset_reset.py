@@ -10,7 +10,7 @@ Where the queues are: a topic's queues live in several broker groups, and a grou
 committed offset of a queue lives on that queue's group master. A client's request, asked
 of any node, covers every queue of the topic: the node resets its own group's queues when
 it is their master and hands every other part to that part's master
-(``node/peer_admin.py``, with the caller's credentials, so each master decides on the same
+(``node/peer_admin.py``, as the caller's user, so each master decides on the same
 user), first to see each queue's position, then to reset it. The answer names each queue:
 broker group, queue id, old offset (-1: none), new offset. mqadmin asks every master
 itself, so its request covers the receiving master's queues only.
@@ -53,7 +53,6 @@ from node.consumer_subscriptions import Subscriptions
 from node.peer_admin import PeerAdmin
 from node.pending_resets import PendingResets
 from node.pop_state import PopState
-from node.rpc_status import AccessDenied
 from node.services.admin import (
     FAILED_PRECONDITION,
     INVALID_ARGUMENT,
@@ -297,23 +296,7 @@ class OffsetResetService:
                 f"NO_MASTER: broker group {part.broker_group} has no master that this node "
                 "can ask now; retry",
             )
-        try:
-            answer = await self.peers.reset_offsets(
-                master.grpc_address, request_message(part), caller.credentials
-            )
-        except PermissionError as denied:
-            raise AccessDenied(True, f"the master of {part.broker_group}: {denied}") from None
-        except ConnectionError as error:
-            raise AdminRefused(
-                UNAVAILABLE,
-                f"the master of broker group {part.broker_group} ({master.node_id}) did not "
-                f"answer: {error}",
-            ) from None
-        if answer.status.code != 0:
-            raise AdminRefused(
-                answer.status.code,
-                f"broker group {part.broker_group} ({master.node_id}): {answer.status.message}",
-            )
+        answer = await self.peers.call(caller, master, "ResetOffsets", request_message(part))
         queues = [
             QueueReset(q.broker_group, q.queue_id, q.old_offset, q.new_offset)
             for q in answer.queues
