@@ -171,6 +171,9 @@ class ReplicatedStore:
     def query_by_unique_key(self, topic: str, unique_key: str) -> StoredMessage | None:
         return self._store.query_by_unique_key(topic, unique_key)
 
+    def add_cut_listener(self, listener: Callable[[int], None]) -> None:
+        self._store.add_cut_listener(listener)
+
     def add_dispatch_listener(
         self,
         listener: DispatchListener,

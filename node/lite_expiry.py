@@ -138,7 +138,7 @@ class LiteExpiry:
             bound = bounds.get(topic)
             if bound is None or newest >= bound:
                 continue
-            stored = self.store.read_message(newest)
+            stored = self.index.message_at(lmq, newest)
             if stored is not None and stored.store_timestamp_ms < cutoffs[topic]:
                 found.append((lmq, newest))
         return found

@@ -13,9 +13,14 @@ message on every node.
 The index is derived data: ``load`` rebuilds it from the LITE topics' queues (reading each
 record's ``__LITE_TOPIC``), then it follows every dispatched record (a master's and a
 slave's alike, so a promoted slave has it). An offset is added at most once and in order
-(a record seen by both the rebuild and the dispatch listener is one entry); a slave that
-cut its log's tail drops the entries past the cut when records are dispatched there again.
-Offsets below the log's first (retention) are dropped as they are read.
+(a record seen by both the rebuild and the dispatch listener is one entry). A cut of the
+log's tail (a slave's, ``store.add_cut_listener``) drops every lite topic's entries past
+it at once, before anything is appended there again: the next record at such an offset
+may be anything (a 30-minute sync-async-flush chaos run served a ``%SYS%POP`` record to a
+lite consumer when entries past a cut were dropped only as LITE records came back there).
+Readers take a message through ``message_at``, which also checks that the record at the
+offset is that lite topic's. Offsets below the log's first (retention) are dropped as they
+are read.
 
 Expiry (``node/lite_expiry.py``): a lite topic idle past its topic's
 ``lite.topic.expiration`` is deleted by a marker record in ``%SYS%LITE_EXPIRY`` naming it
@@ -44,6 +49,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.codec.properties import PROPERTY_LITE_TOPIC
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.replicated_store import ReplicatedStore
@@ -96,6 +102,7 @@ class LiteIndex:
         self.store.add_dispatch_listener(
             self._on_dispatch, topics=(EXPIRY_TOPIC,), properties=(PROPERTY_LITE_TOPIC,)
         )
+        self.store.add_cut_listener(self._on_cut)
         self._read_markers()
         for topic in lite_topics:
             for queue_id in self.store.queue_ids(topic):
@@ -126,13 +133,25 @@ class LiteIndex:
             if not lite_topic or request.topic.startswith("%"):
                 continue
             lmq = lmq_name(request.topic, lite_topic)
-            self._add(lmq, request.physical_offset, replacing_tail=True)
+            self._add(lmq, request.physical_offset)
             if self._loop is None:
                 continue
             if threading.get_ident() == self._loop_thread:
                 self.on_arrival(lmq)
             else:
                 self._loop.call_soon_threadsafe(self.on_arrival, lmq)
+
+    def _on_cut(self, end: int) -> None:
+        """The log from ``end`` on was cut: every lite topic's offsets from there on go
+        (new lists, never a change of one a reader may hold). Markers past ``end`` stay in
+        ``_recent`` for ``mend_cut``."""
+        for lmq, offsets in list(self._offsets.items()):
+            if offsets and offsets[-1] >= end:
+                kept = offsets[: bisect.bisect_left(offsets, end)]
+                if kept:
+                    self._offsets[lmq] = kept
+                else:
+                    del self._offsets[lmq]
 
     def _expired(self, properties: dict[str, str], at: int) -> None:
         """Apply the expiry marker stored at ``at``: drop its lite topic's offsets at or
@@ -186,10 +205,8 @@ class LiteIndex:
     def unhide(self, lmq: str) -> None:
         self._hidden.pop(lmq, None)
 
-    def _add(self, lmq: str, offset: int, *, replacing_tail: bool = False) -> None:
-        """Add ``offset`` once, in order. ``replacing_tail``: a dispatched record at an
-        offset the list already passed follows a cut of the log's tail, so the entries
-        from there on are gone."""
+    def _add(self, lmq: str, offset: int) -> None:
+        """Add ``offset`` once, in order."""
         offsets = self._offsets.get(lmq)
         if offsets is None:
             self._offsets[lmq] = array("q", (offset,))
@@ -198,13 +215,28 @@ class LiteIndex:
             offsets.append(offset)
             return
         at = bisect.bisect_left(offsets, offset)
-        if replacing_tail:
-            del offsets[at:]
-            offsets.append(offset)
-        elif offsets[at] != offset:
+        if offsets[at] != offset:
             offsets.insert(at, offset)
 
     # ---- reading -------------------------------------------------------------------
+    def message_at(self, lmq: str, offset: int) -> StoredMessage | None:
+        """``lmq``'s message at CommitLog offset ``offset``; None when the log no longer
+        holds it there (retention removed it, or a cut put another record there)."""
+        stored = self.store.read_message(offset)
+        if stored is None or not self.holds(lmq, stored):
+            return None
+        return stored
+
+    @staticmethod
+    def holds(lmq: str, stored: StoredMessage) -> bool:
+        """Whether ``stored`` is one of ``lmq``'s messages (its topic's own, not a copy)."""
+        lite_topic = stored.properties.get(PROPERTY_LITE_TOPIC)
+        return (
+            bool(lite_topic)
+            and not stored.topic.startswith("%")
+            and lmq_name(stored.topic, lite_topic) == lmq
+        )
+
     def offsets_from(self, lmq: str, offset: int, limit: int) -> list[int]:
         """Up to ``limit`` CommitLog offsets of ``lmq``'s messages at or after ``offset``."""
         offsets = self._live(lmq)

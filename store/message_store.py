@@ -252,6 +252,7 @@ class MessageStore:
         self.writes_refused: str | None = None
         self._group_commit: GroupCommitService | None = None
         self._flush_listeners: list[Callable[[], None]] = []
+        self._cut_listeners: list[Callable[[int], None]] = []
         self._flusher: BackgroundFlusher | None = None
         self._last_full_flush = time.monotonic()
         self._last_retention_check = 0.0
@@ -427,6 +428,8 @@ class MessageStore:
                     queue.truncate_physical(end)
                 self.index.truncate_physical(end)
                 self.dispatcher.dispatched_offset = min(self.dispatcher.dispatched_offset, end)
+                for listener in self._cut_listeners:  # what others derive from the cut tail
+                    listener(end)
                 # A cut is the one fall of the write offset: a new history for the cap too.
                 cap = self._confirmed_offset
                 self.set_confirmed_offset(None if cap is None else min(cap, end), new_epoch=True)
@@ -1141,6 +1144,13 @@ class MessageStore:
         while the consume-queue and index work is still to be done, as RocketMQ's HA
         transfer reads the CommitLog independently of its reput."""
         self._append_listeners.append(listener)
+
+    def add_cut_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(end)`` when a cut discards the log from ``end`` on (``truncate_to``),
+        on the cutting thread under the put lock (it must not block): what is derived from
+        the log outside the store (an index by CommitLog offset) drops the same tail before
+        any record is appended there again."""
+        self._cut_listeners.append(listener)
 
     def add_dispatch_listener(
         self,

@@ -177,7 +177,7 @@ class LiteService:
         low, high = 0, len(offsets)
         while low < high:
             middle = (low + high) // 2
-            stored = self.pop.store.read_message(offsets[middle])
+            stored = self.index.message_at(lmq, offsets[middle])
             if stored is not None and stored.store_timestamp_ms >= timestamp_ms:
                 high = middle
             else:

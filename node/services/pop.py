@@ -385,16 +385,16 @@ class PopService:
         picked: list[tuple[StoredMessage, int]] = []
         redelivered: dict[int, InFlight] = {}
         for offset in sorted(cursor.in_flight)[:want]:  # all visible: none is invisible
-            stored = self.store.read_message(offset)
+            stored = self.lite_index.message_at(lmq, offset)
             self._come_back(group, key, offset, stored, picked, redelivered, records, undo)
         next_offset = cursor.next_offset
         if len(redelivered) == len(cursor.in_flight):  # in order: new ones after them only
             cap = self.store.read_cap()
             for offset in self.lite_index.offsets_from(lmq, next_offset, want - len(picked)):
-                stored = self.store.read_message(offset)
+                stored = self.lite_index.message_at(lmq, offset)
                 if stored is not None and cap is not None and offset + stored.size > cap:
                     break  # not confirmed (or not on disk) yet
-                if stored is not None:  # else removed by retention: passed over
+                if stored is not None:  # else removed by retention (or a cut): passed over
                     picked.append((stored, 1))
                 next_offset = offset + 1
         if not picked and next_offset == cursor.next_offset:
@@ -539,17 +539,20 @@ class PopService:
 
     def _read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
         if is_lmq(topic):  # a lite topic's offsets are CommitLog offsets
-            return self.store.read_message(offset)
+            return self.lite_index.message_at(topic, offset)
         return self.store.message_at(topic, queue_id, offset)
 
     def _gone(self, key: CursorKey, offset: int) -> bool:
         """Whether an in-flight message that cannot be read is gone for good: below its
-        queue's first offset (removed by retention), so its delivery ends. Anywhere else
-        it stays in flight and is tried again at the next receive: ending the delivery of
-        a message the queue still holds (its entry not readable for a moment) would lose
+        queue's first offset (removed by retention), or, for a lite topic, another record
+        stands at its CommitLog offset (a cut replaced it), so its delivery ends. Anywhere
+        else it stays in flight and is tried again at the next receive: ending the delivery
+        of a message the queue still holds (its entry not readable for a moment) would lose
         it for the group, whose cursor is past it."""
         group, topic, queue_id = key
         if is_lmq(topic):
+            if self.store.read_message(offset) is not None:  # not this lite topic's
+                return True
             first, end = self.store.min_offset, self.store.write_offset
         else:
             first = self.store.min_offset_in_queue(topic, queue_id)

@@ -20,6 +20,7 @@ from node.consumer_offsets import ConsumerOffsets
 from node.group_creation import GroupsOnFirstUse
 from node.grpc.messaging import MessagingService
 from node.handle_key import receipt_handle_key
+from node.lite_names import lmq_name
 from node.long_polling import QueueWaiters
 from node.pop_state import PopState
 from node.receipt_handle import ReceiptHandle, ReceiptHandles
@@ -1006,3 +1007,32 @@ def test_a_reset_the_log_refuses_is_reported_and_tells_no_client(broker, monkeyp
     assert [(q.queue_id, q.old_offset, q.new_offset) for q in reset] == [(0, 0, 4), (1, -1, 0)]
     assert broker.state.cursor(("G", "orders", 0)) is None
     assert told == [("G", "orders", reset)]
+
+
+def test_a_lite_delivery_whose_offset_holds_another_record_ends_and_is_not_served(broker):
+    """A lite topic's offsets are CommitLog offsets: once another record stands at one (a
+    cut of the log's tail replaced it), its delivery in flight ends and that record is
+    never served to the lite consumer (a 30-minute sync-async-flush chaos run delivered a
+    ``%SYS%POP`` record to one, 16 times, then dead-lettered it)."""
+    broker.topics.put_topic(TopicConfig("chat", queue_count=1, message_type=MessageType.LITE))
+    broker.service.lite_index.load(broker.loop, ["chat"])
+    broker.lite.subscriptions.sync(pb.PARTIAL_ADD, "G", "c1", "chat", ["t-1"])
+    client = broker.lite.subscriptions.client("G", "c1")
+
+    def receive():
+        group = broker.topics.group("G")
+        return broker.run(broker.service.receive_lite(group, client, 16, 10_000))
+
+    message = Message.build("chat", b"hello", properties={PROPERTY_LITE_TOPIC: "t-1"})
+    assert broker.store.put_message(message).ok
+    (delivered,) = receive()
+    offset = delivered.stored.physical_offset
+    other = broker.store.put_message(Message.build("%SYS%POP", b"8133:2"))
+    replaced = broker.store.read_message(other.appended[0].physical_offset)
+    read = broker.store.read_message
+    broker.store.read_message = lambda at: replaced if at == offset else read(at)
+    broker.clock.ms += 10_000  # the delivery is visible again
+    assert receive() == []
+    key = ("G", lmq_name("chat", "t-1"), 0)
+    assert offset not in broker.state.cursor(key).in_flight
+    broker.state.check()
