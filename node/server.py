@@ -69,7 +69,6 @@ from node.liveness import LivenessLoop
 from node.long_polling import QueueWaiters
 from node.metrics import NodeMetrics, RoutingStatus
 from node.metrics_http import MetricsHttpServer
-from node.peer_admin import PeerAdmin
 from node.pending_resets import PendingResets
 from node.pop_state import PopState
 from node.port_holds import adopt_inherited, hold_port, port_of
@@ -92,6 +91,7 @@ from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
 from node.services.offset_reset import OffsetResetService
 from node.services.offsets import OffsetService
+from node.services.peer_admin import PeerAdmin
 from node.services.permissions import Permissions
 from node.services.pop import PopService
 from node.services.queries import QueryService

@@ -5,7 +5,7 @@ and stored messages live in each broker group's store, and the progress tables a
 current by a group's master only (a slave rebuilds them from the log when it is promoted).
 So the console reads them here when this node is that group's master, and otherwise asks
 the group's master through its Admin door (the same RPCs as the SDK's ``Admin``), as the
-console's user (``node/peer_admin.py``): the master's services decide on the same user,
+console's user (``node/services/peer_admin.py``): the master's services decide on the same user,
 and their refusal comes back as the console's answer. A group without a master now is
 read here when it is this node's own (the best there is), and is otherwise unavailable.
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from node.peer_admin import PeerAdmin
 from node.services.admin import UNAVAILABLE, AdminRefused
 from node.services.caller import Caller
+from node.services.peer_admin import PeerAdmin
 from node.services.registry import Services
 from routing.metadata import Member
 
@@ -36,7 +36,7 @@ class MasterReads:
         peers: PeerAdmin,
     ) -> None:
         """``master_of``: a broker group's master as routing says; ``peers``: the node's
-        calls to another node's Admin door as a user (``node/peer_admin.py``)."""
+        calls to another node's Admin door as a user (``node/services/peer_admin.py``)."""
         self.services = services
         self.node_id = node_id
         self.broker_group = broker_group

@@ -10,7 +10,7 @@ Where the queues are: a topic's queues live in several broker groups, and a grou
 committed offset of a queue lives on that queue's group master. A client's request, asked
 of any node, covers every queue of the topic: the node resets its own group's queues when
 it is their master and hands every other part to that part's master
-(``node/peer_admin.py``, as the caller's user, so each master decides on the same
+(``node/services/peer_admin.py``, as the caller's user, so each master decides on the same
 user), first to see each queue's position, then to reset it. The answer names each queue:
 broker group, queue id, old offset (-1: none), new offset. mqadmin asks every master
 itself, so its request covers the receiving master's queues only.
@@ -50,7 +50,6 @@ from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ha.replicated_store import ReplicatedStore
 from node.consumer_offsets import ConsumerOffsets
 from node.consumer_subscriptions import Subscriptions
-from node.peer_admin import PeerAdmin
 from node.pending_resets import PendingResets
 from node.pop_state import PopState
 from node.services.admin import (
@@ -62,6 +61,7 @@ from node.services.admin import (
     refused,
 )
 from node.services.caller import Caller
+from node.services.peer_admin import PeerAdmin
 from node.services.permissions import Permissions
 from node.topics import MessageType, TopicError, TopicTable
 from routing.metadata import TopicRoute
