@@ -23,6 +23,7 @@ from node.console.masters import MasterReads
 from node.rpc_status import AccessDenied, InvalidRequest
 from node.services.admin import AdminRefused, ClusterSnapshot, TopicSpec
 from node.services.caller import Caller
+from node.services.offset_reset import MAX_TIME_MS, ResetRequest, ResetTarget
 from node.services.registry import Services
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
 from routing.metadata import GroupConfig, Member, MessageType, Permission, TopicRoute
@@ -284,6 +285,7 @@ class ConsoleApi:
                 ("POST", "groups", self.create_group),
                 ("GET", f"groups/{NAME}", self.group),
                 ("DELETE", f"groups/{NAME}", self.delete_group),
+                ("POST", f"groups/{NAME}/reset", self.reset_offsets),
                 ("GET", "messages", self.messages),
                 ("GET", "users", self.users),
                 ("POST", "users", self.create_user),
@@ -522,6 +524,30 @@ class ConsoleApi:
     async def delete_group(self, caller: Caller, call: ApiCall) -> dict:
         await self.admin.delete_group(caller, call.params[0])
         return {"deleted": call.params[0]}
+
+    async def reset_offsets(self, caller: Caller, call: ApiCall) -> dict:
+        """The group's offsets on a topic reset (``to``: ``earliest``, ``latest`` or a time
+        in ms; ``dry_run``: where they would go), by the offset reset service, as for
+        ``ferrymq group reset-offsets``: every queue of the topic, on every broker group."""
+        body = call.json()
+        topic = text(body.get("topic"), "topic", 255)
+        to = body.get("to")
+        if to in ("earliest", "latest"):
+            target, timestamp_ms = ResetTarget(to), 0
+        elif isinstance(to, int) and not isinstance(to, bool) and 0 <= to <= MAX_TIME_MS:
+            target, timestamp_ms = ResetTarget.TIME, to
+        else:
+            raise ApiError(400, "to must be 'earliest', 'latest' or a time in ms since the epoch")
+        dry_run = flag(body.get("dry_run", False), "dry_run")
+        request = ResetRequest(call.params[0], topic, target, timestamp_ms, dry_run=dry_run)
+        outcome = await self.services.offset_reset.reset(caller, request)
+        return {
+            "group": request.group,
+            "topic": topic,
+            "dry_run": dry_run,
+            "consuming": outcome.consuming,
+            "queues": [dataclasses.asdict(q) for q in outcome.queues],
+        }
 
     # ---- messages ------------------------------------------------------------------------
     async def messages(self, caller: Caller, call: ApiCall) -> dict:

@@ -284,6 +284,60 @@ def test_groups_page_shows_members_lag_in_flight_and_deletes(cluster, driver, co
         assert "console-leaving" not in {g.name for g in admin.list_groups()}
 
 
+def test_groups_page_resets_offsets_as_the_sdk_then_sees(cluster, driver, console):
+    """The reset form of a group's details: a preview changes nothing, a reset (after its
+    confirmation) moves every queue, as ``Admin.group_progress`` then reads; a reset to a
+    time through the same endpoint; a malformed ``to`` refused with what was wrong."""
+    first = master_node(cluster)
+    with admin_of(cluster) as admin:
+        admin.create_topic("console-rewind", 2)
+        admin.create_group("console-rewinders")
+    with Producer(first.grpc, security=ROOT) as producer:
+        sent = [producer.send(Message("console-rewind", f"r {i}".encode())) for i in range(6)]
+    with SimpleConsumer(first.grpc, "console-rewinders", "console-rewind", security=ROOT) as c:
+        read = 0
+        while read < len(sent):
+            got = until(lambda: c.receive(16, invisible_s=60, wait_s=1), 10, "messages")
+            for message in got:
+                c.ack(message)
+            read += len(got)
+
+    def lag() -> int:
+        with admin_of(cluster) as admin:
+            return sum(q.lag for q in admin.group_progress("console-rewinders", "console-rewind"))
+
+    until(lambda: lag() == 0, 10, "every message acknowledged")
+    driver.get(f"http://{console}/#/groups/console-rewinders")
+    on_page(lambda: driver.find_element(By.ID, "reset-offsets").is_displayed(), "the reset form")
+    driver.find_element(By.ID, "reset-topic").send_keys("console-rewind")
+    driver.find_element(By.CSS_SELECTOR, "#reset-to option[value='earliest']").click()
+    click(driver, "#reset-preview", "the preview button")
+    planned = stable_rows(driver, "reset-queues", lambda r: len(r) == 2)
+    assert sorted(int(row[3]) for row in planned) == [0, 0]
+    assert sum(int(row[2]) for row in planned) == len(sent)
+    assert lag() == 0  # a preview changes nothing
+    click(driver, "#reset-apply", "the reset button")
+    driver.switch_to.alert.accept()
+    on_page(lambda: lag() == len(sent), "the reset seen through the SDK")
+    on_page(lambda: driver.find_element(By.ID, "group-lag").text == str(len(sent)), "the lag")
+
+    client = ConsoleClient(console)
+    assert client.login(ROOT).status == 200
+    with admin_of(cluster) as admin:
+        (found,) = admin.query_by_id(sent[3].message_id, "console-rewind")
+    at = found.store_timestamp_ms + 1  # just after the 4th message's store time
+    answer = client.request(
+        "POST", "/api/groups/console-rewinders/reset", {"topic": "console-rewind", "to": at}
+    )
+    assert answer.status == 200, answer.body
+    assert lag() < len(sent)
+    refused = client.request(
+        "POST", "/api/groups/console-rewinders/reset", {"topic": "console-rewind", "to": "soon"}
+    )
+    assert refused.status == 400 and "earliest" in refused.body["error"]
+    client.close()
+
+
 def test_messages_page_finds_by_key_id_and_offset_and_shows_untrusted_content_as_text(
     cluster, driver, console
 ):

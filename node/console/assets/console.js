@@ -435,6 +435,7 @@ function groupsPage(view, path) {
   const next = el("button", { type: "button", class: "secondary", id: "groups-next" }, "Next");
   const list = el("div", { id: "groups" });
   const detail = el("div", { id: "group-detail" });
+  const reset = resetForm(() => selected, () => poll.now());
   const newName = el("input", { id: "new-group-name", required: true, maxlength: 255 });
   const newAttempts = el("input", { id: "new-group-attempts", type: "number", min: 1, max: 999, value: 16 });
   const newFifo = el("input", { id: "new-group-fifo", type: "checkbox" });
@@ -454,7 +455,7 @@ function groupsPage(view, path) {
   });
   view.append(el("h1", {}, "Consumer groups"), create,
     el("p", { class: "hint" }, "Members are the clients this node hears from; offsets, lag and messages in flight are read at each broker group's master."),
-    el("div", { class: "toolbar" }, filter, previous, next, counter), list, detail);
+    el("div", { class: "toolbar" }, filter, previous, next, counter), list, detail, reset.form);
   let typing = null;
   filter.addEventListener("input", () => {
     clearTimeout(typing);
@@ -492,6 +493,7 @@ function groupsPage(view, path) {
 
   function drawDetail(g) {
     clear(detail);
+    reset.show(g);
     if (!g) return;
     detail.append(el("h2", {}, "Group ", el("span", { class: "mono", id: "group-detail-name" }, g.name)),
       el("div", { class: "facts" },
@@ -535,6 +537,65 @@ function groupsPage(view, path) {
     drawDetail(data.shown);
   }, (error) => notice(error.message, true));
   return poll;
+}
+
+// A group's offsets on a topic reset to a time, the earliest or the latest message: built once
+// (the poll redraws the details beside it, never what is typed here); Preview asks for a dry
+// run, Reset asks for confirmation first. ``group()`` names the selected group.
+function resetForm(group, changed) {
+  const topic = el("input", { id: "reset-topic", required: true, maxlength: 255, list: "reset-topics" });
+  const topics = el("datalist", { id: "reset-topics" });
+  const target = el("select", { id: "reset-to" },
+    el("option", { value: "time" }, "a time"), el("option", { value: "earliest" }, "the earliest message"),
+    el("option", { value: "latest" }, "the latest message"));
+  const when = el("input", { id: "reset-time", type: "datetime-local", step: 1 });
+  const result = el("div", { id: "reset-result" });
+  const preview = el("button", { type: "button", class: "secondary", id: "reset-preview" }, "Preview");
+  const apply = el("button", { type: "submit", class: "danger", id: "reset-apply" }, "Reset offsets");
+  const form = el("form", { class: "inline", id: "reset-offsets", hidden: true },
+    el("h2", {}, "Reset offsets"),
+    el("label", {}, "Topic", topic), topics, el("label", {}, "To", target),
+    el("label", {}, "Time (this browser's zone)", when), preview, apply, result);
+  target.addEventListener("change", () => { when.disabled = target.value !== "time"; });
+
+  function destination() {
+    if (target.value !== "time") return target.value;
+    const ms = new Date(when.value).getTime();
+    if (!when.value || Number.isNaN(ms)) throw new Error("Give the time to reset to.");
+    return ms;
+  }
+
+  async function run(dryRun) {
+    clear(result);
+    try {
+      const to = destination();
+      if (!dryRun && !window.confirm("Reset the offsets of " + group() + " on " + topic.value + "?")) return;
+      const done = await api("POST", "/api/groups/" + encodeURIComponent(group()) + "/reset",
+        { topic: topic.value, to: to, dry_run: dryRun });
+      result.append(el("p", {}, dryRun ? "Where the offsets would go:" : "Offsets reset:"),
+        table(["Broker group", ["Queue", true], ["Old offset", true], ["New offset", true]],
+          done.queues.map((q) => el("tr", {}, cell(q.broker_group), num(q.queue_id),
+            num(q.old_offset < 0 ? "none" : q.old_offset), num(q.new_offset))),
+          { id: "reset-queues" }));
+      if (!dryRun) { notice("Reset the offsets of " + done.group + " on " + done.topic + "."); changed(); }
+    } catch (error) { notice(error.message, true); }
+  }
+
+  preview.addEventListener("click", () => run(true));
+  form.addEventListener("submit", (event) => { event.preventDefault(); run(false); });
+  return {
+    form,
+    show(g) {
+      form.hidden = !g;
+      if (!g) return;
+      const known = [...new Set([...g.topics.map((t) => t.topic), ...g.subscriptions.map((s) => s.topic)])];
+      if (topics.dataset.names !== known.join("\n")) {
+        topics.dataset.names = known.join("\n");
+        clear(topics);
+        topics.append(...known.map((name) => el("option", { value: name })));
+      }
+    },
+  };
 }
 
 // ---- messages ----------------------------------------------------------------------------
