@@ -305,9 +305,21 @@ const TYPES = ["", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE"]
 const PERMISSIONS = ["READ_WRITE", "READ", "WRITE"];
 const PAGE_SIZE = 50;
 
+// A list filtered and paged on the node: the filter applies 250 ms after typing stops and
+// goes back to the first page; Previous and Next move a page. ``refresh()`` asks again.
+function pagedFilter(filter, previous, next, refresh) {
+  const state = { filter: "", offset: 0 };
+  let typing = null;
+  filter.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { state.filter = filter.value; state.offset = 0; refresh(); }, 250);
+  });
+  previous.addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE_SIZE); refresh(); });
+  next.addEventListener("click", () => { state.offset += PAGE_SIZE; refresh(); });
+  return state;
+}
+
 function topicsPage(view, path) {
-  let offset = 0;
-  let filterText = "";
   const selected = path[0] || null;
   const detail = el("div", { id: "topic-detail" });
   const filter = el("input", { id: "topic-filter", placeholder: "Filter by name", type: "search" });
@@ -337,13 +349,7 @@ function topicsPage(view, path) {
       poll.now();
     } catch (error) { notice(error.message, true); }
   });
-  let typing = null;
-  filter.addEventListener("input", () => {
-    clearTimeout(typing);
-    typing = setTimeout(() => { filterText = filter.value; offset = 0; poll.now(); }, 250);
-  });
-  previous.addEventListener("click", () => { offset = Math.max(0, offset - PAGE_SIZE); poll.now(); });
-  next.addEventListener("click", () => { offset += PAGE_SIZE; poll.now(); });
+  const paging = pagedFilter(filter, previous, next, () => poll.now());
 
   async function update(topic, queueCount, newPermission) {
     try {
@@ -410,7 +416,7 @@ function topicsPage(view, path) {
   }
 
   const poll = poller(async () => {
-    const listed = await api("GET", "/api/topics?" + new URLSearchParams({ filter: filterText, offset: offset, limit: PAGE_SIZE }));
+    const listed = await api("GET", "/api/topics?" + new URLSearchParams({ filter: paging.filter, offset: paging.offset, limit: PAGE_SIZE }));
     let shown = null;
     if (selected) {
       try { shown = await api("GET", "/api/topics/" + encodeURIComponent(selected)); } catch (error) { notice(error.message, true); }
@@ -426,8 +432,6 @@ function topicsPage(view, path) {
 
 // ---- consumer groups ---------------------------------------------------------------------
 function groupsPage(view, path) {
-  let offset = 0;
-  let filterText = "";
   let selected = path[0] || null;
   const filter = el("input", { id: "group-filter", placeholder: "Filter by name", type: "search" });
   const counter = el("span", { class: "muted", id: "group-count" });
@@ -456,13 +460,7 @@ function groupsPage(view, path) {
   view.append(el("h1", {}, "Consumer groups"), create,
     el("p", { class: "hint" }, "Members are the clients this node hears from; offsets, lag and messages in flight are read at each broker group's master."),
     el("div", { class: "toolbar" }, filter, previous, next, counter), list, detail, reset.form);
-  let typing = null;
-  filter.addEventListener("input", () => {
-    clearTimeout(typing);
-    typing = setTimeout(() => { filterText = filter.value; offset = 0; poll.now(); }, 250);
-  });
-  previous.addEventListener("click", () => { offset = Math.max(0, offset - PAGE_SIZE); poll.now(); });
-  next.addEventListener("click", () => { offset += PAGE_SIZE; poll.now(); });
+  const paging = pagedFilter(filter, previous, next, () => poll.now());
 
   async function remove(name) {
     if (!window.confirm("Delete consumer group " + name + "?")) return;
@@ -522,7 +520,7 @@ function groupsPage(view, path) {
   }
 
   const poll = poller(async () => {
-    const listed = await api("GET", "/api/groups?" + new URLSearchParams({ filter: filterText, offset: offset, limit: PAGE_SIZE }));
+    const listed = await api("GET", "/api/groups?" + new URLSearchParams({ filter: paging.filter, offset: paging.offset, limit: PAGE_SIZE }));
     let shown = null;
     if (selected) {
       try { shown = await api("GET", "/api/groups/" + encodeURIComponent(selected)); } catch (error) {
