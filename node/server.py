@@ -344,7 +344,7 @@ class Node:
         )
         add_service(
             admin_pb2_grpc.add_AdminServicer_to_server,
-            AdminDoor(services, config.group, self._peer_channel),
+            AdminDoor(services, config.group, self.peer_admin),
         )
         add_service(data_pb2_grpc.add_DataServicer_to_server, DataService(services))
 

@@ -13,14 +13,10 @@ Thread-safety: handlers run on the node's event loop.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-
-import grpc
 
 from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
-from node.authentication import SIGNED_HEADER
 from node.grpc.authentication import caller_of, refuse_call
 from node.rpc_status import AccessDenied, InvalidRequest
 from node.services.admin import (
@@ -33,6 +29,7 @@ from node.services.admin import (
 )
 from node.services.caller import Door
 from node.services.offset_reset import PROTO_TARGETS, ResetRequest
+from node.services.peer_admin import PeerAdmin
 from node.services.registry import Services
 from node.topics import MessageType, Permission, TopicError
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
@@ -201,27 +198,19 @@ def cluster_message(snapshot: ClusterSnapshot) -> api.ClusterStatusResponse:
     )
 
 
-def forwarded_credentials(context) -> tuple[tuple[str, str], ...]:
-    """The caller's signature headers, so the node a call is handed to authorizes the
-    same user (the signature is valid for the clock-skew window on any node)."""
-    return tuple(
-        (key, value)
-        for key, value in context.invocation_metadata()
-        if key in ("authorization", SIGNED_HEADER)
-    )
-
-
 class AdminDoor(admin_pb2_grpc.AdminServicer):
     def __init__(
         self,
         services: Services,
         broker_group: str,
-        peer_channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
+        peers: PeerAdmin,
     ) -> None:
+        """``peers``: the calls this node makes to another node's Admin door as a user
+        (a planned failover handed to its group's master)."""
         self.services = services
         self.admin = services.admin
         self.broker_group = broker_group
-        self.peer_channel = peer_channel
+        self.peers = peers
 
     async def _serve(self, context, method: str, response_class, work) -> object:
         """``response_class`` with OK and the fields ``work(caller)`` returns, or with the
@@ -416,9 +405,15 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
                 status=api.Status(code=UNAVAILABLE, message="the group has no master now")
             )
         if master.node_id != self.admin.node_id:
-            async with self.peer_channel(master.grpc_address) as channel:
-                return await admin_pb2_grpc.AdminStub(channel).Failover(
-                    request, timeout=FAILOVER_TIMEOUT_S, metadata=forwarded_credentials(context)
+            try:
+                return await self.peers.call(
+                    caller, master, "Failover", request, FAILOVER_TIMEOUT_S
+                )
+            except AccessDenied as denied:
+                await refuse_call(context, denied)
+            except AdminRefused as error:
+                return api.FailoverResponse(
+                    status=api.Status(code=error.code, message=error.message)
                 )
 
         async def work(caller):
