@@ -4,8 +4,9 @@ message queries, users and ACL entries.
 
 Status codes follow google.rpc (``AdminRefused`` carries them); a refusal by the ACL aborts
 the call with gRPC ``PERMISSION_DENIED`` or ``UNAUTHENTICATED``. A planned failover asked
-of a node that is not its group's master is handed to the master over its client port,
-with the caller's signature headers, so the master decides on the same user.
+of a node that is not its group's master is handed to the master over its client port
+(``node/services/peer_admin.py``: signed as the caller's user), so the master decides on
+the same user.
 
 Thread-safety: handlers run on the node's event loop.
 """
