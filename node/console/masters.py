@@ -115,7 +115,7 @@ class MasterReads:
         ``queue_id`` on ``broker_group``, read at its master (``delivery_history.py``)."""
         master = self.where(broker_group)
         if master is None:
-            found = self.services.delivery_history.history(caller, topic, queue_id, offset)
+            found = await self.services.delivery_history.history(caller, topic, queue_id, offset)
             return history_json(found, self.node_id)
         request = api.MessageHistoryRequest(topic=topic, queue_id=queue_id, offset=offset)
         answer = await self._call(caller, master, "MessageHistory", request)

@@ -438,8 +438,8 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
                 status = api.Status(code=error.code, message=error.message)
                 return api.MessageHistoryResponse(status=status)
 
-        def work(caller):
-            found = self.services.delivery_history.history(
+        async def work(caller):
+            found = await self.services.delivery_history.history(
                 caller, request.topic, request.queue_id, request.offset
             )
             return history_fields(found)

@@ -24,7 +24,7 @@ from node.services.offset_reset import ResetRequest, ResetTarget
 from node.services.permissions import Permissions
 from node.topics import GroupConfig, TopicConfig
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
-from tests.node.test_pop import Broker, reset_service
+from tests.support.pop_broker import Broker, reset_service
 
 ANYONE = Caller(Door.FERRY, "MessageHistory", None)
 
@@ -53,7 +53,7 @@ def history_of(broker, offset: int, queue_id: int = 0, **options) -> MessageHist
         clock_ms=broker.clock,
         **options,
     )
-    return service.history(caller, "orders", queue_id, offset)
+    return broker.run(service.history(caller, "orders", queue_id, offset))
 
 
 def row(history: MessageHistory, group: str):
@@ -242,7 +242,7 @@ def test_refusals(broker):
         broker.store, broker.topics, broker.offsets, broker.state, Permissions(False), "g"
     )
     with pytest.raises(AdminRefused) as error:
-        service.history(ANYONE, "nothing", 0, 0)
+        broker.run(service.history(ANYONE, "nothing", 0, 0))
     assert error.value.code == 5
 
     secured = Permissions(enabled=True)
