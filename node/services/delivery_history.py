@@ -209,10 +209,10 @@ class DeliveryHistoryService:
                 INVALID_ARGUMENT,
                 f"topic {topic} has queues 0..{config.queue_count - 1} here, not {queue_id}",
             )
-        page = self.store.get_messages(topic, queue_id, max(offset, 0), 1) if offset >= 0 else None
-        message = (
-            next((m for m in page.messages if m.queue_offset == offset), None) if page else None
-        )
+        message = None
+        if offset >= 0:  # read as every message read is (the read cap of a new master holds)
+            page = self.store.get_messages(topic, queue_id, offset, 1)
+            message = next((m for m in page.messages if m.queue_offset == offset), None)
         if message is None:
             raise AdminRefused(NOT_FOUND, f"no message at {topic} queue {queue_id} offset {offset}")
         budget = _Budget(self.records_max)
@@ -306,6 +306,8 @@ class DeliveryHistoryService:
             )
         if dead or ending is EventKind.DEAD_LETTERED:
             return self._ended(group, trail, EventKind.DEAD_LETTERED, dead, truncated)
+        if ending is EventKind.EXPIRED:  # its cursor went with the lite topic
+            return self._ended(group, trail, ending, dead, truncated)
         retries = [e for e in copies if e.kind is EventKind.RETRY_COPY]
         if retries:
             if retried_consumed:
@@ -316,7 +318,7 @@ class DeliveryHistoryService:
         if committed is not None and committed > offset:
             return GroupState.CONSUMED, f"consumed (committed offset {committed})"
         if committed is None:
-            return GroupState.NOT_CONSUMED, "not consumed yet (no position: its offsets were reset)"
+            return GroupState.NOT_CONSUMED, "not consumed yet (the group has no position now)"
         return GroupState.NOT_CONSUMED, f"not consumed yet (committed offset {committed})"
 
     @staticmethod

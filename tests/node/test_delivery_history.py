@@ -135,6 +135,43 @@ def test_out_of_attempts_the_message_is_dead_lettered(broker):
     )
 
 
+def test_a_restated_delivery_is_not_a_second_delivery(broker):
+    """A pop record that restates a delivery already in flight (``PopState.append`` does,
+    before moving a cursor past it) is the same delivery, not another attempt."""
+    broker.send("orders", 1)
+    broker.receive("G", "orders")
+    key = ("G", "orders", 0)
+    flight = broker.state.cursor(key).in_flight[0]
+    restated = broker.state.pop_record(key, [(0, 1)], 1, flight.delivery, flight.visible_at_ms)
+    assert broker.run(broker.state.append([restated])).appended
+    g = row(history_of(broker, 0), "G")
+    assert kinds(g) == [EventKind.DELIVERED] and g.events[0].delivery == flight.delivery
+
+
+def test_a_stale_ack_is_not_the_messages_end(broker):
+    """An ack record naming an earlier delivery changes nothing (``PopState.apply``), and
+    the history does not show it either."""
+    broker.send("orders", 1)
+    broker.receive("G", "orders")
+    key = ("G", "orders", 0)
+    current = broker.state.cursor(key).in_flight[0].delivery
+    stale = broker.state.record("ack", b"0:0000000000000000", group="G", topic="orders", queue="0")
+    assert broker.run(broker.state.append([stale])).appended
+    g = row(history_of(broker, 0), "G")
+    assert kinds(g) == [EventKind.DELIVERED] and g.state is GroupState.IN_FLIGHT
+    assert broker.state.cursor(key).in_flight[0].delivery == current
+
+
+def test_an_expiry_ends_the_delivery_in_flight(broker):
+    broker.send("orders", 2)
+    broker.receive("G", "orders", batch=1)
+    record, _ = broker.state.expire(("G", "orders", 0), 0)
+    assert broker.run(broker.state.append([record])).appended
+    g = row(history_of(broker, 0), "G")
+    assert kinds(g) == [EventKind.DELIVERED, EventKind.EXPIRED]
+    assert (g.state, g.state_text) == (GroupState.CONSUMED, "ended: its lite topic expired")
+
+
 def test_an_offset_reset_ends_the_delivery_in_flight(broker):
     broker.send("orders", 2)
     broker.receive("G", "orders", batch=1)
