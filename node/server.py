@@ -86,6 +86,7 @@ from node.secret_box import SecretBox
 from node.services.admin import AdminService
 from node.services.caller import Caller
 from node.services.check_relay import CheckRelay
+from node.services.delivery_history import DeliveryHistoryService
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
@@ -568,6 +569,9 @@ class Node:
                 self.peer_admin,
                 pending_resets,
                 subscriptions,
+            ),
+            delivery_history=DeliveryHistoryService(
+                store, topics, self.offsets, self.pop_state, permissions, config.group
             ),
         )
 

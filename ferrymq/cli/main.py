@@ -242,6 +242,22 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--queue", type=int, default=0)
     query.set_defaults(handler=query_messages)
 
+    message = commands.add_parser("message", help="one stored message")
+    message_actions = message.add_subparsers(dest="action", required=True)
+    history = message_actions.add_parser(
+        "history",
+        parents=[common],
+        help="its delivery history per consumer group (deliveries, attempts, acks, retry "
+        "and dead-letter copies), read at its broker group's master",
+    )
+    history.add_argument("--topic", required=True)
+    history.add_argument("--queue", type=int, required=True)
+    history.add_argument("--offset", type=int, required=True, help="the queue offset")
+    history.add_argument(
+        "--broker-group", default="", help="the queue's broker group (when several hold it)"
+    )
+    history.set_defaults(handler=message_history)
+
     spark = commands.add_parser("spark", help="Spark pipelines on the ferrymq data source")
     spark_actions = spark.add_subparsers(dest="action", required=True)
     spark_run = spark_actions.add_parser(
@@ -804,6 +820,40 @@ def query_messages(args) -> int:
         ],
     )
     return 0 if found else 1
+
+
+def message_history(args) -> int:
+    with admin_of(args) as admin:
+        found = admin.message_history(args.topic, args.queue, args.offset, args.broker_group)
+    if args.json:
+        emit_json(found)
+        return 0
+    stored = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(found.store_timestamp_ms / 1000))
+    print(
+        f"{found.topic} queue {found.queue_id} offset {found.queue_offset} on "
+        f"{found.broker_group}, stored {stored}"
+    )
+    if not found.groups:
+        print("no consumer group has a position in this queue")
+    else:
+        print(table(["group", "state"], [[g.group, g.state_text] for g in found.groups]))
+    rows = [
+        [
+            g.group,
+            time.strftime("%H:%M:%S", time.localtime(e.time_ms / 1000))
+            + f".{e.time_ms % 1000:03d}",
+            e.kind,
+            e.attempt or "",
+            e.detail,
+        ]
+        for g in found.groups
+        for e in g.events
+    ]
+    if rows:
+        print(table(["group", "time", "event", "attempt", "detail"], rows))
+    if found.truncated:
+        print(f"history truncated after {found.records_max} records")
+    return 0
 
 
 # ---- output --------------------------------------------------------------------------

@@ -133,6 +133,80 @@ class StoredMessage:
 
 
 @dataclass(frozen=True)
+class HistoryEvent:
+    """One step of a message's delivery to a group: ``kind`` delivered, acked,
+    dead-lettered, invisibility changed, offsets reset, expired, retry copy or dead-letter
+    copy; ``time_ms`` the store time of the record that says it."""
+
+    time_ms: int
+    kind: str
+    attempt: int  # 0: does not apply
+    delivery: str  # POP's delivery id
+    visible_at_ms: int  # POP: the invisibility's end it set; 0: does not apply
+    detail: str
+
+
+@dataclass(frozen=True)
+class GroupHistory:
+    """A group's state for one message (``state``: not consumed yet, in flight, retrying,
+    consumed, dead-lettered; ``state_text`` in words) and how it got there."""
+
+    group: str
+    model: str  # "pop" or "offsets" (pull, 4.x push)
+    state: str
+    state_text: str
+    committed_offset: int  # -1: none
+    pop_next_offset: int  # -1: no POP cursor
+    events: tuple[HistoryEvent, ...]
+
+
+@dataclass(frozen=True)
+class MessageHistory:
+    """A stored message's delivery history per consumer group, read at its broker group's
+    master; ``truncated``: the bounded scan stopped after ``records_max`` records."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    store_timestamp_ms: int
+    broker_group: str
+    groups: tuple[GroupHistory, ...]
+    records_scanned: int
+    records_max: int
+    truncated: bool
+
+
+def _history(answer: api.MessageHistoryResponse) -> MessageHistory:
+    return MessageHistory(
+        answer.topic,
+        answer.queue_id,
+        answer.offset,
+        answer.store_timestamp_ms,
+        answer.broker_group,
+        tuple(
+            GroupHistory(
+                g.group,
+                g.model,
+                g.state,
+                g.state_text,
+                g.committed_offset,
+                g.pop_next_offset,
+                tuple(
+                    HistoryEvent(
+                        e.time_ms, e.kind, e.attempt, e.delivery, e.visible_at_ms, e.detail
+                    )
+                    for e in g.events
+                ),
+            )
+            for g in answer.groups
+        ),
+        answer.records_scanned,
+        answer.records_max,
+        answer.truncated,
+    )
+
+
+@dataclass(frozen=True)
 class AclRule:
     """``effect`` ALLOW or DENY, ``action`` PUBLISH or SUBSCRIBE, ``kind`` TOPIC or GROUP;
     ``pattern`` a name, ``*`` or a prefix ending in ``*``."""
@@ -440,6 +514,26 @@ class Admin:
         request = api.QueryMessageByOffsetRequest(topic=topic, queue_id=queue_id, offset=offset)
         found = self._query(topic, "QueryMessageByOffset", request)
         return [m for m in found if not broker_group or m.broker_group == broker_group]
+
+    def message_history(
+        self, topic: str, queue_id: int, offset: int, broker_group: str = ""
+    ) -> MessageHistory:
+        """The delivery history, per consumer group, of the message at ``offset`` of queue
+        ``queue_id`` of ``broker_group`` (may be left out when one broker group holds the
+        topic), asked of that group's master. ``AdminError`` NOT_FOUND when no message is
+        there; SUBSCRIBE on the topic is needed."""
+        masters = self.endpoints.route(topic, refresh=True).masters
+        if not broker_group:
+            if len(masters) != 1:
+                raise ValueError(f"topic {topic} is on broker groups {sorted(masters)}: name one")
+            (broker_group,) = masters
+        if broker_group not in masters:
+            raise ValueError(f"topic {topic} has no queues on broker group {broker_group}")
+        connection = self.endpoints.connection(masters[broker_group])
+        request = api.MessageHistoryRequest(topic=topic, queue_id=queue_id, offset=offset)
+        answer = connection.call(connection.admin.MessageHistory, request)
+        check_admin(answer.status)
+        return _history(answer)
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         request = api.QueryOffsetByTimeRequest(

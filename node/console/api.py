@@ -287,6 +287,7 @@ class ConsoleApi:
                 ("DELETE", f"groups/{NAME}", self.delete_group),
                 ("POST", f"groups/{NAME}/reset", self.reset_offsets),
                 ("GET", "messages", self.messages),
+                ("GET", "messages/history", self.message_history),
                 ("GET", "users", self.users),
                 ("POST", "users", self.create_user),
                 ("PUT", f"users/{NAME}", self.update_user),
@@ -656,6 +657,22 @@ class ConsoleApi:
                 "size": message.size,
             },
         }
+
+    # ---- a message's delivery history ------------------------------------------------------
+    async def message_history(self, caller: Caller, call: ApiCall) -> dict:
+        """The delivery history per consumer group of the message at a queue offset of a
+        broker group (``?broker_group=&topic=&queue=&offset=``, as a found message shows
+        them), read at that broker group's master."""
+        query = call.query
+        topic = text(query.get("topic", ""), "topic", 255)
+        broker_group = text(query.get("broker_group", ""), "broker_group", 255)
+        if not topic or not broker_group:
+            raise ApiError(400, "a message's history needs its topic and broker_group")
+        queue_id = integer(query.get("queue", ""), "queue", 0, 1023)
+        offset = integer(query.get("offset", ""), "offset", 0, 1 << 62)
+        if broker_group not in {g.name for g in self.admin.cluster(caller).broker_groups}:
+            raise ApiError(404, f"no broker group {broker_group}")
+        return await self.masters.message_history(caller, broker_group, topic, queue_id, offset)
 
     # ---- users and ACL entries -----------------------------------------------------------
     def users(self, caller: Caller, call: ApiCall) -> dict:

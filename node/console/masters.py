@@ -14,11 +14,13 @@ Thread-safety: owned by the node's event loop.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.services.admin import UNAVAILABLE, AdminRefused
 from node.services.caller import Caller
+from node.services.delivery_history import MessageHistory
 from node.services.peer_admin import PeerAdmin
 from node.services.registry import Services
 from routing.metadata import Member
@@ -106,5 +108,75 @@ class MasterReads:
         request = api.QueryOffsetByTimeRequest(topic=topic, queue_id=queue_id, timestamp_ms=time_ms)
         return (await self._call(caller, master, "QueryOffsetByTime", request)).offset
 
+    async def message_history(
+        self, caller: Caller, broker_group: str, topic: str, queue_id: int, offset: int
+    ) -> dict:
+        """The delivery history of the message at ``offset`` of ``topic``'s queue
+        ``queue_id`` on ``broker_group``, read at its master (``delivery_history.py``)."""
+        master = self.where(broker_group)
+        if master is None:
+            found = await self.services.delivery_history.history(caller, topic, queue_id, offset)
+            return history_json(found, self.node_id)
+        request = api.MessageHistoryRequest(topic=topic, queue_id=queue_id, offset=offset)
+        answer = await self._call(caller, master, "MessageHistory", request)
+        return remote_history_json(answer, master.node_id)
+
     async def _call(self, caller: Caller, master: Member, method: str, request):
         return await self.peers.call(caller, master, method, request, READ_TIMEOUT_S)
+
+
+def history_json(history: MessageHistory, node: str) -> dict:
+    """A history read here, as the console's JSON (``node``: who answered)."""
+    answer = dataclasses.asdict(history)
+    answer.update(
+        queue_offset=history.queue_offset,
+        note=history.note,
+        node=node,
+        groups=[
+            dataclasses.asdict(g)
+            | {
+                "state": g.state.value,
+                "events": [dataclasses.asdict(e) | {"kind": e.kind.value} for e in g.events],
+            }
+            for g in history.groups
+        ],
+    )
+    return answer
+
+
+def remote_history_json(answer: api.MessageHistoryResponse, node: str) -> dict:
+    """A history another node's Admin door answered, as ``history_json`` says it."""
+    return {
+        "topic": answer.topic,
+        "queue_id": answer.queue_id,
+        "queue_offset": answer.offset,
+        "store_timestamp_ms": answer.store_timestamp_ms,
+        "broker_group": answer.broker_group,
+        "records_scanned": answer.records_scanned,
+        "records_max": answer.records_max,
+        "truncated": answer.truncated,
+        "note": f"history truncated after {answer.records_max} records" if answer.truncated else "",
+        "node": node,
+        "groups": [
+            {
+                "group": g.group,
+                "model": g.model,
+                "state": g.state,
+                "state_text": g.state_text,
+                "committed_offset": g.committed_offset,
+                "pop_next_offset": g.pop_next_offset,
+                "events": [
+                    {
+                        "time_ms": e.time_ms,
+                        "kind": e.kind,
+                        "attempt": e.attempt,
+                        "delivery": e.delivery,
+                        "visible_at_ms": e.visible_at_ms,
+                        "detail": e.detail,
+                    }
+                    for e in g.events
+                ],
+            }
+            for g in answer.groups
+        ],
+    }

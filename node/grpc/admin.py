@@ -29,12 +29,13 @@ from node.services.admin import (
     refused,
 )
 from node.services.caller import Door
+from node.services.delivery_history import MessageHistory
 from node.services.offset_reset import PROTO_TARGETS, ResetRequest
 from node.services.peer_admin import PeerAdmin
 from node.services.registry import Services
 from node.topics import MessageType, Permission, TopicError
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
-from routing.metadata import GroupConfig, Role, TopicRoute
+from routing.metadata import GroupConfig, Member, Role, TopicRoute
 
 OK = api.Status(code=0, message="OK")
 TYPES = {
@@ -57,6 +58,7 @@ EFFECTS = {api.ACL_ALLOW: Effect.ALLOW, api.ACL_DENY: Effect.DENY}
 ACTIONS = {api.ACL_PUBLISH: Action.PUBLISH, api.ACL_SUBSCRIBE: Action.SUBSCRIBE}
 KINDS = {api.ACL_TOPIC: ResourceKind.TOPIC, api.ACL_GROUP: ResourceKind.GROUP}
 FAILOVER_TIMEOUT_S = 30
+HISTORY_TIMEOUT_S = 10  # a history reads at most HISTORY_RECORDS_MAX records
 RESET_TARGETS = {number: target for target, number in PROTO_TARGETS.items()}
 
 
@@ -113,6 +115,42 @@ def stored_message(stored: StoredMessage, broker_group: str) -> api.StoredMessag
         store_timestamp_ms=stored.store_timestamp_ms,
         broker_group=broker_group,
     )
+
+
+def history_fields(history: MessageHistory) -> dict:
+    """A ``MessageHistory`` as the fields of ``api.MessageHistoryResponse``."""
+    return {
+        "topic": history.topic,
+        "queue_id": history.queue_id,
+        "offset": history.queue_offset,
+        "store_timestamp_ms": history.store_timestamp_ms,
+        "broker_group": history.broker_group,
+        "records_scanned": history.records_scanned,
+        "records_max": history.records_max,
+        "truncated": history.truncated,
+        "groups": [
+            api.GroupHistory(
+                group=g.group,
+                model=g.model,
+                state=g.state.value,
+                state_text=g.state_text,
+                committed_offset=g.committed_offset,
+                pop_next_offset=g.pop_next_offset,
+                events=[
+                    api.HistoryEvent(
+                        time_ms=e.time_ms,
+                        kind=e.kind.value,
+                        attempt=e.attempt,
+                        delivery=e.delivery,
+                        visible_at_ms=e.visible_at_ms,
+                        detail=e.detail,
+                    )
+                    for e in g.events
+                ],
+            )
+            for g in history.groups
+        ],
+    }
 
 
 def entry_of(message: api.AclEntry) -> AclEntry:
@@ -382,6 +420,38 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
             return {"offset": offset}
 
         return await self._serve(context, "QueryOffsetByTime", api.QueryOffsetByTimeResponse, work)
+
+    async def MessageHistory(self, request, context):
+        """Answered by the group's master: a slave's POP cursors and committed offsets are
+        rebuilt only when it is promoted, so a slave hands the call to the master (signed
+        as the caller's user, who the master's service decides on), as for Failover."""
+        master = self._history_master()
+        if master is not None:
+            caller = caller_of(context, Door.FERRY, "MessageHistory")
+            try:
+                return await self.peers.call(
+                    caller, master, "MessageHistory", request, HISTORY_TIMEOUT_S
+                )
+            except AccessDenied as denied:
+                await refuse_call(context, denied)
+            except AdminRefused as error:
+                status = api.Status(code=error.code, message=error.message)
+                return api.MessageHistoryResponse(status=status)
+
+        async def work(caller):
+            found = await self.services.delivery_history.history(
+                caller, request.topic, request.queue_id, request.offset
+            )
+            return history_fields(found)
+
+        return await self._serve(context, "MessageHistory", api.MessageHistoryResponse, work)
+
+    def _history_master(self) -> Member | None:
+        """Another node that is this broker group's master, when this node is not one."""
+        if self.services.delivery_history.store.is_master:
+            return None
+        master = self.admin.routing.state.master_of(self.broker_group)
+        return master if master is not None and master.node_id != self.admin.node_id else None
 
     # ---- the cluster -----------------------------------------------------------------
     async def ClusterStatus(self, request, context):

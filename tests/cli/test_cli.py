@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from ferrymq.cli.main import main
+from ferrymq.client import SimpleConsumer
 from ferrymq.launcher.cluster import cluster_down
+from ferrymq.launcher.polling import until
 from routing.formats import NEWEST_FORMAT
 from tests.support import ROOT
 
@@ -163,6 +165,39 @@ def test_produce_consume_commit_query_and_progress(up, capsys):
     assert [m["message_id"] for m in json.loads(out)] == [message_id]
     code, _, err = run(capsys, "query", "--key", "x", "--server", address)
     assert code == 2 and "--key needs --topic" in err
+
+
+def test_message_history_shows_each_groups_deliveries(up, capsys):
+    address = up[0]
+    run(capsys, "topic", "create", "cli-h", "--queues", "1", "--server", address)
+    run(capsys, "group", "create", "cli-popper", "--server", address)
+    run(capsys, "group", "create", "cli-puller", "--server", address)
+    assert run(capsys, "produce", "cli-h", "one", "two", "--server", address)[0] == 0
+    code, _, _ = run(
+        capsys, "consume", "cli-h", "--group", "cli-puller", "--commit", "--max", "1",
+        "--wait", "1", "--server", address,
+    )  # fmt: skip
+    assert code == 0
+    with SimpleConsumer(address, "cli-popper", "cli-h") as consumer:
+        first, second = until(lambda: consumer.receive(2, invisible_s=300, wait_s=1), 10, "two")
+        consumer.ack(first)
+    history = ["message", "history", "--topic", "cli-h", "--queue", "0", "--server", address]
+    code, out, _ = run(capsys, *history, "--offset", str(first.queue_offset), "--json")
+    assert code == 0
+    answer = json.loads(out)
+    assert answer["broker_group"] == "group-1" and answer["truncated"] is False
+    by_group = {g["group"]: g for g in answer["groups"]}
+    assert by_group["cli-popper"]["state_text"] == "consumed: acked at attempt 1"
+    assert [e["kind"] for e in by_group["cli-popper"]["events"]] == ["delivered", "acked"]
+    assert by_group["cli-puller"]["state_text"] == "consumed (committed offset 1)"
+    code, out, _ = run(capsys, *history, "--offset", str(second.queue_offset))
+    assert code == 0
+    assert f"cli-h queue 0 offset {second.queue_offset} on group-1" in out
+    assert "in flight: attempt 1, invisible until" in out
+    assert "not consumed yet (committed offset 1)" in out
+    assert "delivered" in out and "acked" not in out
+    code, _, err = run(capsys, *history, "--offset", "9")
+    assert code == 1 and "no message at cli-h queue 0 offset 9" in err
 
 
 def test_consume_max_commits_only_what_it_printed(up, capsys):

@@ -7,6 +7,7 @@ that would set ``window.__xss`` never runs."""
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 
 import pytest
@@ -17,6 +18,7 @@ from ferrymq.client import Admin, Message, Producer, SimpleConsumer
 from ferrymq.codec.remoting_codes import RequestCode
 from ferrymq.launcher.cluster import cluster_down, cluster_up
 from ferrymq.launcher.polling import until
+from ferrymq.protocol.ferrymq import admin_pb2 as admin_api
 from tests.support.cluster import SMALL_STORE
 from tests.support.console import (
     CONSOLE_SETTINGS,
@@ -504,6 +506,122 @@ def test_a_slaves_console_reads_each_broker_groups_store_at_its_master(cluster, 
     assert [m["stored"]["node"] for m in found["messages"]] == [master.id]
     assert json.loads(base64.b64decode(found["messages"][0]["body_base64"]))["html"] == XSS
     client.close()
+
+
+def traced_message(cluster, topic: str, group: str):
+    """A message of ``topic`` received by ``group`` through the SDK, its invisibility
+    shortened (a nack), received again and acked: its receipt and the SDK's deliveries."""
+    with admin_of(cluster) as admin:
+        admin.create_topic(topic, 1)
+        admin.create_group(group)
+    with Producer(master_node(cluster).grpc, security=ROOT) as producer:
+        receipt = producer.send(Message(topic, b"traced", keys=[f"{topic}-key"]))
+    with SimpleConsumer(cluster.nodes[0].grpc, group, topic, security=ROOT) as consumer:
+        (first,) = until(lambda: consumer.receive(1, invisible_s=300, wait_s=1), 10, "a message")
+        consumer.change_invisible_duration(first, 1)
+        (second,) = until(lambda: consumer.receive(1, invisible_s=300, wait_s=1), 20, "again")
+        consumer.ack(second)
+    assert first.message_id == second.message_id == receipt.message_id
+    return receipt, [first, second]
+
+
+def test_a_message_history_shows_what_the_sdk_did(cluster, driver, console):
+    """The history panel of a found message, against the SDK's own steps: delivered,
+    its invisibility changed, delivered again (attempt 2), acked."""
+    receipt, (first, second) = traced_message(cluster, "console-traced", "console-tracers")
+    driver.get(f"http://{console}/#/messages")
+    driver.find_element(By.ID, "message-topic").send_keys("console-traced")
+    driver.find_element(By.ID, "message-key").send_keys("console-traced-key")
+    click(driver, "#message-find", "the find button")
+    card = on_page(lambda: driver.find_element(By.CSS_SELECTOR, ".message"), "the message")
+    assert card.get_attribute("data-message-id") == receipt.message_id
+    click(driver, ".message .history-refresh", "the history button")
+    panel = on_page(
+        lambda: driver.find_element(
+            By.CSS_SELECTOR, ".history-group[data-group='console-tracers']"
+        ),
+        "the group's history",
+    )
+    assert panel.find_element(By.CSS_SELECTOR, ".history-state").text == (
+        "consumed: acked at attempt 2"
+    )
+    events = [
+        [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+        for row in panel.find_elements(By.CSS_SELECTOR, ".history-events tbody tr")
+    ]
+    assert [(e[1], e[2]) for e in events] == [
+        ("delivered", "1"),
+        ("invisibility changed", "1"),
+        ("delivered", "2"),
+        ("acked", "2"),
+    ]
+    assert (first.delivery_attempt, second.delivery_attempt) == (1, 2)
+    with admin_of(cluster) as admin:
+        history = admin.message_history("console-traced", 0, first.queue_offset)
+    (sdk_group,) = history.groups
+    assert [e.kind for e in sdk_group.events] == [e[1] for e in events]
+    shown_times = [e[0] for e in events]
+    assert shown_times == [
+        datetime.datetime.fromtimestamp(e.time_ms / 1000, datetime.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+        for e in sdk_group.events
+    ]
+    history_panel = driver.find_element(By.CSS_SELECTOR, ".message-history")
+    driver.execute_script("arguments[0].scrollIntoView();", history_panel)
+    screenshot(driver, "message-history")
+    # Refreshed on demand: a new group's delivery shows on the next press.
+    with SimpleConsumer(
+        cluster.nodes[0].grpc, "console-late-tracers", "console-traced", security=ROOT
+    ) as consumer:
+        until(lambda: consumer.receive(1, invisible_s=300, wait_s=1), 10, "a late delivery")
+    click(driver, ".message .history-refresh", "the history button, again")
+    late = on_page(
+        lambda: driver.find_element(
+            By.CSS_SELECTOR, ".history-group[data-group='console-late-tracers'] .history-state"
+        ),
+        "the late group's history",
+    )
+    assert late.text.startswith("in flight: attempt 1, invisible until ")
+
+
+def test_a_slave_shows_the_history_its_master_holds(cluster, console):
+    """A message popped and acked at the master: a slave's console and a slave's Admin
+    door both answer the master's history (a slave's POP tables are rebuilt only when it
+    is promoted)."""
+    _, (first, _) = traced_message(cluster, "console-traced-far", "console-far-tracers")
+    master = master_node(cluster)
+    slave = next(node for node in cluster.nodes if node.id != master.id)
+    client = ConsoleClient(console_of(cluster, slave))
+    assert client.login(ROOT).status == 200
+    query = f"broker_group=group-1&topic=console-traced-far&queue=0&offset={first.queue_offset}"
+    answer = client.request("GET", "/api/messages/history?" + query)
+    assert answer.status == 200, answer
+    assert answer.body["node"] == master.id
+    (group,) = answer.body["groups"]
+    assert (group["group"], group["state_text"]) == (
+        "console-far-tracers",
+        "consumed: acked at attempt 2",
+    )
+    assert [e["kind"] for e in group["events"]] == [
+        "delivered",
+        "invisibility changed",
+        "delivered",
+        "acked",
+    ]
+    client.close()
+    with Admin(slave.grpc, security=ROOT) as admin:
+        answer = admin.connection.call(
+            admin.stub.MessageHistory,
+            admin_api.MessageHistoryRequest(
+                topic="console-traced-far", queue_id=0, offset=first.queue_offset
+            ),
+        )
+    assert answer.status.code == 0
+    assert [(g.group, g.state_text) for g in answer.groups] == [
+        ("console-far-tracers", "consumed: acked at attempt 2")
+    ]
+    assert [e.kind for e in answer.groups[0].events] == [e["kind"] for e in group["events"]]
 
 
 def test_planned_failover_from_a_slaves_page_is_shown_live(cluster, driver, console):

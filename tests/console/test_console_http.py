@@ -453,6 +453,77 @@ def test_message_lookups_follow_the_users_subscribe_permission(secured, root_cli
     assert root_client.request("GET", "/api/messages?topic=console-open").status == 400
 
 
+def test_a_message_history_follows_the_users_subscribe_permission_at_every_door(
+    secured, root_client
+):
+    """A message's delivery history is the history service's, whichever door asks: the
+    console (401 without a session, the service's 403, precise 400 and 404), the Admin
+    door and the SDK, each refused the same way for a topic the user may not read."""
+    with Admin(secured.address, security=ROOT) as admin:
+        admin.create_topic("console-history", 1)
+        admin.create_topic("console-history-closed", 1)
+        admin.create_group("console-historians")
+        admin.grant(APP.access_key, AclRule("ALLOW", "SUBSCRIBE", "TOPIC", "console-history"))
+    with Producer(secured.address, security=ROOT) as producer:
+        for topic in ("console-history", "console-history", "console-history-closed"):
+            producer.send(Message(topic, b"traced"))
+    with SimpleConsumer(
+        secured.address, "console-historians", "console-history", security=ROOT
+    ) as consumer:
+        first, second = consumer.receive(2, invisible_s=300, wait_s=1)
+        consumer.ack(first)
+    path = "/api/messages/history?broker_group=group-1&topic={}&queue=0&offset={}"
+
+    answer = root_client.request("GET", path.format("console-history", first.queue_offset))
+    assert answer.status == 200, answer
+    (group,) = answer.body["groups"]
+    assert group["group"] == "console-historians" and group["model"] == "pop"
+    assert (group["state"], group["state_text"]) == ("consumed", "consumed: acked at attempt 1")
+    assert [e["kind"] for e in group["events"]] == ["delivered", "acked"]
+    assert answer.body["truncated"] is False and answer.body["note"] == ""
+    assert answer.body["node"] == "node-1" and answer.body["broker_group"] == "group-1"
+    in_flight = root_client.request("GET", path.format("console-history", second.queue_offset))
+    assert in_flight.body["groups"][0]["state"] == "in flight"
+    assert in_flight.body["groups"][0]["state_text"].startswith("in flight: attempt 1,")
+
+    assert (
+        ConsoleClient(secured.console).request("GET", path.format("console-history", 0)).status
+        == 401
+    )
+    app = ConsoleClient(secured.console)
+    app.login(APP)
+    assert app.request("GET", path.format("console-history", 0)).body == answer.body
+    refused = app.request("GET", path.format("console-history-closed", 0))
+    assert refused.status == 403
+    reason = "FORBIDDEN: user app has no subscribe permission on topic console-history-closed"
+    assert refused.body["error"] == reason
+    missing = root_client.request("GET", path.format("console-history", 99))
+    assert missing.status == 404
+    assert missing.body["error"] == "no message at console-history queue 0 offset 99"
+    for bad, error in (
+        ("/api/messages/history?topic=console-history&queue=0&offset=0", "needs its topic and"),
+        (path.format("console-history", -1), "offset must be an integer"),
+        (path.replace("queue=0", "queue=x").format("console-history", 0), "queue must be"),
+    ):
+        answer = root_client.request("GET", bad)
+        assert answer.status == 400 and error in answer.body["error"], (bad, answer)
+    unknown = root_client.request("GET", path.replace("group-1", "group-9").format("x", 0))
+    assert unknown.status == 404 and unknown.body["error"] == "no broker group group-9"
+
+    channel, _, admin_stub = stubs(secured.address)
+    request = admin_api.MessageHistoryRequest(topic="console-history-closed", queue_id=0, offset=0)
+    with pytest.raises(grpc.RpcError) as denied:
+        admin_stub.MessageHistory(request, metadata=signed(APP, "history-app"))
+    assert denied.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert denied.value.details() == reason
+    channel.close()
+    with Admin(secured.address, security=APP) as admin:
+        history = admin.message_history("console-history", 0, first.queue_offset)
+        assert [(g.group, g.state) for g in history.groups] == [("console-historians", "consumed")]
+        with pytest.raises(Exception, match="no subscribe permission on topic"):
+            admin.message_history("console-history-closed", 0, 0)
+
+
 # ---- anything a browser or an attacker may send ------------------------------------------------
 HEAD_PARTS = st.sampled_from(
     [

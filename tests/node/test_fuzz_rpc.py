@@ -477,6 +477,7 @@ def valid_requests(channel: grpc.Channel) -> dict[str, list]:
         "QueryOffsetByTime": [
             admin.QueryOffsetByTimeRequest(topic=normal, queue_id=0, timestamp_ms=1)
         ],
+        "MessageHistory": [admin.MessageHistoryRequest(topic=normal, queue_id=0, offset=0)],
         "ClusterStatus": [admin.ClusterStatusRequest()],
         "Failover": [admin.FailoverRequest(broker_group="group-1", target_node="node-2")],
         "FinalizeUpgrade": [admin.FinalizeUpgradeRequest(routing_format=2)],

@@ -151,6 +151,52 @@ def test_a_failed_message_is_retried_through_the_retry_topic_then_dead_lettered(
     assert max_offset(client, "%RETRY%G") == retry_start + 2
 
 
+def test_a_4x_consumers_retries_and_dead_letter_are_the_messages_history(client, node):
+    """The copies a send-back leaves (after the timer's delay) are the original's history
+    for the group (``node/services/delivery_history.py``), asked at the Admin door."""
+    channel, _, admin = stubs(node.address)
+    create_topic(admin, "traced", queues=1)
+    assert admin.CreateGroup(api.CreateGroupRequest(group=api.Group(name="R"))).status.code == 0
+    sent(client, "traced", b"poison", 0, UNIQ_KEY="T-1")
+    (original,) = pull(client, "traced", 0, 0, group="R")
+    committed = {"consumerGroup": "R", "topic": "traced", "queueId": "0", "commitOffset": "1"}
+    assert client.call(RequestCode.UPDATE_CONSUMER_OFFSET, committed).code == 0
+
+    def history() -> api.GroupHistory:
+        request = api.MessageHistoryRequest(topic="traced", queue_id=0, offset=0)
+        answer = admin.MessageHistory(request)
+        assert answer.status.code == 0, answer.status
+        (group,) = answer.groups
+        return group
+
+    assert (history().state, history().state_text) == (
+        "consumed",
+        "consumed (committed offset 1)",
+    )
+    assert send_back(client, original.physical_offset, group="R", maxReconsumeTimes="1").code == 0
+    copy = arrival(client, "%RETRY%R", 0)
+    group = history()
+    assert (group.group, group.model, group.state) == ("R", "offsets", "retrying")
+    assert group.state_text == "retrying: copy 1 waits in %RETRY%R"
+    (retried,) = group.events
+    assert (retried.kind, retried.attempt, retried.time_ms) == (
+        "retry copy",
+        1,
+        copy.store_timestamp_ms,
+    )
+    assert retried.detail == "%RETRY%R queue 0 offset 0 (not consumed yet)"
+    assert send_back(client, copy.physical_offset, group="R", maxReconsumeTimes="1").code == 0
+    dead = arrival(client, "%DLQ%R", 0, timeout_s=5)
+    group = history()
+    assert [e.kind for e in group.events] == ["retry copy", "dead-letter copy"]
+    assert group.events[1].time_ms == dead.store_timestamp_ms
+    assert (group.state, group.state_text) == (
+        "dead-lettered",
+        "dead-lettered to %DLQ%R after 2 attempts",
+    )
+    channel.close()
+
+
 def test_a_negative_delay_level_dead_letters_at_once(client):
     start = max_offset(client, "any")
     sent(client, "any", b"hopeless")

@@ -376,6 +376,74 @@ class QueryOffsetByTimeResponse(_message.Message):
     offset: int
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ...) -> None: ...
 
+class MessageHistoryRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class HistoryEvent(_message.Message):
+    __slots__ = ("time_ms", "kind", "attempt", "delivery", "visible_at_ms", "detail")
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    VISIBLE_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    time_ms: int
+    kind: str
+    attempt: int
+    delivery: str
+    visible_at_ms: int
+    detail: str
+    def __init__(self, time_ms: _Optional[int] = ..., kind: _Optional[str] = ..., attempt: _Optional[int] = ..., delivery: _Optional[str] = ..., visible_at_ms: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class GroupHistory(_message.Message):
+    __slots__ = ("group", "model", "state", "state_text", "committed_offset", "pop_next_offset", "events")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    POP_NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    model: str
+    state: str
+    state_text: str
+    committed_offset: int
+    pop_next_offset: int
+    events: _containers.RepeatedCompositeFieldContainer[HistoryEvent]
+    def __init__(self, group: _Optional[str] = ..., model: _Optional[str] = ..., state: _Optional[str] = ..., state_text: _Optional[str] = ..., committed_offset: _Optional[int] = ..., pop_next_offset: _Optional[int] = ..., events: _Optional[_Iterable[_Union[HistoryEvent, _Mapping]]] = ...) -> None: ...
+
+class MessageHistoryResponse(_message.Message):
+    __slots__ = ("status", "topic", "queue_id", "offset", "store_timestamp_ms", "broker_group", "groups", "records_scanned", "records_max", "truncated")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_SCANNED_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_MAX_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    topic: str
+    queue_id: int
+    offset: int
+    store_timestamp_ms: int
+    broker_group: str
+    groups: _containers.RepeatedCompositeFieldContainer[GroupHistory]
+    records_scanned: int
+    records_max: int
+    truncated: bool
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., store_timestamp_ms: _Optional[int] = ..., broker_group: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[GroupHistory, _Mapping]]] = ..., records_scanned: _Optional[int] = ..., records_max: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
 class NodeStatus(_message.Message):
     __slots__ = ("id", "broker_group", "role", "address", "max_offset", "epoch", "alive", "last_heartbeat_ms", "damaged_log", "remoting_address", "software_version", "routing_format")
     ID_FIELD_NUMBER: _ClassVar[int]

@@ -104,6 +104,11 @@ class AdminStub:
                 request_serializer=ferrymq_dot_admin__pb2.QueryOffsetByTimeRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_admin__pb2.QueryOffsetByTimeResponse.FromString,
                 _registered_method=True)
+        self.MessageHistory = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/MessageHistory',
+                request_serializer=ferrymq_dot_admin__pb2.MessageHistoryRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.MessageHistoryResponse.FromString,
+                _registered_method=True)
         self.ClusterStatus = channel.unary_unary(
                 '/ferrymq.admin.v1.Admin/ClusterStatus',
                 request_serializer=ferrymq_dot_admin__pb2.ClusterStatusRequest.SerializeToString,
@@ -243,6 +248,12 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MessageHistory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ClusterStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -375,6 +386,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.QueryOffsetByTime,
                     request_deserializer=ferrymq_dot_admin__pb2.QueryOffsetByTimeRequest.FromString,
                     response_serializer=ferrymq_dot_admin__pb2.QueryOffsetByTimeResponse.SerializeToString,
+            ),
+            'MessageHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.MessageHistory,
+                    request_deserializer=ferrymq_dot_admin__pb2.MessageHistoryRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.MessageHistoryResponse.SerializeToString,
             ),
             'ClusterStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.ClusterStatus,
@@ -805,6 +821,33 @@ class Admin:
             '/ferrymq.admin.v1.Admin/QueryOffsetByTime',
             ferrymq_dot_admin__pb2.QueryOffsetByTimeRequest.SerializeToString,
             ferrymq_dot_admin__pb2.QueryOffsetByTimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MessageHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/MessageHistory',
+            ferrymq_dot_admin__pb2.MessageHistoryRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.MessageHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

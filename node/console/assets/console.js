@@ -648,7 +648,54 @@ function messageCard(message) {
     el("h2", {}, "Properties"),
     table(["Name", "Value"], Object.entries(message.properties).map(([k, v]) => el("tr", {},
       cell(k, "mono property-name"), cell(v, "mono property-value"))), { class: "message-properties" }),
-    el("h2", {}, "Body (" + message.body_bytes + " bytes) ", formats), body);
+    el("h2", {}, "Body (" + message.body_bytes + " bytes) ", formats), body,
+    historyPanel(message));
+}
+
+// ---- a message's delivery history (per consumer group, read at its broker group's master) --
+function historyTime(ms) {
+  return ms ? new Date(ms).toISOString() : "";
+}
+
+function historyGroup(group) {
+  const events = group.events.map((e) => el("tr", { class: "history-event" },
+    cell(historyTime(e.time_ms), "mono"), cell(e.kind, "history-kind"),
+    num(e.attempt || ""), cell(e.detail, "history-detail")));
+  return el("div", { class: "history-group", "data-group": group.group },
+    el("h3", {}, el("span", { class: "mono history-group-name" }, group.group), " ",
+      badge(group.state, group.state === "dead-lettered" ? "bad" : group.state === "consumed" ? "ok" : "")),
+    el("p", { class: "history-state" }, group.state_text),
+    events.length ? table(["Time", "Event", ["Attempt", true], "Detail"], events, { class: "history-events" })
+      : el("p", { class: "muted" }, "No delivery, ack or copy of this message in the records read."));
+}
+
+function historyPanel(message) {
+  const body = el("div", { class: "history-body" });
+  const button = el("button", { type: "button", class: "secondary history-refresh" }, "Show history");
+  button.addEventListener("click", async () => {
+    const query = {
+      broker_group: message.stored.broker_group, topic: message.topic,
+      queue: String(message.queue_id), offset: String(message.queue_offset),
+    };
+    button.disabled = true;
+    try {
+      const found = await api("GET", "/api/messages/history?" + new URLSearchParams(query));
+      clear(body);
+      body.append(el("p", { class: "muted history-read" },
+        "Read at " + found.node + " (" + found.broker_group + "), " + found.records_scanned +
+        " records, " + new Date().toISOString()));
+      if (found.truncated) body.append(el("p", { class: "error history-truncated" }, found.note));
+      if (!found.groups.length) {
+        body.append(el("p", { class: "muted history-none" }, "No consumer group has a position in this queue."));
+      }
+      for (const group of found.groups) body.append(historyGroup(group));
+      button.textContent = "Refresh history";
+    } catch (error) {
+      clear(body);
+      body.append(el("p", { class: "error history-error" }, error.message));
+    } finally { button.disabled = false; }
+  });
+  return el("div", { class: "message-history" }, el("h2", {}, "Delivery history ", button), body);
 }
 
 function messagesPage(view) {
