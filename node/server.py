@@ -86,6 +86,7 @@ from node.secret_box import SecretBox
 from node.services.admin import AdminService
 from node.services.caller import Caller
 from node.services.check_relay import CheckRelay
+from node.services.dead_letter_resend import DeadLetterResendService
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
@@ -568,6 +569,17 @@ class Node:
                 self.peer_admin,
                 pending_resets,
                 subscriptions,
+            ),
+            dead_letter_resend=DeadLetterResendService(
+                store,
+                topics,
+                self.pop_state,
+                self.waiters,
+                self.routing,
+                permissions,
+                config.group,
+                config.id,
+                self.peer_admin,
             ),
         )
 

@@ -1,6 +1,6 @@
 """ferrymq's ``Admin`` door (``proto/ferrymq/admin.proto``), translated to the services:
 topics, groups, cluster status, planned failover, consumer progress and offset resets,
-message queries, users and ACL entries.
+dead-letter resends, message queries, users and ACL entries.
 
 Status codes follow google.rpc (``AdminRefused`` carries them); a refusal by the ACL aborts
 the call with gRPC ``PERMISSION_DENIED`` or ``UNAUTHENTICATED``. A planned failover asked
@@ -29,6 +29,7 @@ from node.services.admin import (
     refused,
 )
 from node.services.caller import Door
+from node.services.dead_letter_resend import ResendRequest
 from node.services.offset_reset import PROTO_TARGETS, ResetRequest
 from node.services.peer_admin import PeerAdmin
 from node.services.registry import Services
@@ -459,6 +460,57 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
             }
 
         return await self._serve(context, "ResetOffsets", api.ResetOffsetsResponse, work)
+
+    async def ResendDeadLetters(self, request, context):
+        """A group's dead letters resent on one broker group (the service hands the call
+        to that group's master, as the caller's user)."""
+
+        async def work(caller):
+            resend = ResendRequest(
+                request.group,
+                request.broker_group,
+                tuple(request.offsets),
+                request.from_offset,
+                request.to_offset,
+                request.handed,
+            )
+            outcome = await self.services.dead_letter_resend.resend(caller, resend)
+            return {
+                "broker_group": outcome.broker_group,
+                "resent": list(outcome.resent),
+                "already_resent": list(outcome.already_resent),
+            }
+
+        return await self._serve(context, "ResendDeadLetters", api.ResendDeadLettersResponse, work)
+
+    async def ListDeadLetters(self, request, context):
+        """A page of a group's dead-letter queue, read at its broker group's master."""
+
+        async def work(caller):
+            page = await self.services.dead_letter_resend.page(
+                caller, request.group, request.broker_group, request.from_offset, request.limit
+            )
+            return {
+                "broker_group": page.broker_group,
+                "min_offset": page.min_offset,
+                "max_offset": page.max_offset,
+                "entries": [
+                    api.DeadLetterEntry(
+                        offset=e.offset,
+                        message_id=e.message_id,
+                        origin_topic=e.origin_topic,
+                        tags=e.tags,
+                        keys=e.keys,
+                        attempts=e.attempts,
+                        store_timestamp_ms=e.store_timestamp_ms,
+                        body_bytes=e.body_bytes,
+                        resent=e.resent,
+                    )
+                    for e in page.entries
+                ],
+            }
+
+        return await self._serve(context, "ListDeadLetters", api.ListDeadLettersResponse, work)
 
     async def FinalizeUpgrade(self, request, context):
         async def work(caller):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from node.services.admin import AdminService
+from node.services.dead_letter_resend import DeadLetterResendService
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
@@ -40,3 +41,4 @@ class Services:
     recall: RecallService
     lite: LiteService
     offset_reset: OffsetResetService
+    dead_letter_resend: DeadLetterResendService

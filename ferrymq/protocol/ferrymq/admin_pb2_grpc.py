@@ -124,6 +124,16 @@ class AdminStub:
                 request_serializer=ferrymq_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_admin__pb2.ResetOffsetsResponse.FromString,
                 _registered_method=True)
+        self.ResendDeadLetters = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/ResendDeadLetters',
+                request_serializer=ferrymq_dot_admin__pb2.ResendDeadLettersRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.ResendDeadLettersResponse.FromString,
+                _registered_method=True)
+        self.ListDeadLetters = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/ListDeadLetters',
+                request_serializer=ferrymq_dot_admin__pb2.ListDeadLettersRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.ListDeadLettersResponse.FromString,
+                _registered_method=True)
         self.CreateUser = channel.unary_unary(
                 '/ferrymq.admin.v1.Admin/CreateUser',
                 request_serializer=ferrymq_dot_admin__pb2.CreateUserRequest.SerializeToString,
@@ -267,6 +277,18 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResendDeadLetters(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDeadLetters(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateUser(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -395,6 +417,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ResetOffsets,
                     request_deserializer=ferrymq_dot_admin__pb2.ResetOffsetsRequest.FromString,
                     response_serializer=ferrymq_dot_admin__pb2.ResetOffsetsResponse.SerializeToString,
+            ),
+            'ResendDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResendDeadLetters,
+                    request_deserializer=ferrymq_dot_admin__pb2.ResendDeadLettersRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.ResendDeadLettersResponse.SerializeToString,
+            ),
+            'ListDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeadLetters,
+                    request_deserializer=ferrymq_dot_admin__pb2.ListDeadLettersRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.ListDeadLettersResponse.SerializeToString,
             ),
             'CreateUser': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateUser,
@@ -913,6 +945,60 @@ class Admin:
             '/ferrymq.admin.v1.Admin/ResetOffsets',
             ferrymq_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
             ferrymq_dot_admin__pb2.ResetOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResendDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/ResendDeadLetters',
+            ferrymq_dot_admin__pb2.ResendDeadLettersRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.ResendDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/ListDeadLetters',
+            ferrymq_dot_admin__pb2.ListDeadLettersRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.ListDeadLettersResponse.FromString,
             options,
             channel_credentials,
             insecure,
