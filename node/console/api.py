@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
+from node.console.dead_letters import DeadLetterEndpoints
 from node.console.masters import MasterReads
 from node.rpc_status import AccessDenied, InvalidRequest
 from node.services.admin import AdminRefused, ClusterSnapshot, TopicSpec
@@ -295,6 +296,15 @@ class ConsoleApi:
                 ("POST", f"users/{NAME}/revoke", self.revoke),
             )
         ]
+        self._add_dead_letter_routes(services)
+
+    def _add_dead_letter_routes(self, services: Services) -> None:
+        """A group's dead letters and their resend (``dead_letters.py``)."""
+        endpoints = DeadLetterEndpoints(
+            services.dead_letter_resend, integer, text, lambda reason: ApiError(400, reason)
+        )
+        for method, pattern, handler in endpoints.routes():
+            self.routes.append(Route(method, re.compile("/api/" + pattern), handler))
 
     # ---- cluster -------------------------------------------------------------------------
     def cluster(self, caller: Caller, call: ApiCall) -> dict:

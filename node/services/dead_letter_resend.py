@@ -27,11 +27,12 @@ asked again after a failure without duplicates); a dead letter that comes back t
 after a resend is a new entry there, which may be resent again.
 
 The order of every call: who may (``node/services/permissions.py``: admin, or a user who
-may consume as the group and read its dead-letter topic); the group exists; the request's
-shape (a selection or a range, at most ``RESEND_MAX`` messages); the broker group (""
-is this node's); then, on that group's master (another node hands the call to it through
-``PeerAdmin`` as the caller's user, once: the master serves it or refuses), the DLQ is not
-empty (``DLQ_EMPTY``) and every offset is in it (``ILLEGAL_OFFSET``), then the batch.
+may consume as the group and read its dead-letter topic; a listing: read it); the group
+exists; the request's shape (a selection or a range, at most ``RESEND_MAX`` messages); the
+broker group ("" is this node's); then, on that group's master (another node hands the
+call to it through ``PeerAdmin`` as the caller's user, once: the master serves it or
+refuses), the DLQ is not empty (``DLQ_EMPTY``) and every offset is in it
+(``ILLEGAL_OFFSET``), then the batch.
 
 Thread-safety: owned by the node's event loop; one resend at a time per node (the check
 of what was resent and the append are one step).
@@ -62,9 +63,10 @@ from node.services.admin import (
 )
 from node.services.caller import Caller
 from node.services.peer_admin import PeerAdmin
-from node.services.permissions import Permissions, resend_dead_letters
+from node.services.permissions import Need, Permissions, read, resend_dead_letters
 from node.services.pop import DEAD_LETTER_MARKS, resent_key
 from node.topics import TopicError, TopicTable
+from routing.metadata import dead_letter_topic_of
 from routing.replica import RoutingReplica
 from store.message import Message
 
@@ -175,9 +177,10 @@ class DeadLetterResendService:
         self._one_at_a_time = asyncio.Lock()
 
     # ---- the checks ----------------------------------------------------------------------
-    def _checked_group(self, caller: Caller, group: str) -> str:
-        """The group's dead-letter topic, once the caller may and the group exists."""
-        self.permissions.require(caller, resend_dead_letters(group))
+    def _checked_group(self, caller: Caller, group: str, needs: tuple[Need, ...]) -> str:
+        """The group's dead-letter topic, once the caller holds ``needs`` and the group
+        exists."""
+        self.permissions.require(caller, needs)
         try:
             self.topics.group(group)
             return self.topics.dead_letter_topic(group).name
@@ -236,7 +239,9 @@ class DeadLetterResendService:
     # ---- the requests --------------------------------------------------------------------
     async def resend(self, caller: Caller, request: ResendRequest) -> ResendOutcome:
         """Resend the dead letters ``request`` names (module docstring)."""
-        dead_letters = self._checked_group(caller, request.group)
+        dead_letters = self._checked_group(
+            caller, request.group, resend_dead_letters(request.group)
+        )
         self._check_shape(request)
         broker_group = request.broker_group or self.broker_group
         if broker_group != self.broker_group or not self.store.is_master:
@@ -303,8 +308,8 @@ class DeadLetterResendService:
     ) -> DeadLetterPage:
         """Up to ``limit`` (at most ``LIST_MAX``) entries of the group's dead-letter queue
         from ``from_offset`` (-1: the last ``limit`` ones), read on the broker group's
-        master (which knows what was resent)."""
-        dead_letters = self._checked_group(caller, group)
+        master (which knows what was resent). Who may: whoever may read ``%DLQ%<group>``."""
+        dead_letters = self._checked_group(caller, group, read(dead_letter_topic_of(group)))
         if not 1 <= limit <= LIST_MAX:
             raise AdminRefused(
                 INVALID_ARGUMENT, f"ILLEGAL_LIMIT: {limit} entries, between 1 and {LIST_MAX}"
