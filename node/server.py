@@ -102,6 +102,7 @@ from node.services.registry import Services
 from node.services.retries import RetryService
 from node.services.routes import RouteService
 from node.services.send import SendService
+from node.services.topic_consumers import TopicConsumersService
 from node.services.transactions import TransactionService
 from node.stop_signals import stop_on
 from node.timer_service import TimerService
@@ -580,6 +581,9 @@ class Node:
                 config.group,
                 config.id,
                 self.peer_admin,
+            ),
+            topic_consumers=TopicConsumersService(
+                topics, self.offsets, self.pop_state, subscriptions, permissions, config.group
             ),
         )
 

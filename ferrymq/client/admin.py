@@ -117,6 +117,18 @@ RESET_TARGETS = {"earliest": api.RESET_TO_EARLIEST, "latest": api.RESET_TO_LATES
 
 
 @dataclass(frozen=True)
+class TopicConsumer:
+    """A group consuming a topic on a broker group: a committed offset, a POP position or
+    a live 4.x subscriber there."""
+
+    group: str
+    broker_group: str
+    committed: bool
+    popping: bool
+    subscribed: bool
+
+
+@dataclass(frozen=True)
 class DeadLetterResend:
     """What a resend of dead letters did on one broker group: the DLQ offsets resent now,
     and those resent before (skipped: a resend is idempotent)."""
@@ -309,6 +321,18 @@ class Admin:
             lite_expiration_minutes=lite_expiration_minutes,
         )
         return _topic(self._call(self.stub.CreateTopic, api.CreateTopicRequest(topic=topic)).topic)
+
+    def topic_consumers(self, topic: str) -> list[TopicConsumer]:
+        """The groups consuming ``topic``, asked of every broker group's master (the groups
+        the caller may consume as; admins: all), by group then broker group."""
+        found = [
+            TopicConsumer(c.group, c.broker_group, c.committed, c.popping, c.subscribed)
+            for _, answer in self._each_master(
+                topic, "TopicConsumers", api.TopicConsumersRequest(topic=topic)
+            )
+            for c in answer.consumers
+        ]
+        return sorted(found, key=lambda c: (c.group, c.broker_group))
 
     def update_topic(
         self,

@@ -418,7 +418,15 @@ class ConsoleApi:
             answer["queue_offsets"] += await self.masters.queue_bounds(
                 caller, broker_group, route.name
             )
+        answer["consumers"] = await self._topic_consumers(caller, route)
         return answer
+
+    async def _topic_consumers(self, caller: Caller, route: TopicRoute) -> list[dict]:
+        """The groups consuming the topic, each broker group's read at its master."""
+        found = []
+        for broker_group, _ in route.queues:
+            found += await self.masters.topic_consumers(caller, broker_group, route.name)
+        return sorted(found, key=lambda c: (c["group"], c["broker_group"]))
 
     async def create_topic(self, caller: Caller, call: ApiCall) -> dict:
         return topic_json(await self.admin.create_topic(caller, topic_spec(call.json())))

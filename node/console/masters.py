@@ -95,6 +95,25 @@ class MasterReads:
             for q in queues
         ]
 
+    async def topic_consumers(self, caller: Caller, broker_group: str, topic: str) -> list[dict]:
+        """The groups consuming ``topic`` on ``broker_group`` (positions are its master's)."""
+        master = self.where(broker_group)
+        if master is None:
+            found = self.services.topic_consumers.consumers(caller, topic)
+        else:
+            request = api.TopicConsumersRequest(topic=topic)
+            found = (await self._call(caller, master, "TopicConsumers", request)).consumers
+        return [
+            {
+                "group": c.group,
+                "broker_group": c.broker_group,
+                "committed": c.committed,
+                "popping": c.popping,
+                "subscribed": c.subscribed,
+            }
+            for c in found
+        ]
+
     async def query(self, caller: Caller, master: Member, method: str, request) -> list:
         """A message query (QueryMessageById, ByKey, ByOffset) at ``master``: the
         Admin door's ``StoredMessage``s."""

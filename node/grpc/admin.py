@@ -13,6 +13,7 @@ Thread-safety: handlers run on the node's event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 from ferrymq.codec.commitlog_record import StoredMessage
@@ -511,6 +512,16 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
             }
 
         return await self._serve(context, "ListDeadLetters", api.ListDeadLettersResponse, work)
+
+    async def TopicConsumers(self, request, context):
+        """The groups consuming a topic on this broker group (its master's answer is the
+        current one)."""
+
+        def work(caller):
+            found = self.services.topic_consumers.consumers(caller, request.topic)
+            return {"consumers": [api.TopicConsumer(**dataclasses.asdict(c)) for c in found]}
+
+        return await self._serve(context, "TopicConsumers", api.TopicConsumersResponse, work)
 
     async def FinalizeUpgrade(self, request, context):
         async def work(caller):

@@ -21,6 +21,7 @@ from node.services.recall import RecallService
 from node.services.retries import RetryService
 from node.services.routes import RouteService
 from node.services.send import SendService
+from node.services.topic_consumers import TopicConsumersService
 from node.services.transactions import TransactionService
 
 
@@ -42,3 +43,4 @@ class Services:
     lite: LiteService
     offset_reset: OffsetResetService
     dead_letter_resend: DeadLetterResendService
+    topic_consumers: TopicConsumersService

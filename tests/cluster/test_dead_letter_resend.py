@@ -157,6 +157,15 @@ def test_the_cli_resends_the_rest_and_skips_what_was_resent(cluster, capsys, mon
     assert code != 0 and "ILLEGAL_OFFSET" in err
 
 
+def test_the_groups_consuming_the_topic_are_read_at_the_master_through_a_slave(cluster):
+    with Admin(cluster["slave"].grpc, security=APP) as admin:
+        found = admin.topic_consumers(TOPIC)
+    assert [(c.group, c.broker_group, c.popping) for c in found] == [
+        (OTHER, "group-1", True),
+        (GROUP, "group-1", True),
+    ]
+
+
 def test_a_user_who_may_not_consume_as_the_group_is_refused(cluster):
     slave = cluster["slave"]
     with Admin(slave.grpc, security=ROOT) as admin:

@@ -583,6 +583,13 @@ def test_groups_page_resends_selected_then_all_dead_letters_as_the_sdk_then_sees
     marks = stable_rows(driver, "dlq-table", lambda r: [row[-1] for row in r] == ["resent"] * 3)
     assert len(marks) == 3
     screenshot(driver, "dead-letters")
+    # The topic's page names both groups, as the SDK reads them at the master.
+    driver.get(f"http://{console}/#/topics/{topic}")
+    consuming = stable_rows(driver, "topic-consumers", lambda r: len(r) == 2)
+    with admin_of(cluster) as admin:
+        expected = [c.group for c in admin.topic_consumers(topic)]
+    assert [row[0] for row in consuming] == expected == sorted([group, others])
+    assert {row[2] for row in consuming} == {"POP"}
 
 
 def test_planned_failover_from_a_slaves_page_is_shown_live(cluster, driver, console):

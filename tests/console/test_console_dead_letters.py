@@ -105,6 +105,20 @@ def test_a_user_who_may_not_consume_as_the_group_gets_the_services_refusal(node)
     client.close()
 
 
+def test_the_topic_page_names_the_groups_consuming_it(root_client):
+    answer = root_client.request("GET", f"/api/topics/{TOPIC}")
+    assert answer.status == 200
+    assert answer.body["consumers"] == [
+        {
+            "group": GROUP,
+            "broker_group": "group-1",
+            "committed": False,
+            "popping": True,
+            "subscribed": False,
+        }
+    ]
+
+
 def test_bad_input_gets_a_precise_400_or_404(root_client):
     for body, expected in (
         ({"offsets": "0"}, "offsets must be a list of at most 1000 offsets"),

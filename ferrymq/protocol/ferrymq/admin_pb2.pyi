@@ -582,6 +582,34 @@ class ListDeadLettersResponse(_message.Message):
     entries: _containers.RepeatedCompositeFieldContainer[DeadLetterEntry]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_group: _Optional[str] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[DeadLetterEntry, _Mapping]]] = ...) -> None: ...
 
+class TopicConsumersRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class TopicConsumer(_message.Message):
+    __slots__ = ("group", "broker_group", "committed", "popping", "subscribed")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    POPPING_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    broker_group: str
+    committed: bool
+    popping: bool
+    subscribed: bool
+    def __init__(self, group: _Optional[str] = ..., broker_group: _Optional[str] = ..., committed: _Optional[bool] = ..., popping: _Optional[bool] = ..., subscribed: _Optional[bool] = ...) -> None: ...
+
+class TopicConsumersResponse(_message.Message):
+    __slots__ = ("status", "consumers")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    consumers: _containers.RepeatedCompositeFieldContainer[TopicConsumer]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., consumers: _Optional[_Iterable[_Union[TopicConsumer, _Mapping]]] = ...) -> None: ...
+
 class FailoverRequest(_message.Message):
     __slots__ = ("broker_group", "target_node")
     BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -134,6 +134,11 @@ class AdminStub:
                 request_serializer=ferrymq_dot_admin__pb2.ListDeadLettersRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_admin__pb2.ListDeadLettersResponse.FromString,
                 _registered_method=True)
+        self.TopicConsumers = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/TopicConsumers',
+                request_serializer=ferrymq_dot_admin__pb2.TopicConsumersRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.TopicConsumersResponse.FromString,
+                _registered_method=True)
         self.CreateUser = channel.unary_unary(
                 '/ferrymq.admin.v1.Admin/CreateUser',
                 request_serializer=ferrymq_dot_admin__pb2.CreateUserRequest.SerializeToString,
@@ -289,6 +294,12 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TopicConsumers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateUser(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -427,6 +438,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListDeadLetters,
                     request_deserializer=ferrymq_dot_admin__pb2.ListDeadLettersRequest.FromString,
                     response_serializer=ferrymq_dot_admin__pb2.ListDeadLettersResponse.SerializeToString,
+            ),
+            'TopicConsumers': grpc.unary_unary_rpc_method_handler(
+                    servicer.TopicConsumers,
+                    request_deserializer=ferrymq_dot_admin__pb2.TopicConsumersRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.TopicConsumersResponse.SerializeToString,
             ),
             'CreateUser': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateUser,
@@ -999,6 +1015,33 @@ class Admin:
             '/ferrymq.admin.v1.Admin/ListDeadLetters',
             ferrymq_dot_admin__pb2.ListDeadLettersRequest.SerializeToString,
             ferrymq_dot_admin__pb2.ListDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TopicConsumers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/TopicConsumers',
+            ferrymq_dot_admin__pb2.TopicConsumersRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.TopicConsumersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -413,6 +413,20 @@ function topicsPage(view, path) {
           num(q.min_offset < 0 ? "elsewhere" : q.min_offset), num(q.max_offset < 0 ? "elsewhere" : q.max_offset),
           num(q.min_offset < 0 ? "" : q.max_offset - q.min_offset))),
         { id: "topic-queues" }));
+    drawConsumers(t);
+  }
+
+  // The groups consuming the topic (a committed offset, a POP position or a live 4.x
+  // subscriber on a broker group), each linking to its group page.
+  function drawConsumers(t) {
+    const how = (c) => [c.committed ? "committed offsets" : "", c.popping ? "POP" : "", c.subscribed ? "4.x subscriber online" : ""].filter(Boolean).join(", ");
+    detail.append(el("h2", {}, "Consuming groups"), t.consumers.length
+      ? table(["Group", "Broker group", "Known by"],
+        t.consumers.map((c) => el("tr", { "data-group": c.group },
+          el("td", {}, el("a", { href: "#/groups/" + encodeURIComponent(c.group), class: "mono" }, c.group)),
+          cell(c.broker_group), cell(how(c)))),
+        { id: "topic-consumers" })
+      : el("p", { class: "muted", id: "topic-consumers-none" }, "No group consumes it yet."));
   }
 
   const poll = poller(async () => {
