@@ -298,6 +298,23 @@ class ConsoleApi:
         ]
         self._add_dead_letter_routes(services)
 
+    async def producers(self, caller: Caller, call: ApiCall) -> dict:
+        """Online producers per producer group, each broker group's master asked: a
+        client listed once per group, with the broker groups it heartbeats to."""
+        by_group: dict[str, dict[str, dict]] = {}
+        for broker_group in [g.name for g in self.admin.cluster(caller).broker_groups]:
+            for entry in await self.masters.producers(caller, broker_group):
+                clients = by_group.setdefault(entry["group"], {})
+                for client in entry["clients"]:
+                    known = clients.setdefault(client["client_id"], {**client, "broker_groups": []})
+                    known["broker_groups"].append(broker_group)
+        return {
+            "groups": [
+                {"group": group, "clients": [clients[c] for c in sorted(clients)]}
+                for group, clients in sorted(by_group.items())
+            ]
+        }
+
     def _add_dead_letter_routes(self, services: Services) -> None:
         """A group's dead letters and their resend (``dead_letters.py``)."""
         endpoints = DeadLetterEndpoints(
@@ -305,6 +322,7 @@ class ConsoleApi:
         )
         for method, pattern, handler in endpoints.routes():
             self.routes.append(Route(method, re.compile("/api/" + pattern), handler))
+        self.routes.append(Route("GET", re.compile("/api/producers"), self.producers))
 
     # ---- cluster -------------------------------------------------------------------------
     def cluster(self, caller: Caller, call: ApiCall) -> dict:

@@ -523,6 +523,31 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
 
         return await self._serve(context, "TopicConsumers", api.TopicConsumersResponse, work)
 
+    async def ListProducers(self, request, context):
+        """The producer groups with live producers on this node, and their connections."""
+
+        def work(caller):
+            groups = self.services.membership.online_producers(caller)
+            return {
+                "groups": [
+                    api.ProducerGroup(
+                        group=group,
+                        clients=[
+                            api.ProducerClient(
+                                client_id=c.client_id,
+                                address=c.address,
+                                language=c.language,
+                                version=c.version,
+                            )
+                            for c in clients
+                        ],
+                    )
+                    for group, clients in groups
+                ]
+            }
+
+        return await self._serve(context, "ListProducers", api.ListProducersResponse, work)
+
     async def FinalizeUpgrade(self, request, context):
         async def work(caller):
             done = await self.admin.finalize_upgrade(caller, request.routing_format)

@@ -592,6 +592,30 @@ def test_groups_page_resends_selected_then_all_dead_letters_as_the_sdk_then_sees
     assert {row[2] for row in consuming} == {"POP"}
 
 
+def test_producers_page_lists_a_4x_producer_while_it_is_connected(cluster, driver, console):
+    """A 4.x client's producer group and connection on the Producers page, its name shown
+    as text."""
+    first = master_node(cluster)
+    body = json.dumps(
+        {"clientID": XSS_CLIENT, "producerDataSet": [{"groupName": "console-senders"}]}
+    ).encode()
+    with RemotingClient(first.remoting, security=ROOT) as client:
+        assert client.call(RequestCode.HEART_BEAT, {}, body).code == 0
+        driver.get(f"http://{console}/#/producers")
+        listed = stable_rows(
+            driver, "producer-table", lambda r: any(row[0] == "console-senders" for row in r)
+        )
+    (row,) = [row for row in listed if row[0] == "console-senders"]
+    assert row[1] == XSS_CLIENT and row[3] == "JAVA" and row[4] == "407"
+    assert row[5] == cluster_status_group(cluster)
+    assert not driver.execute_script("return window.__xss || null;")
+
+
+def cluster_status_group(cluster) -> str:
+    with admin_of(cluster) as admin:
+        return admin.cluster_status().broker_groups[0].name
+
+
 def test_planned_failover_from_a_slaves_page_is_shown_live(cluster, driver, console):
     """From a slave's console: the master's Admin door decides, asked as the console's
     user (each console has a session of its own: its cookie is named after its port)."""

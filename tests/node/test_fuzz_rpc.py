@@ -489,6 +489,7 @@ def valid_requests(channel: grpc.Channel) -> dict[str, list]:
             ),
             admin.ResendDeadLettersRequest(group=group, from_offset=0, to_offset=3),
         ],
+        "ListProducers": [admin.ListProducersRequest()],
         "TopicConsumers": [admin.TopicConsumersRequest(topic=normal)],
         "ListDeadLetters": [admin.ListDeadLettersRequest(group=group, from_offset=-1, limit=10)],
         "CreateUser": [admin.CreateUserRequest(access_key="fz-user", secret_key="fz-secret")],

@@ -610,6 +610,38 @@ class TopicConsumersResponse(_message.Message):
     consumers: _containers.RepeatedCompositeFieldContainer[TopicConsumer]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., consumers: _Optional[_Iterable[_Union[TopicConsumer, _Mapping]]] = ...) -> None: ...
 
+class ListProducersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ProducerClient(_message.Message):
+    __slots__ = ("client_id", "address", "language", "version")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    address: str
+    language: str
+    version: int
+    def __init__(self, client_id: _Optional[str] = ..., address: _Optional[str] = ..., language: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ProducerGroup(_message.Message):
+    __slots__ = ("group", "clients")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    clients: _containers.RepeatedCompositeFieldContainer[ProducerClient]
+    def __init__(self, group: _Optional[str] = ..., clients: _Optional[_Iterable[_Union[ProducerClient, _Mapping]]] = ...) -> None: ...
+
+class ListProducersResponse(_message.Message):
+    __slots__ = ("status", "groups")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    groups: _containers.RepeatedCompositeFieldContainer[ProducerGroup]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[ProducerGroup, _Mapping]]] = ...) -> None: ...
+
 class FailoverRequest(_message.Message):
     __slots__ = ("broker_group", "target_node")
     BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -139,6 +139,11 @@ class AdminStub:
                 request_serializer=ferrymq_dot_admin__pb2.TopicConsumersRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_admin__pb2.TopicConsumersResponse.FromString,
                 _registered_method=True)
+        self.ListProducers = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/ListProducers',
+                request_serializer=ferrymq_dot_admin__pb2.ListProducersRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.ListProducersResponse.FromString,
+                _registered_method=True)
         self.CreateUser = channel.unary_unary(
                 '/ferrymq.admin.v1.Admin/CreateUser',
                 request_serializer=ferrymq_dot_admin__pb2.CreateUserRequest.SerializeToString,
@@ -300,6 +305,12 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListProducers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateUser(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -443,6 +454,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.TopicConsumers,
                     request_deserializer=ferrymq_dot_admin__pb2.TopicConsumersRequest.FromString,
                     response_serializer=ferrymq_dot_admin__pb2.TopicConsumersResponse.SerializeToString,
+            ),
+            'ListProducers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListProducers,
+                    request_deserializer=ferrymq_dot_admin__pb2.ListProducersRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.ListProducersResponse.SerializeToString,
             ),
             'CreateUser': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateUser,
@@ -1042,6 +1058,33 @@ class Admin:
             '/ferrymq.admin.v1.Admin/TopicConsumers',
             ferrymq_dot_admin__pb2.TopicConsumersRequest.SerializeToString,
             ferrymq_dot_admin__pb2.TopicConsumersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListProducers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/ListProducers',
+            ferrymq_dot_admin__pb2.ListProducersRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.ListProducersResponse.FromString,
             options,
             channel_credentials,
             insecure,

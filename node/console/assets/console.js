@@ -140,6 +140,7 @@ function stopView() {
 
 const PAGES = {
   cluster: clusterPage, topics: topicsPage, groups: groupsPage, messages: messagesPage, users: usersPage,
+  producers: producersPage,
 };
 
 function route() {
@@ -528,10 +529,11 @@ function groupsPage(view, path) {
         g.subscriptions.map((s) => el("tr", {}, cell(s.topic, "mono"), cell(s.expression, "mono"), cell(s.type))),
         { id: "group-subscriptions" }));
     }
+    // A LITE topic's rows are its lite topics (their offsets count messages).
     detail.append(el("h2", {}, "Progress per queue"), table(
-      ["Topic", ["Queue", true], "Broker group", ["Broker offset", true], ["Consumer offset", true], ["Lag", true], ["In flight", true]],
-      g.topics.flatMap((t) => t.queues.map((q) => el("tr", { "data-topic": t.topic },
-        cell(t.topic, "mono"), num(q.queue_id), cell(q.broker_group), num(q.broker_offset),
+      ["Topic", ["Queue or lite topic", true], "Broker group", ["Broker offset", true], ["Consumer offset", true], ["Lag", true], ["In flight", true]],
+      g.topics.flatMap((t) => t.queues.map((q) => el("tr", { "data-topic": t.topic, "data-lite-topic": q.lite_topic || null },
+        cell(t.topic, "mono"), q.lite_topic ? cell(q.lite_topic, "mono number lite-topic") : num(q.queue_id), cell(q.broker_group), num(q.broker_offset),
         num(q.consumer_offset), num(q.lag), num(q.in_flight)))),
       { id: "group-queues" }));
   }
@@ -717,6 +719,27 @@ function deadLetterPanel(group, changed) {
       if (shownGroup !== g.name) { shownGroup = g.name; clear(result); reload(); }
     },
   };
+}
+
+// ---- producers ---------------------------------------------------------------------------
+// Online producers per producer group, as each broker group's master hears them: RocketMQ
+// 4.x clients name their producer groups in heartbeats (5.x clients and the SDK do not, and
+// no client says which topics it sends to).
+function producersPage(view) {
+  const list = el("div", { id: "producers" });
+  view.append(el("h1", {}, "Producers"),
+    el("p", { class: "hint" }, "RocketMQ 4.x producers, by producer group, as the broker groups' masters hear their heartbeats (a producer is listed for 120 s after its last one). 5.x clients and the ferrymq SDK do not announce producer groups."),
+    list);
+  return poller(() => api("GET", "/api/producers"), (data, unchanged) => {
+    if (unchanged) return;
+    clear(list);
+    const rows = data.groups.flatMap((g) => g.clients.map((c) => el("tr", { "data-group": g.group },
+      cell(g.group, "mono"), cell(c.client_id, "mono producer-id"), cell(c.address, "mono"), cell(c.language),
+      num(c.version), cell(c.broker_groups.join(", ")))));
+    list.append(rows.length
+      ? table(["Producer group", "Client id", "Address", "Language", ["Version", true], "Broker groups"], rows, { id: "producer-table" })
+      : el("p", { class: "muted", id: "producers-none" }, "No producer online."));
+  }, (error) => notice(error.message, true));
 }
 
 // ---- messages ----------------------------------------------------------------------------

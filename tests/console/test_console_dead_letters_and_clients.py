@@ -1,19 +1,24 @@
-"""The console's dead-letter endpoints (``node/console/dead_letters.py``) on a real node with
-auth on: a page of a group's dead-letter queue and the resend of a selection or a range,
-refused without a session, without the CSRF token or the same origin, and for a user who
-may not consume as the group; bad input refused with a precise 400; every outcome checked
-through the SDK (what was resent, what the group's consumer receives)."""
+"""The console's endpoints of issue 42 on a real node with auth on: a group's dead letters
+(``node/console/dead_letters.py``: a page of its dead-letter queue, the resend of a
+selection or a range), refused without a session, without the CSRF token or the same
+origin, and for a user who may not consume as the group, bad input refused with a precise
+400, every outcome checked through the SDK; a topic's consuming groups; the online 4.x
+producers per producer group (admins only)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from ferrymq.client import Admin, Message, Producer, SimpleConsumer
+from ferrymq.client import Admin, LiteConsumer, Message, Producer, SimpleConsumer
 from ferrymq.client.admin import AclRule
+from ferrymq.codec.remoting_codes import RequestCode
 from ferrymq.launcher.polling import until
 from tests.support.auth import APP, AUTH_TOML, ROOT
 from tests.support.console import ConsoleClient
 from tests.support.nodes import start_node
+from tests.support.remoting_client import RemotingClient
 
 CONSOLE_TOML = "\n[console]\nenabled = true\nport = 0\n"
 TOPIC = "refunds"
@@ -119,6 +124,38 @@ def test_the_topic_page_names_the_groups_consuming_it(root_client):
     ]
 
 
+def test_online_4x_producers_are_listed_per_group_for_admins_while_connected(node, root_client):
+    """A 4.x client's heartbeat names its producer groups: listed with its connection while
+    it is connected, gone when it closes; a user without admin rights is refused."""
+    body = json.dumps(
+        {
+            "clientID": "127.0.0.1@refund-app",
+            "producerDataSet": [{"groupName": "refund-producers"}],
+            "consumerDataSet": [],
+        }
+    ).encode()
+    with RemotingClient(node.remoting, security=ROOT) as client:
+        assert client.call(RequestCode.HEART_BEAT, {}, body).code == 0
+        listed = root_client.request("GET", "/api/producers")
+        assert listed.status == 200
+        (group,) = [g for g in listed.body["groups"] if g["group"] == "refund-producers"]
+        (producer,) = group["clients"]
+        assert producer["client_id"] == "127.0.0.1@refund-app"
+        assert (producer["language"], producer["version"]) == ("JAVA", 407)
+        assert producer["address"].startswith("127.0.0.1:")
+        assert producer["broker_groups"] == ["group-1"]
+        app = ConsoleClient(node.console)
+        assert app.login(APP).status == 200
+        refused = app.request("GET", "/api/producers")
+        assert refused.status == 403 and "needs admin rights" in refused.body["error"]
+        app.close()
+
+    def listed_groups():
+        return [g["group"] for g in root_client.request("GET", "/api/producers").body["groups"]]
+
+    until(lambda: "refund-producers" not in listed_groups(), 10, "the producer gone")
+
+
 def test_bad_input_gets_a_precise_400_or_404(root_client):
     for body, expected in (
         ({"offsets": "0"}, "offsets must be a list of at most 1000 offsets"),
@@ -159,3 +196,35 @@ def test_the_page_lists_and_resends_a_selection_then_the_rest_once(node, root_cl
         )
         assert sorted(m.body.decode() for m in got) == BODIES
         assert {m.delivery_attempt for m in got} == {1}
+    # The resent dead letters are no position of the group on its dead-letter topic.
+    group = root_client.request("GET", f"/api/groups/{GROUP}").body
+    assert [t["topic"] for t in group["topics"]] == [TOPIC]
+
+
+def test_a_lite_topics_progress_is_shown_per_lite_topic(node, root_client):
+    """A LITE topic on the group page: one row per lite topic, counted in messages, as
+    ``Admin.group_progress`` reads it."""
+    with Admin(node.address, security=ROOT) as admin:
+        admin.create_topic("rooms", 1, message_type="LITE")
+        admin.create_group("room-readers")
+    with Producer(node.address, security=ROOT) as producer:
+        for lite in ("room-1", "room-1", "room-2"):
+            producer.send(Message("rooms", lite.encode(), lite_topic=lite))
+    with LiteConsumer(node.address, "room-readers", "rooms", security=ROOT) as consumer:
+        consumer.subscribe(["room-1"])
+        got = []
+        until(
+            lambda: got.extend(consumer.receive(10, invisible_s=30, wait_s=1)) or len(got) == 2,
+            20,
+            "room-1",
+        )
+        consumer.ack(got[0])
+    answer = root_client.request("GET", "/api/groups/room-readers")
+    assert answer.status == 200
+    (rooms,) = answer.body["topics"]
+    assert rooms["topic"] == "rooms"
+    rows = {
+        q["lite_topic"]: (q["broker_offset"], q["consumer_offset"], q["lag"], q["in_flight"])
+        for q in rooms["queues"]
+    }
+    assert rows == {"room-1": (2, 1, 1, 1), "room-2": (1, 0, 1, 0)}
