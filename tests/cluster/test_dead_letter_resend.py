@@ -21,6 +21,7 @@ from ferrymq.launcher.cluster import cluster_up
 from ferrymq.launcher.polling import until
 from tests.support.auth import APP, ROOT
 from tests.support.cluster import SMALL_STORE, kill, master_of, stop_all
+from tests.support.console import ConsoleClient, console_of
 
 TOPIC = "payments"
 GROUP = "settlers"  # dead-letters every message: one attempt each
@@ -31,7 +32,8 @@ AUTH = {
         "clock_skew_s": 120,
         "admin_access_key": ROOT.access_key,
         "admin_secret_key": ROOT.secret_key,
-    }
+    },
+    "console": {"enabled": True, "port": 0},
 }
 BODIES = [f"payment-{i}" for i in range(3)]
 
@@ -157,6 +159,39 @@ def test_the_cli_resends_the_rest_and_skips_what_was_resent(cluster, capsys, mon
     assert code != 0 and "ILLEGAL_OFFSET" in err
 
 
+def test_a_slaves_console_lists_and_resends_at_the_master(cluster):
+    """A new dead letter resent through a slave's console as the group's consumer (no
+    admin rights): the slave's own POP state is not current, so what the page shows and
+    does is the master's."""
+    plan, master, slave = cluster["plan"], cluster["master"], cluster["slave"]
+    with Producer(master.grpc, security=ROOT) as producer:
+        late = producer.send(Message(TOPIC, b"payment-late")).message_id
+    assert len(receive(master.grpc, GROUP, 1, ack=False, invisible_s=1)) == 1
+    until(
+        lambda: (
+            not receive(master.grpc, GROUP, 1, ack=False, wait_s=0.2, deadline_s=0.2)
+            and len(dead_letters(slave.grpc).entries) == 4
+        ),
+        20,
+        "the fourth dead letter",
+    )
+    console = ConsoleClient(console_of(plan, slave))
+    assert console.login(APP).status == 200
+    page = console.request("GET", f"/api/groups/{GROUP}/dead-letters")
+    assert page.status == 200, page.body
+    entries = page.body["entries"]
+    assert [e["resent"] for e in entries] == [True, True, True, False]
+    assert entries[-1]["message_id"] == late
+    path = f"/api/groups/{GROUP}/dead-letters/resend"
+    answer = console.request("POST", path, {"offsets": [e["offset"] for e in entries]})
+    assert answer.status == 200, answer.body
+    assert answer.body["resent"] == [entries[-1]["offset"]]
+    assert answer.body["already_resent"] == [e["offset"] for e in entries[:3]]
+    console.close()
+    (again,) = receive(master.grpc, GROUP, 1, ack=True)
+    assert again.message_id == late and again.delivery_attempt == 1
+
+
 def test_the_groups_consuming_the_topic_are_read_at_the_master_through_a_slave(cluster):
     with Admin(cluster["slave"].grpc, security=APP) as admin:
         found = admin.topic_consumers(TOPIC)
@@ -190,7 +225,7 @@ def test_the_new_master_after_kill_9_knows_what_was_resent(cluster):
             return None
 
     entries = until(page, 30, "the dead letters at the new master").entries
-    assert [e.resent for e in entries] == [True, True, True]
+    assert [e.resent for e in entries] == [True, True, True, True]
     with Admin(new_master.grpc, security=APP) as admin:
         offsets = [e.offset for e in entries]
         again = admin.resend_dead_letters(GROUP, offsets)
