@@ -99,6 +99,7 @@ ACK_ENTRIES_MAX = 1024
 # event-loop turn bounded; the receive's long poll then reads on at once.
 SQL_SCAN_MAX = 1024
 SQL_SCAN_CHUNK = 128
+RESENT_ORIGINS_MAX = 100_000  # the resent dead letters whose topic is kept (_resent_picks)
 DEFAULT_INVISIBLE_MS = 60_000  # clients that ask the node to choose (auto_renew)
 INVISIBLE_MIN_MS = 1_000
 INVISIBLE_MAX_MS = 12 * 3600 * 1000
@@ -172,6 +173,10 @@ class PopService:
         self.waiters = waiters
         self.clock_ms = clock_ms
         self._rotation: dict[tuple[str, str], int] = {}
+        # (group, DLQ offset) -> the topic of that resent dead letter: a receive of one
+        # topic passes over the group's others without reading them again (a DLQ offset
+        # names one message for good, so an entry never goes stale; cleared when full).
+        self._resent_origins: dict[tuple[str, int], str] = {}
         self._background: set[asyncio.Task] = set()
         self.lite_index = lite_index or LiteIndex(store)
         # A lite topic's delivery ended or shortened (it may be free again): wake its
@@ -372,13 +377,20 @@ class PopService:
             if len(picked) >= room:
                 break
             entry = cursor.in_flight[offset]
+            known = self._resent_origins.get((group.name, offset))
+            if known is not None and known != topic.name:
+                continue  # another topic's: its receive serves it
             raw = self.store.message_at(key[1], 0, offset)
             if raw is None:
                 if offset < self.store.min_offset_in_queue(key[1], 0):
                     records.append(self.state.ack(key, [(offset, entry.delivery)]))
                 continue
-            if raw.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC) != topic.name:
-                continue  # another topic's: its receive serves it
+            if len(self._resent_origins) >= RESENT_ORIGINS_MAX:
+                self._resent_origins.clear()
+            origin = raw.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC, "")
+            self._resent_origins[(group.name, offset)] = origin
+            if origin != topic.name:
+                continue
             if entry.attempt >= group.max_delivery_attempts:
                 records.extend(self._dead_letter(key, offset, entry, resent_view(raw)))
                 undo.append(lambda o=offset, e=entry: self._restore(key, {o: e}))

@@ -23,7 +23,7 @@ from node.services.dead_letter_resend import (
     ResendRequest,
 )
 from node.services.permissions import Permissions
-from node.topics import GroupConfig
+from node.topics import GroupConfig, TopicConfig
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
 from routing.metadata import BrokerGroup, Member
 from routing.state import RoutingState
@@ -187,7 +187,7 @@ def test_a_resend_reaches_the_groups_pop_and_4x_consumers_and_no_other_group(bro
         b"body-2",
     ]
     assert broker.store.get_messages("%RETRY%other", 0, 0, 10).messages == []
-    broker.topics.put_topic(broker.topics.topic("orders").__class__("invoices", queue_count=1))
+    broker.topics.put_topic(TopicConfig("invoices", queue_count=1))
     assert broker.receive("G", "invoices") == []
     # The resent deliveries are acked like any other, and then gone for G.
     handles = [d.handle for d in delivered if d.attempt == 1][:2]
@@ -277,3 +277,23 @@ def test_a_refused_resend_changes_nothing_and_may_be_asked_again(broker, monkeyp
     monkeypatch.undo()
     assert broker.state.resent(("G", "%DLQ%G", RESENT_QUEUE_ID)) == set()
     assert resend(broker, service, offsets=(0,)).resent == (0,)
+
+
+def test_a_receive_of_another_topic_reads_a_resent_dead_letter_once_at_most(broker, monkeypatch):
+    """The group's resent dead letters of one topic wait for its receive of that topic;
+    a receive of another topic passes over them without reading them each time."""
+    broker.topics.put_topic(TopicConfig("invoices", queue_count=1))
+    dead_letter(broker, 2)
+    resend(broker, resend_service(broker), from_offset=0, to_offset=1)
+    reads = []
+    original = broker.store.message_at
+
+    def counted(topic, queue_id, offset):
+        reads.append(topic)
+        return original(topic, queue_id, offset)
+
+    monkeypatch.setattr(broker.store, "message_at", counted)
+    for _ in range(3):
+        assert broker.receive("G", "invoices") == []
+    assert reads.count("%DLQ%G") == 2  # each once, the first time
+    assert sorted(d.stored.body for d in broker.receive("G", "orders")) == [b"body-0", b"body-1"]
