@@ -29,9 +29,11 @@ after a resend is a new entry there, which may be resent again.
 The order of every call: who may (``node/services/permissions.py``: admin, or a user who
 may consume as the group and read its dead-letter topic; a listing: read it); the group
 exists; the request's shape (a selection or a range, at most ``RESEND_MAX`` messages); the
-broker group ("" is this node's); then, on that group's master (another node hands the
-call to it through ``PeerAdmin`` as the caller's user, once: the master serves it or
-refuses), the DLQ is not empty (``DLQ_EMPTY``) and every offset is in it
+cluster's upgrade is finalized (``UPGRADE_NOT_FINALIZED``: a node of 0.1.0 cannot read a
+POP snapshot that holds resent offsets); the broker group ("" is this node's); then, on
+that group's master (another node hands the call to it through ``PeerAdmin`` as the
+caller's user, once: the master serves it or refuses), the DLQ is not empty
+(``DLQ_EMPTY``) and every offset is in it
 (``ILLEGAL_OFFSET``), then the batch.
 
 Thread-safety: owned by the node's event loop; one resend at a time per node (the check
@@ -243,6 +245,13 @@ class DeadLetterResendService:
             caller, request.group, resend_dead_letters(request.group)
         )
         self._check_shape(request)
+        if self.routing.read(lambda state: state.awaits_finalize):
+            # A node of 0.1.0 cannot read a POP snapshot that holds resent offsets.
+            raise AdminRefused(
+                FAILED_PRECONDITION,
+                "UPGRADE_NOT_FINALIZED: dead-letter resends wait until every node runs this "
+                "release and the upgrade is finalized (ferrymq cluster finalize-upgrade)",
+            )
         broker_group = request.broker_group or self.broker_group
         if broker_group != self.broker_group or not self.store.is_master:
             if request.handed:

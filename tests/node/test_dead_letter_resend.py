@@ -107,6 +107,10 @@ def test_each_refusal_is_precise_and_changes_nothing(broker):
     assert backwards.code == 3 and backwards.message.startswith("ILLEGAL_RANGE")
     many = refusal(broker, service, ResendRequest("G", from_offset=0, to_offset=RESEND_MAX))
     assert many.code == 3 and many.message.startswith(f"TOO_MANY: {RESEND_MAX + 1}")
+    mixed = resend_service(broker)
+    mixed.routing.read(lambda state: setattr(state, "awaits_finalize", True))
+    waiting = refusal(broker, mixed, ResendRequest("G", offsets=(0,)))
+    assert waiting.code == 9 and waiting.message.startswith("UPGRADE_NOT_FINALIZED")
     elsewhere = refusal(broker, service, ResendRequest("G", offsets=(0,), broker_group="nowhere"))
     assert elsewhere.code == 5 and elsewhere.message == "UNKNOWN_BROKER_GROUP: nowhere"
     # Not the master: handed to it through PeerAdmin, unless it was handed over already.
