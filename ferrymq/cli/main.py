@@ -5,6 +5,7 @@ with the node's status name and exit code 1 (2 for usage and configuration error
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import signal
@@ -709,6 +710,16 @@ def group_resend_dlq(args) -> int:
     offsets, first, last = resend_selection(args)
     with admin_of(args) as admin:
         outcome = admin.resend_dead_letters(args.name, offsets, first, last, args.broker_group)
+        while outcome.not_yet:  # one call's byte bound: the rest in the next calls
+            more = admin.resend_dead_letters(
+                args.name, outcome.not_yet, broker_group=outcome.broker_group
+            )
+            outcome = dataclasses.replace(
+                outcome,
+                resent=outcome.resent + more.resent,
+                already_resent=outcome.already_resent + more.already_resent,
+                not_yet=more.not_yet,
+            )
     rows = [[outcome.broker_group, len(outcome.resent), len(outcome.already_resent)]]
     show_table(args, outcome, ["broker group", "resent", "already resent (skipped)"], rows)
     return 0

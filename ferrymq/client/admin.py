@@ -136,6 +136,7 @@ class DeadLetterResend:
     broker_group: str
     resent: tuple[int, ...]
     already_resent: tuple[int, ...]
+    not_yet: tuple[int, ...] = ()  # past the call's byte bound: resend them again
 
 
 @dataclass(frozen=True)
@@ -455,7 +456,8 @@ class Admin:
         the DLQ ``offsets`` of ``broker_group`` ("": the access point's), or every one from
         ``from_offset`` to ``to_offset`` (inclusive), at most 1000 a call. Admin, or a user
         who may consume as the group and read ``%DLQ%<group>``. Asked of any node: the
-        broker group's master does it. A dead letter resent before is skipped."""
+        broker group's master does it. A dead letter resent before is skipped; those past
+        one call's 8 MiB of records come back in ``not_yet``, to ask again."""
         request = api.ResendDeadLettersRequest(
             group=group,
             broker_group=broker_group,
@@ -466,7 +468,10 @@ class Admin:
         answer = self.connection.call(self.stub.ResendDeadLetters, request, timeout_s=60)
         check_admin(answer.status)
         return DeadLetterResend(
-            answer.broker_group, tuple(answer.resent), tuple(answer.already_resent)
+            answer.broker_group,
+            tuple(answer.resent),
+            tuple(answer.already_resent),
+            tuple(answer.not_yet),
         )
 
     def dead_letters(

@@ -78,4 +78,5 @@ class DeadLetterEndpoints:
             "broker_group": outcome.broker_group,
             "resent": list(outcome.resent),
             "already_resent": list(outcome.already_resent),
+            "not_yet": list(outcome.not_yet),
         }

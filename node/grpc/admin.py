@@ -480,6 +480,7 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
                 "broker_group": outcome.broker_group,
                 "resent": list(outcome.resent),
                 "already_resent": list(outcome.already_resent),
+                "not_yet": list(outcome.not_yet),
             }
 
         return await self._serve(context, "ResendDeadLetters", api.ResendDeadLettersResponse, work)

@@ -73,6 +73,9 @@ from routing.replica import RoutingReplica
 from store.message import Message
 
 RESEND_MAX = 1000  # dead letters per call: one batch, one event-loop turn to build it
+# The batch's records, in bytes (at least one message): it must fit a CommitLog segment and
+# not hold the replication link for long. What does not fit is answered ``not_yet``.
+RESEND_BYTES_MAX = 8 << 20
 LIST_MAX = 200  # entries per ListDeadLetters page
 NOT_COPIED = (*DEAD_LETTER_MARKS, PROPERTY_DELAY)  # properties a resent copy drops
 
@@ -92,6 +95,7 @@ class ResendOutcome:
     broker_group: str
     resent: tuple[int, ...]
     already_resent: tuple[int, ...]
+    not_yet: tuple[int, ...] = ()  # named, but past the call's byte bound: ask again
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +133,12 @@ def request_message(request: ResendRequest) -> api.ResendDeadLettersRequest:
 
 
 def outcome_of(answer: api.ResendDeadLettersResponse) -> ResendOutcome:
-    return ResendOutcome(answer.broker_group, tuple(answer.resent), tuple(answer.already_resent))
+    return ResendOutcome(
+        answer.broker_group,
+        tuple(answer.resent),
+        tuple(answer.already_resent),
+        tuple(answer.not_yet),
+    )
 
 
 def retry_copy(retry_topic: str, raw: StoredMessage) -> Message:
@@ -281,7 +290,7 @@ class DeadLetterResendService:
         if not chosen:
             return ResendOutcome(self.broker_group, (), already)
         retry_topic = self.topics.retry_topic(group).name
-        copies, origins = [], set()
+        copies, origins, size = [], set(), 0
         for offset in chosen:
             raw = self.store.message_at(dead_letters, 0, offset)
             if raw is None:
@@ -289,8 +298,12 @@ class DeadLetterResendService:
                     UNAVAILABLE,
                     f"{dead_letters} offset {offset} is not readable now; resend again",
                 )
+            if copies and size + raw.size > RESEND_BYTES_MAX:
+                break
+            size += raw.size
             copies.append(retry_copy(retry_topic, raw))
             origins.add(raw.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC, ""))
+        chosen, not_yet = chosen[: len(copies)], tuple(chosen[len(copies) :])
         record = self.pop_state.resend(key, chosen, new_delivery_id(), self.clock_ms())
         result = await self.pop_state.append([*copies, record])
         if result.appended:  # in the log: memory follows, whatever the confirmation
@@ -303,7 +316,7 @@ class DeadLetterResendService:
                 f"the resend on broker group {self.broker_group} was {how}: "
                 f"{result.status.name}; resend again (what was resent is skipped)",
             )
-        return ResendOutcome(self.broker_group, tuple(chosen), already)
+        return ResendOutcome(self.broker_group, tuple(chosen), already, not_yet)
 
     def _wake(self, topics: set[str]) -> None:
         """Wake the POP receives waiting on the resent messages' topics."""

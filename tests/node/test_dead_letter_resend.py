@@ -15,6 +15,7 @@ from node import system_state
 from node.long_polling import QueueWaiters
 from node.pop_state import RESENT_QUEUE_ID
 from node.rpc_status import AccessDenied
+from node.services import dead_letter_resend
 from node.services.admin import AdminRefused
 from node.services.caller import Caller, Door
 from node.services.dead_letter_resend import (
@@ -130,7 +131,7 @@ def test_a_slave_hands_the_resend_to_its_master_as_the_callers_user(broker):
 
     async def call(caller, member, method, request):
         asked.append((caller, member.node_id, method, request))
-        return SimpleNamespace(broker_group="group-1", resent=[0], already_resent=[])
+        return SimpleNamespace(broker_group="group-1", resent=[0], already_resent=[], not_yet=[])
 
     slave.peers = SimpleNamespace(call=call)
     outcome = broker.run(slave.resend(ANYONE, ResendRequest("G", offsets=(0,))))
@@ -301,3 +302,19 @@ def test_a_receive_of_another_topic_reads_a_resent_dead_letter_once_at_most(brok
         assert broker.receive("G", "invoices") == []
     assert reads.count("%DLQ%G") == 2  # each once, the first time
     assert sorted(d.stored.body for d in broker.receive("G", "orders")) == [b"body-0", b"body-1"]
+
+
+def test_what_passes_one_calls_byte_bound_is_answered_not_yet_and_resent_next(broker, monkeypatch):
+    dead_letter(broker, 4)
+    service = resend_service(broker)
+    record = broker.store.message_at("%DLQ%G", 0, 0).size
+    monkeypatch.setattr(dead_letter_resend, "RESEND_BYTES_MAX", 1)  # a message at least
+    first = resend(broker, service, from_offset=0, to_offset=3)
+    assert (first.resent, first.not_yet) == ((0,), (1, 2, 3))
+    monkeypatch.setattr(dead_letter_resend, "RESEND_BYTES_MAX", 2 * record)
+    second = resend(broker, service, offsets=first.not_yet)
+    assert (second.resent, second.not_yet) == ((1, 2), (3,))
+    assert broker.state.resent(("G", "%DLQ%G", RESENT_QUEUE_ID)) == {0, 1, 2}
+    last = resend(broker, service, offsets=second.not_yet)
+    assert (last.resent, last.not_yet) == ((3,), ())
+    assert len(broker.store.get_messages("%RETRY%G", 0, 0, 10).messages) == 4

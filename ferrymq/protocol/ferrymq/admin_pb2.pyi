@@ -523,16 +523,18 @@ class ResendDeadLettersRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., broker_group: _Optional[str] = ..., offsets: _Optional[_Iterable[int]] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., handed: _Optional[bool] = ...) -> None: ...
 
 class ResendDeadLettersResponse(_message.Message):
-    __slots__ = ("status", "broker_group", "resent", "already_resent")
+    __slots__ = ("status", "broker_group", "resent", "already_resent", "not_yet")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
     RESENT_FIELD_NUMBER: _ClassVar[int]
     ALREADY_RESENT_FIELD_NUMBER: _ClassVar[int]
+    NOT_YET_FIELD_NUMBER: _ClassVar[int]
     status: Status
     broker_group: str
     resent: _containers.RepeatedScalarFieldContainer[int]
     already_resent: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_group: _Optional[str] = ..., resent: _Optional[_Iterable[int]] = ..., already_resent: _Optional[_Iterable[int]] = ...) -> None: ...
+    not_yet: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_group: _Optional[str] = ..., resent: _Optional[_Iterable[int]] = ..., already_resent: _Optional[_Iterable[int]] = ..., not_yet: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ListDeadLettersRequest(_message.Message):
     __slots__ = ("group", "broker_group", "from_offset", "limit")

@@ -674,9 +674,13 @@ function deadLetterPanel(group, changed) {
     let skipped = 0;
     try {
       for (const part of parts) {
-        const done = await api("POST", path() + "/resend", { broker_group: page.broker_group, ...part });
-        resent += done.resent.length;
-        skipped += done.already_resent.length;
+        let ask = part;
+        while (ask) {  // what one call's byte bound left is asked for again
+          const done = await api("POST", path() + "/resend", { broker_group: page.broker_group, ...ask });
+          resent += done.resent.length;
+          skipped += done.already_resent.length;
+          ask = done.not_yet.length ? { offsets: done.not_yet } : null;
+        }
         progress.value += 1;
         result.textContent = "Resending: part " + progress.value + " of " + parts.length + "...";
       }
