@@ -22,6 +22,7 @@ from ferrymq.launcher.polling import until
 from tests.support.auth import APP, ROOT
 from tests.support.cluster import SMALL_STORE, kill, master_of, stop_all
 from tests.support.console import ConsoleClient, console_of
+from tests.support.official_client import run_official_at
 
 TOPIC = "payments"
 GROUP = "settlers"  # dead-letters every message: one attempt each
@@ -210,6 +211,56 @@ def test_a_user_who_may_not_consume_as_the_group_is_refused(cluster):
     with Admin(slave.grpc, security=outsider) as admin, pytest.raises(FerryError) as refused:
         admin.resend_dead_letters(GROUP, [0])
     assert "no subscribe permission on group settlers" in str(refused.value)
+
+
+def test_the_official_5x_client_receives_and_acks_a_resent_message(cluster, tmp_path):
+    """The official RocketMQ 5 Python client (rocketmq-python-client 5.1.2) as the
+    group's consumer: it receives the resent message with its id, topic and attempt 1, and
+    its ack ends it."""
+    master, slave = cluster["master"], cluster["slave"]
+    topic, officials = "official-payments", "officials"
+    with Admin(master.grpc, security=ROOT) as admin:
+        admin.create_topic(topic, queue_count=1)
+        admin.create_group(officials, max_delivery_attempts=1)
+    with Producer(master.grpc, security=ROOT) as producer:
+        sent = producer.send(Message(topic, b"official-0")).message_id
+
+    def official(step: dict, home: str) -> list[dict]:
+        scenario = {
+            "scenario": "simple",
+            "topic": topic,
+            "group": officials,
+            "access_key": ROOT.access_key,
+            "secret_key": ROOT.secret_key,
+            "steps": [{"do": "receive_until", "count": 1, "deadline_s": 30, **step}],
+        }
+        events = run_official_at(master.grpc, tmp_path / home, scenario)
+        return [e for e in events if e["event"] == "received"]
+
+    (first,) = official({"invisible_s": 1}, "first")
+    assert (first["id"], first["attempt"]) == (sent, 1)
+    with (
+        Admin(slave.grpc, security=APP) as admin,
+        SimpleConsumer(master.grpc, officials, topic, security=ROOT) as consumer,
+    ):
+        dead = until(
+            lambda: (
+                not consumer.receive(1, invisible_s=1, wait_s=0.2)
+                and admin.dead_letters(officials).entries
+            ),
+            20,
+            "the official group's dead letter",
+        )
+        assert admin.resend_dead_letters(officials, [dead[0].offset]).resent == (dead[0].offset,)
+    (again,) = official({"invisible_s": 30, "ack": True}, "second")
+    assert (again["id"], again["topic"], again["body"], again["attempt"]) == (
+        sent,
+        topic,
+        "official-0",
+        1,
+    )
+    with SimpleConsumer(master.grpc, officials, topic, security=ROOT) as consumer:
+        assert consumer.receive(1, invisible_s=30, wait_s=1) == []  # acked: nothing comes back
 
 
 def test_the_new_master_after_kill_9_knows_what_was_resent(cluster):
