@@ -210,12 +210,24 @@ class PopState(SystemState):
     def resend(
         self, key: CursorKey, offsets: list[int], delivery: str, visible_at_ms: int
     ) -> Message:
-        """The record of a resend of the dead letters at ``offsets``, not applied: memory
-        takes it once the log has it, with the copies for the group's 4.x consumers in the
-        same batch (``node/services/dead_letter_resend.py``)."""
+        """Resend the dead letters at ``offsets`` (``node/services/dead_letter_resend.py``):
+        applied now, before its append (memory order is log order, so a snapshot written
+        meanwhile holds it); ``restore_resend`` undoes it if the log refuses the batch."""
         body = ",".join(str(offset) for offset in offsets).encode()
         fields = _fields(key) | {"delivery": delivery, "visible": str(visible_at_ms)}
-        return self.record(KIND_RESEND, body, **fields)
+        return self._applied(KIND_RESEND, body, fields)
+
+    def restore_resend(self, key: CursorKey, offsets: list[int], delivery: str) -> None:
+        """Undo a resend whose batch the log refused: its offsets are not resent, and
+        their deliveries end unless a receive took them since (then they stay)."""
+        cursor = self.cursors.get(key)
+        if cursor is None:
+            return
+        for offset in offsets:
+            cursor.resent.discard(offset)
+            found = cursor.in_flight.get(offset)
+            if found is not None and found.delivery == delivery:
+                del cursor.in_flight[offset]
 
     def resent(self, key: CursorKey) -> set[int]:
         """The offsets of ``key``'s dead-letter queue resent so far."""

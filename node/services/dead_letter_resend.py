@@ -304,11 +304,13 @@ class DeadLetterResendService:
             copies.append(retry_copy(retry_topic, raw))
             origins.add(raw.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC, ""))
         chosen, not_yet = chosen[: len(copies)], tuple(chosen[len(copies) :])
-        record = self.pop_state.resend(key, chosen, new_delivery_id(), self.clock_ms())
+        delivery = new_delivery_id()
+        record = self.pop_state.resend(key, chosen, delivery, self.clock_ms())
         result = await self.pop_state.append([*copies, record])
-        if result.appended:  # in the log: memory follows, whatever the confirmation
-            self.pop_state.apply(record.properties, record.body)
+        if result.appended:  # in the log, confirmed or not: it stands
             self._wake(origins)
+        else:
+            self.pop_state.restore_resend(key, chosen, delivery)
         if not result.ok:
             how = "not confirmed (it may have taken effect)" if result.appended else "refused"
             raise AdminRefused(

@@ -318,3 +318,17 @@ def test_what_passes_one_calls_byte_bound_is_answered_not_yet_and_resent_next(br
     last = resend(broker, service, offsets=second.not_yet)
     assert (last.resent, last.not_yet) == ((3,), ())
     assert len(broker.store.get_messages("%RETRY%G", 0, 0, 10).messages) == 4
+
+
+def test_a_snapshot_written_by_the_resends_own_append_holds_it(broker, monkeypatch):
+    """The append that logs a resend may write a snapshot right after it (a snapshot is
+    due): replay starts there, so the snapshot must already hold the resend."""
+    dead_letter(broker, 2)
+    monkeypatch.setattr(system_state, "SNAPSHOT_EVERY_RECORDS", 1)
+    assert resend(broker, resend_service(broker), offsets=(1,)).resent == (1,)
+    monkeypatch.undo()
+    broker.crash_and_reopen()
+    key = ("G", "%DLQ%G", RESENT_QUEUE_ID)
+    assert broker.state.resent(key) == {1} and list(broker.state.cursor(key).in_flight) == [1]
+    (delivery,) = broker.receive("G", "orders")
+    assert delivery.stored.body == b"body-1"
