@@ -173,3 +173,9 @@ class ClientConnections:
     def producers(self, group: str) -> list[ClientConnection]:
         self._expire_producers(group)
         return [connection for connection, _ in self._producers.get(group, {}).values()]
+
+    def producer_groups(self) -> list[str]:
+        """Every producer group with a live producer here, sorted (the console's list;
+        expired ones swept first, at most once per ``SWEEP_EVERY_MS``)."""
+        self._sweep_producers()
+        return sorted(self._producers)

@@ -66,6 +66,11 @@ class Subscriptions:
         """Every topic the group subscribes to, as registered."""
         return list(self._groups.get(group, {}).values())
 
+    def groups_of(self, topic: str) -> list[str]:
+        """The groups with a live subscription to ``topic`` (a pass over the groups, at
+        most ``MAX_GROUPS``: an admin's question, not the data path's)."""
+        return [group for group, topics in self._groups.items() if topic in topics]
+
     def forget(self, group: str) -> None:
         """The group's last member left."""
         self._groups.pop(group, None)

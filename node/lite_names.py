@@ -47,6 +47,11 @@ def is_lmq(name: str) -> bool:
     return name.startswith(LMQ_PREFIX)
 
 
+def lite_topic_of(lmq: str) -> str:
+    """The lite topic an LMQ queue name names (``lmq_name``'s second part)."""
+    return lmq[len(LMQ_PREFIX) :].partition("$")[2]
+
+
 def parent_topic(lmq: str) -> str:
     """The LITE topic of the lite topic whose queue is ``lmq`` (a topic name has no ``$``)."""
     return lmq[len(LMQ_PREFIX) :].partition("$")[0]

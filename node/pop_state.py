@@ -21,6 +21,11 @@ Records of ``%SYS%POP`` (all carry ``group``, ``topic``, ``queue``):
 - ``expire``: ``upto``; the queue is an expired lite topic (``node/lite_expiry.py``): its
   deliveries at or below ``upto`` end, and the cursor goes when nothing past ``upto`` is
   left of it (a lite topic's cursor starts at its first message)
+- ``resend``: ``delivery``, ``visible``; body ``offset,...``: dead letters of the group
+  resent (``node/services/dead_letter_resend.py``), on the key ``(group, %DLQ%<group>,
+  RESENT_QUEUE_ID)``: each offset (of ``%DLQ%<group>``'s queue 0) is in flight with attempt 0
+  (its next delivery is the first of a fresh count) and is marked resent for good, so a
+  second resend of it is known, after a restart or on a promoted replica as well
 Each is applied by the same ``apply`` live and in replay, and ``apply`` ignores a delta
 whose delivery is not current, so replay is deterministic whatever came before.
 
@@ -49,6 +54,10 @@ KIND_DLQ = "dlq"
 KIND_CHANGE = "change"
 KIND_EXPIRE = "expire"
 KIND_RESET = "reset"
+KIND_RESEND = "resend"
+# The queue id of the key that holds a group's resent dead letters, and of their receipt
+# handles: no topic has that many queues (a Java int, so RocketMQ clients carry it).
+RESENT_QUEUE_ID = 2**31 - 1
 
 CursorKey = tuple[str, str, int]  # (group, topic, queue id)
 
@@ -66,6 +75,8 @@ class PopCursor:
     in_flight: dict[int, InFlight] = field(default_factory=dict)
     # In flight in memory only: new messages of a refused pop (module docstring).
     unlogged: set[int] = field(default_factory=set)
+    # Offsets resent from the dead-letter queue (the RESENT_QUEUE_ID key only), for good.
+    resent: set[int] = field(default_factory=set)
 
     @property
     def consumed_below(self) -> int:
@@ -84,6 +95,17 @@ def _pairs(body: bytes) -> list[tuple[int, str]]:
         offset, _, value = item.partition(":")
         pairs.append((int(offset), value))
     return pairs
+
+
+def _runs(offsets: set[int]) -> list[list[int]]:
+    """``offsets`` as ``[first, last]`` runs: a resend of a whole range is one run."""
+    runs: list[list[int]] = []
+    for offset in sorted(offsets):
+        if runs and runs[-1][1] == offset - 1:
+            runs[-1][1] = offset
+        else:
+            runs.append([offset, offset])
+    return runs
 
 
 def _fields(key: CursorKey) -> dict[str, str]:
@@ -184,6 +206,33 @@ class PopState(SystemState):
         cursor as it was (for ``restore_reset``)."""
         before = self.cursors.get(key)
         return self._applied(KIND_RESET, b"", _fields(key)), before
+
+    def resend(
+        self, key: CursorKey, offsets: list[int], delivery: str, visible_at_ms: int
+    ) -> Message:
+        """Resend the dead letters at ``offsets`` (``node/services/dead_letter_resend.py``):
+        applied now, before its append (memory order is log order, so a snapshot written
+        meanwhile holds it); ``restore_resend`` undoes it if the log refuses the batch."""
+        body = ",".join(str(offset) for offset in offsets).encode()
+        fields = _fields(key) | {"delivery": delivery, "visible": str(visible_at_ms)}
+        return self._applied(KIND_RESEND, body, fields)
+
+    def restore_resend(self, key: CursorKey, offsets: list[int], delivery: str) -> None:
+        """Undo a resend whose batch the log refused: its offsets are not resent, and
+        their deliveries end unless a receive took them since (then they stay)."""
+        cursor = self.cursors.get(key)
+        if cursor is None:
+            return
+        for offset in offsets:
+            cursor.resent.discard(offset)
+            found = cursor.in_flight.get(offset)
+            if found is not None and found.delivery == delivery:
+                del cursor.in_flight[offset]
+
+    def resent(self, key: CursorKey) -> set[int]:
+        """The offsets of ``key``'s dead-letter queue resent so far."""
+        cursor = self.cursors.get(key)
+        return cursor.resent if cursor is not None else set()
 
     def restore_reset(self, key: CursorKey, before: PopCursor | None) -> None:
         """Undo a reset whose record failed to append, unless a receive made a new
@@ -291,6 +340,17 @@ class PopState(SystemState):
                 found.visible_at_ms = int(properties["visible"])
                 if properties.get("suspend") == "1":
                     found.attempt = max(found.attempt - 1, 0)
+        elif kind == KIND_RESEND:
+            offsets = [int(item) for item in body.decode().split(",") if item]
+            cursor = self.cursors.get(key)
+            if cursor is None:
+                cursor = self.cursors[key] = PopCursor(0)
+            cursor.next_offset = max([cursor.next_offset, *(o + 1 for o in offsets)])
+            delivery, visible = properties["delivery"], int(properties["visible"])
+            for offset in offsets:
+                if offset not in cursor.resent:  # a replayed older delta changes nothing
+                    cursor.in_flight[offset] = InFlight(delivery, visible, 0)
+                    cursor.resent.add(offset)
         elif kind == KIND_RESET:
             self.cursors.pop(key, None)
         elif kind == KIND_EXPIRE:
@@ -305,10 +365,15 @@ class PopState(SystemState):
                 del self.cursors[key]
 
     def restore(self, snapshot: bytes) -> None:
-        self.cursors = {
-            (g, t, q): PopCursor(next_offset, {o: InFlight(d, v, a) for o, d, v, a in in_flight})
-            for g, t, q, next_offset, in_flight in json.loads(snapshot)
-        }
+        """Rows of 5 fields (before resends) or 6 (the resent offsets as ``[first, last]``
+        runs)."""
+        self.cursors = {}
+        for g, t, q, next_offset, in_flight, *rest in json.loads(snapshot):
+            flying = {o: InFlight(d, v, a) for o, d, v, a in in_flight}
+            resent = {
+                o for first, last in (rest[0] if rest else []) for o in range(first, last + 1)
+            }
+            self.cursors[(g, t, q)] = PopCursor(next_offset, flying, resent=resent)
 
     def snapshot(self) -> bytes | None:
         if not self.cursors:
@@ -324,6 +389,7 @@ class PopState(SystemState):
                     for o, f in sorted(c.in_flight.items())
                 ],
             ]
+            + ([_runs(c.resent)] if c.resent else [])  # rows without resends: as before
             for (g, t, q), c in sorted(self.cursors.items())
         ]
         return json.dumps(rows).encode()

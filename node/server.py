@@ -86,6 +86,7 @@ from node.secret_box import SecretBox
 from node.services.admin import AdminService
 from node.services.caller import Caller
 from node.services.check_relay import CheckRelay
+from node.services.dead_letter_resend import DeadLetterResendService
 from node.services.delivery_history import DeliveryHistoryService
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
@@ -102,6 +103,7 @@ from node.services.registry import Services
 from node.services.retries import RetryService
 from node.services.routes import RouteService
 from node.services.send import SendService
+from node.services.topic_consumers import TopicConsumersService
 from node.services.transactions import TransactionService
 from node.stop_signals import stop_on
 from node.timer_service import TimerService
@@ -572,6 +574,20 @@ class Node:
             ),
             delivery_history=DeliveryHistoryService(
                 store, topics, self.offsets, self.pop_state, permissions, config.group
+            ),
+            dead_letter_resend=DeadLetterResendService(
+                store,
+                topics,
+                self.pop_state,
+                self.waiters,
+                self.routing,
+                permissions,
+                config.group,
+                config.id,
+                self.peer_admin,
+            ),
+            topic_consumers=TopicConsumersService(
+                topics, self.offsets, self.pop_state, subscriptions, permissions, config.group
             ),
         )
 

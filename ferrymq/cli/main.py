@@ -5,6 +5,7 @@ with the node's status name and exit code 1 (2 for usage and configuration error
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import signal
@@ -204,6 +205,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="show where each queue would go; change nothing"
     )
     reset.set_defaults(handler=group_reset_offsets)
+    dead = groups.add_parser(
+        "dead-letters",
+        parents=[common],
+        help="the group's dead-letter queue on a broker group, and what was resent",
+    )
+    dead.add_argument("name")
+    dead.add_argument("--broker-group", default="", help="default: the access point's")
+    dead.add_argument("--from", type=int, default=-1, dest="from_offset", help="default: the last")
+    dead.add_argument("--limit", type=int, default=50, help="1..200 entries")
+    dead.set_defaults(handler=group_dead_letters)
+    resend = groups.add_parser(
+        "resend-dlq",
+        parents=[common],
+        help="give dead letters back to the group (its POP and 4.x push consumers, no other "
+        "group), each with its message id and a fresh attempt count; resent ones are skipped",
+    )
+    resend.add_argument("name")
+    resend.add_argument("--broker-group", default="", help="default: the access point's")
+    chosen = resend.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--offsets", help="DLQ offsets, comma-separated: 3,5,8")
+    chosen.add_argument("--from", type=int, dest="from_offset", help="every one from this offset")
+    resend.add_argument("--to", type=int, dest="to_offset", help="... to this one (inclusive)")
+    resend.set_defaults(handler=group_resend_dlq)
 
     produce = commands.add_parser("produce", parents=[common], help="send messages")
     produce.add_argument("topic")
@@ -666,6 +690,54 @@ def group_reset_offsets(args) -> int:
     show_table(args, queues, ["broker group", "queue", "old offset", "new offset"], rows)
     if args.dry_run and not args.json:
         print("dry run: nothing was changed")
+    return 0
+
+
+def group_dead_letters(args) -> int:
+    with admin_of(args) as admin:
+        page = admin.dead_letters(args.name, args.broker_group, args.from_offset, args.limit)
+    rows = [
+        [e.offset, e.message_id, e.origin_topic, e.tags, e.attempts, "yes" if e.resent else ""]
+        for e in page.entries
+    ]
+    headers = ["offset", "message id", "topic", "tags", "attempts", "resent"]
+    show_table(args, page, headers, rows)
+    if not args.json:
+        print(f"broker group {page.broker_group}: offsets {page.min_offset}..{page.max_offset - 1}")
+    return 0
+
+
+def resend_selection(args) -> tuple[tuple[int, ...], int, int]:
+    """``--offsets`` or ``--from``/``--to``: (offsets, from, to); ``ValueError`` otherwise."""
+    if args.offsets is not None:
+        try:
+            offsets = tuple(int(part) for part in args.offsets.split(",") if part.strip())
+        except ValueError:
+            raise ValueError(f"--offsets {args.offsets!r}: offsets separated by commas") from None
+        if args.to_offset is not None:
+            raise ValueError("--to goes with --from, not with --offsets")
+        return offsets, -1, -1
+    if args.to_offset is None:
+        raise ValueError("--from needs --to (the last offset to resend)")
+    return (), args.from_offset, args.to_offset
+
+
+def group_resend_dlq(args) -> int:
+    offsets, first, last = resend_selection(args)
+    with admin_of(args) as admin:
+        outcome = admin.resend_dead_letters(args.name, offsets, first, last, args.broker_group)
+        while outcome.not_yet:  # one call's byte bound: the rest in the next calls
+            more = admin.resend_dead_letters(
+                args.name, outcome.not_yet, broker_group=outcome.broker_group
+            )
+            outcome = dataclasses.replace(
+                outcome,
+                resent=outcome.resent + more.resent,
+                already_resent=outcome.already_resent + more.already_resent,
+                not_yet=more.not_yet,
+            )
+    rows = [[outcome.broker_group, len(outcome.resent), len(outcome.already_resent)]]
+    show_table(args, outcome, ["broker group", "resent", "already resent (skipped)"], rows)
     return 0
 
 

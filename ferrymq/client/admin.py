@@ -117,6 +117,52 @@ RESET_TARGETS = {"earliest": api.RESET_TO_EARLIEST, "latest": api.RESET_TO_LATES
 
 
 @dataclass(frozen=True)
+class TopicConsumer:
+    """A group consuming a topic on a broker group: a committed offset, a POP position or
+    a live 4.x subscriber there."""
+
+    group: str
+    broker_group: str
+    committed: bool
+    popping: bool
+    subscribed: bool
+
+
+@dataclass(frozen=True)
+class DeadLetterResend:
+    """What a resend of dead letters did on one broker group: the DLQ offsets resent now,
+    and those resent before (skipped: a resend is idempotent)."""
+
+    broker_group: str
+    resent: tuple[int, ...]
+    already_resent: tuple[int, ...]
+    not_yet: tuple[int, ...] = ()  # past the call's byte bound: resend them again
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One entry of a group's dead-letter queue on a broker group."""
+
+    offset: int
+    message_id: str
+    origin_topic: str
+    tags: str
+    keys: str
+    attempts: int
+    store_timestamp_ms: int
+    body_bytes: int
+    resent: bool
+
+
+@dataclass(frozen=True)
+class DeadLetterPage:
+    broker_group: str
+    min_offset: int
+    max_offset: int  # one past the last entry
+    entries: tuple[DeadLetter, ...]
+
+
+@dataclass(frozen=True)
 class StoredMessage:
     topic: str
     queue_id: int
@@ -351,6 +397,18 @@ class Admin:
         )
         return _topic(self._call(self.stub.CreateTopic, api.CreateTopicRequest(topic=topic)).topic)
 
+    def topic_consumers(self, topic: str) -> list[TopicConsumer]:
+        """The groups consuming ``topic``, asked of every broker group's master (the groups
+        the caller may consume as; admins: all), by group then broker group."""
+        found = [
+            TopicConsumer(c.group, c.broker_group, c.committed, c.popping, c.subscribed)
+            for _, answer in self._each_master(
+                topic, "TopicConsumers", api.TopicConsumersRequest(topic=topic)
+            )
+            for c in answer.consumers
+        ]
+        return sorted(found, key=lambda c: (c.group, c.broker_group))
+
     def update_topic(
         self,
         name: str,
@@ -458,6 +516,63 @@ class Admin:
             for q in answer.queues
         ]
         return sorted(queues, key=lambda q: (q.broker_group, q.queue_id))
+
+    def resend_dead_letters(
+        self,
+        group: str,
+        offsets: list[int] | tuple[int, ...] = (),
+        from_offset: int = -1,
+        to_offset: int = -1,
+        broker_group: str = "",
+    ) -> DeadLetterResend:
+        """Give ``group``'s dead letters back to that group (its POP and 4.x push
+        consumers, no other group), each with its message id and a fresh attempt count:
+        the DLQ ``offsets`` of ``broker_group`` ("": the access point's), or every one from
+        ``from_offset`` to ``to_offset`` (inclusive), at most 1000 a call. Admin, or a user
+        who may consume as the group and read ``%DLQ%<group>``. Asked of any node: the
+        broker group's master does it. A dead letter resent before is skipped; those past
+        one call's 8 MiB of records come back in ``not_yet``, to ask again."""
+        request = api.ResendDeadLettersRequest(
+            group=group,
+            broker_group=broker_group,
+            offsets=list(offsets),
+            from_offset=from_offset,
+            to_offset=to_offset,
+        )
+        answer = self.connection.call(self.stub.ResendDeadLetters, request, timeout_s=60)
+        check_admin(answer.status)
+        return DeadLetterResend(
+            answer.broker_group,
+            tuple(answer.resent),
+            tuple(answer.already_resent),
+            tuple(answer.not_yet),
+        )
+
+    def dead_letters(
+        self, group: str, broker_group: str = "", from_offset: int = -1, limit: int = 50
+    ) -> DeadLetterPage:
+        """Up to ``limit`` (1..200) entries of ``group``'s dead-letter queue on
+        ``broker_group`` ("": the access point's) from ``from_offset`` (-1: the last ones),
+        each saying whether it was resent."""
+        request = api.ListDeadLettersRequest(
+            group=group, broker_group=broker_group, from_offset=from_offset, limit=limit
+        )
+        answer = self._call(self.stub.ListDeadLetters, request)
+        entries = tuple(
+            DeadLetter(
+                e.offset,
+                e.message_id,
+                e.origin_topic,
+                e.tags,
+                e.keys,
+                e.attempts,
+                e.store_timestamp_ms,
+                e.body_bytes,
+                e.resent,
+            )
+            for e in answer.entries
+        )
+        return DeadLetterPage(answer.broker_group, answer.min_offset, answer.max_offset, entries)
 
     def group_members(self, group: str) -> list[str]:
         answer = self._call(self.stub.GroupMembers, api.GroupMembersRequest(group=group))

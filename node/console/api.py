@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
+from node.console.dead_letters import DeadLetterEndpoints
 from node.console.masters import MasterReads
 from node.rpc_status import AccessDenied, InvalidRequest
 from node.services.admin import AdminRefused, ClusterSnapshot, TopicSpec
@@ -296,6 +297,33 @@ class ConsoleApi:
                 ("POST", f"users/{NAME}/revoke", self.revoke),
             )
         ]
+        self._add_dead_letter_routes(services)
+
+    async def producers(self, caller: Caller, call: ApiCall) -> dict:
+        """Online producers per producer group, each broker group's master asked: a
+        client listed once per group, with the broker groups it heartbeats to."""
+        by_group: dict[str, dict[str, dict]] = {}
+        for broker_group in [g.name for g in self.admin.cluster(caller).broker_groups]:
+            for entry in await self.masters.producers(caller, broker_group):
+                clients = by_group.setdefault(entry["group"], {})
+                for client in entry["clients"]:
+                    known = clients.setdefault(client["client_id"], {**client, "broker_groups": []})
+                    known["broker_groups"].append(broker_group)
+        return {
+            "groups": [
+                {"group": group, "clients": [clients[c] for c in sorted(clients)]}
+                for group, clients in sorted(by_group.items())
+            ]
+        }
+
+    def _add_dead_letter_routes(self, services: Services) -> None:
+        """A group's dead letters and their resend (``dead_letters.py``)."""
+        endpoints = DeadLetterEndpoints(
+            services.dead_letter_resend, integer, text, lambda reason: ApiError(400, reason)
+        )
+        for method, pattern, handler in endpoints.routes():
+            self.routes.append(Route(method, re.compile("/api/" + pattern), handler))
+        self.routes.append(Route("GET", re.compile("/api/producers"), self.producers))
 
     # ---- cluster -------------------------------------------------------------------------
     def cluster(self, caller: Caller, call: ApiCall) -> dict:
@@ -409,7 +437,15 @@ class ConsoleApi:
             answer["queue_offsets"] += await self.masters.queue_bounds(
                 caller, broker_group, route.name
             )
+        answer["consumers"] = await self._topic_consumers(caller, route)
         return answer
+
+    async def _topic_consumers(self, caller: Caller, route: TopicRoute) -> list[dict]:
+        """The groups consuming the topic, each broker group's read at its master."""
+        found = []
+        for broker_group, _ in route.queues:
+            found += await self.masters.topic_consumers(caller, broker_group, route.name)
+        return sorted(found, key=lambda c: (c["group"], c["broker_group"]))
 
     async def create_topic(self, caller: Caller, call: ApiCall) -> dict:
         return topic_json(await self.admin.create_topic(caller, topic_spec(call.json())))

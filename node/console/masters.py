@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Callable
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
+from node.lite_names import is_lmq, lite_topic_of, parent_topic
 from node.services.admin import UNAVAILABLE, AdminRefused
 from node.services.caller import Caller
 from node.services.delivery_history import MessageHistory
@@ -77,7 +78,8 @@ class MasterReads:
         ]
 
     async def group_progress(self, caller: Caller, broker_group: str, group: str) -> list[dict]:
-        """``group``'s progress in every topic it has a position in on ``broker_group``."""
+        """``group``'s progress in every topic it has a position in on ``broker_group``
+        (a LITE topic's: one row per lite topic, ``lite_topic`` naming it)."""
         master = self.where(broker_group)
         if master is None:
             queues = self.services.admin.group_progress_all(caller, group)
@@ -86,7 +88,8 @@ class MasterReads:
             queues = (await self._call(caller, master, "GroupProgress", request)).queues
         return [
             {
-                "topic": q.topic,
+                "topic": parent_topic(q.topic) if is_lmq(q.topic) else q.topic,
+                "lite_topic": lite_topic_of(q.topic) if is_lmq(q.topic) else "",
                 "queue_id": q.queue_id,
                 "broker_group": q.broker_group,
                 "broker_offset": q.broker_offset,
@@ -95,6 +98,50 @@ class MasterReads:
                 "in_flight": q.in_flight,
             }
             for q in queues
+        ]
+
+    async def topic_consumers(self, caller: Caller, broker_group: str, topic: str) -> list[dict]:
+        """The groups consuming ``topic`` on ``broker_group`` (positions are its master's)."""
+        master = self.where(broker_group)
+        if master is None:
+            found = self.services.topic_consumers.consumers(caller, topic)
+        else:
+            request = api.TopicConsumersRequest(topic=topic)
+            found = (await self._call(caller, master, "TopicConsumers", request)).consumers
+        return [
+            {
+                "group": c.group,
+                "broker_group": c.broker_group,
+                "committed": c.committed,
+                "popping": c.popping,
+                "subscribed": c.subscribed,
+            }
+            for c in found
+        ]
+
+    async def producers(self, caller: Caller, broker_group: str) -> list[dict]:
+        """The producer groups with live producers at ``broker_group``'s master (4.x
+        producers heartbeat to the masters they send to), each with its clients."""
+        master = self.where(broker_group)
+        if master is None:
+            groups = self.services.membership.online_producers(caller)
+        else:
+            answer = await self._call(caller, master, "ListProducers", api.ListProducersRequest())
+            groups = [(g.group, list(g.clients)) for g in answer.groups]
+        return [
+            {
+                "group": group,
+                "clients": [
+                    {
+                        "client_id": c.client_id,
+                        "address": c.address,
+                        "language": c.language,
+                        "version": c.version,
+                    }
+                    for c in clients
+                ],
+            }
+            for group, clients in groups
         ]
 
     async def query(self, caller: Caller, master: Member, method: str, request) -> list:

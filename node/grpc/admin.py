@@ -1,6 +1,6 @@
 """ferrymq's ``Admin`` door (``proto/ferrymq/admin.proto``), translated to the services:
 topics, groups, cluster status, planned failover, consumer progress and offset resets,
-message queries, users and ACL entries.
+dead-letter resends, message queries, users and ACL entries.
 
 Status codes follow google.rpc (``AdminRefused`` carries them); a refusal by the ACL aborts
 the call with gRPC ``PERMISSION_DENIED`` or ``UNAUTHENTICATED``. A planned failover asked
@@ -13,6 +13,7 @@ Thread-safety: handlers run on the node's event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 from ferrymq.codec.commitlog_record import StoredMessage
@@ -29,6 +30,7 @@ from node.services.admin import (
     refused,
 )
 from node.services.caller import Door
+from node.services.dead_letter_resend import ResendRequest
 from node.services.delivery_history import MessageHistory
 from node.services.offset_reset import PROTO_TARGETS, ResetRequest
 from node.services.peer_admin import PeerAdmin
@@ -529,6 +531,93 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
             }
 
         return await self._serve(context, "ResetOffsets", api.ResetOffsetsResponse, work)
+
+    async def ResendDeadLetters(self, request, context):
+        """A group's dead letters resent on one broker group (the service hands the call
+        to that group's master, as the caller's user)."""
+
+        async def work(caller):
+            resend = ResendRequest(
+                request.group,
+                request.broker_group,
+                tuple(request.offsets),
+                request.from_offset,
+                request.to_offset,
+                request.handed,
+            )
+            outcome = await self.services.dead_letter_resend.resend(caller, resend)
+            return {
+                "broker_group": outcome.broker_group,
+                "resent": list(outcome.resent),
+                "already_resent": list(outcome.already_resent),
+                "not_yet": list(outcome.not_yet),
+            }
+
+        return await self._serve(context, "ResendDeadLetters", api.ResendDeadLettersResponse, work)
+
+    async def ListDeadLetters(self, request, context):
+        """A page of a group's dead-letter queue, read at its broker group's master."""
+
+        async def work(caller):
+            page = await self.services.dead_letter_resend.page(
+                caller, request.group, request.broker_group, request.from_offset, request.limit
+            )
+            return {
+                "broker_group": page.broker_group,
+                "min_offset": page.min_offset,
+                "max_offset": page.max_offset,
+                "entries": [
+                    api.DeadLetterEntry(
+                        offset=e.offset,
+                        message_id=e.message_id,
+                        origin_topic=e.origin_topic,
+                        tags=e.tags,
+                        keys=e.keys,
+                        attempts=e.attempts,
+                        store_timestamp_ms=e.store_timestamp_ms,
+                        body_bytes=e.body_bytes,
+                        resent=e.resent,
+                    )
+                    for e in page.entries
+                ],
+            }
+
+        return await self._serve(context, "ListDeadLetters", api.ListDeadLettersResponse, work)
+
+    async def TopicConsumers(self, request, context):
+        """The groups consuming a topic on this broker group (its master's answer is the
+        current one)."""
+
+        def work(caller):
+            found = self.services.topic_consumers.consumers(caller, request.topic)
+            return {"consumers": [api.TopicConsumer(**dataclasses.asdict(c)) for c in found]}
+
+        return await self._serve(context, "TopicConsumers", api.TopicConsumersResponse, work)
+
+    async def ListProducers(self, request, context):
+        """The producer groups with live producers on this node, and their connections."""
+
+        def work(caller):
+            groups = self.services.membership.online_producers(caller)
+            return {
+                "groups": [
+                    api.ProducerGroup(
+                        group=group,
+                        clients=[
+                            api.ProducerClient(
+                                client_id=c.client_id,
+                                address=c.address,
+                                language=c.language,
+                                version=c.version,
+                            )
+                            for c in clients
+                        ],
+                    )
+                    for group, clients in groups
+                ]
+            }
+
+        return await self._serve(context, "ListProducers", api.ListProducersResponse, work)
 
     async def FinalizeUpgrade(self, request, context):
         async def work(caller):

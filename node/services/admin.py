@@ -26,7 +26,8 @@ from ha.role import ReplicationRole, SwitchoverError
 from node.broker_stats import BrokerStats, DailyTotals
 from node.consumer_offsets import ConsumerOffsets
 from node.lite_index import LiteIndex
-from node.pop_state import PopState
+from node.lite_names import is_lmq, parent_topic
+from node.pop_state import RESENT_QUEUE_ID, PopState
 from node.secret_box import SecretBox
 from node.services.caller import Caller
 from node.services.permissions import Permissions, consume, describe
@@ -352,10 +353,16 @@ class AdminService:
         """Where ``group`` is in every topic it has a position in here (committed offsets
         or POP positions): Admin GroupProgress without a topic, so a node that is not
         this group's master (its tables are rebuilt on promotion) can ask the master.
-        Admins only; a topic deleted since, or a LITE topic's lite queue, is left out."""
+        Admins only; a topic deleted since is left out; a LITE topic's progress is one row
+        per lite topic (named by its queue, ``%LMQ%$<topic>$<lite topic>``); the group's
+        resent dead letters (``node/services/dead_letter_resend.py``) are no position."""
         self.permissions.require_admin(caller)
         topics = set(self.offsets.topics_of(group))
-        topics.update(topic for g, topic, _ in self.pop_state.cursors if g == group)
+        topics.update(
+            parent_topic(topic) if is_lmq(topic) else topic
+            for g, topic, queue_id in self.pop_state.cursors
+            if g == group and queue_id != RESENT_QUEUE_ID
+        )
         progress = []
         for topic in sorted(topics):
             try:

@@ -144,3 +144,14 @@ class MembershipService:
         """mqadmin's producer connections: admins only."""
         self.permissions.require_admin(caller)
         return self.clients.producers(group)
+
+    def online_producers(self, caller: Caller) -> list[tuple[str, list[ClientConnection]]]:
+        """Every producer group with its live producers here (4.x clients say theirs in
+        their heartbeats, to the masters they send to): admins only, as mqadmin's list."""
+        self.permissions.require_admin(caller)
+        found = []
+        for group in self.clients.producer_groups():
+            clients = self.clients.producers(group)
+            if clients:
+                found.append((group, clients))
+        return found

@@ -11,6 +11,10 @@ one place (docs/security.md lists them per request of every door):
   or writing to it (a 4.x consumer handing a message back) needs SUBSCRIBE on the group,
   as RocketMQ's broker asks; a dead-letter topic ``%DLQ%<group>`` is an ordinary topic
   (grant SUBSCRIBE on it, or on ``%DLQ%*``, to whoever drains dead letters);
+- resending a group's dead letters (``node/services/dead_letter_resend.py``): what the
+  resend reads and writes, no rule of its own: SUBSCRIBE on the group (it writes the
+  group's retry topic and its POP state, as a consumer of the group does) and on its
+  dead-letter topic ``%DLQ%<group>`` (it reads it) (``resend_dead_letters``);
 - a request that needs a resource it does not name (EndTransaction without a topic, a
   lookup across every topic) and every change of the cluster: admin rights.
 
@@ -39,7 +43,7 @@ from node.refusal_log import RefusalLog
 from node.rpc_status import AccessDenied
 from node.services.caller import Caller
 from routing.acl import Action, ResourceKind, is_allowed
-from routing.metadata import RETRY_PREFIX
+from routing.metadata import RETRY_PREFIX, dead_letter_topic_of, retry_topic_of
 
 log = logging.getLogger("ferrymq.auth")
 NEEDS_CACHED = 4096
@@ -105,6 +109,12 @@ def consume(topic: str, group: str) -> tuple[Need, ...]:
     if group and first != group_need(group):
         return (first, group_need(group))
     return (first,)
+
+
+def resend_dead_letters(group: str) -> tuple[Need, ...]:
+    """Resending ``group``'s dead letters: reading its dead-letter topic and writing its
+    retry topic (a consumer's right on the group)."""
+    return (*read(dead_letter_topic_of(group)), *publish(retry_topic_of(group)))
 
 
 class Permissions:

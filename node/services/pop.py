@@ -22,6 +22,14 @@ but not confirmed in time stays applied, as it is in the log that any replica re
 A new group starts at its committed offset (set through UpdateOffset) or else at the
 beginning of each queue.
 
+A receive of a topic also serves the group's dead letters of that topic that were resent
+(``node/services/dead_letter_resend.py``): they are in flight on the group's key
+``(group, %DLQ%<group>, RESENT_QUEUE_ID)``, visible, with attempt 0, and go out before new
+messages as the dead-lettered message (its topic, properties and message id; its queue id
+``RESENT_QUEUE_ID`` and queue offset the dead-letter queue's, which is what its receipt
+handle names), counting attempts afresh. Acks, changes and forwards of such a handle act on
+that key.
+
 A LITE topic's consumers receive by lite topic (``pop_lite``): the lite topics their client
 subscribed to (``node/lite_subscriptions.py``), each one a queue of its own named
 ``%LMQ%$<topic>$<lite topic>`` whose offsets are CommitLog offsets (``node/lite_index.py``),
@@ -45,7 +53,12 @@ from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.replicated_store import ReplicatedStore
 from node.admission import store_refusal
 from node.consumer_offsets import ConsumerOffsets
-from node.dead_letters import dead_letter_copy
+from node.dead_letters import (
+    PROPERTY_DLQ_ORIGIN_OFFSET,
+    PROPERTY_DLQ_ORIGIN_QUEUE,
+    PROPERTY_DLQ_ORIGIN_TOPIC,
+    dead_letter_copy,
+)
 from node.filter_expression import selection
 from node.group_creation import GroupsOnFirstUse
 from node.lite_index import LiteIndex
@@ -53,7 +66,15 @@ from node.lite_names import is_lmq, lmq_name
 from node.lite_subscriptions import LiteClient
 from node.long_polling import QueueWaiters, long_poll
 from node.metrics_rpc import NoTrafficMetrics, TrafficMetrics
-from node.pop_state import KIND_DLQ, KIND_POP, CursorKey, InFlight, PopCursor, PopState
+from node.pop_state import (
+    KIND_DLQ,
+    KIND_POP,
+    RESENT_QUEUE_ID,
+    CursorKey,
+    InFlight,
+    PopCursor,
+    PopState,
+)
 from node.receipt_handle import (
     MalformedReceiptHandle,
     ReceiptHandle,
@@ -65,6 +86,7 @@ from node.services.caller import Caller
 from node.services.permissions import Permissions, consume
 from node.sql_filter import Filter
 from node.topics import GroupConfig, MessageType, Permission, TopicConfig, TopicTable
+from routing.metadata import dead_letter_topic_of
 from store.message import Message
 from store.results import GetStatus
 
@@ -77,6 +99,7 @@ ACK_ENTRIES_MAX = 1024
 # event-loop turn bounded; the receive's long poll then reads on at once.
 SQL_SCAN_MAX = 1024
 SQL_SCAN_CHUNK = 128
+RESENT_ORIGINS_MAX = 100_000  # the resent dead letters whose topic is kept (_resent_picks)
 DEFAULT_INVISIBLE_MS = 60_000  # clients that ask the node to choose (auto_renew)
 INVISIBLE_MIN_MS = 1_000
 INVISIBLE_MAX_MS = 12 * 3600 * 1000
@@ -150,6 +173,10 @@ class PopService:
         self.waiters = waiters
         self.clock_ms = clock_ms
         self._rotation: dict[tuple[str, str], int] = {}
+        # (group, DLQ offset) -> the topic of that resent dead letter: a receive of one
+        # topic passes over the group's others without reading them again (a DLQ offset
+        # names one message for good, so an entry never goes stale; cleared when full).
+        self._resent_origins: dict[tuple[str, int], str] = {}
         self._background: set[asyncio.Task] = set()
         self.lite_index = lite_index or LiteIndex(store)
         # A lite topic's delivery ended or shortened (it may be free again): wake its
@@ -252,6 +279,11 @@ class PopService:
         # One delivery id for every queue of this receive (each queue's entries are its
         # own): the remoting door names it once per answer (node/remoting/broker_pop.py).
         delivery = new_delivery_id()
+        visible_at = now + invisible_ms
+        key, picked, redelivered = self._resent_picks(group, topic, batch, now, records, undo)
+        if picked:
+            taken = self._taken(key, picked, self.state.cursor(key).next_offset, redelivered)
+            deliveries.extend(taken(delivery, visible_at, records, undo, decisions))
         for queue_id in self._queue_order(group, topic):
             if len(deliveries) >= batch:
                 break
@@ -282,18 +314,90 @@ class PopService:
                 picked.extend((stored, 1) for stored in fresh)
             if not picked and next_offset == cursor.next_offset:
                 continue
-            pairs = [(stored.queue_offset, attempt) for stored, attempt in picked]
-            records.append(self.state.pop(key, pairs, next_offset, delivery, now + invisible_ms))
-            undo.append(lambda k=key, p=pairs, d=delivery, r=redelivered: self._unpop(k, p, d, r))
-            decision = PopDecision(key, [offset for offset, _ in pairs], delivery, redelivered)
-            decisions.append(decision)
-            deliveries.extend(
-                Delivery(stored, self._handle(key, stored.queue_offset, delivery), a, decision)
-                for stored, a in picked
-            )
+            taken = self._taken(key, picked, next_offset, redelivered)
+            deliveries.extend(taken(delivery, visible_at, records, undo, decisions))
         if records:
             await self._append(records, undo, decisions)
         return deliveries
+
+    def _taken(
+        self,
+        key: CursorKey,
+        picked: list[tuple[StoredMessage, int]],
+        next_offset: int,
+        redelivered: dict[int, InFlight],
+    ) -> Callable[..., list[Delivery]]:
+        """The step of a receive that takes ``picked`` of ``key`` under one delivery id:
+        called with the delivery id, the visible time and the receive's lists, it adds the
+        pop record, its undo and its decision, and answers the deliveries."""
+
+        def take(
+            delivery: str,
+            visible_at_ms: int,
+            records: list[Message],
+            undo: list[Callable[[], None]],
+            decisions: list[PopDecision],
+        ) -> list[Delivery]:
+            pairs = [(stored.queue_offset, attempt) for stored, attempt in picked]
+            records.append(self.state.pop(key, pairs, next_offset, delivery, visible_at_ms))
+            undo.append(lambda: self._unpop(key, pairs, delivery, redelivered))
+            decision = PopDecision(key, [offset for offset, _ in pairs], delivery, redelivered)
+            decisions.append(decision)
+            return [
+                Delivery(
+                    stored,
+                    self._handle(key, stored.queue_offset, delivery, stored.topic),
+                    a,
+                    decision,
+                )
+                for stored, a in picked
+            ]
+
+        return take
+
+    def _resent_picks(
+        self,
+        group: GroupConfig,
+        topic: TopicConfig,
+        room: int,
+        now: int,
+        records: list[Message],
+        undo: list[Callable[[], None]],
+    ) -> tuple[CursorKey, list[tuple[StoredMessage, int]], dict[int, InFlight]]:
+        """The group's resent dead letters of ``topic`` that are visible, up to ``room``:
+        picked with their next attempt; one out of attempts is dead-lettered again (a new
+        dead letter, which may be resent again); one that retention removed ends."""
+        key = resent_key(group.name)
+        cursor = self.state.cursor(key)
+        picked: list[tuple[StoredMessage, int]] = []
+        redelivered: dict[int, InFlight] = {}
+        if cursor is None:
+            return key, picked, redelivered
+        for offset in sorted(o for o, f in cursor.in_flight.items() if f.visible_at_ms <= now):
+            if len(picked) >= room:
+                break
+            entry = cursor.in_flight[offset]
+            known = self._resent_origins.get((group.name, offset))
+            if known is not None and known != topic.name:
+                continue  # another topic's: its receive serves it
+            raw = self.store.message_at(key[1], 0, offset)
+            if raw is None:
+                if offset < self.store.min_offset_in_queue(key[1], 0):
+                    records.append(self.state.ack(key, [(offset, entry.delivery)]))
+                continue
+            if len(self._resent_origins) >= RESENT_ORIGINS_MAX:
+                self._resent_origins.clear()
+            origin = raw.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC, "")
+            self._resent_origins[(group.name, offset)] = origin
+            if origin != topic.name:
+                continue
+            if entry.attempt >= group.max_delivery_attempts:
+                records.extend(self._dead_letter(key, offset, entry, resent_view(raw)))
+                undo.append(lambda o=offset, e=entry: self._restore(key, {o: e}))
+                continue
+            picked.append((resent_view(raw), entry.attempt + 1))
+            redelivered[offset] = entry
+        return key, picked, redelivered
 
     # ---- lite topics -----------------------------------------------------------------
     async def pop_lite(
@@ -538,6 +642,9 @@ class PopService:
         return cursor
 
     def _read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+        if queue_id == RESENT_QUEUE_ID:  # a resent dead letter, as its consumer sees it
+            raw = self.store.message_at(topic, 0, offset)
+            return None if raw is None else resent_view(raw)
         if is_lmq(topic):  # a lite topic's offsets are CommitLog offsets
             return self.lite_index.message_at(topic, offset)
         return self.store.message_at(topic, queue_id, offset)
@@ -662,7 +769,7 @@ class PopService:
             await self._append([record], undo)
         except PopFailed as failed:
             return failed.status, handle_text
-        return OK, self._handle(key, offset, delivery)
+        return OK, self._handle(key, offset, delivery, topic.name)
 
     # ---- dead-lettering ----------------------------------------------------------------
     async def forward_to_dead_letters(
@@ -680,7 +787,7 @@ class PopService:
         topic, group = await self._consuming(caller, group_name, topic_name)
         topic = _scope(topic, lite_topic)
         handle = self._decode(group.name, topic, handle_text)
-        key = (group.name, topic.name, handle.queue_id)
+        key = handle_key_of(group.name, topic.name, handle.queue_id)
         cursor = self.state.cursor(key)
         current = cursor.in_flight.get(handle.queue_offset) if cursor else None
         if current is None:
@@ -719,7 +826,8 @@ class PopService:
         topic, INVALID_RECEIPT_HANDLE (stale) when no such delivery is in flight."""
         self.permissions.require(caller, consume(topic, group))
         self.topics.topic(topic)  # an unknown topic says so, not "stale"
-        cursor = self.state.cursor((group, topic, queue_id))
+        key = handle_key_of(group, topic, queue_id)
+        cursor = self.state.cursor(key)
         current = cursor.in_flight.get(offset) if cursor else None
         if (
             current is None
@@ -727,19 +835,23 @@ class PopService:
             or delivery_tag(current.delivery) != tag
         ):
             raise InvalidRequest(pb.INVALID_RECEIPT_HANDLE, STALE)
-        return self._handle((group, topic, queue_id), offset, current.delivery)
+        return self._handle(key, offset, current.delivery, topic)
 
     def in_flight(self, group: str, topic: str, handle: str) -> tuple[ReceiptHandle, InFlight]:
         """The delivery a handle this node issued names, and its entry (for the remoting
         door's answer to a change of invisibility)."""
         decoded = self.handles.decode(handle, topic, group)
-        cursor = self.state.cursor((group, topic, decoded.queue_id))
+        cursor = self.state.cursor(handle_key_of(group, topic, decoded.queue_id))
         return decoded, cursor.in_flight[decoded.queue_offset]
 
     # ---- shared ----------------------------------------------------------------------
-    def _handle(self, key: CursorKey, offset: int, delivery: str) -> str:
-        group, topic, queue_id = key
-        return self.handles.encode(ReceiptHandle(queue_id, offset, delivery), topic, group)
+    def _handle(self, key: CursorKey, offset: int, delivery: str, topic: str = "") -> str:
+        """The handle of a delivery of ``key`` (of a resent dead letter: for ``topic``,
+        its origin, which the client names)."""
+        group, key_topic, queue_id = key
+        if queue_id == RESENT_QUEUE_ID:
+            key_topic = topic
+        return self.handles.encode(ReceiptHandle(queue_id, offset, delivery), key_topic, group)
 
     def _decode(self, group: str, topic: TopicConfig, text: str) -> ReceiptHandle:
         """The handle ``text`` names if this cluster issued it for ``group`` and ``topic``;
@@ -748,7 +860,7 @@ class PopService:
             handle = self.handles.decode(text, topic.name, group)
         except MalformedReceiptHandle as error:
             raise InvalidRequest(pb.INVALID_RECEIPT_HANDLE, str(error)) from None
-        if handle.queue_id >= topic.queue_count:
+        if handle.queue_id >= topic.queue_count and handle.queue_id != RESENT_QUEUE_ID:
             raise InvalidRequest(
                 pb.INVALID_RECEIPT_HANDLE, f"the receipt handle names no queue of {topic.name}"
             )
@@ -759,7 +871,7 @@ class PopService:
     ) -> tuple[CursorKey, ReceiptHandle, InFlight]:
         """The in-flight delivery a handle names; INVALID_RECEIPT_HANDLE unless current."""
         handle = self._decode(group, topic, text)
-        key = (group, topic.name, handle.queue_id)
+        key = handle_key_of(group, topic.name, handle.queue_id)
         cursor = self.state.cursor(key)
         current = cursor.in_flight.get(handle.queue_offset) if cursor else None
         if current is None or current.delivery != handle.delivery:
@@ -773,6 +885,11 @@ class PopService:
         one batch, so the message is in exactly one of the two places after any crash."""
         group = key[0]
         copy = dead_letter_copy(self.topics.dead_letter_topic(group), stored, entry.attempt)
+        if key[2] == RESENT_QUEUE_ID:  # a resent dead letter: its origin, as first recorded
+            raw = self.store.message_at(key[1], 0, offset)
+            for name in (PROPERTY_DLQ_ORIGIN_QUEUE, PROPERTY_DLQ_ORIGIN_OFFSET):
+                if raw is not None and name in raw.properties:
+                    copy.properties[name] = raw.properties[name]
         return [copy, self.state.ack(key, [(offset, entry.delivery)], kind=KIND_DLQ)]
 
     def _restore(self, key: CursorKey, entries: dict[int, InFlight]) -> None:
@@ -921,6 +1038,41 @@ class PopService:
                     self.on_lite_change(name)
                 else:
                     self.waiters.notify(name, int(record.properties["queue"]))
+
+
+def resent_key(group: str) -> CursorKey:
+    """The key of ``group``'s resent dead letters (``node/pop_state.py``)."""
+    return (group, dead_letter_topic_of(group), RESENT_QUEUE_ID)
+
+
+def handle_key_of(group: str, topic: str, queue_id: int) -> CursorKey:
+    """The key a receipt handle of ``topic`` names: its queue's, or the group's resent
+    dead letters' (``RESENT_QUEUE_ID``)."""
+    if queue_id == RESENT_QUEUE_ID:
+        return resent_key(group)
+    return (group, topic, queue_id)
+
+
+DEAD_LETTER_MARKS = (
+    PROPERTY_DLQ_ORIGIN_TOPIC,
+    PROPERTY_DLQ_ORIGIN_QUEUE,
+    PROPERTY_DLQ_ORIGIN_OFFSET,
+)
+
+
+def resent_view(raw: StoredMessage) -> StoredMessage:
+    """A dead letter resent, as the group's consumer receives it: the topic it was sent
+    to and its properties without the dead-letter marks (so its message id, ``UNIQ_KEY``,
+    is the producer's); queue ``RESENT_QUEUE_ID`` at the dead-letter queue's offset, which
+    its receipt handle names."""
+    properties = {k: v for k, v in raw.properties.items() if k not in DEAD_LETTER_MARKS}
+    return dataclasses.replace(
+        raw,
+        topic=raw.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC, raw.topic),
+        queue_id=RESENT_QUEUE_ID,
+        properties=properties,
+        reconsume_times=0,
+    )
 
 
 def _as_lite(stored: StoredMessage) -> StoredMessage:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from node.services.admin import AdminService
+from node.services.dead_letter_resend import DeadLetterResendService
 from node.services.delivery_history import DeliveryHistoryService
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
@@ -21,6 +22,7 @@ from node.services.recall import RecallService
 from node.services.retries import RetryService
 from node.services.routes import RouteService
 from node.services.send import SendService
+from node.services.topic_consumers import TopicConsumersService
 from node.services.transactions import TransactionService
 
 
@@ -42,3 +44,5 @@ class Services:
     lite: LiteService
     offset_reset: OffsetResetService
     delivery_history: DeliveryHistoryService
+    dead_letter_resend: DeadLetterResendService
+    topic_consumers: TopicConsumersService

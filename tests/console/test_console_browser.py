@@ -624,6 +624,116 @@ def test_a_slave_shows_the_history_its_master_holds(cluster, console):
     assert [e.kind for e in answer.groups[0].events] == [e["kind"] for e in group["events"]]
 
 
+# ---- a group's dead letters resent (issue 42) ------------------------------------------------
+def test_groups_page_resends_selected_then_all_dead_letters_as_the_sdk_then_sees(
+    cluster, driver, console
+):
+    """The dead letters of a group on its page, a checkbox each: "Resend selected" gives
+    the ticked one back to the group (its consumer receives it, attempt 1, and no other
+    group), "Resend all" the rest, skipping what was resent, with the counts shown."""
+    first = master_node(cluster)
+    topic, group, others = "console-dlq", "console-dlq-group", "console-dlq-others"
+    with admin_of(cluster) as admin:
+        admin.create_topic(topic, 1)
+        admin.create_group(group, max_delivery_attempts=1)
+        admin.create_group(others)
+    with Producer(first.grpc, security=ROOT) as producer:
+        sent = [producer.send(Message(topic, f"dead {i}".encode())).message_id for i in range(3)]
+
+    def received(name: str, count: int, invisible_s: float = 60, ack: bool = True) -> list:
+        got: list = []
+        with SimpleConsumer(first.grpc, name, topic, security=ROOT) as consumer:
+            until(
+                lambda: (
+                    got.extend(consumer.receive(16, invisible_s=invisible_s, wait_s=1))
+                    or len(got) >= count
+                ),
+                20,
+                f"{count} messages for {name}",
+            )
+            for message in got if ack else ():
+                consumer.ack(message)
+        return got
+
+    def dead_letters():
+        with admin_of(cluster) as admin:
+            return admin.dead_letters(group).entries
+
+    received(others, 3)
+    received(group, 3, invisible_s=1, ack=False)
+    with SimpleConsumer(first.grpc, group, topic, security=ROOT) as consumer:
+        until(
+            lambda: (
+                not consumer.receive(16, invisible_s=1, wait_s=0.2) and len(dead_letters()) == 3
+            ),
+            20,
+            "three dead letters",
+        )
+    driver.get(f"http://{console}/#/groups/{group}")
+    listed = stable_rows(driver, "dlq-table", lambda r: len(r) == 3)
+    assert [row[2] for row in listed] == [e.message_id for e in dead_letters()]
+    assert sorted(row[2] for row in listed) == sorted(sent)
+    middle = dead_letters()[1]
+    click(driver, f"#dlq-table input.dlq-pick[data-offset='{middle.offset}']", "a checkbox")
+    click(driver, "#dlq-resend-selected", "Resend selected")
+    driver.switch_to.alert.accept()
+    on_page(
+        lambda: driver.find_element(By.ID, "dlq-result").text.startswith("Resent 1;"),
+        "the selection's count",
+    )
+    assert [e.resent for e in dead_letters()] == [False, True, False]
+    (again,) = received(group, 1)
+    assert again.message_id == middle.message_id and again.delivery_attempt == 1
+    click(driver, "#dlq-resend-all", "Resend all")
+    driver.switch_to.alert.accept()
+    on_page(
+        lambda: (
+            driver.find_element(By.ID, "dlq-result").text
+            == "Resent 2; 1 already resent before (skipped)."
+        ),
+        "the counts of resend all",
+    )
+    assert [e.resent for e in dead_letters()] == [True, True, True]
+    rest = received(group, 2)
+    assert sorted(m.message_id for m in rest) == sorted(set(sent) - {middle.message_id})
+    with SimpleConsumer(first.grpc, others, topic, security=ROOT) as consumer:
+        assert consumer.receive(16, invisible_s=60, wait_s=1) == []  # no other group
+    marks = stable_rows(driver, "dlq-table", lambda r: [row[-1] for row in r] == ["resent"] * 3)
+    assert len(marks) == 3
+    screenshot(driver, "dead-letters")
+    # The topic's page names both groups, as the SDK reads them at the master.
+    driver.get(f"http://{console}/#/topics/{topic}")
+    consuming = stable_rows(driver, "topic-consumers", lambda r: len(r) == 2)
+    with admin_of(cluster) as admin:
+        expected = [c.group for c in admin.topic_consumers(topic)]
+    assert [row[0] for row in consuming] == expected == sorted([group, others])
+    assert {row[2] for row in consuming} == {"POP"}
+
+
+def test_producers_page_lists_a_4x_producer_while_it_is_connected(cluster, driver, console):
+    """A 4.x client's producer group and connection on the Producers page, its name shown
+    as text."""
+    first = master_node(cluster)
+    body = json.dumps(
+        {"clientID": XSS_CLIENT, "producerDataSet": [{"groupName": "console-senders"}]}
+    ).encode()
+    with RemotingClient(first.remoting, security=ROOT) as client:
+        assert client.call(RequestCode.HEART_BEAT, {}, body).code == 0
+        driver.get(f"http://{console}/#/producers")
+        listed = stable_rows(
+            driver, "producer-table", lambda r: any(row[0] == "console-senders" for row in r)
+        )
+    (row,) = [row for row in listed if row[0] == "console-senders"]
+    assert row[1] == XSS_CLIENT and row[3] == "JAVA" and row[4] == "407"
+    assert row[5] == cluster_status_group(cluster)
+    assert not driver.execute_script("return window.__xss || null;")
+
+
+def cluster_status_group(cluster) -> str:
+    with admin_of(cluster) as admin:
+        return admin.cluster_status().broker_groups[0].name
+
+
 def test_planned_failover_from_a_slaves_page_is_shown_live(cluster, driver, console):
     """From a slave's console: the master's Admin door decides, asked as the console's
     user (each console has a session of its own: its cookie is named after its port)."""

@@ -484,6 +484,15 @@ def valid_requests(channel: grpc.Channel) -> dict[str, list]:
         "ResetOffsets": [
             admin.ResetOffsetsRequest(group=group, topic=normal, target=admin.RESET_TO_EARLIEST)
         ],
+        "ResendDeadLetters": [
+            admin.ResendDeadLettersRequest(
+                group=group, offsets=[0, 1], from_offset=-1, to_offset=-1
+            ),
+            admin.ResendDeadLettersRequest(group=group, from_offset=0, to_offset=3),
+        ],
+        "ListProducers": [admin.ListProducersRequest()],
+        "TopicConsumers": [admin.TopicConsumersRequest(topic=normal)],
+        "ListDeadLetters": [admin.ListDeadLettersRequest(group=group, from_offset=-1, limit=10)],
         "CreateUser": [admin.CreateUserRequest(access_key="fz-user", secret_key="fz-secret")],
         "UpdateUser": [admin.UpdateUserRequest(access_key="fz-user", admin=True)],
         "DeleteUser": [admin.DeleteUserRequest(access_key="fz-user")],

@@ -26,18 +26,20 @@ from node.services.pop import ACK_ENTRIES_MAX, PopFailed
 from node.topics import GroupConfig, MessageType, TopicConfig
 from store.message import Message
 from store.results import PutResult, PutStatus
-from tests.support.pop_broker import CLUSTER_SECRET, Broker, reset_service
+from tests.support.pop_broker import (
+    CLUSTER_SECRET,
+    Broker,
+    closed,
+    opened_broker,
+    reset_service,
+)
 
 
 @pytest.fixture
 def broker(tmp_path):
-    loop = asyncio.new_event_loop()
-    created = Broker(tmp_path, loop)
-    created.topics.put_topic(TopicConfig("orders", queue_count=2))
-    created.topics.put_group(GroupConfig("G", max_delivery_attempts=3))
+    created = opened_broker(tmp_path)
     yield created
-    created.store.shutdown()
-    loop.close()
+    closed(created)
 
 
 def bodies(deliveries) -> list[bytes]:

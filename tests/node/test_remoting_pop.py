@@ -11,7 +11,10 @@ import pytest
 
 from ferrymq.codec.commitlog_record import decode
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.ferrymq import admin_pb2 as api
+from node.pop_state import RESENT_QUEUE_ID
 from tests.support.nodes import start_node
 from tests.support.remoting_client import RemotingClient, send_v2
 from tests.support.rpc import ack, create_group, create_topic, receive, stubs
@@ -259,3 +262,43 @@ def test_the_proxys_pop_codes_are_answered_not_supported(client):
         answer = client.call(code, {"consumerGroup": "batched-group", "topic": "batched"})
         assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, answer
         assert answer.remark == f" request type {code} not supported"
+
+
+def test_a_resent_dead_letter_is_popped_and_acked_on_the_remoting_port(node, client):
+    """A dead letter resent to its group (``node/services/dead_letter_resend.py``) comes
+    through POP_MESSAGE as the message of its topic, in the resent queue
+    (``RESENT_QUEUE_ID``), and the 5.x client's extraInfo built from it acks it."""
+    started, _ = node
+    channel, _, admin = stubs(started.address)
+    try:
+        create_topic(admin, "resent", queues=1)
+        create_group(admin, "resent-group", max_delivery_attempts=1)
+        assert send_v2(client, "resent", b"again").code == ResponseCode.SUCCESS
+        assert [r.body for r in popped(pop(client, "resent", invisible_ms=1000))] == [b"again"]
+
+        def dead_letters():
+            request = api.ListDeadLettersRequest(group="resent-group", from_offset=-1, limit=10)
+            return admin.ListDeadLetters(request).entries
+
+        # Its one attempt over, a pop after its invisibility dead-letters it.
+        until(
+            lambda: pop(client, "resent").code == ResponseCode.PULL_NOT_FOUND and dead_letters(),
+            10,
+            "the dead letter",
+        )
+        (dead,) = dead_letters()
+        request = api.ResendDeadLettersRequest(
+            group="resent-group", offsets=[dead.offset], from_offset=-1, to_offset=-1
+        )
+        assert list(admin.ResendDeadLetters(request).resent) == [dead.offset]
+        answer = pop(client, "resent")
+        (record,) = popped(answer)
+        assert (record.body, record.topic, record.queue_id) == (b"again", "resent", RESENT_QUEUE_ID)
+        info = extra_info_of_the_5x_client(answer, record)
+        acked = ack_remoting(client, "resent", info, RESENT_QUEUE_ID, record.queue_offset)
+        assert acked.code == ResponseCode.SUCCESS, acked
+        again = ack_remoting(client, "resent", info, RESENT_QUEUE_ID, record.queue_offset)
+        assert again.code == ResponseCode.MESSAGE_ILLEGAL and STALE in again.remark
+        assert pop(client, "resent", poll_ms=300).code == ResponseCode.PULL_NOT_FOUND
+    finally:
+        channel.close()

@@ -20,7 +20,7 @@ from node.services.lite import LiteService
 from node.services.offset_reset import OffsetResetService
 from node.services.permissions import Permissions
 from node.services.pop import PopService
-from node.topics import TopicTable
+from node.topics import GroupConfig, TopicConfig, TopicTable
 from routing.metadata import TopicRoute
 from routing.state import RoutingState
 from store.config import StoreConfig
@@ -163,3 +163,16 @@ def reset_service(broker) -> OffsetResetService:
         "group-1",
         "node-1",
     )
+
+
+def opened_broker(tmp_path) -> Broker:
+    """A broker with the topic ``orders`` (2 queues) and the group ``G`` (3 attempts)."""
+    created = Broker(tmp_path, asyncio.new_event_loop())
+    created.topics.put_topic(TopicConfig("orders", queue_count=2))
+    created.topics.put_group(GroupConfig("G", max_delivery_attempts=3))
+    return created
+
+
+def closed(broker: Broker) -> None:
+    broker.store.shutdown()
+    broker.loop.close()

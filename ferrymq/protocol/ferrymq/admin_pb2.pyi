@@ -574,6 +574,144 @@ class ResetOffsetsResponse(_message.Message):
     consuming: bool
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueReset, _Mapping]]] = ..., consuming: _Optional[bool] = ...) -> None: ...
 
+class ResendDeadLettersRequest(_message.Message):
+    __slots__ = ("group", "broker_group", "offsets", "from_offset", "to_offset", "handed")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HANDED_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    broker_group: str
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    from_offset: int
+    to_offset: int
+    handed: bool
+    def __init__(self, group: _Optional[str] = ..., broker_group: _Optional[str] = ..., offsets: _Optional[_Iterable[int]] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., handed: _Optional[bool] = ...) -> None: ...
+
+class ResendDeadLettersResponse(_message.Message):
+    __slots__ = ("status", "broker_group", "resent", "already_resent", "not_yet")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    RESENT_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_RESENT_FIELD_NUMBER: _ClassVar[int]
+    NOT_YET_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    broker_group: str
+    resent: _containers.RepeatedScalarFieldContainer[int]
+    already_resent: _containers.RepeatedScalarFieldContainer[int]
+    not_yet: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_group: _Optional[str] = ..., resent: _Optional[_Iterable[int]] = ..., already_resent: _Optional[_Iterable[int]] = ..., not_yet: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ListDeadLettersRequest(_message.Message):
+    __slots__ = ("group", "broker_group", "from_offset", "limit")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    broker_group: str
+    from_offset: int
+    limit: int
+    def __init__(self, group: _Optional[str] = ..., broker_group: _Optional[str] = ..., from_offset: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class DeadLetterEntry(_message.Message):
+    __slots__ = ("offset", "message_id", "origin_topic", "tags", "keys", "attempts", "store_timestamp_ms", "body_bytes", "resent")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BODY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESENT_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    message_id: str
+    origin_topic: str
+    tags: str
+    keys: str
+    attempts: int
+    store_timestamp_ms: int
+    body_bytes: int
+    resent: bool
+    def __init__(self, offset: _Optional[int] = ..., message_id: _Optional[str] = ..., origin_topic: _Optional[str] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., attempts: _Optional[int] = ..., store_timestamp_ms: _Optional[int] = ..., body_bytes: _Optional[int] = ..., resent: _Optional[bool] = ...) -> None: ...
+
+class ListDeadLettersResponse(_message.Message):
+    __slots__ = ("status", "broker_group", "min_offset", "max_offset", "entries")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    broker_group: str
+    min_offset: int
+    max_offset: int
+    entries: _containers.RepeatedCompositeFieldContainer[DeadLetterEntry]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_group: _Optional[str] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[DeadLetterEntry, _Mapping]]] = ...) -> None: ...
+
+class TopicConsumersRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class TopicConsumer(_message.Message):
+    __slots__ = ("group", "broker_group", "committed", "popping", "subscribed")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    POPPING_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    broker_group: str
+    committed: bool
+    popping: bool
+    subscribed: bool
+    def __init__(self, group: _Optional[str] = ..., broker_group: _Optional[str] = ..., committed: _Optional[bool] = ..., popping: _Optional[bool] = ..., subscribed: _Optional[bool] = ...) -> None: ...
+
+class TopicConsumersResponse(_message.Message):
+    __slots__ = ("status", "consumers")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    consumers: _containers.RepeatedCompositeFieldContainer[TopicConsumer]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., consumers: _Optional[_Iterable[_Union[TopicConsumer, _Mapping]]] = ...) -> None: ...
+
+class ListProducersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ProducerClient(_message.Message):
+    __slots__ = ("client_id", "address", "language", "version")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    address: str
+    language: str
+    version: int
+    def __init__(self, client_id: _Optional[str] = ..., address: _Optional[str] = ..., language: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ProducerGroup(_message.Message):
+    __slots__ = ("group", "clients")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    clients: _containers.RepeatedCompositeFieldContainer[ProducerClient]
+    def __init__(self, group: _Optional[str] = ..., clients: _Optional[_Iterable[_Union[ProducerClient, _Mapping]]] = ...) -> None: ...
+
+class ListProducersResponse(_message.Message):
+    __slots__ = ("status", "groups")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    groups: _containers.RepeatedCompositeFieldContainer[ProducerGroup]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[ProducerGroup, _Mapping]]] = ...) -> None: ...
+
 class FailoverRequest(_message.Message):
     __slots__ = ("broker_group", "target_node")
     BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -129,6 +129,26 @@ class AdminStub:
                 request_serializer=ferrymq_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_admin__pb2.ResetOffsetsResponse.FromString,
                 _registered_method=True)
+        self.ResendDeadLetters = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/ResendDeadLetters',
+                request_serializer=ferrymq_dot_admin__pb2.ResendDeadLettersRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.ResendDeadLettersResponse.FromString,
+                _registered_method=True)
+        self.ListDeadLetters = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/ListDeadLetters',
+                request_serializer=ferrymq_dot_admin__pb2.ListDeadLettersRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.ListDeadLettersResponse.FromString,
+                _registered_method=True)
+        self.TopicConsumers = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/TopicConsumers',
+                request_serializer=ferrymq_dot_admin__pb2.TopicConsumersRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.TopicConsumersResponse.FromString,
+                _registered_method=True)
+        self.ListProducers = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/ListProducers',
+                request_serializer=ferrymq_dot_admin__pb2.ListProducersRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.ListProducersResponse.FromString,
+                _registered_method=True)
         self.CreateUser = channel.unary_unary(
                 '/ferrymq.admin.v1.Admin/CreateUser',
                 request_serializer=ferrymq_dot_admin__pb2.CreateUserRequest.SerializeToString,
@@ -278,6 +298,30 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResendDeadLetters(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDeadLetters(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TopicConsumers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListProducers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateUser(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -411,6 +455,26 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ResetOffsets,
                     request_deserializer=ferrymq_dot_admin__pb2.ResetOffsetsRequest.FromString,
                     response_serializer=ferrymq_dot_admin__pb2.ResetOffsetsResponse.SerializeToString,
+            ),
+            'ResendDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResendDeadLetters,
+                    request_deserializer=ferrymq_dot_admin__pb2.ResendDeadLettersRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.ResendDeadLettersResponse.SerializeToString,
+            ),
+            'ListDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeadLetters,
+                    request_deserializer=ferrymq_dot_admin__pb2.ListDeadLettersRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.ListDeadLettersResponse.SerializeToString,
+            ),
+            'TopicConsumers': grpc.unary_unary_rpc_method_handler(
+                    servicer.TopicConsumers,
+                    request_deserializer=ferrymq_dot_admin__pb2.TopicConsumersRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.TopicConsumersResponse.SerializeToString,
+            ),
+            'ListProducers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListProducers,
+                    request_deserializer=ferrymq_dot_admin__pb2.ListProducersRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.ListProducersResponse.SerializeToString,
             ),
             'CreateUser': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateUser,
@@ -956,6 +1020,114 @@ class Admin:
             '/ferrymq.admin.v1.Admin/ResetOffsets',
             ferrymq_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
             ferrymq_dot_admin__pb2.ResetOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResendDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/ResendDeadLetters',
+            ferrymq_dot_admin__pb2.ResendDeadLettersRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.ResendDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/ListDeadLetters',
+            ferrymq_dot_admin__pb2.ListDeadLettersRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.ListDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TopicConsumers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/TopicConsumers',
+            ferrymq_dot_admin__pb2.TopicConsumersRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.TopicConsumersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListProducers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/ListProducers',
+            ferrymq_dot_admin__pb2.ListProducersRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.ListProducersResponse.FromString,
             options,
             channel_credentials,
             insecure,

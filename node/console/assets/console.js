@@ -140,6 +140,7 @@ function stopView() {
 
 const PAGES = {
   cluster: clusterPage, topics: topicsPage, groups: groupsPage, messages: messagesPage, users: usersPage,
+  producers: producersPage,
 };
 
 function route() {
@@ -413,6 +414,20 @@ function topicsPage(view, path) {
           num(q.min_offset < 0 ? "elsewhere" : q.min_offset), num(q.max_offset < 0 ? "elsewhere" : q.max_offset),
           num(q.min_offset < 0 ? "" : q.max_offset - q.min_offset))),
         { id: "topic-queues" }));
+    drawConsumers(t);
+  }
+
+  // The groups consuming the topic (a committed offset, a POP position or a live 4.x
+  // subscriber on a broker group), each linking to its group page.
+  function drawConsumers(t) {
+    const how = (c) => [c.committed ? "committed offsets" : "", c.popping ? "POP" : "", c.subscribed ? "4.x subscriber online" : ""].filter(Boolean).join(", ");
+    detail.append(el("h2", {}, "Consuming groups"), t.consumers.length
+      ? table(["Group", "Broker group", "Known by"],
+        t.consumers.map((c) => el("tr", { "data-group": c.group },
+          el("td", {}, el("a", { href: "#/groups/" + encodeURIComponent(c.group), class: "mono" }, c.group)),
+          cell(c.broker_group), cell(how(c)))),
+        { id: "topic-consumers" })
+      : el("p", { class: "muted", id: "topic-consumers-none" }, "No group consumes it yet."));
   }
 
   const poll = poller(async () => {
@@ -440,6 +455,7 @@ function groupsPage(view, path) {
   const list = el("div", { id: "groups" });
   const detail = el("div", { id: "group-detail" });
   const reset = resetForm(() => selected, () => poll.now());
+  const deadLetters = deadLetterPanel(() => selected, () => poll.now());
   const newName = el("input", { id: "new-group-name", required: true, maxlength: 255 });
   const newAttempts = el("input", { id: "new-group-attempts", type: "number", min: 1, max: 999, value: 16 });
   const newFifo = el("input", { id: "new-group-fifo", type: "checkbox" });
@@ -459,7 +475,8 @@ function groupsPage(view, path) {
   });
   view.append(el("h1", {}, "Consumer groups"), create,
     el("p", { class: "hint" }, "Members are the clients this node hears from; offsets, lag and messages in flight are read at each broker group's master."),
-    el("div", { class: "toolbar" }, filter, previous, next, counter), list, detail, reset.form);
+    el("div", { class: "toolbar" }, filter, previous, next, counter), list, detail, reset.form,
+    deadLetters.panel);
   const paging = pagedFilter(filter, previous, next, () => poll.now());
 
   async function remove(name) {
@@ -492,6 +509,7 @@ function groupsPage(view, path) {
   function drawDetail(g) {
     clear(detail);
     reset.show(g);
+    deadLetters.show(g);
     if (!g) return;
     detail.append(el("h2", {}, "Group ", el("span", { class: "mono", id: "group-detail-name" }, g.name)),
       el("div", { class: "facts" },
@@ -511,10 +529,11 @@ function groupsPage(view, path) {
         g.subscriptions.map((s) => el("tr", {}, cell(s.topic, "mono"), cell(s.expression, "mono"), cell(s.type))),
         { id: "group-subscriptions" }));
     }
+    // A LITE topic's rows are its lite topics (their offsets count messages).
     detail.append(el("h2", {}, "Progress per queue"), table(
-      ["Topic", ["Queue", true], "Broker group", ["Broker offset", true], ["Consumer offset", true], ["Lag", true], ["In flight", true]],
-      g.topics.flatMap((t) => t.queues.map((q) => el("tr", { "data-topic": t.topic },
-        cell(t.topic, "mono"), num(q.queue_id), cell(q.broker_group), num(q.broker_offset),
+      ["Topic", ["Queue or lite topic", true], "Broker group", ["Broker offset", true], ["Consumer offset", true], ["Lag", true], ["In flight", true]],
+      g.topics.flatMap((t) => t.queues.map((q) => el("tr", { "data-topic": t.topic, "data-lite-topic": q.lite_topic || null },
+        cell(t.topic, "mono"), q.lite_topic ? cell(q.lite_topic, "mono number lite-topic") : num(q.queue_id), cell(q.broker_group), num(q.broker_offset),
         num(q.consumer_offset), num(q.lag), num(q.in_flight)))),
       { id: "group-queues" }));
   }
@@ -594,6 +613,137 @@ function resetForm(group, changed) {
       }
     },
   };
+}
+
+// A group's dead-letter queue on a broker group, each entry with a checkbox, and its resend
+// to the group (``node/services/dead_letter_resend.py``): the selected entries, or every one
+// from the first to the last, sent in parts of RESEND_PART with the progress shown. Built
+// once and loaded on demand (the poll never redraws it, so what is ticked stays ticked).
+const RESEND_PART = 1000;
+const DEAD_LETTERS_SHOWN = 200;
+
+function deadLetterPanel(group, changed) {
+  const brokerGroup = el("select", { id: "dlq-broker-group" });
+  const load = el("button", { type: "button", class: "secondary", id: "dlq-load" }, "Load");
+  const listing = el("div", { id: "dlq-listing" });
+  const resendSelected = el("button", { type: "button", class: "danger", id: "dlq-resend-selected" }, "Resend selected");
+  const resendAll = el("button", { type: "button", class: "danger", id: "dlq-resend-all" }, "Resend all");
+  const progress = el("progress", { id: "dlq-progress", max: 1, value: 0, hidden: true });
+  const result = el("p", { id: "dlq-result" });
+  const panel = el("section", { id: "dead-letters", hidden: true },
+    el("h2", {}, "Dead letters"),
+    el("p", { class: "hint" }, "Resending gives a dead letter back to this group only (its POP consumers and its 4.x push consumers through %RETRY%), with its message id and a fresh attempt count. A dead letter resent before is skipped."),
+    el("div", { class: "toolbar" }, el("label", {}, "Broker group", brokerGroup), load),
+    listing, el("div", { class: "toolbar" }, resendSelected, resendAll, progress), result);
+  let shownGroup = null;
+  let page = null;
+
+  function path() { return "/api/groups/" + encodeURIComponent(group()) + "/dead-letters"; }
+
+  async function reload() {
+    try {
+      page = await api("GET", path() + "?" + new URLSearchParams({ broker_group: brokerGroup.value, limit: DEAD_LETTERS_SHOWN }));
+      draw();
+    } catch (error) { notice(error.message, true); }
+  }
+
+  function draw() {
+    clear(listing);
+    const last = page.max_offset - 1;
+    listing.append(el("p", { class: "muted", id: "dlq-bounds" }, page.max_offset > page.min_offset
+      ? "Offsets " + page.min_offset + " to " + last + " on " + page.broker_group + (page.entries.length < page.max_offset - page.min_offset ? " (the last " + page.entries.length + " shown)" : "")
+      : "No dead letters on " + page.broker_group + "."));
+    listing.append(table(["", ["Offset", true], "Message id", "Topic", "Tags", "Keys", ["Attempts", true], "Stored", ["Size", true], "Resent"],
+      page.entries.map((e) => el("tr", { "data-offset": e.offset },
+        el("td", {}, el("input", { type: "checkbox", class: "dlq-pick", "data-offset": e.offset })),
+        num(e.offset), cell(e.message_id, "mono"), cell(e.origin_topic, "mono"), cell(e.tags, "mono"), cell(e.keys, "mono"),
+        num(e.attempts), cell(new Date(e.store_timestamp_ms).toLocaleString()), num(bytes(e.body_bytes)),
+        cell(e.resent ? badge("resent", "ok") : ""))),
+      { id: "dlq-table" }));
+    resendSelected.disabled = resendAll.disabled = page.max_offset <= page.min_offset;
+  }
+
+  // Each part is one call; the counts add up over the parts.
+  async function resend(parts, what) {
+    if (!window.confirm("Resend " + what + " of " + group() + " to the group?")) return;
+    clear(result);
+    progress.hidden = false;
+    progress.max = parts.length;
+    progress.value = 0;
+    let resent = 0;
+    let skipped = 0;
+    try {
+      for (const part of parts) {
+        let ask = part;
+        while (ask) {  // what one call's byte bound left is asked for again
+          const done = await api("POST", path() + "/resend", { broker_group: page.broker_group, ...ask });
+          resent += done.resent.length;
+          skipped += done.already_resent.length;
+          ask = done.not_yet.length ? { offsets: done.not_yet } : null;
+        }
+        progress.value += 1;
+        result.textContent = "Resending: part " + progress.value + " of " + parts.length + "...";
+      }
+      result.textContent = "Resent " + resent + "; " + skipped + " already resent before (skipped).";
+      notice("Resent " + resent + " dead letters of " + group() + ".");
+      changed();
+    } catch (error) {
+      result.textContent = "Stopped after " + resent + " resent, " + skipped + " skipped: " + error.message;
+      notice(error.message, true);
+    }
+    progress.hidden = true;
+    reload();
+  }
+
+  resendSelected.addEventListener("click", () => {
+    const offsets = [...listing.querySelectorAll(".dlq-pick:checked")].map((box) => Number(box.dataset.offset));
+    if (!offsets.length) { notice("Tick the dead letters to resend.", true); return; }
+    resend([{ offsets }], offsets.length + " dead letter(s)");
+  });
+  resendAll.addEventListener("click", () => {
+    const parts = [];
+    for (let first = page.min_offset; first < page.max_offset; first += RESEND_PART) {
+      parts.push({ from_offset: first, to_offset: Math.min(first + RESEND_PART, page.max_offset) - 1 });
+    }
+    resend(parts, "all " + (page.max_offset - page.min_offset) + " dead letters");
+  });
+  load.addEventListener("click", reload);
+  brokerGroup.addEventListener("change", reload);
+  return {
+    panel,
+    show(g) {
+      panel.hidden = !g;
+      if (!g) { shownGroup = null; return; }
+      const known = [...new Set([g.broker_group_here, ...g.topics.flatMap((t) => t.queues.map((q) => q.broker_group))])].sort();
+      if (brokerGroup.dataset.names !== known.join("\n")) {
+        brokerGroup.dataset.names = known.join("\n");
+        clear(brokerGroup);
+        brokerGroup.append(...known.map((name) => el("option", { value: name, selected: name === g.broker_group_here }, name)));
+      }
+      if (shownGroup !== g.name) { shownGroup = g.name; clear(result); reload(); }
+    },
+  };
+}
+
+// ---- producers ---------------------------------------------------------------------------
+// Online producers per producer group, as each broker group's master hears them: RocketMQ
+// 4.x clients name their producer groups in heartbeats (5.x clients and the SDK do not, and
+// no client says which topics it sends to).
+function producersPage(view) {
+  const list = el("div", { id: "producers" });
+  view.append(el("h1", {}, "Producers"),
+    el("p", { class: "hint" }, "RocketMQ 4.x producers, by producer group, as the broker groups' masters hear their heartbeats (a producer is listed for 120 s after its last one). 5.x clients and the ferrymq SDK do not announce producer groups."),
+    list);
+  return poller(() => api("GET", "/api/producers"), (data, unchanged) => {
+    if (unchanged) return;
+    clear(list);
+    const rows = data.groups.flatMap((g) => g.clients.map((c) => el("tr", { "data-group": g.group },
+      cell(g.group, "mono"), cell(c.client_id, "mono producer-id"), cell(c.address, "mono"), cell(c.language),
+      num(c.version), cell(c.broker_groups.join(", ")))));
+    list.append(rows.length
+      ? table(["Producer group", "Client id", "Address", "Language", ["Version", true], "Broker groups"], rows, { id: "producer-table" })
+      : el("p", { class: "muted", id: "producers-none" }, "No producer online."));
+  }, (error) => notice(error.message, true));
 }
 
 // ---- messages ----------------------------------------------------------------------------
