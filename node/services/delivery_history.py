@@ -10,7 +10,11 @@ Nothing is written for it: the history is read back from
   names the original, ``node/consumer_retry.py``) and the dead-letter copy in
   ``%DLQ%<group>`` (``DLQ_ORIGIN_*``, ``node/dead_letters.py``);
 - the group's committed offset of the queue and its POP cursor now (memory, as the log
-  says).
+  says);
+- once it was dead-lettered, its dead letter's resends (``resend`` records of ``%SYS%POP``,
+  ``node/services/dead_letter_resend.py``) and what the group's POP consumers did with the
+  resent message (the records of the key ``(group, %DLQ%<group>, RESENT_QUEUE_ID)`` naming
+  the dead letter's offset), and the resend's copy in ``%RETRY%<group>`` for 4.x consumers.
 
 Every group with a position in the queue (a committed offset, a POP cursor, or a POP
 record of the queue in the scanned range) gets a row. The scan is bounded: it starts at
@@ -41,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.codec.properties import PROPERTY_UNIQ_KEY
 from ha.replicated_store import ReplicatedStore
 from node.consumer_offsets import ConsumerOffsets
 from node.consumer_retry import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
@@ -55,16 +60,20 @@ from node.pop_state import (
     KIND_DLQ,
     KIND_EXPIRE,
     KIND_POP,
+    KIND_RESEND,
     KIND_RESET,
     POP_TOPIC,
+    RESENT_QUEUE_ID,
     PopState,
 )
 from node.services.admin import INVALID_ARGUMENT, NOT_FOUND, AdminRefused, refused
 from node.services.caller import Caller
 from node.services.permissions import Permissions, read
+from node.services.pop import resent_key
 from node.topics import TopicError, TopicTable
 from routing.metadata import dead_letter_topic_of, retry_topic_of
 
+RESENT_QUEUE_TEXT = str(RESENT_QUEUE_ID)
 HISTORY_RECORDS_MAX = 10_000  # records read per history, all queues together
 WALK_PAGE = 256
 
@@ -78,6 +87,7 @@ class EventKind(enum.Enum):
     EXPIRED = "expired"  # its lite topic expired
     RETRY_COPY = "retry copy"  # 4.x: a copy in %RETRY%<group>
     DEAD_LETTER_COPY = "dead-letter copy"  # its copy in %DLQ%<group>
+    RESENT = "resent"  # its dead letter given back to the group (dead_letter_resend.py)
 
 
 class GroupState(enum.Enum):
@@ -216,12 +226,13 @@ class DeliveryHistoryService:
         if message is None:
             raise AdminRefused(NOT_FOUND, f"no message at {topic} queue {queue_id} offset {offset}")
         budget = _Budget(self.records_max)
-        trails = await self._pop_trails(message, budget)
+        trails, resends = await self._pop_trails(message, budget)
         groups = set(trails)
         groups.update(g for g in self.offsets.groups_of(topic) if self._committed(g, message))
         groups.update(g for g, t, q in self.pop_state.cursors if t == topic and q == queue_id)
         rows = [
-            await self._group(group, message, trails.get(group), budget) for group in sorted(groups)
+            await self._group(group, message, trails.get(group), resends.get(group, []), budget)
+            for group in sorted(groups)
         ]
         return MessageHistory(
             topic,
@@ -236,8 +247,13 @@ class DeliveryHistoryService:
         )
 
     # ---- the POP records -----------------------------------------------------------------
-    async def _pop_trails(self, message: StoredMessage, budget: _Budget) -> dict[str, _PopTrail]:
+    async def _pop_trails(
+        self, message: StoredMessage, budget: _Budget
+    ) -> tuple[dict[str, _PopTrail], dict[str, list[StoredMessage]]]:
+        """Per group, the message's POP trail; and the records of the group's resent dead
+        letters (replayed once the group's dead letters of the message are known)."""
         trails: dict[str, _PopTrail] = {}
+        resends: dict[str, list[StoredMessage]] = {}
         queue = str(message.queue_id)
         start = self.store.offset_by_time(POP_TOPIC, 0, message.store_timestamp_ms)
         for record in self.store.walk_queue(POP_TOPIC, 0, start, WALK_PAGE):
@@ -245,6 +261,10 @@ class DeliveryHistoryService:
                 break
             await budget.pause()
             fields = record.properties
+            if fields.get("queue") == RESENT_QUEUE_TEXT and "group" in fields:
+                if fields.get("topic") == dead_letter_topic_of(fields["group"]):
+                    resends.setdefault(fields["group"], []).append(record)
+                continue
             if fields.get("topic") != message.topic or fields.get("queue") != queue:
                 continue  # another queue's, or a snapshot
             kind = fields.get("kind")
@@ -254,24 +274,33 @@ class DeliveryHistoryService:
             if trail is None:
                 trail = trails[fields["group"]] = _PopTrail()
             _replay(trail, kind, fields, record, message.queue_offset)
-        return trails
+        return trails, resends
 
     # ---- one group -------------------------------------------------------------------------
     def _committed(self, group: str, message: StoredMessage) -> bool:
         return self.offsets.get(group, message.topic, message.queue_id) is not None
 
     async def _group(
-        self, group: str, message: StoredMessage, trail: _PopTrail | None, budget: _Budget
+        self,
+        group: str,
+        message: StoredMessage,
+        trail: _PopTrail | None,
+        resend_records: list[StoredMessage],
+        budget: _Budget,
     ) -> GroupHistory:
         committed = self.offsets.get(group, message.topic, message.queue_id)
         cursor = self.pop_state.cursor((group, message.topic, message.queue_id))
-        copies, retried_consumed = await self._copies(group, message, budget)
+        copies, retried_consumed, dead_offsets = await self._copies(group, message, budget)
+        resent = _resent_trail(resend_records, dead_offsets)
         pop_events = trail.events if trail is not None else []
-        events = sorted(pop_events + copies, key=lambda e: e.time_ms)  # stable: log order kept
+        resent_events = resent.events if resent is not None else []
+        events = sorted(pop_events + resent_events + copies, key=lambda e: e.time_ms)
         pop = cursor is not None or trail is not None
         state, text = self._state(
             group, message, trail, cursor, committed, copies, retried_consumed, budget.truncated
         )
+        if resent is not None and state is GroupState.DEAD_LETTERED:
+            state, text = self._after_resend(group, resent, dead_offsets, copies, retried_consumed)
         return GroupHistory(
             group,
             "pop" if pop else "offsets",
@@ -321,6 +350,48 @@ class DeliveryHistoryService:
             return GroupState.NOT_CONSUMED, "not consumed yet (the group has no position now)"
         return GroupState.NOT_CONSUMED, f"not consumed yet (committed offset {committed})"
 
+    def _after_resend(
+        self,
+        group: str,
+        resent: _PopTrail,
+        dead_offsets: list[int],
+        copies: list[HistoryEvent],
+        retried_consumed: bool,
+    ) -> tuple[GroupState, str]:
+        """The state of a message whose dead letter was resent: what the group's POP
+        consumers did with it, or its 4.x consumers with the resend's retry copy."""
+        dead_topic = dead_letter_topic_of(group)
+        resent_at = max(e.time_ms for e in resent.events if e.kind is EventKind.RESENT)
+        if resent.ending is EventKind.ACKED:
+            return GroupState.CONSUMED, (
+                f"consumed after a resend from {dead_topic}: acked at attempt {resent.attempt}"
+            )
+        if resent.ending is EventKind.DEAD_LETTERED:
+            return GroupState.DEAD_LETTERED, (
+                f"dead-lettered to {dead_topic} again after a resend and {resent.attempt} attempts"
+            )
+        retried = [e for e in copies if e.kind is EventKind.RETRY_COPY and e.time_ms >= resent_at]
+        if retried and retried_consumed:
+            return GroupState.CONSUMED, (
+                f"consumed after a resend from {dead_topic} (its copy in {retry_topic_of(group)})"
+            )
+        cursor = self.pop_state.cursor(resent_key(group))
+        flights = [cursor.in_flight[o] for o in dead_offsets if cursor and o in cursor.in_flight]
+        if flights and flights[-1].attempt > 0:
+            flight = flights[-1]
+            if flight.visible_at_ms > self.clock_ms():
+                until = _iso(flight.visible_at_ms)
+                return GroupState.IN_FLIGHT, (
+                    f"in flight after a resend: attempt {flight.attempt}, invisible until {until}"
+                )
+            return GroupState.IN_FLIGHT, (
+                f"in flight after a resend: attempt {flight.attempt} timed out, waiting for "
+                "redelivery"
+            )
+        return GroupState.RETRYING, (
+            f"resent from {dead_topic}: waits for the group's next receive"
+        )
+
     @staticmethod
     def _ended(group, trail, ending, dead, truncated) -> tuple[GroupState, str]:
         attempt = trail.attempt if trail is not None else 0
@@ -345,10 +416,11 @@ class DeliveryHistoryService:
     # ---- retry and dead-letter copies ------------------------------------------------------
     async def _copies(
         self, group: str, message: StoredMessage, budget: _Budget
-    ) -> tuple[list[HistoryEvent], bool]:
+    ) -> tuple[list[HistoryEvent], bool, list[int]]:
         """The group's copies of ``message`` in its retry and dead-letter topics, stored
-        after it (each queue walked from the message's store time, within ``budget``), and
-        whether the group consumed its newest retry copy."""
+        after it (each queue walked from the message's store time, within ``budget``),
+        whether the group consumed its newest retry copy, and the dead-letter copies'
+        offsets (in ``%DLQ%<group>``'s queue 0, which a resend names)."""
         consumed = False
         names = {message.offset_message_id}
         if message.unique_key:
@@ -357,7 +429,7 @@ class DeliveryHistoryService:
         found: list[HistoryEvent] = []
         async for copy in self._walk(retry_topic, message.store_timestamp_ms, budget):
             fields = copy.properties
-            if fields.get(PROPERTY_ORIGIN_MESSAGE_ID) not in names:
+            if not _retry_copy_of(fields, message, names):
                 continue
             if fields.get(PROPERTY_RETRY_TOPIC, message.topic) != message.topic:
                 continue
@@ -373,8 +445,11 @@ class DeliveryHistoryService:
                     detail=detail,
                 )
             )
+        dead_offsets: list[int] = []
         async for copy in self._walk(dead_topic, message.store_timestamp_ms, budget):
             if _dead_letter_of(copy, message, names):
+                if copy.queue_id == 0:
+                    dead_offsets.append(copy.queue_offset)
                 where = f"{dead_topic} queue {copy.queue_id} offset {copy.queue_offset}"
                 found.append(
                     HistoryEvent(
@@ -384,7 +459,7 @@ class DeliveryHistoryService:
                         detail=where,
                     )
                 )
-        return found, consumed
+        return found, consumed, dead_offsets
 
     async def _walk(self, topic: str, since_ms: int, budget: _Budget):
         for queue_id in self.store.queue_ids(topic):
@@ -394,6 +469,29 @@ class DeliveryHistoryService:
                     return
                 await budget.pause()
                 yield stored
+
+
+def _retry_copy_of(fields: dict[str, str], message: StoredMessage, names: set[str]) -> bool:
+    """A 4.x consumer's copy names the original (``ORIGIN_MESSAGE_ID``); a resend's copy
+    carries the producer's message id (``UNIQ_KEY``) as the dead letter did."""
+    if fields.get(PROPERTY_ORIGIN_MESSAGE_ID) in names:
+        return True
+    return bool(message.unique_key) and fields.get(PROPERTY_UNIQ_KEY) == message.unique_key
+
+
+def _resent_trail(records: list[StoredMessage], dead_offsets: list[int]) -> _PopTrail | None:
+    """The records of a group's resent dead letters that name ``dead_offsets`` (this
+    message's dead letters), replayed in log order; None when none was resent."""
+    if not dead_offsets:
+        return None
+    trail = _PopTrail()
+    for record in records:
+        kind = record.properties.get("kind")
+        for offset in dead_offsets:
+            _replay(trail, kind, record.properties, record, offset)
+    if not any(e.kind is EventKind.RESENT for e in trail.events):
+        return None
+    return trail
 
 
 def _dead_letter_of(copy: StoredMessage, message: StoredMessage, names: set[str]) -> bool:
@@ -454,6 +552,13 @@ def _replay(trail: _PopTrail, kind: str, fields: dict, record: StoredMessage, of
             )
         )
         trail.current = fields["new"]
+    elif kind == KIND_RESEND:
+        if wanted in record.body.decode().split(","):
+            detail = f"from {fields['topic']} offset {offset}; attempts count afresh"
+            trail.events.append(
+                HistoryEvent(at, EventKind.RESENT, 0, fields["delivery"], 0, detail)
+            )
+            trail.current, trail.attempt, trail.ending = fields["delivery"], 0, None
     elif kind == KIND_RESET:
         detail = "the group's offsets of the queue were reset"
         if trail.current is not None:

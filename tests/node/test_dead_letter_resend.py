@@ -12,7 +12,6 @@ import pytest
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from node import system_state
-from node.long_polling import QueueWaiters
 from node.pop_state import RESENT_QUEUE_ID
 from node.rpc_status import AccessDenied
 from node.services import dead_letter_resend
@@ -20,17 +19,14 @@ from node.services.admin import AdminRefused
 from node.services.caller import Caller, Door
 from node.services.dead_letter_resend import (
     RESEND_MAX,
-    DeadLetterResendService,
     ResendRequest,
 )
 from node.services.permissions import Permissions
 from node.topics import GroupConfig, TopicConfig
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
-from routing.metadata import BrokerGroup, Member
-from routing.state import RoutingState
 from store.message import Message
 from store.results import PutResult, PutStatus
-from tests.support.pop_broker import OneMaster, closed, opened_broker
+from tests.support.pop_broker import closed, opened_broker, resend_service
 
 ANYONE = Caller(Door.FERRY, "ResendDeadLetters", None)
 
@@ -40,27 +36,6 @@ def broker(tmp_path):
     created = opened_broker(tmp_path)
     yield created
     closed(created)
-
-
-def resend_service(broker, permissions=None, is_master=True) -> DeadLetterResendService:
-    """The service over ``broker``'s states, this node the master of ``group-1`` (or a
-    slave of it whose master is ``node-2``)."""
-    routing = RoutingState()
-    routing.broker_groups["group-1"] = BrokerGroup("group-1", master="node-2")
-    routing.members["node-2"] = Member("node-2", "group-1", "127.0.0.1:1", "", "")
-    store = OneMaster(broker.store)
-    store.is_master = is_master
-    return DeadLetterResendService(
-        store,
-        broker.topics,
-        broker.state,
-        QueueWaiters(broker.loop),
-        SimpleNamespace(read=lambda view: view(routing)),
-        permissions or Permissions(enabled=False),
-        "group-1",
-        "node-1",
-        clock_ms=broker.clock,
-    )
 
 
 def dead_letter(broker, count: int, group: str = "G", topic: str = "orders") -> None:

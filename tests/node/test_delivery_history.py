@@ -9,11 +9,14 @@ import asyncio
 
 import pytest
 
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from node.consumer_retry import ConsumerRetries
 from node.parked import release
+from node.pop_state import RESENT_QUEUE_ID
 from node.rpc_status import AccessDenied
 from node.services.admin import AdminRefused
 from node.services.caller import Caller, Door
+from node.services.dead_letter_resend import ResendRequest
 from node.services.delivery_history import (
     DeliveryHistoryService,
     EventKind,
@@ -24,7 +27,7 @@ from node.services.offset_reset import ResetRequest, ResetTarget
 from node.services.permissions import Permissions
 from node.topics import GroupConfig, TopicConfig
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
-from tests.support.pop_broker import Broker, reset_service
+from tests.support.pop_broker import Broker, resend_service, reset_service
 
 ANYONE = Caller(Door.FERRY, "MessageHistory", None)
 
@@ -132,6 +135,56 @@ def test_out_of_attempts_the_message_is_dead_lettered(broker):
     assert (g.state, g.state_text) == (
         GroupState.DEAD_LETTERED,
         "dead-lettered to %DLQ%G after 3 attempts",
+    )
+
+
+def test_a_resent_dead_letter_is_followed_to_its_ack(broker):
+    broker.send("orders", 1, unique_key="ID0")
+    for _ in range(3):
+        broker.receive("G", "orders")
+        broker.clock.ms += 10_000
+    assert broker.receive("G", "orders") == []  # dead-lettered
+    resender = resend_service(broker)
+    outcome = broker.run(resender.resend(ANYONE, ResendRequest("G", offsets=(0,))))
+    assert outcome.resent == (0,)
+    g = row(history_of(broker, 0), "G")
+    assert kinds(g)[-3:] == [EventKind.DEAD_LETTER_COPY, EventKind.RESENT, EventKind.RETRY_COPY]
+    assert g.events[-2].detail == "from %DLQ%G offset 0; attempts count afresh"
+    assert (g.state, g.state_text) == (
+        GroupState.RETRYING,
+        "resent from %DLQ%G: waits for the group's next receive",
+    )
+    broker.clock.ms += 1
+    (delivery,) = broker.receive("G", "orders")
+    g = row(history_of(broker, 0), "G")
+    assert kinds(g)[-1] is EventKind.DELIVERED and g.events[-1].attempt == 1
+    assert g.state is GroupState.IN_FLIGHT
+    assert g.state_text.startswith("in flight after a resend: attempt 1, invisible until ")
+    broker.clock.ms += 1
+    assert broker.ack("G", "orders", delivery.handle).status.code == pb.OK
+    g = row(history_of(broker, 0), "G")
+    assert kinds(g)[-2:] == [EventKind.DELIVERED, EventKind.ACKED]
+    assert (g.state, g.state_text) == (
+        GroupState.CONSUMED,
+        "consumed after a resend from %DLQ%G: acked at attempt 1",
+    )
+
+
+def test_a_resent_dead_letter_dead_lettered_again_says_so(broker):
+    broker.send("orders", 1, unique_key="ID0")
+    for _ in range(2):  # dead-lettered twice: once first, once after a resend
+        for _ in range(3):
+            broker.receive("G", "orders")
+            broker.clock.ms += 10_000
+        assert broker.receive("G", "orders") == []
+        if not broker.state.cursor(("G", "%DLQ%G", RESENT_QUEUE_ID)):
+            broker.run(resend_service(broker).resend(ANYONE, ResendRequest("G", offsets=(0,))))
+    g = row(history_of(broker, 0), "G")
+    assert kinds(g).count(EventKind.DEAD_LETTER_COPY) == 2
+    assert kinds(g).count(EventKind.DELIVERED) == 6
+    assert (g.state, g.state_text) == (
+        GroupState.DEAD_LETTERED,
+        "dead-lettered to %DLQ%G again after a resend and 3 attempts",
     )
 
 

@@ -16,12 +16,13 @@ from node.handle_key import receipt_handle_key
 from node.long_polling import QueueWaiters
 from node.pop_state import PopState
 from node.receipt_handle import ReceiptHandles
+from node.services.dead_letter_resend import DeadLetterResendService
 from node.services.lite import LiteService
 from node.services.offset_reset import OffsetResetService
 from node.services.permissions import Permissions
 from node.services.pop import PopService
 from node.topics import GroupConfig, TopicConfig, TopicTable
-from routing.metadata import TopicRoute
+from routing.metadata import BrokerGroup, Member, TopicRoute
 from routing.state import RoutingState
 from store.config import StoreConfig
 from store.message import Message
@@ -176,3 +177,24 @@ def opened_broker(tmp_path) -> Broker:
 def closed(broker: Broker) -> None:
     broker.store.shutdown()
     broker.loop.close()
+
+
+def resend_service(broker, permissions=None, is_master=True) -> DeadLetterResendService:
+    """The service over ``broker``'s states, this node the master of ``group-1`` (or a
+    slave of it whose master is ``node-2``)."""
+    routing = RoutingState()
+    routing.broker_groups["group-1"] = BrokerGroup("group-1", master="node-2")
+    routing.members["node-2"] = Member("node-2", "group-1", "127.0.0.1:1", "", "")
+    store = OneMaster(broker.store)
+    store.is_master = is_master
+    return DeadLetterResendService(
+        store,
+        broker.topics,
+        broker.state,
+        QueueWaiters(broker.loop),
+        SimpleNamespace(read=lambda view: view(routing)),
+        permissions or Permissions(enabled=False),
+        "group-1",
+        "node-1",
+        clock_ms=broker.clock,
+    )
