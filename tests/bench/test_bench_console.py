@@ -23,6 +23,10 @@ CALLS = (
     "messages_by_key",
     "messages_by_offset",
     "users",
+    "busy_topic_detail",
+    "message_history",
+    "dead_letters",
+    "producers",
 )
 
 

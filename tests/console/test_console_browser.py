@@ -723,6 +723,7 @@ def test_producers_page_lists_a_4x_producer_while_it_is_connected(cluster, drive
         listed = stable_rows(
             driver, "producer-table", lambda r: any(row[0] == "console-senders" for row in r)
         )
+        screenshot(driver, "producers")
     (row,) = [row for row in listed if row[0] == "console-senders"]
     assert row[1] == XSS_CLIENT and row[3] == "JAVA" and row[4] == "407"
     assert row[5] == cluster_status_group(cluster)
