@@ -511,24 +511,7 @@ def _replay(trail: _PopTrail, kind: str, fields: dict, record: StoredMessage, of
     at = record.store_timestamp_ms
     wanted = str(offset)
     if kind == KIND_POP:
-        for item, attempt in _pairs(record.body):
-            if item != wanted:
-                continue
-            delivery = fields["delivery"]
-            if delivery == trail.current:
-                return  # a restatement of the delivery in flight (PopState.append)
-            trail.current, trail.attempt = delivery, int(attempt)
-            visible = int(fields["visible"])
-            trail.events.append(
-                HistoryEvent(
-                    at,
-                    EventKind.DELIVERED,
-                    int(attempt),
-                    delivery,
-                    visible,
-                    f"attempt {attempt}, invisible until {_iso(visible)}",
-                )
-            )
+        _replay_pop(trail, fields, record, wanted)
     elif kind in (KIND_ACK, KIND_DLQ):
         for item, delivery in _pairs(record.body):
             if item == wanted and delivery == trail.current and delivery:
@@ -537,21 +520,8 @@ def _replay(trail: _PopTrail, kind: str, fields: dict, record: StoredMessage, of
                 trail.events.append(HistoryEvent(at, ended, trail.attempt, delivery, 0, detail))
                 trail.current, trail.ending = None, ended
     elif kind == KIND_CHANGE:
-        if fields.get("offset") != wanted or fields.get("delivery") != trail.current:
-            return
-        visible = int(fields["visible"])
-        suspended = fields.get("suspend") == "1"
-        if suspended:
-            trail.attempt = max(trail.attempt - 1, 0)
-        detail = f"invisible until {_iso(visible)}"
-        if suspended:
-            detail += "; suspended: this delivery does not count as an attempt"
-        trail.events.append(
-            HistoryEvent(
-                at, EventKind.INVISIBILITY_CHANGED, trail.attempt, fields["new"], visible, detail
-            )
-        )
-        trail.current = fields["new"]
+        if fields.get("offset") == wanted and fields.get("delivery") == trail.current:
+            _replay_change(trail, fields, record)
     elif kind == KIND_RESEND:
         if wanted in record.body.decode().split(","):
             detail = f"from {fields['topic']} offset {offset}; attempts count afresh"
@@ -570,3 +540,50 @@ def _replay(trail: _PopTrail, kind: str, fields: dict, record: StoredMessage, of
             HistoryEvent(at, EventKind.EXPIRED, trail.attempt, "", 0, "its lite topic expired")
         )
         trail.current, trail.ending = None, EventKind.EXPIRED
+
+
+def _replay_pop(trail: _PopTrail, fields: dict, record: StoredMessage, wanted: str) -> None:
+    """A ``pop`` record: a delivery of the message when the record names its offset (and
+    is not a restatement of the delivery in flight, ``PopState.append``)."""
+    for item, attempt in _pairs(record.body):
+        if item != wanted:
+            continue
+        delivery = fields["delivery"]
+        if delivery == trail.current:
+            return
+        trail.current, trail.attempt = delivery, int(attempt)
+        visible = int(fields["visible"])
+        detail = f"attempt {attempt}, invisible until {_iso(visible)}"
+        trail.events.append(
+            HistoryEvent(
+                record.store_timestamp_ms,
+                EventKind.DELIVERED,
+                int(attempt),
+                delivery,
+                visible,
+                detail,
+            )
+        )
+
+
+def _replay_change(trail: _PopTrail, fields: dict, record: StoredMessage) -> None:
+    """A ``change`` of the current delivery's invisibility (a suspended one does not count
+    as an attempt)."""
+    visible = int(fields["visible"])
+    suspended = fields.get("suspend") == "1"
+    if suspended:
+        trail.attempt = max(trail.attempt - 1, 0)
+    detail = f"invisible until {_iso(visible)}"
+    if suspended:
+        detail += "; suspended: this delivery does not count as an attempt"
+    trail.events.append(
+        HistoryEvent(
+            record.store_timestamp_ms,
+            EventKind.INVISIBILITY_CHANGED,
+            trail.attempt,
+            fields["new"],
+            visible,
+            detail,
+        )
+    )
+    trail.current = fields["new"]
