@@ -106,6 +106,29 @@ class HistoryEvent:
     delivery: str = ""  # POP's delivery id (a receipt handle's), "" for the others
     visible_at_ms: int = 0  # POP: the end of the invisibility it set; 0: n/a
     detail: str = ""
+    # The CommitLog offset of that record: events are in the log's order, which store
+    # times (milliseconds) cannot give when several records share one.
+    log_offset: int = -1
+
+
+def _event(
+    record: StoredMessage,
+    kind: EventKind,
+    attempt: int = 0,
+    delivery: str = "",
+    visible_at_ms: int = 0,
+    detail: str = "",
+) -> HistoryEvent:
+    """The event ``record`` says, at its store time and place in the log."""
+    return HistoryEvent(
+        record.store_timestamp_ms,
+        kind,
+        attempt,
+        delivery,
+        visible_at_ms,
+        detail,
+        record.physical_offset,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +317,7 @@ class DeliveryHistoryService:
         resent = _resent_trail(resend_records, dead_offsets)
         pop_events = trail.events if trail is not None else []
         resent_events = resent.events if resent is not None else []
-        events = sorted(pop_events + resent_events + copies, key=lambda e: e.time_ms)
+        events = sorted(pop_events + resent_events + copies, key=lambda e: e.log_offset)
         pop = cursor is not None or trail is not None
         state, text = self._state(
             group, message, trail, cursor, committed, copies, retried_consumed, budget.truncated
@@ -361,7 +384,8 @@ class DeliveryHistoryService:
         """The state of a message whose dead letter was resent: what the group's POP
         consumers did with it, or its 4.x consumers with the resend's retry copy."""
         dead_topic = dead_letter_topic_of(group)
-        resent_at = max(e.time_ms for e in resent.events if e.kind is EventKind.RESENT)
+        # The copies after its first dead letter: a resend's, and a 4.x consumer's after it.
+        dead_at = min(e.log_offset for e in copies if e.kind is EventKind.DEAD_LETTER_COPY)
         if resent.ending is EventKind.ACKED:
             return GroupState.CONSUMED, (
                 f"consumed after a resend from {dead_topic}: acked at attempt {resent.attempt}"
@@ -370,7 +394,7 @@ class DeliveryHistoryService:
             return GroupState.DEAD_LETTERED, (
                 f"dead-lettered to {dead_topic} again after a resend and {resent.attempt} attempts"
             )
-        retried = [e for e in copies if e.kind is EventKind.RETRY_COPY and e.time_ms >= resent_at]
+        retried = [e for e in copies if e.kind is EventKind.RETRY_COPY and e.log_offset > dead_at]
         if retried and retried_consumed:
             return GroupState.CONSUMED, (
                 f"consumed after a resend from {dead_topic} (its copy in {retry_topic_of(group)})"
@@ -437,14 +461,7 @@ class DeliveryHistoryService:
             consumed = position is not None and position > copy.queue_offset  # the newest wins
             where = f"{retry_topic} queue {copy.queue_id} offset {copy.queue_offset}"
             detail = f"{where} ({'consumed' if consumed else 'not consumed yet'})"
-            found.append(
-                HistoryEvent(
-                    copy.store_timestamp_ms,
-                    EventKind.RETRY_COPY,
-                    attempt=copy.reconsume_times,
-                    detail=detail,
-                )
-            )
+            found.append(_event(copy, EventKind.RETRY_COPY, copy.reconsume_times, detail=detail))
         dead_offsets: list[int] = []
         async for copy in self._walk(dead_topic, message.store_timestamp_ms, budget):
             if _dead_letter_of(copy, message, names):
@@ -452,12 +469,7 @@ class DeliveryHistoryService:
                     dead_offsets.append(copy.queue_offset)
                 where = f"{dead_topic} queue {copy.queue_id} offset {copy.queue_offset}"
                 found.append(
-                    HistoryEvent(
-                        copy.store_timestamp_ms,
-                        EventKind.DEAD_LETTER_COPY,
-                        attempt=copy.reconsume_times,
-                        detail=where,
-                    )
+                    _event(copy, EventKind.DEAD_LETTER_COPY, copy.reconsume_times, detail=where)
                 )
         return found, consumed, dead_offsets
 
@@ -508,7 +520,6 @@ def _dead_letter_of(copy: StoredMessage, message: StoredMessage, names: set[str]
 def _replay(trail: _PopTrail, kind: str, fields: dict, record: StoredMessage, offset: int) -> None:
     """One ``%SYS%POP`` record of the message's queue, as ``PopState.apply`` reads it,
     for the one offset: an event when it concerns the message's delivery."""
-    at = record.store_timestamp_ms
     wanted = str(offset)
     if kind == KIND_POP:
         _replay_pop(trail, fields, record, wanted)
@@ -517,7 +528,7 @@ def _replay(trail: _PopTrail, kind: str, fields: dict, record: StoredMessage, of
             if item == wanted and delivery == trail.current and delivery:
                 ended = EventKind.ACKED if kind == KIND_ACK else EventKind.DEAD_LETTERED
                 detail = f"attempt {trail.attempt}"
-                trail.events.append(HistoryEvent(at, ended, trail.attempt, delivery, 0, detail))
+                trail.events.append(_event(record, ended, trail.attempt, delivery, 0, detail))
                 trail.current, trail.ending = None, ended
     elif kind == KIND_CHANGE:
         if fields.get("offset") == wanted and fields.get("delivery") == trail.current:
@@ -525,19 +536,17 @@ def _replay(trail: _PopTrail, kind: str, fields: dict, record: StoredMessage, of
     elif kind == KIND_RESEND:
         if wanted in record.body.decode().split(","):
             detail = f"from {fields['topic']} offset {offset}; attempts count afresh"
-            trail.events.append(
-                HistoryEvent(at, EventKind.RESENT, 0, fields["delivery"], 0, detail)
-            )
+            trail.events.append(_event(record, EventKind.RESENT, 0, fields["delivery"], 0, detail))
             trail.current, trail.attempt, trail.ending = fields["delivery"], 0, None
     elif kind == KIND_RESET:
         detail = "the group's offsets of the queue were reset"
         if trail.current is not None:
             detail += f"; delivery of attempt {trail.attempt} ended"
-        trail.events.append(HistoryEvent(at, EventKind.RESET, trail.attempt, "", 0, detail))
+        trail.events.append(_event(record, EventKind.RESET, trail.attempt, "", 0, detail))
         trail.current, trail.ending = None, EventKind.RESET
     elif kind == KIND_EXPIRE and trail.current is not None and int(fields["upto"]) >= offset:
         trail.events.append(
-            HistoryEvent(at, EventKind.EXPIRED, trail.attempt, "", 0, "its lite topic expired")
+            _event(record, EventKind.EXPIRED, trail.attempt, "", 0, "its lite topic expired")
         )
         trail.current, trail.ending = None, EventKind.EXPIRED
 
@@ -555,14 +564,7 @@ def _replay_pop(trail: _PopTrail, fields: dict, record: StoredMessage, wanted: s
         visible = int(fields["visible"])
         detail = f"attempt {attempt}, invisible until {_iso(visible)}"
         trail.events.append(
-            HistoryEvent(
-                record.store_timestamp_ms,
-                EventKind.DELIVERED,
-                int(attempt),
-                delivery,
-                visible,
-                detail,
-            )
+            _event(record, EventKind.DELIVERED, int(attempt), delivery, visible, detail)
         )
 
 
@@ -577,13 +579,8 @@ def _replay_change(trail: _PopTrail, fields: dict, record: StoredMessage) -> Non
     if suspended:
         detail += "; suspended: this delivery does not count as an attempt"
     trail.events.append(
-        HistoryEvent(
-            record.store_timestamp_ms,
-            EventKind.INVISIBILITY_CHANGED,
-            trail.attempt,
-            fields["new"],
-            visible,
-            detail,
+        _event(
+            record, EventKind.INVISIBILITY_CHANGED, trail.attempt, fields["new"], visible, detail
         )
     )
     trail.current = fields["new"]
