@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,7 +211,15 @@ class StandaloneCluster:
     def _all_registered(self) -> bool:
         for daemon in (self.master, *self.workers):
             _check_running(daemon)
-        return self.state()["aliveworkers"] == len(self.workers)
+        try:
+            return self.state()["aliveworkers"] == len(self.workers)
+        except urllib.error.HTTPError as error:
+            # Not served yet: a clean-clone run under load met a 404 for /json/ within a
+            # second of the master's start (while it elected itself leader); the cause was
+            # not reproduced, so the page is asked again until the deadline.
+            if error.code == 404:
+                return False
+            raise
 
     def state(self) -> dict:
         """The master's JSON page: workers, applications, cores in use."""
