@@ -68,6 +68,26 @@ def test_a_held_port_refuses_other_binds_but_not_a_reuseaddr_listener():
         held.close()
 
 
+def test_a_hold_guards_only_its_own_address():
+    """Why a port a node binds on another host is held on that host (as the security
+    tests' one-voter clusters on 127.0.0.2 do): a hold on 127.0.0.1 leaves 127.0.0.2's
+    port to any other listener, which then keeps the node's own listener out."""
+    (held,) = hold_free_ports("127.0.0.1", 1)
+    try:
+        with socket.socket() as other:  # anybody else's listener, on the other address
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            other.bind(("127.0.0.2", port_of(held)))
+            other.listen(1)
+    finally:
+        held.close()
+    (held,) = hold_free_ports("127.0.0.2", 1)
+    try:
+        with socket.socket() as other, pytest.raises(OSError):
+            other.bind(("127.0.0.2", port_of(held)))
+    finally:
+        held.close()
+
+
 def test_held_ports_are_distinct_and_a_listening_port_cannot_be_held():
     holds = hold_free_ports("127.0.0.1", 8)
     try:

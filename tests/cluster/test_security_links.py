@@ -258,8 +258,11 @@ def listening(pid: int) -> set[tuple[str, int]]:
 
 
 def start_voter(directory: Path, node_toml: str, peer_host: str) -> tuple:
-    """A one-voter cluster whose Raft and replication ports are fixed: (node, raft, ha)."""
-    holds = hold_free_ports("127.0.0.1", 2)
+    """A one-voter cluster whose Raft and replication ports are fixed: (node, raft, ha).
+    The ports are held on ``peer_host``, where the node binds them: a hold guards only its
+    own address, so one on 127.0.0.1 leaves the port free for a port-0 bind on 127.0.0.2,
+    and pysyncobj then retries its Raft bind until the node gives up joining."""
+    holds = hold_free_ports(peer_host, 2)
     raft, ha = (port_of(held) for held in holds)
     node = start_node(
         str(directory / "node"),
