@@ -233,7 +233,14 @@ class Node:
         )
         self.lite_notices = LiteNotices(store)
         self.lite_notices.attach(loop)
-        self.peer_admin = PeerAdmin(self._peer_channel, self._signed_as)
+        self.peer_admin = PeerAdmin(
+            self._peer_channel,
+            self._signed_as,
+            lambda group: self.routing.read(
+                lambda state: (group in state.broker_groups, state.master_of(group))
+            ),
+            config.id,
+        )
         self.services = self._services(store, handles)
         self.transactions = self.services.transactions
         self.transactions.load()
@@ -567,7 +574,6 @@ class Node:
                 self.routing,
                 permissions,
                 config.group,
-                config.id,
                 self.peer_admin,
                 pending_resets,
                 subscriptions,
@@ -583,8 +589,8 @@ class Node:
                 self.routing,
                 permissions,
                 config.group,
-                config.id,
                 self.peer_admin,
+                lite_changed=lambda lmq: self.services.lite.changed(lmq),
             ),
             topic_consumers=TopicConsumersService(
                 topics, self.offsets, self.pop_state, subscriptions, permissions, config.group

@@ -92,6 +92,11 @@ class SendReceipt:
     transaction_id: str = ""
 
 
+# The queue a resent dead letter is delivered from (``Admin.resend_dead_letters``): its
+# queue offset is its offset in the group's dead-letter queue, not one of the topic's.
+RESENT_QUEUE_ID = 2**31 - 1
+
+
 @dataclass
 class ReceivedMessage:
     topic: str
@@ -110,6 +115,12 @@ class ReceivedMessage:
     broker_group: str = ""  # where it is stored (acks and commits go to its master)
     lite_topic: str | None = None
     priority: int | None = None
+
+    @property
+    def resent_dead_letter(self) -> bool:
+        """Whether this is a dead letter an operator gave back to the group (its queue
+        offset is then the dead-letter queue's)."""
+        return self.queue_id == RESENT_QUEUE_ID
 
     @classmethod
     def from_record(cls, stored: StoredMessage, broker_group: str = "") -> ReceivedMessage:

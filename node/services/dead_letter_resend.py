@@ -14,9 +14,10 @@ batch on the broker group's master:
   group), ``RETRY_TOPIC`` naming the topic it was sent to (the clients deliver it as a
   message of that topic), ``UNIQ_KEY`` (its message id) kept, ``reconsume_times`` 0;
 - for POP consumers (RocketMQ 5 SimpleConsumer and PushConsumer, the SDK's
-  SimpleConsumer), which do not read ``%RETRY%<group>`` here: a ``resend`` record of
-  ``%SYS%POP`` (``node/pop_state.py``) that puts the dead letter in flight for the group,
-  visible now with attempt 0, so the group's next receive of its topic delivers it
+  SimpleConsumer; of a LITE topic, the lite consumers subscribed to the message's lite
+  topic), which do not read ``%RETRY%<group>`` here: a ``resend`` record of ``%SYS%POP``
+  (``node/pop_state.py``) that puts the dead letter in flight for the group, visible now
+  with attempt 0, so the group's next receive of its topic delivers it
   (``node/services/pop.py``); it also marks the offsets resent for good.
 
 A group with consumers of both kinds gets the message once through each (at least once).
@@ -48,23 +49,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.codec.properties import PROPERTY_LITE_TOPIC
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ha.replicated_store import ReplicatedStore
 from node.consumer_retry import PROPERTY_DELAY, PROPERTY_RETRY_TOPIC
 from node.dead_letters import PROPERTY_DLQ_ORIGIN_TOPIC
+from node.lite_names import is_lmq, lmq_name
 from node.long_polling import QueueWaiters
 from node.pop_state import PopState
 from node.receipt_handle import new_delivery_id
 from node.services.admin import (
     FAILED_PRECONDITION,
     INVALID_ARGUMENT,
-    NOT_FOUND,
     UNAVAILABLE,
     AdminRefused,
     refused,
 )
 from node.services.caller import Caller
-from node.services.peer_admin import PeerAdmin
+from node.services.peer_admin import PeerAdmin, no_master
 from node.services.permissions import Need, Permissions, read, resend_dead_letters
 from node.services.pop import DEAD_LETTER_MARKS, resent_key
 from node.topics import TopicError, TopicTable
@@ -170,11 +172,12 @@ class DeadLetterResendService:
         routing: RoutingReplica,
         permissions: Permissions,
         broker_group: str,
-        node_id: str,
         peers: PeerAdmin | None = None,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        lite_changed: Callable[[str], None] | None = None,
     ) -> None:
-        """``peers``: how a call reaches another node's Admin door (None: a node alone)."""
+        """``peers``: how a call reaches another node's Admin door (None: a node alone);
+        ``lite_changed(lmq)``: wakes the lite consumers of a lite topic (``LiteService``)."""
         self.store = store
         self.topics = topics
         self.pop_state = pop_state
@@ -182,9 +185,9 @@ class DeadLetterResendService:
         self.routing = routing
         self.permissions = permissions
         self.broker_group = broker_group
-        self.node_id = node_id
         self.peers = peers
         self.clock_ms = clock_ms
+        self.lite_changed = lite_changed
         self._one_at_a_time = asyncio.Lock()
 
     # ---- the checks ----------------------------------------------------------------------
@@ -302,7 +305,9 @@ class DeadLetterResendService:
                 break
             size += raw.size
             copies.append(retry_copy(retry_topic, raw))
-            origins.add(raw.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC, ""))
+            origin = raw.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC, "")
+            lite_topic = raw.properties.get(PROPERTY_LITE_TOPIC)
+            origins.add(origin if lite_topic is None else lmq_name(origin, lite_topic))
         chosen, not_yet = chosen[: len(copies)], tuple(chosen[len(copies) :])
         delivery = new_delivery_id()
         record = self.pop_state.resend(key, chosen, delivery, self.clock_ms())
@@ -320,9 +325,14 @@ class DeadLetterResendService:
             )
         return ResendOutcome(self.broker_group, tuple(chosen), already, not_yet)
 
-    def _wake(self, topics: set[str]) -> None:
-        """Wake the POP receives waiting on the resent messages' topics."""
-        for name in topics:
+    def _wake(self, origins: set[str]) -> None:
+        """Wake the receives waiting on the resent messages' topics: the POP receives of a
+        topic, the lite consumers of a lite topic (named by its queue, ``%LMQ%...``)."""
+        for name in origins:
+            if is_lmq(name):
+                if self.lite_changed is not None:
+                    self.lite_changed(name)
+                continue
             config = self.topics.topics.get(name)
             for queue_id in range(config.queue_count if config is not None else 0):
                 self.waiters.notify(name, queue_id)
@@ -373,20 +383,9 @@ class DeadLetterResendService:
         return DeadLetterPage(self.broker_group, low, high, tuple(entries))
 
     async def _ask_master(self, caller: Caller, broker_group: str, method: str, request):
-        """``method`` at ``broker_group``'s master (AdminRefused with its code when it
-        refuses; UNAVAILABLE when there is none to ask)."""
-        known, master = self.routing.read(
-            lambda state: (broker_group in state.broker_groups, state.master_of(broker_group))
-        )
-        if not known:
-            raise AdminRefused(NOT_FOUND, f"UNKNOWN_BROKER_GROUP: {broker_group}")
-        if master is None or master.node_id == self.node_id or self.peers is None:
-            raise AdminRefused(
-                UNAVAILABLE,
-                f"NO_MASTER: broker group {broker_group} has no master that this node can "
-                "ask now; retry",
-            )
-        return await self.peers.call(caller, master, method, request)
+        if self.peers is None:
+            raise no_master(broker_group)
+        return await self.peers.call_master(caller, broker_group, method, request)
 
 
 def page_of(answer: api.ListDeadLettersResponse) -> DeadLetterPage:

@@ -61,7 +61,7 @@ from node.services.admin import (
     refused,
 )
 from node.services.caller import Caller
-from node.services.peer_admin import PeerAdmin
+from node.services.peer_admin import PeerAdmin, no_master
 from node.services.permissions import Permissions
 from node.topics import MessageType, TopicError, TopicTable
 from routing.metadata import TopicRoute
@@ -137,7 +137,6 @@ class OffsetResetService:
         routing: RoutingReplica,
         permissions: Permissions,
         broker_group: str,
-        node_id: str,
         peers: PeerAdmin | None = None,
         pending: PendingResets | None = None,
         subscriptions: Subscriptions | None = None,
@@ -153,7 +152,6 @@ class OffsetResetService:
         self.routing = routing
         self.permissions = permissions
         self.broker_group = broker_group
-        self.node_id = node_id
         self.peers = peers
         self.pending = pending
         self.subscriptions = subscriptions
@@ -289,14 +287,10 @@ class OffsetResetService:
     async def _ask_master(self, caller: Caller, part: ResetRequest) -> ResetOutcome:
         """``part`` as its broker group's master answers it (AdminRefused with its code
         when it refuses; UNAVAILABLE when there is none to ask or it does not answer)."""
-        master = self.routing.read(lambda state: state.master_of(part.broker_group))
-        if master is None or master.node_id == self.node_id or self.peers is None:
-            raise AdminRefused(
-                UNAVAILABLE,
-                f"NO_MASTER: broker group {part.broker_group} has no master that this node "
-                "can ask now; retry",
-            )
-        answer = await self.peers.call(caller, master, "ResetOffsets", request_message(part))
+        if self.peers is None:
+            raise no_master(part.broker_group)
+        request = request_message(part)
+        answer = await self.peers.call_master(caller, part.broker_group, "ResetOffsets", request)
         queues = [
             QueueReset(q.broker_group, q.queue_id, q.old_offset, q.new_offset)
             for q in answer.queues

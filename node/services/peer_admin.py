@@ -22,7 +22,7 @@ import grpc
 
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
 from node.rpc_status import AccessDenied
-from node.services.admin import UNAVAILABLE, AdminRefused
+from node.services.admin import NOT_FOUND, UNAVAILABLE, AdminRefused
 from node.services.caller import Caller
 from routing.acl import User
 from routing.metadata import Member
@@ -36,12 +36,17 @@ class PeerAdmin:
         self,
         channel_for: Callable[[str], grpc.aio.Channel],
         signed_as: Callable[[User | None], tuple[tuple[str, str], ...]],
+        master_of: Callable[[str], tuple[bool, Member | None]],
+        node_id: str,
     ) -> None:
         """``channel_for(address)``: a channel to a node's client port (TLS when this
         node's port has it); ``signed_as(user)``: the signature headers of a call made as
-        ``user``."""
+        ``user``; ``master_of(broker_group)``: whether routing knows the broker group, and
+        its master (None: none now); ``node_id``: this node's."""
         self.channel_for = channel_for
         self.signed_as = signed_as
+        self.master_of = master_of
+        self.node_id = node_id
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._closing: set[asyncio.Future] = set()
 
@@ -83,6 +88,25 @@ class PeerAdmin:
             )
         return answer
 
+    async def call_master(
+        self,
+        caller: Caller,
+        broker_group: str,
+        method: str,
+        request,
+        timeout_s: float = PEER_CALL_TIMEOUT_S,
+    ):
+        """``call`` at ``broker_group``'s master, for a service whose work lives in that
+        group's store. ``AdminRefused``: NOT_FOUND for a broker group routing does not
+        know; UNAVAILABLE when the group has no master now, or routing names this node
+        while its store has not taken the role yet (the caller asked because it had not)."""
+        known, master = self.master_of(broker_group)
+        if not known:
+            raise AdminRefused(NOT_FOUND, f"UNKNOWN_BROKER_GROUP: {broker_group}")
+        if master is None or master.node_id == self.node_id:
+            raise no_master(broker_group)
+        return await self.call(caller, master, method, request, timeout_s)
+
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
@@ -99,3 +123,12 @@ class PeerAdmin:
         channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
             await channel.close(None)
+
+
+def no_master(broker_group: str) -> AdminRefused:
+    """The refusal of a call that needs ``broker_group``'s master when there is none this
+    node can ask (``call_master``; a node alone has no peers to ask)."""
+    return AdminRefused(
+        UNAVAILABLE,
+        f"NO_MASTER: broker group {broker_group} has no master that this node can ask now; retry",
+    )

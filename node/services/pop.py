@@ -49,6 +49,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ferrymq.codec.commitlog_record import StoredMessage
+from ferrymq.codec.properties import PROPERTY_LITE_TOPIC
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ha.replicated_store import ReplicatedStore
 from node.admission import store_refusal
@@ -326,10 +327,12 @@ class PopService:
         picked: list[tuple[StoredMessage, int]],
         next_offset: int,
         redelivered: dict[int, InFlight],
+        handle_topic: Callable[[StoredMessage], str] = lambda stored: stored.topic,
     ) -> Callable[..., list[Delivery]]:
         """The step of a receive that takes ``picked`` of ``key`` under one delivery id:
         called with the delivery id, the visible time and the receive's lists, it adds the
-        pop record, its undo and its decision, and answers the deliveries."""
+        pop record, its undo and its decision, and answers the deliveries (each handle
+        for ``handle_topic(message)``, what the client's calls on it will name)."""
 
         def take(
             delivery: str,
@@ -346,7 +349,7 @@ class PopService:
             return [
                 Delivery(
                     stored,
-                    self._handle(key, stored.queue_offset, delivery, stored.topic),
+                    self._handle(key, stored.queue_offset, delivery, handle_topic(stored)),
                     a,
                     decision,
                 )
@@ -363,10 +366,12 @@ class PopService:
         now: int,
         records: list[Message],
         undo: list[Callable[[], None]],
+        wanted: Callable[[StoredMessage], bool] | None = None,
     ) -> tuple[CursorKey, list[tuple[StoredMessage, int]], dict[int, InFlight]]:
-        """The group's resent dead letters of ``topic`` that are visible, up to ``room``:
-        picked with their next attempt; one out of attempts is dead-lettered again (a new
-        dead letter, which may be resent again); one that retention removed ends."""
+        """The group's resent dead letters of ``topic`` that are visible, up to ``room``
+        (and, with ``wanted``, that it wants: a lite consumer's lite topics): picked with
+        their next attempt; one out of attempts is dead-lettered again (a new dead letter,
+        which may be resent again); one that retention removed ends."""
         key = resent_key(group.name)
         cursor = self.state.cursor(key)
         picked: list[tuple[StoredMessage, int]] = []
@@ -389,7 +394,7 @@ class PopService:
                 self._resent_origins.clear()
             origin = raw.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC, "")
             self._resent_origins[(group.name, offset)] = origin
-            if origin != topic.name:
+            if origin != topic.name or (wanted is not None and not wanted(raw)):
                 continue
             if entry.attempt >= group.max_delivery_attempts:
                 records.extend(self._dead_letter(key, offset, entry, resent_view(raw)))
@@ -444,6 +449,19 @@ class PopService:
         undo: list[Callable[[], None]] = []
         decisions: list[PopDecision] = []
         delivery = new_delivery_id()
+        topic = self.topics.topics.get(client.topic)
+        if topic is not None:  # first its resent dead letters of the lite topics it wants
+
+            def lite_queue(stored: StoredMessage) -> str:  # what its acks name
+                return lmq_name(topic.name, stored.properties.get(PROPERTY_LITE_TOPIC, ""))
+
+            key, picked, redelivered = self._resent_picks(
+                group, topic, batch, now, records, undo, lambda raw: lite_queue(raw) in client.lmqs
+            )
+            if picked:
+                cursor_end = self.state.cursor(key).next_offset
+                taken = self._taken(key, picked, cursor_end, redelivered, lite_queue)
+                deliveries.extend(taken(delivery, now + invisible_ms, records, undo, decisions))
         for lmq in self._lite_order(group.name, client):
             if len(deliveries) >= batch:
                 break

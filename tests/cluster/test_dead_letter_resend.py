@@ -124,6 +124,8 @@ def test_a_slave_resends_a_selection_to_the_group_alone(cluster):
     assert sorted(m.body.decode() for m in again) == BODIES[:2]
     assert {m.message_id for m in again} == {ids[b] for b in BODIES[:2]}
     assert {m.delivery_attempt for m in again} == {1} and {m.topic for m in again} == {TOPIC}
+    assert all(m.resent_dead_letter for m in again)  # from the DLQ's queue, at its offsets
+    assert sorted(m.queue_offset for m in again) == sorted(chosen)
     # Its 4.x push consumers read %RETRY%<group>: the copies are there, for the topic.
     with PullConsumer(master.grpc, GROUP, security=APP, start="beginning") as retries:
         retries.assign(f"%RETRY%{GROUP}", [0])

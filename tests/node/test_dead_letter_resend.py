@@ -10,8 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from ferrymq.codec.properties import PROPERTY_LITE_TOPIC
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node import system_state
+from node.lite_names import lmq_name
 from node.pop_state import RESENT_QUEUE_ID
 from node.rpc_status import AccessDenied
 from node.services import dead_letter_resend
@@ -22,7 +25,7 @@ from node.services.dead_letter_resend import (
     ResendRequest,
 )
 from node.services.permissions import Permissions
-from node.topics import GroupConfig, TopicConfig
+from node.topics import GroupConfig, MessageType, TopicConfig
 from routing.acl import AclEntry, Action, Effect, ResourceKind, User
 from store.message import Message
 from store.results import PutResult, PutStatus
@@ -93,8 +96,12 @@ def test_each_refusal_is_precise_and_changes_nothing(broker):
     slave = resend_service(broker, is_master=False)
     handed = refusal(broker, slave, ResendRequest("G", offsets=(0,), handed=True))
     assert handed.code == 14 and handed.message.startswith("NOT_MASTER")
-    no_peers = refusal(broker, slave, ResendRequest("G", offsets=(0,)))
+    alone = resend_service(broker, is_master=False, peers=False)
+    no_peers = refusal(broker, alone, ResendRequest("G", offsets=(0,)))
     assert no_peers.code == 14 and no_peers.message.startswith("NO_MASTER")
+    slave.peers.node_id = "node-2"  # routing names this node, whose store is not master yet
+    not_yet = refusal(broker, slave, ResendRequest("G", offsets=(0,)))
+    assert not_yet.code == 14 and not_yet.message.startswith("NO_MASTER")
     assert broker.state.resent(("G", "%DLQ%G", RESENT_QUEUE_ID)) == set()
     assert broker.store.get_messages("%RETRY%G", 0, 0, 10).messages == []
 
@@ -104,11 +111,11 @@ def test_a_slave_hands_the_resend_to_its_master_as_the_callers_user(broker):
     slave = resend_service(broker, is_master=False)
     asked = []
 
-    async def call(caller, member, method, request):
+    async def call(caller, member, method, request, timeout_s):
         asked.append((caller, member.node_id, method, request))
         return SimpleNamespace(broker_group="group-1", resent=[0], already_resent=[], not_yet=[])
 
-    slave.peers = SimpleNamespace(call=call)
+    slave.peers.call = call
     outcome = broker.run(slave.resend(ANYONE, ResendRequest("G", offsets=(0,))))
     assert outcome.resent == (0,)
     ((caller, node, method, request),) = asked
@@ -307,3 +314,50 @@ def test_a_snapshot_written_by_the_resends_own_append_holds_it(broker, monkeypat
     assert broker.state.resent(key) == {1} and list(broker.state.cursor(key).in_flight) == [1]
     (delivery,) = broker.receive("G", "orders")
     assert delivery.stored.body == b"body-1"
+
+
+def test_a_lite_topics_dead_letter_goes_back_to_the_lite_consumers_of_its_lite_topic(broker):
+    """A LITE topic's dead letter, resent, is served by a lite receive of a client that
+    subscribes to its lite topic (and no other client), the resend waking that lite
+    topic's long polls; its handle names the lite topic's queue, as the client's ack does."""
+    broker.topics.put_topic(TopicConfig("chat", queue_count=1, message_type=MessageType.LITE))
+    broker.service.lite_index.load(broker.loop, ["chat"])
+    subscriptions = broker.lite.subscriptions
+    subscriptions.sync(pb.PARTIAL_ADD, "G", "c-a", "chat", ["a"])
+    subscriptions.sync(pb.PARTIAL_ADD, "G", "c-b", "chat", ["b"])
+
+    def receive(client_id: str):
+        client = subscriptions.client("G", client_id)
+        return broker.run(broker.service.receive_lite(broker.topics.group("G"), client, 16, 10_000))
+
+    for lite_topic in ("a", "b"):
+        message = Message.build("chat", lite_topic.encode(), unique_key=f"ID-{lite_topic}")
+        message.properties[PROPERTY_LITE_TOPIC] = lite_topic
+        assert broker.store.put_message(message).ok
+    for _ in range(3):  # three attempts each, then the DLQ
+        assert len(receive("c-a")) == 1 and len(receive("c-b")) == 1
+        broker.clock.ms += 10_000
+    assert receive("c-a") == receive("c-b") == []
+    assert sorted(broker.dead_letters("G")) == [b"a", b"b"]
+    woken = []
+    service = resend_service(broker)
+    service.lite_changed = woken.append
+    assert resend(broker, service, offsets=(0, 1)).resent == (0, 1)
+    assert sorted(woken) == [lmq_name("chat", "a"), lmq_name("chat", "b")]
+    (given_back,) = receive("c-a")
+    assert given_back.stored.body == b"a" and given_back.attempt == 1
+    assert given_back.stored.queue_id == RESENT_QUEUE_ID
+    assert given_back.stored.properties[PROPERTY_LITE_TOPIC] == "a"
+    (other,) = receive("c-b")
+    assert other.stored.body == b"b"
+    ack = rpc.AckMessageRequest(
+        group=pb.Resource(name="G"),
+        topic=pb.Resource(name="chat"),
+        entries=[
+            rpc.AckMessageEntry(message_id="m", receipt_handle=given_back.handle, lite_topic="a")
+        ],
+    )
+    assert [e.status.code for e in broker.run(broker.door.AckMessage(ack, None)).entries] == [pb.OK]
+    broker.clock.ms += 60_000  # b's comes back to c-b; a's was acked
+    assert receive("c-a") == [] and [d.stored.body for d in receive("c-b")] == [b"b"]
+    broker.state.check()

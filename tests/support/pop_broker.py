@@ -19,6 +19,7 @@ from node.receipt_handle import ReceiptHandles
 from node.services.dead_letter_resend import DeadLetterResendService
 from node.services.lite import LiteService
 from node.services.offset_reset import OffsetResetService
+from node.services.peer_admin import PeerAdmin
 from node.services.permissions import Permissions
 from node.services.pop import PopService
 from node.topics import GroupConfig, TopicConfig, TopicTable
@@ -162,7 +163,6 @@ def reset_service(broker) -> OffsetResetService:
         reads,
         Permissions(enabled=False),
         "group-1",
-        "node-1",
     )
 
 
@@ -179,9 +179,10 @@ def closed(broker: Broker) -> None:
     broker.loop.close()
 
 
-def resend_service(broker, permissions=None, is_master=True) -> DeadLetterResendService:
-    """The service over ``broker``'s states, this node the master of ``group-1`` (or a
-    slave of it whose master is ``node-2``)."""
+def resend_service(broker, permissions=None, is_master=True, peers=True) -> DeadLetterResendService:
+    """The service over ``broker``'s states, this node (``node-1``) the master of
+    ``group-1`` (or a slave of it whose master is ``node-2``); with ``peers``, a
+    ``PeerAdmin`` that finds masters in that routing but reaches no node."""
     routing = RoutingState()
     routing.broker_groups["group-1"] = BrokerGroup("group-1", master="node-2")
     routing.members["node-2"] = Member("node-2", "group-1", "127.0.0.1:1", "", "")
@@ -195,6 +196,18 @@ def resend_service(broker, permissions=None, is_master=True) -> DeadLetterResend
         SimpleNamespace(read=lambda view: view(routing)),
         permissions or Permissions(enabled=False),
         "group-1",
-        "node-1",
+        unreachable_peers(routing) if peers else None,
         clock_ms=broker.clock,
+    )
+
+
+def unreachable_peers(routing: RoutingState) -> PeerAdmin:
+    def no_channel(address: str):
+        raise AssertionError(f"a unit test asked {address}")
+
+    return PeerAdmin(
+        no_channel,
+        lambda user: (),
+        lambda group: (group in routing.broker_groups, routing.master_of(group)),
+        "node-1",
     )
