@@ -30,6 +30,11 @@ Verdict per replication mode:
   caught up, and no body the group acked successfully does (except, under ASYNC_FLUSH,
   after a power loss of every node). Other bodies there used up their attempts on acks
   that failed in a fault: reported.
+- Its dead letters are resent to it (``workload.DeadLetterResender``). SYNC (ASYNC
+  reports them): no dead-letter queue offset is answered ``resent`` by two calls (a resend
+  is done once), and every message answered ``resent`` is delivered to the group again,
+  from the dead-letter queue, after the call (once the consumers caught up); under
+  ASYNC_FLUSH a power loss of every node in between excuses either.
 - Consumers, SYNC only (ASYNC reports them: a new master may lack the last consumer
   offsets or ack records, and a pull consumer's position may pass offsets that a new
   master then fills with other messages): every acknowledged send still present is
@@ -118,6 +123,15 @@ class Findings:
     doomed_not_dead_lettered: list[str] = field(default_factory=list)
     dead_lettered_after_ack: list[str] = field(default_factory=list)
     dead_lettered_unacked: list[str] = field(default_factory=list)
+    # Its resends: calls and their outcomes, dead letters answered resent, those delivered
+    # again since, offsets answered resent twice, and those never delivered again
+    # (excused under ASYNC_FLUSH when a power loss of every node came between).
+    resend_outcomes: dict[str, int] = field(default_factory=dict)
+    resent: int = 0
+    resent_delivered_again: int = 0
+    resent_twice: list[str] = field(default_factory=list)
+    resent_never_delivered: list[str] = field(default_factory=list)
+    resends_after_power_loss: list[str] = field(default_factory=list)
     catch_up: dict | None = None
     unavailability: list[dict] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -269,6 +283,7 @@ def check(history: History) -> Findings:
         found.dead_lettered = sorted(final.dead_lettered)
         if DLQ_GROUP in consumers_of(history):
             dead_letters_on_purpose(history, found, acked, present, final)
+    judge_resends(history, found)
     found.fifo_order_violations = fifo_order_violations(history.pop_deliveries, sent)
     found.priority_order_violations = priority_order_violations(history.pop_deliveries)
     found.fifo_release_overtaken = fifo_release_overtaken(history.pop_deliveries, sent, present)
@@ -300,8 +315,8 @@ def dead_letters_on_purpose(
     found.doomed_dead_lettered = sum(1 for body in doomed_sent if body in in_dlq)
     found.doomed_not_dead_lettered = [b for b in doomed_sent if b in present and b not in in_dlq]
     acked_at: dict[str, float] = {}  # body -> when its first successful ack was sent
-    for d in history.pop_deliveries:
-        if d.group == DLQ_GROUP and d.ack == OK and d.acked_s is not None:
+    for d in history.pop_deliveries:  # (a resent one's ack follows its dead-lettering)
+        if d.group == DLQ_GROUP and d.ack == OK and d.acked_s is not None and not d.resent:
             acked_at[d.body] = min(d.ack_sent_s, acked_at.get(d.body, d.ack_sent_s))
     power_cuts = forgetting_power_cuts(history)
     for body in sorted(b for b in in_dlq if not doomed(b)):
@@ -314,6 +329,43 @@ def dead_letters_on_purpose(
             )
         else:
             found.dead_lettered_after_ack.append(f"{DLQ_GROUP}: {body} acked at {ack_s:.3f} s")
+
+
+def judge_resends(history: History, found: Findings) -> None:
+    """The dead-letter group's resends (module docstring): offsets answered resent by two
+    calls, and messages answered resent that the group was not handed again, from the
+    dead-letter queue, after the call."""
+    power_cuts = forgetting_power_cuts(history)
+    for resend in history.resends:
+        outcome = resend.outcome or "pending"
+        found.resend_outcomes[outcome] = found.resend_outcomes.get(outcome, 0) + 1
+    given_back: dict[str, list[float]] = defaultdict(list)  # message id -> delivered at
+    for d in history.pop_deliveries:
+        if d.group == DLQ_GROUP and d.resent:
+            given_back[d.message_id].append(d.at_s)
+    first_answer: dict[tuple[str, int, str], float] = {}  # an entry -> its first answer
+    answered = sorted((r for r in history.resends if r.outcome == OK), key=lambda r: r.invoked_s)
+    for resend in answered:
+        ids = dict(zip(resend.offsets, resend.message_ids, strict=True))
+        for offset in resend.resent:
+            found.resent += 1
+            message_id = ids.get(offset, "")
+            where = f"{resend.broker_group} DLQ offset {offset} ({message_id})"
+            if any(at >= resend.invoked_s for at in given_back.get(message_id, ())):
+                found.resent_delivered_again += 1
+            else:
+                cut = any(at > resend.invoked_s for at in power_cuts)
+                missed = found.resends_after_power_loss if cut else found.resent_never_delivered
+                missed.append(f"{where} resent at {resend.invoked_s:.3f} s, never delivered again")
+            earlier = first_answer.setdefault(
+                (resend.broker_group, offset, message_id), resend.completed_s
+            )
+            if earlier != resend.completed_s:
+                cut = any(earlier < at < resend.invoked_s for at in power_cuts)
+                twice = found.resends_after_power_loss if cut else found.resent_twice
+                twice.append(
+                    f"{where} resent at {earlier:.3f} s and again at {resend.invoked_s:.3f} s"
+                )
 
 
 def served_differs(served: list, records: list) -> list[str]:
@@ -346,8 +398,10 @@ def misplaced_deliveries(history: History, records: list) -> list[str]:
     where = {r.body: (r.topic, r.queue_id, r.queue_offset) for r in records}
     lite_where = {r.body: (r.topic, r.queue_id, r.physical_offset) for r in records}
     read_at = [(d.consumer, TOPIC, d.queue_id, d.queue_offset, d.body) for d in history.deliveries]
-    read_at += [
-        (d.group, d.topic, d.queue_id, d.queue_offset, d.body) for d in history.pop_deliveries
+    read_at += [  # a resent dead letter is delivered from the dead-letter queue
+        (d.group, d.topic, d.queue_id, d.queue_offset, d.body)
+        for d in history.pop_deliveries
+        if not d.resent
     ]
     found = set()
     for group, topic, queue_id, queue_offset, body in read_at:
@@ -587,6 +641,11 @@ def verdict(found: Findings, sync: bool) -> list[str]:
         if found.doomed_not_dead_lettered:
             missing = len(found.doomed_not_dead_lettered)
             violations.append(f"{missing} doomed acknowledged sends never dead-lettered")
+        if found.resent_never_delivered:
+            missing = len(found.resent_never_delivered)
+            violations.append(f"{missing} dead letters answered resent, never delivered again")
+    if sync and found.resent_twice:
+        violations.append(f"{len(found.resent_twice)} dead letters answered resent twice")
     if consumers_waited_for and not found.catch_up["caught_up"]:
         # In every mode: once healed, each group must reach the end of its topic (under
         # ASYNC a failover may take messages from under a committed offset, not progress).

@@ -1,7 +1,7 @@
 """The recorded history of one chaos run: every send invocation and its outcome, every
-delivery to a consumer (pull, and POP with its ack's outcome), every fault window, how
-long the consumers took to catch up after heal, and the final state drained from each
-replica.
+delivery to a consumer (pull, and POP with its ack's outcome), every resend of the
+dead-letter group's dead letters, every fault window, how long the consumers took to
+catch up after heal, and the final state drained from each replica.
 
 Times are ``time.monotonic()`` seconds relative to the run's start. A ``History`` is filled
 by several threads (writers, the consumer, the nemesis): every append holds its lock.
@@ -32,7 +32,8 @@ LITE_TOPIC = "chaos-lite"
 # highest first.
 PRIORITY_TOPIC = "chaos-priority"
 # The dead-letter group nacks every delivery of a doomed body until the node moves it to
-# its %DLQ% topic: one body of the NORMAL topic in DOOM_EVERY.
+# its %DLQ% topic (one body of the NORMAL topic in DOOM_EVERY); a resender gives the
+# dead letters back to the group, which acks each resent one.
 DLQ_GROUP = "chaos-dlq"
 DOOM_EVERY = 20
 
@@ -87,10 +88,11 @@ class PopDelivery:
     after an ack of the same body completed (``acked_s``) is a redelivery of an acked
     message. ``ack`` is one of ``OUTCOMES``, ``NOT_ACKED`` when no ack was tried, or
     ``RELEASED`` when the consumer let it expire on purpose, ``NACKED`` when it handed a
-    doomed body back;
-    ``ack_invoked_s`` is when the ack was sent (the node applied it at some moment
-    between the two). A lite topic's delivery has its lite topic as ``message_group`` and
-    its CommitLog offset as ``queue_offset`` (a lite topic's offsets are those)."""
+    doomed body back; ``ack_invoked_s`` is when the ack was sent (the node applied it at
+    some moment between the two). A lite topic's delivery has its lite topic as
+    ``message_group`` and its CommitLog offset as ``queue_offset`` (a lite topic's offsets
+    are those). A ``resent`` delivery is a dead letter given back to the group: its queue
+    is the dead-letter queue's (``RESENT_QUEUE_ID``), its offset that queue's."""
 
     asked_s: float
     at_s: float
@@ -105,11 +107,32 @@ class PopDelivery:
     ack_code: str = ""
     acked_s: float | None = None
     ack_invoked_s: float | None = None
+    message_id: str = ""
+    resent: bool = False  # a dead letter resent to the group (its queue is the DLQ's)
 
     @property
     def ack_sent_s(self) -> float | None:
         """When the ack was sent (older histories recorded only its answer)."""
         return self.acked_s if self.ack_invoked_s is None else self.ack_invoked_s
+
+
+@dataclass
+class Resend:
+    """One call of the dead-letter group's resender (``Admin.resend_dead_letters``): the
+    dead-letter queue's ``offsets`` it named on ``broker_group`` and their message ids
+    (read from the queue just before), and the answer: ``outcome`` as a send's, and the
+    offsets answered resent, resent before, and left for a later call."""
+
+    invoked_s: float
+    broker_group: str
+    offsets: list[int]
+    message_ids: list[str]
+    completed_s: float | None = None
+    outcome: str | None = None
+    code: str = ""
+    resent: list[int] = field(default_factory=list)
+    already_resent: list[int] = field(default_factory=list)
+    not_yet: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -233,6 +256,7 @@ class History:
     duration_s: float = 0.0
     started_wall: float = 0.0  # time.time() at the run's start (the logs' clock)
     elections: list[Election] = field(default_factory=list)
+    resends: list[Resend] = field(default_factory=list)  # the dead-letter group's
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def invoke(
@@ -290,6 +314,25 @@ class History:
             delivery.ack, delivery.ack_code = outcome, code
             delivery.ack_invoked_s, delivery.acked_s = invoked_s, at_s
 
+    def resend_asked(self, resend: Resend) -> Resend:
+        with self.lock:
+            self.resends.append(resend)
+        return resend
+
+    def resend_answered(
+        self,
+        resend: Resend,
+        outcome: str,
+        at_s: float,
+        code: str = "",
+        answer: tuple[list[int], list[int], list[int]] = ([], [], []),
+    ) -> None:
+        """``answer``: the offsets resent, resent before, and not yet."""
+        assert outcome in OUTCOMES, outcome
+        with self.lock:
+            resend.outcome, resend.completed_s, resend.code = outcome, at_s, code
+            resend.resent, resend.already_resent, resend.not_yet = answer
+
     def fault(self, fault: Fault) -> Fault:
         with self.lock:
             self.faults.append(fault)
@@ -324,6 +367,7 @@ class History:
                 "client_errors": self.client_errors,
                 "started_wall": self.started_wall,
                 "elections": [asdict(e) for e in self.elections],
+                "resends": [flat(r) for r in self.resends],
             }
 
     @classmethod
@@ -361,6 +405,7 @@ class History:
             client_errors=raw.get("client_errors", []),
             started_wall=raw.get("started_wall", 0.0),
             elections=[Election(**e) for e in raw.get("elections", [])],
+            resends=[Resend(**r) for r in raw.get("resends", [])],
         )
 
     def save(self, path: str) -> None:

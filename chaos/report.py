@@ -73,6 +73,10 @@ def summary(findings: Findings) -> str:
         f" {len(findings.doomed_not_dead_lettered)}, dead-lettered after a successful ack"
         f" {len(findings.dead_lettered_after_ack)}, after failed acks"
         f" {len(findings.dead_lettered_unacked)}",
+        f"dead-letter resends {findings.resend_outcomes}: resent {findings.resent},"
+        f" delivered again {findings.resent_delivered_again}, never"
+        f" {len(findings.resent_never_delivered)}, resent twice {len(findings.resent_twice)}"
+        f" (after a power loss of every node: {len(findings.resends_after_power_loss)})",
         f"acknowledged never delivered"
         f" { ({g: len(b) for g, b in findings.never_delivered.items()}) },"
         f" {catch_up_line(findings.catch_up)}",

@@ -119,7 +119,7 @@ def run(
                 network=network,
                 overloads=overloads,
             )
-            writing, reading = workload.start(
+            writing, reading, resender = workload.start(
                 history, access, t0, writers, fifo_writers, stop_writers, stop
             )
             threads = writing + reading
@@ -154,6 +154,7 @@ def run(
                 history.consumers,
                 CATCH_UP_STALL_S,
                 catch_up_limit_s(duration_s),
+                resender.backlog,
             )
         except BaseException:
             stop_writers.set()

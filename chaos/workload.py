@@ -2,10 +2,10 @@
 attempt per invocation, so each outcome is that invocation's), on a NORMAL topic and, with
 a message group, on a FIFO topic, with a lite topic on a LITE topic and with a priority on
 a PRIORITY topic; a pull consumer committing offsets and two POP groups on the NORMAL topic
-(one of them nacks the doomed bodies until they are dead-lettered), a FIFO POP group on
-the FIFO topic, a lite consumer of every lite topic, a POP group on the PRIORITY topic;
-the wait until the consumers caught up after heal; and the final drain that reads every
-replica's CommitLog offline.
+(one of them nacks the doomed bodies until they are dead-lettered, and a resender gives
+its dead letters back to it), a FIFO POP group on the FIFO topic, a lite consumer of every
+lite topic, a POP group on the PRIORITY topic; the wait until the consumers caught up
+after heal; and the final drain that reads every replica's CommitLog offline.
 
 Each writer and consumer runs on its own thread and stops when its event is set: the
 writers first, the consumers once they caught up (``wait_caught_up``).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import itertools
 import os
 import shutil
 import threading
@@ -39,6 +40,7 @@ from chaos.history import (
     MasterSnapshot,
     PopDelivery,
     Replica,
+    Resend,
     ServedRecord,
     StoredRecord,
     doomed,
@@ -80,6 +82,10 @@ LITE_TOPICS_PER_WRITER = 4
 # nack moves it to %DLQ%chaos-dlq. Low, so it gets there within seconds.
 DLQ_ATTEMPTS = 3
 NACK_INVISIBLE_S = 1.0  # the node's shortest invisible duration
+# How often the resender reads the dead-letter group's DLQ and resends what was not
+# resent yet, and how many entries it reads a page (the node's most).
+RESEND_EVERY_S = 10.0
+DEAD_LETTERS_PAGE = 200
 QUEUES = 4
 # Each FIFO writer spreads its sends over this many message groups, in turn.
 FIFO_GROUPS_PER_WRITER = 3
@@ -206,6 +212,109 @@ def writer(
             seq += 1
 
 
+class DeadLetterResender:
+    """Gives the dead-letter group's dead letters back to it: every ``RESEND_EVERY_S``
+    until the consumers stop, it reads the group's DLQ (``Admin.dead_letters``, at the
+    broker group's master) and resends the entries not resent yet. Their message ids
+    are known as resent before the call (a resent message may be delivered before the
+    answer), and the group's consumer acks a delivery of one, so a doomed body goes round
+    once: nacked until dead-lettered, resent, delivered again, acked.
+
+    ``backlog`` is its part of the catch-up wait: the entries the last read found whose
+    message was not delivered since it was asked to be resent (resent ones the node has
+    not given back, and ones still to resend), and how many were delivered again. (A read
+    skips the entries done before it, which count nothing.)"""
+
+    def __init__(self, history: History, access: str, t0: float) -> None:
+        self.history, self.access, self.t0 = history, access, t0
+        self._lock = threading.Lock()
+        self._asked: set[str] = set()  # message ids named in a resend call
+        self._delivered: set[str] = set()  # of those, delivered to the group since
+        self._last_read: list[str] | None = None  # the message ids the last read found
+        self._done_below = 0  # the DLQ offset below which all was resent and delivered
+
+    def asked(self, message_id: str) -> bool:
+        with self._lock:
+            return message_id in self._asked
+
+    def delivered(self, message_id: str) -> None:
+        with self._lock:
+            self._delivered.add(message_id)
+
+    def backlog(self) -> dict[str, Backlog]:
+        with self._lock:
+            waiting = None
+            if self._last_read is not None:
+                waiting = sum(1 for m in self._last_read if m not in self._delivered)
+            return {f"{DLQ_GROUP} resends": Backlog(waiting, len(self._delivered))}
+
+    def run(self, stop: threading.Event) -> None:
+        """A round every ``RESEND_EVERY_S``, each through the next node in turn (any node
+        hands the calls to the master): one down or cut off stops no more than a round."""
+        nodes = self.access.split(",")
+        for turn in itertools.count():
+            if stop.wait(RESEND_EVERY_S):
+                return
+            try:
+                with Admin(nodes[turn % len(nodes)], timeout_s=5) as admin:
+                    self.resend_round(admin)
+            except FerryError:
+                continue  # a failover: the next round reads again
+
+    def resend_round(self, admin: Admin) -> None:
+        """One read of the DLQ, resending each page's entries not resent yet. The read
+        starts past the entries the last one found resent and delivered again (all of
+        them when the queue is shorter than that now: a new master's, under ASYNC)."""
+        start = self._done_below
+        page = admin.dead_letters(DLQ_GROUP, from_offset=start, limit=DEAD_LETTERS_PAGE)
+        if start > page.max_offset:
+            start = 0
+            page = admin.dead_letters(DLQ_GROUP, from_offset=0, limit=DEAD_LETTERS_PAGE)
+        read: list[str] = []
+        done_below, done = start, True
+        while page.entries:
+            fresh = [e for e in page.entries if not e.resent]
+            if fresh:
+                self._resend(admin, page.broker_group, fresh)
+            read += [e.message_id for e in page.entries]
+            with self._lock:
+                for entry in page.entries:
+                    done = done and entry.resent and entry.message_id in self._delivered
+                    if done:
+                        done_below = entry.offset + 1
+            after = page.entries[-1].offset + 1
+            if after >= page.max_offset:
+                break
+            page = admin.dead_letters(
+                DLQ_GROUP,
+                broker_group=page.broker_group,
+                from_offset=after,
+                limit=DEAD_LETTERS_PAGE,
+            )
+        with self._lock:
+            self._last_read = read
+        self._done_below = done_below
+
+    def _resend(self, admin: Admin, broker_group: str, entries: list) -> None:
+        offsets = [e.offset for e in entries]
+        ids = [e.message_id for e in entries]
+        with self._lock:
+            self._asked.update(ids)
+        resend = self.history.resend_asked(Resend(self.now(), broker_group, offsets, ids))
+        try:
+            answer = admin.resend_dead_letters(
+                DLQ_GROUP, offsets=offsets, broker_group=broker_group
+            )
+        except FerryError as error:
+            self.history.resend_answered(resend, outcome_of(error), self.now(), error.code_name)
+            raise
+        lists = (list(answer.resent), list(answer.already_resent), list(answer.not_yet))
+        self.history.resend_answered(resend, OK, self.now(), answer=lists)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+
 def pop_consumer(
     history: History,
     access: str,
@@ -216,6 +325,7 @@ def pop_consumer(
     release_every: int = 0,
     nack_doomed: bool = False,
     lite_topics: list[str] | None = None,
+    resender: DeadLetterResender | None = None,
 ) -> None:
     """A POP consumer that acks every message of a batch as soon as it is received (the
     acks of a batch in parallel, each a replicated append, so the group keeps up with the
@@ -223,7 +333,8 @@ def pop_consumer(
     it starts over with a fresh route, and what was not acked comes back once visible.
     With ``release_every``, every such delivery is left unacked on purpose; with
     ``nack_doomed``, every delivery of a doomed body is nacked (its last attempt's nack
-    dead-letters it); with ``lite_topics``, a lite consumer subscribed to them."""
+    dead-letters it) unless ``resender`` asked for it to be resent; with
+    ``lite_topics``, a lite consumer subscribed to them."""
 
     def opened() -> SimpleConsumer:
         if lite_topics is None:
@@ -270,13 +381,16 @@ def pop_consumer(
                             delivery = history.pop_deliver(popped(m, group, asked_s, at_s))
                             received += 1
                             in_order = delivery.message_group  # FIFO's, or a lite topic
+                            given_back = resender is not None and resender.asked(m.message_id)
+                            if given_back:
+                                resender.delivered(m.message_id)
                             if in_order and in_order in held:
                                 history.released(delivery)
                             elif release_every and received % release_every == 0:
                                 history.released(delivery)
                                 if in_order:
                                     held.add(in_order)
-                            elif nack_doomed and doomed(delivery.body):
+                            elif nack_doomed and doomed(delivery.body) and not given_back:
                                 done.append(acks.submit(nack, pop, m, delivery))
                             else:
                                 done.append(acks.submit(ack, pop, m, delivery))
@@ -298,6 +412,8 @@ def popped(message: ReceivedMessage, group: str, asked_s: float, at_s: float) ->
         message.body.decode(),
         message.delivery_attempt,
         message.message_group or message.lite_topic or "",
+        message_id=message.message_id,
+        resent=message.resent_dead_letter,
     )
 
 
@@ -334,8 +450,9 @@ def start(
     fifo_writers: int,
     stop_writers: threading.Event,
     stop_consumers: threading.Event,
-) -> tuple[list[threading.Thread], list[threading.Thread]]:
-    """Start the writers and the consumers; their threads, writers first."""
+) -> tuple[list[threading.Thread], list[threading.Thread], DeadLetterResender]:
+    """Start the writers, the consumers and the dead-letter group's resender: the
+    writers' threads, the others', and the resender (its backlog, for the catch-up)."""
     history.consumers = {
         GROUP: TOPIC,
         POP_GROUP: TOPIC,
@@ -359,10 +476,11 @@ def start(
     ]
     reading = [thread("pull consumer", consumer, history, access, stop_consumers, t0)]
     every_lite_topic = [name for i in range(LITE_WRITERS) for name in lite_topics(i)]
+    resender = DeadLetterResender(history, access, t0)
     pop_groups = (
         (POP_GROUP, TOPIC, RELEASE_EVERY, False),
         (FIFO_GROUP, FIFO_TOPIC, FIFO_RELEASE_EVERY, False),
-        (DLQ_GROUP, TOPIC, 0, True),
+        (DLQ_GROUP, TOPIC, 0, True, None, resender),
         (LITE_GROUP, LITE_TOPIC, FIFO_RELEASE_EVERY, False, every_lite_topic),
         (PRIORITY_GROUP, PRIORITY_TOPIC, RELEASE_EVERY, False),
     )
@@ -370,9 +488,10 @@ def start(
         thread(group, pop_consumer, history, access, group, topic, stop_consumers, t0, *how)
         for group, topic, *how in pop_groups
     ]
+    reading.append(thread("dead-letter resender", resender.run, stop_consumers))
     for started in writing + reading:
         started.start()
-    return writing, reading
+    return writing, reading, resender
 
 
 def recording_errors(history: History, name: str, t0: float, target, *args):
@@ -390,12 +509,19 @@ def recording_errors(history: History, name: str, t0: float, target, *args):
 
 
 def wait_caught_up(
-    addresses: list[str], consumers: dict[str, str], stall_s: float, limit_s: float
+    addresses: list[str],
+    consumers: dict[str, str],
+    stall_s: float,
+    limit_s: float,
+    more: Callable[[], dict[str, Backlog]] = dict,
 ) -> CatchUp:
     """Until every consumer group has no lag and nothing in flight on any queue of its
-    topic (as the masters see it). A group still moving is waited for: the wait ends
-    when no group progressed for ``stall_s`` (stuck), or after ``limit_s`` in all."""
-    return wait_until_drained(lambda: group_backlogs(addresses, consumers), stall_s, limit_s)
+    topic (as the masters see it), nor any of ``more``'s backlogs anything left (the
+    dead-letter resender's). A group still moving is waited for: the wait ends when no
+    group progressed for ``stall_s`` (stuck), or after ``limit_s`` in all."""
+    return wait_until_drained(
+        lambda: {**group_backlogs(addresses, consumers), **more()}, stall_s, limit_s
+    )
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from chaos.history import (
     MasterSnapshot,
     PopDelivery,
     Replica,
+    Resend,
     ServedRecord,
     StoredRecord,
     doomed,
@@ -471,6 +472,78 @@ def test_a_message_the_group_acked_must_not_be_dead_lettered():
     h.pop_deliveries[4].ack = UNKNOWN
     found = check(h)
     assert found.valid and found.dead_lettered_unacked == ["w0-4"]
+
+
+def resent_history(mode: str, resends: list[Resend], given_back_at: list[float]) -> History:
+    """The dead-letter group's history, w0-10 in its DLQ at offset 0 (message id ``id-10``),
+    ``resends`` of it, and a delivery of it from the DLQ at each of ``given_back_at``,
+    acked (an ack that must not count as one before it was dead-lettered)."""
+    h = dead_letter_group_history(mode, ["w0-10"])
+    for at in given_back_at:
+        delivery = replace(
+            popped("w0-10", at, OK, DLQ_GROUP), queue_id=2**31 - 1, queue_offset=0, resent=True
+        )
+        h.pop_deliveries.append(replace(delivery, message_id="id-10"))
+    h.resends = resends
+    return h
+
+
+def resend_of_w0_10(at_s: float, resent: bool = True, outcome: str = OK) -> Resend:
+    return Resend(
+        at_s, "group-1", [0], ["id-10"], at_s + 0.1, outcome, resent=[0] if resent else []
+    )
+
+
+def test_a_dead_letter_answered_resent_must_be_delivered_again_from_the_dlq():
+    for mode in ("sync-sync-flush", "async-async-flush"):
+        found = check(resent_history(mode, [resend_of_w0_10(40.0)], [40.05]))
+        assert found.valid, found.violations
+        assert (found.resent, found.resent_delivered_again) == (1, 1)
+        assert found.resend_outcomes == {OK: 1}
+        assert not found.misplaced_deliveries and not found.dead_lettered_after_ack
+    # Handed out only before the call (a delivery then is not the resend's), or never.
+    for given_back_at in ([39.0], []):
+        found = check(resent_history("sync-sync-flush", [resend_of_w0_10(40.0)], given_back_at))
+        assert found.resent_never_delivered == [
+            "group-1 DLQ offset 0 (id-10) resent at 40.000 s, never delivered again"
+        ]
+        assert found.violations == ["1 dead letters answered resent, never delivered again"]
+    # ASYNC reports it; a call whose outcome is unknown or answered "resent before"
+    # promises nothing; a power loss of every node after it excuses it under ASYNC_FLUSH.
+    assert check(resent_history("async-sync-flush", [resend_of_w0_10(40.0)], [])).valid
+    unknown = [resend_of_w0_10(40.0, outcome=UNKNOWN), resend_of_w0_10(41.0, resent=False)]
+    assert check(resent_history("sync-sync-flush", unknown, [])).valid
+    cut = [Fault("power-loss-all", ["node-1", "node-2", "node-3"], "all", 45.0, 46.0)]
+    h = resent_history("sync-async-flush", [resend_of_w0_10(40.0)], [])
+    h.faults = cut
+    found = check(h)
+    assert found.valid and len(found.resends_after_power_loss) == 1
+    # Not waited for: nothing to promise about deliveries.
+    h = resent_history("sync-sync-flush", [resend_of_w0_10(40.0)], [])
+    h.catch_up = None
+    assert check(h).valid
+
+
+def test_a_dead_letter_answered_resent_twice_breaks_sync():
+    twice = [resend_of_w0_10(40.0), resend_of_w0_10(50.0)]
+    found = check(resent_history("sync-sync-flush", twice, [40.05, 50.05]))
+    assert found.resent_twice == [
+        "group-1 DLQ offset 0 (id-10) resent at 40.100 s and again at 50.000 s"
+    ]
+    assert found.violations == [  # and its ack did not hold: delivered after it again
+        "1 POP deliveries of messages already acked",
+        "1 dead letters answered resent twice",
+    ]
+    assert check(resent_history("async-async-flush", twice, [40.05, 50.05])).valid
+    # Another message at the same offset (a new master's DLQ) is another dead letter.
+    other = replace(resend_of_w0_10(50.0), message_ids=["id-11"])
+    assert not check(resent_history("sync-sync-flush", [twice[0], other], [40.05])).resent_twice
+    h = resent_history("sync-async-flush", twice, [40.05, 50.05])
+    h.faults = [Fault("power-loss-all", ["node-1", "node-2", "node-3"], "all", 45.0, 46.0)]
+    assert check(h).valid
+    again = History.from_json(h.to_json())
+    assert again.resends == twice and again.pop_deliveries[-1].resent
+    assert "dead-letter resends {'ok': 2}: resent 2, delivered again 2" in summary(check(h))
 
 
 def test_a_history_without_the_dead_letter_group_has_no_such_findings():

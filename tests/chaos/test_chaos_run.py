@@ -71,6 +71,8 @@ def test_a_short_chaos_run_keeps_the_promises_of_its_mode(mode, tmp_path):
     assert set(findings["acknowledged_by_topic"]) == set(workload.TOPICS)
     assert findings["pop_released"] > 0  # deliveries left to expire came back (valid above)
     assert findings["pop_nacked"] > 0 and findings["doomed_dead_lettered"] > 0
+    # Dead letters were resent and came back (none resent twice or lost: valid above).
+    assert findings["resent_delivered_again"] > 0
     assert findings["served_records"] > 0  # read back, and the same as the log (valid above)
     assert all(f["writes_back_after_s"] is not None for f in result["faults"])
     for fault in result["faults"]:
