@@ -233,14 +233,7 @@ class Node:
         )
         self.lite_notices = LiteNotices(store)
         self.lite_notices.attach(loop)
-        self.peer_admin = PeerAdmin(
-            self._peer_channel,
-            self._signed_as,
-            lambda group: self.routing.read(
-                lambda state: (group in state.broker_groups, state.master_of(group))
-            ),
-            config.id,
-        )
+        self.peer_admin = PeerAdmin(self._peer_channel, self._signed_as, self._master_of, config.id)
         self.services = self._services(store, handles)
         self.transactions = self.services.transactions
         self.transactions.load()
@@ -595,6 +588,12 @@ class Node:
             topic_consumers=TopicConsumersService(
                 topics, self.offsets, self.pop_state, subscriptions, permissions, config.group
             ),
+        )
+
+    def _master_of(self, broker_group: str) -> tuple[bool, Member | None]:
+        """Whether routing knows ``broker_group``, and its master (``PeerAdmin``)."""
+        return self.routing.read(
+            lambda state: (broker_group in state.broker_groups, state.master_of(broker_group))
         )
 
     def _peer_channel(self, address: str) -> grpc.aio.Channel:
