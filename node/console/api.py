@@ -285,6 +285,7 @@ class ConsoleApi:
                 ("GET", "groups", self.groups),
                 ("POST", "groups", self.create_group),
                 ("GET", f"groups/{NAME}", self.group),
+                ("PUT", f"groups/{NAME}", self.update_group),
                 ("DELETE", f"groups/{NAME}", self.delete_group),
                 ("POST", f"groups/{NAME}/reset", self.reset_offsets),
                 ("GET", "messages", self.messages),
@@ -556,6 +557,21 @@ class ConsoleApi:
         fifo = flag(body.get("fifo", False), "fifo")
         name = text(body.get("name"), "name", 255)
         config = await self.admin.create_group(caller, name, attempts, fifo)
+        return group_json(config)
+
+    async def update_group(self, caller: Caller, call: ApiCall) -> dict:
+        """The group changed in place (the group page's Edit form): each of
+        ``max_delivery_attempts``, ``fifo`` and ``lite_exclusive`` absent or null stays
+        as it is."""
+        body = call.json()
+        attempts = body.get("max_delivery_attempts")
+        # Its range is the admin service's rule (check_group_config), said by it.
+        if attempts is not None and (not isinstance(attempts, int) or isinstance(attempts, bool)):
+            raise ApiError(400, "max_delivery_attempts must be an integer or null (unchanged)")
+        fifo, exclusive = (body.get(name) for name in ("fifo", "lite_exclusive"))
+        fifo = None if fifo is None else flag(fifo, "fifo")
+        exclusive = None if exclusive is None else flag(exclusive, "lite_exclusive")
+        config = await self.admin.update_group(caller, call.params[0], attempts, fifo, exclusive)
         return group_json(config)
 
     async def delete_group(self, caller: Caller, call: ApiCall) -> dict:

@@ -286,6 +286,47 @@ def test_groups_page_shows_members_lag_in_flight_and_deletes(cluster, driver, co
         assert "console-leaving" not in {g.name for g in admin.list_groups()}
 
 
+def test_groups_page_edits_a_group_in_place_as_the_sdk_then_sees(cluster, driver, console):
+    """The Edit form of a group's details: filled from the group, saved through
+    ``PUT /api/groups/<name>``, and the change read back through the SDK and on the page;
+    what the form did not change stays."""
+    with admin_of(cluster) as admin:
+        admin.create_group("console-edited", max_delivery_attempts=16, lite_exclusive=True)
+
+    def config() -> tuple[int, bool, bool]:
+        with admin_of(cluster) as admin:
+            group = {g.name: g for g in admin.list_groups()}["console-edited"]
+        return group.max_delivery_attempts, group.fifo, group.lite_exclusive
+
+    driver.get(f"http://{console}/#/groups/console-edited")
+    on_page(lambda: driver.find_element(By.ID, "edit-group").is_displayed(), "the edit form")
+    field = "edit-group-attempts"
+    on_page(
+        lambda: driver.find_element(By.ID, field).get_attribute("value") == "16",
+        "the form filled from the group",
+    )
+    assert driver.find_element(By.ID, "edit-group-lite-exclusive").is_selected()
+    assert not driver.find_element(By.ID, "edit-group-fifo").is_selected()
+    attempts = driver.find_element(By.ID, field)
+    attempts.clear()
+    attempts.send_keys("5")
+    driver.find_element(By.ID, "edit-group-fifo").click()
+    click(driver, "#edit-group-save", "the save button")
+    on_page(lambda: config() == (5, True, True), "the update seen through the SDK")
+    on_page(
+        lambda: driver.find_element(By.ID, "group-max-attempts").text == "5",
+        "the new maximum in the group's details",
+    )
+    assert driver.find_element(By.ID, "group-fifo").text == "yes"
+    assert "Updated consumer group console-edited." in driver.find_element(By.ID, "notice").text
+    listed = stable_rows(
+        driver,
+        "group-table",
+        lambda r: any(row[0] == "console-edited" and row[6] == "5" for row in r),
+    )
+    assert next(row for row in listed if row[0] == "console-edited")[7] == "yes"
+
+
 def test_groups_page_resets_offsets_as_the_sdk_then_sees(cluster, driver, console):
     """The reset form of a group's details: a preview changes nothing, a reset (after its
     confirmation) moves every queue, as ``Admin.group_progress`` then reads; a reset to a

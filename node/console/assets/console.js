@@ -454,6 +454,7 @@ function groupsPage(view, path) {
   const next = el("button", { type: "button", class: "secondary", id: "groups-next" }, "Next");
   const list = el("div", { id: "groups" });
   const detail = el("div", { id: "group-detail" });
+  const edit = editGroupForm(() => selected, () => poll.now());
   const reset = resetForm(() => selected, () => poll.now());
   const deadLetters = deadLetterPanel(() => selected, () => poll.now());
   const newName = el("input", { id: "new-group-name", required: true, maxlength: 255 });
@@ -475,8 +476,8 @@ function groupsPage(view, path) {
   });
   view.append(el("h1", {}, "Consumer groups"), create,
     el("p", { class: "hint" }, "Members are the clients this node hears from; offsets, lag and messages in flight are read at each broker group's master."),
-    el("div", { class: "toolbar" }, filter, previous, next, counter), list, detail, reset.form,
-    deadLetters.panel);
+    el("div", { class: "toolbar" }, filter, previous, next, counter), list, detail, edit.form,
+    reset.form, deadLetters.panel);
   const paging = pagedFilter(filter, previous, next, () => poll.now());
 
   async function remove(name) {
@@ -508,6 +509,7 @@ function groupsPage(view, path) {
 
   function drawDetail(g) {
     clear(detail);
+    edit.show(g);
     reset.show(g);
     deadLetters.show(g);
     if (!g) return;
@@ -517,7 +519,9 @@ function groupsPage(view, path) {
         el("div", {}, el("span", {}, "In flight (POP)"), el("b", { id: "group-in-flight" }, String(g.in_flight))),
         el("div", {}, el("span", {}, "Retry messages"), String(g.retry_messages)),
         el("div", {}, el("span", {}, "DLQ messages"), String(g.dlq_messages)),
-        el("div", {}, el("span", {}, "Max delivery attempts"), String(g.max_delivery_attempts)),
+        el("div", {}, el("span", {}, "Max delivery attempts"), el("b", { id: "group-max-attempts" }, String(g.max_delivery_attempts))),
+        el("div", {}, el("span", {}, "FIFO"), el("b", { id: "group-fifo" }, g.fifo ? "yes" : "no")),
+        el("div", {}, el("span", {}, "Lite exclusive"), el("b", { id: "group-lite-exclusive" }, g.lite_exclusive ? "yes" : "no")),
         g.settings ? el("div", {}, el("span", {}, "Consume type"), g.settings.consume_type + " / " + g.settings.message_model) : null));
     detail.append(el("h2", {}, "Members"), table(["Client id", "Address", "Language", ["Version", true], "Last heartbeat"],
       g.members.map((m) => el("tr", {},
@@ -554,6 +558,50 @@ function groupsPage(view, path) {
     drawDetail(data.shown);
   }, (error) => notice(error.message, true));
   return poll;
+}
+
+// A group changed in place (PUT /api/groups/<name>): built once, filled from the group when
+// another group is shown or after a save (the poll never overwrites what is being typed).
+// A lower maximum counts at each message's next delivery, FIFO from the next receive.
+function editGroupForm(group, changed) {
+  const attempts = el("input", { id: "edit-group-attempts", type: "number", min: 1, max: 1000, required: true });
+  const fifo = el("input", { id: "edit-group-fifo", type: "checkbox" });
+  const exclusive = el("input", { id: "edit-group-lite-exclusive", type: "checkbox" });
+  const save = el("button", { type: "submit", id: "edit-group-save" }, "Save changes");
+  const form = el("form", { class: "inline", id: "edit-group", hidden: true },
+    el("h2", {}, "Edit group"),
+    el("label", {}, "Max delivery attempts", attempts), el("label", {}, "FIFO", fifo),
+    el("label", {}, "Lite exclusive", exclusive), save,
+    el("p", { class: "hint" }, "A lower maximum applies at each message's next delivery (one in flight that already used it goes to the dead-letter queue then); FIFO takes effect at the next receive, lite exclusive at the next lite subscription."));
+  let filledFor = null;
+
+  function fill(g) {
+    attempts.value = g.max_delivery_attempts;
+    fifo.checked = g.fifo;
+    exclusive.checked = g.lite_exclusive;
+    filledFor = g.name;
+  }
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      const name = group();
+      const done = await api("PUT", "/api/groups/" + encodeURIComponent(name), {
+        max_delivery_attempts: Number(attempts.value), fifo: fifo.checked, lite_exclusive: exclusive.checked,
+      });
+      fill(done);
+      notice("Updated consumer group " + done.name + ".");
+      changed();
+    } catch (error) { notice(error.message, true); }
+  });
+  return {
+    form,
+    show(g) {
+      form.hidden = !g;
+      if (!g) { filledFor = null; return; }
+      if (filledFor !== g.name) fill(g);
+    },
+  };
 }
 
 // A group's offsets on a topic reset to a time, the earliest or the latest message: built once
