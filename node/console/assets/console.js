@@ -336,8 +336,9 @@ function topicsPage(view, path) {
     el("label", {}, "Name", name), el("label", {}, "Type", type),
     el("label", {}, "Queues per group", queues), el("label", {}, "Permission", permission),
     el("button", { type: "submit", id: "create-topic-button" }, "Create topic"));
+  const send = sendForm(() => selected, () => poll.now());
   view.append(el("h1", {}, "Topics"), create,
-    el("div", { class: "toolbar" }, filter, previous, next, counter), body, detail);
+    el("div", { class: "toolbar" }, filter, previous, next, counter), body, detail, send.form);
 
   create.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -404,6 +405,7 @@ function topicsPage(view, path) {
 
   function drawDetail(t) {
     clear(detail);
+    send.show(t);
     if (!t) return;
     detail.append(el("h2", {}, "Queues of ", el("span", { class: "mono", id: "topic-detail-name" }, t.name)),
       el("p", { class: "hint" }, "Offsets are read on this node's broker group (" + t.broker_group_here +
@@ -443,6 +445,46 @@ function topicsPage(view, path) {
     return drawn(data.listed, false);
   }, (error) => notice(error.message, true));
   return poll;
+}
+
+// A test message to the shown topic (POST /api/topics/<name>/messages), sent as this user
+// through the node's send service: PUBLISH on the topic, the topic's type and the body's
+// limits are its rules, and its refusal is shown. Built once (the poll never redraws it).
+function sendForm(topic, changed) {
+  const tag = el("input", { id: "send-tag", maxlength: 1024 });
+  const keys = el("input", { id: "send-keys", maxlength: 1024, placeholder: "space-separated" });
+  const group = el("input", { id: "send-message-group", maxlength: 1024, placeholder: "FIFO topics" });
+  const liteTopic = el("input", { id: "send-lite-topic", maxlength: 1024, placeholder: "LITE topics" });
+  const body = el("textarea", { id: "send-body", rows: 4, cols: 60 });
+  const result = el("p", { id: "send-result" });
+  const form = el("form", { class: "inline", id: "send-message", hidden: true },
+    el("h2", {}, "Send a test message"),
+    el("label", {}, "Tag", tag), el("label", {}, "Keys", keys),
+    el("label", {}, "Message group", group), el("label", {}, "Lite topic", liteTopic),
+    el("label", {}, "Body", body),
+    el("button", { type: "submit", id: "send-button" }, "Send"), result);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    result.textContent = "";
+    const ask = { body: body.value, keys: keys.value.split(/\s+/).filter(Boolean) };
+    if (tag.value) ask.tag = tag.value;
+    if (group.value) ask.message_group = group.value;
+    if (liteTopic.value) ask.lite_topic = liteTopic.value;
+    try {
+      const sent = await api("POST", "/api/topics/" + encodeURIComponent(topic()) + "/messages", ask);
+      result.textContent = "Sent: message id " + sent.message_id + ", broker group " + sent.broker_group +
+        ", queue " + (sent.queue_id < 0 ? "unknown" : sent.queue_id) + ", offset " + sent.queue_offset + ".";
+      notice("Sent a test message to " + sent.topic + ".");
+      changed();
+    } catch (error) {
+      result.textContent = "Not sent: " + error.message;
+      notice(error.message, true);
+    }
+  });
+  return {
+    form,
+    show(t) { form.hidden = !t; },
+  };
 }
 
 // ---- consumer groups ---------------------------------------------------------------------
