@@ -18,15 +18,18 @@ from ferrymq.client import Admin, FerryError, Message, Producer, SimpleConsumer
 from ferrymq.client.admin import GroupInfo
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from ferrymq.launcher.cluster import free_ports
 from ferrymq.launcher.polling import until
 from node.rpc_status import AccessDenied
 from node.services.admin import AdminRefused, AdminService
 from node.services.caller import Caller, Door
 from node.services.permissions import Permissions
 from routing.acl import User
-from routing.commands import CreateGroup, RegisterNode, UpdateGroup
-from routing.formats import PICKLED
+from routing.commands import CreateGroup, RegisterNode, SetRoutingFormat, UpdateGroup
+from routing.encoding import decode_entry
+from routing.formats import PICKLED, PROTOBUF
 from routing.metadata import GroupConfig
+from routing.replica import RoutingReplica
 from routing.state import RoutingState
 from tests.support.auth import APP, AUTH_TOML, ROOT
 from tests.support.nodes import start_node
@@ -112,6 +115,47 @@ def test_each_refusal_is_precise_and_changes_nothing():
     assert refusal(admin, name="bad name", fifo=True).code == 3
     assert routing.submitted == []
     assert routing.state.groups["billing"] == GroupConfig("billing", 16)
+
+
+def test_while_an_older_node_may_follow_the_log_no_update_reaches_it(tmp_path):
+    """Through a real routing replica (a lone voter): while a node of 0.1.0 is registered,
+    the service refuses a change before anything is handed to Raft, so the log holds no
+    UpdateGroup that node could not unpickle; once every node reads format 2 and the
+    upgrade is finalized, the same update is committed and applied."""
+    (voter,) = (f"127.0.0.1:{port}" for port in free_ports(1))
+    replica = RoutingReplica(
+        self_address=voter, voters=[voter], secret="s", data_dir=str(tmp_path), lease_s=3.0
+    )
+    handed: list[object] = []
+    apply = replica.machine.apply
+
+    def recording(command, **kwargs):
+        handed.append(command)
+        return apply(command, **kwargs)
+
+    admin = service(replica)
+    try:
+        until(replica.leads_with_quorum, 20, "the lone voter to lead")
+        replica.machine.apply = recording
+        for command in (
+            RegisterNode("old", "group-1", "old:1", routing_format=PICKLED),
+            CreateGroup("billing", 16),
+        ):
+            assert asyncio.run(replica.submit(command)).ok
+        assert replica.state.awaits_finalize
+        handed.clear()
+        waiting = refusal(admin, max_delivery_attempts=3)
+        assert waiting.code == 9 and waiting.message.startswith("UPGRADE_NOT_FINALIZED")
+        assert handed == []  # nothing reached the log
+        assert update(admin, max_delivery_attempts=16) == GroupConfig("billing", 16)
+        assert handed == []  # nothing to change: no command either
+        assert asyncio.run(replica.submit(RegisterNode("old", "group-1", "old:1"))).ok
+        assert asyncio.run(replica.submit(SetRoutingFormat(PROTOBUF))).ok
+        assert update(admin, max_delivery_attempts=3) == GroupConfig("billing", 3)
+        assert isinstance(decode_entry(handed[-1]).command, UpdateGroup)  # format 2, tracked
+        assert replica.state.groups["billing"].max_delivery_attempts == 3
+    finally:
+        replica.close()
 
 
 # ---- the doors, on a real node ---------------------------------------------------------------
