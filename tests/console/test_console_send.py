@@ -3,8 +3,8 @@ on a real node with auth on and a 1 KiB body limit: sent as the console's user t
 send service a client's send goes through, found afterwards through the SDK where the
 answer says it is; and each refusal (no session, no CSRF token or Origin, no PUBLISH on
 the topic, an unknown topic, an empty or oversized body, a FIFO topic without a message
-group, a LITE topic without a lite topic, a field of the wrong shape) precise and storing
-nothing. The hand-over to a master from a slave's console is in
+group, a LITE topic without a lite topic, a DELAY topic without a delivery time, a
+TRANSACTION topic, a field of the wrong shape) precise and storing nothing. The hand-over to a master from a slave's console is in
 ``tests/console/test_console_browser.py``, on a cluster."""
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ def node(tmp_path_factory):
             admin.create_topic("sent-fifo", 4, message_type="FIFO")
             admin.create_topic("sent-lite", 2, message_type="LITE")
             admin.create_topic("sent-closed", 1, message_type="NORMAL")
+            admin.create_topic("sent-delayed", 1, message_type="DELAY")
+            admin.create_topic("sent-tx", 1, message_type="TRANSACTION")
             admin.create_user(APP.access_key, APP.secret_key)
             admin.grant(APP.access_key, AclRule("ALLOW", "PUBLISH", "TOPIC", "sent-orders"))
         yield started
@@ -159,6 +161,19 @@ def test_without_a_session_token_or_origin_nothing_is_sent(node, root):
             "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE: topic sent-lite is a LITE topic: each "
             "message names its lite topic",
         ),
+        (
+            "sent-delayed",
+            {"body": "x"},
+            400,
+            "ILLEGAL_DELIVERY_TIME: DELAY messages need a delivery time",
+        ),
+        (
+            "sent-tx",
+            {"body": "x"},
+            400,
+            "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE: topic sent-tx takes TRANSACTION messages, "
+            "not NORMAL",
+        ),
         ("sent-orders", {"body": 7}, 400, "body must be a string of at most 262144 characters"),
         ("sent-orders", {"body": "x", "keys": "k1"}, 400, "keys must be a list of at most 32 keys"),
         (
@@ -181,6 +196,8 @@ def test_without_a_session_token_or_origin_nothing_is_sent(node, root):
         "oversized in bytes",
         "fifo without group",
         "lite without lite topic",
+        "delay without a delivery time",
+        "a transaction half",
         "body not text",
         "keys not a list",
         "key with a space",
@@ -190,7 +207,8 @@ def test_without_a_session_token_or_origin_nothing_is_sent(node, root):
 def test_each_bad_input_is_refused_precisely_and_stores_nothing(
     node, root, topic, body, status, error
 ):
-    before = {name: stored(node, name) for name in ("sent-orders", "sent-fifo", "sent-lite")}
+    names = ("sent-orders", "sent-fifo", "sent-lite", "sent-delayed", "sent-tx")
+    before = {name: stored(node, name) for name in names}
     answer = send(root, topic, **body)
     assert (answer.status, answer.body) == (status, {"error": error})
     assert {name: stored(node, name) for name in before} == before
