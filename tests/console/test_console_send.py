@@ -4,8 +4,9 @@ send service a client's send goes through, found afterwards through the SDK wher
 answer says it is; and each refusal (no session, no CSRF token or Origin, no PUBLISH on
 the topic, an unknown topic, an empty or oversized body, a FIFO topic without a message
 group, a LITE topic without a lite topic, a DELAY topic without a delivery time, a
-TRANSACTION topic, a field of the wrong shape) precise and storing nothing. The hand-over to a master from a slave's console is in
-``tests/console/test_console_browser.py``, on a cluster."""
+TRANSACTION topic, a field of the wrong shape) precise and storing nothing. The hand-over
+to a master from a slave's console is in ``tests/console/test_console_browser.py``, on a
+cluster."""
 
 from __future__ import annotations
 
