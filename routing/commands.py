@@ -207,6 +207,20 @@ class CreateGroup:
 
 
 @dataclass(frozen=True)
+class UpdateGroup:
+    """Change an existing group in place: each field None stays as it is. Held to the
+    checks of ``CreateGroup`` (``check_group_config``). Newer than 0.1.0, which cannot
+    unpickle it: refused (``UPGRADE_NOT_FINALIZED``) while such a node may follow the log.
+    What a change means for the deliveries in flight: docs/architecture.md, "Updating a
+    consumer group"."""
+
+    name: str
+    max_delivery_attempts: int | None = None
+    fifo: bool | None = None
+    lite_exclusive: bool | None = None
+
+
+@dataclass(frozen=True)
 class DeleteGroup:
     name: str
 
@@ -265,6 +279,7 @@ Command = (
     | UpdateTopic
     | DeleteTopic
     | CreateGroup
+    | UpdateGroup
     | DeleteGroup
     | CreateUser
     | UpdateUser

@@ -47,6 +47,7 @@ from routing.commands import (
     RevokeAcl,
     SetRoutingFormat,
     Tracked,
+    UpdateGroup,
     UpdateTopic,
     UpdateUser,
 )
@@ -484,6 +485,18 @@ class RoutingState:
             raise TopicError("GROUP_EXISTS", f"group {command.name} already exists")
         return [("groups", config.name, config)], config
 
+    def _plan_update_group(self, command: UpdateGroup) -> tuple[list[Change], object]:
+        updated = updated_group(self.group(command.name), command)
+        check_group_config(updated)
+        if self.awaits_finalize:
+            # A node of 0.1.0 cannot unpickle this command: it would stop its Raft thread.
+            raise TopicError(
+                "UPGRADE_NOT_FINALIZED",
+                "updating a group waits until every node runs this release and the upgrade "
+                "is finalized (ferrymq cluster finalize-upgrade)",
+            )
+        return [("groups", updated.name, updated)], updated
+
     def _plan_delete_group(self, command: DeleteGroup) -> tuple[list[Change], object]:
         self.group(command.name)
         return [("groups", command.name, None)], None
@@ -625,6 +638,20 @@ class RoutingState:
             assert len(set(user.acl)) == len(user.acl), user
 
 
+def updated_group(current: GroupConfig, update: UpdateGroup) -> GroupConfig:
+    """``current`` with what ``update`` names (a field None stays as it is), unchecked."""
+    return replace(
+        current,
+        max_delivery_attempts=current.max_delivery_attempts
+        if update.max_delivery_attempts is None
+        else update.max_delivery_attempts,
+        fifo=current.fifo if update.fifo is None else update.fifo,
+        lite_exclusive=current.lite_exclusive
+        if update.lite_exclusive is None
+        else update.lite_exclusive,
+    )
+
+
 def group_topics(group: str) -> tuple[TopicConfig, TopicConfig]:
     """The dead-letter and retry topics consumer group ``group`` has on every broker group."""
     retry = RETRY_PREFIX + group
@@ -644,6 +671,7 @@ _PLANNERS = {
     UpdateTopic: RoutingState._plan_update_topic,
     DeleteTopic: RoutingState._plan_delete_topic,
     CreateGroup: RoutingState._plan_create_group,
+    UpdateGroup: RoutingState._plan_update_group,
     DeleteGroup: RoutingState._plan_delete_group,
     CreateUser: RoutingState._plan_create_user,
     UpdateUser: RoutingState._plan_update_user,

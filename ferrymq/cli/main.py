@@ -175,6 +175,31 @@ def build_parser() -> argparse.ArgumentParser:
         "Exclusive lite subscription model)",
     )
     create.set_defaults(handler=group_create)
+    update = groups.add_parser(
+        "update",
+        parents=[common],
+        help="change an existing group in place (what is not named stays as it is)",
+    )
+    update.add_argument("name")
+    update.add_argument(
+        "--max-attempts",
+        type=int,
+        default=None,
+        help="a lower value counts at each message's next delivery",
+    )
+    update.add_argument(
+        "--fifo",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ordered delivery per queue, from the next receive",
+    )
+    update.add_argument(
+        "--lite-exclusive",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one subscriber per lite topic, from the next lite subscription",
+    )
+    update.set_defaults(handler=group_update)
     groups.add_parser("list", parents=[common]).set_defaults(handler=group_list)
     delete = groups.add_parser("delete", parents=[common])
     delete.add_argument("name")
@@ -610,6 +635,20 @@ def group_create(args) -> int:
     with admin_of(args) as admin:
         created = admin.create_group(args.name, args.max_attempts, args.fifo, args.lite_exclusive)
     show(args, created, f"created group {created.name}")
+    return 0
+
+
+def group_update(args) -> int:
+    if args.max_attempts is None and args.fifo is None and args.lite_exclusive is None:
+        raise ValueError("name what to change: --max-attempts, --[no-]fifo, --[no-]lite-exclusive")
+    with admin_of(args) as admin:
+        updated = admin.update_group(args.name, args.max_attempts, args.fifo, args.lite_exclusive)
+    show(
+        args,
+        updated,
+        f"updated group {updated.name}: max attempts {updated.max_delivery_attempts}, "
+        f"fifo {str(updated.fifo).lower()}, lite exclusive {str(updated.lite_exclusive).lower()}",
+    )
     return 0
 
 

@@ -465,6 +465,24 @@ class Admin:
         created = self._call(self.stub.CreateGroup, api.CreateGroupRequest(group=group)).group
         return _group_info(created)
 
+    def update_group(
+        self,
+        name: str,
+        max_delivery_attempts: int | None = None,
+        fifo: bool | None = None,
+        lite_exclusive: bool | None = None,
+    ) -> GroupInfo:
+        """Change an existing group in place (admin rights); each value None stays as it
+        is. A lower ``max_delivery_attempts`` counts at a message's next delivery, ``fifo``
+        from the next receive (docs/architecture.md, "Updating a consumer group")."""
+        request = api.UpdateGroupRequest(
+            name=name,
+            max_delivery_attempts=max_delivery_attempts,
+            fifo=fifo,
+            lite_exclusive=lite_exclusive,
+        )
+        return _group_info(self._call(self.stub.UpdateGroup, request).group)
+
     def delete_group(self, name: str) -> None:
         self._call(self.stub.DeleteGroup, api.DeleteGroupRequest(name=name))
 

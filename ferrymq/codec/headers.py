@@ -11,6 +11,11 @@ The SDK, the Spark sink and the tools that place messages on purpose send this h
 try's answer was lost); the master answers those it holds under the same topic and
 message id from the log instead of storing them again. A node that forwards a send sets
 it when it sends again after the master it tried died mid-call (``node/grpc/forwarding.py``).
+
+``x-ferrymq-answer-queues: 1`` on a SendMessage: the answer's trailing metadata names the
+queue each stored message went to (``x-ferrymq-queues: 3``, one id per entry, separated
+by commas), which ``SendResultEntry`` has no field for. A node that hands a console's test
+message to a master asks for it (``node/services/peer_admin.py``); nobody else pays for it.
 """
 
 from __future__ import annotations
@@ -21,3 +26,6 @@ PINNED_QUEUE = (PINNED_QUEUE_HEADER, PINNED_QUEUE_VALUE)
 RESEND_HEADER = "x-ferrymq-resend"
 RESEND_VALUE = "1"
 RESEND = (RESEND_HEADER, RESEND_VALUE)
+ANSWER_QUEUES_HEADER = "x-ferrymq-answer-queues"
+ANSWER_QUEUES = (ANSWER_QUEUES_HEADER, "1")
+QUEUES_TRAILER = "x-ferrymq-queues"

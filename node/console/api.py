@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.console.dead_letters import DeadLetterEndpoints
 from node.console.masters import MasterReads
+from node.console.sends import SendEndpoint
 from node.rpc_status import AccessDenied, InvalidRequest
 from node.services.admin import AdminRefused, ClusterSnapshot, TopicSpec
 from node.services.caller import Caller
@@ -285,6 +286,7 @@ class ConsoleApi:
                 ("GET", "groups", self.groups),
                 ("POST", "groups", self.create_group),
                 ("GET", f"groups/{NAME}", self.group),
+                ("PUT", f"groups/{NAME}", self.update_group),
                 ("DELETE", f"groups/{NAME}", self.delete_group),
                 ("POST", f"groups/{NAME}/reset", self.reset_offsets),
                 ("GET", "messages", self.messages),
@@ -317,13 +319,17 @@ class ConsoleApi:
         }
 
     def _add_dead_letter_routes(self, services: Services) -> None:
-        """A group's dead letters and their resend (``dead_letters.py``)."""
+        """A group's dead letters and their resend (``dead_letters.py``), the online
+        producers, and a topic's test message (``sends.py``)."""
         endpoints = DeadLetterEndpoints(
             services.dead_letter_resend, integer, text, lambda reason: ApiError(400, reason)
         )
         for method, pattern, handler in endpoints.routes():
             self.routes.append(Route(method, re.compile("/api/" + pattern), handler))
         self.routes.append(Route("GET", re.compile("/api/producers"), self.producers))
+        sends = SendEndpoint(services, self.masters, text, ApiError, refusal)
+        for method, pattern, handler in sends.routes():
+            self.routes.append(Route(method, re.compile("/api/" + pattern), handler))
 
     # ---- cluster -------------------------------------------------------------------------
     def cluster(self, caller: Caller, call: ApiCall) -> dict:
@@ -556,6 +562,21 @@ class ConsoleApi:
         fifo = flag(body.get("fifo", False), "fifo")
         name = text(body.get("name"), "name", 255)
         config = await self.admin.create_group(caller, name, attempts, fifo)
+        return group_json(config)
+
+    async def update_group(self, caller: Caller, call: ApiCall) -> dict:
+        """The group changed in place (the group page's Edit form): each of
+        ``max_delivery_attempts``, ``fifo`` and ``lite_exclusive`` absent or null stays
+        as it is."""
+        body = call.json()
+        attempts = body.get("max_delivery_attempts")
+        # Its range is the admin service's rule (check_group_config), said by it.
+        if attempts is not None and (not isinstance(attempts, int) or isinstance(attempts, bool)):
+            raise ApiError(400, "max_delivery_attempts must be an integer or null (unchanged)")
+        fifo, exclusive = (body.get(name) for name in ("fifo", "lite_exclusive"))
+        fifo = None if fifo is None else flag(fifo, "fifo")
+        exclusive = None if exclusive is None else flag(exclusive, "lite_exclusive")
+        config = await self.admin.update_group(caller, call.params[0], attempts, fifo, exclusive)
         return group_json(config)
 
     async def delete_group(self, caller: Caller, call: ApiCall) -> dict:

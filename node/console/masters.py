@@ -9,6 +9,10 @@ console's user (``node/services/peer_admin.py``): the master's services decide o
 and their refusal comes back as the console's answer. A group without a master now is
 read here when it is this node's own (the best there is), and is otherwise unavailable.
 
+A test message (``send``) is written where writes are taken, by the same rule: the send
+service of a master of one of the topic's broker groups, this node's when it is one, else
+the master's Messaging door as the console's user.
+
 Thread-safety: owned by the node's event loop.
 """
 
@@ -17,13 +21,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from ferrymq.codec.properties import PROPERTY_UNIQ_KEY
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.lite_names import is_lmq, lite_topic_of, parent_topic
+from node.rpc_status import InvalidRequest
 from node.services.admin import UNAVAILABLE, AdminRefused
 from node.services.caller import Caller
 from node.services.delivery_history import MessageHistory
-from node.services.peer_admin import PeerAdmin
+from node.services.peer_admin import PeerAdmin, SentThere, no_master
 from node.services.registry import Services
+from node.services.send import OutgoingMessage, SendRequest
 from routing.metadata import Member
 
 READ_TIMEOUT_S = 5.0
@@ -167,6 +175,32 @@ class MasterReads:
         request = api.MessageHistoryRequest(topic=topic, queue_id=queue_id, offset=offset)
         answer = await self._call(caller, master, "MessageHistory", request)
         return remote_history_json(answer, master.node_id)
+
+    async def send(self, caller: Caller, topic: str, message: OutgoingMessage) -> SentThere:
+        """``message`` sent to ``topic`` by the send service of a master of one of the
+        topic's broker groups (this node's own group first: it is here when this node is
+        its master); its refusals raised as that service's. A topic routing does not know
+        goes to this node's own group, whose master's service says so."""
+        route = self.services.admin.route(topic)
+        groups = [group for group, _ in route.queues] if route else [self.broker_group]
+        groups.sort(key=lambda group: group != self.broker_group)
+        for broker_group in groups:
+            master = self.master_of(broker_group)
+            if master is None:
+                continue
+            if master.node_id == self.node_id:
+                outcome = await self.services.send.send(caller, SendRequest(topic, [message]))
+                if outcome.status.code != pb.OK:
+                    raise InvalidRequest(outcome.status.code, outcome.status.message)
+                return SentThere(
+                    self.broker_group,
+                    self.node_id,
+                    message.properties[PROPERTY_UNIQ_KEY],
+                    outcome.queues[0],
+                    outcome.appended[0].queue_offset,
+                )
+            return await self.peers.send(caller, master, topic, message, READ_TIMEOUT_S)
+        raise no_master(groups[0])
 
     async def _call(self, caller: Caller, master: Member, method: str, request):
         return await self.peers.call(caller, master, method, request, READ_TIMEOUT_S)

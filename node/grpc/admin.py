@@ -331,6 +331,22 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
 
         return await self._serve(context, "CreateGroup", api.CreateGroupResponse, work)
 
+    async def UpdateGroup(self, request, context):
+        def given(name: str):
+            return getattr(request, name) if request.HasField(name) else None
+
+        async def work(caller):
+            config = await self.admin.update_group(
+                caller,
+                request.name,
+                given("max_delivery_attempts"),
+                given("fifo"),
+                given("lite_exclusive"),
+            )
+            return {"group": group_message(config)}
+
+        return await self._serve(context, "UpdateGroup", api.UpdateGroupResponse, work)
+
     async def DeleteGroup(self, request, context):
         return await self._serve(
             context,

@@ -17,8 +17,10 @@ import grpc
 from google.protobuf import duration_pb2
 
 from ferrymq.codec.headers import (
+    ANSWER_QUEUES_HEADER,
     PINNED_QUEUE_HEADER,
     PINNED_QUEUE_VALUE,
+    QUEUES_TRAILER,
     RESEND_HEADER,
     RESEND_VALUE,
 )
@@ -403,6 +405,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return self._send_refused(request, refused(error))
         if outcome.status.code != pb.OK:
             return self._send_refused(request, outcome.status)
+        if metadata_value(context, ANSWER_QUEUES_HEADER) == "1":
+            queues = ",".join(str(queue) for queue in outcome.queues)
+            context.set_trailing_metadata(((QUEUES_TRAILER, queues),))
         entries = [
             rpc.SendResultEntry(
                 status=OK,

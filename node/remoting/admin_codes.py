@@ -13,10 +13,13 @@ the same checks and the same ACL decision (admin rights), whichever tool asked.
 - DELETE_TOPIC_IN_BROKER / DELETE_TOPIC_IN_NAMESRV (215 / 216, to every master then every
   NameServer): the topic is deleted once; a topic already gone is success, as each later
   request of the same command finds it.
-- UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): the group, with ``retryMaxTimes`` + 1
-  delivery attempts, ``consumeMessageOrderly`` as FIFO and the ``lite.sub.model``
-  attribute (Shared or Exclusive, RocketMQ 5.5); an existing group is success
-  (ferrymq groups are not changed in place).
+- UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200, updateSubGroup, to each master): the group,
+  with ``retryMaxTimes`` + 1 delivery attempts, ``consumeMessageOrderly`` as FIFO and the
+  ``lite.sub.model`` attribute (Shared or Exclusive, RocketMQ 5.5), is created, or an
+  existing group is updated in place to them (Admin UpdateGroup), as RocketMQ's broker
+  replaces a group's config: the attempts and FIFO as the body says, the lite model when
+  the attributes name it (``-lite.sub.model``: back to Shared). The later masters of one
+  updateSubGroup find nothing to change, which costs no routing change.
 - GET_BROKER_RUNTIME_INFO (28): the table clusterList and brokerStatus print, every key
   RocketMQ's 4.9 and 5.x tools read, with this node's own figures (``runtime_table``).
 - GET_TOPIC_STATS_INFO (202, topicStatus, to each broker group of the topic): each of the
@@ -215,6 +218,19 @@ def lite_sub_model_exclusive(attributes: dict) -> bool:
     return model == "Exclusive"
 
 
+def lite_sub_model_named(attributes: dict) -> bool | None:
+    """An update's lite subscription model: True for Exclusive, False for Shared (also
+    ``-lite.sub.model``, the attribute removed), None when the attributes do not name it
+    (the group keeps its model, as RocketMQ keeps attributes an update does not name)."""
+    if not isinstance(attributes, dict):
+        raise TypeError("attributes: not an object")
+    if "-" + LITE_SUB_MODEL in attributes:
+        return False
+    if "+" + LITE_SUB_MODEL not in attributes and LITE_SUB_MODEL not in attributes:
+        return None
+    return lite_sub_model_exclusive(attributes)
+
+
 def compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
@@ -347,15 +363,20 @@ class AdminCodeHandlers:
             attributes = config.get("attributes") or {}
             if type(name) is not str or type(retries) is not int or type(orderly) is not bool:
                 raise TypeError("groupName, retryMaxTimes, consumeMessageOrderly: wrong types")
-            exclusive = lite_sub_model_exclusive(attributes)
+            exclusive = lite_sub_model_named(attributes)
         except (ValueError, KeyError, TypeError) as error:
             return request.reply(
                 ResponseCode.SYSTEM_ERROR, f"body is not a SubscriptionGroupConfig: {error}"
             )
+        attempts = max(retries, 0) + 1
         try:
-            await self.admin.create_group(caller, name, max(retries, 0) + 1, orderly, exclusive)
+            await self.admin.create_group(caller, name, attempts, orderly, bool(exclusive))
         except AdminRefused as refused:
-            if refused.code != ALREADY_EXISTS:  # ferrymq groups are not changed in place
+            if refused.code != ALREADY_EXISTS:
+                return request.reply(*refusal(refused, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
+            try:  # it exists: updated in place, as RocketMQ's broker does
+                await self.admin.update_group(caller, name, attempts, orderly, exclusive)
+            except AdminRefused as refused:
                 return request.reply(*refusal(refused, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
         return request.reply(ResponseCode.SUCCESS)
 

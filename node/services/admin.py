@@ -44,12 +44,14 @@ from routing.commands import (
     GrantAcl,
     RevokeAcl,
     SetRoutingFormat,
+    UpdateGroup,
     UpdateTopic,
     UpdateUser,
 )
 from routing.formats import NEWEST_FORMAT
-from routing.metadata import BrokerGroup, GroupConfig, Member, TopicRoute
+from routing.metadata import BrokerGroup, GroupConfig, Member, TopicRoute, check_group_config
 from routing.replica import RaftStatus, RoutingReplica, RoutingUnavailable
+from routing.state import updated_group
 from store.results import LogFigures
 
 INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION, UNAVAILABLE = 3, 5, 6, 9, 14
@@ -287,6 +289,38 @@ class AdminService:
     ) -> GroupConfig:
         attempts = max_delivery_attempts or DEFAULT_MAX_DELIVERY_ATTEMPTS
         command = CreateGroup(name, attempts, fifo, lite_exclusive=lite_exclusive)
+        return (await self._change(caller, command)).value
+
+    async def update_group(
+        self,
+        caller: Caller,
+        name: str,
+        max_delivery_attempts: int | None = None,
+        fifo: bool | None = None,
+        lite_exclusive: bool | None = None,
+    ) -> GroupConfig:
+        """Change an existing group in place (admins, every door): each value None stays
+        as it is, the rest held to create's checks. An update that changes nothing is
+        answered from routing without a Raft round, so a tool that sends a group's whole
+        config to every broker (mqadmin's updateSubGroup) still succeeds while an upgrade
+        waits to be finalized, when a real change is refused (``UPGRADE_NOT_FINALIZED``).
+        What it means for deliveries in flight: docs/architecture.md, "Updating a
+        consumer group"."""
+        self.permissions.require_admin(caller)
+        command = UpdateGroup(name, max_delivery_attempts, fifo, lite_exclusive)
+
+        def unchanged(state) -> GroupConfig | None:
+            current = state.group(name)
+            updated = updated_group(current, command)
+            check_group_config(updated)
+            return current if updated == current else None
+
+        try:
+            current = self.routing.read(unchanged)
+        except TopicError as error:
+            raise refused(error) from None
+        if current is not None:
+            return current
         return (await self._change(caller, command)).value
 
     async def delete_group(self, caller: Caller, name: str) -> None:

@@ -1,7 +1,8 @@
 """Admin calls a node makes to another node's Admin door on behalf of its own caller: the
 parts of a request that live in another broker group's store (an offset reset of a topic
 whose queues span groups, ``node/services/offset_reset.py``; the console's reads and
-planned failovers at each group's master, ``node/console/``).
+planned failovers at each group's master, ``node/console/``). And one Messaging call:
+a console's test message handed to a master (``send``), whose send service decides it.
 
 The call is signed as the caller's user with that user's own key, as the user's client
 would sign it (``signed_as``; nothing with authentication off), whichever door the caller
@@ -17,13 +18,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import grpc
 
+from ferrymq.codec.headers import ANSWER_QUEUES, QUEUES_TRAILER
+from ferrymq.codec.properties import (
+    PROPERTY_KEYS,
+    PROPERTY_LITE_TOPIC,
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+)
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import admin_pb2_grpc
-from node.rpc_status import AccessDenied
+from node.rpc_status import AccessDenied, InvalidRequest
 from node.services.admin import NOT_FOUND, UNAVAILABLE, AdminRefused
 from node.services.caller import Caller
+from node.services.send import OutgoingMessage
 from routing.acl import User
 from routing.metadata import Member
 
@@ -107,6 +121,50 @@ class PeerAdmin:
             raise no_master(broker_group)
         return await self.call(caller, master, method, request, timeout_s)
 
+    async def send(
+        self,
+        caller: Caller,
+        member: Member,
+        topic: str,
+        message: OutgoingMessage,
+        timeout_s: float = PEER_CALL_TIMEOUT_S,
+    ) -> SentThere:
+        """``message`` sent to ``topic`` at ``member``'s Messaging door (SendMessage, as
+        the caller's user): where it was stored. A refusal of its send service comes back
+        as ``InvalidRequest`` with the service's code and reason (``AccessDenied`` for
+        FORBIDDEN and UNAUTHORIZED); ``AdminRefused(UNAVAILABLE)`` when the node cannot be
+        reached or does not answer in time."""
+        stub = service_pb2_grpc.MessagingServiceStub(self._channel(member.grpc_address))
+        request = rpc.SendMessageRequest(messages=[wire_message(topic, message)])
+        metadata = (*self.signed_as(caller.user), ANSWER_QUEUES)
+        try:
+            call = stub.SendMessage(request, timeout=timeout_s, metadata=metadata)
+            answer = await call
+            trailers = dict(await call.trailing_metadata() or ())
+        except grpc.aio.AioRpcError as error:
+            raise AdminRefused(
+                UNAVAILABLE,
+                f"{member.node_id}, the master of broker group {member.broker_group}, did not "
+                f"take the message: {error.code().name} {error.details() or ''}".rstrip(),
+            ) from None
+        except TimeoutError:
+            raise AdminRefused(
+                UNAVAILABLE, f"{member.node_id} did not answer SendMessage in time"
+            ) from None
+        status = answer.status
+        if status.code == pb.OK and answer.entries:
+            status = answer.entries[0].status
+        if status.code != pb.OK or not answer.entries:
+            if status.code in (pb.FORBIDDEN, pb.UNAUTHORIZED):
+                raise AccessDenied(status.code == pb.FORBIDDEN, status.message)
+            raise InvalidRequest(status.code, status.message)
+        queues = str(trailers.get(QUEUES_TRAILER, "")).split(",")
+        entry = answer.entries[0]
+        queue_id = int(queues[0]) if queues[0].isdigit() else -1
+        return SentThere(
+            member.broker_group, member.node_id, entry.message_id, queue_id, entry.offset
+        )
+
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
@@ -123,6 +181,45 @@ class PeerAdmin:
         channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
             await channel.close(None)
+
+
+@dataclass(frozen=True, slots=True)
+class SentThere:
+    """Where a message handed to another node was stored (``queue_id`` -1: the answer did
+    not say, as when the node it reached relayed the call to a newer master)."""
+
+    broker_group: str
+    node_id: str
+    message_id: str
+    queue_id: int
+    queue_offset: int
+
+
+def wire_message(topic: str, message: OutgoingMessage) -> pb.Message:
+    """``message`` as RocketMQ 5's SendMessage carries it (the receiving door reads it back
+    into the same ``OutgoingMessage``: ``node/grpc/wire.py`` ``outgoing``)."""
+    properties = dict(message.properties)
+    system = pb.SystemProperties(
+        message_id=properties.pop(PROPERTY_UNIQ_KEY),
+        message_type=message.declared_type,
+        body_encoding=pb.IDENTITY,
+        keys=properties.pop(PROPERTY_KEYS, "").split(),
+    )
+    system.born_timestamp.FromMilliseconds(message.born_ms)
+    if PROPERTY_TAGS in properties:
+        system.tag = properties.pop(PROPERTY_TAGS)
+    if message.message_group is not None:
+        properties.pop(PROPERTY_MESSAGE_GROUP, None)
+        system.message_group = message.message_group
+    if message.lite_topic is not None:
+        properties.pop(PROPERTY_LITE_TOPIC, None)
+        system.lite_topic = message.lite_topic
+    return pb.Message(
+        topic=pb.Resource(name=topic),
+        user_properties=properties,
+        system_properties=system,
+        body=message.body,
+    )
 
 
 def no_master(broker_group: str) -> AdminRefused:

@@ -76,6 +76,7 @@ def test_mqadmin_manages_topics_and_groups_and_finds_messages(three, tmp_path):
         ["clusterList"],
         ["brokerStatus", "-c", "DefaultCluster"],
         ["updateSubGroup", "-c", "DefaultCluster", "-g", "made-group", "-r", "4"],
+        ["updateSubGroup", "-c", "DefaultCluster", "-g", "made-group", "-r", "1"],  # in place
         ["queryMsgByKey", "-t", "found", "-k", "shared"],
         ["queryMsgById", "-t", "found", "-i", offset_id],
         ["queryMsgById", "-t", "found", "-i", by_sdk.message_id],
@@ -97,9 +98,9 @@ def test_mqadmin_manages_topics_and_groups_and_finds_messages(three, tmp_path):
     assert len(outputs) == len(commands), run.explain()
     failed = [(e["argv"][0], e["output"][-800:]) for e in outputs[:-1] if e["error"]]
     assert not failed, failed
-    (update, route, listed, cluster, status, group, by_key, by_offset_id, by_unique_id,
-     progress, delete, listed_after, topic_status, consumers, producers, broker_config,
-     offline) = [e["output"] for e in outputs]  # fmt: skip
+    (update, route, listed, cluster, status, group, regroup, by_key, by_offset_id,
+     by_unique_id, progress, delete, listed_after, topic_status, consumers, producers,
+     broker_config, offline) = [e["output"] for e in outputs]  # fmt: skip
     assert f"create topic to {master.remoting} success" in update
     assert '"readQueueNums":3' in route and master.remoting in route
     assert "made" in listed.split() and "found" in listed.split()
@@ -113,9 +114,11 @@ def test_mqadmin_manages_topics_and_groups_and_finds_messages(three, tmp_path):
     assert all(row[-1] == "true" for row in rows)
     assert "brokerRole                      : SYNC_MASTER" in status
     assert f"create subscription group to {master.remoting} success" in group
+    assert f"create subscription group to {master.remoting} success" in regroup
     with Admin(master.grpc) as admin:
         made_group = next(g for g in admin.list_groups() if g.name == "made-group")
-    assert made_group.max_delivery_attempts == 5  # retryMaxTimes 4, then the DLQ
+    # Created with retryMaxTimes 4 (5 attempts, then the DLQ), then updated in place to 1.
+    assert made_group.max_delivery_attempts == 2
     found = {line.split()[0] for line in by_key.splitlines()[1:] if line.strip()}
     assert found == {"U-REM", by_sdk.message_id}, by_key
     # (mqadmin writes a body to a file of its own and prints the rest.)

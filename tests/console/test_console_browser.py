@@ -15,6 +15,7 @@ from selenium.common.exceptions import NoSuchElementException, StaleElementRefer
 from selenium.webdriver.common.by import By
 
 from ferrymq.client import Admin, Message, Producer, SimpleConsumer
+from ferrymq.client.admin import AclRule
 from ferrymq.codec.remoting_codes import RequestCode
 from ferrymq.launcher.cluster import cluster_down, cluster_up
 from ferrymq.launcher.polling import until
@@ -286,6 +287,47 @@ def test_groups_page_shows_members_lag_in_flight_and_deletes(cluster, driver, co
         assert "console-leaving" not in {g.name for g in admin.list_groups()}
 
 
+def test_groups_page_edits_a_group_in_place_as_the_sdk_then_sees(cluster, driver, console):
+    """The Edit form of a group's details: filled from the group, saved through
+    ``PUT /api/groups/<name>``, and the change read back through the SDK and on the page;
+    what the form did not change stays."""
+    with admin_of(cluster) as admin:
+        admin.create_group("console-edited", max_delivery_attempts=16, lite_exclusive=True)
+
+    def config() -> tuple[int, bool, bool]:
+        with admin_of(cluster) as admin:
+            group = {g.name: g for g in admin.list_groups()}["console-edited"]
+        return group.max_delivery_attempts, group.fifo, group.lite_exclusive
+
+    driver.get(f"http://{console}/#/groups/console-edited")
+    on_page(lambda: driver.find_element(By.ID, "edit-group").is_displayed(), "the edit form")
+    field = "edit-group-attempts"
+    on_page(
+        lambda: driver.find_element(By.ID, field).get_attribute("value") == "16",
+        "the form filled from the group",
+    )
+    assert driver.find_element(By.ID, "edit-group-lite-exclusive").is_selected()
+    assert not driver.find_element(By.ID, "edit-group-fifo").is_selected()
+    attempts = driver.find_element(By.ID, field)
+    attempts.clear()
+    attempts.send_keys("5")
+    driver.find_element(By.ID, "edit-group-fifo").click()
+    click(driver, "#edit-group-save", "the save button")
+    on_page(lambda: config() == (5, True, True), "the update seen through the SDK")
+    on_page(
+        lambda: driver.find_element(By.ID, "group-max-attempts").text == "5",
+        "the new maximum in the group's details",
+    )
+    assert driver.find_element(By.ID, "group-fifo").text == "yes"
+    assert "Updated consumer group console-edited." in driver.find_element(By.ID, "notice").text
+    listed = stable_rows(
+        driver,
+        "group-table",
+        lambda r: any(row[0] == "console-edited" and row[6] == "5" for row in r),
+    )
+    assert next(row for row in listed if row[0] == "console-edited")[7] == "yes"
+
+
 def test_groups_page_resets_offsets_as_the_sdk_then_sees(cluster, driver, console):
     """The reset form of a group's details: a preview changes nothing, a reset (after its
     confirmation) moves every queue, as ``Admin.group_progress`` then reads; a reset to a
@@ -506,6 +548,87 @@ def test_a_slaves_console_reads_each_broker_groups_store_at_its_master(cluster, 
     assert [m["stored"]["node"] for m in found["messages"]] == [master.id]
     assert json.loads(base64.b64decode(found["messages"][0]["body_base64"]))["html"] == XSS
     client.close()
+
+
+def test_a_slaves_console_hands_a_test_message_to_the_master_as_its_user(cluster):
+    """A slave takes no writes: its console hands the test message to the master's
+    Messaging door signed as the logged-in user, whose send service decides on that user
+    (PUBLISH on the topic) and stores it where the answer says, as the SDK then finds."""
+    master = master_node(cluster)
+    slave = next(node for node in cluster.nodes if node.id != master.id)
+    sender = type(ROOT)("console-sender", "console-sender-secret")
+    with admin_of(cluster) as admin:
+        admin.create_topic("console-handed", 2)
+        admin.create_topic("console-handed-fifo", 2, message_type="FIFO")
+        admin.create_topic("console-unpublished", 1)
+        admin.create_user(sender.access_key, sender.secret_key)
+        for topic in ("console-handed", "console-handed-fifo"):
+            admin.grant(sender.access_key, AclRule("ALLOW", "PUBLISH", "TOPIC", topic))
+    client = ConsoleClient(console_of(cluster, slave))
+    assert client.login(sender).status == 200
+    answer = client.request(
+        "POST", "/api/topics/console-handed/messages", {"body": "handed", "keys": ["h-1"]}
+    )
+    assert answer.status == 200, answer
+    sent = answer.body
+    assert (sent["node"], sent["broker_group"]) == (master.id, master.group)
+    with admin_of(cluster) as admin:
+        (found,) = admin.query_by_id(sent["message_id"], "console-handed")
+    assert (found.queue_id, found.queue_offset) == (sent["queue_id"], sent["queue_offset"])
+    assert (found.body, found.keys) == (b"handed", ["h-1"])
+    refused = client.request("POST", "/api/topics/console-unpublished/messages", {"body": "x"})
+    assert refused.status == 403 and refused.body == {
+        "error": "FORBIDDEN: user console-sender has no publish permission on topic "
+        "console-unpublished"
+    }
+    no_group = client.request("POST", "/api/topics/console-handed-fifo/messages", {"body": "x"})
+    assert no_group.status == 400 and no_group.body == {
+        "error": "ILLEGAL_MESSAGE_GROUP: FIFO messages need a message_group"
+    }
+    with admin_of(cluster) as admin:
+        assert sum(q.max_offset for q in admin.describe_topic("console-unpublished")[1]) == 0
+        assert sum(q.max_offset for q in admin.describe_topic("console-handed-fifo")[1]) == 0
+    client.close()
+
+
+def test_topics_page_sends_a_test_message_the_sdk_then_finds(cluster, driver, console):
+    """The topic page's *Send a test message*: what the page answers is where the SDK
+    finds it, its body shown as text; a refusal is the send service's, shown as such."""
+    with admin_of(cluster) as admin:
+        admin.create_topic("console-sent-page", 2)
+    driver.get(f"http://{console}/#/topics/console-sent-page")
+    on_page(lambda: driver.find_element(By.ID, "send-message").is_displayed(), "the send form")
+    driver.find_element(By.ID, "send-tag").send_keys("TagS")
+    driver.find_element(By.ID, "send-keys").send_keys("page-1 page-2")
+    driver.find_element(By.ID, "send-body").send_keys(XSS)
+    click(driver, "#send-button", "the send button")
+    shown = on_page(
+        lambda: (
+            driver.find_element(By.ID, "send-result").text.startswith("Sent: ")
+            and driver.find_element(By.ID, "send-result").text
+        ),
+        "the answer",
+    )
+    message_id = shown.split("message id ", 1)[1].split(",", 1)[0]
+    with admin_of(cluster) as admin:
+        (found,) = admin.query_by_id(message_id, "console-sent-page")
+    assert (found.body, found.tag, found.keys) == (XSS.encode(), "TagS", ["page-1", "page-2"])
+    assert shown == (
+        f"Sent: message id {message_id}, broker group {found.broker_group}, queue "
+        f"{found.queue_id}, offset {found.queue_offset}."
+    )
+    assert driver.execute_script("return window.__xss === undefined;")
+    driver.find_element(By.ID, "send-body").clear()
+    click(driver, "#send-button", "the send button")
+    on_page(
+        lambda: (
+            driver.find_element(By.ID, "send-result").text
+            == "Not sent: MESSAGE_BODY_EMPTY: message body is empty"
+        ),
+        "the refusal",
+    )
+    with admin_of(cluster) as admin:
+        assert sum(q.max_offset for q in admin.describe_topic("console-sent-page")[1]) == 1
 
 
 def traced_message(cluster, topic: str, group: str):

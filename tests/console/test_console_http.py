@@ -590,6 +590,74 @@ def test_group_progress_of_every_topic_is_for_admins_through_the_admin_door(secu
     channel.close()
 
 
+def group_config(node, name: str) -> tuple[int, bool, bool]:
+    with Admin(node.address, security=ROOT) as admin:
+        group = next(g for g in admin.list_groups() if g.name == name)
+    return group.max_delivery_attempts, group.fifo, group.lite_exclusive
+
+
+def test_a_group_is_edited_in_place_through_the_admin_service(secured, root_client):
+    """PUT /api/groups/<name> (the group page's Edit form): what it names changes, the rest
+    stays; no session, a missing CSRF token or Origin, a user without admin rights, an
+    unknown group and each bad value are refused precisely and change nothing."""
+    with Admin(secured.address, security=ROOT) as admin:
+        admin.create_group("console-edited", max_delivery_attempts=16)
+    path = "/api/groups/console-edited"
+    edited = root_client.request("PUT", path, {"max_delivery_attempts": 4, "fifo": True})
+    assert edited.status == 200 and edited.body == {
+        "name": "console-edited",
+        "max_delivery_attempts": 4,
+        "fifo": True,
+        "lite_exclusive": False,
+    }
+    assert group_config(secured, "console-edited") == (4, True, False)
+    kept = root_client.request("PUT", path, {"lite_exclusive": True, "fifo": None})
+    assert kept.status == 200 and (kept.body["max_delivery_attempts"], kept.body["fifo"]) == (
+        4,
+        True,
+    )
+    assert group_config(secured, "console-edited") == (4, True, True)
+    change = {"max_delivery_attempts": 9, "fifo": False, "lite_exclusive": False}
+    nobody = ConsoleClient(secured.console)
+    assert nobody.request("PUT", path, change).status == 401
+    assert root_client.request("PUT", path, change, csrf="").status == 403
+    assert root_client.request("PUT", path, change, origin="http://evil.example").status == 403
+    app = ConsoleClient(secured.console)
+    assert app.login(APP).status == 200
+    forbidden = app.request("PUT", path, change)
+    assert forbidden.status == 403
+    assert forbidden.body["error"].startswith("FORBIDDEN: user app: console:PUT /api/groups/")
+    assert forbidden.body["error"].endswith("needs admin rights")
+    missing = root_client.request("PUT", "/api/groups/console-nobody", change)
+    assert missing.status == 404
+    assert missing.body == {
+        "error": "CONSUMER_GROUP_NOT_FOUND: group console-nobody does not exist"
+    }
+    for body, error in (
+        (
+            {"max_delivery_attempts": 0},
+            "ILLEGAL_CONSUMER_GROUP: max delivery attempts must be 1..1000",
+        ),
+        (
+            {"max_delivery_attempts": 1001},
+            "ILLEGAL_CONSUMER_GROUP: max delivery attempts must be 1..1000",
+        ),
+        (
+            {"max_delivery_attempts": "9"},
+            "max_delivery_attempts must be an integer or null (unchanged)",
+        ),
+        (
+            {"max_delivery_attempts": True},
+            "max_delivery_attempts must be an integer or null (unchanged)",
+        ),
+        ({"fifo": "yes"}, "fifo must be true or false"),
+        ({"lite_exclusive": 1}, "lite_exclusive must be true or false"),
+    ):
+        answer = root_client.request("PUT", path, body)
+        assert (answer.status, answer.body) == (400, {"error": error}), body
+    assert group_config(secured, "console-edited") == (4, True, True)
+
+
 def test_with_a_certificate_the_console_speaks_https_and_its_cookie_is_secure(tmp_path):
     pki = make_pki(tmp_path / "pki")
     tls = f'tls_cert = "{pki.server_cert}"\ntls_key = "{pki.server_key}"\n'

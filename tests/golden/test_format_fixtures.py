@@ -50,6 +50,8 @@ def test_a_routing_snapshot_v2_reads_as_the_state_it_was():
     assert state.routing_format == PROTOBUF and state.applied == len(samples.COMMANDS)
     assert set(state.topics) == {"orders"} and state.topics["orders"].queues == (("g1", 6),)
     assert set(state.groups) == {"readers"} and state.groups["readers"].lite_exclusive
+    readers = state.groups["readers"]
+    assert (readers.max_delivery_attempts, readers.fifo) == (7, True)  # UpdateGroup kept fifo
     group = state.broker_groups["g1"]
     assert (group.master, group.epoch, group.in_sync) == ("n2", 2, frozenset({"n2"}))
     assert not state.members["n1"].alive and state.members["n1"].software_version == "0.2.0"

@@ -463,6 +463,10 @@ def valid_requests(channel: grpc.Channel) -> dict[str, list]:
                 group=admin.Group(name="fz-new-group", max_delivery_attempts=3)
             )
         ],
+        "UpdateGroup": [
+            admin.UpdateGroupRequest(name="fz-new-group", max_delivery_attempts=5, fifo=True),
+            admin.UpdateGroupRequest(name=group, lite_exclusive=False),
+        ],
         "DeleteGroup": [admin.DeleteGroupRequest(name="fz-new-group")],
         "ListGroups": [admin.ListGroupsRequest()],
         "GroupProgress": [admin.GroupProgressRequest(group=group, topic=normal)],

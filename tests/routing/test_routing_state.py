@@ -20,10 +20,14 @@ from routing.commands import (
     MarkNodeDown,
     NodeHeartbeat,
     RegisterNode,
+    SetRoutingFormat,
     Tracked,
+    UpdateGroup,
     UpdateTopic,
 )
-from routing.metadata import MessageType, TopicError
+from routing.encoding import decode_entry, decode_state, encode_entry, encode_state
+from routing.formats import PICKLED, PROTOBUF
+from routing.metadata import MAX_DELIVERY_ATTEMPTS_LIMIT, GroupConfig, MessageType, TopicError
 from routing.state import OUTCOMES_KEPT, RoutingState
 from tests.support.routing_commands import COMMANDS, cluster
 
@@ -113,6 +117,10 @@ def test_topics_spread_over_every_broker_group_unless_named():
         (CreateGroup("g", 0), "ILLEGAL_CONSUMER_GROUP"),
         (CreateGroup("G", 16), "GROUP_EXISTS"),
         (DeleteGroup("missing"), "CONSUMER_GROUP_NOT_FOUND"),
+        (UpdateGroup("missing", 3), "CONSUMER_GROUP_NOT_FOUND"),
+        (UpdateGroup("bad group", 3), "ILLEGAL_CONSUMER_GROUP"),
+        (UpdateGroup("G", 0), "ILLEGAL_CONSUMER_GROUP"),
+        (UpdateGroup("G", MAX_DELIVERY_ATTEMPTS_LIMIT + 1), "ILLEGAL_CONSUMER_GROUP"),
         (NodeHeartbeat("ghost", 0, 0), "UNKNOWN_NODE"),
         (RegisterNode("bad id!", "g1", "127.0.0.1:1"), "ILLEGAL_NODE"),
         (RegisterNode("n9\n", "g1", "127.0.0.1:1"), "ILLEGAL_NODE"),
@@ -185,6 +193,73 @@ def test_retry_topics_exist_for_every_group_untyped_and_cannot_be_created():
         state.topic("%RETRY%nobody")
     refused = state.apply(CreateTopic("%RETRY%billing", 1))
     assert not refused.ok and "reserved" in refused.detail
+
+
+def test_an_update_changes_a_group_in_place_and_keeps_what_it_does_not_name():
+    state = cluster(("n1", "g1"))
+    assert state.apply(CreateGroup("billing", 16, lite_exclusive=True)).ok
+    fewer = state.apply(UpdateGroup("billing", max_delivery_attempts=3))
+    assert fewer.ok and fewer.value == GroupConfig("billing", 3, False, True)
+    ordered = state.apply(UpdateGroup("billing", fifo=True, lite_exclusive=False)).value
+    assert ordered == GroupConfig("billing", 3, True, False)
+    assert state.groups["billing"] == ordered and state.group("billing") == ordered
+    assert state.apply(UpdateGroup("billing")).value == ordered  # names nothing: as it is
+    # Its retry and dead-letter topics are the group's, untouched by an update.
+    assert state.topic("%DLQ%billing").queues == (("g1", 1),)
+
+
+def test_updating_a_group_waits_until_the_upgrade_is_finalized():
+    """A node of 0.1.0 cannot unpickle an UpdateGroup (its Raft thread would stop): while
+    one may follow the log the command is refused, before it costs a Raft round (check)
+    and when applied; once every node reads format 2 and it is finalized, it applies."""
+    state = cluster(("n1", "g1"))
+    assert state.apply(CreateGroup("billing", 16)).ok
+    assert state.apply(RegisterNode("old", "g1", "127.0.0.1:9", routing_format=PICKLED)).ok
+    assert state.awaits_finalize
+    update = UpdateGroup("billing", max_delivery_attempts=3)
+    with pytest.raises(TopicError) as refused:
+        state.check(update)
+    assert refused.value.reason == "UPGRADE_NOT_FINALIZED"
+    assert "ferrymq cluster finalize-upgrade" in refused.value.detail
+    assert state.apply(update).reason == "UPGRADE_NOT_FINALIZED"
+    assert state.groups["billing"].max_delivery_attempts == 16
+    # An unknown group or a bad value is still said first: the precise reason.
+    assert state.apply(UpdateGroup("nobody", 3)).reason == "CONSUMER_GROUP_NOT_FOUND"
+    assert state.apply(UpdateGroup("billing", 0)).reason == "ILLEGAL_CONSUMER_GROUP"
+    assert state.apply(RegisterNode("old", "g1", "127.0.0.1:9")).ok  # upgraded
+    assert state.apply(SetRoutingFormat(PROTOBUF)).ok
+    assert state.apply(update).value.max_delivery_attempts == 3
+
+
+def test_an_updated_group_is_the_same_replayed_from_the_log_or_from_a_snapshot():
+    """Both routing formats: the commands pickled (format 1) or as protobuf entries (format
+    2), and the state after them as a pickled or a protobuf snapshot."""
+    state = cluster(("n1", "g1"))
+    commands = [
+        CreateGroup("billing", 16),
+        UpdateGroup("billing", max_delivery_attempts=4, fifo=True),
+        Tracked(b"r1", UpdateGroup("billing", lite_exclusive=True)),
+        UpdateGroup("billing", fifo=False),
+    ]
+    for command in commands:
+        assert state.apply(command).ok
+    expected = GroupConfig("billing", 4, False, True)
+    assert state.groups["billing"] == expected
+    for read_back in (
+        lambda command: pickle.loads(pickle.dumps(command)),
+        lambda command: decode_entry(encode_entry(command)),
+    ):
+        replica = cluster(("n1", "g1"))
+        for command in commands:
+            assert replica.apply(read_back(command)).ok
+        assert replica.groups == state.groups
+        assert replica.outcomes[b"r1"].value == GroupConfig("billing", 4, True, True)
+    for snapshot in (
+        pickle.loads(pickle.dumps(state)),
+        decode_state(encode_state(state), RoutingState()),
+    ):
+        assert snapshot.groups["billing"] == expected
+        assert snapshot.outcomes == state.outcomes
 
 
 def test_mark_down_applies_only_if_no_heartbeat_came_since():

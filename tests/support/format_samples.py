@@ -47,6 +47,7 @@ from routing.commands import (
     RevokeAcl,
     SetRoutingFormat,
     Tracked,
+    UpdateGroup,
     UpdateTopic,
     UpdateUser,
 )
@@ -87,6 +88,7 @@ COMMANDS: tuple[object, ...] = (
     CreateTopic("gone", 1),
     DeleteTopic("gone"),
     CreateGroup("readers", 5, fifo=True, on_first_use=False, lite_exclusive=True),
+    UpdateGroup("readers", max_delivery_attempts=7, fifo=None, lite_exclusive=True),
     CreateGroup("gone", 16),
     DeleteGroup("gone"),
     Tracked(b"request-3", CreateUser("app-user", b"sealed-secret", admin=False)),

@@ -14,6 +14,7 @@ from routing.commands import (
     NodeHeartbeat,
     RegisterNode,
     Tracked,
+    UpdateGroup,
     UpdateTopic,
 )
 from routing.metadata import MessageType
@@ -53,6 +54,13 @@ UNTRACKED_COMMANDS = st.one_of(
     st.builds(UpdateTopic, st.sampled_from(["a", "b"]), st.integers(0, 6)),
     st.builds(DeleteTopic, st.sampled_from(["a", "b"])),
     st.builds(CreateGroup, st.sampled_from(["G", "H"]), st.integers(0, 20), st.booleans()),
+    st.builds(
+        UpdateGroup,
+        st.sampled_from(["G", "H"]),
+        st.none() | st.integers(0, 20),
+        st.none() | st.booleans(),
+        st.none() | st.booleans(),
+    ),
     st.builds(DeleteGroup, st.sampled_from(["G", "H"])),
 )
 # Every command, plain or tracked (a few request ids, so that some repeat).

@@ -201,6 +201,26 @@ class CreateGroupResponse(_message.Message):
     group: Group
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
 
+class UpdateGroupRequest(_message.Message):
+    __slots__ = ("name", "max_delivery_attempts", "fifo", "lite_exclusive")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    LITE_EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_delivery_attempts: int
+    fifo: bool
+    lite_exclusive: bool
+    def __init__(self, name: _Optional[str] = ..., max_delivery_attempts: _Optional[int] = ..., fifo: _Optional[bool] = ..., lite_exclusive: _Optional[bool] = ...) -> None: ...
+
+class UpdateGroupResponse(_message.Message):
+    __slots__ = ("status", "group")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    group: Group
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
+
 class DeleteGroupRequest(_message.Message):
     __slots__ = ("name",)
     NAME_FIELD_NUMBER: _ClassVar[int]

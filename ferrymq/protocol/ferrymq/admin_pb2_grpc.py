@@ -64,6 +64,11 @@ class AdminStub:
                 request_serializer=ferrymq_dot_admin__pb2.CreateGroupRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_admin__pb2.CreateGroupResponse.FromString,
                 _registered_method=True)
+        self.UpdateGroup = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/UpdateGroup',
+                request_serializer=ferrymq_dot_admin__pb2.UpdateGroupRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.UpdateGroupResponse.FromString,
+                _registered_method=True)
         self.DeleteGroup = channel.unary_unary(
                 '/ferrymq.admin.v1.Admin/DeleteGroup',
                 request_serializer=ferrymq_dot_admin__pb2.DeleteGroupRequest.SerializeToString,
@@ -215,6 +220,12 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateGroup(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -390,6 +401,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.CreateGroup,
                     request_deserializer=ferrymq_dot_admin__pb2.CreateGroupRequest.FromString,
                     response_serializer=ferrymq_dot_admin__pb2.CreateGroupResponse.SerializeToString,
+            ),
+            'UpdateGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateGroup,
+                    request_deserializer=ferrymq_dot_admin__pb2.UpdateGroupRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.UpdateGroupResponse.SerializeToString,
             ),
             'DeleteGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteGroup,
@@ -669,6 +685,33 @@ class Admin:
             '/ferrymq.admin.v1.Admin/CreateGroup',
             ferrymq_dot_admin__pb2.CreateGroupRequest.SerializeToString,
             ferrymq_dot_admin__pb2.CreateGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/UpdateGroup',
+            ferrymq_dot_admin__pb2.UpdateGroupRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.UpdateGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

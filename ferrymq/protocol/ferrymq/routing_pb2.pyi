@@ -282,6 +282,18 @@ class DeleteGroup(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
+class UpdateGroup(_message.Message):
+    __slots__ = ("name", "max_delivery_attempts", "fifo", "lite_exclusive")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    LITE_EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_delivery_attempts: int
+    fifo: bool
+    lite_exclusive: bool
+    def __init__(self, name: _Optional[str] = ..., max_delivery_attempts: _Optional[int] = ..., fifo: _Optional[bool] = ..., lite_exclusive: _Optional[bool] = ...) -> None: ...
+
 class CreateUser(_message.Message):
     __slots__ = ("access_key", "sealed_secret", "admin")
     ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -331,7 +343,7 @@ class SetRoutingFormat(_message.Message):
     def __init__(self, routing_format: _Optional[int] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("register_node", "node_heartbeat", "mark_node_down", "elect_master", "alter_in_sync", "report_master_lost", "report_master_found", "catch_up", "create_topic", "update_topic", "delete_topic", "create_group", "delete_group", "create_user", "update_user", "delete_user", "grant_acl", "revoke_acl", "set_routing_format")
+    __slots__ = ("register_node", "node_heartbeat", "mark_node_down", "elect_master", "alter_in_sync", "report_master_lost", "report_master_found", "catch_up", "create_topic", "update_topic", "delete_topic", "create_group", "delete_group", "create_user", "update_user", "delete_user", "grant_acl", "revoke_acl", "set_routing_format", "update_group")
     REGISTER_NODE_FIELD_NUMBER: _ClassVar[int]
     NODE_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     MARK_NODE_DOWN_FIELD_NUMBER: _ClassVar[int]
@@ -351,6 +363,7 @@ class Command(_message.Message):
     GRANT_ACL_FIELD_NUMBER: _ClassVar[int]
     REVOKE_ACL_FIELD_NUMBER: _ClassVar[int]
     SET_ROUTING_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_GROUP_FIELD_NUMBER: _ClassVar[int]
     register_node: RegisterNode
     node_heartbeat: NodeHeartbeat
     mark_node_down: MarkNodeDown
@@ -370,7 +383,8 @@ class Command(_message.Message):
     grant_acl: GrantAcl
     revoke_acl: RevokeAcl
     set_routing_format: SetRoutingFormat
-    def __init__(self, register_node: _Optional[_Union[RegisterNode, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., mark_node_down: _Optional[_Union[MarkNodeDown, _Mapping]] = ..., elect_master: _Optional[_Union[ElectMaster, _Mapping]] = ..., alter_in_sync: _Optional[_Union[AlterInSync, _Mapping]] = ..., report_master_lost: _Optional[_Union[ReportMasterLost, _Mapping]] = ..., report_master_found: _Optional[_Union[ReportMasterFound, _Mapping]] = ..., catch_up: _Optional[_Union[CatchUp, _Mapping]] = ..., create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., update_topic: _Optional[_Union[UpdateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., create_group: _Optional[_Union[CreateGroup, _Mapping]] = ..., delete_group: _Optional[_Union[DeleteGroup, _Mapping]] = ..., create_user: _Optional[_Union[CreateUser, _Mapping]] = ..., update_user: _Optional[_Union[UpdateUser, _Mapping]] = ..., delete_user: _Optional[_Union[DeleteUser, _Mapping]] = ..., grant_acl: _Optional[_Union[GrantAcl, _Mapping]] = ..., revoke_acl: _Optional[_Union[RevokeAcl, _Mapping]] = ..., set_routing_format: _Optional[_Union[SetRoutingFormat, _Mapping]] = ...) -> None: ...
+    update_group: UpdateGroup
+    def __init__(self, register_node: _Optional[_Union[RegisterNode, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., mark_node_down: _Optional[_Union[MarkNodeDown, _Mapping]] = ..., elect_master: _Optional[_Union[ElectMaster, _Mapping]] = ..., alter_in_sync: _Optional[_Union[AlterInSync, _Mapping]] = ..., report_master_lost: _Optional[_Union[ReportMasterLost, _Mapping]] = ..., report_master_found: _Optional[_Union[ReportMasterFound, _Mapping]] = ..., catch_up: _Optional[_Union[CatchUp, _Mapping]] = ..., create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., update_topic: _Optional[_Union[UpdateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., create_group: _Optional[_Union[CreateGroup, _Mapping]] = ..., delete_group: _Optional[_Union[DeleteGroup, _Mapping]] = ..., create_user: _Optional[_Union[CreateUser, _Mapping]] = ..., update_user: _Optional[_Union[UpdateUser, _Mapping]] = ..., delete_user: _Optional[_Union[DeleteUser, _Mapping]] = ..., grant_acl: _Optional[_Union[GrantAcl, _Mapping]] = ..., revoke_acl: _Optional[_Union[RevokeAcl, _Mapping]] = ..., set_routing_format: _Optional[_Union[SetRoutingFormat, _Mapping]] = ..., update_group: _Optional[_Union[UpdateGroup, _Mapping]] = ...) -> None: ...
 
 class Entry(_message.Message):
     __slots__ = ("routing_format", "request_id", "command")

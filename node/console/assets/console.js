@@ -336,8 +336,9 @@ function topicsPage(view, path) {
     el("label", {}, "Name", name), el("label", {}, "Type", type),
     el("label", {}, "Queues per group", queues), el("label", {}, "Permission", permission),
     el("button", { type: "submit", id: "create-topic-button" }, "Create topic"));
+  const send = sendForm(() => selected, () => poll.now());
   view.append(el("h1", {}, "Topics"), create,
-    el("div", { class: "toolbar" }, filter, previous, next, counter), body, detail);
+    el("div", { class: "toolbar" }, filter, previous, next, counter), body, detail, send.form);
 
   create.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -404,6 +405,7 @@ function topicsPage(view, path) {
 
   function drawDetail(t) {
     clear(detail);
+    send.show(t);
     if (!t) return;
     detail.append(el("h2", {}, "Queues of ", el("span", { class: "mono", id: "topic-detail-name" }, t.name)),
       el("p", { class: "hint" }, "Offsets are read on this node's broker group (" + t.broker_group_here +
@@ -445,6 +447,46 @@ function topicsPage(view, path) {
   return poll;
 }
 
+// A test message to the shown topic (POST /api/topics/<name>/messages), sent as this user
+// through the node's send service: PUBLISH on the topic, the topic's type and the body's
+// limits are its rules, and its refusal is shown. Built once (the poll never redraws it).
+function sendForm(topic, changed) {
+  const tag = el("input", { id: "send-tag", maxlength: 1024 });
+  const keys = el("input", { id: "send-keys", maxlength: 1024, placeholder: "space-separated" });
+  const group = el("input", { id: "send-message-group", maxlength: 1024, placeholder: "FIFO topics" });
+  const liteTopic = el("input", { id: "send-lite-topic", maxlength: 1024, placeholder: "LITE topics" });
+  const body = el("textarea", { id: "send-body", rows: 4, cols: 60 });
+  const result = el("p", { id: "send-result" });
+  const form = el("form", { class: "inline", id: "send-message", hidden: true },
+    el("h2", {}, "Send a test message"),
+    el("label", {}, "Tag", tag), el("label", {}, "Keys", keys),
+    el("label", {}, "Message group", group), el("label", {}, "Lite topic", liteTopic),
+    el("label", {}, "Body", body),
+    el("button", { type: "submit", id: "send-button" }, "Send"), result);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    result.textContent = "";
+    const ask = { body: body.value, keys: keys.value.split(/\s+/).filter(Boolean) };
+    if (tag.value) ask.tag = tag.value;
+    if (group.value) ask.message_group = group.value;
+    if (liteTopic.value) ask.lite_topic = liteTopic.value;
+    try {
+      const sent = await api("POST", "/api/topics/" + encodeURIComponent(topic()) + "/messages", ask);
+      result.textContent = "Sent: message id " + sent.message_id + ", broker group " + sent.broker_group +
+        ", queue " + (sent.queue_id < 0 ? "unknown" : sent.queue_id) + ", offset " + sent.queue_offset + ".";
+      notice("Sent a test message to " + sent.topic + ".");
+      changed();
+    } catch (error) {
+      result.textContent = "Not sent: " + error.message;
+      notice(error.message, true);
+    }
+  });
+  return {
+    form,
+    show(t) { form.hidden = !t; },
+  };
+}
+
 // ---- consumer groups ---------------------------------------------------------------------
 function groupsPage(view, path) {
   let selected = path[0] || null;
@@ -454,6 +496,7 @@ function groupsPage(view, path) {
   const next = el("button", { type: "button", class: "secondary", id: "groups-next" }, "Next");
   const list = el("div", { id: "groups" });
   const detail = el("div", { id: "group-detail" });
+  const edit = editGroupForm(() => selected, () => poll.now());
   const reset = resetForm(() => selected, () => poll.now());
   const deadLetters = deadLetterPanel(() => selected, () => poll.now());
   const newName = el("input", { id: "new-group-name", required: true, maxlength: 255 });
@@ -475,8 +518,8 @@ function groupsPage(view, path) {
   });
   view.append(el("h1", {}, "Consumer groups"), create,
     el("p", { class: "hint" }, "Members are the clients this node hears from; offsets, lag and messages in flight are read at each broker group's master."),
-    el("div", { class: "toolbar" }, filter, previous, next, counter), list, detail, reset.form,
-    deadLetters.panel);
+    el("div", { class: "toolbar" }, filter, previous, next, counter), list, detail, edit.form,
+    reset.form, deadLetters.panel);
   const paging = pagedFilter(filter, previous, next, () => poll.now());
 
   async function remove(name) {
@@ -508,6 +551,7 @@ function groupsPage(view, path) {
 
   function drawDetail(g) {
     clear(detail);
+    edit.show(g);
     reset.show(g);
     deadLetters.show(g);
     if (!g) return;
@@ -517,7 +561,9 @@ function groupsPage(view, path) {
         el("div", {}, el("span", {}, "In flight (POP)"), el("b", { id: "group-in-flight" }, String(g.in_flight))),
         el("div", {}, el("span", {}, "Retry messages"), String(g.retry_messages)),
         el("div", {}, el("span", {}, "DLQ messages"), String(g.dlq_messages)),
-        el("div", {}, el("span", {}, "Max delivery attempts"), String(g.max_delivery_attempts)),
+        el("div", {}, el("span", {}, "Max delivery attempts"), el("b", { id: "group-max-attempts" }, String(g.max_delivery_attempts))),
+        el("div", {}, el("span", {}, "FIFO"), el("b", { id: "group-fifo" }, g.fifo ? "yes" : "no")),
+        el("div", {}, el("span", {}, "Lite exclusive"), el("b", { id: "group-lite-exclusive" }, g.lite_exclusive ? "yes" : "no")),
         g.settings ? el("div", {}, el("span", {}, "Consume type"), g.settings.consume_type + " / " + g.settings.message_model) : null));
     detail.append(el("h2", {}, "Members"), table(["Client id", "Address", "Language", ["Version", true], "Last heartbeat"],
       g.members.map((m) => el("tr", {},
@@ -554,6 +600,50 @@ function groupsPage(view, path) {
     drawDetail(data.shown);
   }, (error) => notice(error.message, true));
   return poll;
+}
+
+// A group changed in place (PUT /api/groups/<name>): built once, filled from the group when
+// another group is shown or after a save (the poll never overwrites what is being typed).
+// A lower maximum counts at each message's next delivery, FIFO from the next receive.
+function editGroupForm(group, changed) {
+  const attempts = el("input", { id: "edit-group-attempts", type: "number", min: 1, max: 1000, required: true });
+  const fifo = el("input", { id: "edit-group-fifo", type: "checkbox" });
+  const exclusive = el("input", { id: "edit-group-lite-exclusive", type: "checkbox" });
+  const save = el("button", { type: "submit", id: "edit-group-save" }, "Save changes");
+  const form = el("form", { class: "inline", id: "edit-group", hidden: true },
+    el("h2", {}, "Edit group"),
+    el("label", {}, "Max delivery attempts", attempts), el("label", {}, "FIFO", fifo),
+    el("label", {}, "Lite exclusive", exclusive), save,
+    el("p", { class: "hint" }, "A lower maximum applies at each message's next delivery (one in flight that already used it goes to the dead-letter queue then); FIFO takes effect at the next receive, lite exclusive at the next lite subscription."));
+  let filledFor = null;
+
+  function fill(g) {
+    attempts.value = g.max_delivery_attempts;
+    fifo.checked = g.fifo;
+    exclusive.checked = g.lite_exclusive;
+    filledFor = g.name;
+  }
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      const name = group();
+      const done = await api("PUT", "/api/groups/" + encodeURIComponent(name), {
+        max_delivery_attempts: Number(attempts.value), fifo: fifo.checked, lite_exclusive: exclusive.checked,
+      });
+      fill(done);
+      notice("Updated consumer group " + done.name + ".");
+      changed();
+    } catch (error) { notice(error.message, true); }
+  });
+  return {
+    form,
+    show(g) {
+      form.hidden = !g;
+      if (!g) { filledFor = null; return; }
+      if (filledFor !== g.name) fill(g);
+    },
+  };
 }
 
 // A group's offsets on a topic reset to a time, the earliest or the latest message: built once
