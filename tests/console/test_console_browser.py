@@ -92,6 +92,14 @@ def admin_of(cluster) -> Admin:
     return Admin(cluster.nodes[0].grpc, security=ROOT)
 
 
+def rules_at(node, access_key: str) -> list[str]:
+    """``access_key``'s ACL as ``node``'s own routing copy holds it ([] before it knows
+    the user)."""
+    with Admin(node.grpc, security=ROOT) as admin:
+        users = {user.access_key: user for user in admin.list_users()}
+    return [str(rule) for rule in users[access_key].acl] if access_key in users else []
+
+
 def rows(driver, table_id: str) -> list[list[str]]:
     """The text of each cell of each body row of a table (re-read on each call: the page
     redraws it as it polls)."""
@@ -564,6 +572,9 @@ def test_a_slaves_console_hands_a_test_message_to_the_master_as_its_user(cluster
         admin.create_user(sender.access_key, sender.secret_key)
         for topic in ("console-handed", "console-handed-fifo"):
             admin.grant(sender.access_key, AclRule("ALLOW", "PUBLISH", "TOPIC", topic))
+    # The master decides on the user with its own routing copy, which applies a committed
+    # change a heartbeat round after the node that made it.
+    until(lambda: len(rules_at(master, sender.access_key)) == 2, 10, "the grants at the master")
     client = ConsoleClient(console_of(cluster, slave))
     assert client.login(sender).status == 200
     answer = client.request(
