@@ -330,7 +330,7 @@ function nodeConfigPage(view, nodeId) {
       body.append(el("h2", {}, "[" + section.name + "]"));
       body.append(table(["Option", "Value"], section.rows.map((s) => el("tr", { "data-option": s.name },
         cell(s.name, "mono"),
-        el("td", { class: "mono" }, s.redacted ? badge(s.value ? "set, not shown" : "not set", "warn") : s.value))),
+        el("td", { class: "mono" }, s.redacted ? badge(s.value ? "set, not shown" : "not set", s.value ? "warn" : "") : s.value))),
       { id: "config-" + section.name, class: "node-config-section" }));
     }
     body.append(el("h2", {}, "Under RocketMQ's broker names (mqadmin getBrokerConfig)"));
