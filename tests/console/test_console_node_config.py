@@ -16,7 +16,7 @@ from ferrymq.client import Admin, FerryError
 from ferrymq.client.admin import NodeConfigInfo
 from ferrymq.launcher.cluster import cluster_down, cluster_up
 from tests.support.auth import APP
-from tests.support.cluster import SMALL_STORE
+from tests.support.cluster import SMALL_STORE, kill
 from tests.support.console import CONSOLE_SETTINGS, ROOT, ConsoleClient, console_of
 
 
@@ -106,3 +106,22 @@ def test_an_unknown_node_is_a_404_naming_it(root_client):
     answer = root_client.request("GET", "/api/nodes/node-9/config")
     assert answer.status == 404
     assert answer.body == {"error": "UNKNOWN_NODE: no node node-9 in the cluster"}
+
+
+def test_a_node_that_does_not_answer_is_a_503_naming_it(cluster, root_client):
+    """Last in the module: it kills a slave that is not the console's own node."""
+    with Admin(cluster.nodes[0].grpc, security=ROOT) as admin:
+        master = admin.cluster_status().broker_groups[0].master
+    silent = next(n for n in cluster.nodes if n.id not in (master, cluster.nodes[0].id))
+    kill(cluster, silent)
+    answer = root_client.request("GET", f"/api/nodes/{silent.id}/config")
+    assert answer.status == 503, answer
+    assert answer.body["error"].startswith(
+        f"{silent.id} of broker group {silent.group} did not answer NodeConfig: UNAVAILABLE"
+    )
+    with (
+        Admin(cluster.nodes[0].grpc, security=ROOT) as admin,
+        pytest.raises(FerryError, match="UNAVAILABLE"),
+    ):
+        admin.node_config(silent.id)
+    assert root_client.request("GET", f"/api/nodes/{master}/config").status == 200
