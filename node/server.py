@@ -91,6 +91,7 @@ from node.services.delivery_history import DeliveryHistoryService
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
+from node.services.node_settings import NodeSettingsService
 from node.services.offset_reset import OffsetResetService
 from node.services.offsets import OffsetService
 from node.services.peer_admin import PeerAdmin
@@ -587,6 +588,9 @@ class Node:
             ),
             topic_consumers=TopicConsumersService(
                 topics, self.offsets, self.pop_state, subscriptions, permissions, config.group
+            ),
+            node_settings=NodeSettingsService(
+                config, self.routing, permissions, is_master=lambda: store.is_master
             ),
         )
 

@@ -12,6 +12,7 @@ from node.services.delivery_history import DeliveryHistoryService
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
+from node.services.node_settings import NodeSettingsService
 from node.services.offset_reset import OffsetResetService
 from node.services.offsets import OffsetService
 from node.services.permissions import Permissions
@@ -46,3 +47,4 @@ class Services:
     delivery_history: DeliveryHistoryService
     dead_letter_resend: DeadLetterResendService
     topic_consumers: TopicConsumersService
+    node_settings: NodeSettingsService
