@@ -1,0 +1,121 @@
+"""A stored message consumed directly by a RocketMQ 4.x consumer connected here
+(``node/services/direct_consume.py``): this module registers each consumer a heartbeat
+names as a direct consumer of its groups, and translates the hand-over.
+
+- A push consumer (``consumeType`` CONSUME_PASSIVELY) gets CONSUME_MESSAGE_DIRECTLY (309)
+  over its own connection, RocketMQ's ``ConsumeMessageDirectlyResultRequestHeader``
+  (``consumerGroup``, ``clientId``, ``msgId``, ``brokerName``, ``topic``) and the record in
+  the CommitLog layout as the body, as RocketMQ's broker relays it; the Java client
+  (``ClientRemotingProcessor``) and the Go client (``ReqConsumeMessageDirectly``) run their
+  listener on it and answer a ``ConsumeMessageDirectlyResult`` JSON body: ``consumeResult``
+  is CMResult's name from Java, its ordinal from Go (both read here), with ``remark`` and
+  ``spentTimeMills``.
+- A pull consumer (CONSUME_ACTIVELY: ``DefaultLitePullConsumer``, ``DefaultMQPullConsumer``)
+  has no listener: the Java client answers SYSTEM_ERROR "not exist in this consumer", so it
+  is registered as unable and never asked.
+
+Thread-safety: handlers run on the node's event loop.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ferrymq.codec.commitlog_record import StoredMessage, encode_stored
+from ferrymq.codec.remoting import RemotingCommand
+from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
+from node.services.caller import Caller
+from node.services.direct_consume import ClientAnswer, DirectConsumer, DirectConsumers, Outcome
+
+PROTOCOL = "remoting"
+PUSH = "CONSUME_PASSIVELY"
+DIRECT_CONSUMING = "direct_consuming"  # connection attribute: registered here
+# CMResult, in its declared order (the Go client sends the ordinal).
+CM_RESULTS = (
+    "CR_SUCCESS",
+    "CR_LATER",
+    "CR_ROLLBACK",
+    "CR_COMMIT",
+    "CR_THROW_EXCEPTION",
+    "CR_RETURN_NULL",
+)
+OUTCOMES = {
+    "CR_SUCCESS": Outcome.CONSUMED,
+    "CR_COMMIT": Outcome.CONSUMED,  # an orderly listener's COMMIT
+    "CR_LATER": Outcome.LATER,  # RECONSUME_LATER, SUSPEND_CURRENT_QUEUE_A_MOMENT
+    "CR_ROLLBACK": Outcome.LATER,  # an orderly listener's ROLLBACK
+}
+
+
+def direct_request(stored: StoredMessage, group: str, client_id: str, broker_group: str):
+    return RemotingCommand(
+        RequestCode.CONSUME_MESSAGE_DIRECTLY,
+        version=BROKER_VERSION,
+        ext_fields={
+            "consumerGroup": group,
+            "clientId": client_id,
+            "msgId": stored.offset_message_id,
+            "brokerName": broker_group,
+            "topic": stored.topic,
+        },
+        body=encode_stored(stored),
+    )
+
+
+def answer_of(response: RemotingCommand) -> ClientAnswer:
+    """What a client's answer to CONSUME_MESSAGE_DIRECTLY says."""
+    if response.code != ResponseCode.SUCCESS:
+        return ClientAnswer(Outcome.FAILED, f"code {response.code}", response.remark or "")
+    try:
+        result = json.loads(response.body)
+    except ValueError:
+        result = None
+    if type(result) is not dict:
+        return ClientAnswer(Outcome.FAILED, "unreadable", "the answer's body is not JSON")
+    said = result.get("consumeResult")
+    if type(said) is int and 0 <= said < len(CM_RESULTS):
+        said = CM_RESULTS[said]
+    said = said if type(said) is str else "none"
+    spent = result.get("spentTimeMills")
+    return ClientAnswer(
+        OUTCOMES.get(said, Outcome.FAILED),
+        said,
+        str(result.get("remark") or ""),
+        spent if type(spent) is int else -1,
+    )
+
+
+class RemotingDirectConsumers:
+    """Registers the 4.x consumers of this node's connections (``heard``)."""
+
+    def __init__(self, consumers: DirectConsumers, broker_group: str) -> None:
+        self.consumers = consumers
+        self.broker_group = broker_group
+
+    def heard(
+        self, connection, caller: Caller, client_id: str, group: str, consume_type: str
+    ) -> None:
+        """``connection``'s client ``client_id`` is a member of ``group`` (its heartbeat)."""
+        if consume_type == PUSH:
+            deliver = self._deliver_to(connection, client_id)
+            consumer = DirectConsumer(PROTOCOL, deliver, caller=caller)
+        else:
+            unable = f"a {consume_type} (pull) consumer has no listener to run"
+            consumer = DirectConsumer(PROTOCOL, None, unable, caller=caller)
+        self.consumers.register(connection, group, client_id, consumer)
+        if not connection.attributes.get(DIRECT_CONSUMING):
+            connection.attributes[DIRECT_CONSUMING] = True
+            connection.add_close_callback(self.consumers.unregister)
+
+    def _deliver_to(self, connection, client_id: str):
+        async def deliver(stored: StoredMessage, group: str, timeout_s: float) -> ClientAnswer:
+            request = direct_request(stored, group, client_id, self.broker_group)
+            try:
+                response = await connection.request(request, timeout_s)
+            except TimeoutError:
+                return ClientAnswer(Outcome.TIMED_OUT, "", f"no answer in {timeout_s:g} s")
+            except ConnectionError as error:
+                return ClientAnswer(Outcome.TIMED_OUT, "", f"no answer: {error}")
+            return answer_of(response)
+
+        return deliver

@@ -1,0 +1,75 @@
+"""A stored message consumed directly by the official Java 4.x DefaultMQPushConsumer (4.9.8,
+unchanged), as RocketMQ Dashboard's "resend message" to a group does it
+(``node/services/direct_consume.py``): the SDK's Admin asks the node, the node sends
+CONSUME_MESSAGE_DIRECTLY over the client's connection, the client's listener runs on the
+message and its ConsumeMessageDirectlyResult comes back to the Admin call.
+
+The consumer subscribes with a tag the messages do not carry, so ordinary delivery gives it
+nothing: what its listener sees came directly. One message it consumes (CR_SUCCESS:
+``consumed``), one it fails (RECONSUME_LATER: CR_LATER, ``later``); nothing is stored, so
+the group's position on the topic does not move."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from ferrymq.client import Admin, FerryError, Message, Producer
+from ferrymq.launcher.polling import until
+from tests.support import clients
+from tests.support.cluster import stop_all
+from tests.support.remoting_client import cluster_with_resources
+
+pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 600)
+
+TOPIC, GROUP = "jd-orders", "jd-verify"
+
+
+@pytest.fixture(scope="module")
+def java():
+    return clients.required("java-remoting")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("java-direct") / "cluster"
+    made = cluster_with_resources(str(directory), "jd", ("orders",), ("verify",))
+    yield made
+    stop_all(made.plan)
+
+
+def test_a_4x_push_consumer_consumes_a_stored_message_directly(java, cluster, tmp_path):
+    with Producer(cluster.address) as producer:
+        fine = producer.send(Message(TOPIC, b"direct", tag="stored"))
+        poison = producer.send(Message(TOPIC, b"poison", tag="stored"))
+    push = {
+        "do": "push",
+        "group": GROUP,
+        "topic": TOPIC,
+        "expression": "not-these",
+        "fail": ["poison"],
+        "fail_attempts": 1,
+        "expect": ["direct"],
+        "deadline_s": 120,
+    }
+    spec = {"namesrv": cluster.namesrv, "steps": [push]}
+    with ThreadPoolExecutor(1) as pool, Admin(cluster.address) as admin:
+        running = pool.submit(clients.run, java, spec, tmp_path / "java", 300)
+        (client_id,) = until(lambda: admin.group_members(GROUP), 90, "the Java consumer")
+        consumed = admin.consume_directly(GROUP, TOPIC, fine.message_id)
+        later = admin.consume_directly(GROUP, TOPIC, poison.message_id, client_id=client_id)
+        with pytest.raises(FerryError, match="CLIENT_NOT_MEMBER"):
+            admin.consume_directly(GROUP, TOPIC, fine.message_id, client_id="nobody@1")
+        run = running.result()
+    assert all(e["all_seen"] for e in run.of("push_waited")), run.explain()
+    assert (consumed.outcome, consumed.client_answer) == ("consumed", "CR_SUCCESS"), consumed
+    assert (consumed.client_id, consumed.protocol) == (client_id, "remoting")
+    assert consumed.spent_ms >= 0 and consumed.topic == TOPIC
+    assert (later.outcome, later.client_answer) == ("later", "CR_LATER"), later
+    seen = {e["body"]: e for e in run.of("consumed")}
+    assert set(seen) == {"direct", "poison"}, run.explain()  # nothing by ordinary delivery
+    # The 4.x client decodes the record as RocketMQ's broker relays it: its message id is
+    # the offset message id the result names, the producer's id its UNIQ_KEY property.
+    assert seen["direct"]["id"] == consumed.message_id and seen["direct"]["topic"] == TOPIC
+    assert seen["direct"]["properties"]["UNIQ_KEY"] == fine.message_id
