@@ -14,6 +14,17 @@ names as a direct consumer of its groups, and translates the hand-over.
   has no listener: the Java client answers SYSTEM_ERROR "not exist in this consumer", so it
   is registered as unable and never asked.
 
+An admin tool's CONSUME_MESSAGE_DIRECTLY to this node (RocketMQ Dashboard's "resend message"
+to a group: it finds the message with VIEW_MESSAGE_BY_ID, then asks the node that stores it
+with the header above, ``msgId`` the offset message id) is served by the same service
+(``DirectHandlers``): the answer is a ``ConsumeMessageDirectlyResult`` whichever protocol
+the client speaks (a 4.x client's own ``consumeResult``; a RocketMQ 5 client's OK as
+CR_SUCCESS, FAILED_TO_CONSUME_MESSAGE as CR_LATER, its listener's FAILURE), a timeout
+CONSUME_MSG_TIMEOUT as RocketMQ's broker answers it (after 4.5 s: the tool waits 5 s), a
+refusal SYSTEM_ERROR with its remark (NO_PERMISSION for the ACL). mqadmin's
+``queryMsgById -g -d`` asks GET_CONSUMER_RUNNING_INFO (307) of the client first, which
+this node does not relay: it reports the client as no push consumer and sends nothing.
+
 Thread-safety: handlers run on the node's event loop.
 """
 
@@ -24,8 +35,20 @@ import json
 from ferrymq.codec.commitlog_record import StoredMessage, encode_stored
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import BROKER_VERSION, RequestCode, ResponseCode
+from node.remoting.authentication import DoorHandler
+from node.remoting.status_codes import refusal
+from node.rpc_status import InvalidRequest
+from node.services.admin import AdminRefused
 from node.services.caller import Caller
-from node.services.direct_consume import ClientAnswer, DirectConsumer, DirectConsumers, Outcome
+from node.services.direct_consume import (
+    ClientAnswer,
+    DirectConsumer,
+    DirectConsumers,
+    DirectRequest,
+    DirectResult,
+    Outcome,
+)
+from node.services.registry import Services
 
 PROTOCOL = "remoting"
 PUSH = "CONSUME_PASSIVELY"
@@ -119,3 +142,59 @@ class RemotingDirectConsumers:
             return answer_of(response)
 
         return deliver
+
+
+# RocketMQ's admin tool gives up after its 5 s default: the node answers before it does.
+ADMIN_TOOL_WAIT_MS = 4_500
+# What an admin tool is answered for a client whose own word is not CMResult's.
+RESULT_NAMES = {
+    Outcome.CONSUMED: "CR_SUCCESS",
+    Outcome.LATER: "CR_LATER",
+    Outcome.FAILED: "CR_LATER",  # a RocketMQ 5 listener's FAILURE: consumed again later
+}
+
+
+def result_body(result: DirectResult) -> bytes:
+    """RocketMQ's ``ConsumeMessageDirectlyResult`` of a client's answer."""
+    said = result.client_answer
+    name = said if said in CM_RESULTS else RESULT_NAMES[result.outcome]
+    body = {
+        "order": False,
+        "autoCommit": True,
+        "consumeResult": name,
+        "remark": result.remark or None,
+        "spentTimeMills": max(result.spent_ms, 0),
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+class DirectHandlers:
+    """CONSUME_MESSAGE_DIRECTLY asked of this node by an admin tool."""
+
+    def __init__(self, services: Services) -> None:
+        self.service = services.direct_consume
+
+    def handlers(self) -> list[tuple[int, DoorHandler]]:
+        return [(RequestCode.CONSUME_MESSAGE_DIRECTLY, self.consume_directly)]
+
+    async def consume_directly(self, request: RemotingCommand, connection, caller: Caller):
+        asked = DirectRequest(
+            request.text("consumerGroup", ""),
+            request.text("topic", ""),
+            request.text("msgId", ""),
+            client_id=request.text("clientId", ""),
+            timeout_ms=ADMIN_TOOL_WAIT_MS,
+        )
+        try:
+            result = await self.service.consume(caller, asked)
+        except AdminRefused as refused:
+            return request.reply(ResponseCode.SYSTEM_ERROR, refused.message)
+        except InvalidRequest as error:  # the ACL
+            return request.reply(*refusal(error))
+        if result.outcome is Outcome.TIMED_OUT:
+            remark = f"consumer <{asked.group}> <{result.client_id}> {result.remark}"
+            return request.reply(ResponseCode.CONSUME_MSG_TIMEOUT, remark)
+        if result.outcome is Outcome.NOT_SUPPORTED or result.client_answer.startswith("code "):
+            remark = f"client {result.client_id}: {result.client_answer} {result.remark}"
+            return request.reply(ResponseCode.SYSTEM_ERROR, remark.strip())
+        return request.reply(ResponseCode.SUCCESS, body=result_body(result))
