@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.console.dead_letters import DeadLetterEndpoints
+from node.console.direct_consume import DirectConsumeEndpoint
 from node.console.masters import MasterReads
 from node.console.sends import SendEndpoint
 from node.rpc_status import AccessDenied, InvalidRequest
@@ -329,6 +330,15 @@ class ConsoleApi:
         self.routes.append(Route("GET", re.compile("/api/producers"), self.producers))
         sends = SendEndpoint(services, self.masters, text, ApiError, refusal)
         for method, pattern, handler in sends.routes():
+            self.routes.append(Route(method, re.compile("/api/" + pattern), handler))
+        direct = DirectConsumeEndpoint(
+            services,
+            self.masters.node_id,
+            self.masters.peers,
+            text,
+            lambda reason: ApiError(400, reason),
+        )
+        for method, pattern, handler in direct.routes():
             self.routes.append(Route(method, re.compile("/api/" + pattern), handler))
 
     # ---- cluster -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from ferrymq.codec.message_id import offset_message_id
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -142,6 +143,9 @@ def test_every_refusal_names_its_reason(broker):
         "MESSAGE_NOT_FOUND"
     )
     assert message(DirectRequest("G", "orders", "00" * 16)).startswith("MESSAGE_NOT_FOUND")
+    # The right offset under another store host: another broker group's record, not this one.
+    elsewhere = offset_message_id(bytes([10, 9, 9, 9, 0, 0, 0x1F, 0x90]), offset)
+    assert message(DirectRequest("G", "orders", elsewhere)).startswith("MESSAGE_NOT_FOUND")
     assert message(DirectRequest("G", "orders", physical_offset=offset)).startswith(
         "NO_ONLINE_CLIENT"
     )
