@@ -346,9 +346,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if settings.WhichOneof("pub_sub") != "subscription" or not group or not client_id:
             return
         consumer = verifications.consumer(settings.client_type, caller)
-        self.services.direct_consume.consumers.register(
-            verifications.outbox, group, client_id, consumer
-        )
+        consumers = self.services.direct_consume.consumers
+        consumers.unregister(verifications.outbox)  # a stream is one client of one group
+        consumers.register(verifications.outbox, group, client_id, consumer)
 
     def _settings_answer(self, caller: Caller, settings: pb.Settings, outbox: TelemetryOutbox):
         """The answer to one settings command; a producer's also registers the stream for

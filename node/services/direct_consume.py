@@ -64,6 +64,7 @@ FAILED_PRECONDITION = 9
 TIMEOUT_DEFAULT_MS = 15_000  # RocketMQ's admin tool waits its default 5 s; listeners vary
 TIMEOUT_MAX_MS = 60_000
 CLIENTS_PER_GROUP_MAX = 1024  # registered here per group, as the connection lists
+GROUPS_MAX = 10_000  # groups with a client registered here, as the members' table
 
 
 class Outcome(enum.Enum):
@@ -139,7 +140,9 @@ class DirectConsumers:
 
     def register(self, key: object, group: str, client_id: str, consumer: DirectConsumer) -> bool:
         """``client_id`` of ``group`` is reachable through ``key``; False (nothing
-        registered) past ``CLIENTS_PER_GROUP_MAX``."""
+        registered) past ``CLIENTS_PER_GROUP_MAX`` or ``GROUPS_MAX``."""
+        if group not in self._by_group and len(self._by_group) >= GROUPS_MAX:
+            return False
         clients = self._by_group.setdefault(group, {})
         if client_id not in clients and len(clients) >= CLIENTS_PER_GROUP_MAX:
             return False

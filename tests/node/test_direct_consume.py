@@ -180,6 +180,9 @@ def test_the_registry_forgets_a_key_whole_and_keeps_a_newer_keys_entry(monkeypat
     monkeypatch.setattr(direct_consume, "CLIENTS_PER_GROUP_MAX", 1)
     assert not consumers.register("x", "G", "c2", DirectConsumer("grpc", deliver))
     assert consumers.register("x", "G", "c1", DirectConsumer("grpc", deliver))
+    monkeypatch.setattr(direct_consume, "GROUPS_MAX", 1)
+    assert not consumers.register("x", "H", "c1", DirectConsumer("grpc", deliver))
+    assert consumers.of("H") == {}
 
 
 def response(body: object, code: int = ResponseCode.SUCCESS, remark: str = ""):

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from ferrymq.cli import main as cli
 from ferrymq.client import Admin, FerryError, Message, Producer
 from ferrymq.codec.commitlog_record import decode
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
@@ -114,3 +115,19 @@ def _refused(started, sent) -> bool:
         except FerryError as error:
             return "NO_ONLINE_CLIENT" in str(error)
     return False
+
+
+def test_the_cli_says_what_the_client_answered(node, capsys):
+    started, sent = node
+    argv = ["message", "consume-directly", "--topic", TOPIC, "--group", GROUP]
+    argv += ["--id", sent.message_id, "--server", started.address]
+    with consumer(started, "cli@1") as push, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(cli.main, [*argv, "--json"])
+        answer(push, {"consumeResult": "CR_SUCCESS", "spentTimeMills": 3})
+        assert running.result() == 0
+        said = json.loads(capsys.readouterr().out)
+        assert (said["outcome"], said["client_id"], said["spent_ms"]) == ("consumed", "cli@1", 3)
+        running = pool.submit(cli.main, argv)
+        answer(push, {"consumeResult": "CR_THROW_EXCEPTION", "remark": "boom"})
+        assert running.result() == 1  # not consumed
+    assert capsys.readouterr().out.startswith("failed (CR_THROW_EXCEPTION): boom; client cli@1")
