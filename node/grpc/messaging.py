@@ -342,8 +342,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     ) -> None:
         """A consumer's stream is one stored messages can be handed to directly
         (``node/grpc/telemetry_verify.py``), for its group, until it ends."""
+        if settings.WhichOneof("pub_sub") != "subscription":
+            return
         group, client_id = settings.subscription.group.name, client_id_of(context)
-        if settings.WhichOneof("pub_sub") != "subscription" or not group or not client_id:
+        if not group or not client_id:
             return
         consumer = verifications.consumer(settings.client_type, caller)
         consumers = self.services.direct_consume.consumers
