@@ -61,6 +61,7 @@ class RequestCode(enum.IntEnum):
     DELETE_TOPIC_IN_NAMESRV = 216
     QUERY_TOPIC_CONSUME_BY_WHO = 300
     # Asked of a broker by an admin tool and relayed to one consumer over its connection.
+    GET_CONSUMER_RUNNING_INFO = 307
     CONSUME_MESSAGE_DIRECTLY = 309
     GET_TOPIC_CONFIG = 351
     RECALL_MESSAGE = 370  # RocketMQ 5.3.2: cancel a delayed message (its recall handle)

@@ -22,8 +22,10 @@ the client speaks (a 4.x client's own ``consumeResult``; a RocketMQ 5 client's O
 CR_SUCCESS, FAILED_TO_CONSUME_MESSAGE as CR_LATER, its listener's FAILURE), a timeout
 CONSUME_MSG_TIMEOUT as RocketMQ's broker answers it (after 4.5 s: the tool waits 5 s), a
 refusal SYSTEM_ERROR with its remark (NO_PERMISSION for the ACL). mqadmin's
-``queryMsgById -g -d`` asks GET_CONSUMER_RUNNING_INFO (307) of the client first, which
-this node does not relay: it reports the client as no push consumer and sends nothing.
+``queryMsgById -g -d`` asks GET_CONSUMER_RUNNING_INFO (307) of the client first (to see
+that it is a push consumer): this node passes it on to a 4.x client and its answer back,
+as RocketMQ's broker does, for admins only (the answer shows the client's threads,
+queues and settings).
 
 Thread-safety: handlers run on the node's event loop.
 """
@@ -119,12 +121,13 @@ class RemotingDirectConsumers:
         self, connection, caller: Caller, client_id: str, group: str, consume_type: str
     ) -> None:
         """``connection``'s client ``client_id`` is a member of ``group`` (its heartbeat)."""
+        relay = connection.request  # (request, timeout_s): the client's answer
         if consume_type == PUSH:
             deliver = self._deliver_to(connection, client_id)
-            consumer = DirectConsumer(PROTOCOL, deliver, caller=caller)
+            consumer = DirectConsumer(PROTOCOL, deliver, caller=caller, relay=relay)
         else:
             unable = f"a {consume_type} (pull) consumer has no listener to run"
-            consumer = DirectConsumer(PROTOCOL, None, unable, caller=caller)
+            consumer = DirectConsumer(PROTOCOL, None, unable, caller=caller, relay=relay)
         self.consumers.register(connection, group, client_id, consumer)
         if not connection.attributes.get(DIRECT_CONSUMING):
             connection.attributes[DIRECT_CONSUMING] = True
@@ -144,6 +147,9 @@ class RemotingDirectConsumers:
         return deliver
 
 
+# GetConsumerRunningInfoRequestHeader: what is passed on to the client (not the tool's
+# signature fields).
+RUNNING_INFO_FIELDS = ("consumerGroup", "clientId", "jstackEnable", "rpcTimeout")
 # RocketMQ's admin tool gives up after its 5 s default: the node answers before it does.
 ADMIN_TOOL_WAIT_MS = 4_500
 # What an admin tool is answered for a client whose own word is not CMResult's.
@@ -175,7 +181,36 @@ class DirectHandlers:
         self.service = services.direct_consume
 
     def handlers(self) -> list[tuple[int, DoorHandler]]:
-        return [(RequestCode.CONSUME_MESSAGE_DIRECTLY, self.consume_directly)]
+        return [
+            (RequestCode.CONSUME_MESSAGE_DIRECTLY, self.consume_directly),
+            (RequestCode.GET_CONSUMER_RUNNING_INFO, self.running_info),
+        ]
+
+    async def running_info(self, request: RemotingCommand, connection, caller: Caller):
+        """mqadmin's GET_CONSUMER_RUNNING_INFO, passed on to the client as RocketMQ's
+        broker relays it (its header, no body), the client's answer passed back."""
+        group, client_id = request.text("consumerGroup", ""), request.text("clientId", "")
+        try:
+            consumer = self.service.relay_target(caller, group, client_id)
+        except AdminRefused as refused:
+            return request.reply(ResponseCode.SYSTEM_ERROR, refused.message)
+        except InvalidRequest as error:  # the ACL
+            return request.reply(*refusal(error))
+        if consumer.relay is None:
+            return request.reply(
+                ResponseCode.SYSTEM_ERROR,
+                f"client {client_id} is a {consumer.protocol} client: no running info",
+            )
+        fields = {k: v for k, v in request.ext_fields.items() if k in RUNNING_INFO_FIELDS}
+        asked = RemotingCommand(request.code, version=BROKER_VERSION, ext_fields=fields)
+        try:
+            answer = await consumer.relay(asked, ADMIN_TOOL_WAIT_MS / 1000)
+        except TimeoutError:
+            remark = f"consumer <{group}> <{client_id}> did not answer in time"
+            return request.reply(ResponseCode.CONSUME_MSG_TIMEOUT, remark)
+        except ConnectionError as error:
+            return request.reply(ResponseCode.SYSTEM_ERROR, f"client {client_id}: {error}")
+        return request.reply(answer.code, answer.remark, body=answer.body)
 
     async def consume_directly(self, request: RemotingCommand, connection, caller: Caller):
         asked = DirectRequest(

@@ -88,6 +88,9 @@ class ClientAnswer:
 # A door's way to hand one stored message to one client of ``group`` and wait at most
 # ``timeout_s`` for its answer (a door answers TIMED_OUT itself, it never raises for it).
 Deliver = Callable[[StoredMessage, str, float], Awaitable[ClientAnswer]]
+# A door's way to pass an admin tool's request on to the client and wait at most
+# ``timeout_s`` for its answer (the door's own request and answer types).
+Relay = Callable[[object, float], Awaitable[object]]
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class DirectConsumer:
     # master, which may be another node); else while a live member of the group here.
     streamed: bool = False
     caller: Caller | None = None  # who registered it: it gets only what it may consume
+    relay: Relay | None = None  # an admin tool's request passed on (4.x: mqadmin's 307)
 
 
 @dataclass(frozen=True)
@@ -239,22 +243,35 @@ class DirectConsumeService:
             return None
         return found
 
+    def relay_target(self, caller: Caller, group: str, client_id: str) -> DirectConsumer:
+        """The client an admin tool's request about it is passed on to (mqadmin's
+        GET_CONSUMER_RUNNING_INFO, which ``queryMsgById -g -d`` asks before it asks for a
+        direct consumption): admins only, since the answer shows the client's threads,
+        queues and settings; ``CLIENT_NOT_MEMBER`` as ``consume``."""
+        self.permissions.require_admin(caller)
+        return self._member(group, client_id)
+
+    def _here(self, group: str) -> dict[str, DirectConsumer]:
+        live = {client_id for client_id, _ in self.live_members(group)}
+        return {c: d for c, d in self.consumers.of(group).items() if d.streamed or c in live}
+
+    def _member(self, group: str, client_id: str) -> DirectConsumer:
+        consumer = self._here(group).get(client_id)
+        if consumer is None:
+            raise AdminRefused(
+                NOT_FOUND,
+                f"CLIENT_NOT_MEMBER: client {client_id} is no live member of group {group} "
+                "connected to this node",
+            )
+        return consumer
+
     def _client(self, request: DirectRequest) -> tuple[str, DirectConsumer]:
-        live = {client_id for client_id, _ in self.live_members(request.group)}
-        registered = self.consumers.of(request.group).items()
-        here = {c: d for c, d in registered if d.streamed or c in live}
         if request.client_id:
-            consumer = here.get(request.client_id)
-            if consumer is None:
-                raise AdminRefused(
-                    NOT_FOUND,
-                    f"CLIENT_NOT_MEMBER: client {request.client_id} is no live member of group "
-                    f"{request.group} connected to this node",
-                )
+            consumer = self._member(request.group, request.client_id)
             _check_able(request.client_id, consumer)
             self._check_allowed(request, request.client_id, consumer)
             return request.client_id, consumer
-        here = {c: d for c, d in here.items() if self._allowed(request, d)}
+        here = {c: d for c, d in self._here(request.group).items() if self._allowed(request, d)}
         if not here:
             raise AdminRefused(
                 FAILED_PRECONDITION,

@@ -73,3 +73,39 @@ def test_a_4x_push_consumer_consumes_a_stored_message_directly(java, cluster, tm
     # the offset message id the result names, the producer's id its UNIQ_KEY property.
     assert seen["direct"]["id"] == consumed.message_id and seen["direct"]["topic"] == TOPIC
     assert seen["direct"]["properties"]["UNIQ_KEY"] == fine.message_id
+
+
+@pytest.fixture(scope="module")
+def mqadmin():
+    return clients.required("mqadmin")
+
+
+def test_mqadmin_pushes_a_message_to_the_4x_push_consumer(java, mqadmin, cluster, tmp_path):
+    """``mqadmin queryMsgById -g -d`` (rocketmq-tools 5.x): GET_CONSUMER_RUNNING_INFO passed
+    on to the client (a push consumer?), then CONSUME_MESSAGE_DIRECTLY to the node that
+    stores the message, which hands it to the client; mqadmin prints the client's result."""
+    with Producer(cluster.address) as producer:
+        sent = producer.send(Message(TOPIC, b"by mqadmin", tag="stored"))
+    push = {
+        "do": "push",
+        "group": GROUP,
+        "topic": TOPIC,
+        "expression": "not-these",
+        "expect": ["by mqadmin"],
+        "deadline_s": 120,
+    }
+    spec = {"namesrv": cluster.namesrv, "steps": [push]}
+    with ThreadPoolExecutor(1) as pool, Admin(cluster.address) as admin:
+        (found,) = admin.query_by_id(sent.message_id, TOPIC)
+        running = pool.submit(clients.run, java, spec, tmp_path / "java", 300)
+        (client_id,) = until(lambda: admin.group_members(GROUP), 90, "the Java consumer")
+        command = ["queryMsgById", "-t", TOPIC, "-i", found.offset_message_id]
+        command += ["-g", GROUP, "-d", client_id]
+        asked = {"namesrv": cluster.namesrv, "commands": [command]}
+        tool = clients.run(mqadmin, asked, tmp_path / "mqadmin", 120, check_done=False)
+        run = running.result()
+    (said,) = tool.of("command")
+    assert "consumeResult=CR_SUCCESS" in said["output"], tool.explain()
+    assert all(e["all_seen"] for e in run.of("push_waited")), run.explain()
+    (consumed,) = run.of("consumed")
+    assert consumed["body"] == "by mqadmin" and consumed["id"] == found.offset_message_id

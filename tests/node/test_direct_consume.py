@@ -284,3 +284,18 @@ def test_a_streams_wait_ends_on_timeout_and_on_close(broker):
         "DIRECT_CONSUME_UNSUPPORTED: client c6 (grpc) cannot consume a message directly: "
         "a SIMPLE_CONSUMER client has no listener"
     )
+
+
+def test_an_admin_tools_request_is_passed_on_to_a_member_for_admins_only(broker):
+    served = service(broker)
+    consumer = DirectConsumer("remoting", None, "pull", relay=RecordingDoor().deliver)
+    served.consumers.register("k", "G", "c1", consumer)
+    assert served.relay_target(ADMIN, "G", "c1") is consumer
+    rules = (
+        AclEntry(Effect.ALLOW, Action.SUBSCRIBE, ResourceKind.TOPIC, "orders"),
+        AclEntry(Effect.ALLOW, Action.SUBSCRIBE, ResourceKind.GROUP, "G"),
+    )
+    with pytest.raises(AccessDenied):
+        served.relay_target(Caller(Door.REMOTING, "x", User("app", b"x", acl=rules)), "G", "c1")
+    with pytest.raises(AdminRefused, match="CLIENT_NOT_MEMBER: client c2"):
+        served.relay_target(ADMIN, "G", "c2")
