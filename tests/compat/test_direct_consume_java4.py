@@ -1,8 +1,9 @@
 """A stored message consumed directly by the official Java 4.x DefaultMQPushConsumer (4.9.8,
-unchanged), as RocketMQ Dashboard's "resend message" to a group does it
-(``node/services/direct_consume.py``): the SDK's Admin asks the node, the node sends
-CONSUME_MESSAGE_DIRECTLY over the client's connection, the client's listener runs on the
-message and its ConsumeMessageDirectlyResult comes back to the Admin call.
+unchanged) and the Go client's push consumer (rocketmq-client-go v2), as RocketMQ
+Dashboard's "resend message" to a group does it (``node/services/direct_consume.py``): the
+SDK's Admin asks the node, the node sends CONSUME_MESSAGE_DIRECTLY over the client's
+connection, the client's listener runs on the message and its ConsumeMessageDirectlyResult
+comes back to the Admin call.
 
 The consumer subscribes with a tag the messages do not carry, so ordinary delivery gives it
 nothing: what its listener sees came directly. One message it consumes (CR_SUCCESS:
@@ -39,7 +40,11 @@ def cluster(tmp_path_factory):
     stop_all(made.plan)
 
 
-def test_a_4x_push_consumer_consumes_a_stored_message_directly(java, cluster, tmp_path):
+@pytest.mark.parametrize("family", ["java-remoting", "go-remoting"])
+def test_a_4x_push_consumer_consumes_a_stored_message_directly(family, cluster, tmp_path):
+    """The Java 4.x DefaultMQPushConsumer and the Go client's push consumer (which answers
+    CMResult's ordinal) alike."""
+    driver = clients.required(family)
     with Producer(cluster.address) as producer:
         fine = producer.send(Message(TOPIC, b"direct", tag="stored"))
         poison = producer.send(Message(TOPIC, b"poison", tag="stored"))
@@ -53,10 +58,11 @@ def test_a_4x_push_consumer_consumes_a_stored_message_directly(java, cluster, tm
         "expect": ["direct"],
         "deadline_s": 120,
     }
-    spec = {"namesrv": cluster.namesrv, "steps": [push]}
+    namesrv = cluster.namesrv if family == "java-remoting" else cluster.namesrv_list
+    spec = {"namesrv": namesrv, "steps": [push]}
     with ThreadPoolExecutor(1) as pool, Admin(cluster.address) as admin:
-        running = pool.submit(clients.run, java, spec, tmp_path / "java", 300)
-        (client_id,) = until(lambda: admin.group_members(GROUP), 90, "the Java consumer")
+        running = pool.submit(clients.run, driver, spec, tmp_path / "client", 300)
+        (client_id,) = until(lambda: admin.group_members(GROUP), 90, "the consumer")
         consumed = admin.consume_directly(GROUP, TOPIC, fine.message_id)
         later = admin.consume_directly(GROUP, TOPIC, poison.message_id, client_id=client_id)
         with pytest.raises(FerryError, match="CLIENT_NOT_MEMBER"):
@@ -69,9 +75,10 @@ def test_a_4x_push_consumer_consumes_a_stored_message_directly(java, cluster, tm
     assert (later.outcome, later.client_answer) == ("later", "CR_LATER"), later
     seen = {e["body"]: e for e in run.of("consumed")}
     assert set(seen) == {"direct", "poison"}, run.explain()  # nothing by ordinary delivery
-    # The 4.x client decodes the record as RocketMQ's broker relays it: its message id is
-    # the offset message id the result names, the producer's id its UNIQ_KEY property.
-    assert seen["direct"]["id"] == consumed.message_id and seen["direct"]["topic"] == TOPIC
+    # The 4.x client decodes the record as RocketMQ's broker relays it: its offset message
+    # id is the one the result names, the producer's id its UNIQ_KEY property.
+    offset_id = seen["direct"]["id" if family == "java-remoting" else "offset_id"]
+    assert offset_id == consumed.message_id and seen["direct"]["topic"] == TOPIC
     assert seen["direct"]["properties"]["UNIQ_KEY"] == fine.message_id
 
 
