@@ -33,7 +33,7 @@ from node.group_members import MembershipRefused
 from node.grpc.authentication import caller_of
 from node.grpc.route_endpoints import group_endpoints, one_address, takes_one_address
 from node.grpc.telemetry_outbox import TelemetryOutbox
-from node.grpc.telemetry_verify import StreamVerifications
+from node.grpc.telemetry_verify import PendingVerifications, StreamVerifications
 from node.grpc.wire import millis_of, outgoing, timestamp_of, to_wire_message
 from node.lite_names import LITE_TOPIC_MAX_BYTES
 from node.lite_subscriptions import CLIENT_QUOTA as LITE_CLIENT_QUOTA
@@ -189,6 +189,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.services = services
         self.max_body_bytes = max_body_bytes
         self.long_polling_s = long_polling_s
+        self.verifications = PendingVerifications()  # direct consumptions, every stream's
 
     @staticmethod
     def _caller(context, method: str) -> Caller:
@@ -297,7 +298,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         cut off once ``OUTBOX_MAX`` wait (``node/grpc/telemetry_outbox.py``)."""
         caller = self._caller(context, "Telemetry")
         outbox = TelemetryOutbox()
-        verifications = StreamVerifications(outbox)
+        verifications = StreamVerifications(outbox, self.verifications)
         overflowed = False
         lite_client = None  # a lite consumer's client id: its notices come here
 

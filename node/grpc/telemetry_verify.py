@@ -12,8 +12,9 @@ NOT_IMPLEMENTED; the Node.js client answers NOT_IMPLEMENTED with the nonce in a
 node's wait times out. A stream whose settings are a simple consumer's is registered as
 unable and never asked.
 
-One ``StreamVerifications`` per stream: its pending nonces, each a future the stream's
-reader resolves; at most ``PENDING_MAX`` wait on one stream.
+One ``StreamVerifications`` per stream (at most ``PENDING_MAX`` of its commands wait), its
+nonces in the node's ``PendingVerifications``, whose futures any stream's reader resolves:
+the Go client writes its answer on a new stream of its own.
 
 Thread-safety: owned by the node's event loop.
 """
@@ -32,7 +33,8 @@ from node.services.caller import Caller
 from node.services.direct_consume import ClientAnswer, DirectConsumer, Outcome
 
 PROTOCOL = "grpc"
-PENDING_MAX = 16
+PENDING_MAX = 16  # per stream
+NODE_PENDING_MAX = 1024
 LISTENING_CLIENTS = (pb.PUSH_CONSUMER, pb.LITE_PUSH_CONSUMER)
 OUTCOMES = {
     pb.OK: Outcome.CONSUMED,
@@ -54,12 +56,54 @@ def answer_of(status: pb.Status) -> ClientAnswer:
     return ClientAnswer(OUTCOMES.get(status.code, Outcome.FAILED), name, status.message)
 
 
-class StreamVerifications:
-    """The verifications waiting for answers on one Telemetry stream."""
+class PendingVerifications:
+    """Every verification on this node waiting for its answer, by nonce. A client may
+    answer on another of its Telemetry streams than the one that carried the command (the
+    Go client writes its answer through a session per address, a new stream), so the answer
+    is taken from any stream here; a nonce is 128 random bits, which only the client that
+    got the command knows. At most ``NODE_PENDING_MAX`` wait.
 
-    def __init__(self, outbox: TelemetryOutbox) -> None:
+    Thread-safety: owned by the node's event loop."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, asyncio.Future[pb.Status | None]] = {}  # None: closed
+
+    def open(self) -> tuple[str, asyncio.Future[pb.Status | None]] | None:
+        """A new nonce and the future its answer resolves; None when too many wait."""
+        if len(self._waiters) >= NODE_PENDING_MAX:
+            return None
+        nonce = secrets.token_hex(16)
+        self._waiters[nonce] = asyncio.get_running_loop().create_future()
+        return nonce, self._waiters[nonce]
+
+    def forget(self, nonce: str) -> None:
+        self._waiters.pop(nonce, None)
+
+    def end(self, nonce: str, status: pb.Status | None) -> None:
+        waiter = self._waiters.get(nonce)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(status)
+
+    def answered(self, command: rpc.TelemetryCommand) -> bool:
+        """Take a client's answer to a verification (False: ``command`` is none)."""
+        which = command.WhichOneof("command")
+        if which == "verify_message_result":
+            nonce = command.verify_message_result.nonce
+        elif which == "verify_message_command":  # the Node.js client's answer
+            nonce = command.verify_message_command.nonce
+        else:
+            return False
+        self.end(nonce, command.status)
+        return True
+
+
+class StreamVerifications:
+    """The verifications one Telemetry stream carried, waiting for their answers."""
+
+    def __init__(self, outbox: TelemetryOutbox, pending: PendingVerifications) -> None:
         self.outbox = outbox
-        self._pending: dict[str, asyncio.Future[pb.Status | None]] = {}  # None: closed
+        self.pending = pending
+        self._nonces: set[str] = set()
 
     def consumer(self, client_type: int, caller: Caller) -> DirectConsumer:
         """What the stream's client can do, by the client type its settings state."""
@@ -70,13 +114,11 @@ class StreamVerifications:
         return DirectConsumer(PROTOCOL, None, unable, streamed=True, caller=caller)
 
     async def deliver(self, stored: StoredMessage, group: str, timeout_s: float) -> ClientAnswer:
-        if len(self._pending) >= PENDING_MAX:
-            return ClientAnswer(
-                Outcome.TIMED_OUT, "", f"{PENDING_MAX} verifications already wait on its stream"
-            )
-        nonce = secrets.token_hex(16)
-        waiter = asyncio.get_running_loop().create_future()
-        self._pending[nonce] = waiter
+        opened = self.pending.open() if len(self._nonces) < PENDING_MAX else None
+        if opened is None:
+            return ClientAnswer(Outcome.TIMED_OUT, "", "too many verifications already wait")
+        nonce, waiter = opened
+        self._nonces.add(nonce)
         try:
             if not self.outbox.offer(verify_command(nonce, stored)):
                 return ClientAnswer(Outcome.TIMED_OUT, "", "its Telemetry stream is full or gone")
@@ -84,27 +126,17 @@ class StreamVerifications:
         except TimeoutError:
             return ClientAnswer(Outcome.TIMED_OUT, "", f"no answer in {timeout_s:g} s")
         finally:
-            self._pending.pop(nonce, None)
+            self._nonces.discard(nonce)
+            self.pending.forget(nonce)
         if status is None:
             return ClientAnswer(Outcome.TIMED_OUT, "", "its Telemetry stream closed")
         return answer_of(status)
 
     def answered(self, command: rpc.TelemetryCommand) -> bool:
-        """Take the client's answer to a verification (False: ``command`` is none)."""
-        which = command.WhichOneof("command")
-        if which == "verify_message_result":
-            nonce = command.verify_message_result.nonce
-        elif which == "verify_message_command":  # the Node.js client's answer
-            nonce = command.verify_message_command.nonce
-        else:
-            return False
-        waiter = self._pending.get(nonce)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(command.status)
-        return True
+        """A client's answer read on this stream (it may be to another stream's command)."""
+        return self.pending.answered(command)
 
     def close(self) -> None:
-        """The stream ended: every wait ends now."""
-        for waiter in self._pending.values():
-            if not waiter.done():
-                waiter.set_result(None)
+        """The stream ended: the waits for its commands end now."""
+        for nonce in list(self._nonces):
+            self.pending.end(nonce, None)

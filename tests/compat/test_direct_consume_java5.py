@@ -6,7 +6,8 @@ node writes a ``verify_message_command``, the client's listener runs and its
 FAILED_TO_CONSUME_MESSAGE, ``failed``). The client is given every node; its stream is on
 one of them, which the test finds as the console does: the nodes that do not hold it
 answer CLIENT_NOT_MEMBER. Its listener sees nothing by ordinary delivery (it subscribes to
-a tag the messages do not carry)."""
+a tag the messages do not carry). The Go 5.x push consumer answers NOT_IMPLEMENTED, on a
+new stream of its own."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tests.support.rpc import create_group, create_topic, stubs
 
 pytestmark = pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
 
-TOPIC, GROUP = "jv-orders", "jv-verify"
+TOPIC, GROUP, GO_GROUP = "jv-orders", "jv-verify", "jv-go"
 
 
 @pytest.fixture(scope="module")
@@ -37,18 +38,19 @@ def cluster(tmp_path_factory):
     try:
         create_topic(admin, TOPIC, queues=2)
         create_group(admin, GROUP)
+        create_group(admin, GO_GROUP)
     finally:
         channel.close()
     yield made
     stop_all(made.plan)
 
 
-def holder(cluster, client_id: str, message_id: str):
+def holder(cluster, client_id: str, message_id: str, group: str = GROUP):
     """The node holding the client's stream, and its first answer."""
     for node in cluster.plan.nodes:
         with Admin(node.grpc) as admin:
             try:
-                return node, admin.consume_directly(GROUP, TOPIC, message_id, client_id=client_id)
+                return node, admin.consume_directly(group, TOPIC, message_id, client_id=client_id)
             except FerryError as error:
                 if "CLIENT_NOT_MEMBER" not in str(error):
                     raise
@@ -92,3 +94,29 @@ def test_a_5x_push_consumer_consumes_a_stored_message_over_its_stream(java, clus
     seen = {e["body"]: e for e in run.of("consumed")}
     assert set(seen) == {"direct", "poison"}, run.explain()  # nothing by ordinary delivery
     assert seen["direct"]["id"] == fine.message_id and seen["direct"]["topic"] == TOPIC
+
+
+def test_the_go_5x_push_consumer_answers_not_implemented(cluster, tmp_path):
+    """The Go 5.x client (rocketmq-clients/golang v5) answers every verify_message_command
+    NOT_IMPLEMENTED, its push consumer's too: ``not_supported``, its listener not run."""
+    go = clients.required("go-grpc")
+    with Producer(cluster.address) as producer:
+        sent = producer.send(Message(TOPIC, b"for go", tag="stored"))
+    push = {
+        "do": "push",
+        "group": GO_GROUP,
+        "topic": TOPIC,
+        "expression": "not-these",
+        "expect": ["never sent"],
+        "deadline_s": 20,
+    }
+    spec = {"endpoints": cluster.endpoints, "steps": [push]}
+    with ThreadPoolExecutor(1) as pool, Admin(cluster.address) as admin:
+        running = pool.submit(clients.run, go, spec, tmp_path / "go", 120)
+        (client_id,) = until(lambda: admin.group_members(GO_GROUP), 60, "the Go consumer")
+        _, answered = until(
+            lambda: holder(cluster, client_id, sent.message_id, GO_GROUP), 30, "its stream"
+        )
+        run = running.result()
+    assert (answered.outcome, answered.client_answer) == ("not_supported", "NOT_IMPLEMENTED")
+    assert run.of("consumed") == [], run.explain()

@@ -17,7 +17,7 @@ from ferrymq.codec.remoting_codes import ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from node.grpc.telemetry_outbox import TelemetryOutbox
-from node.grpc.telemetry_verify import StreamVerifications
+from node.grpc.telemetry_verify import PendingVerifications, StreamVerifications
 from node.remoting.broker_direct import answer_of
 from node.rpc_status import AccessDenied
 from node.services import direct_consume
@@ -222,7 +222,7 @@ def test_a_client_is_handed_only_what_its_own_user_may_consume(broker):
 def test_a_stream_is_online_while_registered_and_answers_by_nonce(broker):
     served = service(broker, live=())  # its heartbeats went to another node
     outbox = TelemetryOutbox()
-    stream = StreamVerifications(outbox)
+    stream = StreamVerifications(outbox, PendingVerifications())
     served.consumers.register(outbox, "G", "c5", stream.consumer(pb.PUSH_CONSUMER, ADMIN))
     request = DirectRequest("G", "orders", physical_offset=stored(broker).physical_offset)
 
@@ -251,12 +251,24 @@ def test_a_stream_is_online_while_registered_and_answers_by_nonce(broker):
         "NOT_IMPLEMENTED",
     )
     assert not stream.answered(rpc.TelemetryCommand(settings=pb.Settings()))
+    other = StreamVerifications(TelemetryOutbox(), stream.pending)  # the client's new stream
+
+    async def answered_elsewhere():
+        consuming = asyncio.ensure_future(served.consume(ADMIN, request))
+        nonce = (await outbox.next()).verify_message_command.nonce
+        result = rpc.VerifyMessageResult(nonce=nonce)
+        assert other.answered(
+            rpc.TelemetryCommand(status=pb.Status(code=pb.OK), verify_message_result=result)
+        )
+        return await consuming
+
+    assert broker.run(answered_elsewhere()).outcome is Outcome.CONSUMED
 
 
 def test_a_streams_wait_ends_on_timeout_and_on_close(broker):
     served = service(broker, live=())
     outbox = TelemetryOutbox()
-    stream = StreamVerifications(outbox)
+    stream = StreamVerifications(outbox, PendingVerifications())
     served.consumers.register(outbox, "G", "c5", stream.consumer(pb.PUSH_CONSUMER, ADMIN))
     offset = stored(broker).physical_offset
     quick = DirectRequest("G", "orders", physical_offset=offset, timeout_ms=50)
