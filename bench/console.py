@@ -128,6 +128,7 @@ def measure(plan, topic_count: int, group_count: int, requests: int) -> dict:
         broker_group = admin.cluster_status().broker_groups[0]
         master = broker_group.master
     node = next(n for n in plan.nodes if n.id == master)
+    slave = next(n for n in plan.nodes if n.id != master)
     client = ConsoleClient(console_of(plan, node))
     assert client.login(ROOT).status == 200
     calls = {
@@ -149,6 +150,8 @@ def measure(plan, topic_count: int, group_count: int, requests: int) -> dict:
         "dead_letters": f"/api/groups/{DEAD_GROUP}/dead-letters?limit=50",
         "producers": "/api/producers",
         "users": "/api/users",
+        "node_config_here": f"/api/nodes/{node.id}/config",
+        "node_config_of_a_slave": f"/api/nodes/{slave.id}/config",  # read at that node
     }
     results = {name: timed(client, path, requests) for name, path in calls.items()}
     client.close()

@@ -790,6 +790,19 @@ def render_node_config(config: NodeConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+def effective_settings(config: NodeConfig) -> dict[str, dict[str, Any]]:
+    """Every option of ``node.toml`` with the value the node runs with, by section in the
+    file's order and by name (``[store]``: ``StoreConfig``'s effective values, defaults
+    included), as ``render_node_config`` writes them. Secrets included: whoever shows
+    them redacts (``node/services/node_settings.py``)."""
+    holders = {name: getattr(config, name, None) for name in _ALLOWED_FIELDS}
+    holders |= {"node": config, "store": config.store_config()}
+    return {
+        section: {name: getattr(holders[section], name) for name in sorted(names)}
+        for section, names in _ALLOWED_FIELDS.items()
+    }
+
+
 def _console_lines(console: ConsoleOptions) -> list[str]:
     lines = ["[console]"]
     for name in sorted(_CONSOLE_FIELDS - {"hostnames"}):

@@ -92,6 +92,7 @@ from node.services.direct_consume import DirectConsumeService
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
+from node.services.node_settings import NodeSettingsService
 from node.services.offset_reset import OffsetResetService
 from node.services.offsets import OffsetService
 from node.services.peer_admin import PeerAdmin
@@ -591,6 +592,9 @@ class Node:
             ),
             direct_consume=DirectConsumeService(
                 store, topics, members.live, permissions, config.group
+            ),
+            node_settings=NodeSettingsService(
+                config, self.routing, permissions, is_master=lambda: store.is_master
             ),
         )
 

@@ -84,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     finalize.add_argument("--data", help="cluster directory (instead of --server)")
     finalize.set_defaults(handler=finalize_upgrade_command)
+    node_config = clusters.add_parser(
+        "config",
+        parents=[common],
+        help="a node's configuration as it runs, by section and under RocketMQ's names "
+        "(admin rights; secrets shown only as set)",
+    )
+    node_config.add_argument("--node", default="", help="node id (default: the node asked)")
+    node_config.add_argument("--data", help="cluster directory (instead of --server)")
+    node_config.set_defaults(handler=node_config_command)
     cluster_stop = clusters.add_parser("down", help="stop a local cluster cleanly")
     cluster_stop.add_argument("--data", required=True, help="cluster directory")
     cluster_stop.set_defaults(handler=cluster_stop_command)
@@ -497,6 +506,21 @@ def on_first_answering_node(args, call):
             raise ClusterError(f"no cluster.json in {args.data}")
         servers = [n.grpc for n in plan.nodes]
     return on_first_answering(servers, call)
+
+
+def node_config_command(args) -> int:
+    """``ferrymq cluster config [--node ID]``: the options table, then RocketMQ's names."""
+    info = on_first_answering_node(args, lambda admin: admin.node_config(args.node))
+    if args.json:
+        emit_json(info)
+        return 0
+    print(f"node {info.node_id}, broker group {info.broker_group}")
+    print(
+        table(["section", "option", "value"], [[s.section, s.name, s.value] for s in info.settings])
+    )
+    print()
+    print(table(["RocketMQ property", "value"], sorted(info.broker_properties.items())))
+    return 0
 
 
 def finalize_upgrade_command(args) -> int:

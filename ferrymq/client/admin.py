@@ -314,6 +314,35 @@ def _user(u: api.User) -> UserInfo:
     return UserInfo(u.access_key, u.admin, rules)
 
 
+@dataclass(frozen=True)
+class NodeSettingInfo:
+    """One option of a node's ``node.toml`` as it runs; a secret (``redacted``) is shown
+    only as ``(set, not shown)`` or "" (not set)."""
+
+    section: str
+    name: str
+    value: str
+    redacted: bool = False
+
+
+@dataclass(frozen=True)
+class NodeConfigInfo:
+    """A node's configuration: its options by section, and the same settings under
+    RocketMQ's broker property names (what ``mqadmin getBrokerConfig`` shows)."""
+
+    node_id: str
+    broker_group: str
+    settings: tuple[NodeSettingInfo, ...]
+    broker_properties: dict[str, str]
+
+    def value(self, section: str, name: str) -> str:
+        """The value of ``[section] name`` (KeyError: no such option)."""
+        for setting in self.settings:
+            if (setting.section, setting.name) == (section, name):
+                return setting.value
+        raise KeyError(f"[{section}] {name}")
+
+
 # A topic created without a type takes every type (RocketMQ 5): shown as ANY.
 ANY_TYPE = "ANY"
 
@@ -761,6 +790,18 @@ class Admin:
                 for n in answer.nodes
             ),
             routing_format=answer.routing_format or 1,
+        )
+
+    def node_config(self, node_id: str = "") -> NodeConfigInfo:
+        """A node's configuration as it runs (admin rights): ``node_id`` "" is the node
+        asked; another node's is read at that node, as this user. Nothing secret is in it
+        (docs/security.md, "A node's configuration"). NOT_FOUND: no such node."""
+        answer = self._call(self.stub.NodeConfig, api.NodeConfigRequest(node_id=node_id))
+        return NodeConfigInfo(
+            answer.node_id,
+            answer.broker_group,
+            tuple(NodeSettingInfo(s.section, s.name, s.value, s.redacted) for s in answer.settings),
+            {p.name: p.value for p in answer.broker_properties},
         )
 
     def finalize_upgrade(self, routing_format: int = 0) -> int:

@@ -22,6 +22,7 @@ from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.console.dead_letters import DeadLetterEndpoints
 from node.console.direct_consume import DirectConsumeEndpoint
 from node.console.masters import MasterReads
+from node.console.node_config import NodeConfigEndpoint
 from node.console.sends import SendEndpoint
 from node.rpc_status import AccessDenied, InvalidRequest
 from node.services.admin import AdminRefused, ClusterSnapshot, TopicSpec
@@ -321,7 +322,8 @@ class ConsoleApi:
 
     def _add_dead_letter_routes(self, services: Services) -> None:
         """A group's dead letters and their resend (``dead_letters.py``), the online
-        producers, and a topic's test message (``sends.py``)."""
+        producers, a topic's test message (``sends.py``), a node's configuration
+        (``node_config.py``) and a message consumed directly (``direct_consume.py``)."""
         endpoints = DeadLetterEndpoints(
             services.dead_letter_resend, integer, text, lambda reason: ApiError(400, reason)
         )
@@ -329,8 +331,7 @@ class ConsoleApi:
             self.routes.append(Route(method, re.compile("/api/" + pattern), handler))
         self.routes.append(Route("GET", re.compile("/api/producers"), self.producers))
         sends = SendEndpoint(services, self.masters, text, ApiError, refusal)
-        for method, pattern, handler in sends.routes():
-            self.routes.append(Route(method, re.compile("/api/" + pattern), handler))
+        node_config = NodeConfigEndpoint(services.node_settings, self.masters.peers)
         direct = DirectConsumeEndpoint(
             services,
             self.masters.node_id,
@@ -338,7 +339,11 @@ class ConsoleApi:
             text,
             lambda reason: ApiError(400, reason),
         )
-        for method, pattern, handler in direct.routes():
+        for method, pattern, handler in [
+            *sends.routes(),
+            *node_config.routes(),
+            *direct.routes(),
+        ]:
             self.routes.append(Route(method, re.compile("/api/" + pattern), handler))
 
     # ---- cluster -------------------------------------------------------------------------

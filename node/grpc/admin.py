@@ -1,6 +1,6 @@
 """ferrymq's ``Admin`` door (``proto/ferrymq/admin.proto``), translated to the services:
 topics, groups, cluster status, planned failover, consumer progress and offset resets,
-dead-letter resends, message queries, users and ACL entries.
+dead-letter resends, message queries, users and ACL entries, a node's configuration.
 
 Status codes follow google.rpc (``AdminRefused`` carries them); a refusal by the ACL aborts
 the call with gRPC ``PERMISSION_DENIED`` or ``UNAUTHENTICATED``. A planned failover asked
@@ -33,6 +33,7 @@ from node.services.caller import Door
 from node.services.dead_letter_resend import ResendRequest
 from node.services.delivery_history import MessageHistory
 from node.services.direct_consume import TIMEOUT_DEFAULT_MS, DirectRequest
+from node.services.node_settings import NodeSettings
 from node.services.offset_reset import PROTO_TARGETS, ResetRequest
 from node.services.peer_admin import PeerAdmin
 from node.services.registry import Services
@@ -238,6 +239,24 @@ def cluster_message(snapshot: ClusterSnapshot) -> api.ClusterStatusResponse:
         answered_by=snapshot.answered_by,
         routing_format=snapshot.routing_format,
     )
+
+
+NODE_CONFIG_FIELDS = ("node_id", "broker_group", "settings", "broker_properties")
+
+
+def node_config_fields(found: NodeSettings) -> dict:
+    """The fields of a NodeConfigResponse saying ``found``."""
+    return {
+        "node_id": found.node_id,
+        "broker_group": found.broker_group,
+        "settings": [
+            api.NodeSetting(section=s.section, name=s.name, value=s.value, redacted=s.redacted)
+            for s in found.settings
+        ],
+        "broker_properties": [
+            api.BrokerProperty(name=name, value=value) for name, value in found.broker_properties
+        ],
+    }
 
 
 class AdminDoor(admin_pb2_grpc.AdminServicer):
@@ -663,6 +682,21 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
             return {"routing_format": done}
 
         return await self._serve(context, "FinalizeUpgrade", api.FinalizeUpgradeResponse, work)
+
+    async def NodeConfig(self, request, context):
+        """This node's configuration, or another node's: read at that node, as the
+        caller's user (whom that node's service decides on again)."""
+        node_settings = self.services.node_settings
+
+        async def work(caller):
+            member = node_settings.member(caller, request.node_id)
+            if member is None:
+                return node_config_fields(node_settings.settings(caller))
+            asked = api.NodeConfigRequest(node_id=member.node_id)
+            answer = await self.peers.call(caller, member, "NodeConfig", asked)
+            return {name: getattr(answer, name) for name in NODE_CONFIG_FIELDS}
+
+        return await self._serve(context, "NodeConfig", api.NodeConfigResponse, work)
 
     # ---- users and ACL entries ---------------------------------------------------------
     async def CreateUser(self, request, context):

@@ -4,9 +4,10 @@ may list any nodes.
 
 A broker group is a RocketMQ broker: ``brokerName`` is the group's name, its master is
 brokerId 0 and its in-sync slaves that are alive are 1..n (by node id), each at its
-*remoting* address. Every group is in one cluster, ``CLUSTER_NAME``. Bodies are compact
-JSON with quoted keys, which every client parses (the Go client splits ``brokerAddrs``
-text on commas and colons: no whitespace anywhere).
+*remoting* address. Every group is in one cluster, ``CLUSTER_NAME`` (both rules in
+``node/broker_ids.py``). Bodies are compact JSON with quoted keys, which every client
+parses (the Go client splits ``brokerAddrs`` text on commas and colons: no whitespace
+anywhere).
 
 Who may: a route needs valid credentials, the cluster's broker and topic listings admin
 rights (the route service, ``node/services/routes.py``, decides); GET_KV_CONFIG needs valid
@@ -22,14 +23,13 @@ import json
 
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
+from node.broker_ids import CLUSTER_NAME, broker_addresses
 from node.remoting.authentication import DoorHandler
 from node.services.caller import Caller
 from node.services.routes import RouteService
 from routing.metadata import DLQ_PREFIX, RETRY_PREFIX, Permission, TopicError
 from routing.state import RoutingState
 
-CLUSTER_NAME = "DefaultCluster"  # RocketMQ's default, what mqadmin's -c usually names
-MASTER_ID = 0
 PERM_READ = 4  # RocketMQ's PermName bits
 PERM_WRITE = 2
 PERMISSION_BITS = {
@@ -41,30 +41,6 @@ PERMISSION_BITS = {
 
 def json_body(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
-
-
-def broker_addresses(state: RoutingState, broker_group: str) -> dict[str, str]:
-    """brokerId → remoting address: the master as 0, the alive in-sync slaves as 1..n in
-    node-id order. Members without a remoting address (registered by an older node) are
-    left out; a group without a master has only slaves (consumers can still read)."""
-    group = state.broker_groups.get(broker_group)
-    if group is None:
-        return {}
-    addresses: dict[str, str] = {}
-    master = state.members.get(group.master) if group.master else None
-    if master is not None and master.remoting_address:
-        addresses[str(MASTER_ID)] = master.remoting_address
-    slaves = sorted(
-        member
-        for member in group.in_sync
-        if member != group.master
-        and (found := state.members.get(member)) is not None
-        and found.alive
-        and found.remoting_address
-    )
-    for broker_id, node_id in enumerate(slaves, start=1):
-        addresses[str(broker_id)] = state.members[node_id].remoting_address
-    return addresses
 
 
 def broker_data(state: RoutingState, broker_group: str) -> dict:

@@ -49,7 +49,7 @@ def door_handlers(services: Services, config: NodeConfig) -> list[tuple[int, Doo
         *QueryHandlers(services).handlers(),
         *ClientConfigHandlers(services).handlers(),
         *AdminCodeHandlers(services).handlers(),
-        *BrokerConfigHandlers(config, services).handlers(),
+        *BrokerConfigHandlers(services).handlers(),
         *PopHandlers(services, config.group).handlers(),
         *FerryDataHandlers(services).handlers(),
     ]

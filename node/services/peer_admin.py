@@ -1,7 +1,8 @@
 """Admin calls a node makes to another node's Admin door on behalf of its own caller: the
 parts of a request that live in another broker group's store (an offset reset of a topic
 whose queues span groups, ``node/services/offset_reset.py``; the console's reads and
-planned failovers at each group's master, ``node/console/``). And one Messaging call:
+planned failovers at each group's master, a node's configuration at that node,
+``node/console/``). And one Messaging call:
 a console's test message handed to a master (``send``), whose send service decides it.
 
 The call is signed as the caller's user with that user's own key, as the user's client
@@ -88,8 +89,8 @@ class PeerAdmin:
                 raise AccessDenied(False, error.details() or "UNAUTHENTICATED") from None
             raise AdminRefused(
                 UNAVAILABLE,
-                f"the master of broker group {member.broker_group} ({member.node_id}) did "
-                f"not answer {method}: {code.name} {error.details() or ''}".rstrip(),
+                f"{member.node_id} of broker group {member.broker_group} did not answer "
+                f"{method}: {code.name} {error.details() or ''}".rstrip(),
             ) from None
         except TimeoutError:
             raise AdminRefused(

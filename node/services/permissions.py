@@ -15,6 +15,8 @@ one place (docs/security.md lists them per request of every door):
   resend reads and writes, no rule of its own: SUBSCRIBE on the group (it writes the
   group's retry topic and its POP state, as a consumer of the group does) and on its
   dead-letter topic ``%DLQ%<group>`` (it reads it) (``resend_dead_letters``);
+- reading a node's configuration (``node/services/node_settings.py``; secrets are never
+  in it): admin rights, as RocketMQ's broker asks for getBrokerConfig;
 - a request that needs a resource it does not name (EndTransaction without a topic, a
   lookup across every topic) and every change of the cluster: admin rights.
 

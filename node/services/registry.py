@@ -13,6 +13,7 @@ from node.services.direct_consume import DirectConsumeService
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
+from node.services.node_settings import NodeSettingsService
 from node.services.offset_reset import OffsetResetService
 from node.services.offsets import OffsetService
 from node.services.permissions import Permissions
@@ -48,3 +49,4 @@ class Services:
     dead_letter_resend: DeadLetterResendService
     topic_consumers: TopicConsumersService
     direct_consume: DirectConsumeService
+    node_settings: NodeSettingsService

@@ -27,6 +27,8 @@ CALLS = (
     "message_history",
     "dead_letters",
     "producers",
+    "node_config_here",
+    "node_config_of_a_slave",
 )
 
 

@@ -94,6 +94,14 @@ def admin_of(cluster) -> Admin:
     return Admin(cluster.nodes[0].grpc, security=ROOT)
 
 
+def rules_at(node, access_key: str) -> list[str]:
+    """``access_key``'s ACL as ``node``'s own routing copy holds it ([] before it knows
+    the user)."""
+    with Admin(node.grpc, security=ROOT) as admin:
+        users = {user.access_key: user for user in admin.list_users()}
+    return [str(rule) for rule in users[access_key].acl] if access_key in users else []
+
+
 def rows(driver, table_id: str) -> list[list[str]]:
     """The text of each cell of each body row of a table (re-read on each call: the page
     redraws it as it polls)."""
@@ -163,6 +171,33 @@ def test_cluster_page_shows_the_cluster_as_the_sdk_sees_it(cluster, driver, cons
     voters = stable_rows(driver, "voters", lambda r: len(r) == 3)
     assert {row[0] for row in voters} == {v.address for v in status.voters}
     assert [row[0] for row in voters if row[2] == "leader"] == [status.raft_leader]
+
+
+def test_cluster_page_shows_a_nodes_configuration_read_at_that_node(cluster, driver, console):
+    """A slave's Configuration, from the master's console: read at the slave (its Admin
+    NodeConfig, as the console's user), as the SDK reads it there; secrets only as set."""
+    slave = next(node for node in cluster.nodes if node.id != master_node(cluster).id)
+    driver.get(f"http://{console}/#/cluster")
+    stable_rows(driver, "nodes", lambda r: len(r) == 3)
+    click(driver, f"tr[data-node='{slave.id}'] a.node-config", "the node's Configuration link")
+    on_page(lambda: driver.find_element(By.ID, "node-config-id").text == slave.id, "the view")
+    options = dict(stable_rows(driver, "config-node", lambda r: len(r) == 5))
+    with Admin(slave.grpc, security=ROOT) as admin:
+        expected = admin.node_config()
+    assert options == {s.name: s.value for s in expected.settings if s.section == "node"}
+    assert options["id"] == slave.id and options["data_dir"] == slave.data
+    secrets = dict(stable_rows(driver, "config-cluster", lambda r: len(r) == 5))
+    assert secrets["secret"] == "set, not shown"
+    assert cluster.secret not in driver.find_element(By.ID, "node-config").text
+    properties = dict(stable_rows(driver, "broker-properties", lambda r: len(r) > 20))
+    assert properties["brokerRole"] == "SLAVE"
+    assert properties == expected.broker_properties
+    # The secrets' sections, not the top: a data directory is a path of the test machine.
+    driver.execute_script(
+        "arguments[0].scrollIntoView(); window.scrollBy(0, -60)",
+        driver.find_element(By.ID, "config-cluster"),
+    )
+    screenshot(driver, "node-config")
 
 
 def test_topics_page_creates_updates_and_deletes_as_the_sdk_sees(cluster, driver, console):
@@ -566,6 +601,9 @@ def test_a_slaves_console_hands_a_test_message_to_the_master_as_its_user(cluster
         admin.create_user(sender.access_key, sender.secret_key)
         for topic in ("console-handed", "console-handed-fifo"):
             admin.grant(sender.access_key, AclRule("ALLOW", "PUBLISH", "TOPIC", topic))
+    # The master decides on the user with its own routing copy, which applies a committed
+    # change a heartbeat round after the node that made it.
+    until(lambda: len(rules_at(master, sender.access_key)) == 2, 10, "the grants at the master")
     client = ConsoleClient(console_of(cluster, slave))
     assert client.login(sender).status == 200
     answer = client.request(

@@ -485,6 +485,7 @@ def valid_requests(channel: grpc.Channel) -> dict[str, list]:
         "ClusterStatus": [admin.ClusterStatusRequest()],
         "Failover": [admin.FailoverRequest(broker_group="group-1", target_node="node-2")],
         "FinalizeUpgrade": [admin.FinalizeUpgradeRequest(routing_format=2)],
+        "NodeConfig": [admin.NodeConfigRequest(), admin.NodeConfigRequest(node_id="fz-nobody")],
         "ResetOffsets": [
             admin.ResetOffsetsRequest(group=group, topic=normal, target=admin.RESET_TO_EARLIEST)
         ],

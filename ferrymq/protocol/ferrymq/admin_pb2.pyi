@@ -542,6 +542,46 @@ class ClusterStatusResponse(_message.Message):
     routing_format: int
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., raft_leader: _Optional[str] = ..., raft_term: _Optional[int] = ..., raft_commit_index: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[VoterStatus, _Mapping]]] = ..., broker_groups: _Optional[_Iterable[_Union[BrokerGroupStatus, _Mapping]]] = ..., answered_by: _Optional[str] = ..., routing_format: _Optional[int] = ...) -> None: ...
 
+class NodeConfigRequest(_message.Message):
+    __slots__ = ("node_id",)
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    def __init__(self, node_id: _Optional[str] = ...) -> None: ...
+
+class NodeSetting(_message.Message):
+    __slots__ = ("section", "name", "value", "redacted")
+    SECTION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    REDACTED_FIELD_NUMBER: _ClassVar[int]
+    section: str
+    name: str
+    value: str
+    redacted: bool
+    def __init__(self, section: _Optional[str] = ..., name: _Optional[str] = ..., value: _Optional[str] = ..., redacted: _Optional[bool] = ...) -> None: ...
+
+class BrokerProperty(_message.Message):
+    __slots__ = ("name", "value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class NodeConfigResponse(_message.Message):
+    __slots__ = ("status", "node_id", "broker_group", "settings", "broker_properties")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    node_id: str
+    broker_group: str
+    settings: _containers.RepeatedCompositeFieldContainer[NodeSetting]
+    broker_properties: _containers.RepeatedCompositeFieldContainer[BrokerProperty]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., node_id: _Optional[str] = ..., broker_group: _Optional[str] = ..., settings: _Optional[_Iterable[_Union[NodeSetting, _Mapping]]] = ..., broker_properties: _Optional[_Iterable[_Union[BrokerProperty, _Mapping]]] = ...) -> None: ...
+
 class FinalizeUpgradeRequest(_message.Message):
     __slots__ = ("routing_format",)
     ROUTING_FORMAT_FIELD_NUMBER: _ClassVar[int]

@@ -129,6 +129,11 @@ class AdminStub:
                 request_serializer=ferrymq_dot_admin__pb2.FinalizeUpgradeRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_admin__pb2.FinalizeUpgradeResponse.FromString,
                 _registered_method=True)
+        self.NodeConfig = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/NodeConfig',
+                request_serializer=ferrymq_dot_admin__pb2.NodeConfigRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.NodeConfigResponse.FromString,
+                _registered_method=True)
         self.ResetOffsets = channel.unary_unary(
                 '/ferrymq.admin.v1.Admin/ResetOffsets',
                 request_serializer=ferrymq_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
@@ -308,6 +313,12 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NodeConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ResetOffsets(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -477,6 +488,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.FinalizeUpgrade,
                     request_deserializer=ferrymq_dot_admin__pb2.FinalizeUpgradeRequest.FromString,
                     response_serializer=ferrymq_dot_admin__pb2.FinalizeUpgradeResponse.SerializeToString,
+            ),
+            'NodeConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.NodeConfig,
+                    request_deserializer=ferrymq_dot_admin__pb2.NodeConfigRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.NodeConfigResponse.SerializeToString,
             ),
             'ResetOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.ResetOffsets,
@@ -1052,6 +1068,33 @@ class Admin:
             '/ferrymq.admin.v1.Admin/FinalizeUpgrade',
             ferrymq_dot_admin__pb2.FinalizeUpgradeRequest.SerializeToString,
             ferrymq_dot_admin__pb2.FinalizeUpgradeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NodeConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/NodeConfig',
+            ferrymq_dot_admin__pb2.NodeConfigRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.NodeConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -184,7 +184,8 @@ function poller(load, draw, onError) {
 }
 
 // ---- cluster -----------------------------------------------------------------------------
-function clusterPage(view) {
+function clusterPage(view, path) {
+  if (path && path[0]) return nodeConfigPage(view, path[0]);
   const updated = el("p", { class: "updated", id: "cluster-updated" });
   const body = el("div", { id: "cluster" });
   const progress = el("div", { id: "failover-progress" });
@@ -226,8 +227,9 @@ function clusterPage(view) {
           el("td", {}, target, " ", button));
       }), { id: "broker-groups" }));
     body.append(el("h2", {}, "Nodes"));
+    const mayReadConfig = !state.session.auth || state.session.admin; // the service's rule: admins
     body.append(table(
-      ["Node", "Group", "Role", "State", "In sync", ["Log end", true], ["Lag", true], "Damaged log", "Version", ["Routing format", true], "Address"],
+      ["Node", "Group", "Role", "State", "In sync", ["Log end", true], ["Lag", true], "Damaged log", "Version", ["Routing format", true], "Address", "Configuration"],
       data.nodes.map((n) => el("tr", { "data-node": n.id },
         cell(n.id), cell(n.broker_group),
         el("td", { class: "role" }, badge(n.role, n.role === "MASTER" ? "master" : "")),
@@ -236,7 +238,8 @@ function clusterPage(view) {
         num(n.max_offset), el("td", { class: "number lag" }, bytes(n.lag_bytes)),
         el("td", { class: "damaged" }, n.damaged_log ? badge("damaged", "bad") : "no"),
         cell(n.software_version || "0.1.0"), num(n.routing_format),
-        cell(n.address, "mono"))),
+        cell(n.address, "mono"),
+        el("td", {}, mayReadConfig ? el("a", { href: "#/cluster/" + encodeURIComponent(n.id) + "/config", class: "node-config" }, "Configuration") : ""))),
       { id: "nodes" }));
     body.append(el("h2", {}, "Raft voters"));
     body.append(table(["Voter", "Reachable", "Leader"],
@@ -299,6 +302,53 @@ function clusterPage(view) {
 
   const poll = poller(() => api("GET", "/api/cluster"), drawn, (error) => notice(error.message, true));
   return { stop() { poll.stopped = true; following = null; poll.stop(); } };
+}
+
+// A node's configuration as it runs (``#/cluster/<node>/config``): its options by section,
+// secrets shown only as set or not, and the same settings under RocketMQ's broker names.
+// Another node's is read at that node by the console's own node, as this user.
+function nodeConfigPage(view, nodeId) {
+  const body = el("div", { id: "node-config" });
+  const reload = el("button", { type: "button", class: "secondary", id: "node-config-reload", onclick: () => load() }, "Reload");
+  view.append(el("h1", {}, "Configuration of ", el("span", { class: "mono", id: "node-config-id" }, nodeId)),
+    el("div", { class: "toolbar" }, el("a", { href: "#/cluster" }, "Back to the cluster"), reload),
+    el("p", { class: "hint" }, "As the node runs now (its node.toml, the environment and command line applied). Secrets are never shown, only whether they are set."),
+    body);
+  let stopped = false;
+
+  function draw(config) {
+    clear(body);
+    body.append(el("div", { class: "facts" },
+      el("div", {}, el("span", {}, "Node"), config.node_id),
+      el("div", {}, el("span", {}, "Broker group"), config.broker_group)));
+    const sections = [];
+    for (const s of config.settings) {
+      if (!sections.length || sections[sections.length - 1].name !== s.section) sections.push({ name: s.section, rows: [] });
+      sections[sections.length - 1].rows.push(s);
+    }
+    for (const section of sections) {
+      body.append(el("h2", {}, "[" + section.name + "]"));
+      body.append(table(["Option", "Value"], section.rows.map((s) => el("tr", { "data-option": s.name },
+        cell(s.name, "mono"),
+        el("td", { class: "mono" }, s.redacted ? badge(s.value ? "set, not shown" : "not set", s.value ? "warn" : "") : s.value))),
+      { id: "config-" + section.name, class: "node-config-section" }));
+    }
+    body.append(el("h2", {}, "Under RocketMQ's broker names (mqadmin getBrokerConfig)"));
+    body.append(table(["Property", "Value"], config.broker_properties.map((p) => el("tr", { "data-property": p.name },
+      cell(p.name, "mono"), cell(p.value, "mono"))), { id: "broker-properties" }));
+  }
+
+  async function load() {
+    try {
+      const config = await api("GET", "/api/nodes/" + encodeURIComponent(nodeId) + "/config");
+      if (!stopped) { notice(""); draw(config); }
+    } catch (error) {
+      if (!stopped) notice(error.message, true);
+    }
+  }
+
+  load();
+  return { stop() { stopped = true; } };
 }
 
 // ---- topics ------------------------------------------------------------------------------
