@@ -762,8 +762,12 @@ def test_a_message_is_resent_to_a_group_and_its_clients_answer_is_shown(cluster,
     with RemotingClient(slave.remoting, security=ROOT) as client, ThreadPoolExecutor(1) as pool:
         assert client.call(RequestCode.HEART_BEAT, body=heartbeat).code == ResponseCode.SUCCESS
         driver.get(f"http://{console}/#/messages")
-        driver.find_element(By.ID, "message-topic").send_keys("console-verified")
-        driver.find_element(By.ID, "message-key").send_keys("verify-key")
+        for field_id, value in (
+            ("message-topic", "console-verified"),
+            ("message-key", "verify-key"),
+        ):
+            driver.find_element(By.ID, field_id).clear()  # an earlier search's stay typed
+            driver.find_element(By.ID, field_id).send_keys(value)
         click(driver, "#message-find", "the find button")
         card = on_page(lambda: driver.find_element(By.CSS_SELECTOR, ".message"), "the message")
         assert card.get_attribute("data-message-id") == receipt.message_id
