@@ -31,7 +31,11 @@ from tests.support.console import (
     console_of,
     screenshot,
 )
-from tests.support.remoting_client import RemotingClient, heartbeat_body
+from tests.support.remoting_client import (
+    RemotingClient,
+    answer_direct_consumption,
+    heartbeat_body,
+)
 
 XSS = "<img src=x onerror=window.__xss=1><script>window.__xss=2</script>"
 XSS_CLIENT = "127.0.0.1@<img src=x onerror=window.__xss=3>"
@@ -787,11 +791,7 @@ def test_a_message_is_resent_to_a_group_and_its_clients_answer_is_shown(cluster,
 
 def answer_directly(client: RemotingClient) -> bytes:
     """The node's CONSUME_MESSAGE_DIRECTLY answered CR_SUCCESS: the body it carried."""
-    asked = client.node_request()
-    while asked.code != RequestCode.CONSUME_MESSAGE_DIRECTLY:
-        asked = client.node_request()
-    body = json.dumps({"consumeResult": "CR_SUCCESS", "spentTimeMills": 2}).encode()
-    client.send(ResponseCode.SUCCESS, body=body, flag=1, opaque=asked.opaque)
+    asked = answer_direct_consumption(client, {"consumeResult": "CR_SUCCESS", "spentTimeMills": 2})
     return decode(asked.body, 0).body
 
 

@@ -8,7 +8,6 @@ online client anywhere)."""
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -22,7 +21,11 @@ from ferrymq.launcher.polling import until
 from tests.support.auth import APP
 from tests.support.cluster import SMALL_STORE, master_of
 from tests.support.console import CONSOLE_SETTINGS, ROOT, ConsoleClient, console_of
-from tests.support.remoting_client import RemotingClient, heartbeat_body
+from tests.support.remoting_client import (
+    RemotingClient,
+    answer_direct_consumption,
+    heartbeat_body,
+)
 
 TOPIC, GROUP = "cd-orders", "cd-checkers"
 ASK = "/api/messages/consume-directly"
@@ -56,12 +59,8 @@ def stored_message(plan, master) -> str:
 
 def answer_once(client: RemotingClient) -> dict:
     """Answer the node's CONSUME_MESSAGE_DIRECTLY as the Java client does: CR_SUCCESS."""
-    asked = client.node_request()
-    while asked.code != RequestCode.CONSUME_MESSAGE_DIRECTLY:
-        asked = client.node_request()
+    asked = answer_direct_consumption(client, {"consumeResult": "CR_SUCCESS", "spentTimeMills": 1})
     assert decode(asked.body, 0).body == b"check me"
-    body = json.dumps({"consumeResult": "CR_SUCCESS", "spentTimeMills": 1}).encode()
-    client.send(ResponseCode.SUCCESS, body=body, flag=1, opaque=asked.opaque)
     return asked.ext_fields
 
 

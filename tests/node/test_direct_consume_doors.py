@@ -18,7 +18,11 @@ from ferrymq.codec.commitlog_record import decode
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.launcher.polling import until
 from tests.support.nodes import start_node
-from tests.support.remoting_client import RemotingClient, heartbeat_body
+from tests.support.remoting_client import (
+    RemotingClient,
+    answer_direct_consumption,
+    heartbeat_body,
+)
 from tests.support.rpc import create_group, create_topic, stubs
 
 TOPIC, GROUP = "dc-orders", "dc-group"
@@ -46,16 +50,11 @@ def consumer(node, client_id: str, consume_type: str = "CONSUME_PASSIVELY") -> R
     return client
 
 
-def answer(client: RemotingClient, result: object) -> dict:
+def answer(client: RemotingClient, result: dict) -> dict:
     """Answer the node's CONSUME_MESSAGE_DIRECTLY as a 4.x client does; its header."""
-    asked = client.node_request()
-    while asked.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
-        asked = client.node_request()
-    assert asked.code == RequestCode.CONSUME_MESSAGE_DIRECTLY
+    asked = answer_direct_consumption(client, result)
     stored = decode(asked.body, 0)
     assert (stored.topic, stored.body) == (TOPIC, b"again")
-    reply = asked.reply(ResponseCode.SUCCESS, body=json.dumps(result).encode())
-    client.send(reply.code, body=reply.body, flag=reply.flag, opaque=asked.opaque)
     return asked.ext_fields
 
 
