@@ -88,6 +88,7 @@ from node.services.caller import Caller
 from node.services.check_relay import CheckRelay
 from node.services.dead_letter_resend import DeadLetterResendService
 from node.services.delivery_history import DeliveryHistoryService
+from node.services.direct_consume import DirectConsumeService
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
@@ -588,6 +589,9 @@ class Node:
             ),
             topic_consumers=TopicConsumersService(
                 topics, self.offsets, self.pop_state, subscriptions, permissions, config.group
+            ),
+            direct_consume=DirectConsumeService(
+                store, topics, members.live, permissions, config.group
             ),
             node_settings=NodeSettingsService(
                 config, self.routing, permissions, is_master=lambda: store.is_master

@@ -315,6 +315,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--broker-group", default="", help="the queue's broker group (when several hold it)"
     )
     history.set_defaults(handler=message_history)
+    direct = message_actions.add_parser(
+        "consume-directly",
+        parents=[common],
+        help="have one online client of a group run its listener on a stored message "
+        "(RocketMQ Dashboard's resend to a group; nothing is stored); ask the node the "
+        "client is connected to",
+    )
+    direct.add_argument("--topic", required=True)
+    direct.add_argument("--group", required=True)
+    named = direct.add_mutually_exclusive_group(required=True)
+    named.add_argument("--id", dest="message_id", help="its message id or unique key")
+    named.add_argument("--physical-offset", type=int, help="its CommitLog offset")
+    direct.add_argument("--client-id", default="", help="default: any member that can")
+    direct.add_argument("--timeout-ms", type=int, default=0, help="default 15000")
+    direct.set_defaults(handler=message_consume_directly)
 
     spark = commands.add_parser("spark", help="Spark pipelines on the ferrymq data source")
     spark_actions = spark.add_subparsers(dest="action", required=True)
@@ -955,6 +970,27 @@ def query_messages(args) -> int:
         ],
     )
     return 0 if found else 1
+
+
+def message_consume_directly(args) -> int:
+    with admin_of(args) as admin:
+        done = admin.consume_directly(
+            args.group,
+            args.topic,
+            args.message_id or "",
+            args.physical_offset,
+            args.client_id,
+            args.timeout_ms,
+        )
+    answer = f" ({done.client_answer})" if done.client_answer else ""
+    remark = f": {done.remark}" if done.remark else ""
+    show(
+        args,
+        done,
+        f"{done.outcome}{answer}{remark}; client {done.client_id} ({done.protocol}), "
+        f"message {done.message_id}, answered in {done.waited_ms} ms",
+    )
+    return 0 if done.outcome == "consumed" else 1
 
 
 def message_history(args) -> int:

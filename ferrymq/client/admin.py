@@ -140,6 +140,24 @@ class DeadLetterResend:
 
 
 @dataclass(frozen=True)
+class DirectConsumption:
+    """What one client did with a message handed to it directly (``consume_directly``):
+    ``outcome`` is consumed, later, failed, not_supported or timed_out; ``client_answer``
+    the client's own word (CR_SUCCESS from a 4.x client, OK from a RocketMQ 5 one)."""
+
+    client_id: str
+    protocol: str
+    outcome: str
+    client_answer: str
+    remark: str
+    spent_ms: int
+    waited_ms: int
+    topic: str
+    message_id: str
+    broker_group: str
+
+
+@dataclass(frozen=True)
 class DeadLetter:
     """One entry of a group's dead-letter queue on a broker group."""
 
@@ -563,6 +581,45 @@ class Admin:
             for q in answer.queues
         ]
         return sorted(queues, key=lambda q: (q.broker_group, q.queue_id))
+
+    def consume_directly(
+        self,
+        group: str,
+        topic: str,
+        message_id: str = "",
+        physical_offset: int | None = None,
+        client_id: str = "",
+        timeout_ms: int = 0,
+    ) -> DirectConsumption:
+        """Have one online client of ``group`` consume a stored message directly, as
+        RocketMQ Dashboard's "resend message" to a group: ``client_id`` ("": any member
+        that can), connected to the node this Admin talks to; the message by its id (or
+        unique key) or by its CommitLog offset on that node's broker group. Nothing is
+        stored: the client runs its listener and the answer says what it returned. Admin,
+        or a user who may consume ``topic`` as ``group``."""
+        request = api.ConsumeMessageDirectlyRequest(
+            group=group,
+            topic=topic,
+            message_id=message_id,
+            physical_offset=physical_offset,
+            client_id=client_id,
+            timeout_ms=timeout_ms,
+        )
+        seconds = (timeout_ms or 15_000) / 1000 + 10
+        answer = self.connection.call(self.stub.ConsumeMessageDirectly, request, timeout_s=seconds)
+        check_admin(answer.status)
+        return DirectConsumption(
+            answer.client_id,
+            answer.protocol,
+            answer.outcome,
+            answer.client_answer,
+            answer.remark,
+            answer.spent_ms,
+            answer.waited_ms,
+            answer.topic,
+            answer.message_id,
+            answer.broker_group,
+        )
 
     def resend_dead_letters(
         self,

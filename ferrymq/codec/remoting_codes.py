@@ -60,6 +60,9 @@ class RequestCode(enum.IntEnum):
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
     QUERY_TOPIC_CONSUME_BY_WHO = 300
+    # Asked of a broker by an admin tool and relayed to one consumer over its connection.
+    GET_CONSUMER_RUNNING_INFO = 307
+    CONSUME_MESSAGE_DIRECTLY = 309
     GET_TOPIC_CONFIG = 351
     RECALL_MESSAGE = 370  # RocketMQ 5.3.2: cancel a delayed message (its recall handle)
     SEND_MESSAGE_V2 = 310
@@ -118,6 +121,7 @@ class ResponseCode(enum.IntEnum):
     FILTER_DATA_NOT_EXIST = 27
     FILTER_DATA_NOT_LATEST = 28
     CONSUMER_NOT_ONLINE = 206
+    CONSUME_MSG_TIMEOUT = 207
     FLOW_CONTROL = 215
     ILLEGAL_OPERATION = 604
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.console.dead_letters import DeadLetterEndpoints
+from node.console.direct_consume import DirectConsumeEndpoint
 from node.console.masters import MasterReads
 from node.console.node_config import NodeConfigEndpoint
 from node.console.sends import SendEndpoint
@@ -321,8 +322,8 @@ class ConsoleApi:
 
     def _add_dead_letter_routes(self, services: Services) -> None:
         """A group's dead letters and their resend (``dead_letters.py``), the online
-        producers, a topic's test message (``sends.py``) and a node's configuration
-        (``node_config.py``)."""
+        producers, a topic's test message (``sends.py``), a node's configuration
+        (``node_config.py``) and a message consumed directly (``direct_consume.py``)."""
         endpoints = DeadLetterEndpoints(
             services.dead_letter_resend, integer, text, lambda reason: ApiError(400, reason)
         )
@@ -331,7 +332,18 @@ class ConsoleApi:
         self.routes.append(Route("GET", re.compile("/api/producers"), self.producers))
         sends = SendEndpoint(services, self.masters, text, ApiError, refusal)
         node_config = NodeConfigEndpoint(services.node_settings, self.masters.peers)
-        for method, pattern, handler in [*sends.routes(), *node_config.routes()]:
+        direct = DirectConsumeEndpoint(
+            services,
+            self.masters.node_id,
+            self.masters.peers,
+            text,
+            lambda reason: ApiError(400, reason),
+        )
+        for method, pattern, handler in [
+            *sends.routes(),
+            *node_config.routes(),
+            *direct.routes(),
+        ]:
             self.routes.append(Route(method, re.compile("/api/" + pattern), handler))
 
     # ---- cluster -------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from node.services.admin import (
 from node.services.caller import Door
 from node.services.dead_letter_resend import ResendRequest
 from node.services.delivery_history import MessageHistory
+from node.services.direct_consume import TIMEOUT_DEFAULT_MS, DirectRequest
 from node.services.node_settings import NodeSettings
 from node.services.offset_reset import PROTO_TARGETS, ResetRequest
 from node.services.peer_admin import PeerAdmin
@@ -589,6 +590,27 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
             }
 
         return await self._serve(context, "ResendDeadLetters", api.ResendDeadLettersResponse, work)
+
+    async def ConsumeMessageDirectly(self, request, context):
+        """A stored message consumed by one client of a group connected to this node."""
+
+        async def work(caller):
+            direct = DirectRequest(
+                request.group,
+                request.topic,
+                request.message_id,
+                request.physical_offset if request.HasField("physical_offset") else -1,
+                request.client_id,
+                request.timeout_ms or TIMEOUT_DEFAULT_MS,
+            )
+            result = await self.services.direct_consume.consume(caller, direct)
+            fields = dataclasses.asdict(result)
+            fields["outcome"] = result.outcome.value
+            return fields
+
+        return await self._serve(
+            context, "ConsumeMessageDirectly", api.ConsumeMessageDirectlyResponse, work
+        )
 
     async def ListDeadLetters(self, request, context):
         """A page of a group's dead-letter queue, read at its broker group's master."""

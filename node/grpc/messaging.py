@@ -33,6 +33,7 @@ from node.group_members import MembershipRefused
 from node.grpc.authentication import caller_of
 from node.grpc.route_endpoints import group_endpoints, one_address, takes_one_address
 from node.grpc.telemetry_outbox import TelemetryOutbox
+from node.grpc.telemetry_verify import PendingVerifications, StreamVerifications
 from node.grpc.wire import millis_of, outgoing, timestamp_of, to_wire_message
 from node.lite_names import LITE_TOPIC_MAX_BYTES
 from node.lite_subscriptions import CLIENT_QUOTA as LITE_CLIENT_QUOTA
@@ -188,6 +189,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.services = services
         self.max_body_bytes = max_body_bytes
         self.long_polling_s = long_polling_s
+        self.verifications = PendingVerifications()  # direct consumptions, every stream's
 
     @staticmethod
     def _caller(context, method: str) -> Caller:
@@ -296,6 +298,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         cut off once ``OUTBOX_MAX`` wait (``node/grpc/telemetry_outbox.py``)."""
         caller = self._caller(context, "Telemetry")
         outbox = TelemetryOutbox()
+        verifications = StreamVerifications(outbox, self.verifications)
         overflowed = False
         lite_client = None  # a lite consumer's client id: its notices come here
 
@@ -303,8 +306,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             nonlocal overflowed, lite_client
             try:
                 async for command in request_iterator:
+                    if verifications.answered(command):
+                        continue  # a direct consumption's answer
                     if command.WhichOneof("command") != "settings":
                         continue  # results of commands we never send
+                    self._direct_consumer(caller, context, command.settings, verifications)
                     if command.settings.client_type in LITE_CONSUMERS and lite_client is None:
                         lite_client = client_id_of(context)
                         self.services.lite.listen(lite_client, outbox.notify_unsubscribe_lite)
@@ -321,6 +327,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         finally:
             reader.cancel()
             self.services.transactions.targets.unregister(outbox)
+            self.services.direct_consume.consumers.unregister(outbox)
+            verifications.close()
             if lite_client is not None:
                 self.services.lite.unlisten(lite_client, outbox.notify_unsubscribe_lite)
         if overflowed:
@@ -329,6 +337,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 f"{outbox.limit} Telemetry answers wait unread: the client does not read "
                 "its stream",
             )
+
+    def _direct_consumer(
+        self, caller: Caller, context, settings: pb.Settings, verifications: StreamVerifications
+    ) -> None:
+        """A consumer's stream is one stored messages can be handed to directly
+        (``node/grpc/telemetry_verify.py``), for its group, until it ends."""
+        if settings.WhichOneof("pub_sub") != "subscription":
+            return
+        group, client_id = settings.subscription.group.name, client_id_of(context)
+        if not group or not client_id:
+            return
+        consumer = verifications.consumer(settings.client_type, caller)
+        consumers = self.services.direct_consume.consumers
+        consumers.unregister(verifications.outbox)  # a stream is one client of one group
+        consumers.register(verifications.outbox, group, client_id, consumer)
 
     def _settings_answer(self, caller: Caller, settings: pb.Settings, outbox: TelemetryOutbox):
         """The answer to one settings command; a producer's also registers the stream for

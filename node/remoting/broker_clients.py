@@ -24,6 +24,7 @@ from node.client_registry import ClientConnection, ConnectionsFull, ConsumerSett
 from node.consumer_subscriptions import Subscription, SubscriptionRefused
 from node.group_members import MembershipRefused
 from node.remoting.authentication import DoorHandler
+from node.remoting.broker_direct import RemotingDirectConsumers
 from node.remoting.broker_transactions import TransactionDoor
 from node.remoting.consumer_notices import ConsumerNotices
 from node.remoting.status_codes import refusal, response_code
@@ -134,6 +135,8 @@ class ClientHandlers:
         self.membership = services.membership
         self.transactions = transactions
         self.notices = ConsumerNotices(self.membership.members)
+        direct = services.direct_consume
+        self.direct = RemotingDirectConsumers(direct.consumers, direct.broker_group)
         services.offset_reset.reset_listeners.append(self._offsets_reset)
 
     def _offsets_reset(self, group: str, topic: str, queues: list[QueueReset]) -> None:
@@ -179,6 +182,8 @@ class ClientHandlers:
         for group in outcome.joined:
             memberships[(group, client_id)] = caller.identity
             self.notices.heard(group, client_id, connection)
+            consume_type = heard.consumer_settings[group].consume_type
+            self.direct.heard(connection, caller, client_id, group, consume_type)
         producing = self._remembered(connection, PRODUCING)
         for group in outcome.producing:
             producing[(group, client_id)] = caller.identity

@@ -16,6 +16,7 @@ from node.remoting.admin_codes import AdminCodeHandlers
 from node.remoting.authentication import DoorHandler, RemotingCallers
 from node.remoting.broker_clients import ClientHandlers
 from node.remoting.broker_config import BrokerConfigHandlers
+from node.remoting.broker_direct import DirectHandlers
 from node.remoting.broker_locks import LockHandlers
 from node.remoting.broker_offsets import OffsetHandlers
 from node.remoting.broker_pop import PopHandlers
@@ -43,6 +44,7 @@ def door_handlers(services: Services, config: NodeConfig) -> list[tuple[int, Doo
         *PullHandlers(services).handlers(),
         *OffsetHandlers(services).handlers(),
         *ClientHandlers(services, transactions).handlers(),
+        *DirectHandlers(services).handlers(),
         *transactions.handlers(),
         *QueryHandlers(services).handlers(),
         *ClientConfigHandlers(services).handlers(),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from node.services.admin import AdminService
 from node.services.dead_letter_resend import DeadLetterResendService
 from node.services.delivery_history import DeliveryHistoryService
+from node.services.direct_consume import DirectConsumeService
 from node.services.lite import LiteService
 from node.services.locks import QueueLockService
 from node.services.membership import MembershipService
@@ -47,4 +48,5 @@ class Services:
     delivery_history: DeliveryHistoryService
     dead_letter_resend: DeadLetterResendService
     topic_consumers: TopicConsumersService
+    direct_consume: DirectConsumeService
     node_settings: NodeSettingsService

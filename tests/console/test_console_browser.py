@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
@@ -16,7 +17,8 @@ from selenium.webdriver.common.by import By
 
 from ferrymq.client import Admin, Message, Producer, SimpleConsumer
 from ferrymq.client.admin import AclRule
-from ferrymq.codec.remoting_codes import RequestCode
+from ferrymq.codec.commitlog_record import decode
+from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.launcher.cluster import cluster_down, cluster_up
 from ferrymq.launcher.polling import until
 from ferrymq.protocol.ferrymq import admin_pb2 as admin_api
@@ -29,7 +31,11 @@ from tests.support.console import (
     console_of,
     screenshot,
 )
-from tests.support.remoting_client import RemotingClient, heartbeat_body
+from tests.support.remoting_client import (
+    RemotingClient,
+    answer_direct_consumption,
+    heartbeat_body,
+)
 
 XSS = "<img src=x onerror=window.__xss=1><script>window.__xss=2</script>"
 XSS_CLIENT = "127.0.0.1@<img src=x onerror=window.__xss=3>"
@@ -744,6 +750,49 @@ def test_a_message_history_shows_what_the_sdk_did(cluster, driver, console):
         "the late group's history",
     )
     assert late.text.startswith("in flight: attempt 1, invisible until ")
+
+
+def test_a_message_is_resent_to_a_group_and_its_clients_answer_is_shown(cluster, driver, console):
+    """A found message's "Resend to a group": a 4.x push consumer of the group (a raw
+    client on a slave, answering as the Java client does) gets it directly, and its answer
+    is shown; nothing is stored (``node/console/direct_consume.py``)."""
+    with admin_of(cluster) as admin:
+        admin.create_topic("console-verified", 1)
+        admin.create_group("console-verifiers")
+    with Producer(master_node(cluster).grpc, security=ROOT) as producer:
+        receipt = producer.send(Message("console-verified", b"verify me", keys=["verify-key"]))
+    slave = next(node for node in cluster.nodes if node.id != master_node(cluster).id)
+    heartbeat = heartbeat_body("verifier@1", ["console-verifiers"], "console-verified")
+    with RemotingClient(slave.remoting, security=ROOT) as client, ThreadPoolExecutor(1) as pool:
+        assert client.call(RequestCode.HEART_BEAT, body=heartbeat).code == ResponseCode.SUCCESS
+        driver.get(f"http://{console}/#/messages")
+        for field_id, value in (
+            ("message-topic", "console-verified"),
+            ("message-key", "verify-key"),
+        ):
+            driver.find_element(By.ID, field_id).clear()  # an earlier search's stay typed
+            driver.find_element(By.ID, field_id).send_keys(value)
+        click(driver, "#message-find", "the find button")
+        card = on_page(lambda: driver.find_element(By.CSS_SELECTOR, ".message"), "the message")
+        assert card.get_attribute("data-message-id") == receipt.message_id
+        card.find_element(By.CSS_SELECTOR, ".resend-group").send_keys("console-verifiers")
+        answering = pool.submit(answer_directly, client)
+        click(driver, ".message .resend-send", "the resend button")
+        assert answering.result(timeout=30) == b"verify me"
+        shown = on_page(
+            lambda: driver.find_element(By.CSS_SELECTOR, ".resend-outcome").text, "the answer"
+        )
+    assert shown.startswith("consumed CR_SUCCESS from client verifier@1 (remoting, connected to ")
+    assert f"connected to {slave.id})" in shown
+    panel = driver.find_element(By.CSS_SELECTOR, ".message-resend")
+    driver.execute_script("arguments[0].scrollIntoView();", panel)
+    screenshot(driver, "message-resend")
+
+
+def answer_directly(client: RemotingClient) -> bytes:
+    """The node's CONSUME_MESSAGE_DIRECTLY answered CR_SUCCESS: the body it carried."""
+    asked = answer_direct_consumption(client, {"consumeResult": "CR_SUCCESS", "spentTimeMills": 2})
+    return decode(asked.body, 0).body
 
 
 def test_a_slave_shows_the_history_its_master_holds(cluster, console):

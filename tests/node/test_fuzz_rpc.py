@@ -495,6 +495,14 @@ def valid_requests(channel: grpc.Channel) -> dict[str, list]:
             ),
             admin.ResendDeadLettersRequest(group=group, from_offset=0, to_offset=3),
         ],
+        "ConsumeMessageDirectly": [
+            admin.ConsumeMessageDirectlyRequest(
+                group=group, topic=normal, physical_offset=0, timeout_ms=500
+            ),
+            admin.ConsumeMessageDirectlyRequest(
+                group=group, topic=normal, message_id="00" * 16, client_id="c-1"
+            ),
+        ],
         "ListProducers": [admin.ListProducersRequest()],
         "TopicConsumers": [admin.TopicConsumersRequest(topic=normal)],
         "ListDeadLetters": [admin.ListDeadLettersRequest(group=group, from_offset=-1, limit=10)],

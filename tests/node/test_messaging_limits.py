@@ -20,6 +20,7 @@ from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.grpc.messaging import MessagingService
 from node.grpc.telemetry_outbox import OUTBOX_MAX, TelemetryOutbox
 from node.services.caller import Caller, Door
+from node.services.direct_consume import DirectConsumers
 from node.services.permissions import Permissions
 from node.services.send import SEND_MESSAGES_MAX
 from node.services.transactions import HALF_TOPIC, TOPICS_PER_PRODUCER_MAX, CheckTargets
@@ -188,7 +189,10 @@ def settings_command(topics: list[str]) -> rpc.TelemetryCommand:
 
 def telemetry_service() -> tuple[MessagingService, CheckTargets]:
     targets = CheckTargets(Permissions(enabled=False))
-    services = SimpleNamespace(transactions=SimpleNamespace(targets=targets))
+    services = SimpleNamespace(
+        transactions=SimpleNamespace(targets=targets),
+        direct_consume=SimpleNamespace(consumers=DirectConsumers()),
+    )
     return MessagingService(services, 1024), targets
 
 

@@ -13,13 +13,14 @@ from ferrymq.client import ClientSecurity
 from ferrymq.codec.acl_signature import sign_request
 from ferrymq.codec.commitlog_record import decode as decode_record
 from ferrymq.codec.remoting import (
+    FLAG_RESPONSE,
     SERIALIZE_JSON,
     FrameSplitter,
     RemotingCommand,
     decode,
     encode,
 )
-from ferrymq.codec.remoting_codes import RequestCode
+from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 
 # node.toml for tests of 4.x retries and delays: level 2 = 2 s, every other level 1 s, so a
 # retry (level 3 + the times consumed again) comes back in a second.
@@ -130,6 +131,18 @@ class RemotingClient:
             return True
         except TimeoutError:
             return False
+
+
+def answer_direct_consumption(client: RemotingClient, result: dict) -> RemotingCommand:
+    """Answer the node's next CONSUME_MESSAGE_DIRECTLY as a 4.x client does (the node's
+    other requests before it skipped), ``result`` its ConsumeMessageDirectlyResult; the
+    node's request."""
+    asked = client.node_request()
+    while asked.code != RequestCode.CONSUME_MESSAGE_DIRECTLY:
+        asked = client.node_request()
+    body = json.dumps(result).encode()
+    client.send(ResponseCode.SUCCESS, body=body, flag=FLAG_RESPONSE, opaque=asked.opaque)
+    return asked
 
 
 def json_of(answer: RemotingCommand):

@@ -634,6 +634,48 @@ class ResetOffsetsResponse(_message.Message):
     consuming: bool
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueReset, _Mapping]]] = ..., consuming: _Optional[bool] = ...) -> None: ...
 
+class ConsumeMessageDirectlyRequest(_message.Message):
+    __slots__ = ("group", "topic", "message_id", "physical_offset", "client_id", "timeout_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    message_id: str
+    physical_offset: int
+    client_id: str
+    timeout_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., message_id: _Optional[str] = ..., physical_offset: _Optional[int] = ..., client_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ConsumeMessageDirectlyResponse(_message.Message):
+    __slots__ = ("status", "client_id", "protocol", "outcome", "client_answer", "remark", "spent_ms", "waited_ms", "topic", "message_id", "broker_group")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ANSWER_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    SPENT_MS_FIELD_NUMBER: _ClassVar[int]
+    WAITED_MS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    client_id: str
+    protocol: str
+    outcome: str
+    client_answer: str
+    remark: str
+    spent_ms: int
+    waited_ms: int
+    topic: str
+    message_id: str
+    broker_group: str
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., client_id: _Optional[str] = ..., protocol: _Optional[str] = ..., outcome: _Optional[str] = ..., client_answer: _Optional[str] = ..., remark: _Optional[str] = ..., spent_ms: _Optional[int] = ..., waited_ms: _Optional[int] = ..., topic: _Optional[str] = ..., message_id: _Optional[str] = ..., broker_group: _Optional[str] = ...) -> None: ...
+
 class ResendDeadLettersRequest(_message.Message):
     __slots__ = ("group", "broker_group", "offsets", "from_offset", "to_offset", "handed")
     GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -144,6 +144,11 @@ class AdminStub:
                 request_serializer=ferrymq_dot_admin__pb2.ResendDeadLettersRequest.SerializeToString,
                 response_deserializer=ferrymq_dot_admin__pb2.ResendDeadLettersResponse.FromString,
                 _registered_method=True)
+        self.ConsumeMessageDirectly = channel.unary_unary(
+                '/ferrymq.admin.v1.Admin/ConsumeMessageDirectly',
+                request_serializer=ferrymq_dot_admin__pb2.ConsumeMessageDirectlyRequest.SerializeToString,
+                response_deserializer=ferrymq_dot_admin__pb2.ConsumeMessageDirectlyResponse.FromString,
+                _registered_method=True)
         self.ListDeadLetters = channel.unary_unary(
                 '/ferrymq.admin.v1.Admin/ListDeadLetters',
                 request_serializer=ferrymq_dot_admin__pb2.ListDeadLettersRequest.SerializeToString,
@@ -326,6 +331,12 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsumeMessageDirectly(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListDeadLetters(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -492,6 +503,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ResendDeadLetters,
                     request_deserializer=ferrymq_dot_admin__pb2.ResendDeadLettersRequest.FromString,
                     response_serializer=ferrymq_dot_admin__pb2.ResendDeadLettersResponse.SerializeToString,
+            ),
+            'ConsumeMessageDirectly': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumeMessageDirectly,
+                    request_deserializer=ferrymq_dot_admin__pb2.ConsumeMessageDirectlyRequest.FromString,
+                    response_serializer=ferrymq_dot_admin__pb2.ConsumeMessageDirectlyResponse.SerializeToString,
             ),
             'ListDeadLetters': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDeadLetters,
@@ -1133,6 +1149,33 @@ class Admin:
             '/ferrymq.admin.v1.Admin/ResendDeadLetters',
             ferrymq_dot_admin__pb2.ResendDeadLettersRequest.SerializeToString,
             ferrymq_dot_admin__pb2.ResendDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumeMessageDirectly(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferrymq.admin.v1.Admin/ConsumeMessageDirectly',
+            ferrymq_dot_admin__pb2.ConsumeMessageDirectlyRequest.SerializeToString,
+            ferrymq_dot_admin__pb2.ConsumeMessageDirectlyResponse.FromString,
             options,
             channel_credentials,
             insecure,

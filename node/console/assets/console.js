@@ -939,7 +939,60 @@ function messageCard(message) {
     table(["Name", "Value"], Object.entries(message.properties).map(([k, v]) => el("tr", {},
       cell(k, "mono property-name"), cell(v, "mono property-value"))), { class: "message-properties" }),
     el("h2", {}, "Body (" + message.body_bytes + " bytes) ", formats), body,
-    historyPanel(message));
+    resendPanel(message), historyPanel(message));
+}
+
+// ---- "Resend to a group": one online client of the group consumes the message directly --
+// (RocketMQ Dashboard's semantics, node/services/direct_consume.py): nothing is stored. The
+// groups offered are the topic's consuming groups, the clients the chosen group's members.
+let resendPanels = 0;
+
+function resendPanel(message) {
+  const id = "resend-" + (++resendPanels);
+  const group = el("input", { class: "resend-group", required: true, maxlength: 255, list: id + "-groups" });
+  const groups = el("datalist", { id: id + "-groups" });
+  const client = el("input", { class: "resend-client", maxlength: 256, list: id + "-clients", placeholder: "any online member" });
+  const clients = el("datalist", { id: id + "-clients" });
+  const send = el("button", { type: "submit", class: "resend-send" }, "Resend");
+  const result = el("div", { class: "resend-result" });
+  const form = el("form", { class: "inline resend-form" },
+    el("label", {}, "Group", group), groups, el("label", {}, "Client", client), clients, send);
+  group.addEventListener("focus", async () => {
+    if (groups.childElementCount) return;
+    try {
+      const topic = await api("GET", "/api/topics/" + encodeURIComponent(message.topic));
+      for (const c of topic.consumers || []) groups.append(el("option", { value: c.group }));
+    } catch (error) { /* the list is a convenience: any group may be typed */ }
+  });
+  group.addEventListener("change", async () => {
+    clear(clients);
+    try {
+      const found = await api("GET", "/api/groups/" + encodeURIComponent(group.value));
+      for (const m of found.members) clients.append(el("option", { value: m.client_id }));
+    } catch (error) { /* as above */ }
+  });
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    send.disabled = true;
+    clear(result).append(el("p", { class: "muted" }, "Waiting for the client's answer..."));
+    try {
+      const done = await api("POST", "/api/messages/consume-directly", {
+        topic: message.topic, group: group.value, client_id: client.value,
+        message_id: message.offset_message_id, broker_group: message.stored.broker_group,
+      });
+      clear(result).append(el("p", { class: "resend-outcome" },
+        badge(done.outcome, done.outcome === "consumed" ? "ok" : "bad"), " ",
+        (done.client_answer ? done.client_answer + " " : "") + "from client ",
+        el("span", { class: "mono resend-client-id" }, done.client_id),
+        " (" + done.protocol + ", connected to " + done.node + "), answered in " + done.waited_ms + " ms" +
+        (done.remark ? ": " + done.remark : "")));
+    } catch (error) {
+      clear(result).append(el("p", { class: "error resend-error" }, error.message));
+    } finally { send.disabled = false; }
+  });
+  return el("div", { class: "message-resend" }, el("h2", {}, "Resend to a group"),
+    el("p", { class: "hint" }, "One online client of the group runs its listener on this message and says what it answered, as RocketMQ Dashboard's resend does. Nothing is stored and no offset moves (a group's dead letters, resent from its page, are stored again instead)."),
+    form, result);
 }
 
 // ---- a message's delivery history (per consumer group, read at its broker group's master) --
