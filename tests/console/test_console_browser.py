@@ -274,17 +274,43 @@ def test_an_untrusted_name_in_a_refusal_is_shown_as_text(cluster, driver, consol
     assert driver.execute_script("return window.__xss === undefined;")
 
 
-def test_groups_page_shows_members_lag_in_flight_and_deletes(cluster, driver, console):
+@pytest.fixture(scope="module")
+def work(cluster) -> int:
+    """Topic ``console-work`` with 10 messages and group ``console-readers`` holding some
+    of them in flight for 5 minutes (how many: the answer), for every test that reads
+    them, whichever runs first."""
     first = master_node(cluster)
     with admin_of(cluster) as admin:
         admin.create_topic("console-work", 2)
         admin.create_group("console-readers")
-        admin.create_group("console-leaving")
     with Producer(first.grpc, security=ROOT) as producer:
         for i in range(10):
             producer.send(Message("console-work", f"work {i}".encode()))
     with SimpleConsumer(first.grpc, "console-readers", "console-work", security=ROOT) as c:
         held = until(lambda: c.receive(4, invisible_s=300, wait_s=1), 10, "messages to hold")
+    return len(held)
+
+
+MAIL_BODY = json.dumps({"html": XSS, "n": 1}).encode()
+
+
+@pytest.fixture(scope="module")
+def mail(cluster):
+    """Topic ``console-mail`` with one message of untrusted content, key ``order-7``
+    (the answer: its send's receipt)."""
+    with admin_of(cluster) as admin:
+        admin.create_topic("console-mail", 1)
+    message = Message(
+        "console-mail", MAIL_BODY, tag="t1", keys=["order-7"], properties={"note": XSS}
+    )
+    with Producer(master_node(cluster).grpc, security=ROOT) as producer:
+        return producer.send(message)
+
+
+def test_groups_page_shows_members_lag_in_flight_and_deletes(cluster, driver, console, work):
+    first = master_node(cluster)
+    with admin_of(cluster) as admin:
+        admin.create_group("console-leaving")
     # A 4.x client that says who it is, under a client id a page must show as text.
     with RemotingClient(first.remoting, security=ROOT) as client:
         body = heartbeat_body(XSS_CLIENT, ("console-readers",), "console-work", producer=False)
@@ -297,7 +323,7 @@ def test_groups_page_shows_members_lag_in_flight_and_deletes(cluster, driver, co
     with admin_of(cluster) as admin:
         progress = admin.group_progress("console-readers", "console-work")
     lag, in_flight = sum(q.lag for q in progress), sum(q.in_flight for q in progress)
-    assert (lag, in_flight) == (10, len(held))
+    assert (lag, in_flight) == (10, work)
     assert driver.find_element(By.ID, "group-lag").text == str(lag)
     assert driver.find_element(By.ID, "group-in-flight").text == str(in_flight)
     queues = stable_rows(driver, "group-queues", lambda r: len(r) == 2)
@@ -424,15 +450,9 @@ def test_groups_page_resets_offsets_as_the_sdk_then_sees(cluster, driver, consol
 
 
 def test_messages_page_finds_by_key_id_and_offset_and_shows_untrusted_content_as_text(
-    cluster, driver, console
+    cluster, driver, console, work, mail
 ):
-    first = master_node(cluster)
-    with admin_of(cluster) as admin:
-        admin.create_topic("console-mail", 1)
-    body = json.dumps({"html": XSS, "n": 1}).encode()
-    message = Message("console-mail", body, tag="t1", keys=["order-7"], properties={"note": XSS})
-    with Producer(first.grpc, security=ROOT) as producer:
-        receipt = producer.send(message)
+    body, receipt = MAIL_BODY, mail
     driver.get(f"http://{console}/#/messages")
     driver.find_element(By.ID, "message-topic").send_keys("console-mail")
     driver.find_element(By.ID, "message-key").send_keys("order-7")
@@ -566,7 +586,9 @@ def test_the_page_cannot_read_its_cookie_nor_change_anything_without_its_token(
         assert "csrf-from-page" not in {t.name for t in admin.list_topics()}
 
 
-def test_a_slaves_console_reads_each_broker_groups_store_at_its_master(cluster, console):
+def test_a_slaves_console_reads_each_broker_groups_store_at_its_master(
+    cluster, console, work, mail
+):
     """Offsets, progress and messages are read at the master (a slave rebuilds its
     progress tables only when promoted): a slave's console shows what the SDK does."""
     master = master_node(cluster)
