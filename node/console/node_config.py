@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.services.caller import Caller
-from node.services.node_settings import NodeSettings, NodeSettingsService
+from node.services.node_settings import NodeSetting, NodeSettings, NodeSettingsService
 from node.services.peer_admin import PeerAdmin
 
 NAME = "([^/]+)"
@@ -38,17 +38,14 @@ def settings_json(found: NodeSettings) -> dict:
     }
 
 
-def answer_json(answer: api.NodeConfigResponse) -> dict:
-    """Another node's NodeConfig answer, in the same shape as ``settings_json``."""
-    return {
-        "node_id": answer.node_id,
-        "broker_group": answer.broker_group,
-        "settings": [
-            {"section": s.section, "name": s.name, "value": s.value, "redacted": s.redacted}
-            for s in answer.settings
-        ],
-        "broker_properties": [{"name": p.name, "value": p.value} for p in answer.broker_properties],
-    }
+def settings_of(answer: api.NodeConfigResponse) -> NodeSettings:
+    """Another node's NodeConfig answer as the service's record."""
+    return NodeSettings(
+        answer.node_id,
+        answer.broker_group,
+        tuple(NodeSetting(s.section, s.name, s.value, s.redacted) for s in answer.settings),
+        tuple((p.name, p.value) for p in answer.broker_properties),
+    )
 
 
 class NodeConfigEndpoint:
@@ -67,4 +64,4 @@ class NodeConfigEndpoint:
             return settings_json(self.node_settings.settings(caller))
         asked = api.NodeConfigRequest(node_id=member.node_id)
         answer = await self.peers.call(caller, member, "NodeConfig", asked, READ_TIMEOUT_S)
-        return answer_json(answer)
+        return settings_json(settings_of(answer))
