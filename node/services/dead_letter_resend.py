@@ -66,7 +66,7 @@ from node.services.admin import (
     refused,
 )
 from node.services.caller import Caller
-from node.services.peer_admin import PeerAdmin, no_master
+from node.services.peer_admin import PeerAdmin
 from node.services.permissions import Need, Permissions, read, resend_dead_letters
 from node.services.pop import DEAD_LETTER_MARKS, resent_key
 from node.topics import TopicError, TopicTable
@@ -172,11 +172,11 @@ class DeadLetterResendService:
         routing: RoutingReplica,
         permissions: Permissions,
         broker_group: str,
-        peers: PeerAdmin | None = None,
+        peers: PeerAdmin,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         lite_changed: Callable[[str], None] | None = None,
     ) -> None:
-        """``peers``: how a call reaches another node's Admin door (None: a node alone);
+        """``peers``: how a call reaches another node's Admin door;
         ``lite_changed(lmq)``: wakes the lite consumers of a lite topic (``LiteService``)."""
         self.store = store
         self.topics = topics
@@ -383,8 +383,6 @@ class DeadLetterResendService:
         return DeadLetterPage(self.broker_group, low, high, tuple(entries))
 
     async def _ask_master(self, caller: Caller, broker_group: str, method: str, request):
-        if self.peers is None:
-            raise no_master(broker_group)
         return await self.peers.call_master(caller, broker_group, method, request)
 
 

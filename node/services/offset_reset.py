@@ -61,7 +61,7 @@ from node.services.admin import (
     refused,
 )
 from node.services.caller import Caller
-from node.services.peer_admin import PeerAdmin, no_master
+from node.services.peer_admin import PeerAdmin
 from node.services.permissions import Permissions
 from node.topics import MessageType, TopicError, TopicTable
 from routing.metadata import TopicRoute
@@ -137,12 +137,12 @@ class OffsetResetService:
         routing: RoutingReplica,
         permissions: Permissions,
         broker_group: str,
-        peers: PeerAdmin | None = None,
+        peers: PeerAdmin,
         pending: PendingResets | None = None,
         subscriptions: Subscriptions | None = None,
     ) -> None:
-        """``peers``: how a part of a request reaches another broker group's master (None:
-        a node alone, whose every queue is its own); ``pending``: where the resets the
+        """``peers``: how a part of a request reaches another broker group's master;
+        ``pending``: where the resets the
         groups' readers have not come to yet are kept (the read service's);
         ``subscriptions``: what the groups' live 4.x consumers subscribe to here."""
         self.store = store
@@ -287,8 +287,6 @@ class OffsetResetService:
     async def _ask_master(self, caller: Caller, part: ResetRequest) -> ResetOutcome:
         """``part`` as its broker group's master answers it (AdminRefused with its code
         when it refuses; UNAVAILABLE when there is none to ask or it does not answer)."""
-        if self.peers is None:
-            raise no_master(part.broker_group)
         request = request_message(part)
         answer = await self.peers.call_master(caller, part.broker_group, "ResetOffsets", request)
         queues = [

@@ -96,8 +96,8 @@ def test_each_refusal_is_precise_and_changes_nothing(broker):
     slave = resend_service(broker, is_master=False)
     handed = refusal(broker, slave, ResendRequest("G", offsets=(0,), handed=True))
     assert handed.code == 14 and handed.message.startswith("NOT_MASTER")
-    alone = resend_service(broker, is_master=False, peers=False)
-    no_peers = refusal(broker, alone, ResendRequest("G", offsets=(0,)))
+    masterless = resend_service(broker, is_master=False, master=None)
+    no_peers = refusal(broker, masterless, ResendRequest("G", offsets=(0,)))
     assert no_peers.code == 14 and no_peers.message.startswith("NO_MASTER")
     slave.peers.node_id = "node-2"  # routing names this node, whose store is not master yet
     not_yet = refusal(broker, slave, ResendRequest("G", offsets=(0,)))

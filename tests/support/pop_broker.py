@@ -163,6 +163,7 @@ def reset_service(broker) -> OffsetResetService:
         reads,
         Permissions(enabled=False),
         "group-1",
+        unreachable_peers(routing),
     )
 
 
@@ -179,12 +180,14 @@ def closed(broker: Broker) -> None:
     broker.loop.close()
 
 
-def resend_service(broker, permissions=None, is_master=True, peers=True) -> DeadLetterResendService:
+def resend_service(
+    broker, permissions=None, is_master=True, master: str | None = "node-2"
+) -> DeadLetterResendService:
     """The service over ``broker``'s states, this node (``node-1``) the master of
-    ``group-1`` (or a slave of it whose master is ``node-2``); with ``peers``, a
+    ``group-1`` (or a slave of it whose master is ``master``, None: none now), with a
     ``PeerAdmin`` that finds masters in that routing but reaches no node."""
     routing = RoutingState()
-    routing.broker_groups["group-1"] = BrokerGroup("group-1", master="node-2")
+    routing.broker_groups["group-1"] = BrokerGroup("group-1", master=master)
     routing.members["node-2"] = Member("node-2", "group-1", "127.0.0.1:1", "", "")
     store = OneMaster(broker.store)
     store.is_master = is_master
@@ -196,7 +199,7 @@ def resend_service(broker, permissions=None, is_master=True, peers=True) -> Dead
         SimpleNamespace(read=lambda view: view(routing)),
         permissions or Permissions(enabled=False),
         "group-1",
-        unreachable_peers(routing) if peers else None,
+        unreachable_peers(routing),
         clock_ms=broker.clock,
     )
 
