@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 # Outcomes of a send, from the writer's point of view.
@@ -325,13 +326,17 @@ class History:
         outcome: str,
         at_s: float,
         code: str = "",
-        answer: tuple[list[int], list[int], list[int]] = ([], [], []),
+        *,
+        resent: Sequence[int] = (),
+        already_resent: Sequence[int] = (),
+        not_yet: Sequence[int] = (),
     ) -> None:
-        """``answer``: the offsets resent, resent before, and not yet."""
+        """The answer's offsets: resent now, resent before, and not yet."""
         assert outcome in OUTCOMES, outcome
         with self.lock:
             resend.outcome, resend.completed_s, resend.code = outcome, at_s, code
-            resend.resent, resend.already_resent, resend.not_yet = answer
+            resend.resent, resend.already_resent = list(resent), list(already_resent)
+            resend.not_yet = list(not_yet)
 
     def fault(self, fault: Fault) -> Fault:
         with self.lock:

@@ -308,8 +308,14 @@ class DeadLetterResender:
         except FerryError as error:
             self.history.resend_answered(resend, outcome_of(error), self.now(), error.code_name)
             raise
-        lists = (list(answer.resent), list(answer.already_resent), list(answer.not_yet))
-        self.history.resend_answered(resend, OK, self.now(), answer=lists)
+        self.history.resend_answered(
+            resend,
+            OK,
+            self.now(),
+            resent=answer.resent,
+            already_resent=answer.already_resent,
+            not_yet=answer.not_yet,
+        )
 
     def now(self) -> float:
         return time.monotonic() - self.t0
