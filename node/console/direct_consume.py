@@ -22,7 +22,7 @@ from collections.abc import Callable
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from node.services.admin import AdminRefused
 from node.services.caller import Caller
-from node.services.direct_consume import TIMEOUT_DEFAULT_MS, DirectRequest
+from node.services.direct_consume import TIMEOUT_DEFAULT_MS, DirectRequest, DirectResult
 from node.services.peer_admin import PeerAdmin
 from node.services.registry import Services
 from routing.metadata import Member
@@ -81,8 +81,7 @@ class DirectConsumeEndpoint:
     async def _at(self, caller: Caller, member: Member, request: DirectRequest) -> dict:
         if member.node_id == self.node_id:
             result = await self.services.direct_consume.consume(caller, request)
-            answer = dataclasses.asdict(result)
-            return answer | {"outcome": result.outcome.value, "node": member.node_id}
+            return result.as_fields() | {"node": member.node_id}
         asked = api.ConsumeMessageDirectlyRequest(
             group=request.group,
             topic=request.topic,
@@ -92,6 +91,5 @@ class DirectConsumeEndpoint:
         )
         timeout_s = (request.timeout_ms or TIMEOUT_DEFAULT_MS) / 1000 + PEER_MARGIN_S
         answer = await self.peers.call(caller, member, "ConsumeMessageDirectly", asked, timeout_s)
-        fields = ("client_id", "protocol", "outcome", "client_answer", "remark", "spent_ms")
-        more = ("waited_ms", "topic", "message_id", "broker_group")
-        return {name: getattr(answer, name) for name in fields + more} | {"node": member.node_id}
+        fields = {f.name: getattr(answer, f.name) for f in dataclasses.fields(DirectResult)}
+        return fields | {"node": member.node_id}

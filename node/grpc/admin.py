@@ -603,10 +603,7 @@ class AdminDoor(admin_pb2_grpc.AdminServicer):
                 request.client_id,
                 request.timeout_ms or TIMEOUT_DEFAULT_MS,
             )
-            result = await self.services.direct_consume.consume(caller, direct)
-            fields = dataclasses.asdict(result)
-            fields["outcome"] = result.outcome.value
-            return fields
+            return (await self.services.direct_consume.consume(caller, direct)).as_fields()
 
         return await self._serve(
             context, "ConsumeMessageDirectly", api.ConsumeMessageDirectlyResponse, work

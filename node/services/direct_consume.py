@@ -47,6 +47,7 @@ Thread-safety: owned by the node's event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections.abc import Awaitable, Callable
@@ -129,6 +130,11 @@ class DirectResult:
     topic: str
     message_id: str  # the offset message id of the record consumed
     broker_group: str
+
+    def as_fields(self) -> dict:
+        """Its fields by name, the outcome as its value: the answer of the Admin door
+        (ConsumeMessageDirectlyResponse has the same fields) and of the console."""
+        return dataclasses.asdict(self) | {"outcome": self.outcome.value}
 
 
 class DirectConsumers:
