@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     import uvloop
 
     from node.config import ConfigError, load_node_config
-    from node.server import serve, tune_garbage_collector
+    from node.process_tuning import tune_process
+    from node.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from routing.replica import RoutingUnavailable
     from store.errors import RecoveryRefused
 
-    tune_garbage_collector()
+    tune_process()
     try:
         # uvloop: a framed round trip costs a third of the default loop's here, and grpc.aio
         # runs on it unchanged (docs/architecture.md, "Remoting").

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import importlib.metadata
 import logging
 import os
@@ -133,12 +132,6 @@ log = logging.getLogger("ferrymq.node")
 HOUSEKEEPING_INTERVAL_S = 1.0
 # A console's failover handed to the master: its wait for the target's log, and the vote.
 CONSOLE_FAILOVER_TIMEOUT_S = 60
-# CPython collects its youngest generation every 700 new container objects. A node makes a
-# few per message and keeps almost none, so it collected every few requests: gc_collect_main
-# and its visits were 6-10 % of a SYNC master's samples in perf. Every 50,000 the same
-# garbage goes for less: 3 % off a master's CPU per message in bench.cluster on a quiet
-# machine, 5-10 % under load, for a few MB of memory.
-GC_THRESHOLDS = (50_000, 20, 100)
 MAX_MESSAGE_BYTES = LARGEST_REQUEST_BYTES
 
 
@@ -899,11 +892,6 @@ class Node:
 def _log_failure(task: asyncio.Future) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("role change failed", exc_info=task.exception())
-
-
-def tune_garbage_collector() -> None:
-    """For a node's own process (``ferrymq node``); tests that host a node keep theirs."""
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 PLAINTEXT_AUTH_WARNING = (
