@@ -34,6 +34,7 @@ from google.protobuf.message import DecodeError
 
 from ferrymq.client.errors import MALFORMED_ANSWER, TRANSPORT, FerryError
 from ferrymq.client.security import ClientSecurity
+from ferrymq.client.socket_frames import SocketFrames
 from ferrymq.codec.dead_peer import detect_dead_peer
 from ferrymq.codec.remoting import (
     SERIALIZE_ROCKETMQ,
@@ -47,7 +48,6 @@ from ferrymq.codec.remoting_codes import CLIENT_TIMEOUT_FIELD, FerryRequestCode,
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
-RECEIVE_BYTES = 1 << 20
 # A connection unused this long is checked before a request is written on it: the node
 # closes idle connections ([remoting] idle_timeout_ms), and a request written after that
 # close would be lost (UNAVAILABLE). Below it, no check: one clock read a request.
@@ -146,8 +146,7 @@ class RemotingChannel:
         self.security = security or PLAIN
         self._tls = self.security.ssl_context()
         self._socket: socket.socket | None = None
-        self._splitter = FrameSplitter()
-        self._frames: list[bytes] = []
+        self._frames = SocketFrames()
         self._opaques = itertools.count(1)
         # Requests sent on this connection whose answers someone will ``receive``, and
         # those answers that came while another was being waited for (a prefetch
@@ -188,8 +187,7 @@ class RemotingChannel:
                 sock.close()
                 raise unavailable(self.address, error, unsent=True) from None
         self._socket = sock
-        self._splitter = FrameSplitter()
-        self._frames = []
+        self._frames = SocketFrames()
         return sock
 
     def call(
@@ -243,12 +241,7 @@ class RemotingChannel:
                 sock.settimeout(timeout_s)
             end = time.monotonic() + timeout_s
             while True:
-                while not self._frames:
-                    data = sock.recv(RECEIVE_BYTES)
-                    if not data:
-                        raise ConnectionError("the node closed the connection")
-                    self._frames.extend(self._splitter.feed(data))
-                answer = decode(self._frames.pop(0))
+                answer = decode(self._frames.next_frame(sock))
                 if answer.opaque == opaque and answer.is_response:
                     self._awaited.discard(opaque)
                     return answer_body(self.address, answer)
