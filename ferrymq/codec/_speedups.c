@@ -1038,8 +1038,9 @@ received_at(RecordReader *self, const unsigned char *buf, Py_ssize_t p, PyObject
     args[13] = broker_group;
     Py_INCREF(lite);
     args[14] = lite;
-    args[15] = PyObject_CallOneArg(self->priority_of,
-                                   priority_text != NULL ? priority_text : self->empty);
+    /* priority_of("") is None: no call for a message without a priority (nearly all). */
+    args[15] = priority_text != NULL ? PyObject_CallOneArg(self->priority_of, priority_text)
+                                     : Py_NewRef(Py_None);
     for (int i = 0; i < 16; i++)
         if (args[i] == NULL)
             goto done;
