@@ -5,7 +5,6 @@ process keep theirs."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import logging
 
@@ -42,8 +41,9 @@ def tune_allocator() -> bool:
     """Set the thresholds above when the C library is glibc; False (and a log line) when it
     is another (musl has no ``mallopt``) or refuses them: the node runs, only slower."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        mallopt = libc.mallopt
+        # The process's own symbols, as store/mapped_file.py takes fallocate: no search of
+        # the library path (``find_library`` runs ldconfig) on the node's start.
+        mallopt = ctypes.CDLL(None, use_errno=True).mallopt
     except (OSError, AttributeError):
         log.info("the C library has no mallopt: its allocator keeps its own thresholds")
         return False

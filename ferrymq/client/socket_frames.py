@@ -62,10 +62,7 @@ class SocketFrames:
             held = self.buffered
             self._view[:held] = self._view[self._start : self._end]
             self._start, self._end = 0, held
-        received = sock.recv_into(self._view[self._end :])
-        if not received:
-            raise ConnectionError("the node closed the connection")
-        self._end += received
+        self._end += _received_into(sock, self._view[self._end :])
 
     def _large_frame(self, sock: socket.socket, length: int) -> bytes:
         """A frame larger than the buffer: what is buffered of it, then the rest received
@@ -77,8 +74,13 @@ class SocketFrames:
         view[:held] = self._view[begin : self._end]
         self._start = self._end = 0
         while held < length:
-            received = sock.recv_into(view[held:])
-            if not received:
-                raise ConnectionError("the node closed the connection")
-            held += received
+            held += _received_into(sock, view[held:])
         return bytes(frame)
+
+
+def _received_into(sock: socket.socket, view: memoryview) -> int:
+    """Bytes received into ``view`` (at least one); the node's close is an error."""
+    received = sock.recv_into(view)
+    if not received:
+        raise ConnectionError("the node closed the connection")
+    return received
