@@ -6,7 +6,7 @@ import itertools
 import os
 import struct
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from google.protobuf import timestamp_pb2
 
@@ -97,8 +97,12 @@ class SendReceipt:
 RESENT_QUEUE_ID = 2**31 - 1
 
 
-@dataclass
+@dataclass(slots=True)
 class ReceivedMessage:
+    """A message as a consumer receives it. Its fields are slots: the SDK's C reader
+    (``received_messages``) writes a Fetch answer's messages straight into them, without a
+    call of ``__init__`` or an instance dict per message."""
+
     topic: str
     queue_id: int
     queue_offset: int
@@ -206,39 +210,27 @@ def received_in_python(records: bytes, broker_group: str = "") -> list[ReceivedM
     return [ReceivedMessage.from_record(r, broker_group) for r in decode_records(records)]
 
 
-# The C builds each ReceivedMessage from its fields in this order.
-assert [f.name for f in fields(ReceivedMessage)] == [
-    "topic",
-    "queue_id",
-    "queue_offset",
-    "message_id",
-    "body",
-    "tag",
-    "keys",
-    "properties",
-    "message_group",
-    "born_timestamp_ms",
-    "store_timestamp_ms",
-    "delivery_attempt",
-    "receipt_handle",
-    "broker_group",
-    "lite_topic",
-    "priority",
-]
-_RECORD_READER = RecordReader(
-    received_type=ReceivedMessage,
-    not_user=NOT_USER_PROPERTY_NAMES,
-    uniq_key=PROPERTY_UNIQ_KEY,
-    tags=PROPERTY_TAGS,
-    keys=PROPERTY_KEYS,
-    message_group=PROPERTY_MESSAGE_GROUP,
-    lite_topic=PROPERTY_LITE_TOPIC,
-    priority=PROPERTY_PRIORITY,
-    key_separator=KEY_SEPARATOR,
-    offset_message_id=offset_message_id,
-    plain_body=plain_body,
-    priority_of=_priority,
-)
+def new_record_reader(received_type: type = ReceivedMessage) -> RecordReader:
+    """A C reader of Fetch answers into ``received_type`` (whose only slots must be
+    ReceivedMessage's fields). It keeps the property names it has met, so the SDK keeps
+    one (``_RECORD_READER``) for every answer."""
+    return RecordReader(
+        received_type=received_type,
+        not_user=NOT_USER_PROPERTY_NAMES,
+        uniq_key=PROPERTY_UNIQ_KEY,
+        tags=PROPERTY_TAGS,
+        keys=PROPERTY_KEYS,
+        message_group=PROPERTY_MESSAGE_GROUP,
+        lite_topic=PROPERTY_LITE_TOPIC,
+        priority=PROPERTY_PRIORITY,
+        key_separator=KEY_SEPARATOR,
+        offset_message_id=offset_message_id,
+        plain_body=plain_body,
+        priority_of=_priority,
+    )
+
+
+_RECORD_READER = new_record_reader()
 
 
 def _timestamp(ms: int) -> timestamp_pb2.Timestamp:

@@ -15,6 +15,7 @@
 #include "_properties.h"
 #include "_record_layout.h"
 #include <string.h>
+#include <structmember.h>
 
 /* Below, with the Fetch columns; the produce and SDK readers use them too. */
 static uint32_t read_uint32(const unsigned char *p);
@@ -871,6 +872,16 @@ static PyTypeObject RecordEncoderType = {
 /* ---- Fetch answers into the SDK's messages (ferrymq/client/messages.py) ----------- */
 
 
+/* The system properties a ReceivedMessage shows, by role. */
+enum { ROLE_UNIQ_KEY, ROLE_TAGS, ROLE_KEYS, ROLE_GROUP, ROLE_LITE_TOPIC, ROLE_PRIORITY, ROLES };
+#define NAMES_CACHED 32
+
+typedef struct {
+    PyObject *name; /* str */
+    int role;       /* ROLE_*, or -1 for a name the reader does not read */
+    int shown;      /* 1 when a pair of this name is a user property */
+} CachedName;
+
 typedef struct {
     PyObject_HEAD
     PyObject *received_type;     /* ReceivedMessage */
@@ -881,7 +892,51 @@ typedef struct {
     PyObject *plain_body;        /* (body: bytes, sys_flag: int) -> bytes */
     PyObject *priority_of;       /* (text: str) -> int | None */
     PyObject *empty;             /* "" */
+    /* Where each of ReceivedMessage's 16 fields lies in an instance (it is a slots
+     * dataclass): the reader fills a new instance there instead of calling __init__. */
+    Py_ssize_t field_offsets[16];
+    /* The property names met so far (ASCII ones, up to NAMES_CACHED): a record's names
+     * are matched against these bytes, so each message reuses one str (its hash kept)
+     * instead of making and hashing its own. */
+    CachedName names[NAMES_CACHED];
+    int names_cached;
 } RecordReader;
+
+/* ReceivedMessage's fields, in the order received_at gathers them. */
+static const char *const RECEIVED_FIELDS[16] = {
+    "topic", "queue_id", "queue_offset", "message_id", "body", "tag", "keys", "properties",
+    "message_group", "born_timestamp_ms", "store_timestamp_ms", "delivery_attempt",
+    "receipt_handle", "broker_group", "lite_topic", "priority"};
+
+/* The offset of each field's slot in an instance of type; -1 (TypeError set) when type
+ * is not a class whose slots are exactly these 16 fields (a field the reader did not
+ * fill would be missing from every message). */
+static int
+find_field_offsets(PyObject *type, Py_ssize_t *offsets)
+{
+    if (!PyType_Check(type) || ((PyTypeObject *)type)->tp_dictoffset != 0 ||
+        ((PyTypeObject *)type)->tp_basicsize != sizeof(PyObject) + 16 * sizeof(PyObject *)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "received_type must be a class whose only slots are a "
+                        "ReceivedMessage's 16 fields");
+        return -1;
+    }
+    for (int i = 0; i < 16; i++) {
+        PyObject *descriptor = PyObject_GetAttrString(type, RECEIVED_FIELDS[i]);
+        if (descriptor == NULL)
+            return -1;
+        int slot = Py_IS_TYPE(descriptor, &PyMemberDescr_Type) &&
+                   ((PyMemberDescrObject *)descriptor)->d_member->type == T_OBJECT_EX;
+        offsets[i] = slot ? ((PyMemberDescrObject *)descriptor)->d_member->offset : -1;
+        Py_DECREF(descriptor);
+        if (!slot) {
+            PyErr_Format(PyExc_TypeError, "received_type's %s is no object slot",
+                         RECEIVED_FIELDS[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
 
 static int
 reader_init(RecordReader *self, PyObject *args, PyObject *kwargs)
@@ -904,7 +959,7 @@ reader_init(RecordReader *self, PyObject *args, PyObject *kwargs)
     }
     if (self->empty == NULL && (self->empty = PyUnicode_FromString("")) == NULL)
         return -1;
-    return 0;
+    return find_field_offsets(self->received_type, self->field_offsets);
 }
 
 static void
@@ -923,27 +978,82 @@ reader_dealloc(RecordReader *self)
     Py_XDECREF(self->plain_body);
     Py_XDECREF(self->priority_of);
     Py_XDECREF(self->empty);
+    for (int i = 0; i < self->names_cached; i++)
+        Py_DECREF(self->names[i].name);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* properties[name], borrowed, or Py_None (also borrowed); NULL on error. */
+/* The name of n bytes at p (valid UTF-8) as a new reference, with its role and whether
+ * its pairs are user properties; NULL on error. */
 static PyObject *
-property_or_none(PyObject *properties, PyObject *name)
+property_name(RecordReader *self, const unsigned char *p, Py_ssize_t n, int *role, int *shown)
 {
-    PyObject *value = PyDict_GetItemWithError(properties, name);
-    if (value == NULL && !PyErr_Occurred())
-        value = Py_None;
-    return value;
+    for (int i = 0; i < self->names_cached; i++) {
+        PyObject *cached = self->names[i].name; /* ASCII: one byte a character */
+        if (PyUnicode_GET_LENGTH(cached) == n && memcmp(PyUnicode_DATA(cached), p, n) == 0) {
+            *role = self->names[i].role;
+            *shown = self->names[i].shown;
+            return Py_NewRef(cached);
+        }
+    }
+    PyObject *name = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+    if (name == NULL)
+        return NULL;
+    PyObject *const system[ROLES] = {self->uniq_key,      self->tags,       self->keys,
+                                     self->message_group, self->lite_topic, self->priority};
+    *role = -1;
+    for (int r = 0; r < ROLES && *role < 0; r++)
+        if (PyUnicode_Compare(name, system[r]) == 0)
+            *role = r;
+    int hidden = PySet_Contains(self->not_user, name); /* also keeps the name's hash */
+    if (hidden < 0) {
+        Py_DECREF(name);
+        return NULL;
+    }
+    *shown = !hidden;
+    if (PyUnicode_IS_ASCII(name) && self->names_cached < NAMES_CACHED)
+        self->names[self->names_cached++] = (CachedName){Py_NewRef(name), *role, *shown};
+    return name;
+}
+
+/* The properties of n bytes at p (valid UTF-8), read as decode_properties reads them
+ * (pairs split at 0x02, a pair at its first 0x01, empty pairs skipped, a later name
+ * replacing an earlier one): the user's pairs as a new dict, and in values (new
+ * references, left NULL where absent) the value of each system property by role. NULL
+ * on error, with the values the caller still releases. */
+static PyObject *
+read_properties(RecordReader *self, const unsigned char *p, Py_ssize_t n, PyObject **values)
+{
+    PyObject *user = PyDict_New();
+    for (Py_ssize_t start = 0; user != NULL && start < n;) {
+        const unsigned char *separator = memchr(p + start, PROPERTY_SEPARATOR, n - start);
+        Py_ssize_t end = separator != NULL ? separator - p : n;
+        if (end > start) {
+            const unsigned char *name_value = memchr(p + start, NAME_VALUE_SEPARATOR, end - start);
+            Py_ssize_t name_end = name_value != NULL ? name_value - p : end;
+            Py_ssize_t value_start = name_value != NULL ? name_end + 1 : end;
+            int role = -1, shown = 0;
+            PyObject *name = property_name(self, p + start, name_end - start, &role, &shown);
+            PyObject *value = name != NULL ? PyUnicode_DecodeUTF8((const char *)p + value_start,
+                                                                  end - value_start, NULL)
+                                           : NULL;
+            if (value == NULL || (shown && PyDict_SetItem(user, name, value) < 0))
+                Py_CLEAR(user);
+            else if (role >= 0)
+                Py_XSETREF(values[role], Py_NewRef(value));
+            Py_XDECREF(name);
+            Py_XDECREF(value);
+        }
+        start = end + 1;
+    }
+    return user;
 }
 
 /* StoredMessage.keys: KEYS split at the separator, empty keys dropped ([] without KEYS). */
 static PyObject *
-keys_of(RecordReader *self, PyObject *properties)
+keys_of(RecordReader *self, PyObject *raw)
 {
-    PyObject *raw = PyDict_GetItemWithError(properties, self->keys);
-    if (raw == NULL)
-        return PyErr_Occurred() ? NULL : PyList_New(0);
-    if (PyUnicode_GET_LENGTH(raw) == 0)
+    if (raw == NULL || PyUnicode_GET_LENGTH(raw) == 0)
         return PyList_New(0);
     PyObject *parts = PyUnicode_Split(raw, self->key_separator, -1);
     if (parts == NULL)
@@ -958,33 +1068,25 @@ keys_of(RecordReader *self, PyObject *properties)
     return keys;
 }
 
-/* The user's properties: every pair whose name is not in not_user, in order. */
+/* A system property's value, or None (new references). */
 static PyObject *
-user_properties(RecordReader *self, PyObject *properties)
+value_or_none(PyObject *value)
 {
-    PyObject *user = PyDict_New(), *name, *value;
-    Py_ssize_t at = 0;
-    while (user != NULL && PyDict_Next(properties, &at, &name, &value)) {
-        int hidden = PySet_Contains(self->not_user, name);
-        if (hidden < 0 || (!hidden && PyDict_SetItem(user, name, value) < 0))
-            Py_CLEAR(user);
-    }
-    return user;
+    return Py_NewRef(value != NULL ? value : Py_None);
 }
 
-/* ReceivedMessage.from_record(decode(buf, p), broker_group) of the valid record at p. */
+/* ReceivedMessage.from_record(decode(buf, p), broker_group) of the valid record at p,
+ * whose user properties and system property values read_properties found. */
 static PyObject *
 received_at(RecordReader *self, const unsigned char *buf, Py_ssize_t p, PyObject *topic,
-            PyObject *properties, PyObject *broker_group)
+            PyObject *user, PyObject **values, PyObject *broker_group)
 {
     Py_ssize_t body_length = (Py_ssize_t)read_uint32(buf + p + OFFSET_BODY_LENGTH);
     int32_t queue_id = (int32_t)read_uint32(buf + p + OFFSET_QUEUE_ID);
     int32_t sys_flag = (int32_t)read_uint32(buf + p + 36);
     PyObject *args[16] = {NULL};
     PyObject *result = NULL;
-    PyObject *message_id = PyDict_GetItemWithError(properties, self->uniq_key);
-    if (message_id == NULL && PyErr_Occurred())
-        return NULL;
+    PyObject *message_id = values[ROLE_UNIQ_KEY];
     if (message_id != NULL && PyUnicode_GET_LENGTH(message_id) > 0) {
         Py_INCREF(message_id);
     } else {
@@ -1012,39 +1114,35 @@ received_at(RecordReader *self, const unsigned char *buf, Py_ssize_t p, PyObject
     args[4] = body;
     if (body == NULL)
         goto done;
-    Py_INCREF(topic);
-    args[0] = topic;
+    args[0] = Py_NewRef(topic);
     args[1] = PyLong_FromLong(queue_id);
     args[2] = PyLong_FromLongLong(read_int64(buf + p + OFFSET_QUEUE_OFFSET));
-    PyObject *tag = property_or_none(properties, self->tags);
-    PyObject *group = tag != NULL ? property_or_none(properties, self->message_group) : NULL;
-    PyObject *lite = group != NULL ? property_or_none(properties, self->lite_topic) : NULL;
-    PyObject *priority_text = lite != NULL ? PyDict_GetItemWithError(properties, self->priority)
-                                           : NULL;
-    if (lite == NULL || (priority_text == NULL && PyErr_Occurred()))
-        goto done;
-    Py_INCREF(tag);
-    args[5] = tag;
-    args[6] = keys_of(self, properties);
-    args[7] = user_properties(self, properties);
-    Py_INCREF(group);
-    args[8] = group;
+    args[5] = value_or_none(values[ROLE_TAGS]);
+    args[6] = keys_of(self, values[ROLE_KEYS]);
+    args[7] = Py_NewRef(user);
+    args[8] = value_or_none(values[ROLE_GROUP]);
     args[9] = PyLong_FromLongLong(read_int64(buf + p + OFFSET_BORN_TIMESTAMP));
     args[10] = PyLong_FromLongLong(read_int64(buf + p + OFFSET_STORE_TIMESTAMP));
     args[11] = PyLong_FromLong(0);
-    Py_INCREF(self->empty);
-    args[12] = self->empty;
-    Py_INCREF(broker_group);
-    args[13] = broker_group;
-    Py_INCREF(lite);
-    args[14] = lite;
+    args[12] = Py_NewRef(self->empty);
+    args[13] = Py_NewRef(broker_group);
+    args[14] = value_or_none(values[ROLE_LITE_TOPIC]);
     /* priority_of("") is None: no call for a message without a priority (nearly all). */
-    args[15] = priority_text != NULL ? PyObject_CallOneArg(self->priority_of, priority_text)
-                                     : Py_NewRef(Py_None);
+    args[15] = values[ROLE_PRIORITY] != NULL
+                   ? PyObject_CallOneArg(self->priority_of, values[ROLE_PRIORITY])
+                   : Py_NewRef(Py_None);
     for (int i = 0; i < 16; i++)
         if (args[i] == NULL)
             goto done;
-    result = PyObject_Vectorcall(self->received_type, args, 16, NULL);
+    /* ReceivedMessage(*args) without its __init__: each field straight into its slot. */
+    PyTypeObject *type = (PyTypeObject *)self->received_type;
+    result = type->tp_alloc(type, 0);
+    if (result == NULL)
+        goto done;
+    for (int i = 0; i < 16; i++) {
+        *(PyObject **)((char *)result + self->field_offsets[i]) = args[i];
+        args[i] = NULL;
+    }
 done:
     for (int i = 0; i < 16; i++)
         Py_XDECREF(args[i]);
@@ -1111,20 +1209,15 @@ reader_received(RecordReader *self, PyObject *args)
                                                    topic_length, NULL));
             topic_from = topic_at;
         }
-        Py_ssize_t properties_length = end - properties_at - 2;
-        PyObject *properties = NULL;
-        if (topic != NULL && properties_length == 0) {
-            properties = PyDict_New();
-        } else if (topic != NULL) { /* decode_properties, without a copy of the bytes */
-            PyObject *text = PyUnicode_DecodeUTF8((const char *)buf + properties_at + 2,
-                                                  properties_length, NULL);
-            properties = text != NULL ? pairs_of(text, 0) : NULL;
-            Py_XDECREF(text);
-        }
-        PyObject *message = properties != NULL
-                                ? received_at(self, buf, p, topic, properties, broker_group)
-                                : NULL;
-        Py_XDECREF(properties);
+        PyObject *values[ROLES] = {NULL};
+        PyObject *user = topic != NULL ? read_properties(self, buf + properties_at + 2,
+                                                         end - properties_at - 2, values)
+                                       : NULL;
+        PyObject *message =
+            user != NULL ? received_at(self, buf, p, topic, user, values, broker_group) : NULL;
+        Py_XDECREF(user);
+        for (int r = 0; r < ROLES; r++)
+            Py_XDECREF(values[r]);
         if (message == NULL || PyList_Append(found, message) < 0)
             Py_CLEAR(found);
         Py_XDECREF(message);

@@ -21,7 +21,12 @@ from hypothesis import strategies as st
 from ferrymq.client.errors import FerryError
 from ferrymq.client.messages import _RECORD_READER as RECORD_READER
 from ferrymq.client.messages import Message as SdkMessage
-from ferrymq.client.messages import received_in_python, received_messages
+from ferrymq.client.messages import (
+    ReceivedMessage,
+    new_record_reader,
+    received_in_python,
+    received_messages,
+)
 from ferrymq.client.produce_records import _RECORD_ENCODER as RECORD_ENCODER
 from ferrymq.client.produce_records import TYPE_TEXT as TYPE_TEXT_OF
 from ferrymq.client.produce_records import encode_records, encode_records_in_python
@@ -499,6 +504,39 @@ def test_received_messages_read_what_the_sdk_reads():
     with pytest.raises(FerryError) as refused:
         received_messages(first + second[:-1], "group-a")
     assert "is no message record" in refused.value.detail
+
+
+def test_a_reader_past_its_cache_of_names_reads_what_its_twin_reads():
+    """The reader keeps the first 32 ASCII names it meets; the names after them, and the
+    system names first met after the cache is full, still read as the twin reads them."""
+    reader = new_record_reader()
+    crowd = "".join(f"user-{i}\x01v{i}\x02" for i in range(40))
+    late = "UNIQ_KEY\x01id-9\x02TAGS\x01t\x02KEYS\x01k1 k2\x02ключ\x01v\x02__SHARDINGKEY\x01g\x02"
+    answer = record(1, b"a", crowd.encode()) + record(2, b"b", (crowd + late).encode())
+    for _ in range(2):  # the second pass reads every name from the full cache
+        found = reader.received(answer, "group-a")
+        assert found == received_in_python(answer, "group-a")
+    assert (found[1].message_id, found[1].tag, found[1].keys) == ("id-9", "t", ["k1", "k2"])
+    assert found[1].message_group == "g" and found[1].properties["ключ"] == "v"
+    assert len(found[1].properties) == 41
+
+
+def test_a_reader_refuses_a_class_whose_slots_are_not_the_messages_fields():
+    """The C writes the 16 fields into their slots: a class with an instance dict or one
+    more slot would hand out messages with a field never written."""
+    from dataclasses import make_dataclass
+
+    plain = make_dataclass("Plain", list(ReceivedMessage.__dataclass_fields__))
+    wider = make_dataclass("Wider", [*ReceivedMessage.__dataclass_fields__, "extra"], slots=True)
+    for received_type in (plain, wider, "ReceivedMessage"):
+        with pytest.raises(TypeError, match="only slots are a ReceivedMessage's 16 fields"):
+            new_record_reader(received_type)
+    narrower = make_dataclass(
+        "Narrower", list(ReceivedMessage.__dataclass_fields__)[1:], slots=True
+    )
+    with pytest.raises(TypeError):
+        new_record_reader(narrower)
+    assert new_record_reader().received(record(1), "g")[0].topic == TOPIC
 
 
 # ---- RecordEncoder.encode: the SDK's messages into produce records ----------------------
