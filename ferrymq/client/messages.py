@@ -195,14 +195,14 @@ def decode_records(records: bytes) -> list[StoredMessage]:
     return found
 
 
-def received_messages(records: bytes, broker_group: str = "") -> list[ReceivedMessage]:
+def received_messages(records: bytes | memoryview, broker_group: str = "") -> list[ReceivedMessage]:
     """The messages of a Fetch answer as the SDK's readers hand them out, in one C pass
     (``RecordReader.received``, ferrymq/codec/_speedups.c) that makes no ``StoredMessage``
     on the way; ``FerryError`` (MALFORMED_ANSWER) when its bytes are not whole message
     records, raised by the twin, ``received_in_python``, which reads any answer the C
     declines."""
-    found = _RECORD_READER.received(bytes(records), broker_group)
-    return found if found is not None else received_in_python(records, broker_group)
+    found = _RECORD_READER.received(records, broker_group)
+    return found if found is not None else received_in_python(bytes(records), broker_group)
 
 
 def received_in_python(records: bytes, broker_group: str = "") -> list[ReceivedMessage]:

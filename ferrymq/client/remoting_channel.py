@@ -29,12 +29,14 @@ import select
 import socket
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
 from ferrymq.client.errors import MALFORMED_ANSWER, TRANSPORT, FerryError
 from ferrymq.client.security import ClientSecurity
 from ferrymq.client.socket_frames import SocketFrames
+from ferrymq.codec import fetch_response
 from ferrymq.codec.dead_peer import detect_dead_peer
 from ferrymq.codec.remoting import (
     SERIALIZE_ROCKETMQ,
@@ -122,12 +124,35 @@ def produce_answer(answer: RemotingCommand) -> data.ProduceResponse:
         raise FerryError(MALFORMED_ANSWER, "MALFORMED_ANSWER", f"produce answer: {error}") from None
 
 
-def fetch_answer(answer: RemotingCommand) -> data.FetchResponse:
+@dataclass(frozen=True, slots=True)
+class FetchAnswer:
+    """A FERRY_FETCH answer: its FetchResponse's fields, the records a view of the frame
+    (``ferrymq.codec.fetch_response``: no copy of them out of the answer)."""
+
+    code: int
+    message: str
+    records: memoryview
+    count: int
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+def fetch_answer(answer: RemotingCommand) -> FetchAnswer:
     """The FetchResponse in a FERRY_FETCH answer."""
     try:
-        return data.FetchResponse.FromString(answer.body)
+        head, records = fetch_response.decode(answer.body)
     except DecodeError as error:
         raise FerryError(MALFORMED_ANSWER, "MALFORMED_ANSWER", f"fetch answer: {error}") from None
+    return FetchAnswer(
+        head.code,
+        head.message,
+        records,
+        head.count,
+        head.next_offset,
+        head.min_offset,
+        head.max_offset,
+    )
 
 
 def _split(address: str) -> tuple[str, int]:

@@ -1150,7 +1150,7 @@ done:
 }
 
 PyDoc_STRVAR(received_doc,
-"received(records: bytes, broker_group: str) -> list | None\n\n"
+"received(records: bytes-like, broker_group: str) -> list | None\n\n"
 "ferrymq.client.messages.received_in_python: the ReceivedMessage of each record of a Fetch\n"
 "answer, or None where that raises (the caller then runs it for the precise error).");
 
@@ -1184,17 +1184,20 @@ framed_record(const unsigned char *buf, Py_ssize_t length, Py_ssize_t p, Py_ssiz
 static PyObject *
 reader_received(RecordReader *self, PyObject *args)
 {
-    PyObject *records, *broker_group;
-    if (!PyArg_ParseTuple(args, "O!U:received", &PyBytes_Type, &records, &broker_group))
+    Py_buffer records;
+    PyObject *broker_group;
+    if (!PyArg_ParseTuple(args, "y*U:received", &records, &broker_group))
         return NULL;
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(records);
-    Py_ssize_t length = PyBytes_GET_SIZE(records);
+    const unsigned char *buf = (const unsigned char *)records.buf;
+    Py_ssize_t length = records.len;
     Py_ssize_t p = 0, topic_at, properties_at;
     /* Every record whole first: the twin decodes them all before it makes a message. */
     while (p < length) {
         Py_ssize_t end = framed_record(buf, length, p, &topic_at, &properties_at);
-        if (end == 0)
+        if (end == 0) {
+            PyBuffer_Release(&records);
             Py_RETURN_NONE;
+        }
         p = end;
     }
     PyObject *found = PyList_New(0);
@@ -1224,6 +1227,7 @@ reader_received(RecordReader *self, PyObject *args)
         p = end;
     }
     Py_XDECREF(topic);
+    PyBuffer_Release(&records);
     return found;
 }
 

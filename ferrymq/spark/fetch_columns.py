@@ -298,9 +298,11 @@ def fetch_columns_in_c(
     return FetchColumns(*columns)
 
 
-def fetch_columns(records: bytes, topic: str, queue_id: int, end_offset: int) -> FetchColumns:
+def fetch_columns(
+    records: bytes | memoryview, topic: str, queue_id: int, end_offset: int
+) -> FetchColumns:
     """``fetch_columns_in_python``'s answer, computed in C where the C accepts."""
     columns = fetch_columns_in_c(records, topic, queue_id, end_offset)
     if columns is None:
-        columns = fetch_columns_in_python(records, topic, queue_id, end_offset)
+        columns = fetch_columns_in_python(bytes(records), topic, queue_id, end_offset)
     return columns

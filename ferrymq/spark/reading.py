@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ferrymq.client.errors import TRANSPORT, FerryError
-from ferrymq.client.remoting_channel import RemotingChannel, fetch_answer
+from ferrymq.client.remoting_channel import FetchAnswer, RemotingChannel, fetch_answer
 from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as data
@@ -75,7 +75,7 @@ class _Fetcher:
         if self.channel is not None:
             self.channel.close()
 
-    def answer(self, offset: int) -> data.FetchResponse:
+    def answer(self, offset: int) -> data.FetchResponse | FetchAnswer:
         part = self.part
         request = data.FetchRequest(
             group=part.group,

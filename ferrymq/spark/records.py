@@ -56,7 +56,7 @@ _TYPES = {field.name: field.type for field in ARROW_SCHEMA}
 
 
 def decode_batch(
-    records: bytes, topic: str, queue_id: int, end_offset: int, broker_group: str
+    records: bytes | memoryview, topic: str, queue_id: int, end_offset: int, broker_group: str
 ) -> tuple[pa.RecordBatch, int]:
     """The records of ``records`` with queue offsets below ``end_offset``, as one batch,
     and the offset after the last one taken (-1 with none); ``CorruptRecord`` for an

@@ -26,6 +26,7 @@ import json
 
 from google.protobuf.message import DecodeError
 
+from ferrymq.codec import fetch_response
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import FerryRequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -118,5 +119,5 @@ class FerryDataHandlers:
             list(fetch.tags),
             poll_budget_s(fetch.wait_ms / 1000, None),
         )
-        answer = api.FetchResponse(**outcome.fields())
-        return request.reply(ResponseCode.SUCCESS, body=answer.SerializeToString())
+        body = fetch_response.encode(api.FetchResponse(**outcome.head_fields()), outcome.records)
+        return request.reply(ResponseCode.SUCCESS, body=body)

@@ -70,22 +70,28 @@ class ReadRequest:
 @dataclass(slots=True)
 class FetchOutcome:
     """A fetch's answer (its fields are ``data.FetchResponse``'s, ``fields()``): the records
-    as stored, where to read next, the queue's bounds at the last look."""
+    as stored, where to read next, the queue's bounds at the last look. The records stay
+    the store's list until a door encodes them (FERRY_FETCH appends them to the encoding
+    as they are: ``ferrymq.codec.fetch_response``)."""
 
     code: int
     message: str
-    records: bytes = b""
+    records: list[bytes] = dataclasses.field(default_factory=list)
     count: int = 0
     next_offset: int = 0
     min_offset: int = 0
     max_offset: int = 0
 
     def fields(self) -> dict:
-        """As keyword arguments (not ``dataclasses.asdict``, which copies deeply)."""
+        """As keyword arguments (not ``dataclasses.asdict``, which copies deeply), the
+        records joined."""
+        return {**self.head_fields(), "records": b"".join(self.records)}
+
+    def head_fields(self) -> dict:
+        """Every field but the records."""
         return {
             "code": self.code,
             "message": self.message,
-            "records": self.records,
             "count": self.count,
             "next_offset": self.next_offset,
             "min_offset": self.min_offset,
@@ -120,7 +126,7 @@ def fetch_answer(offset: int) -> Callable[[GetResult], FetchOutcome | None]:
         if result.messages or result.next_begin_offset > offset:
             return fetch_outcome(
                 pb.OK if result.messages else pb.MESSAGE_NOT_FOUND,
-                records=b"".join(result.messages),
+                records=result.messages,
                 count=len(result.messages),
                 next_offset=result.next_begin_offset,
                 **bounds,
@@ -283,7 +289,7 @@ class ReadService:
     def _delivered(self, topic: str, request: ReadRequest, result: GetResult) -> None:
         messages = result.messages
         if request.records:
-            size = sum(len(record) for record in messages)
+            size = sum(map(len, messages))
         else:
             size = sum(len(message.body) for message in messages)
         self.metrics.delivered(topic, request.group, len(messages), size)

@@ -1,0 +1,87 @@
+"""A FetchResponse with its records appended as the store gathered them
+(``ferrymq.codec.fetch_response``) reads as protobuf's own encoding of it, and the reader
+takes the records out of any encoding of one without a copy."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ferrymq.client.errors import MALFORMED_ANSWER, FerryError
+from ferrymq.client.remoting_channel import fetch_answer
+from ferrymq.codec import fetch_response
+from ferrymq.codec.remoting import RemotingCommand
+from ferrymq.protocol.ferrymq import data_pb2 as data
+
+heads = st.builds(
+    data.FetchResponse,
+    code=st.integers(0, 2**31 - 1),
+    message=st.text(max_size=20),
+    count=st.integers(0, 2**31 - 1),
+    next_offset=st.integers(-(2**63), 2**63 - 1),
+    min_offset=st.integers(-(2**63), 2**63 - 1),
+    max_offset=st.integers(-(2**63), 2**63 - 1),
+)
+record_lists = st.lists(st.binary(max_size=300), max_size=6)
+
+
+def joined(head: data.FetchResponse, records: list[bytes]) -> data.FetchResponse:
+    whole = data.FetchResponse()
+    whole.CopyFrom(head)
+    whole.records = b"".join(records)
+    return whole
+
+
+@given(heads, record_lists)
+def test_the_encoding_is_the_same_fetch_response_protobuf_reads(head, records):
+    encoded = fetch_response.encode(head, records)
+    assert data.FetchResponse.FromString(encoded) == joined(head, records)
+
+
+@given(heads, record_lists)
+def test_the_records_come_out_of_either_encoding_as_they_went_in(head, records):
+    for encoded in (
+        fetch_response.encode(head, records),
+        joined(head, records).SerializeToString(),  # a node of an older release
+    ):
+        read_head, read_records = fetch_response.decode(encoded)
+        assert isinstance(read_records, memoryview)
+        assert read_records == b"".join(records)
+        assert read_head == head
+
+
+def test_a_records_field_given_twice_reads_as_protobuf_reads_it():
+    head = data.FetchResponse(code=1, next_offset=7)
+    twice = fetch_response.encode(head, [b"first"]) + fetch_response.encode(
+        data.FetchResponse(), [b"last"]
+    )
+    read_head, records = fetch_response.decode(twice)
+    assert bytes(records) == data.FetchResponse.FromString(twice).records == b"last"
+    assert (read_head.code, read_head.next_offset) == (1, 7)
+
+
+def test_a_field_the_reader_does_not_know_is_kept_for_protobuf():
+    unknown = bytes([9 << 3 | 0, 5, 10 << 3 | 5, 1, 2, 3, 4, 11 << 3 | 1]) + bytes(8)
+    encoded = unknown + fetch_response.encode(data.FetchResponse(code=3), [b"r"])
+    head, records = fetch_response.decode(encoded)
+    assert (head.code, bytes(records)) == (3, b"r")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        bytes([3 << 3 | 2, 10]) + b"short",  # a field past the end
+        bytes([1 << 3 | 0, 0x80]),  # a varint cut short
+        bytes([1 << 3 | 0]) + b"\xff" * 11,  # a varint longer than 64 bits
+        bytes([1 << 3 | 3]),  # a group
+        bytes([0 << 3 | 0, 1]),  # field number 0
+    ],
+)
+def test_a_body_that_is_no_fetch_response_is_a_malformed_answer(body):
+    with pytest.raises(DecodeError):
+        fetch_response.decode(body)
+    with pytest.raises(FerryError) as refused:
+        fetch_answer(RemotingCommand(0, body=body))
+    assert refused.value.code == MALFORMED_ANSWER
