@@ -214,20 +214,26 @@ def new_record_reader(received_type: type = ReceivedMessage) -> RecordReader:
     """A C reader of Fetch answers into ``received_type`` (whose only slots must be
     ReceivedMessage's fields). It keeps the property names it has met, so the SDK keeps
     one (``_RECORD_READER``) for every answer."""
-    return RecordReader(
-        received_type=received_type,
-        not_user=NOT_USER_PROPERTY_NAMES,
-        uniq_key=PROPERTY_UNIQ_KEY,
-        tags=PROPERTY_TAGS,
-        keys=PROPERTY_KEYS,
-        message_group=PROPERTY_MESSAGE_GROUP,
-        lite_topic=PROPERTY_LITE_TOPIC,
-        priority=PROPERTY_PRIORITY,
-        key_separator=KEY_SEPARATOR,
-        offset_message_id=offset_message_id,
-        plain_body=plain_body,
-        priority_of=_priority,
-    )
+    return RecordReader(**record_reader_arguments(received_type))
+
+
+def record_reader_arguments(received_type: type = ReceivedMessage) -> dict:
+    """``RecordReader``'s arguments: the class it makes, the property names it reads and
+    the Python helpers it calls for what is rare."""
+    return {
+        "received_type": received_type,
+        "not_user": NOT_USER_PROPERTY_NAMES,
+        "uniq_key": PROPERTY_UNIQ_KEY,
+        "tags": PROPERTY_TAGS,
+        "keys": PROPERTY_KEYS,
+        "message_group": PROPERTY_MESSAGE_GROUP,
+        "lite_topic": PROPERTY_LITE_TOPIC,
+        "priority": PROPERTY_PRIORITY,
+        "key_separator": KEY_SEPARATOR,
+        "offset_message_id": offset_message_id,
+        "plain_body": plain_body,
+        "priority_of": _priority,
+    }
 
 
 _RECORD_READER = new_record_reader()

@@ -949,6 +949,12 @@ reader_init(RecordReader *self, PyObject *args, PyObject *kwargs)
                                      &PyFrozenSet_Type, &v[1], &v[2], &v[3], &v[4], &v[5],
                                      &v[6], &v[7], &v[8], &v[9], &v[10], &v[11]))
         return -1;
+    /* The class is checked before anything changes: a reader keeps offsets that match
+     * the class it writes. */
+    Py_ssize_t offsets[16];
+    if (find_field_offsets(v[0], offsets) < 0)
+        return -1;
+    memcpy(self->field_offsets, offsets, sizeof(offsets));
     PyObject **slots[12] = {&self->received_type, &self->not_user, &self->uniq_key,
                             &self->tags, &self->keys, &self->message_group, &self->lite_topic,
                             &self->priority, &self->key_separator, &self->offset_message_id,
@@ -959,7 +965,9 @@ reader_init(RecordReader *self, PyObject *args, PyObject *kwargs)
     }
     if (self->empty == NULL && (self->empty = PyUnicode_FromString("")) == NULL)
         return -1;
-    return find_field_offsets(self->received_type, self->field_offsets);
+    for (; self->names_cached > 0; self->names_cached--) /* the roles were the old names' */
+        Py_CLEAR(self->names[self->names_cached - 1].name);
+    return 0;
 }
 
 static void
@@ -1186,6 +1194,10 @@ reader_received(RecordReader *self, PyObject *args)
 {
     Py_buffer records;
     PyObject *broker_group;
+    if (self->received_type == NULL) {
+        PyErr_SetString(PyExc_TypeError, "RecordReader.__init__ was not called");
+        return NULL;
+    }
     if (!PyArg_ParseTuple(args, "y*U:received", &records, &broker_group))
         return NULL;
     const unsigned char *buf = (const unsigned char *)records.buf;

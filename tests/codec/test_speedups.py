@@ -26,6 +26,7 @@ from ferrymq.client.messages import (
     new_record_reader,
     received_in_python,
     received_messages,
+    record_reader_arguments,
 )
 from ferrymq.client.produce_records import _RECORD_ENCODER as RECORD_ENCODER
 from ferrymq.client.produce_records import TYPE_TEXT as TYPE_TEXT_OF
@@ -536,7 +537,12 @@ def test_a_reader_refuses_a_class_whose_slots_are_not_the_messages_fields():
     )
     with pytest.raises(TypeError):
         new_record_reader(narrower)
-    assert new_record_reader().received(record(1), "g")[0].topic == TOPIC
+    reader = new_record_reader()
+    with pytest.raises(TypeError):  # a refused class leaves the reader as it was
+        reader.__init__(**record_reader_arguments(wider))
+    assert reader.received(record(1), "g") == received_in_python(record(1), "g")
+    with pytest.raises(TypeError, match="__init__ was not called"):
+        type(reader).__new__(type(reader)).received(record(1), "g")
 
 
 # ---- RecordEncoder.encode: the SDK's messages into produce records ----------------------
