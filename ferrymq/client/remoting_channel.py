@@ -141,8 +141,9 @@ class FetchAnswer:
 def fetch_answer(answer: RemotingCommand) -> FetchAnswer:
     """The FetchResponse in a FERRY_FETCH answer."""
     try:
-        head, records = fetch_response.decode(answer.body)
-    except DecodeError as error:
+        head_bytes, records = fetch_response.split(answer.body)
+        head = data.FetchResponse.FromString(head_bytes)
+    except (ValueError, DecodeError) as error:
         raise FerryError(MALFORMED_ANSWER, "MALFORMED_ANSWER", f"fetch answer: {error}") from None
     return FetchAnswer(
         head.code,

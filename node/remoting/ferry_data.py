@@ -119,5 +119,6 @@ class FerryDataHandlers:
             list(fetch.tags),
             poll_budget_s(fetch.wait_ms / 1000, None),
         )
-        body = fetch_response.encode(api.FetchResponse(**outcome.head_fields()), outcome.records)
+        head = api.FetchResponse(**outcome.head_fields()).SerializeToString()
+        body = fetch_response.encode(head, outcome.records)
         return request.reply(ResponseCode.SUCCESS, body=body)
