@@ -49,6 +49,14 @@ The servers answer with a constant and store nothing (no validation, no CommitLo
   to the two slaves and answers once both acknowledged; singles from the SDK's blocking
   channel, batches 16 in flight on one connection. The floor and ceiling of
   ``sync_single_send_p50_us`` and ``sync_batch_send_msgs_per_s`` as the SDK measures them.
+- ``page_cache_first_write_us_per_kib`` and ``page_cache_rewrite_us_per_kib``: the CPU
+  (user and kernel) of writing 4 GiB in 1 MiB chunks into a new file, then over the same
+  bytes again, per KiB of the last GiB of each pass: what putting a byte into the page
+  cache costs here once the cache has grown by gigabytes, the first time and after.
+  Every node of a group puts each record it stores there once; on a virtual machine that
+  returns the guest's free memory to its host, a page the guest had not touched since
+  costs a fault in the host too, so the first figure is what a store pays while its page
+  cache grows into such memory, and it varies with how recently the memory was freed.
 
 Prints one JSON object on its last line.
 """
@@ -63,6 +71,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import grpc
@@ -440,6 +449,27 @@ def node_remoting_address():
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def page_cache_write_us_per_kib(mib: int) -> tuple[float, float]:
+    """CPU µs per KiB of the last GiB (or all, when less) of writing ``mib`` MiB into a
+    new file, then of writing over the same bytes again."""
+    chunk = bytes(1 << 20)
+    last = min(mib, 1024)
+    took = []
+    with tempfile.TemporaryDirectory(prefix="ferrymq-floor-", dir=ROOT) as directory:
+        fd = os.open(os.path.join(directory, "pages"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            for _ in range(2):
+                for index in range(mib):
+                    if index == mib - last:
+                        started = time.process_time()
+                    os.pwrite(fd, chunk, index << 20)
+                spent = time.process_time() - started
+                took.append(round(spent / (last * 1024) * 1e6, 3))
+        finally:
+            os.close(fd)
+    return took[0], took[1]
+
+
 UNSERVED_CODE = 30099  # in ferrymq's private range, served by nobody
 
 SCALES = {  # RPCs at 256 in flight, sends one at a time, seconds of batches
@@ -447,6 +477,7 @@ SCALES = {  # RPCs at 256 in flight, sends one at a time, seconds of batches
     "quick": (10_000, 1_500, 3.0),
     "smoke": (1_000, 100, 0.5),
 }
+PAGE_CACHE_MIB = {"full": 4096, "quick": 4096, "smoke": 64}
 
 
 def measure(scale: str) -> dict:
@@ -511,6 +542,9 @@ def measure(scale: str) -> dict:
         figures["noop_remoting_replicated_batch_msgs_per_s"] = round(
             asyncio.run(remoting_produce_batches(port, batch_s))
         )
+    first, again = page_cache_write_us_per_kib(PAGE_CACHE_MIB[scale])
+    figures["page_cache_first_write_us_per_kib"] = first
+    figures["page_cache_rewrite_us_per_kib"] = again
     return figures
 
 

@@ -38,3 +38,5 @@ def test_smoke_run_prints_every_floor():
         assert 0 < figures[f"{name}_p50_us"] <= figures[f"{name}_p99_us"]
     assert figures["noop_replicated_batch_msgs_per_s"] > 0
     assert figures["noop_remoting_replicated_batch_msgs_per_s"] > 0
+    assert figures["page_cache_first_write_us_per_kib"] > 0
+    assert figures["page_cache_rewrite_us_per_kib"] > 0
