@@ -56,12 +56,14 @@ from ha.wire import (
     LinkError,
     control,
     data_frame,
+    data_frame_parts,
     read_plain,
     read_sealed,
     read_sealed_control,
     sealed_control,
     version_mismatch,
     write_frame,
+    write_frame_parts,
 )
 from store.message_store import MessageStore
 from store.results import PutResult, PutStatus
@@ -282,20 +284,22 @@ class ReplicationMaster:
         the new end is confirmed at once."""
         end = self.store.write_offset
         self.timeline.mark(end)
+        reads: dict[tuple[int, int], bytes] = {}  # the links read each chunk once
         for link in self.links.values():
             if link.writer is not None:
                 try:
-                    self._push(link)
+                    self._push(link, reads)
                 except ConnectionError:
                     link.writer = None  # closing: its task ends the link
             if link.sent < end:
                 link.wake.set()
         self._recompute()
 
-    def _push(self, link: SlaveLink) -> None:
+    def _push(self, link: SlaveLink, reads: dict[tuple[int, int], bytes]) -> None:
         """Write DATA frames from ``link.sent`` to this log's end while the link's transport
         buffers less than ``PUSH_BUFFER_BYTES``. Synchronous: the one writer of the link's
-        frames is whoever calls this on the loop, so frames stay in log order."""
+        frames is whoever calls this on the loop, so frames stay in log order. ``reads``
+        keeps the chunks read from the log for the other links of the same call."""
         store, writer, mac = self.store, link.writer, link.mac
         assert writer is not None and mac is not None, "push on a link that is not streaming"
         while link.sent < store.write_offset:
@@ -307,10 +311,12 @@ class ReplicationMaster:
             limit = CHUNK_BYTES
             if index >= 0 and index + 1 < len(self.epochs.entries):
                 limit = min(limit, self.epochs.entries[index + 1].start_offset - offset)
-            records = store.read_records(offset, limit)
-            write_frame(
+            records = reads.get((offset, limit))
+            if records is None:
+                records = reads[offset, limit] = store.read_records(offset, limit)
+            write_frame_parts(
                 writer,
-                data_frame(
+                data_frame_parts(
                     mac,
                     offset,
                     entry.epoch if entry else 0,
@@ -487,7 +493,7 @@ class ReplicationMaster:
         try:
             while self.active and self.links.get(link.node_id) is link:
                 link.wake.clear()
-                self._push(link)
+                self._push(link, {})
                 if link.sent < store.write_offset:  # the buffer is full: let the slave read
                     await writer.drain()
                     continue

@@ -42,6 +42,7 @@ from ha.link_auth import (
     proof_matches,
     session_macs,
 )
+from ha.link_stream import LinkStream, open_link
 from ha.wire import (
     DATA_HEADER,
     PREAUTH_MAX_FRAME_BYTES,
@@ -215,9 +216,8 @@ class ReplicationSlave:
 
     async def _follow(self, address: str) -> None:
         host, _, port = address.rpartition(":")
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S
-        )
+        # One object reads and writes the link (ha/link_stream.py: DATA frames land in place).
+        reader = writer = await asyncio.wait_for(open_link(host, int(port)), CONNECT_TIMEOUT_S)
         detect_dead_peer(writer.get_extra_info("socket"))
         try:
             try:
@@ -240,7 +240,7 @@ class ReplicationSlave:
             writer.close()
 
     async def _handshake(
-        self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, address: str, reader: LinkStream, writer: LinkStream
     ) -> tuple[LinkMacs, int, list[EpochEntry]]:
         """Prove the secret to the master and check its proof and the MAC of everything
         it says before any of it is believed: (the link's MACs, the master's end, its
@@ -351,8 +351,8 @@ class ReplicationSlave:
 
     async def _apply_stream(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        reader: LinkStream,
+        writer: LinkStream,
         macs: LinkMacs,
         acked: int,
     ) -> None:
@@ -373,7 +373,7 @@ class ReplicationSlave:
                     if kind is not Kind.DATA or len(payload) < DATA_HEADER.size:
                         raise LinkError(f"expected DATA, got {kind.name} ({len(payload)} bytes)")
                     offset, epoch, epoch_start, confirmed = DATA_HEADER.unpack_from(payload)
-                    records = payload[DATA_HEADER.size :]
+                    records = memoryview(payload)[DATA_HEADER.size :]  # no copy
                     self.confirmed_offset = max(self.confirmed_offset, confirmed)
                     self.on_confirmed()
                     if records:

@@ -45,6 +45,7 @@ import asyncio
 import enum
 import json
 import struct
+from typing import Protocol
 
 from ha.link_auth import MAC_BYTES, FrameMac
 
@@ -93,6 +94,22 @@ def version_mismatch(peer: str, version: object) -> str:
     )
 
 
+class FrameWriter(Protocol):
+    """What the link's code writes through: an asyncio writer, or the slave's
+    ``LinkStream`` (``ha/link_stream.py``)."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
+class FrameSource(Protocol):
+    """What the link's code reads from: an asyncio reader, or the slave's ``LinkStream``,
+    which gives a large read as the buffer the kernel filled (a ``bytearray``)."""
+
+    async def readexactly(self, n: int) -> bytes | bytearray: ...
+
+
 # ---- writing ---------------------------------------------------------------------------
 def control(kind: Kind, **fields) -> bytes:
     """A plain frame of the handshake (before authentication)."""
@@ -109,16 +126,25 @@ def sealed_control(mac: FrameMac, kind: Kind, **fields) -> bytes:
     return sealed(mac, kind, json.dumps(fields).encode())
 
 
+def data_frame_parts(
+    mac: FrameMac, offset: int, epoch: int, epoch_start: int, confirmed: int, records: bytes
+) -> tuple[bytes, bytes, bytes]:
+    """A DATA frame as its three parts (heads, records, tag), for a gathered write that
+    leaves the records where they are."""
+    heads = FRAME_HEADER.pack(
+        Kind.DATA, DATA_HEADER.size + len(records) + MAC_BYTES
+    ) + DATA_HEADER.pack(offset, epoch, epoch_start, confirmed)
+    tag = mac.seal(Kind.DATA, heads[FRAME_HEADER.size :], records)
+    return heads, records, tag
+
+
 def data_frame(
     mac: FrameMac, offset: int, epoch: int, epoch_start: int, confirmed: int, records: bytes
 ) -> bytes:
-    header = FRAME_HEADER.pack(Kind.DATA, DATA_HEADER.size + len(records) + MAC_BYTES)
-    data_header = DATA_HEADER.pack(offset, epoch, epoch_start, confirmed)
-    tag = mac.seal(Kind.DATA, data_header, records)  # one copy of the records: the join
-    return b"".join((header, data_header, records, tag))
+    return b"".join(data_frame_parts(mac, offset, epoch, epoch_start, confirmed, records))
 
 
-def write_frame(writer: asyncio.StreamWriter, frame: bytes) -> None:
+def write_frame(writer: FrameWriter, frame: bytes) -> None:
     """Write ``frame`` on the link, or ``ConnectionError`` when the link is closed already:
     the default event loop drops such a write silently, uvloop raises RuntimeError."""
     if writer.is_closing():
@@ -126,19 +152,27 @@ def write_frame(writer: asyncio.StreamWriter, frame: bytes) -> None:
     writer.write(frame)
 
 
+def write_frame_parts(writer: asyncio.StreamWriter, parts: tuple[bytes, ...]) -> None:
+    """``write_frame`` of a frame given in parts: uvloop writes them with one ``writev``,
+    without joining them first."""
+    if writer.is_closing():
+        raise ConnectionError("the replication link is closed")
+    writer.writelines(parts)
+
+
 def ack_frame(mac: FrameMac, offset: int) -> bytes:
     return sealed(mac, Kind.ACK, ACK.pack(offset))
 
 
 # ---- reading ---------------------------------------------------------------------------
-async def read_exactly(reader: asyncio.StreamReader, length: int) -> bytes:
+async def read_exactly(reader: FrameSource, length: int) -> bytes | bytearray:
     try:
         return await reader.readexactly(length)
     except (asyncio.IncompleteReadError, ConnectionError) as error:
         raise LinkError(f"link closed: {error}") from None
 
 
-async def read_header(reader: asyncio.StreamReader, limit: int) -> tuple[int, int]:
+async def read_header(reader: FrameSource, limit: int) -> tuple[int, int]:
     """A frame's kind and body length, refused before any of its body is read when the
     length is over ``limit``."""
     header = await read_exactly(reader, FRAME_HEADER.size)
@@ -162,7 +196,7 @@ def _kind(kind: int) -> Kind:
         raise LinkError(f"unknown frame kind {kind}") from None
 
 
-def json_object(kind: Kind, payload: bytes) -> dict:
+def json_object(kind: Kind, payload: bytes | bytearray) -> dict:
     try:
         fields = json.loads(payload)
     except ValueError:
@@ -172,12 +206,12 @@ def json_object(kind: Kind, payload: bytes) -> dict:
     return fields
 
 
-def refusal(kind: Kind, payload: bytes) -> LinkError:
+def refusal(kind: Kind, payload: bytes | bytearray) -> LinkError:
     reason = json_object(kind, payload).get("reason", "?")
     return LinkError(f"refused: {reason}")
 
 
-async def read_plain(reader: asyncio.StreamReader, expected: Kind) -> dict:
+async def read_plain(reader: FrameSource, expected: Kind) -> dict:
     """A handshake frame read before authentication (``PREAUTH_MAX_FRAME_BYTES`` at most);
     a REFUSED raises ``LinkError`` with its reason."""
     kind, length = await read_header(reader, PREAUTH_MAX_FRAME_BYTES)
@@ -191,8 +225,8 @@ async def read_plain(reader: asyncio.StreamReader, expected: Kind) -> dict:
 
 
 async def read_sealed_body(
-    reader: asyncio.StreamReader, mac: FrameMac, kind: int, length: int
-) -> tuple[Kind, bytes]:
+    reader: FrameSource, mac: FrameMac, kind: int, length: int
+) -> tuple[Kind, bytes | bytearray]:
     """The payload of a sealed frame whose header was read, once its tag checks out."""
     if length < MAC_BYTES:
         raise ForgedFrame(f"a frame of {length} bytes cannot hold its MAC")
@@ -208,8 +242,8 @@ async def read_sealed_body(
 
 
 async def read_sealed(
-    reader: asyncio.StreamReader, mac: FrameMac, limit: int = MAX_FRAME_BYTES
-) -> tuple[Kind, bytes]:
+    reader: FrameSource, mac: FrameMac, limit: int = MAX_FRAME_BYTES
+) -> tuple[Kind, bytes | bytearray]:
     """The next frame of an authenticated link; a REFUSED raises ``LinkError``."""
     kind, length = await read_header(reader, limit)
     found, payload = await read_sealed_body(reader, mac, kind, length)
@@ -219,7 +253,7 @@ async def read_sealed(
 
 
 async def read_sealed_control(
-    reader: asyncio.StreamReader, mac: FrameMac, expected: Kind, limit: int = MAX_FRAME_BYTES
+    reader: FrameSource, mac: FrameMac, expected: Kind, limit: int = MAX_FRAME_BYTES
 ) -> dict:
     kind, payload = await read_sealed(reader, mac, limit)
     if kind is not expected:

@@ -586,7 +586,7 @@ class CommitLog:
             return chunk
         return chunk[:cut]
 
-    def append_raw(self, physical_offset: int, data: bytes) -> None:
+    def append_raw(self, physical_offset: int, data: bytes | memoryview) -> None:
         """Append another log's records verbatim at ``physical_offset`` (the write offset).
         ``data`` is whole records within one segment, as ``read_records`` cuts them.
         The caller holds the put lock."""

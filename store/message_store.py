@@ -392,7 +392,7 @@ class MessageStore:
             if self.dispatcher.last_error is not None:
                 raise self.dispatcher.last_error
 
-    def append_replicated_records(self, physical_offset: int, data: bytes) -> int:
+    def append_replicated_records(self, physical_offset: int, data: bytes | memoryview) -> int:
         """``append_replicated`` without the dispatch: a slave acknowledges once the
         CommitLog holds the bytes (what a failover needs; the consume queues and the index
         are rebuilt from it) and dispatches after, as RocketMQ's slaves reput after

@@ -242,7 +242,7 @@ def check_at(buf, position: int, limit: int) -> RecordCheck:
     return RecordCheck(size)
 
 
-def chunk_problem(data: bytes) -> str | None:
+def chunk_problem(data: bytes | memoryview) -> str | None:
     """Why ``data`` is not a run of whole records (None when it is): each starts with a
     plausible size and a magic code, a blank record only last, and the sizes add up to
     exactly ``len(data)``. What a slave checks before appending a master's bytes, so that
@@ -254,7 +254,7 @@ def chunk_problem(data: bytes) -> str | None:
     return chunk_problem_in_python(data)
 
 
-def chunk_problem_in_python(data: bytes) -> str | None:
+def chunk_problem_in_python(data: bytes | memoryview) -> str | None:
     """What ``chunk_is_whole`` (C, ferrymq/codec/_speedups.c) decides, with the reason."""
     position, length = 0, len(data)
     unpack = SIZE_AND_MAGIC.unpack_from

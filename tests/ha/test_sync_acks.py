@@ -230,6 +230,9 @@ class CapturingWriter:
     def write(self, frame: bytes) -> None:
         self.frames.append(frame)
 
+    def writelines(self, parts) -> None:
+        self.frames.append(b"".join(parts))
+
 
 def test_a_streaming_link_is_written_in_the_append_before_the_dispatch(store):
     """The copies of a SYNC write leave in the append itself (no task switch per link),
@@ -255,6 +258,40 @@ def test_a_streaming_link_is_written_in_the_append_before_the_dispatch(store):
         records = frame[FRAME_HEADER.size + DATA_HEADER.size : -MAC_BYTES]
         assert records == store.read_records(start, end - start)
         assert link.sent == end
+
+    asyncio.run(run())
+
+
+def test_the_links_of_one_append_read_its_records_once_and_each_frame_is_sealed_for_its_slave(
+    store, monkeypatch
+):
+    """Both slaves' frames carry the same records, read from the log once, each under its
+    own link's MAC (a gathered write: the records are not joined into the frame)."""
+
+    async def run() -> None:
+        master = master_of(store, ManualClock(), min_insync=3)
+        master.activate(frozenset({"m", "s1", "s2"}))
+        start = store.write_offset
+        slaves = {}
+        for slave in ("s1", "s2"):
+            link = master.open_link(slave, start, start)
+            handshake = Handshake("group-1", slave, new_nonce(), new_nonce())
+            link.writer = CapturingWriter()
+            link.mac, link.sent = session_macs("secret", handshake, Role.MASTER).outgoing, start
+            slaves[slave] = (link, session_macs("secret", handshake, Role.SLAVE).incoming)
+        reads = []
+        read_records = store.read_records
+        monkeypatch.setattr(
+            store, "read_records", lambda *args: reads.append(args) or read_records(*args)
+        )
+        await put(store, b"read once, sent twice")
+        assert len(reads) == 1
+        expected = read_records(start, store.write_offset - start)
+        for link, incoming in slaves.values():
+            (frame,) = link.writer.frames
+            payload = frame[FRAME_HEADER.size : -MAC_BYTES]
+            assert payload[DATA_HEADER.size :] == expected
+            assert incoming.verify(Kind.DATA, payload, frame[-MAC_BYTES:])
 
     asyncio.run(run())
 

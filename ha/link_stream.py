@@ -1,0 +1,195 @@
+"""The slave's end of a replication link: a stream whose large reads land in place.
+
+A DATA frame of a busy link carries ~128 KiB of records. Through asyncio's streams each
+byte was copied five times on its way from the socket to the CommitLog (the loop's bytes
+of a read, the reader's buffer, its slice, the bytes of that slice, the payload's slice);
+here it is copied once, by the kernel, into the buffer of the frame it belongs to, which
+the slave hands on as it is.
+
+``LinkStream`` is an ``asyncio.BufferedProtocol`` with the few stream methods the link's
+code calls (``readexactly``, ``write``, ``drain``, ``is_closing``, ``close``,
+``get_extra_info``), so ``ha/wire.py``'s readers and writers take it where they take an
+asyncio reader or writer.
+
+Invariants:
+
+- Bytes are delivered in the order they arrived, each once: the unread bytes are
+  ``_staged[_start:_end]``, and a read of more than ``STAGED_BYTES`` takes those first,
+  then has the kernel fill the rest of its own buffer (``_frame[_filled:]``).
+- The staging buffer is never overwritten while it holds unread bytes: reading pauses
+  when it is full and resumes when a read takes some.
+- A read of ``n`` bytes allocates ``n`` bytes only once its caller asked for them, and the
+  link's readers check a frame's length against their limit before they ask.
+
+A read that is cancelled or fails part way leaves the stream at no frame boundary: the
+link's code ends the link on any such error, as it did with asyncio's streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+# Small frames (ACK-sized heartbeats, handshake JSON, single-message DATA frames) are read
+# through this buffer, several per read; larger reads take at most this much from it.
+STAGED_BYTES = 16 * 1024
+
+
+class LinkStream(asyncio.BufferedProtocol):
+    """One replication connection, as its slave end reads and writes it."""
+
+    def __init__(self) -> None:
+        self._staged = bytearray(STAGED_BYTES)
+        self._start = 0
+        self._end = 0
+        self._frame: bytearray | None = None
+        self._filled = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._eof = False
+        self._error: BaseException | None = None
+        self._reading_paused = False
+        self._writing_paused = False
+        self._drained: asyncio.Future[None] | None = None
+        self.transport: asyncio.Transport | None = None
+
+    # ---- the protocol (called by the event loop) -----------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._filled :]
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif self._end == STAGED_BYTES:  # unread bytes at the tail: move them to the front
+            unread = self._end - self._start
+            self._staged[:unread] = self._staged[self._start : self._end]
+            self._start, self._end = 0, unread
+        assert self._end < STAGED_BYTES, "reading while the staging buffer is full"
+        return memoryview(self._staged)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled == len(self._frame):
+                self._frame = None  # full: the loop's next read goes to the staging buffer
+        else:
+            self._end += nbytes
+            if self._end - self._start == STAGED_BYTES:
+                self._pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = True
+        if exc is not None:
+            self._error = exc
+        self._wake()
+        self._writing_paused = False
+        self._release_drain()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._release_drain()
+
+    # ---- reading -------------------------------------------------------------------------
+    async def readexactly(self, n: int) -> bytes | bytearray:
+        """The next ``n`` bytes; ``asyncio.IncompleteReadError`` when the peer ended the
+        link first, ``ConnectionError`` when it broke. Up to ``STAGED_BYTES`` come as a
+        copy; more come in a buffer of their own that the kernel filled."""
+        if n <= STAGED_BYTES:
+            while self._end - self._start < n:
+                await self._more(n)
+            data = bytes(memoryview(self._staged)[self._start : self._start + n])
+            self._start += n
+            self._resume_reading()
+            return data
+        frame = bytearray(n)
+        taken = self._end - self._start
+        frame[:taken] = memoryview(self._staged)[self._start : self._end]
+        self._start = self._end = 0
+        self._frame, self._filled = frame, taken
+        self._resume_reading()
+        try:
+            while self._frame is not None:
+                await self._more(n)
+        finally:
+            self._frame = None  # cancelled or failed: the link is of no more use either way
+        return frame
+
+    async def _more(self, wanted: int) -> None:
+        """Wait for the next read, or raise if none can come."""
+        if self._error is not None:
+            raise ConnectionError(f"link broken: {self._error}")
+        if self._eof:
+            if self._frame is not None:
+                partial = bytes(self._frame[: self._filled])
+            else:
+                partial = bytes(self._staged[self._start : self._end])
+            self._start = self._end = 0  # consumed by the failed read, as asyncio's are
+            raise asyncio.IncompleteReadError(partial, wanted)
+        assert self._waiter is None, "two reads at once"
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and self.transport is not None and not self._eof:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    # ---- writing -------------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def is_closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    async def drain(self) -> None:
+        """Return once the transport takes more writes; ``ConnectionError`` once closed."""
+        if self._error is not None or self.is_closing():
+            raise ConnectionError("the replication link is closed")
+        while self._writing_paused:
+            if self._drained is None:
+                self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+        if self._error is not None:
+            raise ConnectionError(f"link broken: {self._error}")
+
+    def _release_drain(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        if self.transport is None:
+            return default
+        return self.transport.get_extra_info(name, default)
+
+
+async def open_link(host: str, port: int) -> LinkStream:
+    """Connect to a master's replication port."""
+    _, stream = await asyncio.get_running_loop().create_connection(LinkStream, host, port)
+    return stream

@@ -1,0 +1,232 @@
+"""The slave's link stream (``ha/link_stream.py``): every byte once and in order, however
+the reads cut the stream and whatever size the frames are; the end of the link as
+asyncio's streams report it; flow control both ways; and real sockets on both loops."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+import uvloop
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ha.link_stream import STAGED_BYTES, LinkStream, open_link
+from ha.wire import LinkError, read_exactly
+
+HEADER = struct.Struct(">I")
+
+
+class FakeTransport(asyncio.Transport):
+    """Records what the stream asks of its transport."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused = False
+        self.closed = False
+        self.written: list[bytes] = []
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def write(self, data) -> None:
+        self.written.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name, default=None):
+        return default
+
+
+def framed(bodies: list[bytes]) -> bytes:
+    return b"".join(HEADER.pack(len(body)) + body for body in bodies)
+
+
+async def feed(stream: LinkStream, transport: FakeTransport, data: bytes, cuts: list[int]):
+    """Deliver ``data`` as the event loop would: reads of at most each cut's size into the
+    buffer the stream gives, never while it paused reading, one loop turn between reads."""
+    position, turn = 0, 0
+    while position < len(data):
+        while transport.paused:
+            await asyncio.sleep(0)
+        buffer = stream.get_buffer(-1)
+        assert len(buffer) > 0, "the stream gave an empty buffer"
+        size = min(len(buffer), cuts[turn % len(cuts)], len(data) - position)
+        buffer[:size] = data[position : position + size]
+        del buffer
+        stream.buffer_updated(size)
+        position += size
+        turn += 1
+        await asyncio.sleep(0)
+
+
+async def read_frames(stream: LinkStream, count: int) -> list[bytes]:
+    bodies = []
+    for _ in range(count):
+        (length,) = HEADER.unpack(await stream.readexactly(HEADER.size))
+        bodies.append(bytes(await stream.readexactly(length)) if length else b"")
+    return bodies
+
+
+sizes = st.one_of(
+    st.integers(0, 64),
+    st.integers(STAGED_BYTES - 8, STAGED_BYTES + 8),
+    st.integers(0, 3 * STAGED_BYTES),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lengths=st.lists(sizes, min_size=1, max_size=8),
+    cuts=st.lists(st.integers(1, 3 * STAGED_BYTES), min_size=1, max_size=6),
+    seed=st.integers(0, 255),
+)
+def test_frames_come_out_whole_and_in_order_however_the_reads_cut_them(lengths, cuts, seed):
+    bodies = [bytes((seed + i + j) % 251 for j in range(n)) for i, n in enumerate(lengths)]
+
+    async def run() -> list[bytes]:
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        feeding = asyncio.ensure_future(feed(stream, transport, framed(bodies), cuts))
+        got = await read_frames(stream, len(bodies))
+        await feeding
+        return got
+
+    assert asyncio.run(run()) == bodies
+
+
+def test_a_large_read_is_the_buffer_the_bytes_were_read_into():
+    async def run() -> None:
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        body = bytes(range(256)) * (STAGED_BYTES // 64)
+        reading = asyncio.ensure_future(stream.readexactly(len(body)))
+        await asyncio.sleep(0)
+        buffer = stream.get_buffer(-1)
+        assert len(buffer) == len(body)  # the frame's own buffer, exactly its size
+        buffer[:] = body
+        del buffer
+        stream.buffer_updated(len(body))
+        got = await reading
+        assert isinstance(got, bytearray) and got == body
+        assert len(stream.get_buffer(-1)) == STAGED_BYTES  # later reads go to staging
+
+    asyncio.run(run())
+
+
+def test_reading_pauses_when_the_staging_buffer_is_full_and_resumes_when_read():
+    async def run() -> None:
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        buffer = stream.get_buffer(-1)
+        buffer[:] = bytes(len(buffer))
+        del buffer
+        stream.buffer_updated(STAGED_BYTES)
+        assert transport.paused
+        await stream.readexactly(1)
+        assert not transport.paused
+        assert len(stream.get_buffer(-1)) == 1  # the unread bytes moved to the front
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("length", [8, 3 * STAGED_BYTES])
+def test_the_peer_ending_the_link_mid_read_is_an_incomplete_read(length):
+    async def run() -> None:
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        reading = asyncio.ensure_future(read_exactly(stream, length))
+        await asyncio.sleep(0)
+        buffer = stream.get_buffer(-1)
+        buffer[:3] = b"abc"
+        del buffer
+        stream.buffer_updated(3)
+        stream.eof_received()
+        stream.connection_lost(None)
+        with pytest.raises(LinkError, match="link closed"):
+            await reading
+        with pytest.raises(asyncio.IncompleteReadError):
+            await stream.readexactly(1)
+
+    asyncio.run(run())
+
+
+def test_a_broken_link_is_a_connection_error_for_reads_and_drains():
+    async def run() -> None:
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        reading = asyncio.ensure_future(stream.readexactly(4))
+        stream.pause_writing()
+        draining = asyncio.ensure_future(stream.drain())
+        await asyncio.sleep(0)
+        assert not draining.done()
+        stream.connection_lost(ConnectionResetError("reset by peer"))
+        with pytest.raises(ConnectionError, match="reset by peer"):
+            await reading
+        with pytest.raises(ConnectionError):
+            await draining
+        with pytest.raises(ConnectionError):
+            await stream.drain()
+
+    asyncio.run(run())
+
+
+def test_drain_waits_while_the_transport_buffers_too_much():
+    async def run() -> None:
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        await stream.drain()  # not paused: at once
+        stream.pause_writing()
+        draining = asyncio.ensure_future(stream.drain())
+        await asyncio.sleep(0)
+        assert not draining.done()
+        stream.resume_writing()
+        await asyncio.wait_for(draining, 5)
+        stream.write(b"ack")
+        assert transport.written == [b"ack"]
+        stream.close()
+        assert stream.is_closing()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop])
+def test_frames_over_a_real_socket_on_either_loop(loop_factory):
+    bodies = [b"", b"x" * 40, bytes(range(256)) * 4096, b"y" * (STAGED_BYTES + 1), b"z"]
+    answers = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for body in bodies:  # in pieces, with pauses, as a busy master's writes arrive
+            data = HEADER.pack(len(body)) + body
+            for start in range(0, len(data), 50_000):
+                writer.write(data[start : start + 50_000])
+                await writer.drain()
+                await asyncio.sleep(0)
+        answers.append(await reader.readexactly(3))
+        writer.close()
+
+    async def run() -> list[bytes]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        stream = await open_link("127.0.0.1", port)
+        got = await read_frames(stream, len(bodies))
+        stream.write(b"ack")
+        await stream.drain()
+        with pytest.raises(asyncio.IncompleteReadError):
+            await stream.readexactly(1)  # the server closed after reading the ack
+        stream.close()
+        server.close()
+        await server.wait_closed()
+        return got
+
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        assert runner.run(run()) == bodies
+    assert answers == [b"ack"]
