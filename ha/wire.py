@@ -1,4 +1,5 @@
-"""The replication link's frames (asyncio streams on the replication port), protocol 2.
+"""The replication link's frames on the replication port, protocol 2: the master reads and
+writes them through asyncio's streams, the slave through ``ha/link_stream.py``.
 
 Every frame is ``kind (1 byte) | length (4, big-endian) | body``. Before the ends have
 authenticated each other a body is JSON and at most ``PREAUTH_MAX_FRAME_BYTES``; after,
