@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -41,7 +40,6 @@ NONCE_BYTES = 16
 _NONCE_PATTERN = re.compile(r"[0-9a-f]{32}")
 _FIELD_LENGTH = struct.Struct(">H")
 _NONCE = struct.Struct(">BBxxQ")  # direction, frame kind, 0, 0, frame count: 12 bytes
-_JOIN_AT_MOST = 64 << 10  # a payload in parts up to this size is joined for one-shot GMAC
 
 
 class Role(enum.Enum):
@@ -104,7 +102,6 @@ class FrameMac:
     missing, repeated or moved fails at the receiver."""
 
     def __init__(self, key: bytes, direction: Role) -> None:
-        self._key = key
         self._aead = AESGCM(key)
         self._direction = direction.value[0]
         self.sequence = 0
@@ -112,19 +109,9 @@ class FrameMac:
     def _nonce(self, kind: int) -> bytes:
         return _NONCE.pack(self._direction, kind, self.sequence)
 
-    def seal(self, kind: int, *payload: bytes) -> bytes:
-        """The tag of the next frame sent, of ``kind``, over the payload's parts (a DATA
-        frame's header and records are not joined for it)."""
-        if len(payload) == 1:
-            tag = self._aead.encrypt(self._nonce(kind), b"", payload[0])
-        elif sum(map(len, payload)) <= _JOIN_AT_MOST:  # a copy costs less than the setup
-            tag = self._aead.encrypt(self._nonce(kind), b"", b"".join(payload))
-        else:
-            mac = Cipher(algorithms.AES(self._key), modes.GCM(self._nonce(kind))).encryptor()
-            for part in payload:
-                mac.authenticate_additional_data(part)
-            mac.finalize()
-            tag = mac.tag
+    def seal(self, kind: int, payload: bytes) -> bytes:
+        """The tag of the next frame sent, of ``kind``, over ``payload``."""
+        tag = self._aead.encrypt(self._nonce(kind), b"", payload)
         self.sequence += 1
         return tag
 

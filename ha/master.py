@@ -50,6 +50,7 @@ from ha.link_auth import (
 from ha.wire import (
     ACK,
     ACK_FRAME_BYTES,
+    DATA_HEADER,
     PROTOCOL_VERSION,
     ForgedFrame,
     Kind,
@@ -57,6 +58,7 @@ from ha.wire import (
     control,
     data_frame,
     data_frame_parts,
+    data_payload,
     read_plain,
     read_sealed,
     read_sealed_control,
@@ -284,7 +286,7 @@ class ReplicationMaster:
         the new end is confirmed at once."""
         end = self.store.write_offset
         self.timeline.mark(end)
-        reads: dict[tuple[int, int], bytes] = {}  # the links read each chunk once
+        reads: dict[tuple[int, int], bytes] = {}  # the links share each chunk's payload
         for link in self.links.values():
             if link.writer is not None:
                 try:
@@ -299,7 +301,8 @@ class ReplicationMaster:
         """Write DATA frames from ``link.sent`` to this log's end while the link's transport
         buffers less than ``PUSH_BUFFER_BYTES``. Synchronous: the one writer of the link's
         frames is whoever calls this on the loop, so frames stay in log order. ``reads``
-        keeps the chunks read from the log for the other links of the same call."""
+        keeps each chunk's payload (read from the log once) for the other links of the
+        same call: within one call the DATA header is the same for every link."""
         store, writer, mac = self.store, link.writer, link.mac
         assert writer is not None and mac is not None, "push on a link that is not streaming"
         while link.sent < store.write_offset:
@@ -311,21 +314,17 @@ class ReplicationMaster:
             limit = CHUNK_BYTES
             if index >= 0 and index + 1 < len(self.epochs.entries):
                 limit = min(limit, self.epochs.entries[index + 1].start_offset - offset)
-            records = reads.get((offset, limit))
-            if records is None:
-                records = reads[offset, limit] = store.read_records(offset, limit)
-            write_frame_parts(
-                writer,
-                data_frame_parts(
-                    mac,
+            payload = reads.get((offset, limit))
+            if payload is None:
+                payload = reads[offset, limit] = data_payload(
                     offset,
                     entry.epoch if entry else 0,
                     entry.start_offset if entry else 0,
                     self.confirmed_offset,
-                    records,
-                ),
-            )
-            link.sent = offset + len(records)
+                    store.read_records(offset, limit),
+                )
+            write_frame_parts(writer, data_frame_parts(mac, payload))
+            link.sent = offset + len(payload) - DATA_HEADER.size
             link.sent_at = self.clock()
 
     def _recompute(self) -> None:

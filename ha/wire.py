@@ -127,22 +127,25 @@ def sealed_control(mac: FrameMac, kind: Kind, **fields) -> bytes:
     return sealed(mac, kind, json.dumps(fields).encode())
 
 
-def data_frame_parts(
-    mac: FrameMac, offset: int, epoch: int, epoch_start: int, confirmed: int, records: bytes
-) -> tuple[bytes, bytes, bytes]:
-    """A DATA frame as its three parts (heads, records, tag), for a gathered write that
-    leaves the records where they are."""
-    heads = FRAME_HEADER.pack(
-        Kind.DATA, DATA_HEADER.size + len(records) + MAC_BYTES
-    ) + DATA_HEADER.pack(offset, epoch, epoch_start, confirmed)
-    tag = mac.seal(Kind.DATA, heads[FRAME_HEADER.size :], records)
-    return heads, records, tag
+def data_payload(
+    offset: int, epoch: int, epoch_start: int, confirmed: int, records: bytes
+) -> bytes:
+    """A DATA frame's payload, its header and records joined: what the tag covers. One
+    buffer is sealed in one GMAC call, and the links of one append share it."""
+    return DATA_HEADER.pack(offset, epoch, epoch_start, confirmed) + records
+
+
+def data_frame_parts(mac: FrameMac, payload: bytes) -> tuple[bytes, bytes, bytes]:
+    """A DATA frame of ``payload`` (``data_payload``) as its three parts (head, payload,
+    tag), for a gathered write that leaves the payload where it is."""
+    head = FRAME_HEADER.pack(Kind.DATA, len(payload) + MAC_BYTES)
+    return head, payload, mac.seal(Kind.DATA, payload)
 
 
 def data_frame(
     mac: FrameMac, offset: int, epoch: int, epoch_start: int, confirmed: int, records: bytes
 ) -> bytes:
-    return b"".join(data_frame_parts(mac, offset, epoch, epoch_start, confirmed, records))
+    return sealed(mac, Kind.DATA, data_payload(offset, epoch, epoch_start, confirmed, records))
 
 
 def write_frame(writer: FrameWriter, frame: bytes) -> None:
