@@ -149,7 +149,7 @@ def scan_produce_records(
 
 
 def produce_spans(
-    records: bytes, count: int, body_limit: int, message_type_text: str
+    records: bytes | memoryview, count: int, body_limit: int, message_type_text: str
 ) -> bytes | None:
     """Where each of ``count`` records lies (``PRODUCE_SPAN`` per record) when all of them
     pass every check Produce makes of one record and fill ``records`` exactly, in one C
@@ -162,10 +162,11 @@ def produce_spans(
 
 
 def produce_spans_in_python(
-    records: bytes, count: int, body_limit: int, message_type_text: str
+    records: bytes | memoryview, count: int, body_limit: int, message_type_text: str
 ) -> bytes | None:
     """What ``produce_spans`` returns: ``read_produce_record`` and the store's check of the
     encoded properties (``check_encoded_properties``) passed by every record, in turn."""
+    records = bytes(records)  # a view of a request's frame reads as its bytes
     spans = bytearray()
     position = 0
     try:

@@ -198,9 +198,11 @@ encode_run(PyObject *run, unsigned char *out, Py_ssize_t total, Py_ssize_t *writ
            PyObject *appended_type)
 {
     PyObject *records = NULL, *spans = NULL, *prefix = NULL, *born_host = NULL, *topic = NULL;
+    Py_buffer view = {.obj = NULL}; /* the records: bytes, or a view of a request's frame */
     long long count, queue_id, first;
     int status = -1;
-    if ((records = bytes_attribute(run, s_records, -1)) == NULL ||
+    if ((records = PyObject_GetAttr(run, s_records)) == NULL ||
+        PyObject_GetBuffer(records, &view, PyBUF_SIMPLE) < 0 ||
         (spans = bytes_attribute(run, s_spans, -1)) == NULL ||
         (prefix = bytes_attribute(run, s_topic_prefix, -1)) == NULL ||
         (born_host = bytes_attribute(run, s_born_host, 8)) == NULL ||
@@ -218,8 +220,8 @@ encode_run(PyObject *run, unsigned char *out, Py_ssize_t total, Py_ssize_t *writ
     }
     if (take_queue_offsets(queue_offsets, topic, queue_id, count, &first) < 0)
         goto done;
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(records);
-    Py_ssize_t length = PyBytes_GET_SIZE(records);
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t length = view.len;
     const unsigned char *span = (const unsigned char *)PyBytes_AS_STRING(spans);
     Py_ssize_t prefix_length = PyBytes_GET_SIZE(prefix);
     RecordHeader r = {.queue_id = queue_id, .born_host = PyBytes_AS_STRING(born_host)};
@@ -252,6 +254,8 @@ encode_run(PyObject *run, unsigned char *out, Py_ssize_t total, Py_ssize_t *writ
     }
     status = 0;
 done:
+    if (view.obj != NULL)
+        PyBuffer_Release(&view);
     Py_XDECREF(records);
     Py_XDECREF(spans);
     Py_XDECREF(prefix);

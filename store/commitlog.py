@@ -71,7 +71,9 @@ class PreparedRun:
     topic_prefix: bytes  # TOPICLENGTH + TOPIC
     queue_id: int
     born_host: bytes
-    records: bytes  # the request's produce records (ferrymq/codec/produce_records.py)
+    # The request's produce records (ferrymq/codec/produce_records.py): bytes, or a view
+    # of the request's frame.
+    records: bytes | memoryview
     spans: bytes  # PRODUCE_SPAN of each record, in order
     count: int
     size: int  # the bytes its records take in the log
@@ -83,7 +85,7 @@ class PreparedRun:
         topic_prefix: bytes,
         queue_id: int,
         born_host: bytes,
-        records: bytes,
+        records: bytes | memoryview,
         spans: bytes,
     ) -> PreparedRun:
         """The run of ``records``, whose spans fill them exactly (``produce_spans``)."""
@@ -274,7 +276,7 @@ def _each_prepared(batch: list[Prepared]) -> Iterator[PreparedMessage]:
         if type(item) is not PreparedRun:
             yield item
             continue
-        records = item.records
+        records = bytes(item.records)  # a view of a request's frame, or bytes (no copy)
         for body_at, body_length, properties_length, born_ms in PRODUCE_SPAN.iter_unpack(
             item.spans
         ):

@@ -35,12 +35,11 @@ import grpc
 from ferrymq.client.connection import transport_error
 from ferrymq.client.errors import RETRIABLE_CODES, FerryError
 from ferrymq.client.messages import Message, SendReceipt
-from ferrymq.client.produce_records import RecordError, encode_records
+from ferrymq.client.produce_records import ProduceCall, RecordError, encode_records
 from ferrymq.client.remoting_channel import AsyncRemotingChannel, produce_answer
 from ferrymq.client.routes import ROUTE_STALE_CODES, QueueRef, TopicRoute
 from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from ferrymq.protocol.ferrymq import data_pb2 as data
 
 
 class LoopChannels(Protocol):
@@ -201,7 +200,7 @@ class Coalescer:
                         f"{self.broker_group} has no master",
                     )
                 address = producer.reachable(master)
-                request = data.ProduceRequest(
+                request = ProduceCall(
                     topic=self.topic,
                     queue_id=producer.next_queue(route, self.broker_group).queue_id,
                     atomic=False,
@@ -211,14 +210,12 @@ class Coalescer:
                 channel = state.channel(producer.remoting_address(address))
                 if channel is not None:
                     answer = produce_answer(
-                        await channel.call(
-                            FerryRequestCode.FERRY_PRODUCE, request.SerializeToString()
-                        )
+                        await channel.call(FerryRequestCode.FERRY_PRODUCE, request.body())
                     )
                 else:
                     try:
                         answer = await state.stubs(address)[1].Produce(
-                            request, timeout=producer.timeout_s, metadata=state.metadata
+                            request.message(), timeout=producer.timeout_s, metadata=state.metadata
                         )
                     except grpc.RpcError as error:
                         raise transport_error(error) from None

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ferrymq.client.messages import Message
+from ferrymq.codec import bytes_field
 from ferrymq.codec._speedups import RecordEncoder
 from ferrymq.codec.produce_records import PRODUCE_HEAD, PRODUCE_PROPERTIES_MAX_BYTES
 from ferrymq.codec.properties import (
@@ -21,10 +23,41 @@ from ferrymq.codec.properties import (
     SYSTEM_PROPERTY_NAMES,
 )
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.ferrymq import data_pb2 as data
 
 KEY = re.compile(r"\S+")
 SEP, END = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 TYPE_TEXT = {value: str(value) for value in pb.MessageType.values()}
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceCall:
+    """A Data.Produce request to send. On the remoting door its records are appended to the
+    other fields' encoding (``ferrymq.codec.bytes_field``): protobuf copied them into the
+    message and again into its encoding, ~110 µs for 128 KiB here against ~6. On gRPC it
+    is the protobuf message."""
+
+    topic: str
+    queue_id: int
+    atomic: bool
+    count: int
+    records: bytes
+
+    def body(self) -> bytes:
+        """The FERRY_PRODUCE body: the same bytes as the message's encoding."""
+        head = data.ProduceRequest(
+            topic=self.topic, queue_id=self.queue_id, atomic=self.atomic, count=self.count
+        ).SerializeToString()
+        return bytes_field.encode(head, [self.records], bytes_field.PRODUCE_RECORDS_FIELD)
+
+    def message(self) -> data.ProduceRequest:
+        return data.ProduceRequest(
+            topic=self.topic,
+            queue_id=self.queue_id,
+            atomic=self.atomic,
+            count=self.count,
+            records=self.records,
+        )
 
 
 class RecordError(ValueError):

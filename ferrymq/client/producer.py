@@ -44,7 +44,7 @@ from ferrymq.client.connection import (
 )
 from ferrymq.client.errors import TRANSPORT, FerryError, check
 from ferrymq.client.messages import Message, SendReceipt
-from ferrymq.client.produce_records import RecordError, encode_records
+from ferrymq.client.produce_records import ProduceCall, RecordError, encode_records
 from ferrymq.client.remoting_channel import AsyncRemotingChannel, produce_answer
 from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints, QueueRef, TopicRoute
 from ferrymq.client.security import ClientSecurity, Signer
@@ -193,7 +193,7 @@ class Producer:
             forwardable = records is None or self.endpoints.uses_remoting
             address = self.endpoints.reachable(route.masters[queue.broker_group], forwardable)
             if records is not None:
-                return address, data.ProduceRequest(
+                return address, ProduceCall(
                     topic=topic,
                     queue_id=queue.queue_id,
                     atomic=True,
@@ -239,12 +239,12 @@ class Producer:
                 address, request = requests(stale)
                 connection = self.endpoints.connection(address)
                 channel = self.endpoints.channel(address)
-                if isinstance(request, data.ProduceRequest) and channel is not None:
+                if isinstance(request, ProduceCall) and channel is not None:
                     answer = produce_answer(
-                        channel.call(FerryRequestCode.FERRY_PRODUCE, request.SerializeToString())
+                        channel.call(FerryRequestCode.FERRY_PRODUCE, request.body())
                     )
-                elif isinstance(request, data.ProduceRequest):
-                    answer = connection.call(connection.data.Produce, request)
+                elif isinstance(request, ProduceCall):
+                    answer = connection.call(connection.data.Produce, request.message())
                 else:
                     answer = connection.call(connection.messaging.SendMessage, request)
                 return self._receipts(messages, answer)
@@ -297,15 +297,13 @@ class Producer:
                 channel = state.channel(self.remoting_address(address))
                 messaging, data_stub = state.stubs(address)
                 try:
-                    if isinstance(request, data.ProduceRequest) and channel is not None:
+                    if isinstance(request, ProduceCall) and channel is not None:
                         answer = produce_answer(
-                            await channel.call(
-                                FerryRequestCode.FERRY_PRODUCE, request.SerializeToString()
-                            )
+                            await channel.call(FerryRequestCode.FERRY_PRODUCE, request.body())
                         )
-                    elif isinstance(request, data.ProduceRequest):
+                    elif isinstance(request, ProduceCall):
                         answer = await data_stub.Produce(
-                            request, timeout=self.timeout_s, metadata=state.metadata
+                            request.message(), timeout=self.timeout_s, metadata=state.metadata
                         )
                     else:
                         answer = await messaging.SendMessage(

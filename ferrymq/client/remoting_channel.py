@@ -36,7 +36,7 @@ from google.protobuf.message import DecodeError
 from ferrymq.client.errors import MALFORMED_ANSWER, TRANSPORT, FerryError
 from ferrymq.client.security import ClientSecurity
 from ferrymq.client.socket_frames import SocketFrames
-from ferrymq.codec import fetch_response
+from ferrymq.codec import bytes_field
 from ferrymq.codec.dead_peer import detect_dead_peer
 from ferrymq.codec.remoting import (
     SERIALIZE_ROCKETMQ,
@@ -127,7 +127,7 @@ def produce_answer(answer: RemotingCommand) -> data.ProduceResponse:
 @dataclass(frozen=True, slots=True)
 class FetchAnswer:
     """A FERRY_FETCH answer: its FetchResponse's fields, the records a view of the frame
-    (``ferrymq.codec.fetch_response``: no copy of them out of the answer)."""
+    (``ferrymq.codec.bytes_field``: no copy of them out of the answer)."""
 
     code: int
     message: str
@@ -141,7 +141,7 @@ class FetchAnswer:
 def fetch_answer(answer: RemotingCommand) -> FetchAnswer:
     """The FetchResponse in a FERRY_FETCH answer."""
     try:
-        head_bytes, records = fetch_response.split(answer.body)
+        head_bytes, records = bytes_field.split(answer.body, bytes_field.FETCH_RECORDS_FIELD)
         head = data.FetchResponse.FromString(head_bytes)
     except (ValueError, DecodeError) as error:
         raise FerryError(MALFORMED_ANSWER, "MALFORMED_ANSWER", f"fetch answer: {error}") from None

@@ -473,16 +473,29 @@ PyDoc_STRVAR(spans_doc,
 "record passes read_produce_record and check_encoded_properties and the records fill\n"
 "`records` exactly; None otherwise.");
 
+static PyObject *spans_of(ProduceScanner *self, const unsigned char *buf, Py_ssize_t length,
+                          Py_ssize_t count, Py_ssize_t body_limit, PyObject *type_text,
+                          Py_ssize_t properties_max);
+
 static PyObject *
 scanner_spans(ProduceScanner *self, PyObject *args)
 {
-    PyObject *records, *type_text;
+    Py_buffer records; /* bytes, or a view of a request's frame */
+    PyObject *type_text;
     Py_ssize_t count, body_limit, properties_max;
-    if (!PyArg_ParseTuple(args, "O!nnUn:spans", &PyBytes_Type, &records, &count, &body_limit,
-                          &type_text, &properties_max))
+    if (!PyArg_ParseTuple(args, "y*nnUn:spans", &records, &count, &body_limit, &type_text,
+                          &properties_max))
         return NULL;
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(records);
-    Py_ssize_t length = PyBytes_GET_SIZE(records);
+    PyObject *spans = spans_of(self, (const unsigned char *)records.buf, records.len, count,
+                               body_limit, type_text, properties_max);
+    PyBuffer_Release(&records);
+    return spans;
+}
+
+static PyObject *
+spans_of(ProduceScanner *self, const unsigned char *buf, Py_ssize_t length, Py_ssize_t count,
+         Py_ssize_t body_limit, PyObject *type_text, Py_ssize_t properties_max)
+{
     if (count < 0 || length > (Py_ssize_t)UINT32_MAX || count > length / PRODUCE_HEAD_SIZE)
         Py_RETURN_NONE;
     PyObject *spans = PyBytes_FromStringAndSize(NULL, count * PRODUCE_SPAN_SIZE);

@@ -477,18 +477,20 @@ class FrameSplitter:
         frames = []
         position, end = 0, len(data)
         limit = self.max_frame_bytes
-        while end - position >= FRAME_LENGTH.size:
-            (length,) = FRAME_LENGTH.unpack_from(data, position)
-            if not MIN_FRAME_LENGTH <= length <= limit:
-                frame_length(data[position : position + FRAME_LENGTH.size], limit)
-            stop = position + FRAME_LENGTH.size + length
-            if stop > end:
-                break
-            frames.append(bytes(data[position + FRAME_LENGTH.size : stop]))
-            position = stop
-        if data is buffer:
-            if position:
-                del buffer[:position]
-        elif position < end:
-            self._buffer = bytearray(data[position:])
+        # Frames are cut from a view: one copy each (a slice of the buffer, then its bytes,
+        # would be two). The view is released before the buffer is resized.
+        with memoryview(data) as view:
+            while end - position >= FRAME_LENGTH.size:
+                (length,) = FRAME_LENGTH.unpack_from(data, position)
+                if not MIN_FRAME_LENGTH <= length <= limit:
+                    frame_length(data[position : position + FRAME_LENGTH.size], limit)
+                stop = position + FRAME_LENGTH.size + length
+                if stop > end:
+                    break
+                frames.append(view[position + FRAME_LENGTH.size : stop].tobytes())
+                position = stop
+            if data is not buffer and position < end:
+                self._buffer = bytearray(view[position:])
+        if data is buffer and position:
+            del buffer[:position]
         return frames

@@ -40,13 +40,12 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 
 from ferrymq.client.errors import TRANSPORT, FerryError, check, check_admin
 from ferrymq.client.messages import Message, new_message_id
-from ferrymq.client.produce_records import RecordError, encode_records
+from ferrymq.client.produce_records import ProduceCall, RecordError, encode_records
 from ferrymq.client.remoting_channel import produce_answer
 from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.ferrymq import admin_pb2 as api
-from ferrymq.protocol.ferrymq import data_pb2 as data
 from ferrymq.spark import topology
 from ferrymq.spark.options import WriteOptions
 
@@ -247,15 +246,9 @@ class Sender:
                 records = encode_records(chunk, route.message_type, born_ms)
             except RecordError as error:
                 raise FerryError(pb.BAD_REQUEST, "BAD_REQUEST", str(error)) from None
-            request = data.ProduceRequest(
-                topic=chunk[0].topic,
-                queue_id=queue_id,
-                atomic=True,
-                count=len(chunk),
-                records=records,
-            )
+            request = ProduceCall(chunk[0].topic, queue_id, True, len(chunk), records)
             try:
-                raw = channel.call(FerryRequestCode.FERRY_PRODUCE, request.SerializeToString())
+                raw = channel.call(FerryRequestCode.FERRY_PRODUCE, request.body())
             except FerryError as error:
                 if error.code == TRANSPORT:  # a restarted node may listen elsewhere now
                     topology.forget_remoting(address)

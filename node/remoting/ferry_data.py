@@ -26,7 +26,7 @@ import json
 
 from google.protobuf.message import DecodeError
 
-from ferrymq.codec import fetch_response
+from ferrymq.codec import bytes_field
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import FerryRequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -80,14 +80,16 @@ class FerryDataHandlers:
 
     async def produce(self, request: RemotingCommand, connection, caller: Caller):
         try:
-            produce = api.ProduceRequest.FromString(request.body)
-        except DecodeError as error:
+            # The records stay in the frame (a view), the other fields go through protobuf.
+            head, records = bytes_field.split(request.body, bytes_field.PRODUCE_RECORDS_FIELD)
+            produce = api.ProduceRequest.FromString(head)
+        except (ValueError, DecodeError) as error:
             return request.reply(ResponseCode.SYSTEM_ERROR, f"not a ProduceRequest: {error}")
         sent = ProduceRequest(
             produce.topic,
             produce.queue_id,
             produce.count,
-            produce.records,
+            records,
             produce.atomic,
             born_host_bytes(caller.address),
         )
@@ -120,5 +122,5 @@ class FerryDataHandlers:
             poll_budget_s(fetch.wait_ms / 1000, None),
         )
         head = api.FetchResponse(**outcome.head_fields()).SerializeToString()
-        body = fetch_response.encode(head, outcome.records)
+        body = bytes_field.encode(head, outcome.records, bytes_field.FETCH_RECORDS_FIELD)
         return request.reply(ResponseCode.SUCCESS, body=body)

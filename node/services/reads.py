@@ -72,7 +72,7 @@ class FetchOutcome:
     """A fetch's answer (its fields are ``data.FetchResponse``'s, ``fields()``): the records
     as stored, where to read next, the queue's bounds at the last look. The records stay
     the store's list until a door encodes them (FERRY_FETCH appends them to the encoding
-    as they are: ``ferrymq.codec.fetch_response``)."""
+    as they are: ``ferrymq.codec.bytes_field``)."""
 
     code: int
     message: str

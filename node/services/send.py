@@ -162,7 +162,7 @@ class ProduceRequest:
     topic: str
     queue_id: int
     count: int
-    records: bytes
+    records: bytes | memoryview  # a view of the request's frame on the remoting door
     atomic: bool = False
     born_host: bytes = NO_HOST
 
@@ -490,13 +490,15 @@ class SendService:
         refusals, bytes left after the last record). The C pass reads every record that
         passes; each one it leaves (an int: where it starts) is read again in Python,
         which raises the precise error."""
-        records, count = request.records, request.count
+        count = request.count
         fifo = topic.message_type is MessageType.FIFO
         body_limit = self.admission.body_limit
         if not fifo:
             run = self._prepared_run(topic, request, type_text)
             if run is not None:
                 return [run], list(range(count)), [], 0
+        # Record by record, each body its own bytes: a view of the frame is copied once.
+        records = bytes(request.records)
         prepare = self.store.prepare
         prepared, stored_indexes, failures = [], [], []
         position = 0

@@ -93,6 +93,24 @@ def test_a_body_that_is_not_a_request_is_refused_and_stores_nothing(client):
     assert fetch(client).next_offset == before
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        bytes([5 << 3 | 2, 100]) + b"short",  # the records run past the frame
+        bytes([1 << 3 | 2, 2]) + b"\xff\xfe",  # a topic that is not UTF-8 (protobuf's refusal)
+        bytes([4 << 3 | 0]) + b"\xff" * 11,  # a count longer than 64 bits
+    ],
+)
+def test_a_produce_request_whose_fields_do_not_read_is_refused_and_stores_nothing(client, body):
+    """The records are taken out of the frame as a view, the rest read by protobuf:
+    either refusal is the same answer."""
+    before = fetch(client).next_offset
+    answer = call(client, FerryRequestCode.FERRY_PRODUCE, body)
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    assert answer.remark.startswith("not a ProduceRequest: ")
+    assert fetch(client).next_offset == before
+
+
 @pytest.mark.parametrize("atomic", [True, False])
 def test_records_short_of_the_count_get_the_data_services_answers(client, atomic):
     """Three announced, two sent: the third is refused by index; an atomic request stores

@@ -8,6 +8,7 @@ to the twin) exactly where the twin raises: the twins are the specification."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -109,6 +110,20 @@ def prepared_run(draw) -> PreparedRun:
         draw(st.binary(min_size=8, max_size=8)),
         records,
         spans,
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(prepared_run(), st.integers(0, 1 << 40))
+def test_a_run_whose_records_are_a_view_of_its_request_is_laid_out_as_its_bytes(run, position):
+    """The remoting door hands a Produce request's records on as a view of its frame."""
+    host = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
+    framed = dataclasses.replace(run, records=memoryview(b"head" + run.records)[4:])
+    expected = encode_batch_in_python([run], position, 5, host, {})
+    assert encode_batch_in_python([framed], position, 5, host, {}) == expected
+    assert (
+        speedups.encode_batch([framed], position, 5, host, {}, AppendedMessage, PreparedRun)
+        == expected
     )
 
 

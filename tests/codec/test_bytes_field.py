@@ -1,6 +1,7 @@
 """A FetchResponse with its records appended as the store gathered them
-(``ferrymq.codec.fetch_response``) reads as protobuf's own encoding of it, and the reader
-takes the records out of any encoding of one without a copy."""
+(``ferrymq.codec.bytes_field``) reads as protobuf's own encoding of it, and the reader
+takes the records out of any encoding of one without a copy; the node takes a
+ProduceRequest's records out of its frame the same way."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ferrymq.client.errors import MALFORMED_ANSWER, FerryError
+from ferrymq.client.produce_records import ProduceCall
 from ferrymq.client.remoting_channel import fetch_answer
-from ferrymq.codec import fetch_response
+from ferrymq.codec import bytes_field
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
@@ -35,17 +37,20 @@ def joined(head: data.FetchResponse, records: list[bytes]) -> data.FetchResponse
 
 
 def encode(head: data.FetchResponse, records: list[bytes]) -> bytes:
-    return fetch_response.encode(head.SerializeToString(), records)
+    return bytes_field.encode(head.SerializeToString(), records, bytes_field.FETCH_RECORDS_FIELD)
 
 
 def decode(body: bytes) -> tuple[data.FetchResponse, memoryview]:
-    head, records = fetch_response.split(body)
+    head, records = bytes_field.split(body, bytes_field.FETCH_RECORDS_FIELD)
     return data.FetchResponse.FromString(head), records
 
 
-def test_the_records_field_is_the_protocols():
+def test_the_records_fields_are_the_protocols():
     assert data.FetchResponse.DESCRIPTOR.fields_by_name["records"].number == (
-        fetch_response.RECORDS_FIELD
+        bytes_field.FETCH_RECORDS_FIELD
+    )
+    assert data.ProduceRequest.DESCRIPTOR.fields_by_name["records"].number == (
+        bytes_field.PRODUCE_RECORDS_FIELD
     )
 
 
@@ -98,3 +103,39 @@ def test_a_body_that_is_no_fetch_response_is_a_malformed_answer(body):
     with pytest.raises(FerryError) as refused:
         fetch_answer(RemotingCommand(0, body=body))
     assert refused.value.code == MALFORMED_ANSWER
+
+
+produce_heads = st.builds(
+    data.ProduceRequest,
+    topic=st.text(max_size=20),
+    queue_id=st.integers(-(2**31), 2**31 - 1),
+    atomic=st.booleans(),
+    count=st.integers(-(2**31), 2**31 - 1),
+)
+
+
+@given(produce_heads, st.binary(max_size=600), st.booleans())
+def test_a_produce_requests_records_come_out_as_a_view_and_the_rest_as_protobuf_reads_it(
+    head, records, records_first
+):
+    """What the node's FERRY_PRODUCE handler reads: protobuf's own encoding, in either
+    order of the fields."""
+    whole = data.ProduceRequest()
+    whole.CopyFrom(head)
+    whole.records = records
+    only_records = data.ProduceRequest(records=records).SerializeToString()
+    for body in (
+        whole.SerializeToString(),
+        only_records + head.SerializeToString() if records_first else whole.SerializeToString(),
+    ):
+        read_head, read_records = bytes_field.split(body, bytes_field.PRODUCE_RECORDS_FIELD)
+        assert isinstance(read_records, memoryview)
+        assert read_records == records
+        assert data.ProduceRequest.FromString(read_head) == head
+
+
+@given(produce_heads, st.binary(max_size=600))
+def test_the_sdks_produce_body_is_protobufs_encoding_of_its_message(head, records):
+    call = ProduceCall(head.topic, head.queue_id, head.atomic, head.count, records)
+    assert call.body() == call.message().SerializeToString()
+    assert data.ProduceRequest.FromString(call.body()) == call.message()
