@@ -32,12 +32,27 @@ RECORD_SIZE = struct.Struct(">i")
 
 _sequence = itertools.count()
 _PREFIX = f"FE{os.getpid() & 0xFFFF:04X}{time.time_ns() & 0xFFFFFFFFFFFF:012X}"
+_BYTE_HEX = tuple(f"{value:02X}" for value in range(256))
+# The id's text up to its last byte, and the sequence >> 8 it was made for: formatting
+# an int per message cost more than the rest of a Message. One tuple, read and replaced
+# whole, so a thread that finds another's never mixes two.
+_head: tuple[int, str] = (-1, "")
 
 
 def new_message_id() -> str:
     """34 uppercase hex characters like the official clients' ids, unique per process:
     a marker, the pid, the client's start time, and a sequence."""
-    return f"{_PREFIX}{next(_sequence) & 0xFFFFFFFFFFFFFFFF:016X}"
+    global _head
+    number = next(_sequence) & 0xFFFFFFFFFFFFFFFF
+    head = _head
+    if head[0] != number >> 8:
+        head = _head = (number >> 8, f"{_PREFIX}{number >> 8:014X}")
+    return head[1] + _BYTE_HEX[number & 0xFF]
+
+
+def message_id_in_python(number: int) -> str:
+    """The id ``new_message_id`` makes of sequence number ``number``: its specification."""
+    return f"{_PREFIX}{number & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
 @dataclass
