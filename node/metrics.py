@@ -102,8 +102,11 @@ class Family:
     needs: str = ""  # "replication": series only on a master that has slaves
 
 
-# Every family a node exports besides prometheus-client's process_* and python_* ones.
-FAMILIES: tuple[Family, ...] = (
+# Every family a node exports besides prometheus-client's process_* and python_* ones:
+# those read at scrape time (``NodeStateCollector``), then those counted as requests come
+# and go and the heartbeat's (``node.metrics_rpc``, ``node.metrics_remoting``,
+# ``HeartbeatCollector``).
+STATE_FAMILIES: tuple[Family, ...] = (
     Family("ferrymq_node_info", "gauge", ("version",), "Always 1; the node's version"),
     Family(
         "ferrymq_metrics_collect_errors",
@@ -229,6 +232,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("ferrymq_raft_has_leader", "gauge", (), "1 if this node knows a leader"),
     Family("ferrymq_raft_term", "gauge", (), "Raft term this node is in"),
     Family("ferrymq_raft_commit_index", "gauge", (), "Raft commit index of this node"),
+)
+PATH_FAMILIES: tuple[Family, ...] = (
     Family(
         "rocketmq_rpc_latency_seconds",
         "histogram",
@@ -294,7 +299,14 @@ FAMILIES: tuple[Family, ...] = (
         "Bytes delivered: bodies (pull, receive) or whole records (Data.Fetch)",
     ),
 )
+FAMILIES = STATE_FAMILIES + PATH_FAMILIES
 _HELP = {f.name: f.help for f in FAMILIES}
+HEARTBEAT_FAMILIES = (
+    "ferrymq_heartbeat_round_trip_seconds",
+    "ferrymq_lease_age_at_renewal_seconds",
+    "ferrymq_heartbeats_failed_total",
+    "ferrymq_heartbeats_withheld_total",
+)
 
 
 def _version() -> str:
@@ -351,7 +363,12 @@ class HeartbeatCollector:
         self.metrics = metrics
 
     def describe(self) -> Iterable[Metric]:
-        return ()
+        """Its families' names: a scrape that names others (``name[]``) skips it."""
+        for name in HEARTBEAT_FAMILIES:
+            if name.endswith("_total"):
+                yield CounterMetricFamily(name, _HELP[name])
+            else:
+                yield HistogramMetricFamily(name, _HELP[name])
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
@@ -396,7 +413,8 @@ class NodeStateCollector:
         self.version = _version()
 
     def describe(self) -> Iterable[Metric]:
-        return ()
+        """Its families' names: a scrape that names others (``name[]``) skips it."""
+        return [GaugeMetricFamily(f.name, f.help) for f in STATE_FAMILIES]
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics

@@ -56,6 +56,7 @@ def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
     assert 0 < figures["grpc_end_to_end_p50_us"] <= figures["grpc_end_to_end_p99_us"]
     assert figures["grpc_sync_batch_send_msgs_per_s"] > 0
     assert figures["replication_lag_bytes_p99"] >= 0
+    assert figures["replication_lag_samples"] > 0  # the sampler's filtered scrape reads
     assert figures["failover_drills"] == 1
     assert 0 < figures["failover_unavailable_ms_p50"] <= figures["failover_unavailable_ms_p99"]
     assert figures["failover_unavailable_ms_p99"] < 10_000

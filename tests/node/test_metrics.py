@@ -284,6 +284,23 @@ def test_http_endpoint_answers_only_metrics(metrics_node):
         assert answer.read() == b""
 
 
+def test_a_scrape_that_names_samples_answers_those_alone(metrics_node, traffic):
+    """``name[]``, as prometheus-client's own handlers take it: every family's series
+    come back alone and whole, so each collector names what it serves (one that did not
+    would be skipped)."""
+    whole = scrape(metrics_node.metrics)
+    for family in FAMILIES:
+        if family.needs:
+            continue
+        name = exposed_name(family)
+        series = {(s.name, tuple(sorted(s.labels.items()))) for s in whole[name]}
+        asked = tuple(sorted({s.name for s in whole[name]}))
+        alone = scrape(metrics_node.metrics, asked)
+        assert set(alone) == {name}, (asked, set(alone))
+        assert {(s.name, tuple(sorted(s.labels.items()))) for s in alone[name]} == series
+    assert scrape(metrics_node.metrics, ("no_such_metric",)) == {}
+
+
 def test_commitlog_offsets_match_the_data_directory(metrics_node, traffic):
     """Last in the module: stops the node, then opens its store to compare offsets."""
     samples = scrape(metrics_node.metrics)

@@ -8,9 +8,11 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 
-def scrape(address: str) -> dict[str, list]:
-    """Samples by family name (histograms under their family name)."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as answer:
+def scrape(address: str, names: tuple[str, ...] = ()) -> dict[str, list]:
+    """Samples by family name (histograms under their family name); with ``names``, only
+    the samples of those names (``name[]``)."""
+    query = "?" + "&".join(f"name[]={name}" for name in names) if names else ""
+    with urllib.request.urlopen(f"http://{address}/metrics{query}", timeout=5) as answer:
         text = answer.read().decode()
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
