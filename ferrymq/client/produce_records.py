@@ -45,18 +45,19 @@ class ProduceCall:
 
     def body(self) -> bytes:
         """The FERRY_PRODUCE body: the same bytes as the message's encoding."""
-        head = data.ProduceRequest(
-            topic=self.topic, queue_id=self.queue_id, atomic=self.atomic, count=self.count
-        ).SerializeToString()
+        head = self._message(b"").SerializeToString()  # proto3 writes no empty field
         return bytes_field.encode(head, [self.records], bytes_field.PRODUCE_RECORDS_FIELD)
 
     def message(self) -> data.ProduceRequest:
+        return self._message(self.records)
+
+    def _message(self, records: bytes) -> data.ProduceRequest:
         return data.ProduceRequest(
             topic=self.topic,
             queue_id=self.queue_id,
             atomic=self.atomic,
             count=self.count,
-            records=self.records,
+            records=records,
         )
 
 

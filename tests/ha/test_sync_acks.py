@@ -266,7 +266,8 @@ def test_the_links_of_one_append_read_its_records_once_and_each_frame_is_sealed_
     store, monkeypatch
 ):
     """Both slaves' frames carry the same records, read from the log once, each under its
-    own link's MAC (a gathered write: the records are not joined into the frame)."""
+    own link's MAC (one payload, the DATA header and the records, shared by the links and
+    written between each frame's head and its tag)."""
 
     async def run() -> None:
         master = master_of(store, ManualClock(), min_insync=3)
