@@ -1693,10 +1693,118 @@ chunk_is_whole(PyObject *Py_UNUSED(module), PyObject *data)
 }
 
 
+/* ---- one bytes field of a protobuf message, around protobuf (ferrymq/codec/bytes_field.py) */
+
+/* A varint at *at: its value (saturated: an overflow marks it huge) and the position after
+ * it; -1 when it is cut short or longer than ten bytes, as the twin's _read_varint. */
+static int
+read_varint(const unsigned char *buf, Py_ssize_t size, Py_ssize_t *at, uint64_t *value,
+            int *huge)
+{
+    uint64_t result = 0;
+    *huge = 0;
+    for (int shift = 0;; shift += 7) {
+        if (*at >= size || shift > 63)
+            return -1;
+        uint64_t byte = buf[(*at)++];
+        uint64_t bits = byte & 0x7F;
+        if ((bits << shift) >> shift != bits)
+            *huge = 1; /* bits past 64: larger than any field number or length can be */
+        else
+            result |= bits << shift;
+        if (byte < 0x80)
+            break;
+    }
+    *value = result;
+    return 0;
+}
+
+/* The fields of `buf` in order: copies every one but the bytes field numbered `field` to
+ * `out` (when given) and counts their bytes in *kept; *start, *end: that field's value (the
+ * last given). -1 with the twin's ValueError when `buf` is no sequence of fields. */
+static int
+walk_fields(const unsigned char *buf, Py_ssize_t size, long long field, unsigned char *out,
+            Py_ssize_t *kept, Py_ssize_t *start, Py_ssize_t *end)
+{
+    Py_ssize_t at = 0;
+    *kept = *start = *end = 0;
+    while (at < size) {
+        Py_ssize_t field_at = at, value_end;
+        uint64_t tag, value;
+        int tag_huge, huge;
+        if (read_varint(buf, size, &at, &tag, &tag_huge) < 0)
+            goto truncated;
+        long long wire_type = (long long)(tag & 7);
+        if (wire_type == 0) {
+            if (read_varint(buf, size, &at, &value, &huge) < 0)
+                goto truncated;
+            value_end = at;
+        } else if (wire_type == 1 || wire_type == 5) {
+            value_end = at + (wire_type == 1 ? 8 : 4);
+        } else if (wire_type == 2) {
+            if (read_varint(buf, size, &at, &value, &huge) < 0)
+                goto truncated;
+            value_end = huge || value > (uint64_t)(size - at) ? size + 1 : at + (Py_ssize_t)value;
+        } else {
+            PyErr_Format(PyExc_ValueError, "wire type %lld in a protobuf message", wire_type);
+            return -1;
+        }
+        if (value_end > size) {
+            PyErr_SetString(PyExc_ValueError, "a field runs past the end of the message");
+            return -1;
+        }
+        if (!tag_huge && wire_type == 2 && field >= 0 && (tag >> 3) == (uint64_t)field) {
+            *start = at;
+            *end = value_end;
+        } else {
+            if (out != NULL)
+                memcpy(out + *kept, buf + field_at, value_end - field_at);
+            *kept += value_end - field_at;
+        }
+        at = value_end;
+    }
+    return 0;
+truncated:
+    PyErr_SetString(PyExc_ValueError, "truncated or overlong varint");
+    return -1;
+}
+
+PyDoc_STRVAR(split_field_doc,
+"split_field(body: bytes-like, field: int) -> (bytes, int, int)\n\n"
+"ferrymq.codec.bytes_field.split_in_python: the encoding of every field but the bytes\n"
+"field numbered `field`, and where that field's value lies (start, end; the last given;\n"
+"0, 0 when none is); ValueError when `body` is not a sequence of protobuf fields.");
+
+static PyObject *
+split_field(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    long long field;
+    if (!PyArg_ParseTuple(args, "y*L:split_field", &view, &field))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t kept, start, end;
+    PyObject *head = NULL, *result = NULL;
+    /* Twice over the few fields: once to check them and size the head, once to copy it. */
+    if (walk_fields(buf, view.len, field, NULL, &kept, &start, &end) < 0)
+        goto done;
+    if ((head = PyBytes_FromStringAndSize(NULL, kept)) == NULL)
+        goto done;
+    if (kept > 0)
+        walk_fields(buf, view.len, field, (unsigned char *)PyBytes_AS_STRING(head), &kept,
+                    &start, &end);
+    result = Py_BuildValue("(Onn)", head, start, end);
+done:
+    Py_XDECREF(head);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"fetch_columns", fetch_columns, METH_VARARGS, fetch_columns_doc},
     {"decode_properties", decode_properties, METH_O, decode_properties_doc},
     {"chunk_is_whole", chunk_is_whole, METH_O, chunk_is_whole_doc},
+    {"split_field", split_field, METH_VARARGS, split_field_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -14,6 +14,8 @@ free of protobuf: the node and the SDK encode and parse the other fields themsel
 
 from __future__ import annotations
 
+from ferrymq.codec import _speedups as speedups
+
 # The records fields (proto/ferrymq/data.proto).
 FETCH_RECORDS_FIELD = 3  # FetchResponse.records
 PRODUCE_RECORDS_FIELD = 5  # ProduceRequest.records
@@ -68,7 +70,14 @@ def _value_span(body: memoryview, wire_type: int, at: int) -> tuple[int, int]:
 def split(body: bytes, field: int) -> tuple[bytes, memoryview]:
     """The encoding of every field but the bytes field numbered ``field``, and that field
     (the last given), a view of ``body``; ``ValueError`` when ``body`` is not a sequence of
-    protobuf fields."""
+    protobuf fields. The walk is in C (``split_field``, ferrymq/codec/_speedups.c): in
+    Python it cost as much as protobuf's two copies of a produce request's records."""
+    head, start, end = speedups.split_field(body, field)
+    return head, memoryview(body)[start:end]
+
+
+def split_in_python(body: bytes, field: int) -> tuple[bytes, memoryview]:
+    """What ``split`` does: its specification."""
     view = memoryview(body)
     kept: list[memoryview] = []
     records = view[0:0]

@@ -139,3 +139,40 @@ def test_the_sdks_produce_body_is_protobufs_encoding_of_its_message(head, record
     call = ProduceCall(head.topic, head.queue_id, head.atomic, head.count, records)
     assert call.body() == call.message().SerializeToString()
     assert data.ProduceRequest.FromString(call.body()) == call.message()
+
+
+def split_outcome(split, body: bytes, field: int) -> object:
+    try:
+        head, value = split(body, field)
+    except ValueError as error:
+        return "ValueError", str(error)
+    return head, bytes(value)
+
+
+@given(st.binary(max_size=80), st.integers(0, 7))
+def test_the_c_walk_splits_any_bytes_as_its_twin(body, field):
+    """Its twin is the specification; each error is the twin's, word for word."""
+    assert split_outcome(bytes_field.split, body, field) == split_outcome(
+        bytes_field.split_in_python, body, field
+    )
+
+
+@given(produce_heads, st.binary(max_size=600), st.binary(max_size=30))
+def test_the_c_walk_splits_encoded_messages_as_its_twin(head, records, tail):
+    """Well-formed messages, one cut short or run on with stray bytes, and varints of every
+    length (ten bytes and overlong ones among them)."""
+    whole = data.ProduceRequest()
+    whole.CopyFrom(head)
+    whole.records = records
+    encoded = whole.SerializeToString()
+    for body in (
+        encoded,
+        encoded[: len(encoded) // 2],
+        encoded + tail,
+        b"\x08" + b"\xff" * 9 + b"\x01",
+        b"\x08" + b"\xff" * 10 + b"\x01",
+        b"\x2a" + b"\xff" * 9 + b"\x7f",
+    ):
+        assert split_outcome(bytes_field.split, body, 5) == split_outcome(
+            bytes_field.split_in_python, body, 5
+        )

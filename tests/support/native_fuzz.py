@@ -61,6 +61,7 @@ with atheris.instrument_imports(
     from ferrymq.client.messages import _RECORD_READER as RECORD_READER
     from ferrymq.client.messages import received_in_python
     from ferrymq.codec import _speedups as codec_speedups
+    from ferrymq.codec.bytes_field import split, split_in_python
     from ferrymq.codec.commitlog_record import chunk_problem_in_python
     from ferrymq.codec.produce_records import PRODUCE_HEAD
     from ferrymq.codec.properties import decode_properties, decode_properties_in_python
@@ -272,6 +273,21 @@ def fuzz_prepare(data: bytes) -> None:
     assert fast is None if topic == TIMER_TOPIC else fast == expected
 
 
+def fuzz_split_field(data: bytes) -> None:
+    """A FERRY_PRODUCE body or FERRY_FETCH answer, whatever its bytes: the C walk splits it
+    as its twin does, or fails with the twin's error. The field asked is the first byte's."""
+    field, body = (data[0] % 8 if data else 5), data[1:]
+
+    def parts(found: object) -> object:  # a view compared by its bytes
+        if type(found) is tuple and isinstance(found[1], memoryview):
+            return found[0], bytes(found[1])
+        return found
+
+    assert parts(outcome(lambda: split(body, field))) == parts(
+        outcome(lambda: split_in_python(body, field))
+    )
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "decode_properties": fuzz_decode_properties,
     "produce_scan": fuzz_produce_scan,
@@ -283,6 +299,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "prepare": fuzz_prepare,
     "index_put_all": fuzz_index_put_all,
     "gather_records": fuzz_gather_records,
+    "split_field": fuzz_split_field,
 }
 
 
@@ -311,6 +328,12 @@ def seeds(target: str) -> list[bytes]:
             b"\x05\x13" + b"\x00\x00\x00\x03" * 3 + bytes(28) + b"\x00\x00\x00\x09" * 7,
         ],
         "prepare": [b"\x10" + SAMPLE_PROPERTIES, b"\x02TIMER_DELIVER_MS\x011700000000000\x02"],
+        # A ProduceRequest as the SDK writes it (topic, queue, atomic, count, records last),
+        # and a FetchResponse with its records in the middle and a field it does not know.
+        "split_field": [
+            b"\x05\x0a\x01T\x10\x03\x18\x01\x20\x02\x2a\x04" + b"recs",
+            b"\x03\x08\x00\x1a\x03abc\x28\x07\x4d\x01\x02\x03\x04",
+        ],
     }[target]
 
 
