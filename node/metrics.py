@@ -301,12 +301,28 @@ PATH_FAMILIES: tuple[Family, ...] = (
 )
 FAMILIES = STATE_FAMILIES + PATH_FAMILIES
 _HELP = {f.name: f.help for f in FAMILIES}
-HEARTBEAT_FAMILIES = (
-    "ferrymq_heartbeat_round_trip_seconds",
-    "ferrymq_lease_age_at_renewal_seconds",
-    "ferrymq_heartbeats_failed_total",
-    "ferrymq_heartbeats_withheld_total",
+_METRIC_TYPES = {
+    "gauge": GaugeMetricFamily,
+    "counter": CounterMetricFamily,
+    "histogram": HistogramMetricFamily,
+}
+
+
+# What ``HeartbeatCollector`` serves; ``NodeStateCollector`` serves STATE_FAMILIES.
+HEARTBEAT_FAMILIES = frozenset(
+    {
+        "ferrymq_heartbeat_round_trip_seconds",
+        "ferrymq_lease_age_at_renewal_seconds",
+        "ferrymq_heartbeats_failed_total",
+        "ferrymq_heartbeats_withheld_total",
+    }
 )
+
+
+def described(families: Iterable[Family]) -> list[Metric]:
+    """``families`` as a collector's ``describe`` names them (no samples), so that a scrape
+    asking for other names (``name[]``) does not read that collector."""
+    return [_METRIC_TYPES[f.kind](f.name, f.help) for f in families]
 
 
 def _version() -> str:
@@ -363,12 +379,7 @@ class HeartbeatCollector:
         self.metrics = metrics
 
     def describe(self) -> Iterable[Metric]:
-        """Its families' names: a scrape that names others (``name[]``) skips it."""
-        for name in HEARTBEAT_FAMILIES:
-            if name.endswith("_total"):
-                yield CounterMetricFamily(name, _HELP[name])
-            else:
-                yield HistogramMetricFamily(name, _HELP[name])
+        return described(f for f in PATH_FAMILIES if f.name in HEARTBEAT_FAMILIES)
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
@@ -413,8 +424,7 @@ class NodeStateCollector:
         self.version = _version()
 
     def describe(self) -> Iterable[Metric]:
-        """Its families' names: a scrape that names others (``name[]``) skips it."""
-        return [GaugeMetricFamily(f.name, f.help) for f in STATE_FAMILIES]
+        return described(STATE_FAMILIES)
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
