@@ -17,7 +17,6 @@ Thread-safety: handlers run on the node's event loop.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from ferrymq.codec.errors import InvalidMessageError
@@ -80,14 +79,31 @@ SYSFLAG_TRANSACTION_MASK = 0xC
 MSG_REGION = "DefaultRegion"
 
 
+V2_LONG_NAMES = frozenset(V2_FIELDS.values())
+
+
 def v1_header(request: RemotingCommand) -> RemotingCommand:
     """A V2 request with its fields under their V1 names, read from the short keys only:
     a long name sent beside its short key is dropped, never read (other keys, such as the
     ACL fields, are kept as sent)."""
-    long_names = set(V2_FIELDS.values())
-    fields = {name: value for name, value in request.ext_fields.items() if name not in long_names}
-    fields = {V2_FIELDS.get(name, name): value for name, value in fields.items()}
-    return dataclasses.replace(request, ext_fields=fields)
+    fields = {}
+    for name, value in request.ext_fields.items():
+        long_name = V2_FIELDS.get(name)
+        if long_name is not None:
+            fields[long_name] = value
+        elif name not in V2_LONG_NAMES:
+            fields[name] = value
+    return RemotingCommand(
+        request.code,
+        request.opaque,
+        request.flag,
+        request.remark,
+        fields,
+        request.body,
+        request.language,
+        request.version,
+        request.serialize_type,
+    )
 
 
 def message_type_of(properties: dict[str, str], sys_flag: int) -> int:

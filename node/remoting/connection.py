@@ -16,6 +16,8 @@ connection). What it guarantees:
 - Writes are bounded: above ``write_high_bytes`` unsent, the connection stops reading
   (no new requests from a peer that does not read its answers); above
   ``write_max_bytes`` it is closed, so a slow reader costs a bounded amount of memory.
+- The answers made in one turn of the event loop leave in one write at its end
+  (``_flush``): many requests in flight answered together cost one system call.
 - Requests are bounded by their bytes while handled (``node/request_budget.py``): a body
   its code does not read is dropped first (``Dispatch.keeps_body``); past
   ``max_request_bytes_per_connection`` held, the connection is not read until it holds
@@ -142,6 +144,9 @@ class RemotingConnection(asyncio.Protocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[asyncio.Task, int] = {}  # request being handled -> bytes held
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # Frames answered in this turn of the loop, written together by ``_flush``.
+        self._outgoing: list[bytes] = []
+        self._outgoing_bytes = 0
         self._opaques = itertools.count(1)
         self._close_callbacks: list[Callable[[RemotingConnection], None]] = []
         self.closed = False
@@ -423,8 +428,8 @@ class RemotingConnection(asyncio.Protocol):
 
     # ---- frames out ------------------------------------------------------------------
     def send(self, command: RemotingCommand) -> bool:
-        """Write one frame; False when the connection is gone (or just closed because
-        its peer does not read)."""
+        """Queue one frame for this turn's write; False when the connection is gone (or
+        just closed because its peer does not read)."""
         transport = self._transport
         if self.closed or transport is None or transport.is_closing():
             return False
@@ -444,22 +449,40 @@ class RemotingConnection(asyncio.Protocol):
             )
             command = RemotingCommand(ResponseCode.SYSTEM_ERROR)
         body = command.body
+        outgoing = self._outgoing
+        if not outgoing:
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
         if len(body) < COPY_BODY_BELOW:
-            transport.write(head + body)
+            outgoing.append(head + body)
         else:
-            transport.write(head)
-            transport.write(body)
-        if transport.get_write_buffer_size() > self.limits.write_max_bytes:
+            outgoing.append(head)
+            outgoing.append(body)
+        self._outgoing_bytes += len(head) + len(body)
+        if transport.get_write_buffer_size() + self._outgoing_bytes > self.limits.write_max_bytes:
             self._quiet.log(
                 "unread",
                 logging.WARNING,
                 "closing remoting connection from %s: %d bytes of answers unread",
                 self.peer_address,
-                transport.get_write_buffer_size(),
+                transport.get_write_buffer_size() + self._outgoing_bytes,
             )
             self.abort()
             return False
         return True
+
+    def _flush(self) -> None:
+        """Write what this turn of the loop answered in one call: the answers that one
+        replication acknowledgement releases leave in one system call, not one each."""
+        outgoing, self._outgoing = self._outgoing, []
+        self._outgoing_bytes = 0
+        transport = self._transport
+        if not outgoing or self.closed or transport is None or transport.is_closing():
+            return
+        if len(outgoing) == 1:
+            transport.write(outgoing[0])
+        else:
+            transport.writelines(outgoing)
 
     async def request(self, command: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send the node's own request to this client and wait for its answer.
@@ -494,11 +517,15 @@ class RemotingConnection(asyncio.Protocol):
         return opaque
 
     def close(self) -> None:
+        """Close once what was answered is written (the transport sends what it holds)."""
+        self._flush()
         if self._transport is not None:
             self._transport.close()
 
     def abort(self) -> None:
         self.closed = True
+        self._outgoing = []
+        self._outgoing_bytes = 0
         if self._transport is not None:
             self._transport.abort()
 

@@ -4,6 +4,7 @@ codec (ferrymq/codec/remoting_messages.py): round trips in both header forms, th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 
@@ -29,6 +30,7 @@ from ferrymq.codec.remoting import (
     decode,
     decode_frame,
     encode,
+    parse_json_header,
 )
 from ferrymq.codec.remoting_codes import LANGUAGES
 from ferrymq.codec.remoting_messages import (
@@ -121,6 +123,75 @@ def test_answers_are_json_with_string_ext_fields_and_no_empty_remark():
     header = json.loads(raw[8 : 8 + (struct.unpack(">I", raw[4:8])[0] & 0xFFFFFF)])
     assert header["flag"] == FLAG_RESPONSE and header["opaque"] == 9
     assert header["extFields"] == {"offset": "12"} and "remark" not in header
+
+
+@quick
+@given(
+    commands(SERIALIZE_JSON),
+    st.sampled_from(LANGUAGES) | text,
+    st.dictionaries(text.filter(bool), st.none() | st.booleans() | int32 | text, max_size=6),
+)
+def test_a_json_header_is_what_json_dumps_makes_of_the_header_object(command, language, fields):
+    """The header written field by field is byte for byte ``json.dumps`` of the header as
+    an object (ASCII escapes, compact separators, the fields in this order); ext field
+    values that are not strings are written as Java prints them, None ones left out."""
+    command = dataclasses.replace(command, language=language, ext_fields=fields)
+    as_java = {True: "true", False: "false"}
+    header: dict[str, object] = {
+        "code": command.code,
+        "flag": command.flag,
+        "language": command.language,
+        "opaque": command.opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": command.version,
+    }
+    if command.remark:
+        header["remark"] = command.remark
+    written = {
+        name: as_java[value] if type(value) is bool else str(value)
+        for name, value in fields.items()
+        if value is not None
+    }
+    if fields:
+        header["extFields"] = written
+    raw = encode(command)
+    length = struct.unpack(">I", raw[4:8])[0] & 0xFFFFFF
+    assert raw[8 : 8 + length] == json.dumps(header, separators=(",", ":")).encode()
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | int32 | st.floats(allow_nan=False) | text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def outcome(read, header: bytes) -> object:
+    try:
+        return ("value", read(header))
+    except (ValueError, RecursionError) as error:
+        return (type(error).__name__, str(error))
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.data())
+def test_a_header_reads_as_json_loads_reads_it_errors_included(data):
+    """The scanner's shortcut (``parse_json_header``) answers what ``json.loads`` answers, for
+    headers as clients write them, cut or grown at either end, and for any bytes."""
+    written = json.dumps(data.draw(st.dictionaries(text, json_values, max_size=5)))
+    header = data.draw(
+        st.sampled_from(
+            [
+                written.encode(),
+                written.encode("utf-16-le"),
+                written.encode()[: data.draw(st.integers(0, len(written)))],
+                written.encode() + data.draw(st.sampled_from([b" ", b"}", b"x", b"\n"])),
+                b"{" + data.draw(st.binary(max_size=40)) + b"}",
+                data.draw(st.binary(max_size=40)),
+            ]
+        )
+    )
+    assert outcome(parse_json_header, header) == outcome(json.loads, header)
 
 
 def test_a_reply_keeps_the_requests_serialize_type():

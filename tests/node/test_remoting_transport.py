@@ -19,6 +19,7 @@ from ferrymq.codec.remoting import (
     FLAG_RESPONSE,
     SERIALIZE_ROCKETMQ,
     RemotingCommand,
+    decode_frame,
     encode,
 )
 from ferrymq.codec.remoting_codes import ResponseCode
@@ -276,3 +277,92 @@ def test_a_peer_that_does_not_read_is_closed_and_others_are_served(server):
             assert other.call(ECHO).code == 0
     finally:
         reader.close()
+
+
+class RecordingTransport:
+    """A transport that keeps what each write call was given (one list per call)."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[bytes]] = []
+        self.closed = False
+
+    def write(self, data) -> None:
+        self.calls.append([bytes(data)])
+
+    def writelines(self, items) -> None:
+        self.calls.append([bytes(item) for item in items])
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name, default=None):
+        return default
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+def test_answers_made_in_one_turn_of_the_loop_leave_in_one_write(loop_kind):
+    """Sixteen requests in one read, answered together once a shared event is set (as one
+    replication acknowledgement releases many sends): one write call carries all sixteen
+    answers, in the order they were made; a close right after an answer still sends it."""
+    from node.remoting.connection import RemotingConnection
+    from node.remoting.quiet_log import FailureLog
+
+    async def scenario() -> tuple[list[list[bytes]], list[list[bytes]]]:
+        released = asyncio.Event()
+
+        async def held(request, connection):
+            await released.wait()
+            return request.reply(ResponseCode.SUCCESS, str(request.opaque))
+
+        dispatch = Dispatch()
+        dispatch.register(ECHO, held)
+        connection = RemotingConnection(
+            dispatch, TransportLimits(), FailureLog(), lambda c: True, lambda c: None
+        )
+        transport = RecordingTransport()
+        connection.connection_made(transport)
+        connection.data_received(
+            b"".join(encode(RemotingCommand(ECHO, opaque=i)) for i in range(16))
+        )
+        await asyncio.sleep(0)
+        released.set()
+        await until_async(lambda: transport.calls)
+        together = list(transport.calls)
+        transport.calls.clear()
+        connection.send(RemotingCommand(ResponseCode.SUCCESS, opaque=99, flag=FLAG_RESPONSE))
+        connection.close()
+        return together, transport.calls
+
+    async def until_async(condition) -> None:
+        deadline = time.monotonic() + 10
+        while not condition():
+            assert time.monotonic() < deadline, "no answer was written"
+            await asyncio.sleep(0.001)
+
+    loop = uvloop.new_event_loop() if loop_kind == "uvloop" else asyncio.new_event_loop()
+    try:
+        together, at_close = loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    assert len(together) == 1, f"{len(together)} writes for 16 answers made together"
+    frames = [decode_frame(frame) for frame in together[0]]
+    assert [f.remark for f in frames] == [str(i) for i in range(16)]
+    assert [decode_frame(frame).opaque for call in at_close for frame in call] == [99]
