@@ -1,5 +1,5 @@
 """Saturation: ``python -m bench.saturation --json [--quick] [--nodes 3|1] [--busy N]
-[--soak-minutes M]``.
+[--soak-minutes M] [--rates R1,R2,...]``.
 
 Offers a cluster an open-loop load that grows step by step until it cannot keep up, the
 way the OpenMessaging Benchmark's RocketMQ driver offers it: the official Java client
@@ -387,8 +387,11 @@ def run(
     soak_rate: float | None,
     logs_to: str | None = None,
     busy_beside_client: bool = False,
+    rates: tuple[int, ...] = (),
 ) -> dict:
     scale = SCALES[mode]
+    if rates:
+        scale = Scale(rates, scale.step_s)
     argv = tuple(load_driver.argv())
     root = tempfile.mkdtemp(prefix="ferrymq-bench-saturation-")
     directory = os.path.join(root, "cluster")
@@ -446,7 +449,14 @@ def main() -> None:
         "--soak-rate", type=float, default=None, help="skip the ramp; soak at this rate"
     )
     parser.add_argument("--logs", default=None, help="copy the nodes' logs to this directory")
+    parser.add_argument(
+        "--rates",
+        default="",
+        help="offered msgs/s of each step, comma-separated, in place of the mode's "
+        "(its step length kept): finer steps near the sustainable rate",
+    )
     args = parser.parse_args()
+    rates = tuple(int(rate) for rate in args.rates.split(",") if rate.strip())
 
     def terminate(signum, frame):  # SIGTERM unwinds like Ctrl-C, through the cleanup
         raise KeyboardInterrupt
@@ -461,6 +471,7 @@ def main() -> None:
         args.soak_rate,
         args.logs,
         args.busy_beside_client,
+        rates,
     )
     if "sustainable_msgs_per_s" in figures:
         log(f"sustainable: {figures['sustainable_msgs_per_s']:,.0f} msgs/s")

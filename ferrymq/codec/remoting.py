@@ -172,9 +172,12 @@ class RemotingCommand:
             if default is _MISSING:
                 raise HeaderFieldError(name, f"header field {name} is missing")
             return default  # type: ignore[return-value]
-        number = _parse_integer(value)
-        if number is None:
-            raise HeaderFieldError(name, f"header field {name}={value!r} is not an integer")
+        if value.isdigit() and value.isascii():
+            number = int(value)  # the common case: plain ASCII digits
+        else:
+            number = _parse_integer(value)
+            if number is None:
+                raise HeaderFieldError(name, f"header field {name}={value!r} is not an integer")
         if not low <= number <= high:
             raise HeaderFieldError(name, f"header field {name}={value} is outside {low}..{high}")
         return number

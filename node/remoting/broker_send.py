@@ -76,6 +76,17 @@ PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 SYSFLAG_KEPT = 0x1 | 0x2 | 0x700
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 SYSFLAG_TRANSACTION_MASK = 0xC
+# The properties ``message_type_of`` and the timer, priority and lite readings look at: a
+# message with none of them is NORMAL (or a half, by its flag) with nothing to read.
+TYPED_PROPERTIES = frozenset(
+    {
+        PROPERTY_TRANSACTION_PREPARED,
+        PROPERTY_DELAY,
+        PROPERTY_PRIORITY,
+        PROPERTY_LITE_TOPIC,
+        *TIMER_PROPERTIES,
+    }
+)
 MSG_REGION = "DefaultRegion"
 
 
@@ -268,24 +279,39 @@ class SendHandlers:
             sent = [(flag, request.body, common)]
         born_host = born_host_bytes(caller.address)  # the client's, also when forwarded
         now_ms = time.time_ns() // 1_000_000
-        messages = [
-            OutgoingMessage(
-                body,
-                as_stored(properties),
-                message_type_of(properties, sys_flag),
-                pinned_queue=queue_id if queue_id >= 0 else None,
-                delivery_ms=timer_delivery_ms(properties, now_ms),
-                priority=priority_of(properties),
-                lite_topic=properties.get(PROPERTY_LITE_TOPIC),
-                delay_level=delay_level_of(properties),
-                flag=message_flag,
-                sys_flag=sys_flag & SYSFLAG_KEPT,
-                born_ms=born_ms,
-                born_host=born_host,
-                reconsume_times=reconsume_times,
+        pinned_queue = queue_id if queue_id >= 0 else None
+        messages = []
+        for message_flag, body, properties in sent:
+            stored = as_stored(properties)
+            if TYPED_PROPERTIES.isdisjoint(properties):
+                # No property that types the message (most sends): only the flag may.
+                prepared = sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
+                kind = pb.TRANSACTION if prepared else pb.NORMAL
+                delivery_ms = priority = lite_topic = None
+                delay_level = 0
+            else:
+                kind = message_type_of(properties, sys_flag)
+                delivery_ms = timer_delivery_ms(properties, now_ms)
+                priority = priority_of(properties)
+                lite_topic = properties.get(PROPERTY_LITE_TOPIC)
+                delay_level = delay_level_of(properties)
+            messages.append(
+                OutgoingMessage(
+                    body,
+                    stored,
+                    kind,
+                    pinned_queue=pinned_queue,
+                    delivery_ms=delivery_ms,
+                    priority=priority,
+                    lite_topic=lite_topic,
+                    delay_level=delay_level,
+                    flag=message_flag,
+                    sys_flag=sys_flag & SYSFLAG_KEPT,
+                    born_ms=born_ms,
+                    born_host=born_host,
+                    reconsume_times=reconsume_times,
+                )
             )
-            for message_flag, body, properties in sent
-        ]
         return SendRequest(
             topic,
             messages,
