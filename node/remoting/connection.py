@@ -16,8 +16,9 @@ connection). What it guarantees:
 - Writes are bounded: above ``write_high_bytes`` unsent, the connection stops reading
   (no new requests from a peer that does not read its answers); above
   ``write_max_bytes`` it is closed, so a slow reader costs a bounded amount of memory.
-- The answers made in one turn of the event loop leave in one write at its end
-  (``_flush``): many requests in flight answered together cost one system call.
+- The first answer made in a turn of the event loop leaves at once, the ones after it
+  together at the turn's end (``_flush``): many requests in flight answered together
+  cost two system calls, not one each.
 - Requests are bounded by their bytes while handled (``node/request_budget.py``): a body
   its code does not read is dropped first (``Dispatch.keeps_body``); past
   ``max_request_bytes_per_connection`` held, the connection is not read until it holds
@@ -144,7 +145,9 @@ class RemotingConnection(asyncio.Protocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[asyncio.Task, int] = {}  # request being handled -> bytes held
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
-        # Frames answered in this turn of the loop, written together by ``_flush``.
+        # Whether this turn of the loop wrote its first answer, and the frames answered
+        # after it, written together at the turn's end by ``_flush``.
+        self._turn_open = False
         self._outgoing: list[bytes] = []
         self._outgoing_bytes = 0
         self._opaques = itertools.count(1)
@@ -449,16 +452,18 @@ class RemotingConnection(asyncio.Protocol):
             )
             command = RemotingCommand(ResponseCode.SYSTEM_ERROR)
         body = command.body
-        outgoing = self._outgoing
-        if not outgoing:
+        frame = [head + body] if len(body) < COPY_BODY_BELOW else [head, body]
+        if not self._turn_open:
+            # The turn's first answer leaves at once, so its peer can start on it; the
+            # ones after it in the same turn leave together at the turn's end.
+            self._turn_open = True
             assert self._loop is not None
             self._loop.call_soon(self._flush)
-        if len(body) < COPY_BODY_BELOW:
-            outgoing.append(head + body)
+            for part in frame:
+                transport.write(part)
         else:
-            outgoing.append(head)
-            outgoing.append(body)
-        self._outgoing_bytes += len(head) + len(body)
+            self._outgoing.extend(frame)
+            self._outgoing_bytes += len(head) + len(body)
         if transport.get_write_buffer_size() + self._outgoing_bytes > self.limits.write_max_bytes:
             self._quiet.log(
                 "unread",
@@ -472,8 +477,10 @@ class RemotingConnection(asyncio.Protocol):
         return True
 
     def _flush(self) -> None:
-        """Write what this turn of the loop answered in one call: the answers that one
-        replication acknowledgement releases leave in one system call, not one each."""
+        """Write what this turn of the loop answered after its first answer, in one call:
+        the answers that one replication acknowledgement releases leave in two system
+        calls, not one each."""
+        self._turn_open = False
         outgoing, self._outgoing = self._outgoing, []
         self._outgoing_bytes = 0
         transport = self._transport
