@@ -16,9 +16,10 @@ connection). What it guarantees:
 - Writes are bounded: above ``write_high_bytes`` unsent, the connection stops reading
   (no new requests from a peer that does not read its answers); above
   ``write_max_bytes`` it is closed, so a slow reader costs a bounded amount of memory.
-- The first answer made in a turn of the event loop leaves at once, the ones after it
-  together at the turn's end (``_flush``): many requests in flight answered together
-  cost two system calls, not one each.
+- With ``GATHER_ANSWERS_IN_FLIGHT`` requests of a connection in flight, the first
+  answer made in a turn of the event loop leaves at once and the ones after it together
+  at the turn's end (``_flush``): many answered together cost two system calls, not one
+  each. With fewer in flight, every answer leaves at once.
 - Requests are bounded by their bytes while handled (``node/request_budget.py``): a body
   its code does not read is dropped first (``Dispatch.keeps_body``); past
   ``max_request_bytes_per_connection`` held, the connection is not read until it holds
@@ -74,6 +75,10 @@ log = logging.getLogger("ferrymq.remoting")
 
 # A body this small is copied into one write with its head; larger ones go as they are.
 COPY_BODY_BELOW = 64 << 10
+# Requests of one connection in flight from which the answers a turn of the loop makes
+# after its first are written together at the turn's end (the 4.x Java client keeps
+# hundreds in flight; the SDK's batches, 16).
+GATHER_ANSWERS_IN_FLIGHT = 32
 
 
 @dataclass(frozen=True)
@@ -454,11 +459,14 @@ class RemotingConnection(asyncio.Protocol):
         body = command.body
         frame = [head + body] if len(body) < COPY_BODY_BELOW else [head, body]
         if not self._turn_open:
-            # The turn's first answer leaves at once, so its peer can start on it; the
-            # ones after it in the same turn leave together at the turn's end.
-            self._turn_open = True
-            assert self._loop is not None
-            self._loop.call_soon(self._flush)
+            # The turn's first answer leaves at once, so its peer can start on it. With
+            # many requests in flight, the ones after it in the same turn leave together
+            # at the turn's end; with few, each leaves at once (a closed-loop client with
+            # a few requests in flight waits on each).
+            if len(self._tasks) >= GATHER_ANSWERS_IN_FLIGHT:
+                self._turn_open = True
+                assert self._loop is not None
+                self._loop.call_soon(self._flush)
             for part in frame:
                 transport.write(part)
         else:

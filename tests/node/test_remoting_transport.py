@@ -318,53 +318,56 @@ class RecordingTransport:
 
 
 @pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
-def test_answers_made_in_one_turn_of_the_loop_leave_in_two_writes(loop_kind):
-    """Sixteen requests in one read, answered together once a shared event is set (as one
-    replication acknowledgement releases many sends): the first answer leaves at once,
-    one write call carries the other fifteen, in the order they were made; an answer
-    buffered when the connection is closed still leaves."""
-    from node.remoting.connection import RemotingConnection
+@pytest.mark.parametrize("held", [40, 4])
+def test_answers_made_in_one_turn_of_the_loop_leave_together_when_many_are_in_flight(
+    loop_kind, held
+):
+    """Requests in one read, answered together once a shared event is set (as one
+    replication acknowledgement releases many sends). With ``GATHER_ANSWERS_IN_FLIGHT``
+    or more in flight the first answer leaves at once and one write carries the others,
+    in the order they were made; with fewer, each leaves at once. Answers still waiting
+    for the turn's end when the connection is closed leave before it closes."""
+    from node.remoting.connection import GATHER_ANSWERS_IN_FLIGHT, RemotingConnection
     from node.remoting.quiet_log import FailureLog
 
-    async def scenario() -> tuple[list[list[bytes]], list[list[bytes]]]:
-        released = asyncio.Event()
+    assert 4 < GATHER_ANSWERS_IN_FLIGHT < 40
 
-        async def held(request, connection):
-            await released.wait()
+    async def scenario() -> list:
+        gates = [asyncio.Event(), asyncio.Event()]
+
+        async def hold(request, connection):
+            await gates[request.opaque // 1000].wait()
             return request.reply(ResponseCode.SUCCESS, str(request.opaque))
 
         dispatch = Dispatch()
-        dispatch.register(ECHO, held)
+        dispatch.register(ECHO, hold)
         connection = RemotingConnection(
             dispatch, TransportLimits(), FailureLog(), lambda c: True, lambda c: None
         )
         transport = RecordingTransport()
         connection.connection_made(transport)
-        connection.data_received(
-            b"".join(encode(RemotingCommand(ECHO, opaque=i)) for i in range(16))
-        )
-        await asyncio.sleep(0)
-        released.set()
-        await until_async(lambda: sum(len(call) for call in transport.calls) >= 16)
-        together = list(transport.calls)
-        transport.calls.clear()
-        for opaque in (98, 99):  # the second one waits for the turn's end
-            connection.send(RemotingCommand(ResponseCode.SUCCESS, opaque, FLAG_RESPONSE))
-        connection.close()
-        return together, transport.calls
+        for gate in (0, 1):
+            requests = (RemotingCommand(ECHO, opaque=gate * 1000 + i) for i in range(held))
+            connection.data_received(b"".join(encode(request) for request in requests))
+            await asyncio.sleep(0)
+            gates[gate].set()
+            if gate == 1:  # closed in the turn that answers them
+                asyncio.get_running_loop().call_soon(connection.close)
+        await until_async(lambda: transport.closed)
+        return transport.calls
 
     async def until_async(condition) -> None:
         deadline = time.monotonic() + 10
         while not condition():
-            assert time.monotonic() < deadline, "no answer was written"
+            assert time.monotonic() < deadline, "the connection was not closed"
             await asyncio.sleep(0.001)
 
     loop = uvloop.new_event_loop() if loop_kind == "uvloop" else asyncio.new_event_loop()
     try:
-        together, at_close = loop.run_until_complete(scenario())
+        calls = loop.run_until_complete(scenario())
     finally:
         loop.close()
-    assert [len(call) for call in together] == [1, 15], "writes of the 16 answers"
-    frames = [decode_frame(frame) for call in together for frame in call]
-    assert [f.remark for f in frames] == [str(i) for i in range(16)]
-    assert [decode_frame(frame).opaque for call in at_close for frame in call] == [98, 99]
+    expected = [1, held - 1] if held >= 40 else [1] * held
+    assert [len(call) for call in calls] == expected * 2, "writes of the answers"
+    remarks = [decode_frame(frame).remark for call in calls for frame in call]
+    assert remarks == [str(gate * 1000 + i) for gate in (0, 1) for i in range(held)]
