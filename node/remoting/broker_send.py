@@ -60,6 +60,7 @@ V2_FIELDS = {
     "m": "batch",
     "n": "brokerName",
 }
+V2_LONG_NAMES = frozenset(V2_FIELDS.values())
 PROPERTY_WAIT = "WAIT"
 PROPERTY_CLUSTER = "CLUSTER"
 # RocketMQ 5's timer properties a 4.x-protocol client sets (setDelayTimeSec, setDelayTimeMs;
@@ -88,9 +89,6 @@ TYPED_PROPERTIES = frozenset(
     }
 )
 MSG_REGION = "DefaultRegion"
-
-
-V2_LONG_NAMES = frozenset(V2_FIELDS.values())
 
 
 def v1_header(request: RemotingCommand) -> RemotingCommand:

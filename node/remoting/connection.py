@@ -150,8 +150,8 @@ class RemotingConnection(asyncio.Protocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[asyncio.Task, int] = {}  # request being handled -> bytes held
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
-        # Whether this turn of the loop wrote its first answer, and the frames answered
-        # after it, written together at the turn's end by ``_flush``.
+        # Whether this turn of the loop gathers answers (its first left at once), and the
+        # frames gathered, written together at the turn's end by ``_flush``.
         self._turn_open = False
         self._outgoing: list[bytes] = []
         self._outgoing_bytes = 0
@@ -436,8 +436,9 @@ class RemotingConnection(asyncio.Protocol):
 
     # ---- frames out ------------------------------------------------------------------
     def send(self, command: RemotingCommand) -> bool:
-        """Queue one frame for this turn's write; False when the connection is gone (or
-        just closed because its peer does not read)."""
+        """Write one frame, at once or with the turn's gathered answers (``_flush``);
+        False when the connection is gone (or just closed because its peer does not
+        read)."""
         transport = self._transport
         if self.closed or transport is None or transport.is_closing():
             return False
