@@ -128,6 +128,24 @@ def message_type_of(properties: dict[str, str], sys_flag: int) -> int:
     return pb.LITE if PROPERTY_LITE_TOPIC in properties else pb.NORMAL
 
 
+def typed_readings(
+    properties: dict[str, str], sys_flag: int, now_ms: int
+) -> tuple[int, int | None, int | None, str | None, int]:
+    """What a sent message's properties (and flag) make of it: its type, delivery time,
+    priority, lite topic and delay level; the timer's properties are taken out. A message
+    with none of ``TYPED_PROPERTIES`` (most) is read without looking further."""
+    if TYPED_PROPERTIES.isdisjoint(properties):
+        prepared = sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
+        return pb.TRANSACTION if prepared else pb.NORMAL, None, None, None, 0
+    return (
+        message_type_of(properties, sys_flag),
+        timer_delivery_ms(properties, now_ms),
+        priority_of(properties),
+        properties.get(PROPERTY_LITE_TOPIC),
+        delay_level_of(properties),
+    )
+
+
 def is_transaction_half(request: RemotingCommand) -> bool:
     """Whether a SEND_MESSAGE, SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE request sends a
     transaction half (its header unreadable counts as one: it is answered where it is)."""
@@ -281,18 +299,9 @@ class SendHandlers:
         messages = []
         for message_flag, body, properties in sent:
             stored = as_stored(properties)
-            if TYPED_PROPERTIES.isdisjoint(properties):
-                # No property that types the message (most sends): only the flag may.
-                prepared = sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
-                kind = pb.TRANSACTION if prepared else pb.NORMAL
-                delivery_ms = priority = lite_topic = None
-                delay_level = 0
-            else:
-                kind = message_type_of(properties, sys_flag)
-                delivery_ms = timer_delivery_ms(properties, now_ms)
-                priority = priority_of(properties)
-                lite_topic = properties.get(PROPERTY_LITE_TOPIC)
-                delay_level = delay_level_of(properties)
+            kind, delivery_ms, priority, lite_topic, delay_level = typed_readings(
+                properties, sys_flag, now_ms
+            )
             messages.append(
                 OutgoingMessage(
                     body,
