@@ -342,6 +342,8 @@ def decode_frame(data: bytes, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) 
 
 def _json_number(raw: dict, name: str, opaque: int | None, low: int, high: int) -> int:
     value = raw.get(name)
+    if type(value) is int and low <= value <= high:
+        return value  # what every client sends
     if value is None:
         return 0  # as Java leaves a field the JSON does not name
     number = value if type(value) is int else None
@@ -384,22 +386,12 @@ def _from_json(header: bytes, body: bytes) -> RemotingCommand:
         ) from None
     if type(raw) is not dict:
         raise MalformedHeader(f"header is JSON {type(raw).__name__}, not an object")
-    # Each number read as Java does (``_json_number``); a plain int in range, what every
-    # client sends, is taken as it is.
-    opaque = raw.get("opaque")
-    if type(opaque) is not int or not INT32_MIN <= opaque <= INT32_MAX:
-        opaque = _json_number(raw, "opaque", None, INT32_MIN, INT32_MAX)
-    code = raw.get("code")
-    if code is None:
+    opaque = _json_number(raw, "opaque", None, INT32_MIN, INT32_MAX)
+    if raw.get("code") is None:
         raise MalformedHeader("header has no code", opaque)
-    if type(code) is not int or not INT32_MIN <= code <= INT32_MAX:
-        code = _json_number(raw, "code", opaque, INT32_MIN, INT32_MAX)
-    flag = raw.get("flag")
-    if type(flag) is not int or not INT32_MIN <= flag <= INT32_MAX:
-        flag = _json_number(raw, "flag", opaque, INT32_MIN, INT32_MAX)
-    version = raw.get("version")
-    if type(version) is not int or not INT32_MIN <= version <= INT32_MAX:
-        version = _json_number(raw, "version", opaque, INT32_MIN, INT32_MAX)
+    code = _json_number(raw, "code", opaque, INT32_MIN, INT32_MAX)
+    flag = _json_number(raw, "flag", opaque, INT32_MIN, INT32_MAX)
+    version = _json_number(raw, "version", opaque, INT32_MIN, INT32_MAX)
     language = raw.get("language")
     if language is None:
         language = "JAVA"
