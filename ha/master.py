@@ -520,8 +520,9 @@ class ReplicationMaster:
             writer.close()
 
     async def _watch_path(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
-        """End the link once its kernel says the path to the slave is gone (data resent
-        and unacknowledged for ``DEAD_LINK_S``, ``unanswered_s``): a partitioned slave then
+        """End the link once its kernel says the path to the slave is gone (data resent,
+        or held unsent by a route that drops it, and unanswered for ``DEAD_LINK_S``,
+        ``unanswered_s``): a partitioned slave then
         leaves the in-sync set within ~2 s, where the link's own limits, sized for a slave
         that is slow (``SLOW_PEER_S`` for its window, ``silent_slave_timeout_s`` for its
         acks), held SYNC writes ~10 s."""
@@ -533,7 +534,7 @@ class ReplicationMaster:
                 link.path_cut = True
                 log.warning(
                     "replication link to %s cut: its TCP acknowledged nothing for %.1f s "
-                    "(data resent)",
+                    "(data resent or unsendable)",
                     link.node_id,
                     unanswered,
                 )

@@ -36,8 +36,9 @@ is merely busy, or stopped, never trips it: its kernel acknowledges and answers 
 Without it a cut link waited for the silence timeouts (the slave's 5 s, the master's
 ``max_lag_ms``): a partitioned master or slave cost writes ~5 s in the chaos runs. The
 master, which allows a slave's closed window ``SLOW_PEER_S``, also asks its kernel every
-quarter second whether its resent bytes went unanswered for ``DEAD_LINK_S``
-(``dead_peer.unanswered_s``, ``ReplicationMaster._watch_path``).
+quarter second whether its bytes went unanswered for ``DEAD_LINK_S``, resent or held
+unsent by a route that drops them (``dead_peer.unanswered_s``,
+``ReplicationMaster._watch_path``).
 """
 
 from __future__ import annotations

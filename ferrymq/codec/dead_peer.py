@@ -17,10 +17,17 @@ a window in ``DEAD_LINK_S`` and keeps that for data too: a client learns of a cu
 
 The bulk sender still wants to know of a cut path within ``DEAD_LINK_S``: a master
 waiting ``SLOW_PEER_S`` for a partitioned slave holds SYNC writes that long. The kernel
-tells the two apart (``unanswered_s``): data sent, resent after a timeout, and not
-acknowledged for ``DEAD_LINK_S`` is a path that is gone, since a live kernel acknowledges a
-resent segment within a round trip however busy its process is; a closed window is
-probed, not resent, and leaves nothing unacknowledged.
+tells the two apart (``unanswered_s``), in the two ways a path goes:
+
+- *Packets lost on the way*: data sent, resent after a timeout, and not acknowledged for
+  ``DEAD_LINK_S``, since a live kernel acknowledges a resent segment within a round trip
+  however busy its process is.
+- *No route from here* (the sender's own host drops them, as a blackhole route does):
+  nothing leaves, so nothing is unacknowledged or resent; the bytes wait unsent with the
+  peer's window open, and the kernel's probes (which would carry them) find no answer.
+
+A closed window is probed, not resent: nothing is unacknowledged, and the window is shut,
+so neither way applies however long the probes back off.
 """
 
 from __future__ import annotations
@@ -33,12 +40,19 @@ import struct
 DEAD_LINK_S = 2
 # How long a sender allows its peer's window to stay closed (or its data unanswered).
 SLOW_PEER_S = 10
-# ``struct tcp_info`` (linux/tcp.h) up to ``tcpi_last_ack_recv``: eight bytes of state,
-# then 32-bit counters; byte 2 is ``tcpi_retransmits`` (timeouts since the last progress).
-TCP_INFO = struct.Struct("8B13I")
+# ``struct tcp_info`` (linux/tcp.h) up to ``tcpi_snd_wnd`` (Linux 5.4): eight bytes of
+# state (byte 2 ``tcpi_retransmits``: timeouts since the last progress; byte 3
+# ``tcpi_probes``: window probes unanswered), then counters in their natural alignment.
+TCP_INFO = struct.Struct("=8B24I4Q6I4Q2I2Q4I")
+# Before ``tcpi_snd_wnd`` (older kernels): the first way alone is told.
+TCP_INFO_OLD = struct.Struct("=8B13I")
 RETRANSMITS_AT = 2
+PROBES_AT = 3
+SND_MSS_AT = 10
 UNACKED_AT = 12
 LAST_ACK_RECV_MS_AT = 20
+NOTSENT_BYTES_AT = 38
+SND_WND_AT = 53
 
 
 def detect_dead_peer(sock: socket.socket | None, unanswered_s: float = DEAD_LINK_S) -> None:
@@ -64,18 +78,39 @@ def detect_dead_peer(sock: socket.socket | None, unanswered_s: float = DEAD_LINK
 
 
 def unanswered_s(sock: socket.socket | None) -> float:
-    """How long the peer's TCP has left data of this connection unacknowledged although
-    it was sent again (seconds; 0.0 while the peer answers, for a closed window, and where
-    the kernel does not say)."""
+    """How long the peer's TCP has left this connection's data unanswered, where the
+    kernel shows the path is gone: data resent and not acknowledged, or data it could not
+    send at all into an open window (seconds since the last acknowledgement; 0.0 while the
+    peer answers, for a closed window, and where the kernel does not say)."""
     if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return 0.0
     try:
         raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO.size)
     except (OSError, AttributeError):  # closed, or no TCP_INFO on this OS
         return 0.0
-    if len(raw) < TCP_INFO.size:
+    if len(raw) >= TCP_INFO.size:
+        fields = TCP_INFO.unpack(raw)
+    elif len(raw) >= TCP_INFO_OLD.size:
+        fields = TCP_INFO_OLD.unpack_from(raw)
+    else:
         return 0.0
-    fields = TCP_INFO.unpack(raw)
-    if fields[UNACKED_AT] == 0 or fields[RETRANSMITS_AT] == 0:
-        return 0.0
-    return fields[LAST_ACK_RECV_MS_AT] / 1000
+    if _resent_unanswered(fields) or _unsendable(fields):
+        return fields[LAST_ACK_RECV_MS_AT] / 1000
+    return 0.0
+
+
+def _resent_unanswered(fields: tuple[int, ...]) -> bool:
+    return fields[UNACKED_AT] > 0 and fields[RETRANSMITS_AT] > 0
+
+
+def _unsendable(fields: tuple[int, ...]) -> bool:
+    """Bytes wait unsent with nothing in flight, the peer's window has room for a
+    segment, and a probe has fired: only a local refusal (no route) holds them."""
+    if len(fields) <= SND_WND_AT:
+        return False
+    return (
+        fields[UNACKED_AT] == 0
+        and fields[NOTSENT_BYTES_AT] > 0
+        and fields[PROBES_AT] > 0
+        and fields[SND_WND_AT] >= min(fields[SND_MSS_AT], fields[NOTSENT_BYTES_AT])
+    )
