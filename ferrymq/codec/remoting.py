@@ -105,10 +105,14 @@ class HeaderFieldError(CodecError):
         self.name = name
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RemotingCommand:
-    """One request or response. ``ext_fields`` values are strings on the wire; treat the
-    dict as read-only (it is shared, not copied)."""
+    """One request or response. ``ext_fields`` values are strings on the wire. Read-only
+    by convention, the dict included: a command is shared between the door, its handlers
+    and their answers, and a changed one is a copy (``dataclasses.replace``). Not
+    ``frozen``: a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, 4.5 µs against 0.7 for nine fields, and a 4.x send makes three
+    commands."""
 
     code: int
     opaque: int = 0

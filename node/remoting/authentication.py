@@ -118,7 +118,15 @@ class RemotingCallers:
         if forwarded is not None:
             host, _, port = forwarded.peer.rpartition(":")
             return Caller(Door.REMOTING, method, user, host, int(port) if port.isdigit() else 0)
-        return Caller(Door.REMOTING, method, user, connection.peer_host, connection.peer_port)
+        if user is not None:
+            return Caller(Door.REMOTING, method, user, connection.peer_host, connection.peer_port)
+        # Without a user a connection's caller of a method never changes: made once.
+        anonymous = connection.anonymous_callers
+        caller = anonymous.get(method)
+        if caller is None:
+            caller = Caller(Door.REMOTING, method, None, connection.peer_host, connection.peer_port)
+            anonymous[method] = caller
+        return caller
 
     def adapt(self, code: int, handler: DoorHandler) -> Handler:
         method = method_of(code)

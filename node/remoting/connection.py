@@ -162,6 +162,8 @@ class RemotingConnection(asyncio.Protocol):
         self.peer_port = 0
         # What handlers remember about this client (its client id, the groups it joined).
         self.attributes: dict[str, object] = {}
+        # Its caller per method while it presents no credentials (``RemotingCallers``).
+        self.anonymous_callers: dict[str, object] = {}
         # Reading stops while the peer does not read its answers or while its requests
         # hold more than their limit; it starts again when neither is so.
         self.reading_paused = False

@@ -97,6 +97,8 @@ PRODUCE_TYPES = {
     MessageType.UNSPECIFIED: pb.NORMAL,
 }
 _CODE_NAMES = {value: name for name, value in pb.Code.items()}
+# Every stored send's status, shared (never changed: the doors copy it into their answers).
+STATUS_OK = pb.Status(code=pb.OK, message="OK")
 
 
 def now_ms() -> int:
@@ -246,7 +248,7 @@ class SendService:
             result = await put(stored)
         finally:
             self.metrics.sends_open.leave(open_send)
-        status = store_refusal(result) if not result.ok else pb.Status(code=pb.OK, message="OK")
+        status = STATUS_OK if result.ok else store_refusal(result)
         recall_handles: list[str] = []
         if result.ok:
             for message, appended, transaction_id in zip(
