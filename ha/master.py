@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from ferrymq.codec.dead_peer import DEAD_LINK_S, SLOW_PEER_S, detect_dead_peer, unanswered_s
 from ha.epochs import EpochHistory
+from ha.expiries import CallLater, Expiries
 from ha.link_auth import (
     FrameMac,
     Handshake,
@@ -87,10 +88,6 @@ DISCONNECT_GRACE_S = 1.0
 PATH_CHECK_S = 0.25
 MARK_SPACING_S = 0.01  # the end timeline keeps at most one mark per this long
 MARKS_MAX = 20_000  # 200 s of marks under continuous load; older ones are dropped
-
-# (delay in seconds, callback, *its arguments) -> a handle with ``cancel()``: the running
-# loop's ``call_later`` by default, a test's clock in-process.
-CallLater = Callable[..., asyncio.TimerHandle]
 
 
 class EndTimeline:
@@ -180,7 +177,6 @@ class ReplicationMaster:
         self.min_insync_replicas = min_insync_replicas
         self.is_member = is_member
         self.clock = clock
-        self._call_later = call_later
         self.handshake_timeout_s = handshake_timeout_s
         self.silent_slave_timeout_s = silent_slave_timeout_s
         self.active = False  # true while this node is its group's master
@@ -192,6 +188,7 @@ class ReplicationMaster:
         self._last_connected: dict[str, float] = {}  # slave -> when its link last ended
         self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
         self._waiter_seq = 0
+        self._expiries = Expiries(clock, call_later)
         self.on_confirmed: Callable[[int], None] = lambda offset: None
         self._server: asyncio.base_events.Server | None = None
         self.timeline = EndTimeline(clock)
@@ -260,19 +257,15 @@ class ReplicationMaster:
             return False
         if end_offset <= self.confirmed_offset:
             return True
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiter_seq += 1
         heapq.heappush(self._waiters, (end_offset, self._waiter_seq, future))
-        # A timer instead of wait_for(shield(...)): those add three loop turns to every
-        # acknowledgement. A waiter cancelled or timed out stays in the heap until the
-        # confirmed offset passes it (``_recompute`` skips futures already done).
-        call_later = self._call_later or loop.call_later
-        expiry = call_later(timeout_s, _expire, future)
-        try:
-            return await future
-        finally:
-            expiry.cancel()
+        # A shared timer instead of wait_for(shield(...)), which adds three loop turns to
+        # every acknowledgement, or a timer per wait (``Expiries``). A waiter cancelled or
+        # timed out stays in the heap until the confirmed offset passes it (``_recompute``
+        # skips futures already done).
+        self._expiries.add(future, timeout_s)
+        return await future
 
     def set_counted(self, counted: frozenset[str]) -> None:
         self.counted = counted - {self.node_id}
@@ -619,8 +612,3 @@ class ReplicationMaster:
             return True
         behind_since = link.caught_up_at or link.connected_at
         return link.acked < end and self.clock() - behind_since > max_lag_s
-
-
-def _expire(future: asyncio.Future[bool]) -> None:
-    if not future.done():
-        future.set_result(False)
