@@ -515,10 +515,9 @@ class ReplicationMaster:
     async def _watch_path(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
         """End the link once its kernel says the path to the slave is gone (data resent,
         or held unsent by a route that drops it, and unanswered for ``DEAD_LINK_S``,
-        ``unanswered_s``): a partitioned slave then
-        leaves the in-sync set within ~2 s, where the link's own limits, sized for a slave
-        that is slow (``SLOW_PEER_S`` for its window, ``silent_slave_timeout_s`` for its
-        acks), held SYNC writes ~10 s."""
+        ``unanswered_s``): a partitioned slave then leaves the in-sync set within ~2 s,
+        where the link's own limits, sized for a slave that is slow (``SLOW_PEER_S`` for
+        its window, ``silent_slave_timeout_s`` for its acks), held SYNC writes ~10 s."""
         sock = writer.get_extra_info("socket")
         while True:
             await asyncio.sleep(PATH_CHECK_S)
