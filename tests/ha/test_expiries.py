@@ -116,7 +116,7 @@ def test_every_wait_ends_as_its_own_timer_would_have_ended_it(waits):
     try:
         timers = Timers()
         expiries = Expiries(lambda: timers.now, timers.call_later)
-        events: list[tuple[float, int, str, object]] = []  # (time, order, what, future)
+        events: list[tuple[float, int, str, object]] = []  # (time, order, what, argument)
         expected: dict[int, tuple[bool, float]] = {}
         futures = []
         at = timers.now
