@@ -6,54 +6,13 @@ leave without being answered again."""
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
-from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ha.expiries import MIN_REARM_S, Expiries
-
-
-class Timers:
-    """``call_later`` on a time that moves only when the test says."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self._due: list[tuple[float, int, Timer]] = []
-        self._seq = itertools.count()
-        self.after_each: Callable[[], None] = lambda: None  # run after every timer fired
-
-    def call_later(self, delay_s: float, callback: Callable[[], None]) -> Timer:
-        timer = Timer(callback)
-        heapq.heappush(self._due, (self.now + delay_s, next(self._seq), timer))
-        return timer
-
-    @property
-    def armed(self) -> int:
-        return sum(not timer.cancelled for _, _, timer in self._due)
-
-    def advance(self, seconds: float) -> None:
-        end = self.now + seconds
-        while self._due and self._due[0][0] <= end:
-            due, _, timer = heapq.heappop(self._due)
-            self.now = max(self.now, due)
-            if not timer.cancelled:
-                timer.cancelled = True
-                timer.callback()
-                self.after_each()
-        self.now = end
-
-
-class Timer:
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback = callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
+from tests.support.manual_clock import ManualClock
 
 
 @pytest.fixture
@@ -64,7 +23,7 @@ def loop():
 
 
 def test_each_wait_ends_false_at_its_own_deadline_under_one_timer(loop):
-    timers = Timers()
+    timers = ManualClock()
     expiries = Expiries(lambda: timers.now, timers.call_later)
     late, early, acknowledged = (loop.create_future() for _ in range(3))
     expiries.add(late, 3.0)
@@ -85,7 +44,7 @@ def test_each_wait_ends_false_at_its_own_deadline_under_one_timer(loop):
 
 
 def test_waits_done_before_their_deadline_leave_the_heap_as_new_ones_come(loop):
-    timers = Timers()
+    timers = ManualClock()
     expiries = Expiries(lambda: timers.now, timers.call_later)
     for _ in range(1_000):
         future = loop.create_future()
@@ -114,7 +73,7 @@ def test_every_wait_ends_as_its_own_timer_would_have_ended_it(waits):
     (or ``MIN_REARM_S`` later, when the timer fired an instant before its deadline)."""
     loop = asyncio.new_event_loop()
     try:
-        timers = Timers()
+        timers = ManualClock()
         expiries = Expiries(lambda: timers.now, timers.call_later)
         events: list[tuple[float, int, str, object]] = []  # (time, order, what, argument)
         expected: dict[int, tuple[bool, float]] = {}

@@ -6,9 +6,6 @@ frame off the wire."""
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
-from collections.abc import Callable
 
 import pytest
 
@@ -20,38 +17,9 @@ from store.config import StoreConfig
 from store.message import Message
 from store.message_store import MessageStore
 from store.results import PutResult, PutStatus
+from tests.support.manual_clock import ManualClock
 
 TIMEOUT_S = 3.0
-
-
-class ManualClock:
-    """``now`` and ``call_later`` on a time that moves only when the test says."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self._due: list[tuple[float, int, _Timer]] = []
-        self._seq = itertools.count()
-
-    def call_later(self, delay_s: float, callback: Callable, *args: object) -> _Timer:
-        timer = _Timer(lambda: callback(*args))
-        heapq.heappush(self._due, (self.now + delay_s, next(self._seq), timer))
-        return timer
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-        while self._due and self._due[0][0] <= self.now:
-            _, _, timer = heapq.heappop(self._due)
-            if not timer.cancelled:
-                timer.callback()
-
-
-class _Timer:
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback = callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
 
 
 @pytest.fixture
