@@ -115,11 +115,16 @@ def v1_header(request: RemotingCommand) -> RemotingCommand:
     )
 
 
+def flagged_prepared(sys_flag: int) -> bool:
+    """Whether a 4.x sysFlag marks a transaction half."""
+    return sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
+
+
 def message_type_of(properties: dict[str, str], sys_flag: int) -> int:
     """The ``apache.rocketmq.v2.MessageType`` a 4.x message is: a transaction half by its
     property or flag, delayed by a delay level above 0, normal otherwise."""
     prepared = properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
-    if prepared or sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED:
+    if prepared or flagged_prepared(sys_flag):
         return pb.TRANSACTION
     if delay_level_of(properties) > 0 or TIMER_PROPERTIES & properties.keys():
         return pb.DELAY
@@ -135,8 +140,8 @@ def typed_readings(
     priority, lite topic and delay level; the timer's properties are taken out. A message
     with none of ``TYPED_PROPERTIES`` (most) is read without looking further."""
     if TYPED_PROPERTIES.isdisjoint(properties):
-        prepared = sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
-        return pb.TRANSACTION if prepared else pb.NORMAL, None, None, None, 0
+        kind = pb.TRANSACTION if flagged_prepared(sys_flag) else pb.NORMAL
+        return kind, None, None, None, 0
     return (
         message_type_of(properties, sys_flag),
         timer_delivery_ms(properties, now_ms),
