@@ -100,8 +100,14 @@ class Message:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class SendReceipt:
+    """What a send's answer says of one message: a value, compared and hashed by its
+    fields, read-only by convention. Not ``frozen``: a batch send makes one per message,
+    and a frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``
+    (2.2 µs against 0.55 with slots here); the SDK's CPU per message in bench.cluster's
+    batch fell from 5.4 to 3.9 µs without it (bench/RESULTS.md)."""
+
     message_id: str
     queue_offset: int
     transaction_id: str = ""
