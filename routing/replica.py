@@ -67,6 +67,11 @@ RETRY_PAUSE_S = 0.02
 # At most one read barrier (``catch_up``) every this long: a flood of requests naming
 # topics nobody created must not become a flood of Raft entries.
 CATCH_UP_SPACING_S = 0.05
+# A lone voter's ticks that do not wait after a submit: the one that appends the command,
+# the one that commits and applies it, and one more for a submit that lands while a tick
+# runs (pysyncobj's pipe wakes that tick's wait). Set by the submitting thread, counted
+# down by the Raft thread: an update lost between them costs one tick period at most.
+LONE_HURRIED_TICKS = 3
 T = TypeVar("T")
 SNAPSHOT_KEY = "routing_state"  # a format-2 snapshot: the state's bytes under this key
 raft_files.install()
@@ -165,11 +170,24 @@ class _Machine(SyncObjConsumer):
 
 class _RaftNode(SyncObj):
     """pysyncobj's node, with a way to run a call on its own thread: its leadership
-    transfer writes to the peers' connections, which only that thread may touch."""
+    transfer writes to the peers' connections, which only that thread may touch.
 
-    def __init__(self, *args, **kwargs) -> None:
+    A lone voter (a standalone node) ticks at once while a command is on its way: a
+    pysyncobj tick appends what was submitted, then waits ``autoTickPeriod`` (50 ms) for
+    a peer's message before the next tick commits it, and a lone voter has no peer to wake
+    it, so each write took a whole period. With peers, their answers wake the thread, and
+    nothing changes."""
+
+    def __init__(self, *args, lone: bool = False, **kwargs) -> None:
         self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lone = lone
+        self._hurried_ticks = 0  # ticks left that do not wait (a lone voter's)
         super().__init__(*args, **kwargs)
+
+    def _applyCommand(self, command, callback, commandType=None) -> None:
+        if self._lone:
+            self._hurried_ticks = LONE_HURRIED_TICKS
+        super()._applyCommand(command, callback, commandType)
 
     def call_on_raft_thread(self, call: Callable[[], None]) -> None:
         """Run ``call`` at the start of the Raft thread's next tick (within ~50 ms)."""
@@ -185,6 +203,9 @@ class _RaftNode(SyncObj):
                 call()
             except Exception:  # a failed call must not stop the Raft thread's ticks
                 log.exception("call on the Raft thread failed")
+        if self._lone and self._hurried_ticks:
+            self._hurried_ticks -= 1
+            timeToWait = 0.0
         super()._onTick(timeToWait)
 
 
@@ -245,6 +266,7 @@ class RoutingReplica:
             conf,
             consumers=[self.machine],
             transportClass=BoundedTcpTransport,
+            lone=single and self_address is not None,
         )
 
     # ---- reads -------------------------------------------------------------------------
