@@ -29,6 +29,8 @@ up: $(STAMP)
 # (~0.3 s of CPU a node start) and each pytest process rewrite every test module's asserts
 # again (~12 s a collection). compileall writes the tree's bytecode whatever that variable
 # says; the tests run with it empty (unset, for Python), so pytest keeps its rewrites.
+# The first part builds the official clients' drivers beside its tests (tests/conftest.py,
+# --prebuild-drivers): from an empty cache their downloads and builds take minutes.
 TEST_WORKERS ?= 2
 PACKAGES := bench chaos deploy ferrymq ha node routing store tests
 test: export PYTHONDONTWRITEBYTECODE =
@@ -36,7 +38,8 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m compileall -q -j 0 $(PACKAGES)
 	status=0; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone and not container" || status=$$?; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone and not container" \
+		--prebuild-drivers || status=$$?; \
 	$(PY) -m pytest -q -m "alone and not container" || status=$$?; \
 	exit $$status
 

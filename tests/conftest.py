@@ -7,9 +7,12 @@ node still running when its test or module ends is SIGKILLed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,9 +24,18 @@ from tests.support.nodes import NodeProcess, start_node
 from tests.support.timers import Timers
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--prebuild-drivers",
+        action="store_true",
+        help="build the official clients' drivers in a process beside the tests (make test)",
+    )
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Refuse to start on a nearly full disk, with one line that says so, instead of
-    hundreds of tests failing on "no space to reserve" from the nodes they start."""
+    hundreds of tests failing on "no space to reserve" from the nodes they start. Then,
+    with ``--prebuild-drivers``, start the drivers' builds beside the tests."""
     where = session.config.option.basetemp or tempfile.gettempdir()
     while not os.path.isdir(where):
         where = os.path.dirname(where)
@@ -34,6 +46,43 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             f"({where}); it has {free / 2**30:.2f} GiB",
             returncode=1,
         )
+    if session.config.getoption("prebuild_drivers") and not hasattr(session.config, "workerinput"):
+        session.config.stash[PREBUILD] = start_prebuild()
+
+
+# ---- the official clients' drivers, built beside the tests -------------------------------
+# ``make test`` passes --prebuild-drivers to its first part: its controller (never an xdist
+# worker) starts ``python -m tests.support.clients prebuild``, niced, so that the drivers'
+# downloads and builds (minutes from an empty cache) run while the tests that need none
+# do, and it kills that process and its builds when the session ends (a build lands with a
+# rename, so one cut short leaves nothing that looks finished). Its lines go to
+# .cache/clients/prebuild.log.
+PREBUILD = pytest.StashKey[subprocess.Popen]()
+
+
+def start_prebuild() -> subprocess.Popen:
+    from tests.support.clients import CACHE, ROOT
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "prebuild.log", "w", encoding="utf-8") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.support.clients", "prebuild"],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: os.nice(10),  # the tests' processes come first
+            start_new_session=True,  # its builds (mvn, go) are stopped with it
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    process = session.config.stash.get(PREBUILD, None)
+    if process is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # whatever build is still under way
+    process.wait()
 
 
 # ---- which tests run alone --------------------------------------------------------------

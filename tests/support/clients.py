@@ -343,6 +343,39 @@ def driver(name: str) -> Driver:
     raise KeyError(name)
 
 
+# The order ``prebuild`` builds them in: first those the earliest test files use
+# (tests/cluster/ runs the Java clients and mqadmin), then the longest build (go-grpc).
+PREBUILD_ORDER = (
+    "java-grpc",
+    "java-remoting",
+    "mqadmin",
+    "go-grpc",
+    "mqadmin4",
+    "java-remoting5",
+    "go-remoting",
+    "alions",
+)
+
+
+def prebuild() -> int:
+    """Build every driver, one after the other, printing a line for each. ``make test``
+    runs this beside its tests (``--prebuild-drivers``, tests/conftest.py), so that the
+    downloads and builds overlap the tests that need no driver: a test that needs one takes
+    its lock, and finds it built or waits for the build under way. A build that fails is
+    left to the tests that need it, which report it in their one line."""
+    failed = 0
+    for name in PREBUILD_ORDER:
+        started = time.monotonic()
+        try:
+            driver(name)
+        except ClientUnavailable as error:
+            failed += 1
+            print(f"{name}: {unavailable(error)}", flush=True)
+        else:
+            print(f"{name}: ready after {time.monotonic() - started:.1f} s", flush=True)
+    return 1 if failed else 0
+
+
 def unavailable(error: Exception) -> str:
     return f"official client unavailable: {error}"
 
@@ -457,13 +490,18 @@ def client_logs(home: Path, tail: int = 3000) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tests.support.clients argv NAME``: build the driver NAME and print its
-    command line as JSON, for a benchmark to run it (``make bench-models``)."""
+    command line as JSON, for a benchmark to run it (``make bench-models``);
+    ``python -m tests.support.clients prebuild``: build every driver (``prebuild``)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m tests.support.clients")
-    parser.add_argument("command", choices=["argv"])
-    parser.add_argument("name")
+    parser.add_argument("command", choices=["argv", "prebuild"])
+    parser.add_argument("name", nargs="?")
     args = parser.parse_args(argv)
+    if args.command == "prebuild":
+        return prebuild()
+    if args.name is None:
+        parser.error("argv needs the driver's NAME")
     print(json.dumps(list(driver(args.name).argv)))
     return 0
 
