@@ -96,12 +96,20 @@ def values() -> st.SearchStrategy[str]:
     )
 
 
+# Strategies the composites below draw from, made once: made inside them, each draw built
+# and validated its strategies again, most of these tests' time.
+_INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
+_PAIR = st.tuples(st.sampled_from(NAMES), values())
+_PAIRS = st.lists(_PAIR, max_size=6)
+_FEW_PAIRS = st.lists(_PAIR, max_size=2)
+
+
 @st.composite
 def properties_bytes(draw) -> bytes:
     """Mostly well-formed pairs (so the checks after parsing are reached), sometimes not."""
     if draw(st.integers(0, 9)) == 0:
         return draw(st.binary(max_size=12))  # invalid UTF-8 and odd separators too
-    pairs = draw(st.lists(st.tuples(st.sampled_from(NAMES), values()), max_size=6))
+    pairs = draw(_PAIRS)
     if draw(st.booleans()):  # the usual record: a message id and the topic's type
         pairs = [(PROPERTY_UNIQ_KEY, "id-1"), (PROPERTY_MESSAGE_TYPE, TYPE_TEXT), *pairs[:2]]
     text = "".join(f"{name}\x01{value}\x02" for name, value in pairs)
@@ -114,9 +122,9 @@ def properties_bytes(draw) -> bytes:
 def produce_request(draw) -> tuple[bytes, int]:
     records = []
     for _ in range(draw(st.integers(0, 5))):
-        body = draw(st.binary(max_size=BODY_LIMIT + 2))
-        properties = draw(properties_bytes())
-        born = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+        body = draw(_PRODUCE_BODY)
+        properties = draw(_PROPERTIES_BYTES)
+        born = draw(_INT64)
         body_length = len(body) if draw(st.integers(0, 15)) else draw(st.integers(-3, 100))
         records.append(PRODUCE_HEAD.pack(body_length, len(properties), born) + body + properties)
     data = b"".join(records)
@@ -124,6 +132,10 @@ def produce_request(draw) -> tuple[bytes, int]:
         data = data[: draw(st.integers(0, len(data) - 1))]  # cut short
     count = max(0, len(records) + draw(st.integers(-1, 2)))
     return data, count
+
+
+_PRODUCE_BODY = st.binary(max_size=BODY_LIMIT + 2)
+_PROPERTIES_BYTES = properties_bytes()
 
 
 @settings(max_examples=1500, deadline=None)
@@ -135,17 +147,21 @@ def test_the_c_scan_reads_and_declines_exactly_as_python_does(request):
     )
 
 
+# A body within the limit, or (one in ten) one byte over it.
+_USUAL_BODIES = {over: st.binary(min_size=1, max_size=BODY_LIMIT + over) for over in (False, True)}
+
+
 @st.composite
 def usual_produce_request(draw) -> tuple[bytes, int]:
     """Records that mostly all pass: the requests ``produce_spans`` takes whole."""
     records = []
     for _ in range(draw(st.integers(1, 5))):
-        body = draw(st.binary(min_size=1, max_size=BODY_LIMIT + (draw(st.integers(0, 9)) == 0)))
+        body = draw(_USUAL_BODIES[draw(st.integers(0, 9)) == 0])
         pairs = [(PROPERTY_UNIQ_KEY, "id-1"), (PROPERTY_MESSAGE_TYPE, TYPE_TEXT)]
-        pairs += draw(st.lists(st.tuples(st.sampled_from(NAMES), values()), max_size=2))
+        pairs += draw(_FEW_PAIRS)
         text = "".join(f"{name}\x01{value}\x02" for name, value in draw(st.permutations(pairs)))
         properties = text.encode()
-        born = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+        born = draw(_INT64)
         records.append(PRODUCE_HEAD.pack(len(body), len(properties), born) + body + properties)
     data = b"".join(records)
     tail = draw(st.sampled_from([b"", b"", b"", b"x"]))  # bytes after the last record
@@ -423,6 +439,18 @@ READ_NAMES = [
 ]
 
 
+_SDK_PAIRS = st.lists(
+    st.tuples(
+        st.sampled_from(READ_NAMES),
+        st.one_of(
+            st.sampled_from(["", "5", "-1", "²", "a  b ", " k1 k2", "k1"]),
+            st.text(VALUE_TEXT, max_size=4),
+        ),
+    ),
+    max_size=5,
+)
+
+
 @st.composite
 def sdk_record(draw) -> bytes:
     """A record as a Fetch answer may hold it: the SDK's system properties present or not
@@ -432,18 +460,7 @@ def sdk_record(draw) -> bytes:
     sys_flag = draw(st.sampled_from([0, 0, 0x1, 0x1 | 0x300, 0x1 | 0x100, 0x8]))
     if sys_flag & 0x1 and draw(st.booleans()):
         body = zlib.compress(body)
-    pairs = draw(
-        st.lists(
-            st.tuples(
-                st.sampled_from(READ_NAMES),
-                st.one_of(
-                    st.sampled_from(["", "5", "-1", "²", "a  b ", " k1 k2", "k1"]),
-                    st.text(VALUE_TEXT, max_size=4),
-                ),
-            ),
-            max_size=5,
-        )
-    )
+    pairs = draw(_SDK_PAIRS)
     properties = "".join(f"{name}\x01{value}\x02" for name, value in pairs).encode()
     topic = draw(st.sampled_from(["T", "orders-é", "T"])).encode()
     return commitlog_record.encode(
@@ -453,21 +470,24 @@ def sdk_record(draw) -> bytes:
         properties=properties,
         queue_id=draw(st.integers(-(1 << 31), (1 << 31) - 1)),
         flag=0,
-        queue_offset=draw(st.integers(-(1 << 63), (1 << 63) - 1)),
+        queue_offset=draw(_INT64),
         physical_offset=draw(st.sampled_from([0, 4096, (1 << 63) - 1, -1])),
         sys_flag=sys_flag,
-        born_timestamp_ms=draw(st.integers(-(1 << 63), (1 << 63) - 1)),
+        born_timestamp_ms=draw(_INT64),
         born_host=b"\x7f\x00\x00\x01\x00\x00\x27\x10",
-        store_timestamp_ms=draw(st.integers(-(1 << 63), (1 << 63) - 1)),
+        store_timestamp_ms=draw(_INT64),
         store_host=draw(st.binary(min_size=8, max_size=8)),
         reconsume_times=0,
         prepared_transaction_offset=0,
     )
 
 
+_SDK_RECORDS = st.lists(sdk_record(), max_size=4)
+
+
 @st.composite
 def sdk_answer(draw) -> bytes:
-    answer = b"".join(draw(st.lists(sdk_record(), max_size=4)))
+    answer = b"".join(draw(_SDK_RECORDS))
     if answer and draw(st.integers(0, 4)) == 0:
         answer = draw(st.sampled_from(sorted(CORRUPTIONS.values(), key=repr)))(answer)
     return answer
@@ -553,18 +573,23 @@ def test_a_reader_refuses_a_class_whose_slots_are_not_the_messages_fields():
 SDK_TEXT = "ab \t\u3000é\U0001f600\ud800\x01"  # whitespace, non-ASCII, a lone surrogate
 
 
+_SDK_MESSAGE_TEXT = st.text(SDK_TEXT, max_size=4)
+_SDK_KEYS = st.lists(st.one_of(st.sampled_from(["k1", "k2", "é"]), _SDK_MESSAGE_TEXT), max_size=3)
+_SDK_PROPERTIES = st.dictionaries(
+    st.one_of(st.sampled_from(["u", "v", PROPERTY_TAGS, "é"]), _SDK_MESSAGE_TEXT),
+    _SDK_MESSAGE_TEXT,
+    max_size=3,
+)
+
+
 @st.composite
 def sdk_message(draw) -> SdkMessage:
     """Messages as users make them, now and then with what the node would refuse (a key
     with a space, a reserved property name, a lone surrogate, properties past 64 KiB) or
     with types the SDK does not expect (a tuple of keys, a bytearray body)."""
-    text = st.text(SDK_TEXT, max_size=4)
-    keys = draw(st.lists(st.one_of(st.sampled_from(["k1", "k2", "é"]), text), max_size=3))
-    properties = draw(
-        st.dictionaries(
-            st.one_of(st.sampled_from(["u", "v", PROPERTY_TAGS, "é"]), text), text, max_size=3
-        )
-    )
+    text = _SDK_MESSAGE_TEXT
+    keys = draw(_SDK_KEYS)
+    properties = draw(_SDK_PROPERTIES)
     if draw(st.integers(0, 30)) == 0:
         properties["big"] = "x" * 0x10000
     body = draw(st.binary(max_size=20))

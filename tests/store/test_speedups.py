@@ -49,37 +49,42 @@ from store.results import AppendedMessage
 BODY_LIMIT = 8
 
 
+# The strategies the composites below draw from, made once: made inside them, each draw
+# built and validated its strategies again, most of these tests' time.
+_VALUE_TEXT = st.text(alphabet="ab é", min_size=1, max_size=4)
+_BATCH_PROPERTIES = st.dictionaries(
+    st.sampled_from([PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, "u"]), _VALUE_TEXT, max_size=3
+)
+_RUN_PROPERTIES = st.dictionaries(
+    st.sampled_from([PROPERTY_TAGS, PROPERTY_UNIQ_KEY, "u"]), _VALUE_TEXT, max_size=3
+)
+_INT32 = st.integers(-(1 << 31), (1 << 31) - 1)
+_INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
+_HOST = st.binary(min_size=8, max_size=8)
+_QUEUE_ID = st.integers(0, 3)
+_MESSAGE = st.tuples(
+    st.sampled_from(["T", "Topic-é", "%RETRY%g"]),
+    st.binary(max_size=40),
+    _QUEUE_ID,
+    _BATCH_PROPERTIES,
+    _INT32,
+    st.sampled_from([0, 0x4, 0x8, 0xC, 0x1]),
+    _INT64,
+    _HOST,
+    st.integers(0, 16),
+    st.integers(0, 1 << 40),
+)
+
+
 @st.composite
 def prepared_batch(draw) -> list:
-    messages = []
-    for _ in range(draw(st.integers(1, 6))):
-        properties = draw(
-            st.dictionaries(
-                st.sampled_from([PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, "u"]),
-                st.text(alphabet="ab é", min_size=1, max_size=4),
-                max_size=3,
-            )
-        )
-        messages.append(
-            Message(
-                draw(st.sampled_from(["T", "Topic-é", "%RETRY%g"])),
-                draw(st.binary(max_size=40)),
-                draw(st.integers(0, 3)),
-                properties,
-                draw(st.integers(-(1 << 31), (1 << 31) - 1)),
-                draw(st.sampled_from([0, 0x4, 0x8, 0xC, 0x1])),
-                draw(st.integers(-(1 << 63), (1 << 63) - 1)),
-                draw(st.binary(min_size=8, max_size=8)),
-                draw(st.integers(0, 16)),
-                draw(st.integers(0, 1 << 40)),
-            )
-        )
+    messages = [Message(*draw(_MESSAGE)) for _ in range(draw(st.integers(1, 6)))]
     batch: list = [
         prepare(m, topic_prefix_of(m.topic.encode()), encode_properties(m.properties))
         for m in messages
     ]
     for _ in range(draw(st.integers(0, 2))):  # runs of produce records among them
-        batch.insert(draw(st.integers(0, len(batch))), draw(prepared_run()))
+        batch.insert(draw(st.integers(0, len(batch))), draw(_PREPARED_RUN))
     return batch
 
 
@@ -89,28 +94,19 @@ def prepared_run(draw) -> PreparedRun:
     records, spans = b"", b""
     for _ in range(draw(st.integers(0, 4))):
         body = draw(st.binary(min_size=1, max_size=40))
-        properties = encode_properties(
-            draw(
-                st.dictionaries(
-                    st.sampled_from([PROPERTY_TAGS, PROPERTY_UNIQ_KEY, "u"]),
-                    st.text(alphabet="ab é", min_size=1, max_size=4),
-                    max_size=3,
-                )
-            )
-        )
-        born = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+        properties = encode_properties(draw(_RUN_PROPERTIES))
+        born = draw(_INT64)
         at = len(records) + PRODUCE_HEAD.size
         spans += PRODUCE_SPAN.pack(at, len(body), len(properties), born)
         records += PRODUCE_HEAD.pack(len(body), len(properties), born) + body + properties
     topic = draw(st.sampled_from(["T", "Topic-é"]))
     return PreparedRun.of(
-        topic,
-        topic_prefix_of(topic.encode()),
-        draw(st.integers(0, 3)),
-        draw(st.binary(min_size=8, max_size=8)),
-        records,
-        spans,
+        topic, topic_prefix_of(topic.encode()), draw(_QUEUE_ID), draw(_HOST), records, spans
     )
+
+
+_PREPARED_RUN = prepared_run()
+_PREPARED_BATCH = prepared_batch()
 
 
 @settings(max_examples=200, deadline=None)
@@ -284,7 +280,7 @@ def dispatch_case(draw) -> tuple[bytes, int]:
     offsets: dict[tuple[str, int], int] = {}
     data = b""
     for _ in range(draw(st.integers(1, 3))):
-        batch = draw(prepared_batch())
+        batch = draw(_PREPARED_BATCH)
         if draw(st.booleans()):
             batch.insert(draw(st.integers(0, len(batch))), timer_record)
         if draw(st.integers(0, 4)) == 0:

@@ -56,24 +56,38 @@ def record(
     )
 
 
+# The strategies the composites below draw from, made once: made inside them, each draw
+# built and validated its strategy again, most of these tests' time.
+_SIX_OR_FEWER = st.integers(0, 6)
+_ONE_IN_FOUR = st.integers(0, 3)
+_ONE_IN_EIGHT = st.integers(0, 7)
+_NAME = st.sampled_from(NAMES)
+_VALUE = st.one_of(st.sampled_from(["", " ", "a  b ", "k1 k2"]), st.text(VALUE_TEXT))
+_BODY = st.binary(max_size=40)
+_OFFSET_GAP = st.integers(1, 3)
+
+
 @st.composite
 def raw_properties(draw, name_value_separator: bool = True) -> bytes:
     """Pairs with repeated, absent and empty names and values, sometimes an empty piece or
     no final separator; with ``name_value_separator=False`` a piece may lack its 0x01."""
     pieces = []
-    for _ in range(draw(st.integers(0, 6))):
-        name = draw(st.sampled_from(NAMES))
-        value = draw(st.one_of(st.sampled_from(["", " ", "a  b ", "k1 k2"]), st.text(VALUE_TEXT)))
-        if not name_value_separator and draw(st.integers(0, 3)) == 0:
+    for _ in range(draw(_SIX_OR_FEWER)):
+        name = draw(_NAME)
+        value = draw(_VALUE)
+        if not name_value_separator and draw(_ONE_IN_FOUR) == 0:
             pieces.append(name + value.replace("\x01", ""))
         else:
             pieces.append(f"{name}\x01{value}")
-        if draw(st.integers(0, 7)) == 0:
+        if draw(_ONE_IN_EIGHT) == 0:
             pieces.append("")  # an empty piece: two separators in a row
     text = "".join(piece + "\x02" for piece in pieces)
-    if text and draw(st.integers(0, 7)) == 0:
+    if text and draw(_ONE_IN_EIGHT) == 0:
         text = text[:-1]
     return text.encode()
+
+
+_PROPERTIES = {separator: raw_properties(separator) for separator in (True, False)}
 
 
 @st.composite
@@ -81,10 +95,11 @@ def fetch_answers(draw, name_value_separator: bool = True) -> tuple[bytes, int]:
     """An answer of 0-6 records of TOPIC/QUEUE_ID (offsets ascending, gaps allowed) and an
     end offset that may cut it anywhere."""
     records, offset = [], FIRST_OFFSET
-    for _ in range(draw(st.integers(0, 6))):
-        body = draw(st.binary(max_size=40))
-        records.append(record(offset, body, draw(raw_properties(name_value_separator))))
-        offset += draw(st.integers(1, 3))
+    properties = _PROPERTIES[name_value_separator]
+    for _ in range(draw(_SIX_OR_FEWER)):
+        body = draw(_BODY)
+        records.append(record(offset, body, draw(properties)))
+        offset += draw(_OFFSET_GAP)
     end_offset = draw(st.integers(FIRST_OFFSET - 1, offset + 1))
     return b"".join(records), end_offset
 
