@@ -115,7 +115,9 @@ class FrameMac:
         self.sequence += 1
         return tag
 
-    def verify(self, kind: int, payload: bytes | bytearray, tag: bytes | bytearray) -> bool:
+    def verify(
+        self, kind: int, payload: bytes | bytearray | memoryview, tag: bytes | memoryview
+    ) -> bool:
         """Whether ``tag`` is right for the next frame expected; the count moves on only
         when it is (a failed frame ends the link anyway)."""
         try:

@@ -7,7 +7,7 @@ here it is copied once, by the kernel, into the buffer of the frame it belongs t
 the slave hands on as it is.
 
 ``LinkStream`` is an ``asyncio.BufferedProtocol`` with the few stream methods the link's
-code calls (``readexactly``, ``write``, ``drain``, ``is_closing``, ``close``,
+code calls (``readexactly``, ``write``, ``drain``, ``is_closing``, ``close``, ``abort``,
 ``get_extra_info``), so ``ha/wire.py``'s readers and writers take it where they take an
 asyncio reader or writer.
 
@@ -182,6 +182,11 @@ class LinkStream(asyncio.BufferedProtocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+    def abort(self) -> None:
+        """End the link now, unsent bytes dropped: a read waiting on it fails."""
+        if self.transport is not None:
+            self.transport.abort()
 
     def get_extra_info(self, name: str, default: object = None) -> object:
         if self.transport is None:

@@ -48,6 +48,7 @@ from ha.link_auth import (
     proof_matches,
     session_macs,
 )
+from ha.silence import SilenceWatch
 from ha.wire import (
     ACK,
     ACK_FRAME_BYTES,
@@ -360,7 +361,7 @@ class ReplicationMaster:
             sender = asyncio.ensure_future(self._send(link, macs, writer))
             watcher = asyncio.ensure_future(self._watch_path(link, writer))
             try:
-                await self._read_acks(link, macs, reader)
+                await self._read_acks(link, macs, reader, writer)
             finally:
                 sender.cancel()
                 watcher.cancel()
@@ -544,28 +545,33 @@ class ReplicationMaster:
         return found
 
     async def _read_acks(
-        self, link: SlaveLink, macs: LinkMacs, reader: asyncio.StreamReader
+        self,
+        link: SlaveLink,
+        macs: LinkMacs,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
     ) -> None:
-        loop = asyncio.get_running_loop()
-        # One deadline, moved before every read (as the slave's idle deadline): a slave
+        # One silence timer for the link (ha/silence.py), as the slave's idle one: a slave
         # acknowledges every frame, heartbeats included, so silence means it is gone.
+        silent = SilenceWatch(self.silent_slave_timeout_s, writer.transport.abort)
         try:
-            async with asyncio.timeout(None) as silent:
-                while self.active:
-                    silent.reschedule(loop.time() + self.silent_slave_timeout_s)
-                    kind, payload = await read_sealed(reader, macs.incoming, ACK_FRAME_BYTES)
-                    silent.reschedule(None)
-                    if kind is not Kind.ACK or len(payload) != ACK.size:
-                        raise LinkError(f"expected an ACK, got {kind.name} ({len(payload)} bytes)")
-                    (offset,) = ACK.unpack(payload)
-                    self.record_ack(link, offset)
-        except TimeoutError:
-            if not silent.expired():
-                raise  # the kernel's (ETIMEDOUT): the slave's TCP stopped answering
+            while self.active:
+                silent.waiting()
+                kind, payload = await read_sealed(reader, macs.incoming, ACK_FRAME_BYTES)
+                silent.heard()
+                if kind is not Kind.ACK or len(payload) != ACK.size:
+                    raise LinkError(f"expected an ACK, got {kind.name} ({len(payload)} bytes)")
+                (offset,) = ACK.unpack(payload)
+                self.record_ack(link, offset)
+        except LinkError:
+            if not silent.expired:
+                raise
             raise LinkError(
                 f"{link.node_id} sent nothing for {self.silent_slave_timeout_s:.1f} s "
                 "(it answers every heartbeat): dropped"
             ) from None
+        finally:
+            silent.close()
 
     def record_ack(self, link: SlaveLink, offset: int) -> None:
         """The slave of ``link`` holds this log below ``offset``: count it."""

@@ -43,6 +43,7 @@ from ha.link_auth import (
     session_macs,
 )
 from ha.link_stream import LinkStream, open_link
+from ha.silence import SilenceWatch
 from ha.wire import (
     DATA_HEADER,
     PREAUTH_MAX_FRAME_BYTES,
@@ -362,40 +363,42 @@ class ReplicationSlave:
         store = self.store
         sync_flush = store.config.flush_mode is FlushMode.SYNC_FLUSH
         loop = asyncio.get_running_loop()
-        # One idle deadline, moved before every read: wait_for would create a task and
-        # add loop turns for every frame, on the path of every SYNC acknowledgement.
+        # One idle timer for the link (ha/silence.py): a read notes when it began waiting,
+        # where moving an asyncio.timeout's deadline cost two loop timers every frame.
+        idle = SilenceWatch(self.idle_timeout_s, reader.abort)
         try:
-            async with asyncio.timeout(None) as idle:
-                while not self._stopping:
-                    idle.reschedule(loop.time() + self.idle_timeout_s)
-                    kind, payload = await read_sealed(reader, macs.incoming)
-                    idle.reschedule(None)
-                    if kind is not Kind.DATA or len(payload) < DATA_HEADER.size:
-                        raise LinkError(f"expected DATA, got {kind.name} ({len(payload)} bytes)")
-                    offset, epoch, epoch_start, confirmed = DATA_HEADER.unpack_from(payload)
-                    records = memoryview(payload)[DATA_HEADER.size :]  # no copy
-                    self.confirmed_offset = max(self.confirmed_offset, confirmed)
-                    self.on_confirmed()
-                    if records:
-                        if self._stopping:
-                            return  # promoted meanwhile: no more of the old master's records
-                        if epoch > self.epochs.last_epoch:
-                            self.epochs.append(epoch, epoch_start)
-                        acked = store.append_replicated_records(offset, records)
-                        if sync_flush:
-                            await loop.run_in_executor(None, store.flush_log)
-                    # Acknowledged once the CommitLog holds the bytes; dispatched after.
-                    write_frame(writer, ack_frame(macs.outgoing, acked))
-                    if records:
-                        store.dispatch_replicated()
-                    await writer.drain()
-        except TimeoutError:
-            if not idle.expired():
-                raise  # the kernel's (ETIMEDOUT): the master's TCP stopped answering
+            while not self._stopping:
+                idle.waiting()
+                kind, payload = await read_sealed(reader, macs.incoming)
+                idle.heard()
+                if kind is not Kind.DATA or len(payload) < DATA_HEADER.size:
+                    raise LinkError(f"expected DATA, got {kind.name} ({len(payload)} bytes)")
+                offset, epoch, epoch_start, confirmed = DATA_HEADER.unpack_from(payload)
+                records = memoryview(payload)[DATA_HEADER.size :]  # no copy
+                self.confirmed_offset = max(self.confirmed_offset, confirmed)
+                self.on_confirmed()
+                if records:
+                    if self._stopping:
+                        return  # promoted meanwhile: no more of the old master's records
+                    if epoch > self.epochs.last_epoch:
+                        self.epochs.append(epoch, epoch_start)
+                    acked = store.append_replicated_records(offset, records)
+                    if sync_flush:
+                        await loop.run_in_executor(None, store.flush_log)
+                # Acknowledged once the CommitLog holds the bytes; dispatched after.
+                write_frame(writer, ack_frame(macs.outgoing, acked))
+                if records:
+                    store.dispatch_replicated()
+                await writer.drain()
+        except LinkError:
+            if not idle.expired:
+                raise
             raise LinkError(
                 f"the master sent nothing for {self.idle_timeout_s:.1f} s "
                 "(it heartbeats every second)"
             ) from None
+        finally:
+            idle.close()
 
 
 def _epoch_entries(address: str, raw: object) -> list[EpochEntry]:

@@ -187,21 +187,25 @@ async def read_header(reader: FrameSource, limit: int) -> tuple[int, int]:
     return kind, length
 
 
+# A frame's kind by its byte: a dict lookup, where ``Kind(kind)`` ran enum's Python per frame.
+_KINDS = {int(kind): kind for kind in Kind}
+
+
 def _kind_name(kind: int) -> str:
-    try:
-        return Kind(kind).name
-    except ValueError:
-        return f"kind-{kind}"
+    found = _KINDS.get(kind)
+    return found.name if found is not None else f"kind-{kind}"
 
 
 def _kind(kind: int) -> Kind:
-    try:
-        return Kind(kind)
-    except ValueError:
-        raise LinkError(f"unknown frame kind {kind}") from None
+    found = _KINDS.get(kind)
+    if found is None:
+        raise LinkError(f"unknown frame kind {kind}")
+    return found
 
 
-def json_object(kind: Kind, payload: bytes | bytearray) -> dict:
+def json_object(kind: Kind, payload: bytes | bytearray | memoryview) -> dict:
+    if isinstance(payload, memoryview):  # a sealed frame's payload over 16 KiB
+        payload = payload.tobytes()
     try:
         fields = json.loads(payload)
     except ValueError:
@@ -211,7 +215,7 @@ def json_object(kind: Kind, payload: bytes | bytearray) -> dict:
     return fields
 
 
-def refusal(kind: Kind, payload: bytes | bytearray) -> LinkError:
+def refusal(kind: Kind, payload: bytes | bytearray | memoryview) -> LinkError:
     reason = json_object(kind, payload).get("reason", "?")
     return LinkError(f"refused: {reason}")
 
@@ -231,12 +235,19 @@ async def read_plain(reader: FrameSource, expected: Kind) -> dict:
 
 async def read_sealed_body(
     reader: FrameSource, mac: FrameMac, kind: int, length: int
-) -> tuple[Kind, bytes | bytearray]:
-    """The payload of a sealed frame whose header was read, once its tag checks out."""
+) -> tuple[Kind, bytes | memoryview]:
+    """The payload of a sealed frame whose header was read, once its tag checks out. The
+    body is read whole, payload and tag in one read: a large body is the buffer the kernel
+    filled (``LinkStream``), and its payload a view of it, not a copy."""
     if length < MAC_BYTES:
         raise ForgedFrame(f"a frame of {length} bytes cannot hold its MAC")
-    payload = await read_exactly(reader, length - MAC_BYTES)
-    tag = await read_exactly(reader, MAC_BYTES)
+    body = await read_exactly(reader, length)
+    split = length - MAC_BYTES
+    if isinstance(body, bytearray):
+        view = memoryview(body)
+        payload, tag = view[:split], view[split:]
+    else:
+        payload, tag = body[:split], body[split:]
     if not mac.verify(kind, payload, tag):
         raise ForgedFrame(
             f"{_kind_name(kind)} frame #{mac.sequence} ({length} bytes) failed its MAC: altered, "
@@ -248,7 +259,7 @@ async def read_sealed_body(
 
 async def read_sealed(
     reader: FrameSource, mac: FrameMac, limit: int = MAX_FRAME_BYTES
-) -> tuple[Kind, bytes | bytearray]:
+) -> tuple[Kind, bytes | memoryview]:
     """The next frame of an authenticated link; a REFUSED raises ``LinkError``."""
     kind, length = await read_header(reader, limit)
     found, payload = await read_sealed_body(reader, mac, kind, length)
