@@ -12,8 +12,19 @@ import uvloop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ha.link_auth import Handshake, Role, session_macs
 from ha.link_stream import STAGED_BYTES, LinkStream, open_link
-from ha.wire import LinkError, read_exactly
+from ha.wire import (
+    DATA_HEADER,
+    ForgedFrame,
+    Kind,
+    LinkError,
+    data_frame,
+    read_exactly,
+    read_sealed,
+    read_sealed_control,
+    sealed_control,
+)
 
 HEADER = struct.Struct(">I")
 
@@ -230,3 +241,40 @@ def test_frames_over_a_real_socket_on_either_loop(loop_factory):
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         assert runner.run(run()) == bodies
     assert answers == [b"ack"]
+
+
+def test_sealed_frames_of_any_size_are_checked_and_read_whole():
+    """``read_sealed`` reads a frame's body (payload and tag) in one read: a large body is
+    the buffer the kernel filled and its payload a view of it, a control frame's JSON is
+    read from either, and a frame altered on the way fails its MAC."""
+    handshake = Handshake("group", "slave-1", "a" * 32, "b" * 32)
+    master = session_macs("secret", handshake, Role.MASTER)
+    slave = session_macs("secret", handshake, Role.SLAVE)
+    epochs = [[epoch, epoch * 4096] for epoch in range(1, 2000)]  # JSON over 16 KiB
+    records = bytes(range(256)) * (STAGED_BYTES // 128)
+    frames = [
+        sealed_control(master.outgoing, Kind.EPOCHS, epochs=epochs),
+        sealed_control(master.outgoing, Kind.START, offset=7),
+        data_frame(master.outgoing, 0, 1, 0, 0, records),
+        data_frame(master.outgoing, len(records), 1, 0, 0, b""),
+    ]
+    altered = bytearray(data_frame(master.outgoing, 0, 1, 0, 0, b"x" * 40))
+    altered[20] ^= 1
+
+    async def run() -> None:
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        data = b"".join(frames) + bytes(altered)
+        feeding = asyncio.ensure_future(feed(stream, transport, data, [STAGED_BYTES // 3]))
+        assert (await read_sealed_control(stream, slave.incoming, Kind.EPOCHS))["epochs"] == epochs
+        assert (await read_sealed_control(stream, slave.incoming, Kind.START)) == {"offset": 7}
+        kind, payload = await read_sealed(stream, slave.incoming)
+        assert kind is Kind.DATA and isinstance(payload, memoryview)
+        assert payload[DATA_HEADER.size :] == records
+        kind, payload = await read_sealed(stream, slave.incoming)
+        assert kind is Kind.DATA and len(payload) == DATA_HEADER.size
+        with pytest.raises(ForgedFrame):
+            await read_sealed(stream, slave.incoming)
+        await feeding
+
+    asyncio.run(run())
