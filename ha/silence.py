@@ -20,9 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-# A timer that fires a little before its deadline by the clock (uvloop's time is cached per
-# turn, in milliseconds) is armed again at least this much later.
-MIN_REARM_S = 0.001
+from ha.expiries import MIN_REARM_S  # a timer that fired early is armed at least this later
 
 
 class SilenceWatch:
