@@ -1,4 +1,5 @@
-"""The slave's end of a replication link: a stream whose large reads land in place.
+"""Either end of a replication link: a stream whose large reads land in place, or whose
+small frames are taken as they arrive.
 
 A DATA frame of a busy link carries ~128 KiB of records. Through asyncio's streams each
 byte was copied five times on its way from the socket to the CommitLog (the loop's bytes
@@ -7,9 +8,14 @@ here it is copied once, by the kernel, into the buffer of the frame it belongs t
 the slave hands on as it is.
 
 ``LinkStream`` is an ``asyncio.BufferedProtocol`` with the few stream methods the link's
-code calls (``readexactly``, ``write``, ``drain``, ``is_closing``, ``close``, ``abort``,
-``get_extra_info``), so ``ha/wire.py``'s readers and writers take it where they take an
-asyncio reader or writer.
+code calls (``readexactly``, ``write``, ``writelines``, ``drain``, ``is_closing``,
+``close``, ``abort``, ``get_extra_info``), so ``ha/wire.py``'s readers and writers take it
+where they take an asyncio reader or writer.
+
+The master reads a slave's ACKs another way (``deliver_to``): each arrival hands the
+unread bytes to the master's parser in the loop's own callback. Through a read, every ACK
+(two per single SYNC send, one from each slave) woke the link's task: a future, a task
+step and the coroutines' frames resumed, for 29 bytes.
 
 Invariants:
 
@@ -20,6 +26,9 @@ Invariants:
   when it is full and resumes when a read takes some.
 - A read of ``n`` bytes allocates ``n`` bytes only once its caller asked for them, and the
   link's readers check a frame's length against their limit before they ask.
+- Once bytes are delivered (``deliver_to``) no read is made again: every arrival goes to
+  the taker, which leaves at most one partial frame unread, so the staging buffer never
+  fills (its frames are far smaller than ``STAGED_BYTES``).
 
 A read that is cancelled or fails part way leaves the stream at no frame boundary: the
 link's code ends the link on any such error, as it did with asyncio's streams.
@@ -28,6 +37,7 @@ link's code ends the link on any such error, as it did with asyncio's streams.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 # Small frames (ACK-sized heartbeats, handshake JSON, single-message DATA frames) are read
 # through this buffer, several per read; larger reads take at most this much from it.
@@ -35,9 +45,11 @@ STAGED_BYTES = 16 * 1024
 
 
 class LinkStream(asyncio.BufferedProtocol):
-    """One replication connection, as its slave end reads and writes it."""
+    """One replication connection, as either end reads and writes it."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_connected: Callable[[LinkStream], None] | None = None) -> None:
+        """``on_connected``: called with the stream once its connection is made (a server's
+        streams start their link's task with it)."""
         self._staged = bytearray(STAGED_BYTES)
         self._start = 0
         self._end = 0
@@ -50,10 +62,16 @@ class LinkStream(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._drained: asyncio.Future[None] | None = None
         self.transport: asyncio.Transport | None = None
+        self._on_connected = on_connected
+        self._take: Callable[[memoryview], int] | None = None  # deliver_to's taker
+        self._failure: Exception | None = None  # what the taker raised
+        self._finished = False
 
     # ---- the protocol (called by the event loop) -----------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        if self._on_connected is not None:
+            self._on_connected(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
@@ -74,6 +92,9 @@ class LinkStream(asyncio.BufferedProtocol):
                 self._frame = None  # full: the loop's next read goes to the staging buffer
         else:
             self._end += nbytes
+            if self._take is not None:
+                self._deliver()
+                return  # nobody waits on an arrival: the taker has had it
             if self._end - self._start == STAGED_BYTES:
                 self._pause_reading()
         self._wake()
@@ -155,10 +176,66 @@ class LinkStream(asyncio.BufferedProtocol):
             self._reading_paused = False
             self.transport.resume_reading()
 
+    # ---- frames taken as they arrive -----------------------------------------------------
+    def deliver_to(self, take: Callable[[memoryview], int]) -> None:
+        """From now on, hand the unread bytes to ``take`` as they arrive, in the loop's
+        callback, instead of to reads. ``take`` returns how many it used (whole frames: the
+        rest waits for more) and raises to end the link; ``ended`` raises it then. No read
+        may be waiting, and none may be made after."""
+        assert self._waiter is None and self._frame is None, "deliver_to beside a read"
+        self._take = take
+        self._deliver()
+
+    def _deliver(self) -> None:
+        if self._start == self._end or self._take is None:
+            return
+        try:
+            used = self._take(memoryview(self._staged)[self._start : self._end])
+        except Exception as error:  # the taker's verdict on the link: it ends here
+            self._take = None
+            self._failure = error
+            self.abort()
+            self._wake()
+            return
+        assert 0 <= used <= self._end - self._start, "the taker used bytes it was not given"
+        self._start += used
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def finish(self) -> None:
+        """Stop delivering (a taker's way to end its link quietly): ``ended`` returns."""
+        self._take = None
+        self._finished = True
+        self._wake()
+
+    async def ended(self) -> None:
+        """Wait, while bytes are delivered, for the link to end: returns after ``finish``;
+        raises what the taker raised, else ``ConnectionError`` once the link is closed."""
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            if self._finished:
+                return
+            if self._error is not None:
+                raise ConnectionError(f"link broken: {self._error}")
+            if self._eof:
+                raise ConnectionError("the peer ended the link")
+            assert self._waiter is None, "two waits at once"
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
     # ---- writing -------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
         assert self.transport is not None
         self.transport.write(data)
+
+    def writelines(self, parts: tuple[bytes, ...] | list[bytes]) -> None:
+        """One gathered write of ``parts`` (uvloop: one ``writev``, nothing joined first)."""
+        assert self.transport is not None
+        self.transport.writelines(parts)
 
     def is_closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()
@@ -195,6 +272,6 @@ class LinkStream(asyncio.BufferedProtocol):
 
 
 async def open_link(host: str, port: int) -> LinkStream:
-    """Connect to a master's replication port."""
+    """Connect to a master's replication port (the slave's end)."""
     _, stream = await asyncio.get_running_loop().create_connection(LinkStream, host, port)
     return stream

@@ -48,6 +48,7 @@ from ha.link_auth import (
     proof_matches,
     session_macs,
 )
+from ha.link_stream import LinkStream
 from ha.silence import SilenceWatch
 from ha.wire import (
     ACK,
@@ -62,9 +63,9 @@ from ha.wire import (
     data_frame_parts,
     data_payload,
     read_plain,
-    read_sealed,
     read_sealed_control,
     sealed_control,
+    take_sealed,
     version_mismatch,
     write_frame,
     write_frame_parts,
@@ -145,7 +146,7 @@ class SlaveLink:
     caught_up_at: float
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     # While streaming: where DATA frames go, what seals them, how far they were written.
-    writer: asyncio.StreamWriter | None = None
+    writer: LinkStream | None = None
     mac: FrameMac | None = None
     sent: int = 0
     sent_at: float = 0.0  # loop time of the last frame written (heartbeats fill silences)
@@ -192,12 +193,21 @@ class ReplicationMaster:
         self._expiries = Expiries(clock, call_later)
         self.on_confirmed: Callable[[int], None] = lambda offset: None
         self._server: asyncio.base_events.Server | None = None
+        self._link_tasks: set[asyncio.Task[None]] = set()  # one per connected slave
         self.timeline = EndTimeline(clock)
 
     # ---- lifecycle ---------------------------------------------------------------------
     async def listen(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._serve, host, port)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: LinkStream(on_connected=self._accepted), host, port
+        )
         return self._server.sockets[0].getsockname()[1]
+
+    def _accepted(self, stream: LinkStream) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(stream))
+        self._link_tasks.add(task)
+        task.add_done_callback(self._link_tasks.discard)
 
     def activate(self, counted: frozenset[str], confirmed: int = 0) -> None:
         """This node became master (its epoch is already in the history). ``confirmed`` is
@@ -341,16 +351,16 @@ class ReplicationMaster:
                 self.on_confirmed(confirmed)
 
     # ---- one slave's link --------------------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
+    async def _serve(self, stream: LinkStream) -> None:
+        peer = stream.get_extra_info("peername")
         # It sends the bulk: a slave too busy to read closes its window, and is slow, not
         # dead (``SLOW_PEER_S``).
-        detect_dead_peer(writer.get_extra_info("socket"), unanswered_s=SLOW_PEER_S)
+        detect_dead_peer(stream.get_extra_info("socket"), unanswered_s=SLOW_PEER_S)
         link: SlaveLink | None = None
         try:
             try:
                 async with asyncio.timeout(self.handshake_timeout_s):
-                    opened = await self._handshake(reader, writer)
+                    opened = await self._handshake(stream, stream)
             except TimeoutError:
                 raise LinkError(
                     f"no complete handshake within {self.handshake_timeout_s:.1f} s"
@@ -358,10 +368,10 @@ class ReplicationMaster:
             if opened is None:
                 return
             link, macs = opened
-            sender = asyncio.ensure_future(self._send(link, macs, writer))
-            watcher = asyncio.ensure_future(self._watch_path(link, writer))
+            sender = asyncio.ensure_future(self._send(link, macs, stream))
+            watcher = asyncio.ensure_future(self._watch_path(link, stream))
             try:
-                await self._read_acks(link, macs, reader, writer)
+                await self._read_acks(link, macs, stream)
             finally:
                 sender.cancel()
                 watcher.cancel()
@@ -380,7 +390,7 @@ class ReplicationMaster:
                 grace = DISCONNECT_GRACE_S if link.path_cut else 0.0
                 self._last_connected[link.node_id] = self.clock() - grace
                 self._recompute()
-            writer.close()
+            stream.close()
 
     async def _handshake(self, reader, writer) -> tuple[SlaveLink, LinkMacs] | None:
         """Authenticate the slave (its HELLO proves the secret for this handshake), then
@@ -476,7 +486,7 @@ class ReplicationMaster:
             return "CommitLog segment sizes differ: replicas must be byte-identical"
         return None
 
-    async def _send(self, link: SlaveLink, macs: LinkMacs, writer: asyncio.StreamWriter) -> None:
+    async def _send(self, link: SlaveLink, macs: LinkMacs, writer: LinkStream) -> None:
         """The link's task: catches the slave up (``_push`` until the log's end, waiting
         for the slave to read between), then sleeps while ``on_appended`` streams new
         records, and heartbeats a second of silence."""
@@ -513,7 +523,7 @@ class ReplicationMaster:
             link.writer = None
             writer.close()
 
-    async def _watch_path(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
+    async def _watch_path(self, link: SlaveLink, writer: LinkStream) -> None:
         """End the link once its kernel says the path to the slave is gone (data resent,
         or held unsent by a route that drops it, and unanswered for ``DEAD_LINK_S``,
         ``unanswered_s``): a partitioned slave then leaves the in-sync set within ~2 s,
@@ -544,32 +554,45 @@ class ReplicationMaster:
                 break
         return found
 
-    async def _read_acks(
-        self,
-        link: SlaveLink,
-        macs: LinkMacs,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _read_acks(self, link: SlaveLink, macs: LinkMacs, stream: LinkStream) -> None:
+        """Count the slave's ACKs as they arrive, in the loop's callback (``take``), until
+        this node is no longer master or the link ends; ``LinkError`` says why it ended."""
         # One silence timer for the link (ha/silence.py), as the slave's idle one: a slave
         # acknowledges every frame, heartbeats included, so silence means it is gone.
-        silent = SilenceWatch(self.silent_slave_timeout_s, writer.transport.abort)
-        try:
+        silent = SilenceWatch(self.silent_slave_timeout_s, stream.abort)
+
+        def take(unread: memoryview) -> int:
+            used = 0
             while self.active:
-                silent.waiting()
-                kind, payload = await read_sealed(reader, macs.incoming, ACK_FRAME_BYTES)
+                frame = take_sealed(unread[used:], macs.incoming, ACK_FRAME_BYTES)
+                if frame is None:
+                    return used
+                kind, payload, size = frame
+                used += size
                 silent.heard()
                 if kind is not Kind.ACK or len(payload) != ACK.size:
                     raise LinkError(f"expected an ACK, got {kind.name} ({len(payload)} bytes)")
                 (offset,) = ACK.unpack(payload)
                 self.record_ack(link, offset)
-        except LinkError:
-            if not silent.expired:
+                silent.waiting()
+            stream.finish()
+            return used
+
+        if not self.active:
+            return
+        silent.waiting()
+        stream.deliver_to(take)
+        try:
+            await stream.ended()
+        except (LinkError, ConnectionError) as error:
+            if silent.expired:
+                raise LinkError(
+                    f"{link.node_id} sent nothing for {self.silent_slave_timeout_s:.1f} s "
+                    "(it answers every heartbeat): dropped"
+                ) from None
+            if isinstance(error, LinkError):
                 raise
-            raise LinkError(
-                f"{link.node_id} sent nothing for {self.silent_slave_timeout_s:.1f} s "
-                "(it answers every heartbeat): dropped"
-            ) from None
+            raise LinkError(f"link closed: {error}") from None
         finally:
             silent.close()
 

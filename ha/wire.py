@@ -1,5 +1,6 @@
-"""The replication link's frames on the replication port, protocol 2: the master reads and
-writes them through asyncio's streams, the slave through ``ha/link_stream.py``.
+"""The replication link's frames on the replication port, protocol 2: both ends read and
+write them through ``ha/link_stream.py``'s stream (the master takes ACKs as they arrive,
+``take_sealed``; tests also drive these readers with asyncio's streams).
 
 Every frame is ``kind (1 byte) | length (4, big-endian) | body``. Before the ends have
 authenticated each other a body is JSON and at most ``PREAUTH_MAX_FRAME_BYTES``; after,
@@ -97,8 +98,8 @@ def version_mismatch(peer: str, version: object) -> str:
 
 
 class FrameWriter(Protocol):
-    """What the link's code writes through: an asyncio writer, or the slave's
-    ``LinkStream`` (``ha/link_stream.py``)."""
+    """What the link's code writes through: an asyncio writer, or a ``LinkStream``
+    (``ha/link_stream.py``)."""
 
     def write(self, data: bytes) -> None: ...
 
@@ -106,10 +107,16 @@ class FrameWriter(Protocol):
 
 
 class FrameSource(Protocol):
-    """What the link's code reads from: an asyncio reader, or the slave's ``LinkStream``,
+    """What the link's code reads from: an asyncio reader, or a ``LinkStream``,
     which gives a large read as the buffer the kernel filled (a ``bytearray``)."""
 
     async def readexactly(self, n: int) -> bytes | bytearray: ...
+
+
+class GatheringWriter(FrameWriter, Protocol):
+    """A ``FrameWriter`` that writes a frame's parts in one call."""
+
+    def writelines(self, parts: tuple[bytes, ...]) -> None: ...
 
 
 # ---- writing ---------------------------------------------------------------------------
@@ -157,7 +164,7 @@ def write_frame(writer: FrameWriter, frame: bytes) -> None:
     writer.write(frame)
 
 
-def write_frame_parts(writer: asyncio.StreamWriter, parts: tuple[bytes, ...]) -> None:
+def write_frame_parts(writer: GatheringWriter, parts: tuple[bytes, ...]) -> None:
     """``write_frame`` of a frame given in parts: uvloop writes them with one ``writev``,
     without joining them first."""
     if writer.is_closing():
@@ -182,9 +189,13 @@ async def read_header(reader: FrameSource, limit: int) -> tuple[int, int]:
     length is over ``limit``."""
     header = await read_exactly(reader, FRAME_HEADER.size)
     kind, length = FRAME_HEADER.unpack(header)
+    _check_length(length, limit)
+    return kind, length
+
+
+def _check_length(length: int, limit: int) -> None:
     if length > limit:
         raise LinkError(f"a frame of {length} bytes is over the limit of {limit} here")
-    return kind, length
 
 
 # A frame's kind by its byte: a dict lookup, where ``Kind(kind)`` ran enum's Python per frame.
@@ -239,22 +250,48 @@ async def read_sealed_body(
     """The payload of a sealed frame whose header was read, once its tag checks out. The
     body is read whole, payload and tag in one read: a large body is the buffer the kernel
     filled (``LinkStream``), and its payload a view of it, not a copy."""
+    _check_holds_mac(length)
+    body = await read_exactly(reader, length)
+    return _opened(mac, kind, memoryview(body) if isinstance(body, bytearray) else body)
+
+
+def _check_holds_mac(length: int) -> None:
     if length < MAC_BYTES:
         raise ForgedFrame(f"a frame of {length} bytes cannot hold its MAC")
-    body = await read_exactly(reader, length)
-    split = length - MAC_BYTES
-    if isinstance(body, bytearray):
-        view = memoryview(body)
-        payload, tag = view[:split], view[split:]
-    else:
-        payload, tag = body[:split], body[split:]
+
+
+def _opened(mac: FrameMac, kind: int, body: bytes | memoryview) -> tuple[Kind, bytes | memoryview]:
+    """A sealed frame's kind and payload, once the tag at the end of ``body`` checks out."""
+    split = len(body) - MAC_BYTES
+    payload, tag = body[:split], body[split:]
     if not mac.verify(kind, payload, tag):
         raise ForgedFrame(
-            f"{_kind_name(kind)} frame #{mac.sequence} ({length} bytes) failed its MAC: altered, "
-            "injected, replayed or reordered on the way, or its sender does not know the "
-            "cluster secret"
+            f"{_kind_name(kind)} frame #{mac.sequence} ({len(body)} bytes) failed its MAC: "
+            "altered, injected, replayed or reordered on the way, or its sender does not "
+            "know the cluster secret"
         )
     return _kind(kind), payload
+
+
+def take_sealed(
+    unread: memoryview, mac: FrameMac, limit: int
+) -> tuple[Kind, bytes | memoryview, int] | None:
+    """The first frame of ``unread`` (bytes as they arrived), checked as ``read_sealed``
+    checks a frame read: its kind, its payload (a view of ``unread``) and its size on the
+    wire; None while part of it has yet to arrive. A frame over ``limit`` is refused from
+    its header, before the rest of it arrives."""
+    if len(unread) < FRAME_HEADER.size:
+        return None
+    kind, length = FRAME_HEADER.unpack_from(unread)
+    _check_length(length, limit)
+    _check_holds_mac(length)
+    size = FRAME_HEADER.size + length
+    if len(unread) < size:
+        return None
+    found, payload = _opened(mac, kind, unread[FRAME_HEADER.size : size])
+    if found is Kind.REFUSED:
+        raise refusal(found, payload)
+    return found, payload, size
 
 
 async def read_sealed(

@@ -1,10 +1,13 @@
-"""The slave's link stream (``ha/link_stream.py``): every byte once and in order, however
-the reads cut the stream and whatever size the frames are; the end of the link as
-asyncio's streams report it; flow control both ways; and real sockets on both loops."""
+"""The link stream (``ha/link_stream.py``): every byte once and in order, however the
+reads cut the stream and whatever size the frames are, read or delivered as it arrives
+(``deliver_to``, the master's ACKs: ``take_sealed`` reads frames as ``read_sealed`` does);
+the end of the link as asyncio's streams report it; flow control both ways; and real
+sockets on both loops."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import struct
 
 import pytest
@@ -23,7 +26,9 @@ from ha.wire import (
     read_exactly,
     read_sealed,
     read_sealed_control,
+    sealed,
     sealed_control,
+    take_sealed,
 )
 
 HEADER = struct.Struct(">I")
@@ -51,6 +56,9 @@ class FakeTransport(asyncio.Transport):
         self.written.append(bytes(data))
 
     def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
         self.closed = True
 
     def get_extra_info(self, name, default=None):
@@ -278,3 +286,173 @@ def test_sealed_frames_of_any_size_are_checked_and_read_whole():
         await feeding
 
     asyncio.run(run())
+
+
+def take_framed(taken: list[bytes]):
+    """A taker of ``framed`` bodies: whole frames only, the rest left for the next arrival."""
+
+    def take(unread: memoryview) -> int:
+        used = 0
+        while len(unread) - used >= HEADER.size:
+            (length,) = HEADER.unpack_from(unread, used)
+            if len(unread) - used - HEADER.size < length:
+                break
+            taken.append(bytes(unread[used + HEADER.size : used + HEADER.size + length]))
+            used += HEADER.size + length
+        return used
+
+    return take
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 64), min_size=1, max_size=40),
+    cuts=st.lists(st.integers(1, 300), min_size=1, max_size=6),
+    before=st.integers(0, 3),
+)
+def test_delivered_frames_are_taken_whole_and_in_order_however_the_reads_cut_them(
+    lengths, cuts, before
+):
+    """Each arrival goes to the taker in the arrival's own callback (no task runs between
+    them); frames read before ``deliver_to`` stay read; frames staged but unread are taken
+    at once; the staging buffer never fills."""
+    bodies = [bytes((i + j) % 251 for j in range(n)) for i, n in enumerate(lengths)]
+    data = framed(bodies)
+    ends = list(itertools.accumulate(HEADER.size + n for n in lengths))
+
+    async def run() -> None:
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        head = framed(bodies[:before])
+        staged = min(len(data), len(head) + 7)  # those frames and part of the next
+        buffer = stream.get_buffer(-1)
+        buffer[:staged] = data[:staged]
+        del buffer
+        stream.buffer_updated(staged)
+        assert await read_frames(stream, min(before, len(bodies))) == bodies[:before]
+        taken: list[bytes] = []
+        stream.deliver_to(take_framed(taken))
+        position, turn = staged, 0
+        while position < len(data):
+            buffer = stream.get_buffer(-1)
+            size = min(len(buffer), cuts[turn % len(cuts)], len(data) - position)
+            buffer[:size] = data[position : position + size]
+            del buffer
+            stream.buffer_updated(size)
+            position += size
+            turn += 1
+            whole = [b for b, end in zip(bodies, ends, strict=True) if end <= position]
+            assert taken == whole[before:]  # taken in the callback, nothing awaited
+            assert not transport.paused
+        assert taken == bodies[before:]
+
+    asyncio.run(run())
+
+
+def test_a_taker_ends_its_link_by_raising_or_finishing_and_the_peer_by_closing():
+    async def run() -> None:
+        def refuse(unread: memoryview) -> int:
+            raise LinkError("not an ACK")
+
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        stream.deliver_to(refuse)
+        ending = asyncio.ensure_future(stream.ended())
+        await asyncio.sleep(0)
+        assert not ending.done()
+        buffer = stream.get_buffer(-1)
+        buffer[:1] = b"x"
+        del buffer
+        stream.buffer_updated(1)  # the taker raises: the transport is aborted at once
+        assert transport.closed
+        with pytest.raises(LinkError, match="not an ACK"):
+            await ending
+
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        stream.deliver_to(lambda unread: 0)
+        ending = asyncio.ensure_future(stream.ended())
+        await asyncio.sleep(0)
+        stream.finish()
+        await asyncio.wait_for(ending, 5)  # ends quietly
+
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        stream.deliver_to(lambda unread: 0)
+        ending = asyncio.ensure_future(stream.ended())
+        await asyncio.sleep(0)
+        stream.connection_lost(ConnectionResetError("reset by peer"))
+        with pytest.raises(ConnectionError, match="reset by peer"):
+            await ending
+        stream = LinkStream()
+        stream.connection_made(FakeTransport())
+        stream.deliver_to(lambda unread: 0)
+        stream.eof_received()
+        with pytest.raises(ConnectionError, match="ended the link"):
+            await stream.ended()
+
+    asyncio.run(run())
+
+
+frame_kinds = st.sampled_from([Kind.ACK, Kind.DATA, Kind.REFUSED, Kind.START, 99])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    frames=st.lists(
+        st.tuples(frame_kinds, st.binary(max_size=40), st.booleans()), min_size=1, max_size=8
+    ),
+    limit=st.sampled_from([24, 29, 64]),
+    cuts=st.lists(st.integers(1, 60), min_size=1, max_size=5),
+)
+def test_taking_sealed_frames_as_they_arrive_is_reading_them(frames, limit, cuts):
+    """``take_sealed`` over the bytes as they arrive, cut anywhere, yields the frames and
+    the error that ``read_sealed`` yields reading them: its twin for the master's ACKs."""
+    handshake = Handshake("group", "slave-1", "a" * 32, "b" * 32)
+    sender = session_macs("secret", handshake, Role.SLAVE).outgoing
+    wire = b""
+    for kind, payload, altered in frames:
+        if kind is Kind.REFUSED:
+            payload = b'{"reason": "no"}'
+        frame = bytearray(sealed(sender, kind, payload))
+        if altered:
+            frame[-1] ^= 1
+        wire += bytes(frame)
+
+    def outcome(read) -> tuple[list, str]:
+        got: list = []
+        try:
+            read(got)
+        except LinkError as error:
+            return got, f"{type(error).__name__}: {error}"
+        return got, ""
+
+    def by_reading(got: list) -> None:
+        async def run() -> None:
+            reader = asyncio.StreamReader()
+            reader.feed_data(wire)
+            reader.feed_eof()
+            mac = session_macs("secret", handshake, Role.MASTER).incoming
+            while len(got) < len(frames):
+                kind, payload = await read_sealed(reader, mac, limit)
+                got.append((kind, bytes(payload)))
+
+        asyncio.run(run())
+
+    def by_taking(got: list) -> None:
+        mac = session_macs("secret", handshake, Role.MASTER).incoming
+        arrived, position, turn = b"", 0, 0
+        while len(got) < len(frames):
+            if position < len(wire):
+                size = cuts[turn % len(cuts)]
+                arrived += wire[position : position + size]
+                position, turn = position + size, turn + 1
+            frame = take_sealed(memoryview(arrived), mac, limit)
+            if frame is None:
+                assert position < len(wire), "a whole frame was not taken"
+                continue
+            kind, payload, size = frame
+            got.append((kind, bytes(payload)))
+            arrived = arrived[size:]
+
+    assert outcome(by_taking) == outcome(by_reading)

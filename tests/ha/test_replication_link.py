@@ -595,29 +595,24 @@ def test_a_silent_peer_is_dropped(tmp_path, caplog):
     asyncio.run(run())
 
 
-def test_a_link_the_kernel_ends_is_a_link_end_not_a_failure(tmp_path, caplog, monkeypatch):
+def test_a_link_the_kernel_ends_is_a_link_end_not_a_failure(tmp_path, caplog):
     """Over a cut network the kernel ends a link with an OSError that is no ConnectionError:
     EINVAL when the route to the slave is a blackhole (the chaos partitions), ETIMEDOUT from
     the dead-peer probes. The master drops the link and logs why, with no traceback."""
     caplog.set_level(logging.INFO, logger="ferrymq")
-    broken = asyncio.Event()
-
-    async def read_fails(reader, macs, limit):
-        await broken.wait()
-        raise OSError(errno.EINVAL, "Invalid argument")
-
-    monkeypatch.setattr("ha.master.read_sealed", read_fails)
 
     async def run() -> None:
         async with lone_master(tmp_path) as (master, port):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             await start_streaming(master, reader, writer)
-            broken.set()
+            # What the loop does when a read of the link's socket fails so.
+            stream = master.links["slave-1"].writer
+            stream.connection_lost(OSError(errno.EINVAL, "Invalid argument"))
             await eventually(lambda: "slave-1" not in master.links, "the link to go")
             writer.close()
 
     asyncio.run(run())
-    assert "ended: [Errno 22] Invalid argument" in caplog.text
+    assert "ended: link closed: link broken: [Errno 22] Invalid argument" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
