@@ -27,9 +27,11 @@ Verdict per replication mode:
 - The dead-letter group (``chaos-dlq``, 3 attempts) nacks every delivery of a doomed body
   (``history.doomed``) and acks the rest. SYNC (ASYNC reports them): every doomed
   acknowledged send still present reaches the group's %DLQ% topic once the consumers
-  caught up, and no body the group acked successfully does (except, under ASYNC_FLUSH,
-  after a power loss of every node). Other bodies there used up their attempts on acks
-  that failed in a fault: reported.
+  caught up (except, under ASYNC_FLUSH, when a power loss of every node followed its
+  last nack: the dead letter was written but maybe not yet on disk), and no body the
+  group acked successfully does (except, under ASYNC_FLUSH, after a power loss of every
+  node). Other bodies there used up their attempts on acks that failed in a fault:
+  reported.
 - Its dead letters are resent to it (``workload.DeadLetterResender``). SYNC (ASYNC
   reports them): no dead-letter queue offset is answered ``resent`` by two calls (a resend
   is done once), and every message answered ``resent`` is delivered to the group again,
@@ -121,6 +123,7 @@ class Findings:
     pop_nacked: int = 0
     doomed_dead_lettered: int = 0
     doomed_not_dead_lettered: list[str] = field(default_factory=list)
+    dead_letters_lost_to_power: list[str] = field(default_factory=list)  # allowed
     dead_lettered_after_ack: list[str] = field(default_factory=list)
     dead_lettered_unacked: list[str] = field(default_factory=list)
     # Its resends: calls and their outcomes, dead letters answered resent, those delivered
@@ -313,12 +316,23 @@ def dead_letters_on_purpose(
     in_dlq = set(final.dead_lettered_on_purpose)
     doomed_sent = [s.body for s in acked if s.topic == TOPIC and doomed(s.body)]
     found.doomed_dead_lettered = sum(1 for body in doomed_sent if body in in_dlq)
-    found.doomed_not_dead_lettered = [b for b in doomed_sent if b in present and b not in in_dlq]
     acked_at: dict[str, float] = {}  # body -> when its first successful ack was sent
+    nacked_at: dict[str, float] = {}  # body -> when it was last handed out and nacked
     for d in history.pop_deliveries:  # (a resent one's ack follows its dead-lettering)
         if d.group == DLQ_GROUP and d.ack == OK and d.acked_s is not None and not d.resent:
             acked_at[d.body] = min(d.ack_sent_s, acked_at.get(d.body, d.ack_sent_s))
+        if d.group == DLQ_GROUP and d.ack == NACKED:
+            nacked_at[d.body] = max(d.at_s, nacked_at.get(d.body, d.at_s))
     power_cuts = forgetting_power_cuts(history)
+    for body in (b for b in doomed_sent if b in present and b not in in_dlq):
+        nacked = nacked_at.get(body)
+        if nacked is not None and any(at > nacked for at in power_cuts):
+            found.dead_letters_lost_to_power.append(
+                f"{DLQ_GROUP}: {body} last nacked at {nacked:.3f} s, its dead letter lost "
+                "to a power loss"
+            )
+        else:
+            found.doomed_not_dead_lettered.append(body)
     for body in sorted(b for b in in_dlq if not doomed(b)):
         ack_s = acked_at.get(body)
         if ack_s is None:

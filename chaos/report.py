@@ -70,7 +70,8 @@ def summary(findings: Findings) -> str:
         f" dead-lettered {len(findings.dead_lettered)}",
         f"dead-letter group: nacks {findings.pop_nacked}, doomed acknowledged sends"
         f" dead-lettered {findings.doomed_dead_lettered}, missing from the DLQ"
-        f" {len(findings.doomed_not_dead_lettered)}, dead-lettered after a successful ack"
+        f" {len(findings.doomed_not_dead_lettered)} (lost to a power loss of every node:"
+        f" {len(findings.dead_letters_lost_to_power)}), dead-lettered after a successful ack"
         f" {len(findings.dead_lettered_after_ack)}, after failed acks"
         f" {len(findings.dead_lettered_unacked)}",
         f"dead-letter resends {findings.resend_outcomes}: resent {findings.resent},"

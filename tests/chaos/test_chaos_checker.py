@@ -444,6 +444,21 @@ def test_the_doomed_message_must_reach_the_dead_letter_topic():
     # ASYNC reports it (a new master's POP cursor may pass a position it filled anew).
     found = check(dead_letter_group_history("async-sync-flush", []))
     assert found.valid and found.doomed_not_dead_lettered == ["w0-10"]
+    # Under ASYNC_FLUSH a power loss of every node after its last nack (30.01 s) may take
+    # the dead letter, written but not yet on disk (a sync-async-flush run found one);
+    # one before that nack, or under SYNC_FLUSH, excuses nothing.
+    every = ["node-1", "node-2", "node-3"]
+    after = [Fault("power-loss-all", every, "all", 30.5, 31.0)]
+    found = check(dead_letter_group_history("sync-async-flush", [], faults=after))
+    assert found.valid and not found.doomed_not_dead_lettered
+    assert found.dead_letters_lost_to_power == [
+        "chaos-dlq: w0-10 last nacked at 30.010 s, its dead letter lost to a power loss"
+    ]
+    before = [Fault("power-loss-all", every, "all", 29.5, 29.8)]
+    for mode, cut in (("sync-async-flush", before), ("sync-sync-flush", after)):
+        found = check(dead_letter_group_history(mode, [], faults=cut))
+        assert found.violations == ["1 doomed acknowledged sends never dead-lettered"]
+        assert not found.dead_letters_lost_to_power
     # Not waited for, or lost on the way: nothing to promise.
     h = dead_letter_group_history("sync-sync-flush", [])
     h.catch_up = None
