@@ -155,7 +155,11 @@ class LinkStream(asyncio.BufferedProtocol):
                 partial = bytes(self._staged[self._start : self._end])
             self._start = self._end = 0  # consumed by the failed read, as asyncio's are
             raise asyncio.IncompleteReadError(partial, wanted)
-        assert self._waiter is None, "two reads at once"
+        await self._next_event()
+
+    async def _next_event(self) -> None:
+        """Wait for the next arrival, end or failure of the link (one waiter at a time)."""
+        assert self._waiter is None, "two reads or waits at once"
         self._waiter = asyncio.get_running_loop().create_future()
         try:
             await self._waiter
@@ -220,12 +224,7 @@ class LinkStream(asyncio.BufferedProtocol):
                 raise ConnectionError(f"link broken: {self._error}")
             if self._eof:
                 raise ConnectionError("the peer ended the link")
-            assert self._waiter is None, "two waits at once"
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._next_event()
 
     # ---- writing -------------------------------------------------------------------------
     def write(self, data: bytes) -> None:

@@ -69,6 +69,17 @@ def framed(bodies: list[bytes]) -> bytes:
     return b"".join(HEADER.pack(len(body)) + body for body in bodies)
 
 
+def arrive(stream: LinkStream, data: bytes) -> int:
+    """One read of the loop: as much of ``data`` as the buffer the stream gives holds."""
+    buffer = stream.get_buffer(-1)
+    assert len(buffer) > 0, "the stream gave an empty buffer"
+    size = min(len(buffer), len(data))
+    buffer[:size] = data[:size]
+    del buffer
+    stream.buffer_updated(size)
+    return size
+
+
 async def feed(stream: LinkStream, transport: FakeTransport, data: bytes, cuts: list[int]):
     """Deliver ``data`` as the event loop would: reads of at most each cut's size into the
     buffer the stream gives, never while it paused reading, one loop turn between reads."""
@@ -76,13 +87,7 @@ async def feed(stream: LinkStream, transport: FakeTransport, data: bytes, cuts: 
     while position < len(data):
         while transport.paused:
             await asyncio.sleep(0)
-        buffer = stream.get_buffer(-1)
-        assert len(buffer) > 0, "the stream gave an empty buffer"
-        size = min(len(buffer), cuts[turn % len(cuts)], len(data) - position)
-        buffer[:size] = data[position : position + size]
-        del buffer
-        stream.buffer_updated(size)
-        position += size
+        position += arrive(stream, data[position : position + cuts[turn % len(cuts)]])
         turn += 1
         await asyncio.sleep(0)
 
@@ -324,22 +329,13 @@ def test_delivered_frames_are_taken_whole_and_in_order_however_the_reads_cut_the
         stream, transport = LinkStream(), FakeTransport()
         stream.connection_made(transport)
         head = framed(bodies[:before])
-        staged = min(len(data), len(head) + 7)  # those frames and part of the next
-        buffer = stream.get_buffer(-1)
-        buffer[:staged] = data[:staged]
-        del buffer
-        stream.buffer_updated(staged)
+        staged = arrive(stream, data[: len(head) + 7])  # those frames and part of the next
         assert await read_frames(stream, min(before, len(bodies))) == bodies[:before]
         taken: list[bytes] = []
         stream.deliver_to(take_framed(taken))
         position, turn = staged, 0
         while position < len(data):
-            buffer = stream.get_buffer(-1)
-            size = min(len(buffer), cuts[turn % len(cuts)], len(data) - position)
-            buffer[:size] = data[position : position + size]
-            del buffer
-            stream.buffer_updated(size)
-            position += size
+            position += arrive(stream, data[position : position + cuts[turn % len(cuts)]])
             turn += 1
             whole = [b for b, end in zip(bodies, ends, strict=True) if end <= position]
             assert taken == whole[before:]  # taken in the callback, nothing awaited
@@ -360,10 +356,7 @@ def test_a_taker_ends_its_link_by_raising_or_finishing_and_the_peer_by_closing()
         ending = asyncio.ensure_future(stream.ended())
         await asyncio.sleep(0)
         assert not ending.done()
-        buffer = stream.get_buffer(-1)
-        buffer[:1] = b"x"
-        del buffer
-        stream.buffer_updated(1)  # the taker raises: the transport is aborted at once
+        arrive(stream, b"x")  # the taker raises: the transport is aborted at once
         assert transport.closed
         with pytest.raises(LinkError, match="not an ACK"):
             await ending
