@@ -15,7 +15,9 @@ where they take an asyncio reader or writer.
 The master reads a slave's ACKs another way (``deliver_to``): each arrival hands the
 unread bytes to the master's parser in the loop's own callback. Through a read, every ACK
 (two per single SYNC send, one from each slave) woke the link's task: a future, a task
-step and the coroutines' frames resumed, for 29 bytes.
+step and the coroutines' frames resumed, for 29 bytes. The slave, after each read, takes
+the whole frames already staged behind it (``staged``, ``skip``), so that they share one
+flush and one ACK.
 
 Invariants:
 
@@ -143,6 +145,17 @@ class LinkStream(asyncio.BufferedProtocol):
         finally:
             self._frame = None  # cancelled or failed: the link is of no more use either way
         return frame
+
+    def staged(self) -> memoryview:
+        """The bytes that have arrived and are not yet read (at most ``STAGED_BYTES``), as
+        a view to use before the loop runs again: its next read may move them."""
+        return memoryview(self._staged)[self._start : self._end]
+
+    def skip(self, n: int) -> None:
+        """Count the first ``n`` bytes of ``staged()`` as read."""
+        assert 0 <= n <= self._end - self._start, "skipping bytes that have not arrived"
+        self._start += n
+        self._resume_reading()
 
     async def _more(self, wanted: int) -> None:
         """Wait for the next read, or raise if none can come."""

@@ -47,10 +47,12 @@ from ha.wire import (
     Kind,
     LinkError,
     control,
+    data_frame,
+    read_sealed,
     read_sealed_control,
     sealed_control,
 )
-from store.config import StoreConfig
+from store.config import FlushMode, StoreConfig
 from store.message import Message
 from store.message_store import MessageStore
 
@@ -66,10 +68,11 @@ BATCH = 3 * CHUNK_BYTES // 1024
 Tamper = Callable[[int, int, bytes], list[bytes]]
 
 
-def open_store(directory: str) -> MessageStore:
+def open_store(directory: str, flush_mode: FlushMode = FlushMode.ASYNC_FLUSH) -> MessageStore:
     return MessageStore.open(
         StoreConfig(
             data_dir=directory,
+            flush_mode=flush_mode,
             commitlog_segment_bytes=8 << 20,
             consume_queue_entries_per_file=10_000,
             index_slot_count=10_007,
@@ -447,8 +450,8 @@ async def fake_master(serve: Callable):
 
 
 @contextlib.contextmanager
-def lone_slave(tmp_path, **timeouts):
-    store = open_store(str(tmp_path / "slave"))
+def lone_slave(tmp_path, flush_mode: FlushMode = FlushMode.ASYNC_FLUSH, **timeouts):
+    store = open_store(str(tmp_path / "slave"), flush_mode)
     try:
         yield ReplicationSlave(
             store,
@@ -802,3 +805,62 @@ def test_a_slave_acknowledges_records_before_it_dispatches_them(tmp_path, monkey
                 assert store.consume_queues.get(topic, queue_id).max_offset == queue.max_offset
 
     asyncio.run(run())
+
+
+def test_frames_that_arrived_together_are_flushed_and_acknowledged_together(tmp_path, monkeypatch):
+    """The master pushes each append as a small frame of its own. A SYNC_FLUSH slave that
+    flushed and acknowledged each one before reading the next kept ~300 frames a second
+    while its master group-commits many appends per fsync: under ASYNC replication it
+    fell behind for as long as the load lasted and left the in-sync set (the chaos
+    suite's async-sync-flush runs). The frames already arrived share one flush and one
+    ACK, which still says "on disk" for everything up to its offset."""
+    source = open_store(str(tmp_path / "source"))
+    frames_records: list[tuple[int, bytes]] = []
+    for i in range(60):
+        start = source.commitlog.write_offset
+        assert source.put_messages([Message("orders", f"small-{i:03d}".encode())]).ok
+        frames_records.append((start, source.commitlog.read_records(start, CHUNK_BYTES)))
+    end = source.commitlog.write_offset
+    acks: list[int] = []
+
+    async def master_of_small_frames(reader, writer) -> None:
+        macs = await speak_master(reader, writer)
+        # Every frame is on its way before the slave has read its first one.
+        writer.write(
+            b"".join(
+                data_frame(macs.outgoing, offset, 1, 0, 0, records)
+                for offset, records in frames_records
+            )
+        )
+        await writer.drain()
+        await read_sealed_control(reader, macs.incoming, Kind.START)
+        while not acks or acks[-1] < end:
+            kind, payload = await read_sealed(reader, macs.incoming)
+            assert kind is Kind.ACK
+            acks.append(ACK.unpack(payload)[0])
+        writer.close()
+
+    async def run() -> None:
+        with lone_slave(tmp_path, FlushMode.SYNC_FLUSH) as slave:
+            flushes: list[int] = []
+            flush = slave.store.flush_log
+
+            def flushing() -> None:
+                flushes.append(slave.store.commitlog.write_offset)
+                flush()
+
+            monkeypatch.setattr(slave.store, "flush_log", flushing)
+            async with fake_master(master_of_small_frames) as address:
+                with pytest.raises(LinkError, match="link closed"):
+                    await asyncio.wait_for(slave._follow(address), TIMEOUT_S)
+            assert log_bytes(slave.store) == log_bytes(source)
+            assert acks[0] == 0 and acks[-1] == end  # the first: where streaming starts
+            # 60 frames of ~100 bytes arrive in one or two reads of the link.
+            assert len(flushes) <= 3, flushes
+            assert len(acks) <= 4, acks
+            assert flushes[-1] == end
+
+    try:
+        asyncio.run(run())
+    finally:
+        source.shutdown()
