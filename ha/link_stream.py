@@ -160,7 +160,7 @@ class LinkStream(asyncio.BufferedProtocol):
     async def _more(self, wanted: int) -> None:
         """Wait for the next read, or raise if none can come."""
         if self._error is not None:
-            raise ConnectionError(f"link broken: {self._error}")
+            raise self._broken()
         if self._eof:
             if self._frame is not None:
                 partial = bytes(self._frame[: self._filled])
@@ -178,6 +178,11 @@ class LinkStream(asyncio.BufferedProtocol):
             await self._waiter
         finally:
             self._waiter = None
+
+    def _broken(self) -> ConnectionError:
+        """The error a read, wait or drain raises once the transport failed: the kernel's
+        words alone (the link's code says "link closed:" before them)."""
+        return ConnectionError(str(self._error))
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -216,8 +221,6 @@ class LinkStream(asyncio.BufferedProtocol):
             return
         assert 0 <= used <= self._end - self._start, "the taker used bytes it was not given"
         self._start += used
-        if self._start == self._end:
-            self._start = self._end = 0
 
     def finish(self) -> None:
         """Stop delivering (a taker's way to end its link quietly): ``ended`` returns."""
@@ -234,7 +237,7 @@ class LinkStream(asyncio.BufferedProtocol):
             if self._finished:
                 return
             if self._error is not None:
-                raise ConnectionError(f"link broken: {self._error}")
+                raise self._broken()
             if self._eof:
                 raise ConnectionError("the peer ended the link")
             await self._next_event()
@@ -261,7 +264,7 @@ class LinkStream(asyncio.BufferedProtocol):
                 self._drained = asyncio.get_running_loop().create_future()
             await self._drained
         if self._error is not None:
-            raise ConnectionError(f"link broken: {self._error}")
+            raise self._broken()
 
     def _release_drain(self) -> None:
         drained, self._drained = self._drained, None

@@ -249,7 +249,8 @@ async def read_sealed_body(
 ) -> tuple[Kind, bytes | memoryview]:
     """The payload of a sealed frame whose header was read, once its tag checks out. The
     body is read whole, payload and tag in one read: a large body is the buffer the kernel
-    filled (``LinkStream``), and its payload a view of it, not a copy."""
+    filled (``LinkStream``), and its payload a view of it, not a copy. A REFUSED raises
+    ``LinkError`` with its reason."""
     _check_holds_mac(length)
     body = await read_exactly(reader, length)
     return _opened(mac, kind, memoryview(body) if isinstance(body, bytearray) else body)
@@ -261,7 +262,8 @@ def _check_holds_mac(length: int) -> None:
 
 
 def _opened(mac: FrameMac, kind: int, body: bytes | memoryview) -> tuple[Kind, bytes | memoryview]:
-    """A sealed frame's kind and payload, once the tag at the end of ``body`` checks out."""
+    """A sealed frame's kind and payload, once the tag at the end of ``body`` checks out;
+    a REFUSED raises ``LinkError`` with its reason."""
     split = len(body) - MAC_BYTES
     payload, tag = body[:split], body[split:]
     if not mac.verify(kind, payload, tag):
@@ -270,7 +272,10 @@ def _opened(mac: FrameMac, kind: int, body: bytes | memoryview) -> tuple[Kind, b
             "altered, injected, replayed or reordered on the way, or its sender does not "
             "know the cluster secret"
         )
-    return _kind(kind), payload
+    found = _kind(kind)
+    if found is Kind.REFUSED:
+        raise refusal(found, payload)
+    return found, payload
 
 
 def take_sealed(
@@ -289,8 +294,6 @@ def take_sealed(
     if len(unread) < size:
         return None
     found, payload = _opened(mac, kind, unread[FRAME_HEADER.size : size])
-    if found is Kind.REFUSED:
-        raise refusal(found, payload)
     return found, payload, size
 
 
@@ -299,10 +302,7 @@ async def read_sealed(
 ) -> tuple[Kind, bytes | memoryview]:
     """The next frame of an authenticated link; a REFUSED raises ``LinkError``."""
     kind, length = await read_header(reader, limit)
-    found, payload = await read_sealed_body(reader, mac, kind, length)
-    if found is Kind.REFUSED:
-        raise refusal(found, payload)
-    return found, payload
+    return await read_sealed_body(reader, mac, kind, length)
 
 
 async def read_sealed_control(

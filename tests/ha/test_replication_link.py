@@ -615,7 +615,7 @@ def test_a_link_the_kernel_ends_is_a_link_end_not_a_failure(tmp_path, caplog):
             writer.close()
 
     asyncio.run(run())
-    assert "ended: link closed: link broken: [Errno 22] Invalid argument" in caplog.text
+    assert "ended: link closed: [Errno 22] Invalid argument" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
