@@ -59,7 +59,13 @@ of stdout):
 - ``{sync,async}_cpu_us_per_msg_{master,slaves,client,others}`` and ``_machine_busy_
   fraction``: CPU seconds (``/proc``) spent during each batch phase per message sent, by
   the master, the two slaves together, this client and everything else on the machine
-  (other users), and how busy the machine's cores were: where the time went.
+  (other users), and how busy the machine's cores were: where the time went;
+  ``sync_single_cpu_us_per_send_{master,slaves,client,others}`` the same for the SYNC
+  single sends.
+
+``python -m bench.cluster --single-sends N`` runs only the SYNC single sends (N of them,
+after ``SINGLE_WARM_UP``) on a fresh group and prints those figures: the quick probe of
+what one send costs each process, for before-and-after comparisons.
 
 The clusters are always stopped (``cluster_down``, then SIGKILL of any pid left) and the
 directory removed, also on Ctrl-C, SIGTERM or an error.
@@ -150,6 +156,9 @@ SCALES = {
     ),
     "smoke": Scale(2.0, 200, drills=1, drill_acks_after=50, official_sends=100, official_drills=1),
 }
+# ``--single-sends``: enough warm-up that the sends timed are past the client's and the
+# nodes' first-use costs (routes, connections, the first segments' pages).
+SINGLE_WARM_UP = 500
 OFFICIAL_TOPIC = "OfficialTopic"
 OFFICIAL_JAVA_TOPIC = "OfficialJavaTopic"  # each client's consumer reads its own producer's
 # A pause between an official producer's sends, so that its consumer (one receive of up
@@ -248,6 +257,8 @@ class CpuMeter:
     """CPU spent by the master, the slaves and this client (the benchmark) between enter
     and exit, and how busy the whole machine was (other users' work included)."""
 
+    ROLES = ("master", "slaves", "client", "others")
+
     def __init__(self, plan: ClusterPlan, master: NodePlan) -> None:
         self.pids = {"master": [master.pid], "slaves": [n.pid for n in plan.nodes if n != master]}
         self.pids["client"] = [os.getpid()]
@@ -340,7 +351,7 @@ def measure_batch(plan: ClusterPlan, seconds: float, transport: str = "remoting"
         sent, took = asyncio.run(batch_phase(access, seconds, transport))
     figures = {"msgs_per_s": round(sent / took), "messages": sent}
     # Where the cores went: CPU µs per message sent, by process (the slaves summed).
-    for role in ("master", "slaves", "client", "others"):
+    for role in CpuMeter.ROLES:
         figures[f"cpu_us_per_msg_{role}"] = round(cpu.spent[role] / sent * 1e6, 1)
     figures["machine_busy_fraction"] = round(cpu.spent["machine_busy_fraction"], 2)
     if sampler.samples:
@@ -352,20 +363,46 @@ def measure_batch(plan: ClusterPlan, seconds: float, transport: str = "remoting"
     return figures
 
 
+@dataclass(frozen=True)
+class SingleSends:
+    """``Producer.send`` of one message at a time: latency, and CPU per send by process."""
+
+    p50_us: float
+    p99_us: float
+    cpu_us_per_send: dict[str, float]  # master, slaves (summed), client, others
+
+
 def measure_single(
-    plan: ClusterPlan, count: int, transport: str = "remoting"
-) -> tuple[float, float]:
+    plan: ClusterPlan, count: int, transport: str = "remoting", warm_up: int = 50
+) -> SingleSends:
     access = ",".join(n.grpc for n in plan.nodes)
     took = []
     with Producer(access, transport=transport) as producer:
-        for _ in range(50):  # warm up
+        for _ in range(warm_up):
             producer.send(Message(TOPIC, BODY))
-        for _ in range(count):
-            message = Message(TOPIC, BODY)
-            started = time.perf_counter()
-            producer.send(message)
-            took.append(time.perf_counter() - started)
-    return statistics.median(took) * 1e6, percentile(took, 0.99) * 1e6
+        with CpuMeter(plan, master_of(plan)) as cpu:
+            for _ in range(count):
+                message = Message(TOPIC, BODY)
+                started = time.perf_counter()
+                producer.send(message)
+                took.append(time.perf_counter() - started)
+    spent = {role: round(cpu.spent[role] / count * 1e6, 1) for role in CpuMeter.ROLES}
+    return SingleSends(statistics.median(took) * 1e6, percentile(took, 0.99) * 1e6, spent)
+
+
+def run_single_sends(directory: str, count: int) -> dict:
+    """``--single-sends N``: only the SYNC group's single sends, after ``SINGLE_WARM_UP``:
+    the per-send cost, by process, in well under a minute."""
+    plan = start_cluster(directory, "SYNC")
+    create_topic(plan)
+    log(f"SYNC group up; {count} single sends after {SINGLE_WARM_UP} of warm-up")
+    sends = measure_single(plan, count, warm_up=SINGLE_WARM_UP)
+    return {
+        "sync_single_send_p50_us": round(sends.p50_us),
+        "sync_single_send_p99_us": round(sends.p99_us),
+        "sync_single_sends": count,
+        **{f"sync_single_cpu_us_per_send_{k}": v for k, v in sends.cpu_us_per_send.items()},
+    }
 
 
 class LoopProducer:
@@ -753,8 +790,8 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
     log("batch phase on gRPC")
     grpc_batch = measure_batch(plan, scale.batch_s, "grpc")
     log("single sends, remoting then gRPC")
-    p50, p99 = measure_single(plan, scale.singles)
-    grpc_p50, grpc_p99 = measure_single(plan, scale.singles, "grpc")
+    single = measure_single(plan, scale.singles)
+    grpc_single = measure_single(plan, scale.singles, "grpc")
     log("end to end, remoting then gRPC")
     e2e_p50, e2e_p99 = measure_end_to_end(plan, scale.singles // 3, "remoting")
     grpc_e2e_p50, grpc_e2e_p99 = measure_end_to_end(plan, scale.singles // 3, "grpc")
@@ -806,13 +843,14 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
         **hop,
         "sync_batch_send_msgs_per_s": batch["msgs_per_s"],
         "sync_batch_messages": batch["messages"],
-        "sync_single_send_p50_us": round(p50),
-        "sync_single_send_p99_us": round(p99),
+        "sync_single_send_p50_us": round(single.p50_us),
+        "sync_single_send_p99_us": round(single.p99_us),
+        **{f"sync_single_cpu_us_per_send_{k}": v for k, v in single.cpu_us_per_send.items()},
         "end_to_end_p50_us": round(e2e_p50),
         "end_to_end_p99_us": round(e2e_p99),
         "grpc_sync_batch_send_msgs_per_s": grpc_batch["msgs_per_s"],
-        "grpc_sync_single_send_p50_us": round(grpc_p50),
-        "grpc_sync_single_send_p99_us": round(grpc_p99),
+        "grpc_sync_single_send_p50_us": round(grpc_single.p50_us),
+        "grpc_sync_single_send_p99_us": round(grpc_single.p99_us),
         "grpc_end_to_end_p50_us": round(grpc_e2e_p50),
         "grpc_end_to_end_p99_us": round(grpc_e2e_p99),
         "replication_lag_bytes_p99": batch["lag_p99"],
@@ -834,10 +872,10 @@ def run_async(directory: str, scale: Scale) -> dict:
     log("ASYNC group up; batch phase")
     batch = measure_batch(plan, scale.batch_s)
     log("single sends")
-    p50, p99 = measure_single(plan, scale.singles)
+    single = measure_single(plan, scale.singles)
     return {
-        "async_single_send_p50_us": round(p50),
-        "async_single_send_p99_us": round(p99),
+        "async_single_send_p50_us": round(single.p50_us),
+        "async_single_send_p99_us": round(single.p99_us),
         "async_batch_send_msgs_per_s": batch["msgs_per_s"],
         "async_batch_messages": batch["messages"],
         "async_replication_lag_bytes_p99": batch["lag_p99"],
@@ -877,12 +915,36 @@ def run(mode: str, drills: int | None, java_argv: list[str] | None = None) -> di
     return figures
 
 
+def single_sends_only(count: int) -> dict:
+    root = tempfile.mkdtemp(prefix="ferrymq-bench-cluster-")
+    directory = os.path.join(root, "sync")
+    try:
+        figures = run_single_sends(directory, count)
+    finally:
+        stop_cluster(directory)
+        shutil.rmtree(root, ignore_errors=True)
+    figures["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    log(
+        f"sync single p50 {figures['sync_single_send_p50_us']} us; CPU per send: master "
+        f"{figures['sync_single_cpu_us_per_send_master']} us, slaves "
+        f"{figures['sync_single_cpu_us_per_send_slaves']} us, client "
+        f"{figures['sync_single_cpu_us_per_send_client']} us"
+    )
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="no per-figure table on stderr")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="shorter phases, 3 drills (~90 s)")
     size.add_argument("--smoke", action="store_true", help="a few seconds a phase, 1 drill")
+    size.add_argument(
+        "--single-sends",
+        type=int,
+        metavar="N",
+        help="only N single sends on a SYNC group, with CPU per send by process (~30 s)",
+    )
     parser.add_argument("--drills", type=int, default=None, help="failover drills (10)")
     parser.add_argument(
         "--java-grpc-driver",
@@ -899,6 +961,11 @@ def main() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, terminate)
+    if args.single_sends is not None:
+        if args.single_sends < 1:
+            parser.error("--single-sends must be at least 1")
+        print(json.dumps(single_sends_only(args.single_sends)), flush=True)
+        return
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     figures = run(mode, args.drills, java_argv)
     if not args.json:

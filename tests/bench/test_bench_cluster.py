@@ -31,13 +31,15 @@ KEYS = (
     "official_send_p50_us_direct",
     "official_send_p50_us_via_slave",
     "official_send_extra_hop_us",
+    "sync_single_cpu_us_per_send_master",
+    "sync_single_cpu_us_per_send_slaves",
+    "sync_single_cpu_us_per_send_client",
 )
 
 
-@pytest.mark.slow
-def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
+def bench_cluster(tmp_path, *args: str) -> dict:
     done = subprocess.run(
-        [sys.executable, "-m", "bench.cluster", "--json", "--smoke"],
+        [sys.executable, "-m", "bench.cluster", *args],
         cwd=ROOT,
         env={**os.environ, "TMPDIR": str(tmp_path)},
         capture_output=True,
@@ -45,7 +47,12 @@ def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
         timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
+    figures = bench_cluster(tmp_path, "--json", "--smoke")
     missing = [key for key in KEYS if key not in figures]
     assert not missing, missing
     assert figures["sync_batch_send_msgs_per_s"] > 0
@@ -72,4 +79,19 @@ def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
     assert figures["official_send_p50_us_direct"] > 0
     assert figures["official_send_p50_us_via_slave"] > 0
     # The benchmark cleans up after itself: its scratch directory is gone.
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("ferrymq-bench-cluster-")]
+    assert figures["sync_single_cpu_us_per_send_master"] > 0
+
+
+@pytest.mark.slow
+def test_single_sends_alone_print_their_cost_by_process(tmp_path):
+    """``--single-sends N``: the quick probe of one send's cost, on a group of its own."""
+    figures = bench_cluster(tmp_path, "--single-sends", "200")
+    assert figures["sync_single_sends"] == 200
+    assert 0 < figures["sync_single_send_p50_us"] <= figures["sync_single_send_p99_us"]
+    # The master and both slaves worked for the sends (CPU ticks are 10 ms: 200 sends
+    # cost each node several ticks).
+    assert figures["sync_single_cpu_us_per_send_master"] > 0
+    assert figures["sync_single_cpu_us_per_send_slaves"] > 0
+    assert figures["sync_single_cpu_us_per_send_client"] > 0
     assert not [p for p in os.listdir(tmp_path) if p.startswith("ferrymq-bench-cluster-")]
