@@ -365,10 +365,10 @@ class ReplicationSlave:
 
         Every frame that has already arrived behind the one read is appended with it and
         acknowledged with one ACK, after one flush under SYNC_FLUSH. The master pushes each
-        append as a frame of its own; at one fsync per frame a slave kept ~1/300 s per
-        frame while the master group-commits, and under ASYNC replication (nothing slows
-        the writers) it fell behind for as long as the load lasted and left the in-sync
-        set."""
+        append as a frame of its own (a few hundred bytes under single sends) and
+        group-commits its own fsyncs; at one fsync per frame a slave kept up with a few
+        hundred frames a second, and under ASYNC replication (nothing slows the writers)
+        it fell behind for as long as the load lasted and left the in-sync set."""
         store = self.store
         sync_flush = store.config.flush_mode is FlushMode.SYNC_FLUSH
         loop = asyncio.get_running_loop()
