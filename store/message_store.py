@@ -1123,9 +1123,10 @@ class MessageStore:
         """The record at ``physical_offset`` decoded, or None (removed by retention)."""
         return self.commitlog.read(physical_offset)
 
-    def flush_log(self) -> None:
-        """Force the CommitLog to disk (a SYNC_FLUSH slave before it acknowledges)."""
-        self.commitlog.flush()
+    def flush_log(self) -> int:
+        """Force the CommitLog to disk (a SYNC_FLUSH slave before it acknowledges); the
+        offset below which it is on disk."""
+        return self.commitlog.flush()
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """One queue's entries (``entries``, ``entry_at``, its offsets), None if it has

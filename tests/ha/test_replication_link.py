@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+import ha.slave
 from ferrymq.codec.dead_peer import DEAD_LINK_S
 from ha.epochs import EpochEntry, EpochHistory
 from ha.link_auth import (
@@ -807,6 +808,41 @@ def test_a_slave_acknowledges_records_before_it_dispatches_them(tmp_path, monkey
     asyncio.run(run())
 
 
+def small_frames(tmp_path, count: int) -> tuple[list[tuple[int, bytes]], int]:
+    """``count`` appends of one small message each, as (offset, records), and the log's
+    end: what a master pushes under single sends, one frame per append."""
+    source = open_store(str(tmp_path / "source"))
+    try:
+        appends = []
+        for i in range(count):
+            start = source.commitlog.write_offset
+            assert source.put_messages([Message("orders", f"small-{i:03d}".encode())]).ok
+            appends.append((start, source.commitlog.read_records(start, CHUNK_BYTES)))
+        return appends, source.commitlog.write_offset
+    finally:
+        source.shutdown()
+
+
+def counted_flushes(
+    slave: ReplicationSlave, monkeypatch, hold_first: threading.Event | None = None
+):
+    """The end on disk after each of the slave's flushes; ``hold_first``: the first
+    flush, done, waits for it before it returns (on its executor thread), as a slow
+    fsync would."""
+    flushes: list[int] = []
+    flush = slave.store.flush_log
+
+    def flushing() -> int:
+        end = flush()
+        flushes.append(end)
+        if hold_first is not None and len(flushes) == 1:
+            assert hold_first.wait(TIMEOUT_S)
+        return end
+
+    monkeypatch.setattr(slave.store, "flush_log", flushing)
+    return flushes
+
+
 def test_frames_that_arrived_together_are_flushed_and_acknowledged_together(tmp_path, monkeypatch):
     """The master pushes each append as a small frame of its own. A SYNC_FLUSH slave that
     flushed and acknowledged each one before reading the next kept ~300 frames a second
@@ -814,13 +850,7 @@ def test_frames_that_arrived_together_are_flushed_and_acknowledged_together(tmp_
     fell behind for as long as the load lasted and left the in-sync set (the chaos
     suite's async-sync-flush runs). The frames already arrived share one flush and one
     ACK, which still says "on disk" for everything up to its offset."""
-    source = open_store(str(tmp_path / "source"))
-    frames_records: list[tuple[int, bytes]] = []
-    for i in range(60):
-        start = source.commitlog.write_offset
-        assert source.put_messages([Message("orders", f"small-{i:03d}".encode())]).ok
-        frames_records.append((start, source.commitlog.read_records(start, CHUNK_BYTES)))
-    end = source.commitlog.write_offset
+    appends, end = small_frames(tmp_path, 60)
     acks: list[int] = []
 
     async def master_of_small_frames(reader, writer) -> None:
@@ -828,8 +858,7 @@ def test_frames_that_arrived_together_are_flushed_and_acknowledged_together(tmp_
         # Every frame is on its way before the slave has read its first one.
         writer.write(
             b"".join(
-                data_frame(macs.outgoing, offset, 1, 0, 0, records)
-                for offset, records in frames_records
+                data_frame(macs.outgoing, offset, 1, 0, 0, records) for offset, records in appends
             )
         )
         await writer.drain()
@@ -842,25 +871,102 @@ def test_frames_that_arrived_together_are_flushed_and_acknowledged_together(tmp_
 
     async def run() -> None:
         with lone_slave(tmp_path, FlushMode.SYNC_FLUSH) as slave:
-            flushes: list[int] = []
-            flush = slave.store.flush_log
-
-            def flushing() -> None:
-                flushes.append(slave.store.commitlog.write_offset)
-                flush()
-
-            monkeypatch.setattr(slave.store, "flush_log", flushing)
+            flushes = counted_flushes(slave, monkeypatch)
             async with fake_master(master_of_small_frames) as address:
                 with pytest.raises(LinkError, match="link closed"):
                     await asyncio.wait_for(slave._follow(address), TIMEOUT_S)
-            assert log_bytes(slave.store) == log_bytes(source)
+            assert [r for _, r in appends] == split_records(log_bytes(slave.store), appends)
             assert acks[0] == 0 and acks[-1] == end  # the first: where streaming starts
             # 60 frames of ~100 bytes arrive in one or two reads of the link.
             assert len(flushes) <= 3, flushes
             assert len(acks) <= 4, acks
             assert flushes[-1] == end
 
-    try:
-        asyncio.run(run())
-    finally:
-        source.shutdown()
+    asyncio.run(run())
+
+
+def split_records(log: bytes, appends: list[tuple[int, bytes]]) -> list[bytes]:
+    return [log[offset : offset + len(records)] for offset, records in appends]
+
+
+def test_a_sync_flush_slave_appends_on_while_its_flush_runs(tmp_path, monkeypatch):
+    """Frames that arrive while a flush runs are appended at once, not after it, and none
+    is acknowledged before a flush covers it: the next flush takes them all, as a master
+    group-commits its writers. A slave that awaited each flush before reading on held a
+    busy link to one frame per fsync (a SYNC_FLUSH group's batch was a third of the same
+    group's under ASYNC_FLUSH)."""
+    appends, end = small_frames(tmp_path, 20)
+    first_end = appends[1][0]
+    hold = threading.Event()
+    acks: list[int] = []  # as the slave wrote them
+
+    async def master_of_frames_during_a_flush(reader, writer) -> None:
+        macs = await speak_master(reader, writer)
+        frames = [data_frame(macs.outgoing, o, 1, 0, 0, r) for o, r in appends]
+        writer.write(frames[0])
+        await read_sealed_control(reader, macs.incoming, Kind.START)
+        await eventually(lambda: flushes, "the first flush")
+        for frame in frames[1:]:  # one at a time, while the first flush is held
+            writer.write(frame)
+            await writer.drain()
+        await eventually(
+            lambda: slave.store.commitlog.write_offset == end, "appends during the flush"
+        )
+        assert set(acks) == {0}, acks  # only where streaming starts: nothing flushed yet
+        hold.set()
+        await eventually(lambda: acks[-1] == end, "the ACK of the second flush")
+        writer.close()
+
+    async def run() -> None:
+        write = ha.slave.write_frame
+
+        def writing(writer, frame: bytes) -> None:
+            if FRAME_HEADER.unpack_from(frame)[0] == Kind.ACK:
+                acks.append(ACK.unpack_from(frame, FRAME_HEADER.size)[0])
+            write(writer, frame)
+
+        monkeypatch.setattr(ha.slave, "write_frame", writing)
+        async with fake_master(master_of_frames_during_a_flush) as address:
+            with pytest.raises(LinkError, match="link closed"):
+                await asyncio.wait_for(slave._follow(address), TIMEOUT_S)
+        assert flushes == [first_end, end]
+        assert acks == [0, first_end, end]
+        assert split_records(log_bytes(slave.store), appends) == [r for _, r in appends]
+
+    with lone_slave(tmp_path, FlushMode.SYNC_FLUSH) as slave:
+        flushes = counted_flushes(slave, monkeypatch, hold)
+        try:
+            asyncio.run(run())
+        finally:
+            hold.set()
+
+
+def test_a_flush_that_fails_ends_the_link_with_its_error(tmp_path, monkeypatch):
+    """A SYNC_FLUSH slave whose fsync fails acknowledges nothing of what it covered and
+    ends the link with the disk's error (its replication loop logs it and dials again)."""
+    appends, _ = small_frames(tmp_path, 3)
+    acks: list[int] = []
+
+    async def master(reader, writer) -> None:
+        macs = await speak_master(reader, writer)
+        writer.write(b"".join(data_frame(macs.outgoing, o, 1, 0, 0, r) for o, r in appends))
+        await writer.drain()
+        await read_sealed_control(reader, macs.incoming, Kind.START)
+        with contextlib.suppress(LinkError):
+            while True:
+                kind, payload = await read_sealed(reader, macs.incoming)
+                assert kind is Kind.ACK
+                acks.append(ACK.unpack(payload)[0])
+
+    def failing() -> int:
+        raise OSError(errno.EIO, "injected: the disk failed")
+
+    async def run() -> None:
+        with lone_slave(tmp_path, FlushMode.SYNC_FLUSH) as slave:
+            monkeypatch.setattr(slave.store, "flush_log", failing)
+            async with fake_master(master) as address:
+                with pytest.raises(OSError, match="injected: the disk failed"):
+                    await asyncio.wait_for(slave._follow(address), TIMEOUT_S)
+        assert acks == [0]  # where streaming starts; nothing after
+
+    asyncio.run(run())
