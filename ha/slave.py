@@ -404,7 +404,7 @@ class ReplicationSlave:
                 else:
                     acknowledge(appended)
                 await writer.drain()
-        except LinkError:
+        except (LinkError, ConnectionError):  # a read's, or a drain's after an abort
             if flusher is not None and flusher.failure is not None:
                 raise flusher.failure from None
             if not idle.expired:
