@@ -416,7 +416,7 @@ class ReplicationSlave:
         finally:
             idle.close()
             if flusher is not None:
-                await flusher.close()
+                flusher.close()
 
     def _append_data(self, kind: Kind, payload: bytes | memoryview) -> int | None:
         """Append one DATA frame's records: the log's end after them, or None for a
@@ -468,24 +468,33 @@ class FlushBehind:
 
     def _flushed(self, flush: asyncio.Future[int]) -> None:
         self._running = None
-        if self._closed or flush.cancelled():
+        if flush.cancelled():
             return
+        error = flush.exception()  # retrieved also when closed: asyncio logs it if not
+        if self._closed:
+            return
+        if error is not None:  # a disk that fails
+            self._fail(error)
+            return
+        end = flush.result()
         try:
-            end = flush.result()
             self._acknowledge(end)
-        except Exception as error:  # a disk that fails, a link that closed meanwhile
-            self.failure = error
-            self._abort()
+        except Exception as failure:  # a link that closed meanwhile, a full disk's dispatch
+            self._fail(failure)
             return
         if self._store.write_offset > end:
             self.appended()
 
-    async def close(self) -> None:
-        """No more acknowledgements; returns once no flush of this link runs (the next
-        link may cut the log's tail)."""
+    def _fail(self, error: BaseException) -> None:
+        self.failure = error
+        self._abort()
+
+    def close(self) -> None:
+        """No more acknowledgements. A flush still running finishes on its thread and
+        acknowledges nothing; the link ends at once (a promotion does not wait for the
+        old master's last fsync, and a cut of the tail waits for it on the log's flush
+        lock)."""
         self._closed = True
-        if self._running is not None:
-            await asyncio.wait([self._running])
 
 
 def _epoch_entries(address: str, raw: object) -> list[EpochEntry]:

@@ -970,3 +970,39 @@ def test_a_flush_that_fails_ends_the_link_with_its_error(tmp_path, monkeypatch):
         assert acks == [0]  # where streaming starts; nothing after
 
     asyncio.run(run())
+
+
+def test_a_slave_stops_at_once_while_its_flush_runs(tmp_path, monkeypatch):
+    """Following ends (a promotion) without waiting for a flush in flight: it finishes on
+    its thread and acknowledges nothing. A promotion that waited for the old master's
+    last fsync would wait as long as a slow disk's."""
+    [(offset, records)], end = small_frames(tmp_path, 1)
+    hold = threading.Event()
+    acks: list[int] = []
+
+    async def master(reader, writer) -> None:
+        macs = await speak_master(reader, writer)
+        writer.write(data_frame(macs.outgoing, offset, 1, 0, 0, records))
+        await writer.drain()
+        await read_sealed_control(reader, macs.incoming, Kind.START)
+        with contextlib.suppress(LinkError):
+            while True:
+                _, payload = await read_sealed(reader, macs.incoming)
+                acks.append(ACK.unpack(payload)[0])
+
+    async def run() -> None:
+        with lone_slave(tmp_path, FlushMode.SYNC_FLUSH) as slave:
+            flushes = counted_flushes(slave, monkeypatch, hold)
+            try:
+                async with fake_master(master) as address:
+                    following = asyncio.ensure_future(slave._follow(address))
+                    await eventually(lambda: flushes, "the flush")
+                    following.cancel()
+                    done, _ = await asyncio.wait([following], timeout=2)
+                    assert done, "following waited for the flush"
+            finally:
+                hold.set()
+            await eventually(lambda: slave.store.flushed_offset == end, "the flush to finish")
+        assert acks == [0]  # where streaming starts; the held flush acknowledged nothing
+
+    asyncio.run(run())
