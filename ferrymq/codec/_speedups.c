@@ -1800,11 +1800,241 @@ done:
     return result;
 }
 
+/* ---- the remoting frame's binary header (ferrymq/codec/remoting.py) ---------------- */
+
+#define BINARY_FIXED_SIZE 17 /* code int16, language uint8, version int16, opaque int32,
+                                flag int32, remark length int32 */
+#define HEADER_LENGTH_MASK 0xFFFFFF
+#define SERIALIZE_ROCKETMQ 1
+
+static int32_t
+read_int32(const unsigned char *p)
+{
+    return (int32_t)read_uint32(p);
+}
+
+static int16_t
+read_int16(const unsigned char *p)
+{
+    return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
+}
+
+static void
+put_be(unsigned char *p, uint64_t value, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--) {
+        p[i] = (unsigned char)(value & 0xFF);
+        value >>= 8;
+    }
+}
+
+/* The UTF-8 text of buf[at:at + n] as str, as bytes.decode() makes it; NULL with no error
+ * set when it is not UTF-8 (the twin says so). */
+static PyObject *
+utf8_text(const unsigned char *buf, Py_ssize_t at, Py_ssize_t n)
+{
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)buf + at, n, NULL);
+    if (text == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+        PyErr_Clear();
+    return text;
+}
+
+PyDoc_STRVAR(read_binary_header_doc,
+"read_binary_header(header: bytes-like, languages: tuple[str, ...], other: str)\n"
+"    -> (code, opaque, flag, remark, ext_fields, language, version) | None\n\n"
+"ferrymq.codec.remoting._from_binary_in_python's fields of a binary header; None for any\n"
+"header the twin refuses (it then says why).");
+
+static PyObject *
+read_binary_header(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    PyObject *languages, *other;
+    if (!PyArg_ParseTuple(args, "y*O!U:read_binary_header", &view, &PyTuple_Type, &languages,
+                          &other))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t size = view.len, position = BINARY_FIXED_SIZE;
+    PyObject *remark = NULL, *fields = NULL, *result = NULL;
+    if (size < BINARY_FIXED_SIZE)
+        goto decline;
+    int32_t remark_length = read_int32(buf + 13);
+    if (remark_length < 0 || remark_length > size - position - 4)
+        goto decline;
+    if (remark_length == 0) {
+        remark = Py_NewRef(Py_None);
+    } else if ((remark = utf8_text(buf, position, remark_length)) == NULL) {
+        goto failed;
+    }
+    position += remark_length;
+    if (read_int32(buf + position) != size - position - 4)
+        goto decline;
+    position += 4;
+    if ((fields = PyDict_New()) == NULL)
+        goto failed;
+    while (position < size) {
+        if (size - position < 2)
+            goto decline;
+        Py_ssize_t key_length = read_int16(buf + position);
+        position += 2;
+        if (key_length <= 0 || key_length + 4 > size - position)
+            goto decline;
+        PyObject *key = utf8_text(buf, position, key_length);
+        if (key == NULL)
+            goto failed;
+        position += key_length;
+        Py_ssize_t value_length = read_int32(buf + position);
+        position += 4;
+        if (value_length < 0 || value_length > size - position) {
+            Py_DECREF(key);
+            goto decline;
+        }
+        PyObject *value = utf8_text(buf, position, value_length);
+        if (value == NULL) {
+            Py_DECREF(key);
+            goto failed;
+        }
+        position += value_length;
+        int set = PyDict_SetItem(fields, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (set < 0)
+            goto failed;
+    }
+    Py_ssize_t ordinal = buf[2];
+    PyObject *language = ordinal < PyTuple_GET_SIZE(languages)
+                             ? PyTuple_GET_ITEM(languages, ordinal)
+                             : other;
+    result = Py_BuildValue("(iiiOOOi)", (int)read_int16(buf), (int)read_int32(buf + 5),
+                           (int)read_int32(buf + 9), remark, fields, language,
+                           (int)read_int16(buf + 3));
+    goto done;
+failed:
+    if (PyErr_Occurred())
+        goto done; /* memory: raised as it is */
+decline:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(remark);
+    Py_XDECREF(fields);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* An int object within [low, high] as *out; 0 (nothing raised) for anything else. */
+static int
+int_within(PyObject *object, long long low, long long high, long long *out)
+{
+    int overflow;
+    if (!PyLong_Check(object))
+        return 0;
+    long long value = PyLong_AsLongLongAndOverflow(object, &overflow);
+    if (overflow || (value == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = value;
+    return low <= value && value <= high;
+}
+
+PyDoc_STRVAR(binary_head_doc,
+"binary_head(code, language_ordinal, version, opaque, flag, remark, ext_fields, body_length)\n"
+"    -> bytes | None\n\n"
+"ferrymq.codec.remoting.encode_head_in_python of a ROCKETMQ command: the frame's total\n"
+"length, its mark and its binary header. None for anything the twin treats otherwise\n"
+"(a field out of its range, an ext field value that is not a str, text that is not\n"
+"UTF-8, a header past 24 bits): the twin then converts it or says what is wrong.");
+
+static PyObject *
+binary_head(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *code_object, *version_object, *opaque_object, *flag_object, *remark, *fields;
+    int language;
+    Py_ssize_t body_length;
+    if (!PyArg_ParseTuple(args, "OiOOOOOn:binary_head", &code_object, &language,
+                          &version_object, &opaque_object, &flag_object, &remark, &fields,
+                          &body_length))
+        return NULL;
+    long long code, version, opaque, flag;
+    if (!int_within(code_object, -32768, 32767, &code) ||
+        !int_within(version_object, -32768, 32767, &version) ||
+        !int_within(opaque_object, INT32_MIN, INT32_MAX, &opaque) ||
+        !int_within(flag_object, INT32_MIN, INT32_MAX, &flag) || language < 0 ||
+        language > 255 || body_length < 0 || !PyDict_CheckExact(fields))
+        Py_RETURN_NONE;
+    const char *remark_text = NULL;
+    Py_ssize_t remark_length = 0;
+    if (remark != Py_None) {
+        if (!PyUnicode_CheckExact(remark))
+            Py_RETURN_NONE;
+        if ((remark_text = PyUnicode_AsUTF8AndSize(remark, &remark_length)) == NULL)
+            goto not_utf8;
+    }
+    /* First pass: every name and value is a str that encodes, and the header's size. */
+    Py_ssize_t fields_length = 0, at = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(fields, &at, &key, &value)) {
+        Py_ssize_t key_length, value_length;
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(value))
+            Py_RETURN_NONE;
+        if (PyUnicode_AsUTF8AndSize(key, &key_length) == NULL ||
+            PyUnicode_AsUTF8AndSize(value, &value_length) == NULL)
+            goto not_utf8;
+        if (key_length > 32767 || value_length > INT32_MAX)
+            Py_RETURN_NONE;
+        fields_length += 6 + key_length + value_length;
+        if (fields_length > HEADER_LENGTH_MASK)
+            Py_RETURN_NONE;
+    }
+    Py_ssize_t length = BINARY_FIXED_SIZE + remark_length + 4 + fields_length;
+    if (length > HEADER_LENGTH_MASK || body_length > (Py_ssize_t)INT32_MAX - 4 - length)
+        Py_RETURN_NONE;
+    PyObject *head = PyBytes_FromStringAndSize(NULL, 8 + length);
+    if (head == NULL)
+        return NULL;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(head);
+    put_be(p, (uint64_t)(4 + length + body_length), 4);
+    put_be(p + 4, (uint64_t)SERIALIZE_ROCKETMQ << 24 | (uint64_t)length, 4);
+    p += 8;
+    put_be(p, (uint64_t)code, 2);
+    p[2] = (unsigned char)language;
+    put_be(p + 3, (uint64_t)version, 2);
+    put_be(p + 5, (uint64_t)opaque, 4);
+    put_be(p + 9, (uint64_t)flag, 4);
+    put_be(p + 13, (uint64_t)remark_length, 4);
+    p += BINARY_FIXED_SIZE;
+    if (remark_length > 0)
+        memcpy(p, remark_text, remark_length);
+    p += remark_length;
+    put_be(p, (uint64_t)fields_length, 4);
+    p += 4;
+    at = 0;
+    while (PyDict_Next(fields, &at, &key, &value)) { /* nothing ran since the first pass */
+        Py_ssize_t key_length, value_length;
+        const char *key_text = PyUnicode_AsUTF8AndSize(key, &key_length);
+        const char *value_text = PyUnicode_AsUTF8AndSize(value, &value_length);
+        put_be(p, (uint64_t)key_length, 2);
+        memcpy(p + 2, key_text, key_length);
+        p += 2 + key_length;
+        put_be(p, (uint64_t)value_length, 4);
+        memcpy(p + 4, value_text, value_length);
+        p += 4 + value_length;
+    }
+    return head;
+not_utf8:
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+        return NULL;
+    PyErr_Clear(); /* a lone surrogate: the twin raises its UnicodeEncodeError */
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"fetch_columns", fetch_columns, METH_VARARGS, fetch_columns_doc},
     {"decode_properties", decode_properties, METH_O, decode_properties_doc},
     {"chunk_is_whole", chunk_is_whole, METH_O, chunk_is_whole_doc},
     {"split_field", split_field, METH_VARARGS, split_field_doc},
+    {"read_binary_header", read_binary_header, METH_VARARGS, read_binary_header_doc},
+    {"binary_head", binary_head, METH_VARARGS, binary_head_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,7 +20,8 @@ request (nothing is answered). Every way a frame can be unreadable raises its ow
 ``FrameError`` subclass, which says whether the frame's ``opaque`` was read (it may then
 be answered with a remark) or not (the connection cannot be answered safely).
 
-Only the standard library: the node's transport and the SDK share this module.
+The node's transport and the SDK share this module: the standard library, and the binary
+header's C twins (``ferrymq.codec._speedups``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
 from json.scanner import make_scanner
 
+from ferrymq.codec import _speedups
 from ferrymq.codec.errors import CodecError
 from ferrymq.codec.remoting_codes import LANGUAGE_ORDINALS, LANGUAGES
 
@@ -63,6 +65,7 @@ _json_string = encode_basestring_ascii  # a JSON string as ``json.dumps`` writes
 _SCAN_JSON = make_scanner(json.JSONDecoder())  # what json.loads scans with
 _STR_TYPE = {str}
 _MISSING = object()
+_OTHER_ORDINAL = LANGUAGE_ORDINALS["OTHER"]
 
 
 class FrameError(CodecError):
@@ -215,7 +218,27 @@ def encode(command: RemotingCommand) -> bytes:
 
 def encode_head(command: RemotingCommand) -> bytes:
     """Everything of the frame before its body (a large body is then written as it is,
-    without a copy into the frame)."""
+    without a copy into the frame). A binary header is written in C (``binary_head``,
+    ferrymq/codec/_speedups.c), which declines whatever ``encode_head_in_python``, its
+    twin, converts or refuses."""
+    if command.serialize_type == SERIALIZE_ROCKETMQ:
+        head = _speedups.binary_head(
+            command.code,
+            LANGUAGE_ORDINALS.get(command.language, _OTHER_ORDINAL),
+            command.version,
+            command.opaque,
+            command.flag,
+            command.remark,
+            command.ext_fields,
+            len(command.body),
+        )
+        if head is not None:
+            return head
+    return encode_head_in_python(command)
+
+
+def encode_head_in_python(command: RemotingCommand) -> bytes:
+    """What ``encode_head`` makes: its specification."""
     if command.serialize_type == SERIALIZE_JSON:
         header = _json_header(command)
     elif command.serialize_type == SERIALIZE_ROCKETMQ:
@@ -276,7 +299,7 @@ def _binary_header(command: RemotingCommand) -> bytes:
     parts = [
         BINARY_FIXED.pack(
             command.code,
-            LANGUAGE_ORDINALS.get(command.language, LANGUAGE_ORDINALS["OTHER"]),
+            LANGUAGE_ORDINALS.get(command.language, _OTHER_ORDINAL),
             command.version,
             command.opaque,
             command.flag,
@@ -438,6 +461,19 @@ def _java_text(value: object) -> str:
 
 
 def _from_binary(header: bytes, body: bytes) -> RemotingCommand:
+    """The command of a binary header, read in C (``read_binary_header``); a header the C
+    declines is read by ``_from_binary_in_python``, its twin, which says what is wrong."""
+    fields = _speedups.read_binary_header(header, LANGUAGES, "OTHER")
+    if fields is None:
+        return _from_binary_in_python(header, body)
+    code, opaque, flag, remark, ext_fields, language, version = fields
+    return RemotingCommand(
+        code, opaque, flag, remark, ext_fields, body, language, version, SERIALIZE_ROCKETMQ
+    )
+
+
+def _from_binary_in_python(header: bytes, body: bytes) -> RemotingCommand:
+    """What ``_from_binary`` reads: its specification."""
     size = len(header)
     if size < BINARY_FIXED.size:
         # Opaque sits at bytes 5..8: known if the header reaches that far.

@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ferrymq.codec import _speedups
+from ferrymq.codec import remoting as remoting_codec
 from ferrymq.codec.errors import InvalidMessageError
 from ferrymq.codec.remoting import (
     BINARY_FIXED,
@@ -30,6 +32,8 @@ from ferrymq.codec.remoting import (
     decode,
     decode_frame,
     encode,
+    encode_head,
+    encode_head_in_python,
     parse_json_header,
 )
 from ferrymq.codec.remoting_codes import LANGUAGES
@@ -302,6 +306,104 @@ def test_every_malformed_binary_header_is_refused(header, opaque, words):
     with pytest.raises(MalformedHeader, match=words) as raised:
         decode_frame(binary_frame(header))
     assert raised.value.opaque == opaque
+
+
+def result_of(call):
+    """What a call returns, or the type, text and opaque of what it raises."""
+    try:
+        return call()
+    except Exception as error:  # compared: C and twin must fail alike
+        return type(error).__name__, str(error), getattr(error, "opaque", None)
+
+
+@st.composite
+def binary_headers(draw):
+    """Binary headers as a client writes them, then perhaps cut, grown or overwritten."""
+    command = draw(commands(SERIALIZE_ROCKETMQ))
+    header = bytearray(encode_head_in_python(command)[8:])
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(header)))
+        change = draw(st.sampled_from(["cut", "byte", "insert"]))
+        if change == "cut":
+            del header[at:]
+        elif change == "byte" and at < len(header):
+            header[at] = draw(st.integers(0, 255))
+        else:
+            header[at:at] = draw(st.binary(min_size=1, max_size=4))
+    return bytes(header)
+
+
+@settings(deadline=None, max_examples=1500)
+@given(binary_headers() | st.binary(max_size=64))
+def test_a_binary_header_reads_in_c_as_its_twin_reads_it_errors_included(header):
+    body = b"body"
+    assert result_of(lambda: remoting_codec._from_binary(header, body)) == result_of(
+        lambda: remoting_codec._from_binary_in_python(header, body)
+    )
+
+
+def test_the_c_reads_a_clients_binary_header_and_declines_a_malformed_one():
+    """The pair above compares outcomes: this shows the C is what reads a usual header."""
+    command = RemotingCommand(
+        310, 7, 0, "r", {"topic": "T", "queueId": "3"}, b"", "PYTHON", 4, SERIALIZE_ROCKETMQ
+    )
+    header = encode(command)[8:]
+    assert _speedups.read_binary_header(header, LANGUAGES, "OTHER") == (
+        310,
+        7,
+        0,
+        "r",
+        {"topic": "T", "queueId": "3"},
+        "PYTHON",
+        4,
+    )
+    assert _speedups.read_binary_header(header[:-1], LANGUAGES, "OTHER") is None
+    assert _speedups.read_binary_header(header[:12], LANGUAGES, "OTHER") is None
+
+
+odd_values = st.one_of(
+    text,
+    st.none(),
+    st.integers(-(2**40), 2**40),
+    st.booleans(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.just("\ud800"),  # a lone surrogate: not UTF-8
+)
+
+
+@st.composite
+def odd_commands(draw):
+    """Commands the node or the SDK might hand the encoder, fields out of range included."""
+    command = draw(commands(SERIALIZE_ROCKETMQ))
+    return dataclasses.replace(
+        command,
+        code=draw(int16 | st.integers(-(2**20), 2**20)),
+        opaque=draw(int32 | st.integers(-(2**40), 2**40)),
+        version=draw(int16 | st.integers(-(2**20), 2**20) | st.booleans()),
+        remark=draw(st.none() | text | st.just("\udfff") | st.just(0)),
+        ext_fields=draw(st.dictionaries(text | st.just("\ud800"), odd_values, max_size=4)),
+        language=draw(st.sampled_from(LANGUAGES) | text),
+    )
+
+
+@settings(deadline=None, max_examples=1500)
+@given(commands(SERIALIZE_ROCKETMQ) | odd_commands())
+def test_a_binary_head_is_written_in_c_as_its_twin_writes_it_errors_included(command):
+    def raised(call):
+        found = result_of(call)
+        return found[:2] if isinstance(found, tuple) else found
+
+    assert raised(lambda: encode_head(command)) == raised(lambda: encode_head_in_python(command))
+
+
+def test_the_c_writes_a_usual_binary_head_and_declines_what_the_twin_converts():
+    fields = {"msgId": "0A0B", "queueOffset": "12"}
+    assert _speedups.binary_head(0, 0, 0, 9, 1, None, fields, 5) == encode_head_in_python(
+        RemotingCommand(0, 9, 1, None, fields, b"12345", "JAVA", 0, SERIALIZE_ROCKETMQ)
+    )
+    assert _speedups.binary_head(0, 0, 0, 9, 1, None, {"queueOffset": 12}, 0) is None
+    assert _speedups.binary_head(1 << 15, 0, 0, 9, 1, None, {}, 0) is None
+    assert _speedups.binary_head(0, 0, 0, 9, 1, "\ud800", {}, 0) is None
 
 
 def test_header_fields_name_what_is_missing_or_wrong():

@@ -19,7 +19,8 @@ make), ``received`` (``RecordReader.received``, the SDK's reading of a Fetch ans
 (``RecordCodec.dispatch_plan``), ``prepare`` (``RecordCodec.prepare``'s check of encoded
 properties), ``index_put_all`` (an index file's slots and links as a crash or the disk
 left them), ``gather_records`` (consume-queue entries as the disk holds them, pointing
-anywhere in a log whose first segment retention took).
+anywhere in a log whose first segment retention took), ``remoting_header`` (a remoting
+frame's binary header, ``read_binary_header``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ with atheris.instrument_imports(
     from ferrymq.codec.commitlog_record import chunk_problem_in_python
     from ferrymq.codec.produce_records import PRODUCE_HEAD
     from ferrymq.codec.properties import decode_properties, decode_properties_in_python
+    from ferrymq.codec.remoting import (
+        FLAG_RESPONSE,
+        SERIALIZE_ROCKETMQ,
+        RemotingCommand,
+        _from_binary,
+        _from_binary_in_python,
+        encode_head,
+    )
     from ferrymq.spark.fetch_columns import (
         CorruptRecord,
         fetch_columns_in_c,
@@ -288,6 +297,21 @@ def fuzz_split_field(data: bytes) -> None:
     )
 
 
+def fuzz_remoting_header(data: bytes) -> None:
+    """A remoting frame's binary header, whatever its bytes: the C reads it as its twin
+    does, or declines and the twin's error (its type, text and opaque) is the outcome."""
+
+    def read(call: Callable[[], object]) -> object:
+        try:
+            return call()
+        except Exception as error:  # the opaque says whether it may be answered
+            return type(error).__name__, str(error), getattr(error, "opaque", None)
+
+    assert read(lambda: _from_binary(data, b"b")) == read(
+        lambda: _from_binary_in_python(data, b"b")
+    )
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "decode_properties": fuzz_decode_properties,
     "produce_scan": fuzz_produce_scan,
@@ -300,6 +324,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "index_put_all": fuzz_index_put_all,
     "gather_records": fuzz_gather_records,
     "split_field": fuzz_split_field,
+    "remoting_header": fuzz_remoting_header,
 }
 
 
@@ -333,6 +358,27 @@ def seeds(target: str) -> list[bytes]:
         "split_field": [
             b"\x05\x0a\x01T\x10\x03\x18\x01\x20\x02\x2a\x04" + b"recs",
             b"\x03\x08\x00\x1a\x03abc\x28\x07\x4d\x01\x02\x03\x04",
+        ],
+        # A FERRY_PRODUCE request's header as the SDK writes it, and an answer's.
+        "remoting_header": [
+            encode_head(
+                RemotingCommand(
+                    310,
+                    7,
+                    0,
+                    None,
+                    {"topic": "T", "queueId": "3"},
+                    b"",
+                    "PYTHON",
+                    1,
+                    SERIALIZE_ROCKETMQ,
+                )
+            )[8:],
+            encode_head(
+                RemotingCommand(
+                    0, 7, FLAG_RESPONSE, "é", {"msgId": "0A"}, b"", "JAVA", 0, SERIALIZE_ROCKETMQ
+                )
+            )[8:],
         ],
     }[target]
 
