@@ -54,6 +54,7 @@ from ha.wire import (
     sealed_control,
 )
 from store.config import FlushMode, StoreConfig
+from store.errors import DiskFullError
 from store.message import Message
 from store.message_store import MessageStore
 
@@ -1006,3 +1007,96 @@ def test_a_slave_stops_at_once_while_its_flush_runs(tmp_path, monkeypatch):
         assert acks == [0]  # where streaming starts; the held flush acknowledged nothing
 
     asyncio.run(run())
+
+
+def counted_dispatches(slave: ReplicationSlave, monkeypatch) -> list[int]:
+    """The log's end at each of the slave's dispatches."""
+    ends: list[int] = []
+    dispatch = slave.store.dispatch_replicated
+
+    def dispatching() -> None:
+        ends.append(slave.store.commitlog.write_offset)
+        dispatch()
+
+    monkeypatch.setattr(slave.store, "dispatch_replicated", dispatching)
+    return ends
+
+
+def test_a_slave_dispatches_the_appends_of_a_moment_together(tmp_path, monkeypatch):
+    """Under single sends each append is a frame of its own; a slave that dispatched each
+    one after its ACK spent ~a fifth of its CPU on a plan, a consume-queue write, an index
+    write and the listeners for one record. The appends of a moment share one dispatch,
+    after their ACKs; the link's end dispatches what waits at once."""
+    # Neither the spacing nor the tail's timer passes within the test.
+    monkeypatch.setattr(ha.slave, "DISPATCH_SPACING_S", 60.0)
+    monkeypatch.setattr(ha.slave, "DISPATCH_TAIL_S", 60.0)
+    appends, end = small_frames(tmp_path, 10)
+    acks: list[int] = []
+
+    async def master_of_one_frame_at_a_time(reader, writer) -> None:
+        macs = await speak_master(reader, writer)
+        await read_sealed_control(reader, macs.incoming, Kind.START)
+        for offset, records in appends:  # each one acknowledged before the next leaves
+            writer.write(data_frame(macs.outgoing, offset, 1, 0, 0, records))
+            await writer.drain()
+            while not acks or acks[-1] < offset + len(records):
+                kind, payload = await read_sealed(reader, macs.incoming)
+                assert kind is Kind.ACK
+                acks.append(ACK.unpack(payload)[0])
+        assert dispatches == [], dispatches  # every one acknowledged, none dispatched yet
+        assert slave.store.consume_queues.get("orders", 0) is None
+        writer.close()
+
+    async def run() -> None:
+        async with fake_master(master_of_one_frame_at_a_time) as address:
+            with pytest.raises(LinkError, match="link closed"):
+                await asyncio.wait_for(slave._follow(address), TIMEOUT_S)
+
+    with lone_slave(tmp_path) as slave:
+        dispatches = counted_dispatches(slave, monkeypatch)
+        asyncio.run(run())
+        assert acks[-1] == end
+        assert dispatches == [end]  # once, at the link's end
+        assert slave.store.consume_queues.get("orders", 0).max_offset == len(appends)
+
+
+def test_a_slave_dispatches_at_once_when_much_waits_and_a_failed_dispatch_ends_the_link(
+    tmp_path, monkeypatch
+):
+    """Past ``DISPATCH_AT_ONCE_BYTES`` waiting, an append is dispatched at once (a link
+    catching up after a restart dispatches as it reads); a dispatch that fails (a full
+    disk) ends the link with its error, and the node dials again."""
+    monkeypatch.setattr(ha.slave, "DISPATCH_SPACING_S", 60.0)
+    monkeypatch.setattr(ha.slave, "DISPATCH_TAIL_S", 60.0)
+    monkeypatch.setattr(ha.slave, "DISPATCH_AT_ONCE_BYTES", 1)
+    appends, _ = small_frames(tmp_path, 3)
+
+    async def master(reader, writer) -> None:
+        macs = await speak_master(reader, writer)
+        await read_sealed_control(reader, macs.incoming, Kind.START)
+        with contextlib.suppress(LinkError):
+            for offset, records in appends:  # each one acknowledged before the next leaves
+                writer.write(data_frame(macs.outgoing, offset, 1, 0, 0, records))
+                await writer.drain()
+                while ACK.unpack((await read_sealed(reader, macs.incoming))[1])[0] <= offset:
+                    pass
+            while True:
+                await read_sealed(reader, macs.incoming)
+
+    async def run() -> None:
+        async with fake_master(master) as address:
+            with pytest.raises(DiskFullError, match="injected"):
+                await asyncio.wait_for(slave._follow(address), TIMEOUT_S)
+
+    with lone_slave(tmp_path) as slave:
+        dispatches = counted_dispatches(slave, monkeypatch)
+        dispatch = slave.store.dispatch_replicated
+
+        def full_after_two() -> None:
+            dispatch()
+            if len(dispatches) == 2:
+                raise DiskFullError("injected: no space left for a consume-queue file")
+
+        monkeypatch.setattr(slave.store, "dispatch_replicated", full_after_two)
+        asyncio.run(run())
+        assert dispatches == [appends[1][0], appends[2][0]]  # each append's end, at once
