@@ -532,7 +532,7 @@ class DispatchBehind:
         """Records were appended (and acknowledged): dispatch them now, or soon."""
         store = self._store
         now = self._loop.time()
-        waiting = store.write_offset - store.dispatcher.dispatched_offset
+        waiting = store.write_offset - store.dispatched_offset
         if now - self._last >= DISPATCH_SPACING_S or waiting >= DISPATCH_AT_ONCE_BYTES:
             self.dispatch()
         elif self._tail is None and self.failure is None:
@@ -541,7 +541,7 @@ class DispatchBehind:
     def _on_tail(self) -> None:
         self._tail = None
         store = self._store
-        if store.is_open and store.write_offset > store.dispatcher.dispatched_offset:
+        if store.is_open and store.write_offset > store.dispatched_offset:
             self.dispatch()
 
     def dispatch(self) -> None:
@@ -564,7 +564,7 @@ class DispatchBehind:
         store = self._store
         if self.failure is not None or not store.is_open:
             return
-        if store.write_offset > store.dispatcher.dispatched_offset:
+        if store.write_offset > store.dispatched_offset:
             try:
                 store.dispatch_replicated()
             except StoreError as failure:
