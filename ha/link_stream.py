@@ -222,6 +222,16 @@ class LinkStream(asyncio.BufferedProtocol):
         assert 0 <= used <= self._end - self._start, "the taker used bytes it was not given"
         self._start += used
 
+    async def closed_by_peer(self) -> None:
+        """Discard whatever arrives (a frame half read included) until the other end
+        closes the link: how a slave that said LEAVING hears its master's answer."""
+        self._frame = None
+        self._start = self._end = 0
+        self._take = len  # every byte used, none kept
+        self._resume_reading()
+        while not self._eof and self._error is None:
+            await self._next_event()
+
     def finish(self) -> None:
         """Stop delivering (a taker's way to end its link quietly): ``ended`` returns."""
         self._take = None

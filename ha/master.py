@@ -151,6 +151,7 @@ class SlaveLink:
     sent: int = 0
     sent_at: float = 0.0  # loop time of the last frame written (heartbeats fill silences)
     path_cut: bool = False  # ended because its network path was gone (``_watch_path``)
+    leaving: bool = False  # the slave said it stops following (LEAVING)
 
 
 class ReplicationMaster:
@@ -188,10 +189,14 @@ class ReplicationMaster:
         self.confirmed_offset = 0
         self.activated_at = 0.0
         self._last_connected: dict[str, float] = {}  # slave -> when its link last ended
+        self._gone: set[str] = set()  # slaves whose last link ended with no grace to give
         self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
         self._waiter_seq = 0
         self._expiries = Expiries(clock, call_later)
         self.on_confirmed: Callable[[int], None] = lambda offset: None
+        # A slave is gone for good (path cut, or it said it is leaving): it may leave the
+        # in-sync set now, and the role's next check should not wait for its period.
+        self.on_slave_gone: Callable[[], None] = lambda: None
         self._server: asyncio.base_events.Server | None = None
         self._link_tasks: set[asyncio.Task[None]] = set()  # one per connected slave
         self.timeline = EndTimeline(clock)
@@ -214,6 +219,7 @@ class ReplicationMaster:
         what the previous master said its in-sync set held: readable from the start."""
         self.active = True
         self.activated_at = self.clock()
+        self._gone.clear()  # from an earlier term: every slave gets its reconnection's grace
         self.counted = counted - {self.node_id}
         end = self.store.write_offset
         self.timeline.reset(end)
@@ -281,6 +287,9 @@ class ReplicationMaster:
     def set_counted(self, counted: frozenset[str]) -> None:
         self.counted = counted - {self.node_id}
         self._recompute()
+        for link in list(self.links.values()):
+            if link.leaving and link.node_id not in self.counted and link.writer is not None:
+                link.writer.close()  # the slave's answer: it is out of the in-sync set
 
     def on_appended(self) -> None:
         """New records were appended (before the store dispatches them): each streaming
@@ -386,9 +395,12 @@ class ReplicationMaster:
         finally:
             if link is not None and self.links.get(link.node_id) is link:
                 del self.links[link.node_id]
-                # A cut path is not a failover's reconnection: no grace to wait out.
-                grace = DISCONNECT_GRACE_S if link.path_cut else 0.0
-                self._last_connected[link.node_id] = self.clock() - grace
+                # A cut path or a slave that left is not a failover's reconnection: no
+                # grace to wait out.
+                self._last_connected[link.node_id] = self.clock()
+                if link.path_cut or link.leaving:
+                    self._gone.add(link.node_id)
+                    self.on_slave_gone()
                 self._recompute()
             stream.close()
 
@@ -451,6 +463,7 @@ class ReplicationMaster:
         if old is not None:
             old.wake.set()
         self.links[node_id] = link
+        self._gone.discard(node_id)
         log.info("replication: %s streams from %d", node_id, start)
         return link
 
@@ -570,6 +583,15 @@ class ReplicationMaster:
                 kind, payload, size = frame
                 used += size
                 silent.heard()
+                if kind is Kind.LEAVING:
+                    link.leaving = True
+                    log.info("replication: %s stops following this master", link.node_id)
+                    if link.node_id not in self.counted:
+                        raise LinkError(f"{link.node_id} left")
+                    # Closed once the in-sync set lost it (``set_counted``): the slave
+                    # waits for that, as its routing replica may be routing's leader.
+                    self.on_slave_gone()
+                    continue
                 if kind is not Kind.ACK or len(payload) != ACK.size:
                     raise LinkError(f"expected an ACK, got {kind.name} ({len(payload)} bytes)")
                 (offset,) = ACK.unpack(payload)
@@ -615,7 +637,11 @@ class ReplicationMaster:
         """Connected and holding everything acknowledged so far (may join the in-sync set)."""
         link = self.links.get(node_id)
         end = self.store.write_offset
-        return link is not None and link.acked >= max(self.confirmed_offset, end - CHUNK_BYTES)
+        return (
+            link is not None
+            and not link.leaving
+            and link.acked >= max(self.confirmed_offset, end - CHUNK_BYTES)
+        )
 
     def backlog_s(self) -> float:
         """How long ago the in-sync set last held this log's whole end (0 when it holds
@@ -632,7 +658,11 @@ class ReplicationMaster:
         """Disconnected, or behind for longer than ``max_lag_s`` or by more than
         ``max_lag_bytes`` (must leave the in-sync set)."""
         link = self.links.get(node_id)
+        if link is not None and link.leaving:
+            return True  # it said it stops following
         if link is None:
+            if node_id in self._gone:
+                return True
             since = max(self.activated_at, self._last_connected.get(node_id, 0.0))
             return self.clock() - since > DISCONNECT_GRACE_S
         end = self.store.write_offset

@@ -114,6 +114,7 @@ class ReplicationRole:
         self.master.on_confirmed = self._confirmed
         self._on_confirmed = on_confirmed
         self._check_now = asyncio.Event()  # maintain's next round is due at once
+        self.master.on_slave_gone = self._check_now.set  # it leaves the in-sync set now
         self.slave = ReplicationSlave(
             store,
             self.epochs,
@@ -629,5 +630,5 @@ class ReplicationRole:
 
     async def close(self) -> None:
         with contextlib.suppress(TailCutFailed):  # logged where the cut failed
-            await self.slave.stop()
+            await self.slave.stop(leaving=True)
         await self.master.close()

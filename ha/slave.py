@@ -56,6 +56,7 @@ from ha.wire import (
     ack_frame,
     control,
     json_object,
+    leaving_frame,
     read_exactly,
     read_header,
     read_plain,
@@ -78,6 +79,8 @@ IDLE_TIMEOUT_S = 5.0  # the master heartbeats every second
 HANDSHAKE_TIMEOUT_S = 5.0  # from connecting to the master's EPOCHS
 CONNECT_TIMEOUT_S = 3.0
 STOP_TIMEOUT_S = 5.0
+# How long a slave that stops waits for its master to close the link after LEAVING.
+LEAVE_WAIT_S = 1.0
 # A slave's consume-queue and index dispatch (``DispatchBehind``): at most one per spacing
 # while appends come, at once when this many bytes wait, the tail's after the last append.
 DISPATCH_SPACING_S = 0.005
@@ -141,6 +144,7 @@ class ReplicationSlave:
         self._tail_kept: tuple[int, int] | None = None  # a failed cut's tail, in rollback/
         self._last_cut_error = ""
         self._stopping = False
+        self._leaving = False  # the node shuts down: say LEAVING to the master (``_leave``)
         self._poke = asyncio.Event()
 
     @property
@@ -156,14 +160,17 @@ class ReplicationSlave:
             self._stopping = False
             self._task = asyncio.ensure_future(self._run())
 
-    async def stop(self) -> None:
+    async def stop(self, *, leaving: bool = False) -> None:
         """End following, and wait until the log holds still: ``TailCutFailed`` when it
         may still hold a diverged tail (a cut failed, and failed again when tried once
         more here). The loop also checks a flag: asyncio.wait_for can swallow a
         cancellation that lands as its inner wait completes (Python 3.11), and a promotion
-        must never wait on a loop that did not notice it was cancelled."""
+        must never wait on a loop that did not notice it was cancelled. ``leaving``: the
+        node shuts down, and tells its master so (``_leave``); a promotion does not wait
+        for a master that may be cut off."""
         if self._task is not None:
             self._stopping = True
+            self._leaving = leaving
             self._poke.set()
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -227,6 +234,7 @@ class ReplicationSlave:
         # One object reads and writes the link (ha/link_stream.py: DATA frames land in place).
         reader = writer = await asyncio.wait_for(open_link(host, int(port)), CONNECT_TIMEOUT_S)
         detect_dead_peer(writer.get_extra_info("socket"))
+        macs: LinkMacs | None = None  # once the master streams: it then hears LEAVING
         try:
             try:
                 async with asyncio.timeout(self.handshake_timeout_s):
@@ -245,7 +253,21 @@ class ReplicationSlave:
             await writer.drain()
             await self._apply_stream(reader, writer, macs, start)
         finally:
+            leaving = self._leaving and self.connected_to == address and macs is not None
+            if leaving and not writer.is_closing():
+                await self._leave(writer, macs)
             writer.close()
+
+    async def _leave(self, link: LinkStream, macs: LinkMacs) -> None:
+        """Say LEAVING, and wait (``LEAVE_WAIT_S`` at most) for the master to close the
+        link: it does once routing dropped this node from the in-sync set, or at once when
+        it did not count this node. This node's routing replica, closed next, may lead
+        routing; closed first, the in-sync change (and the SYNC writes that wait for it)
+        waited for an election."""
+        link.write(leaving_frame(macs.outgoing))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LEAVE_WAIT_S):
+                await link.closed_by_peer()
 
     async def _handshake(
         self, address: str, reader: LinkStream, writer: LinkStream

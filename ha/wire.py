@@ -18,7 +18,12 @@ The handshake (``PROTOCOL_VERSION`` in its first two frames)::
                      EPOCHS     sealed  {epochs: [[epoch, start offset], ...]}
     slave -> master  START      sealed  {offset}
     then DATA (master -> slave) and ACK (slave -> master), all sealed; REFUSED after the
-    handshake is sealed too.
+    handshake is sealed too. A slave whose node shuts down sends a last sealed LEAVING
+    (no payload) and waits (``LEAVE_WAIT_S``) for the master to close the link, which it
+    does once routing dropped the slave from the in-sync set (at once if it was not
+    counted): without the word, the master gave the link the grace of a failover's
+    reconnection first (SYNC writes held ~1 s per slave in a rolling restart). A master
+    of an earlier release, which does not know the kind, ends the link at once.
 
 The hot frames are binary:
 
@@ -61,7 +66,7 @@ MAX_FRAME_BYTES = 64 << 20
 # What an end reads before it knows the other has the cluster secret: CHALLENGE, HELLO,
 # WELCOME (or a refusal) are a few hundred bytes.
 PREAUTH_MAX_FRAME_BYTES = 4096
-# A slave sends only ACKs after START.
+# A slave sends only ACKs after START, and a LEAVING (smaller) last.
 ACK_FRAME_BYTES = ACK.size + MAC_BYTES
 
 
@@ -74,6 +79,7 @@ class Kind(enum.IntEnum):
     DATA = 6
     ACK = 7
     EPOCHS = 8
+    LEAVING = 9
 
 
 class LinkError(Exception):
@@ -174,6 +180,10 @@ def write_frame_parts(writer: GatheringWriter, parts: tuple[bytes, ...]) -> None
 
 def ack_frame(mac: FrameMac, offset: int) -> bytes:
     return sealed(mac, Kind.ACK, ACK.pack(offset))
+
+
+def leaving_frame(mac: FrameMac) -> bytes:
+    return sealed(mac, Kind.LEAVING, b"")
 
 
 # ---- reading ---------------------------------------------------------------------------

@@ -863,7 +863,6 @@ class Node:
         for task in (*background, self._lite_expiry_task, *self._routing_tasks):
             if task is not None:
                 task.cancel()
-        await asyncio.get_running_loop().run_in_executor(None, self.liveness.stop)
         if self.metrics_http is not None:
             await self.metrics_http.close()
         if self.console is not None:
@@ -883,6 +882,11 @@ class Node:
             await self.replication.close()
         if self.routing is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.routing.close)
+        # Only now: the liveness loop holds the channel to the routing host, whose end
+        # (EOF) ended the host at once, out of order and still leading routing, while this
+        # node had yet to leave replication (its master then waited for an election to
+        # drop it from the in-sync set, holding SYNC writes ~1 s).
+        await asyncio.get_running_loop().run_in_executor(None, self.liveness.stop)
         if self._raft_port_held is not None:
             self._raft_port_held.close()
         if getattr(self, "raw_store", None) is not None:

@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable
 
 from routing.commands import ElectMaster, MarkNodeDown, SetRoutingFormat
 from routing.formats import NEWEST_FORMAT
-from routing.metadata import healthy_first
+from routing.metadata import healthy_first, leadership_heirs, master_raft_addresses
 from routing.replica import RoutingReplica, RoutingUnavailable
 
 log = logging.getLogger("ferrymq.controller")
@@ -190,17 +190,14 @@ class Controller:
         in-sync change, heartbeats) would fail across that move and wait for a retry."""
         if not self.raft_address or now < self._handover_after:
             return
-        masters = {
-            members[g.master].raft_address
-            for g in groups
-            if g.master in members and members[g.master].raft_address
-        }
+        masters = master_raft_addresses(members, groups)
         if self.raft_address not in masters or not _whole(members, groups):
             return
-        connected = dict(self.replica.status().voters_connected)
-        if not all(connected.values()):
+        connected = self.replica.status().voters_connected
+        if not all(up for _, up in connected):
             return
-        others = sorted(v for v in connected if v not in masters)
+        heirs = leadership_heirs(connected, masters, self.raft_address)
+        others = [voter for voter in heirs if voter not in masters]
         if not others:
             return  # every voter is a master: leading here is the best there is
         self._handover_after = now + self.heartbeat_interval_s

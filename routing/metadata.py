@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from routing.formats import NEWEST_FORMAT, PICKLED
@@ -189,6 +190,25 @@ def healthy_first(members: list[Member]) -> list[Member]:
     (every election, handover and switchover goes through this rule)."""
     healthy = [m for m in members if not m.damaged_log]
     return healthy or members
+
+
+def master_raft_addresses(members: dict[str, Member], groups: Iterable[BrokerGroup]) -> set[str]:
+    """The Raft addresses of the nodes that are a broker group's master."""
+    return {
+        members[g.master].raft_address
+        for g in groups
+        if g.master in members and members[g.master].raft_address
+    }
+
+
+def leadership_heirs(
+    connected: Iterable[tuple[str, bool]], masters: set[str], self_address: str
+) -> list[str]:
+    """The voters routing's leader may hand its lead to, best first: connected, not this
+    one, those on no master's node (``masters``) before the others (a master's crash
+    then never takes routing's leader with it)."""
+    others = [voter for voter, up in connected if up and voter != self_address]
+    return sorted(others, key=lambda voter: (voter in masters, voter))
 
 
 def may_leave_in_sync(master: Member | None, member: Member | None) -> bool:

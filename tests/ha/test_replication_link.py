@@ -767,6 +767,64 @@ def test_stopping_a_slave_waits_for_the_cut_it_began(tmp_path):
         assert store.write_offset == 0 and slave.epochs.entries == []
 
 
+def test_a_slave_that_stops_says_so_and_leaves_once_the_in_sync_set_lost_it(
+    tmp_path, caplog, monkeypatch
+):
+    """A link that merely ends keeps its slave in the in-sync set for the grace of a
+    failover's reconnection (``DISCONNECT_GRACE_S``). A slave that stops following (its
+    node shuts down) says LEAVING: its master counts it lagging at once and wakes the
+    role to drop it, and closes the link once it is no longer counted (at once if it
+    never was), which the slave waits for: its node's routing replica, closed next, may
+    lead routing. Without this, each slave of a rolling restart held SYNC writes ~1 s.
+    The master's clock stands still here: only the frame can tell."""
+    caplog.set_level(logging.INFO, logger="ferrymq")
+    # Only the master's close ends the slave's wait within the test's deadline.
+    monkeypatch.setattr(ha.slave, "LEAVE_WAIT_S", 4 * TIMEOUT_S)
+    monkeypatch.setattr(ha.slave, "STOP_TIMEOUT_S", 4 * TIMEOUT_S)
+
+    async def run(slave: ReplicationSlave) -> None:
+        async with lone_master(tmp_path, clock=lambda: 1000.0) as (master, port):
+            woken: list[bool] = []
+            master.on_slave_gone = lambda: woken.append(True)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            await start_streaming(master, reader, writer)
+            writer.close()  # a link that ends with no word
+            await eventually(lambda: "slave-1" not in master.links, "the link to go")
+            assert not master.lagging("slave-1", 60.0, 1 << 40) and woken == []
+
+            slave.master_address = lambda: f"127.0.0.1:{port}"
+            for counted in (frozenset({"slave-1"}), frozenset()):
+                master.set_counted(counted)
+                woken.clear()
+                slave.start()
+                await eventually(
+                    lambda: "slave-1" in master.links and slave.connected_to, "the slave's link"
+                )
+                assert not master.lagging("slave-1", 60.0, 1 << 40)
+                stopping = asyncio.ensure_future(slave.stop(leaving=True))
+                if counted:
+                    await eventually(lambda: woken, "the master to hear LEAVING")
+                    assert master.lagging("slave-1", 60.0, 1 << 40)
+                    assert not master.caught_up("slave-1")  # never added back meanwhile
+                    assert not stopping.done() and "slave-1" in master.links
+                    master.set_counted(frozenset())  # routing dropped it
+                await asyncio.wait_for(stopping, TIMEOUT_S)
+                await eventually(lambda: "slave-1" not in master.links, "the link to go")
+                assert master.lagging("slave-1", 60.0, 1 << 40)
+
+            # A promotion stops following without a word: it must not wait on a master
+            # that may be cut off, and that master gives the link its grace.
+            slave.start()
+            await eventually(lambda: slave.connected_to, "the slave's link")
+            await asyncio.wait_for(slave.stop(), TIMEOUT_S)
+            await eventually(lambda: "slave-1" not in master.links, "the link to go")
+            assert not master.lagging("slave-1", 60.0, 1 << 40)
+
+    with lone_slave(tmp_path) as slave:
+        asyncio.run(run(slave))
+    assert "slave-1 stops following this master" in caplog.text
+
+
 def test_a_slave_acknowledges_records_before_it_dispatches_them(tmp_path, monkeypatch):
     """A slave's ACK says its CommitLog holds the bytes (what a failover needs); its own
     consume-queue and index work comes after the ACK is written, off the SYNC write's
