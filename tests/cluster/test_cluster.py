@@ -319,7 +319,7 @@ def test_a_slave_stopped_for_a_restart_hands_routing_over_and_leaves_its_master_
     until(lambda: not is_running(victim, plan), 30, f"{victim.id} to stop")
     logs = {n.id: Path(log_path(plan, n)).read_text() for n in plan.nodes}
     assert f"stopping: handing routing leadership to {heir.raft}" in logs[victim.id]
-    assert f"ended: {victim.id} stops following this master" in logs[master.id]
+    assert f"replication: {victim.id} stops following this master" in logs[master.id]
     assert leader_of(plan, [master, heir]).id == heir.id
 
     def in_sync() -> frozenset[str]:
