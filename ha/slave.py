@@ -157,7 +157,7 @@ class ReplicationSlave:
 
     def start(self) -> None:
         if self._task is None or self._task.done():
-            self._stopping = False
+            self._stopping = self._leaving = False
             self._task = asyncio.ensure_future(self._run())
 
     async def stop(self, *, leaving: bool = False) -> None:
