@@ -49,6 +49,12 @@ The servers answer with a constant and store nothing (no validation, no CommitLo
   to the two slaves and answers once both acknowledged; singles from the SDK's blocking
   channel, batches 16 in flight on one connection. The floor and ceiling of
   ``sync_single_send_p50_us`` and ``sync_batch_send_msgs_per_s`` as the SDK measures them.
+- ``noop_remoting_replicated_end_to_end_p50_us`` / ``_p99_us``: the floor of
+  ``end_to_end_p50_us``, measured as ``bench.cluster`` measures it: on the same replicated
+  no-op transport, a thread's SDK channel long-polls FERRY_FETCH while the SDK's blocking
+  channel sends one 1-record FERRY_PRODUCE at a time; a fetch takes a send's body once both
+  slaves acknowledged it (at once when one waits, else parked until the next), and the
+  next send waits for the arrival. From each send's start to its arrival.
 - ``page_cache_first_write_us_per_kib`` and ``page_cache_rewrite_us_per_kib``: the CPU
   (user and kernel) of writing 4 GiB in 1 MiB chunks into a new file, then over the same
   bytes again, per KiB of the last GiB of each pass: what putting a byte into the page
@@ -72,6 +78,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import grpc
@@ -189,6 +196,10 @@ else:
 # argv: "uvloop" or "asyncio", then the ports of the slaves each FERRY_PRODUCE body is
 # copied to. The node's remoting transport with a handler that answers every
 # SEND_MESSAGE_V2 at once, and every FERRY_PRODUCE once the slaves (if any) acknowledged it.
+# A FERRY_FETCH is answered with the body of a FERRY_PRODUCE the slaves acknowledged and no
+# fetch took yet: at once when there is one, else parked until the next (a long poll),
+# empty after ``FETCH_WAIT_S``; a FERRY_FETCH whose body is ``end`` drops what no fetch took
+# and is answered at once (a consumer that starts at the queue's end).
 REMOTING_SERVER = (
     SLAVE_LINK
     + r"""
@@ -196,18 +207,39 @@ import asyncio, sys
 from node.remoting.dispatch import Dispatch
 from node.remoting.server import RemotingServer
 ANSWER = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0", "queueOffset": "0"}
+FETCH_WAIT_S = 1.0
 LINKS = []
+UNFETCHED = []
+PARKED = []
 async def noop(request, connection):
     return request.reply(0, ext_fields=ANSWER)
 async def produced(request, connection):
     for acked in [link.send(request.body) for link in LINKS]:
         await acked
+    while PARKED and PARKED[0].done():
+        PARKED.pop(0)
+    if PARKED:
+        PARKED.pop(0).set_result(request.body)
+    else:
+        UNFETCHED.append(request.body)
     return request.reply(0, body=b"")
+async def fetch(request, connection):
+    if bytes(request.body) == b"end":
+        UNFETCHED.clear()
+        return request.reply(0, body=b"")
+    if UNFETCHED:
+        return request.reply(0, body=UNFETCHED.pop(0))
+    loop = asyncio.get_running_loop()
+    parked = loop.create_future()
+    PARKED.append(parked)
+    loop.call_later(FETCH_WAIT_S, lambda: parked.done() or parked.set_result(b""))
+    return request.reply(0, body=await parked)
 async def main():
     LINKS.extend(await slave_links([int(port) for port in sys.argv[2:]]))
     dispatch = Dispatch()
     dispatch.register(310, noop)
     dispatch.register(30001, produced)
+    dispatch.register(30002, fetch)
     server = RemotingServer(dispatch)
     port = await server.bind("127.0.0.1", 0)
     await server.serve()  # bind alone does not listen yet: the port is told once it does
@@ -431,6 +463,55 @@ def sdk_remoting_one_at_a_time(address: str, code: int, count: int) -> list[floa
     return took
 
 
+def sdk_remoting_end_to_end(address: str, count: int) -> list[float]:
+    """``bench.cluster``'s end to end on the no-op replicated transport: the SDK's
+    blocking channel sends one 1-record FERRY_PRODUCE at a time while a thread's channel
+    long-polls FERRY_FETCH; each send's age is taken when the fetch brings it, and the next
+    send waits for that. Seconds from each send's start to its arrival."""
+    from ferrymq.client.remoting_channel import RemotingChannel
+
+    requests = produce_requests(count + 200, 1, 0)
+    arrived: list[float] = []
+    got = threading.Condition()
+    stop = threading.Event()
+    ready = threading.Event()
+
+    def consume() -> None:
+        channel = RemotingChannel(address, 10.0)
+        try:
+            channel.call(30002, b"end")
+            ready.set()
+            while not stop.is_set():
+                if channel.call(30002).body:
+                    with got:
+                        arrived.append(time.perf_counter())
+                        got.notify()
+        finally:
+            channel.close()
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    producer = RemotingChannel(address, 10.0)
+    took = []
+    try:
+        if not ready.wait(10):
+            raise RuntimeError("the end-to-end floor's consumer did not start")
+        for index, request in enumerate(requests):
+            body = request.SerializeToString()
+            started = time.perf_counter()
+            producer.call(30001, body)
+            with got:
+                if not got.wait_for(lambda index=index: len(arrived) > index, 10):
+                    raise RuntimeError("the end-to-end floor's consumer timed out")
+            if index >= 200:  # after a warm-up
+                took.append(arrived[index] - started)
+    finally:
+        stop.set()
+        producer.close()
+        consumer.join(5)
+    return took
+
+
 @contextlib.contextmanager
 def node_remoting_address():
     """One node process (the real one, on uvloop) in a temporary directory: its remoting
@@ -539,6 +620,9 @@ def measure(scale: str) -> dict:
         p50, p99 = p50_p99_us(took)
         figures["noop_remoting_replicated_single_send_p50_us"] = p50
         figures["noop_remoting_replicated_single_send_p99_us"] = p99
+        p50, p99 = p50_p99_us(sdk_remoting_end_to_end(f"127.0.0.1:{port}", singles * 2))
+        figures["noop_remoting_replicated_end_to_end_p50_us"] = p50
+        figures["noop_remoting_replicated_end_to_end_p99_us"] = p99
         figures["noop_remoting_replicated_batch_msgs_per_s"] = round(
             asyncio.run(remoting_produce_batches(port, batch_s))
         )

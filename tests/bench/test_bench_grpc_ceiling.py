@@ -32,6 +32,7 @@ def test_smoke_run_prints_every_floor():
         "noop_sdk_remoting_produce",
         "node_remoting_noop",
         "noop_remoting_replicated_single_send",
+        "noop_remoting_replicated_end_to_end",
         "os_round_trip",
         "os_round_trip_same_cpu",
     ):
