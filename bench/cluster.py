@@ -15,6 +15,10 @@ of stdout):
 - ``end_to_end_p50_us`` / ``_p99_us``: on the SYNC group, ``Producer.send`` of one
   message, one at a time, to a one-queue topic a ``PullConsumer`` long-polls in another
   thread: from just before the send to the message in the consumer's hands;
+- ``sync_single_send_idle_readers_p50_us`` / ``_p99_us`` and
+  ``sync_single_idle_readers_cpu_us_per_send_master``: the SYNC single sends again while
+  ``IDLE_READERS`` ``PullConsumer``s long-poll queues of another topic that nobody writes
+  (a consumer fleet between messages): what waiting readers cost a send on the master;
 - every SYNC figure above is the SDK on the remoting port (its default); the same
   measured with ``transport="grpc"`` is beside it as ``grpc_sync_single_send_p50_us``,
   ``grpc_sync_batch_send_msgs_per_s``, ``grpc_end_to_end_p50_us`` (and their p99s);
@@ -117,6 +121,10 @@ BODY = bytes(range(256)) * 4  # 1 KiB
 TOPIC = "BenchTopic"
 E2E_TOPIC = "BenchEndToEnd"  # one queue: the consumer's long poll is on the queue written
 E2E_GROUP = "bench-e2e"
+IDLE_TOPIC = "BenchIdle"  # nobody writes it: its readers wait
+IDLE_GROUP = "bench-idle"
+IDLE_READERS = 32
+IDLE_WAIT_S = 1.0  # each idle reader's long poll; also how long stopping them takes
 STAMP = struct.Struct(">q")  # the body's first 8 bytes: monotonic_ns() at the send
 QUEUES = 8
 PER_REQUEST = 128
@@ -776,6 +784,44 @@ def create_topic(plan: ClusterPlan) -> None:
         admin.create_topic(TOPIC, QUEUES)
         admin.create_topic(E2E_TOPIC, 1)
         admin.create_group(E2E_GROUP)
+        admin.create_topic(IDLE_TOPIC, IDLE_READERS)
+        admin.create_group(IDLE_GROUP)
+
+
+@contextlib.contextmanager
+def idle_readers(plan: ClusterPlan, count: int):
+    """``count`` threads, each a ``PullConsumer`` long-polling its own queue of
+    ``IDLE_TOPIC`` (at its end, where nothing comes), until the block ends."""
+    access = ",".join(n.grpc for n in plan.nodes)
+    stop = threading.Event()
+    waiting = threading.Semaphore(0)
+    failures: list[BaseException] = []
+
+    def read(queue_id: int) -> None:
+        try:
+            with PullConsumer(access, IDLE_GROUP, start="end") as reader:
+                reader.assign(IDLE_TOPIC, [queue_id])
+                waiting.release()
+                while not stop.is_set():
+                    reader.poll(wait_s=IDLE_WAIT_S)
+        except BaseException as error:
+            failures.append(error)
+            waiting.release()
+
+    threads = [threading.Thread(target=read, args=(q,), daemon=True) for q in range(count)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in threads:
+            if not waiting.acquire(timeout=30):
+                raise RuntimeError("the idle readers did not start")
+        if failures:
+            raise RuntimeError(f"an idle reader failed: {failures[0]}")
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(IDLE_WAIT_S + 10)
 
 
 def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | None) -> dict:
@@ -792,6 +838,9 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
     log("single sends, remoting then gRPC")
     single = measure_single(plan, scale.singles)
     grpc_single = measure_single(plan, scale.singles, "grpc")
+    log(f"single sends beside {IDLE_READERS} idle readers")
+    with idle_readers(plan, IDLE_READERS):
+        beside_idle = measure_single(plan, scale.singles)
     log("end to end, remoting then gRPC")
     e2e_p50, e2e_p99 = measure_end_to_end(plan, scale.singles // 3, "remoting")
     grpc_e2e_p50, grpc_e2e_p99 = measure_end_to_end(plan, scale.singles // 3, "grpc")
@@ -846,6 +895,9 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
         "sync_single_send_p50_us": round(single.p50_us),
         "sync_single_send_p99_us": round(single.p99_us),
         **{f"sync_single_cpu_us_per_send_{k}": v for k, v in single.cpu_us_per_send.items()},
+        "sync_single_send_idle_readers_p50_us": round(beside_idle.p50_us),
+        "sync_single_send_idle_readers_p99_us": round(beside_idle.p99_us),
+        "sync_single_idle_readers_cpu_us_per_send_master": beside_idle.cpu_us_per_send["master"],
         "end_to_end_p50_us": round(e2e_p50),
         "end_to_end_p99_us": round(e2e_p99),
         "grpc_sync_batch_send_msgs_per_s": grpc_batch["msgs_per_s"],

@@ -62,32 +62,66 @@ async def long_poll(
 
 
 class QueueWaiters:
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    """The long polls of every queue, and when to wake them.
+
+    A queue's waiters wake when records it got become readable: at once on dispatch
+    without a read cap, else when the cap passes them (``readable_moved``: the SYNC
+    master's confirmed offset, a SYNC_FLUSH fsync). Why not on dispatch under a cap: the
+    read it wakes finds nothing it may return and waits again, on every send, while the
+    slaves' acknowledgements are still on their way. Why not every waiter of the node on
+    each move of the cap: only queues that got records since can have more to read.
+    ``_held`` keeps, per queue dispatched beyond the cap, the log end its last dispatch
+    reached; a queue stays there, and wakes on every move of the cap, until the cap passes
+    that end (records of it may become readable piecemeal). Loop-only state."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        read_cap: Callable[[], int | None] = lambda: None,
+    ) -> None:
         self._loop = loop
         self._loop_thread = threading.get_ident()
+        self._read_cap = read_cap
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
+        self._held: dict[tuple[str, int], int] = {}
 
     def on_dispatch(self, batch: DispatchBatch) -> None:
-        waiting = self._waiters
-        if not waiting:
+        if threading.get_ident() == self._loop_thread:
+            self._dispatched(batch.queues, batch.end)
+        else:
+            self._loop.call_soon_threadsafe(self._dispatched, batch.queues, batch.end)
+
+    def _dispatched(self, queues: list[tuple[str, int]], end: int) -> None:
+        cap = self._read_cap()
+        if self._held:
+            self._release(cap)
+        if cap is None or end <= cap:
+            if self._waiters:
+                for key in self._waiters.keys() & set(queues):
+                    self._wake(key)
             return
-        keys = waiting.keys() & batch.queues
-        on_loop = threading.get_ident() == self._loop_thread
-        for key in keys:
-            if on_loop:
-                self._wake(key)
-            else:
-                self._loop.call_soon_threadsafe(self._wake, key)
+        held = self._held
+        for key in queues:
+            if held.get(key, -1) < end:
+                held[key] = end
+
+    def readable_moved(self) -> None:
+        """The read cap moved (or was lifted): wake the queues holding records it may
+        have passed."""
+        if self._held:
+            self._release(self._read_cap())
+
+    def _release(self, cap: int | None) -> None:
+        held = self._held
+        for key, end in list(held.items()):
+            if cap is None or end <= cap:
+                del held[key]
+            self._wake(key)
 
     def _wake(self, key: tuple[str, int]) -> None:
         for waiter in self._waiters.pop(key, ()):
             if not waiter.done():
                 waiter.set_result(None)
-
-    def wake_all(self) -> None:
-        """Wake every waiter (more became visible: the confirmed offset advanced)."""
-        for key in list(self._waiters):
-            self._wake(key)
 
     def notify(self, topic: str, queue_id: int) -> None:
         """Wake the waiters of one queue; call on the loop."""
@@ -98,21 +132,28 @@ class QueueWaiters:
         await self.wait_any(topic, (queue_id,), timeout_s)
 
     async def wait_any(self, topic: str, queue_ids, timeout_s: float) -> None:
-        """Return when any of the queues may have new messages, or after ``timeout_s``."""
+        """Return when any of the queues may have new messages, or after ``timeout_s``.
+        The timeout is a timer that answers the waiter, not ``wait_for``: a wake-up then
+        resumes the read in the next turn of the loop, not two turns later."""
         waiter: asyncio.Future[None] = self._loop.create_future()
         registered = []
         for queue_id in queue_ids:
             waiters = self._waiters.setdefault((topic, queue_id), set())
             waiters.add(waiter)
             registered.append(((topic, queue_id), waiters))
+        timer = self._loop.call_later(timeout_s, _answer, waiter)
         try:
-            await asyncio.wait_for(waiter, timeout_s)
-        except TimeoutError:
-            pass
+            await waiter
         finally:
+            timer.cancel()
             for key, waiters in registered:
                 waiters.discard(waiter)
                 # Only drop the set if it is still the registered one: a wake-up may have
                 # replaced it with a new set that other waiters are in.
                 if not waiters and self._waiters.get(key) is waiters:
                     del self._waiters[key]
+
+
+def _answer(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -201,7 +201,7 @@ class Node:
         sync_ledger.enable_if_asked(config.data_dir)  # the chaos suite's power losses
         # Recovery reads and fsyncs files: keep the loop free while it runs.
         self.raw_store = await loop.run_in_executor(None, MessageStore.open, config.store_config())
-        self.waiters = QueueWaiters(loop)
+        self.waiters = QueueWaiters(loop, read_cap=self.raw_store.read_cap)
         # The served methods take the metrics wrapper now; the states the collector reads
         # are attached once they exist (nothing scrapes before the metrics port opens).
         self.metrics = NodeMetrics(
@@ -621,7 +621,7 @@ class Node:
 
     def _readable_moved(self) -> None:
         """The read cap moved: readers waiting for more may read now."""
-        self.waiters.wake_all()
+        self.waiters.readable_moved()
         if self.services is not None:
             self.services.lite.wake_all()
 

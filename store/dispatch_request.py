@@ -47,3 +47,4 @@ class DispatchBatch:
 
     queues: list[tuple[str, int]]
     records: list[DispatchRequest]
+    end: int  # the log offset the pass reached: every record of it ends at or below

@@ -131,7 +131,9 @@ class Dispatcher:
                 self.last_error = error
                 return dispatched
             if self.listeners:
-                batch = DispatchBatch([(run[0], run[1]) for run in plan.runs], plan.wanted)
+                batch = DispatchBatch(
+                    [(run[0], run[1]) for run in plan.runs], plan.wanted, plan.end
+                )
                 for listener in self.listeners:
                     listener(batch)
             self.dispatched_offset = plan.end

@@ -34,6 +34,8 @@ KEYS = (
     "sync_single_cpu_us_per_send_master",
     "sync_single_cpu_us_per_send_slaves",
     "sync_single_cpu_us_per_send_client",
+    "sync_single_send_idle_readers_p50_us",
+    "sync_single_idle_readers_cpu_us_per_send_master",
 )
 
 
@@ -59,6 +61,8 @@ def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
     assert figures["async_batch_send_msgs_per_s"] > 0
     assert 0 < figures["sync_single_send_p50_us"] <= figures["sync_single_send_p99_us"]
     assert 0 < figures["end_to_end_p50_us"] <= figures["end_to_end_p99_us"]
+    idle_p50, idle_p99 = (figures[f"sync_single_send_idle_readers_{p}_us"] for p in ("p50", "p99"))
+    assert 0 < idle_p50 <= idle_p99
     assert 0 < figures["grpc_sync_single_send_p50_us"] <= figures["grpc_sync_single_send_p99_us"]
     assert 0 < figures["grpc_end_to_end_p50_us"] <= figures["grpc_end_to_end_p99_us"]
     assert figures["grpc_sync_batch_send_msgs_per_s"] > 0

@@ -80,10 +80,10 @@ def test_the_masters_checks_reach_producers_connected_to_another_node_while_fres
         replayed = DispatchRequest(
             "%SYS%TRANS_OP", 0, 0, 0, 0, 0, check.store_timestamp_ms, 0, (), check.properties
         )
-        relay.on_dispatch(DispatchBatch([], [replayed]))
+        relay.on_dispatch(DispatchBatch([], [replayed], 0))
         assert relay.relayed == 2
         tx.now += FRESH_MS + 1
-        relay.on_dispatch(DispatchBatch([], [replayed]))
+        relay.on_dispatch(DispatchBatch([], [replayed], 0))
         assert relay.relayed == 2
     finally:
         tx.store.shutdown()

@@ -1,17 +1,21 @@
-"""The one long-poll loop (``node.long_polling.long_poll``) and its wait budget."""
+"""The one long-poll loop (``node.long_polling.long_poll``), its wait budget, and which waiters
+a dispatch or a move of the read cap wakes (``QueueWaiters``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from types import SimpleNamespace
 
 from node.long_polling import (
     DEADLINE_MARGIN_S,
     LONG_POLLING_MAX_S,
+    QueueWaiters,
     long_poll,
     poll_budget_s,
 )
+from store.dispatch_request import DispatchBatch
 
 
 def deadline_in(seconds: float | None) -> SimpleNamespace:
@@ -68,3 +72,162 @@ def test_the_waits_shrink_to_the_deadline():
 
     assert asyncio.run(long_poll(attempt, wait, 0.05)) is None
     assert waits and waits[0] <= 0.05
+
+
+# ---- QueueWaiters: which long polls wake, and when --------------------------------------
+class Cap:
+    """A read cap the test moves (None: no cap)."""
+
+    def __init__(self, offset: int | None) -> None:
+        self.offset = offset
+
+    def __call__(self) -> int | None:
+        return self.offset
+
+
+def batch(queues: list[tuple[str, int]], end: int) -> DispatchBatch:
+    return DispatchBatch(queues, [], end)
+
+
+async def parked(waiters: QueueWaiters, topic: str, queue_id: int) -> asyncio.Task:
+    """A long poll's wait, registered (one turn of the loop) and not answered yet."""
+    task = asyncio.ensure_future(waiters.wait(topic, queue_id, 30.0))
+    await asyncio.sleep(0)
+    assert not task.done()
+    return task
+
+
+async def one_turn() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def test_without_a_read_cap_a_dispatch_wakes_its_queues_waiters_at_once():
+    async def run():
+        waiters = QueueWaiters(asyncio.get_running_loop(), read_cap=Cap(None))
+        mine, other = await parked(waiters, "t", 0), await parked(waiters, "t", 1)
+        waiters.on_dispatch(batch([("t", 0)], 100))
+        await one_turn()
+        assert mine.done() and not other.done()
+        other.cancel()
+
+    asyncio.run(run())
+
+
+def test_under_a_read_cap_a_dispatch_past_it_wakes_nobody_until_the_cap_passes_it():
+    """A read woken before its records are readable finds nothing and waits again: under
+    SYNC replication that was a wasted read per send, before the slaves had answered."""
+
+    async def run():
+        cap = Cap(50)
+        waiters = QueueWaiters(asyncio.get_running_loop(), read_cap=cap)
+        mine = await parked(waiters, "t", 0)
+        waiters.on_dispatch(batch([("t", 0)], 100))
+        await one_turn()
+        assert not mine.done()
+        cap.offset = 100
+        waiters.readable_moved()
+        await one_turn()
+        assert mine.done()
+
+    asyncio.run(run())
+
+
+def test_a_move_of_the_cap_wakes_only_the_queues_that_got_records():
+    """Every long poll of the node used to wake on each move of the cap: on a SYNC master,
+    on every send, each idle consumer read once for nothing."""
+
+    async def run():
+        cap = Cap(0)
+        waiters = QueueWaiters(asyncio.get_running_loop(), read_cap=cap)
+        mine, idle = await parked(waiters, "t", 0), await parked(waiters, "idle", 0)
+        waiters.on_dispatch(batch([("t", 0)], 100))
+        cap.offset = 100
+        waiters.readable_moved()
+        await one_turn()
+        assert mine.done() and not idle.done()
+        waiters.readable_moved()  # nothing more was dispatched: still nobody
+        await one_turn()
+        assert not idle.done()
+        idle.cancel()
+
+    asyncio.run(run())
+
+
+def test_a_queue_partly_passed_by_the_cap_wakes_on_each_move_until_all_of_it_is_passed():
+    async def run():
+        cap = Cap(0)
+        waiters = QueueWaiters(asyncio.get_running_loop(), read_cap=cap)
+        waiters.on_dispatch(batch([("t", 0)], 100))
+        for offset in (40, 99):  # records of the pass may be readable already
+            waiter = await parked(waiters, "t", 0)
+            cap.offset = offset
+            waiters.readable_moved()
+            await one_turn()
+            assert waiter.done()
+        cap.offset = 100
+        waiters.readable_moved()
+        late = await parked(waiters, "t", 0)  # registered after the last of it was passed
+        waiters.readable_moved()
+        await one_turn()
+        assert not late.done()
+        late.cancel()
+
+    asyncio.run(run())
+
+
+def test_a_waiter_registered_between_the_dispatch_and_the_cap_is_woken():
+    async def run():
+        cap = Cap(0)
+        waiters = QueueWaiters(asyncio.get_running_loop(), read_cap=cap)
+        waiters.on_dispatch(batch([("t", 0)], 100))  # nobody waits yet
+        mine = await parked(waiters, "t", 0)
+        cap.offset = 100
+        waiters.readable_moved()
+        await one_turn()
+        assert mine.done()
+
+    asyncio.run(run())
+
+
+def test_a_later_dispatch_releases_what_the_cap_passed_since():
+    """A slave's cap moves with what its master says, and each dispatch looks again."""
+
+    async def run():
+        cap = Cap(0)
+        waiters = QueueWaiters(asyncio.get_running_loop(), read_cap=cap)
+        mine = await parked(waiters, "t", 0)
+        waiters.on_dispatch(batch([("t", 0)], 100))
+        cap.offset = 100  # moved without a word to the waiters
+        waiters.on_dispatch(batch([("u", 0)], 200))
+        await one_turn()
+        assert mine.done()
+
+    asyncio.run(run())
+
+
+def test_a_dispatch_on_another_thread_is_applied_on_the_loop():
+    async def run():
+        waiters = QueueWaiters(asyncio.get_running_loop(), read_cap=Cap(None))
+        mine = await parked(waiters, "t", 0)
+        thread = threading.Thread(target=waiters.on_dispatch, args=(batch([("t", 0)], 9),))
+        thread.start()
+        thread.join()
+        await asyncio.wait_for(mine, 5)
+
+    asyncio.run(run())
+
+
+def test_a_wait_ends_after_its_timeout_and_leaves_nothing_registered():
+    async def run():
+        waiters = QueueWaiters(asyncio.get_running_loop())
+        await waiters.wait_any("t", (0, 1), 0.01)
+        assert not waiters._waiters
+        task = asyncio.ensure_future(waiters.wait("t", 0, 30.0))
+        await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert not waiters._waiters
+
+    asyncio.run(run())
