@@ -45,6 +45,12 @@ class _Prefetch:
     opaque: int
 
 
+def _found_nothing(answer, position: int) -> bool:
+    """Whether a fetch from ``position`` came back without records and without moving on:
+    a waiting fetch may still get some."""
+    return answer.code == pb.MESSAGE_NOT_FOUND and answer.next_offset == position
+
+
 START_POLICIES = ("committed-or-beginning", "committed-or-end", "beginning", "end")
 
 
@@ -203,23 +209,25 @@ class PullConsumer:
     # ---- reading ---------------------------------------------------------------------
     def poll(self, wait_s: float = 1.0) -> list[ReceivedMessage]:
         """The next messages of one assigned queue (queues take turns); waits up to
-        ``wait_s`` on one of them when none has anything new. On the remoting port the
-        fetch of the queue whose turn is next is already on its way while this one's
-        records are decoded (``_Prefetch``)."""
+        ``wait_s`` on one of them when none has anything new. The queues are asked in
+        turn without waiting but the last, whose fetch waits (it is answered at once when
+        it has records): one request per poll for a consumer of one queue. On the
+        remoting port the fetch of the queue whose turn is next is already on its way
+        while this one's records are decoded, when it may have some (``_Prefetch``)."""
         self._maybe_rebalance()
         queue_ids = self.assignment
         if not queue_ids:
             return []
+        last = len(queue_ids) - 1
         for step in range(len(queue_ids)):
             queue = queue_ids[(self._turn + step) % len(queue_ids)]
             following = queue_ids[(self._turn + step + 1) % len(queue_ids)]
-            messages = self._pull(queue, 0, following)
+            messages = self._pull(queue, wait_s if step == last else 0, following)
             if messages:
                 self._turn += step + 1
                 return messages
-        queue = queue_ids[self._turn % len(queue_ids)]
         self._turn += 1
-        return self._pull(queue, wait_s)
+        return []
 
     def _pull(
         self, queue: QueueRef, wait_s: float, following: QueueRef | None = None
@@ -254,13 +262,14 @@ class PullConsumer:
         channel = self.endpoints.channel(address)
         timeout_s = wait_s + self.endpoints.timeout_s
         if channel is not None:
-            raw = self._prefetched(queue, channel, wait_s, timeout_s)
-            if raw is None:
+            raw = self._prefetched(queue, channel, timeout_s)
+            answer = None if raw is None else fetch_answer(raw)
+            if answer is None or (wait_s and _found_nothing(answer, self._positions[queue])):
                 request = self._request(queue, wait_s)
                 raw = channel.call(
                     FerryRequestCode.FERRY_FETCH, request.SerializeToString(), None, timeout_s
                 )
-            answer = fetch_answer(raw)
+                answer = fetch_answer(raw)
         else:
             master = self.endpoints.connection(address)
             answer = master.call(
@@ -271,7 +280,11 @@ class PullConsumer:
             return []
         check(pb.Status(code=answer.code, message=answer.message), pb.MESSAGE_NOT_FOUND)
         self._positions[queue] = answer.next_offset
-        if answer.records and following is not None and self.prefetch:
+        # A queue read to its end would answer a fetch sent now with nothing: one request
+        # for none, on the node too, at every message of a consumer that keeps up.
+        # Another queue may have records.
+        more = following != queue or answer.next_offset < answer.max_offset
+        if answer.records and following is not None and self.prefetch and more:
             self._prefetch_from(following)
         return received_messages(answer.records, queue.broker_group)
 
@@ -291,14 +304,15 @@ class PullConsumer:
             return
         self._prefetch = _Prefetch(queue, offset, channel, opaque)
 
-    def _prefetched(self, queue: QueueRef, channel, wait_s: float, timeout_s: float):
+    def _prefetched(self, queue: QueueRef, channel, timeout_s: float):
         """The answer of the prefetch, when it is the fetch asked for now (same queue and
-        offset, no wait, same channel); None otherwise: a prefetch that no longer fits
-        (a seek, a rebalance, a long poll) is dropped, its answer skipped when it comes."""
+        offset, same channel; a waiting fetch makes its own when this one found nothing);
+        None otherwise: a prefetch that no longer fits (a seek, a rebalance) is dropped,
+        its answer skipped when it comes."""
         prefetch, self._prefetch = self._prefetch, None
         if prefetch is None:
             return None
-        if wait_s or (prefetch.queue, prefetch.offset, prefetch.channel) != (
+        if (prefetch.queue, prefetch.offset, prefetch.channel) != (
             queue,
             self._positions.get(queue),
             channel,

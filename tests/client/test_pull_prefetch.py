@@ -10,6 +10,7 @@ from collections import defaultdict
 import pytest
 
 from ferrymq.client import Admin, Message, Producer, PullConsumer
+from ferrymq.client.remoting_channel import RemotingChannel
 from ferrymq.codec.remoting_codes import FerryRequestCode
 
 TOPIC, QUEUES, PER_QUEUE = "prefetched", 3, 400
@@ -106,3 +107,35 @@ def test_a_prefetch_answered_while_another_request_is_waited_for_is_kept(address
         assert [m.queue_id for m in first] == [0] * 50
         assert [m.queue_offset for m in second] == list(range(50))
         assert channel._answers == {}  # nothing left behind
+
+
+def test_a_reader_keeping_up_with_one_queue_sends_one_fetch_per_poll(address, monkeypatch):
+    """Each poll asked without waiting first, then waited, and each fetch with records sent
+    a prefetch: a reader at the queue's end made two or three fetches per message, the
+    prefetch always answered empty (twice a tailing reader's requests on the node, and a
+    round trip more between a send and its arrival)."""
+    with Admin(address) as admin:
+        admin.create_topic("tailed", queue_count=1)
+        admin.create_group("tail-readers")
+    fetches = []
+    send = RemotingChannel.send
+
+    def counted(self, code, *args, **kwargs):
+        if code == FerryRequestCode.FERRY_FETCH:
+            fetches.append(code)
+        return send(self, code, *args, **kwargs)
+
+    monkeypatch.setattr(RemotingChannel, "send", counted)
+    with (
+        Producer(address) as producer,
+        PullConsumer(address, "tail-readers", start="end") as consumer,
+    ):
+        consumer.assign("tailed", [0])
+        fetches.clear()
+        for i in range(10):
+            producer.send(Message("tailed", b"%d" % i))
+            assert [m.body for m in consumer.poll(wait_s=5)] == [b"%d" % i]
+        assert len(fetches) == 10
+        fetches.clear()
+        assert consumer.poll(wait_s=0.2) == []  # nothing: one fetch, waited out
+        assert len(fetches) == 1
