@@ -257,6 +257,7 @@ class RoutingReplica:
             appendEntriesPeriod=0.02 if single else 0.1,
         )
         others = [v for v in voters if v != self_address]
+        self._closed = False  # close() began: nothing is submitted to pysyncobj any more
         self._catching_up: asyncio.Future[None] | None = None  # the barrier under way
         self._next_catch_up: asyncio.Future[None] | None = None  # the one after it
         self._caught_up_at = 0.0
@@ -362,6 +363,8 @@ class RoutingReplica:
             try:
                 return await self._submit_once(tracked, deadline - time.monotonic())
             except RoutingUnavailable as error:
+                if self._closed:
+                    raise
                 if not error.outcome_unknown:
                     if time.monotonic() >= retry_until:
                         raise
@@ -396,6 +399,8 @@ class RoutingReplica:
         return self.read(lambda state: state.outcome(request_id))
 
     async def _submit_once(self, command: object, timeout_s: float) -> CommandResult:
+        if self._closed:
+            raise RoutingUnavailable("routing is closed here: this node is stopping")
         if not self._has_quorum():
             raise RoutingUnavailable(
                 f"routing has no quorum here ({self._quorum_summary()}): nothing was changed"
@@ -502,4 +507,7 @@ class RoutingReplica:
             await asyncio.sleep(0.05)
 
     def close(self) -> None:
+        """Leave Raft (blocks). A submit from then on is ``RoutingUnavailable``: pysyncobj's
+        object, once destroyed, failed each one with an ``AttributeError``."""
+        self._closed = True
         self.sync.destroy()

@@ -7,14 +7,17 @@ nothing here depends on timing."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
+import pytest
 from pysyncobj import SyncObjConf, SyncObjConsumer, replicated
 
 from ferrymq.launcher.cluster import free_ports
 from ferrymq.launcher.polling import until
+from routing.commands import CreateTopic
 from routing.raft_transport import BoundedTcpTransport
-from routing.replica import RoutingReplica, _RaftNode
+from routing.replica import RoutingReplica, RoutingUnavailable, _RaftNode
 
 IDLE_WAIT_S = 5.0  # what the test asks each tick to wait: a tick that waits it is seen
 
@@ -102,3 +105,25 @@ def test_only_a_replica_that_is_its_own_only_voter_is_lone(tmp_path):
     finally:
         for replica in (alone, one_of_three, reader):
             replica.close()
+
+
+def test_a_submit_after_close_began_is_routing_unavailable(tmp_path):
+    """A routing host that stops closes its replica while its heartbeat loop may still
+    submit: pysyncobj's destroyed object failed each with an ``AttributeError``, logged
+    with its traceback every 100 ms for as long as the destroy took (the chaos suite counts
+    exceptions in node logs)."""
+    (port,) = free_ports(1)
+    address = f"127.0.0.1:{port}"
+    replica = RoutingReplica(
+        self_address=address, voters=[address], secret="s", data_dir=str(tmp_path), lease_s=3.0
+    )
+
+    async def submit_after_close() -> None:
+        await replica.wait_ready(20)
+        # Committed (and refused by the state: no broker group here), through pysyncobj.
+        assert (await replica.submit(CreateTopic("before", 1), 5)).reason == "NO_BROKER_GROUP"
+        replica.close()
+        with pytest.raises(RoutingUnavailable, match="closed"):
+            await replica.submit(CreateTopic("after", 1), 5)
+
+    asyncio.run(submit_after_close())
