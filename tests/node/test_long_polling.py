@@ -102,6 +102,13 @@ async def one_turn() -> None:
         await asyncio.sleep(0)
 
 
+async def cap_moved_to(waiters: QueueWaiters, cap: Cap, offset: int) -> None:
+    """The read cap moves to ``offset``, the waiters are told, and the woken run."""
+    cap.offset = offset
+    waiters.readable_moved()
+    await one_turn()
+
+
 def test_without_a_read_cap_a_dispatch_wakes_its_queues_waiters_at_once():
     async def run():
         waiters = QueueWaiters(asyncio.get_running_loop(), read_cap=Cap(None))
@@ -125,9 +132,7 @@ def test_under_a_read_cap_a_dispatch_past_it_wakes_nobody_until_the_cap_passes_i
         waiters.on_dispatch(batch([("t", 0)], 100))
         await one_turn()
         assert not mine.done()
-        cap.offset = 100
-        waiters.readable_moved()
-        await one_turn()
+        await cap_moved_to(waiters, cap, 100)
         assert mine.done()
 
     asyncio.run(run())
@@ -142,9 +147,7 @@ def test_a_move_of_the_cap_wakes_only_the_queues_that_got_records():
         waiters = QueueWaiters(asyncio.get_running_loop(), read_cap=cap)
         mine, idle = await parked(waiters, "t", 0), await parked(waiters, "idle", 0)
         waiters.on_dispatch(batch([("t", 0)], 100))
-        cap.offset = 100
-        waiters.readable_moved()
-        await one_turn()
+        await cap_moved_to(waiters, cap, 100)
         assert mine.done() and not idle.done()
         waiters.readable_moved()  # nothing more was dispatched: still nobody
         await one_turn()
@@ -161,9 +164,7 @@ def test_a_queue_partly_passed_by_the_cap_wakes_on_each_move_until_all_of_it_is_
         waiters.on_dispatch(batch([("t", 0)], 100))
         for offset in (40, 99):  # records of the pass may be readable already
             waiter = await parked(waiters, "t", 0)
-            cap.offset = offset
-            waiters.readable_moved()
-            await one_turn()
+            await cap_moved_to(waiters, cap, offset)
             assert waiter.done()
         cap.offset = 100
         waiters.readable_moved()
@@ -182,9 +183,7 @@ def test_a_waiter_registered_between_the_dispatch_and_the_cap_is_woken():
         waiters = QueueWaiters(asyncio.get_running_loop(), read_cap=cap)
         waiters.on_dispatch(batch([("t", 0)], 100))  # nobody waits yet
         mine = await parked(waiters, "t", 0)
-        cap.offset = 100
-        waiters.readable_moved()
-        await one_turn()
+        await cap_moved_to(waiters, cap, 100)
         assert mine.done()
 
     asyncio.run(run())
