@@ -13,18 +13,23 @@ re-checks the real topic and key of every hit, so two keys of one hash never ret
 other's messages.
 
 Write order per key is entry, then slot, then header, so a crash at any instruction leaves
-at worst an entry that is overwritten later: a lookup may miss it, never return a wrong one.
+at worst an entry that is overwritten later, and slots naming it: a lookup may miss it, never
+return a wrong one. Recovery points those slots back at their chains' counted entries before
+it writes anything (``repair_uncounted_slots``), or the replay's entries, taking the dead
+ones' numbers, would cut the older keys of those slots off their chains.
 
 Thread-safety: written under the store's put lock; lookups are lock-free.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import functools
 import mmap
 import os
 import struct
+import sys
 import threading
 from datetime import UTC, datetime
 
@@ -242,6 +247,30 @@ class IndexFile:
                 return 0
             number = previous
         return number
+
+    def repair_uncounted_slots(self) -> int:
+        """After a crash: point every slot that names an uncounted entry at the newest
+        counted entry of its chain (``_last_counted``); returns how many were repaired.
+
+        Why it must happen before the next write: recovery may replay from a point
+        before the dead batch (the checkpoint), so the replay's first entries take the
+        dead entries' numbers. A slot still naming one of those numbers would then lead
+        its chain into another slot's, and every older key of that slot would vanish
+        from lookups (found by the SIGKILL test: a unique key the index no longer found).
+        ``put`` and ``put_all`` only follow such a link while its number is still past
+        the count, which a replay of more than one batch soon makes untrue."""
+        count = self.index_count
+        slots = array.array("i", self.map[HEADER_SIZE : HEADER_SIZE + self.slot_count * SLOT_SIZE])
+        if sys.byteorder == "little":
+            slots.byteswap()  # slots are big-endian on disk
+        if not slots or max(slots) < count:
+            return 0  # the common case, one pass in C: no slot names a dead entry
+        repaired = 0
+        for slot, number in enumerate(slots):
+            if number >= count:
+                SLOT.pack_into(self.map, HEADER_SIZE + slot * SLOT_SIZE, self._last_counted(number))
+                repaired += 1
+        return repaired
 
     def write_header(self, end_physical_offset: int) -> None:
         self.end_physical_offset = end_physical_offset

@@ -29,7 +29,11 @@ class IndexService:
         self.files: tuple[IndexFile, ...] = ()
         os.makedirs(directory, exist_ok=True)
 
-    def load(self) -> None:
+    def load(self, crashed: bool = False) -> None:
+        """Open the files on disk. After a crash (``crashed``), no slot may keep naming an
+        entry its file's header does not count (``IndexFile.repair_uncounted_slots``):
+        the newest file can hold a batch whose header was never written, and a power loss
+        can bring back any file's copy synced while it was the newest."""
         names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 17)
         files = []
         for name in names:
@@ -40,7 +44,10 @@ class IndexService:
                 # creates it again. Opening it would refuse it (wrong size) and the store.
                 os.unlink(path)
                 continue
-            files.append(IndexFile.open(path, self.slot_count, self.entry_count))
+            index_file = IndexFile.open(path, self.slot_count, self.entry_count)
+            if crashed:
+                index_file.repair_uncounted_slots()
+            files.append(index_file)
         self.files = tuple(files)
 
     @property

@@ -286,7 +286,7 @@ class MessageStore:
         self._create_abort_file()
         self.commitlog.load()
         self.consume_queues.load()
-        self.index.load()
+        self.index.load(crashed=not clean)
         segments = self.commitlog.segments
         first = segments.files[0].base_offset if segments.files else 0
         durable = first if checkpoint is None else max(first, checkpoint.recovery_start_offset)

@@ -19,7 +19,7 @@ from ferrymq.codec.message_id import offset_message_id
 from ferrymq.codec.properties import encode_properties
 from ferrymq.launcher.polling import until
 from store import checkpoint as checkpoint_format
-from store import index_service, sync_ledger
+from store import dispatcher, index_service, sync_ledger
 from store.checkpoint import Checkpoint
 from store.commitlog import CommitLog, prepare, topic_prefix_of
 from store.config import FlushMode, StoreConfig
@@ -1244,6 +1244,73 @@ def test_index_chain_survives_a_crash_between_entries_and_header(tmp_path):
     assert reopened.lookup(11, 0, 10_000, 10) == [100]
     assert reopened.lookup(22, 0, 10_000, 10) == [200]
     assert reopened.lookup(33, 0, 10_000, 10) == [300]
+
+
+def keys_by_slot(slot_count: int, topic: str = "T") -> tuple[str, str, str]:
+    """Keys a, b, c: a and c share an index slot, b is in another."""
+    slot = {n: index_key_hash(f"{topic}#{n}".encode()) % slot_count for n in map(str, range(64))}
+    a = "0"
+    c = next(n for n in slot if n != a and slot[n] == slot[a])
+    b = next(n for n in slot if slot[n] != slot[a])
+    return a, b, c
+
+
+def test_a_replay_from_before_a_dead_batch_keeps_the_older_keys_of_its_slots(tmp_path):
+    """A batch wrote its entry and slot, then the process died before the header counted
+    it. Recovery cuts the index back to the checkpoint, before the batch, and replays from
+    there: the replay's first entry takes the dead entry's number, so a slot still naming
+    it led its chain into another key's, and the older key of that slot vanished from
+    lookups (the SIGKILL test's lost unique key). Loading after a crash repairs the slot."""
+    a, b, c = keys_by_slot(2)
+
+    def row(key: str, physical: int) -> bytes:
+        return INDEX_KEY.pack(physical, 100, T0, index_key_hash(f"T#{key}".encode()))
+
+    directory = str(tmp_path / "index")
+    service = IndexService(directory, slot_count=2, entry_count=100)
+    service.put_records(row(a, 0) + row(b, 100))  # counted: the header ends at 200
+    service.files[-1].put_all(row(c, 200))  # entry and slot written; dead before the header
+
+    recovered = IndexService(directory, slot_count=2, entry_count=100)
+    recovered.load(crashed=True)
+    recovered.truncate_physical(100)  # the checkpoint said: indexed below 100
+    recovered.put_records(row(b, 100))  # the replay, one plan per record
+    recovered.put_records(row(c, 200))
+    for key, physical in ((a, 0), (b, 100), (c, 200)):
+        assert recovered.lookup("T", key, 0, 1 << 62, 10) == [physical], key
+
+
+def test_recovery_replaying_in_several_plans_finds_every_key(tmp_path, monkeypatch):
+    """The same through the store: a put dies after its index entries, before the index
+    header; recovery replays from the checkpoint in several plans (as a long replay does,
+    CATCH_UP_BATCH records each) and every unique key is found again."""
+    a, b, c = keys_by_slot(2)
+    config = StoreConfig(str(tmp_path / "store"), **{**SMALL, **QUIET, "index_slot_count": 2})
+    store = MessageStore.open(config)
+    assert store.put_message(Message.build("T", b"a", unique_key=a)).ok
+    store.flush_log()
+    store.flush_derived()  # the checkpoint: everything below here is durable
+    assert store.put_message(Message.build("T", b"b", unique_key=b)).ok
+
+    def crashing_write_header(self, end_physical_offset):
+        raise _Crash
+
+    monkeypatch.setattr(IndexFile, "write_header", crashing_write_header)
+    with pytest.raises(_Crash):
+        store.put_message(Message.build("T", b"c", unique_key=c))
+    monkeypatch.undo()
+    store.close_abruptly_for_tests()
+
+    monkeypatch.setattr(dispatcher, "CATCH_UP_BATCH", 1)
+    store = MessageStore.open(config)
+    assert store.recovery_report.redispatched == 2
+    found = {key: store.query_by_unique_key("T", key) for key in (a, b, c)}
+    assert {key: m.body if m else None for key, m in found.items()} == {
+        a: b"a",
+        b: b"b",
+        c: b"c",
+    }
+    store.shutdown()
 
 
 def test_checkpoint_writes_from_several_threads_never_collide(tmp_path):
