@@ -90,7 +90,8 @@ class LiteIndex:
         self._recent: deque[tuple[int, str, int]] = deque(maxlen=RECENT_MARKERS)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self.on_arrival: Callable[[str], None] = lambda lmq: None  # on the loop
+        # (lite topics that got messages, the log end of their batch), once per batch.
+        self.on_arrival: Callable[[list[str], int], None] = lambda lmqs, end: None  # on the loop
 
     # ---- building ------------------------------------------------------------------
     def load(self, loop: asyncio.AbstractEventLoop, lite_topics: Iterable[str]) -> None:
@@ -124,6 +125,7 @@ class LiteIndex:
                     self._add(lmq, stored.physical_offset)
 
     def _on_dispatch(self, batch: DispatchBatch) -> None:
+        arrived: dict[str, None] = {}
         for request in batch.records:
             if request.topic == EXPIRY_TOPIC:
                 self._expired(request.properties, request.physical_offset)
@@ -134,12 +136,13 @@ class LiteIndex:
                 continue
             lmq = lmq_name(request.topic, lite_topic)
             self._add(lmq, request.physical_offset)
-            if self._loop is None:
-                continue
-            if threading.get_ident() == self._loop_thread:
-                self.on_arrival(lmq)
-            else:
-                self._loop.call_soon_threadsafe(self.on_arrival, lmq)
+            arrived[lmq] = None
+        if not arrived or self._loop is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self.on_arrival(list(arrived), batch.end)
+        else:
+            self._loop.call_soon_threadsafe(self.on_arrival, list(arrived), batch.end)
 
     def _on_cut(self, end: int) -> None:
         """The log from ``end`` on was cut: every lite topic's offsets from there on go

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Generic, Protocol, TypeVar
 
 from store.dispatch_request import DispatchBatch
 
@@ -25,6 +25,7 @@ LONG_POLLING_MAX_S = 60.0
 DEADLINE_MARGIN_S = 0.5
 
 Answer = TypeVar("Answer")
+Key = TypeVar("Key")
 
 
 class CallDeadline(Protocol):
@@ -61,18 +62,52 @@ async def long_poll(
         await wait(remaining_s)
 
 
-class QueueWaiters:
-    """The long polls of every queue, and when to wake them.
+class HeldUntilReadable(Generic[Key]):
+    """Which keys (queues, lite topics) got records readers may read now, under a read
+    cap (the SYNC master's confirmed offset, a SYNC_FLUSH fsync).
 
-    A queue's waiters wake when records it got become readable: at once on dispatch
-    without a read cap, else when the cap passes them (``readable_moved``: the SYNC
-    master's confirmed offset, a SYNC_FLUSH fsync). Why not on dispatch under a cap: the
-    read it wakes finds nothing it may return and waits again, on every send, while the
-    slaves' acknowledgements are still on their way. Why not every waiter of the node on
-    each move of the cap: only queues that got records since can have more to read.
-    ``_held`` keeps, per queue dispatched beyond the cap, the log end its last dispatch
-    reached; a queue stays there, and wakes on every move of the cap, until the cap passes
-    that end (records of it may become readable piecemeal). Loop-only state."""
+    Without a cap, records are readable once dispatched. Under one, a key that got records
+    beyond it is held with the log end its last dispatch reached, and is readable at each
+    move of the cap until the cap passes that end (its records may become readable
+    piecemeal). Why not readable at dispatch: the read it wakes finds nothing it may return
+    and waits again, on every send, while the slaves' acknowledgements are on their way.
+    Why not every key at each move of the cap: only keys that got records can have more.
+    Loop-only state."""
+
+    def __init__(self, read_cap: Callable[[], int | None]) -> None:
+        self._read_cap = read_cap
+        self._held: dict[Key, int] = {}
+
+    def dispatched(self, keys: Iterable[Key], end: int) -> list[Key]:
+        """``keys`` got records ending at ``end``: the keys readers may read more of now."""
+        cap = self._read_cap()
+        readable = self._release(cap) if self._held else []
+        if cap is None or end <= cap:
+            readable.extend(keys)
+            return readable
+        held = self._held
+        for key in keys:
+            if held.get(key, -1) < end:
+                held[key] = end
+        return readable
+
+    def cap_moved(self) -> list[Key]:
+        """The read cap moved (or was lifted): the held keys it may have passed."""
+        return self._release(self._read_cap()) if self._held else []
+
+    def _release(self, cap: int | None) -> list[Key]:
+        held = self._held
+        readable = list(held)
+        for key, end in list(held.items()):
+            if cap is None or end <= cap:
+                del held[key]
+        return readable
+
+
+class QueueWaiters:
+    """The long polls of every queue, and when to wake them: when records a queue got
+    become readable (``HeldUntilReadable``), at once on dispatch without a read cap, else
+    when the cap passes them (``readable_moved``)."""
 
     def __init__(
         self,
@@ -81,9 +116,8 @@ class QueueWaiters:
     ) -> None:
         self._loop = loop
         self._loop_thread = threading.get_ident()
-        self._read_cap = read_cap
+        self._readable: HeldUntilReadable[tuple[str, int]] = HeldUntilReadable(read_cap)
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
-        self._held: dict[tuple[str, int], int] = {}
 
     def on_dispatch(self, batch: DispatchBatch) -> None:
         if threading.get_ident() == self._loop_thread:
@@ -92,30 +126,15 @@ class QueueWaiters:
             self._loop.call_soon_threadsafe(self._dispatched, batch.queues, batch.end)
 
     def _dispatched(self, queues: list[tuple[str, int]], end: int) -> None:
-        cap = self._read_cap()
-        if self._held:
-            self._release(cap)
-        if cap is None or end <= cap:
-            if self._waiters:
-                for key in self._waiters.keys() & set(queues):
-                    self._wake(key)
-            return
-        held = self._held
-        for key in queues:
-            if held.get(key, -1) < end:
-                held[key] = end
+        readable = self._readable.dispatched(queues, end)
+        if self._waiters:
+            for key in self._waiters.keys() & set(readable):
+                self._wake(key)
 
     def readable_moved(self) -> None:
         """The read cap moved (or was lifted): wake the queues holding records it may
         have passed."""
-        if self._held:
-            self._release(self._read_cap())
-
-    def _release(self, cap: int | None) -> None:
-        held = self._held
-        for key, end in list(held.items()):
-            if cap is None or end <= cap:
-                del held[key]
+        for key in self._readable.cap_moved():
             self._wake(key)
 
     def _wake(self, key: tuple[str, int]) -> None:

@@ -515,7 +515,13 @@ class Node:
             offsets=OffsetService(store, topics, self.offsets, groups, permissions),
             pop=pop,
             lite=LiteService(
-                topics, permissions, groups, pop, self.lite_index, notices=self.lite_notices
+                topics,
+                permissions,
+                groups,
+                pop,
+                self.lite_index,
+                notices=self.lite_notices,
+                read_cap=self.raw_store.read_cap,
             ),
             transactions=transactions,
             membership=MembershipService(
@@ -623,7 +629,7 @@ class Node:
         """The read cap moved: readers waiting for more may read now."""
         self.waiters.readable_moved()
         if self.services is not None:
-            self.services.lite.wake_all()
+            self.services.lite.readable_moved()
 
     def _reload_states(self) -> None:
         """A promoted slave rebuilds everything it derives from the log."""

@@ -3,8 +3,9 @@ lite topics a client subscribed to (the POP service's ``pop_lite``).
 
 A lite consumer's client id (its ``x-mq-client-id``) names its subscription set
 (``node/lite_subscriptions.py``); its long poll wakes when a message arrives in one of its
-lite topics (``LiteIndex.on_arrival``), when a delivery of one ends (``on_lite_change``),
-when the read cap moves, and when the client subscribes to more.
+lite topics and is readable (``LiteIndex.on_arrival``; under a read cap, when the cap
+passes it: ``node.long_polling.HeldUntilReadable``, the queues' rule), when a delivery of one
+ends (``on_lite_change``), and when the client subscribes to more.
 
 An offset option (a PARTIAL_ADD's, Java's ``subscribeLite(topic, OffsetOption)``) sets where
 the group starts a lite topic it has not consumed yet, or moves its cursor forward: MAX
@@ -28,6 +29,7 @@ from node.lite_index import LiteIndex
 from node.lite_names import check_lite_topic, lmq_name
 from node.lite_notices import LiteNotices
 from node.lite_subscriptions import ClientKey, LiteClient, LiteSubscriptions
+from node.long_polling import HeldUntilReadable
 from node.pop_state import CursorKey
 from node.receipt_handle import new_delivery_id
 from node.rpc_status import InvalidRequest
@@ -50,6 +52,7 @@ class LiteService:
         subscriptions: LiteSubscriptions | None = None,
         clock: Callable[[], float] = time.monotonic,
         notices: LiteNotices | None = None,
+        read_cap: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.topics = topics
         self.permissions = permissions
@@ -61,8 +64,9 @@ class LiteService:
         self._waiting: dict[ClientKey, set[asyncio.Future[None]]] = {}
         self.notices = notices or LiteNotices()  # to clients that lost a lite topic
         self._expired_at = clock()
+        self._readable: HeldUntilReadable[str] = HeldUntilReadable(read_cap)
         pop.on_lite_change = self.changed
-        index.on_arrival = self.changed
+        index.on_arrival = self.arrived
 
     # ---- which topics are lite -------------------------------------------------------
     def serves(self, topic_name: str) -> bool:
@@ -233,10 +237,16 @@ class LiteService:
         for key in self.subscriptions.subscribers(lmq):
             self._wake(key)
 
-    def wake_all(self) -> None:
-        """The read cap moved: every lite long poll may have more."""
-        for key in list(self._waiting):
-            self._wake(key)
+    def arrived(self, lmqs: list[str], end: int) -> None:
+        """Messages of ``lmqs`` were dispatched, up to log offset ``end``: those readable
+        now change their lite topics; the others wait for the read cap to pass them."""
+        for lmq in self._readable.dispatched(lmqs, end):
+            self.changed(lmq)
+
+    def readable_moved(self) -> None:
+        """The read cap moved: the lite topics whose messages it may have passed change."""
+        for lmq in self._readable.cap_moved():
+            self.changed(lmq)
 
     def _wake(self, key: ClientKey) -> None:
         for each in (key, ("", key[1])):

@@ -29,7 +29,7 @@ class Lite:
         self.store = MessageStore.open(StoreConfig(str(self.tmp_path / "data"), **STORE))
         self.index = LiteIndex(self.store, self.lite_topics_max)
         self.arrived: list[str] = []
-        self.index.on_arrival = self.arrived.append
+        self.index.on_arrival = lambda lmqs, end: self.arrived.extend(lmqs)
         self.index.load(self.loop, ["T"])
 
     def put(self, lite_topic: str, topic: str = "T", queue_id: int = 0) -> int:

@@ -8,6 +8,8 @@ import contextlib
 import threading
 from types import SimpleNamespace
 
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from node.lite_names import lmq_name
 from node.long_polling import (
     DEADLINE_MARGIN_S,
     LONG_POLLING_MAX_S,
@@ -15,6 +17,7 @@ from node.long_polling import (
     long_poll,
     poll_budget_s,
 )
+from node.services.lite import LiteService
 from store.dispatch_request import DispatchBatch
 
 
@@ -230,3 +233,62 @@ def test_a_wait_ends_after_its_timeout_and_leaves_nothing_registered():
         assert not waiters._waiters
 
     asyncio.run(run())
+
+
+# ---- lite consumers: the same rule through LiteService ---------------------------------
+class LiteOnACap:
+    """A LiteService whose read cap the test moves, with one lite consumer ("G", "c1")
+    subscribed to lite topics a and b of topic T, its ready marks cleared."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.cap: int | None = 0
+        pop, index = SimpleNamespace(), SimpleNamespace()
+        self.lite = LiteService(None, None, None, pop, index, read_cap=lambda: self.cap)
+        assert index.on_arrival == self.lite.arrived
+        self.lite.subscriptions.sync(pb.PARTIAL_ADD, "G", "c1", "T", ["a", "b"])
+        self.client = self.lite.subscriptions.client("G", "c1")
+        self.client.ready.clear()  # a receive found nothing in them
+        self.waiter: asyncio.Task | None = None
+
+    def wait(self) -> None:
+        self.waiter = self.loop.create_task(self.lite._wait(self.client, "c1", 30.0))
+        self.run_a_turn()
+
+    def run_a_turn(self) -> None:
+        self.loop.run_until_complete(asyncio.sleep(0))
+
+    def woken(self) -> bool:
+        self.run_a_turn()
+        return self.waiter.done()
+
+    def cap_moved_to(self, cap: int | None) -> None:
+        self.cap = cap
+        self.lite.readable_moved()
+
+
+def test_a_lite_arrival_past_the_cap_wakes_and_readies_nothing_until_the_cap_passes_it():
+    """Each move of a SYNC master's read cap woke every lite long poll (and an arrival
+    woke its subscribers before the slaves had it): each woken receive read for nothing
+    and waited again. Now a lite topic changes once the cap passes what arrived."""
+    loop = asyncio.new_event_loop()
+    try:
+        on_cap = LiteOnACap(loop)
+        on_cap.wait()
+        on_cap.cap_moved_to(50)  # nothing of a or b arrived: nobody wakes
+        assert not on_cap.woken()
+        on_cap.lite.arrived([lmq_name("T", "a")], 200)  # past the cap
+        assert not on_cap.woken() and on_cap.client.ready == set()
+        on_cap.cap_moved_to(150)  # part of it: a may have something readable
+        assert on_cap.woken() and on_cap.client.ready == {lmq_name("T", "a")}
+        on_cap.client.ready.clear()
+        on_cap.wait()
+        on_cap.cap_moved_to(200)  # the rest
+        assert on_cap.woken() and on_cap.client.ready == {lmq_name("T", "a")}
+        on_cap.wait()
+        on_cap.cap_moved_to(260)  # passed already: nothing left to wake for
+        assert not on_cap.woken()
+        on_cap.lite.arrived([lmq_name("T", "b")], 250)  # within the cap: at once
+        assert on_cap.woken() and lmq_name("T", "b") in on_cap.client.ready
+    finally:
+        loop.close()
