@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -59,7 +58,7 @@ from bench.official_failover import (
     unavailable_ms,
 )
 from ferrymq.client import Admin
-from ferrymq.launcher.cluster import is_running, load_plan, save_plan, start_node
+from ferrymq.launcher.cluster import is_running, kill_node, load_plan, save_plan, start_node
 from ferrymq.launcher.polling import until
 
 CLIENTS = ("python", "java", "java4", "go", "go4", "alions", "nodejs")
@@ -118,8 +117,8 @@ def drill(directory: str, load: OfficialLoad, spared: str) -> float:
         master = switch_master(plan, next(n for n in plan.nodes if n.id != spared))
     sent = len(load.of("sent"))
     load.until(lambda: len(load.of("sent")) > sent + ACKS_AROUND_KILL, 60, "load before the kill")
-    os.kill(master.pid, signal.SIGKILL)
     killed_at = time.monotonic()
+    kill_node(plan, master)  # its ports held for its restart
     took_ms = unavailable_ms(load, killed_at, 60)
     sent = len(load.of("sent"))
     load.until(lambda: len(load.of("sent")) > sent + ACKS_AROUND_KILL, 60, "load after the kill")

@@ -109,6 +109,7 @@ from ferrymq.launcher.cluster import (
     cluster_down,
     cluster_up,
     is_running,
+    kill_node,
     load_plan,
     log_path,
     save_plan,
@@ -499,8 +500,8 @@ def one_drill(directory: str, drill: int, load: LoopProducer, acks_after: int) -
     leader = raft_leader_id(plan)
     before = len(load.acknowledged)
     until(lambda: len(load.acknowledged) > before + 50, 30, "load before the kill")
-    os.kill(master.pid, signal.SIGKILL)
     killed_at = time.monotonic()
+    kill_node(plan, master)  # its ports held for its restart
     first = until(lambda: load.first_ack_after(killed_at), 30, "an acknowledged send", 0.01)
     unavailable_ms = (first - killed_at) * 1000
     new_master = master_of(plan, [n for n in plan.nodes if n.id != master.id])
@@ -609,8 +610,8 @@ def official_drill(
         load.until(lambda load=load, n=sent: len(load.of("sent")) > n + 20, 60, "load before")
     python = loads["python"]
     on_master = int(master.grpc.rsplit(":", 1)[1]) in tcp_peer_ports(python.process.pid)
-    os.kill(master.pid, signal.SIGKILL)
     killed_at = time.monotonic()
+    kill_node(plan, master)  # its ports held for its restart
     took_ms, sends_ms, receives_ms = _resumed_ms(python, killed_at)
     java_ms = unavailable_ms(loads["java"], killed_at, 60) if "java" in loads else None
     log(

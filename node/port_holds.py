@@ -41,9 +41,11 @@ def hold_port(host: str, port: int = 0) -> socket.socket:
     return held
 
 
-def hold_port_when_free(host: str, port: int, wait_s: float = RELEASE_WAIT_S) -> socket.socket:
-    """``hold_port`` on a given port, retried for up to ``wait_s`` while it is in use: a
-    node just killed may not have released its listeners yet."""
+def hold_port_when_free(
+    host: str, port: int, wait_s: float = RELEASE_WAIT_S, poll_s: float = 0.05
+) -> socket.socket:
+    """``hold_port`` on a given port, retried every ``poll_s`` for up to ``wait_s`` while
+    it is in use: a node just killed may not have released its listeners yet."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -51,7 +53,7 @@ def hold_port_when_free(host: str, port: int, wait_s: float = RELEASE_WAIT_S) ->
         except OSError as error:
             if error.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
                 raise
-        time.sleep(0.05)
+        time.sleep(poll_s)
 
 
 def hold_free_ports(host: str, count: int) -> list[socket.socket]:

@@ -351,6 +351,29 @@ def hold_node_ports(plan: ClusterPlan, node: NodePlan, wait_s: float) -> list[so
     return holds
 
 
+def kill_node(plan: ClusterPlan, node: NodePlan, wait_s: float = RELEASE_WAIT_S) -> None:
+    """kill -9 of ``node``'s process, its ports then held in ``plan.holds`` for its
+    restart (``start_node`` takes them from there). Why at once: from a node's death to
+    its restart its ports are free, and any outgoing connection on the host may take one
+    as its local port meanwhile (the kernel gives those from the range port-0 binds come
+    from); the restart then failed, "in use by another process" (a CI run's master-kill
+    drill). Held within milliseconds of the death, not seconds later at the restart."""
+    os.kill(node.pid, signal.SIGKILL)
+    if node.netns:
+        return  # its ports are in its own network namespace: nothing of the host's takes them
+    for name in DEFAULT_BASE_PORTS:
+        address = getattr(node, name)
+        if not address:
+            continue
+        host, _, port_text = address.rpartition(":")
+        port = int(port_text)
+        held = hold_port_when_free(host, port, wait_s, poll_s=0.002)
+        previous = plan.holds.pop(port, None)
+        if previous is not None:
+            previous.close()
+        plan.holds[port] = held
+
+
 def _package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -16,8 +16,11 @@ from dataclasses import replace
 import pytest
 
 from ferrymq.launcher.cluster import (
+    DEFAULT_BASE_PORTS,
     ClusterError,
     cluster_down,
+    is_running,
+    kill_node,
     load_plan,
     plan_cluster,
     save_plan,
@@ -162,6 +165,30 @@ def test_a_restart_on_a_port_another_process_took_fails_at_once_naming_it(tmp_pa
     plan = replace(plan, nodes=(restarted,))
     save_plan(plan)
     try:
+        wait_ready(plan, 60)
+    finally:
+        cluster_down(str(tmp_path))
+
+
+def test_a_killed_node_s_ports_stay_held_until_its_restart(tmp_path):
+    """From a node's kill -9 to its restart its ports were free, and any outgoing
+    connection on the host could take one as its local port: a CI drill's restart failed,
+    "metrics port ... in use by another process". ``kill_node`` holds them at once."""
+    plan = plan_cluster(str(tmp_path), 1, auto_ports=True, settings=SMALL_STORE)
+    started = start_node(plan, plan.nodes[0])
+    plan = replace(plan, nodes=(started,))
+    save_plan(plan)
+    ports = [int(getattr(started, name).rpartition(":")[2]) for name in DEFAULT_BASE_PORTS]
+    try:
+        wait_ready(plan, 60)
+        kill_node(plan, started)
+        assert not is_running(started, plan)
+        assert all(taken(port) for port in ports)  # held by this launcher, not free
+        assert sorted(plan.holds) == sorted(ports)
+        restarted = start_node(plan, started)  # takes the holds
+        assert plan.holds == {}
+        plan = replace(plan, nodes=(restarted,))
+        save_plan(plan)
         wait_ready(plan, 60)
     finally:
         cluster_down(str(tmp_path))

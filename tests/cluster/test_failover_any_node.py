@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from ferrymq.launcher.cluster import (
     NodePlan,
     cluster_up,
     is_running,
+    kill_node,
     save_plan,
     start_node,
 )
@@ -128,8 +128,8 @@ class Cluster:
             self.make_master(other)
 
     def kill(self, node: NodePlan) -> float:
-        os.kill(node.pid, signal.SIGKILL)
         killed_at = time.monotonic()
+        kill_node(self.plan, node)  # its ports held for its restart
         until(lambda: not is_running(node, self.plan), 10, f"{node.id} to die")
         return killed_at
 

@@ -15,6 +15,7 @@ from ferrymq.launcher.cluster import (
     NodePlan,
     bootstrap_admin,
     is_running,
+    kill_node,
     save_plan,
     start_node,
 )
@@ -54,7 +55,8 @@ def topic_everywhere(plan: ClusterPlan, name: str) -> None:
 
 
 def kill(plan: ClusterPlan, node: NodePlan) -> None:
-    os.kill(node.pid, signal.SIGKILL)
+    """kill -9 of ``node``; its ports stay held for ``restart`` (``kill_node``)."""
+    kill_node(plan, node)
     until(lambda: not is_running(node, plan), 10, f"{node.id} to die")
 
 
