@@ -356,7 +356,7 @@ def kill_node(plan: ClusterPlan, node: NodePlan, wait_s: float = RELEASE_WAIT_S)
     restart (``start_node`` takes them from there). Why at once: from a node's death to
     its restart its ports are free, and any outgoing connection on the host may take one
     as its local port meanwhile (the kernel gives those from the range port-0 binds come
-    from); the restart then failed, "in use by another process" (a CI run's master-kill
+    from); the restart then failed, "in use by another process" (a test run's master-kill
     drill). Held within milliseconds of the death, not seconds later at the restart."""
     os.kill(node.pid, signal.SIGKILL)
     if node.netns:

@@ -172,7 +172,7 @@ def test_a_restart_on_a_port_another_process_took_fails_at_once_naming_it(tmp_pa
 
 def test_a_killed_node_s_ports_stay_held_until_its_restart(tmp_path):
     """From a node's kill -9 to its restart its ports were free, and any outgoing
-    connection on the host could take one as its local port: a CI drill's restart failed,
+    connection on the host could take one as its local port: a test run's drill restart failed,
     "metrics port ... in use by another process". ``kill_node`` holds them at once."""
     plan = plan_cluster(str(tmp_path), 1, auto_ports=True, settings=SMALL_STORE)
     started = start_node(plan, plan.nodes[0])
