@@ -324,16 +324,24 @@ def start_node(
     return replace(node, pid=process.pid)
 
 
+def node_ports(node: NodePlan) -> list[tuple[str, str, int]]:
+    """(role, host, port) of each port ``node``'s plan names; a port an older plan did not
+    have is left out (the node picks one)."""
+    ports = []
+    for name in DEFAULT_BASE_PORTS:
+        address = getattr(node, name)
+        if address:
+            host, _, port_text = address.rpartition(":")
+            ports.append((name, host, int(port_text)))
+    return ports
+
+
 def hold_node_ports(plan: ClusterPlan, node: NodePlan, wait_s: float) -> list[socket.socket]:
     """Holds on the ports of ``node``: the plan's own when it still has them, else
     taken now."""
     holds: list[socket.socket] = []
     try:
-        for name in DEFAULT_BASE_PORTS:
-            if not getattr(node, name):
-                continue  # a port an older plan did not have: the node picks one
-            host, _, port_text = getattr(node, name).rpartition(":")
-            port = int(port_text)
+        for name, host, port in node_ports(node):
             held = plan.holds.pop(port, None)
             if held is None:
                 try:
@@ -361,12 +369,7 @@ def kill_node(plan: ClusterPlan, node: NodePlan, wait_s: float = RELEASE_WAIT_S)
     os.kill(node.pid, signal.SIGKILL)
     if node.netns:
         return  # its ports are in its own network namespace: nothing of the host's takes them
-    for name in DEFAULT_BASE_PORTS:
-        address = getattr(node, name)
-        if not address:
-            continue
-        host, _, port_text = address.rpartition(":")
-        port = int(port_text)
+    for _, host, port in node_ports(node):
         held = hold_port_when_free(host, port, wait_s, poll_s=0.002)
         previous = plan.holds.pop(port, None)
         if previous is not None:

@@ -16,12 +16,12 @@ from dataclasses import replace
 import pytest
 
 from ferrymq.launcher.cluster import (
-    DEFAULT_BASE_PORTS,
     ClusterError,
     cluster_down,
     is_running,
     kill_node,
     load_plan,
+    node_ports,
     plan_cluster,
     save_plan,
     start_node,
@@ -178,7 +178,7 @@ def test_a_killed_node_s_ports_stay_held_until_its_restart(tmp_path):
     started = start_node(plan, plan.nodes[0])
     plan = replace(plan, nodes=(started,))
     save_plan(plan)
-    ports = [int(getattr(started, name).rpartition(":")[2]) for name in DEFAULT_BASE_PORTS]
+    ports = [port for _, _, port in node_ports(started)]
     try:
         wait_ready(plan, 60)
         kill_node(plan, started)
