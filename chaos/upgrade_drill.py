@@ -25,10 +25,18 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from chaos import releases
-from ferrymq.client import Admin, FerryError, Message, Producer, PullConsumer
+from ferrymq.client import (
+    Admin,
+    FerryError,
+    Message,
+    Producer,
+    PullConsumer,
+    ReceivedMessage,
+)
 from ferrymq.launcher.cluster import (
     ClusterPlan,
     NodePlan,
@@ -87,16 +95,25 @@ class Load:
     def consume(self, until_drained: threading.Event) -> None:
         with PullConsumer(self.addresses, GROUP, start="beginning") as consumer:
             consumer.assign(TOPIC, list(range(QUEUES)))
-            while True:
-                try:
-                    batch = consumer.poll(wait_s=0.5)
-                except FerryError:
-                    continue  # a node restarting: poll again
-                for message in batch:
-                    body = message.body.decode()
-                    self.read[body] = self.read.get(body, 0) + 1
-                if not batch and until_drained.is_set():
-                    return
+            self.read_until_drained(consumer.poll, until_drained)
+
+    def read_until_drained(
+        self, poll: Callable[..., list[ReceivedMessage]], until_drained: threading.Event
+    ) -> None:
+        """Read until a poll that began after the writer stopped finds nothing. A poll that
+        began before may wait on one queue while the last messages land on another, and
+        find nothing: ending there would count those acknowledged messages as lost."""
+        while True:
+            drained = until_drained.is_set()  # before the poll: see the docstring
+            try:
+                batch = poll(wait_s=0.5)
+            except FerryError:
+                continue  # a node restarting: poll again
+            for message in batch:
+                body = message.body.decode()
+                self.read[body] = self.read.get(body, 0) + 1
+            if not batch and drained:
+                return
 
     def longest_gap_ms(self, start: float, end: float) -> float:
         # list() copies in one step: the writer thread adds to ``acked`` meanwhile.
