@@ -369,8 +369,14 @@ def kill_node(plan: ClusterPlan, node: NodePlan, wait_s: float = RELEASE_WAIT_S)
     os.kill(node.pid, signal.SIGKILL)
     if node.netns:
         return  # its ports are in its own network namespace: nothing of the host's takes them
-    for _, host, port in node_ports(node):
-        held = hold_port_when_free(host, port, wait_s, poll_s=0.002)
+    for name, host, port in node_ports(node):
+        try:
+            held = hold_port_when_free(host, port, wait_s, poll_s=0.002)
+        except OSError as error:
+            raise ClusterError(
+                f"{node.id} was killed, but its {name} port {host}:{port} was taken by "
+                f"another process before it could be held for the restart ({error.strerror})"
+            ) from None
         previous = plan.holds.pop(port, None)
         if previous is not None:
             previous.close()

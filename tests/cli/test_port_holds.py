@@ -192,3 +192,26 @@ def test_a_killed_node_s_ports_stay_held_until_its_restart(tmp_path):
         wait_ready(plan, 60)
     finally:
         cluster_down(str(tmp_path))
+
+
+def test_a_killed_node_s_port_taken_before_its_hold_fails_naming_the_node_and_port(tmp_path):
+    """Between the kill and the hold another program may take a port (milliseconds):
+    ``kill_node`` says which node's which port, as a restart on a taken port does,
+    not a bare OSError."""
+    plan = plan_cluster(str(tmp_path), 1, auto_ports=True, settings=SMALL_STORE)
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    node = replace(plan.nodes[0], pid=stand_in.pid)  # killed in the node's place
+    host, _, port = node.grpc.rpartition(":")
+    plan.holds.pop(int(port)).close()
+    try:
+        with socket.socket() as squatter:
+            squatter.bind((host, int(port)))
+            squatter.listen(1)  # another program's server, on the node's port
+            with pytest.raises(ClusterError, match=rf"{node.id} was killed, but its grpc port "):
+                kill_node(plan, node, wait_s=0.1)
+        assert stand_in.wait(10) == -signal.SIGKILL
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+        for held in plan.holds.values():
+            held.close()
