@@ -139,10 +139,13 @@ class Load:
             SimpleConsumer(self.address, POP_GROUP, TOPIC) as popper,
             SimpleConsumer(self.address, DLQ_GROUP, TOPIC) as fragile,
         ):
-            puller.subscribe(TOPIC)
+            subscribed = False
             while not self._stop.is_set():
                 round_number += 1
                 try:
+                    if not subscribed:  # retried: the node it asked may have been killed
+                        puller.subscribe(TOPIC)
+                        subscribed = True
                     messages = [Message(TOPIC, body, tag="load") for _ in range(self.batch)]
                     self.sent += len(producer.send_batch(messages))
                     puller.poll(wait_s=0)
