@@ -85,7 +85,8 @@ class ReplicationRole:
         host_starved: Callable[[], bool] = lambda: False,
     ) -> None:
         """``standalone``: a cluster of one, whose in-sync set is itself alone.
-        ``on_confirmed`` hears every advance of the master's confirmed offset."""
+        ``on_confirmed`` hears every advance of the read cap under SYNC replication: the
+        master's confirmed offset, or on a slave what its master last said it is."""
         self.node_id = node_id
         self.broker_group = broker_group
         # A new master renews its lease at once instead of at the next heartbeat: the
@@ -121,7 +122,7 @@ class ReplicationRole:
             node_id,
             secret,
             self._master_ha,
-            on_confirmed=self._cap_reads,
+            on_confirmed=self._slave_confirmed,
             on_refused=self._check_now.set,
         )
         self._master_role = False  # this node took the master's role (promotion done)
@@ -342,6 +343,17 @@ class ReplicationRole:
     def _confirmed(self, offset: int) -> None:
         self._cap_reads()
         self._on_confirmed(offset)
+
+    def _slave_confirmed(self) -> None:
+        """The master said (in a DATA frame or a heartbeat) what its in-sync set holds: a
+        moved cap is told on, as a master's is, so that readers held beyond the old cap
+        read now. Without it a long poll on a slave that got records beyond its cap
+        slept until its deadline, though the next frame made them readable."""
+        before = self.store.confirmed_offset
+        self._cap_reads()
+        after = self.store.confirmed_offset
+        if after is not None and after != before:
+            self._on_confirmed(after)
 
     async def maintain(self) -> None:
         """Keep the in-sync set current (master) and report a lost master (slave)."""

@@ -26,6 +26,8 @@ from ferrymq.launcher.processes import signal_node
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
+from ferrymq.protocol.ferrymq import data_pb2 as data
+from ferrymq.protocol.ferrymq import data_pb2_grpc
 from ha import rollback
 from ha.epochs import EpochHistory
 from store.config import StoreConfig
@@ -538,6 +540,39 @@ def test_sync_consumers_see_only_what_the_in_sync_slaves_confirmed(cluster):
         10,
         "the pending message to become visible once the slaves have it",
     )
+
+
+def test_a_long_poll_on_a_slave_answers_when_its_master_confirms_the_record(cluster):
+    """A slave reads up to what its master said the in-sync set holds, and hears of it in
+    the master's next frame (here its heartbeat, a second of silence later). A Data.Fetch
+    long poll on the slave that came before that word must answer on it, not at its
+    deadline: the word moved the slave's cap without waking its long polls."""
+    start, _ = cluster
+    plan = start(mode="SYNC")
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic("on-slave", 1)
+        topic_everywhere(plan, "on-slave")
+        admin.create_group("G")
+    master = master_of(plan)
+    slave = next(n for n in plan.nodes if n.id != master.id)
+    channel = grpc.insecure_channel(slave.grpc)
+    fetch = data_pb2_grpc.DataStub(channel).Fetch
+    try:
+        for offset in range(3):
+            with Producer(master.grpc) as producer:
+                producer.send(Message("on-slave", b"m%d" % offset))  # the slaves hold it
+            started = time.monotonic()
+            answer = fetch(
+                data.FetchRequest(
+                    group="G", topic="on-slave", queue_id=0, offset=offset, wait_ms=20_000
+                ),
+                timeout=30,
+            )
+            took_s = time.monotonic() - started
+            assert answer.code == pb.OK and answer.count == 1, answer
+            assert took_s < 10, f"the poll at {offset} answered after {took_s:.1f} s"
+    finally:
+        channel.close()
 
 
 def test_a_slave_that_stops_acknowledging_leaves_the_in_sync_set_and_writes_go_on(cluster):

@@ -61,8 +61,7 @@ def role_of(
         secret="secret",
         standalone=False,
         reload_states=lambda: None,
-        on_confirmed=lambda offset: None,
-        **extra,
+        **{"on_confirmed": lambda offset: None, **extra},
     )
 
 
@@ -140,6 +139,31 @@ def test_the_role_caps_reads_at_the_confirmed_offset_under_sync_only(store):
 
     assert asyncio.run(run(ReplicationMode.ASYNC)) is None
     assert asyncio.run(run(ReplicationMode.SYNC)) == store.write_offset
+
+
+def test_a_slave_tells_its_readers_when_its_masters_word_moves_its_read_cap(store):
+    """A slave's cap moves when its master says what the in-sync set holds; the node's
+    long polls hear of it as of a master's (``on_confirmed``). It was not told on: a long
+    poll on a slave held beyond its cap slept until its deadline."""
+    moves: list[int] = []
+
+    async def run() -> None:
+        routing = Routing()
+        assert routing.state.apply(RegisterNode("m", "g", "127.0.0.1:1")).ok
+        assert store.put_messages([Message("t", b"x"), Message("t", b"y")]).ok  # replicated
+        role = role_of(store, routing, ReplicationMode.SYNC, on_confirmed=moves.append)
+        end = store.write_offset
+        try:
+            role.slave.confirmed_offset = end  # what a DATA frame or a heartbeat says
+            role.slave.on_confirmed()
+            assert store.confirmed_offset == end
+            assert moves == [end]
+            role.slave.on_confirmed()  # the same word again: nothing moved, nobody told
+            assert moves == [end]
+        finally:
+            await role.close()
+
+    asyncio.run(run())
 
 
 class SubmittingRouting(Routing):
