@@ -374,8 +374,8 @@ def kill_node(plan: ClusterPlan, node: NodePlan, wait_s: float = RELEASE_WAIT_S)
             held = hold_port_when_free(host, port, wait_s, poll_s=0.002)
         except OSError as error:
             raise ClusterError(
-                f"{node.id} was killed, but its {name} port {host}:{port} was taken by "
-                f"another process before it could be held for the restart ({error.strerror})"
+                f"{node.id} was killed, but its {name} port {host}:{port} could not be held "
+                f"for its restart: {error.strerror}"
             ) from None
         previous = plan.holds.pop(port, None)
         if previous is not None:

@@ -555,12 +555,10 @@ def test_a_long_poll_on_a_slave_answers_when_its_master_confirms_the_record(clus
         admin.create_group("G")
     master = master_of(plan)
     slave = next(n for n in plan.nodes if n.id != master.id)
-    channel = grpc.insecure_channel(slave.grpc)
-    fetch = data_pb2_grpc.DataStub(channel).Fetch
-    try:
+    with grpc.insecure_channel(slave.grpc) as channel, Producer(master.grpc) as producer:
+        fetch = data_pb2_grpc.DataStub(channel).Fetch
         for offset in range(3):
-            with Producer(master.grpc) as producer:
-                producer.send(Message("on-slave", b"m%d" % offset))  # the slaves hold it
+            producer.send(Message("on-slave", b"m%d" % offset))  # the slaves hold it
             started = time.monotonic()
             answer = fetch(
                 data.FetchRequest(
@@ -571,8 +569,6 @@ def test_a_long_poll_on_a_slave_answers_when_its_master_confirms_the_record(clus
             took_s = time.monotonic() - started
             assert answer.code == pb.OK and answer.count == 1, answer
             assert took_s < 10, f"the poll at {offset} answered after {took_s:.1f} s"
-    finally:
-        channel.close()
 
 
 def test_a_slave_that_stops_acknowledging_leaves_the_in_sync_set_and_writes_go_on(cluster):
