@@ -386,9 +386,17 @@ class ScanResult:
 
 class CommitLog:
     def __init__(
-        self, directory: str, segment_bytes: int, store_host: bytes, *, preallocate: bool
+        self,
+        directory: str,
+        segment_bytes: int,
+        store_host: bytes,
+        *,
+        preallocate: bool,
+        warm: bool = False,
     ) -> None:
-        self.segments = MappedFileQueue(directory, segment_bytes, preallocate=preallocate)
+        self.segments = MappedFileQueue(
+            directory, segment_bytes, preallocate=preallocate, warm=warm
+        )
         self.segment_bytes = segment_bytes
         self.store_host = store_host
         # Next queue offset per (topic, queue id): rebuilt from consume queues on recovery.

@@ -76,7 +76,9 @@ def create_mapped(path: str, size: int, *, warm: bool = False) -> mmap.mmap:
     (RocketMQ's warm-up of mapped files). Later fsyncs then rewrite blocks that already
     exist instead of converting reserved ("unwritten") extents, which the file system
     must journal: measured here, a sustained fdatasync of 70 KB drops from ~1.0 ms to
-    ~0.56 ms. It costs one extra write of the file, done off the hot path."""
+    ~0.56 ms. It costs one extra write of the file to the disk, done off the hot path but
+    not free (the host's writeback of the zeros): only a store whose sends wait for
+    fdatasync (SYNC_FLUSH) asks for it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         reserve_space(fd, 0, size)

@@ -25,17 +25,20 @@ NEVER = 1 << 63  # an offset no file reaches: preallocation not armed
 
 
 class MappedFileQueue:
-    def __init__(self, directory: str, file_size: int, *, preallocate: bool = False) -> None:
-        """``preallocate``: create the next file in the background, warmed, before it is
-        needed (the CommitLog does; consume queues, small and many, do not)."""
+    def __init__(
+        self, directory: str, file_size: int, *, preallocate: bool = False, warm: bool = False
+    ) -> None:
+        """``preallocate``: create the next file in the background before it is needed (the
+        CommitLog does; consume queues, small and many, do not). ``warm``: write real
+        zeros over each new file first (see ``MappedFile.create``)."""
         assert file_size > 0
         self.directory = directory
         self.file_size = file_size
         self.files: tuple[MappedFile, ...] = ()
         self.write_offset = 0
         self.flushed_offset = 0
-        # Preallocated files are also warmed (see MappedFile.create): both or neither.
-        self._warm = preallocate
+        self._preallocates = preallocate
+        self._warm = warm
         self._preallocate_at = NEVER
         self._allocator: ThreadPoolExecutor | None = None
         self._preallocated: tuple[int, Future[MappedFile]] | None = None
@@ -108,7 +111,7 @@ class MappedFileQueue:
         is ready when needed, late enough that warming it does not compete with the
         first writes of the file just opened."""
         last = self.last
-        if self._warm and last is not None:
+        if self._preallocates and last is not None:
             self._preallocate_at = last.base_offset + self.file_size // 2
         else:
             self._preallocate_at = NEVER
@@ -133,7 +136,7 @@ class MappedFileQueue:
         if self._allocator is None:
             self._allocator = ThreadPoolExecutor(1, thread_name_prefix="allocate-segment")
         future = self._allocator.submit(
-            MappedFile.create, self.directory, base, self.file_size, warm=True
+            MappedFile.create, self.directory, base, self.file_size, warm=self._warm
         )
         self._preallocated = (base, future)
 

@@ -223,6 +223,10 @@ class MessageStore:
             config.commitlog_segment_bytes,
             encode_host(config.store_host, config.store_port),
             preallocate=config.preallocate_segments,
+            # Warming writes each segment twice (zeros, then records) so that a send's
+            # fdatasync rewrites blocks rather than converting extents: worth it only where
+            # a send waits for that fdatasync, and off the append only when preallocated.
+            warm=config.preallocate_segments and config.flush_mode is FlushMode.SYNC_FLUSH,
         )
         self.consume_queues = ConsumeQueueTable(
             os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file
@@ -485,8 +489,8 @@ class MessageStore:
         os.close(fd)
 
     def _prepare_active_segment(self) -> None:
-        """Create (and warm) the segment the next append goes to, so that no put pays for
-        it, and arm the preallocation of the one after."""
+        """Create (and under SYNC_FLUSH warm) the segment the next append goes to, so that
+        no put pays for it, and arm the preallocation of the one after."""
         segments = self.commitlog.segments
         with contextlib.suppress(DiskFullError):  # the first put reports it
             segments.file_for_write(self.commitlog.write_offset)

@@ -30,7 +30,7 @@ from store.hashing import index_key_hash, tag_hash_code
 from store.index_file import HEADER_SIZE as INDEX_HEADER_SIZE
 from store.index_file import INDEX_KEY, IndexFile
 from store.index_service import IndexService
-from store.mapped_file import file_name_of
+from store.mapped_file import MappedFile, file_name_of
 from store.mapped_file_queue import MappedFileQueue
 from store.message import Message
 from store.message_store import CHECKPOINT_FILE, MessageStore
@@ -155,6 +155,35 @@ def test_preallocation_creates_the_next_file_ahead_of_the_roll(tmp_path):
     plain.file_for_write(FILE - 1)
     assert os.listdir(tmp_path / "plain") == [f"{0:020d}"]  # nothing ahead without it
     plain.close()
+
+
+@pytest.mark.parametrize(
+    ("flush_mode", "warmed"), [(FlushMode.SYNC_FLUSH, True), (FlushMode.ASYNC_FLUSH, False)]
+)
+def test_commitlog_segments_are_warmed_only_where_sends_wait_for_fdatasync(
+    tmp_path, monkeypatch, flush_mode, warmed
+):
+    """Warming writes a segment's zeros to the disk before its records: a cost every
+    message pays in writeback, which only buys a faster fdatasync. Under ASYNC_FLUSH no
+    send waits for one, so neither the active segment nor the preallocated next is warmed."""
+    commitlog_warm: list[bool] = []  # one per CommitLog segment created
+    create = MappedFile.create.__func__
+
+    def recording(cls, directory, base_offset, size, *, warm=False):
+        if os.path.basename(directory) == "commitlog":
+            commitlog_warm.append(warm)
+        return create(cls, directory, base_offset, size, warm=warm)
+
+    monkeypatch.setattr(MappedFile, "create", classmethod(recording))
+    store = open_store(tmp_path, flush_mode=flush_mode)
+    try:
+        segments = store.commitlog.segments
+        while segments._preallocated is None:  # past half of the active segment
+            assert store.put_message(Message.build("T", b"x" * 1000)).ok
+        segments._preallocated[1].result(timeout=30)
+    finally:
+        store.shutdown()
+    assert commitlog_warm == [warmed, warmed]  # the active segment and the next
 
 
 def test_truncate_to_deletes_later_files_and_zeroes_the_tail(tmp_path):
