@@ -76,6 +76,10 @@ from store.results import PutResult, PutStatus
 log = logging.getLogger("ferrymq.ha.master")
 CHUNK_BYTES = 256 << 10
 HEARTBEAT_S = 1.0
+# A SYNC master's confirmed offset is what its slaves may serve; it rides on the next frame
+# to each slave. A link left without one this long after the offset moved (nothing more was
+# written) is sent a heartbeat carrying it, rather than waiting for the second of silence.
+CONFIRM_NOTICE_S = 0.005
 HANDSHAKE_TIMEOUT_S = 5.0
 # A slave answers every frame, heartbeats included (one a second): one silent this long is
 # gone or stuck, and its link is dropped (a node uses its max_lag_ms when that is longer).
@@ -150,6 +154,7 @@ class SlaveLink:
     mac: FrameMac | None = None
     sent: int = 0
     sent_at: float = 0.0  # loop time of the last frame written (heartbeats fill silences)
+    told_confirmed: int = 0  # the confirmed offset the last frame written carried
     path_cut: bool = False  # ended because its network path was gone (``_watch_path``)
     leaving: bool = False  # the slave said it stops following (LEAVING)
 
@@ -193,6 +198,9 @@ class ReplicationMaster:
         self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
         self._waiter_seq = 0
         self._expiries = Expiries(clock, call_later)
+        self._call_later = call_later
+        self._confirm_notice: asyncio.TimerHandle | None = None
+        self._confirm_notice_armed_at = 0.0
         self.on_confirmed: Callable[[int], None] = lambda offset: None
         # A slave is gone for good (path cut, or it said it is leaving): it may leave the
         # in-sync set now, and the role's next check should not wait for its period.
@@ -230,6 +238,9 @@ class ReplicationMaster:
         """No longer master: drop every link (slaves reconnect to the new master) and fail
         every waiting write (it was not acknowledged as replicated)."""
         self.active = False
+        if self._confirm_notice is not None:
+            self._confirm_notice.cancel()
+            self._confirm_notice = None
         for waiter in self._waiters:
             if not waiter[2].done():
                 waiter[2].set_result(False)
@@ -339,6 +350,7 @@ class ReplicationMaster:
             write_frame_parts(writer, data_frame_parts(mac, payload))
             link.sent = offset + len(payload) - DATA_HEADER.size
             link.sent_at = self.clock()
+            link.told_confirmed = self.confirmed_offset  # what ``data_payload`` carried
 
     def _recompute(self) -> None:
         if not self.active:
@@ -358,6 +370,44 @@ class ReplicationMaster:
                     future.set_result(True)
             if advanced:
                 self.on_confirmed(confirmed)
+                if self.sync and self._confirm_notice is None:
+                    self._arm_confirm_notice()
+
+    def _arm_confirm_notice(self) -> None:
+        call_later = self._call_later or asyncio.get_running_loop().call_later
+        self._confirm_notice = call_later(CONFIRM_NOTICE_S, self._notice_confirmed)
+        self._confirm_notice_armed_at = self.clock()
+
+    def _notice_confirmed(self) -> None:
+        """Send the confirmed offset to each streaming slave whose last frame carried an
+        older one and that wrote nothing since the notice was armed: without it, a record
+        that a slave holds stayed unreadable there until the heartbeat after a second of
+        silence. A busy link gets the offset on its next DATA frame; it is checked again."""
+        self._confirm_notice = None
+        if not self.active:
+            return
+        end, waiting = self.store.write_offset, False
+        for link in self.links.values():
+            if link.writer is None or link.told_confirmed >= self.confirmed_offset:
+                continue
+            if link.sent < end or link.sent_at > self._confirm_notice_armed_at:
+                waiting = True
+                continue
+            try:
+                self._heartbeat(link)
+            except ConnectionError:
+                link.writer = None  # closing: its task ends the link
+        if waiting:
+            self._arm_confirm_notice()
+
+    def _heartbeat(self, link: SlaveLink) -> None:
+        """An empty DATA frame: where the link is and what the in-sync set holds."""
+        assert link.writer is not None and link.mac is not None, "heartbeat on an idle link"
+        confirmed = self.confirmed_offset
+        frame = data_frame(link.mac, link.sent, self.epochs.last_epoch, 0, confirmed, b"")
+        write_frame(link.writer, frame)
+        link.sent_at = self.clock()
+        link.told_confirmed = confirmed
 
     # ---- one slave's link --------------------------------------------------------------
     async def _serve(self, stream: LinkStream) -> None:
@@ -519,18 +569,7 @@ class ReplicationMaster:
                 except TimeoutError:
                     if self.clock() - link.sent_at < HEARTBEAT_S:
                         continue  # frames went out meanwhile: no silence to fill
-                    write_frame(
-                        writer,
-                        data_frame(
-                            macs.outgoing,
-                            link.sent,
-                            self.epochs.last_epoch,
-                            0,
-                            self.confirmed_offset,
-                            b"",
-                        ),
-                    )
-                    link.sent_at = self.clock()
+                    self._heartbeat(link)
                     await writer.drain()
         finally:
             link.writer = None

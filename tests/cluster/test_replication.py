@@ -544,9 +544,9 @@ def test_sync_consumers_see_only_what_the_in_sync_slaves_confirmed(cluster):
 
 def test_a_long_poll_on_a_slave_answers_when_its_master_confirms_the_record(cluster):
     """A slave reads up to what its master said the in-sync set holds, and hears of it in
-    the master's next frame (here its heartbeat, a second of silence later). A Data.Fetch
-    long poll on the slave that came before that word must answer on it, not at its
-    deadline: the word moved the slave's cap without waking its long polls."""
+    the master's next frame (here the heartbeat a quiet link is sent once the offset
+    moved). A Data.Fetch long poll on the slave that came before that word must answer on
+    it, not at its deadline: the word moved the slave's cap without waking its long polls."""
     start, _ = cluster
     plan = start(mode="SYNC")
     with Admin(plan.nodes[0].grpc) as admin:

@@ -11,7 +11,13 @@ import pytest
 
 from ha.epochs import EpochHistory
 from ha.link_auth import MAC_BYTES, Handshake, Role, new_nonce, session_macs
-from ha.master import MARK_SPACING_S, EndTimeline, ReplicationMaster
+from ha.master import (
+    CONFIRM_NOTICE_S,
+    HEARTBEAT_S,
+    MARK_SPACING_S,
+    EndTimeline,
+    ReplicationMaster,
+)
 from ha.wire import DATA_HEADER, FRAME_HEADER, Kind
 from store.config import StoreConfig
 from store.message import Message
@@ -261,6 +267,94 @@ def test_the_links_of_one_append_read_its_records_once_and_each_frame_is_sealed_
             payload = frame[FRAME_HEADER.size : -MAC_BYTES]
             assert payload[DATA_HEADER.size :] == expected
             assert incoming.verify(Kind.DATA, payload, frame[-MAC_BYTES:])
+
+    asyncio.run(run())
+
+
+def streaming_link(master: ReplicationMaster, store: MessageStore, slave: str):
+    """A link streaming from the log's end into a ``CapturingWriter``, and the slave's
+    end of its MAC."""
+    start = store.write_offset
+    link = master.open_link(slave, start, start)
+    handshake = Handshake("group-1", slave, new_nonce(), new_nonce())
+    link.writer = CapturingWriter()
+    link.mac, link.sent = session_macs("secret", handshake, Role.MASTER).outgoing, start
+    return link, session_macs("secret", handshake, Role.SLAVE).incoming
+
+
+def confirmed_told(frame: bytes, incoming) -> tuple[int, int]:
+    """(records carried, confirmed offset) of a DATA frame, checked against its MAC."""
+    kind, _ = FRAME_HEADER.unpack_from(frame)
+    payload = frame[FRAME_HEADER.size : -MAC_BYTES]
+    assert kind == Kind.DATA and incoming.verify(Kind.DATA, payload, frame[-MAC_BYTES:])
+    _, _, _, confirmed = DATA_HEADER.unpack_from(payload)
+    return len(payload) - DATA_HEADER.size, confirmed
+
+
+def test_a_confirmed_offset_no_frame_carried_reaches_the_quiet_slaves_at_once(store):
+    """A slave serves records only up to the confirmed offset its master last sent, which
+    rides on the next frame. When the write that moved it is the last for a while, each
+    slave gets it in a heartbeat ``CONFIRM_NOTICE_S`` later, not after a second of
+    silence: before, a record held by every slave stayed unreadable on them that long."""
+
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock, min_insync=3)
+        master.activate(frozenset({"m", "s1", "s2"}))
+        slaves = [streaming_link(master, store, name) for name in ("s1", "s2")]
+        await put(store, b"the last write for a while")
+        end = store.write_offset
+        for link, incoming in slaves:
+            (frame,) = link.writer.frames
+            assert confirmed_told(frame, incoming)[1] < end  # sent before the acks
+            master.record_ack(link, end)
+        assert master.confirmed_offset == end
+        clock.advance(CONFIRM_NOTICE_S)
+        for link, incoming in slaves:
+            assert [confirmed_told(f, incoming) for f in link.writer.frames[1:]] == [(0, end)]
+        clock.advance(HEARTBEAT_S)  # told once: nothing more until the link's heartbeat
+        assert [len(link.writer.frames) for link, _ in slaves] == [2, 2]
+        assert clock.armed == 0
+
+    asyncio.run(run())
+
+
+def test_a_busy_link_carries_the_confirmed_offset_on_its_data_and_gets_no_extra_frame(store):
+    """Under load each DATA frame carries the offset as it stands; a link that wrote a
+    frame within ``CONFIRM_NOTICE_S`` gets no heartbeat (that would double the frames a
+    slave reads and answers), and gets one once it falls quiet with the offset untold."""
+
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock)
+        master.activate(frozenset({"m", "s1"}))
+        link, incoming = streaming_link(master, store, "s1")
+        for round_ in range(5):
+            await put(store, b"load %d" % round_)
+            master.record_ack(link, store.write_offset)
+            clock.advance(CONFIRM_NOTICE_S / 2)
+        told = [confirmed_told(frame, incoming) for frame in link.writer.frames]
+        assert len(told) == 5 and all(records > 0 for records, _ in told)  # DATA only
+        assert told[-1][1] < master.confirmed_offset == store.write_offset
+        clock.advance(2 * CONFIRM_NOTICE_S)  # a notice finds it busy at most once more
+        assert confirmed_told(link.writer.frames[-1], incoming) == (0, store.write_offset)
+        assert len(link.writer.frames) == 6 and clock.armed == 0
+
+    asyncio.run(run())
+
+
+def test_an_async_master_sends_no_confirm_notices(store):
+    """Under ASYNC replication slaves do not cap their reads: nothing to tell."""
+
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock, sync=False)
+        master.activate(frozenset({"m", "s1"}))
+        link, _ = streaming_link(master, store, "s1")
+        await put(store)
+        master.record_ack(link, store.write_offset)
+        clock.advance(HEARTBEAT_S / 2)
+        assert len(link.writer.frames) == 1 and clock.armed == 0
 
     asyncio.run(run())
 
