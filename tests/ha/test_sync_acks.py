@@ -208,6 +208,17 @@ class CapturingWriter:
         self.frames.append(b"".join(parts))
 
 
+def streaming_link(master: ReplicationMaster, store: MessageStore, slave: str):
+    """A link streaming from the log's end into a ``CapturingWriter``, and the slave's
+    end of its MAC."""
+    start = store.write_offset
+    link = master.open_link(slave, start, start)
+    handshake = Handshake("group-1", slave, new_nonce(), new_nonce())
+    link.writer = CapturingWriter()
+    link.mac, link.sent = session_macs("secret", handshake, Role.MASTER).outgoing, start
+    return link, session_macs("secret", handshake, Role.SLAVE).incoming
+
+
 def test_a_streaming_link_is_written_in_the_append_before_the_dispatch(store):
     """The copies of a SYNC write leave in the append itself (no task switch per link),
     before the store writes its own consume-queue and index entries."""
@@ -216,10 +227,8 @@ def test_a_streaming_link_is_written_in_the_append_before_the_dispatch(store):
         master = master_of(store, ManualClock())
         master.activate(frozenset({"m", "s1"}))
         start = store.write_offset
-        link = master.open_link("s1", start, start)
-        handshake = Handshake("group-1", "s1", new_nonce(), new_nonce())
-        link.writer = writer = CapturingWriter()
-        link.mac, link.sent = session_macs("secret", handshake, Role.MASTER).outgoing, start
+        link, _ = streaming_link(master, store, "s1")
+        writer = link.writer
         written_at_dispatch: list[int] = []
         store.add_dispatch_listener(lambda batch: written_at_dispatch.append(len(writer.frames)))
         await put(store, b"copied at once")
@@ -247,13 +256,7 @@ def test_the_links_of_one_append_read_its_records_once_and_each_frame_is_sealed_
         master = master_of(store, ManualClock(), min_insync=3)
         master.activate(frozenset({"m", "s1", "s2"}))
         start = store.write_offset
-        slaves = {}
-        for slave in ("s1", "s2"):
-            link = master.open_link(slave, start, start)
-            handshake = Handshake("group-1", slave, new_nonce(), new_nonce())
-            link.writer = CapturingWriter()
-            link.mac, link.sent = session_macs("secret", handshake, Role.MASTER).outgoing, start
-            slaves[slave] = (link, session_macs("secret", handshake, Role.SLAVE).incoming)
+        slaves = {slave: streaming_link(master, store, slave) for slave in ("s1", "s2")}
         reads = []
         read_records = store.read_records
         monkeypatch.setattr(
@@ -269,17 +272,6 @@ def test_the_links_of_one_append_read_its_records_once_and_each_frame_is_sealed_
             assert incoming.verify(Kind.DATA, payload, frame[-MAC_BYTES:])
 
     asyncio.run(run())
-
-
-def streaming_link(master: ReplicationMaster, store: MessageStore, slave: str):
-    """A link streaming from the log's end into a ``CapturingWriter``, and the slave's
-    end of its MAC."""
-    start = store.write_offset
-    link = master.open_link(slave, start, start)
-    handshake = Handshake("group-1", slave, new_nonce(), new_nonce())
-    link.writer = CapturingWriter()
-    link.mac, link.sent = session_macs("secret", handshake, Role.MASTER).outgoing, start
-    return link, session_macs("secret", handshake, Role.SLAVE).incoming
 
 
 def confirmed_told(frame: bytes, incoming) -> tuple[int, int]:
