@@ -34,6 +34,7 @@ from store.config import StoreConfig
 from store.message_store import MessageStore
 from tests.support.cluster import (
     SMALL_STORE,
+    create_topic_everywhere,
     kill,
     master_of,
     restart,
@@ -175,10 +176,7 @@ def test_replicas_are_byte_identical_after_load(cluster):
     start, _ = cluster
     plan = start()
     access = ",".join(n.grpc for n in plan.nodes)
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("load", 4)
-        topic_everywhere(plan, "load")
-        admin.create_group("readers")
+    create_topic_everywhere(plan, "load", 4, groups=("readers",))
     with Producer(access) as producer:
         for i in range(40):
             producer.send_batch(
@@ -198,9 +196,7 @@ def test_replicas_are_byte_identical_after_load(cluster):
 def test_sync_send_is_not_ok_without_slaves_and_recovers_when_one_returns(cluster):
     start, holder = cluster
     plan = start()
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("sync", 1)
-        topic_everywhere(plan, "sync")
+    create_topic_everywhere(plan, "sync", 1)
     master = master_of(plan)
     assert send_raw(master.grpc, "sync", b"before", "ID-before") == pb.OK
     slaves = [n for n in plan.nodes if n.id != master.id]
@@ -241,10 +237,7 @@ def test_master_killed_under_sync_load_fails_over_without_losing_acknowledged_me
     start, holder = cluster
     plan = start()
     access = ",".join(n.grpc for n in plan.nodes)
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("orders", 4)
-        topic_everywhere(plan, "orders")
-        admin.create_group("audit")
+    create_topic_everywhere(plan, "orders", 4, groups=("audit",))
     master = master_of(plan)
     with BackgroundLoad(access, "orders", "m") as load:
         until(lambda: len(load.acknowledged) > 200, 30, "load before the kill")
@@ -299,9 +292,7 @@ def test_a_diverged_old_master_truncates_its_unreplicated_tail(cluster, capsys):
     # ASYNC: the master keeps writing alone, so its tail diverges from the slaves' logs;
     # with no in-sync slave left, only an unclean election can replace it.
     plan = start(mode="ASYNC", unclean_election=True)
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("tail", 1)
-        topic_everywhere(plan, "tail")
+    create_topic_everywhere(plan, "tail", 1)
     master = master_of(plan)
     slaves = [n for n in plan.nodes if n.id != master.id]
     assert send_raw(master.grpc, "tail", b"agreed", "ID-agreed") == pb.OK
@@ -352,9 +343,7 @@ def test_a_diverged_old_master_truncates_its_unreplicated_tail(cluster, capsys):
 def test_a_master_paused_past_its_lease_does_not_act_as_master_again(cluster):
     start, _ = cluster
     plan = start()
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("paused", 1)
-        topic_everywhere(plan, "paused")
+    create_topic_everywhere(plan, "paused", 1)
     master = master_of(plan)
     others = [n for n in plan.nodes if n.id != master.id]
     signal_node(master.pid, signal.SIGSTOP)  # the whole node: its routing host too
@@ -384,9 +373,7 @@ def test_a_master_paused_past_its_lease_does_not_act_as_master_again(cluster):
 def test_a_master_cut_off_from_the_routing_majority_stops_taking_writes(cluster):
     start, _ = cluster
     plan = start(mode="ASYNC")  # so only the lease can stop it, not missing acks
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("fenced", 1)
-        topic_everywhere(plan, "fenced")
+    create_topic_everywhere(plan, "fenced", 1)
     master = master_of(plan)
     others = [n for n in plan.nodes if n.id != master.id]
     assert send_raw(master.grpc, "fenced", b"ok", "ID-ok") == pb.OK
@@ -412,10 +399,7 @@ def test_planned_switchover_loses_nothing_and_reports_the_pause(cluster, capsys)
     start, _ = cluster
     plan = start()
     access = ",".join(n.grpc for n in plan.nodes)
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("moving", 2)
-        topic_everywhere(plan, "moving")
-        admin.create_group("movers")
+    create_topic_everywhere(plan, "moving", 2, groups=("movers",))
     master = master_of(plan)
     target = next(n for n in plan.nodes if n.id != master.id)
     with BackgroundLoad(access, "moving", "s") as load:
@@ -448,10 +432,7 @@ def test_async_master_kill_loses_only_what_was_beyond_the_replicated_offset(clus
     start, holder = cluster
     plan = start(mode="ASYNC")
     access = ",".join(n.grpc for n in plan.nodes)
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("fast", 2)
-        topic_everywhere(plan, "fast")
-        admin.create_group("counters")
+    create_topic_everywhere(plan, "fast", 2, groups=("counters",))
     master = master_of(plan)
     with BackgroundLoad(access, "fast", "a", batch=8) as load:
         until(lambda: len(load.acknowledged) > 2000, 30, "load before the kill")
@@ -519,10 +500,7 @@ def pull_bodies(address: str, topic: str, queue_id: int) -> list[bytes]:
 def test_sync_consumers_see_only_what_the_in_sync_slaves_confirmed(cluster):
     start, _ = cluster
     plan = start(max_lag_ms=60_000)
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("visible", 1)
-        topic_everywhere(plan, "visible")
-        admin.create_group("peek")
+    create_topic_everywhere(plan, "visible", 1, groups=("peek",))
     master = master_of(plan)
     slaves = [n for n in plan.nodes if n.id != master.id]
     assert send_raw(master.grpc, "visible", b"confirmed", "ID-c") == pb.OK
@@ -549,10 +527,7 @@ def test_a_long_poll_on_a_slave_answers_when_its_master_confirms_the_record(clus
     it, not at its deadline: the word moved the slave's cap without waking its long polls."""
     start, _ = cluster
     plan = start(mode="SYNC")
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("on-slave", 1)
-        topic_everywhere(plan, "on-slave")
-        admin.create_group("G")
+    create_topic_everywhere(plan, "on-slave", 1, groups=("G",))
     master = master_of(plan)
     slave = next(n for n in plan.nodes if n.id != master.id)
     with grpc.insecure_channel(slave.grpc) as channel, Producer(master.grpc) as producer:
@@ -574,9 +549,7 @@ def test_a_long_poll_on_a_slave_answers_when_its_master_confirms_the_record(clus
 def test_a_slave_that_stops_acknowledging_leaves_the_in_sync_set_and_writes_go_on(cluster):
     start, _ = cluster
     plan = start(max_lag_ms=1000, ack_timeout_ms=5000)
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("slow", 1)
-        topic_everywhere(plan, "slow")
+    create_topic_everywhere(plan, "slow", 1)
     master = master_of(plan)
     slow, other = [n for n in plan.nodes if n.id != master.id]
     os.kill(slow.pid, signal.SIGSTOP)  # its link stays open; its acks stop
@@ -603,11 +576,7 @@ def test_consumers_resume_after_failover_where_they_were(cluster):
     start, _ = cluster
     plan = start()
     access = ",".join(n.grpc for n in plan.nodes)
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("resume", 1)
-        topic_everywhere(plan, "resume")
-        admin.create_group("pullers")
-        admin.create_group("poppers")
+    create_topic_everywhere(plan, "resume", 1, groups=("pullers", "poppers"))
     with Producer(access) as producer:
         producer.send_batch([Message("resume", b"r-%d" % i) for i in range(20)])
     with PullConsumer(access, "pullers") as puller:
@@ -652,10 +621,7 @@ def test_delayed_messages_waiting_on_a_killed_master_are_delivered_once_by_the_n
     start, _ = cluster
     plan = start()
     access = ",".join(n.grpc for n in plan.nodes)
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("later", 1, message_type="DELAY")
-        topic_everywhere(plan, "later")
-        admin.create_group("waiters")
+    create_topic_everywhere(plan, "later", 1, groups=("waiters",), message_type="DELAY")
     due_ms = int(time.time() * 1000) + 4000
     with Producer(access) as producer:
         for i in range(30):
@@ -682,10 +648,7 @@ def test_a_transaction_sent_to_a_killed_master_commits_once_on_the_new_one(clust
     knows the pending half and a commit makes it visible exactly once."""
     start, _ = cluster
     plan = start()
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("payments", 1, message_type="TRANSACTION")
-        topic_everywhere(plan, "payments")
-        admin.create_group("peek")
+    create_topic_everywhere(plan, "payments", 1, groups=("peek",), message_type="TRANSACTION")
     master = master_of(plan)
     channel = grpc.insecure_channel(master.grpc)
     sent = service_pb2_grpc.MessagingServiceStub(channel).SendMessage(
@@ -795,9 +758,7 @@ def test_a_slave_whose_recovery_cut_its_log_refills_it_from_its_master(cluster, 
 
     start, holder = cluster
     plan = start()
-    with Admin(plan.nodes[0].grpc) as admin:
-        admin.create_topic("load", 4)
-        topic_everywhere(plan, "load")
+    create_topic_everywhere(plan, "load", 4)
     end = fill(plan, "load", 20)
     master = master_of(plan)
     slave = next(n for n in plan.nodes if n.id != master.id)

@@ -54,6 +54,23 @@ def topic_everywhere(plan: ClusterPlan, name: str) -> None:
             until(lambda node=node: name in topics_on_safe(node), 10, f"{name} on {node.id}")
 
 
+def create_topic_everywhere(
+    plan: ClusterPlan,
+    name: str,
+    queues: int,
+    *,
+    groups: tuple[str, ...] = (),
+    message_type: str = "NORMAL",
+) -> None:
+    """Create topic ``name`` and consumer ``groups`` through the first node, waiting until
+    every running node knows the topic (``topic_everywhere``) before the groups."""
+    with Admin(plan.nodes[0].grpc) as admin:
+        admin.create_topic(name, queues, message_type=message_type)
+        topic_everywhere(plan, name)
+        for group in groups:
+            admin.create_group(group)
+
+
 def kill(plan: ClusterPlan, node: NodePlan) -> None:
     """kill -9 of ``node``; its ports stay held for ``restart`` (``kill_node``)."""
     kill_node(plan, node)
