@@ -522,9 +522,13 @@ def test_sync_consumers_see_only_what_the_in_sync_slaves_confirmed(cluster):
 
 def test_a_long_poll_on_a_slave_answers_when_its_master_confirms_the_record(cluster):
     """A slave reads up to what its master said the in-sync set holds, and hears of it in
-    the master's next frame (here the heartbeat a quiet link is sent once the offset
+    the master's next frame (here the heartbeat a quiet link is sent 5 ms after the offset
     moved). A Data.Fetch long poll on the slave that came before that word must answer on
-    it, not at its deadline: the word moved the slave's cap without waking its long polls."""
+    it, not at its deadline: the word moved the slave's cap without waking its long polls.
+    Since that heartbeat comes within milliseconds, the word may now reach the slave before
+    the poll does, and then this passes without the wake-up; its deterministic guard is
+    ``test_a_slave_tells_its_readers_when_its_masters_word_moves_its_read_cap`` in
+    ``tests/ha/test_replication_role.py``."""
     start, _ = cluster
     plan = start(mode="SYNC")
     create_topic_everywhere(plan, "on-slave", 1, groups=("G",))
