@@ -453,7 +453,7 @@ class CommitLog:
             segment = self.segments.find(segment.end_offset)
             assert segment is not None
         start = appended[0].physical_offset
-        segment.write_at(start - segment.base_offset, data)
+        segment.append_at(start - segment.base_offset, data)
         segment.wrote_position = position - segment.base_offset
         self.segments.write_offset = position
         return appended
@@ -604,7 +604,7 @@ class CommitLog:
         segment = self.segments.file_for_write(physical_offset)  # DiskFullError first
         local = physical_offset - segment.base_offset
         assert local + len(data) <= segment.size, "replicated bytes cross a segment boundary"
-        segment.write_at(local, data)
+        segment.append_at(local, data)
         segment.wrote_position = local + len(data)
         self.segments.write_offset = physical_offset + len(data)
 

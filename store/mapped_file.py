@@ -98,7 +98,15 @@ def create_mapped(path: str, size: int, *, warm: bool = False) -> mmap.mmap:
 class MappedFile:
     """A segment of a :class:`~store.mapped_file_queue.MappedFileQueue`."""
 
-    __slots__ = ("base_offset", "flushed_position", "map", "path", "size", "wrote_position")
+    __slots__ = (
+        "_write_fd",
+        "base_offset",
+        "flushed_position",
+        "map",
+        "path",
+        "size",
+        "wrote_position",
+    )
 
     def __init__(self, path: str, base_offset: int, size: int, map_: mmap.mmap) -> None:
         self.path = path
@@ -108,6 +116,7 @@ class MappedFile:
         # Positions are relative to base_offset; owned by the writer / flusher.
         self.wrote_position = 0
         self.flushed_position = 0
+        self._write_fd: int | None = None  # opened by the first append_at, for the writer
 
     @classmethod
     def create(
@@ -140,6 +149,43 @@ class MappedFile:
         end = position + len(data)
         assert position >= 0 and end <= self.size, (position, len(data), self.size)
         self.map[position:end] = data
+
+    def append_at(self, position: int, data: bytes | memoryview) -> None:
+        """Copy ``data`` at ``position`` with ``pwrite`` rather than through the map: for
+        the large sequential appends of a log. A store through the map faults each new page
+        in first, and for a reserved (unwritten) extent the kernel zeroes it (readahead
+        zeroes a whole large folio) before the copy overwrites it; ``pwrite`` copies into
+        the page cache, zeroing only the part of a page the write does not cover. Readers
+        see the bytes through the map at once (one page cache). A disk that is full after
+        all (no ``fallocate`` here) is ``DiskFullError``, never SIGBUS. The caller owns the
+        write position; the descriptor stays open until the file is full or released."""
+        end = position + len(data)
+        assert position >= 0 and end <= self.size, (position, len(data), self.size)
+        fd = self._write_fd
+        if fd is None:
+            fd = self._write_fd = os.open(self.path, os.O_WRONLY)
+        view = memoryview(data)
+        start = position
+        try:
+            while view:
+                written = os.pwrite(fd, view, position)
+                view = view[written:]
+                position += written
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # Nothing of a refused append may stay past the write position: a part written
+            # before the disk filled is zeroed again (its pages exist, so this cannot fail).
+            os.pwrite(fd, bytes(position - start), start)
+            raise DiskFullError(f"no space to write {len(data)} bytes") from error
+        if end == self.size:
+            self.release_writer()
+
+    def release_writer(self) -> None:
+        """Close the descriptor :meth:`append_at` opened; the next append reopens it."""
+        fd, self._write_fd = self._write_fd, None
+        if fd is not None:
+            os.close(fd)
 
     def read(self, position: int, length: int) -> bytes:
         assert position >= 0 and position + length <= self.size, (position, length)
@@ -191,5 +237,6 @@ class MappedFile:
 
     def delete(self) -> None:
         """Unlink the file. The map itself is released when the last reader drops it."""
+        self.release_writer()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)

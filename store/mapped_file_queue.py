@@ -102,6 +102,7 @@ class MappedFileQueue:
         )
         if last is not None:
             last.wrote_position = last.size
+            last.release_writer()
         self.files = (*self.files, created)
         self.arm_preallocation()
         return created
@@ -219,6 +220,8 @@ class MappedFileQueue:
 
     def close(self) -> None:
         self.discard_preallocated()
+        for f in self.files:
+            f.release_writer()
         if self._allocator is not None:
             self._allocator.shutdown(wait=True)
             self._allocator = None

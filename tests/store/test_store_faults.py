@@ -325,6 +325,76 @@ def test_disk_full_when_a_new_commitlog_segment_is_needed(
         store.shutdown()
 
 
+# The store in a child, on a file system without fallocate (refused as such file systems
+# do): its files are sparse, so a write through the map into a new page on a full disk is
+# SIGBUS, which would kill the test's worker instead of failing the test.
+STORE_WITHOUT_FALLOCATE = """
+import errno, faulthandler, json, os, sys
+from store.config import StoreConfig
+from store.message import Message
+from store.message_store import MessageStore
+faulthandler.enable()
+def unsupported(fd, offset, length):
+    raise OSError(errno.EOPNOTSUPP, "fallocate is not supported here")
+os.posix_fallocate = unsupported
+store = MessageStore.open(StoreConfig(sys.argv[1], **json.loads(sys.argv[2])))
+for i in range(3):
+    assert store.put_message(Message.build("orders", b"a" * 1000, unique_key=f"M{i}")).ok
+before = store.commitlog.write_offset
+with open(sys.argv[3], "wb", buffering=0) as filler:  # fill the disk to its last byte
+    for chunk in (65536, 4096, 1):
+        try:
+            while True:
+                filler.write(bytes(chunk))
+        except OSError:
+            pass
+result = store.put_message(Message.build("orders", b"x" * 7000, unique_key="M-full"))
+print(json.dumps([result.status.name, result.error, before, store.commitlog.write_offset]))
+store.close_abruptly_for_tests()
+"""
+
+
+def test_a_full_disk_where_fallocate_is_unsupported_is_disk_full_not_sigbus(tmpfs_disk, opened):
+    """Where the file system has no fallocate, a segment's space cannot be reserved and its
+    file is sparse (``reserve_space``). A store into a new page through the map on a full
+    disk is then SIGBUS and the node dies; appends go through ``pwrite``
+    (``MappedFile.append_at``), which answers ENOSPC: the put is DISK_FULL, the part
+    written before the disk filled is zeroed again, and once space returns the same put
+    succeeds where the refused one would have gone, with every acknowledged message there."""
+    disk = tmpfs_disk(2048)
+    config = StoreConfig(str(disk.path / "store"), **DISK_CONFIG)
+    filler = disk.path / "filler"
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            STORE_WITHOUT_FALLOCATE,
+            config.data_dir,
+            json.dumps(DISK_CONFIG),
+            str(filler),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S * 3,
+    )
+    assert child.returncode == 0, f"the store died ({child.returncode}): {child.stderr[-2000:]}"
+    status, error, before, after = json.loads(child.stdout.splitlines()[-1])
+    assert (status, after) == ("DISK_FULL", before), error
+    assert "no space to write" in error
+
+    filler.unlink()
+    store = opened(config)
+    assert store.recovery_report.corruption is None
+    assert store.commitlog.write_offset == before
+    assert_nothing_after_write_offset(store)
+    by_key = assert_consistent(store)
+    assert sorted(by_key) == ["M0", "M1", "M2"]
+    result = store.put_message(Message.build("orders", b"x" * 7000, unique_key="M-full"))
+    assert result.ok and result.appended[0].physical_offset == before
+    store.shutdown()
+
+
 def test_disk_full_when_a_new_consume_queue_file_is_needed(tmpfs_disk, opened, caplog):
     """The CommitLog segment has room but the next consume-queue file does not: the put is
     kept (and acknowledged), dispatch falls behind, later puts answer DISK_FULL and write

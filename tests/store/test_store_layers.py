@@ -6,6 +6,8 @@ Deterministic: clocks are injected and threads are ordered with events, never wi
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
 import struct
 import sys
@@ -184,6 +186,35 @@ def test_commitlog_segments_are_warmed_only_where_sends_wait_for_fdatasync(
     finally:
         store.shutdown()
     assert commitlog_warm == [warmed, warmed]  # the active segment and the next
+
+
+def writer_descriptors(log: CommitLog) -> list[str]:
+    """The segments the process holds a descriptor of beyond the one each map keeps."""
+    held = collections.Counter()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            held[os.readlink(f"/proc/self/fd/{fd}")] += 1
+    held.subtract(f.path for f in log.segments.files)  # a map holds a copy of its file's
+    return sorted(
+        os.path.basename(path)
+        for path, count in held.items()
+        if count > 0 and path.startswith(log.segments.directory)
+    )
+
+
+def test_appends_hold_one_descriptor_the_active_segments_and_close_it(tmp_path):
+    """Appends go through ``pwrite`` on a descriptor of the segment being written: it is
+    closed when the segment is full, so a node that rolls thousands of segments holds one,
+    and none once the log is closed."""
+    log = new_commitlog(tmp_path)
+    log.append([prepared(100)], T0)
+    assert writer_descriptors(log) == [file_name_of(0)]
+    while log.write_offset < 3 * LOG_SEGMENT + 100:
+        log.append([prepared(1000)], T0)
+    assert len(log.segments.files) == 4
+    assert writer_descriptors(log) == [file_name_of(3 * LOG_SEGMENT)]
+    log.close()
+    assert writer_descriptors(log) == []
 
 
 def test_truncate_to_deletes_later_files_and_zeroes_the_tail(tmp_path):
