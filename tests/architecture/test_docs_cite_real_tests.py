@@ -114,11 +114,16 @@ def check_module(root: Path, dotted: str) -> str | None:
     return f"no module {'.'.join(parts[:2])}"
 
 
+@cache
+def names_of_test_files(root: Path) -> frozenset[str]:
+    return frozenset(p.name for p in (root / "tests").rglob("test_*.py"))
+
+
 def check_citations(root: Path, path: Path, text: str) -> tuple[int, list[str]]:
     """How many citations ``text`` (the content of ``path``) holds, and every one of them
     that names nothing, as ``file:line: what``."""
     checked, broken = 0, []
-    test_files = {p.name for p in (root / "tests").rglob("test_*.py")}
+    test_files = names_of_test_files(root)
     where = path.relative_to(root)
     cited: Path | None = None  # the last file cited in this paragraph or table row
 

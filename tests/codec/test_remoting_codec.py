@@ -50,6 +50,9 @@ int32 = st.integers(-(2**31), 2**31 - 1)
 int16 = st.integers(-(2**15), 2**15 - 1)
 # The machine is shared: no per-example deadline, and few enough examples to stay quick.
 quick = settings(deadline=None, max_examples=60)
+# Examples of the longer twin checks in make test; their native fuzz targets
+# (tests/support/native_fuzz.py) take these parsers much further in make fuzz.
+TWIN_EXAMPLES = 600
 
 
 @st.composite
@@ -333,7 +336,7 @@ def binary_headers(draw):
     return bytes(header)
 
 
-@settings(deadline=None, max_examples=1500)
+@settings(deadline=None, max_examples=TWIN_EXAMPLES)
 @given(binary_headers() | st.binary(max_size=64))
 def test_a_binary_header_reads_in_c_as_its_twin_reads_it_errors_included(header):
     body = b"body"
@@ -386,7 +389,7 @@ def odd_commands(draw):
     )
 
 
-@settings(deadline=None, max_examples=1500)
+@settings(deadline=None, max_examples=TWIN_EXAMPLES)
 @given(commands(SERIALIZE_ROCKETMQ) | odd_commands())
 def test_a_binary_head_is_written_in_c_as_its_twin_writes_it_errors_included(command):
     def raised(call):

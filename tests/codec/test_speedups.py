@@ -70,6 +70,10 @@ from tests.support.fetch_answers import (
 )
 from tests.support.produce_scan import BODY_LIMIT, TYPE_TEXT, read_in_python
 
+# Examples of the longer twin checks in make test; their native fuzz targets
+# (tests/support/native_fuzz.py) take these parsers much further in make fuzz.
+TWIN_EXAMPLES = 600
+
 # Characters that decide checks: separators, '|', ASCII and Unicode whitespace (str.strip's
 # and re's \s: U+001C..U+001F and U+3000 among them), non-ASCII letters, and plain ones.
 TRICKY = "ab| \t\n\x0b\x1c\x1f\x85\xa0\u3000é€\U0001f600\x01\x02"
@@ -138,7 +142,7 @@ _PRODUCE_BODY = st.binary(max_size=BODY_LIMIT + 2)
 _PROPERTIES_BYTES = properties_bytes()
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=TWIN_EXAMPLES, deadline=None)
 @given(produce_request())
 def test_the_c_scan_reads_and_declines_exactly_as_python_does(request):
     records, count = request
@@ -168,7 +172,7 @@ def usual_produce_request(draw) -> tuple[bytes, int]:
     return data + tail, len(records) + draw(st.sampled_from([0, 0, 0, -1, 1]))
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=TWIN_EXAMPLES, deadline=None)
 @given(st.one_of(produce_request(), usual_produce_request()))
 def test_produce_spans_in_c_are_their_python_twin(request):
     records, count = request
@@ -264,7 +268,7 @@ def columns_or_refusal(records: bytes, end_offset: int) -> tuple | None:
         return None
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=TWIN_EXAMPLES, deadline=None)
 @given(fetch_answers(name_value_separator=False))
 def test_fetch_columns_in_c_is_its_python_twin(answer):
     """Absent, repeated and empty properties, pieces without 0x01, empty keys, non-ASCII
@@ -275,7 +279,7 @@ def test_fetch_columns_in_c_is_its_python_twin(answer):
     assert comparable(fetch_columns_in_c(records, TOPIC, QUEUE_ID, end_offset)) == expected
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=TWIN_EXAMPLES, deadline=None)
 @given(fetch_answers(), st.data())
 def test_fetch_columns_in_c_declines_exactly_where_the_twin_refuses(answer, data):
     """Damage anywhere (a byte changed, the answer cut or extended): the C returns the

@@ -291,7 +291,7 @@ def dispatch_case(draw) -> tuple[bytes, int]:
     return data + blank, len(data)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=250, deadline=None)  # the fuzz target dispatch_plan goes on
 @given(
     dispatch_case(),
     st.integers(1, 5),
@@ -348,7 +348,7 @@ def outcome_of(call):
         return type(error).__name__, str(error)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=250, deadline=None)  # the fuzz target dispatch_plan goes on
 @given(
     dispatch_case(),
     st.integers(0, 2000),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -25,11 +26,11 @@ class Import:
 def our_modules() -> dict[str, Path]:
     """Every Python module of the repository's packages, by dotted name."""
     modules = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        if parts[0] not in TOP_LEVEL:
-            continue
-        name = list(parts)
+    # Only the packages' own folders: the checkout's root also holds the virtual
+    # environment and the clients' caches, tens of thousands of files to walk for nothing.
+    paths = (path for top in TOP_LEVEL for path in (ROOT / top).rglob("*.py"))
+    for path in sorted(paths):
+        name = list(path.relative_to(ROOT).with_suffix("").parts)
         if name[-1] == "__init__":
             name.pop()
         modules[".".join(name)] = path
@@ -66,6 +67,10 @@ def imports_of(module: str, path: Path, modules: Mapping[str, Path]) -> Iterator
                     yield Import(module, target, node.lineno)
 
 
-def all_imports() -> list[Import]:
+@cache
+def all_imports() -> tuple[Import, ...]:
+    """Every import of ours, read once a run (several architecture tests check them)."""
     modules = our_modules()
-    return [found for name, path in modules.items() for found in imports_of(name, path, modules)]
+    return tuple(
+        found for name, path in modules.items() for found in imports_of(name, path, modules)
+    )
