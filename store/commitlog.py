@@ -35,6 +35,7 @@ from store import _speedups as speedups
 from store.consume_queue import BLANK_SIZE as QUEUE_BLANK_SIZE
 from store.consume_queue import ENTRY as QUEUE_ENTRY
 from store.dispatch_request import DispatchPlan, DispatchRequest, QueueRun
+from store.errors import DiskFullError
 from store.hashing import index_key_hash, tag_hash_code
 from store.index_file import INDEX_KEY
 from store.mapped_file_queue import MappedFileQueue
@@ -452,11 +453,29 @@ class CommitLog:
             segment.wrote_position = segment.size
             segment = self.segments.find(segment.end_offset)
             assert segment is not None
+            # The blank ends the old segment whatever becomes of the batch.
+            self.segments.write_offset = segment.base_offset
         start = appended[0].physical_offset
-        segment.append_at(start - segment.base_offset, data)
+        try:
+            segment.append_at(start - segment.base_offset, data)
+        except DiskFullError:
+            self._give_back_queue_offsets(batch)
+            raise
         segment.wrote_position = position - segment.base_offset
         self.segments.write_offset = position
         return appended
+
+    def _give_back_queue_offsets(self, batch: list[Prepared]) -> None:
+        """Undo the queue offsets ``encode_batch`` took for a batch that was not written,
+        so the next put of each queue takes the same offset: no hole in a queue."""
+        for item in batch:
+            if type(item) is PreparedRun:
+                key, taken = (item.topic, item.queue_id), item.count
+            elif item.message.sys_flag & NO_QUEUE_OFFSET_BIT:
+                continue
+            else:
+                key, taken = (item.message.topic, item.message.queue_id), 1
+            self.queue_offsets[key] -= taken
 
     # ---- reading -------------------------------------------------------------------
     def read(self, physical_offset: int) -> StoredMessage | None:

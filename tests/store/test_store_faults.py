@@ -348,9 +348,15 @@ with open(sys.argv[3], "wb", buffering=0) as filler:  # fill the disk to its las
                 filler.write(bytes(chunk))
         except OSError:
             pass
-result = store.put_message(Message.build("orders", b"x" * 7000, unique_key="M-full"))
-print(json.dumps([result.status.name, result.error, before, store.commitlog.write_offset]))
-store.close_abruptly_for_tests()
+refused = store.put_message(Message.build("orders", b"x" * 7000, unique_key="M-full"))
+after = store.commitlog.write_offset
+os.unlink(sys.argv[3])  # space returns: the same put again, in the same process
+retried = store.put_message(Message.build("orders", b"x" * 7000, unique_key="M-full"))
+assert retried.ok, retried
+at = retried.appended[0]
+outcome = [refused.status.name, refused.error, before, after, at.physical_offset, at.queue_offset]
+print(json.dumps(outcome))
+store.shutdown()
 """
 
 
@@ -360,7 +366,7 @@ def test_a_full_disk_where_fallocate_is_unsupported_is_disk_full_not_sigbus(tmpf
     disk is then SIGBUS and the node dies; appends go through ``pwrite``
     (``MappedFile.append_at``), which answers ENOSPC: the put is DISK_FULL, the part
     written before the disk filled is zeroed again, and once space returns the same put
-    succeeds where the refused one would have gone, with every acknowledged message there."""
+    succeeds where the refused one would have gone, with the queue offset it gave back."""
     disk = tmpfs_disk(2048)
     config = StoreConfig(str(disk.path / "store"), **DISK_CONFIG)
     filler = disk.path / "filler"
@@ -379,19 +385,19 @@ def test_a_full_disk_where_fallocate_is_unsupported_is_disk_full_not_sigbus(tmpf
         timeout=DEADLINE_S * 3,
     )
     assert child.returncode == 0, f"the store died ({child.returncode}): {child.stderr[-2000:]}"
-    status, error, before, after = json.loads(child.stdout.splitlines()[-1])
+    status, error, before, after, retried_at, retried_queue_offset = json.loads(
+        child.stdout.splitlines()[-1]
+    )
     assert (status, after) == ("DISK_FULL", before), error
     assert "no space to write" in error
+    # The retry went where the refused put would have, with the queue offset it gave back.
+    assert (retried_at, retried_queue_offset) == (before, 3)
 
-    filler.unlink()
     store = opened(config)
     assert store.recovery_report.corruption is None
-    assert store.commitlog.write_offset == before
     assert_nothing_after_write_offset(store)
     by_key = assert_consistent(store)
-    assert sorted(by_key) == ["M0", "M1", "M2"]
-    result = store.put_message(Message.build("orders", b"x" * 7000, unique_key="M-full"))
-    assert result.ok and result.appended[0].physical_offset == before
+    assert sorted(by_key) == ["M-full", "M0", "M1", "M2"]
     store.shutdown()
 
 
