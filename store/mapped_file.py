@@ -158,7 +158,8 @@ class MappedFile:
         the page cache, zeroing only the part of a page the write does not cover. Readers
         see the bytes through the map at once (one page cache). A disk that is full after
         all (no ``fallocate`` here) is ``DiskFullError``, never SIGBUS. The caller owns the
-        write position; the descriptor stays open until the file is full or released."""
+        write position; the descriptor stays open until :meth:`release_writer` (the queue
+        releases it when it rolls to the next file)."""
         end = position + len(data)
         assert position >= 0 and end <= self.size, (position, len(data), self.size)
         fd = self._write_fd
@@ -178,8 +179,6 @@ class MappedFile:
             # before the disk filled is zeroed again (its pages exist, so this cannot fail).
             os.pwrite(fd, bytes(position - start), start)
             raise DiskFullError(f"no space to write {len(data)} bytes") from error
-        if end == self.size:
-            self.release_writer()
 
     def release_writer(self) -> None:
         """Close the descriptor :meth:`append_at` opened; the next append reopens it."""
