@@ -394,9 +394,10 @@ class CommitLog:
         *,
         preallocate: bool,
         warm: bool = False,
+        cache_bytes: int = 0,
     ) -> None:
         self.segments = MappedFileQueue(
-            directory, segment_bytes, preallocate=preallocate, warm=warm
+            directory, segment_bytes, preallocate=preallocate, warm=warm, cache_bytes=cache_bytes
         )
         self.segment_bytes = segment_bytes
         self.store_host = store_host

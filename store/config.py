@@ -38,6 +38,10 @@ class StoreConfig:
     store_host: str = "127.0.0.1"
     store_port: int = 10911
     preallocate_segments: bool = True
+    # Flushed CommitLog bytes kept in the page cache behind the flush point; older ones are
+    # dropped from it (0: the kernel decides). Bounds the memory a node's log takes, so
+    # writes reuse pages rather than taking new ones (mapped_file_queue, _drop_cached_behind).
+    commitlog_cache_bytes: int = 512 * MIB
 
     def __post_init__(self) -> None:
         # The largest record, plus room for a blank filler, must fit a segment.
@@ -49,5 +53,7 @@ class StoreConfig:
             )
         if self.max_batch_bytes > self.commitlog_segment_bytes - 8:
             object.__setattr__(self, "max_batch_bytes", self.commitlog_segment_bytes - 8)
+        if self.commitlog_cache_bytes < 0:
+            raise ValueError("commitlog_cache_bytes must be 0 (the kernel decides) or more")
         if not 0 < self.disk_high_water_ratio <= 1:
             raise ValueError("disk_high_water_ratio must be in (0, 1]")

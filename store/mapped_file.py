@@ -180,6 +180,26 @@ class MappedFile:
             os.pwrite(fd, bytes(position - start), start)
             raise DiskFullError(f"no space to write {len(data)} bytes") from error
 
+    def drop_cached(self, start: int, end: int) -> None:
+        """Give ``[start, end)`` (flushed bytes) back to the kernel's free memory: unmapped
+        from this process, then dropped from the page cache. The bytes stay on disk; a read
+        of them afterwards faults them in again. Pages still dirty are not dropped (the
+        kernel keeps them), so this never loses a write; callers pass flushed ranges so that
+        it frees them."""
+        assert 0 <= start <= end <= self.size, (start, end, self.size)
+        start -= start % PAGE_SIZE
+        if start == end:
+            return
+        self.map.madvise(mmap.MADV_DONTNEED, start, end - start)
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # deleted by retention meanwhile: its pages go with the last map
+        try:
+            os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
     def release_writer(self) -> None:
         """Close the descriptor :meth:`append_at` opened; the next append reopens it."""
         fd, self._write_fd = self._write_fd, None

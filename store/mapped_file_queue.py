@@ -22,15 +22,28 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from store.mapped_file import MappedFile
 
 NEVER = 1 << 63  # an offset no file reaches: preallocation not armed
+# Flushed bytes leave the page cache in steps this large: one madvise and one fadvise
+# every few flushes rather than two syscalls per flush.
+DROP_STEP_BYTES = 8 << 20
 
 
 class MappedFileQueue:
     def __init__(
-        self, directory: str, file_size: int, *, preallocate: bool = False, warm: bool = False
+        self,
+        directory: str,
+        file_size: int,
+        *,
+        preallocate: bool = False,
+        warm: bool = False,
+        cache_bytes: int = 0,
     ) -> None:
         """``preallocate``: create the next file in the background before it is needed (the
         CommitLog does; consume queues, small and many, do not). ``warm``: write real
-        zeros over each new file first (see ``MappedFile.create``)."""
+        zeros over each new file first (see ``MappedFile.create``). ``cache_bytes``: how
+        much of what lies below the flushed offset stays in the page cache; older flushed
+        bytes are dropped from it after each flush (0: the kernel decides, nothing is
+        dropped). See :meth:`_drop_cached_behind`."""
+        assert cache_bytes >= 0
         assert file_size > 0
         self.directory = directory
         self.file_size = file_size
@@ -43,6 +56,8 @@ class MappedFileQueue:
         self._allocator: ThreadPoolExecutor | None = None
         self._preallocated: tuple[int, Future[MappedFile]] | None = None
         self._flush_lock = threading.Lock()
+        self._cache_bytes = cache_bytes
+        self._cached_from = 0  # below it (and below the first file) nothing is kept cached
         os.makedirs(directory, exist_ok=True)
 
     # ---- loading -------------------------------------------------------------------
@@ -170,7 +185,32 @@ class MappedFileQueue:
                 offset = end
             assert offset <= self.write_offset, (offset, self.write_offset)
             self.flushed_offset = offset
+            self._drop_cached_behind(offset)
             return offset
+
+    def _drop_cached_behind(self, flushed: int) -> None:
+        """Drop from the page cache the flushed bytes more than ``cache_bytes`` behind
+        ``flushed``, in whole steps of ``DROP_STEP_BYTES``. Why: a log written without end
+        otherwise takes a new page of memory for every 4 KiB it writes until the machine's
+        memory is full, and where new memory is dear (a virtual machine whose free pages go
+        back to its host: here 15 µs a page, against 1 µs for a page used before) that alone
+        cost more CPU per message than the rest of the write. Pages given back are reused
+        by the next writes. Readers of older bytes read them from disk, as they would once
+        the kernel evicted them. Runs under the flush lock, after the flush, on the flushing
+        thread."""
+        if not self._cache_bytes:
+            return
+        target = flushed - self._cache_bytes
+        target -= target % DROP_STEP_BYTES
+        offset = max(self._cached_from, self.min_offset)
+        while offset < target:
+            f = self.find(offset)
+            if f is None:
+                break
+            end = min(target, f.end_offset)
+            f.drop_cached(offset - f.base_offset, end - f.base_offset)
+            offset = end
+        self._cached_from = max(self._cached_from, offset)
 
     # ---- truncation and deletion ---------------------------------------------------
     def truncate_to(self, offset: int) -> None:
@@ -200,6 +240,7 @@ class MappedFileQueue:
             self.files = tuple(keep)
             self.write_offset = offset
             self.flushed_offset = min(self.flushed_offset, offset)
+            self._cached_from = min(self._cached_from, offset)
 
     def delete_first(self, count: int) -> list[MappedFile]:
         """Delete the ``count`` oldest files (retention); the last file always stays."""

@@ -227,6 +227,7 @@ class MessageStore:
             # fdatasync rewrites blocks rather than converting extents: worth it only where
             # a send waits for that fdatasync, and off the append only when preallocated.
             warm=config.preallocate_segments and config.flush_mode is FlushMode.SYNC_FLUSH,
+            cache_bytes=config.commitlog_cache_bytes,
         )
         self.consume_queues = ConsumeQueueTable(
             os.path.join(root, "consumequeue"), config.consume_queue_entries_per_file

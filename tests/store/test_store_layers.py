@@ -15,13 +15,14 @@ import threading
 
 import pytest
 
+from bench.peers.pagecache import resident_fraction
 from ferrymq.codec import commitlog_record as record
 from ferrymq.codec.commitlog_record import encode_host
 from ferrymq.codec.message_id import offset_message_id
 from ferrymq.codec.properties import encode_properties
 from ferrymq.launcher.polling import until
 from store import checkpoint as checkpoint_format
-from store import dispatcher, index_service, sync_ledger
+from store import dispatcher, index_service, mapped_file_queue, sync_ledger
 from store.checkpoint import Checkpoint
 from store.commitlog import CommitLog, prepare, topic_prefix_of
 from store.config import FlushMode, StoreConfig
@@ -157,6 +158,73 @@ def test_preallocation_creates_the_next_file_ahead_of_the_roll(tmp_path):
     plain.file_for_write(FILE - 1)
     assert os.listdir(tmp_path / "plain") == [f"{0:020d}"]  # nothing ahead without it
     plain.close()
+
+
+def cached_fraction(path) -> float:
+    """The share of a file's pages in the page cache (``mincore``)."""
+    return resident_fraction([path])
+
+
+STEP = 8 << 20  # mapped_file_queue.DROP_STEP_BYTES: a file is one step of the drop
+
+
+def test_a_log_keeps_only_its_cache_window_of_flushed_bytes_in_the_page_cache(tmp_path):
+    """Invariant: after a flush, flushed bytes more than ``cache_bytes`` behind the flushed
+    offset (rounded down to whole steps) are out of the page cache, the rest still in it,
+    and every byte reads back unchanged (from disk). A cut below what was dropped re-arms
+    the drop for what is written again."""
+    assert mapped_file_queue.DROP_STEP_BYTES == STEP
+    queue = MappedFileQueue(str(tmp_path / "q"), STEP, cache_bytes=STEP)
+    for i in range(4):
+        fill_file(queue, i * STEP, 0xA0 + i)
+    paths = [f.path for f in queue.files]
+    assert [cached_fraction(p) for p in paths] == [1.0] * 4  # written, not yet flushed
+    assert queue.flush() == 4 * STEP
+    assert [cached_fraction(p) for p in paths] == [0.0, 0.0, 0.0, 1.0]
+    for i, f in enumerate(queue.files):
+        assert f.read(0, STEP) == bytes([0xA0 + i]) * STEP  # read back from disk
+    queue.flush()
+
+    queue.truncate_to(STEP)  # files 1..3 go; file 1 comes back empty below
+    for i in range(1, 4):
+        fill_file(queue, i * STEP, 0xB0 + i)
+    assert queue.flush() == 4 * STEP
+    assert [cached_fraction(f.path) for f in queue.files[1:]] == [0.0, 0.0, 1.0]
+    queue.close()
+
+
+def test_a_log_without_a_cache_window_leaves_its_pages_to_the_kernel(tmp_path):
+    queue = MappedFileQueue(str(tmp_path / "q"), STEP)
+    for i in range(3):
+        fill_file(queue, i * STEP, 0xA0 + i)
+    queue.flush()
+    assert [cached_fraction(f.path) for f in queue.files] == [1.0] * 3
+    queue.close()
+
+
+def test_a_store_drops_old_commitlog_pages_and_still_serves_their_messages(tmp_path, monkeypatch):
+    """Through the store's configuration: ``commitlog_cache_bytes`` reaches the CommitLog,
+    segments far behind the flush leave the page cache, their messages still read."""
+    monkeypatch.setattr(mapped_file_queue, "DROP_STEP_BYTES", SEGMENT, raising=False)
+    store = open_store(tmp_path, **QUIET, commitlog_cache_bytes=SEGMENT)
+    offsets = []
+    for i in range(200):
+        result = store.put_message(Message.build("T", bytes([i]) * 1000))
+        assert result.ok
+        offsets.append(result.appended[0].physical_offset)
+    store.flush_log()
+    segments = store.commitlog.segments.files
+    assert len(segments) >= 4
+    assert [cached_fraction(f.path) for f in segments[:-2]] == [0.0] * (len(segments) - 2)
+    assert cached_fraction(segments[-1].path) > 0
+    for i, offset in enumerate(offsets):
+        assert store.read_message(offset).body == bytes([i]) * 1000
+    store.shutdown()
+
+
+def test_a_negative_commitlog_cache_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="commitlog_cache_bytes"):
+        StoreConfig(str(tmp_path), commitlog_cache_bytes=-1)
 
 
 @pytest.mark.parametrize(
