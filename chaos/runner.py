@@ -29,6 +29,9 @@ SMALL_STORE = {
     "index_slot_count": 10_007,
     "index_entry_count": 40_000,
     "consume_queue_entries_per_file": 10_000,
+    # A run's log holds ~100 MB: with a window this small, its readers (consumers, a slave
+    # catching up after a partition) read ranges the page cache dropped, throughout.
+    "commitlog_cache_bytes": 8 << 20,
 }
 RECOVERY_TIMEOUT_S = 30.0
 # After the writers stop, the consumers must consume it all: a group that made no progress

@@ -41,3 +41,4 @@ def test_smoke_run_prints_every_floor():
     assert figures["noop_remoting_replicated_batch_msgs_per_s"] > 0
     assert figures["page_cache_first_write_us_per_kib"] > 0
     assert figures["page_cache_rewrite_us_per_kib"] > 0
+    assert figures["page_cache_recycled_write_us_per_kib"] > 0
