@@ -784,11 +784,22 @@ class MessageStore:
     ) -> Iterator[StoredMessage]:
         """Every message of one queue the log holds, from queue offset ``start`` (the
         queue's first when None) to the queue's end when the walk began, ``page`` at a
-        time: how a replay or a rebuild reads a queue."""
+        time: how a replay or a rebuild reads a queue. Past the read cap too: state is
+        what every record of the log says, confirmed or not, flushed or not. A promoted
+        SYNC_FLUSH slave's replay once stopped at its flushed offset, missed the last
+        records its old master wrote (a dead letter's end among them), and copied that
+        message to the dead-letter queue a second time (found by chaos)."""
         offset = self.min_offset_in_queue(topic, queue_id) if start is None else start
         end = self.max_offset_in_queue(topic, queue_id)
+        read_record = self.commitlog.read
+
+        def record(physical: int, size: int) -> StoredMessage | None:
+            return read_record(physical)  # None: removed by retention while we read
+
         while offset < end:
-            read = self.get_messages(topic, queue_id, offset, min(page, end - offset))
+            read = self._scan_queue(
+                topic, queue_id, offset, min(page, end - offset), None, record, capped=False
+            )
             yield from read.messages
             if read.next_begin_offset <= offset:
                 break
@@ -835,7 +846,9 @@ class MessageStore:
 
         return self._scan_queue(topic, queue_id, offset, max_count, tags, raw, max_bytes)
 
-    def _scan_queue(self, topic, queue_id, offset, max_count, tags, fetch, max_bytes=None):
+    def _scan_queue(
+        self, topic, queue_id, offset, max_count, tags, fetch, max_bytes=None, capped=True
+    ):
         """One consistent read of a queue. A slave may cut its tail (``truncate_to``, on
         another thread) while a consumer reads it: queue entries then point at zeroed
         bytes, or at another epoch's records once new ones are appended there. A read that
@@ -847,7 +860,7 @@ class MessageStore:
                 break
             try:
                 result = self._scan_queue_once(
-                    topic, queue_id, offset, max_count, tags, fetch, max_bytes
+                    topic, queue_id, offset, max_count, tags, fetch, max_bytes, capped
                 )
             except Exception:
                 if self._cut_generation == generation:
@@ -859,7 +872,9 @@ class MessageStore:
         low, high = (queue.min_offset, queue.max_offset) if queue is not None else (0, 0)
         return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, low, high)
 
-    def _scan_queue_once(self, topic, queue_id, offset, max_count, tags, fetch, max_bytes):
+    def _scan_queue_once(
+        self, topic, queue_id, offset, max_count, tags, fetch, max_bytes, capped=True
+    ):
         queue = self.consume_queues.get(topic, queue_id)
         if queue is None or queue.max_offset == 0:
             # As RocketMQ: only a queue that never had a message is "no message in queue";
@@ -872,7 +887,7 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, low, high)
         if offset > high:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
-        limit = self.read_cap()
+        limit = self.read_cap() if capped else None
         if fetch is None:  # get_records of every record
             first, entries = queue.entry_bytes(offset, max(max_count, 1) * 16)
             found, next_offset = self.commitlog.gather(

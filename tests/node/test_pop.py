@@ -713,6 +713,28 @@ def test_replay_starts_at_the_newest_snapshot(broker, monkeypatch):
     assert broker.ack("G", "orders", handles[4]).status.code == pb.OK
 
 
+def test_a_replay_applies_the_records_past_the_read_cap(broker):
+    """A promoted node replays every record its log holds, past its read cap too (under
+    SYNC_FLUSH that cap is what is on disk, and a promoted slave may not have fsynced its
+    old master's last records yet). Before, the replay stopped at the cap: the end of a
+    delivery written last was missed, and the new master dead-lettered the message a
+    second time (a sync-sync-flush chaos run: two copies in the DLQ)."""
+    broker.send("orders", 1)
+    for _ in range(3):
+        assert len(broker.receive("G", "orders")) == 1
+        broker.clock.ms += 10_000
+    before_dead_letter = broker.store.write_offset
+    assert broker.receive("G", "orders") == []  # attempts used up: dead-lettered
+    assert broker.dead_letters("G") == [b"body-0"]
+    live = {k: (c.next_offset, dict(c.in_flight)) for k, c in broker.state.cursors.items()}
+    broker.store.set_confirmed_offset(before_dead_letter, new_epoch=True)
+    replayed = PopState(broker.store)
+    replayed.replay()
+    after = {k: (c.next_offset, dict(c.in_flight)) for k, c in replayed.cursors.items()}
+    assert after == live
+    assert after[("G", "orders", 0)][1] == {}  # not in flight any more: it is in the DLQ
+
+
 def test_concurrent_appends_past_the_threshold_write_one_snapshot_at_a_time(broker, monkeypatch):
     monkeypatch.setattr(system_state, "SNAPSHOT_EVERY_RECORDS", 10)
     broker.send("orders", 1)

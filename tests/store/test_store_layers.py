@@ -1262,6 +1262,35 @@ def test_a_replica_promoted_before_it_dispatched_gives_out_no_queue_offset_twice
     slave.shutdown()
 
 
+def test_a_replay_reads_the_records_a_sync_flush_replica_has_not_flushed_yet(tmp_path):
+    """A SYNC_FLUSH slave promoted while its last replicated records were appended and not
+    yet fsynced: consumers still read only up to what is on disk (the read cap), but a
+    replay (``walk_queue``) reads every record the log holds. Before, the replay stopped
+    at the flushed offset: a promoted node's POP state missed the end of a delivery its
+    old master had written last, and dead-lettered the message a second time (found by a
+    sync-sync-flush chaos run)."""
+    master = MessageStore.open(StoreConfig(str(tmp_path / "master"), **SMALL, **QUIET))
+    slave = MessageStore.open(
+        StoreConfig(str(tmp_path / "slave"), **SMALL, **QUIET, flush_mode=FlushMode.SYNC_FLUSH)
+    )
+    try:
+        for i in range(3):
+            assert master.put_message(Message.build("T", b"%d" % i)).ok
+        flushed = master.write_offset
+        slave.append_replicated_records(0, master.commitlog.read_records(0, 10**6))
+        slave.flush_log()
+        assert master.put_message(Message.build("T", b"3")).ok  # the last, not flushed
+        tail = master.commitlog.read_records(flushed, 10**6)
+        slave.append_replicated_records(flushed, tail)
+        slave.rebuild_queue_offsets()  # what a promotion does, then the states replay
+        assert slave.read_cap() == flushed < slave.write_offset
+        assert [m.body for m in slave.get_messages("T", 0, 0, 10).messages] == [b"0", b"1", b"2"]
+        assert [m.body for m in slave.walk_queue("T", 0)] == [b"0", b"1", b"2", b"3"]
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
 def test_append_listeners_run_before_the_records_are_dispatched(tmp_path):
     """What copies the log elsewhere (a master's replication links) hears of new records
     when the CommitLog holds them and before their consume-queue and index entries are
