@@ -184,6 +184,18 @@ def order(plan: ClusterPlan) -> list[NodePlan]:
     return sorted(plan.nodes, key=lambda n: n.id == master)
 
 
+def finalized(admin: Admin) -> int | None:
+    """The routing format ``finalize_upgrade`` set, or None when routing could not commit
+    it yet (its leader changed under the call, as it may right after the last node's
+    restart): an operator asks again, and so does the drill."""
+    try:
+        return admin.finalize_upgrade()
+    except FerryError as error:
+        if error.code_name != "UNAVAILABLE":
+            raise
+        return None
+
+
 def run(old_version: str, directory: str) -> dict:
     old = releases.build(old_version)
     new = this_runtime()
@@ -215,7 +227,7 @@ def run(old_version: str, directory: str) -> dict:
                 steps.append(record)
         with Admin(plan.nodes[0].grpc) as admin:
             before = admin.cluster_status().routing_format  # 1: nothing moved it on
-            routing_format = admin.finalize_upgrade()
+            routing_format = until(lambda: finalized(admin), 30, "the upgrade finalized")
             admin.create_topic(TOPIC + "-after", 1)  # routing commits in format 2
         last = plan.nodes[-1]  # a node restarted after the switch reads the format-2 log
         plan, record = step(plan, last, new, new_version, "after-finalize", load)
