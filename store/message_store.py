@@ -974,14 +974,19 @@ class MessageStore:
 
     def look_message_by_id(self, message_id: str) -> StoredMessage | None:
         """The message of an offset message id (``look_message_by_offset``), or None for
-        a malformed id, another host's, or a position where no real record starts."""
+        a malformed id, a position where no real record starts, or a record another host
+        wrote there. The id's host is the one in the record, not this store's: a replica
+        holds its master's records at the same offsets, with that master's host, so a
+        slave, or a slave promoted after a failover, finds them by the ids the clients
+        were given."""
         try:
-            host, physical = parse_offset_message_id(message_id)
+            _, physical = parse_offset_message_id(message_id)
         except ValueError:
             return None
-        if host != self.commitlog.store_host:
+        found = self.look_message_by_offset(physical)
+        if found is None or found.offset_message_id != message_id.upper():
             return None
-        return self.look_message_by_offset(physical)
+        return found
 
     def query_by_key(
         self,

@@ -54,7 +54,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ferrymq.codec.commitlog_record import StoredMessage
-from ferrymq.codec.message_id import parse_offset_message_id
 from ha.replicated_store import ReplicatedStore
 from node.services.admin import INVALID_ARGUMENT, NOT_FOUND, AdminRefused, refused
 from node.services.caller import Caller
@@ -224,7 +223,7 @@ class DirectConsumeService:
         if request.physical_offset >= 0:
             found = self.store.look_message_by_offset(request.physical_offset)
         elif request.message_id:
-            found = self._by_offset_message_id(request.message_id)
+            found = self.store.look_message_by_id(request.message_id)
             if found is None or found.topic != request.topic:
                 found = self.store.query_by_unique_key(request.topic, request.message_id)
         if found is None or found.topic != request.topic:
@@ -234,19 +233,6 @@ class DirectConsumeService:
                 f"MESSAGE_NOT_FOUND: no message {named} of topic {request.topic} is stored "
                 f"on broker group {self.broker_group}",
             )
-        return found
-
-    def _by_offset_message_id(self, message_id: str) -> StoredMessage | None:
-        """The record an offset message id names on any node of this broker group: its
-        replicas hold it at the same offset, with the store host of the master that wrote
-        it (the id's host), which the record must match."""
-        try:
-            _, physical_offset = parse_offset_message_id(message_id)
-        except ValueError:
-            return None
-        found = self.store.look_message_by_offset(physical_offset)
-        if found is None or found.offset_message_id.upper() != message_id.upper():
-            return None
         return found
 
     def relay_target(self, caller: Caller, group: str, client_id: str) -> DirectConsumer:

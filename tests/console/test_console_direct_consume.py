@@ -18,6 +18,7 @@ from ferrymq.codec.commitlog_record import decode
 from ferrymq.codec.remoting_codes import RequestCode, ResponseCode
 from ferrymq.launcher.cluster import cluster_down, cluster_up
 from ferrymq.launcher.polling import until
+from ferrymq.protocol.ferrymq import admin_pb2 as admin_api
 from tests.support.auth import APP
 from tests.support.cluster import SMALL_STORE, master_of
 from tests.support.console import CONSOLE_SETTINGS, ROOT, ConsoleClient, console_of
@@ -49,12 +50,24 @@ def cluster(tmp_path_factory):
 
 
 def stored_message(plan, master) -> str:
-    """A message of TOPIC, sent now: its offset message id."""
+    """A message of TOPIC, sent now, once every node serves it (a node that has not
+    dispatched it yet answers MESSAGE_NOT_FOUND, and the console stops there): its offset
+    message id."""
     with Producer(master.grpc, security=ROOT) as producer:
         sent = producer.send(Message(TOPIC, b"check me"))
     with Admin(master.grpc, security=ROOT) as admin:
         (found,) = until(lambda: admin.query_by_id(sent.message_id, TOPIC), 10, "the message")
+    for node in plan.nodes:
+        until(lambda n=node: served_by(n, found.offset_message_id), 10, f"the message on {node.id}")
     return found.offset_message_id
+
+
+def served_by(node, message_id: str) -> bool:
+    """Whether ``node`` itself (not its broker group's master) finds the message."""
+    with Admin(node.grpc, security=ROOT) as admin:
+        connection = admin.endpoints.connection(node.grpc)
+        request = admin_api.QueryMessageByIdRequest(topic=TOPIC, message_id=message_id)
+        return bool(connection.call(connection.admin.QueryMessageById, request).messages)
 
 
 def answer_once(client: RemotingClient) -> dict:

@@ -526,6 +526,29 @@ def test_offset_message_id_is_store_host_and_physical_offset(tmp_path):
     store.shutdown()
 
 
+def test_a_replica_finds_its_masters_records_by_their_offset_ids(tmp_path):
+    """A replica holds its master's records at the same offsets, with the master's store
+    host in each: reopened as another host (a slave, or the slave promoted after a
+    failover), the store finds them by the ids the clients were given, and not by an id
+    that names itself or any other host at those offsets."""
+    store = open_store(tmp_path)
+    written = [store.put_message(Message.build("T", b"m%d" % i)).appended[0] for i in range(3)]
+    store.shutdown()
+    replica = open_store(tmp_path, store_host="127.0.0.2", store_port=10912)
+    try:
+        for i, appended in enumerate(written):
+            found = replica.look_message_by_id(appended.offset_message_id)
+            assert found is not None and found.body == b"m%d" % i
+            assert replica.look_message_by_id(appended.offset_message_id.lower()).body == found.body
+            its_own = offset_message_id(encode_host("127.0.0.2", 10912), appended.physical_offset)
+            assert replica.look_message_by_id(its_own) is None
+        own = replica.put_message(Message.build("T", b"own")).appended[0]
+        assert own.offset_message_id[:16] == "7F00000200002AA0"  # 127.0.0.2:10912
+        assert replica.look_message_by_id(own.offset_message_id).body == b"own"
+    finally:
+        replica.shutdown()
+
+
 # ---- ConsumeQueue (docs/architecture.md, "Files on disk") ---------------------------
 
 
