@@ -64,8 +64,8 @@ The servers answer with a constant and store nothing (no validation, no CommitLo
   costs a fault in the host too, so the first figure is what a store pays while its page
   cache grows into such memory, and it varies with how recently the memory was freed.
 - ``page_cache_recycled_write_us_per_kib``: the same first write of 4 GiB into a new file
-  the way a node's CommitLog writes it with its default ``commitlog_cache_bytes``: synced
-  every 64 MiB, and what lies more than that window behind dropped from the page cache,
+  the way a node's CommitLog writes it with a ``commitlog_cache_bytes`` window of 512 MiB:
+  synced every 64 MiB, and what lies more than the window behind dropped from the page cache,
   so that each write takes a page freed a moment before: the floor of a store that
   bounds its page cache, measured before the other two (which free gigabytes at the end).
 
@@ -92,7 +92,6 @@ from bench.produce import latencies, produce_requests, send_all, single_requests
 from ferrymq.codec.remoting import FrameSplitter, RemotingCommand, decode, encode
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2_grpc
 from ferrymq.protocol.ferrymq import data_pb2_grpc
-from store.config import StoreConfig
 
 # The checkout: where ``python -c`` finds the packages the server and client scripts import.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -559,11 +558,11 @@ def page_cache_write_us_per_kib(mib: int) -> tuple[float, float]:
 
 def page_cache_recycled_write_us_per_kib(mib: int) -> float:
     """CPU µs per KiB of the last GiB (or all) of writing ``mib`` MiB into a new file as a
-    node's CommitLog writes with its default ``commitlog_cache_bytes``: every 64 MiB the
-    file is synced and what lies more than that window behind is dropped from the page
-    cache, so that later writes take pages freed a moment before."""
+    node's CommitLog writes with ``commitlog_cache_bytes = RECYCLED_WINDOW_MIB`` MiB:
+    every 64 MiB the file is synced and what lies more than that window behind is dropped
+    from the page cache, so that later writes take pages freed a moment before."""
     chunk = bytes(1 << 20)
-    window = StoreConfig("unused").commitlog_cache_bytes >> 20
+    window = RECYCLED_WINDOW_MIB
     last = min(mib, 1024)
     dropped = 0
     with tempfile.TemporaryDirectory(prefix="ferrymq-floor-", dir=ROOT) as directory:
@@ -594,6 +593,9 @@ SCALES = {  # RPCs at 256 in flight, sends one at a time, seconds of batches
     "smoke": (1_000, 100, 0.5),
 }
 PAGE_CACHE_MIB = {"full": 4096, "quick": 4096, "smoke": 64}
+# The window of ``page_cache_recycled_write_us_per_kib`` (a node's ``commitlog_cache_bytes``
+# set to it; its default, 0, leaves the page cache to the kernel).
+RECYCLED_WINDOW_MIB = 512
 
 
 def measure(scale: str) -> dict:

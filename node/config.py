@@ -75,9 +75,10 @@ Layout of ``node.toml``::
     [store]                  # any field of store.config.StoreConfig but data_dir
     flush_mode = "ASYNC_FLUSH"
     commitlog_segment_bytes = 1073741824
-    commitlog_cache_bytes = 536870912    # flushed log kept in the page cache behind the
-                             # flush point; older bytes are dropped from it (0: the kernel
-                             # decides); readers further behind read from disk
+    commitlog_cache_bytes = 0    # 0: the kernel decides what the page cache keeps; N:
+                             # flushed log bytes more than N behind the flush point are
+                             # dropped from it (readers further behind read from disk), for
+                             # hosts where new memory is dear (docs/architecture.md)
 
     [cluster]                # routing (Raft) membership; empty voters = standalone
     voters = ["10.0.0.1:8876", "10.0.0.2:8876", "10.0.0.3:8876"]   # Raft addresses

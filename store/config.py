@@ -39,9 +39,12 @@ class StoreConfig:
     store_port: int = 10911
     preallocate_segments: bool = True
     # Flushed CommitLog bytes kept in the page cache behind the flush point; older ones are
-    # dropped from it (0: the kernel decides). Bounds the memory a node's log takes, so
-    # writes reuse pages rather than taking new ones (mapped_file_queue, _drop_cached_behind).
-    commitlog_cache_bytes: int = 512 * MIB
+    # dropped from it (mapped_file_queue, _drop_cached_behind). 0, the default: the kernel
+    # decides, and a backlog written is read back from memory. A window bounds the memory
+    # a node's log takes, so writes reuse pages rather than take new ones: for hosts where
+    # new memory is dear (a VM returning free pages to its host), at the cost of reading
+    # backlogs deeper than the window from disk (docs/architecture.md, the deviations).
+    commitlog_cache_bytes: int = 0
 
     def __post_init__(self) -> None:
         # The largest record, plus room for a blank filler, must fit a segment.
