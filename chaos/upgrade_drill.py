@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from typing import TypeVar
 
 from chaos import releases
 from ferrymq.client import (
@@ -57,6 +58,7 @@ GROUP = "upgrade-drill-readers"
 QUEUES = 4
 STEP_TIMEOUT_S = 90.0
 SETTINGS = {"replication": {"mode": "SYNC"}}
+T = TypeVar("T")
 
 
 @dataclass
@@ -165,7 +167,7 @@ def step(
     record = Step(phase, node.id, "master" if was_master else "slave", version)
     if was_master:
         with Admin(node.grpc, timeout_s=30) as admin:
-            admin.failover(node.group)
+            while_routing_moves(lambda: admin.failover(node.group), f"{node.group} failed over")
     os.kill(node.pid, signal.SIGTERM)
     until(lambda: not is_running(node, plan), 30, f"{node.id} to stop")
     restarted = start_node(plan, node, runtime=runtime)
@@ -184,16 +186,20 @@ def order(plan: ClusterPlan) -> list[NodePlan]:
     return sorted(plan.nodes, key=lambda n: n.id == master)
 
 
-def finalized(admin: Admin) -> int | None:
-    """The routing format ``finalize_upgrade`` set, or None when routing could not commit
-    it yet (its leader changed under the call, as it may right after the last node's
-    restart): an operator asks again, and so does the drill."""
-    try:
-        return admin.finalize_upgrade()
-    except FerryError as error:
-        if error.code_name != "UNAVAILABLE":
-            raise
-        return None
+def while_routing_moves(call: Callable[[], T], what: str) -> T:
+    """``call()``, asked again while routing answers UNAVAILABLE: its leader changed under
+    the call (as it may around a node's restart) and discarded the command, so nothing
+    was applied; an operator asks again, and so does the drill."""
+
+    def attempt() -> tuple[T] | None:
+        try:
+            return (call(),)
+        except FerryError as error:
+            if error.code_name != "UNAVAILABLE":
+                raise
+            return None
+
+    return until(attempt, 30, what)[0]
 
 
 def run(old_version: str, directory: str) -> dict:
@@ -227,7 +233,7 @@ def run(old_version: str, directory: str) -> dict:
                 steps.append(record)
         with Admin(plan.nodes[0].grpc) as admin:
             before = admin.cluster_status().routing_format  # 1: nothing moved it on
-            routing_format = until(lambda: finalized(admin), 30, "the upgrade finalized")
+            routing_format = while_routing_moves(admin.finalize_upgrade, "the upgrade finalized")
             admin.create_topic(TOPIC + "-after", 1)  # routing commits in format 2
         last = plan.nodes[-1]  # a node restarted after the switch reads the format-2 log
         plan, record = step(plan, last, new, new_version, "after-finalize", load)
