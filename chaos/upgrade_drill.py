@@ -187,9 +187,10 @@ def order(plan: ClusterPlan) -> list[NodePlan]:
 
 
 def while_routing_moves(call: Callable[[], T], what: str) -> T:
-    """``call()``, asked again while routing answers UNAVAILABLE: its leader changed under
-    the call (as it may around a node's restart) and discarded the command, so nothing
-    was applied; an operator asks again, and so does the drill."""
+    """``call()``, asked again while routing answers UNAVAILABLE (its leader changed under
+    the call, as it may around a node's restart): an operator asks again, and so does the
+    drill. Both calls it makes so may land twice harmlessly: a second failover moves the
+    master once more before the node stops, a second finalize sets the same format."""
 
     def attempt() -> tuple[T] | None:
         try:

@@ -980,13 +980,11 @@ class MessageStore:
         slave, or a slave promoted after a failover, finds them by the ids the clients
         were given."""
         try:
-            _, physical = parse_offset_message_id(message_id)
+            host, physical = parse_offset_message_id(message_id)
         except ValueError:
             return None
         found = self.look_message_by_offset(physical)
-        if found is None or found.offset_message_id != message_id.upper():
-            return None
-        return found
+        return found if found is not None and found.store_host == host else None
 
     def query_by_key(
         self,
