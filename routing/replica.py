@@ -27,6 +27,9 @@ pysyncobj facts this module works around (see docs/guarantees.md, "Routing"):
   are bounded (``routing/raft_transport.py``), and a command too large for that bound is
   refused here before it is appended;
 - a voter's listener would bind every interface: it binds the voter's own address;
+- it has no pre-vote: a restarted voter that times out before the leader's first heartbeat
+  reaches it deposes that leader, so a voter restarted with a term waits a connection
+  retry and two heartbeat periods longer for its first election (``_RaftNode``);
 - it stores the term and the vote by rename every second, and a rename that frees the old
   file's blocks stalled its thread for seconds under a slow disk: the term, the vote and
   snapshots are written by ``routing/raft_files.py`` instead.
@@ -183,6 +186,25 @@ class _RaftNode(SyncObj):
         self._lone = lone
         self._hurried_ticks = 0  # ticks left that do not wait (a lone voter's)
         super().__init__(*args, **kwargs)
+        if not lone and self.raftCurrentTerm > 0:
+            self._hear_the_leader_first()
+
+    def _hear_the_leader_first(self) -> None:
+        """A restarted voter (its journal holds a term) calls its first election only once
+        a leader, if there is one, has had the time to reach it: the leader connects to a
+        voter whose address sorts below its own only at its next connection retry
+        (``connectionRetryTime``), then heartbeats within ``appendEntriesPeriod``. Without
+        this, a voter restarted into a healthy group often timed out first, called an
+        election at a higher term, and so deposed the leader it had not heard yet (it
+        rarely wins: it missed what was committed while it was down): an election's
+        unavailability for routing during rolling restarts and upgrades. pysyncobj has no
+        pre-vote (the Raft thesis, section 9.6), which would refuse such a candidate; this
+        covers the restart, where the case arises. Runs before the
+        tick thread's first tick (it sleeps 0.1 s before it)."""
+        conf = self._getConf()
+        patience = conf.connectionRetryTime + 2 * conf.appendEntriesPeriod
+        # pysyncobj keeps the deadline in a private attribute (name-mangled by SyncObj).
+        self._SyncObj__raftElectionDeadline += patience
 
     def _applyCommand(self, command, callback, commandType=None) -> None:
         if self._lone:
