@@ -18,14 +18,18 @@ spurious failover).
 The **sustainable rate** is the highest step that kept up: at least 99 % of its sends
 acknowledged, no error but documented back-pressure (``BACK_PRESSURE``), a publish p99
 under ``PUBLISH_P99_LIMIT_MS`` and the consumer's backlog under one second of the rate.
+Every run of the driver (the ramp, the soak) begins with a warm-up step at
+``WARM_UP_RATE`` (``warm_up_step`` in the figures), counted in no other figure: the JVM's
+first seconds (class loading, the JIT) refused or delayed sends of whatever step came
+first, and the ramp then reported 0 for a cluster that kept up with the steps after it.
 
 ``--busy N`` keeps N processes spinning on the CPU beside the cluster for the whole run
 (a loaded host), each in a session of its own (``--busy-beside-client``: in the
 benchmark's, with the load's client). ``--soak-minutes M`` then offers 80 % of the
 sustainable rate for M minutes, in one-minute steps, and samples every node's anonymous
 resident memory (RssAnon, its routing host's included) every ``MEMORY_SAMPLE_S``: its
-growth from the first to the last minute is the figure (flat is the goal; each minute's
-average beside it), with every error of the soak.
+growth from the first minute (which begins with the warm-up step) to the last is the
+figure (flat is the goal; each minute's average beside it), with every error of the soak.
 
 Prints a human summary on stderr and one JSON object (last line of stdout).
 """
@@ -46,7 +50,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bench import load_driver
 from ferrymq.client import Admin
@@ -64,6 +68,8 @@ from ferrymq.launcher.processes import process_tree
 # own refusal to queue more async sends (RemotingTooMuchRequestException).
 BACK_PRESSURE = frozenset({"broker:2", "broker:215", "RemotingTooMuchRequestException"})
 PUBLISH_P99_LIMIT_MS = 1000.0
+# The warm-up step each run of the driver begins with: low enough for any cluster here.
+WARM_UP_RATE = 500
 MEMORY_SAMPLE_S = 10.0
 SIZE = 1024
 QUEUES = 8
@@ -77,12 +83,13 @@ STORE = {
 class Scale:
     rates: tuple[int, ...]
     step_s: float
+    warm_up_s: float
 
 
 SCALES = {
-    "full": Scale((2_000, 5_000, 10_000, 15_000, 20_000, 25_000, 30_000, 40_000), 60.0),
-    "quick": Scale((500, 1_000, 2_000, 5_000, 10_000, 15_000, 20_000, 25_000, 30_000), 20.0),
-    "smoke": Scale((1_000, 3_000), 5.0),
+    "full": Scale((2_000, 5_000, 10_000, 15_000, 20_000, 25_000, 30_000, 40_000), 60.0, 20.0),
+    "quick": Scale((500, 1_000, 2_000, 5_000, 10_000, 15_000, 20_000, 25_000, 30_000), 20.0, 10.0),
+    "smoke": Scale((1_000, 3_000), 5.0, 2.0),
 }
 
 
@@ -233,18 +240,32 @@ class MemorySampler:
 
 
 # ---- the load ------------------------------------------------------------------------
+@dataclass
+class Offered:
+    """What one run of the load driver measured: its warm-up step apart (None when the
+    driver ended before it), then one figure dict per step asked for."""
+
+    warm_up: dict | None
+    steps: list[dict]
+
+
 def offer(
-    plan: ClusterPlan, argv: tuple[str, ...], steps: list[tuple[float, float]], topic: str
-) -> list[dict]:
-    """Run the load driver through ``steps`` ((rate, seconds) each); scrape the nodes'
-    liveness at every step's start and end. One figure dict per step."""
+    plan: ClusterPlan,
+    argv: tuple[str, ...],
+    steps: list[tuple[float, float]],
+    topic: str,
+    warm_up_s: float,
+) -> Offered:
+    """Run the load driver through a warm-up step (``WARM_UP_RATE`` for ``warm_up_s``),
+    then ``steps`` ((rate, seconds) each); scrape the nodes' liveness at every step's
+    start and end."""
     arguments = [
         plan.namesrv_addr,
         topic,
         f"{topic}-load",
         str(SIZE),
         "15",  # seconds for the consumer to drain after the last step
-        ",".join(f"{rate}:{seconds}" for rate, seconds in steps),
+        ",".join(f"{rate}:{seconds}" for rate, seconds in [(WARM_UP_RATE, warm_up_s), *steps]),
     ]
     home = tempfile.mkdtemp(prefix="ferrymq-load-")
     env = {**os.environ, "ROCKETMQ_HOME": home, "HOME": home}
@@ -269,7 +290,7 @@ def offer(
                 elections_before = len(now_elections)
                 before = after
                 figures.append(event)
-                log(summary_of(event))
+                log(("warm-up: " if len(figures) == 1 else "") + summary_of(event))
             elif event.get("event") in ("drained", "step_failed"):
                 log(json.dumps(event))
     finally:
@@ -278,7 +299,7 @@ def offer(
         if process.poll() is None:
             process.kill()
         shutil.rmtree(home, ignore_errors=True)
-    return figures
+    return Offered(figures[0] if figures else None, figures[1:])
 
 
 def other_errors(step: dict) -> dict[str, int]:
@@ -324,19 +345,33 @@ def stop_cluster(directory: str, plan: ClusterPlan) -> None:
                 os.kill(node.pid, signal.SIGKILL)
 
 
-def ramp(plan: ClusterPlan, argv: tuple[str, ...], scale: Scale) -> dict:
-    steps = offer(plan, argv, [(rate, scale.step_s) for rate in scale.rates], "saturation")
+def sustainable_rate(steps: list[dict]) -> float:
+    """The highest rate of the steps kept up with, each step below it kept up with too."""
     sustainable = 0.0
     for step in steps:
         if not kept_up(step):
             break
         sustainable = step["rate"]
-    return {"steps": steps, "sustainable_msgs_per_s": sustainable}
+    return sustainable
 
 
-def soak(plan: ClusterPlan, argv: tuple[str, ...], rate: float, minutes: int) -> dict:
+def ramp(plan: ClusterPlan, argv: tuple[str, ...], scale: Scale) -> dict:
+    offered = offer(
+        plan, argv, [(rate, scale.step_s) for rate in scale.rates], "saturation", scale.warm_up_s
+    )
+    return {
+        "warm_up_step": offered.warm_up,
+        "steps": offered.steps,
+        "sustainable_msgs_per_s": sustainable_rate(offered.steps),
+    }
+
+
+def soak(
+    plan: ClusterPlan, argv: tuple[str, ...], rate: float, minutes: int, warm_up_s: float
+) -> dict:
     with MemorySampler(plan) as memory:
-        steps = offer(plan, argv, [(rate, 60.0)] * minutes, "soak")
+        offered = offer(plan, argv, [(rate, 60.0)] * minutes, "soak", warm_up_s)
+    steps = offered.steps
     per_node: dict[str, list[int]] = {}
     for _, sample in memory.samples:
         for node, rss in sample.items():
@@ -356,6 +391,7 @@ def soak(plan: ClusterPlan, argv: tuple[str, ...], rate: float, minutes: int) ->
             errors[kind] = errors.get(kind, 0) + count
     return {
         "soak_rate_msgs_per_s": rate,
+        "soak_warm_up_step": offered.warm_up,
         "soak_minutes": minutes,
         "soak_steps": steps,
         "soak_errors": errors,
@@ -391,7 +427,7 @@ def run(
 ) -> dict:
     scale = SCALES[mode]
     if rates:
-        scale = Scale(rates, scale.step_s)
+        scale = replace(scale, rates=rates)
     argv = tuple(load_driver.argv())
     root = tempfile.mkdtemp(prefix="ferrymq-bench-saturation-")
     directory = os.path.join(root, "cluster")
@@ -411,7 +447,7 @@ def run(
         if soak_minutes:
             rate = soak_rate or 0.8 * figures["sustainable_msgs_per_s"]
             if rate > 0:
-                figures.update(soak(plan, argv, rate, soak_minutes))
+                figures.update(soak(plan, argv, rate, soak_minutes, scale.warm_up_s))
     finally:
         for spinner in spinners:
             spinner.kill()

@@ -1,0 +1,80 @@
+"""bench.saturation's accounting of the load driver's steps: the warm-up step every run
+begins with is reported apart and counts in no figure. A stand-in driver (a Python
+script speaking ``bench/java/LoadDriver.java``'s events) refuses part of whatever step
+it runs first, as the JVM's first seconds did; the ramp's sustainable rate is what the
+steps after it kept up with."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+from bench import saturation
+from ferrymq.launcher.cluster import ClusterPlan
+
+# Each step's event as the Java driver prints it; the first step (a cold JVM) has 5 %
+# of its sends refused with SYSTEM_BUSY.
+COLD_FIRST_STEP_DRIVER = textwrap.dedent(
+    """
+    import json, sys
+    steps = [s.split(":") for s in sys.argv[6].split(",")]
+    for i, (rate, seconds) in enumerate(steps):
+        sent = int(float(rate) * float(seconds))
+        refused = sent // 20 if i == 0 else 0
+        print(json.dumps({
+            "event": "step", "rate": float(rate), "seconds": float(seconds),
+            "elapsed_ms": float(seconds) * 1000, "sent": sent, "acked": sent - refused,
+            "errors": {"broker:2": refused} if refused else {}, "error_samples": {},
+            "publish_ms": {"p50": 2.0, "p99": 9.0, "max": 20.0}, "received": sent - refused,
+            "end_to_end_ms": {"p50": 3.0, "p99": 11.0, "max": 25.0}, "backlog": 0,
+        }), flush=True)
+    print(json.dumps({"event": "drained", "received": 0, "backlog": 0}), flush=True)
+    print(json.dumps({"event": "done"}), flush=True)
+    """
+)
+
+
+def no_nodes(tmp_path) -> ClusterPlan:
+    """A plan with no node to scrape: the liveness figures stay empty."""
+    return ClusterPlan(str(tmp_path), "secret", (), {})
+
+
+def test_the_ramp_counts_the_steps_after_the_warm_up(tmp_path):
+    driver = tmp_path / "driver.py"
+    driver.write_text(COLD_FIRST_STEP_DRIVER)
+    scale = saturation.Scale((1_000, 2_000, 3_000), step_s=1.0, warm_up_s=0.5)
+
+    figures = saturation.ramp(no_nodes(tmp_path), (sys.executable, str(driver)), scale)
+
+    assert figures["warm_up_step"]["rate"] == saturation.WARM_UP_RATE
+    assert figures["warm_up_step"]["errors"] == {"broker:2": 12}
+    assert [step["rate"] for step in figures["steps"]] == [1_000, 2_000, 3_000]
+    assert all(step["acked"] == step["sent"] for step in figures["steps"])
+    assert figures["sustainable_msgs_per_s"] == 3_000
+    json.dumps(figures)  # the figures stay printable as the run's JSON line
+
+
+def test_a_driver_that_ends_before_its_warm_up_reports_no_step(tmp_path):
+    driver = tmp_path / "driver.py"
+    driver.write_text('print(\'{"event": "done"}\')\n')
+    scale = saturation.Scale((1_000,), step_s=1.0, warm_up_s=0.5)
+
+    figures = saturation.ramp(no_nodes(tmp_path), (sys.executable, str(driver)), scale)
+
+    assert figures == {"warm_up_step": None, "steps": [], "sustainable_msgs_per_s": 0.0}
+
+
+def test_a_step_below_the_top_that_did_not_keep_up_ends_the_sustainable_rate():
+    def step(rate: float, acked_share: float) -> dict:
+        return {
+            "rate": rate,
+            "sent": 1000,
+            "acked": int(1000 * acked_share),
+            "errors": {},
+            "publish_ms": {"p99": 5.0},
+            "backlog": 0,
+        }
+
+    steps = [step(1_000, 1.0), step(2_000, 0.9), step(3_000, 1.0)]
+    assert saturation.sustainable_rate(steps) == 1_000
