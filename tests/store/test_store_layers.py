@@ -160,11 +160,6 @@ def test_preallocation_creates_the_next_file_ahead_of_the_roll(tmp_path):
     plain.close()
 
 
-def cached_fraction(path) -> float:
-    """The share of a file's pages in the page cache (``mincore``)."""
-    return resident_fraction([path])
-
-
 STEP = 8 << 20  # mapped_file_queue.DROP_STEP_BYTES: a file is one step of the drop
 
 
@@ -178,9 +173,9 @@ def test_a_log_keeps_only_its_cache_window_of_flushed_bytes_in_the_page_cache(tm
     for i in range(4):
         fill_file(queue, i * STEP, 0xA0 + i)
     paths = [f.path for f in queue.files]
-    assert [cached_fraction(p) for p in paths] == [1.0] * 4  # written, not yet flushed
+    assert [resident_fraction([p]) for p in paths] == [1.0] * 4  # written, not yet flushed
     assert queue.flush() == 4 * STEP
-    assert [cached_fraction(p) for p in paths] == [0.0, 0.0, 0.0, 1.0]
+    assert [resident_fraction([p]) for p in paths] == [0.0, 0.0, 0.0, 1.0]
     for i, f in enumerate(queue.files):
         assert f.read(0, STEP) == bytes([0xA0 + i]) * STEP  # read back from disk
     queue.flush()
@@ -189,7 +184,7 @@ def test_a_log_keeps_only_its_cache_window_of_flushed_bytes_in_the_page_cache(tm
     for i in range(1, 4):
         fill_file(queue, i * STEP, 0xB0 + i)
     assert queue.flush() == 4 * STEP
-    assert [cached_fraction(f.path) for f in queue.files[1:]] == [0.0, 0.0, 1.0]
+    assert [resident_fraction([f.path]) for f in queue.files[1:]] == [0.0, 0.0, 1.0]
     queue.close()
 
 
@@ -198,7 +193,7 @@ def test_a_log_without_a_cache_window_leaves_its_pages_to_the_kernel(tmp_path):
     for i in range(3):
         fill_file(queue, i * STEP, 0xA0 + i)
     queue.flush()
-    assert [cached_fraction(f.path) for f in queue.files] == [1.0] * 3
+    assert [resident_fraction([f.path]) for f in queue.files] == [1.0] * 3
     queue.close()
 
 
@@ -215,8 +210,8 @@ def test_a_store_drops_old_commitlog_pages_and_still_serves_their_messages(tmp_p
     store.flush_log()
     segments = store.commitlog.segments.files
     assert len(segments) >= 4
-    assert [cached_fraction(f.path) for f in segments[:-2]] == [0.0] * (len(segments) - 2)
-    assert cached_fraction(segments[-1].path) > 0
+    assert [resident_fraction([f.path]) for f in segments[:-2]] == [0.0] * (len(segments) - 2)
+    assert resident_fraction([segments[-1].path]) > 0
     for i, offset in enumerate(offsets):
         assert store.read_message(offset).body == bytes([i]) * 1000
     store.shutdown()
