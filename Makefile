@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 # The C speedups are compiled by the install: a change to any C source rebuilds them.
 C_SOURCES := store/_speedups.c ferrymq/codec/_speedups.c ferrymq/codec/_properties.h \
-	ferrymq/codec/_crc32c.h ferrymq/codec/_record_layout.h
+	ferrymq/codec/_crc32c.h ferrymq/codec/_record_layout.h ha/_replica_lane.c
 $(STAMP): pyproject.toml $(C_SOURCES)
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "ferrymq needs Python >= 3.11"'
 	$(PYTHON) -m venv $(VENV)

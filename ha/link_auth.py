@@ -16,6 +16,11 @@ nonce never repeats under a key: keys are new with every handshake, and the coun
 grows. GMAC runs at several GB/s with AES-NI (HMAC-SHA256 cost 10 times more per DATA
 frame here).
 
+The tag is OpenSSL's libcrypto's, reached two ways: ``ha._replica_lane.Gmac`` (C, the key
+schedule kept per direction, and usable by the replica lane without the GIL) where
+libcrypto.so.3 opens, else ``AesGcmMac`` through the cryptography package (its twin: the
+two give the same tags, tests/ha/test_replica_lane.py).
+
 The link is authenticated, not encrypted: records cross it in the clear.
 """
 
@@ -28,6 +33,7 @@ import re
 import secrets
 import struct
 from dataclasses import dataclass
+from typing import Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -40,6 +46,11 @@ NONCE_BYTES = 16
 _NONCE_PATTERN = re.compile(r"[0-9a-f]{32}")
 _FIELD_LENGTH = struct.Struct(">H")
 _NONCE = struct.Struct(">BBxxQ")  # direction, frame kind, 0, 0, frame count: 12 bytes
+
+try:
+    from ha._replica_lane import Gmac as NativeGmac
+except ImportError:  # no libcrypto.so.3 to open: the cryptography package's (AesGcmMac)
+    NativeGmac = None
 
 
 class Role(enum.Enum):
@@ -96,22 +107,67 @@ def proof_matches(secret: str, role: Role, handshake: Handshake, answer: object)
     return hmac.compare_digest(proof(secret, role, handshake), answer)
 
 
+class Gmac(Protocol):
+    """What makes and checks one direction's tags (``ha._replica_lane.Gmac``, ``AesGcmMac``)."""
+
+    def seal(self, kind: int, sequence: int, payload: bytes | bytearray | memoryview) -> bytes: ...
+
+    def verify(
+        self,
+        kind: int,
+        sequence: int,
+        payload: bytes | bytearray | memoryview,
+        tag: bytes | memoryview,
+    ) -> bool: ...
+
+
+class AesGcmMac:
+    """The tags of one direction's frames through the cryptography package: the twin of
+    ``ha._replica_lane.Gmac`` (same methods, same tags)."""
+
+    def __init__(self, key: bytes, direction: int) -> None:
+        self._aead = AESGCM(key)
+        self._direction = direction
+
+    def seal(self, kind: int, sequence: int, payload: bytes | bytearray | memoryview) -> bytes:
+        """The tag of frame number ``sequence``, of ``kind``, over ``payload``."""
+        return self._aead.encrypt(_NONCE.pack(self._direction, kind, sequence), b"", payload)
+
+    def verify(
+        self,
+        kind: int,
+        sequence: int,
+        payload: bytes | bytearray | memoryview,
+        tag: bytes | memoryview,
+    ) -> bool:
+        """Whether ``tag`` is ``seal(kind, sequence, payload)``."""
+        try:
+            self._aead.decrypt(_NONCE.pack(self._direction, kind, sequence), tag, payload)
+        except InvalidTag:
+            return False
+        return True
+
+
+def frame_gmac(key: bytes, direction: Role) -> Gmac:
+    """One direction's tags: libcrypto's through C where it opens, else the twin."""
+    maker = NativeGmac if NativeGmac is not None else AesGcmMac
+    return maker(key, direction.value[0])
+
+
 class FrameMac:
     """The MAC of one direction of one link. The sender calls ``seal`` and the receiver
     ``verify`` for each frame in order; each keeps its own count, so a frame that is
-    missing, repeated or moved fails at the receiver."""
+    missing, repeated or moved fails at the receiver. The replica lane
+    (``ha/replica_lane.py``) verifies frames with ``gmac`` itself and moves ``sequence``
+    past the ones it took."""
 
     def __init__(self, key: bytes, direction: Role) -> None:
-        self._aead = AESGCM(key)
-        self._direction = direction.value[0]
+        self.gmac = frame_gmac(key, direction)
         self.sequence = 0
-
-    def _nonce(self, kind: int) -> bytes:
-        return _NONCE.pack(self._direction, kind, self.sequence)
 
     def seal(self, kind: int, payload: bytes) -> bytes:
         """The tag of the next frame sent, of ``kind``, over ``payload``."""
-        tag = self._aead.encrypt(self._nonce(kind), b"", payload)
+        tag = self.gmac.seal(kind, self.sequence, payload)
         self.sequence += 1
         return tag
 
@@ -120,9 +176,7 @@ class FrameMac:
     ) -> bool:
         """Whether ``tag`` is right for the next frame expected; the count moves on only
         when it is (a failed frame ends the link anyway)."""
-        try:
-            self._aead.decrypt(self._nonce(kind), tag, payload)
-        except InvalidTag:
+        if not self.gmac.verify(kind, self.sequence, payload, tag):
             return False
         self.sequence += 1
         return True

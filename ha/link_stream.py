@@ -12,12 +12,12 @@ code calls (``readexactly``, ``write``, ``writelines``, ``drain``, ``is_closing`
 ``close``, ``abort``, ``get_extra_info``), so ``ha/wire.py``'s readers and writers take it
 where they take an asyncio reader or writer.
 
-The master reads a slave's ACKs another way (``deliver_to``): each arrival hands the
-unread bytes to the master's parser in the loop's own callback. Through a read, every ACK
-(two per single SYNC send, one from each slave) woke the link's task: a future, a task
-step and the coroutines' frames resumed, for 29 bytes. The slave, after each read, takes
-the whole frames already staged behind it (``staged``, ``skip``), so that they share one
-flush and one ACK.
+After the handshake both ends take frames another way (``deliver_to``): each arrival hands
+the unread bytes to the end's taker in the loop's own callback (the master's ACK parser,
+the slave's replica lane). Through a read, every frame woke the link's task: a future, a
+task step and the coroutines' frames resumed, for a few dozen or hundred bytes. A frame
+larger than the staging buffer (a slave's DATA frame of a batch) is gathered whole in a
+buffer of its own (``collect``) and handed to the taker alone.
 
 Invariants:
 
@@ -30,7 +30,8 @@ Invariants:
   link's readers check a frame's length against their limit before they ask.
 - Once bytes are delivered (``deliver_to``) no read is made again: every arrival goes to
   the taker, which leaves at most one partial frame unread, so the staging buffer never
-  fills (its frames are far smaller than ``STAGED_BYTES``).
+  fills: a frame larger than ``STAGED_BYTES`` (a slave's DATA frame of a batch) is
+  gathered in a buffer of its own (``collect``) and handed to the taker alone, whole.
 
 A read that is cancelled or fails part way leaves the stream at no frame boundary: the
 link's code ends the link on any such error, as it did with asyncio's streams.
@@ -66,6 +67,7 @@ class LinkStream(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self._on_connected = on_connected
         self._take: Callable[[memoryview], int] | None = None  # deliver_to's taker
+        self._collecting = 0  # the size of a large frame the taker asked for (``collect``)
         self._failure: Exception | None = None  # what the taker raised
         self._finished = False
 
@@ -91,7 +93,11 @@ class LinkStream(asyncio.BufferedProtocol):
         if self._frame is not None:
             self._filled += nbytes
             if self._filled == len(self._frame):
-                self._frame = None  # full: the loop's next read goes to the staging buffer
+                # Full: the loop's next read goes to the staging buffer.
+                frame, self._frame = self._frame, None
+                if self._take is not None:  # a frame gathered for the taker (``collect``)
+                    self._hand(memoryview(frame), whole=True)
+                    return
         else:
             self._end += nbytes
             if self._take is not None:
@@ -146,17 +152,6 @@ class LinkStream(asyncio.BufferedProtocol):
             self._frame = None  # cancelled or failed: the link is of no more use either way
         return frame
 
-    def staged(self) -> memoryview:
-        """The bytes that have arrived and are not yet read (at most ``STAGED_BYTES``), as
-        a view to use before the loop runs again: its next read may move them."""
-        return memoryview(self._staged)[self._start : self._end]
-
-    def skip(self, n: int) -> None:
-        """Count the first ``n`` bytes of ``staged()`` as read."""
-        assert 0 <= n <= self._end - self._start, "skipping bytes that have not arrived"
-        self._start += n
-        self._resume_reading()
-
     async def _more(self, wanted: int) -> None:
         """Wait for the next read, or raise if none can come."""
         if self._error is not None:
@@ -208,25 +203,50 @@ class LinkStream(asyncio.BufferedProtocol):
         self._take = take
         self._deliver()
 
+    def collect(self, size: int) -> None:
+        """From the taker, while it is handed bytes: the bytes it leaves unread begin a frame
+        of ``size`` bytes, more than the staging buffer holds. They are gathered in a buffer
+        of the frame's own, which the taker is handed alone once it is whole (and must
+        use whole). The taker checks ``size`` against its limit before it asks."""
+        assert self._take is not None and size > STAGED_BYTES, size
+        self._collecting = size
+
     def _deliver(self) -> None:
         if self._start == self._end or self._take is None:
             return
-        try:
-            used = self._take(memoryview(self._staged)[self._start : self._end])
-        except Exception as error:  # the taker's verdict on the link: it ends here
-            self._take = None
-            self._failure = error
-            self.abort()
-            self._wake()
+        used = self._hand(memoryview(self._staged)[self._start : self._end])
+        if used is None:
             return
         assert 0 <= used <= self._end - self._start, "the taker used bytes it was not given"
         self._start += used
+        size, self._collecting = self._collecting, 0
+        if size and self._take is not None:
+            unread = self._end - self._start
+            assert unread < size, "a frame to gather that has arrived whole"
+            frame = bytearray(size)
+            frame[:unread] = memoryview(self._staged)[self._start : self._end]
+            self._start = self._end = 0
+            self._frame, self._filled = frame, unread
+
+    def _hand(self, unread: memoryview, *, whole: bool = False) -> int | None:
+        """What the taker used of ``unread``; None when it raised, which ends the link."""
+        try:
+            used = self._take(unread)  # type: ignore[misc]  # set: the callers check
+        except Exception as error:  # the taker's verdict on the link: it ends here
+            self._take = None
+            self._collecting = 0
+            self._failure = error
+            self.abort()
+            self._wake()
+            return None
+        assert not whole or used == len(unread) or self._take is None, "a gathered frame half used"
+        return used
 
     async def closed_by_peer(self) -> None:
         """Discard whatever arrives (a frame half read included) until the other end
         closes the link: how a slave that said LEAVING hears its master's answer."""
         self._frame = None
-        self._start = self._end = 0
+        self._start = self._end = self._collecting = 0
         self._take = len  # every byte used, none kept
         self._resume_reading()
         while not self._eof and self._error is None:

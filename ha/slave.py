@@ -42,10 +42,12 @@ from ha.link_auth import (
     proof_matches,
     session_macs,
 )
-from ha.link_stream import LinkStream, open_link
+from ha.link_stream import STAGED_BYTES, LinkStream, open_link
+from ha.replica_lane import Applied, Stop, apply_frames
 from ha.silence import SilenceWatch
 from ha.wire import (
     DATA_HEADER,
+    FRAME_HEADER,
     MAX_FRAME_BYTES,
     PREAUTH_MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
@@ -60,7 +62,6 @@ from ha.wire import (
     read_exactly,
     read_header,
     read_plain,
-    read_sealed,
     read_sealed_body,
     read_sealed_control,
     refusal,
@@ -251,7 +252,7 @@ class ReplicationSlave:
             self.connected_to, self.last_error, self.refused_by = address, "", None
             write_frame(writer, ack_frame(macs.outgoing, start))
             await writer.drain()
-            await self._apply_stream(reader, writer, macs, start)
+            await self._apply_stream(reader, macs, start)
         finally:
             leaving = self._leaving and self.connected_to == address and macs is not None
             if leaving and not writer.is_closing():
@@ -379,74 +380,114 @@ class ReplicationSlave:
         self.store.truncate_to(point)
         self.epochs.truncate_from(point)
 
-    async def _apply_stream(
-        self,
-        reader: LinkStream,
-        writer: LinkStream,
-        macs: LinkMacs,
-        acked: int,
-    ) -> None:
-        """Append the master's DATA frames, each checked against its MAC before anything
-        in it is used, and acknowledge them (a heartbeat with the last end acked, so that
-        the master sees a live slave).
+    async def _apply_stream(self, link: LinkStream, macs: LinkMacs, acked: int) -> None:
+        """Append the master's DATA frames as they arrive, each checked against its MAC
+        before anything in it is used, and acknowledge them (a heartbeat with the last end
+        acked, so that the master sees a live slave).
 
-        Every frame that has already arrived behind the one read is appended with it. The
-        master pushes each append as a frame of its own (a few hundred bytes under single
-        sends); one ACK per read covers them all. Under SYNC_FLUSH an ACK waits for the
-        fsync that covers it, and the link reads and appends on while a flush runs
-        (``FlushBehind``)."""
+        Each arrival is handed to ``take`` in the loop's callback (``deliver_to``): the
+        replica lane (``ha/replica_lane.py``, C) appends the whole DATA frames that continue
+        the log, and a frame it declines is read by the Python path (``take_sealed`` and
+        ``_append_data``), which gives the precise answer. One ACK covers an arrival's
+        frames (under single sends the master pushes each append as a frame of its own).
+        Under SYNC_FLUSH an ACK waits for the fsync that covers it, and the link appends on
+        while a flush runs (``FlushBehind``)."""
         store = self.store
 
         def acknowledge(end: int) -> None:
             nonlocal acked
             acked = end
             # Acknowledged once the CommitLog holds the bytes; dispatched after.
-            write_frame(writer, ack_frame(macs.outgoing, acked))
+            write_frame(link, ack_frame(macs.outgoing, acked))
             dispatcher.appended()
 
-        dispatcher = DispatchBehind(store, reader.abort)
-        flusher = None
-        if store.config.flush_mode is FlushMode.SYNC_FLUSH:
-            flusher = FlushBehind(store, acknowledge, reader.abort)
-        # One idle timer for the link (ha/silence.py): a read notes when it began waiting,
-        # where moving an asyncio.timeout's deadline cost two loop timers every frame.
-        idle = SilenceWatch(self.idle_timeout_s, reader.abort)
-        try:
-            while not self._stopping:
-                idle.waiting()
-                kind, payload = await read_sealed(reader, macs.incoming)
-                idle.heard()
-                appended = self._append_data(kind, payload)
-                # The frames behind it: views of the stream's staging buffer, appended
-                # (copied into the CommitLog) before the loop reads into it again.
-                while arrived := take_sealed(reader.staged(), macs.incoming, MAX_FRAME_BYTES):
-                    kind, payload, size = arrived
-                    end = self._append_data(kind, payload)
-                    reader.skip(size)
-                    if end is not None:
-                        appended = end
+        def take(unread: memoryview) -> int:
+            idle.heard()
+            used, frames, appended = 0, 0, None
+            while not self._stopping and len(unread) - used >= FRAME_HEADER.size:
+                lane = self._lane_append(macs, unread[used:])
+                used += lane.used
+                frames += lane.appended + lane.heartbeats
+                if lane.appended:
+                    appended = lane.write_offset
+                if lane.stop is Stop.WRITE_FAILED:
+                    lane.raise_write_failure()
+                if lane.stop is Stop.MORE:
+                    break
+                # Declined: this one frame through the Python path.
+                taken = take_sealed(unread[used:], macs.incoming, MAX_FRAME_BYTES)
+                if taken is None:
+                    break
+                kind, payload, size = taken
+                end = self._append_data(kind, payload)
+                used += size
+                frames += 1
+                if end is not None:
+                    appended = end
+            if self._stopping:
+                link.finish()
+                return used
+            _gather_large_frame(link, unread[used:])
+            if frames:
                 if appended is None:
-                    write_frame(writer, ack_frame(macs.outgoing, acked))  # a heartbeat's
+                    write_frame(link, ack_frame(macs.outgoing, acked))  # a heartbeat's
                 elif flusher is not None:
                     flusher.appended()
                 else:
                     acknowledge(appended)
-                await writer.drain()
-        except (LinkError, ConnectionError):  # a read's, or a drain's after an abort
+            idle.waiting()
+            return used
+
+        dispatcher = DispatchBehind(store, link.abort)
+        flusher = None
+        if store.config.flush_mode is FlushMode.SYNC_FLUSH:
+            flusher = FlushBehind(store, acknowledge, link.abort)
+        # One idle timer for the link (ha/silence.py): an arrival notes that the master was
+        # heard, where moving an asyncio.timeout's deadline cost two loop timers a frame.
+        idle = SilenceWatch(self.idle_timeout_s, link.abort)
+        idle.waiting()
+        link.deliver_to(take)
+        try:
+            await link.ended()
+        except (LinkError, ConnectionError) as error:  # the taker's, or the link's end
             for behind in (flusher, dispatcher):
                 if behind is not None and behind.failure is not None:
                     raise behind.failure from None
-            if not idle.expired:
+            if idle.expired:
+                raise LinkError(
+                    f"the master sent nothing for {self.idle_timeout_s:.1f} s "
+                    "(it heartbeats every second)"
+                ) from None
+            if isinstance(error, LinkError):
                 raise
-            raise LinkError(
-                f"the master sent nothing for {self.idle_timeout_s:.1f} s "
-                "(it heartbeats every second)"
-            ) from None
+            raise LinkError(f"link closed: {error}") from None
         finally:
             idle.close()
             if flusher is not None:
                 flusher.close()
             dispatcher.close()
+
+    def _lane_append(self, macs: LinkMacs, unread: memoryview) -> Applied:
+        """The replica lane's take of the frames at the start of ``unread``, under the put
+        lock, with what it counted given to this follower (the MAC's count, the confirmed
+        offset)."""
+        incoming, epoch = macs.incoming, self.epochs.last_epoch
+        applied: Applied | None = None
+
+        def write(fd: int, position: int, room: int, write_offset: int) -> int:
+            nonlocal applied
+            applied = apply_frames(
+                incoming.gmac, incoming.sequence, unread, fd, position, room, write_offset, epoch
+            )
+            return applied.write_offset
+
+        self.store.append_replicated_with(write)
+        assert applied is not None
+        incoming.sequence = applied.sequence
+        if applied.confirmed >= 0:
+            self.confirmed_offset = max(self.confirmed_offset, applied.confirmed)
+            self.on_confirmed()
+        return applied
 
     def _append_data(self, kind: Kind, payload: bytes | memoryview) -> int | None:
         """Append one DATA frame's records: the log's end after them, or None for a
@@ -591,6 +632,18 @@ class DispatchBehind:
                 store.dispatch_replicated()
             except StoreError as failure:
                 log.warning("replication: dispatch at the link's end failed: %s", failure)
+
+
+def _gather_large_frame(link: LinkStream, rest: memoryview) -> None:
+    """When ``rest`` (what an arrival left unread) begins a frame larger than the stream's
+    staging buffer, have the stream gather it whole in a buffer of its own."""
+    if len(rest) < FRAME_HEADER.size:
+        return
+    _, length = FRAME_HEADER.unpack_from(rest)
+    if length > MAX_FRAME_BYTES:  # read_header's check; the lane declines such a frame
+        raise LinkError(f"a frame of {length} bytes is over the limit of {MAX_FRAME_BYTES} here")
+    if FRAME_HEADER.size + length > STAGED_BYTES:
+        link.collect(FRAME_HEADER.size + length)
 
 
 def _epoch_entries(address: str, raw: object) -> list[EpochEntry]:

@@ -38,6 +38,7 @@ from store.dispatch_request import DispatchPlan, DispatchRequest, QueueRun
 from store.errors import DiskFullError
 from store.hashing import index_key_hash, tag_hash_code
 from store.index_file import INDEX_KEY
+from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
 from store.message import (
     SYSFLAG_TRANSACTION_MASK,
@@ -627,6 +628,25 @@ class CommitLog:
         segment.append_at(local, data)
         segment.wrote_position = local + len(data)
         self.segments.write_offset = physical_offset + len(data)
+
+    def raw_append_target(self) -> tuple[MappedFile, int] | None:
+        """The segment that takes the next bytes appended verbatim and the position in it
+        where the log ends, without rolling: None when the log ends at a segment's end (or
+        has none), where ``append_raw`` rolls. The caller holds the put lock; it writes at
+        most ``size - position`` bytes of whole records into the segment's file
+        (``MappedFile.writer_fd``) and counts them with ``appended_raw``."""
+        offset, last = self.write_offset, self.segments.last
+        if last is None or not last.base_offset <= offset < last.end_offset:
+            return None
+        segment = self.segments.file_for_write(offset)  # preallocates the next file when due
+        return segment, offset - segment.base_offset
+
+    def appended_raw(self, segment: MappedFile, end: int) -> None:
+        """Count the bytes written into ``segment`` (``raw_append_target``) up to the log
+        offset ``end``."""
+        assert segment is self.segments.last and self.write_offset <= end <= segment.end_offset
+        segment.wrote_position = end - segment.base_offset
+        self.segments.write_offset = end
 
     def store_timestamp_at(self, physical_offset: int) -> int | None:
         segment = self.segments.find(physical_offset)

@@ -162,9 +162,7 @@ class MappedFile:
         releases it when it rolls to the next file)."""
         end = position + len(data)
         assert position >= 0 and end <= self.size, (position, len(data), self.size)
-        fd = self._write_fd
-        if fd is None:
-            fd = self._write_fd = os.open(self.path, os.O_WRONLY)
+        fd = self.writer_fd()
         view = memoryview(data)
         start = position
         try:
@@ -179,6 +177,13 @@ class MappedFile:
             # before the disk filled is zeroed again (its pages exist, so this cannot fail).
             os.pwrite(fd, bytes(position - start), start)
             raise DiskFullError(f"no space to write {len(data)} bytes") from error
+
+    def writer_fd(self) -> int:
+        """The descriptor appends write through (opened on first use, closed by
+        :meth:`release_writer`): ``append_at``'s, and a slave's replica lane's."""
+        if self._write_fd is None:
+            self._write_fd = os.open(self.path, os.O_WRONLY)
+        return self._write_fd
 
     def drop_cached(self, start: int, end: int) -> None:
         """Give ``[start, end)`` (flushed bytes) back to the kernel's free memory: unmapped

@@ -420,6 +420,25 @@ class MessageStore:
             self.commitlog.append_raw(physical_offset, data)
             return self.commitlog.write_offset
 
+    def append_replicated_with(self, write: Callable[[int, int, int, int], int]) -> int:
+        """A slave's replica lane (``ha/replica_lane.py``) appending a master's records
+        itself, as ``append_replicated_records`` would: ``write(fd, position, room,
+        write_offset)`` writes whole records at the log's end, into the active segment's
+        file ``fd`` at ``position`` and at most ``room`` bytes (no file and no room when the
+        log ends at a segment's end: the next records roll through
+        ``append_replicated_records``), and returns the log's new end, which the log then
+        counts. Under the put lock: the lane is the log's one writer while it writes."""
+        with self._put_lock:
+            start = self.commitlog.write_offset
+            target = self.commitlog.raw_append_target()
+            if target is None:
+                return write(-1, 0, 0, start)
+            segment, position = target
+            end = write(segment.writer_fd(), position, segment.size - position, start)
+            if end != start:
+                self.commitlog.appended_raw(segment, end)
+            return end
+
     def truncate_to(self, physical_offset: int) -> None:
         """Discard the log from ``physical_offset`` (a record boundary) on, with the
         consume-queue and index entries that point there: a slave cutting a tail its

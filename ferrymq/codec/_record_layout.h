@@ -19,4 +19,35 @@
 #define OFFSET_STORE_TIMESTAMP 56
 #define OFFSET_BODY_LENGTH 84
 
+#include <stddef.h>
+#include <stdint.h>
+
+/* Whether p[0:length) is a run of whole records, a blank one only last, the sizes adding up
+ * to exactly `length`: the rule of chunk_problem_in_python (ferrymq/codec/commitlog_record.py),
+ * which a slave applies before it appends a master's bytes (chunk_is_whole in
+ * ferrymq/codec/_speedups.c, and the replica lane, ha/_replica_lane.c). */
+static inline int
+records_are_whole(const unsigned char *p, size_t length)
+{
+    size_t position = 0;
+    while (position < length) {
+        if (length - position < 8)
+            return 0;
+        int32_t size = (int32_t)(((uint32_t)p[position] << 24) | ((uint32_t)p[position + 1] << 16) |
+                                 ((uint32_t)p[position + 2] << 8) | p[position + 3]);
+        uint32_t magic = ((uint32_t)p[position + 4] << 24) | ((uint32_t)p[position + 5] << 16) |
+                         ((uint32_t)p[position + 6] << 8) | p[position + 7];
+        if (magic == BLANK_MAGIC) {
+            if (size < 0 || position + (size_t)size != length)
+                return 0;
+        } else if (magic != MESSAGE_MAGIC || size < RECORD_MIN_SIZE) {
+            return 0;
+        }
+        if ((size_t)size > length - position)
+            return 0;
+        position += (size_t)size;
+    }
+    return 1;
+}
+
 #endif

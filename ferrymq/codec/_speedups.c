@@ -1661,33 +1661,7 @@ chunk_is_whole(PyObject *Py_UNUSED(module), PyObject *data)
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    const unsigned char *p = view.buf;
-    Py_ssize_t position = 0, length = view.len;
-    int whole = 1;
-    while (position < length) {
-        if (length - position < 8) {
-            whole = 0;
-            break;
-        }
-        int32_t size = (int32_t)(((uint32_t)p[position] << 24) | ((uint32_t)p[position + 1] << 16) |
-                                 ((uint32_t)p[position + 2] << 8) | p[position + 3]);
-        uint32_t magic = ((uint32_t)p[position + 4] << 24) | ((uint32_t)p[position + 5] << 16) |
-                         ((uint32_t)p[position + 6] << 8) | p[position + 7];
-        if (magic == BLANK_MAGIC) {
-            if (position + size != length) {
-                whole = 0;
-                break;
-            }
-        } else if (magic != MESSAGE_MAGIC || size < RECORD_MIN_SIZE) {
-            whole = 0;
-            break;
-        }
-        if (position + size > length) {
-            whole = 0;
-            break;
-        }
-        position += size;
-    }
+    int whole = records_are_whole(view.buf, (size_t)view.len);
     PyBuffer_Release(&view);
     return PyBool_FromLong(whole);
 }

@@ -293,14 +293,17 @@ def test_sealed_frames_of_any_size_are_checked_and_read_whole():
     asyncio.run(run())
 
 
-def take_framed(taken: list[bytes]):
-    """A taker of ``framed`` bodies: whole frames only, the rest left for the next arrival."""
+def take_framed(taken: list[bytes], stream: LinkStream | None = None):
+    """A taker of ``framed`` bodies: whole frames only, the rest left for the next arrival;
+    with ``stream``, a frame larger than the staging buffer is gathered whole (``collect``)."""
 
     def take(unread: memoryview) -> int:
         used = 0
         while len(unread) - used >= HEADER.size:
             (length,) = HEADER.unpack_from(unread, used)
             if len(unread) - used - HEADER.size < length:
+                if stream is not None and HEADER.size + length > STAGED_BYTES:
+                    stream.collect(HEADER.size + length)
                 break
             taken.append(bytes(unread[used + HEADER.size : used + HEADER.size + length]))
             used += HEADER.size + length
@@ -341,6 +344,35 @@ def test_delivered_frames_are_taken_whole_and_in_order_however_the_reads_cut_the
             assert taken == whole[before:]  # taken in the callback, nothing awaited
             assert not transport.paused
         assert taken == bodies[before:]
+
+    asyncio.run(run())
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lengths=st.lists(sizes, min_size=1, max_size=8),
+    cuts=st.lists(st.integers(1, 3 * STAGED_BYTES), min_size=1, max_size=6),
+)
+def test_a_frame_larger_than_the_staging_buffer_is_gathered_whole_for_the_taker(lengths, cuts):
+    """A slave's DATA frame of a batch (~128 KiB) cannot wait in the staging buffer: the
+    taker asks for it (``collect``), the loop's reads fill a buffer of the frame's own, and
+    the taker is handed it alone once whole; small frames around it are taken as before."""
+    bodies = [bytes((i + j) % 251 for j in range(n)) for i, n in enumerate(lengths)]
+    data = framed(bodies)
+    ends = list(itertools.accumulate(HEADER.size + n for n in lengths))
+
+    async def run() -> None:
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        taken: list[bytes] = []
+        stream.deliver_to(take_framed(taken, stream))
+        position, turn = 0, 0
+        while position < len(data):
+            position += arrive(stream, data[position : position + cuts[turn % len(cuts)]])
+            turn += 1
+            assert taken == [b for b, end in zip(bodies, ends, strict=True) if end <= position]
+            assert not transport.paused
+        assert taken == bodies
 
     asyncio.run(run())
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+import ha.replica_lane
 import ha.slave
 from ferrymq.codec.dead_peer import DEAD_LINK_S
 from ha.epochs import EpochEntry, EpochHistory
@@ -1158,3 +1159,86 @@ def test_a_slave_dispatches_at_once_when_much_waits_and_a_failed_dispatch_ends_t
         monkeypatch.setattr(slave.store, "dispatch_replicated", full_after_two)
         asyncio.run(run())
         assert dispatches == [appends[1][0], appends[2][0]]  # each append's end, at once
+
+
+def frames_of_appends(
+    source: MessageStore, appends: list[tuple[int, int]]
+) -> list[tuple[int, bytes]]:
+    """What a master pushes for each append ``(start, end)``: its records, cut at segment
+    ends (a DATA frame holds records of one segment)."""
+    frames = []
+    for start, end in appends:
+        while start < end:
+            records = source.commitlog.read_records(start, end - start)
+            frames.append((start, records))
+            start += len(records)
+    return frames
+
+
+@pytest.mark.parametrize("lane", ["c", "twin"])
+def test_a_slave_takes_common_frames_in_the_lane_and_the_rest_through_python(
+    tmp_path, monkeypatch, lane
+):
+    """The replica lane (ha/replica_lane.py) appends the frames that continue the log; the
+    first frame of an epoch and of a segment are declined and appended by the Python path
+    (a new epoch recorded, the log rolled to its next file). Either way the slave's log is
+    the master's byte for byte, and every frame is acknowledged. ``twin``: the lane's
+    Python twin takes the frames, as on a host where libcrypto cannot be opened."""
+    if lane == "twin":
+        monkeypatch.setattr(ha.replica_lane, "native", None)
+    config = {"commitlog_segment_bytes": 40_960, "max_message_body_bytes": 2048}
+    source = MessageStore.open(StoreConfig(data_dir=str(tmp_path / "source"), **config))
+    appends = []
+    for i in range(100):
+        start = source.commitlog.write_offset
+        assert source.put_messages([Message("orders", b"body-%03d" % i * 150)]).ok
+        appends.append((start, source.commitlog.write_offset))
+    frames, end = frames_of_appends(source, appends), source.commitlog.write_offset
+    log = log_bytes(source)
+    source.shutdown()
+    new_epoch_at = appends[40][0]
+    by_python: list[int] = []
+    python_path = ReplicationSlave._append_data
+
+    def counted(self, kind, payload):
+        by_python.append(DATA_HEADER.unpack_from(payload)[0])
+        return python_path(self, kind, payload)
+
+    monkeypatch.setattr(ReplicationSlave, "_append_data", counted)
+    acks: list[int] = []
+
+    async def master_of_two_epochs(reader, writer) -> None:
+        macs = await speak_master(reader, writer)
+        await read_sealed_control(reader, macs.incoming, Kind.START)
+        for offset, records in frames:
+            epoch = 1 if offset < new_epoch_at else 2
+            start = 0 if epoch == 1 else new_epoch_at
+            writer.write(data_frame(macs.outgoing, offset, epoch, start, 0, records))
+            if offset % 3 == 0:
+                await writer.drain()  # frames arrive alone and several together
+        await writer.drain()
+        while not acks or acks[-1] < end:
+            kind, payload = await read_sealed(reader, macs.incoming)
+            assert kind is Kind.ACK
+            acks.append(ACK.unpack(payload)[0])
+        writer.close()
+
+    async def run() -> None:
+        store = MessageStore.open(StoreConfig(data_dir=str(tmp_path / "slave"), **config))
+        slave = ReplicationSlave(
+            store, EpochHistory(str(tmp_path / "slave")), "slave-1", SECRET, lambda: None
+        )
+        try:
+            async with fake_master(master_of_two_epochs) as address:
+                with pytest.raises(LinkError, match="link closed"):
+                    await asyncio.wait_for(slave._follow(address), TIMEOUT_S)
+            assert log_bytes(store) == log
+            assert acks[-1] == end and acks == sorted(acks)
+            assert slave.epochs.entries == [EpochEntry(1, 0), EpochEntry(2, new_epoch_at)]
+            segment_starts = {o for o, _ in frames if o % 40_960 == 0 and o > 0}
+            assert len(segment_starts) >= 3, "the log rolls to new segments"
+            assert set(by_python) == {0, new_epoch_at} | segment_starts
+        finally:
+            store.shutdown()
+
+    asyncio.run(run())

@@ -9,8 +9,8 @@ out of bounds into a crash.
 
 ``seeds(TARGET)`` are well-formed inputs to start from (a corpus directory is filled with
 them when it is empty). ``FERRYMQ_FUZZ_NATIVE_DIR``: a directory holding other builds of
-the two extensions (``store_speedups.so``, ``codec_speedups.so``, e.g. with ASan), loaded
-in place of the installed ones.
+the extensions (``store_speedups.so``, ``codec_speedups.so``, ``replica_lane.so``, e.g.
+with ASan), loaded in place of the installed ones.
 
 Targets: ``decode_properties``, ``produce_scan`` (``ProduceScanner.scan``),
 ``produce_run`` (``ProduceScanner.spans``, and ``encode_batch`` laying out the run they
@@ -20,7 +20,8 @@ make), ``received`` (``RecordReader.received``, the SDK's reading of a Fetch ans
 properties), ``index_put_all`` (an index file's slots and links as a crash or the disk
 left them), ``gather_records`` (consume-queue entries as the disk holds them, pointing
 anywhere in a log whose first segment retention took), ``remoting_header`` (a remoting
-frame's binary header, ``read_binary_header``).
+frame's binary header, ``read_binary_header``), ``replica_frames`` (a slave's link's bytes
+taken by the replica lane, ``ha._replica_lane.apply_frames``, sealed right or not).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections.abc import Callable
 NATIVE_BUILDS = {
     "store._speedups": "store_speedups.so",
     "ferrymq.codec._speedups": "codec_speedups.so",
+    "ha._replica_lane": "replica_lane.so",
 }
 
 
@@ -57,7 +59,14 @@ _load_native_builds()
 import atheris  # noqa: E402  (after the builds are in place)
 
 with atheris.instrument_imports(
-    include=["ferrymq.codec", "ferrymq.client.messages", "store", "node.message_rules"]
+    include=[
+        "ferrymq.codec",
+        "ferrymq.client.messages",
+        "store",
+        "node.message_rules",
+        "ha.replica_lane",
+        "tests.support.replica_frames",
+    ]
 ):
     from ferrymq.client.messages import _RECORD_READER as RECORD_READER
     from ferrymq.client.messages import received_in_python
@@ -94,6 +103,7 @@ with atheris.instrument_imports(
     from store.message import TIMER_TOPIC, Message
     from store.message_store import MessageStore
     from store.results import AppendedMessage
+    from tests.support.replica_frames import SegmentFile, apply_both, case_from
 
 from ferrymq.codec.errors import InvalidMessageError  # noqa: E402
 from tests.support.fetch_answers import QUEUE_ID, TOPIC, comparable, record  # noqa: E402
@@ -312,6 +322,20 @@ def fuzz_remoting_header(data: bytes) -> None:
     )
 
 
+_LANE_FILES: list = []  # the two segment files the replica lane target writes, made once
+
+
+def fuzz_replica_frames(data: bytes) -> None:
+    """A slave's link's bytes (frames sealed right, most of them, with every fault the
+    lane must decline mixed in): the C takes, declines and writes as its twin does."""
+    if not _LANE_FILES:
+        _LANE_FILES.extend((SegmentFile(), SegmentFile()))
+    c_file, twin_file = _LANE_FILES
+    found, expected = apply_both(case_from(data), c_file, twin_file)
+    assert found == expected, (found, expected)
+    assert c_file.contents() == twin_file.contents()
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "decode_properties": fuzz_decode_properties,
     "produce_scan": fuzz_produce_scan,
@@ -325,6 +349,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "gather_records": fuzz_gather_records,
     "split_field": fuzz_split_field,
     "remoting_header": fuzz_remoting_header,
+    "replica_frames": fuzz_replica_frames,
 }
 
 
@@ -358,6 +383,13 @@ def seeds(target: str) -> list[bytes]:
         "split_field": [
             b"\x05\x0a\x01T\x10\x03\x18\x01\x20\x02\x2a\x04" + b"recs",
             b"\x03\x08\x00\x1a\x03abc\x28\x07\x4d\x01\x02\x03\x04",
+        ],
+        # Frames continuing the log (records, a heartbeat, a run closed by a blank), then
+        # faults: a new epoch, a failing tag, a cut last frame; and bytes as they are.
+        "replica_frames": [
+            b"\x01\x02\x10\x01" + b"\x01\x00\x02\x00\x00\x00\x04\x00\x03\x00",
+            b"\x12\x05\x00\x07" + b"\x02\x00\x01\x08\x01\x20\x05\x00\x04abcd",
+            b"\x20\x00\x00\x01" + b"\x06\x00\x00\x30" + bytes(40),
         ],
         # A FERRY_PRODUCE request's header as the SDK writes it, and an answer's.
         "remoting_header": [

@@ -1,6 +1,6 @@
 """``make fuzz``'s native part: every target of tests/support/native_fuzz.py for ``--seconds``
 each, with random seeds and a corpus kept between runs (``.cache/fuzz/TARGET``), against
-the two extensions built again by clang (the Debian package, installed when missing) with
+the extensions built again by clang (the Debian package, installed when missing) with
 AddressSanitizer and libFuzzer's coverage: a read or write out of bounds stops the run
 with a report, and the fuzzer is steered by the coverage of the C as well as the twins'.
 
@@ -29,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SOURCES = {
     "store._speedups": "store/_speedups.c",
     "ferrymq.codec._speedups": "ferrymq/codec/_speedups.c",
+    "ha._replica_lane": "ha/_replica_lane.c",
 }
 SANITIZE = ["-fsanitize=address,fuzzer-no-link", "-fno-omit-frame-pointer"]
 # clang and its sanitizer runtimes (Debian 12's clang is 14).
@@ -37,7 +38,7 @@ ASAN_STATIC = "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.asan_static-x86
 
 
 def sanitized_builds(directory: str) -> None:
-    """Both extensions, with ASan and coverage, as ``NATIVE_BUILDS`` names them."""
+    """Every extension, with ASan and coverage, as ``NATIVE_BUILDS`` names them."""
     error = debian_packages.install(
         CLANG_PACKAGES, lambda: shutil.which("clang") is not None and bool(glob.glob(ASAN_STATIC))
     )
