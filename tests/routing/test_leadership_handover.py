@@ -8,28 +8,15 @@ when it was not applied."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
 from pysyncobj import FAIL_REASON
 
+from ferrymq.launcher.polling import until
 from routing.commands import CatchUp, RegisterNode, Tracked
 from routing.replica import RoutingReplica, RoutingUnavailable
-
-
-def free_address() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
-
-
-def until(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.02)
-    return value
+from tests.support.addresses import free_address
 
 
 def test_leadership_moves_to_the_voter_it_was_handed_to(tmp_path):

@@ -10,20 +10,14 @@ puts back unchanged."""
 from __future__ import annotations
 
 import logging
-import socket
 
 from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.syncobj import _COMMAND_TYPE
 
 from routing.raft_transport import BoundedTcpTransport
+from tests.support.addresses import free_address
 
 NO_OP = bytes([_COMMAND_TYPE.NO_OP])
-
-
-def free_address() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
 def follower() -> SyncObj:

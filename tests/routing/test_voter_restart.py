@@ -16,20 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 from unittest import mock
 
 from ferrymq.launcher.polling import until
 from routing.commands import RegisterNode
 from routing.replica import RoutingReplica
+from tests.support.addresses import free_address
 
 RESTARTS = 8
-
-
-def free_address() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
 def start_replica(
