@@ -255,15 +255,6 @@ static PyTypeObject GmacType = {
 /* Why `apply_frames` stopped (ha.replica_lane.Stop). */
 enum { STOP_MORE = 0, STOP_DECLINED = 1, STOP_WRITE_FAILED = 2 };
 
-static int64_t
-read_be64(const unsigned char *p)
-{
-    uint64_t value = 0;
-    for (int i = 0; i < 8; i++)
-        value = (value << 8) | p[i];
-    return (int64_t)value;
-}
-
 PyDoc_STRVAR(apply_frames_doc,
 "apply_frames(gmac, sequence, unread, fd, position, room, write_offset, epoch)\n"
 "    -> (stop, used, sequence, write_offset, confirmed, appended, heartbeats, errno)\n\n"
@@ -323,8 +314,8 @@ apply_frames(PyObject *Py_UNUSED(module), PyObject *args)
             stop = STOP_DECLINED;
             break;
         }
-        int64_t offset = read_be64(payload), frame_epoch = read_be64(payload + 8);
-        int64_t frame_confirmed = read_be64(payload + 24);
+        int64_t offset = read_int64(payload), frame_epoch = read_int64(payload + 8);
+        int64_t frame_confirmed = read_int64(payload + 24);
         const unsigned char *records = payload + DATA_HEADER_SIZE;
         size_t records_length = payload_length - DATA_HEADER_SIZE;
         if (records_length > 0) {

@@ -1,7 +1,7 @@
-/* The property encoding of ferrymq/codec/properties.py (name 0x01 value 0x02 ...) and a
- * big-endian read, in C: one source, included by both extension modules that parse
- * records (ferrymq/codec/_speedups.c for the wire, store/_speedups.c for the replay), so
- * the rule is written once. Everything here is static: each module gets its own copy.
+/* The property encoding of ferrymq/codec/properties.py (name 0x01 value 0x02 ...), in C:
+ * one source, included by both extension modules that parse records
+ * (ferrymq/codec/_speedups.c for the wire, store/_speedups.c for the replay), so the rule
+ * is written once. Everything here is static: each module gets its own copy.
  */
 #ifndef FERRYMQ_CODEC_PROPERTIES_H
 #define FERRYMQ_CODEC_PROPERTIES_H
@@ -9,15 +9,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
-
-static int64_t
-read_int64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return (int64_t)v;
-}
 
 #define NAME_VALUE_SEPARATOR 0x01
 #define PROPERTY_SEPARATOR 0x02

@@ -22,6 +22,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The big-endian int64 at p: a record's offsets and times, a replication frame's header. */
+static inline int64_t
+read_int64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
 /* Whether p[0:length) is a run of whole records, a blank one only last, the sizes adding up
  * to exactly `length`: the rule of chunk_problem_in_python (ferrymq/codec/commitlog_record.py),
  * which a slave applies before it appends a master's bytes (chunk_is_whole in
