@@ -56,6 +56,7 @@ from ha.wire import (
     LinkError,
     ProtocolMismatch,
     ack_frame,
+    check_length,
     control,
     json_object,
     leaving_frame,
@@ -640,8 +641,7 @@ def _gather_large_frame(link: LinkStream, rest: memoryview) -> None:
     if len(rest) < FRAME_HEADER.size:
         return
     _, length = FRAME_HEADER.unpack_from(rest)
-    if length > MAX_FRAME_BYTES:  # read_header's check; the lane declines such a frame
-        raise LinkError(f"a frame of {length} bytes is over the limit of {MAX_FRAME_BYTES} here")
+    check_length(length, MAX_FRAME_BYTES)  # before a buffer of that size is made
     if FRAME_HEADER.size + length > STAGED_BYTES:
         link.collect(FRAME_HEADER.size + length)
 

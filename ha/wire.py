@@ -199,11 +199,13 @@ async def read_header(reader: FrameSource, limit: int) -> tuple[int, int]:
     length is over ``limit``."""
     header = await read_exactly(reader, FRAME_HEADER.size)
     kind, length = FRAME_HEADER.unpack(header)
-    _check_length(length, limit)
+    check_length(length, limit)
     return kind, length
 
 
-def _check_length(length: int, limit: int) -> None:
+def check_length(length: int, limit: int) -> None:
+    """A frame's length against what its reader takes (``LinkError`` when over), from its
+    header, before any of its body is read or gathered."""
     if length > limit:
         raise LinkError(f"a frame of {length} bytes is over the limit of {limit} here")
 
@@ -298,7 +300,7 @@ def take_sealed(
     if len(unread) < FRAME_HEADER.size:
         return None
     kind, length = FRAME_HEADER.unpack_from(unread)
-    _check_length(length, limit)
+    check_length(length, limit)
     _check_holds_mac(length)
     size = FRAME_HEADER.size + length
     if len(unread) < size:
