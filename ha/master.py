@@ -27,6 +27,7 @@ Thread-safety: everything runs on the node's event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import logging
 import time
@@ -74,6 +75,32 @@ from store.message_store import MessageStore
 from store.results import PutResult, PutStatus
 
 log = logging.getLogger("ferrymq.ha.master")
+
+# A put's caller's preparation, given its ``PutResult`` when the put must wait for the
+# in-sync replicas: it returns what runs the moment they hold it (a door's answer,
+# encoded now and written then).
+OnReplicated = Callable[[PutResult], Callable[[], None]]
+
+
+def _prepared(prepare: Callable[[], Callable[[], None]]) -> Callable[[], None] | None:
+    """A waiter's ``prepare()``; when it fails the waiter is answered as it returns (the
+    failure is logged: the write is stored, its caller must still hear so)."""
+    try:
+        return prepare()
+    except Exception:
+        log.exception("preparing a confirmed write's callback failed (answered on return)")
+        return None
+
+
+def _run_on_confirmed(on_confirmed: Callable[[], None]) -> None:
+    """A waiter's ``on_confirmed``: it runs inside an ACK's intake (or whatever moved the
+    confirmed offset), so what it raises is logged, never raised into the link."""
+    try:
+        on_confirmed()
+    except Exception:
+        log.exception("a confirmed write's callback failed (its waiter still returns True)")
+
+
 CHUNK_BYTES = 256 << 10
 HEARTBEAT_S = 1.0
 # A SYNC master's confirmed offset is what its slaves may serve; it rides on the next frame
@@ -195,7 +222,8 @@ class ReplicationMaster:
         self.activated_at = 0.0
         self._last_connected: dict[str, float] = {}  # slave -> when its link last ended
         self._gone: set[str] = set()  # slaves whose last link ended with no grace to give
-        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
+        # (end offset, arrival, its future, what to run as it is confirmed), a heap.
+        self._waiters: list[tuple[int, int, asyncio.Future[bool], Callable[[], None] | None]] = []
         self._waiter_seq = 0
         self._expiries = Expiries(clock, call_later)
         self._call_later = call_later
@@ -255,14 +283,19 @@ class ReplicationMaster:
             await self._server.wait_closed()
 
     # ---- acknowledgement ---------------------------------------------------------------
-    async def acknowledge(self, result: PutResult, timeout_s: float) -> PutResult:
+    async def acknowledge(
+        self, result: PutResult, timeout_s: float, on_replicated: OnReplicated | None = None
+    ) -> PutResult:
         """The SYNC acknowledgement of an appended batch: ``result`` once the counted
         slaves hold its end (at once under ASYNC, for a refused or empty put), else
-        FLUSH_SLAVE_TIMEOUT after ``timeout_s`` -- never OK after that."""
+        FLUSH_SLAVE_TIMEOUT after ``timeout_s`` -- never OK after that.
+        ``on_replicated(result)`` prepares what runs the moment it is confirmed, when this
+        has to wait for that (``wait_replicated``)."""
         if not result.ok or not self.sync or not result.appended:
             return result
         last = result.appended[-1]
-        if await self.wait_replicated(last.physical_offset + last.size, timeout_s):
+        prepare = None if on_replicated is None else functools.partial(on_replicated, result)
+        if await self.wait_replicated(last.physical_offset + last.size, timeout_s, prepare):
             return result
         return PutResult(
             PutStatus.FLUSH_SLAVE_TIMEOUT,
@@ -276,18 +309,29 @@ class ReplicationMaster:
     def enough_in_sync(self) -> bool:
         return not self.sync or len(self.counted) + 1 >= self.min_insync_replicas
 
-    async def wait_replicated(self, end_offset: int, timeout_s: float) -> bool:
+    async def wait_replicated(
+        self,
+        end_offset: int,
+        timeout_s: float,
+        prepare: Callable[[], Callable[[], None]] | None = None,
+    ) -> bool:
         """Whether the slaves counted hold everything below ``end_offset`` within
-        ``timeout_s`` (always true under ASYNC replication)."""
+        ``timeout_s`` (always true under ASYNC replication). When this has to wait,
+        ``prepare()`` is called first, and what it returns runs the moment the offset is
+        confirmed (never after a timeout or a lost mastership), in the callback of the
+        ACK that confirmed it: a SYNC send's answer leaves from there
+        (``RemotingConnection.answer_ahead``), where the waiting task would take a turn
+        of the loop and its callers' returns first."""
         if not self.sync:
             return True
         if not self.active or not self.enough_in_sync():
             return False
         if end_offset <= self.confirmed_offset:
             return True
+        on_confirmed = None if prepare is None else _prepared(prepare)
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiter_seq += 1
-        heapq.heappush(self._waiters, (end_offset, self._waiter_seq, future))
+        heapq.heappush(self._waiters, (end_offset, self._waiter_seq, future, on_confirmed))
         # A shared timer instead of wait_for(shield(...)), which adds three loop turns to
         # every acknowledgement, or a timer per wait (``Expiries``). A waiter cancelled or
         # timed out stays in the heap until the confirmed offset passes it (``_recompute``
@@ -365,8 +409,10 @@ class ReplicationMaster:
             advanced = confirmed > self.confirmed_offset
             self.confirmed_offset = confirmed
             while self._waiters and self._waiters[0][0] <= confirmed:
-                _, _, future = heapq.heappop(self._waiters)
+                _, _, future, on_confirmed = heapq.heappop(self._waiters)
                 if not future.done():
+                    if on_confirmed is not None:
+                        _run_on_confirmed(on_confirmed)
                     future.set_result(True)
             if advanced:
                 self.on_confirmed(confirmed)

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterator
 
 from ferrymq.codec.commitlog_record import StoredMessage
 from ferrymq.codec.properties import PROPERTY_UNIQ_KEY
+from ha.master import OnReplicated
 from ha.role import ReplicationRole
 from store.commitlog import Prepared, PreparedMessage, PreparedRun
 from store.config import StoreConfig
@@ -43,17 +44,26 @@ class ReplicatedStore:
     async def put_messages_async(self, messages: list[Message]) -> PutResult:
         return await self._replicated(self._store.put_messages_async, messages)
 
-    async def put_prepared_async(self, batch: list[Prepared]) -> PutResult:
-        return await self._replicated(self._store.put_prepared_async, batch)
+    async def put_prepared_async(
+        self, batch: list[Prepared], on_replicated: OnReplicated | None = None
+    ) -> PutResult:
+        """``on_replicated(result)``, when the put has to wait for the in-sync replicas,
+        prepares what runs the moment they hold it (``ReplicationMaster.acknowledge``):
+        the caller may answer from there, before this returns the same result."""
+        return await self._replicated(self._store.put_prepared_async, batch, on_replicated)
 
     async def _replicated(
-        self, put: Callable[[list], Awaitable[PutResult]], batch: list
+        self,
+        put: Callable[[list], Awaitable[PutResult]],
+        batch: list,
+        on_replicated: OnReplicated | None = None,
     ) -> PutResult:
         refusal = self._role.write_refusal()
         if refusal is not None:
             return PutResult(refusal[0], error=refusal[1])
         result = await put(batch)
-        return await self._role.master.acknowledge(result, self._role.options.ack_timeout_ms / 1000)
+        timeout_s = self._role.options.ack_timeout_ms / 1000
+        return await self._role.master.acknowledge(result, timeout_s, on_replicated)
 
     async def put_again_async(self, messages: list[Message]) -> PutResult:
         """A put of ``messages`` that may have been stored already (a forwarded send whose

@@ -149,6 +149,7 @@ class RemotingConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[asyncio.Task, int] = {}  # request being handled -> bytes held
+        self._answered_ahead: set[asyncio.Task] = set()  # answered before returning
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         # Whether this turn of the loop gathers answers (its first left at once), and the
         # frames gathered, written together at the turn's end by ``_flush``.
@@ -386,23 +387,67 @@ class RemotingConnection(asyncio.Protocol):
 
     async def _handle(self, handler, command: RemotingCommand) -> None:
         started = time.perf_counter()
+        task = asyncio.current_task()
         try:
-            response = await handler(command, self)
-        except HeaderFieldError as error:
-            response = command.reply(ResponseCode.SYSTEM_ERROR, str(error))
-        except Exception as error:
-            self._failures.report(command.code, error)
-            response = command.reply(
-                ResponseCode.SYSTEM_ERROR, f"{type(error).__name__}: {error}"[:1024]
+            try:
+                response = await handler(command, self)
+            except HeaderFieldError as error:
+                response = command.reply(ResponseCode.SYSTEM_ERROR, str(error))
+            except Exception as error:
+                self._failures.report(command.code, error)
+                response = command.reply(
+                    ResponseCode.SYSTEM_ERROR, f"{type(error).__name__}: {error}"[:1024]
+                )
+            # Released before the answer leaves: a client that has its answer may send the
+            # next request at once, and must find the bytes free.
+            self._release(task)
+            if task in self._answered_ahead:
+                return  # its answer left already (``answer_ahead``)
+            self._observe(
+                command.code,
+                None if response is None else response.code,
+                time.perf_counter() - started,
             )
-        # Released before the answer leaves: a client that has its answer may send the
-        # next request at once, and must find the bytes free.
-        self._release(asyncio.current_task())
-        self._observe(
-            command.code, None if response is None else response.code, time.perf_counter() - started
-        )
-        if response is not None:
-            self._answer(command, response)
+            if response is not None:
+                self._answer(command, response)
+        finally:
+            self._answered_ahead.discard(task)  # type: ignore[arg-type]
+
+    def answer_ahead(
+        self, request: RemotingCommand
+    ) -> Callable[[RemotingCommand], Callable[[], None]]:
+        """For the handler of ``request``, called in its task: a way to answer before the
+        handler returns, from a callback -- a SYNC send's, the moment the in-sync replicas
+        hold it (``ReplicationMaster.wait_replicated``), where the task would take a turn
+        of the loop and its callers' returns first. ``answer_ahead(request)(response)``
+        encodes the answer now, while the replicas work, and returns what writes it. It
+        leaves as ``_handle`` sends an answer (the request's bytes released first,
+        observed once); what the handler returns or raises after it is not sent. Writing
+        it a second time does nothing."""
+        task = asyncio.current_task()
+        assert task is not None and task in self._tasks, "answer_ahead outside a request"
+        started = time.perf_counter()
+
+        def encoded(response: RemotingCommand) -> Callable[[], None]:
+            frame = None if request.flag & FLAG_ONEWAY else self._encoded(response)
+
+            def answer() -> None:
+                if task in self._answered_ahead or task.done():
+                    return
+                self._answered_ahead.add(task)
+                self._release(task)
+                self._observe(request.code, response.code, time.perf_counter() - started)
+                if frame is not None:
+                    self._write_answer(frame)
+
+            return answer
+
+        return encoded
+
+    def answered_ahead(self) -> bool:
+        """For a handler, in its task: whether its answer left already (``answer_ahead``),
+        so what it would return need not be built."""
+        return asyncio.current_task() in self._answered_ahead
 
     def _answer_malformed(self, frame: bytes, error: FrameError) -> None:
         """A frame whose opaque is known but whose header is not: answered unless it says
@@ -444,6 +489,10 @@ class RemotingConnection(asyncio.Protocol):
         transport = self._transport
         if self.closed or transport is None or transport.is_closing():
             return False
+        return self._write_answer(self._encoded(command))
+
+    def _encoded(self, command: RemotingCommand) -> list[bytes]:
+        """``command``'s frame as the parts of one write (the body apart when large)."""
         try:
             head = encode_head(command)
         except ValueError as error:
@@ -460,7 +509,13 @@ class RemotingConnection(asyncio.Protocol):
             )
             command = RemotingCommand(ResponseCode.SYSTEM_ERROR)
         body = command.body
-        frame = [head + body] if len(body) < COPY_BODY_BELOW else [head, body]
+        return [head + body] if len(body) < COPY_BODY_BELOW else [head, body]
+
+    def _write_answer(self, frame: list[bytes]) -> bool:
+        """``send``'s write of an encoded frame."""
+        transport = self._transport
+        if self.closed or transport is None or transport.is_closing():
+            return False
         if not self._turn_open:
             # The turn's first answer leaves at once, so its peer can start on it. With
             # many requests in flight, the ones after it in the same turn leave together
@@ -474,7 +529,7 @@ class RemotingConnection(asyncio.Protocol):
                 transport.write(part)
         else:
             self._outgoing.extend(frame)
-            self._outgoing_bytes += len(head) + len(body)
+            self._outgoing_bytes += sum(map(len, frame))
         if transport.get_write_buffer_size() + self._outgoing_bytes > self.limits.write_max_bytes:
             self._quiet.log(
                 "unread",

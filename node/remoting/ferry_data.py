@@ -38,7 +38,7 @@ from node.remoting.authentication import DoorHandler
 from node.rpc_status import topic_error_status
 from node.services.caller import Caller
 from node.services.registry import Services
-from node.services.send import ProduceRequest
+from node.services.send import ProduceOutcome, ProduceRequest
 from node.topics import TopicError
 from routing.state import RoutingState
 
@@ -53,6 +53,20 @@ def ferry_route(state: RoutingState, topic: str) -> dict:
             continue  # no master to serve it: the queues come back after the election
         queues.append([broker_group, count, master.grpc_address, master.remoting_address])
     return {"code": pb.OK, "messageType": accepted_types(route.message_type)[0], "queues": queues}
+
+
+def produce_answer(request: RemotingCommand, outcome: ProduceOutcome) -> RemotingCommand:
+    """FERRY_PRODUCE's answer: SUCCESS, the ``ProduceResponse`` in the body."""
+    answer = api.ProduceResponse(
+        code=outcome.code,
+        message=outcome.message,
+        offsets=outcome.offsets,
+        failures=[
+            api.ProduceFailure(index=f.index, code=f.code, message=f.message)
+            for f in outcome.failures
+        ],
+    )
+    return request.reply(ResponseCode.SUCCESS, body=answer.SerializeToString())
 
 
 class FerryDataHandlers:
@@ -93,17 +107,13 @@ class FerryDataHandlers:
             produce.atomic,
             born_host_bytes(caller.address),
         )
-        outcome = await self.services.send.produce(caller, sent)
-        answer = api.ProduceResponse(
-            code=outcome.code,
-            message=outcome.message,
-            offsets=outcome.offsets,
-            failures=[
-                api.ProduceFailure(index=f.index, code=f.code, message=f.message)
-                for f in outcome.failures
-            ],
+        # A SYNC send is answered the moment its in-sync replicas hold it, in the ACK's
+        # callback (``answer_ahead``), and then not again.
+        encoded = connection.answer_ahead(request)
+        outcome = await self.services.send.produce(
+            caller, sent, lambda outcome: encoded(produce_answer(request, outcome))
         )
-        return request.reply(ResponseCode.SUCCESS, body=answer.SerializeToString())
+        return None if connection.answered_ahead() else produce_answer(request, outcome)
 
     async def fetch(self, request: RemotingCommand, connection, caller: Caller):
         try:

@@ -186,6 +186,26 @@ class ProduceOutcome:
     failures: list[ProduceFailure] = field(default_factory=list)
 
 
+def stored_outcome(
+    count: int, result: PutResult, stored_indexes: list[int], failures: list[ProduceFailure]
+) -> ProduceOutcome:
+    """A produce's outcome once the store answered the put of the records at
+    ``stored_indexes``, ``failures`` being the others' refusals (neither list changed)."""
+    if not result.ok:
+        refused = store_refusal(result)
+        every = failures + [
+            ProduceFailure(i, refused.code, refused.message) for i in stored_indexes
+        ]
+        every.sort(key=lambda failure: failure.index)
+        return ProduceOutcome(every[0].code, every[0].message, [-1] * count, every)
+    if not failures:
+        return ProduceOutcome(pb.OK, "OK", [a.queue_offset for a in result.appended])
+    offsets = [-1] * count
+    for index, appended in zip(stored_indexes, result.appended, strict=True):
+        offsets[index] = appended.queue_offset
+    return ProduceOutcome(failures[0].code, failures[0].message, offsets, list(failures))
+
+
 def produce_refused(count: int, code: int, message: str) -> ProduceOutcome:
     """Every record refused for the same reason (the request as a whole is wrong)."""
     message = message or pb.Code.Name(code)
@@ -399,14 +419,22 @@ class SendService:
         return record if due_ms <= now else TimerService.park(record, due_ms)
 
     # ---- produce records -------------------------------------------------------------
-    async def produce(self, caller: Caller, request: ProduceRequest) -> ProduceOutcome:
+    async def produce(
+        self,
+        caller: Caller,
+        request: ProduceRequest,
+        answer_ahead: Callable[[ProduceOutcome], Callable[[], None]] | None = None,
+    ) -> ProduceOutcome:
         """Data.Produce for either door: each record its own answer; an ``atomic``
-        request stores all or nothing. ``AccessDenied`` refuses the request whole."""
+        request stores all or nothing. ``AccessDenied`` refuses the request whole.
+        ``answer_ahead(outcome)``, when the put has to wait for the in-sync replicas, is
+        given the outcome this will return and returns what runs the moment they hold
+        the records (a door's answer: ``RemotingConnection.answer_ahead``)."""
         started = perf_counter()
         self.permissions.require(caller, publish(request.topic))
         open_send = self.metrics.sends_open.enter()
         try:
-            outcome = await self._produce(request)
+            outcome = await self._produce(request, answer_ahead)
         finally:
             self.metrics.sends_open.leave(open_send)
         if outcome.code == pb.OK:
@@ -419,7 +447,11 @@ class SendService:
         self.metrics.send_answered(outcome.code, perf_counter() - started)
         return outcome
 
-    async def _produce(self, request: ProduceRequest) -> ProduceOutcome:
+    async def _produce(
+        self,
+        request: ProduceRequest,
+        answer_ahead: Callable[[ProduceOutcome], Callable[[], None]] | None,
+    ) -> ProduceOutcome:
         count = request.count
         try:
             check_batch_count(count, MAX_PRODUCE_RECORDS)
@@ -453,21 +485,14 @@ class SendService:
         if not prepared:
             first = failures[0]
             return ProduceOutcome(first.code, first.message, [-1] * count, failures)
-        result = await self.store.put_prepared_async(prepared)
-        if not result.ok:
-            refused = store_refusal(result)
-            failures.extend(
-                ProduceFailure(i, refused.code, refused.message) for i in stored_indexes
-            )
-            failures.sort(key=lambda failure: failure.index)
-            first = failures[0]
-            return ProduceOutcome(first.code, first.message, [-1] * count, failures)
-        if not failures:
-            return ProduceOutcome(pb.OK, "OK", [a.queue_offset for a in result.appended])
-        offsets = [-1] * count
-        for index, appended in zip(stored_indexes, result.appended, strict=True):
-            offsets[index] = appended.queue_offset
-        return ProduceOutcome(failures[0].code, failures[0].message, offsets, failures)
+        on_replicated = None
+        if answer_ahead is not None:
+
+            def on_replicated(result: PutResult) -> Callable[[], None]:
+                return answer_ahead(stored_outcome(count, result, stored_indexes, failures))
+
+        result = await self.store.put_prepared_async(prepared, on_replicated)
+        return stored_outcome(count, result, stored_indexes, failures)
 
     def _prepared_run(
         self, topic: TopicConfig, request: ProduceRequest, type_text: str

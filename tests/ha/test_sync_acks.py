@@ -136,6 +136,100 @@ def test_a_slave_leaving_the_in_sync_set_is_no_longer_waited_for(store):
     asyncio.run(run())
 
 
+class Ahead:
+    """An ``on_replicated`` that notes when it is prepared (with which result) and when
+    what it prepared runs."""
+
+    def __init__(self, fail_at: str = "") -> None:
+        self.prepared: list[PutResult] = []
+        self.ran: list[PutResult] = []
+        self.fail_at = fail_at
+
+    def __call__(self, result: PutResult):
+        if self.fail_at == "prepare":
+            raise RuntimeError("a door's answer could not be encoded")
+        self.prepared.append(result)
+
+        def run() -> None:
+            if self.fail_at == "run":
+                raise RuntimeError("a door's answer could not be written")
+            self.ran.append(result)
+
+        return run
+
+
+def test_on_replicated_runs_in_the_ack_that_confirms_the_write_before_its_waiter_resumes(store):
+    """How a SYNC send is answered ahead (``RemotingConnection.answer_ahead``): prepared
+    as the put starts to wait, run inside the ``record_ack`` that confirms it, once,
+    while the waiting task has yet to run."""
+
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock, min_insync=3)
+        master.activate(frozenset({"m", "s1", "s2"}))
+        s1 = master.open_link("s1", 0, store.write_offset)
+        s2 = master.open_link("s2", 0, store.write_offset)
+        result = await put(store)
+        ahead = Ahead()
+        ack = asyncio.ensure_future(master.acknowledge(result, TIMEOUT_S, ahead))
+        await settle()
+        assert (ahead.prepared, ahead.ran) == ([result], [])
+        master.record_ack(s1, store.write_offset)
+        assert ahead.ran == []  # one of the two counted slaves
+        master.record_ack(s2, store.write_offset)
+        assert ahead.ran == [result] and not ack.done()  # in the ACK's call, before the task
+        assert (await ack).status is PutStatus.OK
+        master.record_ack(s2, store.write_offset)
+        assert ahead.ran == [result]  # once
+
+    asyncio.run(run())
+
+
+def test_on_replicated_runs_only_for_a_write_confirmed_while_it_waited(store):
+    """Not prepared when nothing has to be waited for (the caller answers as it
+    returns); never run after a timeout (the answer is FLUSH_SLAVE_TIMEOUT, and a late ACK
+    changes nothing) or a lost mastership; and what fails in it, prepared or run, is
+    logged, never raised into the ACK's intake or the put."""
+
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock)
+        master.activate(frozenset({"m", "s1"}))
+        s1 = master.open_link("s1", 0, store.write_offset)
+
+        late = Ahead()
+        waiting = asyncio.ensure_future(master.acknowledge(await put(store), TIMEOUT_S, late))
+        await settle()
+        clock.advance(TIMEOUT_S)
+        assert (await waiting).status is PutStatus.FLUSH_SLAVE_TIMEOUT
+        master.record_ack(s1, store.write_offset)
+        assert len(late.prepared) == 1 and late.ran == []
+
+        for fail_at in ("prepare", "run"):
+            failing = Ahead(fail_at)
+            waiting = asyncio.ensure_future(
+                master.acknowledge(await put(store), TIMEOUT_S, failing)
+            )
+            await settle()
+            master.record_ack(s1, store.write_offset)  # does not raise
+            assert (await waiting).status is PutStatus.OK and failing.ran == []
+
+        confirmed = await put(store)
+        master.record_ack(s1, store.write_offset)  # confirmed before anyone waits
+        at_once = Ahead()
+        assert (await master.acknowledge(confirmed, TIMEOUT_S, at_once)).ok
+        assert at_once.prepared == []
+
+        lost = Ahead()
+        waiting = asyncio.ensure_future(master.acknowledge(await put(store), TIMEOUT_S, lost))
+        await settle()
+        master.deactivate()
+        assert (await waiting).status is PutStatus.FLUSH_SLAVE_TIMEOUT
+        assert len(lost.prepared) == 1 and lost.ran == []
+
+    asyncio.run(run())
+
+
 def test_too_few_in_sync_replicas_never_acknowledges(store):
     async def run() -> None:
         clock = ManualClock()
