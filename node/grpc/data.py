@@ -27,24 +27,12 @@ from node.message_rules import born_host_bytes
 from node.rpc_status import AccessDenied
 from node.services.caller import Door
 from node.services.registry import Services
-from node.services.send import ProduceOutcome, ProduceRequest
+from node.services.send import ProduceRequest, produce_response
 
 
 def produce_request(request: api.ProduceRequest, born_host: bytes) -> ProduceRequest:
     return ProduceRequest(
         request.topic, request.queue_id, request.count, request.records, request.atomic, born_host
-    )
-
-
-def produce_response(outcome: ProduceOutcome) -> api.ProduceResponse:
-    return api.ProduceResponse(
-        code=outcome.code,
-        message=outcome.message,
-        offsets=outcome.offsets,
-        failures=[
-            api.ProduceFailure(index=f.index, code=f.code, message=f.message)
-            for f in outcome.failures
-        ],
     )
 
 

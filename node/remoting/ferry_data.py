@@ -38,7 +38,7 @@ from node.remoting.authentication import DoorHandler
 from node.rpc_status import topic_error_status
 from node.services.caller import Caller
 from node.services.registry import Services
-from node.services.send import ProduceOutcome, ProduceRequest
+from node.services.send import ProduceOutcome, ProduceRequest, produce_response
 from node.topics import TopicError
 from routing.state import RoutingState
 
@@ -57,16 +57,8 @@ def ferry_route(state: RoutingState, topic: str) -> dict:
 
 def produce_answer(request: RemotingCommand, outcome: ProduceOutcome) -> RemotingCommand:
     """FERRY_PRODUCE's answer: SUCCESS, the ``ProduceResponse`` in the body."""
-    answer = api.ProduceResponse(
-        code=outcome.code,
-        message=outcome.message,
-        offsets=outcome.offsets,
-        failures=[
-            api.ProduceFailure(index=f.index, code=f.code, message=f.message)
-            for f in outcome.failures
-        ],
-    )
-    return request.reply(ResponseCode.SUCCESS, body=answer.SerializeToString())
+    body = produce_response(outcome).SerializeToString()
+    return request.reply(ResponseCode.SUCCESS, body=body)
 
 
 class FerryDataHandlers:

@@ -46,6 +46,7 @@ from ferrymq.codec.properties import (
     PROPERTY_UNIQ_KEY,
 )
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.ferrymq import data_pb2 as api
 from ha.replicated_store import ReplicatedStore
 from node.admission import (
     Admission,
@@ -184,6 +185,20 @@ class ProduceOutcome:
     message: str
     offsets: list[int]
     failures: list[ProduceFailure] = field(default_factory=list)
+
+
+def produce_response(outcome: ProduceOutcome) -> api.ProduceResponse:
+    """The Data API's answer of ``outcome`` (``Data.Produce``, and the SDK's FERRY_PRODUCE
+    on the remoting door)."""
+    return api.ProduceResponse(
+        code=outcome.code,
+        message=outcome.message,
+        offsets=outcome.offsets,
+        failures=[
+            api.ProduceFailure(index=f.index, code=f.code, message=f.message)
+            for f in outcome.failures
+        ],
+    )
 
 
 def stored_outcome(

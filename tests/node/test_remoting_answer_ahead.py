@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import Iterator
 
 import pytest
-import uvloop
 
 from ferrymq.codec.remoting_codes import ResponseCode
 from ferrymq.launcher.polling import until
 from node.remoting.connection import TransportLimits
 from node.remoting.dispatch import Dispatch
-from node.remoting.server import RemotingServer
 from tests.support.remoting_client import RemotingClient
+from tests.support.remoting_listener import listening
 
 ECHO, AHEAD, AHEAD_THEN_RAISE = 20, 23, 24
 
@@ -63,25 +61,12 @@ def serving(loop_kind: str) -> Iterator[tuple[str, Handlers, asyncio.AbstractEve
     dispatch.register_all(
         [(ECHO, handlers.echo), (AHEAD, handlers.ahead), (AHEAD_THEN_RAISE, handlers.ahead)]
     )
-    loop = uvloop.new_event_loop() if loop_kind == "uvloop" else asyncio.new_event_loop()
-    remoting = RemotingServer(dispatch, TransportLimits(), observe=handlers.observe)
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    async def start() -> int:
-        port = await remoting.bind("127.0.0.1", 0, None)
-        await remoting.serve()
-        return port
-
-    port = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
-    try:
-        yield f"127.0.0.1:{port}", handlers, loop
-    finally:
-        loop.call_soon_threadsafe(handlers.gate.set)
-        asyncio.run_coroutine_threadsafe(remoting.close(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+    listener = listening(dispatch, TransportLimits(), loop_kind, observe=handlers.observe)
+    with listener as (address, _, loop):
+        try:
+            yield address, handlers, loop
+        finally:
+            loop.call_soon_threadsafe(handlers.gate.set)
 
 
 @pytest.fixture(params=["uvloop", "asyncio"])

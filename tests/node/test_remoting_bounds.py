@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-import uvloop
 
 from ferrymq.codec.remoting import RemotingCommand, encode
 from ferrymq.codec.remoting_codes import ResponseCode
@@ -33,6 +32,7 @@ from node.remoting.server import RemotingServer
 from node.tls import ClientTls, remoting_ssl_context
 from tests.support import ROOT
 from tests.support.remoting_client import RemotingClient
+from tests.support.remoting_listener import listening
 from tests.support.tls_certs import make_pki
 
 ECHO, POLL, HOLD = 20, 21, 22  # ECHO and HOLD read their bodies, POLL does not
@@ -88,25 +88,11 @@ def serving(
     handlers = Handlers()
     dispatch = Dispatch(body_codes={ECHO, HOLD})
     dispatch.register_all([(ECHO, handlers.echo), (POLL, handlers.poll), (HOLD, handlers.hold)])
-    loop = uvloop.new_event_loop() if loop_kind == "uvloop" else asyncio.new_event_loop()
-    remoting = RemotingServer(dispatch, limits)
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    async def start() -> int:
-        port = await remoting.bind("127.0.0.1", 0, ssl_context)
-        await remoting.serve()
-        return port
-
-    port = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
-    try:
-        yield Serving(f"127.0.0.1:{port}", handlers, remoting, loop)
-    finally:
-        loop.call_soon_threadsafe(handlers.gate.set)
-        asyncio.run_coroutine_threadsafe(remoting.close(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+    with listening(dispatch, limits, loop_kind, ssl_context) as (address, remoting, loop):
+        try:
+            yield Serving(address, handlers, remoting, loop)
+        finally:
+            loop.call_soon_threadsafe(handlers.gate.set)
 
 
 @pytest.fixture(params=["uvloop", "asyncio"])
