@@ -230,6 +230,51 @@ def test_on_replicated_runs_only_for_a_write_confirmed_while_it_waited(store):
     asyncio.run(run())
 
 
+def test_a_confirmation_wakes_its_readers_before_the_writers_it_confirmed_resume(store):
+    """What a confirmation does, in order: what answers ahead runs, then ``on_confirmed``
+    (which wakes the long polls waiting under the read cap), and only then the confirmed
+    writers' tasks resume, so a waiting read's answer does not queue behind what a
+    writer's task does after its answer left. A reader's wake that raises still lets every
+    confirmed writer resume."""
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        clock = ManualClock()
+        master = master_of(store, clock)
+        master.activate(frozenset({"m", "s1"}))
+        s1 = master.open_link("s1", 0, store.write_offset)
+        order: list[str] = []
+
+        async def writer(name: str) -> None:
+            acknowledged = await master.acknowledge(await put(store), TIMEOUT_S, ahead)
+            assert acknowledged.ok
+            order.append(name)
+
+        def wake_readers(confirmed: int) -> None:  # as ``QueueWaiters``: through the loop
+            loop.call_soon(order.append, "reader")
+
+        ahead = Ahead()
+        master.on_confirmed = wake_readers
+        writers = [asyncio.ensure_future(writer(name)) for name in ("writer 1", "writer 2")]
+        await settle()
+        master.record_ack(s1, store.write_offset)
+        assert len(ahead.ran) == 2 and order == []  # answered ahead, in the ACK's call
+        await asyncio.gather(*writers)
+        assert order == ["reader", "writer 1", "writer 2"]
+
+        def failing_wake(confirmed: int) -> None:
+            raise RuntimeError("a reader's wake failed")
+
+        master.on_confirmed = failing_wake
+        waiting = asyncio.ensure_future(master.acknowledge(await put(store), TIMEOUT_S))
+        await settle()
+        with pytest.raises(RuntimeError, match="reader's wake"):
+            master.record_ack(s1, store.write_offset)
+        assert (await waiting).status is PutStatus.OK
+
+    asyncio.run(run())
+
+
 def test_too_few_in_sync_replicas_never_acknowledges(store):
     async def run() -> None:
         clock = ManualClock()
