@@ -384,7 +384,9 @@ def kill_node(plan: ClusterPlan, node: NodePlan, wait_s: float = RELEASE_WAIT_S)
 
 
 def _package_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """The directory holding this checkout's packages (``ferrymq``, ``node``, ``store``...),
+    as a release's runtime names its ``src``: the ``PYTHONPATH`` of the nodes it starts."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def cluster_up(
