@@ -12,14 +12,16 @@ import os
 import subprocess
 from pathlib import Path
 
-import ferrymq
-import node
+from ferrymq.launcher import cluster
 from ferrymq.launcher.cluster import this_runtime
+from node import config
+
+CHECKOUT = Path(cluster.__file__).resolve().parents[2]
 
 
 def test_this_runtimes_package_root_holds_the_packages_a_node_imports():
     root = Path(this_runtime().package_root)
-    assert root == Path(ferrymq.__file__).resolve().parents[1]
+    assert root == CHECKOUT
     for package in ("node", "ferrymq", "store", "ha", "routing"):
         assert (root / package / "__init__.py").is_file(), package
 
@@ -33,7 +35,7 @@ def test_a_node_process_imports_this_checkout_from_any_directory(tmp_path):
             runtime.python,
             "-S",
             "-c",
-            "import ferrymq, node; print(ferrymq.__file__, node.__file__)",
+            "import ferrymq.launcher.cluster as c, node.config as n; print(c.__file__, n.__file__)",
         ],
         env={**os.environ, "PYTHONPATH": runtime.package_root},
         cwd=tmp_path,
@@ -42,5 +44,5 @@ def test_a_node_process_imports_this_checkout_from_any_directory(tmp_path):
         timeout=60,
     )
     assert found.returncode == 0, found.stderr
-    expected = (Path(ferrymq.__file__).resolve(), Path(node.__file__).resolve())
+    expected = (Path(cluster.__file__).resolve(), Path(config.__file__).resolve())
     assert tuple(Path(p).resolve() for p in found.stdout.split()) == expected
