@@ -92,6 +92,18 @@ def _prepared(prepare: Callable[[], Callable[[], None]]) -> Callable[[], None] |
         return None
 
 
+def _not_replicated(result: PutResult) -> PutResult:
+    """What a SYNC put that was not confirmed in time is answered."""
+    return PutResult(
+        PutStatus.FLUSH_SLAVE_TIMEOUT,
+        result.appended,
+        error=(
+            "stored on the master but not acknowledged by the in-sync replicas in time: "
+            "it may or may not survive a failover (retry; duplicates carry the same id)"
+        ),
+    )
+
+
 def _run_on_confirmed(on_confirmed: Callable[[], None]) -> None:
     """A waiter's ``on_confirmed``: it runs inside an ACK's intake (or whatever moved the
     confirmed offset), so what it raises is logged, never raised into the link."""
@@ -297,14 +309,37 @@ class ReplicationMaster:
         prepare = None if on_replicated is None else functools.partial(on_replicated, result)
         if await self.wait_replicated(last.physical_offset + last.size, timeout_s, prepare):
             return result
-        return PutResult(
-            PutStatus.FLUSH_SLAVE_TIMEOUT,
-            result.appended,
-            error=(
-                "stored on the master but not acknowledged by the in-sync replicas in time: "
-                "it may or may not survive a failover (retry; duplicates carry the same id)"
-            ),
-        )
+        return _not_replicated(result)
+
+    def acknowledge_now(self, result: PutResult, timeout_s: float, answer: OnReplicated) -> None:
+        """``acknowledge`` for a caller with no task (the produce lane,
+        ``node/remoting/produce_lane.py``): ``answer(outcome)`` makes what answers the
+        put and ``answer(outcome)()`` answers it. When the outcome is known now (ASYNC, a
+        refused or empty put, an end confirmed already) both happen at once; else
+        ``answer(result)`` is made now, while the slaves work, and runs the moment they
+        hold the end, in the ACK's callback; after ``timeout_s`` or a lost mastership,
+        ``answer`` of FLUSH_SLAVE_TIMEOUT runs instead -- never both, never OK after that."""
+        if not result.ok or not self.sync or not result.appended:
+            answer(result)()
+            return
+        last = result.appended[-1]
+        end = last.physical_offset + last.size
+        if not self.active or not self.enough_in_sync():
+            answer(_not_replicated(result))()
+        elif end <= self.confirmed_offset:
+            answer(result)()
+        else:
+            write = _prepared(functools.partial(answer, result))
+            future = self._wait_for(end, timeout_s, write)
+
+            def answered(future: asyncio.Future[bool]) -> None:
+                # True: the confirmation ran ``write`` (``_recompute``) before resolving it.
+                if future.cancelled() or not future.result():
+                    answer(_not_replicated(result))()
+                elif write is None:  # making it failed (logged): answered now instead
+                    answer(result)()
+
+            future.add_done_callback(answered)
 
     def enough_in_sync(self) -> bool:
         return not self.sync or len(self.counted) + 1 >= self.min_insync_replicas
@@ -329,6 +364,13 @@ class ReplicationMaster:
         if end_offset <= self.confirmed_offset:
             return True
         on_confirmed = None if prepare is None else _prepared(prepare)
+        return await self._wait_for(end_offset, timeout_s, on_confirmed)
+
+    def _wait_for(
+        self, end_offset: int, timeout_s: float, on_confirmed: Callable[[], None] | None
+    ) -> asyncio.Future[bool]:
+        """A waiter for ``end_offset``: True once confirmed (``on_confirmed`` run first),
+        False after ``timeout_s`` or a lost mastership."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiter_seq += 1
         heapq.heappush(self._waiters, (end_offset, self._waiter_seq, future, on_confirmed))
@@ -337,7 +379,7 @@ class ReplicationMaster:
         # timed out stays in the heap until the confirmed offset passes it (``_recompute``
         # skips futures already done).
         self._expiries.add(future, timeout_s)
-        return await future
+        return future
 
     def set_counted(self, counted: frozenset[str]) -> None:
         self.counted = counted - {self.node_id}

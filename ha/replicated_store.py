@@ -52,6 +52,21 @@ class ReplicatedStore:
         the caller may answer from there, before this returns the same result."""
         return await self._replicated(self._store.put_prepared_async, batch, on_replicated)
 
+    def put_prepared_now(self, batch: list[Prepared], answer: OnReplicated) -> bool:
+        """``put_prepared_async`` for a caller with no task (the produce lane,
+        ``node/remoting/produce_lane.py``): False, with nothing written, when the put must
+        go the usual way (refused by the replication rule, or not appendable now:
+        ``MessageStore.append_now``); else appended now and answered through ``answer``
+        (``ReplicationMaster.acknowledge_now``)."""
+        if self._role.write_refusal() is not None:
+            return False
+        result = self._store.append_now(batch)
+        if result is None:
+            return False
+        timeout_s = self._role.options.ack_timeout_ms / 1000
+        self._role.master.acknowledge_now(result, timeout_s, answer)
+        return True
+
     async def _replicated(
         self,
         put: Callable[[list], Awaitable[PutResult]],

@@ -157,6 +157,12 @@ class Admission:
             raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is read-only")
         return topic
 
+    def known_writable_topic(self, name: str) -> TopicConfig | None:
+        """The topic ``name`` if this node knows it and it takes writes, without asking
+        routing (the produce lane's check; None: ``writable_topic`` decides)."""
+        topic = self.topics.topics.get(name)
+        return topic if topic is not None and topic.permission is not Permission.READ else None
+
     @property
     def body_limit(self) -> int:
         return self.store.config.max_message_body_bytes

@@ -281,6 +281,12 @@ PATH_FAMILIES: tuple[Family, ...] = (
     ),
     Family("rocketmq_messages_in_total", "counter", ("topic",), "Messages stored by sends"),
     Family(
+        "ferrymq_produce_lane_total",
+        "counter",
+        ("outcome",),
+        "FERRY_PRODUCE requests the produce lane took, or declined to the handler",
+    ),
+    Family(
         "rocketmq_throughput_in_total",
         "counter",
         ("topic",),

@@ -69,6 +69,8 @@ class TrafficMetrics(Protocol):
 
     def delivered(self, topic: str, group: str, count: int, size: int) -> None: ...
 
+    def produce_lane(self, taken: bool) -> None: ...
+
 
 class NoTrafficMetrics:
     """For a service run without a node's registry (unit tests)."""
@@ -83,6 +85,9 @@ class NoTrafficMetrics:
         return None
 
     def delivered(self, topic: str, group: str, count: int, size: int) -> None:
+        return None
+
+    def produce_lane(self, taken: bool) -> None:
         return None
 
 
@@ -138,8 +143,20 @@ class RpcMetrics:
             [*node_labels, "topic", "group"],
             registry=registry,
         )
+        self.produce_lane_requests = LoopCounter(
+            "ferrymq_produce_lane_total",
+            "FERRY_PRODUCE requests the produce lane took, or declined to the handler",
+            [*node_labels, "outcome"],
+            registry=registry,
+        )
         self._children: dict[tuple, object] = {}
         self.wrap_method = MethodMetrics(self).wrap
+        self._lane_outcomes = self._outcomes(self.produce_lane_requests)
+
+    def _outcomes(self, metric) -> dict:
+        """``metric``'s series for taken (True) and declined (False), made now: both are
+        exported from the start."""
+        return {True: self._child(metric, "taken"), False: self._child(metric, "declined")}
 
     def _child(self, metric, *labels: str):
         key = (id(metric), *labels)
@@ -157,6 +174,10 @@ class RpcMetrics:
     def send_answered(self, code: int, elapsed_s: float) -> None:
         """A send of any door answered with ``code`` (apache.rocketmq.v2.Code)."""
         self._child(self.send_latency, _CODE_NAMES.get(code, "UNKNOWN")).observe(elapsed_s)
+
+    def produce_lane(self, taken: bool) -> None:
+        """A FERRY_PRODUCE offered to the produce lane, taken or declined."""
+        self._lane_outcomes[taken].inc()
 
     def delivered(self, topic: str, group: str, count: int, size: int) -> None:
         if count:

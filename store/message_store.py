@@ -122,6 +122,16 @@ class _AppendCombiner:
             self._drain()
         return future
 
+    def take_turn(self) -> bool:
+        """For a put appended by its caller now (``MessageStore.append_now``): True when
+        it may be, as this turn's first put (nothing waits to be appended and no put came
+        before it in this turn); the puts after it in the turn are then combined."""
+        if self._pending or self._iteration_has_put:
+            return False
+        self._iteration_has_put = True
+        self.loop.call_soon(self._end_iteration)
+        return True
+
     def _end_iteration(self) -> None:
         self._iteration_has_put = False
 
@@ -635,6 +645,24 @@ class MessageStore:
         except InvalidMessageError as error:
             return _refused(error)
         return await self._combiner().submit(batch, prepared=True)
+
+    def append_now(self, batch: list[Prepared]) -> PutResult | None:
+        """``put_prepared_async`` for a caller with no task (the produce lane): the batch
+        appended now, as the turn's first put would be, when its result is final now (no
+        flush to wait for under SYNC_FLUSH); None, with nothing written, when it cannot be
+        (a flush to wait for, puts of this turn before it or waiting, a batch over the
+        limit): the caller puts it the usual way, which gives every answer."""
+        if self._group_commit is not None:
+            return None
+        try:
+            self.check_batch_size(batch)
+        except InvalidMessageError:
+            return None
+        if not self._combiner().take_turn():
+            return None
+        result, end = self._append_prepared(batch)
+        assert end is None, "a flush to wait for with no group commit"
+        return result
 
     def _combiner(self) -> _AppendCombiner:
         loop = asyncio.get_running_loop()

@@ -11,6 +11,10 @@ connection). What it guarantees:
 - Each request runs as its own task (``node/remoting/dispatch.py`` has the handler
   contract), so a long poll does not hold up the next frame; at most
   ``max_in_flight`` at once per connection, more are answered SYSTEM_BUSY.
+- A request of the dispatch's lane code (``Dispatch.lane``: the produce lane) is offered
+  to the lane in the read's callback, before any task, unless requests of this connection
+  are being handled as tasks (its requests keep their order); what the lane declines goes
+  to the handler. The answers the lane owes count as in flight until they leave.
 - Unknown codes are answered REQUEST_CODE_NOT_SUPPORTED naming the code; a oneway request
   gets no answer, whatever happens.
 - Writes are bounded: above ``write_high_bytes`` unsent, the connection stops reading
@@ -150,6 +154,7 @@ class RemotingConnection(asyncio.Protocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[asyncio.Task, int] = {}  # request being handled -> bytes held
         self._answered_ahead: set[asyncio.Task] = set()  # answered before returning
+        self._lane_waiting = 0  # requests the lane took and has not answered yet
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         # Whether this turn of the loop gathers answers (its first left at once), and the
         # frames gathered, written together at the turn's end by ``_flush``.
@@ -184,7 +189,7 @@ class RemotingConnection(asyncio.Protocol):
 
     @property
     def in_flight(self) -> int:
-        return len(self._tasks)
+        return len(self._tasks) + self._lane_waiting
 
     def add_close_callback(self, callback: Callable[[RemotingConnection], None]) -> None:
         """``callback(connection)`` runs once when the connection ends."""
@@ -286,7 +291,7 @@ class RemotingConnection(asyncio.Protocol):
             return
         transport = self._transport
         unsent = transport.get_write_buffer_size() if transport is not None else 0
-        if self._heard or self._tasks or unsent != self._unsent:
+        if self._heard or self._tasks or self._lane_waiting or unsent != self._unsent:
             self._heard = False
             self._unsent = unsent
             self.active_at = now
@@ -341,12 +346,15 @@ class RemotingConnection(asyncio.Protocol):
                 ),
             )
             return
-        if len(self._tasks) >= self.limits.max_in_flight:
+        in_flight = len(self._tasks) + self._lane_waiting
+        if in_flight >= self.limits.max_in_flight:
             self._busy(
                 command,
-                f"{len(self._tasks)} requests of this connection are being handled, the "
+                f"{in_flight} requests of this connection are being handled, the "
                 "limit: retry later",
             )
+            return
+        if self._taken_by_lane(command):
             return
         body = command.body
         if body and not self.dispatch.keeps_body(command.code):
@@ -369,6 +377,44 @@ class RemotingConnection(asyncio.Protocol):
         if not self._bytes_paused and budget.over(self):
             self._bytes_paused = True  # read again once it holds less than half
             self._update_reading()
+
+    def _taken_by_lane(self, command: RemotingCommand) -> bool:
+        """Whether the dispatch's lane took ``command`` (it answers through ``answerer``,
+        at once or from a callback, observed as ``_handle`` observes an answer); False:
+        the handler takes it. Not offered while requests of this connection are tasks:
+        its requests keep their order. What the lane raises is answered as a handler's
+        failure."""
+        lane = self.dispatch.lane
+        if lane is None or command.code != lane.code or self._tasks:
+            return False
+        started = time.perf_counter()
+        self._lane_waiting += 1
+
+        def answerer(request: RemotingCommand, response: RemotingCommand) -> Callable[[], None]:
+            frame = None if request.flag & FLAG_ONEWAY else self._encoded(response)
+
+            def write() -> None:  # once per request: the lane runs one of its answers
+                if frame is not None:
+                    self._write_answer(frame)
+                self._lane_waiting -= 1
+                self._observe(request.code, response.code, time.perf_counter() - started)
+
+            return write
+
+        try:
+            taken = lane.take(command, self, answerer)
+        except Exception as error:
+            self._lane_waiting -= 1
+            self._failures.report(command.code, error)
+            self._observe(command.code, ResponseCode.SYSTEM_ERROR, time.perf_counter() - started)
+            self._answer(
+                command,
+                command.reply(ResponseCode.SYSTEM_ERROR, f"{type(error).__name__}: {error}"[:1024]),
+            )
+            return True
+        if not taken:
+            self._lane_waiting -= 1
+        return taken
 
     def _release(self, task: asyncio.Task | None) -> None:
         """The request of ``task`` holds nothing any more (once, whichever comes first:
@@ -521,7 +567,7 @@ class RemotingConnection(asyncio.Protocol):
             # many requests in flight, the ones after it in the same turn leave together
             # at the turn's end; with few, each leaves at once (a closed-loop client with
             # a few requests in flight waits on each).
-            if len(self._tasks) >= GATHER_ANSWERS_IN_FLIGHT:
+            if len(self._tasks) + self._lane_waiting >= GATHER_ANSWERS_IN_FLIGHT:
                 self._turn_open = True
                 assert self._loop is not None
                 self._loop.call_soon(self._flush)

@@ -29,7 +29,7 @@ Thread-safety: filled before the listener serves, read only afterwards (event lo
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import FerryRequestCode, RequestCode
@@ -58,11 +58,25 @@ BODY_CODES = frozenset(
 )
 
 
+class Lane(Protocol):
+    code: int
+
+    def take(
+        self,
+        request: RemotingCommand,
+        connection: Any,
+        answerer: Callable[[RemotingCommand, RemotingCommand], Callable[[], None]],
+    ) -> bool: ...
+
+
 class Dispatch:
     def __init__(self, body_codes: Collection[int] | None = BODY_CODES) -> None:
         """``body_codes``: the codes whose requests keep their body; None: every code (the
         node with auth on, where the signature covers the body)."""
         self._handlers: dict[int, Handler] = {}
+        # What takes a request of its ``code`` in the connection's callback before any
+        # task (``node/remoting/produce_lane.py``), or declines it to the handler.
+        self.lane: Lane | None = None
         self._body_codes = (
             None if body_codes is None else frozenset(int(code) for code in body_codes)
         )

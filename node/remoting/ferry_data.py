@@ -55,6 +55,22 @@ def ferry_route(state: RoutingState, topic: str) -> dict:
     return {"code": pb.OK, "messageType": accepted_types(route.message_type)[0], "queues": queues}
 
 
+def read_produce(request: RemotingCommand, caller: Caller) -> ProduceRequest:
+    """FERRY_PRODUCE's ``ProduceRequest``, from ``caller`` (``ValueError`` or
+    ``DecodeError`` for a body that is not one). The records stay in the frame (a view),
+    the other fields go through protobuf."""
+    head, records = bytes_field.split(request.body, bytes_field.PRODUCE_RECORDS_FIELD)
+    produce = api.ProduceRequest.FromString(head)
+    return ProduceRequest(
+        produce.topic,
+        produce.queue_id,
+        produce.count,
+        records,
+        produce.atomic,
+        born_host_bytes(caller.address),
+    )
+
+
 def produce_answer(request: RemotingCommand, outcome: ProduceOutcome) -> RemotingCommand:
     """FERRY_PRODUCE's answer: SUCCESS, the ``ProduceResponse`` in the body."""
     body = produce_response(outcome).SerializeToString()
@@ -86,19 +102,9 @@ class FerryDataHandlers:
 
     async def produce(self, request: RemotingCommand, connection, caller: Caller):
         try:
-            # The records stay in the frame (a view), the other fields go through protobuf.
-            head, records = bytes_field.split(request.body, bytes_field.PRODUCE_RECORDS_FIELD)
-            produce = api.ProduceRequest.FromString(head)
+            sent = read_produce(request, caller)
         except (ValueError, DecodeError) as error:
             return request.reply(ResponseCode.SYSTEM_ERROR, f"not a ProduceRequest: {error}")
-        sent = ProduceRequest(
-            produce.topic,
-            produce.queue_id,
-            produce.count,
-            records,
-            produce.atomic,
-            born_host_bytes(caller.address),
-        )
         # A SYNC send is answered the moment its in-sync replicas hold it, in the ACK's
         # callback (``answer_ahead``), and then not again.
         encoded = connection.answer_ahead(request)

@@ -30,6 +30,7 @@ from node.remoting.dispatch import BODY_CODES, Dispatch
 from node.remoting.ferry_data import FerryDataHandlers
 from node.remoting.forwarding import RemotingForwarder
 from node.remoting.name_server import NameServer
+from node.remoting.produce_lane import ProduceLane
 from node.services.registry import Services
 
 
@@ -66,4 +67,5 @@ def build_dispatch(
     dispatch = Dispatch(body_codes=None if verification is not None else BODY_CODES)
     callers = RemotingCallers(verification, forwarder)
     dispatch.register_all(callers.adapt_all(door_handlers(services, config)))
+    dispatch.lane = ProduceLane(services.send, callers)
     return dispatch

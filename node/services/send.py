@@ -462,6 +462,61 @@ class SendService:
         self.metrics.send_answered(outcome.code, perf_counter() - started)
         return outcome
 
+    def produce_now(
+        self,
+        caller: Caller,
+        request: ProduceRequest,
+        answer: Callable[[ProduceOutcome], Callable[[], None]],
+    ) -> bool:
+        """``produce`` for a caller with no task (the produce lane,
+        ``node/remoting/produce_lane.py``), for the common request only: records that all
+        pass, to a queue of a NORMAL (or untyped) topic this node knows and takes writes
+        for, from a caller who may publish there, appended now (``put_prepared_now``).
+        ``answer(outcome)`` makes the answer and what it returns writes it: at once, or
+        (SYNC) made now and written the moment the in-sync replicas hold the records.
+        False, with nothing written and nothing counted, for anything else: the caller
+        sends it through ``produce``, which gives every refusal its precise answer. The
+        rules are the ones ``produce`` applies, read from the same services; the metrics
+        are the same, counted as the answer leaves."""
+        started = perf_counter()
+        count = request.count
+        if not 1 <= count <= MAX_PRODUCE_RECORDS:
+            return False
+        if not self.permissions.may(caller, publish(request.topic)):
+            return False
+        topic = self.admission.known_writable_topic(request.topic)
+        if topic is None or not self.store.is_master:
+            return False
+        message_type = PRODUCE_TYPES.get(topic.message_type)
+        if message_type is None or topic.message_type is MessageType.FIFO:
+            return False
+        if not 0 <= request.queue_id < topic.queue_count:
+            return False
+        run = self._prepared_run(topic, request, MESSAGE_TYPE_TEXT[message_type])
+        if run is None:
+            return False
+        metrics = self.metrics
+        indexes = list(range(count))
+        open_send = metrics.sends_open.enter()
+
+        def answered(result: PutResult) -> Callable[[], None]:
+            outcome = stored_outcome(count, result, indexes, [])
+            write = answer(outcome)
+
+            def counted() -> None:
+                write()
+                metrics.sends_open.leave(open_send)
+                if outcome.code == pb.OK:
+                    metrics.stored(request.topic, count, len(request.records))
+                metrics.send_answered(outcome.code, perf_counter() - started)
+
+            return counted
+
+        if not self.store.put_prepared_now([run], answered):
+            metrics.sends_open.leave(open_send)
+            return False
+        return True
+
     async def _produce(
         self,
         request: ProduceRequest,

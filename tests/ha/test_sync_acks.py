@@ -275,6 +275,121 @@ def test_a_confirmation_wakes_its_readers_before_the_writers_it_confirmed_resume
     asyncio.run(run())
 
 
+class Answers:
+    """An ``acknowledge_now`` caller's ``answer``: notes each answer made (its status)
+    and each one written."""
+
+    def __init__(self, fail_making: bool = False) -> None:
+        self.made: list[PutStatus] = []
+        self.written: list[PutStatus] = []
+        self.fail_making = fail_making
+
+    def __call__(self, result: PutResult):
+        if self.fail_making and not self.made:
+            self.made.append(result.status)
+            raise RuntimeError("the answer could not be made")
+        self.made.append(result.status)
+        return lambda: self.written.append(result.status)
+
+
+def test_acknowledge_now_makes_the_answer_while_it_waits_and_writes_it_in_the_confirming_ack(
+    store,
+):
+    """The produce lane's acknowledgement: with no task, the answer is made as the put
+    starts to wait and written inside the ``record_ack`` that confirms it, once."""
+
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock, min_insync=3)
+        master.activate(frozenset({"m", "s1", "s2"}))
+        s1 = master.open_link("s1", 0, store.write_offset)
+        s2 = master.open_link("s2", 0, store.write_offset)
+        answers = Answers()
+        master.acknowledge_now(await put(store), TIMEOUT_S, answers)
+        assert (answers.made, answers.written) == ([PutStatus.OK], [])
+        master.record_ack(s1, store.write_offset)
+        assert answers.written == []  # one of the two counted slaves
+        master.record_ack(s2, store.write_offset)
+        assert answers.written == [PutStatus.OK]  # in the ACK's call
+        await settle()
+        master.record_ack(s2, store.write_offset)
+        assert answers.made == answers.written == [PutStatus.OK]  # once
+
+    asyncio.run(run())
+
+
+def test_acknowledge_now_answers_slave_timeout_after_a_timeout_or_a_lost_mastership_never_ok(
+    store,
+):
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock)
+        master.activate(frozenset({"m", "s1"}))
+        s1 = master.open_link("s1", 0, store.write_offset)
+
+        late = Answers()
+        master.acknowledge_now(await put(store), TIMEOUT_S, late)
+        clock.advance(TIMEOUT_S - 0.001)
+        await settle()
+        assert late.written == []
+        clock.advance(0.001)
+        await settle()
+        assert late.written == [PutStatus.FLUSH_SLAVE_TIMEOUT]
+        master.record_ack(s1, store.write_offset)  # a late ack writes nothing more
+        await settle()
+        assert late.written == [PutStatus.FLUSH_SLAVE_TIMEOUT]
+
+        lost = Answers()
+        master.acknowledge_now(await put(store), TIMEOUT_S, lost)
+        master.deactivate()
+        await settle()
+        assert lost.written == [PutStatus.FLUSH_SLAVE_TIMEOUT]
+
+    asyncio.run(run())
+
+
+def test_acknowledge_now_answers_at_once_what_needs_no_wait_and_still_answers_a_failed_making(
+    store,
+):
+    """At once: ASYNC replication, an end confirmed already, too few in-sync replicas
+    (FLUSH_SLAVE_TIMEOUT), a refused put. An answer whose making failed while it waited
+    (logged) is made again and written when the end is confirmed."""
+
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock, sync=False)
+        master.activate(frozenset({"m", "s1"}))
+        s1 = master.open_link("s1", 0, store.write_offset)  # never acks while ASYNC
+        at_once = Answers()
+        master.acknowledge_now(await put(store), TIMEOUT_S, at_once)
+        assert at_once.written == [PutStatus.OK]
+        master.sync = True
+        master.record_ack(s1, store.write_offset)
+        confirmed = await put(store)
+        master.record_ack(s1, store.write_offset)
+        already = Answers()
+        master.acknowledge_now(confirmed, TIMEOUT_S, already)
+        assert already.written == [PutStatus.OK]
+
+        refused = Answers()
+        master.acknowledge_now(PutResult(PutStatus.DISK_FULL, error="full"), TIMEOUT_S, refused)
+        assert refused.written == [PutStatus.DISK_FULL]
+
+        failing = Answers(fail_making=True)
+        master.acknowledge_now(await put(store), TIMEOUT_S, failing)
+        master.record_ack(s1, store.write_offset)  # does not raise
+        await settle()
+        assert failing.written == [PutStatus.OK]
+
+        master.set_counted(frozenset({"m"}))
+        master.min_insync_replicas = 2
+        too_few = Answers()
+        master.acknowledge_now(await put(store), TIMEOUT_S, too_few)
+        assert too_few.written == [PutStatus.FLUSH_SLAVE_TIMEOUT]
+
+    asyncio.run(run())
+
+
 def test_too_few_in_sync_replicas_never_acknowledges(store):
     async def run() -> None:
         clock = ManualClock()

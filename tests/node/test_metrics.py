@@ -162,6 +162,10 @@ def test_metrics_agree_with_the_admin_api(metrics_node, traffic):
     delivered = sum(s.value for s in samples["rocketmq_messages_out"] if s.name.endswith("_total"))
     assert delivered == traffic["delivered"]
     assert value(samples, "ferrymq_send_latency_seconds_count", status="OK") == 10
+    # The SDK's sends, one request at a time on a node that needs no wait: every one
+    # taken by the produce lane.
+    assert value(samples, "ferrymq_produce_lane", outcome="taken") == 10
+    assert value(samples, "ferrymq_produce_lane", outcome="declined") == 0
     # Requests as serialized: the bodies plus ids, timestamps and framing per message.
     body_bytes = traffic["sent"] * len(b"m000-00")
     stored_bytes = value(samples, "rocketmq_throughput_in", topic=TOPIC)

@@ -4,6 +4,7 @@ stored by a refused request, and the NameServer role's route naming both address
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -11,6 +12,7 @@ import pytest
 
 from ferrymq.client.messages import Message
 from ferrymq.client.produce_records import encode_record
+from ferrymq.codec.commitlog_record import decode
 from ferrymq.codec.remoting import SERIALIZE_ROCKETMQ
 from ferrymq.codec.remoting_codes import FERRY_PRIVATE_CODES, FerryRequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -126,3 +128,56 @@ def test_records_short_of_the_count_get_the_data_services_answers(client, atomic
     expected = [-1, -1, -1] if atomic else [before, before + 1, -1]
     assert list(produced.offsets) == expected
     assert fetch(client).next_offset == before + (0 if atomic else 2)
+
+
+def stored_records(client, offset: int, count: int) -> list:
+    """The ``count`` records of queue 1 from ``offset``, as stored."""
+    answer = fetch(client, offset)
+    found, position = [], 0
+    while len(found) < count:
+        stored = decode(answer.records, position)
+        found.append(stored)
+        position += stored.size
+    return found
+
+
+def test_the_lane_and_the_handler_store_and_answer_a_produce_alike(node, client):
+    """The same request taken by the produce lane (a connection with nothing in flight)
+    and by the handler (a connection whose long poll is being handled as a task, so the
+    lane is not offered it): the same answer but for the offsets, the same records but for
+    where and when they were stored."""
+    request = data.ProduceRequest(
+        topic="F", queue_id=1, count=2, records=records(b"same", b"twice")
+    ).SerializeToString()
+    first = fetch(client).next_offset
+    by_lane = data.ProduceResponse.FromString(
+        call(client, FerryRequestCode.FERRY_PRODUCE, request).body
+    )
+    with RemotingClient(node[0].remoting) as busy:
+        at_end = data.FetchRequest(group="g", topic="F", queue_id=0, offset=0, max_messages=1)
+        end = data.FetchResponse.FromString(
+            call(busy, FerryRequestCode.FERRY_FETCH, at_end.SerializeToString()).body
+        ).next_offset
+        polling = data.FetchRequest(group="g", topic="F", queue_id=0, offset=end, wait_ms=5000)
+        busy.send(
+            FerryRequestCode.FERRY_FETCH,
+            body=polling.SerializeToString(),
+            serialize_type=SERIALIZE_ROCKETMQ,
+        )
+        by_handler = data.ProduceResponse.FromString(
+            call(busy, FerryRequestCode.FERRY_PRODUCE, request).body
+        )
+    assert list(by_lane.offsets) == [first, first + 1]
+    assert list(by_handler.offsets) == [first + 2, first + 3]
+    assert (by_lane.code, by_lane.message, list(by_lane.failures)) == (
+        by_handler.code,
+        by_handler.message,
+        list(by_handler.failures),
+    )
+    placed = ("queue_offset", "physical_offset", "store_timestamp_ms", "born_host")
+    lane_records, handler_records = (
+        [dataclasses.replace(r, **{field: 0 for field in placed}) for r in found]
+        for found in (stored_records(client, first, 2), stored_records(client, first + 2, 2))
+    )
+    assert lane_records == handler_records
+    assert [r.body for r in lane_records] == [b"same", b"twice"]

@@ -13,7 +13,7 @@ from ferrymq.codec.errors import InvalidMessageError
 from ferrymq.codec.produce_records import PRODUCE_HEAD
 from ferrymq.codec.properties import encode_properties
 from node.message_rules import produce_spans
-from store.config import StoreConfig
+from store.config import FlushMode, StoreConfig
 from store.index_file import INDEX_KEY, IndexFile
 from store.message import TIMER_TOPIC, Message
 from store.message_store import MessageStore
@@ -200,3 +200,60 @@ def test_runs_put_together_each_get_their_own_records(store):
     assert [m.body for m in store.get_messages("T", 0, 0, 10).messages] == [
         b"body-%d" % i for i in range(7)
     ]
+
+
+def test_append_now_takes_a_turns_first_put_and_leaves_the_rest_to_the_combiner(store):
+    """``append_now`` (the produce lane's put): appended at once as the turn's first put,
+    and the puts after it in the same turn are combined as before; declined, with
+    nothing written, when a put of the turn came first or waits, or the batch is over the
+    limit."""
+
+    async def scenario():
+        first = store.append_now([store.prepare(message(0))])
+        after = store.append_now([store.prepare(message(1))])  # same turn: declined
+        combined = await asyncio.gather(
+            store.put_prepared_async([store.prepare(message(1))]),
+            store.put_prepared_async([store.prepare(message(2))]),
+        )
+        await asyncio.sleep(0)  # the next turn
+        put_first = asyncio.ensure_future(store.put_prepared_async([store.prepare(message(3))]))
+        await asyncio.sleep(0)  # it appends as its turn's first put; this wakes in that turn
+        behind_a_put = store.append_now([store.prepare(message(9))])
+        await put_first
+        await asyncio.sleep(0)
+        huge = [store.prepare(Message("T", b"x" * 600_000)) for _ in range(15)]
+        too_large = store.append_now(huge)
+        await asyncio.sleep(0)
+        next_turn = store.append_now([store.prepare(message(4))])
+        return first, after, combined, behind_a_put, too_large, next_turn
+
+    first, after, combined, behind_a_put, too_large, next_turn = asyncio.run(scenario())
+    assert first.ok and [a.queue_offset for a in first.appended] == [0]
+    assert after is None and behind_a_put is None and too_large is None
+    assert [answer.appended[0].queue_offset for answer in combined] == [1, 2]
+    assert next_turn.ok and [a.queue_offset for a in next_turn.appended] == [4]
+    assert [m.body for m in store.get_messages("T", 0, 0, 10).messages] == [
+        b"body-%d" % i for i in range(5)
+    ]
+
+
+def test_append_now_declines_where_the_disk_must_be_waited_for(tmp_path):
+    opened = MessageStore.open(
+        StoreConfig(
+            str(tmp_path / "store"),
+            commitlog_segment_bytes=8 << 20,
+            flush_mode=FlushMode.SYNC_FLUSH,
+        )
+    )
+    try:
+
+        async def scenario():
+            declined = opened.append_now([opened.prepare(message(0))])
+            stored = await opened.put_prepared_async([opened.prepare(message(0))])
+            return declined, stored
+
+        declined, stored = asyncio.run(scenario())
+        assert declined is None and stored.ok
+        assert [a.queue_offset for a in stored.appended] == [0]
+    finally:
+        opened.shutdown()

@@ -1,0 +1,73 @@
+"""The produce lane: the SDK's common FERRY_PRODUCE taken in the connection's callback,
+with no task (stage 3 of docs/native-lane.md, in Python: the specification the native
+lane will follow).
+
+A FERRY_PRODUCE handled as a task went through the door's layers before its records
+reached the log (the caller's adapter, the handler, the send service, the replicated
+store, the append combiner), and its task ran again after its answer; under single sends
+that was ~85 µs of the master's Python before the first DATA frame left, and ~300 µs of
+its CPU per send. The lane appends the request's records as the frame is read and makes
+its answer before the slaves acknowledge; the confirming ACK's callback writes it.
+
+It decides nothing itself: ``take`` reads the request as ``FerryDataHandlers.produce``
+does, and ``SendService.produce_now`` applies the send service's own rules. For anything
+that is not the common case (credentials that do not verify, a request forwarded by
+another node or to be forwarded, a body that does not read, any rule that would refuse a
+record, a topic this node has not heard of, a FIFO topic, a flush to wait for, puts of
+this turn before it) it declines before anything is written, and the request goes
+through the handler, which gives the precise answer. The connection declines for it
+while requests of the same connection are being handled as tasks, so a connection's
+requests are appended in the order they arrived.
+
+Thread-safety: the node's event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from google.protobuf.message import DecodeError
+
+from ferrymq.codec.remoting import RemotingCommand
+from ferrymq.codec.remoting_codes import FerryRequestCode
+from node.remoting.authentication import PEER_FIELD, PROOF_FIELD, RemotingCallers, method_of
+from node.remoting.ferry_data import produce_answer, read_produce
+from node.rpc_status import AccessDenied
+from node.services.send import ProduceOutcome, SendService
+
+# (request, its answer) -> what writes the answer, encoded now: the connection's.
+Answerer = Callable[[RemotingCommand, RemotingCommand], Callable[[], None]]
+
+
+class ProduceLane:
+    code = FerryRequestCode.FERRY_PRODUCE
+
+    def __init__(self, send: SendService, callers: RemotingCallers) -> None:
+        self._send = send
+        self._callers = callers
+        self._method = method_of(FerryRequestCode.FERRY_PRODUCE)
+
+    def take(self, request: RemotingCommand, connection, answerer: Answerer) -> bool:
+        """Whether the lane took ``request`` (appended, answered or to be answered through
+        ``answerer``); False: nothing was written, the handler takes it."""
+        taken = self._take(request, connection, answerer)
+        self._send.metrics.produce_lane(taken)
+        return taken
+
+    def _take(self, request: RemotingCommand, connection, answerer: Answerer) -> bool:
+        fields = request.ext_fields
+        if PROOF_FIELD in fields or PEER_FIELD in fields:
+            return False  # a forwarded request: its proof is the handler's to check
+        forwarder = self._callers.forwarder
+        if forwarder is not None and forwarder.target(request) is not None:
+            return False
+        try:
+            caller = self._callers.caller(request, connection, self._method)
+            sent = read_produce(request, caller)
+        except (AccessDenied, ValueError, DecodeError):
+            return False
+
+        def answer(outcome: ProduceOutcome) -> Callable[[], None]:
+            return answerer(request, produce_answer(request, outcome))
+
+        return self._send.produce_now(caller, sent, answer)
