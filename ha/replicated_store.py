@@ -52,6 +52,11 @@ class ReplicatedStore:
         the caller may answer from there, before this returns the same result."""
         return await self._replicated(self._store.put_prepared_async, batch, on_replicated)
 
+    def appends_now(self) -> bool:
+        """Whether ``put_prepared_now`` could append a put now (``MessageStore.appends_now``),
+        for a caller to ask before it reads the put."""
+        return self._store.appends_now()
+
     def put_prepared_now(self, batch: list[Prepared], answer: OnReplicated) -> bool:
         """``put_prepared_async`` for a caller with no task (the produce lane,
         ``node/remoting/produce_lane.py``): False, with nothing written, when the put must

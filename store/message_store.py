@@ -122,11 +122,16 @@ class _AppendCombiner:
             self._drain()
         return future
 
+    def turn_free(self) -> bool:
+        """Whether a put now would be this turn's first (nothing waits to be appended and
+        no put came before it in this turn)."""
+        return not self._pending and not self._iteration_has_put
+
     def take_turn(self) -> bool:
         """For a put appended by its caller now (``MessageStore.append_now``): True when
-        it may be, as this turn's first put (nothing waits to be appended and no put came
-        before it in this turn); the puts after it in the turn are then combined."""
-        if self._pending or self._iteration_has_put:
+        it may be, as this turn's first put (``turn_free``); the puts after it in the turn
+        are then combined."""
+        if not self.turn_free():
             return False
         self._iteration_has_put = True
         self.loop.call_soon(self._end_iteration)
@@ -645,6 +650,11 @@ class MessageStore:
         except InvalidMessageError as error:
             return _refused(error)
         return await self._combiner().submit(batch, prepared=True)
+
+    def appends_now(self) -> bool:
+        """Whether ``append_now`` would append a put made now (checked before a caller
+        reads one: a put it would decline is read again by the usual way)."""
+        return self._group_commit is None and self._combiner().turn_free()
 
     def append_now(self, batch: list[Prepared]) -> PutResult | None:
         """``put_prepared_async`` for a caller with no task (the produce lane): the batch

@@ -55,6 +55,8 @@ class ProduceLane:
         return taken
 
     def _take(self, request: RemotingCommand, connection, answerer: Answerer) -> bool:
+        if not self._send.takes_now():
+            return False  # the requests after a turn's first: combined, read once
         fields = request.ext_fields
         if PROOF_FIELD in fields or PEER_FIELD in fields:
             return False  # a forwarded request: its proof is the handler's to check

@@ -462,6 +462,12 @@ class SendService:
         self.metrics.send_answered(outcome.code, perf_counter() - started)
         return outcome
 
+    def takes_now(self) -> bool:
+        """Whether ``produce_now`` could take a request now (this node is the master and
+        its store can append at once): asked before a request is read, so that one it
+        would decline anyway is not read twice."""
+        return self.store.is_master and self.store.appends_now()
+
     def produce_now(
         self,
         caller: Caller,

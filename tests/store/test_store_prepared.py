@@ -209,7 +209,9 @@ def test_append_now_takes_a_turns_first_put_and_leaves_the_rest_to_the_combiner(
     limit."""
 
     async def scenario():
+        assert store.appends_now()
         first = store.append_now([store.prepare(message(0))])
+        assert not store.appends_now()
         after = store.append_now([store.prepare(message(1))])  # same turn: declined
         combined = await asyncio.gather(
             store.put_prepared_async([store.prepare(message(1))]),
@@ -224,6 +226,7 @@ def test_append_now_takes_a_turns_first_put_and_leaves_the_rest_to_the_combiner(
         huge = [store.prepare(Message("T", b"x" * 600_000)) for _ in range(15)]
         too_large = store.append_now(huge)
         await asyncio.sleep(0)
+        assert store.appends_now()
         next_turn = store.append_now([store.prepare(message(4))])
         return first, after, combined, behind_a_put, too_large, next_turn
 
@@ -248,6 +251,7 @@ def test_append_now_declines_where_the_disk_must_be_waited_for(tmp_path):
     try:
 
         async def scenario():
+            assert not opened.appends_now()
             declined = opened.append_now([opened.prepare(message(0))])
             stored = await opened.put_prepared_async([opened.prepare(message(0))])
             return declined, stored
