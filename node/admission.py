@@ -153,7 +153,7 @@ class Admission:
         """The topic ``name`` if it exists and takes writes (``TopicError`` otherwise; a
         name this node has not heard of is asked of routing first)."""
         topic = self.topics.topics.get(name) or await self.topics.topic_caught_up(name)
-        if topic.permission is Permission.READ:
+        if not takes_writes(topic):
             raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is read-only")
         return topic
 
@@ -161,7 +161,7 @@ class Admission:
         """The topic ``name`` if this node knows it and it takes writes, without asking
         routing (the produce lane's check; None: ``writable_topic`` decides)."""
         topic = self.topics.topics.get(name)
-        return topic if topic is not None and topic.permission is not Permission.READ else None
+        return topic if topic is not None and takes_writes(topic) else None
 
     @property
     def body_limit(self) -> int:
@@ -282,8 +282,17 @@ def fifo_queue(message_group: str | None, queue_count: int) -> int:
     return hashed_queue(message_group, queue_count)
 
 
+def takes_writes(topic: TopicConfig) -> bool:
+    """Whether ``topic``'s permission lets sends write to it."""
+    return topic.permission is not Permission.READ
+
+
+def queue_exists(topic: TopicConfig, queue_id: int) -> bool:
+    return 0 <= queue_id < topic.queue_count
+
+
 def check_queue(topic: TopicConfig, queue_id: int) -> None:
-    if not 0 <= queue_id < topic.queue_count:
+    if not queue_exists(topic, queue_id):
         raise InvalidRequest(pb.BAD_REQUEST, f"queue {queue_id} does not exist in {topic.name}")
 
 

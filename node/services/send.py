@@ -58,6 +58,7 @@ from node.admission import (
     fifo_queue,
     invalid_message_code,
     message_kind,
+    queue_exists,
     store_refusal,
 )
 from node.consumer_retry import PROPERTY_DELAY, ConsumerRetries, is_retry_topic
@@ -496,7 +497,7 @@ class SendService:
         message_type = PRODUCE_TYPES.get(topic.message_type)
         if message_type is None or topic.message_type is MessageType.FIFO:
             return False
-        if not 0 <= request.queue_id < topic.queue_count:
+        if not queue_exists(topic, request.queue_id):
             return False
         run = self._prepared_run(topic, request, MESSAGE_TYPE_TEXT[message_type])
         if run is None:
