@@ -282,6 +282,10 @@ class MessageStore:
         # ``set_confirmed_offset``.
         self._confirmed_offset: int | None = None
         self._written_when_confirmed = 0  # the write offset at the cap's last change
+        # Whether appends leave their consume-queue and index dispatch behind them, for
+        # ``dispatch_behind`` to do: a SYNC master's reput, at its slaves' ACKs (ha/master.py,
+        # "reput"). Written only by ``ReplicationMaster``.
+        self.dispatches_behind = False
         self.disk_usage: Callable[[str], tuple[int, int, int]] = shutil.disk_usage
         self._last_combiner: _AppendCombiner | None = None
         self._topic_prefixes: dict[str, bytes] = {}
@@ -411,6 +415,14 @@ class MessageStore:
             self.dispatcher.catch_up()
             if self.dispatcher.last_error is not None:
                 raise self.dispatcher.last_error
+
+    def dispatch_behind(self) -> None:
+        """Dispatch what appends left behind them (``dispatches_behind``). A failure (a full
+        disk) stays the dispatcher's ``last_error``: the next append reports it and resumes
+        from the same record, as after an append's own dispatch."""
+        with self._put_lock:
+            if not self._closed:
+                self.dispatcher.catch_up()
 
     def append_replicated_records(self, physical_offset: int, data: bytes | memoryview) -> int:
         """``append_replicated`` without the dispatch: a slave acknowledges once the
@@ -734,7 +746,8 @@ class MessageStore:
                 return PutResult(PutStatus.DISK_FULL, error=str(error)), None
             for listener in self._append_listeners:
                 listener()
-            self.dispatcher.catch_up()
+            if not self.dispatches_behind:
+                self.dispatcher.catch_up()
             end = self.commitlog.write_offset
         return PutResult(PutStatus.OK, appended), (end if self._group_commit is not None else None)
 

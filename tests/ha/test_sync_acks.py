@@ -15,6 +15,7 @@ from ha.master import (
     CONFIRM_NOTICE_S,
     HEARTBEAT_S,
     MARK_SPACING_S,
+    REPUT_TAIL_S,
     EndTimeline,
     ReplicationMaster,
 )
@@ -475,7 +476,8 @@ def streaming_link(master: ReplicationMaster, store: MessageStore, slave: str):
 
 def test_a_streaming_link_is_written_in_the_append_before_the_dispatch(store):
     """The copies of a SYNC write leave in the append itself (no task switch per link),
-    before the store writes its own consume-queue and index entries."""
+    before the store writes its own consume-queue and index entries (the reput, at the
+    slave's ACK)."""
 
     async def run() -> None:
         master = master_of(store, ManualClock())
@@ -487,6 +489,8 @@ def test_a_streaming_link_is_written_in_the_append_before_the_dispatch(store):
         store.add_dispatch_listener(lambda batch: written_at_dispatch.append(len(writer.frames)))
         await put(store, b"copied at once")
         end = store.write_offset
+        assert written_at_dispatch == [] and len(writer.frames) == 1
+        master.record_ack(link, end)
         assert written_at_dispatch == [1]  # the frame was out before the dispatch
         (frame,) = writer.frames
         kind, _ = FRAME_HEADER.unpack_from(frame)
@@ -495,6 +499,117 @@ def test_a_streaming_link_is_written_in_the_append_before_the_dispatch(store):
         records = frame[FRAME_HEADER.size + DATA_HEADER.size : -MAC_BYTES]
         assert records == store.read_records(start, end - start)
         assert link.sent == end
+
+    asyncio.run(run())
+
+
+def test_a_sync_master_dispatches_behind_its_appends_at_the_next_ack_before_it_confirms(store):
+    """The reput: while a SYNC master waits for slaves, an append leaves its consume-queue
+    and index entries to the next ACK's intake, which writes them before the confirmed
+    offset moves, so a reader woken by the confirmation finds them; the writer's answer
+    comes after both."""
+
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock, min_insync=3)
+        master.activate(frozenset({"m", "s1", "s2"}))
+        s1 = master.open_link("s1", 0, store.write_offset)
+        s2 = master.open_link("s2", 0, store.write_offset)
+        seen_at_confirmation: list[tuple[int, int]] = []
+        master.on_confirmed = lambda confirmed: seen_at_confirmation.append(
+            (confirmed, store.dispatched_offset)
+        )
+        before = store.write_offset
+        result = await put(store, b"behind")
+        end = store.write_offset
+        assert store.dispatches_behind
+        assert store.dispatched_offset == before  # nothing dispatched in the append
+        assert store.max_offset_in_queue("orders", 0) == 0
+        ack = asyncio.ensure_future(master.acknowledge(result, TIMEOUT_S))
+        master.record_ack(s1, end)  # the first ACK dispatches; it confirms nothing yet
+        assert store.dispatched_offset == end and seen_at_confirmation == []
+        assert store.max_offset_in_queue("orders", 0) == 1
+        master.record_ack(s2, end)
+        assert seen_at_confirmation == [(end, end)]
+        assert (await ack).status is PutStatus.OK
+
+    asyncio.run(run())
+
+
+def test_what_the_reput_left_is_dispatched_after_its_tail_or_once_no_ack_is_awaited(store):
+    """Appends dispatch behind them only while ACKs are awaited: with no ACK, the tail
+    timer dispatches; when the in-sync set empties (or the node stops being master) what
+    was left is dispatched at once and later appends dispatch in the append again."""
+
+    async def run() -> None:
+        clock = ManualClock()
+        master = master_of(store, clock, min_insync=1)
+        master.activate(frozenset({"m", "s1"}))
+        master.open_link("s1", 0, store.write_offset)
+        await put(store)
+        assert store.dispatched_offset < store.write_offset
+        clock.advance(REPUT_TAIL_S - 0.001)
+        assert store.dispatched_offset < store.write_offset
+        clock.advance(0.001)
+        assert store.dispatched_offset == store.write_offset  # no ACK came: the tail's
+        assert clock.armed == 0
+
+        await put(store)
+        master.set_counted(frozenset({"m"}))  # the slave left the in-sync set
+        assert not store.dispatches_behind
+        assert store.dispatched_offset == store.write_offset
+        await put(store)
+        assert store.dispatched_offset == store.write_offset  # in the append
+
+        master.set_counted(frozenset({"m", "s1"}))
+        await put(store)
+        assert store.dispatched_offset < store.write_offset
+        master.deactivate()
+        assert not store.dispatches_behind
+        assert store.dispatched_offset == store.write_offset
+        assert clock.armed == 0
+
+    asyncio.run(run())
+
+
+def test_records_a_crash_left_undispatched_behind_the_appends_are_dispatched_by_recovery(
+    tmp_path,
+):
+    """kill -9 between an append and its reput: the records are in the CommitLog, and the
+    next start's recovery writes their consume-queue entries."""
+    config = StoreConfig(data_dir=str(tmp_path / "store"), commitlog_segment_bytes=8 << 20)
+    crashed = MessageStore.open(config)
+
+    async def run() -> None:
+        master = master_of(crashed, ManualClock())
+        master.activate(frozenset({"m", "s1"}))
+        master.open_link("s1", 0, crashed.write_offset)
+        for _ in range(3):
+            await put(crashed)
+        # each append dispatches what the ones before it left; the last is left
+        assert crashed.dispatched_offset < crashed.write_offset
+        assert crashed.max_offset_in_queue("orders", 0) == 2
+
+    asyncio.run(run())
+    end = crashed.write_offset
+    crashed.close_abruptly_for_tests()
+    reopened = MessageStore.open(config)
+    try:
+        assert reopened.write_offset == end
+        assert reopened.dispatched_offset == end
+        assert reopened.max_offset_in_queue("orders", 0) == 3
+    finally:
+        reopened.shutdown()
+
+
+def test_an_async_master_dispatches_in_its_appends(store):
+    async def run() -> None:
+        master = master_of(store, ManualClock(), sync=False)
+        master.activate(frozenset({"m", "s1"}))
+        master.open_link("s1", 0, store.write_offset)
+        await put(store)
+        assert not store.dispatches_behind
+        assert store.dispatched_offset == store.write_offset
 
     asyncio.run(run())
 
