@@ -15,6 +15,12 @@ of stdout):
 - ``end_to_end_p50_us`` / ``_p99_us``: on the SYNC group, ``Producer.send`` of one
   message, one at a time, to a one-queue topic a ``PullConsumer`` long-polls in another
   thread: from just before the send to the message in the consumer's hands;
+- ``floor_single_send_p50_us`` / ``_p99_us`` and ``floor_end_to_end_p50_us`` / ``_p99_us``:
+  the floors of the two figures above, measured first in the same run
+  (``measure_floors``: ``bench.grpc_ceiling``'s replicated no-op relay on uvloop, asked
+  by the SDK's blocking channel), with ``floor_single_cpu_us_per_send_{master,slaves,
+  client}`` (the relay's, its two slaves', the channel's); ``sync_single_send_floor_ratio``
+  and ``end_to_end_floor_ratio`` are each figure over its floor (issue 40 asks ≤ 1.3);
 - ``sync_single_send_idle_readers_p50_us`` / ``_p99_us`` and
   ``sync_single_idle_readers_cpu_us_per_send_master``: the SYNC single sends again while
   ``IDLE_READERS`` ``PullConsumer``s long-poll queues of another topic that nobody writes
@@ -168,6 +174,7 @@ SCALES = {
 # ``--single-sends``: enough warm-up that the sends timed are past the client's and the
 # nodes' first-use costs (routes, connections, the first segments' pages).
 SINGLE_WARM_UP = 500
+FLOOR_PRODUCE_CODE = 30001  # the no-op relay's FERRY_PRODUCE (bench.grpc_ceiling)
 OFFICIAL_TOPIC = "OfficialTopic"
 OFFICIAL_JAVA_TOPIC = "OfficialJavaTopic"  # each client's consumer reads its own producer's
 # A pause between an official producer's sends, so that its consumer (one receive of up
@@ -272,6 +279,13 @@ class CpuMeter:
         self.pids = {"master": [master.pid], "slaves": [n.pid for n in plan.nodes if n != master]}
         self.pids["client"] = [os.getpid()]
         self.spent: dict[str, float] = {}
+
+    @classmethod
+    def of(cls, pids: dict[str, list[int]]) -> CpuMeter:
+        """A meter of other processes (``pids`` by role; this client's is added)."""
+        meter = cls.__new__(cls)
+        meter.pids, meter.spent = {**pids, "client": [os.getpid()]}, {}
+        return meter
 
     def _read(self) -> dict[str, float]:
         return {role: sum(process_cpu_s(p) for p in pids) for role, pids in self.pids.items()}
@@ -397,6 +411,51 @@ def measure_single(
                 took.append(time.perf_counter() - started)
     spent = {role: round(cpu.spent[role] / count * 1e6, 1) for role in CpuMeter.ROLES}
     return SingleSends(statistics.median(took) * 1e6, percentile(took, 0.99) * 1e6, spent)
+
+
+def measure_floors(count: int) -> dict:
+    """The floors of the single send and of the end to end, measured in this run before
+    any group starts, so that each target's ratio compares one hour on one host (the
+    floors moved by ~1.5x between hours here): ``bench.grpc_ceiling``'s
+    ``noop_remoting_replicated_*``, a no-op relay on uvloop that copies each FERRY_PRODUCE
+    body to two no-op slaves and answers once both acknowledged, asked one send at a time
+    by the SDK's blocking channel (the end to end: a thread's channel long-polls the sends
+    back), with each process's CPU per send, as ``measure_single`` reports the group's."""
+    from bench import grpc_ceiling as floor
+
+    with (
+        floor.served(floor.SLAVE, "uvloop") as (first, first_pid),
+        floor.served(floor.SLAVE, "uvloop") as (second, second_pid),
+        floor.served(floor.REMOTING_SERVER, "uvloop", str(first), str(second)) as (port, pid),
+    ):
+        address = f"127.0.0.1:{port}"
+        with CpuMeter.of({"master": [pid], "slaves": [first_pid, second_pid]}) as cpu:
+            took = floor.sdk_remoting_one_at_a_time(address, FLOOR_PRODUCE_CODE, count)
+        sent = count + floor.WARM_UP_SENDS
+        end_to_end = floor.sdk_remoting_end_to_end(address, count // 3)
+    single_p50, single_p99 = floor.p50_p99_us(took)
+    e2e_p50, e2e_p99 = floor.p50_p99_us(end_to_end)
+    return {
+        "floor_single_send_p50_us": single_p50,
+        "floor_single_send_p99_us": single_p99,
+        "floor_end_to_end_p50_us": e2e_p50,
+        "floor_end_to_end_p99_us": e2e_p99,
+        **{
+            f"floor_single_cpu_us_per_send_{role}": round(cpu.spent[role] / sent * 1e6, 1)
+            for role in ("master", "slaves", "client")
+        },
+    }
+
+
+def floor_ratios(figures: dict) -> dict:
+    """Each measured figure over its floor of the same run (issue 40's targets: ≤ 1.3)."""
+    ratios = {"sync_single_send_floor_ratio": ("sync_single_send_p50_us", "floor_single_send")}
+    ratios["end_to_end_floor_ratio"] = ("end_to_end_p50_us", "floor_end_to_end")
+    return {
+        name: round(figures[measured] / figures[f"{floor}_p50_us"], 2)
+        for name, (measured, floor) in ratios.items()
+        if measured in figures and figures.get(f"{floor}_p50_us")
+    }
 
 
 def run_single_sends(directory: str, count: int) -> dict:
@@ -942,7 +1001,8 @@ def run(mode: str, drills: int | None, java_argv: list[str] | None = None) -> di
     drills = scale.drills if drills is None else drills
     root = tempfile.mkdtemp(prefix="ferrymq-bench-cluster-")
     started = time.monotonic()
-    figures: dict = {}
+    log(f"the floors: {scale.singles} no-op replicated single sends, end to end")
+    figures: dict = measure_floors(scale.singles)
     try:
         for name, phase in (
             ("sync", lambda d: run_sync(d, scale, drills, java_argv)),
@@ -956,6 +1016,7 @@ def run(mode: str, drills: int | None, java_argv: list[str] | None = None) -> di
                 shutil.rmtree(directory, ignore_errors=True)  # bounds the disk used
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    figures.update(floor_ratios(figures))
     figures["mode"] = mode
     figures["batch_phase_s"] = scale.batch_s
     figures["in_flight_requests"] = IN_FLIGHT
@@ -971,14 +1032,17 @@ def run(mode: str, drills: int | None, java_argv: list[str] | None = None) -> di
 def single_sends_only(count: int) -> dict:
     root = tempfile.mkdtemp(prefix="ferrymq-bench-cluster-")
     directory = os.path.join(root, "sync")
+    figures = measure_floors(count)
     try:
-        figures = run_single_sends(directory, count)
+        figures.update(run_single_sends(directory, count))
     finally:
         stop_cluster(directory)
         shutil.rmtree(root, ignore_errors=True)
+    figures.update(floor_ratios(figures))
     figures["load_average"] = [round(x, 2) for x in os.getloadavg()]
     log(
-        f"sync single p50 {figures['sync_single_send_p50_us']} us; CPU per send: master "
+        f"sync single p50 {figures['sync_single_send_p50_us']} us "
+        f"({figures['sync_single_send_floor_ratio']}x its floor); CPU per send: master "
         f"{figures['sync_single_cpu_us_per_send_master']} us, slaves "
         f"{figures['sync_single_cpu_us_per_send_slaves']} us, client "
         f"{figures['sync_single_cpu_us_per_send_client']} us"
@@ -1028,9 +1092,11 @@ def main() -> None:
         f"sync batch {figures['sync_batch_send_msgs_per_s']:,} msgs/s, async batch "
         f"{figures['async_batch_send_msgs_per_s']:,} msgs/s, sync single p50 "
         f"{figures['sync_single_send_p50_us']} us / p99 "
-        f"{figures['sync_single_send_p99_us']} us (gRPC "
+        f"{figures['sync_single_send_p99_us']} us ({figures['sync_single_send_floor_ratio']}x "
+        f"its floor; gRPC "
         f"{figures['grpc_sync_single_send_p50_us']} us), end to end p50 "
-        f"{figures['end_to_end_p50_us']} us (gRPC {figures['grpc_end_to_end_p50_us']} us), "
+        f"{figures['end_to_end_p50_us']} us ({figures['end_to_end_floor_ratio']}x its floor; "
+        f"gRPC {figures['grpc_end_to_end_p50_us']} us), "
         f"lag p99 "
         f"{figures['replication_lag_bytes_p99']:,} B, failover p50 "
         f"{figures['failover_unavailable_ms_p50']} ms / p99 "

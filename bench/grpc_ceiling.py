@@ -272,13 +272,21 @@ while data := connection.recv(65536):
 """
 
 BATCH_IN_FLIGHT = 16
+WARM_UP_SENDS = 200  # sent one at a time before the ones timed
 BATCH_RECORDS = 128
 
 
 @contextlib.contextmanager
 def process(script: str, *args: str, cpus: set[int] | None = None):
     """A helper process whose first line of output is the port it serves on (on ``cpus``
-    only, when given)."""
+    only, when given): its port."""
+    with served(script, *args, cpus=cpus) as (port, _):
+        yield port
+
+
+@contextlib.contextmanager
+def served(script: str, *args: str, cpus: set[int] | None = None):
+    """``process``, yielding (port, pid): for a caller that measures its CPU."""
     child = subprocess.Popen(
         [sys.executable, "-c", script, *args],
         cwd=ROOT,
@@ -290,7 +298,7 @@ def process(script: str, *args: str, cpus: set[int] | None = None):
         line = child.stdout.readline()
         if not line:
             raise RuntimeError("a benchmark server did not start")
-        yield int(line)
+        yield int(line), child.pid
     finally:
         child.kill()
         child.wait()
@@ -310,19 +318,19 @@ async def drive(port: int, count: int, in_flight: int) -> float:
 async def one_at_a_time(port: int, count: int) -> list[float]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
-        requests = single_requests(count + 200, 0)
-        await latencies(stub, requests[:200])  # warm up
-        return await latencies(stub, requests[200:])
+        requests = single_requests(count + WARM_UP_SENDS, 0)
+        await latencies(stub, requests[:WARM_UP_SENDS])  # warm up
+        return await latencies(stub, requests[WARM_UP_SENDS:])
 
 
 def produce_one_at_a_time(port: int, count: int) -> list[float]:
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = data_pb2_grpc.DataStub(channel)
-        requests = produce_requests(count + 200, 1, 0)
-        for request in requests[:200]:
+        requests = produce_requests(count + WARM_UP_SENDS, 1, 0)
+        for request in requests[:WARM_UP_SENDS]:
             stub.Produce(request)
         took = []
-        for request in requests[200:]:
+        for request in requests[WARM_UP_SENDS:]:
             started = time.perf_counter()
             stub.Produce(request)
             took.append(time.perf_counter() - started)
@@ -408,11 +416,11 @@ def echo_round_trips(count: int, same_cpu: bool) -> list[float]:
                 os.sched_setaffinity(0, cpus)
             with socket.create_connection(("127.0.0.1", port)) as connection:
                 connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                for index in range(count + 200):
+                for index in range(count + WARM_UP_SENDS):
                     started = time.perf_counter()
                     connection.sendall(payload)
                     connection.recv(65536)
-                    if index >= 200:  # after a warm-up
+                    if index >= WARM_UP_SENDS:
                         took.append(time.perf_counter() - started)
         finally:
             os.sched_setaffinity(0, mine)
@@ -426,7 +434,7 @@ def remoting_one_at_a_time(port: int, count: int) -> list[float]:
     fields = {"a": "bench", "b": "noop", "e": "0", "f": "0", "g": "0", "i": "UNIQ_KEY\x01x"}
     frames = [
         encode(RemotingCommand(310, opaque=i, ext_fields=fields, body=bytes(1024)))
-        for i in range(count + 200)
+        for i in range(count + WARM_UP_SENDS)
     ]
     splitter = FrameSplitter()
     took = []
@@ -439,7 +447,7 @@ def remoting_one_at_a_time(port: int, count: int) -> list[float]:
             while not answers:
                 answers = splitter.feed(connection.recv(65536))
             decode(answers[0])
-            if index >= 200:  # after a warm-up
+            if index >= WARM_UP_SENDS:
                 took.append(time.perf_counter() - started)
     return took
 
@@ -450,7 +458,7 @@ def sdk_remoting_one_at_a_time(address: str, code: int, count: int) -> list[floa
     from ferrymq.client.errors import FerryError
     from ferrymq.client.remoting_channel import RemotingChannel
 
-    requests = produce_requests(count + 200, 1, 0)
+    requests = produce_requests(count + WARM_UP_SENDS, 1, 0)
     channel = RemotingChannel(address, 10.0)
     took = []
     try:
@@ -461,7 +469,7 @@ def sdk_remoting_one_at_a_time(address: str, code: int, count: int) -> list[floa
             except FerryError as error:
                 if error.code_name != "UNAVAILABLE" or "NOT_SUPPORTED" not in error.detail:
                     raise
-            if index >= 200:  # after a warm-up
+            if index >= WARM_UP_SENDS:
                 took.append(time.perf_counter() - started)
     finally:
         channel.close()
@@ -475,7 +483,7 @@ def sdk_remoting_end_to_end(address: str, count: int) -> list[float]:
     send waits for that. Seconds from each send's start to its arrival."""
     from ferrymq.client.remoting_channel import RemotingChannel
 
-    requests = produce_requests(count + 200, 1, 0)
+    requests = produce_requests(count + WARM_UP_SENDS, 1, 0)
     arrived: list[float] = []
     got = threading.Condition()
     stop = threading.Event()
@@ -508,7 +516,7 @@ def sdk_remoting_end_to_end(address: str, count: int) -> list[float]:
             with got:
                 if not got.wait_for(lambda index=index: len(arrived) > index, 10):
                     raise RuntimeError("the end-to-end floor's consumer timed out")
-            if index >= 200:  # after a warm-up
+            if index >= WARM_UP_SENDS:
                 took.append(arrived[index] - started)
     finally:
         stop.set()

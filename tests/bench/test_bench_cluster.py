@@ -36,7 +36,23 @@ KEYS = (
     "sync_single_cpu_us_per_send_client",
     "sync_single_send_idle_readers_p50_us",
     "sync_single_idle_readers_cpu_us_per_send_master",
+    "floor_single_send_p50_us",
+    "floor_end_to_end_p50_us",
+    "floor_single_cpu_us_per_send_master",
+    "sync_single_send_floor_ratio",
+    "end_to_end_floor_ratio",
 )
+
+
+def assert_floors_of_the_same_run(figures: dict, *, end_to_end: bool) -> None:
+    """The floors were measured in this run, and each ratio is its figure over its floor."""
+    assert 0 < figures["floor_single_send_p50_us"] <= figures["floor_single_send_p99_us"]
+    assert figures["floor_single_cpu_us_per_send_master"] > 0
+    ratio = figures["sync_single_send_p50_us"] / figures["floor_single_send_p50_us"]
+    assert figures["sync_single_send_floor_ratio"] == round(ratio, 2)
+    if end_to_end:
+        ratio = figures["end_to_end_p50_us"] / figures["floor_end_to_end_p50_us"]
+        assert figures["end_to_end_floor_ratio"] == round(ratio, 2)
 
 
 def bench_cluster(tmp_path, *args: str) -> dict:
@@ -85,6 +101,7 @@ def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
     # The benchmark cleans up after itself: its scratch directory is gone.
     assert not [p for p in os.listdir(tmp_path) if p.startswith("ferrymq-bench-cluster-")]
     assert figures["sync_single_cpu_us_per_send_master"] > 0
+    assert_floors_of_the_same_run(figures, end_to_end=True)
 
 
 @pytest.mark.slow
@@ -98,4 +115,5 @@ def test_single_sends_alone_print_their_cost_by_process(tmp_path):
     assert figures["sync_single_cpu_us_per_send_master"] > 0
     assert figures["sync_single_cpu_us_per_send_slaves"] > 0
     assert figures["sync_single_cpu_us_per_send_client"] > 0
+    assert_floors_of_the_same_run(figures, end_to_end=False)
     assert not [p for p in os.listdir(tmp_path) if p.startswith("ferrymq-bench-cluster-")]
