@@ -282,9 +282,10 @@ class MessageStore:
         # ``set_confirmed_offset``.
         self._confirmed_offset: int | None = None
         self._written_when_confirmed = 0  # the write offset at the cap's last change
-        # Whether appends leave their consume-queue and index dispatch behind them, for
+        # Whether an append leaves its consume-queue and index dispatch behind it, for
         # ``dispatch_behind`` to do: a SYNC master's reput, at its slaves' ACKs (ha/master.py,
-        # "reput"). Written only by ``ReplicationMaster``.
+        # "reput"); one append at most (``_append_prepared``). Written only by
+        # ``ReplicationMaster``.
         self.dispatches_behind = False
         self.disk_usage: Callable[[str], tuple[int, int, int]] = shutil.disk_usage
         self._last_combiner: _AppendCombiner | None = None
@@ -732,12 +733,12 @@ class MessageStore:
                 ), None
             if self.writes_refused is not None:
                 return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, error=self.writes_refused), None
-            if self.dispatcher.dispatched_offset != self.commitlog.write_offset:
-                self.dispatcher.catch_up()
-                if self.dispatcher.last_error is not None:
-                    return PutResult(
-                        PutStatus.DISK_FULL, error=str(self.dispatcher.last_error)
-                    ), None
+            start, dispatcher = self.commitlog.write_offset, self.dispatcher
+            behind = self.dispatches_behind and dispatcher.last_error is None
+            if dispatcher.dispatched_offset != start and not behind:
+                dispatcher.catch_up()
+                if dispatcher.last_error is not None:
+                    return PutResult(PutStatus.DISK_FULL, error=str(dispatcher.last_error)), None
             now = max(self._clock_ms(), self._last_store_timestamp_ms)
             self._last_store_timestamp_ms = now
             try:
@@ -746,8 +747,11 @@ class MessageStore:
                 return PutResult(PutStatus.DISK_FULL, error=str(error)), None
             for listener in self._append_listeners:
                 listener()
-            if not self.dispatches_behind:
-                self.dispatcher.catch_up()
+            # Behind the appends (``dispatches_behind``) by one append at most: when an
+            # earlier one is still undispatched (no ACK came between: a busy master), this
+            # one dispatches all after its listeners wrote its copies, as without it.
+            if not behind or dispatcher.dispatched_offset < start:
+                dispatcher.catch_up()
             end = self.commitlog.write_offset
         return PutResult(PutStatus.OK, appended), (end if self._group_commit is not None else None)
 

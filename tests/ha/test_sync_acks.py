@@ -586,7 +586,7 @@ def test_records_a_crash_left_undispatched_behind_the_appends_are_dispatched_by_
         master.open_link("s1", 0, crashed.write_offset)
         for _ in range(3):
             await put(crashed)
-        # each append dispatches what the ones before it left; the last is left
+        # an append finding one left undispatched dispatches both; the last is left
         assert crashed.dispatched_offset < crashed.write_offset
         assert crashed.max_offset_in_queue("orders", 0) == 2
 
@@ -600,6 +600,29 @@ def test_records_a_crash_left_undispatched_behind_the_appends_are_dispatched_by_
         assert reopened.max_offset_in_queue("orders", 0) == 3
     finally:
         reopened.shutdown()
+
+
+def test_a_master_busier_than_one_append_per_ack_dispatches_after_the_copies_as_before(store):
+    """Behind by one append at most: an append that finds an earlier one still undispatched
+    (no ACK came between, as under pipelined batches) dispatches both after its copies
+    left, as without the reput (dispatching them before its append would delay its
+    copies, and so every ACK, by the dispatch)."""
+
+    async def run() -> None:
+        master = master_of(store, ManualClock())
+        master.activate(frozenset({"m", "s1"}))
+        link, _ = streaming_link(master, store, "s1")
+        frames_at_dispatch: list[int] = []
+        store.add_dispatch_listener(
+            lambda batch: frames_at_dispatch.append(len(link.writer.frames))
+        )
+        await put(store, b"first")
+        assert store.dispatched_offset < store.write_offset and frames_at_dispatch == []
+        await put(store, b"second")
+        assert store.dispatched_offset == store.write_offset
+        assert frames_at_dispatch == [2]  # one pass, after the second append's copy left
+
+    asyncio.run(run())
 
 
 def test_an_async_master_dispatches_in_its_appends(store):
