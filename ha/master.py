@@ -25,12 +25,13 @@ The reput: while a SYNC master has slaves to wait for, its appends leave their
 consume-queue and index dispatch behind them (``MessageStore.dispatches_behind``), and the
 master dispatches at the next ACK's intake, before the confirmed offset can move, or
 ``REPUT_TAIL_S`` after an append no ACK followed (RocketMQ's ReputMessageService runs
-behind its CommitLog the same way). Nothing is lost by it: consumers read only below the
-confirmed offset, which moves only after the dispatch, and what a crash leaves
-undispatched is in the CommitLog, which recovery dispatches again. What it gains: the
-master leaves the CPU right after its DATA frames, so on two cores the second slave does
-not queue behind the master's own dispatch, and that dispatch runs while the master waits
-for the ACKs anyway.
+behind its CommitLog the same way); behind by one append at most: a master busier than
+one append per ACK dispatches right after each append's copies left, as without it.
+Nothing is lost by it: consumers read only below the confirmed offset, which moves only
+after the dispatch, and what a crash leaves undispatched is in the CommitLog, which
+recovery dispatches again. What it gains: the master leaves the CPU right after its DATA
+frames, so on two cores the second slave does not queue behind the master's own
+dispatch, and that dispatch runs while the master waits for the ACKs anyway.
 
 Thread-safety: everything runs on the node's event loop.
 """
