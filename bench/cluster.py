@@ -275,17 +275,13 @@ class CpuMeter:
 
     ROLES = ("master", "slaves", "client", "others")
 
-    def __init__(self, plan: ClusterPlan, master: NodePlan) -> None:
-        self.pids = {"master": [master.pid], "slaves": [n.pid for n in plan.nodes if n != master]}
-        self.pids["client"] = [os.getpid()]
+    def __init__(self, master: list[int], slaves: list[int]) -> None:
+        self.pids = {"master": master, "slaves": slaves, "client": [os.getpid()]}
         self.spent: dict[str, float] = {}
 
     @classmethod
-    def of(cls, pids: dict[str, list[int]]) -> CpuMeter:
-        """A meter of other processes (``pids`` by role; this client's is added)."""
-        meter = cls.__new__(cls)
-        meter.pids, meter.spent = {**pids, "client": [os.getpid()]}, {}
-        return meter
+    def of_group(cls, plan: ClusterPlan, master: NodePlan) -> CpuMeter:
+        return cls([master.pid], [n.pid for n in plan.nodes if n != master])
 
     def _read(self) -> dict[str, float]:
         return {role: sum(process_cpu_s(p) for p in pids) for role, pids in self.pids.items()}
@@ -370,7 +366,7 @@ async def batch_phase(access: str, seconds: float, transport: str) -> tuple[int,
 def measure_batch(plan: ClusterPlan, seconds: float, transport: str = "remoting") -> dict:
     access = ",".join(n.grpc for n in plan.nodes)
     master = master_of(plan)
-    with LagSampler(master.metrics) as sampler, CpuMeter(plan, master) as cpu:
+    with LagSampler(master.metrics) as sampler, CpuMeter.of_group(plan, master) as cpu:
         sent, took = asyncio.run(batch_phase(access, seconds, transport))
     figures = {"msgs_per_s": round(sent / took), "messages": sent}
     # Where the cores went: CPU µs per message sent, by process (the slaves summed).
@@ -403,7 +399,7 @@ def measure_single(
     with Producer(access, transport=transport) as producer:
         for _ in range(warm_up):
             producer.send(Message(TOPIC, BODY))
-        with CpuMeter(plan, master_of(plan)) as cpu:
+        with CpuMeter.of_group(plan, master_of(plan)) as cpu:
             for _ in range(count):
                 message = Message(TOPIC, BODY)
                 started = time.perf_counter()
@@ -416,7 +412,7 @@ def measure_single(
 def measure_floors(count: int) -> dict:
     """The floors of the single send and of the end to end, measured in this run before
     any group starts, so that each target's ratio compares one hour on one host (the
-    floors moved by ~1.5x between hours here): ``bench.grpc_ceiling``'s
+    floors moved by up to ~2x within an evening here): ``bench.grpc_ceiling``'s
     ``noop_remoting_replicated_*``, a no-op relay on uvloop that copies each FERRY_PRODUCE
     body to two no-op slaves and answers once both acknowledged, asked one send at a time
     by the SDK's blocking channel (the end to end: a thread's channel long-polls the sends
@@ -429,7 +425,7 @@ def measure_floors(count: int) -> dict:
         floor.served(floor.REMOTING_SERVER, "uvloop", str(first), str(second)) as (port, pid),
     ):
         address = f"127.0.0.1:{port}"
-        with CpuMeter.of({"master": [pid], "slaves": [first_pid, second_pid]}) as cpu:
+        with CpuMeter([pid], [first_pid, second_pid]) as cpu:
             took = floor.sdk_remoting_one_at_a_time(address, FLOOR_PRODUCE_CODE, count)
         sent = count + floor.WARM_UP_SENDS
         end_to_end = floor.sdk_remoting_end_to_end(address, count // 3)
