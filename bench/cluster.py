@@ -445,12 +445,14 @@ def measure_floors(count: int) -> dict:
 
 def floor_ratios(figures: dict) -> dict:
     """Each measured figure over its floor of the same run (issue 40's targets: ≤ 1.3)."""
-    ratios = {"sync_single_send_floor_ratio": ("sync_single_send_p50_us", "floor_single_send")}
-    ratios["end_to_end_floor_ratio"] = ("end_to_end_p50_us", "floor_end_to_end")
+    ratios = {
+        "sync_single_send_floor_ratio": ("sync_single_send_p50_us", "floor_single_send_p50_us"),
+        "end_to_end_floor_ratio": ("end_to_end_p50_us", "floor_end_to_end_p50_us"),
+    }
     return {
-        name: round(figures[measured] / figures[f"{floor}_p50_us"], 2)
+        name: round(figures[measured] / figures[floor], 2)
         for name, (measured, floor) in ratios.items()
-        if measured in figures and figures.get(f"{floor}_p50_us")
+        if measured in figures and figures.get(floor)
     }
 
 

@@ -476,8 +476,8 @@ class ReplicationMaster:
     def _reput(self) -> None:
         """Dispatch what the appends left (``MessageStore.dispatch_behind``)."""
         store = self.store
-        if store.dispatched_offset < store.write_offset and store.is_open:
-            store.dispatch_behind()
+        if store.dispatched_offset < store.write_offset:
+            store.dispatch_behind()  # nothing once the store is shut down
 
     def _reput_after_tail(self) -> None:
         self._reput_tail = None
