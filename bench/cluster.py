@@ -21,6 +21,10 @@ of stdout):
   by the SDK's blocking channel), with ``floor_single_cpu_us_per_send_{master,slaves,
   client}`` (the relay's, its two slaves', the channel's); ``sync_single_send_floor_ratio``
   and ``end_to_end_floor_ratio`` are each figure over its floor (issue 40 asks ≤ 1.3);
+  ``floor_native_single_send_p50_us`` / ``_p99_us`` and its CPU per send by process: the
+  same single sends with the relay and its slaves in C (``bench/native_floor``), what is
+  left with no Python on the server side; ``sync_single_send_native_floor_ratio`` the
+  single send over it;
 - ``sync_single_send_idle_readers_p50_us`` / ``_p99_us`` and
   ``sync_single_idle_readers_cpu_us_per_send_master``: the SYNC single sends again while
   ``IDLE_READERS`` ``PullConsumer``s long-poll queues of another topic that nobody writes
@@ -416,28 +420,35 @@ def measure_floors(count: int) -> dict:
     ``noop_remoting_replicated_*``, a no-op relay on uvloop that copies each FERRY_PRODUCE
     body to two no-op slaves and answers once both acknowledged, asked one send at a time
     by the SDK's blocking channel (the end to end: a thread's channel long-polls the sends
-    back), with each process's CPU per send, as ``measure_single`` reports the group's."""
+    back), with each process's CPU per send, as ``measure_single`` reports the group's;
+    and the same single sends with the relay and the slaves in C (``floor_native_*``:
+    what is left with no Python on the server side)."""
     from bench import grpc_ceiling as floor
 
-    with (
-        floor.served(floor.SLAVE, "uvloop") as (first, first_pid),
-        floor.served(floor.SLAVE, "uvloop") as (second, second_pid),
-        floor.served(floor.REMOTING_SERVER, "uvloop", str(first), str(second)) as (port, pid),
-    ):
-        address = f"127.0.0.1:{port}"
-        with CpuMeter([pid], [first_pid, second_pid]) as cpu:
-            took = floor.sdk_remoting_one_at_a_time(address, FLOOR_PRODUCE_CODE, count)
-        sent = count + floor.WARM_UP_SENDS
-        end_to_end = floor.sdk_remoting_end_to_end(address, count // 3)
-    single_p50, single_p99 = floor.p50_p99_us(took)
-    e2e_p50, e2e_p99 = floor.p50_p99_us(end_to_end)
+    with floor.native_floor_programs() as programs:
+        with floor.replicated_relay("python", "python") as (port, pid, slave_pids):
+            figures = single_floor(port, CpuMeter([pid], slave_pids), count, "floor")
+            end_to_end = floor.sdk_remoting_end_to_end(f"127.0.0.1:{port}", count // 3)
+        with floor.replicated_relay("native", "native", programs) as (port, pid, slaves):
+            figures.update(single_floor(port, CpuMeter([pid], slaves), count, "floor_native"))
+    p50, p99 = floor.p50_p99_us(end_to_end)
+    return {**figures, "floor_end_to_end_p50_us": p50, "floor_end_to_end_p99_us": p99}
+
+
+def single_floor(port: int, cpu: CpuMeter, count: int, prefix: str) -> dict:
+    """One floor's single sends from the SDK's blocking channel: ``<prefix>_single_send_*``
+    and its CPU per send by process."""
+    from bench import grpc_ceiling as floor
+
+    with cpu:
+        took = floor.sdk_remoting_one_at_a_time(f"127.0.0.1:{port}", FLOOR_PRODUCE_CODE, count)
+    sent = count + floor.WARM_UP_SENDS
+    p50, p99 = floor.p50_p99_us(took)
     return {
-        "floor_single_send_p50_us": single_p50,
-        "floor_single_send_p99_us": single_p99,
-        "floor_end_to_end_p50_us": e2e_p50,
-        "floor_end_to_end_p99_us": e2e_p99,
+        f"{prefix}_single_send_p50_us": p50,
+        f"{prefix}_single_send_p99_us": p99,
         **{
-            f"floor_single_cpu_us_per_send_{role}": round(cpu.spent[role] / sent * 1e6, 1)
+            f"{prefix}_single_cpu_us_per_send_{role}": round(cpu.spent[role] / sent * 1e6, 1)
             for role in ("master", "slaves", "client")
         },
     }
@@ -448,6 +459,10 @@ def floor_ratios(figures: dict) -> dict:
     ratios = {
         "sync_single_send_floor_ratio": ("sync_single_send_p50_us", "floor_single_send_p50_us"),
         "end_to_end_floor_ratio": ("end_to_end_p50_us", "floor_end_to_end_p50_us"),
+        "sync_single_send_native_floor_ratio": (
+            "sync_single_send_p50_us",
+            "floor_native_single_send_p50_us",
+        ),
     }
     return {
         name: round(figures[measured] / figures[floor], 2)

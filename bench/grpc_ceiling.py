@@ -55,6 +55,13 @@ The servers answer with a constant and store nothing (no validation, no CommitLo
   channel sends one 1-record FERRY_PRODUCE at a time; a fetch takes a send's body once both
   slaves acknowledged it (at once when one waits, else parked until the next), and the
   next send waits for the arrival. From each send's start to its arrival.
+- ``native_remoting_replicated_single_send_p50_us`` / ``_p99_us``: the replicated single
+  send again with the relay and both slaves in C (``bench/native_floor``: blocking
+  sockets, one client; built with the C compiler at run time), the SDK's channel asking:
+  what is left of that floor with no Python on the server side, the kernel's wake-ups and
+  the client's. ``native_relay_...`` has only the relay in C (the slaves Python),
+  ``native_slaves_...`` only the slaves: how much of the floor each side's Python is, and
+  the floor of a node whose master's path, or whose slaves' path, is native.
 - ``page_cache_first_write_us_per_kib`` and ``page_cache_rewrite_us_per_kib``: the CPU
   (user and kernel) of writing 4 GiB in 1 MiB chunks into a new file, then over the same
   bytes again, per KiB of the last GiB of each pass: what putting a byte into the page
@@ -82,6 +89,7 @@ import os
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -287,8 +295,15 @@ def process(script: str, *args: str, cpus: set[int] | None = None):
 @contextlib.contextmanager
 def served(script: str, *args: str, cpus: set[int] | None = None):
     """``process``, yielding (port, pid): for a caller that measures its CPU."""
+    with running([sys.executable, "-c", script, *args], cpus) as served_at:
+        yield served_at
+
+
+@contextlib.contextmanager
+def running(argv: list[str], cpus: set[int] | None = None):
+    """A helper program whose first line of output is its port: (port, pid)."""
     child = subprocess.Popen(
-        [sys.executable, "-c", script, *args],
+        argv,
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -302,6 +317,63 @@ def served(script: str, *args: str, cpus: set[int] | None = None):
     finally:
         child.kill()
         child.wait()
+
+
+# ---- the native floor: the replicated relay and its slaves in C ------------------------
+NATIVE_FLOOR = os.path.join(ROOT, "bench", "native_floor")
+
+
+@contextlib.contextmanager
+def native_floor_programs():
+    """``bench/native_floor``'s relay and slave, built with the C compiler that builds
+    the node's extensions (``CC``, else Python's, else ``cc``), in a directory that goes
+    when the block ends: {"relay": path, "slave": path}."""
+    compiler = os.environ.get("CC") or (sysconfig.get_config_var("CC") or "cc").split()[0]
+    with tempfile.TemporaryDirectory(prefix="ferrymq-native-floor-") as directory:
+        built = {}
+        for name in ("relay", "slave"):
+            built[name] = os.path.join(directory, name)
+            source = os.path.join(NATIVE_FLOOR, f"{name}.c")
+            subprocess.run([compiler, "-O2", "-o", built[name], source], check=True)
+        yield built
+
+
+@contextlib.contextmanager
+def replicated_relay(relay: str, slaves: str, programs: dict[str, str] | None = None):
+    """The replicated floor's three processes, each ``"python"`` (REMOTING_SERVER and SLAVE
+    on uvloop) or ``"native"`` (``programs``, from ``native_floor_programs``): the relay's
+    port, its pid and the slaves' pids."""
+
+    def slave():
+        if slaves == "native":
+            return running([programs["slave"]])
+        return served(SLAVE, "uvloop")
+
+    with slave() as (first, first_pid), slave() as (second, second_pid):
+        if relay == "native":
+            helper = running([programs["relay"], str(first), str(second)])
+        else:
+            helper = served(REMOTING_SERVER, "uvloop", str(first), str(second))
+        with helper as (port, pid):
+            yield port, pid, [first_pid, second_pid]
+
+
+def native_single_sends(singles: int) -> dict:
+    """The replicated single send with the relay, the slaves or both in C (the SDK's
+    channel asking, as for ``noop_remoting_replicated_single_send``): how much of that
+    floor is Python in the relay and in the slaves, and what is left with none (the
+    kernel's wake-ups and the client's)."""
+    figures = {}
+    with native_floor_programs() as programs:
+        for relay, slaves, name in (
+            ("native", "native", "native_remoting_replicated_single_send"),
+            ("native", "python", "native_relay_remoting_replicated_single_send"),
+            ("python", "native", "native_slaves_remoting_replicated_single_send"),
+        ):
+            with replicated_relay(relay, slaves, programs) as (port, _, _):
+                took = sdk_remoting_one_at_a_time(f"127.0.0.1:{port}", 30001, singles * 2)
+            figures[f"{name}_p50_us"], figures[f"{name}_p99_us"] = p50_p99_us(took)
+    return figures
 
 
 def p50_p99_us(took: list[float]) -> tuple[int, int]:
@@ -656,11 +728,7 @@ def measure(scale: str) -> dict:
         figures["noop_replicated_batch_msgs_per_s"] = round(
             asyncio.run(produce_batches(port, batch_s))
         )
-    with (
-        process(SLAVE, "uvloop") as first,
-        process(SLAVE, "uvloop") as second,
-        process(REMOTING_SERVER, "uvloop", str(first), str(second)) as port,
-    ):
+    with replicated_relay("python", "python") as (port, _, _):
         took = sdk_remoting_one_at_a_time(f"127.0.0.1:{port}", 30001, singles * 2)
         p50, p99 = p50_p99_us(took)
         figures["noop_remoting_replicated_single_send_p50_us"] = p50
@@ -671,6 +739,7 @@ def measure(scale: str) -> dict:
         figures["noop_remoting_replicated_batch_msgs_per_s"] = round(
             asyncio.run(remoting_produce_batches(port, batch_s))
         )
+    figures.update(native_single_sends(singles))
     # Recycled first: the first-write pass frees gigabytes when it ends, which a pass
     # right after it would take instead of its own dropped pages.
     recycled = page_cache_recycled_write_us_per_kib(PAGE_CACHE_MIB[scale])

@@ -41,6 +41,9 @@ KEYS = (
     "floor_single_cpu_us_per_send_master",
     "sync_single_send_floor_ratio",
     "end_to_end_floor_ratio",
+    "floor_native_single_send_p50_us",
+    "floor_native_single_cpu_us_per_send_slaves",
+    "sync_single_send_native_floor_ratio",
 )
 
 
@@ -50,6 +53,11 @@ def assert_floors_of_the_same_run(figures: dict, *, end_to_end: bool) -> None:
     assert figures["floor_single_cpu_us_per_send_master"] > 0
     ratio = figures["sync_single_send_p50_us"] / figures["floor_single_send_p50_us"]
     assert figures["sync_single_send_floor_ratio"] == round(ratio, 2)
+    # The native floor's relay and slaves answered (built from bench/native_floor here).
+    native = figures["floor_native_single_send_p50_us"]
+    assert 0 < native <= figures["floor_native_single_send_p99_us"]
+    ratio = figures["sync_single_send_p50_us"] / native
+    assert figures["sync_single_send_native_floor_ratio"] == round(ratio, 2)
     if end_to_end:
         ratio = figures["end_to_end_p50_us"] / figures["floor_end_to_end_p50_us"]
         assert figures["end_to_end_floor_ratio"] == round(ratio, 2)

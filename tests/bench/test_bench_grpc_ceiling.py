@@ -33,6 +33,9 @@ def test_smoke_run_prints_every_floor():
         "node_remoting_noop",
         "noop_remoting_replicated_single_send",
         "noop_remoting_replicated_end_to_end",
+        "native_remoting_replicated_single_send",
+        "native_relay_remoting_replicated_single_send",
+        "native_slaves_remoting_replicated_single_send",
         "os_round_trip",
         "os_round_trip_same_cpu",
     ):
