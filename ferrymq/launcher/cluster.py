@@ -51,6 +51,7 @@ LOCAL_STORE = {
 # (every node answers NameServer requests).
 DEFAULT_BASE_PORTS = {"grpc": 8081, "metrics": 5557, "ha": 10912, "raft": 8876, "remoting": 9876}
 READY_TIMEOUT_S = 60.0
+READY_PROBE_MIN_S = 2.0  # the shortest wait for one node's status while waiting for readiness
 # What a node process runs (``python -m``). The chaos checker's self-test substitutes a
 # module that plants a bug around the same entry point (tests/support/planted_bug_node.py).
 NODE_MODULE = "node"
@@ -445,8 +446,11 @@ def wait_ready(plan: ClusterPlan, timeout_s: float) -> None:
                 )
         for node in sorted(pending):
             address = next(n.grpc for n in plan.nodes if n.id == node)
+            # A contended node may take seconds to answer: a probe may wait as long as the
+            # deadline leaves (a refused connection still fails at once).
+            probe_timeout_s = max(READY_PROBE_MIN_S, deadline - time.monotonic())
             try:
-                with Admin(address, timeout_s=2, security=security) as admin:
+                with Admin(address, timeout_s=probe_timeout_s, security=security) as admin:
                     status = admin.cluster_status()
             except FerryError:
                 continue

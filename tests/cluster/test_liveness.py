@@ -36,9 +36,9 @@ def stalled(request, tmp_path, monkeypatch):
 
 def test_busy_nodes_keep_their_lease_and_their_master(stalled):
     plan = stalled
-    with Admin(plan.nodes[0].grpc, timeout_s=10) as admin:
+    with Admin(plan.nodes[0].grpc, timeout_s=SLOW_ANSWER_S) as admin:
         admin.create_topic("busy", 2)
-        topic_everywhere(plan, "busy")
+        topic_everywhere(plan, "busy", SLOW_ANSWER_S)
     # A contended node answers slowly (each hop through its client port's relay waits for
     # the GIL too, node/client_port.py): its answers get time, its lease none.
     (before,) = status_of(plan.nodes[0], SLOW_ANSWER_S).broker_groups

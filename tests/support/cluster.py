@@ -40,18 +40,23 @@ def status_of(node: NodePlan, timeout_s: float = 2.0, security=None):
         return None
 
 
-def topics_on(node: NodePlan) -> set[str]:
-    with Admin(node.grpc, timeout_s=5) as admin:
+def topics_on(node: NodePlan, timeout_s: float = 5.0) -> set[str]:
+    with Admin(node.grpc, timeout_s=timeout_s) as admin:
         return {t.name for t in admin.list_topics()}
 
 
-def topic_everywhere(plan: ClusterPlan, name: str) -> None:
+def topic_everywhere(plan: ClusterPlan, name: str, timeout_s: float = 10.0) -> None:
     """Until every running node knows topic ``name``: a node applies a committed routing
     change a heartbeat round after the node that made it, and a test that writes straight
-    to one node must not race that."""
+    to one node must not race that. ``timeout_s`` bounds each node's wait and each of its
+    answers (a contended node takes seconds to answer one)."""
     for node in plan.nodes:
         if is_running(node, plan):
-            until(lambda node=node: name in topics_on_safe(node), 10, f"{name} on {node.id}")
+            until(
+                lambda node=node: name in topics_on_safe(node, timeout_s),
+                timeout_s,
+                f"{name} on {node.id}",
+            )
 
 
 def create_topic_everywhere(
@@ -105,9 +110,9 @@ def stop_all(plan: ClusterPlan) -> None:
             os.kill(node.pid, signal.SIGKILL)
 
 
-def topics_on_safe(node: NodePlan) -> set[str]:
+def topics_on_safe(node: NodePlan, timeout_s: float = 5.0) -> set[str]:
     try:
-        return topics_on(node)
+        return topics_on(node, timeout_s)
     except FerryError:
         return set()
 

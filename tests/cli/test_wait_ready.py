@@ -1,0 +1,57 @@
+"""``wait_ready`` sees a slow node ready: a node whose interpreter is contended takes seconds
+to answer one status (``tests/cluster/test_liveness.py``'s GIL-hogged nodes took 2-6 s on a
+busy host), and a probe that gave up after a fixed 2 s never saw such a cluster ready."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import ferrymq.client
+from ferrymq.client import FerryError
+from ferrymq.launcher import cluster
+from ferrymq.launcher.cluster import plan_cluster, wait_ready
+from tests.support.cluster import SMALL_STORE
+
+ANSWER_S = 3.0  # how long each (fake) node takes to answer ClusterStatus
+
+
+def ready_status(plan) -> SimpleNamespace:
+    nodes = [SimpleNamespace(id=n.id, alive=True, broker_group=n.group) for n in plan.nodes]
+    groups = [
+        SimpleNamespace(name=g, master=members[0], in_sync=members)
+        for g in {n.group for n in plan.nodes}
+        for members in [[n.id for n in plan.nodes if n.group == g]]
+    ]
+    return SimpleNamespace(nodes=nodes, raft_leader="127.0.0.1:1", broker_groups=groups)
+
+
+class SlowAdmin:
+    """Answers a probe that waits at least ``ANSWER_S``; a shorter one times out."""
+
+    probes: list[float] = []
+
+    def __init__(self, address: str, timeout_s: float, security=None) -> None:
+        self.timeout_s = timeout_s
+        SlowAdmin.probes.append(timeout_s)
+
+    def __enter__(self) -> SlowAdmin:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def cluster_status(self):
+        if self.timeout_s < ANSWER_S:
+            raise FerryError(4, "DEADLINE_EXCEEDED", "the node did not answer in time")
+        return ready_status(self.plan)
+
+
+def test_a_node_slower_than_a_short_probe_is_still_seen_ready(tmp_path, monkeypatch):
+    plan = plan_cluster(str(tmp_path), 3, auto_ports=True, settings=SMALL_STORE)
+    SlowAdmin.plan = plan
+    SlowAdmin.probes = []
+    monkeypatch.setattr(ferrymq.client, "Admin", SlowAdmin)
+    monkeypatch.setattr(cluster, "is_running", lambda node, plan: True)
+    wait_ready(plan, timeout_s=10)
+    assert len(SlowAdmin.probes) == 3  # one answered probe per node
+    assert all(probe >= ANSWER_S for probe in SlowAdmin.probes)
