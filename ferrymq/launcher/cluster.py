@@ -52,6 +52,7 @@ LOCAL_STORE = {
 DEFAULT_BASE_PORTS = {"grpc": 8081, "metrics": 5557, "ha": 10912, "raft": 8876, "remoting": 9876}
 READY_TIMEOUT_S = 60.0
 READY_PROBE_MIN_S = 2.0  # the shortest wait for one node's status while waiting for readiness
+STOP_TIMEOUT_S = 30.0  # SIGTERM, then SIGKILL after this
 # What a node process runs (``python -m``). The chaos checker's self-test substitutes a
 # module that plants a bug around the same entry point (tests/support/planted_bug_node.py).
 NODE_MODULE = "node"
@@ -409,11 +410,24 @@ def cluster_up(
         raise ClusterError(
             f"{directory} holds a {len(plan.nodes)}-node cluster; use that size or a new DIR"
         )
-    started = tuple(n if is_running(n, plan) else start_node(plan, n) for n in plan.nodes)
+    running_before = {n.id for n in plan.nodes if is_running(n, plan)}
+    started = tuple(n if n.id in running_before else start_node(plan, n) for n in plan.nodes)
     plan = replace(plan, nodes=started)
     save_plan(plan)
-    wait_ready(plan, timeout_s)
+    try:
+        wait_ready(plan, timeout_s)
+    except BaseException:
+        # Not left half running (a fixture that fails here has no teardown; Ctrl-C of
+        # ``make up``): the nodes this call started are stopped, their logs kept.
+        ours = [n for n in plan.nodes if n.id not in running_before]
+        stop_processes([n.pid for n in ours], STOP_TIMEOUT_S)
+        save_plan(replace(plan, nodes=tuple(_stopped(n, ours) for n in plan.nodes)))
+        raise
     return plan
+
+
+def _stopped(node: NodePlan, stopped: list[NodePlan]) -> NodePlan:
+    return replace(node, pid=0) if node in stopped else node
 
 
 def bootstrap_admin(plan: ClusterPlan):
@@ -494,7 +508,7 @@ def tail(path: str, lines: int = 15) -> str:
         return ""
 
 
-def cluster_down(directory: str, timeout_s: float = 30.0) -> list[str]:
+def cluster_down(directory: str, timeout_s: float = STOP_TIMEOUT_S) -> list[str]:
     """SIGTERM every running node, wait for them (SIGKILL after ``timeout_s``); the ids
     of the nodes stopped. Node processes of this cluster the plan does not name (started
     by a restart that was interrupted before it saved the plan) are stopped too."""
@@ -502,7 +516,13 @@ def cluster_down(directory: str, timeout_s: float = 30.0) -> list[str]:
     if plan is None:
         raise ClusterError(f"no {CLUSTER_FILE} in {directory}")
     running = [n for n in plan.nodes if is_running(n, plan)]
-    pids = [n.pid for n in running] + unnamed_nodes(plan)
+    stop_processes([n.pid for n in running] + unnamed_nodes(plan), timeout_s)
+    save_plan(replace(plan, nodes=tuple(replace(n, pid=0) for n in plan.nodes)))
+    return [n.id for n in running]
+
+
+def stop_processes(pids: list[int], timeout_s: float) -> None:
+    """SIGTERM each node process of ``pids`` and wait for it, SIGKILL after ``timeout_s``."""
     for pid in pids:
         signal_node(pid, signal.SIGCONT)  # a paused node (chaos, a test) must run to stop
         with contextlib.suppress(ProcessLookupError):
@@ -514,8 +534,6 @@ def cluster_down(directory: str, timeout_s: float = 30.0) -> list[str]:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    save_plan(replace(plan, nodes=tuple(replace(n, pid=0) for n in plan.nodes)))
-    return [n.id for n in running]
 
 
 def unnamed_nodes(plan: ClusterPlan) -> list[int]:

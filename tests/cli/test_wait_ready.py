@@ -1,16 +1,32 @@
-"""``wait_ready`` sees a slow node ready: a node whose interpreter is contended takes seconds
-to answer one status (``tests/cluster/test_liveness.py``'s GIL-hogged nodes took 2-6 s on a
-busy host), and a probe that gave up after a fixed 2 s never saw such a cluster ready."""
+"""Waiting for a cluster to be ready. ``wait_ready`` sees a slow node ready: a node whose
+interpreter is contended takes seconds to answer one status (``tests/cluster/test_liveness.py``'s
+GIL-hogged nodes took 2-6 s on a busy host), and a probe that gave up after a fixed 2 s never
+saw such a cluster ready. ``cluster_up`` leaves nothing running when the cluster it started
+never became ready (a test fixture that fails there has no teardown: its nodes ran on,
+taking CPU from every test after it)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
+
+import pytest
 
 import ferrymq.client
 from ferrymq.client import FerryError
 from ferrymq.launcher import cluster
-from ferrymq.launcher.cluster import plan_cluster, wait_ready
-from tests.support.cluster import SMALL_STORE
+from ferrymq.launcher.cluster import (
+    ClusterError,
+    cluster_up,
+    is_running,
+    load_plan,
+    plan_cluster,
+    save_plan,
+    start_node,
+    wait_ready,
+)
+from tests.support import silent_node
+from tests.support.cluster import SMALL_STORE, stop_all
 
 ANSWER_S = 3.0  # how long each (fake) node takes to answer ClusterStatus
 
@@ -55,3 +71,21 @@ def test_a_node_slower_than_a_short_probe_is_still_seen_ready(tmp_path, monkeypa
     wait_ready(plan, timeout_s=10)
     assert len(SlowAdmin.probes) == 3  # one answered probe per node
     assert all(probe >= ANSWER_S for probe in SlowAdmin.probes)
+
+
+def test_a_cluster_that_never_becomes_ready_is_not_left_running(tmp_path, monkeypatch):
+    directory = str(tmp_path / "cluster")
+    plan = plan_cluster(directory, 3, auto_ports=True, settings=SMALL_STORE)
+    monkeypatch.setattr(cluster, "NODE_MODULE", silent_node.__name__)
+    first = start_node(plan, plan.nodes[0])  # running before: left as found
+    plan = replace(plan, nodes=(first, *plan.nodes[1:]))
+    save_plan(plan)
+    try:
+        with pytest.raises(ClusterError, match="not ready"):
+            cluster_up(directory, nodes=3, timeout_s=1)
+        after = load_plan(directory)
+        assert [n.pid for n in after.nodes[1:]] == [0, 0]
+        assert after.nodes[0].pid == first.pid and is_running(first, after)
+        assert cluster.unnamed_nodes(after) == []  # the two it started are gone
+    finally:
+        stop_all(load_plan(directory))
