@@ -198,18 +198,26 @@ def wrap_namespaces(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMeth
                 seen = [checked(_header(context))]
             except BadNamespace as error:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            refused: list[BadNamespace] = []
 
             async def qualified():
+                # A bad namespace ends the stream here and the call is aborted below, in
+                # the handler's own task: the handler may read this stream in a task of
+                # its own (Telemetry does), where an abort never reached the client, whose
+                # stream then hung until its deadline.
                 async for request in requests:
                     try:
                         found = qualify_request(request, seen[0])
                     except BadNamespace as error:
-                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+                        refused.append(error)
+                        return
                     seen[0] = seen[0] or found
                     yield request
 
             async for answer in behavior(qualified(), context):
                 yield unqualify_answer(answer, seen[0])
+            if refused:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(refused[0]))
 
         make, wrapped = grpc.stream_stream_rpc_method_handler, stream_stream
     else:

@@ -124,6 +124,28 @@ def test_a_malformed_namespace_is_refused_and_stores_nothing(grpc_stubs):
     assert stored == []
 
 
+def test_a_bad_namespace_later_in_a_session_stream_ends_it_at_once(grpc_stubs):
+    """Found by the RPC fuzz: a settings command with a bad ``resource_namespace`` after a
+    good one left the stream open until the client's deadline, the abort raised in the
+    task that reads the stream never reaching the client."""
+    messaging, _ = grpc_stubs
+    producer = pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="t")])
+    )
+    bad = pb.Settings(
+        client_type=pb.SIMPLE_CONSUMER,
+        subscription=pb.Subscription(group=pb.Resource(resource_namespace="%SYS%X", name="g")),
+    )
+    commands = [rpc.TelemetryCommand(settings=producer), rpc.TelemetryCommand(settings=bad)]
+    answers = []
+    with pytest.raises(grpc.RpcError) as refused:
+        for answer in messaging.Telemetry(iter(commands), timeout=5):
+            answers.append(answer)
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert "namespace '%SYS%X'" in refused.value.details()
+    assert [a.WhichOneof("command") for a in answers] == ["settings"]  # the good one's
+
+
 def test_the_official_client_with_a_namespace_produces_and_consumes_in_it(
     address, grpc_stubs, tmp_path
 ):
