@@ -421,13 +421,10 @@ def cluster_up(
         # ``make up``): the nodes this call started are stopped, their logs kept.
         ours = [n for n in plan.nodes if n.id not in running_before]
         stop_processes([n.pid for n in ours], STOP_TIMEOUT_S)
-        save_plan(replace(plan, nodes=tuple(_stopped(n, ours) for n in plan.nodes)))
+        kept = tuple(n if n.id in running_before else replace(n, pid=0) for n in plan.nodes)
+        save_plan(replace(plan, nodes=kept))
         raise
     return plan
-
-
-def _stopped(node: NodePlan, stopped: list[NodePlan]) -> NodePlan:
-    return replace(node, pid=0) if node in stopped else node
 
 
 def bootstrap_admin(plan: ClusterPlan):
