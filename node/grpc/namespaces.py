@@ -35,6 +35,7 @@ from google.protobuf.message import Message
 
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.apache.rocketmq.v2 import service_pb2 as rpc
+from node.grpc.request_decoding import UntilRefused
 
 NAMESPACE_HEADER = "x-mq-namespace"
 SEPARATOR = "%"
@@ -198,26 +199,20 @@ def wrap_namespaces(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMeth
                 seen = [checked(_header(context))]
             except BadNamespace as error:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-            refused: list[BadNamespace] = []
 
-            async def qualified():
-                # A bad namespace ends the stream here and the call is aborted below, in
-                # the handler's own task: the handler may read this stream in a task of
-                # its own (Telemetry does), where an abort never reached the client, whose
-                # stream then hung until its deadline.
-                async for request in requests:
-                    try:
-                        found = qualify_request(request, seen[0])
-                    except BadNamespace as error:
-                        refused.append(error)
-                        return
-                    seen[0] = seen[0] or found
-                    yield request
+            def qualified(request) -> str | None:
+                try:
+                    found = qualify_request(request, seen[0])
+                except BadNamespace as error:
+                    return str(error)
+                seen[0] = seen[0] or found
+                return None
 
-            async for answer in behavior(qualified(), context):
+            until_refused = UntilRefused(requests, qualified)
+            async for answer in behavior(until_refused.stream(), context):
                 yield unqualify_answer(answer, seen[0])
-            if refused:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(refused[0]))
+            if until_refused.refusal is not None:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, until_refused.refusal)
 
         make, wrapped = grpc.stream_stream_rpc_method_handler, stream_stream
     else:

@@ -88,27 +88,38 @@ def _unary_stream(behavior):
     return answer
 
 
-class _WellFormed:
-    """A request stream that ends at its first malformed message, and remembers it."""
+class UntilRefused:
+    """A request stream that ends at its first refused request and remembers why. A
+    wrapper aborts the call with ``refusal`` once the handler has finished, in the
+    handler's own task: a handler may read its requests in a task of its own (Telemetry
+    does), and an abort raised there never reaches the client, whose stream then hangs
+    until its deadline. ``check(request)`` is the refusal's detail, or None to pass the
+    request on."""
 
-    def __init__(self, requests: AsyncIterator) -> None:
+    def __init__(self, requests: AsyncIterator, check: Callable[[object], str | None]) -> None:
         self.requests = requests
-        self.malformed: MalformedRequest | None = None
+        self.check = check
+        self.refusal: str | None = None
 
     async def stream(self) -> AsyncIterator:
         async for request in self.requests:
-            if isinstance(request, MalformedRequest):
-                self.malformed = request
+            refusal = self.check(request)
+            if refusal is not None:
+                self.refusal = refusal
                 return
             yield request
 
 
+def _malformed(request: object) -> str | None:
+    return request.detail() if isinstance(request, MalformedRequest) else None
+
+
 def _stream_unary(behavior):
     async def answer(requests, context):
-        checked = _WellFormed(requests)
+        checked = UntilRefused(requests, _malformed)
         response = await behavior(checked.stream(), context)
-        if checked.malformed is not None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, checked.malformed.detail())
+        if checked.refusal is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, checked.refusal)
         return response
 
     return answer
@@ -116,10 +127,10 @@ def _stream_unary(behavior):
 
 def _stream_stream(behavior):
     async def answer(requests, context):
-        checked = _WellFormed(requests)
+        checked = UntilRefused(requests, _malformed)
         async for response in behavior(checked.stream(), context):
             yield response
-        if checked.malformed is not None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, checked.malformed.detail())
+        if checked.refusal is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, checked.refusal)
 
     return answer

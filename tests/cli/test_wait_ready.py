@@ -44,6 +44,7 @@ def ready_status(plan) -> SimpleNamespace:
 class SlowAdmin:
     """Answers a probe that waits at least ``ANSWER_S``; a shorter one times out."""
 
+    plan = None  # the plan whose status it answers (set by the test)
     probes: list[float] = []
 
     def __init__(self, address: str, timeout_s: float, security=None) -> None:
