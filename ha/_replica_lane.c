@@ -27,7 +27,12 @@
 #include "../ferrymq/codec/_record_layout.h"
 #include <dlfcn.h>
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* ---- libcrypto, opened at import ---------------------------------------------------- */
@@ -268,37 +273,33 @@ PyDoc_STRVAR(apply_frames_doc,
 "`heartbeats`: how many frames of each kind. ha.replica_lane.apply_frames_in_python is\n"
 "its twin.");
 
-static PyObject *
-apply_frames(PyObject *Py_UNUSED(module), PyObject *args)
-{
-    Gmac *gmac;
-    PyObject *sequence_object;
-    Py_buffer unread;
-    int fd;
+/* One log's end as the lane continues it, and what a run of `apply_run` took: the
+ * arguments and results of `apply_frames`, kept between calls by a `Follower`. */
+typedef struct {
+    Gmac *gmac;              /* the incoming frames' MAC */
+    uint64_t sequence;       /* the next incoming frame's number */
+    int fd;                  /* the active segment's file */
     long long position, room, write_offset, epoch;
-    uint64_t sequence;
-    if (!PyArg_ParseTuple(args, "O!Oy*iLLLL", &GmacType, &gmac, &sequence_object, &unread, &fd,
-                          &position, &room, &write_offset, &epoch))
-        return NULL;
-    if (parse_sequence(sequence_object, &sequence) < 0 || position < 0 || room < 0) {
-        PyBuffer_Release(&unread);
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "a negative position or room");
-        return NULL;
-    }
-    const unsigned char *bytes = unread.buf;
-    size_t length = (size_t)unread.len, used = 0;
-    long long confirmed = -1, appended = 0, heartbeats = 0;
-    int stop = STOP_MORE, error_number = 0, mac_failed = 0;
+    long long confirmed;     /* the greatest confirmed offset the frames carried, -1: none */
+    long long appended, heartbeats;
+    int stop, error_number, mac_failed;
+} LogEnd;
 
-    Py_BEGIN_ALLOW_THREADS
+/* Take the whole DATA frames at the start of bytes[0:length) that continue the log, as
+ * `apply_frames` documents; the bytes used. Runs without the GIL, touches no Python object
+ * but the Gmac's libcrypto context. */
+static size_t
+apply_run(LogEnd *end, const unsigned char *bytes, size_t length)
+{
+    size_t used = 0;
+    end->stop = STOP_MORE;
     while (length - used >= FRAME_HEADER_SIZE) {
         const unsigned char *frame = bytes + used;
         uint32_t body = ((uint32_t)frame[1] << 24) | ((uint32_t)frame[2] << 16) |
                         ((uint32_t)frame[3] << 8) | frame[4];
         if (frame[0] != KIND_DATA || body > MAX_FRAME_BYTES ||
             body < DATA_HEADER_SIZE + MAC_BYTES) {
-            stop = STOP_DECLINED;
+            end->stop = STOP_DECLINED;
             break;
         }
         if (length - used - FRAME_HEADER_SIZE < body)
@@ -306,12 +307,12 @@ apply_frames(PyObject *Py_UNUSED(module), PyObject *args)
         const unsigned char *payload = frame + FRAME_HEADER_SIZE;
         size_t payload_length = body - MAC_BYTES;
         unsigned char tag[MAC_BYTES];
-        if (!gmac_tag(gmac, KIND_DATA, sequence, payload, payload_length, tag)) {
-            mac_failed = 1;
+        if (!gmac_tag(end->gmac, KIND_DATA, end->sequence, payload, payload_length, tag)) {
+            end->mac_failed = 1;
             break;
         }
         if (!tags_equal(tag, payload + payload_length)) {
-            stop = STOP_DECLINED;
+            end->stop = STOP_DECLINED;
             break;
         }
         int64_t offset = read_int64(payload), frame_epoch = read_int64(payload + 8);
@@ -319,58 +320,508 @@ apply_frames(PyObject *Py_UNUSED(module), PyObject *args)
         const unsigned char *records = payload + DATA_HEADER_SIZE;
         size_t records_length = payload_length - DATA_HEADER_SIZE;
         if (records_length > 0) {
-            if (frame_epoch != epoch || offset != write_offset ||
-                records_length > (unsigned long long)room ||
+            if (frame_epoch != end->epoch || offset != end->write_offset ||
+                records_length > (unsigned long long)end->room ||
                 !records_are_whole(records, records_length)) {
-                stop = STOP_DECLINED;
+                end->stop = STOP_DECLINED;
                 break;
             }
             size_t written = 0;
             while (written < records_length) {
-                ssize_t n = pwrite(fd, records + written, records_length - written,
-                                   (off_t)(position + (long long)written));
+                ssize_t n = pwrite(end->fd, records + written, records_length - written,
+                                   (off_t)(end->position + (long long)written));
                 if (n < 0 && errno == EINTR)
                     continue;
                 if (n <= 0) {
-                    error_number = n < 0 ? errno : EIO;
+                    end->error_number = n < 0 ? errno : EIO;
                     break;
                 }
                 written += (size_t)n;
             }
-            if (error_number != 0) {
+            if (end->error_number != 0) {
                 /* Nothing of a refused append may stay past the log's end (MappedFile.append_at) */
                 static const unsigned char zeros[4096];
                 for (size_t zeroed = 0; zeroed < written;) {
                     size_t part = written - zeroed < sizeof(zeros) ? written - zeroed : sizeof(zeros);
-                    ssize_t n = pwrite(fd, zeros, part, (off_t)(position + (long long)zeroed));
+                    ssize_t n = pwrite(end->fd, zeros, part,
+                                       (off_t)(end->position + (long long)zeroed));
                     if (n <= 0 && errno != EINTR)
                         break;
                     if (n > 0)
                         zeroed += (size_t)n;
                 }
-                stop = STOP_WRITE_FAILED;
+                end->stop = STOP_WRITE_FAILED;
                 break;
             }
-            position += (long long)records_length;
-            room -= (long long)records_length;
-            write_offset += (long long)records_length;
-            appended++;
+            end->position += (long long)records_length;
+            end->room -= (long long)records_length;
+            end->write_offset += (long long)records_length;
+            end->appended++;
         } else {
-            heartbeats++;
+            end->heartbeats++;
         }
-        if (frame_confirmed > confirmed)
-            confirmed = frame_confirmed;
-        sequence++;
+        if (frame_confirmed > end->confirmed)
+            end->confirmed = frame_confirmed;
+        end->sequence++;
         used += FRAME_HEADER_SIZE + body;
     }
-    Py_END_ALLOW_THREADS
-
-    PyBuffer_Release(&unread);
-    if (mac_failed)
-        return PyErr_Format(PyExc_RuntimeError, "libcrypto failed to compute a GMAC");
-    return Py_BuildValue("(inKLLLLi)", stop, (Py_ssize_t)used, (unsigned long long)sequence,
-                         write_offset, confirmed, appended, heartbeats, error_number);
+    return used;
 }
+
+static PyObject *
+apply_frames(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    LogEnd end = {.confirmed = -1};
+    PyObject *sequence_object;
+    Py_buffer unread;
+    if (!PyArg_ParseTuple(args, "O!Oy*iLLLL", &GmacType, &end.gmac, &sequence_object, &unread,
+                          &end.fd, &end.position, &end.room, &end.write_offset, &end.epoch))
+        return NULL;
+    if (parse_sequence(sequence_object, &end.sequence) < 0 || end.position < 0 || end.room < 0) {
+        PyBuffer_Release(&unread);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "a negative position or room");
+        return NULL;
+    }
+    size_t used;
+    Py_BEGIN_ALLOW_THREADS
+    used = apply_run(&end, unread.buf, (size_t)unread.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&unread);
+    if (end.mac_failed)
+        return PyErr_Format(PyExc_RuntimeError, "libcrypto failed to compute a GMAC");
+    return Py_BuildValue("(inKLLLLi)", end.stop, (Py_ssize_t)used,
+                         (unsigned long long)end.sequence, end.write_offset, end.confirmed,
+                         end.appended, end.heartbeats, end.error_number);
+}
+
+/* ---- the link's socket on a thread of its own (ha/link_thread.py) ------------------------
+ *
+ * A `Follower` reads a slave's link on a thread of its own while every frame is common: it
+ * waits for the socket, receives, takes the whole DATA frames with `apply_run`, and seals
+ * and sends the ACK of each arrival that carried frames (the log's new end, or the last end
+ * acknowledged for heartbeats alone), as ha/slave.py's `take` does in the loop's callback.
+ * Nothing of it holds the GIL or touches a Python object: what Python needs of it (the
+ * log's end to count, the confirmed offset, that the master was heard) is published in
+ * atomics and read by `progress`; Python is woken through `event_fd` for the first arrival
+ * after it `arm`ed, and when the thread ends. It ends on its own at the first frame it
+ * declines, at a write that failed, when the peer ends the link or it breaks, and when
+ * `stop` asks; the bytes it leaves unread, the MACs' counts and the log's end then go back
+ * to the Python path (`stop`'s answer), which reads on from exactly there.
+ *
+ * Invariants: while the thread runs it is the only user of the socket, of both Gmacs and
+ * of the segment's end (ha/link_thread.py holds the link's transport paused and writes
+ * nothing); the published end is moved only after the records under it are written; an
+ * ACK is sent only for records written. */
+
+#define KIND_ACK 7 /* ha.wire.Kind.ACK */
+#define ACK_FRAME_SIZE (FRAME_HEADER_SIZE + 8 + MAC_BYTES)
+#define FIRST_CAPACITY (1 << 20)
+
+/* Why a follower's thread ended (ha.link_thread.Ending). */
+enum { END_RUNNING = 0, END_STOPPED, END_DECLINED, END_WRITE_FAILED, END_CLOSED, END_BROKEN,
+       END_MAC_FAILED };
+
+typedef struct {
+    PyObject_HEAD
+    Gmac *incoming, *outgoing;
+    LogEnd log;
+    uint64_t out_sequence;
+    long long acked;
+    int socket_fd, stop_fd, event_fd; /* socket_fd and log.fd: dups, the thread's own */
+    unsigned char *buffer;
+    size_t capacity, start, end;
+    pthread_t thread;
+    int started;                      /* a thread was started and is not joined */
+    /* shared with Python, through atomics */
+    long long published_end, published_confirmed;
+    unsigned long long arrivals;
+    int armed, ending, error_number;
+} Follower;
+
+static void
+notify(Follower *self)
+{
+    uint64_t one = 1;
+    ssize_t n;
+    do
+        n = write(self->event_fd, &one, sizeof(one));
+    while (n < 0 && errno == EINTR);
+}
+
+/* Send all of bytes[0:length) on the non-blocking socket, waiting for room (or a stop):
+ * 0, or the errno that ended it (-1 for a stop). */
+static int
+send_all(Follower *self, const unsigned char *bytes, size_t length)
+{
+    while (length > 0) {
+        ssize_t n = send(self->socket_fd, bytes, length, MSG_NOSIGNAL);
+        if (n > 0) {
+            bytes += n;
+            length -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            return errno;
+        struct pollfd wait[2] = {{self->socket_fd, POLLOUT, 0}, {self->stop_fd, POLLIN, 0}};
+        if (poll(wait, 2, -1) < 0 && errno != EINTR)
+            return errno;
+        if (wait[1].revents)
+            return -1;
+    }
+    return 0;
+}
+
+/* The ACK of the log's end `offset`: ha.wire.ack_frame. */
+static int
+send_ack(Follower *self, long long offset)
+{
+    unsigned char frame[ACK_FRAME_SIZE] = {KIND_ACK, 0, 0, 0, 8 + MAC_BYTES};
+    for (int i = 0; i < 8; i++)
+        frame[FRAME_HEADER_SIZE + i] = (unsigned char)((unsigned long long)offset >> (56 - 8 * i));
+    if (!gmac_tag(self->outgoing, KIND_ACK, self->out_sequence, frame + FRAME_HEADER_SIZE, 8,
+                  frame + FRAME_HEADER_SIZE + 8))
+        return END_MAC_FAILED;
+    self->out_sequence++;
+    int failed = send_all(self, frame, sizeof(frame));
+    if (failed == -1)
+        return END_STOPPED;
+    if (failed) {
+        self->error_number = failed;
+        return END_BROKEN;
+    }
+    self->acked = offset;
+    return END_RUNNING;
+}
+
+/* Take what is buffered; acknowledge it; publish it: END_RUNNING to read on. */
+static int
+take_buffered(Follower *self)
+{
+    long long appended = self->log.appended, heartbeats = self->log.heartbeats;
+    self->start += apply_run(&self->log, self->buffer + self->start, self->end - self->start);
+    if (self->log.mac_failed)
+        return END_MAC_FAILED;
+    int taken = self->log.appended != appended || self->log.heartbeats != heartbeats;
+    if (taken) {
+        /* An ACK for the records written (after a failed write, for those before it), then
+         * Python hears of them: its work on them (the dispatch) comes after the ACK. */
+        int ending = send_ack(self, self->log.appended != appended ? self->log.write_offset
+                                                                   : self->acked);
+        if (ending != END_RUNNING)
+            return ending;
+        __atomic_store_n(&self->published_end, self->log.write_offset, __ATOMIC_RELEASE);
+        __atomic_store_n(&self->published_confirmed, self->log.confirmed, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&self->arrivals, 1, __ATOMIC_RELEASE);
+        if (__atomic_exchange_n(&self->armed, 0, __ATOMIC_ACQ_REL))
+            notify(self);
+    }
+    if (self->log.stop == STOP_DECLINED)
+        return END_DECLINED;
+    if (self->log.stop == STOP_WRITE_FAILED) {
+        self->error_number = self->log.error_number;
+        return END_WRITE_FAILED;
+    }
+    return END_RUNNING;
+}
+
+/* Room for the rest of the frame that starts the unread bytes: they move to the buffer's
+ * front, and the buffer grows to hold a frame larger than it (its length is checked by
+ * `apply_run`, which declines one over MAX_FRAME_BYTES before anything waits for it). */
+static int
+make_room(Follower *self)
+{
+    size_t unread = self->end - self->start;
+    if (self->start > 0) {
+        memmove(self->buffer, self->buffer + self->start, unread);
+        self->start = 0;
+        self->end = unread;
+    }
+    size_t wanted = self->capacity;
+    if (unread >= FRAME_HEADER_SIZE) {
+        const unsigned char *frame = self->buffer;
+        size_t body = ((size_t)frame[1] << 24) | ((size_t)frame[2] << 16) |
+                      ((size_t)frame[3] << 8) | frame[4];
+        if (FRAME_HEADER_SIZE + body > wanted)
+            wanted = FRAME_HEADER_SIZE + body;
+    }
+    if (wanted > self->capacity) {
+        unsigned char *grown = realloc(self->buffer, wanted);
+        if (grown == NULL) {
+            self->error_number = ENOMEM;
+            return END_BROKEN;
+        }
+        self->buffer = grown;
+        self->capacity = wanted;
+    }
+    return END_RUNNING;
+}
+
+static int
+follow_link(Follower *self)
+{
+    for (;;) {
+        int ending = self->end > self->start ? take_buffered(self) : END_RUNNING;
+        if (ending == END_RUNNING)
+            ending = make_room(self);
+        if (ending != END_RUNNING)
+            return ending;
+        struct pollfd wait[2] = {{self->socket_fd, POLLIN, 0}, {self->stop_fd, POLLIN, 0}};
+        if (poll(wait, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            self->error_number = errno;
+            return END_BROKEN;
+        }
+        if (wait[1].revents)
+            return END_STOPPED;
+        if (self->end == self->capacity) /* cannot be: make_room left room for the frame */
+            return END_DECLINED;
+        ssize_t n = recv(self->socket_fd, self->buffer + self->end, self->capacity - self->end,
+                         MSG_DONTWAIT);
+        if (n == 0)
+            return END_CLOSED;
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+                continue;
+            self->error_number = errno;
+            return END_BROKEN;
+        }
+        self->end += (size_t)n;
+    }
+}
+
+static void *
+follower_thread(void *argument)
+{
+    Follower *self = argument;
+    int ending = follow_link(self);
+    __atomic_store_n(&self->ending, ending, __ATOMIC_RELEASE);
+    notify(self);
+    return NULL;
+}
+
+static void
+follower_close_fds(Follower *self)
+{
+    if (self->socket_fd >= 0)
+        close(self->socket_fd);
+    if (self->log.fd >= 0)
+        close(self->log.fd);
+    self->socket_fd = self->log.fd = -1;
+}
+
+/* Join the thread (without the GIL: it never takes it), once. */
+static void
+follower_join(Follower *self)
+{
+    if (!self->started)
+        return;
+    uint64_t one = 1;
+    ssize_t n;
+    Py_BEGIN_ALLOW_THREADS
+    do
+        n = write(self->stop_fd, &one, sizeof(one));
+    while (n < 0 && errno == EINTR);
+    pthread_join(self->thread, NULL);
+    Py_END_ALLOW_THREADS
+    self->started = 0;
+    follower_close_fds(self);
+}
+
+static void
+follower_dealloc(Follower *self)
+{
+    follower_join(self);
+    if (self->stop_fd >= 0)
+        close(self->stop_fd);
+    if (self->event_fd >= 0)
+        close(self->event_fd);
+    free(self->buffer);
+    Py_XDECREF(self->incoming);
+    Py_XDECREF(self->outgoing);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+follower_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"incoming", "outgoing", NULL};
+    Gmac *incoming, *outgoing;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!", keywords, &GmacType, &incoming,
+                                     &GmacType, &outgoing))
+        return NULL;
+    Follower *self = (Follower *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->socket_fd = self->log.fd = self->stop_fd = self->event_fd = -1;
+    Py_INCREF(incoming);
+    Py_INCREF(outgoing);
+    self->incoming = incoming;
+    self->outgoing = outgoing;
+    self->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    self->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    self->buffer = malloc(FIRST_CAPACITY);
+    self->capacity = FIRST_CAPACITY;
+    if (self->stop_fd < 0 || self->event_fd < 0 || self->buffer == NULL) {
+        Py_DECREF(self);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return (PyObject *)self;
+}
+
+PyDoc_STRVAR(follower_start_doc,
+"start(socket_fd, sequence, out_sequence, fd, position, room, write_offset, epoch, acked,\n"
+"      unread)\n\n"
+"Follow the link on a thread: `socket_fd` the link's socket, `sequence` and `out_sequence`\n"
+"the next incoming and outgoing frames' numbers, (`fd`, `position`, `room`, `write_offset`,\n"
+"`epoch`) the log's end as apply_frames takes it, `acked` the end last acknowledged,\n"
+"`unread` the bytes that arrived and were not taken yet. Both fds are duplicated: the\n"
+"thread's own until `stop`.");
+
+static PyObject *
+follower_start(Follower *self, PyObject *args)
+{
+    int socket_fd, fd;
+    PyObject *sequence_object, *out_sequence_object;
+    Py_buffer unread;
+    LogEnd log = {.gmac = self->incoming, .confirmed = -1};
+    long long acked;
+    if (!PyArg_ParseTuple(args, "iOOiLLLLLy*", &socket_fd, &sequence_object,
+                          &out_sequence_object, &fd, &log.position, &log.room,
+                          &log.write_offset, &log.epoch, &acked, &unread))
+        return NULL;
+    uint64_t out_sequence;
+    int ok = parse_sequence(sequence_object, &log.sequence) == 0 &&
+             parse_sequence(out_sequence_object, &out_sequence) == 0;
+    if (ok && (self->started || log.position < 0 || log.room < 0 ||
+               (size_t)unread.len > self->capacity)) {
+        PyErr_SetString(PyExc_ValueError, self->started ? "the follower runs already"
+                                                        : "a negative position or room, or "
+                                                          "more unread bytes than the buffer");
+        ok = 0;
+    }
+    if (ok) {
+        memcpy(self->buffer, unread.buf, (size_t)unread.len);
+        self->start = 0;
+        self->end = (size_t)unread.len;
+    }
+    PyBuffer_Release(&unread);
+    if (!ok)
+        return NULL;
+    uint64_t drained;
+    while (read(self->stop_fd, &drained, sizeof(drained)) > 0) /* an earlier stop's */
+        ;
+    self->socket_fd = dup(socket_fd);
+    log.fd = dup(fd);
+    self->log = log;
+    self->out_sequence = out_sequence;
+    self->acked = acked;
+    self->error_number = 0;
+    self->published_end = log.write_offset;
+    self->published_confirmed = -1;
+    self->armed = 1;
+    self->ending = END_RUNNING;
+    if (self->socket_fd < 0 || self->log.fd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        follower_close_fds(self);
+        return NULL;
+    }
+    int failed = pthread_create(&self->thread, NULL, follower_thread, self);
+    if (failed) {
+        follower_close_fds(self);
+        errno = failed;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    self->started = 1;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(follower_progress_doc,
+             "progress() -> (write_offset, confirmed, arrivals, ending)\n\n"
+             "What the thread published: the log's end (records written), the greatest "
+             "confirmed offset heard (-1: none), how many arrivals carried frames, and why it "
+             "ended (0 while it runs).");
+
+static PyObject *
+follower_progress(Follower *self, PyObject *Py_UNUSED(ignored))
+{
+    int ending = __atomic_load_n(&self->ending, __ATOMIC_ACQUIRE);
+    return Py_BuildValue("(LLKi)", __atomic_load_n(&self->published_end, __ATOMIC_ACQUIRE),
+                         __atomic_load_n(&self->published_confirmed, __ATOMIC_ACQUIRE),
+                         __atomic_load_n(&self->arrivals, __ATOMIC_ACQUIRE), ending);
+}
+
+PyDoc_STRVAR(follower_arm_doc, "arm()\n\nWake Python (`event_fd`) at the next arrival.");
+
+static PyObject *
+follower_arm(Follower *self, PyObject *Py_UNUSED(ignored))
+{
+    __atomic_store_n(&self->armed, 1, __ATOMIC_RELEASE);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(follower_stop_doc,
+"stop() -> (ending, errno, sequence, out_sequence, write_offset, confirmed, acked, unread)\n\n"
+"End the thread (at once if it runs; its own ending if it ended) and join it: why it\n"
+"ended, the errno of a failed write or a broken socket, the MACs' next numbers, the log's\n"
+"end, the greatest confirmed offset heard (-1: none), the end last acknowledged and the\n"
+"bytes it left unread, from which the Python path reads on.");
+
+static PyObject *
+follower_stop(Follower *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!self->started)
+        return PyErr_Format(PyExc_ValueError, "the follower is not running");
+    follower_join(self);
+    int ending = self->ending == END_RUNNING ? END_STOPPED : self->ending;
+    PyObject *unread = PyBytes_FromStringAndSize((const char *)self->buffer + self->start,
+                                                 (Py_ssize_t)(self->end - self->start));
+    if (unread == NULL)
+        return NULL;
+    self->start = self->end = 0;
+    uint64_t drained;
+    while (read(self->event_fd, &drained, sizeof(drained)) > 0)
+        ;
+    return Py_BuildValue("(iiKKLLLN)", ending, self->error_number,
+                         (unsigned long long)self->log.sequence,
+                         (unsigned long long)self->out_sequence, self->log.write_offset,
+                         self->log.confirmed, self->acked, unread);
+}
+
+static PyObject *
+follower_event_fd(Follower *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLong(self->event_fd);
+}
+
+static PyMethodDef follower_methods[] = {
+    {"start", (PyCFunction)follower_start, METH_VARARGS, follower_start_doc},
+    {"progress", (PyCFunction)follower_progress, METH_NOARGS, follower_progress_doc},
+    {"arm", (PyCFunction)follower_arm, METH_NOARGS, follower_arm_doc},
+    {"stop", (PyCFunction)follower_stop, METH_NOARGS, follower_stop_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef follower_getset[] = {
+    {"event_fd", (getter)follower_event_fd, NULL,
+     "Readable (an eventfd) at the first arrival after `arm` and when the thread ended.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject FollowerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ha._replica_lane.Follower",
+    .tp_basicsize = sizeof(Follower),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = PyDoc_STR("Follower(incoming, outgoing): a slave's link read, appended and "
+                        "acknowledged on a thread of its own (ha/link_thread.py)."),
+    .tp_new = follower_new,
+    .tp_dealloc = (destructor)follower_dealloc,
+    .tp_methods = follower_methods,
+    .tp_getset = follower_getset,
+};
 
 static PyMethodDef module_methods[] = {
     {"apply_frames", apply_frames, METH_VARARGS, apply_frames_doc},
@@ -389,13 +840,15 @@ static struct PyModuleDef lane_module = {
 PyMODINIT_FUNC
 PyInit__replica_lane(void)
 {
-    if (open_libcrypto() < 0 || PyType_Ready(&GmacType) < 0)
+    if (open_libcrypto() < 0 || PyType_Ready(&GmacType) < 0 || PyType_Ready(&FollowerType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&lane_module);
     if (module == NULL)
         return NULL;
     Py_INCREF(&GmacType);
+    Py_INCREF(&FollowerType);
     if (PyModule_AddObject(module, "Gmac", (PyObject *)&GmacType) < 0 ||
+        PyModule_AddObject(module, "Follower", (PyObject *)&FollowerType) < 0 ||
         PyModule_AddIntConstant(module, "STOP_MORE", STOP_MORE) < 0 ||
         PyModule_AddIntConstant(module, "STOP_DECLINED", STOP_DECLINED) < 0 ||
         PyModule_AddIntConstant(module, "STOP_WRITE_FAILED", STOP_WRITE_FAILED) < 0 ||

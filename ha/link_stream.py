@@ -70,6 +70,7 @@ class LinkStream(asyncio.BufferedProtocol):
         self._collecting = 0  # the size of a large frame the taker asked for (``collect``)
         self._failure: Exception | None = None  # what the taker raised
         self._finished = False
+        self._lent = False  # the socket read by a thread (``lend``) until ``take_back``
 
     # ---- the protocol (called by the event loop) -----------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -233,14 +234,67 @@ class LinkStream(asyncio.BufferedProtocol):
         try:
             used = self._take(unread)  # type: ignore[misc]  # set: the callers check
         except Exception as error:  # the taker's verdict on the link: it ends here
-            self._take = None
-            self._collecting = 0
-            self._failure = error
-            self.abort()
-            self._wake()
+            self.fail(error)
             return None
         assert not whole or used == len(unread) or self._take is None, "a gathered frame half used"
         return used
+
+    def fail(self, error: Exception) -> None:
+        """End the link with ``error``, which ``ended`` raises: the taker's verdict, or a
+        lent socket's (``lend``)."""
+        self._take = None
+        self._collecting = 0
+        self._failure = error
+        self._lent = False
+        self.abort()
+        self._wake()
+
+    # ---- the socket lent to a thread (ha/link_thread.py) ---------------------------------
+    def lend(self) -> bytes | None:
+        """While bytes are delivered: stop reading, and give up the bytes not taken yet, for
+        a thread that reads the socket itself from there on. None when the socket cannot be
+        lent now: a large frame is being gathered, a write is still buffered (the thread
+        writes the socket too), or the link is ending."""
+        transport = self.transport
+        if (
+            self._take is None
+            or self._frame is not None
+            or self._collecting
+            or self._eof
+            or self._error is not None
+            or transport is None
+            or transport.is_closing()
+            or transport.get_write_buffer_size()
+        ):
+            return None
+        unread = bytes(memoryview(self._staged)[self._start : self._end])
+        self._start = self._end = 0
+        self._lent = True
+        transport.pause_reading()
+        return unread
+
+    def take_back(self, unread: bytes) -> None:
+        """The thread that was lent the socket has ended: deliver the bytes it left unread,
+        then read on."""
+        assert self._lent and self._start == self._end == 0, "taken back, not lent"
+        self._lent = False
+        if unread and self._take is not None:
+            used = self._hand(memoryview(unread))
+            if used is None:
+                return
+            rest = memoryview(unread)[used:]
+            size, self._collecting = self._collecting, 0
+            if self._take is None:  # the taker finished or failed: nothing more is read
+                pass
+            elif size:
+                self._frame, self._filled = bytearray(size), len(rest)
+                self._frame[: len(rest)] = rest
+            else:
+                assert len(rest) < STAGED_BYTES, "a partial frame larger than the staging buffer"
+                self._staged[: len(rest)] = rest
+                self._end = len(rest)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     async def closed_by_peer(self) -> None:
         """Discard whatever arrives (a frame half read included) until the other end

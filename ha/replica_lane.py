@@ -73,9 +73,14 @@ class Applied:
 
     def raise_write_failure(self) -> None:
         """The error of a failed write, as the Python path's append raises it."""
-        if self.error_number in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskFullError("no space to append the master's records")
-        raise OSError(self.error_number, os.strerror(self.error_number))
+        raise write_failure(self.error_number)
+
+
+def write_failure(error_number: int) -> Exception:
+    """The error of a write to the segment that failed with ``error_number``."""
+    if error_number in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFullError("no space to append the master's records")
+    return OSError(error_number, os.strerror(error_number))
 
 
 def apply_frames(

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable
 
 from ferrymq.codec.dead_peer import detect_dead_peer
-from ha import rollback
+from ha import link_thread, rollback
 from ha.epochs import EpochEntry, EpochHistory, truncation_point
 from ha.link_auth import (
     Handshake,
@@ -43,6 +43,7 @@ from ha.link_auth import (
     session_macs,
 )
 from ha.link_stream import STAGED_BYTES, LinkStream, open_link
+from ha.link_thread import Ended, LinkThread
 from ha.replica_lane import Applied, Stop, apply_frames
 from ha.silence import SilenceWatch
 from ha.wire import (
@@ -394,6 +395,7 @@ class ReplicationSlave:
         Under SYNC_FLUSH an ACK waits for the fsync that covers it, and the link appends on
         while a flush runs (``FlushBehind``)."""
         store = self.store
+        thread: LinkThread | None = None
 
         def acknowledge(end: int) -> None:
             nonlocal acked
@@ -437,17 +439,56 @@ class ReplicationSlave:
                 else:
                     acknowledge(appended)
             idle.waiting()
+            if thread is not None and used:  # lend the socket again, the rest with it
+                asyncio.get_running_loop().call_soon(start_thread)
             return used
 
-        dispatcher = DispatchBehind(store, link.abort)
+        def start_thread() -> None:
+            if thread is not None and not self._stopping:
+                thread.start(acked)
+
+        def thread_progress(end: int, confirmed: int) -> None:
+            idle.heard()
+            idle.waiting()
+            if confirmed > self.confirmed_offset:
+                self.confirmed_offset = confirmed
+                self.on_confirmed()
+            if end > store.dispatched_offset:
+                dispatcher.appended()
+
+        def thread_ended(ended: Ended) -> None:
+            nonlocal acked
+            acked = ended.acked
+            error = ended.error()
+            if error is not None:
+                link.fail(error)
+            else:
+                link.take_back(ended.unread)  # the Python path reads on; ``take`` lends again
+
+        def end_link() -> None:
+            if thread is not None:
+                thread.stop()
+            link.abort()
+
+        dispatcher = DispatchBehind(store, end_link)
         flusher = None
         if store.config.flush_mode is FlushMode.SYNC_FLUSH:
-            flusher = FlushBehind(store, acknowledge, link.abort)
+            flusher = FlushBehind(store, acknowledge, end_link)
         # One idle timer for the link (ha/silence.py): an arrival notes that the master was
         # heard, where moving an asyncio.timeout's deadline cost two loop timers a frame.
-        idle = SilenceWatch(self.idle_timeout_s, link.abort)
+        idle = SilenceWatch(self.idle_timeout_s, end_link)
         idle.waiting()
         link.deliver_to(take)
+        if flusher is None and link_thread.usable(macs):
+            thread = LinkThread(
+                store,
+                macs,
+                link,
+                epoch=lambda: self.epochs.last_epoch,
+                on_progress=thread_progress,
+                on_ended=thread_ended,
+            )
+            start_thread()
         try:
             await link.ended()
         except (LinkError, ConnectionError) as error:  # the taker's, or the link's end
@@ -463,6 +504,8 @@ class ReplicationSlave:
                 raise
             raise LinkError(f"link closed: {error}") from None
         finally:
+            if thread is not None:
+                thread.close()
             idle.close()
             if flusher is not None:
                 flusher.close()

@@ -64,6 +64,9 @@ class FakeTransport(asyncio.Transport):
     def get_extra_info(self, name, default=None):
         return default
 
+    def get_write_buffer_size(self) -> int:
+        return 0
+
 
 def framed(bodies: list[bytes]) -> bytes:
     return b"".join(HEADER.pack(len(body)) + body for body in bodies)
@@ -481,3 +484,66 @@ def test_taking_sealed_frames_as_they_arrive_is_reading_them(frames, limit, cuts
             arrived = arrived[size:]
 
     assert outcome(by_taking) == outcome(by_reading)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lengths=st.lists(sizes, min_size=1, max_size=8),
+    first=st.integers(0, 4 * STAGED_BYTES),
+    lent=st.integers(0, 4 * STAGED_BYTES),
+    stop=st.integers(0, 8),
+)
+def test_a_socket_lent_to_a_thread_and_taken_back_loses_and_repeats_no_frame(
+    lengths, first, lent, stop
+):
+    """``lend`` pauses reading and gives up the bytes not taken yet; the thread reads on
+    from the socket, takes whole frames up to one it stops at, and ``take_back`` delivers
+    what it left to the taker before the loop reads again: every frame is taken once, in
+    order, by the taker or by the thread."""
+    bodies = [bytes((i + j) % 251 for j in range(n)) for i, n in enumerate(lengths)]
+    data = framed(bodies)
+
+    async def run() -> None:
+        stream, transport = LinkStream(), FakeTransport()
+        stream.connection_made(transport)
+        taken: list[bytes] = []
+        stream.deliver_to(take_framed(taken, stream))
+        position = 0
+        while position < min(first, len(data)):
+            position += arrive(stream, data[position:first])
+        unread = stream.lend()
+        if unread is None:  # a large frame is being gathered: not lent, read on
+            assert stream._frame is not None
+        else:
+            assert transport.paused
+            # The thread: what was given it and what it read, whole frames up to its stop.
+            buffer = unread + data[position : position + lent]
+            position = min(len(data), position + lent)
+            by_thread = framed_prefix(buffer, stop)
+            taken.extend(split_framed(buffer[:by_thread]))
+            stream.take_back(buffer[by_thread:])
+            assert not transport.paused
+        while position < len(data):
+            position += arrive(stream, data[position:])
+        assert taken == bodies
+
+    asyncio.run(run())
+
+
+def framed_prefix(buffer: bytes, frames: int) -> int:
+    """The length of ``buffer``'s first ``frames`` whole frames (fewer if fewer are whole)."""
+    used = 0
+    for _ in range(frames):
+        if len(buffer) - used < HEADER.size:
+            break
+        (length,) = HEADER.unpack_from(buffer, used)
+        if len(buffer) - used - HEADER.size < length:
+            break
+        used += HEADER.size + length
+    return used
+
+
+def split_framed(data: bytes) -> list[bytes]:
+    bodies: list[bytes] = []
+    take_framed(bodies)(memoryview(data))
+    return bodies

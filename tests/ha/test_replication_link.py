@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+import ha.link_thread
 import ha.replica_lane
 import ha.slave
 from ferrymq.codec.dead_peer import DEAD_LINK_S
@@ -829,8 +830,12 @@ def test_a_slave_that_stops_says_so_and_leaves_once_the_in_sync_set_lost_it(
 def test_a_slave_acknowledges_records_before_it_dispatches_them(tmp_path, monkeypatch):
     """A slave's ACK says its CommitLog holds the bytes (what a failover needs); its own
     consume-queue and index work comes after the ACK is written, off the SYNC write's
-    path, and leaves the same entries as the master's."""
+    path, and leaves the same entries as the master's. In the loop's callback, as a
+    SYNC_FLUSH slave follows (the link's thread sends its ACKs before Python hears of the
+    records at all: tests/ha/test_link_thread.py)."""
     import ha.slave
+
+    monkeypatch.setattr(ha.link_thread, "usable", lambda macs: False)
 
     async def run() -> None:
         async with honest_link(tmp_path) as link:
@@ -1175,17 +1180,33 @@ def frames_of_appends(
     return frames
 
 
-@pytest.mark.parametrize("lane", ["c", "twin"])
+@pytest.mark.parametrize("lane", ["thread", "c", "twin"])
 def test_a_slave_takes_common_frames_in_the_lane_and_the_rest_through_python(
     tmp_path, monkeypatch, lane
 ):
     """The replica lane (ha/replica_lane.py) appends the frames that continue the log; the
     first frame of an epoch and of a segment are declined and appended by the Python path
     (a new epoch recorded, the log rolled to its next file). Either way the slave's log is
-    the master's byte for byte, and every frame is acknowledged. ``twin``: the lane's
-    Python twin takes the frames, as on a host where libcrypto cannot be opened."""
+    the master's byte for byte, and every frame is acknowledged. ``thread``: the link's
+    socket is lent to the lane's thread (ha/link_thread.py), and lent again once the
+    Python path took what it declined and read with it; ``c``: the lane in the loop's
+    callback, as a SYNC_FLUSH slave follows; ``twin``: the lane's Python twin takes the
+    frames, as on a host where libcrypto cannot be opened."""
     if lane == "twin":
         monkeypatch.setattr(ha.replica_lane, "native", None)
+    if lane == "c":
+        monkeypatch.setattr(ha.link_thread, "usable", lambda macs: False)
+    by_thread: list[int] = []  # the frames each run of the thread took
+    stop_thread = ha.link_thread.LinkThread.stop
+
+    def counted_stop(self):
+        before = self._macs.incoming.sequence
+        ended = stop_thread(self)
+        if ended is not None:
+            by_thread.append(self._macs.incoming.sequence - before)
+        return ended
+
+    monkeypatch.setattr(ha.link_thread.LinkThread, "stop", counted_stop)
     config = {"commitlog_segment_bytes": 40_960, "max_message_body_bytes": 2048}
     source = MessageStore.open(StoreConfig(data_dir=str(tmp_path / "source"), **config))
     appends = []
@@ -1238,6 +1259,10 @@ def test_a_slave_takes_common_frames_in_the_lane_and_the_rest_through_python(
             segment_starts = {o for o, _ in frames if o % 40_960 == 0 and o > 0}
             assert len(segment_starts) >= 3, "the log rolls to new segments"
             assert set(by_python) == {0, new_epoch_at} | segment_starts
+            if lane == "thread":  # lent again after the Python path took what it declined
+                assert len(by_thread) >= 2 and sum(by_thread) > 0
+            else:
+                assert by_thread == []
         finally:
             store.shutdown()
 
