@@ -270,7 +270,7 @@ class LinkStream(asyncio.BufferedProtocol):
         unread = bytes(memoryview(self._staged)[self._start : self._end])
         self._start = self._end = 0
         self._lent = True
-        transport.pause_reading()
+        self._pause_reading()  # a read after the thread (``closed_by_peer``) resumes it
         return unread
 
     def take_back(self, unread: bytes) -> None:
@@ -294,7 +294,7 @@ class LinkStream(asyncio.BufferedProtocol):
                 self._staged[: len(rest)] = rest
                 self._end = len(rest)
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
+            self._resume_reading()
 
     async def closed_by_peer(self) -> None:
         """Discard whatever arrives (a frame half read included) until the other end

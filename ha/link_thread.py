@@ -165,9 +165,11 @@ class LinkThread:
                 self.running = True
             return write_offset  # nothing appended here
 
-        self._store.append_replicated_with(start_at)
-        if not self.running:
-            self._link.take_back(unread)
+        try:
+            self._store.append_replicated_with(start_at)
+        finally:
+            if not self.running:  # no room, or the thread could not start: read on here
+                self._link.take_back(unread)
         return self.running
 
     def stop(self) -> Ended | None:

@@ -6,7 +6,6 @@ Python hears of it, and stops at once when asked."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import tempfile
@@ -16,98 +15,25 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ha.link_auth import AesGcmMac, FrameMac, Role
+from ha.link_auth import FrameMac, Role
 from ha.link_thread import Ended, Ending
-from ha.replica_lane import Stop, apply_frames_in_python, native
-from ha.wire import ACK, FRAME_HEADER, MAC_BYTES, Kind, data_frame
+from ha.replica_lane import native
+from ha.wire import data_frame
 from store.config import StoreConfig
 from store.message import Message
 from store.message_store import MessageStore
 from tests.support.fetch_answers import record
-from tests.support.replica_frames import KEY, MASTER, LaneCase, SegmentFile, case_from
-
-ACK_KEY = bytes(range(100, 132))
-SLAVE = 2  # ha.link_auth.Role.SLAVE's direction byte
-DEADLINE_S = 10.0
+from tests.support.replica_frames import (
+    DEADLINE_S,
+    KEY,
+    Following,
+    LaneCase,
+    SegmentFile,
+    case_from,
+    follow_both,
+)
 
 pytestmark = pytest.mark.skipif(native is None, reason="ha._replica_lane did not build")
-
-
-class Following:
-    """A Follower on one end of a socket pair; the test is the master on the other."""
-
-    def __init__(self) -> None:
-        self.master, self.slave = socket.socketpair()
-        self.slave.setblocking(False)  # as the event loop's transports leave it
-        self.follower = native.Follower(native.Gmac(KEY, MASTER), native.Gmac(ACK_KEY, SLAVE))
-
-    def start(self, case: LaneCase, fd: int, *, acked: int = 0, out_sequence: int = 0) -> None:
-        self.follower.start(
-            self.slave.fileno(),
-            case.sequence,
-            out_sequence,
-            fd,
-            case.position,
-            case.room,
-            case.write_offset,
-            case.epoch,
-            acked,
-            b"",
-        )
-
-    def ending(self) -> Ending:
-        """Poll until the thread ended on its own."""
-        deadline = time.monotonic() + DEADLINE_S
-        while (ending := Ending(self.follower.progress()[3])) is Ending.RUNNING:
-            assert time.monotonic() < deadline, "the thread did not end"
-            time.sleep(0.001)
-        return ending
-
-    def stop(self) -> Ended:
-        ending, error_number, sequence, out_sequence, end, confirmed, acked, unread = (
-            self.follower.stop()
-        )
-        self.sequence, self.out_sequence, self.end, self.confirmed = (
-            sequence,
-            out_sequence,
-            end,
-            confirmed,
-        )
-        return Ended(Ending(ending), error_number, acked, unread)
-
-    def acks(self, first_sequence: int = 0) -> list[int]:
-        """The offsets of the ACKs the thread sent, each checked against its tag."""
-        self.master.setblocking(False)
-        received = b""
-        while True:
-            try:
-                part = self.master.recv(1 << 16)
-            except BlockingIOError:
-                break
-            if not part:
-                break
-            received += part
-        mac, offsets, at = AesGcmMac(ACK_KEY, SLAVE), [], 0
-        while at < len(received):
-            kind, length = FRAME_HEADER.unpack_from(received, at)
-            body = received[at + FRAME_HEADER.size : at + FRAME_HEADER.size + length]
-            assert kind == Kind.ACK and length == ACK.size + MAC_BYTES
-            assert mac.verify(kind, first_sequence + len(offsets), body[:-MAC_BYTES], body[-16:])
-            offsets.append(ACK.unpack_from(body)[0])
-            at += FRAME_HEADER.size + length
-        return offsets
-
-    def left_in_socket(self) -> bytes:
-        """What the thread did not read (the transport's to read next)."""
-        left = b""
-        with contextlib.suppress(BlockingIOError):
-            while part := self.slave.recv(1 << 16):
-                left += part
-        return left
-
-    def close(self) -> None:
-        self.master.close()
-        self.slave.close()
 
 
 @pytest.fixture
@@ -130,51 +56,7 @@ def test_the_thread_takes_declines_and_writes_as_the_twin_does_on_the_whole_stre
     write), with the same log, MAC count and confirmed offset, the bytes after that left
     unread, and one sealed ACK per arrival that carried frames, the last for the end."""
     case = case_from(data)
-    thread_file, twin_file = files
-    thread_file.reset()
-    twin_file.reset()
-    twin = apply_frames_in_python(
-        AesGcmMac(KEY, MASTER),
-        case.sequence,
-        case.unread,
-        twin_file.fd,
-        case.position,
-        case.room,
-        case.write_offset,
-        case.epoch,
-    )
-    following = Following()
-    try:
-        following.start(case, thread_file.fd, acked=case.write_offset)
-        at = 0
-        for cut in [*cuts, len(case.unread)]:
-            following.master.sendall(case.unread[at : at + cut])
-            at = min(len(case.unread), at + cut)
-        following.master.shutdown(socket.SHUT_WR)
-        expected = {
-            Stop.MORE: Ending.CLOSED,
-            Stop.DECLINED: Ending.DECLINED,
-            Stop.WRITE_FAILED: Ending.WRITE_FAILED,
-        }[twin.stop]
-        assert following.ending() is expected
-        ended = following.stop()
-        assert ended.ending is expected
-        assert ended.unread + following.left_in_socket() == case.unread[twin.used :]
-        assert (following.sequence, following.end, following.confirmed) == (
-            twin.sequence,
-            twin.write_offset,
-            twin.confirmed,
-        )
-        assert thread_file.contents() == twin_file.contents()
-        acks = following.acks()
-        assert acks == sorted(acks)
-        assert following.out_sequence == len(acks)
-        if twin.appended or twin.heartbeats:
-            assert acks and acks[-1] == ended.acked == twin.write_offset
-        else:
-            assert acks == [] and ended.acked == case.write_offset
-    finally:
-        following.close()
+    follow_both(case, cuts, *files)
 
 
 def sealed_frames(count: int, records: bytes, start: int = 0) -> list[bytes]:

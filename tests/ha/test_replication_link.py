@@ -39,7 +39,7 @@ from ha.link_auth import (
     proof_matches,
     session_macs,
 )
-from ha.master import CHUNK_BYTES, ReplicationMaster
+from ha.master import CHUNK_BYTES, SILENT_SLAVE_TIMEOUT_S, ReplicationMaster
 from ha.slave import ReplicationSlave
 from ha.wire import (
     ACK,
@@ -825,6 +825,40 @@ def test_a_slave_that_stops_says_so_and_leaves_once_the_in_sync_set_lost_it(
     with lone_slave(tmp_path) as slave:
         asyncio.run(run(slave))
     assert "slave-1 stops following this master" in caplog.text
+
+
+def test_a_slave_whose_link_thread_runs_leaves_as_soon_as_its_master_closes(tmp_path, monkeypatch):
+    """Stopping a slave while the link's thread reads its socket gives the socket back to
+    the loop: the slave's LEAVING is answered by the master's close, which the slave
+    hears at once (a transport left paused would wait out ``LEAVE_WAIT_S``)."""
+    monkeypatch.setattr(ha.slave, "LEAVE_WAIT_S", 4 * TIMEOUT_S)
+    monkeypatch.setattr(ha.slave, "STOP_TIMEOUT_S", 4 * TIMEOUT_S)
+    lent: list[bool] = []
+    start_thread = ha.link_thread.LinkThread.start
+
+    def counted_start(self, acked: int) -> bool:
+        started = start_thread(self, acked)
+        lent.append(started)
+        return started
+
+    monkeypatch.setattr(ha.link_thread.LinkThread, "start", counted_start)
+
+    async def run() -> None:
+        async with honest_link(tmp_path) as link:
+            lent.clear()
+            link.slave.start()
+            await link.caught_up()
+            assert any(lent), "the link's thread followed"
+            # Well before anything else would end the link: the master drops a slave
+            # silent for SILENT_SLAVE_TIMEOUT_S (10 s). (``stop`` outlives a wait_for's
+            # cancellation by design, so the time it took is what tells.)
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            await link.slave.stop(leaving=True)
+            assert loop.time() - began < SILENT_SLAVE_TIMEOUT_S / 2
+            assert log_bytes(link.slave_store) == log_bytes(link.master_store)
+
+    asyncio.run(run())
 
 
 def test_a_slave_acknowledges_records_before_it_dispatches_them(tmp_path, monkeypatch):

@@ -21,7 +21,9 @@ properties), ``index_put_all`` (an index file's slots and links as a crash or th
 left them), ``gather_records`` (consume-queue entries as the disk holds them, pointing
 anywhere in a log whose first segment retention took), ``remoting_header`` (a remoting
 frame's binary header, ``read_binary_header``), ``replica_frames`` (a slave's link's bytes
-taken by the replica lane, ``ha._replica_lane.apply_frames``, sealed right or not).
+taken by the replica lane, ``ha._replica_lane.apply_frames``, sealed right or not),
+``link_thread`` (the same bytes read off a socket in pieces by the link's thread,
+``ha._replica_lane.Follower``, against the twin on the whole stream).
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ with atheris.instrument_imports(
     from store.message import TIMER_TOPIC, Message
     from store.message_store import MessageStore
     from store.results import AppendedMessage
-    from tests.support.replica_frames import SegmentFile, apply_both, case_from
+    from tests.support.replica_frames import SegmentFile, apply_both, case_from, follow_both
 
 from ferrymq.codec.errors import InvalidMessageError  # noqa: E402
 from tests.support.fetch_answers import QUEUE_ID, TOPIC, comparable, record  # noqa: E402
@@ -336,6 +338,15 @@ def fuzz_replica_frames(data: bytes) -> None:
     assert c_file.contents() == twin_file.contents()
 
 
+def fuzz_link_thread(data: bytes) -> None:
+    """The same bytes read off a real socket by the link's thread, in pieces its first
+    three bytes size: it takes, declines, writes and acknowledges as the twin does on the
+    whole stream, and leaves the rest unread."""
+    if not _LANE_FILES:
+        _LANE_FILES.extend((SegmentFile(), SegmentFile()))
+    follow_both(case_from(data[3:]), [1 + 3 * size for size in data[:3]], *_LANE_FILES)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "decode_properties": fuzz_decode_properties,
     "produce_scan": fuzz_produce_scan,
@@ -350,6 +361,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "split_field": fuzz_split_field,
     "remoting_header": fuzz_remoting_header,
     "replica_frames": fuzz_replica_frames,
+    "link_thread": fuzz_link_thread,
 }
 
 
@@ -390,6 +402,11 @@ def seeds(target: str) -> list[bytes]:
             b"\x01\x02\x10\x01" + b"\x01\x00\x02\x00\x00\x00\x04\x00\x03\x00",
             b"\x12\x05\x00\x07" + b"\x02\x00\x01\x08\x01\x20\x05\x00\x04abcd",
             b"\x20\x00\x00\x01" + b"\x06\x00\x00\x30" + bytes(40),
+        ],
+        # The same, arriving in pieces of 1, 4, 7... bytes.
+        "link_thread": [
+            b"\x00\x01\x02" + b"\x01\x02\x10\x01" + b"\x01\x00\x02\x00\x00\x00\x04\x00\x03\x00",
+            b"\x10\x00\x40" + b"\x12\x05\x00\x07" + b"\x02\x00\x01\x08\x01\x20\x05\x00\x04abcd",
         ],
         # A FERRY_PRODUCE request's header as the SDK writes it, and an answer's.
         "remoting_header": [
