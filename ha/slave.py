@@ -393,7 +393,10 @@ class ReplicationSlave:
         ``_append_data``), which gives the precise answer. One ACK covers an arrival's
         frames (under single sends the master pushes each append as a frame of its own).
         Under SYNC_FLUSH an ACK waits for the fsync that covers it, and the link appends on
-        while a flush runs (``FlushBehind``)."""
+        while a flush runs (``FlushBehind``). Otherwise the socket is lent to the link's
+        thread (``ha/link_thread.py``) while every frame is common: it appends and
+        acknowledges in C, ``thread_progress`` hears what it did, and the frame it
+        declines comes back to ``take`` (``thread_ended``), which lends the socket again."""
         store = self.store
         thread: LinkThread | None = None
 
