@@ -482,17 +482,17 @@ class ReplicationSlave:
         idle = SilenceWatch(self.idle_timeout_s, end_link)
         idle.waiting()
         link.deliver_to(take)
-        if flusher is None and link_thread.usable(macs):
-            thread = LinkThread(
-                store,
-                macs,
-                link,
-                epoch=lambda: self.epochs.last_epoch,
-                on_progress=thread_progress,
-                on_ended=thread_ended,
-            )
-            start_thread()
         try:
+            if flusher is None and link_thread.usable(macs):
+                thread = LinkThread(
+                    store,
+                    macs,
+                    link,
+                    epoch=lambda: self.epochs.last_epoch,
+                    on_progress=thread_progress,
+                    on_ended=thread_ended,
+                )
+                start_thread()
             await link.ended()
         except (LinkError, ConnectionError) as error:  # the taker's, or the link's end
             for behind in (flusher, dispatcher):

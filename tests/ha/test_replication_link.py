@@ -861,6 +861,35 @@ def test_a_slave_whose_link_thread_runs_leaves_as_soon_as_its_master_closes(tmp_
     asyncio.run(run())
 
 
+def test_a_link_thread_that_fails_to_start_ends_the_link_and_is_closed(
+    tmp_path, monkeypatch, caplog
+):
+    """A thread that cannot start (no thread or fd to be had) ends the link with the
+    error, and the link's thread is closed like every other end of the link: nothing is
+    left listening on its eventfd."""
+    caplog.set_level(logging.INFO, logger="ferrymq")
+    closed: list[bool] = []
+    close_thread = ha.link_thread.LinkThread.close
+
+    def failing_start(self, acked: int) -> bool:
+        raise OSError(errno.EMFILE, "injected: no fd left")
+
+    def counted_close(self) -> None:
+        close_thread(self)
+        closed.append(self.closed)
+
+    async def run() -> None:
+        async with honest_link(tmp_path) as link:
+            monkeypatch.setattr(ha.link_thread.LinkThread, "start", failing_start)
+            monkeypatch.setattr(ha.link_thread.LinkThread, "close", counted_close)
+            link.slave.start()
+            await eventually(lambda: "injected: no fd left" in caplog.text, "the link's end")
+            await link.slave.stop()
+            assert closed and all(closed)
+
+    asyncio.run(run())
+
+
 def test_a_slave_acknowledges_records_before_it_dispatches_them(tmp_path, monkeypatch):
     """A slave's ACK says its CommitLog holds the bytes (what a failover needs); its own
     consume-queue and index work comes after the ACK is written, off the SYNC write's
