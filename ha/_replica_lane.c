@@ -661,12 +661,16 @@ follower_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Py_INCREF(outgoing);
     self->incoming = incoming;
     self->outgoing = outgoing;
-    self->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    self->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    self->buffer = malloc(FIRST_CAPACITY);
+    int error = 0; /* kept apart: the dealloc's close() may change errno */
+    if ((self->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+        (self->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+        error = errno;
+    else if ((self->buffer = malloc(FIRST_CAPACITY)) == NULL)
+        error = ENOMEM;
     self->capacity = FIRST_CAPACITY;
-    if (self->stop_fd < 0 || self->event_fd < 0 || self->buffer == NULL) {
+    if (error) {
         Py_DECREF(self);
+        errno = error;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     return (PyObject *)self;
@@ -748,10 +752,15 @@ PyDoc_STRVAR(follower_progress_doc,
 static PyObject *
 follower_progress(Follower *self, PyObject *Py_UNUSED(ignored))
 {
+    /* The count first: the end and the confirmed offset stored before it was raised are
+     * then seen, so a caller that remembers the count never misses an end (read the other
+     * way round, an arrival's count could come with the end before it, and that arrival
+     * would be counted only at the next one). */
     int ending = __atomic_load_n(&self->ending, __ATOMIC_ACQUIRE);
-    return Py_BuildValue("(LLKi)", __atomic_load_n(&self->published_end, __ATOMIC_ACQUIRE),
-                         __atomic_load_n(&self->published_confirmed, __ATOMIC_ACQUIRE),
-                         __atomic_load_n(&self->arrivals, __ATOMIC_ACQUIRE), ending);
+    unsigned long long arrivals = __atomic_load_n(&self->arrivals, __ATOMIC_ACQUIRE);
+    long long end = __atomic_load_n(&self->published_end, __ATOMIC_ACQUIRE);
+    long long confirmed = __atomic_load_n(&self->published_confirmed, __ATOMIC_ACQUIRE);
+    return Py_BuildValue("(LLKi)", end, confirmed, arrivals, ending);
 }
 
 PyDoc_STRVAR(follower_arm_doc, "arm()\n\nWake Python (`event_fd`) at the next arrival.");
