@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from ha.link_auth import FrameMac, Role
 from ha.link_thread import Ended, Ending
-from ha.replica_lane import native
 from ha.wire import data_frame
 from store.config import StoreConfig
 from store.message import Message
@@ -32,8 +31,6 @@ from tests.support.replica_frames import (
     case_from,
     follow_both,
 )
-
-pytestmark = pytest.mark.skipif(native is None, reason="ha._replica_lane did not build")
 
 
 @pytest.fixture
