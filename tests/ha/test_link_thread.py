@@ -11,7 +11,6 @@ import socket
 import tempfile
 import time
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,18 +26,9 @@ from tests.support.replica_frames import (
     KEY,
     Following,
     LaneCase,
-    SegmentFile,
     case_from,
     follow_both,
 )
-
-
-@pytest.fixture
-def files():
-    pair = SegmentFile(), SegmentFile()
-    yield pair
-    for file in pair:
-        file.close()
 
 
 @settings(

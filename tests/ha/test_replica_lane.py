@@ -28,14 +28,6 @@ from tests.support.replica_frames import (
 )
 
 
-@pytest.fixture
-def files():
-    pair = SegmentFile(), SegmentFile()
-    yield pair
-    for file in pair:
-        file.close()
-
-
 def test_the_lane_is_built_and_every_link_mac_uses_it():
     """The C is what runs: a link's MACs are the C's Gmac (libcrypto opened)."""
     assert native is not None
