@@ -23,15 +23,17 @@ past ``max_backlog_ms``, so a master never takes more than its slaves can confir
 
 The reput: while a SYNC master has slaves to wait for, its appends leave their
 consume-queue and index dispatch behind them (``MessageStore.dispatches_behind``), and the
-master dispatches at the next ACK's intake, before the confirmed offset can move, or
-``REPUT_TAIL_S`` after an append no ACK followed (RocketMQ's ReputMessageService runs
-behind its CommitLog the same way); behind by one append at most: a master busier than
-one append per ACK dispatches right after each append's copies left, as without it.
-Nothing is lost by it: consumers read only below the confirmed offset, which moves only
-after the dispatch, and what a crash leaves undispatched is in the CommitLog, which
-recovery dispatches again. What it gains: the master leaves the CPU right after its DATA
-frames, so on two cores the second slave does not queue behind the master's own
-dispatch, and that dispatch runs while the master waits for the ACKs anyway.
+master dispatches when the confirmed offset moves (the confirming ACK's intake, a smaller
+in-sync set), after the answers it releases and before the read cap moves, or
+``REPUT_TAIL_S`` after an append no confirmation followed (RocketMQ's ReputMessageService
+runs behind its CommitLog the same way); behind by one append at most: a master busier
+than one append per ACK dispatches right after each append's copies left, as without it.
+Nothing is lost by it: consumers read only below the read cap, which moves only after the
+dispatch (``on_confirmed``), and what a crash leaves undispatched is in the CommitLog,
+which recovery dispatches again. What it gains: the master leaves the CPU right after its
+DATA frames, so on two cores the second slave does not queue behind the master's own
+dispatch; an ACK that confirms nothing costs only its count; and the dispatch runs after
+the writers' answers left, while their clients read them.
 
 Thread-safety: everything runs on the node's event loop.
 """
@@ -428,7 +430,9 @@ class ReplicationMaster:
         if self.store.dispatches_behind and self._reput_tail is None:
             call_later = self._call_later or asyncio.get_running_loop().call_later
             self._reput_tail = call_later(REPUT_TAIL_S, self._reput_after_tail)
-        self._recompute()
+        # Inside the append (its put lock held): no dispatch here; the append's own
+        # catch-up follows its listeners whenever an earlier append is undispatched.
+        self._recompute(reput=False)
 
     def _push(self, link: SlaveLink, reads: dict[tuple[int, int], bytes]) -> None:
         """Write DATA frames from ``link.sent`` to this log's end while the link's transport
@@ -483,7 +487,11 @@ class ReplicationMaster:
         self._reput_tail = None
         self._reput()
 
-    def _recompute(self) -> None:
+    def _recompute(self, *, reput: bool = True) -> None:
+        """Move the confirmed offset to what the counted slaves hold. When it moves, the
+        waiters it covers are answered first, then what the appends left behind is
+        dispatched (``reput``: false only inside an append), and only then do the read cap
+        and its readers move (``on_confirmed``)."""
         if not self.active:
             return
         end = self.store.write_offset
@@ -494,17 +502,19 @@ class ReplicationMaster:
             confirmed = max(self.confirmed_offset, min(min(acks), end))
         if confirmed > self.confirmed_offset or confirmed == end:
             advanced = confirmed > self.confirmed_offset
-            # Readers at the new cap find their entries (a full disk aside): appends
-            # dispatch behind them only while ACKs are awaited, and an ACK's intake
-            # dispatches before it counts.
-            self.confirmed_offset = confirmed
             resumed: list[asyncio.Future[bool]] = []
             while self._waiters and self._waiters[0][0] <= confirmed:
                 _, _, future, on_confirmed = heapq.heappop(self._waiters)
                 if not future.done():
                     if on_confirmed is not None:
-                        _run_on_confirmed(on_confirmed)
+                        _run_on_confirmed(on_confirmed)  # a writer's answer leaves now
                     resumed.append(future)
+            # Readers at the new cap find their entries (a full disk aside): appends
+            # dispatch behind them only while ACKs are awaited, and what they left is
+            # dispatched here, after the answers and before the cap moves.
+            if advanced and reput:
+                self._reput()
+            self.confirmed_offset = confirmed
             # The readers this wakes (``on_confirmed``: long polls under the read cap) are
             # scheduled before the writers' tasks resume: a writer's answer has left already
             # when it was answered ahead, and what its task does after (its callers'
@@ -803,12 +813,12 @@ class ReplicationMaster:
             silent.close()
 
     def record_ack(self, link: SlaveLink, offset: int) -> None:
-        """The slave of ``link`` holds this log below ``offset``: count it."""
+        """The slave of ``link`` holds this log below ``offset``: count it (an ACK that
+        moves the confirmed offset also dispatches what the appends left, ``_recompute``)."""
         end = self.store.write_offset
         if offset > end or offset < link.acked:
             raise LinkError(f"{link.node_id} acknowledged {offset}: not a position it has")
         link.acked = offset
-        self._reput()
         if offset >= end:
             link.caught_up_at = self.clock()
         else:

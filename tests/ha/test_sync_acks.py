@@ -503,11 +503,11 @@ def test_a_streaming_link_is_written_in_the_append_before_the_dispatch(store):
     asyncio.run(run())
 
 
-def test_a_sync_master_dispatches_behind_its_appends_at_the_next_ack_before_it_confirms(store):
+def test_a_sync_master_dispatches_behind_its_appends_after_the_answer_and_before_the_cap(store):
     """The reput: while a SYNC master waits for slaves, an append leaves its consume-queue
-    and index entries to the next ACK's intake, which writes them before the confirmed
-    offset moves, so a reader woken by the confirmation finds them; the writer's answer
-    comes after both."""
+    and index entries behind it. An ACK that confirms nothing only counts; the ACK that
+    confirms the write answers its writer first, then writes the entries, and only then
+    moves the read cap, so a reader woken by the confirmation finds them."""
 
     async def run() -> None:
         clock = ManualClock()
@@ -515,9 +515,9 @@ def test_a_sync_master_dispatches_behind_its_appends_at_the_next_ack_before_it_c
         master.activate(frozenset({"m", "s1", "s2"}))
         s1 = master.open_link("s1", 0, store.write_offset)
         s2 = master.open_link("s2", 0, store.write_offset)
-        seen_at_confirmation: list[tuple[int, int]] = []
-        master.on_confirmed = lambda confirmed: seen_at_confirmation.append(
-            (confirmed, store.dispatched_offset)
+        seen: list[tuple[str, int, int]] = []  # (who, dispatched, read cap)
+        master.on_confirmed = lambda confirmed: seen.append(
+            ("reader", store.dispatched_offset, confirmed)
         )
         before = store.write_offset
         result = await put(store, b"behind")
@@ -525,13 +525,42 @@ def test_a_sync_master_dispatches_behind_its_appends_at_the_next_ack_before_it_c
         assert store.dispatches_behind
         assert store.dispatched_offset == before  # nothing dispatched in the append
         assert store.max_offset_in_queue("orders", 0) == 0
-        ack = asyncio.ensure_future(master.acknowledge(result, TIMEOUT_S))
-        master.record_ack(s1, end)  # the first ACK dispatches; it confirms nothing yet
-        assert store.dispatched_offset == end and seen_at_confirmation == []
-        assert store.max_offset_in_queue("orders", 0) == 1
+
+        def answer(outcome):
+            def write() -> None:
+                seen.append(("writer", store.dispatched_offset, master.confirmed_offset))
+
+            return write
+
+        master.acknowledge_now(result, TIMEOUT_S, answer)
+        master.record_ack(s1, end)  # confirms nothing: counted, nothing dispatched
+        assert store.dispatched_offset == before and seen == []
         master.record_ack(s2, end)
-        assert seen_at_confirmation == [(end, end)]
-        assert (await ack).status is PutStatus.OK
+        assert seen == [("writer", before, before), ("reader", end, end)]
+        assert store.max_offset_in_queue("orders", 0) == 1
+
+    asyncio.run(run())
+
+
+def test_a_confirmation_the_in_sync_set_moves_dispatches_before_the_cap_moves(store):
+    """A slave leaving the in-sync set can confirm what the others acknowledged, with no
+    ACK arriving: the entries the appends left are written before the read cap moves."""
+
+    async def run() -> None:
+        master = master_of(store, ManualClock(), min_insync=2)
+        master.activate(frozenset({"m", "s1", "s2"}))
+        s1 = master.open_link("s1", 0, store.write_offset)
+        master.open_link("s2", 0, store.write_offset)
+        seen: list[tuple[int, int]] = []
+        master.on_confirmed = lambda confirmed: seen.append((confirmed, store.dispatched_offset))
+        before = store.write_offset
+        await put(store, b"held by s1 only")
+        end = store.write_offset
+        master.record_ack(s1, end)
+        assert master.confirmed_offset == before and store.dispatched_offset == before
+        master.set_counted(frozenset({"m", "s1"}))  # s2 left the in-sync set
+        assert store.dispatches_behind
+        assert seen == [(end, end)]
 
     asyncio.run(run())
 
