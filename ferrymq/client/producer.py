@@ -237,15 +237,16 @@ class Producer:
             address = None
             try:
                 address, request = requests(stale)
-                connection = self.endpoints.connection(address)
                 channel = self.endpoints.channel(address)
                 if isinstance(request, ProduceCall) and channel is not None:
                     answer = produce_answer(
                         channel.call(FerryRequestCode.FERRY_PRODUCE, request.body())
                     )
                 elif isinstance(request, ProduceCall):
+                    connection = self.endpoints.connection(address)
                     answer = connection.call(connection.data.Produce, request.message())
                 else:
+                    connection = self.endpoints.connection(address)
                     answer = connection.call(connection.messaging.SendMessage, request)
                 return self._receipts(messages, answer)
             except FerryError as error:
