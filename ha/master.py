@@ -509,9 +509,7 @@ class ReplicationMaster:
                     if on_confirmed is not None:
                         _run_on_confirmed(on_confirmed)  # a writer's answer leaves now
                     resumed.append(future)
-            # Readers at the new cap find their entries (a full disk aside): appends
-            # dispatch behind them only while ACKs are awaited, and what they left is
-            # dispatched here, after the answers and before the cap moves.
+            # Before the cap moves, so its readers find their entries (a full disk aside).
             if advanced and reput:
                 self._reput()
             self.confirmed_offset = confirmed

@@ -51,15 +51,12 @@ class ProduceCall:
         return bytes_field.encode(head, [self.records], bytes_field.PRODUCE_RECORDS_FIELD)
 
     def message(self) -> data.ProduceRequest:
-        return self._message(self.records)
-
-    def _message(self, records: bytes) -> data.ProduceRequest:
         return data.ProduceRequest(
             topic=self.topic,
             queue_id=self.queue_id,
             atomic=self.atomic,
             count=self.count,
-            records=records,
+            records=self.records,
         )
 
 
