@@ -423,6 +423,12 @@ def test_a_group_whose_4x_consumer_is_online_but_committed_nothing_yet_is_reset(
             body = heartbeat_body("127.0.0.1@starting-member", ["starting"], TOPIC)
             assert member.call(RequestCode.HEART_BEAT, body=body).code == ResponseCode.SUCCESS
             with Admin(slave.grpc, security=ROOT) as admin:
+                # The group was committed through the master; the slave's routing replica
+                # applies it a moment later (a busy host: seconds).
+                until(
+                    lambda: any(g.name == "starting" for g in admin.list_groups()),
+                    what="the slave to know group starting",
+                )
                 planned = admin.reset_offsets("starting", TOPIC, "earliest", dry_run=True)
             assert [q.old_offset for q in planned] == [-1, -1]
             answer = tool.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
