@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test image test-image lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-clients bench-lite bench-models chaos upgrade-drill clean
+.PHONY: up test image test-image lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-java-floors bench-clients bench-lite bench-models chaos upgrade-drill clean
 
 # The C speedups are compiled by the install: a change to any C source rebuilds them.
 C_SOURCES := store/_speedups.c ferrymq/codec/_speedups.c ferrymq/codec/_properties.h \
@@ -84,6 +84,11 @@ bench-floors: $(STAMP)
 # The official Java client offering a 3-node cluster a growing rate (Java 17 and Maven).
 bench-saturation: $(STAMP)
 	$(PY) -m bench.saturation --json
+
+# The official Java 4.x client's windowed send against a no-op 4.x broker (its floor), one
+# node, a SYNC group and one Apache RocketMQ broker (Java 17, Maven: jars from Maven Central).
+bench-java-floors: $(STAMP)
+	$(PY) -m bench.java_ceiling --json
 
 # Kill -9 of the master under each official client's load, 5 times per client (Java 17,
 # Maven, Node.js and npm: the clients are fetched on first use).

@@ -206,9 +206,12 @@ else:
     asyncio.run(main())
 """
 
-# argv: "uvloop" or "asyncio", then the ports of the slaves each FERRY_PRODUCE body is
-# copied to. The node's remoting transport with a handler that answers every
-# SEND_MESSAGE_V2 at once, and every FERRY_PRODUCE once the slaves (if any) acknowledged it.
+# argv: "uvloop" or "asyncio", then the ports of the slaves each FERRY_PRODUCE or
+# SEND_MESSAGE_V2 body is copied to. The node's remoting transport with a handler that
+# answers every SEND_MESSAGE_V2 and every FERRY_PRODUCE once the slaves (if any)
+# acknowledged it. It is a name server too, as a node is, for the official 4.x Java client
+# (``bench.java_ceiling``): every topic's route is ``ROUTE_QUEUES`` queues on this server,
+# and HEART_BEAT and UNREGISTER_CLIENT are answered SUCCESS.
 # A FERRY_FETCH is answered with the body of a FERRY_PRODUCE the slaves acknowledged and no
 # fetch took yet: at once when there is one, else parked until the next (a long poll),
 # empty after ``FETCH_WAIT_S``; a FERRY_FETCH whose body is ``end`` drops what no fetch took
@@ -216,16 +219,30 @@ else:
 REMOTING_SERVER = (
     SLAVE_LINK
     + r"""
-import asyncio, sys
+import asyncio, json, sys
 from node.remoting.dispatch import Dispatch
 from node.remoting.server import RemotingServer
 ANSWER = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0", "queueOffset": "0"}
 FETCH_WAIT_S = 1.0
+ROUTE_QUEUES = 8
 LINKS = []
 UNFETCHED = []
 PARKED = []
+ROUTE = []
 async def noop(request, connection):
+    for acked in [link.send(request.body) for link in LINKS]:
+        await acked
     return request.reply(0, ext_fields=ANSWER)
+async def success(request, connection):
+    return request.reply(0)
+async def route(request, connection):
+    return request.reply(0, body=ROUTE[0])
+def route_body(port):
+    broker = {"brokerAddrs": {"0": f"127.0.0.1:{port}"}, "brokerName": "noop", "cluster": "noop"}
+    queues = {"brokerName": "noop", "perm": 6, "readQueueNums": ROUTE_QUEUES,
+              "topicSysFlag": 0, "writeQueueNums": ROUTE_QUEUES}
+    route = {"brokerDatas": [broker], "filterServerTable": {}, "queueDatas": [queues]}
+    return json.dumps(route, separators=(",", ":")).encode()
 async def produced(request, connection):
     for acked in [link.send(request.body) for link in LINKS]:
         await acked
@@ -253,8 +270,12 @@ async def main():
     dispatch.register(310, noop)
     dispatch.register(30001, produced)
     dispatch.register(30002, fetch)
+    dispatch.register(105, route)
+    dispatch.register(34, success)
+    dispatch.register(35, success)
     server = RemotingServer(dispatch)
     port = await server.bind("127.0.0.1", 0)
+    ROUTE.append(route_body(port))
     await server.serve()  # bind alone does not listen yet: the port is told once it does
     print(port, flush=True)
     await asyncio.Event().wait()

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import socket
 import sys
 import tempfile
 import time
@@ -34,10 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.peers import jvm, rocketmq_apache
+from bench.peers import jvm, rocketmq_apache, rocketmq_one
 from bench.peers.processes import ProcessRegistry
-from ferrymq.launcher.cluster import free_ports
-from ferrymq.launcher.polling import until
 from tests.support import clients
 
 VERSION = rocketmq_apache.VERSION
@@ -45,8 +42,8 @@ ARTIFACTS = tuple(
     jvm.Artifact("org.apache.rocketmq", name, VERSION)
     for name in ("rocketmq-namesrv", "rocketmq-broker")
 )
-CLUSTER = "DefaultCluster"
-BROKER = "broker-a"
+CLUSTER = rocketmq_one.CLUSTER
+BROKER = rocketmq_one.BROKER
 QUEUES = 4
 DELAY_LEVELS = " ".join(["1s", "2s"] + ["1s"] * 16)  # 18 levels, as the default has
 
@@ -62,14 +59,9 @@ BROKER_SETTINGS = {
 }
 
 
-def listening(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
 class ApacheRocketMQ:
-    """A name server and one master broker of Apache RocketMQ in the registry's processes."""
+    """A name server and one master broker of Apache RocketMQ in the registry's processes
+    (``bench.peers.rocketmq_one``, with ``BROKER_SETTINGS``)."""
 
     def __init__(self, registry: ProcessRegistry, root: Path) -> None:
         self.registry = registry
@@ -78,54 +70,11 @@ class ApacheRocketMQ:
         self.broker = ""
 
     def start(self) -> None:
-        java = jvm.find_java()
         lib = clients.maven_libs("apache-rocketmq", ARTIFACTS) / "jars"
-        # The broker also listens on its port - 2 (the "VIP" channel): keep that one free too.
-        while True:
-            namesrv_port, broker_port, ha_port = free_ports(3)
-            if not listening(broker_port - 2) and broker_port - 2 not in (namesrv_port, ha_port):
-                break
-        self.namesrv = f"127.0.0.1:{namesrv_port}"
-        self.broker = f"127.0.0.1:{broker_port}"
-        store = self.root / "broker" / "store"
-        self._spawn(java, lib, "namesrv", {"listenPort": str(namesrv_port)})
-        until(lambda: listening(namesrv_port), 120, "the name server", interval_s=0.2)
-        broker = {
-            "brokerClusterName": CLUSTER,
-            "brokerName": BROKER,
-            "brokerId": "0",
-            "brokerRole": "ASYNC_MASTER",
-            "flushDiskType": "ASYNC_FLUSH",
-            "brokerIP1": "127.0.0.1",
-            "listenPort": str(broker_port),
-            "haListenPort": str(ha_port),
-            "namesrvAddr": self.namesrv,
-            "storePathRootDir": str(store),
-            "storePathCommitLog": str(store / "commitlog"),
-            "mappedFileSizeCommitLog": str(64 << 20),
-            "diskMaxUsedSpaceRatio": "95",
-            "waitTimeMillsInSendQueue": "3000",
-            **BROKER_SETTINGS,
-        }
-        self._spawn(java, lib, "broker", broker)
-        until(lambda: listening(broker_port), 180, "the broker", interval_s=0.2)
-
-    def _spawn(self, java: str, lib: Path, name: str, properties: dict[str, str]) -> None:
-        home = self.root / name
-        home.mkdir(parents=True, exist_ok=True)
-        config = self.root / f"{name}.properties"
-        config.write_text(rocketmq_apache.render(properties))
-        argv = jvm.java_argv(
-            java,
-            str(lib.parent / "jars"),
-            rocketmq_apache.MAIN[name],
-            rocketmq_apache.HEAP_MB[name],
-            ["-c", str(config)],
-            rocketmq_apache.home_properties(str(home)),
+        started = rocketmq_one.start_one_broker(
+            self.registry, jvm.find_java(), str(lib), str(self.root), BROKER_SETTINGS
         )
-        self.registry.spawn(
-            f"apache-{name}", argv, str(self.root / f"{name}.log"), env={"ROCKETMQ_HOME": str(home)}
-        )
+        self.namesrv, self.broker = started.namesrv, started.broker
 
 
 # ---- the scenarios -------------------------------------------------------------------
