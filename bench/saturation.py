@@ -1,5 +1,5 @@
 """Saturation: ``python -m bench.saturation --json [--quick] [--nodes 3|1] [--busy N]
-[--soak-minutes M] [--rates R1,R2,...]``.
+[--soak-minutes M] [--rates R1,R2,...] [--peer apache]``.
 
 Offers a cluster an open-loop load that grows step by step until it cannot keep up, the
 way the OpenMessaging Benchmark's RocketMQ driver offers it: the official Java client
@@ -31,6 +31,12 @@ resident memory (RssAnon, its routing host's included) every ``MEMORY_SAMPLE_S``
 growth from the first minute (which begins with the warm-up step) to the last is the
 figure (flat is the goal; each minute's average beside it), with every error of the soak.
 
+``--peer apache`` offers the same warm-up and steps, judged by the same rule, to one Apache
+RocketMQ 5.3.3 broker with its name server (``bench.peers.rocketmq_one``: ASYNC_MASTER,
+ASYNC_FLUSH, no slave), the broker of issue 40's OpenMessaging Benchmark figure, so that
+its sustainable rate and one ferrymq node's (``--nodes 1``) are measured through one
+client on one host; it has no liveness figures (they are ferrymq's metrics) and no soak.
+
 Prints a human summary on stderr and one JSON object (last line of stdout).
 """
 
@@ -53,6 +59,10 @@ import urllib.request
 from dataclasses import dataclass, field, replace
 
 from bench import load_driver
+from bench.peers import jvm
+from bench.peers.processes import ProcessRegistry
+from bench.peers.rocketmq_apache import ARTIFACTS, VERSION
+from bench.peers.rocketmq_one import start_one_broker
 from ferrymq.client import Admin
 from ferrymq.launcher.cluster import (
     ClusterPlan,
@@ -255,12 +265,13 @@ def offer(
     steps: list[tuple[float, float]],
     topic: str,
     warm_up_s: float,
+    namesrv: str = "",
 ) -> Offered:
     """Run the load driver through a warm-up step (``WARM_UP_RATE`` for ``warm_up_s``),
     then ``steps`` ((rate, seconds) each); scrape the nodes' liveness at every step's
-    start and end."""
+    start and end. The driver is given ``namesrv``, else every node of ``plan``."""
     arguments = [
-        plan.namesrv_addr,
+        namesrv or plan.namesrv_addr,
         topic,
         f"{topic}-load",
         str(SIZE),
@@ -355,10 +366,9 @@ def sustainable_rate(steps: list[dict]) -> float:
     return sustainable
 
 
-def ramp(plan: ClusterPlan, argv: tuple[str, ...], scale: Scale) -> dict:
-    offered = offer(
-        plan, argv, [(rate, scale.step_s) for rate in scale.rates], "saturation", scale.warm_up_s
-    )
+def ramp(plan: ClusterPlan, argv: tuple[str, ...], scale: Scale, namesrv: str = "") -> dict:
+    steps = [(rate, scale.step_s) for rate in scale.rates]
+    offered = offer(plan, argv, steps, "saturation", scale.warm_up_s, namesrv)
     return {
         "warm_up_step": offered.warm_up,
         "steps": offered.steps,
@@ -425,17 +435,13 @@ def run(
     busy_beside_client: bool = False,
     rates: tuple[int, ...] = (),
 ) -> dict:
-    scale = SCALES[mode]
-    if rates:
-        scale = replace(scale, rates=rates)
+    scale = scale_of(mode, rates)
     argv = tuple(load_driver.argv())
     root = tempfile.mkdtemp(prefix="ferrymq-bench-saturation-")
     directory = os.path.join(root, "cluster")
     spinners = busy_processes(busy, busy_beside_client)
     started = time.monotonic()
-    figures: dict = {"mode": mode, "nodes": nodes, "busy_processes": busy}
-    if busy:
-        figures["busy_sessions"] = "the client's" if busy_beside_client else "their own"
+    figures = {"peer": "ferrymq", "nodes": nodes, **load_figures(mode, busy, busy_beside_client)}
     plan = None
     try:
         plan = start_cluster(directory, nodes)
@@ -459,12 +465,55 @@ def run(
                 if name.endswith(".log"):
                     shutil.copy(os.path.join(directory, name), logs_to)
         shutil.rmtree(root, ignore_errors=True)
-    figures["seconds"] = round(time.monotonic() - started, 1)
-    figures["load_average"] = [round(x, 2) for x in os.getloadavg()]
-    figures["machine"] = (
-        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    )
+    return {**figures, **host_figures(started)}
+
+
+def run_apache(
+    mode: str, busy: int, busy_beside_client: bool = False, rates: tuple[int, ...] = ()
+) -> dict:
+    """The ramp against one Apache RocketMQ broker with its name server
+    (``bench.peers.rocketmq_one``): the same driver, steps and rule, the peer of issue 40's
+    figure. No liveness figures (they are ferrymq's metrics) and no soak."""
+    scale = scale_of(mode, rates)
+    argv = tuple(load_driver.argv())
+    spinners = busy_processes(busy, busy_beside_client)
+    started = time.monotonic()
+    figures = {"peer": "apache", "nodes": 1, **load_figures(mode, busy, busy_beside_client)}
+    try:
+        with ProcessRegistry("saturation") as registry:
+            lib = jvm.resolve("rocketmq", ARTIFACTS)  # bench.peers' jars (mqadmin among them)
+            root = registry.make_dir("rocketmq-one")
+            broker = start_one_broker(registry, jvm.find_java(), lib, root, {})
+            broker.create_topic("saturation", QUEUES)
+            no_nodes = ClusterPlan(root, "", (), {})
+            figures.update(ramp(no_nodes, argv, scale, broker.namesrv))
+            figures["apache_version"] = VERSION
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+    return {**figures, **host_figures(started)}
+
+
+def scale_of(mode: str, rates: tuple[int, ...]) -> Scale:
+    scale = SCALES[mode]
+    return replace(scale, rates=rates) if rates else scale
+
+
+def load_figures(mode: str, busy: int, busy_beside_client: bool) -> dict:
+    figures: dict = {"mode": mode, "busy_processes": busy}
+    if busy:
+        figures["busy_sessions"] = "the client's" if busy_beside_client else "their own"
     return figures
+
+
+def host_figures(started: float) -> dict:
+    return {
+        "seconds": round(time.monotonic() - started, 1),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        ),
+    }
 
 
 def main() -> None:
@@ -474,6 +523,12 @@ def main() -> None:
     size.add_argument("--quick", action="store_true", help="20 s steps up to 30,000 msgs/s")
     size.add_argument("--smoke", action="store_true", help="two 5 s steps")
     parser.add_argument("--nodes", type=int, default=3, choices=(1, 3))
+    parser.add_argument(
+        "--peer",
+        default="ferrymq",
+        choices=("ferrymq", "apache"),
+        help="apache: one Apache RocketMQ broker and its name server instead (no soak)",
+    )
     parser.add_argument("--busy", type=int, default=0, help="processes spinning beside it")
     parser.add_argument(
         "--busy-beside-client",
@@ -499,16 +554,21 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, terminate)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    figures = run(
-        mode,
-        args.nodes,
-        args.busy,
-        args.soak_minutes,
-        args.soak_rate,
-        args.logs,
-        args.busy_beside_client,
-        rates,
-    )
+    if args.peer == "apache":
+        if args.soak_minutes or args.soak_rate is not None:
+            parser.error("--peer apache runs the ramp only (no soak)")
+        figures = run_apache(mode, args.busy, args.busy_beside_client, rates)
+    else:
+        figures = run(
+            mode,
+            args.nodes,
+            args.busy,
+            args.soak_minutes,
+            args.soak_rate,
+            args.logs,
+            args.busy_beside_client,
+            rates,
+        )
     if "sustainable_msgs_per_s" in figures:
         log(f"sustainable: {figures['sustainable_msgs_per_s']:,.0f} msgs/s")
     print(json.dumps(figures))

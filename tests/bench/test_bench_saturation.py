@@ -78,3 +78,22 @@ def test_a_step_below_the_top_that_did_not_keep_up_ends_the_sustainable_rate():
 
     steps = [step(1_000, 1.0), step(2_000, 0.9), step(3_000, 1.0)]
     assert saturation.sustainable_rate(steps) == 1_000
+
+
+def test_a_ramp_given_a_name_server_hands_the_driver_that_address(tmp_path):
+    """``--peer apache``: the broker's name server, not the (empty) plan's nodes."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        COLD_FIRST_STEP_DRIVER.replace(
+            "import json, sys",
+            f"import json, sys; open({str(tmp_path / 'asked')!r}, 'w').write(sys.argv[1])",
+        )
+    )
+    scale = saturation.Scale((1_000,), step_s=1.0, warm_up_s=0.5)
+
+    figures = saturation.ramp(
+        no_nodes(tmp_path), (sys.executable, str(driver)), scale, "127.0.0.1:9876"
+    )
+
+    assert (tmp_path / "asked").read_text() == "127.0.0.1:9876"
+    assert figures["sustainable_msgs_per_s"] == 1_000
