@@ -1,5 +1,5 @@
 """What the official Java 4.x client allows here, and where one broker stands under it:
-``python -m bench.java_ceiling --json [--quick | --smoke] [--rounds N] [--no-apache]``.
+``python -m bench.java_ceiling --json [--quick | --smoke] [--rounds N] [--only T1,T2,...]``.
 
 Issue 40 compares brokers through the official Java 4.x client (rocketmq-client 5.1.4, the
 OpenMessaging Benchmark's RocketMQ driver), where one Apache RocketMQ broker sustained a
@@ -17,12 +17,13 @@ time) against, in turn (each target first given one uncounted run of as many),
 - ``one_node``: one ferrymq node;
 - ``sync_group``: a 3-node SYNC ferrymq group, the client given every node;
 - ``apache``: one Apache RocketMQ 5.3.3 broker (ASYNC_MASTER, ASYNC_FLUSH, no slave) with
-  its name server, the broker of the issue's figure (unless ``--no-apache``); its name
+  its name server, the broker of the issue's figure; its name
   server's CPU counts as the server's, as a ferrymq node is its own name server.
 
 Figures per target and round: ``<target>_windowed_send_msgs_per_s`` (the JVM's own clock
 over the timed sends), and ``<target>_cpu_us_per_msg_server`` (the broker's, the relay's
-or the master's), ``_slaves`` (both, where there are) and ``_client`` (the JVM's whole
+or the master's, each with its helper processes: a node's routing host, Apache's name
+server), ``_slaves`` (both, where there are) and ``_client`` (the JVM's whole
 run: its start, warm-up and JIT compiler included, so an upper bound), each over the
 messages sent. Then each target's median over the rounds and the ratios
 ``one_node_noop_ratio``, ``sync_group_noop_replicated_ratio`` and ``one_node_apache_ratio``
@@ -57,6 +58,7 @@ from bench.peers.rocketmq_one import start_one_broker
 from ferrymq.client import Admin
 from ferrymq.launcher.cluster import cluster_down, cluster_up
 from ferrymq.launcher.polling import until
+from ferrymq.launcher.processes import process_tree
 
 WINDOW = 256
 WARM_UP = 50  # PeerWorkloads.WARMUP: sent one at a time before the timed ones
@@ -138,8 +140,9 @@ def ferrymq(nodes: int, topics: list[str]) -> Iterator[Target]:
             for topic in topics:
                 admin.create_topic(topic, QUEUES)
             master = until(lambda: master_id(admin), 30, "a master")
-        server = [n.pid for n in plan.nodes if n.id == master]
-        slaves = [n.pid for n in plan.nodes if n.id != master]
+        # A node's processes: the broker's and its routing host's (its child).
+        server = [p for n in plan.nodes if n.id == master for p in process_tree(n.pid)]
+        slaves = [p for n in plan.nodes if n.id != master for p in process_tree(n.pid)]
         yield Target(plan.namesrv_addr, server, slaves)
     finally:
         with contextlib.suppress(Exception):
@@ -167,9 +170,8 @@ def apache(topics: list[str]) -> Iterator[Target]:
 
 
 # ---- a run ----------------------------------------------------------------------------
-def measure(count: int, rounds: int, with_apache: bool) -> dict:
-    """Every target ``rounds`` times in turn, each round a fresh topic per target."""
-    targets = [t for t in TARGETS if with_apache or t != "apache"]
+def measure(count: int, rounds: int, targets: list[str]) -> dict:
+    """Each of ``targets`` ``rounds`` times in turn, each round a fresh topic."""
     figures: dict = {"count": count, "window": WINDOW, "rounds": rounds, "runs": {}}
     runs: dict[str, list[dict]] = {t: [] for t in targets}
     home = tempfile.mkdtemp(prefix="ferrymq-bench-java-home-")
@@ -236,11 +238,18 @@ def main() -> None:
     scale.add_argument("--quick", action="store_true", help=f"{SCALES['quick']:,} a run")
     scale.add_argument("--smoke", action="store_true", help=f"{SCALES['smoke']:,} a run")
     parser.add_argument("--rounds", type=int, default=3, help="runs per target (default 3)")
-    parser.add_argument("--no-apache", action="store_true", help="leave out Apache RocketMQ")
+    parser.add_argument(
+        "--only",
+        default=",".join(TARGETS),
+        help=f"targets to run, comma-separated (default: all of {','.join(TARGETS)})",
+    )
     args = parser.parse_args()
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     started_at = time.monotonic()
-    figures = measure(SCALES[mode], args.rounds, not args.no_apache)
+    targets = [name for name in TARGETS if name in args.only.split(",")]
+    if not targets:
+        parser.error(f"--only names none of {', '.join(TARGETS)}")
+    figures = measure(SCALES[mode], args.rounds, targets)
     figures["mode"] = mode
     figures["seconds"] = round(time.monotonic() - started_at, 1)
     figures["load_average"] = [round(x, 2) for x in os.getloadavg()]
