@@ -527,7 +527,8 @@ def main() -> None:
         "--peer",
         default="ferrymq",
         choices=("ferrymq", "apache"),
-        help="apache: one Apache RocketMQ broker and its name server instead (no soak)",
+        help="apache: one Apache RocketMQ broker and its name server instead of ferrymq "
+        "nodes (--nodes, --logs and the soak are ferrymq's)",
     )
     parser.add_argument("--busy", type=int, default=0, help="processes spinning beside it")
     parser.add_argument(
