@@ -469,11 +469,17 @@ def run(
 
 
 def run_apache(
-    mode: str, busy: int, busy_beside_client: bool = False, rates: tuple[int, ...] = ()
+    mode: str,
+    busy: int,
+    busy_beside_client: bool = False,
+    rates: tuple[int, ...] = (),
+    send_queue_wait_ms: int | None = None,
 ) -> dict:
     """The ramp against one Apache RocketMQ broker with its name server
     (``bench.peers.rocketmq_one``): the same driver, steps and rule, the peer of issue 40's
-    figure. No liveness figures (they are ferrymq's metrics) and no soak."""
+    figure. No liveness figures (they are ferrymq's metrics) and no soak.
+    ``send_queue_wait_ms``: the broker's ``waitTimeMillsInSendQueue`` (how long a send may
+    wait in its queue before it is refused as busy), else ``rocketmq_one``'s."""
     scale = scale_of(mode, rates)
     argv = tuple(load_driver.argv())
     spinners = busy_processes(busy, busy_beside_client)
@@ -483,7 +489,11 @@ def run_apache(
         with ProcessRegistry("saturation") as registry:
             lib = jvm.resolve("rocketmq", ARTIFACTS)  # bench.peers' jars (mqadmin among them)
             root = registry.make_dir("rocketmq-one")
-            broker = start_one_broker(registry, jvm.find_java(), lib, root, {})
+            settings = {}
+            if send_queue_wait_ms is not None:
+                settings["waitTimeMillsInSendQueue"] = str(send_queue_wait_ms)
+                figures["apache_send_queue_wait_ms"] = send_queue_wait_ms
+            broker = start_one_broker(registry, jvm.find_java(), lib, root, settings)
             broker.create_topic("saturation", QUEUES)
             no_nodes = ClusterPlan(root, "", (), {})
             figures.update(ramp(no_nodes, argv, scale, broker.namesrv))
@@ -530,6 +540,13 @@ def main() -> None:
         help="apache: one Apache RocketMQ broker and its name server instead of ferrymq "
         "nodes (--nodes, --logs and the soak are ferrymq's)",
     )
+    parser.add_argument(
+        "--apache-send-queue-wait-ms",
+        type=int,
+        default=None,
+        help="--peer apache: the broker's waitTimeMillsInSendQueue (200 as shipped; 3000 "
+        "by default here, as bench.peers runs it)",
+    )
     parser.add_argument("--busy", type=int, default=0, help="processes spinning beside it")
     parser.add_argument(
         "--busy-beside-client",
@@ -558,7 +575,9 @@ def main() -> None:
     if args.peer == "apache":
         if args.soak_minutes or args.soak_rate is not None:
             parser.error("--peer apache runs the ramp only (no soak)")
-        figures = run_apache(mode, args.busy, args.busy_beside_client, rates)
+        figures = run_apache(
+            mode, args.busy, args.busy_beside_client, rates, args.apache_send_queue_wait_ms
+        )
     else:
         figures = run(
             mode,

@@ -97,3 +97,31 @@ def test_a_ramp_given_a_name_server_hands_the_driver_that_address(tmp_path):
 
     assert (tmp_path / "asked").read_text() == "127.0.0.1:9876"
     assert figures["sustainable_msgs_per_s"] == 1_000
+
+
+def test_the_apache_ramp_gives_the_broker_the_send_queue_wait_asked_for(monkeypatch):
+    """``--apache-send-queue-wait-ms``: the broker starts with it (200 is Apache's own)."""
+    started = []
+
+    class Broker:
+        namesrv = "127.0.0.1:9876"
+
+        def create_topic(self, topic, queues):
+            assert (topic, queues) == ("saturation", saturation.QUEUES)
+
+    def start_one_broker(registry, java, lib, root, settings):
+        started.append(settings)
+        return Broker()
+
+    monkeypatch.setattr(saturation, "start_one_broker", start_one_broker)
+    monkeypatch.setattr(saturation.jvm, "resolve", lambda name, artifacts: "lib")
+    monkeypatch.setattr(saturation.jvm, "find_java", lambda: "java")
+    monkeypatch.setattr(saturation.load_driver, "argv", lambda: ["driver"])
+    monkeypatch.setattr(saturation, "ramp", lambda plan, argv, scale, namesrv: {"asked": namesrv})
+
+    shipped = saturation.run_apache("smoke", 0, send_queue_wait_ms=200)
+    default = saturation.run_apache("smoke", 0)
+
+    assert started == [{"waitTimeMillsInSendQueue": "200"}, {}]
+    assert shipped["apache_send_queue_wait_ms"] == 200 and shipped["asked"] == Broker.namesrv
+    assert "apache_send_queue_wait_ms" not in default
