@@ -229,9 +229,11 @@ LINKS = []
 UNFETCHED = []
 PARKED = []
 ROUTE = []
-async def noop(request, connection):
-    for acked in [link.send(request.body) for link in LINKS]:
+async def relayed(body):
+    for acked in [link.send(body) for link in LINKS]:
         await acked
+async def noop(request, connection):
+    await relayed(request.body)
     return request.reply(0, ext_fields=ANSWER)
 async def success(request, connection):
     return request.reply(0)
@@ -244,8 +246,7 @@ def route_body(port):
     route = {"brokerDatas": [broker], "filterServerTable": {}, "queueDatas": [queues]}
     return json.dumps(route, separators=(",", ":")).encode()
 async def produced(request, connection):
-    for acked in [link.send(request.body) for link in LINKS]:
-        await acked
+    await relayed(request.body)
     while PARKED and PARKED[0].done():
         PARKED.pop(0)
     if PARKED:

@@ -49,14 +49,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from bench import grpc_ceiling, load_driver
+from bench import grpc_ceiling, load_driver, saturation
 from bench.cluster import log, process_cpu_s
 from bench.peers import jvm
 from bench.peers.processes import ProcessRegistry
 from bench.peers.rocketmq_apache import ARTIFACTS
 from bench.peers.rocketmq_one import start_one_broker
 from ferrymq.client import Admin
-from ferrymq.launcher.cluster import cluster_down, cluster_up
 from ferrymq.launcher.polling import until
 from ferrymq.launcher.processes import process_tree
 
@@ -66,7 +65,6 @@ QUEUES = 8
 CLIENT_HEAP_MB = 512
 SCALES = {"full": 100_000, "quick": 30_000, "smoke": 2_000}
 TARGETS = ("noop", "noop_replicated", "one_node", "sync_group", "apache")
-STORE = {"commitlog_segment_bytes": 256 << 20, "consume_queue_entries_per_file": 300_000}
 
 
 @dataclass
@@ -84,7 +82,7 @@ def windowed_send(target: Target, topic: str, count: int, home: str) -> dict:
     argv = load_driver.program("PeerWorkloads", CLIENT_HEAP_MB)
     argv[1:1] = [f"-Duser.home={home}"]
     arguments = [target.namesrv, "windowed_send", topic, f"{topic}-group", str(count)]
-    before = {role: sum(map(process_cpu_s, pids)) for role, pids in target_pids(target)}
+    before = target_cpu_s(target)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
         argv + arguments + [str(WINDOW)],
@@ -94,9 +92,7 @@ def windowed_send(target: Target, topic: str, count: int, home: str) -> dict:
         env={**os.environ, "HOME": home},
     )
     after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    spent = {
-        role: sum(map(process_cpu_s, pids)) - before[role] for role, pids in target_pids(target)
-    }
+    spent = {role: cpu_s - before[role] for role, cpu_s in target_cpu_s(target).items()}
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"windowed send to {target.namesrv}: {done.stderr.strip()[-600:]}")
@@ -111,8 +107,12 @@ def windowed_send(target: Target, topic: str, count: int, home: str) -> dict:
     }
 
 
-def target_pids(target: Target) -> list[tuple[str, list[int]]]:
-    return [("server", target.server), ("slaves", target.slaves)]
+def target_cpu_s(target: Target) -> dict[str, float]:
+    """CPU seconds so far of the server's processes and of the slaves'."""
+    return {
+        role: sum(map(process_cpu_s, pids))
+        for role, pids in (("server", target.server), ("slaves", target.slaves))
+    }
 
 
 # ---- the targets ----------------------------------------------------------------------
@@ -133,9 +133,9 @@ def ferrymq(nodes: int, topics: list[str]) -> Iterator[Target]:
     every node, as a user's ``namesrvAddr`` lists them; the master's CPU is the server's."""
     root = tempfile.mkdtemp(prefix="ferrymq-bench-java-ceiling-")
     directory = os.path.join(root, "cluster")
-    settings = {"replication": {"mode": "SYNC"}, "store": dict(STORE)}
+    plan = None
     try:
-        plan = cluster_up(directory, nodes=nodes, auto_ports=True, settings=settings)
+        plan = saturation.start_cluster(directory, nodes)  # its SYNC settings and store
         with Admin(plan.nodes[0].grpc) as admin:
             for topic in topics:
                 admin.create_topic(topic, QUEUES)
@@ -145,8 +145,8 @@ def ferrymq(nodes: int, topics: list[str]) -> Iterator[Target]:
         slaves = [p for n in plan.nodes if n.id != master for p in process_tree(n.pid)]
         yield Target(plan.namesrv_addr, server, slaves)
     finally:
-        with contextlib.suppress(Exception):
-            cluster_down(directory, timeout_s=20)
+        if plan is not None:
+            saturation.stop_cluster(directory, plan)  # SIGKILL for what cluster_down left
         shutil.rmtree(root, ignore_errors=True)
 
 
