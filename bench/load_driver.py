@@ -2,9 +2,10 @@
 ``LoadDriver``, the open-loop load of ``bench.saturation``, and ``PeerWorkloads``, the five
 workloads of ``bench.peers``, on the 4.x client (rocketmq-client 5.1.4, the OpenMessaging
 Benchmark's RocketMQ driver, over remoting); ``PeerWorkloadsGrpc``, the same five on the
-5.x client (rocketmq-client-java, over gRPC). Each client is resolved from Maven Central
-into the benchmarks' cache (``bench.peers.jvm``); each program is compiled there the first
-time its source changes."""
+5.x client (rocketmq-client-java, over gRPC); ``KafkaLoadDriver``, the same open-loop load
+on Apache Kafka's Java client (both load drivers are ``LoadSteps``' steps around their
+client). Each client is resolved from Maven Central into the benchmarks' cache
+(``bench.peers.jvm``); each program is compiled there the first time its sources change."""
 
 from __future__ import annotations
 
@@ -17,19 +18,29 @@ from bench.peers import jvm
 
 CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client", "5.1.4")
 GRPC_CLIENT = jvm.Artifact("org.apache.rocketmq", "rocketmq-client-java", "5.2.0")
+# The client of the Kafka broker bench.peers runs (kafka_kraft.ARTIFACTS), its own version.
+KAFKA_CLIENT = jvm.Artifact("org.apache.kafka", "kafka-clients", "4.1.1")
 SOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java")
 HEAP_MB = 1024
 
 
-def program(name: str, heap_mb: int = HEAP_MB, client: jvm.Artifact = CLIENT) -> list[str]:
+def program(
+    name: str,
+    heap_mb: int = HEAP_MB,
+    client: jvm.Artifact = CLIENT,
+    companions: tuple[str, ...] = (),
+) -> list[str]:
     """The command that runs ``bench/java/<name>.java``'s class on ``client`` (its arguments
-    follow: see the Java source); ``JvmUnavailable`` when Java, the client or the compile
-    fails."""
+    follow: see the Java source), compiled with the classes of ``companions`` (names in
+    ``bench/java/`` too); ``JvmUnavailable`` when Java, the client or the compile fails."""
     java = jvm.find_java()
     lib = jvm.resolve("load-driver" if client == CLIENT else client.artifact, [client])
-    source = os.path.join(SOURCES, f"{name}.java")
-    with open(source, "rb") as f:
-        digest = hashlib.sha256(f.read() + lib.encode()).hexdigest()[:16]
+    sources = [os.path.join(SOURCES, f"{each}.java") for each in (name, *companions)]
+    hasher = hashlib.sha256(lib.encode())
+    for source in sources:
+        with open(source, "rb") as f:
+            hasher.update(f.read())
+    digest = hasher.hexdigest()[:16]
     classes = os.path.join(jvm.CACHE, f"{name}-classes-{digest}")
     if not os.path.exists(os.path.join(classes, f"{name}.class")):
         javac = shutil.which("javac") or os.path.join(os.path.dirname(java), "javac")
@@ -46,7 +57,7 @@ def program(name: str, heap_mb: int = HEAP_MB, client: jvm.Artifact = CLIENT) ->
                 os.path.join(lib, "*"),
                 "-d",
                 work,
-                source,
+                *sources,
             ],
             capture_output=True,
             text=True,
@@ -68,4 +79,9 @@ def program(name: str, heap_mb: int = HEAP_MB, client: jvm.Artifact = CLIENT) ->
 
 def argv() -> list[str]:
     """The command that runs the load driver of ``bench.saturation``."""
-    return program("LoadDriver")
+    return program("LoadDriver", companions=("LoadSteps",))
+
+
+def kafka_argv() -> list[str]:
+    """The command that runs ``bench.saturation``'s load driver on Kafka's client."""
+    return program("KafkaLoadDriver", client=KAFKA_CLIENT, companions=("LoadSteps",))

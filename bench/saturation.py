@@ -1,5 +1,5 @@
 """Saturation: ``python -m bench.saturation --json [--quick] [--nodes 3|1] [--busy N]
-[--soak-minutes M] [--rates R1,R2,...] [--peer apache]``.
+[--soak-minutes M] [--rates R1,R2,...] [--peer apache|kafka]``.
 
 Offers a cluster an open-loop load that grows step by step until it cannot keep up, the
 way the OpenMessaging Benchmark's RocketMQ driver offers it: the official Java client
@@ -36,6 +36,11 @@ RocketMQ 5.3.3 broker with its name server (``bench.peers.rocketmq_one``: ASYNC_
 ASYNC_FLUSH, no slave), the broker of issue 40's OpenMessaging Benchmark figure, so that
 its sustainable rate and one ferrymq node's (``--nodes 1``) are measured through one
 client on one host; it has no liveness figures (they are ferrymq's metrics) and no soak.
+``--peer kafka`` offers them to Apache Kafka 4.1 (``bench.peers.kafka_kraft``: ``--nodes 1``
+one KRaft node alone, ``--nodes 3`` three with replication factor 3 and
+min.insync.replicas 2) through Kafka's own Java client with its default settings
+(``bench/java/KafkaLoadDriver.java``: the same steps, pacing and events as ``LoadDriver``,
+from ``LoadSteps.java``), the same rule judging them.
 
 Prints a human summary on stderr and one JSON object (last line of stdout).
 """
@@ -56,10 +61,13 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from bench import load_driver
 from bench.peers import jvm
+from bench.peers.kafka_kraft import ARTIFACTS as KAFKA_ARTIFACTS
+from bench.peers.kafka_kraft import KafkaKraft
 from bench.peers.processes import ProcessRegistry
 from bench.peers.rocketmq_apache import ARTIFACTS, VERSION
 from bench.peers.rocketmq_one import start_one_broker
@@ -477,27 +485,72 @@ def run_apache(
 ) -> dict:
     """The ramp against one Apache RocketMQ broker with its name server
     (``bench.peers.rocketmq_one``): the same driver, steps and rule, the peer of issue 40's
-    figure. No liveness figures (they are ferrymq's metrics) and no soak.
-    ``send_queue_wait_ms``: the broker's ``waitTimeMillsInSendQueue`` (how long a send may
-    wait in its queue before it is refused as busy), else ``rocketmq_one``'s."""
+    figure. ``send_queue_wait_ms``: the broker's ``waitTimeMillsInSendQueue`` (how long a
+    send may wait in its queue before it is refused as busy), else ``rocketmq_one``'s."""
+
+    def start(registry: ProcessRegistry, figures: dict) -> tuple[tuple[str, ...], str]:
+        lib = jvm.resolve("rocketmq", ARTIFACTS)  # bench.peers' jars (mqadmin among them)
+        settings = {}
+        if send_queue_wait_ms is not None:
+            settings["waitTimeMillsInSendQueue"] = str(send_queue_wait_ms)
+            figures["apache_send_queue_wait_ms"] = send_queue_wait_ms
+        root = registry.make_dir("rocketmq-one")
+        broker = start_one_broker(registry, jvm.find_java(), lib, root, settings)
+        broker.create_topic("saturation", QUEUES)
+        figures["apache_version"] = VERSION
+        return tuple(load_driver.argv()), broker.namesrv
+
+    return run_peer("apache", 1, mode, busy, busy_beside_client, rates, start)
+
+
+def run_kafka(
+    mode: str,
+    nodes: int,
+    busy: int,
+    busy_beside_client: bool = False,
+    rates: tuple[int, ...] = (),
+) -> dict:
+    """The ramp against Apache Kafka (``bench.peers.kafka_kraft``: KRaft nodes, each broker
+    and controller; ``nodes`` 1 is one alone, 3 a group with replication factor 3 and
+    min.insync.replicas 2) through Kafka's own Java client (``KafkaLoadDriver``: the same
+    steps, pacing and events, the client's default settings), judged by the same rule."""
+
+    def start(registry: ProcessRegistry, figures: dict) -> tuple[tuple[str, ...], str]:
+        kafka = KafkaKraft(nodes)
+        kafka.start(registry)
+        kafka.create_topic("saturation", QUEUES)
+        figures["kafka_version"] = KAFKA_ARTIFACTS[0].version
+        figures["kafka_client"] = load_driver.KAFKA_CLIENT.coordinate
+        return tuple(load_driver.kafka_argv()), kafka.bootstrap
+
+    return run_peer("kafka", nodes, mode, busy, busy_beside_client, rates, start)
+
+
+# (the registry its processes go in, the run's figures to add to) -> (the load driver's
+# command, the address it is given).
+PeerStart = Callable[[ProcessRegistry, dict], tuple[tuple[str, ...], str]]
+
+
+def run_peer(
+    peer: str,
+    nodes: int,
+    mode: str,
+    busy: int,
+    busy_beside_client: bool,
+    rates: tuple[int, ...],
+    start: PeerStart,
+) -> dict:
+    """The ramp against a peer ``start`` runs in a process registry (gone with the run). No
+    liveness figures (they are ferrymq's metrics) and no soak."""
     scale = scale_of(mode, rates)
-    argv = tuple(load_driver.argv())
     spinners = busy_processes(busy, busy_beside_client)
     started = time.monotonic()
-    figures = {"peer": "apache", "nodes": 1, **load_figures(mode, busy, busy_beside_client)}
+    figures = {"peer": peer, "nodes": nodes, **load_figures(mode, busy, busy_beside_client)}
     try:
         with ProcessRegistry("saturation") as registry:
-            lib = jvm.resolve("rocketmq", ARTIFACTS)  # bench.peers' jars (mqadmin among them)
-            root = registry.make_dir("rocketmq-one")
-            settings = {}
-            if send_queue_wait_ms is not None:
-                settings["waitTimeMillsInSendQueue"] = str(send_queue_wait_ms)
-                figures["apache_send_queue_wait_ms"] = send_queue_wait_ms
-            broker = start_one_broker(registry, jvm.find_java(), lib, root, settings)
-            broker.create_topic("saturation", QUEUES)
-            no_nodes = ClusterPlan(root, "", (), {})
-            figures.update(ramp(no_nodes, argv, scale, broker.namesrv))
-            figures["apache_version"] = VERSION
+            argv, address = start(registry, figures)
+            no_nodes = ClusterPlan(registry.make_dir("plan"), "", (), {})
+            figures.update(ramp(no_nodes, argv, scale, address))
     finally:
         for spinner in spinners:
             spinner.kill()
@@ -536,9 +589,10 @@ def main() -> None:
     parser.add_argument(
         "--peer",
         default="ferrymq",
-        choices=("ferrymq", "apache"),
+        choices=("ferrymq", "apache", "kafka"),
         help="apache: one Apache RocketMQ broker and its name server instead of ferrymq "
-        "nodes (--nodes, --logs and the soak are ferrymq's)",
+        "nodes; kafka: --nodes Kafka KRaft nodes, through Kafka's Java client (--logs and "
+        "the soak are ferrymq's)",
     )
     parser.add_argument(
         "--apache-send-queue-wait-ms",
@@ -572,12 +626,14 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, terminate)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    if args.peer != "ferrymq" and (args.soak_minutes or args.soak_rate is not None):
+        parser.error(f"--peer {args.peer} runs the ramp only (no soak)")
     if args.peer == "apache":
-        if args.soak_minutes or args.soak_rate is not None:
-            parser.error("--peer apache runs the ramp only (no soak)")
         figures = run_apache(
             mode, args.busy, args.busy_beside_client, rates, args.apache_send_queue_wait_ms
         )
+    elif args.peer == "kafka":
+        figures = run_kafka(mode, args.nodes, args.busy, args.busy_beside_client, rates)
     else:
         figures = run(
             mode,

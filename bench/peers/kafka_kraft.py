@@ -1,6 +1,7 @@
 """Apache Kafka 4.x: three KRaft nodes (each broker and controller), topics with
 replication factor 3 and ``min.insync.replicas=2``, clients through confluent-kafka
-(librdkafka) with ``acks=all``.
+(librdkafka) with ``acks=all``. ``KafkaKraft(nodes=1)`` is one such node alone (RF 1), the
+peer of one ferrymq node in ``bench.saturation --peer kafka --nodes 1``.
 
 A send is acknowledged once every in-sync replica (all three, normally; never fewer than
 two) has it in its log: in memory (page cache), as Kafka flushes on the OS's schedule.
@@ -63,10 +64,17 @@ def cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
+def min_insync(nodes: int) -> int:
+    """``MIN_INSYNC``, or every node of a smaller cluster."""
+    return min(MIN_INSYNC, nodes)
+
+
 def server_properties(
     index: int, broker_ports: list[int], controller_ports: list[int], root: str
 ) -> dict[str, str]:
-    """Node ``index``'s server.properties: combined broker+controller, RF 3, min ISR 2."""
+    """Node ``index``'s server.properties: combined broker+controller, replication factor
+    the cluster's size (one node per port of ``broker_ports``), min ISR 2 (or all)."""
+    nodes = len(broker_ports)
     voters = ",".join(f"{i + 1}@127.0.0.1:{port}" for i, port in enumerate(controller_ports))
     return {
         "process.roles": "broker,controller",
@@ -82,11 +90,11 @@ def server_properties(
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "log.dirs": os.path.join(root, f"k{index + 1}", "data"),
         "num.partitions": str(PARTITIONS),
-        "default.replication.factor": str(NODES),
-        "min.insync.replicas": str(MIN_INSYNC),
-        "offsets.topic.replication.factor": str(NODES),
-        "transaction.state.log.replication.factor": str(NODES),
-        "transaction.state.log.min.isr": str(MIN_INSYNC),
+        "default.replication.factor": str(nodes),
+        "min.insync.replicas": str(min_insync(nodes)),
+        "offsets.topic.replication.factor": str(nodes),
+        "transaction.state.log.replication.factor": str(nodes),
+        "transaction.state.log.min.isr": str(min_insync(nodes)),
         "unclean.leader.election.enable": "false",
         "auto.create.topics.enable": "false",
         "group.initial.rebalance.delay.ms": "0",
@@ -112,7 +120,8 @@ class KafkaKraft:
         "it through its metadata refresh and retries"
     )
 
-    def __init__(self) -> None:
+    def __init__(self, nodes: int = NODES) -> None:
+        self.nodes = nodes
         self.client = f"confluent-kafka {version('confluent-kafka')}"
         self.bootstrap = ""
         self.admin: AdminClient | None = None
@@ -124,12 +133,12 @@ class KafkaKraft:
         java = jvm.find_java()
         lib = jvm.resolve("kafka", ARTIFACTS)
         root = registry.make_dir("kafka")
-        ports = free_ports(2 * NODES)
-        broker_ports, controller_ports = ports[:NODES], ports[NODES:]
+        ports = free_ports(2 * self.nodes)
+        broker_ports, controller_ports = ports[: self.nodes], ports[self.nodes :]
         cluster = cluster_id()
         logging = {"kafka.logs.dir": root, "log4j2.level": "WARN"}
         self._registry = registry
-        for index in range(NODES):
+        for index in range(self.nodes):
             path = os.path.join(root, f"k{index + 1}.properties")
             properties = server_properties(index, broker_ports, controller_ports, root)
             with open(path, "w", encoding="utf-8") as f:
@@ -155,12 +164,14 @@ class KafkaKraft:
         self.bootstrap = ",".join(f"127.0.0.1:{port}" for port in broker_ports)
         # Refused connections while the nodes start are expected: librdkafka logs errors only.
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 2})
-        # Ready once an RF 3 topic can be created: the quorum has a leader, all brokers up.
+        # Ready once a topic on every node can be created: the quorum has a leader, all
+        # brokers are up.
+        wanted = f"a {self.nodes}-node KRaft cluster accepting an RF {self.nodes} topic"
         try:
-            until(self._ready, 240, "a 3-node KRaft cluster accepting an RF 3 topic", 0.5)
+            until(self._ready, 240, wanted, 0.5)
         except TimeoutError as error:  # the logs go with the directory: say what they say
             raise TimeoutError(f"{error}; {self._log_news()}") from None
-        log(f"  kafka: 3-node KRaft cluster up at {self.bootstrap}")
+        log(f"  kafka: {self.nodes}-node KRaft cluster up at {self.bootstrap}")
 
     def _log_news(self) -> str:
         """The last ERROR (or last) line of each node's log, for a failure message."""
@@ -192,8 +203,8 @@ class KafkaKraft:
         new = NewTopic(
             topic,
             num_partitions=partitions,
-            replication_factor=NODES,
-            config={"min.insync.replicas": str(MIN_INSYNC)},
+            replication_factor=self.nodes,
+            config={"min.insync.replicas": str(min_insync(self.nodes))},
         )
         self.admin.create_topics([new], operation_timeout=WAIT_S)[topic].result(WAIT_S)
         # Created means the controller has it; wait until every partition has a leader.
@@ -206,6 +217,10 @@ class KafkaKraft:
             f"leaders for {topic}",
             interval_s=0.05,
         )
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        """``topic`` with ``partitions`` partitions on every node, once each has a leader."""
+        self._create(topic, partitions)
 
     def _delete(self, topic: str) -> None:
         self.admin.delete_topics([topic], operation_timeout=WAIT_S)[topic].result(WAIT_S)
@@ -424,8 +439,8 @@ class KafkaKraft:
                 partitions = metadata.topics[topic].partitions.values()
             except Exception:
                 return False
-            return len(metadata.brokers) == NODES and all(
-                p.leader > 0 and len(p.isrs) == NODES for p in partitions
+            return len(metadata.brokers) == self.nodes and all(
+                p.leader > 0 and len(p.isrs) == self.nodes for p in partitions
             )
 
         until(in_sync, 180, f"every replica of {topic} back in the ISR", interval_s=0.2)
@@ -457,7 +472,8 @@ class KafkaKraft:
         """``CREATE_BATCH`` topics a CreateTopics request; then until each has a leader."""
         for batch in batches(names):
             new = [
-                NewTopic(n, num_partitions=1, replication_factor=NODES, config={}) for n in batch
+                NewTopic(n, num_partitions=1, replication_factor=self.nodes, config={})
+                for n in batch
             ]
             futures = self.admin.create_topics(new, operation_timeout=WAIT_S * 4)
             for future in futures.values():

@@ -38,6 +38,15 @@ def test_kafka_nodes_are_combined_kraft_with_rf3_and_min_isr_2():
     assert "min.insync.replicas=2\n" in rendered
 
 
+def test_one_kafka_node_alone_is_its_own_quorum_with_rf1():
+    (node,) = [kafka_kraft.server_properties(0, [9101], [9201], ROOT)]
+    assert node["controller.quorum.voters"] == "1@127.0.0.1:9201"
+    assert node["default.replication.factor"] == "1"
+    assert node["offsets.topic.replication.factor"] == "1"
+    assert node["min.insync.replicas"] == "1"
+    assert node["transaction.state.log.min.isr"] == "1"
+
+
 def test_kafka_cluster_id_is_16_bytes_in_url_safe_base64():
     ids = {kafka_kraft.cluster_id() for _ in range(20)}
     assert len(ids) == 20

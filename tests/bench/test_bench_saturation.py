@@ -2,7 +2,8 @@
 begins with is reported apart and counts in no figure. A stand-in driver (a Python
 script speaking ``bench/java/LoadDriver.java``'s events) refuses part of whatever step
 it runs first, as the JVM's first seconds did; the ramp's sustainable rate is what the
-steps after it kept up with."""
+steps after it kept up with. The two real drivers (``LoadDriver`` on RocketMQ's client,
+``KafkaLoadDriver`` on Kafka's) count every send and arrival of a real broker's steps."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import json
 import sys
 import textwrap
 
+import pytest
+
 from bench import saturation
 from ferrymq.launcher.cluster import ClusterPlan
+from tests.support import clients
 
 # Each step's event as the Java driver prints it; the first step (a cold JVM) has 5 %
 # of its sends refused with SYSTEM_BUSY.
@@ -125,3 +129,28 @@ def test_the_apache_ramp_gives_the_broker_the_send_queue_wait_asked_for(monkeypa
     assert started == [{"waitTimeMillsInSendQueue": "200"}, {}]
     assert shipped["apache_send_queue_wait_ms"] == 200 and shipped["asked"] == Broker.namesrv
     assert "apache_send_queue_wait_ms" not in default
+
+
+# Both load drivers for real, each with its client against a real broker at a rate any
+# broker here keeps up with: each step's every send is answered and every message read.
+@pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
+@pytest.mark.parametrize("peer", ["ferrymq", "kafka"])
+def test_the_load_driver_counts_every_send_and_every_arrival_of_a_step(peer):
+    rates = (300, 600)
+    if peer == "kafka":
+        figures = saturation.run_kafka("smoke", 1, 0, rates=rates)
+        assert figures["kafka_version"] and figures["kafka_client"].startswith("org.apache")
+    else:
+        figures = saturation.run("smoke", 1, 0, 0, None, rates=rates)
+
+    assert figures["peer"] == peer and figures["nodes"] == 1
+    assert figures["warm_up_step"]["rate"] == saturation.WARM_UP_RATE
+    steps = figures["steps"]
+    assert [step["rate"] for step in steps] == list(rates)
+    for step in steps:
+        assert step["sent"] == step["rate"] * saturation.SCALES["smoke"].step_s
+        assert step["acked"] == step["sent"] and step["errors"] == {}
+        assert step["received"] == step["sent"] and step["backlog"] == 0
+        assert 0 < step["publish_ms"]["p50"] <= step["publish_ms"]["p99"]
+        assert 0 < step["end_to_end_ms"]["p50"] <= step["end_to_end_ms"]["max"]
+    assert figures["sustainable_msgs_per_s"] == rates[-1]
