@@ -1,5 +1,5 @@
 """Saturation: ``python -m bench.saturation --json [--quick] [--nodes 3|1] [--busy N]
-[--soak-minutes M] [--rates R1,R2,...] [--peer apache|kafka]``.
+[--soak-minutes M] [--rates R1,R2,...] [--peer apache|kafka] [--client java|sdk]``.
 
 Offers a cluster an open-loop load that grows step by step until it cannot keep up, the
 way the OpenMessaging Benchmark's RocketMQ driver offers it: the official Java client
@@ -36,6 +36,9 @@ RocketMQ 5.3.3 broker with its name server (``bench.peers.rocketmq_one``: ASYNC_
 ASYNC_FLUSH, no slave), the broker of issue 40's OpenMessaging Benchmark figure, so that
 its sustainable rate and one ferrymq node's (``--nodes 1``) are measured through one
 client on one host; it has no liveness figures (they are ferrymq's metrics) and no soak.
+``--client sdk`` offers ferrymq's steps through its own SDK instead
+(``bench.sdk_load_driver``: ``Producer.send_async`` paced by the clock, a ``PullConsumer``
+in a process of its own), ferrymq's fastest client as Kafka's Java client is Kafka's.
 ``--peer kafka`` offers them to Apache Kafka 4.1 (``bench.peers.kafka_kraft``: ``--nodes 1``
 one KRaft node alone, ``--nodes 3`` three with replication factor 3 and
 min.insync.replicas 2) through Kafka's own Java client with its default settings
@@ -83,9 +86,14 @@ from ferrymq.launcher.processes import process_tree
 
 # Answers a loaded broker may give that the client retries by design (docs/guarantees.md,
 # "Under load"): SYSTEM_BUSY (2) and FLOW_CONTROL (215) from the broker, and the client's
-# own refusal to queue more async sends (RemotingTooMuchRequestException).
-BACK_PRESSURE = frozenset({"broker:2", "broker:215", "RemotingTooMuchRequestException"})
+# own refusal to queue more async sends (RemotingTooMuchRequestException); through the
+# SDK, SYSTEM_BUSY's gRPC name once the SDK's own retries are spent.
+BACK_PRESSURE = frozenset(
+    {"broker:2", "broker:215", "RemotingTooMuchRequestException", "code:TOO_MANY_REQUESTS"}
+)
 PUBLISH_P99_LIMIT_MS = 1000.0
+# ferrymq's SDK as the load's client (``--client sdk``).
+SDK_DRIVER = (sys.executable, "-m", "bench.sdk_load_driver")
 # The warm-up step each run of the driver begins with: low enough for any cluster here.
 WARM_UP_RATE = 500
 MEMORY_SAMPLE_S = 10.0
@@ -385,10 +393,15 @@ def ramp(plan: ClusterPlan, argv: tuple[str, ...], scale: Scale, namesrv: str = 
 
 
 def soak(
-    plan: ClusterPlan, argv: tuple[str, ...], rate: float, minutes: int, warm_up_s: float
+    plan: ClusterPlan,
+    argv: tuple[str, ...],
+    rate: float,
+    minutes: int,
+    warm_up_s: float,
+    address: str = "",
 ) -> dict:
     with MemorySampler(plan) as memory:
-        offered = offer(plan, argv, [(rate, 60.0)] * minutes, "soak", warm_up_s)
+        offered = offer(plan, argv, [(rate, 60.0)] * minutes, "soak", warm_up_s, address)
     steps = offered.steps
     per_node: dict[str, list[int]] = {}
     for _, sample in memory.samples:
@@ -442,26 +455,32 @@ def run(
     logs_to: str | None = None,
     busy_beside_client: bool = False,
     rates: tuple[int, ...] = (),
+    client: str = "java",
 ) -> dict:
+    """The ramp (and the soak) against ferrymq nodes, through the official Java client
+    (``client`` "java") or ferrymq's SDK ("sdk": ``bench.sdk_load_driver``)."""
     scale = scale_of(mode, rates)
-    argv = tuple(load_driver.argv())
+    argv = tuple(load_driver.argv()) if client == "java" else SDK_DRIVER
     root = tempfile.mkdtemp(prefix="ferrymq-bench-saturation-")
     directory = os.path.join(root, "cluster")
     spinners = busy_processes(busy, busy_beside_client)
     started = time.monotonic()
-    figures = {"peer": "ferrymq", "nodes": nodes, **load_figures(mode, busy, busy_beside_client)}
+    figures = {"peer": "ferrymq", "nodes": nodes, "client": client}
+    figures.update(load_figures(mode, busy, busy_beside_client))
     plan = None
     try:
         plan = start_cluster(directory, nodes)
         with Admin(plan.nodes[0].grpc) as admin:
             for topic in ("saturation", "soak"):
                 admin.create_topic(topic, QUEUES)
+        # The SDK is given the nodes' gRPC addresses; the Java client, their name server.
+        address = ",".join(node.grpc for node in plan.nodes) if client == "sdk" else ""
         if soak_rate is None:
-            figures.update(ramp(plan, argv, scale))
+            figures.update(ramp(plan, argv, scale, address))
         if soak_minutes:
             rate = soak_rate or 0.8 * figures["sustainable_msgs_per_s"]
             if rate > 0:
-                figures.update(soak(plan, argv, rate, soak_minutes, scale.warm_up_s))
+                figures.update(soak(plan, argv, rate, soak_minutes, scale.warm_up_s, address))
     finally:
         for spinner in spinners:
             spinner.kill()
@@ -601,6 +620,13 @@ def main() -> None:
         help="--peer apache: the broker's waitTimeMillsInSendQueue (200 as shipped; 3000 "
         "by default here, as bench.peers runs it)",
     )
+    parser.add_argument(
+        "--client",
+        default="java",
+        choices=("java", "sdk"),
+        help="ferrymq's load through the official Java 4.x client (as the Apache broker's) "
+        "or ferrymq's SDK (its fastest, as Kafka's is its Java client)",
+    )
     parser.add_argument("--busy", type=int, default=0, help="processes spinning beside it")
     parser.add_argument(
         "--busy-beside-client",
@@ -628,6 +654,8 @@ def main() -> None:
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     if args.peer != "ferrymq" and (args.soak_minutes or args.soak_rate is not None):
         parser.error(f"--peer {args.peer} runs the ramp only (no soak)")
+    if args.peer != "ferrymq" and args.client != "java":
+        parser.error(f"--peer {args.peer} is offered the load through its Java client")
     if args.peer == "apache":
         figures = run_apache(
             mode, args.busy, args.busy_beside_client, rates, args.apache_send_queue_wait_ms
@@ -644,6 +672,7 @@ def main() -> None:
             args.logs,
             args.busy_beside_client,
             rates,
+            args.client,
         )
     if "sustainable_msgs_per_s" in figures:
         log(f"sustainable: {figures['sustainable_msgs_per_s']:,.0f} msgs/s")

@@ -2,8 +2,9 @@
 begins with is reported apart and counts in no figure. A stand-in driver (a Python
 script speaking ``bench/java/LoadDriver.java``'s events) refuses part of whatever step
 it runs first, as the JVM's first seconds did; the ramp's sustainable rate is what the
-steps after it kept up with. The two real drivers (``LoadDriver`` on RocketMQ's client,
-``KafkaLoadDriver`` on Kafka's) count every send and arrival of a real broker's steps."""
+steps after it kept up with. The real drivers (``LoadDriver`` on RocketMQ's Java client,
+``KafkaLoadDriver`` on Kafka's, ``bench.sdk_load_driver`` on ferrymq's SDK) count every
+send and arrival of a real broker's steps."""
 
 from __future__ import annotations
 
@@ -134,14 +135,15 @@ def test_the_apache_ramp_gives_the_broker_the_send_queue_wait_asked_for(monkeypa
 # Both load drivers for real, each with its client against a real broker at a rate any
 # broker here keeps up with: each step's every send is answered and every message read.
 @pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
-@pytest.mark.parametrize("peer", ["ferrymq", "kafka"])
-def test_the_load_driver_counts_every_send_and_every_arrival_of_a_step(peer):
+@pytest.mark.parametrize("peer, client", [("ferrymq", "java"), ("ferrymq", "sdk"), ("kafka", "")])
+def test_the_load_driver_counts_every_send_and_every_arrival_of_a_step(peer, client):
     rates = (300, 600)
     if peer == "kafka":
         figures = saturation.run_kafka("smoke", 1, 0, rates=rates)
         assert figures["kafka_version"] and figures["kafka_client"].startswith("org.apache")
     else:
-        figures = saturation.run("smoke", 1, 0, 0, None, rates=rates)
+        figures = saturation.run("smoke", 1, 0, 0, None, rates=rates, client=client)
+        assert figures["client"] == client
 
     assert figures["peer"] == peer and figures["nodes"] == 1
     assert figures["warm_up_step"]["rate"] == saturation.WARM_UP_RATE
