@@ -68,6 +68,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from bench import load_driver
+from bench.cluster import process_cpu_s
 from bench.peers import jvm
 from bench.peers.kafka_kraft import ARTIFACTS as KAFKA_ARTIFACTS
 from bench.peers.kafka_kraft import KafkaKraft
@@ -265,6 +266,51 @@ class MemorySampler:
         self._thread.join()
 
 
+# ---- the CPU each side spends -----------------------------------------------------------
+class CpuMeter:
+    """The CPU seconds a changing set of processes spends between two readings: each
+    process's use since the last reading (a new one's since it started). A process gone
+    since the last reading takes its last interval's use with it."""
+
+    def __init__(self, pids: Callable[[], list[int]]) -> None:
+        self._pids = pids
+        self._last = self._read()
+
+    def _read(self) -> dict[int, float]:
+        found = {}
+        for pid in self._pids():
+            with contextlib.suppress(OSError, ValueError):
+                found[pid] = process_cpu_s(pid)
+        return found
+
+    def spent_s(self) -> float:
+        now = self._read()
+        spent = sum(cpu - self._last.get(pid, 0.0) for pid, cpu in now.items())
+        self._last = now
+        return spent
+
+
+def tree_of(pids: list[int]) -> list[int]:
+    """The processes ``pids`` and their descendants (a node's routing host, a driver's
+    consumer)."""
+    return [each for pid in pids for each in process_tree(pid)]
+
+
+def cpu_figures(server_s: float, client_s: float, sent: int, seconds: float) -> dict:
+    """A step's CPU: microseconds per message sent and cores, of the brokers' processes
+    and of the load's client."""
+    return {
+        "cpu_us_per_msg": {
+            "server": round(server_s / max(sent, 1) * 1e6, 1),
+            "client": round(client_s / max(sent, 1) * 1e6, 1),
+        },
+        "cpu_cores": {
+            "server": round(server_s / max(seconds, 1e-9), 2),
+            "client": round(client_s / max(seconds, 1e-9), 2),
+        },
+    }
+
+
 # ---- the load ------------------------------------------------------------------------
 @dataclass
 class Offered:
@@ -282,10 +328,13 @@ def offer(
     topic: str,
     warm_up_s: float,
     namesrv: str = "",
+    servers: Callable[[], list[int]] | None = None,
 ) -> Offered:
     """Run the load driver through a warm-up step (``WARM_UP_RATE`` for ``warm_up_s``),
     then ``steps`` ((rate, seconds) each); scrape the nodes' liveness at every step's
-    start and end. The driver is given ``namesrv``, else every node of ``plan``."""
+    start and end, and count the CPU of the brokers' processes (``servers``, else the
+    nodes of ``plan`` with their children) and of the driver's. The driver is given
+    ``namesrv``, else every node of ``plan``."""
     arguments = [
         namesrv or plan.namesrv_addr,
         topic,
@@ -306,10 +355,19 @@ def offer(
     figures: list[dict] = []
     before = scrape_all(plan)
     elections_before = len(elections(plan))
+    server_cpu = CpuMeter(servers or (lambda: tree_of([node.pid for node in plan.nodes])))
+    client_cpu = CpuMeter(lambda: process_tree(process.pid))
+    step_began = time.monotonic()
     try:
         for line in process.stdout:
             event = json.loads(line)
             if event.get("event") == "step":
+                now = time.monotonic()
+                cpu = cpu_figures(
+                    server_cpu.spent_s(), client_cpu.spent_s(), event["sent"], now - step_began
+                )
+                event.update(cpu)
+                step_began = now
                 after = scrape_all(plan)
                 event["liveness"] = liveness_between(plan, before, after).__dict__
                 now_elections = elections(plan)
@@ -350,7 +408,8 @@ def summary_of(step: dict) -> str:
         f"errors {step['errors']}, publish p50/p99 {step['publish_ms']['p50']}/"
         f"{step['publish_ms']['p99']} ms, e2e p50/p99 {step['end_to_end_ms']['p50']}/"
         f"{step['end_to_end_ms']['p99']} ms, backlog {step['backlog']:,}, lease age max "
-        f"<= {worst_age} s, elections {len(step['elections'])}"
+        f"<= {worst_age} s, elections {len(step['elections'])}, CPU µs/msg server/client "
+        f"{step['cpu_us_per_msg']['server']}/{step['cpu_us_per_msg']['client']}"
         f"{'' if kept_up(step) else '  (did not keep up)'}"
     )
 
@@ -382,9 +441,15 @@ def sustainable_rate(steps: list[dict]) -> float:
     return sustainable
 
 
-def ramp(plan: ClusterPlan, argv: tuple[str, ...], scale: Scale, namesrv: str = "") -> dict:
+def ramp(
+    plan: ClusterPlan,
+    argv: tuple[str, ...],
+    scale: Scale,
+    namesrv: str = "",
+    servers: Callable[[], list[int]] | None = None,
+) -> dict:
     steps = [(rate, scale.step_s) for rate in scale.rates]
-    offered = offer(plan, argv, steps, "saturation", scale.warm_up_s, namesrv)
+    offered = offer(plan, argv, steps, "saturation", scale.warm_up_s, namesrv, servers)
     return {
         "warm_up_step": offered.warm_up,
         "steps": offered.steps,
@@ -569,7 +634,8 @@ def run_peer(
         with ProcessRegistry("saturation") as registry:
             argv, address = start(registry, figures)
             no_nodes = ClusterPlan(registry.make_dir("plan"), "", (), {})
-            figures.update(ramp(no_nodes, argv, scale, address))
+            servers = [started.pid for started in registry.started]
+            figures.update(ramp(no_nodes, argv, scale, address, lambda: tree_of(servers)))
     finally:
         for spinner in spinners:
             spinner.kill()

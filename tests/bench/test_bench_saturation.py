@@ -9,6 +9,7 @@ send and arrival of a real broker's steps."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 
@@ -70,6 +71,33 @@ def test_a_driver_that_ends_before_its_warm_up_reports_no_step(tmp_path):
     assert figures == {"warm_up_step": None, "steps": [], "sustainable_msgs_per_s": 0.0}
 
 
+def test_each_step_counts_the_cpu_of_the_brokers_and_of_the_load_client(tmp_path):
+    """Per step: CPU per message and cores of the ``servers`` given and of the driver."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        COLD_FIRST_STEP_DRIVER.replace(
+            "for i, (rate, seconds) in enumerate(steps):",
+            "import time\nfor i, (rate, seconds) in enumerate(steps):\n"
+            "    spent = time.process_time()\n"
+            "    while time.process_time() - spent < 0.2: pass  # the client's work",
+        )
+    )
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        scale = saturation.Scale((1_000,), step_s=1.0, warm_up_s=0.5)
+        figures = saturation.ramp(
+            no_nodes(tmp_path), (sys.executable, str(driver)), scale, "", lambda: [spinner.pid]
+        )
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+    (step,) = figures["steps"]
+    assert step["cpu_us_per_msg"]["client"] * step["sent"] >= 0.15e6  # its 0.2 s, at least
+    assert step["cpu_us_per_msg"]["server"] > 0 and step["cpu_cores"]["server"] > 0
+    assert figures["warm_up_step"]["cpu_us_per_msg"]["client"] > 0
+
+
 def test_a_step_below_the_top_that_did_not_keep_up_ends_the_sustainable_rate():
     def step(rate: float, acked_share: float) -> dict:
         return {
@@ -122,7 +150,9 @@ def test_the_apache_ramp_gives_the_broker_the_send_queue_wait_asked_for(monkeypa
     monkeypatch.setattr(saturation.jvm, "resolve", lambda name, artifacts: "lib")
     monkeypatch.setattr(saturation.jvm, "find_java", lambda: "java")
     monkeypatch.setattr(saturation.load_driver, "argv", lambda: ["driver"])
-    monkeypatch.setattr(saturation, "ramp", lambda plan, argv, scale, namesrv: {"asked": namesrv})
+    monkeypatch.setattr(
+        saturation, "ramp", lambda plan, argv, scale, namesrv, servers: {"asked": namesrv}
+    )
 
     shipped = saturation.run_apache("smoke", 0, send_queue_wait_ms=200)
     default = saturation.run_apache("smoke", 0)
@@ -155,4 +185,6 @@ def test_the_load_driver_counts_every_send_and_every_arrival_of_a_step(peer, cli
         assert step["received"] == step["sent"] and step["backlog"] == 0
         assert 0 < step["publish_ms"]["p50"] <= step["publish_ms"]["p99"]
         assert 0 < step["end_to_end_ms"]["p50"] <= step["end_to_end_ms"]["max"]
+        # The brokers' processes (a node with its routing host; Kafka's JVM) and the client's.
+        assert step["cpu_us_per_msg"]["server"] > 0 and step["cpu_us_per_msg"]["client"] > 0
     assert figures["sustainable_msgs_per_s"] == rates[-1]
