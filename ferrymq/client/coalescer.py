@@ -141,10 +141,14 @@ class Coalescer:
             self.loop.create_task(self._send(batch, groups))
 
     def _take(self) -> list[_Send]:
-        """The next request's sends, in order: those whose group is not in flight."""
+        """The next request's sends, in order: those whose group is not in flight. It
+        walks the sends it takes and those it passes over, never the rest of the queue:
+        a caller sending faster than the node answers makes the queue long, and copying
+        it per request made each request cost the queue's length (a SYNC group offered
+        50,000 msgs/s acknowledged ~15,000)."""
         producer = self.producer
         batch: list[_Send] = []
-        kept: deque[_Send] = deque()
+        kept: list[_Send] = []
         size = 0
         busy = self.groups_in_flight
         pending = self.pending
@@ -162,8 +166,7 @@ class Coalescer:
                 continue
             batch.append(send)
             size += len(send.record)
-        kept.extend(pending)
-        self.pending = kept
+        pending.extendleft(reversed(kept))  # back at the front, in their order
         return batch
 
     async def _send(self, batch: list[_Send], groups: set[str]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from collections import defaultdict
+from collections import defaultdict, deque
 
 import grpc
 import pytest
@@ -114,6 +114,44 @@ def test_sends_in_one_loop_turn_share_requests_and_get_their_own_receipts():
     assert len(receipts) == 120 - 17
     for receipt in receipts:
         assert any(by_offset.get((q, receipt.queue_offset)) == receipt.message_id for q in range(4))
+
+
+class WalkedDeque(deque):
+    """A queue that counts the items anything walked through it (``__iter__``)."""
+
+    walked = 0
+
+    def __iter__(self):
+        for item in super().__iter__():
+            self.walked += 1
+            yield item
+
+
+def test_a_request_takes_its_sends_without_walking_the_rest_of_a_long_queue():
+    """A caller sending faster than the node answers makes the queue long; each request
+    once copied all of it, so the client's CPU per request grew with the queue."""
+
+    async def scenario():
+        fake = FakeData()
+        fake.release = asyncio.Event()  # the first request stays in flight
+        producer = fake_producer(fake, max_batch_messages=50, max_in_flight=1)
+        first = asyncio.ensure_future(producer.send_async(Message("T", b"first")))
+        await asyncio.sleep(0)
+        coalescer = producer.loop_state().coalescers[("T", "group-1")]
+        coalescer.pending = WalkedDeque(coalescer.pending)
+        queue = coalescer.pending
+        messages = [Message("T", b"m%d" % i) for i in range(5_000)]
+        sends = [asyncio.ensure_future(producer.send_async(m)) for m in messages]
+        await asyncio.sleep(0)
+        assert len(queue) == len(messages)  # all waiting behind the first request
+        fake.release.set()
+        receipts = await asyncio.gather(first, *sends)
+        return fake, queue, messages, receipts[1:]
+
+    fake, queue, messages, receipts = asyncio.run(scenario())
+    assert queue.walked == 0
+    assert [r.message_id for r in receipts] == [m.message_id for m in messages]
+    assert sum(fake.requests) == len(messages) + 1 and max(fake.requests) <= 50
 
 
 def test_a_message_group_stays_in_order_through_failures_and_retries():
