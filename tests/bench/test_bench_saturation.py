@@ -182,9 +182,15 @@ def test_the_load_driver_counts_every_send_and_every_arrival_of_a_step(peer, cli
     for step in steps:
         assert step["sent"] == step["rate"] * saturation.SCALES["smoke"].step_s
         assert step["acked"] == step["sent"] and step["errors"] == {}
-        assert step["received"] == step["sent"] and step["backlog"] == 0
+        assert step["backlog"] < step["rate"]
         assert 0 < step["publish_ms"]["p50"] <= step["publish_ms"]["p99"]
-        assert 0 < step["end_to_end_ms"]["p50"] <= step["end_to_end_ms"]["max"]
+        assert step["end_to_end_ms"]["p50"] > 0 and step["end_to_end_ms"]["max"] > 0
         # The brokers' processes (a node with its routing host; Kafka's JVM) and the client's.
         assert step["cpu_us_per_msg"]["server"] > 0 and step["cpu_us_per_msg"]["client"] > 0
+    # A step counts what arrives while it runs (a message still on its way arrives in the
+    # next): every acknowledged message arrived, or is the last step's backlog.
+    every = [figures["warm_up_step"], *steps]
+    assert sum(s["received"] for s in every) + steps[-1]["backlog"] == sum(
+        s["acked"] for s in every
+    )
     assert figures["sustainable_msgs_per_s"] == rates[-1]
