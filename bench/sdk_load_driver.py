@@ -3,9 +3,10 @@
 
 The same steps, pacing and events as the Java drivers (``bench/java/LoadSteps.java``), so
 that one node or a group is ramped through its fastest client as Kafka is through its own:
-one ``Producer`` on an asyncio loop (uvloop) making each send with ``send_async`` when the
-clock allows it (sends made while earlier ones are in flight share a request: the SDK's
-coalescing, its default settings), and one ``PullConsumer`` subscribed in a group, in a
+one ``Producer`` on an asyncio loop (uvloop) queueing each send with ``enqueue_async`` when
+the clock allows it (sends made while earlier ones are in flight share a request: the SDK's
+coalescing, its default settings; a full queue holds the pacing loop back, as a full
+buffer blocks Kafka's ``send``), and one ``PullConsumer`` subscribed in a group, in a
 process of its own (the reader of a real deployment is another program, and in this one
 it would share the producer's interpreter). ``ACCESS`` is the nodes' gRPC addresses,
 comma-separated.
@@ -21,6 +22,7 @@ import asyncio
 import bisect
 import contextlib
 import ctypes
+import functools
 import json
 import math
 import multiprocessing
@@ -144,12 +146,12 @@ async def run_step(
     seconds until answered or ``SETTLE_S`` after the last send)."""
     step = Step()
     count = int(rate * seconds)
-    in_flight: set[asyncio.Task] = set()
+    unanswered = [0]
 
-    async def send(due: float) -> None:
-        try:
-            await producer.send_async(Message(topic, body))
-        except Exception as error:  # counted by kind, as the Java drivers count them
+    def answered(due: float, receipt: asyncio.Future) -> None:
+        unanswered[0] -= 1
+        error = receipt.exception() if not receipt.cancelled() else asyncio.CancelledError()
+        if error is not None:  # counted by kind, as the Java drivers count them
             step.failed(error, due)
         else:
             step.acked += 1
@@ -163,11 +165,12 @@ async def run_step(
             await asyncio.sleep(wait)
         elif index % YIELD_EVERY == 0:
             await asyncio.sleep(0)  # behind the clock: the sends made so far still go
-        task = asyncio.create_task(send(due))
-        in_flight.add(task)
-        task.add_done_callback(in_flight.discard)
+        # Queued, or waiting for room as Kafka's send blocks on a full buffer.
+        receipt = await producer.enqueue_async(Message(topic, body))
+        unanswered[0] += 1
+        receipt.add_done_callback(functools.partial(answered, due))
     settle = time.perf_counter() + SETTLE_S
-    while in_flight and time.perf_counter() < settle:
+    while unanswered[0] and time.perf_counter() < settle:
         await asyncio.sleep(0.02)
     return step, count, time.perf_counter() - start
 

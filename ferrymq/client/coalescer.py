@@ -59,6 +59,7 @@ class Sender(Protocol):
     max_in_flight: int
     max_batch_messages: int
     max_batch_bytes: int
+    max_pending_bytes: int
     max_attempts: int
     timeout_s: float
 
@@ -104,20 +105,60 @@ class Coalescer:
         self.message_type = message_type
         self.loop = asyncio.get_running_loop()
         self.pending: deque[_Send] = deque()
+        self.pending_bytes = 0  # the records in ``pending``
+        self._room_waiters: deque[asyncio.Future[None]] = deque()
         self.in_flight = 0
         self.groups_in_flight: set[str] = set()
         self._flush_scheduled = False
 
-    def submit(self, message: Message) -> asyncio.Future[SendReceipt]:
+    async def enqueue(self, message: Message) -> asyncio.Future[SendReceipt]:
+        """``message`` in the queue once it has room (``max_pending_bytes``; waiting in
+        arrival order, as Kafka's producer blocks its caller on a full buffer): the future
+        of its receipt. A caller ahead of the node waits here instead of growing the queue
+        without bound."""
         future: asyncio.Future[SendReceipt] = self.loop.create_future()
         try:
             record = encode_records([message], self.message_type, time.time_ns() // 1_000_000)
         except RecordError as error:
             future.set_exception(FerryError(pb.BAD_REQUEST, "BAD_REQUEST", str(error)))
             return future
+        if self._room_waiters or not self._has_room(len(record)):
+            await self._wait_for_room(len(record))
         self.pending.append(_Send(message, record, future))
+        self.pending_bytes += len(record)
         self._schedule()
+        self._wake_for_room()  # the next waiter, if what is left still has room
         return future
+
+    async def _wait_for_room(self, size: int) -> None:
+        """Behind the callers already waiting; woken when sends leave the queue, and
+        first in line again if what left is not room enough."""
+        waiter: asyncio.Future[None] = self.loop.create_future()
+        self._room_waiters.append(waiter)
+        while True:
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_for_room()  # woken, then cancelled: the turn passes on
+                raise
+            if self._has_room(size):
+                return
+            waiter = self.loop.create_future()
+            self._room_waiters.appendleft(waiter)
+
+    def _has_room(self, size: int) -> bool:
+        # An empty queue takes any one record: a record larger than the bound still goes.
+        return not self.pending or self.pending_bytes + size <= self.producer.max_pending_bytes
+
+    def _wake_for_room(self) -> None:
+        """Wake the first live waiter (it rechecks the room and wakes the next)."""
+        waiters = self._room_waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def _schedule(self) -> None:
         # call_soon, not now: every send of this loop turn joins the same request.
@@ -159,6 +200,7 @@ class Coalescer:
             ):
                 break
             pending.popleft()
+            self.pending_bytes -= len(send.record)
             if send.future.done():
                 continue  # the caller gave up (cancelled): nothing to send
             if send.group is not None and send.group in busy:
@@ -167,6 +209,9 @@ class Coalescer:
             batch.append(send)
             size += len(send.record)
         pending.extendleft(reversed(kept))  # back at the front, in their order
+        self.pending_bytes += sum(len(send.record) for send in kept)
+        if batch:
+            self._wake_for_room()
         return batch
 
     async def _send(self, batch: list[_Send], groups: set[str]) -> None:

@@ -17,7 +17,9 @@ and answer as ``Data.Produce``) when the client uses that door (``transport``, s
 broker group are in flight travel together in the next request, Kafka-producer style (no
 linger, at most ``max_in_flight`` requests and ``max_batch_messages`` per request). Each
 send keeps its own receipt or its own error, and a message group is never in two requests
-at once, so a group's messages are stored in the order they were sent.
+at once, so a group's messages are stored in the order they were sent. A send waits while
+``max_pending_bytes`` of sends are queued before it (``enqueue_async`` returns once queued,
+with the future of the receipt).
 
 A retried send carries the same message id, so if the first attempt was stored after all
 (a timeout after the write, say) the duplicate is recognisable by id. Non-retriable
@@ -31,7 +33,7 @@ import contextlib
 import itertools
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 import grpc
 
@@ -61,6 +63,13 @@ PRODUCE_TYPES = frozenset({pb.NORMAL, pb.FIFO})  # what Data.Produce takes
 DEFAULT_MAX_IN_FLIGHT = 4
 DEFAULT_MAX_BATCH_MESSAGES = 128
 DEFAULT_MAX_BATCH_BYTES = 1 << 20
+# What ``send_async`` callers may have queued per topic and broker group before a send waits
+# (Kafka's producer: buffer.memory).
+DEFAULT_MAX_PENDING_BYTES = 32 << 20
+
+
+async def _only(receipts: Awaitable[list[SendReceipt]]) -> SendReceipt:
+    return (await receipts)[0]
 
 
 def no_master(broker_group: str) -> FerryError:
@@ -79,20 +88,26 @@ class Producer:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         security: ClientSecurity | None = None,
         transport: str = "remoting",
     ) -> None:
         """``address``: one node's gRPC address, or several separated by commas;
         ``security``: credentials and TLS (default: from the environment); ``transport``:
-        "remoting" or "grpc" (``routes.py``)."""
-        if max_in_flight < 1 or max_batch_messages < 1 or max_batch_bytes < 1:
-            raise ValueError("max_in_flight, max_batch_messages, max_batch_bytes must be >= 1")
+        "remoting" or "grpc" (``routes.py``); ``max_pending_bytes``: what ``send_async``
+        callers may have queued per topic and broker group before a send waits."""
+        limits = (max_in_flight, max_batch_messages, max_batch_bytes, max_pending_bytes)
+        if min(limits) < 1:
+            raise ValueError(
+                "max_in_flight, max_batch_messages, max_batch_bytes, max_pending_bytes must be >= 1"
+            )
         self.endpoints = Endpoints(address, timeout_s, security, transport)
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.max_in_flight = max_in_flight
         self.max_batch_messages = max_batch_messages
         self.max_batch_bytes = max_batch_bytes
+        self.max_pending_bytes = max_pending_bytes
         self._next_queue = itertools.count()
         # Per event loop: its channels' stubs and one coalescer per (topic, broker group).
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
@@ -270,9 +285,17 @@ class Producer:
     async def send_async(self, message: Message) -> SendReceipt:
         """Send one message; sends made while earlier ones are in flight share a request
         (see the module docstring). Its own receipt, or its own ``FerryError``."""
+        return await (await self.enqueue_async(message))
+
+    async def enqueue_async(self, message: Message) -> asyncio.Future[SendReceipt]:
+        """Queue one message as ``send_async`` sends it, returning once it is queued: the
+        future of its receipt. It waits while the queue of its topic and broker group
+        holds ``max_pending_bytes`` (Kafka's producer blocks its caller on a full buffer),
+        so a caller that sends faster than the node answers is held back here; and many
+        sends need no task each."""
         route = self.route(message.topic)  # a cached route makes this non-blocking
         if route.message_type not in PRODUCE_TYPES:
-            return (await self.send_batch_async([message]))[0]
+            return asyncio.ensure_future(_only(self.send_batch_async([message])))
         if message.message_group:
             broker_group = route.broker_for_key(message.message_group)
         else:
@@ -284,7 +307,7 @@ class Producer:
             coalescer = state.coalescers[key] = Coalescer(
                 self, message.topic, broker_group, route.message_type
             )
-        return await coalescer.submit(message)
+        return await coalescer.enqueue(message)
 
     async def send_batch_async(self, messages: Sequence[Message]) -> list[SendReceipt]:
         """``send_batch`` for asyncio callers: one request, stored atomically, in order."""

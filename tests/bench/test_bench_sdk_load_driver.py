@@ -28,16 +28,24 @@ def test_a_histogram_gives_each_quantiles_bucket_bound_and_the_largest():
 
 
 def test_a_step_behind_its_clock_lets_its_first_sends_go_before_its_last_is_made():
-    tasks_when_sending: list[int] = []
+    queued_when_answered: list[int] = []
 
     class Producer:
-        async def send_async(self, message):
-            tasks_when_sending.append(len(asyncio.all_tasks()))
+        queued = 0
+
+        async def enqueue_async(self, message):
+            """Queued at once; answered by the loop's next turn, if it gets one."""
+            self.queued += 1
+            receipt = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(
+                lambda: (queued_when_answered.append(self.queued), receipt.set_result(None))
+            )
+            return receipt
 
     count = 20 * driver.YIELD_EVERY
     # A rate no loop keeps up with: every send is due before the one before it is made.
     step, sent, _ = asyncio.run(driver.run_step(Producer(), "T", b"x", 1e12, count / 1e12))
 
     assert sent == count and step.acked == count and not step.errors
-    # The first send ran while a few of the step's tasks existed, not all of them.
-    assert tasks_when_sending[0] <= driver.YIELD_EVERY + 1
+    # The first answer came while a few of the step's sends were made, not all of them.
+    assert queued_when_answered[0] <= driver.YIELD_EVERY + 1

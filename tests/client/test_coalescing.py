@@ -154,6 +154,46 @@ def test_a_request_takes_its_sends_without_walking_the_rest_of_a_long_queue():
     assert sum(fake.requests) == len(messages) + 1 and max(fake.requests) <= 50
 
 
+def test_a_caller_ahead_of_the_node_waits_for_room_in_the_queue():
+    """``max_pending_bytes``: with the node holding the only request in flight, the queue
+    takes what fits (any one record when empty) and the next caller waits, in order, until
+    sends leave it; a waiter that gives up passes its turn on."""
+
+    async def scenario():
+        fake = FakeData()
+        fake.release = asyncio.Event()
+        producer = fake_producer(fake, max_in_flight=1, max_pending_bytes=1)
+        queued = [await producer.enqueue_async(Message("T", b"a"))]
+        queued.append(await producer.enqueue_async(Message("T", b"b")))  # after a left
+        waiting = [
+            asyncio.ensure_future(producer.enqueue_async(Message("T", body)))
+            for body in (b"c", b"gives-up", b"d")
+        ]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        held = [w.done() for w in waiting]
+        waiting[1].cancel()
+        fake.release.set()
+        queued += [await waiting[0], await waiting[2]]
+        receipts = await asyncio.gather(*queued)
+        return fake, held, receipts
+
+    fake, held, receipts = asyncio.run(scenario())
+    assert held == [False, False, False]  # b filled the queue while a was in flight
+    stored = [p["body"] for queue in fake.stored.values() for p in queue]
+    assert sorted(stored) == ["a", "b", "c", "d"] and len(receipts) == 4
+    assert fake.requests == [1, 1, 1, 1]  # one record queued at a time
+
+
+def test_a_record_larger_than_the_queue_bound_still_goes_alone():
+    async def scenario():
+        fake = FakeData()
+        producer = fake_producer(fake, max_pending_bytes=10)
+        return await producer.send_async(Message("T", b"x" * 1000))
+
+    assert asyncio.run(scenario()).message_id
+
+
 def test_a_message_group_stays_in_order_through_failures_and_retries():
     seen: set[bytes] = set()
 
