@@ -26,6 +26,7 @@ of the running loop), so this module does not import ``producer.py``, which impo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from typing import Protocol
@@ -127,38 +128,39 @@ class Coalescer:
         self.pending.append(_Send(message, record, future))
         self.pending_bytes += len(record)
         self._schedule()
-        self._wake_for_room()  # the next waiter, if what is left still has room
         return future
 
     async def _wait_for_room(self, size: int) -> None:
-        """Behind the callers already waiting; woken when sends leave the queue, and
-        first in line again if what left is not room enough."""
+        """In line behind the callers already waiting. Only the first in line is woken
+        (when sends leave the queue), and it stays first until it has room, so sends are
+        queued in the order their callers came (a message group's order among them)."""
+        waiters = self._room_waiters
         waiter: asyncio.Future[None] = self.loop.create_future()
-        self._room_waiters.append(waiter)
-        while True:
-            try:
+        waiters.append(waiter)
+        try:
+            while True:
                 await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake_for_room()  # woken, then cancelled: the turn passes on
-                raise
-            if self._has_room(size):
-                return
-            waiter = self.loop.create_future()
-            self._room_waiters.appendleft(waiter)
+                assert waiters[0] is waiter, "only the first in line is woken"
+                if self._has_room(size):
+                    return
+                waiter = self.loop.create_future()
+                waiters[0] = waiter
+        finally:  # out of line: queued next, or given up
+            if waiters and waiters[0] is waiter:
+                waiters.popleft()
+                self._wake_for_room()
+            else:
+                with contextlib.suppress(ValueError):
+                    waiters.remove(waiter)
 
     def _has_room(self, size: int) -> bool:
         # An empty queue takes any one record: a record larger than the bound still goes.
         return not self.pending or self.pending_bytes + size <= self.producer.max_pending_bytes
 
     def _wake_for_room(self) -> None:
-        """Wake the first live waiter (it rechecks the room and wakes the next)."""
-        waiters = self._room_waiters
-        while waiters:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        """Wake the first in line (it checks the room, and wakes the next once queued)."""
+        if self._room_waiters and not self._room_waiters[0].done():
+            self._room_waiters[0].set_result(None)
 
     def _schedule(self) -> None:
         # call_soon, not now: every send of this loop turn joins the same request.

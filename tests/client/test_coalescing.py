@@ -185,6 +185,37 @@ def test_a_caller_ahead_of_the_node_waits_for_room_in_the_queue():
     assert fake.requests == [1, 1, 1, 1]  # one record queued at a time
 
 
+def test_a_caller_arriving_as_a_waiter_is_woken_queues_behind_it():
+    """Sends are queued in the order their callers came: one arriving between a waiter's
+    wake-up and its turn waits behind it (a message group's order depends on it)."""
+
+    async def scenario():
+        fake = FakeData(queues=1)
+        fake.release = asyncio.Event()
+        producer = fake_producer(fake, max_in_flight=1, max_pending_bytes=1)
+        first = await producer.enqueue_async(Message("T", b"a"))  # in flight, held
+        await asyncio.sleep(0)
+        queued = await producer.enqueue_async(Message("T", b"b"))  # fills the queue
+        coalescer = producer.loop_state().coalescers[("T", "group-1")]
+        waiting = asyncio.ensure_future(producer.enqueue_async(Message("T", b"c")))
+        await asyncio.sleep(0)
+        late = []
+        wake = coalescer._wake_for_room
+
+        def wake_as_another_caller_arrives():
+            if coalescer._room_waiters and not late:  # c is about to be woken
+                late.append(asyncio.ensure_future(producer.send_async(Message("T", b"d"))))
+            wake()
+
+        coalescer._wake_for_room = wake_as_another_caller_arrives
+        fake.release.set()
+        await asyncio.gather(first, queued, await waiting, late[0])
+        return fake
+
+    fake = asyncio.run(scenario())
+    assert [p["body"] for p in fake.stored[0]] == ["a", "b", "c", "d"]
+
+
 def test_a_record_larger_than_the_queue_bound_still_goes_alone():
     async def scenario():
         fake = FakeData()
