@@ -212,8 +212,7 @@ class Coalescer:
             size += len(send.record)
         pending.extendleft(reversed(kept))  # back at the front, in their order
         self.pending_bytes += sum(len(send.record) for send in kept)
-        if batch:
-            self._wake_for_room()
+        self._wake_for_room()  # what left (taken, or given up by its caller) made room
         return batch
 
     async def _send(self, batch: list[_Send], groups: set[str]) -> None:

@@ -216,6 +216,25 @@ def test_a_caller_arriving_as_a_waiter_is_woken_queues_behind_it():
     assert [p["body"] for p in fake.stored[0]] == ["a", "b", "c", "d"]
 
 
+def test_sends_their_callers_gave_up_make_room_for_the_next_in_line():
+    async def scenario():
+        fake = FakeData()
+        fake.release = asyncio.Event()
+        producer = fake_producer(fake, max_in_flight=1, max_pending_bytes=1)
+        first = await producer.enqueue_async(Message("T", b"a"))  # in flight, held
+        await asyncio.sleep(0)
+        given_up = await producer.enqueue_async(Message("T", b"b"))  # fills the queue
+        waiting = asyncio.ensure_future(producer.enqueue_async(Message("T", b"c")))
+        await asyncio.sleep(0)
+        given_up.cancel()  # b's caller stops waiting: the queue's only send is dropped
+        fake.release.set()
+        last = await asyncio.wait_for(waiting, 5)
+        return await asyncio.wait_for(asyncio.gather(first, last), 5), fake
+
+    (_, receipt), fake = asyncio.run(scenario())
+    assert receipt.message_id and fake.requests == [1, 1]
+
+
 def test_a_record_larger_than_the_queue_bound_still_goes_alone():
     async def scenario():
         fake = FakeData()
