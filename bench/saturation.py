@@ -560,6 +560,11 @@ def run(
     return {**figures, **host_figures(started)}
 
 
+# (the registry its processes go in, the run's figures to add to) -> (the load driver's
+# command, the address it is given).
+PeerStart = Callable[[ProcessRegistry, dict], tuple[tuple[str, ...], str]]
+
+
 def run_apache(
     mode: str,
     busy: int,
@@ -608,11 +613,6 @@ def run_kafka(
         return tuple(load_driver.kafka_argv()), kafka.bootstrap
 
     return run_peer("kafka", nodes, mode, busy, busy_beside_client, rates, start)
-
-
-# (the registry its processes go in, the run's figures to add to) -> (the load driver's
-# command, the address it is given).
-PeerStart = Callable[[ProcessRegistry, dict], tuple[tuple[str, ...], str]]
 
 
 def run_peer(

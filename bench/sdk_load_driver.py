@@ -146,10 +146,11 @@ async def run_step(
     seconds until answered or ``SETTLE_S`` after the last send)."""
     step = Step()
     count = int(rate * seconds)
-    unanswered = [0]
+    unanswered = 0
 
     def answered(due: float, receipt: asyncio.Future) -> None:
-        unanswered[0] -= 1
+        nonlocal unanswered
+        unanswered -= 1
         error = receipt.exception() if not receipt.cancelled() else asyncio.CancelledError()
         if error is not None:  # counted by kind, as the Java drivers count them
             step.failed(error, due)
@@ -167,10 +168,10 @@ async def run_step(
             await asyncio.sleep(0)  # behind the clock: the sends made so far still go
         # Queued, or waiting for room as Kafka's send blocks on a full buffer.
         receipt = await producer.enqueue_async(Message(topic, body))
-        unanswered[0] += 1
+        unanswered += 1
         receipt.add_done_callback(functools.partial(answered, due))
     settle = time.perf_counter() + SETTLE_S
-    while unanswered[0] and time.perf_counter() < settle:
+    while unanswered and time.perf_counter() < settle:
         await asyncio.sleep(0.02)
     return step, count, time.perf_counter() - start
 

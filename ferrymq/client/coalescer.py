@@ -202,8 +202,8 @@ class Coalescer:
             ):
                 break
             pending.popleft()
-            self.pending_bytes -= len(send.record)
             if send.future.done():
+                self.pending_bytes -= len(send.record)
                 continue  # the caller gave up (cancelled): nothing to send
             if send.group is not None and send.group in busy:
                 kept.append(send)
@@ -211,7 +211,7 @@ class Coalescer:
             batch.append(send)
             size += len(send.record)
         pending.extendleft(reversed(kept))  # back at the front, in their order
-        self.pending_bytes += sum(len(send.record) for send in kept)
+        self.pending_bytes -= size
         self._wake_for_room()  # what left (taken, or given up by its caller) made room
         return batch
 
