@@ -112,23 +112,36 @@ class Coalescer:
         self.groups_in_flight: set[str] = set()
         self._flush_scheduled = False
 
-    async def enqueue(self, message: Message) -> asyncio.Future[SendReceipt]:
-        """``message`` in the queue once it has room (``max_pending_bytes``; waiting in
-        arrival order, as Kafka's producer blocks its caller on a full buffer): the future
-        of its receipt. A caller ahead of the node waits here instead of growing the queue
-        without bound."""
+    def submit(self, message: Message) -> tuple[asyncio.Future[SendReceipt], _Send | None]:
+        """``message`` encoded, and queued when the queue has room (``max_pending_bytes``)
+        and no caller waits for it: the future of its receipt, and None; else the send
+        that ``queue_when_room`` queues. A plain call, not a coroutine: the common send
+        pays no coroutine of its own to enter the queue."""
         future: asyncio.Future[SendReceipt] = self.loop.create_future()
         try:
             record = encode_records([message], self.message_type, time.time_ns() // 1_000_000)
         except RecordError as error:
             future.set_exception(FerryError(pb.BAD_REQUEST, "BAD_REQUEST", str(error)))
-            return future
-        if self._room_waiters or not self._has_room(len(record)):
-            await self._wait_for_room(len(record))
-        self.pending.append(_Send(message, record, future))
+            return future, None
+        send = _Send(message, record, future)
+        pending = self.pending
+        if self._room_waiters or (
+            pending and self.pending_bytes + len(record) > self.producer.max_pending_bytes
+        ):
+            return future, send
+        pending.append(send)
         self.pending_bytes += len(record)
         self._schedule()
-        return future
+        return future, None
+
+    async def queue_when_room(self, send: _Send) -> None:
+        """``send`` in the queue once it has room, in line behind the callers already
+        waiting (as Kafka's producer blocks its caller on a full buffer): a caller ahead
+        of the node waits here instead of growing the queue without bound."""
+        await self._wait_for_room(len(send.record))
+        self.pending.append(send)
+        self.pending_bytes += len(send.record)
+        self._schedule()
 
     async def _wait_for_room(self, size: int) -> None:
         """In line behind the callers already waiting. Only the first in line is woken

@@ -285,7 +285,13 @@ class Producer:
     async def send_async(self, message: Message) -> SendReceipt:
         """Send one message; sends made while earlier ones are in flight share a request
         (see the module docstring). Its own receipt, or its own ``FerryError``."""
-        return await (await self.enqueue_async(message))
+        coalescer = self._coalescer(message)
+        if coalescer is None:
+            return (await self.send_batch_async([message]))[0]
+        receipt, waiting = coalescer.submit(message)
+        if waiting is not None:
+            await coalescer.queue_when_room(waiting)
+        return await receipt
 
     async def enqueue_async(self, message: Message) -> asyncio.Future[SendReceipt]:
         """Queue one message as ``send_async`` sends it, returning once it is queued: the
@@ -293,9 +299,20 @@ class Producer:
         holds ``max_pending_bytes`` (Kafka's producer blocks its caller on a full buffer),
         so a caller that sends faster than the node answers is held back here; and many
         sends need no task each."""
+        coalescer = self._coalescer(message)
+        if coalescer is None:
+            return asyncio.ensure_future(_only(self.send_batch_async([message])))
+        receipt, waiting = coalescer.submit(message)
+        if waiting is not None:
+            await coalescer.queue_when_room(waiting)
+        return receipt
+
+    def _coalescer(self, message: Message) -> Coalescer | None:
+        """The queue of ``message``'s topic and broker group on this loop; None for the
+        topic types ``Data.Produce`` does not take (sent alone, as a batch of one)."""
         route = self.route(message.topic)  # a cached route makes this non-blocking
         if route.message_type not in PRODUCE_TYPES:
-            return asyncio.ensure_future(_only(self.send_batch_async([message])))
+            return None
         if message.message_group:
             broker_group = route.broker_for_key(message.message_group)
         else:
@@ -307,7 +324,7 @@ class Producer:
             coalescer = state.coalescers[key] = Coalescer(
                 self, message.topic, broker_group, route.message_type
             )
-        return await coalescer.enqueue(message)
+        return coalescer
 
     async def send_batch_async(self, messages: Sequence[Message]) -> list[SendReceipt]:
         """``send_batch`` for asyncio callers: one request, stored atomically, in order."""
