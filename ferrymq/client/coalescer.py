@@ -107,43 +107,38 @@ class Coalescer:
         self.loop = asyncio.get_running_loop()
         self.pending: deque[_Send] = deque()
         self.pending_bytes = 0  # the records in ``pending``
+        self.max_pending_bytes = producer.max_pending_bytes
         self._room_waiters: deque[asyncio.Future[None]] = deque()
         self.in_flight = 0
         self.groups_in_flight: set[str] = set()
         self._flush_scheduled = False
 
-    def submit(self, message: Message) -> tuple[asyncio.Future[SendReceipt], _Send | None]:
-        """``message`` encoded, and queued when the queue has room (``max_pending_bytes``)
-        and no caller waits for it: the future of its receipt, and None; else the send
-        that ``queue_when_room`` queues. A plain call, not a coroutine: the common send
-        pays no coroutine of its own to enter the queue."""
+    def submit(self, message: Message, waited: bool = False) -> asyncio.Future[SendReceipt] | None:
+        """``message`` queued: the future of its receipt; None, queuing nothing, while the
+        queue holds ``max_pending_bytes`` or callers wait for room (``queue_when_room``
+        queues it then). A plain call, not a coroutine: a send that finds room pays no
+        coroutine to enter the queue. ``waited``: the caller's turn came in line."""
+        if not waited and (self._room_waiters or self.pending_bytes >= self.max_pending_bytes):
+            return None
         future: asyncio.Future[SendReceipt] = self.loop.create_future()
         try:
             record = encode_records([message], self.message_type, time.time_ns() // 1_000_000)
         except RecordError as error:
             future.set_exception(FerryError(pb.BAD_REQUEST, "BAD_REQUEST", str(error)))
-            return future, None
-        send = _Send(message, record, future)
-        pending = self.pending
-        if self._room_waiters or (
-            pending and self.pending_bytes + len(record) > self.producer.max_pending_bytes
-        ):
-            return future, send
-        pending.append(send)
+            return future
+        self.pending.append(_Send(message, record, future))
         self.pending_bytes += len(record)
         self._schedule()
-        return future, None
+        return future
 
-    async def queue_when_room(self, send: _Send) -> None:
-        """``send`` in the queue once it has room, in line behind the callers already
+    async def queue_when_room(self, message: Message) -> asyncio.Future[SendReceipt]:
+        """``message`` queued once the queue has room, in line behind the callers already
         waiting (as Kafka's producer blocks its caller on a full buffer): a caller ahead
         of the node waits here instead of growing the queue without bound."""
-        await self._wait_for_room(len(send.record))
-        self.pending.append(send)
-        self.pending_bytes += len(send.record)
-        self._schedule()
+        await self._wait_for_room()
+        return self.submit(message, waited=True)
 
-    async def _wait_for_room(self, size: int) -> None:
+    async def _wait_for_room(self) -> None:
         """In line behind the callers already waiting. Only the first in line is woken
         (when sends leave the queue), and it stays first until it has room, so sends are
         queued in the order their callers came (a message group's order among them)."""
@@ -154,7 +149,7 @@ class Coalescer:
             while True:
                 await waiter
                 assert waiters[0] is waiter, "only the first in line is woken"
-                if self._has_room(size):
+                if self.pending_bytes < self.max_pending_bytes:
                     return
                 waiter = self.loop.create_future()
                 waiters[0] = waiter
@@ -165,10 +160,6 @@ class Coalescer:
             else:
                 with contextlib.suppress(ValueError):
                     waiters.remove(waiter)
-
-    def _has_room(self, size: int) -> bool:
-        # An empty queue takes any one record: a record larger than the bound still goes.
-        return not self.pending or self.pending_bytes + size <= self.producer.max_pending_bytes
 
     def _wake_for_room(self) -> None:
         """Wake the first in line (it checks the room, and wakes the next once queued)."""

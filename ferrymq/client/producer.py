@@ -288,9 +288,7 @@ class Producer:
         coalescer = self._coalescer(message)
         if coalescer is None:
             return (await self.send_batch_async([message]))[0]
-        receipt, waiting = coalescer.submit(message)
-        if waiting is not None:
-            await coalescer.queue_when_room(waiting)
+        receipt = coalescer.submit(message) or await coalescer.queue_when_room(message)
         return await receipt
 
     async def enqueue_async(self, message: Message) -> asyncio.Future[SendReceipt]:
@@ -302,10 +300,7 @@ class Producer:
         coalescer = self._coalescer(message)
         if coalescer is None:
             return asyncio.ensure_future(_only(self.send_batch_async([message])))
-        receipt, waiting = coalescer.submit(message)
-        if waiting is not None:
-            await coalescer.queue_when_room(waiting)
-        return receipt
+        return coalescer.submit(message) or await coalescer.queue_when_room(message)
 
     def _coalescer(self, message: Message) -> Coalescer | None:
         """The queue of ``message``'s topic and broker group on this loop; None for the
