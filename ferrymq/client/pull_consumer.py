@@ -23,7 +23,13 @@ from ferrymq.client.connection import DEFAULT_ADDRESS, Connection
 from ferrymq.client.errors import FerryError, check, check_admin
 from ferrymq.client.messages import ReceivedMessage, received_messages
 from ferrymq.client.rebalance import allocate
-from ferrymq.client.remoting_channel import RemotingChannel, fetch_answer
+from ferrymq.client.remoting_channel import (
+    FetchAnswer,
+    RemotingChannel,
+    fetch_answer,
+    wait_readable,
+)
+from ferrymq.client.remoting_channel import deadline as deadline_exceeded
 from ferrymq.client.routes import ROUTE_STALE_CODES, Endpoints, QueueRef
 from ferrymq.client.security import ClientSecurity
 from ferrymq.codec.remoting_codes import FerryRequestCode
@@ -35,20 +41,18 @@ from ferrymq.protocol.ferrymq import data_pb2 as data
 HEARTBEAT_INTERVAL_S = 5.0
 
 
-@dataclass(frozen=True)
-class _Prefetch:
-    """A fetch sent ahead of its ``poll``: for ``queue`` from ``offset``, on ``channel``."""
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A fetch on its way, or waiting on the node: for ``queue`` from ``offset``, on
+    ``channel``; sent by the consumer's ``poll``-th poll, failed if unanswered at ``due``."""
 
     queue: QueueRef
     offset: int
     channel: RemotingChannel
     opaque: int
-
-
-def _found_nothing(answer, position: int) -> bool:
-    """Whether a fetch from ``position`` came back without records and without moving on:
-    a waiting fetch may still get some."""
-    return answer.code == pb.MESSAGE_NOT_FOUND and answer.next_offset == position
+    poll: int
+    timeout_s: float
+    due: float
 
 
 START_POLICIES = ("committed-or-beginning", "committed-or-end", "beginning", "end")
@@ -70,9 +74,11 @@ class PullConsumer:
     ) -> None:
         """``transport``: "remoting" fetches on the nodes' remoting port, "grpc" on gRPC
         (``routes.py``); offsets and membership are on gRPC either way. ``prefetch``
-        (remoting): while ``poll`` decodes one fetch, the next one is on its
-        way; its records count as delivered on the node even if this consumer closes
-        before reading them."""
+        (remoting): every assigned queue has a fetch on its way or waiting on the node
+        (``poll``), so fetches travel while records are decoded and a message written to
+        any queue is answered at once; records answered but not yet handed out count as
+        delivered on the node even if this consumer closes before reading them. Without
+        it, each fetch is answered before the next is sent."""
         if start not in START_POLICIES:
             raise ValueError(f"start must be one of {START_POLICIES}")
         self.endpoints = Endpoints(address, timeout_s, security, transport)
@@ -88,8 +94,9 @@ class PullConsumer:
         self._members: list[str] = []
         self._turn = 0
         self.prefetch = prefetch
-        self._prefetch: _Prefetch | None = None
-        self.prefetched = 0  # fetches answered by a prefetch (observability, tests)
+        self._sent: dict[QueueRef, _Sent] = {}  # at most one fetch per queue
+        self._polls = 0
+        self.prefetched = 0  # answers to fetches an earlier poll sent (observability, tests)
 
     @property
     def connection(self) -> Connection:
@@ -100,7 +107,8 @@ class PullConsumer:
     def assign(self, topic: str, queues: list[int | QueueRef]) -> None:
         """Read exactly these queues (no group rebalancing); a bare queue id means that id
         in every broker group that hosts the topic."""
-        self.topic, self._subscribed = topic, False
+        self._read_topic(topic)
+        self._subscribed = False
         route = self.endpoints.route(topic)
         chosen = set()
         for queue in queues:
@@ -119,7 +127,8 @@ class PullConsumer:
         """Share ``topic``'s queues with the group's other live members."""
         if not self.group:
             raise ValueError("subscribing needs a consumer group")
-        self.topic, self._subscribed = topic, True
+        self._read_topic(topic)
+        self._subscribed = True
         self._next_heartbeat = 0.0
         self._maybe_rebalance()
 
@@ -144,6 +153,14 @@ class PullConsumer:
 
     def _master(self, queue: QueueRef) -> Connection:
         return self.endpoints.master(self.topic, queue.broker_group)
+
+    def _read_topic(self, topic: str) -> None:
+        """Read ``topic`` from now on. Another topic's queues are other queues, though
+        their ``QueueRef``s are alike: what was read of the last one is committed and its
+        positions forgotten (they were kept, and read the new topic from the old offsets)."""
+        if self.topic is not None and topic != self.topic:
+            self._set_queues([])
+        self.topic = topic
 
     def _set_queues(self, queues: list[QueueRef]) -> None:
         for queue in [q for q in self._positions if q not in queues]:
@@ -209,37 +226,162 @@ class PullConsumer:
     # ---- reading ---------------------------------------------------------------------
     def poll(self, wait_s: float = 1.0) -> list[ReceivedMessage]:
         """The next messages of one assigned queue (queues take turns); waits up to
-        ``wait_s`` on one of them when none has anything new. The queues are asked in
-        turn without waiting but the last, whose fetch waits (it is answered at once when
-        it has records): one request per poll for a consumer of one queue. On the
-        remoting port the fetch of the queue whose turn is next is already on its way
-        while this one's records are decoded, when it may have some (``_Prefetch``)."""
+        ``wait_s`` for any of them when none has anything new.
+
+        On the remoting port with ``prefetch`` (the default) every assigned queue has a
+        fetch on its way or waiting on the node (``_Sent``), so a message written to any
+        of them is answered at once, however many queues the consumer reads; a queue's
+        next fetch leaves as soon as its answer is taken, while its records are decoded,
+        and answers that come while another queue's are handed out wait for their turn.
+        Otherwise (gRPC, or no prefetch) the queues are asked one at a time in turn
+        without waiting, and the last one waits."""
         self._maybe_rebalance()
-        queue_ids = self.assignment
-        if not queue_ids:
+        queues = self.assignment
+        if not queues:
             return []
-        last = len(queue_ids) - 1
-        for step in range(len(queue_ids)):
-            queue = queue_ids[(self._turn + step) % len(queue_ids)]
-            following = queue_ids[(self._turn + step + 1) % len(queue_ids)]
-            messages = self._pull(queue, wait_s if step == last else 0, following)
+        try:
+            if self.prefetch and all(self._channel_of(queue) for queue in queues):
+                return self._poll_watching(queues, wait_s)
+            return self._poll_in_turn(queues, wait_s)
+        except FerryError as error:
+            if error.code in ROUTE_STALE_CODES:  # the next poll reads where a fresh route says
+                self.endpoints.forget(self.topic)
+            raise
+
+    def _in_turn(self, queues: list[QueueRef]) -> list[tuple[int, QueueRef]]:
+        """The queues with their places, starting at the one whose turn it is."""
+        return [
+            (self._turn + step, queues[(self._turn + step) % len(queues)])
+            for step in range(len(queues))
+        ]
+
+    def _poll_in_turn(self, queues: list[QueueRef], wait_s: float) -> list[ReceivedMessage]:
+        """One fetch at a time: the queues asked in turn without waiting, the last one
+        waits (one request per poll for a consumer of one queue)."""
+        for place, queue in self._in_turn(queues):
+            last = place == self._turn + len(queues) - 1
+            messages = self._pull(queue, wait_s if last else 0)
             if messages:
-                self._turn += step + 1
+                self._turn = place + 1
                 return messages
         self._turn += 1
         return []
 
-    def _pull(
-        self, queue: QueueRef, wait_s: float, following: QueueRef | None = None
-    ) -> list[ReceivedMessage]:
-        """One Data.Fetch from the queue's master: its next records, decoded here. A
-        failure that may mean a stale route refreshes it (the next poll reads there)."""
-        try:
-            return self._fetch(queue, wait_s, following)
-        except FerryError as error:
-            if error.code in ROUTE_STALE_CODES:
-                self.endpoints.forget(self.topic)
-            raise
+    def _poll_watching(self, queues: list[QueueRef], wait_s: float) -> list[ReceivedMessage]:
+        """A fetch sent to every queue that has none; the first answer with records, in
+        the queues' turn, or [] once ``wait_s`` passes. A queue this poll found empty is
+        not asked again before the next poll."""
+        self._polls += 1
+        deadline = time.monotonic() + wait_s
+        self._drop_unfit(queues)
+        found_empty: set[QueueRef] = set()
+        while True:
+            for queue in queues:
+                if queue not in self._sent and queue not in found_empty:
+                    self._send_fetch(queue, max(0.0, deadline - time.monotonic()))
+            for channel in {sent.channel for sent in self._sent.values()}:
+                channel.read_arrived()
+            for place, queue in self._in_turn(queues):
+                sent = self._sent.get(queue)
+                if sent is None or not sent.channel.answered(sent.opaque):
+                    continue
+                messages = self._take(sent, wait_s)
+                if messages:
+                    self._turn = place + 1
+                    return messages
+                if sent.poll == self._polls and self._positions.get(queue) == sent.offset:
+                    found_empty.add(queue)
+                # else it waited out in an earlier poll, or skipped what the tags filter
+                # out: asked again
+            if not self._await_answer(deadline):
+                self._turn += 1
+                return []
+
+    def _send_fetch(self, queue: QueueRef, wait_s: float) -> None:
+        """Send ``queue``'s next fetch, waiting up to ``wait_s`` on the node; its answer
+        is taken by this poll or a later one."""
+        address = self.endpoints.route(self.topic).masters[queue.broker_group]
+        channel = self.endpoints.channel(address)
+        timeout_s = wait_s + self.endpoints.timeout_s
+        request = self._request(queue, wait_s).SerializeToString()
+        opaque = channel.send(FerryRequestCode.FERRY_FETCH, request, None, timeout_s)
+        due = time.monotonic() + timeout_s
+        offset = self._positions[queue]
+        self._sent[queue] = _Sent(queue, offset, channel, opaque, self._polls, timeout_s, due)
+
+    def _take(self, sent: _Sent, wait_s: float) -> list[ReceivedMessage]:
+        """The records of ``sent``'s answer (here already); with records, the queue's
+        next fetch leaves before they are decoded."""
+        del self._sent[sent.queue]
+        if sent.poll != self._polls:
+            self.prefetched += 1
+        answer = self._answered(sent.queue, fetch_answer(sent.channel.receive(sent.opaque)))
+        if answer is None or not answer.records:
+            return []
+        self._send_fetch(sent.queue, wait_s)
+        return received_messages(answer.records, sent.queue.broker_group)
+
+    def _drop_unfit(self, queues: list[QueueRef]) -> None:
+        """Forget the sent fetches that no longer fit: of a queue no longer assigned, from
+        another offset than its position (a seek), on a connection that failed or to a
+        node that is no longer the queue's master. Their answers are skipped when they
+        come."""
+        for queue, sent in list(self._sent.items()):
+            fits = (
+                queue in self._positions
+                and sent.offset == self._positions[queue]
+                and sent.channel.awaits(sent.opaque)
+                and sent.channel is self._channel_of(queue)
+            )
+            if not fits:
+                sent.channel.forget(sent.opaque)
+                del self._sent[queue]
+
+    def _channel_of(self, queue: QueueRef) -> RemotingChannel | None:
+        address = self.endpoints.route(self.topic).masters.get(queue.broker_group)
+        return self.endpoints.channel(address) if address else None
+
+    def _await_answer(self, deadline: float) -> bool:
+        """Wait until an answer to a sent fetch has arrived (True), or ``deadline`` has
+        passed and every fetch this poll sent has been answered (False): a fetch sent
+        with the poll's remaining wait is answered just after the deadline. A fetch
+        unanswered past its own timeout fails its connection, as a fetch waited for
+        alone does (DEADLINE_EXCEEDED)."""
+        while True:
+            now = time.monotonic()
+            sent = list(self._sent.values())
+            mine = [s for s in sent if s.poll == self._polls]
+            if not sent or (now >= deadline and not mine):
+                return False
+            for late in (s for s in sent if s.due <= now):
+                late.channel.close()
+                raise deadline_exceeded(late.channel.address, late.timeout_s)
+            until = min(s.due for s in sent)
+            if now < deadline:
+                until = min(until, deadline)
+            channels = list({s.channel for s in sent})
+            wait_readable(channels, until - now)
+            for channel in channels:
+                channel.read_arrived()
+            if any(s.channel.answered(s.opaque) for s in self._sent.values()):
+                return True
+
+    def _pull(self, queue: QueueRef, wait_s: float) -> list[ReceivedMessage]:
+        """One fetch from the queue's master, waited for: its next records, decoded here."""
+        answer = self._answered(queue, self._fetch(queue, wait_s))
+        if answer is None:
+            return []
+        return received_messages(answer.records, queue.broker_group)
+
+    def _answered(self, queue: QueueRef, answer: FetchAnswer) -> FetchAnswer | None:
+        """``answer``, the queue's position moved past it; None when retention passed the
+        position (it moves on)."""
+        if answer.code == pb.ILLEGAL_OFFSET:
+            self._positions[queue] = answer.next_offset  # retention passed us: go on
+            return None
+        check(pb.Status(code=answer.code, message=answer.message), pb.MESSAGE_NOT_FOUND)
+        self._positions[queue] = answer.next_offset
+        return answer
 
     def _request(self, queue: QueueRef, wait_s: float) -> data.FetchRequest:
         return data.FetchRequest(
@@ -254,77 +396,19 @@ class PullConsumer:
             wait_ms=int(wait_s * 1000),
         )
 
-    def _fetch(
-        self, queue: QueueRef, wait_s: float, following: QueueRef | None = None
-    ) -> list[ReceivedMessage]:
-        """``following``: the queue to prefetch if this one has records (its turn is next)."""
+    def _fetch(self, queue: QueueRef, wait_s: float):
+        """One fetch and its answer, on the remoting port or gRPC."""
         address = self.endpoints.route(self.topic).masters[queue.broker_group]
         channel = self.endpoints.channel(address)
         timeout_s = wait_s + self.endpoints.timeout_s
+        request = self._request(queue, wait_s)
         if channel is not None:
-            raw = self._prefetched(queue, channel, timeout_s)
-            answer = None if raw is None else fetch_answer(raw)
-            if answer is None or (wait_s and _found_nothing(answer, self._positions[queue])):
-                request = self._request(queue, wait_s)
-                raw = channel.call(
-                    FerryRequestCode.FERRY_FETCH, request.SerializeToString(), None, timeout_s
-                )
-                answer = fetch_answer(raw)
-        else:
-            master = self.endpoints.connection(address)
-            answer = master.call(
-                master.data.Fetch, self._request(queue, wait_s), timeout_s=timeout_s
+            raw = channel.call(
+                FerryRequestCode.FERRY_FETCH, request.SerializeToString(), None, timeout_s
             )
-        if answer.code == pb.ILLEGAL_OFFSET:
-            self._positions[queue] = answer.next_offset  # retention passed us: go on
-            return []
-        check(pb.Status(code=answer.code, message=answer.message), pb.MESSAGE_NOT_FOUND)
-        self._positions[queue] = answer.next_offset
-        # A queue read to its end would answer a fetch sent now with nothing: one request
-        # for none, on the node too, at every message of a consumer that keeps up.
-        # Another queue may have records.
-        more = following != queue or answer.next_offset < answer.max_offset
-        if answer.records and following is not None and self.prefetch and more:
-            self._prefetch_from(following)
-        return received_messages(answer.records, queue.broker_group)
-
-    def _prefetch_from(self, queue: QueueRef) -> None:
-        """Send the fetch ``poll`` will ask ``queue`` for next (no waiting), unanswered for
-        now. A send that fails leaves nothing pending: that fetch is made again then."""
-        address = self.endpoints.route(self.topic).masters.get(queue.broker_group)
-        channel = self.endpoints.channel(address) if address else None
-        if channel is None:
-            return
-        offset = self._positions[queue]
-        try:
-            opaque = channel.send(
-                FerryRequestCode.FERRY_FETCH, self._request(queue, 0).SerializeToString()
-            )
-        except FerryError:
-            return
-        self._prefetch = _Prefetch(queue, offset, channel, opaque)
-
-    def _prefetched(self, queue: QueueRef, channel, timeout_s: float):
-        """The answer of the prefetch, when it is the fetch asked for now (same queue and
-        offset, same channel; a waiting fetch makes its own when this one found nothing);
-        None otherwise: a prefetch that no longer fits (a seek, a rebalance) is dropped,
-        its answer skipped when it comes."""
-        prefetch, self._prefetch = self._prefetch, None
-        if prefetch is None:
-            return None
-        if (prefetch.queue, prefetch.offset, prefetch.channel) != (
-            queue,
-            self._positions.get(queue),
-            channel,
-        ):
-            prefetch.channel.forget(prefetch.opaque)
-            return None
-        try:
-            answer = channel.receive(prefetch.opaque, timeout_s)
-        except FerryError:
-            return None  # the connection failed: fetched again, which reports it
-        self.prefetched += 1
-        return answer
+            return fetch_answer(raw)
+        master = self.endpoints.connection(address)
+        return master.call(master.data.Fetch, request, timeout_s=timeout_s)
 
     # ---- offsets ---------------------------------------------------------------------
     def commit(self) -> None:
@@ -350,6 +434,7 @@ class PullConsumer:
 
     def close(self) -> None:
         """Leave the group at once (its queues go to the others at their next poll)."""
+        self._sent.clear()  # their answers go with the connections
         try:
             if self._subscribed and self.topic is not None:
                 goodbye = rpc.NotifyClientTerminationRequest(group=pb.Resource(name=self.group))

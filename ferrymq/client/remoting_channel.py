@@ -3,7 +3,9 @@
 
 ``RemotingChannel`` is blocking (the sync API): one socket, used from one thread as the
 SDK's objects are; ``call`` is a request and its answer, and ``send`` / ``receive`` let
-a caller keep one request travelling while it works (the pull consumer's prefetch).
+a caller keep requests travelling while it works (the pull consumer's fetches, one
+waiting on each queue); ``read_arrived`` and ``answered`` let it see which came, and
+``wait_readable`` wait on several channels at once.
 ``AsyncRemotingChannel`` serves one event loop: requests are matched to answers by
 opaque, so coalesced sends overlap on one connection. Either connects lazily and again
 after a failure, or when the node closed it while idle (its ``[remoting]
@@ -26,6 +28,7 @@ import errno
 import itertools
 import select
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -308,6 +311,33 @@ class RemotingChannel:
                     raise TimeoutError
                 sock.settimeout(remaining)
 
+    def read_arrived(self) -> None:
+        """Read the answers that have arrived, without waiting for any more: each one
+        awaited is kept for its ``receive``."""
+        sock = self._socket
+        if sock is None:
+            return
+        with self._failures(self.timeout_s):
+            while self._frames.holds_whole_frame() or _readable_now(sock):
+                # Readable with part of a frame: the rest is on its way, read within the
+                # socket's timeout.
+                answer = decode(self._frames.next_frame(sock))
+                if answer.is_response and answer.opaque in self._awaited:
+                    self._answers[answer.opaque] = answer
+
+    def answered(self, opaque: int) -> bool:
+        """Whether request ``opaque``'s answer is here (``read_arrived`` keeps it)."""
+        return opaque in self._answers
+
+    def awaits(self, opaque: int) -> bool:
+        """Whether request ``opaque`` still has an answer to ``receive``: False once the
+        connection it went on failed, or it was forgotten."""
+        return opaque in self._awaited
+
+    def fileno(self) -> int:
+        """The connection's socket, for ``select`` (-1 when it is closed)."""
+        return self._socket.fileno() if self._socket is not None else -1
+
     def _failures(self, timeout_s: float) -> _SocketFailures:
         """A socket failure closes the connection and is raised as the SDK's transport
         error (DEADLINE_EXCEEDED for the call's own timeout, UNAVAILABLE otherwise)."""
@@ -325,6 +355,23 @@ class RemotingChannel:
             self._socket = None
         self._awaited.clear()
         self._answers.clear()
+
+
+def _readable_now(sock: socket.socket) -> bool:
+    """Bytes to read without waiting: decrypted and held by TLS, or in the kernel."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def wait_readable(channels: list[RemotingChannel], timeout_s: float) -> None:
+    """Wait, up to ``timeout_s``, until one of ``channels`` has bytes to read (after
+    ``read_arrived`` took what each held). A channel's socket closed meanwhile is
+    skipped."""
+    sockets = [channel.fileno() for channel in channels]
+    sockets = [fd for fd in sockets if fd >= 0]
+    if sockets:
+        select.select(sockets, [], [], max(0.0, timeout_s))
 
 
 class _Protocol(asyncio.Protocol):

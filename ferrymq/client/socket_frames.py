@@ -35,6 +35,13 @@ class SocketFrames:
         """Bytes received and not handed out yet (a part of the next frame, or more)."""
         return self._end - self._start
 
+    def holds_whole_frame(self) -> bool:
+        """Whether a whole frame is buffered (``next_frame`` would not read the socket)."""
+        if self.buffered < FRAME_LENGTH.size:
+            return False
+        length = frame_length(self._view[self._start : self._end], self.max_frame_bytes)
+        return self.buffered >= FRAME_LENGTH.size + length
+
     def next_frame(self, sock: socket.socket) -> bytes:
         """The next whole frame without its total length (what ``decode`` takes), read
         from ``sock`` as far as needed. The socket's timeout and errors reach the caller,

@@ -71,6 +71,24 @@ def test_produce_sync_async_batch_then_pull_commit_and_resume(address, admin):
     assert sum(q.lag for q in progress) == 1  # "after-commit" was read but not committed
 
 
+def test_a_consumer_assigned_another_topic_reads_it_from_its_own_start(address, admin):
+    """Positions were kept by ``QueueRef`` alone (a broker group and a queue id): a
+    consumer assigned another topic read it from the offsets reached in the last one."""
+    admin.create_topic("sdk-first", queue_count=1)
+    admin.create_topic("sdk-second", queue_count=1)
+    admin.create_group("sdk-switchers")
+    with Producer(address) as producer:
+        producer.send_batch([Message("sdk-first", b"first-%d" % i) for i in range(3)])
+        producer.send_batch([Message("sdk-second", b"second-%d" % i) for i in range(2)])
+    with PullConsumer(address, "sdk-switchers", start="beginning") as consumer:
+        consumer.assign("sdk-first", [0])
+        assert len(drain(consumer, 3)) == 3
+        consumer.assign("sdk-second", [0])
+        assert [m.body for m in drain(consumer, 2)] == [b"second-0", b"second-1"]
+    progress = admin.group_progress("sdk-switchers", "sdk-first")
+    assert sum(q.lag for q in progress) == 0  # what was read of the first was committed
+
+
 def test_fifo_messages_keep_their_group_order(address, admin):
     admin.create_topic("sdk-fifo", queue_count=4, message_type="FIFO")
     admin.create_group("sdk-fifo-readers")
