@@ -228,20 +228,22 @@ class PullConsumer:
         """The next messages of one assigned queue (queues take turns); waits up to
         ``wait_s`` for any of them when none has anything new.
 
-        On the remoting port with ``prefetch`` (the default) every assigned queue has a
-        fetch on its way or waiting on the node (``_Sent``), so a message written to any
-        of them is answered at once, however many queues the consumer reads; a queue's
-        next fetch leaves as soon as its answer is taken, while its records are decoded,
-        and answers that come while another queue's are handed out wait for their turn.
-        Otherwise (gRPC, or no prefetch) the queues are asked one at a time in turn
-        without waiting, and the last one waits."""
+        On the remoting port with ``prefetch`` (the default) a poll has a fetch on its
+        way or waiting on the node for every assigned queue (``_Sent``), so a message
+        written to any of them is answered at once, however many queues the consumer
+        reads. A queue whose answer shows more records waiting has its next fetch sent
+        before these are decoded; answers that come while another queue's are handed out
+        wait for their turn. Otherwise (gRPC, or no prefetch) the queues are asked one at
+        a time in turn without waiting, and the last one waits."""
         self._maybe_rebalance()
         queues = self.assignment
         if not queues:
             return []
         try:
-            if self.prefetch and all(self._channel_of(queue) for queue in queues):
-                return self._poll_watching(queues, wait_s)
+            if self.prefetch:
+                channels = {queue: self._channel_of(queue) for queue in queues}
+                if all(channels.values()):
+                    return self._poll_watching(queues, channels, wait_s)
             return self._poll_in_turn(queues, wait_s)
         except FerryError as error:
             if error.code in ROUTE_STALE_CODES:  # the next poll reads where a fresh route says
@@ -267,20 +269,21 @@ class PullConsumer:
         self._turn += 1
         return []
 
-    def _poll_watching(self, queues: list[QueueRef], wait_s: float) -> list[ReceivedMessage]:
-        """A fetch sent to every queue that has none; the first answer with records, in
-        the queues' turn, or [] once ``wait_s`` passes. A queue this poll found empty is
-        not asked again before the next poll."""
+    def _poll_watching(
+        self, queues: list[QueueRef], channels: dict[QueueRef, RemotingChannel], wait_s: float
+    ) -> list[ReceivedMessage]:
+        """A fetch sent to every queue that has none (``channels``: each queue's master's);
+        the first answer with records, in the queues' turn, or [] once ``wait_s`` passes.
+        A queue this poll found empty is not asked again before the next poll."""
         self._polls += 1
         deadline = time.monotonic() + wait_s
-        self._drop_unfit(queues)
+        self._drop_unfit(channels)
         found_empty: set[QueueRef] = set()
         while True:
             for queue in queues:
                 if queue not in self._sent and queue not in found_empty:
-                    self._send_fetch(queue, max(0.0, deadline - time.monotonic()))
-            for channel in {sent.channel for sent in self._sent.values()}:
-                channel.read_arrived()
+                    remaining_s = max(0.0, deadline - time.monotonic())
+                    self._send_fetch(queue, channels[queue], remaining_s)
             for place, queue in self._in_turn(queues):
                 sent = self._sent.get(queue)
                 if sent is None or not sent.channel.answered(sent.opaque):
@@ -297,11 +300,9 @@ class PullConsumer:
                 self._turn += 1
                 return []
 
-    def _send_fetch(self, queue: QueueRef, wait_s: float) -> None:
-        """Send ``queue``'s next fetch, waiting up to ``wait_s`` on the node; its answer
-        is taken by this poll or a later one."""
-        address = self.endpoints.route(self.topic).masters[queue.broker_group]
-        channel = self.endpoints.channel(address)
+    def _send_fetch(self, queue: QueueRef, channel: RemotingChannel, wait_s: float) -> None:
+        """Send ``queue``'s next fetch on ``channel``, waiting up to ``wait_s`` on the
+        node; its answer is taken by this poll or a later one."""
         timeout_s = wait_s + self.endpoints.timeout_s
         request = self._request(queue, wait_s).SerializeToString()
         opaque = channel.send(FerryRequestCode.FERRY_FETCH, request, None, timeout_s)
@@ -310,28 +311,30 @@ class PullConsumer:
         self._sent[queue] = _Sent(queue, offset, channel, opaque, self._polls, timeout_s, due)
 
     def _take(self, sent: _Sent, wait_s: float) -> list[ReceivedMessage]:
-        """The records of ``sent``'s answer (here already); with records, the queue's
-        next fetch leaves before they are decoded."""
+        """The records of ``sent``'s answer (here already). When it shows more records
+        waiting, the queue's next fetch leaves before these are decoded; at the queue's
+        end the next poll sends it (sent now, it would delay this answer's messages by
+        its write, and be answered empty at once by a node holding nothing newer)."""
         del self._sent[sent.queue]
         if sent.poll != self._polls:
             self.prefetched += 1
         answer = self._answered(sent.queue, fetch_answer(sent.channel.receive(sent.opaque)))
         if answer is None or not answer.records:
             return []
-        self._send_fetch(sent.queue, wait_s)
+        if answer.next_offset < answer.max_offset:
+            self._send_fetch(sent.queue, sent.channel, wait_s)
         return received_messages(answer.records, sent.queue.broker_group)
 
-    def _drop_unfit(self, queues: list[QueueRef]) -> None:
+    def _drop_unfit(self, channels: dict[QueueRef, RemotingChannel]) -> None:
         """Forget the sent fetches that no longer fit: of a queue no longer assigned, from
         another offset than its position (a seek), on a connection that failed or to a
-        node that is no longer the queue's master. Their answers are skipped when they
-        come."""
+        node that is no longer the queue's master (``channels``: each assigned queue's
+        master's). Their answers are skipped when they come."""
         for queue, sent in list(self._sent.items()):
             fits = (
-                queue in self._positions
+                sent.channel is channels.get(queue)
                 and sent.offset == self._positions[queue]
                 and sent.channel.awaits(sent.opaque)
-                and sent.channel is self._channel_of(queue)
             )
             if not fits:
                 sent.channel.forget(sent.opaque)
@@ -356,14 +359,16 @@ class PullConsumer:
             for late in (s for s in sent if s.due <= now):
                 late.channel.close()
                 raise deadline_exceeded(late.channel.address, late.timeout_s)
-            until = min(s.due for s in sent)
-            if now < deadline:
-                until = min(until, deadline)
             channels = list({s.channel for s in sent})
-            wait_readable(channels, until - now)
             for channel in channels:
-                channel.read_arrived()
-            if any(s.channel.answered(s.opaque) for s in self._sent.values()):
+                channel.read_buffered()
+            if not any(s.channel.answered(s.opaque) for s in sent):
+                until = min(s.due for s in sent)
+                if now < deadline:
+                    until = min(until, deadline)
+                for channel in wait_readable(channels, until - now):
+                    channel.read_frame()
+            if any(s.channel.answered(s.opaque) for s in sent):
                 return True
 
     def _pull(self, queue: QueueRef, wait_s: float) -> list[ReceivedMessage]:

@@ -4,8 +4,8 @@
 ``RemotingChannel`` is blocking (the sync API): one socket, used from one thread as the
 SDK's objects are; ``call`` is a request and its answer, and ``send`` / ``receive`` let
 a caller keep requests travelling while it works (the pull consumer's fetches, one
-waiting on each queue); ``read_arrived`` and ``answered`` let it see which came, and
-``wait_readable`` wait on several channels at once.
+waiting on each queue); ``wait_readable`` waits on several channels at once,
+``read_buffered`` / ``read_frame`` keep what came and ``answered`` says which did.
 ``AsyncRemotingChannel`` serves one event loop: requests are matched to answers by
 opaque, so coalesced sends overlap on one connection. Either connects lazily and again
 after a failure, or when the node closed it while idle (its ``[remoting]
@@ -311,22 +311,36 @@ class RemotingChannel:
                     raise TimeoutError
                 sock.settimeout(remaining)
 
-    def read_arrived(self) -> None:
-        """Read the answers that have arrived, without waiting for any more: each one
-        awaited is kept for its ``receive``."""
+    def read_buffered(self) -> None:
+        """Keep the answers whose bytes are here already (whole frames in the buffer, or
+        bytes TLS has decrypted), each awaited one for its ``receive``; no system call
+        but for TLS's."""
         sock = self._socket
         if sock is None:
             return
         with self._failures(self.timeout_s):
-            while self._frames.holds_whole_frame() or _readable_now(sock):
-                # Readable with part of a frame: the rest is on its way, read within the
-                # socket's timeout.
-                answer = decode(self._frames.next_frame(sock))
-                if answer.is_response and answer.opaque in self._awaited:
-                    self._answers[answer.opaque] = answer
+            while self._frames.holds_whole_frame() or _tls_pending(sock):
+                self._keep(decode(self._frames.next_frame(sock)))
+
+    def read_frame(self) -> None:
+        """Read the next frame (call it when the socket has bytes: ``wait_readable``; the
+        rest of a frame begun is read within the socket's timeout) and keep it if awaited,
+        then the whole frames buffered behind it."""
+        sock = self._socket
+        if sock is None:
+            return
+        with self._failures(self.timeout_s):
+            self._keep(decode(self._frames.next_frame(sock)))
+            while self._frames.holds_whole_frame():
+                self._keep(decode(self._frames.next_frame(sock)))
+
+    def _keep(self, answer: RemotingCommand) -> None:
+        if answer.is_response and answer.opaque in self._awaited:
+            self._answers[answer.opaque] = answer
 
     def answered(self, opaque: int) -> bool:
-        """Whether request ``opaque``'s answer is here (``read_arrived`` keeps it)."""
+        """Whether request ``opaque``'s answer is here (``read_buffered`` and ``read_frame``
+        keep it)."""
         return opaque in self._answers
 
     def awaits(self, opaque: int) -> bool:
@@ -357,21 +371,21 @@ class RemotingChannel:
         self._answers.clear()
 
 
-def _readable_now(sock: socket.socket) -> bool:
-    """Bytes to read without waiting: decrypted and held by TLS, or in the kernel."""
-    if isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return True
-    return bool(select.select([sock], [], [], 0)[0])
+def _tls_pending(sock: socket.socket) -> bool:
+    """Bytes TLS has decrypted and holds: ``select`` does not see them."""
+    return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
 
 
-def wait_readable(channels: list[RemotingChannel], timeout_s: float) -> None:
-    """Wait, up to ``timeout_s``, until one of ``channels`` has bytes to read (after
-    ``read_arrived`` took what each held). A channel's socket closed meanwhile is
-    skipped."""
-    sockets = [channel.fileno() for channel in channels]
-    sockets = [fd for fd in sockets if fd >= 0]
-    if sockets:
-        select.select(sockets, [], [], max(0.0, timeout_s))
+def wait_readable(channels: list[RemotingChannel], timeout_s: float) -> list[RemotingChannel]:
+    """The ``channels`` with bytes to read, once one has some or ``timeout_s`` passed
+    (call ``read_buffered`` on each first: what is buffered already is not seen here). A
+    channel whose socket closed meanwhile is skipped."""
+    by_socket = {channel.fileno(): channel for channel in channels}
+    by_socket.pop(-1, None)
+    if not by_socket:
+        return []
+    readable, _, _ = select.select(list(by_socket), [], [], max(0.0, timeout_s))
+    return [by_socket[fd] for fd in readable]
 
 
 class _Protocol(asyncio.Protocol):
