@@ -51,6 +51,7 @@ class _Sent:
     channel: RemotingChannel
     opaque: int
     poll: int
+    answers_by: float  # when the node answers it at the latest (its wait ends)
     timeout_s: float
     due: float
 
@@ -306,9 +307,17 @@ class PullConsumer:
         timeout_s = wait_s + self.endpoints.timeout_s
         request = self._request(queue, wait_s).SerializeToString()
         opaque = channel.send(FerryRequestCode.FERRY_FETCH, request, None, timeout_s)
-        due = time.monotonic() + timeout_s
-        offset = self._positions[queue]
-        self._sent[queue] = _Sent(queue, offset, channel, opaque, self._polls, timeout_s, due)
+        now = time.monotonic()
+        self._sent[queue] = _Sent(
+            queue,
+            self._positions[queue],
+            channel,
+            opaque,
+            self._polls,
+            now + wait_s,
+            timeout_s,
+            now + timeout_s,
+        )
 
     def _take(self, sent: _Sent, wait_s: float) -> list[ReceivedMessage]:
         """The records of ``sent``'s answer (here already). When it shows more records
@@ -346,30 +355,36 @@ class PullConsumer:
 
     def _await_answer(self, deadline: float) -> bool:
         """Wait until an answer to a sent fetch has arrived (True), or ``deadline`` has
-        passed and every fetch this poll sent has been answered (False): a fetch sent
-        with the poll's remaining wait is answered just after the deadline. A fetch
-        unanswered past its own timeout fails its connection, as a fetch waited for
-        alone does (DEADLINE_EXCEEDED)."""
+        passed and no fetch is owed an answer by then (False). Owed: those this poll
+        sent (one sent with the poll's remaining wait is answered just after the
+        deadline) and those whose wait on the node ends before it (a fetch sent ahead
+        without waiting is answered at once: a poll that does not wait still waits for
+        it). A fetch unanswered past its own timeout fails its connection, as a fetch
+        waited for alone does (DEADLINE_EXCEEDED)."""
         while True:
             now = time.monotonic()
             sent = list(self._sent.values())
-            mine = [s for s in sent if s.poll == self._polls]
-            if not sent or (now >= deadline and not mine):
+            if not sent:
                 return False
-            for late in (s for s in sent if s.due <= now):
-                late.channel.close()
-                raise deadline_exceeded(late.channel.address, late.timeout_s)
             channels = list({s.channel for s in sent})
             for channel in channels:
                 channel.read_buffered()
-            if not any(s.channel.answered(s.opaque) for s in sent):
-                until = min(s.due for s in sent)
-                if now < deadline:
-                    until = min(until, deadline)
-                for channel in wait_readable(channels, until - now):
-                    channel.read_frame()
             if any(s.channel.answered(s.opaque) for s in sent):
                 return True
+            for late in (s for s in sent if s.due <= now):
+                late.channel.close()
+                raise deadline_exceeded(late.channel.address, late.timeout_s)
+            owed = any(s.poll == self._polls or s.answers_by <= deadline for s in sent)
+            last_look = now >= deadline and not owed  # at what has come already
+            until = min(s.due for s in sent)
+            if now < deadline:
+                until = min(until, deadline)
+            for channel in wait_readable(channels, 0.0 if last_look else until - now):
+                channel.read_frame()
+            if any(s.channel.answered(s.opaque) for s in sent):
+                return True
+            if last_look:
+                return False
 
     def _pull(self, queue: QueueRef, wait_s: float) -> list[ReceivedMessage]:
         """One fetch from the queue's master, waited for: its next records, decoded here."""
