@@ -100,6 +100,11 @@ WARM_UP_RATE = 500
 MEMORY_SAMPLE_S = 10.0
 SIZE = 1024
 QUEUES = 8
+# What a stored message takes besides its body, at most (its record's header and
+# properties, a consume-queue entry, an index slot), and each replica's segments made
+# ahead of its writes: ``disk_needed_bytes``.
+STORED_OVERHEAD_BYTES = 512
+SEGMENTS_AHEAD_BYTES = 1 << 30
 STORE = {
     "commitlog_segment_bytes": 256 << 20,
     "consume_queue_entries_per_file": 300_000,
@@ -525,6 +530,8 @@ def run(
     """The ramp (and the soak) against ferrymq nodes, through the official Java client
     (``client`` "java") or ferrymq's SDK ("sdk": ``bench.sdk_load_driver``)."""
     scale = scale_of(mode, rates)
+    soak_rate_bound = soak_rate or 0.8 * max(scale.rates, default=0)
+    check_free_disk(disk_needed_bytes(scale, nodes, soak_rate_bound * soak_minutes * 60))
     argv = tuple(load_driver.argv()) if client == "java" else SDK_DRIVER
     root = tempfile.mkdtemp(prefix="ferrymq-bench-saturation-")
     directory = os.path.join(root, "cluster")
@@ -627,6 +634,7 @@ def run_peer(
     """The ramp against a peer ``start`` runs in a process registry (gone with the run). No
     liveness figures (they are ferrymq's metrics) and no soak."""
     scale = scale_of(mode, rates)
+    check_free_disk(disk_needed_bytes(scale, nodes))
     spinners = busy_processes(busy, busy_beside_client)
     started = time.monotonic()
     figures = {"peer": peer, "nodes": nodes, **load_figures(mode, busy, busy_beside_client)}
@@ -640,6 +648,29 @@ def run_peer(
         for spinner in spinners:
             spinner.kill()
     return {**figures, **host_figures(started)}
+
+
+def disk_needed_bytes(scale: Scale, replicas: int, soak_messages: float = 0) -> int:
+    """At most what a run writes: every message it offers (the warm-up, each step, the
+    soak) stored on each of ``replicas``, with each replica's segments made ahead."""
+    offered = WARM_UP_RATE * scale.warm_up_s + sum(rate * scale.step_s for rate in scale.rates)
+    offered += soak_messages
+    stored = offered * (SIZE + STORED_OVERHEAD_BYTES) * replicas
+    return int(stored) + replicas * SEGMENTS_AHEAD_BYTES
+
+
+def check_free_disk(needed: int, directory: str | None = None, free: int | None = None) -> None:
+    """Refuse a run that may fill the disk under ``directory`` (the temporary one): its
+    brokers would answer DISK_FULL, and the steps after that measure a full disk. (An
+    80,000 msgs/s step did, on a disk filled by earlier runs' leftovers.)"""
+    directory = directory or tempfile.gettempdir()
+    free = shutil.disk_usage(directory).free if free is None else free
+    if free < needed:
+        raise SystemExit(
+            f"bench.saturation: this run may write {needed / 2**30:.1f} GiB under {directory}, "
+            f"which has {free / 2**30:.1f} GiB free: free space there, or offer fewer or "
+            "lower steps (--rates)"
+        )
 
 
 def scale_of(mode: str, rates: tuple[int, ...]) -> Scale:

@@ -162,6 +162,31 @@ def test_the_apache_ramp_gives_the_broker_the_send_queue_wait_asked_for(monkeypa
     assert "apache_send_queue_wait_ms" not in default
 
 
+def test_a_run_that_may_fill_the_disk_is_refused_before_anything_starts(monkeypatch):
+    """A step answered DISK_FULL measures a full disk, not a broker: an 80,000 msgs/s
+    step did, on a disk filled by earlier runs' leftovers. Every run now checks first."""
+    scale = saturation.scale_of("quick", (10_000,))
+    needed = saturation.disk_needed_bytes(scale, 3)
+    at_least = 3 * (10_000 * scale.step_s + saturation.WARM_UP_RATE * scale.warm_up_s)
+    assert needed >= at_least * (saturation.SIZE + 256)  # every message on every replica
+    with pytest.raises(SystemExit, match=r"may write 3\.9 GiB under /x, which has 3\.9 GiB free"):
+        saturation.check_free_disk(needed, "/x", free=needed - 1)
+    saturation.check_free_disk(needed, "/x", free=needed)
+
+    class Full:
+        free = 1 << 20
+
+    monkeypatch.setattr(saturation.shutil, "disk_usage", lambda directory: Full)
+    monkeypatch.setattr(saturation, "start_cluster", lambda *args: pytest.fail("started"))
+    with pytest.raises(SystemExit, match="GiB free"):
+        saturation.run("smoke", 3, 0, 0, None, client="sdk")
+    with pytest.raises(SystemExit, match="GiB free"):
+        saturation.run_peer("kafka", 3, "smoke", 0, False, (), lambda *a: pytest.fail("started"))
+    monkeypatch.setattr(Full, "free", saturation.disk_needed_bytes(scale, 1) + 1)
+    with pytest.raises(SystemExit, match="GiB free"):  # the ramp fits; its soak's do not
+        saturation.run("quick", 1, 0, 10, 10_000, rates=(10_000,))
+
+
 # Both load drivers for real, each with its client against a real broker at a rate any
 # broker here keeps up with: each step's every send is answered and every message read.
 @pytest.mark.timeout(clients.INSTALL_TIMEOUT_S + 300)
