@@ -303,9 +303,7 @@ class RemotingChannel:
                 if answer.opaque == opaque and answer.is_response:
                     self._awaited.discard(opaque)
                     return answer_body(self.address, answer)
-                if answer.is_response and answer.opaque in self._awaited:
-                    self._answers[answer.opaque] = answer
-                # else an answer to a request given up on, or a notice: nobody's
+                self._keep(answer)  # another's; or, given up on or a notice, nobody's
                 remaining = end - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError
@@ -325,16 +323,16 @@ class RemotingChannel:
     def read_frame(self) -> None:
         """Read the next frame (call it when the socket has bytes: ``wait_readable``; the
         rest of a frame begun is read within the socket's timeout) and keep it if awaited,
-        then the whole frames buffered behind it."""
+        then what is buffered behind it (``read_buffered``)."""
         sock = self._socket
         if sock is None:
             return
         with self._failures(self.timeout_s):
             self._keep(decode(self._frames.next_frame(sock)))
-            while self._frames.holds_whole_frame():
-                self._keep(decode(self._frames.next_frame(sock)))
+        self.read_buffered()
 
     def _keep(self, answer: RemotingCommand) -> None:
+        """An answer someone will ``receive``, kept for it; any other is dropped."""
         if answer.is_response and answer.opaque in self._awaited:
             self._answers[answer.opaque] = answer
 
