@@ -477,11 +477,12 @@ class ReplicationMaster:
                 self._reput_tail = None
             self._reput()
 
-    def _reput(self) -> None:
-        """Dispatch what the appends left (``MessageStore.dispatch_behind``)."""
+    def _reput(self, confirmed: int | None = None) -> None:
+        """Dispatch what the appends left (``MessageStore.dispatch_behind``);
+        ``confirmed``: the offset a confirmation moves the read cap to next."""
         store = self.store
         if store.dispatched_offset < store.write_offset:
-            store.dispatch_behind()  # nothing once the store is shut down
+            store.dispatch_behind(confirmed)  # nothing once the store is shut down
 
     def _reput_after_tail(self) -> None:
         self._reput_tail = None
@@ -511,7 +512,7 @@ class ReplicationMaster:
                     resumed.append(future)
             # Before the cap moves, so its readers find their entries (a full disk aside).
             if advanced and reput:
-                self._reput()
+                self._reput(confirmed)  # readers parked at a queue's end answered in it
             self.confirmed_offset = confirmed
             # The readers this wakes (``on_confirmed``: long polls under the read cap) are
             # scheduled before the writers' tasks resume: a writer's answer has left already

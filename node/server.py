@@ -107,6 +107,7 @@ from node.services.send import SendService
 from node.services.topic_consumers import TopicConsumersService
 from node.services.transactions import TransactionService
 from node.stop_signals import stop_on
+from node.tail_reads import TailReads
 from node.timer_service import TimerService
 from node.tls import (
     client_tls,
@@ -202,6 +203,7 @@ class Node:
         # Recovery reads and fsyncs files: keep the loop free while it runs.
         self.raw_store = await loop.run_in_executor(None, MessageStore.open, config.store_config())
         self.waiters = QueueWaiters(loop, read_cap=self.raw_store.read_cap)
+        self.tail_reads = TailReads(self.raw_store)
         # The served methods take the metrics wrapper now; the states the collector reads
         # are attached once they exist (nothing scrapes before the metrics port opens).
         self.metrics = NodeMetrics(
@@ -321,6 +323,7 @@ class Node:
         remoting = self.remoting
         self.metrics.remoting.watch(remoting.dispatch.codes, lambda: len(remoting.connections))
         self.raw_store.add_dispatch_listener(self.waiters.on_dispatch)
+        self.raw_store.set_run_reader(self.tail_reads.on_run)
         # Under SYNC_FLUSH a record is readable once on disk (``MessageStore.read_cap``).
         self.raw_store.add_flush_listener(self._readable_moved)
         # The master's orphan checks reach the producers connected to the other nodes.
@@ -510,7 +513,14 @@ class Node:
                 lite_quota=self.lite_index.check_quota,
             ),
             reads=ReadService(
-                store, topics, self.waiters, groups, permissions, metrics, pending_resets
+                store,
+                topics,
+                self.waiters,
+                groups,
+                permissions,
+                metrics,
+                pending_resets,
+                self.tail_reads,
             ),
             offsets=OffsetService(store, topics, self.offsets, groups, permissions),
             pop=pop,

@@ -25,11 +25,13 @@ from collections.abc import Callable
 
 from store.commitlog import MAX_WANTED, CommitLog
 from store.consume_queue import ConsumeQueue
-from store.dispatch_request import DispatchBatch, DispatchPlan
+from store.dispatch_request import DispatchBatch, DispatchPlan, QueueRun
 from store.errors import StoreError
 from store.index_service import IndexService
 
 DispatchListener = Callable[[DispatchBatch], None]
+# (a queue's run of new entries, the read cap) -> None: ``Dispatcher.run_reader``.
+RunReader = Callable[[QueueRun, int], None]
 CATCH_UP_BATCH = 512
 
 
@@ -86,6 +88,11 @@ class Dispatcher:
         self.index = index
         self.dispatched_offset = 0
         self.listeners: list[DispatchListener] = []
+        # Hears each queue's run of a dispatch that passes a read cap (``catch_up``'s
+        # ``readable``) once its consume-queue entries are written, before the index and
+        # the listeners: readers parked at the run's first offset are answered from it
+        # (node/tail_reads.py). None: nobody.
+        self.run_reader: RunReader | None = None
         self.wanted_topics: tuple[str, ...] = ()
         self.wanted_properties: tuple[str, ...] = ()
         self.last_error: StoreError | None = None
@@ -107,12 +114,13 @@ class Dispatcher:
         self.wanted_topics, self.wanted_properties = wanted_topics, wanted_properties
         self.listeners.append(listener)
 
-    def catch_up(self) -> int:
+    def catch_up(self, readable: int | None = None) -> int:
         """Dispatch every record between the cursor and the CommitLog's write offset, in
         plans of up to ``CATCH_UP_BATCH`` records; returns how many were dispatched. On a
         store error (a full disk while creating a consume-queue file, say) the cursor
         stays at the failed plan's start, ``last_error`` says why, and the next call
-        replays from there."""
+        replays from there. ``readable``: the read cap this dispatch's caller is about to
+        set (a SYNC master's confirmation), told to ``run_reader`` with each run."""
         end = self.commitlog.write_offset
         dispatched = 0
         plans = self.commitlog.dispatch_plans(
@@ -123,9 +131,10 @@ class Dispatcher:
             self.wanted_properties,
             self.index.key_hash_override(),
         )
+        run_reader = self.run_reader if readable is not None else None
         for plan in plans:
             try:
-                self._write(plan)
+                self._write(plan, run_reader, readable)
             except StoreError as error:
                 # Every step is idempotent: the whole plan is replayed by the next call.
                 self.last_error = error
@@ -142,8 +151,13 @@ class Dispatcher:
         self.last_error = None
         return dispatched
 
-    def _write(self, plan: DispatchPlan) -> None:
+    def _write(
+        self, plan: DispatchPlan, run_reader: RunReader | None = None, readable: int = 0
+    ) -> None:
         find_or_create = self.consume_queues.find_or_create
         for topic, queue_id, first_offset, entries in plan.runs:
             find_or_create(topic, queue_id).put_run(entries, first_offset)
+        if run_reader is not None:
+            for run in plan.runs:
+                run_reader(run, readable)
         self.index.put_records(plan.keys)

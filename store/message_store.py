@@ -45,7 +45,8 @@ from store.commitlog import (
 from store.config import FlushMode, StoreConfig
 from store.consume_queue import BLANK_SIZE, ConsumeQueue
 from store.damaged_ranges import DamagedRange, DamagedRanges
-from store.dispatcher import ConsumeQueueTable, Dispatcher, DispatchListener
+from store.dispatch_request import QueueRun
+from store.dispatcher import ConsumeQueueTable, Dispatcher, DispatchListener, RunReader
 from store.errors import DiskFullError, ReplicaDiverged, ReplicaMismatch
 from store.flush_service import BackgroundFlusher, GroupCommitService, enough_dirty
 from store.hashing import tag_hash_code
@@ -417,13 +418,16 @@ class MessageStore:
             if self.dispatcher.last_error is not None:
                 raise self.dispatcher.last_error
 
-    def dispatch_behind(self) -> None:
+    def dispatch_behind(self, confirmed: int | None = None) -> None:
         """Dispatch what appends left behind them (``dispatches_behind``). A failure (a full
         disk) stays the dispatcher's ``last_error``: the next append reports it and resumes
-        from the same record, as after an append's own dispatch."""
+        from the same record, as after an append's own dispatch. ``confirmed``: the
+        replication cap the caller sets next (a confirmation's reput): the dispatcher's
+        ``run_reader`` hears each run with the read cap that cap makes."""
+        readable = None if confirmed is None else self.read_cap_at(confirmed)
         with self._put_lock:
             if not self._closed:
-                self.dispatcher.catch_up()
+                self.dispatcher.catch_up(readable)
 
     def append_replicated_records(self, physical_offset: int, data: bytes | memoryview) -> int:
         """``append_replicated`` without the dispatch: a slave acknowledges once the
@@ -1004,6 +1008,30 @@ class MessageStore:
                 break
         return found, next_offset
 
+    def read_run(
+        self, run: QueueRun, readable: int, max_count: int, max_bytes: int
+    ) -> GetResult | None:
+        """What ``get_records`` from ``run``'s first offset with no filter would find
+        under read cap ``readable``, read from the run's own entries (a dispatch's, just
+        written: ``set_run_reader``) rather than the consume queue's; None when none of
+        its records ends at or below the cap."""
+        topic, queue_id, first_offset, entries = run
+        found, next_offset = self.commitlog.gather(
+            entries, first_offset, readable, max_count, max_bytes, first_offset
+        )
+        if not found:
+            return None
+        queue = self.consume_queues.get(topic, queue_id)
+        low, high = (queue.min_offset, queue.max_offset) if queue is not None else (0, 0)
+        return GetResult(GetStatus.FOUND, found, next_offset, low, high)
+
+    def set_run_reader(self, reader: RunReader) -> None:
+        """``reader(run, read cap)`` hears each queue's run of new entries that a
+        confirmation's dispatch writes (``dispatch_behind`` with ``confirmed``), once its
+        consume-queue entries are written and before the index and the dispatch
+        listeners; on the thread of that dispatch (a master's event loop)."""
+        self.dispatcher.run_reader = reader
+
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         queue = self.consume_queues.get(topic, queue_id)
         return queue.min_offset if queue else 0
@@ -1145,6 +1173,12 @@ class MessageStore:
             flushed = self.commitlog.flushed_offset
             cap = flushed if cap is None else min(cap, flushed)
         return cap
+
+    def read_cap_at(self, confirmed: int) -> int:
+        """``read_cap`` once the replication cap is ``confirmed``."""
+        if self._group_commit is not None:
+            return min(confirmed, self.commitlog.flushed_offset)
+        return confirmed
 
     def add_flush_listener(self, listener: Callable[[], None]) -> None:
         """``listener()`` runs on the event loop after a SYNC_FLUSH fsync covered asyncio

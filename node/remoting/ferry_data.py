@@ -37,6 +37,7 @@ from node.message_rules import born_host_bytes
 from node.remoting.authentication import DoorHandler
 from node.rpc_status import topic_error_status
 from node.services.caller import Caller
+from node.services.reads import FetchOutcome
 from node.services.registry import Services
 from node.services.send import ProduceOutcome, ProduceRequest, produce_response
 from node.topics import TopicError
@@ -74,6 +75,14 @@ def read_produce(request: RemotingCommand, caller: Caller) -> ProduceRequest:
 def produce_answer(request: RemotingCommand, outcome: ProduceOutcome) -> RemotingCommand:
     """FERRY_PRODUCE's answer: SUCCESS, the ``ProduceResponse`` in the body."""
     body = produce_response(outcome).SerializeToString()
+    return request.reply(ResponseCode.SUCCESS, body=body)
+
+
+def fetch_reply(request: RemotingCommand, outcome: FetchOutcome) -> RemotingCommand:
+    """FERRY_FETCH's answer: SUCCESS, the ``FetchResponse`` in the body, its records
+    appended as stored (``bytes_field``)."""
+    head = api.FetchResponse(**outcome.head_fields()).SerializeToString()
+    body = bytes_field.encode(head, outcome.records, bytes_field.FETCH_RECORDS_FIELD)
     return request.reply(ResponseCode.SUCCESS, body=body)
 
 
@@ -118,6 +127,9 @@ class FerryDataHandlers:
             fetch = api.FetchRequest.FromString(request.body)
         except DecodeError as error:
             return request.reply(ResponseCode.SYSTEM_ERROR, f"not a FetchRequest: {error}")
+        # A fetch parked at its queue's end is answered by the dispatch of what it waits
+        # for (``node/tail_reads.py``), from that callback, and then not again.
+        encoded = connection.answer_ahead(request)
         outcome = await self.services.reads.fetch(
             caller,
             fetch.topic,
@@ -128,7 +140,6 @@ class FerryDataHandlers:
             fetch.max_bytes,
             list(fetch.tags),
             poll_budget_s(fetch.wait_ms / 1000, None),
+            lambda outcome: encoded(fetch_reply(request, outcome))(),
         )
-        head = api.FetchResponse(**outcome.head_fields()).SerializeToString()
-        body = bytes_field.encode(head, outcome.records, bytes_field.FETCH_RECORDS_FIELD)
-        return request.reply(ResponseCode.SUCCESS, body=body)
+        return None if connection.answered_ahead() else fetch_reply(request, outcome)

@@ -26,7 +26,7 @@ Thread-safety: owned by the node's event loop.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -42,6 +42,7 @@ from node.pending_resets import PendingResets
 from node.rpc_status import AccessDenied, InvalidRequest, topic_error_status
 from node.services.caller import Caller
 from node.services.permissions import Permissions, consume, group_need
+from node.tail_reads import ParkedRead, TailReads
 from node.topics import Permission, TopicConfig, TopicError, TopicTable
 from store.results import GetResult, GetStatus
 
@@ -146,10 +147,14 @@ class ReadService:
         permissions: Permissions,
         metrics: TrafficMetrics,
         resets: PendingResets | None = None,
+        tail_reads: TailReads | None = None,
     ) -> None:
-        """``resets``: the offset resets the groups' readers have not come to yet."""
+        """``resets``: the offset resets the groups' readers have not come to yet;
+        ``tail_reads``: where a read a door can answer from a callback parks at its queue's
+        end, for the reput to answer (``node/tail_reads.py``)."""
         self.store = store
         self.resets = resets
+        self.tail_reads = tail_reads
         self.topics = topics
         self.waiters = waiters
         self.groups = groups
@@ -183,9 +188,12 @@ class ReadService:
         caller: Caller,
         request: ReadRequest,
         answer: Callable[[GetResult], Answer | None],
+        ahead: Callable[[Answer], None] | None = None,
     ) -> tuple[Answer | None, GetResult | None]:
         """The door's answer to the first read it takes within ``wait_s``, and that read;
-        (None, the last read) when none was taken in time."""
+        (None, the last read) when none was taken in time. ``ahead(answer)``, when the
+        door can write an answer from a callback: a read with no filter that waits may be
+        answered by the dispatch of what it waits for (``TailReads``), through it."""
         topic = await self.readable_queue(
             caller, request.topic, request.group, request.queue_id, request.create_group
         )
@@ -206,19 +214,51 @@ class ReadService:
             )
             return answer(moved), moved
         last: list[GetResult] = []
+        given: list[Answer] = []  # the answer a tail read gave while it waited
 
         async def attempt() -> Answer | None:
+            if given:
+                return given[0]
             result = self._get(name, queue_id, offset, request, chosen)
             last[:] = [result]
             return answer(result)
 
-        answered = await long_poll(
-            attempt, lambda wait_s: self.waiters.wait(name, queue_id, wait_s), request.wait_s
-        )
+        def from_tail(result: GetResult) -> bool:
+            answered = answer(result)
+            if answered is None or ahead is None:
+                return False
+            given.append(answered)
+            last[:] = [result]
+            ahead(answered)
+            self.waiters.notify(name, queue_id)  # its task returns what was given
+            return True
+
+        parked = None
+        if ahead is not None and request.records and chosen.sql is None and not chosen.tags:
+            parked = ParkedRead(offset, request.max_messages, request.max_bytes, from_tail)
+        answered = await long_poll(attempt, self._wait(name, queue_id, parked), request.wait_s)
         result = last[0] if last else None
         if answered is not None and result is not None and result.messages:
             self._delivered(name, request, result)
         return answered, result
+
+    def _wait(
+        self, topic: str, queue_id: int, parked: ParkedRead | None
+    ) -> Callable[[float], Awaitable[None]]:
+        """How a read waits: on its queue's waiters, and parked in ``tail_reads``
+        meanwhile when it may be answered from there (``parked``)."""
+        tail_reads = self.tail_reads
+        if parked is None or tail_reads is None:
+            return lambda wait_s: self.waiters.wait(topic, queue_id, wait_s)
+
+        async def wait(wait_s: float) -> None:
+            tail_reads.park(topic, queue_id, parked)
+            try:
+                await self.waiters.wait(topic, queue_id, wait_s)
+            finally:
+                tail_reads.unpark(topic, queue_id, parked)
+
+        return wait
 
     async def fetch(
         self,
@@ -231,12 +271,14 @@ class ReadService:
         max_bytes: int,
         tags: list[str],
         wait_s: float,
+        ahead: Callable[[FetchOutcome], None] | None = None,
     ) -> FetchOutcome:
         """ferrymq's Fetch, through either door (the SDK and the Spark source read with
         it): up to ``max_messages`` (0: ``FETCH_MESSAGES_DEFAULT``, at most
         ``FETCH_MESSAGES_MAX``) records and ``max_bytes`` (0: ``FETCH_BYTES_DEFAULT``) of
         them; the group must exist; an offset outside the queue is ILLEGAL_OFFSET with where
         to go on; nothing in ``wait_s`` is MESSAGE_NOT_FOUND at the same offset.
+        ``ahead``: as ``read``'s (the remoting door's FERRY_FETCH).
         ``AccessDenied`` is left to the door (the gRPC door aborts the call); every other
         refusal is an outcome."""
         if not 0 <= max_messages <= FETCH_MESSAGES_MAX or max_bytes < 0:
@@ -254,7 +296,7 @@ class ReadService:
         )
 
         try:
-            outcome, last = await self.read(caller, request, fetch_answer(offset))
+            outcome, last = await self.read(caller, request, fetch_answer(offset), ahead)
         except AccessDenied:
             raise
         except TopicError as error:

@@ -9,7 +9,6 @@ import asyncio
 
 import pytest
 
-from ha.epochs import EpochHistory
 from ha.link_auth import MAC_BYTES, Handshake, Role, new_nonce, session_macs
 from ha.master import (
     CONFIRM_NOTICE_S,
@@ -25,6 +24,7 @@ from store.message import Message
 from store.message_store import MessageStore
 from store.results import PutResult, PutStatus
 from tests.support.manual_clock import ManualClock
+from tests.support.sync_master import master_of
 
 TIMEOUT_S = 3.0
 
@@ -42,25 +42,6 @@ def store(tmp_path):
     )
     yield opened
     opened.shutdown()
-
-
-def master_of(store: MessageStore, clock: ManualClock, *, sync: bool = True, min_insync: int = 2):
-    epochs = EpochHistory(store.config.data_dir)
-    epochs.append(1, 0)
-    master = ReplicationMaster(
-        store,
-        epochs,
-        "m",
-        "group-1",
-        "secret",
-        sync=sync,
-        min_insync_replicas=min_insync,
-        is_member=lambda node_id: True,
-        clock=lambda: clock.now,
-        call_later=clock.call_later,
-    )
-    store.add_append_listener(master.on_appended)  # as ``ha.role`` wires it
-    return master
 
 
 async def put(store: MessageStore, body: bytes = b"x") -> PutResult:

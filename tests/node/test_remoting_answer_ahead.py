@@ -9,13 +9,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
-from ferrymq.codec.remoting_codes import ResponseCode
+from ferrymq.codec.remoting_codes import FerryRequestCode, ResponseCode
 from ferrymq.launcher.polling import until
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ferrymq.protocol.ferrymq import data_pb2 as data
 from node.remoting.connection import TransportLimits
 from node.remoting.dispatch import Dispatch
+from node.remoting.ferry_data import FerryDataHandlers
+from node.services.caller import Caller, Door
+from node.services.reads import fetch_outcome
 from tests.support.remoting_client import RemotingClient
 from tests.support.remoting_listener import listening
 
@@ -96,3 +102,51 @@ def test_an_answer_ahead_leaves_once_before_the_handler_returns(loop_kind, code)
         assert (following.opaque, following.body) == (echoed, b"next")
         assert handlers.observed == [(code, ResponseCode.SUCCESS), (ECHO, ResponseCode.SUCCESS)]
         assert handlers.answered_ahead == [True]
+
+
+class ParkedFetches:
+    """The read service's ``fetch`` as seen by FERRY_FETCH's handler: it answers through
+    ``ahead`` (as the reput's tail read does), then returns another outcome when released."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.returned: list[bool] = []
+
+    async def fetch(self, caller, topic, group, queue_id, offset, count, size, tags, wait_s, ahead):
+        asyncio.get_running_loop().call_soon(
+            ahead, fetch_outcome(pb.OK, records=[b"given"], count=1, next_offset=offset + 1)
+        )
+        await self.gate.wait()
+        self.returned.append(True)
+        return fetch_outcome(pb.MESSAGE_NOT_FOUND, next_offset=offset)
+
+
+def test_a_fetch_answered_from_a_callback_is_answered_once_with_that_answer():
+    """FERRY_FETCH's handler hands the read service a way to answer from a callback
+    (``node/tail_reads.py``): that answer leaves while the handler waits, and what the
+    read returns after it is not sent."""
+    reads = ParkedFetches()
+    handlers = FerryDataHandlers(SimpleNamespace(reads=reads))
+    caller = Caller(Door.REMOTING, "remoting:FERRY_FETCH", None)
+    dispatch = Dispatch(body_codes={ECHO, FerryRequestCode.FERRY_FETCH})
+
+    async def fetch(request, connection):
+        return await handlers.fetch(request, connection, caller)
+
+    async def echo(request, connection):
+        return request.reply(ResponseCode.SUCCESS, body=request.body)
+
+    dispatch.register_all([(FerryRequestCode.FERRY_FETCH, fetch), (ECHO, echo)])
+    request = data.FetchRequest(topic="t", group="G", queue_id=0, offset=7, wait_ms=1000)
+    listener = listening(dispatch, TransportLimits(), "uvloop")
+    with listener as (address, _, loop), RemotingClient(address) as client:
+        opaque = client.send(FerryRequestCode.FERRY_FETCH, body=request.SerializeToString())
+        answer = client.response()  # while the read still waits
+        fetched = data.FetchResponse.FromString(answer.body)
+        assert (answer.opaque, fetched.code, fetched.next_offset) == (opaque, pb.OK, 8)
+        assert fetched.records == b"given"
+        loop.call_soon_threadsafe(reads.gate.set)
+        until(lambda: reads.returned, 10, "the read to return")
+        echoed = client.send(ECHO, body=b"next")
+        following = client.response()  # the returned outcome was never sent
+        assert (following.opaque, following.body) == (echoed, b"next")
