@@ -1014,7 +1014,8 @@ class MessageStore:
         """What ``get_records`` from ``run``'s first offset with no filter would find
         under read cap ``readable``, read from the run's own entries (a dispatch's, just
         written: ``set_run_reader``) rather than the consume queue's; None when none of
-        its records ends at or below the cap."""
+        its records ends at or below the cap. Called under the put lock, which a cut of
+        the tail (``truncate_to``) takes too: no cut overlaps it, unlike ``_scan_queue``."""
         topic, queue_id, first_offset, entries = run
         found, next_offset = self.commitlog.gather(
             entries, first_offset, readable, max_count, max_bytes, first_offset
@@ -1168,14 +1169,14 @@ class MessageStore:
         Why the second: a message read before its fsync, then lost with every node's
         power, was delivered and is gone (the chaos suite found one); a SYNC_FLUSH slave
         fsyncs before it acknowledges, so its cap is its confirmed offset."""
-        cap = self._confirmed_offset
-        if self._group_commit is not None:
-            flushed = self.commitlog.flushed_offset
-            cap = flushed if cap is None else min(cap, flushed)
-        return cap
+        confirmed = self._confirmed_offset
+        if confirmed is not None:
+            return self.read_cap_at(confirmed)
+        return self.commitlog.flushed_offset if self._group_commit is not None else None
 
     def read_cap_at(self, confirmed: int) -> int:
-        """``read_cap`` once the replication cap is ``confirmed``."""
+        """``read_cap`` once the replication cap is ``confirmed``: at most what is on disk
+        under SYNC_FLUSH."""
         if self._group_commit is not None:
             return min(confirmed, self.commitlog.flushed_offset)
         return confirmed
