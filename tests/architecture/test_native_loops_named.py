@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import importlib
 import re
-from pathlib import Path
 
+from tests.support.imports import ROOT, our_modules
 from tests.support.native_fuzz import TARGETS
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 EXTENSIONS = ("ferrymq.codec._speedups", "store._speedups", "ha._replica_lane")
 PYTHON_TREES = ("ferrymq", "store", "ha", "node", "routing")
@@ -39,9 +38,7 @@ def exported(module_name: str) -> set[str]:
     """The functions and types an extension exports (its constants aside)."""
     module = importlib.import_module(module_name)
     return {
-        name
-        for name in dir(module)
-        if not name.startswith("_") and (callable(getattr(module, name)))
+        name for name in dir(module) if not name.startswith("_") and callable(getattr(module, name))
     }
 
 
@@ -58,8 +55,8 @@ def defined_in_python() -> set[str]:
     """Every function, class and module-level name the packages define."""
     defined = set()
     pattern = re.compile(r"^\s*(?:def|class)\s+(\w+)|^(\w+)\s*[:=]", re.M)
-    for tree in PYTHON_TREES:
-        for path in (ROOT / tree).rglob("*.py"):
+    for module, path in our_modules().items():
+        if module.split(".")[0] in PYTHON_TREES:
             for match in pattern.finditer(path.read_text()):
                 defined.add(match.group(1) or match.group(2))
     return defined
