@@ -33,6 +33,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* ---- libcrypto, opened at import ---------------------------------------------------- */
@@ -393,6 +394,218 @@ apply_frames(PyObject *Py_UNUSED(module), PyObject *args)
     return Py_BuildValue("(inKLLLLi)", end.stop, (Py_ssize_t)used,
                          (unsigned long long)end.sequence, end.write_offset, end.confirmed,
                          end.appended, end.heartbeats, end.error_number);
+}
+
+/* ---- the master's end: a run appended and its DATA frames written (stage 3) ------------
+ *
+ * `append_and_push` is the master's append of one batch and the DATA frame that carries it
+ * to each streaming slave, in one call: the records laid out by the store's own encoder
+ * (store._speedups.encode_batch, passed in), written at the log's end with pwrite, then the
+ * frame (the DATA header, the records, the tag) sealed and sent on each link's socket. Its
+ * twin is what the Python path does for the same batch: CommitLog.append's encode and
+ * MappedFile.append_at, then ReplicationMaster._push's data_payload, data_frame_parts and
+ * write_frame_parts for each link (tests/ha/test_master_lane.py compares the two byte for
+ * byte). It decides nothing: ha/master.py's `log_writer` hands it only links that are
+ * streaming, sent up to the log's end and with nothing buffered, and the store calls it only
+ * for a batch that fits the active segment. A frame the socket does not take whole is left
+ * to the caller, who writes the rest through the link's transport; a write to the log that
+ * fails is zeroed again and sends nothing. */
+
+#define DATA_FRAME_OVERHEAD (FRAME_HEADER_SIZE + DATA_HEADER_SIZE + MAC_BYTES)
+
+static void
+put_int64(unsigned char *p, uint64_t value)
+{
+    for (int i = 7; i >= 0; i--, value >>= 8)
+        p[i] = (unsigned char)value;
+}
+
+/* gmac_tag over two parts, header then records: the same tag as over their join. */
+static int
+gmac_tag_parts(Gmac *self, int kind, uint64_t sequence, const unsigned char *head,
+               size_t head_length, const unsigned char *body, size_t body_length,
+               unsigned char tag[MAC_BYTES])
+{
+    unsigned char nonce[NONCE_BYTES] = {self->direction, (unsigned char)kind, 0, 0};
+    for (int i = 0; i < 8; i++)
+        nonce[4 + i] = (unsigned char)(sequence >> (56 - 8 * i));
+    int written;
+    if (evp.encrypt_init(self->context, NULL, NULL, NULL, nonce) != 1)
+        return 0;
+    if (evp.encrypt_update(self->context, NULL, &written, head, (int)head_length) != 1)
+        return 0;
+    while (body_length > 0) {
+        int part = body_length > (1u << 30) ? (1 << 30) : (int)body_length;
+        if (evp.encrypt_update(self->context, NULL, &written, body, part) != 1)
+            return 0;
+        body += part;
+        body_length -= (size_t)part;
+    }
+    unsigned char nothing[16];
+    return evp.encrypt_final(self->context, nothing, &written) == 1 &&
+           evp.ctx_ctrl(self->context, EVP_CTRL_GCM_GET_TAG, MAC_BYTES, tag) == 1;
+}
+
+/* Write all of bytes[0:length) at `position` of `fd`: 0, or the errno that stopped it, the
+ * part written zeroed again (MappedFile.append_at's rule: nothing of a refused append stays
+ * past the log's end). */
+static int
+write_at(int fd, const unsigned char *bytes, size_t length, long long position)
+{
+    size_t written = 0;
+    int error_number = 0;
+    while (written < length) {
+        ssize_t n = pwrite(fd, bytes + written, length - written, (off_t)(position + (long long)written));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            error_number = n < 0 ? errno : EIO;
+            break;
+        }
+        written += (size_t)n;
+    }
+    if (error_number != 0) {
+        static const unsigned char zeros[4096];
+        for (size_t zeroed = 0; zeroed < written;) {
+            size_t part = written - zeroed < sizeof(zeros) ? written - zeroed : sizeof(zeros);
+            ssize_t n = pwrite(fd, zeros, part, (off_t)(position + (long long)zeroed));
+            if (n <= 0 && errno != EINTR)
+                break;
+            if (n > 0)
+                zeroed += (size_t)n;
+        }
+    }
+    return error_number;
+}
+
+/* Send as much of the frame (its head, payload header, records, tag) as the non-blocking
+ * socket takes now: the bytes sent, 0 after any error (the caller's transport then writes
+ * the frame and meets the error the usual way). */
+static size_t
+send_frame(int socket_fd, const unsigned char *head, const unsigned char *payload_header,
+           const unsigned char *records, size_t records_length, const unsigned char *tag)
+{
+    struct iovec parts[4] = {
+        {(void *)head, FRAME_HEADER_SIZE},
+        {(void *)payload_header, DATA_HEADER_SIZE},
+        {(void *)records, records_length},
+        {(void *)tag, MAC_BYTES},
+    };
+    struct msghdr message = {.msg_iov = parts, .msg_iovlen = 4};
+    ssize_t n;
+    do
+        n = sendmsg(socket_fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    return n > 0 ? (size_t)n : 0;
+}
+
+PyDoc_STRVAR(append_and_push_doc,
+"append_and_push(encode_batch, batch, position, store_timestamp_ms, store_host,\n"
+"    queue_offsets, appended_type, run_type, fd, file_position, links, epoch, epoch_start,\n"
+"    confirmed, chunk_limit) -> (errno, data, appended, sent, tags)\n\n"
+"`batch` laid out by `encode_batch` (store._speedups.encode_batch, with the arguments\n"
+"CommitLog.append gives it) at log offset `position`, written at `file_position` of the\n"
+"active segment's file `fd`, then a DATA frame of its records (offset `position`, `epoch`,\n"
+"`epoch_start`, `confirmed`) sealed with each link's Gmac as frame number `sequence` and sent\n"
+"on its socket (`links`: (socket_fd, gmac, sequence) each). errno 0: written; `data` and\n"
+"`appended` as encode_batch gives them, `sent[i]` the bytes of link i's frame its socket\n"
+"took (of len(data) + 53) and `tags[i]` its tag; else the write failed with that errno,\n"
+"nothing of it stays and nothing was sent (data and appended None). Records over\n"
+"`chunk_limit` bytes are written and sent on no link (`sent` empty).");
+
+static PyObject *
+append_and_push(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *encode, *batch, *store_host, *queue_offsets, *appended_type, *run_type, *links;
+    long long position, store_timestamp_ms, file_position, epoch, epoch_start, confirmed;
+    long long chunk_limit;
+    int fd;
+    if (!PyArg_ParseTuple(args, "OO!LLO!O!OOiLO!LLLL:append_and_push", &encode, &PyList_Type,
+                          &batch, &position, &store_timestamp_ms, &PyBytes_Type, &store_host,
+                          &PyDict_Type, &queue_offsets, &appended_type, &run_type, &fd,
+                          &file_position, &PyTuple_Type, &links, &epoch, &epoch_start,
+                          &confirmed, &chunk_limit))
+        return NULL;
+    Py_ssize_t link_count = PyTuple_GET_SIZE(links);
+    if (link_count > 16 || position < 0 || file_position < 0) {
+        PyErr_SetString(PyExc_ValueError, "at most 16 links, and no negative position");
+        return NULL;
+    }
+    int socket_fds[16];
+    Gmac *gmacs[16];
+    uint64_t sequences[16];
+    for (Py_ssize_t i = 0; i < link_count; i++) {
+        PyObject *link = PyTuple_GET_ITEM(links, i);
+        PyObject *sequence_object;
+        if (!PyArg_ParseTuple(link, "iO!O:a link", &socket_fds[i], &GmacType, &gmacs[i],
+                              &sequence_object) ||
+            parse_sequence(sequence_object, &sequences[i]) < 0)
+            return NULL;
+    }
+    PyObject *encoded = PyObject_CallFunction(encode, "OLLOOOO", batch, position,
+                                              store_timestamp_ms, store_host, queue_offsets,
+                                              appended_type, run_type);
+    if (encoded == NULL)
+        return NULL;
+    PyObject *data, *appended;
+    if (!PyArg_ParseTuple(encoded, "O!O!:encoded", &PyBytes_Type, &data, &PyList_Type,
+                          &appended)) {
+        Py_DECREF(encoded);
+        return NULL;
+    }
+    const unsigned char *records = (const unsigned char *)PyBytes_AS_STRING(data);
+    size_t length = (size_t)PyBytes_GET_SIZE(data);
+    if ((long long)length > chunk_limit || length + DATA_HEADER_SIZE + MAC_BYTES > MAX_FRAME_BYTES)
+        link_count = 0; /* more than one frame's chunk: _push sends it in chunks */
+    int error_number;
+    Py_BEGIN_ALLOW_THREADS
+    error_number = write_at(fd, records, length, file_position);
+    Py_END_ALLOW_THREADS
+    PyObject *sent = PyTuple_New(error_number == 0 ? link_count : 0);
+    PyObject *tags = PyTuple_New(error_number == 0 ? link_count : 0);
+    if (sent == NULL || tags == NULL)
+        goto fail;
+    if (error_number == 0) {
+        unsigned char head[FRAME_HEADER_SIZE], payload_header[DATA_HEADER_SIZE];
+        uint32_t body = (uint32_t)(DATA_HEADER_SIZE + length + MAC_BYTES);
+        head[0] = KIND_DATA;
+        head[1] = (unsigned char)(body >> 24);
+        head[2] = (unsigned char)(body >> 16);
+        head[3] = (unsigned char)(body >> 8);
+        head[4] = (unsigned char)body;
+        put_int64(payload_header, (uint64_t)position);
+        put_int64(payload_header + 8, (uint64_t)epoch);
+        put_int64(payload_header + 16, (uint64_t)epoch_start);
+        put_int64(payload_header + 24, (uint64_t)confirmed);
+        for (Py_ssize_t i = 0; i < link_count; i++) {
+            unsigned char tag[MAC_BYTES];
+            if (!gmac_tag_parts(gmacs[i], KIND_DATA, sequences[i], payload_header,
+                                DATA_HEADER_SIZE, records, length, tag)) {
+                PyErr_SetString(PyExc_RuntimeError, "libcrypto failed to compute a GMAC");
+                goto fail;
+            }
+            size_t taken = send_frame(socket_fds[i], head, payload_header, records, length, tag);
+            PyObject *taken_object = PyLong_FromSize_t(taken);
+            PyObject *tag_object = PyBytes_FromStringAndSize((const char *)tag, MAC_BYTES);
+            if (taken_object == NULL || tag_object == NULL) {
+                Py_XDECREF(taken_object);
+                Py_XDECREF(tag_object);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(sent, i, taken_object);
+            PyTuple_SET_ITEM(tags, i, tag_object);
+        }
+    }
+    PyObject *result = Py_BuildValue("(iOONN)", error_number,
+                                     error_number == 0 ? data : Py_None,
+                                     error_number == 0 ? appended : Py_None, sent, tags);
+    Py_DECREF(encoded);
+    return result;
+fail:
+    Py_XDECREF(sent);
+    Py_XDECREF(tags);
+    Py_DECREF(encoded);
+    return NULL;
 }
 
 /* ---- the link's socket on a thread of its own (ha/link_thread.py) ------------------------
@@ -834,6 +1047,7 @@ static PyTypeObject FollowerType = {
 
 static PyMethodDef module_methods[] = {
     {"apply_frames", apply_frames, METH_VARARGS, apply_frames_doc},
+    {"append_and_push", append_and_push, METH_VARARGS, append_and_push_doc},
     {NULL, NULL, 0, NULL},
 };
 

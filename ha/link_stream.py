@@ -71,10 +71,16 @@ class LinkStream(asyncio.BufferedProtocol):
         self._failure: Exception | None = None  # what the taker raised
         self._finished = False
         self._lent = False  # the socket read by a thread (``lend``) until ``take_back``
+        # The connected socket's descriptor, for a native write of a whole frame while the
+        # transport buffers nothing (ha/master.py's ``write_log``); -1 until connected.
+        self.socket_fd = -1
 
     # ---- the protocol (called by the event loop) -----------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        raw = transport.get_extra_info("socket")
+        plain = raw is not None and transport.get_extra_info("sslcontext") is None
+        self.socket_fd = raw.fileno() if plain else -1
         if self._on_connected is not None:
             self._on_connected(self)
 

@@ -41,9 +41,11 @@ Thread-safety: everything runs on the node's event loop.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import heapq
 import logging
+import os
 import time
 from bisect import bisect_right
 from collections.abc import Callable
@@ -53,6 +55,7 @@ from ferrymq.codec.dead_peer import DEAD_LINK_S, SLOW_PEER_S, detect_dead_peer, 
 from ha.epochs import EpochHistory
 from ha.expiries import CallLater, Expiries
 from ha.link_auth import (
+    MAC_BYTES,
     FrameMac,
     Handshake,
     LinkMacs,
@@ -69,6 +72,7 @@ from ha.wire import (
     ACK,
     ACK_FRAME_BYTES,
     DATA_HEADER,
+    FRAME_HEADER,
     PROTOCOL_VERSION,
     ForgedFrame,
     Kind,
@@ -85,8 +89,16 @@ from ha.wire import (
     write_frame,
     write_frame_parts,
 )
+from store import _speedups as store_speedups
+from store.commitlog import LogWriter, Prepared, PreparedRun
+from store.errors import DiskFullError
 from store.message_store import MessageStore
-from store.results import PutResult, PutStatus
+from store.results import AppendedMessage, PutResult, PutStatus
+
+try:
+    from ha import _replica_lane as native
+except ImportError:  # no libcrypto.so.3 to open: the store writes, ``_push`` sends
+    native = None
 
 log = logging.getLogger("ferrymq.ha.master")
 
@@ -298,6 +310,8 @@ class ReplicationMaster:
         """No longer master: drop every link (slaves reconnect to the new master) and fail
         every waiting write (it was not acknowledged as replicated)."""
         self.active = False
+        if self.store.log_writer == self.write_log:
+            self.store.set_log_writer(None)
         self._set_reput()  # a slave, or a node shutting down, dispatches in its appends
         if self._confirm_notice is not None:
             self._confirm_notice.cancel()
@@ -433,6 +447,90 @@ class ReplicationMaster:
         # Inside the append (its put lock held): no dispatch here; the append's own
         # catch-up follows its listeners whenever an earlier append is undispatched.
         self._recompute(reput=False)
+
+    def log_writer(self) -> LogWriter | None:
+        """What writes this master's appends and sends them to its links in one native
+        call (``write_log``), for ``CommitLog.log_writer`` while this node is master and its
+        appends are pushed (``on_appended``, as ``ha.role`` wires it); None without the
+        native lane, where the store writes and ``_push`` sends."""
+        return self.write_log if native is not None else None
+
+    def write_log(
+        self,
+        batch: list[Prepared],
+        position: int,
+        store_timestamp_ms: int,
+        store_host: bytes,
+        queue_offsets: dict[tuple[str, int], int],
+        fd: int,
+        file_position: int,
+    ) -> tuple[int, list[AppendedMessage]]:
+        """``CommitLog.log_writer`` while this node is master: the batch written at the
+        log's end and its DATA frame sent to every link that is streaming, has sent all
+        before it and buffers nothing, in one native call (``append_and_push``), so that
+        the copies leave with no Python between the write and the last frame. The frames
+        are what ``_push`` would send (one chunk of the records at ``position``, in the
+        last epoch); a link it does not take, ``on_appended`` pushes as before."""
+        entries = self.epochs.entries
+        last = entries[-1] if entries else None
+        links: list[SlaveLink] = []
+        specs = []
+        if last is not None and last.start_offset <= position:
+            for link in self.links.values():
+                writer, mac = link.writer, link.mac
+                if writer is None or mac is None or link.sent != position:
+                    continue
+                transport = writer.transport
+                if (
+                    transport is None
+                    or writer.socket_fd < 0
+                    or transport.is_closing()
+                    or transport.get_write_buffer_size()
+                ):
+                    continue
+                links.append(link)
+                specs.append((writer.socket_fd, mac.gmac, mac.sequence))
+        epoch, epoch_start = (last.epoch, last.start_offset) if last is not None else (0, 0)
+        confirmed = self.confirmed_offset
+        error, data, appended, sent, tags = native.append_and_push(
+            store_speedups.encode_batch,
+            batch,
+            position,
+            store_timestamp_ms,
+            store_host,
+            queue_offsets,
+            AppendedMessage,
+            PreparedRun,
+            fd,
+            file_position,
+            tuple(specs),
+            epoch,
+            epoch_start,
+            confirmed,
+            CHUNK_BYTES,
+        )
+        if error:
+            if error in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(f"no space to write the batch at {position}")
+            raise OSError(error, os.strerror(error))
+        if sent:
+            end = position + len(data)
+            now = self.clock()
+            whole = FRAME_HEADER.size + DATA_HEADER.size + len(data) + MAC_BYTES
+            for link, taken, tag in zip(links, sent, tags, strict=True):
+                link.mac.sequence += 1  # type: ignore[union-attr]
+                link.sent, link.sent_at, link.told_confirmed = end, now, confirmed
+                if taken < whole:  # the socket took part of it: the rest through the transport
+                    frame = b"".join(
+                        (
+                            FRAME_HEADER.pack(Kind.DATA, whole - FRAME_HEADER.size),
+                            DATA_HEADER.pack(position, epoch, epoch_start, confirmed),
+                            data,
+                            tag,
+                        )
+                    )
+                    link.writer.transport.write(frame[taken:])  # type: ignore[union-attr]
+        return len(data), appended
 
     def _push(self, link: SlaveLink, reads: dict[tuple[int, int], bytes]) -> None:
         """Write DATA frames from ``link.sent`` to this log's end while the link's transport

@@ -280,6 +280,7 @@ class ReplicationRole:
         self._pending_in_sync = frozenset()
         self._last_acked = {}
         self.master.activate(in_sync, confirmed=self.slave.confirmed_offset)
+        self.store.set_log_writer(self.master.log_writer())
         self._cap_reads()
         self.store.writes_refused = None
         self.renew_lease_now()
@@ -313,7 +314,7 @@ class ReplicationRole:
         )
         was_master = self._master_role
         self._master_role = False
-        self.master.deactivate()
+        self.master.deactivate()  # the store writes its appends again
         self._cap_reads(new_epoch=True)
         self.slave.start()
         if was_master:

@@ -58,8 +58,10 @@ KEYS_TEXT = re.compile(r"\S+(?: \S+)*")  # KEYS: keys without whitespace, one sp
 
 
 @functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)
 def born_host_bytes(text: str) -> bytes:
-    """BORNHOST from the client's string: IPv4 with an optional port, else zeros."""
+    """BORNHOST from the client's string: IPv4 with an optional port, else zeros (kept: a
+    connection's address repeats in every request it sends)."""
     host, _, port = text.rpartition(":") if text.count(":") == 1 else (text, "", "0")
     try:
         address = ipaddress.IPv4Address(host)
@@ -128,7 +130,9 @@ def read_produce_record(
     return end, body, raw, born_ms, properties
 
 
-_PRODUCE_SCANNER = ProduceScanner(
+# The produce records' reader in C: ``produce_spans``, ``scan_produce_records`` and the
+# produce lane's ``node.remoting.ferry_data.produce_run``.
+PRODUCE_SCANNER = ProduceScanner(
     uniq_key=PROPERTY_UNIQ_KEY,
     message_type=PROPERTY_MESSAGE_TYPE,
     tags=PROPERTY_TAGS,
@@ -145,7 +149,7 @@ def scan_produce_records(
     i is what it returns for record i, or record i's position where it would raise; the
     list ends after a record whose lengths do not fit. Refusals are left to
     ``read_produce_record`` so that each error is written once, in Python."""
-    return _PRODUCE_SCANNER.scan(records, count, body_limit, message_type_text)
+    return PRODUCE_SCANNER.scan(records, count, body_limit, message_type_text)
 
 
 def produce_spans(
@@ -156,7 +160,7 @@ def produce_spans(
     pass that builds no object per record; None when any does not (the caller then reads
     them one by one, ``scan_produce_records``, for each record's own answer). The twin is
     ``produce_spans_in_python``."""
-    return _PRODUCE_SCANNER.spans(
+    return PRODUCE_SCANNER.spans(
         records, count, body_limit, message_type_text, PROPERTIES_MAX_BYTES
     )
 

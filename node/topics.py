@@ -53,6 +53,10 @@ class TopicTable:
         # Applies here what routing committed before the call (``RoutingReplica.catch_up``);
         # the refresh it causes runs before it returns. None: nothing to catch up with.
         self.catch_up: Callable[[], Awaitable[None]] | None = None
+        # Moves whenever a topic is added, changed or removed here: what a reader that
+        # keeps something derived from the topics (the produce lane's snapshot,
+        # ``SendService.lane_topics``) compares to know it must start again.
+        self.version = 0
 
     def refresh(self, state: RoutingState, broker_group: str) -> None:
         """Replace the contents with what ``state`` says ``broker_group`` serves
@@ -82,12 +86,14 @@ class TopicTable:
                 for config in group_topics(group):
                     topics[config.name] = previous.get(config.name) or config
         self.topics = topics
+        self.version += 1
         if last is None or groups is not last[1]:
             self.groups = dict(groups)
         self._refreshed_from = (routes, groups, served_here)
 
     def put_topic(self, config: TopicConfig) -> None:
         self.topics[config.name] = config
+        self.version += 1
 
     def put_group(self, config: GroupConfig) -> None:
         self.groups[config.name] = config
@@ -138,4 +144,5 @@ class TopicTable:
             # The group was deleted while one of its messages was failing: keep the
             # message reachable under its group's topic on this node.
             found = self.topics[derived.name] = derived
+            self.version += 1
         return found

@@ -104,6 +104,15 @@ class PreparedRun:
 # What the put path appends: prepared messages, and runs of produce records.
 Prepared = PreparedMessage | PreparedRun
 
+# ``CommitLog.log_writer``: (batch, position, store timestamp, store host, queue offsets,
+# the active segment's fd, the position in its file) -> (bytes written, the batch's
+# ``AppendedMessage``s), laid out as ``encode_batch`` lays them and written at the log's end,
+# or ``DiskFullError`` with nothing of it left.
+LogWriter = Callable[
+    [list[Prepared], int, int, bytes, dict[tuple[str, int], int], int, int],
+    tuple[int, list[AppendedMessage]],
+]
+
 
 def prepare(message: Message, topic_prefix: bytes, properties: bytes) -> PreparedMessage:
     """Encode what varies per message; ``topic_prefix`` is TOPICLENGTH + TOPIC, which a
@@ -404,6 +413,10 @@ class CommitLog:
         self.store_host = store_host
         # Next queue offset per (topic, queue id): rebuilt from consume queues on recovery.
         self.queue_offsets: dict[tuple[str, int], int] = {}
+        # Writes a batch that fits the active segment in place of ``encode_batch`` and
+        # ``MappedFile.append_at`` (``LogWriter``): the replication master's, which sends
+        # the records to its slaves in the same native call (ha/master.py). None: the store's.
+        self.log_writer: LogWriter | None = None
 
     # ---- positions -----------------------------------------------------------------
     @property
@@ -438,6 +451,10 @@ class CommitLog:
             roll_at = position
             self.segments.file_for_write(segment.end_offset)  # DiskFullError before writing
             position = segment.end_offset
+        if roll_at is None and self.log_writer is not None:
+            return self._append_through(
+                self.log_writer, batch, segment, position, store_timestamp_ms
+            )
         data, appended = speedups.encode_batch(
             batch,
             position,
@@ -463,6 +480,33 @@ class CommitLog:
         except DiskFullError:
             self._give_back_queue_offsets(batch)
             raise
+        segment.wrote_position = position - segment.base_offset
+        self.segments.write_offset = position
+        return appended
+
+    def _append_through(
+        self,
+        writer: LogWriter,
+        batch: list[Prepared],
+        segment: MappedFile,
+        position: int,
+        store_timestamp_ms: int,
+    ) -> list[AppendedMessage]:
+        """``append`` of a batch that fits ``segment``, written by ``writer``."""
+        try:
+            length, appended = writer(
+                batch,
+                position,
+                store_timestamp_ms,
+                self.store_host,
+                self.queue_offsets,
+                segment.writer_fd(),
+                position - segment.base_offset,
+            )
+        except DiskFullError:
+            self._give_back_queue_offsets(batch)
+            raise
+        position += length
         segment.wrote_position = position - segment.base_offset
         self.segments.write_offset = position
         return appended

@@ -36,6 +36,7 @@ from store.commitlog import (
     CODEC,
     NO_QUEUE_OFFSET_BIT,
     CommitLog,
+    LogWriter,
     Prepared,
     PreparedMessage,
     PreparedRun,
@@ -1269,6 +1270,17 @@ class MessageStore:
         """The base offset of the segment appends go to, None before the first one."""
         last = self.commitlog.segments.last
         return None if last is None else last.base_offset
+
+    def set_log_writer(self, writer: LogWriter | None) -> None:
+        """What writes an append that fits the active segment in place of the log's own
+        encode and write (``CommitLog.log_writer``): a replication master's, which sends
+        the records to its slaves in the same native call (``ReplicationMaster.write_log``);
+        None: the log's own. Set and cleared on the event loop, never inside an append."""
+        self.commitlog.log_writer = writer
+
+    @property
+    def log_writer(self) -> LogWriter | None:
+        return self.commitlog.log_writer
 
     def add_append_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every append of new records to the CommitLog, before

@@ -548,9 +548,19 @@ decline:
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(produce_run_doc,
+"produce_run(body, born_host, topics, body_limit, properties_max, max_records, run_type)\n"
+"-> run_type | None\n\n"
+"node.remoting.ferry_data.produce_run_in_python: the PreparedRun (`run_type`) of a\n"
+"FERRY_PRODUCE body whose topic `topics` holds, whose queue exists and whose records all\n"
+"pass; None for anything else (the request is then read the usual way).");
+
+static PyObject *scanner_produce_run(ProduceScanner *self, PyObject *args);
+
 static PyMethodDef scanner_methods[] = {
     {"scan", (PyCFunction)scanner_scan, METH_VARARGS, scan_doc},
     {"spans", (PyCFunction)scanner_spans, METH_VARARGS, spans_doc},
+    {"produce_run", (PyCFunction)scanner_produce_run, METH_VARARGS, produce_run_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1770,6 +1780,128 @@ split_field(PyObject *Py_UNUSED(module), PyObject *args)
     result = Py_BuildValue("(Onn)", head, start, end);
 done:
     Py_XDECREF(head);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ---- a FERRY_PRODUCE request's common case, read in one pass (stage 3) ------------------
+ *
+ * ProduceScanner.produce_run reads a FERRY_PRODUCE body (ferrymq.ProduceRequest: topic 1,
+ * queue_id 2, atomic 3, count 4, records 5) and, when its topic is one the produce lane
+ * holds an entry for (the snapshot `topics`: name -> (TOPICLENGTH + TOPIC, queue count,
+ * message type text), written by node/services/send.py from its own rules), its queue exists
+ * there and every record passes (spans_of), gives the request's PreparedRun. Anything else
+ * (a field it does not expect, a field given twice, a varint out of an int32's range, a
+ * topic that is not UTF-8 or not in `topics`, a count out of 1..max_records, a record that
+ * does not pass) is None, and the request is read the usual way. Its twin is
+ * node.remoting.ferry_data.produce_run_in_python, which it must equal wherever it answers. */
+
+/* An int32 field's varint at *at (five bytes at most, no more than INT32_MAX): 0, else -1. */
+static int
+read_small_varint(const unsigned char *buf, Py_ssize_t size, Py_ssize_t *at, long long *value)
+{
+    uint64_t result = 0;
+    for (int i = 0; i < 5; i++) {
+        if (*at >= size)
+            return -1;
+        uint64_t byte = buf[(*at)++];
+        result |= (byte & 0x7F) << (7 * i);
+        if (byte < 0x80) {
+            if (result > 0x7FFFFFFF)
+                return -1;
+            *value = (long long)result;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static PyObject *
+scanner_produce_run(ProduceScanner *self, PyObject *args)
+{
+    PyObject *body, *born_host, *topics, *run_type;
+    Py_ssize_t body_limit, properties_max, max_records;
+    if (!PyArg_ParseTuple(args, "OO!O!nnnO:produce_run", &body, &PyBytes_Type, &born_host,
+                          &PyDict_Type, &topics, &body_limit, &properties_max, &max_records,
+                          &run_type))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t size = view.len, at = 0;
+    Py_ssize_t topic_at = 0, topic_length = 0, records_at = 0, records_length = 0;
+    long long queue_id = 0, count = 0, flag = 0;
+    unsigned seen = 0;
+    PyObject *result = NULL, *topic = NULL, *spans = NULL, *records = NULL, *whole = NULL;
+    while (at < size) {
+        long long tag;
+        if (read_small_varint(buf, size, &at, &tag) < 0)
+            goto decline;
+        long long number = tag >> 3, wire_type = tag & 7;
+        if (number < 1 || number > 5 || (seen & (1u << number)))
+            goto decline; /* a field this reader does not expect, or one given twice */
+        seen |= 1u << number;
+        if (number == 1 || number == 5) {
+            long long length;
+            if (wire_type != 2 || read_small_varint(buf, size, &at, &length) < 0 ||
+                length > size - at)
+                goto decline;
+            if (number == 1)
+                topic_at = at, topic_length = (Py_ssize_t)length;
+            else
+                records_at = at, records_length = (Py_ssize_t)length;
+            at += (Py_ssize_t)length;
+        } else {
+            long long *field = number == 2 ? &queue_id : number == 3 ? &flag : &count;
+            if (wire_type != 0 || read_small_varint(buf, size, &at, field) < 0)
+                goto decline;
+        }
+    }
+    if (count < 1 || count > max_records || PyBytes_GET_SIZE(born_host) != 8)
+        goto decline;
+    topic = PyUnicode_DecodeUTF8((const char *)buf + topic_at, topic_length, NULL);
+    if (topic == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            goto done;
+        PyErr_Clear();
+        goto decline;
+    }
+    PyObject *entry = PyDict_GetItemWithError(topics, topic); /* borrowed */
+    if (entry == NULL) {
+        if (PyErr_Occurred())
+            goto done;
+        goto decline;
+    }
+    PyObject *prefix, *type_text;
+    long long queue_count;
+    if (!PyArg_ParseTuple(entry, "O!LU:a lane topic", &PyBytes_Type, &prefix, &queue_count,
+                          &type_text))
+        goto done;
+    if (queue_id >= queue_count)
+        goto decline;
+    spans = spans_of(self, buf + records_at, records_length, (Py_ssize_t)count, body_limit,
+                     type_text, properties_max);
+    if (spans == NULL)
+        goto done;
+    if (spans == Py_None)
+        goto decline;
+    if ((whole = PyMemoryView_FromObject(body)) == NULL ||
+        (records = PySequence_GetSlice(whole, records_at, records_at + records_length)) == NULL)
+        goto done;
+    Py_ssize_t run_size =
+        records_length + (Py_ssize_t)count * (RECORD_HEADER_SIZE + PyBytes_GET_SIZE(prefix) + 2 -
+                                              PRODUCE_HEAD_SIZE);
+    result = PyObject_CallFunction(run_type, "OOLOOOLn", topic, prefix, queue_id, born_host,
+                                   records, spans, count, run_size);
+    goto done;
+decline:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(topic);
+    Py_XDECREF(spans);
+    Py_XDECREF(records);
+    Py_XDECREF(whole);
     PyBuffer_Release(&view);
     return result;
 }

@@ -27,13 +27,14 @@ import json
 from google.protobuf.message import DecodeError
 
 from ferrymq.codec import bytes_field
+from ferrymq.codec.properties import PROPERTIES_MAX_BYTES
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import FerryRequestCode, ResponseCode
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as api
 from node.admission import accepted_types
 from node.long_polling import poll_budget_s
-from node.message_rules import born_host_bytes
+from node.message_rules import PRODUCE_SCANNER, born_host_bytes, produce_spans
 from node.remoting.authentication import DoorHandler
 from node.rpc_status import topic_error_status
 from node.services.caller import Caller
@@ -42,6 +43,7 @@ from node.services.registry import Services
 from node.services.send import ProduceOutcome, ProduceRequest, produce_response
 from node.topics import TopicError
 from routing.state import RoutingState
+from store.commitlog import PreparedRun
 
 
 def ferry_route(state: RoutingState, topic: str) -> dict:
@@ -70,6 +72,55 @@ def read_produce(request: RemotingCommand, caller: Caller) -> ProduceRequest:
         produce.atomic,
         born_host_bytes(caller.address),
     )
+
+
+# The produce lane's snapshot of the topics it may take (``SendService.lane_topics``):
+# name -> (TOPICLENGTH + TOPIC, queue count, message type text).
+LaneTopics = dict[str, tuple[bytes, int, str]]
+
+
+def produce_run(
+    body: bytes | memoryview,
+    born_host: bytes,
+    topics: LaneTopics,
+    body_limit: int,
+    max_records: int,
+) -> PreparedRun | None:
+    """The ``PreparedRun`` of a FERRY_PRODUCE body in one C pass (ferrymq/codec/_speedups.c's
+    ``ProduceScanner.produce_run``) when ``topics`` holds its topic, its queue exists there
+    and all its records pass; None for anything else, which is then read the usual way
+    (``read_produce``). The twin is ``produce_run_in_python``: where this answers, it
+    answers the same; it may decline what the twin reads (a field given twice, one it does
+    not know), never the reverse."""
+    return PRODUCE_SCANNER.produce_run(
+        body, born_host, topics, body_limit, PROPERTIES_MAX_BYTES, max_records, PreparedRun
+    )
+
+
+def produce_run_in_python(
+    body: bytes | memoryview,
+    born_host: bytes,
+    topics: LaneTopics,
+    body_limit: int,
+    max_records: int,
+) -> PreparedRun | None:
+    """What ``produce_run`` gives: the body read as ``read_produce`` reads it, and the
+    checks ``SendService.produce_now`` makes, with ``topics`` for its topic rules."""
+    try:
+        head, records = bytes_field.split(body, bytes_field.PRODUCE_RECORDS_FIELD)
+        produce = api.ProduceRequest.FromString(head)
+    except (ValueError, DecodeError):
+        return None
+    entry = topics.get(produce.topic)
+    if entry is None or not 1 <= produce.count <= max_records or len(born_host) != 8:
+        return None
+    topic_prefix, queue_count, type_text = entry
+    if not 0 <= produce.queue_id < queue_count:
+        return None
+    spans = produce_spans(records, produce.count, body_limit, type_text)
+    if spans is None:
+        return None
+    return PreparedRun.of(produce.topic, topic_prefix, produce.queue_id, born_host, records, spans)
 
 
 def produce_answer(request: RemotingCommand, outcome: ProduceOutcome) -> RemotingCommand:

@@ -265,6 +265,10 @@ class SendService:
         self.metrics = metrics
         self.max_delay_ms = max_delay_ms
         self.clock_ms = clock_ms
+        # The produce lane's snapshot (``lane_topics``) and the topic table's version it
+        # was started at.
+        self._lane_topics: dict[str, tuple[bytes, int, str]] = {}
+        self._lane_topics_version = -1
 
     # ---- messages --------------------------------------------------------------------
     async def send(self, caller: Caller, request: SendRequest) -> SendOutcome:
@@ -485,7 +489,6 @@ class SendService:
         sends it through ``produce``, which gives every refusal its precise answer. The
         rules are the ones ``produce`` applies, read from the same services; the metrics
         are the same, counted as the answer leaves."""
-        started = perf_counter()
         count = request.count
         if not 1 <= count <= MAX_PRODUCE_RECORDS:
             return False
@@ -499,9 +502,33 @@ class SendService:
             return False
         if not queue_exists(topic, request.queue_id):
             return False
-        run = self._prepared_run(topic, request, MESSAGE_TYPE_TEXT[message_type])
+        type_text = MESSAGE_TYPE_TEXT[message_type]
+        run = self._prepared_run(topic, request, type_text)
         if run is None:
             return False
+        if not self.permissions.enabled:  # every caller may publish: the lane may take it
+            self.lane_topics()[topic.name] = (run.topic_prefix, topic.queue_count, type_text)
+        return self.produce_run_now(run, answer)
+
+    def lane_topics(self) -> dict[str, tuple[bytes, int, str]]:
+        """The produce lane's snapshot of the topics it may take a request for natively
+        (``node.remoting.ferry_data.produce_run``): name -> (TOPICLENGTH + TOPIC, queue
+        count, message type text), each entry written by ``produce_now`` once every one of
+        its rules passed for that topic, with authentication off (any caller may publish).
+        Started again, empty, whenever the topic table changes, so an entry never outlives
+        the topic config it was decided from; with authentication on it stays empty."""
+        version = self.admission.topics.version
+        if version != self._lane_topics_version:
+            self._lane_topics, self._lane_topics_version = {}, version
+        return self._lane_topics
+
+    def produce_run_now(
+        self, run: PreparedRun, answer: Callable[[ProduceOutcome], Callable[[], None]]
+    ) -> bool:
+        """``produce_now`` for a request already read and checked as one run: appended
+        now and answered through ``answer``, or False with nothing written."""
+        started = perf_counter()
+        count = run.count
         metrics = self.metrics
         indexes = list(range(count))
         open_send = metrics.sends_open.enter()
@@ -514,7 +541,7 @@ class SendService:
                 write()
                 metrics.sends_open.leave(open_send)
                 if outcome.code == pb.OK:
-                    metrics.stored(request.topic, count, len(request.records))
+                    metrics.stored(run.topic, count, len(run.records))
                 metrics.send_answered(outcome.code, perf_counter() - started)
 
             return counted

@@ -430,6 +430,7 @@ class CapturingWriter:
     def __init__(self) -> None:
         self.frames: list[bytes] = []
         self.transport = self
+        self.socket_fd = -1  # no socket: the master's native write passes it by
 
     def get_write_buffer_size(self) -> int:
         return 0

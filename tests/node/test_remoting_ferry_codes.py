@@ -49,8 +49,8 @@ def records(*bodies: bytes) -> bytes:
     return b"".join(encode_record(Message("F", b), pb.NORMAL, born) for b in bodies)
 
 
-def fetch(client, offset: int = 0) -> data.FetchResponse:
-    request = data.FetchRequest(group="g", topic="F", queue_id=1, offset=offset)
+def fetch(client, offset: int = 0, topic: str = "F") -> data.FetchResponse:
+    request = data.FetchRequest(group="g", topic=topic, queue_id=1, offset=offset)
     answer = call(client, FerryRequestCode.FERRY_FETCH, request.SerializeToString())
     assert answer.code == ResponseCode.SUCCESS
     return data.FetchResponse.FromString(answer.body)
@@ -130,9 +130,9 @@ def test_records_short_of_the_count_get_the_data_services_answers(client, atomic
     assert fetch(client).next_offset == before + (0 if atomic else 2)
 
 
-def stored_records(client, offset: int, count: int) -> list:
+def stored_records(client, offset: int, count: int, topic: str = "F") -> list:
     """The ``count`` records of queue 1 from ``offset``, as stored."""
-    answer = fetch(client, offset)
+    answer = fetch(client, offset, topic)
     found, position = [], 0
     while len(found) < count:
         stored = decode(answer.records, position)
@@ -181,3 +181,28 @@ def test_the_lane_and_the_handler_store_and_answer_a_produce_alike(node, client)
     )
     assert lane_records == handler_records
     assert [r.body for r in lane_records] == [b"same", b"twice"]
+
+
+def test_a_topic_the_lane_read_natively_is_refused_once_it_is_made_read_only(node, client):
+    """The produce lane reads a request in C for a topic whose rules passed before
+    (``SendService.lane_topics``); a change of the topic table starts that snapshot again,
+    so a topic made read-only is refused with the handler's precise answer at once, and
+    nothing of the request is stored."""
+    _, admin = node
+    create_topic(admin, "Shut", queues=2)
+    request = data.ProduceRequest(
+        topic="Shut", queue_id=1, count=1, records=records(b"open")
+    ).SerializeToString()
+    for expected_offset in (0, 1):  # the first read in Python, the second in C
+        answer = data.ProduceResponse.FromString(
+            call(client, FerryRequestCode.FERRY_PRODUCE, request).body
+        )
+        assert (answer.code, list(answer.offsets)) == (pb.OK, [expected_offset])
+    shut = api.Topic(name="Shut", queue_count=2, message_type=api.NORMAL, permission=api.READ)
+    assert admin.UpdateTopic(api.UpdateTopicRequest(topic=shut)).status.code == 0
+    refused = data.ProduceResponse.FromString(
+        call(client, FerryRequestCode.FERRY_PRODUCE, request).body
+    )
+    assert refused.code == pb.FORBIDDEN and "read-only" in refused.message
+    assert fetch(client, 0, "Shut").next_offset == 2
+    assert [r.body for r in stored_records(client, 0, 2, "Shut")] == [b"open", b"open"]

@@ -23,7 +23,8 @@ anywhere in a log whose first segment retention took), ``remoting_header`` (a re
 frame's binary header, ``read_binary_header``), ``replica_frames`` (a slave's link's bytes
 taken by the replica lane, ``ha._replica_lane.apply_frames``, sealed right or not),
 ``link_thread`` (the same bytes read off a socket in pieces by the link's thread,
-``ha._replica_lane.Follower``, against the twin on the whole stream).
+``ha._replica_lane.Follower``, against the twin on the whole stream), ``produce_request``
+(a FERRY_PRODUCE body read by the produce lane in C, ``ProduceScanner.produce_run``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ with atheris.instrument_imports(
         "store",
         "node.message_rules",
         "ha.replica_lane",
+        "node.remoting.ferry_data",
         "tests.support.replica_frames",
     ]
 ):
@@ -91,6 +93,8 @@ with atheris.instrument_imports(
         fetch_columns_in_python,
     )
     from node.message_rules import produce_spans, produce_spans_in_python, scan_produce_records
+    from node.remoting.ferry_data import produce_run as produce_request_run
+    from node.remoting.ferry_data import produce_run_in_python as produce_request_in_python
     from store import _speedups as store_speedups
     from store.commitlog import (
         CODEC,
@@ -107,6 +111,7 @@ with atheris.instrument_imports(
     from store.results import AppendedMessage
     from tests.support.replica_frames import SegmentFile, apply_both, case_from, follow_both
 
+from ferrymq.client.produce_records import ProduceCall  # noqa: E402
 from ferrymq.codec.errors import InvalidMessageError  # noqa: E402
 from tests.support.fetch_answers import QUEUE_ID, TOPIC, comparable, record  # noqa: E402
 from tests.support.produce_scan import BODY_LIMIT, TYPE_TEXT, read_in_python  # noqa: E402
@@ -155,6 +160,31 @@ def fuzz_produce_run(data: bytes) -> None:
         [run], 40, 5, host, {("T", 1): 3}, AppendedMessage, PreparedRun
     )
     assert found == expected
+
+
+# The produce lane's snapshot for ``produce_request``: a topic with two queues, another
+# whose name is not ASCII.
+LANE_TOPICS = {
+    name: (topic_prefix_of(name.encode()), 2, TYPE_TEXT) for name in ("T", "\u00e9t\u00e9")
+}
+LANE_HOST = b"\x01" * 8
+
+
+def fuzz_produce_request(data: bytes) -> None:
+    """A FERRY_PRODUCE body, whatever its bytes: the C reads the twin's run or declines;
+    and whatever the twin reads, the C reads the same request as the SDK writes it (each
+    field once, in order), so a C that declined everything would fail here."""
+    found = outcome(lambda: produce_request_run(data, LANE_HOST, LANE_TOPICS, BODY_LIMIT, 4))
+    expected = outcome(
+        lambda: produce_request_in_python(data, LANE_HOST, LANE_TOPICS, BODY_LIMIT, 4)
+    )
+    assert found is None or found == expected, (found, expected)
+    if isinstance(expected, PreparedRun):
+        canonical = ProduceCall(
+            expected.topic, expected.queue_id, False, expected.count, bytes(expected.records)
+        ).body()
+        again = produce_request_run(canonical, LANE_HOST, LANE_TOPICS, BODY_LIMIT, 4)
+        assert again is not None and again.spans == expected.spans
 
 
 def fuzz_received(data: bytes) -> None:
@@ -362,6 +392,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "remoting_header": fuzz_remoting_header,
     "replica_frames": fuzz_replica_frames,
     "link_thread": fuzz_link_thread,
+    "produce_request": fuzz_produce_request,
 }
 
 
@@ -407,6 +438,12 @@ def seeds(target: str) -> list[bytes]:
         "link_thread": [
             b"\x00\x01\x02" + b"\x01\x02\x10\x01" + b"\x01\x00\x02\x00\x00\x00\x04\x00\x03\x00",
             b"\x10\x00\x40" + b"\x12\x05\x00\x07" + b"\x02\x00\x01\x08\x01\x20\x05\x00\x04abcd",
+        ],
+        # FERRY_PRODUCE bodies as the SDK writes them: two records to a queue of "T", one
+        # to the topic whose name is not ASCII.
+        "produce_request": [
+            ProduceCall("T", 1, False, 2, produce[0] * 2).body(),
+            ProduceCall("\u00e9t\u00e9", 0, True, 1, produce[0]).body(),
         ],
         # A FERRY_PRODUCE request's header as the SDK writes it, and an answer's.
         "remoting_header": [

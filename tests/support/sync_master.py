@@ -26,4 +26,5 @@ def master_of(store: MessageStore, clock: ManualClock, *, sync: bool = True, min
         call_later=clock.call_later,
     )
     store.add_append_listener(master.on_appended)  # as ``ha.role`` wires it
+    store.set_log_writer(master.log_writer())
     return master
