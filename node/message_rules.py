@@ -58,10 +58,8 @@ KEYS_TEXT = re.compile(r"\S+(?: \S+)*")  # KEYS: keys without whitespace, one sp
 
 
 @functools.lru_cache(maxsize=4096)
-@functools.lru_cache(maxsize=4096)
 def born_host_bytes(text: str) -> bytes:
-    """BORNHOST from the client's string: IPv4 with an optional port, else zeros (kept: a
-    connection's address repeats in every request it sends)."""
+    """BORNHOST from the client's string: IPv4 with an optional port, else zeros."""
     host, _, port = text.rpartition(":") if text.count(":") == 1 else (text, "", "0")
     try:
         address = ipaddress.IPv4Address(host)

@@ -489,6 +489,7 @@ class SendService:
         sends it through ``produce``, which gives every refusal its precise answer. The
         rules are the ones ``produce`` applies, read from the same services; the metrics
         are the same, counted as the answer leaves."""
+        started = perf_counter()
         count = request.count
         if not 1 <= count <= MAX_PRODUCE_RECORDS:
             return False
@@ -508,7 +509,7 @@ class SendService:
             return False
         if not self.permissions.enabled:  # every caller may publish: the lane may take it
             self.lane_topics()[topic.name] = (run.topic_prefix, topic.queue_count, type_text)
-        return self.produce_run_now(run, answer)
+        return self.produce_run_now(run, answer, started)
 
     def lane_topics(self) -> dict[str, tuple[bytes, int, str]]:
         """The produce lane's snapshot of the topics it may take a request for natively
@@ -523,11 +524,16 @@ class SendService:
         return self._lane_topics
 
     def produce_run_now(
-        self, run: PreparedRun, answer: Callable[[ProduceOutcome], Callable[[], None]]
+        self,
+        run: PreparedRun,
+        answer: Callable[[ProduceOutcome], Callable[[], None]],
+        started: float | None = None,
     ) -> bool:
-        """``produce_now`` for a request already read and checked as one run: appended
-        now and answered through ``answer``, or False with nothing written."""
-        started = perf_counter()
+        """``produce_now`` for a request already read and checked as one run (the produce
+        lane's C read, ``node.remoting.ferry_data.produce_run``, or ``produce_now``'s
+        rules): appended now and answered through ``answer``, or False with nothing
+        written. ``started``: when the request's handling began (the send latency's)."""
+        started = perf_counter() if started is None else started
         count = run.count
         metrics = self.metrics
         indexes = list(range(count))

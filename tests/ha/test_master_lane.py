@@ -14,7 +14,7 @@ import pytest
 from ferrymq.client.messages import Message as SdkMessage
 from ferrymq.client.produce_records import encode_record
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from ha.link_auth import Handshake, Role, session_macs
+from ha.link_auth import MAC_BYTES, Handshake, Role, session_macs
 from ha.link_stream import LinkStream
 from ha.master import ReplicationMaster
 from ha.wire import DATA_HEADER, FRAME_HEADER, Kind
@@ -43,6 +43,30 @@ def open_store(directory: str) -> MessageStore:
         ),
         clock_ms=lambda: 1_700_000_000_000,
     )
+
+
+def frames_end(stream: bytes | bytearray) -> int:
+    """The log offset the whole DATA frames at the start of ``stream`` reach (0: none)."""
+    end, at = 0, 0
+    while len(stream) - at >= FRAME_HEADER.size:
+        _, length = FRAME_HEADER.unpack_from(stream, at)
+        if len(stream) - at - FRAME_HEADER.size < length:
+            break
+        offset = DATA_HEADER.unpack_from(stream, at + FRAME_HEADER.size)[0]
+        end = offset + length - DATA_HEADER.size - MAC_BYTES
+        at += FRAME_HEADER.size + length
+    return end
+
+
+def frame_offsets(stream: bytes) -> list[int]:
+    """The log offset each DATA frame of ``stream`` starts at."""
+    offsets, at = [], 0
+    while at < len(stream):
+        kind, length = FRAME_HEADER.unpack_from(stream, at)
+        assert kind == Kind.DATA
+        offsets.append(DATA_HEADER.unpack_from(stream, at + FRAME_HEADER.size)[0])
+        at += FRAME_HEADER.size + length
+    return offsets
 
 
 class Peer(asyncio.Protocol):
@@ -96,10 +120,11 @@ class Group:
             link.mac, link.sent = session_macs("secret", handshake, Role.MASTER).outgoing, start
             self.peers[slave], self.links[slave] = peer, link
 
-    async def received(self, total: int, slaves: tuple[str, ...] = SLAVES) -> dict[str, bytes]:
-        """What each slave's end holds once ``slaves`` hold ``total`` bytes or more."""
+    async def received(self, end: int, slaves: tuple[str, ...] = SLAVES) -> dict[str, bytes]:
+        """What each slave's end holds once the frames of ``slaves`` reach log offset
+        ``end`` whole."""
         for _ in range(5_000):
-            if all(len(self.peers[slave].received) >= total for slave in slaves):
+            if all(frames_end(self.peers[slave].received) >= end for slave in slaves):
                 break
             await asyncio.sleep(0.001)
         return {slave: bytes(peer.received) for slave, peer in self.peers.items()}
@@ -145,15 +170,28 @@ async def append_now(store: MessageStore, run: PreparedRun):
     raise AssertionError("no turn of the loop was free for the put")
 
 
+async def drained(group: Group) -> None:
+    """Until no link's transport holds bytes: each append then finds its links as the
+    last one left them, and both paths cut the same frames."""
+    for _ in range(5_000):
+        if not any(s.transport.get_write_buffer_size() for s in group.streams):
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the links' transports did not drain")
+
+
 async def put_all(group: Group) -> list:
     """Messages one at a time and in batches, and produce runs, as the put paths make them."""
     results = []
     for body in BODIES:
         results.append(await group.store.put_messages_async([Message("orders", body)]))
+        await drained(group)
     results.append(
         await group.store.put_messages_async([Message("orders", b"x" * i) for i in range(1, 40)])
     )
+    await drained(group)
     results.append(await append_now(group.store, run_of(RUN_RECORDS[0], 2)))
+    await drained(group)
     results.append(await append_now(group.store, run_of(RUN_RECORDS[1], 1, queue_id=2)))
     return results
 
@@ -212,17 +250,6 @@ def test_a_frame_its_socket_takes_in_part_arrives_whole_and_in_order(tmp_path):
     asyncio.run(run())
 
 
-def frame_offsets(stream: bytes) -> list[int]:
-    """The log offset each DATA frame of ``stream`` starts at."""
-    offsets, at = [], 0
-    while at < len(stream):
-        kind, length = FRAME_HEADER.unpack_from(stream, at)
-        assert kind == Kind.DATA
-        offsets.append(DATA_HEADER.unpack_from(stream, at + FRAME_HEADER.size)[0])
-        at += FRAME_HEADER.size + length
-    return offsets
-
-
 def test_a_write_the_disk_refuses_leaves_nothing_and_sends_nothing(tmp_path, monkeypatch):
     async def run() -> None:
         group = Group(str(tmp_path / "full"), native=True)
@@ -243,7 +270,7 @@ def test_a_write_the_disk_refuses_leaves_nothing_and_sends_nothing(tmp_path, mon
             after = await group.store.put_messages_async([Message("orders", b"after")])
             assert after.ok and after.appended[0].queue_offset == 1  # the offset given back
             assert after.appended[0].physical_offset == end
-            received = await group.received(group.store.write_offset + 2 * 53)
+            received = await group.received(group.store.write_offset)
             for stream in received.values():  # no frame of the refused put between them
                 assert frame_offsets(stream) == [0, end]
         finally:
@@ -278,7 +305,7 @@ def test_a_link_the_native_call_cannot_take_is_pushed_by_python(tmp_path, state)
             native, python = groups
             assert native.log() == python.log()
             assert native.links["s2"].sent == python.links["s2"].sent
-            slaves = ("s1",) if state != "behind" else SLAVES
+            slaves = ("s1",) if state != "behind" else SLAVES  # s2 gets nothing more
             assert await native.received(native.store.write_offset, slaves) == (
                 await python.received(python.store.write_offset, slaves)
             )
