@@ -152,6 +152,8 @@ SILENT_SLAVE_TIMEOUT_S = 10.0
 # ``on_appended`` writes new records to a link at once while its transport holds less than
 # this; past it the link's task waits for the slave to read (``drain``) and sends the rest.
 PUSH_BUFFER_BYTES = 2 * CHUNK_BYTES
+# The links one native append sends to at most (``append_and_push``'s bound).
+NATIVE_LINKS_MAX = 16
 # A slave without a link is not lagging yet for this long after it was last connected (or
 # after this node became master): a failover makes every slave reconnect.
 DISCONNECT_GRACE_S = 1.0
@@ -490,6 +492,8 @@ class ReplicationMaster:
                     continue
                 links.append(link)
                 specs.append((writer.socket_fd, mac.gmac, mac.sequence))
+                if len(specs) == NATIVE_LINKS_MAX:
+                    break  # the rest are pushed by ``on_appended``
         epoch, epoch_start = (last.epoch, last.start_offset) if last is not None else (0, 0)
         confirmed = self.confirmed_offset
         error, data, appended, sent, tags = native.append_and_push(

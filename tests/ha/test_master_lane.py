@@ -14,6 +14,7 @@ import pytest
 from ferrymq.client.messages import Message as SdkMessage
 from ferrymq.client.produce_records import encode_record
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ha import master as master_module
 from ha.link_auth import MAC_BYTES, Handshake, Role, session_macs
 from ha.link_stream import LinkStream
 from ha.master import ReplicationMaster
@@ -314,3 +315,38 @@ def test_a_link_the_native_call_cannot_take_is_pushed_by_python(tmp_path, state)
                 await g.close()
 
     asyncio.run(run())
+
+
+def test_links_past_the_native_calls_bound_are_pushed_by_python(tmp_path, monkeypatch):
+    """A group with more caught-up links than one native call sends to: the first ones get
+    their frame from it, the others from ``_push``, and each gets the same bytes."""
+    monkeypatch.setattr(master_module, "NATIVE_LINKS_MAX", 1)
+    native_call = master_module.native.append_and_push
+    links_sent_to: list[int] = []
+
+    def counted(*arguments):
+        links_sent_to.append(len(arguments[10]))  # the (socket, gmac, sequence) of each
+        return native_call(*arguments)
+
+    monkeypatch.setattr(master_module.native, "append_and_push", counted)
+
+    async def run() -> None:
+        groups = [Group(str(tmp_path / f"bound-{n}"), native=n) for n in (True, False)]
+        try:
+            for g in groups:
+                await g.connect()
+            for body in BODIES[:3]:
+                for g in groups:
+                    assert (await g.store.put_messages_async([Message("orders", body)])).ok
+                    await drained(g)
+            native, python = groups
+            assert native.log() == python.log()
+            assert await native.received(native.store.write_offset) == (
+                await python.received(python.store.write_offset)
+            )
+        finally:
+            for g in groups:
+                await g.close()
+
+    asyncio.run(run())
+    assert links_sent_to and set(links_sent_to) == {1}
