@@ -557,44 +557,54 @@ append_and_push(PyObject *Py_UNUSED(module), PyObject *args)
     size_t length = (size_t)PyBytes_GET_SIZE(data);
     if ((long long)length > chunk_limit || length + DATA_HEADER_SIZE + MAC_BYTES > MAX_FRAME_BYTES)
         link_count = 0; /* more than one frame's chunk: _push sends it in chunks */
+    /* The tags first: what can fail here fails before anything is written or sent. */
+    unsigned char head[FRAME_HEADER_SIZE], payload_header[DATA_HEADER_SIZE];
+    unsigned char tags_made[16][MAC_BYTES];
+    uint32_t body = (uint32_t)(DATA_HEADER_SIZE + length + MAC_BYTES);
+    head[0] = KIND_DATA;
+    head[1] = (unsigned char)(body >> 24);
+    head[2] = (unsigned char)(body >> 16);
+    head[3] = (unsigned char)(body >> 8);
+    head[4] = (unsigned char)body;
+    put_int64(payload_header, (uint64_t)position);
+    put_int64(payload_header + 8, (uint64_t)epoch);
+    put_int64(payload_header + 16, (uint64_t)epoch_start);
+    put_int64(payload_header + 24, (uint64_t)confirmed);
+    PyObject *sent = NULL, *tags = PyTuple_New(link_count);
+    if (tags == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < link_count; i++) {
+        if (!gmac_tag_parts(gmacs[i], KIND_DATA, sequences[i], payload_header, DATA_HEADER_SIZE,
+                            records, length, tags_made[i])) {
+            PyErr_SetString(PyExc_RuntimeError, "libcrypto failed to compute a GMAC");
+            goto fail;
+        }
+        PyObject *tag_object = PyBytes_FromStringAndSize((const char *)tags_made[i], MAC_BYTES);
+        if (tag_object == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(tags, i, tag_object);
+    }
     int error_number;
     Py_BEGIN_ALLOW_THREADS
     error_number = write_at(fd, records, length, file_position);
     Py_END_ALLOW_THREADS
-    PyObject *sent = PyTuple_New(error_number == 0 ? link_count : 0);
-    PyObject *tags = PyTuple_New(error_number == 0 ? link_count : 0);
-    if (sent == NULL || tags == NULL)
+    if (error_number != 0) /* nothing of it stays, so nothing is sent */
+        link_count = 0;
+    size_t taken[16];
+    for (Py_ssize_t i = 0; i < link_count; i++)
+        taken[i] = send_frame(socket_fds[i], head, payload_header, records, length, tags_made[i]);
+    if ((sent = PyTuple_New(link_count)) == NULL)
         goto fail;
-    if (error_number == 0) {
-        unsigned char head[FRAME_HEADER_SIZE], payload_header[DATA_HEADER_SIZE];
-        uint32_t body = (uint32_t)(DATA_HEADER_SIZE + length + MAC_BYTES);
-        head[0] = KIND_DATA;
-        head[1] = (unsigned char)(body >> 24);
-        head[2] = (unsigned char)(body >> 16);
-        head[3] = (unsigned char)(body >> 8);
-        head[4] = (unsigned char)body;
-        put_int64(payload_header, (uint64_t)position);
-        put_int64(payload_header + 8, (uint64_t)epoch);
-        put_int64(payload_header + 16, (uint64_t)epoch_start);
-        put_int64(payload_header + 24, (uint64_t)confirmed);
-        for (Py_ssize_t i = 0; i < link_count; i++) {
-            unsigned char tag[MAC_BYTES];
-            if (!gmac_tag_parts(gmacs[i], KIND_DATA, sequences[i], payload_header,
-                                DATA_HEADER_SIZE, records, length, tag)) {
-                PyErr_SetString(PyExc_RuntimeError, "libcrypto failed to compute a GMAC");
-                goto fail;
-            }
-            size_t taken = send_frame(socket_fds[i], head, payload_header, records, length, tag);
-            PyObject *taken_object = PyLong_FromSize_t(taken);
-            PyObject *tag_object = PyBytes_FromStringAndSize((const char *)tag, MAC_BYTES);
-            if (taken_object == NULL || tag_object == NULL) {
-                Py_XDECREF(taken_object);
-                Py_XDECREF(tag_object);
-                goto fail;
-            }
-            PyTuple_SET_ITEM(sent, i, taken_object);
-            PyTuple_SET_ITEM(tags, i, tag_object);
-        }
+    for (Py_ssize_t i = 0; i < link_count; i++) {
+        PyObject *taken_object = PyLong_FromSize_t(taken[i]);
+        if (taken_object == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(sent, i, taken_object);
+    }
+    if (error_number != 0) { /* no frame: no tags */
+        Py_DECREF(tags);
+        if ((tags = PyTuple_New(0)) == NULL)
+            goto fail;
     }
     PyObject *result = Py_BuildValue("(iOONN)", error_number,
                                      error_number == 0 ? data : Py_None,
