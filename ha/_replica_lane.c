@@ -136,11 +136,13 @@ gmac_init(Gmac *self, PyObject *args, PyObject *kwargs)
     return 0;
 }
 
-/* The tag of a frame of `kind`, number `sequence`, over `payload`: 1, or 0 when libcrypto
- * failed (nothing it is given here can make it fail). Runs without the GIL. */
+/* The tag of a frame of `kind`, number `sequence`, over its payload given in two parts
+ * (`head`, possibly empty, then `body`): the same tag as over their join. 1, or 0 when
+ * libcrypto failed (nothing it is given here can make it fail). Runs without the GIL. */
 static int
-gmac_tag(Gmac *self, int kind, uint64_t sequence, const unsigned char *payload, size_t length,
-         unsigned char tag[MAC_BYTES])
+gmac_tag_parts(Gmac *self, int kind, uint64_t sequence, const unsigned char *head,
+               size_t head_length, const unsigned char *body, size_t body_length,
+               unsigned char tag[MAC_BYTES])
 {
     unsigned char nonce[NONCE_BYTES] = {self->direction, (unsigned char)kind, 0, 0};
     for (int i = 0; i < 8; i++)
@@ -148,16 +150,27 @@ gmac_tag(Gmac *self, int kind, uint64_t sequence, const unsigned char *payload, 
     int written;
     if (evp.encrypt_init(self->context, NULL, NULL, NULL, nonce) != 1)
         return 0;
-    while (length > 0) { /* the associated data, in parts an int can count */
-        int part = length > (1u << 30) ? (1 << 30) : (int)length;
-        if (evp.encrypt_update(self->context, NULL, &written, payload, part) != 1)
+    if (head_length > 0 &&
+        evp.encrypt_update(self->context, NULL, &written, head, (int)head_length) != 1)
+        return 0;
+    while (body_length > 0) {
+        int part = body_length > (1u << 30) ? (1 << 30) : (int)body_length;
+        if (evp.encrypt_update(self->context, NULL, &written, body, part) != 1)
             return 0;
-        payload += part;
-        length -= (size_t)part;
+        body += part;
+        body_length -= (size_t)part;
     }
     unsigned char nothing[16];
     return evp.encrypt_final(self->context, nothing, &written) == 1 &&
            evp.ctx_ctrl(self->context, EVP_CTRL_GCM_GET_TAG, MAC_BYTES, tag) == 1;
+}
+
+/* gmac_tag_parts over one payload. */
+static int
+gmac_tag(Gmac *self, int kind, uint64_t sequence, const unsigned char *payload, size_t length,
+         unsigned char tag[MAC_BYTES])
+{
+    return gmac_tag_parts(self, kind, sequence, NULL, 0, payload, length, tag);
 }
 
 static int
@@ -418,32 +431,6 @@ put_int64(unsigned char *p, uint64_t value)
 {
     for (int i = 7; i >= 0; i--, value >>= 8)
         p[i] = (unsigned char)value;
-}
-
-/* gmac_tag over two parts, header then records: the same tag as over their join. */
-static int
-gmac_tag_parts(Gmac *self, int kind, uint64_t sequence, const unsigned char *head,
-               size_t head_length, const unsigned char *body, size_t body_length,
-               unsigned char tag[MAC_BYTES])
-{
-    unsigned char nonce[NONCE_BYTES] = {self->direction, (unsigned char)kind, 0, 0};
-    for (int i = 0; i < 8; i++)
-        nonce[4 + i] = (unsigned char)(sequence >> (56 - 8 * i));
-    int written;
-    if (evp.encrypt_init(self->context, NULL, NULL, NULL, nonce) != 1)
-        return 0;
-    if (evp.encrypt_update(self->context, NULL, &written, head, (int)head_length) != 1)
-        return 0;
-    while (body_length > 0) {
-        int part = body_length > (1u << 30) ? (1 << 30) : (int)body_length;
-        if (evp.encrypt_update(self->context, NULL, &written, body, part) != 1)
-            return 0;
-        body += part;
-        body_length -= (size_t)part;
-    }
-    unsigned char nothing[16];
-    return evp.encrypt_final(self->context, nothing, &written) == 1 &&
-           evp.ctx_ctrl(self->context, EVP_CTRL_GCM_GET_TAG, MAC_BYTES, tag) == 1;
 }
 
 /* Write all of bytes[0:length) at `position` of `fd`: 0, or the errno that stopped it, the
