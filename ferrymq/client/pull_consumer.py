@@ -39,6 +39,8 @@ from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
 HEARTBEAT_INTERVAL_S = 5.0
+# A fetch's answers that are not errors: records, or none yet (its wait ended).
+ANSWERED_CODES = frozenset((pb.OK, pb.MESSAGE_NOT_FOUND))
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,8 +234,8 @@ class PullConsumer:
         On the remoting port with ``prefetch`` (the default) a poll has a fetch on its
         way or waiting on the node for every assigned queue (``_Sent``), so a message
         written to any of them is answered at once, however many queues the consumer
-        reads. A queue whose answer shows more records waiting has its next fetch sent
-        before these are decoded; answers that come while another queue's are handed out
+        reads. A queue whose answer had records has its next fetch sent before these are
+        decoded (``_take``); answers that come while another queue's are handed out
         wait for their turn. Otherwise (gRPC, or no prefetch) the queues are asked one at
         a time in turn without waiting, and the last one waits."""
         self._maybe_rebalance()
@@ -320,17 +322,20 @@ class PullConsumer:
         )
 
     def _take(self, sent: _Sent, wait_s: float) -> list[ReceivedMessage]:
-        """The records of ``sent``'s answer (here already). When it shows more records
-        waiting, the queue's next fetch leaves before these are decoded; at the queue's
-        end the next poll sends it (sent now, it would delay this answer's messages by
-        its write, and be answered empty at once by a node holding nothing newer)."""
+        """The records of ``sent``'s answer (here already). The queue's next fetch leaves
+        before these are decoded: when the answer shows more records waiting, and at the
+        queue's end when the poll waits (``wait_s`` > 0), where it parks on the node until
+        the next record is written. Sent by the next poll instead, a tailing reader's fetch
+        reached the node after the next send began, and the node's work on it delayed
+        that send: the end to end was ~35 µs longer (bench/RESULTS.md, "A tailing
+        reader's next fetch sent with its answer")."""
         del self._sent[sent.queue]
         if sent.poll != self._polls:
             self.prefetched += 1
         answer = self._answered(sent.queue, fetch_answer(sent.channel.receive(sent.opaque)))
         if answer is None or not answer.records:
             return []
-        if answer.next_offset < answer.max_offset:
+        if wait_s > 0 or answer.next_offset < answer.max_offset:
             self._send_fetch(sent.queue, sent.channel, wait_s)
         return received_messages(answer.records, sent.queue.broker_group)
 
@@ -399,7 +404,8 @@ class PullConsumer:
         if answer.code == pb.ILLEGAL_OFFSET:
             self._positions[queue] = answer.next_offset  # retention passed us: go on
             return None
-        check(pb.Status(code=answer.code, message=answer.message), pb.MESSAGE_NOT_FOUND)
+        if answer.code not in ANSWERED_CODES:
+            check(pb.Status(code=answer.code, message=answer.message))
         self._positions[queue] = answer.next_offset
         return answer
 

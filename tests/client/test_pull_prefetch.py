@@ -15,6 +15,7 @@ import pytest
 from ferrymq.client import Admin, Message, Producer, PullConsumer
 from ferrymq.client.remoting_channel import RemotingChannel
 from ferrymq.codec.remoting_codes import FerryRequestCode
+from ferrymq.protocol.ferrymq.data_pb2 import FetchRequest
 
 TOPIC, QUEUES, PER_QUEUE = "prefetched", 3, 400
 
@@ -154,10 +155,56 @@ def test_a_reader_keeping_up_with_one_queue_sends_one_fetch_per_poll(address, mo
         for i in range(10):
             producer.send(Message("tailed", b"%d" % i))
             assert [m.body for m in consumer.poll(wait_s=5)] == [b"%d" % i]
-        assert len(fetches) == 10
+            # The message's fetch, and the next one, parked on the node before the
+            # poll returned (``test_a_tailing_reader_s_next_fetch_leaves_with_its_answer``).
+            assert len(fetches) == i + 2
         fetches.clear()
-        assert consumer.poll(wait_s=0.2) == []  # nothing: one fetch, waited out
-        assert len(fetches) == 1
+        assert consumer.poll(wait_s=0.2) == []  # nothing: it waits on the parked fetch
+        assert fetches == []
+        producer.send(Message("tailed", b"late"))
+        assert [m.body for m in consumer.poll(wait_s=5)] == [b"late"]
+
+
+def test_a_tailing_reader_s_next_fetch_leaves_with_its_answer(address, monkeypatch):
+    """A reader at its queue's end sent its next fetch only in its next poll: after the
+    poll's caller had the message, so in the end to end the fetch reached the node after
+    the next send began, and the node's work on it delayed that send (~35 µs of the end
+    to end's p50 here). It now leaves before the poll returns, and parks on the node. A
+    poll that does not wait sends none (nothing would hold it on the node)."""
+    with Admin(address) as admin:
+        admin.create_topic("tail-ahead", queue_count=1)
+        admin.create_group("tail-ahead-readers")
+    sent: list[tuple[int, int]] = []  # (polls returned so far, the fetch's offset)
+    returned = [0]
+    send = RemotingChannel.send
+
+    def recorded(self, code, body=b"", *args, **kwargs):
+        if code == FerryRequestCode.FERRY_FETCH:
+            sent.append((returned[0], FetchRequest.FromString(body).offset))
+        return send(self, code, body, *args, **kwargs)
+
+    monkeypatch.setattr(RemotingChannel, "send", recorded)
+    with (
+        Producer(address) as producer,
+        PullConsumer(address, "tail-ahead-readers", start="end") as consumer,
+    ):
+        consumer.assign("tail-ahead", [0])
+        producer.send(Message("tail-ahead", b"first"))
+        (first,) = consumer.poll(wait_s=5)
+        returned[0] += 1
+        assert sent[-1] == (0, first.queue_offset + 1)  # sent within the poll
+        producer.send(Message("tail-ahead", b"second"))
+        (second,) = consumer.poll(wait_s=5)
+        returned[0] += 1
+        assert second.queue_offset == first.queue_offset + 1
+        assert sent[-2:] == [(0, second.queue_offset), (1, second.queue_offset + 1)]
+        producer.send(Message("tail-ahead", b"third"))
+        deadline = time.monotonic() + 10
+        got: list = []
+        while not got and time.monotonic() < deadline:
+            got = consumer.poll(wait_s=0)  # a poll that does not wait...
+        assert [m.body for m in got] == [b"third"]  # ...answered by the fetch parked for it
+        assert sent[-1] == (1, second.queue_offset + 1)  # and sends none after it
 
 
 def test_a_message_to_any_queue_answers_a_poll_waiting_on_all_of_them(address, monkeypatch):
