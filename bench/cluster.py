@@ -15,6 +15,11 @@ of stdout):
 - ``end_to_end_p50_us`` / ``_p99_us``: on the SYNC group, ``Producer.send`` of one
   message, one at a time, to a one-queue topic a ``PullConsumer`` long-polls in another
   thread: from just before the send to the message in the consumer's hands;
+- ``end_to_end_by_channel_p50_us`` / ``_p99_us``: the same end to end asked as its floor
+  is asked (``measure_end_to_end_by_channel``: the SDK's blocking channel sends requests
+  serialized up front, a thread's channel long-polls FERRY_FETCH and decodes nothing), so
+  ``end_to_end_by_channel_floor_ratio`` is the nodes' share of ``end_to_end_floor_ratio``
+  and the rest is the SDK's ``Producer`` and ``PullConsumer``;
 - ``floor_single_send_p50_us`` / ``_p99_us`` and ``floor_end_to_end_p50_us`` / ``_p99_us``:
   the floors of the two figures above, measured first in the same run
   (``measure_floors``: ``bench.grpc_ceiling``'s replicated no-op relay on uvloop, asked
@@ -459,6 +464,10 @@ def floor_ratios(figures: dict) -> dict:
     ratios = {
         "sync_single_send_floor_ratio": ("sync_single_send_p50_us", "floor_single_send_p50_us"),
         "end_to_end_floor_ratio": ("end_to_end_p50_us", "floor_end_to_end_p50_us"),
+        "end_to_end_by_channel_floor_ratio": (
+            "end_to_end_by_channel_p50_us",
+            "floor_end_to_end_p50_us",
+        ),
         "sync_single_send_native_floor_ratio": (
             "sync_single_send_p50_us",
             "floor_native_single_send_p50_us",
@@ -852,6 +861,85 @@ def measure_end_to_end(plan: ClusterPlan, count: int, transport: str) -> tuple[f
     return statistics.median(took) * 1e6, percentile(took, 0.99) * 1e6
 
 
+def measure_end_to_end_by_channel(plan: ClusterPlan, count: int) -> tuple[float, float]:
+    """``measure_end_to_end`` asked as ``bench.grpc_ceiling.sdk_remoting_end_to_end`` asks
+    the floor: the master's remoting port, FERRY_PRODUCE and FERRY_FETCH bodies serialized
+    up front (each fetch names the offset the send before it took), no decoding; each
+    send's age taken when the fetch brings it, the next send waiting for that. (p50, p99)
+    in µs. What it leaves out of ``measure_end_to_end`` is the SDK's share."""
+    from bench.produce import sdk_message
+    from ferrymq.client.produce_records import encode_record
+    from ferrymq.client.remoting_channel import RemotingChannel, fetch_answer
+    from ferrymq.codec.remoting_codes import FerryRequestCode
+    from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+    from ferrymq.protocol.ferrymq import data_pb2 as data
+
+    address = master_of(plan).remoting
+    warmup = 50
+    sends = warmup + count
+    with contextlib.closing(RemotingChannel(address, 10.0)) as channel:
+        asked = data.FetchRequest(group=E2E_GROUP, topic=E2E_TOPIC, queue_id=0, max_messages=1)
+        start = fetch_answer(channel.call(FerryRequestCode.FERRY_FETCH, asked.SerializeToString()))
+    born_ms = time.time_ns() // 1_000_000
+    produce = [
+        data.ProduceRequest(
+            topic=E2E_TOPIC,
+            queue_id=0,
+            count=1,
+            records=encode_record(sdk_message(i), pb.NORMAL, born_ms),
+            atomic=True,
+        ).SerializeToString()
+        for i in range(sends)
+    ]
+    fetch = [
+        data.FetchRequest(
+            group=E2E_GROUP,
+            topic=E2E_TOPIC,
+            queue_id=0,
+            offset=start.max_offset + i,
+            max_messages=1,
+            wait_ms=1000,
+        ).SerializeToString()
+        for i in range(sends)
+    ]
+    arrived: list[float] = []
+    got = threading.Condition()
+    failures: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            with contextlib.closing(RemotingChannel(address, 10.0)) as reader:
+                index = 0
+                while index < sends:
+                    answer = reader.call(FerryRequestCode.FERRY_FETCH, fetch[index])
+                    if len(answer.body) > len(BODY):  # its record (else its wait ended)
+                        with got:
+                            arrived.append(time.perf_counter())
+                            got.notify()
+                        index += 1
+        except BaseException as error:
+            failures.append(error)
+            with got:
+                got.notify()
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    took = []
+    with contextlib.closing(RemotingChannel(address, 10.0)) as producer:
+        for index in range(sends):
+            started = time.perf_counter()
+            producer.call(FerryRequestCode.FERRY_PRODUCE, produce[index])
+            with got:
+                if not got.wait_for(lambda i=index: len(arrived) > i or failures, 10):
+                    raise RuntimeError("the end-to-end consumer timed out")
+            if failures:
+                raise RuntimeError(f"end-to-end consumer: {failures[0]}")
+            if index >= warmup:
+                took.append(arrived[index] - started)
+    consumer.join(10)
+    return statistics.median(took) * 1e6, percentile(took, 0.99) * 1e6
+
+
 def create_topic(plan: ClusterPlan) -> None:
     with Admin(plan.nodes[0].grpc) as admin:
         admin.create_topic(TOPIC, QUEUES)
@@ -916,6 +1004,7 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
         beside_idle = measure_single(plan, scale.singles)
     log("end to end, remoting then gRPC")
     e2e_p50, e2e_p99 = measure_end_to_end(plan, scale.singles // 3, "remoting")
+    channel_e2e_p50, channel_e2e_p99 = measure_end_to_end_by_channel(plan, scale.singles // 3)
     grpc_e2e_p50, grpc_e2e_p99 = measure_end_to_end(plan, scale.singles // 3, "grpc")
     log(f"{drills} failover drills")
     done = failover_drills(directory, drills, scale.drill_acks_after)
@@ -973,6 +1062,8 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
         "sync_single_idle_readers_cpu_us_per_send_master": beside_idle.cpu_us_per_send["master"],
         "end_to_end_p50_us": round(e2e_p50),
         "end_to_end_p99_us": round(e2e_p99),
+        "end_to_end_by_channel_p50_us": round(channel_e2e_p50),
+        "end_to_end_by_channel_p99_us": round(channel_e2e_p99),
         "grpc_sync_batch_send_msgs_per_s": grpc_batch["msgs_per_s"],
         "grpc_sync_single_send_p50_us": round(grpc_single.p50_us),
         "grpc_sync_single_send_p99_us": round(grpc_single.p99_us),
@@ -1109,6 +1200,8 @@ def main() -> None:
         f"its floor; gRPC "
         f"{figures['grpc_sync_single_send_p50_us']} us), end to end p50 "
         f"{figures['end_to_end_p50_us']} us ({figures['end_to_end_floor_ratio']}x its floor; "
+        f"asked as the floor is {figures['end_to_end_by_channel_p50_us']} us, "
+        f"{figures['end_to_end_by_channel_floor_ratio']}x; "
         f"gRPC {figures['grpc_end_to_end_p50_us']} us), "
         f"lag p99 "
         f"{figures['replication_lag_bytes_p99']:,} B, failover p50 "

@@ -20,6 +20,7 @@ KEYS = (
     "sync_single_send_p50_us",
     "sync_single_send_p99_us",
     "end_to_end_p50_us",
+    "end_to_end_by_channel_p50_us",
     "grpc_sync_single_send_p50_us",
     "grpc_sync_batch_send_msgs_per_s",
     "grpc_end_to_end_p50_us",
@@ -41,6 +42,7 @@ KEYS = (
     "floor_single_cpu_us_per_send_master",
     "sync_single_send_floor_ratio",
     "end_to_end_floor_ratio",
+    "end_to_end_by_channel_floor_ratio",
     "floor_native_single_send_p50_us",
     "floor_native_single_cpu_us_per_send_slaves",
     "sync_single_send_native_floor_ratio",
@@ -61,6 +63,8 @@ def assert_floors_of_the_same_run(figures: dict, *, end_to_end: bool) -> None:
     if end_to_end:
         ratio = figures["end_to_end_p50_us"] / figures["floor_end_to_end_p50_us"]
         assert figures["end_to_end_floor_ratio"] == round(ratio, 2)
+        ratio = figures["end_to_end_by_channel_p50_us"] / figures["floor_end_to_end_p50_us"]
+        assert figures["end_to_end_by_channel_floor_ratio"] == round(ratio, 2)
 
 
 def bench_cluster(tmp_path, *args: str) -> dict:
@@ -85,6 +89,8 @@ def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
     assert figures["async_batch_send_msgs_per_s"] > 0
     assert 0 < figures["sync_single_send_p50_us"] <= figures["sync_single_send_p99_us"]
     assert 0 < figures["end_to_end_p50_us"] <= figures["end_to_end_p99_us"]
+    by_channel = (figures[f"end_to_end_by_channel_{p}_us"] for p in ("p50", "p99"))
+    assert 0 < next(by_channel) <= next(by_channel)
     idle_p50, idle_p99 = (figures[f"sync_single_send_idle_readers_{p}_us"] for p in ("p50", "p99"))
     assert 0 < idle_p50 <= idle_p99
     assert 0 < figures["grpc_sync_single_send_p50_us"] <= figures["grpc_sync_single_send_p99_us"]
