@@ -325,10 +325,11 @@ class PullConsumer:
         """The records of ``sent``'s answer (here already). The queue's next fetch leaves
         before these are decoded: when the answer shows more records waiting, and at the
         queue's end when the poll waits (``wait_s`` > 0), where it parks on the node until
-        the next record is written. Sent by the next poll instead, a tailing reader's fetch
-        reached the node after the next send began, and the node's work on it delayed
-        that send: the end to end was ~35 µs longer (bench/RESULTS.md, "A tailing
-        reader's next fetch sent with its answer")."""
+        the next record is written. Sent by the next poll instead, after the poll's caller
+        had the messages, a tailing reader's fetch reached the node just before a send
+        that caller then made, and the node was still parking the fetch when the send
+        came: the send waited (bench/RESULTS.md, "A tailing reader's next fetch sent with
+        its answer")."""
         del self._sent[sent.queue]
         if sent.poll != self._polls:
             self.prefetched += 1

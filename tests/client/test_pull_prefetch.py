@@ -166,11 +166,11 @@ def test_a_reader_keeping_up_with_one_queue_sends_one_fetch_per_poll(address, mo
 
 
 def test_a_tailing_reader_s_next_fetch_leaves_with_its_answer(address, monkeypatch):
-    """A reader at its queue's end sent its next fetch only in its next poll: after the
-    poll's caller had the message, so in the end to end the fetch reached the node after
-    the next send began, and the node's work on it delayed that send (~35 µs of the end
-    to end's p50 here). It now leaves before the poll returns, and parks on the node. A
-    poll that does not wait sends none (nothing would hold it on the node)."""
+    """A reader at its queue's end sent its next fetch only in its next poll, after the
+    poll's caller had the message: in the end to end it reached the node just before
+    the next send, which waited while the node parked the fetch. It now leaves before
+    the poll returns, and parks on the node. A poll that does not wait sends none
+    (nothing would hold it on the node)."""
     with Admin(address) as admin:
         admin.create_topic("tail-ahead", queue_count=1)
         admin.create_group("tail-ahead-readers")
