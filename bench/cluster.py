@@ -20,6 +20,9 @@ of stdout):
   serialized up front, a thread's channel long-polls FERRY_FETCH and decodes nothing), so
   ``end_to_end_by_channel_floor_ratio`` is the nodes' share of ``end_to_end_floor_ratio``
   and the rest is the SDK's ``Producer`` and ``PullConsumer``;
+  ``end_to_end_by_channel_cpu_us_per_message_{master,slaves,client}`` their CPU a message
+  in it (the master's is most of each message's time in this closed loop), beside
+  ``floor_end_to_end_cpu_us_per_message_*``, the floor's relay's, slaves' and client's;
 - ``floor_single_send_p50_us`` / ``_p99_us`` and ``floor_end_to_end_p50_us`` / ``_p99_us``:
   the floors of the two figures above, measured first in the same run
   (``measure_floors``: ``bench.grpc_ceiling``'s replicated no-op relay on uvloop, asked
@@ -433,10 +436,15 @@ def measure_floors(count: int) -> dict:
     with floor.native_floor_programs() as programs:
         with floor.replicated_relay("python", "python") as (port, pid, slave_pids):
             figures = single_floor(port, CpuMeter([pid], slave_pids), count, "floor")
-            end_to_end = floor.sdk_remoting_end_to_end(f"127.0.0.1:{port}", count // 3)
+            with CpuMeter([pid], slave_pids) as cpu:
+                end_to_end = floor.sdk_remoting_end_to_end(f"127.0.0.1:{port}", count // 3)
         with floor.replicated_relay("native", "native", programs) as (port, pid, slaves):
             figures.update(single_floor(port, CpuMeter([pid], slaves), count, "floor_native"))
     p50, p99 = floor.p50_p99_us(end_to_end)
+    sent = count // 3 + floor.WARM_UP_SENDS
+    for role in ("master", "slaves", "client"):
+        per_message = round(cpu.spent[role] / sent * 1e6, 1)
+        figures[f"floor_end_to_end_cpu_us_per_message_{role}"] = per_message
     return {**figures, "floor_end_to_end_p50_us": p50, "floor_end_to_end_p99_us": p99}
 
 
@@ -861,12 +869,17 @@ def measure_end_to_end(plan: ClusterPlan, count: int, transport: str) -> tuple[f
     return statistics.median(took) * 1e6, percentile(took, 0.99) * 1e6
 
 
-def measure_end_to_end_by_channel(plan: ClusterPlan, count: int) -> tuple[float, float]:
+def measure_end_to_end_by_channel(
+    plan: ClusterPlan, count: int
+) -> tuple[float, float, dict[str, float]]:
     """``measure_end_to_end`` asked as ``bench.grpc_ceiling.sdk_remoting_end_to_end`` asks
     the floor: the master's remoting port, FERRY_PRODUCE and FERRY_FETCH bodies serialized
     up front (each fetch names the offset the send before it took), no decoding; each
     send's age taken when the fetch brings it, the next send waiting for that. (p50, p99)
-    in µs. What it leaves out of ``measure_end_to_end`` is the SDK's share."""
+    in µs, and the CPU µs a message of the master, the slaves and the client: in this
+    closed loop the master's is most of each message's time (docs/native-lane.md, "The end
+    to end split between the nodes and the SDK"). What it leaves out of
+    ``measure_end_to_end`` is the SDK's share."""
     from bench.produce import sdk_message
     from ferrymq.client.produce_records import encode_record
     from ferrymq.client.remoting_channel import RemotingChannel, fetch_answer
@@ -874,7 +887,8 @@ def measure_end_to_end_by_channel(plan: ClusterPlan, count: int) -> tuple[float,
     from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
     from ferrymq.protocol.ferrymq import data_pb2 as data
 
-    address = master_of(plan).remoting
+    master = master_of(plan)
+    address = master.remoting
     warmup = 50
     sends = warmup + count
     with contextlib.closing(RemotingChannel(address, 10.0)) as channel:
@@ -925,7 +939,8 @@ def measure_end_to_end_by_channel(plan: ClusterPlan, count: int) -> tuple[float,
     consumer = threading.Thread(target=consume, daemon=True)
     consumer.start()
     took = []
-    with contextlib.closing(RemotingChannel(address, 10.0)) as producer:
+    cpu = CpuMeter.of_group(plan, master)
+    with cpu, contextlib.closing(RemotingChannel(address, 10.0)) as producer:
         for index in range(sends):
             started = time.perf_counter()
             producer.call(FerryRequestCode.FERRY_PRODUCE, produce[index])
@@ -937,7 +952,10 @@ def measure_end_to_end_by_channel(plan: ClusterPlan, count: int) -> tuple[float,
             if index >= warmup:
                 took.append(arrived[index] - started)
     consumer.join(10)
-    return statistics.median(took) * 1e6, percentile(took, 0.99) * 1e6
+    spent = {
+        role: round(cpu.spent[role] / sends * 1e6, 1) for role in ("master", "slaves", "client")
+    }
+    return statistics.median(took) * 1e6, percentile(took, 0.99) * 1e6, spent
 
 
 def create_topic(plan: ClusterPlan) -> None:
@@ -1004,7 +1022,9 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
         beside_idle = measure_single(plan, scale.singles)
     log("end to end, remoting then gRPC")
     e2e_p50, e2e_p99 = measure_end_to_end(plan, scale.singles // 3, "remoting")
-    channel_e2e_p50, channel_e2e_p99 = measure_end_to_end_by_channel(plan, scale.singles // 3)
+    channel_e2e_p50, channel_e2e_p99, channel_e2e_cpu = measure_end_to_end_by_channel(
+        plan, scale.singles // 3
+    )
     grpc_e2e_p50, grpc_e2e_p99 = measure_end_to_end(plan, scale.singles // 3, "grpc")
     log(f"{drills} failover drills")
     done = failover_drills(directory, drills, scale.drill_acks_after)
@@ -1064,6 +1084,10 @@ def run_sync(directory: str, scale: Scale, drills: int, java_argv: list[str] | N
         "end_to_end_p99_us": round(e2e_p99),
         "end_to_end_by_channel_p50_us": round(channel_e2e_p50),
         "end_to_end_by_channel_p99_us": round(channel_e2e_p99),
+        **{
+            f"end_to_end_by_channel_cpu_us_per_message_{role}": us
+            for role, us in channel_e2e_cpu.items()
+        },
         "grpc_sync_batch_send_msgs_per_s": grpc_batch["msgs_per_s"],
         "grpc_sync_single_send_p50_us": round(grpc_single.p50_us),
         "grpc_sync_single_send_p99_us": round(grpc_single.p99_us),

@@ -43,6 +43,8 @@ KEYS = (
     "sync_single_send_floor_ratio",
     "end_to_end_floor_ratio",
     "end_to_end_by_channel_floor_ratio",
+    "end_to_end_by_channel_cpu_us_per_message_master",
+    "floor_end_to_end_cpu_us_per_message_master",
     "floor_native_single_send_p50_us",
     "floor_native_single_cpu_us_per_send_slaves",
     "sync_single_send_native_floor_ratio",
@@ -91,6 +93,7 @@ def test_smoke_run_prints_every_figure_with_sane_values(tmp_path):
     assert 0 < figures["end_to_end_p50_us"] <= figures["end_to_end_p99_us"]
     by_channel = (figures[f"end_to_end_by_channel_{p}_us"] for p in ("p50", "p99"))
     assert 0 < next(by_channel) <= next(by_channel)
+    assert figures["end_to_end_by_channel_cpu_us_per_message_master"] > 0
     idle_p50, idle_p99 = (figures[f"sync_single_send_idle_readers_{p}_us"] for p in ("p50", "p99"))
     assert 0 < idle_p50 <= idle_p99
     assert 0 < figures["grpc_sync_single_send_p50_us"] <= figures["grpc_sync_single_send_p99_us"]
