@@ -819,15 +819,44 @@ def official_failover_drills(
 
 
 # ---- the run --------------------------------------------------------------------------
+class Arrivals:
+    """What an end-to-end measure's consumer thread reports (each message's arrival, or
+    its failure) and what its producer waits on before the next send."""
+
+    def __init__(self) -> None:
+        self.arrived: list[float] = []
+        self.failures: list[BaseException] = []
+        self._got = threading.Condition()
+
+    def add(self, value: float) -> None:
+        with self._got:
+            self.arrived.append(value)
+            self._got.notify()
+
+    def fail(self, error: BaseException) -> None:
+        with self._got:
+            self.failures.append(error)
+            self._got.notify()
+
+    def wait_for(self, index: int, timeout_s: float = 10) -> None:
+        """Until message ``index`` has arrived; RuntimeError when the consumer failed or
+        timed out."""
+        with self._got:
+            if not self._got.wait_for(
+                lambda: len(self.arrived) > index or self.failures, timeout_s
+            ):
+                raise RuntimeError("the end-to-end consumer timed out")
+        if self.failures:
+            raise RuntimeError(f"end-to-end consumer: {self.failures[0]}")
+
+
 def measure_end_to_end(plan: ClusterPlan, count: int, transport: str) -> tuple[float, float]:
     """Send one stamped message at a time; a long-polling consumer thread reports its age
     on arrival. (p50, p99) in µs."""
     access = ",".join(n.grpc for n in plan.nodes)
-    arrived: list[float] = []
-    got = threading.Condition()
+    arrivals = Arrivals()
     stop = threading.Event()
     ready = threading.Event()
-    failures: list[BaseException] = []
 
     def consume() -> None:
         try:
@@ -839,33 +868,25 @@ def measure_end_to_end(plan: ClusterPlan, count: int, transport: str) -> tuple[f
                 while not stop.is_set():
                     for message in reader.poll(wait_s=1.0):
                         age = (time.monotonic_ns() - STAMP.unpack_from(message.body)[0]) / 1e9
-                        with got:
-                            arrived.append(age)
-                            got.notify()
+                        arrivals.add(age)
         except BaseException as error:
-            failures.append(error)
-            with got:
-                got.notify()
+            arrivals.fail(error)
 
     consumer = threading.Thread(target=consume, daemon=True)
     consumer.start()
     warmup = 50
     try:
         if not ready.wait(30):
-            raise RuntimeError(f"the end-to-end consumer did not start: {failures}")
+            raise RuntimeError(f"the end-to-end consumer did not start: {arrivals.failures}")
         with Producer(access, transport=transport) as producer:
             for i in range(warmup + count):
                 body = STAMP.pack(time.monotonic_ns()) + BODY[STAMP.size :]
                 producer.send(Message(E2E_TOPIC, body))
-                with got:
-                    if not got.wait_for(lambda i=i: len(arrived) > i or failures, 10):
-                        raise RuntimeError("the end-to-end consumer timed out")
-                if failures:
-                    raise RuntimeError(f"end-to-end consumer: {failures[0]}")
+                arrivals.wait_for(i)
     finally:
         stop.set()
         consumer.join(10)
-    took = arrived[warmup:]
+    took = arrivals.arrived[warmup:]
     return statistics.median(took) * 1e6, percentile(took, 0.99) * 1e6
 
 
@@ -916,9 +937,7 @@ def measure_end_to_end_by_channel(
         ).SerializeToString()
         for i in range(sends)
     ]
-    arrived: list[float] = []
-    got = threading.Condition()
-    failures: list[BaseException] = []
+    arrivals = Arrivals()
 
     def consume() -> None:
         try:
@@ -927,14 +946,10 @@ def measure_end_to_end_by_channel(
                 while index < sends:
                     answer = reader.call(FerryRequestCode.FERRY_FETCH, fetch[index])
                     if len(answer.body) > len(BODY):  # its record (else its wait ended)
-                        with got:
-                            arrived.append(time.perf_counter())
-                            got.notify()
+                        arrivals.add(time.perf_counter())
                         index += 1
         except BaseException as error:
-            failures.append(error)
-            with got:
-                got.notify()
+            arrivals.fail(error)
 
     consumer = threading.Thread(target=consume, daemon=True)
     consumer.start()
@@ -944,13 +959,9 @@ def measure_end_to_end_by_channel(
         for index in range(sends):
             started = time.perf_counter()
             producer.call(FerryRequestCode.FERRY_PRODUCE, produce[index])
-            with got:
-                if not got.wait_for(lambda i=index: len(arrived) > i or failures, 10):
-                    raise RuntimeError("the end-to-end consumer timed out")
-            if failures:
-                raise RuntimeError(f"end-to-end consumer: {failures[0]}")
+            arrivals.wait_for(index)
             if index >= warmup:
-                took.append(arrived[index] - started)
+                took.append(arrivals.arrived[index] - started)
     consumer.join(10)
     spent = {
         role: round(cpu.spent[role] / sends * 1e6, 1) for role in ("master", "slaves", "client")
