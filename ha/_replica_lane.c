@@ -92,6 +92,7 @@ open_libcrypto(void)
 /* ---- the frame MAC (ha/link_auth.py's FrameMac) -------------------------------------- */
 
 #define MAC_BYTES 16   /* ha.link_auth.MAC_BYTES */
+#define LINKS_MAX 16   /* the links one append_and_push sends to (ha.master.NATIVE_LINKS_MAX) */
 #define NONCE_BYTES 12 /* ha.link_auth._NONCE: direction, kind, 0, 0, count (big-endian) */
 
 typedef struct {
@@ -514,13 +515,13 @@ append_and_push(PyObject *Py_UNUSED(module), PyObject *args)
                           &confirmed, &chunk_limit))
         return NULL;
     Py_ssize_t link_count = PyTuple_GET_SIZE(links);
-    if (link_count > 16 || position < 0 || file_position < 0) {
-        PyErr_SetString(PyExc_ValueError, "at most 16 links, and no negative position");
+    if (link_count > LINKS_MAX || position < 0 || file_position < 0) {
+        PyErr_Format(PyExc_ValueError, "at most %d links, and no negative position", LINKS_MAX);
         return NULL;
     }
-    int socket_fds[16];
-    Gmac *gmacs[16];
-    uint64_t sequences[16];
+    int socket_fds[LINKS_MAX];
+    Gmac *gmacs[LINKS_MAX];
+    uint64_t sequences[LINKS_MAX];
     for (Py_ssize_t i = 0; i < link_count; i++) {
         PyObject *link = PyTuple_GET_ITEM(links, i);
         PyObject *sequence_object;
@@ -546,7 +547,7 @@ append_and_push(PyObject *Py_UNUSED(module), PyObject *args)
         link_count = 0; /* more than one frame's chunk: _push sends it in chunks */
     /* The tags first: what can fail here fails before anything is written or sent. */
     unsigned char head[FRAME_HEADER_SIZE], payload_header[DATA_HEADER_SIZE];
-    unsigned char tags_made[16][MAC_BYTES];
+    unsigned char tags_made[LINKS_MAX][MAC_BYTES];
     uint32_t body = (uint32_t)(DATA_HEADER_SIZE + length + MAC_BYTES);
     head[0] = KIND_DATA;
     head[1] = (unsigned char)(body >> 24);
@@ -577,7 +578,7 @@ append_and_push(PyObject *Py_UNUSED(module), PyObject *args)
     Py_END_ALLOW_THREADS
     if (error_number != 0) /* nothing of it stays, so nothing is sent */
         link_count = 0;
-    size_t taken[16];
+    size_t taken[LINKS_MAX];
     for (Py_ssize_t i = 0; i < link_count; i++)
         taken[i] = send_frame(socket_fds[i], head, payload_header, records, length, tags_made[i]);
     if ((sent = PyTuple_New(link_count)) == NULL)
@@ -1073,7 +1074,8 @@ PyInit__replica_lane(void)
         PyModule_AddIntConstant(module, "STOP_DECLINED", STOP_DECLINED) < 0 ||
         PyModule_AddIntConstant(module, "STOP_WRITE_FAILED", STOP_WRITE_FAILED) < 0 ||
         PyModule_AddIntConstant(module, "MAX_FRAME_BYTES", MAX_FRAME_BYTES) < 0 ||
-        PyModule_AddIntConstant(module, "MAC_BYTES", MAC_BYTES) < 0) {
+        PyModule_AddIntConstant(module, "MAC_BYTES", MAC_BYTES) < 0 ||
+        PyModule_AddIntConstant(module, "LINKS_MAX", LINKS_MAX) < 0) {
         Py_DECREF(module);
         return NULL;
     }

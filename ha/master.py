@@ -100,6 +100,9 @@ try:
 except ImportError:  # no libcrypto.so.3 to open: the store writes, ``_push`` sends
     native = None
 
+# The links one native append sends to at most (``append_and_push``'s bound, named in C).
+NATIVE_LINKS_MAX = native.LINKS_MAX if native is not None else 0
+
 log = logging.getLogger("ferrymq.ha.master")
 
 # A put's caller's preparation, given its ``PutResult`` when the put must wait for the
@@ -152,8 +155,6 @@ SILENT_SLAVE_TIMEOUT_S = 10.0
 # ``on_appended`` writes new records to a link at once while its transport holds less than
 # this; past it the link's task waits for the slave to read (``drain``) and sends the rest.
 PUSH_BUFFER_BYTES = 2 * CHUNK_BYTES
-# The links one native append sends to at most (``append_and_push``'s bound).
-NATIVE_LINKS_MAX = 16
 # A slave without a link is not lagging yet for this long after it was last connected (or
 # after this node became master): a failover makes every slave reconnect.
 DISCONNECT_GRACE_S = 1.0
