@@ -1,16 +1,36 @@
 # The two commands of the README: `make up` and `make test`; `make image` and `make test-image`
 # for the container image (README, "Run it in containers").
-PYTHON ?= python3
+# The interpreter .venv is made from: the system's, SYSTEM_PYTHON, when it is 3.11 or later
+# with its venv module and its headers (on Debian: python3, python3-venv, python3-dev, the
+# interpreter the container image ships, built with PGO and linked into its executable,
+# measured a few per cent faster here than a source build loading libpython:
+# bench/RESULTS.md, "The interpreter"), else the first python3 on PATH.
+# `make PYTHON=...` chooses; `make which-python` says which is chosen.
+SYSTEM_PYTHON ?= /usr/bin/python3
+USABLE_PYTHON := import ensurepip, os, sys, sysconfig; \
+	assert sys.version_info >= (3, 11); \
+	assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell $(SYSTEM_PYTHON) -c '$(USABLE_PYTHON)' >/dev/null 2>&1 && echo $(SYSTEM_PYTHON) || echo python3)
+endif
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+CHOSEN := $(VENV)/.python
 
-.PHONY: up test image test-image lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-java-floors bench-clients bench-lite bench-models chaos upgrade-drill clean
+.PHONY: FORCE which-python up test image test-image lint fuzz bench-store bench-produce bench-cluster bench-floors bench-peers bench-saturation bench-java-floors bench-clients bench-lite bench-models chaos upgrade-drill clean
 
 # The C speedups are compiled by the install: a change to any C source rebuilds them.
 C_SOURCES := store/_speedups.c ferrymq/codec/_speedups.c ferrymq/codec/_properties.h \
 	ferrymq/codec/_crc32c.h ferrymq/codec/_record_layout.h ha/_replica_lane.c
-$(STAMP): pyproject.toml $(C_SOURCES)
+# .venv is made again when the interpreter chosen is another: its name is kept in CHOSEN,
+# rewritten only when it changes.
+$(CHOSEN): FORCE
+	@mkdir -p $(VENV)
+	@echo '$(PYTHON)' | cmp -s - $@ || echo '$(PYTHON)' > $@
+which-python:
+	@echo '$(PYTHON)'
+$(STAMP): pyproject.toml $(C_SOURCES) $(CHOSEN)
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "ferrymq needs Python >= 3.11"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
