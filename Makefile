@@ -23,8 +23,9 @@ CHOSEN := $(VENV)/.python
 # The C speedups are compiled by the install: a change to any C source rebuilds them.
 C_SOURCES := store/_speedups.c ferrymq/codec/_speedups.c ferrymq/codec/_properties.h \
 	ferrymq/codec/_crc32c.h ferrymq/codec/_record_layout.h ha/_replica_lane.c
-# .venv is made again when the interpreter chosen is another: its name is kept in CHOSEN,
-# rewritten only when it changes.
+# .venv is made anew (--clear) when the interpreter chosen is another than the one it was
+# made from: venv keeps the links it finds in an existing one. CHOSEN names it, rewritten
+# only when the choice changes.
 $(CHOSEN): FORCE
 	@mkdir -p $(VENV)
 	@echo '$(PYTHON)' | cmp -s - $@ || echo '$(PYTHON)' > $@
@@ -32,7 +33,8 @@ which-python:
 	@echo '$(PYTHON)'
 $(STAMP): pyproject.toml $(C_SOURCES) $(CHOSEN)
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "ferrymq needs Python >= 3.11"'
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(if $(filter $(CHOSEN),$?),--clear) $(VENV)
+	echo '$(PYTHON)' > $(CHOSEN)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,spark,bench]'
 	touch $(STAMP)

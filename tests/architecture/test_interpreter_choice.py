@@ -7,9 +7,11 @@ interpreter (Debian's, the container image's) is built with PGO (bench/RESULTS.m
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,50 @@ def test_python_given_is_used_whatever_the_system_has(tmp_path):
         env={**os.environ, "PYTHON": "/opt/env/python3"},
     )
     assert done.stdout.strip() == "/opt/env/python3"
+
+
+def test_the_virtualenv_is_made_anew_only_when_the_choice_changes(tmp_path):
+    """venv keeps the links of an existing .venv, so one made from another interpreter is
+    made with --clear; a changed C source or pyproject.toml installs again without it."""
+    makefile = (Path(ROOT) / "Makefile").read_text()
+    sources = re.search(r"C_SOURCES := (.*?)\n(?!\t)", makefile, re.S).group(1).split()
+    for name in ["pyproject.toml", *(s for s in sources if s != "\\")]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / "Makefile").write_text(makefile)
+    log = tmp_path / "calls.log"
+
+    def interpreter(name: str) -> Path:
+        """Logs its arguments; as ``-m venv DIR`` it makes DIR/bin/python, itself."""
+        path = tmp_path / name
+        path.write_text(
+            "#!/bin/sh\n"
+            f'echo "{name} $*" >> {log}\n'
+            'if [ "$1 $2" = "-m venv" ]; then eval "dir=\\${$#}"; '
+            f'mkdir -p "$dir/bin"; cp {path} "$dir/bin/python"; fi\n'
+        )
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+        return path
+
+    first, second = interpreter("first"), interpreter("second")
+
+    def install(python: Path) -> list[str]:
+        log.write_text("")
+        done = subprocess.run(
+            ["make", "-s", ".venv/.installed", f"PYTHON={python}"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return [line for line in log.read_text().splitlines() if " -m venv" in line]
+
+    assert install(first) == ["first -m venv --clear .venv"]
+    assert install(first) == []
+    changed, now = tmp_path / sources[0], time.time()
+    os.utime(changed, (now + 5, now + 5))  # newer than the stamp, whatever the clock's grain
+    assert install(first) == ["first -m venv .venv"]
+    os.utime(changed, (now - 60, now - 60))
+    assert install(second) == ["second -m venv --clear .venv"]
+    assert install(second) == []
