@@ -98,8 +98,9 @@ def test_the_virtualenv_is_made_anew_only_when_the_choice_changes(tmp_path):
     """venv keeps the links of an existing .venv, so one made from another interpreter is
     made with --clear; a changed C source or pyproject.toml installs again without it."""
     makefile = (Path(ROOT) / "Makefile").read_text()
-    sources = re.search(r"C_SOURCES := (.*?)\n(?!\t)", makefile, re.S).group(1).split()
-    for name in ["pyproject.toml", *(s for s in sources if s != "\\")]:
+    listed = re.search(r"C_SOURCES := (.*?)\n(?!\t)", makefile, re.S).group(1).split()
+    sources = [name for name in listed if name != "\\"]
+    for name in ["pyproject.toml", *sources]:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
     (tmp_path / "Makefile").write_text(makefile)
