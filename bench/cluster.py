@@ -112,6 +112,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, replace
 
+from bench.cpu import process_cpu_s
 from bench.official_failover import (
     OfficialLoad,
     check_nothing_lost,
@@ -264,13 +265,6 @@ def all_in_sync(plan: ClusterPlan, asked: NodePlan) -> bool:
 
 # ---- CPU accounting -------------------------------------------------------------------
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process, all threads, from /proc."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rpartition(b")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
 def machine_cpu_s() -> tuple[float, float]:

@@ -50,7 +50,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bench import grpc_ceiling, load_driver, saturation
-from bench.cluster import log, process_cpu_s
+from bench.cluster import log
+from bench.cpu import process_cpu_s
 from bench.peers import jvm
 from bench.peers.processes import ProcessRegistry
 from bench.peers.rocketmq_apache import ARTIFACTS

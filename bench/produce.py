@@ -46,6 +46,7 @@ import time
 
 import grpc
 
+from bench.cpu import process_cpu_s
 from ferrymq.client import Message, Producer
 from ferrymq.client.messages import decode_records
 from ferrymq.client.produce_records import encode_record
@@ -61,13 +62,6 @@ BODY = bytes(range(256)) * 4  # 1 KiB
 TOPIC = "BenchTopic"
 GROUP = "BenchGroup"
 QUEUES = 8
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (Linux ``/proc``)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class CpuMeter:

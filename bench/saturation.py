@@ -68,7 +68,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from bench import load_driver
-from bench.cluster import process_cpu_s
+from bench.cpu import process_cpu_s
 from bench.peers import jvm
 from bench.peers.kafka_kraft import ARTIFACTS as KAFKA_ARTIFACTS
 from bench.peers.kafka_kraft import KafkaKraft
