@@ -2,8 +2,8 @@
 # for the container image (README, "Run it in containers").
 # The interpreter .venv is made from: the system's, SYSTEM_PYTHON, when it is 3.11 or later
 # with its venv module and its headers (on Debian: python3, python3-venv, python3-dev, the
-# interpreter the container image ships, built with PGO and linked into its executable,
-# measured a few per cent faster here than a source build loading libpython:
+# interpreter the container image ships, Debian's optimized build linked into its
+# executable, measured a few per cent faster here than a source build loading libpython:
 # bench/RESULTS.md, "The interpreter"), else the first python3 on PATH.
 # `make PYTHON=...` chooses; `make which-python` says which is chosen.
 SYSTEM_PYTHON ?= /usr/bin/python3

@@ -1,7 +1,7 @@
 """Which interpreter the Makefile makes .venv from (``make which-python``): the system's
 when it can make a virtualenv and build the C speedups, else the first python3 on PATH;
 ``PYTHON`` chooses whatever those say. The choice matters for every figure: the system's
-interpreter (Debian's, the container image's) is built with PGO (bench/RESULTS.md,
+interpreter (Debian's, the container image's) measured faster here (bench/RESULTS.md,
 "The interpreter")."""
 
 from __future__ import annotations
