@@ -304,6 +304,12 @@ class CpuMeter:
         self.spent["machine_busy_fraction"] = busy / total if total else 0.0
         self.spent["others"] = busy - sum(after[r] - self._before[r] for r in after)
 
+    def us_per_message(
+        self, messages: int, roles: tuple[str, ...] = ("master", "slaves", "client")
+    ) -> dict[str, float]:
+        """CPU µs a message of each of ``roles`` over the measure (after ``__exit__``)."""
+        return {role: round(self.spent[role] / messages * 1e6, 1) for role in roles}
+
 
 # ---- replication lag ------------------------------------------------------------------
 def scrape_lag(metrics_address: str) -> list[int]:
@@ -376,8 +382,8 @@ def measure_batch(plan: ClusterPlan, seconds: float, transport: str = "remoting"
         sent, took = asyncio.run(batch_phase(access, seconds, transport))
     figures = {"msgs_per_s": round(sent / took), "messages": sent}
     # Where the cores went: CPU µs per message sent, by process (the slaves summed).
-    for role in CpuMeter.ROLES:
-        figures[f"cpu_us_per_msg_{role}"] = round(cpu.spent[role] / sent * 1e6, 1)
+    for role, us in cpu.us_per_message(sent, CpuMeter.ROLES).items():
+        figures[f"cpu_us_per_msg_{role}"] = us
     figures["machine_busy_fraction"] = round(cpu.spent["machine_busy_fraction"], 2)
     if sampler.samples:
         figures["lag_p99"] = round(percentile(sampler.samples, 0.99))
@@ -411,7 +417,7 @@ def measure_single(
                 started = time.perf_counter()
                 producer.send(message)
                 took.append(time.perf_counter() - started)
-    spent = {role: round(cpu.spent[role] / count * 1e6, 1) for role in CpuMeter.ROLES}
+    spent = cpu.us_per_message(count, CpuMeter.ROLES)
     return SingleSends(statistics.median(took) * 1e6, percentile(took, 0.99) * 1e6, spent)
 
 
@@ -435,10 +441,8 @@ def measure_floors(count: int) -> dict:
         with floor.replicated_relay("native", "native", programs) as (port, pid, slaves):
             figures.update(single_floor(port, CpuMeter([pid], slaves), count, "floor_native"))
     p50, p99 = floor.p50_p99_us(end_to_end)
-    sent = count // 3 + floor.WARM_UP_SENDS
-    for role in ("master", "slaves", "client"):
-        per_message = round(cpu.spent[role] / sent * 1e6, 1)
-        figures[f"floor_end_to_end_cpu_us_per_message_{role}"] = per_message
+    for role, us in cpu.us_per_message(count // 3 + floor.WARM_UP_SENDS).items():
+        figures[f"floor_end_to_end_cpu_us_per_message_{role}"] = us
     return {**figures, "floor_end_to_end_p50_us": p50, "floor_end_to_end_p99_us": p99}
 
 
@@ -455,8 +459,8 @@ def single_floor(port: int, cpu: CpuMeter, count: int, prefix: str) -> dict:
         f"{prefix}_single_send_p50_us": p50,
         f"{prefix}_single_send_p99_us": p99,
         **{
-            f"{prefix}_single_cpu_us_per_send_{role}": round(cpu.spent[role] / sent * 1e6, 1)
-            for role in ("master", "slaves", "client")
+            f"{prefix}_single_cpu_us_per_send_{role}": us
+            for role, us in cpu.us_per_message(sent).items()
         },
     }
 
@@ -957,9 +961,7 @@ def measure_end_to_end_by_channel(
             if index >= warmup:
                 took.append(arrivals.arrived[index] - started)
     consumer.join(10)
-    spent = {
-        role: round(cpu.spent[role] / sends * 1e6, 1) for role in ("master", "slaves", "client")
-    }
+    spent = cpu.us_per_message(sends)
     return statistics.median(took) * 1e6, percentile(took, 0.99) * 1e6, spent
 
 
