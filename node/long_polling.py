@@ -4,13 +4,16 @@ messages (or, for POP, for an ack or dead-lettering to free a FIFO queue: ``noti
 ``long_poll`` is the one wait loop of PullMessage, ReceiveMessage and Data.Fetch, and
 ``poll_budget_s`` the one rule of how long they wait. The store calls ``notify`` from its
 dispatcher (on the event loop for puts made there, on another thread during recovery or
-catch-up); waiters are asyncio futures of the loop.
-Bounded: waiters are removed when they wake or time out.
+catch-up); waiters are asyncio futures of the loop, or listeners (``QueueWaiters.listen``:
+a read waiting with no task, the fetch lane's).
+Bounded: waiters are removed when they wake or time out, listeners when they are called
+or their read ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, Protocol, TypeVar
@@ -23,6 +26,8 @@ LONG_POLLING_DEFAULT_S = 20.0
 LONG_POLLING_MAX_S = 60.0
 # Answer this long before the call's deadline: an answer after it is lost.
 DEADLINE_MARGIN_S = 0.5
+
+log = logging.getLogger(__name__)
 
 Answer = TypeVar("Answer")
 Key = TypeVar("Key")
@@ -118,6 +123,7 @@ class QueueWaiters:
         self._loop_thread = threading.get_ident()
         self._readable: HeldUntilReadable[tuple[str, int]] = HeldUntilReadable(read_cap)
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
+        self._listeners: dict[tuple[str, int], set[Callable[[], None]]] = {}
 
     def on_dispatch(self, batch: DispatchBatch) -> None:
         if threading.get_ident() == self._loop_thread:
@@ -127,8 +133,8 @@ class QueueWaiters:
 
     def _dispatched(self, queues: list[tuple[str, int]], end: int) -> None:
         readable = self._readable.dispatched(queues, end)
-        if self._waiters:
-            for key in self._waiters.keys() & set(readable):
+        if self._waiters or self._listeners:
+            for key in (self._waiters.keys() | self._listeners.keys()) & set(readable):
                 self._wake(key)
 
     def readable_moved(self) -> None:
@@ -141,6 +147,24 @@ class QueueWaiters:
         for waiter in self._waiters.pop(key, ()):
             if not waiter.done():
                 waiter.set_result(None)
+        for listener in self._listeners.pop(key, ()):
+            try:
+                listener()
+            except Exception:  # one read's failure must not keep the others waiting
+                log.exception("a read waiting on %s:%d failed as it woke", *key)
+
+    def listen(self, topic: str, queue_id: int, listener: Callable[[], None]) -> None:
+        """``listener()`` once, on the loop, when the queue may have new messages (when a
+        waiter would wake), unless ``unlisten`` comes first; call on the loop."""
+        self._listeners.setdefault((topic, queue_id), set()).add(listener)
+
+    def unlisten(self, topic: str, queue_id: int, listener: Callable[[], None]) -> None:
+        """Forget ``listener``; nothing if it was called or is gone."""
+        listeners = self._listeners.get((topic, queue_id))
+        if listeners is not None:
+            listeners.discard(listener)
+            if not listeners:
+                del self._listeners[(topic, queue_id)]
 
     def notify(self, topic: str, queue_id: int) -> None:
         """Wake the waiters of one queue; call on the loop."""

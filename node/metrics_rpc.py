@@ -71,6 +71,8 @@ class TrafficMetrics(Protocol):
 
     def produce_lane(self, taken: bool) -> None: ...
 
+    def fetch_lane(self, taken: bool) -> None: ...
+
 
 class NoTrafficMetrics:
     """For a service run without a node's registry (unit tests)."""
@@ -88,6 +90,9 @@ class NoTrafficMetrics:
         return None
 
     def produce_lane(self, taken: bool) -> None:
+        return None
+
+    def fetch_lane(self, taken: bool) -> None:
         return None
 
 
@@ -143,19 +148,20 @@ class RpcMetrics:
             [*node_labels, "topic", "group"],
             registry=registry,
         )
-        self.produce_lane_requests = LoopCounter(
-            "ferrymq_produce_lane_total",
-            "FERRY_PRODUCE requests the produce lane took, or declined to the handler",
+        self._children: dict[tuple, object] = {}
+        self.wrap_method = MethodMetrics(self).wrap
+        self._produce_lane = self._lane_outcomes("produce", registry, node_labels)
+        self._fetch_lane = self._lane_outcomes("fetch", registry, node_labels)
+
+    def _lane_outcomes(self, kind: str, registry, node_labels: tuple[str, ...]) -> dict:
+        """``ferrymq_<kind>_lane_total``'s series for taken (True) and declined (False),
+        made now: both are exported from the start."""
+        metric = LoopCounter(
+            f"ferrymq_{kind}_lane_total",
+            f"FERRY_{kind.upper()} requests the {kind} lane took, or declined to the handler",
             [*node_labels, "outcome"],
             registry=registry,
         )
-        self._children: dict[tuple, object] = {}
-        self.wrap_method = MethodMetrics(self).wrap
-        self._lane_outcomes = self._outcomes(self.produce_lane_requests)
-
-    def _outcomes(self, metric) -> dict:
-        """``metric``'s series for taken (True) and declined (False), made now: both are
-        exported from the start."""
         return {True: self._child(metric, "taken"), False: self._child(metric, "declined")}
 
     def _child(self, metric, *labels: str):
@@ -177,7 +183,11 @@ class RpcMetrics:
 
     def produce_lane(self, taken: bool) -> None:
         """A FERRY_PRODUCE offered to the produce lane, taken or declined."""
-        self._lane_outcomes[taken].inc()
+        self._produce_lane[taken].inc()
+
+    def fetch_lane(self, taken: bool) -> None:
+        """A FERRY_FETCH offered to the fetch lane, taken or declined."""
+        self._fetch_lane[taken].inc()
 
     def delivered(self, topic: str, group: str, count: int, size: int) -> None:
         if count:

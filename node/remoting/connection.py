@@ -11,10 +11,12 @@ connection). What it guarantees:
 - Each request runs as its own task (``node/remoting/dispatch.py`` has the handler
   contract), so a long poll does not hold up the next frame; at most
   ``max_in_flight`` at once per connection, more are answered SYSTEM_BUSY.
-- A request of the dispatch's lane code (``Dispatch.lane``: the produce lane) is offered
+- A request of a lane's code (``Dispatch.lanes``: the produce and fetch lanes) is offered
   to the lane in the read's callback, before any task, unless requests of this connection
   are being handled as tasks (its requests keep their order); what the lane declines goes
-  to the handler. The answers the lane owes count as in flight until they leave.
+  to the handler. The answers the lane owes count as in flight until they leave; what a
+  lane left waiting (``hold``: a parked fetch) is cancelled when the peer goes, as a
+  task's long poll is.
 - Unknown codes are answered REQUEST_CODE_NOT_SUPPORTED naming the code; a oneway request
   gets no answer, whatever happens.
 - Writes are bounded: above ``write_high_bytes`` unsent, the connection stops reading
@@ -55,6 +57,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ferrymq.codec.remoting import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -83,6 +86,10 @@ COPY_BODY_BELOW = 64 << 10
 # after its first are written together at the turn's end (the 4.x Java client keeps
 # hundreds in flight; the SDK's batches, 16).
 GATHER_ANSWERS_IN_FLIGHT = 32
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -155,6 +162,7 @@ class RemotingConnection(asyncio.Protocol):
         self._tasks: dict[asyncio.Task, int] = {}  # request being handled -> bytes held
         self._answered_ahead: set[asyncio.Task] = set()  # answered before returning
         self._lane_waiting = 0  # requests the lane took and has not answered yet
+        self._held: set[Cancellable] = set()  # what lanes left waiting (``hold``)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         # Whether this turn of the loop gathers answers (its first left at once), and the
         # frames gathered, written together at the turn's end by ``_flush``.
@@ -190,6 +198,18 @@ class RemotingConnection(asyncio.Protocol):
     @property
     def in_flight(self) -> int:
         return len(self._tasks) + self._lane_waiting
+
+    def hold(self, waiting: Cancellable) -> bool:
+        """A lane left ``waiting`` for this connection's answer: it is cancelled if the
+        connection ends first (``release`` once answered). False: the connection has
+        ended already, and nothing is held."""
+        if self.closed:
+            return False
+        self._held.add(waiting)
+        return True
+
+    def release(self, waiting: Cancellable) -> None:
+        self._held.discard(waiting)
 
     def add_close_callback(self, callback: Callable[[RemotingConnection], None]) -> None:
         """``callback(connection)`` runs once when the connection ends."""
@@ -263,6 +283,9 @@ class RemotingConnection(asyncio.Protocol):
         self.closed = True
         for task in self._tasks:
             task.cancel()  # a long poll of a gone peer stops waiting
+        held, self._held = self._held, set()
+        for waiting in held:
+            waiting.cancel()  # and so does a lane's
         for waiter in self._pending.values():
             if not waiter.done():
                 waiter.set_exception(ConnectionError(f"remoting peer {self.peer_address} left"))
@@ -384,8 +407,8 @@ class RemotingConnection(asyncio.Protocol):
         the handler takes it. Not offered while requests of this connection are tasks:
         its requests keep their order. What the lane raises is answered as a handler's
         failure."""
-        lane = self.dispatch.lane
-        if lane is None or command.code != lane.code or self._tasks:
+        lane = self.dispatch.lanes.get(command.code)
+        if lane is None or self._tasks:
             return False
         started = time.perf_counter()
         self._lane_waiting += 1
@@ -405,16 +428,18 @@ class RemotingConnection(asyncio.Protocol):
             taken = lane.take(command, self, answerer)
         except Exception as error:
             self._lane_waiting -= 1
-            self._failures.report(command.code, error)
             self._observe(command.code, ResponseCode.SYSTEM_ERROR, time.perf_counter() - started)
-            self._answer(
-                command,
-                command.reply(ResponseCode.SYSTEM_ERROR, f"{type(error).__name__}: {error}"[:1024]),
-            )
+            self._answer(command, self.failure_answer(command, error))
             return True
         if not taken:
             self._lane_waiting -= 1
         return taken
+
+    def failure_answer(self, request: RemotingCommand, error: Exception) -> RemotingCommand:
+        """What a handler or a lane that raised ``error`` answers: SYSTEM_ERROR naming it;
+        the failure is logged (``FailureLog``: the first of its kind whole)."""
+        self._failures.report(request.code, error)
+        return request.reply(ResponseCode.SYSTEM_ERROR, f"{type(error).__name__}: {error}"[:1024])
 
     def _release(self, task: asyncio.Task | None) -> None:
         """The request of ``task`` holds nothing any more (once, whichever comes first:
@@ -440,10 +465,7 @@ class RemotingConnection(asyncio.Protocol):
             except HeaderFieldError as error:
                 response = command.reply(ResponseCode.SYSTEM_ERROR, str(error))
             except Exception as error:
-                self._failures.report(command.code, error)
-                response = command.reply(
-                    ResponseCode.SYSTEM_ERROR, f"{type(error).__name__}: {error}"[:1024]
-                )
+                response = self.failure_answer(command, error)
             # Released before the answer leaves: a client that has its answer may send the
             # next request at once, and must find the bytes free.
             self._release(task)

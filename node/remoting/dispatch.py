@@ -75,8 +75,9 @@ class Dispatch:
         node with auth on, where the signature covers the body)."""
         self._handlers: dict[int, Handler] = {}
         # What takes a request of its ``code`` in the connection's callback before any
-        # task (``node/remoting/produce_lane.py``), or declines it to the handler.
-        self.lane: Lane | None = None
+        # task (``node/remoting/produce_lane.py``, ``fetch_lane.py``), or declines it to
+        # the handler: ``add_lane``.
+        self.lanes: dict[int, Lane] = {}
         self._body_codes = (
             None if body_codes is None else frozenset(int(code) for code in body_codes)
         )
@@ -90,6 +91,14 @@ class Dispatch:
     def register_all(self, handlers: Iterable[tuple[int, Handler]]) -> None:
         for code, handler in handlers:
             self.register(code, handler)
+
+    def add_lane(self, lane: Lane) -> None:
+        """``lane`` is offered the requests of its code; a code has one lane, and a
+        handler that answers what it declines."""
+        code = int(lane.code)
+        if code in self.lanes or code not in self._handlers:
+            raise ValueError(f"request code {code} has a lane already, or no handler")
+        self.lanes[code] = lane
 
     def handler_for(self, code: int) -> Handler | None:
         return self._handlers.get(code)

@@ -28,6 +28,7 @@ from node.remoting.broker_transactions import TransactionDoor
 from node.remoting.client_config import ClientConfigHandlers
 from node.remoting.dispatch import BODY_CODES, Dispatch
 from node.remoting.ferry_data import FerryDataHandlers
+from node.remoting.fetch_lane import FetchLane
 from node.remoting.forwarding import RemotingForwarder
 from node.remoting.name_server import NameServer
 from node.remoting.produce_lane import ProduceLane
@@ -67,5 +68,6 @@ def build_dispatch(
     dispatch = Dispatch(body_codes=None if verification is not None else BODY_CODES)
     callers = RemotingCallers(verification, forwarder)
     dispatch.register_all(callers.adapt_all(door_handlers(services, config)))
-    dispatch.lane = ProduceLane(services.send, callers)
+    dispatch.add_lane(ProduceLane(services.send, callers))
+    dispatch.add_lane(FetchLane(services.reads, callers))
     return dispatch

@@ -25,10 +25,12 @@ Thread-safety: owned by the node's event loop.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from ferrymq.codec.commitlog_record import decode as decode_record
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
@@ -45,6 +47,8 @@ from node.services.permissions import Permissions, consume, group_need
 from node.tail_reads import ParkedRead, TailReads
 from node.topics import Permission, TopicConfig, TopicError, TopicTable
 from store.results import GetResult, GetStatus
+
+log = logging.getLogger(__name__)
 
 Answer = TypeVar("Answer")
 # ferrymq's Fetch (the SDK, the Spark source): records per answer at most, and by default.
@@ -168,13 +172,23 @@ class ReadService:
         ``InvalidRequest`` or ``TopicError`` otherwise."""
         self.permissions.require(caller, consume(topic_name, group))
         topic = await self.topics.topic_caught_up(topic_name)
-        if topic.permission is Permission.WRITE:
-            raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
-        check_queue(topic, queue_id)
+        _check_readable(topic, queue_id)
         if create_group:
             await self.groups.group(group)
         else:
             self.topics.group(group)
+        return topic
+
+    def readable_queue_now(
+        self, caller: Caller, topic_name: str, group: str, queue_id: int
+    ) -> TopicConfig:
+        """``readable_queue`` of a group that must exist, with no wait: a topic this node
+        has not heard of is TOPIC_NOT_FOUND here (``readable_queue`` catches up with
+        routing first)."""
+        self.permissions.require(caller, consume(topic_name, group))
+        topic = self.topics.topic(topic_name)
+        _check_readable(topic, queue_id)
+        self.topics.group(group)
         return topic
 
     def check_filter(self, caller: Caller, group: str, expression: pb.FilterExpression) -> None:
@@ -309,6 +323,43 @@ class ReadService:
             return fetch_outcome(pb.MESSAGE_NOT_FOUND, next_offset=offset, **bounds)
         return outcome
 
+    def fetch_now(
+        self,
+        caller: Caller,
+        topic: str,
+        group: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        max_bytes: int,
+        wait_s: float,
+        ends: FetchEnds,
+    ) -> bool:
+        """``fetch`` with no task, for the fetch lane: True when it took the read, which
+        ``ends`` then answers, at once or as the queue gets records (``WaitingFetch``);
+        False when the read is not the common case (a refusal to say, a topic to catch up
+        with, an offset reset to tell, a limit out of range), which ``fetch`` then
+        answers. A read with tags goes to ``fetch`` before this. The first look's failure
+        is raised."""
+        if self.resets or not 0 <= max_messages <= FETCH_MESSAGES_MAX or max_bytes < 0:
+            return False
+        try:
+            name = self.readable_queue_now(caller, topic, group, queue_id).name
+        except (AccessDenied, TopicError, InvalidRequest):
+            return False
+        request = ReadRequest(
+            name,
+            group,
+            queue_id,
+            offset,
+            max_messages or FETCH_MESSAGES_DEFAULT,
+            max_bytes or FETCH_BYTES_DEFAULT,
+            wait_s=wait_s,
+            create_group=False,
+        )
+        WaitingFetch(self, request, ends).start()
+        return True
+
     def _get(
         self, topic: str, queue_id: int, offset: int, request: ReadRequest, chosen: Selection
     ) -> GetResult:
@@ -335,3 +386,161 @@ class ReadService:
         else:
             size = sum(len(message.body) for message in messages)
         self.metrics.delivered(topic, request.group, len(messages), size)
+
+
+def _check_readable(topic: TopicConfig, queue_id: int) -> None:
+    if topic.permission is Permission.WRITE:
+        raise InvalidRequest(pb.FORBIDDEN, f"topic {topic.name} is write-only")
+    check_queue(topic, queue_id)
+
+
+class FetchEnds(Protocol):
+    """How a read taken by ``ReadService.fetch_now`` ends: the door's."""
+
+    def answer(self, outcome: FetchOutcome) -> None:
+        """Write ``outcome`` (once)."""
+
+    def fail(self, error: Exception) -> None:
+        """A look at the queue raised ``error`` after the read was taken: answer it as
+        a handler's failure."""
+
+    def hold(self, read: WaitingFetch) -> bool:
+        """``read`` waits: cancel it if the door's connection ends first (False: it has
+        ended already)."""
+
+    def release(self, read: WaitingFetch) -> None:
+        """``read`` ended."""
+
+
+_NO_FILTER = Selection()
+
+
+class WaitingFetch:
+    """A fetch with no task (``ReadService.fetch_now``): what ``long_poll`` does for a
+    task, in callbacks. It looks at its queue now; when that finds nothing it waits up
+    to its ``wait_s``, listening on its queue's waiters (``QueueWaiters.listen``) and
+    parked in the tail reads (``TailReads``) meanwhile, looks again at each wake-up,
+    and once more when its time is up (MESSAGE_NOT_FOUND then, with the bounds of that
+    look). It ends once: answered, failed, or cancelled (its connection ended)."""
+
+    __slots__ = ("_ended", "_ends", "_fetched", "_parked", "_request", "_service", "_timer")
+
+    def __init__(self, service: ReadService, request: ReadRequest, ends: FetchEnds) -> None:
+        self._service = service
+        self._request = request
+        self._ends = ends
+        self._fetched = fetch_answer(request.offset)
+        self._parked: ParkedRead | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._ended = False
+
+    def start(self) -> None:
+        request = self._request
+        last = self._look()
+        if last is None:
+            return
+        if request.wait_s <= 0:
+            self._not_found(last)
+            return
+        if not self._ends.hold(self):
+            self._ended = True  # nobody to answer
+            return
+        try:
+            self._wait()
+        except BaseException:  # the door answers the failure: nothing may answer again
+            self._end()
+            raise
+
+    def _wait(self) -> None:
+        request, service = self._request, self._service
+        service.waiters.listen(request.topic, request.queue_id, self._woken)
+        if service.tail_reads is not None:
+            self._parked = ParkedRead(
+                request.offset, request.max_messages, request.max_bytes, self._from_tail
+            )
+            service.tail_reads.park(request.topic, request.queue_id, self._parked)
+        self._timer = asyncio.get_running_loop().call_later(request.wait_s, self._expired)
+
+    def cancel(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._stop_waiting()
+
+    def _look(self) -> GetResult | None:
+        """Answer from a look at the queue; None when answered, else the look."""
+        request = self._request
+        result = self._service._get(
+            request.topic, request.queue_id, request.offset, request, _NO_FILTER
+        )
+        if not self._take(result):
+            return result
+        return None
+
+    def _take(self, result: GetResult) -> bool:
+        outcome = self._fetched(result)
+        if outcome is None:
+            return False
+        self._end()
+        if result.messages:
+            self._service._delivered(self._request.topic, self._request, result)
+        self._ends.answer(outcome)
+        return True
+
+    def _from_tail(self, result: GetResult) -> bool:
+        return not self._ended and self._take(result)
+
+    def _woken(self) -> None:
+        if self._ended:
+            return
+        try:
+            if self._look() is not None:
+                request = self._request
+                self._service.waiters.listen(request.topic, request.queue_id, self._woken)
+        except Exception as error:
+            self._failed(error)
+
+    def _expired(self) -> None:
+        self._timer = None
+        if self._ended:
+            return
+        try:
+            last = self._look()
+        except Exception as error:
+            self._failed(error)
+            return
+        if last is not None:
+            self._not_found(last)
+
+    def _not_found(self, last: GetResult) -> None:
+        self._end()
+        self._ends.answer(
+            fetch_outcome(
+                pb.MESSAGE_NOT_FOUND,
+                next_offset=self._request.offset,
+                min_offset=last.min_offset,
+                max_offset=last.max_offset,
+            )
+        )
+
+    def _failed(self, error: Exception) -> None:
+        if self._ended:  # its answer was being written: nothing more to say
+            log.error("a fetch's answer failed", exc_info=error)
+            return
+        self._end()
+        self._ends.fail(error)
+
+    def _end(self) -> None:
+        assert not self._ended, "a waiting fetch ends once"
+        self._ended = True
+        self._stop_waiting()
+        self._ends.release(self)
+
+    def _stop_waiting(self) -> None:
+        request, service = self._request, self._service
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        service.waiters.unlisten(request.topic, request.queue_id, self._woken)
+        if self._parked is not None and service.tail_reads is not None:
+            service.tail_reads.unpark(request.topic, request.queue_id, self._parked)
+            self._parked = None

@@ -193,6 +193,7 @@ def test_every_handler_module_that_reads_a_body_is_known():
         "broker_send.py",
         "client_config.py",
         "ferry_data.py",
+        "fetch_lane.py",  # FERRY_FETCH's, as ferry_data.py's handler
         "produce_lane.py",  # FERRY_PRODUCE's, as ferry_data.py's handler
         "signature.py",  # every signed request: a dropped body is signed as empty
     }, "a handler module started or stopped reading request.body: update BODY_CODES"

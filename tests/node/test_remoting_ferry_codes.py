@@ -15,9 +15,11 @@ from ferrymq.client.produce_records import encode_record
 from ferrymq.codec.commitlog_record import decode
 from ferrymq.codec.remoting import SERIALIZE_ROCKETMQ
 from ferrymq.codec.remoting_codes import FERRY_PRIVATE_CODES, FerryRequestCode, ResponseCode
+from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2 as data
+from tests.support.metrics import scrape, value
 from tests.support.nodes import start_node
 from tests.support.remoting_client import RemotingClient
 from tests.support.rpc import create_topic, stubs
@@ -144,8 +146,9 @@ def stored_records(client, offset: int, count: int, topic: str = "F") -> list:
 def test_the_lane_and_the_handler_store_and_answer_a_produce_alike(node, client):
     """The same request taken by the produce lane (a connection with nothing in flight)
     and by the handler (a connection whose long poll is being handled as a task, so the
-    lane is not offered it): the same answer but for the offsets, the same records but for
-    where and when they were stored."""
+    lane is not offered it; with tags, the fetch lane declines the poll to its task): the
+    same answer but for the offsets, the same records but for where and when they were
+    stored."""
     request = data.ProduceRequest(
         topic="F", queue_id=1, count=2, records=records(b"same", b"twice")
     ).SerializeToString()
@@ -158,7 +161,9 @@ def test_the_lane_and_the_handler_store_and_answer_a_produce_alike(node, client)
         end = data.FetchResponse.FromString(
             call(busy, FerryRequestCode.FERRY_FETCH, at_end.SerializeToString()).body
         ).next_offset
-        polling = data.FetchRequest(group="g", topic="F", queue_id=0, offset=end, wait_ms=5000)
+        polling = data.FetchRequest(
+            group="g", topic="F", queue_id=0, offset=end, wait_ms=5000, tags=["none"]
+        )
         busy.send(
             FerryRequestCode.FERRY_FETCH,
             body=polling.SerializeToString(),
@@ -206,3 +211,41 @@ def test_a_topic_the_lane_read_natively_is_refused_once_it_is_made_read_only(nod
     assert refused.code == pb.FORBIDDEN and "read-only" in refused.message
     assert fetch(client, 0, "Shut").next_offset == 2
     assert [r.body for r in stored_records(client, 0, 2, "Shut")] == [b"open", b"open"]
+
+
+def test_the_fetch_lane_answers_a_waiting_fetch_and_declines_what_it_does_not_take(node, client):
+    """A FERRY_FETCH at the queue's end waits in the fetch lane (no task) and is answered
+    by the produce that follows on another connection; one with tags is declined to the
+    handler, which answers it as before; ``ferrymq_fetch_lane_total`` counts both."""
+    started, admin = node
+    create_topic(admin, "Tail", queues=1)
+
+    def lane(outcome: str) -> float:
+        return value(
+            scrape(started.metrics, ("ferrymq_fetch_lane_total",)),
+            "ferrymq_fetch_lane",
+            outcome=outcome,
+        )
+
+    taken, declined = lane("taken"), lane("declined")
+    with RemotingClient(started.remoting) as waiting:
+        polling = data.FetchRequest(group="g", topic="Tail", queue_id=0, offset=0, wait_ms=20000)
+        opaque = waiting.send(
+            FerryRequestCode.FERRY_FETCH,
+            body=polling.SerializeToString(),
+            serialize_type=SERIALIZE_ROCKETMQ,
+        )
+        until(lambda: lane("taken") == taken + 1, 10, "the lane to take the poll")
+        produce = data.ProduceRequest(topic="Tail", queue_id=0, count=1, records=records(b"now"))
+        call(client, FerryRequestCode.FERRY_PRODUCE, produce.SerializeToString())
+        answer = waiting.response()
+    assert answer.opaque == opaque
+    fetched = data.FetchResponse.FromString(answer.body)
+    assert (fetched.code, fetched.count, fetched.next_offset) == (pb.OK, 1, 1)
+    assert decode(fetched.records, 0).body == b"now"
+
+    tagged = data.FetchRequest(group="g", topic="Tail", queue_id=0, offset=0, tags=["other"])
+    answer = call(client, FerryRequestCode.FERRY_FETCH, tagged.SerializeToString())
+    passed_over = data.FetchResponse.FromString(answer.body)
+    assert (passed_over.code, passed_over.next_offset) == (pb.MESSAGE_NOT_FOUND, 1)
+    assert lane("declined") == declined + 1

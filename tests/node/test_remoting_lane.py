@@ -1,4 +1,4 @@
-"""A request code taken by a lane in the connection's callback (``Dispatch.lane``; the
+"""A request code taken by a lane in the connection's callback (``Dispatch.lanes``; the
 produce lane is ``node/remoting/produce_lane.py``): the connection offers each request of
 the lane's code to it before any task, unless requests of the same connection are being
 handled as tasks (so a connection's requests keep their order); what the lane declines
@@ -24,10 +24,18 @@ from tests.support.remoting_listener import listening
 LANE, HELD = 25, 26
 
 
+class Held:
+    def __init__(self) -> None:
+        self.cancelled = 0
+
+    def cancel(self) -> None:
+        self.cancelled += 1
+
+
 class StubLane:
     """Takes a request by its body: ``now`` answered at once, ``later`` answered when the
     test releases it (as a confirming ACK would), ``decline`` left to the handler,
-    ``raise`` raises."""
+    ``raise`` raises, ``hold`` waits until cancelled."""
 
     code = LANE
 
@@ -35,6 +43,7 @@ class StubLane:
         self.offered: list[bytes] = []
         self.later: list = []  # what writes each ``later`` answer
         self.in_flight_seen: list[int] = []
+        self.held: list[Held] = []
 
     def take(self, request, connection, answerer) -> bool:
         body = bytes(request.body)
@@ -43,6 +52,9 @@ class StubLane:
             return False
         if body == b"raise":
             raise RuntimeError("the lane failed")
+        if body == b"hold":  # waits, as a parked fetch does, until cancelled
+            self.held.append(Held())
+            return connection.hold(self.held[-1])
         write = answerer(request, request.reply(ResponseCode.SUCCESS, "lane", body=body))
         if body == b"now":
             write()
@@ -75,7 +87,7 @@ def serving(
     lane, handlers = StubLane(), Handlers()
     dispatch = Dispatch(body_codes={LANE})
     dispatch.register_all([(LANE, handlers.handler), (HELD, handlers.held)])
-    dispatch.lane = lane
+    dispatch.add_lane(lane)
     listener = listening(dispatch, limits or TransportLimits(), loop_kind, observe=handlers.observe)
     with listener as (address, _, loop):
         try:
@@ -147,3 +159,16 @@ def test_answers_the_lane_owes_count_against_the_connections_in_flight_limit(loo
             loop.call_soon_threadsafe(write)
         assert {client.response().opaque, client.response().opaque} == {first, second}
         assert client.call(LANE, body=b"now").remark == "lane"
+
+
+def test_what_a_lane_left_waiting_is_cancelled_once_when_its_connection_ends(loop_kind):
+    """As a task's long poll is cancelled when its peer goes: a gone peer's parked fetch
+    must not wait out its poll, holding its state, for an answer nobody reads."""
+    with serving(loop_kind) as (address, lane, _, _loop):
+        with RemotingClient(address) as client:
+            client.send(LANE, body=b"hold")
+            client.send(LANE, body=b"hold")
+            until(lambda: len(lane.held) == 2, 10, "both held")
+            assert not any(held.cancelled for held in lane.held)
+        until(lambda: all(held.cancelled for held in lane.held), 10, "cancelled at the end")
+        assert [held.cancelled for held in lane.held] == [1, 1]

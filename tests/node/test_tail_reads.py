@@ -8,28 +8,14 @@ hand-driven clock, the read service with the ACL off; slaves are links acknowled
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 
-from ferrymq.client.messages import decode_records
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
-from node.long_polling import QueueWaiters
-from node.services.caller import Caller, Door
-from node.services.permissions import Permissions
-from node.services.reads import ReadService
-from node.tail_reads import TailReads
-from node.topics import TopicConfig, TopicTable
-from routing.metadata import GroupConfig
 from store.config import StoreConfig
-from store.message import Message
 from store.message_store import MessageStore
-from tests.support.manual_clock import ManualClock
 from tests.support.stores import SMALL
-from tests.support.sync_master import master_of
-
-CALLER = Caller(Door.REMOTING, "remoting:FERRY_FETCH", None)
-WAIT_S = 30.0
+from tests.support.sync_reads import Group, bodies, settle
 
 
 @pytest.fixture
@@ -37,76 +23,6 @@ def store(tmp_path):
     opened = MessageStore.open(StoreConfig(str(tmp_path / "store"), **SMALL))
     yield opened
     opened.shutdown()
-
-
-class Group:
-    """A SYNC master with two slaves over ``store``, the node's long polls and tail reads
-    wired as ``node/server.py`` and ``ha/role.py`` wire them, and its read service."""
-
-    def __init__(self, store: MessageStore) -> None:
-        self.store = store
-        self.master = master_of(store, ManualClock(), min_insync=3)
-        self.master.activate(frozenset({"m", "s1", "s2"}))
-        self.slaves = [self.master.open_link(s, 0, store.write_offset) for s in ("s1", "s2")]
-        store.set_confirmed_offset(store.write_offset)  # reads capped from the start
-        self.waiters = QueueWaiters(asyncio.get_running_loop(), read_cap=store.read_cap)
-        store.add_dispatch_listener(self.waiters.on_dispatch)
-        tail_reads = TailReads(store)
-        store.set_run_reader(tail_reads.on_run)
-        self.master.on_confirmed = self._confirmed
-        self.delivered: list[int] = []
-        self.reads = ReadService(
-            store,
-            TopicTable([TopicConfig("orders", queue_count=2)], [GroupConfig("G")]),
-            self.waiters,
-            None,
-            Permissions(enabled=False),
-            SimpleNamespace(delivered=lambda topic, group, n, size: self.delivered.append(n)),
-            tail_reads=tail_reads,
-        )
-
-    def _confirmed(self, offset: int) -> None:  # ``ReplicationRole._confirmed``
-        self.store.set_confirmed_offset(offset)
-        self.waiters.readable_moved()
-
-    def fetch(self, given: list, offset: int = 0, **fields) -> asyncio.Task:
-        """A FERRY_FETCH of queue 0 waiting up to ``WAIT_S``; what is answered ahead is
-        appended to ``given`` with the read cap at that moment."""
-        options = {"max_messages": 0, "max_bytes": 0, "tags": []} | fields
-        return asyncio.ensure_future(
-            self.reads.fetch(
-                CALLER,
-                "orders",
-                "G",
-                0,
-                offset,
-                options["max_messages"],
-                options["max_bytes"],
-                options["tags"],
-                WAIT_S,
-                lambda outcome: given.append((outcome, self.store.read_cap())),
-            )
-        )
-
-    async def put(self, *bodies: bytes, tag: str = "") -> list[int]:
-        """Append ``bodies`` to queue 0 as one batch: each record's end offset."""
-        messages = [Message.build("orders", body, queue_id=0, tags=tag or None) for body in bodies]
-        result = await self.store.put_messages_async(messages)
-        assert result.ok
-        return [a.physical_offset + a.size for a in result.appended]
-
-    def ack(self, end: int) -> None:
-        for slave in self.slaves:
-            self.master.record_ack(slave, end)
-
-
-async def settle() -> None:
-    for _ in range(3):
-        await asyncio.sleep(0)
-
-
-def bodies(outcome) -> list[bytes]:
-    return [r.body for r in decode_records(b"".join(outcome.records))]
 
 
 def test_a_parked_fetch_is_answered_in_the_confirming_ack_before_the_cap_moves(store):

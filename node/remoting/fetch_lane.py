@@ -1,0 +1,102 @@
+"""The fetch lane: the SDK's common FERRY_FETCH taken in the connection's callback, with
+no task (docs/native-lane.md, "Stage 3 from here", step 3: the fetch's handling and
+parking, in Python first, as the produce lane was; the specification its native code
+will follow).
+
+A FERRY_FETCH handled as a task paid for the task and for its coroutines each time it
+ran: its first look, its wait on the queue's waiters, its wake-up after the tail read
+had answered it, its return. A tailing reader sends one per message, and the master's
+CPU a message bounds the end to end (docs/native-lane.md, "The end to end split between
+the nodes and the SDK"). The lane reads the request as ``FerryDataHandlers.fetch`` does
+and hands it to ``ReadService.fetch_now``, which applies the read service's own rules and
+waits in callbacks (``WaitingFetch``).
+
+It decides nothing itself. It declines, before anything is read from the store,
+credentials that do not verify, a request forwarded by another node or to be forwarded,
+a body that does not read, a read with tags, and whatever ``fetch_now`` declines (a
+refusal, a topic to catch up with, an offset reset to tell); the request then goes
+through the handler, which gives the precise answer. A read it left waiting is cancelled
+when its connection ends (``RemotingConnection.hold``).
+
+Thread-safety: the node's event loop.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.message import DecodeError
+
+from ferrymq.codec.remoting import RemotingCommand
+from ferrymq.codec.remoting_codes import FerryRequestCode
+from ferrymq.protocol.ferrymq import data_pb2 as api
+from node.long_polling import poll_budget_s
+from node.remoting.authentication import PEER_FIELD, PROOF_FIELD, RemotingCallers, method_of
+from node.remoting.ferry_data import fetch_reply
+from node.remoting.produce_lane import Answerer
+from node.rpc_status import AccessDenied
+from node.services.reads import FetchOutcome, ReadService, WaitingFetch
+
+
+class FetchLane:
+    code = FerryRequestCode.FERRY_FETCH
+
+    def __init__(self, reads: ReadService, callers: RemotingCallers) -> None:
+        self._reads = reads
+        self._callers = callers
+        self._method = method_of(FerryRequestCode.FERRY_FETCH)
+
+    def take(self, request: RemotingCommand, connection, answerer: Answerer) -> bool:
+        """Whether the lane took ``request`` (answered, or to be answered through
+        ``answerer``); False: nothing was read, the handler takes it."""
+        taken = self._take(request, connection, answerer)
+        self._reads.metrics.fetch_lane(taken)
+        return taken
+
+    def _take(self, request: RemotingCommand, connection, answerer: Answerer) -> bool:
+        fields = request.ext_fields
+        if PROOF_FIELD in fields or PEER_FIELD in fields:
+            return False  # a forwarded request: its proof is the handler's to check
+        forwarder = self._callers.forwarder
+        if forwarder is not None and forwarder.target(request) is not None:
+            return False
+        try:
+            caller = self._callers.caller(request, connection, self._method)
+            fetch = api.FetchRequest.FromString(request.body)
+        except (AccessDenied, DecodeError):
+            return False
+        if fetch.tags:
+            return False
+        return self._reads.fetch_now(
+            caller,
+            fetch.topic,
+            fetch.group,
+            fetch.queue_id,
+            fetch.offset,
+            fetch.max_messages,
+            fetch.max_bytes,
+            poll_budget_s(fetch.wait_ms / 1000, None),
+            _LaneFetchEnds(request, connection, answerer),
+        )
+
+
+class _LaneFetchEnds:
+    """``FetchEnds`` of one FERRY_FETCH the lane took: its answers through the
+    connection's ``answerer``, its wait held by the connection."""
+
+    __slots__ = ("_answerer", "_connection", "_request")
+
+    def __init__(self, request: RemotingCommand, connection, answerer: Answerer) -> None:
+        self._request = request
+        self._connection = connection
+        self._answerer = answerer
+
+    def answer(self, outcome: FetchOutcome) -> None:
+        self._answerer(self._request, fetch_reply(self._request, outcome))()
+
+    def fail(self, error: Exception) -> None:
+        self._answerer(self._request, self._connection.failure_answer(self._request, error))()
+
+    def hold(self, read: WaitingFetch) -> bool:
+        return self._connection.hold(read)
+
+    def release(self, read: WaitingFetch) -> None:
+        self._connection.release(read)
