@@ -128,6 +128,22 @@ class RemotingCallers:
             anonymous[method] = caller
         return caller
 
+    def lane_caller(self, request: RemotingCommand, connection, method: str) -> Caller | None:
+        """The caller of a request a lane may take in the connection's callback; None for
+        one only the handler (``adapt``) may take: forwarded by another node (its proof is
+        the handler's to check), to be forwarded to the master, or without valid
+        credentials (the handler says why)."""
+        fields = request.ext_fields
+        if PROOF_FIELD in fields or PEER_FIELD in fields:
+            return None
+        forwarder = self.forwarder
+        if forwarder is not None and forwarder.target(request) is not None:
+            return None
+        try:
+            return self.caller(request, connection, method)
+        except AccessDenied:
+            return None
+
     def adapt(self, code: int, handler: DoorHandler) -> Handler:
         method = method_of(code)
 

@@ -29,10 +29,9 @@ from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.ferrymq import data_pb2 as api
 from node.long_polling import poll_budget_s
-from node.remoting.authentication import PEER_FIELD, PROOF_FIELD, RemotingCallers, method_of
+from node.remoting.authentication import RemotingCallers, method_of
 from node.remoting.ferry_data import fetch_reply
 from node.remoting.produce_lane import Answerer
-from node.rpc_status import AccessDenied
 from node.services.reads import FetchOutcome, ReadService, WaitingFetch
 
 
@@ -52,16 +51,12 @@ class FetchLane:
         return taken
 
     def _take(self, request: RemotingCommand, connection, answerer: Answerer) -> bool:
-        fields = request.ext_fields
-        if PROOF_FIELD in fields or PEER_FIELD in fields:
-            return False  # a forwarded request: its proof is the handler's to check
-        forwarder = self._callers.forwarder
-        if forwarder is not None and forwarder.target(request) is not None:
+        caller = self._callers.lane_caller(request, connection, self._method)
+        if caller is None:
             return False
         try:
-            caller = self._callers.caller(request, connection, self._method)
             fetch = api.FetchRequest.FromString(request.body)
-        except (AccessDenied, DecodeError):
+        except DecodeError:
             return False
         if fetch.tags:
             return False

@@ -31,9 +31,8 @@ from google.protobuf.message import DecodeError
 from ferrymq.codec.remoting import RemotingCommand
 from ferrymq.codec.remoting_codes import FerryRequestCode
 from node.message_rules import born_host_bytes
-from node.remoting.authentication import PEER_FIELD, PROOF_FIELD, RemotingCallers, method_of
+from node.remoting.authentication import RemotingCallers, method_of
 from node.remoting.ferry_data import produce_answer, produce_run, read_produce
-from node.rpc_status import AccessDenied
 from node.services.send import MAX_PRODUCE_RECORDS, ProduceOutcome, SendService
 
 # (request, its answer) -> what writes the answer, encoded now: the connection's.
@@ -58,15 +57,8 @@ class ProduceLane:
     def _take(self, request: RemotingCommand, connection, answerer: Answerer) -> bool:
         if not self._send.takes_now():
             return False  # the requests after a turn's first: combined, read once
-        fields = request.ext_fields
-        if PROOF_FIELD in fields or PEER_FIELD in fields:
-            return False  # a forwarded request: its proof is the handler's to check
-        forwarder = self._callers.forwarder
-        if forwarder is not None and forwarder.target(request) is not None:
-            return False
-        try:
-            caller = self._callers.caller(request, connection, self._method)
-        except AccessDenied:
+        caller = self._callers.lane_caller(request, connection, self._method)
+        if caller is None:
             return False
 
         def answer(outcome: ProduceOutcome) -> Callable[[], None]:
