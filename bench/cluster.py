@@ -198,6 +198,10 @@ OFFICIAL_GROUP = "official-readers"
 OFFICIAL_ACKS_AFTER = 20  # official sends acknowledged after a failover before the restart
 
 
+# Sends of an end to end measure before the ones it times.
+END_TO_END_WARM_UP = 50
+
+
 def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -872,7 +876,7 @@ def measure_end_to_end(plan: ClusterPlan, count: int, transport: str) -> tuple[f
 
     consumer = threading.Thread(target=consume, daemon=True)
     consumer.start()
-    warmup = 50
+    warmup = END_TO_END_WARM_UP
     try:
         if not ready.wait(30):
             raise RuntimeError(f"the end-to-end consumer did not start: {arrivals.failures}")
@@ -908,7 +912,7 @@ def measure_end_to_end_by_channel(
 
     master = master_of(plan)
     address = master.remoting
-    warmup = 50
+    warmup = END_TO_END_WARM_UP
     sends = warmup + count
     with contextlib.closing(RemotingChannel(address, 10.0)) as channel:
         asked = data.FetchRequest(group=E2E_GROUP, topic=E2E_TOPIC, queue_id=0, max_messages=1)

@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     configuration, 1 when it cannot start)."""
     import uvloop
 
+    from node.call_count import install_from_env as install_call_count
     from node.config import ConfigError, load_node_config
     from node.process_tuning import tune_process
     from node.server import serve
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from store.errors import RecoveryRefused
 
     tune_process()
+    install_call_count()  # off unless FERRYMQ_CALL_COUNT is set (bench.calls)
     try:
         # uvloop: a framed round trip costs a third of the default loop's here, and grpc.aio
         # runs on it unchanged (docs/architecture.md, "Remoting").
