@@ -107,6 +107,17 @@ def render(properties: dict[str, str]) -> str:
     return "".join(f"{key}={value}\n" for key, value in properties.items())
 
 
+def last_news(log_path: str) -> str:
+    """The last ERROR (or last) line of a log, for a failure message."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except OSError as error:
+        return f"(no log: {error})"
+    errors = [line for line in lines if "ERROR" in line or "Exception" in line]
+    return (errors or lines or ["(empty)"])[-1][:300]
+
+
 class KafkaKraft:
     name = "kafka"
     durability = (
@@ -156,8 +167,11 @@ class KafkaKraft:
                 ),
                 log_path,
             )
-            if formatted.wait(timeout=120) != 0:
-                raise RuntimeError(f"kafka storage format failed: see {log_path}")
+            code = formatted.wait(timeout=120)
+            if code != 0:  # the log goes with the directory: say what it says
+                raise RuntimeError(
+                    f"kafka storage format failed (exit {code}): {last_news(log_path)}"
+                )
             argv = jvm.java_argv(java, lib, "kafka.Kafka", HEAP_MB, [path], logging)
             self._nodes[f"k{index + 1}"] = (argv, log_path, properties["log.dirs"])
             registry.spawn(f"kafka-k{index + 1}", argv, log_path)
@@ -175,17 +189,9 @@ class KafkaKraft:
 
     def _log_news(self) -> str:
         """The last ERROR (or last) line of each node's log, for a failure message."""
-        news = []
-        for key, (_, log_path, _) in self._nodes.items():
-            try:
-                with open(log_path, encoding="utf-8", errors="replace") as f:
-                    lines = [line.strip() for line in f if line.strip()]
-            except OSError:
-                continue
-            errors = [line for line in lines if "ERROR" in line or "Exception" in line]
-            picked = (errors or lines or ["(empty)"])[-1]
-            news.append(f"{key}: {picked[:300]}")
-        return " | ".join(news)
+        return " | ".join(
+            f"{key}: {last_news(log_path)}" for key, (_, log_path, _) in self._nodes.items()
+        )
 
     def _ready(self) -> bool:
         try:

@@ -53,6 +53,19 @@ def test_kafka_cluster_id_is_16_bytes_in_url_safe_base64():
     assert all(len(i) == 22 and "=" not in i and "+" not in i and "/" not in i for i in ids)
 
 
+def test_a_kafka_failure_says_what_its_log_says(tmp_path):
+    """The logs go with the peer's temporary directory: a failure message carries the
+    last ERROR line (else the last line) of the log, or why there is none."""
+    log_path = tmp_path / "k1.log"
+    log_path.write_text("INFO starting\nERROR Invalid cluster.id\nINFO stopped\n\n")
+    assert kafka_kraft.last_news(str(log_path)) == "ERROR Invalid cluster.id"
+    log_path.write_text("INFO starting\nINFO stopped\n")
+    assert kafka_kraft.last_news(str(log_path)) == "INFO stopped"
+    log_path.write_text("")
+    assert kafka_kraft.last_news(str(log_path)) == "(empty)"
+    assert kafka_kraft.last_news(str(tmp_path / "none.log")).startswith("(no log: ")
+
+
 def test_rocketmq_brokers_are_one_group_in_controller_mode_acking_the_whole_sync_set():
     brokers = [
         rocketmq_apache.broker_properties(
