@@ -295,19 +295,10 @@ class ReadService:
         ``ahead``: as ``read``'s (the remoting door's FERRY_FETCH).
         ``AccessDenied`` is left to the door (the gRPC door aborts the call); every other
         refusal is an outcome."""
-        if not 0 <= max_messages <= FETCH_MESSAGES_MAX or max_bytes < 0:
+        request = fetch_request(topic, group, queue_id, offset, max_messages, max_bytes, wait_s)
+        if request is None:
             return fetch_outcome(pb.BAD_REQUEST, f"max_messages must be 0..{FETCH_MESSAGES_MAX}")
-        request = ReadRequest(
-            topic,
-            group,
-            queue_id,
-            offset,
-            max_messages or FETCH_MESSAGES_DEFAULT,
-            max_bytes or FETCH_BYTES_DEFAULT,
-            tags=tags,
-            wait_s=wait_s,
-            create_group=False,
-        )
+        request.tags = tags
 
         try:
             outcome, last = await self.read(caller, request, fetch_answer(offset), ahead)
@@ -341,22 +332,13 @@ class ReadService:
         with, an offset reset to tell, a limit out of range), which ``fetch`` then
         answers. A read with tags goes to ``fetch`` before this. The first look's failure
         is raised."""
-        if self.resets or not 0 <= max_messages <= FETCH_MESSAGES_MAX or max_bytes < 0:
+        request = fetch_request(topic, group, queue_id, offset, max_messages, max_bytes, wait_s)
+        if self.resets or request is None:
             return False
         try:
-            name = self.readable_queue_now(caller, topic, group, queue_id).name
+            request.topic = self.readable_queue_now(caller, topic, group, queue_id).name
         except (AccessDenied, TopicError, InvalidRequest):
             return False
-        request = ReadRequest(
-            name,
-            group,
-            queue_id,
-            offset,
-            max_messages or FETCH_MESSAGES_DEFAULT,
-            max_bytes or FETCH_BYTES_DEFAULT,
-            wait_s=wait_s,
-            create_group=False,
-        )
         WaitingFetch(self, request, ends).start()
         return True
 
@@ -386,6 +368,31 @@ class ReadService:
         else:
             size = sum(len(message.body) for message in messages)
         self.metrics.delivered(topic, request.group, len(messages), size)
+
+
+def fetch_request(
+    topic: str,
+    group: str,
+    queue_id: int,
+    offset: int,
+    max_messages: int,
+    max_bytes: int,
+    wait_s: float,
+) -> ReadRequest | None:
+    """A fetch's ``ReadRequest``, its limits' defaults applied (the group must exist);
+    None when ``max_messages`` or ``max_bytes`` is out of range."""
+    if not 0 <= max_messages <= FETCH_MESSAGES_MAX or max_bytes < 0:
+        return None
+    return ReadRequest(
+        topic,
+        group,
+        queue_id,
+        offset,
+        max_messages or FETCH_MESSAGES_DEFAULT,
+        max_bytes or FETCH_BYTES_DEFAULT,
+        wait_s=wait_s,
+        create_group=False,
+    )
 
 
 def _check_readable(topic: TopicConfig, queue_id: int) -> None:
