@@ -174,7 +174,7 @@ class Producer:
         if not messages:
             raise ValueError("nothing to send")
         topic = messages[0].topic
-        if any(m.topic != topic for m in messages):
+        if len(messages) > 1 and any(m.topic != topic for m in messages):
             raise ValueError("a batch goes to one topic")
         return topic
 

@@ -43,10 +43,12 @@ HEARTBEAT_INTERVAL_S = 5.0
 ANSWERED_CODES = frozenset((pb.OK, pb.MESSAGE_NOT_FOUND))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Sent:
     """A fetch on its way, or waiting on the node: for ``queue`` from ``offset``, on
-    ``channel``; sent by the consumer's ``poll``-th poll, failed if unanswered at ``due``."""
+    ``channel``; sent by the consumer's ``poll``-th poll, failed if unanswered at ``due``.
+    Not ``frozen``: made once a message by a tailing reader, and a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__`` (~4 µs)."""
 
     queue: QueueRef
     offset: int
@@ -88,10 +90,11 @@ class PullConsumer:
         self.group = group
         self.start = start
         self.batch_size = batch_size
-        self.tags = tags
+        self.tags = tags  # the filter's list, parsed once (``_request``)
         self.topic: str | None = None
         self._subscribed = False
         self._positions: dict[QueueRef, int] = {}  # queue -> next offset to read
+        self._assigned: list[QueueRef] = []  # sorted(self._positions), kept by _set_queues
         self._committed: dict[QueueRef, int] = {}
         self._next_heartbeat = 0.0
         self._members: list[str] = []
@@ -100,6 +103,17 @@ class PullConsumer:
         self._sent: dict[QueueRef, _Sent] = {}  # at most one fetch per queue
         self._polls = 0
         self.prefetched = 0  # answers to fetches an earlier poll sent (observability, tests)
+
+    @property
+    def tags(self) -> str:
+        """The tag filter: "*" (every message) or tags joined by "||"."""
+        return self._tags
+
+    @tags.setter
+    def tags(self, tags: str) -> None:
+        self._tags = tags
+        stripped = tags.strip()
+        self._tag_list = [] if stripped in ("", "*") else [t.strip() for t in tags.split("||")]
 
     @property
     def connection(self) -> Connection:
@@ -137,7 +151,7 @@ class PullConsumer:
 
     @property
     def assignment(self) -> list[QueueRef]:
-        return sorted(self._positions)
+        return list(self._assigned)
 
     def position(self, queue: QueueRef) -> int:
         return self._positions[queue]
@@ -173,6 +187,7 @@ class PullConsumer:
         for queue in queues:
             if queue not in self._positions:
                 self._positions[queue] = self._initial_offset(queue)
+        self._assigned = sorted(self._positions)
 
     def _initial_offset(self, queue: QueueRef) -> int:
         master = self._master(queue)
@@ -239,7 +254,7 @@ class PullConsumer:
         wait for their turn. Otherwise (gRPC, or no prefetch) the queues are asked one at
         a time in turn without waiting, and the last one waits."""
         self._maybe_rebalance()
-        queues = self.assignment
+        queues = self._assigned
         if not queues:
             return []
         try:
@@ -367,27 +382,30 @@ class PullConsumer:
         without waiting is answered at once: a poll that does not wait still waits for
         it). A fetch unanswered past its own timeout fails its connection, as a fetch
         waited for alone does (DEADLINE_EXCEEDED)."""
-        while True:
+        while True:  # plain loops: a tailing reader comes here once a message
             now = time.monotonic()
             sent = list(self._sent.values())
             if not sent:
                 return False
-            channels = list({s.channel for s in sent})
+            channels = list({s.channel: None for s in sent})
             for channel in channels:
                 channel.read_buffered()
-            if any(s.channel.answered(s.opaque) for s in sent):
+            if _any_answered(sent):
                 return True
-            for late in (s for s in sent if s.due <= now):
-                late.channel.close()
-                raise deadline_exceeded(late.channel.address, late.timeout_s)
-            owed = any(s.poll == self._polls or s.answers_by <= deadline for s in sent)
+            owed = False
+            until = sent[0].due
+            for s in sent:
+                if s.due <= now:
+                    s.channel.close()
+                    raise deadline_exceeded(s.channel.address, s.timeout_s)
+                owed = owed or s.poll == self._polls or s.answers_by <= deadline
+                until = min(until, s.due)
             last_look = now >= deadline and not owed  # at what has come already
-            until = min(s.due for s in sent)
             if now < deadline:
                 until = min(until, deadline)
             for channel in wait_readable(channels, 0.0 if last_look else until - now):
                 channel.read_frame()
-            if any(s.channel.answered(s.opaque) for s in sent):
+            if _any_answered(sent):
                 return True
             if last_look:
                 return False
@@ -417,9 +435,7 @@ class PullConsumer:
             queue_id=queue.queue_id,
             offset=self._positions[queue],
             max_messages=self.batch_size,
-            tags=[]
-            if self.tags.strip() in ("", "*")
-            else [t.strip() for t in self.tags.split("||")],
+            tags=self._tag_list,
             wait_ms=int(wait_s * 1000),
         )
 
@@ -478,3 +494,10 @@ class PullConsumer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _any_answered(sent: list[_Sent]) -> bool:
+    for s in sent:  # noqa: SIM110 (a generator's steps are Python calls, any's are not)
+        if s.channel.answered(s.opaque):
+            return True
+    return False

@@ -60,37 +60,6 @@ PLAIN = ClientSecurity()
 CLIENT_VERSION = 407  # the 4.9.7 ordinal, as the broker answers
 
 
-class _SocketFailures:
-    """``RemotingChannel._failures``: the kernel ending the connection (``detect_dead_peer``:
-    ETIMEDOUT, which Python raises as a TimeoutError too) is a failed connection, and the
-    SDK avoids that node, where a deadline would have sent the next request down the same
-    cut path. A class: a generator's context manager cost ~7 % of a single send's CPU in
-    the SDK (two per send)."""
-
-    __slots__ = ("channel", "timeout_s")
-
-    def __init__(self, channel: RemotingChannel, timeout_s: float) -> None:
-        self.channel = channel
-        self.timeout_s = timeout_s
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, error, traceback) -> bool:
-        if error is None:
-            return False
-        channel = self.channel
-        if isinstance(error, TimeoutError):
-            channel.close()
-            if error.errno == errno.ETIMEDOUT:
-                raise unavailable(channel.address, error) from None
-            raise deadline(channel.address, self.timeout_s) from None
-        if isinstance(error, (OSError, CodecError)):
-            channel.close()
-            raise unavailable(channel.address, error) from None
-        return False
-
-
 def unavailable(address: str, why: object, *, unsent: bool = False) -> FerryError:
     """A failed connection; ``unsent``: it failed before the request left (``FerryError``)."""
     return FerryError(TRANSPORT, "UNAVAILABLE", f"remoting {address}: {why}", unsent=unsent)
@@ -156,10 +125,13 @@ def produce_answer(answer: RemotingCommand) -> data.ProduceResponse:
         raise FerryError(MALFORMED_ANSWER, "MALFORMED_ANSWER", f"produce answer: {error}") from None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FetchAnswer:
     """A FERRY_FETCH answer: its FetchResponse's fields, the records a view of the frame
-    (``ferrymq.codec.bytes_field``: no copy of them out of the answer)."""
+    (``ferrymq.codec.bytes_field``: no copy of them out of the answer). Read-only by
+    convention, not ``frozen``: a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, ~4 µs of a tailing reader's ~80 a message (bench/RESULTS.md,
+    "The SDK's share of the end to end")."""
 
     code: int
     message: str
@@ -270,7 +242,7 @@ class RemotingChannel:
         timeout_s = timeout_s or self.timeout_s
         sock = self._open_socket()
         opaque = next(self._opaques)
-        with self._failures(timeout_s):
+        try:
             # The socket keeps the channel's timeout; a call that needs another (a fetch
             # that long-polls) sets its own. (Two settimeout calls a request were a tenth
             # of the SDK's own time per send.)
@@ -278,6 +250,8 @@ class RemotingChannel:
                 sock.settimeout(timeout_s)
             fields = with_client_timeout(code, fields, timeout_s)
             sock.sendall(request_frame(code, opaque, fields, body, self.security))
+        except (OSError, CodecError) as error:
+            raise self._failed(error, timeout_s) from None
         self._awaited.add(opaque)
         return opaque
 
@@ -294,7 +268,7 @@ class RemotingChannel:
         if sock is None or opaque not in self._awaited:
             # The connection failed since: the request went with it.
             raise unavailable(self.address, "the connection closed before the answer")
-        with self._failures(timeout_s):
+        try:
             if sock.gettimeout() != timeout_s:
                 sock.settimeout(timeout_s)
             end = time.monotonic() + timeout_s
@@ -302,23 +276,29 @@ class RemotingChannel:
                 answer = decode(self._frames.next_frame(sock))
                 if answer.opaque == opaque and answer.is_response:
                     self._awaited.discard(opaque)
-                    return answer_body(self.address, answer)
+                    break
                 self._keep(answer)  # another's; or, given up on or a notice, nobody's
                 remaining = end - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError
                 sock.settimeout(remaining)
+        except (OSError, CodecError) as error:
+            raise self._failed(error, timeout_s) from None
+        return answer_body(self.address, answer)
 
     def read_buffered(self) -> None:
         """Keep the answers whose bytes are here already (whole frames in the buffer, or
         bytes TLS has decrypted), each awaited one for its ``receive``; no system call
         but for TLS's."""
         sock = self._socket
-        if sock is None:
-            return
-        with self._failures(self.timeout_s):
+        tls = self._tls is not None
+        if sock is None or not (self._frames.holds_whole_frame() or (tls and _tls_pending(sock))):
+            return  # the common case, asked before every wait: no context to enter
+        try:
             while self._frames.holds_whole_frame() or _tls_pending(sock):
                 self._keep(decode(self._frames.next_frame(sock)))
+        except (OSError, CodecError) as error:
+            raise self._failed(error, self.timeout_s) from None
 
     def read_frame(self) -> None:
         """Read the next frame (call it when the socket has bytes: ``wait_readable``; the
@@ -327,8 +307,10 @@ class RemotingChannel:
         sock = self._socket
         if sock is None:
             return
-        with self._failures(self.timeout_s):
+        try:
             self._keep(decode(self._frames.next_frame(sock)))
+        except (OSError, CodecError) as error:
+            raise self._failed(error, self.timeout_s) from None
         self.read_buffered()
 
     def _keep(self, answer: RemotingCommand) -> None:
@@ -350,10 +332,18 @@ class RemotingChannel:
         """The connection's socket, for ``select`` (-1 when it is closed)."""
         return self._socket.fileno() if self._socket is not None else -1
 
-    def _failures(self, timeout_s: float) -> _SocketFailures:
+    def _failed(self, error: OSError | CodecError, timeout_s: float) -> FerryError:
         """A socket failure closes the connection and is raised as the SDK's transport
-        error (DEADLINE_EXCEEDED for the call's own timeout, UNAVAILABLE otherwise)."""
-        return _SocketFailures(self, timeout_s)
+        error: DEADLINE_EXCEEDED for the call's own timeout, UNAVAILABLE otherwise, the
+        kernel ending the connection included (``detect_dead_peer``: ETIMEDOUT, which
+        Python raises as a TimeoutError too), so that the SDK avoids that node where a
+        deadline would have sent the next request down the same cut path. Each caller's
+        ``try`` catches what reaches here: a context manager cost four Python calls a
+        request, and a tailing reader makes two requests a message."""
+        self.close()
+        if isinstance(error, TimeoutError) and error.errno != errno.ETIMEDOUT:
+            return deadline(self.address, timeout_s)
+        return unavailable(self.address, error)
 
     def forget(self, opaque: int) -> None:
         """Nobody will ``receive`` request ``opaque``: its answer is skipped when it

@@ -29,6 +29,7 @@ import re
 import time
 import zlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ferrymq.client.connection import Connection, new_client_id
 from ferrymq.client.errors import (
@@ -57,9 +58,12 @@ UNREACHABLE_S = 5.0
 ROUTE_STALE_CODES = frozenset({TRANSPORT, pb.HA_NOT_AVAILABLE, pb.TOPIC_NOT_FOUND})
 
 
-@dataclass(frozen=True, order=True)
-class QueueRef:
-    """One queue of a topic: broker groups number their queues 0..n-1 each."""
+class QueueRef(NamedTuple):
+    """One queue of a topic: broker groups number their queues 0..n-1 each. A named
+    tuple (as kafka-python's ``TopicPartition``): a reader's poll keys its dictionaries
+    by the queue, a dozen times a message, and a dataclass's ``__hash__`` and ``__eq__``
+    are Python calls where a tuple's are C (bench/RESULTS.md, "The SDK's share of the end
+    to end")."""
 
     broker_group: str
     queue_id: int

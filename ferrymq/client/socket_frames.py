@@ -37,10 +37,11 @@ class SocketFrames:
 
     def holds_whole_frame(self) -> bool:
         """Whether a whole frame is buffered (``next_frame`` would not read the socket)."""
-        if self.buffered < FRAME_LENGTH.size:
+        buffered = self._end - self._start
+        if buffered < FRAME_LENGTH.size:
             return False
         length = frame_length(self._view[self._start : self._end], self.max_frame_bytes)
-        return self.buffered >= FRAME_LENGTH.size + length
+        return buffered >= FRAME_LENGTH.size + length
 
     def next_frame(self, sock: socket.socket) -> bytes:
         """The next whole frame without its total length (what ``decode`` takes), read
@@ -48,13 +49,13 @@ class SocketFrames:
         which closes the connection: what was buffered is not used again. A frame that
         announces a length over ``max_frame_bytes`` raises ``FrameTooLarge`` before any
         of it is read."""
-        while self.buffered < FRAME_LENGTH.size:
+        while self._end - self._start < FRAME_LENGTH.size:  # (not ``buffered``: a call)
             self._receive(sock, FRAME_LENGTH.size)
         length = frame_length(self._view[self._start : self._end], self.max_frame_bytes)
         total = FRAME_LENGTH.size + length
         if total > len(self._buffer):
             return self._large_frame(sock, length)
-        while self.buffered < total:
+        while self._end - self._start < total:
             self._receive(sock, total)
         begin = self._start + FRAME_LENGTH.size
         self._start = begin + length
