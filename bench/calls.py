@@ -11,6 +11,13 @@ writer's answer, the ACKs' intake, the frames read, the link's buffer, the rest)
 functions and C functions called from Python apart; with ``--functions N`` each
 stretch's N most called functions. The counting slows the nodes several-fold: no timing
 of this run is a figure.
+
+And the SDK's share (``sdk``): this process's calls a message in the SDK's end to end
+(``bench.cluster``'s ``measure_end_to_end``, remoting) on the same group, by thread: the
+``Producer``'s sends (the main thread, the bench's stamping and waiting included) and
+the ``PullConsumer``'s polls (its thread). Counted over two runs of different lengths
+and differenced, so that what each run pays once (the clients' start, their routes and
+offsets) is left out.
 """
 
 from __future__ import annotations
@@ -20,13 +27,17 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
+import threading
+from collections import Counter
 
 from bench.cluster import (
     END_TO_END_WARM_UP,
     all_in_sync,
     create_topic,
     master_of,
+    measure_end_to_end,
     measure_end_to_end_by_channel,
     start_cluster,
     stop_cluster,
@@ -68,6 +79,58 @@ def top(functions: dict[str, dict[str, float]], count: int) -> dict[str, list]:
     }
 
 
+class ThreadCalls:
+    """This process's calls by role: the main thread's ("producer") and the others'
+    ("consumer"), Python functions and C functions apart, by function."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()  # "<role>", "<kind> <function>"
+
+    def profile(self, frame, event: str, arg: object) -> None:
+        if event == "call":
+            function = f"python {frame.f_code.co_qualname}"
+        elif event == "c_call":
+            function = f"c {getattr(arg, '__qualname__', None) or type(arg).__name__}"
+        else:
+            return
+        main = threading.current_thread() is threading.main_thread()
+        self.counts[("producer" if main else "consumer", function)] += 1
+
+    def during(self, work) -> dict[str, dict[str, int]]:
+        """The calls ``work()`` made, by role and function, on every thread it started."""
+        self.counts.clear()
+        threading.setprofile(self.profile)
+        sys.setprofile(self.profile)
+        try:
+            work()
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)
+        by_role: dict[str, dict[str, int]] = {}
+        for (role, function), calls in self.counts.items():
+            by_role.setdefault(role, {})[function] = calls
+        return by_role
+
+
+def sdk_calls(plan, messages: int, functions: int) -> dict:
+    """The SDK's calls a message in its end to end, by role: (a run of ``messages`` more)
+    minus (a short run), over ``messages``."""
+    count = ThreadCalls()
+    short = count.during(lambda: measure_end_to_end(plan, WARM_UP_MESSAGES, "remoting"))
+    full = count.during(lambda: measure_end_to_end(plan, WARM_UP_MESSAGES + messages, "remoting"))
+    by_function = per_message(short, full, messages)
+    figures: dict = {
+        role: {
+            "python": round(sum(n for f, n in calls.items() if f.startswith("python ")), 1),
+            "c": round(sum(n for f, n in calls.items() if f.startswith("c ")), 1),
+        }
+        for role, calls in by_function.items()
+    }
+    if functions:
+        figures["top_functions"] = top(by_function, functions)
+    return figures
+
+
 def run(messages: int, functions: int = 0) -> dict:
     root = tempfile.mkdtemp(prefix="ferrymq-bench-calls-")
     prefix = os.path.join(root, "calls")
@@ -82,6 +145,7 @@ def run(messages: int, functions: int = 0) -> dict:
         before = counts_of(master.pid, prefix, 0)
         measure_end_to_end_by_channel(plan, messages)
         after = counts_of(master.pid, prefix, 1)
+        sdk = sdk_calls(plan, messages, functions)
     finally:
         os.environ.pop(ENV, None)
         stop_cluster(os.path.join(root, "cluster"))
@@ -93,6 +157,7 @@ def run(messages: int, functions: int = 0) -> dict:
         "python_calls_per_message": round(sum(s["python"] for s in stretches.values()), 1),
         "c_calls_per_message": round(sum(s["c"] for s in stretches.values()), 1),
         "by_stretch": stretches,
+        "sdk": sdk,
     }
     if functions:
         by_function = per_message(before["functions"], after["functions"], sent)
@@ -118,6 +183,12 @@ def main() -> None:
         print(
             f"{'all':20} {figures['python_calls_per_message']:8} {figures['c_calls_per_message']:8}"
         )
+        print("the SDK's end to end, this process's calls a message by thread:")
+        for role in ("producer", "consumer"):
+            calls = figures["sdk"][role]
+            print(f"{'SDK ' + role:20} {calls['python']:8} {calls['c']:8}")
+            for function, per_message in figures["sdk"].get("top_functions", {}).get(role, []):
+                print(f"    {per_message:8} {function}")
     print(json.dumps(figures))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 
 from bench import calls
 from node.call_count import ENV, CallCount, install_from_env
@@ -49,6 +50,20 @@ def test_a_call_counts_under_the_innermost_stretch_on_its_stack(tmp_path):
     assert count.write().endswith(".1")  # the next write, counting on
 
 
+def test_the_bench_process_s_calls_count_by_thread():
+    def work() -> None:
+        unnamed()
+        reader = threading.Thread(target=lambda: [unnamed(), unnamed()])
+        reader.start()
+        reader.join()
+
+    by_role = calls.ThreadCalls().during(work)
+    assert by_role["producer"]["python unnamed"] == 1  # the main thread's
+    assert by_role["consumer"]["python unnamed"] == 2  # the thread it started
+    assert by_role["consumer"]["c abs"] == 2
+    assert sys.getprofile() is None and threading.getprofile() is None
+
+
 def test_nothing_counts_unless_asked(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
     assert install_from_env() is None
@@ -66,4 +81,9 @@ def test_the_master_s_calls_a_message_by_stretch():
     assert abs(figures["python_calls_per_message"] - total) < 0.5
     assert ENV not in os.environ
     [(function, per_message), *_] = figures["top_functions"]["produce lane"]
+    assert function.startswith(("python ", "c ")) and per_message >= 1
+    sdk = figures["sdk"]  # the bench process's own, the clients' start differenced out
+    for role in ("producer", "consumer"):
+        assert 1 <= sdk[role]["python"] < 1000, sdk
+    [(function, per_message), *_] = sdk["top_functions"]["consumer"]
     assert function.startswith(("python ", "c ")) and per_message >= 1
