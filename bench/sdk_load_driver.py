@@ -101,28 +101,42 @@ class Step:
 
 class Arrivals:
     """What the consumer's process counts, in shared memory: arrivals in all, and the end
-    to end of the arrivals in each step (the step the producer is in when they arrive)."""
+    to end of the arrivals in each step (the step not yet ended when they arrive; after
+    the last, a slot of their own). An arrival and a step's end take ``counts`` each, so
+    every arrival is in exactly one step's event (``end_step``), as ``LoadSteps.java``
+    counts for the Java drivers."""
 
     def __init__(self, steps: int) -> None:
+        slots = steps + 1  # the last for arrivals after the last step ended
+        self.counts = multiprocessing.Lock()
         self.step = multiprocessing.Value(ctypes.c_int64, 0, lock=False)
         self.received = multiprocessing.Value(ctypes.c_int64, 0, lock=False)
         self.ready = multiprocessing.Event()
         self.stop = multiprocessing.Event()
-        self.per_step = multiprocessing.Array(ctypes.c_int64, steps, lock=False)
-        self.end_to_end = multiprocessing.Array(ctypes.c_int64, steps * BUCKETS, lock=False)
-        self.largest_us = multiprocessing.Array(ctypes.c_int64, steps, lock=False)
+        self.per_step = multiprocessing.Array(ctypes.c_int64, slots, lock=False)
+        self.end_to_end = multiprocessing.Array(ctypes.c_int64, slots * BUCKETS, lock=False)
+        self.largest_us = multiprocessing.Array(ctypes.c_int64, slots, lock=False)
 
     def record(self, born_ms: int) -> None:
-        step = self.step.value
         micros = max(0, time.time_ns() // 1_000_000 - born_ms) * 1000
-        self.end_to_end[step * BUCKETS + bucket_of(micros)] += 1
-        self.largest_us[step] = max(self.largest_us[step], micros)
-        self.per_step[step] += 1
-        self.received.value += 1
+        with self.counts:
+            step = self.step.value
+            self.end_to_end[step * BUCKETS + bucket_of(micros)] += 1
+            self.largest_us[step] = max(self.largest_us[step], micros)
+            self.per_step[step] += 1
+            self.received.value += 1
 
-    def of_step(self, step: int) -> tuple[int, dict[str, float]]:
+    def end_step(self, step: int) -> tuple[int, int]:
+        """End ``step``: its arrivals and the arrivals in all, read at one moment; later
+        arrivals count in the next step."""
+        with self.counts:
+            self.step.value = step + 1
+            return self.per_step[step], self.received.value
+
+    def of_step(self, step: int) -> dict[str, float]:
+        """The end to end of an ended step's arrivals."""
         counts = self.end_to_end[step * BUCKETS : (step + 1) * BUCKETS]
-        return self.per_step[step], histogram_json(counts, self.largest_us[step])
+        return histogram_json(counts, self.largest_us[step])
 
 
 def consume(access: str, topic: str, group: str, arrivals: Arrivals) -> None:
@@ -184,10 +198,9 @@ async def produce(
     acked = 0
     with Producer(access) as producer:
         for index, (rate, seconds) in enumerate(steps):
-            arrivals.step.value = index
             step, sent, took_s = await run_step(producer, topic, body, rate, seconds)
             acked += step.acked
-            received, end_to_end = arrivals.of_step(index)
+            received, received_in_all = arrivals.end_step(index)
             emit(
                 {
                     "event": "step",
@@ -200,8 +213,8 @@ async def produce(
                     "error_samples": step.samples,
                     "publish_ms": histogram_json(step.publish, step.publish_max_us),
                     "received": received,
-                    "end_to_end_ms": end_to_end,
-                    "backlog": max(0, acked - arrivals.received.value),
+                    "end_to_end_ms": arrivals.of_step(index),
+                    "backlog": max(0, acked - received_in_all),
                 }
             )
     return acked

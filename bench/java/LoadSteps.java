@@ -35,7 +35,12 @@ public final class LoadSteps {
     private static final java.io.PrintStream EVENTS = System.out;
     private static final AtomicLong TOTAL_ACKED = new AtomicLong();
     private static final AtomicLong TOTAL_RECEIVED = new AtomicLong();
-    private static volatile Step current = new Step();
+    // A step's counts and the totals change together and are read together (endStep): a
+    // receipt counted between the reads of a step's figures and the totals, or after its
+    // event but before the next step began, was in no step's event, and the steps' sum
+    // came short of the totals by a consumer's batch (500 of Kafka's records once).
+    private static final Object COUNTS = new Object();
+    private static Step current = new Step();  // guarded by COUNTS
 
     private LoadSteps() {
     }
@@ -105,8 +110,10 @@ public final class LoadSteps {
 
         /** The send made at {@code sentAtNs} was acknowledged as the broker's mode asks. */
         public void acknowledged(long sentAtNs) {
-            acked.incrementAndGet();
-            TOTAL_ACKED.incrementAndGet();
+            synchronized (COUNTS) {
+                acked.incrementAndGet();
+                TOTAL_ACKED.incrementAndGet();
+            }
             answered(sentAtNs);
         }
 
@@ -133,10 +140,53 @@ public final class LoadSteps {
 
     /** The consumer received a message stamped {@code bornMs} (epoch milliseconds). */
     public static void received(long bornMs) {
-        Step step = current;
-        step.endToEnd.record(Math.max(0, System.currentTimeMillis() - bornMs) * 1000);
-        step.received.incrementAndGet();
-        TOTAL_RECEIVED.incrementAndGet();
+        long ageUs = Math.max(0, System.currentTimeMillis() - bornMs) * 1000;
+        Step step;
+        synchronized (COUNTS) {
+            step = current;
+            step.received.incrementAndGet();
+            TOTAL_RECEIVED.incrementAndGet();
+        }
+        step.endToEnd.record(ageUs);
+    }
+
+    /** A step's event's counts, read with the totals at one moment. */
+    static final class StepCounts {
+        final long acked;
+        final long received;
+        final long backlog;  // acknowledged in every step so far, not received yet
+
+        StepCounts(long acked, long received, long backlog) {
+            this.acked = acked;
+            this.received = received;
+            this.backlog = backlog;
+        }
+    }
+
+    /**
+     * Ends {@code step} (the current one): its counts with the backlog, taken together, and
+     * from now on a receipt counts in the next step. So the steps' received add up to the
+     * total received, and with the last step's backlog to the total acknowledged.
+     */
+    static StepCounts endStep(Step step) {
+        synchronized (COUNTS) {
+            StepCounts counts = new StepCounts(step.acked.get(), step.received.get(),
+                Math.max(0, TOTAL_ACKED.get() - TOTAL_RECEIVED.get()));
+            current = new Step();
+            return counts;
+        }
+    }
+
+    /** Receipts counted so far, in every step. */
+    static long totalReceived() {
+        return TOTAL_RECEIVED.get();
+    }
+
+    /** The step receipts count in now: the next to run, once the last one ended. */
+    static Step currentStep() {
+        synchronized (COUNTS) {
+            return current;
+        }
     }
 
     /**
@@ -158,8 +208,14 @@ public final class LoadSteps {
         while (System.nanoTime() < drainUntil && TOTAL_RECEIVED.get() < TOTAL_ACKED.get()) {
             LockSupport.parkNanos(50_000_000L);
         }
-        emit("{\"event\": \"drained\", \"received\": " + TOTAL_RECEIVED.get() + ", \"backlog\": "
-            + Math.max(0, TOTAL_ACKED.get() - TOTAL_RECEIVED.get()) + "}");
+        long received;
+        long backlog;
+        synchronized (COUNTS) {
+            received = TOTAL_RECEIVED.get();
+            backlog = Math.max(0, TOTAL_ACKED.get() - received);
+        }
+        emit("{\"event\": \"drained\", \"received\": " + received + ", \"backlog\": "
+            + backlog + "}");
     }
 
     /** The last event; ends the JVM (the clients' threads need not end on their own). */
@@ -174,8 +230,7 @@ public final class LoadSteps {
     }
 
     private static void runStep(Sender sender, byte[] body, double rate, double seconds) {
-        Step step = new Step();
-        current = step;
+        Step step = currentStep();  // made when the step before ended (endStep)
         long count = (long) (rate * seconds);
         long start = System.nanoTime();
         double intervalNs = 1e9 / rate;
@@ -197,6 +252,7 @@ public final class LoadSteps {
             LockSupport.parkNanos(20_000_000L);
         }
         long elapsedMs = (System.nanoTime() - start) / 1_000_000;
+        StepCounts counts = endStep(step);
         StringBuilder errors = new StringBuilder();
         StringBuilder samples = new StringBuilder();
         for (Map.Entry<String, AtomicLong> e : new TreeMap<>(step.errors).entrySet()) {
@@ -207,10 +263,10 @@ public final class LoadSteps {
         }
         emit("{\"event\": \"step\", \"rate\": " + rate + ", \"seconds\": " + seconds
             + ", \"elapsed_ms\": " + elapsedMs + ", \"sent\": " + count + ", \"acked\": "
-            + step.acked.get() + ", \"errors\": {" + errors + "}, \"error_samples\": {" + samples
+            + counts.acked + ", \"errors\": {" + errors + "}, \"error_samples\": {" + samples
             + "}, \"publish_ms\": " + step.publish.json() + ", \"received\": "
-            + step.received.get() + ", \"end_to_end_ms\": " + step.endToEnd.json()
-            + ", \"backlog\": " + Math.max(0, TOTAL_ACKED.get() - TOTAL_RECEIVED.get()) + "}");
+            + counts.received + ", \"end_to_end_ms\": " + step.endToEnd.json()
+            + ", \"backlog\": " + counts.backlog + "}");
     }
 
     private static void emit(String line) {

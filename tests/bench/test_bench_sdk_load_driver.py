@@ -49,3 +49,17 @@ def test_a_step_behind_its_clock_lets_its_first_sends_go_before_its_last_is_made
     assert sent == count and step.acked == count and not step.errors
     # The first answer came while a few of the step's sends were made, not all of them.
     assert queued_when_answered[0] <= driver.YIELD_EVERY + 1
+
+
+def test_every_arrival_counts_in_exactly_one_step_s_event():
+    arrivals = driver.Arrivals(2)
+    now_ms = driver.time.time_ns() // 1_000_000
+    for _ in range(3):
+        arrivals.record(now_ms)
+    assert arrivals.end_step(0) == (3, 3)  # step 0's arrivals, and all so far
+    arrivals.record(now_ms)  # after step 0's event: step 1's, not step 0's
+    arrivals.record(now_ms)
+    assert arrivals.end_step(1) == (2, 5)
+    arrivals.record(now_ms)  # after the last step: in neither event, in the backlog's count
+    assert arrivals.per_step[:] == [3, 2, 1] and arrivals.received.value == 6
+    assert arrivals.of_step(0)["max"] >= 0 and sum(arrivals.end_to_end[:]) == 6
