@@ -291,11 +291,11 @@ class RemotingChannel:
         bytes TLS has decrypted), each awaited one for its ``receive``; no system call
         but for TLS's."""
         sock = self._socket
+        if sock is None:
+            return
         tls = self._tls is not None
-        if sock is None or not (self._frames.holds_whole_frame() or (tls and _tls_pending(sock))):
-            return  # the common case, asked before every wait: no context to enter
-        try:
-            while self._frames.holds_whole_frame() or _tls_pending(sock):
+        try:  # a buffered frame over the size limit is a failed connection too
+            while self._frames.holds_whole_frame() or (tls and _tls_pending(sock)):
                 self._keep(decode(self._frames.next_frame(sock)))
         except (OSError, CodecError) as error:
             raise self._failed(error, self.timeout_s) from None

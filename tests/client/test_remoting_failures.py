@@ -19,8 +19,16 @@ from chaos.history import FAILED, UNKNOWN
 from chaos.workload import outcome_of
 from ferrymq.client import FerryError, Message, Producer
 from ferrymq.client.errors import TRANSPORT
-from ferrymq.client.remoting_channel import RemotingChannel
+from ferrymq.client.remoting_channel import RemotingChannel, wait_readable
 from ferrymq.codec.dead_peer import DEAD_LINK_S
+from ferrymq.codec.remoting import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FLAG_RESPONSE,
+    FRAME_LENGTH,
+    SERIALIZE_ROCKETMQ,
+    RemotingCommand,
+    encode,
+)
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 
 BIG_BODY = b"x" * (32 << 20)  # far more than a closed window and the send buffer hold
@@ -119,3 +127,28 @@ def test_a_send_that_found_no_route_is_unsent():
     with producer, pytest.raises(FerryError) as failed:
         producer.send(Message("anywhere", b"never sent"))
     assert failed.value.code == TRANSPORT and failed.value.unsent, failed.value
+
+
+def test_a_buffered_frame_over_the_size_limit_fails_the_connection():
+    """An answer followed, in the same segment, by a frame announcing more than the
+    channel takes: reading what is buffered behind the answer (``read_frame`` then
+    ``read_buffered``) raises the SDK's UNAVAILABLE and closes the connection, as a
+    ``receive`` of it does, not the codec's own error."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    channel = RemotingChannel(f"127.0.0.1:{server.getsockname()[1]}", timeout_s=5)
+    try:
+        opaque = channel.send(310, b"ping")
+        peer, _ = server.accept()
+        with peer:
+            answer = RemotingCommand(0, opaque, FLAG_RESPONSE, serialize_type=SERIALIZE_ROCKETMQ)
+            peer.sendall(encode(answer) + FRAME_LENGTH.pack(DEFAULT_MAX_FRAME_BYTES + 1))
+            assert wait_readable([channel], 5) == [channel]
+            with pytest.raises(FerryError) as failed:
+                channel.read_frame()
+        assert failed.value.code_name == "UNAVAILABLE", failed.value
+        assert channel.fileno() == -1  # closed: nothing after it is read
+    finally:
+        channel.close()
+        server.close()
