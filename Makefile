@@ -43,7 +43,7 @@ up: $(STAMP)
 	$(PY) -m ferrymq.cli up
 
 # Two workers (the host's cores), a test file per worker at a time; then the tests that must
-# have the host to themselves (the ``alone`` marker, tests/conftest.py). Both parts run
+# have the host to themselves (the ``alone`` marker, tests/support/alone.py). Both parts run
 # whatever the first found, so one run reports every failure.
 # Bytecode first: the hundreds of Python processes the tests start (nodes, clients, tools)
 # import this tree's modules, which an editable install leaves uncompiled, and an

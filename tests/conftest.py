@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.alone import ALONE
 from tests.support.disk import FREE_DISK_NEEDED, SmallDisk
 from tests.support.nodes import NodeProcess, start_node
 from tests.support.timers import Timers
@@ -85,22 +86,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     process.wait()
 
 
-# ---- which tests run alone --------------------------------------------------------------
-# make test runs the suite on two workers (pytest-xdist, a file per worker at a time), then
-# these files by themselves (``-m alone``): they load the host on purpose, and their bounds
-# (a chaos run's, a busy node's lease) assume no other load than theirs. The benchmarks'
-# smoke runs check that figures are there and sane, not how fast: they run on a worker.
-ALONE = {
-    "tests/chaos/test_chaos_run.py": "chaos runs with overload faults; their checker's bounds",
-    "tests/chaos/test_chaos_overload.py": "starves and throttles processes with cgroups",
-    "tests/cluster/test_liveness.py": "busy nodes keep their lease: the host's load is the test",
-}
-
-
+# ---- which tests run alone (tests/support/alone.py) -----------------------------------
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = Path(str(config.rootpath))
     if missing := [name for name in ALONE if not (root / name).exists()]:
-        raise pytest.UsageError(f"tests/conftest.py ALONE names files that are gone: {missing}")
+        raise pytest.UsageError(f"tests/support/alone.py names files that are gone: {missing}")
     for item in items:
         if Path(str(item.path)).relative_to(root).as_posix() in ALONE:
             item.add_marker(pytest.mark.alone)
