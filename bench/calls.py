@@ -43,7 +43,7 @@ from bench.cluster import (
     stop_cluster,
 )
 from ferrymq.launcher.polling import until
-from node.call_count import ENV
+from node.call_count import ENV, called
 
 WARM_UP_MESSAGES = 300
 
@@ -87,14 +87,10 @@ class ThreadCalls:
         self.counts: Counter[tuple[str, str]] = Counter()  # "<role>", "<kind> <function>"
 
     def profile(self, frame, event: str, arg: object) -> None:
-        if event == "call":
-            function = f"python {frame.f_code.co_qualname}"
-        elif event == "c_call":
-            function = f"c {getattr(arg, '__qualname__', None) or type(arg).__name__}"
-        else:
-            return
-        main = threading.current_thread() is threading.main_thread()
-        self.counts[("producer" if main else "consumer", function)] += 1
+        call = called(frame, event, arg)
+        if call is not None:
+            main = threading.current_thread() is threading.main_thread()
+            self.counts[("producer" if main else "consumer", " ".join(call))] += 1
 
     def during(self, work) -> dict[str, dict[str, int]]:
         """The calls ``work()`` made, by role and function, on every thread it started."""

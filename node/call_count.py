@@ -44,6 +44,16 @@ STRETCHES: tuple[tuple[str, str], ...] = (
 )
 
 
+def called(frame: FrameType, event: str, arg: object) -> tuple[str, str] | None:
+    """A profile event's call as (kind, function): ("python", its qualified name) or ("c",
+    the C function's); None for the other events (returns, exceptions)."""
+    if event == "call":
+        return "python", frame.f_code.co_qualname
+    if event == "c_call":
+        return "c", getattr(arg, "__qualname__", None) or type(arg).__name__
+    return None
+
+
 class CallCount:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
@@ -66,11 +76,9 @@ class CallCount:
         return "other"
 
     def profile(self, frame: FrameType, event: str, arg: object) -> None:
-        if event == "call":
-            self.counts[(self._stretch(frame), "python", frame.f_code.co_qualname)] += 1
-        elif event == "c_call":
-            name = getattr(arg, "__qualname__", None) or type(arg).__name__
-            self.counts[(self._stretch(frame), "c", name)] += 1
+        call = called(frame, event, arg)
+        if call is not None:
+            self.counts[(self._stretch(frame), *call)] += 1
 
     def write(self, *_signal) -> str:
         """The counts so far, to the next ``<prefix>.<pid>.<n>``; that path. Each stretch
