@@ -38,7 +38,7 @@ public final class LoadSteps {
     // A step's counts and the totals change together and are read together (endStep): a
     // receipt counted between the reads of a step's figures and the totals, or after its
     // event but before the next step began, was in no step's event, and the steps' sum
-    // came short of the totals by a consumer's batch (500 of Kafka's records once).
+    // came short of the totals (by 500 once, in the Kafka smoke run).
     private static final Object COUNTS = new Object();
     private static Step current = new Step();  // guarded by COUNTS
 
