@@ -39,6 +39,9 @@ from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
 HEARTBEAT_INTERVAL_S = 5.0
+# A waiting fetch's answers with records (``FetchRequest.follow``): the node reads on after
+# each, so a tailing reader does not ask again once a message (the node's most).
+FETCH_FOLLOW = 64
 # A fetch's answers that are not errors: records, or none yet (its wait ended).
 ANSWERED_CODES = frozenset((pb.OK, pb.MESSAGE_NOT_FOUND))
 
@@ -250,9 +253,10 @@ class PullConsumer:
         way or waiting on the node for every assigned queue (``_Sent``), so a message
         written to any of them is answered at once, however many queues the consumer
         reads. A queue whose answer had records has its next fetch sent before these are
-        decoded (``_take``); answers that come while another queue's are handed out
-        wait for their turn. Otherwise (gRPC, or no prefetch) the queues are asked one at
-        a time in turn without waiting, and the last one waits."""
+        decoded, or the node reads on by itself (``_take``, ``_follow``); answers that
+        come while another queue's are handed out wait for their turn. Otherwise (gRPC,
+        or no prefetch) the queues are asked one at a time in turn without waiting, and
+        the last one waits."""
         self._maybe_rebalance()
         queues = self._assigned
         if not queues:
@@ -322,8 +326,12 @@ class PullConsumer:
         """Send ``queue``'s next fetch on ``channel``, waiting up to ``wait_s`` on the
         node; its answer is taken by this poll or a later one."""
         timeout_s = wait_s + self.endpoints.timeout_s
-        request = self._request(queue, wait_s).SerializeToString()
-        opaque = channel.send(FerryRequestCode.FERRY_FETCH, request, None, timeout_s)
+        request = self._request(queue, wait_s)
+        if wait_s > 0:
+            request.follow = FETCH_FOLLOW
+        opaque = channel.send(
+            FerryRequestCode.FERRY_FETCH, request.SerializeToString(), None, timeout_s
+        )
         now = time.monotonic()
         self._sent[queue] = _Sent(
             queue,
@@ -344,16 +352,31 @@ class PullConsumer:
         had the messages, a tailing reader's fetch reached the node just before a send
         that caller then made, and the node was still parking the fetch when the send
         came: the send waited (bench/RESULTS.md, "A tailing reader's next fetch sent with
-        its answer")."""
+        its answer"). A fetch whose answer says the node reads on (``follows``) is not
+        sent again: the next answer comes to the same request (``_follow``)."""
         del self._sent[sent.queue]
         if sent.poll != self._polls:
             self.prefetched += 1
         answer = self._answered(sent.queue, fetch_answer(sent.channel.receive(sent.opaque)))
         if answer is None or not answer.records:
             return []
-        if wait_s > 0 or answer.next_offset < answer.max_offset:
+        if answer.follows:
+            self._follow(sent)
+        elif wait_s > 0 or answer.next_offset < answer.max_offset:
             self._send_fetch(sent.queue, sent.channel, wait_s)
         return received_messages(answer.records, sent.queue.broker_group)
+
+    def _follow(self, sent: _Sent) -> None:
+        """``sent`` was answered and the node reads on (``FetchRequest.follow``): it waits
+        for that answer as for a fetch sent now from the queue's new position, with the
+        wait it was sent with."""
+        sent.channel.await_more(sent.opaque)
+        now = time.monotonic()
+        sent.offset = self._positions[sent.queue]
+        sent.poll = self._polls
+        sent.answers_by = now + sent.timeout_s - self.endpoints.timeout_s
+        sent.due = now + sent.timeout_s
+        self._sent[sent.queue] = sent
 
     def _drop_unfit(self, channels: dict[QueueRef, RemotingChannel]) -> None:
         """Forget the sent fetches that no longer fit: of a queue no longer assigned, from

@@ -140,6 +140,7 @@ class FetchAnswer:
     next_offset: int
     min_offset: int
     max_offset: int
+    follows: bool  # another answer to the same fetch comes (``FetchRequest.follow``)
 
 
 def fetch_answer(answer: RemotingCommand) -> FetchAnswer:
@@ -157,6 +158,7 @@ def fetch_answer(answer: RemotingCommand) -> FetchAnswer:
         head.next_offset,
         head.min_offset,
         head.max_offset,
+        head.follows,
     )
 
 
@@ -183,6 +185,8 @@ class RemotingChannel:
         # answered during a route refresh): kept, not skipped.
         self._awaited: set[int] = set()
         self._answers: dict[int, RemotingCommand] = {}
+        # A followed fetch's answers that came behind the one kept, in order.
+        self._behind: dict[int, list[RemotingCommand]] = {}
         self._used_at = 0.0
 
     def _open_socket(self) -> socket.socket:
@@ -263,6 +267,8 @@ class RemotingChannel:
         kept = self._answers.pop(opaque, None)
         if kept is not None:
             self._awaited.discard(opaque)
+            if self._behind:
+                self._next_behind(opaque)
             return answer_body(self.address, kept)
         sock = self._socket
         if sock is None or opaque not in self._awaited:
@@ -314,9 +320,27 @@ class RemotingChannel:
         self.read_buffered()
 
     def _keep(self, answer: RemotingCommand) -> None:
-        """An answer someone will ``receive``, kept for it; any other is dropped."""
+        """An answer someone will ``receive``, kept for it; any other is dropped. A
+        followed fetch's answer that comes while the one before it is kept waits behind
+        it."""
         if answer.is_response and answer.opaque in self._awaited:
-            self._answers[answer.opaque] = answer
+            if answer.opaque in self._answers:
+                self._behind.setdefault(answer.opaque, []).append(answer)
+            else:
+                self._answers[answer.opaque] = answer
+
+    def _next_behind(self, opaque: int) -> None:
+        behind = self._behind.get(opaque)
+        if behind:
+            self._answers[opaque] = behind.pop(0)
+            if not behind:
+                del self._behind[opaque]
+
+    def await_more(self, opaque: int) -> None:
+        """Request ``opaque`` was answered and says another answer follows (a followed
+        FERRY_FETCH): keep that one for ``receive`` too."""
+        if self._socket is not None:
+            self._awaited.add(opaque)
 
     def answered(self, opaque: int) -> bool:
         """Whether request ``opaque``'s answer is here (``read_buffered`` and ``read_frame``
@@ -350,6 +374,7 @@ class RemotingChannel:
         comes (a dropped prefetch)."""
         self._awaited.discard(opaque)
         self._answers.pop(opaque, None)
+        self._behind.pop(opaque, None)
 
     def close(self) -> None:
         if self._socket is not None:
@@ -357,6 +382,7 @@ class RemotingChannel:
             self._socket = None
         self._awaited.clear()
         self._answers.clear()
+        self._behind.clear()
 
 
 def _tls_pending(sock: socket.socket) -> bool:

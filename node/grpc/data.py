@@ -59,6 +59,7 @@ class DataService(data_pb2_grpc.DataServicer):
                 request.max_bytes,
                 list(request.tags),
                 poll_budget_s(request.wait_ms / 1000, context),
+                follow=request.follow,
             )
         except AccessDenied as denied:
             await refuse_call(context, denied)

@@ -211,6 +211,16 @@ class RemotingConnection(asyncio.Protocol):
     def release(self, waiting: Cancellable) -> None:
         self._held.discard(waiting)
 
+    def keeps_up(self) -> bool:
+        """Whether the peer reads this connection's answers: it is open and its writes
+        are not paused (a lane's followed fetch answers again only then)."""
+        return not self.closed and not self._write_paused
+
+    def answer_more(self, response: RemotingCommand) -> bool:
+        """Write a lane's answer that is not its request's last (a followed FERRY_FETCH):
+        the request stays in flight until the last comes through its ``answerer``."""
+        return self._write_answer(self._encoded(response))
+
     def add_close_callback(self, callback: Callable[[RemotingConnection], None]) -> None:
         """``callback(connection)`` runs once when the connection ends."""
         self._close_callbacks.append(callback)

@@ -129,10 +129,13 @@ def produce_answer(request: RemotingCommand, outcome: ProduceOutcome) -> Remotin
     return request.reply(ResponseCode.SUCCESS, body=body)
 
 
-def fetch_reply(request: RemotingCommand, outcome: FetchOutcome) -> RemotingCommand:
+def fetch_reply(
+    request: RemotingCommand, outcome: FetchOutcome, follows: bool = False
+) -> RemotingCommand:
     """FERRY_FETCH's answer: SUCCESS, the ``FetchResponse`` in the body, its records
-    appended as stored (``bytes_field``)."""
-    head = api.FetchResponse(**outcome.head_fields()).SerializeToString()
+    appended as stored (``bytes_field``); ``follows``: another answer to ``request`` comes
+    (the fetch lane's followed fetch)."""
+    head = api.FetchResponse(**outcome.head_fields(), follows=follows).SerializeToString()
     body = bytes_field.encode(head, outcome.records, bytes_field.FETCH_RECORDS_FIELD)
     return request.reply(ResponseCode.SUCCESS, body=body)
 
@@ -192,5 +195,6 @@ class FerryDataHandlers:
             list(fetch.tags),
             poll_budget_s(fetch.wait_ms / 1000, None),
             lambda outcome: encoded(fetch_reply(request, outcome))(),
+            follow=fetch.follow,
         )
         return None if connection.answered_ahead() else fetch_reply(request, outcome)

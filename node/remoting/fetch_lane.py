@@ -18,6 +18,16 @@ refusal, a topic to catch up with, an offset reset to tell); the request then go
 through the handler, which gives the precise answer. A read it left waiting is cancelled
 when its connection ends (``RemotingConnection.hold``).
 
+A fetch that asks to ``follow`` (up to ``FETCH_FOLLOW_MAX`` more answers with records) is
+not asked again by a tailing reader once a message: after an answer with records, the
+lane reads on from its ``next_offset`` as a fetch with that offset would, the read
+service's rules applied again (``ReadService.fetch_read_now``), and says so in the answer
+(``follows``). It answers a last time, without ``follows``, once its answers are spent,
+once a read finds nothing in its wait, when the next read is not the common case (the
+reader then asks again and the handler answers precisely), and whenever the connection's
+peer does not read its answers (``RemotingConnection.keeps_up``): what is written to a
+connection stays bounded by one answer a request, as without ``follow``.
+
 Thread-safety: the node's event loop.
 """
 
@@ -25,14 +35,15 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
-from ferrymq.codec.remoting import RemotingCommand
+from ferrymq.codec.remoting import FLAG_ONEWAY, RemotingCommand
 from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.ferrymq import data_pb2 as api
 from node.long_polling import poll_budget_s
 from node.remoting.authentication import RemotingCallers, method_of
 from node.remoting.ferry_data import fetch_reply
 from node.remoting.produce_lane import Answerer
-from node.services.reads import FetchOutcome, ReadService, WaitingFetch
+from node.services.caller import Caller
+from node.services.reads import FETCH_FOLLOW_MAX, FetchOutcome, ReadService, WaitingFetch
 
 
 class FetchLane:
@@ -58,8 +69,10 @@ class FetchLane:
             fetch = api.FetchRequest.FromString(request.body)
         except DecodeError:
             return False
-        if fetch.tags:
+        if fetch.tags or not 0 <= fetch.follow <= FETCH_FOLLOW_MAX:
             return False
+        follows = 0 if request.flag & FLAG_ONEWAY else fetch.follow
+        ends = _LaneFetchEnds(request, connection, answerer, self._reads, caller, fetch, follows)
         return self._reads.fetch_now(
             caller,
             fetch.topic,
@@ -68,24 +81,74 @@ class FetchLane:
             fetch.offset,
             fetch.max_messages,
             fetch.max_bytes,
-            poll_budget_s(fetch.wait_ms / 1000, None),
-            _LaneFetchEnds(request, connection, answerer),
+            ends.wait_s,
+            ends,
         )
 
 
 class _LaneFetchEnds:
     """``FetchEnds`` of one FERRY_FETCH the lane took: its answers through the
-    connection's ``answerer``, its wait held by the connection."""
+    connection's ``answerer``, its wait held by the connection; while it has ``follows``
+    left, an answer with records is followed by the next read."""
 
-    __slots__ = ("_answerer", "_connection", "_request")
+    __slots__ = (
+        "_answerer",
+        "_caller",
+        "_connection",
+        "_fetch",
+        "_follows",
+        "_reads",
+        "_request",
+        "wait_s",
+    )
 
-    def __init__(self, request: RemotingCommand, connection, answerer: Answerer) -> None:
+    def __init__(
+        self,
+        request: RemotingCommand,
+        connection,
+        answerer: Answerer,
+        reads: ReadService,
+        caller: Caller,
+        fetch: api.FetchRequest,
+        follows: int,
+    ) -> None:
         self._request = request
         self._connection = connection
         self._answerer = answerer
+        self._reads = reads
+        self._caller = caller
+        self._fetch = fetch
+        self._follows = follows
+        self.wait_s = poll_budget_s(fetch.wait_ms / 1000, None)
 
     def answer(self, outcome: FetchOutcome) -> None:
-        self._answerer(self._request, fetch_reply(self._request, outcome))()
+        following = self._next_read(outcome) if self._follows else None
+        if following is None:
+            self._answerer(self._request, fetch_reply(self._request, outcome))()
+            return
+        self._follows -= 1
+        self._connection.answer_more(fetch_reply(self._request, outcome, follows=True))
+        try:
+            self._reads.start_fetch(following, self)
+        except Exception as error:  # the next read's first look: its last answer says it
+            self.fail(error)
+
+    def _next_read(self, outcome: FetchOutcome):
+        """The read after ``outcome``'s, when this fetch follows it: ``outcome`` had
+        records, the peer reads its answers, and the read service takes that read now."""
+        if not outcome.records or not self._connection.keeps_up():
+            return None
+        fetch = self._fetch
+        return self._reads.fetch_read_now(
+            self._caller,
+            fetch.topic,
+            fetch.group,
+            fetch.queue_id,
+            outcome.next_offset,
+            fetch.max_messages,
+            fetch.max_bytes,
+            self.wait_s,
+        )
 
     def fail(self, error: Exception) -> None:
         self._answerer(self._request, self._connection.failure_answer(self._request, error))()

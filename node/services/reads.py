@@ -55,6 +55,8 @@ Answer = TypeVar("Answer")
 FETCH_MESSAGES_MAX = 4096
 FETCH_MESSAGES_DEFAULT = 1024
 FETCH_BYTES_DEFAULT = 4 << 20
+# FERRY_FETCH's ``follow``: answers with records after the first, at most (the lane's).
+FETCH_FOLLOW_MAX = 64
 
 
 @dataclass(slots=True)
@@ -286,18 +288,23 @@ class ReadService:
         tags: list[str],
         wait_s: float,
         ahead: Callable[[FetchOutcome], None] | None = None,
+        follow: int = 0,
     ) -> FetchOutcome:
         """ferrymq's Fetch, through either door (the SDK and the Spark source read with
         it): up to ``max_messages`` (0: ``FETCH_MESSAGES_DEFAULT``, at most
         ``FETCH_MESSAGES_MAX``) records and ``max_bytes`` (0: ``FETCH_BYTES_DEFAULT``) of
         them; the group must exist; an offset outside the queue is ILLEGAL_OFFSET with where
         to go on; nothing in ``wait_s`` is MESSAGE_NOT_FOUND at the same offset.
-        ``ahead``: as ``read``'s (the remoting door's FERRY_FETCH).
+        ``ahead``: as ``read``'s (the remoting door's FERRY_FETCH). ``follow`` is only
+        checked here (0..``FETCH_FOLLOW_MAX``): a fetch answered here is answered once; the
+        fetch lane follows (``node/remoting/fetch_lane.py``).
         ``AccessDenied`` is left to the door (the gRPC door aborts the call); every other
         refusal is an outcome."""
         request = fetch_request(topic, group, queue_id, offset, max_messages, max_bytes, wait_s)
         if request is None:
             return fetch_outcome(pb.BAD_REQUEST, f"max_messages must be 0..{FETCH_MESSAGES_MAX}")
+        if not 0 <= follow <= FETCH_FOLLOW_MAX:
+            return fetch_outcome(pb.BAD_REQUEST, f"follow must be 0..{FETCH_FOLLOW_MAX}")
         request.tags = tags
 
         try:
@@ -328,19 +335,48 @@ class ReadService:
     ) -> bool:
         """``fetch`` with no task, for the fetch lane: True when it took the read, which
         ``ends`` then answers, at once or as the queue gets records (``WaitingFetch``);
-        False when the read is not the common case (a refusal to say, a topic to catch up
-        with, an offset reset to tell, a limit out of range), which ``fetch`` then
-        answers. A read with tags goes to ``fetch`` before this. The first look's failure
-        is raised."""
-        request = fetch_request(topic, group, queue_id, offset, max_messages, max_bytes, wait_s)
-        if self.resets or request is None:
+        False when the read is not the common case (``fetch_read_now``), which ``fetch``
+        then answers. A read with tags goes to ``fetch`` before this. The first look's
+        failure is raised."""
+        request = self.fetch_read_now(
+            caller, topic, group, queue_id, offset, max_messages, max_bytes, wait_s
+        )
+        if request is None:
             return False
+        self.start_fetch(request, ends)
+        return True
+
+    def fetch_read_now(
+        self,
+        caller: Caller,
+        topic: str,
+        group: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        max_bytes: int,
+        wait_s: float,
+    ) -> ReadRequest | None:
+        """The read a fetch with no task makes, the read service's rules applied now (a
+        fetch the lane takes, and each next read of a followed fetch): None when it is not
+        the common case (a refusal to say, a topic to catch up with, an offset reset to
+        tell, a limit out of range), which ``fetch`` answers precisely."""
+        if self.resets:
+            return None
+        request = fetch_request(topic, group, queue_id, offset, max_messages, max_bytes, wait_s)
+        if request is None:
+            return None
         try:
             request.topic = self.readable_queue_now(caller, topic, group, queue_id).name
         except (AccessDenied, TopicError, InvalidRequest):
-            return False
+            return None
+        return request
+
+    def start_fetch(self, request: ReadRequest, ends: FetchEnds) -> None:
+        """Answer ``request`` (``fetch_read_now``'s) through ``ends``: at once when its
+        first look finds records, else when they come or its wait ends. The first look's
+        failure is raised."""
         WaitingFetch(self, request, ends).start()
-        return True
 
     def _get(
         self, topic: str, queue_id: int, offset: int, request: ReadRequest, chosen: Selection

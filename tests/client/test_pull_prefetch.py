@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import pytest
 
-from ferrymq.client import Admin, Message, Producer, PullConsumer
+from ferrymq.client import Admin, Message, Producer, PullConsumer, pull_consumer
 from ferrymq.client.remoting_channel import RemotingChannel
 from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.ferrymq.data_pb2 import FetchRequest
@@ -129,11 +129,14 @@ def test_a_prefetch_answered_while_another_request_is_waited_for_is_kept(address
         assert consumer.prefetched == 2
 
 
-def test_a_reader_keeping_up_with_one_queue_sends_one_fetch_per_poll(address, monkeypatch):
+def test_a_reader_keeping_up_with_one_queue_sends_one_fetch_for_many_messages(address, monkeypatch):
     """Each poll asked without waiting first, then waited, and each fetch with records sent
     a prefetch: a reader at the queue's end made two or three fetches per message, the
-    prefetch always answered empty (twice a tailing reader's requests on the node, and a
-    round trip more between a send and its arrival)."""
+    prefetch always answered empty. Then one a message. Now its fetch follows
+    (``FetchRequest.follow``): the node reads on after each answer, and the reader asks
+    again only once a fetch's answers are spent (here ``FETCH_FOLLOW`` 3: every fourth
+    message)."""
+    monkeypatch.setattr(pull_consumer, "FETCH_FOLLOW", 3)
     with Admin(address) as admin:
         admin.create_topic("tailed", queue_count=1)
         admin.create_group("tail-readers")
@@ -155,14 +158,13 @@ def test_a_reader_keeping_up_with_one_queue_sends_one_fetch_per_poll(address, mo
         for i in range(10):
             producer.send(Message("tailed", b"%d" % i))
             assert [m.body for m in consumer.poll(wait_s=5)] == [b"%d" % i]
-            # The message's fetch, and the next one, parked on the node before the
-            # poll returned (``test_a_tailing_reader_s_next_fetch_leaves_with_its_answer``).
-            assert len(fetches) == i + 2
+            assert len(fetches) == 1 + (i + 1) // 4
         fetches.clear()
-        assert consumer.poll(wait_s=0.2) == []  # nothing: it waits on the parked fetch
+        assert consumer.poll(wait_s=0.2) == []  # nothing: it waits on the followed fetch
         assert fetches == []
         producer.send(Message("tailed", b"late"))
         assert [m.body for m in consumer.poll(wait_s=5)] == [b"late"]
+        assert fetches == []
 
 
 def test_a_tailing_reader_s_next_fetch_leaves_with_its_answer(address, monkeypatch):
@@ -170,7 +172,9 @@ def test_a_tailing_reader_s_next_fetch_leaves_with_its_answer(address, monkeypat
     poll's caller had the message: in the end to end it reached the node just before
     the next send, which waited while the node parked the fetch. It now leaves before
     the poll returns, and parks on the node. A poll that does not wait sends none
-    (nothing would hold it on the node)."""
+    (nothing would hold it on the node). As against a node that does not follow (an older
+    one, or a fetch that asks for no ``follow``)."""
+    monkeypatch.setattr(pull_consumer, "FETCH_FOLLOW", 0)
     with Admin(address) as admin:
         admin.create_topic("tail-ahead", queue_count=1)
         admin.create_group("tail-ahead-readers")

@@ -112,7 +112,9 @@ class ParkedFetches:
         self.gate = asyncio.Event()
         self.returned: list[bool] = []
 
-    async def fetch(self, caller, topic, group, queue_id, offset, count, size, tags, wait_s, ahead):
+    async def fetch(
+        self, caller, topic, group, queue_id, offset, count, size, tags, wait_s, ahead, follow=0
+    ):
         asyncio.get_running_loop().call_soon(
             ahead, fetch_outcome(pb.OK, records=[b"given"], count=1, next_offset=offset + 1)
         )

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import time
 
+import grpc
 import pytest
 
 from ferrymq.client.messages import Message
@@ -19,6 +20,7 @@ from ferrymq.launcher.polling import until
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2 as data
+from ferrymq.protocol.ferrymq import data_pb2_grpc
 from tests.support.metrics import scrape, value
 from tests.support.nodes import start_node
 from tests.support.remoting_client import RemotingClient
@@ -249,3 +251,49 @@ def test_the_fetch_lane_answers_a_waiting_fetch_and_declines_what_it_does_not_ta
     passed_over = data.FetchResponse.FromString(answer.body)
     assert (passed_over.code, passed_over.next_offset) == (pb.MESSAGE_NOT_FOUND, 1)
     assert lane("declined") == declined + 1
+
+
+@pytest.mark.parametrize("follow", [-1, 65])
+def test_a_follow_out_of_range_is_refused_by_name_through_both_doors(node, client, follow):
+    asked = data.FetchRequest(group="g", topic="F", queue_id=1, follow=follow)
+    answer = call(client, FerryRequestCode.FERRY_FETCH, asked.SerializeToString())
+    by_remoting = data.FetchResponse.FromString(answer.body)
+    with grpc.insecure_channel(node[0].address) as channel:
+        by_grpc = data_pb2_grpc.DataStub(channel).Fetch(asked)
+    for refused in (by_remoting, by_grpc):
+        assert (refused.code, refused.message) == (pb.BAD_REQUEST, "follow must be 0..64")
+
+
+def test_a_followed_fetch_is_answered_again_on_its_request_and_ends_once_spent(node, client):
+    """Through a node's connection: each produce answered on the followed fetch's one
+    request, ``follows`` on all but its last answer; the connection then takes requests
+    as before, and has nothing in flight."""
+    started, admin = node
+    create_topic(admin, "Followed", queues=1)
+    with RemotingClient(started.remoting) as waiting:
+        asked = data.FetchRequest(
+            group="g", topic="Followed", queue_id=0, offset=0, wait_ms=20000, follow=2
+        )
+        opaque = waiting.send(
+            FerryRequestCode.FERRY_FETCH,
+            body=asked.SerializeToString(),
+            serialize_type=SERIALIZE_ROCKETMQ,
+        )
+        answers = []
+        for body in (b"a", b"b", b"c"):
+            produce = data.ProduceRequest(
+                topic="Followed", queue_id=0, count=1, records=records(body)
+            )
+            call(client, FerryRequestCode.FERRY_PRODUCE, produce.SerializeToString())
+            answer = waiting.response()
+            assert answer.opaque == opaque
+            answers.append(data.FetchResponse.FromString(answer.body))
+        assert [(a.code, a.next_offset, a.follows) for a in answers] == [
+            (pb.OK, 1, True),
+            (pb.OK, 2, True),
+            (pb.OK, 3, False),
+        ]
+        assert [decode(a.records, 0).body for a in answers] == [b"a", b"b", b"c"]
+        after = data.FetchRequest(group="g", topic="Followed", queue_id=0, offset=3)
+        answer = call(waiting, FerryRequestCode.FERRY_FETCH, after.SerializeToString())
+        assert data.FetchResponse.FromString(answer.body).code == pb.MESSAGE_NOT_FOUND

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x66\x65rrymq/data.proto\x12\x0f\x66\x65rrymq.data.v1\"\x96\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x05 \x01(\x05\x12\x11\n\tmax_bytes\x18\x06 \x01(\x05\x12\x0c\n\x04tags\x18\x07 \x03(\t\x12\x0f\n\x07wait_ms\x18\x08 \x01(\x05\"\x8b\x01\n\rFetchResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0f\n\x07records\x18\x03 \x01(\x0c\x12\r\n\x05\x63ount\x18\x04 \x01(\x05\x12\x13\n\x0bnext_offset\x18\x05 \x01(\x03\x12\x12\n\nmin_offset\x18\x06 \x01(\x03\x12\x12\n\nmax_offset\x18\x07 \x01(\x03\"a\n\x0eProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0e\n\x06\x61tomic\x18\x03 \x01(\x08\x12\r\n\x05\x63ount\x18\x04 \x01(\x05\x12\x0f\n\x07records\x18\x05 \x01(\x0c\">\n\x0eProduceFailure\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"t\n\x0fProduceResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0f\n\x07offsets\x18\x03 \x03(\x03\x12\x31\n\x08\x66\x61ilures\x18\x04 \x03(\x0b\x32\x1f.ferrymq.data.v1.ProduceFailure2\xa0\x01\n\x04\x44\x61ta\x12H\n\x05\x46\x65tch\x12\x1d.ferrymq.data.v1.FetchRequest\x1a\x1e.ferrymq.data.v1.FetchResponse\"\x00\x12N\n\x07Produce\x12\x1f.ferrymq.data.v1.ProduceRequest\x1a .ferrymq.data.v1.ProduceResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x66\x65rrymq/data.proto\x12\x0f\x66\x65rrymq.data.v1\"\xa6\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x05 \x01(\x05\x12\x11\n\tmax_bytes\x18\x06 \x01(\x05\x12\x0c\n\x04tags\x18\x07 \x03(\t\x12\x0f\n\x07wait_ms\x18\x08 \x01(\x05\x12\x0e\n\x06\x66ollow\x18\t \x01(\x05\"\x9c\x01\n\rFetchResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0f\n\x07records\x18\x03 \x01(\x0c\x12\r\n\x05\x63ount\x18\x04 \x01(\x05\x12\x13\n\x0bnext_offset\x18\x05 \x01(\x03\x12\x12\n\nmin_offset\x18\x06 \x01(\x03\x12\x12\n\nmax_offset\x18\x07 \x01(\x03\x12\x0f\n\x07\x66ollows\x18\x08 \x01(\x08\"a\n\x0eProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x0e\n\x06\x61tomic\x18\x03 \x01(\x08\x12\r\n\x05\x63ount\x18\x04 \x01(\x05\x12\x0f\n\x07records\x18\x05 \x01(\x0c\">\n\x0eProduceFailure\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"t\n\x0fProduceResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0f\n\x07offsets\x18\x03 \x03(\x03\x12\x31\n\x08\x66\x61ilures\x18\x04 \x03(\x0b\x32\x1f.ferrymq.data.v1.ProduceFailure2\xa0\x01\n\x04\x44\x61ta\x12H\n\x05\x46\x65tch\x12\x1d.ferrymq.data.v1.FetchRequest\x1a\x1e.ferrymq.data.v1.FetchResponse\"\x00\x12N\n\x07Produce\x12\x1f.ferrymq.data.v1.ProduceRequest\x1a .ferrymq.data.v1.ProduceResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,15 +32,15 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ferrymq.protocol.ferrymq.da
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FETCHREQUEST']._serialized_start=40
-  _globals['_FETCHREQUEST']._serialized_end=190
-  _globals['_FETCHRESPONSE']._serialized_start=193
-  _globals['_FETCHRESPONSE']._serialized_end=332
-  _globals['_PRODUCEREQUEST']._serialized_start=334
-  _globals['_PRODUCEREQUEST']._serialized_end=431
-  _globals['_PRODUCEFAILURE']._serialized_start=433
-  _globals['_PRODUCEFAILURE']._serialized_end=495
-  _globals['_PRODUCERESPONSE']._serialized_start=497
-  _globals['_PRODUCERESPONSE']._serialized_end=613
-  _globals['_DATA']._serialized_start=616
-  _globals['_DATA']._serialized_end=776
+  _globals['_FETCHREQUEST']._serialized_end=206
+  _globals['_FETCHRESPONSE']._serialized_start=209
+  _globals['_FETCHRESPONSE']._serialized_end=365
+  _globals['_PRODUCEREQUEST']._serialized_start=367
+  _globals['_PRODUCEREQUEST']._serialized_end=464
+  _globals['_PRODUCEFAILURE']._serialized_start=466
+  _globals['_PRODUCEFAILURE']._serialized_end=528
+  _globals['_PRODUCERESPONSE']._serialized_start=530
+  _globals['_PRODUCERESPONSE']._serialized_end=646
+  _globals['_DATA']._serialized_start=649
+  _globals['_DATA']._serialized_end=809
 # @@protoc_insertion_point(module_scope)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class FetchRequest(_message.Message):
-    __slots__ = ("group", "topic", "queue_id", "offset", "max_messages", "max_bytes", "tags", "wait_ms")
+    __slots__ = ("group", "topic", "queue_id", "offset", "max_messages", "max_bytes", "tags", "wait_ms", "follow")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class FetchRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     TAGS_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     queue_id: int
@@ -24,10 +25,11 @@ class FetchRequest(_message.Message):
     max_bytes: int
     tags: _containers.RepeatedScalarFieldContainer[str]
     wait_ms: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    follow: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., wait_ms: _Optional[int] = ..., follow: _Optional[int] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("code", "message", "records", "count", "next_offset", "min_offset", "max_offset")
+    __slots__ = ("code", "message", "records", "count", "next_offset", "min_offset", "max_offset", "follows")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +37,7 @@ class FetchResponse(_message.Message):
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWS_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
     records: bytes
@@ -42,7 +45,8 @@ class FetchResponse(_message.Message):
     next_offset: int
     min_offset: int
     max_offset: int
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+    follows: bool
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., follows: _Optional[bool] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
     __slots__ = ("topic", "queue_id", "atomic", "count", "records")
