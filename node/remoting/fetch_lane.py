@@ -23,10 +23,12 @@ not asked again by a tailing reader once a message: after an answer with records
 lane reads on from its ``next_offset`` as a fetch with that offset would, the read
 service's rules applied again (``ReadService.fetch_read_now``), and says so in the answer
 (``follows``). It answers a last time, without ``follows``, once its answers are spent,
-once a read finds nothing in its wait, when the next read is not the common case (the
-reader then asks again and the handler answers precisely), and whenever the connection's
-peer does not read its answers (``RemotingConnection.keeps_up``): what is written to a
-connection stays bounded by one answer a request, as without ``follow``.
+once a read finds nothing in its wait, and whenever the connection's peer does not read
+its answers (``RemotingConnection.keeps_up``): what is written to a connection stays
+bounded by one answer a request, as without ``follow``. The answer is written before
+the next read's rules run, so they are not on the reader's path; when that read is not
+the common case, a last answer with nothing (MESSAGE_NOT_FOUND at the same offset)
+follows, and the reader's next fetch is answered precisely by the handler.
 
 Thread-safety: the node's event loop.
 """
@@ -37,13 +39,21 @@ from google.protobuf.message import DecodeError
 
 from ferrymq.codec.remoting import FLAG_ONEWAY, RemotingCommand
 from ferrymq.codec.remoting_codes import FerryRequestCode
+from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
 from ferrymq.protocol.ferrymq import data_pb2 as api
 from node.long_polling import poll_budget_s
 from node.remoting.authentication import RemotingCallers, method_of
 from node.remoting.ferry_data import fetch_reply
 from node.remoting.produce_lane import Answerer
 from node.services.caller import Caller
-from node.services.reads import FETCH_FOLLOW_MAX, FetchOutcome, ReadService, WaitingFetch
+from node.services.reads import (
+    FETCH_FOLLOW_MAX,
+    FetchOutcome,
+    ReadRequest,
+    ReadService,
+    WaitingFetch,
+    fetch_outcome,
+)
 
 
 class FetchLane:
@@ -122,22 +132,24 @@ class _LaneFetchEnds:
         self.wait_s = poll_budget_s(fetch.wait_ms / 1000, None)
 
     def answer(self, outcome: FetchOutcome) -> None:
-        following = self._next_read(outcome) if self._follows else None
-        if following is None:
+        if not (self._follows and outcome.records and self._connection.keeps_up()):
             self._answerer(self._request, fetch_reply(self._request, outcome))()
             return
+        # Written before the next read's rules run: they are on the reader's path if not.
         self._follows -= 1
         self._connection.answer_more(fetch_reply(self._request, outcome, follows=True))
+        following = self._next_read(outcome)
+        if following is None:  # not the common case: the reader asks again, and hears why
+            self._answerer(self._request, fetch_reply(self._request, _nothing_after(outcome)))()
+            return
         try:
             self._reads.start_fetch(following, self)
         except Exception as error:  # the next read's first look: its last answer says it
             self.fail(error)
 
-    def _next_read(self, outcome: FetchOutcome):
-        """The read after ``outcome``'s, when this fetch follows it: ``outcome`` had
-        records, the peer reads its answers, and the read service takes that read now."""
-        if not outcome.records or not self._connection.keeps_up():
-            return None
+    def _next_read(self, outcome: FetchOutcome) -> ReadRequest | None:
+        """The read after ``outcome``'s, as the read service takes a fetch from its
+        ``next_offset`` now (None: not the common case)."""
         fetch = self._fetch
         return self._reads.fetch_read_now(
             self._caller,
@@ -158,3 +170,14 @@ class _LaneFetchEnds:
 
     def release(self, read: WaitingFetch) -> None:
         self._connection.release(read)
+
+
+def _nothing_after(outcome: FetchOutcome) -> FetchOutcome:
+    """A followed fetch's last answer when its next read is not taken: nothing from
+    ``outcome``'s ``next_offset``, with the bounds of ``outcome``'s look."""
+    return fetch_outcome(
+        pb.MESSAGE_NOT_FOUND,
+        next_offset=outcome.next_offset,
+        min_offset=outcome.min_offset,
+        max_offset=outcome.max_offset,
+    )

@@ -185,11 +185,11 @@ def denied(*args):
 
 
 @pytest.mark.parametrize("case", ["refused by the ACL", "a reset to tell"])
-def test_a_next_read_that_is_not_the_common_case_makes_the_answer_the_last(store, case):
-    """The next read's rules are the read service's, applied again before each answer
-    that would say ``follows``: a reader whose right was revoked, or whose group has an
-    offset reset to hear, gets its records and then asks again, and the handler answers
-    that fetch precisely."""
+def test_a_next_read_that_is_not_the_common_case_ends_it_with_nothing(store, case):
+    """The next read's rules are the read service's, applied again after each answer
+    that says ``follows``: a reader whose right was revoked, or whose group has an offset
+    reset to hear, gets its records, then a last answer with nothing at the next offset,
+    and asks again; the handler answers that fetch precisely."""
 
     async def run() -> None:
         group = Group(store)
@@ -202,7 +202,13 @@ def test_a_next_read_that_is_not_the_common_case_makes_the_answer_the_last(store
             group.reads.resets = PendingResets()
             group.reads.resets.mark("G", "orders", {0: 0})
         await written(group, b"b")
-        assert connection.answers() == [(pb.OK, 1, True, False), (pb.OK, 2, False, True)]
+        assert connection.answers() == [
+            (pb.OK, 1, True, False),
+            (pb.OK, 2, True, False),
+            (pb.MESSAGE_NOT_FOUND, 2, False, True),
+        ]
+        last, _ = connection.written[-1]
+        assert (last.min_offset, last.max_offset, last.records) == (0, 2, b"")
         assert nothing_waits(group, connection)
 
     asyncio.run(run())
