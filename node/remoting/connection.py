@@ -212,9 +212,16 @@ class RemotingConnection(asyncio.Protocol):
         self._held.discard(waiting)
 
     def keeps_up(self) -> bool:
-        """Whether the peer reads this connection's answers: it is open and its writes
-        are not paused (a lane's followed fetch answers again only then)."""
-        return not self.closed and not self._write_paused
+        """Whether the peer reads this connection's answers: it is open, not closing, and
+        its unsent answers, those gathered for the turn's end included, are below
+        ``write_high_bytes`` (where it stops reading requests). A lane's followed fetch
+        answers again only then, so what it writes unasked stays bounded as what is
+        asked is."""
+        transport = self._transport
+        if self.closed or self._write_paused or transport is None or transport.is_closing():
+            return False
+        unsent = transport.get_write_buffer_size() + self._outgoing_bytes
+        return unsent < self.limits.write_high_bytes
 
     def answer_more(self, response: RemotingCommand) -> bool:
         """Write a lane's answer that is not its request's last (a followed FERRY_FETCH):

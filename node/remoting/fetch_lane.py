@@ -28,12 +28,16 @@ its answers (``RemotingConnection.keeps_up``): what is written to a connection s
 bounded by one answer a request, as without ``follow``. The answer is written before
 the next read's rules run, so they are not on the reader's path; when that read is not
 the common case, a last answer with nothing (MESSAGE_NOT_FOUND at the same offset)
-follows, and the reader's next fetch is answered precisely by the handler.
+follows, and the reader's next fetch is answered precisely by the handler. A next read
+with records already there (a backlog) starts in the loop's next turn: one answer a turn,
+as when the reader asked for each.
 
 Thread-safety: the node's event loop.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from google.protobuf.message import DecodeError
 
@@ -141,7 +145,14 @@ class _LaneFetchEnds:
         following = self._next_read(outcome)
         if following is None:  # not the common case: the reader asks again, and hears why
             self._answerer(self._request, fetch_reply(self._request, _nothing_after(outcome)))()
-            return
+        elif outcome.next_offset < outcome.max_offset:
+            # More is there: one answer a turn of the loop, as fetches asked one at a
+            # time were, not a backlog's answers in one callback.
+            asyncio.get_running_loop().call_soon(self._start, following)
+        else:  # at the queue's end: it parks now
+            self._start(following)
+
+    def _start(self, following: ReadRequest) -> None:
         try:
             self._reads.start_fetch(following, self)
         except Exception as error:  # the next read's first look: its last answer says it

@@ -371,3 +371,44 @@ def test_answers_made_in_one_turn_of_the_loop_leave_together_when_many_are_in_fl
     assert [len(call) for call in calls] == expected * 2, "writes of the answers"
     remarks = [decode_frame(frame).remark for call in calls for frame in call]
     assert remarks == [str(gate * 1000 + i) for gate in (0, 1) for i in range(held)]
+
+
+def test_a_connection_keeps_up_while_its_unsent_answers_are_below_the_high_mark():
+    """A followed fetch answers again unasked only while ``keeps_up``: answers gathered
+    for the turn's end are unsent too (they are not in the transport's buffer yet, so
+    its pause does not see them), and a paused or closed connection does not keep up."""
+    from node.remoting.connection import RemotingConnection
+    from node.remoting.quiet_log import FailureLog
+
+    class Buffered(RecordingTransport):
+        size = 0
+
+        def get_write_buffer_size(self) -> int:
+            return self.size
+
+    async def scenario() -> None:
+        connection = RemotingConnection(
+            Dispatch(),
+            TransportLimits(write_high_bytes=1000, write_low_bytes=100),
+            FailureLog(),
+            lambda c: True,
+            lambda c: None,
+        )
+        transport = Buffered()
+        connection.connection_made(transport)
+        assert connection.keeps_up()
+        transport.size = 999
+        assert connection.keeps_up()
+        transport.size = 500
+        connection._outgoing_bytes = 500  # gathered for the turn's end
+        assert not connection.keeps_up()
+        connection._outgoing_bytes = 0
+        assert connection.keeps_up()
+        connection.pause_writing()
+        assert not connection.keeps_up()
+        connection.resume_writing()
+        assert connection.keeps_up()
+        connection.close()
+        assert not connection.keeps_up()
+
+    asyncio.run(scenario())
