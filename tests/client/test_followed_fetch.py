@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import socket
 
-from ferrymq.client import Admin, Message, Producer, PullConsumer, pull_consumer
+import pytest
+
+from ferrymq.client import Admin, Message, Producer, PullConsumer
 from ferrymq.client.remoting_channel import RemotingChannel, wait_readable
 from ferrymq.codec.remoting import FLAG_RESPONSE, SERIALIZE_ROCKETMQ, RemotingCommand, encode
 
@@ -52,7 +54,7 @@ def test_writes_the_reader_did_not_poll_for_are_read_once_in_order(address):
         admin.create_group("followers")
     with (
         Producer(address) as producer,
-        PullConsumer(address, "followers", start="end", batch_size=2) as consumer,
+        PullConsumer(address, "followers", start="end", batch_size=2, follow=64) as consumer,
     ):
         consumer.assign("followed", [0])
         producer.send(Message("followed", b"0"))
@@ -69,16 +71,15 @@ def test_writes_the_reader_did_not_poll_for_are_read_once_in_order(address):
         assert consumer.poll(wait_s=0.1) == []
 
 
-def test_a_seek_while_a_followed_fetch_waits_reads_from_the_seek(address, monkeypatch):
+def test_a_seek_while_a_followed_fetch_waits_reads_from_the_seek(address):
     """The followed fetch waits at the queue's end; after a seek its answers are not the
     reader's (it forgets them) and the reader reads from where the seek put it."""
-    monkeypatch.setattr(pull_consumer, "FETCH_FOLLOW", 64)
     with Admin(address) as admin:
         admin.create_topic("refollowed", queue_count=1)
         admin.create_group("refollowers")
     with (
         Producer(address) as producer,
-        PullConsumer(address, "refollowers", start="end") as consumer,
+        PullConsumer(address, "refollowers", start="end", follow=64) as consumer,
     ):
         consumer.assign("refollowed", [0])
         for i in range(3):
@@ -95,3 +96,9 @@ def test_a_seek_while_a_followed_fetch_waits_reads_from_the_seek(address, monkey
             again += consumer.poll(wait_s=5)
         assert [m.body for m in again] == [b"1", b"2", b"3"]
         assert consumer.poll(wait_s=0.1) == []
+
+
+@pytest.mark.parametrize("follow", [-1, 65])
+def test_a_follow_out_of_range_is_refused_at_once(follow):
+    with pytest.raises(ValueError, match=r"follow must be 0\.\.64"):
+        PullConsumer("127.0.0.1:1", "g", follow=follow)

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import pytest
 
-from ferrymq.client import Admin, Message, Producer, PullConsumer, pull_consumer
+from ferrymq.client import Admin, Message, Producer, PullConsumer
 from ferrymq.client.remoting_channel import RemotingChannel
 from ferrymq.codec.remoting_codes import FerryRequestCode
 from ferrymq.protocol.ferrymq.data_pb2 import FetchRequest
@@ -132,11 +132,10 @@ def test_a_prefetch_answered_while_another_request_is_waited_for_is_kept(address
 def test_a_reader_keeping_up_with_one_queue_sends_one_fetch_for_many_messages(address, monkeypatch):
     """Each poll asked without waiting first, then waited, and each fetch with records sent
     a prefetch: a reader at the queue's end made two or three fetches per message, the
-    prefetch always answered empty. Then one a message. Now its fetch follows
-    (``FetchRequest.follow``): the node reads on after each answer, and the reader asks
-    again only once a fetch's answers are spent (here ``FETCH_FOLLOW`` 3: every fourth
+    prefetch always answered empty. Then one a message (the default still). A reader that
+    asks to ``follow`` (``FetchRequest.follow``) has the node read on after each answer,
+    and asks again only once a fetch's answers are spent (here ``follow=3``: every fourth
     message)."""
-    monkeypatch.setattr(pull_consumer, "FETCH_FOLLOW", 3)
     with Admin(address) as admin:
         admin.create_topic("tailed", queue_count=1)
         admin.create_group("tail-readers")
@@ -151,7 +150,7 @@ def test_a_reader_keeping_up_with_one_queue_sends_one_fetch_for_many_messages(ad
     monkeypatch.setattr(RemotingChannel, "send", counted)
     with (
         Producer(address) as producer,
-        PullConsumer(address, "tail-readers", start="end") as consumer,
+        PullConsumer(address, "tail-readers", start="end", follow=3) as consumer,
     ):
         consumer.assign("tailed", [0])
         fetches.clear()
@@ -172,9 +171,8 @@ def test_a_tailing_reader_s_next_fetch_leaves_with_its_answer(address, monkeypat
     poll's caller had the message: in the end to end it reached the node just before
     the next send, which waited while the node parked the fetch. It now leaves before
     the poll returns, and parks on the node. A poll that does not wait sends none
-    (nothing would hold it on the node). As against a node that does not follow (an older
-    one, or a fetch that asks for no ``follow``)."""
-    monkeypatch.setattr(pull_consumer, "FETCH_FOLLOW", 0)
+    (nothing would hold it on the node). A reader that does not ask to ``follow`` (the
+    default), or reads from a node that does not (an older one)."""
     with Admin(address) as admin:
         admin.create_topic("tail-ahead", queue_count=1)
         admin.create_group("tail-ahead-readers")
