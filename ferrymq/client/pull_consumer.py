@@ -39,8 +39,10 @@ from ferrymq.protocol.ferrymq import admin_pb2 as api
 from ferrymq.protocol.ferrymq import data_pb2 as data
 
 HEARTBEAT_INTERVAL_S = 5.0
-# ``follow``'s most: the node's (``FetchRequest.follow``).
+# ``follow``'s most: the node's (``FetchRequest.follow``); and what a reader asks for
+# unless told otherwise (bench/RESULTS.md, "The followed fetch by default").
 FETCH_FOLLOW_MAX = 64
+FETCH_FOLLOW_DEFAULT = FETCH_FOLLOW_MAX
 # A fetch's answers that are not errors: records, or none yet (its wait ended).
 ANSWERED_CODES = frozenset((pb.OK, pb.MESSAGE_NOT_FOUND))
 
@@ -78,7 +80,7 @@ class PullConsumer:
         security: ClientSecurity | None = None,
         transport: str = "remoting",
         prefetch: bool = True,
-        follow: int = 0,
+        follow: int = FETCH_FOLLOW_DEFAULT,
     ) -> None:
         """``transport``: "remoting" fetches on the nodes' remoting port, "grpc" on gRPC
         (``routes.py``); offsets and membership are on gRPC either way. ``prefetch``
@@ -87,13 +89,13 @@ class PullConsumer:
         any queue is answered at once; records answered but not yet handed out count as
         delivered on the node even if this consumer closes before reading them. Without
         it, each fetch is answered before the next is sent. ``follow`` (remoting, with
-        ``prefetch``; 0..64): a fetch sent by a poll that waits asks the node for this many
-        more answers with records on the same request, so a reader at its queue's end
-        asks once for up to ``follow`` + 1 answers (``FetchRequest.follow``). It saves the
-        reader ~15 µs of CPU a message here and the node a request a message, but a
-        closed loop's end to end (a send waiting for the last arrival) was 3-5 % slower
-        with it on this host (bench/RESULTS.md, "A followed fetch"), so it is off unless
-        asked for."""
+        ``prefetch``; 0..64, 64 unless told): a fetch sent by a poll that waits asks the
+        node for this many more answers with records on the same request, so a reader at
+        its queue's end asks once for up to ``follow`` + 1 answers
+        (``FetchRequest.follow``), and a reader of a backlog once for as many batches.
+        It saves the node a request a message and the reader ~12 µs of CPU a message
+        here (bench/RESULTS.md, "The followed fetch by default"). With 0, each answer is
+        asked for; a node older than the field answers once either way."""
         if start not in START_POLICIES:
             raise ValueError(f"start must be one of {START_POLICIES}")
         if not 0 <= follow <= FETCH_FOLLOW_MAX:

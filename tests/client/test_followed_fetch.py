@@ -10,8 +10,11 @@ import socket
 import pytest
 
 from ferrymq.client import Admin, Message, Producer, PullConsumer
+from ferrymq.client.pull_consumer import FETCH_FOLLOW_MAX
 from ferrymq.client.remoting_channel import RemotingChannel, wait_readable
 from ferrymq.codec.remoting import FLAG_RESPONSE, SERIALIZE_ROCKETMQ, RemotingCommand, encode
+from ferrymq.codec.remoting_codes import FerryRequestCode
+from ferrymq.protocol.ferrymq.data_pb2 import FetchRequest
 
 
 def test_answers_to_one_request_that_come_together_are_each_received_in_order():
@@ -96,6 +99,33 @@ def test_a_seek_while_a_followed_fetch_waits_reads_from_the_seek(address):
             again += consumer.poll(wait_s=5)
         assert [m.body for m in again] == [b"1", b"2", b"3"]
         assert consumer.poll(wait_s=0.1) == []
+
+
+def test_a_reader_follows_unless_told_not_to(address, monkeypatch):
+    """A reader made with no ``follow`` asked for each answer (``follow`` was 0 unless
+    given): a fetch a message at its queue's end. It now asks the node to read on, and
+    one fetch brings every message of a run shorter than its follows."""
+    with Admin(address) as admin:
+        admin.create_topic("followed-by-default", queue_count=1)
+        admin.create_group("default-followers")
+    asked: list[int] = []  # each FERRY_FETCH's ``follow``
+    send = RemotingChannel.send
+
+    def recorded(self, code, body=b"", *args, **kwargs):
+        if code == FerryRequestCode.FERRY_FETCH:
+            asked.append(FetchRequest.FromString(body).follow)
+        return send(self, code, body, *args, **kwargs)
+
+    monkeypatch.setattr(RemotingChannel, "send", recorded)
+    with (
+        Producer(address) as producer,
+        PullConsumer(address, "default-followers", start="end") as consumer,
+    ):
+        consumer.assign("followed-by-default", [0])
+        for i in range(10):
+            producer.send(Message("followed-by-default", b"%d" % i))
+            assert [m.body for m in consumer.poll(wait_s=5)] == [b"%d" % i]
+        assert asked == [FETCH_FOLLOW_MAX]  # one fetch brought all ten
 
 
 @pytest.mark.parametrize("follow", [-1, 65])

@@ -132,7 +132,7 @@ def test_a_prefetch_answered_while_another_request_is_waited_for_is_kept(address
 def test_a_reader_keeping_up_with_one_queue_sends_one_fetch_for_many_messages(address, monkeypatch):
     """Each poll asked without waiting first, then waited, and each fetch with records sent
     a prefetch: a reader at the queue's end made two or three fetches per message, the
-    prefetch always answered empty. Then one a message (the default still). A reader that
+    prefetch always answered empty. Then one a message (``follow=0`` still). A reader that
     asks to ``follow`` (``FetchRequest.follow``) has the node read on after each answer,
     and asks again only once a fetch's answers are spent (here ``follow=3``: every fourth
     message)."""
@@ -171,8 +171,8 @@ def test_a_tailing_reader_s_next_fetch_leaves_with_its_answer(address, monkeypat
     poll's caller had the message: in the end to end it reached the node just before
     the next send, which waited while the node parked the fetch. It now leaves before
     the poll returns, and parks on the node. A poll that does not wait sends none
-    (nothing would hold it on the node). A reader that does not ask to ``follow`` (the
-    default), or reads from a node that does not (an older one)."""
+    (nothing would hold it on the node). A reader that does not ask to ``follow``
+    (``follow=0``), or reads from a node that does not (an older one)."""
     with Admin(address) as admin:
         admin.create_topic("tail-ahead", queue_count=1)
         admin.create_group("tail-ahead-readers")
@@ -188,7 +188,7 @@ def test_a_tailing_reader_s_next_fetch_leaves_with_its_answer(address, monkeypat
     monkeypatch.setattr(RemotingChannel, "send", recorded)
     with (
         Producer(address) as producer,
-        PullConsumer(address, "tail-ahead-readers", start="end") as consumer,
+        PullConsumer(address, "tail-ahead-readers", start="end", follow=0) as consumer,
     ):
         consumer.assign("tail-ahead", [0])
         producer.send(Message("tail-ahead", b"first"))
