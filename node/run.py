@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 
@@ -32,10 +33,13 @@ def run(args: argparse.Namespace) -> int:
     configuration, 1 when it cannot start)."""
     import uvloop
 
+    from node.call_count import ENV as CALL_COUNT_ENV
     from node.call_count import install_from_env as install_call_count
     from node.config import ConfigError, load_node_config
     from node.process_tuning import tune_process
     from node.server import serve
+    from node.stretch_time import ENV as STRETCH_TIME_ENV
+    from node.stretch_time import install_from_env as install_stretch_time
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
@@ -53,8 +57,16 @@ def run(args: argparse.Namespace) -> int:
     from routing.replica import RoutingUnavailable
     from store.errors import RecoveryRefused
 
+    if os.environ.get(CALL_COUNT_ENV) and os.environ.get(STRETCH_TIME_ENV):
+        print(
+            f"ferrymq node: {CALL_COUNT_ENV} and {STRETCH_TIME_ENV} are both set: "
+            "one at a time (each writes on SIGUSR2)",
+            file=sys.stderr,
+        )
+        return 2
     tune_process()
     install_call_count()  # off unless FERRYMQ_CALL_COUNT is set (bench.calls)
+    install_stretch_time()  # off unless FERRYMQ_STRETCH_TIME is set (bench.calls --time)
     try:
         # uvloop: a framed round trip costs a third of the default loop's here, and grpc.aio
         # runs on it unchanged (docs/architecture.md, "Remoting").

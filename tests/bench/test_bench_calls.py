@@ -1,16 +1,22 @@
 """The master's calls a message by stretch (``bench.calls``, ``node/call_count.py``): each
 call is counted under the innermost stretch on its stack, Python and C calls apart; a
 node counts only when ``FERRYMQ_CALL_COUNT`` is set, and writes its counts on SIGUSR2;
-the benchmark's figures come from a real SYNC group's end to end."""
+the benchmark's figures come from a real SYNC group's end to end. And its wall time a
+message by stretch (``bench.calls --time``, ``node/stretch_time.py``), the same way."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
+from time import perf_counter_ns
+
+import pytest
 
 from bench import calls
+from node import stretch_time
 from node.call_count import ENV, CallCount, install_from_env
 
 
@@ -87,3 +93,70 @@ def test_the_master_s_calls_a_message_by_stretch():
         assert 1 <= sdk[role]["python"] < 1000, sdk
     [(function, per_message), *_] = sdk["top_functions"]["consumer"]
     assert function.startswith(("python ", "c ")) and per_message >= 1
+
+
+class Timed:
+    def work(self, ns: int) -> int:
+        """Runs ``ns`` at least, by the clock the wrapper reads."""
+        until = perf_counter_ns() + ns
+        while perf_counter_ns() < until:
+            pass
+        return ns
+
+
+def test_a_stretch_s_wall_time_and_calls_are_summed_and_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(Timed, "work", Timed.work)  # put back after the test
+    timing = stretch_time.StretchTime(str(tmp_path / "time"))
+    timing.install((("timed work", __name__, "Timed.work"),))
+    assert Timed().work(1_000_000) == 1_000_000 and Timed().work(0) == 0
+    path = timing.write()
+    assert path == f"{tmp_path / 'time'}.{os.getpid()}.0"
+    with open(path, encoding="utf-8") as f:
+        written = json.load(f)["stretches"]["timed work"]
+    assert written["calls"] == 2 and written["ns"] >= 1_000_000
+    assert timing.write().endswith(".1")  # the next write, timing on
+
+
+def test_nothing_is_timed_unless_asked(monkeypatch):
+    monkeypatch.delenv(stretch_time.ENV, raising=False)
+    assert stretch_time.install_from_env() is None
+
+
+def test_every_timed_function_is_found():
+    """A stretch whose function was renamed would time nothing, silently."""
+    for _, module, path in stretch_time.TIMED:
+        owner = __import__(module, fromlist=["_"])
+        for name in path.split("."):
+            owner = getattr(owner, name)
+        assert callable(owner), (module, path)
+
+
+def test_a_node_asked_to_count_and_to_time_refuses_to_start(tmp_path):
+    """Both answer SIGUSR2: a node would write one of them, and the other never."""
+    env = {**os.environ, ENV: str(tmp_path / "c"), stretch_time.ENV: str(tmp_path / "t")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "node", "--data", str(tmp_path / "node"), "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 2
+    assert "FERRYMQ_CALL_COUNT and FERRYMQ_STRETCH_TIME are both set" in ran.stderr
+
+
+@pytest.mark.parametrize("sdk", [False, True], ids=["by channel", "the SDK's"])
+def test_the_master_s_wall_time_a_message_by_stretch(sdk):
+    figures = calls.run_time(150, sdk)
+    assert figures["messages"] == 200
+    stretches = {name: sums["us"] for name, sums in figures["stretches"].items()}
+    for name in ("produce lane", "the native write", "confirmation", "reput"):
+        assert stretches[name] > 0, stretches
+    # The SDK's reader follows: one FERRY_FETCH for many messages, a fetch a message by channel.
+    assert (figures["stretches"]["fetch lane"]["calls"] < 0.5) == sdk, figures
+    assert figures["stretches"]["an answer's write"]["calls"] >= 2  # the writer's, the reader's
+    # Each stretch holds the ones it calls.
+    assert stretches["the native write"] <= stretches["produce lane"] <= stretches["frames read"]
+    assert stretches["reput"] <= stretches["confirmation"] <= stretches["link buffer"]
+    assert figures["master_cpu_us_per_message"] > 0
+    assert stretch_time.ENV not in os.environ
