@@ -464,7 +464,10 @@ class WaitingFetch:
     to its ``wait_s``, listening on its queue's waiters (``QueueWaiters.listen``) and
     parked in the tail reads (``TailReads``) meanwhile, looks again at each wake-up,
     and once more when its time is up (MESSAGE_NOT_FOUND then, with the bounds of that
-    look). It ends once: answered, failed, or cancelled (its connection ended)."""
+    look). A look while the queue ends where it reads (``_at_queue_end``) is not made:
+    it would find nothing, and a followed fetch's next read starts there after every
+    answer and is woken once by the read cap that made that answer readable. It ends
+    once: answered, failed, or cancelled (its connection ended)."""
 
     __slots__ = ("_ended", "_ends", "_fetched", "_parked", "_request", "_service", "_timer")
 
@@ -479,12 +482,13 @@ class WaitingFetch:
 
     def start(self) -> None:
         request = self._request
-        last = self._look()
-        if last is None:
-            return
-        if request.wait_s <= 0:
-            self._not_found(last)
-            return
+        if request.wait_s <= 0 or not self._at_queue_end():
+            last = self._look()
+            if last is None:
+                return
+            if request.wait_s <= 0:
+                self._not_found(last)
+                return
         if not self._ends.hold(self):
             self._ended = True  # nobody to answer
             return
@@ -536,11 +540,20 @@ class WaitingFetch:
         if self._ended:
             return
         try:
-            if self._look() is not None:
+            if self._at_queue_end() or self._look() is not None:
                 request = self._request
                 self._service.waiters.listen(request.topic, request.queue_id, self._woken)
         except Exception as error:
             self._failed(error)
+
+    def _at_queue_end(self) -> bool:
+        """The queue ends where this read reads: a look would find nothing (no entry is
+        there; one below the read cap or not, an offset out of range, a failed read all
+        need one). ~0.5 µs where a look costs ~3 here."""
+        request = self._request
+        return self._service.store.max_offset_in_queue(request.topic, request.queue_id) == (
+            request.offset
+        )
 
     def _expired(self) -> None:
         self._timer = None

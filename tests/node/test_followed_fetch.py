@@ -247,6 +247,31 @@ def test_a_next_read_whose_look_fails_is_answered_as_a_failure_last(store, monke
     asyncio.run(run())
 
 
+def test_a_read_at_its_queue_s_end_does_not_look_at_the_store_until_a_write(store, monkeypatch):
+    """After each answer the next read starts where the queue ends, and the read cap that
+    made the answer readable wakes it: two looks a message, each ~3 µs of the master's,
+    that could find nothing. Where the queue ends at the read's offset it waits without
+    one; the tail read answers it from the dispatch, as before."""
+
+    async def run() -> None:
+        group = Group(store)
+        looks: list[int] = []
+        real_get = group.reads._get
+
+        def counted(topic, queue_id, offset, *args):
+            looks.append(offset)
+            return real_get(topic, queue_id, offset, *args)
+
+        monkeypatch.setattr(group.reads, "_get", counted)
+        connection = Connection()
+        followed(group, connection, follow=5)
+        await written(group, b"a", b"b", b"c")
+        assert connection.answers() == [(pb.OK, n, True, False) for n in (1, 2, 3)]
+        assert looks == []
+
+    asyncio.run(run())
+
+
 def test_a_fetch_that_does_not_ask_to_follow_is_answered_once(store):
     async def run() -> None:
         group = Group(store)
