@@ -547,9 +547,9 @@ class WaitingFetch:
             self._failed(error)
 
     def _at_queue_end(self) -> bool:
-        """The queue ends where this read reads: a look would find nothing (no entry is
-        there; one below the read cap or not, an offset out of range, a failed read all
-        need one). ~0.5 µs where a look costs ~3 here."""
+        """The queue ends where this read reads, so a look would find nothing: no entry
+        is there, under the read cap or above it. Records, the cap, an offset out of
+        range and a failed read each need the look. ~0.5 µs where a look costs ~3 here."""
         request = self._request
         return self._service.store.max_offset_in_queue(request.topic, request.queue_id) == (
             request.offset
