@@ -29,6 +29,7 @@ measured run, over the end to end by channel (``--sdk``: the SDK's). The wrapper
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import threading
 from collections import Counter
+from collections.abc import Iterator
 
 from bench.cluster import (
     END_TO_END_WARM_UP,
@@ -49,6 +51,7 @@ from bench.cluster import (
     start_cluster,
     stop_cluster,
 )
+from ferrymq.launcher.cluster import ClusterPlan, NodePlan
 from ferrymq.launcher.polling import until
 from node.call_count import ENV, called
 from node.stretch_time import ENV as STRETCH_TIME_ENV
@@ -135,25 +138,34 @@ def sdk_calls(plan, messages: int, functions: int) -> dict:
     return figures
 
 
-def run(messages: int, functions: int = 0) -> dict:
-    root = tempfile.mkdtemp(prefix="ferrymq-bench-calls-")
-    prefix = os.path.join(root, "calls")
-    os.environ[ENV] = prefix  # the nodes started now count; this process does not
+@contextlib.contextmanager
+def instrumented_group(env: str, name: str) -> Iterator[tuple[ClusterPlan, NodePlan, str]]:
+    """A fresh SYNC group whose nodes start with ``env`` set to a path prefix (this process
+    does not), its topic made and all three in sync: (the plan, its master, the prefix);
+    stopped and removed after."""
+    root = tempfile.mkdtemp(prefix=f"ferrymq-bench-{name}-")
+    prefix = os.path.join(root, name)
+    os.environ[env] = prefix
     try:
         plan = start_cluster(os.path.join(root, "cluster"), "SYNC")
-        os.environ.pop(ENV)
+        os.environ.pop(env)
         create_topic(plan)
         master = master_of(plan)
         until(lambda: all_in_sync(plan, master) or None, 60, "all three in sync")
+        yield plan, master, prefix
+    finally:
+        os.environ.pop(env, None)
+        stop_cluster(os.path.join(root, "cluster"))
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run(messages: int, functions: int = 0) -> dict:
+    with instrumented_group(ENV, "calls") as (plan, master, prefix):
         measure_end_to_end_by_channel(plan, WARM_UP_MESSAGES)
         before = counts_of(master.pid, prefix, 0)
         measure_end_to_end_by_channel(plan, messages)
         after = counts_of(master.pid, prefix, 1)
         sdk = sdk_calls(plan, messages, functions)
-    finally:
-        os.environ.pop(ENV, None)
-        stop_cluster(os.path.join(root, "cluster"))
-        shutil.rmtree(root, ignore_errors=True)
     sent = messages + END_TO_END_WARM_UP
     stretches = per_message(before["counts"], after["counts"], sent)
     figures = {
@@ -181,24 +193,12 @@ def run_time(messages: int, sdk: bool = False) -> dict:
     """The master's wall µs a message by stretch (``node/stretch_time.py``) and its CPU µs a
     message, over ``messages`` of the end to end by channel on a fresh SYNC group (``sdk``:
     of the SDK's end to end, its ``PullConsumer`` following as it does by default)."""
-    root = tempfile.mkdtemp(prefix="ferrymq-bench-time-")
-    prefix = os.path.join(root, "time")
-    os.environ[STRETCH_TIME_ENV] = prefix  # the nodes started now time; this process does not
-    try:
-        plan = start_cluster(os.path.join(root, "cluster"), "SYNC")
-        os.environ.pop(STRETCH_TIME_ENV)
-        create_topic(plan)
-        master = master_of(plan)
-        until(lambda: all_in_sync(plan, master) or None, 60, "all three in sync")
+    with instrumented_group(STRETCH_TIME_ENV, "time") as (plan, master, prefix):
         measure = measure_sdk_end_to_end if sdk else measure_end_to_end_by_channel
         measure(plan, WARM_UP_MESSAGES)
         before = counts_of(master.pid, prefix, 0)["stretches"]
         p50, _, cpu = measure(plan, messages)
         after = counts_of(master.pid, prefix, 1)["stretches"]
-    finally:
-        os.environ.pop(STRETCH_TIME_ENV, None)
-        stop_cluster(os.path.join(root, "cluster"))
-        shutil.rmtree(root, ignore_errors=True)
     sent = messages + END_TO_END_WARM_UP
     stretches = {}
     for stretch, sums in after.items():
