@@ -91,18 +91,25 @@ class CallCount:
             sys.setprofile(profile)
 
     def _write(self) -> str:
-        path = f"{self.prefix}.{os.getpid()}.{self.writes}"
-        self.writes += 1
         counts: dict[str, dict[str, int]] = {}
         functions: dict[str, dict[str, int]] = {}
         for (stretch, kind, function), calls in list(self.counts.items()):
             kinds = counts.setdefault(stretch, {"python": 0, "c": 0})
             kinds[kind] += calls
             functions.setdefault(stretch, {})[f"{kind} {function}"] = calls
-        with open(path + ".part", "w", encoding="utf-8") as f:
-            json.dump({"pid": os.getpid(), "counts": counts, "functions": functions}, f)
-        os.replace(path + ".part", path)  # a reader never sees half of it
+        path = write_numbered(self.prefix, self.writes, {"counts": counts, "functions": functions})
+        self.writes += 1
         return path
+
+
+def write_numbered(prefix: str, write: int, figures: dict) -> str:
+    """``figures`` and this process's pid, as JSON, to ``<prefix>.<pid>.<write>``; that
+    path. A reader never sees half of it (written aside, then renamed)."""
+    path = f"{prefix}.{os.getpid()}.{write}"
+    with open(path + ".part", "w", encoding="utf-8") as f:
+        json.dump({"pid": os.getpid(), **figures}, f)
+    os.replace(path + ".part", path)
+    return path
 
 
 def install_from_env() -> CallCount | None:

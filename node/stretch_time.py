@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-import json
 import os
 import signal
 from collections.abc import Callable
 from time import perf_counter_ns
+
+from node.call_count import write_numbered
 
 ENV = "FERRYMQ_STRETCH_TIME"
 
@@ -68,21 +69,23 @@ class StretchTime:
 
     def install(self, timed: tuple[tuple[str, str, str], ...] = TIMED) -> None:
         for stretch, module, path in timed:
-            owner: object = importlib.import_module(module)
-            *classes, name = path.split(".")
-            for attribute in classes:
-                owner = getattr(owner, attribute)
-            self.wrap(owner, name, stretch)
+            self.wrap(*resolve(module, path), stretch)
 
     def write(self, *_signal) -> str:
         """The sums so far, to the next ``<prefix>.<pid>.<n>``; that path."""
-        path = f"{self.prefix}.{os.getpid()}.{self.writes}"
-        self.writes += 1
         stretches = {s: {"ns": ns, "calls": calls} for s, (ns, calls) in self.sums.items()}
-        with open(path + ".part", "w", encoding="utf-8") as f:
-            json.dump({"pid": os.getpid(), "stretches": stretches}, f)
-        os.replace(path + ".part", path)  # a reader never sees half of it
+        path = write_numbered(self.prefix, self.writes, {"stretches": stretches})
+        self.writes += 1
         return path
+
+
+def resolve(module: str, path: str) -> tuple[object, str]:
+    """A ``TIMED`` function's owner (its class, or its module) and its name there."""
+    owner: object = importlib.import_module(module)
+    *classes, name = path.split(".")
+    for attribute in classes:
+        owner = getattr(owner, attribute)
+    return owner, name
 
 
 def install_from_env() -> StretchTime | None:
