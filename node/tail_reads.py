@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True, eq=False)
 class ParkedRead:
     """A read waiting at queue offset ``offset``; ``take(result)`` gives it what it found
-    and answers it (False: it does not take that result, and stays parked)."""
+    and answers it (False: it does not take that result, and stays parked). A read that
+    took it and waits on moves ``offset`` past the result, and stays parked."""
 
     offset: int
     max_count: int
@@ -79,7 +80,9 @@ class TailReads:
         for read in [r for r in parked if r.offset == first_offset]:
             try:
                 result = self._store.read_run(run, readable, read.max_count, read.max_bytes)
-                if result is not None and read.take(result):
+                # A read that took the run and waits on from a later offset (a followed
+                # fetch's next read) stays parked.
+                if result is not None and read.take(result) and read.offset == first_offset:
                     self.unpark(topic, queue_id, read)
             except Exception:
                 log.exception("a tail read of %s:%d failed; it reads at the cap", topic, queue_id)

@@ -135,10 +135,10 @@ class _LaneFetchEnds:
         self._follows = follows
         self.wait_s = poll_budget_s(fetch.wait_ms / 1000, None)
 
-    def answer(self, outcome: FetchOutcome) -> None:
+    def answer(self, outcome: FetchOutcome) -> ReadRequest | None:
         if not (self._follows and outcome.records and self._connection.keeps_up()):
             self._answerer(self._request, fetch_reply(self._request, outcome))()
-            return
+            return None
         # Written before the next read's rules run: they are on the reader's path if not.
         self._follows -= 1
         self._connection.answer_more(fetch_reply(self._request, outcome, follows=True))
@@ -149,8 +149,9 @@ class _LaneFetchEnds:
             # More is there: one answer a turn of the loop, as fetches asked one at a
             # time were, not a backlog's answers in one callback.
             asyncio.get_running_loop().call_soon(self._start, following)
-        else:  # at the queue's end: it parks now
-            self._start(following)
+        else:  # at the queue's end: the waiting fetch waits on as the next read
+            return following
+        return None
 
     def _start(self, following: ReadRequest) -> None:
         try:

@@ -34,6 +34,7 @@ from typing import Protocol, TypeVar
 
 from ferrymq.codec.commitlog_record import decode as decode_record
 from ferrymq.protocol.apache.rocketmq.v2 import definition_pb2 as pb
+from ha.expiries import MIN_REARM_S  # a timer that fired early is armed at least this later
 from ha.replicated_store import ReplicatedStore
 from node.admission import check_queue
 from node.filter_expression import Selection, selection
@@ -440,8 +441,9 @@ def _check_readable(topic: TopicConfig, queue_id: int) -> None:
 class FetchEnds(Protocol):
     """How a read taken by ``ReadService.fetch_now`` ends: the door's."""
 
-    def answer(self, outcome: FetchOutcome) -> None:
-        """Write ``outcome`` (once)."""
+    def answer(self, outcome: FetchOutcome) -> ReadRequest | None:
+        """Write ``outcome`` (once); the read to wait on as, when the fetch goes on from
+        its queue's end (a followed fetch's next read, its rules applied), else None."""
 
     def fail(self, error: Exception) -> None:
         """A look at the queue raised ``error`` after the read was taken: answer it as
@@ -467,20 +469,38 @@ class WaitingFetch:
     look). A look while the queue ends where it reads (``_at_queue_end``) is not made:
     it would find nothing, and a followed fetch's next read starts there after every
     answer and is woken once by the read cap that made that answer readable. It ends
-    once: answered, failed, or cancelled (its connection ended)."""
+    once: answered, failed, or cancelled (its connection ended); or, when its ends read
+    on (``FetchEnds.answer``: a followed fetch's next read at its queue's end), it waits
+    again from there as that read, its listener, parked read and timer kept and moved
+    (``_read_on``) rather than taken down and made again for every message."""
 
-    __slots__ = ("_ended", "_ends", "_fetched", "_parked", "_request", "_service", "_timer")
+    __slots__ = (
+        "_deadline",
+        "_ended",
+        "_ends",
+        "_fetched",
+        "_listening",
+        "_parked",
+        "_request",
+        "_service",
+        "_timer",
+        "_timer_at",
+    )
 
     def __init__(self, service: ReadService, request: ReadRequest, ends: FetchEnds) -> None:
         self._service = service
         self._request = request
         self._ends = ends
         self._fetched = fetch_answer(request.offset)
+        self._listening = False
         self._parked: ParkedRead | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0  # when ``_timer`` fires, by the loop's clock
+        self._deadline = 0.0  # when the wait ends (a followed read moves it on)
         self._ended = False
 
     def start(self) -> None:
+        """Look, or wait. The first look's failure is raised (the door answers it)."""
         request = self._request
         if request.wait_s <= 0 or not self._at_queue_end():
             last = self._look()
@@ -490,7 +510,7 @@ class WaitingFetch:
                 self._not_found(last)
                 return
         if not self._ends.hold(self):
-            self._ended = True  # nobody to answer
+            self._finish()  # nobody to answer
             return
         try:
             self._wait()
@@ -499,14 +519,34 @@ class WaitingFetch:
             raise
 
     def _wait(self) -> None:
+        """Listen, park and time the wait from now; what a followed read registered is
+        kept, and moved to this read."""
         request, service = self._request, self._service
-        service.waiters.listen(request.topic, request.queue_id, self._woken)
-        if service.tail_reads is not None:
-            self._parked = ParkedRead(
-                request.offset, request.max_messages, request.max_bytes, self._from_tail
-            )
-            service.tail_reads.park(request.topic, request.queue_id, self._parked)
-        self._timer = asyncio.get_running_loop().call_later(request.wait_s, self._expired)
+        if not self._listening:
+            service.waiters.listen(request.topic, request.queue_id, self._woken)
+            self._listening = True
+        tail_reads = service.tail_reads
+        if tail_reads is not None:
+            parked = self._parked
+            if parked is None:
+                self._parked = ParkedRead(
+                    request.offset, request.max_messages, request.max_bytes, self._from_tail
+                )
+                tail_reads.park(request.topic, request.queue_id, self._parked)
+            else:  # still parked: ``TailReads.on_run`` leaves a read that reads on
+                parked.offset = request.offset
+                parked.max_count = request.max_messages
+                parked.max_bytes = request.max_bytes
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.time() + request.wait_s
+        # A timer armed for an earlier time is kept: it fires, finds the deadline moved on
+        # and arms again (``_expired``), once a wait, where a followed reader's every
+        # message cancelled one timer and armed another.
+        if self._timer is None or self._timer_at > self._deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_later(request.wait_s, self._expired)
+            self._timer_at = self._deadline
 
     def cancel(self) -> None:
         if not self._ended:
@@ -527,22 +567,45 @@ class WaitingFetch:
         outcome = self._fetched(result)
         if outcome is None:
             return False
-        self._end()
+        self._ended = True  # answered: nothing answers it again unless it reads on
         if result.messages:
             self._service._delivered(self._request.topic, self._request, result)
-        self._ends.answer(outcome)
+        try:
+            following = self._ends.answer(outcome)
+        except BaseException:
+            self._finish()
+            raise
+        if following is None:
+            self._finish()
+        else:
+            self._read_on(following)
         return True
+
+    def _read_on(self, request: ReadRequest) -> None:
+        """Wait again as ``request``, its ends' next read at its queue's end; a failure
+        is answered through the ends (where the first look's is raised to the door)."""
+        self._request = request
+        self._fetched = fetch_answer(request.offset)
+        self._ended = False
+        try:
+            self.start()
+        except Exception as error:
+            if not self._ended:
+                self._finish()
+            self._ends.fail(error)
 
     def _from_tail(self, result: GetResult) -> bool:
         return not self._ended and self._take(result)
 
     def _woken(self) -> None:
+        self._listening = False  # a wake-up takes its queue's listeners
         if self._ended:
             return
         try:
-            if self._at_queue_end() or self._look() is not None:
+            if (self._at_queue_end() or self._look() is not None) and not self._listening:
                 request = self._request
                 self._service.waiters.listen(request.topic, request.queue_id, self._woken)
+                self._listening = True
         except Exception as error:
             self._failed(error)
 
@@ -558,6 +621,12 @@ class WaitingFetch:
     def _expired(self) -> None:
         self._timer = None
         if self._ended:
+            return
+        loop = asyncio.get_running_loop()
+        remaining = self._deadline - loop.time()
+        if remaining > MIN_REARM_S:  # a followed read moved the deadline on
+            self._timer = loop.call_later(remaining, self._expired)
+            self._timer_at = self._deadline
             return
         try:
             last = self._look()
@@ -587,6 +656,10 @@ class WaitingFetch:
 
     def _end(self) -> None:
         assert not self._ended, "a waiting fetch ends once"
+        self._finish()
+
+    def _finish(self) -> None:
+        """Ended: its waits taken down, its connection no longer holding it."""
         self._ended = True
         self._stop_waiting()
         self._ends.release(self)
@@ -596,7 +669,9 @@ class WaitingFetch:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        service.waiters.unlisten(request.topic, request.queue_id, self._woken)
+        if self._listening:
+            service.waiters.unlisten(request.topic, request.queue_id, self._woken)
+            self._listening = False
         if self._parked is not None and service.tail_reads is not None:
             service.tail_reads.unpark(request.topic, request.queue_id, self._parked)
             self._parked = None

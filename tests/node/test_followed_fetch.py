@@ -282,3 +282,61 @@ def test_a_fetch_that_does_not_ask_to_follow_is_answered_once(store):
         assert nothing_waits(group, connection)
 
     asyncio.run(run())
+
+
+def test_a_followed_read_waits_on_with_the_same_listener_parked_read_and_timer(store, monkeypatch):
+    """Each next read at the queue's end took its wait down and made it again (a waiting
+    fetch, its listener, its parked read, a timer cancelled and one armed: ~3 µs of
+    uvloop's a message for the timer alone); it is now the same waiting fetch, moved on."""
+
+    async def run() -> None:
+        group = Group(store)
+        loop = asyncio.get_running_loop()
+        armed: list[float] = []
+        real_call_later = loop.call_later
+
+        def counted(delay, callback, *args, **kwargs):
+            if getattr(callback, "__name__", "") == "_expired":
+                armed.append(delay)
+            return real_call_later(delay, callback, *args, **kwargs)
+
+        monkeypatch.setattr(loop, "call_later", counted)
+        connection = Connection()
+        followed(group, connection, follow=5)
+        [waiting] = connection.held
+        [[parked]] = group.waiting()[1].values()
+        await written(group, b"a", b"b", b"c")
+        assert connection.answers() == [(pb.OK, n, True, False) for n in (1, 2, 3)]
+        assert connection.held == {waiting}
+        assert list(group.waiting()[1].values()) == [[parked]] and parked.offset == 3
+        assert len(armed) == 1
+        waiting.cancel()  # its connection ended
+        assert group.waiting() == ({}, {})
+
+    asyncio.run(run())
+
+
+def test_a_followed_read_s_wait_is_counted_from_its_own_start(store, monkeypatch):
+    """The timer armed for the first read's wait is kept when a followed read moves the
+    wait on: when it fires it finds the later deadline, and arms again for the rest, so
+    the reader hears MESSAGE_NOT_FOUND a whole wait after its last answer, not sooner."""
+
+    async def run() -> None:
+        group = Group(store)
+        loop = asyncio.get_running_loop()
+        now = [loop.time()]
+        monkeypatch.setattr(loop, "time", lambda: now[0])
+        connection = Connection()
+        followed(group, connection, follow=5, wait_ms=1000)
+        now[0] += 0.6
+        await written(group, b"a")
+        assert connection.answers() == [(pb.OK, 1, True, False)]
+        now[0] += 0.5  # past the first read's wait, within the second's
+        await settle()
+        assert connection.answers() == [(pb.OK, 1, True, False)]
+        now[0] += 0.55  # past the second's
+        await settle()
+        assert connection.answers()[1:] == [(pb.MESSAGE_NOT_FOUND, 1, False, True)]
+        assert nothing_waits(group, connection)
+
+    asyncio.run(run())

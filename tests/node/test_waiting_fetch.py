@@ -89,7 +89,12 @@ def test_a_waiting_fetch_is_answered_by_the_confirming_ack_and_leaves_nothing(st
         group.master.record_ack(group.slaves[0], end)
         assert ends.answers == []
         caps: list[int] = []
-        ends.answer = lambda outcome: (ends.answers.append(outcome), caps.append(store.read_cap()))
+
+        def answer(outcome) -> None:
+            ends.answers.append(outcome)
+            caps.append(store.read_cap())
+
+        ends.answer = answer
         group.master.record_ack(group.slaves[1], end)  # no loop turn from here on
         [outcome] = ends.answers
         assert caps == [before]  # from the reput, before the read cap moved
